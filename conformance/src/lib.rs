@@ -1,0 +1,1 @@
+//! see issue 3

@@ -1,0 +1,12 @@
+//! # tandem reference
+//!
+//! A plain CPU transformer (Llama family) in f32 that defines ground truth for tandem.
+//! It reads like the paper on purpose: one function per equation, naive attention with
+//! materialized scores, no fusion. Shape letters: B batch, T tokens, C model width,
+//! H query heads, Hkv key/value heads, D head dim, F MLP width, V vocab, L layers.
+
+pub mod dequant;
+pub mod error;
+pub mod gguf;
+
+pub use error::{Error, Result};

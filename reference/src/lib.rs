@@ -7,6 +7,7 @@
 
 pub mod dequant;
 pub mod error;
+pub mod fetch;
 pub mod gguf;
 
 pub use error::{Error, Result};

@@ -11,3 +11,15 @@ pub mod fetch;
 pub mod gguf;
 
 pub use error::{Error, Result};
+pub mod config;
+pub mod kv_cache;
+pub mod loader;
+pub mod model;
+pub mod ops;
+pub mod sampling;
+pub mod weights;
+pub mod tokenizer;
+pub mod chat;
+
+pub use config::{Config, RopeLayout};
+pub use model::{Model, Trace};

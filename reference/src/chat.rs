@@ -1,0 +1,236 @@
+//! Chat templates: turn a list of messages into the prompt text a chat model was trained on.
+//!
+//! Templates are Jinja (HF `apply_chat_template` conventions), rendered with minijinja:
+//! `trim_blocks` and `lstrip_blocks` on (as HF sets them), variables `messages`,
+//! `add_generation_prompt`, `bos_token`, `eos_token`, a `raise_exception(msg)` function, and
+//! Python string/dict methods (`.strip()`, `.startswith()`, `.items()`, ...) via
+//! minijinja-contrib's `pycompat`.
+
+use std::path::Path;
+
+use minijinja::{context, Environment, ErrorKind};
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::gguf::GgufFile;
+
+/// GGUF key holding the default chat template.
+const K_TEMPLATE: &str = "tokenizer.chat_template";
+
+/// One chat message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Message {
+    /// `system`, `user`, `assistant`, ...
+    pub role: String,
+    /// The message text.
+    pub content: String,
+}
+
+impl Message {
+    /// A message with any role.
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
+        Message {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+    /// A `system` message.
+    pub fn system(content: impl Into<String>) -> Self {
+        Self::new("system", content)
+    }
+    /// A `user` message.
+    pub fn user(content: impl Into<String>) -> Self {
+        Self::new("user", content)
+    }
+    /// An `assistant` message.
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Self::new("assistant", content)
+    }
+}
+
+/// A compiled-on-demand chat template plus the special-token strings it may reference.
+pub struct ChatTemplate {
+    /// Template source (Jinja).
+    source: String,
+    /// Where the template came from, used as its name in error messages.
+    origin: String,
+    /// Value of the `bos_token` variable ("" if unknown).
+    bos_token: String,
+    /// Value of the `eos_token` variable ("" if unknown).
+    eos_token: String,
+    env: Environment<'static>,
+}
+
+impl std::fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatTemplate")
+            .field("origin", &self.origin)
+            .field("bos_token", &self.bos_token)
+            .field("eos_token", &self.eos_token)
+            .field("source", &self.source)
+            .finish()
+    }
+}
+
+/// Format a minijinja error with its whole cause chain.
+fn template_err(origin: &str, e: &minijinja::Error) -> Error {
+    let mut msg = format!("{origin}: {e}");
+    let mut src = std::error::Error::source(e);
+    while let Some(s) = src {
+        msg.push_str(&format!(": {s}"));
+        src = s.source();
+    }
+    Error::Template(msg)
+}
+
+/// The HF-compatible rendering environment.
+fn make_env() -> Environment<'static> {
+    let mut env = Environment::new();
+    env.set_trim_blocks(true);
+    env.set_lstrip_blocks(true);
+    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.add_function(
+        "raise_exception",
+        |msg: String| -> std::result::Result<String, minijinja::Error> {
+            Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg))
+        },
+    );
+    env
+}
+
+/// A token string from a `tokenizer_config.json` entry: a plain string or `{"content": ...}`.
+fn hf_token_str(v: Option<&serde_json::Value>) -> String {
+    v.and_then(|v| v.as_str().or_else(|| v.get("content").and_then(|c| c.as_str())))
+        .unwrap_or_default()
+        .to_string()
+}
+
+impl ChatTemplate {
+    /// A template from its source; the source is parsed now so syntax errors surface early.
+    pub fn new(
+        source: impl Into<String>,
+        origin: impl Into<String>,
+        bos_token: impl Into<String>,
+        eos_token: impl Into<String>,
+    ) -> Result<Self> {
+        let source = source.into();
+        let origin = origin.into();
+        let env = make_env();
+        {
+            let check = make_env();
+            check
+                .template_from_str(&source)
+                .map_err(|e| template_err(&origin, &e))?;
+        }
+        Ok(ChatTemplate {
+            source,
+            origin,
+            bos_token: bos_token.into(),
+            eos_token: eos_token.into(),
+            env,
+        })
+    }
+
+    /// The template stored under `tokenizer.chat_template`, if any. `bos_token`/`eos_token`
+    /// are the GGUF tokens at `tokenizer.ggml.bos_token_id` / `eos_token_id`.
+    pub fn from_gguf(gguf: &GgufFile) -> Result<Option<Self>> {
+        let Some(v) = gguf.get(K_TEMPLATE) else { return Ok(None) };
+        let source = v
+            .as_str()
+            .ok_or_else(|| Error::key(&gguf.path, K_TEMPLATE, "not a string"))?;
+        let token = |key: &str| -> Result<String> {
+            let Some(id) = gguf.get(key).and_then(|v| v.as_u64()) else {
+                return Ok(String::new());
+            };
+            let tokens = gguf.array("tokenizer.ggml.tokens")?;
+            Ok(usize::try_from(id)
+                .ok()
+                .and_then(|i| tokens.get(i))
+                .and_then(|t| t.as_str())
+                .unwrap_or_default()
+                .to_string())
+        };
+        let bos = token("tokenizer.ggml.bos_token_id")?;
+        let eos = token("tokenizer.ggml.eos_token_id")?;
+        let origin = format!("{}: {K_TEMPLATE}", gguf.path.display());
+        Self::new(source, origin, bos, eos).map(Some)
+    }
+
+    /// The template of an HF model directory: `chat_template` in `tokenizer_config.json`
+    /// (a string, or a list of `{name, template}` from which "default" is taken), else a
+    /// `chat_template.jinja` or `chat_template.json` file. `None` if there is none.
+    pub fn from_hf_dir(dir: impl AsRef<Path>) -> Result<Option<Self>> {
+        let dir = dir.as_ref();
+        let tc_path = dir.join("tokenizer_config.json");
+        let tc: Option<serde_json::Value> = match std::fs::read_to_string(&tc_path) {
+            Ok(s) => Some(serde_json::from_str(&s).map_err(|e| Error::format(&tc_path, format!("invalid JSON: {e}")))?),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(Error::io(&tc_path, e)),
+        };
+        let bos = hf_token_str(tc.as_ref().and_then(|c| c.get("bos_token")));
+        let eos = hf_token_str(tc.as_ref().and_then(|c| c.get("eos_token")));
+        let origin = format!("{}: chat_template", tc_path.display());
+        match tc.as_ref().and_then(|c| c.get("chat_template")) {
+            Some(serde_json::Value::String(s)) => return Self::new(s.clone(), origin, bos, eos).map(Some),
+            Some(serde_json::Value::Array(list)) => {
+                let mut names = Vec::new();
+                for item in list {
+                    let name = item.get("name").and_then(|n| n.as_str()).unwrap_or_default();
+                    if name == "default" {
+                        let t = item.get("template").and_then(|t| t.as_str()).ok_or_else(|| {
+                            Error::key(&tc_path, "chat_template", "entry \"default\" has no string `template`")
+                        })?;
+                        return Self::new(t, format!("{origin}[default]"), bos, eos).map(Some);
+                    }
+                    names.push(name.to_string());
+                }
+                return Err(Error::key(
+                    &tc_path,
+                    "chat_template",
+                    format!("no entry named \"default\" (have {names:?})"),
+                ));
+            }
+            Some(serde_json::Value::Null) | None => {}
+            Some(_) => return Err(Error::key(&tc_path, "chat_template", "neither a string nor a list")),
+        }
+        let jinja = dir.join("chat_template.jinja");
+        match std::fs::read_to_string(&jinja) {
+            Ok(s) => return Self::new(s, jinja.display().to_string(), bos, eos).map(Some),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(&jinja, e)),
+        }
+        let json = dir.join("chat_template.json");
+        match std::fs::read_to_string(&json) {
+            Ok(s) => {
+                let v: serde_json::Value =
+                    serde_json::from_str(&s).map_err(|e| Error::format(&json, format!("invalid JSON: {e}")))?;
+                let t = v
+                    .get("chat_template")
+                    .and_then(|t| t.as_str())
+                    .ok_or_else(|| Error::key(&json, "chat_template", "missing or not a string"))?;
+                Self::new(t, json.display().to_string(), bos, eos).map(Some)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io(&json, e)),
+        }
+    }
+
+    /// Render `messages` into prompt text; with `add_generation_prompt` the text ends with the
+    /// header of an assistant turn. The result already contains any BOS the template writes.
+    pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+        let ctx = context! {
+            messages => messages,
+            add_generation_prompt => add_generation_prompt,
+            bos_token => &self.bos_token,
+            eos_token => &self.eos_token,
+        };
+        self.env
+            .render_str(&self.source, ctx)
+            .map_err(|e| template_err(&self.origin, &e))
+    }
+
+    /// The template source.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+}

@@ -1,0 +1,164 @@
+//! Opening a model: a `.gguf` file or an HF directory (config.json + *.safetensors).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use memmap2::Mmap;
+use safetensors::{Dtype, SafeTensors};
+
+use crate::config::{Config, RopeLayout};
+use crate::dequant::{dequant_bf16, dequant_f16, dequant_f32};
+use crate::error::{Error, Result};
+use crate::gguf::GgufFile;
+use crate::weights::{Naming, Tensor, TensorSource, Weights};
+
+impl TensorSource for GgufFile {
+    fn load(&mut self, t: Tensor, cfg: &Config) -> Result<Vec<f32>> {
+        let name = t.name(Naming::Gguf);
+        let (_, data) = self.tensor_f32(&name, Some(&t.shape(cfg)))?;
+        Ok(data)
+    }
+}
+
+/// The memory-mapped `*.safetensors` files of an HF directory.
+pub struct SafetensorsDir {
+    pub dir: PathBuf,
+    maps: Vec<(PathBuf, Mmap)>,
+    /// tensor name → index into `maps`.
+    index: HashMap<String, usize>,
+}
+
+impl SafetensorsDir {
+    /// Map every `*.safetensors` file in `dir` and index their tensors (headers validated).
+    pub fn open(dir: &Path) -> Result<Self> {
+        let rd = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
+        let mut files: Vec<PathBuf> = rd
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+            .collect();
+        files.sort();
+        if files.is_empty() {
+            return Err(Error::format(dir, "no *.safetensors files in the directory"));
+        }
+        let mut maps = Vec::new();
+        let mut index = HashMap::new();
+        for (i, p) in files.into_iter().enumerate() {
+            let f = std::fs::File::open(&p).map_err(|e| Error::io(&p, e))?;
+            // SAFETY: read-only mapping of a file tandem does not modify while it is mapped.
+            let m = unsafe { Mmap::map(&f) }.map_err(|e| Error::io(&p, e))?;
+            let st = SafeTensors::deserialize(&m).map_err(|e| Error::format(&p, format!("invalid safetensors: {e}")))?;
+            for name in st.names() {
+                if index.insert(name.to_string(), i).is_some() {
+                    return Err(Error::tensor(&p, name, "appears in more than one safetensors file"));
+                }
+            }
+            maps.push((p, m));
+        }
+        Ok(SafetensorsDir { dir: dir.to_path_buf(), maps, index })
+    }
+
+    /// Tensor `name` as f32 with its shape (F32/F16/BF16 stored).
+    pub fn get(&self, name: &str) -> Result<(Vec<usize>, Vec<f32>)> {
+        let &i = self.index.get(name).ok_or_else(|| Error::tensor(&self.dir, name, "missing from every *.safetensors file"))?;
+        let (p, m) = &self.maps[i];
+        let st = SafeTensors::deserialize(m).map_err(|e| Error::format(p, format!("invalid safetensors: {e}")))?;
+        let v = st.tensor(name).map_err(|e| Error::tensor(p, name, e.to_string()))?;
+        let mut out = Vec::with_capacity(v.data().len() / 2);
+        match v.dtype() {
+            Dtype::F32 => dequant_f32(v.data(), &mut out),
+            Dtype::F16 => dequant_f16(v.data(), &mut out),
+            Dtype::BF16 => dequant_bf16(v.data(), &mut out),
+            d => return Err(Error::tensor(p, name, format!("dtype {d:?} is not supported (F32, F16, BF16 are)"))),
+        }
+        Ok((v.shape().to_vec(), out))
+    }
+}
+
+impl TensorSource for SafetensorsDir {
+    fn load(&mut self, t: Tensor, cfg: &Config) -> Result<Vec<f32>> {
+        let name = t.name(Naming::Hf);
+        let (shape, data) = self.get(&name)?;
+        let want = t.shape(cfg);
+        if shape != want {
+            let (p, _) = &self.maps[self.index[&name]];
+            return Err(Error::tensor(p, name, format!("shape {shape:?}, expected {want:?}")));
+        }
+        Ok(data)
+    }
+}
+
+/// Where a model came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelFormat {
+    Gguf,
+    HfDir,
+}
+
+/// A loaded model's parts.
+pub struct Loaded {
+    pub config: Config,
+    pub weights: Weights,
+    pub format: ModelFormat,
+    pub path: PathBuf,
+}
+
+/// Open a `.gguf` file or an HF directory and load config + weights (dequantized to f32).
+pub fn load(path: &Path) -> Result<Loaded> {
+    let md = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
+    if md.is_dir() {
+        let config = Config::from_hf_json(&path.join("config.json"))?;
+        let mut src = SafetensorsDir::open(path)?;
+        let weights = Weights::load(&mut src, &config)?;
+        Ok(Loaded { config, weights, format: ModelFormat::HfDir, path: path.to_path_buf() })
+    } else {
+        let mut g = GgufFile::open(path)?;
+        let config = Config::from_gguf(&g)?;
+        debug_assert_eq!(config.rope_layout, RopeLayout::Adjacent);
+        let weights = Weights::load(&mut g, &config)?;
+        Ok(Loaded { config, weights, format: ModelFormat::Gguf, path: path.to_path_buf() })
+    }
+}
+
+/// Write `weights` + `config` as an HF directory (config.json + model.safetensors, F32).
+pub fn write_hf_dir(dir: &Path, cfg: &Config, weights: &Weights) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let mut j = serde_json::json!({
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "num_hidden_layers": cfg.n_layers,
+        "num_attention_heads": cfg.n_heads,
+        "num_key_value_heads": cfg.n_kv_heads,
+        "head_dim": cfg.head_dim,
+        "hidden_size": cfg.hidden,
+        "intermediate_size": cfg.ffn,
+        "vocab_size": cfg.vocab,
+        "rope_theta": cfg.rope_theta,
+        "rms_norm_eps": cfg.rms_eps,
+        "max_position_embeddings": cfg.max_ctx,
+        "tie_word_embeddings": cfg.tied_embeddings,
+        "sliding_window": cfg.sliding_window,
+        "bos_token_id": cfg.bos_id,
+        "eos_token_id": cfg.eos_id,
+        "torch_dtype": "float32",
+    });
+    if cfg.sliding_window.is_some() {
+        j["model_type"] = "mistral".into();
+        j["architectures"] = serde_json::json!(["MistralForCausalLM"]);
+    }
+    let cp = dir.join("config.json");
+    std::fs::write(&cp, serde_json::to_string_pretty(&j).unwrap_or_default()).map_err(|e| Error::io(&cp, e))?;
+    let mut bufs: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+    weights.for_each(cfg, |t, s| {
+        bufs.push((t.name(Naming::Hf), t.shape(cfg), s.iter().flat_map(|v| v.to_le_bytes()).collect()));
+    });
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = bufs
+        .iter()
+        .map(|(n, s, b)| {
+            safetensors::tensor::TensorView::new(Dtype::F32, s.clone(), b)
+                .map(|v| (n.clone(), v))
+                .map_err(|e| Error::tensor(dir, n, e.to_string()))
+        })
+        .collect::<Result<_>>()?;
+    let out = dir.join("model.safetensors");
+    safetensors::serialize_to_file(views, None, &out).map_err(|e| Error::format(&out, e.to_string()))
+}

@@ -17,6 +17,8 @@ pub mod loader;
 pub mod model;
 pub mod ops;
 pub mod sampling;
+pub mod synthetic;
+pub mod engine;
 pub mod weights;
 pub mod tokenizer;
 pub mod chat;

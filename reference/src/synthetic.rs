@@ -1,0 +1,140 @@
+//! Deterministic synthetic models: a seed and a config give the same weights on every machine
+//! and every backend (the GPU path regenerates them on device with the same hash).
+//!
+//! Element `i` of tensor `t` is
+//! ```text
+//! u = hash(i ⊕ hash(id(t) ⊕ hash(seed)))  ;  r = (u >> 8) / 2²³ − 1  ∈ [−1, 1)
+//! w = scale(t) · r          (matrices: scale = √3/√fan_in, so std = 1/√fan_in; embedding: 1)
+//! w = 1 + 0.1 · r           (RMSNorm gains)
+//! ```
+//! with `hash` = lowbias32 (a 32-bit integer mixer: only u32 xor/shift/multiply, easy on GPUs).
+
+use crate::config::{Config, RopeLayout};
+use crate::weights::{Tensor, TensorSource, Weights};
+use crate::error::Result;
+
+/// lowbias32 by Chris Wellons: `x ^= x>>16; x *= 0x7feb352d; x ^= x>>15; x *= 0x846ca68b; x ^= x>>16`.
+pub fn hash(mut x: u32) -> u32 {
+    x ^= x >> 16;
+    x = x.wrapping_mul(0x7feb_352d);
+    x ^= x >> 15;
+    x = x.wrapping_mul(0x846c_a68b);
+    x ^= x >> 16;
+    x
+}
+
+/// Stable id of a tensor: 0..3 for global tensors, `16 + 16·l + k` for kind k of block l.
+pub fn tensor_id(t: Tensor) -> u32 {
+    use Tensor::*;
+    let (l, k) = match t {
+        TokEmbd => return 0,
+        OutNorm => return 1,
+        LmHead => return 2,
+        AttnNorm(l) => (l, 0),
+        Wq(l) => (l, 1),
+        Wk(l) => (l, 2),
+        Wv(l) => (l, 3),
+        Wo(l) => (l, 4),
+        FfnNorm(l) => (l, 5),
+        WGate(l) => (l, 6),
+        WUp(l) => (l, 7),
+        WDown(l) => (l, 8),
+    };
+    16 + 16 * l as u32 + k
+}
+
+/// `(scale, offset)` so that `w = offset + scale · r`.
+pub fn affine(t: Tensor, cfg: &Config) -> (f32, f32) {
+    use Tensor::*;
+    match t {
+        OutNorm | AttnNorm(_) | FfnNorm(_) => (0.1, 1.0),
+        TokEmbd => (1.0, 0.0),
+        _ => {
+            let fan_in = t.shape(cfg)[1] as f32;
+            (3f32.sqrt() / fan_in.sqrt(), 0.0)
+        }
+    }
+}
+
+/// Uniform `r ∈ [−1, 1)` for element `i` of tensor `id` under `seed`.
+pub fn unit(seed: u32, id: u32, i: u32) -> f32 {
+    let u = hash(i ^ hash(id ^ hash(seed)));
+    (u >> 8) as f32 / (1u32 << 23) as f32 - 1.0
+}
+
+/// The synthetic weights as a [`TensorSource`].
+pub struct Synthetic {
+    pub seed: u32,
+}
+
+impl TensorSource for Synthetic {
+    fn load(&mut self, t: Tensor, cfg: &Config) -> Result<Vec<f32>> {
+        let n: usize = t.shape(cfg).iter().product();
+        let id = tensor_id(t);
+        let (scale, offset) = affine(t, cfg);
+        Ok((0..n as u32).map(|i| offset + scale * unit(self.seed, id, i)).collect())
+    }
+}
+
+/// Weights of `cfg` under `seed`.
+pub fn weights(cfg: &Config, seed: u32) -> Result<Weights> {
+    Weights::load(&mut Synthetic { seed }, cfg)
+}
+
+fn base(name_ctx: usize) -> Config {
+    Config {
+        n_layers: 2,
+        n_heads: 4,
+        n_kv_heads: 4,
+        head_dim: 16,
+        hidden: 64,
+        ffn: 128,
+        vocab: 97,
+        rope_theta: 10_000.0,
+        rope_layout: RopeLayout::HalfSplit,
+        rms_eps: 1e-5,
+        max_ctx: name_ctx,
+        sliding_window: None,
+        tied_embeddings: true,
+        bos_id: Some(1),
+        eos_id: Some(2),
+    }
+}
+
+/// Tiny configs for tests: every structural variant the forward pass has.
+pub fn tiny_configs() -> Vec<(&'static str, Config)> {
+    let b = base(256);
+    vec![
+        ("tiny-mha", b.clone()),
+        ("tiny-gqa", Config { n_heads: 6, n_kv_heads: 2, hidden: 96, ..b.clone() }),
+        ("tiny-sliding", Config { n_heads: 8, n_kv_heads: 2, hidden: 128, sliding_window: Some(7), tied_embeddings: false, ..b.clone() }),
+        ("tiny-untied", Config { n_layers: 3, tied_embeddings: false, ffn: 160, ..b.clone() }),
+        ("tiny-odd-head", Config { n_heads: 3, n_kv_heads: 1, head_dim: 20, hidden: 60, ffn: 84, vocab: 101, ..b }),
+    ]
+}
+
+/// Real model shapes (their HF config.json values), for GPU performance with synthetic weights.
+pub fn real_config(name: &str) -> Option<Config> {
+    let c = match name {
+        "smollm2-135m" => Config {
+            n_layers: 30, n_heads: 9, n_kv_heads: 3, head_dim: 64, hidden: 576, ffn: 1536, vocab: 49152,
+            rope_theta: 100_000.0, rope_layout: RopeLayout::HalfSplit, rms_eps: 1e-5, max_ctx: 8192,
+            sliding_window: None, tied_embeddings: true, bos_id: Some(1), eos_id: Some(2),
+        },
+        "tinyllama-1.1b" => Config {
+            n_layers: 22, n_heads: 32, n_kv_heads: 4, head_dim: 64, hidden: 2048, ffn: 5632, vocab: 32000,
+            rope_theta: 10_000.0, rope_layout: RopeLayout::HalfSplit, rms_eps: 1e-5, max_ctx: 2048,
+            sliding_window: None, tied_embeddings: false, bos_id: Some(1), eos_id: Some(2),
+        },
+        "mistral-7b" => Config {
+            n_layers: 32, n_heads: 32, n_kv_heads: 8, head_dim: 128, hidden: 4096, ffn: 14336, vocab: 32000,
+            rope_theta: 10_000.0, rope_layout: RopeLayout::HalfSplit, rms_eps: 1e-5, max_ctx: 32768,
+            sliding_window: Some(4096), tied_embeddings: false, bos_id: Some(1), eos_id: Some(2),
+        },
+        _ => return None,
+    };
+    Some(c)
+}
+
+/// Names accepted by [`real_config`].
+pub const REAL_CONFIGS: [&str; 3] = ["smollm2-135m", "tinyllama-1.1b", "mistral-7b"];

@@ -1,0 +1,125 @@
+//! `tandem bench`: prefill TTFT and batch-1 decode speed, next to the memory roofline
+//! measured in the same run.
+
+use std::time::Instant;
+
+use clap::Args;
+use rayon::prelude::*;
+use reference::engine::{Engine, RefEngine};
+use reference::sampling::argmax;
+
+use super::{CliError, Device, ModelArgs, Result};
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[arg(long, value_enum, default_value_t = Device::Cpu)]
+    pub device: Device,
+    /// Prompt lengths to prefill (comma-separated).
+    #[arg(long, default_value = "128")]
+    pub prompt_lens: String,
+    /// Tokens to decode after the first prompt.
+    #[arg(long, default_value_t = 32)]
+    pub decode_tokens: usize,
+    /// Repetitions; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    pub reps: usize,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Copy rate of this machine's memory (bytes read + bytes written per second), with rayon
+/// spreading the copy over all cores like the forward pass does. 256 MiB, best of 5.
+pub fn copy_bandwidth() -> f64 {
+    let n = 64 << 20;
+    let src = vec![1f32; n];
+    let mut dst = vec![0f32; n];
+    let mut best = f64::MAX;
+    for _ in 0..5 {
+        let t = Instant::now();
+        dst.par_chunks_mut(1 << 16).zip(src.par_chunks(1 << 16)).for_each(|(d, s)| d.copy_from_slice(s));
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    std::hint::black_box(&dst);
+    (2 * n * 4) as f64 / best
+}
+
+fn peak_rss_mib() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+pub fn run(a: BenchArgs) -> Result<()> {
+    let lens: Vec<usize> = a
+        .prompt_lens
+        .split(',')
+        .map(|x| x.trim().parse().map_err(|_| CliError::Usage(format!("--prompt-lens: `{x}` is not a number"))))
+        .collect::<Result<_>>()?;
+    if a.reps == 0 || lens.is_empty() || lens.contains(&0) {
+        return Err(CliError::Usage("--reps and every --prompt-lens value must be at least 1".into()));
+    }
+    let opened = a.model.open()?;
+    let label = opened.label.clone();
+    let cfg = opened.model.config.clone();
+    let max_len = lens.iter().max().copied().unwrap_or(1);
+    if max_len + a.decode_tokens > cfg.max_ctx {
+        return Err(reference::Error::Input(format!("prompt {max_len} + {} decode tokens exceed the context {}", a.decode_tokens, cfg.max_ctx)).into());
+    }
+    let Device::Cpu = a.device;
+    let mut engine = RefEngine::new(opened.model);
+    let prompt = |n: usize| -> Vec<u32> { (0..n).map(|i| ((i * 7919 + 13) % cfg.vocab) as u32).collect() };
+    let bw = copy_bandwidth();
+    // Bytes streamed per decoded token: every layer weight and the lm_head (f32 here);
+    // the embedding table contributes one row only.
+    let untied_embd = if cfg.tied_embeddings { 0 } else { cfg.vocab * cfg.hidden };
+    let weight_bytes = ((cfg.n_params() - untied_embd) * 4) as f64;
+    let roofline_tps = bw / 2.0 / weight_bytes;
+    println!("tandem bench — device {} — model {label}", engine.name());
+    println!("threads {}, copy rate {:.1} GB/s (read+write), f32 weights read per token {:.1} MB", rayon::current_num_threads(), bw / 1e9, weight_bytes / 1e6);
+    for &n in &lens {
+        let p = prompt(n);
+        let mut times = vec![];
+        for _ in 0..a.reps {
+            engine.reset();
+            let t = Instant::now();
+            let l = engine.step(&p)?;
+            let _ = argmax(&l);
+            times.push(t.elapsed().as_secs_f64());
+        }
+        let m = median(times);
+        println!("prefill T={n:<5} TTFT {:>9.1} ms  ({:.1} tokens/s)", m * 1e3, n as f64 / m);
+    }
+    if a.decode_tokens > 0 {
+        let p = prompt(lens[0]);
+        let mut per_tok = vec![];
+        for _ in 0..a.reps {
+            engine.reset();
+            let mut last = engine.step(&p)?;
+            let t = Instant::now();
+            for _ in 0..a.decode_tokens {
+                last = engine.step(&[argmax(&last)])?;
+            }
+            per_tok.push(t.elapsed().as_secs_f64() / a.decode_tokens as f64);
+        }
+        let m = median(per_tok);
+        let tps = 1.0 / m;
+        println!(
+            "decode batch 1 after {} prompt tokens: {:.2} ms/token, {:.1} tokens/s = {:.0}% of the roofline {:.1} tokens/s (weight bytes / read rate)",
+            lens[0],
+            m * 1e3,
+            tps,
+            100.0 * tps / roofline_tps,
+            roofline_tps
+        );
+    }
+    if let Some(r) = peak_rss_mib() {
+        println!("peak memory (RSS) {r:.0} MiB");
+    }
+    Ok(())
+}

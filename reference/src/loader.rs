@@ -162,3 +162,72 @@ pub fn write_hf_dir(dir: &Path, cfg: &Config, weights: &Weights) -> Result<()> {
     let out = dir.join("model.safetensors");
     safetensors::serialize_to_file(views, None, &out).map_err(|e| Error::format(&out, e.to_string()))
 }
+
+/// Permute the rows of a q/k weight `[n_heads·D, C]` from HF half-split order to the
+/// adjacent-pair order GGUF llama files store (what llama.cpp's converter does):
+/// within each head, GGUF row `2i + j` is HF row `j·D/2 + i` (j ∈ {0, 1}).
+pub fn permute_for_adjacent(w: &[f32], n_heads: usize, head_dim: usize, cols: usize) -> Vec<f32> {
+    let half = head_dim / 2;
+    let mut out = vec![0f32; w.len()];
+    for h in 0..n_heads {
+        for i in 0..half {
+            for j in 0..2 {
+                let src = (h * head_dim + j * half + i) * cols;
+                let dst = (h * head_dim + 2 * i + j) * cols;
+                out[dst..dst + cols].copy_from_slice(&w[src..src + cols]);
+            }
+        }
+    }
+    out
+}
+
+/// Write a llama GGUF (v3) of `weights`, every tensor stored as `ty` (norms stay F32).
+/// `cfg` must be in HF layout ([`RopeLayout::HalfSplit`]): q/k rows are permuted so the file
+/// runs with [`RopeLayout::Adjacent`] like a converted llama checkpoint.
+pub fn write_gguf(path: &Path, cfg: &Config, weights: &Weights, ty: crate::dequant::GgmlType) -> Result<()> {
+    use crate::gguf::{GgufWriter, Value};
+    if cfg.rope_layout != RopeLayout::HalfSplit {
+        return Err(Error::Input("write_gguf expects half-split (HF) weights".into()));
+    }
+    let mut w = GgufWriter::new();
+    let u = |v: usize| Value::U32(v as u32);
+    w.kv("general.architecture", Value::String("llama".into()))
+        .kv("llama.block_count", u(cfg.n_layers))
+        .kv("llama.attention.head_count", u(cfg.n_heads))
+        .kv("llama.attention.head_count_kv", u(cfg.n_kv_heads))
+        .kv("llama.attention.key_length", u(cfg.head_dim))
+        .kv("llama.rope.dimension_count", u(cfg.head_dim))
+        .kv("llama.embedding_length", u(cfg.hidden))
+        .kv("llama.feed_forward_length", u(cfg.ffn))
+        .kv("llama.vocab_size", u(cfg.vocab))
+        .kv("llama.context_length", u(cfg.max_ctx))
+        .kv("llama.rope.freq_base", Value::F32(cfg.rope_theta))
+        .kv("llama.attention.layer_norm_rms_epsilon", Value::F32(cfg.rms_eps));
+    if let Some(sw) = cfg.sliding_window {
+        w.kv("llama.attention.sliding_window", u(sw));
+    }
+    if let Some(b) = cfg.bos_id {
+        w.kv("tokenizer.ggml.bos_token_id", Value::U32(b));
+    }
+    if let Some(e) = cfg.eos_id {
+        w.kv("tokenizer.ggml.eos_token_id", Value::U32(e));
+    }
+    let mut err = None;
+    weights.for_each(cfg, |t, data| {
+        let shape = t.shape(cfg);
+        let data = match t {
+            Tensor::Wq(_) => permute_for_adjacent(data, cfg.n_heads, cfg.head_dim, cfg.hidden),
+            Tensor::Wk(_) => permute_for_adjacent(data, cfg.n_kv_heads, cfg.head_dim, cfg.hidden),
+            _ => data.to_vec(),
+        };
+        let tty = if shape.len() == 1 { crate::dequant::GgmlType::F32 } else { ty };
+        if tty.bytes_for(data.len() as u64).is_none() && err.is_none() {
+            err = Some(Error::tensor(path, t.name(Naming::Gguf), format!("{} elements are not a whole number of {} blocks", data.len(), tty.name())));
+        }
+        w.tensor(&t.name(Naming::Gguf), &shape, tty, &data);
+    });
+    if let Some(e) = err {
+        return Err(e);
+    }
+    w.write(path)
+}

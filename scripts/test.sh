@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The one test command (README "Tests"): installs what a fresh Debian 12 machine lacks,
+# then runs every test of the workspace in release mode. CI runs exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ -x scripts/setup-build-deps.sh ]; then
+  scripts/setup-build-deps.sh
+fi
+export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
+# insta: never write snapshots during a test run; a mismatch fails.
+export INSTA_UPDATE=no
+cargo test --release --workspace "$@"

@@ -350,6 +350,10 @@ fn parse(buf: &[u8], path: &Path) -> Result<Parsed> {
     for (name, ne, ty_id, offset) in raw {
         let ty = GgmlType::from_id(ty_id)
             .ok_or_else(|| Error::tensor(path, &name, format!("unsupported ggml type id {ty_id}")))?;
+        // ggml quantizes row by row: a row (ne0) must be a whole number of blocks.
+        if ne[0] % ty.block_elems() as u64 != 0 {
+            return Err(Error::tensor(path, &name, format!("rows of {} elements are not a whole number of {} blocks", ne[0], ty.name())));
+        }
         let numel = ne.iter().try_fold(1u64, |a, &d| a.checked_mul(d));
         let bytes = numel.and_then(|n| ty.bytes_for(n)).ok_or_else(|| {
             Error::tensor(path, &name, format!("dims {ne:?} are not a whole number of {} blocks", ty.name()))
@@ -428,8 +432,23 @@ impl GgufWriter {
             Value::F64(x) => out.extend_from_slice(&x.to_le_bytes()),
         }
     }
-    /// Serialize to bytes.
-    pub fn to_bytes(&self) -> Vec<u8> {
+    /// Arrays must hold one element type (GGUF stores it once per array).
+    fn check_array(key: &str, v: &Value) -> Result<()> {
+        if let Value::Array(a) = v {
+            if let Some(first) = a.first() {
+                if a.iter().any(|x| x.type_id() != first.type_id()) {
+                    return Err(Error::Input(format!("GGUF key `{key}`: array mixes element types")));
+                }
+            }
+            a.iter().try_for_each(|x| Self::check_array(key, x))?;
+        }
+        Ok(())
+    }
+    /// Serialize to bytes; fails on an array that mixes element types.
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        for (k, v) in &self.kv {
+            Self::check_array(k, v)?;
+        }
         let mut out = MAGIC.to_vec();
         out.extend_from_slice(&3u32.to_le_bytes());
         out.extend_from_slice(&(self.tensors.len() as u64).to_le_bytes());
@@ -454,9 +473,9 @@ impl GgufWriter {
             out.extend_from_slice(bytes);
             out.resize(out.len().div_ceil(align) * align, 0);
         }
-        out
+        Ok(out)
     }
     pub fn write(&self, path: impl AsRef<Path>) -> Result<()> {
-        std::fs::write(path.as_ref(), self.to_bytes()).map_err(|e| Error::io(path.as_ref(), e))
+        std::fs::write(path.as_ref(), self.to_bytes()?).map_err(|e| Error::io(path.as_ref(), e))
     }
 }

@@ -221,8 +221,9 @@ pub fn write_gguf(path: &Path, cfg: &Config, weights: &Weights, ty: crate::dequa
             _ => data.to_vec(),
         };
         let tty = if shape.len() == 1 { crate::dequant::GgmlType::F32 } else { ty };
-        if tty.bytes_for(data.len() as u64).is_none() && err.is_none() {
-            err = Some(Error::tensor(path, t.name(Naming::Gguf), format!("{} elements are not a whole number of {} blocks", data.len(), tty.name())));
+        let row = shape.last().copied().unwrap_or(0);
+        if row % tty.block_elems() != 0 && err.is_none() {
+            err = Some(Error::tensor(path, t.name(Naming::Gguf), format!("rows of {row} elements are not a whole number of {} blocks", tty.name())));
         }
         w.tensor(&t.name(Naming::Gguf), &shape, tty, &data);
     });

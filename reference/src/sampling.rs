@@ -79,7 +79,9 @@ impl Sampler {
                 return id;
             }
         }
-        probs.last().map_or(argmax(logits), |&(id, _)| id)
+        // r landed in the f32 rounding gap past the running sum: give that sliver to the most
+        // likely token (the last candidate may have probability 0, e.g. a −∞ logit).
+        probs.first().map_or(argmax(logits), |&(id, _)| id)
     }
 }
 
@@ -89,9 +91,13 @@ pub fn filtered_probs(logits: &[f32], p: &SamplingParams) -> Vec<(u32, f32)> {
     let mut c: Vec<(u32, f32)> = logits
         .iter()
         .enumerate()
-        .filter(|(_, v)| !v.is_nan())
+        .filter(|(_, v)| !v.is_nan() && **v != f32::NEG_INFINITY)
         .map(|(i, &v)| (i as u32, v / p.temperature))
         .collect();
+    if c.is_empty() {
+        // Every logit is −∞ or NaN: nothing is preferable, fall back to the greedy choice.
+        return vec![(argmax(logits), 1.0)];
+    }
     c.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     if p.top_k > 0 {
         c.truncate(p.top_k);

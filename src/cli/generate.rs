@@ -25,16 +25,16 @@ pub struct GenerateArgs {
     #[arg(long, default_value_t = 256)]
     pub max_tokens: usize,
     /// 0 = greedy.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub temperature: f32,
     /// 0 = off.
     #[arg(long, default_value_t = 0)]
     pub top_k: usize,
     /// 1 = off.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub top_p: f32,
     /// 0 = off.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub min_p: f32,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,

@@ -66,7 +66,13 @@ impl ModelArgs {
         let (tokenizer, chat) = match loaded.format {
             loader::ModelFormat::Gguf => {
                 let g = reference::gguf::GgufFile::open(&path)?;
-                (Some(Tokenizer::from_gguf(&g)?), reference::chat::ChatTemplate::from_gguf(&g)?)
+                // Without tokenizer metadata the model still runs on --ids (like an HF dir
+                // without tokenizer.json); a present but broken tokenizer is an error.
+                let tok = match g.get("tokenizer.ggml.model") {
+                    Some(_) => Some(Tokenizer::from_gguf(&g)?),
+                    None => None,
+                };
+                (tok, reference::chat::ChatTemplate::from_gguf(&g)?)
             }
             loader::ModelFormat::HfDir => {
                 let tj = path.join("tokenizer.json");

@@ -58,6 +58,7 @@ fi
 
 [[ -x "$LLVM_REAL_PREFIX/bin/llvm-config" ]] || { echo "missing $LLVM_REAL_PREFIX/bin/llvm-config" >&2; exit 1; }
 
+
 # ---------------------------------------------------------------- 2. stand-in tracel LLVM bundle
 find_static() { # $1 = libfoo.a ; prints its path or fails
   local p
@@ -68,23 +69,42 @@ find_static() { # $1 = libfoo.a ; prints its path or fails
 
 log "bundle: $BUNDLE_DIR"
 sentinel="$BUNDLE_DIR/.tracel-llvm-installed"
-rm -f "$sentinel"   # rebuilt below; the sentinel goes last so a half-made bundle is never trusted
+# Idempotence matters beyond correctness: the bundler's build script has
+# `rerun-if-changed=<sentinel>`, so touching the sentinel makes cargo rebuild cubecl-llvm and
+# everything above it. Nothing below rewrites a file that is already right, and the sentinel is
+# only (re)created when something changed or it is missing.
+changed=0
 mkdir -p "$BUNDLE_DIR/lib" "$BUNDLE_DIR/bin"
 
-# lib/: LLVM static component libraries (symlinks: no copy of ~1 GB), plus the static system libs.
-find "$BUNDLE_DIR/lib" -maxdepth 1 -type l -delete
+relink() { # $1 = target, $2 = link path; (re)links only when different
+  if [[ "$(readlink "$2" 2>/dev/null || true)" != "$1" ]]; then
+    ln -sfn "$1" "$2"
+    changed=1
+  fi
+}
+
+# lib/: LLVM static component libraries (symlinks: no copy of ~1 GB), plus the static system
+# libs, so that -lz/-lzstd/-lstdc++ resolve to archives (the binary then needs no libLLVM,
+# libzstd or libstdc++ .so on the GPU machine).
+want=" "
 for a in "$LLVM_REAL_PREFIX"/lib/libLLVM*.a; do
-  ln -sf "$a" "$BUNDLE_DIR/lib/"
+  relink "$a" "$BUNDLE_DIR/lib/${a##*/}"
+  want+="${a##*/} "
 done
 for a in libz.a libzstd.a libstdc++.a; do
-  ln -sf "$(find_static "$a")" "$BUNDLE_DIR/lib/$a"
+  relink "$(find_static "$a")" "$BUNDLE_DIR/lib/$a"
+  want+="$a "
+done
+for l in "$BUNDLE_DIR"/lib/*; do   # drop links left by an older LLVM
+  [[ "$want" == *" ${l##*/} "* ]] || { rm -f "$l"; changed=1; }
 done
 
 # include/
-ln -sfn "$LLVM_REAL_PREFIX/include" "$BUNDLE_DIR/include"
+relink "$LLVM_REAL_PREFIX/include" "$BUNDLE_DIR/include"
 
 # bin/llvm-config wrapper
-cat > "$BUNDLE_DIR/bin/llvm-config" <<EOF
+tmp=$(mktemp)
+cat > "$tmp" <<WRAPPER
 #!/bin/sh
 # Stand-in for tracel-llvm ${TRACEL_FULL_VERSION}'s llvm-config, over Debian's LLVM ${LLVM_MAJOR}.
 # Written by tandem's scripts/setup-build-deps.sh.
@@ -107,12 +127,16 @@ printf '%s\n' "\$out" | sed \\
   -e 's#[^ ]*libPolly[A-Za-z0-9_]*\.a##g' \\
   -e 's#[^ ]*/libz3\.so[^ ]*##g; s#-lz3\b##g; s#-lxml2\b##g' \\
   -e 's#  *# #g; s#^ ##; s# \$##'
-EOF
-chmod 755 "$BUNDLE_DIR/bin/llvm-config"
+WRAPPER
+if ! cmp -s "$tmp" "$BUNDLE_DIR/bin/llvm-config"; then
+  install -m 755 "$tmp" "$BUNDLE_DIR/bin/llvm-config"
+  changed=1
+fi
+rm -f "$tmp"
 
-# sanity checks: every library the bundler will ask the linker for must be in lib/
+# sanity checks: every library the bundler will ask the linker for must be findable
 cfg="$BUNDLE_DIR/bin/llvm-config"
-[[ "$("$cfg" --version)" == "$TRACEL_VERSION" ]]
+[[ "$("$cfg" --version)" == "$TRACEL_VERSION" ]] || { echo "bundle: wrong llvm-config version" >&2; exit 1; }
 for l in $("$cfg" --link-static --libs) $("$cfg" --link-static --system-libs); do
   [[ "$l" == -l* ]] || { echo "bundle: unexpected llvm-config token '$l'" >&2; exit 1; }
   n=${l#-l}
@@ -120,17 +144,19 @@ for l in $("$cfg" --link-static --libs) $("$cfg" --link-static --system-libs); d
     m|rt|dl|pthread|c|gcc_s) continue ;;   # glibc / libgcc, resolved by the toolchain
   esac
   if [[ ! -e "$BUNDLE_DIR/lib/lib$n.a" ]]; then
-    # tolerated if the toolchain can find it (shared is fine for system libs)
     gcc -print-file-name="lib$n.so" | grep -q / || { echo "bundle: lib$n not found" >&2; exit 1; }
     log "note: lib$n resolved from the system, not the bundle"
   fi
 done
 
-touch "$sentinel"
-log "bundle ready ($(ls "$BUNDLE_DIR/lib" | wc -l) libs); llvm-config --version = $("$cfg" --version)"
+if [[ $changed == 1 || ! -e "$sentinel" ]]; then
+  touch "$sentinel"
+  log "bundle (re)made: $(ls "$BUNDLE_DIR/lib" | wc -l) libs, llvm-config --version $("$cfg" --version)"
+else
+  log "bundle already up to date (sentinel untouched)"
+fi
 
 # ---------------------------------------------------------------- 3. report
-if command -v vulkaninfo >/dev/null 2>&1; then vulkaninfo --summary 2>/dev/null | grep -i devicename || true; fi
 if ! command -v cargo >/dev/null 2>&1; then
   log "warning: cargo not on PATH (the Rust toolchain is not installed by this script)"
 fi

@@ -1,1 +1,169 @@
-//! see issue 3
+//! # tandem conformance
+//!
+//! Modelled on llama.cpp's `test-backend-ops`: a case struct per op with named parameters and
+//! a readable name (`attention(h=9,kv=3,d=64,T=17,S=40,causal,f32)`), run on every available
+//! runtime against the reference crate, with tolerances from ONE module ([`tolerance`]).
+//! Outcomes are pass, fail or **skipped with a reason** (counted separately, never as a pass).
+//!
+//! Run everything: `cargo test --release -p conformance` (the runtimes come from
+//! `TANDEM_BACKENDS`, default `wgpu,cuda`; an unavailable one is reported as skipped), or the
+//! `tandem-conformance` binary, which prints the summary table (that is what runs on the GPU
+//! machine: `scripts/device-check.sh`).
+
+pub mod cases;
+pub mod compare;
+pub mod tolerance;
+
+use std::time::Instant;
+
+pub use compare::{compare, compare_ids, Metrics};
+use optimized::{Backend, Client};
+pub use tolerance::{tolerance, Dtype, Op, Tolerance};
+
+/// The result of one case on one runtime.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    Pass(Metrics),
+    Fail(String),
+    /// Not run, with the reason (a missing device feature, an unavailable runtime).
+    Skip(String),
+}
+
+/// One test case: named parameters, a readable name, and a run on a client.
+pub trait Case: Send + Sync {
+    fn op(&self) -> Op;
+    /// e.g. `rmsnorm(rows=7,C=577,f32)`.
+    fn name(&self) -> String;
+    /// Run on `client`: compute the reference, run the kernel (outputs poisoned first), compare.
+    fn run(&self, client: &Client) -> Outcome;
+}
+
+/// One line of a report.
+#[derive(Debug, Clone)]
+pub struct CaseResult {
+    pub backend: String,
+    pub op: Op,
+    pub name: String,
+    pub outcome: Outcome,
+    pub millis: f64,
+}
+
+/// All results of a run.
+#[derive(Debug, Default, Clone)]
+pub struct Report {
+    pub results: Vec<CaseResult>,
+}
+
+impl Report {
+    pub fn count(&self) -> (usize, usize, usize) {
+        let mut c = (0, 0, 0);
+        for r in &self.results {
+            match r.outcome {
+                Outcome::Pass(_) => c.0 += 1,
+                Outcome::Fail(_) => c.1 += 1,
+                Outcome::Skip(_) => c.2 += 1,
+            }
+        }
+        c
+    }
+
+    /// A table: one row per (backend, op) with pass/fail/skip counts and the worst NMSE and
+    /// max |Δ| among passes; then every failure and every distinct skip reason.
+    pub fn table(&self) -> String {
+        use std::collections::BTreeMap;
+        let mut rows: BTreeMap<(String, String), (usize, usize, usize, f64, f64)> = BTreeMap::new();
+        for r in &self.results {
+            let e = rows.entry((r.backend.clone(), format!("{:?}", r.op))).or_default();
+            match &r.outcome {
+                Outcome::Pass(m) => {
+                    e.0 += 1;
+                    e.3 = e.3.max(m.nmse);
+                    e.4 = e.4.max(m.max_abs);
+                }
+                Outcome::Fail(_) => e.1 += 1,
+                Outcome::Skip(_) => e.2 += 1,
+            }
+        }
+        let mut s = format!("{:<8} {:<10} {:>6} {:>6} {:>6} {:>12} {:>12}\n", "backend", "op", "pass", "fail", "skip", "worst NMSE", "max |Δ|");
+        for ((b, op), (p, f, k, nmse, mx)) in &rows {
+            s += &format!("{b:<8} {op:<10} {p:>6} {f:>6} {k:>6} {nmse:>12.2e} {mx:>12.2e}\n");
+        }
+        let (p, f, k) = self.count();
+        s += &format!("{p} passed, {f} failed, {k} skipped\n");
+        for r in &self.results {
+            if let Outcome::Fail(why) = &r.outcome {
+                s += &format!("FAIL [{}] {}: {why}\n", r.backend, r.name);
+            }
+        }
+        let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+        for r in &self.results {
+            if let Outcome::Skip(why) = &r.outcome {
+                *reasons.entry(format!("[{}] {why}", r.backend)).or_default() += 1;
+            }
+        }
+        for (why, n) in reasons {
+            s += &format!("SKIP ×{n} {why}\n");
+        }
+        s
+    }
+}
+
+/// Runtimes to test: `TANDEM_BACKENDS` (comma-separated) or wgpu + cuda.
+pub fn backends_from_env() -> Vec<Backend> {
+    match std::env::var("TANDEM_BACKENDS") {
+        Ok(s) => s.split(',').filter_map(|b| b.trim().parse().ok()).collect(),
+        Err(_) => vec![Backend::Wgpu, Backend::Cuda],
+    }
+}
+
+/// Run `cases` on every backend; an unavailable backend turns each case into a skip.
+pub fn run_cases(cases: &[Box<dyn Case>], backends: &[Backend]) -> Report {
+    let mut report = Report::default();
+    for &b in backends {
+        let client = optimized::client(b);
+        for c in cases {
+            let t = Instant::now();
+            let outcome = match &client {
+                Ok(cl) => run_guarded(c.as_ref(), cl),
+                Err(e) => Outcome::Skip(format!("runtime unavailable: {e}")),
+            };
+            report.results.push(CaseResult { backend: b.to_string(), op: c.op(), name: c.name(), outcome, millis: t.elapsed().as_secs_f64() * 1e3 });
+        }
+    }
+    report
+}
+
+/// A panic inside a case is a failure of that case, not of the whole run.
+fn run_guarded(c: &dyn Case, client: &Client) -> Outcome {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| c.run(client))) {
+        Ok(o) => o,
+        Err(p) => Outcome::Fail(format!("panicked: {}", p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default())),
+    }
+}
+
+/// For `cargo test`: run, print the table, and fail on any failure or when nothing passed
+/// (a suite where every case was skipped proves nothing).
+pub fn assert_conformance(op_filter: Option<Op>) {
+    let cases: Vec<Box<dyn Case>> = cases::all().into_iter().filter(|c| op_filter.is_none_or(|o| c.op() == o)).collect();
+    assert!(!cases.is_empty(), "no cases for {op_filter:?}");
+    let report = run_cases(&cases, &backends_from_env());
+    let table = report.table();
+    println!("{table}");
+    let (p, f, _) = report.count();
+    assert!(f == 0, "{f} conformance case(s) failed:\n{table}");
+    assert!(p > 0, "no case ran on any runtime (all skipped):\n{table}");
+}
+
+/// Deterministic inputs in [-1, 1) (the reference's synthetic hash).
+pub fn rand_vec(n: usize, salt: u32) -> Vec<f32> {
+    (0..n as u32).map(|i| reference::synthetic::unit(99, salt, i)).collect()
+}
+
+/// Round through a storage dtype (so the reference sees exactly what the kernel reads).
+pub fn round_to(v: &[f32], dtype: Dtype) -> Vec<f32> {
+    match dtype {
+        Dtype::F32 => v.to_vec(),
+        Dtype::F16 => v.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect(),
+        Dtype::BF16 => v.iter().map(|&x| half::bf16::from_f32(x).to_f32()).collect(),
+    }
+}

@@ -14,7 +14,7 @@ pub mod tensor;
 
 pub use cubecl;
 pub use cubecl::client::Client;
-pub use tensor::DeviceTensor;
+pub use tensor::{DeviceTensor, Dtype};
 
 use cubecl::device::{Device, WgpuDeviceKind};
 use cubecl::features::{Plane, TypeUsage};
@@ -139,8 +139,9 @@ pub struct DeviceInfo {
     pub max_shared_memory: usize,
     /// Max units (threads) per cube.
     pub max_units_per_cube: u32,
-    /// Widest vector (elements) the device loads at once.
-    pub max_vector_size: usize,
+    /// Widest vector (elements) the device accepts; `None` where the runtime sets no bound
+    /// (CUDA reports `usize::MAX`).
+    pub max_vector_size: Option<usize>,
     /// Streaming multiprocessors, where the runtime knows.
     pub num_sms: Option<u32>,
     /// Device memory in bytes, where the runtime knows.
@@ -168,7 +169,7 @@ pub fn device_info(client: &Client) -> DeviceInfo {
         bf16: arith(FloatKind::BF16),
         max_shared_memory: hw.max_shared_memory_size,
         max_units_per_cube: hw.max_units_per_cube,
-        max_vector_size: hw.max_vector_size as usize,
+        max_vector_size: Some(hw.max_vector_size as usize).filter(|&v| v < 1 << 16),
         num_sms: hw.num_streaming_multiprocessors,
         memory_bytes: props.memory.max_memory(),
         max_allocation: props.memory.max_page_size,
@@ -180,7 +181,7 @@ impl std::fmt::Display for DeviceInfo {
         write!(
             f,
             "{} [{}]: plane ops {} (size {}..{}), f16 {}, bf16 {}, shared mem {} B, \
-             {} units/cube, vector ≤{}, SMs {:?}, memory {:?} B, max alloc {} B",
+             {} units/cube, max vector {}, SMs {:?}, memory {:?} B, max alloc {} B",
             self.name,
             self.runtime,
             self.plane_ops,
@@ -190,7 +191,8 @@ impl std::fmt::Display for DeviceInfo {
             self.bf16,
             self.max_shared_memory,
             self.max_units_per_cube,
-            self.max_vector_size,
+            self.max_vector_size
+                .map_or_else(|| "unbounded".to_owned(), |v| v.to_string()),
             self.num_sms,
             self.memory_bytes,
             self.max_allocation

@@ -1,17 +1,73 @@
-//! Device-resident f32 tensors: a cubecl buffer handle plus a row-major shape.
+//! Device-resident tensors: a cubecl buffer handle, a row-major shape and a storage dtype.
+//! Activations are always f32; weights may be stored as f32, f16 or bf16 (kernels read them
+//! with `W: Float` generics and accumulate in f32).
 
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use crate::{Client, Error};
 
-/// A contiguous row-major f32 tensor living on one client's device.
+/// Storage type of a device tensor's elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Dtype {
+    F32,
+    F16,
+    BF16,
+}
+
+impl Dtype {
+    pub fn size(self) -> usize {
+        match self {
+            Dtype::F32 => 4,
+            Dtype::F16 | Dtype::BF16 => 2,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Dtype::F32 => "f32",
+            Dtype::F16 => "f16",
+            Dtype::BF16 => "bf16",
+        }
+    }
+    /// Whether `client` can do arithmetic in this type.
+    pub fn supported(self, client: &Client) -> bool {
+        let info = crate::device_info(client);
+        match self {
+            Dtype::F32 => true,
+            Dtype::F16 => info.f16,
+            Dtype::BF16 => info.bf16,
+        }
+    }
+    /// Round `v` through this type, as an upload would (what the reference must compare against).
+    pub fn round(self, v: &[f32]) -> Vec<f32> {
+        match self {
+            Dtype::F32 => v.to_vec(),
+            Dtype::F16 => v.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect(),
+            Dtype::BF16 => v.iter().map(|&x| half::bf16::from_f32(x).to_f32()).collect(),
+        }
+    }
+}
+
+impl std::str::FromStr for Dtype {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "f32" => Ok(Dtype::F32),
+            "f16" => Ok(Dtype::F16),
+            "bf16" => Ok(Dtype::BF16),
+            o => Err(format!("unknown dtype `{o}` (f32, f16, bf16)")),
+        }
+    }
+}
+
+/// A contiguous row-major tensor living on one client's device.
 ///
 /// Cloning is cheap (the handle is reference-counted) and aliases the same memory.
 #[derive(Clone, Debug)]
 pub struct DeviceTensor {
     pub handle: Handle,
     pub shape: Vec<usize>,
+    pub dtype: Dtype,
 }
 
 impl DeviceTensor {
@@ -27,7 +83,39 @@ impl DeviceTensor {
         Ok(Self {
             handle: client.create_from_slice(f32::as_bytes(data)),
             shape: shape.to_vec(),
+            dtype: Dtype::F32,
         })
+    }
+
+    /// Copies `data` to the device stored as `dtype` (rounded to nearest even on the host).
+    pub fn from_f32_as(client: &Client, data: &[f32], shape: &[usize], dtype: Dtype) -> Result<Self, Error> {
+        let numel: usize = shape.iter().product();
+        if numel != data.len() {
+            return Err(Error::Shape(format!("{} values for shape {shape:?} ({numel} elements)", data.len())));
+        }
+        let bytes: Vec<u8> = match dtype {
+            Dtype::F32 => return Self::from_f32(client, data, shape),
+            Dtype::F16 => data.iter().flat_map(|&x| half::f16::from_f32(x).to_le_bytes()).collect(),
+            Dtype::BF16 => data.iter().flat_map(|&x| half::bf16::from_f32(x).to_le_bytes()).collect(),
+        };
+        Ok(Self { handle: client.create_from_slice(&bytes), shape: shape.to_vec(), dtype })
+    }
+
+    /// Copies u32 values (token ids, positions) to the device; `dtype` is reported as F32-sized.
+    pub fn from_u32(client: &Client, data: &[u32], shape: &[usize]) -> Result<Self, Error> {
+        let numel: usize = shape.iter().product();
+        if numel != data.len() {
+            return Err(Error::Shape(format!("{} values for shape {shape:?} ({numel} elements)", data.len())));
+        }
+        Ok(Self { handle: client.create_from_slice(u32::as_bytes(data)), shape: shape.to_vec(), dtype: Dtype::F32 })
+    }
+
+    /// Reads u32 values back (see [`Self::to_f32`] for where errors surface).
+    pub fn to_u32(&self, client: &Client) -> Result<Vec<u32>, Error> {
+        let bytes = client.read_one(self.handle.clone())?;
+        let mut v = u32::from_bytes(&bytes).to_vec();
+        v.truncate(self.numel());
+        Ok(v)
     }
 
     /// Allocates an uninitialised tensor.
@@ -36,6 +124,7 @@ impl DeviceTensor {
         Self {
             handle: client.empty(numel * std::mem::size_of::<f32>()),
             shape: shape.to_vec(),
+            dtype: Dtype::F32,
         }
     }
 
@@ -47,6 +136,14 @@ impl DeviceTensor {
     /// every kernel that wrote it surface (cubecl launches do not return errors).
     pub fn to_f32(&self, client: &Client) -> Result<Vec<f32>, Error> {
         let bytes = client.read_one(self.handle.clone())?;
+        if self.dtype != Dtype::F32 {
+            let mut v: Vec<f32> = match self.dtype {
+                Dtype::F16 => bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
+                _ => bytes.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
+            };
+            v.truncate(self.numel());
+            return Ok(v);
+        }
         let mut v = f32::from_bytes(&bytes).to_vec();
         // cubecl may round allocations up; keep exactly numel values.
         v.truncate(self.numel());

@@ -71,6 +71,19 @@ fn rmsnorm_matches_f32_loop() {
 }
 
 #[test]
+fn rmsnorm_more_rows_than_one_grid_axis() {
+    // 70001 rows > 65535 cubes per axis: the grid spreads over x/y and the kernel's
+    // `row < rows` guard idles the surplus cubes.
+    let Some(client) = wgpu() else { return };
+    let (rows, c) = (70_001usize, 4usize);
+    let x = data(rows * c, 11);
+    let w = data(c, 12);
+    let got = rmsnorm(&client, &x, &w, rows, c, 1e-5).expect("rmsnorm");
+    let err = max_abs_diff(&got, &rmsnorm_ref(&x, &w, c, 1e-5));
+    assert!(err < 1e-4, "max abs err {err}");
+}
+
+#[test]
 fn rmsnorm_keeps_data_on_device() {
     let Some(client) = wgpu() else { return };
     let (rows, c) = (8, 64);

@@ -33,6 +33,7 @@ pub fn rmsnorm_v1<F: Float, N: Size>(
     // Cube-uniform guard: the grid may be rounded up to fit the hardware limits.
     if row < rows as usize {
         let tid = UNIT_POS_X as usize;
+        let units = CUBE_DIM_X as usize; // == block
         let n = vecs_per_row as usize;
         let base = row * n;
 
@@ -41,14 +42,14 @@ pub fn rmsnorm_v1<F: Float, N: Size>(
         while i < n {
             let v = x[base + i];
             acc += v.dot(v);
-            i += block;
+            i += units;
         }
 
         let mut partial = Shared::<[F]>::new_slice(block);
         partial[tid] = acc;
         sync_cube();
 
-        let mut stride = block / 2;
+        let mut stride = units / 2;
         while stride > 0 {
             if tid < stride {
                 partial[tid] = partial[tid] + partial[tid + stride];
@@ -62,7 +63,7 @@ pub fn rmsnorm_v1<F: Float, N: Size>(
         let mut j = tid;
         while j < n {
             y[base + j] = x[base + j] * scale * w[j];
-            j += block;
+            j += units;
         }
     }
 }

@@ -1,0 +1,19 @@
+//! Case structs, one module per op (same stem as the kernel and reference files).
+//! Each module exposes `cases() -> Vec<Box<dyn Case>>`: a fixed grid of shapes (odd and prime
+//! sizes, T = 1) over dtypes; the `tests/X.rs` proptests add random shapes on top.
+
+pub mod rmsnorm;
+
+use crate::Case;
+
+/// Every case of every op.
+pub fn all() -> Vec<Box<dyn Case>> {
+    let mut v: Vec<Box<dyn Case>> = Vec::new();
+    v.extend(rmsnorm::cases());
+    v
+}
+
+/// Run a fallible case body: `Err` from the device or a shape problem is a failure.
+pub(crate) fn outcome(r: Result<crate::Outcome, optimized::Error>) -> crate::Outcome {
+    r.unwrap_or_else(|e| crate::Outcome::Fail(format!("error: {e}")))
+}

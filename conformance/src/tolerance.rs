@@ -1,0 +1,100 @@
+//! Every tolerance of the conformance suite, in ONE place, each with its reason.
+//!
+//! Two kinds of bound, like llama.cpp's test-backend-ops:
+//! - **NMSE** (normalized mean squared error, `Σ(got−want)² / Σwant²`) for reductions and
+//!   matmuls, where accumulation order legitimately differs and single elements near zero can
+//!   have large relative error;
+//! - **atol + rtol** per element (`|got−want| ≤ atol + rtol·|want|`) for elementwise ops,
+//!   scaled by the storage dtype's unit roundoff.
+//! Gathers and argmax are **exact**. NaN or ±∞ where the reference is finite always fails.
+
+/// Storage dtype of the tensors a kernel reads (accumulation is f32 everywhere).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Dtype {
+    F32,
+    F16,
+    BF16,
+}
+
+impl Dtype {
+    pub fn name(self) -> &'static str {
+        match self {
+            Dtype::F32 => "f32",
+            Dtype::F16 => "f16",
+            Dtype::BF16 => "bf16",
+        }
+    }
+    /// Unit roundoff u = 2^-(mantissa bits + 1).
+    pub fn unit_roundoff(self) -> f64 {
+        match self {
+            Dtype::F32 => 2f64.powi(-24),
+            Dtype::F16 => 2f64.powi(-11),
+            Dtype::BF16 => 2f64.powi(-8),
+        }
+    }
+}
+
+/// A bound on the difference between a kernel's output and the reference's.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Tolerance {
+    /// Bit-identical (gathers, copies, argmax ids).
+    Exact,
+    /// `|got − want| ≤ atol + rtol·|want|` for every element.
+    Elementwise { atol: f64, rtol: f64 },
+    /// `Σ(got − want)² / Σ want² ≤ max`.
+    Nmse { max: f64 },
+}
+
+/// The operations the suite knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Op {
+    Embedding,
+    RmsNorm,
+    Matmul,
+    Rope,
+    Attention,
+    Swiglu,
+    Residual,
+    Argmax,
+    /// Whole-model hidden states / logits.
+    Model,
+}
+
+/// The tolerance of `op` when its inputs are stored as `dtype`, and why.
+///
+/// The reference inputs are the *same rounded values* the kernel reads (inputs are rounded to
+/// `dtype` before the reference runs), so only the kernel's own arithmetic is measured.
+pub fn tolerance(op: Op, dtype: Dtype) -> (Tolerance, &'static str) {
+    let u = dtype.unit_roundoff();
+    match op {
+        Op::Embedding => (Tolerance::Exact, "a gather copies values: any difference is a bug"),
+        Op::Argmax => (Tolerance::Exact, "ids must be identical (ties resolved to the lowest id on both sides)"),
+        Op::Residual | Op::Swiglu => match dtype {
+            // f32: one add (or exp + div + mul) in f32: a few ulps.
+            Dtype::F32 => (Tolerance::Elementwise { atol: 1e-6, rtol: 8.0 * u }, "f32 elementwise: a few ulps of f32 (exp/div in silu differ by ≤ 2 ulp between libms)"),
+            _ => (Tolerance::Elementwise { atol: 1e-6, rtol: 2.0 * u }, "output rounded to the storage dtype once: ≤ 1 ulp, 2 for the intermediate"),
+        },
+        Op::Rope => (
+            Tolerance::Elementwise { atol: 1e-5, rtol: 1e-5_f64.max(4.0 * u) },
+            "cos/sin of pos·θ computed on device in f32 vs the reference's f64 angle: |Δangle| ≤ pos·ulp(θ), ~1e-5 abs at 8k positions",
+        ),
+        Op::RmsNorm => (
+            Tolerance::Nmse { max: (1e-10f64).max(u * u * 16.0) },
+            "a row reduction in another order: relative error ~√C·u per element, NMSE ~u²",
+        ),
+        Op::Matmul => (
+            Tolerance::Nmse { max: (1e-9f64).max(u * u * 64.0) },
+            "dot products of length K in another order (and tree reductions): NMSE ≲ K·u² with cancellation; f32 accumulation for every dtype",
+        ),
+        Op::Attention => (
+            Tolerance::Nmse { max: (1e-9f64).max(u * u * 64.0) },
+            "softmax + two matmuls, other summation order (online softmax in later versions)",
+        ),
+        Op::Model => match dtype {
+            Dtype::F32 => (Tolerance::Nmse { max: 1e-8 }, "f32 end to end: dozens of reductions in another order, errors add over layers"),
+            // bf16 weights: the reference runs on the same bf16-rounded weights; activations
+            // stay f32 on both sides, so the bound is about accumulation, not weight rounding.
+            _ => (Tolerance::Nmse { max: 1e-6 }, "weights stored in 16 bits (reference uses the same rounded weights); f32 activations; errors add over layers"),
+        },
+    }
+}

@@ -9,4 +9,7 @@ fi
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
 # insta: never write snapshots during a test run; a mismatch fails.
 export INSTA_UPDATE=no
+# The cubecl kernels must run on lavapipe here: a missing Vulkan adapter fails, never skips.
+export TANDEM_REQUIRE_WGPU=1
+export TANDEM_BACKENDS="${TANDEM_BACKENDS:-wgpu,cuda}"
 cargo test --release --workspace "$@"

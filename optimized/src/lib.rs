@@ -9,7 +9,9 @@
 //! Build set-up (a stand-in LLVM bundle is needed even for NVRTC): `scripts/setup-build-deps.sh`,
 //! `docs/gpu-build.md`.
 
+pub mod bandwidth;
 pub mod kernels;
+pub mod model;
 pub mod tensor;
 
 pub use cubecl;

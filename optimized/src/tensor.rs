@@ -128,6 +128,15 @@ impl DeviceTensor {
         }
     }
 
+    /// The same memory seen with another shape of the same element count.
+    pub fn reshape(self, shape: &[usize]) -> Result<Self, Error> {
+        let n: usize = shape.iter().product();
+        if n != self.numel() {
+            return Err(Error::Shape(format!("cannot view {:?} as {shape:?}", self.shape)));
+        }
+        Ok(Self { shape: shape.to_vec(), ..self })
+    }
+
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
     }

@@ -19,6 +19,11 @@ pub trait Engine {
     fn step(&mut self, ids: &[u32]) -> Result<Vec<f32>>;
     /// A short name for reports (`cpu-reference`, `cuda`, ...).
     fn name(&self) -> String;
+    /// Run `ids` and return the greedy next token. Backends override this to pick the token
+    /// on the device and skip copying the logits back.
+    fn step_greedy(&mut self, ids: &[u32]) -> Result<u32> {
+        Ok(crate::sampling::argmax(&self.step(ids)?))
+    }
 }
 
 /// The reference model with a contiguous cache.

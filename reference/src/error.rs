@@ -29,6 +29,9 @@ pub enum Error {
     Input(String),
     #[error("model fetch: {0}")]
     Fetch(String),
+    /// An error of another backend (the GPU path), carried through the [`crate::engine::Engine`] trait.
+    #[error("{0}")]
+    Backend(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -9,6 +9,8 @@
 //! ```
 //! with `hash` = lowbias32 (a 32-bit integer mixer: only u32 xor/shift/multiply, easy on GPUs).
 
+use rayon::prelude::*;
+
 use crate::config::{Config, RopeLayout};
 use crate::weights::{Tensor, TensorSource, Weights};
 use crate::error::Result;
@@ -72,7 +74,8 @@ impl TensorSource for Synthetic {
         let n: usize = t.shape(cfg).iter().product();
         let id = tensor_id(t);
         let (scale, offset) = affine(t, cfg);
-        Ok((0..n as u32).map(|i| offset + scale * unit(self.seed, id, i)).collect())
+        // Parallel: real shapes (7B values) are generated on the GPU machine's host.
+        Ok((0..n as u32).into_par_iter().map(|i| offset + scale * unit(self.seed, id, i)).collect())
     }
 }
 

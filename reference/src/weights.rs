@@ -183,3 +183,64 @@ impl Weights {
         self.lm_head.as_ref().unwrap_or(&self.tok_embd)
     }
 }
+
+/// Weights already in memory as a [`TensorSource`] (e.g. to upload them to a GPU).
+pub struct InMemory<'a>(pub &'a Weights);
+
+impl TensorSource for InMemory<'_> {
+    fn load(&mut self, t: Tensor, cfg: &Config) -> Result<Vec<f32>> {
+        let w = self.0;
+        let owned = |a: &[f32]| a.to_vec();
+        let l = |i: usize| -> Result<&LayerWeights> {
+            w.layers.get(i).ok_or_else(|| Error::Input(format!("layer {i} does not exist")))
+        };
+        let s = |a: Option<&[f32]>| a.map(owned).ok_or_else(|| Error::Input(format!("{t:?} is not contiguous")));
+        let v = match t {
+            Tensor::TokEmbd => s(w.tok_embd.as_slice())?,
+            Tensor::OutNorm => s(w.out_norm.as_slice())?,
+            Tensor::LmHead => s(w.head().as_slice())?,
+            Tensor::AttnNorm(i) => s(l(i)?.attn_norm.as_slice())?,
+            Tensor::Wq(i) => s(l(i)?.wq.as_slice())?,
+            Tensor::Wk(i) => s(l(i)?.wk.as_slice())?,
+            Tensor::Wv(i) => s(l(i)?.wv.as_slice())?,
+            Tensor::Wo(i) => s(l(i)?.wo.as_slice())?,
+            Tensor::FfnNorm(i) => s(l(i)?.ffn_norm.as_slice())?,
+            Tensor::WGate(i) => s(l(i)?.w_gate.as_slice())?,
+            Tensor::WUp(i) => s(l(i)?.w_up.as_slice())?,
+            Tensor::WDown(i) => s(l(i)?.w_down.as_slice())?,
+        };
+        let want: usize = t.shape(cfg).iter().product();
+        if v.len() != want {
+            return Err(Error::Input(format!("{t:?}: {} values, config wants {want}", v.len())));
+        }
+        Ok(v)
+    }
+}
+
+impl Weights {
+    /// A copy with every matrix (not the norm gains) rounded through `round`, e.g. to bf16:
+    /// the reference run that a 16-bit GPU model is compared with.
+    pub fn map_matrices(&self, round: impl Fn(f32) -> f32) -> Weights {
+        let m = |a: &Array2<f32>| a.mapv(&round);
+        Weights {
+            tok_embd: m(&self.tok_embd),
+            layers: self
+                .layers
+                .iter()
+                .map(|w| LayerWeights {
+                    attn_norm: w.attn_norm.clone(),
+                    wq: m(&w.wq),
+                    wk: m(&w.wk),
+                    wv: m(&w.wv),
+                    wo: m(&w.wo),
+                    ffn_norm: w.ffn_norm.clone(),
+                    w_gate: m(&w.w_gate),
+                    w_up: m(&w.w_up),
+                    w_down: m(&w.w_down),
+                })
+                .collect(),
+            out_norm: self.out_norm.clone(),
+            lm_head: self.lm_head.as_ref().map(m),
+        }
+    }
+}

@@ -5,17 +5,14 @@ use std::time::Instant;
 
 use clap::Args;
 use rayon::prelude::*;
-use reference::engine::{Engine, RefEngine};
-use reference::sampling::argmax;
 
-use super::{CliError, Device, ModelArgs, Result};
+use super::source::resolve;
+use super::{CliError, ModelArgs, Result};
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    #[arg(long, value_enum, default_value_t = Device::Cpu)]
-    pub device: Device,
     /// Prompt lengths to prefill (comma-separated).
     #[arg(long, default_value = "128")]
     pub prompt_lens: String,
@@ -55,6 +52,21 @@ fn peak_rss_mib() -> Option<f64> {
     Some(kb / 1024.0)
 }
 
+/// The gate: every conformance case on `backend` in this process, with this build. Numbers
+/// are printed only when nothing failed and something passed.
+fn conformance_gate(backend: optimized::Backend) -> Result<String> {
+    let t = Instant::now();
+    let report = conformance::run_cases(&conformance::cases::all(), &[backend]);
+    let (p, f, k) = report.count();
+    if f > 0 || p == 0 {
+        return Err(CliError::Gpu(format!(
+            "refusing to benchmark: the conformance suite did not pass on {backend} in this run\n{}",
+            report.table()
+        )));
+    }
+    Ok(format!("conformance on {backend} (this build, this run): {p} passed, 0 failed, {k} skipped in {:.1} s", t.elapsed().as_secs_f64()))
+}
+
 pub fn run(a: BenchArgs) -> Result<()> {
     let lens: Vec<usize> = a
         .prompt_lens
@@ -64,53 +76,71 @@ pub fn run(a: BenchArgs) -> Result<()> {
     if a.reps == 0 || lens.is_empty() || lens.contains(&0) {
         return Err(CliError::Usage("--reps and every --prompt-lens value must be at least 1".into()));
     }
-    let opened = a.model.open()?;
+    let backend = resolve(a.model.device);
+    let gate = match backend {
+        Some(b) => conformance_gate(b)?,
+        None => "cpu reference: ground truth, no gate".to_string(),
+    };
+    let mut opened = a.model.open()?;
     let label = opened.label.clone();
-    let cfg = opened.model.config.clone();
+    let cfg = opened.config.clone();
     let max_len = lens.iter().max().copied().unwrap_or(1);
     if max_len + a.decode_tokens > cfg.max_ctx {
         return Err(reference::Error::Input(format!("prompt {max_len} + {} decode tokens exceed the context {}", a.decode_tokens, cfg.max_ctx)).into());
     }
-    let Device::Cpu = a.device;
-    let mut engine = RefEngine::new(opened.model);
+    let t_load = Instant::now();
+    let mut engine = opened.engine(a.model.device, a.model.dtype.as_deref(), max_len + a.decode_tokens)?;
+    let load_s = t_load.elapsed().as_secs_f64();
     let prompt = |n: usize| -> Vec<u32> { (0..n).map(|i| ((i * 7919 + 13) % cfg.vocab) as u32).collect() };
-    let bw = copy_bandwidth();
-    // Bytes streamed per decoded token: every layer weight and the lm_head (f32 here);
-    // the embedding table contributes one row only.
+    // Bytes streamed per decoded token: every layer weight and the lm_head; the embedding
+    // table contributes one row only.
     let untied_embd = if cfg.tied_embeddings { 0 } else { cfg.vocab * cfg.hidden };
-    let weight_bytes = ((cfg.n_params() - untied_embd) * 4) as f64;
+    let (bw, elem, place) = match backend {
+        None => (copy_bandwidth(), 4usize, "host"),
+        Some(b) => {
+            let client = optimized::client(b).map_err(|e| CliError::Gpu(e.to_string()))?;
+            let rate = optimized::bandwidth::copy_rate(&client, 1 << 30, 10).map_err(|e| CliError::Gpu(e.to_string()))?;
+            let elem = if engine.name().ends_with("f32") { 4 } else { 2 };
+            (rate, elem, "device")
+        }
+    };
+    let weight_bytes = ((cfg.n_params() - untied_embd) * elem) as f64;
+    // A copy moves each byte twice (read + write); decode only reads weights.
     let roofline_tps = bw / 2.0 / weight_bytes;
-    println!("tandem bench — device {} — model {label}", engine.name());
-    println!("threads {}, copy rate {:.1} GB/s (read+write), f32 weights read per token {:.1} MB", rayon::current_num_threads(), bw / 1e9, weight_bytes / 1e6);
+    println!("tandem bench — {} — model {label} — {gate}", engine.name());
+    println!(
+        "{place} copy rate {:.1} GB/s (read+write), weights read per token {:.1} MB, load {load_s:.1} s",
+        bw / 1e9,
+        weight_bytes / 1e6
+    );
     for &n in &lens {
         let p = prompt(n);
         let mut times = vec![];
         for _ in 0..a.reps {
             engine.reset();
             let t = Instant::now();
-            let l = engine.step(&p)?;
-            let _ = argmax(&l);
+            engine.step_greedy(&p)?;
             times.push(t.elapsed().as_secs_f64());
         }
         let m = median(times);
-        println!("prefill T={n:<5} TTFT {:>9.1} ms  ({:.1} tokens/s)", m * 1e3, n as f64 / m);
+        println!("prefill T={n:<5} TTFT {:>9.2} ms  ({:.0} tokens/s)", m * 1e3, n as f64 / m);
     }
     if a.decode_tokens > 0 {
         let p = prompt(lens[0]);
         let mut per_tok = vec![];
         for _ in 0..a.reps {
             engine.reset();
-            let mut last = engine.step(&p)?;
+            let mut next = engine.step_greedy(&p)?;
             let t = Instant::now();
             for _ in 0..a.decode_tokens {
-                last = engine.step(&[argmax(&last)])?;
+                next = engine.step_greedy(&[next])?;
             }
             per_tok.push(t.elapsed().as_secs_f64() / a.decode_tokens as f64);
         }
         let m = median(per_tok);
         let tps = 1.0 / m;
         println!(
-            "decode batch 1 after {} prompt tokens: {:.2} ms/token, {:.1} tokens/s = {:.0}% of the roofline {:.1} tokens/s (weight bytes / read rate)",
+            "decode batch 1 after {} prompt tokens: {:.3} ms/token, {:.1} tokens/s = {:.1}% of the roofline {:.0} tokens/s (weight bytes / read rate)",
             lens[0],
             m * 1e3,
             tps,
@@ -118,8 +148,17 @@ pub fn run(a: BenchArgs) -> Result<()> {
             roofline_tps
         );
     }
-    if let Some(r) = peak_rss_mib() {
-        println!("peak memory (RSS) {r:.0} MiB");
+    match backend {
+        None => {
+            if let Some(r) = peak_rss_mib() {
+                println!("peak memory (host RSS) {r:.0} MiB");
+            }
+        }
+        Some(b) => {
+            let client = optimized::client(b).map_err(|e| CliError::Gpu(e.to_string()))?;
+            let u = client.memory_report(optimized::cubecl::MemoryScope::Device).usage();
+            println!("device memory: {:.0} MiB reserved, {:.0} MiB in use", u.bytes_reserved as f64 / 1048576.0, u.bytes_in_use as f64 / 1048576.0);
+        }
     }
     Ok(())
 }

@@ -4,10 +4,10 @@ use std::io::Write;
 
 use clap::Args;
 use reference::chat::Message;
-use reference::engine::{generate, Engine, RefEngine};
+use reference::engine::generate;
 use reference::sampling::{Sampler, SamplingParams};
 
-use super::{CliError, Device, ModelArgs, Result};
+use super::{CliError, ModelArgs, Result};
 
 #[derive(Args, Debug)]
 pub struct GenerateArgs {
@@ -38,16 +38,14 @@ pub struct GenerateArgs {
     pub min_p: f32,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    #[arg(long, value_enum, default_value_t = Device::Cpu)]
-    pub device: Device,
 }
 
 pub fn run(a: GenerateArgs) -> Result<()> {
     let params = SamplingParams { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p, min_p: a.min_p, seed: a.seed };
     let mut sampler = Sampler::new(params)?;
-    let opened = a.model.open()?;
-    let tok = opened
-        .tokenizer
+    let mut opened = a.model.open()?;
+    let tokenizer = opened.tokenizer.take();
+    let tok = tokenizer
         .as_ref()
         .ok_or_else(|| CliError::Usage(format!("{} has no tokenizer: generate needs one (use `tandem logits --ids` for synthetic models)", opened.label)))?;
     let text = match (&a.prompt, &a.chat) {
@@ -67,14 +65,12 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     if ids.is_empty() {
         return Err(CliError::Usage("the prompt encodes to no tokens".into()));
     }
-    let mut engine: Box<dyn Engine> = match a.device {
-        Device::Cpu => Box::new(RefEngine::new(opened.model)),
-    };
-    let ctx = engine.config().max_ctx;
+    let ctx = opened.config.max_ctx;
     if ids.len() >= ctx {
         return Err(reference::Error::Input(format!("prompt is {} tokens; the context holds {ctx}", ids.len())).into());
     }
     let max_tokens = a.max_tokens.min(ctx - ids.len());
+    let mut engine = opened.engine(a.model.device, a.model.dtype.as_deref(), ids.len() + max_tokens)?;
     let mut stream = tok.stream();
     let mut out = std::io::stdout().lock();
     let stats = generate(engine.as_mut(), &ids, max_tokens, &mut sampler, &|id| tok.is_eog(id), &mut |id| {

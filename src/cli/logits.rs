@@ -7,10 +7,9 @@
 use clap::Args;
 use reference::engine::{Engine, RefEngine};
 use reference::sampling::argmax;
-use reference::Model;
 
-use super::source::parse_ids;
-use super::{CliError, Device, ModelArgs, Result};
+use super::source::{parse_ids, pick_dtype, resolve};
+use super::{CliError, ModelArgs, Result};
 
 #[derive(Args, Debug)]
 pub struct LogitsArgs {
@@ -27,8 +26,6 @@ pub struct LogitsArgs {
     /// Greedy tokens to continue with (not stopping at EOS).
     #[arg(long, default_value_t = 0)]
     pub greedy: usize,
-    #[arg(long, value_enum, default_value_t = Device::Cpu)]
-    pub device: Device,
 }
 
 /// The `k` largest `(id, logit)` pairs, descending; ties by lower id.
@@ -43,7 +40,7 @@ pub fn run(a: LogitsArgs) -> Result<()> {
     if a.top_k == 0 {
         return Err(CliError::Usage("--top-k must be at least 1".into()));
     }
-    let opened = a.model.open()?;
+    let mut opened = a.model.open()?;
     let ids = match (&a.text, &a.ids) {
         (_, Some(s)) => parse_ids(s)?,
         (Some(t), None) => {
@@ -55,29 +52,45 @@ pub fn run(a: LogitsArgs) -> Result<()> {
     if ids.is_empty() {
         return Err(CliError::Usage("no prompt tokens".into()));
     }
-    let cfg = opened.model.config.clone();
+    let cfg = opened.config.clone();
+    if let Some(&bad) = ids.iter().find(|&&i| i as usize >= cfg.vocab) {
+        return Err(reference::Error::Input(format!("token id {bad} is outside the vocabulary (V = {})", cfg.vocab)).into());
+    }
     if ids.len() + a.greedy > cfg.max_ctx {
         return Err(reference::Error::Input(format!("{} prompt + {} greedy tokens exceed the context length {}", ids.len(), a.greedy, cfg.max_ctx)).into());
     }
     let k = a.top_k.min(cfg.vocab);
-    let Device::Cpu = a.device;
-    // All prompt positions are needed, so the reference forward is called directly.
-    let mut cache = opened.model.new_cache();
-    let logits = opened.model.forward(&ids, &mut cache, None)?;
+    // Every prompt position's logits, then an engine positioned after the prompt.
+    let (rows, mut engine): (Vec<Vec<f32>>, Box<dyn Engine>) = match resolve(a.model.device) {
+        None => {
+            let model = opened.reference_model()?;
+            let mut cache = model.new_cache();
+            let logits = model.forward(&ids, &mut cache, None)?;
+            let rows = logits.rows().into_iter().map(|r| r.to_vec()).collect();
+            (rows, Box::new(RefEngine { model, cache }))
+        }
+        Some(backend) => {
+            let gpu = |e: optimized::Error| CliError::Gpu(e.to_string());
+            let client = optimized::client(backend).map_err(gpu)?;
+            let dtype = pick_dtype(&client, a.model.dtype.as_deref())?;
+            let mut m = optimized::model::GpuModel::load(client, backend, opened.source_mut(), &cfg, dtype, ids.len() + a.greedy).map_err(gpu)?;
+            let all = m.forward(&ids, None).map_err(gpu)?.to_f32(&m.client).map_err(gpu)?;
+            let rows = all.chunks(cfg.vocab).map(|r| r.to_vec()).collect();
+            (rows, Box::new(optimized::model::GpuEngine(m)))
+        }
+    };
     let (mut top_ids, mut top_logits) = (vec![], vec![]);
-    for row in logits.rows() {
-        let t = top_k(&row.to_vec(), k);
+    for row in &rows {
+        let t = top_k(row, k);
         top_ids.push(t.iter().map(|x| x.0).collect::<Vec<_>>());
         top_logits.push(t.iter().map(|x| x.1).collect::<Vec<_>>());
     }
-    let mut engine = RefEngine { model: opened.model, cache };
     let mut greedy = vec![];
-    let mut last = Model::last_row(&logits);
+    let mut next = rows.last().map(|r| argmax(r)).unwrap_or(0);
     for i in 0..a.greedy {
-        let next = argmax(&last);
         greedy.push(next);
         if i + 1 < a.greedy {
-            last = engine.step(&[next])?;
+            next = engine.step_greedy(&[next])?;
         }
     }
     let greedy_text = match &opened.tokenizer {
@@ -90,6 +103,7 @@ pub fn run(a: LogitsArgs) -> Result<()> {
         "top_logits": top_logits,
         "greedy_ids": greedy,
         "greedy_text": greedy_text,
+        "device": engine.name(),
     });
     println!("{j}");
     Ok(())

@@ -18,6 +18,9 @@ pub enum CliError {
     Usage(String),
     #[error("writing output: {0}")]
     Io(#[from] std::io::Error),
+    /// The GPU path failed (no device, unsupported dtype, launch error).
+    #[error("gpu: {0}")]
+    Gpu(String),
 }
 
 impl CliError {
@@ -37,6 +40,12 @@ pub type Result<T> = std::result::Result<T, CliError>;
 pub enum Device {
     /// The CPU reference (f32, ground truth).
     Cpu,
+    /// cubecl kernels on CUDA (NVRTC).
+    Cuda,
+    /// cubecl kernels on wgpu (Vulkan; lavapipe where there is no GPU).
+    Wgpu,
+    /// cuda if present, then a hardware wgpu adapter, else cpu.
+    Auto,
 }
 
 #[derive(Parser, Debug)]
@@ -52,8 +61,44 @@ pub enum Cmd {
     Generate(generate::GenerateArgs),
     /// Print one JSON object with prompt ids, top-k logits per position and a greedy continuation.
     Logits(logits::LogitsArgs),
-    /// Measure prefill (TTFT) and batch-1 decode speed.
+    /// Measure prefill (TTFT) and batch-1 decode speed (GPU numbers only after conformance passes).
     Bench(bench::BenchArgs),
+    /// Run the conformance suite (every kernel and whole models vs the reference) on GPU runtimes.
+    Conformance(ConformanceArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ConformanceArgs {
+    /// Runtimes: cuda, wgpu (comma-separated).
+    #[arg(long, default_value = "cuda,wgpu")]
+    pub backends: String,
+    /// Only these ops (e.g. matmul attention model); all when empty.
+    pub ops: Vec<String>,
+}
+
+fn conformance_cmd(a: ConformanceArgs) -> Result<()> {
+    let backends: Vec<optimized::Backend> = a.backends.split(',').map(|b| b.trim().parse().map_err(CliError::Usage)).collect::<Result<_>>()?;
+    let want: Vec<String> = a.ops.iter().map(|s| s.to_lowercase()).collect();
+    let cases: Vec<Box<dyn conformance::Case>> = conformance::cases::all()
+        .into_iter()
+        .filter(|c| want.is_empty() || want.contains(&format!("{:?}", c.op()).to_lowercase()))
+        .collect();
+    if cases.is_empty() {
+        return Err(CliError::Usage(format!("no conformance cases for ops {:?}", a.ops)));
+    }
+    for b in &backends {
+        match optimized::client(*b) {
+            Ok(c) => println!("{b}: {}", optimized::device_info(&c)),
+            Err(e) => println!("{b}: {e}"),
+        }
+    }
+    let report = conformance::run_cases(&cases, &backends);
+    print!("{}", report.table());
+    let (p, f, _) = report.count();
+    if f > 0 || p == 0 {
+        return Err(CliError::Gpu(format!("conformance: {p} passed, {f} failed")));
+    }
+    Ok(())
 }
 
 pub fn run(cli: Cli) -> Result<()> {
@@ -61,5 +106,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Cmd::Generate(a) => generate::run(a),
         Cmd::Logits(a) => logits::run(a),
         Cmd::Bench(a) => bench::run(a),
+        Cmd::Conformance(a) => conformance_cmd(a),
     }
 }

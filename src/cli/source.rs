@@ -1,11 +1,18 @@
-//! Choosing and opening a model: `--model PATH`, `--synthetic NAME`, or the default real model.
+//! Choosing and opening a model (`--model PATH`, `--synthetic NAME`, or the default real model)
+//! and the engine that runs it (`--device`, `--dtype`).
 
 use std::path::PathBuf;
 
 use clap::Args;
-use reference::{loader, synthetic, tokenizer::Tokenizer, Config, Model};
+use reference::engine::{Engine, RefEngine};
+use reference::gguf::GgufFile;
+use reference::loader::SafetensorsDir;
+use reference::synthetic::{self, Synthetic};
+use reference::tokenizer::Tokenizer;
+use reference::weights::{TensorSource, Weights};
+use reference::{Config, Model};
 
-use super::{CliError, Result};
+use super::{CliError, Device, Result};
 
 #[derive(Args, Debug, Clone)]
 pub struct ModelArgs {
@@ -21,11 +28,37 @@ pub struct ModelArgs {
     /// Seed of the synthetic weights.
     #[arg(long, default_value_t = 0)]
     pub synthetic_seed: u32,
+    /// Where to run: cpu (the f32 reference), cuda, wgpu, or auto (cuda if present, then a
+    /// hardware wgpu adapter, else cpu).
+    #[arg(long, value_enum, default_value_t = Device::Auto)]
+    pub device: Device,
+    /// Weight storage on the GPU: bf16 (default where supported), f16 or f32. Activations and
+    /// accumulation are f32. Ignored on cpu (always f32).
+    #[arg(long)]
+    pub dtype: Option<String>,
 }
 
-/// A model with its tokenizer (when it has one) and the chat template source.
+/// A model's tensors, not yet loaded.
+pub enum Source {
+    Gguf(GgufFile),
+    Hf(SafetensorsDir),
+    Synthetic(Synthetic),
+}
+
+impl Source {
+    fn tensors(&mut self) -> &mut dyn TensorSource {
+        match self {
+            Source::Gguf(g) => g,
+            Source::Hf(h) => h,
+            Source::Synthetic(s) => s,
+        }
+    }
+}
+
+/// A model's config, tensors, tokenizer (when it has one) and chat template.
 pub struct Opened {
-    pub model: Model,
+    pub config: Config,
+    pub source: Source,
     pub tokenizer: Option<Tokenizer>,
     pub chat: Option<reference::chat::ChatTemplate>,
     pub label: String,
@@ -51,41 +84,100 @@ pub fn synthetic_config(name: &str) -> Result<Config> {
 }
 
 impl ModelArgs {
-    /// Open the model (fetching the default one if needed).
+    /// Open the model (fetching the default one if needed); weights are not read yet.
     pub fn open(&self) -> Result<Opened> {
         if let Some(name) = &self.synthetic {
-            let cfg = synthetic_config(name)?;
-            let w = synthetic::weights(&cfg, self.synthetic_seed)?;
-            return Ok(Opened { model: Model::new(cfg, w), tokenizer: None, chat: None, label: format!("synthetic {name} (seed {})", self.synthetic_seed) });
+            let config = synthetic_config(name)?;
+            let label = format!("synthetic {name} (seed {})", self.synthetic_seed);
+            return Ok(Opened { config, source: Source::Synthetic(Synthetic { seed: self.synthetic_seed }), tokenizer: None, chat: None, label });
         }
         let path = match &self.model {
             Some(p) => p.clone(),
             None => reference::fetch::default_model(&mut |m| eprintln!("{m}"))?,
         };
-        let loaded = loader::load(&path)?;
-        let (tokenizer, chat) = match loaded.format {
-            loader::ModelFormat::Gguf => {
-                let g = reference::gguf::GgufFile::open(&path)?;
-                // Without tokenizer metadata the model still runs on --ids (like an HF dir
-                // without tokenizer.json); a present but broken tokenizer is an error.
-                let tok = match g.get("tokenizer.ggml.model") {
-                    Some(_) => Some(Tokenizer::from_gguf(&g)?),
-                    None => None,
-                };
-                (tok, reference::chat::ChatTemplate::from_gguf(&g)?)
-            }
-            loader::ModelFormat::HfDir => {
-                let tj = path.join("tokenizer.json");
-                let tok = if tj.exists() { Some(Tokenizer::from_file(&tj)?) } else { None };
-                (tok, reference::chat::ChatTemplate::from_hf_dir(&path)?)
-            }
+        let md = std::fs::metadata(&path).map_err(|e| reference::Error::io(&path, e))?;
+        let (config, source, tokenizer, chat) = if md.is_dir() {
+            let config = Config::from_hf_json(&path.join("config.json"))?;
+            let st = SafetensorsDir::open(&path)?;
+            let tj = path.join("tokenizer.json");
+            let tok = if tj.exists() { Some(Tokenizer::from_file(&tj)?) } else { None };
+            (config, Source::Hf(st), tok, reference::chat::ChatTemplate::from_hf_dir(&path)?)
+        } else {
+            let g = GgufFile::open(&path)?;
+            let config = Config::from_gguf(&g)?;
+            // Without tokenizer metadata the model still runs on --ids (like an HF dir
+            // without tokenizer.json); a present but broken tokenizer is an error.
+            let tok = match g.get("tokenizer.ggml.model") {
+                Some(_) => Some(Tokenizer::from_gguf(&g)?),
+                None => None,
+            };
+            let chat = reference::chat::ChatTemplate::from_gguf(&g)?;
+            (config, Source::Gguf(g), tok, chat)
         };
         if let Some(t) = &tokenizer {
-            if t.vocab_size() > loaded.config.vocab {
-                return Err(reference::Error::key(&path, "vocab", format!("tokenizer has {} tokens but the model only {} embeddings", t.vocab_size(), loaded.config.vocab)).into());
+            if t.vocab_size() > config.vocab {
+                return Err(reference::Error::key(&path, "vocab", format!("tokenizer has {} tokens but the model only {} embeddings", t.vocab_size(), config.vocab)).into());
             }
         }
-        Ok(Opened { model: Model::new(loaded.config, loaded.weights), tokenizer, chat, label: path.display().to_string() })
+        Ok(Opened { config, source, tokenizer, chat, label: path.display().to_string() })
+    }
+}
+
+impl Opened {
+    /// The tensors, for a GPU upload.
+    pub fn source_mut(&mut self) -> &mut dyn TensorSource {
+        self.source.tensors()
+    }
+
+    /// The f32 reference model (reads every tensor).
+    pub fn reference_model(&mut self) -> Result<Model> {
+        let w = Weights::load(self.source.tensors(), &self.config)?;
+        Ok(Model::new(self.config.clone(), w))
+    }
+
+    /// The engine for `device`, with a KV cache of `capacity` positions.
+    pub fn engine(&mut self, device: Device, dtype: Option<&str>, capacity: usize) -> Result<Box<dyn Engine>> {
+        let backend = match resolve(device) {
+            None => return Ok(Box::new(RefEngine::new(self.reference_model()?))),
+            Some(b) => b,
+        };
+        let client = optimized::client(backend).map_err(|e| CliError::Gpu(e.to_string()))?;
+        let dtype = pick_dtype(&client, dtype)?;
+        let m = optimized::model::GpuModel::load(client, backend, self.source.tensors(), &self.config, dtype, capacity).map_err(|e| CliError::Gpu(e.to_string()))?;
+        Ok(Box::new(optimized::model::GpuEngine(m)))
+    }
+}
+
+/// `--dtype` or the best the device supports: bf16, else f32.
+pub fn pick_dtype(client: &optimized::Client, dtype: Option<&str>) -> Result<optimized::Dtype> {
+    use optimized::Dtype;
+    match dtype {
+        Some(s) => s.parse::<Dtype>().map_err(CliError::Usage),
+        None if Dtype::BF16.supported(client) => Ok(Dtype::BF16),
+        None => Ok(Dtype::F32),
+    }
+}
+
+/// The GPU runtime for `device`, or `None` for the CPU reference.
+pub fn resolve(device: Device) -> Option<optimized::Backend> {
+    use optimized::Backend;
+    match device {
+        Device::Cpu => None,
+        Device::Cuda => Some(Backend::Cuda),
+        Device::Wgpu => Some(Backend::Wgpu),
+        Device::Auto => {
+            if optimized::client(Backend::Cuda).is_ok() {
+                return Some(Backend::Cuda);
+            }
+            // A software adapter (lavapipe/llvmpipe) is slower than the CPU reference.
+            match optimized::client(Backend::Wgpu) {
+                Ok(c) => {
+                    let name = optimized::device_info(&c).name.to_lowercase();
+                    (!(name.contains("llvmpipe") || name.contains("lavapipe"))).then_some(Backend::Wgpu)
+                }
+                Err(_) => None,
+            }
+        }
     }
 }
 

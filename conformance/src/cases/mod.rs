@@ -2,7 +2,15 @@
 //! Each module exposes `cases() -> Vec<Box<dyn Case>>`: a fixed grid of shapes (odd and prime
 //! sizes, T = 1) over dtypes; the `tests/X.rs` proptests add random shapes on top.
 
+pub mod argmax;
+pub mod attention;
+pub mod embedding;
+pub mod matmul;
+pub mod residual;
+pub mod model;
 pub mod rmsnorm;
+pub mod rope;
+pub mod swiglu;
 
 use crate::Case;
 
@@ -10,6 +18,14 @@ use crate::Case;
 pub fn all() -> Vec<Box<dyn Case>> {
     let mut v: Vec<Box<dyn Case>> = Vec::new();
     v.extend(rmsnorm::cases());
+    v.extend(model::cases());
+    v.extend(matmul::cases());
+    v.extend(embedding::cases());
+    v.extend(rope::cases());
+    v.extend(attention::cases());
+    v.extend(swiglu::cases());
+    v.extend(residual::cases());
+    v.extend(argmax::cases());
     v
 }
 

@@ -1,8 +1,22 @@
 //! GPU kernels. One file per operation; each opens with a doc comment listing its versions.
 
+pub mod argmax;
+pub mod attention;
+pub mod embedding;
+pub mod matmul;
+pub mod residual;
 pub mod rmsnorm;
+pub mod rope;
+pub mod swiglu;
 
+pub use argmax::{argmax, argmax_into};
+pub use attention::{attention, attention_into, kv_append};
+pub use embedding::{embedding, embedding_device_ids_into, embedding_into};
+pub use matmul::{linear, linear_into, linear_with};
+pub use residual::{residual_add, residual_add_into};
 pub use rmsnorm::{rmsnorm, rmsnorm_device};
+pub use rope::{rope, rope_inplace, rope_into, RopeTable};
+pub use swiglu::{swiglu, swiglu_into};
 
 /// Widest vector size in {4, 2, 1} that divides `len` and the device accepts.
 pub(crate) fn vector_size_for(client: &crate::Client, len: usize) -> usize {

@@ -1,0 +1,108 @@
+//! `argmax(R, V, pattern)`: `optimized::kernels::argmax_into` vs `reference::sampling::argmax`
+//! per row. Exact ids. The output is poisoned with `0xDEADBEEF` first.
+
+use optimized::{Client, DeviceTensor};
+
+use super::outcome;
+use crate::{compare_ids, rand_vec, Case, Op, Outcome};
+
+/// What the logits look like.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pattern {
+    /// U[-1, 1).
+    Random,
+    /// Quantized to quarters: the maximum appears many times (lowest index wins).
+    Ties,
+    /// Every value equal: id 0.
+    AllEqual,
+    /// Every third value NaN (index 0 included); the rest random.
+    SomeNan,
+    /// Every value NaN: the reference returns V − 1.
+    AllNan,
+    /// −∞ everywhere but a few random positions (and one row of all −∞ → id 0).
+    NegInf,
+    /// Strictly increasing: the last index.
+    MaxLast,
+}
+
+impl Pattern {
+    pub const ALL: [Pattern; 7] =
+        [Pattern::Random, Pattern::Ties, Pattern::AllEqual, Pattern::SomeNan, Pattern::AllNan, Pattern::NegInf, Pattern::MaxLast];
+    fn name(self) -> &'static str {
+        match self {
+            Pattern::Random => "random",
+            Pattern::Ties => "ties",
+            Pattern::AllEqual => "all-equal",
+            Pattern::SomeNan => "some-nan",
+            Pattern::AllNan => "all-nan",
+            Pattern::NegInf => "neg-inf",
+            Pattern::MaxLast => "max-last",
+        }
+    }
+}
+
+/// Logits `[rows, v]` following `p`.
+pub fn logits(rows: usize, v: usize, p: Pattern) -> Vec<f32> {
+    let r = rand_vec(rows * v, 61);
+    (0..rows * v)
+        .map(|k| {
+            let (row, i) = (k / v, k % v);
+            match p {
+                Pattern::Random => r[k],
+                Pattern::Ties => (r[k] * 4.0).round() / 4.0,
+                Pattern::AllEqual => 0.5,
+                Pattern::SomeNan if i % 3 == 0 => f32::NAN,
+                Pattern::SomeNan => r[k],
+                Pattern::AllNan => f32::NAN,
+                Pattern::NegInf if row % 4 != 3 && (i * 31 + row) % 97 == 5 => r[k],
+                Pattern::NegInf => f32::NEG_INFINITY,
+                Pattern::MaxLast => i as f32 * 1e-3 + row as f32,
+            }
+        })
+        .collect()
+}
+
+#[derive(Debug, Clone)]
+pub struct ArgmaxCase {
+    pub rows: usize,
+    pub v: usize,
+    pub pattern: Pattern,
+}
+
+impl Case for ArgmaxCase {
+    fn op(&self) -> Op {
+        Op::Argmax
+    }
+    fn name(&self) -> String {
+        format!("argmax(R={},V={},{},f32)", self.rows, self.v, self.pattern.name())
+    }
+    fn run(&self, client: &Client) -> Outcome {
+        let (rows, v) = (self.rows, self.v);
+        let x = logits(rows, v, self.pattern);
+        let want: Vec<u32> = x.chunks(v).map(reference::sampling::argmax).collect();
+        outcome((|| {
+            let xd = DeviceTensor::from_f32(client, &x, &[rows, v])?;
+            let out = DeviceTensor::from_u32(client, &vec![0xDEAD_BEEF; rows], &[rows])?;
+            optimized::kernels::argmax_into(client, &xd, &out)?;
+            let got = out.to_u32(client)?;
+            Ok(match compare_ids(&got, &want) {
+                Ok(m) => Outcome::Pass(m),
+                Err(e) => Outcome::Fail(e),
+            })
+        })())
+    }
+}
+
+pub fn cases() -> Vec<Box<dyn Case>> {
+    let mut v: Vec<Box<dyn Case>> = Vec::new();
+    for (rows, vocab) in [(1, 32000), (3, 49152), (7, 1), (5, 13), (2, 257), (1, 128_256)] {
+        v.push(Box::new(ArgmaxCase { rows, v: vocab, pattern: Pattern::Random }));
+    }
+    for p in Pattern::ALL {
+        v.push(Box::new(ArgmaxCase { rows: 4, v: 1000, pattern: p }));
+        v.push(Box::new(ArgmaxCase { rows: 2, v: 7, pattern: p }));
+    }
+    v.push(Box::new(ArgmaxCase { rows: 3, v: 50_000, pattern: Pattern::Ties }));
+    v.push(Box::new(ArgmaxCase { rows: 4, v: 32_003, pattern: Pattern::NegInf }));
+    v
+}

@@ -1,0 +1,114 @@
+//! `embedding(V, C, T, dtype)`: `optimized::kernels::embedding_into` vs
+//! `reference::ops::embedding::embedding` on the same (dtype-rounded) table. Exact. The output
+//! is NaN-poisoned before the launch.
+
+use ndarray::Array2;
+use optimized::{Client, DeviceTensor};
+
+use super::outcome;
+use crate::{compare, rand_vec, round_to, tolerance, Case, Dtype, Op, Outcome};
+
+#[derive(Debug, Clone)]
+pub struct EmbeddingCase {
+    pub v: usize,
+    pub c: usize,
+    pub t: usize,
+    pub dtype: Dtype,
+    /// Pass the ids through a device buffer (`embedding_device_ids_into`) instead of a host slice.
+    pub device_ids: bool,
+}
+
+pub(crate) fn device_dtype(d: Dtype) -> optimized::Dtype {
+    match d {
+        Dtype::F32 => optimized::Dtype::F32,
+        Dtype::F16 => optimized::Dtype::F16,
+        Dtype::BF16 => optimized::Dtype::BF16,
+    }
+}
+
+/// `Skip` when the device cannot do arithmetic in `d`.
+pub(crate) fn skip_unsupported(client: &Client, d: Dtype) -> Option<Outcome> {
+    (!device_dtype(d).supported(client))
+        .then(|| Outcome::Skip(format!("{} not supported on {}", d.name(), optimized::device_info(client).name)))
+}
+
+/// Compare under `op`'s tolerance for `dtype`.
+pub(crate) fn judge(got: &[f32], want: &[f32], op: Op, dtype: Dtype) -> Outcome {
+    match compare(got, want, tolerance(op, dtype).0) {
+        Ok(m) => Outcome::Pass(m),
+        Err(e) => Outcome::Fail(e),
+    }
+}
+
+/// Ids for a case: the first and last row, repeats, and a spread in between.
+pub fn ids(v: usize, t: usize) -> Vec<u32> {
+    (0..t)
+        .map(|i| {
+            let id = match i {
+                0 => v - 1,
+                1 => 0,
+                _ if i % 5 == 4 => (i * 7919) % v,
+                _ => (((i as u64 * 2_654_435_761) >> 7) % v as u64) as usize,
+            };
+            id as u32
+        })
+        .collect()
+}
+
+impl Case for EmbeddingCase {
+    fn op(&self) -> Op {
+        Op::Embedding
+    }
+    fn name(&self) -> String {
+        format!(
+            "embedding(V={},C={},T={},{}{})",
+            self.v,
+            self.c,
+            self.t,
+            self.dtype.name(),
+            if self.device_ids { ",device-ids" } else { "" }
+        )
+    }
+    fn run(&self, client: &Client) -> Outcome {
+        if let Some(s) = skip_unsupported(client, self.dtype) {
+            return s;
+        }
+        let (v, c, t) = (self.v, self.c, self.t);
+        let table = round_to(&rand_vec(v * c, 21), self.dtype);
+        let ids = ids(v, t);
+        let Ok(ta) = Array2::from_shape_vec((v, c), table.clone()) else {
+            return Outcome::Fail("bad case shape".into());
+        };
+        let want = match reference::ops::embedding::embedding(ta.view(), &ids) {
+            Ok(w) => w.iter().copied().collect::<Vec<f32>>(),
+            Err(e) => return Outcome::Fail(format!("reference: {e}")),
+        };
+        outcome((|| {
+            let td = DeviceTensor::from_f32_as(client, &table, &[v, c], device_dtype(self.dtype))?;
+            let out = DeviceTensor::from_f32(client, &vec![f32::NAN; t * c], &[t, c])?;
+            if self.device_ids {
+                let idd = DeviceTensor::from_u32(client, &ids, &[t])?;
+                optimized::kernels::embedding_device_ids_into(client, &td, &idd, &out)?;
+            } else {
+                optimized::kernels::embedding_into(client, &td, &ids, &out)?;
+            }
+            // An out-of-range id must be refused on the host, naming it.
+            match optimized::kernels::embedding_into(client, &td, &[0, v as u32], &DeviceTensor::empty_f32(client, &[2, c])) {
+                Err(optimized::Error::Shape(m)) if m.contains(&v.to_string()) => {}
+                other => return Ok(Outcome::Fail(format!("id {v} ≥ V not refused: {other:?}"))),
+            }
+            Ok(judge(&out.to_f32(client)?, &want, Op::Embedding, self.dtype))
+        })())
+    }
+}
+
+pub fn cases() -> Vec<Box<dyn Case>> {
+    let mut v: Vec<Box<dyn Case>> = Vec::new();
+    for dtype in [Dtype::F32, Dtype::F16, Dtype::BF16] {
+        for (vocab, c, t) in [(1000, 64, 7), (37, 577, 13), (32003, 128, 1), (5, 1, 3), (257, 2, 300), (49152, 96, 17)] {
+            v.push(Box::new(EmbeddingCase { v: vocab, c, t, dtype, device_ids: false }));
+        }
+        v.push(Box::new(EmbeddingCase { v: 101, c: 96, t: 9, dtype, device_ids: true }));
+    }
+    v
+}

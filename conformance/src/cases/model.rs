@@ -1,0 +1,158 @@
+//! Whole-model conformance: the GPU model vs the reference on the same (dtype-rounded)
+//! weights — every block's hidden states, the logits of a prefill, then decode steps through
+//! the KV cache, and greedy agreement where the reference's top-1 margin allows.
+
+use ndarray::Axis;
+use optimized::model::GpuModel;
+use optimized::{Client, Dtype as DevDtype};
+use reference::weights::{InMemory, Weights};
+use reference::{synthetic, Config, Model, Trace};
+
+use crate::{compare, tolerance, Case, Dtype, Op, Outcome};
+
+/// Which weights a model case uses.
+#[derive(Debug, Clone)]
+pub enum Weightset {
+    /// `synthetic::tiny_configs()` entry, seed 0.
+    Tiny(&'static str),
+    /// The real SmolLM2-135M-Instruct GGUF (dequantized at load).
+    SmolLm2,
+}
+
+#[derive(Debug, Clone)]
+pub struct ModelCase {
+    pub weights: Weightset,
+    pub dtype: Dtype,
+    /// Prompt length, then this many single-token decode steps.
+    pub prompt: usize,
+    pub decode: usize,
+}
+
+/// Greedy steps are only required to agree where the reference's top-1 beats top-2 by more
+/// than this: a 16-bit model may legitimately swap near-ties.
+const GREEDY_MARGIN: f32 = 0.05;
+
+fn dev(d: Dtype) -> DevDtype {
+    match d {
+        Dtype::F32 => DevDtype::F32,
+        Dtype::F16 => DevDtype::F16,
+        Dtype::BF16 => DevDtype::BF16,
+    }
+}
+
+fn load(w: &Weightset) -> Result<(Config, Weights), String> {
+    match w {
+        Weightset::Tiny(name) => {
+            let cfg = synthetic::tiny_configs().into_iter().find(|(n, _)| n == name).map(|(_, c)| c).ok_or(format!("no tiny config {name}"))?;
+            let w = synthetic::weights(&cfg, 0).map_err(|e| e.to_string())?;
+            Ok((cfg, w))
+        }
+        Weightset::SmolLm2 => {
+            let p = reference::fetch::default_model(&mut |m| eprintln!("{m}")).map_err(|e| e.to_string())?;
+            let l = reference::loader::load(&p).map_err(|e| e.to_string())?;
+            Ok((l.config, l.weights))
+        }
+    }
+}
+
+fn top2_margin(row: &[f32]) -> f32 {
+    let (mut a, mut b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+    for &v in row {
+        if v > a {
+            b = a;
+            a = v;
+        } else if v > b {
+            b = v;
+        }
+    }
+    a - b
+}
+
+impl ModelCase {
+    fn body(&self, client: &Client) -> Result<Outcome, String> {
+        let dd = dev(self.dtype);
+        if !dd.supported(client) {
+            return Ok(Outcome::Skip(format!("{} arithmetic not supported on {}", self.dtype.name(), optimized::device_info(client).name)));
+        }
+        let (cfg, w) = load(&self.weights)?;
+        // The reference runs on exactly the weights the device holds.
+        let w = w.map_matrices(|x| dd.round(&[x])[0]);
+        let reference = Model::new(cfg.clone(), w);
+        let ids: Vec<u32> = (0..(self.prompt + self.decode) as u32).map(|i| (i * 7919 + 11) % cfg.vocab as u32).collect();
+        let (prompt, rest) = ids.split_at(self.prompt);
+        let backend = if client.name().contains("cuda") { optimized::Backend::Cuda } else { optimized::Backend::Wgpu };
+        let mut gpu = GpuModel::load(client.clone(), backend, &mut InMemory(&reference.weights), &cfg, dd, ids.len()).map_err(|e| e.to_string())?;
+        let (tol, _) = tolerance(Op::Model, self.dtype);
+
+        let mut cache = reference.new_cache();
+        let mut trace = Trace::default();
+        let want = reference.forward(prompt, &mut cache, Some(&mut trace)).map_err(|e| e.to_string())?;
+        let mut gtrace = Vec::new();
+        let got = gpu.forward(prompt, Some(&mut gtrace)).and_then(|l| l.to_f32(client)).map_err(|e| e.to_string())?;
+        let mut worst = crate::Metrics::default();
+        let mut keep = |what: String, m: Result<crate::Metrics, String>| -> Result<(), String> {
+            let m = m.map_err(|e| format!("{what}: {e}"))?;
+            worst.nmse = worst.nmse.max(m.nmse);
+            worst.max_abs = worst.max_abs.max(m.max_abs);
+            worst.n += m.n;
+            Ok(())
+        };
+        for (l, (h, g)) in trace.hidden.iter().zip(&gtrace).enumerate() {
+            let flat: Vec<f32> = h.iter().copied().collect();
+            if let Err(e) = keep(format!("block {l} hidden state"), compare(g, &flat, tol)) {
+                return Ok(Outcome::Fail(e));
+            }
+        }
+        let flat: Vec<f32> = want.iter().copied().collect();
+        if let Err(e) = keep("prefill logits".into(), compare(&got, &flat, tol)) {
+            return Ok(Outcome::Fail(e));
+        }
+        // Decode through the caches, one token at a time; greedy agreement where it is decided.
+        let mut last_ref = want.index_axis(Axis(0), want.nrows() - 1).to_vec();
+        let mut last_gpu = got[got.len() - cfg.vocab..].to_vec();
+        for (s, &id) in rest.iter().enumerate() {
+            let (r, g) = (reference::sampling::argmax(&last_ref), reference::sampling::argmax(&last_gpu));
+            if r != g && top2_margin(&last_ref) > GREEDY_MARGIN {
+                return Ok(Outcome::Fail(format!("decode step {s}: greedy {g} != reference {r} with margin {:.3}", top2_margin(&last_ref))));
+            }
+            let want = reference.forward(&[id], &mut cache, None).map_err(|e| e.to_string())?;
+            last_ref = want.row(0).to_vec();
+            last_gpu = gpu.forward(&[id], None).and_then(|l| l.to_f32(client)).map_err(|e| e.to_string())?;
+            if let Err(e) = keep(format!("decode step {s} logits"), compare(&last_gpu, &last_ref, tol)) {
+                return Ok(Outcome::Fail(e));
+            }
+        }
+        Ok(Outcome::Pass(worst))
+    }
+}
+
+impl Case for ModelCase {
+    fn op(&self) -> Op {
+        Op::Model
+    }
+    fn name(&self) -> String {
+        let w = match &self.weights {
+            Weightset::Tiny(n) => n.to_string(),
+            Weightset::SmolLm2 => "smollm2-135m-gguf".into(),
+        };
+        format!("model({w},T={},decode={},{})", self.prompt, self.decode, self.dtype.name())
+    }
+    fn run(&self, client: &Client) -> Outcome {
+        self.body(client).unwrap_or_else(Outcome::Fail)
+    }
+}
+
+pub fn cases() -> Vec<Box<dyn Case>> {
+    let mut v: Vec<Box<dyn Case>> = Vec::new();
+    for (name, _) in synthetic::tiny_configs() {
+        for dtype in [Dtype::F32, Dtype::F16, Dtype::BF16] {
+            v.push(Box::new(ModelCase { weights: Weightset::Tiny(name), dtype, prompt: 13, decode: 6 }));
+        }
+    }
+    // The sliding config with a prompt longer than its window (7) and decode past it.
+    v.push(Box::new(ModelCase { weights: Weightset::Tiny("tiny-sliding"), dtype: Dtype::F32, prompt: 1, decode: 20 }));
+    for dtype in [Dtype::F32, Dtype::BF16] {
+        v.push(Box::new(ModelCase { weights: Weightset::SmolLm2, dtype, prompt: 9, decode: 3 }));
+    }
+    v
+}

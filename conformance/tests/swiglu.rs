@@ -1,0 +1,20 @@
+//! SwiGLU conformance: the fixed grid, then random shapes.
+use conformance::cases::swiglu::SwigluCase;
+use conformance::{assert_conformance, backends_from_env, run_cases, Case, Op};
+use proptest::prelude::*;
+
+#[test]
+fn swiglu_grid() {
+    assert_conformance(Some(Op::Swiglu));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+    #[test]
+    fn swiglu_random_shapes(t in 1usize..40, f in 1usize..3000, scale in 0.1f32..50.0) {
+        let cases: Vec<Box<dyn Case>> = vec![Box::new(SwigluCase { t, f, scale })];
+        let r = run_cases(&cases, &backends_from_env());
+        let (_, fails, _) = r.count();
+        prop_assert!(fails == 0, "{}", r.table());
+    }
+}

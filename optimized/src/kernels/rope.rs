@@ -1,0 +1,210 @@
+//! Rotary position embedding of `x [T, H, D]` at positions `pos0 .. pos0 + T`, both pairings
+//! of `reference::RopeLayout` (HalfSplit: `(i, i + D/2)`, Adjacent: `(2i, 2i + 1)`).
+//!
+//! The angles come from a [`RopeTable`] computed on the host exactly like the reference (angle
+//! `pos · θ_i` in f64 from the reference's f32 `θ_i`, sin/cos in f64, rounded to f32), so the
+//! device only does `a·cos − b·sin`, `a·sin + b·cos` in f32 and matches the reference to an ulp
+//! or two (a device compiler may contract to FMA).
+//!
+//! Versions:
+//! - v1: one unit per rotated pair (T·H·D/2 units, 256 per cube), table lookup, in place
+//!   ([`rope_inplace`]) or into another buffer ([`rope_into`]).
+
+use cubecl::prelude::*;
+
+use super::swiglu::Elementwise;
+use crate::{Client, DeviceTensor, Dtype, Error};
+use reference::RopeLayout;
+
+/// cos/sin of `pos · θ_i` for `pos < max_pos`, `i < D/2`, on the device (`[max_pos, D/2]` f32
+/// each). Build once per model (per head dim and base).
+#[derive(Clone, Debug)]
+pub struct RopeTable {
+    pub cos: DeviceTensor,
+    pub sin: DeviceTensor,
+    pub max_pos: usize,
+    pub head_dim: usize,
+    pub base: f32,
+}
+
+impl RopeTable {
+    /// Tables for positions `0 .. max_pos` of heads of width `head_dim` (even) with base θ.
+    pub fn new(client: &Client, max_pos: usize, head_dim: usize, base: f32) -> Result<Self, Error> {
+        if head_dim == 0 || !head_dim.is_multiple_of(2) {
+            return Err(Error::Shape(format!("rope: head dim {head_dim} must be even and > 0")));
+        }
+        let half = head_dim / 2;
+        let len = max_pos
+            .checked_mul(half)
+            .filter(|&n| u32::try_from(n).is_ok())
+            .ok_or_else(|| Error::Shape(format!("rope: table {max_pos}×{half} too large")))?;
+        let freqs: Vec<f64> = (0..half).map(|i| reference::ops::rope::freq(i, head_dim, base) as f64).collect();
+        let mut cos = Vec::with_capacity(len);
+        let mut sin = Vec::with_capacity(len);
+        for pos in 0..max_pos {
+            for &f in &freqs {
+                let angle = pos as f64 * f;
+                cos.push(angle.cos() as f32);
+                sin.push(angle.sin() as f32);
+            }
+        }
+        Ok(Self {
+            cos: DeviceTensor::from_f32(client, &cos, &[max_pos, half])?,
+            sin: DeviceTensor::from_f32(client, &sin, &[max_pos, half])?,
+            max_pos,
+            head_dim,
+            base,
+        })
+    }
+}
+
+/// Pair `p` (of T·H·D/2) → (element a, element b, table index).
+#[cube]
+fn pair_index(p: usize, heads: u32, half: u32, pos0: u32, #[comptime] adjacent: bool) -> (usize, usize, usize) {
+    let hf = half as usize;
+    let th = p / hf; // t·H + h
+    let i = p - th * hf;
+    let t = th / heads as usize;
+    let base = th * 2 * hf;
+    let mut ia = base + i;
+    let mut ib = base + i + hf;
+    if adjacent {
+        ia = base + 2 * i;
+        ib = ia + 1;
+    }
+    (ia, ib, (pos0 as usize + t) * hf + i)
+}
+
+/// v1 out of place: rotates the `n` pairs of `x` into `y`.
+#[cube(launch)]
+pub fn rope_v1(
+    x: &[f32],
+    y: &mut [f32],
+    cos: &[f32],
+    sin: &[f32],
+    heads: u32,
+    half: u32,
+    pos0: u32,
+    n: u32,
+    #[comptime] adjacent: bool,
+) {
+    let p = ABSOLUTE_POS;
+    if p < n as usize {
+        let (ia, ib, k) = pair_index(p, heads, half, pos0, adjacent);
+        let c = cos[k];
+        let s = sin[k];
+        let a = x[ia];
+        let b = x[ib];
+        y[ia] = a * c - b * s;
+        y[ib] = a * s + b * c;
+    }
+}
+
+/// v1 in place: rotates the `n` pairs of `x`.
+#[cube(launch)]
+pub fn rope_inplace_v1(
+    x: &mut [f32],
+    cos: &[f32],
+    sin: &[f32],
+    heads: u32,
+    half: u32,
+    pos0: u32,
+    n: u32,
+    #[comptime] adjacent: bool,
+) {
+    let p = ABSOLUTE_POS;
+    if p < n as usize {
+        let (ia, ib, k) = pair_index(p, heads, half, pos0, adjacent);
+        let c = cos[k];
+        let s = sin[k];
+        let a = x[ia];
+        let b = x[ib];
+        x[ia] = a * c - b * s;
+        x[ib] = a * s + b * c;
+    }
+}
+
+/// Checks; returns (H, D/2, pos0, launch geometry over the pairs), `None` when there is nothing to do.
+fn geometry(client: &Client, x: &DeviceTensor, table: &RopeTable, pos0: usize) -> Result<Option<(u32, u32, u32, Elementwise)>, Error> {
+    let [t, h, d] = x.shape[..] else {
+        return Err(Error::Shape(format!("rope: x shape {:?}, expected [T, H, D]", x.shape)));
+    };
+    if x.dtype != Dtype::F32 {
+        return Err(Error::Shape(format!("rope: x is {}, expected f32", x.dtype.name())));
+    }
+    if d != table.head_dim {
+        return Err(Error::Shape(format!("rope: head dim {d}, table built for {}", table.head_dim)));
+    }
+    if pos0 + t > table.max_pos {
+        return Err(Error::Shape(format!(
+            "rope: positions {pos0}..{} exceed the table's {}",
+            pos0 + t,
+            table.max_pos
+        )));
+    }
+    let pairs = t * h * (d / 2);
+    if pairs == 0 {
+        return Ok(None);
+    }
+    // Pairs are indexed one per unit, not in vectors: ask for a geometry over `pairs` scalars.
+    let e = Elementwise::with_vec(client, "rope", pairs, 1)?;
+    // pos0 + t ≤ max_pos and the table length fits u32 (checked in `RopeTable::new`).
+    Ok(Some((h as u32, (d / 2) as u32, pos0 as u32, e)))
+}
+
+/// Rotates `x [T, H, D]` (positions `pos0 ..`) in place.
+pub fn rope_inplace(client: &Client, x: &DeviceTensor, table: &RopeTable, pos0: usize, layout: RopeLayout) -> Result<(), Error> {
+    let Some((h, half, p0, e)) = geometry(client, x, table, pos0)? else {
+        return Ok(());
+    };
+    unsafe {
+        rope_inplace_v1::launch(
+            client,
+            e.count,
+            e.dim,
+            x.as_arg(1),
+            table.cos.as_arg(1),
+            table.sin.as_arg(1),
+            h,
+            half,
+            p0,
+            e.n,
+            layout == RopeLayout::Adjacent,
+        );
+    }
+    Ok(())
+}
+
+/// Writes `x [T, H, D]` rotated (positions `pos0 ..`) into `out` (same shape, another buffer).
+pub fn rope_into(client: &Client, x: &DeviceTensor, table: &RopeTable, pos0: usize, layout: RopeLayout, out: &DeviceTensor) -> Result<(), Error> {
+    if out.shape != x.shape || out.dtype != Dtype::F32 {
+        return Err(Error::Shape(format!("rope: out is {:?} {}, expected {:?} f32", out.shape, out.dtype.name(), x.shape)));
+    }
+    let Some((h, half, p0, e)) = geometry(client, x, table, pos0)? else {
+        return Ok(());
+    };
+    unsafe {
+        rope_v1::launch(
+            client,
+            e.count,
+            e.dim,
+            x.as_arg(1),
+            out.as_arg(1),
+            table.cos.as_arg(1),
+            table.sin.as_arg(1),
+            h,
+            half,
+            p0,
+            e.n,
+            layout == RopeLayout::Adjacent,
+        );
+    }
+    Ok(())
+}
+
+/// [`rope_into`] a new tensor.
+pub fn rope(client: &Client, x: &DeviceTensor, table: &RopeTable, pos0: usize, layout: RopeLayout) -> Result<DeviceTensor, Error> {
+    let out = DeviceTensor::empty_f32(client, &x.shape);
+    rope_into(client, x, table, pos0, layout, &out)?;
+    Ok(out)
+}

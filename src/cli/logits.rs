@@ -103,8 +103,9 @@ pub fn run(a: LogitsArgs) -> Result<()> {
         "top_logits": top_logits,
         "greedy_ids": greedy,
         "greedy_text": greedy_text,
-        "device": engine.name(),
     });
     println!("{j}");
+    // The JSON object is the stable contract: the engine that produced it goes to stderr.
+    eprintln!("[{}]", engine.name());
     Ok(())
 }

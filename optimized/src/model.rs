@@ -7,16 +7,16 @@ use reference::engine::Engine;
 use reference::weights::{Tensor, TensorSource};
 use reference::{Config, Error as RefError};
 
-use crate::kernels::{argmax, attention, embedding, matmul, residual, rmsnorm_device, rope, swiglu};
+use crate::kernels::rmsnorm::add_rmsnorm_device;
+use crate::kernels::{argmax, attention, embedding, matmul, rmsnorm_device, rope, swiglu};
 use crate::{Backend, Client, DeviceTensor, Dtype, Error};
 
 /// One block's weights on the device. Linear weights `[out, in]` in the model dtype; norm
 /// gains `[C]` in f32.
 pub struct GpuLayer {
     pub attn_norm: DeviceTensor,
-    pub wq: DeviceTensor,
-    pub wk: DeviceTensor,
-    pub wv: DeviceTensor,
+    /// `[(H + 2·Hkv)·D, C]`: Wq, Wk, Wv stacked by rows, so one GEMV computes q, k and v.
+    pub wqkv: DeviceTensor,
     pub wo: DeviceTensor,
     pub ffn_norm: DeviceTensor,
     pub w_gate: DeviceTensor,
@@ -61,29 +61,35 @@ impl GpuModel {
             return Err(Error::Unsupported(format!("{} weights: the {} device has no {} arithmetic", dtype.name(), backend, dtype.name())));
         }
         let mut bytes = 0usize;
-        let mut up = |t: Tensor, as_dtype: Dtype| -> Result<DeviceTensor, Error> {
-            let data = src.load(t, cfg).map_err(lib)?;
+        // Upload the concatenation of `ts` (same column count) as one `[Σ rows, cols]` tensor.
+        let mut up_cat = |ts: &[Tensor], as_dtype: Dtype| -> Result<DeviceTensor, Error> {
+            let mut data = Vec::new();
+            let mut shape = ts.first().map(|t| t.shape(cfg)).unwrap_or_default();
+            for (k, &t) in ts.iter().enumerate() {
+                data.extend(src.load(t, cfg).map_err(lib)?);
+                if k > 0 {
+                    shape[0] += t.shape(cfg)[0];
+                }
+            }
             bytes += data.len() * as_dtype.size();
-            DeviceTensor::from_f32_as(&client, &data, &t.shape(cfg), as_dtype)
+            DeviceTensor::from_f32_as(&client, &data, &shape, as_dtype)
         };
-        let tok_embd = up(Tensor::TokEmbd, dtype)?;
-        let lm_head = if cfg.tied_embeddings { tok_embd.clone() } else { up(Tensor::LmHead, dtype)? };
+        let tok_embd = up_cat(&[Tensor::TokEmbd], dtype)?;
+        let lm_head = if cfg.tied_embeddings { tok_embd.clone() } else { up_cat(&[Tensor::LmHead], dtype)? };
         let mut layers = Vec::with_capacity(cfg.n_layers);
         for l in 0..cfg.n_layers {
             let [an, q, k, v, o, fnm, g, u, d] = Tensor::layer(l);
             layers.push(GpuLayer {
-                attn_norm: up(an, Dtype::F32)?,
-                wq: up(q, dtype)?,
-                wk: up(k, dtype)?,
-                wv: up(v, dtype)?,
-                wo: up(o, dtype)?,
-                ffn_norm: up(fnm, Dtype::F32)?,
-                w_gate: up(g, dtype)?,
-                w_up: up(u, dtype)?,
-                w_down: up(d, dtype)?,
+                attn_norm: up_cat(&[an], Dtype::F32)?,
+                wqkv: up_cat(&[q, k, v], dtype)?,
+                wo: up_cat(&[o], dtype)?,
+                ffn_norm: up_cat(&[fnm], Dtype::F32)?,
+                w_gate: up_cat(&[g], dtype)?,
+                w_up: up_cat(&[u], dtype)?,
+                w_down: up_cat(&[d], dtype)?,
             });
         }
-        let out_norm = up(Tensor::OutNorm, Dtype::F32)?;
+        let out_norm = up_cat(&[Tensor::OutNorm], Dtype::F32)?;
         let capacity = capacity.clamp(1, cfg.max_ctx);
         let rope = rope::RopeTable::new(&client, capacity, cfg.head_dim, cfg.rope_theta)?;
         let kv_shape = [capacity, cfg.n_kv_heads, cfg.head_dim];
@@ -111,32 +117,28 @@ impl GpuModel {
         let c = &self.client;
         let pos0 = self.pos;
         let x = embedding::embedding(c, &self.tok_embd, ids)?;
+        let (h_n, kv_n) = (cfg.n_heads, cfg.n_kv_heads);
+        let first = self.layers.first().ok_or_else(|| Error::Shape("model has no layers".into()))?;
+        let mut h = rmsnorm_device(c, &x, &first.attn_norm, cfg.rms_eps)?;
         for (l, w) in self.layers.iter().enumerate() {
-            // Attention block.
-            let h = rmsnorm_device(c, &x, &w.attn_norm, cfg.rms_eps)?;
-            let q = matmul::linear(c, &h, &w.wq)?.reshape(&[t, cfg.n_heads, d])?;
-            let k = matmul::linear(c, &h, &w.wk)?.reshape(&[t, cfg.n_kv_heads, d])?;
-            let v = matmul::linear(c, &h, &w.wv)?.reshape(&[t, cfg.n_kv_heads, d])?;
-            let q = rope::rope(c, &q, &self.rope, pos0, cfg.rope_layout)?;
-            let k = rope::rope(c, &k, &self.rope, pos0, cfg.rope_layout)?;
-            attention::kv_append(c, &self.k_cache[l], &k, pos0)?;
-            attention::kv_append(c, &self.v_cache[l], &v, pos0)?;
+            // Attention block: one GEMV for q|k|v, one launch for RoPE + the KV-cache write.
+            let qkv = matmul::linear(c, &h, &w.wqkv)?;
+            let q = rope::qkv_rope_cache(c, &qkv, h_n, kv_n, &self.rope, pos0, cfg.rope_layout, &self.k_cache[l], &self.v_cache[l])?;
             let o = attention::attention(c, &q, &self.k_cache[l], &self.v_cache[l], pos0 + t, pos0, cfg.sliding_window)?;
-            let o = o.reshape(&[t, cfg.n_heads * d])?;
-            let a = matmul::linear(c, &o, &w.wo)?;
-            residual::residual_add(c, &x, &a)?;
-            // MLP block.
-            let h = rmsnorm_device(c, &x, &w.ffn_norm, cfg.rms_eps)?;
-            let g = matmul::linear(c, &h, &w.w_gate)?;
-            let u = matmul::linear(c, &h, &w.w_up)?;
+            let a = matmul::linear(c, &o.reshape(&[t, h_n * d])?, &w.wo)?;
+            // x ← x + a, then the MLP's norm, in one launch.
+            let hm = add_rmsnorm_device(c, &x, &a, &w.ffn_norm, cfg.rms_eps)?;
+            let g = matmul::linear(c, &hm, &w.w_gate)?;
+            let u = matmul::linear(c, &hm, &w.w_up)?;
             let m = matmul::linear(c, &swiglu::swiglu(c, &g, &u)?, &w.w_down)?;
-            residual::residual_add(c, &x, &m)?;
+            // x ← x + m, then the next block's attention norm (or the final norm).
+            let next_norm = self.layers.get(l + 1).map_or(&self.out_norm, |n| &n.attn_norm);
+            h = add_rmsnorm_device(c, &x, &m, next_norm, cfg.rms_eps)?;
             if let Some(tr) = trace.as_deref_mut() {
                 tr.push(x.to_f32(c)?);
             }
         }
         self.pos += t;
-        let h = rmsnorm_device(c, &x, &self.out_norm, cfg.rms_eps)?;
         // Only the last position's logits are needed for generation; all are kept for checks.
         matmul::linear(c, &h, &self.lm_head)
     }

@@ -18,10 +18,12 @@ use crate::Case;
 pub fn all() -> Vec<Box<dyn Case>> {
     let mut v: Vec<Box<dyn Case>> = Vec::new();
     v.extend(rmsnorm::cases());
+    v.extend(rmsnorm::fused_cases());
     v.extend(model::cases());
     v.extend(matmul::cases());
     v.extend(embedding::cases());
     v.extend(rope::cases());
+    v.extend(rope::fused_cases());
     v.extend(attention::cases());
     v.extend(swiglu::cases());
     v.extend(residual::cases());

@@ -84,3 +84,81 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     }
     v
 }
+
+/// `qkv_rope_cache` (rope v2: split of a fused q|k|v row + RoPE + KV-cache write) vs the
+/// reference's RoPE on q and k and a plain copy of v. The caches are NaN-poisoned, including
+/// rows outside `pos0 .. pos0+T`, which must stay NaN.
+#[derive(Debug, Clone)]
+pub struct QkvRopeCacheCase {
+    pub t: usize,
+    pub h: usize,
+    pub hkv: usize,
+    pub d: usize,
+    pub pos0: usize,
+    pub layout: RopeLayout,
+}
+
+impl Case for QkvRopeCacheCase {
+    fn op(&self) -> Op {
+        Op::Rope
+    }
+    fn name(&self) -> String {
+        format!("qkv_rope_cache_v2(T={},H={},Hkv={},D={},pos0={},{:?},f32)", self.t, self.h, self.hkv, self.d, self.pos0, self.layout)
+    }
+    fn run(&self, client: &Client) -> Outcome {
+        let (t, h, hkv, d, p0) = (self.t, self.h, self.hkv, self.d, self.pos0);
+        let width = (h + 2 * hkv) * d;
+        let qkv = rand_vec(t * width, 41);
+        let base = 10_000.0;
+        let part = |lo: usize, n: usize| -> Array3<f32> {
+            let mut a = Array3::zeros((t, n, d));
+            for tt in 0..t {
+                for j in 0..n * d {
+                    a[[tt, j / d, j % d]] = qkv[tt * width + lo * d + j];
+                }
+            }
+            a
+        };
+        let (mut q, mut k, v) = (part(0, h), part(h, hkv), part(h + hkv, hkv));
+        reference::ops::rope::rope(q.view_mut(), p0, base, self.layout);
+        reference::ops::rope::rope(k.view_mut(), p0, base, self.layout);
+        let cap = p0 + t + 2;
+        // Expected caches: NaN everywhere except rows p0..p0+T.
+        let mut want_k = vec![f32::NAN; cap * hkv * d];
+        let mut want_v = want_k.clone();
+        want_k[p0 * hkv * d..(p0 + t) * hkv * d].copy_from_slice(k.as_slice().unwrap_or(&[]));
+        want_v[p0 * hkv * d..(p0 + t) * hkv * d].copy_from_slice(v.as_slice().unwrap_or(&[]));
+        outcome((|| {
+            let table = RopeTable::new(client, cap, d, base)?;
+            let qkvd = DeviceTensor::from_f32(client, &qkv, &[t, width])?;
+            let kc = DeviceTensor::from_f32(client, &vec![f32::NAN; cap * hkv * d], &[cap, hkv, d])?;
+            let vc = DeviceTensor::from_f32(client, &vec![f32::NAN; cap * hkv * d], &[cap, hkv, d])?;
+            let qd = optimized::kernels::rope::qkv_rope_cache(client, &qkvd, h, hkv, &table, p0, self.layout, &kc, &vc)?;
+            let (gq, gk, gv) = (qd.to_f32(client)?, kc.to_f32(client)?, vc.to_f32(client)?);
+            // Rows outside the written range must still be NaN (nothing written out of bounds).
+            let rows = |g: &[f32], w: &[f32]| -> Result<(), String> {
+                let lo = p0 * hkv * d;
+                let hi = (p0 + t) * hkv * d;
+                if g[..lo].iter().chain(&g[hi..]).any(|x| !x.is_nan()) {
+                    return Err("wrote a cache row outside pos0..pos0+T".into());
+                }
+                crate::compare(&g[lo..hi], &w[lo..hi], crate::tolerance(Op::Rope, Dtype::F32).0).map(|_| ())
+            };
+            let verdict = rows(&gk, &want_k).and_then(|_| rows(&gv, &want_v)).map_err(|e| format!("cache: {e}"));
+            Ok(match verdict {
+                Err(e) => Outcome::Fail(e),
+                Ok(()) => judge(&gq, q.as_slice().unwrap_or(&[]), Op::Rope, Dtype::F32),
+            })
+        })())
+    }
+}
+
+pub fn fused_cases() -> Vec<Box<dyn Case>> {
+    let mut v: Vec<Box<dyn Case>> = Vec::new();
+    for (t, h, hkv, d, p0) in [(1, 9, 3, 64, 0), (1, 32, 4, 64, 127), (7, 4, 4, 16, 3), (5, 8, 1, 128, 8000), (3, 3, 1, 20, 1)] {
+        for layout in [RopeLayout::HalfSplit, RopeLayout::Adjacent] {
+            v.push(Box::new(QkvRopeCacheCase { t, h, hkv, d, pos0: p0, layout }));
+        }
+    }
+    v
+}

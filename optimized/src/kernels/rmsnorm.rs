@@ -6,6 +6,9 @@
 //!   reduces the partial sums in shared memory (power-of-two block, `sync_cube` per level),
 //!   then every unit scales its strided vectors by `1/sqrt(sum/C + eps) * w`. Cubes are spread
 //!   over x/y/z with [`CubeCountSelection`] so any row count fits the grid limits.
+//! - v2 ([`add_rmsnorm_device`]): the residual add fused in front — `x ← x + y`, then
+//!   `h = RMSNorm(x)·w` — one launch where the block took two (residual add, next norm). Same
+//!   reduction as v1; each unit re-reads only the elements it wrote.
 
 use cubecl::prelude::*;
 use cubecl::server::CubeCountSelection;
@@ -143,4 +146,96 @@ pub fn rmsnorm(
     let xd = DeviceTensor::from_f32(client, x, &[rows, c])?;
     let wd = DeviceTensor::from_f32(client, w, &[c])?;
     rmsnorm_device(client, &xd, &wd, eps)?.to_f32(client)
+}
+
+/// v2 kernel: `x ← x + y` then `h = x / sqrt(mean(x²) + eps) · w`, one cube per row.
+#[cube(launch)]
+pub fn add_rmsnorm_v2<F: Float, N: Size>(
+    x: &mut [Vector<F, N>],
+    y: &[Vector<F, N>],
+    w: &[Vector<F, N>],
+    h: &mut [Vector<F, N>],
+    rows: u32,
+    vecs_per_row: u32,
+    inv_c: f32,
+    eps: f32,
+    #[comptime] block: usize,
+) {
+    let row = CUBE_POS;
+    if row < rows as usize {
+        let tid = UNIT_POS_X as usize;
+        let units = CUBE_DIM_X as usize;
+        let n = vecs_per_row as usize;
+        let base = row * n;
+
+        let mut acc = F::new(0.0);
+        let mut i = tid;
+        while i < n {
+            let v = x[base + i] + y[base + i];
+            x[base + i] = v;
+            acc += v.dot(v);
+            i += units;
+        }
+
+        let mut partial = Shared::<[F]>::new_slice(block);
+        partial[tid] = acc;
+        sync_cube();
+
+        let mut stride = units / 2;
+        while stride > 0 {
+            if tid < stride {
+                partial[tid] = partial[tid] + partial[tid + stride];
+            }
+            sync_cube();
+            stride /= 2;
+        }
+
+        let inv_rms = F::inverse_sqrt(partial[0] * F::cast_from(inv_c) + F::cast_from(eps));
+        let scale = Vector::<F, N>::new(inv_rms);
+        let mut j = tid;
+        while j < n {
+            h[base + j] = x[base + j] * scale * w[j];
+            j += units;
+        }
+    }
+}
+
+/// `x ← x + y` (in place) and return `RMSNorm(x)·w`, for `x`, `y` `[.., C]` f32, `w` `[C]`.
+pub fn add_rmsnorm_device(client: &Client, x: &DeviceTensor, y: &DeviceTensor, w: &DeviceTensor, eps: f32) -> Result<DeviceTensor, Error> {
+    if y.shape != x.shape {
+        return Err(Error::Shape(format!("add_rmsnorm: y shape {:?} != x shape {:?}", y.shape, x.shape)));
+    }
+    let c = *x.shape.last().ok_or_else(|| Error::Shape("add_rmsnorm: x has no axes".into()))?;
+    if w.shape != [c] || c == 0 {
+        return Err(Error::Shape(format!("add_rmsnorm: w shape {:?}, expected [{c}] with C > 0", w.shape)));
+    }
+    let rows = x.numel() / c;
+    let h = DeviceTensor::empty_f32(client, &x.shape);
+    if rows == 0 {
+        return Ok(h);
+    }
+    let rows_u32 = u32::try_from(rows).map_err(|_| Error::Shape(format!("add_rmsnorm: {rows} rows exceed u32")))?;
+    let vec = vector_size_for(client, c);
+    let vecs_per_row = c / vec;
+    let hw = &client.properties().hardware;
+    let block = prev_pow2(V1_BLOCK.min(hw.max_units_per_cube).min(hw.max_cube_dim.0)).min((vecs_per_row as u32).next_power_of_two());
+    let count = CubeCountSelection::new(client, rows_u32).cube_count();
+    unsafe {
+        add_rmsnorm_v2::launch::<f32>(
+            client,
+            count,
+            CubeDim::new_1d(block),
+            vec,
+            x.as_arg(vec),
+            y.as_arg(vec),
+            w.as_arg(vec),
+            h.as_arg(vec),
+            rows_u32,
+            vecs_per_row as u32,
+            1.0 / c as f32,
+            eps,
+            block as usize,
+        );
+    }
+    Ok(h)
 }

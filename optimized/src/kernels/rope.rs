@@ -9,6 +9,10 @@
 //! Versions:
 //! - v1: one unit per rotated pair (T·H·D/2 units, 256 per cube), table lookup, in place
 //!   ([`rope_inplace`]) or into another buffer ([`rope_into`]).
+//! - v2 ([`qkv_rope_cache`]): fused split + RoPE + KV write. Reads the output of ONE q/k/v
+//!   GEMV (`[T, (H + 2·Hkv)·D]`), writes rotated q to `[T, H, D]`, rotated k and plain v
+//!   straight into the KV caches at rows `pos0 ..`: one launch where v1 took five
+//!   (rope q, rope k, two cache writes; plus two of the three GEMVs saved by the caller).
 
 use cubecl::prelude::*;
 
@@ -207,4 +211,124 @@ pub fn rope(client: &Client, x: &DeviceTensor, table: &RopeTable, pos0: usize, l
     let out = DeviceTensor::empty_f32(client, &x.shape);
     rope_into(client, x, table, pos0, layout, &out)?;
     Ok(out)
+}
+
+/// v2 kernel: one unit per pair of the fused row (T·(H+2Hkv)·D/2 units). Heads `< H` are q,
+/// the next `Hkv` are k (rotated into `kc`), the last `Hkv` are v (copied into `vc`).
+#[cube(launch)]
+pub fn qkv_rope_cache_v2(
+    qkv: &[f32],
+    q: &mut [f32],
+    kc: &mut [f32],
+    vc: &mut [f32],
+    cos: &[f32],
+    sin: &[f32],
+    heads: u32,
+    kv_heads: u32,
+    half: u32,
+    pos0: u32,
+    n: u32,
+    #[comptime] adjacent: bool,
+) {
+    let p = ABSOLUTE_POS;
+    if p < n as usize {
+        let hf = half as usize;
+        let all = (heads + 2 * kv_heads) as usize;
+        let th = p / hf; // t·(H+2Hkv) + head
+        let i = p - th * hf;
+        let t = th / all;
+        let head = th - t * all;
+        // Offsets of the pair inside one head of width D.
+        let mut oa = i;
+        let mut ob = i + hf;
+        if adjacent {
+            oa = 2 * i;
+            ob = oa + 1;
+        }
+        let d = 2 * hf;
+        let src = th * d;
+        let a = qkv[src + oa];
+        let b = qkv[src + ob];
+        let k = (pos0 as usize + t) * hf + i;
+        let c = cos[k];
+        let s = sin[k];
+        let h = heads as usize;
+        let hk = kv_heads as usize;
+        if head < h {
+            let dst = (t * h + head) * d;
+            q[dst + oa] = a * c - b * s;
+            q[dst + ob] = a * s + b * c;
+        } else if head < h + hk {
+            let dst = ((pos0 as usize + t) * hk + (head - h)) * d;
+            kc[dst + oa] = a * c - b * s;
+            kc[dst + ob] = a * s + b * c;
+        } else {
+            let dst = ((pos0 as usize + t) * hk + (head - h - hk)) * d;
+            vc[dst + oa] = a;
+            vc[dst + ob] = b;
+        }
+    }
+}
+
+/// Split `qkv [T, (H + 2·Hkv)·D]` (one fused GEMV's output) into rotated q `[T, H, D]` (new
+/// tensor), and rotated k / plain v written into `k_cache`, `v_cache` (`[cap, Hkv, D]`) at rows
+/// `pos0 .. pos0 + T`. Same arithmetic as v1 ([`rope_into`] + `attention::kv_append`).
+pub fn qkv_rope_cache(
+    client: &Client,
+    qkv: &DeviceTensor,
+    heads: usize,
+    kv_heads: usize,
+    table: &RopeTable,
+    pos0: usize,
+    layout: RopeLayout,
+    k_cache: &DeviceTensor,
+    v_cache: &DeviceTensor,
+) -> Result<DeviceTensor, Error> {
+    let d = table.head_dim;
+    let width = (heads + 2 * kv_heads) * d;
+    let [t, w] = qkv.shape[..] else {
+        return Err(Error::Shape(format!("qkv_rope_cache: qkv shape {:?}, expected [T, {width}]", qkv.shape)));
+    };
+    if w != width || qkv.dtype != Dtype::F32 {
+        return Err(Error::Shape(format!("qkv_rope_cache: qkv {:?} {}, expected [T, {width}] f32", qkv.shape, qkv.dtype.name())));
+    }
+    for (name, c) in [("k_cache", k_cache), ("v_cache", v_cache)] {
+        let ok = c.shape.len() == 3 && c.shape[1] == kv_heads && c.shape[2] == d && c.dtype == Dtype::F32;
+        if !ok || pos0 + t > c.shape[0] {
+            return Err(Error::Shape(format!(
+                "qkv_rope_cache: {name} {:?} cannot take rows {pos0}..{} of [_, {kv_heads}, {d}]",
+                c.shape,
+                pos0 + t
+            )));
+        }
+    }
+    if pos0 + t > table.max_pos {
+        return Err(Error::Shape(format!("qkv_rope_cache: positions {pos0}..{} exceed the table's {}", pos0 + t, table.max_pos)));
+    }
+    let q = DeviceTensor::empty_f32(client, &[t, heads, d]);
+    let pairs = t * width / 2;
+    if pairs == 0 {
+        return Ok(q);
+    }
+    let e = Elementwise::with_vec(client, "qkv_rope_cache", pairs, 1)?;
+    unsafe {
+        qkv_rope_cache_v2::launch(
+            client,
+            e.count,
+            e.dim,
+            qkv.as_arg(1),
+            q.as_arg(1),
+            k_cache.as_arg(1),
+            v_cache.as_arg(1),
+            table.cos.as_arg(1),
+            table.sin.as_arg(1),
+            heads as u32,
+            kv_heads as u32,
+            (d / 2) as u32,
+            pos0 as u32,
+            e.n,
+            layout == RopeLayout::Adjacent,
+        );
+    }
+    Ok(q)
 }

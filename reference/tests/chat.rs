@@ -1,24 +1,12 @@
 //! Chat template from the real SmolLM2 GGUF against the oracle prompt, plus HF conventions.
 
-use std::path::PathBuf;
+mod common;
+use common::oracle_dir;
 
 use reference::chat::{ChatTemplate, Message};
 use reference::gguf::GgufFile;
 use reference::tokenizer::Tokenizer;
 
-/// `$TANDEM_ORACLE_DIR`, else `<repo>/../shared/oracle`; fails (never skips) when missing.
-fn oracle_dir() -> PathBuf {
-    let dir = match std::env::var_os("TANDEM_ORACLE_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/oracle"),
-    };
-    assert!(
-        dir.is_dir(),
-        "oracle dir {} is missing: check out shared/ beside the repo or set TANDEM_ORACLE_DIR",
-        dir.display()
-    );
-    dir
-}
 
 fn model() -> GgufFile {
     let path = reference::fetch::default_model(&mut |m| eprintln!("{m}")).unwrap();

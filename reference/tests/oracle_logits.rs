@@ -2,17 +2,12 @@
 //! (HF transformers fp32, see ../shared/oracle/README.md): top-10 logits within 1e-3 at every
 //! prompt position, and the same 32-token greedy continuation.
 
-use std::path::PathBuf;
+mod common;
+use common::oracle_dir;
 
 use reference::{loader, Model};
 use serde_json::Value;
 
-fn oracle_dir() -> PathBuf {
-    match std::env::var_os("TANDEM_ORACLE_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/oracle"),
-    }
-}
 
 fn load_case(name: &str) -> Value {
     let p = oracle_dir().join(format!("{name}.json"));

@@ -3,23 +3,12 @@
 
 use std::path::PathBuf;
 
+mod common;
+use common::oracle_dir;
+
 use reference::gguf::{GgufFile, GgufWriter, Value};
 use reference::tokenizer::Tokenizer;
 
-/// The oracle directory: `$TANDEM_ORACLE_DIR`, else `<repo>/../shared/oracle`. Panics (fails
-/// the test) if it is missing: these tests must never silently skip.
-fn oracle_dir() -> PathBuf {
-    let dir = match std::env::var_os("TANDEM_ORACLE_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/oracle"),
-    };
-    assert!(
-        dir.is_dir(),
-        "oracle dir {} is missing: check out shared/ beside the repo or set TANDEM_ORACLE_DIR",
-        dir.display()
-    );
-    dir
-}
 
 fn model_tokenizer() -> Tokenizer {
     let path = reference::fetch::default_model(&mut |m| eprintln!("{m}")).unwrap();

@@ -13,3 +13,7 @@ export INSTA_UPDATE=no
 export TANDEM_REQUIRE_WGPU=1
 export TANDEM_BACKENDS="${TANDEM_BACKENDS:-wgpu,cuda}"
 cargo test --release --workspace "$@"
+# The conformance summary table (pass / fail / skip per runtime and op) for the log: the
+# cubecl kernels on wgpu over lavapipe; CUDA is reported as skipped on machines without it.
+# Fails on any failure, or when nothing passed.
+cargo run --release --quiet -- conformance --backends "$TANDEM_BACKENDS"

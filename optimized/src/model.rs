@@ -1,7 +1,12 @@
 //! The whole llama-family forward pass on the GPU, kernel by kernel, following the same
 //! block diagram as `reference::model` (see there). Weights are uploaded once, each tensor
 //! straight from its source (GGUF, safetensors, or synthetic generation) so the host never
-//! holds more than one tensor; the KV cache is contiguous on the device.
+//! holds more than one block's q/k/v; the KV cache is contiguous on the device.
+//!
+//! Per block (13 launches): one GEMV for q|k|v (weights stacked at load), rope v2 (split +
+//! RoPE + KV-cache write), attention v1 (2), Wo, rmsnorm v2 (residual add + MLP norm), gate,
+//! up, SwiGLU, down, rmsnorm v2 (residual add + next block's norm). The unfused v1 kernels
+//! (rope v1, kv_append, residual_add, rmsnorm v1) stay tested in `conformance`.
 
 use reference::engine::Engine;
 use reference::weights::{Tensor, TensorSource};

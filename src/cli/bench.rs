@@ -100,7 +100,8 @@ pub fn run(a: BenchArgs) -> Result<()> {
         Some(b) => {
             let client = optimized::client(b).map_err(|e| CliError::Gpu(e.to_string()))?;
             let rate = optimized::bandwidth::copy_rate(&client, 1 << 30, 10).map_err(|e| CliError::Gpu(e.to_string()))?;
-            let elem = if engine.name().ends_with("f32") { 4 } else { 2 };
+            // The dtype the engine was built with (same choice as `Opened::engine`).
+            let elem = super::source::pick_dtype(&client, a.model.dtype.as_deref())?.size();
             (rate, elem, "device")
         }
     };

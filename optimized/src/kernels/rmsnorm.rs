@@ -71,6 +71,45 @@ pub fn rmsnorm_v1<F: Float, N: Size>(
     }
 }
 
+/// Shape checks and launch geometry shared by the v1 and v2 launchers: one cube per row of
+/// `x [.., C]`, a power-of-two block of units striding over the row in vectors.
+struct RowGeometry {
+    rows: u32,
+    vec: usize,
+    vecs_per_row: u32,
+    inv_c: f32,
+    block: u32,
+    count: CubeCount,
+}
+
+impl RowGeometry {
+    /// `None` when `x` has no rows (nothing to launch).
+    fn new(client: &Client, op: &str, x: &DeviceTensor, w: &DeviceTensor) -> Result<Option<Self>, Error> {
+        let c = *x.shape.last().ok_or_else(|| Error::Shape(format!("{op}: x has no axes")))?;
+        if w.shape != [c] {
+            return Err(Error::Shape(format!("{op}: w shape {:?}, expected [{c}]", w.shape)));
+        }
+        if c == 0 {
+            return Err(Error::Shape(format!("{op}: rows of length 0")));
+        }
+        let rows = x.numel() / c;
+        if rows == 0 {
+            return Ok(None);
+        }
+        let too_big = |what: &str, v: usize| Error::Shape(format!("{op}: {what} {v} exceeds u32"));
+        let rows_u32 = u32::try_from(rows).map_err(|_| too_big("rows", rows))?;
+        let vec = vector_size_for(client, c);
+        let vecs_per_row = u32::try_from(c / vec).map_err(|_| too_big("row length", c))?;
+        let hw = &client.properties().hardware;
+        let block = prev_pow2(V1_BLOCK.min(hw.max_units_per_cube).min(hw.max_cube_dim.0)).min(vecs_per_row.next_power_of_two());
+        if block as usize * std::mem::size_of::<f32>() > hw.max_shared_memory_size {
+            return Err(Error::Unsupported(format!("{op} needs {} B of shared memory", block * 4)));
+        }
+        let count = CubeCountSelection::new(client, rows_u32).cube_count();
+        Ok(Some(RowGeometry { rows: rows_u32, vec, vecs_per_row, inv_c: 1.0 / c as f32, block, count }))
+    }
+}
+
 /// RMSNorm over the last axis of a device tensor `x` (`[.., C]`) with weight `w` (`[C]`);
 /// returns a new device tensor of `x`'s shape. Nothing is read back: errors of the launch
 /// surface when the result (or anything after it) is read, see [`DeviceTensor::to_f32`].
@@ -80,54 +119,24 @@ pub fn rmsnorm_device(
     w: &DeviceTensor,
     eps: f32,
 ) -> Result<DeviceTensor, Error> {
-    let c = *x
-        .shape
-        .last()
-        .ok_or_else(|| Error::Shape("rmsnorm: x has no axes".into()))?;
-    if w.shape != [c] {
-        return Err(Error::Shape(format!(
-            "rmsnorm: w shape {:?}, expected [{c}]",
-            w.shape
-        )));
-    }
-    if c == 0 {
-        return Err(Error::Shape("rmsnorm: rows of length 0".into()));
-    }
-    let rows = x.numel() / c;
     let y = DeviceTensor::empty_f32(client, &x.shape);
-    if rows == 0 {
+    let Some(g) = RowGeometry::new(client, "rmsnorm", x, w)? else {
         return Ok(y);
-    }
-    let too_big = |what: &str, v: usize| Error::Shape(format!("rmsnorm: {what} {v} exceeds u32"));
-    let rows_u32 = u32::try_from(rows).map_err(|_| too_big("rows", rows))?;
-
-    let vec = vector_size_for(client, c);
-    let vecs_per_row = c / vec;
-    let hw = &client.properties().hardware;
-    let block = prev_pow2(V1_BLOCK.min(hw.max_units_per_cube).min(hw.max_cube_dim.0))
-        .min((vecs_per_row as u32).next_power_of_two());
-    if block as usize * std::mem::size_of::<f32>() > hw.max_shared_memory_size {
-        return Err(Error::Unsupported(format!(
-            "rmsnorm v1 needs {} B of shared memory",
-            block * 4
-        )));
-    }
-
-    let count = CubeCountSelection::new(client, rows_u32).cube_count();
+    };
     unsafe {
         rmsnorm_v1::launch::<f32>(
             client,
-            count,
-            CubeDim::new_1d(block),
-            vec,
-            x.as_arg(vec),
-            w.as_arg(vec),
-            y.as_arg(vec),
-            rows_u32,
-            u32::try_from(vecs_per_row).map_err(|_| too_big("row length", c))?,
-            1.0 / c as f32,
+            g.count,
+            CubeDim::new_1d(g.block),
+            g.vec,
+            x.as_arg(g.vec),
+            w.as_arg(g.vec),
+            y.as_arg(g.vec),
+            g.rows,
+            g.vecs_per_row,
+            g.inv_c,
             eps,
-            block as usize,
+            g.block as usize,
         );
     }
     Ok(y)
@@ -205,36 +214,25 @@ pub fn add_rmsnorm_device(client: &Client, x: &DeviceTensor, y: &DeviceTensor, w
     if y.shape != x.shape {
         return Err(Error::Shape(format!("add_rmsnorm: y shape {:?} != x shape {:?}", y.shape, x.shape)));
     }
-    let c = *x.shape.last().ok_or_else(|| Error::Shape("add_rmsnorm: x has no axes".into()))?;
-    if w.shape != [c] || c == 0 {
-        return Err(Error::Shape(format!("add_rmsnorm: w shape {:?}, expected [{c}] with C > 0", w.shape)));
-    }
-    let rows = x.numel() / c;
     let h = DeviceTensor::empty_f32(client, &x.shape);
-    if rows == 0 {
+    let Some(g) = RowGeometry::new(client, "add_rmsnorm", x, w)? else {
         return Ok(h);
-    }
-    let rows_u32 = u32::try_from(rows).map_err(|_| Error::Shape(format!("add_rmsnorm: {rows} rows exceed u32")))?;
-    let vec = vector_size_for(client, c);
-    let vecs_per_row = c / vec;
-    let hw = &client.properties().hardware;
-    let block = prev_pow2(V1_BLOCK.min(hw.max_units_per_cube).min(hw.max_cube_dim.0)).min((vecs_per_row as u32).next_power_of_two());
-    let count = CubeCountSelection::new(client, rows_u32).cube_count();
+    };
     unsafe {
         add_rmsnorm_v2::launch::<f32>(
             client,
-            count,
-            CubeDim::new_1d(block),
-            vec,
-            x.as_arg(vec),
-            y.as_arg(vec),
-            w.as_arg(vec),
-            h.as_arg(vec),
-            rows_u32,
-            vecs_per_row as u32,
-            1.0 / c as f32,
+            g.count,
+            CubeDim::new_1d(g.block),
+            g.vec,
+            x.as_arg(g.vec),
+            y.as_arg(g.vec),
+            w.as_arg(g.vec),
+            h.as_arg(g.vec),
+            g.rows,
+            g.vecs_per_row,
+            g.inv_c,
             eps,
-            block as usize,
+            g.block as usize,
         );
     }
     Ok(h)

@@ -16,6 +16,7 @@ pub mod kv_cache;
 pub mod loader;
 pub mod model;
 pub mod ops;
+pub mod quant;
 pub mod sampling;
 pub mod synthetic;
 pub mod engine;

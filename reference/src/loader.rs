@@ -10,6 +10,7 @@ use crate::config::{Config, RopeLayout};
 use crate::dequant::{dequant_bf16, dequant_f16, dequant_f32};
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
+use crate::quant::{self, QuantTensor, Scheme};
 use crate::weights::{Naming, Tensor, TensorSource, Weights};
 
 impl TensorSource for GgufFile {
@@ -26,6 +27,18 @@ pub struct SafetensorsDir {
     maps: Vec<(PathBuf, Mmap)>,
     /// tensor name → index into `maps`.
     index: HashMap<String, usize>,
+    /// `quantization_config` of the directory's config.json: linear weights are stored
+    /// quantized in this scheme (see [`crate::quant::store`]).
+    pub quant: Option<Scheme>,
+}
+
+/// One stored tensor, undecoded.
+pub struct RawTensor<'a> {
+    /// The file it is in.
+    pub path: &'a Path,
+    pub dtype: Dtype,
+    pub shape: Vec<usize>,
+    pub data: &'a [u8],
 }
 
 impl SafetensorsDir {
@@ -54,7 +67,22 @@ impl SafetensorsDir {
             }
             maps.push((p, m));
         }
-        Ok(SafetensorsDir { dir: dir.to_path_buf(), maps, index })
+        let quant = quant::store::read_quant_config(&dir.join("config.json"))?;
+        Ok(SafetensorsDir { dir: dir.to_path_buf(), maps, index, quant })
+    }
+
+    /// Whether some file holds tensor `name`.
+    pub fn contains(&self, name: &str) -> bool {
+        self.index.contains_key(name)
+    }
+
+    /// Tensor `name` as stored (dtype, shape, bytes), borrowed from the mapping.
+    pub fn raw(&self, name: &str) -> Result<RawTensor<'_>> {
+        let &i = self.index.get(name).ok_or_else(|| Error::tensor(&self.dir, name, "missing from every *.safetensors file"))?;
+        let (p, m) = &self.maps[i];
+        let st = SafeTensors::deserialize(m).map_err(|e| Error::format(p, format!("invalid safetensors: {e}")))?;
+        let v = st.tensor(name).map_err(|e| Error::tensor(p, name, e.to_string()))?;
+        Ok(RawTensor { path: p, dtype: v.dtype(), shape: v.shape().to_vec(), data: v.data() })
     }
 
     /// Tensor `name` as f32 with its shape (F32/F16/BF16 stored).
@@ -76,6 +104,9 @@ impl SafetensorsDir {
 
 impl TensorSource for SafetensorsDir {
     fn load(&mut self, t: Tensor, cfg: &Config) -> Result<Vec<f32>> {
+        if let Some(q) = self.load_quantized(t, cfg)? {
+            return Ok(q.dequant());
+        }
         let name = t.name(Naming::Hf);
         let (shape, data) = self.get(&name)?;
         let want = t.shape(cfg);
@@ -84,6 +115,13 @@ impl TensorSource for SafetensorsDir {
             return Err(Error::tensor(p, name, format!("shape {shape:?}, expected {want:?}")));
         }
         Ok(data)
+    }
+
+    fn load_quantized(&mut self, t: Tensor, cfg: &Config) -> Result<Option<QuantTensor>> {
+        match self.quant {
+            Some(scheme) if quant::is_linear(t) => quant::store::read_quantized(self, t, cfg, scheme).map(Some),
+            _ => Ok(None),
+        }
     }
 }
 
@@ -122,6 +160,27 @@ pub fn load(path: &Path) -> Result<Loaded> {
 /// Write `weights` + `config` as an HF directory (config.json + model.safetensors, F32).
 pub fn write_hf_dir(dir: &Path, cfg: &Config, weights: &Weights) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let j = hf_config_json(cfg);
+    let cp = dir.join("config.json");
+    std::fs::write(&cp, serde_json::to_string_pretty(&j).unwrap_or_default()).map_err(|e| Error::io(&cp, e))?;
+    let mut bufs: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+    weights.for_each(cfg, |t, s| {
+        bufs.push((t.name(Naming::Hf), t.shape(cfg), s.iter().flat_map(|v| v.to_le_bytes()).collect()));
+    });
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = bufs
+        .iter()
+        .map(|(n, s, b)| {
+            safetensors::tensor::TensorView::new(Dtype::F32, s.clone(), b)
+                .map(|v| (n.clone(), v))
+                .map_err(|e| Error::tensor(dir, n, e.to_string()))
+        })
+        .collect::<Result<_>>()?;
+    let out = dir.join("model.safetensors");
+    safetensors::serialize_to_file(views, None, &out).map_err(|e| Error::format(&out, e.to_string()))
+}
+
+/// The HF `config.json` of `cfg` (llama, or mistral when it has a sliding window).
+pub fn hf_config_json(cfg: &Config) -> serde_json::Value {
     let mut j = serde_json::json!({
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
@@ -145,22 +204,7 @@ pub fn write_hf_dir(dir: &Path, cfg: &Config, weights: &Weights) -> Result<()> {
         j["model_type"] = "mistral".into();
         j["architectures"] = serde_json::json!(["MistralForCausalLM"]);
     }
-    let cp = dir.join("config.json");
-    std::fs::write(&cp, serde_json::to_string_pretty(&j).unwrap_or_default()).map_err(|e| Error::io(&cp, e))?;
-    let mut bufs: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
-    weights.for_each(cfg, |t, s| {
-        bufs.push((t.name(Naming::Hf), t.shape(cfg), s.iter().flat_map(|v| v.to_le_bytes()).collect()));
-    });
-    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = bufs
-        .iter()
-        .map(|(n, s, b)| {
-            safetensors::tensor::TensorView::new(Dtype::F32, s.clone(), b)
-                .map(|v| (n.clone(), v))
-                .map_err(|e| Error::tensor(dir, n, e.to_string()))
-        })
-        .collect::<Result<_>>()?;
-    let out = dir.join("model.safetensors");
-    safetensors::serialize_to_file(views, None, &out).map_err(|e| Error::format(&out, e.to_string()))
+    j
 }
 
 /// Permute the rows of a q/k weight `[n_heads·D, C]` from HF half-split order to the
@@ -174,6 +218,23 @@ pub fn permute_for_adjacent(w: &[f32], n_heads: usize, head_dim: usize, cols: us
             for j in 0..2 {
                 let src = (h * head_dim + j * half + i) * cols;
                 let dst = (h * head_dim + 2 * i + j) * cols;
+                out[dst..dst + cols].copy_from_slice(&w[src..src + cols]);
+            }
+        }
+    }
+    out
+}
+
+/// The inverse of [`permute_for_adjacent`]: GGUF adjacent-pair q/k rows back to HF half-split
+/// order (HF row `j·D/2 + i` = GGUF row `2i + j`).
+pub fn permute_for_half_split(w: &[f32], n_heads: usize, head_dim: usize, cols: usize) -> Vec<f32> {
+    let half = head_dim / 2;
+    let mut out = vec![0f32; w.len()];
+    for h in 0..n_heads {
+        for i in 0..half {
+            for j in 0..2 {
+                let src = (h * head_dim + 2 * i + j) * cols;
+                let dst = (h * head_dim + j * half + i) * cols;
                 out[dst..dst + cols].copy_from_slice(&w[src..src + cols]);
             }
         }

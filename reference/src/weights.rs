@@ -114,8 +114,24 @@ impl Tensor {
 
 /// Anything that can hand out a tensor as f32 with a checked shape.
 pub trait TensorSource {
-    /// The f32 data of `t`, after checking its shape is `t.shape(cfg)`.
+    /// The f32 data of `t`, after checking its shape is `t.shape(cfg)` (quantized tensors
+    /// come dequantized).
     fn load(&mut self, t: Tensor, cfg: &Config) -> Result<Vec<f32>>;
+
+    /// The quantized form of `t` when the source holds one (a quantized HF directory,
+    /// `--weights`), for backends that keep weights quantized; `None` otherwise.
+    fn load_quantized(&mut self, _t: Tensor, _cfg: &Config) -> Result<Option<crate::quant::QuantTensor>> {
+        Ok(None)
+    }
+}
+
+impl<T: TensorSource + ?Sized> TensorSource for &mut T {
+    fn load(&mut self, t: Tensor, cfg: &Config) -> Result<Vec<f32>> {
+        (**self).load(t, cfg)
+    }
+    fn load_quantized(&mut self, t: Tensor, cfg: &Config) -> Result<Option<crate::quant::QuantTensor>> {
+        (**self).load_quantized(t, cfg)
+    }
 }
 
 fn mat(t: Tensor, cfg: &Config, data: Vec<f32>) -> Result<Array2<f32>> {

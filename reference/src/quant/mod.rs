@@ -1,0 +1,193 @@
+//! Quantized weights: INT8 weight-only (W8A16, [`int8`]) and OCP MXFP4 ([`mxfp4`]).
+//!
+//! Only the seven linear weights of each block are quantized (q, k, v, o, gate, up, down;
+//! [`is_linear`]); embeddings, lm_head and RMSNorm gains stay full precision. The reference
+//! runs a quantized model on `dequant(quantize(W))` in f32, so the only difference from the
+//! full model is the quantization error itself; see [`drift`] for how far that moves the
+//! next-token distribution and [`store`] for the safetensors layout.
+
+pub mod drift;
+pub mod int8;
+pub mod mxfp4;
+pub mod store;
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::weights::{Naming, Tensor, TensorSource};
+
+pub use int8::{Granularity, Int8Weight};
+pub use mxfp4::Mxfp4Weight;
+
+/// A quantization scheme: what `--weights` / `--format` choose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Scheme {
+    Int8(Granularity),
+    Mxfp4,
+}
+
+/// A quantized `[out, in]` linear weight in one of the supported formats.
+#[derive(Debug, Clone, PartialEq)]
+pub enum QuantTensor {
+    Int8(Int8Weight),
+    Mxfp4(Mxfp4Weight),
+}
+
+/// Whether `t` is one of the linear weights that a quantized model stores quantized.
+pub fn is_linear(t: Tensor) -> bool {
+    use Tensor::*;
+    matches!(t, Wq(_) | Wk(_) | Wv(_) | Wo(_) | WGate(_) | WUp(_) | WDown(_))
+}
+
+impl Scheme {
+    /// Quantize a row-major `[out, in_dim]` weight.
+    pub fn quantize(&self, w: &[f32], out: usize, in_dim: usize) -> Result<QuantTensor> {
+        Ok(match self {
+            Scheme::Int8(g) => QuantTensor::Int8(int8::quantize(w, out, in_dim, *g)?),
+            Scheme::Mxfp4 => QuantTensor::Mxfp4(mxfp4::quantize(w, out, in_dim)?),
+        })
+    }
+
+    /// `quant_method` of config.json's `quantization_config`.
+    pub fn method(&self) -> &'static str {
+        match self {
+            Scheme::Int8(_) => "int8",
+            Scheme::Mxfp4 => "mxfp4",
+        }
+    }
+
+    /// `group_size` of `quantization_config`: the int8 group, null per channel, 32 for MXFP4.
+    pub fn group_size(&self) -> Option<usize> {
+        match self {
+            Scheme::Int8(Granularity::PerChannel) => None,
+            Scheme::Int8(Granularity::Group(g)) => Some(*g),
+            Scheme::Mxfp4 => Some(mxfp4::BLOCK),
+        }
+    }
+
+    /// From `quant_method` + `group_size` (`int8` with `None` = per channel; `mxfp4` takes
+    /// `None` or 32).
+    pub fn from_method(method: &str, group: Option<usize>) -> Result<Scheme> {
+        match (method, group) {
+            ("int8", None) => Ok(Scheme::Int8(Granularity::PerChannel)),
+            ("int8", Some(0)) => Err(Error::Input("int8 group size must be at least 1".into())),
+            ("int8", Some(g)) => Ok(Scheme::Int8(Granularity::Group(g))),
+            ("mxfp4", None) | ("mxfp4", Some(mxfp4::BLOCK)) => Ok(Scheme::Mxfp4),
+            ("mxfp4", Some(g)) => Err(Error::Input(format!("mxfp4 blocks are {} elements; group size {g} is not supported", mxfp4::BLOCK))),
+            (m, _) => Err(Error::Input(format!("quantization `{m}` is not supported (int8, mxfp4 are)"))),
+        }
+    }
+
+    /// Storage bits per weight of a `[out, in_dim]` matrix (scales included).
+    pub fn bits_per_weight(&self, in_dim: usize) -> f64 {
+        match self {
+            Scheme::Int8(g) => 8.0 + 32.0 / g.group_len(in_dim).max(1) as f64,
+            Scheme::Mxfp4 => 4.0 + 8.0 / mxfp4::BLOCK as f64,
+        }
+    }
+}
+
+/// `int8` (per channel), `int8-g<N>` (groups of N inputs), `mxfp4`.
+impl fmt::Display for Scheme {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Scheme::Int8(Granularity::PerChannel) => write!(f, "int8"),
+            Scheme::Int8(Granularity::Group(g)) => write!(f, "int8-g{g}"),
+            Scheme::Mxfp4 => write!(f, "mxfp4"),
+        }
+    }
+}
+
+impl FromStr for Scheme {
+    type Err = Error;
+    /// Parses what [`Display`](fmt::Display) prints.
+    fn from_str(s: &str) -> Result<Scheme> {
+        let bad = || Error::Input(format!("weights `{s}`: expected int8, int8-g<N> (e.g. int8-g128) or mxfp4"));
+        match s {
+            "int8" | "mxfp4" => Scheme::from_method(s, None),
+            _ => {
+                let g = s.strip_prefix("int8-g").ok_or_else(bad)?.parse::<usize>().map_err(|_| bad())?;
+                Scheme::from_method("int8", Some(g))
+            }
+        }
+    }
+}
+
+impl QuantTensor {
+    /// `(out, in)`.
+    pub fn dims(&self) -> (usize, usize) {
+        match self {
+            QuantTensor::Int8(x) => (x.out(), x.in_dim()),
+            QuantTensor::Mxfp4(x) => (x.out(), x.in_dim()),
+        }
+    }
+
+    /// The f32 weight `[out, in]` it stands for.
+    pub fn dequant(&self) -> Vec<f32> {
+        match self {
+            QuantTensor::Int8(x) => int8::dequant(x),
+            QuantTensor::Mxfp4(x) => mxfp4::dequant(x),
+        }
+    }
+
+    pub fn scheme(&self) -> Scheme {
+        match self {
+            QuantTensor::Int8(x) => Scheme::Int8(x.granularity()),
+            QuantTensor::Mxfp4(_) => Scheme::Mxfp4,
+        }
+    }
+
+    /// Bytes of its stored form (values + scales).
+    pub fn storage_bytes(&self) -> usize {
+        match self {
+            QuantTensor::Int8(x) => x.storage_bytes(),
+            QuantTensor::Mxfp4(x) => x.storage_bytes(),
+        }
+    }
+}
+
+/// Quantize linear weight `t` of `cfg`; errors name the tensor and its shape.
+pub fn quantize_tensor(scheme: Scheme, t: Tensor, cfg: &Config, w: &[f32]) -> Result<QuantTensor> {
+    let s = t.shape(cfg);
+    let (out, in_dim) = match s[..] {
+        [o, i] => (o, i),
+        _ => return Err(Error::Input(format!("{}: shape {s:?} is not a matrix", t.name(Naming::Hf)))),
+    };
+    scheme.quantize(w, out, in_dim).map_err(|e| match e {
+        Error::Input(m) => Error::Input(format!("{} {s:?}: {m}", t.name(Naming::Hf))),
+        e => e,
+    })
+}
+
+/// A [`TensorSource`] that quantizes the linear weights of another one as they load:
+/// `load` gives `dequant(quantize(W))`, `load_quantized` the quantized form. What
+/// `--weights int8|mxfp4` runs.
+pub struct QuantizeOnLoad<S> {
+    pub inner: S,
+    pub scheme: Scheme,
+}
+
+impl<S: TensorSource> TensorSource for QuantizeOnLoad<S> {
+    fn load(&mut self, t: Tensor, cfg: &Config) -> Result<Vec<f32>> {
+        match self.load_quantized(t, cfg)? {
+            Some(q) => Ok(q.dequant()),
+            None => self.inner.load(t, cfg),
+        }
+    }
+
+    fn load_quantized(&mut self, t: Tensor, cfg: &Config) -> Result<Option<QuantTensor>> {
+        if !is_linear(t) {
+            return Ok(None);
+        }
+        let w = self.inner.load(t, cfg)?;
+        quantize_tensor(self.scheme, t, cfg, &w).map(Some)
+    }
+}
+
+/// `weights` with every linear weight replaced by `dequant(quantize(W))` (what a model under
+/// `scheme` computes with on the reference).
+pub fn quantized_weights(weights: &crate::weights::Weights, cfg: &Config, scheme: Scheme) -> Result<crate::weights::Weights> {
+    crate::weights::Weights::load(&mut QuantizeOnLoad { inner: crate::weights::InMemory(weights), scheme }, cfg)
+}

@@ -1,0 +1,201 @@
+//! Quantized HF directories: safetensors layout, config.json marker, writer and reader.
+//!
+//! For every linear weight `X.weight` of the llama blocks (q, k, v, o, gate, up, down):
+//! ```text
+//! int8  : X.weight         I8  [out, in]
+//!         X.weight_scale   F32 [out]  (per channel)  or  [out, in/g]  (group g)
+//! mxfp4 : X.weight_blocks  U8  [out, in/32, 16]
+//!         X.weight_scales  U8  [out, in/32]
+//! ```
+//! Token embeddings, lm_head and the RMSNorm gains stay **F32**: the reference computes in f32,
+//! so a quantized directory then loads to exactly the weights `--weights` builds in memory
+//! (`dequant(quantize(W))` for the linears, W for the rest), and the drift report measures the
+//! linear-layer quantization alone. A GPU backend rounds them to its own `--dtype` on upload.
+//!
+//! config.json carries `"quantization_config": {"quant_method": "int8" | "mxfp4",
+//! "group_size": N | null}` (int8: the group, null = per channel; mxfp4: 32). Config parsing
+//! ignores the key; [`read_quant_config`] reads it. q/k rows are written in HF half-split order
+//! (a GGUF source's adjacent-pair rows are permuted back), like every HF directory.
+
+use std::path::Path;
+
+use safetensors::Dtype;
+use serde_json::Value as Json;
+
+use super::{mxfp4, quantize_tensor, Int8Weight, Mxfp4Weight, QuantTensor, Scheme};
+use crate::config::{Config, RopeLayout};
+use crate::error::{Error, Result};
+use crate::loader::{hf_config_json, permute_for_half_split, SafetensorsDir};
+use crate::weights::{Naming, Tensor, TensorSource};
+
+/// Key of the int8 scales of linear weight `name` (`X.weight` → `X.weight_scale`).
+pub fn int8_scale_key(name: &str) -> String {
+    format!("{name}_scale")
+}
+/// Key of the MXFP4 nibbles of `name` (`X.weight` → `X.weight_blocks`).
+pub fn mxfp4_blocks_key(name: &str) -> String {
+    format!("{name}_blocks")
+}
+/// Key of the MXFP4 scales of `name` (`X.weight` → `X.weight_scales`).
+pub fn mxfp4_scales_key(name: &str) -> String {
+    format!("{name}_scales")
+}
+
+/// The `quantization_config` object written into config.json.
+pub fn config_json(scheme: Scheme) -> Json {
+    serde_json::json!({ "quant_method": scheme.method(), "group_size": scheme.group_size() })
+}
+
+/// The scheme of config.json's `quantization_config`; `None` when the file or key is absent.
+pub fn read_quant_config(path: &Path) -> Result<Option<Scheme>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(path, e)),
+    };
+    let j: Json = serde_json::from_str(&text).map_err(|e| Error::format(path, format!("invalid JSON: {e}")))?;
+    let Some(q) = j.get("quantization_config").filter(|v| !v.is_null()) else { return Ok(None) };
+    let key = |k: &str| format!("quantization_config.{k}");
+    let method = q.get("quant_method").and_then(Json::as_str).ok_or_else(|| Error::key(path, key("quant_method"), "missing or not a string"))?;
+    let group = match q.get("group_size") {
+        None | Some(Json::Null) => None,
+        Some(v) => Some(v.as_u64().map(|g| g as usize).ok_or_else(|| Error::key(path, key("group_size"), format!("{v} is not a non-negative integer or null")))?),
+    };
+    Scheme::from_method(method, group).map(Some).map_err(|e| match e {
+        Error::Input(m) => Error::key(path, key("quant_method"), m),
+        e => e,
+    })
+}
+
+/// A stored tensor that must exist with `dtype` and `shape`; errors name file, key and shape.
+fn expect<'a>(st: &'a SafetensorsDir, key: &str, dtype: Dtype, shape: &[usize], why: &str) -> Result<&'a [u8]> {
+    if !st.contains(key) {
+        return Err(Error::tensor(&st.dir, key, format!("missing from every *.safetensors file ({why} needs it: {dtype:?} {shape:?})")));
+    }
+    let r = st.raw(key)?;
+    if r.dtype != dtype {
+        return Err(Error::tensor(r.path, key, format!("dtype {:?} with shape {:?}, expected {dtype:?} {shape:?} ({why})", r.dtype, r.shape)));
+    }
+    if r.shape != shape {
+        return Err(Error::tensor(r.path, key, format!("shape {:?}, expected {shape:?} ({why})", r.shape)));
+    }
+    Ok(r.data)
+}
+
+/// Read linear weight `t` of a directory whose config declares `scheme`.
+pub fn read_quantized(st: &SafetensorsDir, t: Tensor, cfg: &Config, scheme: Scheme) -> Result<QuantTensor> {
+    let name = t.name(Naming::Hf);
+    let (out, in_dim) = match t.shape(cfg)[..] {
+        [o, i] => (o, i),
+        _ => return Err(Error::tensor(&st.dir, &name, "is not a matrix")),
+    };
+    let at = |key: &str, e: Error| match e {
+        Error::Input(m) => Error::tensor(&st.dir, key, m),
+        e => e,
+    };
+    match scheme {
+        Scheme::Int8(g) => {
+            let why = format!("quantization_config {scheme}");
+            g.check(out, in_dim).map_err(|e| at(&name, e))?;
+            let q = expect(st, &name, Dtype::I8, &[out, in_dim], &why)?.iter().map(|&b| b as i8).collect();
+            let sk = int8_scale_key(&name);
+            let s = expect(st, &sk, Dtype::F32, &g.scale_shape(out, in_dim), &why)?;
+            let scales = s.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+            Int8Weight::from_parts(&sk, out, in_dim, g, q, scales).map(QuantTensor::Int8).map_err(|e| at(&sk, e))
+        }
+        Scheme::Mxfp4 => {
+            let why = "quantization_config mxfp4";
+            if in_dim % mxfp4::BLOCK != 0 {
+                return Err(Error::tensor(&st.dir, &name, format!("shape [{out}, {in_dim}]: in is not a multiple of the {}-element MXFP4 block", mxfp4::BLOCK)));
+            }
+            let nb = in_dim / mxfp4::BLOCK;
+            let bk = mxfp4_blocks_key(&name);
+            let blocks = expect(st, &bk, Dtype::U8, &[out, nb, mxfp4::BLOCK_BYTES], why)?.to_vec();
+            let sk = mxfp4_scales_key(&name);
+            let scales = expect(st, &sk, Dtype::U8, &[out, nb], why)?.to_vec();
+            Mxfp4Weight::from_parts(&bk, out, in_dim, blocks, scales).map(QuantTensor::Mxfp4).map_err(|e| at(&bk, e))
+        }
+    }
+}
+
+/// Every tensor of `cfg` in file order (lm_head only when untied).
+pub fn all_tensors(cfg: &Config) -> Vec<Tensor> {
+    let mut v = vec![Tensor::TokEmbd];
+    if !cfg.tied_embeddings {
+        v.push(Tensor::LmHead);
+    }
+    for l in 0..cfg.n_layers {
+        v.extend(Tensor::layer(l));
+    }
+    v.push(Tensor::OutNorm);
+    v
+}
+
+/// What [`write_quantized_hf_dir`] wrote.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WriteReport {
+    pub tensors: usize,
+    /// Linear weights stored quantized.
+    pub quantized: usize,
+    /// Bytes the linear weights take in f32.
+    pub linear_f32_bytes: usize,
+    /// Bytes they take quantized (values + scales).
+    pub linear_quant_bytes: usize,
+}
+
+fn le_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// Write every tensor of `src` under `cfg` into `dir` (config.json + model.safetensors) with
+/// the linear weights quantized by `scheme`. A GGUF source (`RopeLayout::Adjacent`) gets its
+/// q/k rows permuted back to HF half-split order first (quantization is per row, so this
+/// commutes with the permutation).
+pub fn write_quantized_hf_dir(dir: &Path, cfg: &Config, src: &mut dyn TensorSource, scheme: Scheme) -> Result<WriteReport> {
+    let mut bufs: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
+    let mut rep = WriteReport::default();
+    for t in all_tensors(cfg) {
+        let mut w = src.load(t, cfg)?;
+        if cfg.rope_layout == RopeLayout::Adjacent {
+            match t {
+                Tensor::Wq(_) => w = permute_for_half_split(&w, cfg.n_heads, cfg.head_dim, cfg.hidden),
+                Tensor::Wk(_) => w = permute_for_half_split(&w, cfg.n_kv_heads, cfg.head_dim, cfg.hidden),
+                _ => {}
+            }
+        }
+        let (name, shape) = (t.name(Naming::Hf), t.shape(cfg));
+        rep.tensors += 1;
+        if !super::is_linear(t) {
+            bufs.push((name, Dtype::F32, shape, le_bytes(&w)));
+            continue;
+        }
+        let q = quantize_tensor(scheme, t, cfg, &w)?;
+        rep.quantized += 1;
+        rep.linear_f32_bytes += 4 * w.len();
+        rep.linear_quant_bytes += q.storage_bytes();
+        match q {
+            QuantTensor::Int8(x) => {
+                let s = x.scale_shape();
+                bufs.push((int8_scale_key(&name), Dtype::F32, s, le_bytes(x.scales())));
+                bufs.push((name, Dtype::I8, shape, x.q().iter().map(|&v| v as u8).collect()));
+            }
+            QuantTensor::Mxfp4(x) => {
+                bufs.push((mxfp4_blocks_key(&name), Dtype::U8, x.blocks_shape(), x.blocks().to_vec()));
+                bufs.push((mxfp4_scales_key(&name), Dtype::U8, x.scales_shape(), x.scales().to_vec()));
+            }
+        }
+    }
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let mut j = hf_config_json(cfg);
+    j["quantization_config"] = config_json(scheme);
+    let cp = dir.join("config.json");
+    let text = serde_json::to_string_pretty(&j).map_err(|e| Error::format(&cp, e.to_string()))?;
+    std::fs::write(&cp, text).map_err(|e| Error::io(&cp, e))?;
+    let views = bufs
+        .iter()
+        .map(|(n, d, s, b)| safetensors::tensor::TensorView::new(*d, s.clone(), b).map(|v| (n.clone(), v)).map_err(|e| Error::tensor(dir, n, e.to_string())))
+        .collect::<Result<Vec<_>>>()?;
+    let out = dir.join("model.safetensors");
+    safetensors::serialize_to_file(views, None, &out).map_err(|e| Error::format(&out, e.to_string()))?;
+    Ok(rep)
+}

@@ -1,4 +1,5 @@
 //! Attention conformance: the fixed grid, then random shapes.
+use conformance::cases::attention::flash::{FlashCase, Phase};
 use conformance::cases::attention::AttentionCase;
 use conformance::{assert_conformance, backends_from_env, run_cases, Case, Op};
 use proptest::prelude::*;
@@ -21,6 +22,42 @@ proptest! {
         window in proptest::option::of(1usize..40),
     ) {
         let cases: Vec<Box<dyn Case>> = vec![Box::new(AttentionCase { h: kv * group, kv, d, t, s, pos0, window })];
+        let r = run_cases(&cases, &backends_from_env());
+        let (_, f, _) = r.count();
+        prop_assert!(f == 0, "{}", r.table());
+    }
+}
+
+/// Lengths the issue names (around the block size, past 1000) or anything up to 300.
+fn len() -> impl Strategy<Value = usize> {
+    prop_oneof![proptest::sample::select(vec![1usize, 15, 16, 17, 257]), 1000usize..1100, 1usize..300]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    /// Flash attention over a paged cache vs the naive reference: head dims 64/128/odd, GQA
+    /// 1/3/8, lengths straddling blocks, random (shuffled) block tables and block sizes,
+    /// windows and sinks, decode batches of mixed lengths and prefill chunks.
+    #[test]
+    fn flash_attention_random(
+        decode: bool,
+        d in prop_oneof![Just(64usize), Just(128), 1usize..100],
+        group in proptest::sample::select(vec![1usize, 3, 8]),
+        kv in 1usize..3,
+        lens in proptest::collection::vec(len(), 1..4),
+        t_frac in 0.0f64..1.0,
+        block_size in prop_oneof![Just(16usize), 1usize..33],
+        window in proptest::option::of(1usize..300),
+        sinks: bool,
+        shuffled: bool,
+    ) {
+        let (phase, lens, t) = if decode {
+            (Phase::Decode, lens, 1)
+        } else {
+            let s = lens[0];
+            (Phase::Prefill, vec![s], ((s as f64 * t_frac) as usize).clamp(1, s))
+        };
+        let cases: Vec<Box<dyn Case>> = vec![Box::new(FlashCase { phase, h: kv * group, kv, d, lens, t, block_size, window, sinks, shuffled })];
         let r = run_cases(&cases, &backends_from_env());
         let (_, f, _) = r.count();
         prop_assert!(f == 0, "{}", r.table());

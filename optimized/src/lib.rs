@@ -11,6 +11,7 @@
 
 pub mod bandwidth;
 pub mod kernels;
+pub mod kv_cache;
 pub mod model;
 pub mod tensor;
 
@@ -41,6 +42,12 @@ pub enum Error {
     /// The device lacks something the kernel needs.
     #[error("unsupported on this device: {0}")]
     Unsupported(String),
+    /// The paged KV cache has no free block for a request (what was asked, what is free).
+    #[error("KV cache pool exhausted: {0}")]
+    PoolExhausted(String),
+    /// Misuse of the paged KV cache: unknown sequence, double free, block id outside the pool.
+    #[error("KV cache: {0}")]
+    KvCache(String),
 }
 
 /// Which cubecl runtime to run on.

@@ -12,9 +12,43 @@ use reference::engine::Engine;
 use reference::weights::{Tensor, TensorSource};
 use reference::{Config, Error as RefError};
 
+use crate::kernels::attention::{flash_decode, flash_prefill, Masking};
 use crate::kernels::rmsnorm::add_rmsnorm_device;
 use crate::kernels::{argmax, attention, embedding, matmul, rmsnorm_device, rope, swiglu};
+use crate::kv_cache::{PagedKvCache, SeqId};
 use crate::{Backend, Client, DeviceTensor, Dtype, Error};
+
+/// Which KV cache and attention kernels a [`GpuModel`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AttentionImpl {
+    /// Paged KV cache (blocks of `block_size` positions) + flash attention v2.
+    #[default]
+    Flash,
+    /// Contiguous KV cache + naive attention v1 (the baseline).
+    Naive,
+}
+
+impl std::str::FromStr for AttentionImpl {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "flash" => Ok(Self::Flash),
+            "naive" => Ok(Self::Naive),
+            _ => Err(format!("unknown attention {s:?}: flash or naive")),
+        }
+    }
+}
+
+/// Positions per KV block of the paged cache.
+pub const BLOCK_SIZE: usize = 16;
+
+/// The KV cache of a [`GpuModel`].
+enum KvStore {
+    /// Per layer `[cap, Hkv, D]` f32.
+    Contiguous { k: Vec<DeviceTensor>, v: Vec<DeviceTensor> },
+    /// Pools per layer, one sequence.
+    Paged { cache: PagedKvCache, seq: SeqId },
+}
 
 /// One block's weights on the device. Linear weights `[out, in]` in the model dtype; norm
 /// gains `[C]` in f32.
@@ -43,9 +77,8 @@ pub struct GpuModel {
     /// `[V, C]` (aliases `tok_embd` when tied)
     pub lm_head: DeviceTensor,
     rope: rope::RopeTable,
-    /// Per layer `[cap, Hkv, D]` f32.
-    k_cache: Vec<DeviceTensor>,
-    v_cache: Vec<DeviceTensor>,
+    kv: KvStore,
+    pub attention: AttentionImpl,
     /// Positions the cache can hold.
     pub capacity: usize,
     /// Positions cached.
@@ -62,6 +95,11 @@ impl GpuModel {
     /// Upload every tensor of `cfg` from `src` (matrices as `dtype`, norms as f32) and allocate
     /// a KV cache of `capacity` positions (at most the context length).
     pub fn load(client: Client, backend: Backend, src: &mut dyn TensorSource, cfg: &Config, dtype: Dtype, capacity: usize) -> Result<Self, Error> {
+        Self::load_with(client, backend, src, cfg, dtype, capacity, AttentionImpl::default())
+    }
+
+    /// [`GpuModel::load`] with a choice of KV cache and attention.
+    pub fn load_with(client: Client, backend: Backend, src: &mut dyn TensorSource, cfg: &Config, dtype: Dtype, capacity: usize, attention: AttentionImpl) -> Result<Self, Error> {
         if !dtype.supported(&client) {
             return Err(Error::Unsupported(format!("{} weights: the {} device has no {} arithmetic", dtype.name(), backend, dtype.name())));
         }
@@ -97,15 +135,28 @@ impl GpuModel {
         let out_norm = up_cat(&[Tensor::OutNorm], Dtype::F32)?;
         let capacity = capacity.clamp(1, cfg.max_ctx);
         let rope = rope::RopeTable::new(&client, capacity, cfg.head_dim, cfg.rope_theta)?;
-        let kv_shape = [capacity, cfg.n_kv_heads, cfg.head_dim];
-        let k_cache = (0..cfg.n_layers).map(|_| DeviceTensor::empty_f32(&client, &kv_shape)).collect();
-        let v_cache = (0..cfg.n_layers).map(|_| DeviceTensor::empty_f32(&client, &kv_shape)).collect();
-        Ok(GpuModel { client, backend, config: cfg.clone(), dtype, tok_embd, layers, out_norm, lm_head, rope, k_cache, v_cache, capacity, pos: 0, weight_bytes: bytes })
+        let kv = match attention {
+            AttentionImpl::Naive => {
+                let kv_shape = [capacity, cfg.n_kv_heads, cfg.head_dim];
+                let k = (0..cfg.n_layers).map(|_| DeviceTensor::empty_f32(&client, &kv_shape)).collect();
+                let v = (0..cfg.n_layers).map(|_| DeviceTensor::empty_f32(&client, &kv_shape)).collect();
+                KvStore::Contiguous { k, v }
+            }
+            AttentionImpl::Flash => {
+                let mut cache = PagedKvCache::new(&client, cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, BLOCK_SIZE, capacity.div_ceil(BLOCK_SIZE))?;
+                let seq = cache.blocks.add_sequence();
+                KvStore::Paged { cache, seq }
+            }
+        };
+        Ok(GpuModel { client, backend, config: cfg.clone(), dtype, tok_embd, layers, out_norm, lm_head, rope, kv, attention, capacity, pos: 0, weight_bytes: bytes })
     }
 
     /// Bytes of the KV cache allocation.
     pub fn kv_bytes(&self) -> usize {
-        2 * self.config.n_layers * self.capacity * self.config.n_kv_heads * self.config.head_dim * 4
+        match &self.kv {
+            KvStore::Contiguous { k, v } => k.iter().chain(v).map(|t| t.numel() * 4).sum(),
+            KvStore::Paged { cache, .. } => cache.bytes(),
+        }
     }
 
     /// Run `ids` at positions `pos ..`; returns the final hidden states normalized and projected:
@@ -124,12 +175,41 @@ impl GpuModel {
         let x = embedding::embedding(c, &self.tok_embd, ids)?;
         let (h_n, kv_n) = (cfg.n_heads, cfg.n_kv_heads);
         let first = self.layers.first().ok_or_else(|| Error::Shape("model has no layers".into()))?;
+        // Paged: room for the T new positions, and the sequence's block table on the device.
+        let tables = match &mut self.kv {
+            KvStore::Contiguous { .. } => None,
+            KvStore::Paged { cache, seq } => {
+                // Drop positions a failed earlier call may have reserved, then make room.
+                cache.blocks.truncate(*seq, pos0)?;
+                let p = cache.blocks.grow(*seq, t)?;
+                if p != pos0 {
+                    return Err(Error::KvCache(format!("cache holds {p} positions, the model {pos0}")));
+                }
+                Some(cache.upload_tables(c, &[*seq])?)
+            }
+        };
+        let mask = Masking { window: cfg.sliding_window, sinks: None };
         let mut h = rmsnorm_device(c, &x, &first.attn_norm, cfg.rms_eps)?;
         for (l, w) in self.layers.iter().enumerate() {
             // Attention block: one GEMV for q|k|v, one launch for RoPE + the KV-cache write.
             let qkv = matmul::linear(c, &h, &w.wqkv)?;
-            let q = rope::qkv_rope_cache(c, &qkv, h_n, kv_n, &self.rope, pos0, cfg.rope_layout, &self.k_cache[l], &self.v_cache[l])?;
-            let o = attention::attention(c, &q, &self.k_cache[l], &self.v_cache[l], pos0 + t, pos0, cfg.sliding_window)?;
+            let o = match (&self.kv, &tables) {
+                (KvStore::Paged { cache, .. }, Some(tb)) => {
+                    let q = rope::qkv_rope_paged(c, &qkv, h_n, kv_n, &self.rope, pos0, cfg.rope_layout, &cache.k[l], &cache.v[l], tb)?;
+                    let o = DeviceTensor::empty_f32(c, &q.shape);
+                    if t == 1 {
+                        flash_decode(c, &q, &cache.k[l], &cache.v[l], tb, &mask, &o)?;
+                    } else {
+                        flash_prefill(c, &q, &cache.k[l], &cache.v[l], tb, pos0, &mask, &o)?;
+                    }
+                    o
+                }
+                (KvStore::Contiguous { k, v }, _) => {
+                    let q = rope::qkv_rope_cache(c, &qkv, h_n, kv_n, &self.rope, pos0, cfg.rope_layout, &k[l], &v[l])?;
+                    attention::attention(c, &q, &k[l], &v[l], pos0 + t, pos0, cfg.sliding_window)?
+                }
+                (KvStore::Paged { .. }, None) => return Err(Error::KvCache("paged cache without tables".into())),
+            };
             let a = matmul::linear(c, &o.reshape(&[t, h_n * d])?, &w.wo)?;
             // x ← x + a, then the MLP's norm, in one launch.
             let hm = add_rmsnorm_device(c, &x, &a, &w.ffn_norm, cfg.rms_eps)?;
@@ -157,6 +237,15 @@ impl GpuModel {
 
     pub fn reset(&mut self) {
         self.pos = 0;
+        if let KvStore::Paged { cache, seq } = &mut self.kv {
+            // Truncating an unshared sequence to 0 cannot fail; if it ever did, start afresh.
+            if cache.blocks.truncate(*seq, 0).is_err() {
+                if let Ok(m) = crate::kv_cache::BlockManager::new(cache.blocks.block_size, cache.blocks.num_blocks()) {
+                    cache.blocks = m;
+                    *seq = cache.blocks.add_sequence();
+                }
+            }
+        }
     }
     pub fn pos(&self) -> usize {
         self.pos

@@ -13,7 +13,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use reference::loader::permute_for_adjacent;
 use reference::ops::{
-    attention::attention, embedding::embedding, matmul::linear, residual::residual_add, rmsnorm::rmsnorm, rope::freq, rope::rope,
+    attention::{attention, attention_sinks}, embedding::embedding, matmul::linear, residual::residual_add, rmsnorm::rmsnorm, rope::freq, rope::rope,
     softmax::softmax, swiglu::swiglu,
 };
 use reference::RopeLayout;
@@ -225,9 +225,9 @@ proptest! {
     #[test]
     fn attention_matches_f64(
         t in 1usize..6, hkv in 1usize..4, g in 1usize..5, d in size(17, &[1, 2, 16]),
-        pos0 in prop_oneof![Just(0usize), 0usize..12], window in proptest::option::of(1usize..9), seed: u64,
+        pos0 in prop_oneof![Just(0usize), 0usize..12], window in proptest::option::of(1usize..9), sinks: bool, seed: u64,
     ) {
-        check_attention(t, hkv, g, d, pos0, window, seed)?;
+        check_attention(t, hkv, g, d, pos0, window, sinks, seed)?;
     }
 }
 
@@ -261,7 +261,8 @@ fn check_linear(t: usize, n_in: usize, n_out: usize, w_t: bool, seed: u64) -> Re
 /// u·|z_j − m| from the subtraction; the normalising sum adds S·u; accumulating `Σ p_j v_j`
 /// adds S·u more relative to `Σ p_j |v_j|`. Allowed (ε = 2u, so a factor 2 of slack):
 /// `ε·(2(D + 2)a + R + 2S + 8)·Σ_j p_j|v_jd|` with `R = max_j |z_j − m|` over visible keys.
-fn naive_attention(q: &Array3<f32>, k: &Array3<f32>, v: &Array3<f32>, pos0: usize, window: Option<usize>) -> (Array3<f64>, Array3<f64>) {
+/// With `sinks`, σ_h joins the max and the denominator (`+ e^(σ_h − m)`) and nothing else.
+fn naive_attention(q: &Array3<f32>, k: &Array3<f32>, v: &Array3<f32>, pos0: usize, window: Option<usize>, sinks: Option<&[f32]>) -> (Array3<f64>, Array3<f64>) {
     let (t_len, h_len, d) = q.dim();
     let (s_len, hkv, _) = k.dim();
     let group = h_len / hkv;
@@ -288,9 +289,13 @@ fn naive_attention(q: &Array3<f32>, k: &Array3<f32>, v: &Array3<f32>, pos0: usiz
                     z[j] = dot * scale;
                 }
             }
-            let m = z.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let sink = sinks.map_or(f64::NEG_INFINITY, |s| s[h] as f64);
+            let m = z.iter().copied().fold(sink, f64::max);
+            if m == f64::NEG_INFINITY {
+                continue; // no visible key, no sink: zeros
+            }
             let r = z.iter().filter(|v| v.is_finite()).map(|v| (v - m).abs()).fold(0f64, f64::max);
-            let sum: f64 = z.iter().map(|v| (v - m).exp()).sum();
+            let sum: f64 = z.iter().map(|v| (v - m).exp()).sum::<f64>() + (sink - m).exp();
             for j in 0..s_len {
                 let p = (z[j] - m).exp() / sum;
                 for e in 0..d {
@@ -305,18 +310,21 @@ fn naive_attention(q: &Array3<f32>, k: &Array3<f32>, v: &Array3<f32>, pos0: usiz
     (out, tol)
 }
 
-fn check_attention(t: usize, hkv: usize, g: usize, d: usize, pos0: usize, window: Option<usize>, seed: u64) -> Result<(), TestCaseError> {
+#[allow(clippy::too_many_arguments)]
+fn check_attention(t: usize, hkv: usize, g: usize, d: usize, pos0: usize, window: Option<usize>, sinks: bool, seed: u64) -> Result<(), TestCaseError> {
     let h = hkv * g;
     let s = pos0 + t;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let q = Array3::from_shape_vec((t, h, d), rand_vec(&mut rng, t * h * d, -2.0, 2.0)).unwrap();
     let k = Array3::from_shape_vec((s, hkv, d), rand_vec(&mut rng, s * hkv * d, -2.0, 2.0)).unwrap();
     let v = Array3::from_shape_vec((s, hkv, d), rand_vec(&mut rng, s * hkv * d, -2.0, 2.0)).unwrap();
-    let got = attention(q.view(), k.view(), v.view(), pos0, window);
+    // Sink logits in the range of the scores, so they take a visible share of the mass.
+    let sink_vals = sinks.then(|| rand_vec(&mut rng, h, -3.0, 3.0));
+    let got = attention_sinks(q.view(), k.view(), v.view(), pos0, window, sink_vals.as_deref());
     prop_assert_eq!(got.dim(), (t, h, d));
-    let (want, tol) = naive_attention(&q, &k, &v, pos0, window);
+    let (want, tol) = naive_attention(&q, &k, &v, pos0, window, sink_vals.as_deref());
     for (i, &w) in want.indexed_iter() {
-        close(&format!("attention{i:?} T={t} H={h} Hkv={hkv} D={d} pos0={pos0} window={window:?}"), got[i], w, tol[i])?;
+        close(&format!("attention{i:?} T={t} H={h} Hkv={hkv} D={d} pos0={pos0} window={window:?} sinks={sink_vals:?}"), got[i], w, tol[i])?;
     }
     Ok(())
 }
@@ -327,9 +335,30 @@ fn check_attention(t: usize, hkv: usize, g: usize, d: usize, pos0: usize, window
 fn attention_gqa_ratios_fixed_cases() {
     for g in 1..=4 {
         for (window, pos0) in [(None, 0), (None, 9), (Some(3), 0), (Some(4), 11)] {
-            check_attention(5, 2, g, 8, pos0, window, 7 + g as u64).unwrap();
+            for sinks in [false, true] {
+                check_attention(5, 2, g, 8, pos0, window, sinks, 7 + g as u64).unwrap();
+            }
         }
     }
+}
+
+/// Sinks by hand: one visible key with score s and a sink σ give `v · e^s / (e^s + e^σ)`; a
+/// sink of −∞ is plain attention; a query that sees no key gets zeros with or without a sink.
+#[test]
+fn attention_sink_by_hand() {
+    // D = 1, scale 1: score = q·k.
+    let q = Array3::from_shape_vec((1, 1, 1), vec![2.0f32]).unwrap();
+    let k = Array3::from_shape_vec((1, 1, 1), vec![0.5f32]).unwrap();
+    let v = Array3::from_shape_vec((1, 1, 1), vec![3.0f32]).unwrap();
+    let got = attention_sinks(q.view(), k.view(), v.view(), 0, None, Some(&[0.25]))[[0, 0, 0]];
+    let want = 3.0 * 1f64.exp() / (1f64.exp() + 0.25f64.exp());
+    assert!((got as f64 - want).abs() < 1e-6, "{got} vs {want}");
+    let plain = attention(q.view(), k.view(), v.view(), 0, None);
+    assert_eq!(attention_sinks(q.view(), k.view(), v.view(), 0, None, Some(&[f32::NEG_INFINITY])), plain);
+    assert_eq!(plain[[0, 0, 0]], 3.0);
+    // Query at position 5 with window 2 over one key at position 0: nothing visible.
+    let none = attention_sinks(q.view(), k.view(), v.view(), 5, Some(2), Some(&[1.0]));
+    assert_eq!(none[[0, 0, 0]], 0.0);
 }
 
 /// Softmax edge cases written out exactly.

@@ -3,7 +3,7 @@
 //! the KV cache, and greedy agreement where the reference's top-1 margin allows.
 
 use ndarray::Axis;
-use optimized::model::GpuModel;
+use optimized::model::{AttentionImpl, GpuModel};
 use optimized::{Client, Dtype as DevDtype};
 use reference::weights::{InMemory, Weights};
 use reference::{synthetic, Config, Model, Trace};
@@ -26,6 +26,8 @@ pub struct ModelCase {
     /// Prompt length, then this many single-token decode steps.
     pub prompt: usize,
     pub decode: usize,
+    /// Paged cache + flash attention (default) or the v1 contiguous cache + naive attention.
+    pub attention: AttentionImpl,
 }
 
 /// Greedy steps are only required to agree where the reference's top-1 beats top-2 by more
@@ -87,7 +89,7 @@ impl ModelCase {
         let ids: Vec<u32> = (0..(self.prompt + self.decode) as u32).map(|i| (i * 7919 + 11) % cfg.vocab as u32).collect();
         let (prompt, rest) = ids.split_at(self.prompt);
         let backend = if client.name().contains("cuda") { optimized::Backend::Cuda } else { optimized::Backend::Wgpu };
-        let mut gpu = GpuModel::load(client.clone(), backend, &mut InMemory(&reference.weights), &cfg, dd, ids.len()).map_err(|e| e.to_string())?;
+        let mut gpu = GpuModel::load_with(client.clone(), backend, &mut InMemory(&reference.weights), &cfg, dd, ids.len(), self.attention).map_err(|e| e.to_string())?;
         let (tol, _) = tolerance(Op::Model, self.dtype);
 
         let mut cache = reference.new_cache();
@@ -141,7 +143,11 @@ impl Case for ModelCase {
             Weightset::Tiny(n) => n.to_string(),
             Weightset::SmolLm2 => "smollm2-135m-gguf".into(),
         };
-        format!("model({w},T={},decode={},{})", self.prompt, self.decode, self.dtype.name())
+        let a = match self.attention {
+            AttentionImpl::Flash => "paged+flash",
+            AttentionImpl::Naive => "contiguous+naive",
+        };
+        format!("model({w},T={},decode={},{a},{})", self.prompt, self.decode, self.dtype.name())
     }
     fn run(&self, client: &Client) -> Outcome {
         self.body(client).unwrap_or_else(Outcome::Fail)
@@ -150,15 +156,22 @@ impl Case for ModelCase {
 
 pub fn cases() -> Vec<Box<dyn Case>> {
     let mut v: Vec<Box<dyn Case>> = Vec::new();
+    let (flash, naive) = (AttentionImpl::Flash, AttentionImpl::Naive);
     for (name, _) in synthetic::tiny_configs() {
         for dtype in [Dtype::F32, Dtype::F16, Dtype::BF16] {
-            v.push(Box::new(ModelCase { weights: Weightset::Tiny(name), dtype, prompt: 13, decode: 6 }));
+            v.push(Box::new(ModelCase { weights: Weightset::Tiny(name), dtype, prompt: 13, decode: 6, attention: flash }));
         }
+        // The v1 path stays covered (f32).
+        v.push(Box::new(ModelCase { weights: Weightset::Tiny(name), dtype: Dtype::F32, prompt: 13, decode: 6, attention: naive }));
     }
-    // The sliding config with a prompt longer than its window (7) and decode past it.
-    v.push(Box::new(ModelCase { weights: Weightset::Tiny("tiny-sliding"), dtype: Dtype::F32, prompt: 1, decode: 20 }));
+    // The sliding config with a prompt longer than its window (7) and decode past it; a
+    // prompt of 37 spans three KV blocks of 16 and decode crosses into a fourth.
+    for attention in [flash, naive] {
+        v.push(Box::new(ModelCase { weights: Weightset::Tiny("tiny-sliding"), dtype: Dtype::F32, prompt: 1, decode: 20, attention }));
+    }
+    v.push(Box::new(ModelCase { weights: Weightset::Tiny("tiny-gqa"), dtype: Dtype::F32, prompt: 37, decode: 13, attention: flash }));
     for dtype in [Dtype::F32, Dtype::BF16] {
-        v.push(Box::new(ModelCase { weights: Weightset::SmolLm2, dtype, prompt: 9, decode: 3 }));
+        v.push(Box::new(ModelCase { weights: Weightset::SmolLm2, dtype, prompt: 9, decode: 3, attention: flash }));
     }
     v
 }

@@ -10,12 +10,12 @@ pub mod rope;
 pub mod swiglu;
 
 pub use argmax::{argmax, argmax_into};
-pub use attention::{attention, attention_into, kv_append};
+pub use attention::{attention, attention_into, flash_decode, flash_prefill, kv_append, kv_write_paged, Masking};
 pub use embedding::{embedding, embedding_device_ids_into, embedding_into};
 pub use matmul::{linear, linear_into, linear_with};
 pub use residual::{residual_add, residual_add_into};
 pub use rmsnorm::{rmsnorm, rmsnorm_device};
-pub use rope::{rope, rope_inplace, rope_into, RopeTable};
+pub use rope::{qkv_rope_paged, rope, rope_inplace, rope_into, RopeTable};
 pub use swiglu::{swiglu, swiglu_into};
 
 /// Widest vector size in {4, 2, 1} that divides `len` and the device accepts.

@@ -13,10 +13,14 @@
 //!   GEMV (`[T, (H + 2·Hkv)·D]`), writes rotated q to `[T, H, D]`, rotated k and plain v
 //!   straight into the KV caches at rows `pos0 ..`: one launch where v1 took five
 //!   (rope q, rope k, two cache writes; plus two of the three GEMVs saved by the caller).
+//! - v3 ([`qkv_rope_paged`]): v2 writing k/v into a paged cache through the block table (the
+//!   same kernel, comptime `paged`; v2 passes a dummy table).
 
 use cubecl::prelude::*;
 
+use super::attention::paged::pool_row;
 use super::swiglu::Elementwise;
+use crate::kv_cache::BlockTables;
 use crate::{Client, DeviceTensor, Dtype, Error};
 use reference::RopeLayout;
 
@@ -228,7 +232,10 @@ pub fn qkv_rope_cache_v2(
     half: u32,
     pos0: u32,
     n: u32,
+    tables: &[u32],
+    block_size: u32,
     #[comptime] adjacent: bool,
+    #[comptime] paged: bool,
 ) {
     let p = ABSOLUTE_POS;
     if p < n as usize {
@@ -254,16 +261,21 @@ pub fn qkv_rope_cache_v2(
         let s = sin[k];
         let h = heads as usize;
         let hk = kv_heads as usize;
+        // Cache row of position pos0 + t: itself (contiguous) or through the block table.
+        let mut row = pos0 as usize + t;
+        if paged {
+            row = pool_row(tables, 0usize, row, block_size);
+        }
         if head < h {
             let dst = (t * h + head) * d;
             q[dst + oa] = a * c - b * s;
             q[dst + ob] = a * s + b * c;
         } else if head < h + hk {
-            let dst = ((pos0 as usize + t) * hk + (head - h)) * d;
+            let dst = (row * hk + (head - h)) * d;
             kc[dst + oa] = a * c - b * s;
             kc[dst + ob] = a * s + b * c;
         } else {
-            let dst = ((pos0 as usize + t) * hk + (head - h - hk)) * d;
+            let dst = (row * hk + (head - h - hk)) * d;
             vc[dst + oa] = a;
             vc[dst + ob] = b;
         }
@@ -311,6 +323,8 @@ pub fn qkv_rope_cache(
         return Ok(q);
     }
     let e = Elementwise::with_vec(client, "qkv_rope_cache", pairs, 1)?;
+    // The kernel's block-table argument, unread when not paged.
+    let no_table = DeviceTensor::from_u32(client, &[0], &[1])?;
     unsafe {
         qkv_rope_cache_v2::launch(
             client,
@@ -327,7 +341,78 @@ pub fn qkv_rope_cache(
             (d / 2) as u32,
             pos0 as u32,
             e.n,
+            no_table.as_arg(1),
+            0,
             layout == RopeLayout::Adjacent,
+            false,
+        );
+    }
+    Ok(q)
+}
+
+/// [`qkv_rope_cache`] into a paged cache: k/v rows of positions `pos0 .. pos0 + T` of sequence 0
+/// of `tables` go to the pools `k_pool`, `v_pool` (`[blocks · bs, Hkv, D]`) through its table
+/// (v3: the v2 kernel with `paged`). The positions must lie inside the sequence's length.
+#[allow(clippy::too_many_arguments)]
+pub fn qkv_rope_paged(
+    client: &Client,
+    qkv: &DeviceTensor,
+    heads: usize,
+    kv_heads: usize,
+    table: &RopeTable,
+    pos0: usize,
+    layout: RopeLayout,
+    k_pool: &DeviceTensor,
+    v_pool: &DeviceTensor,
+    tables: &BlockTables,
+) -> Result<DeviceTensor, Error> {
+    let d = table.head_dim;
+    let width = (heads + 2 * kv_heads) * d;
+    let [t, w] = qkv.shape[..] else {
+        return Err(Error::Shape(format!("qkv_rope_paged: qkv shape {:?}, expected [T, {width}]", qkv.shape)));
+    };
+    if w != width || qkv.dtype != Dtype::F32 {
+        return Err(Error::Shape(format!("qkv_rope_paged: qkv {:?} {}, expected [T, {width}] f32", qkv.shape, qkv.dtype.name())));
+    }
+    let rows = tables.num_blocks * tables.block_size;
+    for (name, c) in [("k_pool", k_pool), ("v_pool", v_pool)] {
+        if c.shape != [rows, kv_heads, d] || c.dtype != Dtype::F32 {
+            return Err(Error::Shape(format!("qkv_rope_paged: {name} {:?} {}, expected [{rows}, {kv_heads}, {d}] f32", c.shape, c.dtype.name())));
+        }
+    }
+    let len = tables.lens.first().copied().unwrap_or(0);
+    if pos0 + t > len {
+        return Err(Error::KvCache(format!("qkv_rope_paged: positions {pos0}..{} exceed the sequence's length {len}", pos0 + t)));
+    }
+    if pos0 + t > table.max_pos {
+        return Err(Error::Shape(format!("qkv_rope_paged: positions {pos0}..{} exceed the table's {}", pos0 + t, table.max_pos)));
+    }
+    let q = DeviceTensor::empty_f32(client, &[t, heads, d]);
+    let pairs = t * width / 2;
+    if pairs == 0 {
+        return Ok(q);
+    }
+    let e = Elementwise::with_vec(client, "qkv_rope_paged", pairs, 1)?;
+    unsafe {
+        qkv_rope_cache_v2::launch(
+            client,
+            e.count,
+            e.dim,
+            qkv.as_arg(1),
+            q.as_arg(1),
+            k_pool.as_arg(1),
+            v_pool.as_arg(1),
+            table.cos.as_arg(1),
+            table.sin.as_arg(1),
+            heads as u32,
+            kv_heads as u32,
+            (d / 2) as u32,
+            pos0 as u32,
+            e.n,
+            tables.tensor.as_arg(1),
+            tables.block_size as u32,
+            layout == RopeLayout::Adjacent,
+            true,
         );
     }
     Ok(q)

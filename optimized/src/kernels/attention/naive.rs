@@ -1,5 +1,5 @@
-//! Scaled dot-product attention with GQA, causal mask and optional sliding window, plus
-//! [`kv_append`] to write new keys/values into a preallocated cache.
+//! Attention v1 (naive) over a contiguous cache, plus [`kv_append`] to write new keys/values
+//! into a preallocated contiguous cache. Kept as the baseline version (see `mod.rs`).
 //!
 //! q `[T, H, D]` holds queries at absolute positions `pos0 .. pos0 + T`; the caches k, v
 //! `[cap, Hkv, D]` hold keys/values at positions `0 .. s_len` (rows `s_len ..` are never
@@ -9,8 +9,7 @@
 //! a query that sees no key (possible when `s_len ≤ i − W` or `s_len == 0`) gets zeros, as in
 //! the reference.
 //!
-//! Versions:
-//! - v1 (naive, materialized scores): rows r = (t, h) are processed in chunks sized so the
+//! v1 (naive, materialized scores): rows r = (t, h) are processed in chunks sized so the
 //!   f32 score scratch `[rows, s_len]` stays under 256 MiB (and the device's largest
 //!   allocation). Kernel 1, one cube per row: units stride over the visible keys computing
 //!   `q·k · scale` into the scratch and their running max; shared-memory max reduction; each
@@ -23,8 +22,8 @@
 use cubecl::prelude::*;
 use cubecl::server::CubeCountSelection;
 
-use super::prev_pow2;
-use super::swiglu::Elementwise;
+use crate::kernels::prev_pow2;
+use crate::kernels::swiglu::Elementwise;
 use crate::{Client, DeviceTensor, Dtype, Error};
 
 /// Units per cube of the softmax kernel (capped by the device).
@@ -34,7 +33,7 @@ const V1_SCRATCH_BYTES: usize = 256 << 20;
 
 /// The visible keys `lo .. hi` (half-open) of the query at absolute position `i`.
 #[cube]
-fn visible_range(i: u32, s_len: u32, window: u32) -> (u32, u32) {
+pub(crate) fn visible_range(i: u32, s_len: u32, window: u32) -> (u32, u32) {
     let hi = min(i + 1, s_len);
     let mut lo = 0u32;
     if window > 0 && i + 1 > window {
@@ -170,7 +169,7 @@ pub fn attn_pv_v1(
     }
 }
 
-fn u32_of(what: &str, n: usize) -> Result<u32, Error> {
+pub(crate) fn u32_of(what: &str, n: usize) -> Result<u32, Error> {
     u32::try_from(n).map_err(|_| Error::Shape(format!("attention: {what} {n} exceeds u32")))
 }
 
@@ -335,7 +334,7 @@ pub fn kv_append(client: &Client, cache: &DeviceTensor, new: &DeviceTensor, pos0
     }
     u32_of("cache size", cache.numel())?;
     // One vector size for both sides: it must divide the row (so the offset is whole vectors).
-    let vec = super::vector_size_for(client, row);
+    let vec = crate::kernels::vector_size_for(client, row);
     let e = Elementwise::with_vec(client, "kv_append", len, vec)?;
     unsafe {
         kv_append_v1::launch(client, e.count, e.dim, vec, cache.as_arg(vec), new.as_arg(vec), (pos0 * row / vec) as u32, e.n);

@@ -4,6 +4,8 @@
 //! `optimized::kernels::kv_append` in two pieces (rows `0..S/2`, then `S/2..S`). The output is
 //! NaN-poisoned.
 
+pub mod flash;
+
 use ndarray::Array3;
 use optimized::kernels::{attention_into, kv_append};
 use optimized::{Client, DeviceTensor};
@@ -102,5 +104,6 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     add(2, 2, 20, 6, 3, 0, None);
     add(4, 1, 48, 8, 4, 6, Some(3));
     add(4, 2, 64, 2, 0, 0, None);
+    v.extend(flash::cases());
     v
 }

@@ -1,0 +1,203 @@
+//! `flash_attn(...)`: flash attention v2 over a paged KV cache
+//! (`optimized::kernels::{flash_prefill, flash_decode}`) vs the naive
+//! `reference::ops::attention::attention_sinks` on each sequence's contiguous K/V.
+//!
+//! The pools have 3 spare blocks and start as NaN, so a kernel that reads a block the table
+//! does not name, or a row past a sequence's length, fails. Block ids come from the pool in
+//! order or shuffled (non-contiguous, out of order). K/V are written through the block table
+//! with `kv_write_paged` in two pieces (positions `0..S/2`, then `S/2..S`). Output is NaN-poisoned.
+
+use ndarray::Array3;
+use optimized::kernels::{flash_decode, flash_prefill, kv_write_paged, Masking};
+use optimized::kv_cache::BlockTables;
+use optimized::{Client, DeviceTensor};
+
+use super::super::embedding::judge;
+use super::super::outcome;
+use crate::{rand_vec, Case, Dtype, Metrics, Op, Outcome};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// One sequence; the last `t` of its positions are queries.
+    Prefill,
+    /// One query per sequence, at its last position.
+    Decode,
+}
+
+#[derive(Debug, Clone)]
+pub struct FlashCase {
+    pub phase: Phase,
+    pub h: usize,
+    pub kv: usize,
+    pub d: usize,
+    /// Positions per sequence (Prefill: one entry).
+    pub lens: Vec<usize>,
+    /// Prefill: queries (≤ lens[0]); ignored for Decode.
+    pub t: usize,
+    pub block_size: usize,
+    pub window: Option<usize>,
+    pub sinks: bool,
+    pub shuffled: bool,
+}
+
+/// Spare (NaN) blocks in the pool.
+const SPARE: usize = 3;
+
+impl FlashCase {
+    /// Each sequence's block ids: consecutive slices of the pool's ids, in order or shuffled.
+    fn tables(&self) -> (Vec<Vec<u32>>, usize) {
+        let bs = self.block_size;
+        let need: usize = self.lens.iter().map(|l| l.div_ceil(bs)).sum();
+        let n = need + SPARE;
+        let mut order: Vec<u32> = (0..n as u32).collect();
+        if self.shuffled {
+            order.sort_by_key(|&i| reference::synthetic::unit(5, 55, i).to_bits());
+        }
+        let mut it = order.into_iter();
+        let tabs = self.lens.iter().map(|l| it.by_ref().take(l.div_ceil(bs)).collect()).collect();
+        (tabs, n)
+    }
+
+    fn body(&self, client: &Client) -> Result<Outcome, optimized::Error> {
+        let (h, kv, d, bs) = (self.h, self.kv, self.d, self.block_size);
+        let (tabs, n_blocks) = self.tables();
+        let refs: Vec<&[u32]> = tabs.iter().map(|t| t.as_slice()).collect();
+        let tables = BlockTables::upload(client, &refs, &self.lens, bs, n_blocks)?;
+        let rows = n_blocks * bs;
+        let nan = vec![f32::NAN; rows * kv * d];
+        let kp = DeviceTensor::from_f32(client, &nan, &[rows, kv, d])?;
+        let vp = DeviceTensor::from_f32(client, &nan, &[rows, kv, d])?;
+        let row = kv * d;
+        let mut kvs = Vec::new();
+        for (b, &len) in self.lens.iter().enumerate() {
+            let k = rand_vec(len * row, 80 + b as u32);
+            let v = rand_vec(len * row, 180 + b as u32);
+            for (lo, hi) in [(0, len / 2), (len / 2, len)] {
+                if hi > lo {
+                    kv_write_paged(client, &kp, &DeviceTensor::from_f32(client, &k[lo * row..hi * row], &[hi - lo, kv, d])?, &tables, b, lo)?;
+                    kv_write_paged(client, &vp, &DeviceTensor::from_f32(client, &v[lo * row..hi * row], &[hi - lo, kv, d])?, &tables, b, lo)?;
+                }
+            }
+            kvs.push((k, v));
+        }
+        let sink_vals: Vec<f32> = rand_vec(h, 77).iter().map(|x| x * 3.0).collect();
+        let sinks_d = DeviceTensor::from_f32(client, &sink_vals, &[h])?;
+        let mask = Masking { window: self.window, sinks: self.sinks.then_some(&sinks_d) };
+        let sinks_ref = self.sinks.then_some(sink_vals.as_slice());
+        let reference = |q: &[f32], t: usize, b: usize, pos0: usize| -> Option<Vec<f32>> {
+            let len = self.lens[b];
+            let qa = Array3::from_shape_vec((t, h, d), q.to_vec()).ok()?;
+            let ka = Array3::from_shape_vec((len, kv, d), kvs[b].0.clone()).ok()?;
+            let va = Array3::from_shape_vec((len, kv, d), kvs[b].1.clone()).ok()?;
+            Some(reference::ops::attention::attention_sinks(qa.view(), ka.view(), va.view(), pos0, self.window, sinks_ref).iter().copied().collect())
+        };
+        // Wider than U[-1,1) so the softmax is peaked enough to notice a wrong key.
+        let (got, want) = match self.phase {
+            Phase::Prefill => {
+                let (t, len) = (self.t, self.lens[0]);
+                let q: Vec<f32> = rand_vec(t * h * d, 71).iter().map(|x| x * 2.0).collect();
+                let qd = DeviceTensor::from_f32(client, &q, &[t, h, d])?;
+                let out = DeviceTensor::from_f32(client, &vec![f32::NAN; t * h * d], &[t, h, d])?;
+                flash_prefill(client, &qd, &kp, &vp, &tables, len - t, &mask, &out)?;
+                (out.to_f32(client)?, reference(&q, t, 0, len - t))
+            }
+            Phase::Decode => {
+                let nb = self.lens.len();
+                let q: Vec<f32> = rand_vec(nb * h * d, 72).iter().map(|x| x * 2.0).collect();
+                let qd = DeviceTensor::from_f32(client, &q, &[nb, h, d])?;
+                let out = DeviceTensor::from_f32(client, &vec![f32::NAN; nb * h * d], &[nb, h, d])?;
+                flash_decode(client, &qd, &kp, &vp, &tables, &mask, &out)?;
+                let mut want = Some(Vec::new());
+                for (b, &len) in self.lens.iter().enumerate() {
+                    let r = reference(&q[b * h * d..(b + 1) * h * d], 1, b, len - 1);
+                    want = want.zip(r).map(|(mut w, r)| {
+                        w.extend(r);
+                        w
+                    });
+                }
+                (out.to_f32(client)?, want)
+            }
+        };
+        Ok(match want {
+            Some(w) => judge(&got, &w, Op::Attention, Dtype::F32),
+            None => Outcome::Fail("bad case shape".into()),
+        })
+    }
+}
+
+impl Case for FlashCase {
+    fn op(&self) -> Op {
+        Op::Attention
+    }
+    fn name(&self) -> String {
+        let mut s = match self.phase {
+            Phase::Prefill => format!("flash_attn(prefill,d={},h={},kv={},T={},S={}", self.d, self.h, self.kv, self.t, self.lens[0]),
+            Phase::Decode => format!("flash_attn(decode,d={},h={},kv={},lens={:?}", self.d, self.h, self.kv, self.lens),
+        };
+        s += &format!(",bs={},causal", self.block_size);
+        if let Some(w) = self.window {
+            s += &format!(",window={w}");
+        }
+        if self.sinks {
+            s += ",sinks";
+        }
+        if self.shuffled {
+            s += ",shuffled";
+        }
+        s + ",f32)"
+    }
+    fn run(&self, client: &Client) -> Outcome {
+        let bad = self.lens.is_empty() || (self.phase == Phase::Prefill && (self.lens.len() != 1 || self.t == 0 || self.t > self.lens[0])) || (self.phase == Phase::Decode && self.lens.contains(&0));
+        if bad || self.kv == 0 || self.h % self.kv != 0 || self.block_size == 0 {
+            return Outcome::Fail(format!("malformed case {}", self.name()));
+        }
+        outcome(self.body(client))
+    }
+}
+
+/// A block table naming a block outside the pool must be refused before any launch.
+#[derive(Debug, Clone)]
+pub struct OutOfPoolCase;
+
+impl Case for OutOfPoolCase {
+    fn op(&self) -> Op {
+        Op::Attention
+    }
+    fn name(&self) -> String {
+        "flash_attn(block table id 4 in a pool of 4 blocks → error)".into()
+    }
+    fn run(&self, client: &Client) -> Outcome {
+        match BlockTables::upload(client, &[&[0, 1], &[2, 4]], &[20, 17], 16, 4) {
+            Err(e) if e.to_string().contains("block id 4 is outside the pool of 4") => Outcome::Pass(Metrics::default()),
+            Err(e) => Outcome::Fail(format!("refused, but with {e}")),
+            Ok(_) => Outcome::Fail("a table naming block 4 of a 4-block pool was accepted".into()),
+        }
+    }
+}
+
+pub fn cases() -> Vec<Box<dyn Case>> {
+    use Phase::{Decode, Prefill};
+    let mut v: Vec<Box<dyn Case>> = vec![Box::new(OutOfPoolCase)];
+    let mut add = |phase, d, h, kv, lens: &[usize], t, block_size, window, sinks, shuffled| {
+        v.push(Box::new(FlashCase { phase, h, kv, d, lens: lens.to_vec(), t, block_size, window, sinks, shuffled }) as Box<dyn Case>)
+    };
+    // Decode: GQA 3, 8, 1, 2 and 3; lengths around the block size, past 1000; mixed batches.
+    add(Decode, 64, 9, 3, &[1, 15, 16, 17, 257], 1, 16, None, false, true);
+    add(Decode, 128, 32, 4, &[1100], 1, 16, None, true, true);
+    add(Decode, 64, 16, 2, &[1030, 3, 700], 1, 16, Some(256), true, false);
+    add(Decode, 33, 4, 4, &[17, 40], 1, 7, Some(5), false, true);
+    add(Decode, 128, 8, 8, &[4096], 1, 16, None, false, false);
+    add(Decode, 96, 12, 4, &[257, 1], 1, 32, Some(16), true, true);
+    add(Decode, 64, 8, 1, &[16, 16, 33], 1, 16, Some(1), true, true);
+    // Prefill: full and chunked (queries after cached keys), windows, sinks, T = 1, odd D,
+    // block size 1 and 7.
+    add(Prefill, 64, 9, 3, &[40], 17, 16, Some(8), true, true);
+    add(Prefill, 64, 9, 3, &[17], 17, 16, None, false, false);
+    add(Prefill, 128, 16, 2, &[300], 64, 16, Some(100), false, true);
+    add(Prefill, 128, 8, 1, &[1100], 1100, 16, None, true, true);
+    add(Prefill, 33, 4, 4, &[15], 15, 7, Some(3), false, true);
+    add(Prefill, 64, 8, 1, &[16], 1, 16, None, false, false);
+    add(Prefill, 96, 12, 4, &[257], 57, 16, None, true, false);
+    add(Prefill, 64, 4, 2, &[257], 257, 1, None, false, true);
+    v
+}

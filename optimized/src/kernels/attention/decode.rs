@@ -1,0 +1,339 @@
+//! Attention v2, decode: split-K flash-decoding over a paged cache (see `mod.rs`).
+//!
+//! Sequence b has `len_b` positions and one query at position `len_b − 1`. Keys are cut into
+//! chunks of C; cube (chunk s, KV head g, sequence b) handles the visible keys of chunk s for
+//! the G query heads of KV head g (K and V read once per group):
+//! 1. scores `z[h, j] = q_h · k_j / √D` into shared memory (one unit per key, G accumulators);
+//! 2. per head (a segment of units each): `m_s = max_j z`, `p = e^(z − m_s)`, `ℓ_s = Σ p`;
+//! 3. `o_s[h, c] = Σ_j p[h, j] · v[j, c]` (unit per column, keys split over unit groups);
+//! writing the partial (m_s, ℓ_s, o_s). The combine kernel, one cube per (b, h):
+//! `m = max(max_s m_s, σ_h)`, `ℓ = Σ_s ℓ_s e^(m_s − m) + e^(σ_h − m)`,
+//! `out = Σ_s o_s e^(m_s − m) / ℓ` (zeros when ℓ = 0). Chunks with no visible key write
+//! (m = −max f32, ℓ = 0, o = 0) and drop out of the sums.
+
+use cubecl::prelude::*;
+
+use super::naive::visible_range;
+use super::paged::pool_row;
+use super::{check_paged, Masking};
+use crate::kernels::prev_pow2;
+use crate::kv_cache::BlockTables;
+use crate::{Client, DeviceTensor, Error};
+
+#[allow(clippy::too_many_arguments)]
+#[cube(launch)]
+pub fn flash_decode_v2(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    tables: &[u32],
+    lens: &[u32],
+    part_o: &mut [f32],
+    part_ml: &mut [f32],
+    heads: u32,
+    kv_heads: u32,
+    head_dim: u32,
+    max_blocks: u32,
+    block_size: u32,
+    window: u32,
+    chunk_len: u32,
+    splits: u32,
+    seg_len: u32,
+    scale: f32,
+    #[comptime] d: usize,
+    #[comptime] g: usize,
+    #[comptime] chunk: usize,
+    #[comptime] units: usize,
+) {
+    let s = CUBE_POS_X as usize;
+    let kvh = CUBE_POS_Y as usize;
+    let b = CUBE_POS_Z as usize;
+    let tid = UNIT_POS_X as usize;
+    let nu = CUBE_DIM_X as usize;
+    let dd = head_dim as usize;
+    let hkv = kv_heads as usize;
+    let hh = heads as usize;
+    let gr = hh / hkv;
+    let cl = chunk_len as usize;
+    let toff = b * max_blocks as usize;
+
+    let mut sq = Shared::<[f32]>::new_slice(g * d);
+    let mut sc = Shared::<[f32]>::new_slice(g * chunk);
+    let mut red = Shared::<[f32]>::new_slice(units * g);
+
+    // Query heads kvh·G .. (kvh+1)·G of sequence b are contiguous in q.
+    let qbase = (b * hh + kvh * gr) * dd;
+    let mut idx = tid;
+    while idx < gr * dd {
+        sq[idx] = q[qbase + idx];
+        idx += nu;
+    }
+    let len = lens[b];
+    let mut lo = 0u32;
+    let mut hi = 0u32;
+    if len > 0 {
+        let (l0, h0) = visible_range(len - 1, len, window);
+        lo = l0;
+        hi = h0;
+    }
+    let c0 = s * cl;
+    let a = max(lo as usize, c0);
+    let e = min(hi as usize, c0 + cl);
+    let mut nkeys = 0usize;
+    if e > a {
+        nkeys = e - a;
+    }
+    sync_cube();
+
+    // 1. Scores, one unit per key.
+    let mut acc = Array::<f32>::new(g);
+    let mut x = tid;
+    while x < nkeys {
+        let kbase = (pool_row(tables, toff, a + x, block_size) * hkv + kvh) * dd;
+        #[unroll]
+        for gg in 0..g {
+            acc[gg] = 0.0f32;
+        }
+        for c in 0..dd {
+            let kv = k[kbase + c];
+            #[unroll]
+            for gg in 0..g {
+                acc[gg] += sq[gg * dd + c] * kv;
+            }
+        }
+        #[unroll]
+        for gg in 0..g {
+            sc[gg * cl + x] = acc[gg] * scale;
+        }
+        x += nu;
+    }
+    sync_cube();
+
+    // 2. Per head: max and sum of exps, over a segment of `seg_len` units per head.
+    let seg = seg_len as usize;
+    let hg = tid / seg;
+    let li = tid - hg * seg;
+    let active = hg < gr;
+    let mut mx = f32::new(-3.4028235e38);
+    if active {
+        let mut x = li;
+        while x < nkeys {
+            mx = max(mx, sc[hg * cl + x]);
+            x += seg;
+        }
+    }
+    red[tid] = mx;
+    sync_cube();
+    let mut stride = seg / 2;
+    while stride > 0 {
+        if active && li < stride {
+            red[tid] = max(red[tid], red[tid + stride]);
+        }
+        sync_cube();
+        stride /= 2;
+    }
+    let mut mh = f32::new(-3.4028235e38);
+    if active {
+        mh = red[hg * seg];
+    }
+    sync_cube();
+    let mut psum = f32::new(0.0);
+    if active {
+        let mut x = li;
+        while x < nkeys {
+            let p = (sc[hg * cl + x] - mh).exp();
+            sc[hg * cl + x] = p;
+            psum += p;
+            x += seg;
+        }
+    }
+    red[tid] = psum;
+    sync_cube();
+    let mut stride = seg / 2;
+    while stride > 0 {
+        if active && li < stride {
+            red[tid] += red[tid + stride];
+        }
+        sync_cube();
+        stride /= 2;
+    }
+    let nsplit = splits as usize;
+    if active && li == 0 {
+        let slot = ((b * hh + kvh * gr + hg) * nsplit + s) * 2;
+        part_ml[slot] = mh;
+        part_ml[slot + 1] = red[tid];
+    }
+    sync_cube();
+
+    // 3. P·V: unit (ks, c) sums keys ks, ks + ns, .. for column c and all G heads.
+    let ns = nu / dd;
+    let ks = tid / dd;
+    let c = tid - ks * dd;
+    #[unroll]
+    for gg in 0..g {
+        acc[gg] = 0.0f32;
+    }
+    if ks < ns {
+        let mut x = ks;
+        while x < nkeys {
+            let vv = v[(pool_row(tables, toff, a + x, block_size) * hkv + kvh) * dd + c];
+            #[unroll]
+            for gg in 0..g {
+                acc[gg] += sc[gg * cl + x] * vv;
+            }
+            x += ns;
+        }
+    }
+    #[unroll]
+    for gg in 0..g {
+        red[gg * nu + tid] = acc[gg];
+    }
+    sync_cube();
+    if ks == 0 {
+        for gg in 0..gr {
+            let mut tot = f32::new(0.0);
+            for k2 in 0..ns {
+                tot += red[gg * nu + k2 * dd + c];
+            }
+            part_o[((b * hh + kvh * gr + gg) * nsplit + s) * dd + c] = tot;
+        }
+    }
+}
+
+/// Combine the chunk partials of (b, h) = CUBE_POS; unit per column.
+#[cube(launch)]
+pub fn flash_decode_combine_v2(part_o: &[f32], part_ml: &[f32], sinks: &[f32], out: &mut [f32], heads: u32, head_dim: u32, splits: u32, #[comptime] has_sinks: bool) {
+    let bh = CUBE_POS;
+    let c = UNIT_POS_X as usize;
+    let dd = head_dim as usize;
+    let ns = splits as usize;
+    let mut m = f32::new(-3.4028235e38);
+    for s in 0..ns {
+        m = max(m, part_ml[(bh * ns + s) * 2]);
+    }
+    let mut sink = f32::new(0.0);
+    if has_sinks {
+        let h = bh - (bh / heads as usize) * heads as usize;
+        sink = sinks[h];
+        m = max(m, sink);
+    }
+    let mut l = f32::new(0.0);
+    let mut o = f32::new(0.0);
+    for s in 0..ns {
+        let w = (part_ml[(bh * ns + s) * 2] - m).exp();
+        l += part_ml[(bh * ns + s) * 2 + 1] * w;
+        if c < dd {
+            o += part_o[(bh * ns + s) * dd + c] * w;
+        }
+    }
+    if has_sinks {
+        l += (sink - m).exp();
+    }
+    if c < dd {
+        let mut r = f32::new(0.0);
+        if l > 0.0 {
+            r = o / l;
+        }
+        out[bh * dd + c] = r;
+    }
+}
+
+/// Keys per chunk: enough chunks that the grid has ≥ ~4 cubes per SM, between 32 and 512.
+fn chunk_for(max_len: usize, batch: usize, hkv: usize, sms: usize) -> usize {
+    let want_cubes = 4 * sms.max(1);
+    let per = (max_len * batch * hkv).div_ceil(want_cubes).max(1);
+    per.next_power_of_two().clamp(32, 512)
+}
+
+/// One query per sequence: `q [B, H, D]`, sequence b at position `tables.lens[b] − 1` over its
+/// `lens[b]` positions in the pools; into `out [B, H, D]`.
+#[allow(clippy::too_many_arguments)]
+pub fn flash_decode(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v: &DeviceTensor, tables: &BlockTables, mask: &Masking, out: &DeviceTensor) -> Result<(), Error> {
+    let (h, hkv, d) = check_paged("flash_decode", q, k, v, tables, mask)?;
+    let bsz = q.shape[0];
+    if bsz != tables.lens.len() {
+        return Err(Error::Shape(format!("flash_decode: {bsz} queries for {} sequences", tables.lens.len())));
+    }
+    if out.shape != q.shape || out.dtype != q.dtype {
+        return Err(Error::Shape(format!("flash_decode: out {:?}, expected {:?}", out.shape, q.shape)));
+    }
+    if bsz == 0 || d == 0 {
+        return Ok(());
+    }
+    let g = h / hkv;
+    let hw = &client.properties().hardware;
+    let max_units = hw.max_units_per_cube.min(hw.max_cube_dim.0) as usize;
+    let units = 128usize.max(d.next_power_of_two());
+    if units > max_units {
+        return Err(Error::Unsupported(format!("flash_decode: head dim {d} needs {units} units per cube, the device allows {max_units}")));
+    }
+    let max_len = tables.lens.iter().copied().max().unwrap_or(0).max(1);
+    let sms = hw.num_streaming_multiprocessors.unwrap_or(8) as usize;
+    let mut chunk = chunk_for(max_len, bsz, hkv, sms);
+    let shared = |chunk: usize| 4 * (g * d + g * chunk + units * g);
+    while chunk > 32 && shared(chunk) > hw.max_shared_memory_size.min(48 << 10) {
+        chunk /= 2;
+    }
+    if shared(chunk) > hw.max_shared_memory_size {
+        return Err(Error::Unsupported(format!("flash_decode: {g} heads per KV head × D {d} need {} B of shared memory", shared(chunk))));
+    }
+    let splits = max_len.div_ceil(chunk);
+    if splits > hw.max_cube_count.0 as usize || hkv > hw.max_cube_count.1 as usize || bsz > hw.max_cube_count.2 as usize || bsz * h > hw.max_cube_count.0 as usize {
+        return Err(Error::Unsupported(format!("flash_decode: grid {splits}×{hkv}×{bsz} exceeds the device's {:?}", hw.max_cube_count)));
+    }
+    let seg = prev_pow2((units / g).max(1) as u32) as usize;
+    let part_o = DeviceTensor::empty_f32(client, &[bsz * h * splits, d]);
+    let part_ml = DeviceTensor::empty_f32(client, &[bsz * h * splits, 2]);
+    let lens: Vec<u32> = tables.lens.iter().map(|&l| l as u32).collect();
+    let lens_d = DeviceTensor::from_u32(client, &lens, &[bsz])?;
+    let dummy;
+    let sinks = match mask.sinks {
+        Some(s) => s,
+        None => {
+            dummy = DeviceTensor::from_f32(client, &[0.0], &[1])?;
+            &dummy
+        }
+    };
+    unsafe {
+        flash_decode_v2::launch(
+            client,
+            CubeCount::Static(splits as u32, hkv as u32, bsz as u32),
+            CubeDim::new_1d(units as u32),
+            q.as_arg(1),
+            k.as_arg(1),
+            v.as_arg(1),
+            tables.tensor.as_arg(1),
+            lens_d.as_arg(1),
+            part_o.as_arg(1),
+            part_ml.as_arg(1),
+            h as u32,
+            hkv as u32,
+            d as u32,
+            tables.max_blocks as u32,
+            tables.block_size as u32,
+            mask.window.unwrap_or(0) as u32,
+            chunk as u32,
+            splits as u32,
+            seg as u32,
+            1.0 / (d as f32).sqrt(),
+            d,
+            g,
+            chunk,
+            units,
+        );
+        flash_decode_combine_v2::launch(
+            client,
+            CubeCount::Static((bsz * h) as u32, 1, 1),
+            CubeDim::new_1d(d.next_power_of_two().max(32).min(max_units) as u32),
+            part_o.as_arg(1),
+            part_ml.as_arg(1),
+            sinks.as_arg(1),
+            out.as_arg(1),
+            h as u32,
+            d as u32,
+            splits as u32,
+            mask.sinks.is_some(),
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,76 @@
+//! Scaled dot-product attention with GQA, causal mask, optional sliding window and optional
+//! per-head sink logits, against `reference::ops::attention::attention_sinks`.
+//!
+//! The query at absolute position i sees key j iff `j ≤ i` and, with a window W, `i − j < W`:
+//! a contiguous range `lo ..= hi`. Query head h reads KV head `h / G` (G = H / Hkv; repeated
+//! K/V are never materialized). Scores are `q·k · 1/√D`; a sink σ_h joins the softmax
+//! denominator and is dropped from the output. A query that sees no key gets zeros.
+//!
+//! Versions:
+//! - v1 naive ([`naive`]): contiguous `[cap, Hkv, D]` cache, scores materialized in global
+//!   memory, two kernels (softmax rows, then P·V). No sinks. The baseline.
+//! - v2 flash prefill ([`prefill`]): one sequence, T queries; paged cache read through the block
+//!   table; Q/K/V tiles in shared memory, online softmax with f32 running max/sum per query
+//!   row, output accumulated in shared memory and normalized once. Causal tiles past a
+//!   query tile's last row are never loaded.
+//! - v2 flash decode ([`decode`]): B sequences × one query each, mixed lengths; split-K
+//!   ("flash-decoding"): each cube takes one KV head of one sequence and one chunk of keys for
+//!   all G query heads of that KV head (K/V read once per group), writes a partial (max, sum,
+//!   unnormalized output); a second kernel combines the chunks (and the sink).
+//! - paged KV write ([`paged`]): new `[T, Hkv, D]` rows into the pools through the block table
+//!   (the model fuses it with RoPE instead: `rope::qkv_rope_paged`).
+
+pub mod decode;
+pub mod naive;
+pub mod paged;
+pub mod prefill;
+
+pub use decode::flash_decode;
+pub use naive::{attention, attention_into, kv_append};
+pub use paged::kv_write_paged;
+pub use prefill::flash_prefill;
+
+use crate::kv_cache::BlockTables;
+use crate::{DeviceTensor, Dtype, Error};
+
+/// Masking options shared by the flash kernels.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Masking<'a> {
+    /// Sliding window W ≥ 1, or none.
+    pub window: Option<usize>,
+    /// Sink logits `[H]` f32 on the device, or none.
+    pub sinks: Option<&'a DeviceTensor>,
+}
+
+/// Checks shared by the flash launchers: pools `[rows, Hkv, D]` f32 matching the tables, q
+/// `[N, H, D]` f32 with H a multiple of Hkv, sinks `[H]`, window ≥ 1. Returns (H, Hkv, D).
+pub(crate) fn check_paged(op: &str, q: &DeviceTensor, k: &DeviceTensor, v: &DeviceTensor, tables: &BlockTables, m: &Masking) -> Result<(usize, usize, usize), Error> {
+    let err = |s: String| Err(Error::Shape(format!("{op}: {s}")));
+    for (what, t) in [("q", q), ("k pool", k), ("v pool", v)] {
+        if t.dtype != Dtype::F32 || t.shape.len() != 3 {
+            return err(format!("{what} is {:?} {}, expected 3 axes f32", t.shape, t.dtype.name()));
+        }
+    }
+    let (h, d) = (q.shape[1], q.shape[2]);
+    let hkv = k.shape[1];
+    if v.shape != k.shape || k.shape[2] != d {
+        return err(format!("pools k {:?} / v {:?} do not match q {:?}", k.shape, v.shape, q.shape));
+    }
+    if hkv == 0 || h % hkv != 0 {
+        return err(format!("{h} query heads not a multiple of {hkv} KV heads"));
+    }
+    if k.shape[0] != tables.num_blocks * tables.block_size {
+        return err(format!("pool of {} rows, the tables describe {} blocks of {}", k.shape[0], tables.num_blocks, tables.block_size));
+    }
+    if m.window == Some(0) {
+        return err("window 0 (use None for no window)".into());
+    }
+    if let Some(s) = m.sinks {
+        if s.dtype != Dtype::F32 || s.shape != [h] {
+            return err(format!("sinks {:?} {}, expected [{h}] f32", s.shape, s.dtype.name()));
+        }
+    }
+    naive::u32_of("pool size", k.numel())?;
+    naive::u32_of("q size", q.numel())?;
+    Ok((h, hkv, d))
+}

@@ -1,0 +1,65 @@
+//! Paged KV write v1: rows `new [T, Hkv, D]` of sequence `seq` (positions `pos0 .. pos0 + T`)
+//! into a pool `[blocks · bs, Hkv, D]`, through the block table. One unit per element.
+
+use cubecl::prelude::*;
+
+use crate::kernels::swiglu::Elementwise;
+use crate::kv_cache::BlockTables;
+use crate::{Client, DeviceTensor, Dtype, Error};
+
+/// Pool row of position `pos` of the sequence whose table starts at `table_off`.
+#[cube]
+pub(crate) fn pool_row(tables: &[u32], table_off: usize, pos: usize, block_size: u32) -> usize {
+    let bs = block_size as usize;
+    let blk = pos / bs;
+    tables[table_off + blk] as usize * bs + (pos - blk * bs)
+}
+
+/// v1 kernel: element `e` of `new` (row t = e / row_len) to its pool row.
+#[cube(launch)]
+pub fn kv_write_paged_v1(pool: &mut [f32], new: &[f32], tables: &[u32], table_off: u32, pos0: u32, row_len: u32, block_size: u32, n: u32) {
+    let e = ABSOLUTE_POS;
+    if e < n as usize {
+        let rl = row_len as usize;
+        let t = e / rl;
+        let c = e - t * rl;
+        let row = pool_row(tables, table_off as usize, pos0 as usize + t, block_size);
+        pool[row * rl + c] = new[e];
+    }
+}
+
+/// Write `new [T, Hkv, D]` at positions `pos0 ..` of sequence `seq` (index into `tables`) of
+/// `pool`. The positions must lie inside the sequence's length.
+pub fn kv_write_paged(client: &Client, pool: &DeviceTensor, new: &DeviceTensor, tables: &BlockTables, seq: usize, pos0: usize) -> Result<(), Error> {
+    let ok = pool.dtype == Dtype::F32 && new.dtype == Dtype::F32 && pool.shape.len() == 3 && new.shape.len() == 3 && pool.shape[1..] == new.shape[1..];
+    if !ok || pool.shape[0] != tables.num_blocks * tables.block_size {
+        return Err(Error::Shape(format!("kv_write_paged: new {:?} does not fit pool {:?} of {} blocks of {}", new.shape, pool.shape, tables.num_blocks, tables.block_size)));
+    }
+    let len = *tables.lens.get(seq).ok_or_else(|| Error::KvCache(format!("kv_write_paged: no sequence {seq} in a batch of {}", tables.lens.len())))?;
+    let t = new.shape[0];
+    if pos0 + t > len {
+        return Err(Error::KvCache(format!("kv_write_paged: positions {pos0}..{} exceed sequence {seq}'s length {len}", pos0 + t)));
+    }
+    let n = new.numel();
+    if n == 0 {
+        return Ok(());
+    }
+    super::naive::u32_of("pool size", pool.numel())?;
+    let e = Elementwise::with_vec(client, "kv_write_paged", n, 1)?;
+    unsafe {
+        kv_write_paged_v1::launch(
+            client,
+            e.count,
+            e.dim,
+            pool.as_arg(1),
+            new.as_arg(1),
+            tables.tensor.as_arg(1),
+            (seq * tables.max_blocks) as u32,
+            pos0 as u32,
+            (new.shape[1] * new.shape[2]) as u32,
+            tables.block_size as u32,
+            e.n,
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,284 @@
+//! Attention v2, prefill: flash attention over a paged cache for one sequence (see `mod.rs`).
+//!
+//! Cube (tile, h): query rows `tile·BR ..+ BR` of head h; BR·L units, unit (r, lane) owns row
+//! r. Per key tile of BC keys (only keys some row of the tile can see): K and V tiles are
+//! gathered through the block table into shared memory; lane computes the scores of keys
+//! `lane, lane + L, ..` of its row's visible part; the row's new max `m'` and `e^(s − m')`;
+//! `ℓ ← ℓ·e^(m − m') + Σ e^(s − m')`; `O ← O·e^(m − m') + P·V` (lane owns columns
+//! `lane, lane + L, ..`). At the end `out = O / ℓ` (with a sink σ: `m* = max(m, σ)`,
+//! `ℓ* = ℓ·e^(m − m*) + e^(σ − m*)`, `out = O·e^(m − m*) / ℓ*`). Shared rows are padded to D + 1
+//! floats so lanes reading different keys at the same column hit different banks.
+
+use cubecl::prelude::*;
+
+use super::naive::{u32_of, visible_range};
+use super::paged::pool_row;
+use super::{check_paged, Masking};
+use crate::kernels::prev_pow2;
+use crate::kv_cache::BlockTables;
+use crate::{Client, DeviceTensor, Error};
+
+/// Largest tiles tried (halved until the shared memory fits).
+const BR_MAX: usize = 16;
+const BC_MAX: usize = 32;
+/// Units per cube aimed for.
+const UNITS: u32 = 128;
+/// Shared memory used at most (bytes), even where the device has more.
+const SHARED_CAP: usize = 48 << 10;
+
+
+#[allow(clippy::too_many_arguments)]
+#[cube(launch)]
+pub fn flash_prefill_v2(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    tables: &[u32],
+    sinks: &[f32],
+    out: &mut [f32],
+    t_len: u32,
+    heads: u32,
+    group: u32,
+    kv_heads: u32,
+    head_dim: u32,
+    s_len: u32,
+    pos0: u32,
+    window: u32,
+    block_size: u32,
+    n_br: u32,
+    n_bc: u32,
+    n_lanes: u32,
+    scale: f32,
+    #[comptime] d: usize,
+    #[comptime] br: usize,
+    #[comptime] bc: usize,
+    #[comptime] has_sinks: bool,
+) {
+    let tile = CUBE_POS_X as usize;
+    let h = CUBE_POS_Y as usize;
+    let tid = UNIT_POS_X as usize;
+    let units = CUBE_DIM_X as usize;
+    let dd = head_dim as usize;
+    let dp = dd + 1;
+    let lanes = n_lanes as usize;
+    let brr = n_br as usize;
+    let bcc = n_bc as usize;
+    let r = tid / lanes;
+    let lane = tid - r * lanes;
+    let hh = heads as usize;
+    let hkv = kv_heads as usize;
+    let kvh = h / group as usize;
+    let tl = t_len as usize;
+
+    let mut sq = Shared::<[f32]>::new_slice(br * (d + 1));
+    let mut so = Shared::<[f32]>::new_slice(br * (d + 1));
+    let mut sk = Shared::<[f32]>::new_slice(bc * (d + 1));
+    let mut sv = Shared::<[f32]>::new_slice(bc * (d + 1));
+    let mut ss = Shared::<[f32]>::new_slice(br * bc);
+
+    let q0 = tile * brr;
+    let row = q0 + r;
+    let mut idx = tid;
+    while idx < brr * dd {
+        let rr = idx / dd;
+        let c = idx - rr * dd;
+        let mut val = f32::new(0.0);
+        if q0 + rr < tl {
+            val = q[((q0 + rr) * hh + h) * dd + c];
+        }
+        sq[rr * dp + c] = val;
+        so[rr * dp + c] = f32::new(0.0);
+        idx += units;
+    }
+    // This row's visible keys; rows past T see none.
+    let (lo_r, hi_r) = visible_range(pos0 + row as u32, s_len, window);
+    let mut lo_i = lo_r;
+    let mut hi_i = hi_r;
+    if row >= tl {
+        lo_i = 0u32;
+        hi_i = 0u32;
+    }
+    // The tile's union: from the first row's lo to the last row's hi.
+    let last = min(q0 + brr, tl) - 1;
+    let (t_lo, _x) = visible_range(pos0 + q0 as u32, s_len, window);
+    let (_y, t_hi) = visible_range(pos0 + last as u32, s_len, window);
+    sync_cube();
+
+    let mut m = f32::new(-3.4028235e38); // most negative finite f32: e^(m − m') never NaN
+    let mut l = f32::new(0.0);
+    let mut j0 = t_lo as usize;
+    while j0 < t_hi as usize {
+        let mut idx = tid;
+        while idx < bcc * dd {
+            let jj = idx / dd;
+            let c = idx - jj * dd;
+            let j = j0 + jj;
+            let mut kval = f32::new(0.0);
+            let mut vval = f32::new(0.0);
+            if j < t_hi as usize {
+                let off = (pool_row(tables, 0usize, j, block_size) * hkv + kvh) * dd + c;
+                kval = k[off];
+                vval = v[off];
+            }
+            sk[jj * dp + c] = kval;
+            sv[jj * dp + c] = vval;
+            idx += units;
+        }
+        sync_cube();
+        // This row's visible entries of the tile: e0 .. e1.
+        let a = max(lo_i as usize, j0);
+        let b = min(hi_i as usize, j0 + bcc);
+        let e0 = a - j0;
+        let mut e1 = e0;
+        if b > a {
+            e1 = b - j0;
+        }
+        let mut jj = e0 + lane;
+        while jj < e1 {
+            let mut acc = f32::new(0.0);
+            for c in 0..dd {
+                acc += sq[r * dp + c] * sk[jj * dp + c];
+            }
+            ss[r * bcc + jj] = acc * scale;
+            jj += lanes;
+        }
+        sync_cube();
+        let mut mt = m;
+        for e in e0..e1 {
+            mt = max(mt, ss[r * bcc + e]);
+        }
+        sync_cube();
+        let mut jj = e0 + lane;
+        while jj < e1 {
+            ss[r * bcc + jj] = (ss[r * bcc + jj] - mt).exp();
+            jj += lanes;
+        }
+        sync_cube();
+        let mut sum = f32::new(0.0);
+        for e in e0..e1 {
+            sum += ss[r * bcc + e];
+        }
+        let alpha = (m - mt).exp();
+        l = l * alpha + sum;
+        let mut c = lane;
+        while c < dd {
+            let mut acc = so[r * dp + c] * alpha;
+            for e in e0..e1 {
+                acc += ss[r * bcc + e] * sv[e * dp + c];
+            }
+            so[r * dp + c] = acc;
+            c += lanes;
+        }
+        m = mt;
+        sync_cube();
+        j0 += bcc;
+    }
+
+    if row < tl {
+        let mut factor = f32::new(1.0);
+        let mut lf = l;
+        if has_sinks {
+            let sink = sinks[h];
+            let mn = max(m, sink);
+            factor = (m - mn).exp();
+            lf = l * factor + (sink - mn).exp();
+        }
+        let mut inv = f32::new(0.0);
+        if lf > 0.0 {
+            inv = factor / lf;
+        }
+        let mut c = lane;
+        while c < dd {
+            out[(row * hh + h) * dd + c] = so[r * dp + c] * inv;
+            c += lanes;
+        }
+    }
+}
+
+/// Tile sizes (BR, BC, lanes) for head dim `d` within `shared` bytes and `max_units`.
+pub(crate) fn tiles(d: usize, shared: usize, max_units: u32) -> Option<(usize, usize, usize)> {
+    let (mut br, mut bc) = (BR_MAX, BC_MAX);
+    let bytes = |br: usize, bc: usize| 4 * (2 * br * (d + 1) + 2 * bc * (d + 1) + br * bc);
+    while bytes(br, bc) > shared.min(SHARED_CAP) {
+        if bc > br {
+            bc /= 2;
+        } else if br > 1 {
+            br /= 2;
+        } else {
+            return None;
+        }
+    }
+    let lanes = prev_pow2((UNITS.min(max_units) as usize / br).max(1) as u32) as usize;
+    Some((br, bc, lanes))
+}
+
+/// Attention of `q [T, H, D]` (positions `pos0 ..`) of sequence 0 of `tables` over its first
+/// `tables.lens[0]` positions in the pools `k, v [blocks · bs, Hkv, D]`, into `out [T, H, D]`.
+#[allow(clippy::too_many_arguments)]
+pub fn flash_prefill(
+    client: &Client,
+    q: &DeviceTensor,
+    k: &DeviceTensor,
+    v: &DeviceTensor,
+    tables: &BlockTables,
+    pos0: usize,
+    mask: &Masking,
+    out: &DeviceTensor,
+) -> Result<(), Error> {
+    let (h, hkv, d) = check_paged("flash_prefill", q, k, v, tables, mask)?;
+    if out.shape != q.shape || out.dtype != q.dtype {
+        return Err(Error::Shape(format!("flash_prefill: out {:?}, expected {:?}", out.shape, q.shape)));
+    }
+    let t = q.shape[0];
+    let s_len = tables.lens[0];
+    if t == 0 || d == 0 {
+        return Ok(());
+    }
+    u32_of("last position", pos0 + t)?;
+    let hw = &client.properties().hardware;
+    let (br, bc, lanes) = tiles(d, hw.max_shared_memory_size, hw.max_units_per_cube.min(hw.max_cube_dim.0))
+        .ok_or_else(|| Error::Unsupported(format!("flash_prefill: head dim {d} does not fit {} B of shared memory", hw.max_shared_memory_size)))?;
+    let n_tiles = t.div_ceil(br);
+    if n_tiles > hw.max_cube_count.0 as usize || h > hw.max_cube_count.1 as usize {
+        return Err(Error::Unsupported(format!("flash_prefill: grid {n_tiles}×{h} exceeds the device's {:?}", hw.max_cube_count)));
+    }
+    let dummy;
+    let sinks = match mask.sinks {
+        Some(s) => s,
+        None => {
+            dummy = DeviceTensor::from_f32(client, &[0.0], &[1])?;
+            &dummy
+        }
+    };
+    unsafe {
+        flash_prefill_v2::launch(
+            client,
+            CubeCount::Static(n_tiles as u32, h as u32, 1),
+            CubeDim::new_1d((br * lanes) as u32),
+            q.as_arg(1),
+            k.as_arg(1),
+            v.as_arg(1),
+            tables.tensor.as_arg(1),
+            sinks.as_arg(1),
+            out.as_arg(1),
+            t as u32,
+            h as u32,
+            (h / hkv) as u32,
+            hkv as u32,
+            d as u32,
+            s_len as u32,
+            pos0 as u32,
+            mask.window.unwrap_or(0) as u32,
+            tables.block_size as u32,
+            br as u32,
+            bc as u32,
+            lanes as u32,
+            1.0 / (d as f32).sqrt(),
+            d,
+            br,
+            bc,
+            mask.sinks.is_some(),
+        );
+    }
+    Ok(())
+}

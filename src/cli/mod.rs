@@ -1,8 +1,10 @@
 //! Command-line front end.
 
 mod bench;
+mod drift;
 mod generate;
 mod logits;
+mod quantize;
 mod source;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -65,6 +67,10 @@ pub enum Cmd {
     Bench(bench::BenchArgs),
     /// Run the conformance suite (every kernel and whole models vs the reference) on GPU runtimes.
     Conformance(ConformanceArgs),
+    /// Write a quantized HF directory (int8 or mxfp4 linear weights) that generate loads.
+    Quantize(quantize::QuantizeArgs),
+    /// Report how far --weights int8|mxfp4 moves next-token distributions (CPU reference).
+    Drift(drift::DriftArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -107,5 +113,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Cmd::Logits(a) => logits::run(a),
         Cmd::Bench(a) => bench::run(a),
         Cmd::Conformance(a) => conformance_cmd(a),
+        Cmd::Quantize(a) => quantize::run(a),
+        Cmd::Drift(a) => drift::run(a),
     }
 }

@@ -7,6 +7,7 @@ use clap::Args;
 use reference::engine::{Engine, RefEngine};
 use reference::gguf::GgufFile;
 use reference::loader::SafetensorsDir;
+use reference::quant::{QuantizeOnLoad, Scheme};
 use reference::synthetic::{self, Synthetic};
 use reference::tokenizer::Tokenizer;
 use reference::weights::{TensorSource, Weights};
@@ -36,6 +37,12 @@ pub struct ModelArgs {
     /// accumulation are f32. Ignored on cpu (always f32).
     #[arg(long)]
     pub dtype: Option<String>,
+    /// Quantize the linear weights as they load: int8 (one scale per output channel),
+    /// int8-g<N> (one per N inputs, e.g. int8-g128) or mxfp4 (OCP, blocks of 32). The CPU
+    /// reference runs on dequant(quantize(W)) in f32. GPU devices also get the dequantized
+    /// weights for now (stored in --dtype): accuracy as quantized, not its speed or memory.
+    #[arg(long)]
+    pub weights: Option<String>,
 }
 
 /// A model's tensors, not yet loaded.
@@ -43,6 +50,8 @@ pub enum Source {
     Gguf(GgufFile),
     Hf(SafetensorsDir),
     Synthetic(Synthetic),
+    /// Another source with its linear weights quantized on load (`--weights`).
+    Quantized(Box<QuantizeOnLoad<Source>>),
 }
 
 impl Source {
@@ -51,7 +60,17 @@ impl Source {
             Source::Gguf(g) => g,
             Source::Hf(h) => h,
             Source::Synthetic(s) => s,
+            Source::Quantized(q) => q.as_mut(),
         }
+    }
+}
+
+impl TensorSource for Source {
+    fn load(&mut self, t: reference::weights::Tensor, cfg: &Config) -> reference::Result<Vec<f32>> {
+        self.tensors().load(t, cfg)
+    }
+    fn load_quantized(&mut self, t: reference::weights::Tensor, cfg: &Config) -> reference::Result<Option<reference::quant::QuantTensor>> {
+        self.tensors().load_quantized(t, cfg)
     }
 }
 
@@ -84,8 +103,27 @@ pub fn synthetic_config(name: &str) -> Result<Config> {
 }
 
 impl ModelArgs {
-    /// Open the model (fetching the default one if needed); weights are not read yet.
+    /// The `--weights` scheme, if given.
+    pub fn scheme(&self) -> Result<Option<Scheme>> {
+        let bad = |s: &str| CliError::Usage(format!("--weights {s}: expected int8, int8-g<N> (e.g. int8-g128) or mxfp4"));
+        self.weights.as_deref().map(|s| s.parse::<Scheme>().map_err(|_| bad(s))).transpose()
+    }
+
+    /// Open the model (fetching the default one if needed); weights are not read yet. With
+    /// `--weights` the linear weights are quantized as they load.
     pub fn open(&self) -> Result<Opened> {
+        let scheme = self.scheme()?;
+        let mut o = self.open_full()?;
+        if let Some(scheme) = scheme {
+            let inner = std::mem::replace(&mut o.source, Source::Synthetic(Synthetic { seed: 0 }));
+            o.source = Source::Quantized(Box::new(QuantizeOnLoad { inner, scheme }));
+            o.label = format!("{} (weights {scheme})", o.label);
+        }
+        Ok(o)
+    }
+
+    /// Open the model ignoring `--weights`.
+    pub fn open_full(&self) -> Result<Opened> {
         if let Some(name) = &self.synthetic {
             let config = synthetic_config(name)?;
             let label = format!("synthetic {name} (seed {})", self.synthetic_seed);

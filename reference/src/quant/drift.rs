@@ -69,7 +69,8 @@ pub fn greedy(model: &Model, prompt: &[u32], n: usize) -> Result<Vec<u32>> {
     Ok(out)
 }
 
-fn check(cfg: &Config, prompt: &[u32], n: usize) -> Result<()> {
+/// A prompt `prompt_drift` accepts: non-empty, ids inside the vocabulary, `len + n ≤ max_ctx`.
+pub fn check_prompt(cfg: &Config, prompt: &[u32], n: usize) -> Result<()> {
     if prompt.is_empty() {
         return Err(Error::Input("drift: empty prompt".into()));
     }
@@ -87,7 +88,7 @@ pub fn prompt_drift(full: &Model, quant: &Model, prompt: &[u32], n: usize) -> Re
     if full.config != quant.config {
         return Err(Error::Input("drift: the two models have different configs".into()));
     }
-    check(&full.config, prompt, n)?;
+    check_prompt(&full.config, prompt, n)?;
     let g_full = greedy(full, prompt, n)?;
     let g_quant = greedy(quant, prompt, n)?;
     let greedy_prefix = g_full.iter().zip(&g_quant).take_while(|(a, b)| a == b).count();

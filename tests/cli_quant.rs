@@ -1,0 +1,144 @@
+//! `tandem quantize`, `--weights` and `tandem drift` end to end: a quantized directory runs to
+//! exactly what `--weights` computes in memory (tiny synthetic models, every format; the real
+//! SmolLM2 GGUF through `generate`, tokenizer and chat template exported), and bad input gives
+//! exit code 2 (1 for a broken directory) with one `error:` line naming the problem.
+//! Run with `--release` (the real-model test runs SmolLM2-135M).
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn tandem(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tandem")).args(args).output().expect("run the tandem binary")
+}
+
+fn ok(args: &[&str]) -> (String, String) {
+    let o = tandem(args);
+    let (out, err) = (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned());
+    assert!(o.status.success(), "tandem {args:?} failed: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    (out, err)
+}
+
+fn json(args: &[&str]) -> Value {
+    serde_json::from_str(&ok(args).0).expect("one JSON object")
+}
+
+/// Exit `code`, one stderr line `error: ...` containing every word, nothing on stdout.
+fn fails(args: &[&str], code: i32, words: &[&str]) {
+    let o = tandem(args);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(code), "tandem {args:?}: stderr: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err:?}");
+    assert!(err.starts_with("error: "), "{err:?}");
+    for w in words {
+        assert!(err.contains(w), "tandem {args:?}: stderr should mention `{w}`: {err}");
+    }
+    assert!(o.stdout.is_empty());
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tandem-cli-quant-{}", std::process::id())).join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(d.parent().unwrap()).unwrap();
+    d
+}
+
+#[test]
+fn quantized_synthetic_dir_runs_like_weights_on_load() {
+    let full = json(&["logits", "--synthetic", "tiny-gqa", "--ids", "1,2,3,40", "--greedy", "6", "--device", "cpu"]);
+    for (fmt, group, weights) in [("int8", None, "int8"), ("int8", Some("16"), "int8-g16"), ("mxfp4", None, "mxfp4")] {
+        let dir = tmp(weights);
+        let d = dir.to_str().unwrap();
+        let mut args = vec!["quantize", "--synthetic", "tiny-gqa", "--format", fmt, "--out", d];
+        if let Some(g) = group {
+            args.extend(["--group", g]);
+        }
+        let (_, err) = ok(&args);
+        assert!(err.contains("14 linear weights") && err.contains(weights), "{err}");
+        for f in ["config.json", "model.safetensors"] {
+            assert!(dir.join(f).is_file(), "{f}");
+        }
+        let from_dir = json(&["logits", "--model", d, "--ids", "1,2,3,40", "--greedy", "6", "--device", "cpu"]);
+        let on_load = json(&["logits", "--synthetic", "tiny-gqa", "--weights", weights, "--ids", "1,2,3,40", "--greedy", "6", "--device", "cpu"]);
+        assert_eq!(from_dir, on_load, "{weights}: the directory runs exactly what --weights computes");
+        assert_ne!(from_dir["top_logits"], full["top_logits"], "{weights}: quantization changed nothing");
+        // A synthetic model has no tokenizer: generate says so.
+        fails(&["generate", "--model", d, "--prompt", "hi", "--device", "cpu"], 2, &["no tokenizer"]);
+    }
+}
+
+#[test]
+fn quantized_real_model_generates_like_weights_on_load() {
+    let model = reference::fetch::default_model(&mut |m| eprintln!("{m}")).expect("default model (fetched on first use)");
+    let m = model.to_str().unwrap();
+    let dir = tmp("smollm2-mxfp4");
+    let d = dir.to_str().unwrap();
+    let (_, err) = ok(&["quantize", "--model", m, "--format", "mxfp4", "--out", d]);
+    assert!(err.contains("210 linear weights") && err.contains("tokenizer.json"), "{err}");
+    let gen = |model: &str, extra: &[&str]| {
+        let mut a = vec!["generate", "--model", model, "--prompt", "Once upon a time, in a small village,", "--max-tokens", "12", "--device", "cpu"];
+        a.extend(extra);
+        ok(&a).0
+    };
+    let (from_dir, on_load, full) = (gen(d, &[]), gen(m, &["--weights", "mxfp4"]), gen(m, &[]));
+    assert_eq!(from_dir, on_load, "the exported directory (half-split q/k, f32 embeddings) generates what --weights does");
+    assert!(!from_dir.trim().is_empty(), "{from_dir:?}");
+    eprintln!("full: {full:?}\nmxfp4: {from_dir:?}");
+    // The chat template travelled too.
+    let (out, _) = ok(&["generate", "--model", d, "--chat", "Hi!", "--max-tokens", "4", "--device", "cpu"]);
+    assert!(!out.trim().is_empty());
+}
+
+#[test]
+fn drift_report_on_a_tiny_model() {
+    let (out, _) = ok(&["drift", "--synthetic", "tiny-gqa", "--weights", "mxfp4", "--tokens", "8"]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 6, "header, column names, 3 default id prompts, summary: {out}");
+    assert!(lines[0].contains("mxfp4") && lines[0].contains("4.25 bits/weight"), "{out}");
+    let kl: f64 = lines[5].split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!(kl > 0.0 && kl.is_finite(), "{out}");
+    let (out, _) = ok(&["drift", "--synthetic", "tiny-mha", "--weights", "int8-g32", "--ids", "1,2,3", "--ids", "9,8,7,6", "--tokens", "4"]);
+    assert!(out.contains("3+4") && out.contains("4+4") && out.contains("/4"), "{out}");
+}
+
+#[test]
+fn bad_quantization_input() {
+    let out = tmp("bad");
+    let o = out.to_str().unwrap();
+    fn with<'a>(o: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+        [&["quantize", "--out", o][..], extra].concat()
+    }
+    let q = |extra: &[&'static str]| with(o, extra);
+    fails(&q(&["--synthetic", "tiny-mha", "--format", "int8", "--group", "48"]), 2, &["q_proj", "[64, 64]", "group size 48"]);
+    fails(&q(&["--synthetic", "tiny-odd-head", "--format", "mxfp4"]), 2, &["q_proj", "[60, 60]", "32"]);
+    fails(&q(&["--synthetic", "tiny-mha", "--format", "mxfp4", "--group", "64"]), 2, &["--group 64", "int8 only"]);
+    fails(&q(&["--synthetic", "tiny-mha", "--format", "int8", "--group", "0"]), 2, &["--group", "at least 1"]);
+    fails(&q(&["--synthetic", "tiny-mha", "--format", "int8", "--weights", "int8"]), 2, &["--weights"]);
+    fails(&["logits", "--synthetic", "tiny-mha", "--weights", "int4", "--ids", "1"], 2, &["--weights int4", "mxfp4"]);
+    fails(&["logits", "--synthetic", "tiny-mha", "--weights", "int8-g48", "--ids", "1", "--device", "cpu"], 2, &["group size 48", "[64, 64]"]);
+    fails(&["drift", "--synthetic", "tiny-mha"], 2, &["--weights"]);
+    fails(&["drift", "--synthetic", "tiny-mha", "--weights", "int8", "--ids", "1,999"], 2, &["999"]);
+    let o2 = tmp("bad-format");
+    let bad_fmt = tandem(&["quantize", "--synthetic", "tiny-mha", "--format", "fp8", "--out", o2.to_str().unwrap()]);
+    assert_eq!(bad_fmt.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad_fmt.stderr).contains("fp8"));
+    // --out must be a directory without other safetensors files.
+    let file = tmp("a-file");
+    std::fs::write(&file, "x").unwrap();
+    fails(&["quantize", "--synthetic", "tiny-mha", "--format", "int8", "--out", file.to_str().unwrap()], 2, &["not a directory"]);
+    let busy = tmp("busy");
+    std::fs::create_dir_all(&busy).unwrap();
+    std::fs::write(busy.join("other.safetensors"), "x").unwrap();
+    fails(&["quantize", "--synthetic", "tiny-mha", "--format", "int8", "--out", busy.to_str().unwrap()], 2, &["other.safetensors"]);
+    // A directory whose quantization_config does not match its tensors: exit 1, names the file.
+    let dir = tmp("mismatch");
+    let d = dir.to_str().unwrap();
+    ok(&["quantize", "--synthetic", "tiny-mha", "--format", "int8", "--out", d]);
+    let cp = dir.join("config.json");
+    let text = std::fs::read_to_string(&cp).unwrap().replace("\"int8\"", "\"mxfp4\"");
+    std::fs::write(&cp, text).unwrap();
+    fails(&["logits", "--model", d, "--ids", "1", "--device", "cpu"], 1, &["q_proj.weight_blocks", "missing", "[64, 2, 16]"]);
+}

@@ -1,9 +1,17 @@
-//! Naive attention (decode T=1 and prefill) at SmolLM2's head layout.
-use criterion::{criterion_group, criterion_main, Criterion};
+//! Attention: the naive CPU reference (decode T=1 and prefill) at SmolLM2's head layout, and —
+//! where a GPU runtime is present (`TANDEM_BACKENDS`, default cuda) — flash v2 vs naive v1 at
+//! TinyLlama's layout (H=32, Hkv=4, D=64): decode over a paged cache (batch 1 and 32,
+//! throughput in K/V bytes) and causal prefill (throughput in FLOPs). Each sample ends with a
+//! device sync. The same fixtures drive `tandem bench --kernel attention`.
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use optimized::Backend;
 use reference::ops::attention::attention;
+use tandem_benches::gpu::attention as fx;
 use tandem_benches::rand_array;
 
-fn bench(c: &mut Criterion) {
+fn cpu(c: &mut Criterion) {
     let mut g = c.benchmark_group("attention/reference");
     g.sample_size(10);
     let (h, hkv, d) = (9, 3, 64);
@@ -15,5 +23,52 @@ fn bench(c: &mut Criterion) {
     }
     g.finish();
 }
-criterion_group!(benches, bench);
+
+/// Time `iters` calls of `f` with one sync at the end (Duration::MAX on a device error).
+fn timed(client: &optimized::Client, iters: u64, mut f: impl FnMut() -> Result<(), optimized::Error>) -> Duration {
+    let t0 = Instant::now();
+    for _ in 0..iters {
+        if f().is_err() {
+            return Duration::MAX;
+        }
+    }
+    if fx::sync(client).is_err() {
+        return Duration::MAX;
+    }
+    t0.elapsed()
+}
+
+fn gpu(c: &mut Criterion) {
+    let backends: Vec<Backend> = std::env::var("TANDEM_BACKENDS").unwrap_or_else(|_| "cuda".into()).split(',').filter_map(|b| b.trim().parse().ok()).collect();
+    let (h, hkv, d) = (32, 4, 64);
+    for backend in backends {
+        let Ok(client) = optimized::client(backend) else {
+            eprintln!("attention/{backend}: runtime unavailable, GPU group not run");
+            continue;
+        };
+        let mut g = c.benchmark_group(format!("attention/{backend}"));
+        g.sample_size(20);
+        for (batch, len) in [(1usize, 4096usize), (1, 16384), (32, 4096)] {
+            let Ok(s) = fx::paged_setup(&client, h, hkv, d, batch, len, batch) else { continue };
+            g.throughput(Throughput::Bytes(s.kv_bytes as u64));
+            g.bench_function(format!("decode flash-v2 B={batch} S={len}"), |b| b.iter_custom(|n| timed(&client, n, || fx::decode(&client, &s, None))));
+            if batch == 1 {
+                let Ok(nv) = fx::naive_setup(&client, h, hkv, d, len, 1) else { continue };
+                g.bench_function(format!("decode naive-v1 B=1 S={len}"), |b| b.iter_custom(|n| timed(&client, n, || fx::naive(&client, &nv, None))));
+            }
+        }
+        for t in [512usize, 2048] {
+            g.throughput(Throughput::Elements(fx::prefill_flops(h, d, t) as u64));
+            if let Ok(s) = fx::paged_setup(&client, h, hkv, d, 1, t, t) {
+                g.bench_function(format!("prefill flash-v2 T={t}"), |b| b.iter_custom(|n| timed(&client, n, || fx::prefill(&client, &s, None))));
+            }
+            if let Ok(nv) = fx::naive_setup(&client, h, hkv, d, t, t) {
+                g.bench_function(format!("prefill naive-v1 T={t}"), |b| b.iter_custom(|n| timed(&client, n, || fx::naive(&client, &nv, None))));
+            }
+        }
+        g.finish();
+    }
+}
+
+criterion_group!(benches, cpu, gpu);
 criterion_main!(benches);

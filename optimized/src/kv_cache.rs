@@ -111,6 +111,11 @@ pub struct BlockTables {
     pub tensor: DeviceTensor,
     pub max_blocks: usize,
     pub lens: Vec<usize>,
+    /// `lens` as `[B]` u32 on the device.
+    pub lens_dev: DeviceTensor,
+    /// A 1-element buffer for kernel arguments that a launch does not read (no sinks), so
+    /// launches upload nothing.
+    pub unused: DeviceTensor,
     pub block_size: usize,
     pub num_blocks: usize,
 }
@@ -137,7 +142,10 @@ impl BlockTables {
             row[..t.len()].copy_from_slice(t);
         }
         let tensor = DeviceTensor::from_u32(client, &flat, &[tables.len(), max_blocks])?;
-        Ok(Self { tensor, max_blocks, lens: lens.to_vec(), block_size, num_blocks })
+        let lens32: Vec<u32> = lens.iter().map(|&l| u32::try_from(l).map_err(|_| Error::KvCache(format!("sequence length {l} exceeds u32")))).collect::<Result<_, _>>()?;
+        let lens_dev = DeviceTensor::from_u32(client, &lens32, &[lens.len()])?;
+        let unused = DeviceTensor::from_f32(client, &[0.0], &[1])?;
+        Ok(Self { tensor, max_blocks, lens: lens.to_vec(), lens_dev, unused, block_size, num_blocks })
     }
 }
 

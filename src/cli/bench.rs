@@ -22,6 +22,15 @@ pub struct BenchArgs {
     /// Repetitions; the median is reported.
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
+    /// GPU KV cache + attention: flash (paged cache, flash attention v2) or naive (v1:
+    /// contiguous cache, naive attention), to compare the two.
+    #[arg(long, default_value = "flash")]
+    pub attention: String,
+    /// Benchmark one kernel family instead of the whole model, at the model's shapes:
+    /// `attention` (decode attention GB/s vs the copy rate at KV lengths 512..32k for
+    /// batch 1 and 32; prefill TFLOP/s at 512/2k/8k tokens, flash vs naive).
+    #[arg(long)]
+    pub kernel: Option<String>,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -76,7 +85,17 @@ pub fn run(a: BenchArgs) -> Result<()> {
     if a.reps == 0 || lens.is_empty() || lens.contains(&0) {
         return Err(CliError::Usage("--reps and every --prompt-lens value must be at least 1".into()));
     }
+    let attention: optimized::model::AttentionImpl = a.attention.parse().map_err(|e| CliError::Usage(format!("--attention: {e}")))?;
     let backend = resolve(a.model.device);
+    if let Some(k) = &a.kernel {
+        if k != "attention" {
+            return Err(CliError::Usage(format!("--kernel {k}: only `attention` is benchmarked on its own")));
+        }
+        let b = backend.ok_or_else(|| CliError::Usage("--kernel attention needs a GPU device (--device cuda|wgpu)".into()))?;
+        let gate = conformance_gate(b)?;
+        let cfg = a.model.open()?.config;
+        return super::bench_attn::run(b, &cfg, &gate, a.reps);
+    }
     let gate = match backend {
         Some(b) => conformance_gate(b)?,
         None => "cpu reference: ground truth, no gate".to_string(),
@@ -89,7 +108,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         return Err(reference::Error::Input(format!("prompt {max_len} + {} decode tokens exceed the context {}", a.decode_tokens, cfg.max_ctx)).into());
     }
     let t_load = Instant::now();
-    let mut engine = opened.engine(a.model.device, a.model.dtype.as_deref(), max_len + a.decode_tokens)?;
+    let mut engine = opened.engine_with(a.model.device, a.model.dtype.as_deref(), max_len + a.decode_tokens, attention)?;
     let load_s = t_load.elapsed().as_secs_f64();
     let prompt = |n: usize| -> Vec<u32> { (0..n).map(|i| ((i * 7919 + 13) % cfg.vocab) as u32).collect() };
     // Bytes streamed per decoded token: every layer weight and the lm_head; the embedding
@@ -106,14 +125,19 @@ pub fn run(a: BenchArgs) -> Result<()> {
         }
     };
     let weight_bytes = ((cfg.n_params() - untied_embd) * elem) as f64;
+    // K and V (f32) read per decoded token, at the mean context of the decode run.
+    let ctx = lens[0] + a.decode_tokens / 2;
+    let kv_bytes = (2 * cfg.n_layers * ctx * cfg.n_kv_heads * cfg.head_dim * 4) as f64;
     // The copy rate counts every byte moved (read + written): that is the memory system's
     // rate, and a read-only weight stream moves bytes at the same rate.
-    let roofline_tps = bw / weight_bytes;
-    println!("tandem bench — {} — model {label} — {gate}", engine.name());
+    let roofline_tps = bw / (weight_bytes + kv_bytes);
+    let attn = if backend.is_some() { format!(" — attention {}", a.attention) } else { String::new() };
+    println!("tandem bench — {}{attn} — model {label} — {gate}", engine.name());
     println!(
-        "{place} copy rate {:.1} GB/s (read+write), weights read per token {:.1} MB, load {load_s:.1} s",
+        "{place} copy rate {:.1} GB/s (read+write), weights read per token {:.1} MB + KV cache {:.1} MB at context {ctx}, load {load_s:.1} s",
         bw / 1e9,
-        weight_bytes / 1e6
+        weight_bytes / 1e6,
+        kv_bytes / 1e6
     );
     for &n in &lens {
         let p = prompt(n);
@@ -142,7 +166,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         let m = median(per_tok);
         let tps = 1.0 / m;
         println!(
-            "decode batch 1 after {} prompt tokens: {:.3} ms/token, {:.1} tokens/s = {:.1}% of the roofline {:.0} tokens/s (weight bytes / read rate)",
+            "decode batch 1 after {} prompt tokens: {:.3} ms/token, {:.1} tokens/s = {:.1}% of the roofline {:.0} tokens/s ((weight + KV bytes) / read rate)",
             lens[0],
             m * 1e3,
             tps,

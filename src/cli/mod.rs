@@ -1,6 +1,7 @@
 //! Command-line front end.
 
 mod bench;
+mod bench_attn;
 mod drift;
 mod generate;
 mod logits;

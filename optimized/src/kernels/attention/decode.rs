@@ -284,16 +284,7 @@ pub fn flash_decode(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v: &Dev
     let seg = prev_pow2((units / g).max(1) as u32) as usize;
     let part_o = DeviceTensor::empty_f32(client, &[bsz * h * splits, d]);
     let part_ml = DeviceTensor::empty_f32(client, &[bsz * h * splits, 2]);
-    let lens: Vec<u32> = tables.lens.iter().map(|&l| l as u32).collect();
-    let lens_d = DeviceTensor::from_u32(client, &lens, &[bsz])?;
-    let dummy;
-    let sinks = match mask.sinks {
-        Some(s) => s,
-        None => {
-            dummy = DeviceTensor::from_f32(client, &[0.0], &[1])?;
-            &dummy
-        }
-    };
+    let sinks = mask.sinks.unwrap_or(&tables.unused);
     unsafe {
         flash_decode_v2::launch(
             client,
@@ -303,7 +294,7 @@ pub fn flash_decode(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v: &Dev
             k.as_arg(1),
             v.as_arg(1),
             tables.tensor.as_arg(1),
-            lens_d.as_arg(1),
+            tables.lens_dev.as_arg(1),
             part_o.as_arg(1),
             part_ml.as_arg(1),
             h as u32,

@@ -242,14 +242,7 @@ pub fn flash_prefill(
     if n_tiles > hw.max_cube_count.0 as usize || h > hw.max_cube_count.1 as usize {
         return Err(Error::Unsupported(format!("flash_prefill: grid {n_tiles}×{h} exceeds the device's {:?}", hw.max_cube_count)));
     }
-    let dummy;
-    let sinks = match mask.sinks {
-        Some(s) => s,
-        None => {
-            dummy = DeviceTensor::from_f32(client, &[0.0], &[1])?;
-            &dummy
-        }
-    };
+    let sinks = mask.sinks.unwrap_or(&tables.unused);
     unsafe {
         flash_prefill_v2::launch(
             client,

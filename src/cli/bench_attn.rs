@@ -1,0 +1,60 @@
+//! `tandem bench --kernel attention`: the attention kernels alone at a model's head layout.
+//! Decode: flash v2 (split-K, paged, shuffled blocks) time per call vs the K/V bytes it must
+//! read, as a share of the device copy rate measured in the same run; naive v1 beside it at
+//! batch 1. Prefill: flash v2 vs naive v1, causal, TFLOP/s.
+
+use optimized::Backend;
+use reference::Config;
+use tandem_benches::gpu::attention as fx;
+
+use super::{CliError, Result};
+
+fn gpu(e: optimized::Error) -> CliError {
+    CliError::Gpu(e.to_string())
+}
+
+/// Decode KV lengths and batches, prefill lengths.
+const DECODE_LENS: [usize; 4] = [512, 4096, 16384, 32768];
+const BATCHES: [usize; 2] = [1, 32];
+const PREFILL_LENS: [usize; 3] = [512, 2048, 8192];
+
+pub fn run(backend: Backend, cfg: &Config, gate: &str, reps: usize) -> Result<()> {
+    let client = optimized::client(backend).map_err(gpu)?;
+    let (h, hkv, d) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim);
+    let rate = optimized::bandwidth::copy_rate(&client, 1 << 30, 10).map_err(gpu)?;
+    println!("tandem bench --kernel attention — {backend} — heads H={h} Hkv={hkv} D={d} (f32 K/V, blocks of {}) — {gate}", fx::BLOCK);
+    println!("device copy rate {:.1} GB/s (read+write)", rate / 1e9);
+    println!();
+    println!("decode (one query per sequence; flash v2 split-K over shuffled blocks; naive v1 contiguous, batch 1 only)");
+    println!("{:>5} {:>7} {:>9} {:>10} {:>9} {:>8} {:>12} {:>8}", "batch", "KV len", "KV MB", "µs/call", "GB/s", "% copy", "naive µs", "speedup");
+    for &b in &BATCHES {
+        for &len in &DECODE_LENS {
+            let s = fx::paged_setup(&client, h, hkv, d, b, len, b).map_err(gpu)?;
+            let t = fx::seconds_per_call(&client, 3, 20 * reps.max(1), || fx::decode(&client, &s, None)).map_err(gpu)?;
+            drop(s);
+            let bytes = 2 * b * len * hkv * d * 4;
+            let gbs = bytes as f64 / t / 1e9;
+            let naive = if b == 1 {
+                let n = fx::naive_setup(&client, h, hkv, d, len, 1).map_err(gpu)?;
+                let tn = fx::seconds_per_call(&client, 2, 5 * reps.max(1), || fx::naive(&client, &n, None)).map_err(gpu)?;
+                format!("{:>12.1} {:>7.1}×", tn * 1e6, tn / t)
+            } else {
+                format!("{:>12} {:>8}", "—", "—")
+            };
+            println!("{b:>5} {len:>7} {:>9.1} {:>10.1} {gbs:>9.0} {:>7.1}% {naive}", bytes as f64 / 1e6, t * 1e6, 100.0 * gbs * 1e9 / rate);
+        }
+    }
+    println!();
+    println!("prefill (one sequence, causal; FLOPs = 4·H·D per visible query-key pair)");
+    println!("{:>6} {:>10} {:>9} {:>10} {:>9} {:>8}", "T", "flash ms", "TFLOP/s", "naive ms", "TFLOP/s", "speedup");
+    for &t in &PREFILL_LENS {
+        let flops = fx::prefill_flops(h, d, t);
+        let s = fx::paged_setup(&client, h, hkv, d, 1, t, t).map_err(gpu)?;
+        let tf = fx::seconds_per_call(&client, 2, 3 * reps.max(1), || fx::prefill(&client, &s, None)).map_err(gpu)?;
+        drop(s);
+        let n = fx::naive_setup(&client, h, hkv, d, t, t).map_err(gpu)?;
+        let tn = fx::seconds_per_call(&client, 1, reps.max(1), || fx::naive(&client, &n, None)).map_err(gpu)?;
+        println!("{t:>6} {:>10.3} {:>9.2} {:>10.3} {:>9.2} {:>7.1}×", tf * 1e3, flops / tf / 1e12, tn * 1e3, flops / tn / 1e12, tn / tf);
+    }
+    Ok(())
+}

@@ -70,7 +70,7 @@ fn int8_scale_is_rounded_up_to_17_bits() {
 #[test]
 fn mxfp4_lut_nibble_order_and_scale_bytes() {
     // Byte j = (2j+1 mod 16) << 4 | (2j mod 16): element i decodes LUT[i mod 16].
-    let block: Vec<u8> = (0..16u8).map(|j| ((2 * j + 1) % 16) << 4 | (2 * j) % 16).collect();
+    let block: Vec<u8> = (0..16u8).map(|j| (((2 * j + 1) % 16) << 4) | ((2 * j) % 16)).collect();
     for (byte, mult) in [(127u8, 1.0f32), (128, 2.0), (126, 0.5), (130, 8.0)] {
         let x = Mxfp4Weight::from_parts("t", 1, 32, block.clone(), vec![byte]).unwrap();
         let w = mxfp4::dequant(&x);

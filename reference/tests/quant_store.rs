@@ -100,12 +100,17 @@ fn half_split_permutation_inverts_adjacent() {
     assert_eq!(permute_for_half_split(&p, 6, 8, 3), w);
 }
 
+/// name → (dtype, shape, bytes) of every tensor in a file.
+type TensorMap = BTreeMap<String, (Dtype, Vec<usize>, Vec<u8>)>;
+/// A broken-directory case: tag, scheme, the edit, words the error must contain.
+type Case = (&'static str, Scheme, Box<dyn Fn(&mut TensorMap)>, Vec<String>);
+
 /// Rewrite `dir/model.safetensors` after `edit` changes the tensor map.
-fn rewrite(dir: &Path, edit: impl FnOnce(&mut BTreeMap<String, (Dtype, Vec<usize>, Vec<u8>)>)) {
+fn rewrite(dir: &Path, edit: impl FnOnce(&mut TensorMap)) {
     let p = dir.join("model.safetensors");
     let bytes = std::fs::read(&p).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
-    let mut m: BTreeMap<String, (Dtype, Vec<usize>, Vec<u8>)> =
+    let mut m: TensorMap =
         st.tensors().into_iter().map(|(n, v)| (n, (v.dtype(), v.shape().to_vec(), v.data().to_vec()))).collect();
     edit(&mut m);
     let views: Vec<(String, safetensors::tensor::TensorView<'_>)> =
@@ -130,7 +135,7 @@ fn broken_quantized_dirs_name_file_key_and_shape() {
         d
     };
     let int8 = Scheme::Int8(Granularity::PerChannel);
-    let cases: Vec<(&str, Scheme, Box<dyn Fn(&mut BTreeMap<String, (Dtype, Vec<usize>, Vec<u8>)>)>, Vec<String>)> = vec![
+    let cases: Vec<Case> = vec![
         ("no-scale", int8, Box::new(|m| { m.remove(&format!("{q}_scale")); }), vec![format!("{q}_scale"), "missing".into(), "[64]".into()]),
         ("scale-dtype", int8, Box::new(|m| { let e = m.get_mut(&format!("{q}_scale")).unwrap(); e.0 = Dtype::I32; }), vec![format!("{q}_scale"), "I32".into(), "F32".into()]),
         ("scale-shape", int8, Box::new(|m| { let e = m.get_mut(&format!("{q}_scale")).unwrap(); e.1 = vec![32, 2]; }), vec!["model.safetensors".into(), format!("{q}_scale"), "[32, 2]".into(), "[64]".into()]),

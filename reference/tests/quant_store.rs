@@ -103,7 +103,7 @@ fn half_split_permutation_inverts_adjacent() {
 /// name → (dtype, shape, bytes) of every tensor in a file.
 type TensorMap = BTreeMap<String, (Dtype, Vec<usize>, Vec<u8>)>;
 /// A broken-directory case: tag, scheme, the edit, words the error must contain.
-type Case = (&'static str, Scheme, Box<dyn Fn(&mut TensorMap)>, Vec<String>);
+type Case<'a> = (&'static str, Scheme, Box<dyn Fn(&mut TensorMap) + 'a>, Vec<String>);
 
 /// Rewrite `dir/model.safetensors` after `edit` changes the tensor map.
 fn rewrite(dir: &Path, edit: impl FnOnce(&mut TensorMap)) {

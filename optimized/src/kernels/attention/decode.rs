@@ -22,10 +22,10 @@ use crate::{Client, DeviceTensor, Error};
 
 #[allow(clippy::too_many_arguments)]
 #[cube(launch)]
-pub fn flash_decode_v2(
+pub fn flash_decode_v2<N: Size>(
     q: &[f32],
-    k: &[f32],
-    v: &[f32],
+    k: &[Vector<f32, N>],
+    v: &[Vector<f32, N>],
     tables: &[u32],
     lens: &[u32],
     part_o: &mut [f32],
@@ -44,7 +44,10 @@ pub fn flash_decode_v2(
     #[comptime] g: usize,
     #[comptime] chunk: usize,
     #[comptime] units: usize,
+    #[comptime] nv: usize,
 ) {
+    // K/V rows are D / nv vectors of nv floats (nv = N).
+    let dv = d / nv;
     let s = CUBE_POS_X as usize;
     let kvh = CUBE_POS_Y as usize;
     let b = CUBE_POS_Z as usize;
@@ -59,7 +62,7 @@ pub fn flash_decode_v2(
 
     let mut sq = Shared::<[f32]>::new_slice(g * d);
     let mut sc = Shared::<[f32]>::new_slice(g * chunk);
-    let mut red = Shared::<[f32]>::new_slice(units * g);
+    let mut red = Shared::<[f32]>::new_slice(units * g * nv);
 
     // Query heads kvh·G .. (kvh+1)·G of sequence b are contiguous in q.
     let qbase = (b * hh + kvh * gr) * dd;
@@ -85,20 +88,26 @@ pub fn flash_decode_v2(
     }
     sync_cube();
 
-    // 1. Scores, one unit per key.
+    // 1. Scores, one unit per key; the K row is loaded as D/nv vectors, unrolled so that
+    //    all of its loads are in flight together.
     let mut acc = Array::<f32>::new(g);
     let mut x = tid;
     while x < nkeys {
-        let kbase = (pool_row(tables, toff, a + x, block_size) * hkv + kvh) * dd;
+        let kbase = (pool_row(tables, toff, a + x, block_size) * hkv + kvh) * dv;
         #[unroll]
         for gg in 0..g {
             acc[gg] = 0.0f32;
         }
-        for c in 0..dd {
-            let kv = k[kbase + c];
+        #[unroll]
+        for c4 in 0..dv {
+            let kv = k[kbase + c4];
             #[unroll]
-            for gg in 0..g {
-                acc[gg] += sq[gg * dd + c] * kv;
+            for e in 0..nv {
+                let kx = kv.extract(e);
+                #[unroll]
+                for gg in 0..g {
+                    acc[gg] += sq[gg * d + c4 * nv + e] * kx;
+                }
             }
         }
         #[unroll]
@@ -165,37 +174,46 @@ pub fn flash_decode_v2(
     }
     sync_cube();
 
-    // 3. P·V: unit (ks, c) sums keys ks, ks + ns, .. for column c and all G heads.
-    let ns = nu / dd;
-    let ks = tid / dd;
-    let c = tid - ks * dd;
+    // 3. P·V: unit (ks, c4) sums keys ks, ks + ns, .. for column vector c4, all G heads.
+    let ns = nu / dv;
+    let ks = tid / dv;
+    let c4 = tid - ks * dv;
+    let mut o = Array::<f32>::new(g * nv);
     #[unroll]
-    for gg in 0..g {
-        acc[gg] = 0.0f32;
+    for i in 0..g * nv {
+        o[i] = 0.0f32;
     }
     if ks < ns {
         let mut x = ks;
         while x < nkeys {
-            let vv = v[(pool_row(tables, toff, a + x, block_size) * hkv + kvh) * dd + c];
+            let vv = v[(pool_row(tables, toff, a + x, block_size) * hkv + kvh) * dv + c4];
             #[unroll]
             for gg in 0..g {
-                acc[gg] += sc[gg * cl + x] * vv;
+                let p = sc[gg * cl + x];
+                #[unroll]
+                for e in 0..nv {
+                    o[gg * nv + e] += p * vv.extract(e);
+                }
             }
             x += ns;
         }
     }
     #[unroll]
-    for gg in 0..g {
-        red[gg * nu + tid] = acc[gg];
+    for i in 0..g * nv {
+        red[i * nu + tid] = o[i];
     }
     sync_cube();
     if ks == 0 {
-        for gg in 0..gr {
-            let mut tot = f32::new(0.0);
-            for k2 in 0..ns {
-                tot += red[gg * nu + k2 * dd + c];
+        #[unroll]
+        for gg in 0..g {
+            #[unroll]
+            for e in 0..nv {
+                let mut tot = f32::new(0.0);
+                for k2 in 0..ns {
+                    tot += red[(gg * nv + e) * nu + k2 * dv + c4];
+                }
+                part_o[((b * hh + kvh * gr + gg) * nsplit + s) * dd + c4 * nv + e] = tot;
             }
-            part_o[((b * hh + kvh * gr + gg) * nsplit + s) * dd + c] = tot;
         }
     }
 }
@@ -270,7 +288,9 @@ pub fn flash_decode(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v: &Dev
     let max_len = tables.lens.iter().copied().max().unwrap_or(0).max(1);
     let sms = hw.num_streaming_multiprocessors.unwrap_or(8) as usize;
     let mut chunk = chunk_for(max_len, bsz, hkv, sms);
-    let shared = |chunk: usize| 4 * (g * d + g * chunk + units * g);
+    // Vectors of 4 (or 2, 1) floats along D for the K/V loads.
+    let nv = crate::kernels::vector_size_for(client, d);
+    let shared = |chunk: usize| 4 * (g * d + g * chunk + units * g * nv);
     while chunk > 32 && shared(chunk) > hw.max_shared_memory_size.min(48 << 10) {
         chunk /= 2;
     }
@@ -290,9 +310,10 @@ pub fn flash_decode(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v: &Dev
             client,
             CubeCount::Static(splits as u32, hkv as u32, bsz as u32),
             CubeDim::new_1d(units as u32),
+            nv,
             q.as_arg(1),
-            k.as_arg(1),
-            v.as_arg(1),
+            k.as_arg(nv),
+            v.as_arg(nv),
             tables.tensor.as_arg(1),
             tables.lens_dev.as_arg(1),
             part_o.as_arg(1),
@@ -311,6 +332,7 @@ pub fn flash_decode(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v: &Dev
             g,
             chunk,
             units,
+            nv,
         );
         flash_decode_combine_v2::launch(
             client,

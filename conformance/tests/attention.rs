@@ -1,6 +1,7 @@
 //! Attention conformance: the fixed grid, then random shapes.
 use conformance::cases::attention::flash::{FlashCase, Phase};
 use conformance::cases::attention::AttentionCase;
+use optimized::kernels::attention::DecodeVersion;
 use conformance::{assert_conformance, backends_from_env, run_cases, Case, Op};
 use proptest::prelude::*;
 
@@ -50,14 +51,16 @@ proptest! {
         window in proptest::option::of(1usize..300),
         sinks: bool,
         shuffled: bool,
+        fused: bool,
     ) {
+        let version = if fused { DecodeVersion::V3 } else { DecodeVersion::V2 };
         let (phase, lens, t) = if decode {
             (Phase::Decode, lens, 1)
         } else {
             let s = lens[0];
             (Phase::Prefill, vec![s], ((s as f64 * t_frac) as usize).clamp(1, s))
         };
-        let cases: Vec<Box<dyn Case>> = vec![Box::new(FlashCase { phase, h: kv * group, kv, d, lens, t, block_size, window, sinks, shuffled })];
+        let cases: Vec<Box<dyn Case>> = vec![Box::new(FlashCase { phase, h: kv * group, kv, d, lens, t, block_size, window, sinks, shuffled, version })];
         let r = run_cases(&cases, &backends_from_env());
         let (_, f, _) = r.count();
         prop_assert!(f == 0, "{}", r.table());

@@ -18,6 +18,9 @@
 
 use crate::{Client, DeviceTensor, Error};
 
+/// Arrival counters per sequence in [`BlockTables`] (one per KV head, so Hkv ≤ this).
+pub const COUNTERS_PER_SEQ: usize = 64;
+
 /// Which sequence of a [`PagedKvCache`].
 pub type SeqId = usize;
 
@@ -109,13 +112,20 @@ pub struct BlockTable {
 #[derive(Debug, Clone)]
 pub struct BlockTables {
     pub tensor: DeviceTensor,
+    /// The uploaded ids, `[B, max_blocks]` as on the device.
+    pub host: Vec<u32>,
     pub max_blocks: usize,
+    /// Positions per sequence (host). Kernels get them as launch arguments for one sequence,
+    /// from `lens_dev` for a batch.
     pub lens: Vec<usize>,
-    /// `lens` as `[B]` u32 on the device.
+    /// `lens` as `[B]` u32 on the device, as uploaded (read by kernels only when B > 1).
     pub lens_dev: DeviceTensor,
     /// A 1-element buffer for kernel arguments that a launch does not read (no sinks), so
     /// launches upload nothing.
     pub unused: DeviceTensor,
+    /// Zeroed u32 arrival counters, [`COUNTERS_PER_SEQ`] per sequence (flash decode v3 leaves
+    /// them zero after each launch).
+    pub counters: DeviceTensor,
     pub block_size: usize,
     pub num_blocks: usize,
 }
@@ -145,7 +155,23 @@ impl BlockTables {
         let lens32: Vec<u32> = lens.iter().map(|&l| u32::try_from(l).map_err(|_| Error::KvCache(format!("sequence length {l} exceeds u32")))).collect::<Result<_, _>>()?;
         let lens_dev = DeviceTensor::from_u32(client, &lens32, &[lens.len()])?;
         let unused = DeviceTensor::from_f32(client, &[0.0], &[1])?;
-        Ok(Self { tensor, max_blocks, lens: lens.to_vec(), lens_dev, unused, block_size, num_blocks })
+        let counters = DeviceTensor::from_u32(client, &vec![0; tables.len() * COUNTERS_PER_SEQ], &[tables.len() * COUNTERS_PER_SEQ])?;
+        Ok(Self { tensor, host: flat, max_blocks, lens: lens.to_vec(), lens_dev, unused, counters, block_size, num_blocks })
+    }
+
+    /// Whether these tables hold exactly `blocks` for a single sequence.
+    pub fn holds_single(&self, blocks: &[u32]) -> bool {
+        self.lens.len() == 1 && self.host.len() >= blocks.len() && self.host[..blocks.len()] == *blocks
+    }
+
+    /// New length of the only sequence, without an upload (its length travels as a launch
+    /// argument). Errors for a batch or a length past the uploaded blocks.
+    pub fn set_single_len(&mut self, len: usize) -> Result<(), Error> {
+        if self.lens.len() != 1 || len > self.max_blocks * self.block_size {
+            return Err(Error::KvCache(format!("set_single_len({len}) on tables of {} sequences, {} blocks of {}", self.lens.len(), self.max_blocks, self.block_size)));
+        }
+        self.lens[0] = len;
+        Ok(())
     }
 }
 

@@ -15,7 +15,7 @@ use reference::{Config, Error as RefError};
 use crate::kernels::attention::{flash_decode, flash_prefill, Masking};
 use crate::kernels::rmsnorm::add_rmsnorm_device;
 use crate::kernels::{argmax, attention, embedding, matmul, rmsnorm_device, rope, swiglu};
-use crate::kv_cache::{PagedKvCache, SeqId};
+use crate::kv_cache::{BlockTables, PagedKvCache, SeqId};
 use crate::{Backend, Client, DeviceTensor, Dtype, Error};
 
 /// Which KV cache and attention kernels a [`GpuModel`] runs.
@@ -46,8 +46,9 @@ pub const BLOCK_SIZE: usize = 16;
 enum KvStore {
     /// Per layer `[cap, Hkv, D]` f32.
     Contiguous { k: Vec<DeviceTensor>, v: Vec<DeviceTensor> },
-    /// Pools per layer, one sequence.
-    Paged { cache: PagedKvCache, seq: SeqId },
+    /// Pools per layer, one sequence, and its block table on the device (re-uploaded only when
+    /// its blocks change: every `block_size` tokens).
+    Paged { cache: PagedKvCache, seq: SeqId, tables: Option<BlockTables> },
 }
 
 /// One block's weights on the device. Linear weights `[out, in]` in the model dtype; norm
@@ -145,7 +146,7 @@ impl GpuModel {
             AttentionImpl::Flash => {
                 let mut cache = PagedKvCache::new(&client, cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, BLOCK_SIZE, capacity.div_ceil(BLOCK_SIZE))?;
                 let seq = cache.blocks.add_sequence();
-                KvStore::Paged { cache, seq }
+                KvStore::Paged { cache, seq, tables: None }
             }
         };
         Ok(GpuModel { client, backend, config: cfg.clone(), dtype, tok_embd, layers, out_norm, lm_head, rope, kv, attention, capacity, pos: 0, weight_bytes: bytes })
@@ -176,25 +177,25 @@ impl GpuModel {
         let (h_n, kv_n) = (cfg.n_heads, cfg.n_kv_heads);
         let first = self.layers.first().ok_or_else(|| Error::Shape("model has no layers".into()))?;
         // Paged: room for the T new positions, and the sequence's block table on the device.
-        let tables = match &mut self.kv {
-            KvStore::Contiguous { .. } => None,
-            KvStore::Paged { cache, seq } => {
-                // Drop positions a failed earlier call may have reserved, then make room.
-                cache.blocks.truncate(*seq, pos0)?;
-                let p = cache.blocks.grow(*seq, t)?;
-                if p != pos0 {
-                    return Err(Error::KvCache(format!("cache holds {p} positions, the model {pos0}")));
-                }
-                Some(cache.upload_tables(c, &[*seq])?)
+        if let KvStore::Paged { cache, seq, tables } = &mut self.kv {
+            // Drop positions a failed earlier call may have reserved, then make room.
+            cache.blocks.truncate(*seq, pos0)?;
+            let p = cache.blocks.grow(*seq, t)?;
+            if p != pos0 {
+                return Err(Error::KvCache(format!("cache holds {p} positions, the model {pos0}")));
             }
-        };
+            match tables {
+                Some(tb) if tb.holds_single(&cache.blocks.table(*seq)?.blocks) => tb.set_single_len(pos0 + t)?,
+                _ => *tables = Some(cache.upload_tables(c, &[*seq])?),
+            }
+        }
         let mask = Masking { window: cfg.sliding_window, sinks: None };
         let mut h = rmsnorm_device(c, &x, &first.attn_norm, cfg.rms_eps)?;
         for (l, w) in self.layers.iter().enumerate() {
             // Attention block: one GEMV for q|k|v, one launch for RoPE + the KV-cache write.
             let qkv = matmul::linear(c, &h, &w.wqkv)?;
-            let o = match (&self.kv, &tables) {
-                (KvStore::Paged { cache, .. }, Some(tb)) => {
+            let o = match &self.kv {
+                KvStore::Paged { cache, tables: Some(tb), .. } => {
                     let q = rope::qkv_rope_paged(c, &qkv, h_n, kv_n, &self.rope, pos0, cfg.rope_layout, &cache.k[l], &cache.v[l], tb)?;
                     let o = DeviceTensor::empty_f32(c, &q.shape);
                     if t == 1 {
@@ -204,11 +205,11 @@ impl GpuModel {
                     }
                     o
                 }
-                (KvStore::Contiguous { k, v }, _) => {
+                KvStore::Contiguous { k, v } => {
                     let q = rope::qkv_rope_cache(c, &qkv, h_n, kv_n, &self.rope, pos0, cfg.rope_layout, &k[l], &v[l])?;
                     attention::attention(c, &q, &k[l], &v[l], pos0 + t, pos0, cfg.sliding_window)?
                 }
-                (KvStore::Paged { .. }, None) => return Err(Error::KvCache("paged cache without tables".into())),
+                KvStore::Paged { tables: None, .. } => return Err(Error::KvCache("paged cache without tables".into())),
             };
             let a = matmul::linear(c, &o.reshape(&[t, h_n * d])?, &w.wo)?;
             // x ← x + a, then the MLP's norm, in one launch.
@@ -237,7 +238,7 @@ impl GpuModel {
 
     pub fn reset(&mut self) {
         self.pos = 0;
-        if let KvStore::Paged { cache, seq } = &mut self.kv {
+        if let KvStore::Paged { cache, seq, .. } = &mut self.kv {
             // Truncating an unshared sequence to 0 cannot fail; if it ever did, start afresh.
             if cache.blocks.truncate(*seq, 0).is_err() {
                 if let Ok(m) = crate::kv_cache::BlockManager::new(cache.blocks.block_size, cache.blocks.num_blocks()) {

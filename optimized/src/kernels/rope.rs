@@ -33,6 +33,8 @@ pub struct RopeTable {
     pub max_pos: usize,
     pub head_dim: usize,
     pub base: f32,
+    /// A 1-element u32 buffer for the block-table argument of the contiguous (v2) launch.
+    no_table: DeviceTensor,
 }
 
 impl RopeTable {
@@ -62,6 +64,7 @@ impl RopeTable {
             max_pos,
             head_dim,
             base,
+            no_table: DeviceTensor::from_u32(client, &[0], &[1])?,
         })
     }
 }
@@ -323,8 +326,6 @@ pub fn qkv_rope_cache(
         return Ok(q);
     }
     let e = Elementwise::with_vec(client, "qkv_rope_cache", pairs, 1)?;
-    // The kernel's block-table argument, unread when not paged.
-    let no_table = DeviceTensor::from_u32(client, &[0], &[1])?;
     unsafe {
         qkv_rope_cache_v2::launch(
             client,
@@ -341,7 +342,7 @@ pub fn qkv_rope_cache(
             (d / 2) as u32,
             pos0 as u32,
             e.n,
-            no_table.as_arg(1),
+            table.no_table.as_arg(1),
             0,
             layout == RopeLayout::Adjacent,
             false,

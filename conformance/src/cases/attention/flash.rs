@@ -8,7 +8,8 @@
 //! with `kv_write_paged` in two pieces (positions `0..S/2`, then `S/2..S`). Output is NaN-poisoned.
 
 use ndarray::Array3;
-use optimized::kernels::{flash_decode, flash_prefill, kv_write_paged, Masking};
+use optimized::kernels::attention::{flash_decode_with, DecodeVersion};
+use optimized::kernels::{flash_prefill, kv_write_paged, Masking};
 use optimized::kv_cache::BlockTables;
 use optimized::{Client, DeviceTensor};
 
@@ -38,6 +39,8 @@ pub struct FlashCase {
     pub window: Option<usize>,
     pub sinks: bool,
     pub shuffled: bool,
+    /// Decode kernel version (v2: two launches; v3: one, last cube combines).
+    pub version: DecodeVersion,
 }
 
 /// Spare (NaN) blocks in the pool.
@@ -106,7 +109,7 @@ impl FlashCase {
                 let q: Vec<f32> = rand_vec(nb * h * d, 72).iter().map(|x| x * 2.0).collect();
                 let qd = DeviceTensor::from_f32(client, &q, &[nb, h, d])?;
                 let out = DeviceTensor::from_f32(client, &vec![f32::NAN; nb * h * d], &[nb, h, d])?;
-                flash_decode(client, &qd, &kp, &vp, &tables, &mask, &out)?;
+                flash_decode_with(client, &qd, &kp, &vp, &tables, &mask, &out, self.version)?;
                 let mut want = Some(Vec::new());
                 for (b, &len) in self.lens.iter().enumerate() {
                     let r = reference(&q[b * h * d..(b + 1) * h * d], 1, b, len - 1);
@@ -132,7 +135,7 @@ impl Case for FlashCase {
     fn name(&self) -> String {
         let mut s = match self.phase {
             Phase::Prefill => format!("flash_attn(prefill,d={},h={},kv={},T={},S={}", self.d, self.h, self.kv, self.t, self.lens[0]),
-            Phase::Decode => format!("flash_attn(decode,d={},h={},kv={},lens={:?}", self.d, self.h, self.kv, self.lens),
+            Phase::Decode => format!("flash_attn(decode-{:?},d={},h={},kv={},lens={:?}", self.version, self.d, self.h, self.kv, self.lens),
         };
         s += &format!(",bs={},causal", self.block_size);
         if let Some(w) = self.window {
@@ -150,6 +153,9 @@ impl Case for FlashCase {
         let bad = self.lens.is_empty() || (self.phase == Phase::Prefill && (self.lens.len() != 1 || self.t == 0 || self.t > self.lens[0])) || (self.phase == Phase::Decode && self.lens.contains(&0));
         if bad || self.kv == 0 || self.h % self.kv != 0 || self.block_size == 0 {
             return Outcome::Fail(format!("malformed case {}", self.name()));
+        }
+        if self.phase == Phase::Decode && !self.version.supported(client) {
+            return Outcome::Skip(format!("decode {:?} needs device-scope storage sync + u32 atomic add", self.version));
         }
         outcome(self.body(client))
     }
@@ -179,7 +185,10 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     use Phase::{Decode, Prefill};
     let mut v: Vec<Box<dyn Case>> = vec![Box::new(OutOfPoolCase)];
     let mut add = |phase, d, h, kv, lens: &[usize], t, block_size, window, sinks, shuffled| {
-        v.push(Box::new(FlashCase { phase, h, kv, d, lens: lens.to_vec(), t, block_size, window, sinks, shuffled }) as Box<dyn Case>)
+        let versions: &[DecodeVersion] = if phase == Decode { &[DecodeVersion::V2, DecodeVersion::V3] } else { &[DecodeVersion::V3] };
+        for &version in versions {
+            v.push(Box::new(FlashCase { phase, h, kv, d, lens: lens.to_vec(), t, block_size, window, sinks, shuffled, version }) as Box<dyn Case>)
+        }
     };
     // Decode: GQA 3, 8, 1, 2 and 3; lengths around the block size, past 1000; mixed batches.
     add(Decode, 64, 9, 3, &[1, 15, 16, 17, 257], 1, 16, None, false, true);

@@ -5,7 +5,8 @@
 //! the G query heads of KV head g (K and V read once per group):
 //! 1. scores `z[h, j] = q_h · k_j / √D` into shared memory (one unit per key, G accumulators);
 //! 2. per head (a segment of units each): `m_s = max_j z`, `p = e^(z − m_s)`, `ℓ_s = Σ p`;
-//! 3. `o_s[h, c] = Σ_j p[h, j] · v[j, c]` (unit per column, keys split over unit groups);
+//! 3. `o_s[h, c] = Σ_j p[h, j] · v[j, c]` (unit per column vector, keys split over unit
+//!    groups, four keys' loads in flight per iteration; pool rows looked up once in step 1);
 //! writing the partial (m_s, ℓ_s, o_s). The combine kernel, one cube per (b, h):
 //! `m = max(max_s m_s, σ_h)`, `ℓ = Σ_s ℓ_s e^(m_s − m) + e^(σ_h − m)`,
 //! `out = Σ_s o_s e^(m_s − m) / ℓ` (zeros when ℓ = 0). Chunks with no visible key write
@@ -30,6 +31,9 @@ pub fn flash_decode_v2<N: Size>(
     lens: &[u32],
     part_o: &mut [f32],
     part_ml: &mut [f32],
+    sinks: &[f32],
+    out: &mut [f32],
+    counters: &mut [Atomic<u32>],
     heads: u32,
     kv_heads: u32,
     head_dim: u32,
@@ -39,12 +43,16 @@ pub fn flash_decode_v2<N: Size>(
     chunk_len: u32,
     splits: u32,
     seg_len: u32,
+    len_single: u32,
     scale: f32,
     #[comptime] d: usize,
     #[comptime] g: usize,
     #[comptime] chunk: usize,
     #[comptime] units: usize,
     #[comptime] nv: usize,
+    #[comptime] fused: bool,
+    #[comptime] has_sinks: bool,
+    #[comptime] single: bool,
 ) {
     // K/V rows are D / nv vectors of nv floats (nv = N).
     let dv = d / nv;
@@ -63,6 +71,8 @@ pub fn flash_decode_v2<N: Size>(
     let mut sq = Shared::<[f32]>::new_slice(g * d);
     let mut sc = Shared::<[f32]>::new_slice(g * chunk);
     let mut red = Shared::<[f32]>::new_slice(units * g * nv);
+    // Pool row of each key of the chunk (looked up once, in step 1).
+    let mut srow = Shared::<[u32]>::new_slice(chunk);
 
     // Query heads kvh·G .. (kvh+1)·G of sequence b are contiguous in q.
     let qbase = (b * hh + kvh * gr) * dd;
@@ -71,7 +81,11 @@ pub fn flash_decode_v2<N: Size>(
         sq[idx] = q[qbase + idx];
         idx += nu;
     }
-    let len = lens[b];
+    // One sequence: its length is a launch argument (no upload per step); else from `lens`.
+    let mut len = len_single;
+    if !single {
+        len = lens[b];
+    }
     let mut lo = 0u32;
     let mut hi = 0u32;
     if len > 0 {
@@ -93,7 +107,9 @@ pub fn flash_decode_v2<N: Size>(
     let mut acc = Array::<f32>::new(g);
     let mut x = tid;
     while x < nkeys {
-        let kbase = (pool_row(tables, toff, a + x, block_size) * hkv + kvh) * dv;
+        let row = pool_row(tables, toff, a + x, block_size);
+        srow[x] = row as u32;
+        let kbase = (row * hkv + kvh) * dv;
         #[unroll]
         for gg in 0..g {
             acc[gg] = 0.0f32;
@@ -184,9 +200,28 @@ pub fn flash_decode_v2<N: Size>(
         o[i] = 0.0f32;
     }
     if ks < ns {
+        // Four keys per iteration: their V loads are issued together.
         let mut x = ks;
+        while x + 3 * ns < nkeys {
+            let v0 = v[(srow[x] as usize * hkv + kvh) * dv + c4];
+            let v1 = v[(srow[x + ns] as usize * hkv + kvh) * dv + c4];
+            let v2 = v[(srow[x + 2 * ns] as usize * hkv + kvh) * dv + c4];
+            let v3 = v[(srow[x + 3 * ns] as usize * hkv + kvh) * dv + c4];
+            #[unroll]
+            for gg in 0..g {
+                let p0 = sc[gg * cl + x];
+                let p1 = sc[gg * cl + x + ns];
+                let p2 = sc[gg * cl + x + 2 * ns];
+                let p3 = sc[gg * cl + x + 3 * ns];
+                #[unroll]
+                for e in 0..nv {
+                    o[gg * nv + e] += p0 * v0.extract(e) + p1 * v1.extract(e) + p2 * v2.extract(e) + p3 * v3.extract(e);
+                }
+            }
+            x += 4 * ns;
+        }
         while x < nkeys {
-            let vv = v[(pool_row(tables, toff, a + x, block_size) * hkv + kvh) * dv + c4];
+            let vv = v[(srow[x] as usize * hkv + kvh) * dv + c4];
             #[unroll]
             for gg in 0..g {
                 let p = sc[gg * cl + x];
@@ -216,22 +251,42 @@ pub fn flash_decode_v2<N: Size>(
             }
         }
     }
+
+    if fused {
+        // v3: the last cube of (b, kvh) to arrive combines the chunks — no second launch.
+        // Release this cube's partials, count arrivals, acquire the others' (device scope).
+        let mut arrived = Shared::<u32>::new();
+        sync_storage();
+        if tid == 0 {
+            *arrived = counters[b * hkv + kvh].fetch_add(1u32);
+        }
+        sync_storage();
+        if *arrived == splits - 1 {
+            let mut idx = tid;
+            while idx < gr * dd {
+                let gg = idx / dd;
+                let c = idx - gg * dd;
+                let h = kvh * gr + gg;
+                combine_one(part_o, part_ml, sinks, out, b * hh + h, h, c, dd, nsplit, has_sinks);
+                idx += nu;
+            }
+            if tid == 0 {
+                // Ready for the next launch (kernels on one stream run in order).
+                counters[b * hkv + kvh].store(0u32);
+            }
+        }
+    }
 }
 
-/// Combine the chunk partials of (b, h) = CUBE_POS; unit per column.
-#[cube(launch)]
-pub fn flash_decode_combine_v2(part_o: &[f32], part_ml: &[f32], sinks: &[f32], out: &mut [f32], heads: u32, head_dim: u32, splits: u32, #[comptime] has_sinks: bool) {
-    let bh = CUBE_POS;
-    let c = UNIT_POS_X as usize;
-    let dd = head_dim as usize;
-    let ns = splits as usize;
+/// `out[bh, c]` from the chunk partials of row `bh` = b·H + h (see the module doc).
+#[cube]
+fn combine_one(part_o: &mut [f32], part_ml: &mut [f32], sinks: &[f32], out: &mut [f32], bh: usize, h: usize, c: usize, dd: usize, ns: usize, #[comptime] has_sinks: bool) {
     let mut m = f32::new(-3.4028235e38);
     for s in 0..ns {
         m = max(m, part_ml[(bh * ns + s) * 2]);
     }
     let mut sink = f32::new(0.0);
     if has_sinks {
-        let h = bh - (bh / heads as usize) * heads as usize;
         sink = sinks[h];
         m = max(m, sink);
     }
@@ -240,19 +295,27 @@ pub fn flash_decode_combine_v2(part_o: &[f32], part_ml: &[f32], sinks: &[f32], o
     for s in 0..ns {
         let w = (part_ml[(bh * ns + s) * 2] - m).exp();
         l += part_ml[(bh * ns + s) * 2 + 1] * w;
-        if c < dd {
-            o += part_o[(bh * ns + s) * dd + c] * w;
-        }
+        o += part_o[(bh * ns + s) * dd + c] * w;
     }
     if has_sinks {
         l += (sink - m).exp();
     }
+    let mut r = f32::new(0.0);
+    if l > 0.0 {
+        r = o / l;
+    }
+    out[bh * dd + c] = r;
+}
+
+/// v2 combine: the chunk partials of (b, h) = CUBE_POS; unit per column.
+#[cube(launch)]
+pub fn flash_decode_combine_v2(part_o: &mut [f32], part_ml: &mut [f32], sinks: &[f32], out: &mut [f32], heads: u32, head_dim: u32, splits: u32, #[comptime] has_sinks: bool) {
+    let bh = CUBE_POS;
+    let c = UNIT_POS_X as usize;
+    let dd = head_dim as usize;
     if c < dd {
-        let mut r = f32::new(0.0);
-        if l > 0.0 {
-            r = o / l;
-        }
-        out[bh * dd + c] = r;
+        let h = bh - (bh / heads as usize) * heads as usize;
+        combine_one(part_o, part_ml, sinks, out, bh, h, c, dd, splits as usize, has_sinks);
     }
 }
 
@@ -264,9 +327,47 @@ fn chunk_for(max_len: usize, batch: usize, hkv: usize, sms: usize) -> usize {
 }
 
 /// One query per sequence: `q [B, H, D]`, sequence b at position `tables.lens[b] − 1` over its
-/// `lens[b]` positions in the pools; into `out [B, H, D]`.
-#[allow(clippy::too_many_arguments)]
+/// `lens[b]` positions in the pools; into `out [B, H, D]`. Runs v3 (one launch) where the device
+/// supports it ([`DecodeVersion::best`]), else v2.
 pub fn flash_decode(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v: &DeviceTensor, tables: &BlockTables, mask: &Masking, out: &DeviceTensor) -> Result<(), Error> {
+    flash_decode_with(client, q, k, v, tables, mask, out, DecodeVersion::best(client))
+}
+
+/// Which decode kernel: v2 = split-K kernel + combine kernel; v3 = the same kernel, whose last
+/// cube per (sequence, KV head) combines (needs device-scope storage sync + u32 atomic add).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecodeVersion {
+    V2,
+    V3,
+}
+
+impl DecodeVersion {
+    /// Whether this device can run `self`.
+    pub fn supported(self, client: &Client) -> bool {
+        match self {
+            DecodeVersion::V2 => true,
+            DecodeVersion::V3 => {
+                let props = client.properties();
+                let atomic = Type::atomic(u32::elem_type_native());
+                props.features.device_memory_scope && props.atomic_type_usage(atomic).contains(cubecl::features::AtomicUsage::Add)
+            }
+        }
+    }
+    pub fn best(client: &Client) -> Self {
+        if DecodeVersion::V3.supported(client) {
+            DecodeVersion::V3
+        } else {
+            DecodeVersion::V2
+        }
+    }
+}
+
+/// [`flash_decode`] with a chosen version (an unsupported one is an error, nothing launched).
+#[allow(clippy::too_many_arguments)]
+pub fn flash_decode_with(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v: &DeviceTensor, tables: &BlockTables, mask: &Masking, out: &DeviceTensor, version: DecodeVersion) -> Result<(), Error> {
+    if !version.supported(client) {
+        return Err(Error::Unsupported(format!("flash_decode {version:?}: needs device-scope storage sync and u32 atomic add")));
+    }
     let (h, hkv, d) = check_paged("flash_decode", q, k, v, tables, mask)?;
     let bsz = q.shape[0];
     if bsz != tables.lens.len() {
@@ -290,7 +391,7 @@ pub fn flash_decode(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v: &Dev
     let mut chunk = chunk_for(max_len, bsz, hkv, sms);
     // Vectors of 4 (or 2, 1) floats along D for the K/V loads.
     let nv = crate::kernels::vector_size_for(client, d);
-    let shared = |chunk: usize| 4 * (g * d + g * chunk + units * g * nv);
+    let shared = |chunk: usize| 4 * (g * d + g * chunk + units * g * nv + chunk);
     while chunk > 32 && shared(chunk) > hw.max_shared_memory_size.min(48 << 10) {
         chunk /= 2;
     }
@@ -302,6 +403,10 @@ pub fn flash_decode(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v: &Dev
         return Err(Error::Unsupported(format!("flash_decode: grid {splits}×{hkv}×{bsz} exceeds the device's {:?}", hw.max_cube_count)));
     }
     let seg = prev_pow2((units / g).max(1) as u32) as usize;
+    let fused = version == DecodeVersion::V3;
+    if fused && tables.counters.numel() < bsz * hkv {
+        return Err(Error::Shape(format!("flash_decode: {bsz}×{hkv} arrival counters, the tables hold {}", tables.counters.numel())));
+    }
     let part_o = DeviceTensor::empty_f32(client, &[bsz * h * splits, d]);
     let part_ml = DeviceTensor::empty_f32(client, &[bsz * h * splits, 2]);
     let sinks = mask.sinks.unwrap_or(&tables.unused);
@@ -318,6 +423,9 @@ pub fn flash_decode(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v: &Dev
             tables.lens_dev.as_arg(1),
             part_o.as_arg(1),
             part_ml.as_arg(1),
+            sinks.as_arg(1),
+            out.as_arg(1),
+            tables.counters.as_arg(1),
             h as u32,
             hkv as u32,
             d as u32,
@@ -327,13 +435,20 @@ pub fn flash_decode(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v: &Dev
             chunk as u32,
             splits as u32,
             seg as u32,
+            tables.lens[0] as u32,
             1.0 / (d as f32).sqrt(),
             d,
             g,
             chunk,
             units,
             nv,
+            fused,
+            mask.sinks.is_some(),
+            bsz == 1,
         );
+        if fused {
+            return Ok(());
+        }
         flash_decode_combine_v2::launch(
             client,
             CubeCount::Static((bsz * h) as u32, 1, 1),

@@ -16,7 +16,12 @@
 //! - v2 flash decode ([`decode`]): B sequences × one query each, mixed lengths; split-K
 //!   ("flash-decoding"): each cube takes one KV head of one sequence and one chunk of keys for
 //!   all G query heads of that KV head (K/V read once per group), writes a partial (max, sum,
-//!   unnormalized output); a second kernel combines the chunks (and the sink).
+//!   unnormalized output); a second kernel combines the chunks (and the sink). K/V rows are
+//!   loaded as vectors of 4 with the head-dim loops unrolled.
+//! - v3 flash decode: v2 in ONE launch — each cube publishes its partial, a device-scope
+//!   storage sync + atomic arrival count elects the last cube of each (sequence, KV head),
+//!   which combines. Needs `device_memory_scope` and u32 atomic add (CUDA; Vulkan); v2 is
+//!   the fallback. Saves a launch per layer per decoded token.
 //! - paged KV write ([`paged`]): new `[T, Hkv, D]` rows into the pools through the block table
 //!   (the model fuses it with RoPE instead: `rope::qkv_rope_paged`).
 
@@ -25,7 +30,7 @@ pub mod naive;
 pub mod paged;
 pub mod prefill;
 
-pub use decode::flash_decode;
+pub use decode::{flash_decode, flash_decode_with, DecodeVersion};
 pub use naive::{attention, attention_into, kv_append};
 pub use paged::kv_write_paged;
 pub use prefill::flash_prefill;

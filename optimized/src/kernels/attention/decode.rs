@@ -7,9 +7,9 @@
 //! 2. per head (a segment of units each): `m_s = max_j z`, `p = e^(z − m_s)`, `ℓ_s = Σ p`;
 //! 3. `o_s[h, c] = Σ_j p[h, j] · v[j, c]` (unit per column vector, keys split over unit
 //!    groups, four keys' loads in flight per iteration; pool rows looked up once in step 1);
-//! writing the partial (m_s, ℓ_s, o_s). The combine kernel, one cube per (b, h):
-//! `m = max(max_s m_s, σ_h)`, `ℓ = Σ_s ℓ_s e^(m_s − m) + e^(σ_h − m)`,
-//! `out = Σ_s o_s e^(m_s − m) / ℓ` (zeros when ℓ = 0). Chunks with no visible key write
+//! writing the partial (m_s, ℓ_s, o_s). The combine, one cube per (b, KV head) for its G
+//! heads (splits spread over the units, G loads in flight): `m = max(max_s m_s, σ_h)`,
+//! `ℓ = Σ_s ℓ_s e^(m_s − m) + e^(σ_h − m)`, `out = Σ_s o_s e^(m_s − m) / ℓ` (zeros when ℓ = 0). Chunks with no visible key write
 //! (m = −max f32, ℓ = 0, o = 0) and drop out of the sums.
 
 use cubecl::prelude::*;
@@ -21,6 +21,173 @@ use crate::kernels::prev_pow2;
 use crate::kv_cache::BlockTables;
 use crate::{Client, DeviceTensor, Error};
 
+/// Per head `gg < gr`, over a segment of `seg` units each (unit `tid`, head `tid / seg`):
+/// `m = max(init, max_x z[gg·stride + x])` for `x < n`, then `z ← e^(z − m)` in place and
+/// `total = Σ z` (or `Σ z · wl[gg·stride + x]` when `weighted`). Returns `(m, total)`, valid in
+/// units of a head (`tid / seg < gr`). Every unit of the cube must call it (it syncs).
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn segment_softmax(z: &mut [f32], wl: &mut [f32], red: &mut [f32], sinks: &[f32], sink0: usize, n: usize, stride: usize, gr: usize, seg: usize, tid: usize, #[comptime] weighted: bool, #[comptime] has_sinks: bool) -> (f32, f32) {
+    let hg = tid / seg;
+    let li = tid - hg * seg;
+    let active = hg < gr;
+    let mut mx = f32::new(-3.4028235e38);
+    if active {
+        if has_sinks {
+            mx = sinks[sink0 + hg];
+        }
+        let mut x = li;
+        while x < n {
+            mx = max(mx, z[hg * stride + x]);
+            x += seg;
+        }
+    }
+    red[tid] = mx;
+    sync_cube();
+    let mut step = seg / 2;
+    while step > 0 {
+        if active && li < step {
+            red[tid] = max(red[tid], red[tid + step]);
+        }
+        sync_cube();
+        step /= 2;
+    }
+    let mut mh = f32::new(-3.4028235e38);
+    if active {
+        mh = red[hg * seg];
+    }
+    sync_cube();
+    let mut psum = f32::new(0.0);
+    if active {
+        let mut x = li;
+        while x < n {
+            let e = (z[hg * stride + x] - mh).exp();
+            z[hg * stride + x] = e;
+            if weighted {
+                psum += e * wl[hg * stride + x];
+            } else {
+                psum += e;
+            }
+            x += seg;
+        }
+    }
+    red[tid] = psum;
+    sync_cube();
+    let mut step = seg / 2;
+    while step > 0 {
+        if active && li < step {
+            red[tid] += red[tid + step];
+        }
+        sync_cube();
+        step /= 2;
+    }
+    let mut total = f32::new(0.0);
+    if active {
+        total = red[hg * seg];
+    }
+    sync_cube();
+    (mh, total)
+}
+
+/// Combine the chunk partials of (sequence b, KV head kvh) into `out` for its G query heads:
+/// `w_s = e^(m_s − m)`, `ℓ = Σ_s ℓ_s w_s (+ e^(σ − m))`, `out = Σ_s w_s o_s / ℓ`. Unit (ks, c4)
+/// sums splits ks, ks + ns, .. of column vector c4 for all G heads (G loads in flight), partials
+/// reduced through `red`. `w`, `wl`: shared, ≥ G·splits; `hl`: shared, ≥ G.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn combine_group<N: Size>(
+    part_o: &mut [Vector<f32, N>],
+    part_ml: &mut [f32],
+    sinks: &[f32],
+    out: &mut [Vector<f32, N>],
+    w: &mut [f32],
+    wl: &mut [f32],
+    red: &mut [f32],
+    hl: &mut [f32],
+    b: usize,
+    kvh: usize,
+    gr: usize,
+    hh: usize,
+    dv: usize,
+    nsplit: usize,
+    seg: usize,
+    tid: usize,
+    nu: usize,
+    #[comptime] g: usize,
+    #[comptime] nv: usize,
+    #[comptime] has_sinks: bool,
+) {
+    let bh0 = b * hh + kvh * gr;
+    let mut idx = tid;
+    while idx < gr * nsplit {
+        let gg = idx / nsplit;
+        let sp = idx - gg * nsplit;
+        let slot = ((bh0 + gg) * nsplit + sp) * 2;
+        w[idx] = part_ml[slot];
+        wl[idx] = part_ml[slot + 1];
+        idx += nu;
+    }
+    sync_cube();
+    let (mh, total) = segment_softmax(w, wl, red, sinks, kvh * gr, nsplit, nsplit, gr, seg, tid, true, has_sinks);
+    let hg = tid / seg;
+    if hg < gr && tid - hg * seg == 0 {
+        let mut l = total;
+        if has_sinks {
+            l += (sinks[kvh * gr + hg] - mh).exp();
+        }
+        hl[hg] = l;
+    }
+    sync_cube();
+    let ns = nu / dv;
+    let ks = tid / dv;
+    let c4 = tid - ks * dv;
+    let mut o = Array::<f32>::new(g * nv);
+    #[unroll]
+    for i in 0..g * nv {
+        o[i] = 0.0f32;
+    }
+    if ks < ns {
+        let mut sp = ks;
+        while sp < nsplit {
+            #[unroll]
+            for gg in 0..g {
+                let ov = part_o[((bh0 + gg) * nsplit + sp) * dv + c4];
+                let wt = w[gg * nsplit + sp];
+                #[unroll]
+                for e in 0..nv {
+                    o[gg * nv + e] += wt * ov.extract(e);
+                }
+            }
+            sp += ns;
+        }
+    }
+    #[unroll]
+    for i in 0..g * nv {
+        red[i * nu + tid] = o[i];
+    }
+    sync_cube();
+    if ks == 0 {
+        #[unroll]
+        for gg in 0..g {
+            let l = hl[gg];
+            let mut r = Vector::<f32, N>::new(0.0f32);
+            #[unroll]
+            for e in 0..nv {
+                let mut tot = f32::new(0.0);
+                for k2 in 0..ns {
+                    tot += red[(gg * nv + e) * nu + k2 * dv + c4];
+                }
+                let mut val = f32::new(0.0);
+                if l > 0.0 {
+                    val = tot / l;
+                }
+                r.insert(e, val);
+            }
+            out[(bh0 + gg) * dv + c4] = r;
+        }
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 #[cube(launch)]
 pub fn flash_decode_v2<N: Size>(
@@ -29,10 +196,10 @@ pub fn flash_decode_v2<N: Size>(
     v: &[Vector<f32, N>],
     tables: &[u32],
     lens: &[u32],
-    part_o: &mut [f32],
+    part_o: &mut [Vector<f32, N>],
     part_ml: &mut [f32],
     sinks: &[f32],
-    out: &mut [f32],
+    out: &mut [Vector<f32, N>],
     counters: &mut [Atomic<u32>],
     heads: u32,
     kv_heads: u32,
@@ -67,10 +234,14 @@ pub fn flash_decode_v2<N: Size>(
     let gr = hh / hkv;
     let cl = chunk_len as usize;
     let toff = b * max_blocks as usize;
+    let nsplit = splits as usize;
+    let seg = seg_len as usize;
 
     let mut sq = Shared::<[f32]>::new_slice(g * d);
     let mut sc = Shared::<[f32]>::new_slice(g * chunk);
+    let mut sw = Shared::<[f32]>::new_slice(g * chunk);
     let mut red = Shared::<[f32]>::new_slice(units * g * nv);
+    let mut hl = Shared::<[f32]>::new_slice(g);
     // Pool row of each key of the chunk (looked up once, in step 1).
     let mut srow = Shared::<[u32]>::new_slice(chunk);
 
@@ -134,61 +305,14 @@ pub fn flash_decode_v2<N: Size>(
     }
     sync_cube();
 
-    // 2. Per head: max and sum of exps, over a segment of `seg_len` units per head.
-    let seg = seg_len as usize;
+    // 2. Per head: max and sum of exps of the chunk's scores.
+    let (mh, total) = segment_softmax(&mut sc, &mut sw, &mut red, sinks, 0usize, nkeys, cl, gr, seg, tid, false, false);
     let hg = tid / seg;
-    let li = tid - hg * seg;
-    let active = hg < gr;
-    let mut mx = f32::new(-3.4028235e38);
-    if active {
-        let mut x = li;
-        while x < nkeys {
-            mx = max(mx, sc[hg * cl + x]);
-            x += seg;
-        }
-    }
-    red[tid] = mx;
-    sync_cube();
-    let mut stride = seg / 2;
-    while stride > 0 {
-        if active && li < stride {
-            red[tid] = max(red[tid], red[tid + stride]);
-        }
-        sync_cube();
-        stride /= 2;
-    }
-    let mut mh = f32::new(-3.4028235e38);
-    if active {
-        mh = red[hg * seg];
-    }
-    sync_cube();
-    let mut psum = f32::new(0.0);
-    if active {
-        let mut x = li;
-        while x < nkeys {
-            let p = (sc[hg * cl + x] - mh).exp();
-            sc[hg * cl + x] = p;
-            psum += p;
-            x += seg;
-        }
-    }
-    red[tid] = psum;
-    sync_cube();
-    let mut stride = seg / 2;
-    while stride > 0 {
-        if active && li < stride {
-            red[tid] += red[tid + stride];
-        }
-        sync_cube();
-        stride /= 2;
-    }
-    let nsplit = splits as usize;
-    if active && li == 0 {
+    if hg < gr && tid - hg * seg == 0 {
         let slot = ((b * hh + kvh * gr + hg) * nsplit + s) * 2;
         part_ml[slot] = mh;
-        part_ml[slot + 1] = red[tid];
+        part_ml[slot + 1] = total;
     }
-    sync_cube();
 
     // 3. P·V: unit (ks, c4) sums keys ks, ks + ns, .. for column vector c4, all G heads.
     let ns = nu / dv;
@@ -241,14 +365,16 @@ pub fn flash_decode_v2<N: Size>(
     if ks == 0 {
         #[unroll]
         for gg in 0..g {
+            let mut r = Vector::<f32, N>::new(0.0f32);
             #[unroll]
             for e in 0..nv {
                 let mut tot = f32::new(0.0);
                 for k2 in 0..ns {
                     tot += red[(gg * nv + e) * nu + k2 * dv + c4];
                 }
-                part_o[((b * hh + kvh * gr + gg) * nsplit + s) * dd + c4 * nv + e] = tot;
+                r.insert(e, tot);
             }
+            part_o[((b * hh + kvh * gr + gg) * nsplit + s) * dv + c4] = r;
         }
     }
 
@@ -262,14 +388,7 @@ pub fn flash_decode_v2<N: Size>(
         }
         sync_storage();
         if *arrived == splits - 1 {
-            let mut idx = tid;
-            while idx < gr * dd {
-                let gg = idx / dd;
-                let c = idx - gg * dd;
-                let h = kvh * gr + gg;
-                combine_one(part_o, part_ml, sinks, out, b * hh + h, h, c, dd, nsplit, has_sinks);
-                idx += nu;
-            }
+            combine_group(part_o, part_ml, sinks, out, &mut sc, &mut sw, &mut red, &mut hl, b, kvh, gr, hh, dv, nsplit, seg, tid, nu, g, nv, has_sinks);
             if tid == 0 {
                 // Ready for the next launch (kernels on one stream run in order).
                 counters[b * hkv + kvh].store(0u32);
@@ -278,52 +397,44 @@ pub fn flash_decode_v2<N: Size>(
     }
 }
 
-/// `out[bh, c]` from the chunk partials of row `bh` = b·H + h (see the module doc).
-#[cube]
-fn combine_one(part_o: &mut [f32], part_ml: &mut [f32], sinks: &[f32], out: &mut [f32], bh: usize, h: usize, c: usize, dd: usize, ns: usize, #[comptime] has_sinks: bool) {
-    let mut m = f32::new(-3.4028235e38);
-    for s in 0..ns {
-        m = max(m, part_ml[(bh * ns + s) * 2]);
-    }
-    let mut sink = f32::new(0.0);
-    if has_sinks {
-        sink = sinks[h];
-        m = max(m, sink);
-    }
-    let mut l = f32::new(0.0);
-    let mut o = f32::new(0.0);
-    for s in 0..ns {
-        let w = (part_ml[(bh * ns + s) * 2] - m).exp();
-        l += part_ml[(bh * ns + s) * 2 + 1] * w;
-        o += part_o[(bh * ns + s) * dd + c] * w;
-    }
-    if has_sinks {
-        l += (sink - m).exp();
-    }
-    let mut r = f32::new(0.0);
-    if l > 0.0 {
-        r = o / l;
-    }
-    out[bh * dd + c] = r;
-}
-
-/// v2 combine: the chunk partials of (b, h) = CUBE_POS; unit per column.
+/// v2 combine: cube (b·Hkv + kvh) combines the chunk partials of its G query heads.
+#[allow(clippy::too_many_arguments)]
 #[cube(launch)]
-pub fn flash_decode_combine_v2(part_o: &mut [f32], part_ml: &mut [f32], sinks: &[f32], out: &mut [f32], heads: u32, head_dim: u32, splits: u32, #[comptime] has_sinks: bool) {
-    let bh = CUBE_POS;
-    let c = UNIT_POS_X as usize;
-    let dd = head_dim as usize;
-    if c < dd {
-        let h = bh - (bh / heads as usize) * heads as usize;
-        combine_one(part_o, part_ml, sinks, out, bh, h, c, dd, splits as usize, has_sinks);
-    }
+pub fn flash_decode_combine_v2<N: Size>(
+    part_o: &mut [Vector<f32, N>],
+    part_ml: &mut [f32],
+    sinks: &[f32],
+    out: &mut [Vector<f32, N>],
+    heads: u32,
+    kv_heads: u32,
+    head_dim: u32,
+    splits: u32,
+    seg_len: u32,
+    #[comptime] g: usize,
+    #[comptime] chunk: usize,
+    #[comptime] units: usize,
+    #[comptime] nv: usize,
+    #[comptime] has_sinks: bool,
+) {
+    let hkv = kv_heads as usize;
+    let b = CUBE_POS / hkv;
+    let kvh = CUBE_POS - b * hkv;
+    let hh = heads as usize;
+    let mut w = Shared::<[f32]>::new_slice(g * chunk);
+    let mut wl = Shared::<[f32]>::new_slice(g * chunk);
+    let mut red = Shared::<[f32]>::new_slice(units * g * nv);
+    let mut hl = Shared::<[f32]>::new_slice(g);
+    let dv = head_dim as usize / nv;
+    combine_group(part_o, part_ml, sinks, out, &mut w, &mut wl, &mut red, &mut hl, b, kvh, hh / hkv, hh, dv, splits as usize, seg_len as usize, UNIT_POS_X as usize, CUBE_DIM_X as usize, g, nv, has_sinks);
 }
 
 /// Keys per chunk: enough chunks that the grid has ≥ ~4 cubes per SM, between 32 and 512.
 fn chunk_for(max_len: usize, batch: usize, hkv: usize, sms: usize) -> usize {
     let want_cubes = 4 * sms.max(1);
     let per = (max_len * batch * hkv).div_ceil(want_cubes).max(1);
-    per.next_power_of_two().clamp(32, 512)
+    // At least √len, so that the splits (≤ chunk) fit the combine's shared arrays.
+    let root = (max_len as f64).sqrt().ceil() as usize;
+    per.max(root).next_power_of_two().clamp(32, 512)
 }
 
 /// One query per sequence: `q [B, H, D]`, sequence b at position `tables.lens[b] − 1` over its
@@ -391,7 +502,7 @@ pub fn flash_decode_with(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v:
     let mut chunk = chunk_for(max_len, bsz, hkv, sms);
     // Vectors of 4 (or 2, 1) floats along D for the K/V loads.
     let nv = crate::kernels::vector_size_for(client, d);
-    let shared = |chunk: usize| 4 * (g * d + g * chunk + units * g * nv + chunk);
+    let shared = |chunk: usize| 4 * (g * d + 2 * g * chunk + units * g * nv + chunk + g);
     while chunk > 32 && shared(chunk) > hw.max_shared_memory_size.min(48 << 10) {
         chunk /= 2;
     }
@@ -399,6 +510,9 @@ pub fn flash_decode_with(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v:
         return Err(Error::Unsupported(format!("flash_decode: {g} heads per KV head × D {d} need {} B of shared memory", shared(chunk))));
     }
     let splits = max_len.div_ceil(chunk);
+    if splits > chunk {
+        return Err(Error::Unsupported(format!("flash_decode: {max_len} positions in chunks of {chunk} (shared memory) exceed the combine's {chunk} splits")));
+    }
     if splits > hw.max_cube_count.0 as usize || hkv > hw.max_cube_count.1 as usize || bsz > hw.max_cube_count.2 as usize || bsz * h > hw.max_cube_count.0 as usize {
         return Err(Error::Unsupported(format!("flash_decode: grid {splits}×{hkv}×{bsz} exceeds the device's {:?}", hw.max_cube_count)));
     }
@@ -421,10 +535,10 @@ pub fn flash_decode_with(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v:
             v.as_arg(nv),
             tables.tensor.as_arg(1),
             tables.lens_dev.as_arg(1),
-            part_o.as_arg(1),
+            part_o.as_arg(nv),
             part_ml.as_arg(1),
             sinks.as_arg(1),
-            out.as_arg(1),
+            out.as_arg(nv),
             tables.counters.as_arg(1),
             h as u32,
             hkv as u32,
@@ -451,15 +565,22 @@ pub fn flash_decode_with(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v:
         }
         flash_decode_combine_v2::launch(
             client,
-            CubeCount::Static((bsz * h) as u32, 1, 1),
-            CubeDim::new_1d(d.next_power_of_two().max(32).min(max_units) as u32),
-            part_o.as_arg(1),
+            CubeCount::Static((bsz * hkv) as u32, 1, 1),
+            CubeDim::new_1d(units as u32),
+            nv,
+            part_o.as_arg(nv),
             part_ml.as_arg(1),
             sinks.as_arg(1),
-            out.as_arg(1),
+            out.as_arg(nv),
             h as u32,
+            hkv as u32,
             d as u32,
             splits as u32,
+            seg as u32,
+            g,
+            chunk,
+            units,
+            nv,
             mask.sinks.is_some(),
         );
     }

@@ -8,6 +8,7 @@ pub mod embedding;
 pub mod matmul;
 pub mod residual;
 pub mod model;
+pub mod qmatmul;
 pub mod rmsnorm;
 pub mod rope;
 pub mod swiglu;
@@ -21,6 +22,7 @@ pub fn all() -> Vec<Box<dyn Case>> {
     v.extend(rmsnorm::fused_cases());
     v.extend(model::cases());
     v.extend(matmul::cases());
+    v.extend(qmatmul::cases());
     v.extend(embedding::cases());
     v.extend(rope::cases());
     v.extend(rope::fused_cases());

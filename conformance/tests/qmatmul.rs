@@ -1,0 +1,32 @@
+//! Quantized matmul conformance: the fixed grid, then random shapes per format.
+use conformance::cases::qmatmul::QMatmulCase;
+use conformance::{backends_from_env, run_cases, Case};
+use proptest::prelude::*;
+use reference::quant::{Granularity, Scheme};
+
+#[test]
+fn qmatmul_grid() {
+    // The grid shares Op::Matmul with the dense cases: run only the quantized ones here.
+    let cases = conformance::cases::qmatmul::cases();
+    let r = run_cases(&cases, &backends_from_env());
+    println!("{}", r.table());
+    let (p, f, _) = r.count();
+    assert!(f == 0 && p > 0, "{}", r.table());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+    #[test]
+    fn qmatmul_random_shapes(
+        t in 1usize..20,
+        blocks_in in 1usize..24,
+        n_out in 1usize..300,
+        scheme in prop::sample::select(vec![Scheme::Int8(Granularity::PerChannel), Scheme::Int8(Granularity::Group(32)), Scheme::Int8(Granularity::Group(64)), Scheme::Mxfp4]),
+    ) {
+        // in: a multiple of 64 so every scheme's group divides it.
+        let cases: Vec<Box<dyn Case>> = vec![Box::new(QMatmulCase { t, n_in: 64 * blocks_in, n_out, scheme, parts: 1 })];
+        let r = run_cases(&cases, &backends_from_env());
+        let (_, f, _) = r.count();
+        prop_assert!(f == 0, "{}", r.table());
+    }
+}

@@ -1,0 +1,501 @@
+//! Linear layers with quantized weights, `y = x · dequant(W)ᵀ` (x `[T, in]` f32, y `[T, out]`
+//! f32), against `reference::ops::qmatmul::qlinear`. Formats (exact layouts in
+//! `reference::quant`), as kept on the device by [`QWeight`]:
+//! - INT8 (W8A16): q bytes `[out, in]` (4 per u32 word, little-endian); f32 scales
+//!   `[out, in/group]` (group = in for per-channel), stored as their u32 bits.
+//!   `w = q · scale`.
+//! - MXFP4: e2m1 nibbles `[out, in/32, 16]` bytes (low nibble = even element), 8 per u32
+//!   word; e8m0 scale bytes `[out, in/32]` packed 4 per u32 word. `w = e2m1(n) · 2^(s − 127)`.
+//! Dequantization in the kernels is exact (integer → f32 by bit patterns), so only the
+//! summation order differs from the reference.
+//!
+//! Versions:
+//! - gemv v1 (decode, T ≤ [`QGEMV_MAX_T`]): a group of 32 units (one plane where plane ops
+//!   exist, else a shared-memory tree) reduces [`QGEMV_RPG`] rows; each unit reads 16-byte
+//!   chunks of W (16 int8 or 32 fp4 weights, one scale), dequantizes in registers, and reuses
+//!   each x vector for the group's rows. W is read once, coalesced.
+//! - dequant + GEMM v1 (prefill, T > [`QGEMV_MAX_T`]): W dequantized into an f32 scratch
+//!   (one unit per 16-byte chunk), then the tiled v2 matmul. Not fused yet.
+//! GGUF Q8_0 weights are INT8 with groups of 32 (f16 scales widen exactly); `tandem` keeps
+//! them that way on the GPU ([`QWeight::upload`] of a converted tensor).
+
+use cubecl::prelude::*;
+use cubecl::server::CubeCountSelection;
+
+use super::matmul::{linear_into, Version};
+use crate::{Client, DeviceTensor, Dtype, Error};
+use reference::quant::{Granularity, QuantTensor};
+
+/// Most tokens the quantized gemv takes; above, dequant + GEMM.
+pub const QGEMV_MAX_T: usize = 8;
+/// Rows per unit group of the quantized gemv (each x vector is loaded once for these rows).
+pub const QGEMV_RPG: usize = 4;
+/// Unit groups per cube.
+const GROUPS: u32 = 4;
+/// Units per group (a plane on CUDA).
+const GROUP: u32 = 32;
+
+/// Device storage format of a [`QWeight`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QFormat {
+    /// `group` inputs share a scale (a multiple of 16; `in` for per-channel).
+    Int8 {
+        group: usize,
+    },
+    Mxfp4,
+}
+
+/// A quantized `[out, in]` weight on the device.
+#[derive(Debug, Clone)]
+pub struct QWeight {
+    pub format: QFormat,
+    pub out: usize,
+    pub in_dim: usize,
+    /// int8: q bytes as u32 words `[out, in/4]`; mxfp4: nibbles as u32 words `[out, in/8]`.
+    pub data: DeviceTensor,
+    /// int8: f32 scale bits `[out, in/group]`; mxfp4: e8m0 bytes `[out, in/32]`, 4 per word.
+    pub scales: DeviceTensor,
+}
+
+fn words(bytes: &[u8]) -> Vec<u32> {
+    bytes
+        .chunks(4)
+        .map(|c| {
+            c.iter()
+                .enumerate()
+                .fold(0u32, |w, (i, &b)| w | (b as u32) << (8 * i))
+        })
+        .collect()
+}
+
+impl QWeight {
+    /// Upload `parts` stacked by rows (same format and `in`), e.g. Wq | Wk | Wv.
+    pub fn upload(client: &Client, parts: &[&QuantTensor]) -> Result<Self, Error> {
+        let first = parts
+            .first()
+            .ok_or_else(|| Error::Shape("qweight: nothing to upload".into()))?;
+        let (_, in_dim) = first.dims();
+        let mut out = 0;
+        let (mut data, mut sbytes, mut sbits) =
+            (Vec::<u8>::new(), Vec::<u8>::new(), Vec::<u32>::new());
+        let mut format = None;
+        for p in parts {
+            let (o, i) = p.dims();
+            if i != in_dim {
+                return Err(Error::Shape(format!(
+                    "qweight: stacking [{o}, {i}] under rows of {in_dim}"
+                )));
+            }
+            let f = match p {
+                QuantTensor::Int8(x) => {
+                    let group = x.granularity().group_len(i);
+                    if i % 16 != 0 || group % 16 != 0 {
+                        return Err(Error::Unsupported(format!("int8 gemv reads 16 weights at a time: in {i} and group {group} must be multiples of 16")));
+                    }
+                    data.extend(x.q().iter().map(|&v| v as u8));
+                    sbits.extend(x.scales().iter().map(|s| s.to_bits()));
+                    QFormat::Int8 { group }
+                }
+                QuantTensor::Mxfp4(x) => {
+                    data.extend_from_slice(x.blocks());
+                    sbytes.extend_from_slice(x.scales());
+                    QFormat::Mxfp4
+                }
+            };
+            if format.is_some_and(|g| g != f) {
+                return Err(Error::Shape(format!(
+                    "qweight: stacking {f:?} with {format:?}"
+                )));
+            }
+            format = Some(f);
+            out += o;
+        }
+        let format = format.ok_or_else(|| Error::Shape("qweight: nothing to upload".into()))?;
+        let w = words(&data);
+        let data = DeviceTensor::from_u32(client, &w, &[w.len()])?;
+        let s = if format == QFormat::Mxfp4 {
+            words(&sbytes)
+        } else {
+            sbits
+        };
+        let scales = DeviceTensor::from_u32(client, &s, &[s.len()])?;
+        Ok(Self {
+            format,
+            out,
+            in_dim,
+            data,
+            scales,
+        })
+    }
+
+    /// Bytes read by one pass over the weight (values + scales).
+    pub fn bytes(&self) -> usize {
+        (self.data.numel() + self.scales.numel()) * 4
+    }
+
+    /// 16-byte chunks per row.
+    fn chunks_per_row(&self) -> usize {
+        match self.format {
+            QFormat::Int8 { .. } => self.in_dim / 16,
+            QFormat::Mxfp4 => self.in_dim / 32,
+        }
+    }
+}
+
+/// `Granularity` of a [`QFormat::Int8`] group over rows of `in_dim`.
+pub fn granularity(group: usize, in_dim: usize) -> Granularity {
+    if group == in_dim {
+        Granularity::PerChannel
+    } else {
+        Granularity::Group(group)
+    }
+}
+
+/// e2m1 nibble → f32, by bits: `e ≥ 1`: `(1 + m/2)·2^(e−1)`; `e = 0`: `m/2`; sign bit 3.
+#[cube]
+fn e2m1(n: u32) -> f32 {
+    let s = (n >> 3u32) & 1u32;
+    let e = (n >> 1u32) & 3u32;
+    let m = n & 1u32;
+    let normal = ((e + 126u32) << 23u32) | (m << 22u32);
+    let bits = select(e == 0u32, m * 0x3F00_0000u32, normal) | (s << 31u32);
+    f32::reinterpret(bits)
+}
+
+/// e8m0 byte `b` of a packed word array → `2^(b − 127)` (b = 0: the subnormal 2^−127).
+#[cube]
+fn e8m0(scales: &[u32], idx: usize) -> f32 {
+    let word = scales[idx / 4];
+    let b = (word >> (8 * (idx % 4)) as u32) & 255u32;
+    f32::reinterpret(select(b == 0u32, 0x0040_0000u32, b << 23u32))
+}
+
+/// `Σ_e dequant(chunk)[e] · x[e]` without the scale: `xs[base ..]` holds the chunk's x vectors
+/// (4 for int8, 8 for mxfp4).
+#[cube]
+fn chunk_dot<N: Size>(
+    wv: Vector<u32, N>,
+    xs: &Array<Vector<f32, N>>,
+    base: usize,
+    #[comptime] mx: bool,
+) -> f32 {
+    let mut part = f32::new(0.0);
+    if mx {
+        #[unroll]
+        for wd in 0..4usize {
+            let word = wv.extract(wd);
+            #[unroll]
+            for half in 0..2usize {
+                let xv = xs[base + wd * 2 + half];
+                #[unroll]
+                for e in 0..4usize {
+                    let nib = (word >> ((half * 4 + e) * 4) as u32) & 15u32;
+                    part += e2m1(nib) * xv.extract(e);
+                }
+            }
+        }
+    } else {
+        #[unroll]
+        for wd in 0..4usize {
+            let word = wv.extract(wd);
+            let xv = xs[base + wd];
+            #[unroll]
+            for e in 0..4usize {
+                let b = (word >> (e * 8) as u32) & 255u32;
+                let q = f32::cast_from(b) - select(b >= 128u32, 256.0f32, 0.0f32);
+                part += q * xv.extract(e);
+            }
+        }
+    }
+    part
+}
+
+/// gemv v1. x `[tn, in/4]` vectors of 4; w `[out, cpr]` 16-byte chunks; y `[tn, out]`.
+/// Cube dim (group, groups): unit (lane, gi) handles rows `(CUBE_POS·groups + gi)·rpg ..+ rpg`,
+/// chunks `lane, lane + group, ..`. `block` = group · groups (shared fallback).
+#[allow(clippy::too_many_arguments)]
+#[cube(launch)]
+pub fn qgemv_v1<N: Size>(
+    x: &[Vector<f32, N>],
+    w: &[Vector<u32, N>],
+    scales: &[u32],
+    y: &mut [f32],
+    n_out: u32,
+    n_in: u32,
+    cpr: u32,
+    group_chunks: u32,
+    scale_cols: u32,
+    #[comptime] tn: usize,
+    #[comptime] rpg: usize,
+    #[comptime] mx: bool,
+    #[comptime] plane: bool,
+    #[comptime] block: usize,
+) {
+    let lane = UNIT_POS_X as usize;
+    let group = CUBE_DIM_X as usize;
+    let gi = UNIT_POS_Y as usize;
+    let row0 = (CUBE_POS * CUBE_DIM_Y as usize + gi) * rpg;
+    let n_out = n_out as usize;
+    let xrow = n_in as usize / 4;
+    let cpr = cpr as usize;
+    // x vectors per chunk.
+    let xpc = select(mx, 8usize, 4usize);
+    let mut acc = Array::<f32>::new(tn * rpg);
+    #[unroll]
+    for a in 0..tn * rpg {
+        acc[a] = 0.0f32;
+    }
+    let mut xs = Array::<Vector<f32, N>>::new(tn * 8);
+    if row0 < n_out {
+        let mut c = lane;
+        while c < cpr {
+            #[unroll]
+            for t in 0..tn {
+                #[unroll]
+                for i in 0..8usize {
+                    if i < xpc {
+                        xs[t * 8 + i] = x[t * xrow + c * xpc + i];
+                    }
+                }
+            }
+            #[unroll]
+            for q in 0..rpg {
+                let row = select(row0 + q < n_out, row0 + q, n_out - 1);
+                let wv = w[row * cpr + c];
+                let sc = if mx {
+                    e8m0(scales, row * cpr + c)
+                } else {
+                    f32::reinterpret(scales[row * scale_cols as usize + c / group_chunks as usize])
+                };
+                #[unroll]
+                for t in 0..tn {
+                    acc[t * rpg + q] += sc * chunk_dot(wv, &xs, t * 8, mx);
+                }
+            }
+            c += group;
+        }
+    }
+    if plane {
+        #[unroll]
+        for a in 0..tn * rpg {
+            let s = plane_sum(acc[a]);
+            let row = row0 + a % rpg;
+            if lane == 0 && row < n_out {
+                y[(a / rpg) * n_out + row] = s;
+            }
+        }
+    } else {
+        let mut sh = Shared::<[f32]>::new_slice(block);
+        let off = gi * group;
+        #[unroll]
+        for a in 0..tn * rpg {
+            sh[off + lane] = acc[a];
+            sync_cube();
+            let mut stride = group / 2;
+            while stride > 0 {
+                if lane < stride {
+                    sh[off + lane] += sh[off + lane + stride];
+                }
+                sync_cube();
+                stride /= 2;
+            }
+            let row = row0 + a % rpg;
+            if lane == 0 && row < n_out {
+                y[(a / rpg) * n_out + row] = sh[off];
+            }
+            sync_cube();
+        }
+    }
+}
+
+/// Dequant v1: chunk `i` (16 int8 or 32 fp4 weights) → `out [out, in]` f32.
+#[cube(launch)]
+pub fn qdequant_v1<N: Size>(
+    w: &[Vector<u32, N>],
+    scales: &[u32],
+    out: &mut [f32],
+    n: u32,
+    cpr: u32,
+    group_chunks: u32,
+    scale_cols: u32,
+    #[comptime] mx: bool,
+) {
+    let i = ABSOLUTE_POS;
+    if i < n as usize {
+        let cpr = cpr as usize;
+        let row = i / cpr;
+        let c = i - row * cpr;
+        let wv = w[i];
+        if mx {
+            let sc = e8m0(scales, i);
+            #[unroll]
+            for wd in 0..4usize {
+                let word = wv.extract(wd);
+                #[unroll]
+                for k in 0..8usize {
+                    out[i * 32 + wd * 8 + k] = sc * e2m1((word >> (k * 4) as u32) & 15u32);
+                }
+            }
+        } else {
+            let sc =
+                f32::reinterpret(scales[row * scale_cols as usize + c / group_chunks as usize]);
+            #[unroll]
+            for wd in 0..4usize {
+                let word = wv.extract(wd);
+                #[unroll]
+                for e in 0..4usize {
+                    let b = (word >> (e * 8) as u32) & 255u32;
+                    out[i * 16 + wd * 4 + e] =
+                        sc * (f32::cast_from(b) - select(b >= 128u32, 256.0f32, 0.0f32));
+                }
+            }
+        }
+    }
+}
+
+/// (chunks per scale group, scale columns) of a weight.
+fn scale_geometry(w: &QWeight) -> (u32, u32) {
+    match w.format {
+        QFormat::Int8 { group } => ((group / 16) as u32, (w.in_dim / group) as u32),
+        QFormat::Mxfp4 => (1, 0),
+    }
+}
+
+fn check_vec4(client: &Client) -> Result<(), Error> {
+    if (client.properties().hardware.max_vector_size as usize) < 4 {
+        return Err(Error::Unsupported(
+            "quantized matmul reads 16-byte vectors".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The f32 weight `[out, in]` (dequant v1).
+pub fn dequant(client: &Client, w: &QWeight) -> Result<DeviceTensor, Error> {
+    check_vec4(client)?;
+    let out = DeviceTensor::empty_f32(client, &[w.out, w.in_dim]);
+    let cpr = w.chunks_per_row();
+    let n =
+        u32::try_from(w.out * cpr).map_err(|_| Error::Shape("qdequant: too many chunks".into()))?;
+    crate::kernels::attention::naive::u32_of("dequant size", w.out * w.in_dim)?;
+    let (gc, cols) = scale_geometry(w);
+    let dim = CubeDim::new_1d(256.min(client.properties().hardware.max_units_per_cube));
+    let count = cubecl::calculate_cube_count_elemwise(client, n as usize, dim);
+    unsafe {
+        qdequant_v1::launch(
+            client,
+            count,
+            dim,
+            4,
+            w.data.as_arg(4),
+            w.scales.as_arg(1),
+            out.as_arg(1),
+            n,
+            cpr as u32,
+            gc,
+            cols,
+            w.format == QFormat::Mxfp4,
+        );
+    }
+    Ok(out)
+}
+
+/// `y [T, out] = x [T, in] · dequant(W)ᵀ` into `y`: gemv v1 for T ≤ [`QGEMV_MAX_T`], else
+/// dequant + tiled GEMM.
+pub fn qlinear_into(
+    client: &Client,
+    x: &DeviceTensor,
+    w: &QWeight,
+    y: &DeviceTensor,
+) -> Result<(), Error> {
+    let [t, n_in] = x.shape[..] else {
+        return Err(Error::Shape(format!(
+            "qlinear: x {:?} is not [T, in]",
+            x.shape
+        )));
+    };
+    if n_in != w.in_dim || x.dtype != Dtype::F32 || y.shape != [t, w.out] || y.dtype != Dtype::F32 {
+        return Err(Error::Shape(format!(
+            "qlinear: x {:?} {}, W [{}, {}], y {:?}",
+            x.shape,
+            x.dtype.name(),
+            w.out,
+            w.in_dim,
+            y.shape
+        )));
+    }
+    if t == 0 {
+        return Ok(());
+    }
+    check_vec4(client)?;
+    if t > QGEMV_MAX_T {
+        let wf = dequant(client, w)?;
+        return linear_into(client, x, &wf, y, Version::Tiled2);
+    }
+    let props = client.properties();
+    let hw = &props.hardware;
+    let plane = props.features.plane.contains(cubecl::features::Plane::Ops)
+        && hw.plane_size_min == GROUP
+        && hw.plane_size_max == GROUP;
+    let groups = GROUPS.min(hw.max_units_per_cube / GROUP).max(1);
+    let rows_per_cube = groups as usize * QGEMV_RPG;
+    let cubes = u32::try_from(w.out.div_ceil(rows_per_cube))
+        .map_err(|_| Error::Shape("qlinear: too many rows".into()))?;
+    let count = CubeCountSelection::new(client, cubes).cube_count();
+    let (gc, cols) = scale_geometry(w);
+    let block = (GROUP * groups) as usize;
+    unsafe {
+        qgemv_v1::launch(
+            client,
+            count,
+            CubeDim::new_2d(GROUP, groups),
+            4,
+            x.as_arg(4),
+            w.data.as_arg(4),
+            w.scales.as_arg(1),
+            y.as_arg(1),
+            w.out as u32,
+            w.in_dim as u32,
+            w.chunks_per_row() as u32,
+            gc,
+            cols,
+            t,
+            QGEMV_RPG,
+            w.format == QFormat::Mxfp4,
+            plane,
+            block,
+        );
+    }
+    Ok(())
+}
+
+/// [`qlinear_into`] a new `[T, out]` tensor.
+pub fn qlinear(client: &Client, x: &DeviceTensor, w: &QWeight) -> Result<DeviceTensor, Error> {
+    let y = DeviceTensor::empty_f32(client, &[x.shape.first().copied().unwrap_or(0), w.out]);
+    qlinear_into(client, x, w, &y)?;
+    Ok(y)
+}
+
+/// A linear weight on the device: dense (bf16/f16/f32) or quantized.
+#[derive(Debug, Clone)]
+pub enum Weight {
+    Dense(DeviceTensor),
+    Quant(QWeight),
+}
+
+impl Weight {
+    /// `x · Wᵀ` with the kernel for its storage.
+    pub fn linear(&self, client: &Client, x: &DeviceTensor) -> Result<DeviceTensor, Error> {
+        match self {
+            Weight::Dense(w) => super::matmul::linear(client, x, w),
+            Weight::Quant(q) => qlinear(client, x, q),
+        }
+    }
+    /// Bytes one pass over the weight reads.
+    pub fn bytes(&self) -> usize {
+        match self {
+            Weight::Dense(w) => w.numel() * w.dtype.size(),
+            Weight::Quant(q) => q.bytes(),
+        }
+    }
+}

@@ -13,6 +13,7 @@ use reference::weights::{Tensor, TensorSource};
 use reference::{Config, Error as RefError};
 
 use crate::kernels::attention::{flash_decode, flash_prefill, Masking};
+use crate::kernels::qmatmul::{QWeight, Weight};
 use crate::kernels::rmsnorm::add_rmsnorm_device;
 use crate::kernels::{argmax, attention, embedding, matmul, rmsnorm_device, rope, swiglu};
 use crate::kv_cache::{BlockTables, PagedKvCache, SeqId};
@@ -51,17 +52,17 @@ enum KvStore {
     Paged { cache: PagedKvCache, seq: SeqId, tables: Option<BlockTables> },
 }
 
-/// One block's weights on the device. Linear weights `[out, in]` in the model dtype; norm
-/// gains `[C]` in f32.
+/// One block's weights on the device. Linear weights `[out, in]` in the model dtype, or
+/// quantized (int8 / mxfp4) when the source holds them quantized; norm gains `[C]` in f32.
 pub struct GpuLayer {
     pub attn_norm: DeviceTensor,
     /// `[(H + 2·Hkv)·D, C]`: Wq, Wk, Wv stacked by rows, so one GEMV computes q, k and v.
-    pub wqkv: DeviceTensor,
-    pub wo: DeviceTensor,
+    pub wqkv: Weight,
+    pub wo: Weight,
     pub ffn_norm: DeviceTensor,
-    pub w_gate: DeviceTensor,
-    pub w_up: DeviceTensor,
-    pub w_down: DeviceTensor,
+    pub w_gate: Weight,
+    pub w_up: Weight,
+    pub w_down: Weight,
 }
 
 /// A model resident on one device, with its KV cache.
@@ -86,10 +87,72 @@ pub struct GpuModel {
     pos: usize,
     /// Bytes of weights uploaded.
     pub weight_bytes: usize,
+    /// Bytes one decode step streams: every layer weight and the lm_head.
+    pub stream_bytes: usize,
+    /// The linear weights' quantization (`int8`, `int8-g128`, `mxfp4`), if any.
+    pub quant: Option<String>,
 }
 
 fn lib(e: RefError) -> Error {
     Error::Shape(e.to_string())
+}
+
+/// Uploads tensors from a source, counting bytes.
+struct Uploader<'a> {
+    client: &'a Client,
+    src: &'a mut dyn TensorSource,
+    cfg: &'a Config,
+    bytes: usize,
+    /// The first quantized weight's scheme.
+    quant: Option<String>,
+}
+
+impl Uploader<'_> {
+    /// The concatenation of `ts` (same column count) as one dense `[Σ rows, cols]` tensor.
+    fn dense(&mut self, ts: &[Tensor], dtype: Dtype) -> Result<DeviceTensor, Error> {
+        let mut data = Vec::new();
+        let mut shape = ts.first().map(|t| t.shape(self.cfg)).unwrap_or_default();
+        for (k, &t) in ts.iter().enumerate() {
+            data.extend(self.src.load(t, self.cfg).map_err(lib)?);
+            if k > 0 {
+                shape[0] += t.shape(self.cfg)[0];
+            }
+        }
+        self.bytes += data.len() * dtype.size();
+        DeviceTensor::from_f32_as(self.client, &data, &shape, dtype)
+    }
+
+    /// A linear weight (`ts` stacked by rows): quantized on the device when the source holds
+    /// every part quantized and the kernels take its shape; else dense in `dtype` (for a
+    /// quantized source: its exact dequantized values).
+    fn linear(&mut self, ts: &[Tensor], dtype: Dtype) -> Result<Weight, Error> {
+        let qs: Vec<_> = ts.iter().map(|&t| self.src.load_quantized(t, self.cfg).map_err(lib)).collect::<Result<_, _>>()?;
+        if qs.iter().all(Option::is_some) {
+            let parts: Vec<_> = qs.iter().flatten().collect();
+            match QWeight::upload(self.client, &parts) {
+                Ok(w) => {
+                    self.bytes += w.bytes();
+                    if self.quant.is_none() {
+                        self.quant = parts.first().map(|p| scheme_label(p.scheme()));
+                    }
+                    return Ok(Weight::Quant(w));
+                }
+                Err(Error::Unsupported(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.dense(ts, dtype).map(Weight::Dense)
+    }
+}
+
+/// `int8`, `int8-g128`, `mxfp4`.
+fn scheme_label(s: reference::quant::Scheme) -> String {
+    use reference::quant::{Granularity, Scheme};
+    match s {
+        Scheme::Int8(Granularity::PerChannel) => "int8".into(),
+        Scheme::Int8(Granularity::Group(g)) => format!("int8-g{g}"),
+        Scheme::Mxfp4 => "mxfp4".into(),
+    }
 }
 
 impl GpuModel {
@@ -104,36 +167,25 @@ impl GpuModel {
         if !dtype.supported(&client) {
             return Err(Error::Unsupported(format!("{} weights: the {} device has no {} arithmetic", dtype.name(), backend, dtype.name())));
         }
-        let mut bytes = 0usize;
-        // Upload the concatenation of `ts` (same column count) as one `[Σ rows, cols]` tensor.
-        let mut up_cat = |ts: &[Tensor], as_dtype: Dtype| -> Result<DeviceTensor, Error> {
-            let mut data = Vec::new();
-            let mut shape = ts.first().map(|t| t.shape(cfg)).unwrap_or_default();
-            for (k, &t) in ts.iter().enumerate() {
-                data.extend(src.load(t, cfg).map_err(lib)?);
-                if k > 0 {
-                    shape[0] += t.shape(cfg)[0];
-                }
-            }
-            bytes += data.len() * as_dtype.size();
-            DeviceTensor::from_f32_as(&client, &data, &shape, as_dtype)
-        };
-        let tok_embd = up_cat(&[Tensor::TokEmbd], dtype)?;
-        let lm_head = if cfg.tied_embeddings { tok_embd.clone() } else { up_cat(&[Tensor::LmHead], dtype)? };
+        let mut up = Uploader { client: &client, src, cfg, bytes: 0, quant: None };
+        let tok_embd = up.dense(&[Tensor::TokEmbd], dtype)?;
+        let lm_head = if cfg.tied_embeddings { tok_embd.clone() } else { up.dense(&[Tensor::LmHead], dtype)? };
         let mut layers = Vec::with_capacity(cfg.n_layers);
         for l in 0..cfg.n_layers {
             let [an, q, k, v, o, fnm, g, u, d] = Tensor::layer(l);
             layers.push(GpuLayer {
-                attn_norm: up_cat(&[an], Dtype::F32)?,
-                wqkv: up_cat(&[q, k, v], dtype)?,
-                wo: up_cat(&[o], dtype)?,
-                ffn_norm: up_cat(&[fnm], Dtype::F32)?,
-                w_gate: up_cat(&[g], dtype)?,
-                w_up: up_cat(&[u], dtype)?,
-                w_down: up_cat(&[d], dtype)?,
+                attn_norm: up.dense(&[an], Dtype::F32)?,
+                wqkv: up.linear(&[q, k, v], dtype)?,
+                wo: up.linear(&[o], dtype)?,
+                ffn_norm: up.dense(&[fnm], Dtype::F32)?,
+                w_gate: up.linear(&[g], dtype)?,
+                w_up: up.linear(&[u], dtype)?,
+                w_down: up.linear(&[d], dtype)?,
             });
         }
-        let out_norm = up_cat(&[Tensor::OutNorm], Dtype::F32)?;
+        let out_norm = up.dense(&[Tensor::OutNorm], Dtype::F32)?;
+        let (bytes, quant) = (up.bytes, up.quant.take());
+        let stream_bytes = layers.iter().map(|l| l.wqkv.bytes() + l.wo.bytes() + l.w_gate.bytes() + l.w_up.bytes() + l.w_down.bytes()).sum::<usize>() + lm_head.numel() * lm_head.dtype.size();
         let capacity = capacity.clamp(1, cfg.max_ctx);
         let rope = rope::RopeTable::new(&client, capacity, cfg.head_dim, cfg.rope_theta)?;
         let kv = match attention {
@@ -149,7 +201,7 @@ impl GpuModel {
                 KvStore::Paged { cache, seq, tables: None }
             }
         };
-        Ok(GpuModel { client, backend, config: cfg.clone(), dtype, tok_embd, layers, out_norm, lm_head, rope, kv, attention, capacity, pos: 0, weight_bytes: bytes })
+        Ok(GpuModel { client, backend, config: cfg.clone(), dtype, tok_embd, layers, out_norm, lm_head, rope, kv, attention, capacity, pos: 0, weight_bytes: bytes, stream_bytes, quant })
     }
 
     /// Bytes of the KV cache allocation.
@@ -193,7 +245,7 @@ impl GpuModel {
         let mut h = rmsnorm_device(c, &x, &first.attn_norm, cfg.rms_eps)?;
         for (l, w) in self.layers.iter().enumerate() {
             // Attention block: one GEMV for q|k|v, one launch for RoPE + the KV-cache write.
-            let qkv = matmul::linear(c, &h, &w.wqkv)?;
+            let qkv = w.wqkv.linear(c, &h)?;
             let o = match &self.kv {
                 KvStore::Paged { cache, tables: Some(tb), .. } => {
                     let q = rope::qkv_rope_paged(c, &qkv, h_n, kv_n, &self.rope, pos0, cfg.rope_layout, &cache.k[l], &cache.v[l], tb)?;
@@ -211,12 +263,12 @@ impl GpuModel {
                 }
                 KvStore::Paged { tables: None, .. } => return Err(Error::KvCache("paged cache without tables".into())),
             };
-            let a = matmul::linear(c, &o.reshape(&[t, h_n * d])?, &w.wo)?;
+            let a = w.wo.linear(c, &o.reshape(&[t, h_n * d])?)?;
             // x ← x + a, then the MLP's norm, in one launch.
             let hm = add_rmsnorm_device(c, &x, &a, &w.ffn_norm, cfg.rms_eps)?;
-            let g = matmul::linear(c, &hm, &w.w_gate)?;
-            let u = matmul::linear(c, &hm, &w.w_up)?;
-            let m = matmul::linear(c, &swiglu::swiglu(c, &g, &u)?, &w.w_down)?;
+            let g = w.w_gate.linear(c, &hm)?;
+            let u = w.w_up.linear(c, &hm)?;
+            let m = w.w_down.linear(c, &swiglu::swiglu(c, &g, &u)?)?;
             // x ← x + m, then the next block's attention norm (or the final norm).
             let next_norm = self.layers.get(l + 1).map_or(&self.out_norm, |n| &n.attn_norm);
             h = add_rmsnorm_device(c, &x, &m, next_norm, cfg.rms_eps)?;
@@ -280,6 +332,12 @@ impl Engine for GpuEngine {
         ids.last().copied().ok_or_else(|| RefError::Backend("argmax returned no id".into()))
     }
     fn name(&self) -> String {
-        format!("{}-{}", self.0.backend, self.0.dtype.name())
+        match &self.0.quant {
+            Some(q) => format!("{}-{q}+{}", self.0.backend, self.0.dtype.name()),
+            None => format!("{}-{}", self.0.backend, self.0.dtype.name()),
+        }
+    }
+    fn weight_bytes(&self) -> Option<usize> {
+        Some(self.0.stream_bytes)
     }
 }

@@ -19,6 +19,11 @@ pub trait Engine {
     fn step(&mut self, ids: &[u32]) -> Result<Vec<f32>>;
     /// A short name for reports (`cpu-reference`, `cuda`, ...).
     fn name(&self) -> String;
+    /// Bytes of weights one forward pass streams, when the engine knows them exactly (a GPU
+    /// engine with quantized weights); `None`: derive them from the config.
+    fn weight_bytes(&self) -> Option<usize> {
+        None
+    }
     /// Run `ids` and return the greedy next token. Backends override this to pick the token
     /// on the device and skip copying the logits back.
     fn step_greedy(&mut self, ids: &[u32]) -> Result<u32> {

@@ -130,7 +130,8 @@ pub fn run(a: BenchArgs) -> Result<()> {
             (rate, elem, "device")
         }
     };
-    let weight_bytes = ((cfg.n_params() - untied_embd) * elem) as f64;
+    // A GPU engine knows what it streams (quantized weights included); else from the config.
+    let weight_bytes = engine.weight_bytes().unwrap_or((cfg.n_params() - untied_embd) * elem) as f64;
     // K and V (f32) read per decoded token, at the mean context of the decode run.
     let ctx = lens[0] + a.decode_tokens / 2;
     let kv_bytes = (2 * cfg.n_layers * ctx * cfg.n_kv_heads * cfg.head_dim * 4) as f64;

@@ -5,6 +5,7 @@
 use ndarray::Axis;
 use optimized::model::{AttentionImpl, GpuModel};
 use optimized::{Client, Dtype as DevDtype};
+use reference::quant::{quantized_weights, Granularity, QuantizeOnLoad, Scheme};
 use reference::weights::{InMemory, Weights};
 use reference::{synthetic, Config, Model, Trace};
 
@@ -28,6 +29,9 @@ pub struct ModelCase {
     pub decode: usize,
     /// Paged cache + flash attention (default) or the v1 contiguous cache + naive attention.
     pub attention: AttentionImpl,
+    /// Linear weights quantized (the reference runs on their exact dequantized values; the GPU
+    /// keeps them quantized), or dense.
+    pub quant: Option<Scheme>,
 }
 
 /// Greedy steps are only required to agree where the reference's top-1 beats top-2 by more
@@ -85,11 +89,23 @@ impl ModelCase {
         };
         // The reference runs on exactly the weights the device holds.
         let w = w.map_matrices(|x| dd.round(&[x])[0]);
-        let reference = Model::new(cfg.clone(), w);
+        // Quantized: the reference runs on dequant(quantize(W)); the device gets the same
+        // quantized bytes (quantized again from `w` on load, deterministically).
+        let (reference, base) = match self.quant {
+            None => (Model::new(cfg.clone(), w), None),
+            Some(s) => (Model::new(cfg.clone(), quantized_weights(&w, &cfg, s).map_err(|e| e.to_string())?), Some(w)),
+        };
         let ids: Vec<u32> = (0..(self.prompt + self.decode) as u32).map(|i| (i * 7919 + 11) % cfg.vocab as u32).collect();
         let (prompt, rest) = ids.split_at(self.prompt);
         let backend = if client.name().contains("cuda") { optimized::Backend::Cuda } else { optimized::Backend::Wgpu };
-        let mut gpu = GpuModel::load_with(client.clone(), backend, &mut InMemory(&reference.weights), &cfg, dd, ids.len(), self.attention).map_err(|e| e.to_string())?;
+        let mut gpu = match (&base, self.quant) {
+            (Some(b), Some(scheme)) => GpuModel::load_with(client.clone(), backend, &mut QuantizeOnLoad { inner: InMemory(b), scheme }, &cfg, dd, ids.len(), self.attention),
+            _ => GpuModel::load_with(client.clone(), backend, &mut InMemory(&reference.weights), &cfg, dd, ids.len(), self.attention),
+        }
+        .map_err(|e| e.to_string())?;
+        if self.quant.is_some() && gpu.quant.is_none() {
+            return Ok(Outcome::Fail("quantized source, but the device model holds no quantized weight".into()));
+        }
         let (tol, _) = tolerance(Op::Model, self.dtype);
 
         let mut cache = reference.new_cache();
@@ -147,7 +163,8 @@ impl Case for ModelCase {
             AttentionImpl::Flash => "paged+flash",
             AttentionImpl::Naive => "contiguous+naive",
         };
-        format!("model({w},T={},decode={},{a},{})", self.prompt, self.decode, self.dtype.name())
+        let q = self.quant.map_or(String::new(), |s| format!(",{}", super::qmatmul::scheme_name(s)));
+        format!("model({w},T={},decode={},{a}{q},{})", self.prompt, self.decode, self.dtype.name())
     }
     fn run(&self, client: &Client) -> Outcome {
         self.body(client).unwrap_or_else(Outcome::Fail)
@@ -159,19 +176,25 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     let (flash, naive) = (AttentionImpl::Flash, AttentionImpl::Naive);
     for (name, _) in synthetic::tiny_configs() {
         for dtype in [Dtype::F32, Dtype::F16, Dtype::BF16] {
-            v.push(Box::new(ModelCase { weights: Weightset::Tiny(name), dtype, prompt: 13, decode: 6, attention: flash }));
+            v.push(Box::new(ModelCase { weights: Weightset::Tiny(name), dtype, prompt: 13, decode: 6, attention: flash, quant: None }));
         }
         // The v1 path stays covered (f32).
-        v.push(Box::new(ModelCase { weights: Weightset::Tiny(name), dtype: Dtype::F32, prompt: 13, decode: 6, attention: naive }));
+        v.push(Box::new(ModelCase { weights: Weightset::Tiny(name), dtype: Dtype::F32, prompt: 13, decode: 6, attention: naive, quant: None }));
     }
     // The sliding config with a prompt longer than its window (7) and decode past it; a
     // prompt of 37 spans three KV blocks of 16 and decode crosses into a fourth.
     for attention in [flash, naive] {
-        v.push(Box::new(ModelCase { weights: Weightset::Tiny("tiny-sliding"), dtype: Dtype::F32, prompt: 1, decode: 20, attention }));
+        v.push(Box::new(ModelCase { weights: Weightset::Tiny("tiny-sliding"), dtype: Dtype::F32, prompt: 1, decode: 20, attention, quant: None }));
     }
-    v.push(Box::new(ModelCase { weights: Weightset::Tiny("tiny-gqa"), dtype: Dtype::F32, prompt: 37, decode: 13, attention: flash }));
+    v.push(Box::new(ModelCase { weights: Weightset::Tiny("tiny-gqa"), dtype: Dtype::F32, prompt: 37, decode: 13, attention: flash, quant: None }));
+    // Quantized linear weights (int8 per channel, int8 groups of 32, mxfp4) on the device.
+    for name in ["tiny-mha", "tiny-gqa", "tiny-sliding", "tiny-untied"] {
+        for scheme in [Scheme::Int8(Granularity::PerChannel), Scheme::Int8(Granularity::Group(32)), Scheme::Mxfp4] {
+            v.push(Box::new(ModelCase { weights: Weightset::Tiny(name), dtype: Dtype::F32, prompt: 13, decode: 6, attention: flash, quant: Some(scheme) }));
+        }
+    }
     for dtype in [Dtype::F32, Dtype::BF16] {
-        v.push(Box::new(ModelCase { weights: Weightset::SmolLm2, dtype, prompt: 9, decode: 3, attention: flash }));
+        v.push(Box::new(ModelCase { weights: Weightset::SmolLm2, dtype, prompt: 9, decode: 3, attention: flash, quant: None }));
     }
     v
 }

@@ -21,4 +21,5 @@ pub const SHAPES: [(&str, usize, usize, usize, usize, usize); 2] =
 /// GPU fixtures (shared with `tandem bench --kernel`).
 pub mod gpu {
     pub mod attention;
+    pub mod qmatmul;
 }

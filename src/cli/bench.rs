@@ -28,7 +28,8 @@ pub struct BenchArgs {
     pub attention: String,
     /// Benchmark one kernel family instead of the whole model, at the model's shapes:
     /// `attention` (decode attention GB/s vs the copy rate at KV lengths 512..32k for
-    /// batch 1 and 32; prefill TFLOP/s at 512/2k/8k tokens, flash vs naive).
+    /// batch 1 and 32; prefill TFLOP/s at 512/2k/8k tokens, flash vs naive) or `qmatmul`
+    /// (decode GEMV GB/s per weight format — bf16, int8, int8-g128, mxfp4 — vs the copy rate).
     #[arg(long)]
     pub kernel: Option<String>,
 }
@@ -88,11 +89,14 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let attention: optimized::model::AttentionImpl = a.attention.parse().map_err(|e| CliError::Usage(format!("--attention: {e}")))?;
     let backend = resolve(a.model.device);
     if let Some(k) = &a.kernel {
-        if k != "attention" {
-            return Err(CliError::Usage(format!("--kernel {k}: only `attention` is benchmarked on its own")));
+        if k != "attention" && k != "qmatmul" {
+            return Err(CliError::Usage(format!("--kernel {k}: `attention` or `qmatmul`")));
         }
-        let b = backend.ok_or_else(|| CliError::Usage("--kernel attention needs a GPU device (--device cuda|wgpu)".into()))?;
+        let b = backend.ok_or_else(|| CliError::Usage(format!("--kernel {k} needs a GPU device (--device cuda|wgpu)")))?;
         let gate = conformance_gate(b)?;
+        if k == "qmatmul" {
+            return super::bench_qmatmul::run(b, &gate, a.reps);
+        }
         let cfg = a.model.open()?.config;
         return super::bench_attn::run(b, &cfg, &gate, a.reps);
     }

@@ -3,6 +3,7 @@
 //! read, as a share of the device copy rate measured in the same run; naive v1 beside it at
 //! batch 1. Prefill: flash v2 vs naive v1, causal, TFLOP/s.
 
+use optimized::kernels::attention::DecodeVersion;
 use optimized::Backend;
 use reference::Config;
 use tandem_benches::gpu::attention as fx;
@@ -43,6 +44,24 @@ pub fn run(backend: Backend, cfg: &Config, gate: &str, reps: usize) -> Result<()
             };
             println!("{b:>5} {len:>7} {:>9.1} {:>10.1} {gbs:>9.0} {:>7.1}% {naive}", bytes as f64 / 1e6, t * 1e6, 100.0 * gbs * 1e9 / rate);
         }
+    }
+    // Audit: the decode version and keys per chunk at 16k, batch 1 and 32.
+    println!();
+    println!("decode at KV len 16384: kernel version × keys per chunk (µs/call, % copy)");
+    for &b in &BATCHES {
+        let s = fx::paged_setup(&client, h, hkv, d, b, 16384, b).map_err(gpu)?;
+        let mut line = format!("batch {b:>2}:");
+        for version in [DecodeVersion::V2, DecodeVersion::V3] {
+            if !version.supported(&client) {
+                continue;
+            }
+            for chunk in [None, Some(64), Some(128), Some(256), Some(512)] {
+                let t = fx::seconds_per_call(&client, 2, 10 * reps.max(1), || fx::decode_tuned(&client, &s, version, chunk)).map_err(gpu)?;
+                let c = chunk.map_or("auto".to_string(), |c| c.to_string());
+                line += &format!("  {version:?}/{c}: {:.1} µs {:.1}%", t * 1e6, 100.0 * s.kv_bytes as f64 / t / rate);
+            }
+        }
+        println!("{line}");
     }
     println!();
     println!("prefill (one sequence, causal; FLOPs = 4·H·D per visible query-key pair)");

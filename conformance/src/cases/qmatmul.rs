@@ -103,6 +103,8 @@ pub fn cases() -> Vec<Box<dyn Case>> {
         // Stacked like the model's q|k|v, and a decode-sized layer (TinyLlama's MLP).
         v.push(Box::new(QMatmulCase { t: 1, n_in: 256, n_out: 96, scheme, parts: 3 }));
         v.push(Box::new(QMatmulCase { t: 1, n_in: 2048, n_out: 5632, scheme, parts: 1 }));
+        // Few long rows: the gemv splits each row over several planes.
+        v.push(Box::new(QMatmulCase { t: 2, n_in: 8192, n_out: 40, scheme, parts: 1 }));
     }
     // Rows the 16-byte int8 reader cannot split: reported as skipped, with the reason.
     v.push(Box::new(QMatmulCase { t: 1, n_in: 40, n_out: 8, scheme: Scheme::Int8(Granularity::PerChannel), parts: 1 }));

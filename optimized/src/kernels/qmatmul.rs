@@ -10,10 +10,12 @@
 //! summation order differs from the reference.
 //!
 //! Versions:
-//! - gemv v1 (decode, T ≤ [`QGEMV_MAX_T`]): a group of 32 units (one plane where plane ops
-//!   exist, else a shared-memory tree) reduces [`QGEMV_RPG`] rows; each unit reads 16-byte
-//!   chunks of W (16 int8 or 32 fp4 weights, one scale), dequantizes in registers, and reuses
-//!   each x vector for the group's rows. W is read once, coalesced.
+//! - gemv v1 (decode, T ≤ [`QGEMV_MAX_T`]): a group of 32·split units (planes where plane ops
+//!   exist, else a shared-memory tree) reduces up to [`QGEMV_RPG`] rows; rows per group and
+//!   planes per row are chosen so the grid fills the device. Each unit reads 16-byte chunks
+//!   of W (16 int8 or 32 fp4 weights, one scale), dequantizes in registers (int8 by the
+//!   magic-number conversion, fp4 from a 16-entry shared table) and reuses each x vector for
+//!   the group's rows. W is read once, coalesced.
 //! - dequant + GEMM v1 (prefill, T > [`QGEMV_MAX_T`]): W dequantized into an f32 scratch
 //!   (one unit per 16-byte chunk), then the tiled v2 matmul. Not fused yet.
 //! GGUF Q8_0 weights are INT8 with groups of 32 (f16 scales widen exactly); `tandem` keeps
@@ -171,14 +173,11 @@ fn e8m0(scales: &[u32], idx: usize) -> f32 {
 }
 
 /// `Σ_e dequant(chunk)[e] · x[e]` without the scale: `xs[base ..]` holds the chunk's x vectors
-/// (4 for int8, 8 for mxfp4).
+/// (4 for int8, 8 for mxfp4). int8: byte b → `f32(0x4B000000 | (b ^ 0x80)) − 8388736` (the
+/// magic-number conversion: exact, 3 integer ops); fp4: the value from a 16-entry table in
+/// shared memory (`lut`).
 #[cube]
-fn chunk_dot<N: Size>(
-    wv: Vector<u32, N>,
-    xs: &Array<Vector<f32, N>>,
-    base: usize,
-    #[comptime] mx: bool,
-) -> f32 {
+fn chunk_dot<N: Size>(wv: Vector<u32, N>, xs: &Array<Vector<f32, N>>, base: usize, lut: &[f32], #[comptime] mx: bool) -> f32 {
     let mut part = f32::new(0.0);
     if mx {
         #[unroll]
@@ -190,19 +189,18 @@ fn chunk_dot<N: Size>(
                 #[unroll]
                 for e in 0..4usize {
                     let nib = (word >> ((half * 4 + e) * 4) as u32) & 15u32;
-                    part += e2m1(nib) * xv.extract(e);
+                    part += lut[nib as usize] * xv.extract(e);
                 }
             }
         }
     } else {
         #[unroll]
         for wd in 0..4usize {
-            let word = wv.extract(wd);
+            let word = wv.extract(wd) ^ 0x8080_8080u32;
             let xv = xs[base + wd];
             #[unroll]
             for e in 0..4usize {
-                let b = (word >> (e * 8) as u32) & 255u32;
-                let q = f32::cast_from(b) - select(b >= 128u32, 256.0f32, 0.0f32);
+                let q = f32::reinterpret(((word >> (e * 8) as u32) & 255u32) | 0x4B00_0000u32) - 8_388_736.0f32;
                 part += q * xv.extract(e);
             }
         }
@@ -211,8 +209,10 @@ fn chunk_dot<N: Size>(
 }
 
 /// gemv v1. x `[tn, in/4]` vectors of 4; w `[out, cpr]` 16-byte chunks; y `[tn, out]`.
-/// Cube dim (group, groups): unit (lane, gi) handles rows `(CUBE_POS·groups + gi)·rpg ..+ rpg`,
-/// chunks `lane, lane + group, ..`. `block` = group · groups (shared fallback).
+/// Cube dim (group, groups): a group of `group` = 32·split units (lane, gi) handles rows
+/// `(CUBE_POS·groups + gi)·rpg ..+ rpg`, chunks `lane, lane + group, ..`; with plane ops each
+/// 32-unit plane sums with `plane_sum` and the split planes add through shared memory, else a
+/// shared-memory tree over the group. `block` = group · groups.
 #[allow(clippy::too_many_arguments)]
 #[cube(launch)]
 pub fn qgemv_v1<N: Size>(
@@ -229,15 +229,23 @@ pub fn qgemv_v1<N: Size>(
     #[comptime] rpg: usize,
     #[comptime] mx: bool,
     #[comptime] plane: bool,
+    #[comptime] split: usize,
     #[comptime] block: usize,
 ) {
     let lane = UNIT_POS_X as usize;
     let group = CUBE_DIM_X as usize;
     let gi = UNIT_POS_Y as usize;
+    let tid = gi * group + lane;
     let row0 = (CUBE_POS * CUBE_DIM_Y as usize + gi) * rpg;
     let n_out = n_out as usize;
     let xrow = n_in as usize / 4;
     let cpr = cpr as usize;
+    // e2m1 values by nibble (bit-exact; built once per cube).
+    let mut lut = Shared::<[f32]>::new_slice(16usize);
+    if mx && tid < 16 {
+        lut[tid] = e2m1(tid as u32);
+    }
+    sync_cube();
     // x vectors per chunk.
     let xpc = select(mx, 8usize, 4usize);
     let mut acc = Array::<f32>::new(tn * rpg);
@@ -262,30 +270,45 @@ pub fn qgemv_v1<N: Size>(
             for q in 0..rpg {
                 let row = select(row0 + q < n_out, row0 + q, n_out - 1);
                 let wv = w[row * cpr + c];
-                let sc = if mx {
-                    e8m0(scales, row * cpr + c)
-                } else {
-                    f32::reinterpret(scales[row * scale_cols as usize + c / group_chunks as usize])
-                };
+                let sc = if mx { e8m0(scales, row * cpr + c) } else { f32::reinterpret(scales[row * scale_cols as usize + c / group_chunks as usize]) };
                 #[unroll]
                 for t in 0..tn {
-                    acc[t * rpg + q] += sc * chunk_dot(wv, &xs, t * 8, mx);
+                    acc[t * rpg + q] += sc * chunk_dot(wv, &xs, t * 8, &lut, mx);
                 }
             }
             c += group;
         }
     }
+    let mut sh = Shared::<[f32]>::new_slice(block);
     if plane {
+        // One partial per 32-unit plane; the group's `split` partials added in order.
+        let p = lane / 32;
         #[unroll]
         for a in 0..tn * rpg {
             let s = plane_sum(acc[a]);
-            let row = row0 + a % rpg;
-            if lane == 0 && row < n_out {
-                y[(a / rpg) * n_out + row] = s;
+            if split == 1 {
+                let row = row0 + a % rpg;
+                if lane == 0 && row < n_out {
+                    y[(a / rpg) * n_out + row] = s;
+                }
+            } else {
+                if lane == p * 32 {
+                    sh[gi * split + p] = s;
+                }
+                sync_cube();
+                let row = row0 + a % rpg;
+                if lane == 0 && row < n_out {
+                    let mut tot = f32::new(0.0);
+                    #[unroll]
+                    for j in 0..split {
+                        tot += sh[gi * split + j];
+                    }
+                    y[(a / rpg) * n_out + row] = tot;
+                }
+                sync_cube();
             }
         }
     } else {
-        let mut sh = Shared::<[f32]>::new_slice(block);
         let off = gi * group;
         #[unroll]
         for a in 0..tn * rpg {
@@ -434,21 +457,31 @@ pub fn qlinear_into(
     }
     let props = client.properties();
     let hw = &props.hardware;
-    let plane = props.features.plane.contains(cubecl::features::Plane::Ops)
-        && hw.plane_size_min == GROUP
-        && hw.plane_size_max == GROUP;
-    let groups = GROUPS.min(hw.max_units_per_cube / GROUP).max(1);
-    let rows_per_cube = groups as usize * QGEMV_RPG;
-    let cubes = u32::try_from(w.out.div_ceil(rows_per_cube))
-        .map_err(|_| Error::Shape("qlinear: too many rows".into()))?;
+    let plane = props.features.plane.contains(cubecl::features::Plane::Ops) && hw.plane_size_min == GROUP && hw.plane_size_max == GROUP;
+    // Enough unit groups to fill the device (~8k planes on an H200): fewer rows per group, then
+    // more planes per row, while each unit keeps ≥ 4 chunks of its row.
+    let want_groups = hw.num_streaming_multiprocessors.unwrap_or(16) as usize * 64;
+    let cpr = w.chunks_per_row();
+    let mut rpg = QGEMV_RPG;
+    while rpg > 1 && w.out.div_ceil(rpg) < want_groups {
+        rpg /= 2;
+    }
+    let mut split = 1usize;
+    while split < 4 && w.out.div_ceil(rpg) * split < want_groups && cpr >= GROUP as usize * split * 2 * 4 {
+        split *= 2;
+    }
+    let group = GROUP as usize * split;
+    let groups = (GROUPS as usize / split).max(1).min(hw.max_units_per_cube as usize / group).max(1);
+    let rows_per_cube = groups * rpg;
+    let cubes = u32::try_from(w.out.div_ceil(rows_per_cube)).map_err(|_| Error::Shape("qlinear: too many rows".into()))?;
     let count = CubeCountSelection::new(client, cubes).cube_count();
     let (gc, cols) = scale_geometry(w);
-    let block = (GROUP * groups) as usize;
+    let block = group * groups;
     unsafe {
         qgemv_v1::launch(
             client,
             count,
-            CubeDim::new_2d(GROUP, groups),
+            CubeDim::new_2d(group as u32, groups as u32),
             4,
             x.as_arg(4),
             w.data.as_arg(4),
@@ -456,13 +489,14 @@ pub fn qlinear_into(
             y.as_arg(1),
             w.out as u32,
             w.in_dim as u32,
-            w.chunks_per_row() as u32,
+            cpr as u32,
             gc,
             cols,
             t,
-            QGEMV_RPG,
+            rpg,
             w.format == QFormat::Mxfp4,
             plane,
+            split,
             block,
         );
     }

@@ -476,6 +476,13 @@ impl DecodeVersion {
 /// [`flash_decode`] with a chosen version (an unsupported one is an error, nothing launched).
 #[allow(clippy::too_many_arguments)]
 pub fn flash_decode_with(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v: &DeviceTensor, tables: &BlockTables, mask: &Masking, out: &DeviceTensor, version: DecodeVersion) -> Result<(), Error> {
+    flash_decode_tuned(client, q, k, v, tables, mask, out, version, None)
+}
+
+/// [`flash_decode_with`] with the keys per chunk forced (a power of two in 32..=512, still
+/// halved if the shared memory needs it), for benchmarks that audit the choice.
+#[allow(clippy::too_many_arguments)]
+pub fn flash_decode_tuned(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v: &DeviceTensor, tables: &BlockTables, mask: &Masking, out: &DeviceTensor, version: DecodeVersion, chunk: Option<usize>) -> Result<(), Error> {
     if !version.supported(client) {
         return Err(Error::Unsupported(format!("flash_decode {version:?}: needs device-scope storage sync and u32 atomic add")));
     }
@@ -499,7 +506,7 @@ pub fn flash_decode_with(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v:
     }
     let max_len = tables.lens.iter().copied().max().unwrap_or(0).max(1);
     let sms = hw.num_streaming_multiprocessors.unwrap_or(8) as usize;
-    let mut chunk = chunk_for(max_len, bsz, hkv, sms);
+    let mut chunk = chunk.map_or_else(|| chunk_for(max_len, bsz, hkv, sms), |c| c.next_power_of_two().clamp(32, 512));
     // Vectors of 4 (or 2, 1) floats along D for the K/V loads.
     let nv = crate::kernels::vector_size_for(client, d);
     let shared = |chunk: usize| 4 * (g * d + 2 * g * chunk + units * g * nv + chunk + g);

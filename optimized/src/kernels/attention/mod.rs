@@ -30,7 +30,7 @@ pub mod naive;
 pub mod paged;
 pub mod prefill;
 
-pub use decode::{flash_decode, flash_decode_with, DecodeVersion};
+pub use decode::{flash_decode, flash_decode_tuned, flash_decode_with, DecodeVersion};
 pub use naive::{attention, attention_into, kv_append};
 pub use paged::kv_write_paged;
 pub use prefill::flash_prefill;

@@ -56,9 +56,12 @@ pub fn run(backend: Backend, cfg: &Config, gate: &str, reps: usize) -> Result<()
                 continue;
             }
             for chunk in [None, Some(64), Some(128), Some(256), Some(512)] {
-                let t = fx::seconds_per_call(&client, 2, 10 * reps.max(1), || fx::decode_tuned(&client, &s, version, chunk)).map_err(gpu)?;
                 let c = chunk.map_or("auto".to_string(), |c| c.to_string());
-                line += &format!("  {version:?}/{c}: {:.1} µs {:.1}%", t * 1e6, 100.0 * s.kv_bytes as f64 / t / rate);
+                match fx::seconds_per_call(&client, 2, 10 * reps.max(1), || fx::decode_tuned(&client, &s, version, chunk)) {
+                    Ok(t) => line += &format!("  {version:?}/{c}: {:.1} µs {:.1}%", t * 1e6, 100.0 * s.kv_bytes as f64 / t / rate),
+                    Err(optimized::Error::Unsupported(_)) => line += &format!("  {version:?}/{c}: n/a"),
+                    Err(e) => return Err(gpu(e)),
+                }
             }
         }
         println!("{line}");

@@ -214,7 +214,7 @@ fn chunk_dot<N: Size>(wv: Vector<u32, N>, xs: &Array<Vector<f32, N>>, base: usiz
 /// 32-unit plane sums with `plane_sum` and the split planes add through shared memory, else a
 /// shared-memory tree over the group. `block` = group · groups.
 #[allow(clippy::too_many_arguments)]
-#[cube(launch)]
+#[cube(launch, launch_unchecked)]
 pub fn qgemv_v1<N: Size>(
     x: &[Vector<f32, N>],
     w: &[Vector<u32, N>],
@@ -332,7 +332,7 @@ pub fn qgemv_v1<N: Size>(
 }
 
 /// Dequant v1: chunk `i` (16 int8 or 32 fp4 weights) → `out [out, in]` f32.
-#[cube(launch)]
+#[cube(launch, launch_unchecked)]
 pub fn qdequant_v1<N: Size>(
     w: &[Vector<u32, N>],
     scales: &[u32],
@@ -405,7 +405,7 @@ pub fn dequant(client: &Client, w: &QWeight) -> Result<DeviceTensor, Error> {
     let dim = CubeDim::new_1d(256.min(client.properties().hardware.max_units_per_cube));
     let count = cubecl::calculate_cube_count_elemwise(client, n as usize, dim);
     unsafe {
-        qdequant_v1::launch(
+        qdequant_v1::launch_unchecked(
             client,
             count,
             dim,
@@ -458,9 +458,9 @@ pub fn qlinear_into(
     let props = client.properties();
     let hw = &props.hardware;
     let plane = props.features.plane.contains(cubecl::features::Plane::Ops) && hw.plane_size_min == GROUP && hw.plane_size_max == GROUP;
-    // Enough unit groups to fill the device (~8k planes on an H200): fewer rows per group, then
-    // more planes per row, while each unit keeps ≥ 4 chunks of its row.
-    let want_groups = hw.num_streaming_multiprocessors.unwrap_or(16) as usize * 64;
+    // Enough unit groups to keep every SM busy (~16 per SM): fewer rows per group (x reused
+    // less), then more planes per row, while each unit keeps ≥ 4 chunks of its row.
+    let want_groups = hw.num_streaming_multiprocessors.unwrap_or(16) as usize * 16;
     let cpr = w.chunks_per_row();
     let mut rpg = QGEMV_RPG;
     while rpg > 1 && w.out.div_ceil(rpg) < want_groups {
@@ -478,7 +478,7 @@ pub fn qlinear_into(
     let (gc, cols) = scale_geometry(w);
     let block = group * groups;
     unsafe {
-        qgemv_v1::launch(
+        qgemv_v1::launch_unchecked(
             client,
             count,
             CubeDim::new_2d(group as u32, groups as u32),

@@ -189,7 +189,7 @@ fn combine_group<N: Size>(
 }
 
 #[allow(clippy::too_many_arguments)]
-#[cube(launch)]
+#[cube(launch, launch_unchecked)]
 pub fn flash_decode_v2<N: Size>(
     q: &[f32],
     k: &[Vector<f32, N>],
@@ -399,7 +399,7 @@ pub fn flash_decode_v2<N: Size>(
 
 /// v2 combine: cube (b·Hkv + kvh) combines the chunk partials of its G query heads.
 #[allow(clippy::too_many_arguments)]
-#[cube(launch)]
+#[cube(launch, launch_unchecked)]
 pub fn flash_decode_combine_v2<N: Size>(
     part_o: &mut [Vector<f32, N>],
     part_ml: &mut [f32],
@@ -532,7 +532,7 @@ pub fn flash_decode_tuned(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v
     let part_ml = DeviceTensor::empty_f32(client, &[bsz * h * splits, 2]);
     let sinks = mask.sinks.unwrap_or(&tables.unused);
     unsafe {
-        flash_decode_v2::launch(
+        flash_decode_v2::launch_unchecked(
             client,
             CubeCount::Static(splits as u32, hkv as u32, bsz as u32),
             CubeDim::new_1d(units as u32),
@@ -570,7 +570,7 @@ pub fn flash_decode_tuned(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v
         if fused {
             return Ok(());
         }
-        flash_decode_combine_v2::launch(
+        flash_decode_combine_v2::launch_unchecked(
             client,
             CubeCount::Static((bsz * hkv) as u32, 1, 1),
             CubeDim::new_1d(units as u32),

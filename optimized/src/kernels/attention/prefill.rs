@@ -28,7 +28,7 @@ const SHARED_CAP: usize = 48 << 10;
 
 
 #[allow(clippy::too_many_arguments)]
-#[cube(launch)]
+#[cube(launch, launch_unchecked)]
 pub fn flash_prefill_v2(
     q: &[f32],
     k: &[f32],
@@ -244,7 +244,7 @@ pub fn flash_prefill(
     }
     let sinks = mask.sinks.unwrap_or(&tables.unused);
     unsafe {
-        flash_prefill_v2::launch(
+        flash_prefill_v2::launch_unchecked(
             client,
             CubeCount::Static(n_tiles as u32, h as u32, 1),
             CubeDim::new_1d((br * lanes) as u32),

@@ -288,6 +288,7 @@ pub fn qkv_rope_cache_v2(
 /// Split `qkv [T, (H + 2·Hkv)·D]` (one fused GEMV's output) into rotated q `[T, H, D]` (new
 /// tensor), and rotated k / plain v written into `k_cache`, `v_cache` (`[cap, Hkv, D]`) at rows
 /// `pos0 .. pos0 + T`. Same arithmetic as v1 ([`rope_into`] + `attention::kv_append`).
+#[allow(clippy::too_many_arguments)]
 pub fn qkv_rope_cache(
     client: &Client,
     qkv: &DeviceTensor,
@@ -299,56 +300,7 @@ pub fn qkv_rope_cache(
     k_cache: &DeviceTensor,
     v_cache: &DeviceTensor,
 ) -> Result<DeviceTensor, Error> {
-    let d = table.head_dim;
-    let width = (heads + 2 * kv_heads) * d;
-    let [t, w] = qkv.shape[..] else {
-        return Err(Error::Shape(format!("qkv_rope_cache: qkv shape {:?}, expected [T, {width}]", qkv.shape)));
-    };
-    if w != width || qkv.dtype != Dtype::F32 {
-        return Err(Error::Shape(format!("qkv_rope_cache: qkv {:?} {}, expected [T, {width}] f32", qkv.shape, qkv.dtype.name())));
-    }
-    for (name, c) in [("k_cache", k_cache), ("v_cache", v_cache)] {
-        let ok = c.shape.len() == 3 && c.shape[1] == kv_heads && c.shape[2] == d && c.dtype == Dtype::F32;
-        if !ok || pos0 + t > c.shape[0] {
-            return Err(Error::Shape(format!(
-                "qkv_rope_cache: {name} {:?} cannot take rows {pos0}..{} of [_, {kv_heads}, {d}]",
-                c.shape,
-                pos0 + t
-            )));
-        }
-    }
-    if pos0 + t > table.max_pos {
-        return Err(Error::Shape(format!("qkv_rope_cache: positions {pos0}..{} exceed the table's {}", pos0 + t, table.max_pos)));
-    }
-    let q = DeviceTensor::empty_f32(client, &[t, heads, d]);
-    let pairs = t * width / 2;
-    if pairs == 0 {
-        return Ok(q);
-    }
-    let e = Elementwise::with_vec(client, "qkv_rope_cache", pairs, 1)?;
-    unsafe {
-        qkv_rope_cache_v2::launch(
-            client,
-            e.count,
-            e.dim,
-            qkv.as_arg(1),
-            q.as_arg(1),
-            k_cache.as_arg(1),
-            v_cache.as_arg(1),
-            table.cos.as_arg(1),
-            table.sin.as_arg(1),
-            heads as u32,
-            kv_heads as u32,
-            (d / 2) as u32,
-            pos0 as u32,
-            e.n,
-            table.no_table.as_arg(1),
-            0,
-            layout == RopeLayout::Adjacent,
-            false,
-        );
-    }
-    Ok(q)
+    qkv_rope_launch(client, qkv, heads, kv_heads, table, pos0, layout, k_cache, v_cache, None)
 }
 
 /// [`qkv_rope_cache`] into a paged cache: k/v rows of positions `pos0 .. pos0 + T` of sequence 0
@@ -367,33 +319,60 @@ pub fn qkv_rope_paged(
     v_pool: &DeviceTensor,
     tables: &BlockTables,
 ) -> Result<DeviceTensor, Error> {
+    qkv_rope_launch(client, qkv, heads, kv_heads, table, pos0, layout, k_pool, v_pool, Some(tables))
+}
+
+/// Checks and the launch shared by v2 (`tables` None: contiguous caches) and v3 (paged).
+#[allow(clippy::too_many_arguments)]
+fn qkv_rope_launch(
+    client: &Client,
+    qkv: &DeviceTensor,
+    heads: usize,
+    kv_heads: usize,
+    table: &RopeTable,
+    pos0: usize,
+    layout: RopeLayout,
+    k_cache: &DeviceTensor,
+    v_cache: &DeviceTensor,
+    tables: Option<&BlockTables>,
+) -> Result<DeviceTensor, Error> {
+    let op = if tables.is_some() { "qkv_rope_paged" } else { "qkv_rope_cache" };
     let d = table.head_dim;
     let width = (heads + 2 * kv_heads) * d;
     let [t, w] = qkv.shape[..] else {
-        return Err(Error::Shape(format!("qkv_rope_paged: qkv shape {:?}, expected [T, {width}]", qkv.shape)));
+        return Err(Error::Shape(format!("{op}: qkv shape {:?}, expected [T, {width}]", qkv.shape)));
     };
     if w != width || qkv.dtype != Dtype::F32 {
-        return Err(Error::Shape(format!("qkv_rope_paged: qkv {:?} {}, expected [T, {width}] f32", qkv.shape, qkv.dtype.name())));
+        return Err(Error::Shape(format!("{op}: qkv {:?} {}, expected [T, {width}] f32", qkv.shape, qkv.dtype.name())));
     }
-    let rows = tables.num_blocks * tables.block_size;
-    for (name, c) in [("k_pool", k_pool), ("v_pool", v_pool)] {
-        if c.shape != [rows, kv_heads, d] || c.dtype != Dtype::F32 {
-            return Err(Error::Shape(format!("qkv_rope_paged: {name} {:?} {}, expected [{rows}, {kv_heads}, {d}] f32", c.shape, c.dtype.name())));
+    // Rows the caches must have, and the last position the launch may write.
+    let (rows, limit) = match tables {
+        Some(tb) => (Some(tb.num_blocks * tb.block_size), tb.lens.first().copied().unwrap_or(0)),
+        None => (None, k_cache.shape.first().copied().unwrap_or(0)),
+    };
+    for (name, c) in [("k cache", k_cache), ("v cache", v_cache)] {
+        let ok = c.shape.len() == 3 && c.shape[1] == kv_heads && c.shape[2] == d && c.dtype == Dtype::F32 && rows.is_none_or(|r| c.shape[0] == r);
+        if !ok {
+            return Err(Error::Shape(format!("{op}: {name} {:?} {}, expected [{}, {kv_heads}, {d}] f32", c.shape, c.dtype.name(), rows.map_or("_".to_string(), |r| r.to_string()))));
         }
     }
-    let len = tables.lens.first().copied().unwrap_or(0);
-    if pos0 + t > len {
-        return Err(Error::KvCache(format!("qkv_rope_paged: positions {pos0}..{} exceed the sequence's length {len}", pos0 + t)));
+    if v_cache.shape != k_cache.shape || pos0 + t > limit {
+        return Err(Error::KvCache(format!("{op}: positions {pos0}..{} exceed the {} of {limit}", pos0 + t, if tables.is_some() { "sequence's length" } else { "cache capacity" })));
     }
     if pos0 + t > table.max_pos {
-        return Err(Error::Shape(format!("qkv_rope_paged: positions {pos0}..{} exceed the table's {}", pos0 + t, table.max_pos)));
+        return Err(Error::Shape(format!("{op}: positions {pos0}..{} exceed the table's {}", pos0 + t, table.max_pos)));
     }
     let q = DeviceTensor::empty_f32(client, &[t, heads, d]);
     let pairs = t * width / 2;
     if pairs == 0 {
         return Ok(q);
     }
-    let e = Elementwise::with_vec(client, "qkv_rope_paged", pairs, 1)?;
+    let e = Elementwise::with_vec(client, op, pairs, 1)?;
+    let (table_arg, block_size) = match tables {
+        Some(tb) => (&tb.tensor, tb.block_size as u32),
+        // The kernel's block-table argument, unread when not paged.
+        None => (&table.no_table, 0),
+    };
     unsafe {
         qkv_rope_cache_v2::launch(
             client,
@@ -401,8 +380,8 @@ pub fn qkv_rope_paged(
             e.dim,
             qkv.as_arg(1),
             q.as_arg(1),
-            k_pool.as_arg(1),
-            v_pool.as_arg(1),
+            k_cache.as_arg(1),
+            v_cache.as_arg(1),
             table.cos.as_arg(1),
             table.sin.as_arg(1),
             heads as u32,
@@ -410,10 +389,10 @@ pub fn qkv_rope_paged(
             (d / 2) as u32,
             pos0 as u32,
             e.n,
-            tables.tensor.as_arg(1),
-            tables.block_size as u32,
+            table_arg.as_arg(1),
+            block_size,
             layout == RopeLayout::Adjacent,
-            true,
+            tables.is_some(),
         );
     }
     Ok(q)

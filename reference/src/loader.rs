@@ -19,6 +19,39 @@ impl TensorSource for GgufFile {
         let (_, data) = self.tensor_f32(&name, Some(&t.shape(cfg)))?;
         Ok(data)
     }
+
+    /// A Q8_0 linear weight as INT8 with groups of 32 (`q` as stored, the f16 block scale
+    /// widened to f32): exactly what [`TensorSource::load`] dequantizes (`d · q`), so a backend
+    /// keeps the file's weights without requantizing. Other types (and a negative or
+    /// non-finite block scale, legal in ggml but not in INT8) give `None`.
+    fn load_quantized(&mut self, t: Tensor, cfg: &Config) -> Result<Option<crate::quant::QuantTensor>> {
+        use crate::dequant::GgmlType;
+        use crate::quant::{Granularity, Int8Weight, QuantTensor};
+        if !crate::quant::is_linear(t) {
+            return Ok(None);
+        }
+        let name = t.name(Naming::Gguf);
+        let want = t.shape(cfg);
+        let info = self.tensor_info(&name).ok_or_else(|| Error::tensor(&self.path, &name, "missing"))?;
+        if info.ty != GgmlType::Q8_0 {
+            return Ok(None);
+        }
+        if info.shape != want {
+            return Err(Error::tensor(&self.path, &name, format!("shape {:?}, expected {:?}", info.shape, want)));
+        }
+        let (out, in_dim) = (want[0], want[1]);
+        let bytes = self.tensor_bytes(info);
+        let mut q = Vec::with_capacity(out * in_dim);
+        let mut scales = Vec::with_capacity(bytes.len() / 34);
+        for blk in bytes.chunks_exact(34) {
+            scales.push(half::f16::from_le_bytes([blk[0], blk[1]]).to_f32());
+            q.extend(blk[2..].iter().map(|&b| b as i8));
+        }
+        if scales.iter().any(|s| !(s.is_finite() && *s >= 0.0)) {
+            return Ok(None);
+        }
+        Int8Weight::from_parts(&name, out, in_dim, Granularity::Group(32), q, scales).map(|w| Some(QuantTensor::Int8(w)))
+    }
 }
 
 /// The memory-mapped `*.safetensors` files of an HF directory.

@@ -304,3 +304,40 @@ fn gguf_writer_rejects_mixed_type_arrays() {
     let err = w.to_bytes().expect_err("mixed array must be refused").to_string();
     assert!(err.contains("bad.array"), "{err}");
 }
+
+/// A Q8_0 GGUF's linear weights come out of `load_quantized` as INT8 groups of 32 whose
+/// dequantization is bit-identical to what `load` gives (so a GPU keeps the file's weights);
+/// embeddings and norms are not offered quantized, and a Q4_1 file offers nothing.
+#[test]
+fn q8_0_gguf_linear_weights_load_as_int8_groups_of_32() {
+    use reference::quant::{Granularity, QuantTensor, Scheme};
+    use reference::weights::{Tensor, TensorSource};
+    let (_, cfg) = synthetic::tiny_configs().into_iter().find(|(n, _)| *n == "tiny-mha").unwrap();
+    let w = synthetic::weights(&cfg, 3).unwrap();
+    let p = tmp("q8-as-int8.gguf");
+    loader::write_gguf(&p, &cfg, &w, GgmlType::Q8_0).unwrap();
+    let mut g = GgufFile::open(&p).unwrap();
+    let mut n = 0;
+    for l in 0..cfg.n_layers {
+        for t in Tensor::layer(l) {
+            let q = g.load_quantized(t, &cfg).unwrap();
+            if !reference::quant::is_linear(t) {
+                assert!(q.is_none(), "{t:?} offered quantized");
+                continue;
+            }
+            let q = q.unwrap_or_else(|| panic!("{t:?} not offered quantized"));
+            assert_eq!(q.scheme(), Scheme::Int8(Granularity::Group(32)));
+            assert!(matches!(q, QuantTensor::Int8(_)));
+            let want = g.load(t, &cfg).unwrap();
+            let got = q.dequant();
+            assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{t:?}: dequant differs from load");
+            n += 1;
+        }
+    }
+    assert_eq!(n, 7 * cfg.n_layers);
+    assert!(g.load_quantized(Tensor::TokEmbd, &cfg).unwrap().is_none());
+    let p4 = tmp("q4-not-int8.gguf");
+    loader::write_gguf(&p4, &cfg, &w, GgmlType::Q4_1).unwrap();
+    let mut g4 = GgufFile::open(&p4).unwrap();
+    assert!(g4.load_quantized(Tensor::layer(0)[1], &cfg).unwrap().is_none());
+}

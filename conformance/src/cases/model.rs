@@ -18,6 +18,10 @@ pub enum Weightset {
     Tiny(&'static str),
     /// The real SmolLM2-135M-Instruct GGUF (dequantized at load).
     SmolLm2,
+    /// A tiny config written as a Q8_0 GGUF (to a temp file): the reference runs on its
+    /// dequantized weights, the device reads the file and keeps the linear weights as INT8
+    /// groups of 32 (no requantization).
+    TinyQ8Gguf(&'static str),
 }
 
 #[derive(Debug, Clone)]
@@ -48,6 +52,10 @@ fn dev(d: Dtype) -> DevDtype {
 
 fn load(w: &Weightset) -> Result<(Config, Weights), String> {
     match w {
+        Weightset::TinyQ8Gguf(name) => {
+            let l = reference::loader::load(&q8_gguf(name)?).map_err(|e| e.to_string())?;
+            Ok((l.config, l.weights))
+        }
         Weightset::Tiny(name) => {
             let cfg = synthetic::tiny_configs().into_iter().find(|(n, _)| n == name).map(|(_, c)| c).ok_or(format!("no tiny config {name}"))?;
             let w = synthetic::weights(&cfg, 0).map_err(|e| e.to_string())?;
@@ -59,6 +67,17 @@ fn load(w: &Weightset) -> Result<(Config, Weights), String> {
             Ok((l.config, l.weights))
         }
     }
+}
+
+/// `name` written as a Q8_0 GGUF in the temp dir (once per process and name).
+fn q8_gguf(name: &str) -> Result<std::path::PathBuf, String> {
+    let p = std::env::temp_dir().join(format!("tandem-conformance-{}-{name}-q8_0.gguf", std::process::id()));
+    if !p.exists() {
+        let cfg = synthetic::tiny_configs().into_iter().find(|(n, _)| *n == name).map(|(_, c)| c).ok_or(format!("no tiny config {name}"))?;
+        let w = synthetic::weights(&cfg, 0).map_err(|e| e.to_string())?;
+        reference::loader::write_gguf(&p, &cfg, &w, reference::dequant::GgmlType::Q8_0).map_err(|e| e.to_string())?;
+    }
+    Ok(p)
 }
 
 fn top2_margin(row: &[f32]) -> f32 {
@@ -98,11 +117,18 @@ impl ModelCase {
         let ids: Vec<u32> = (0..(self.prompt + self.decode) as u32).map(|i| (i * 7919 + 11) % cfg.vocab as u32).collect();
         let (prompt, rest) = ids.split_at(self.prompt);
         let backend = if client.name().contains("cuda") { optimized::Backend::Cuda } else { optimized::Backend::Wgpu };
-        let mut gpu = match (&base, self.quant) {
-            (Some(b), Some(scheme)) => GpuModel::load_with(client.clone(), backend, &mut QuantizeOnLoad { inner: InMemory(b), scheme }, &cfg, dd, ids.len(), self.attention),
+        let mut gpu = match (&base, self.quant, &self.weights) {
+            (Some(b), Some(scheme), _) => GpuModel::load_with(client.clone(), backend, &mut QuantizeOnLoad { inner: InMemory(b), scheme }, &cfg, dd, ids.len(), self.attention),
+            (_, _, Weightset::TinyQ8Gguf(name)) => {
+                let mut g = reference::gguf::GgufFile::open(&q8_gguf(name)?).map_err(|e| e.to_string())?;
+                GpuModel::load_with(client.clone(), backend, &mut g, &cfg, dd, ids.len(), self.attention)
+            }
             _ => GpuModel::load_with(client.clone(), backend, &mut InMemory(&reference.weights), &cfg, dd, ids.len(), self.attention),
         }
         .map_err(|e| e.to_string())?;
+        if matches!(self.weights, Weightset::TinyQ8Gguf(_)) && gpu.quant.as_deref() != Some("int8-g32") {
+            return Ok(Outcome::Fail(format!("Q8_0 GGUF: the device model holds {:?}, expected int8-g32 weights", gpu.quant)));
+        }
         if self.quant.is_some() && gpu.quant.is_none() {
             return Ok(Outcome::Fail("quantized source, but the device model holds no quantized weight".into()));
         }
@@ -158,6 +184,7 @@ impl Case for ModelCase {
         let w = match &self.weights {
             Weightset::Tiny(n) => n.to_string(),
             Weightset::SmolLm2 => "smollm2-135m-gguf".into(),
+            Weightset::TinyQ8Gguf(n) => format!("{n}-q8_0-gguf"),
         };
         let a = match self.attention {
             AttentionImpl::Flash => "paged+flash",
@@ -193,6 +220,8 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             v.push(Box::new(ModelCase { weights: Weightset::Tiny(name), dtype: Dtype::F32, prompt: 13, decode: 6, attention: flash, quant: Some(scheme) }));
         }
     }
+    // A Q8_0 GGUF kept quantized on the device (INT8, groups of 32), Adjacent RoPE layout.
+    v.push(Box::new(ModelCase { weights: Weightset::TinyQ8Gguf("tiny-gqa"), dtype: Dtype::F32, prompt: 13, decode: 6, attention: flash, quant: None }));
     for dtype in [Dtype::F32, Dtype::BF16] {
         v.push(Box::new(ModelCase { weights: Weightset::SmolLm2, dtype, prompt: 9, decode: 3, attention: flash, quant: None }));
     }

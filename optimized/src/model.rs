@@ -133,7 +133,7 @@ impl Uploader<'_> {
                 Ok(w) => {
                     self.bytes += w.bytes();
                     if self.quant.is_none() {
-                        self.quant = parts.first().map(|p| scheme_label(p.scheme()));
+                        self.quant = parts.first().map(|p| p.scheme().to_string());
                     }
                     return Ok(Weight::Quant(w));
                 }
@@ -142,16 +142,6 @@ impl Uploader<'_> {
             }
         }
         self.dense(ts, dtype).map(Weight::Dense)
-    }
-}
-
-/// `int8`, `int8-g128`, `mxfp4`.
-fn scheme_label(s: reference::quant::Scheme) -> String {
-    use reference::quant::{Granularity, Scheme};
-    match s {
-        Scheme::Int8(Granularity::PerChannel) => "int8".into(),
-        Scheme::Int8(Granularity::Group(g)) => format!("int8-g{g}"),
-        Scheme::Mxfp4 => "mxfp4".into(),
     }
 }
 

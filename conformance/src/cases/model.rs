@@ -190,7 +190,7 @@ impl Case for ModelCase {
             AttentionImpl::Flash => "paged+flash",
             AttentionImpl::Naive => "contiguous+naive",
         };
-        let q = self.quant.map_or(String::new(), |s| format!(",{}", super::qmatmul::scheme_name(s)));
+        let q = self.quant.map_or(String::new(), |s| format!(",{s}"));
         format!("model({w},T={},decode={},{a}{q},{})", self.prompt, self.decode, self.dtype.name())
     }
     fn run(&self, client: &Client) -> Outcome {

@@ -22,21 +22,13 @@ pub struct QMatmulCase {
     pub parts: usize,
 }
 
-pub fn scheme_name(s: Scheme) -> String {
-    match s {
-        Scheme::Int8(Granularity::PerChannel) => "int8".into(),
-        Scheme::Int8(Granularity::Group(g)) => format!("int8-g{g}"),
-        Scheme::Mxfp4 => "mxfp4".into(),
-    }
-}
-
 impl Case for QMatmulCase {
     fn op(&self) -> Op {
         Op::Matmul
     }
     fn name(&self) -> String {
         let p = if self.parts > 1 { format!(",stacked×{}", self.parts) } else { String::new() };
-        format!("qmatmul(T={},in={},out={},{}{p})", self.t, self.n_in, self.n_out, scheme_name(self.scheme))
+        format!("qmatmul(T={},in={},out={},{}{p})", self.t, self.n_in, self.n_out, self.scheme)
     }
     fn run(&self, client: &Client) -> Outcome {
         let (t, n_in, n_out) = (self.t, self.n_in, self.n_out);

@@ -11,8 +11,8 @@ fn swiglu_grid() {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
     #[test]
-    fn swiglu_random_shapes(t in 1usize..40, f in 1usize..3000, scale in 0.1f32..50.0) {
-        let cases: Vec<Box<dyn Case>> = vec![Box::new(SwigluCase { t, f, scale })];
+    fn swiglu_random_shapes(t in 1usize..40, f in 1usize..3000, scale in 0.1f32..50.0, stacked in any::<bool>()) {
+        let cases: Vec<Box<dyn Case>> = vec![Box::new(SwigluCase { t, f, scale, stacked })];
         let r = run_cases(&cases, &backends_from_env());
         let (_, fails, _) = r.count();
         prop_assert!(fails == 0, "{}", r.table());

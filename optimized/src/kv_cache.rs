@@ -116,10 +116,15 @@ pub struct BlockTables {
     pub host: Vec<u32>,
     pub max_blocks: usize,
     /// Positions per sequence (host). Kernels get them as launch arguments for one sequence,
-    /// from `lens_dev` for a batch.
+    /// from `lens_dev` for a batch (and always when `device_lens`).
     pub lens: Vec<usize>,
-    /// `lens` as `[B]` u32 on the device, as uploaded (read by kernels only when B > 1).
+    /// `lens` as `[B]` u32 on the device, as uploaded (read by kernels when B > 1 or
+    /// `device_lens`).
     pub lens_dev: DeviceTensor,
+    /// Kernels read every length (and RoPE its positions) from `lens_dev`, and size their
+    /// grids for `max_blocks · block_size` positions instead of the current lengths, so that one
+    /// recorded launch sequence (a captured decode graph) stays valid while the lengths grow.
+    pub device_lens: bool,
     /// A 1-element buffer for kernel arguments that a launch does not read (no sinks), so
     /// launches upload nothing.
     pub unused: DeviceTensor,
@@ -135,9 +140,25 @@ impl BlockTables {
     /// launched) when an id is outside `0 .. num_blocks` or a table has fewer than
     /// `ceil(len / block_size)` entries.
     pub fn upload(client: &Client, tables: &[&[u32]], lens: &[usize], block_size: usize, num_blocks: usize) -> Result<Self, Error> {
+        Self::upload_padded(client, tables, lens, block_size, num_blocks, 1)
+    }
+
+    /// [`BlockTables::upload`] with rows at least `min_blocks` wide (room to grow in place).
+    pub fn upload_padded(client: &Client, tables: &[&[u32]], lens: &[usize], block_size: usize, num_blocks: usize, min_blocks: usize) -> Result<Self, Error> {
         if tables.len() != lens.len() || tables.is_empty() || block_size == 0 {
             return Err(Error::KvCache(format!("{} tables for {} lengths, block size {block_size}", tables.len(), lens.len())));
         }
+        let max_blocks = tables.iter().map(|t| t.len()).max().unwrap_or(0).max(min_blocks).max(1);
+        let (flat, lens32) = Self::flatten(tables, lens, block_size, num_blocks, max_blocks)?;
+        let tensor = DeviceTensor::from_u32(client, &flat, &[tables.len(), max_blocks])?;
+        let lens_dev = DeviceTensor::from_u32(client, &lens32, &[lens.len()])?;
+        let unused = DeviceTensor::from_f32(client, &[0.0], &[1])?;
+        let counters = DeviceTensor::from_u32(client, &vec![0; tables.len() * COUNTERS_PER_SEQ], &[tables.len() * COUNTERS_PER_SEQ])?;
+        Ok(Self { tensor, host: flat, max_blocks, lens: lens.to_vec(), lens_dev, device_lens: false, unused, counters, block_size, num_blocks })
+    }
+
+    /// Checked `[B, width]` rows (padded with block 0) and u32 lengths.
+    fn flatten(tables: &[&[u32]], lens: &[usize], block_size: usize, num_blocks: usize, width: usize) -> Result<(Vec<u32>, Vec<u32>), Error> {
         for (b, (t, &len)) in tables.iter().zip(lens).enumerate() {
             if let Some(&bad) = t.iter().find(|&&id| id as usize >= num_blocks) {
                 return Err(Error::KvCache(format!("sequence {b}: block id {bad} is outside the pool of {num_blocks} blocks")));
@@ -145,18 +166,44 @@ impl BlockTables {
             if t.len() < len.div_ceil(block_size) {
                 return Err(Error::KvCache(format!("sequence {b}: {len} positions need {} blocks, the table has {}", len.div_ceil(block_size), t.len())));
             }
+            if t.len() > width {
+                return Err(Error::KvCache(format!("sequence {b}: {} blocks do not fit tables {width} blocks wide", t.len())));
+            }
         }
-        let max_blocks = tables.iter().map(|t| t.len()).max().unwrap_or(0).max(1);
-        let mut flat = vec![0u32; tables.len() * max_blocks];
-        for (row, t) in flat.chunks_mut(max_blocks).zip(tables) {
+        let mut flat = vec![0u32; tables.len() * width];
+        for (row, t) in flat.chunks_mut(width).zip(tables) {
             row[..t.len()].copy_from_slice(t);
         }
-        let tensor = DeviceTensor::from_u32(client, &flat, &[tables.len(), max_blocks])?;
-        let lens32: Vec<u32> = lens.iter().map(|&l| u32::try_from(l).map_err(|_| Error::KvCache(format!("sequence length {l} exceeds u32")))).collect::<Result<_, _>>()?;
-        let lens_dev = DeviceTensor::from_u32(client, &lens32, &[lens.len()])?;
-        let unused = DeviceTensor::from_f32(client, &[0.0], &[1])?;
-        let counters = DeviceTensor::from_u32(client, &vec![0; tables.len() * COUNTERS_PER_SEQ], &[tables.len() * COUNTERS_PER_SEQ])?;
-        Ok(Self { tensor, host: flat, max_blocks, lens: lens.to_vec(), lens_dev, unused, counters, block_size, num_blocks })
+        let lens32 = lens.iter().map(|&l| u32::try_from(l).map_err(|_| Error::KvCache(format!("sequence length {l} exceeds u32")))).collect::<Result<_, _>>()?;
+        Ok((flat, lens32))
+    }
+
+    /// Replace the tables and lengths in place (same buffers, same B and width; checked like
+    /// [`BlockTables::upload`]); only what changed is written.
+    pub fn rewrite(&mut self, client: &Client, tables: &[&[u32]], lens: &[usize]) -> Result<(), Error> {
+        if tables.len() != self.lens.len() || lens.len() != self.lens.len() {
+            return Err(Error::KvCache(format!("rewrite of {} tables / {} lengths into tables of {} sequences", tables.len(), lens.len(), self.lens.len())));
+        }
+        let (flat, lens32) = Self::flatten(tables, lens, self.block_size, self.num_blocks, self.max_blocks)?;
+        if flat != self.host {
+            self.tensor.write_u32(client, &flat)?;
+            self.host = flat;
+        }
+        if lens != self.lens {
+            self.lens_dev.write_u32(client, &lens32)?;
+            self.lens = lens.to_vec();
+        }
+        Ok(())
+    }
+
+    /// Positions the kernels' grids are sized for: the longest sequence, or with `device_lens`
+    /// the tables' capacity.
+    pub fn grid_len(&self) -> usize {
+        if self.device_lens {
+            self.max_blocks * self.block_size
+        } else {
+            self.lens.iter().copied().max().unwrap_or(0)
+        }
     }
 
     /// Whether these tables hold exactly `blocks` for a single sequence.
@@ -164,11 +211,16 @@ impl BlockTables {
         self.lens.len() == 1 && self.host.len() >= blocks.len() && self.host[..blocks.len()] == *blocks
     }
 
-    /// New length of the only sequence, without an upload (its length travels as a launch
-    /// argument). Errors for a batch or a length past the uploaded blocks.
-    pub fn set_single_len(&mut self, len: usize) -> Result<(), Error> {
+    /// New length of the only sequence, without a table upload (its length travels as a launch
+    /// argument, or with `device_lens` is written into `lens_dev`). Errors for a batch or a
+    /// length past the uploaded blocks.
+    pub fn set_single_len(&mut self, client: &Client, len: usize) -> Result<(), Error> {
         if self.lens.len() != 1 || len > self.max_blocks * self.block_size {
             return Err(Error::KvCache(format!("set_single_len({len}) on tables of {} sequences, {} blocks of {}", self.lens.len(), self.max_blocks, self.block_size)));
+        }
+        if self.device_lens && self.lens[0] != len {
+            let l = u32::try_from(len).map_err(|_| Error::KvCache(format!("sequence length {len} exceeds u32")))?;
+            self.lens_dev.write_u32(client, &[l])?;
         }
         self.lens[0] = len;
         Ok(())

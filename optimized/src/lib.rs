@@ -10,6 +10,7 @@
 //! `docs/gpu-build.md`.
 
 pub mod bandwidth;
+pub mod graph;
 pub mod kernels;
 pub mod kv_cache;
 pub mod model;

@@ -1,12 +1,17 @@
 //! The whole llama-family forward pass on the GPU, kernel by kernel, following the same
 //! block diagram as `reference::model` (see there). Weights are uploaded once, each tensor
 //! straight from its source (GGUF, safetensors, or synthetic generation) so the host never
-//! holds more than one block's q/k/v; the KV cache is contiguous on the device.
+//! holds more than one block's q/k/v.
 //!
-//! Per block (13 launches): one GEMV for q|k|v (weights stacked at load), rope v2 (split +
-//! RoPE + KV-cache write), attention v1 (2), Wo, rmsnorm v2 (residual add + MLP norm), gate,
-//! up, SwiGLU, down, rmsnorm v2 (residual add + next block's norm). The unfused v1 kernels
-//! (rope v1, kv_append, residual_add, rmsnorm v1) stay tested in `conformance`.
+//! Per block (9 launches with the paged cache): one GEMV for q|k|v (weights stacked at load),
+//! rope (split + RoPE + KV write through the block table), flash attention (decode: one
+//! launch), Wo, rmsnorm v2 (residual add + MLP norm), one GEMV for gate|up (stacked), SwiGLU
+//! v2, down, rmsnorm v2 (residual add + next block's norm). The unfused v1 kernels (rope v1,
+//! kv_append, residual_add, rmsnorm v1, swiglu v1) stay tested in `conformance`.
+//!
+//! Decode steps of one token (`step_greedy`) run as a captured graph where the backend has
+//! them (CUDA): the launch sequence of one step is recorded once and replayed, its inputs
+//! (token id, lengths, block table) rewritten in place between replays — see [`graph`].
 
 use reference::engine::Engine;
 use reference::weights::{Tensor, TensorSource};
@@ -16,6 +21,7 @@ use crate::kernels::attention::{flash_decode, flash_prefill, Masking};
 use crate::kernels::qmatmul::{QWeight, Weight};
 use crate::kernels::rmsnorm::add_rmsnorm_device;
 use crate::kernels::{argmax, attention, embedding, matmul, rmsnorm_device, rope, swiglu};
+use crate::graph::DecodeGraph;
 use crate::kv_cache::{BlockTables, PagedKvCache, SeqId};
 use crate::{Backend, Client, DeviceTensor, Dtype, Error};
 
@@ -43,6 +49,12 @@ impl std::str::FromStr for AttentionImpl {
 /// Positions per KV block of the paged cache.
 pub const BLOCK_SIZE: usize = 16;
 
+/// Token ids of a forward pass: from the host, or already on the device.
+pub(crate) enum Ids<'a> {
+    Host(&'a [u32]),
+    Device(&'a DeviceTensor),
+}
+
 /// The KV cache of a [`GpuModel`].
 enum KvStore {
     /// Per layer `[cap, Hkv, D]` f32.
@@ -60,8 +72,8 @@ pub struct GpuLayer {
     pub wqkv: Weight,
     pub wo: Weight,
     pub ffn_norm: DeviceTensor,
-    pub w_gate: Weight,
-    pub w_up: Weight,
+    /// `[2F, C]`: W_gate then W_up stacked by rows, so one GEMV computes both.
+    pub w_gate_up: Weight,
     pub w_down: Weight,
 }
 
@@ -84,13 +96,18 @@ pub struct GpuModel {
     /// Positions the cache can hold.
     pub capacity: usize,
     /// Positions cached.
-    pos: usize,
+    pub(crate) pos: usize,
     /// Bytes of weights uploaded.
     pub weight_bytes: usize,
     /// Bytes one decode step streams: every layer weight and the lm_head.
     pub stream_bytes: usize,
     /// The linear weights' quantization (`int8`, `int8-g128`, `mxfp4`), if any.
     pub quant: Option<String>,
+    /// Run one-token greedy steps as a captured graph (where the backend can).
+    pub use_graphs: bool,
+    pub(crate) graph: Option<DecodeGraph>,
+    /// Why graphs are not used, once a capture was refused (then steps run eagerly).
+    pub graph_refused: Option<String>,
 }
 
 fn lib(e: RefError) -> Error {
@@ -168,14 +185,13 @@ impl GpuModel {
                 wqkv: up.linear(&[q, k, v], dtype)?,
                 wo: up.linear(&[o], dtype)?,
                 ffn_norm: up.dense(&[fnm], Dtype::F32)?,
-                w_gate: up.linear(&[g], dtype)?,
-                w_up: up.linear(&[u], dtype)?,
+                w_gate_up: up.linear(&[g, u], dtype)?,
                 w_down: up.linear(&[d], dtype)?,
             });
         }
         let out_norm = up.dense(&[Tensor::OutNorm], Dtype::F32)?;
         let (bytes, quant) = (up.bytes, up.quant.take());
-        let stream_bytes = layers.iter().map(|l| l.wqkv.bytes() + l.wo.bytes() + l.w_gate.bytes() + l.w_up.bytes() + l.w_down.bytes()).sum::<usize>() + lm_head.numel() * lm_head.dtype.size();
+        let stream_bytes = layers.iter().map(|l| l.wqkv.bytes() + l.wo.bytes() + l.w_gate_up.bytes() + l.w_down.bytes()).sum::<usize>() + lm_head.numel() * lm_head.dtype.size();
         let capacity = capacity.clamp(1, cfg.max_ctx);
         let rope = rope::RopeTable::new(&client, capacity, cfg.head_dim, cfg.rope_theta)?;
         let kv = match attention {
@@ -191,7 +207,7 @@ impl GpuModel {
                 KvStore::Paged { cache, seq, tables: None }
             }
         };
-        Ok(GpuModel { client, backend, config: cfg.clone(), dtype, tok_embd, layers, out_norm, lm_head, rope, kv, attention, capacity, pos: 0, weight_bytes: bytes, stream_bytes, quant })
+        Ok(GpuModel { client, backend, config: cfg.clone(), dtype, tok_embd, layers, out_norm, lm_head, rope, kv, attention, capacity, pos: 0, weight_bytes: bytes, stream_bytes, quant, use_graphs: true, graph: None, graph_refused: None })
     }
 
     /// Bytes of the KV cache allocation.
@@ -204,21 +220,24 @@ impl GpuModel {
 
     /// Run `ids` at positions `pos ..`; returns the final hidden states normalized and projected:
     /// logits `[T, V]` on the device. With `trace`, each block's output `[T, C]` is read back.
-    pub fn forward(&mut self, ids: &[u32], mut trace: Option<&mut Vec<Vec<f32>>>) -> Result<DeviceTensor, Error> {
-        let cfg = self.config.clone();
-        let (t, d) = (ids.len(), cfg.head_dim);
+    pub fn forward(&mut self, ids: &[u32], trace: Option<&mut Vec<Vec<f32>>>) -> Result<DeviceTensor, Error> {
+        let t = ids.len();
         if t == 0 {
             return Err(Error::Shape("no tokens to run".into()));
         }
-        if self.pos + t > self.capacity {
-            return Err(Error::Shape(format!("{t} tokens at position {} exceed the KV cache capacity {}", self.pos, self.capacity)));
-        }
-        let c = &self.client;
+        self.reserve(t)?;
+        let logits = self.body(Ids::Host(ids), t, trace)?;
+        self.pos += t;
+        Ok(logits)
+    }
+
+    /// Room in the KV cache for `t` positions at `pos`; with the paged cache, the sequence's
+    /// block table on the device (rewritten in place when the tables can hold it).
+    pub(crate) fn reserve(&mut self, t: usize) -> Result<(), Error> {
         let pos0 = self.pos;
-        let x = embedding::embedding(c, &self.tok_embd, ids)?;
-        let (h_n, kv_n) = (cfg.n_heads, cfg.n_kv_heads);
-        let first = self.layers.first().ok_or_else(|| Error::Shape("model has no layers".into()))?;
-        // Paged: room for the T new positions, and the sequence's block table on the device.
+        if pos0 + t > self.capacity {
+            return Err(Error::Shape(format!("{t} tokens at position {pos0} exceed the KV cache capacity {}", self.capacity)));
+        }
         if let KvStore::Paged { cache, seq, tables } = &mut self.kv {
             // Drop positions a failed earlier call may have reserved, then make room.
             cache.blocks.truncate(*seq, pos0)?;
@@ -226,11 +245,59 @@ impl GpuModel {
             if p != pos0 {
                 return Err(Error::KvCache(format!("cache holds {p} positions, the model {pos0}")));
             }
+            let blocks = &cache.blocks.table(*seq)?.blocks;
             match tables {
-                Some(tb) if tb.holds_single(&cache.blocks.table(*seq)?.blocks) => tb.set_single_len(pos0 + t)?,
-                _ => *tables = Some(cache.upload_tables(c, &[*seq])?),
+                Some(tb) if tb.holds_single(blocks) => tb.set_single_len(&self.client, pos0 + t)?,
+                Some(tb) if tb.device_lens && blocks.len() <= tb.max_blocks => tb.rewrite(&self.client, &[blocks], &[pos0 + t])?,
+                _ => {
+                    *tables = Some(cache.upload_tables(&self.client, &[*seq])?);
+                    // A captured graph reads the old tables' buffers.
+                    self.graph = None;
+                }
             }
         }
+        Ok(())
+    }
+
+    /// The paged cache's tables, made `device_lens` and at least `min_blocks` wide (new tables,
+    /// and no graph, when they were not).
+    pub(crate) fn graph_tables(&mut self) -> Result<Option<usize>, Error> {
+        let KvStore::Paged { cache, seq, tables } = &mut self.kv else {
+            return Ok(None);
+        };
+        let t = cache.blocks.table(*seq)?;
+        if let Some(tb) = tables {
+            if tb.device_lens && t.blocks.len() <= tb.max_blocks {
+                return Ok(Some(tb.max_blocks));
+            }
+        }
+        // Powers of two from 16 blocks: a graph is captured once per doubling of the context.
+        let width = t.blocks.len().next_power_of_two().max(16).min(cache.blocks.num_blocks()).max(t.blocks.len());
+        let mut tb = BlockTables::upload_padded(&self.client, &[&t.blocks], &[t.len], cache.blocks.block_size, cache.blocks.num_blocks(), width)?;
+        tb.device_lens = true;
+        *tables = Some(tb);
+        self.graph = None;
+        Ok(Some(width))
+    }
+
+    /// Every launch of a forward pass over `t` tokens at `self.pos` (the KV cache already
+    /// reserved): logits `[T, V]`. Uploads nothing when `ids` are on the device and the cache is
+    /// paged, so a graph can record it.
+    pub(crate) fn body(&self, ids: Ids, t: usize, mut trace: Option<&mut Vec<Vec<f32>>>) -> Result<DeviceTensor, Error> {
+        let cfg = &self.config;
+        let d = cfg.head_dim;
+        let c = &self.client;
+        let pos0 = self.pos;
+        let x = match ids {
+            Ids::Host(ids) => embedding::embedding(c, &self.tok_embd, ids)?,
+            Ids::Device(ids) => {
+                let x = DeviceTensor::empty_f32(c, &[t, cfg.hidden]);
+                embedding::embedding_device_ids_into(c, &self.tok_embd, ids, &x)?;
+                x
+            }
+        };
+        let (h_n, kv_n) = (cfg.n_heads, cfg.n_kv_heads);
+        let first = self.layers.first().ok_or_else(|| Error::Shape("model has no layers".into()))?;
         let mask = Masking { window: cfg.sliding_window, sinks: None };
         let mut h = rmsnorm_device(c, &x, &first.attn_norm, cfg.rms_eps)?;
         for (l, w) in self.layers.iter().enumerate() {
@@ -256,9 +323,8 @@ impl GpuModel {
             let a = w.wo.linear(c, &o.reshape(&[t, h_n * d])?)?;
             // x ← x + a, then the MLP's norm, in one launch.
             let hm = add_rmsnorm_device(c, &x, &a, &w.ffn_norm, cfg.rms_eps)?;
-            let g = w.w_gate.linear(c, &hm)?;
-            let u = w.w_up.linear(c, &hm)?;
-            let m = w.w_down.linear(c, &swiglu::swiglu(c, &g, &u)?)?;
+            let gu = w.w_gate_up.linear(c, &hm)?;
+            let m = w.w_down.linear(c, &swiglu::swiglu_stacked(c, &gu)?)?;
             // x ← x + m, then the next block's attention norm (or the final norm).
             let next_norm = self.layers.get(l + 1).map_or(&self.out_norm, |n| &n.attn_norm);
             h = add_rmsnorm_device(c, &x, &m, next_norm, cfg.rms_eps)?;
@@ -266,7 +332,6 @@ impl GpuModel {
                 tr.push(x.to_f32(c)?);
             }
         }
-        self.pos += t;
         // Only the last position's logits are needed for generation; all are kept for checks.
         matmul::linear(c, &h, &self.lm_head)
     }
@@ -280,6 +345,7 @@ impl GpuModel {
 
     pub fn reset(&mut self) {
         self.pos = 0;
+        // The graph stays valid: it reads lengths and tables from buffers rewritten in place.
         if let KvStore::Paged { cache, seq, .. } = &mut self.kv {
             // Truncating an unshared sequence to 0 cannot fail; if it ever did, start afresh.
             if cache.blocks.truncate(*seq, 0).is_err() {
@@ -317,6 +383,11 @@ impl Engine for GpuEngine {
         self.0.last_row(&l).map_err(to_ref)
     }
     fn step_greedy(&mut self, ids: &[u32]) -> reference::Result<u32> {
+        if let [id] = ids {
+            if let Some(next) = crate::graph::step(&mut self.0, *id).map_err(to_ref)? {
+                return Ok(next);
+            }
+        }
         let l = self.0.forward(ids, None).map_err(to_ref)?;
         let ids = argmax::argmax(&self.0.client, &l).map_err(to_ref)?.to_u32(&self.0.client).map_err(to_ref)?;
         ids.last().copied().ok_or_else(|| RefError::Backend("argmax returned no id".into()))
@@ -329,5 +400,14 @@ impl Engine for GpuEngine {
     }
     fn weight_bytes(&self) -> Option<usize> {
         Some(self.0.stream_bytes)
+    }
+    fn status(&self) -> Option<String> {
+        let m = &self.0;
+        Some(match (&m.graph_refused, m.use_graphs, m.attention) {
+            (Some(why), _, _) => format!("decode graphs refused by the backend ({why}): eager launches"),
+            (None, false, _) => "decode graphs off: eager launches".into(),
+            (None, true, AttentionImpl::Naive) => "decode graphs need the paged cache: eager launches".into(),
+            (None, true, AttentionImpl::Flash) => "one-token steps replayed as captured graphs".into(),
+        })
     }
 }

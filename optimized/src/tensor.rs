@@ -110,6 +110,19 @@ impl DeviceTensor {
         Ok(Self { handle: client.create_from_slice(u32::as_bytes(data)), shape: shape.to_vec(), dtype: Dtype::F32 })
     }
 
+    /// Overwrites the tensor's first `data.len()` u32 values in place (same device buffer, so a
+    /// captured decode graph sees them), ordered after work already issued on the stream.
+    pub fn write_u32(&self, client: &Client, data: &[u32]) -> Result<(), Error> {
+        if data.len() > self.numel() {
+            return Err(Error::Shape(format!("write of {} values into a tensor of {} elements", data.len(), self.numel())));
+        }
+        if !data.is_empty() {
+            let bytes = cubecl::bytes::Bytes::from_bytes_vec(u32::as_bytes(data).to_vec());
+            client.write(&self.handle, bytes);
+        }
+        Ok(())
+    }
+
     /// Reads u32 values back (see [`Self::to_f32`] for where errors surface).
     pub fn to_u32(&self, client: &Client) -> Result<Vec<u32>, Error> {
         let bytes = client.read_one(self.handle.clone())?;

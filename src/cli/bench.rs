@@ -26,6 +26,10 @@ pub struct BenchArgs {
     /// contiguous cache, naive attention), to compare the two.
     #[arg(long, default_value = "flash")]
     pub attention: String,
+    /// GPU decode steps replayed as captured graphs (`on`, where the backend can) or launched
+    /// one kernel at a time (`off`), to compare the two.
+    #[arg(long, default_value = "on")]
+    pub graphs: String,
     /// Benchmark one kernel family instead of the whole model, at the model's shapes:
     /// `attention` (decode attention GB/s vs the copy rate at KV lengths 512..32k for
     /// batch 1 and 32; prefill TFLOP/s at 512/2k/8k tokens, flash vs naive) or `qmatmul`
@@ -87,6 +91,11 @@ pub fn run(a: BenchArgs) -> Result<()> {
         return Err(CliError::Usage("--reps and every --prompt-lens value must be at least 1".into()));
     }
     let attention: optimized::model::AttentionImpl = a.attention.parse().map_err(|e| CliError::Usage(format!("--attention: {e}")))?;
+    let graphs = match a.graphs.as_str() {
+        "on" => true,
+        "off" => false,
+        g => return Err(CliError::Usage(format!("--graphs {g}: on or off"))),
+    };
     let backend = resolve(a.model.device);
     if let Some(k) = &a.kernel {
         if k != "attention" && k != "qmatmul" {
@@ -118,7 +127,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         return Err(reference::Error::Input(format!("prompt {max_len} + {} decode tokens exceed the context {}", a.decode_tokens, cfg.max_ctx)).into());
     }
     let t_load = Instant::now();
-    let mut engine = opened.engine_with(a.model.device, a.model.dtype.as_deref(), max_len + a.decode_tokens, attention)?;
+    let mut engine = opened.engine_with(a.model.device, a.model.dtype.as_deref(), max_len + a.decode_tokens, attention, graphs)?;
     let load_s = t_load.elapsed().as_secs_f64();
     let prompt = |n: usize| -> Vec<u32> { (0..n).map(|i| ((i * 7919 + 13) % cfg.vocab) as u32).collect() };
     // Bytes streamed per decoded token: every layer weight and the lm_head; the embedding
@@ -184,6 +193,9 @@ pub fn run(a: BenchArgs) -> Result<()> {
             100.0 * tps / roofline_tps,
             roofline_tps
         );
+        if let Some(st) = engine.status() {
+            println!("decode: {st}");
+        }
     }
     match backend {
         None => {

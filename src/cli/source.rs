@@ -175,18 +175,19 @@ impl Opened {
 
     /// The engine for `device`, with a KV cache of `capacity` positions.
     pub fn engine(&mut self, device: Device, dtype: Option<&str>, capacity: usize) -> Result<Box<dyn Engine>> {
-        self.engine_with(device, dtype, capacity, optimized::model::AttentionImpl::default())
+        self.engine_with(device, dtype, capacity, optimized::model::AttentionImpl::default(), true)
     }
 
     /// [`Opened::engine`] with a choice of KV cache + attention on the GPU (ignored on cpu).
-    pub fn engine_with(&mut self, device: Device, dtype: Option<&str>, capacity: usize, attention: optimized::model::AttentionImpl) -> Result<Box<dyn Engine>> {
+    pub fn engine_with(&mut self, device: Device, dtype: Option<&str>, capacity: usize, attention: optimized::model::AttentionImpl, graphs: bool) -> Result<Box<dyn Engine>> {
         let backend = match resolve(device) {
             None => return Ok(Box::new(RefEngine::new(self.reference_model()?))),
             Some(b) => b,
         };
         let client = optimized::client(backend).map_err(|e| CliError::Gpu(e.to_string()))?;
         let dtype = pick_dtype(&client, dtype)?;
-        let m = optimized::model::GpuModel::load_with(client, backend, self.source.tensors(), &self.config, dtype, capacity, attention).map_err(|e| CliError::Gpu(e.to_string()))?;
+        let mut m = optimized::model::GpuModel::load_with(client, backend, self.source.tensors(), &self.config, dtype, capacity, attention).map_err(|e| CliError::Gpu(e.to_string()))?;
+        m.use_graphs = graphs;
         Ok(Box::new(optimized::model::GpuEngine(m)))
     }
 }

@@ -1,6 +1,7 @@
 //! Whole-model conformance: the GPU model vs the reference on the same (dtype-rounded)
 //! weights — every block's hidden states, the logits of a prefill, then decode steps through
 //! the KV cache, and greedy agreement where the reference's top-1 margin allows.
+//! [`GraphCase`]: greedy decoding through captured graphs gives the tokens eager steps give.
 
 use ndarray::Axis;
 use optimized::model::{AttentionImpl, GpuModel};
@@ -198,8 +199,77 @@ impl Case for ModelCase {
     }
 }
 
+/// Greedy decode with captured graphs (`optimized::graph`) vs eager steps on the same model:
+/// the same tokens. `decode` steps after a `prompt`; then a reset and a second, shorter run
+/// (the graph survives: its tables are rewritten in place). Past 16 blocks of 16 positions the
+/// tables are widened and the graph captured again. A backend that refuses capture is a skip.
+#[derive(Debug, Clone)]
+pub struct GraphCase {
+    pub weights: &'static str,
+    pub prompt: usize,
+    pub decode: usize,
+}
+
+impl GraphCase {
+    fn greedy(&self, gpu: GpuModel, cfg: &Config) -> Result<(Vec<u32>, GpuModel), String> {
+        use reference::engine::Engine;
+        let mut e = optimized::model::GpuEngine(gpu);
+        let mut out = Vec::new();
+        for (run, (p, n)) in [(self.prompt, self.decode), (3, 20.min(self.decode))].into_iter().enumerate() {
+            e.reset();
+            let prompt: Vec<u32> = (0..p as u32).map(|i| (i * 7919 + 11 + run as u32) % cfg.vocab as u32).collect();
+            let mut next = e.step_greedy(&prompt).map_err(|e| e.to_string())?;
+            out.push(next);
+            for _ in 0..n {
+                next = e.step_greedy(&[next]).map_err(|e| e.to_string())?;
+                out.push(next);
+            }
+        }
+        Ok((out, e.0))
+    }
+}
+
+impl Case for GraphCase {
+    fn op(&self) -> Op {
+        Op::Model
+    }
+    fn name(&self) -> String {
+        format!("model({},T={},decode={},paged+flash,graph vs eager,f32)", self.weights, self.prompt, self.decode)
+    }
+    fn run(&self, client: &Client) -> Outcome {
+        (|| -> Result<Outcome, String> {
+            let (cfg, w) = load(&Weightset::Tiny(self.weights))?;
+            let backend = if client.name().contains("cuda") { optimized::Backend::Cuda } else { optimized::Backend::Wgpu };
+            let cap = self.prompt + self.decode + 1;
+            // Tiny configs declare 256 positions; the weights do not depend on it.
+            let cfg = Config { max_ctx: cfg.max_ctx.max(cap), ..cfg };
+            let load = |graphs: bool| -> Result<GpuModel, String> {
+                let mut m = GpuModel::load_with(client.clone(), backend, &mut InMemory(&w), &cfg, DevDtype::F32, cap, AttentionImpl::Flash).map_err(|e| e.to_string())?;
+                m.use_graphs = graphs;
+                Ok(m)
+            };
+            let (eager, _) = self.greedy(load(false)?, &cfg)?;
+            let (graphed, m) = self.greedy(load(true)?, &cfg)?;
+            if let Some(why) = &m.graph_refused {
+                return Ok(Outcome::Skip(format!("graph capture refused: {why}")));
+            }
+            if let Some(s) = eager.iter().zip(&graphed).position(|(a, b)| a != b) {
+                return Ok(Outcome::Fail(format!("greedy token {s}: graph {} != eager {}", graphed[s], eager[s])));
+            }
+            if eager.len() != graphed.len() {
+                return Ok(Outcome::Fail(format!("{} graph tokens, {} eager", graphed.len(), eager.len())));
+            }
+            Ok(Outcome::Pass(crate::Metrics { max_abs: 0.0, nmse: 0.0, n: eager.len() }))
+        })()
+        .unwrap_or_else(Outcome::Fail)
+    }
+}
+
 pub fn cases() -> Vec<Box<dyn Case>> {
     let mut v: Vec<Box<dyn Case>> = Vec::new();
+    // Captured decode graphs: across a table widening (> 256 positions), and with a window.
+    v.push(Box::new(GraphCase { weights: "tiny-gqa", prompt: 5, decode: 270 }));
+    v.push(Box::new(GraphCase { weights: "tiny-sliding", prompt: 9, decode: 30 }));
     let (flash, naive) = (AttentionImpl::Flash, AttentionImpl::Naive);
     for (name, _) in synthetic::tiny_configs() {
         for dtype in [Dtype::F32, Dtype::F16, Dtype::BF16] {

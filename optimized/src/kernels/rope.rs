@@ -237,10 +237,18 @@ pub fn qkv_rope_cache_v2(
     n: u32,
     tables: &[u32],
     block_size: u32,
+    lens: &[u32],
+    tokens: u32,
     #[comptime] adjacent: bool,
     #[comptime] paged: bool,
+    #[comptime] pos_dev: bool,
 ) {
     let p = ABSOLUTE_POS;
+    // Positions from the device (`lens[0] − T`: the T new positions end the sequence).
+    let mut pos0 = pos0;
+    if pos_dev {
+        pos0 = lens[0] - tokens;
+    }
     if p < n as usize {
         let hf = half as usize;
         let all = (heads + 2 * kv_heads) as usize;
@@ -368,11 +376,17 @@ fn qkv_rope_launch(
         return Ok(q);
     }
     let e = Elementwise::with_vec(client, op, pairs, 1)?;
-    let (table_arg, block_size) = match tables {
-        Some(tb) => (&tb.tensor, tb.block_size as u32),
-        // The kernel's block-table argument, unread when not paged.
-        None => (&table.no_table, 0),
+    let (table_arg, block_size, lens_arg) = match tables {
+        Some(tb) => (&tb.tensor, tb.block_size as u32, &tb.lens_dev),
+        // The kernel's block-table and length arguments, unread when not paged.
+        None => (&table.no_table, 0, &table.no_table),
     };
+    // With device lengths the positions are read on the device (`lens[0] − T`), which the
+    // checks above ensure equals `pos0` now.
+    let pos_dev = tables.is_some_and(|tb| tb.device_lens);
+    if pos_dev && tables.is_some_and(|tb| tb.lens.len() != 1 || tb.lens[0] != pos0 + t) {
+        return Err(Error::KvCache(format!("{op}: device positions need one sequence ending at {}", pos0 + t)));
+    }
     unsafe {
         qkv_rope_cache_v2::launch(
             client,
@@ -391,8 +405,11 @@ fn qkv_rope_launch(
             e.n,
             table_arg.as_arg(1),
             block_size,
+            lens_arg.as_arg(1),
+            t as u32,
             layout == RopeLayout::Adjacent,
             tables.is_some(),
+            pos_dev,
         );
     }
     Ok(q)

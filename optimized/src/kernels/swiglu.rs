@@ -5,6 +5,8 @@
 //!   count), 256 units per cube, cubes spread over x/y/z so any size fits the grid limits.
 //!   Same expression as the reference (`z / (1 + exp(−z))`, then `· u`): large negative z gives
 //!   `exp(−z) = ∞` and `−0`, like the reference.
+//! - v2: the same expression over one stacked input `gu [T, 2F]` (g = columns `..F`, u = columns
+//!   `F..`), the output of one GEMV over the stacked gate|up weights — one launch less per block.
 
 use cubecl::prelude::*;
 
@@ -22,6 +24,21 @@ pub fn swiglu_v1<N: Size>(g: &[Vector<f32, N>], u: &[Vector<f32, N>], h: &mut [V
         let z = g[i];
         let one = Vector::<f32, N>::new(1.0);
         h[i] = z / (one + (-z).exp()) * u[i];
+    }
+}
+
+/// v2 kernel: `h[t, j] = silu(gu[t, j]) · gu[t, F + j]` for vector j of row t (`fv` = F / N
+/// vectors per half row), the first `len` = T · fv vectors of h.
+#[cube(launch)]
+pub fn swiglu_v2<N: Size>(gu: &[Vector<f32, N>], h: &mut [Vector<f32, N>], fv: u32, len: u32) {
+    let i = ABSOLUTE_POS;
+    if i < len as usize {
+        let f = fv as usize;
+        let t = i / f;
+        let j = i - t * f;
+        let z = gu[2 * t * f + j];
+        let one = Vector::<f32, N>::new(1.0);
+        h[i] = z / (one + (-z).exp()) * gu[2 * t * f + f + j];
     }
 }
 
@@ -85,5 +102,28 @@ pub fn swiglu_into(client: &Client, g: &DeviceTensor, u: &DeviceTensor, out: &De
 pub fn swiglu(client: &Client, g: &DeviceTensor, u: &DeviceTensor) -> Result<DeviceTensor, Error> {
     let out = DeviceTensor::empty_f32(client, &g.shape);
     swiglu_into(client, g, u, &out)?;
+    Ok(out)
+}
+
+/// v2: `silu(g) ⊙ u` from one stacked `gu [T, 2F]` (g = the first F columns) into a new
+/// `[T, F]` tensor.
+pub fn swiglu_stacked(client: &Client, gu: &DeviceTensor) -> Result<DeviceTensor, Error> {
+    check_f32("swiglu_stacked", "gu", gu)?;
+    let [t, f2] = gu.shape[..] else {
+        return Err(Error::Shape(format!("swiglu_stacked: gu shape {:?}, expected [T, 2F]", gu.shape)));
+    };
+    if f2 % 2 != 0 {
+        return Err(Error::Shape(format!("swiglu_stacked: gu has {f2} columns, expected an even 2F")));
+    }
+    let f = f2 / 2;
+    let out = DeviceTensor::empty_f32(client, &[t, f]);
+    // Vectors must not straddle the g|u split: their width divides F.
+    let e = Elementwise::with_vec(client, "swiglu_stacked", t * f, vector_size_for(client, f))?;
+    if e.n == 0 {
+        return Ok(out);
+    }
+    unsafe {
+        swiglu_v2::launch(client, e.count, e.dim, e.vec, gu.as_arg(e.vec), out.as_arg(e.vec), (f / e.vec) as u32, e.n);
+    }
     Ok(out)
 }

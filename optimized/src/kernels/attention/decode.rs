@@ -508,7 +508,9 @@ pub fn flash_decode_tuned(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v
     if units > max_units {
         return Err(Error::Unsupported(format!("flash_decode: head dim {d} needs {units} units per cube, the device allows {max_units}")));
     }
-    let max_len = tables.lens.iter().copied().max().unwrap_or(0).max(1);
+    // Grid sized for the longest sequence (or the tables' capacity with `device_lens`; chunks
+    // past a sequence's length see no key and drop out of the combine).
+    let max_len = tables.grid_len().max(1);
     let sms = hw.num_streaming_multiprocessors.unwrap_or(8) as usize;
     let mut chunk = chunk.map_or_else(|| chunk_for(max_len, bsz, hkv, sms), |c| c.next_power_of_two().clamp(32, 512));
     // Vectors of 4 (or 2, 1) floats along D for the K/V loads.
@@ -569,7 +571,7 @@ pub fn flash_decode_tuned(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v
             nv,
             fused,
             mask.sinks.is_some(),
-            bsz == 1,
+            bsz == 1 && !tables.device_lens,
         );
         if fused {
             return Ok(());

@@ -401,6 +401,10 @@ impl Engine for GpuEngine {
     fn weight_bytes(&self) -> Option<usize> {
         Some(self.0.stream_bytes)
     }
+    fn set_graphs(&mut self, on: bool) -> bool {
+        self.0.use_graphs = on;
+        true
+    }
     fn status(&self) -> Option<String> {
         let m = &self.0;
         Some(match (&m.graph_refused, m.use_graphs, m.attention) {

@@ -21,6 +21,10 @@ pub trait Engine {
     fn name(&self) -> String;
     /// Bytes of weights one forward pass streams, when the engine knows them exactly (a GPU
     /// engine with quantized weights); `None`: derive them from the config.
+    /// Turn decode graphs on or off where the engine has them; returns whether it has them.
+    fn set_graphs(&mut self, _on: bool) -> bool {
+        false
+    }
     /// How the engine ran its steps, where that is worth reporting (e.g. decode graphs).
     fn status(&self) -> Option<String> {
         None

@@ -36,6 +36,22 @@ pub struct BenchArgs {
     /// (decode GEMV GB/s per weight format — bf16, int8, int8-g128, mxfp4 — vs the copy rate).
     #[arg(long)]
     pub kernel: Option<String>,
+    /// With `--kernel attention`: only these decode KV lengths (comma-separated), e.g. to
+    /// profile one configuration.
+    #[arg(long)]
+    pub kv_lens: Option<String>,
+    /// With `--kernel attention`: only these decode batch sizes (comma-separated).
+    #[arg(long)]
+    pub batches: Option<String>,
+}
+
+/// A comma-separated list of positive integers (`what` names the flag in errors).
+fn usize_list(s: &str, what: &str) -> Result<Vec<usize>> {
+    let v: Vec<usize> = s.split(',').map(|x| x.trim().parse().map_err(|_| CliError::Usage(format!("{what}: `{x}` is not a number")))).collect::<Result<_>>()?;
+    if v.is_empty() || v.contains(&0) {
+        return Err(CliError::Usage(format!("{what}: values must be at least 1")));
+    }
+    Ok(v)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -114,13 +130,9 @@ fn run_gate(backend: optimized::Backend) -> Result<String> {
 }
 
 pub fn run(a: BenchArgs) -> Result<()> {
-    let lens: Vec<usize> = a
-        .prompt_lens
-        .split(',')
-        .map(|x| x.trim().parse().map_err(|_| CliError::Usage(format!("--prompt-lens: `{x}` is not a number"))))
-        .collect::<Result<_>>()?;
-    if a.reps == 0 || lens.is_empty() || lens.contains(&0) {
-        return Err(CliError::Usage("--reps and every --prompt-lens value must be at least 1".into()));
+    let lens = usize_list(&a.prompt_lens, "--prompt-lens")?;
+    if a.reps == 0 {
+        return Err(CliError::Usage("--reps must be at least 1".into()));
     }
     let attention: optimized::model::AttentionImpl = a.attention.parse().map_err(|e| CliError::Usage(format!("--attention: {e}")))?;
     let graphs: Vec<bool> = a
@@ -143,7 +155,9 @@ pub fn run(a: BenchArgs) -> Result<()> {
             return super::bench_qmatmul::run(b, &gate, a.reps);
         }
         let cfg = a.model.open()?.config;
-        return super::bench_attn::run(b, &cfg, &gate, a.reps);
+        let kv_lens = a.kv_lens.as_deref().map(|s| usize_list(s, "--kv-lens")).transpose()?;
+        let batches = a.batches.as_deref().map(|s| usize_list(s, "--batches")).transpose()?;
+        return super::bench_attn::run(b, &cfg, &gate, a.reps, kv_lens, batches);
     }
     let gate = match backend {
         Some(b) => conformance_gate(b)?,
@@ -152,18 +166,19 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let mut opened = a.model.open()?;
     let label = opened.label.clone();
     let max_len = lens.iter().max().copied().unwrap_or(1);
-    if a.model.synthetic.is_some() && max_len + a.decode_tokens > opened.config.max_ctx {
+    if a.model.synthetic.is_some() && max_len + a.decode_tokens + 1 > opened.config.max_ctx {
         // Synthetic weights have no trained context: RoPE extends past it, and the benchmark
         // measures the kernels at that length.
         println!("note: synthetic model, context raised from {} to {} for this benchmark", opened.config.max_ctx, max_len + a.decode_tokens);
-        opened.config.max_ctx = max_len + a.decode_tokens;
+        opened.config.max_ctx = max_len + a.decode_tokens + 1;
     }
     let cfg = opened.config.clone();
-    if max_len + a.decode_tokens > cfg.max_ctx {
-        return Err(reference::Error::Input(format!("prompt {max_len} + {} decode tokens exceed the context {}", a.decode_tokens, cfg.max_ctx)).into());
+    if max_len + a.decode_tokens + 1 > cfg.max_ctx {
+        return Err(reference::Error::Input(format!("prompt {max_len} + {} decode tokens (+1 untimed) exceed the context {}", a.decode_tokens, cfg.max_ctx)).into());
     }
     let t_load = Instant::now();
-    let mut engine = opened.engine_with(a.model.device, a.model.dtype.as_deref(), max_len + a.decode_tokens, attention, graphs[0])?;
+    // One more position than measured: the untimed first decode step (where a graph is captured).
+    let mut engine = opened.engine_with(a.model.device, a.model.dtype.as_deref(), max_len + a.decode_tokens + 1, attention, graphs[0])?;
     let load_s = t_load.elapsed().as_secs_f64();
     let prompt = |n: usize| -> Vec<u32> { (0..n).map(|i| ((i * 7919 + 13) % cfg.vocab) as u32).collect() };
     // Bytes streamed per decoded token: every layer weight and the lm_head; the embedding

@@ -19,7 +19,11 @@ const DECODE_LENS: [usize; 4] = [512, 4096, 16384, 32768];
 const BATCHES: [usize; 2] = [1, 32];
 const PREFILL_LENS: [usize; 3] = [512, 2048, 8192];
 
-pub fn run(backend: Backend, cfg: &Config, gate: &str, reps: usize) -> Result<()> {
+/// `kv_lens` / `batches` restrict the decode table (and skip the audit and prefill tables).
+pub fn run(backend: Backend, cfg: &Config, gate: &str, reps: usize, kv_lens: Option<Vec<usize>>, batches: Option<Vec<usize>>) -> Result<()> {
+    let only = kv_lens.is_some() || batches.is_some();
+    let kv_lens = kv_lens.unwrap_or(DECODE_LENS.to_vec());
+    let batches = batches.unwrap_or(BATCHES.to_vec());
     let client = optimized::client(backend).map_err(gpu)?;
     let (h, hkv, d) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim);
     let rate = optimized::bandwidth::copy_rate(&client, 1 << 30, 10).map_err(gpu)?;
@@ -28,8 +32,8 @@ pub fn run(backend: Backend, cfg: &Config, gate: &str, reps: usize) -> Result<()
     println!();
     println!("decode (one query per sequence; flash v2 split-K over shuffled blocks; naive v1 contiguous, batch 1 only)");
     println!("{:>5} {:>7} {:>9} {:>10} {:>9} {:>8} {:>12} {:>8}", "batch", "KV len", "KV MB", "µs/call", "GB/s", "% copy", "naive µs", "speedup");
-    for &b in &BATCHES {
-        for &len in &DECODE_LENS {
+    for &b in &batches {
+        for &len in &kv_lens {
             let s = fx::paged_setup(&client, h, hkv, d, b, len, b).map_err(gpu)?;
             let t = fx::seconds_per_call(&client, 3, 20 * reps.max(1), || fx::decode(&client, &s, None)).map_err(gpu)?;
             drop(s);
@@ -44,6 +48,9 @@ pub fn run(backend: Backend, cfg: &Config, gate: &str, reps: usize) -> Result<()
             };
             println!("{b:>5} {len:>7} {:>9.1} {:>10.1} {gbs:>9.0} {:>7.1}% {naive}", bytes as f64 / 1e6, t * 1e6, 100.0 * gbs * 1e9 / rate);
         }
+    }
+    if only {
+        return Ok(());
     }
     // Audit: the decode version and keys per chunk at 16k, batch 1 and 32.
     println!();

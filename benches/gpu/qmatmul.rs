@@ -51,6 +51,15 @@ pub fn setup(client: &Client, format: Format, n_in: usize, n_out: usize, t: usiz
 }
 
 /// One call on the next copy (gemv for dense, the fused dequant gemv / dequant + GEMM for quantized).
+/// [`run`] of a quantized setup with the gemv's rows per group forced.
+pub fn run_rpg(client: &Client, s: &mut Setup, rpg: usize) -> Result<(), Error> {
+    s.next += 1;
+    match s.quant.get(s.next % s.quant.len().max(1)) {
+        Some(w) => optimized::kernels::qmatmul::qlinear_into_rpg(client, &s.x, w, &s.y, rpg),
+        None => Err(Error::Unsupported("rows per group: a dense setup".into())),
+    }
+}
+
 pub fn run(client: &Client, s: &mut Setup) -> Result<(), Error> {
     s.next += 1;
     if !s.dense.is_empty() {

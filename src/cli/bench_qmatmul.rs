@@ -36,7 +36,15 @@ pub fn run(backend: Backend, gate: &str, reps: usize) -> Result<()> {
             let t = seconds_per_call(&client, 3, 50 * reps.max(1), || fx::run(&client, &mut s)).map_err(gpu)?;
             let dt = *dense_t.get_or_insert(t);
             let gbs = s.w_bytes as f64 / t / 1e9;
-            println!("{:>13} {name:>10} {:>9.1} {:>9.1} {gbs:>8.0} {:>7.1}% {:>8.2}×", format!("{n_in}×{n_out}"), s.w_bytes as f64 / 1e6, t * 1e6, 100.0 * gbs * 1e9 / rate, dt / t);
+            let mut audit = String::new();
+            if let Format::Quant(_) = f {
+                // Audit of the rows per unit group (the default is the first figure).
+                for rpg in [4usize, 8] {
+                    let tr = seconds_per_call(&client, 3, 50 * reps.max(1), || fx::run_rpg(&client, &mut s, rpg)).map_err(gpu)?;
+                    audit += &format!("  rpg {rpg}: {:.1}%", 100.0 * s.w_bytes as f64 / tr / rate);
+                }
+            }
+            println!("{:>13} {name:>10} {:>9.1} {:>9.1} {gbs:>8.0} {:>7.1}% {:>8.2}×{audit}", format!("{n_in}×{n_out}"), s.w_bytes as f64 / 1e6, t * 1e6, 100.0 * gbs * 1e9 / rate, dt / t);
         }
     }
     Ok(())

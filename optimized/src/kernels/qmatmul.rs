@@ -30,8 +30,18 @@ use reference::quant::{Granularity, QuantTensor};
 
 /// Most tokens the quantized gemv takes; above, dequant + GEMM.
 pub const QGEMV_MAX_T: usize = 8;
-/// Rows per unit group of the quantized gemv (each x vector is loaded once for these rows).
+/// Rows per unit group of the quantized gemv (each x vector is loaded once for these rows):
+/// int8 reads 16 B of x per 16 B of W and row, mxfp4 32 B, so mxfp4 shares x over more rows.
 pub const QGEMV_RPG: usize = 4;
+pub const QGEMV_RPG_MXFP4: usize = 8;
+
+/// Rows per unit group [`qlinear_into`] uses for `format`.
+pub fn default_rpg(format: QFormat) -> usize {
+    match format {
+        QFormat::Int8 { .. } => QGEMV_RPG,
+        QFormat::Mxfp4 => QGEMV_RPG_MXFP4,
+    }
+}
 /// Unit groups per cube.
 const GROUPS: u32 = 4;
 /// Units per group (a plane on CUDA).
@@ -425,12 +435,16 @@ pub fn dequant(client: &Client, w: &QWeight) -> Result<DeviceTensor, Error> {
 
 /// `y [T, out] = x [T, in] · dequant(W)ᵀ` into `y`: gemv v1 for T ≤ [`QGEMV_MAX_T`], else
 /// dequant + tiled GEMM.
-pub fn qlinear_into(
-    client: &Client,
-    x: &DeviceTensor,
-    w: &QWeight,
-    y: &DeviceTensor,
-) -> Result<(), Error> {
+pub fn qlinear_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor) -> Result<(), Error> {
+    qlinear_into_rpg(client, x, w, y, default_rpg(w.format))
+}
+
+/// [`qlinear_into`] with the gemv's rows per unit group forced (1, 2, 4 or 8), for benchmarks
+/// that audit the choice.
+pub fn qlinear_into_rpg(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor, rpg: usize) -> Result<(), Error> {
+    if !matches!(rpg, 1 | 2 | 4 | 8) {
+        return Err(Error::Shape(format!("qlinear: {rpg} rows per group, expected 1, 2, 4 or 8")));
+    }
     let [t, n_in] = x.shape[..] else {
         return Err(Error::Shape(format!(
             "qlinear: x {:?} is not [T, in]",
@@ -458,13 +472,13 @@ pub fn qlinear_into(
     let props = client.properties();
     let hw = &props.hardware;
     let plane = props.features.plane.contains(cubecl::features::Plane::Ops) && hw.plane_size_min == GROUP && hw.plane_size_max == GROUP;
-    // Enough unit groups to keep every SM busy (~16 per SM). Rows per group stay at
-    // QGEMV_RPG (each x vector serves that many rows: measured on an H200, x traffic through
-    // L1 bounds this kernel before DRAM does); few rows are split over more planes instead,
-    // while each unit keeps ≥ 4 chunks of its row.
-    let want_groups = hw.num_streaming_multiprocessors.unwrap_or(16) as usize * 16;
+    // Enough unit groups to keep every SM busy (~48 per SM: with ~16, a 4096×14336 int8 gemv
+    // ran 0.68 waves at 39% achieved occupancy and 66% of DRAM bandwidth — ncu, H100). Rows per group stay at `rpg`
+    // (each x vector serves that many rows: measured on an H200, x traffic through L1 bounds
+    // this kernel before DRAM does); few rows are split over more planes instead, while each
+    // unit keeps ≥ 4 chunks of its row.
+    let want_groups = hw.num_streaming_multiprocessors.unwrap_or(16) as usize * 48;
     let cpr = w.chunks_per_row();
-    let rpg = QGEMV_RPG;
     let mut split = 1usize;
     while split < 4 && w.out.div_ceil(rpg) * split < want_groups && cpr >= GROUP as usize * split * 2 * 4 {
         split *= 2;

@@ -3,7 +3,8 @@
 //! Sequence b has `len_b` positions and one query at position `len_b − 1`. Keys are cut into
 //! chunks of C; cube (chunk s, KV head g, sequence b) handles the visible keys of chunk s for
 //! the G query heads of KV head g (K and V read once per group):
-//! 1. scores `z[h, j] = q_h · k_j / √D` into shared memory (one unit per key, G accumulators);
+//! 1. scores `z[h, j] = q_h · k_j / √D` into shared memory (each unit a register tile of
+//!    C / units keys × G heads; q vectors read once per column for all of the unit's keys);
 //! 2. per head (a segment of units each): `m_s = max_j z`, `p = e^(z − m_s)`, `ℓ_s = Σ p`;
 //! 3. `o_s[h, c] = Σ_j p[h, j] · v[j, c]` (unit per column vector, keys split over unit
 //!    groups, four keys' loads in flight per iteration; pool rows looked up once in step 1);
@@ -216,6 +217,8 @@ pub fn flash_decode_v2<N: Size>(
     #[comptime] g: usize,
     #[comptime] chunk: usize,
     #[comptime] units: usize,
+    #[comptime] kpu: usize,
+    #[comptime] cb: usize,
     #[comptime] nv: usize,
     #[comptime] fused: bool,
     #[comptime] has_sinks: bool,
@@ -273,35 +276,59 @@ pub fn flash_decode_v2<N: Size>(
     }
     sync_cube();
 
-    // 1. Scores, one unit per key; the K row is loaded as D/nv vectors, unrolled so that
-    //    all of its loads are in flight together.
-    let mut acc = Array::<f32>::new(g);
-    let mut x = tid;
-    while x < nkeys {
-        let row = pool_row(tables, toff, a + x, block_size);
-        srow[x] = row as u32;
-        let kbase = (row * hkv + kvh) * dv;
+    // 1. Scores. Unit `tid` takes keys tid + j·nu for j < kpu (= chunk / units, comptime: no
+    //    loop over key passes) and, per column vector c4, applies the G query vectors of c4 to
+    //    its kpu keys (a kpu × G register tile). The c4 loop has a run-time bound so that it is
+    //    not unrolled: unrolled, the compiler hoisted every q value (or every K load) into
+    //    registers — 255 registers, spills and 12.5% occupancy (ncu, H100).
+    let mut acc = Array::<f32>::new(kpu * g);
+    let mut kb = Array::<usize>::new(kpu);
+    #[unroll]
+    for j in 0..kpu {
+        let x = tid + j * nu;
+        let mut base = 0usize;
+        if x < nkeys {
+            let row = pool_row(tables, toff, a + x, block_size);
+            srow[x] = row as u32;
+            base = (row * hkv + kvh) * dv;
+        }
+        kb[j] = base;
         #[unroll]
         for gg in 0..g {
-            acc[gg] = 0.0f32;
+            acc[j * g + gg] = 0.0f32;
         }
+    }
+    // Blocks of `cb` column vectors: cb·kpu K loads in flight per unit.
+    let blocks = dd / (nv * cb);
+    for blk in 0..blocks {
         #[unroll]
-        for c4 in 0..dv {
-            let kv = k[kbase + c4];
-            #[unroll]
-            for e in 0..nv {
-                let kx = kv.extract(e);
+        for j in 0..kpu {
+            if tid + j * nu < nkeys {
                 #[unroll]
-                for gg in 0..g {
-                    acc[gg] += sq[gg * d + c4 * nv + e] * kx;
+                for i in 0..cb {
+                    let c4 = blk * cb + i;
+                    let kv = k[kb[j] + c4];
+                    #[unroll]
+                    for e in 0..nv {
+                        let kx = kv.extract(e);
+                        #[unroll]
+                        for gg in 0..g {
+                            acc[j * g + gg] += sq[gg * d + c4 * nv + e] * kx;
+                        }
+                    }
                 }
             }
         }
-        #[unroll]
-        for gg in 0..g {
-            sc[gg * cl + x] = acc[gg] * scale;
+    }
+    #[unroll]
+    for j in 0..kpu {
+        let x = tid + j * nu;
+        if x < nkeys {
+            #[unroll]
+            for gg in 0..g {
+                sc[gg * cl + x] = acc[j * g + gg] * scale;
+            }
         }
-        x += nu;
     }
     sync_cube();
 
@@ -530,6 +557,11 @@ pub fn flash_decode_tuned(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v
         return Err(Error::Unsupported(format!("flash_decode: grid {splits}×{hkv}×{bsz} exceeds the device's {:?}", hw.max_cube_count)));
     }
     let seg = prev_pow2((units / g).max(1) as u32) as usize;
+    // Score tile: kpu keys per unit, cb column vectors per step (fewer when the tile is large,
+    // to bound registers; 1 when D / nv is odd).
+    let kpu = chunk.div_ceil(units);
+    let dvec = d / nv;
+    let cb = [4usize, 2, 1].into_iter().find(|&c| dvec % c == 0 && kpu * g * c <= 64).unwrap_or(1);
     let fused = version == DecodeVersion::V3;
     if fused && tables.counters.numel() < bsz * hkv {
         return Err(Error::Shape(format!("flash_decode: {bsz}×{hkv} arrival counters, the tables hold {}", tables.counters.numel())));
@@ -568,6 +600,8 @@ pub fn flash_decode_tuned(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v
             g,
             chunk,
             units,
+            kpu,
+            cb,
             nv,
             fused,
             mask.sinks.is_some(),

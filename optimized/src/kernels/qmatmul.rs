@@ -30,10 +30,11 @@ use reference::quant::{Granularity, QuantTensor};
 
 /// Most tokens the quantized gemv takes; above, dequant + GEMM.
 pub const QGEMV_MAX_T: usize = 8;
-/// Rows per unit group of the quantized gemv (each x vector is loaded once for these rows):
-/// int8 reads 16 B of x per 16 B of W and row, mxfp4 32 B, so mxfp4 shares x over more rows.
+/// Rows per unit group of the quantized gemv (each x vector is loaded once for these rows).
+/// mxfp4 reads twice int8's x per W byte, but 8 rows per group measured slower than 4 for
+/// both formats (H200: mxfp4 19.5% vs 22.5% of the copy rate at 4096×14336).
 pub const QGEMV_RPG: usize = 4;
-pub const QGEMV_RPG_MXFP4: usize = 8;
+pub const QGEMV_RPG_MXFP4: usize = 4;
 
 /// Rows per unit group [`qlinear_into`] uses for `format`.
 pub fn default_rpg(format: QFormat) -> usize {
@@ -472,12 +473,12 @@ pub fn qlinear_into_rpg(client: &Client, x: &DeviceTensor, w: &QWeight, y: &Devi
     let props = client.properties();
     let hw = &props.hardware;
     let plane = props.features.plane.contains(cubecl::features::Plane::Ops) && hw.plane_size_min == GROUP && hw.plane_size_max == GROUP;
-    // Enough unit groups to keep every SM busy (~48 per SM: with ~16, a 4096×14336 int8 gemv
-    // ran 0.68 waves at 39% achieved occupancy and 66% of DRAM bandwidth — ncu, H100). Rows per group stay at `rpg`
+    // Enough unit groups to keep every SM busy (~16 per SM; ncu on an H100 showed 0.68 waves
+    // and 39% achieved occupancy for 4096×14336 int8, but ~48 per SM measured no faster). Rows per group stay at `rpg`
     // (each x vector serves that many rows: measured on an H200, x traffic through L1 bounds
     // this kernel before DRAM does); few rows are split over more planes instead, while each
     // unit keeps ≥ 4 chunks of its row.
-    let want_groups = hw.num_streaming_multiprocessors.unwrap_or(16) as usize * 48;
+    let want_groups = hw.num_streaming_multiprocessors.unwrap_or(16) as usize * 16;
     let cpr = w.chunks_per_row();
     let mut split = 1usize;
     while split < 4 && w.out.div_ceil(rpg) * split < want_groups && cpr >= GROUP as usize * split * 2 * 4 {

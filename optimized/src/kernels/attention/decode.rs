@@ -90,6 +90,32 @@ fn segment_softmax(z: &mut [f32], wl: &mut [f32], red: &mut [f32], sinks: &[f32]
     (mh, total)
 }
 
+/// Sum the `ns` key-group partials of the P·V step: unit `tid` of `nu` put its `gnv` sums for
+/// column vector `c4 = tid mod dv`, key group `tid / dv`, at `red[i·nu + tid]`. Afterwards
+/// `red[i·nu + c4]` holds the total of (i, c4); all units share the additions (`gnv·dv / nu`
+/// totals each), where one unit per column used to add `gnv·ns` values alone. Syncs.
+#[cube]
+fn fold_partials(o: &Array<f32>, red: &mut [f32], nu: usize, dv: usize, ns: usize, tid: usize, #[comptime] gnv: usize) {
+    #[unroll]
+    for i in 0..gnv {
+        red[i * nu + tid] = o[i];
+    }
+    sync_cube();
+    let mut idx = tid;
+    while idx < gnv * dv {
+        let i = idx / dv;
+        let c = idx - i * dv;
+        let mut tot = f32::new(0.0);
+        for k2 in 0..ns {
+            tot += red[i * nu + k2 * dv + c];
+        }
+        // Only this unit reads or writes the slots of (i, c).
+        red[i * nu + c] = tot;
+        idx += nu;
+    }
+    sync_cube();
+}
+
 /// Combine the chunk partials of (sequence b, KV head kvh) into `out` for its G query heads:
 /// `w_s = e^(m_s − m)`, `ℓ = Σ_s ℓ_s w_s (+ e^(σ − m))`, `out = Σ_s w_s o_s / ℓ`. Unit (ks, c4)
 /// sums splits ks, ks + ns, .. of column vector c4 for all G heads (G loads in flight), partials
@@ -162,11 +188,7 @@ fn combine_group<N: Size>(
             sp += ns;
         }
     }
-    #[unroll]
-    for i in 0..g * nv {
-        red[i * nu + tid] = o[i];
-    }
-    sync_cube();
+    fold_partials(&o, red, nu, dv, ns, tid, g * nv);
     if ks == 0 {
         #[unroll]
         for gg in 0..g {
@@ -174,10 +196,7 @@ fn combine_group<N: Size>(
             let mut r = Vector::<f32, N>::new(0.0f32);
             #[unroll]
             for e in 0..nv {
-                let mut tot = f32::new(0.0);
-                for k2 in 0..ns {
-                    tot += red[(gg * nv + e) * nu + k2 * dv + c4];
-                }
+                let tot = red[(gg * nv + e) * nu + c4];
                 let mut val = f32::new(0.0);
                 if l > 0.0 {
                     val = tot / l;
@@ -384,22 +403,14 @@ pub fn flash_decode_v2<N: Size>(
             x += ns;
         }
     }
-    #[unroll]
-    for i in 0..g * nv {
-        red[i * nu + tid] = o[i];
-    }
-    sync_cube();
+    fold_partials(&o, &mut red, nu, dv, ns, tid, g * nv);
     if ks == 0 {
         #[unroll]
         for gg in 0..g {
             let mut r = Vector::<f32, N>::new(0.0f32);
             #[unroll]
             for e in 0..nv {
-                let mut tot = f32::new(0.0);
-                for k2 in 0..ns {
-                    tot += red[(gg * nv + e) * nu + k2 * dv + c4];
-                }
-                r.insert(e, tot);
+                r.insert(e, red[(gg * nv + e) * nu + c4]);
             }
             part_o[((b * hh + kvh * gr + gg) * nsplit + s) * dv + c4] = r;
         }

@@ -36,11 +36,28 @@ pub(crate) struct DecodeGraph {
     ids: DeviceTensor,
     /// `[1]` u32: the argmax of its logits.
     next: DeviceTensor,
+    /// `[1, V]`: the logits the recording writes (for sampling).
+    logits: DeviceTensor,
 }
 
-/// One greedy step of token `id` through a graph: `Ok(None)` when graphs are off or refused on
-/// this model (the caller runs the step eagerly).
-pub fn step(model: &mut GpuModel, id: u32) -> Result<Option<u32>, Error> {
+/// What a graphed step hands back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Want {
+    /// The greedy token only (4 bytes read back).
+    Greedy,
+    /// The whole `[V]` row of logits (for sampling).
+    Logits,
+}
+
+/// The result of a graphed step.
+pub enum Output {
+    Token(u32),
+    Logits(Vec<f32>),
+}
+
+/// One step of token `id` through a graph: `Ok(None)` when graphs are off or refused on this
+/// model (the caller runs the step eagerly).
+pub fn step(model: &mut GpuModel, id: u32, want: Want) -> Result<Option<Output>, Error> {
     if !model.use_graphs || model.graph_refused.is_some() || model.attention != crate::model::AttentionImpl::Flash {
         return Ok(None);
     }
@@ -53,17 +70,17 @@ pub fn step(model: &mut GpuModel, id: u32) -> Result<Option<u32>, Error> {
     model.reserve(1)?;
     model.graph_tables()?;
     let c = model.client.clone();
-    let next = if let Some(g) = &model.graph {
+    let (next, logits) = if let Some(g) = &model.graph {
         g.ids.write_u32(&c, &[id])?;
         // SAFETY: every buffer the graph recorded is owned by the model (weights, KV pools,
         // tables, rope table) or by `g`, and lives as long as the graph; temporaries of the
         // recording sit on pages cubecl guards for the graph's life. All writes and reads go
         // through this one client, so they are ordered with the replay on its stream.
         unsafe { g.graph.replay() }?;
-        g.next.clone()
+        (g.next.clone(), g.logits.clone())
     } else {
         match capture(model, id) {
-            Ok(next) => next,
+            Ok(out) => out,
             Err(Refusal::Backend(reason)) => {
                 // Nothing ran: the caller runs this step eagerly (its reserve is idempotent).
                 model.graph_refused = Some(reason);
@@ -73,8 +90,13 @@ pub fn step(model: &mut GpuModel, id: u32) -> Result<Option<u32>, Error> {
         }
     };
     model.pos += 1;
-    let tok = next.to_u32(&c)?;
-    tok.first().copied().map(Some).ok_or_else(|| Error::Shape("argmax returned no id".into()))
+    match want {
+        Want::Greedy => {
+            let tok = next.to_u32(&c)?;
+            tok.first().map(|&t| Some(Output::Token(t))).ok_or_else(|| Error::Shape("argmax returned no id".into()))
+        }
+        Want::Logits => Ok(Some(Output::Logits(logits.to_f32(&c)?))),
+    }
 }
 
 enum Refusal {
@@ -89,43 +111,47 @@ impl From<Error> for Refusal {
     }
 }
 
-/// Warm-up step (real), then the same step recorded; returns the warm-up's answer.
-fn capture(model: &mut GpuModel, id: u32) -> Result<DeviceTensor, Refusal> {
+/// Warm-up step (real), then the same step recorded; returns the warm-up's argmax and logits.
+fn capture(model: &mut GpuModel, id: u32) -> Result<(DeviceTensor, DeviceTensor), Refusal> {
     let c = model.client.clone();
     let ids = DeviceTensor::from_u32(&c, &[id], &[1])?;
     let next = DeviceTensor::from_u32(&c, &[0], &[1])?;
-    let run = |m: &GpuModel| -> Result<(), Error> {
+    let run = |m: &GpuModel| -> Result<DeviceTensor, Error> {
         let logits = m.body(Ids::Device(&ids), 1, None)?;
-        argmax::argmax_into(&m.client, &logits, &next)
+        argmax::argmax_into(&m.client, &logits, &next)?;
+        Ok(logits)
     };
     if let Err(e) = c.graph_prepare() {
         return Err(Refusal::Backend(format!("graph_prepare: {e}")));
     }
-    if let Err(e) = run(model) {
-        // Close the prepared capture before reporting the step's own error.
-        let _ = c.stop_capture();
-        return Err(Refusal::Error(e));
-    }
+    let warm = match run(model) {
+        Ok(l) => l,
+        Err(e) => {
+            // Close the prepared capture before reporting the step's own error.
+            let _ = c.stop_capture();
+            return Err(Refusal::Error(e));
+        }
+    };
     if let Err(e) = c.start_capture() {
         let _ = c.stop_capture();
         // The warm-up ran: its answer stands; only graphs are off.
         model.graph_refused = Some(format!("start_capture: {e}"));
-        return Ok(next);
+        return Ok((next, warm));
     }
     let recorded = run(model);
     let graph = c.stop_capture();
     match (recorded, graph) {
-        (Ok(()), Ok(graph)) => {
-            model.graph = Some(DecodeGraph { graph, ids, next: next.clone() });
-            Ok(next)
+        (Ok(logits), Ok(graph)) => {
+            model.graph = Some(DecodeGraph { graph, ids, next: next.clone(), logits });
+            Ok((next, warm))
         }
         (Err(e), _) => {
             model.graph_refused = Some(format!("recording a decode step: {e}"));
-            Ok(next)
+            Ok((next, warm))
         }
         (_, Err(e)) => {
             model.graph_refused = Some(format!("stop_capture: {e}"));
-            Ok(next)
+            Ok((next, warm))
         }
     }
 }

@@ -379,12 +379,17 @@ impl Engine for GpuEngine {
         self.0.pos()
     }
     fn step(&mut self, ids: &[u32]) -> reference::Result<Vec<f32>> {
+        if let [id] = ids {
+            if let Some(crate::graph::Output::Logits(l)) = crate::graph::step(&mut self.0, *id, crate::graph::Want::Logits).map_err(to_ref)? {
+                return Ok(l);
+            }
+        }
         let l = self.0.forward(ids, None).map_err(to_ref)?;
         self.0.last_row(&l).map_err(to_ref)
     }
     fn step_greedy(&mut self, ids: &[u32]) -> reference::Result<u32> {
         if let [id] = ids {
-            if let Some(next) = crate::graph::step(&mut self.0, *id).map_err(to_ref)? {
+            if let Some(crate::graph::Output::Token(next)) = crate::graph::step(&mut self.0, *id, crate::graph::Want::Greedy).map_err(to_ref)? {
                 return Ok(next);
             }
         }
@@ -411,7 +416,7 @@ impl Engine for GpuEngine {
             (Some(why), _, _) => format!("decode graphs refused by the backend ({why}): eager launches"),
             (None, false, _) => "decode graphs off: eager launches".into(),
             (None, true, AttentionImpl::Naive) => "decode graphs need the paged cache: eager launches".into(),
-            (None, true, AttentionImpl::Flash) => "one-token steps replayed as captured graphs".into(),
+            (None, true, AttentionImpl::Flash) => "one-token steps (greedy and sampling) replayed as captured graphs".into(),
         })
     }
 }

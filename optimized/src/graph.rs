@@ -1,12 +1,14 @@
 //! One-token decode steps as a captured launch graph.
 //!
-//! A greedy decode step is ~9 launches per block plus embedding, final norm, lm_head and
-//! argmax: ~290 launches for a 32-block model, whose host-side cost (cubecl's launch path,
+//! A decode step (greedy: the argmax is read back; sampling: the logits row is) is ~9
+//! launches per block plus embedding, final norm, lm_head and argmax: ~290 launches for a
+//! 32-block model, whose host-side cost (cubecl's launch path,
 //! ~5–15 µs each) is of the order of the whole weight stream. cubecl 0.11 records a stream's
 //! launches into a CUDA graph (`Client::graph_prepare` / `start_capture` / `stop_capture`) and
 //! replays it as one dispatch. A replay re-runs every kernel with the arguments it was recorded
 //! with, so nothing that changes between steps may be a launch argument:
-//! - the token id is read from a device buffer (`ids`), the chosen id is written to `next`;
+//! - the token id is read from a device buffer (`ids`), the chosen id is written to `next` and
+//!   the logits stay in the recording's own `[1, V]` buffer;
 //! - the block tables are `device_lens`: RoPE reads its position and flash decode its length
 //!   from `lens_dev`, and the decode grid is sized for the tables' width (a power of two of
 //!   blocks, ≥ 16) rather than the current length;
@@ -18,7 +20,8 @@
 //! what the recording will ask for, and its result is this step's answer), `start_capture`,
 //! the same launches recorded (not run), `stop_capture`. A backend that refuses is remembered
 //! (`GpuModel::graph_refused`) and steps run eagerly from then on. `conformance` checks that
-//! greedy tokens with graphs equal those without, over a context that crosses table widths.
+//! greedy tokens with graphs equal those without, over a context that crosses table widths, and
+//! that the sampling path's logits match the eager ones.
 //!
 //! [`BlockTables::rewrite`]: crate::kv_cache::BlockTables::rewrite
 

@@ -108,7 +108,9 @@ pub struct BlockTable {
 
 /// Block tables of a batch on the device: `[B, max_blocks]` u32, row b = sequence b's table
 /// (padded with block 0 past its end; kernels never read past `ceil(len_b / bs)`).
-/// Only [`BlockTables::upload`] makes one, and it rejects ids outside the pool.
+/// Only [`BlockTables::upload`] / [`BlockTables::upload_padded`] make one and
+/// [`BlockTables::rewrite`] changes one in place; all three reject ids outside the pool, tables
+/// shorter than their lengths need, and (rewrite) tables wider than the rows.
 #[derive(Debug, Clone)]
 pub struct BlockTables {
     pub tensor: DeviceTensor,
@@ -416,6 +418,20 @@ mod tests {
             a.allocate().expect("three blocks");
         }
         assert!(matches!(a.allocate(), Err(Error::PoolExhausted(_))));
+    }
+
+    #[test]
+    fn table_rows_are_checked_and_padded() {
+        // Two sequences, rows 4 wide: padded with block 0 past each table.
+        let (flat, lens) = BlockTables::flatten(&[&[3, 1], &[2]], &[20, 5], 16, 4, 4).expect("valid tables");
+        assert_eq!(flat, vec![3, 1, 0, 0, 2, 0, 0, 0]);
+        assert_eq!(lens, vec![20, 5]);
+        let err = BlockTables::flatten(&[&[3, 4]], &[20], 16, 4, 4).expect_err("id 4 of 4 blocks");
+        assert!(err.to_string().contains("block id 4 is outside the pool of 4 blocks"), "{err}");
+        let err = BlockTables::flatten(&[&[3]], &[20], 16, 4, 4).expect_err("20 positions need 2 blocks");
+        assert!(err.to_string().contains("need 2 blocks"), "{err}");
+        let err = BlockTables::flatten(&[&[0, 1, 2]], &[40], 16, 4, 2).expect_err("3 blocks in rows of 2");
+        assert!(err.to_string().contains("do not fit tables 2 blocks wide"), "{err}");
     }
 
     #[test]

@@ -297,6 +297,32 @@ pub fn gemv_v1<W: Float, N: Size>(
         }
     }
 
+    store_row_sums(&acc, y, row0, n_out, lane, g, group, tn, rpg, plane, plane_size, split, block);
+}
+
+/// The end of a gemv: the group of `group` units (index `g` in the cube) holds per-unit partial
+/// sums `acc[t·rpg + q]` of token t, row `row0 + q`; sum them over the group and store
+/// `y[t, row]` for rows `< n_out`. With plane ops: `plane_sum` per plane of `plane_size`, and
+/// the group's `split` plane partials added in a fixed order through shared memory (`block` ≥
+/// groups · split · rpg); else a shared-memory tree over the group (`block` = cube units).
+/// Every unit of the cube must call it (it syncs). Shared by gemv v1 and the quantized gemv.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+pub(crate) fn store_row_sums(
+    acc: &Array<f32>,
+    y: &mut [f32],
+    row0: usize,
+    n_out: usize,
+    lane: usize,
+    g: usize,
+    group: usize,
+    #[comptime] tn: usize,
+    #[comptime] rpg: usize,
+    #[comptime] plane: bool,
+    #[comptime] plane_size: usize,
+    #[comptime] split: usize,
+    #[comptime] block: usize,
+) {
     if plane {
         if split == 1 {
             #[unroll]

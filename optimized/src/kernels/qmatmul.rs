@@ -11,8 +11,8 @@
 //!
 //! Versions:
 //! - gemv v1 (decode, T ≤ [`QGEMV_MAX_T`]): a group of 32·split units (planes where plane ops
-//!   exist, else a shared-memory tree) reduces up to [`QGEMV_RPG`] rows; rows per group and
-//!   planes per row are chosen so the grid fills the device. Each unit reads 16-byte chunks
+//!   exist, else a shared-memory tree; `matmul::store_row_sums`, shared with gemv v1) reduces
+//!   up to [`QGEMV_RPG`] rows; rows per group and planes per row are chosen so the grid fills the device. Each unit reads 16-byte chunks
 //!   of W (16 int8 or 32 fp4 weights, one scale), dequantizes in registers (int8 by the
 //!   magic-number conversion, fp4 from a 16-entry shared table) and reuses each x vector for
 //!   the group's rows. W is read once, coalesced.
@@ -24,7 +24,7 @@
 use cubecl::prelude::*;
 use cubecl::server::CubeCountSelection;
 
-use super::matmul::{linear_into, Version};
+use super::matmul::{linear_into, store_row_sums, Version};
 use crate::{Client, DeviceTensor, Dtype, Error};
 use reference::quant::{Granularity, QuantTensor};
 
@@ -290,56 +290,8 @@ pub fn qgemv_v1<N: Size>(
             c += group;
         }
     }
-    let mut sh = Shared::<[f32]>::new_slice(block);
-    if plane {
-        // One partial per 32-unit plane; the group's `split` partials added in order.
-        let p = lane / 32;
-        #[unroll]
-        for a in 0..tn * rpg {
-            let s = plane_sum(acc[a]);
-            if split == 1 {
-                let row = row0 + a % rpg;
-                if lane == 0 && row < n_out {
-                    y[(a / rpg) * n_out + row] = s;
-                }
-            } else {
-                if lane == p * 32 {
-                    sh[gi * split + p] = s;
-                }
-                sync_cube();
-                let row = row0 + a % rpg;
-                if lane == 0 && row < n_out {
-                    let mut tot = f32::new(0.0);
-                    #[unroll]
-                    for j in 0..split {
-                        tot += sh[gi * split + j];
-                    }
-                    y[(a / rpg) * n_out + row] = tot;
-                }
-                sync_cube();
-            }
-        }
-    } else {
-        let off = gi * group;
-        #[unroll]
-        for a in 0..tn * rpg {
-            sh[off + lane] = acc[a];
-            sync_cube();
-            let mut stride = group / 2;
-            while stride > 0 {
-                if lane < stride {
-                    sh[off + lane] += sh[off + lane + stride];
-                }
-                sync_cube();
-                stride /= 2;
-            }
-            let row = row0 + a % rpg;
-            if lane == 0 && row < n_out {
-                y[(a / rpg) * n_out + row] = sh[off];
-            }
-            sync_cube();
-        }
-    }
+    // Planes are 32 units here (the launcher checks the device's plane size).
+    store_row_sums(&acc, y, row0, n_out, lane, gi, group, tn, rpg, plane, GROUP as usize, split, block);
 }
 
 /// Dequant v1: chunk `i` (16 int8 or 32 fp4 weights) → `out [out, in]` f32.

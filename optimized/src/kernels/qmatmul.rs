@@ -13,9 +13,9 @@
 //! - gemv v1 (decode, T ≤ [`QGEMV_MAX_T`]): a group of 32·split units (planes where plane ops
 //!   exist, else a shared-memory tree; `matmul::store_row_sums`, shared with gemv v1) reduces
 //!   up to [`QGEMV_RPG`] rows; rows per group and planes per row are chosen so the grid fills
-//!   the device. Each unit reads 16-byte chunks of W (16 int8 or 32 fp4 weights, one scale), dequantizes in registers (int8 by the
-//!   magic-number conversion, fp4 from a 16-entry shared table) and reuses each x vector for
-//!   the group's rows. W is read once, coalesced.
+//!   the device. Each unit reads 16-byte chunks of W (16 int8 or 32 fp4 weights, one scale),
+//!   dequantizes in registers (int8 by the magic-number conversion, fp4 from a 16-entry shared
+//!   table) and reuses each x vector for the group's rows. W is read once, coalesced.
 //! - dequant + GEMM v1 (prefill, T > [`QGEMV_MAX_T`]): W dequantized into an f32 scratch
 //!   (one unit per 16-byte chunk), then the tiled v2 matmul. Not fused yet.
 //! GGUF Q8_0 weights are INT8 with groups of 32 (f16 scales widen exactly); `tandem` keeps

@@ -2,7 +2,7 @@
 //! enough copies of one weight (≥ 256 MiB in all) that each call streams W from DRAM.
 
 use optimized::kernels::matmul::{linear_into, Version};
-use optimized::kernels::qmatmul::{qlinear_into, QWeight};
+use optimized::kernels::qmatmul::{qlinear_into, QLayout, QWeight};
 use optimized::{Client, DeviceTensor, Dtype, Error};
 use reference::quant::Scheme;
 
@@ -25,6 +25,11 @@ pub struct Setup {
 }
 
 pub fn setup(client: &Client, format: Format, n_in: usize, n_out: usize, t: usize) -> Result<Setup, Error> {
+    setup_as(client, format, n_in, n_out, t, None)
+}
+
+/// [`setup`] with quantized weights stored in a chosen order (`None`: the default).
+pub fn setup_as(client: &Client, format: Format, n_in: usize, n_out: usize, t: usize, layout: Option<QLayout>) -> Result<Setup, Error> {
     let w: Vec<f32> = (0..n_in * n_out).map(|i| (((i * 7) % 251) as f32 - 125.0) / 1250.0).collect();
     let one_bytes;
     let (mut dense, mut quant) = (Vec::new(), Vec::new());
@@ -37,11 +42,11 @@ pub fn setup(client: &Client, format: Format, n_in: usize, n_out: usize, t: usiz
         }
         Format::Quant(s) => {
             let q = s.quantize(&w, n_out, n_in).map_err(|e| Error::Shape(e.to_string()))?;
-            let first = QWeight::upload(client, &[&q])?;
+            let first = QWeight::upload_as(client, &[&q], layout)?;
             one_bytes = first.bytes();
             quant.push(first);
             for _ in 1..(256usize << 20).div_ceil(one_bytes).clamp(1, 64) {
-                quant.push(QWeight::upload(client, &[&q])?);
+                quant.push(QWeight::upload_as(client, &[&q], layout)?);
             }
         }
     }
@@ -51,11 +56,11 @@ pub fn setup(client: &Client, format: Format, n_in: usize, n_out: usize, t: usiz
 }
 
 /// One call on the next copy (gemv for dense, the fused dequant gemv / dequant + GEMM for quantized).
-/// [`run`] of a quantized setup with the gemv's rows per group forced.
-pub fn run_rpg(client: &Client, s: &mut Setup, rpg: usize) -> Result<(), Error> {
+/// [`run`] of a quantized setup with the gemv's rows per group and planes per row forced.
+pub fn run_tuned(client: &Client, s: &mut Setup, rpg: usize, split: Option<usize>) -> Result<(), Error> {
     s.next += 1;
     match s.quant.get(s.next % s.quant.len().max(1)) {
-        Some(w) => optimized::kernels::qmatmul::qlinear_into_rpg(client, &s.x, w, &s.y, rpg),
+        Some(w) => optimized::kernels::qmatmul::qlinear_into_tuned(client, &s.x, w, &s.y, rpg, split),
         None => Err(Error::Unsupported("rows per group: a dense setup".into())),
     }
 }

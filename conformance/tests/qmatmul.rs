@@ -1,5 +1,6 @@
 //! Quantized matmul conformance: the fixed grid, then random shapes per format.
 use conformance::cases::qmatmul::QMatmulCase;
+use optimized::kernels::qmatmul::QLayout;
 use conformance::{backends_from_env, run_cases, Case};
 use proptest::prelude::*;
 use reference::quant::{Granularity, Scheme};
@@ -19,12 +20,15 @@ proptest! {
     #[test]
     fn qmatmul_random_shapes(
         t in 1usize..20,
-        blocks_in in 1usize..24,
+        blocks_in in 1usize..48,
         n_out in 1usize..300,
         scheme in prop::sample::select(vec![Scheme::Int8(Granularity::PerChannel), Scheme::Int8(Granularity::Group(32)), Scheme::Int8(Granularity::Group(64)), Scheme::Mxfp4]),
+        tiles in any::<bool>(),
     ) {
-        // in: a multiple of 64 so every scheme's group divides it.
-        let cases: Vec<Box<dyn Case>> = vec![Box::new(QMatmulCase { t, n_in: 64 * blocks_in, n_out, scheme, parts: 1 })];
+        // in: a multiple of 64 so every scheme's group divides it (up to 3008: several tiles,
+        // partial last tiles).
+        let layout = if tiles { QLayout::Tiles } else { QLayout::Rows };
+        let cases: Vec<Box<dyn Case>> = vec![Box::new(QMatmulCase { t, n_in: 64 * blocks_in, n_out, scheme, parts: 1, layout })];
         let r = run_cases(&cases, &backends_from_env());
         let (_, f, _) = r.count();
         prop_assert!(f == 0, "{}", r.table());

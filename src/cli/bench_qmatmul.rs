@@ -2,6 +2,7 @@
 //! format: time per call, GB/s of weight bytes read, % of the device copy rate measured in the
 //! same run, and speed-up over the bf16 gemv.
 
+use optimized::kernels::qmatmul::{default_rpg, QFormat, QLayout};
 use optimized::{Backend, Dtype};
 use reference::quant::{Granularity, Scheme};
 use tandem_benches::gpu::attention::seconds_per_call;
@@ -22,30 +23,50 @@ pub fn run(backend: Backend, gate: &str, reps: usize) -> Result<()> {
     println!("tandem bench --kernel qmatmul — {backend} — T = 1 (decode gemv), W streamed from DRAM (rotating copies ≥ 256 MiB) — {gate}");
     println!("device copy rate {:.1} GB/s (read+write)", rate / 1e9);
     let bf16 = if Dtype::BF16.supported(&client) { Dtype::BF16 } else { Dtype::F32 };
-    let formats: [(String, Format); 4] = [
-        (bf16.name().to_string(), Format::Dense(bf16)),
-        ("int8".into(), Format::Quant(Scheme::Int8(Granularity::PerChannel))),
-        ("int8-g128".into(), Format::Quant(Scheme::Int8(Granularity::Group(128)))),
-        ("mxfp4".into(), Format::Quant(Scheme::Mxfp4)),
+    let int8 = Scheme::Int8(Granularity::PerChannel);
+    let formats: [(String, Format, Option<QLayout>); 7] = [
+        (bf16.name().to_string(), Format::Dense(bf16), None),
+        ("int8".into(), Format::Quant(int8), Some(QLayout::Tiles)),
+        ("int8 v1".into(), Format::Quant(int8), Some(QLayout::Rows)),
+        ("int8-g128".into(), Format::Quant(Scheme::Int8(Granularity::Group(128))), Some(QLayout::Tiles)),
+        ("int8-g32".into(), Format::Quant(Scheme::Int8(Granularity::Group(32))), Some(QLayout::Tiles)),
+        ("mxfp4".into(), Format::Quant(Scheme::Mxfp4), Some(QLayout::Tiles)),
+        ("mxfp4 v1".into(), Format::Quant(Scheme::Mxfp4), Some(QLayout::Rows)),
     ];
+    println!("(int8, int8-g*, mxfp4: gemv v2 over the tiled order, the default; \"v1\": gemv v1 over input order)");
     println!("{:>13} {:>10} {:>9} {:>9} {:>8} {:>8} {:>9}", "in×out", "format", "W MB", "µs/call", "GB/s", "% copy", "vs dense");
     for (n_in, n_out) in SHAPES {
         let mut dense_t = None;
-        for (name, f) in &formats {
-            let mut s = fx::setup(&client, *f, n_in, n_out, 1).map_err(gpu)?;
+        for (name, f, layout) in &formats {
+            let mut s = fx::setup_as(&client, *f, n_in, n_out, 1, *layout).map_err(gpu)?;
             let t = seconds_per_call(&client, 3, 50 * reps.max(1), || fx::run(&client, &mut s)).map_err(gpu)?;
             let dt = *dense_t.get_or_insert(t);
             let gbs = s.w_bytes as f64 / t / 1e9;
-            let mut audit = String::new();
-            if let Format::Quant(_) = f {
-                // Audit of the rows per unit group (the default is the first figure).
-                for rpg in [4usize, 8] {
-                    let tr = seconds_per_call(&client, 3, 50 * reps.max(1), || fx::run_rpg(&client, &mut s, rpg)).map_err(gpu)?;
-                    audit += &format!("  rpg {rpg}: {:.1}%", 100.0 * s.w_bytes as f64 / tr / rate);
+            println!("{:>13} {name:>10} {:>9.1} {:>9.1} {gbs:>8.0} {:>7.1}% {:>8.2}×", format!("{n_in}×{n_out}"), s.w_bytes as f64 / 1e6, t * 1e6, 100.0 * gbs * 1e9 / rate, dt / t);
+            if matches!(f, Format::Quant(_)) && !name.ends_with("v1") {
+                // Audit of rows per unit group (planes per row chosen) and of planes per row
+                // (default rows per group), in % of the copy rate.
+                let mut audit = String::new();
+                let pct = |rpg: usize, split: Option<usize>, s: &mut fx::Setup| -> Result<f64> {
+                    let tr = seconds_per_call(&client, 3, 50 * reps.max(1), || fx::run_tuned(&client, s, rpg, split)).map_err(gpu)?;
+                    Ok(100.0 * s.w_bytes as f64 / tr / rate)
+                };
+                for rpg in [1usize, 2, 4, 8] {
+                    audit += &format!(" rpg {rpg}: {:.1}%", pct(rpg, None, &mut s)?);
                 }
+                for split in [1usize, 2, 4] {
+                    audit += &format!(" split {split}: {:.1}%", pct(default_rpg_of(f), Some(split), &mut s)?);
+                }
+                println!("{:>24} audit:{audit}", "");
             }
-            println!("{:>13} {name:>10} {:>9.1} {:>9.1} {gbs:>8.0} {:>7.1}% {:>8.2}×{audit}", format!("{n_in}×{n_out}"), s.w_bytes as f64 / 1e6, t * 1e6, 100.0 * gbs * 1e9 / rate, dt / t);
         }
     }
     Ok(())
+}
+
+fn default_rpg_of(f: &Format) -> usize {
+    match f {
+        Format::Quant(Scheme::Mxfp4) => default_rpg(QFormat::Mxfp4),
+        _ => default_rpg(QFormat::Int8 { group: 16 }),
+    }
 }

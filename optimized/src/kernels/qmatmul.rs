@@ -10,14 +10,19 @@
 //! summation order differs from the reference.
 //!
 //! Versions:
-//! - gemv v1 (decode, T ≤ [`QGEMV_MAX_T`]): a group of 32·split units (planes where plane ops
-//!   exist, else a shared-memory tree; `matmul::store_row_sums`, shared with gemv v1) reduces
-//!   up to [`QGEMV_RPG`] rows; rows per group and planes per row are chosen so the grid fills
-//!   the device. Each unit reads 16-byte chunks of W (16 int8 or 32 fp4 weights, one scale),
-//!   dequantizes in registers (int8 by the magic-number conversion, fp4 from a 16-entry shared
-//!   table) and reuses each x vector for the group's rows. W is read once, coalesced.
+//! - gemv v1 (decode, T ≤ [`QGEMV_MAX_T`], [`QLayout::Rows`]): a group of 32·split units
+//!   (planes where plane ops exist, else a shared-memory tree; `matmul::store_row_sums`,
+//!   shared with gemv v1) reduces up to [`QGEMV_RPG`] rows; rows per group and planes per row
+//!   are chosen so the grid fills the device. Each unit reads 16-byte chunks of W (16 int8 or
+//!   32 fp4 weights, one scale), dequantizes in registers (int8 by the magic-number
+//!   conversion, fp4 from a 16-entry shared table) and reuses each x vector for the group's
+//!   rows. W is read once, coalesced; x is not (lanes 64 / 128 B apart: the L1 bound).
+//! - gemv v2 (`v2.rs`, [`QLayout::Tiles`], the default order): the same groups over a row
+//!   order interleaved on upload so that a plane's x loads are contiguous; per-channel int8
+//!   scales applied once per row, per-quad scales otherwise.
 //! - dequant + GEMM v1 (prefill, T > [`QGEMV_MAX_T`]): W dequantized into an f32 scratch
-//!   (one unit per 16-byte chunk), then the tiled v2 matmul. Not fused yet.
+//!   (one unit per 16-byte chunk; dequant v1 or v2 by layout), then the tiled v2 matmul. Not
+//!   fused yet.
 //! GGUF Q8_0 weights are INT8 with groups of 32 (f16 scales widen exactly); `tandem` keeps
 //! them that way on the GPU ([`QWeight::upload`] of a converted tensor).
 
@@ -27,6 +32,8 @@ use cubecl::server::CubeCountSelection;
 use super::matmul::{linear_into, store_row_sums, Version};
 use crate::{Client, DeviceTensor, Dtype, Error};
 use reference::quant::{Granularity, QuantTensor};
+
+pub mod v2;
 
 /// Most tokens the quantized gemv takes; above, dequant + GEMM.
 pub const QGEMV_MAX_T: usize = 8;
@@ -58,15 +65,39 @@ pub enum QFormat {
     Mxfp4,
 }
 
+/// Order of a [`QWeight`]'s values along each row on the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QLayout {
+    /// Input order, 16-byte chunks of consecutive weights (gemv v1, dequant v1).
+    Rows,
+    /// Tiles of 32 chunks whose quads interleave so that a plane's x loads are contiguous
+    /// (gemv v2, dequant v2; `v2.rs` gives the order). Needs int8 groups that are a power of
+    /// two (or per channel).
+    Tiles,
+}
+
+impl QLayout {
+    /// Whether weights of `format` can be stored in this order.
+    pub fn supports(self, format: QFormat, in_dim: usize) -> bool {
+        match (self, format) {
+            (QLayout::Rows, _) | (QLayout::Tiles, QFormat::Mxfp4) => true,
+            (QLayout::Tiles, QFormat::Int8 { group }) => group == in_dim || group.is_power_of_two(),
+        }
+    }
+}
+
 /// A quantized `[out, in]` weight on the device.
 #[derive(Debug, Clone)]
 pub struct QWeight {
     pub format: QFormat,
+    pub layout: QLayout,
     pub out: usize,
     pub in_dim: usize,
-    /// int8: q bytes as u32 words `[out, in/4]`; mxfp4: nibbles as u32 words `[out, in/8]`.
+    /// int8: q bytes as u32 words `[out, in/4]`; mxfp4: nibbles as u32 words `[out, in/8]`
+    /// (in `layout` order along each row).
     pub data: DeviceTensor,
-    /// int8: f32 scale bits `[out, in/group]`; mxfp4: e8m0 bytes `[out, in/32]`, 4 per word.
+    /// int8: f32 scale bits `[out, in/group]`; mxfp4: e8m0 bytes, 4 per word: `[out, in/32]`
+    /// (Rows) or `[out, v2::tile_scale_words(in)]` words (Tiles).
     pub scales: DeviceTensor,
 }
 
@@ -81,9 +112,28 @@ fn words(bytes: &[u8]) -> Vec<u32> {
         .collect()
 }
 
+/// Rows of `in_dim` elements (int8 bytes, or fp4 nibbles 2 per byte, low first), each
+/// permuted by `order` (source index per position).
+fn permute_rows(bytes: &[u8], in_dim: usize, order: &[usize], nibbles: bool) -> Vec<u8> {
+    if !nibbles {
+        return bytes.chunks(in_dim).flat_map(|row| order.iter().map(|&i| row[i])).collect();
+    }
+    let nib = |row: &[u8], i: usize| (row[i / 2] >> (4 * (i % 2))) & 15;
+    bytes
+        .chunks(in_dim / 2)
+        .flat_map(|row| order.chunks(2).map(move |p| nib(row, p[0]) | nib(row, p[1]) << 4))
+        .collect()
+}
+
 impl QWeight {
-    /// Upload `parts` stacked by rows (same format and `in`), e.g. Wq | Wk | Wv.
+    /// Upload `parts` stacked by rows (same format and `in`), e.g. Wq | Wk | Wv, in the tiled
+    /// order where the format allows it (gemv v2), else in input order (gemv v1).
     pub fn upload(client: &Client, parts: &[&QuantTensor]) -> Result<Self, Error> {
+        Self::upload_as(client, parts, None)
+    }
+
+    /// [`QWeight::upload`] in a chosen order (`None`: the tiled order where supported).
+    pub fn upload_as(client: &Client, parts: &[&QuantTensor], layout: Option<QLayout>) -> Result<Self, Error> {
         let first = parts
             .first()
             .ok_or_else(|| Error::Shape("qweight: nothing to upload".into()))?;
@@ -100,20 +150,8 @@ impl QWeight {
                 )));
             }
             let f = match p {
-                QuantTensor::Int8(x) => {
-                    let group = x.granularity().group_len(i);
-                    if i % 16 != 0 || group % 16 != 0 {
-                        return Err(Error::Unsupported(format!("int8 gemv reads 16 weights at a time: in {i} and group {group} must be multiples of 16")));
-                    }
-                    data.extend(x.q().iter().map(|&v| v as u8));
-                    sbits.extend(x.scales().iter().map(|s| s.to_bits()));
-                    QFormat::Int8 { group }
-                }
-                QuantTensor::Mxfp4(x) => {
-                    data.extend_from_slice(x.blocks());
-                    sbytes.extend_from_slice(x.scales());
-                    QFormat::Mxfp4
-                }
+                QuantTensor::Int8(x) => QFormat::Int8 { group: x.granularity().group_len(i) },
+                QuantTensor::Mxfp4(_) => QFormat::Mxfp4,
             };
             if format.is_some_and(|g| g != f) {
                 return Err(Error::Shape(format!(
@@ -124,6 +162,44 @@ impl QWeight {
             out += o;
         }
         let format = format.ok_or_else(|| Error::Shape("qweight: nothing to upload".into()))?;
+        if let QFormat::Int8 { group } = format {
+            if in_dim % 16 != 0 || group % 16 != 0 {
+                return Err(Error::Unsupported(format!("int8 gemv reads 16 weights at a time: in {in_dim} and group {group} must be multiples of 16")));
+            }
+        }
+        let layout = match layout {
+            Some(l) if !l.supports(format, in_dim) => {
+                return Err(Error::Unsupported(format!("qweight: {format:?} cannot be stored in the {l:?} order (int8 groups must be a power of two)")))
+            }
+            Some(l) => l,
+            None if QLayout::Tiles.supports(format, in_dim) => QLayout::Tiles,
+            None => QLayout::Rows,
+        };
+        let tiled = layout == QLayout::Tiles;
+        for p in parts {
+            match p {
+                QuantTensor::Int8(x) => {
+                    let q: Vec<u8> = x.q().iter().map(|&v| v as u8).collect();
+                    if tiled {
+                        data.extend(permute_rows(&q, in_dim, &v2::tile_order(in_dim, 4), false));
+                    } else {
+                        data.extend(q);
+                    }
+                    sbits.extend(x.scales().iter().map(|s| s.to_bits()));
+                }
+                QuantTensor::Mxfp4(x) => {
+                    if tiled {
+                        data.extend(permute_rows(x.blocks(), in_dim, &v2::tile_order(in_dim, 8), true));
+                        for row in x.scales().chunks(in_dim / 32) {
+                            sbytes.extend(v2::tile_scales(row, in_dim));
+                        }
+                    } else {
+                        data.extend_from_slice(x.blocks());
+                        sbytes.extend_from_slice(x.scales());
+                    }
+                }
+            }
+        }
         let w = words(&data);
         let data = DeviceTensor::from_u32(client, &w, &[w.len()])?;
         let s = if format == QFormat::Mxfp4 {
@@ -134,6 +210,7 @@ impl QWeight {
         let scales = DeviceTensor::from_u32(client, &s, &[s.len()])?;
         Ok(Self {
             format,
+            layout,
             out,
             in_dim,
             data,
@@ -152,6 +229,19 @@ impl QWeight {
             QFormat::Int8 { .. } => self.in_dim / 16,
             QFormat::Mxfp4 => self.in_dim / 32,
         }
+    }
+
+    /// Tiled order: (scale columns or words per row, group shift) for the v2 kernels.
+    fn tile_scale_geometry(&self) -> (u32, u32) {
+        match self.format {
+            QFormat::Int8 { group } if group == self.in_dim => (1, 0),
+            QFormat::Int8 { group } => ((self.in_dim / group) as u32, (group / 4).trailing_zeros()),
+            QFormat::Mxfp4 => (v2::tile_scale_words(self.in_dim) as u32, 0),
+        }
+    }
+
+    fn grouped(&self) -> bool {
+        matches!(self.format, QFormat::Int8 { group } if group != self.in_dim)
     }
 }
 
@@ -207,14 +297,22 @@ fn chunk_dot<N: Size>(wv: Vector<u32, N>, xs: &Array<Vector<f32, N>>, base: usiz
     } else {
         #[unroll]
         for wd in 0..4usize {
-            let word = wv.extract(wd) ^ 0x8080_8080u32;
-            let xv = xs[base + wd];
-            #[unroll]
-            for e in 0..4usize {
-                let q = f32::reinterpret(((word >> (e * 8) as u32) & 255u32) | 0x4B00_0000u32) - 8_388_736.0f32;
-                part += q * xv.extract(e);
-            }
+            part += int8_word_dot(wv.extract(wd), xs[base + wd]);
         }
+    }
+    part
+}
+
+/// `Σ_e q_e · x_e` of one word of 4 int8 weights (byte e = q_e) and an x quad. Byte b →
+/// `f32(0x4B000000 | (b ^ 0x80)) − 8388736` (the magic-number conversion: exact, 3 integer ops).
+#[cube]
+fn int8_word_dot<N: Size>(word: u32, xv: Vector<f32, N>) -> f32 {
+    let word = word ^ 0x8080_8080u32;
+    let mut part = f32::new(0.0);
+    #[unroll]
+    for e in 0..4usize {
+        let q = f32::reinterpret(((word >> (e * 8) as u32) & 255u32) | 0x4B00_0000u32) - 8_388_736.0f32;
+        part += q * xv.extract(e);
     }
     part
 }
@@ -364,9 +462,31 @@ pub fn dequant(client: &Client, w: &QWeight) -> Result<DeviceTensor, Error> {
     let n =
         u32::try_from(w.out * cpr).map_err(|_| Error::Shape("qdequant: too many chunks".into()))?;
     crate::kernels::attention::naive::u32_of("dequant size", w.out * w.in_dim)?;
-    let (gc, cols) = scale_geometry(w);
     let dim = CubeDim::new_1d(256.min(client.properties().hardware.max_units_per_cube));
     let count = cubecl::calculate_cube_count_elemwise(client, n as usize, dim);
+    if w.layout == QLayout::Tiles {
+        let (cols, gshift) = w.tile_scale_geometry();
+        unsafe {
+            v2::qdequant_v2::launch_unchecked(
+                client,
+                count,
+                dim,
+                4,
+                w.data.as_arg(4),
+                w.scales.as_arg(1),
+                out.as_arg(1),
+                n,
+                cpr as u32,
+                w.in_dim as u32,
+                cols,
+                gshift,
+                w.format == QFormat::Mxfp4,
+                w.grouped(),
+            );
+        }
+        return Ok(out);
+    }
+    let (gc, cols) = scale_geometry(w);
     unsafe {
         qdequant_v1::launch_unchecked(
             client,
@@ -386,17 +506,20 @@ pub fn dequant(client: &Client, w: &QWeight) -> Result<DeviceTensor, Error> {
     Ok(out)
 }
 
-/// `y [T, out] = x [T, in] · dequant(W)ᵀ` into `y`: gemv v1 for T ≤ [`QGEMV_MAX_T`], else
-/// dequant + tiled GEMM.
+/// `y [T, out] = x [T, in] · dequant(W)ᵀ` into `y`: gemv (v2 for the tiled order, v1 for
+/// input order) for T ≤ [`QGEMV_MAX_T`], else dequant + tiled GEMM.
 pub fn qlinear_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor) -> Result<(), Error> {
-    qlinear_into_rpg(client, x, w, y, default_rpg(w.format))
+    qlinear_into_tuned(client, x, w, y, default_rpg(w.format), None)
 }
 
-/// [`qlinear_into`] with the gemv's rows per unit group forced (1, 2, 4 or 8), for benchmarks
-/// that audit the choice.
-pub fn qlinear_into_rpg(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor, rpg: usize) -> Result<(), Error> {
+/// [`qlinear_into`] with the gemv's rows per unit group (1, 2, 4 or 8) and planes per row
+/// (1, 2 or 4; `None`: chosen to fill the device) forced, for benchmarks that audit the choice.
+pub fn qlinear_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor, rpg: usize, split: Option<usize>) -> Result<(), Error> {
     if !matches!(rpg, 1 | 2 | 4 | 8) {
         return Err(Error::Shape(format!("qlinear: {rpg} rows per group, expected 1, 2, 4 or 8")));
+    }
+    if split.is_some_and(|s| !matches!(s, 1 | 2 | 4)) {
+        return Err(Error::Shape(format!("qlinear: {split:?} planes per row, expected 1, 2 or 4")));
     }
     let [t, n_in] = x.shape[..] else {
         return Err(Error::Shape(format!(
@@ -426,28 +549,45 @@ pub fn qlinear_into_rpg(client: &Client, x: &DeviceTensor, w: &QWeight, y: &Devi
     let hw = &props.hardware;
     let plane = props.features.plane.contains(cubecl::features::Plane::Ops) && hw.plane_size_min == GROUP && hw.plane_size_max == GROUP;
     // Enough unit groups to keep every SM busy (~16 per SM; ncu on an H100 showed 0.68 waves
-    // and 39% achieved occupancy for 4096×14336 int8, but ~48 per SM measured no faster). Rows per group stay at `rpg`
-    // (each x vector serves that many rows: measured on an H200, x traffic through L1 bounds
-    // this kernel before DRAM does); few rows are split over more planes instead, while each
-    // unit keeps ≥ 4 chunks of its row.
+    // and 39% achieved occupancy for 4096×14336 int8 with v1, but ~48 per SM measured no
+    // faster). Rows per group stay at `rpg` (each x vector serves that many rows); few rows
+    // are split over more planes instead, while each plane keeps ≥ 2 tiles (v2) or each unit
+    // ≥ 4 chunks (v1) of its row.
     let want_groups = hw.num_streaming_multiprocessors.unwrap_or(16) as usize * 16;
     let cpr = w.chunks_per_row();
-    let mut split = 1usize;
-    while split < 4 && w.out.div_ceil(rpg) * split < want_groups && cpr >= GROUP as usize * split * 2 * 4 {
-        split *= 2;
-    }
+    let tiled = w.layout == QLayout::Tiles;
+    let split = match split {
+        Some(s) => s,
+        None => {
+            let mut s = 1usize;
+            let enough = |s: usize| if tiled { cpr >= GROUP as usize * s * 2 } else { cpr >= GROUP as usize * s * 2 * 4 };
+            while s < 4 && w.out.div_ceil(rpg) * s < want_groups && enough(s) {
+                s *= 2;
+            }
+            s
+        }
+    };
     let group = GROUP as usize * split;
     let groups = (GROUPS as usize / split).max(1).min(hw.max_units_per_cube as usize / group).max(1);
     let rows_per_cube = groups * rpg;
     let cubes = u32::try_from(w.out.div_ceil(rows_per_cube)).map_err(|_| Error::Shape("qlinear: too many rows".into()))?;
     let count = CubeCountSelection::new(client, cubes).cube_count();
-    let (gc, cols) = scale_geometry(w);
     let block = group * groups;
+    let dim = CubeDim::new_2d(group as u32, groups as u32);
+    let mx = w.format == QFormat::Mxfp4;
+    if tiled {
+        let (cols, gshift) = w.tile_scale_geometry();
+        unsafe {
+            v2::qgemv_v2::launch_unchecked(client, count, dim, 4, x.as_arg(4), w.data.as_arg(4), w.scales.as_arg(1), y.as_arg(1), w.out as u32, w.in_dim as u32, cpr as u32, cols, gshift, t, rpg, mx, w.grouped(), plane, split, block);
+        }
+        return Ok(());
+    }
+    let (gc, cols) = scale_geometry(w);
     unsafe {
         qgemv_v1::launch_unchecked(
             client,
             count,
-            CubeDim::new_2d(group as u32, groups as u32),
+            dim,
             4,
             x.as_arg(4),
             w.data.as_arg(4),
@@ -460,7 +600,7 @@ pub fn qlinear_into_rpg(client: &Client, x: &DeviceTensor, w: &QWeight, y: &Devi
             cols,
             t,
             rpg,
-            w.format == QFormat::Mxfp4,
+            mx,
             plane,
             split,
             block,

@@ -1,0 +1,329 @@
+//! gemv v2 and dequant v2 over the tiled device order ([`QLayout::Tiles`](super::QLayout)).
+//!
+//! gemv v1 gave each unit a 16-byte chunk of *consecutive* weights, so the unit's x values
+//! were consecutive too and the 32 lanes of a plane read x with 64 B (int8) or 128 B (fp4)
+//! between lanes: 16–32 cache lines per load instruction, the L1 bound ncu showed. In the
+//! tiled order a row is cut into tiles of 32 chunks (one per lane; the last tile of a row
+//! may hold fewer, `m`); chunk `l` of a tile that starts at quad `q0` holds, as its quad `q`
+//! (4 weights: one int8 word, or half an fp4 word), the weights of inputs
+//! `4·(q0 + l + m·q) .. +4`. The lanes of a plane then read x quad `q0 + l + m·q` — one
+//! contiguous 512 B run per load instruction — and W stays one coalesced 16-byte load per lane.
+//! Every quad of a lane lies in a different scale group, so scales apply per quad:
+//! - int8 per channel: one scale per row, applied once to the unit's partial sum;
+//! - int8 groups (a power of two ≥ 16): `scales[row, quad >> gshift]`, per quad;
+//! - mxfp4: the scale bytes are reordered on upload so that a lane's 8 bytes (one per quad)
+//!   are two adjacent words: per row, a full tile holds 4 lane groups (`l / 8`) × 8 bytes
+//!   (quad q of lane group g is block `32·t + g + 4q`), a last tile of m < 32 chunks holds m
+//!   lanes × 8 bytes (block `(q0 + l + m·q) / 8`). No byte is added for full tiles.
+
+use cubecl::prelude::*;
+
+use super::{e2m1, int8_word_dot};
+use crate::kernels::matmul::store_row_sums;
+
+/// Chunks (one per lane) per tile.
+pub const TILE_CHUNKS: usize = 32;
+
+/// Source input index of each element of a row in the tiled order (`qpc` quads per chunk:
+/// 4 for int8, 8 for fp4). `n_in` is a multiple of `4·qpc`.
+pub fn tile_order(n_in: usize, qpc: usize) -> Vec<usize> {
+    let nq = n_in / 4;
+    let mut order = Vec::with_capacity(n_in);
+    let mut q0 = 0;
+    while q0 < nq {
+        let m = ((nq - q0) / qpc).min(TILE_CHUNKS);
+        for l in 0..m {
+            for q in 0..qpc {
+                for e in 0..4 {
+                    order.push(4 * (q0 + l + m * q) + e);
+                }
+            }
+        }
+        q0 += m * qpc;
+    }
+    order
+}
+
+/// One row's e8m0 bytes (`n_in / 32`) reordered for the tiled gemv (module docs).
+pub fn tile_scales(row: &[u8], n_in: usize) -> Vec<u8> {
+    let nq = n_in / 4;
+    let mut out = Vec::new();
+    let mut q0 = 0;
+    while q0 < nq {
+        let m = ((nq - q0) / 8).min(TILE_CHUNKS);
+        let lanes = if m == TILE_CHUNKS { 4 } else { m };
+        for l in 0..lanes {
+            for q in 0..8 {
+                let quad = if m == TILE_CHUNKS { q0 + 8 * l + 32 * q } else { q0 + l + m * q };
+                out.push(row[quad / 8]);
+            }
+        }
+        q0 += m * 8;
+    }
+    out
+}
+
+/// Scale words per row of [`tile_scales`].
+pub fn tile_scale_words(n_in: usize) -> usize {
+    let chunks = n_in / 32;
+    let full = chunks / TILE_CHUNKS;
+    8 * full + 2 * (chunks - full * TILE_CHUNKS)
+}
+
+/// e8m0 byte `q % 4` of `word` → `2^(b − 127)` (b = 0: the subnormal 2^−127).
+#[cube]
+fn e8m0_of(word: u32, q: usize) -> f32 {
+    let b = (word >> ((q % 4) * 8) as u32) & 255u32;
+    f32::reinterpret(select(b == 0u32, 0x0040_0000u32, b << 23u32))
+}
+
+/// First word of the scale pair of lane `l` in tile `t` (m chunks) of a row at `srow`.
+#[cube]
+fn mx_scale_index(srow: usize, t: usize, l: usize, m: usize) -> usize {
+    srow + t * 8 + 2 * select(m == TILE_CHUNKS, l / 8, l)
+}
+
+/// `Σ_q s_q Σ_e e2m1(nibble) · x` of one fp4 chunk; quad q = nibbles 4(q % 2).. of word q / 2,
+/// x quad `xs[base + q]`, scale byte q of (s0, s1).
+#[cube]
+fn mx_chunk_dot<N: Size>(wv: Vector<u32, N>, xs: &Array<Vector<f32, N>>, base: usize, lut: &[f32], s0: u32, s1: u32) -> f32 {
+    let mut tot = f32::new(0.0);
+    #[unroll]
+    for wd in 0..4usize {
+        let word = wv.extract(wd);
+        #[unroll]
+        for h in 0..2usize {
+            let q = wd * 2 + h;
+            let xv = xs[base + q];
+            let mut part = f32::new(0.0);
+            #[unroll]
+            for e in 0..4usize {
+                let nib = (word >> ((h * 4 + e) * 4) as u32) & 15u32;
+                part += lut[nib as usize] * xv.extract(e);
+            }
+            let sw = if wd < 2 { s0 } else { s1 };
+            tot += e8m0_of(sw, q) * part;
+        }
+    }
+    tot
+}
+
+/// gemv v2. x `[tn, in/4]` quads; w `[out, cpr]` chunks in the tiled order; y `[tn, out]`.
+/// Cube dim (32·split, groups): unit u of group gi handles rows `(CUBE_POS·groups + gi)·rpg
+/// ..+ rpg`, tiles `u / 32, u / 32 + split, ..` at lane `u % 32`; x quads loaded once per
+/// tile for the rpg rows. Ends with gemv v1's `store_row_sums`.
+#[allow(clippy::too_many_arguments)]
+#[cube(launch_unchecked)]
+pub fn qgemv_v2<N: Size>(
+    x: &[Vector<f32, N>],
+    w: &[Vector<u32, N>],
+    scales: &[u32],
+    y: &mut [f32],
+    n_out: u32,
+    n_in: u32,
+    cpr: u32,
+    scale_cols: u32,
+    gshift: u32,
+    #[comptime] tn: usize,
+    #[comptime] rpg: usize,
+    #[comptime] mx: bool,
+    #[comptime] grouped: bool,
+    #[comptime] plane: bool,
+    #[comptime] split: usize,
+    #[comptime] block: usize,
+) {
+    let unit = UNIT_POS_X as usize;
+    let lane = unit % TILE_CHUNKS;
+    let group = CUBE_DIM_X as usize;
+    let gi = UNIT_POS_Y as usize;
+    let tid = gi * group + unit;
+    let row0 = (CUBE_POS * CUBE_DIM_Y as usize + gi) * rpg;
+    let n_out = n_out as usize;
+    let xrow = n_in as usize / 4;
+    let cpr = cpr as usize;
+    let cols = scale_cols as usize;
+    let mut lut = Shared::<[f32]>::new_slice(16usize);
+    if mx && tid < 16 {
+        lut[tid] = e2m1(tid as u32);
+    }
+    sync_cube();
+    // Quads per chunk.
+    let qpc = select(mx, 8usize, 4usize);
+    let mut acc = Array::<f32>::new(tn * rpg);
+    #[unroll]
+    for a in 0..tn * rpg {
+        acc[a] = 0.0f32;
+    }
+    let mut xs = Array::<Vector<f32, N>>::new(tn * 8);
+    if row0 < n_out {
+        let ntiles = (cpr + TILE_CHUNKS - 1) / TILE_CHUNKS;
+        let mut t = unit / TILE_CHUNKS;
+        while t < ntiles {
+            let c0 = t * TILE_CHUNKS;
+            let m = min(TILE_CHUNKS, cpr - c0);
+            if lane < m {
+                let xq = c0 * qpc + lane;
+                #[unroll]
+                for tt in 0..tn {
+                    #[unroll]
+                    for q in 0..8usize {
+                        if q < qpc {
+                            xs[tt * 8 + q] = x[tt * xrow + xq + m * q];
+                        }
+                    }
+                }
+                #[unroll]
+                for r in 0..rpg {
+                    let row = select(row0 + r < n_out, row0 + r, n_out - 1);
+                    let wv = w[row * cpr + c0 + lane];
+                    if mx {
+                        let si = mx_scale_index(row * cols, t, lane, m);
+                        let s0 = scales[si];
+                        let s1 = scales[si + 1];
+                        #[unroll]
+                        for tt in 0..tn {
+                            acc[tt * rpg + r] += mx_chunk_dot(wv, &xs, tt * 8, &lut, s0, s1);
+                        }
+                    } else {
+                        #[unroll]
+                        for j in 0..4usize {
+                            let word = wv.extract(j);
+                            let mut sc = f32::new(1.0);
+                            if grouped {
+                                sc = f32::reinterpret(scales[row * cols + ((xq + m * j) >> gshift as usize)]);
+                            }
+                            #[unroll]
+                            for tt in 0..tn {
+                                acc[tt * rpg + r] += sc * int8_word_dot(word, xs[tt * 8 + j]);
+                            }
+                        }
+                    }
+                }
+            }
+            t += split;
+        }
+        if !mx && !grouped {
+            #[unroll]
+            for r in 0..rpg {
+                let row = select(row0 + r < n_out, row0 + r, n_out - 1);
+                let sc = f32::reinterpret(scales[row * cols]);
+                #[unroll]
+                for tt in 0..tn {
+                    acc[tt * rpg + r] *= sc;
+                }
+            }
+        }
+    }
+    store_row_sums(&acc, y, row0, n_out, unit, gi, group, tn, rpg, plane, TILE_CHUNKS, split, block);
+}
+
+/// Dequant v2: chunk `i` of the tiled order → its weights at their input positions in
+/// `out [out, in]` f32 (the same products as the reference's dequant: exact).
+#[allow(clippy::too_many_arguments)]
+#[cube(launch_unchecked)]
+pub fn qdequant_v2<N: Size>(
+    w: &[Vector<u32, N>],
+    scales: &[u32],
+    out: &mut [f32],
+    n: u32,
+    cpr: u32,
+    n_in: u32,
+    scale_cols: u32,
+    gshift: u32,
+    #[comptime] mx: bool,
+    #[comptime] grouped: bool,
+) {
+    let i = ABSOLUTE_POS;
+    if i < n as usize {
+        let cpr = cpr as usize;
+        let row = i / cpr;
+        let c = i - row * cpr;
+        let t = c / TILE_CHUNKS;
+        let l = c - t * TILE_CHUNKS;
+        let c0 = t * TILE_CHUNKS;
+        let m = min(TILE_CHUNKS, cpr - c0);
+        let qpc = select(mx, 8usize, 4usize);
+        let xq = c0 * qpc + l;
+        let orow = row * n_in as usize;
+        let cols = scale_cols as usize;
+        let wv = w[i];
+        if mx {
+            let si = mx_scale_index(row * cols, t, l, m);
+            let s0 = scales[si];
+            let s1 = scales[si + 1];
+            #[unroll]
+            for wd in 0..4usize {
+                let word = wv.extract(wd);
+                #[unroll]
+                for h in 0..2usize {
+                    let q = wd * 2 + h;
+                    let sw = if wd < 2 { s0 } else { s1 };
+                    let sc = e8m0_of(sw, q);
+                    let p = xq + m * q;
+                    #[unroll]
+                    for e in 0..4usize {
+                        out[orow + 4 * p + e] = sc * e2m1((word >> ((h * 4 + e) * 4) as u32) & 15u32);
+                    }
+                }
+            }
+        } else {
+            #[unroll]
+            for j in 0..4usize {
+                let p = xq + m * j;
+                let mut sc = f32::reinterpret(scales[row * cols]);
+                if grouped {
+                    sc = f32::reinterpret(scales[row * cols + (p >> gshift as usize)]);
+                }
+                let word = wv.extract(j);
+                #[unroll]
+                for e in 0..4usize {
+                    let b = (word >> (e * 8) as u32) & 255u32;
+                    out[orow + 4 * p + e] = sc * (f32::cast_from(b) - select(b >= 128u32, 256.0f32, 0.0f32));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tile_order_is_a_permutation_with_coalesced_quads() {
+        for (n_in, qpc) in [(512, 4), (576, 4), (2880, 4), (1024, 8), (2880, 8), (32, 8), (16, 4)] {
+            let order = tile_order(n_in, qpc);
+            let mut seen = order.clone();
+            seen.sort_unstable();
+            assert_eq!(seen, (0..n_in).collect::<Vec<_>>(), "n_in {n_in}, qpc {qpc}");
+            // Quad q of the 32 chunks of a full tile: consecutive input quads across lanes.
+            if n_in >= 128 * qpc {
+                for q in 0..qpc {
+                    let quads: Vec<usize> = (0..32).map(|l| order[(l * qpc + q) * 4] / 4).collect();
+                    assert!(quads.windows(2).all(|w| w[1] == w[0] + 1), "{quads:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn tile_scales_follow_the_quads() {
+        for n_in in [1024usize, 2880, 4096 + 96, 32] {
+            let blocks = n_in / 32;
+            let row: Vec<u8> = (0..blocks).map(|b| b as u8).collect();
+            let s = tile_scales(&row, n_in);
+            assert_eq!(s.len(), 4 * tile_scale_words(n_in));
+            let order = tile_order(n_in, 8);
+            let cpr = n_in / 32;
+            for c in 0..cpr {
+                let (t, l) = (c / 32, c % 32);
+                let m = (cpr - t * 32).min(32);
+                let first = 4 * (t * 8 + 2 * if m == 32 { l / 8 } else { l });
+                for q in 0..8 {
+                    let src = order[(c * 8 + q) * 4];
+                    assert_eq!(s[first + q] as usize, src / 32, "n_in {n_in} chunk {c} quad {q}");
+                }
+            }
+        }
+    }
+}

@@ -54,9 +54,9 @@ pub fn decode(client: &Client, s: &PagedSetup, window: Option<usize>) -> Result<
     flash_decode(client, &s.q, &s.k, &s.v, &s.tables, &Masking { window, sinks: None }, &s.out)
 }
 
-/// Decode with a chosen kernel version and keys per chunk (the audit rows of the bench).
-pub fn decode_tuned(client: &Client, s: &PagedSetup, version: optimized::kernels::attention::DecodeVersion, chunk: Option<usize>) -> Result<(), Error> {
-    optimized::kernels::attention::flash_decode_tuned(client, &s.q, &s.k, &s.v, &s.tables, &Masking { window: None, sinks: None }, &s.out, version, chunk)
+/// Decode with a chosen kernel version, keys per chunk and score step (the audit rows of the bench).
+pub fn decode_tuned(client: &Client, s: &PagedSetup, version: optimized::kernels::attention::DecodeVersion, chunk: Option<usize>, score: Option<optimized::kernels::attention::ScoreStep>) -> Result<(), Error> {
+    optimized::kernels::attention::flash_decode_tuned(client, &s.q, &s.k, &s.v, &s.tables, &Masking { window: None, sinks: None }, &s.out, version, chunk, score)
 }
 
 /// Prefill: the `n_q` last positions of sequence 0 are queries.

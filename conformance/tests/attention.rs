@@ -1,7 +1,7 @@
 //! Attention conformance: the fixed grid, then random shapes.
 use conformance::cases::attention::flash::{FlashCase, Phase};
 use conformance::cases::attention::AttentionCase;
-use optimized::kernels::attention::DecodeVersion;
+use optimized::kernels::attention::{DecodeVersion, ScoreStep};
 use conformance::{assert_conformance, backends_from_env, run_cases, Case, Op};
 use proptest::prelude::*;
 
@@ -52,15 +52,18 @@ proptest! {
         sinks: bool,
         shuffled: bool,
         fused: bool,
+        plane: bool,
     ) {
         let version = if fused { DecodeVersion::V3 } else { DecodeVersion::V2 };
+        // The plane score step takes power-of-two G and D / 4 (others are reported skipped).
+        let score = if plane && group != 3 && (d == 64 || d == 128) { ScoreStep::Plane } else { ScoreStep::PerUnit };
         let (phase, lens, t) = if decode {
             (Phase::Decode, lens, 1)
         } else {
             let s = lens[0];
             (Phase::Prefill, vec![s], ((s as f64 * t_frac) as usize).clamp(1, s))
         };
-        let cases: Vec<Box<dyn Case>> = vec![Box::new(FlashCase { phase, h: kv * group, kv, d, lens, t, block_size, window, sinks, shuffled, version })];
+        let cases: Vec<Box<dyn Case>> = vec![Box::new(FlashCase { phase, h: kv * group, kv, d, lens, t, block_size, window, sinks, shuffled, version, score })];
         let r = run_cases(&cases, &backends_from_env());
         let (_, f, _) = r.count();
         prop_assert!(f == 0, "{}", r.table());

@@ -3,7 +3,7 @@
 //! read, as a share of the device copy rate measured in the same run; naive v1 beside it at
 //! batch 1. Prefill: flash v2 vs naive v1, causal, TFLOP/s.
 
-use optimized::kernels::attention::DecodeVersion;
+use optimized::kernels::attention::{DecodeVersion, ScoreStep};
 use optimized::Backend;
 use reference::Config;
 use tandem_benches::gpu::attention as fx;
@@ -66,24 +66,26 @@ pub fn run(backend: Backend, cfg: &Config, gate: &str, reps: usize, kv_lens: Opt
     }
     // Audit: the decode version and keys per chunk at 16k, batch 1 and 32.
     println!();
-    println!("decode at KV len 16384: kernel version × keys per chunk (µs/call, % copy)");
+    println!("decode at KV len 16384: kernel version × score step × keys per chunk (host-launched µs/call, % copy)");
     for &b in &BATCHES {
         let s = fx::paged_setup(&client, h, hkv, d, b, 16384, b).map_err(gpu)?;
-        let mut line = format!("batch {b:>2}:");
         for version in [DecodeVersion::V2, DecodeVersion::V3] {
             if !version.supported(&client) {
                 continue;
             }
-            for chunk in [None, Some(64), Some(128), Some(256), Some(512)] {
-                let c = chunk.map_or("auto".to_string(), |c| c.to_string());
-                match fx::seconds_per_call(&client, 2, 10 * reps.max(1), || fx::decode_tuned(&client, &s, version, chunk)) {
-                    Ok(t) => line += &format!("  {version:?}/{c}: {:.1} µs {:.1}%", t * 1e6, 100.0 * s.kv_bytes as f64 / t / rate),
-                    Err(optimized::Error::Unsupported(_)) => line += &format!("  {version:?}/{c}: n/a"),
-                    Err(e) => return Err(gpu(e)),
+            for score in [ScoreStep::Plane, ScoreStep::PerUnit] {
+                let mut line = format!("batch {b:>2} {version:?} {score:?}:");
+                for chunk in [None, Some(64), Some(128), Some(256), Some(512)] {
+                    let c = chunk.map_or("auto".to_string(), |c| c.to_string());
+                    match fx::seconds_per_call(&client, 2, 10 * reps.max(1), || fx::decode_tuned(&client, &s, version, chunk, Some(score))) {
+                        Ok(t) => line += &format!("  {c}: {:.1} µs {:.1}%", t * 1e6, 100.0 * s.kv_bytes as f64 / t / rate),
+                        Err(optimized::Error::Unsupported(_)) => line += &format!("  {c}: n/a"),
+                        Err(e) => return Err(gpu(e)),
+                    }
                 }
+                println!("{line}");
             }
         }
-        println!("{line}");
     }
     println!();
     println!("prefill (one sequence, causal; FLOPs = 4·H·D per visible query-key pair)");

@@ -8,7 +8,7 @@
 //! with `kv_write_paged` in two pieces (positions `0..S/2`, then `S/2..S`). Output is NaN-poisoned.
 
 use ndarray::Array3;
-use optimized::kernels::attention::{flash_decode_with, DecodeVersion};
+use optimized::kernels::attention::{flash_decode_tuned, DecodeVersion, ScoreStep};
 use optimized::kernels::{flash_prefill, kv_write_paged, Masking};
 use optimized::kv_cache::BlockTables;
 use optimized::{Client, DeviceTensor};
@@ -41,6 +41,8 @@ pub struct FlashCase {
     pub shuffled: bool,
     /// Decode kernel version (v2: two launches; v3: one, last cube combines).
     pub version: DecodeVersion,
+    /// Decode score step (a lane group per key, or whole keys per unit).
+    pub score: ScoreStep,
 }
 
 /// Spare (NaN) blocks in the pool.
@@ -109,7 +111,7 @@ impl FlashCase {
                 let q: Vec<f32> = rand_vec(nb * h * d, 72).iter().map(|x| x * 2.0).collect();
                 let qd = DeviceTensor::from_f32(client, &q, &[nb, h, d])?;
                 let out = DeviceTensor::from_f32(client, &vec![f32::NAN; nb * h * d], &[nb, h, d])?;
-                flash_decode_with(client, &qd, &kp, &vp, &tables, &mask, &out, self.version)?;
+                flash_decode_tuned(client, &qd, &kp, &vp, &tables, &mask, &out, self.version, None, Some(self.score))?;
                 let mut want = Some(Vec::new());
                 for (b, &len) in self.lens.iter().enumerate() {
                     let r = reference(&q[b * h * d..(b + 1) * h * d], 1, b, len - 1);
@@ -135,7 +137,7 @@ impl Case for FlashCase {
     fn name(&self) -> String {
         let mut s = match self.phase {
             Phase::Prefill => format!("flash_attn(prefill,d={},h={},kv={},T={},S={}", self.d, self.h, self.kv, self.t, self.lens[0]),
-            Phase::Decode => format!("flash_attn(decode-{:?},d={},h={},kv={},lens={:?}", self.version, self.d, self.h, self.kv, self.lens),
+            Phase::Decode => format!("flash_attn(decode-{:?}-{:?},d={},h={},kv={},lens={:?}", self.version, self.score, self.d, self.h, self.kv, self.lens),
         };
         s += &format!(",bs={},causal", self.block_size);
         if let Some(w) = self.window {
@@ -157,7 +159,11 @@ impl Case for FlashCase {
         if self.phase == Phase::Decode && !self.version.supported(client) {
             return Outcome::Skip(format!("decode {:?} needs device-scope storage sync + u32 atomic add", self.version));
         }
-        outcome(self.body(client))
+        match self.body(client) {
+            // E.g. the plane score step for a G or D it does not take: skipped, with the reason.
+            Err(optimized::Error::Unsupported(why)) => Outcome::Skip(why),
+            r => outcome(r),
+        }
     }
 }
 
@@ -186,8 +192,11 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     let mut v: Vec<Box<dyn Case>> = vec![Box::new(OutOfPoolCase)];
     let mut add = |phase, d, h, kv, lens: &[usize], t, block_size, window, sinks, shuffled| {
         let versions: &[DecodeVersion] = if phase == Decode { &[DecodeVersion::V2, DecodeVersion::V3] } else { &[DecodeVersion::V3] };
+        let scores: &[ScoreStep] = if phase == Decode { &[ScoreStep::PerUnit, ScoreStep::Plane] } else { &[ScoreStep::PerUnit] };
         for &version in versions {
-            v.push(Box::new(FlashCase { phase, h, kv, d, lens: lens.to_vec(), t, block_size, window, sinks, shuffled, version }) as Box<dyn Case>)
+            for &score in scores {
+                v.push(Box::new(FlashCase { phase, h, kv, d, lens: lens.to_vec(), t, block_size, window, sinks, shuffled, version, score }) as Box<dyn Case>)
+            }
         }
     };
     // Decode: GQA 3, 8, 1, 2 and 3; lengths around the block size, past 1000; mixed batches.

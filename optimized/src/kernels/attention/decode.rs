@@ -17,6 +17,7 @@ use cubecl::prelude::*;
 
 use super::naive::visible_range;
 use super::paged::pool_row;
+use super::scores::scores_by_plane;
 use super::{check_paged, Masking};
 use crate::kernels::prev_pow2;
 use crate::kv_cache::BlockTables;
@@ -242,6 +243,11 @@ pub fn flash_decode_v2<N: Size>(
     #[comptime] fused: bool,
     #[comptime] has_sinks: bool,
     #[comptime] single: bool,
+    #[comptime] lk: usize,
+    #[comptime] kpp: usize,
+    #[comptime] steps: usize,
+    #[comptime] cnt: usize,
+    #[comptime] plane: bool,
 ) {
     // K/V rows are D / nv vectors of nv floats (nv = N).
     let dv = d / nv;
@@ -295,57 +301,66 @@ pub fn flash_decode_v2<N: Size>(
     }
     sync_cube();
 
-    // 1. Scores. Unit `tid` takes keys tid + j·nu for j < kpu (= chunk / units, comptime: no
-    //    loop over key passes) and, per column vector c4, applies the G query vectors of c4 to
-    //    its kpu keys (a kpu × G register tile). The c4 loop has a run-time bound so that it is
-    //    not unrolled: unrolled, the compiler hoisted every q value (or every K load) into
-    //    registers — 255 registers, spills and 12.5% occupancy (ncu, H100).
-    let mut acc = Array::<f32>::new(kpu * g);
-    let mut kb = Array::<usize>::new(kpu);
-    #[unroll]
-    for j in 0..kpu {
-        let x = tid + j * nu;
-        let mut base = 0usize;
-        if x < nkeys {
-            let row = pool_row(tables, toff, a + x, block_size);
-            srow[x] = row as u32;
-            base = (row * hkv + kvh) * dv;
+    if lk > 0 {
+        // 1. Scores, a lane group per key (`scores.rs`): coalesced K rows, q in registers.
+        let mut bound = cl;
+        if plane {
+            bound = nkeys;
         }
-        kb[j] = base;
-        #[unroll]
-        for gg in 0..g {
-            acc[j * g + gg] = 0.0f32;
-        }
-    }
-    // Blocks of `cb` column vectors: cb·kpu K loads in flight per unit.
-    let blocks = dd / (nv * cb);
-    for blk in 0..blocks {
+        scores_by_plane(k, tables, &sq, &mut sc, &mut srow, &mut red, toff, a, nkeys, bound, block_size, hkv, kvh, dv, cl, scale, tid, nu, d, g, nv, lk, kpp, steps, cnt, plane);
+    } else {
+        // 1. Scores. Unit `tid` takes keys tid + j·nu for j < kpu (= chunk / units, comptime: no
+        //    loop over key passes) and, per column vector c4, applies the G query vectors of c4 to
+        //    its kpu keys (a kpu × G register tile). The c4 loop has a run-time bound so that it is
+        //    not unrolled: unrolled, the compiler hoisted every q value (or every K load) into
+        //    registers — 255 registers, spills and 12.5% occupancy (ncu, H100).
+        let mut acc = Array::<f32>::new(kpu * g);
+        let mut kb = Array::<usize>::new(kpu);
         #[unroll]
         for j in 0..kpu {
-            if tid + j * nu < nkeys {
-                #[unroll]
-                for i in 0..cb {
-                    let c4 = blk * cb + i;
-                    let kv = k[kb[j] + c4];
+            let x = tid + j * nu;
+            let mut base = 0usize;
+            if x < nkeys {
+                let row = pool_row(tables, toff, a + x, block_size);
+                srow[x] = row as u32;
+                base = (row * hkv + kvh) * dv;
+            }
+            kb[j] = base;
+            #[unroll]
+            for gg in 0..g {
+                acc[j * g + gg] = 0.0f32;
+            }
+        }
+        // Blocks of `cb` column vectors: cb·kpu K loads in flight per unit.
+        let blocks = dd / (nv * cb);
+        for blk in 0..blocks {
+            #[unroll]
+            for j in 0..kpu {
+                if tid + j * nu < nkeys {
                     #[unroll]
-                    for e in 0..nv {
-                        let kx = kv.extract(e);
+                    for i in 0..cb {
+                        let c4 = blk * cb + i;
+                        let kv = k[kb[j] + c4];
                         #[unroll]
-                        for gg in 0..g {
-                            acc[j * g + gg] += sq[gg * d + c4 * nv + e] * kx;
+                        for e in 0..nv {
+                            let kx = kv.extract(e);
+                            #[unroll]
+                            for gg in 0..g {
+                                acc[j * g + gg] += sq[gg * d + c4 * nv + e] * kx;
+                            }
                         }
                     }
                 }
             }
         }
-    }
-    #[unroll]
-    for j in 0..kpu {
-        let x = tid + j * nu;
-        if x < nkeys {
-            #[unroll]
-            for gg in 0..g {
-                sc[gg * cl + x] = acc[j * g + gg] * scale;
+        #[unroll]
+        for j in 0..kpu {
+            let x = tid + j * nu;
+            if x < nkeys {
+                #[unroll]
+                for gg in 0..g {
+                    sc[gg * cl + x] = acc[j * g + gg] * scale;
+                }
             }
         }
     }
@@ -518,13 +533,32 @@ impl DecodeVersion {
 /// [`flash_decode`] with a chosen version (an unsupported one is an error, nothing launched).
 #[allow(clippy::too_many_arguments)]
 pub fn flash_decode_with(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v: &DeviceTensor, tables: &BlockTables, mask: &Masking, out: &DeviceTensor, version: DecodeVersion) -> Result<(), Error> {
-    flash_decode_tuned(client, q, k, v, tables, mask, out, version, None)
+    flash_decode_tuned(client, q, k, v, tables, mask, out, version, None, None)
+}
+
+/// How step 1 (scores) reads K.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScoreStep {
+    /// Each unit whole keys (a register tile of keys × G heads; any D and G).
+    PerUnit,
+    /// A lane group per key (`scores.rs`): D / nv and G powers of two, D / nv ≤ 32. Shuffles
+    /// by plane ops where the device has 32-lane planes, else through shared memory (slow).
+    Plane,
+}
+
+impl ScoreStep {
+    /// Lanes per key of the plane score step for column vectors `dv` and `g` heads per KV
+    /// head, if the shape allows it.
+    fn plane_lanes(dv: usize, g: usize, units: usize) -> Option<usize> {
+        (dv.is_power_of_two() && (2..=32).contains(&dv) && g.is_power_of_two() && g <= 32 && units % dv == 0).then_some(dv)
+    }
 }
 
 /// [`flash_decode_with`] with the keys per chunk forced (a power of two in 32..=512, still
-/// halved if the shared memory needs it), for benchmarks that audit the choice.
+/// halved if the shared memory needs it) and the score step chosen (`None`: plane where the
+/// device has plane ops and the shape allows it), for benchmarks and tests that audit them.
 #[allow(clippy::too_many_arguments)]
-pub fn flash_decode_tuned(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v: &DeviceTensor, tables: &BlockTables, mask: &Masking, out: &DeviceTensor, version: DecodeVersion, chunk: Option<usize>) -> Result<(), Error> {
+pub fn flash_decode_tuned(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v: &DeviceTensor, tables: &BlockTables, mask: &Masking, out: &DeviceTensor, version: DecodeVersion, chunk: Option<usize>, score: Option<ScoreStep>) -> Result<(), Error> {
     if !version.supported(client) {
         return Err(Error::Unsupported(format!("flash_decode {version:?}: needs device-scope storage sync and u32 atomic add")));
     }
@@ -573,6 +607,20 @@ pub fn flash_decode_tuned(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v
     let kpu = chunk.div_ceil(units);
     let dvec = d / nv;
     let cb = [4usize, 2, 1].into_iter().find(|&c| dvec % c == 0 && kpu * g * c <= 64).unwrap_or(1);
+    // Score step: the plane one where it applies (shuffles by plane ops if 32-lane planes).
+    let props = client.properties();
+    let plane = props.features.plane.contains(cubecl::features::Plane::Ops) && hw.plane_size_min == 32 && hw.plane_size_max == 32;
+    let lanes = ScoreStep::plane_lanes(dvec, g, units);
+    let score = score.unwrap_or(if plane && lanes.is_some() { ScoreStep::Plane } else { ScoreStep::PerUnit });
+    let lk = match (score, lanes) {
+        (ScoreStep::PerUnit, _) => 0,
+        (ScoreStep::Plane, Some(l)) => l,
+        (ScoreStep::Plane, None) => return Err(Error::Unsupported(format!("flash_decode: the plane score step needs D / {nv} and G powers of two, D / {nv} ≤ 32 (D {d}, G {g})"))),
+    };
+    // Keys per lane group per pass: G·kpp ≤ 32 values to reduce.
+    let kpp = (32 / g).clamp(1, 4);
+    let steps = lk.max(1).trailing_zeros() as usize;
+    let cnt = (g * kpp / lk.max(1)).max(1);
     let fused = version == DecodeVersion::V3;
     if fused && tables.counters.numel() < bsz * hkv {
         return Err(Error::Shape(format!("flash_decode: {bsz}×{hkv} arrival counters, the tables hold {}", tables.counters.numel())));
@@ -617,6 +665,11 @@ pub fn flash_decode_tuned(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v
             fused,
             mask.sinks.is_some(),
             bsz == 1 && !tables.device_lens,
+            lk,
+            kpp,
+            steps,
+            cnt,
+            plane,
         );
         if fused {
             return Ok(());

@@ -30,11 +30,12 @@
 //!   (the model fuses it with RoPE instead: `rope::qkv_rope_paged`).
 
 pub mod decode;
+mod scores;
 pub mod naive;
 pub mod paged;
 pub mod prefill;
 
-pub use decode::{flash_decode, flash_decode_tuned, flash_decode_with, DecodeVersion};
+pub use decode::{flash_decode, flash_decode_tuned, flash_decode_with, DecodeVersion, ScoreStep};
 pub use naive::{attention, attention_into, kv_append};
 pub use paged::kv_write_paged;
 pub use prefill::flash_prefill;

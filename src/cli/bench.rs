@@ -43,6 +43,12 @@ pub struct BenchArgs {
     /// With `--kernel attention`: only these decode batch sizes (comma-separated).
     #[arg(long)]
     pub batches: Option<String>,
+    /// With `--kernel qmatmul`: only these weight shapes, `IN×OUT` or `INxOUT`, comma-separated.
+    #[arg(long)]
+    pub shapes: Option<String>,
+    /// With `--kernel qmatmul`: only these formats (names as printed, e.g. `int8,mxfp4`).
+    #[arg(long)]
+    pub formats: Option<String>,
 }
 
 /// A comma-separated list of positive integers (`what` names the flag in errors).
@@ -152,7 +158,23 @@ pub fn run(a: BenchArgs) -> Result<()> {
         let b = backend.ok_or_else(|| CliError::Usage(format!("--kernel {k} needs a GPU device (--device cuda|wgpu)")))?;
         let gate = conformance_gate(b)?;
         if k == "qmatmul" {
-            return super::bench_qmatmul::run(b, &gate, a.reps);
+            let shapes = a
+                .shapes
+                .as_deref()
+                .map(|s| {
+                    s.split(',')
+                        .map(|p| {
+                            let v = usize_list(&p.replace('×', "x").replace('x', ","), "--shapes")?;
+                            match v[..] {
+                                [i, o] => Ok((i, o)),
+                                _ => Err(CliError::Usage(format!("--shapes: `{p}` is not IN×OUT"))),
+                            }
+                        })
+                        .collect::<Result<Vec<_>>>()
+                })
+                .transpose()?;
+            let formats = a.formats.as_deref().map(|s| s.split(',').map(|f| f.trim().to_string()).collect());
+            return super::bench_qmatmul::run(b, &gate, a.reps, shapes, formats);
         }
         let cfg = a.model.open()?.config;
         let kv_lens = a.kv_lens.as_deref().map(|s| usize_list(s, "--kv-lens")).transpose()?;

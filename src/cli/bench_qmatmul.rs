@@ -2,7 +2,7 @@
 //! format: time per call, GB/s of weight bytes read, % of the device copy rate measured in the
 //! same run, and speed-up over the bf16 gemv.
 
-use optimized::kernels::qmatmul::{default_rpg, QFormat, QLayout};
+use optimized::kernels::qmatmul::{default_rpg, QFormat, QLayout, QGEMV_UNROLL};
 use optimized::{Backend, Dtype};
 use reference::quant::{Granularity, Scheme};
 use tandem_benches::gpu::attention::seconds_per_call;
@@ -17,7 +17,11 @@ fn gpu(e: optimized::Error) -> CliError {
 /// (in, out): TinyLlama's MLP up, Mistral-7B's MLP up and down.
 const SHAPES: [(usize, usize); 3] = [(2048, 5632), (4096, 14336), (14336, 4096)];
 
-pub fn run(backend: Backend, gate: &str, reps: usize) -> Result<()> {
+/// `shapes` (in, out) and `formats` (names as printed) restrict the table and skip the audit
+/// (e.g. to profile one kernel).
+pub fn run(backend: Backend, gate: &str, reps: usize, shapes: Option<Vec<(usize, usize)>>, only_formats: Option<Vec<String>>) -> Result<()> {
+    let audit_on = shapes.is_none() && only_formats.is_none();
+    let shapes = shapes.unwrap_or(SHAPES.to_vec());
     let client = optimized::client(backend).map_err(gpu)?;
     let rate = optimized::bandwidth::copy_rate(&client, 1 << 30, 10).map_err(gpu)?;
     println!("tandem bench --kernel qmatmul — {backend} — T = 1 (decode gemv), W streamed from DRAM (rotating copies ≥ 256 MiB) — {gate}");
@@ -35,27 +39,34 @@ pub fn run(backend: Backend, gate: &str, reps: usize) -> Result<()> {
     ];
     println!("(int8, int8-g*, mxfp4: gemv v2 over the tiled order, the default; \"v1\": gemv v1 over input order)");
     println!("{:>13} {:>10} {:>9} {:>9} {:>8} {:>8} {:>9}", "in×out", "format", "W MB", "µs/call", "GB/s", "% copy", "vs dense");
-    for (n_in, n_out) in SHAPES {
+    for (n_in, n_out) in shapes {
         let mut dense_t = None;
         for (name, f, layout) in &formats {
+            if only_formats.as_ref().is_some_and(|o| !o.contains(name)) {
+                continue;
+            }
             let mut s = fx::setup_as(&client, *f, n_in, n_out, 1, *layout).map_err(gpu)?;
             let t = seconds_per_call(&client, 3, 50 * reps.max(1), || fx::run(&client, &mut s)).map_err(gpu)?;
             let dt = *dense_t.get_or_insert(t);
             let gbs = s.w_bytes as f64 / t / 1e9;
             println!("{:>13} {name:>10} {:>9.1} {:>9.1} {gbs:>8.0} {:>7.1}% {:>8.2}×", format!("{n_in}×{n_out}"), s.w_bytes as f64 / 1e6, t * 1e6, 100.0 * gbs * 1e9 / rate, dt / t);
-            if matches!(f, Format::Quant(_)) && !name.ends_with("v1") {
+            if audit_on && matches!(f, Format::Quant(_)) && !name.ends_with("v1") {
                 // Audit of rows per unit group (planes per row chosen) and of planes per row
                 // (default rows per group), in % of the copy rate.
                 let mut audit = String::new();
-                let pct = |rpg: usize, split: Option<usize>, s: &mut fx::Setup| -> Result<f64> {
-                    let tr = seconds_per_call(&client, 3, 50 * reps.max(1), || fx::run_tuned(&client, s, rpg, split)).map_err(gpu)?;
+                let pct = |rpg: usize, split: Option<usize>, unroll: usize, s: &mut fx::Setup| -> Result<f64> {
+                    let tr = seconds_per_call(&client, 3, 50 * reps.max(1), || fx::run_tuned(&client, s, rpg, split, unroll)).map_err(gpu)?;
                     Ok(100.0 * s.w_bytes as f64 / tr / rate)
                 };
+                let rpg0 = default_rpg_of(f);
                 for rpg in [1usize, 2, 4, 8] {
-                    audit += &format!(" rpg {rpg}: {:.1}%", pct(rpg, None, &mut s)?);
+                    audit += &format!(" rpg {rpg}: {:.1}%", pct(rpg, None, QGEMV_UNROLL, &mut s)?);
                 }
                 for split in [1usize, 2, 4] {
-                    audit += &format!(" split {split}: {:.1}%", pct(default_rpg_of(f), Some(split), &mut s)?);
+                    audit += &format!(" split {split}: {:.1}%", pct(rpg0, Some(split), QGEMV_UNROLL, &mut s)?);
+                }
+                for (rpg, unroll) in [(rpg0, 1usize), (rpg0, 2), (2, 2)] {
+                    audit += &format!(" rpg {rpg} unroll {unroll}: {:.1}%", pct(rpg, None, unroll, &mut s)?);
                 }
                 println!("{:>24} audit:{audit}", "");
             }

@@ -617,8 +617,9 @@ pub fn flash_decode_tuned(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v
         (ScoreStep::Plane, Some(l)) => l,
         (ScoreStep::Plane, None) => return Err(Error::Unsupported(format!("flash_decode: the plane score step needs D / {nv} and G powers of two, D / {nv} ≤ 32 (D {d}, G {g})"))),
     };
-    // Keys per lane group per pass: G·kpp ≤ 32 values to reduce.
-    let kpp = (32 / g).clamp(1, 4);
+    // Keys per lane group per pass (their K loads in flight together): G·kpp ≤ 32 values to
+    // reduce.
+    let kpp = (32 / g).clamp(1, 8);
     let steps = lk.max(1).trailing_zeros() as usize;
     let cnt = (g * kpp / lk.max(1)).max(1);
     let fused = version == DecodeVersion::V3;

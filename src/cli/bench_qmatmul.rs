@@ -2,7 +2,7 @@
 //! format: time per call, GB/s of weight bytes read, % of the device copy rate measured in the
 //! same run, and speed-up over the bf16 gemv.
 
-use optimized::kernels::qmatmul::{default_rpg, QFormat, QLayout, QGEMV_UNROLL};
+use optimized::kernels::qmatmul::{default_rpg, QFormat, QLayout};
 use optimized::{Backend, Dtype};
 use reference::quant::{Granularity, Scheme};
 use tandem_benches::gpu::attention::seconds_per_call;
@@ -54,19 +54,15 @@ pub fn run(backend: Backend, gate: &str, reps: usize, shapes: Option<Vec<(usize,
                 // Audit of rows per unit group (planes per row chosen) and of planes per row
                 // (default rows per group), in % of the copy rate.
                 let mut audit = String::new();
-                let pct = |rpg: usize, split: Option<usize>, unroll: usize, s: &mut fx::Setup| -> Result<f64> {
-                    let tr = seconds_per_call(&client, 3, 50 * reps.max(1), || fx::run_tuned(&client, s, rpg, split, unroll)).map_err(gpu)?;
+                let pct = |rpg: usize, split: Option<usize>, s: &mut fx::Setup| -> Result<f64> {
+                    let tr = seconds_per_call(&client, 3, 50 * reps.max(1), || fx::run_tuned(&client, s, rpg, split)).map_err(gpu)?;
                     Ok(100.0 * s.w_bytes as f64 / tr / rate)
                 };
-                let rpg0 = default_rpg_of(f);
                 for rpg in [1usize, 2, 4, 8] {
-                    audit += &format!(" rpg {rpg}: {:.1}%", pct(rpg, None, QGEMV_UNROLL, &mut s)?);
+                    audit += &format!(" rpg {rpg}: {:.1}%", pct(rpg, None, &mut s)?);
                 }
                 for split in [1usize, 2, 4] {
-                    audit += &format!(" split {split}: {:.1}%", pct(rpg0, Some(split), QGEMV_UNROLL, &mut s)?);
-                }
-                for (rpg, unroll) in [(rpg0, 1usize), (rpg0, 2), (2, 2)] {
-                    audit += &format!(" rpg {rpg} unroll {unroll}: {:.1}%", pct(rpg, None, unroll, &mut s)?);
+                    audit += &format!(" split {split}: {:.1}%", pct(default_rpg_of(f), Some(split), &mut s)?);
                 }
                 println!("{:>24} audit:{audit}", "");
             }

@@ -42,10 +42,6 @@ pub const QGEMV_MAX_T: usize = 8;
 /// both formats (H200: mxfp4 19.5% vs 22.5% of the copy rate at 4096×14336).
 pub const QGEMV_RPG: usize = 4;
 pub const QGEMV_RPG_MXFP4: usize = 4;
-/// Tiles per pass of gemv v2 (loads of that many tiles in flight before their arithmetic).
-/// 2 measured no faster for per-channel int8 or mxfp4 and slower for int8 groups (H200,
-/// 4096×14336: int8-g32 57.6% → 32.9% of the copy rate; mxfp4 at 168 registers), so 1.
-pub const QGEMV_UNROLL: usize = 1;
 
 /// Rows per unit group [`qlinear_into`] uses for `format`.
 pub fn default_rpg(format: QFormat) -> usize {
@@ -513,16 +509,12 @@ pub fn dequant(client: &Client, w: &QWeight) -> Result<DeviceTensor, Error> {
 /// `y [T, out] = x [T, in] · dequant(W)ᵀ` into `y`: gemv (v2 for the tiled order, v1 for
 /// input order) for T ≤ [`QGEMV_MAX_T`], else dequant + tiled GEMM.
 pub fn qlinear_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor) -> Result<(), Error> {
-    qlinear_into_tuned(client, x, w, y, default_rpg(w.format), None, QGEMV_UNROLL)
+    qlinear_into_tuned(client, x, w, y, default_rpg(w.format), None)
 }
 
-/// [`qlinear_into`] with the gemv's rows per unit group (1, 2, 4 or 8), planes per row (1, 2
-/// or 4; `None`: chosen to fill the device) and tiles per pass (v2: 1 or 2) forced, for
-/// benchmarks that audit the choice.
-pub fn qlinear_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor, rpg: usize, split: Option<usize>, unroll: usize) -> Result<(), Error> {
-    if !matches!(unroll, 1 | 2) {
-        return Err(Error::Shape(format!("qlinear: {unroll} tiles per pass, expected 1 or 2")));
-    }
+/// [`qlinear_into`] with the gemv's rows per unit group (1, 2, 4 or 8) and planes per row
+/// (1, 2 or 4; `None`: chosen to fill the device) forced, for benchmarks that audit the choice.
+pub fn qlinear_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor, rpg: usize, split: Option<usize>) -> Result<(), Error> {
     if !matches!(rpg, 1 | 2 | 4 | 8) {
         return Err(Error::Shape(format!("qlinear: {rpg} rows per group, expected 1, 2, 4 or 8")));
     }
@@ -586,7 +578,7 @@ pub fn qlinear_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, y: &De
     if tiled {
         let (cols, gshift) = w.tile_scale_geometry();
         unsafe {
-            v2::qgemv_v2::launch_unchecked(client, count, dim, 4, x.as_arg(4), w.data.as_arg(4), w.scales.as_arg(1), y.as_arg(1), w.out as u32, w.in_dim as u32, cpr as u32, cols, gshift, t, rpg, mx, w.grouped(), plane, split, block, unroll);
+            v2::qgemv_v2::launch_unchecked(client, count, dim, 4, x.as_arg(4), w.data.as_arg(4), w.scales.as_arg(1), y.as_arg(1), w.out as u32, w.in_dim as u32, cpr as u32, cols, gshift, t, rpg, mx, w.grouped(), plane, split, block);
         }
         return Ok(());
     }

@@ -111,7 +111,7 @@ fn mx_chunk_dot<N: Size>(wv: Vector<u32, N>, xs: &Array<Vector<f32, N>>, base: u
 /// gemv v2. x `[tn, in/4]` quads; w `[out, cpr]` chunks in the tiled order; y `[tn, out]`.
 /// Cube dim (32·split, groups): unit u of group gi handles rows `(CUBE_POS·groups + gi)·rpg
 /// ..+ rpg`, tiles `u / 32, u / 32 + split, ..` at lane `u % 32`; x quads loaded once per
-/// tile for the rpg rows; `unroll` tiles per pass. Ends with gemv v1's `store_row_sums`.
+/// tile for the rpg rows. Ends with gemv v1's `store_row_sums`.
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked)]
 pub fn qgemv_v2<N: Size>(
@@ -131,7 +131,6 @@ pub fn qgemv_v2<N: Size>(
     #[comptime] plane: bool,
     #[comptime] split: usize,
     #[comptime] block: usize,
-    #[comptime] unroll: usize,
 ) {
     let unit = UNIT_POS_X as usize;
     let lane = unit % TILE_CHUNKS;
@@ -155,78 +154,53 @@ pub fn qgemv_v2<N: Size>(
     for a in 0..tn * rpg {
         acc[a] = 0.0f32;
     }
-    // Tiles t, t + split, .. t + (unroll − 1)·split per pass: all their loads are issued
-    // before any of their arithmetic.
-    let mut xs = Array::<Vector<f32, N>>::new(unroll * tn * 8);
-    let mut wv = Array::<Vector<u32, N>>::new(unroll * rpg);
-    let mut s0 = Array::<u32>::new(unroll * rpg);
-    let mut s1 = Array::<u32>::new(unroll * rpg);
+    let mut xs = Array::<Vector<f32, N>>::new(tn * 8);
     if row0 < n_out {
         let ntiles = (cpr + TILE_CHUNKS - 1) / TILE_CHUNKS;
         let mut t = unit / TILE_CHUNKS;
         while t < ntiles {
-            #[unroll]
-            for u in 0..unroll {
-                let tu = t + u * split;
-                let c0 = tu * TILE_CHUNKS;
-                let m = select(tu < ntiles, min(TILE_CHUNKS, cpr - min(c0, cpr)), 0usize);
-                if lane < m {
-                    let xq = c0 * qpc + lane;
+            let c0 = t * TILE_CHUNKS;
+            let m = min(TILE_CHUNKS, cpr - c0);
+            if lane < m {
+                let xq = c0 * qpc + lane;
+                #[unroll]
+                for tt in 0..tn {
                     #[unroll]
-                    for tt in 0..tn {
-                        #[unroll]
-                        for q in 0..8usize {
-                            if q < qpc {
-                                xs[(u * tn + tt) * 8 + q] = x[tt * xrow + xq + m * q];
-                            }
-                        }
-                    }
-                    #[unroll]
-                    for r in 0..rpg {
-                        let row = select(row0 + r < n_out, row0 + r, n_out - 1);
-                        wv[u * rpg + r] = w[row * cpr + c0 + lane];
-                        if mx {
-                            let si = mx_scale_index(row * cols, tu, lane, m);
-                            s0[u * rpg + r] = scales[si];
-                            s1[u * rpg + r] = scales[si + 1];
+                    for q in 0..8usize {
+                        if q < qpc {
+                            xs[tt * 8 + q] = x[tt * xrow + xq + m * q];
                         }
                     }
                 }
-            }
-            #[unroll]
-            for u in 0..unroll {
-                let tu = t + u * split;
-                let c0 = tu * TILE_CHUNKS;
-                let m = select(tu < ntiles, min(TILE_CHUNKS, cpr - min(c0, cpr)), 0usize);
-                if lane < m {
-                    let xq = c0 * qpc + lane;
-                    #[unroll]
-                    for r in 0..rpg {
-                        let row = select(row0 + r < n_out, row0 + r, n_out - 1);
-                        let wr = wv[u * rpg + r];
-                        if mx {
+                #[unroll]
+                for r in 0..rpg {
+                    let row = select(row0 + r < n_out, row0 + r, n_out - 1);
+                    let wv = w[row * cpr + c0 + lane];
+                    if mx {
+                        let si = mx_scale_index(row * cols, t, lane, m);
+                        let s0 = scales[si];
+                        let s1 = scales[si + 1];
+                        #[unroll]
+                        for tt in 0..tn {
+                            acc[tt * rpg + r] += mx_chunk_dot(wv, &xs, tt * 8, &lut, s0, s1);
+                        }
+                    } else {
+                        #[unroll]
+                        for j in 0..4usize {
+                            let word = wv.extract(j);
+                            let mut sc = f32::new(1.0);
+                            if grouped {
+                                sc = f32::reinterpret(scales[row * cols + ((xq + m * j) >> gshift as usize)]);
+                            }
                             #[unroll]
                             for tt in 0..tn {
-                                acc[tt * rpg + r] += mx_chunk_dot(wr, &xs, (u * tn + tt) * 8, &lut, s0[u * rpg + r], s1[u * rpg + r]);
-                            }
-                        } else {
-                            #[unroll]
-                            for j in 0..4usize {
-                                let word = wr.extract(j);
-                                let mut sc = f32::new(1.0);
-                                if grouped {
-                                    sc = f32::reinterpret(scales[row * cols + ((xq + m * j) >> gshift as usize)]);
-                                }
-                                #[unroll]
-                                for tt in 0..tn {
-                                    acc[tt * rpg + r] += sc * int8_word_dot(word, xs[(u * tn + tt) * 8 + j]);
-                                }
+                                acc[tt * rpg + r] += sc * int8_word_dot(word, xs[tt * 8 + j]);
                             }
                         }
                     }
                 }
             }
-            t += split * unroll;
+            t += split;
         }
         if !mx && !grouped {
             #[unroll]

@@ -56,11 +56,11 @@ pub fn setup_as(client: &Client, format: Format, n_in: usize, n_out: usize, t: u
 }
 
 /// One call on the next copy (gemv for dense, the fused dequant gemv / dequant + GEMM for quantized).
-/// [`run`] of a quantized setup with the gemv's rows per group and planes per row forced.
-pub fn run_tuned(client: &Client, s: &mut Setup, rpg: usize, split: Option<usize>) -> Result<(), Error> {
+/// [`run`] of a quantized setup with the gemv's launch choices forced.
+pub fn run_tuned(client: &Client, s: &mut Setup, tune: &optimized::kernels::qmatmul::GemvTune) -> Result<(), Error> {
     s.next += 1;
     match s.quant.get(s.next % s.quant.len().max(1)) {
-        Some(w) => optimized::kernels::qmatmul::qlinear_into_tuned(client, &s.x, w, &s.y, rpg, split),
+        Some(w) => optimized::kernels::qmatmul::qlinear_into_tuned(client, &s.x, w, &s.y, tune),
         None => Err(Error::Unsupported("rows per group: a dense setup".into())),
     }
 }

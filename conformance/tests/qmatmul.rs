@@ -1,6 +1,6 @@
 //! Quantized matmul conformance: the fixed grid, then random shapes per format.
 use conformance::cases::qmatmul::QMatmulCase;
-use optimized::kernels::qmatmul::QLayout;
+use optimized::kernels::qmatmul::{Fp4Decode, QLayout};
 use conformance::{backends_from_env, run_cases, Case};
 use proptest::prelude::*;
 use reference::quant::{Granularity, Scheme};
@@ -24,11 +24,14 @@ proptest! {
         n_out in 1usize..300,
         scheme in prop::sample::select(vec![Scheme::Int8(Granularity::PerChannel), Scheme::Int8(Granularity::Group(32)), Scheme::Int8(Granularity::Group(64)), Scheme::Mxfp4]),
         tiles in any::<bool>(),
+        prefetch in any::<bool>(),
+        pairs in any::<bool>(),
     ) {
         // in: a multiple of 64 so every scheme's group divides it (up to 3008: several tiles,
         // partial last tiles).
         let layout = if tiles { QLayout::Tiles } else { QLayout::Rows };
-        let cases: Vec<Box<dyn Case>> = vec![Box::new(QMatmulCase { t, n_in: 64 * blocks_in, n_out, scheme, parts: 1, layout })];
+        let fp4 = if pairs { Fp4Decode::Pairs } else { Fp4Decode::Table };
+        let cases: Vec<Box<dyn Case>> = vec![Box::new(QMatmulCase { prefetch, fp4, ..QMatmulCase::new(t, 64 * blocks_in, n_out, scheme, 1, layout) })];
         let r = run_cases(&cases, &backends_from_env());
         let (_, f, _) = r.count();
         prop_assert!(f == 0, "{}", r.table());

@@ -2,7 +2,7 @@
 //! format: time per call, GB/s of weight bytes read, % of the device copy rate measured in the
 //! same run, and speed-up over the bf16 gemv.
 
-use optimized::kernels::qmatmul::{default_rpg, QFormat, QLayout};
+use optimized::kernels::qmatmul::{Fp4Decode, GemvTune, QFormat, QLayout};
 use optimized::{Backend, Dtype};
 use reference::quant::{Granularity, Scheme};
 use tandem_benches::gpu::attention::seconds_per_call;
@@ -51,29 +51,43 @@ pub fn run(backend: Backend, gate: &str, reps: usize, shapes: Option<Vec<(usize,
             let gbs = s.w_bytes as f64 / t / 1e9;
             println!("{:>13} {name:>10} {:>9.1} {:>9.1} {gbs:>8.0} {:>7.1}% {:>8.2}×", format!("{n_in}×{n_out}"), s.w_bytes as f64 / 1e6, t * 1e6, 100.0 * gbs * 1e9 / rate, dt / t);
             if audit_on && matches!(f, Format::Quant(_)) && !name.ends_with("v1") {
-                // Audit of rows per unit group (planes per row chosen) and of planes per row
-                // (default rows per group), in % of the copy rate.
+                // Audit of each launch choice against the defaults, in % of the copy rate:
+                // rows per unit group, planes per row, W prefetch, fp4 decode.
+                let base = GemvTune::default_for(&client, qformat_of(f));
                 let mut audit = String::new();
-                let pct = |rpg: usize, split: Option<usize>, s: &mut fx::Setup| -> Result<f64> {
-                    let tr = seconds_per_call(&client, 3, 50 * reps.max(1), || fx::run_tuned(&client, s, rpg, split)).map_err(gpu)?;
-                    Ok(100.0 * s.w_bytes as f64 / tr / rate)
+                let pct = |label: String, tune: GemvTune, s: &mut fx::Setup, audit: &mut String| -> Result<()> {
+                    let tr = seconds_per_call(&client, 3, 50 * reps.max(1), || fx::run_tuned(&client, s, &tune)).map_err(gpu)?;
+                    *audit += &format!(" {label}: {:.1}%", 100.0 * s.w_bytes as f64 / tr / rate);
+                    Ok(())
                 };
                 for rpg in [1usize, 2, 4, 8] {
-                    audit += &format!(" rpg {rpg}: {:.1}%", pct(rpg, None, &mut s)?);
+                    pct(format!("rpg {rpg}"), GemvTune { rpg, ..base }, &mut s, &mut audit)?;
                 }
                 for split in [1usize, 2, 4] {
-                    audit += &format!(" split {split}: {:.1}%", pct(default_rpg_of(f), Some(split), &mut s)?);
+                    pct(format!("split {split}"), GemvTune { split: Some(split), ..base }, &mut s, &mut audit)?;
                 }
-                println!("{:>24} audit:{audit}", "");
+                for prefetch in [false, true] {
+                    pct(format!("prefetch {}", if prefetch { "on" } else { "off" }), GemvTune { prefetch, ..base }, &mut s, &mut audit)?;
+                }
+                if matches!(f, Format::Quant(Scheme::Mxfp4)) {
+                    for fp4 in [Fp4Decode::Table, Fp4Decode::Pairs] {
+                        if fp4 == Fp4Decode::Pairs && !optimized::kernels::qmatmul::v2::pairs_supported(&client) {
+                            audit += " pairs: unsupported here (probe)";
+                            continue;
+                        }
+                        pct(format!("{fp4:?}").to_lowercase(), GemvTune { fp4, ..base }, &mut s, &mut audit)?;
+                    }
+                }
+                println!("{:>24} audit (defaults {:?}):{audit}", "", base);
             }
         }
     }
     Ok(())
 }
 
-fn default_rpg_of(f: &Format) -> usize {
+fn qformat_of(f: &Format) -> QFormat {
     match f {
-        Format::Quant(Scheme::Mxfp4) => default_rpg(QFormat::Mxfp4),
-        _ => default_rpg(QFormat::Int8 { group: 16 }),
+        Format::Quant(Scheme::Mxfp4) => QFormat::Mxfp4,
+        _ => QFormat::Int8 { group: 16 },
     }
 }

@@ -6,7 +6,7 @@
 //! (as the model stacks Wq | Wk | Wv). The output is NaN-poisoned.
 
 use ndarray::Array2;
-use optimized::kernels::qmatmul::{qlinear_into, QLayout, QWeight};
+use optimized::kernels::qmatmul::{default_rpg, qlinear_into_tuned, Fp4Decode, GemvTune, QLayout, QWeight, QGEMV_PREFETCH};
 use optimized::{Client, DeviceTensor};
 use reference::quant::{Granularity, QuantTensor, Scheme};
 
@@ -22,6 +22,17 @@ pub struct QMatmulCase {
     pub parts: usize,
     /// Device order (gemv v1 over `Rows`, v2 over `Tiles`).
     pub layout: QLayout,
+    /// gemv v2: W prefetch on/off.
+    pub prefetch: bool,
+    /// gemv v2, mxfp4: how fp4 values are decoded.
+    pub fp4: Fp4Decode,
+}
+
+impl QMatmulCase {
+    /// A case with gemv v2's default choices on a CUDA-class device (prefetch, fp4 pairs).
+    pub fn new(t: usize, n_in: usize, n_out: usize, scheme: Scheme, parts: usize, layout: QLayout) -> Self {
+        Self { t, n_in, n_out, scheme, parts, layout, prefetch: QGEMV_PREFETCH, fp4: Fp4Decode::Pairs }
+    }
 }
 
 impl Case for QMatmulCase {
@@ -31,8 +42,11 @@ impl Case for QMatmulCase {
     fn name(&self) -> String {
         let p = if self.parts > 1 { format!(",stacked×{}", self.parts) } else { String::new() };
         let v = match self.layout {
-            QLayout::Rows => "rows/v1",
-            QLayout::Tiles => "tiles/v2",
+            QLayout::Rows => "rows/v1".to_string(),
+            QLayout::Tiles => {
+                let fp4 = if self.scheme == Scheme::Mxfp4 { format!(",fp4-{:?}", self.fp4).to_lowercase() } else { String::new() };
+                format!("tiles/v2,{}{fp4}", if self.prefetch { "prefetch" } else { "no-prefetch" })
+            }
         };
         format!("qmatmul(T={},in={},out={},{}{p},{v})", self.t, self.n_in, self.n_out, self.scheme)
     }
@@ -76,10 +90,14 @@ impl Case for QMatmulCase {
             Err(optimized::Error::Unsupported(why)) => return Outcome::Skip(why),
             Err(e) => return Outcome::Fail(format!("upload: {e}")),
         };
+        if self.layout == QLayout::Tiles && self.scheme == Scheme::Mxfp4 && self.fp4 == Fp4Decode::Pairs && !optimized::kernels::qmatmul::v2::pairs_supported(client) {
+            return Outcome::Skip("the f16-pair fp4 decode is not exact on this device (no f16, or its u32 → f16×2 bitcast failed the probe)".into());
+        }
         outcome((|| {
             let xd = DeviceTensor::from_f32(client, &x, &[t, n_in])?;
             let yd = DeviceTensor::from_f32(client, &vec![f32::NAN; t * rows], &[t, rows])?;
-            qlinear_into(client, &xd, &w, &yd)?;
+            let tune = GemvTune { rpg: default_rpg(w.format), split: None, prefetch: self.prefetch, fp4: self.fp4 };
+            qlinear_into_tuned(client, &xd, &w, &yd, &tune)?;
             let (tol, _) = tolerance(Op::Matmul, Dtype::F32);
             Ok(match compare(&yd.to_f32(client)?, &want_flat, tol) {
                 Ok(m) => Outcome::Pass(m),
@@ -94,7 +112,7 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     let schemes = [Scheme::Int8(Granularity::PerChannel), Scheme::Int8(Granularity::Group(32)), Scheme::Int8(Granularity::Group(128)), Scheme::Mxfp4];
     for layout in [QLayout::Rows, QLayout::Tiles] {
         for scheme in schemes {
-            let mut add = |t, n_in, n_out, parts| v.push(Box::new(QMatmulCase { t, n_in, n_out, scheme, parts, layout }) as Box<dyn Case>);
+            let mut add = |t, n_in, n_out, parts| v.push(Box::new(QMatmulCase::new(t, n_in, n_out, scheme, parts, layout)) as Box<dyn Case>);
             for t in [1usize, 3, 8, 9, 33] {
                 for (n_in, n_out) in [(128, 48), (256, 1031), (1536, 576), (640, 7)] {
                     add(t, n_in, n_out, 1);
@@ -114,11 +132,26 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             }
         }
     }
+    // gemv v2's other choices (W prefetch off; for mxfp4 the shared-table decode) on decode
+    // shapes with full and partial last tiles.
+    for scheme in schemes {
+        let g128 = scheme == Scheme::Int8(Granularity::Group(128));
+        let combos: &[(bool, Fp4Decode)] = if scheme == Scheme::Mxfp4 {
+            &[(false, Fp4Decode::Table), (true, Fp4Decode::Table), (false, Fp4Decode::Pairs)]
+        } else {
+            &[(false, Fp4Decode::Pairs)]
+        };
+        for &(prefetch, fp4) in combos {
+            for (t, n_in, n_out) in [(1usize, 256usize, 1031usize), (3, 1536, 576), (1, if g128 { 640 } else { 576 }, 72), (2, 5632, 72), (1, if g128 { 2944 } else { 2880 }, 72)] {
+                v.push(Box::new(QMatmulCase { prefetch, fp4, ..QMatmulCase::new(t, n_in, n_out, scheme, 1, QLayout::Tiles) }));
+            }
+        }
+    }
     // Rows the 16-byte int8 reader cannot split: reported as skipped, with the reason.
-    v.push(Box::new(QMatmulCase { t: 1, n_in: 40, n_out: 8, scheme: Scheme::Int8(Granularity::PerChannel), parts: 1, layout: QLayout::Tiles }));
+    v.push(Box::new(QMatmulCase::new(1, 40, 8, Scheme::Int8(Granularity::PerChannel), 1, QLayout::Tiles)));
     // int8 groups that are not a power of two cannot take the tiled order: skipped, with the
     // reason (the model uploads them in input order).
-    v.push(Box::new(QMatmulCase { t: 1, n_in: 96, n_out: 8, scheme: Scheme::Int8(Granularity::Group(48)), parts: 1, layout: QLayout::Tiles }));
-    v.push(Box::new(QMatmulCase { t: 1, n_in: 96, n_out: 8, scheme: Scheme::Int8(Granularity::Group(48)), parts: 1, layout: QLayout::Rows }));
+    v.push(Box::new(QMatmulCase::new(1, 96, 8, Scheme::Int8(Granularity::Group(48)), 1, QLayout::Tiles)));
+    v.push(Box::new(QMatmulCase::new(1, 96, 8, Scheme::Int8(Granularity::Group(48)), 1, QLayout::Rows)));
     v
 }

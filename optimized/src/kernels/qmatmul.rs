@@ -42,6 +42,8 @@ pub const QGEMV_MAX_T: usize = 8;
 /// both formats (H200: mxfp4 19.5% vs 22.5% of the copy rate at 4096×14336).
 pub const QGEMV_RPG: usize = 4;
 pub const QGEMV_RPG_MXFP4: usize = 4;
+/// Whether gemv v2 loads the next tile's W before this tile's arithmetic by default.
+pub const QGEMV_PREFETCH: bool = true;
 
 /// Rows per unit group [`qlinear_into`] uses for `format`.
 pub fn default_rpg(format: QFormat) -> usize {
@@ -200,6 +202,10 @@ impl QWeight {
                 }
             }
         }
+        if tiled && format == QFormat::Mxfp4 {
+            // Probe the f16-pair decode now (it syncs), not inside a later graph capture.
+            v2::pairs_supported(client);
+        }
         let w = words(&data);
         let data = DeviceTensor::from_u32(client, &w, &[w.len()])?;
         let s = if format == QFormat::Mxfp4 {
@@ -297,21 +303,24 @@ fn chunk_dot<N: Size>(wv: Vector<u32, N>, xs: &Array<Vector<f32, N>>, base: usiz
     } else {
         #[unroll]
         for wd in 0..4usize {
-            part += int8_word_dot(wv.extract(wd), xs[base + wd]);
+            part = int8_word_dot(wv.extract(wd), xs[base + wd], part);
         }
     }
     part
 }
 
-/// `Σ_e q_e · x_e` of one word of 4 int8 weights (byte e = q_e) and an x quad. Byte b →
-/// `f32(0x4B000000 | (b ^ 0x80)) − 8388736` (the magic-number conversion: exact, 3 integer ops).
+/// `acc + Σ_e q_e · x_e` of one word of 4 int8 weights (byte e = q_e) and an x quad. Byte b →
+/// `f32(0x4B000000 | (b ^ 0x80)) − 8388736` (the magic-number conversion: exact). Each byte is
+/// isolated by shifts (`(w << 8(3−e)) >> 24`: one funnel shift and one shift-with-add on
+/// sm_90, where `(w >> 8e) & 255 | C` compiled to three operations; ncu SASS counts, session 5).
 #[cube]
-fn int8_word_dot<N: Size>(word: u32, xv: Vector<f32, N>) -> f32 {
+pub(crate) fn int8_word_dot<N: Size>(word: u32, xv: Vector<f32, N>, acc: f32) -> f32 {
     let word = word ^ 0x8080_8080u32;
-    let mut part = f32::new(0.0);
+    let mut part = acc;
     #[unroll]
     for e in 0..4usize {
-        let q = f32::reinterpret(((word >> (e * 8) as u32) & 255u32) | 0x4B00_0000u32) - 8_388_736.0f32;
+        let b = if e == 3 { word >> 24u32 } else { (word << ((3 - e) * 8) as u32) >> 24u32 };
+        let q = f32::reinterpret(b | 0x4B00_0000u32) - 8_388_736.0f32;
         part += q * xv.extract(e);
     }
     part
@@ -509,17 +518,52 @@ pub fn dequant(client: &Client, w: &QWeight) -> Result<DeviceTensor, Error> {
 /// `y [T, out] = x [T, in] · dequant(W)ᵀ` into `y`: gemv (v2 for the tiled order, v1 for
 /// input order) for T ≤ [`QGEMV_MAX_T`], else dequant + tiled GEMM.
 pub fn qlinear_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor) -> Result<(), Error> {
-    qlinear_into_tuned(client, x, w, y, default_rpg(w.format), None)
+    qlinear_into_tuned(client, x, w, y, &GemvTune::default_for(client, w.format))
 }
 
-/// [`qlinear_into`] with the gemv's rows per unit group (1, 2, 4 or 8) and planes per row
-/// (1, 2 or 4; `None`: chosen to fill the device) forced, for benchmarks that audit the choice.
-pub fn qlinear_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor, rpg: usize, split: Option<usize>) -> Result<(), Error> {
+/// How an fp4 value becomes an f32 in gemv v2.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fp4Decode {
+    /// A 16-entry table in shared memory (v1's way; any device).
+    Table,
+    /// Two nibbles at once as an f16 pair by shifts and masks, widened to f32 (where
+    /// [`v2::pairs_supported`]).
+    Pairs,
+}
+
+/// The gemv's launch choices (what `tandem bench --kernel qmatmul` audits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GemvTune {
+    /// Rows per unit group: 1, 2, 4 or 8.
+    pub rpg: usize,
+    /// Planes per row: 1, 2 or 4 (`None`: chosen to fill the device).
+    pub split: Option<usize>,
+    /// v2: load the next tile's W before this tile's arithmetic.
+    pub prefetch: bool,
+    /// v2, mxfp4.
+    pub fp4: Fp4Decode,
+}
+
+impl GemvTune {
+    /// The defaults for `format` on this device.
+    pub fn default_for(client: &Client, format: QFormat) -> Self {
+        let fp4 = if format == QFormat::Mxfp4 && v2::pairs_supported(client) { Fp4Decode::Pairs } else { Fp4Decode::Table };
+        Self { rpg: default_rpg(format), split: None, prefetch: QGEMV_PREFETCH, fp4 }
+    }
+}
+
+/// [`qlinear_into`] with the gemv's launch choices forced, for benchmarks that audit them.
+pub fn qlinear_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor, tune: &GemvTune) -> Result<(), Error> {
+    let GemvTune { rpg, split, prefetch, fp4 } = *tune;
     if !matches!(rpg, 1 | 2 | 4 | 8) {
         return Err(Error::Shape(format!("qlinear: {rpg} rows per group, expected 1, 2, 4 or 8")));
     }
     if split.is_some_and(|s| !matches!(s, 1 | 2 | 4)) {
         return Err(Error::Shape(format!("qlinear: {split:?} planes per row, expected 1, 2 or 4")));
+    }
+    let pairs = fp4 == Fp4Decode::Pairs && w.format == QFormat::Mxfp4 && w.layout == QLayout::Tiles;
+    if pairs && !v2::pairs_supported(client) {
+        return Err(Error::Unsupported("qlinear: the f16-pair fp4 decode is not exact on this device (f16 missing, or its u32 → f16×2 bitcast failed the probe)".into()));
     }
     let [t, n_in] = x.shape[..] else {
         return Err(Error::Shape(format!(
@@ -578,7 +622,7 @@ pub fn qlinear_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, y: &De
     if tiled {
         let (cols, gshift) = w.tile_scale_geometry();
         unsafe {
-            v2::qgemv_v2::launch_unchecked(client, count, dim, 4, x.as_arg(4), w.data.as_arg(4), w.scales.as_arg(1), y.as_arg(1), w.out as u32, w.in_dim as u32, cpr as u32, cols, gshift, t, rpg, mx, w.grouped(), plane, split, block);
+            v2::qgemv_v2::launch_unchecked(client, count, dim, 4, x.as_arg(4), w.data.as_arg(4), w.scales.as_arg(1), y.as_arg(1), w.out as u32, w.in_dim as u32, cpr as u32, cols, gshift, t, rpg, mx, w.grouped(), plane, split, block, prefetch, pairs);
         }
         return Ok(());
     }

@@ -18,6 +18,13 @@
 
 use cubecl::prelude::*;
 
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+use half::f16;
+
+use crate::{Client, DeviceTensor, Dtype, Error};
+
 use super::{e2m1, int8_word_dot};
 use crate::kernels::matmul::store_row_sums;
 
@@ -70,11 +77,14 @@ pub fn tile_scale_words(n_in: usize) -> usize {
     8 * full + 2 * (chunks - full * TILE_CHUNKS)
 }
 
-/// e8m0 byte `q % 4` of `word` → `2^(b − 127)` (b = 0: the subnormal 2^−127).
+/// e8m0 byte `q % 4` of `word` → `2^(b − 127)` (b = 0: the subnormal 2^−127). The byte is
+/// moved straight into the exponent field and b = 0 raised to the subnormal's bits with a
+/// max (`0x400000` is below every normal exponent): 3 integer operations.
 #[cube]
 fn e8m0_of(word: u32, q: usize) -> f32 {
-    let b = (word >> ((q % 4) * 8) as u32) & 255u32;
-    f32::reinterpret(select(b == 0u32, 0x0040_0000u32, b << 23u32))
+    let j = q % 4;
+    let bits = if j == 3 { (word >> 1u32) & 0x7F80_0000u32 } else { (word << (23 - 8 * j) as u32) & 0x7F80_0000u32 };
+    f32::reinterpret(max(bits, 0x0040_0000u32))
 }
 
 /// First word of the scale pair of lane `l` in tile `t` (m chunks) of a row at `srow`.
@@ -83,35 +93,108 @@ fn mx_scale_index(srow: usize, t: usize, l: usize, m: usize) -> usize {
     srow + t * 8 + 2 * select(m == TILE_CHUNKS, l / 8, l)
 }
 
-/// `Σ_q s_q Σ_e e2m1(nibble) · x` of one fp4 chunk; quad q = nibbles 4(q % 2).. of word q / 2,
-/// x quad `xs[base + q]`, scale byte q of (s0, s1).
+/// Nibbles `e` and `e + 4` of `word` as the f16 pair (low, high) `e2m1 · 2^−14`: magnitude bits
+/// to f16 bits 9–11 (so e2m1's exponent lands in the f16 exponent's two low bits and its
+/// subnormal 0.5 in the f16 subnormal 2^−15), sign to bit 15, both nibbles with one shift each.
 #[cube]
-fn mx_chunk_dot<N: Size>(wv: Vector<u32, N>, xs: &Array<Vector<f32, N>>, base: usize, lut: &[f32], s0: u32, s1: u32) -> f32 {
+fn e2m1_pair(word: u32, #[comptime] e: usize) -> Vector<f32, Const<2>> {
+    let t = if e == 3 { word >> 3u32 } else { word << (9 - 4 * e) as u32 };
+    let u = if e == 3 { word } else { word << (12 - 4 * e) as u32 };
+    let h = (t & 0x0E00_0E00u32) | (u & 0x8000_8000u32);
+    Vector::<f32, Const<2>>::cast_from(Vector::<f16, Const<2>>::reinterpret(h))
+}
+
+#[cube(launch_unchecked)]
+fn pairs_probe(words: &[u32], out: &mut [f32]) {
+    let i = ABSOLUTE_POS;
+    if i < 16 {
+        #[unroll]
+        for e in 0..4usize {
+            let v = e2m1_pair(words[i * 4 + e], e);
+            out[(i * 4 + e) * 2] = v.extract(0usize);
+            out[(i * 4 + e) * 2 + 1] = v.extract(1usize);
+        }
+    }
+}
+
+/// Whether [`e2m1_pair`] gives the right values on this device: probed once per device and
+/// process (every nibble at every position, against `reference::quant`'s e2m1 table), because
+/// the u32 → f16×2 bitcast it relies on is not computed right everywhere (lavapipe returns
+/// the u32's f32 view in both halves). The first call syncs with the device: make it outside
+/// a graph capture ([`super::QWeight::upload`] does, for mxfp4).
+pub fn pairs_supported(client: &Client) -> bool {
+    static SEEN: OnceLock<Mutex<HashMap<String, bool>>> = OnceLock::new();
+    let key = format!("{}/{}", client.name(), client.properties().identity.name);
+    let seen = SEEN.get_or_init(|| Mutex::new(HashMap::new()));
+    if let Some(&ok) = seen.lock().ok().and_then(|m| m.get(&key).copied()).as_ref() {
+        return ok;
+    }
+    let ok = Dtype::F16.supported(client) && probe_pairs(client).unwrap_or(false);
+    if let Ok(mut m) = seen.lock() {
+        m.insert(key, ok);
+    }
+    ok
+}
+
+fn probe_pairs(client: &Client) -> Result<bool, Error> {
+    let words: Vec<u32> = (0..16u32).flat_map(|n| (0..4u32).map(move |e| n << (4 * e) | (15 - n) << (4 * e + 16))).collect();
+    let w = DeviceTensor::from_u32(client, &words, &[words.len()])?;
+    let out = DeviceTensor::from_f32(client, &vec![f32::NAN; words.len() * 2], &[words.len() * 2])?;
+    unsafe {
+        pairs_probe::launch_unchecked(client, CubeCount::Static(1, 1, 1), CubeDim::new_1d(16), w.as_arg(1), out.as_arg(1));
+    }
+    let got = out.to_f32(client)?;
+    let want = |n: u32| reference::quant::mxfp4::E2M1[n as usize] / 16384.0;
+    Ok((0..16u32).all(|n| (0..4usize).all(|e| {
+        let i = (n as usize * 4 + e) * 2;
+        got[i].to_bits() == want(n).to_bits() && got[i + 1].to_bits() == want(15 - n).to_bits()
+    })))
+}
+
+/// `Σ_q s_q Σ_e e2m1(nibble) · x` of one fp4 chunk; quad q = nibbles 4(q % 2).. of word q / 2,
+/// x quad `xs[base + q]`, scale byte q of (s0, s1). `pairs`: values from [`e2m1_pair`] (the
+/// sum is then 2^−14 of the true one: the caller rescales), else from the shared table `lut`.
+#[cube]
+fn mx_chunk_dot<N: Size>(wv: Vector<u32, N>, xs: &Array<Vector<f32, N>>, base: usize, lut: &[f32], s0: u32, s1: u32, #[comptime] pairs: bool) -> f32 {
     let mut tot = f32::new(0.0);
     #[unroll]
     for wd in 0..4usize {
         let word = wv.extract(wd);
+        let xlo = xs[base + wd * 2];
+        let xhi = xs[base + wd * 2 + 1];
+        let mut lo = f32::new(0.0);
+        let mut hi = f32::new(0.0);
         #[unroll]
-        for h in 0..2usize {
-            let q = wd * 2 + h;
-            let xv = xs[base + q];
-            let mut part = f32::new(0.0);
-            #[unroll]
-            for e in 0..4usize {
-                let nib = (word >> ((h * 4 + e) * 4) as u32) & 15u32;
-                part += lut[nib as usize] * xv.extract(e);
+        for e in 0..4usize {
+            if pairs {
+                let v = e2m1_pair(word, e);
+                lo += v.extract(0usize) * xlo.extract(e);
+                hi += v.extract(1usize) * xhi.extract(e);
+            } else {
+                lo += lut[((word >> (e * 4) as u32) & 15u32) as usize] * xlo.extract(e);
+                hi += lut[((word >> ((e + 4) * 4) as u32) & 15u32) as usize] * xhi.extract(e);
             }
-            let sw = if wd < 2 { s0 } else { s1 };
-            tot += e8m0_of(sw, q) * part;
         }
+        let sw = if wd < 2 { s0 } else { s1 };
+        tot += e8m0_of(sw, wd * 2) * lo + e8m0_of(sw, wd * 2 + 1) * hi;
     }
     tot
+}
+
+/// Chunk index of lane `lane` in tile `t` of a row of `cpr` chunks, clamped into the row (lanes
+/// past a partial last tile read the row's last chunk and do not use it).
+#[cube]
+fn tile_chunk(t: usize, lane: usize, cpr: usize) -> usize {
+    min(t * TILE_CHUNKS + lane, cpr - 1)
 }
 
 /// gemv v2. x `[tn, in/4]` quads; w `[out, cpr]` chunks in the tiled order; y `[tn, out]`.
 /// Cube dim (32·split, groups): unit u of group gi handles rows `(CUBE_POS·groups + gi)·rpg
 /// ..+ rpg`, tiles `u / 32, u / 32 + split, ..` at lane `u % 32`; x quads loaded once per
-/// tile for the rpg rows. Ends with gemv v1's `store_row_sums`.
+/// tile for the rpg rows. `prefetch`: the next tile's W chunks (and mxfp4 scale words) are
+/// loaded before this tile's arithmetic (twice the bytes in flight per unit, rpg·4 more
+/// registers). `pairs`: fp4 values by [`e2m1_pair`] instead of the shared table. Ends with
+/// gemv v1's `store_row_sums`.
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked)]
 pub fn qgemv_v2<N: Size>(
@@ -131,6 +214,8 @@ pub fn qgemv_v2<N: Size>(
     #[comptime] plane: bool,
     #[comptime] split: usize,
     #[comptime] block: usize,
+    #[comptime] prefetch: bool,
+    #[comptime] pairs: bool,
 ) {
     let unit = UNIT_POS_X as usize;
     let lane = unit % TILE_CHUNKS;
@@ -143,7 +228,7 @@ pub fn qgemv_v2<N: Size>(
     let cpr = cpr as usize;
     let cols = scale_cols as usize;
     let mut lut = Shared::<[f32]>::new_slice(16usize);
-    if mx && tid < 16 {
+    if mx && !pairs && tid < 16 {
         lut[tid] = e2m1(tid as u32);
     }
     sync_cube();
@@ -155,12 +240,54 @@ pub fn qgemv_v2<N: Size>(
         acc[a] = 0.0f32;
     }
     let mut xs = Array::<Vector<f32, N>>::new(tn * 8);
+    // The rows' W chunks (and mxfp4 scale words) of the tile about to be used.
+    let mut wn = Array::<Vector<u32, N>>::new(rpg);
+    let mut sn = Array::<u32>::new(rpg * 2);
+    let ntiles = (cpr + TILE_CHUNKS - 1) / TILE_CHUNKS;
+    let mut t = unit / TILE_CHUNKS;
     if row0 < n_out {
-        let ntiles = (cpr + TILE_CHUNKS - 1) / TILE_CHUNKS;
-        let mut t = unit / TILE_CHUNKS;
+        if prefetch && t < ntiles {
+            let c = tile_chunk(t, lane, cpr);
+            let m = min(TILE_CHUNKS, cpr - t * TILE_CHUNKS);
+            #[unroll]
+            for r in 0..rpg {
+                let row = select(row0 + r < n_out, row0 + r, n_out - 1);
+                wn[r] = w[row * cpr + c];
+                if mx {
+                    let si = mx_scale_index(row * cols, t, min(lane, m - 1), m);
+                    sn[2 * r] = scales[si];
+                    sn[2 * r + 1] = scales[si + 1];
+                }
+            }
+        }
         while t < ntiles {
             let c0 = t * TILE_CHUNKS;
             let m = min(TILE_CHUNKS, cpr - c0);
+            let mut wc = Array::<Vector<u32, N>>::new(rpg);
+            let mut sc2 = Array::<u32>::new(rpg * 2);
+            if prefetch {
+                #[unroll]
+                for r in 0..rpg {
+                    wc[r] = wn[r];
+                    sc2[2 * r] = sn[2 * r];
+                    sc2[2 * r + 1] = sn[2 * r + 1];
+                }
+                let tn2 = t + split;
+                if tn2 < ntiles {
+                    let c = tile_chunk(tn2, lane, cpr);
+                    let m2 = min(TILE_CHUNKS, cpr - tn2 * TILE_CHUNKS);
+                    #[unroll]
+                    for r in 0..rpg {
+                        let row = select(row0 + r < n_out, row0 + r, n_out - 1);
+                        wn[r] = w[row * cpr + c];
+                        if mx {
+                            let si = mx_scale_index(row * cols, tn2, min(lane, m2 - 1), m2);
+                            sn[2 * r] = scales[si];
+                            sn[2 * r + 1] = scales[si + 1];
+                        }
+                    }
+                }
+            }
             if lane < m {
                 let xq = c0 * qpc + lane;
                 #[unroll]
@@ -175,26 +302,37 @@ pub fn qgemv_v2<N: Size>(
                 #[unroll]
                 for r in 0..rpg {
                     let row = select(row0 + r < n_out, row0 + r, n_out - 1);
-                    let wv = w[row * cpr + c0 + lane];
+                    let mut wv = wc[r];
+                    if !prefetch {
+                        wv = w[row * cpr + c0 + lane];
+                    }
                     if mx {
-                        let si = mx_scale_index(row * cols, t, lane, m);
-                        let s0 = scales[si];
-                        let s1 = scales[si + 1];
+                        let mut s0 = sc2[2 * r];
+                        let mut s1 = sc2[2 * r + 1];
+                        if !prefetch {
+                            let si = mx_scale_index(row * cols, t, lane, m);
+                            s0 = scales[si];
+                            s1 = scales[si + 1];
+                        }
                         #[unroll]
                         for tt in 0..tn {
-                            acc[tt * rpg + r] += mx_chunk_dot(wv, &xs, tt * 8, &lut, s0, s1);
+                            acc[tt * rpg + r] += mx_chunk_dot(wv, &xs, tt * 8, &lut, s0, s1, pairs);
                         }
                     } else {
                         #[unroll]
                         for j in 0..4usize {
                             let word = wv.extract(j);
-                            let mut sc = f32::new(1.0);
                             if grouped {
-                                sc = f32::reinterpret(scales[row * cols + ((xq + m * j) >> gshift as usize)]);
-                            }
-                            #[unroll]
-                            for tt in 0..tn {
-                                acc[tt * rpg + r] += sc * int8_word_dot(word, xs[tt * 8 + j]);
+                                let sc = f32::reinterpret(scales[row * cols + ((xq + m * j) >> gshift as usize)]);
+                                #[unroll]
+                                for tt in 0..tn {
+                                    acc[tt * rpg + r] += sc * int8_word_dot(word, xs[tt * 8 + j], 0.0f32);
+                                }
+                            } else {
+                                #[unroll]
+                                for tt in 0..tn {
+                                    acc[tt * rpg + r] = int8_word_dot(word, xs[tt * 8 + j], acc[tt * rpg + r]);
+                                }
                             }
                         }
                     }
@@ -211,6 +349,12 @@ pub fn qgemv_v2<N: Size>(
                 for tt in 0..tn {
                     acc[tt * rpg + r] *= sc;
                 }
+            }
+        }
+        if mx && pairs {
+            #[unroll]
+            for a in 0..tn * rpg {
+                acc[a] *= 16384.0f32;
             }
         }
     }
@@ -327,3 +471,4 @@ mod tests {
         }
     }
 }
+

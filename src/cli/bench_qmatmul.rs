@@ -2,7 +2,7 @@
 //! format: time per call, GB/s of weight bytes read, % of the device copy rate measured in the
 //! same run, and speed-up over the bf16 gemv.
 
-use optimized::kernels::qmatmul::{Fp4Decode, GemvTune, QFormat, QLayout};
+use optimized::kernels::qmatmul::{Fp4Decode, GemvTune, QLayout};
 use optimized::{Backend, Dtype};
 use reference::quant::{Granularity, Scheme};
 use tandem_benches::gpu::attention::seconds_per_call;
@@ -53,7 +53,7 @@ pub fn run(backend: Backend, gate: &str, reps: usize, shapes: Option<Vec<(usize,
             if audit_on && matches!(f, Format::Quant(_)) && !name.ends_with("v1") {
                 // Audit of each launch choice against the defaults, in % of the copy rate:
                 // rows per unit group, planes per row, W prefetch, fp4 decode.
-                let base = GemvTune::default_for(&client, qformat_of(f));
+                let base = fx::default_tune(&client, &s).map_err(gpu)?;
                 let mut audit = String::new();
                 let pct = |label: String, tune: GemvTune, s: &mut fx::Setup, audit: &mut String| -> Result<()> {
                     let tr = seconds_per_call(&client, 3, 50 * reps.max(1), || fx::run_tuned(&client, s, &tune)).map_err(gpu)?;
@@ -83,11 +83,4 @@ pub fn run(backend: Backend, gate: &str, reps: usize, shapes: Option<Vec<(usize,
         }
     }
     Ok(())
-}
-
-fn qformat_of(f: &Format) -> QFormat {
-    match f {
-        Format::Quant(Scheme::Mxfp4) => QFormat::Mxfp4,
-        _ => QFormat::Int8 { group: 16 },
-    }
 }

@@ -6,7 +6,7 @@
 //! (as the model stacks Wq | Wk | Wv). The output is NaN-poisoned.
 
 use ndarray::Array2;
-use optimized::kernels::qmatmul::{default_rpg, qlinear_into_tuned, Fp4Decode, GemvTune, QLayout, QWeight, QGEMV_PREFETCH};
+use optimized::kernels::qmatmul::{default_prefetch, default_rpg, qlinear_into_tuned, Fp4Decode, GemvTune, QFormat, QLayout, QWeight};
 use optimized::{Client, DeviceTensor};
 use reference::quant::{Granularity, QuantTensor, Scheme};
 
@@ -29,9 +29,14 @@ pub struct QMatmulCase {
 }
 
 impl QMatmulCase {
-    /// A case with gemv v2's default choices on a CUDA-class device (prefetch, fp4 pairs).
+    /// A case with gemv v2's default choices on a CUDA-class device (prefetch as
+    /// `default_prefetch`, fp4 pairs).
     pub fn new(t: usize, n_in: usize, n_out: usize, scheme: Scheme, parts: usize, layout: QLayout) -> Self {
-        Self { t, n_in, n_out, scheme, parts, layout, prefetch: QGEMV_PREFETCH, fp4: Fp4Decode::Pairs }
+        let format = match scheme {
+            Scheme::Int8(g) => QFormat::Int8 { group: g.group_len(n_in) },
+            Scheme::Mxfp4 => QFormat::Mxfp4,
+        };
+        Self { t, n_in, n_out, scheme, parts, layout, prefetch: default_prefetch(format, n_in), fp4: Fp4Decode::Pairs }
     }
 }
 
@@ -132,18 +137,19 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             }
         }
     }
-    // gemv v2's other choices (W prefetch off; for mxfp4 the shared-table decode) on decode
-    // shapes with full and partial last tiles.
+    // gemv v2's other choices (W prefetch flipped; for mxfp4 also the shared-table decode) on
+    // decode shapes with full and partial last tiles.
     for scheme in schemes {
         let g128 = scheme == Scheme::Int8(Granularity::Group(128));
         let combos: &[(bool, Fp4Decode)] = if scheme == Scheme::Mxfp4 {
-            &[(false, Fp4Decode::Table), (true, Fp4Decode::Table), (false, Fp4Decode::Pairs)]
+            &[(true, Fp4Decode::Table), (false, Fp4Decode::Table), (true, Fp4Decode::Pairs)]
         } else {
-            &[(false, Fp4Decode::Pairs)]
+            &[(true, Fp4Decode::Pairs)]
         };
-        for &(prefetch, fp4) in combos {
+        for &(flip, fp4) in combos {
             for (t, n_in, n_out) in [(1usize, 256usize, 1031usize), (3, 1536, 576), (1, if g128 { 640 } else { 576 }, 72), (2, 5632, 72), (1, if g128 { 2944 } else { 2880 }, 72)] {
-                v.push(Box::new(QMatmulCase { prefetch, fp4, ..QMatmulCase::new(t, n_in, n_out, scheme, 1, QLayout::Tiles) }));
+                let c = QMatmulCase::new(t, n_in, n_out, scheme, 1, QLayout::Tiles);
+                v.push(Box::new(QMatmulCase { prefetch: c.prefetch != flip, fp4, ..c }));
             }
         }
     }

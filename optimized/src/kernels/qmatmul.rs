@@ -42,8 +42,16 @@ pub const QGEMV_MAX_T: usize = 8;
 /// both formats (H200: mxfp4 19.5% vs 22.5% of the copy rate at 4096×14336).
 pub const QGEMV_RPG: usize = 4;
 pub const QGEMV_RPG_MXFP4: usize = 4;
-/// Whether gemv v2 loads the next tile's W before this tile's arithmetic by default.
-pub const QGEMV_PREFETCH: bool = true;
+/// Whether gemv v2 loads the next tile's W before this tile's arithmetic by default: yes for
+/// per-channel int8 and mxfp4 (H200, 4096×14336 / 14336×4096: int8 65.6 / 63.4% of the copy
+/// rate vs 59.4 / 63.3% without; mxfp4 34.0 / 33.9% vs 34.6 / 26.7%), no for int8 groups, whose
+/// per-quad scale loads it delays (int8-g32 49.8 / 40.4% with, 60.6 / 50.7% without).
+pub fn default_prefetch(format: QFormat, in_dim: usize) -> bool {
+    match format {
+        QFormat::Int8 { group } => group == in_dim,
+        QFormat::Mxfp4 => true,
+    }
+}
 
 /// Rows per unit group [`qlinear_into`] uses for `format`.
 pub fn default_rpg(format: QFormat) -> usize {
@@ -303,28 +311,31 @@ fn chunk_dot<N: Size>(wv: Vector<u32, N>, xs: &Array<Vector<f32, N>>, base: usiz
     } else {
         #[unroll]
         for wd in 0..4usize {
-            part = int8_word_dot(wv.extract(wd), xs[base + wd], part);
+            part = int8_word_dot(wv.extract(wd), xs[base + wd], part, 0x4B00_0080u32);
         }
     }
     part
 }
 
 /// `acc + Σ_e q_e · x_e` of one word of 4 int8 weights (byte e = q_e) and an x quad. Byte b →
-/// `f32(0x4B000000 | (b ^ 0x80)) − 8388736` (the magic-number conversion: exact). Each byte is
-/// isolated by shifts (`(w << 8(3−e)) >> 24`: one funnel shift and one shift-with-add on
-/// sm_90, where `(w >> 8e) & 255 | C` compiled to three operations; ncu SASS counts, session 5).
+/// `f32(0x4B000000 | (b ^ 0x80)) − 8388736` (the magic-number conversion: exact), computed as
+/// `((w >> 8e) & 255) ^ magic` with `magic` = [`INT8_MAGIC`]. gemv v2 passes `magic` as a
+/// kernel argument: a run-time value sits in a register, so the mask and the xor fuse into one
+/// three-input logic op; as a literal, NVCC split them into two plus a word-level xor (ncu
+/// SASS counts on the H200: 2.5 integer ops per weight).
 #[cube]
-pub(crate) fn int8_word_dot<N: Size>(word: u32, xv: Vector<f32, N>, acc: f32) -> f32 {
-    let word = word ^ 0x8080_8080u32;
+pub(crate) fn int8_word_dot<N: Size>(word: u32, xv: Vector<f32, N>, acc: f32, magic: u32) -> f32 {
     let mut part = acc;
     #[unroll]
     for e in 0..4usize {
-        let b = if e == 3 { word >> 24u32 } else { (word << ((3 - e) * 8) as u32) >> 24u32 };
-        let q = f32::reinterpret(b | 0x4B00_0000u32) - 8_388_736.0f32;
+        let q = f32::reinterpret(((word >> (e * 8) as u32) & 255u32) ^ magic) - 8_388_736.0f32;
         part += q * xv.extract(e);
     }
     part
 }
+
+/// `0x4B000000 | 0x80`: see [`int8_word_dot`].
+pub const INT8_MAGIC: u32 = 0x4B00_0080;
 
 /// gemv v1. x `[tn, in/4]` vectors of 4; w `[out, cpr]` 16-byte chunks; y `[tn, out]`.
 /// Cube dim (group, groups): a group of `group` = 32·split units (lane, gi) handles rows
@@ -518,7 +529,7 @@ pub fn dequant(client: &Client, w: &QWeight) -> Result<DeviceTensor, Error> {
 /// `y [T, out] = x [T, in] · dequant(W)ᵀ` into `y`: gemv (v2 for the tiled order, v1 for
 /// input order) for T ≤ [`QGEMV_MAX_T`], else dequant + tiled GEMM.
 pub fn qlinear_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor) -> Result<(), Error> {
-    qlinear_into_tuned(client, x, w, y, &GemvTune::default_for(client, w.format))
+    qlinear_into_tuned(client, x, w, y, &GemvTune::default_for(client, w))
 }
 
 /// How an fp4 value becomes an f32 in gemv v2.
@@ -545,10 +556,10 @@ pub struct GemvTune {
 }
 
 impl GemvTune {
-    /// The defaults for `format` on this device.
-    pub fn default_for(client: &Client, format: QFormat) -> Self {
-        let fp4 = if format == QFormat::Mxfp4 && v2::pairs_supported(client) { Fp4Decode::Pairs } else { Fp4Decode::Table };
-        Self { rpg: default_rpg(format), split: None, prefetch: QGEMV_PREFETCH, fp4 }
+    /// The defaults for `w` on this device.
+    pub fn default_for(client: &Client, w: &QWeight) -> Self {
+        let fp4 = if w.format == QFormat::Mxfp4 && v2::pairs_supported(client) { Fp4Decode::Pairs } else { Fp4Decode::Table };
+        Self { rpg: default_rpg(w.format), split: None, prefetch: default_prefetch(w.format, w.in_dim), fp4 }
     }
 }
 
@@ -622,7 +633,7 @@ pub fn qlinear_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, y: &De
     if tiled {
         let (cols, gshift) = w.tile_scale_geometry();
         unsafe {
-            v2::qgemv_v2::launch_unchecked(client, count, dim, 4, x.as_arg(4), w.data.as_arg(4), w.scales.as_arg(1), y.as_arg(1), w.out as u32, w.in_dim as u32, cpr as u32, cols, gshift, t, rpg, mx, w.grouped(), plane, split, block, prefetch, pairs);
+            v2::qgemv_v2::launch_unchecked(client, count, dim, 4, x.as_arg(4), w.data.as_arg(4), w.scales.as_arg(1), y.as_arg(1), w.out as u32, w.in_dim as u32, cpr as u32, cols, gshift, INT8_MAGIC, t, rpg, mx, w.grouped(), plane, split, block, prefetch, pairs);
         }
         return Ok(());
     }

@@ -193,7 +193,8 @@ fn tile_chunk(t: usize, lane: usize, cpr: usize) -> usize {
 /// ..+ rpg`, tiles `u / 32, u / 32 + split, ..` at lane `u % 32`; x quads loaded once per
 /// tile for the rpg rows. `prefetch`: the next tile's W chunks (and mxfp4 scale words) are
 /// loaded before this tile's arithmetic (twice the bytes in flight per unit, rpg·4 more
-/// registers). `pairs`: fp4 values by [`e2m1_pair`] instead of the shared table. Ends with
+/// registers). `pairs`: fp4 values by [`e2m1_pair`] instead of the shared table. `magic`:
+/// [`super::INT8_MAGIC`] (an argument on purpose: see [`int8_word_dot`]). Ends with
 /// gemv v1's `store_row_sums`.
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked)]
@@ -207,6 +208,7 @@ pub fn qgemv_v2<N: Size>(
     cpr: u32,
     scale_cols: u32,
     gshift: u32,
+    magic: u32,
     #[comptime] tn: usize,
     #[comptime] rpg: usize,
     #[comptime] mx: bool,
@@ -326,12 +328,12 @@ pub fn qgemv_v2<N: Size>(
                                 let sc = f32::reinterpret(scales[row * cols + ((xq + m * j) >> gshift as usize)]);
                                 #[unroll]
                                 for tt in 0..tn {
-                                    acc[tt * rpg + r] += sc * int8_word_dot(word, xs[tt * 8 + j], 0.0f32);
+                                    acc[tt * rpg + r] += sc * int8_word_dot(word, xs[tt * 8 + j], 0.0f32, magic);
                                 }
                             } else {
                                 #[unroll]
                                 for tt in 0..tn {
-                                    acc[tt * rpg + r] = int8_word_dot(word, xs[tt * 8 + j], acc[tt * rpg + r]);
+                                    acc[tt * rpg + r] = int8_word_dot(word, xs[tt * 8 + j], acc[tt * rpg + r], magic);
                                 }
                             }
                         }

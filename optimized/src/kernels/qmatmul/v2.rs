@@ -181,11 +181,24 @@ fn mx_chunk_dot<N: Size>(wv: Vector<u32, N>, xs: &Array<Vector<f32, N>>, base: u
     tot
 }
 
-/// Chunk index of lane `lane` in tile `t` of a row of `cpr` chunks, clamped into the row (lanes
-/// past a partial last tile read the row's last chunk and do not use it).
+/// Lane `lane`'s W chunk of tile `t` for rows `row0 ..+ rpg` into `wn` (rows past `n_out`
+/// read the last row), and with `mx` its two scale words per row into `sn`. Lanes past a
+/// partial last tile read the row's last chunk (and the last lane's scales) and do not use them.
+#[allow(clippy::too_many_arguments)]
 #[cube]
-fn tile_chunk(t: usize, lane: usize, cpr: usize) -> usize {
-    min(t * TILE_CHUNKS + lane, cpr - 1)
+fn load_tile<N: Size>(w: &[Vector<u32, N>], scales: &[u32], wn: &mut Array<Vector<u32, N>>, sn: &mut Array<u32>, t: usize, lane: usize, cpr: usize, row0: usize, n_out: usize, cols: usize, #[comptime] rpg: usize, #[comptime] mx: bool) {
+    let c = min(t * TILE_CHUNKS + lane, cpr - 1);
+    let m = min(TILE_CHUNKS, cpr - t * TILE_CHUNKS);
+    #[unroll]
+    for r in 0..rpg {
+        let row = select(row0 + r < n_out, row0 + r, n_out - 1);
+        wn[r] = w[row * cpr + c];
+        if mx {
+            let si = mx_scale_index(row * cols, t, min(lane, m - 1), m);
+            sn[2 * r] = scales[si];
+            sn[2 * r + 1] = scales[si + 1];
+        }
+    }
 }
 
 /// gemv v2. x `[tn, in/4]` quads; w `[out, cpr]` chunks in the tiled order; y `[tn, out]`.
@@ -249,18 +262,7 @@ pub fn qgemv_v2<N: Size>(
     let mut t = unit / TILE_CHUNKS;
     if row0 < n_out {
         if prefetch && t < ntiles {
-            let c = tile_chunk(t, lane, cpr);
-            let m = min(TILE_CHUNKS, cpr - t * TILE_CHUNKS);
-            #[unroll]
-            for r in 0..rpg {
-                let row = select(row0 + r < n_out, row0 + r, n_out - 1);
-                wn[r] = w[row * cpr + c];
-                if mx {
-                    let si = mx_scale_index(row * cols, t, min(lane, m - 1), m);
-                    sn[2 * r] = scales[si];
-                    sn[2 * r + 1] = scales[si + 1];
-                }
-            }
+            load_tile(w, scales, &mut wn, &mut sn, t, lane, cpr, row0, n_out, cols, rpg, mx);
         }
         while t < ntiles {
             let c0 = t * TILE_CHUNKS;
@@ -276,18 +278,7 @@ pub fn qgemv_v2<N: Size>(
                 }
                 let tn2 = t + split;
                 if tn2 < ntiles {
-                    let c = tile_chunk(tn2, lane, cpr);
-                    let m2 = min(TILE_CHUNKS, cpr - tn2 * TILE_CHUNKS);
-                    #[unroll]
-                    for r in 0..rpg {
-                        let row = select(row0 + r < n_out, row0 + r, n_out - 1);
-                        wn[r] = w[row * cpr + c];
-                        if mx {
-                            let si = mx_scale_index(row * cols, tn2, min(lane, m2 - 1), m2);
-                            sn[2 * r] = scales[si];
-                            sn[2 * r + 1] = scales[si + 1];
-                        }
-                    }
+                    load_tile(w, scales, &mut wn, &mut sn, tn2, lane, cpr, row0, n_out, cols, rpg, mx);
                 }
             }
             if lane < m {

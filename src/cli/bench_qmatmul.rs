@@ -53,7 +53,9 @@ pub fn run(backend: Backend, gate: &str, reps: usize, shapes: Option<Vec<(usize,
             if audit_on && matches!(f, Format::Quant(_)) && !name.ends_with("v1") {
                 // Audit of each launch choice against the defaults, in % of the copy rate:
                 // rows per unit group, planes per row, W prefetch, fp4 decode.
-                let base = fx::default_tune(&client, &s).map_err(gpu)?;
+                let base = fx::default_tune(&s).map_err(gpu)?;
+                // The default decode is Pairs exactly where the weight may take it.
+                let base_pairs = base.fp4 == Fp4Decode::Pairs;
                 let mut audit = String::new();
                 let pct = |label: String, tune: GemvTune, s: &mut fx::Setup, audit: &mut String| -> Result<()> {
                     let tr = seconds_per_call(&client, 3, 50 * reps.max(1), || fx::run_tuned(&client, s, &tune)).map_err(gpu)?;
@@ -71,7 +73,7 @@ pub fn run(backend: Backend, gate: &str, reps: usize, shapes: Option<Vec<(usize,
                 }
                 if matches!(f, Format::Quant(Scheme::Mxfp4)) {
                     for fp4 in [Fp4Decode::Table, Fp4Decode::Pairs] {
-                        if fp4 == Fp4Decode::Pairs && !optimized::kernels::qmatmul::v2::pairs_supported(&client) {
+                        if fp4 == Fp4Decode::Pairs && !base_pairs {
                             audit += " pairs: unsupported here (probe)";
                             continue;
                         }

@@ -95,7 +95,7 @@ impl Case for QMatmulCase {
             Err(optimized::Error::Unsupported(why)) => return Outcome::Skip(why),
             Err(e) => return Outcome::Fail(format!("upload: {e}")),
         };
-        if self.layout == QLayout::Tiles && self.scheme == Scheme::Mxfp4 && self.fp4 == Fp4Decode::Pairs && !optimized::kernels::qmatmul::v2::pairs_supported(client) {
+        if self.layout == QLayout::Tiles && self.scheme == Scheme::Mxfp4 && self.fp4 == Fp4Decode::Pairs && !w.pairs {
             return Outcome::Skip("the f16-pair fp4 decode is not exact on this device (no f16, or its u32 → f16×2 bitcast failed the probe)".into());
         }
         outcome((|| {

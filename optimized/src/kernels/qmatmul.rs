@@ -109,6 +109,9 @@ pub struct QWeight {
     /// int8: f32 scale bits `[out, in/group]`; mxfp4: e8m0 bytes, 4 per word: `[out, in/32]`
     /// (Rows) or `[out, v2::tile_scale_words(in)]` words (Tiles).
     pub scales: DeviceTensor,
+    /// mxfp4 in the tiled order on a device where [`v2::pairs_supported`]: gemv v2 may decode
+    /// it by [`Fp4Decode::Pairs`] (decided once, at upload, outside any graph capture).
+    pub pairs: bool,
 }
 
 fn words(bytes: &[u8]) -> Vec<u32> {
@@ -210,10 +213,8 @@ impl QWeight {
                 }
             }
         }
-        if tiled && format == QFormat::Mxfp4 {
-            // Probe the f16-pair decode now (it syncs), not inside a later graph capture.
-            v2::pairs_supported(client);
-        }
+        // The probe syncs: here, not inside a later graph capture.
+        let pairs = tiled && format == QFormat::Mxfp4 && v2::pairs_supported(client);
         let w = words(&data);
         let data = DeviceTensor::from_u32(client, &w, &[w.len()])?;
         let s = if format == QFormat::Mxfp4 {
@@ -229,6 +230,7 @@ impl QWeight {
             in_dim,
             data,
             scales,
+            pairs,
         })
     }
 
@@ -311,7 +313,7 @@ fn chunk_dot<N: Size>(wv: Vector<u32, N>, xs: &Array<Vector<f32, N>>, base: usiz
     } else {
         #[unroll]
         for wd in 0..4usize {
-            part = int8_word_dot(wv.extract(wd), xs[base + wd], part, 0x4B00_0080u32);
+            part = int8_word_dot(wv.extract(wd), xs[base + wd], part, INT8_MAGIC);
         }
     }
     part
@@ -529,7 +531,7 @@ pub fn dequant(client: &Client, w: &QWeight) -> Result<DeviceTensor, Error> {
 /// `y [T, out] = x [T, in] · dequant(W)ᵀ` into `y`: gemv (v2 for the tiled order, v1 for
 /// input order) for T ≤ [`QGEMV_MAX_T`], else dequant + tiled GEMM.
 pub fn qlinear_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor) -> Result<(), Error> {
-    qlinear_into_tuned(client, x, w, y, &GemvTune::default_for(client, w))
+    qlinear_into_tuned(client, x, w, y, &GemvTune::default_for(w))
 }
 
 /// How an fp4 value becomes an f32 in gemv v2.
@@ -556,9 +558,9 @@ pub struct GemvTune {
 }
 
 impl GemvTune {
-    /// The defaults for `w` on this device.
-    pub fn default_for(client: &Client, w: &QWeight) -> Self {
-        let fp4 = if w.format == QFormat::Mxfp4 && v2::pairs_supported(client) { Fp4Decode::Pairs } else { Fp4Decode::Table };
+    /// The defaults for `w` (on the device it was uploaded to).
+    pub fn default_for(w: &QWeight) -> Self {
+        let fp4 = if w.pairs { Fp4Decode::Pairs } else { Fp4Decode::Table };
         Self { rpg: default_rpg(w.format), split: None, prefetch: default_prefetch(w.format, w.in_dim), fp4 }
     }
 }
@@ -573,7 +575,7 @@ pub fn qlinear_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, y: &De
         return Err(Error::Shape(format!("qlinear: {split:?} planes per row, expected 1, 2 or 4")));
     }
     let pairs = fp4 == Fp4Decode::Pairs && w.format == QFormat::Mxfp4 && w.layout == QLayout::Tiles;
-    if pairs && !v2::pairs_supported(client) {
+    if pairs && !w.pairs {
         return Err(Error::Unsupported("qlinear: the f16-pair fp4 decode is not exact on this device (f16 missing, or its u32 → f16×2 bitcast failed the probe)".into()));
     }
     let [t, n_in] = x.shape[..] else {

@@ -121,12 +121,12 @@ fn pairs_probe(words: &[u32], out: &mut [f32]) {
 /// process (every nibble at every position, against `reference::quant`'s e2m1 table), because
 /// the u32 → f16×2 bitcast it relies on is not computed right everywhere (lavapipe returns
 /// the u32's f32 view in both halves). The first call syncs with the device: make it outside
-/// a graph capture ([`super::QWeight::upload`] does, for mxfp4).
+/// a graph capture ([`super::QWeight::upload`] does, for mxfp4, and records the answer).
 pub fn pairs_supported(client: &Client) -> bool {
     static SEEN: OnceLock<Mutex<HashMap<String, bool>>> = OnceLock::new();
     let key = format!("{}/{}", client.name(), client.properties().identity.name);
     let seen = SEEN.get_or_init(|| Mutex::new(HashMap::new()));
-    if let Some(&ok) = seen.lock().ok().and_then(|m| m.get(&key).copied()).as_ref() {
+    if let Some(ok) = seen.lock().ok().and_then(|m| m.get(&key).copied()) {
         return ok;
     }
     let ok = Dtype::F16.supported(client) && probe_pairs(client).unwrap_or(false);
@@ -267,6 +267,7 @@ pub fn qgemv_v2<N: Size>(
         while t < ntiles {
             let c0 = t * TILE_CHUNKS;
             let m = min(TILE_CHUNKS, cpr - c0);
+            // This tile's chunks and scale words: the prefetched ones, or loaded below.
             let mut wc = Array::<Vector<u32, N>>::new(rpg);
             let mut sc2 = Array::<u32>::new(rpg * 2);
             if prefetch {
@@ -292,24 +293,17 @@ pub fn qgemv_v2<N: Size>(
                         }
                     }
                 }
+                if !prefetch {
+                    load_tile(w, scales, &mut wc, &mut sc2, t, lane, cpr, row0, n_out, cols, rpg, mx);
+                }
                 #[unroll]
                 for r in 0..rpg {
                     let row = select(row0 + r < n_out, row0 + r, n_out - 1);
-                    let mut wv = wc[r];
-                    if !prefetch {
-                        wv = w[row * cpr + c0 + lane];
-                    }
+                    let wv = wc[r];
                     if mx {
-                        let mut s0 = sc2[2 * r];
-                        let mut s1 = sc2[2 * r + 1];
-                        if !prefetch {
-                            let si = mx_scale_index(row * cols, t, lane, m);
-                            s0 = scales[si];
-                            s1 = scales[si + 1];
-                        }
                         #[unroll]
                         for tt in 0..tn {
-                            acc[tt * rpg + r] += mx_chunk_dot(wv, &xs, tt * 8, &lut, s0, s1, pairs);
+                            acc[tt * rpg + r] += mx_chunk_dot(wv, &xs, tt * 8, &lut, sc2[2 * r], sc2[2 * r + 1], pairs);
                         }
                     } else {
                         #[unroll]
@@ -464,4 +458,3 @@ mod tests {
         }
     }
 }
-

@@ -7,207 +7,29 @@
 //!    C / units keys × G heads; q vectors read once per column for all of the unit's keys);
 //! 2. per head (a segment of units each): `m_s = max_j z`, `p = e^(z − m_s)`, `ℓ_s = Σ p`;
 //! 3. `o_s[h, c] = Σ_j p[h, j] · v[j, c]` (unit per column vector, keys split over unit
-//!    groups, four keys' loads in flight per iteration; pool rows looked up once in step 1);
+//!    groups, four keys' loads in flight per iteration);
 //! writing the partial (m_s, ℓ_s, o_s). The combine, one cube per (b, KV head) for its G
 //! heads (splits spread over the units, G loads in flight): `m = max(max_s m_s, σ_h)`,
 //! `ℓ = Σ_s ℓ_s e^(m_s − m) + e^(σ_h − m)`, `out = Σ_s o_s e^(m_s − m) / ℓ` (zeros when ℓ = 0). Chunks with no visible key write
 //! (m = −max f32, ℓ = 0, o = 0) and drop out of the sums.
+//!
+//! Latency (a decode step at a short context is ~8 dependent memory round trips, not bytes):
+//! the pool rows of the whole chunk are looked up at the start, beside the q and length loads
+//! (independent of the length; rows past it are never used); each P·V unit issues its first
+//! `vpre` V loads beside step 1's K loads; the combine issues its first `cpre` splits' o loads
+//! beside the (m, ℓ) loads; softmax segments that are exactly planes (32 units) reduce with
+//! plane ops instead of barrier trees (`softmax.rs`).
 
 use cubecl::prelude::*;
 
 use super::naive::visible_range;
 use super::paged::pool_row;
 use super::scores::scores_by_plane;
+use super::softmax::{combine_group, fold_partials, segment_softmax};
 use super::{check_paged, Masking};
 use crate::kernels::prev_pow2;
 use crate::kv_cache::BlockTables;
 use crate::{Client, DeviceTensor, Error};
-
-/// Per head `gg < gr`, over a segment of `seg` units each (unit `tid`, head `tid / seg`):
-/// `m = max(init, max_x z[gg·stride + x])` for `x < n`, then `z ← e^(z − m)` in place and
-/// `total = Σ z` (or `Σ z · wl[gg·stride + x]` when `weighted`). Returns `(m, total)`, valid in
-/// units of a head (`tid / seg < gr`). Every unit of the cube must call it (it syncs).
-#[allow(clippy::too_many_arguments)]
-#[cube]
-fn segment_softmax(z: &mut [f32], wl: &mut [f32], red: &mut [f32], sinks: &[f32], sink0: usize, n: usize, stride: usize, gr: usize, seg: usize, tid: usize, #[comptime] weighted: bool, #[comptime] has_sinks: bool) -> (f32, f32) {
-    let hg = tid / seg;
-    let li = tid - hg * seg;
-    let active = hg < gr;
-    let mut mx = f32::new(-3.4028235e38);
-    if active {
-        if has_sinks {
-            mx = sinks[sink0 + hg];
-        }
-        let mut x = li;
-        while x < n {
-            mx = max(mx, z[hg * stride + x]);
-            x += seg;
-        }
-    }
-    red[tid] = mx;
-    sync_cube();
-    let mut step = seg / 2;
-    while step > 0 {
-        if active && li < step {
-            red[tid] = max(red[tid], red[tid + step]);
-        }
-        sync_cube();
-        step /= 2;
-    }
-    let mut mh = f32::new(-3.4028235e38);
-    if active {
-        mh = red[hg * seg];
-    }
-    sync_cube();
-    let mut psum = f32::new(0.0);
-    if active {
-        let mut x = li;
-        while x < n {
-            let e = (z[hg * stride + x] - mh).exp();
-            z[hg * stride + x] = e;
-            if weighted {
-                psum += e * wl[hg * stride + x];
-            } else {
-                psum += e;
-            }
-            x += seg;
-        }
-    }
-    red[tid] = psum;
-    sync_cube();
-    let mut step = seg / 2;
-    while step > 0 {
-        if active && li < step {
-            red[tid] += red[tid + step];
-        }
-        sync_cube();
-        step /= 2;
-    }
-    let mut total = f32::new(0.0);
-    if active {
-        total = red[hg * seg];
-    }
-    sync_cube();
-    (mh, total)
-}
-
-/// Sum the `ns` key-group partials of the P·V step: unit `tid` of `nu` put its `gnv` sums for
-/// column vector `c4 = tid mod dv`, key group `tid / dv`, at `red[i·nu + tid]`. Afterwards
-/// `red[i·nu + c4]` holds the total of (i, c4); all units share the additions (`gnv·dv / nu`
-/// totals each), where one unit per column used to add `gnv·ns` values alone. Syncs.
-#[cube]
-fn fold_partials(o: &Array<f32>, red: &mut [f32], nu: usize, dv: usize, ns: usize, tid: usize, #[comptime] gnv: usize) {
-    #[unroll]
-    for i in 0..gnv {
-        red[i * nu + tid] = o[i];
-    }
-    sync_cube();
-    let mut idx = tid;
-    while idx < gnv * dv {
-        let i = idx / dv;
-        let c = idx - i * dv;
-        let mut tot = f32::new(0.0);
-        for k2 in 0..ns {
-            tot += red[i * nu + k2 * dv + c];
-        }
-        // Only this unit reads or writes the slots of (i, c).
-        red[i * nu + c] = tot;
-        idx += nu;
-    }
-    sync_cube();
-}
-
-/// Combine the chunk partials of (sequence b, KV head kvh) into `out` for its G query heads:
-/// `w_s = e^(m_s − m)`, `ℓ = Σ_s ℓ_s w_s (+ e^(σ − m))`, `out = Σ_s w_s o_s / ℓ`. Unit (ks, c4)
-/// sums splits ks, ks + ns, .. of column vector c4 for all G heads (G loads in flight), partials
-/// reduced through `red`. `w`, `wl`: shared, ≥ G·splits; `hl`: shared, ≥ G.
-#[allow(clippy::too_many_arguments)]
-#[cube]
-fn combine_group<N: Size>(
-    part_o: &mut [Vector<f32, N>],
-    part_ml: &mut [f32],
-    sinks: &[f32],
-    out: &mut [Vector<f32, N>],
-    w: &mut [f32],
-    wl: &mut [f32],
-    red: &mut [f32],
-    hl: &mut [f32],
-    b: usize,
-    kvh: usize,
-    gr: usize,
-    hh: usize,
-    dv: usize,
-    nsplit: usize,
-    seg: usize,
-    tid: usize,
-    nu: usize,
-    #[comptime] g: usize,
-    #[comptime] nv: usize,
-    #[comptime] has_sinks: bool,
-) {
-    let bh0 = b * hh + kvh * gr;
-    let mut idx = tid;
-    while idx < gr * nsplit {
-        let gg = idx / nsplit;
-        let sp = idx - gg * nsplit;
-        let slot = ((bh0 + gg) * nsplit + sp) * 2;
-        w[idx] = part_ml[slot];
-        wl[idx] = part_ml[slot + 1];
-        idx += nu;
-    }
-    sync_cube();
-    let (mh, total) = segment_softmax(w, wl, red, sinks, kvh * gr, nsplit, nsplit, gr, seg, tid, true, has_sinks);
-    let hg = tid / seg;
-    if hg < gr && tid - hg * seg == 0 {
-        let mut l = total;
-        if has_sinks {
-            l += (sinks[kvh * gr + hg] - mh).exp();
-        }
-        hl[hg] = l;
-    }
-    sync_cube();
-    let ns = nu / dv;
-    let ks = tid / dv;
-    let c4 = tid - ks * dv;
-    let mut o = Array::<f32>::new(g * nv);
-    #[unroll]
-    for i in 0..g * nv {
-        o[i] = 0.0f32;
-    }
-    if ks < ns {
-        let mut sp = ks;
-        while sp < nsplit {
-            #[unroll]
-            for gg in 0..g {
-                let ov = part_o[((bh0 + gg) * nsplit + sp) * dv + c4];
-                let wt = w[gg * nsplit + sp];
-                #[unroll]
-                for e in 0..nv {
-                    o[gg * nv + e] += wt * ov.extract(e);
-                }
-            }
-            sp += ns;
-        }
-    }
-    fold_partials(&o, red, nu, dv, ns, tid, g * nv);
-    if ks == 0 {
-        #[unroll]
-        for gg in 0..g {
-            let l = hl[gg];
-            let mut r = Vector::<f32, N>::new(0.0f32);
-            #[unroll]
-            for e in 0..nv {
-                let tot = red[(gg * nv + e) * nu + c4];
-                let mut val = f32::new(0.0);
-                if l > 0.0 {
-                    val = tot / l;
-                }
-                r.insert(e, val);
-            }
-            out[(bh0 + gg) * dv + c4] = r;
-        }
-    }
-}
 
 #[allow(clippy::too_many_arguments)]
 #[cube(launch, launch_unchecked)]
@@ -248,6 +70,9 @@ pub fn flash_decode_v2<N: Size>(
     #[comptime] steps: usize,
     #[comptime] cnt: usize,
     #[comptime] plane: bool,
+    #[comptime] plane_seg: bool,
+    #[comptime] vpre: usize,
+    #[comptime] cpre: usize,
 ) {
     // K/V rows are D / nv vectors of nv floats (nv = N).
     let dv = d / nv;
@@ -285,6 +110,18 @@ pub fn flash_decode_v2<N: Size>(
     if !single {
         len = lens[b];
     }
+    // Pool row of every position of the chunk the table covers, whatever the length: these
+    // loads go out beside the q and length loads instead of after them (a key's K load then
+    // waits for one memory round trip, not three). Rows past the length are never used.
+    let c0 = s * cl;
+    let cap = max_blocks as usize * block_size as usize;
+    let mut px = tid;
+    while px < cl {
+        if c0 + px < cap {
+            srow[px] = pool_row(tables, toff, c0 + px, block_size) as u32;
+        }
+        px += nu;
+    }
     let mut lo = 0u32;
     let mut hi = 0u32;
     if len > 0 {
@@ -292,8 +129,9 @@ pub fn flash_decode_v2<N: Size>(
         lo = l0;
         hi = h0;
     }
-    let c0 = s * cl;
     let a = max(lo as usize, c0);
+    // Key x (position a + x) is in pool row srow[off + x].
+    let off = a - c0;
     let e = min(hi as usize, c0 + cl);
     let mut nkeys = 0usize;
     if e > a {
@@ -301,13 +139,29 @@ pub fn flash_decode_v2<N: Size>(
     }
     sync_cube();
 
+    // P·V geometry (step 3): unit (ks, c4) takes keys ks, ks + ns, .. for column vector c4.
+    // Its first `vpre` keys' V loads go out now, beside step 1's K loads.
+    let ns = nu / dv;
+    let ks = tid / dv;
+    let c4 = tid - ks * dv;
+    let mut vp = Array::<Vector<f32, N>>::new(vpre);
+    #[unroll]
+    for i in 0..vpre {
+        let x = ks + i * ns;
+        let mut vv = Vector::<f32, N>::new(0.0f32);
+        if ks < ns && x < nkeys {
+            vv = v[(srow[off + x] as usize * hkv + kvh) * dv + c4];
+        }
+        vp[i] = vv;
+    }
+
     if lk > 0 {
         // 1. Scores, a lane group per key (`scores.rs`): coalesced K rows, q in registers.
         let mut bound = cl;
         if plane {
             bound = nkeys;
         }
-        scores_by_plane(k, tables, &sq, &mut sc, &mut srow, &mut red, toff, a, nkeys, bound, block_size, hkv, kvh, dv, cl, scale, tid, nu, d, g, nv, lk, kpp, steps, cnt, plane);
+        scores_by_plane(k, &sq, &mut sc, &srow, &mut red, off, nkeys, bound, hkv, kvh, dv, cl, scale, tid, nu, d, g, nv, lk, kpp, steps, cnt, plane);
     } else {
         // 1. Scores. Unit `tid` takes keys tid + j·nu for j < kpu (= chunk / units, comptime: no
         //    loop over key passes) and, per column vector c4, applies the G query vectors of c4 to
@@ -321,9 +175,7 @@ pub fn flash_decode_v2<N: Size>(
             let x = tid + j * nu;
             let mut base = 0usize;
             if x < nkeys {
-                let row = pool_row(tables, toff, a + x, block_size);
-                srow[x] = row as u32;
-                base = (row * hkv + kvh) * dv;
+                base = (srow[off + x] as usize * hkv + kvh) * dv;
             }
             kb[j] = base;
             #[unroll]
@@ -367,7 +219,7 @@ pub fn flash_decode_v2<N: Size>(
     sync_cube();
 
     // 2. Per head: max and sum of exps of the chunk's scores.
-    let (mh, total) = segment_softmax(&mut sc, &mut sw, &mut red, sinks, 0usize, nkeys, cl, gr, seg, tid, false, false);
+    let (mh, total) = segment_softmax(&mut sc, &mut sw, &mut red, sinks, 0usize, nkeys, cl, gr, seg, tid, false, false, plane_seg);
     let hg = tid / seg;
     if hg < gr && tid - hg * seg == 0 {
         let slot = ((b * hh + kvh * gr + hg) * nsplit + s) * 2;
@@ -376,22 +228,34 @@ pub fn flash_decode_v2<N: Size>(
     }
 
     // 3. P·V: unit (ks, c4) sums keys ks, ks + ns, .. for column vector c4, all G heads.
-    let ns = nu / dv;
-    let ks = tid / dv;
-    let c4 = tid - ks * dv;
     let mut o = Array::<f32>::new(g * nv);
     #[unroll]
     for i in 0..g * nv {
         o[i] = 0.0f32;
     }
     if ks < ns {
-        // Four keys per iteration: their V loads are issued together.
-        let mut x = ks;
+        // The prefetched keys first.
+        #[unroll]
+        for i in 0..vpre {
+            let x = ks + i * ns;
+            if x < nkeys {
+                #[unroll]
+                for gg in 0..g {
+                    let p = sc[gg * cl + x];
+                    #[unroll]
+                    for e in 0..nv {
+                        o[gg * nv + e] += p * vp[i].extract(e);
+                    }
+                }
+            }
+        }
+        // Then four keys per iteration: their V loads are issued together.
+        let mut x = ks + vpre * ns;
         while x + 3 * ns < nkeys {
-            let v0 = v[(srow[x] as usize * hkv + kvh) * dv + c4];
-            let v1 = v[(srow[x + ns] as usize * hkv + kvh) * dv + c4];
-            let v2 = v[(srow[x + 2 * ns] as usize * hkv + kvh) * dv + c4];
-            let v3 = v[(srow[x + 3 * ns] as usize * hkv + kvh) * dv + c4];
+            let v0 = v[(srow[off + x] as usize * hkv + kvh) * dv + c4];
+            let v1 = v[(srow[off + x + ns] as usize * hkv + kvh) * dv + c4];
+            let v2 = v[(srow[off + x + 2 * ns] as usize * hkv + kvh) * dv + c4];
+            let v3 = v[(srow[off + x + 3 * ns] as usize * hkv + kvh) * dv + c4];
             #[unroll]
             for gg in 0..g {
                 let p0 = sc[gg * cl + x];
@@ -406,7 +270,7 @@ pub fn flash_decode_v2<N: Size>(
             x += 4 * ns;
         }
         while x < nkeys {
-            let vv = v[(srow[x] as usize * hkv + kvh) * dv + c4];
+            let vv = v[(srow[off + x] as usize * hkv + kvh) * dv + c4];
             #[unroll]
             for gg in 0..g {
                 let p = sc[gg * cl + x];
@@ -441,7 +305,7 @@ pub fn flash_decode_v2<N: Size>(
         }
         sync_storage();
         if *arrived == splits - 1 {
-            combine_group(part_o, part_ml, sinks, out, &mut sc, &mut sw, &mut red, &mut hl, b, kvh, gr, hh, dv, nsplit, seg, tid, nu, g, nv, has_sinks);
+            combine_group(part_o, part_ml, sinks, out, &mut sc, &mut sw, &mut red, &mut hl, b, kvh, gr, hh, dv, nsplit, seg, tid, nu, g, nv, has_sinks, plane_seg, cpre);
             if tid == 0 {
                 // Ready for the next launch (kernels on one stream run in order).
                 counters[b * hkv + kvh].store(0u32);
@@ -468,6 +332,8 @@ pub fn flash_decode_combine_v2<N: Size>(
     #[comptime] units: usize,
     #[comptime] nv: usize,
     #[comptime] has_sinks: bool,
+    #[comptime] plane_seg: bool,
+    #[comptime] cpre: usize,
 ) {
     let hkv = kv_heads as usize;
     let b = CUBE_POS / hkv;
@@ -478,7 +344,7 @@ pub fn flash_decode_combine_v2<N: Size>(
     let mut red = Shared::<[f32]>::new_slice(units * g * nv);
     let mut hl = Shared::<[f32]>::new_slice(g);
     let dv = head_dim as usize / nv;
-    combine_group(part_o, part_ml, sinks, out, &mut w, &mut wl, &mut red, &mut hl, b, kvh, hh / hkv, hh, dv, splits as usize, seg_len as usize, UNIT_POS_X as usize, CUBE_DIM_X as usize, g, nv, has_sinks);
+    combine_group(part_o, part_ml, sinks, out, &mut w, &mut wl, &mut red, &mut hl, b, kvh, hh / hkv, hh, dv, splits as usize, seg_len as usize, UNIT_POS_X as usize, CUBE_DIM_X as usize, g, nv, has_sinks, plane_seg, cpre);
 }
 
 /// Keys per chunk: enough chunks that the grid has ≥ ~1 cube per SM, between 32 and 512
@@ -622,6 +488,13 @@ pub fn flash_decode_tuned(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v
     let kpp = (32 / g).clamp(1, 8);
     let steps = lk.max(1).trailing_zeros() as usize;
     let cnt = (g * kpp / lk.max(1)).max(1);
+    // Softmax segments that are exactly planes reduce by plane ops.
+    let plane_seg = plane && seg == 32;
+    // P·V: ns key groups of units; each prefetches its first keys' V (≤ 8 vectors).
+    let ns = (units / dvec).max(1);
+    let vpre = chunk.div_ceil(ns).clamp(1, 8);
+    // Combine: each unit's first two splits' o vectors loaded with the (m, ℓ) loads.
+    let cpre = 2;
     let fused = version == DecodeVersion::V3;
     if fused && tables.counters.numel() < bsz * hkv {
         return Err(Error::Shape(format!("flash_decode: {bsz}×{hkv} arrival counters, the tables hold {}", tables.counters.numel())));
@@ -671,6 +544,9 @@ pub fn flash_decode_tuned(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v
             steps,
             cnt,
             plane,
+            plane_seg,
+            vpre,
+            cpre,
         );
         if fused {
             return Ok(());
@@ -694,6 +570,8 @@ pub fn flash_decode_tuned(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v
             units,
             nv,
             mask.sinks.is_some(),
+            plane_seg,
+            cpre,
         );
     }
     Ok(())

@@ -31,6 +31,7 @@
 
 pub mod decode;
 mod scores;
+mod softmax;
 pub mod naive;
 pub mod paged;
 pub mod prefill;

@@ -14,7 +14,6 @@
 
 use cubecl::prelude::*;
 
-use super::paged::pool_row;
 
 /// The value lane `tid ^ m` holds (`m` < lk: within the lane group).
 #[cube]
@@ -60,8 +59,8 @@ fn reduce_scatter(v: &mut Array<f32>, r: usize, tid: usize, xbuf: &mut [f32], #[
     }
 }
 
-/// Scores `sc[h·cl + x] = scale · q_h · k_x` of keys `x < nkeys` (positions `a + x`) for the G
-/// heads whose queries are in `sq [G, D]`, and `srow[x]` = pool row of key x. Key
+/// Scores `sc[h·cl + x] = scale · q_h · k_x` of keys `x < nkeys` for the G heads whose
+/// queries are in `sq [G, D]`; key x is in pool row `srow[off + x]`. Key
 /// `x = pass·kpp·slots + j·slots + slot` goes to lane group `slot = tid / lk`. `xbuf`:
 /// shared, ≥ units (used without plane ops). `bound` must be uniform over the cube without
 /// plane ops (the shuffles sync): the caller passes the chunk length there.
@@ -69,16 +68,13 @@ fn reduce_scatter(v: &mut Array<f32>, r: usize, tid: usize, xbuf: &mut [f32], #[
 #[cube]
 pub(crate) fn scores_by_plane<N: Size>(
     k: &[Vector<f32, N>],
-    tables: &[u32],
     sq: &[f32],
     sc: &mut [f32],
-    srow: &mut [u32],
+    srow: &[u32],
     xbuf: &mut [f32],
-    toff: usize,
-    a: usize,
+    off: usize,
     nkeys: usize,
     bound: usize,
-    block_size: u32,
     hkv: usize,
     kvh: usize,
     dv: usize,
@@ -117,11 +113,7 @@ pub(crate) fn scores_by_plane<N: Size>(
             let x = base + j * slots + slot;
             let mut kv = Vector::<f32, N>::new(0.0f32);
             if x < nkeys {
-                let row = pool_row(tables, toff, a + x, block_size);
-                if r == 0 {
-                    srow[x] = row as u32;
-                }
-                kv = k[(row * hkv + kvh) * dv + r];
+                kv = k[(srow[off + x] as usize * hkv + kvh) * dv + r];
             }
             #[unroll]
             for gg in 0..g {

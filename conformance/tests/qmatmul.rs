@@ -1,6 +1,6 @@
 //! Quantized matmul conformance: the fixed grid, then random shapes per format.
 use conformance::cases::qmatmul::QMatmulCase;
-use optimized::kernels::qmatmul::{Fp4Decode, QLayout};
+use optimized::kernels::qmatmul::{Fp4Decode, Prefetch, QLayout};
 use conformance::{backends_from_env, run_cases, Case};
 use proptest::prelude::*;
 use reference::quant::{Granularity, Scheme};
@@ -24,7 +24,7 @@ proptest! {
         n_out in 1usize..300,
         scheme in prop::sample::select(vec![Scheme::Int8(Granularity::PerChannel), Scheme::Int8(Granularity::Group(32)), Scheme::Int8(Granularity::Group(64)), Scheme::Mxfp4]),
         tiles in any::<bool>(),
-        prefetch in any::<bool>(),
+        prefetch in prop::sample::select(vec![Prefetch::Off, Prefetch::W, Prefetch::WX]),
         pairs in any::<bool>(),
     ) {
         // in: a multiple of 64 so every scheme's group divides it (up to 3008: several tiles,

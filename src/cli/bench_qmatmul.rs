@@ -2,7 +2,7 @@
 //! format: time per call, GB/s of weight bytes read, % of the device copy rate measured in the
 //! same run, and speed-up over the bf16 gemv.
 
-use optimized::kernels::qmatmul::{Fp4Decode, GemvTune, QLayout};
+use optimized::kernels::qmatmul::{Fp4Decode, GemvTune, Prefetch, QLayout};
 use optimized::{Backend, Dtype};
 use reference::quant::{Granularity, Scheme};
 use tandem_benches::gpu::attention::seconds_per_call;
@@ -52,7 +52,7 @@ pub fn run(backend: Backend, gate: &str, reps: usize, shapes: Option<Vec<(usize,
             println!("{:>13} {name:>10} {:>9.1} {:>9.1} {gbs:>8.0} {:>7.1}% {:>8.2}×", format!("{n_in}×{n_out}"), s.w_bytes as f64 / 1e6, t * 1e6, 100.0 * gbs * 1e9 / rate, dt / t);
             if audit_on && matches!(f, Format::Quant(_)) && !name.ends_with("v1") {
                 // Audit of each launch choice against the defaults, in % of the copy rate:
-                // rows per unit group, planes per row, W prefetch, fp4 decode.
+                // rows per unit group, planes per row, prefetch (none, W, W + x), fp4 decode.
                 let base = fx::default_tune(&s).map_err(gpu)?;
                 // The default decode is Pairs exactly where the weight may take it.
                 let base_pairs = base.fp4 == Fp4Decode::Pairs;
@@ -68,8 +68,8 @@ pub fn run(backend: Backend, gate: &str, reps: usize, shapes: Option<Vec<(usize,
                 for split in [1usize, 2, 4] {
                     pct(format!("split {split}"), GemvTune { split: Some(split), ..base }, &mut s, &mut audit)?;
                 }
-                for prefetch in [false, true] {
-                    pct(format!("prefetch {}", if prefetch { "on" } else { "off" }), GemvTune { prefetch, ..base }, &mut s, &mut audit)?;
+                for prefetch in [Prefetch::Off, Prefetch::W, Prefetch::WX] {
+                    pct(format!("prefetch {prefetch:?}"), GemvTune { prefetch, ..base }, &mut s, &mut audit)?;
                 }
                 if matches!(f, Format::Quant(Scheme::Mxfp4)) {
                     for fp4 in [Fp4Decode::Table, Fp4Decode::Pairs] {

@@ -6,7 +6,7 @@
 //! (as the model stacks Wq | Wk | Wv). The output is NaN-poisoned.
 
 use ndarray::Array2;
-use optimized::kernels::qmatmul::{default_prefetch, default_rpg, qlinear_into_tuned, Fp4Decode, GemvTune, QFormat, QLayout, QWeight};
+use optimized::kernels::qmatmul::{default_prefetch, default_rpg, qlinear_into_tuned, Fp4Decode, GemvTune, Prefetch, QFormat, QLayout, QWeight};
 use optimized::{Client, DeviceTensor};
 use reference::quant::{Granularity, QuantTensor, Scheme};
 
@@ -22,8 +22,8 @@ pub struct QMatmulCase {
     pub parts: usize,
     /// Device order (gemv v1 over `Rows`, v2 over `Tiles`).
     pub layout: QLayout,
-    /// gemv v2: W prefetch on/off.
-    pub prefetch: bool,
+    /// gemv v2: what is loaded one tile ahead.
+    pub prefetch: Prefetch,
     /// gemv v2, mxfp4: how fp4 values are decoded.
     pub fp4: Fp4Decode,
 }
@@ -50,7 +50,12 @@ impl Case for QMatmulCase {
             QLayout::Rows => "rows/v1".to_string(),
             QLayout::Tiles => {
                 let fp4 = if self.scheme == Scheme::Mxfp4 { format!(",fp4-{:?}", self.fp4).to_lowercase() } else { String::new() };
-                format!("tiles/v2,{}{fp4}", if self.prefetch { "prefetch" } else { "no-prefetch" })
+                let pre = match self.prefetch {
+                    Prefetch::Off => "no-prefetch",
+                    Prefetch::W => "prefetch-w",
+                    Prefetch::WX => "prefetch-wx",
+                };
+                format!("tiles/v2,{pre}{fp4}")
             }
         };
         format!("qmatmul(T={},in={},out={},{}{p},{v})", self.t, self.n_in, self.n_out, self.scheme)
@@ -137,19 +142,19 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             }
         }
     }
-    // gemv v2's other choices (W prefetch flipped; for mxfp4 also the shared-table decode) on
-    // decode shapes with full and partial last tiles.
+    // gemv v2's other choices (every prefetch other than the default; for mxfp4 also the
+    // shared-table decode) on decode shapes with full and partial last tiles.
     for scheme in schemes {
         let g128 = scheme == Scheme::Int8(Granularity::Group(128));
-        let combos: &[(bool, Fp4Decode)] = if scheme == Scheme::Mxfp4 {
-            &[(true, Fp4Decode::Table), (false, Fp4Decode::Table), (true, Fp4Decode::Pairs)]
-        } else {
-            &[(true, Fp4Decode::Pairs)]
-        };
-        for &(flip, fp4) in combos {
-            for (t, n_in, n_out) in [(1usize, 256usize, 1031usize), (3, 1536, 576), (1, if g128 { 640 } else { 576 }, 72), (2, 5632, 72), (1, if g128 { 2944 } else { 2880 }, 72)] {
-                let c = QMatmulCase::new(t, n_in, n_out, scheme, 1, QLayout::Tiles);
-                v.push(Box::new(QMatmulCase { prefetch: c.prefetch != flip, fp4, ..c }));
+        for (t, n_in, n_out) in [(1usize, 256usize, 1031usize), (3, 1536, 576), (1, if g128 { 640 } else { 576 }, 72), (2, 5632, 72), (1, if g128 { 2944 } else { 2880 }, 72)] {
+            let c = QMatmulCase::new(t, n_in, n_out, scheme, 1, QLayout::Tiles);
+            let fp4s: &[Fp4Decode] = if scheme == Scheme::Mxfp4 { &[Fp4Decode::Table, Fp4Decode::Pairs] } else { &[Fp4Decode::Pairs] };
+            for &fp4 in fp4s {
+                for prefetch in [Prefetch::Off, Prefetch::W, Prefetch::WX] {
+                    if prefetch != c.prefetch || fp4 != c.fp4 {
+                        v.push(Box::new(QMatmulCase { prefetch, fp4, ..c.clone() }));
+                    }
+                }
             }
         }
     }

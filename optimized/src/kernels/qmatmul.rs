@@ -46,11 +46,24 @@ pub const QGEMV_RPG_MXFP4: usize = 4;
 /// per-channel int8 and mxfp4 (H200, 4096×14336 / 14336×4096: int8 65.6 / 63.4% of the copy
 /// rate vs 59.4 / 63.3% without; mxfp4 34.0 / 33.9% vs 34.6 / 26.7%), no for int8 groups, whose
 /// per-quad scale loads it delays (int8-g32 49.8 / 40.4% with, 60.6 / 50.7% without).
-pub fn default_prefetch(format: QFormat, in_dim: usize) -> bool {
+pub fn default_prefetch(format: QFormat, in_dim: usize) -> Prefetch {
     match format {
-        QFormat::Int8 { group } => group == in_dim,
-        QFormat::Mxfp4 => true,
+        QFormat::Int8 { group } if group == in_dim => Prefetch::WX,
+        QFormat::Int8 { .. } => Prefetch::Off,
+        QFormat::Mxfp4 => Prefetch::WX,
     }
+}
+
+/// What gemv v2 loads one tile ahead (before this tile's arithmetic).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Prefetch {
+    /// Nothing: each tile's W and x are loaded when it starts.
+    Off,
+    /// The next tile's W chunks (and mxfp4 scale words): rpg·4 more registers.
+    W,
+    /// W and the next tile's x quads: the x loads (L2 hits, but a round trip each tile) leave
+    /// the loop's critical path too, for tn·qpc·4 more registers.
+    WX,
 }
 
 /// Rows per unit group [`qlinear_into`] uses for `format`.
@@ -551,8 +564,8 @@ pub struct GemvTune {
     pub rpg: usize,
     /// Planes per row: 1, 2 or 4 (`None`: chosen to fill the device).
     pub split: Option<usize>,
-    /// v2: load the next tile's W before this tile's arithmetic.
-    pub prefetch: bool,
+    /// v2: what is loaded one tile ahead.
+    pub prefetch: Prefetch,
     /// v2, mxfp4.
     pub fp4: Fp4Decode,
 }
@@ -635,7 +648,8 @@ pub fn qlinear_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, y: &De
     if tiled {
         let (cols, gshift) = w.tile_scale_geometry();
         unsafe {
-            v2::qgemv_v2::launch_unchecked(client, count, dim, 4, x.as_arg(4), w.data.as_arg(4), w.scales.as_arg(1), y.as_arg(1), w.out as u32, w.in_dim as u32, cpr as u32, cols, gshift, INT8_MAGIC, t, rpg, mx, w.grouped(), plane, split, block, prefetch, pairs);
+            let (pre_w, pre_x) = (prefetch != Prefetch::Off, prefetch == Prefetch::WX);
+            v2::qgemv_v2::launch_unchecked(client, count, dim, 4, x.as_arg(4), w.data.as_arg(4), w.scales.as_arg(1), y.as_arg(1), w.out as u32, w.in_dim as u32, cpr as u32, cols, gshift, INT8_MAGIC, t, rpg, mx, w.grouped(), plane, split, block, pre_w, pre_x, pairs);
         }
         return Ok(());
     }

@@ -201,12 +201,33 @@ fn load_tile<N: Size>(w: &[Vector<u32, N>], scales: &[u32], wn: &mut Array<Vecto
     }
 }
 
+/// This unit's x quads of tile `t` (lane `lane` of a tile of m chunks; lanes past m load
+/// nothing) for the tn tokens into `xs[tt·8 + q]`.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn load_x<N: Size>(x: &[Vector<f32, N>], xs: &mut Array<Vector<f32, N>>, t: usize, lane: usize, cpr: usize, xrow: usize, qpc: usize, #[comptime] tn: usize) {
+    let c0 = t * TILE_CHUNKS;
+    let m = min(TILE_CHUNKS, cpr - c0);
+    if lane < m {
+        let xq = c0 * qpc + lane;
+        #[unroll]
+        for tt in 0..tn {
+            #[unroll]
+            for q in 0..8usize {
+                if q < qpc {
+                    xs[tt * 8 + q] = x[tt * xrow + xq + m * q];
+                }
+            }
+        }
+    }
+}
+
 /// gemv v2. x `[tn, in/4]` quads; w `[out, cpr]` chunks in the tiled order; y `[tn, out]`.
 /// Cube dim (32·split, groups): unit u of group gi handles rows `(CUBE_POS·groups + gi)·rpg
 /// ..+ rpg`, tiles `u / 32, u / 32 + split, ..` at lane `u % 32`; x quads loaded once per
 /// tile for the rpg rows. `prefetch`: the next tile's W chunks (and mxfp4 scale words) are
 /// loaded before this tile's arithmetic (twice the bytes in flight per unit, rpg·4 more
-/// registers). `pairs`: fp4 values by [`e2m1_pair`] instead of the shared table. `magic`:
+/// registers); `prefetch_x` (with `prefetch`) also the next tile's x quads. `pairs`: fp4 values by [`e2m1_pair`] instead of the shared table. `magic`:
 /// [`super::INT8_MAGIC`] (an argument on purpose: see [`int8_word_dot`]). Ends with
 /// gemv v1's `store_row_sums`.
 #[allow(clippy::too_many_arguments)]
@@ -230,6 +251,7 @@ pub fn qgemv_v2<N: Size>(
     #[comptime] split: usize,
     #[comptime] block: usize,
     #[comptime] prefetch: bool,
+    #[comptime] prefetch_x: bool,
     #[comptime] pairs: bool,
 ) {
     let unit = UNIT_POS_X as usize;
@@ -255,6 +277,9 @@ pub fn qgemv_v2<N: Size>(
         acc[a] = 0.0f32;
     }
     let mut xs = Array::<Vector<f32, N>>::new(tn * 8);
+    // With `prefetch_x`: the next tile's x quads.
+    let mut xn = Array::<Vector<f32, N>>::new(tn * 8);
+    let xpre = prefetch && prefetch_x;
     // The rows' W chunks (and mxfp4 scale words) of the tile about to be used.
     let mut wn = Array::<Vector<u32, N>>::new(rpg);
     let mut sn = Array::<u32>::new(rpg * 2);
@@ -263,6 +288,9 @@ pub fn qgemv_v2<N: Size>(
     if row0 < n_out {
         if prefetch && t < ntiles {
             load_tile(w, scales, &mut wn, &mut sn, t, lane, cpr, row0, n_out, cols, rpg, mx);
+            if xpre {
+                load_x(x, &mut xn, t, lane, cpr, xrow, qpc, tn);
+            }
         }
         while t < ntiles {
             let c0 = t * TILE_CHUNKS;
@@ -277,22 +305,25 @@ pub fn qgemv_v2<N: Size>(
                     sc2[2 * r] = sn[2 * r];
                     sc2[2 * r + 1] = sn[2 * r + 1];
                 }
+                if xpre {
+                    #[unroll]
+                    for i in 0..tn * 8 {
+                        xs[i] = xn[i];
+                    }
+                }
                 let tn2 = t + split;
                 if tn2 < ntiles {
                     load_tile(w, scales, &mut wn, &mut sn, tn2, lane, cpr, row0, n_out, cols, rpg, mx);
+                    if xpre {
+                        load_x(x, &mut xn, tn2, lane, cpr, xrow, qpc, tn);
+                    }
                 }
+            }
+            if !xpre {
+                load_x(x, &mut xs, t, lane, cpr, xrow, qpc, tn);
             }
             if lane < m {
                 let xq = c0 * qpc + lane;
-                #[unroll]
-                for tt in 0..tn {
-                    #[unroll]
-                    for q in 0..8usize {
-                        if q < qpc {
-                            xs[tt * 8 + q] = x[tt * xrow + xq + m * q];
-                        }
-                    }
-                }
                 if !prefetch {
                     load_tile(w, scales, &mut wc, &mut sc2, t, lane, cpr, row0, n_out, cols, rpg, mx);
                 }

@@ -27,11 +27,10 @@
 //! [`linear`] picks gemv for T ≤ [`GEMV_AUTO_MAX_T`] and tiled v2 above; [`linear_with`] /
 //! [`linear_into`] force a version (conformance, benches).
 
-use cubecl::features::Plane;
 use cubecl::prelude::*;
 use cubecl::server::CubeCountSelection;
 
-use super::prev_pow2;
+use super::{prev_pow2, uniform_plane_size};
 use crate::{Client, DeviceTensor, Dtype, Error};
 
 /// Side of tiled v1's output tile (and its K step).
@@ -595,12 +594,8 @@ fn launch_gemv<W: Float>(
     if d.t > GEMV_MAX_T {
         return Err(Error::Shape(format!("linear: gemv takes T ≤ {GEMV_MAX_T}, got T = {}", d.t)));
     }
-    let props = client.properties();
-    let hw = &props.hardware;
-    let plane = props.features.plane.contains(Plane::Ops)
-        && hw.plane_size_min == hw.plane_size_max
-        && hw.plane_size_max.is_power_of_two()
-        && hw.plane_size_max <= hw.max_cube_dim.0;
+    let hw = &client.properties().hardware;
+    let plane = uniform_plane_size(client).is_some_and(|p| p <= hw.max_cube_dim.0);
     let max_units = hw.max_units_per_cube.min(hw.max_cube_dim.0.max(1) * hw.max_cube_dim.1.max(1));
     let vec = gemv_vector_size(client, d.n_in, std::mem::size_of::<W>());
     let kv = d.n_in / vec;

@@ -28,6 +28,15 @@ pub(crate) fn vector_size_for(client: &crate::Client, len: usize) -> usize {
         .unwrap_or(1)
 }
 
+/// The device's plane (warp) size where plane operations are usable and every plane has that
+/// one power-of-two size — the condition for kernels that reduce with `plane_sum` & co.
+pub(crate) fn uniform_plane_size(client: &crate::Client) -> Option<u32> {
+    let props = client.properties();
+    let hw = &props.hardware;
+    let ok = props.features.plane.contains(cubecl::features::Plane::Ops) && hw.plane_size_min == hw.plane_size_max && hw.plane_size_max.is_power_of_two();
+    ok.then_some(hw.plane_size_max)
+}
+
 /// Largest power of two ≤ `n` (n ≥ 1).
 pub(crate) fn prev_pow2(n: u32) -> u32 {
     1 << (31 - n.max(1).leading_zeros())

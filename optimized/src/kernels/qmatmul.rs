@@ -620,7 +620,7 @@ pub fn qlinear_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, y: &De
     }
     let props = client.properties();
     let hw = &props.hardware;
-    let plane = props.features.plane.contains(cubecl::features::Plane::Ops) && hw.plane_size_min == GROUP && hw.plane_size_max == GROUP;
+    let plane = super::uniform_plane_size(client) == Some(GROUP);
     // Enough unit groups to keep every SM busy (~16 per SM; ncu on an H100 showed 0.68 waves
     // and 39% achieved occupancy for 4096×14336 int8 with v1, but ~48 per SM measured no
     // faster). Rows per group stay at `rpg` (each x vector serves that many rows); few rows

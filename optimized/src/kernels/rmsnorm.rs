@@ -21,9 +21,7 @@
 use cubecl::prelude::*;
 use cubecl::server::CubeCountSelection;
 
-use cubecl::features::Plane;
-
-use super::{prev_pow2, vector_size_for};
+use super::{prev_pow2, uniform_plane_size, vector_size_for};
 use crate::{Client, DeviceTensor, Error};
 
 /// Units per cube for v1 (capped by the device; 2 on cubecl's CPU runtime).
@@ -198,10 +196,9 @@ const V3_TARGET_PER_UNIT: u32 = 4;
 
 /// v3's launch shape for `vecs_per_row` vectors: (block, per_unit, plane_size), or why not.
 fn v3_shape(client: &Client, vecs_per_row: u32, plane: bool) -> Result<(u32, usize, usize), String> {
-    let props = client.properties();
-    let hw = &props.hardware;
+    let hw = &client.properties().hardware;
     let plane_size = hw.plane_size_max as usize;
-    if plane && !(props.features.plane.contains(Plane::Ops) && hw.plane_size_min == hw.plane_size_max && hw.plane_size_max.is_power_of_two()) {
+    if plane && uniform_plane_size(client).is_none() {
         return Err("rmsnorm v3 (plane sums): the device has no plane ops of one power-of-two size".into());
     }
     let cap = prev_pow2(V1_BLOCK.min(hw.max_units_per_cube).min(hw.max_cube_dim.0));
@@ -226,7 +223,9 @@ fn v3_shape(client: &Client, vecs_per_row: u32, plane: bool) -> Result<(u32, usi
 /// has plane ops) when the row fits its registers, else the older kernel (`fallback`).
 fn best_version(client: &Client, c: usize, fallback: NormVersion) -> NormVersion {
     let vecs = (c / vector_size_for(client, c.max(1))) as u32;
-    for plane in [true, false] {
+    // Plane sums only where the device has them (no error text built per call elsewhere).
+    let planes: &[bool] = if uniform_plane_size(client).is_some() { &[true, false] } else { &[false] };
+    for &plane in planes {
         if v3_shape(client, vecs, plane).is_ok() {
             return NormVersion::V3 { plane };
         }
@@ -262,8 +261,9 @@ fn launch_v3(client: &Client, g: &RowGeometry, x: &DeviceTensor, y: Option<&Devi
     Ok(())
 }
 
-/// Shape checks and launch geometry shared by the v1 and v2 launchers: one cube per row of
-/// `x [.., C]`, a power-of-two block of units striding over the row in vectors.
+/// Shape checks and launch geometry shared by the v1, v2 and v3 launchers: one cube per row of
+/// `x [.., C]`; `block` (a power of two of units striding over the row in vectors) is v1's
+/// and v2's, v3 sizes its own ([`v3_shape`]).
 struct RowGeometry {
     rows: u32,
     vec: usize,

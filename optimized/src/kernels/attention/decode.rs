@@ -31,6 +31,20 @@ use crate::kernels::prev_pow2;
 use crate::kv_cache::BlockTables;
 use crate::{Client, DeviceTensor, Error};
 
+/// `o[h·nv + e] += p[h, x] · vv[e]` for the G heads: one key's V column vector `vv` weighted
+/// by its probabilities (row `h` of `sc`, stride `cl`).
+#[cube]
+fn add_key<N: Size>(o: &mut Array<f32>, sc: &[f32], cl: usize, x: usize, vv: Vector<f32, N>, #[comptime] g: usize, #[comptime] nv: usize) {
+    #[unroll]
+    for gg in 0..g {
+        let p = sc[gg * cl + x];
+        #[unroll]
+        for e in 0..nv {
+            o[gg * nv + e] += p * vv.extract(e);
+        }
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 #[cube(launch, launch_unchecked)]
 pub fn flash_decode_v2<N: Size>(
@@ -239,14 +253,7 @@ pub fn flash_decode_v2<N: Size>(
         for i in 0..vpre {
             let x = ks + i * ns;
             if x < nkeys {
-                #[unroll]
-                for gg in 0..g {
-                    let p = sc[gg * cl + x];
-                    #[unroll]
-                    for e in 0..nv {
-                        o[gg * nv + e] += p * vp[i].extract(e);
-                    }
-                }
+                add_key(&mut o, &sc, cl, x, vp[i], g, nv);
             }
         }
         // Then four keys per iteration: their V loads are issued together.
@@ -270,15 +277,7 @@ pub fn flash_decode_v2<N: Size>(
             x += 4 * ns;
         }
         while x < nkeys {
-            let vv = v[(srow[off + x] as usize * hkv + kvh) * dv + c4];
-            #[unroll]
-            for gg in 0..g {
-                let p = sc[gg * cl + x];
-                #[unroll]
-                for e in 0..nv {
-                    o[gg * nv + e] += p * vv.extract(e);
-                }
-            }
+            add_key(&mut o, &sc, cl, x, v[(srow[off + x] as usize * hkv + kvh) * dv + c4], g, nv);
             x += ns;
         }
     }
@@ -474,8 +473,7 @@ pub fn flash_decode_tuned(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v
     let dvec = d / nv;
     let cb = [4usize, 2, 1].into_iter().find(|&c| dvec % c == 0 && kpu * g * c <= 64).unwrap_or(1);
     // Score step: the plane one where it applies (shuffles by plane ops if 32-lane planes).
-    let props = client.properties();
-    let plane = props.features.plane.contains(cubecl::features::Plane::Ops) && hw.plane_size_min == 32 && hw.plane_size_max == 32;
+    let plane = crate::kernels::uniform_plane_size(client) == Some(32);
     let lanes = ScoreStep::plane_lanes(dvec, g, units);
     let score = score.unwrap_or(if plane && lanes.is_some() { ScoreStep::Plane } else { ScoreStep::PerUnit });
     let lk = match (score, lanes) {

@@ -14,7 +14,6 @@
 
 use cubecl::prelude::*;
 
-
 /// The value lane `tid ^ m` holds (`m` < lk: within the lane group).
 #[cube]
 fn xor_lane(v: f32, m: u32, tid: usize, xbuf: &mut [f32], #[comptime] plane: bool) -> f32 {

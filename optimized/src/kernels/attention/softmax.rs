@@ -111,10 +111,27 @@ pub(crate) fn fold_partials(o: &Array<f32>, red: &mut [f32], nu: usize, dv: usiz
     sync_cube();
 }
 
+/// `o[h·nv + e] += w[h·nsplit + sp] · ovs[base + h][e]` for the G heads: split sp's partial o
+/// vectors weighted by their softmax weights (`w` only read: `&mut` as the caller holds it).
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn add_split<N: Size>(o: &mut Array<f32>, w: &mut [f32], nsplit: usize, sp: usize, ovs: &Array<Vector<f32, N>>, base: usize, #[comptime] g: usize, #[comptime] nv: usize) {
+    #[unroll]
+    for gg in 0..g {
+        let wt = w[gg * nsplit + sp];
+        let ov = ovs[base + gg];
+        #[unroll]
+        for e in 0..nv {
+            o[gg * nv + e] += wt * ov.extract(e);
+        }
+    }
+}
+
 /// Combine the chunk partials of (sequence b, KV head kvh) into `out` for its G query heads:
 /// `w_s = e^(m_s − m)`, `ℓ = Σ_s ℓ_s w_s (+ e^(σ − m))`, `out = Σ_s w_s o_s / ℓ`. Unit (ks, c4)
 /// sums splits ks, ks + ns, .. of column vector c4 for all G heads (G loads in flight; the first
-/// `cpre` splits' loads issued before anything else), partials reduced through `red`. `w`, `wl`: shared, ≥ G·splits; `hl`: shared, ≥ G.
+/// `cpre` splits' loads issued before anything else), partials reduced through `red`. `w`,
+/// `wl`: shared, ≥ G·splits; `hl`: shared, ≥ G.
 #[allow(clippy::too_many_arguments)]
 #[cube]
 pub(crate) fn combine_group<N: Size>(
@@ -190,28 +207,17 @@ pub(crate) fn combine_group<N: Size>(
         for i in 0..cpre {
             let sp = ks + i * ns;
             if sp < nsplit {
-                #[unroll]
-                for gg in 0..g {
-                    let wt = w[gg * nsplit + sp];
-                    let ov = pre[i * g + gg];
-                    #[unroll]
-                    for e in 0..nv {
-                        o[gg * nv + e] += wt * ov.extract(e);
-                    }
-                }
+                add_split(&mut o, w, nsplit, sp, &pre, i * g, g, nv);
             }
         }
+        let mut cur = Array::<Vector<f32, N>>::new(g);
         let mut sp = ks + cpre * ns;
         while sp < nsplit {
             #[unroll]
             for gg in 0..g {
-                let ov = part_o[((bh0 + gg) * nsplit + sp) * dv + c4];
-                let wt = w[gg * nsplit + sp];
-                #[unroll]
-                for e in 0..nv {
-                    o[gg * nv + e] += wt * ov.extract(e);
-                }
+                cur[gg] = part_o[((bh0 + gg) * nsplit + sp) * dv + c4];
             }
+            add_split(&mut o, w, nsplit, sp, &cur, 0usize, g, nv);
             sp += ns;
         }
     }

@@ -227,9 +227,9 @@ fn load_x<N: Size>(x: &[Vector<f32, N>], xs: &mut Array<Vector<f32, N>>, t: usiz
 /// ..+ rpg`, tiles `u / 32, u / 32 + split, ..` at lane `u % 32`; x quads loaded once per
 /// tile for the rpg rows. `prefetch`: the next tile's W chunks (and mxfp4 scale words) are
 /// loaded before this tile's arithmetic (twice the bytes in flight per unit, rpg·4 more
-/// registers); `prefetch_x` (with `prefetch`) also the next tile's x quads. `pairs`: fp4 values by [`e2m1_pair`] instead of the shared table. `magic`:
-/// [`super::INT8_MAGIC`] (an argument on purpose: see [`int8_word_dot`]). Ends with
-/// gemv v1's `store_row_sums`.
+/// registers); `prefetch_x` (with `prefetch`) also the next tile's x quads. `pairs`: fp4
+/// values by [`e2m1_pair`] instead of the shared table. `magic`: [`super::INT8_MAGIC`] (an
+/// argument on purpose: see [`int8_word_dot`]). Ends with gemv v1's `store_row_sums`.
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked)]
 pub fn qgemv_v2<N: Size>(

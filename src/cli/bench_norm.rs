@@ -17,13 +17,14 @@ fn gpu(e: optimized::Error) -> CliError {
 const WIDTHS: [usize; 5] = [576, 2048, 2880, 4096, 8192];
 const ROWS: [usize; 2] = [1, 128];
 
-const KERNELS: [(&str, Option<NormVersion>); 6] = [
-    ("norm v1", Some(NormVersion::V1)),
-    ("norm v3", Some(NormVersion::V3 { plane: true })),
-    ("add+norm v2", Some(NormVersion::V2)),
-    ("add+norm v3 plane", Some(NormVersion::V3 { plane: true })),
-    ("add+norm v3 tree", Some(NormVersion::V3 { plane: false })),
-    ("add+norm auto", None),
+/// (column, fused residual add, version; `None`: the launcher's own choice).
+const KERNELS: [(&str, bool, Option<NormVersion>); 6] = [
+    ("norm v1", false, Some(NormVersion::V1)),
+    ("norm v3", false, Some(NormVersion::V3 { plane: true })),
+    ("add+norm v2", true, Some(NormVersion::V2)),
+    ("add+norm v3 plane", true, Some(NormVersion::V3 { plane: true })),
+    ("add+norm v3 tree", true, Some(NormVersion::V3 { plane: false })),
+    ("add+norm auto", true, None),
 ];
 
 pub fn run(backend: Backend, gate: &str, reps: usize) -> Result<()> {
@@ -32,7 +33,7 @@ pub fn run(backend: Backend, gate: &str, reps: usize) -> Result<()> {
     println!("µs per call, device time: calls replayed from a captured graph (— where the backend cannot capture);");
     println!("GB/s counts x (+ y) read, x written back (fused), h written.");
     let mut head = format!("{:>5} {:>6}", "rows", "C");
-    for (name, _) in KERNELS {
+    for (name, _, _) in KERNELS {
         head += &format!(" {name:>18}");
     }
     println!("{head}");
@@ -43,8 +44,7 @@ pub fn run(backend: Backend, gate: &str, reps: usize) -> Result<()> {
             let y = DeviceTensor::from_f32(&client, &data, &[rows, c]).map_err(gpu)?;
             let w = DeviceTensor::from_f32(&client, &data[..c], &[c]).map_err(gpu)?;
             let mut line = format!("{rows:>5} {c:>6}");
-            for (name, version) in KERNELS {
-                let fused = name.starts_with("add");
+            for (_, fused, version) in KERNELS {
                 let call = || -> std::result::Result<(), optimized::Error> {
                     match (fused, version) {
                         (false, Some(v)) => rmsnorm_device_with(&client, &x, &w, 1e-5, v).map(drop),

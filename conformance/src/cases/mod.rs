@@ -37,3 +37,12 @@ pub fn all() -> Vec<Box<dyn Case>> {
 pub(crate) fn outcome(r: Result<crate::Outcome, optimized::Error>) -> crate::Outcome {
     r.unwrap_or_else(|e| crate::Outcome::Fail(format!("error: {e}")))
 }
+
+/// [`outcome`] for a case that asks for a kernel choice the device may lack: `Unsupported` is a
+/// skip with its reason; any other error still fails.
+pub(crate) fn outcome_or_skip(r: Result<crate::Outcome, optimized::Error>) -> crate::Outcome {
+    match r {
+        Err(optimized::Error::Unsupported(why)) => crate::Outcome::Skip(why),
+        r => outcome(r),
+    }
+}

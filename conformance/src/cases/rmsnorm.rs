@@ -6,6 +6,7 @@ use ndarray::{Array1, Array2};
 use optimized::kernels::rmsnorm::NormVersion;
 use optimized::{Client, DeviceTensor};
 
+use super::outcome_or_skip;
 use crate::{compare, rand_vec, tolerance, Case, Dtype, Op, Outcome};
 
 /// `Some(version)`: that kernel; `None`: whatever the public launcher picks on the device.
@@ -16,15 +17,6 @@ fn version_name(v: Option<NormVersion>) -> &'static str {
         Some(NormVersion::V2) => "v2",
         Some(NormVersion::V3 { plane: true }) => "v3-plane",
         Some(NormVersion::V3 { plane: false }) => "v3-tree",
-    }
-}
-
-/// Run a launch: an unsupported version is a skip with its reason, any other error a failure.
-fn run_or_skip(f: impl FnOnce() -> Result<Outcome, optimized::Error>) -> Outcome {
-    match f() {
-        Ok(o) => o,
-        Err(optimized::Error::Unsupported(why)) => Outcome::Skip(why),
-        Err(e) => Outcome::Fail(format!("error: {e}")),
     }
 }
 
@@ -51,7 +43,7 @@ impl Case for RmsNormCase {
             Array1::from_vec(w.clone()).view(),
             self.eps,
         );
-        run_or_skip(|| {
+        outcome_or_skip((|| {
             let xd = DeviceTensor::from_f32(client, &x, &[self.rows, self.c])?;
             let wd = DeviceTensor::from_f32(client, &w, &[self.c])?;
             // The kernel allocates its output; an unwritten element would be whatever the
@@ -72,7 +64,7 @@ impl Case for RmsNormCase {
                 Ok(m) => Outcome::Pass(m),
                 Err(e) => Outcome::Fail(e),
             })
-        })
+        })())
     }
 }
 
@@ -113,7 +105,7 @@ impl Case for AddRmsNormCase {
         let yr = Array2::from_shape_vec((self.rows, self.c), y.clone()).expect("shape");
         reference::ops::residual::residual_add(xr.view_mut(), yr.view());
         let want_h = reference::ops::rmsnorm::rmsnorm(xr.view(), Array1::from_vec(w.clone()).view(), 1e-5);
-        run_or_skip(|| {
+        outcome_or_skip((|| {
             let xd = DeviceTensor::from_f32(client, &x, &[self.rows, self.c])?;
             let yd = DeviceTensor::from_f32(client, &y, &[self.rows, self.c])?;
             let wd = DeviceTensor::from_f32(client, &w, &[self.c])?;
@@ -129,7 +121,7 @@ impl Case for AddRmsNormCase {
                 Ok(m) => Outcome::Pass(m),
                 Err(e) => Outcome::Fail(e),
             })
-        })
+        })())
     }
 }
 

@@ -14,7 +14,7 @@ use optimized::kv_cache::BlockTables;
 use optimized::{Client, DeviceTensor};
 
 use super::super::embedding::judge;
-use super::super::outcome;
+use super::super::outcome_or_skip;
 use crate::{rand_vec, Case, Dtype, Metrics, Op, Outcome};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,11 +159,8 @@ impl Case for FlashCase {
         if self.phase == Phase::Decode && !self.version.supported(client) {
             return Outcome::Skip(format!("decode {:?} needs device-scope storage sync + u32 atomic add", self.version));
         }
-        match self.body(client) {
-            // E.g. the plane score step for a G or D it does not take: skipped, with the reason.
-            Err(optimized::Error::Unsupported(why)) => Outcome::Skip(why),
-            r => outcome(r),
-        }
+        // E.g. the plane score step for a G or D it does not take: skipped, with the reason.
+        outcome_or_skip(self.body(client))
     }
 }
 

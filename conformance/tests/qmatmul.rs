@@ -26,12 +26,13 @@ proptest! {
         tiles in any::<bool>(),
         prefetch in prop::sample::select(vec![Prefetch::Off, Prefetch::W, Prefetch::WX]),
         pairs in any::<bool>(),
+        glu in any::<bool>(),
     ) {
         // in: a multiple of 64 so every scheme's group divides it (up to 3008: several tiles,
         // partial last tiles).
         let layout = if tiles { QLayout::Tiles } else { QLayout::Rows };
         let fp4 = if pairs { Fp4Decode::Pairs } else { Fp4Decode::Table };
-        let cases: Vec<Box<dyn Case>> = vec![Box::new(QMatmulCase { prefetch, fp4, ..QMatmulCase::new(t, 64 * blocks_in, n_out, scheme, 1, layout) })];
+        let cases: Vec<Box<dyn Case>> = vec![Box::new(QMatmulCase { prefetch, fp4, glu, ..QMatmulCase::new(t, 64 * blocks_in, n_out, scheme, 1, layout) })];
         let r = run_cases(&cases, &backends_from_env());
         let (_, f, _) = r.count();
         prop_assert!(f == 0, "{}", r.table());

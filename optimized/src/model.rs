@@ -3,11 +3,12 @@
 //! straight from its source (GGUF, safetensors, or synthetic generation) so the host never
 //! holds more than one block's q/k/v.
 //!
-//! Per block (9 launches with the paged cache): one GEMV for q|k|v (weights stacked at load),
-//! rope (split + RoPE + KV write through the block table), flash attention (decode: one
-//! launch), Wo, rmsnorm v2 (residual add + MLP norm), one GEMV for gate|up (stacked), SwiGLU
-//! v2, down, rmsnorm v2 (residual add + next block's norm). The unfused v1 kernels (rope v1,
-//! kv_append, residual_add, rmsnorm v1, swiglu v1) stay tested in `conformance`.
+//! Per block (8 launches with the paged cache in decode): one GEMV for q|k|v (weights stacked
+//! at load), rope (split + RoPE + KV write through the block table), flash attention (decode:
+//! one launch), Wo, rmsnorm (residual add + MLP norm), one GEMV for gate|up (rows interleaved
+//! at load) with SwiGLU in its epilogue (prefill: GEMM, then SwiGLU v3), down, rmsnorm
+//! (residual add + next block's norm). The unfused kernels (rope v1, kv_append, residual_add,
+//! rmsnorm v1, swiglu v1/v2) stay tested in `conformance`.
 //!
 //! Decode steps of one token (`step_greedy`) run as a captured graph where the backend has
 //! them (CUDA): the launch sequence of one step is recorded once and replayed, its inputs
@@ -20,7 +21,7 @@ use reference::{Config, Error as RefError};
 use crate::kernels::attention::{flash_decode, flash_prefill, Masking};
 use crate::kernels::qmatmul::{QWeight, Weight};
 use crate::kernels::rmsnorm::add_rmsnorm_device;
-use crate::kernels::{argmax, attention, embedding, matmul, rmsnorm_device, rope, swiglu};
+use crate::kernels::{argmax, attention, embedding, matmul, rmsnorm_device, rope};
 use crate::graph::DecodeGraph;
 use crate::kv_cache::{BlockTables, PagedKvCache, SeqId};
 use crate::{Backend, Client, DeviceTensor, Dtype, Error};
@@ -72,7 +73,8 @@ pub struct GpuLayer {
     pub wqkv: Weight,
     pub wo: Weight,
     pub ffn_norm: DeviceTensor,
-    /// `[2F, C]`: W_gate then W_up stacked by rows, so one GEMV computes both.
+    /// `[2F, C]`: W_gate and W_up rows interleaved (row 2j = gate j, row 2j + 1 = up j), so
+    /// one GEMV computes both and applies SwiGLU in its epilogue.
     pub w_gate_up: Weight,
     pub w_down: Weight,
 }
@@ -160,6 +162,38 @@ impl Uploader<'_> {
         }
         self.dense(ts, dtype).map(Weight::Dense)
     }
+
+    /// The MLP's gate and up weights as one `[2F, C]` weight whose rows interleave them (row
+    /// 2j = gate j, row 2j + 1 = up j) for [`Weight::linear_glu`]: quantized where the source
+    /// holds both quantized and the kernels take them, else dense in `dtype`.
+    fn linear_glu(&mut self, gate: Tensor, up: Tensor, dtype: Dtype) -> Result<Weight, Error> {
+        let qg = self.src.load_quantized(gate, self.cfg).map_err(lib)?;
+        let qu = self.src.load_quantized(up, self.cfg).map_err(lib)?;
+        if let (Some(g), Some(u)) = (&qg, &qu) {
+            match QWeight::upload_glu(self.client, g, u, None) {
+                Ok(w) => {
+                    self.bytes += w.bytes();
+                    if self.quant.is_none() {
+                        self.quant = Some(g.scheme().to_string());
+                    }
+                    return Ok(Weight::Quant(w));
+                }
+                Err(Error::Unsupported(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let [f, c] = gate.shape(self.cfg)[..] else {
+            return Err(Error::Shape(format!("{gate:?}: expected a matrix, shape {:?}", gate.shape(self.cfg))));
+        };
+        if up.shape(self.cfg) != [f, c] {
+            return Err(Error::Shape(format!("{up:?} shape {:?} differs from {gate:?}'s [{f}, {c}]", up.shape(self.cfg))));
+        }
+        let g = self.src.load(gate, self.cfg).map_err(lib)?;
+        let u = self.src.load(up, self.cfg).map_err(lib)?;
+        let data = crate::kernels::matmul::interleave_row_pairs(&g, &u, f)?;
+        self.bytes += data.len() * dtype.size();
+        DeviceTensor::from_f32_as(self.client, &data, &[2 * f, c], dtype).map(Weight::Dense)
+    }
 }
 
 impl GpuModel {
@@ -185,7 +219,7 @@ impl GpuModel {
                 wqkv: up.linear(&[q, k, v], dtype)?,
                 wo: up.linear(&[o], dtype)?,
                 ffn_norm: up.dense(&[fnm], Dtype::F32)?,
-                w_gate_up: up.linear(&[g, u], dtype)?,
+                w_gate_up: up.linear_glu(g, u, dtype)?,
                 w_down: up.linear(&[d], dtype)?,
             });
         }
@@ -323,8 +357,8 @@ impl GpuModel {
             let a = w.wo.linear(c, &o.reshape(&[t, h_n * d])?)?;
             // x ← x + a, then the MLP's norm, in one launch.
             let hm = add_rmsnorm_device(c, &x, &a, &w.ffn_norm, cfg.rms_eps)?;
-            let gu = w.w_gate_up.linear(c, &hm)?;
-            let m = w.w_down.linear(c, &swiglu::swiglu_stacked(c, &gu)?)?;
+            // gate|up GEMV with SwiGLU in its epilogue (decode; prefill: GEMM + SwiGLU v3).
+            let m = w.w_down.linear(c, &w.w_gate_up.linear_glu(c, &hm)?)?;
             // x ← x + m, then the next block's attention norm (or the final norm).
             let next_norm = self.layers.get(l + 1).map_or(&self.out_norm, |n| &n.attn_norm);
             h = add_rmsnorm_device(c, &x, &m, next_norm, cfg.rms_eps)?;

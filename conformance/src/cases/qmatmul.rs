@@ -3,10 +3,13 @@
 //! `reference_linear(dequant(W), x)`. The weight is quantized once by the reference; the kernel
 //! reads those exact bytes, and dequantization is exact on both sides, so the bound is the f32
 //! matmul's (only summation order differs). `parts > 1` stacks that many row blocks on upload
-//! (as the model stacks Wq | Wk | Wv). The output is NaN-poisoned.
+//! (as the model stacks Wq | Wk | Wv). `glu`: two parts uploaded with rows interleaved
+//! (`QWeight::upload_glu`, as the model uploads gate and up) and `qlinear_glu_into_tuned`,
+//! checked against the reference's `swiglu(qlinear(x, gate), qlinear(x, up))`. The output is
+//! NaN-poisoned.
 
 use ndarray::Array2;
-use optimized::kernels::qmatmul::{default_prefetch, default_rpg, qlinear_into_tuned, Fp4Decode, GemvTune, Prefetch, QFormat, QLayout, QWeight};
+use optimized::kernels::qmatmul::{default_prefetch, default_rpg, qlinear_glu_into_tuned, qlinear_into_tuned, Fp4Decode, GemvTune, Prefetch, QFormat, QLayout, QWeight};
 use optimized::{Client, DeviceTensor};
 use reference::quant::{Granularity, QuantTensor, Scheme};
 
@@ -26,6 +29,8 @@ pub struct QMatmulCase {
     pub prefetch: Prefetch,
     /// gemv v2, mxfp4: how fp4 values are decoded.
     pub fp4: Fp4Decode,
+    /// SwiGLU of two parts (gate, up) uploaded with interleaved rows.
+    pub glu: bool,
 }
 
 impl QMatmulCase {
@@ -36,7 +41,7 @@ impl QMatmulCase {
             Scheme::Int8(g) => QFormat::Int8 { group: g.group_len(n_in) },
             Scheme::Mxfp4 => QFormat::Mxfp4,
         };
-        Self { t, n_in, n_out, scheme, parts, layout, prefetch: default_prefetch(format, n_in), fp4: Fp4Decode::Pairs }
+        Self { t, n_in, n_out, scheme, parts, layout, prefetch: default_prefetch(format, n_in), fp4: Fp4Decode::Pairs, glu: false }
     }
 }
 
@@ -45,7 +50,11 @@ impl Case for QMatmulCase {
         Op::Matmul
     }
     fn name(&self) -> String {
-        let p = if self.parts > 1 { format!(",stacked×{}", self.parts) } else { String::new() };
+        let p = match (self.glu, self.parts) {
+            (true, _) => ",glu".to_string(),
+            (false, n) if n > 1 => format!(",stacked×{n}"),
+            _ => String::new(),
+        };
         let v = match self.layout {
             QLayout::Rows => "rows/v1".to_string(),
             QLayout::Tiles => {
@@ -63,7 +72,8 @@ impl Case for QMatmulCase {
     fn run(&self, client: &Client) -> Outcome {
         let (t, n_in, n_out) = (self.t, self.n_in, self.n_out);
         let x = rand_vec(t * n_in, 21);
-        let parts: Result<Vec<QuantTensor>, _> = (0..self.parts.max(1))
+        let nparts = if self.glu { 2 } else { self.parts.max(1) };
+        let parts: Result<Vec<QuantTensor>, _> = (0..nparts)
             .map(|p| {
                 // Rows of different magnitude per part and per row, so scales differ.
                 let w: Vec<f32> = rand_vec(n_out * n_in, 22 + p as u32).iter().enumerate().map(|(i, v)| v * (1.0 + (i / n_in % 7) as f32)).collect();
@@ -84,18 +94,27 @@ impl Case for QMatmulCase {
                 Err(e) => return Outcome::Fail(format!("reference: {e}")),
             }
         }
-        // Stacked rows: y = [y_0 | y_1 | ..] along out.
-        let rows = n_out * parts.len();
+        // Stacked rows: y = [y_0 | y_1 | ..] along out; glu: silu(y_0) ⊙ y_1.
+        let rows = if self.glu { n_out } else { n_out * parts.len() };
         let mut want_flat = vec![0f32; t * rows];
-        for (pi, y) in want.iter().enumerate() {
-            for ti in 0..t {
-                for o in 0..n_out {
-                    want_flat[ti * rows + pi * n_out + o] = y[[ti, o]];
+        match (self.glu, &want[..]) {
+            (true, [g, u]) => want_flat = reference::ops::swiglu::swiglu(g.view(), u.view()).iter().copied().collect(),
+            _ => {
+                for (pi, y) in want.iter().enumerate() {
+                    for ti in 0..t {
+                        for o in 0..n_out {
+                            want_flat[ti * rows + pi * n_out + o] = y[[ti, o]];
+                        }
+                    }
                 }
             }
         }
         let refs: Vec<&QuantTensor> = parts.iter().collect();
-        let w = match QWeight::upload_as(client, &refs, Some(self.layout)) {
+        let uploaded = match (self.glu, &refs[..]) {
+            (true, [g, u]) => QWeight::upload_glu(client, g, u, Some(self.layout)),
+            _ => QWeight::upload_as(client, &refs, Some(self.layout)),
+        };
+        let w = match uploaded {
             Ok(w) => w,
             Err(optimized::Error::Unsupported(why)) => return Outcome::Skip(why),
             Err(e) => return Outcome::Fail(format!("upload: {e}")),
@@ -107,7 +126,11 @@ impl Case for QMatmulCase {
             let xd = DeviceTensor::from_f32(client, &x, &[t, n_in])?;
             let yd = DeviceTensor::from_f32(client, &vec![f32::NAN; t * rows], &[t, rows])?;
             let tune = GemvTune { rpg: default_rpg(w.format), split: None, prefetch: self.prefetch, fp4: self.fp4 };
-            qlinear_into_tuned(client, &xd, &w, &yd, &tune)?;
+            if self.glu {
+                qlinear_glu_into_tuned(client, &xd, &w, &yd, &tune)?;
+            } else {
+                qlinear_into_tuned(client, &xd, &w, &yd, &tune)?;
+            }
             let (tol, _) = tolerance(Op::Matmul, Dtype::F32);
             Ok(match compare(&yd.to_f32(client)?, &want_flat, tol) {
                 Ok(m) => Outcome::Pass(m),
@@ -139,6 +162,11 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             let g128 = scheme == Scheme::Int8(Granularity::Group(128));
             for (t, n_in) in [(1usize, if g128 { 640 } else { 576 }), (1, if g128 { 2944 } else { 2880 }), (2, 5632), (17, 2944)] {
                 add(t, n_in, 72, 1);
+            }
+            // Gate and up with interleaved rows, SwiGLU in the gemv's epilogue (T ≤ 8; 8192
+            // inputs: rows split over planes) and after dequant + GEMM (T = 9).
+            for (t, n_in, n_out) in [(1usize, 256usize, 96usize), (3, 1536, 577), (2, 8192, 20), (9, 256, 40)] {
+                v.push(Box::new(QMatmulCase { glu: true, ..QMatmulCase::new(t, n_in, n_out, scheme, 2, layout) }));
             }
         }
     }

@@ -1,5 +1,6 @@
-//! `swiglu(T, F)`: `optimized::kernels::swiglu_into` (v1) and `swiglu_stacked` (v2, one
-//! `[T, 2F]` input) vs `reference::ops::swiglu::swiglu`, output NaN-poisoned (v1). `scale` widens the gate's range so `exp(−z)` overflows (z ≪ 0) and vanishes.
+//! `swiglu(T, F)`: `optimized::kernels::swiglu_into` (v1), `swiglu_stacked` (v2, one `[T, 2F]`
+//! input: g | u) and `swiglu_pairs_into` (v3, `[T, 2F]` with g and u columns interleaved) vs
+//! `reference::ops::swiglu::swiglu`, output NaN-poisoned (v1, v3). `scale` widens the gate's range so `exp(−z)` overflows (z ≪ 0) and vanishes.
 
 use ndarray::Array2;
 use optimized::{Client, DeviceTensor};
@@ -14,8 +15,18 @@ pub struct SwigluCase {
     pub f: usize,
     /// The gate is `scale · U[-1, 1)`.
     pub scale: f32,
-    /// v2: g and u as the two halves of one `[T, 2F]` tensor.
-    pub stacked: bool,
+    pub input: SwigluInput,
+}
+
+/// How the kernel under test takes g and u.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SwigluInput {
+    /// v1: two `[T, F]` tensors.
+    Separate,
+    /// v2: the two halves of one `[T, 2F]` tensor.
+    Stacked,
+    /// v3: one `[T, 2F]` tensor, g_j = column 2j, u_j = column 2j + 1.
+    Pairs,
 }
 
 impl Case for SwigluCase {
@@ -23,7 +34,12 @@ impl Case for SwigluCase {
         Op::Swiglu
     }
     fn name(&self) -> String {
-        format!("swiglu(T={},F={},scale={},{}f32)", self.t, self.f, self.scale, if self.stacked { "stacked," } else { "" })
+        let input = match self.input {
+            SwigluInput::Separate => "",
+            SwigluInput::Stacked => "stacked,",
+            SwigluInput::Pairs => "pairs,",
+        };
+        format!("swiglu(T={},F={},scale={},{input}f32)", self.t, self.f, self.scale)
     }
     fn run(&self, client: &Client) -> Outcome {
         let (t, f) = (self.t, self.f);
@@ -34,11 +50,21 @@ impl Case for SwigluCase {
         };
         let want: Vec<f32> = reference::ops::swiglu::swiglu(ga.view(), ua.view()).iter().copied().collect();
         outcome((|| {
-            if self.stacked {
-                let gu: Vec<f32> = g.chunks(f.max(1)).zip(u.chunks(f.max(1))).flat_map(|(a, b)| a.iter().chain(b).copied()).collect();
-                let gud = DeviceTensor::from_f32(client, &gu, &[t, 2 * f])?;
-                let out = optimized::kernels::swiglu::swiglu_stacked(client, &gud)?;
-                return Ok(judge(&out.to_f32(client)?, &want, Op::Swiglu, Dtype::F32));
+            match self.input {
+                SwigluInput::Stacked => {
+                    let gu: Vec<f32> = g.chunks(f.max(1)).zip(u.chunks(f.max(1))).flat_map(|(a, b)| a.iter().chain(b).copied()).collect();
+                    let gud = DeviceTensor::from_f32(client, &gu, &[t, 2 * f])?;
+                    let out = optimized::kernels::swiglu::swiglu_stacked(client, &gud)?;
+                    return Ok(judge(&out.to_f32(client)?, &want, Op::Swiglu, Dtype::F32));
+                }
+                SwigluInput::Pairs => {
+                    let gu: Vec<f32> = g.iter().zip(&u).flat_map(|(&a, &b)| [a, b]).collect();
+                    let gud = DeviceTensor::from_f32(client, &gu, &[t, 2 * f])?;
+                    let out = DeviceTensor::from_f32(client, &vec![f32::NAN; t * f], &[t, f])?;
+                    optimized::kernels::swiglu::swiglu_pairs_into(client, &gud, &out)?;
+                    return Ok(judge(&out.to_f32(client)?, &want, Op::Swiglu, Dtype::F32));
+                }
+                SwigluInput::Separate => {}
             }
             let gd = DeviceTensor::from_f32(client, &g, &[t, f])?;
             let ud = DeviceTensor::from_f32(client, &u, &[t, f])?;
@@ -52,8 +78,8 @@ impl Case for SwigluCase {
 pub fn cases() -> Vec<Box<dyn Case>> {
     let mut v: Vec<Box<dyn Case>> = Vec::new();
     for (t, f, scale) in [(1, 1, 1.0), (1, 8192, 8.0), (7, 577, 1.0), (17, 1531, 4.0), (3, 5, 200.0), (2, 1536, 100.0), (64, 2048, 10.0)] {
-        for stacked in [false, true] {
-            v.push(Box::new(SwigluCase { t, f, scale, stacked }));
+        for input in [SwigluInput::Separate, SwigluInput::Stacked, SwigluInput::Pairs] {
+            v.push(Box::new(SwigluCase { t, f, scale, input }));
         }
     }
     v

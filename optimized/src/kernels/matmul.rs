@@ -30,40 +30,18 @@
 use cubecl::prelude::*;
 use cubecl::server::CubeCountSelection;
 
-use super::{prev_pow2, uniform_plane_size};
 use crate::{Client, DeviceTensor, Dtype, Error};
+
+mod gemv;
+pub use gemv::{gemv_v1, tuning, GEMV_MAX_T, GEMV_RPG};
+pub(crate) use gemv::store_row_sums;
+use gemv::launch_gemv;
 
 /// Side of tiled v1's output tile (and its K step).
 pub const TILE: u32 = 16;
-/// Largest T the gemv version takes (T × rows f32 accumulators per unit).
-pub const GEMV_MAX_T: usize = 8;
 /// Rows [`linear`] still sends to gemv; above, tiled v2. (H200, bf16, T = 8: gemv is 2–15×
 /// faster than tiled v2 on decode-sized layers.)
 pub const GEMV_AUTO_MAX_T: usize = 8;
-/// Units per gemv cube (groups × units per group) before groups are cut to fill the SMs.
-const GEMV_UNITS: u32 = 256;
-/// Most planes that share one gemv group.
-const GEMV_MAX_SPLIT: u32 = 8;
-/// Planes per SM gemv aims for (by splitting groups over several planes).
-const GEMV_WARPS_PER_SM: usize = 48;
-/// Units per gemv group when the reduction goes through shared memory.
-const GEMV_GROUP_SHARED: u32 = 32;
-/// Output rows per gemv group: each x vector loaded serves this many rows, and their W loads
-/// are independent (in flight together). 2 measured best on an H200 for T = 1..8 (1, 4, 8
-/// tried).
-pub const GEMV_RPG: u32 = 2;
-/// Split a gemv row over more planes only while each unit keeps this many vectors.
-const GEMV_MIN_VECS: usize = 2;
-
-/// Benchmark-only overrides of the gemv launch parameters, process-wide (0 = the default
-/// choice): planes per group, rows per group, groups per cube. Not for production use.
-#[doc(hidden)]
-pub mod tuning {
-    use std::sync::atomic::AtomicU32;
-    pub static SPLIT: AtomicU32 = AtomicU32::new(0);
-    pub static RPG: AtomicU32 = AtomicU32::new(0);
-    pub static ROWS: AtomicU32 = AtomicU32::new(0);
-}
 
 /// Which kernel [`linear_with`] runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -241,154 +219,12 @@ pub fn matmul_tiled_v2<W: Float>(
     }
 }
 
-/// gemv v1. `x`: [tn, kv] vectors, `w`: [n_out, kv] vectors, `y`: [tn, n_out] f32.
-/// Cube dim (group, groups): unit (lane, g) of cube c works on output rows
-/// `(c * groups + g) * rpg ..+ rpg`, loading each x vector once for its `rpg` rows.
-/// With `plane`, `group` must be `split` planes of `plane_size` units and `block` ≥
-/// groups * split * rpg; otherwise `group` must be a power of two and `block` = group * groups.
-#[cube(launch)]
-pub fn gemv_v1<W: Float, N: Size>(
-    x: &[Vector<f32, N>],
-    w: &[Vector<W, N>],
-    y: &mut [f32],
-    n_out: u32,
-    kv: u32,
-    #[comptime] tn: usize,
-    #[comptime] rpg: usize,
-    #[comptime] plane: bool,
-    #[comptime] plane_size: usize,
-    #[comptime] split: usize,
-    #[comptime] block: usize,
-) {
-    let lane = UNIT_POS_X as usize;
-    let group = CUBE_DIM_X as usize;
-    let g = UNIT_POS_Y as usize;
-    let row0 = (CUBE_POS * CUBE_DIM_Y as usize + g) * rpg;
-    let n_out = n_out as usize;
-    let n = kv as usize;
-
-    // acc[t * rpg + q]: token t, row row0 + q.
-    let mut acc = Array::<f32>::new(tn * rpg);
-    #[unroll]
-    for a in 0..tn * rpg {
-        acc[a] = 0.0f32;
-    }
-    let mut xv = Array::<Vector<f32, N>>::new(tn);
-    // Rows past the end (n_out not a multiple of rpg) read the last row and are not stored;
-    // a group wholly past the end skips the loop. Both uniform over the group.
-    if row0 < n_out {
-        let mut i = lane;
-        while i < n {
-            #[unroll]
-            for t in 0..tn {
-                xv[t] = x[t * n + i];
-            }
-            #[unroll]
-            for q in 0..rpg {
-                let row = select(row0 + q < n_out, row0 + q, n_out - 1);
-                let wv = Vector::<f32, N>::cast_from(w[row * n + i]);
-                #[unroll]
-                for t in 0..tn {
-                    acc[t * rpg + q] += xv[t].dot(wv);
-                }
-            }
-            i += group;
-        }
-    }
-
-    store_row_sums(&acc, y, row0, n_out, lane, g, group, tn, rpg, plane, plane_size, split, block);
-}
-
-/// The end of a gemv: the group of `group` units (index `g` in the cube) holds per-unit partial
-/// sums `acc[t·rpg + q]` of token t, row `row0 + q`; sum them over the group and store
-/// `y[t, row]` for rows `< n_out`. With plane ops: `plane_sum` per plane of `plane_size`, and
-/// the group's `split` plane partials added in a fixed order through shared memory (`block` ≥
-/// groups · split · rpg); else a shared-memory tree over the group (`block` = cube units).
-/// Every unit of the cube must call it (it syncs). Shared by gemv v1 and the quantized gemv.
-#[allow(clippy::too_many_arguments)]
-#[cube]
-pub(crate) fn store_row_sums(
-    acc: &Array<f32>,
-    y: &mut [f32],
-    row0: usize,
-    n_out: usize,
-    lane: usize,
-    g: usize,
-    group: usize,
-    #[comptime] tn: usize,
-    #[comptime] rpg: usize,
-    #[comptime] plane: bool,
-    #[comptime] plane_size: usize,
-    #[comptime] split: usize,
-    #[comptime] block: usize,
-) {
-    if plane {
-        if split == 1 {
-            #[unroll]
-            for a in 0..tn * rpg {
-                let s = plane_sum(acc[a]);
-                let row = row0 + a % rpg;
-                if lane == 0 && row < n_out {
-                    y[(a / rpg) * n_out + row] = s;
-                }
-            }
-        } else {
-            // One partial per plane, added in a fixed order by the group's first unit.
-            let mut sh = Shared::<[f32]>::new_slice(block);
-            let base = g * split * rpg;
-            let p = lane / plane_size;
-            #[unroll]
-            for t in 0..tn {
-                #[unroll]
-                for q in 0..rpg {
-                    let s = plane_sum(acc[t * rpg + q]);
-                    if lane == p * plane_size {
-                        sh[base + q * split + p] = s;
-                    }
-                }
-                sync_cube();
-                if lane < rpg && row0 + lane < n_out {
-                    let mut tot = 0.0f32;
-                    #[unroll]
-                    for j in 0..split {
-                        tot += sh[base + lane * split + j];
-                    }
-                    y[t * n_out + row0 + lane] = tot;
-                }
-                sync_cube();
-            }
-        }
-    } else {
-        let mut sh = Shared::<[f32]>::new_slice(block);
-        let off = g * group;
-        #[unroll]
-        for a in 0..tn * rpg {
-            sh[off + lane] = acc[a];
-            sync_cube();
-            let mut stride = group / 2;
-            while stride > 0 {
-                if lane < stride {
-                    let v = sh[off + lane + stride];
-                    sh[off + lane] += v;
-                }
-                sync_cube();
-                stride /= 2;
-            }
-            let row = row0 + a % rpg;
-            if lane == 0 && row < n_out {
-                y[(a / rpg) * n_out + row] = sh[off];
-            }
-            sync_cube();
-        }
-    }
-}
-
 /// Checked dimensions of one linear call.
-struct Dims {
-    t: usize,
-    n_in: usize,
-    n_out: usize,
-    y_shape: Vec<usize>,
+pub(crate) struct Dims {
+    pub(crate) t: usize,
+    pub(crate) n_in: usize,
+    pub(crate) n_out: usize,
+    pub(crate) y_shape: Vec<usize>,
 }
 
 fn dims(x: &DeviceTensor, w: &DeviceTensor) -> Result<Dims, Error> {
@@ -490,10 +326,65 @@ pub fn linear_into(
         (Version::Tiled2, Dtype::F32) => launch_tiled_v2::<f32>(client, x, w, y, &d),
         (Version::Tiled2, Dtype::F16) => launch_tiled_v2::<half::f16>(client, x, w, y, &d),
         (Version::Tiled2, Dtype::BF16) => launch_tiled_v2::<half::bf16>(client, x, w, y, &d),
-        (Version::Gemv, Dtype::F32) => launch_gemv::<f32>(client, x, w, y, &d),
-        (Version::Gemv, Dtype::F16) => launch_gemv::<half::f16>(client, x, w, y, &d),
-        (Version::Gemv, Dtype::BF16) => launch_gemv::<half::bf16>(client, x, w, y, &d),
+        (Version::Gemv, Dtype::F32) => launch_gemv::<f32>(client, x, w, y, &d, false),
+        (Version::Gemv, Dtype::F16) => launch_gemv::<half::f16>(client, x, w, y, &d, false),
+        (Version::Gemv, Dtype::BF16) => launch_gemv::<half::bf16>(client, x, w, y, &d, false),
     }
+}
+
+/// `y = silu(x · W_gateᵀ) ⊙ (x · W_upᵀ)` for W `[2F, in]` whose rows interleave the two
+/// (row 2j = gate j, row 2j + 1 = up j, as [`interleave_row_pairs`] stores them): into `y`
+/// `[.., F]` f32. Gemv does the SwiGLU in its epilogue (one launch); the tiled versions write
+/// `[.., 2F]` and [`swiglu_pairs`](super::swiglu::swiglu_pairs) follows.
+pub fn linear_glu_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &DeviceTensor, version: Version) -> Result<(), Error> {
+    let d = dims(x, w)?;
+    if d.n_out % 2 != 0 {
+        return Err(Error::Shape(format!("linear_glu: w shape {:?} has an odd row count (expected 2F interleaved gate/up rows)", w.shape)));
+    }
+    let mut h_shape = d.y_shape.clone();
+    if let Some(last) = h_shape.last_mut() {
+        *last = d.n_out / 2;
+    }
+    if y.dtype != Dtype::F32 || y.shape != h_shape {
+        return Err(Error::Shape(format!("linear_glu: y is {} {:?}, expected f32 {:?} (x {:?}, w {:?})", y.dtype.name(), y.shape, h_shape, x.shape, w.shape)));
+    }
+    if version != Version::Gemv {
+        let gu = linear_with(client, x, w, version)?;
+        return super::swiglu::swiglu_pairs_into(client, &gu, y);
+    }
+    if !w.dtype.supported(client) {
+        return Err(Error::Unsupported(format!("{} arithmetic not supported on {}", w.dtype.name(), client.properties().identity.name)));
+    }
+    if d.t == 0 || d.n_out == 0 {
+        return Ok(());
+    }
+    match w.dtype {
+        Dtype::F32 => launch_gemv::<f32>(client, x, w, y, &d, true),
+        Dtype::F16 => launch_gemv::<half::f16>(client, x, w, y, &d, true),
+        Dtype::BF16 => launch_gemv::<half::bf16>(client, x, w, y, &d, true),
+    }
+}
+
+/// [`linear_glu_into`] a new tensor, version by [`version_for`].
+pub fn linear_glu(client: &Client, x: &DeviceTensor, w: &DeviceTensor) -> Result<DeviceTensor, Error> {
+    let d = dims(x, w)?;
+    let mut shape = d.y_shape;
+    if let Some(last) = shape.last_mut() {
+        *last = d.n_out / 2;
+    }
+    let y = DeviceTensor::empty_f32(client, &shape);
+    linear_glu_into(client, x, w, &y, version_for(d.t))?;
+    Ok(y)
+}
+
+/// Rows of `a` and `b` (`rows` each, equal lengths) interleaved: a₀, b₀, a₁, b₁, … — the order
+/// [`linear_glu_into`] reads a stacked gate/up weight in.
+pub fn interleave_row_pairs<T: Copy>(a: &[T], b: &[T], rows: usize) -> Result<Vec<T>, Error> {
+    if a.len() != b.len() || rows == 0 || a.len() % rows != 0 {
+        return Err(Error::Shape(format!("interleave_row_pairs: {} and {} values in {rows} rows each", a.len(), b.len())));
+    }
+    let n = a.len() / rows;
+    Ok(a.chunks(n).zip(b.chunks(n)).flat_map(|(ra, rb)| ra.iter().chain(rb).copied()).collect())
 }
 
 fn launch_tiled<W: Float>(
@@ -570,90 +461,6 @@ fn launch_tiled_v2<W: Float>(
             d.n_out as u32,
             tiles_out as u32,
             tiles_total_u32,
-        );
-    }
-    Ok(())
-}
-
-/// Widest vector (elements) for gemv: at most 16 bytes of W, dividing `in`, within the device.
-fn gemv_vector_size(client: &Client, n_in: usize, w_size: usize) -> usize {
-    let max = client.properties().hardware.max_vector_size.max(1);
-    [8usize, 4, 2, 1]
-        .into_iter()
-        .find(|&v| v <= max && v * w_size <= 16 && n_in.is_multiple_of(v))
-        .unwrap_or(1)
-}
-
-fn launch_gemv<W: Float>(
-    client: &Client,
-    x: &DeviceTensor,
-    w: &DeviceTensor,
-    y: &DeviceTensor,
-    d: &Dims,
-) -> Result<(), Error> {
-    if d.t > GEMV_MAX_T {
-        return Err(Error::Shape(format!("linear: gemv takes T ≤ {GEMV_MAX_T}, got T = {}", d.t)));
-    }
-    let hw = &client.properties().hardware;
-    let plane = uniform_plane_size(client).is_some_and(|p| p <= hw.max_cube_dim.0);
-    let max_units = hw.max_units_per_cube.min(hw.max_cube_dim.0.max(1) * hw.max_cube_dim.1.max(1));
-    let vec = gemv_vector_size(client, d.n_in, std::mem::size_of::<W>());
-    let kv = d.n_in / vec;
-    use std::sync::atomic::Ordering::Relaxed;
-    let knob = |a: &std::sync::atomic::AtomicU32, default: u32| match a.load(Relaxed) {
-        0 => default,
-        v => v,
-    };
-    let rpg = knob(&tuning::RPG, GEMV_RPG).max(1) as usize;
-    let n_groups = d.n_out.div_ceil(rpg);
-    // Planes per group: more when there are too few groups to keep every SM busy and the rows
-    // are long enough that each unit still loads several vectors.
-    let plane_size = hw.plane_size_max.max(1);
-    let mut split = 1u32;
-    if plane {
-        let target = hw.num_streaming_multiprocessors.map_or(4096, |s| s as usize * GEMV_WARPS_PER_SM);
-        while split < GEMV_MAX_SPLIT
-            && n_groups * (split as usize) < target
-            && kv >= (plane_size * split * 2) as usize * GEMV_MIN_VECS
-            && plane_size * split * 2 <= max_units.min(hw.max_cube_dim.0)
-        {
-            split *= 2;
-        }
-        split = knob(&tuning::SPLIT, split);
-    }
-    let group = if plane { plane_size * split } else { prev_pow2(GEMV_GROUP_SHARED.min(hw.max_cube_dim.0).min(max_units)) };
-    let groups_pref = knob(&tuning::ROWS, (GEMV_UNITS / group).max(1));
-    let mut groups = prev_pow2(groups_pref.min(max_units / group.max(1)).min(hw.max_cube_dim.1).max(1));
-    if let Some(sms) = hw.num_streaming_multiprocessors {
-        while groups > 1 && n_groups.div_ceil(groups as usize) < 2 * sms as usize {
-            groups /= 2;
-        }
-    }
-    let block = if plane { groups as usize * split as usize * rpg } else { (group * groups) as usize };
-    if block * std::mem::size_of::<f32>() > hw.max_shared_memory_size {
-        return Err(Error::Unsupported(format!("matmul gemv v1 needs {} B of shared memory", block * 4)));
-    }
-    let cubes = n_groups.div_ceil(groups as usize);
-    let cubes_u32 = u32::try_from(cubes).map_err(|_| Error::Shape(format!("linear: {cubes} cubes exceed u32")))?;
-    let count = CubeCountSelection::new(client, cubes_u32).cube_count();
-    let dim = CubeDim::new_2d(group, groups);
-    unsafe {
-        gemv_v1::launch::<W>(
-            client,
-            count,
-            dim,
-            vec,
-            x.as_arg(vec),
-            w.as_arg(vec),
-            y.as_arg(1),
-            d.n_out as u32,
-            kv as u32,
-            d.t,
-            rpg,
-            plane,
-            plane_size as usize,
-            split as usize,
-            block,
         );
     }
     Ok(())

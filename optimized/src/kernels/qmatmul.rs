@@ -29,11 +29,14 @@
 use cubecl::prelude::*;
 use cubecl::server::CubeCountSelection;
 
-use super::matmul::{linear_into, store_row_sums, Version};
+use super::matmul::{interleave_row_pairs, linear_into, Version};
 use crate::{Client, DeviceTensor, Dtype, Error};
 use reference::quant::{Granularity, QuantTensor};
 
+pub mod v1;
 pub mod v2;
+pub use v1::{qdequant_v1, qgemv_v1, INT8_MAGIC};
+pub(crate) use v1::{e2m1, int8_word_dot};
 
 /// Most tokens the quantized gemv takes; above, dequant + GEMM.
 pub const QGEMV_MAX_T: usize = 8;
@@ -163,6 +166,21 @@ impl QWeight {
 
     /// [`QWeight::upload`] in a chosen order (`None`: the tiled order where supported).
     pub fn upload_as(client: &Client, parts: &[&QuantTensor], layout: Option<QLayout>) -> Result<Self, Error> {
+        Self::upload_rows(client, parts, layout, false)
+    }
+
+    /// A gate and an up weight (same shape and format) with their rows interleaved — row 2j =
+    /// gate j, row 2j + 1 = up j — for [`qlinear_glu_into`] (`None`: the tiled order where
+    /// supported).
+    pub fn upload_glu(client: &Client, gate: &QuantTensor, up: &QuantTensor, layout: Option<QLayout>) -> Result<Self, Error> {
+        if gate.dims() != up.dims() {
+            return Err(Error::Shape(format!("qweight: gate {:?} and up {:?} differ in shape", gate.dims(), up.dims())));
+        }
+        Self::upload_rows(client, &[gate, up], layout, true)
+    }
+
+    /// `parts` stacked by rows, or with `interleave` (two parts) row by row.
+    fn upload_rows(client: &Client, parts: &[&QuantTensor], layout: Option<QLayout>, interleave: bool) -> Result<Self, Error> {
         let first = parts
             .first()
             .ok_or_else(|| Error::Shape("qweight: nothing to upload".into()))?;
@@ -229,6 +247,19 @@ impl QWeight {
                 }
             }
         }
+        if interleave {
+            // Both halves hold `out / 2` rows of equal byte (and scale) lengths.
+            let half = out / 2;
+            let (dg, du) = data.split_at(data.len() / 2);
+            data = interleave_row_pairs(dg, du, half)?;
+            if format == QFormat::Mxfp4 {
+                let (sg, su) = sbytes.split_at(sbytes.len() / 2);
+                sbytes = interleave_row_pairs(sg, su, half)?;
+            } else {
+                let (sg, su) = sbits.split_at(sbits.len() / 2);
+                sbits = interleave_row_pairs(sg, su, half)?;
+            }
+        }
         // The probe syncs: here, not inside a later graph capture.
         let pairs = tiled && format == QFormat::Mxfp4 && v2::pairs_supported(client);
         let w = words(&data);
@@ -283,195 +314,6 @@ pub fn granularity(group: usize, in_dim: usize) -> Granularity {
         Granularity::PerChannel
     } else {
         Granularity::Group(group)
-    }
-}
-
-/// e2m1 nibble → f32, by bits: `e ≥ 1`: `(1 + m/2)·2^(e−1)`; `e = 0`: `m/2`; sign bit 3.
-#[cube]
-fn e2m1(n: u32) -> f32 {
-    let s = (n >> 3u32) & 1u32;
-    let e = (n >> 1u32) & 3u32;
-    let m = n & 1u32;
-    let normal = ((e + 126u32) << 23u32) | (m << 22u32);
-    let bits = select(e == 0u32, m * 0x3F00_0000u32, normal) | (s << 31u32);
-    f32::reinterpret(bits)
-}
-
-/// e8m0 byte `b` of a packed word array → `2^(b − 127)` (b = 0: the subnormal 2^−127).
-#[cube]
-fn e8m0(scales: &[u32], idx: usize) -> f32 {
-    let word = scales[idx / 4];
-    let b = (word >> (8 * (idx % 4)) as u32) & 255u32;
-    f32::reinterpret(select(b == 0u32, 0x0040_0000u32, b << 23u32))
-}
-
-/// `Σ_e dequant(chunk)[e] · x[e]` without the scale: `xs[base ..]` holds the chunk's x vectors
-/// (4 for int8, 8 for mxfp4). int8: byte b → `f32(0x4B000000 | (b ^ 0x80)) − 8388736` (the
-/// magic-number conversion: exact, 3 integer ops); fp4: the value from a 16-entry table in
-/// shared memory (`lut`).
-#[cube]
-fn chunk_dot<N: Size>(wv: Vector<u32, N>, xs: &Array<Vector<f32, N>>, base: usize, lut: &[f32], #[comptime] mx: bool) -> f32 {
-    let mut part = f32::new(0.0);
-    if mx {
-        #[unroll]
-        for wd in 0..4usize {
-            let word = wv.extract(wd);
-            #[unroll]
-            for half in 0..2usize {
-                let xv = xs[base + wd * 2 + half];
-                #[unroll]
-                for e in 0..4usize {
-                    let nib = (word >> ((half * 4 + e) * 4) as u32) & 15u32;
-                    part += lut[nib as usize] * xv.extract(e);
-                }
-            }
-        }
-    } else {
-        #[unroll]
-        for wd in 0..4usize {
-            part = int8_word_dot(wv.extract(wd), xs[base + wd], part, INT8_MAGIC);
-        }
-    }
-    part
-}
-
-/// `acc + Σ_e q_e · x_e` of one word of 4 int8 weights (byte e = q_e) and an x quad. Byte b →
-/// `f32(0x4B000000 | (b ^ 0x80)) − 8388736` (the magic-number conversion: exact), computed as
-/// `((w >> 8e) & 255) ^ magic` with `magic` = [`INT8_MAGIC`]. gemv v2 passes `magic` as a
-/// kernel argument: a run-time value sits in a register, so the mask and the xor fuse into one
-/// three-input logic op; as a literal, NVCC split them into two plus a word-level xor (ncu
-/// SASS counts on the H200: 2.5 integer ops per weight).
-#[cube]
-pub(crate) fn int8_word_dot<N: Size>(word: u32, xv: Vector<f32, N>, acc: f32, magic: u32) -> f32 {
-    let mut part = acc;
-    #[unroll]
-    for e in 0..4usize {
-        let q = f32::reinterpret(((word >> (e * 8) as u32) & 255u32) ^ magic) - 8_388_736.0f32;
-        part += q * xv.extract(e);
-    }
-    part
-}
-
-/// `0x4B000000 | 0x80`: see [`int8_word_dot`].
-pub const INT8_MAGIC: u32 = 0x4B00_0080;
-
-/// gemv v1. x `[tn, in/4]` vectors of 4; w `[out, cpr]` 16-byte chunks; y `[tn, out]`.
-/// Cube dim (group, groups): a group of `group` = 32·split units (lane, gi) handles rows
-/// `(CUBE_POS·groups + gi)·rpg ..+ rpg`, chunks `lane, lane + group, ..`; with plane ops each
-/// 32-unit plane sums with `plane_sum` and the split planes add through shared memory, else a
-/// shared-memory tree over the group. `block` = group · groups.
-#[allow(clippy::too_many_arguments)]
-#[cube(launch, launch_unchecked)]
-pub fn qgemv_v1<N: Size>(
-    x: &[Vector<f32, N>],
-    w: &[Vector<u32, N>],
-    scales: &[u32],
-    y: &mut [f32],
-    n_out: u32,
-    n_in: u32,
-    cpr: u32,
-    group_chunks: u32,
-    scale_cols: u32,
-    #[comptime] tn: usize,
-    #[comptime] rpg: usize,
-    #[comptime] mx: bool,
-    #[comptime] plane: bool,
-    #[comptime] split: usize,
-    #[comptime] block: usize,
-) {
-    let lane = UNIT_POS_X as usize;
-    let group = CUBE_DIM_X as usize;
-    let gi = UNIT_POS_Y as usize;
-    let tid = gi * group + lane;
-    let row0 = (CUBE_POS * CUBE_DIM_Y as usize + gi) * rpg;
-    let n_out = n_out as usize;
-    let xrow = n_in as usize / 4;
-    let cpr = cpr as usize;
-    // e2m1 values by nibble (bit-exact; built once per cube).
-    let mut lut = Shared::<[f32]>::new_slice(16usize);
-    if mx && tid < 16 {
-        lut[tid] = e2m1(tid as u32);
-    }
-    sync_cube();
-    // x vectors per chunk.
-    let xpc = select(mx, 8usize, 4usize);
-    let mut acc = Array::<f32>::new(tn * rpg);
-    #[unroll]
-    for a in 0..tn * rpg {
-        acc[a] = 0.0f32;
-    }
-    let mut xs = Array::<Vector<f32, N>>::new(tn * 8);
-    if row0 < n_out {
-        let mut c = lane;
-        while c < cpr {
-            #[unroll]
-            for t in 0..tn {
-                #[unroll]
-                for i in 0..8usize {
-                    if i < xpc {
-                        xs[t * 8 + i] = x[t * xrow + c * xpc + i];
-                    }
-                }
-            }
-            #[unroll]
-            for q in 0..rpg {
-                let row = select(row0 + q < n_out, row0 + q, n_out - 1);
-                let wv = w[row * cpr + c];
-                let sc = if mx { e8m0(scales, row * cpr + c) } else { f32::reinterpret(scales[row * scale_cols as usize + c / group_chunks as usize]) };
-                #[unroll]
-                for t in 0..tn {
-                    acc[t * rpg + q] += sc * chunk_dot(wv, &xs, t * 8, &lut, mx);
-                }
-            }
-            c += group;
-        }
-    }
-    // Planes are 32 units here (the launcher checks the device's plane size).
-    store_row_sums(&acc, y, row0, n_out, lane, gi, group, tn, rpg, plane, GROUP as usize, split, block);
-}
-
-/// Dequant v1: chunk `i` (16 int8 or 32 fp4 weights) → `out [out, in]` f32.
-#[cube(launch, launch_unchecked)]
-pub fn qdequant_v1<N: Size>(
-    w: &[Vector<u32, N>],
-    scales: &[u32],
-    out: &mut [f32],
-    n: u32,
-    cpr: u32,
-    group_chunks: u32,
-    scale_cols: u32,
-    #[comptime] mx: bool,
-) {
-    let i = ABSOLUTE_POS;
-    if i < n as usize {
-        let cpr = cpr as usize;
-        let row = i / cpr;
-        let c = i - row * cpr;
-        let wv = w[i];
-        if mx {
-            let sc = e8m0(scales, i);
-            #[unroll]
-            for wd in 0..4usize {
-                let word = wv.extract(wd);
-                #[unroll]
-                for k in 0..8usize {
-                    out[i * 32 + wd * 8 + k] = sc * e2m1((word >> (k * 4) as u32) & 15u32);
-                }
-            }
-        } else {
-            let sc =
-                f32::reinterpret(scales[row * scale_cols as usize + c / group_chunks as usize]);
-            #[unroll]
-            for wd in 0..4usize {
-                let word = wv.extract(wd);
-                #[unroll]
-                for e in 0..4usize {
-                    let b = (word >> (e * 8) as u32) & 255u32;
-                    out[i * 16 + wd * 4 + e] =
-                        sc * (f32::cast_from(b) - select(b >= 128u32, 256.0f32, 0.0f32));
-                }
-            }
-        }
     }
 }
 
@@ -583,9 +425,30 @@ impl GemvTune {
 
 /// [`qlinear_into`] with the gemv's launch choices forced, for benchmarks that audit them.
 pub fn qlinear_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor, tune: &GemvTune) -> Result<(), Error> {
+    qlinear_rows(client, x, w, y, tune, false)
+}
+
+/// `y [T, F] = silu(x · G ᵀ) ⊙ (x · Uᵀ)` for a weight from [`QWeight::upload_glu`] (rows
+/// interleaved gate, up): the gemv applies SwiGLU in its epilogue (T ≤ [`QGEMV_MAX_T`]; rows
+/// per group must be even), dequant + GEMM + `swiglu_pairs` above.
+pub fn qlinear_glu_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor, tune: &GemvTune) -> Result<(), Error> {
+    qlinear_rows(client, x, w, y, tune, true)
+}
+
+/// [`qlinear_glu_into_tuned`] with the default choices, into a new `[T, out / 2]` tensor.
+pub fn qlinear_glu(client: &Client, x: &DeviceTensor, w: &QWeight) -> Result<DeviceTensor, Error> {
+    let y = DeviceTensor::empty_f32(client, &[x.shape.first().copied().unwrap_or(0), w.out / 2]);
+    qlinear_glu_into_tuned(client, x, w, &y, &GemvTune::default_for(w))?;
+    Ok(y)
+}
+
+fn qlinear_rows(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor, tune: &GemvTune, glu: bool) -> Result<(), Error> {
     let GemvTune { rpg, split, prefetch, fp4 } = *tune;
     if !matches!(rpg, 1 | 2 | 4 | 8) {
         return Err(Error::Shape(format!("qlinear: {rpg} rows per group, expected 1, 2, 4 or 8")));
+    }
+    if glu && (rpg % 2 != 0 || w.out % 2 != 0) {
+        return Err(Error::Shape(format!("qlinear_glu: {} rows in groups of {rpg}: both must be even (interleaved gate/up pairs)", w.out)));
     }
     if split.is_some_and(|s| !matches!(s, 1 | 2 | 4)) {
         return Err(Error::Shape(format!("qlinear: {split:?} planes per row, expected 1, 2 or 4")));
@@ -600,7 +463,8 @@ pub fn qlinear_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, y: &De
             x.shape
         )));
     };
-    if n_in != w.in_dim || x.dtype != Dtype::F32 || y.shape != [t, w.out] || y.dtype != Dtype::F32 {
+    let y_cols = if glu { w.out / 2 } else { w.out };
+    if n_in != w.in_dim || x.dtype != Dtype::F32 || y.shape != [t, y_cols] || y.dtype != Dtype::F32 {
         return Err(Error::Shape(format!(
             "qlinear: x {:?} {}, W [{}, {}], y {:?}",
             x.shape,
@@ -616,6 +480,11 @@ pub fn qlinear_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, y: &De
     check_vec4(client)?;
     if t > QGEMV_MAX_T {
         let wf = dequant(client, w)?;
+        if glu {
+            let gu = DeviceTensor::empty_f32(client, &[t, w.out]);
+            linear_into(client, x, &wf, &gu, Version::Tiled2)?;
+            return super::swiglu::swiglu_pairs_into(client, &gu, y);
+        }
         return linear_into(client, x, &wf, y, Version::Tiled2);
     }
     let props = client.properties();
@@ -652,7 +521,7 @@ pub fn qlinear_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, y: &De
         let (cols, gshift) = w.tile_scale_geometry();
         unsafe {
             let (pre_w, pre_x) = (prefetch != Prefetch::Off, prefetch == Prefetch::WX);
-            v2::qgemv_v2::launch_unchecked(client, count, dim, 4, x.as_arg(4), w.data.as_arg(4), w.scales.as_arg(1), y.as_arg(1), w.out as u32, w.in_dim as u32, cpr as u32, cols, gshift, INT8_MAGIC, t, rpg, mx, w.grouped(), plane, split, block, pre_w, pre_x, pairs);
+            v2::qgemv_v2::launch_unchecked(client, count, dim, 4, x.as_arg(4), w.data.as_arg(4), w.scales.as_arg(1), y.as_arg(1), w.out as u32, w.in_dim as u32, cpr as u32, cols, gshift, INT8_MAGIC, t, rpg, mx, w.grouped(), plane, split, block, pre_w, pre_x, pairs, glu);
         }
         return Ok(());
     }
@@ -678,6 +547,7 @@ pub fn qlinear_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, y: &De
             plane,
             split,
             block,
+            glu,
         );
     }
     Ok(())
@@ -703,6 +573,14 @@ impl Weight {
         match self {
             Weight::Dense(w) => super::matmul::linear(client, x, w),
             Weight::Quant(q) => qlinear(client, x, q),
+        }
+    }
+    /// `silu(x · Gᵀ) ⊙ (x · Uᵀ)` for a weight whose rows interleave gate and up (row 2j =
+    /// gate j, row 2j + 1 = up j): `[T, out / 2]`, SwiGLU in the gemv's epilogue for decode.
+    pub fn linear_glu(&self, client: &Client, x: &DeviceTensor) -> Result<DeviceTensor, Error> {
+        match self {
+            Weight::Dense(w) => super::matmul::linear_glu(client, x, w),
+            Weight::Quant(q) => qlinear_glu(client, x, q),
         }
     }
     /// Bytes one pass over the weight reads.

@@ -7,6 +7,10 @@
 //!   `exp(−z) = ∞` and `−0`, like the reference.
 //! - v2: the same expression over one stacked input `gu [T, 2F]` (g = columns `..F`, u = columns
 //!   `F..`), the output of one GEMV over the stacked gate|up weights — one launch less per block.
+//! - v3 (pairs): the same expression over `gu [T, 2F]` whose columns interleave g and u
+//!   (g_j = column 2j, u_j = column 2j + 1): what a tiled matmul over interleaved gate/up rows
+//!   writes. Decode does not launch it: the gemv applies SwiGLU in its epilogue
+//!   (`matmul::linear_glu_into`); prefill (T > 8) runs the tiled matmul, then v3.
 
 use cubecl::prelude::*;
 
@@ -39,6 +43,18 @@ pub fn swiglu_v2<N: Size>(gu: &[Vector<f32, N>], h: &mut [Vector<f32, N>], fv: u
         let z = gu[2 * t * f + j];
         let one = Vector::<f32, N>::new(1.0);
         h[i] = z / (one + (-z).exp()) * gu[2 * t * f + f + j];
+    }
+}
+
+/// v3 kernel: `h[i] = silu(gu[2i]) · gu[2i + 1]` for the first `len` outputs (one (g, u) pair
+/// per unit, read as one vector: launched with N = 2).
+#[cube(launch)]
+pub fn swiglu_v3<N: Size>(gu: &[Vector<f32, N>], h: &mut [f32], len: u32) {
+    let i = ABSOLUTE_POS;
+    if i < len as usize {
+        let p = gu[i];
+        let z = p.extract(0usize);
+        h[i] = z / (1.0f32 + (-z).exp()) * p.extract(1usize);
     }
 }
 
@@ -125,5 +141,40 @@ pub fn swiglu_stacked(client: &Client, gu: &DeviceTensor) -> Result<DeviceTensor
     unsafe {
         swiglu_v2::launch(client, e.count, e.dim, e.vec, gu.as_arg(e.vec), out.as_arg(e.vec), (f / e.vec) as u32, e.n);
     }
+    Ok(out)
+}
+
+/// v3: `silu(g) ⊙ u` from `gu [T, 2F]` with g and u columns interleaved (g_j = column 2j) into
+/// `out [T, F]` (must not alias gu).
+pub fn swiglu_pairs_into(client: &Client, gu: &DeviceTensor, out: &DeviceTensor) -> Result<(), Error> {
+    check_f32("swiglu_pairs", "gu", gu)?;
+    check_f32("swiglu_pairs", "out", out)?;
+    let [t, f2] = gu.shape[..] else {
+        return Err(Error::Shape(format!("swiglu_pairs: gu shape {:?}, expected [T, 2F]", gu.shape)));
+    };
+    if f2 % 2 != 0 || out.shape != [t, f2 / 2] {
+        return Err(Error::Shape(format!("swiglu_pairs: gu {:?} (2F interleaved columns) into out {:?}, expected [{t}, {}]", gu.shape, out.shape, f2 / 2)));
+    }
+    // One output per unit; `vec` 1 sizes the grid in outputs.
+    let e = Elementwise::with_vec(client, "swiglu_pairs", t * f2 / 2, 1)?;
+    if e.n == 0 {
+        return Ok(());
+    }
+    if client.properties().hardware.max_vector_size < 2 {
+        return Err(Error::Unsupported("swiglu_pairs reads (g, u) as vectors of 2".into()));
+    }
+    unsafe {
+        swiglu_v3::launch(client, e.count, e.dim, 2, gu.as_arg(2), out.as_arg(1), e.n);
+    }
+    Ok(())
+}
+
+/// [`swiglu_pairs_into`] a new `[T, F]` tensor.
+pub fn swiglu_pairs(client: &Client, gu: &DeviceTensor) -> Result<DeviceTensor, Error> {
+    let [t, f2] = gu.shape[..] else {
+        return Err(Error::Shape(format!("swiglu_pairs: gu shape {:?}, expected [T, 2F]", gu.shape)));
+    };
+    let out = DeviceTensor::empty_f32(client, &[t, f2 / 2]);
+    swiglu_pairs_into(client, gu, &out)?;
     Ok(out)
 }

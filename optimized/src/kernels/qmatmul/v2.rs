@@ -229,7 +229,8 @@ fn load_x<N: Size>(x: &[Vector<f32, N>], xs: &mut Array<Vector<f32, N>>, t: usiz
 /// loaded before this tile's arithmetic (twice the bytes in flight per unit, rpg·4 more
 /// registers); `prefetch_x` (with `prefetch`) also the next tile's x quads. `pairs`: fp4
 /// values by [`e2m1_pair`] instead of the shared table. `magic`: [`super::INT8_MAGIC`] (an
-/// argument on purpose: see [`int8_word_dot`]). Ends with gemv v1's `store_row_sums`.
+/// argument on purpose: see [`int8_word_dot`]). Ends with gemv v1's `store_row_sums` (with
+/// `glu`: y `[tn, out / 2]`, the SwiGLU of interleaved gate/up rows).
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked)]
 pub fn qgemv_v2<N: Size>(
@@ -253,6 +254,7 @@ pub fn qgemv_v2<N: Size>(
     #[comptime] prefetch: bool,
     #[comptime] prefetch_x: bool,
     #[comptime] pairs: bool,
+    #[comptime] glu: bool,
 ) {
     let unit = UNIT_POS_X as usize;
     let lane = unit % TILE_CHUNKS;
@@ -376,7 +378,7 @@ pub fn qgemv_v2<N: Size>(
             }
         }
     }
-    store_row_sums(&acc, y, row0, n_out, unit, gi, group, tn, rpg, plane, TILE_CHUNKS, split, block);
+    store_row_sums(&acc, y, row0, n_out, unit, gi, group, tn, rpg, plane, TILE_CHUNKS, split, block, glu);
 }
 
 /// Dequant v2: chunk `i` of the tiled order → its weights at their input positions in

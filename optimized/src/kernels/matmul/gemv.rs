@@ -1,0 +1,317 @@
+//! gemv v1 (the dense decode matmul, see `matmul.rs`), its launcher, and the end shared with
+//! the quantized gemvs ([`store_row_sums`]): each group's per-unit partial sums reduced and
+//! stored, plainly or — `glu`, rows interleaved (gate j, up j) — as `silu(gate) · up`.
+
+use cubecl::prelude::*;
+use cubecl::server::CubeCountSelection;
+
+use super::Dims;
+use crate::kernels::{prev_pow2, uniform_plane_size};
+use crate::{Client, DeviceTensor, Error};
+
+/// Largest T the gemv version takes (T × rows f32 accumulators per unit).
+pub const GEMV_MAX_T: usize = 8;
+/// Units per gemv cube (groups × units per group) before groups are cut to fill the SMs.
+const GEMV_UNITS: u32 = 256;
+/// Most planes that share one gemv group.
+const GEMV_MAX_SPLIT: u32 = 8;
+/// Planes per SM gemv aims for (by splitting groups over several planes).
+const GEMV_WARPS_PER_SM: usize = 48;
+/// Units per gemv group when the reduction goes through shared memory.
+const GEMV_GROUP_SHARED: u32 = 32;
+/// Output rows per gemv group: each x vector loaded serves this many rows, and their W loads
+/// are independent (in flight together). 2 measured best on an H200 for T = 1..8 (1, 4, 8
+/// tried).
+pub const GEMV_RPG: u32 = 2;
+/// Split a gemv row over more planes only while each unit keeps this many vectors.
+const GEMV_MIN_VECS: usize = 2;
+
+/// Benchmark-only overrides of the gemv launch parameters, process-wide (0 = the default
+/// choice): planes per group, rows per group, groups per cube. Not for production use.
+#[doc(hidden)]
+pub mod tuning {
+    use std::sync::atomic::AtomicU32;
+    pub static SPLIT: AtomicU32 = AtomicU32::new(0);
+    pub static RPG: AtomicU32 = AtomicU32::new(0);
+    pub static ROWS: AtomicU32 = AtomicU32::new(0);
+}
+
+/// gemv v1. `x`: [tn, kv] vectors, `w`: [n_out, kv] vectors, `y`: [tn, n_out] f32 (with
+/// `glu`: [tn, n_out / 2], see [`store_row_sums`]).
+/// Cube dim (group, groups): unit (lane, g) of cube c works on output rows
+/// `(c * groups + g) * rpg ..+ rpg`, loading each x vector once for its `rpg` rows.
+/// With `plane`, `group` must be `split` planes of `plane_size` units and `block` ≥
+/// groups * split * rpg; otherwise `group` must be a power of two and `block` = group * groups.
+#[allow(clippy::too_many_arguments)]
+#[cube(launch)]
+pub fn gemv_v1<W: Float, N: Size>(
+    x: &[Vector<f32, N>],
+    w: &[Vector<W, N>],
+    y: &mut [f32],
+    n_out: u32,
+    kv: u32,
+    #[comptime] tn: usize,
+    #[comptime] rpg: usize,
+    #[comptime] plane: bool,
+    #[comptime] plane_size: usize,
+    #[comptime] split: usize,
+    #[comptime] block: usize,
+    #[comptime] glu: bool,
+) {
+    let lane = UNIT_POS_X as usize;
+    let group = CUBE_DIM_X as usize;
+    let g = UNIT_POS_Y as usize;
+    let row0 = (CUBE_POS * CUBE_DIM_Y as usize + g) * rpg;
+    let n_out = n_out as usize;
+    let n = kv as usize;
+
+    // acc[t * rpg + q]: token t, row row0 + q.
+    let mut acc = Array::<f32>::new(tn * rpg);
+    #[unroll]
+    for a in 0..tn * rpg {
+        acc[a] = 0.0f32;
+    }
+    let mut xv = Array::<Vector<f32, N>>::new(tn);
+    // Rows past the end (n_out not a multiple of rpg) read the last row and are not stored;
+    // a group wholly past the end skips the loop. Both uniform over the group.
+    if row0 < n_out {
+        let mut i = lane;
+        while i < n {
+            #[unroll]
+            for t in 0..tn {
+                xv[t] = x[t * n + i];
+            }
+            #[unroll]
+            for q in 0..rpg {
+                let row = select(row0 + q < n_out, row0 + q, n_out - 1);
+                let wv = Vector::<f32, N>::cast_from(w[row * n + i]);
+                #[unroll]
+                for t in 0..tn {
+                    acc[t * rpg + q] += xv[t].dot(wv);
+                }
+            }
+            i += group;
+        }
+    }
+
+    store_row_sums(&acc, y, row0, n_out, lane, g, group, tn, rpg, plane, plane_size, split, block, glu);
+}
+
+/// Token t's sum `s` of row `row` into y: `y[t, row] = s`; with `glu` (`row` even, rows
+/// interleaved gate j = 2j, up j = 2j + 1, `u` the up row's sum) `y[t, row / 2] = silu(s) · u`
+/// in the reference's form `s / (1 + e^(−s)) · u`.
+#[cube]
+fn store_row(y: &mut [f32], t: usize, row: usize, n_out: usize, s: f32, u: f32, #[comptime] glu: bool) {
+    if glu {
+        y[t * (n_out / 2) + row / 2] = s / (1.0f32 + (-s).exp()) * u;
+    } else {
+        y[t * n_out + row] = s;
+    }
+}
+
+/// The end of a gemv: the group of `group` units (index `g` in the cube) holds per-unit partial
+/// sums `acc[t·rpg + q]` of token t, row `row0 + q`; sum them over the group and store
+/// `y[t, row]` for rows `< n_out` — or with `glu` (rpg and n_out even, rows interleaved gate,
+/// up) `y[t, row / 2] = silu(gate) · up` ([`store_row`]): the SwiGLU in the gate|up gemv's
+/// epilogue, one launch and one `[T, 2F]` round trip less per block. With plane ops:
+/// `plane_sum` per plane of `plane_size`, and the group's `split` plane partials added in a
+/// fixed order through shared memory (`block` ≥ groups · split · rpg); else a shared-memory
+/// tree over the group (`block` = cube units). Every unit of the cube must call it (it syncs).
+/// Shared by gemv v1 and the quantized gemvs.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+pub(crate) fn store_row_sums(
+    acc: &Array<f32>,
+    y: &mut [f32],
+    row0: usize,
+    n_out: usize,
+    lane: usize,
+    g: usize,
+    group: usize,
+    #[comptime] tn: usize,
+    #[comptime] rpg: usize,
+    #[comptime] plane: bool,
+    #[comptime] plane_size: usize,
+    #[comptime] split: usize,
+    #[comptime] block: usize,
+    #[comptime] glu: bool,
+) {
+    if plane {
+        if split == 1 {
+            if glu {
+                #[unroll]
+                for a in 0..tn * rpg / 2 {
+                    let s = plane_sum(acc[2 * a]);
+                    let u = plane_sum(acc[2 * a + 1]);
+                    let row = row0 + (2 * a) % rpg;
+                    if lane == 0 && row < n_out {
+                        store_row(y, (2 * a) / rpg, row, n_out, s, u, glu);
+                    }
+                }
+            } else {
+                #[unroll]
+                for a in 0..tn * rpg {
+                    let s = plane_sum(acc[a]);
+                    let row = row0 + a % rpg;
+                    if lane == 0 && row < n_out {
+                        store_row(y, a / rpg, row, n_out, s, 0.0f32, glu);
+                    }
+                }
+            }
+        } else {
+            // One partial per plane, added in a fixed order by the group's first units (one
+            // row each, or one (gate, up) pair with `glu`).
+            let mut sh = Shared::<[f32]>::new_slice(block);
+            let base = g * split * rpg;
+            let p = lane / plane_size;
+            #[unroll]
+            for t in 0..tn {
+                #[unroll]
+                for q in 0..rpg {
+                    let s = plane_sum(acc[t * rpg + q]);
+                    if lane == p * plane_size {
+                        sh[base + q * split + p] = s;
+                    }
+                }
+                sync_cube();
+                let mut q = lane;
+                if glu {
+                    q = 2 * lane;
+                }
+                if q < rpg && row0 + q < n_out {
+                    let mut tot = 0.0f32;
+                    let mut up = 0.0f32;
+                    #[unroll]
+                    for j in 0..split {
+                        tot += sh[base + q * split + j];
+                        if glu {
+                            up += sh[base + (q + 1) * split + j];
+                        }
+                    }
+                    store_row(y, t, row0 + q, n_out, tot, up, glu);
+                }
+                sync_cube();
+            }
+        }
+    } else {
+        let mut sh = Shared::<[f32]>::new_slice(block);
+        let off = g * group;
+        // With `glu`: the gate row's sum while its up row is reduced.
+        let mut gate = 0.0f32;
+        #[unroll]
+        for a in 0..tn * rpg {
+            sh[off + lane] = acc[a];
+            sync_cube();
+            let mut stride = group / 2;
+            while stride > 0 {
+                if lane < stride {
+                    let v = sh[off + lane + stride];
+                    sh[off + lane] += v;
+                }
+                sync_cube();
+                stride /= 2;
+            }
+            let row = row0 + a % rpg;
+            if glu {
+                if a % 2 == 0 {
+                    gate = sh[off];
+                } else if lane == 0 && row < n_out {
+                    store_row(y, a / rpg, row - 1, n_out, gate, sh[off], glu);
+                }
+            } else if lane == 0 && row < n_out {
+                store_row(y, a / rpg, row, n_out, sh[off], 0.0f32, glu);
+            }
+            sync_cube();
+        }
+    }
+}
+
+/// Widest vector (elements) for gemv: at most 16 bytes of W, dividing `in`, within the device.
+fn gemv_vector_size(client: &Client, n_in: usize, w_size: usize) -> usize {
+    let max = client.properties().hardware.max_vector_size.max(1);
+    [8usize, 4, 2, 1]
+        .into_iter()
+        .find(|&v| v <= max && v * w_size <= 16 && n_in.is_multiple_of(v))
+        .unwrap_or(1)
+}
+
+/// gemv v1 of `x` by `w` into `y` (`[T, out]`, or with `glu` `[T, out / 2]`: the caller checks
+/// the shapes).
+pub(crate) fn launch_gemv<W: Float>(
+    client: &Client,
+    x: &DeviceTensor,
+    w: &DeviceTensor,
+    y: &DeviceTensor,
+    d: &Dims,
+    glu: bool,
+) -> Result<(), Error> {
+    if d.t > GEMV_MAX_T {
+        return Err(Error::Shape(format!("linear: gemv takes T ≤ {GEMV_MAX_T}, got T = {}", d.t)));
+    }
+    let hw = &client.properties().hardware;
+    let plane = uniform_plane_size(client).is_some_and(|p| p <= hw.max_cube_dim.0);
+    let max_units = hw.max_units_per_cube.min(hw.max_cube_dim.0.max(1) * hw.max_cube_dim.1.max(1));
+    let vec = gemv_vector_size(client, d.n_in, std::mem::size_of::<W>());
+    let kv = d.n_in / vec;
+    use std::sync::atomic::Ordering::Relaxed;
+    let knob = |a: &std::sync::atomic::AtomicU32, default: u32| match a.load(Relaxed) {
+        0 => default,
+        v => v,
+    };
+    let rpg = knob(&tuning::RPG, GEMV_RPG).max(1) as usize;
+    // A (gate, up) pair of rows is reduced by one group.
+    let rpg = if glu { rpg.next_multiple_of(2) } else { rpg };
+    let n_groups = d.n_out.div_ceil(rpg);
+    // Planes per group: more when there are too few groups to keep every SM busy and the rows
+    // are long enough that each unit still loads several vectors.
+    let plane_size = hw.plane_size_max.max(1);
+    let mut split = 1u32;
+    if plane {
+        let target = hw.num_streaming_multiprocessors.map_or(4096, |s| s as usize * GEMV_WARPS_PER_SM);
+        while split < GEMV_MAX_SPLIT
+            && n_groups * (split as usize) < target
+            && kv >= (plane_size * split * 2) as usize * GEMV_MIN_VECS
+            && plane_size * split * 2 <= max_units.min(hw.max_cube_dim.0)
+        {
+            split *= 2;
+        }
+        split = knob(&tuning::SPLIT, split);
+    }
+    let group = if plane { plane_size * split } else { prev_pow2(GEMV_GROUP_SHARED.min(hw.max_cube_dim.0).min(max_units)) };
+    let groups_pref = knob(&tuning::ROWS, (GEMV_UNITS / group).max(1));
+    let mut groups = prev_pow2(groups_pref.min(max_units / group.max(1)).min(hw.max_cube_dim.1).max(1));
+    if let Some(sms) = hw.num_streaming_multiprocessors {
+        while groups > 1 && n_groups.div_ceil(groups as usize) < 2 * sms as usize {
+            groups /= 2;
+        }
+    }
+    let block = if plane { groups as usize * split as usize * rpg } else { (group * groups) as usize };
+    if block * std::mem::size_of::<f32>() > hw.max_shared_memory_size {
+        return Err(Error::Unsupported(format!("matmul gemv v1 needs {} B of shared memory", block * 4)));
+    }
+    let cubes = n_groups.div_ceil(groups as usize);
+    let cubes_u32 = u32::try_from(cubes).map_err(|_| Error::Shape(format!("linear: {cubes} cubes exceed u32")))?;
+    let count = CubeCountSelection::new(client, cubes_u32).cube_count();
+    let dim = CubeDim::new_2d(group, groups);
+    unsafe {
+        gemv_v1::launch::<W>(
+            client,
+            count,
+            dim,
+            vec,
+            x.as_arg(vec),
+            w.as_arg(vec),
+            y.as_arg(1),
+            d.n_out as u32,
+            kv as u32,
+            d.t,
+            rpg,
+            plane,
+            plane_size as usize,
+            split as usize,
+            block,
+            glu,
+        );
+    }
+    Ok(())
+}

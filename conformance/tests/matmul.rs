@@ -1,5 +1,5 @@
 //! Matmul (linear) conformance: the fixed grid, then random odd shapes for both versions.
-use conformance::cases::matmul::MatmulCase;
+use conformance::cases::matmul::{Fusion, MatmulCase};
 use conformance::{assert_conformance, backends_from_env, run_cases, Case, Dtype, Op};
 use optimized::kernels::matmul::{Version, GEMV_MAX_T};
 use proptest::prelude::*;
@@ -21,13 +21,16 @@ proptest! {
         // Odd sizes: never a multiple of a vector width or of the tile.
         let (n_in, n_out) = (2 * half_in + 1, 2 * half_out + 1);
         let mut cases: Vec<Box<dyn Case>> = vec![
-            Box::new(MatmulCase { t, n_in, n_out, dtype, version: Version::Tiled, glu: false }),
-            Box::new(MatmulCase { t: t + 33, n_in, n_out, dtype, version: Version::Tiled2, glu: false }),
+            Box::new(MatmulCase { t, n_in, n_out, dtype, version: Version::Tiled, fusion: Fusion::None }),
+            Box::new(MatmulCase { t: t + 33, n_in, n_out, dtype, version: Version::Tiled2, fusion: Fusion::None }),
         ];
         let tg = t.min(GEMV_MAX_T);
-        cases.push(Box::new(MatmulCase { t: tg, n_in, n_out, dtype, version: Version::Gemv, glu: false }));
-        // The gate|up gemv with SwiGLU in its epilogue: an even row count (pairs).
-        cases.push(Box::new(MatmulCase { t: tg, n_in, n_out: n_out + 1, dtype, version: Version::Gemv, glu: true }));
+        cases.push(Box::new(MatmulCase { t: tg, n_in, n_out, dtype, version: Version::Gemv, fusion: Fusion::None }));
+        // The decode gemv's fusions (SwiGLU: an even row count).
+        for fusion in [Fusion::Glu, Fusion::Norm, Fusion::NormGlu, Fusion::Residual] {
+            let n_out = if fusion.glu() { n_out + 1 } else { n_out };
+            cases.push(Box::new(MatmulCase { t: tg, n_in, n_out, dtype, version: Version::Gemv, fusion }));
+        }
         let r = run_cases(&cases, &backends_from_env());
         let (_, f, _) = r.count();
         prop_assert!(f == 0, "{}", r.table());

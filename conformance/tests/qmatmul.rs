@@ -1,4 +1,5 @@
 //! Quantized matmul conformance: the fixed grid, then random shapes per format.
+use conformance::cases::matmul::Fusion;
 use conformance::cases::qmatmul::QMatmulCase;
 use optimized::kernels::qmatmul::{Fp4Decode, Prefetch, QLayout};
 use conformance::{backends_from_env, run_cases, Case};
@@ -26,13 +27,15 @@ proptest! {
         tiles in any::<bool>(),
         prefetch in prop::sample::select(vec![Prefetch::Off, Prefetch::W, Prefetch::WX]),
         pairs in any::<bool>(),
-        glu in any::<bool>(),
+        fusion in prop::sample::select(vec![Fusion::None, Fusion::Glu, Fusion::Norm, Fusion::NormGlu, Fusion::Residual]),
     ) {
         // in: a multiple of 64 so every scheme's group divides it (up to 3008: several tiles,
         // partial last tiles).
+        // The norm and residual fusions are decode-only (T ≤ 8).
+        let t = if matches!(fusion, Fusion::Norm | Fusion::NormGlu | Fusion::Residual) { t.min(8) } else { t };
         let layout = if tiles { QLayout::Tiles } else { QLayout::Rows };
         let fp4 = if pairs { Fp4Decode::Pairs } else { Fp4Decode::Table };
-        let cases: Vec<Box<dyn Case>> = vec![Box::new(QMatmulCase { prefetch, fp4, glu, ..QMatmulCase::new(t, 64 * blocks_in, n_out, scheme, 1, layout) })];
+        let cases: Vec<Box<dyn Case>> = vec![Box::new(QMatmulCase { prefetch, fp4, fusion, ..QMatmulCase::new(t, 64 * blocks_in, n_out, scheme, 1, layout) })];
         let r = run_cases(&cases, &backends_from_env());
         let (_, f, _) = r.count();
         prop_assert!(f == 0, "{}", r.table());

@@ -3,12 +3,15 @@
 //! straight from its source (GGUF, safetensors, or synthetic generation) so the host never
 //! holds more than one block's q/k/v.
 //!
-//! Per block (8 launches with the paged cache in decode): one GEMV for q|k|v (weights stacked
-//! at load), rope (split + RoPE + KV write through the block table), flash attention (decode:
-//! one launch), Wo, rmsnorm (residual add + MLP norm), one GEMV for gate|up (rows interleaved
-//! at load) with SwiGLU in its epilogue (prefill: GEMM, then SwiGLU v3), down, rmsnorm
-//! (residual add + next block's norm). The unfused kernels (rope v1, kv_append, residual_add,
-//! rmsnorm v1, swiglu v1/v2) stay tested in `conformance`.
+//! Per block in decode (T ≤ 8; 6 launches with the paged cache): one GEMV for q|k|v (weights
+//! stacked at load) with the attention RMSNorm as its prologue, rope (split + RoPE + KV write
+//! through the block table), flash attention (one launch), Wo with the residual add as its
+//! epilogue (which also writes x ⊙ the MLP norm's weight), one GEMV for gate|up (rows
+//! interleaved at load) with the MLP norm as prologue and SwiGLU as epilogue, down with the
+//! residual add epilogue (writing x ⊙ the next norm's weight); see `matmul::Fuse`. Only the
+//! first block's norm is a kernel. Prefill (T > 8): GEMMs with the add + RMSNorm kernels
+//! between them and SwiGLU v3 after gate|up. The unfused kernels (rope v1, kv_append,
+//! residual_add, rmsnorm v1/v2/v3, swiglu v1/v2) stay tested in `conformance`.
 //!
 //! Decode steps of one token (`step_greedy`) run as a captured graph where the backend has
 //! them (CUDA): the launch sequence of one step is recorded once and replayed, its inputs
@@ -19,7 +22,8 @@ use reference::weights::{Tensor, TensorSource};
 use reference::{Config, Error as RefError};
 
 use crate::kernels::attention::{flash_decode, flash_prefill, Masking};
-use crate::kernels::qmatmul::{QWeight, Weight};
+use crate::kernels::matmul::{Fuse, Norm, Residual};
+use crate::kernels::qmatmul::{QWeight, Weight, QGEMV_MAX_T};
 use crate::kernels::rmsnorm::add_rmsnorm_device;
 use crate::kernels::{argmax, attention, embedding, matmul, rmsnorm_device, rope};
 use crate::graph::DecodeGraph;
@@ -333,10 +337,24 @@ impl GpuModel {
         let (h_n, kv_n) = (cfg.n_heads, cfg.n_kv_heads);
         let first = self.layers.first().ok_or_else(|| Error::Shape("model has no layers".into()))?;
         let mask = Masking { window: cfg.sliding_window, sinks: None };
+        // Decode (T ≤ 8): every RMSNorm after the first is fused into the gemvs around it: a
+        // residual epilogue (x += W·a, then xw = x ⊙ the next norm's weight) and a norm
+        // prologue (the next gemv reads xw and scales its sums by 1 / rms(x)). Prefill: the
+        // add + norm kernels.
+        let fused = t <= matmul::GEMV_MAX_T && t <= QGEMV_MAX_T;
+        let xw = if fused { DeviceTensor::empty_f32(c, &[t, cfg.hidden]) } else { DeviceTensor::empty_f32(c, &[1]) };
+        let normed = Fuse { norm: Some(Norm { x: &x, eps: cfg.rms_eps }), ..Fuse::default() };
+        let into_x = |next_norm| Fuse { residual: Some(Residual { next_norm, xw: &xw }), ..Fuse::default() };
         let mut h = rmsnorm_device(c, &x, &first.attn_norm, cfg.rms_eps)?;
         for (l, w) in self.layers.iter().enumerate() {
             // Attention block: one GEMV for q|k|v, one launch for RoPE + the KV-cache write.
-            let qkv = w.wqkv.linear(c, &h)?;
+            let qkv = if fused && l > 0 {
+                let qkv = DeviceTensor::empty_f32(c, &[t, w.wqkv.rows()]);
+                w.wqkv.gemv_fused_into(c, &xw, &qkv, &normed)?;
+                qkv
+            } else {
+                w.wqkv.linear(c, &h)?
+            };
             let o = match &self.kv {
                 KvStore::Paged { cache, tables: Some(tb), .. } => {
                     let q = rope::qkv_rope_paged(c, &qkv, h_n, kv_n, &self.rope, pos0, cfg.rope_layout, &cache.k[l], &cache.v[l], tb)?;
@@ -354,19 +372,34 @@ impl GpuModel {
                 }
                 KvStore::Paged { tables: None, .. } => return Err(Error::KvCache("paged cache without tables".into())),
             };
-            let a = w.wo.linear(c, &o.reshape(&[t, h_n * d])?)?;
-            // x ← x + a, then the MLP's norm, in one launch.
-            let hm = add_rmsnorm_device(c, &x, &a, &w.ffn_norm, cfg.rms_eps)?;
-            // gate|up GEMV with SwiGLU in its epilogue (decode; prefill: GEMM + SwiGLU v3).
-            let m = w.w_down.linear(c, &w.w_gate_up.linear_glu(c, &hm)?)?;
-            // x ← x + m, then the next block's attention norm (or the final norm).
+            let o = o.reshape(&[t, h_n * d])?;
             let next_norm = self.layers.get(l + 1).map_or(&self.out_norm, |n| &n.attn_norm);
-            h = add_rmsnorm_device(c, &x, &m, next_norm, cfg.rms_eps)?;
+            if fused {
+                // x ← x + Wo·o (xw for the MLP's norm); the MLP: gate|up with the norm prologue
+                // and SwiGLU epilogue; x ← x + W_down·h (xw for the next norm).
+                w.wo.gemv_fused_into(c, &o, &x, &into_x(&w.ffn_norm))?;
+                let hm = DeviceTensor::empty_f32(c, &[t, w.w_gate_up.rows() / 2]);
+                w.w_gate_up.gemv_fused_into(c, &xw, &hm, &Fuse { glu: true, ..normed })?;
+                w.w_down.gemv_fused_into(c, &hm, &x, &into_x(next_norm))?;
+            } else {
+                let a = w.wo.linear(c, &o)?;
+                // x ← x + a, then the MLP's norm, in one launch.
+                let hm = add_rmsnorm_device(c, &x, &a, &w.ffn_norm, cfg.rms_eps)?;
+                // gate|up GEMM, SwiGLU v3, down.
+                let m = w.w_down.linear(c, &w.w_gate_up.linear_glu(c, &hm)?)?;
+                // x ← x + m, then the next block's attention norm (or the final norm).
+                h = add_rmsnorm_device(c, &x, &m, next_norm, cfg.rms_eps)?;
+            }
             if let Some(tr) = trace.as_deref_mut() {
                 tr.push(x.to_f32(c)?);
             }
         }
         // Only the last position's logits are needed for generation; all are kept for checks.
+        if fused {
+            let logits = DeviceTensor::empty_f32(c, &[t, cfg.vocab]);
+            matmul::gemv_fused_into(c, &xw, &self.lm_head, &logits, &normed)?;
+            return Ok(logits);
+        }
         matmul::linear(c, &h, &self.lm_head)
     }
 

@@ -2,12 +2,14 @@
 //! `reference::ops::matmul::linear` (y = x·Wᵀ). W is rounded through the storage dtype before
 //! the reference runs, so only the order of f32 accumulation differs. The output is filled with
 //! NaN before the launch: an element the kernel does not write fails the comparison.
-//! `glu`: `linear_glu_into` — W's rows are read as interleaved gate/up pairs and the kernel
-//! returns `silu(gate) ⊙ up` (gemv: in its epilogue; tiled: then SwiGLU v3), checked against
-//! the reference's linear followed by its swiglu on the even / odd columns.
+//! `fusion` (gemv only, plus the tiled + SwiGLU v3 path for `glu`): what the decode gemv fuses
+//! ([`Fusion`], `optimized::kernels::matmul::Fuse`), each checked against the reference ops it
+//! replaces — `glu`: W's rows are interleaved gate/up pairs, want `swiglu(even, odd columns)`;
+//! `norm`: the input is `x ⊙ w`, want `linear(rmsnorm(x, w))`; `residual`: want `y₀ + x·Wᵀ`
+//! and the next norm's input `(y₀ + x·Wᵀ) ⊙ w` (both compared).
 
 use ndarray::Array2;
-use optimized::kernels::matmul::{linear_glu_into, linear_into, Version, GEMV_MAX_T};
+use optimized::kernels::matmul::{gemv_fused_into, linear_glu_into, linear_into, Fuse, Norm, Residual, Version, GEMV_MAX_T};
 use optimized::{Client, DeviceTensor};
 
 use super::outcome;
@@ -20,8 +22,101 @@ pub struct MatmulCase {
     pub n_out: usize,
     pub dtype: Dtype,
     pub version: Version,
+    pub fusion: Fusion,
+}
+
+/// What a gemv under test fuses around its dot products.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fusion {
+    None,
     /// SwiGLU of interleaved gate/up rows (`n_out` even).
-    pub glu: bool,
+    Glu,
+    /// The RMSNorm prologue.
+    Norm,
+    /// The RMSNorm prologue and SwiGLU (the model's gate|up gemv).
+    NormGlu,
+    /// The residual epilogue writing the next norm's input.
+    Residual,
+}
+
+/// ε of the fused RMSNorm cases.
+const EPS: f32 = 1e-5;
+
+impl Fusion {
+    pub fn tag(self) -> &'static str {
+        match self {
+            Fusion::None => "",
+            Fusion::Glu => ",glu",
+            Fusion::Norm => ",norm",
+            Fusion::NormGlu => ",norm+glu",
+            Fusion::Residual => ",residual",
+        }
+    }
+    pub fn glu(self) -> bool {
+        matches!(self, Fusion::Glu | Fusion::NormGlu)
+    }
+
+    /// The kernel's input and the expected result for raw input `x` `[t, n_in]`, with `lin`
+    /// the reference linear (`[t, n_in]` → `[t, n_out]`).
+    pub(crate) fn io(self, t: usize, n_in: usize, n_out: usize, x: &[f32], lin: impl Fn(&[f32]) -> Result<Array2<f32>, String>) -> Result<FusedIo, String> {
+        let shape = |v: Vec<f32>, r, c| Array2::from_shape_vec((r, c), v).map_err(|e| e.to_string());
+        let glu = |y: Array2<f32>| -> Vec<f32> { reference::ops::swiglu::swiglu(y.slice(ndarray::s![.., ..;2]), y.slice(ndarray::s![.., 1..;2])).iter().copied().collect() };
+        let gain = |n: usize, salt| -> Vec<f32> { rand_vec(n, salt).iter().map(|v| 1.0 + 0.5 * v).collect() };
+        Ok(match self {
+            Fusion::None => FusedIo { input: x.to_vec(), want: lin(x)?.iter().copied().collect(), nw: vec![], y0: vec![] },
+            Fusion::Glu => FusedIo { input: x.to_vec(), want: glu(lin(x)?), nw: vec![], y0: vec![] },
+            Fusion::Norm | Fusion::NormGlu => {
+                let nw = gain(n_in, 13);
+                let input: Vec<f32> = x.chunks(n_in).flat_map(|r| r.iter().zip(&nw).map(|(a, b)| a * b)).collect();
+                let normed = reference::ops::rmsnorm::rmsnorm(shape(x.to_vec(), t, n_in)?.view(), ndarray::ArrayView1::from(&nw), EPS);
+                let y = lin(normed.as_slice().ok_or("rmsnorm output not contiguous")?)?;
+                let want = if self == Fusion::NormGlu { glu(y) } else { y.iter().copied().collect() };
+                FusedIo { input, want, nw, y0: vec![] }
+            }
+            Fusion::Residual => {
+                let nw = gain(n_out, 14);
+                let y0 = rand_vec(t * n_out, 15);
+                let y: Vec<f32> = lin(x)?.iter().zip(&y0).map(|(a, b)| b + a).collect();
+                let xw: Vec<f32> = y.chunks(n_out).flat_map(|r| r.iter().zip(&nw).map(|(a, b)| a * b)).collect();
+                FusedIo { input: x.to_vec(), want: y.into_iter().chain(xw).collect(), nw, y0 }
+            }
+        })
+    }
+
+    /// Runs `launch(input, y, fuse)` on the device with this fusion's operands; returns y (and,
+    /// for `Residual`, the written xw after it). Outputs start NaN (y: `y₀` for `Residual`).
+    pub(crate) fn run_device(self, client: &Client, t: usize, n_in: usize, n_out: usize, raw: &[f32], io: &FusedIo, launch: impl Fn(&DeviceTensor, &DeviceTensor, &Fuse) -> Result<(), optimized::Error>) -> Result<Vec<f32>, optimized::Error> {
+        let cols = if self.glu() { n_out / 2 } else { n_out };
+        let xd = DeviceTensor::from_f32(client, &io.input, &[t, n_in])?;
+        let y0 = if self == Fusion::Residual { io.y0.clone() } else { vec![f32::NAN; t * cols] };
+        let yd = DeviceTensor::from_f32(client, &y0, &[t, cols])?;
+        let rawd = DeviceTensor::from_f32(client, raw, &[t, n_in])?;
+        let nw = if io.nw.is_empty() { vec![0.0] } else { io.nw.clone() };
+        let nwd = DeviceTensor::from_f32(client, &nw, &[nw.len()])?;
+        let xwd = DeviceTensor::from_f32(client, &vec![f32::NAN; t * n_out], &[t, n_out])?;
+        let norm = Some(Norm { x: &rawd, eps: EPS });
+        let fuse = match self {
+            Fusion::None => Fuse::default(),
+            Fusion::Glu => Fuse::glu(),
+            Fusion::Norm => Fuse { norm, ..Fuse::default() },
+            Fusion::NormGlu => Fuse { norm, glu: true, ..Fuse::default() },
+            Fusion::Residual => Fuse { residual: Some(Residual { next_norm: &nwd, xw: &xwd }), ..Fuse::default() },
+        };
+        launch(&xd, &yd, &fuse)?;
+        let mut out = yd.to_f32(client)?;
+        if self == Fusion::Residual {
+            out.extend(xwd.to_f32(client)?);
+        }
+        Ok(out)
+    }
+}
+
+/// A fused case's host data: the kernel's input, the expected output, the norm gain, y₀.
+pub(crate) struct FusedIo {
+    pub input: Vec<f32>,
+    pub want: Vec<f32>,
+    pub nw: Vec<f32>,
+    pub y0: Vec<f32>,
 }
 
 /// The optimized crate's twin of a conformance dtype.
@@ -45,7 +140,7 @@ impl Case for MatmulCase {
             self.n_out,
             self.dtype.name(),
             self.version.name(),
-            if self.glu { ",glu" } else { "" }
+            self.fusion.tag()
         )
     }
     fn run(&self, client: &Client) -> Outcome {
@@ -60,31 +155,27 @@ impl Case for MatmulCase {
         let (t, n_in, n_out) = (self.t, self.n_in, self.n_out);
         let x = rand_vec(t * n_in, 11);
         let w = round_to(&rand_vec(n_out * n_in, 12), self.dtype);
-        let (xa, wa) = match (
-            Array2::from_shape_vec((t, n_in), x.clone()),
-            Array2::from_shape_vec((n_out, n_in), w.clone()),
-        ) {
-            (Ok(a), Ok(b)) => (a, b),
-            _ => return Outcome::Fail("bad case shape".into()),
+        let Ok(wa) = Array2::from_shape_vec((n_out, n_in), w.clone()) else {
+            return Outcome::Fail("bad case shape".into());
         };
-        let want = reference::ops::matmul::linear(xa.view(), wa.view());
-        let (want, cols) = if self.glu {
-            let g = want.slice(ndarray::s![.., ..;2]);
-            let u = want.slice(ndarray::s![.., 1..;2]);
-            (reference::ops::swiglu::swiglu(g, u).iter().copied().collect::<Vec<f32>>(), n_out / 2)
-        } else {
-            (want.iter().copied().collect(), n_out)
+        let lin = |inp: &[f32]| -> Result<Array2<f32>, String> {
+            let a = Array2::from_shape_vec((t, n_in), inp.to_vec()).map_err(|e| e.to_string())?;
+            Ok(reference::ops::matmul::linear(a.view(), wa.view()))
         };
+        let io = match self.fusion.io(t, n_in, n_out, &x, lin) {
+            Ok(io) => io,
+            Err(e) => return Outcome::Fail(format!("reference: {e}")),
+        };
+        let want = io.want.clone();
         outcome((|| {
-            let xd = DeviceTensor::from_f32(client, &x, &[t, n_in])?;
             let wd = DeviceTensor::from_f32_as(client, &w, &[n_out, n_in], dd)?;
-            let yd = DeviceTensor::from_f32(client, &vec![f32::NAN; t * cols], &[t, cols])?;
-            if self.glu {
-                linear_glu_into(client, &xd, &wd, &yd, self.version)?;
-            } else {
-                linear_into(client, &xd, &wd, &yd, self.version)?;
-            }
-            let y = yd.to_f32(client)?;
+            let version = self.version;
+            let y = self.fusion.run_device(client, t, n_in, n_out, &x, &io, |xd, yd, fuse| match (version, self.fusion) {
+                (_, Fusion::None) => linear_into(client, xd, &wd, yd, version),
+                (_, Fusion::Glu) => linear_glu_into(client, xd, &wd, yd, version),
+                (Version::Gemv, _) => gemv_fused_into(client, xd, &wd, yd, fuse),
+                _ => Err(optimized::Error::Shape("norm / residual fusion is gemv only".into())),
+            })?;
             let (tol, _) = tolerance(Op::Matmul, self.dtype);
             Ok(match compare(&y, &want, tol) {
                 Ok(m) => Outcome::Pass(m),
@@ -108,19 +199,22 @@ pub fn cases() -> Vec<Box<dyn Case>> {
                     if version == Version::Tiled && t == 128 && n_in * n_out > 600_000 && n_in % 2 == 0 {
                         continue;
                     }
-                    v.push(Box::new(MatmulCase { t, n_in, n_out, dtype, version, glu: false }));
+                    v.push(Box::new(MatmulCase { t, n_in, n_out, dtype, version, fusion: Fusion::None }));
                 }
             }
         }
         // A decode-sized layer (TinyLlama's MLP), T = 1, gemv only (the tiled versions see
         // the same code paths on the shapes above, at 4+ s each on lavapipe).
-        v.push(Box::new(MatmulCase { t: 1, n_in: 2048, n_out: 5632, dtype, version: Version::Gemv, glu: false }));
-        // SwiGLU in the gemv's epilogue (T ≤ 8), and the tiled + SwiGLU v3 path (prefill).
-        for (t, n_in, n_out) in [(1, 64, 64), (3, 576, 3072), (8, 577, 1030), (1, 13, 2), (1, 2048, 11264)] {
-            v.push(Box::new(MatmulCase { t, n_in, n_out, dtype, version: Version::Gemv, glu: true }));
+        v.push(Box::new(MatmulCase { t: 1, n_in: 2048, n_out: 5632, dtype, version: Version::Gemv, fusion: Fusion::None }));
+        // The decode gemv's fusions (T ≤ 8; 2048 × 11264: rows split over several planes),
+        // and the tiled + SwiGLU v3 path (prefill).
+        for fusion in [Fusion::Glu, Fusion::Norm, Fusion::NormGlu, Fusion::Residual] {
+            for (t, n_in, n_out) in [(1, 64, 64), (3, 576, 3072), (8, 577, 1030), (1, 13, 2), (1, 2048, 11264)] {
+                v.push(Box::new(MatmulCase { t, n_in, n_out, dtype, version: Version::Gemv, fusion }));
+            }
         }
         for t in [9, 33] {
-            v.push(Box::new(MatmulCase { t, n_in: 577, n_out: 1030, dtype, version: Version::Tiled2, glu: true }));
+            v.push(Box::new(MatmulCase { t, n_in: 577, n_out: 1030, dtype, version: Version::Tiled2, fusion: Fusion::Glu }));
         }
     }
     v

@@ -3,16 +3,16 @@
 //! `reference_linear(dequant(W), x)`. The weight is quantized once by the reference; the kernel
 //! reads those exact bytes, and dequantization is exact on both sides, so the bound is the f32
 //! matmul's (only summation order differs). `parts > 1` stacks that many row blocks on upload
-//! (as the model stacks Wq | Wk | Wv). `glu`: two parts uploaded with rows interleaved
-//! (`QWeight::upload_glu`, as the model uploads gate and up) and `qlinear_glu_into_tuned`,
-//! checked against the reference's `swiglu(qlinear(x, gate), qlinear(x, up))`. The output is
-//! NaN-poisoned.
+//! (as the model stacks Wq | Wk | Wv). `fusion` as in `matmul.rs` ([`Fusion`]); with SwiGLU
+//! two parts are uploaded with rows interleaved (`QWeight::upload_glu`, as the model uploads
+//! gate and up), want `swiglu(qlinear(x, gate), qlinear(x, up))`. Outputs are NaN-poisoned.
 
 use ndarray::Array2;
-use optimized::kernels::qmatmul::{default_prefetch, default_rpg, qlinear_glu_into_tuned, qlinear_into_tuned, Fp4Decode, GemvTune, Prefetch, QFormat, QLayout, QWeight};
-use optimized::{Client, DeviceTensor};
+use optimized::kernels::qmatmul::{default_prefetch, default_rpg, qlinear_fused_into_tuned, Fp4Decode, GemvTune, Prefetch, QFormat, QLayout, QWeight};
+use optimized::Client;
 use reference::quant::{Granularity, QuantTensor, Scheme};
 
+use super::matmul::Fusion;
 use super::outcome;
 use crate::{compare, rand_vec, tolerance, Case, Dtype, Op, Outcome};
 
@@ -29,8 +29,8 @@ pub struct QMatmulCase {
     pub prefetch: Prefetch,
     /// gemv v2, mxfp4: how fp4 values are decoded.
     pub fp4: Fp4Decode,
-    /// SwiGLU of two parts (gate, up) uploaded with interleaved rows.
-    pub glu: bool,
+    /// What the gemv fuses; with SwiGLU, two parts (gate, up) uploaded with interleaved rows.
+    pub fusion: Fusion,
 }
 
 impl QMatmulCase {
@@ -41,7 +41,7 @@ impl QMatmulCase {
             Scheme::Int8(g) => QFormat::Int8 { group: g.group_len(n_in) },
             Scheme::Mxfp4 => QFormat::Mxfp4,
         };
-        Self { t, n_in, n_out, scheme, parts, layout, prefetch: default_prefetch(format, n_in), fp4: Fp4Decode::Pairs, glu: false }
+        Self { t, n_in, n_out, scheme, parts, layout, prefetch: default_prefetch(format, n_in), fp4: Fp4Decode::Pairs, fusion: Fusion::None }
     }
 }
 
@@ -50,10 +50,9 @@ impl Case for QMatmulCase {
         Op::Matmul
     }
     fn name(&self) -> String {
-        let p = match (self.glu, self.parts) {
-            (true, _) => ",glu".to_string(),
-            (false, n) if n > 1 => format!(",stacked×{n}"),
-            _ => String::new(),
+        let p = match (self.fusion.glu(), self.parts) {
+            (false, n) if n > 1 => format!(",stacked×{n}{}", self.fusion.tag()),
+            _ => self.fusion.tag().to_string(),
         };
         let v = match self.layout {
             QLayout::Rows => "rows/v1".to_string(),
@@ -72,7 +71,8 @@ impl Case for QMatmulCase {
     fn run(&self, client: &Client) -> Outcome {
         let (t, n_in, n_out) = (self.t, self.n_in, self.n_out);
         let x = rand_vec(t * n_in, 21);
-        let nparts = if self.glu { 2 } else { self.parts.max(1) };
+        let glu = self.fusion.glu();
+        let nparts = if glu { 2 } else { self.parts.max(1) };
         let parts: Result<Vec<QuantTensor>, _> = (0..nparts)
             .map(|p| {
                 // Rows of different magnitude per part and per row, so scales differ.
@@ -84,33 +84,29 @@ impl Case for QMatmulCase {
             Ok(p) => p,
             Err(e) => return Outcome::Fail(format!("reference quantize: {e}")),
         };
-        let Ok(xa) = Array2::from_shape_vec((t, n_in), x.clone()) else {
-            return Outcome::Fail("bad case shape".into());
-        };
-        let mut want = Vec::new();
-        for p in &parts {
-            match reference::ops::qmatmul::qlinear(xa.view(), p) {
-                Ok(y) => want.push(y),
-                Err(e) => return Outcome::Fail(format!("reference: {e}")),
-            }
-        }
-        // Stacked rows: y = [y_0 | y_1 | ..] along out; glu: silu(y_0) ⊙ y_1.
-        let rows = if self.glu { n_out } else { n_out * parts.len() };
-        let mut want_flat = vec![0f32; t * rows];
-        match (self.glu, &want[..]) {
-            (true, [g, u]) => want_flat = reference::ops::swiglu::swiglu(g.view(), u.view()).iter().copied().collect(),
-            _ => {
-                for (pi, y) in want.iter().enumerate() {
-                    for ti in 0..t {
-                        for o in 0..n_out {
-                            want_flat[ti * rows + pi * n_out + o] = y[[ti, o]];
-                        }
+        // The weight's rows: parts stacked (y = [y_0 | y_1 | ..] along out), or with SwiGLU
+        // gate and up interleaved (columns 2j, 2j + 1).
+        let rows = n_out * parts.len();
+        let lin = |inp: &[f32]| -> Result<Array2<f32>, String> {
+            let xa = Array2::from_shape_vec((t, n_in), inp.to_vec()).map_err(|e| e.to_string())?;
+            let mut y = Array2::<f32>::zeros((t, rows));
+            for (pi, p) in parts.iter().enumerate() {
+                let yp = reference::ops::qmatmul::qlinear(xa.view(), p).map_err(|e| e.to_string())?;
+                for ti in 0..t {
+                    for o in 0..n_out {
+                        let col = if glu { 2 * o + pi } else { pi * n_out + o };
+                        y[[ti, col]] = yp[[ti, o]];
                     }
                 }
             }
-        }
+            Ok(y)
+        };
+        let io = match self.fusion.io(t, n_in, rows, &x, lin) {
+            Ok(io) => io,
+            Err(e) => return Outcome::Fail(format!("reference: {e}")),
+        };
         let refs: Vec<&QuantTensor> = parts.iter().collect();
-        let uploaded = match (self.glu, &refs[..]) {
+        let uploaded = match (glu, &refs[..]) {
             (true, [g, u]) => QWeight::upload_glu(client, g, u, Some(self.layout)),
             _ => QWeight::upload_as(client, &refs, Some(self.layout)),
         };
@@ -123,16 +119,10 @@ impl Case for QMatmulCase {
             return Outcome::Skip("the f16-pair fp4 decode is not exact on this device (no f16, or its u32 → f16×2 bitcast failed the probe)".into());
         }
         outcome((|| {
-            let xd = DeviceTensor::from_f32(client, &x, &[t, n_in])?;
-            let yd = DeviceTensor::from_f32(client, &vec![f32::NAN; t * rows], &[t, rows])?;
             let tune = GemvTune { rpg: default_rpg(w.format), split: None, prefetch: self.prefetch, fp4: self.fp4 };
-            if self.glu {
-                qlinear_glu_into_tuned(client, &xd, &w, &yd, &tune)?;
-            } else {
-                qlinear_into_tuned(client, &xd, &w, &yd, &tune)?;
-            }
+            let y = self.fusion.run_device(client, t, n_in, rows, &x, &io, |xd, yd, fuse| qlinear_fused_into_tuned(client, xd, &w, yd, &tune, fuse))?;
             let (tol, _) = tolerance(Op::Matmul, Dtype::F32);
-            Ok(match compare(&yd.to_f32(client)?, &want_flat, tol) {
+            Ok(match compare(&y, &io.want, tol) {
                 Ok(m) => Outcome::Pass(m),
                 Err(e) => Outcome::Fail(e),
             })
@@ -163,10 +153,14 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             for (t, n_in) in [(1usize, if g128 { 640 } else { 576 }), (1, if g128 { 2944 } else { 2880 }), (2, 5632), (17, 2944)] {
                 add(t, n_in, 72, 1);
             }
-            // Gate and up with interleaved rows, SwiGLU in the gemv's epilogue (T ≤ 8; 8192
-            // inputs: rows split over planes) and after dequant + GEMM (T = 9).
-            for (t, n_in, n_out) in [(1usize, 256usize, 96usize), (3, 1536, 577), (2, 8192, 20), (9, 256, 40)] {
-                v.push(Box::new(QMatmulCase { glu: true, ..QMatmulCase::new(t, n_in, n_out, scheme, 2, layout) }));
+            // The decode gemv's fusions (T ≤ 8; 8192 inputs: rows split over planes); SwiGLU
+            // after dequant + GEMM too (T = 9).
+            for fusion in [Fusion::Glu, Fusion::Norm, Fusion::NormGlu, Fusion::Residual] {
+                for (t, n_in, n_out) in [(1usize, 256usize, 96usize), (3, 1536, 577), (2, 8192, 20), (9, 256, 40)] {
+                    if t <= 8 || fusion == Fusion::Glu {
+                        v.push(Box::new(QMatmulCase { fusion, ..QMatmulCase::new(t, n_in, n_out, scheme, 1, layout) }));
+                    }
+                }
             }
         }
     }

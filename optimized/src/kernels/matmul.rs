@@ -33,8 +33,8 @@ use cubecl::server::CubeCountSelection;
 use crate::{Client, DeviceTensor, Dtype, Error};
 
 mod gemv;
-pub use gemv::{gemv_v1, tuning, GEMV_MAX_T, GEMV_RPG};
-pub(crate) use gemv::store_row_sums;
+pub use gemv::{gemv_v1, tuning, Fuse, Norm, Residual, GEMV_MAX_T, GEMV_RPG};
+pub(crate) use gemv::{inv_rms, scale_rows, store_row_sums};
 use gemv::launch_gemv;
 
 /// Side of tiled v1's output tile (and its K step).
@@ -326,9 +326,9 @@ pub fn linear_into(
         (Version::Tiled2, Dtype::F32) => launch_tiled_v2::<f32>(client, x, w, y, &d),
         (Version::Tiled2, Dtype::F16) => launch_tiled_v2::<half::f16>(client, x, w, y, &d),
         (Version::Tiled2, Dtype::BF16) => launch_tiled_v2::<half::bf16>(client, x, w, y, &d),
-        (Version::Gemv, Dtype::F32) => launch_gemv::<f32>(client, x, w, y, &d, false),
-        (Version::Gemv, Dtype::F16) => launch_gemv::<half::f16>(client, x, w, y, &d, false),
-        (Version::Gemv, Dtype::BF16) => launch_gemv::<half::bf16>(client, x, w, y, &d, false),
+        (Version::Gemv, Dtype::F32) => launch_gemv::<f32>(client, x, w, y, &d, &Fuse::default()),
+        (Version::Gemv, Dtype::F16) => launch_gemv::<half::f16>(client, x, w, y, &d, &Fuse::default()),
+        (Version::Gemv, Dtype::BF16) => launch_gemv::<half::bf16>(client, x, w, y, &d, &Fuse::default()),
     }
 }
 
@@ -352,6 +352,21 @@ pub fn linear_glu_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &
         let gu = linear_with(client, x, w, version)?;
         return super::swiglu::swiglu_pairs_into(client, &gu, y);
     }
+    gemv_fused_into(client, x, w, y, &Fuse::glu())
+}
+
+/// gemv v1 (T ≤ [`GEMV_MAX_T`]) with `fuse`'s prologue / epilogue: y `[T, out]`
+/// (`[T, out / 2]` with SwiGLU; with a residual epilogue y is the residual stream, read and
+/// written).
+pub fn gemv_fused_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &DeviceTensor, fuse: &Fuse) -> Result<(), Error> {
+    let d = dims(x, w)?;
+    let mut want = d.y_shape.clone();
+    if let Some(last) = want.last_mut() {
+        *last = fuse.out_cols(d.n_out);
+    }
+    if y.dtype != Dtype::F32 || y.shape != want {
+        return Err(Error::Shape(format!("gemv: y is {} {:?}, expected f32 {:?} (x {:?}, w {:?})", y.dtype.name(), y.shape, want, x.shape, w.shape)));
+    }
     if !w.dtype.supported(client) {
         return Err(Error::Unsupported(format!("{} arithmetic not supported on {}", w.dtype.name(), client.properties().identity.name)));
     }
@@ -359,9 +374,9 @@ pub fn linear_glu_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &
         return Ok(());
     }
     match w.dtype {
-        Dtype::F32 => launch_gemv::<f32>(client, x, w, y, &d, true),
-        Dtype::F16 => launch_gemv::<half::f16>(client, x, w, y, &d, true),
-        Dtype::BF16 => launch_gemv::<half::bf16>(client, x, w, y, &d, true),
+        Dtype::F32 => launch_gemv::<f32>(client, x, w, y, &d, fuse),
+        Dtype::F16 => launch_gemv::<half::f16>(client, x, w, y, &d, fuse),
+        Dtype::BF16 => launch_gemv::<half::bf16>(client, x, w, y, &d, fuse),
     }
 }
 

@@ -29,7 +29,7 @@
 use cubecl::prelude::*;
 use cubecl::server::CubeCountSelection;
 
-use super::matmul::{interleave_row_pairs, linear_into, Version};
+use super::matmul::{interleave_row_pairs, linear_into, Fuse, Version};
 use crate::{Client, DeviceTensor, Dtype, Error};
 use reference::quant::{Granularity, QuantTensor};
 
@@ -425,14 +425,20 @@ impl GemvTune {
 
 /// [`qlinear_into`] with the gemv's launch choices forced, for benchmarks that audit them.
 pub fn qlinear_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor, tune: &GemvTune) -> Result<(), Error> {
-    qlinear_rows(client, x, w, y, tune, false)
+    qlinear_fused_into_tuned(client, x, w, y, tune, &Fuse::default())
 }
 
 /// `y [T, F] = silu(x · G ᵀ) ⊙ (x · Uᵀ)` for a weight from [`QWeight::upload_glu`] (rows
 /// interleaved gate, up): the gemv applies SwiGLU in its epilogue (T ≤ [`QGEMV_MAX_T`]; rows
 /// per group must be even), dequant + GEMM + `swiglu_pairs` above.
 pub fn qlinear_glu_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor, tune: &GemvTune) -> Result<(), Error> {
-    qlinear_rows(client, x, w, y, tune, true)
+    qlinear_fused_into_tuned(client, x, w, y, tune, &Fuse::glu())
+}
+
+/// The quantized gemv (T ≤ [`QGEMV_MAX_T`], default choices) with `fuse`'s prologue /
+/// epilogue (see `matmul::gemv_fused_into`).
+pub fn qgemv_fused_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor, fuse: &Fuse) -> Result<(), Error> {
+    qlinear_fused_into_tuned(client, x, w, y, &GemvTune::default_for(w), fuse)
 }
 
 /// [`qlinear_glu_into_tuned`] with the default choices, into a new `[T, out / 2]` tensor.
@@ -442,7 +448,10 @@ pub fn qlinear_glu(client: &Client, x: &DeviceTensor, w: &QWeight) -> Result<Dev
     Ok(y)
 }
 
-fn qlinear_rows(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor, tune: &GemvTune, glu: bool) -> Result<(), Error> {
+/// [`qlinear_into_tuned`] with `fuse`'s prologue / epilogue (`matmul::Fuse`; norm and residual
+/// fusions take T ≤ [`QGEMV_MAX_T`], SwiGLU any T).
+pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor, tune: &GemvTune, fuse: &Fuse) -> Result<(), Error> {
+    let glu = fuse.glu;
     let GemvTune { rpg, split, prefetch, fp4 } = *tune;
     if !matches!(rpg, 1 | 2 | 4 | 8) {
         return Err(Error::Shape(format!("qlinear: {rpg} rows per group, expected 1, 2, 4 or 8")));
@@ -463,7 +472,7 @@ fn qlinear_rows(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor
             x.shape
         )));
     };
-    let y_cols = if glu { w.out / 2 } else { w.out };
+    let y_cols = fuse.out_cols(w.out);
     if n_in != w.in_dim || x.dtype != Dtype::F32 || y.shape != [t, y_cols] || y.dtype != Dtype::F32 {
         return Err(Error::Shape(format!(
             "qlinear: x {:?} {}, W [{}, {}], y {:?}",
@@ -478,7 +487,11 @@ fn qlinear_rows(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor
         return Ok(());
     }
     check_vec4(client)?;
+    fuse.check("qlinear", t, n_in, w.out)?;
     if t > QGEMV_MAX_T {
+        if fuse.norm.is_some() || fuse.residual.is_some() {
+            return Err(Error::Shape(format!("qlinear: the fused norm / residual gemv takes T ≤ {QGEMV_MAX_T}, got T = {t}")));
+        }
         let wf = dequant(client, w)?;
         if glu {
             let gu = DeviceTensor::empty_f32(client, &[t, w.out]);
@@ -517,11 +530,13 @@ fn qlinear_rows(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor
     let block = group * groups;
     let dim = CubeDim::new_2d(group as u32, groups as u32);
     let mx = w.format == QFormat::Mxfp4;
+    let (xr, nw, xw, eps) = fuse.operands(client);
+    let (norm, resid) = (fuse.norm.is_some(), fuse.residual.is_some());
     if tiled {
         let (cols, gshift) = w.tile_scale_geometry();
         unsafe {
             let (pre_w, pre_x) = (prefetch != Prefetch::Off, prefetch == Prefetch::WX);
-            v2::qgemv_v2::launch_unchecked(client, count, dim, 4, x.as_arg(4), w.data.as_arg(4), w.scales.as_arg(1), y.as_arg(1), w.out as u32, w.in_dim as u32, cpr as u32, cols, gshift, INT8_MAGIC, t, rpg, mx, w.grouped(), plane, split, block, pre_w, pre_x, pairs, glu);
+            v2::qgemv_v2::launch_unchecked(client, count, dim, 4, x.as_arg(4), w.data.as_arg(4), w.scales.as_arg(1), y.as_arg(1), xr.as_arg(4), nw.as_arg(1), xw.as_arg(1), w.out as u32, w.in_dim as u32, cpr as u32, cols, gshift, INT8_MAGIC, eps, t, rpg, mx, w.grouped(), plane, split, block, pre_w, pre_x, pairs, norm, resid, glu);
         }
         return Ok(());
     }
@@ -536,17 +551,23 @@ fn qlinear_rows(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor
             w.data.as_arg(4),
             w.scales.as_arg(1),
             y.as_arg(1),
+            xr.as_arg(4),
+            nw.as_arg(1),
+            xw.as_arg(1),
             w.out as u32,
             w.in_dim as u32,
             cpr as u32,
             gc,
             cols,
+            eps,
             t,
             rpg,
             mx,
             plane,
             split,
             block,
+            norm,
+            resid,
             glu,
         );
     }
@@ -581,6 +602,20 @@ impl Weight {
         match self {
             Weight::Dense(w) => super::matmul::linear_glu(client, x, w),
             Weight::Quant(q) => qlinear_glu(client, x, q),
+        }
+    }
+    /// The decode gemv (T ≤ 8) with `fuse`'s prologue / epilogue into `y`.
+    pub fn gemv_fused_into(&self, client: &Client, x: &DeviceTensor, y: &DeviceTensor, fuse: &Fuse) -> Result<(), Error> {
+        match self {
+            Weight::Dense(w) => super::matmul::gemv_fused_into(client, x, w, y, fuse),
+            Weight::Quant(q) => qgemv_fused_into(client, x, q, y, fuse),
+        }
+    }
+    /// Output rows (`out`).
+    pub fn rows(&self) -> usize {
+        match self {
+            Weight::Dense(w) => w.shape.first().copied().unwrap_or(0),
+            Weight::Quant(q) => q.out,
         }
     }
     /// Bytes one pass over the weight reads.

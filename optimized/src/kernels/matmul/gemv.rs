@@ -7,7 +7,7 @@ use cubecl::server::CubeCountSelection;
 
 use super::Dims;
 use crate::kernels::{prev_pow2, uniform_plane_size};
-use crate::{Client, DeviceTensor, Error};
+use crate::{Client, DeviceTensor, Dtype, Error};
 
 /// Largest T the gemv version takes (T × rows f32 accumulators per unit).
 pub const GEMV_MAX_T: usize = 8;
@@ -36,6 +36,82 @@ pub mod tuning {
     pub static ROWS: AtomicU32 = AtomicU32::new(0);
 }
 
+/// What a decode gemv fuses around its dot products (T ≤ 8): nothing ([`Fuse::default`]),
+/// an RMSNorm prologue, a residual epilogue, or SwiGLU.
+#[derive(Clone, Copy, Default)]
+pub struct Fuse<'a> {
+    /// The input is `x ⊙ w_norm` (from an earlier [`Residual`] epilogue); each row sum is
+    /// scaled by `1 / √(mean(x²) + ε)` of the raw residual stream ([`inv_rms`]).
+    pub norm: Option<Norm<'a>>,
+    /// `y` is the residual stream, updated in place, and the next norm's input written.
+    pub residual: Option<Residual<'a>>,
+    /// Rows interleave gate and up: `y [T, out / 2] = silu(gate) · up`.
+    pub glu: bool,
+}
+
+/// The RMSNorm prologue's operands.
+#[derive(Clone, Copy)]
+pub struct Norm<'a> {
+    /// The raw residual stream `[T, in]` f32.
+    pub x: &'a DeviceTensor,
+    pub eps: f32,
+}
+
+/// The residual epilogue's operands: `y += sums`, then `xw = y ⊙ next_norm`.
+#[derive(Clone, Copy)]
+pub struct Residual<'a> {
+    /// `[out]` f32: the next RMSNorm's weight.
+    pub next_norm: &'a DeviceTensor,
+    /// `[T, out]` f32, written (must not alias y or the input).
+    pub xw: &'a DeviceTensor,
+}
+
+impl<'a> Fuse<'a> {
+    /// SwiGLU only.
+    pub fn glu() -> Self {
+        Self { glu: true, ..Self::default() }
+    }
+
+    /// Columns of y for `n_out` weight rows.
+    pub(crate) fn out_cols(&self, n_out: usize) -> usize {
+        if self.glu {
+            n_out / 2
+        } else {
+            n_out
+        }
+    }
+
+    /// The operands' shapes for `t` tokens of a `[n_out, n_in]` weight.
+    pub(crate) fn check(&self, op: &str, t: usize, n_in: usize, n_out: usize) -> Result<(), Error> {
+        let f32_of = |what: &str, d: &DeviceTensor, want: &[usize]| {
+            if d.dtype != Dtype::F32 || d.shape != want {
+                return Err(Error::Shape(format!("{op}: {what} is {} {:?}, expected f32 {want:?}", d.dtype.name(), d.shape)));
+            }
+            Ok(())
+        };
+        if self.glu && (self.residual.is_some() || n_out % 2 != 0) {
+            return Err(Error::Shape(format!("{op}: SwiGLU needs an even row count ({n_out}) and no residual epilogue")));
+        }
+        if let Some(n) = self.norm {
+            f32_of("the norm's raw x", n.x, &[t, n_in])?;
+        }
+        if let Some(r) = self.residual {
+            f32_of("the next norm's weight", r.next_norm, &[n_out])?;
+            f32_of("the next norm's input xw", r.xw, &[t, n_out])?;
+        }
+        Ok(())
+    }
+
+    /// The kernel's (raw x, next norm weight, xw) operands: the fused ones, or small
+    /// stand-ins where a fusion is off (distinct buffers: wgpu refuses aliased bindings).
+    pub(crate) fn operands(&self, client: &Client) -> (DeviceTensor, DeviceTensor, DeviceTensor, f32) {
+        let dummy = || DeviceTensor::empty_f32(client, &[8]);
+        let (xr, eps) = self.norm.map_or_else(|| (dummy(), 0.0), |n| (n.x.clone(), n.eps));
+        let (nw, xw) = self.residual.map_or_else(|| (dummy(), dummy()), |r| (r.next_norm.clone(), r.xw.clone()));
+        (xr, nw, xw, eps)
+    }
+}
+
 /// gemv v1. `x`: [tn, kv] vectors, `w`: [n_out, kv] vectors, `y`: [tn, n_out] f32 (with
 /// `glu`: [tn, n_out / 2], see [`store_row_sums`]).
 /// Cube dim (group, groups): unit (lane, g) of cube c works on output rows
@@ -48,14 +124,21 @@ pub fn gemv_v1<W: Float, N: Size>(
     x: &[Vector<f32, N>],
     w: &[Vector<W, N>],
     y: &mut [f32],
+    xr: &[Vector<f32, N>],
+    nw: &[f32],
+    xw: &mut [f32],
     n_out: u32,
     kv: u32,
+    c_in: f32,
+    eps: f32,
     #[comptime] tn: usize,
     #[comptime] rpg: usize,
     #[comptime] plane: bool,
     #[comptime] plane_size: usize,
     #[comptime] split: usize,
     #[comptime] block: usize,
+    #[comptime] norm: bool,
+    #[comptime] resid: bool,
     #[comptime] glu: bool,
 ) {
     let lane = UNIT_POS_X as usize;
@@ -72,6 +155,11 @@ pub fn gemv_v1<W: Float, N: Size>(
         acc[a] = 0.0f32;
     }
     let mut xv = Array::<Vector<f32, N>>::new(tn);
+    // With the norm prologue: 1 / rms of each token's raw x.
+    let mut rn = Array::<f32>::new(tn);
+    if norm {
+        inv_rms(xr, &mut rn, n, c_in, eps, tn, plane, plane_size, block);
+    }
     // Rows past the end (n_out not a multiple of rpg) read the last row and are not stored;
     // a group wholly past the end skips the loop. Both uniform over the group.
     if row0 < n_out {
@@ -93,19 +181,102 @@ pub fn gemv_v1<W: Float, N: Size>(
             i += group;
         }
     }
-
-    store_row_sums(&acc, y, row0, n_out, lane, g, group, tn, rpg, plane, plane_size, split, block, glu);
+    if norm {
+        scale_rows(&mut acc, &rn, tn, rpg);
+    }
+    store_row_sums(&acc, y, nw, xw, row0, n_out, lane, g, group, tn, rpg, plane, plane_size, split, block, resid, glu);
 }
 
-/// Token t's sum `s` of row `row` into y: `y[t, row] = s`; with `glu` (`row` even, rows
-/// interleaved gate j = 2j, up j = 2j + 1, `u` the up row's sum) `y[t, row / 2] = silu(s) · u`
-/// in the reference's form `s / (1 + e^(−s)) · u`.
+/// Token t's sum `s` of row `row` into y: `y[t, row] = s`; with `resid` (y the residual
+/// stream) `y[t, row] += s` and `xw[t, row] = y[t, row] · nw[row]` (the next RMSNorm's weight
+/// applied: the next gemv's input); with `glu` (`row` even, rows interleaved gate j = 2j,
+/// up j = 2j + 1, `u` the up row's sum) `y[t, row / 2] = silu(s) · u` in the reference's form
+/// `s / (1 + e^(−s)) · u`.
+#[allow(clippy::too_many_arguments)]
 #[cube]
-fn store_row(y: &mut [f32], t: usize, row: usize, n_out: usize, s: f32, u: f32, #[comptime] glu: bool) {
+fn store_row(y: &mut [f32], nw: &[f32], xw: &mut [f32], t: usize, row: usize, n_out: usize, s: f32, u: f32, #[comptime] resid: bool, #[comptime] glu: bool) {
     if glu {
         y[t * (n_out / 2) + row / 2] = s / (1.0f32 + (-s).exp()) * u;
+    } else if resid {
+        let i = t * n_out + row;
+        let v = y[i] + s;
+        y[i] = v;
+        xw[i] = v * nw[row];
     } else {
         y[t * n_out + row] = s;
+    }
+}
+
+/// `rn[t] = 1 / √(Σ_c x[t, c]² / c_in + ε)` for the tn tokens of `x` (`n` vectors per token):
+/// the RMSNorm prologue of a gemv whose input is `x ⊙ w` (the reference's
+/// `x / √(mean(x²) + ε) · w`, the division applied to the row sums instead, [`scale_rows`]).
+/// Every unit of the cube takes part (it syncs): strided partial sums, then `plane_sum` and
+/// one shared slot per plane added in order (`plane`), else a shared tree over the cube's
+/// `units` (a power of two) — a fixed order, so the result is deterministic.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+pub(crate) fn inv_rms<N: Size>(x: &[Vector<f32, N>], rn: &mut Array<f32>, n: usize, c_in: f32, eps: f32, #[comptime] tn: usize, #[comptime] plane: bool, #[comptime] plane_size: usize, #[comptime] units: usize) {
+    let tid = UNIT_POS as usize;
+    let nu = CUBE_DIM as usize;
+    let mut part = Array::<f32>::new(tn);
+    #[unroll]
+    for t in 0..tn {
+        part[t] = 0.0f32;
+    }
+    let mut i = tid;
+    while i < n {
+        #[unroll]
+        for t in 0..tn {
+            let v = x[t * n + i];
+            part[t] += v.dot(v);
+        }
+        i += nu;
+    }
+    if plane {
+        // ≤ 1024 units per cube: ≤ 32 planes of ≥ 32 units.
+        let mut sh = Shared::<[f32]>::new_slice(32usize);
+        let np = nu / plane_size;
+        #[unroll]
+        for t in 0..tn {
+            let s = plane_sum(part[t]);
+            if tid % plane_size == 0 {
+                sh[tid / plane_size] = s;
+            }
+            sync_cube();
+            let mut tot = 0.0f32;
+            for p in 0..np {
+                tot += sh[p];
+            }
+            rn[t] = 1.0f32 / (tot / c_in + eps).sqrt();
+            sync_cube();
+        }
+    } else {
+        let mut sh = Shared::<[f32]>::new_slice(units);
+        #[unroll]
+        for t in 0..tn {
+            sh[tid] = part[t];
+            sync_cube();
+            let mut stride = nu / 2;
+            while stride > 0 {
+                if tid < stride {
+                    let v = sh[tid + stride];
+                    sh[tid] += v;
+                }
+                sync_cube();
+                stride /= 2;
+            }
+            rn[t] = 1.0f32 / (sh[0] / c_in + eps).sqrt();
+            sync_cube();
+        }
+    }
+}
+
+/// `acc[t·rpg + q] ·= rn[t]`: the RMSNorm's 1 / rms applied to each row sum.
+#[cube]
+pub(crate) fn scale_rows(acc: &mut Array<f32>, rn: &Array<f32>, #[comptime] tn: usize, #[comptime] rpg: usize) {
+    #[unroll]
+    for a in 0..tn * rpg {
+        acc[a] *= rn[a / rpg];
     }
 }
 
@@ -123,6 +294,8 @@ fn store_row(y: &mut [f32], t: usize, row: usize, n_out: usize, s: f32, u: f32, 
 pub(crate) fn store_row_sums(
     acc: &Array<f32>,
     y: &mut [f32],
+    nw: &[f32],
+    xw: &mut [f32],
     row0: usize,
     n_out: usize,
     lane: usize,
@@ -134,6 +307,7 @@ pub(crate) fn store_row_sums(
     #[comptime] plane_size: usize,
     #[comptime] split: usize,
     #[comptime] block: usize,
+    #[comptime] resid: bool,
     #[comptime] glu: bool,
 ) {
     if plane {
@@ -145,7 +319,7 @@ pub(crate) fn store_row_sums(
                     let u = plane_sum(acc[2 * a + 1]);
                     let row = row0 + (2 * a) % rpg;
                     if lane == 0 && row < n_out {
-                        store_row(y, (2 * a) / rpg, row, n_out, s, u, glu);
+                        store_row(y, nw, xw, (2 * a) / rpg, row, n_out, s, u, resid, glu);
                     }
                 }
             } else {
@@ -154,7 +328,7 @@ pub(crate) fn store_row_sums(
                     let s = plane_sum(acc[a]);
                     let row = row0 + a % rpg;
                     if lane == 0 && row < n_out {
-                        store_row(y, a / rpg, row, n_out, s, 0.0f32, glu);
+                        store_row(y, nw, xw, a / rpg, row, n_out, s, 0.0f32, resid, glu);
                     }
                 }
             }
@@ -188,7 +362,7 @@ pub(crate) fn store_row_sums(
                             up += sh[base + (q + 1) * split + j];
                         }
                     }
-                    store_row(y, t, row0 + q, n_out, tot, up, glu);
+                    store_row(y, nw, xw, t, row0 + q, n_out, tot, up, resid, glu);
                 }
                 sync_cube();
             }
@@ -216,10 +390,10 @@ pub(crate) fn store_row_sums(
                 if a % 2 == 0 {
                     gate = sh[off];
                 } else if lane == 0 && row < n_out {
-                    store_row(y, a / rpg, row - 1, n_out, gate, sh[off], glu);
+                    store_row(y, nw, xw, a / rpg, row - 1, n_out, gate, sh[off], resid, glu);
                 }
             } else if lane == 0 && row < n_out {
-                store_row(y, a / rpg, row, n_out, sh[off], 0.0f32, glu);
+                store_row(y, nw, xw, a / rpg, row, n_out, sh[off], 0.0f32, resid, glu);
             }
             sync_cube();
         }
@@ -235,16 +409,18 @@ fn gemv_vector_size(client: &Client, n_in: usize, w_size: usize) -> usize {
         .unwrap_or(1)
 }
 
-/// gemv v1 of `x` by `w` into `y` (`[T, out]`, or with `glu` `[T, out / 2]`: the caller checks
-/// the shapes).
+/// gemv v1 of `x` by `w` into `y` (`[T, fuse.out_cols(out)]`: the caller checks y; the fused
+/// operands are checked here).
 pub(crate) fn launch_gemv<W: Float>(
     client: &Client,
     x: &DeviceTensor,
     w: &DeviceTensor,
     y: &DeviceTensor,
     d: &Dims,
-    glu: bool,
+    fuse: &Fuse,
 ) -> Result<(), Error> {
+    fuse.check("gemv", d.t, d.n_in, d.n_out)?;
+    let glu = fuse.glu;
     if d.t > GEMV_MAX_T {
         return Err(Error::Shape(format!("linear: gemv takes T ≤ {GEMV_MAX_T}, got T = {}", d.t)));
     }
@@ -293,6 +469,7 @@ pub(crate) fn launch_gemv<W: Float>(
     let cubes_u32 = u32::try_from(cubes).map_err(|_| Error::Shape(format!("linear: {cubes} cubes exceed u32")))?;
     let count = CubeCountSelection::new(client, cubes_u32).cube_count();
     let dim = CubeDim::new_2d(group, groups);
+    let (xr, nw, xw, eps) = fuse.operands(client);
     unsafe {
         gemv_v1::launch::<W>(
             client,
@@ -302,14 +479,21 @@ pub(crate) fn launch_gemv<W: Float>(
             x.as_arg(vec),
             w.as_arg(vec),
             y.as_arg(1),
+            xr.as_arg(vec),
+            nw.as_arg(1),
+            xw.as_arg(1),
             d.n_out as u32,
             kv as u32,
+            d.n_in as f32,
+            eps,
             d.t,
             rpg,
             plane,
             plane_size as usize,
             split as usize,
             block,
+            fuse.norm.is_some(),
+            fuse.residual.is_some(),
             glu,
         );
     }

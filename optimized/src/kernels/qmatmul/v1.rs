@@ -4,7 +4,7 @@
 use cubecl::prelude::*;
 
 use super::GROUP;
-use crate::kernels::matmul::store_row_sums;
+use crate::kernels::matmul::{inv_rms, scale_rows, store_row_sums};
 
 /// e2m1 nibble → f32, by bits: `e ≥ 1`: `(1 + m/2)·2^(e−1)`; `e = 0`: `m/2`; sign bit 3.
 #[cube]
@@ -76,7 +76,8 @@ pub(crate) fn int8_word_dot<N: Size>(word: u32, xv: Vector<f32, N>, acc: f32, ma
 pub const INT8_MAGIC: u32 = 0x4B00_0080;
 
 /// gemv v1. x `[tn, in/4]` vectors of 4; w `[out, cpr]` 16-byte chunks; y `[tn, out]` (with
-/// `glu`: `[tn, out / 2]`, SwiGLU of interleaved gate/up rows, see `store_row_sums`).
+/// `glu`: `[tn, out / 2]`, SwiGLU of interleaved gate/up rows, see `store_row_sums`; `norm` /
+/// `resid`: the fused RMSNorm prologue / residual epilogue of `matmul::Fuse`).
 /// Cube dim (group, groups): a group of `group` = 32·split units (lane, gi) handles rows
 /// `(CUBE_POS·groups + gi)·rpg ..+ rpg`, chunks `lane, lane + group, ..`; with plane ops each
 /// 32-unit plane sums with `plane_sum` and the split planes add through shared memory, else a
@@ -88,17 +89,23 @@ pub fn qgemv_v1<N: Size>(
     w: &[Vector<u32, N>],
     scales: &[u32],
     y: &mut [f32],
+    xr: &[Vector<f32, N>],
+    nw: &[f32],
+    xw: &mut [f32],
     n_out: u32,
     n_in: u32,
     cpr: u32,
     group_chunks: u32,
     scale_cols: u32,
+    eps: f32,
     #[comptime] tn: usize,
     #[comptime] rpg: usize,
     #[comptime] mx: bool,
     #[comptime] plane: bool,
     #[comptime] split: usize,
     #[comptime] block: usize,
+    #[comptime] norm: bool,
+    #[comptime] resid: bool,
     #[comptime] glu: bool,
 ) {
     let lane = UNIT_POS_X as usize;
@@ -123,6 +130,10 @@ pub fn qgemv_v1<N: Size>(
         acc[a] = 0.0f32;
     }
     let mut xs = Array::<Vector<f32, N>>::new(tn * 8);
+    let mut rn = Array::<f32>::new(tn);
+    if norm {
+        inv_rms(xr, &mut rn, xrow, n_in as f32, eps, tn, plane, GROUP as usize, block);
+    }
     if row0 < n_out {
         let mut c = lane;
         while c < cpr {
@@ -148,8 +159,11 @@ pub fn qgemv_v1<N: Size>(
             c += group;
         }
     }
+    if norm {
+        scale_rows(&mut acc, &rn, tn, rpg);
+    }
     // Planes are 32 units here (the launcher checks the device's plane size).
-    store_row_sums(&acc, y, row0, n_out, lane, gi, group, tn, rpg, plane, GROUP as usize, split, block, glu);
+    store_row_sums(&acc, y, nw, xw, row0, n_out, lane, gi, group, tn, rpg, plane, GROUP as usize, split, block, resid, glu);
 }
 
 /// Dequant v1: chunk `i` (16 int8 or 32 fp4 weights) → `out [out, in]` f32.

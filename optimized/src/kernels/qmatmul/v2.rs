@@ -26,7 +26,7 @@ use half::f16;
 use crate::{Client, DeviceTensor, Dtype, Error};
 
 use super::{e2m1, int8_word_dot};
-use crate::kernels::matmul::store_row_sums;
+use crate::kernels::matmul::{inv_rms, scale_rows, store_row_sums};
 
 /// Chunks (one per lane) per tile.
 pub const TILE_CHUNKS: usize = 32;
@@ -238,12 +238,16 @@ pub fn qgemv_v2<N: Size>(
     w: &[Vector<u32, N>],
     scales: &[u32],
     y: &mut [f32],
+    xr: &[Vector<f32, N>],
+    nw: &[f32],
+    xw: &mut [f32],
     n_out: u32,
     n_in: u32,
     cpr: u32,
     scale_cols: u32,
     gshift: u32,
     magic: u32,
+    eps: f32,
     #[comptime] tn: usize,
     #[comptime] rpg: usize,
     #[comptime] mx: bool,
@@ -254,6 +258,8 @@ pub fn qgemv_v2<N: Size>(
     #[comptime] prefetch: bool,
     #[comptime] prefetch_x: bool,
     #[comptime] pairs: bool,
+    #[comptime] norm: bool,
+    #[comptime] resid: bool,
     #[comptime] glu: bool,
 ) {
     let unit = UNIT_POS_X as usize;
@@ -287,13 +293,18 @@ pub fn qgemv_v2<N: Size>(
     let mut sn = Array::<u32>::new(rpg * 2);
     let ntiles = (cpr + TILE_CHUNKS - 1) / TILE_CHUNKS;
     let mut t = unit / TILE_CHUNKS;
-    if row0 < n_out {
-        if prefetch && t < ntiles {
-            load_tile(w, scales, &mut wn, &mut sn, t, lane, cpr, row0, n_out, cols, rpg, mx);
-            if xpre {
-                load_x(x, &mut xn, t, lane, cpr, xrow, qpc, tn);
-            }
+    if row0 < n_out && prefetch && t < ntiles {
+        load_tile(w, scales, &mut wn, &mut sn, t, lane, cpr, row0, n_out, cols, rpg, mx);
+        if xpre {
+            load_x(x, &mut xn, t, lane, cpr, xrow, qpc, tn);
         }
+    }
+    // The norm prologue's x loads wait beside the first tile's.
+    let mut rn = Array::<f32>::new(tn);
+    if norm {
+        inv_rms(xr, &mut rn, xrow, n_in as f32, eps, tn, plane, TILE_CHUNKS, block);
+    }
+    if row0 < n_out {
         while t < ntiles {
             let c0 = t * TILE_CHUNKS;
             let m = min(TILE_CHUNKS, cpr - c0);
@@ -378,7 +389,10 @@ pub fn qgemv_v2<N: Size>(
             }
         }
     }
-    store_row_sums(&acc, y, row0, n_out, unit, gi, group, tn, rpg, plane, TILE_CHUNKS, split, block, glu);
+    if norm {
+        scale_rows(&mut acc, &rn, tn, rpg);
+    }
+    store_row_sums(&acc, y, nw, xw, row0, n_out, unit, gi, group, tn, rpg, plane, TILE_CHUNKS, split, block, resid, glu);
 }
 
 /// Dequant v2: chunk `i` of the tiled order → its weights at their input positions in

@@ -61,6 +61,28 @@ pub fn run(backend: Backend, cfg: &Config, gate: &str, reps: usize, kv_lens: Opt
             println!("{b:>5} {len:>7} {:>9.1} {:>9.1} {graph_col:>9} {gbs:>9.0} {:>7.1}% {naive}", bytes as f64 / 1e6, th * 1e6, 100.0 * gbs * 1e9 / rate);
         }
     }
+    // Audit at short contexts (a decode step's latency, not bytes): keys per chunk, batch 1,
+    // graph-replayed device time.
+    let short: Vec<usize> = kv_lens.iter().copied().filter(|&l| l <= 2048).collect();
+    if !short.is_empty() {
+        println!();
+        println!("decode batch 1 at short contexts: keys per chunk (graph µs/call; auto = the launcher's choice)");
+        for &len in &short {
+            let s = fx::paged_setup(&client, h, hkv, d, 1, len, 1).map_err(gpu)?;
+            let mut line = format!("KV len {len:>5}:");
+            for chunk in [None, Some(32), Some(64), Some(128), Some(256), Some(512)] {
+                let c = chunk.map_or("auto".to_string(), |c| c.to_string());
+                let version = DecodeVersion::best(&client);
+                match fx::seconds_per_call_graph(&client, 8, || fx::decode_tuned(&client, &s, version, chunk, None)) {
+                    Ok(Some(t)) => line += &format!("  {c}: {:.2}", t * 1e6),
+                    Ok(None) => line += &format!("  {c}: no graphs"),
+                    Err(optimized::Error::Unsupported(_)) => line += &format!("  {c}: n/a"),
+                    Err(e) => return Err(gpu(e)),
+                }
+            }
+            println!("{line}");
+        }
+    }
     if only {
         return Ok(());
     }

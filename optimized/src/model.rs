@@ -111,6 +111,10 @@ pub struct GpuModel {
     pub quant: Option<String>,
     /// Run one-token greedy steps as a captured graph (where the backend can).
     pub use_graphs: bool,
+    /// Decode (T ≤ 8) with the RMSNorms fused into the gemvs (`matmul::Fuse`); off: the add +
+    /// RMSNorm kernels between them. On by default; `TANDEM_FUSED_NORMS=0` at load turns it
+    /// off (an audit knob for `tandem bench`, not a production setting).
+    pub fuse_norms: bool,
     pub(crate) graph: Option<DecodeGraph>,
     /// Why graphs are not used, once a capture was refused (then steps run eagerly).
     pub graph_refused: Option<String>,
@@ -245,7 +249,7 @@ impl GpuModel {
                 KvStore::Paged { cache, seq, tables: None }
             }
         };
-        Ok(GpuModel { client, backend, config: cfg.clone(), dtype, tok_embd, layers, out_norm, lm_head, rope, kv, attention, capacity, pos: 0, weight_bytes: bytes, stream_bytes, quant, use_graphs: true, graph: None, graph_refused: None })
+        Ok(GpuModel { client, backend, config: cfg.clone(), dtype, tok_embd, layers, out_norm, lm_head, rope, kv, attention, capacity, pos: 0, weight_bytes: bytes, stream_bytes, quant, use_graphs: true, fuse_norms: std::env::var("TANDEM_FUSED_NORMS").map_or(true, |v| v != "0"), graph: None, graph_refused: None })
     }
 
     /// Bytes of the KV cache allocation.
@@ -341,7 +345,7 @@ impl GpuModel {
         // residual epilogue (x += W·a, then xw = x ⊙ the next norm's weight) and a norm
         // prologue (the next gemv reads xw and scales its sums by 1 / rms(x)). Prefill: the
         // add + norm kernels.
-        let fused = t <= matmul::GEMV_MAX_T && t <= QGEMV_MAX_T;
+        let fused = self.fuse_norms && t <= matmul::GEMV_MAX_T && t <= QGEMV_MAX_T;
         let xw = if fused { DeviceTensor::empty_f32(c, &[t, cfg.hidden]) } else { DeviceTensor::empty_f32(c, &[1]) };
         let normed = Fuse { norm: Some(Norm { x: &x, eps: cfg.rms_eps }), ..Fuse::default() };
         let into_x = |next_norm| Fuse { residual: Some(Residual { next_norm, xw: &xw }), ..Fuse::default() };
@@ -479,11 +483,13 @@ impl Engine for GpuEngine {
     }
     fn status(&self) -> Option<String> {
         let m = &self.0;
-        Some(match (&m.graph_refused, m.use_graphs, m.attention) {
+        let graphs = match (&m.graph_refused, m.use_graphs, m.attention) {
             (Some(why), _, _) => format!("decode graphs refused by the backend ({why}): eager launches"),
             (None, false, _) => "decode graphs off: eager launches".into(),
             (None, true, AttentionImpl::Naive) => "decode graphs need the paged cache: eager launches".into(),
             (None, true, AttentionImpl::Flash) => "one-token steps (greedy and sampling) replayed as captured graphs".into(),
-        })
+        };
+        let norms = if m.fuse_norms { "RMSNorms fused into the decode gemvs" } else { "add + RMSNorm kernels between the decode gemvs (TANDEM_FUSED_NORMS=0)" };
+        Some(format!("{graphs}; {norms}"))
     }
 }

@@ -37,6 +37,9 @@ pub struct ModelCase {
     /// Linear weights quantized (the reference runs on their exact dequantized values; the GPU
     /// keeps them quantized), or dense.
     pub quant: Option<Scheme>,
+    /// Decode (T ≤ 8) with the RMSNorms fused into the gemvs (the default), or with the add +
+    /// RMSNorm kernels between them (`GpuModel::fuse_norms` off).
+    pub fused_norms: bool,
 }
 
 /// Greedy steps are only required to agree where the reference's top-1 beats top-2 by more
@@ -127,6 +130,7 @@ impl ModelCase {
             _ => GpuModel::load_with(client.clone(), backend, &mut InMemory(&reference.weights), &cfg, dd, ids.len(), self.attention),
         }
         .map_err(|e| e.to_string())?;
+        gpu.fuse_norms = self.fused_norms;
         if matches!(self.weights, Weightset::TinyQ8Gguf(_)) && gpu.quant.as_deref() != Some("int8-g32") {
             return Ok(Outcome::Fail(format!("Q8_0 GGUF: the device model holds {:?}, expected int8-g32 weights", gpu.quant)));
         }
@@ -192,7 +196,8 @@ impl Case for ModelCase {
             AttentionImpl::Naive => "contiguous+naive",
         };
         let q = self.quant.map_or(String::new(), |s| format!(",{s}"));
-        format!("model({w},T={},decode={},{a}{q},{})", self.prompt, self.decode, self.dtype.name())
+        let n = if self.fused_norms { "" } else { ",unfused-norms" };
+        format!("model({w},T={},decode={},{a}{q}{n},{})", self.prompt, self.decode, self.dtype.name())
     }
     fn run(&self, client: &Client) -> Outcome {
         self.body(client).unwrap_or_else(Outcome::Fail)
@@ -295,27 +300,32 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     let (flash, naive) = (AttentionImpl::Flash, AttentionImpl::Naive);
     for (name, _) in synthetic::tiny_configs() {
         for dtype in [Dtype::F32, Dtype::F16, Dtype::BF16] {
-            v.push(Box::new(ModelCase { weights: Weightset::Tiny(name), dtype, prompt: 13, decode: 6, attention: flash, quant: None }));
+            v.push(Box::new(ModelCase { weights: Weightset::Tiny(name), dtype, prompt: 13, decode: 6, attention: flash, quant: None, fused_norms: true }));
         }
         // The v1 path stays covered (f32).
-        v.push(Box::new(ModelCase { weights: Weightset::Tiny(name), dtype: Dtype::F32, prompt: 13, decode: 6, attention: naive, quant: None }));
+        v.push(Box::new(ModelCase { weights: Weightset::Tiny(name), dtype: Dtype::F32, prompt: 13, decode: 6, attention: naive, quant: None, fused_norms: true }));
     }
     // The sliding config with a prompt longer than its window (7) and decode past it; a
     // prompt of 37 spans three KV blocks of 16 and decode crosses into a fourth.
     for attention in [flash, naive] {
-        v.push(Box::new(ModelCase { weights: Weightset::Tiny("tiny-sliding"), dtype: Dtype::F32, prompt: 1, decode: 20, attention, quant: None }));
+        v.push(Box::new(ModelCase { weights: Weightset::Tiny("tiny-sliding"), dtype: Dtype::F32, prompt: 1, decode: 20, attention, quant: None, fused_norms: true }));
     }
-    v.push(Box::new(ModelCase { weights: Weightset::Tiny("tiny-gqa"), dtype: Dtype::F32, prompt: 37, decode: 13, attention: flash, quant: None }));
+    v.push(Box::new(ModelCase { weights: Weightset::Tiny("tiny-gqa"), dtype: Dtype::F32, prompt: 37, decode: 13, attention: flash, quant: None, fused_norms: true }));
     // Quantized linear weights (int8 per channel, int8 groups of 32, mxfp4) on the device.
     for name in ["tiny-mha", "tiny-gqa", "tiny-sliding", "tiny-untied"] {
         for scheme in [Scheme::Int8(Granularity::PerChannel), Scheme::Int8(Granularity::Group(32)), Scheme::Mxfp4] {
-            v.push(Box::new(ModelCase { weights: Weightset::Tiny(name), dtype: Dtype::F32, prompt: 13, decode: 6, attention: flash, quant: Some(scheme) }));
+            v.push(Box::new(ModelCase { weights: Weightset::Tiny(name), dtype: Dtype::F32, prompt: 13, decode: 6, attention: flash, quant: Some(scheme), fused_norms: true }));
         }
     }
+    // Decode with the add + RMSNorm kernels instead of the fused gemvs (prompts ≤ 8 tokens run
+    // the fused path in prefill too).
+    v.push(Box::new(ModelCase { weights: Weightset::Tiny("tiny-gqa"), dtype: Dtype::F32, prompt: 5, decode: 6, attention: flash, quant: None, fused_norms: false }));
+    v.push(Box::new(ModelCase { weights: Weightset::Tiny("tiny-gqa"), dtype: Dtype::F32, prompt: 5, decode: 6, attention: flash, quant: Some(Scheme::Int8(Granularity::PerChannel)), fused_norms: false }));
+    v.push(Box::new(ModelCase { weights: Weightset::Tiny("tiny-gqa"), dtype: Dtype::F32, prompt: 5, decode: 6, attention: flash, quant: Some(Scheme::Mxfp4), fused_norms: true }));
     // A Q8_0 GGUF kept quantized on the device (INT8, groups of 32), Adjacent RoPE layout.
-    v.push(Box::new(ModelCase { weights: Weightset::TinyQ8Gguf("tiny-gqa"), dtype: Dtype::F32, prompt: 13, decode: 6, attention: flash, quant: None }));
+    v.push(Box::new(ModelCase { weights: Weightset::TinyQ8Gguf("tiny-gqa"), dtype: Dtype::F32, prompt: 13, decode: 6, attention: flash, quant: None, fused_norms: true }));
     for dtype in [Dtype::F32, Dtype::BF16] {
-        v.push(Box::new(ModelCase { weights: Weightset::SmolLm2, dtype, prompt: 9, decode: 3, attention: flash, quant: None }));
+        v.push(Box::new(ModelCase { weights: Weightset::SmolLm2, dtype, prompt: 9, decode: 3, attention: flash, quant: None, fused_norms: true }));
     }
     v
 }

@@ -256,18 +256,25 @@ pub(crate) fn inv_rms<N: Size>(x: &[Vector<f32, N>], rn: &mut Array<f32>, n: usi
         for t in 0..tn {
             sh[tid] = part[t];
             sync_cube();
-            let mut stride = nu / 2;
-            while stride > 0 {
-                if tid < stride {
-                    let v = sh[tid + stride];
-                    sh[tid] += v;
-                }
-                sync_cube();
-                stride /= 2;
-            }
+            tree_sum(&mut sh, 0, tid, nu);
             rn[t] = 1.0f32 / (sh[0] / c_in + eps).sqrt();
             sync_cube();
         }
+    }
+}
+
+/// `sh[off] = Σ sh[off .. off + n]` by a power-of-two tree over the `n` units (`lane` < n) that
+/// wrote them; every unit of the cube calls it (it syncs after each level).
+#[cube]
+fn tree_sum(sh: &mut [f32], off: usize, lane: usize, n: usize) {
+    let mut stride = n / 2;
+    while stride > 0 {
+        if lane < stride {
+            let v = sh[off + lane + stride];
+            sh[off + lane] += v;
+        }
+        sync_cube();
+        stride /= 2;
     }
 }
 
@@ -376,15 +383,7 @@ pub(crate) fn store_row_sums(
         for a in 0..tn * rpg {
             sh[off + lane] = acc[a];
             sync_cube();
-            let mut stride = group / 2;
-            while stride > 0 {
-                if lane < stride {
-                    let v = sh[off + lane + stride];
-                    sh[off + lane] += v;
-                }
-                sync_cube();
-                stride /= 2;
-            }
+            tree_sum(&mut sh, off, lane, group);
             let row = row0 + a % rpg;
             if glu {
                 if a % 2 == 0 {

@@ -1,8 +1,8 @@
 //! One-token decode steps as a captured launch graph.
 //!
-//! A decode step (greedy: the argmax is read back; sampling: the logits row is) is ~9
-//! launches per block plus embedding, final norm, lm_head and argmax: ~290 launches for a
-//! 32-block model, whose host-side cost (cubecl's launch path,
+//! A decode step (greedy: the argmax is read back; sampling: the logits row is) is 6
+//! launches per block (norms and SwiGLU fused into the gemvs, `matmul::Fuse`) plus embedding,
+//! the first norm, lm_head and argmax: 196 launches for a 32-block model, whose host-side cost (cubecl's launch path,
 //! ~5–15 µs each) is of the order of the whole weight stream. cubecl 0.11 records a stream's
 //! launches into a CUDA graph (`Client::graph_prepare` / `start_capture` / `stop_capture`) and
 //! replays it as one dispatch. A replay re-runs every kernel with the arguments it was recorded

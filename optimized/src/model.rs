@@ -153,10 +153,26 @@ impl Uploader<'_> {
     /// every part quantized and the kernels take its shape; else dense in `dtype` (for a
     /// quantized source: its exact dequantized values).
     fn linear(&mut self, ts: &[Tensor], dtype: Dtype) -> Result<Weight, Error> {
+        self.linear_rows(ts, dtype, false)
+    }
+
+    /// The MLP's gate and up weights as one `[2F, C]` weight whose rows interleave them (row
+    /// 2j = gate j, row 2j + 1 = up j) for [`Weight::linear_glu`]; quantized or dense as
+    /// [`Uploader::linear`].
+    fn linear_glu(&mut self, gate: Tensor, up: Tensor, dtype: Dtype) -> Result<Weight, Error> {
+        self.linear_rows(&[gate, up], dtype, true)
+    }
+
+    /// `ts` stacked by rows, or with `interleave` (two tensors of one shape) row by row.
+    fn linear_rows(&mut self, ts: &[Tensor], dtype: Dtype, interleave: bool) -> Result<Weight, Error> {
         let qs: Vec<_> = ts.iter().map(|&t| self.src.load_quantized(t, self.cfg).map_err(lib)).collect::<Result<_, _>>()?;
         if qs.iter().all(Option::is_some) {
             let parts: Vec<_> = qs.iter().flatten().collect();
-            match QWeight::upload(self.client, &parts) {
+            let uploaded = match (interleave, &parts[..]) {
+                (true, [g, u]) => QWeight::upload_glu(self.client, g, u, None),
+                _ => QWeight::upload(self.client, &parts),
+            };
+            match uploaded {
                 Ok(w) => {
                     self.bytes += w.bytes();
                     if self.quant.is_none() {
@@ -168,28 +184,14 @@ impl Uploader<'_> {
                 Err(e) => return Err(e),
             }
         }
-        self.dense(ts, dtype).map(Weight::Dense)
+        match (interleave, ts) {
+            (true, &[gate, up]) => self.dense_interleaved(gate, up, dtype).map(Weight::Dense),
+            _ => self.dense(ts, dtype).map(Weight::Dense),
+        }
     }
 
-    /// The MLP's gate and up weights as one `[2F, C]` weight whose rows interleave them (row
-    /// 2j = gate j, row 2j + 1 = up j) for [`Weight::linear_glu`]: quantized where the source
-    /// holds both quantized and the kernels take them, else dense in `dtype`.
-    fn linear_glu(&mut self, gate: Tensor, up: Tensor, dtype: Dtype) -> Result<Weight, Error> {
-        let qg = self.src.load_quantized(gate, self.cfg).map_err(lib)?;
-        let qu = self.src.load_quantized(up, self.cfg).map_err(lib)?;
-        if let (Some(g), Some(u)) = (&qg, &qu) {
-            match QWeight::upload_glu(self.client, g, u, None) {
-                Ok(w) => {
-                    self.bytes += w.bytes();
-                    if self.quant.is_none() {
-                        self.quant = Some(g.scheme().to_string());
-                    }
-                    return Ok(Weight::Quant(w));
-                }
-                Err(Error::Unsupported(_)) => {}
-                Err(e) => return Err(e),
-            }
-        }
+    /// Two `[F, C]` tensors as one dense `[2F, C]` tensor, their rows interleaved.
+    fn dense_interleaved(&mut self, gate: Tensor, up: Tensor, dtype: Dtype) -> Result<DeviceTensor, Error> {
         let [f, c] = gate.shape(self.cfg)[..] else {
             return Err(Error::Shape(format!("{gate:?}: expected a matrix, shape {:?}", gate.shape(self.cfg))));
         };
@@ -200,7 +202,7 @@ impl Uploader<'_> {
         let u = self.src.load(up, self.cfg).map_err(lib)?;
         let data = crate::kernels::matmul::interleave_row_pairs(&g, &u, f)?;
         self.bytes += data.len() * dtype.size();
-        DeviceTensor::from_f32_as(self.client, &data, &[2 * f, c], dtype).map(Weight::Dense)
+        DeviceTensor::from_f32_as(self.client, &data, &[2 * f, c], dtype)
     }
 }
 

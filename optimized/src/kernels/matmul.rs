@@ -227,6 +227,17 @@ pub(crate) struct Dims {
     pub(crate) y_shape: Vec<usize>,
 }
 
+impl Dims {
+    /// x's leading axes and `cols` (y's shape for an output of `cols` columns).
+    fn shape_with_cols(&self, cols: usize) -> Vec<usize> {
+        let mut s = self.y_shape.clone();
+        if let Some(last) = s.last_mut() {
+            *last = cols;
+        }
+        s
+    }
+}
+
 fn dims(x: &DeviceTensor, w: &DeviceTensor) -> Result<Dims, Error> {
     if x.dtype != Dtype::F32 {
         return Err(Error::Shape(format!("linear: x must be f32, is {}", x.dtype.name())));
@@ -298,13 +309,21 @@ pub fn linear_into(
     y: &DeviceTensor,
     version: Version,
 ) -> Result<(), Error> {
+    launch_checked(client, x, w, y, version, &Fuse::default(), "linear")
+}
+
+/// The checks every launcher shares (y f32 `[.., fuse.out_cols(out)]`, the weight's dtype
+/// supported), then `version` for W's dtype. Only gemv takes a fusion.
+fn launch_checked(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &DeviceTensor, version: Version, fuse: &Fuse, op: &str) -> Result<(), Error> {
     let d = dims(x, w)?;
-    if y.dtype != Dtype::F32 || y.shape != d.y_shape {
+    fuse.check(op, d.t, d.n_in, d.n_out)?;
+    let want = d.shape_with_cols(fuse.out_cols(d.n_out));
+    if y.dtype != Dtype::F32 || y.shape != want {
         return Err(Error::Shape(format!(
-            "linear: y is {} {:?}, expected f32 {:?} (x {:?}, w {:?})",
+            "{op}: y is {} {:?}, expected f32 {:?} (x {:?}, w {:?})",
             y.dtype.name(),
             y.shape,
-            d.y_shape,
+            want,
             x.shape,
             w.shape
         )));
@@ -320,15 +339,16 @@ pub fn linear_into(
         return Ok(());
     }
     match (version, w.dtype) {
+        (Version::Gemv, Dtype::F32) => launch_gemv::<f32>(client, x, w, y, &d, fuse),
+        (Version::Gemv, Dtype::F16) => launch_gemv::<half::f16>(client, x, w, y, &d, fuse),
+        (Version::Gemv, Dtype::BF16) => launch_gemv::<half::bf16>(client, x, w, y, &d, fuse),
+        _ if fuse.norm.is_some() || fuse.residual.is_some() || fuse.glu => Err(Error::Shape(format!("{op}: only gemv fuses a norm, residual or SwiGLU"))),
         (Version::Tiled, Dtype::F32) => launch_tiled::<f32>(client, x, w, y, &d),
         (Version::Tiled, Dtype::F16) => launch_tiled::<half::f16>(client, x, w, y, &d),
         (Version::Tiled, Dtype::BF16) => launch_tiled::<half::bf16>(client, x, w, y, &d),
         (Version::Tiled2, Dtype::F32) => launch_tiled_v2::<f32>(client, x, w, y, &d),
         (Version::Tiled2, Dtype::F16) => launch_tiled_v2::<half::f16>(client, x, w, y, &d),
         (Version::Tiled2, Dtype::BF16) => launch_tiled_v2::<half::bf16>(client, x, w, y, &d),
-        (Version::Gemv, Dtype::F32) => launch_gemv::<f32>(client, x, w, y, &d, &Fuse::default()),
-        (Version::Gemv, Dtype::F16) => launch_gemv::<half::f16>(client, x, w, y, &d, &Fuse::default()),
-        (Version::Gemv, Dtype::BF16) => launch_gemv::<half::bf16>(client, x, w, y, &d, &Fuse::default()),
     }
 }
 
@@ -337,57 +357,30 @@ pub fn linear_into(
 /// `[.., F]` f32. Gemv does the SwiGLU in its epilogue (one launch); the tiled versions write
 /// `[.., 2F]` and [`swiglu_pairs`](super::swiglu::swiglu_pairs) follows.
 pub fn linear_glu_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &DeviceTensor, version: Version) -> Result<(), Error> {
+    if version == Version::Gemv {
+        return gemv_fused_into(client, x, w, y, &Fuse::glu());
+    }
+    // The SwiGLU's shapes before the GEMM runs.
     let d = dims(x, w)?;
-    if d.n_out % 2 != 0 {
-        return Err(Error::Shape(format!("linear_glu: w shape {:?} has an odd row count (expected 2F interleaved gate/up rows)", w.shape)));
+    let want = d.shape_with_cols(d.n_out / 2);
+    if d.n_out % 2 != 0 || y.dtype != Dtype::F32 || y.shape != want {
+        return Err(Error::Shape(format!("linear_glu: w {:?} (2F interleaved gate/up rows), y {} {:?}, expected f32 {:?}", w.shape, y.dtype.name(), y.shape, want)));
     }
-    let mut h_shape = d.y_shape.clone();
-    if let Some(last) = h_shape.last_mut() {
-        *last = d.n_out / 2;
-    }
-    if y.dtype != Dtype::F32 || y.shape != h_shape {
-        return Err(Error::Shape(format!("linear_glu: y is {} {:?}, expected f32 {:?} (x {:?}, w {:?})", y.dtype.name(), y.shape, h_shape, x.shape, w.shape)));
-    }
-    if version != Version::Gemv {
-        let gu = linear_with(client, x, w, version)?;
-        return super::swiglu::swiglu_pairs_into(client, &gu, y);
-    }
-    gemv_fused_into(client, x, w, y, &Fuse::glu())
+    let gu = linear_with(client, x, w, version)?;
+    super::swiglu::swiglu_pairs_into(client, &gu, y)
 }
 
 /// gemv v1 (T ≤ [`GEMV_MAX_T`]) with `fuse`'s prologue / epilogue: y `[T, out]`
 /// (`[T, out / 2]` with SwiGLU; with a residual epilogue y is the residual stream, read and
 /// written).
 pub fn gemv_fused_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &DeviceTensor, fuse: &Fuse) -> Result<(), Error> {
-    let d = dims(x, w)?;
-    let mut want = d.y_shape.clone();
-    if let Some(last) = want.last_mut() {
-        *last = fuse.out_cols(d.n_out);
-    }
-    if y.dtype != Dtype::F32 || y.shape != want {
-        return Err(Error::Shape(format!("gemv: y is {} {:?}, expected f32 {:?} (x {:?}, w {:?})", y.dtype.name(), y.shape, want, x.shape, w.shape)));
-    }
-    if !w.dtype.supported(client) {
-        return Err(Error::Unsupported(format!("{} arithmetic not supported on {}", w.dtype.name(), client.properties().identity.name)));
-    }
-    if d.t == 0 || d.n_out == 0 {
-        return Ok(());
-    }
-    match w.dtype {
-        Dtype::F32 => launch_gemv::<f32>(client, x, w, y, &d, fuse),
-        Dtype::F16 => launch_gemv::<half::f16>(client, x, w, y, &d, fuse),
-        Dtype::BF16 => launch_gemv::<half::bf16>(client, x, w, y, &d, fuse),
-    }
+    launch_checked(client, x, w, y, Version::Gemv, fuse, "gemv")
 }
 
 /// [`linear_glu_into`] a new tensor, version by [`version_for`].
 pub fn linear_glu(client: &Client, x: &DeviceTensor, w: &DeviceTensor) -> Result<DeviceTensor, Error> {
     let d = dims(x, w)?;
-    let mut shape = d.y_shape;
-    if let Some(last) = shape.last_mut() {
-        *last = d.n_out / 2;
-    }
-    let y = DeviceTensor::empty_f32(client, &shape);
+    let y = DeviceTensor::empty_f32(client, &d.shape_with_cols(d.n_out / 2));
     linear_glu_into(client, x, w, &y, version_for(d.t))?;
     Ok(y)
 }

@@ -170,7 +170,7 @@ impl QWeight {
     }
 
     /// A gate and an up weight (same shape and format) with their rows interleaved — row 2j =
-    /// gate j, row 2j + 1 = up j — for [`qlinear_glu_into`] (`None`: the tiled order where
+    /// gate j, row 2j + 1 = up j — for [`qlinear_glu`] (`None`: the tiled order where
     /// supported).
     pub fn upload_glu(client: &Client, gate: &QuantTensor, up: &QuantTensor, layout: Option<QLayout>) -> Result<Self, Error> {
         if gate.dims() != up.dims() {
@@ -428,23 +428,18 @@ pub fn qlinear_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, y: &De
     qlinear_fused_into_tuned(client, x, w, y, tune, &Fuse::default())
 }
 
-/// `y [T, F] = silu(x · G ᵀ) ⊙ (x · Uᵀ)` for a weight from [`QWeight::upload_glu`] (rows
-/// interleaved gate, up): the gemv applies SwiGLU in its epilogue (T ≤ [`QGEMV_MAX_T`]; rows
-/// per group must be even), dequant + GEMM + `swiglu_pairs` above.
-pub fn qlinear_glu_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor, tune: &GemvTune) -> Result<(), Error> {
-    qlinear_fused_into_tuned(client, x, w, y, tune, &Fuse::glu())
-}
-
 /// The quantized gemv (T ≤ [`QGEMV_MAX_T`], default choices) with `fuse`'s prologue /
 /// epilogue (see `matmul::gemv_fused_into`).
 pub fn qgemv_fused_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor, fuse: &Fuse) -> Result<(), Error> {
     qlinear_fused_into_tuned(client, x, w, y, &GemvTune::default_for(w), fuse)
 }
 
-/// [`qlinear_glu_into_tuned`] with the default choices, into a new `[T, out / 2]` tensor.
+/// `y [T, F] = silu(x · Gᵀ) ⊙ (x · Uᵀ)` for a weight from [`QWeight::upload_glu`] (rows
+/// interleaved gate, up), default choices, into a new tensor: the gemv applies SwiGLU in its
+/// epilogue (T ≤ [`QGEMV_MAX_T`]), dequant + GEMM + `swiglu_pairs_into` above.
 pub fn qlinear_glu(client: &Client, x: &DeviceTensor, w: &QWeight) -> Result<DeviceTensor, Error> {
     let y = DeviceTensor::empty_f32(client, &[x.shape.first().copied().unwrap_or(0), w.out / 2]);
-    qlinear_glu_into_tuned(client, x, w, &y, &GemvTune::default_for(w))?;
+    qlinear_fused_into_tuned(client, x, w, &y, &GemvTune::default_for(w), &Fuse::glu())?;
     Ok(y)
 }
 
@@ -456,8 +451,8 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
     if !matches!(rpg, 1 | 2 | 4 | 8) {
         return Err(Error::Shape(format!("qlinear: {rpg} rows per group, expected 1, 2, 4 or 8")));
     }
-    if glu && (rpg % 2 != 0 || w.out % 2 != 0) {
-        return Err(Error::Shape(format!("qlinear_glu: {} rows in groups of {rpg}: both must be even (interleaved gate/up pairs)", w.out)));
+    if glu && rpg % 2 != 0 {
+        return Err(Error::Shape(format!("qlinear_glu: groups of {rpg} rows: must be even (interleaved gate/up pairs)")));
     }
     if split.is_some_and(|s| !matches!(s, 1 | 2 | 4)) {
         return Err(Error::Shape(format!("qlinear: {split:?} planes per row, expected 1, 2 or 4")));
@@ -483,11 +478,11 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
             y.shape
         )));
     }
+    fuse.check("qlinear", t, n_in, w.out)?;
     if t == 0 {
         return Ok(());
     }
     check_vec4(client)?;
-    fuse.check("qlinear", t, n_in, w.out)?;
     if t > QGEMV_MAX_T {
         if fuse.norm.is_some() || fuse.residual.is_some() {
             return Err(Error::Shape(format!("qlinear: the fused norm / residual gemv takes T ≤ {QGEMV_MAX_T}, got T = {t}")));

@@ -46,6 +46,13 @@ pub fn swiglu_v2<N: Size>(gu: &[Vector<f32, N>], h: &mut [Vector<f32, N>], fv: u
     }
 }
 
+/// `silu(z) · u` of one (gate, up) pair in the reference's form `z / (1 + e^(−z)) · u`: what
+/// v3 and the gemv's SwiGLU epilogue (`matmul::store_row_sums`) compute per output.
+#[cube]
+pub(crate) fn silu_mul(z: f32, u: f32) -> f32 {
+    z / (1.0f32 + (-z).exp()) * u
+}
+
 /// v3 kernel: `h[i] = silu(gu[2i]) · gu[2i + 1]` for the first `len` outputs (one (g, u) pair
 /// per unit, read as one vector: launched with N = 2).
 #[cube(launch)]
@@ -53,8 +60,7 @@ pub fn swiglu_v3<N: Size>(gu: &[Vector<f32, N>], h: &mut [f32], len: u32) {
     let i = ABSOLUTE_POS;
     if i < len as usize {
         let p = gu[i];
-        let z = p.extract(0usize);
-        h[i] = z / (1.0f32 + (-z).exp()) * p.extract(1usize);
+        h[i] = silu_mul(p.extract(0usize), p.extract(1usize));
     }
 }
 
@@ -167,14 +173,4 @@ pub fn swiglu_pairs_into(client: &Client, gu: &DeviceTensor, out: &DeviceTensor)
         swiglu_v3::launch(client, e.count, e.dim, 2, gu.as_arg(2), out.as_arg(1), e.n);
     }
     Ok(())
-}
-
-/// [`swiglu_pairs_into`] a new `[T, F]` tensor.
-pub fn swiglu_pairs(client: &Client, gu: &DeviceTensor) -> Result<DeviceTensor, Error> {
-    let [t, f2] = gu.shape[..] else {
-        return Err(Error::Shape(format!("swiglu_pairs: gu shape {:?}, expected [T, 2F]", gu.shape)));
-    };
-    let out = DeviceTensor::empty_f32(client, &[t, f2 / 2]);
-    swiglu_pairs_into(client, gu, &out)?;
-    Ok(out)
 }

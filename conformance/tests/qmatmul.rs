@@ -1,7 +1,7 @@
 //! Quantized matmul conformance: the fixed grid, then random shapes per format.
 use conformance::cases::matmul::Fusion;
 use conformance::cases::qmatmul::QMatmulCase;
-use optimized::kernels::qmatmul::{Fp4Decode, Prefetch, QLayout};
+use optimized::kernels::qmatmul::{Fp4Decode, Int8Decode, Prefetch, QLayout};
 use conformance::{backends_from_env, run_cases, Case};
 use proptest::prelude::*;
 use reference::quant::{Granularity, Scheme};
@@ -26,7 +26,8 @@ proptest! {
         scheme in prop::sample::select(vec![Scheme::Int8(Granularity::PerChannel), Scheme::Int8(Granularity::Group(32)), Scheme::Int8(Granularity::Group(64)), Scheme::Mxfp4]),
         tiles in any::<bool>(),
         prefetch in prop::sample::select(vec![Prefetch::Off, Prefetch::W, Prefetch::WX]),
-        pairs in any::<bool>(),
+        // fp4 pairs / int8 subnormal (else the shared table / the magic number).
+        fast_decode in any::<bool>(),
         fusion in prop::sample::select(vec![Fusion::None, Fusion::Glu, Fusion::Norm, Fusion::NormGlu, Fusion::Residual]),
     ) {
         // in: a multiple of 64 so every scheme's group divides it (up to 3008: several tiles,
@@ -34,8 +35,9 @@ proptest! {
         // The norm and residual fusions are decode-only (T ≤ 8).
         let t = if matches!(fusion, Fusion::Norm | Fusion::NormGlu | Fusion::Residual) { t.min(8) } else { t };
         let layout = if tiles { QLayout::Tiles } else { QLayout::Rows };
-        let fp4 = if pairs { Fp4Decode::Pairs } else { Fp4Decode::Table };
-        let cases: Vec<Box<dyn Case>> = vec![Box::new(QMatmulCase { prefetch, fp4, fusion, ..QMatmulCase::new(t, 64 * blocks_in, n_out, scheme, 1, layout) })];
+        let fp4 = if fast_decode { Fp4Decode::Pairs } else { Fp4Decode::Table };
+        let int8 = if fast_decode { Int8Decode::Subnormal } else { Int8Decode::Magic };
+        let cases: Vec<Box<dyn Case>> = vec![Box::new(QMatmulCase { prefetch, fp4, int8, fusion, ..QMatmulCase::new(t, 64 * blocks_in, n_out, scheme, 1, layout) })];
         let r = run_cases(&cases, &backends_from_env());
         let (_, f, _) = r.count();
         prop_assert!(f == 0, "{}", r.table());

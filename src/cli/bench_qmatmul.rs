@@ -2,7 +2,7 @@
 //! format: time per call, GB/s of weight bytes read, % of the device copy rate measured in the
 //! same run, and speed-up over the bf16 gemv.
 
-use optimized::kernels::qmatmul::{Fp4Decode, GemvTune, Prefetch, QLayout};
+use optimized::kernels::qmatmul::{Fp4Decode, GemvTune, Int8Decode, Prefetch, QLayout};
 use optimized::{Backend, Dtype};
 use reference::quant::{Granularity, Scheme};
 use tandem_benches::gpu::attention::seconds_per_call;
@@ -52,7 +52,7 @@ pub fn run(backend: Backend, gate: &str, reps: usize, shapes: Option<Vec<(usize,
             println!("{:>13} {name:>10} {:>9.1} {:>9.1} {gbs:>8.0} {:>7.1}% {:>8.2}×", format!("{n_in}×{n_out}"), s.w_bytes as f64 / 1e6, t * 1e6, 100.0 * gbs * 1e9 / rate, dt / t);
             if audit_on && matches!(f, Format::Quant(_)) && !name.ends_with("v1") {
                 // Audit of each launch choice against the defaults, in % of the copy rate:
-                // rows per unit group, planes per row, prefetch (none, W, W + x), fp4 decode.
+                // rows per unit group, planes per row, prefetch (none, W, W + x), fp4 / int8 decode.
                 let base = fx::default_tune(&s).map_err(gpu)?;
                 // The default decode is Pairs exactly where the weight may take it.
                 let base_pairs = base.fp4 == Fp4Decode::Pairs;
@@ -78,6 +78,15 @@ pub fn run(backend: Backend, gate: &str, reps: usize, shapes: Option<Vec<(usize,
                             continue;
                         }
                         pct(format!("{fp4:?}").to_lowercase(), GemvTune { fp4, ..base }, &mut s, &mut audit)?;
+                    }
+                }
+                if matches!(f, Format::Quant(Scheme::Int8(_))) {
+                    for int8 in [Int8Decode::Magic, Int8Decode::Subnormal] {
+                        if int8 == Int8Decode::Subnormal && base.int8 != Int8Decode::Subnormal {
+                            audit += " subnormal: unsupported here (probe)";
+                            continue;
+                        }
+                        pct(format!("{int8:?}").to_lowercase(), GemvTune { int8, ..base }, &mut s, &mut audit)?;
                     }
                 }
                 println!("{:>24} audit (defaults {:?}):{audit}", "", base);

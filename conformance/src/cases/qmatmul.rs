@@ -8,7 +8,7 @@
 //! gate and up), want `swiglu(qlinear(x, gate), qlinear(x, up))`. Outputs are NaN-poisoned.
 
 use ndarray::Array2;
-use optimized::kernels::qmatmul::{default_prefetch, default_rpg, qlinear_fused_into_tuned, Fp4Decode, GemvTune, Prefetch, QFormat, QLayout, QWeight};
+use optimized::kernels::qmatmul::{default_prefetch, default_rpg, qlinear_fused_into_tuned, Fp4Decode, GemvTune, Int8Decode, Prefetch, QFormat, QLayout, QWeight};
 use optimized::Client;
 use reference::quant::{Granularity, QuantTensor, Scheme};
 
@@ -29,19 +29,21 @@ pub struct QMatmulCase {
     pub prefetch: Prefetch,
     /// gemv v2, mxfp4: how fp4 values are decoded.
     pub fp4: Fp4Decode,
+    /// gemv v2, int8: how bytes are decoded.
+    pub int8: Int8Decode,
     /// What the gemv fuses; with SwiGLU, two parts (gate, up) uploaded with interleaved rows.
     pub fusion: Fusion,
 }
 
 impl QMatmulCase {
     /// A case with gemv v2's default choices on a CUDA-class device (prefetch as
-    /// `default_prefetch`, fp4 pairs).
+    /// `default_prefetch`, fp4 pairs, int8 subnormal).
     pub fn new(t: usize, n_in: usize, n_out: usize, scheme: Scheme, parts: usize, layout: QLayout) -> Self {
         let format = match scheme {
             Scheme::Int8(g) => QFormat::Int8 { group: g.group_len(n_in) },
             Scheme::Mxfp4 => QFormat::Mxfp4,
         };
-        Self { t, n_in, n_out, scheme, parts, layout, prefetch: default_prefetch(format, n_in), fp4: Fp4Decode::Pairs, fusion: Fusion::None }
+        Self { t, n_in, n_out, scheme, parts, layout, prefetch: default_prefetch(format, n_in), fp4: Fp4Decode::Pairs, int8: Int8Decode::Subnormal, fusion: Fusion::None }
     }
 }
 
@@ -57,7 +59,7 @@ impl Case for QMatmulCase {
         let v = match self.layout {
             QLayout::Rows => "rows/v1".to_string(),
             QLayout::Tiles => {
-                let fp4 = if self.scheme == Scheme::Mxfp4 { format!(",fp4-{:?}", self.fp4).to_lowercase() } else { String::new() };
+                let fp4 = if self.scheme == Scheme::Mxfp4 { format!(",fp4-{:?}", self.fp4) } else { format!(",int8-{:?}", self.int8) }.to_lowercase();
                 let pre = match self.prefetch {
                     Prefetch::Off => "no-prefetch",
                     Prefetch::W => "prefetch-w",
@@ -118,8 +120,11 @@ impl Case for QMatmulCase {
         if self.layout == QLayout::Tiles && self.scheme == Scheme::Mxfp4 && self.fp4 == Fp4Decode::Pairs && !w.pairs {
             return Outcome::Skip("the f16-pair fp4 decode is not exact on this device (no f16, or its u32 → f16×2 bitcast failed the probe)".into());
         }
+        if self.layout == QLayout::Tiles && self.scheme != Scheme::Mxfp4 && self.int8 == Int8Decode::Subnormal && !w.subnormal {
+            return Outcome::Skip("the subnormal int8 decode is not exact on this device (subnormal f32s flushed: the probe failed)".into());
+        }
         outcome((|| {
-            let tune = GemvTune { rpg: default_rpg(w.format), split: None, prefetch: self.prefetch, fp4: self.fp4 };
+            let tune = GemvTune { rpg: default_rpg(w.format), split: None, prefetch: self.prefetch, fp4: self.fp4, int8: self.int8 };
             let y = self.fusion.run_device(client, t, n_in, rows, &x, &io, |xd, yd, fuse| qlinear_fused_into_tuned(client, xd, &w, yd, &tune, fuse))?;
             let (tol, _) = tolerance(Op::Matmul, Dtype::F32);
             Ok(match compare(&y, &io.want, tol) {
@@ -133,9 +138,17 @@ impl Case for QMatmulCase {
 pub fn cases() -> Vec<Box<dyn Case>> {
     let mut v: Vec<Box<dyn Case>> = Vec::new();
     let schemes = [Scheme::Int8(Granularity::PerChannel), Scheme::Int8(Granularity::Group(32)), Scheme::Int8(Granularity::Group(128)), Scheme::Mxfp4];
+    // Over the tiled order every int8 case runs with both decodes (the magic one is the
+    // fallback where subnormals are flushed).
+    let push = |v: &mut Vec<Box<dyn Case>>, c: QMatmulCase| {
+        if c.layout == QLayout::Tiles && c.scheme != Scheme::Mxfp4 {
+            v.push(Box::new(QMatmulCase { int8: Int8Decode::Magic, ..c.clone() }));
+        }
+        v.push(Box::new(c));
+    };
     for layout in [QLayout::Rows, QLayout::Tiles] {
         for scheme in schemes {
-            let mut add = |t, n_in, n_out, parts| v.push(Box::new(QMatmulCase::new(t, n_in, n_out, scheme, parts, layout)) as Box<dyn Case>);
+            let mut add = |t, n_in, n_out, parts| push(&mut v, QMatmulCase::new(t, n_in, n_out, scheme, parts, layout));
             for t in [1usize, 3, 8, 9, 33] {
                 for (n_in, n_out) in [(128, 48), (256, 1031), (1536, 576), (640, 7)] {
                     add(t, n_in, n_out, 1);
@@ -158,7 +171,7 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             for fusion in [Fusion::Glu, Fusion::Norm, Fusion::NormGlu, Fusion::Residual] {
                 for (t, n_in, n_out) in [(1usize, 256usize, 96usize), (3, 1536, 577), (2, 8192, 20), (9, 256, 40)] {
                     if t <= 8 || fusion == Fusion::Glu {
-                        v.push(Box::new(QMatmulCase { fusion, ..QMatmulCase::new(t, n_in, n_out, scheme, 1, layout) }));
+                        push(&mut v, QMatmulCase { fusion, ..QMatmulCase::new(t, n_in, n_out, scheme, 1, layout) });
                     }
                 }
             }
@@ -174,7 +187,7 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             for &fp4 in fp4s {
                 for prefetch in [Prefetch::Off, Prefetch::W, Prefetch::WX] {
                     if prefetch != c.prefetch || fp4 != c.fp4 {
-                        v.push(Box::new(QMatmulCase { prefetch, fp4, ..c.clone() }));
+                        push(&mut v, QMatmulCase { prefetch, fp4, ..c.clone() });
                     }
                 }
             }

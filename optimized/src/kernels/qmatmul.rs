@@ -131,6 +131,9 @@ pub struct QWeight {
     /// mxfp4 in the tiled order on a device where [`v2::pairs_supported`]: gemv v2 may decode
     /// it by [`Fp4Decode::Pairs`] (decided once, at upload, outside any graph capture).
     pub pairs: bool,
+    /// int8 in the tiled order on a device where [`v2::subnormal_supported`]: gemv v2 may
+    /// decode it by [`Int8Decode::Subnormal`] (decided like `pairs`).
+    pub subnormal: bool,
 }
 
 fn words(bytes: &[u8]) -> Vec<u32> {
@@ -262,6 +265,7 @@ impl QWeight {
         }
         // The probe syncs: here, not inside a later graph capture.
         let pairs = tiled && format == QFormat::Mxfp4 && v2::pairs_supported(client);
+        let subnormal = tiled && format != QFormat::Mxfp4 && v2::subnormal_supported(client);
         let w = words(&data);
         let data = DeviceTensor::from_u32(client, &w, &[w.len()])?;
         let s = if format == QFormat::Mxfp4 {
@@ -278,6 +282,7 @@ impl QWeight {
             data,
             scales,
             pairs,
+            subnormal,
         })
     }
 
@@ -402,6 +407,16 @@ pub enum Fp4Decode {
     Pairs,
 }
 
+/// How an int8 value becomes an f32 in gemv v2.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Int8Decode {
+    /// The magic-number conversion ([`int8_word_dot`]; any device).
+    Magic,
+    /// The byte's bits as a subnormal f32, x prescaled, offset removed per unit
+    /// (`v2::sub_word_dot`; where [`v2::subnormal_supported`]).
+    Subnormal,
+}
+
 /// The gemv's launch choices (what `tandem bench --kernel qmatmul` audits).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GemvTune {
@@ -413,13 +428,16 @@ pub struct GemvTune {
     pub prefetch: Prefetch,
     /// v2, mxfp4.
     pub fp4: Fp4Decode,
+    /// v2, int8.
+    pub int8: Int8Decode,
 }
 
 impl GemvTune {
     /// The defaults for `w` (on the device it was uploaded to).
     pub fn default_for(w: &QWeight) -> Self {
         let fp4 = if w.pairs { Fp4Decode::Pairs } else { Fp4Decode::Table };
-        Self { rpg: default_rpg(w.format), split: None, prefetch: default_prefetch(w.format, w.in_dim), fp4 }
+        let int8 = if w.subnormal { Int8Decode::Subnormal } else { Int8Decode::Magic };
+        Self { rpg: default_rpg(w.format), split: None, prefetch: default_prefetch(w.format, w.in_dim), fp4, int8 }
     }
 }
 
@@ -447,7 +465,7 @@ pub fn qlinear_glu(client: &Client, x: &DeviceTensor, w: &QWeight) -> Result<Dev
 /// fusions take T ≤ [`QGEMV_MAX_T`], SwiGLU any T).
 pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor, tune: &GemvTune, fuse: &Fuse) -> Result<(), Error> {
     let glu = fuse.glu;
-    let GemvTune { rpg, split, prefetch, fp4 } = *tune;
+    let GemvTune { rpg, split, prefetch, fp4, int8 } = *tune;
     if !matches!(rpg, 1 | 2 | 4 | 8) {
         return Err(Error::Shape(format!("qlinear: {rpg} rows per group, expected 1, 2, 4 or 8")));
     }
@@ -460,6 +478,10 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
     let pairs = fp4 == Fp4Decode::Pairs && w.format == QFormat::Mxfp4 && w.layout == QLayout::Tiles;
     if pairs && !w.pairs {
         return Err(Error::Unsupported("qlinear: the f16-pair fp4 decode is not exact on this device (f16 missing, or its u32 → f16×2 bitcast failed the probe)".into()));
+    }
+    let sub = int8 == Int8Decode::Subnormal && w.format != QFormat::Mxfp4 && w.layout == QLayout::Tiles;
+    if sub && !w.subnormal {
+        return Err(Error::Unsupported("qlinear: the subnormal int8 decode is not exact on this device (subnormal f32s flushed: the probe failed)".into()));
     }
     let [t, n_in] = x.shape[..] else {
         return Err(Error::Shape(format!(
@@ -531,7 +553,7 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
         let (cols, gshift) = w.tile_scale_geometry();
         unsafe {
             let (pre_w, pre_x) = (prefetch != Prefetch::Off, prefetch == Prefetch::WX);
-            v2::qgemv_v2::launch_unchecked(client, count, dim, 4, x.as_arg(4), w.data.as_arg(4), w.scales.as_arg(1), y.as_arg(1), xr.as_arg(4), nw.as_arg(1), xw.as_arg(1), w.out as u32, w.in_dim as u32, cpr as u32, cols, gshift, INT8_MAGIC, eps, t, rpg, mx, w.grouped(), plane, split, block, pre_w, pre_x, pairs, norm, resid, glu);
+            v2::qgemv_v2::launch_unchecked(client, count, dim, 4, x.as_arg(4), w.data.as_arg(4), w.scales.as_arg(1), y.as_arg(1), xr.as_arg(4), nw.as_arg(1), xw.as_arg(1), w.out as u32, w.in_dim as u32, cpr as u32, cols, gshift, INT8_MAGIC, eps, t, rpg, mx, w.grouped(), plane, split, block, pre_w, pre_x, pairs, sub, norm, resid, glu);
         }
         return Ok(());
     }

@@ -123,13 +123,26 @@ fn pairs_probe(words: &[u32], out: &mut [f32]) {
 /// the u32's f32 view in both halves). The first call syncs with the device: make it outside
 /// a graph capture ([`super::QWeight::upload`] does, for mxfp4, and records the answer).
 pub fn pairs_supported(client: &Client) -> bool {
+    probed(client, "fp4-pairs", |c| Ok(Dtype::F16.supported(c) && probe_pairs(c)?))
+}
+
+/// Whether [`sub_word_dot`] gives the right values on this device (every byte at every
+/// position, exactly): it multiplies by subnormal f32s, which a device that flushes them to
+/// zero (or a compiler told to) gets wrong. Probed once per device and process, like
+/// [`pairs_supported`] (the first call syncs: [`super::QWeight::upload`] makes it).
+pub fn subnormal_supported(client: &Client) -> bool {
+    probed(client, "int8-subnormal", probe_subnormal)
+}
+
+/// `probe(client)`'s answer, computed once per (probe, device) and process; an error is "no".
+fn probed(client: &Client, what: &str, probe: impl FnOnce(&Client) -> Result<bool, Error>) -> bool {
     static SEEN: OnceLock<Mutex<HashMap<String, bool>>> = OnceLock::new();
-    let key = format!("{}/{}", client.name(), client.properties().identity.name);
+    let key = format!("{what}/{}/{}", client.name(), client.properties().identity.name);
     let seen = SEEN.get_or_init(|| Mutex::new(HashMap::new()));
     if let Some(ok) = seen.lock().ok().and_then(|m| m.get(&key).copied()) {
         return ok;
     }
-    let ok = Dtype::F16.supported(client) && probe_pairs(client).unwrap_or(false);
+    let ok = probe(client).unwrap_or(false);
     if let Ok(mut m) = seen.lock() {
         m.insert(key, ok);
     }
@@ -149,6 +162,68 @@ fn probe_pairs(client: &Client) -> Result<bool, Error> {
         let i = (n as usize * 4 + e) * 2;
         got[i].to_bits() == want(n).to_bits() && got[i + 1].to_bits() == want(15 - n).to_bits()
     })))
+}
+
+/// 2^80: the subnormal int8 decode's products are `x · u · 2^−80` (see [`sub_word_dot`]).
+const SUB_SHIFT_BITS: u32 = 0x6780_0000;
+
+/// An x quad for [`sub_word_dot`]: element e times `2^(69 − 8e)` for e < 3, `2^69` for e = 3
+/// (powers of two: exact while |x| < 2^59), so that every product below carries the same
+/// factor 2^−80 whatever the byte's position.
+#[cube]
+fn sub_prescale<N: Size>(xv: Vector<f32, N>) -> Vector<f32, N> {
+    let mut r = xv;
+    r.insert(0usize, xv.extract(0usize) * f32::reinterpret(0x6200_0000u32));
+    r.insert(1usize, xv.extract(1usize) * f32::reinterpret(0x5E00_0000u32));
+    r.insert(2usize, xv.extract(2usize) * f32::reinterpret(0x5A00_0000u32));
+    r.insert(3usize, xv.extract(3usize) * f32::reinterpret(0x6200_0000u32));
+    r
+}
+
+/// `acc + 2^−80 Σ_e (q_e + 128) · x_e` of one int8 word and an x quad from [`sub_prescale`].
+/// The decode without conversions: an f32 whose bits are u < 2^24 *is* `u · 2^−149`
+/// (subnormal below 2^23, and the first normal binade continues the same step), so with
+/// `wx = word ^ 0x80808080` (byte e → u_e = q_e + 128) the bytes 0, 1, 2 are f32s after one
+/// mask each (`u_e · 2^(8e − 149)`) and byte 3 after one shift: 5 integer operations and 4
+/// FMAs per 4 weights (magic-number decode: ~3 integer operations and an add per weight).
+/// The products are exact where |x · u| ≥ 2^−46; the caller removes the offset,
+/// `Σ q x = 2^80 · acc − 128 Σ x`, and [`subnormal_supported`] gates it per device.
+#[cube]
+pub(crate) fn sub_word_dot<N: Size>(word: u32, xv: Vector<f32, N>, acc: f32) -> f32 {
+    let wx = word ^ 0x8080_8080u32;
+    let mut part = acc;
+    part += f32::reinterpret(wx & 0xFFu32) * xv.extract(0usize);
+    part += f32::reinterpret(wx & 0xFF00u32) * xv.extract(1usize);
+    part += f32::reinterpret(wx & 0x00FF_0000u32) * xv.extract(2usize);
+    part += f32::reinterpret(wx >> 24u32) * xv.extract(3usize);
+    part
+}
+
+#[cube(launch_unchecked)]
+fn subnormal_probe<N: Size>(words: &[u32], x: &[Vector<f32, N>], out: &mut [f32]) {
+    let i = ABSOLUTE_POS;
+    if i < 256 {
+        // x = e_j (one element 1, the others 0): the decoded byte j alone, offset removed.
+        #[unroll]
+        for j in 0..4usize {
+            let d = sub_word_dot(words[i], sub_prescale(x[j]), 0.0f32);
+            out[i * 4 + j] = d * f32::reinterpret(SUB_SHIFT_BITS) - 128.0f32;
+        }
+    }
+}
+
+fn probe_subnormal(client: &Client) -> Result<bool, Error> {
+    // Word i: bytes i, i + 1, i + 2, i + 3 (mod 256) — every byte value at every position.
+    let words: Vec<u32> = (0..256u32).map(|i| (0..4u32).fold(0, |w, e| w | ((i + e) % 256) << (8 * e))).collect();
+    let x: Vec<f32> = (0..16).map(|k| if k % 5 == 0 { 1.0 } else { 0.0 }).collect();
+    let wd = DeviceTensor::from_u32(client, &words, &[256])?;
+    let xd = DeviceTensor::from_f32(client, &x, &[16])?;
+    let out = DeviceTensor::from_f32(client, &vec![f32::NAN; 1024], &[1024])?;
+    unsafe {
+        subnormal_probe::launch_unchecked(client, CubeCount::Static(1, 1, 1), CubeDim::new_1d(256), 4, wd.as_arg(1), xd.as_arg(4), out.as_arg(1));
+    }
+    let got = out.to_f32(client)?;
+    Ok((0..256usize).all(|i| (0..4usize).all(|j| got[i * 4 + j].to_bits() == (((i + j) % 256) as u8 as i8 as f32).to_bits())))
 }
 
 /// `Σ_q s_q Σ_e e2m1(nibble) · x` of one fp4 chunk; quad q = nibbles 4(q % 2).. of word q / 2,
@@ -229,7 +304,9 @@ fn load_x<N: Size>(x: &[Vector<f32, N>], xs: &mut Array<Vector<f32, N>>, t: usiz
 /// loaded before this tile's arithmetic (twice the bytes in flight per unit, rpg·4 more
 /// registers); `prefetch_x` (with `prefetch`) also the next tile's x quads. `pairs`: fp4
 /// values by [`e2m1_pair`] instead of the shared table. `magic`: [`super::INT8_MAGIC`] (an
-/// argument on purpose: see [`int8_word_dot`]). Ends with gemv v1's `store_row_sums` (with
+/// argument on purpose: see [`int8_word_dot`]); `sub`: int8 by [`sub_word_dot`] instead (x quads
+/// prescaled once per tile, each unit's x sums — per quad with groups — remove the offset).
+/// Ends with gemv v1's `store_row_sums` (with
 /// `glu`: y `[tn, out / 2]`, the SwiGLU of interleaved gate/up rows).
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked)]
@@ -258,6 +335,7 @@ pub fn qgemv_v2<N: Size>(
     #[comptime] prefetch: bool,
     #[comptime] prefetch_x: bool,
     #[comptime] pairs: bool,
+    #[comptime] sub: bool,
     #[comptime] norm: bool,
     #[comptime] resid: bool,
     #[comptime] glu: bool,
@@ -285,6 +363,12 @@ pub fn qgemv_v2<N: Size>(
         acc[a] = 0.0f32;
     }
     let mut xs = Array::<Vector<f32, N>>::new(tn * 8);
+    // `sub`: Σ x of this unit's quads per token (per channel), or 128 Σ x per quad (groups).
+    let mut xsum = Array::<f32>::new(tn * 4);
+    #[unroll]
+    for a in 0..tn * 4 {
+        xsum[a] = 0.0f32;
+    }
     // With `prefetch_x`: the next tile's x quads.
     let mut xn = Array::<Vector<f32, N>>::new(tn * 8);
     let xpre = prefetch && prefetch_x;
@@ -337,6 +421,22 @@ pub fn qgemv_v2<N: Size>(
             }
             if lane < m {
                 let xq = c0 * qpc + lane;
+                if sub && !mx {
+                    #[unroll]
+                    for tt in 0..tn {
+                        #[unroll]
+                        for j in 0..4usize {
+                            let xv = xs[tt * 8 + j];
+                            let qs = xv.extract(0usize) + xv.extract(1usize) + xv.extract(2usize) + xv.extract(3usize);
+                            if grouped {
+                                xsum[tt * 4 + j] = 128.0f32 * qs;
+                            } else {
+                                xsum[tt * 4] += qs;
+                            }
+                            xs[tt * 8 + j] = sub_prescale(xv);
+                        }
+                    }
+                }
                 if !prefetch {
                     load_tile(w, scales, &mut wc, &mut sc2, t, lane, cpr, row0, n_out, cols, rpg, mx);
                 }
@@ -357,12 +457,21 @@ pub fn qgemv_v2<N: Size>(
                                 let sc = f32::reinterpret(scales[row * cols + ((xq + m * j) >> gshift as usize)]);
                                 #[unroll]
                                 for tt in 0..tn {
-                                    acc[tt * rpg + r] += sc * int8_word_dot(word, xs[tt * 8 + j], 0.0f32, magic);
+                                    if sub {
+                                        let d = sub_word_dot(word, xs[tt * 8 + j], 0.0f32);
+                                        acc[tt * rpg + r] += sc * (d * f32::reinterpret(SUB_SHIFT_BITS) - xsum[tt * 4 + j]);
+                                    } else {
+                                        acc[tt * rpg + r] += sc * int8_word_dot(word, xs[tt * 8 + j], 0.0f32, magic);
+                                    }
                                 }
                             } else {
                                 #[unroll]
                                 for tt in 0..tn {
-                                    acc[tt * rpg + r] = int8_word_dot(word, xs[tt * 8 + j], acc[tt * rpg + r], magic);
+                                    if sub {
+                                        acc[tt * rpg + r] = sub_word_dot(word, xs[tt * 8 + j], acc[tt * rpg + r]);
+                                    } else {
+                                        acc[tt * rpg + r] = int8_word_dot(word, xs[tt * 8 + j], acc[tt * rpg + r], magic);
+                                    }
                                 }
                             }
                         }
@@ -378,7 +487,11 @@ pub fn qgemv_v2<N: Size>(
                 let sc = f32::reinterpret(scales[row * cols]);
                 #[unroll]
                 for tt in 0..tn {
-                    acc[tt * rpg + r] *= sc;
+                    if sub {
+                        acc[tt * rpg + r] = (acc[tt * rpg + r] * f32::reinterpret(SUB_SHIFT_BITS) - 128.0f32 * xsum[tt * 4]) * sc;
+                    } else {
+                        acc[tt * rpg + r] *= sc;
+                    }
                 }
             }
         }

@@ -23,7 +23,7 @@ use reference::{Config, Error as RefError};
 
 use crate::kernels::attention::{flash_decode, flash_prefill, Masking};
 use crate::kernels::matmul::{Fuse, Norm, Residual};
-use crate::kernels::qmatmul::{QWeight, Weight, QGEMV_MAX_T};
+use crate::kernels::qmatmul::{Prefetch, QFormat, QLayout, QWeight, Weight, QGEMV_MAX_T};
 use crate::kernels::rmsnorm::add_rmsnorm_device;
 use crate::kernels::{argmax, attention, embedding, matmul, rmsnorm_device, rope};
 use crate::graph::DecodeGraph;
@@ -132,6 +132,12 @@ struct Uploader<'a> {
     bytes: usize,
     /// The first quantized weight's scheme.
     quant: Option<String>,
+    /// `TANDEM_INT8_DECODE=magic`: int8 weights decoded by the magic number even where the
+    /// subnormal decode is exact (an audit knob for `tandem bench`).
+    int8_magic: bool,
+    /// `TANDEM_QGEMV_PREFETCH=off|w|wx|pipelined`: the quantized gemvs' prefetch instead of
+    /// `qmatmul::default_prefetch` (an audit knob; `pipelined` applies to int8 only).
+    prefetch: Option<Prefetch>,
 }
 
 impl Uploader<'_> {
@@ -173,7 +179,11 @@ impl Uploader<'_> {
                 _ => QWeight::upload(self.client, &parts),
             };
             match uploaded {
-                Ok(w) => {
+                Ok(mut w) => {
+                    w.subnormal &= !self.int8_magic;
+                    if let Some(p) = self.prefetch.filter(|&p| p != Prefetch::Pipelined || w.format != QFormat::Mxfp4) {
+                        w.prefetch = p;
+                    }
                     self.bytes += w.bytes();
                     if self.quant.is_none() {
                         self.quant = parts.first().map(|p| p.scheme().to_string());
@@ -218,7 +228,16 @@ impl GpuModel {
         if !dtype.supported(&client) {
             return Err(Error::Unsupported(format!("{} weights: the {} device has no {} arithmetic", dtype.name(), backend, dtype.name())));
         }
-        let mut up = Uploader { client: &client, src, cfg, bytes: 0, quant: None };
+        let int8_magic = std::env::var("TANDEM_INT8_DECODE").is_ok_and(|v| v == "magic");
+        let prefetch = match std::env::var("TANDEM_QGEMV_PREFETCH").as_deref() {
+            Ok("off") => Some(Prefetch::Off),
+            Ok("w") => Some(Prefetch::W),
+            Ok("wx") => Some(Prefetch::WX),
+            Ok("pipelined") => Some(Prefetch::Pipelined),
+            Ok(other) => return Err(Error::Shape(format!("TANDEM_QGEMV_PREFETCH={other}: expected off, w, wx or pipelined"))),
+            Err(_) => None,
+        };
+        let mut up = Uploader { client: &client, src, cfg, bytes: 0, quant: None, int8_magic, prefetch };
         let tok_embd = up.dense(&[Tensor::TokEmbd], dtype)?;
         let lm_head = if cfg.tied_embeddings { tok_embd.clone() } else { up.dense(&[Tensor::LmHead], dtype)? };
         let mut layers = Vec::with_capacity(cfg.n_layers);
@@ -492,6 +511,19 @@ impl Engine for GpuEngine {
             (None, true, AttentionImpl::Flash) => "one-token steps (greedy and sampling) replayed as captured graphs".into(),
         };
         let norms = if m.fuse_norms { "RMSNorms fused into the decode gemvs" } else { "add + RMSNorm kernels between the decode gemvs (TANDEM_FUSED_NORMS=0)" };
-        Some(format!("{graphs}; {norms}"))
+        // The decode the int8 gemvs take (every int8 weight of a model is uploaded alike).
+        let int8 = m.layers.iter().flat_map(|l| [&l.wqkv, &l.wo, &l.w_gate_up, &l.w_down]).find_map(|w| match w {
+            Weight::Quant(q) if q.format != QFormat::Mxfp4 && q.layout == QLayout::Tiles => Some((q.subnormal, q.prefetch)),
+            _ => None,
+        });
+        let int8 = match int8 {
+            Some((sub, pre)) => {
+                let decode = if sub { "subnormal" } else { "magic number (subnormals not exact here, or TANDEM_INT8_DECODE=magic)" };
+                let kernel = if pre == Prefetch::Pipelined { "gemv v3 (pipelined)".to_string() } else { format!("gemv v2 (prefetch {pre:?})") };
+                format!("; int8: {kernel}, decode {decode}")
+            }
+            None => String::new(),
+        };
+        Some(format!("{graphs}; {norms}{int8}"))
     }
 }

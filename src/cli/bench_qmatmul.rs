@@ -68,7 +68,8 @@ pub fn run(backend: Backend, gate: &str, reps: usize, shapes: Option<Vec<(usize,
                 for split in [1usize, 2, 4] {
                     pct(format!("split {split}"), GemvTune { split: Some(split), ..base }, &mut s, &mut audit)?;
                 }
-                for prefetch in [Prefetch::Off, Prefetch::W, Prefetch::WX] {
+                let v3: &[Prefetch] = if matches!(f, Format::Quant(Scheme::Int8(_))) { &[Prefetch::Pipelined] } else { &[] };
+                for &prefetch in [Prefetch::Off, Prefetch::W, Prefetch::WX].iter().chain(v3) {
                     pct(format!("prefetch {prefetch:?}"), GemvTune { prefetch, ..base }, &mut s, &mut audit)?;
                 }
                 if matches!(f, Format::Quant(Scheme::Mxfp4)) {

@@ -64,6 +64,7 @@ impl Case for QMatmulCase {
                     Prefetch::Off => "no-prefetch",
                     Prefetch::W => "prefetch-w",
                     Prefetch::WX => "prefetch-wx",
+                    Prefetch::Pipelined => "pipelined/v3",
                 };
                 format!("tiles/v2,{pre}{fp4}")
             }
@@ -146,9 +147,18 @@ pub fn cases() -> Vec<Box<dyn Case>> {
         }
         v.push(Box::new(c));
     };
+    // The grid's int8 cases over the tiled order run on gemv v2 and v3: the default prefetch,
+    // and v3 (pipelined) where v2 is the default, v2 with the W prefetch where v3 is.
+    let push_grid = |v: &mut Vec<Box<dyn Case>>, c: QMatmulCase| {
+        if c.layout == QLayout::Tiles && c.scheme != Scheme::Mxfp4 {
+            let other = if c.prefetch == Prefetch::Pipelined { Prefetch::W } else { Prefetch::Pipelined };
+            push(v, QMatmulCase { prefetch: other, ..c.clone() });
+        }
+        push(v, c);
+    };
     for layout in [QLayout::Rows, QLayout::Tiles] {
         for scheme in schemes {
-            let mut add = |t, n_in, n_out, parts| push(&mut v, QMatmulCase::new(t, n_in, n_out, scheme, parts, layout));
+            let mut add = |t, n_in, n_out, parts| push_grid(&mut v, QMatmulCase::new(t, n_in, n_out, scheme, parts, layout));
             for t in [1usize, 3, 8, 9, 33] {
                 for (n_in, n_out) in [(128, 48), (256, 1031), (1536, 576), (640, 7)] {
                     add(t, n_in, n_out, 1);
@@ -171,7 +181,7 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             for fusion in [Fusion::Glu, Fusion::Norm, Fusion::NormGlu, Fusion::Residual] {
                 for (t, n_in, n_out) in [(1usize, 256usize, 96usize), (3, 1536, 577), (2, 8192, 20), (9, 256, 40)] {
                     if t <= 8 || fusion == Fusion::Glu {
-                        push(&mut v, QMatmulCase { fusion, ..QMatmulCase::new(t, n_in, n_out, scheme, 1, layout) });
+                        push_grid(&mut v, QMatmulCase { fusion, ..QMatmulCase::new(t, n_in, n_out, scheme, 1, layout) });
                     }
                 }
             }
@@ -185,7 +195,9 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             let c = QMatmulCase::new(t, n_in, n_out, scheme, 1, QLayout::Tiles);
             let fp4s: &[Fp4Decode] = if scheme == Scheme::Mxfp4 { &[Fp4Decode::Table, Fp4Decode::Pairs] } else { &[Fp4Decode::Pairs] };
             for &fp4 in fp4s {
-                for prefetch in [Prefetch::Off, Prefetch::W, Prefetch::WX] {
+                // gemv v3 (pipelined) is int8 only.
+                let v3: &[Prefetch] = if scheme == Scheme::Mxfp4 { &[] } else { &[Prefetch::Pipelined] };
+                for &prefetch in [Prefetch::Off, Prefetch::W, Prefetch::WX].iter().chain(v3) {
                     if prefetch != c.prefetch || fp4 != c.fp4 {
                         push(&mut v, QMatmulCase { prefetch, fp4, ..c.clone() });
                     }

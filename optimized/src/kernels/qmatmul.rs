@@ -35,6 +35,7 @@ use reference::quant::{Granularity, QuantTensor};
 
 pub mod v1;
 pub mod v2;
+pub mod v3;
 pub use v1::{qdequant_v1, qgemv_v1, INT8_MAGIC};
 pub(crate) use v1::{e2m1, int8_word_dot};
 
@@ -45,13 +46,14 @@ pub const QGEMV_MAX_T: usize = 8;
 /// both formats (H200: mxfp4 19.5% vs 22.5% of the copy rate at 4096×14336).
 pub const QGEMV_RPG: usize = 4;
 pub const QGEMV_RPG_MXFP4: usize = 4;
-/// Whether gemv v2 loads the next tile's W before this tile's arithmetic by default: yes for
-/// per-channel int8 and mxfp4 (H200, 4096×14336 / 14336×4096: int8 65.6 / 63.4% of the copy
-/// rate vs 59.4 / 63.3% without; mxfp4 34.0 / 33.9% vs 34.6 / 26.7%), no for int8 groups, whose
-/// per-quad scale loads it delays (int8-g32 49.8 / 40.4% with, 60.6 / 50.7% without).
+/// What the quantized gemv loads ahead by default. gemv v2 loading the next tile's W before
+/// this tile's arithmetic: yes for mxfp4 (H200, 4096×14336 / 14336×4096: 34.0 / 33.9% of the
+/// copy rate vs 34.6 / 26.7% without) and per-channel int8 (65.6 / 63.4% vs 59.4 / 63.3%), no
+/// for int8 groups, whose per-quad scale loads it delays (int8-g32 49.8 / 40.4% with, 60.6 /
+/// 50.7% without). Per-channel int8 now runs gemv v3 ([`Prefetch::Pipelined`]).
 pub fn default_prefetch(format: QFormat, in_dim: usize) -> Prefetch {
     match format {
-        QFormat::Int8 { group } if group == in_dim => Prefetch::W,
+        QFormat::Int8 { group } if group == in_dim => Prefetch::Pipelined,
         QFormat::Int8 { .. } => Prefetch::Off,
         QFormat::Mxfp4 => Prefetch::W,
     }
@@ -70,6 +72,9 @@ pub enum Prefetch {
     /// mxfp4 35.8 / 34.5% vs 34.1 / 34.6%; end to end int8 330.7 vs 356.9 tokens/s): the
     /// registers cost more occupancy than the hidden latency gives. Kept as an audited choice.
     WX,
+    /// gemv v3 (`v3.rs`, int8 only): W double-buffered without register copies, and each x
+    /// quad of the next tile loaded as soon as this tile is done with it.
+    Pipelined,
 }
 
 /// Rows per unit group [`qlinear_into`] uses for `format`.
@@ -134,6 +139,9 @@ pub struct QWeight {
     /// int8 in the tiled order on a device where [`v2::subnormal_supported`]: gemv v2 may
     /// decode it by [`Int8Decode::Subnormal`] (decided like `pairs`).
     pub subnormal: bool,
+    /// What gemv v2 / v3 loads ahead by default ([`default_prefetch`] at upload; a loader may
+    /// override it, e.g. for an audit).
+    pub prefetch: Prefetch,
 }
 
 fn words(bytes: &[u8]) -> Vec<u32> {
@@ -283,6 +291,7 @@ impl QWeight {
             scales,
             pairs,
             subnormal,
+            prefetch: default_prefetch(format, in_dim),
         })
     }
 
@@ -437,7 +446,7 @@ impl GemvTune {
     pub fn default_for(w: &QWeight) -> Self {
         let fp4 = if w.pairs { Fp4Decode::Pairs } else { Fp4Decode::Table };
         let int8 = if w.subnormal { Int8Decode::Subnormal } else { Int8Decode::Magic };
-        Self { rpg: default_rpg(w.format), split: None, prefetch: default_prefetch(w.format, w.in_dim), fp4, int8 }
+        Self { rpg: default_rpg(w.format), split: None, prefetch: w.prefetch, fp4, int8 }
     }
 }
 
@@ -549,6 +558,16 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
     let mx = w.format == QFormat::Mxfp4;
     let (xr, nw, xw, eps) = fuse.operands(client);
     let (norm, resid) = (fuse.norm.is_some(), fuse.residual.is_some());
+    if tiled && prefetch == Prefetch::Pipelined {
+        if mx {
+            return Err(Error::Unsupported("qlinear: gemv v3 (the pipelined prefetch) takes int8 weights only".into()));
+        }
+        let (cols, gshift) = w.tile_scale_geometry();
+        unsafe {
+            v3::qgemv_v3::launch_unchecked(client, count, dim, 4, x.as_arg(4), w.data.as_arg(4), w.scales.as_arg(1), y.as_arg(1), xr.as_arg(4), nw.as_arg(1), xw.as_arg(1), w.out as u32, w.in_dim as u32, cpr as u32, cols, gshift, INT8_MAGIC, eps, t, rpg, w.grouped(), plane, split, block, sub, norm, resid, glu);
+        }
+        return Ok(());
+    }
     if tiled {
         let (cols, gshift) = w.tile_scale_geometry();
         unsafe {

@@ -165,13 +165,13 @@ fn probe_pairs(client: &Client) -> Result<bool, Error> {
 }
 
 /// 2^80: the subnormal int8 decode's products are `x · u · 2^−80` (see [`sub_word_dot`]).
-const SUB_SHIFT_BITS: u32 = 0x6780_0000;
+pub(super) const SUB_SHIFT_BITS: u32 = 0x6780_0000;
 
 /// An x quad for [`sub_word_dot`]: element e times `2^(69 − 8e)` for e < 3, `2^69` for e = 3
 /// (powers of two: exact while |x| < 2^59), so that every product below carries the same
 /// factor 2^−80 whatever the byte's position.
 #[cube]
-fn sub_prescale<N: Size>(xv: Vector<f32, N>) -> Vector<f32, N> {
+pub(super) fn sub_prescale<N: Size>(xv: Vector<f32, N>) -> Vector<f32, N> {
     let mut r = xv;
     r.insert(0usize, xv.extract(0usize) * f32::reinterpret(0x6200_0000u32));
     r.insert(1usize, xv.extract(1usize) * f32::reinterpret(0x5E00_0000u32));
@@ -261,7 +261,7 @@ fn mx_chunk_dot<N: Size>(wv: Vector<u32, N>, xs: &Array<Vector<f32, N>>, base: u
 /// partial last tile read the row's last chunk (and the last lane's scales) and do not use them.
 #[allow(clippy::too_many_arguments)]
 #[cube]
-fn load_tile<N: Size>(w: &[Vector<u32, N>], scales: &[u32], wn: &mut Array<Vector<u32, N>>, sn: &mut Array<u32>, t: usize, lane: usize, cpr: usize, row0: usize, n_out: usize, cols: usize, #[comptime] rpg: usize, #[comptime] mx: bool) {
+pub(super) fn load_tile<N: Size>(w: &[Vector<u32, N>], scales: &[u32], wn: &mut Array<Vector<u32, N>>, sn: &mut Array<u32>, t: usize, lane: usize, cpr: usize, row0: usize, n_out: usize, cols: usize, #[comptime] rpg: usize, #[comptime] mx: bool) {
     let c = min(t * TILE_CHUNKS + lane, cpr - 1);
     let m = min(TILE_CHUNKS, cpr - t * TILE_CHUNKS);
     #[unroll]

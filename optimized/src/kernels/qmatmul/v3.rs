@@ -1,0 +1,225 @@
+//! gemv v3: int8 over the tiled order ([`QLayout::Tiles`](super::QLayout)), software-pipelined
+//! ([`Prefetch::Pipelined`](super::Prefetch)).
+//!
+//! gemv v2 with the W prefetch keeps two register sets per row (the chunks in use and the next
+//! tile's) and copies one into the other every tile — ncu (H200, Mistral's gate|up, int8,
+//! subnormal decode) counted 0.31 MOV per weight, and its x quads are loaded at the top of each
+//! tile and consumed at once (the first FADD on them held 21% of the stall samples). v3 has the
+//! same registers but no copies and no exposed x load:
+//! - the tile loop is unrolled twice, the two W register sets used in turn (one is computed on
+//!   while the other's loads for the tile after are in flight);
+//! - the tile's dot products run quad-major (quad j of x for all the group's rows, then j + 1),
+//!   and as soon as quad j is used for every row the next tile's quad j is loaded into its
+//!   registers — the next tile's x arrives during this tile's arithmetic.
+//! Decode as v2 (`sub`: the subnormal decode, else the magic number), scales as v2 (per channel
+//! once per row, groups per quad); the norm prologue and the shared `store_row_sums` epilogue
+//! as every gemv.
+
+use cubecl::prelude::*;
+
+use super::v2::{load_tile, sub_prescale, sub_word_dot, SUB_SHIFT_BITS, TILE_CHUNKS};
+use super::int8_word_dot;
+use crate::kernels::matmul::{inv_rms, scale_rows, store_row_sums};
+
+/// x quads of tile `t` for this lane (`tn` tokens; lanes past the tile's m chunks load none).
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn load_x4<N: Size>(x: &[Vector<f32, N>], xs: &mut Array<Vector<f32, N>>, t: usize, lane: usize, cpr: usize, xrow: usize, #[comptime] tn: usize) {
+    let c0 = t * TILE_CHUNKS;
+    let m = min(TILE_CHUNKS, cpr - c0);
+    if lane < m {
+        #[unroll]
+        for tt in 0..tn {
+            #[unroll]
+            for j in 0..4usize {
+                xs[tt * 4 + j] = x[tt * xrow + c0 * 4 + lane + m * j];
+            }
+        }
+    }
+}
+
+/// Tile `t`'s products into `acc` with W chunks `wv` (rows `row0 ..+ rpg`), x quads `xs`; then
+/// `xs` holds tile `tn2`'s quads (when `tn2 < ntiles`), each loaded right after its last use.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn tile_dot<N: Size>(
+    x: &[Vector<f32, N>],
+    scales: &[u32],
+    wv: &Array<Vector<u32, N>>,
+    xs: &mut Array<Vector<f32, N>>,
+    acc: &mut Array<f32>,
+    xsum: &mut Array<f32>,
+    t: usize,
+    tn2: usize,
+    ntiles: usize,
+    lane: usize,
+    cpr: usize,
+    xrow: usize,
+    row0: usize,
+    n_out: usize,
+    cols: usize,
+    gshift: usize,
+    magic: u32,
+    #[comptime] tn: usize,
+    #[comptime] rpg: usize,
+    #[comptime] grouped: bool,
+    #[comptime] sub: bool,
+) {
+    let c0 = t * TILE_CHUNKS;
+    let m = min(TILE_CHUNKS, cpr - c0);
+    // The next tile (a partial tile is a row's last, so lanes past m have none).
+    let nc0 = tn2 * TILE_CHUNKS;
+    let has_next = tn2 < ntiles;
+    let nm = select(has_next, min(TILE_CHUNKS, cpr - select(has_next, nc0, 0usize)), 0usize);
+    let load_next = has_next && lane < nm;
+    if lane < m {
+        let xq = c0 * 4 + lane;
+        #[unroll]
+        for j in 0..4usize {
+            #[unroll]
+            for tt in 0..tn {
+                let mut xv = xs[tt * 4 + j];
+                let mut q128 = 0.0f32;
+                if sub {
+                    let qs = xv.extract(0usize) + xv.extract(1usize) + xv.extract(2usize) + xv.extract(3usize);
+                    if grouped {
+                        q128 = 128.0f32 * qs;
+                    } else {
+                        xsum[tt] += qs;
+                    }
+                    xv = sub_prescale(xv);
+                }
+                #[unroll]
+                for r in 0..rpg {
+                    let word = wv[r].extract(j);
+                    if grouped {
+                        let row = select(row0 + r < n_out, row0 + r, n_out - 1);
+                        let sc = f32::reinterpret(scales[row * cols + ((xq + m * j) >> gshift)]);
+                        if sub {
+                            let d = sub_word_dot(word, xv, 0.0f32);
+                            acc[tt * rpg + r] += sc * (d * f32::reinterpret(SUB_SHIFT_BITS) - q128);
+                        } else {
+                            acc[tt * rpg + r] += sc * int8_word_dot(word, xv, 0.0f32, magic);
+                        }
+                    } else if sub {
+                        acc[tt * rpg + r] = sub_word_dot(word, xv, acc[tt * rpg + r]);
+                    } else {
+                        acc[tt * rpg + r] = int8_word_dot(word, xv, acc[tt * rpg + r], magic);
+                    }
+                }
+                if load_next {
+                    xs[tt * 4 + j] = x[tt * xrow + nc0 * 4 + lane + nm * j];
+                }
+            }
+        }
+    } else if load_next {
+        load_x4(x, xs, tn2, lane, cpr, xrow, tn);
+    }
+}
+
+/// gemv v3 (int8, tiled order): arguments as [`super::v2::qgemv_v2`]'s (no mxfp4 ones). Unit u
+/// of group gi handles rows `(CUBE_POS·groups + gi)·rpg ..+ rpg`, tiles `u / 32, + split, ..`
+/// at lane `u % 32`.
+#[allow(clippy::too_many_arguments)]
+#[cube(launch_unchecked)]
+pub fn qgemv_v3<N: Size>(
+    x: &[Vector<f32, N>],
+    w: &[Vector<u32, N>],
+    scales: &[u32],
+    y: &mut [f32],
+    xr: &[Vector<f32, N>],
+    nw: &[f32],
+    xw: &mut [f32],
+    n_out: u32,
+    n_in: u32,
+    cpr: u32,
+    scale_cols: u32,
+    gshift: u32,
+    magic: u32,
+    eps: f32,
+    #[comptime] tn: usize,
+    #[comptime] rpg: usize,
+    #[comptime] grouped: bool,
+    #[comptime] plane: bool,
+    #[comptime] split: usize,
+    #[comptime] block: usize,
+    #[comptime] sub: bool,
+    #[comptime] norm: bool,
+    #[comptime] resid: bool,
+    #[comptime] glu: bool,
+) {
+    let unit = UNIT_POS_X as usize;
+    let lane = unit % TILE_CHUNKS;
+    let group = CUBE_DIM_X as usize;
+    let gi = UNIT_POS_Y as usize;
+    let row0 = (CUBE_POS * CUBE_DIM_Y as usize + gi) * rpg;
+    let n_out = n_out as usize;
+    let xrow = n_in as usize / 4;
+    let cpr = cpr as usize;
+    let cols = scale_cols as usize;
+    let gshift = gshift as usize;
+    let mut acc = Array::<f32>::new(tn * rpg);
+    #[unroll]
+    for a in 0..tn * rpg {
+        acc[a] = 0.0f32;
+    }
+    // `sub`, per channel: Σ x of this unit's quads per token.
+    let mut xsum = Array::<f32>::new(tn);
+    #[unroll]
+    for a in 0..tn {
+        xsum[a] = 0.0f32;
+    }
+    let mut xs = Array::<Vector<f32, N>>::new(tn * 4);
+    // The two W register sets, used in turn.
+    let mut wa = Array::<Vector<u32, N>>::new(rpg);
+    let mut wb = Array::<Vector<u32, N>>::new(rpg);
+    // Unused (no mxfp4 scale words here).
+    let mut sn = Array::<u32>::new(rpg * 2);
+    let ntiles = (cpr + TILE_CHUNKS - 1) / TILE_CHUNKS;
+    let mut t = unit / TILE_CHUNKS;
+    if row0 < n_out && t < ntiles {
+        load_tile(w, scales, &mut wa, &mut sn, t, lane, cpr, row0, n_out, cols, rpg, false);
+        load_x4(x, &mut xs, t, lane, cpr, xrow, tn);
+    }
+    let mut rn = Array::<f32>::new(tn);
+    if norm {
+        inv_rms(xr, &mut rn, xrow, n_in as f32, eps, tn, plane, TILE_CHUNKS, block);
+    }
+    if row0 < n_out {
+        while t < ntiles {
+            let t2 = t + split;
+            if t2 < ntiles {
+                load_tile(w, scales, &mut wb, &mut sn, t2, lane, cpr, row0, n_out, cols, rpg, false);
+            }
+            tile_dot(x, scales, &wa, &mut xs, &mut acc, &mut xsum, t, t2, ntiles, lane, cpr, xrow, row0, n_out, cols, gshift, magic, tn, rpg, grouped, sub);
+            t = t2;
+            if t < ntiles {
+                let t3 = t + split;
+                if t3 < ntiles {
+                    load_tile(w, scales, &mut wa, &mut sn, t3, lane, cpr, row0, n_out, cols, rpg, false);
+                }
+                tile_dot(x, scales, &wb, &mut xs, &mut acc, &mut xsum, t, t3, ntiles, lane, cpr, xrow, row0, n_out, cols, gshift, magic, tn, rpg, grouped, sub);
+                t = t3;
+            }
+        }
+        if !grouped {
+            #[unroll]
+            for r in 0..rpg {
+                let row = select(row0 + r < n_out, row0 + r, n_out - 1);
+                let sc = f32::reinterpret(scales[row * cols]);
+                #[unroll]
+                for tt in 0..tn {
+                    if sub {
+                        acc[tt * rpg + r] = (acc[tt * rpg + r] * f32::reinterpret(SUB_SHIFT_BITS) - 128.0f32 * xsum[tt]) * sc;
+                    } else {
+                        acc[tt * rpg + r] *= sc;
+                    }
+                }
+            }
+        }
+    }
+    if norm {
+        scale_rows(&mut acc, &rn, tn, rpg);
+    }
+    store_row_sums(&acc, y, nw, xw, row0, n_out, unit, gi, group, tn, rpg, plane, TILE_CHUNKS, split, block, resid, glu);
+}

@@ -19,7 +19,11 @@
 //!   rows. W is read once, coalesced; x is not (lanes 64 / 128 B apart: the L1 bound).
 //! - gemv v2 (`v2.rs`, [`QLayout::Tiles`], the default order): the same groups over a row
 //!   order interleaved on upload so that a plane's x loads are contiguous; per-channel int8
-//!   scales applied once per row, per-quad scales otherwise.
+//!   scales applied once per row, per-quad scales otherwise. int8 decode (`Int8Decode`): the
+//!   magic number, or — default where a per-device probe finds it exact — the byte's bits
+//!   read as a subnormal f32 (`v2::sub_word_dot`: one mask or shift per weight, no add).
+//! - gemv v3 (`v3.rs`, int8, tiled order, [`Prefetch::Pipelined`]): v2 software-pipelined
+//!   (W double-buffered, next x quads loaded early); kept and audited, slower (registers).
 //! - dequant + GEMM v1 (prefill, T > [`QGEMV_MAX_T`]): W dequantized into an f32 scratch
 //!   (one unit per 16-byte chunk; dequant v1 or v2 by layout), then the tiled v2 matmul. Not
 //!   fused yet.
@@ -50,10 +54,11 @@ pub const QGEMV_RPG_MXFP4: usize = 4;
 /// this tile's arithmetic: yes for mxfp4 (H200, 4096×14336 / 14336×4096: 34.0 / 33.9% of the
 /// copy rate vs 34.6 / 26.7% without) and per-channel int8 (65.6 / 63.4% vs 59.4 / 63.3%), no
 /// for int8 groups, whose per-quad scale loads it delays (int8-g32 49.8 / 40.4% with, 60.6 /
-/// 50.7% without). Per-channel int8 now runs gemv v3 ([`Prefetch::Pipelined`]).
+/// 50.7% without). gemv v3 ([`Prefetch::Pipelined`]) measured slower for per-channel int8
+/// (H200, subnormal decode: 54.1 / 58.6% vs 76.7 / 76.0% with v2's W prefetch).
 pub fn default_prefetch(format: QFormat, in_dim: usize) -> Prefetch {
     match format {
-        QFormat::Int8 { group } if group == in_dim => Prefetch::Pipelined,
+        QFormat::Int8 { group } if group == in_dim => Prefetch::W,
         QFormat::Int8 { .. } => Prefetch::Off,
         QFormat::Mxfp4 => Prefetch::W,
     }
@@ -73,7 +78,10 @@ pub enum Prefetch {
     /// registers cost more occupancy than the hidden latency gives. Kept as an audited choice.
     WX,
     /// gemv v3 (`v3.rs`, int8 only): W double-buffered without register copies, and each x
-    /// quad of the next tile loaded as soon as this tile is done with it.
+    /// quad of the next tile loaded as soon as this tile is done with it. Fewer instructions
+    /// than v2 with W (4.49 vs 4.78 per weight) but 80 registers instead of 64 (occupancy 32%
+    /// vs 42%): measured slower (H200, 4096×14336: 54.1% of the copy rate vs 76.7%; Mistral
+    /// int8 331.2 vs 382.7 tokens/s). Kept as an audited choice.
     Pipelined,
 }
 

@@ -199,6 +199,27 @@ pub(crate) fn sub_word_dot<N: Size>(word: u32, xv: Vector<f32, N>, acc: f32) -> 
     part
 }
 
+/// Per-channel int8 scales applied to a unit's row sums `acc[t·rpg + r]` (rows `row0 ..+
+/// rpg`); with `sub` the subnormal decode's offset removed first, `Σ q·x = 2^80·acc − 128·Σx`
+/// (Σx of token t at `xsum[t·xstride]`). Shared by gemv v2 and v3.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+pub(super) fn finish_per_channel(acc: &mut Array<f32>, xsum: &Array<f32>, scales: &[u32], row0: usize, n_out: usize, cols: usize, #[comptime] tn: usize, #[comptime] rpg: usize, #[comptime] xstride: usize, #[comptime] sub: bool) {
+    #[unroll]
+    for r in 0..rpg {
+        let row = select(row0 + r < n_out, row0 + r, n_out - 1);
+        let sc = f32::reinterpret(scales[row * cols]);
+        #[unroll]
+        for tt in 0..tn {
+            if sub {
+                acc[tt * rpg + r] = (acc[tt * rpg + r] * f32::reinterpret(SUB_SHIFT_BITS) - 128.0f32 * xsum[tt * xstride]) * sc;
+            } else {
+                acc[tt * rpg + r] *= sc;
+            }
+        }
+    }
+}
+
 #[cube(launch_unchecked)]
 fn subnormal_probe<N: Size>(words: &[u32], x: &[Vector<f32, N>], out: &mut [f32]) {
     let i = ABSOLUTE_POS;
@@ -481,19 +502,7 @@ pub fn qgemv_v2<N: Size>(
             t += split;
         }
         if !mx && !grouped {
-            #[unroll]
-            for r in 0..rpg {
-                let row = select(row0 + r < n_out, row0 + r, n_out - 1);
-                let sc = f32::reinterpret(scales[row * cols]);
-                #[unroll]
-                for tt in 0..tn {
-                    if sub {
-                        acc[tt * rpg + r] = (acc[tt * rpg + r] * f32::reinterpret(SUB_SHIFT_BITS) - 128.0f32 * xsum[tt * 4]) * sc;
-                    } else {
-                        acc[tt * rpg + r] *= sc;
-                    }
-                }
-            }
+            finish_per_channel(&mut acc, &xsum, scales, row0, n_out, cols, tn, rpg, 4usize, sub);
         }
         if mx && pairs {
             #[unroll]

@@ -22,7 +22,7 @@
 
 use cubecl::prelude::*;
 
-use super::v2::{load_tile, sub_prescale, sub_word_dot, SUB_SHIFT_BITS, TILE_CHUNKS};
+use super::v2::{finish_per_channel, load_tile, sub_prescale, sub_word_dot, SUB_SHIFT_BITS, TILE_CHUNKS};
 use super::int8_word_dot;
 use crate::kernels::matmul::{inv_rms, scale_rows, store_row_sums};
 
@@ -122,6 +122,44 @@ fn tile_dot<N: Size>(
     }
 }
 
+/// Tile `t` with the W chunks `cur`, the next tile's (`t + split`) loads into `next` issued
+/// first; returns `t + split`.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn pipelined_tile<N: Size>(
+    x: &[Vector<f32, N>],
+    w: &[Vector<u32, N>],
+    scales: &[u32],
+    cur: &Array<Vector<u32, N>>,
+    next: &mut Array<Vector<u32, N>>,
+    sn: &mut Array<u32>,
+    xs: &mut Array<Vector<f32, N>>,
+    acc: &mut Array<f32>,
+    xsum: &mut Array<f32>,
+    t: usize,
+    ntiles: usize,
+    lane: usize,
+    cpr: usize,
+    xrow: usize,
+    row0: usize,
+    n_out: usize,
+    cols: usize,
+    gshift: usize,
+    magic: u32,
+    #[comptime] tn: usize,
+    #[comptime] rpg: usize,
+    #[comptime] grouped: bool,
+    #[comptime] split: usize,
+    #[comptime] sub: bool,
+) -> usize {
+    let t2 = t + split;
+    if t2 < ntiles {
+        load_tile(w, scales, next, sn, t2, lane, cpr, row0, n_out, cols, rpg, false);
+    }
+    tile_dot(x, scales, cur, xs, acc, xsum, t, t2, ntiles, lane, cpr, xrow, row0, n_out, cols, gshift, magic, tn, rpg, grouped, sub);
+    t2
+}
+
 /// gemv v3 (int8, tiled order): arguments as [`super::v2::qgemv_v2`]'s (no mxfp4 ones). Unit u
 /// of group gi handles rows `(CUBE_POS·groups + gi)·rpg ..+ rpg`, tiles `u / 32, + split, ..`
 /// at lane `u % 32`.
@@ -191,36 +229,15 @@ pub fn qgemv_v3<N: Size>(
         inv_rms(xr, &mut rn, xrow, n_in as f32, eps, tn, plane, TILE_CHUNKS, block);
     }
     if row0 < n_out {
+        // Unrolled twice so that the two W register sets swap roles without copies.
         while t < ntiles {
-            let t2 = t + split;
-            if t2 < ntiles {
-                load_tile(w, scales, &mut wb, &mut sn, t2, lane, cpr, row0, n_out, cols, rpg, false);
-            }
-            tile_dot(x, scales, &wa, &mut xs, &mut acc, &mut xsum, t, t2, ntiles, lane, cpr, xrow, row0, n_out, cols, gshift, magic, tn, rpg, grouped, sub);
-            t = t2;
+            t = pipelined_tile(x, w, scales, &wa, &mut wb, &mut sn, &mut xs, &mut acc, &mut xsum, t, ntiles, lane, cpr, xrow, row0, n_out, cols, gshift, magic, tn, rpg, grouped, split, sub);
             if t < ntiles {
-                let t3 = t + split;
-                if t3 < ntiles {
-                    load_tile(w, scales, &mut wa, &mut sn, t3, lane, cpr, row0, n_out, cols, rpg, false);
-                }
-                tile_dot(x, scales, &wb, &mut xs, &mut acc, &mut xsum, t, t3, ntiles, lane, cpr, xrow, row0, n_out, cols, gshift, magic, tn, rpg, grouped, sub);
-                t = t3;
+                t = pipelined_tile(x, w, scales, &wb, &mut wa, &mut sn, &mut xs, &mut acc, &mut xsum, t, ntiles, lane, cpr, xrow, row0, n_out, cols, gshift, magic, tn, rpg, grouped, split, sub);
             }
         }
         if !grouped {
-            #[unroll]
-            for r in 0..rpg {
-                let row = select(row0 + r < n_out, row0 + r, n_out - 1);
-                let sc = f32::reinterpret(scales[row * cols]);
-                #[unroll]
-                for tt in 0..tn {
-                    if sub {
-                        acc[tt * rpg + r] = (acc[tt * rpg + r] * f32::reinterpret(SUB_SHIFT_BITS) - 128.0f32 * xsum[tt]) * sc;
-                    } else {
-                        acc[tt * rpg + r] *= sc;
-                    }
-                }
-            }
+            finish_per_channel(&mut acc, &xsum, scales, row0, n_out, cols, tn, rpg, 1usize, sub);
         }
     }
     if norm {

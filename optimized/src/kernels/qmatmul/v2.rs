@@ -199,6 +199,28 @@ pub(crate) fn sub_word_dot<N: Size>(word: u32, xv: Vector<f32, N>, acc: f32) -> 
     part
 }
 
+/// `acc` plus one row's products with one int8 word and x quad `xv` (prescaled with `sub`):
+/// per channel `acc + Σ q·x` (the scale, and with `sub` the offset, applied at the end by
+/// [`finish_per_channel`]); with groups `acc + sc · Σ q·x`, the offset removed here by `q128`
+/// = 128 Σ x of the quad (unused without `sub`). Shared by gemv v2 and v3.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+pub(super) fn int8_quad_acc<N: Size>(word: u32, xv: Vector<f32, N>, acc: f32, sc: f32, q128: f32, magic: u32, #[comptime] grouped: bool, #[comptime] sub: bool) -> f32 {
+    let mut r = acc;
+    if grouped {
+        if sub {
+            r += sc * (sub_word_dot(word, xv, 0.0f32) * f32::reinterpret(SUB_SHIFT_BITS) - q128);
+        } else {
+            r += sc * int8_word_dot(word, xv, 0.0f32, magic);
+        }
+    } else if sub {
+        r = sub_word_dot(word, xv, acc);
+    } else {
+        r = int8_word_dot(word, xv, acc, magic);
+    }
+    r
+}
+
 /// Per-channel int8 scales applied to a unit's row sums `acc[t·rpg + r]` (rows `row0 ..+
 /// rpg`); with `sub` the subnormal decode's offset removed first, `Σ q·x = 2^80·acc − 128·Σx`
 /// (Σx of token t at `xsum[t·xstride]`). Shared by gemv v2 and v3.
@@ -474,26 +496,13 @@ pub fn qgemv_v2<N: Size>(
                         #[unroll]
                         for j in 0..4usize {
                             let word = wv.extract(j);
+                            let mut sc = 0.0f32;
                             if grouped {
-                                let sc = f32::reinterpret(scales[row * cols + ((xq + m * j) >> gshift as usize)]);
-                                #[unroll]
-                                for tt in 0..tn {
-                                    if sub {
-                                        let d = sub_word_dot(word, xs[tt * 8 + j], 0.0f32);
-                                        acc[tt * rpg + r] += sc * (d * f32::reinterpret(SUB_SHIFT_BITS) - xsum[tt * 4 + j]);
-                                    } else {
-                                        acc[tt * rpg + r] += sc * int8_word_dot(word, xs[tt * 8 + j], 0.0f32, magic);
-                                    }
-                                }
-                            } else {
-                                #[unroll]
-                                for tt in 0..tn {
-                                    if sub {
-                                        acc[tt * rpg + r] = sub_word_dot(word, xs[tt * 8 + j], acc[tt * rpg + r]);
-                                    } else {
-                                        acc[tt * rpg + r] = int8_word_dot(word, xs[tt * 8 + j], acc[tt * rpg + r], magic);
-                                    }
-                                }
+                                sc = f32::reinterpret(scales[row * cols + ((xq + m * j) >> gshift as usize)]);
+                            }
+                            #[unroll]
+                            for tt in 0..tn {
+                                acc[tt * rpg + r] = int8_quad_acc(word, xs[tt * 8 + j], acc[tt * rpg + r], sc, xsum[tt * 4 + j], magic, grouped, sub);
                             }
                         }
                     }

@@ -22,8 +22,7 @@
 
 use cubecl::prelude::*;
 
-use super::v2::{finish_per_channel, load_tile, sub_prescale, sub_word_dot, SUB_SHIFT_BITS, TILE_CHUNKS};
-use super::int8_word_dot;
+use super::v2::{finish_per_channel, int8_quad_acc, load_tile, sub_prescale, TILE_CHUNKS};
 use crate::kernels::matmul::{inv_rms, scale_rows, store_row_sums};
 
 /// x quads of tile `t` for this lane (`tn` tokens; lanes past the tile's m chunks load none).
@@ -96,21 +95,12 @@ fn tile_dot<N: Size>(
                 }
                 #[unroll]
                 for r in 0..rpg {
-                    let word = wv[r].extract(j);
+                    let mut sc = 0.0f32;
                     if grouped {
                         let row = select(row0 + r < n_out, row0 + r, n_out - 1);
-                        let sc = f32::reinterpret(scales[row * cols + ((xq + m * j) >> gshift)]);
-                        if sub {
-                            let d = sub_word_dot(word, xv, 0.0f32);
-                            acc[tt * rpg + r] += sc * (d * f32::reinterpret(SUB_SHIFT_BITS) - q128);
-                        } else {
-                            acc[tt * rpg + r] += sc * int8_word_dot(word, xv, 0.0f32, magic);
-                        }
-                    } else if sub {
-                        acc[tt * rpg + r] = sub_word_dot(word, xv, acc[tt * rpg + r]);
-                    } else {
-                        acc[tt * rpg + r] = int8_word_dot(word, xv, acc[tt * rpg + r], magic);
+                        sc = f32::reinterpret(scales[row * cols + ((xq + m * j) >> gshift)]);
                     }
+                    acc[tt * rpg + r] = int8_quad_acc(wv[r].extract(j), xv, acc[tt * rpg + r], sc, q128, magic, grouped, sub);
                 }
                 if load_next {
                     xs[tt * 4 + j] = x[tt * xrow + nc0 * 4 + lane + nm * j];

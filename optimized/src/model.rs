@@ -23,6 +23,7 @@ use reference::{Config, Error as RefError};
 
 use crate::kernels::attention::{flash_decode, flash_prefill, Masking};
 use crate::kernels::matmul::{Fuse, Norm, Residual};
+use crate::kernels::qmatmul::v4::MmaTune;
 use crate::kernels::qmatmul::{Prefetch, QFormat, QLayout, QWeight, Weight, QGEMV_MAX_T};
 use crate::kernels::rmsnorm::add_rmsnorm_device;
 use crate::kernels::{argmax, attention, embedding, matmul, rmsnorm_device, rope};
@@ -138,6 +139,12 @@ struct Uploader<'a> {
     /// `TANDEM_QGEMV_PREFETCH=off|w|wx|pipelined`: the quantized gemvs' prefetch instead of
     /// `qmatmul::default_prefetch` (an audit knob; `pipelined` applies to int8 only).
     prefetch: Option<Prefetch>,
+    /// `TANDEM_QGEMV=v4`: per-channel int8 in gemv v4's tensor-core order where the device
+    /// and shapes allow it (an audit knob; the default is gemv v2's tiled order).
+    mma_order: bool,
+    /// `TANDEM_MMA=blocks,depth,prefetch[,split]`: gemv v4's launch choices (an audit knob,
+    /// with `TANDEM_QGEMV=v4`).
+    mma: Option<MmaTune>,
 }
 
 impl Uploader<'_> {
@@ -174,13 +181,23 @@ impl Uploader<'_> {
         let qs: Vec<_> = ts.iter().map(|&t| self.src.load_quantized(t, self.cfg).map_err(lib)).collect::<Result<_, _>>()?;
         if qs.iter().all(Option::is_some) {
             let parts: Vec<_> = qs.iter().flatten().collect();
-            let uploaded = match (interleave, &parts[..]) {
-                (true, [g, u]) => QWeight::upload_glu(self.client, g, u, None),
-                _ => QWeight::upload(self.client, &parts),
+            let upload = |layout: Option<QLayout>| match (interleave, &parts[..]) {
+                (true, [g, u]) => QWeight::upload_glu(self.client, g, u, layout),
+                _ => QWeight::upload_as(self.client, &parts, layout),
+            };
+            let uploaded = match self.mma_order {
+                true => match upload(Some(QLayout::Mma)) {
+                    Err(Error::Unsupported(_)) => upload(None),
+                    other => other,
+                },
+                false => upload(None),
             };
             match uploaded {
                 Ok(mut w) => {
                     w.subnormal &= !self.int8_magic;
+                    if let Some(m) = self.mma {
+                        w.mma = m;
+                    }
                     if let Some(p) = self.prefetch.filter(|&p| p != Prefetch::Pipelined || w.format != QFormat::Mxfp4) {
                         w.prefetch = p;
                     }
@@ -237,7 +254,13 @@ impl GpuModel {
             Ok(other) => return Err(Error::Shape(format!("TANDEM_QGEMV_PREFETCH={other}: expected off, w, wx or pipelined"))),
             Err(_) => None,
         };
-        let mut up = Uploader { client: &client, src, cfg, bytes: 0, quant: None, int8_magic, prefetch };
+        let mma_order = match std::env::var("TANDEM_QGEMV").as_deref() {
+            Ok("v4") => true,
+            Ok("v2") | Ok("default") | Err(_) => false,
+            Ok(other) => return Err(Error::Shape(format!("TANDEM_QGEMV={other}: expected v4, v2 or default"))),
+        };
+        let mma = std::env::var("TANDEM_MMA").ok().map(|v| v.parse::<MmaTune>()).transpose()?;
+        let mut up = Uploader { client: &client, src, cfg, bytes: 0, quant: None, int8_magic, prefetch, mma_order, mma };
         let tok_embd = up.dense(&[Tensor::TokEmbd], dtype)?;
         let lm_head = if cfg.tied_embeddings { tok_embd.clone() } else { up.dense(&[Tensor::LmHead], dtype)? };
         let mut layers = Vec::with_capacity(cfg.n_layers);
@@ -513,11 +536,12 @@ impl Engine for GpuEngine {
         let norms = if m.fuse_norms { "RMSNorms fused into the decode gemvs" } else { "add + RMSNorm kernels between the decode gemvs (TANDEM_FUSED_NORMS=0)" };
         // The decode the int8 gemvs take (every int8 weight of a model is uploaded alike).
         let int8 = m.layers.iter().flat_map(|l| [&l.wqkv, &l.wo, &l.w_gate_up, &l.w_down]).find_map(|w| match w {
-            Weight::Quant(q) if q.format != QFormat::Mxfp4 && q.layout == QLayout::Tiles => Some((q.subnormal, q.prefetch)),
+            Weight::Quant(q) if q.format != QFormat::Mxfp4 && q.layout != QLayout::Rows => Some((q.layout, q.subnormal, q.prefetch, q.mma)),
             _ => None,
         });
         let int8 = match int8 {
-            Some((sub, pre)) => {
+            Some((QLayout::Mma, _, _, mma)) => format!("; int8: gemv v4 (tensor-core mma, x as f16 hi + lo; {mma:?})"),
+            Some((_, sub, pre, _)) => {
                 let decode = if sub { "subnormal" } else { "magic number (subnormals not exact here, or TANDEM_INT8_DECODE=magic)" };
                 let kernel = if pre == Prefetch::Pipelined { "gemv v3 (pipelined)".to_string() } else { format!("gemv v2 (prefetch {pre:?})") };
                 format!("; int8: {kernel}, decode {decode}")

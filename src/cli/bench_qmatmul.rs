@@ -2,6 +2,7 @@
 //! format: time per call, GB/s of weight bytes read, % of the device copy rate measured in the
 //! same run, and speed-up over the bf16 gemv.
 
+use optimized::kernels::qmatmul::v4::MmaTune;
 use optimized::kernels::qmatmul::{Fp4Decode, GemvTune, Int8Decode, Prefetch, QLayout};
 use optimized::{Backend, Dtype};
 use reference::quant::{Granularity, Scheme};
@@ -17,10 +18,12 @@ fn gpu(e: optimized::Error) -> CliError {
 /// (in, out): TinyLlama's MLP up, Mistral-7B's MLP up and down.
 const SHAPES: [(usize, usize); 3] = [(2048, 5632), (4096, 14336), (14336, 4096)];
 
-/// `shapes` (in, out) and `formats` (names as printed) restrict the table and skip the audit
-/// (e.g. to profile one kernel).
+/// `shapes` (in, out) and `formats` (names as printed) restrict the table; restricted formats
+/// skip the launch-choice audits (e.g. to profile one kernel), except gemv v4's when "int8 v4"
+/// is among them.
 pub fn run(backend: Backend, gate: &str, reps: usize, shapes: Option<Vec<(usize, usize)>>, only_formats: Option<Vec<String>>) -> Result<()> {
-    let audit_on = shapes.is_none() && only_formats.is_none();
+    let audit_on = only_formats.is_none();
+    let audit_v4 = only_formats.as_ref().is_none_or(|o| o.iter().any(|f| f == "int8 v4"));
     let shapes = shapes.unwrap_or(SHAPES.to_vec());
     let client = optimized::client(backend).map_err(gpu)?;
     let rate = optimized::bandwidth::copy_rate(&client, 1 << 30, 10).map_err(gpu)?;
@@ -28,8 +31,9 @@ pub fn run(backend: Backend, gate: &str, reps: usize, shapes: Option<Vec<(usize,
     println!("device copy rate {:.1} GB/s (read+write)", rate / 1e9);
     let bf16 = if Dtype::BF16.supported(&client) { Dtype::BF16 } else { Dtype::F32 };
     let int8 = Scheme::Int8(Granularity::PerChannel);
-    let formats: [(String, Format, Option<QLayout>); 7] = [
+    let formats: [(String, Format, Option<QLayout>); 8] = [
         (bf16.name().to_string(), Format::Dense(bf16), None),
+        ("int8 v4".into(), Format::Quant(int8), Some(QLayout::Mma)),
         ("int8".into(), Format::Quant(int8), Some(QLayout::Tiles)),
         ("int8 v1".into(), Format::Quant(int8), Some(QLayout::Rows)),
         ("int8-g128".into(), Format::Quant(Scheme::Int8(Granularity::Group(128))), Some(QLayout::Tiles)),
@@ -37,7 +41,7 @@ pub fn run(backend: Backend, gate: &str, reps: usize, shapes: Option<Vec<(usize,
         ("mxfp4".into(), Format::Quant(Scheme::Mxfp4), Some(QLayout::Tiles)),
         ("mxfp4 v1".into(), Format::Quant(Scheme::Mxfp4), Some(QLayout::Rows)),
     ];
-    println!("(int8, int8-g*, mxfp4: gemv v2 over the tiled order, the default; \"v1\": gemv v1 over input order)");
+    println!("(int8 v4: gemv v4, tensor-core mma, an audited option; int8, int8-g*, mxfp4: gemv v2 over the tiled order, the default; \"v1\": gemv v1 over input order)");
     println!("{:>13} {:>10} {:>9} {:>9} {:>8} {:>8} {:>9}", "in×out", "format", "W MB", "µs/call", "GB/s", "% copy", "vs dense");
     for (n_in, n_out) in shapes {
         let mut dense_t = None;
@@ -45,12 +49,46 @@ pub fn run(backend: Backend, gate: &str, reps: usize, shapes: Option<Vec<(usize,
             if only_formats.as_ref().is_some_and(|o| !o.contains(name)) {
                 continue;
             }
-            let mut s = fx::setup_as(&client, *f, n_in, n_out, 1, *layout).map_err(gpu)?;
+            let mut s = match fx::setup_as(&client, *f, n_in, n_out, 1, *layout) {
+                Ok(s) => s,
+                Err(optimized::Error::Unsupported(why)) => {
+                    println!("{:>13} {name:>10} unsupported here: {why}", format!("{n_in}×{n_out}"));
+                    continue;
+                }
+                Err(e) => return Err(gpu(e)),
+            };
             let t = seconds_per_call(&client, 3, 50 * reps.max(1), || fx::run(&client, &mut s)).map_err(gpu)?;
             let dt = *dense_t.get_or_insert(t);
             let gbs = s.w_bytes as f64 / t / 1e9;
             println!("{:>13} {name:>10} {:>9.1} {:>9.1} {gbs:>8.0} {:>7.1}% {:>8.2}×", format!("{n_in}×{n_out}"), s.w_bytes as f64 / 1e6, t * 1e6, 100.0 * gbs * 1e9 / rate, dt / t);
-            if audit_on && matches!(f, Format::Quant(_)) && !name.ends_with("v1") {
+            if audit_v4 && *layout == Some(QLayout::Mma) {
+                // gemv v4's launch choices: row blocks per plane, chunks in flight, planes per row.
+                let base = fx::default_tune(&s).map_err(gpu)?;
+                let mut audit = String::new();
+                let mut tunes = Vec::new();
+                for blocks in [1usize, 4] {
+                    tunes.push((format!("blocks {blocks}"), MmaTune { blocks, ..base.mma }));
+                }
+                for depth in [1usize, 4] {
+                    tunes.push((format!("depth {depth}"), MmaTune { depth, ..base.mma }));
+                }
+                for split in [2usize, 4, 8, 16] {
+                    tunes.push((format!("split {split}"), MmaTune { split: Some(split), ..base.mma }));
+                }
+                tunes.push((format!("prefetch {}", !base.mma.prefetch), MmaTune { prefetch: !base.mma.prefetch, ..base.mma }));
+                for (blocks, depth) in [(1usize, 4usize), (4, 1), (1, 2), (2, 4)] {
+                    for prefetch in [false, true] {
+                        tunes.push((format!("{blocks},{depth},{}", prefetch as u8), MmaTune { blocks, depth, prefetch, ..base.mma }));
+                    }
+                }
+                for (label, mma) in tunes {
+                    let tune = GemvTune { mma, ..base };
+                    let tr = seconds_per_call(&client, 3, 50 * reps.max(1), || fx::run_tuned(&client, &mut s, &tune)).map_err(gpu)?;
+                    audit += &format!(" {label}: {:.1}%", 100.0 * s.w_bytes as f64 / tr / rate);
+                }
+                println!("{:>24} audit (defaults {:?}):{audit}", "", base.mma);
+            }
+            if audit_on && matches!(f, Format::Quant(_)) && !name.ends_with("v1") && !name.ends_with("v4") {
                 // Audit of each launch choice against the defaults, in % of the copy rate:
                 // rows per unit group, planes per row, prefetch (none, W, W + x), fp4 / int8 decode.
                 let base = fx::default_tune(&s).map_err(gpu)?;

@@ -8,6 +8,7 @@
 //! gate and up), want `swiglu(qlinear(x, gate), qlinear(x, up))`. Outputs are NaN-poisoned.
 
 use ndarray::Array2;
+use optimized::kernels::qmatmul::v4::MmaTune;
 use optimized::kernels::qmatmul::{default_prefetch, default_rpg, qlinear_fused_into_tuned, Fp4Decode, GemvTune, Int8Decode, Prefetch, QFormat, QLayout, QWeight};
 use optimized::Client;
 use reference::quant::{Granularity, QuantTensor, Scheme};
@@ -33,6 +34,8 @@ pub struct QMatmulCase {
     pub int8: Int8Decode,
     /// What the gemv fuses; with SwiGLU, two parts (gate, up) uploaded with interleaved rows.
     pub fusion: Fusion,
+    /// gemv v4 (the `Mma` order): row blocks per plane, loads in flight, planes per row.
+    pub mma: MmaTune,
 }
 
 impl QMatmulCase {
@@ -43,7 +46,7 @@ impl QMatmulCase {
             Scheme::Int8(g) => QFormat::Int8 { group: g.group_len(n_in) },
             Scheme::Mxfp4 => QFormat::Mxfp4,
         };
-        Self { t, n_in, n_out, scheme, parts, layout, prefetch: default_prefetch(format, n_in), fp4: Fp4Decode::Pairs, int8: Int8Decode::Subnormal, fusion: Fusion::None }
+        Self { t, n_in, n_out, scheme, parts, layout, prefetch: default_prefetch(format, n_in), fp4: Fp4Decode::Pairs, int8: Int8Decode::Subnormal, fusion: Fusion::None, mma: MmaTune::default() }
     }
 }
 
@@ -67,6 +70,12 @@ impl Case for QMatmulCase {
                     Prefetch::Pipelined => "pipelined/v3",
                 };
                 format!("tiles/v2,{pre}{fp4}")
+            }
+            QLayout::Mma => {
+                let MmaTune { blocks, depth, split, prefetch } = self.mma;
+                let split = split.map_or(String::new(), |s| format!(",split={s}"));
+                let pre = if prefetch { ",prefetch" } else { "" };
+                format!("mma/v4,blocks={blocks},depth={depth}{split}{pre}")
             }
         };
         format!("qmatmul(T={},in={},out={},{}{p},{v})", self.t, self.n_in, self.n_out, self.scheme)
@@ -125,7 +134,7 @@ impl Case for QMatmulCase {
             return Outcome::Skip("the subnormal int8 decode is not exact on this device (subnormal f32s flushed: the probe failed)".into());
         }
         outcome((|| {
-            let tune = GemvTune { rpg: default_rpg(w.format), split: None, prefetch: self.prefetch, fp4: self.fp4, int8: self.int8 };
+            let tune = GemvTune { rpg: default_rpg(w.format), split: None, prefetch: self.prefetch, fp4: self.fp4, int8: self.int8, mma: self.mma };
             let y = self.fusion.run_device(client, t, n_in, rows, &x, &io, |xd, yd, fuse| qlinear_fused_into_tuned(client, xd, &w, yd, &tune, fuse))?;
             let (tol, _) = tolerance(Op::Matmul, Dtype::F32);
             Ok(match compare(&y, &io.want, tol) {
@@ -205,6 +214,45 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             }
         }
     }
+    // gemv v4 (tensor cores; per-channel int8, rows in blocks of 16, inputs in chunks of 32):
+    // T = 1..8 (one or two B fragments) and the dequant + GEMM above, stacked, few long rows
+    // (planes split), every fusion, and each launch choice. Skipped where there is no mma.
+    let int8 = Scheme::Int8(Granularity::PerChannel);
+    let mma = |t, n_in, n_out, parts| QMatmulCase::new(t, n_in, n_out, int8, parts, QLayout::Mma);
+    for t in [1usize, 2, 3, 4, 5, 8, 9] {
+        for (n_in, n_out) in [(128usize, 48usize), (256, 1040), (1536, 576), (640, 16), (4096, 64)] {
+            v.push(Box::new(mma(t, n_in, n_out, 1)));
+        }
+    }
+    v.push(Box::new(mma(1, 256, 96, 3)));
+    v.push(Box::new(mma(1, 2048, 5632, 1)));
+    v.push(Box::new(mma(2, 8192, 32, 1)));
+    v.push(Box::new(mma(1, 14336, 64, 1)));
+    for fusion in [Fusion::Glu, Fusion::Norm, Fusion::NormGlu, Fusion::Residual] {
+        for (t, n_in, n_out) in [(1usize, 256usize, 96usize), (3, 1536, 576), (2, 8192, 32), (5, 576, 48), (9, 256, 48)] {
+            if t <= 8 || fusion == Fusion::Glu {
+                v.push(Box::new(QMatmulCase { fusion, ..mma(t, n_in, n_out, 1) }));
+            }
+        }
+    }
+    for blocks in [1usize, 2, 4] {
+        for depth in [1usize, 2, 4] {
+            for split in [None, Some(1), Some(16)] {
+                for prefetch in [false, true] {
+                    let tune = MmaTune { blocks, depth, split, prefetch };
+                    if tune != MmaTune::default() {
+                        for (t, n_in, n_out, fusion) in [(1usize, 1536usize, 576usize, Fusion::None), (3, 576, 80, Fusion::NormGlu), (4, 2048, 48, Fusion::Residual)] {
+                            v.push(Box::new(QMatmulCase { fusion, mma: tune, ..mma(t, n_in, n_out, 1) }));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // What v4 cannot take: reported as skipped, with the reason.
+    v.push(Box::new(mma(1, 256, 1031, 1)));
+    v.push(Box::new(mma(1, 48, 16, 1)));
+    v.push(Box::new(QMatmulCase::new(1, 256, 48, Scheme::Int8(Granularity::Group(32)), 1, QLayout::Mma)));
     // Rows the 16-byte int8 reader cannot split: reported as skipped, with the reason.
     v.push(Box::new(QMatmulCase::new(1, 40, 8, Scheme::Int8(Granularity::PerChannel), 1, QLayout::Tiles)));
     // int8 groups that are not a power of two cannot take the tiled order: skipped, with the

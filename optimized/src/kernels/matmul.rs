@@ -34,7 +34,7 @@ use crate::{Client, DeviceTensor, Dtype, Error};
 
 mod gemv;
 pub use gemv::{gemv_v1, tuning, Fuse, Norm, Residual, GEMV_MAX_T, GEMV_RPG};
-pub(crate) use gemv::{inv_rms, scale_rows, store_row_sums};
+pub(crate) use gemv::{inv_rms, scale_rows, store_row, store_row_sums};
 use gemv::launch_gemv;
 
 /// Side of tiled v1's output tile (and its K step).

@@ -24,6 +24,12 @@
 //!   read as a subnormal f32 (`v2::sub_word_dot`: one mask or shift per weight, no add).
 //! - gemv v3 (`v3.rs`, int8, tiled order, [`Prefetch::Pipelined`]): v2 software-pipelined
 //!   (W double-buffered, next x quads loaded early); kept and audited, slower (registers).
+//! - gemv v4 (`v4.rs`, [`QLayout::Mma`], per-channel int8, T ≤ 8, devices with the
+//!   tensor cores' `mma.m16n8k16`): the dot products as f16 MMAs, x carried as f16 hi + lo
+//!   pairs (f32-exact to ~22 bits), ~2 instructions per weight instead of ~4.8. Measured no
+//!   faster than v2 alone and slower in the model (H200, Mistral-7B int8: 328.8–350.1 vs
+//!   383.6 tokens/s), so not the default: an audited, conformance-tested order a loader asks
+//!   for (`TANDEM_QGEMV=v4`).
 //! - dequant + GEMM v1 (prefill, T > [`QGEMV_MAX_T`]): W dequantized into an f32 scratch
 //!   (one unit per 16-byte chunk; dequant v1 or v2 by layout), then the tiled v2 matmul. Not
 //!   fused yet.
@@ -40,6 +46,7 @@ use reference::quant::{Granularity, QuantTensor};
 pub mod v1;
 pub mod v2;
 pub mod v3;
+pub mod v4;
 pub use v1::{qdequant_v1, qgemv_v1, INT8_MAGIC};
 pub(crate) use v1::{e2m1, int8_word_dot};
 
@@ -116,6 +123,9 @@ pub enum QLayout {
     /// (gemv v2, dequant v2; `v2.rs` gives the order). Needs int8 groups that are a power of
     /// two (or per channel).
     Tiles,
+    /// Rows in blocks of 16 and inputs in chunks of 32, each lane's 16 bytes its `mma`
+    /// A registers (gemv v4, dequant v4; `v4.rs` gives the order). Per-channel int8 only.
+    Mma,
 }
 
 impl QLayout {
@@ -124,6 +134,8 @@ impl QLayout {
         match (self, format) {
             (QLayout::Rows, _) | (QLayout::Tiles, QFormat::Mxfp4) => true,
             (QLayout::Tiles, QFormat::Int8 { group }) => group == in_dim || group.is_power_of_two(),
+            (QLayout::Mma, QFormat::Int8 { group }) => group == in_dim && in_dim % v4::CHUNK_IN == 0,
+            (QLayout::Mma, QFormat::Mxfp4) => false,
         }
     }
 }
@@ -150,6 +162,9 @@ pub struct QWeight {
     /// What gemv v2 / v3 loads ahead by default ([`default_prefetch`] at upload; a loader may
     /// override it, e.g. for an audit).
     pub prefetch: Prefetch,
+    /// gemv v4's launch choices ([`QLayout::Mma`]; the defaults at upload, a loader may
+    /// override them for an audit).
+    pub mma: v4::MmaTune,
 }
 
 fn words(bytes: &[u8]) -> Vec<u32> {
@@ -233,7 +248,10 @@ impl QWeight {
                 return Err(Error::Unsupported(format!("int8 gemv reads 16 weights at a time: in {in_dim} and group {group} must be multiples of 16")));
             }
         }
+        let mma_refusal = v4::refusal(format, out, in_dim);
         let layout = match layout {
+            Some(QLayout::Mma) if mma_refusal.is_some() => return Err(Error::Unsupported(mma_refusal.unwrap_or_default())),
+            Some(QLayout::Mma) if !v4::supported(client) => return Err(Error::Unsupported("gemv v4 needs mma.m16n8k16 (f16 → f32) and planes of 32".into())),
             Some(l) if !l.supports(format, in_dim) => {
                 return Err(Error::Unsupported(format!("qweight: {format:?} cannot be stored in the {l:?} order (int8 groups must be a power of two)")))
             }
@@ -279,6 +297,10 @@ impl QWeight {
                 sbits = interleave_row_pairs(sg, su, half)?;
             }
         }
+        if layout == QLayout::Mma {
+            // From the rows in input order (interleaved first: a lane then holds a gate, up pair).
+            data = v4::mma_bytes(&data, out, in_dim);
+        }
         // The probe syncs: here, not inside a later graph capture.
         let pairs = tiled && format == QFormat::Mxfp4 && v2::pairs_supported(client);
         let subnormal = tiled && format != QFormat::Mxfp4 && v2::subnormal_supported(client);
@@ -300,6 +322,7 @@ impl QWeight {
             pairs,
             subnormal,
             prefetch: default_prefetch(format, in_dim),
+            mma: v4::MmaTune::default(),
         })
     }
 
@@ -364,6 +387,9 @@ pub fn dequant(client: &Client, w: &QWeight) -> Result<DeviceTensor, Error> {
     let n =
         u32::try_from(w.out * cpr).map_err(|_| Error::Shape("qdequant: too many chunks".into()))?;
     crate::kernels::attention::naive::u32_of("dequant size", w.out * w.in_dim)?;
+    if w.layout == QLayout::Mma {
+        return v4::dequant(client, w);
+    }
     let dim = CubeDim::new_1d(256.min(client.properties().hardware.max_units_per_cube));
     let count = cubecl::calculate_cube_count_elemwise(client, n as usize, dim);
     if w.layout == QLayout::Tiles {
@@ -447,6 +473,8 @@ pub struct GemvTune {
     pub fp4: Fp4Decode,
     /// v2, int8.
     pub int8: Int8Decode,
+    /// v4 (the [`QLayout::Mma`] order).
+    pub mma: v4::MmaTune,
 }
 
 impl GemvTune {
@@ -454,7 +482,7 @@ impl GemvTune {
     pub fn default_for(w: &QWeight) -> Self {
         let fp4 = if w.pairs { Fp4Decode::Pairs } else { Fp4Decode::Table };
         let int8 = if w.subnormal { Int8Decode::Subnormal } else { Int8Decode::Magic };
-        Self { rpg: default_rpg(w.format), split: None, prefetch: w.prefetch, fp4, int8 }
+        Self { rpg: default_rpg(w.format), split: None, prefetch: w.prefetch, fp4, int8, mma: w.mma }
     }
 }
 
@@ -482,7 +510,7 @@ pub fn qlinear_glu(client: &Client, x: &DeviceTensor, w: &QWeight) -> Result<Dev
 /// fusions take T ≤ [`QGEMV_MAX_T`], SwiGLU any T).
 pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor, tune: &GemvTune, fuse: &Fuse) -> Result<(), Error> {
     let glu = fuse.glu;
-    let GemvTune { rpg, split, prefetch, fp4, int8 } = *tune;
+    let GemvTune { rpg, split, prefetch, fp4, int8, mma } = *tune;
     if !matches!(rpg, 1 | 2 | 4 | 8) {
         return Err(Error::Shape(format!("qlinear: {rpg} rows per group, expected 1, 2, 4 or 8")));
     }
@@ -533,6 +561,9 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
             return super::swiglu::swiglu_pairs_into(client, &gu, y);
         }
         return linear_into(client, x, &wf, y, Version::Tiled2);
+    }
+    if w.layout == QLayout::Mma {
+        return v4::launch(client, x, w, y, t, &mma, fuse);
     }
     let props = client.properties();
     let hw = &props.hardware;

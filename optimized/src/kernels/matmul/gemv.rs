@@ -194,7 +194,7 @@ pub fn gemv_v1<W: Float, N: Size>(
 /// up j = 2j + 1, `u` the up row's sum) `y[t, row / 2] = silu(s) · u` ([`silu_mul`]).
 #[allow(clippy::too_many_arguments)]
 #[cube]
-fn store_row(y: &mut [f32], nw: &[f32], xw: &mut [f32], t: usize, row: usize, n_out: usize, s: f32, u: f32, #[comptime] resid: bool, #[comptime] glu: bool) {
+pub(crate) fn store_row(y: &mut [f32], nw: &[f32], xw: &mut [f32], t: usize, row: usize, n_out: usize, s: f32, u: f32, #[comptime] resid: bool, #[comptime] glu: bool) {
     if glu {
         y[t * (n_out / 2) + row / 2] = silu_mul(s, u);
     } else if resid {

@@ -136,6 +136,19 @@ fn load_step<N: Size>(x: &[Vector<f32, N>], w: &[Vector<u32, N>], wv: &mut Array
     }
 }
 
+/// Token t's sums of rows `row` (even) and `row + 1` into y (`store_row`): with `glu` the
+/// pair is (gate, up) of output `row / 2`, else two rows.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn store_pair(y: &mut [f32], nw: &[f32], xw: &mut [f32], t: usize, row: usize, n_out: usize, s0: f32, s1: f32, #[comptime] resid: bool, #[comptime] glu: bool) {
+    if glu {
+        store_row(y, nw, xw, t, row, n_out, s0, s1, resid, glu);
+    } else {
+        store_row(y, nw, xw, t, row, n_out, s0, 0.0f32, resid, glu);
+        store_row(y, nw, xw, t, row + 1, n_out, s1, 0.0f32, resid, glu);
+    }
+}
+
 /// gemv v4. x `[tn, in/4]` quads; w in the v4 order (16-byte lane chunks); y `[tn, out]`
 /// (with `glu` `[tn, out / 2]`). Cube dim (32, groups·split): plane p works on row blocks
 /// `(CUBE_POS·groups + p / split)·blocks ..+ blocks`, chunks `p % split, + split, ..`,
@@ -292,12 +305,7 @@ pub fn qgemv_v4<N: Size>(
                 let ai = (r * nb + bi) * 2;
                 let row = (blk0 + r) * 16 + 2 * g;
                 if t < tn && blk0 + r < nblk {
-                    if glu {
-                        store_row(y, nw, xw, t, row, n_out, sums[ai], sums[ai + 1], resid, glu);
-                    } else {
-                        store_row(y, nw, xw, t, row, n_out, sums[ai], 0.0f32, resid, glu);
-                        store_row(y, nw, xw, t, row + 1, n_out, sums[ai + 1], 0.0f32, resid, glu);
-                    }
+                    store_pair(y, nw, xw, t, row, n_out, sums[ai], sums[ai + 1], resid, glu);
                 }
             }
         }
@@ -337,12 +345,7 @@ pub fn qgemv_v4<N: Size>(
             let blk = CUBE_POS * groups * blocks + gb;
             let row = blk * 16 + 2 * (pr % 8);
             if blk < nblk {
-                if glu {
-                    store_row(y, nw, xw, t, row, n_out, s0, s1, resid, glu);
-                } else {
-                    store_row(y, nw, xw, t, row, n_out, s0, 0.0f32, resid, glu);
-                    store_row(y, nw, xw, t, row + 1, n_out, s1, 0.0f32, resid, glu);
-                }
+                store_pair(y, nw, xw, t, row, n_out, s0, s1, resid, glu);
             }
             u += units;
         }

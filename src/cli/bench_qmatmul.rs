@@ -61,6 +61,12 @@ pub fn run(backend: Backend, gate: &str, reps: usize, shapes: Option<Vec<(usize,
             let dt = *dense_t.get_or_insert(t);
             let gbs = s.w_bytes as f64 / t / 1e9;
             println!("{:>13} {name:>10} {:>9.1} {:>9.1} {gbs:>8.0} {:>7.1}% {:>8.2}×", format!("{n_in}×{n_out}"), s.w_bytes as f64 / 1e6, t * 1e6, 100.0 * gbs * 1e9 / rate, dt / t);
+            // One audited launch choice, in % of the copy rate, appended to `audit`.
+            let pct = |label: String, tune: GemvTune, s: &mut fx::Setup, audit: &mut String| -> Result<()> {
+                let tr = seconds_per_call(&client, 3, 50 * reps.max(1), || fx::run_tuned(&client, s, &tune)).map_err(gpu)?;
+                *audit += &format!(" {label}: {:.1}%", 100.0 * s.w_bytes as f64 / tr / rate);
+                Ok(())
+            };
             if audit_v4 && *layout == Some(QLayout::Mma) {
                 // gemv v4's launch choices: row blocks per plane, chunks in flight, planes per row.
                 let base = fx::default_tune(&s).map_err(gpu)?;
@@ -82,9 +88,7 @@ pub fn run(backend: Backend, gate: &str, reps: usize, shapes: Option<Vec<(usize,
                     }
                 }
                 for (label, mma) in tunes {
-                    let tune = GemvTune { mma, ..base };
-                    let tr = seconds_per_call(&client, 3, 50 * reps.max(1), || fx::run_tuned(&client, &mut s, &tune)).map_err(gpu)?;
-                    audit += &format!(" {label}: {:.1}%", 100.0 * s.w_bytes as f64 / tr / rate);
+                    pct(label, GemvTune { mma, ..base }, &mut s, &mut audit)?;
                 }
                 println!("{:>24} audit (defaults {:?}):{audit}", "", base.mma);
             }
@@ -95,11 +99,6 @@ pub fn run(backend: Backend, gate: &str, reps: usize, shapes: Option<Vec<(usize,
                 // The default decode is Pairs exactly where the weight may take it.
                 let base_pairs = base.fp4 == Fp4Decode::Pairs;
                 let mut audit = String::new();
-                let pct = |label: String, tune: GemvTune, s: &mut fx::Setup, audit: &mut String| -> Result<()> {
-                    let tr = seconds_per_call(&client, 3, 50 * reps.max(1), || fx::run_tuned(&client, s, &tune)).map_err(gpu)?;
-                    *audit += &format!(" {label}: {:.1}%", 100.0 * s.w_bytes as f64 / tr / rate);
-                    Ok(())
-                };
                 for rpg in [1usize, 2, 4, 8] {
                     pct(format!("rpg {rpg}"), GemvTune { rpg, ..base }, &mut s, &mut audit)?;
                 }

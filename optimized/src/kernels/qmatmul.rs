@@ -248,10 +248,14 @@ impl QWeight {
                 return Err(Error::Unsupported(format!("int8 gemv reads 16 weights at a time: in {in_dim} and group {group} must be multiples of 16")));
             }
         }
-        let mma_refusal = v4::refusal(format, out, in_dim);
         let layout = match layout {
-            Some(QLayout::Mma) if mma_refusal.is_some() => return Err(Error::Unsupported(mma_refusal.unwrap_or_default())),
-            Some(QLayout::Mma) if !v4::supported(client) => return Err(Error::Unsupported("gemv v4 needs mma.m16n8k16 (f16 → f32) and planes of 32".into())),
+            Some(QLayout::Mma) => {
+                if let Some(why) = v4::refusal(format, out, in_dim) {
+                    return Err(Error::Unsupported(why));
+                }
+                v4::require(client)?;
+                QLayout::Mma
+            }
             Some(l) if !l.supports(format, in_dim) => {
                 return Err(Error::Unsupported(format!("qweight: {format:?} cannot be stored in the {l:?} order (int8 groups must be a power of two)")))
             }
@@ -379,7 +383,7 @@ fn check_vec4(client: &Client) -> Result<(), Error> {
     Ok(())
 }
 
-/// The f32 weight `[out, in]` (dequant v1).
+/// The f32 weight `[out, in]` (dequant v1, v2 or v4 by layout).
 pub fn dequant(client: &Client, w: &QWeight) -> Result<DeviceTensor, Error> {
     check_vec4(client)?;
     let out = DeviceTensor::empty_f32(client, &[w.out, w.in_dim]);
@@ -387,11 +391,14 @@ pub fn dequant(client: &Client, w: &QWeight) -> Result<DeviceTensor, Error> {
     let n =
         u32::try_from(w.out * cpr).map_err(|_| Error::Shape("qdequant: too many chunks".into()))?;
     crate::kernels::attention::naive::u32_of("dequant size", w.out * w.in_dim)?;
-    if w.layout == QLayout::Mma {
-        return v4::dequant(client, w);
-    }
     let dim = CubeDim::new_1d(256.min(client.properties().hardware.max_units_per_cube));
     let count = cubecl::calculate_cube_count_elemwise(client, n as usize, dim);
+    if w.layout == QLayout::Mma {
+        unsafe {
+            v4::qdequant_v4::launch_unchecked(client, count, dim, 4, w.data.as_arg(4), w.scales.as_arg(1), out.as_arg(1), n, w.in_dim as u32);
+        }
+        return Ok(out);
+    }
     if w.layout == QLayout::Tiles {
         let (cols, gshift) = w.tile_scale_geometry();
         unsafe {

@@ -61,6 +61,14 @@ pub fn supported(client: &Client) -> bool {
     client.properties().features.matmul.mma.contains(&mma) && Dtype::F16.supported(client) && crate::kernels::uniform_plane_size(client) == Some(32)
 }
 
+/// [`supported`], or the reason it is not (the upload and the launch say the same).
+pub fn require(client: &Client) -> Result<(), Error> {
+    if !supported(client) {
+        return Err(Error::Unsupported("gemv v4 needs mma.m16n8k16 (f16 → f32) and planes of 32".into()));
+    }
+    Ok(())
+}
+
 /// Why a `[out, in]` weight of `format` cannot take the v4 order, if it cannot.
 pub fn refusal(format: QFormat, out: usize, in_dim: usize) -> Option<String> {
     match format {
@@ -425,9 +433,7 @@ pub(super) fn launch(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceT
     if t > MAX_T {
         return Err(Error::Shape(format!("gemv v4 takes T ≤ {MAX_T}, got {t}")));
     }
-    if !supported(client) {
-        return Err(Error::Unsupported("gemv v4 needs mma.m16n8k16 (f16 → f32) and planes of 32".into()));
-    }
+    require(client)?;
     let nblk = w.out / BLOCK_ROWS;
     let nch = w.in_dim / CHUNK_IN;
     let sms = client.properties().hardware.num_streaming_multiprocessors.unwrap_or(16) as usize;
@@ -451,18 +457,6 @@ pub(super) fn launch(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceT
         qgemv_v4::launch_unchecked(client, count, dim, 4, x.as_arg(4), w.data.as_arg(4), w.scales.as_arg(1), y.as_arg(1), xr.as_arg(4), nw.as_arg(1), xw.as_arg(1), w.out as u32, w.in_dim as u32, eps, t, blocks, split, groups, depth, prefetch, norm, resid, fuse.glu);
     }
     Ok(())
-}
-
-/// The f32 weight `[out, in]` of a v4-order weight.
-pub(super) fn dequant(client: &Client, w: &QWeight) -> Result<DeviceTensor, Error> {
-    let out = DeviceTensor::empty_f32(client, &[w.out, w.in_dim]);
-    let n = u32::try_from(w.out * w.in_dim / 16).map_err(|_| Error::Shape("qdequant: too many chunks".into()))?;
-    let dim = CubeDim::new_1d(256.min(client.properties().hardware.max_units_per_cube));
-    let count = cubecl::calculate_cube_count_elemwise(client, n as usize, dim);
-    unsafe {
-        qdequant_v4::launch_unchecked(client, count, dim, 4, w.data.as_arg(4), w.scales.as_arg(1), out.as_arg(1), n, w.in_dim as u32);
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

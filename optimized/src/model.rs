@@ -26,7 +26,6 @@ use crate::kernels::matmul::{Fuse, Norm, Residual};
 use crate::kernels::qmatmul::v4::MmaTune;
 use crate::kernels::qmatmul::{Prefetch, QFormat, QLayout, QWeight, Weight, QGEMV_MAX_T};
 use crate::kernels::rmsnorm::add_rmsnorm_device;
-use crate::kernels::prefetch::{self, L2Plan};
 use crate::kernels::{argmax, attention, embedding, matmul, rmsnorm_device, rope};
 use crate::graph::DecodeGraph;
 use crate::kv_cache::{BlockTables, PagedKvCache, SeqId};
@@ -117,9 +116,6 @@ pub struct GpuModel {
     /// RMSNorm kernels between them. On by default; `TANDEM_FUSED_NORMS=0` at load turns it
     /// off (an audit knob for `tandem bench`, not a production setting).
     pub fuse_norms: bool,
-    /// Decode: prefetch Wo (and the start of gate|up) into L2 while RoPE and attention run
-    /// (`TANDEM_L2_PREFETCH` at load; CUDA with TMA only).
-    pub l2_prefetch: Option<L2Plan>,
     pub(crate) graph: Option<DecodeGraph>,
     /// Why graphs are not used, once a capture was refused (then steps run eagerly).
     pub graph_refused: Option<String>,
@@ -264,10 +260,6 @@ impl GpuModel {
             Ok(other) => return Err(Error::Shape(format!("TANDEM_QGEMV={other}: expected v4, v2 or default"))),
         };
         let mma = std::env::var("TANDEM_MMA").ok().map(|v| v.parse::<MmaTune>()).transpose()?;
-        let l2_prefetch = match std::env::var("TANDEM_L2_PREFETCH") {
-            Ok(v) => L2Plan::parse(&v)?.filter(|_| prefetch::supported(&client)),
-            Err(_) => None,
-        };
         let mut up = Uploader { client: &client, src, cfg, bytes: 0, quant: None, int8_magic, prefetch, mma_order, mma };
         let tok_embd = up.dense(&[Tensor::TokEmbd], dtype)?;
         let lm_head = if cfg.tied_embeddings { tok_embd.clone() } else { up.dense(&[Tensor::LmHead], dtype)? };
@@ -301,7 +293,7 @@ impl GpuModel {
                 KvStore::Paged { cache, seq, tables: None }
             }
         };
-        Ok(GpuModel { client, backend, config: cfg.clone(), dtype, tok_embd, layers, out_norm, lm_head, rope, kv, attention, capacity, pos: 0, weight_bytes: bytes, stream_bytes, quant, use_graphs: true, fuse_norms: std::env::var("TANDEM_FUSED_NORMS").map_or(true, |v| v != "0"), l2_prefetch, graph: None, graph_refused: None })
+        Ok(GpuModel { client, backend, config: cfg.clone(), dtype, tok_embd, layers, out_norm, lm_head, rope, kv, attention, capacity, pos: 0, weight_bytes: bytes, stream_bytes, quant, use_graphs: true, fuse_norms: std::env::var("TANDEM_FUSED_NORMS").map_or(true, |v| v != "0"), graph: None, graph_refused: None })
     }
 
     /// Bytes of the KV cache allocation.
@@ -411,9 +403,6 @@ impl GpuModel {
             } else {
                 w.wqkv.linear(c, &h)?
             };
-            if let (true, Some(plan)) = (fused, &self.l2_prefetch) {
-                plan.issue(c, &w.wo.buffers(), &w.w_gate_up.buffers())?;
-            }
             let o = match &self.kv {
                 KvStore::Paged { cache, tables: Some(tb), .. } => {
                     let q = rope::qkv_rope_paged(c, &qkv, h_n, kv_n, &self.rope, pos0, cfg.rope_layout, &cache.k[l], &cache.v[l], tb)?;
@@ -536,16 +525,6 @@ impl Engine for GpuEngine {
         self.0.use_graphs = on;
         true
     }
-    fn set_l2_prefetch(&mut self, plan: &str) -> reference::Result<bool> {
-        let m = &mut self.0;
-        if !prefetch::supported(&m.client) {
-            return Ok(false);
-        }
-        m.l2_prefetch = L2Plan::parse(plan).map_err(to_ref)?;
-        // A captured step holds the old plan's launches.
-        m.graph = None;
-        Ok(true)
-    }
     fn status(&self) -> Option<String> {
         let m = &self.0;
         let graphs = match (&m.graph_refused, m.use_graphs, m.attention) {
@@ -569,7 +548,6 @@ impl Engine for GpuEngine {
             }
             None => String::new(),
         };
-        let l2 = m.l2_prefetch.map_or(String::new(), |p| format!("; L2 prefetch of Wo + {} MB of gate|up during attention ({:?}, {} KB per unit)", p.extra >> 20, p.version, p.chunk >> 10));
-        Some(format!("{graphs}; {norms}{int8}{l2}"))
+        Some(format!("{graphs}; {norms}{int8}"))
     }
 }

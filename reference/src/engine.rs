@@ -25,11 +25,6 @@ pub trait Engine {
     fn set_graphs(&mut self, _on: bool) -> bool {
         false
     }
-    /// Set a decode L2 prefetch plan (`off`, or the engine's own syntax) where the engine has
-    /// one; returns whether it has one (a bad plan is an error naming it).
-    fn set_l2_prefetch(&mut self, _plan: &str) -> Result<bool> {
-        Ok(false)
-    }
     /// How the engine ran its steps, where that is worth reporting (e.g. decode graphs).
     fn status(&self) -> Option<String> {
         None

@@ -50,12 +50,6 @@ pub struct BenchArgs {
     /// With `--kernel qmatmul`: only these formats (names as printed, e.g. `int8,mxfp4`).
     #[arg(long)]
     pub formats: Option<String>,
-    /// Decode L2 prefetch plans to measure on the same loaded model, `;`-separated (`off`, or
-    /// `bulk|lines[,EXTRA_MB[,CHUNK_KB]]`: Wo and EXTRA_MB of gate|up prefetched while
-    /// attention runs; CUDA with TMA only). Default: the load-time setting
-    /// (`TANDEM_L2_PREFETCH`).
-    #[arg(long)]
-    pub l2_prefetch: Option<String>,
 }
 
 /// A comma-separated list of positive integers (`what` names the flag in errors).
@@ -254,17 +248,9 @@ pub fn run(a: BenchArgs) -> Result<()> {
         let m = median(times);
         println!("prefill T={n:<5} TTFT {:>9.2} ms  ({:.0} tokens/s)", m * 1e3, n as f64 / m);
     }
-    let plans: Vec<Option<&str>> = a.l2_prefetch.as_deref().map_or(vec![None], |p| p.split(';').map(|s| Some(s.trim())).collect());
-    let runs = graphs.iter().flat_map(|&g| plans.iter().map(move |&p| (g, p)));
-    for (g, plan) in runs.filter(|_| a.decode_tokens > 0) {
+    for &g in graphs.iter().filter(|_| a.decode_tokens > 0) {
         if graphs.len() > 1 && !engine.set_graphs(g) {
             continue;
-        }
-        if let Some(plan) = plan {
-            if !engine.set_l2_prefetch(plan)? {
-                println!("decode with L2 prefetch `{plan}`: skipped (this engine has no L2 prefetch: CUDA with TMA only)");
-                continue;
-            }
         }
         let p = prompt(lens[0]);
         let mut per_tok = vec![];

@@ -4,7 +4,6 @@ pub mod argmax;
 pub mod attention;
 pub mod embedding;
 pub mod matmul;
-pub mod prefetch;
 pub mod qmatmul;
 pub mod residual;
 pub mod rmsnorm;

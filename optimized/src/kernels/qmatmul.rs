@@ -700,14 +700,6 @@ impl Weight {
             Weight::Quant(q) => q.out,
         }
     }
-    /// The device buffers one pass reads, smallest first (a quantized weight's scales, then
-    /// its data; a dense weight's one tensor).
-    pub fn buffers(&self) -> Vec<&DeviceTensor> {
-        match self {
-            Weight::Dense(w) => vec![w],
-            Weight::Quant(q) => vec![&q.scales, &q.data],
-        }
-    }
     /// Bytes one pass over the weight reads.
     pub fn bytes(&self) -> usize {
         match self {

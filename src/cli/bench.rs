@@ -213,8 +213,8 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let (bw, elem, place) = match backend {
         None => (copy_bandwidth(), 4usize, "host"),
         Some(b) => {
-            let client = optimized::client(b).map_err(|e| CliError::Gpu(e.to_string()))?;
-            let rate = optimized::bandwidth::copy_rate(&client, 1 << 30, 10).map_err(|e| CliError::Gpu(e.to_string()))?;
+            let client = optimized::client(b)?;
+            let rate = optimized::bandwidth::copy_rate(&client, 1 << 30, 10)?;
             // The dtype the engine was built with (same choice as `Opened::engine`).
             let elem = super::source::pick_dtype(&client, a.model.dtype.as_deref())?.size();
             (rate, elem, "device")
@@ -286,7 +286,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
             }
         }
         Some(b) => {
-            let client = optimized::client(b).map_err(|e| CliError::Gpu(e.to_string()))?;
+            let client = optimized::client(b)?;
             let u = client.memory_report(optimized::cubecl::MemoryScope::Device).usage();
             println!("device memory: {:.0} MiB reserved, {:.0} MiB in use", u.bytes_reserved as f64 / 1048576.0, u.bytes_in_use as f64 / 1048576.0);
         }

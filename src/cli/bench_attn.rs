@@ -8,11 +8,8 @@ use optimized::Backend;
 use reference::Config;
 use tandem_benches::gpu::attention as fx;
 
-use super::{CliError, Result};
+use super::Result;
 
-fn gpu(e: optimized::Error) -> CliError {
-    CliError::Gpu(e.to_string())
-}
 
 /// Decode KV lengths and batches, prefill lengths.
 const DECODE_LENS: [usize; 4] = [512, 4096, 16384, 32768];
@@ -24,9 +21,9 @@ pub fn run(backend: Backend, cfg: &Config, gate: &str, reps: usize, kv_lens: Opt
     let only = kv_lens.is_some() || batches.is_some();
     let kv_lens = kv_lens.unwrap_or(DECODE_LENS.to_vec());
     let batches = batches.unwrap_or(BATCHES.to_vec());
-    let client = optimized::client(backend).map_err(gpu)?;
+    let client = optimized::client(backend)?;
     let (h, hkv, d) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim);
-    let rate = optimized::bandwidth::copy_rate(&client, 1 << 30, 10).map_err(gpu)?;
+    let rate = optimized::bandwidth::copy_rate(&client, 1 << 30, 10)?;
     println!("tandem bench --kernel attention — {backend} — heads H={h} Hkv={hkv} D={d} (f32 K/V, blocks of {}) — {gate}", fx::BLOCK);
     println!("device copy rate {:.1} GB/s (read+write)", rate / 1e9);
     println!();
@@ -39,21 +36,21 @@ pub fn run(backend: Backend, cfg: &Config, gate: &str, reps: usize, kv_lens: Opt
         for &len in &kv_lens {
             let bytes = 2 * b * len * hkv * d * 4;
             let copies = (256usize << 20).div_ceil(bytes).clamp(1, 8);
-            let ss = (0..copies).map(|_| fx::paged_setup(&client, h, hkv, d, b, len, b)).collect::<std::result::Result<Vec<_>, _>>().map_err(gpu)?;
+            let ss = (0..copies).map(|_| fx::paged_setup(&client, h, hkv, d, b, len, b)).collect::<std::result::Result<Vec<_>, _>>()?;
             let mut i = 0usize;
             let mut next = || {
                 i += 1;
                 fx::decode(&client, &ss[i % ss.len()], None)
             };
-            let th = fx::seconds_per_call(&client, 3, 20 * reps.max(1), &mut next).map_err(gpu)?;
-            let tg = fx::seconds_per_call_graph(&client, 8 * copies, &mut next).map_err(gpu)?;
+            let th = fx::seconds_per_call(&client, 3, 20 * reps.max(1), &mut next)?;
+            let tg = fx::seconds_per_call_graph(&client, 8 * copies, &mut next)?;
             drop(ss);
             let t = tg.unwrap_or(th);
             let graph_col = tg.map_or("—".to_string(), |g| format!("{:.1}", g * 1e6));
             let gbs = bytes as f64 / t / 1e9;
             let naive = if b == 1 {
-                let n = fx::naive_setup(&client, h, hkv, d, len, 1).map_err(gpu)?;
-                let tn = fx::seconds_per_call(&client, 2, 5 * reps.max(1), || fx::naive(&client, &n, None)).map_err(gpu)?;
+                let n = fx::naive_setup(&client, h, hkv, d, len, 1)?;
+                let tn = fx::seconds_per_call(&client, 2, 5 * reps.max(1), || fx::naive(&client, &n, None))?;
                 format!("{:>12.1} {:>7.1}×", tn * 1e6, tn / th)
             } else {
                 format!("{:>12} {:>8}", "—", "—")
@@ -68,7 +65,7 @@ pub fn run(backend: Backend, cfg: &Config, gate: &str, reps: usize, kv_lens: Opt
         println!();
         println!("decode batch 1 at short contexts: keys per chunk (graph µs/call; auto = the launcher's choice)");
         for &len in &short {
-            let s = fx::paged_setup(&client, h, hkv, d, 1, len, 1).map_err(gpu)?;
+            let s = fx::paged_setup(&client, h, hkv, d, 1, len, 1)?;
             let mut line = format!("KV len {len:>5}:");
             for chunk in [None, Some(32), Some(64), Some(128), Some(256), Some(512)] {
                 let c = chunk.map_or("auto".to_string(), |c| c.to_string());
@@ -77,7 +74,7 @@ pub fn run(backend: Backend, cfg: &Config, gate: &str, reps: usize, kv_lens: Opt
                     Ok(Some(t)) => line += &format!("  {c}: {:.2}", t * 1e6),
                     Ok(None) => line += &format!("  {c}: no graphs"),
                     Err(optimized::Error::Unsupported(_)) => line += &format!("  {c}: n/a"),
-                    Err(e) => return Err(gpu(e)),
+                    Err(e) => return Err(e.into()),
                 }
             }
             println!("{line}");
@@ -90,7 +87,7 @@ pub fn run(backend: Backend, cfg: &Config, gate: &str, reps: usize, kv_lens: Opt
     println!();
     println!("decode at KV len 16384: kernel version × score step × keys per chunk (host-launched µs/call, % copy)");
     for &b in &BATCHES {
-        let s = fx::paged_setup(&client, h, hkv, d, b, 16384, b).map_err(gpu)?;
+        let s = fx::paged_setup(&client, h, hkv, d, b, 16384, b)?;
         for version in [DecodeVersion::V2, DecodeVersion::V3] {
             if !version.supported(&client) {
                 continue;
@@ -102,7 +99,7 @@ pub fn run(backend: Backend, cfg: &Config, gate: &str, reps: usize, kv_lens: Opt
                     match fx::seconds_per_call(&client, 2, 10 * reps.max(1), || fx::decode_tuned(&client, &s, version, chunk, Some(score))) {
                         Ok(t) => line += &format!("  {c}: {:.1} µs {:.1}%", t * 1e6, 100.0 * s.kv_bytes as f64 / t / rate),
                         Err(optimized::Error::Unsupported(_)) => line += &format!("  {c}: n/a"),
-                        Err(e) => return Err(gpu(e)),
+                        Err(e) => return Err(e.into()),
                     }
                 }
                 println!("{line}");
@@ -114,11 +111,11 @@ pub fn run(backend: Backend, cfg: &Config, gate: &str, reps: usize, kv_lens: Opt
     println!("{:>6} {:>10} {:>9} {:>10} {:>9} {:>8}", "T", "flash ms", "TFLOP/s", "naive ms", "TFLOP/s", "speedup");
     for &t in &PREFILL_LENS {
         let flops = fx::prefill_flops(h, d, t);
-        let s = fx::paged_setup(&client, h, hkv, d, 1, t, t).map_err(gpu)?;
-        let tf = fx::seconds_per_call(&client, 2, 3 * reps.max(1), || fx::prefill(&client, &s, None)).map_err(gpu)?;
+        let s = fx::paged_setup(&client, h, hkv, d, 1, t, t)?;
+        let tf = fx::seconds_per_call(&client, 2, 3 * reps.max(1), || fx::prefill(&client, &s, None))?;
         drop(s);
-        let n = fx::naive_setup(&client, h, hkv, d, t, t).map_err(gpu)?;
-        let tn = fx::seconds_per_call(&client, 1, reps.max(1), || fx::naive(&client, &n, None)).map_err(gpu)?;
+        let n = fx::naive_setup(&client, h, hkv, d, t, t)?;
+        let tn = fx::seconds_per_call(&client, 1, reps.max(1), || fx::naive(&client, &n, None))?;
         println!("{t:>6} {:>10.3} {:>9.2} {:>10.3} {:>9.2} {:>7.1}×", tf * 1e3, flops / tf / 1e12, tn * 1e3, flops / tn / 1e12, tn / tf);
     }
     Ok(())

@@ -7,11 +7,8 @@ use optimized::kernels::rmsnorm::{add_rmsnorm_with, rmsnorm_device_with, NormVer
 use optimized::{Backend, DeviceTensor};
 use tandem_benches::gpu::attention::seconds_per_call_graph;
 
-use super::{CliError, Result};
+use super::Result;
 
-fn gpu(e: optimized::Error) -> CliError {
-    CliError::Gpu(e.to_string())
-}
 
 /// Row lengths: SmolLM2, TinyLlama, GPT-OSS, Mistral-7B, and 8192.
 const WIDTHS: [usize; 5] = [576, 2048, 2880, 4096, 8192];
@@ -28,7 +25,7 @@ const KERNELS: [(&str, bool, Option<NormVersion>); 6] = [
 ];
 
 pub fn run(backend: Backend, gate: &str, reps: usize) -> Result<()> {
-    let client = optimized::client(backend).map_err(gpu)?;
+    let client = optimized::client(backend)?;
     println!("tandem bench --kernel rmsnorm — {backend} — f32 rows — {gate}");
     println!("µs per call, device time: calls replayed from a captured graph (— where the backend cannot capture);");
     println!("GB/s counts x (+ y) read, x written back (fused), h written.");
@@ -40,9 +37,9 @@ pub fn run(backend: Backend, gate: &str, reps: usize) -> Result<()> {
     for &rows in &ROWS {
         for &c in &WIDTHS {
             let data: Vec<f32> = (0..rows * c).map(|i| ((i % 97) as f32 - 48.0) / 48.0).collect();
-            let x = DeviceTensor::from_f32(&client, &data, &[rows, c]).map_err(gpu)?;
-            let y = DeviceTensor::from_f32(&client, &data, &[rows, c]).map_err(gpu)?;
-            let w = DeviceTensor::from_f32(&client, &data[..c], &[c]).map_err(gpu)?;
+            let x = DeviceTensor::from_f32(&client, &data, &[rows, c])?;
+            let y = DeviceTensor::from_f32(&client, &data, &[rows, c])?;
+            let w = DeviceTensor::from_f32(&client, &data[..c], &[c])?;
             let mut line = format!("{rows:>5} {c:>6}");
             for (_, fused, version) in KERNELS {
                 let call = || -> std::result::Result<(), optimized::Error> {
@@ -58,7 +55,7 @@ pub fn run(backend: Backend, gate: &str, reps: usize) -> Result<()> {
                     Ok(Some(t)) => format!(" {:>7.2} µs {:>4.0} GB/s", t * 1e6, bytes / t / 1e9),
                     Ok(None) => format!(" {:>18}", "—"),
                     Err(optimized::Error::Unsupported(_)) => format!(" {:>18}", "n/a"),
-                    Err(e) => return Err(gpu(e)),
+                    Err(e) => return Err(e.into()),
                 };
             }
             println!("{line}");

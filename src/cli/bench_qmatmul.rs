@@ -9,11 +9,8 @@ use reference::quant::{Granularity, Scheme};
 use tandem_benches::gpu::attention::seconds_per_call;
 use tandem_benches::gpu::qmatmul::{self as fx, Format};
 
-use super::{CliError, Result};
+use super::Result;
 
-fn gpu(e: optimized::Error) -> CliError {
-    CliError::Gpu(e.to_string())
-}
 
 /// (in, out): TinyLlama's MLP up, Mistral-7B's MLP up and down.
 const SHAPES: [(usize, usize); 3] = [(2048, 5632), (4096, 14336), (14336, 4096)];
@@ -25,8 +22,8 @@ pub fn run(backend: Backend, gate: &str, reps: usize, shapes: Option<Vec<(usize,
     let audit_on = only_formats.is_none();
     let audit_v4 = only_formats.as_ref().is_none_or(|o| o.iter().any(|f| f == "int8 v4"));
     let shapes = shapes.unwrap_or(SHAPES.to_vec());
-    let client = optimized::client(backend).map_err(gpu)?;
-    let rate = optimized::bandwidth::copy_rate(&client, 1 << 30, 10).map_err(gpu)?;
+    let client = optimized::client(backend)?;
+    let rate = optimized::bandwidth::copy_rate(&client, 1 << 30, 10)?;
     println!("tandem bench --kernel qmatmul — {backend} — T = 1 (decode gemv), W streamed from DRAM (rotating copies ≥ 256 MiB) — {gate}");
     println!("device copy rate {:.1} GB/s (read+write)", rate / 1e9);
     let bf16 = if Dtype::BF16.supported(&client) { Dtype::BF16 } else { Dtype::F32 };
@@ -55,21 +52,21 @@ pub fn run(backend: Backend, gate: &str, reps: usize, shapes: Option<Vec<(usize,
                     println!("{:>13} {name:>10} unsupported here: {why}", format!("{n_in}×{n_out}"));
                     continue;
                 }
-                Err(e) => return Err(gpu(e)),
+                Err(e) => return Err(e.into()),
             };
-            let t = seconds_per_call(&client, 3, 50 * reps.max(1), || fx::run(&client, &mut s)).map_err(gpu)?;
+            let t = seconds_per_call(&client, 3, 50 * reps.max(1), || fx::run(&client, &mut s))?;
             let dt = *dense_t.get_or_insert(t);
             let gbs = s.w_bytes as f64 / t / 1e9;
             println!("{:>13} {name:>10} {:>9.1} {:>9.1} {gbs:>8.0} {:>7.1}% {:>8.2}×", format!("{n_in}×{n_out}"), s.w_bytes as f64 / 1e6, t * 1e6, 100.0 * gbs * 1e9 / rate, dt / t);
             // One audited launch choice, in % of the copy rate, appended to `audit`.
             let pct = |label: String, tune: GemvTune, s: &mut fx::Setup, audit: &mut String| -> Result<()> {
-                let tr = seconds_per_call(&client, 3, 50 * reps.max(1), || fx::run_tuned(&client, s, &tune)).map_err(gpu)?;
+                let tr = seconds_per_call(&client, 3, 50 * reps.max(1), || fx::run_tuned(&client, s, &tune))?;
                 *audit += &format!(" {label}: {:.1}%", 100.0 * s.w_bytes as f64 / tr / rate);
                 Ok(())
             };
             if audit_v4 && *layout == Some(QLayout::Mma) {
                 // gemv v4's launch choices: row blocks per plane, chunks in flight, planes per row.
-                let base = fx::default_tune(&s).map_err(gpu)?;
+                let base = fx::default_tune(&s)?;
                 let mut audit = String::new();
                 let mut tunes = Vec::new();
                 for blocks in [1usize, 4] {
@@ -95,7 +92,7 @@ pub fn run(backend: Backend, gate: &str, reps: usize, shapes: Option<Vec<(usize,
             if audit_on && matches!(f, Format::Quant(_)) && !name.ends_with("v1") && !name.ends_with("v4") {
                 // Audit of each launch choice against the defaults, in % of the copy rate:
                 // rows per unit group, planes per row, prefetch (none, W, W + x), fp4 / int8 decode.
-                let base = fx::default_tune(&s).map_err(gpu)?;
+                let base = fx::default_tune(&s)?;
                 // The default decode is Pairs exactly where the weight may take it.
                 let base_pairs = base.fp4 == Fp4Decode::Pairs;
                 let mut audit = String::new();

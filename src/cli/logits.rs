@@ -70,11 +70,10 @@ pub fn run(a: LogitsArgs) -> Result<()> {
             (rows, Box::new(RefEngine { model, cache }))
         }
         Some(backend) => {
-            let gpu = |e: optimized::Error| CliError::Gpu(e.to_string());
-            let client = optimized::client(backend).map_err(gpu)?;
+            let client = optimized::client(backend)?;
             let dtype = pick_dtype(&client, a.model.dtype.as_deref())?;
-            let mut m = optimized::model::GpuModel::load(client, backend, opened.source_mut(), &cfg, dtype, ids.len() + a.greedy).map_err(gpu)?;
-            let all = m.forward(&ids, None).map_err(gpu)?.to_f32(&m.client).map_err(gpu)?;
+            let mut m = optimized::model::GpuModel::load(client, backend, opened.source_mut(), &cfg, dtype, ids.len() + a.greedy)?;
+            let all = m.forward(&ids, None)?.to_f32(&m.client)?;
             let rows = all.chunks(cfg.vocab).map(|r| r.to_vec()).collect();
             (rows, Box::new(optimized::model::GpuEngine(m)))
         }

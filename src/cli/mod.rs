@@ -28,6 +28,13 @@ pub enum CliError {
     Gpu(String),
 }
 
+/// A GPU library error (no device, unsupported dtype, launch error) as [`CliError::Gpu`].
+impl From<optimized::Error> for CliError {
+    fn from(e: optimized::Error) -> Self {
+        CliError::Gpu(e.to_string())
+    }
+}
+
 impl CliError {
     /// 2 for invalid arguments/input, 1 for everything else.
     pub fn exit_code(&self) -> i32 {

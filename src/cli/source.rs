@@ -184,9 +184,9 @@ impl Opened {
             None => return Ok(Box::new(RefEngine::new(self.reference_model()?))),
             Some(b) => b,
         };
-        let client = optimized::client(backend).map_err(|e| CliError::Gpu(e.to_string()))?;
+        let client = optimized::client(backend)?;
         let dtype = pick_dtype(&client, dtype)?;
-        let mut m = optimized::model::GpuModel::load_with(client, backend, self.source.tensors(), &self.config, dtype, capacity, attention).map_err(|e| CliError::Gpu(e.to_string()))?;
+        let mut m = optimized::model::GpuModel::load_with(client, backend, self.source.tensors(), &self.config, dtype, capacity, attention)?;
         m.use_graphs = graphs;
         Ok(Box::new(optimized::model::GpuEngine(m)))
     }

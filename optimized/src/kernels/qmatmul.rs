@@ -129,13 +129,12 @@ pub enum QLayout {
 }
 
 impl QLayout {
-    /// Whether weights of `format` can be stored in this order.
-    pub fn supports(self, format: QFormat, in_dim: usize) -> bool {
+    /// Whether `[out, in_dim]` weights of `format` can be stored in this order.
+    pub fn supports(self, format: QFormat, out: usize, in_dim: usize) -> bool {
         match (self, format) {
             (QLayout::Rows, _) | (QLayout::Tiles, QFormat::Mxfp4) => true,
             (QLayout::Tiles, QFormat::Int8 { group }) => group == in_dim || group.is_power_of_two(),
-            (QLayout::Mma, QFormat::Int8 { group }) => group == in_dim && in_dim % v4::CHUNK_IN == 0,
-            (QLayout::Mma, QFormat::Mxfp4) => false,
+            (QLayout::Mma, _) => v4::refusal(format, out, in_dim).is_none(),
         }
     }
 }
@@ -256,11 +255,11 @@ impl QWeight {
                 v4::require(client)?;
                 QLayout::Mma
             }
-            Some(l) if !l.supports(format, in_dim) => {
+            Some(l) if !l.supports(format, out, in_dim) => {
                 return Err(Error::Unsupported(format!("qweight: {format:?} cannot be stored in the {l:?} order (int8 groups must be a power of two)")))
             }
             Some(l) => l,
-            None if QLayout::Tiles.supports(format, in_dim) => QLayout::Tiles,
+            None if QLayout::Tiles.supports(format, out, in_dim) => QLayout::Tiles,
             None => QLayout::Rows,
         };
         let tiled = layout == QLayout::Tiles;

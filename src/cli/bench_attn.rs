@@ -10,7 +10,6 @@ use tandem_benches::gpu::attention as fx;
 
 use super::Result;
 
-
 /// Decode KV lengths and batches, prefill lengths.
 const DECODE_LENS: [usize; 4] = [512, 4096, 16384, 32768];
 const BATCHES: [usize; 2] = [1, 32];

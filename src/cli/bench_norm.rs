@@ -9,7 +9,6 @@ use tandem_benches::gpu::attention::seconds_per_call_graph;
 
 use super::Result;
 
-
 /// Row lengths: SmolLM2, TinyLlama, GPT-OSS, Mistral-7B, and 8192.
 const WIDTHS: [usize; 5] = [576, 2048, 2880, 4096, 8192];
 const ROWS: [usize; 2] = [1, 128];

@@ -11,7 +11,6 @@ use tandem_benches::gpu::qmatmul::{self as fx, Format};
 
 use super::Result;
 
-
 /// (in, out): TinyLlama's MLP up, Mistral-7B's MLP up and down.
 const SHAPES: [(usize, usize); 3] = [(2048, 5632), (4096, 14336), (14336, 4096)];
 

@@ -25,7 +25,7 @@ proptest! {
         n_out in 1usize..300,
         scheme in prop::sample::select(vec![Scheme::Int8(Granularity::PerChannel), Scheme::Int8(Granularity::Group(32)), Scheme::Int8(Granularity::Group(64)), Scheme::Mxfp4]),
         tiles in any::<bool>(),
-        prefetch in prop::sample::select(vec![Prefetch::Off, Prefetch::W, Prefetch::WX, Prefetch::Pipelined]),
+        prefetch in prop::sample::select(vec![Prefetch::Off, Prefetch::W, Prefetch::WX, Prefetch::Pipelined, Prefetch::Async(2), Prefetch::Async(5)]),
         // fp4 pairs / int8 subnormal (else the shared table / the magic number).
         fast_decode in any::<bool>(),
         fusion in prop::sample::select(vec![Fusion::None, Fusion::Glu, Fusion::Norm, Fusion::NormGlu, Fusion::Residual]),
@@ -34,8 +34,8 @@ proptest! {
         // partial last tiles).
         // The norm and residual fusions are decode-only (T ≤ 8).
         let t = if matches!(fusion, Fusion::Norm | Fusion::NormGlu | Fusion::Residual) { t.min(8) } else { t };
-        // gemv v3 (pipelined) is int8 only.
-        let prefetch = if scheme == Scheme::Mxfp4 && prefetch == Prefetch::Pipelined { Prefetch::W } else { prefetch };
+        // gemv v3 (pipelined) and v5 (cp.async ring) are int8 only.
+        let prefetch = if scheme == Scheme::Mxfp4 && matches!(prefetch, Prefetch::Pipelined | Prefetch::Async(_)) { Prefetch::W } else { prefetch };
         let layout = if tiles { QLayout::Tiles } else { QLayout::Rows };
         let fp4 = if fast_decode { Fp4Decode::Pairs } else { Fp4Decode::Table };
         let int8 = if fast_decode { Int8Decode::Subnormal } else { Int8Decode::Magic };

@@ -24,6 +24,7 @@ use reference::{Config, Error as RefError};
 use crate::kernels::attention::{flash_decode, flash_prefill, Masking};
 use crate::kernels::matmul::{Fuse, Norm, Residual};
 use crate::kernels::qmatmul::v4::MmaTune;
+use crate::kernels::qmatmul::v5;
 use crate::kernels::qmatmul::{Prefetch, QFormat, QLayout, QWeight, Weight, QGEMV_MAX_T};
 use crate::kernels::rmsnorm::add_rmsnorm_device;
 use crate::kernels::{argmax, attention, embedding, matmul, rmsnorm_device, rope};
@@ -198,7 +199,7 @@ impl Uploader<'_> {
                     if let Some(m) = self.mma {
                         w.mma = m;
                     }
-                    if let Some(p) = self.prefetch.filter(|&p| p != Prefetch::Pipelined || w.format != QFormat::Mxfp4) {
+                    if let Some(p) = self.prefetch.filter(|&p| !matches!(p, Prefetch::Pipelined | Prefetch::Async(_)) || w.format != QFormat::Mxfp4) {
                         w.prefetch = p;
                     }
                     self.bytes += w.bytes();
@@ -251,7 +252,10 @@ impl GpuModel {
             Ok("w") => Some(Prefetch::W),
             Ok("wx") => Some(Prefetch::WX),
             Ok("pipelined") => Some(Prefetch::Pipelined),
-            Ok(other) => return Err(Error::Shape(format!("TANDEM_QGEMV_PREFETCH={other}: expected off, w, wx or pipelined"))),
+            Ok(other) => match other.strip_prefix("async").and_then(|n| n.parse::<usize>().ok()).filter(|n| (2..=v5::MAX_STAGES).contains(n)) {
+                Some(stages) => Some(Prefetch::Async(stages)),
+                None => return Err(Error::Shape(format!("TANDEM_QGEMV_PREFETCH={other}: expected off, w, wx, pipelined or asyncN (N = 2..={})", v5::MAX_STAGES))),
+            },
             Err(_) => None,
         };
         let mma_order = match std::env::var("TANDEM_QGEMV").as_deref() {
@@ -543,7 +547,11 @@ impl Engine for GpuEngine {
             Some((QLayout::Mma, _, _, mma)) => format!("; int8: gemv v4 (tensor-core mma, x as f16 hi + lo; {mma:?})"),
             Some((_, sub, pre, _)) => {
                 let decode = if sub { "subnormal" } else { "magic number (subnormals not exact here, or TANDEM_INT8_DECODE=magic)" };
-                let kernel = if pre == Prefetch::Pipelined { "gemv v3 (pipelined)".to_string() } else { format!("gemv v2 (prefetch {pre:?})") };
+                let kernel = match pre {
+                    Prefetch::Pipelined => "gemv v3 (pipelined)".to_string(),
+                    Prefetch::Async(s) => format!("gemv v5 (cp.async ring of {s} slots)"),
+                    _ => format!("gemv v2 (prefetch {pre:?})"),
+                };
                 format!("; int8: {kernel}, decode {decode}")
             }
             None => String::new(),

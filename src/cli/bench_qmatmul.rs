@@ -3,6 +3,7 @@
 //! same run, and speed-up over the bf16 gemv.
 
 use optimized::kernels::qmatmul::v4::MmaTune;
+use optimized::kernels::qmatmul::v5;
 use optimized::kernels::qmatmul::{Fp4Decode, GemvTune, Int8Decode, Prefetch, QLayout};
 use optimized::{Backend, Dtype};
 use reference::quant::{Granularity, Scheme};
@@ -104,6 +105,17 @@ pub fn run(backend: Backend, gate: &str, reps: usize, shapes: Option<Vec<(usize,
                 let v3: &[Prefetch] = if matches!(f, Format::Quant(Scheme::Int8(_))) { &[Prefetch::Pipelined] } else { &[] };
                 for &prefetch in [Prefetch::Off, Prefetch::W, Prefetch::WX].iter().chain(v3) {
                     pct(format!("prefetch {prefetch:?}"), GemvTune { prefetch, ..base }, &mut s, &mut audit)?;
+                }
+                // gemv v5 (int8): the cp.async ring, by slots per unit.
+                if matches!(f, Format::Quant(Scheme::Int8(_))) {
+                    match v5::require(&client, 2) {
+                        Err(optimized::Error::Unsupported(why)) => audit += &format!(" v5: unsupported here ({why})"),
+                        _ => {
+                            for stages in [2usize, 3, 4, 6] {
+                                pct(format!("v5 ×{stages}"), GemvTune { prefetch: Prefetch::Async(stages), ..base }, &mut s, &mut audit)?;
+                            }
+                        }
+                    }
                 }
                 if matches!(f, Format::Quant(Scheme::Mxfp4)) {
                     for fp4 in [Fp4Decode::Table, Fp4Decode::Pairs] {

@@ -9,6 +9,7 @@
 
 use ndarray::Array2;
 use optimized::kernels::qmatmul::v4::MmaTune;
+use optimized::kernels::qmatmul::v5;
 use optimized::kernels::qmatmul::{default_prefetch, default_rpg, qlinear_fused_into_tuned, Fp4Decode, GemvTune, Int8Decode, Prefetch, QFormat, QLayout, QWeight};
 use optimized::Client;
 use reference::quant::{Granularity, QuantTensor, Scheme};
@@ -64,12 +65,13 @@ impl Case for QMatmulCase {
             QLayout::Tiles => {
                 let fp4 = if self.scheme == Scheme::Mxfp4 { format!(",fp4-{:?}", self.fp4) } else { format!(",int8-{:?}", self.int8) }.to_lowercase();
                 let pre = match self.prefetch {
-                    Prefetch::Off => "no-prefetch",
-                    Prefetch::W => "prefetch-w",
-                    Prefetch::WX => "prefetch-wx",
-                    Prefetch::Pipelined => "pipelined/v3",
+                    Prefetch::Off => "v2,no-prefetch".to_string(),
+                    Prefetch::W => "v2,prefetch-w".to_string(),
+                    Prefetch::WX => "v2,prefetch-wx".to_string(),
+                    Prefetch::Pipelined => "v2,pipelined/v3".to_string(),
+                    Prefetch::Async(s) => format!("v5,cp.async×{s}"),
                 };
-                format!("tiles/v2,{pre}{fp4}")
+                format!("tiles/{pre}{fp4}")
             }
             QLayout::Mma => {
                 let MmaTune { blocks, depth, split, prefetch } = self.mma;
@@ -81,6 +83,12 @@ impl Case for QMatmulCase {
         format!("qmatmul(T={},in={},out={},{}{p},{v})", self.t, self.n_in, self.n_out, self.scheme)
     }
     fn run(&self, client: &Client) -> Outcome {
+        // gemv v5 where the device has no cp.async: skipped (with the reason) before any work.
+        if let (QLayout::Tiles, Prefetch::Async(stages)) = (self.layout, self.prefetch) {
+            if let Err(optimized::Error::Unsupported(why)) = v5::require(client, stages) {
+                return Outcome::Skip(why);
+            }
+        }
         let (t, n_in, n_out) = (self.t, self.n_in, self.n_out);
         let x = rand_vec(t * n_in, 21);
         let glu = self.fusion.glu();
@@ -156,12 +164,14 @@ pub fn cases() -> Vec<Box<dyn Case>> {
         }
         v.push(Box::new(c));
     };
-    // The grid's int8 cases over the tiled order run on gemv v2 and v3: the default prefetch,
-    // and v3 (pipelined) where v2 is the default, v2 with the W prefetch where v3 is.
+    // The grid's int8 cases over the tiled order run on gemv v2, v3 and v5: the default
+    // prefetch, v3 (pipelined) where v2 is the default, v2 with the W prefetch where v3 is,
+    // and v5 with a ring of 4 slots (skipped without cp.async).
     let push_grid = |v: &mut Vec<Box<dyn Case>>, c: QMatmulCase| {
         if c.layout == QLayout::Tiles && c.scheme != Scheme::Mxfp4 {
             let other = if c.prefetch == Prefetch::Pipelined { Prefetch::W } else { Prefetch::Pipelined };
             push(v, QMatmulCase { prefetch: other, ..c.clone() });
+            push(v, QMatmulCase { prefetch: Prefetch::Async(4), ..c.clone() });
         }
         push(v, c);
     };
@@ -204,8 +214,8 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             let c = QMatmulCase::new(t, n_in, n_out, scheme, 1, QLayout::Tiles);
             let fp4s: &[Fp4Decode] = if scheme == Scheme::Mxfp4 { &[Fp4Decode::Table, Fp4Decode::Pairs] } else { &[Fp4Decode::Pairs] };
             for &fp4 in fp4s {
-                // gemv v3 (pipelined) is int8 only.
-                let v3: &[Prefetch] = if scheme == Scheme::Mxfp4 { &[] } else { &[Prefetch::Pipelined] };
+                // gemv v3 (pipelined) and v5 (cp.async ring, other slot counts) are int8 only.
+                let v3: &[Prefetch] = if scheme == Scheme::Mxfp4 { &[] } else { &[Prefetch::Pipelined, Prefetch::Async(2), Prefetch::Async(3), Prefetch::Async(8)] };
                 for &prefetch in [Prefetch::Off, Prefetch::W, Prefetch::WX].iter().chain(v3) {
                     if prefetch != c.prefetch || fp4 != c.fp4 {
                         push(&mut v, QMatmulCase { prefetch, fp4, ..c.clone() });

@@ -30,6 +30,9 @@
 //!   faster than v2 alone and slower in the model (H200, Mistral-7B int8: 328.8–350.1 vs
 //!   383.6 tokens/s), so not the default: an audited, conformance-tested order a loader asks
 //!   for (`TANDEM_QGEMV=v4`).
+//! - gemv v5 (`v5.rs`, int8, tiled order, [`Prefetch::Async`], devices with `cp.async`): v3's
+//!   arithmetic with W streamed through a per-unit shared-memory ring by `cp.async` copies
+//!   (bytes in flight without registers).
 //! - dequant + GEMM v1 (prefill, T > [`QGEMV_MAX_T`]): W dequantized into an f32 scratch
 //!   (one unit per 16-byte chunk; dequant v1 or v2 by layout), then the tiled v2 matmul. Not
 //!   fused yet.
@@ -47,6 +50,7 @@ pub mod v1;
 pub mod v2;
 pub mod v3;
 pub mod v4;
+pub mod v5;
 pub use v1::{qdequant_v1, qgemv_v1, INT8_MAGIC};
 pub(crate) use v1::{e2m1, int8_word_dot};
 
@@ -90,6 +94,10 @@ pub enum Prefetch {
     /// vs 42%): measured slower (H200, 4096×14336: 54.1% of the copy rate vs 76.7%; Mistral
     /// int8 331.2 vs 382.7 tokens/s). Kept as an audited choice.
     Pipelined,
+    /// gemv v5 (`v5.rs`, int8 only, devices with `cp.async`): W copied into a per-unit ring of
+    /// this many slots in shared memory (2..=[`v5::MAX_STAGES`]), `slots − 1` tiles ahead, so
+    /// the bytes in flight hold no registers; x and the arithmetic as v3.
+    Async(usize),
 }
 
 /// Rows per unit group [`qlinear_into`] uses for `format`.
@@ -603,6 +611,17 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
     let mx = w.format == QFormat::Mxfp4;
     let (xr, nw, xw, eps) = fuse.operands(client);
     let (norm, resid) = (fuse.norm.is_some(), fuse.residual.is_some());
+    if let (true, Prefetch::Async(stages)) = (tiled, prefetch) {
+        if mx {
+            return Err(Error::Unsupported("qlinear: gemv v5 (the cp.async ring) takes int8 weights only".into()));
+        }
+        v5::require_ring(client, stages, block, rpg)?;
+        let (cols, gshift) = w.tile_scale_geometry();
+        unsafe {
+            v5::qgemv_v5::launch_unchecked(client, count, dim, 4, x.as_arg(4), w.data.as_arg(4), w.scales.as_arg(1), y.as_arg(1), xr.as_arg(4), nw.as_arg(1), xw.as_arg(1), w.out as u32, w.in_dim as u32, cpr as u32, cols, gshift, INT8_MAGIC, eps, t, rpg, w.grouped(), plane, split, block, stages, sub, norm, resid, glu);
+        }
+        return Ok(());
+    }
     if tiled && prefetch == Prefetch::Pipelined {
         if mx {
             return Err(Error::Unsupported("qlinear: gemv v3 (the pipelined prefetch) takes int8 weights only".into()));

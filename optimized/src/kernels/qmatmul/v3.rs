@@ -28,7 +28,7 @@ use crate::kernels::matmul::{inv_rms, scale_rows, store_row_sums};
 /// x quads of tile `t` for this lane (`tn` tokens; lanes past the tile's m chunks load none).
 #[allow(clippy::too_many_arguments)]
 #[cube]
-fn load_x4<N: Size>(x: &[Vector<f32, N>], xs: &mut Array<Vector<f32, N>>, t: usize, lane: usize, cpr: usize, xrow: usize, #[comptime] tn: usize) {
+pub(super) fn load_x4<N: Size>(x: &[Vector<f32, N>], xs: &mut Array<Vector<f32, N>>, t: usize, lane: usize, cpr: usize, xrow: usize, #[comptime] tn: usize) {
     let c0 = t * TILE_CHUNKS;
     let m = min(TILE_CHUNKS, cpr - c0);
     if lane < m {
@@ -46,7 +46,7 @@ fn load_x4<N: Size>(x: &[Vector<f32, N>], xs: &mut Array<Vector<f32, N>>, t: usi
 /// `xs` holds tile `tn2`'s quads (when `tn2 < ntiles`), each loaded right after its last use.
 #[allow(clippy::too_many_arguments)]
 #[cube]
-fn tile_dot<N: Size>(
+pub(super) fn tile_dot<N: Size>(
     x: &[Vector<f32, N>],
     scales: &[u32],
     wv: &Array<Vector<u32, N>>,

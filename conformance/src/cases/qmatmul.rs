@@ -10,7 +10,7 @@
 use ndarray::Array2;
 use optimized::kernels::qmatmul::v4::MmaTune;
 use optimized::kernels::qmatmul::v5;
-use optimized::kernels::qmatmul::{default_prefetch, default_rpg, qlinear_fused_into_tuned, Fp4Decode, GemvTune, Int8Decode, Prefetch, QFormat, QLayout, QWeight};
+use optimized::kernels::qmatmul::{default_prefetch, default_rpg, V5_STAGES, qlinear_fused_into_tuned, Fp4Decode, GemvTune, Int8Decode, Prefetch, QFormat, QLayout, QWeight};
 use optimized::Client;
 use reference::quant::{Granularity, QuantTensor, Scheme};
 
@@ -166,12 +166,12 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     };
     // The grid's int8 cases over the tiled order run on gemv v2, v3 and v5: the default
     // prefetch, v3 (pipelined) where v2 is the default, v2 with the W prefetch where v3 is,
-    // and v5 with a ring of 4 slots (skipped without cp.async).
+    // and v5 with the ring of its default slot count (skipped without cp.async).
     let push_grid = |v: &mut Vec<Box<dyn Case>>, c: QMatmulCase| {
         if c.layout == QLayout::Tiles && c.scheme != Scheme::Mxfp4 {
             let other = if c.prefetch == Prefetch::Pipelined { Prefetch::W } else { Prefetch::Pipelined };
             push(v, QMatmulCase { prefetch: other, ..c.clone() });
-            push(v, QMatmulCase { prefetch: Prefetch::Async(4), ..c.clone() });
+            push(v, QMatmulCase { prefetch: Prefetch::Async(V5_STAGES), ..c.clone() });
         }
         push(v, c);
     };
@@ -215,7 +215,7 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             let fp4s: &[Fp4Decode] = if scheme == Scheme::Mxfp4 { &[Fp4Decode::Table, Fp4Decode::Pairs] } else { &[Fp4Decode::Pairs] };
             for &fp4 in fp4s {
                 // gemv v3 (pipelined) and v5 (cp.async ring, other slot counts) are int8 only.
-                let v3: &[Prefetch] = if scheme == Scheme::Mxfp4 { &[] } else { &[Prefetch::Pipelined, Prefetch::Async(2), Prefetch::Async(3), Prefetch::Async(8)] };
+                let v3: &[Prefetch] = if scheme == Scheme::Mxfp4 { &[] } else { &[Prefetch::Pipelined, Prefetch::Async(3), Prefetch::Async(4), Prefetch::Async(8)] };
                 for &prefetch in [Prefetch::Off, Prefetch::W, Prefetch::WX].iter().chain(v3) {
                     if prefetch != c.prefetch || fp4 != c.fp4 {
                         push(&mut v, QMatmulCase { prefetch, fp4, ..c.clone() });

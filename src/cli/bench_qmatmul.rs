@@ -38,7 +38,7 @@ pub fn run(backend: Backend, gate: &str, reps: usize, shapes: Option<Vec<(usize,
         ("mxfp4".into(), Format::Quant(Scheme::Mxfp4), Some(QLayout::Tiles)),
         ("mxfp4 v1".into(), Format::Quant(Scheme::Mxfp4), Some(QLayout::Rows)),
     ];
-    println!("(int8 v4: gemv v4, tensor-core mma, an audited option; int8, int8-g*, mxfp4: gemv v2 over the tiled order, the default; \"v1\": gemv v1 over input order)");
+    println!("(int8 v4: gemv v4, tensor-core mma, an audited option; int8: the tiled order's default, gemv v5 with a cp.async ring of {} slots where the device has cp.async, else gemv v2; int8-g*, mxfp4: gemv v2 over the tiled order; \"v1\": gemv v1 over input order)", optimized::kernels::qmatmul::V5_STAGES);
     println!("{:>13} {:>10} {:>9} {:>9} {:>8} {:>8} {:>9}", "in×out", "format", "W MB", "µs/call", "GB/s", "% copy", "vs dense");
     for (n_in, n_out) in shapes {
         let mut dense_t = None;

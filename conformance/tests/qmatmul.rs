@@ -35,7 +35,7 @@ proptest! {
         // The norm and residual fusions are decode-only (T ≤ 8).
         let t = if matches!(fusion, Fusion::Norm | Fusion::NormGlu | Fusion::Residual) { t.min(8) } else { t };
         // gemv v3 (pipelined) and v5 (cp.async ring) are int8 only.
-        let prefetch = if scheme == Scheme::Mxfp4 && matches!(prefetch, Prefetch::Pipelined | Prefetch::Async(_)) { Prefetch::W } else { prefetch };
+        let prefetch = if scheme == Scheme::Mxfp4 && prefetch.int8_only() { Prefetch::W } else { prefetch };
         let layout = if tiles { QLayout::Tiles } else { QLayout::Rows };
         let fp4 = if fast_decode { Fp4Decode::Pairs } else { Fp4Decode::Table };
         let int8 = if fast_decode { Int8Decode::Subnormal } else { Int8Decode::Magic };

@@ -108,7 +108,7 @@ pub fn run(backend: Backend, gate: &str, reps: usize, shapes: Option<Vec<(usize,
                 }
                 // gemv v5 (int8): the cp.async ring, by slots per unit.
                 if matches!(f, Format::Quant(Scheme::Int8(_))) {
-                    match v5::require(&client, 2) {
+                    match v5::require(&client, optimized::kernels::qmatmul::V5_STAGES) {
                         Err(optimized::Error::Unsupported(why)) => audit += &format!(" v5: unsupported here ({why})"),
                         _ => {
                             for stages in [2usize, 3, 4, 6] {

@@ -118,6 +118,13 @@ pub enum Prefetch {
     Async(usize),
 }
 
+impl Prefetch {
+    /// The choices only int8 weights can take (gemv v3, v5); mxfp4 has v2's alone.
+    pub fn int8_only(self) -> bool {
+        matches!(self, Prefetch::Pipelined | Prefetch::Async(_))
+    }
+}
+
 /// Rows per unit group [`qlinear_into`] uses for `format`.
 pub fn default_rpg(format: QFormat) -> usize {
     match format {
@@ -629,32 +636,25 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
     let mx = w.format == QFormat::Mxfp4;
     let (xr, nw, xw, eps) = fuse.operands(client);
     let (norm, resid) = (fuse.norm.is_some(), fuse.residual.is_some());
-    if let (true, Prefetch::Async(stages)) = (tiled, prefetch) {
-        if mx {
-            return Err(Error::Unsupported("qlinear: gemv v5 (the cp.async ring) takes int8 weights only".into()));
-        }
-        v5::require_ring(client, stages, block, rpg)?;
-        let (cols, gshift) = w.tile_scale_geometry();
-        unsafe {
-            v5::qgemv_v5::launch_unchecked(client, count, dim, 4, x.as_arg(4), w.data.as_arg(4), w.scales.as_arg(1), y.as_arg(1), xr.as_arg(4), nw.as_arg(1), xw.as_arg(1), w.out as u32, w.in_dim as u32, cpr as u32, cols, gshift, INT8_MAGIC, eps, t, rpg, w.grouped(), plane, split, block, stages, sub, norm, resid, glu);
-        }
-        return Ok(());
-    }
-    if tiled && prefetch == Prefetch::Pipelined {
-        if mx {
-            return Err(Error::Unsupported("qlinear: gemv v3 (the pipelined prefetch) takes int8 weights only".into()));
-        }
-        let (cols, gshift) = w.tile_scale_geometry();
-        unsafe {
-            v3::qgemv_v3::launch_unchecked(client, count, dim, 4, x.as_arg(4), w.data.as_arg(4), w.scales.as_arg(1), y.as_arg(1), xr.as_arg(4), nw.as_arg(1), xw.as_arg(1), w.out as u32, w.in_dim as u32, cpr as u32, cols, gshift, INT8_MAGIC, eps, t, rpg, w.grouped(), plane, split, block, sub, norm, resid, glu);
-        }
-        return Ok(());
-    }
     if tiled {
+        if mx && prefetch.int8_only() {
+            return Err(Error::Unsupported(format!("qlinear: the {prefetch:?} prefetch (gemv v3 / v5) takes int8 weights only")));
+        }
         let (cols, gshift) = w.tile_scale_geometry();
-        unsafe {
-            let (pre_w, pre_x) = (prefetch != Prefetch::Off, prefetch == Prefetch::WX);
-            v2::qgemv_v2::launch_unchecked(client, count, dim, 4, x.as_arg(4), w.data.as_arg(4), w.scales.as_arg(1), y.as_arg(1), xr.as_arg(4), nw.as_arg(1), xw.as_arg(1), w.out as u32, w.in_dim as u32, cpr as u32, cols, gshift, INT8_MAGIC, eps, t, rpg, mx, w.grouped(), plane, split, block, pre_w, pre_x, pairs, sub, norm, resid, glu);
+        match prefetch {
+            Prefetch::Async(stages) => {
+                v5::require_ring(client, stages, block, rpg)?;
+                unsafe {
+                    v5::qgemv_v5::launch_unchecked(client, count, dim, 4, x.as_arg(4), w.data.as_arg(4), w.scales.as_arg(1), y.as_arg(1), xr.as_arg(4), nw.as_arg(1), xw.as_arg(1), w.out as u32, w.in_dim as u32, cpr as u32, cols, gshift, INT8_MAGIC, eps, t, rpg, w.grouped(), plane, split, block, stages, sub, norm, resid, glu);
+                }
+            }
+            Prefetch::Pipelined => unsafe {
+                v3::qgemv_v3::launch_unchecked(client, count, dim, 4, x.as_arg(4), w.data.as_arg(4), w.scales.as_arg(1), y.as_arg(1), xr.as_arg(4), nw.as_arg(1), xw.as_arg(1), w.out as u32, w.in_dim as u32, cpr as u32, cols, gshift, INT8_MAGIC, eps, t, rpg, w.grouped(), plane, split, block, sub, norm, resid, glu);
+            },
+            Prefetch::Off | Prefetch::W | Prefetch::WX => unsafe {
+                let (pre_w, pre_x) = (prefetch != Prefetch::Off, prefetch == Prefetch::WX);
+                v2::qgemv_v2::launch_unchecked(client, count, dim, 4, x.as_arg(4), w.data.as_arg(4), w.scales.as_arg(1), y.as_arg(1), xr.as_arg(4), nw.as_arg(1), xw.as_arg(1), w.out as u32, w.in_dim as u32, cpr as u32, cols, gshift, INT8_MAGIC, eps, t, rpg, mx, w.grouped(), plane, split, block, pre_w, pre_x, pairs, sub, norm, resid, glu);
+            },
         }
         return Ok(());
     }

@@ -160,7 +160,8 @@ impl Uploader<'_> {
             }
         }
         self.bytes += data.len() * dtype.size();
-        DeviceTensor::from_f32_as(self.client, &data, &shape, dtype)
+        // Weights: no kernel writes them (the gemvs may read them ahead: `kernels::pdl`).
+        Ok(DeviceTensor::from_f32_as(self.client, &data, &shape, dtype)?.into_read_only())
     }
 
     /// A linear weight (`ts` stacked by rows): quantized on the device when the source holds
@@ -230,7 +231,7 @@ impl Uploader<'_> {
         let u = self.src.load(up, self.cfg).map_err(lib)?;
         let data = crate::kernels::matmul::interleave_row_pairs(&g, &u, f)?;
         self.bytes += data.len() * dtype.size();
-        DeviceTensor::from_f32_as(self.client, &data, &[2 * f, c], dtype)
+        Ok(DeviceTensor::from_f32_as(self.client, &data, &[2 * f, c], dtype)?.into_read_only())
     }
 }
 
@@ -529,6 +530,15 @@ impl Engine for GpuEngine {
         self.0.use_graphs = on;
         true
     }
+    fn set_pdl(&mut self, on: bool) -> bool {
+        if !crate::kernels::pdl::supported(&self.0.client) {
+            return false;
+        }
+        crate::kernels::pdl::set_enabled(on);
+        // The recorded launches keep the setting they were made with: record anew.
+        self.0.graph = None;
+        true
+    }
     fn status(&self) -> Option<String> {
         let m = &self.0;
         let graphs = match (&m.graph_refused, m.use_graphs, m.attention) {
@@ -556,6 +566,11 @@ impl Engine for GpuEngine {
             }
             None => String::new(),
         };
-        Some(format!("{graphs}; {norms}{int8}"))
+        let pdl = match (crate::kernels::pdl::supported(&m.client), crate::kernels::pdl::enabled(&m.client)) {
+            (false, _) => "",
+            (true, true) => "; programmatic dependent launch (each kernel's weight loads start while the previous kernel ends)",
+            (true, false) => "; programmatic dependent launch off (TANDEM_PDL=0)",
+        };
+        Some(format!("{graphs}; {norms}{int8}{pdl}"))
     }
 }

@@ -68,6 +68,11 @@ pub struct DeviceTensor {
     pub handle: Handle,
     pub shape: Vec<usize>,
     pub dtype: Dtype,
+    /// A promise that no kernel writes this tensor ([`Self::into_read_only`]: weights
+    /// uploaded from the host). A kernel launched with programmatic dependent launch
+    /// (`kernels::pdl`) may read such a tensor before the kernel ahead of it has ended;
+    /// the gemvs do so only for read-only weights.
+    pub read_only: bool,
 }
 
 impl DeviceTensor {
@@ -84,6 +89,7 @@ impl DeviceTensor {
             handle: client.create_from_slice(f32::as_bytes(data)),
             shape: shape.to_vec(),
             dtype: Dtype::F32,
+            read_only: false,
         })
     }
 
@@ -98,7 +104,7 @@ impl DeviceTensor {
             Dtype::F16 => data.iter().flat_map(|&x| half::f16::from_f32(x).to_le_bytes()).collect(),
             Dtype::BF16 => data.iter().flat_map(|&x| half::bf16::from_f32(x).to_le_bytes()).collect(),
         };
-        Ok(Self { handle: client.create_from_slice(&bytes), shape: shape.to_vec(), dtype })
+        Ok(Self { handle: client.create_from_slice(&bytes), shape: shape.to_vec(), dtype, read_only: false })
     }
 
     /// Copies u32 values (token ids, positions) to the device; `dtype` is reported as F32-sized.
@@ -107,7 +113,7 @@ impl DeviceTensor {
         if numel != data.len() {
             return Err(Error::Shape(format!("{} values for shape {shape:?} ({numel} elements)", data.len())));
         }
-        Ok(Self { handle: client.create_from_slice(u32::as_bytes(data)), shape: shape.to_vec(), dtype: Dtype::F32 })
+        Ok(Self { handle: client.create_from_slice(u32::as_bytes(data)), shape: shape.to_vec(), dtype: Dtype::F32, read_only: false })
     }
 
     /// Overwrites the tensor's first `data.len()` u32 values in place (same device buffer, so a
@@ -138,7 +144,15 @@ impl DeviceTensor {
             handle: client.empty(numel * std::mem::size_of::<f32>()),
             shape: shape.to_vec(),
             dtype: Dtype::F32,
+            read_only: false,
         }
+    }
+
+    /// Marks the tensor read-only: the caller promises that no kernel writes it from now on
+    /// (a weight uploaded from the host), so kernels may read it ahead of their wait on the
+    /// previous kernel (the `read_only` field).
+    pub fn into_read_only(self) -> Self {
+        Self { read_only: true, ..self }
     }
 
     /// The same memory seen with another shape of the same element count.

@@ -19,16 +19,21 @@ pub trait Engine {
     fn step(&mut self, ids: &[u32]) -> Result<Vec<f32>>;
     /// A short name for reports (`cpu-reference`, `cuda`, ...).
     fn name(&self) -> String;
-    /// Bytes of weights one forward pass streams, when the engine knows them exactly (a GPU
-    /// engine with quantized weights); `None`: derive them from the config.
     /// Turn decode graphs on or off where the engine has them; returns whether it has them.
     fn set_graphs(&mut self, _on: bool) -> bool {
+        false
+    }
+    /// Turn programmatic dependent launch (kernels starting while the one before them ends)
+    /// on or off where the engine has it; returns whether it has it.
+    fn set_pdl(&mut self, _on: bool) -> bool {
         false
     }
     /// How the engine ran its steps, where that is worth reporting (e.g. decode graphs).
     fn status(&self) -> Option<String> {
         None
     }
+    /// Bytes of weights one forward pass streams, when the engine knows them exactly (a GPU
+    /// engine with quantized weights); `None`: derive them from the config.
     fn weight_bytes(&self) -> Option<usize> {
         None
     }

@@ -30,6 +30,12 @@ pub struct BenchArgs {
     /// one kernel at a time (`off`); `on,off` measures both on the same loaded model.
     #[arg(long, default_value = "on")]
     pub graphs: String,
+    /// GPU decode with programmatic dependent launch (`on`: each kernel may start while the
+    /// one before it ends, where the device has it — CUDA sm_90+) or without (`off`);
+    /// `on,off` measures both on the same loaded model (each setting records its own graph;
+    /// the conformance gate runs with the first). Default: on, unless `TANDEM_PDL=0`.
+    #[arg(long)]
+    pub pdl: Option<String>,
     /// Benchmark one kernel family instead of the whole model, at the model's shapes:
     /// `attention` (decode attention GB/s vs the copy rate at KV lengths 512..32k for
     /// batch 1 and 32; prefill TFLOP/s at 512/2k/8k tokens, flash vs naive) or `qmatmul`
@@ -120,7 +126,16 @@ fn gate_identity(backend: optimized::Backend) -> Option<String> {
     let meta = std::fs::metadata(&exe).ok()?;
     let mtime = meta.modified().ok()?.duration_since(std::time::UNIX_EPOCH).ok()?.as_nanos();
     let client = optimized::client(backend).ok()?;
-    Some(format!("{} {} {mtime} {backend} {}", exe.display(), meta.len(), optimized::device_info(&client).name))
+    Some(format!("{} {} {mtime} {backend} {} {}", exe.display(), meta.len(), optimized::device_info(&client).name, pdl_label(&client)))
+}
+
+/// The programmatic-dependent-launch setting the kernels are compiled with (they differ).
+fn pdl_label(client: &optimized::Client) -> &'static str {
+    match (optimized::kernels::pdl::supported(client), optimized::kernels::pdl::enabled(client)) {
+        (false, _) => "no PDL (unsupported)",
+        (true, true) => "PDL on",
+        (true, false) => "PDL off",
+    }
 }
 
 fn run_gate(backend: optimized::Backend) -> Result<String> {
@@ -133,7 +148,8 @@ fn run_gate(backend: optimized::Backend) -> Result<String> {
             report.table()
         )));
     }
-    Ok(format!("conformance on {backend} (this build, this run): {p} passed, 0 failed, {k} skipped in {:.1} s", t.elapsed().as_secs_f64()))
+    let pdl = optimized::client(backend).map(|c| pdl_label(&c)).unwrap_or("PDL unknown");
+    Ok(format!("conformance on {backend} (this build, this run, {pdl}): {p} passed, 0 failed, {k} skipped in {:.1} s", t.elapsed().as_secs_f64()))
 }
 
 pub fn run(a: BenchArgs) -> Result<()> {
@@ -142,15 +158,24 @@ pub fn run(a: BenchArgs) -> Result<()> {
         return Err(CliError::Usage("--reps must be at least 1".into()));
     }
     let attention: optimized::model::AttentionImpl = a.attention.parse().map_err(|e| CliError::Usage(format!("--attention: {e}")))?;
-    let graphs: Vec<bool> = a
-        .graphs
-        .split(',')
-        .map(|g| match g.trim() {
-            "on" => Ok(true),
-            "off" => Ok(false),
-            g => Err(CliError::Usage(format!("--graphs {g}: on, off or on,off"))),
-        })
-        .collect::<Result<_>>()?;
+    let on_off = |s: &str, flag: &str| -> Result<Vec<bool>> {
+        s.split(',')
+            .map(|g| match g.trim() {
+                "on" => Ok(true),
+                "off" => Ok(false),
+                g => Err(CliError::Usage(format!("{flag} {g}: on, off or on,off"))),
+            })
+            .collect()
+    };
+    let graphs = on_off(&a.graphs, "--graphs")?;
+    let pdls: Vec<Option<bool>> = match &a.pdl {
+        Some(s) => on_off(s, "--pdl")?.into_iter().map(Some).collect(),
+        None => vec![None],
+    };
+    // Before the gate: kernels are compiled with the setting current at their launch.
+    if let Some(p) = pdls[0] {
+        optimized::kernels::pdl::set_enabled(p);
+    }
     let backend = resolve(a.model.device);
     if let Some(k) = &a.kernel {
         if k != "attention" && k != "qmatmul" && k != "rmsnorm" {
@@ -248,9 +273,15 @@ pub fn run(a: BenchArgs) -> Result<()> {
         let m = median(times);
         println!("prefill T={n:<5} TTFT {:>9.2} ms  ({:.0} tokens/s)", m * 1e3, n as f64 / m);
     }
-    for &g in graphs.iter().filter(|_| a.decode_tokens > 0) {
+    let settings = graphs.iter().flat_map(|&g| pdls.iter().map(move |&p| (g, p)));
+    for (g, p) in settings.filter(|_| a.decode_tokens > 0) {
         if graphs.len() > 1 && !engine.set_graphs(g) {
             continue;
+        }
+        if let Some(p) = p.filter(|_| pdls.len() > 1) {
+            if !engine.set_pdl(p) {
+                continue;
+            }
         }
         let p = prompt(lens[0]);
         let mut per_tok = vec![];

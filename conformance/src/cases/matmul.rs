@@ -168,7 +168,7 @@ impl Case for MatmulCase {
         };
         let want = io.want.clone();
         outcome((|| {
-            let wd = DeviceTensor::from_f32_as(client, &w, &[n_out, n_in], dd)?;
+            let wd = DeviceTensor::from_f32_as(client, &w, &[n_out, n_in], dd)?.into_read_only();
             let version = self.version;
             let y = self.fusion.run_device(client, t, n_in, n_out, &x, &io, |xd, yd, fuse| match (version, self.fusion) {
                 (_, Fusion::None) => linear_into(client, xd, &wd, yd, version),

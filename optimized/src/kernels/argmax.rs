@@ -11,6 +11,7 @@
 use cubecl::prelude::*;
 use cubecl::server::CubeCountSelection;
 
+use super::pdl::await_predecessor;
 use super::prev_pow2;
 use crate::{Client, DeviceTensor, Dtype, Error};
 
@@ -20,8 +21,10 @@ const V1_BLOCK: u32 = 256;
 const NONE: u32 = 0xFFFF_FFFF;
 
 /// v1 kernel. `block` (comptime, a power of two) must equal the cube's unit count along x.
+/// `pdl`: [`await_predecessor`] first.
 #[cube(launch)]
-pub fn argmax_v1(x: &[f32], out: &mut [u32], rows: u32, v: u32, #[comptime] block: usize) {
+pub fn argmax_v1(x: &[f32], out: &mut [u32], rows: u32, v: u32, #[comptime] block: usize, #[comptime] pdl: bool) {
+    await_predecessor(pdl);
     let row = CUBE_POS;
     // Cube-uniform guard: the grid may be rounded up to fit the hardware limits.
     if row < rows as usize {
@@ -113,7 +116,7 @@ pub fn argmax_into(client: &Client, x: &DeviceTensor, out: &DeviceTensor) -> Res
     }
     let count = CubeCountSelection::new(client, rows_u32).cube_count();
     unsafe {
-        argmax_v1::launch(client, count, CubeDim::new_1d(block), x.as_arg(1), out.as_arg(1), rows_u32, v_u32, block as usize);
+        argmax_v1::launch(client, count, CubeDim::new_1d(block), x.as_arg(1), out.as_arg(1), rows_u32, v_u32, block as usize, super::pdl::enabled(client));
     }
     Ok(())
 }

@@ -14,12 +14,13 @@
 
 use cubecl::prelude::*;
 
+use super::pdl::await_predecessor;
 use super::swiglu::Elementwise;
 use super::vector_size_for;
 use crate::{Client, DeviceTensor, Dtype, Error};
 
 /// v1 kernel. `table`: `V * vecs_per_row` vectors; `out`: `T * vecs_per_row` vectors, of which
-/// the first `len` are written.
+/// the first `len` are written. `pdl`: [`await_predecessor`] first.
 #[cube(launch)]
 pub fn embedding_v1<W: Float, N: Size>(
     table: &[Vector<W, N>],
@@ -28,7 +29,9 @@ pub fn embedding_v1<W: Float, N: Size>(
     vecs_per_row: u32,
     vocab: u32,
     len: u32,
+    #[comptime] pdl: bool,
 ) {
+    await_predecessor(pdl);
     let i = ABSOLUTE_POS;
     if i < len as usize {
         let vpr = vecs_per_row as usize;
@@ -83,6 +86,7 @@ fn launch(client: &Client, table: &DeviceTensor, ids: &DeviceTensor, out: &Devic
                     vpr,
                     vocab,
                     e.n,
+                    super::pdl::enabled(client),
                 )
             }
         };

@@ -4,6 +4,7 @@ pub mod argmax;
 pub mod attention;
 pub mod embedding;
 pub mod matmul;
+pub mod pdl;
 pub mod qmatmul;
 pub mod residual;
 pub mod rmsnorm;

@@ -341,13 +341,15 @@ impl QWeight {
         let pairs = tiled && format == QFormat::Mxfp4 && v2::pairs_supported(client);
         let subnormal = tiled && format != QFormat::Mxfp4 && v2::subnormal_supported(client);
         let w = words(&data);
-        let data = DeviceTensor::from_u32(client, &w, &[w.len()])?;
+        // Uploaded once and never written by a kernel (the gemvs may read them ahead of their
+        // wait on the previous kernel: `kernels::pdl`).
+        let data = DeviceTensor::from_u32(client, &w, &[w.len()])?.into_read_only();
         let s = if format == QFormat::Mxfp4 {
             words(&sbytes)
         } else {
             sbits
         };
-        let scales = DeviceTensor::from_u32(client, &s, &[s.len()])?;
+        let scales = DeviceTensor::from_u32(client, &s, &[s.len()])?.into_read_only();
         Ok(Self {
             format,
             layout,
@@ -636,6 +638,9 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
     let mx = w.format == QFormat::Mxfp4;
     let (xr, nw, xw, eps) = fuse.operands(client);
     let (norm, resid) = (fuse.norm.is_some(), fuse.residual.is_some());
+    // Programmatic dependent launch: the first tile's W loads before the wait on the previous
+    // kernel, so only for weights no kernel writes.
+    let pdl = super::pdl::enabled(client) && w.data.read_only && w.scales.read_only;
     if tiled {
         if mx && prefetch.int8_only() {
             return Err(Error::Unsupported(format!("qlinear: the {prefetch:?} prefetch (gemv v3 / v5) takes int8 weights only")));
@@ -645,7 +650,7 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
             Prefetch::Async(stages) => {
                 v5::require_ring(client, stages, block, rpg)?;
                 unsafe {
-                    v5::qgemv_v5::launch_unchecked(client, count, dim, 4, x.as_arg(4), w.data.as_arg(4), w.scales.as_arg(1), y.as_arg(1), xr.as_arg(4), nw.as_arg(1), xw.as_arg(1), w.out as u32, w.in_dim as u32, cpr as u32, cols, gshift, INT8_MAGIC, eps, t, rpg, w.grouped(), plane, split, block, stages, sub, norm, resid, glu);
+                    v5::qgemv_v5::launch_unchecked(client, count, dim, 4, x.as_arg(4), w.data.as_arg(4), w.scales.as_arg(1), y.as_arg(1), xr.as_arg(4), nw.as_arg(1), xw.as_arg(1), w.out as u32, w.in_dim as u32, cpr as u32, cols, gshift, INT8_MAGIC, eps, t, rpg, w.grouped(), plane, split, block, stages, sub, norm, resid, glu, pdl);
                 }
             }
             Prefetch::Pipelined => unsafe {
@@ -653,7 +658,7 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
             },
             Prefetch::Off | Prefetch::W | Prefetch::WX => unsafe {
                 let (pre_w, pre_x) = (prefetch != Prefetch::Off, prefetch == Prefetch::WX);
-                v2::qgemv_v2::launch_unchecked(client, count, dim, 4, x.as_arg(4), w.data.as_arg(4), w.scales.as_arg(1), y.as_arg(1), xr.as_arg(4), nw.as_arg(1), xw.as_arg(1), w.out as u32, w.in_dim as u32, cpr as u32, cols, gshift, INT8_MAGIC, eps, t, rpg, mx, w.grouped(), plane, split, block, pre_w, pre_x, pairs, sub, norm, resid, glu);
+                v2::qgemv_v2::launch_unchecked(client, count, dim, 4, x.as_arg(4), w.data.as_arg(4), w.scales.as_arg(1), y.as_arg(1), xr.as_arg(4), nw.as_arg(1), xw.as_arg(1), w.out as u32, w.in_dim as u32, cpr as u32, cols, gshift, INT8_MAGIC, eps, t, rpg, mx, w.grouped(), plane, split, block, pre_w, pre_x, pairs, sub, norm, resid, glu, pdl);
             },
         }
         return Ok(());

@@ -21,6 +21,7 @@
 use cubecl::prelude::*;
 use cubecl::server::CubeCountSelection;
 
+use super::pdl::await_predecessor;
 use super::{prev_pow2, uniform_plane_size, vector_size_for};
 use crate::{Client, DeviceTensor, Error};
 
@@ -82,7 +83,7 @@ pub fn rmsnorm_v1<F: Float, N: Size>(
 /// v3 kernel: `x ← x + y` when `add` (else x is only read and `y` is not touched), then
 /// `h = x / sqrt(mean(x²) + eps) · w`, one cube of `block` units per row, unit `tid` owning
 /// vectors `tid + j·block` (j < `per_unit`) in registers. With `plane`, `block` is a multiple
-/// of `plane_size`.
+/// of `plane_size`. `pdl`: [`await_predecessor`] first.
 #[allow(clippy::too_many_arguments)]
 #[cube(launch)]
 pub fn rmsnorm_v3<F: Float, N: Size>(
@@ -99,7 +100,9 @@ pub fn rmsnorm_v3<F: Float, N: Size>(
     #[comptime] plane: bool,
     #[comptime] plane_size: usize,
     #[comptime] block: usize,
+    #[comptime] pdl: bool,
 ) {
+    await_predecessor(pdl);
     let row = CUBE_POS;
     if row < rows as usize {
         let tid = UNIT_POS_X as usize;
@@ -256,6 +259,7 @@ fn launch_v3(client: &Client, g: &RowGeometry, x: &DeviceTensor, y: Option<&Devi
             plane,
             plane_size,
             block as usize,
+            super::pdl::enabled(client),
         );
     }
     Ok(())

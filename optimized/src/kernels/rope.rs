@@ -19,6 +19,7 @@
 use cubecl::prelude::*;
 
 use super::attention::paged::pool_row;
+use super::pdl::await_predecessor;
 use super::swiglu::Elementwise;
 use crate::kv_cache::BlockTables;
 use crate::{Client, DeviceTensor, Dtype, Error};
@@ -242,41 +243,47 @@ pub fn qkv_rope_cache_v2(
     #[comptime] adjacent: bool,
     #[comptime] paged: bool,
     #[comptime] pos_dev: bool,
+    #[comptime] pdl: bool,
 ) {
-    let p = ABSOLUTE_POS;
+    // Units past the end compute (and load) pair 0's indices, and store nothing.
+    let live = ABSOLUTE_POS < n as usize;
+    let p = select(live, ABSOLUTE_POS, 0usize);
     // Positions from the device (`lens[0] − T`: the T new positions end the sequence).
     let mut pos0 = pos0;
     if pos_dev {
         pos0 = lens[0] - tokens;
     }
-    if p < n as usize {
-        let hf = half as usize;
-        let all = (heads + 2 * kv_heads) as usize;
-        let th = p / hf; // t·(H+2Hkv) + head
-        let i = p - th * hf;
-        let t = th / all;
-        let head = th - t * all;
-        // Offsets of the pair inside one head of width D.
-        let mut oa = i;
-        let mut ob = i + hf;
-        if adjacent {
-            oa = 2 * i;
-            ob = oa + 1;
-        }
-        let d = 2 * hf;
+    let hf = half as usize;
+    let all = (heads + 2 * kv_heads) as usize;
+    let th = p / hf; // t·(H+2Hkv) + head
+    let i = p - th * hf;
+    let t = th / all;
+    let head = th - t * all;
+    // Offsets of the pair inside one head of width D.
+    let mut oa = i;
+    let mut ob = i + hf;
+    if adjacent {
+        oa = 2 * i;
+        ob = oa + 1;
+    }
+    let d = 2 * hf;
+    let k = (pos0 as usize + t) * hf + i;
+    let c = cos[k];
+    let s = sin[k];
+    // Cache row of position pos0 + t: itself (contiguous) or through the block table.
+    let mut row = pos0 as usize + t;
+    if paged {
+        row = pool_row(tables, 0usize, row, block_size);
+    }
+    // Above: the host-written lengths and tables and the constant tables only; with `pdl` they
+    // load while the previous kernel (the q|k|v gemv) ends.
+    await_predecessor(pdl);
+    if live {
         let src = th * d;
         let a = qkv[src + oa];
         let b = qkv[src + ob];
-        let k = (pos0 as usize + t) * hf + i;
-        let c = cos[k];
-        let s = sin[k];
         let h = heads as usize;
         let hk = kv_heads as usize;
-        // Cache row of position pos0 + t: itself (contiguous) or through the block table.
-        let mut row = pos0 as usize + t;
-        if paged {
-            row = pool_row(tables, 0usize, row, block_size);
-        }
         if head < h {
             let dst = (t * h + head) * d;
             q[dst + oa] = a * c - b * s;
@@ -410,6 +417,7 @@ fn qkv_rope_launch(
             layout == RopeLayout::Adjacent,
             tables.is_some(),
             pos_dev,
+            crate::kernels::pdl::enabled(client),
         );
     }
     Ok(q)

@@ -27,6 +27,7 @@ use super::paged::pool_row;
 use super::scores::scores_by_plane;
 use super::softmax::{combine_group, fold_partials, segment_softmax};
 use super::{check_paged, Masking};
+use crate::kernels::pdl::await_predecessor;
 use crate::kernels::prev_pow2;
 use crate::kv_cache::BlockTables;
 use crate::{Client, DeviceTensor, Error};
@@ -87,6 +88,7 @@ pub fn flash_decode_v2<N: Size>(
     #[comptime] plane_seg: bool,
     #[comptime] vpre: usize,
     #[comptime] cpre: usize,
+    #[comptime] pdl: bool,
 ) {
     // K/V rows are D / nv vectors of nv floats (nv = N).
     let dv = d / nv;
@@ -112,6 +114,21 @@ pub fn flash_decode_v2<N: Size>(
     // Pool row of each key of the chunk (looked up once, in step 1).
     let mut srow = Shared::<[u32]>::new_slice(chunk);
 
+    // Pool row of every position of the chunk the table covers, whatever the length: these
+    // loads go out beside the q and length loads instead of after them (a key's K load then
+    // waits for one memory round trip, not three). Rows past the length are never used. The
+    // tables are written by the host, never by a kernel: with `pdl` they load while the
+    // previous kernel ends.
+    let c0 = s * cl;
+    let cap = max_blocks as usize * block_size as usize;
+    let mut px = tid;
+    while px < cl {
+        if c0 + px < cap {
+            srow[px] = pool_row(tables, toff, c0 + px, block_size) as u32;
+        }
+        px += nu;
+    }
+    await_predecessor(pdl);
     // Query heads kvh·G .. (kvh+1)·G of sequence b are contiguous in q.
     let qbase = (b * hh + kvh * gr) * dd;
     let mut idx = tid;
@@ -123,18 +140,6 @@ pub fn flash_decode_v2<N: Size>(
     let mut len = len_single;
     if !single {
         len = lens[b];
-    }
-    // Pool row of every position of the chunk the table covers, whatever the length: these
-    // loads go out beside the q and length loads instead of after them (a key's K load then
-    // waits for one memory round trip, not three). Rows past the length are never used.
-    let c0 = s * cl;
-    let cap = max_blocks as usize * block_size as usize;
-    let mut px = tid;
-    while px < cl {
-        if c0 + px < cap {
-            srow[px] = pool_row(tables, toff, c0 + px, block_size) as u32;
-        }
-        px += nu;
     }
     let mut lo = 0u32;
     let mut hi = 0u32;
@@ -333,7 +338,9 @@ pub fn flash_decode_combine_v2<N: Size>(
     #[comptime] has_sinks: bool,
     #[comptime] plane_seg: bool,
     #[comptime] cpre: usize,
+    #[comptime] pdl: bool,
 ) {
+    await_predecessor(pdl);
     let hkv = kv_heads as usize;
     let b = CUBE_POS / hkv;
     let kvh = CUBE_POS - b * hkv;
@@ -497,6 +504,7 @@ pub fn flash_decode_tuned(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v
     if fused && tables.counters.numel() < bsz * hkv {
         return Err(Error::Shape(format!("flash_decode: {bsz}×{hkv} arrival counters, the tables hold {}", tables.counters.numel())));
     }
+    let pdl = crate::kernels::pdl::enabled(client);
     let part_o = DeviceTensor::empty_f32(client, &[bsz * h * splits, d]);
     let part_ml = DeviceTensor::empty_f32(client, &[bsz * h * splits, 2]);
     let sinks = mask.sinks.unwrap_or(&tables.unused);
@@ -545,6 +553,7 @@ pub fn flash_decode_tuned(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v
             plane_seg,
             vpre,
             cpre,
+            pdl,
         );
         if fused {
             return Ok(());
@@ -570,6 +579,7 @@ pub fn flash_decode_tuned(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v
             mask.sinks.is_some(),
             plane_seg,
             cpre,
+            pdl,
         );
     }
     Ok(())

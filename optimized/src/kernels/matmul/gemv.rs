@@ -6,6 +6,7 @@ use cubecl::prelude::*;
 use cubecl::server::CubeCountSelection;
 
 use super::Dims;
+use crate::kernels::pdl::await_predecessor;
 use crate::kernels::swiglu::silu_mul;
 use crate::kernels::{prev_pow2, uniform_plane_size};
 use crate::{Client, DeviceTensor, Dtype, Error};
@@ -119,6 +120,7 @@ impl<'a> Fuse<'a> {
 /// `(c * groups + g) * rpg ..+ rpg`, loading each x vector once for its `rpg` rows.
 /// With `plane`, `group` must be `split` planes of `plane_size` units and `block` ≥
 /// groups * split * rpg; otherwise `group` must be a power of two and `block` = group * groups.
+/// `pdl`: each unit's first W vectors are loaded before [`await_predecessor`].
 #[allow(clippy::too_many_arguments)]
 #[cube(launch)]
 pub fn gemv_v1<W: Float, N: Size>(
@@ -141,6 +143,7 @@ pub fn gemv_v1<W: Float, N: Size>(
     #[comptime] norm: bool,
     #[comptime] resid: bool,
     #[comptime] glu: bool,
+    #[comptime] pdl: bool,
 ) {
     let lane = UNIT_POS_X as usize;
     let group = CUBE_DIM_X as usize;
@@ -155,28 +158,43 @@ pub fn gemv_v1<W: Float, N: Size>(
     for a in 0..tn * rpg {
         acc[a] = 0.0f32;
     }
+    // Rows past the end (n_out not a multiple of rpg) read the last row and are not stored;
+    // a group wholly past the end skips the loop. Both uniform over the group.
+    let active = row0 < n_out;
+    // With `pdl`: the rows' first W vectors load while the previous kernel ends (weights
+    // only before the wait).
+    let mut wv = Array::<Vector<W, N>>::new(rpg);
+    if pdl && active && lane < n {
+        load_w_rows(w, &mut wv, row0, n_out, n, lane, rpg);
+    }
+    await_predecessor(pdl);
     let mut xv = Array::<Vector<f32, N>>::new(tn);
     // With the norm prologue: 1 / rms of each token's raw x.
     let mut rn = Array::<f32>::new(tn);
     if norm {
         inv_rms(xr, &mut rn, n, c_in, eps, tn, plane, plane_size, block);
     }
-    // Rows past the end (n_out not a multiple of rpg) read the last row and are not stored;
-    // a group wholly past the end skips the loop. Both uniform over the group.
-    if row0 < n_out {
+    if active {
         let mut i = lane;
         while i < n {
             #[unroll]
             for t in 0..tn {
                 xv[t] = x[t * n + i];
             }
+            // (With `pdl` the first vectors are already loaded.)
+            if pdl {
+                if i != lane {
+                    load_w_rows(w, &mut wv, row0, n_out, n, i, rpg);
+                }
+            } else {
+                load_w_rows(w, &mut wv, row0, n_out, n, i, rpg);
+            }
             #[unroll]
             for q in 0..rpg {
-                let row = select(row0 + q < n_out, row0 + q, n_out - 1);
-                let wv = Vector::<f32, N>::cast_from(w[row * n + i]);
+                let wf = Vector::<f32, N>::cast_from(wv[q]);
                 #[unroll]
                 for t in 0..tn {
-                    acc[t * rpg + q] += xv[t].dot(wv);
+                    acc[t * rpg + q] += xv[t].dot(wf);
                 }
             }
             i += group;
@@ -186,6 +204,17 @@ pub fn gemv_v1<W: Float, N: Size>(
         scale_rows(&mut acc, &rn, tn, rpg);
     }
     store_row_sums(&acc, y, nw, xw, row0, n_out, lane, g, group, tn, rpg, plane, plane_size, split, block, resid, glu);
+}
+
+/// W vector `i` of rows `row0 ..+ rpg` (rows past `n_out` read the last row) into `wv`.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn load_w_rows<W: Float, N: Size>(w: &[Vector<W, N>], wv: &mut Array<Vector<W, N>>, row0: usize, n_out: usize, n: usize, i: usize, #[comptime] rpg: usize) {
+    #[unroll]
+    for q in 0..rpg {
+        let row = select(row0 + q < n_out, row0 + q, n_out - 1);
+        wv[q] = w[row * n + i];
+    }
 }
 
 /// Token t's sum `s` of row `row` into y: `y[t, row] = s`; with `resid` (y the residual
@@ -493,6 +522,9 @@ pub(crate) fn launch_gemv<W: Float>(
             fuse.norm.is_some(),
             fuse.residual.is_some(),
             glu,
+            // The first W vectors load before the wait on the previous kernel: only for
+            // weights no kernel writes.
+            crate::kernels::pdl::enabled(client) && w.read_only,
         );
     }
     Ok(())

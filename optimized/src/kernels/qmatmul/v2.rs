@@ -27,6 +27,7 @@ use crate::{Client, DeviceTensor, Dtype, Error};
 
 use super::{e2m1, int8_word_dot};
 use crate::kernels::matmul::{inv_rms, scale_rows, store_row_sums};
+use crate::kernels::pdl::await_predecessor;
 
 /// Chunks (one per lane) per tile.
 pub const TILE_CHUNKS: usize = 32;
@@ -349,6 +350,7 @@ fn load_x<N: Size>(x: &[Vector<f32, N>], xs: &mut Array<Vector<f32, N>>, t: usiz
 /// values by [`e2m1_pair`] instead of the shared table. `magic`: [`super::INT8_MAGIC`] (an
 /// argument on purpose: see [`int8_word_dot`]); `sub`: int8 by [`sub_word_dot`] instead (x quads
 /// prescaled once per tile, each unit's x sums — per quad with groups — remove the offset).
+/// `pdl`: the first tile's W (with `prefetch`) loaded before [`await_predecessor`].
 /// Ends with gemv v1's `store_row_sums` (with
 /// `glu`: y `[tn, out / 2]`, the SwiGLU of interleaved gate/up rows).
 #[allow(clippy::too_many_arguments)]
@@ -382,6 +384,7 @@ pub fn qgemv_v2<N: Size>(
     #[comptime] norm: bool,
     #[comptime] resid: bool,
     #[comptime] glu: bool,
+    #[comptime] pdl: bool,
 ) {
     let unit = UNIT_POS_X as usize;
     let lane = unit % TILE_CHUNKS;
@@ -422,9 +425,11 @@ pub fn qgemv_v2<N: Size>(
     let mut t = unit / TILE_CHUNKS;
     if row0 < n_out && prefetch && t < ntiles {
         load_tile(w, scales, &mut wn, &mut sn, t, lane, cpr, row0, n_out, cols, rpg, mx);
-        if xpre {
-            load_x(x, &mut xn, t, lane, cpr, xrow, qpc, tn);
-        }
+    }
+    // Only weights above: with `pdl` they load while the previous kernel ends.
+    await_predecessor(pdl);
+    if row0 < n_out && xpre && t < ntiles {
+        load_x(x, &mut xn, t, lane, cpr, xrow, qpc, tn);
     }
     // The norm prologue's x loads wait beside the first tile's.
     let mut rn = Array::<f32>::new(tn);

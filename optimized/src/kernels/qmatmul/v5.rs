@@ -20,6 +20,7 @@ use cubecl::prelude::*;
 use super::v2::{finish_per_channel, TILE_CHUNKS};
 use super::v3::{load_x4, tile_dot};
 use crate::kernels::matmul::{inv_rms, scale_rows, store_row_sums};
+use crate::kernels::pdl::await_predecessor;
 use crate::{Client, Error};
 
 /// Most slots per unit's ring (shared memory: block · stages · rpg · 16 B per cube).
@@ -78,7 +79,8 @@ fn stage_tile<N: Size>(w: &[Vector<u32, N>], ring: &mut [Vector<u32, N>], slot: 
 }
 
 /// gemv v5 (int8, tiled order): arguments as [`super::v3::qgemv_v3`]'s plus `stages` (ring
-/// slots per unit, 2..=[`MAX_STAGES`]). Unit u of group gi handles rows
+/// slots per unit, 2..=[`MAX_STAGES`]) and `pdl` (the first tiles' copies issued before
+/// [`await_predecessor`]). Unit u of group gi handles rows
 /// `(CUBE_POS·groups + gi)·rpg ..+ rpg`, tiles `u / 32, + split, ..` at lane `u % 32`.
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked)]
@@ -108,6 +110,7 @@ pub fn qgemv_v5<N: Size>(
     #[comptime] norm: bool,
     #[comptime] resid: bool,
     #[comptime] glu: bool,
+    #[comptime] pdl: bool,
 ) {
     let unit = UNIT_POS_X as usize;
     let lane = unit % TILE_CHUNKS;
@@ -146,6 +149,8 @@ pub fn qgemv_v5<N: Size>(
         }
         commit_group();
     }
+    // Only weights above: with `pdl` they stream while the previous kernel ends.
+    await_predecessor(pdl);
     if active && t < ntiles {
         load_x4(x, &mut xs, t, lane, cpr, xrow, tn);
     }

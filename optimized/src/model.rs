@@ -530,11 +530,14 @@ impl Engine for GpuEngine {
         self.0.use_graphs = on;
         true
     }
-    fn set_pdl(&mut self, on: bool) -> bool {
+    fn set_pdl(&mut self, mode: &str) -> bool {
+        let Some(m) = crate::kernels::pdl::Mode::parse(mode) else {
+            return false;
+        };
         if !crate::kernels::pdl::supported(&self.0.client) {
             return false;
         }
-        crate::kernels::pdl::set_enabled(on);
+        crate::kernels::pdl::set_mode(m);
         // The recorded launches keep the setting they were made with: record anew.
         self.0.graph = None;
         true
@@ -566,10 +569,12 @@ impl Engine for GpuEngine {
             }
             None => String::new(),
         };
-        let pdl = match (crate::kernels::pdl::supported(&m.client), crate::kernels::pdl::enabled(&m.client)) {
+        use crate::kernels::pdl::{self, Mode};
+        let pdl = match (pdl::supported(&m.client), pdl::mode(&m.client)) {
             (false, _) => "",
-            (true, true) => "; programmatic dependent launch (each kernel's weight loads start while the previous kernel ends)",
-            (true, false) => "; programmatic dependent launch off (TANDEM_PDL=0)",
+            (true, Mode::Early) => "; programmatic dependent launch (each kernel's weight loads start while the previous kernel ends)",
+            (true, Mode::Top) => "; programmatic dependent launch, each kernel waiting first thing (TANDEM_PDL=top)",
+            (true, Mode::Off) => "; programmatic dependent launch off (TANDEM_PDL=0)",
         };
         Some(format!("{graphs}; {norms}{int8}{pdl}"))
     }

@@ -23,9 +23,10 @@ pub trait Engine {
     fn set_graphs(&mut self, _on: bool) -> bool {
         false
     }
-    /// Turn programmatic dependent launch (kernels starting while the one before them ends)
-    /// on or off where the engine has it; returns whether it has it.
-    fn set_pdl(&mut self, _on: bool) -> bool {
+    /// Set programmatic dependent launch (kernels starting while the one before them ends) —
+    /// `on`, `off` or an engine's own audit modes — where the engine has it; returns whether it
+    /// has it and took the mode.
+    fn set_pdl(&mut self, _mode: &str) -> bool {
         false
     }
     /// How the engine ran its steps, where that is worth reporting (e.g. decode graphs).

@@ -31,9 +31,10 @@ pub struct BenchArgs {
     #[arg(long, default_value = "on")]
     pub graphs: String,
     /// GPU decode with programmatic dependent launch (`on`: each kernel may start while the
-    /// one before it ends, where the device has it — CUDA sm_90+) or without (`off`);
-    /// `on,off` measures both on the same loaded model (each setting records its own graph;
-    /// the conformance gate runs with the first). Default: on, unless `TANDEM_PDL=0`.
+    /// one before it ends and loads its weights before waiting for it, where the device has
+    /// it — CUDA sm_90+), without (`off`), or with every kernel waiting first thing (`top`);
+    /// `on,off,top` measures each on the same loaded model (each records its own graph; the
+    /// conformance gate runs with the first). Default: on, unless `TANDEM_PDL` says otherwise.
     #[arg(long)]
     pub pdl: Option<String>,
     /// Benchmark one kernel family instead of the whole model, at the model's shapes:
@@ -131,10 +132,12 @@ fn gate_identity(backend: optimized::Backend) -> Option<String> {
 
 /// The programmatic-dependent-launch setting the kernels are compiled with (they differ).
 fn pdl_label(client: &optimized::Client) -> &'static str {
-    match (optimized::kernels::pdl::supported(client), optimized::kernels::pdl::enabled(client)) {
+    use optimized::kernels::pdl::{self, Mode};
+    match (pdl::supported(client), pdl::mode(client)) {
         (false, _) => "no PDL (unsupported)",
-        (true, true) => "PDL on",
-        (true, false) => "PDL off",
+        (true, Mode::Early) => "PDL on",
+        (true, Mode::Top) => "PDL top",
+        (true, Mode::Off) => "PDL off",
     }
 }
 
@@ -158,23 +161,23 @@ pub fn run(a: BenchArgs) -> Result<()> {
         return Err(CliError::Usage("--reps must be at least 1".into()));
     }
     let attention: optimized::model::AttentionImpl = a.attention.parse().map_err(|e| CliError::Usage(format!("--attention: {e}")))?;
-    let on_off = |s: &str, flag: &str| -> Result<Vec<bool>> {
-        s.split(',')
-            .map(|g| match g.trim() {
-                "on" => Ok(true),
-                "off" => Ok(false),
-                g => Err(CliError::Usage(format!("{flag} {g}: on, off or on,off"))),
-            })
-            .collect()
-    };
-    let graphs = on_off(&a.graphs, "--graphs")?;
-    let pdls: Vec<Option<bool>> = match &a.pdl {
-        Some(s) => on_off(s, "--pdl")?.into_iter().map(Some).collect(),
+    let graphs: Vec<bool> = a
+        .graphs
+        .split(',')
+        .map(|g| match g.trim() {
+            "on" => Ok(true),
+            "off" => Ok(false),
+            g => Err(CliError::Usage(format!("--graphs {g}: on, off or on,off"))),
+        })
+        .collect::<Result<_>>()?;
+    use optimized::kernels::pdl::Mode;
+    let pdls: Vec<Option<Mode>> = match &a.pdl {
+        Some(s) => s.split(',').map(|m| Mode::parse(m).map(Some).ok_or_else(|| CliError::Usage(format!("--pdl {m}: on, off or top (comma-separated)")))).collect::<Result<_>>()?,
         None => vec![None],
     };
     // Before the gate: kernels are compiled with the setting current at their launch.
-    if let Some(p) = pdls[0] {
-        optimized::kernels::pdl::set_enabled(p);
+    if let Some(m) = pdls[0] {
+        optimized::kernels::pdl::set_mode(m);
     }
     let backend = resolve(a.model.device);
     if let Some(k) = &a.kernel {
@@ -278,8 +281,8 @@ pub fn run(a: BenchArgs) -> Result<()> {
         if graphs.len() > 1 && !engine.set_graphs(g) {
             continue;
         }
-        if let Some(p) = p.filter(|_| pdls.len() > 1) {
-            if !engine.set_pdl(p) {
+        if let Some(m) = p.filter(|_| pdls.len() > 1) {
+            if !engine.set_pdl(m.name()) {
                 continue;
             }
         }

@@ -17,10 +17,10 @@
 //!   `griddepcontrol.wait` with the PDL attribute, any other kernel as before. A kernel
 //!   compiled with `pdl = false` is the plain kernel (no wait, ordinary launch).
 //!
-//! [`enabled`] says whether launchers ask for it: CUDA devices with clusters (sm_90: the same
-//! generation as `griddepcontrol`), unless `TANDEM_PDL=0` (or [`set_enabled`]) turns it off —
-//! an audit knob, read once per process. Elsewhere (wgpu, lavapipe, CI) kernels are compiled
-//! without it.
+//! [`mode`] says what launchers do: on CUDA devices with clusters (sm_90: the same generation
+//! as `griddepcontrol`) [`Mode::Early`] by default; `TANDEM_PDL=0` (or [`set_mode`]) turns it
+//! off and `TANDEM_PDL=top` waits first thing in every kernel — audit knobs, read once per
+//! process. Elsewhere (wgpu, lavapipe, CI) kernels are compiled without it.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -39,26 +39,75 @@ pub fn await_predecessor(#[comptime] on: bool) {
     }
 }
 
-/// 0: not decided yet; 1: off; 2: on where supported.
-static MODE: AtomicU8 = AtomicU8::new(0);
+/// What launchers do about programmatic dependent launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Plain kernels, ordinary launches.
+    Off,
+    /// Every kernel waits first thing (only the launch overlaps): the audit of what the loads
+    /// ahead of the wait bring.
+    Top,
+    /// The default: the gemvs load their first weights (read-only tensors only) before the
+    /// wait, the other kernels what the host wrote (tables, lengths) or constants.
+    Early,
+}
 
-fn mode() -> u8 {
-    match MODE.load(Ordering::Relaxed) {
-        0 => {
-            let off = std::env::var("TANDEM_PDL").is_ok_and(|v| matches!(v.trim(), "0" | "off" | "false" | "no"));
-            let m = if off { 1 } else { 2 };
-            MODE.store(m, Ordering::Relaxed);
-            m
+impl Mode {
+    fn code(self) -> u8 {
+        match self {
+            Mode::Off => 1,
+            Mode::Top => 2,
+            Mode::Early => 3,
         }
-        m => m,
+    }
+
+    /// `off` (or `0`), `top`, `on` (or `1`, `early`).
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim() {
+            "0" | "off" | "false" | "no" => Some(Mode::Off),
+            "top" => Some(Mode::Top),
+            "1" | "on" | "early" | "true" | "yes" => Some(Mode::Early),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Off => "off",
+            Mode::Top => "top",
+            Mode::Early => "on",
+        }
+    }
+
+    /// The kernel's flags for this mode: (`pdl`: wait on the predecessor at all, `early`: the
+    /// loads of read-only data go before the wait). `read_only`: whether what the kernel
+    /// would load early is read-only.
+    pub fn flags(self, read_only: bool) -> (bool, bool) {
+        (self != Mode::Off, self == Mode::Early && read_only)
     }
 }
 
-/// Turns PDL on (where supported) or off for the kernels launched from now on, process-wide
-/// (an audit knob: `tandem bench --pdl on,off`; a captured graph keeps the launches it
-/// recorded).
-pub fn set_enabled(on: bool) {
-    MODE.store(if on { 2 } else { 1 }, Ordering::Relaxed);
+/// 0: not decided yet (`TANDEM_PDL` is read), else [`Mode::code`].
+static MODE: AtomicU8 = AtomicU8::new(0);
+
+fn current() -> Mode {
+    match MODE.load(Ordering::Relaxed) {
+        1 => Mode::Off,
+        2 => Mode::Top,
+        3 => Mode::Early,
+        _ => {
+            // An unknown value keeps the default (the engine status names the mode in use).
+            let m = std::env::var("TANDEM_PDL").ok().and_then(|v| Mode::parse(&v)).unwrap_or(Mode::Early);
+            MODE.store(m.code(), Ordering::Relaxed);
+            m
+        }
+    }
+}
+
+/// Sets the mode for the kernels launched from now on, process-wide (an audit knob: `tandem
+/// bench --pdl on,off,top`; a captured graph keeps the launches it recorded).
+pub fn set_mode(m: Mode) {
+    MODE.store(m.code(), Ordering::Relaxed);
 }
 
 /// Whether `client`'s device can launch kernels that wait on their predecessor: CUDA with
@@ -67,7 +116,16 @@ pub fn supported(client: &Client) -> bool {
     client.name() == "cuda" && client.properties().features.cube_cluster
 }
 
+/// The mode launchers on `client` use: [`Mode::Off`] where unsupported.
+pub fn mode(client: &Client) -> Mode {
+    if supported(client) {
+        current()
+    } else {
+        Mode::Off
+    }
+}
+
 /// Whether launchers on `client` compile their kernels with [`await_predecessor`].
 pub fn enabled(client: &Client) -> bool {
-    mode() == 2 && supported(client)
+    mode(client) != Mode::Off
 }

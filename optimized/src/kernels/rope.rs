@@ -244,7 +244,9 @@ pub fn qkv_rope_cache_v2(
     #[comptime] paged: bool,
     #[comptime] pos_dev: bool,
     #[comptime] pdl: bool,
+    #[comptime] early: bool,
 ) {
+    await_predecessor(comptime!(pdl && !early));
     // Units past the end compute (and load) pair 0's indices, and store nothing.
     let live = ABSOLUTE_POS < n as usize;
     let p = select(live, ABSOLUTE_POS, 0usize);
@@ -275,9 +277,9 @@ pub fn qkv_rope_cache_v2(
     if paged {
         row = pool_row(tables, 0usize, row, block_size);
     }
-    // Above: the host-written lengths and tables and the constant tables only; with `pdl` they
-    // load while the previous kernel (the q|k|v gemv) ends.
-    await_predecessor(pdl);
+    // Above: the host-written lengths and tables and the constant tables only; with `early`
+    // they load while the previous kernel (the q|k|v gemv) ends.
+    await_predecessor(comptime!(pdl && early));
     if live {
         let src = th * d;
         let a = qkv[src + oa];
@@ -394,6 +396,8 @@ fn qkv_rope_launch(
     if pos_dev && tables.is_some_and(|tb| tb.lens.len() != 1 || tb.lens[0] != pos0 + t) {
         return Err(Error::KvCache(format!("{op}: device positions need one sequence ending at {}", pos0 + t)));
     }
+    // Lengths, tables and the cos / sin tables are written by the host only.
+    let (pdl, early) = crate::kernels::pdl::mode(client).flags(true);
     unsafe {
         qkv_rope_cache_v2::launch(
             client,
@@ -417,7 +421,8 @@ fn qkv_rope_launch(
             layout == RopeLayout::Adjacent,
             tables.is_some(),
             pos_dev,
-            crate::kernels::pdl::enabled(client),
+            pdl,
+            early,
         );
     }
     Ok(q)

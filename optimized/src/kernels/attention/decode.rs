@@ -89,7 +89,9 @@ pub fn flash_decode_v2<N: Size>(
     #[comptime] vpre: usize,
     #[comptime] cpre: usize,
     #[comptime] pdl: bool,
+    #[comptime] early: bool,
 ) {
+    await_predecessor(comptime!(pdl && !early));
     // K/V rows are D / nv vectors of nv floats (nv = N).
     let dv = d / nv;
     let s = CUBE_POS_X as usize;
@@ -117,7 +119,7 @@ pub fn flash_decode_v2<N: Size>(
     // Pool row of every position of the chunk the table covers, whatever the length: these
     // loads go out beside the q and length loads instead of after them (a key's K load then
     // waits for one memory round trip, not three). Rows past the length are never used. The
-    // tables are written by the host, never by a kernel: with `pdl` they load while the
+    // tables are written by the host, never by a kernel: with `early` they load while the
     // previous kernel ends.
     let c0 = s * cl;
     let cap = max_blocks as usize * block_size as usize;
@@ -128,7 +130,7 @@ pub fn flash_decode_v2<N: Size>(
         }
         px += nu;
     }
-    await_predecessor(pdl);
+    await_predecessor(comptime!(pdl && early));
     // Query heads kvh·G .. (kvh+1)·G of sequence b are contiguous in q.
     let qbase = (b * hh + kvh * gr) * dd;
     let mut idx = tid;
@@ -504,7 +506,8 @@ pub fn flash_decode_tuned(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v
     if fused && tables.counters.numel() < bsz * hkv {
         return Err(Error::Shape(format!("flash_decode: {bsz}×{hkv} arrival counters, the tables hold {}", tables.counters.numel())));
     }
-    let pdl = crate::kernels::pdl::enabled(client);
+    // Block tables are written by the host only.
+    let (pdl, early) = crate::kernels::pdl::mode(client).flags(true);
     let part_o = DeviceTensor::empty_f32(client, &[bsz * h * splits, d]);
     let part_ml = DeviceTensor::empty_f32(client, &[bsz * h * splits, 2]);
     let sinks = mask.sinks.unwrap_or(&tables.unused);
@@ -554,6 +557,7 @@ pub fn flash_decode_tuned(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v
             vpre,
             cpre,
             pdl,
+            early,
         );
         if fused {
             return Ok(());

@@ -120,7 +120,7 @@ impl<'a> Fuse<'a> {
 /// `(c * groups + g) * rpg ..+ rpg`, loading each x vector once for its `rpg` rows.
 /// With `plane`, `group` must be `split` planes of `plane_size` units and `block` ≥
 /// groups * split * rpg; otherwise `group` must be a power of two and `block` = group * groups.
-/// `pdl`: each unit's first W vectors are loaded before [`await_predecessor`].
+/// `pdl`: [`await_predecessor`]; `early`: each unit's first W vectors are loaded before it.
 #[allow(clippy::too_many_arguments)]
 #[cube(launch)]
 pub fn gemv_v1<W: Float, N: Size>(
@@ -144,6 +144,7 @@ pub fn gemv_v1<W: Float, N: Size>(
     #[comptime] resid: bool,
     #[comptime] glu: bool,
     #[comptime] pdl: bool,
+    #[comptime] early: bool,
 ) {
     let lane = UNIT_POS_X as usize;
     let group = CUBE_DIM_X as usize;
@@ -161,10 +162,10 @@ pub fn gemv_v1<W: Float, N: Size>(
     // Rows past the end (n_out not a multiple of rpg) read the last row and are not stored;
     // a group wholly past the end skips the loop. Both uniform over the group.
     let active = row0 < n_out;
-    // With `pdl`: the rows' first W vectors load while the previous kernel ends (weights
+    // With `early`: the rows' first W vectors load while the previous kernel ends (weights
     // only before the wait).
     let mut wv = Array::<Vector<W, N>>::new(rpg);
-    if pdl && active && lane < n {
+    if early && active && lane < n {
         load_w_rows(w, &mut wv, row0, n_out, n, lane, rpg);
     }
     await_predecessor(pdl);
@@ -176,22 +177,34 @@ pub fn gemv_v1<W: Float, N: Size>(
     }
     if active {
         let mut i = lane;
+        // With `early` the first vectors are already loaded: that iteration is peeled, so the
+        // loop below stays the plain one (a load under a branch inside it measured slower).
+        if early {
+            if i < n {
+                #[unroll]
+                for t in 0..tn {
+                    xv[t] = x[t * n + i];
+                }
+                #[unroll]
+                for q in 0..rpg {
+                    let wf = Vector::<f32, N>::cast_from(wv[q]);
+                    #[unroll]
+                    for t in 0..tn {
+                        acc[t * rpg + q] += xv[t].dot(wf);
+                    }
+                }
+                i += group;
+            }
+        }
         while i < n {
             #[unroll]
             for t in 0..tn {
                 xv[t] = x[t * n + i];
             }
-            // (With `pdl` the first vectors are already loaded.)
-            if pdl {
-                if i != lane {
-                    load_w_rows(w, &mut wv, row0, n_out, n, i, rpg);
-                }
-            } else {
-                load_w_rows(w, &mut wv, row0, n_out, n, i, rpg);
-            }
             #[unroll]
             for q in 0..rpg {
-                let wf = Vector::<f32, N>::cast_from(wv[q]);
+                let row = select(row0 + q < n_out, row0 + q, n_out - 1);
+                let wf = Vector::<f32, N>::cast_from(w[row * n + i]);
                 #[unroll]
                 for t in 0..tn {
                     acc[t * rpg + q] += xv[t].dot(wf);
@@ -497,6 +510,9 @@ pub(crate) fn launch_gemv<W: Float>(
     let count = CubeCountSelection::new(client, cubes_u32).cube_count();
     let dim = CubeDim::new_2d(group, groups);
     let (xr, nw, xw, eps) = fuse.operands(client);
+    // The first W vectors load before the wait on the previous kernel only for weights no
+    // kernel writes.
+    let (pdl, early) = crate::kernels::pdl::mode(client).flags(w.read_only);
     unsafe {
         gemv_v1::launch::<W>(
             client,
@@ -522,9 +538,8 @@ pub(crate) fn launch_gemv<W: Float>(
             fuse.norm.is_some(),
             fuse.residual.is_some(),
             glu,
-            // The first W vectors load before the wait on the previous kernel: only for
-            // weights no kernel writes.
-            crate::kernels::pdl::enabled(client) && w.read_only,
+            pdl,
+            early,
         );
     }
     Ok(())

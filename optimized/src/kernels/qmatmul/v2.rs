@@ -350,7 +350,8 @@ fn load_x<N: Size>(x: &[Vector<f32, N>], xs: &mut Array<Vector<f32, N>>, t: usiz
 /// values by [`e2m1_pair`] instead of the shared table. `magic`: [`super::INT8_MAGIC`] (an
 /// argument on purpose: see [`int8_word_dot`]); `sub`: int8 by [`sub_word_dot`] instead (x quads
 /// prescaled once per tile, each unit's x sums — per quad with groups — remove the offset).
-/// `pdl`: the first tile's W (with `prefetch`) loaded before [`await_predecessor`].
+/// `pdl`: [`await_predecessor`]; `early`: after the first tile's W loads (with `prefetch`),
+/// not before.
 /// Ends with gemv v1's `store_row_sums` (with
 /// `glu`: y `[tn, out / 2]`, the SwiGLU of interleaved gate/up rows).
 #[allow(clippy::too_many_arguments)]
@@ -385,7 +386,9 @@ pub fn qgemv_v2<N: Size>(
     #[comptime] resid: bool,
     #[comptime] glu: bool,
     #[comptime] pdl: bool,
+    #[comptime] early: bool,
 ) {
+    await_predecessor(comptime!(pdl && !early));
     let unit = UNIT_POS_X as usize;
     let lane = unit % TILE_CHUNKS;
     let group = CUBE_DIM_X as usize;
@@ -426,8 +429,8 @@ pub fn qgemv_v2<N: Size>(
     if row0 < n_out && prefetch && t < ntiles {
         load_tile(w, scales, &mut wn, &mut sn, t, lane, cpr, row0, n_out, cols, rpg, mx);
     }
-    // Only weights above: with `pdl` they load while the previous kernel ends.
-    await_predecessor(pdl);
+    // Only weights above: with `early` they load while the previous kernel ends.
+    await_predecessor(comptime!(pdl && early));
     if row0 < n_out && xpre && t < ntiles {
         load_x(x, &mut xn, t, lane, cpr, xrow, qpc, tn);
     }

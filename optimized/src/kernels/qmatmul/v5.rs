@@ -79,8 +79,8 @@ fn stage_tile<N: Size>(w: &[Vector<u32, N>], ring: &mut [Vector<u32, N>], slot: 
 }
 
 /// gemv v5 (int8, tiled order): arguments as [`super::v3::qgemv_v3`]'s plus `stages` (ring
-/// slots per unit, 2..=[`MAX_STAGES`]) and `pdl` (the first tiles' copies issued before
-/// [`await_predecessor`]). Unit u of group gi handles rows
+/// slots per unit, 2..=[`MAX_STAGES`]), `pdl` ([`await_predecessor`]) and `early` (the first
+/// tiles' copies issued before the wait, not after). Unit u of group gi handles rows
 /// `(CUBE_POS·groups + gi)·rpg ..+ rpg`, tiles `u / 32, + split, ..` at lane `u % 32`.
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked)]
@@ -111,7 +111,9 @@ pub fn qgemv_v5<N: Size>(
     #[comptime] resid: bool,
     #[comptime] glu: bool,
     #[comptime] pdl: bool,
+    #[comptime] early: bool,
 ) {
+    await_predecessor(comptime!(pdl && !early));
     let unit = UNIT_POS_X as usize;
     let lane = unit % TILE_CHUNKS;
     let group = CUBE_DIM_X as usize;
@@ -149,8 +151,8 @@ pub fn qgemv_v5<N: Size>(
         }
         commit_group();
     }
-    // Only weights above: with `pdl` they stream while the previous kernel ends.
-    await_predecessor(pdl);
+    // Only weights above: with `early` they stream while the previous kernel ends.
+    await_predecessor(comptime!(pdl && early));
     if active && t < ntiles {
         load_x4(x, &mut xs, t, lane, cpr, xrow, tn);
     }

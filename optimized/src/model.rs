@@ -573,7 +573,6 @@ impl Engine for GpuEngine {
         let pdl = match (pdl::supported(&m.client), pdl::mode(&m.client)) {
             (false, _) => "",
             (true, Mode::Early) => "; programmatic dependent launch (each kernel's weight loads start while the previous kernel ends)",
-            (true, Mode::Ahead) => "; programmatic dependent launch, small weights (≤ 32 MB) asked into L2 before the wait (TANDEM_PDL=ahead)",
             (true, Mode::Top) => "; programmatic dependent launch, each kernel waiting first thing (TANDEM_PDL=top)",
             (true, Mode::Off) => "; programmatic dependent launch off (TANDEM_PDL=0)",
         };

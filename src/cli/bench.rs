@@ -32,8 +32,7 @@ pub struct BenchArgs {
     pub graphs: String,
     /// GPU decode with programmatic dependent launch (`on`: each kernel may start while the
     /// one before it ends and loads its weights before waiting for it, where the device has
-    /// it — CUDA sm_90+), without (`off`), with every kernel waiting first thing (`top`), or with
-    /// small weights also asked into L2 before the wait (`ahead`);
+    /// it — CUDA sm_90+), without (`off`), or with every kernel waiting first thing (`top`);
     /// `on,off,top` measures each on the same loaded model (each records its own graph; the
     /// conformance gate runs with the first). Default: on, unless `TANDEM_PDL` says otherwise.
     #[arg(long)]
@@ -138,7 +137,6 @@ fn pdl_label(client: &optimized::Client) -> &'static str {
         (false, _) => "no PDL (unsupported)",
         (true, Mode::Early) => "PDL on",
         (true, Mode::Top) => "PDL top",
-        (true, Mode::Ahead) => "PDL ahead",
         (true, Mode::Off) => "PDL off",
     }
 }
@@ -174,7 +172,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         .collect::<Result<_>>()?;
     use optimized::kernels::pdl::Mode;
     let pdls: Vec<Option<Mode>> = match &a.pdl {
-        Some(s) => s.split(',').map(|m| Mode::parse(m).map(Some).ok_or_else(|| CliError::Usage(format!("--pdl {m}: on, off, top or ahead (comma-separated)")))).collect::<Result<_>>()?,
+        Some(s) => s.split(',').map(|m| Mode::parse(m).map(Some).ok_or_else(|| CliError::Usage(format!("--pdl {m}: on, off or top (comma-separated)")))).collect::<Result<_>>()?,
         None => vec![None],
     };
     // Before the gate: kernels are compiled with the setting current at their launch.

@@ -19,8 +19,7 @@
 //!
 //! [`mode`] says what launchers do: on CUDA devices with clusters (sm_90: the same generation
 //! as `griddepcontrol`) [`Mode::Early`] by default; `TANDEM_PDL=0` (or [`set_mode`]) turns it
-//! off, `TANDEM_PDL=top` waits first thing in every kernel and `TANDEM_PDL=ahead` also pulls
-//! small weights into L2 before the wait ([`Mode::Ahead`]) — audit knobs, read once per
+//! off and `TANDEM_PDL=top` waits first thing in every kernel — audit knobs, read once per
 //! process. Elsewhere (wgpu, lavapipe, CI) kernels are compiled without it.
 
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -40,20 +39,6 @@ pub fn await_predecessor(#[comptime] on: bool) {
     }
 }
 
-/// Hint that `w[start .. end]` (`bytes` long, a multiple of 16, the start 16-byte aligned)
-/// moves from DRAM into L2: one bulk instruction, the copy engine walks the lines (CUDA
-/// sm_90). Values are unchanged whether or not it lands.
-#[cube]
-pub fn prefetch_l2<E: CubePrimitive>(w: &[E], start: usize, end: usize, bytes: u32) {
-    let p = unsafe { w.slice(start, end).as_ptr_unchecked() };
-    gpu_asm!("cp.async.bulk.prefetch.L2.global [{}], {};", mem_in(_) p, in(_) bytes, options(explicit_mem));
-}
-
-/// Largest weight [`Mode::Ahead`] pulls into L2 ahead of the wait: under two thirds of the
-/// 50 MB L2 of an H100 / H200, so what is fetched early is still there when it is read (the
-/// int8 q|k|v and Wo of Mistral-7B, 25 and 17 MB; not its gate|up or down).
-pub const L2_AHEAD_MAX_BYTES: usize = 32 << 20;
-
 /// What launchers do about programmatic dependent launch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -65,10 +50,6 @@ pub enum Mode {
     /// The default: the gemvs load their first weights (read-only tensors only) before the
     /// wait, the other kernels what the host wrote (tables, lengths) or constants.
     Early,
-    /// [`Mode::Early`], and each gemv unit group also asks for its rows' whole weight in L2
-    /// ([`prefetch_l2`]) before the wait, for weights of at most [`L2_AHEAD_MAX_BYTES`]: a
-    /// small gemv after a latency-bound kernel (Wo after attention) then reads from L2.
-    Ahead,
 }
 
 impl Mode {
@@ -77,7 +58,6 @@ impl Mode {
             Mode::Off => 1,
             Mode::Top => 2,
             Mode::Early => 3,
-            Mode::Ahead => 4,
         }
     }
 
@@ -87,7 +67,6 @@ impl Mode {
             "0" | "off" | "false" | "no" => Some(Mode::Off),
             "top" => Some(Mode::Top),
             "1" | "on" | "early" | "true" | "yes" => Some(Mode::Early),
-            "ahead" => Some(Mode::Ahead),
             _ => None,
         }
     }
@@ -97,7 +76,6 @@ impl Mode {
             Mode::Off => "off",
             Mode::Top => "top",
             Mode::Early => "on",
-            Mode::Ahead => "ahead",
         }
     }
 
@@ -105,13 +83,7 @@ impl Mode {
     /// loads of read-only data go before the wait). `read_only`: whether what the kernel
     /// would load early is read-only.
     pub fn flags(self, read_only: bool) -> (bool, bool) {
-        (self != Mode::Off, matches!(self, Mode::Early | Mode::Ahead) && read_only)
-    }
-
-    /// Whether a gemv over a read-only weight of `bytes` (rows a multiple of 16 bytes)
-    /// prefetches it into L2 before its wait.
-    pub fn ahead(self, read_only: bool, bytes: usize, aligned_rows: bool) -> bool {
-        self == Mode::Ahead && read_only && aligned_rows && bytes <= L2_AHEAD_MAX_BYTES
+        (self != Mode::Off, self == Mode::Early && read_only)
     }
 }
 
@@ -123,7 +95,6 @@ fn current() -> Mode {
         1 => Mode::Off,
         2 => Mode::Top,
         3 => Mode::Early,
-        4 => Mode::Ahead,
         _ => {
             // An unknown value keeps the default (the engine status names the mode in use).
             let m = std::env::var("TANDEM_PDL").ok().and_then(|v| Mode::parse(&v)).unwrap_or(Mode::Early);
@@ -134,7 +105,7 @@ fn current() -> Mode {
 }
 
 /// Sets the mode for the kernels launched from now on, process-wide (an audit knob: `tandem
-/// bench --pdl on,off,top,ahead`; a captured graph keeps the launches it recorded).
+/// bench --pdl on,off,top`; a captured graph keeps the launches it recorded).
 pub fn set_mode(m: Mode) {
     MODE.store(m.code(), Ordering::Relaxed);
 }

@@ -640,10 +640,7 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
     let (norm, resid) = (fuse.norm.is_some(), fuse.residual.is_some());
     // Programmatic dependent launch: the first tile's W loads go before the wait on the
     // previous kernel only for weights no kernel writes.
-    let mode = super::pdl::mode(client);
-    let read_only = w.data.read_only && w.scales.read_only;
-    let (pdl, early) = mode.flags(read_only);
-    let ahead = mode.ahead(read_only, w.bytes(), true);
+    let (pdl, early) = super::pdl::mode(client).flags(w.data.read_only && w.scales.read_only);
     if tiled {
         if mx && prefetch.int8_only() {
             return Err(Error::Unsupported(format!("qlinear: the {prefetch:?} prefetch (gemv v3 / v5) takes int8 weights only")));
@@ -653,7 +650,7 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
             Prefetch::Async(stages) => {
                 v5::require_ring(client, stages, block, rpg)?;
                 unsafe {
-                    v5::qgemv_v5::launch_unchecked(client, count, dim, 4, x.as_arg(4), w.data.as_arg(4), w.scales.as_arg(1), y.as_arg(1), xr.as_arg(4), nw.as_arg(1), xw.as_arg(1), w.out as u32, w.in_dim as u32, cpr as u32, cols, gshift, INT8_MAGIC, eps, t, rpg, w.grouped(), plane, split, block, stages, sub, norm, resid, glu, pdl, early, ahead);
+                    v5::qgemv_v5::launch_unchecked(client, count, dim, 4, x.as_arg(4), w.data.as_arg(4), w.scales.as_arg(1), y.as_arg(1), xr.as_arg(4), nw.as_arg(1), xw.as_arg(1), w.out as u32, w.in_dim as u32, cpr as u32, cols, gshift, INT8_MAGIC, eps, t, rpg, w.grouped(), plane, split, block, stages, sub, norm, resid, glu, pdl, early);
                 }
             }
             Prefetch::Pipelined => unsafe {
@@ -661,7 +658,7 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
             },
             Prefetch::Off | Prefetch::W | Prefetch::WX => unsafe {
                 let (pre_w, pre_x) = (prefetch != Prefetch::Off, prefetch == Prefetch::WX);
-                v2::qgemv_v2::launch_unchecked(client, count, dim, 4, x.as_arg(4), w.data.as_arg(4), w.scales.as_arg(1), y.as_arg(1), xr.as_arg(4), nw.as_arg(1), xw.as_arg(1), w.out as u32, w.in_dim as u32, cpr as u32, cols, gshift, INT8_MAGIC, eps, t, rpg, mx, w.grouped(), plane, split, block, pre_w, pre_x, pairs, sub, norm, resid, glu, pdl, early, ahead);
+                v2::qgemv_v2::launch_unchecked(client, count, dim, 4, x.as_arg(4), w.data.as_arg(4), w.scales.as_arg(1), y.as_arg(1), xr.as_arg(4), nw.as_arg(1), xw.as_arg(1), w.out as u32, w.in_dim as u32, cpr as u32, cols, gshift, INT8_MAGIC, eps, t, rpg, mx, w.grouped(), plane, split, block, pre_w, pre_x, pairs, sub, norm, resid, glu, pdl, early);
             },
         }
         return Ok(());

@@ -6,7 +6,7 @@ use cubecl::prelude::*;
 use cubecl::server::CubeCountSelection;
 
 use super::Dims;
-use crate::kernels::pdl::{await_predecessor, prefetch_l2};
+use crate::kernels::pdl::await_predecessor;
 use crate::kernels::swiglu::silu_mul;
 use crate::kernels::{prev_pow2, uniform_plane_size};
 use crate::{Client, DeviceTensor, Dtype, Error};
@@ -120,8 +120,7 @@ impl<'a> Fuse<'a> {
 /// `(c * groups + g) * rpg ..+ rpg`, loading each x vector once for its `rpg` rows.
 /// With `plane`, `group` must be `split` planes of `plane_size` units and `block` ≥
 /// groups * split * rpg; otherwise `group` must be a power of two and `block` = group * groups.
-/// `pdl`: [`await_predecessor`]; `early`: each unit's first W vectors are loaded before it;
-/// `ahead`: the group's rows (`row_bytes` each) are asked into L2 before it too.
+/// `pdl`: [`await_predecessor`]; `early`: each unit's first W vectors are loaded before it.
 #[allow(clippy::too_many_arguments)]
 #[cube(launch)]
 pub fn gemv_v1<W: Float, N: Size>(
@@ -135,7 +134,6 @@ pub fn gemv_v1<W: Float, N: Size>(
     kv: u32,
     c_in: f32,
     eps: f32,
-    row_bytes: u32,
     #[comptime] tn: usize,
     #[comptime] rpg: usize,
     #[comptime] plane: bool,
@@ -147,7 +145,6 @@ pub fn gemv_v1<W: Float, N: Size>(
     #[comptime] glu: bool,
     #[comptime] pdl: bool,
     #[comptime] early: bool,
-    #[comptime] ahead: bool,
 ) {
     let lane = UNIT_POS_X as usize;
     let group = CUBE_DIM_X as usize;
@@ -170,11 +167,6 @@ pub fn gemv_v1<W: Float, N: Size>(
     let mut wv = Array::<Vector<W, N>>::new(rpg);
     if early && active && lane < n {
         load_w_rows(w, &mut wv, row0, n_out, n, lane, rpg);
-    }
-    // With `ahead`: the group's rows (contiguous, `row_bytes` each) asked into L2 too.
-    if ahead && active && lane == 0 {
-        let rows = min(rpg, n_out - row0);
-        prefetch_l2(w, row0 * n, (row0 + rows) * n, rows as u32 * row_bytes);
     }
     await_predecessor(pdl);
     let mut xv = Array::<Vector<f32, N>>::new(tn);
@@ -520,11 +512,7 @@ pub(crate) fn launch_gemv<W: Float>(
     let (xr, nw, xw, eps) = fuse.operands(client);
     // The first W vectors load before the wait on the previous kernel only for weights no
     // kernel writes.
-    let mode = crate::kernels::pdl::mode(client);
-    let (pdl, early) = mode.flags(w.read_only);
-    let row_bytes = d.n_in * w.dtype.size();
-    let ahead = mode.ahead(w.read_only, d.n_out * row_bytes, row_bytes % 16 == 0);
-    let row_bytes = u32::try_from(row_bytes).map_err(|_| Error::Shape(format!("linear: rows of {row_bytes} bytes exceed u32")))?;
+    let (pdl, early) = crate::kernels::pdl::mode(client).flags(w.read_only);
     unsafe {
         gemv_v1::launch::<W>(
             client,
@@ -541,7 +529,6 @@ pub(crate) fn launch_gemv<W: Float>(
             kv as u32,
             d.n_in as f32,
             eps,
-            row_bytes,
             d.t,
             rpg,
             plane,
@@ -553,7 +540,6 @@ pub(crate) fn launch_gemv<W: Float>(
             glu,
             pdl,
             early,
-            ahead,
         );
     }
     Ok(())

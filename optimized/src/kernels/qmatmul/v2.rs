@@ -27,7 +27,7 @@ use crate::{Client, DeviceTensor, Dtype, Error};
 
 use super::{e2m1, int8_word_dot};
 use crate::kernels::matmul::{inv_rms, scale_rows, store_row_sums};
-use crate::kernels::pdl::{await_predecessor, prefetch_l2};
+use crate::kernels::pdl::await_predecessor;
 
 /// Chunks (one per lane) per tile.
 pub const TILE_CHUNKS: usize = 32;
@@ -341,17 +341,6 @@ fn load_x<N: Size>(x: &[Vector<f32, N>], xs: &mut Array<Vector<f32, N>>, t: usiz
     }
 }
 
-/// The rows `row0 ..+ rpg` (clipped to `n_out`) of a tiled-order weight — contiguous, `cpr`
-/// 16-byte chunks each — asked into L2 by the group's first unit (`unit` 0): the
-/// [`Mode::Ahead`](crate::kernels::pdl::Mode::Ahead) prefetch of gemv v2 / v5.
-#[cube]
-pub(crate) fn l2_ahead<N: Size>(w: &[Vector<u32, N>], row0: usize, n_out: usize, cpr: usize, unit: usize, #[comptime] rpg: usize) {
-    if unit == 0 && row0 < n_out {
-        let rows = min(rpg, n_out - row0);
-        prefetch_l2(w, row0 * cpr, (row0 + rows) * cpr, (rows * cpr * 16) as u32);
-    }
-}
-
 /// gemv v2. x `[tn, in/4]` quads; w `[out, cpr]` chunks in the tiled order; y `[tn, out]`.
 /// Cube dim (32·split, groups): unit u of group gi handles rows `(CUBE_POS·groups + gi)·rpg
 /// ..+ rpg`, tiles `u / 32, u / 32 + split, ..` at lane `u % 32`; x quads loaded once per
@@ -362,7 +351,7 @@ pub(crate) fn l2_ahead<N: Size>(w: &[Vector<u32, N>], row0: usize, n_out: usize,
 /// argument on purpose: see [`int8_word_dot`]); `sub`: int8 by [`sub_word_dot`] instead (x quads
 /// prescaled once per tile, each unit's x sums — per quad with groups — remove the offset).
 /// `pdl`: [`await_predecessor`]; `early`: after the first tile's W loads (with `prefetch`),
-/// not before; `ahead`: the group's rows asked into L2 before it too ([`l2_ahead`]).
+/// not before.
 /// Ends with gemv v1's `store_row_sums` (with
 /// `glu`: y `[tn, out / 2]`, the SwiGLU of interleaved gate/up rows).
 #[allow(clippy::too_many_arguments)]
@@ -398,7 +387,6 @@ pub fn qgemv_v2<N: Size>(
     #[comptime] glu: bool,
     #[comptime] pdl: bool,
     #[comptime] early: bool,
-    #[comptime] ahead: bool,
 ) {
     await_predecessor(comptime!(pdl && !early));
     let unit = UNIT_POS_X as usize;
@@ -440,9 +428,6 @@ pub fn qgemv_v2<N: Size>(
     let mut t = unit / TILE_CHUNKS;
     if row0 < n_out && prefetch && t < ntiles {
         load_tile(w, scales, &mut wn, &mut sn, t, lane, cpr, row0, n_out, cols, rpg, mx);
-    }
-    if ahead {
-        l2_ahead(w, row0, n_out, cpr, unit, rpg);
     }
     // Only weights above: with `early` they load while the previous kernel ends.
     await_predecessor(comptime!(pdl && early));

@@ -20,7 +20,6 @@ use cubecl::prelude::*;
 use super::v2::{finish_per_channel, TILE_CHUNKS};
 use super::v3::{load_x4, tile_dot};
 use crate::kernels::matmul::{inv_rms, scale_rows, store_row_sums};
-use super::v2::l2_ahead;
 use crate::kernels::pdl::await_predecessor;
 use crate::{Client, Error};
 
@@ -80,9 +79,8 @@ fn stage_tile<N: Size>(w: &[Vector<u32, N>], ring: &mut [Vector<u32, N>], slot: 
 }
 
 /// gemv v5 (int8, tiled order): arguments as [`super::v3::qgemv_v3`]'s plus `stages` (ring
-/// slots per unit, 2..=[`MAX_STAGES`]), `pdl` ([`await_predecessor`]), `early` (the first
-/// tiles' copies issued before the wait, not after) and `ahead` (the group's rows asked into
-/// L2 before the wait, [`l2_ahead`]). Unit u of group gi handles rows
+/// slots per unit, 2..=[`MAX_STAGES`]), `pdl` ([`await_predecessor`]) and `early` (the first
+/// tiles' copies issued before the wait, not after). Unit u of group gi handles rows
 /// `(CUBE_POS·groups + gi)·rpg ..+ rpg`, tiles `u / 32, + split, ..` at lane `u % 32`.
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked)]
@@ -114,7 +112,6 @@ pub fn qgemv_v5<N: Size>(
     #[comptime] glu: bool,
     #[comptime] pdl: bool,
     #[comptime] early: bool,
-    #[comptime] ahead: bool,
 ) {
     await_predecessor(comptime!(pdl && !early));
     let unit = UNIT_POS_X as usize;
@@ -153,9 +150,6 @@ pub fn qgemv_v5<N: Size>(
             stage_tile(w, &mut ring, s, ts, lane, tid, cpr, row0, n_out, rpg, block);
         }
         commit_group();
-    }
-    if ahead {
-        l2_ahead(w, row0, n_out, cpr, unit, rpg);
     }
     // Only weights above: with `early` they stream while the previous kernel ends.
     await_predecessor(comptime!(pdl && early));

@@ -129,3 +129,30 @@ pub fn mode(client: &Client) -> Mode {
 pub fn enabled(client: &Client) -> bool {
     mode(client) != Mode::Off
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Mode;
+
+    /// The safety rule: loads ahead of the wait only ever for read-only data, in every mode;
+    /// and only `off` compiles plain kernels.
+    #[test]
+    fn early_loads_only_for_read_only_data() {
+        for m in [Mode::Off, Mode::Top, Mode::Early] {
+            assert!(!m.flags(false).1, "{m:?} loads writable data before its wait");
+            assert_eq!(m.flags(true).0, m != Mode::Off, "{m:?}");
+        }
+        assert_eq!(Mode::Early.flags(true), (true, true));
+        assert_eq!(Mode::Top.flags(true), (true, false));
+    }
+
+    #[test]
+    fn modes_parse_by_name() {
+        for m in [Mode::Off, Mode::Top, Mode::Early] {
+            assert_eq!(Mode::parse(m.name()), Some(m));
+        }
+        assert_eq!(Mode::parse("0"), Some(Mode::Off));
+        assert_eq!(Mode::parse(" 1 "), Some(Mode::Early));
+        assert_eq!(Mode::parse("sometimes"), None);
+    }
+}

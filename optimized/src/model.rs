@@ -96,8 +96,9 @@ pub struct GpuModel {
     pub layers: Vec<GpuLayer>,
     /// `[C]` f32
     pub out_norm: DeviceTensor,
-    /// `[V, C]` (aliases `tok_embd` when tied)
-    pub lm_head: DeviceTensor,
+    /// `[V, C]`: aliases `tok_embd` when tied; quantized when the source holds it so (an
+    /// untied lm_head under int8: `reference::quant::quantizes`).
+    pub lm_head: Weight,
     rope: rope::RopeTable,
     kv: KvStore,
     pub attention: AttentionImpl,
@@ -267,7 +268,7 @@ impl GpuModel {
         let mma = std::env::var("TANDEM_MMA").ok().map(|v| v.parse::<MmaTune>()).transpose()?;
         let mut up = Uploader { client: &client, src, cfg, bytes: 0, quant: None, int8_magic, prefetch, mma_order, mma };
         let tok_embd = up.dense(&[Tensor::TokEmbd], dtype)?;
-        let lm_head = if cfg.tied_embeddings { tok_embd.clone() } else { up.dense(&[Tensor::LmHead], dtype)? };
+        let lm_head = if cfg.tied_embeddings { Weight::Dense(tok_embd.clone()) } else { up.linear(&[Tensor::LmHead], dtype)? };
         let mut layers = Vec::with_capacity(cfg.n_layers);
         for l in 0..cfg.n_layers {
             let [an, q, k, v, o, fnm, g, u, d] = Tensor::layer(l);
@@ -282,7 +283,7 @@ impl GpuModel {
         }
         let out_norm = up.dense(&[Tensor::OutNorm], Dtype::F32)?;
         let (bytes, quant) = (up.bytes, up.quant.take());
-        let stream_bytes = layers.iter().map(|l| l.wqkv.bytes() + l.wo.bytes() + l.w_gate_up.bytes() + l.w_down.bytes()).sum::<usize>() + lm_head.numel() * lm_head.dtype.size();
+        let stream_bytes = layers.iter().map(|l| l.wqkv.bytes() + l.wo.bytes() + l.w_gate_up.bytes() + l.w_down.bytes()).sum::<usize>() + lm_head.bytes();
         let capacity = capacity.clamp(1, cfg.max_ctx);
         let rope = rope::RopeTable::new(&client, capacity, cfg.head_dim, cfg.rope_theta)?;
         let kv = match attention {
@@ -450,10 +451,10 @@ impl GpuModel {
         // Only the last position's logits are needed for generation; all are kept for checks.
         if fused {
             let logits = DeviceTensor::empty_f32(c, &[t, cfg.vocab]);
-            matmul::gemv_fused_into(c, &xw, &self.lm_head, &logits, &normed)?;
+            self.lm_head.gemv_fused_into(c, &xw, &logits, &normed)?;
             return Ok(logits);
         }
-        matmul::linear(c, &h, &self.lm_head)
+        self.lm_head.linear(c, &h)
     }
 
     /// The last row of a `[T, V]` device tensor as a `[1, V]` view-copy on the device.
@@ -530,14 +531,19 @@ impl Engine for GpuEngine {
         self.0.use_graphs = on;
         true
     }
-    fn set_pdl(&mut self, mode: &str) -> bool {
-        let Some(m) = crate::kernels::pdl::Mode::parse(mode) else {
-            return false;
-        };
-        if !crate::kernels::pdl::supported(&self.0.client) {
-            return false;
+    fn set_knob(&mut self, knob: &str, value: &str) -> bool {
+        use crate::kernels::{pdl, qmatmul::knobs};
+        match knob {
+            "pdl" => match pdl::Mode::parse(value) {
+                Some(m) if pdl::supported(&self.0.client) => pdl::set_mode(m),
+                _ => return false,
+            },
+            "qgemv" => match knobs::Knobs::parse(value) {
+                Ok(k) => knobs::set(k),
+                Err(_) => return false,
+            },
+            _ => return false,
         }
-        crate::kernels::pdl::set_mode(m);
         // The recorded launches keep the setting they were made with: record anew.
         self.0.graph = None;
         true
@@ -576,6 +582,8 @@ impl Engine for GpuEngine {
             (true, Mode::Top) => "; programmatic dependent launch, each kernel waiting first thing (TANDEM_PDL=top)",
             (true, Mode::Off) => "; programmatic dependent launch off (TANDEM_PDL=0)",
         };
-        Some(format!("{graphs}; {norms}{int8}{pdl}"))
+        let has_quant = m.layers.iter().any(|l| matches!(l.wqkv, Weight::Quant(_))) || matches!(m.lm_head, Weight::Quant(_));
+        let launch = if has_quant { format!("; quantized gemv launch {}", crate::kernels::qmatmul::knobs::current().name()) } else { String::new() };
+        Some(format!("{graphs}; {norms}{int8}{pdl}{launch}"))
     }
 }

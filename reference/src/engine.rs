@@ -23,10 +23,10 @@ pub trait Engine {
     fn set_graphs(&mut self, _on: bool) -> bool {
         false
     }
-    /// Set programmatic dependent launch (kernels starting while the one before them ends) —
-    /// `on`, `off` or an engine's own audit modes — where the engine has it; returns whether it
-    /// has it and took the mode.
-    fn set_pdl(&mut self, _mode: &str) -> bool {
+    /// Set one of the engine's launch knobs to `value` — `pdl` (programmatic dependent launch:
+    /// `on`, `off` or an engine's own audit modes), `qgemv` (the quantized decode gemvs' launch
+    /// choices) — where the engine has it; returns whether it has it and took the value.
+    fn set_knob(&mut self, _knob: &str, _value: &str) -> bool {
         false
     }
     /// How the engine ran its steps, where that is worth reporting (e.g. decode graphs).

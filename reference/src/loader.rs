@@ -20,14 +20,15 @@ impl TensorSource for GgufFile {
         Ok(data)
     }
 
-    /// A Q8_0 linear weight as INT8 with groups of 32 (`q` as stored, the f16 block scale
-    /// widened to f32): exactly what [`TensorSource::load`] dequantizes (`d · q`), so a backend
-    /// keeps the file's weights without requantizing. Other types (and a negative or
-    /// non-finite block scale, legal in ggml but not in INT8) give `None`.
+    /// A Q8_0 linear weight (or untied `output.weight`) as INT8 with groups of 32 (`q` as
+    /// stored, the f16 block scale widened to f32): exactly what [`TensorSource::load`]
+    /// dequantizes (`d · q`), so a backend keeps the file's weights without requantizing. Other
+    /// types (and a negative or non-finite block scale, legal in ggml but not in INT8) give
+    /// `None`.
     fn load_quantized(&mut self, t: Tensor, cfg: &Config) -> Result<Option<crate::quant::QuantTensor>> {
         use crate::dequant::GgmlType;
         use crate::quant::{Granularity, Int8Weight, QuantTensor};
-        if !crate::quant::is_linear(t) {
+        if !(crate::quant::is_linear(t) || t == Tensor::LmHead) {
             return Ok(None);
         }
         let name = t.name(Naming::Gguf);
@@ -152,7 +153,7 @@ impl TensorSource for SafetensorsDir {
 
     fn load_quantized(&mut self, t: Tensor, cfg: &Config) -> Result<Option<QuantTensor>> {
         match self.quant {
-            Some(scheme) if quant::is_linear(t) => quant::store::read_quantized(self, t, cfg, scheme).map(Some),
+            Some(scheme) if quant::store::stored_quantized(self, t, scheme) => quant::store::read_quantized(self, t, cfg, scheme).map(Some),
             _ => Ok(None),
         }
     }

@@ -12,7 +12,7 @@ use reference::gguf::GgufFile;
 use reference::loader::{self, permute_for_adjacent, permute_for_half_split, SafetensorsDir};
 use reference::quant::drift::{kl_logits, prompt_drift, summarize};
 use reference::quant::store::{read_quant_config, write_quantized_hf_dir};
-use reference::quant::{is_linear, quantize_tensor, quantized_weights, Granularity, QuantizeOnLoad, Scheme};
+use reference::quant::{is_linear, quantize_tensor, quantizes, quantized_weights, Granularity, QuantizeOnLoad, Scheme};
 use reference::synthetic::{self, Synthetic};
 use reference::weights::{Naming, Tensor, TensorSource, Weights};
 use reference::{Config, Error, Model};
@@ -50,7 +50,9 @@ fn quantized_dir_loads_to_the_in_memory_quantized_weights() {
                 continue;
             }
             let rep = r.unwrap();
-            assert_eq!(rep.quantized, 7 * cfg.n_layers);
+            // Under int8 an untied lm_head is quantized too.
+            let head = !cfg.tied_embeddings && matches!(scheme, Scheme::Int8(_));
+            assert_eq!(rep.quantized, 7 * cfg.n_layers + usize::from(head), "{name} {scheme}");
             assert!(rep.linear_quant_bytes * 3 < rep.linear_f32_bytes, "{rep:?}");
             assert_eq!(read_quant_config(&dir.join("config.json")).unwrap(), Some(scheme));
             let loaded = loader::load(&dir).unwrap();
@@ -66,6 +68,13 @@ fn quantized_dir_loads_to_the_in_memory_quantized_weights() {
                 assert_eq!(q.scheme(), scheme);
             }
             assert!(st.load_quantized(Tensor::TokEmbd, &cfg).unwrap().is_none());
+            if !cfg.tied_embeddings {
+                let q = st.load_quantized(Tensor::LmHead, &cfg).unwrap();
+                assert_eq!(q.is_some(), head, "{name} {scheme}: lm_head quantized iff int8");
+                if let Some(q) = q {
+                    assert_eq!(q, quantize_tensor(scheme, Tensor::LmHead, &cfg, &synth.load(Tensor::LmHead, &cfg).unwrap()).unwrap());
+                }
+            }
             assert!(st.load_quantized(Tensor::AttnNorm(0), &cfg).unwrap().is_none());
         }
     }
@@ -220,4 +229,40 @@ fn drift_of_a_tiny_model() {
     let long = vec![1u32; cfg.max_ctx];
     assert!(matches!(prompt_drift(&full, &full, &long, 1), Err(Error::Input(_))));
     assert!(is_linear(Tensor::WUp(0)) && !is_linear(Tensor::LmHead));
+}
+
+#[test]
+fn int8_quantizes_the_lm_head_and_older_directories_still_load() {
+    let int8 = Scheme::Int8(Granularity::PerChannel);
+    assert!(quantizes(int8, Tensor::LmHead) && quantizes(Scheme::Int8(Granularity::Group(32)), Tensor::LmHead));
+    assert!(!quantizes(Scheme::Mxfp4, Tensor::LmHead) && quantizes(Scheme::Mxfp4, Tensor::Wo(0)));
+    assert!(!quantizes(int8, Tensor::TokEmbd) && !quantizes(int8, Tensor::OutNorm));
+    let (name, cfg) = synthetic::tiny_configs().into_iter().find(|(_, c)| !c.tied_embeddings).expect("an untied tiny config");
+    let w = synthetic::weights(&cfg, 3).unwrap();
+    let q = quantized_weights(&w, &cfg, int8).unwrap();
+    assert_ne!(q.head(), w.head(), "{name}: the lm_head is quantized under int8");
+    assert_eq!(quantized_weights(&w, &cfg, Scheme::Mxfp4).unwrap().head(), w.head(), "{name}: mxfp4 keeps it");
+    // A directory written before int8 quantized the lm_head: lm_head.weight in F32, no scale.
+    let dir = tmp("old-int8");
+    write_quantized_hf_dir(&dir, &cfg, &mut Synthetic { seed: 3 }, int8).unwrap();
+    let path = dir.join("model.safetensors");
+    let bytes = std::fs::read(&path).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let head: Vec<u8> = w.head().iter().flat_map(|x| x.to_le_bytes()).collect();
+    let mut views = vec![];
+    for (k, v) in st.tensors() {
+        match k.as_str() {
+            "lm_head.weight_scale" => {}
+            "lm_head.weight" => views.push((k, safetensors::tensor::TensorView::new(Dtype::F32, v.shape().to_vec(), &head).unwrap())),
+            _ => views.push((k, v)),
+        }
+    }
+    safetensors::serialize_to_file(views, None, &dir.join("old.safetensors")).unwrap();
+    std::fs::rename(dir.join("old.safetensors"), &path).unwrap();
+    let loaded = loader::load(&dir).unwrap();
+    assert_eq!(loaded.weights.head(), w.head(), "{name}: an F32 lm_head loads as stored");
+    assert_eq!(loaded.weights.layers[0].w_up, q.layers[0].w_up);
+    let mut st = SafetensorsDir::open(&dir).unwrap();
+    assert!(st.load_quantized(Tensor::LmHead, &cfg).unwrap().is_none());
+    assert!(st.load_quantized(Tensor::Wq(0), &cfg).unwrap().is_some());
 }

@@ -307,7 +307,8 @@ fn gguf_writer_rejects_mixed_type_arrays() {
 
 /// A Q8_0 GGUF's linear weights come out of `load_quantized` as INT8 groups of 32 whose
 /// dequantization is bit-identical to what `load` gives (so a GPU keeps the file's weights);
-/// embeddings and norms are not offered quantized, and a Q4_1 file offers nothing.
+/// so is an untied `output.weight`; embeddings and norms are not offered quantized, and a
+/// Q4_1 file offers nothing.
 #[test]
 fn q8_0_gguf_linear_weights_load_as_int8_groups_of_32() {
     use reference::quant::{Granularity, QuantTensor, Scheme};
@@ -336,6 +337,14 @@ fn q8_0_gguf_linear_weights_load_as_int8_groups_of_32() {
     }
     assert_eq!(n, 7 * cfg.n_layers);
     assert!(g.load_quantized(Tensor::TokEmbd, &cfg).unwrap().is_none());
+    // An untied Q8_0 `output.weight` is kept too (the reference's int8 quantizes the lm_head).
+    let (_, ucfg) = synthetic::tiny_configs().into_iter().find(|(_, c)| !c.tied_embeddings).unwrap();
+    let pu = tmp("q8-untied.gguf");
+    loader::write_gguf(&pu, &ucfg, &synthetic::weights(&ucfg, 3).unwrap(), GgmlType::Q8_0).unwrap();
+    let mut gu = GgufFile::open(&pu).unwrap();
+    let head = gu.load_quantized(Tensor::LmHead, &ucfg).unwrap().expect("output.weight offered quantized");
+    let want = gu.load(Tensor::LmHead, &ucfg).unwrap();
+    assert!(head.dequant().iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "lm_head: dequant differs from load");
     let p4 = tmp("q4-not-int8.gguf");
     loader::write_gguf(&p4, &cfg, &w, GgmlType::Q4_1).unwrap();
     let mut g4 = GgufFile::open(&p4).unwrap();

@@ -37,6 +37,13 @@ pub struct BenchArgs {
     /// conformance gate runs with the first). Default: on, unless `TANDEM_PDL` says otherwise.
     #[arg(long)]
     pub pdl: Option<String>,
+    /// GPU decode with these launch choices of the quantized gemvs, `;`-separated settings
+    /// (e.g. `default;gps=32;small=3@32`: keys in `optimized::kernels::qmatmul::knobs`),
+    /// each measured on the same loaded model after every `--pdl` setting (each records its
+    /// own graph; the conformance gate runs with the first). Default: `TANDEM_QGEMV_LAUNCH`,
+    /// else the defaults.
+    #[arg(long)]
+    pub qgemv: Option<String>,
     /// Benchmark one kernel family instead of the whole model, at the model's shapes:
     /// `attention` (decode attention GB/s vs the copy rate at KV lengths 512..32k for
     /// batch 1 and 32; prefill TFLOP/s at 512/2k/8k tokens, flash vs naive) or `qmatmul`
@@ -130,15 +137,17 @@ fn gate_identity(backend: optimized::Backend) -> Option<String> {
     Some(format!("{} {} {mtime} {backend} {} {}", exe.display(), meta.len(), optimized::device_info(&client).name, pdl_label(&client)))
 }
 
-/// The programmatic-dependent-launch setting the kernels are compiled with (they differ).
-fn pdl_label(client: &optimized::Client) -> &'static str {
+/// The programmatic-dependent-launch setting the kernels are compiled with (they differ),
+/// and the quantized gemvs' launch knobs.
+fn pdl_label(client: &optimized::Client) -> String {
     use optimized::kernels::pdl::{self, Mode};
-    match (pdl::supported(client), pdl::mode(client)) {
+    let pdl = match (pdl::supported(client), pdl::mode(client)) {
         (false, _) => "no PDL (unsupported)",
         (true, Mode::Early) => "PDL on",
         (true, Mode::Top) => "PDL top",
         (true, Mode::Off) => "PDL off",
-    }
+    };
+    format!("{pdl}, qgemv launch {}", optimized::kernels::qmatmul::knobs::current().name())
 }
 
 fn run_gate(backend: optimized::Backend) -> Result<String> {
@@ -151,7 +160,7 @@ fn run_gate(backend: optimized::Backend) -> Result<String> {
             report.table()
         )));
     }
-    let pdl = optimized::client(backend).map(|c| pdl_label(&c)).unwrap_or("PDL unknown");
+    let pdl = optimized::client(backend).map(|c| pdl_label(&c)).unwrap_or_else(|_| "PDL unknown".into());
     Ok(format!("conformance on {backend} (this build, this run, {pdl}): {p} passed, 0 failed, {k} skipped in {:.1} s", t.elapsed().as_secs_f64()))
 }
 
@@ -175,9 +184,17 @@ pub fn run(a: BenchArgs) -> Result<()> {
         Some(s) => s.split(',').map(|m| Mode::parse(m).map(Some).ok_or_else(|| CliError::Usage(format!("--pdl {m}: on, off or top (comma-separated)")))).collect::<Result<_>>()?,
         None => vec![None],
     };
+    use optimized::kernels::qmatmul::knobs::{self, Knobs};
+    let qgemvs: Vec<Option<Knobs>> = match &a.qgemv {
+        Some(s) => s.split(';').map(|k| Knobs::parse(k).map(Some).map_err(|e| CliError::Usage(format!("--qgemv: {e}")))).collect::<Result<_>>()?,
+        None => vec![None],
+    };
     // Before the gate: kernels are compiled with the setting current at their launch.
     if let Some(m) = pdls[0] {
         optimized::kernels::pdl::set_mode(m);
+    }
+    if let Some(k) = qgemvs[0] {
+        knobs::set(k);
     }
     let backend = resolve(a.model.device);
     if let Some(k) = &a.kernel {
@@ -276,13 +293,23 @@ pub fn run(a: BenchArgs) -> Result<()> {
         let m = median(times);
         println!("prefill T={n:<5} TTFT {:>9.2} ms  ({:.0} tokens/s)", m * 1e3, n as f64 / m);
     }
-    let settings = graphs.iter().flat_map(|&g| pdls.iter().map(move |&p| (g, p)));
-    for (g, p) in settings.filter(|_| a.decode_tokens > 0) {
+    let mut settings = vec![];
+    for &g in &graphs {
+        for &p in &pdls {
+            settings.extend(qgemvs.iter().map(|&k| (g, p, k)));
+        }
+    }
+    for (g, p, k) in settings.into_iter().filter(|_| a.decode_tokens > 0) {
         if graphs.len() > 1 && !engine.set_graphs(g) {
             continue;
         }
         if let Some(m) = p.filter(|_| pdls.len() > 1) {
-            if !engine.set_pdl(m.name()) {
+            if !engine.set_knob("pdl", m.name()) {
+                continue;
+            }
+        }
+        if let Some(k) = k.filter(|_| qgemvs.len() > 1) {
+            if !engine.set_knob("qgemv", &k.name()) {
                 continue;
             }
         }

@@ -22,8 +22,8 @@ pub enum Format {
 pub struct QuantizeArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Quantized format of the linear weights (q, k, v, o, gate, up, down). Embeddings,
-    /// lm_head and norms are stored in f32.
+    /// Quantized format of the linear weights (q, k, v, o, gate, up, down; int8 also an
+    /// untied lm_head). Embeddings, mxfp4's lm_head and norms are stored in f32.
     #[arg(long, value_enum)]
     pub format: Format,
     /// int8 only: one scale per N consecutive inputs instead of one per output channel

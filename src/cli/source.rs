@@ -38,9 +38,10 @@ pub struct ModelArgs {
     #[arg(long)]
     pub dtype: Option<String>,
     /// Quantize the linear weights as they load: int8 (one scale per output channel),
-    /// int8-g<N> (one per N inputs, e.g. int8-g128) or mxfp4 (OCP, blocks of 32). The CPU
-    /// reference runs on dequant(quantize(W)) in f32; GPU devices keep them quantized and run
-    /// the fused dequant kernels (embeddings, lm_head and norms stay in --dtype / f32).
+    /// int8-g<N> (one per N inputs, e.g. int8-g128) or mxfp4 (OCP, blocks of 32); int8 also
+    /// quantizes an untied lm_head. The CPU reference runs on dequant(quantize(W)) in f32; GPU
+    /// devices keep them quantized and run the fused dequant kernels (embeddings, mxfp4's
+    /// lm_head and norms stay in --dtype / f32).
     #[arg(long)]
     pub weights: Option<String>,
 }

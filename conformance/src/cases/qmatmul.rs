@@ -37,6 +37,10 @@ pub struct QMatmulCase {
     pub fusion: Fusion,
     /// gemv v4 (the `Mma` order): row blocks per plane, loads in flight, planes per row.
     pub mma: MmaTune,
+    /// gemv v1 / v2 / v5: rows per unit group (`None`: the format's default) and planes per
+    /// row (`None`: chosen to fill the device) — what `qmatmul::knobs` may choose in a model.
+    pub rpg: Option<usize>,
+    pub split: Option<usize>,
 }
 
 impl QMatmulCase {
@@ -47,7 +51,7 @@ impl QMatmulCase {
             Scheme::Int8(g) => QFormat::Int8 { group: g.group_len(n_in) },
             Scheme::Mxfp4 => QFormat::Mxfp4,
         };
-        Self { t, n_in, n_out, scheme, parts, layout, prefetch: default_prefetch(format, n_in), fp4: Fp4Decode::Pairs, int8: Int8Decode::Subnormal, fusion: Fusion::None, mma: MmaTune::default() }
+        Self { t, n_in, n_out, scheme, parts, layout, prefetch: default_prefetch(format, n_in), fp4: Fp4Decode::Pairs, int8: Int8Decode::Subnormal, fusion: Fusion::None, mma: MmaTune::default(), rpg: None, split: None }
     }
 }
 
@@ -80,7 +84,9 @@ impl Case for QMatmulCase {
                 format!("mma/v4,blocks={blocks},depth={depth}{split}{pre}")
             }
         };
-        format!("qmatmul(T={},in={},out={},{}{p},{v})", self.t, self.n_in, self.n_out, self.scheme)
+        let rpg = self.rpg.map_or(String::new(), |r| format!(",rpg={r}"));
+        let split = self.split.map_or(String::new(), |s| format!(",split={s}"));
+        format!("qmatmul(T={},in={},out={},{}{p},{v}{rpg}{split})", self.t, self.n_in, self.n_out, self.scheme)
     }
     fn run(&self, client: &Client) -> Outcome {
         // gemv v5 where the device has no cp.async: skipped (with the reason) before any work.
@@ -142,7 +148,7 @@ impl Case for QMatmulCase {
             return Outcome::Skip("the subnormal int8 decode is not exact on this device (subnormal f32s flushed: the probe failed)".into());
         }
         outcome((|| {
-            let tune = GemvTune { rpg: default_rpg(w.format), split: None, prefetch: self.prefetch, fp4: self.fp4, int8: self.int8, mma: self.mma };
+            let tune = GemvTune { rpg: self.rpg.unwrap_or(default_rpg(w.format)), split: self.split, prefetch: self.prefetch, fp4: self.fp4, int8: self.int8, mma: self.mma };
             let y = self.fusion.run_device(client, t, n_in, rows, &x, &io, |xd, yd, fuse| qlinear_fused_into_tuned(client, xd, &w, yd, &tune, fuse))?;
             let (tol, _) = tolerance(Op::Matmul, Dtype::F32);
             Ok(match compare(&y, &io.want, tol) {
@@ -220,6 +226,21 @@ pub fn cases() -> Vec<Box<dyn Case>> {
                     if prefetch != c.prefetch || fp4 != c.fp4 {
                         push(&mut v, QMatmulCase { prefetch, fp4, ..c.clone() });
                     }
+                }
+            }
+        }
+    }
+    // The launch choices `qmatmul::knobs` may give a model's gemvs (rows per group 2 / 4 / 8,
+    // planes per row 1 / 2 / 4 or chosen): v5 (two and three slots) and v2 (int8 groups,
+    // mxfp4), with the norm + SwiGLU and residual fusions, full and partial row groups.
+    for (scheme, prefetch) in [(schemes[0], Prefetch::Async(V5_STAGES)), (schemes[0], Prefetch::Async(3)), (schemes[2], Prefetch::Off), (Scheme::Mxfp4, Prefetch::W)] {
+        for rpg in [2usize, 4, 8] {
+            for split in [None, Some(1), Some(2), Some(4)] {
+                if rpg == 4 && split.is_none() {
+                    continue;
+                }
+                for (t, n_in, n_out, fusion) in [(1usize, 2048usize, 577usize, Fusion::NormGlu), (3, 4096, 96, Fusion::Residual)] {
+                    push(&mut v, QMatmulCase { fusion, prefetch, rpg: Some(rpg), split, ..QMatmulCase::new(t, n_in, n_out, scheme, 1, QLayout::Tiles) });
                 }
             }
         }

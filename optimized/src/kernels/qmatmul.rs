@@ -47,6 +47,7 @@ use super::matmul::{interleave_row_pairs, linear_into, Fuse, Version};
 use crate::{Client, DeviceTensor, Dtype, Error};
 use reference::quant::{Granularity, QuantTensor};
 
+pub mod knobs;
 pub mod v1;
 pub mod v2;
 pub mod v3;
@@ -523,7 +524,13 @@ impl GemvTune {
     pub fn default_for(w: &QWeight) -> Self {
         let fp4 = if w.pairs { Fp4Decode::Pairs } else { Fp4Decode::Table };
         let int8 = if w.subnormal { Int8Decode::Subnormal } else { Int8Decode::Magic };
-        Self { rpg: default_rpg(w.format), split: None, prefetch: w.prefetch, fp4, int8, mma: w.mma }
+        // The process's launch knobs (`knobs`: defaults unless an audit set them).
+        let k = knobs::current();
+        let prefetch = match w.prefetch {
+            Prefetch::Async(s) => Prefetch::Async(k.stages_for(w.bytes(), s)),
+            p => p,
+        };
+        Self { rpg: k.rpg.unwrap_or(default_rpg(w.format)), split: None, prefetch, fp4, int8, mma: w.mma }
     }
 }
 
@@ -609,12 +616,10 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
     let props = client.properties();
     let hw = &props.hardware;
     let plane = super::uniform_plane_size(client) == Some(GROUP);
-    // Enough unit groups to keep every SM busy (~16 per SM; ncu on an H100 showed 0.68 waves
-    // and 39% achieved occupancy for 4096×14336 int8 with v1, but ~48 per SM measured no
-    // faster). Rows per group stay at `rpg` (each x vector serves that many rows); few rows
-    // are split over more planes instead, while each plane keeps ≥ 2 tiles (v2) or each unit
-    // ≥ 4 chunks (v1) of its row.
-    let want_groups = hw.num_streaming_multiprocessors.unwrap_or(16) as usize * 16;
+    // Enough unit groups to keep every SM busy (`knobs::GROUPS_PER_SM`). Rows per group stay
+    // at `rpg` (each x vector serves that many rows); few rows are split over more planes
+    // instead, while each plane keeps ≥ 2 tiles (v2) or each unit ≥ 4 chunks (v1) of its row.
+    let want_groups = hw.num_streaming_multiprocessors.unwrap_or(16) as usize * knobs::current().groups_per_sm;
     let cpr = w.chunks_per_row();
     let tiled = w.layout == QLayout::Tiles;
     let split = match split {

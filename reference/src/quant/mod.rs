@@ -1,7 +1,8 @@
 //! Quantized weights: INT8 weight-only (W8A16, [`int8`]) and OCP MXFP4 ([`mxfp4`]).
 //!
-//! Only the seven linear weights of each block are quantized (q, k, v, o, gate, up, down;
-//! [`is_linear`]); embeddings, lm_head and RMSNorm gains stay full precision. The reference
+//! The seven linear weights of each block are quantized (q, k, v, o, gate, up, down;
+//! [`is_linear`]), and under INT8 also an untied lm_head ([`quantizes`]); embeddings, MXFP4's
+//! lm_head and RMSNorm gains stay full precision. The reference
 //! runs a quantized model on `dequant(quantize(W))` in f32, so the only difference from the
 //! full model is the quantization error itself; see [`drift`] for how far that moves the
 //! next-token distribution and [`store`] for the safetensors layout.
@@ -39,6 +40,17 @@ pub enum QuantTensor {
 pub fn is_linear(t: Tensor) -> bool {
     use Tensor::*;
     matches!(t, Wq(_) | Wk(_) | Wv(_) | Wo(_) | WGate(_) | WUp(_) | WDown(_))
+}
+
+/// Whether a model quantized by `scheme` stores `t` quantized: every [`is_linear`] weight, and
+/// under INT8 the lm_head of an untied model too — as int8 weight-only quantization usually
+/// does (gpt-fast's replaces every linear layer, the output one included; llama.cpp's Q8_0
+/// files hold `output.weight` in Q8_0): it is the largest single matrix a decode step reads
+/// (Mistral-7B: 131 M weights, 3.6% of the model). MXFP4 keeps the lm_head full precision, as
+/// GPT-OSS ships its unembedding in bf16 (4-bit logits cost far more accuracy). A tied lm_head
+/// is the token embedding (never loaded as [`Tensor::LmHead`]) and stays full precision.
+pub fn quantizes(scheme: Scheme, t: Tensor) -> bool {
+    is_linear(t) || (t == Tensor::LmHead && matches!(scheme, Scheme::Int8(_)))
 }
 
 impl Scheme {
@@ -178,7 +190,7 @@ impl<S: TensorSource> TensorSource for QuantizeOnLoad<S> {
     }
 
     fn load_quantized(&mut self, t: Tensor, cfg: &Config) -> Result<Option<QuantTensor>> {
-        if !is_linear(t) {
+        if !quantizes(self.scheme, t) {
             return Ok(None);
         }
         let w = self.inner.load(t, cfg)?;
@@ -186,8 +198,8 @@ impl<S: TensorSource> TensorSource for QuantizeOnLoad<S> {
     }
 }
 
-/// `weights` with every linear weight replaced by `dequant(quantize(W))` (what a model under
-/// `scheme` computes with on the reference).
+/// `weights` with every weight [`quantizes`] names replaced by `dequant(quantize(W))` (what a
+/// model under `scheme` computes with on the reference).
 pub fn quantized_weights(weights: &crate::weights::Weights, cfg: &Config, scheme: Scheme) -> Result<crate::weights::Weights> {
     crate::weights::Weights::load(&mut QuantizeOnLoad { inner: crate::weights::InMemory(weights), scheme }, cfg)
 }

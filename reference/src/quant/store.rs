@@ -7,10 +7,13 @@
 //! mxfp4 : X.weight_blocks  U8  [out, in/32, 16]
 //!         X.weight_scales  U8  [out, in/32]
 //! ```
-//! Token embeddings, lm_head and the RMSNorm gains stay **F32**: the reference computes in f32,
-//! so a quantized directory then loads to exactly the weights `--weights` builds in memory
-//! (`dequant(quantize(W))` for the linears, W for the rest), and the drift report measures the
-//! linear-layer quantization alone. A GPU backend rounds them to its own `--dtype` on upload.
+//! An untied `lm_head.weight` is stored the same way under int8 (`super::quantizes`; a
+//! directory written before that holds it in F32, and still loads: the lm_head is read
+//! quantized only when stored so). Token embeddings, MXFP4's lm_head and the RMSNorm gains
+//! stay **F32**: the reference computes in f32, so a quantized directory then loads to exactly
+//! the weights `--weights` builds in memory (`dequant(quantize(W))` for the quantized ones, W
+//! for the rest), and the drift report measures the quantization alone. A GPU backend rounds
+//! the F32 ones to its own `--dtype` on upload.
 //!
 //! config.json carries `"quantization_config": {"quant_method": "int8" | "mxfp4",
 //! "group_size": N | null}` (int8: the group, null = per channel; mxfp4: 32). Config parsing
@@ -82,7 +85,25 @@ fn expect<'a>(st: &'a SafetensorsDir, key: &str, dtype: Dtype, shape: &[usize], 
     Ok(r.data)
 }
 
-/// Read linear weight `t` of a directory whose config declares `scheme`.
+/// Whether `t` is stored quantized in a directory whose config declares `scheme`: every
+/// [`super::is_linear`] weight must be; an lm_head is when its key holds I8 (int8) or its
+/// `_blocks` key exists (mxfp4) — directories written before int8 quantized it hold F32.
+pub fn stored_quantized(st: &SafetensorsDir, t: Tensor, scheme: Scheme) -> bool {
+    if super::is_linear(t) {
+        return true;
+    }
+    if t != Tensor::LmHead {
+        return false;
+    }
+    let name = t.name(Naming::Hf);
+    match scheme {
+        Scheme::Int8(_) => st.raw(&name).is_ok_and(|r| r.dtype == Dtype::I8),
+        Scheme::Mxfp4 => st.contains(&mxfp4_blocks_key(&name)),
+    }
+}
+
+/// Read weight `t` (stored quantized: [`stored_quantized`]) of a directory whose config
+/// declares `scheme`.
 pub fn read_quantized(st: &SafetensorsDir, t: Tensor, cfg: &Config, scheme: Scheme) -> Result<QuantTensor> {
     let name = t.name(Naming::Hf);
     let (out, in_dim) = match t.shape(cfg)[..] {
@@ -165,7 +186,7 @@ pub fn write_quantized_hf_dir(dir: &Path, cfg: &Config, src: &mut dyn TensorSour
         }
         let (name, shape) = (t.name(Naming::Hf), t.shape(cfg));
         rep.tensors += 1;
-        if !super::is_linear(t) {
+        if !super::quantizes(scheme, t) {
             bufs.push((name, Dtype::F32, shape, le_bytes(&w)));
             continue;
         }

@@ -48,7 +48,8 @@ pub struct BenchArgs {
     /// `attention` (decode attention GB/s vs the copy rate at KV lengths 512..32k for
     /// batch 1 and 32; prefill TFLOP/s at 512/2k/8k tokens, flash vs naive) or `qmatmul`
     /// (decode GEMV GB/s per weight format — bf16, int8, int8-g128, mxfp4 — vs the copy rate)
-    /// or `rmsnorm` (plain and fused add + norm, each version, µs per call at 1 and 128 rows).
+    /// or `rmsnorm` (plain and fused add + norm, each version, µs per call at 1 and 128 rows)
+    /// or `argmax` (v1, v2, µs per call at the models' vocabularies, 1 and 32 rows).
     #[arg(long)]
     pub kernel: Option<String>,
     /// With `--kernel attention`: only these decode KV lengths (comma-separated), e.g. to
@@ -198,13 +199,16 @@ pub fn run(a: BenchArgs) -> Result<()> {
     }
     let backend = resolve(a.model.device);
     if let Some(k) = &a.kernel {
-        if k != "attention" && k != "qmatmul" && k != "rmsnorm" {
-            return Err(CliError::Usage(format!("--kernel {k}: `attention`, `qmatmul` or `rmsnorm`")));
+        if !["attention", "qmatmul", "rmsnorm", "argmax"].contains(&k.as_str()) {
+            return Err(CliError::Usage(format!("--kernel {k}: `attention`, `qmatmul`, `rmsnorm` or `argmax`")));
         }
         let b = backend.ok_or_else(|| CliError::Usage(format!("--kernel {k} needs a GPU device (--device cuda|wgpu)")))?;
         let gate = conformance_gate(b)?;
         if k == "rmsnorm" {
             return super::bench_norm::run(b, &gate, a.reps);
+        }
+        if k == "argmax" {
+            return super::bench_argmax::run(b, &gate, a.reps);
         }
         if k == "qmatmul" {
             let shapes = a

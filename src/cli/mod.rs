@@ -2,6 +2,7 @@
 
 mod bench;
 mod bench_attn;
+mod bench_argmax;
 mod bench_norm;
 mod bench_qmatmul;
 mod drift;

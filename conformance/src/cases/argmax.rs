@@ -1,6 +1,7 @@
 //! `argmax(R, V, pattern)`: `optimized::kernels::argmax_into` vs `reference::sampling::argmax`
 //! per row. Exact ids. The output is poisoned with `0xDEADBEEF` first.
 
+use optimized::kernels::ArgmaxVersion;
 use optimized::{Client, DeviceTensor};
 
 use super::outcome;
@@ -67,6 +68,7 @@ pub struct ArgmaxCase {
     pub rows: usize,
     pub v: usize,
     pub pattern: Pattern,
+    pub version: ArgmaxVersion,
 }
 
 impl Case for ArgmaxCase {
@@ -74,7 +76,7 @@ impl Case for ArgmaxCase {
         Op::Argmax
     }
     fn name(&self) -> String {
-        format!("argmax(R={},V={},{},f32)", self.rows, self.v, self.pattern.name())
+        format!("argmax(R={},V={},{},f32,{:?})", self.rows, self.v, self.pattern.name(), self.version).to_lowercase()
     }
     fn run(&self, client: &Client) -> Outcome {
         let (rows, v) = (self.rows, self.v);
@@ -83,7 +85,7 @@ impl Case for ArgmaxCase {
         outcome((|| {
             let xd = DeviceTensor::from_f32(client, &x, &[rows, v])?;
             let out = DeviceTensor::from_u32(client, &vec![0xDEAD_BEEF; rows], &[rows])?;
-            optimized::kernels::argmax_into(client, &xd, &out)?;
+            optimized::kernels::argmax_into_with(client, &xd, &out, self.version)?;
             let got = out.to_u32(client)?;
             Ok(match compare_ids(&got, &want) {
                 Ok(m) => Outcome::Pass(m),
@@ -93,16 +95,22 @@ impl Case for ArgmaxCase {
     }
 }
 
+/// Every case for both versions: vocabularies of the models (GPT-OSS's 201088 takes v2
+/// several batches per unit), odd lengths (scalar loads), every pattern.
 pub fn cases() -> Vec<Box<dyn Case>> {
     let mut v: Vec<Box<dyn Case>> = Vec::new();
-    for (rows, vocab) in [(1, 32000), (3, 49152), (7, 1), (5, 13), (2, 257), (1, 128_256)] {
-        v.push(Box::new(ArgmaxCase { rows, v: vocab, pattern: Pattern::Random }));
+    for version in [ArgmaxVersion::V1, ArgmaxVersion::V2] {
+        let mut add = |rows, vocab, pattern| v.push(Box::new(ArgmaxCase { rows, v: vocab, pattern, version }));
+        for (rows, vocab) in [(1, 32000), (3, 49152), (7, 1), (5, 13), (2, 257), (1, 128_256), (1, 201_088), (2, 4)] {
+            add(rows, vocab, Pattern::Random);
+        }
+        for p in Pattern::ALL {
+            add(4, 1000, p);
+            add(2, 7, p);
+            add(1, 40_000, p);
+        }
+        add(3, 50_000, Pattern::Ties);
+        add(4, 32_003, Pattern::NegInf);
     }
-    for p in Pattern::ALL {
-        v.push(Box::new(ArgmaxCase { rows: 4, v: 1000, pattern: p }));
-        v.push(Box::new(ArgmaxCase { rows: 2, v: 7, pattern: p }));
-    }
-    v.push(Box::new(ArgmaxCase { rows: 3, v: 50_000, pattern: Pattern::Ties }));
-    v.push(Box::new(ArgmaxCase { rows: 4, v: 32_003, pattern: Pattern::NegInf }));
     v
 }

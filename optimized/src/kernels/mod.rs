@@ -11,7 +11,7 @@ pub mod rmsnorm;
 pub mod rope;
 pub mod swiglu;
 
-pub use argmax::{argmax, argmax_into};
+pub use argmax::{argmax, argmax_into, argmax_into_with, ArgmaxVersion};
 pub use attention::{attention, attention_into, flash_decode, flash_prefill, kv_append, kv_write_paged, Masking};
 pub use embedding::{embedding, embedding_device_ids_into, embedding_into};
 pub use matmul::{linear, linear_into, linear_with};

@@ -228,10 +228,27 @@ pub(super) fn int8_quad_acc<N: Size>(word: u32, xv: Vector<f32, N>, acc: f32, sc
 #[allow(clippy::too_many_arguments)]
 #[cube]
 pub(super) fn finish_per_channel(acc: &mut Array<f32>, xsum: &Array<f32>, scales: &[u32], row0: usize, n_out: usize, cols: usize, #[comptime] tn: usize, #[comptime] rpg: usize, #[comptime] xstride: usize, #[comptime] sub: bool) {
+    let mut sc = Array::<f32>::new(rpg);
+    load_row_scales(scales, &mut sc, row0, n_out, cols, rpg);
+    finish_per_channel_with(acc, xsum, &sc, tn, rpg, xstride, sub);
+}
+
+/// The per-channel scales of rows `row0 ..+ rpg` (rows past `n_out`: the last row's).
+#[cube]
+pub(super) fn load_row_scales(scales: &[u32], sc: &mut Array<f32>, row0: usize, n_out: usize, cols: usize, #[comptime] rpg: usize) {
     #[unroll]
     for r in 0..rpg {
         let row = select(row0 + r < n_out, row0 + r, n_out - 1);
-        let sc = f32::reinterpret(scales[row * cols]);
+        sc[r] = f32::reinterpret(scales[row * cols]);
+    }
+}
+
+/// [`finish_per_channel`] with the rows' scales already loaded ([`load_row_scales`]).
+#[cube]
+pub(super) fn finish_per_channel_with(acc: &mut Array<f32>, xsum: &Array<f32>, scs: &Array<f32>, #[comptime] tn: usize, #[comptime] rpg: usize, #[comptime] xstride: usize, #[comptime] sub: bool) {
+    #[unroll]
+    for r in 0..rpg {
+        let sc = scs[r];
         #[unroll]
         for tt in 0..tn {
             if sub {

@@ -10,14 +10,16 @@
 //! makes a tile's copies visible to the unit that issued them, which is the only unit that
 //! reads them — so no barrier and no cube sync. The arithmetic is v3's `tile_dot` (x quads of
 //! the next tile loaded right after their last use; decode and scales as v2), the norm
-//! prologue and `store_row_sums` epilogue as every gemv.
+//! prologue and `store_row_sums` epilogue as every gemv. Per-channel scales are loaded with
+//! the first tiles (before the wait on the previous kernel where PDL allows), not after the
+//! main loop where they were a cold DRAM round trip at every cube's end.
 //!
 //! Needs `cp.async` (CUDA, sm_80+: `features.copy_async`); elsewhere [`require`] refuses it.
 
 use cubecl::frontend::barrier::copy_async;
 use cubecl::prelude::*;
 
-use super::v2::{finish_per_channel, TILE_CHUNKS};
+use super::v2::{finish_per_channel_with, load_row_scales, TILE_CHUNKS};
 use super::v3::{load_x4, tile_dot};
 use crate::kernels::matmul::{inv_rms, scale_rows, store_row_sums};
 use crate::kernels::pdl::await_predecessor;
@@ -151,6 +153,12 @@ pub fn qgemv_v5<N: Size>(
         }
         commit_group();
     }
+    // Per-channel scales with the first tiles: at the cube's end they would be one more cold
+    // DRAM round trip (they are read once per token) after the main loop.
+    let mut scs = Array::<f32>::new(rpg);
+    if !grouped {
+        load_row_scales(scales, &mut scs, row0, n_out, cols, rpg);
+    }
     // Only weights above: with `early` they stream while the previous kernel ends.
     await_predecessor(comptime!(pdl && early));
     if active && t < ntiles {
@@ -182,7 +190,7 @@ pub fn qgemv_v5<N: Size>(
             slot = select(slot + 1 == stages, 0usize, slot + 1);
         }
         if !grouped {
-            finish_per_channel(&mut acc, &xsum, scales, row0, n_out, cols, tn, rpg, 1usize, sub);
+            finish_per_channel_with(&mut acc, &xsum, &scs, tn, rpg, 1usize, sub);
         }
     }
     if norm {

@@ -266,6 +266,10 @@ impl GpuModel {
             Ok(other) => return Err(Error::Shape(format!("TANDEM_QGEMV={other}: expected v4, v2 or default"))),
         };
         let mma = std::env::var("TANDEM_MMA").ok().map(|v| v.parse::<MmaTune>()).transpose()?;
+        // The launch knobs are read at launch; a bad value is refused here, with its part named.
+        if let Ok(v) = std::env::var("TANDEM_QGEMV_LAUNCH") {
+            crate::kernels::qmatmul::knobs::Knobs::parse(&v).map_err(|e| Error::Shape(format!("TANDEM_QGEMV_LAUNCH: {e}")))?;
+        }
         let mut up = Uploader { client: &client, src, cfg, bytes: 0, quant: None, int8_magic, prefetch, mma_order, mma };
         let tok_embd = up.dense(&[Tensor::TokEmbd], dtype)?;
         let lm_head = if cfg.tied_embeddings { Weight::Dense(tok_embd.clone()) } else { up.linear(&[Tensor::LmHead], dtype)? };

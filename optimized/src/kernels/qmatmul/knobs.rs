@@ -123,9 +123,9 @@ pub fn set(k: Knobs) {
     GPS.store(k.groups_per_sm, Relaxed);
 }
 
-/// The process's knobs: the last [`set`], else `TANDEM_QGEMV_LAUNCH` (a bad value is reported
-/// once and the defaults kept — the gemv cannot fail a launch over an audit knob), else the
-/// defaults.
+/// The process's knobs: the last [`set`], else `TANDEM_QGEMV_LAUNCH` (loading a model refuses
+/// a bad value with its part named; a bare kernel call reports it once and keeps the defaults —
+/// a launch does not fail over an audit knob), else the defaults.
 pub fn current() -> Knobs {
     if GPS.load(Relaxed) == 0 {
         let k = match std::env::var("TANDEM_QGEMV_LAUNCH") {

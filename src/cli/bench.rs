@@ -135,12 +135,12 @@ fn gate_identity(backend: optimized::Backend) -> Option<String> {
     let meta = std::fs::metadata(&exe).ok()?;
     let mtime = meta.modified().ok()?.duration_since(std::time::UNIX_EPOCH).ok()?.as_nanos();
     let client = optimized::client(backend).ok()?;
-    Some(format!("{} {} {mtime} {backend} {} {}", exe.display(), meta.len(), optimized::device_info(&client).name, pdl_label(&client)))
+    Some(format!("{} {} {mtime} {backend} {} {}", exe.display(), meta.len(), optimized::device_info(&client).name, launch_label(&client)))
 }
 
 /// The programmatic-dependent-launch setting the kernels are compiled with (they differ),
 /// and the quantized gemvs' launch knobs.
-fn pdl_label(client: &optimized::Client) -> String {
+fn launch_label(client: &optimized::Client) -> String {
     use optimized::kernels::pdl::{self, Mode};
     let pdl = match (pdl::supported(client), pdl::mode(client)) {
         (false, _) => "no PDL (unsupported)",
@@ -161,8 +161,8 @@ fn run_gate(backend: optimized::Backend) -> Result<String> {
             report.table()
         )));
     }
-    let pdl = optimized::client(backend).map(|c| pdl_label(&c)).unwrap_or_else(|_| "PDL unknown".into());
-    Ok(format!("conformance on {backend} (this build, this run, {pdl}): {p} passed, 0 failed, {k} skipped in {:.1} s", t.elapsed().as_secs_f64()))
+    let launch = optimized::client(backend).map(|c| launch_label(&c)).unwrap_or_else(|_| "PDL unknown".into());
+    Ok(format!("conformance on {backend} (this build, this run, {launch}): {p} passed, 0 failed, {k} skipped in {:.1} s", t.elapsed().as_secs_f64()))
 }
 
 pub fn run(a: BenchArgs) -> Result<()> {

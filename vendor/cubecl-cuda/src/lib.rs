@@ -8,6 +8,8 @@ mod device;
 mod runtime;
 
 pub use compiler::{CudaCompilationOptions, CudaCompiler, CudaRepresentation};
+/// tandem patch: the persistent PTX cache (see its module).
+pub use compute::file_cache as ptx_cache;
 pub use device::*;
 pub use runtime::*;
 

@@ -35,8 +35,6 @@ use cubecl_cpp::{
         register_scaled_mma_features, register_wmma_features,
     },
 };
-use cubecl_llvm::nvptx::ptx_version::PtxVersion;
-use cubecl_llvm::shared::lowered_features::{GpuTarget, restrict_features};
 use cubecl_monitoring::{DeviceUtilization, UtilizationUnavailable, gpu_utilization::CardCounters};
 use cubecl_server::{
     allocator::PitchedMemoryLayoutPolicy,
@@ -47,7 +45,7 @@ use cubecl_server::{
 #[cfg(windows)]
 use cudarc::driver::sys::cuDeviceGetLuid;
 use cudarc::driver::sys::{
-    CUDA_VERSION, CUdevice, cuDeviceGetPCIBusId, cuDeviceTotalMem_v2, cuDriverGetVersion,
+    CUDA_VERSION, CUdevice, cuDeviceGetPCIBusId, cuDeviceTotalMem_v2,
 };
 use std::{ffi::CStr, mem::MaybeUninit, sync::Arc};
 
@@ -86,15 +84,6 @@ impl DeviceService for CudaServer {
         .unwrap();
             arch_major * 10 + minor
         } as u32;
-
-        // SAFETY: `cuDriverGetVersion` writes the version into `version`, which outlives the call.
-        let driver_version = unsafe {
-            let mut version = 0;
-            cuDriverGetVersion(&mut version)
-                .result()
-                .expect("the PTX version is chosen from the driver's");
-            version
-        };
 
         // This is the alignment returned by `cuMallocPitched`, so it's the one considered optimal
         // for row alignment by CUDA. This hasn't changed since at least the GTX 700 series.
@@ -370,18 +359,12 @@ impl DeviceService for CudaServer {
         register_mma_features(supported_mma_combinations, &mut device_props);
         register_scaled_mma_features(supported_scaled_mma_combinations, &mut device_props);
 
-        // Which backend compiles here decides what may be advertised: the two are not at the
-        // same point, and a feature the selected one cannot honour is a kernel that fails to
-        // compile rather than a slower one.
+        // tandem patch: only the C++ backend is built, so every feature above is honoured.
         let backend = CudaBackend::default();
-        if backend == CudaBackend::Llvm {
-            restrict_features(&mut device_props, GpuTarget::Nvptx);
-        }
 
         let comp_opts = CudaCompilationOptions {
             cpp: comp_opts,
             arch: Some(SmArch::new(arch_version, arch.tensor_cores)),
-            ptx_version: PtxVersion::for_driver(driver_version),
         };
         // The context is current (set above), so the stream lands on it.
         let comm_stream = crate::compute::stream::create_cuda_stream(

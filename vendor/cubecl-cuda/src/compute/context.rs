@@ -19,7 +19,6 @@ use cubecl_core::{
     server::ResourceLimitError,
 };
 use cubecl_environment::persistence::Store;
-use cubecl_llvm::nvptx::ptx_version::PtxVersion;
 use cubecl_server::{
     compiler::KernelCacheKey,
     kernel::{CompiledKernel, CubeKernel},
@@ -61,6 +60,8 @@ pub(crate) struct CudaContext {
     pub compilation_options: CudaCompilationOptions,
     pub properties: DeviceProperties,
     build_id: StableHash,
+    /// tandem patch: the namespace of this context's kernels in [`super::file_cache`].
+    file_cache_fingerprint: String,
 }
 
 #[derive(Debug)]
@@ -101,19 +102,11 @@ pub struct PtxCacheEntry {
 
 /// The namespace a backend's compiled artifacts live under.
 ///
-/// Both backends emit PTX, so without the backend in the key a stale artifact from one would
-/// load and run happily under the other -- tests passing while measuring nothing. The LLVM
-/// backend's PTX version follows the driver, so it is in the key too: after a driver downgrade,
-/// PTX newer than the driver loads would otherwise be read back and refused.
-fn cache_namespace(
-    fingerprint: &str,
-    backend: CudaBackend,
-    ptx_version: Option<PtxVersion>,
-) -> String {
-    match (backend, ptx_version) {
-        (CudaBackend::Cpp, _) => format!("{fingerprint}-cpp"),
-        (CudaBackend::Llvm, None) => format!("{fingerprint}-llvm"),
-        (CudaBackend::Llvm, Some(ptx_version)) => format!("{fingerprint}-llvm-{ptx_version}"),
+/// tandem patch: only the C++ backend is built; its namespace is upstream's, so a cache
+/// written by upstream's C++ backend still reads.
+fn cache_namespace(fingerprint: &str, backend: CudaBackend) -> String {
+    match backend {
+        CudaBackend::Cpp => format!("{fingerprint}-cpp"),
     }
 }
 
@@ -127,12 +120,9 @@ impl CudaContext {
         backend: CudaBackend,
         comm_stream: CUstream,
     ) -> Self {
-        let fingerprint = cache_namespace(
-            &format!("ptx_sm{}", arch.version),
-            backend,
-            compilation_options.ptx_version,
-        );
+        let fingerprint = cache_namespace(&format!("ptx_sm{}", arch.version), backend);
         let ptx_cache = compilation_store("cuda", &fingerprint);
+        let file_cache_fingerprint = fingerprint.clone();
         let second_line_ptx_cache = compilation_store("cuda-second-line", fingerprint);
 
         Self {
@@ -146,6 +136,7 @@ impl CudaContext {
             compilation_options,
             properties,
             build_id: build_id_hash(),
+            file_cache_fingerprint,
         }
     }
 
@@ -180,6 +171,21 @@ impl CudaContext {
             if let Some(entry) = cache.remove(&key) {
                 log::trace!("Using PTX cache");
 
+                self.load_ptx(
+                    entry.ptx,
+                    kernel_id.clone(),
+                    entry.entrypoint_name,
+                    kernel_id.cube_dim.into(),
+                    entry.shared_mem_bytes,
+                    entry.io.map(Arc::from),
+                )?;
+                return Ok(Ok(()));
+            }
+            Some(key)
+        } else if super::file_cache::dir().is_some() {
+            // tandem patch: the file cache stands in for the persistence feature's store.
+            let key = KernelCacheKey::new(kernel_id, self.build_id);
+            if let Some(entry) = super::file_cache::load(&self.file_cache_fingerprint, &key) {
                 self.load_ptx(
                     entry.ptx,
                     kernel_id.clone(),
@@ -243,87 +249,9 @@ impl CudaContext {
         logger: Arc<ServerLogger>,
         recording: CompilationRecording,
     ) -> Result<(), LaunchError> {
-        match &jitc_kernel.repr {
-            Some(CudaRepresentation::Cpp(_)) => {
-                self.load_transpiled(kernel_id, key, jitc_kernel, logger, recording)
-            }
-            Some(CudaRepresentation::Llvm(_)) => {
-                self.load_emitted_ptx(kernel_id, key, jitc_kernel, logger, recording)
-            }
-            // A precompiled kernel: its text passed the language check in
-            // `CompiledKernel::compile`, so it is whatever the default backend reads. CUDA
-            // C++ goes through NVRTC like a transpiled kernel; the LLVM backend produces PTX
-            // from the dialect and has no route for text.
-            None => match CudaBackend::default() {
-                CudaBackend::Cpp => {
-                    self.load_transpiled(kernel_id, key, jitc_kernel, logger, recording)
-                }
-                CudaBackend::Llvm => Err(CompilationError::Generic {
-                    reason: "the LLVM backend cannot load a precompiled kernel: it has no text to \
-                         compile from"
-                        .to_string(),
-                    backtrace: BackTrace::capture(),
-                }
-                .into()),
-            },
-        }
-    }
-
-    /// Turns a kernel the LLVM backend just compiled into a loaded module.
-    ///
-    /// What it hands back is already PTX, so no `nvrtc*` call belongs here: the bytes go
-    /// straight to [`Self::load_ptx`], exactly as a cache hit would. The driver still JITs
-    /// them when the module loads, which is what it does with NVRTC's output too.
-    fn load_emitted_ptx(
-        &mut self,
-        kernel_id: &KernelId,
-        key: Option<KernelCacheKey>,
-        mut jitc_kernel: CompiledKernel<CudaCompiler>,
-        logger: Arc<ServerLogger>,
-        recording: CompilationRecording,
-    ) -> Result<(), LaunchError> {
-        let Some(CudaRepresentation::Llvm(module)) = &jitc_kernel.repr else {
-            unreachable!("dispatched on the representation");
-        };
-
-        if logger.compilation_source_activated() {
-            jitc_kernel.debug_info = Some(DebugInformation::new("ll", kernel_id.clone()));
-        }
-        logger.log_compilation(&jitc_kernel);
-
-        let ptx = module.ptx.clone();
-        let shared_mem_bytes = module.shared_memory_size;
-        let io = jitc_kernel.io.take();
-        let entrypoint_name = jitc_kernel.entrypoint_name.clone();
-
-        self.load_ptx(
-            ptx.clone(),
-            kernel_id.clone(),
-            jitc_kernel.entrypoint_name,
-            jitc_kernel.cube_dim,
-            shared_mem_bytes,
-            io.clone().map(Arc::from),
-        )?;
-
-        // Cached after the load, so PTX the driver rejects is not handed back on the next run.
-        // `try_load_cached` hands back a key exactly when there is a cache to put it in. No
-        // second-line entry: that cache is keyed on generated C++ source, which this backend
-        // never produces.
-        let stored = match self.ptx_cache.as_mut().zip(key) {
-            Some((cache, key)) => store_compiled(
-                cache,
-                key,
-                PtxCacheEntry {
-                    entrypoint_name,
-                    shared_mem_bytes,
-                    ptx,
-                    io,
-                },
-            ),
-            None => false,
-        };
-        recording.compiled(stored);
-        Ok(())
+        // tandem patch: the C++ backend only. A transpiled kernel and a precompiled one (its
+        // text passed the language check in `CompiledKernel::compile`) both go through NVRTC.
+        self.load_transpiled(kernel_id, key, jitc_kernel, logger, recording)
     }
 
     /// Turns a kernel the C++ backend just transpiled into a loaded module, by running its
@@ -397,7 +325,20 @@ impl CudaContext {
                 store_compiled(second_line_cache, cpp_hash.unwrap(), key);
                 stored
             }
-            None => false,
+            // tandem patch: the file cache, when on (`try_load_cached` gave a key).
+            None => match key {
+                Some(key) => super::file_cache::store(
+                    &self.file_cache_fingerprint,
+                    &key,
+                    &super::file_cache::Entry {
+                        entrypoint_name: jitc_kernel.entrypoint_name.clone(),
+                        shared_mem_bytes,
+                        io: io.clone(),
+                        ptx: ptx.clone(),
+                    },
+                ),
+                None => false,
+            },
         };
 
         self.load_ptx(
@@ -664,23 +605,10 @@ fn launch_failed(op: &'static str, err: cudarc::driver::DriverError) -> LaunchEr
 mod tests {
     use super::cache_namespace;
     use crate::compiler::CudaBackend;
-    use cubecl_llvm::nvptx::ptx_version::PtxVersion;
 
-    /// See [`super::cache_namespace`] for why this must hold.
+    /// The C++ backend keeps upstream's namespace, so upstream caches stay readable.
     #[test]
-    fn cache_namespace_separates_backends() {
-        assert_ne!(
-            cache_namespace("ptx_sm86", CudaBackend::Cpp, None),
-            cache_namespace("ptx_sm86", CudaBackend::Llvm, None),
-        );
-    }
-
-    /// See [`super::cache_namespace`] for why this must hold.
-    #[test]
-    fn cache_namespace_separates_the_llvm_backends_ptx_versions() {
-        assert_ne!(
-            cache_namespace("ptx_sm86", CudaBackend::Llvm, PtxVersion::for_driver(12080)),
-            cache_namespace("ptx_sm86", CudaBackend::Llvm, PtxVersion::for_driver(12090)),
-        );
+    fn cache_namespace_is_upstreams() {
+        assert_eq!(cache_namespace("ptx_sm86", CudaBackend::Cpp), "ptx_sm86-cpp");
     }
 }

@@ -3,6 +3,8 @@ pub(crate) mod communication;
 pub(crate) mod context;
 pub(crate) mod driver;
 pub(crate) mod events;
+/// tandem patch: a persistent PTX cache in plain files.
+pub mod file_cache;
 pub(crate) mod storage;
 pub(crate) mod stream;
 

@@ -29,6 +29,12 @@ pub enum Error {
     Input(String),
     #[error("model fetch: {0}")]
     Fetch(String),
+    /// The paged KV cache has no free block for a request (what was asked, what is free).
+    #[error("KV cache pool exhausted: {0}")]
+    PoolExhausted(String),
+    /// Misuse of the paged KV cache: unknown sequence, double free, block id outside the pool.
+    #[error("KV cache: {0}")]
+    KvCache(String),
     /// An error of another backend (the GPU path), carried through the [`crate::engine::Engine`] trait.
     #[error("{0}")]
     Backend(String),

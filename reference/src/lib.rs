@@ -12,6 +12,7 @@ pub mod gguf;
 
 pub use error::{Error, Result};
 pub mod config;
+pub mod kv_blocks;
 pub mod kv_cache;
 pub mod loader;
 pub mod model;
@@ -20,6 +21,7 @@ pub mod quant;
 pub mod sampling;
 pub mod synthetic;
 pub mod engine;
+pub mod runner;
 pub mod weights;
 pub mod tokenizer;
 pub mod chat;

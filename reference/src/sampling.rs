@@ -1,4 +1,10 @@
 //! Choosing the next token: greedy, temperature, top-k, top-p, min-p, with a seeded RNG.
+//!
+//! Two samplers: [`Sampler`] (a ChaCha stream, used by the single-sequence generation loop) and
+//! [`seeded::draw`], the counter-based draw every backend of the batched engine computes alike
+//! (the GPU path on the device), defined there equation by equation.
+
+pub mod seeded;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -27,11 +33,18 @@ pub struct SamplingParams {
     /// Drop tokens with probability < min_p · p_max; 0 = off.
     pub min_p: f32,
     pub seed: u64,
+    /// Divide positive logits (multiply negative ones) of tokens seen in the prompt or the
+    /// output by this; 1 = off (CTRL / HF `repetition_penalty`).
+    pub repetition_penalty: f32,
+    /// Subtract this from the logit of every token already in the output; 0 = off (OpenAI).
+    pub presence_penalty: f32,
+    /// Subtract this times the token's count in the output; 0 = off (OpenAI).
+    pub frequency_penalty: f32,
 }
 
 impl Default for SamplingParams {
     fn default() -> Self {
-        SamplingParams { temperature: 0.0, top_k: 0, top_p: 1.0, min_p: 0.0, seed: 0 }
+        SamplingParams { temperature: 0.0, top_k: 0, top_p: 1.0, min_p: 0.0, seed: 0, repetition_penalty: 1.0, presence_penalty: 0.0, frequency_penalty: 0.0 }
     }
 }
 
@@ -47,7 +60,20 @@ impl SamplingParams {
         if !(self.min_p >= 0.0 && self.min_p < 1.0) {
             return Err(Error::Input(format!("--min-p {} must be in [0, 1)", self.min_p)));
         }
+        if !(self.repetition_penalty.is_finite() && self.repetition_penalty > 0.0) {
+            return Err(Error::Input(format!("--repetition-penalty {} must be a finite number > 0", self.repetition_penalty)));
+        }
+        for (name, v) in [("--presence-penalty", self.presence_penalty), ("--frequency-penalty", self.frequency_penalty)] {
+            if !(-2.0..=2.0).contains(&v) {
+                return Err(Error::Input(format!("{name} {v} must be in [-2, 2]")));
+            }
+        }
         Ok(())
+    }
+
+    /// Whether any penalty is on (the draw then needs the tokens seen so far).
+    pub fn has_penalties(&self) -> bool {
+        self.repetition_penalty != 1.0 || self.presence_penalty != 0.0 || self.frequency_penalty != 0.0
     }
 }
 

@@ -486,5 +486,5 @@ fn invalid_sampling_values() {
         let e = Sampler::new(p.clone()).err().unwrap_or_else(|| panic!("{p:?} accepted")).to_string();
         assert!(e.contains(flag), "{p:?}: {e}");
     }
-    assert!(Sampler::new(SamplingParams { temperature: 0.7, top_p: 1.0, min_p: 0.0, top_k: 5, seed: 1 }).is_ok());
+    assert!(Sampler::new(SamplingParams { temperature: 0.7, top_p: 1.0, min_p: 0.0, top_k: 5, seed: 1, ..SamplingParams::default() }).is_ok());
 }

@@ -34,7 +34,7 @@ fn ids(c: &[(u32, f32)]) -> Vec<u32> {
 #[test]
 fn same_seed_same_sequence() {
     let logits = random_logits(1, 100, 2.0);
-    let p = SamplingParams { temperature: 0.9, top_k: 40, top_p: 0.95, min_p: 0.01, seed: 42 };
+    let p = SamplingParams { temperature: 0.9, top_k: 40, top_p: 0.95, min_p: 0.01, seed: 42, ..SamplingParams::default() };
     assert_eq!(draw(&p, &logits, 200), draw(&p, &logits, 200));
 }
 
@@ -63,7 +63,7 @@ proptest! {
     #[test]
     fn temperature_zero_is_argmax(n in 1usize..300, seed: u64, top_k in 0usize..5, top_p in 0.01f32..1.0) {
         let logits = random_logits(seed, n, 5.0);
-        let p = SamplingParams { temperature: 0.0, top_k, top_p, min_p: 0.0, seed };
+        let p = SamplingParams { temperature: 0.0, top_k, top_p, min_p: 0.0, seed, ..SamplingParams::default() };
         prop_assert!(draw(&p, &logits, 8).iter().all(|&t| t == argmax(&logits)));
     }
 
@@ -84,7 +84,7 @@ proptest! {
         top_p in prop_oneof![Just(1.0f32), 0.01f32..1.0], min_p in prop_oneof![Just(0.0f32), 0.0f32..0.99],
     ) {
         let logits = random_logits(seed, n, 8.0);
-        let c = filtered_probs(&logits, &SamplingParams { temperature, top_k, top_p, min_p, seed });
+        let c = filtered_probs(&logits, &SamplingParams { temperature, top_k, top_p, min_p, seed, ..SamplingParams::default() });
         prop_assert!(!c.is_empty());
         let sum: f64 = c.iter().map(|x| x.1 as f64).sum();
         prop_assert!((sum - 1.0).abs() <= c.len() as f64 * f32::EPSILON as f64, "sum {}", sum);

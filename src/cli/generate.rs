@@ -41,7 +41,7 @@ pub struct GenerateArgs {
 }
 
 pub fn run(a: GenerateArgs) -> Result<()> {
-    let params = SamplingParams { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p, min_p: a.min_p, seed: a.seed };
+    let params = SamplingParams { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p, min_p: a.min_p, seed: a.seed, ..SamplingParams::default() };
     let mut sampler = Sampler::new(params)?;
     let mut opened = a.model.open()?;
     let tokenizer = opened.tokenizer.take();

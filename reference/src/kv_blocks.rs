@@ -337,15 +337,15 @@ impl BlockManager {
         self.seqs[id] = Some(BlockTable { blocks, len });
         Ok((id, len))
     }
-    /// Register the content hashes of `s`'s first full blocks (`hashes[i]` for block i), so
-    /// later sequences with the same prefix can reuse them. Blocks past the positions `s` has
-    /// computed must not be registered: the caller passes only computed full blocks.
-    pub fn register_blocks(&mut self, s: SeqId, hashes: &[u64]) -> Result<()> {
+    /// Register the content hashes of `s`'s full blocks `first ..` (`hashes[i]` for block
+    /// `first + i`), so later sequences with the same prefix can reuse them. Only blocks whose
+    /// positions `s` has computed may be registered.
+    pub fn register_blocks(&mut self, s: SeqId, first: usize, hashes: &[u64]) -> Result<()> {
         let t = self.seq(s)?;
-        if hashes.len() * self.block_size > t.len {
-            return Err(kv(format!("sequence {s}: {} hashes for {} positions", hashes.len(), t.len)));
+        if (first + hashes.len()) * self.block_size > t.len {
+            return Err(kv(format!("sequence {s}: blocks {first}..{} registered, {} positions", first + hashes.len(), t.len)));
         }
-        let blocks: Vec<u32> = t.blocks[..hashes.len()].to_vec();
+        let blocks: Vec<u32> = t.blocks[first..first + hashes.len()].to_vec();
         for (b, &h) in blocks.into_iter().zip(hashes) {
             self.alloc.register(b, h)?;
         }
@@ -387,21 +387,32 @@ impl BlockManager {
     }
 }
 
-/// Chained content hashes of the full blocks of `tokens`: block i's hash covers every token of
-/// blocks 0..=i, so equal hashes mean equal prefixes (up to 64-bit collisions).
-pub fn block_hashes(tokens: &[u32], block_size: usize) -> Vec<u64> {
+/// The content hash of one full block given its parent's (the previous block's hash, 0 for the
+/// first): it covers every token of the prefix, so equal hashes mean equal prefixes (up to
+/// 64-bit collisions). SipHash with fixed keys: deterministic within a build, which is all an
+/// in-memory cache needs.
+pub fn chain_hash(parent: u64, block: &[u32]) -> u64 {
     use std::hash::{Hash, Hasher};
-    let mut out = Vec::with_capacity(tokens.len() / block_size.max(1));
-    let mut parent = 0u64;
-    for chunk in tokens.chunks_exact(block_size.max(1)) {
-        // SipHash with fixed keys: deterministic within a build, which is all an in-memory
-        // cache needs.
-        let mut h = std::hash::DefaultHasher::new();
-        parent.hash(&mut h);
-        chunk.hash(&mut h);
-        parent = h.finish();
-        out.push(parent);
+    let mut h = std::hash::DefaultHasher::new();
+    parent.hash(&mut h);
+    block.hash(&mut h);
+    h.finish()
+}
+
+/// Extend `hashes` (the chained hashes of the first full blocks of `tokens`) to every full
+/// block of `tokens`.
+pub fn extend_hashes(hashes: &mut Vec<u64>, tokens: &[u32], block_size: usize) {
+    let bs = block_size.max(1);
+    for b in hashes.len()..tokens.len() / bs {
+        let parent = hashes.last().copied().unwrap_or(0);
+        hashes.push(chain_hash(parent, &tokens[b * bs..(b + 1) * bs]));
     }
+}
+
+/// Chained content hashes of the full blocks of `tokens` ([`chain_hash`]).
+pub fn block_hashes(tokens: &[u32], block_size: usize) -> Vec<u64> {
+    let mut out = Vec::new();
+    extend_hashes(&mut out, tokens, block_size);
     out
 }
 

@@ -62,7 +62,7 @@ fn cached_blocks_come_back_for_the_same_prefix_and_are_evicted_last_released_las
     let (a, cached) = m.add_sequence_cached(&hashes).expect("seq");
     assert_eq!(cached, 0, "empty cache");
     m.grow(a, 10).expect("3 blocks");
-    m.register_blocks(a, &hashes).expect("register 2 full blocks");
+    m.register_blocks(a, 0, &hashes).expect("register 2 full blocks");
     let a_blocks = m.table(a).expect("a").blocks.clone();
     m.free_sequence(a).expect("end a");
     assert_eq!(m.num_cached(), 2);
@@ -155,7 +155,7 @@ proptest! {
                 Step::Register(i) => if let Some(&s) = live.get(i) {
                     if let Some(&p) = prompt_of.get(&s) {
                         let full = (m.len(s).expect("live") / bs).min(prompts[p].len());
-                        m.register_blocks(s, &prompts[p][..full]).expect("full computed blocks");
+                        m.register_blocks(s, 0, &prompts[p][..full]).expect("full computed blocks");
                     }
                 },
                 Step::Free(i) => if i < live.len() { let s = live.remove(i); m.free_sequence(s).expect("live sequence"); },

@@ -1,0 +1,333 @@
+//! The engine: requests in, one scheduled step at a time through a [`ModelRunner`], outputs
+//! out. Single-threaded and device-free; a server drives it from its own thread.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use reference::kv_blocks::BlockManager;
+use reference::runner::{ModelRunner, SampleSpec, SeqResult, SeqStep, StepPlan};
+use reference::{Error, Result};
+
+use crate::detok::{find_stop, Detokenizer, TextStream};
+use crate::request::{FinishReason, Request, RequestId, RequestOutput, TokenLogprob};
+use crate::sequence::{Sequence, Status};
+
+/// Limits of the scheduler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// Most sequences running at once.
+    pub max_num_seqs: usize,
+    /// Most tokens one step computes (its token budget).
+    pub max_batched_tokens: usize,
+    /// Most prompt tokens of one sequence in one step (chunked prefill).
+    pub prefill_chunk: usize,
+    /// Reuse the KV of full blocks of a prompt prefix another request computed.
+    pub prefix_caching: bool,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig { max_num_seqs: 256, max_batched_tokens: 2048, prefill_chunk: 2048, prefix_caching: true }
+    }
+}
+
+/// Counters since the engine started.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    pub steps: u64,
+    pub preemptions: u64,
+    /// Prompt tokens served from the prefix cache.
+    pub cached_tokens: u64,
+    pub prompt_tokens: u64,
+    pub generated_tokens: u64,
+    pub finished: u64,
+    pub aborted: u64,
+}
+
+/// A snapshot of the engine's load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineLoad {
+    pub running: usize,
+    pub waiting: usize,
+    pub kv_blocks_used: usize,
+    pub kv_blocks_cached: usize,
+    pub kv_blocks_total: usize,
+}
+
+pub struct Engine<R: ModelRunner> {
+    pub(crate) runner: R,
+    pub(crate) cfg: EngineConfig,
+    pub(crate) blocks: BlockManager,
+    pub(crate) seqs: HashMap<RequestId, Sequence>,
+    pub(crate) waiting: VecDeque<RequestId>,
+    pub(crate) running: Vec<RequestId>,
+    next_id: RequestId,
+    detok: Option<Arc<dyn Detokenizer>>,
+    /// Outputs produced between steps (aborts, requests finished by the scheduler).
+    pending: Vec<RequestOutput>,
+    pub(crate) stats: EngineStats,
+}
+
+impl<R: ModelRunner> Engine<R> {
+    /// An engine over `runner`, whose KV pools it manages; `detok` is needed for stop strings
+    /// and output text.
+    pub fn new(runner: R, cfg: EngineConfig, detok: Option<Arc<dyn Detokenizer>>) -> Result<Self> {
+        if cfg.max_num_seqs == 0 || cfg.max_batched_tokens == 0 || cfg.prefill_chunk == 0 {
+            return Err(Error::Input(format!("engine limits must be ≥ 1: {cfg:?}")));
+        }
+        let kv = runner.kv_layout();
+        let blocks = BlockManager::new(kv.block_size, kv.num_blocks)?;
+        Ok(Engine { runner, cfg, blocks, seqs: HashMap::new(), waiting: VecDeque::new(), running: Vec::new(), next_id: 0, detok, pending: Vec::new(), stats: EngineStats::default() })
+    }
+
+    pub fn runner(&self) -> &R {
+        &self.runner
+    }
+    pub fn runner_mut(&mut self) -> &mut R {
+        &mut self.runner
+    }
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+    pub fn stats(&self) -> &EngineStats {
+        &self.stats
+    }
+    pub fn load(&self) -> EngineLoad {
+        EngineLoad {
+            running: self.running.len(),
+            waiting: self.waiting.len(),
+            kv_blocks_used: self.blocks.num_used(),
+            kv_blocks_cached: self.blocks.num_cached(),
+            kv_blocks_total: self.blocks.num_blocks(),
+        }
+    }
+    /// The block manager (for invariant checks in tests).
+    pub fn blocks(&self) -> &BlockManager {
+        &self.blocks
+    }
+    /// Whether a step would do anything.
+    pub fn has_work(&self) -> bool {
+        !self.running.is_empty() || !self.waiting.is_empty() || !self.pending.is_empty()
+    }
+
+    pub(crate) fn seq(&self, id: RequestId) -> Result<&Sequence> {
+        self.seqs.get(&id).ok_or_else(|| Error::Input(format!("unknown request {id}")))
+    }
+
+    /// Queue a request; errors (nothing queued) for a request that can never run: empty or
+    /// out-of-vocabulary prompt, prompt filling the context, bad sampling values, stop strings
+    /// without a detokenizer, a prompt larger than the whole KV pool.
+    pub fn add_request(&mut self, req: Request) -> Result<RequestId> {
+        let info = self.runner.info().clone();
+        if req.prompt.is_empty() {
+            return Err(Error::Input("the prompt has no tokens".into()));
+        }
+        if let Some(&t) = req.prompt.iter().find(|&&t| t as usize >= info.vocab) {
+            return Err(Error::Input(format!("prompt token id {t} is outside the vocabulary (V = {})", info.vocab)));
+        }
+        if req.prompt.len() >= info.max_ctx {
+            return Err(Error::Input(format!("the prompt is {} tokens; the context holds {} (with room for one generated token)", req.prompt.len(), info.max_ctx)));
+        }
+        req.params.validate()?;
+        if req.max_tokens == Some(0) {
+            return Err(Error::Input("max_tokens must be at least 1".into()));
+        }
+        if !req.stop.is_empty() && self.detok.is_none() {
+            return Err(Error::Input("stop strings need a tokenizer; this model has none".into()));
+        }
+        if req.logprobs.is_some_and(|n| n > 20) {
+            return Err(Error::Input("logprobs: at most 20 alternatives".into()));
+        }
+        let bs = self.blocks.block_size;
+        if (req.prompt.len() + 1).div_ceil(bs) > self.blocks.num_blocks() {
+            return Err(Error::Input(format!("the prompt is {} tokens; the KV cache holds {} blocks of {bs}", req.prompt.len(), self.blocks.num_blocks())));
+        }
+        let mut params = req.params.clone();
+        params.seed = match (req.seed, req.random_seed) {
+            (Some(s), _) => s,
+            (None, true) => rand::random(),
+            (None, false) => params.seed,
+        };
+        let room = info.max_ctx - req.prompt.len();
+        let max_output = req.max_tokens.map_or(room, |m| m.min(room));
+        let id = self.next_id;
+        self.next_id += 1;
+        let stream = self.detok.clone().map(TextStream::new);
+        self.stats.prompt_tokens += req.prompt.len() as u64;
+        self.seqs.insert(id, Sequence::new(id, req, params, max_output, stream));
+        self.waiting.push_back(id);
+        Ok(id)
+    }
+
+    /// Stop a request now: its blocks are freed at once and its last output (finish reason
+    /// `Abort`) comes with the next step. Unknown or finished ids are ignored.
+    pub fn abort(&mut self, id: RequestId) -> Result<()> {
+        if self.seqs.contains_key(&id) {
+            self.stats.aborted += 1;
+            let out = self.finish(id, FinishReason::Abort, Vec::new(), Vec::new())?;
+            self.pending.push(out);
+        }
+        Ok(())
+    }
+
+    /// One iteration: schedule, run the runner on the plan, turn its draws into outputs.
+    pub fn step(&mut self) -> Result<Vec<RequestOutput>> {
+        let schedule = self.schedule()?;
+        let mut outputs = std::mem::take(&mut self.pending);
+        if schedule.items.is_empty() {
+            return Ok(outputs);
+        }
+        self.stats.steps += 1;
+        let results = {
+            let mut plan = StepPlan::default();
+            for &(id, n) in &schedule.items {
+                let s = self.seqs.get(&id).ok_or_else(|| Error::Input(format!("unknown request {id}")))?;
+                let kv = s.kv.ok_or_else(|| Error::KvCache(format!("scheduled request {id} holds no blocks")))?;
+                let samples = if s.computed + n == s.tokens.len() {
+                    vec![SampleSpec { params: &s.params, counter: s.output_len() as u64, counts: &s.counts, want_logits: s.req.logprobs.is_some() }]
+                } else {
+                    vec![]
+                };
+                plan.seqs.push(SeqStep { tokens: &s.tokens[s.computed..s.computed + n], pos0: s.computed, blocks: &self.blocks.table(kv)?.blocks, samples });
+            }
+            self.runner.step(&plan)?
+        };
+        for (&(id, n), r) in schedule.items.iter().zip(results) {
+            if let Some(out) = self.advance(id, n, r)? {
+                outputs.push(out);
+            }
+        }
+        Ok(outputs)
+    }
+
+    /// Run steps until every request has finished, collecting all outputs.
+    pub fn run_to_completion(&mut self) -> Result<Vec<RequestOutput>> {
+        let mut all = Vec::new();
+        while self.has_work() {
+            all.extend(self.step()?);
+        }
+        Ok(all)
+    }
+
+    /// Apply one step's result to request `id`, which computed `n` positions.
+    fn advance(&mut self, id: RequestId, n: usize, r: SeqResult) -> Result<Option<RequestOutput>> {
+        let bs = self.blocks.block_size;
+        let eos = self.runner.info().eos_id;
+        let s = self.seqs.get_mut(&id).ok_or_else(|| Error::Input(format!("unknown request {id}")))?;
+        s.computed += n;
+        // Full computed blocks go to the prefix cache.
+        if self.cfg.prefix_caching {
+            let full = s.computed / bs;
+            if full > s.registered {
+                let kv = s.kv.ok_or_else(|| Error::KvCache(format!("request {id} holds no blocks")))?;
+                let first = s.registered;
+                let hashes = s.hashes_upto(s.computed, bs)[first..full].to_vec();
+                self.blocks.register_blocks(kv, first, &hashes)?;
+                s.registered = full;
+            }
+        }
+        let Some(&tok) = r.tokens.first() else {
+            return Ok(None);
+        };
+        s.push(tok);
+        self.stats.generated_tokens += 1;
+        let logprobs = match (s.req.logprobs, r.logits.first()) {
+            (Some(top), Some(Some(row))) => vec![logprob_of(row, tok, top)],
+            _ => vec![],
+        };
+        let is_stop_token = (!s.req.ignore_eos && eos == Some(tok)) || s.req.stop_token_ids.contains(&tok);
+        let mut finish = None;
+        let mut text_len = 0;
+        if let Some(st) = s.stream.as_mut() {
+            if !is_stop_token {
+                text_len = st.push(tok)?.len();
+            }
+        }
+        if is_stop_token {
+            finish = Some(FinishReason::Stop);
+        } else if let Some(st) = s.stream.as_mut() {
+            if let Some(at) = find_stop(&st.text, text_len, &s.req.stop) {
+                st.text.truncate(at);
+                finish = Some(FinishReason::Stop);
+            }
+        }
+        if finish.is_none() && s.output_len() >= s.max_output {
+            finish = Some(FinishReason::Length);
+        }
+        match finish {
+            Some(f) => Ok(Some(self.finish(id, f, vec![tok], logprobs)?)),
+            None => {
+                let text = Self::take_text(s, false)?;
+                Ok(Some(output_of(s, vec![tok], text, logprobs, None)))
+            }
+        }
+    }
+
+    /// Text ready to hand out: all of it when finishing; otherwise what no stop string could
+    /// still claim (the last `longest stop − 1` bytes are held back).
+    fn take_text(s: &mut Sequence, finishing: bool) -> Result<String> {
+        let Some(st) = s.stream.as_mut() else { return Ok(String::new()) };
+        let hold = if finishing { 0 } else { s.req.stop.iter().map(String::len).max().unwrap_or(1).saturating_sub(1) };
+        let mut end = st.text.len().saturating_sub(hold).max(s.text_sent);
+        while !st.text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let out = st.text.get(s.text_sent..end).unwrap_or_default().to_string();
+        s.text_sent = end.max(s.text_sent);
+        Ok(out)
+    }
+
+    /// End request `id`: free its blocks, drop it, and build its last output.
+    fn finish(&mut self, id: RequestId, reason: FinishReason, new_tokens: Vec<u32>, logprobs: Vec<TokenLogprob>) -> Result<RequestOutput> {
+        let mut s = self.seqs.remove(&id).ok_or_else(|| Error::Input(format!("unknown request {id}")))?;
+        if let Some(kv) = s.kv.take() {
+            self.blocks.free_sequence(kv)?;
+        }
+        self.running.retain(|&r| r != id);
+        self.waiting.retain(|&r| r != id);
+        if reason != FinishReason::Abort {
+            if let Some(st) = s.stream.as_mut() {
+                // A stop string already cut the text; otherwise flush a held-back character.
+                if find_stop(&st.text, 0, &s.req.stop).is_none() && reason != FinishReason::Stop {
+                    st.finish()?;
+                }
+            }
+            self.stats.finished += 1;
+        }
+        s.status = Status::Waiting;
+        let text = Self::take_text(&mut s, true)?;
+        Ok(output_of(&s, new_tokens, text, logprobs, Some(reason)))
+    }
+
+    /// The pool cannot hold request `id` even alone: it ends with `Length`.
+    pub(crate) fn finish_out_of_blocks(&mut self, id: RequestId) -> Result<()> {
+        let out = self.finish(id, FinishReason::Length, Vec::new(), Vec::new())?;
+        self.pending.push(out);
+        Ok(())
+    }
+}
+
+fn output_of(s: &Sequence, new_tokens: Vec<u32>, new_text: String, logprobs: Vec<TokenLogprob>, finished: Option<FinishReason>) -> RequestOutput {
+    RequestOutput {
+        id: s.id,
+        new_tokens,
+        new_text,
+        logprobs,
+        finished,
+        prompt_tokens: s.prompt_len,
+        output_tokens: s.output_len(),
+        cached_tokens: s.cached_tokens,
+        seed: s.params.seed,
+    }
+}
+
+/// `log softmax(row)[tok]` and the `top` most likely ids, computed in f64.
+pub fn logprob_of(row: &[f32], tok: u32, top: usize) -> TokenLogprob {
+    let m = row.iter().copied().filter(|v| !v.is_nan()).fold(f32::NEG_INFINITY, f32::max) as f64;
+    let lse = m + row.iter().filter(|v| !v.is_nan()).map(|&v| (v as f64 - m).exp()).sum::<f64>().ln();
+    let lp = |v: f32| (v as f64 - lse) as f32;
+    let mut ids: Vec<u32> = (0..row.len() as u32).filter(|&i| !row[i as usize].is_nan()).collect();
+    ids.sort_by(|&a, &b| row[b as usize].total_cmp(&row[a as usize]).then(a.cmp(&b)));
+    ids.truncate(top);
+    TokenLogprob { id: tok, logprob: row.get(tok as usize).map_or(f32::NEG_INFINITY, |&v| lp(v)), top: ids.into_iter().map(|i| (i, lp(row[i as usize]))).collect() }
+}

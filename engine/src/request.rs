@@ -1,0 +1,97 @@
+//! What a client asks for and what it gets back.
+
+use reference::sampling::SamplingParams;
+
+/// The engine's name for a request (unique for the engine's life).
+pub type RequestId = u64;
+
+/// One generation request: token ids in, sampling settings, when to stop.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    /// The prompt's token ids (at least one: an empty prompt is turned into `[BOS]` by the
+    /// front end, or refused when the model has none).
+    pub prompt: Vec<u32>,
+    /// Temperature, filters, penalties. `params.seed` is used when [`Request::seed`] is `None`
+    /// and `random_seed` is false.
+    pub params: SamplingParams,
+    /// The draw's seed; `None` with `random_seed`: a fresh random one (recorded in the output).
+    pub seed: Option<u64>,
+    pub random_seed: bool,
+    /// Most tokens to generate (`None`: until the context is full).
+    pub max_tokens: Option<usize>,
+    /// Token ids that end generation (the model's EOS always does unless `ignore_eos`).
+    pub stop_token_ids: Vec<u32>,
+    /// Strings that end generation; the text is cut before the first one found (needs a
+    /// detokenizer).
+    pub stop: Vec<String>,
+    pub ignore_eos: bool,
+    /// Report each sampled token's log-probability and this many alternatives (`None`: none).
+    pub logprobs: Option<usize>,
+}
+
+impl Request {
+    /// A greedy request for `prompt` with no limit but the context.
+    pub fn new(prompt: Vec<u32>) -> Self {
+        Request { prompt, params: SamplingParams::default(), seed: None, random_seed: false, max_tokens: None, stop_token_ids: vec![], stop: vec![], ignore_eos: false, logprobs: None }
+    }
+    pub fn with_max_tokens(mut self, n: usize) -> Self {
+        self.max_tokens = Some(n);
+        self
+    }
+    pub fn with_params(mut self, params: SamplingParams) -> Self {
+        self.params = params;
+        self
+    }
+}
+
+/// Why a request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    /// EOS, a stop token or a stop string.
+    Stop,
+    /// `max_tokens` reached, or the context is full.
+    Length,
+    /// Aborted by the client.
+    Abort,
+}
+
+impl FinishReason {
+    /// OpenAI's name (`stop`, `length`; an abort reports `abort`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::Abort => "abort",
+        }
+    }
+}
+
+/// The log-probability of a sampled token under the model (before temperature and filters),
+/// with the most likely alternatives.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprob {
+    pub id: u32,
+    pub logprob: f32,
+    /// `(id, logprob)` of the most likely tokens, descending.
+    pub top: Vec<(u32, f32)>,
+}
+
+/// What one step produced for one request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestOutput {
+    pub id: RequestId,
+    /// Tokens sampled this step (stop tokens included).
+    pub new_tokens: Vec<u32>,
+    /// Text completed this step (stop tokens and stop strings excluded).
+    pub new_text: String,
+    pub logprobs: Vec<TokenLogprob>,
+    /// `Some` once the request is done; nothing follows.
+    pub finished: Option<FinishReason>,
+    pub prompt_tokens: usize,
+    /// Tokens generated so far.
+    pub output_tokens: usize,
+    /// Prompt positions served from the prefix cache at (the last) admission.
+    pub cached_tokens: usize,
+    /// The seed the draw used.
+    pub seed: u64,
+}

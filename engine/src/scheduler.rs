@@ -1,0 +1,130 @@
+//! The iteration-level scheduler: which sequences compute how many tokens this step.
+//!
+//! Policy (vLLM v1's, simplified), per step with a budget of `max_batched_tokens`:
+//! 1. **Running sequences first**, oldest first: a decoding sequence takes 1 token, one still in
+//!    its prompt a chunk of at most `prefill_chunk` tokens (chunked prefill) — both within what
+//!    is left of the budget. When the pool has too few free blocks for a sequence's tokens, the
+//!    **newest** running sequence is preempted (its blocks freed, its KV to be recomputed from
+//!    prompt + output when it is resumed, which gives identical output: the draw depends only
+//!    on the logits, the seed and the output index); if that is the sequence itself, it waits.
+//! 2. **Then waiting sequences, first come first served**, while the budget, the seats
+//!    (`max_num_seqs`) and the free blocks last: a sequence admitted takes its longest cached
+//!    prefix from the prefix cache and its first chunk. Nothing is admitted in a step that
+//!    preempted, and a sequence that does not fit stops admission (no overtaking).
+
+use reference::Result;
+
+use crate::engine::Engine;
+use crate::request::RequestId;
+use crate::sequence::Status;
+use reference::runner::ModelRunner;
+
+/// What one step computes: `(request, tokens)` in plan order.
+#[derive(Debug, Default)]
+pub(crate) struct Schedule {
+    pub items: Vec<(RequestId, usize)>,
+}
+
+impl<R: ModelRunner> Engine<R> {
+    pub(crate) fn schedule(&mut self) -> Result<Schedule> {
+        let mut out = Schedule::default();
+        let mut budget = self.cfg.max_batched_tokens;
+        let mut preempted = false;
+        let mut i = 0;
+        while i < self.running.len() && budget > 0 {
+            let id = self.running[i];
+            let n = {
+                let s = self.seq(id)?;
+                let pending = s.pending();
+                if pending > 1 { pending.min(self.cfg.prefill_chunk) } else { pending }
+            }
+            .min(budget);
+            let kv = self.seq(id)?.kv.ok_or_else(|| reference::Error::KvCache(format!("running request {id} holds no blocks")))?;
+            let mut self_preempted = false;
+            while self.blocks.blocks_needed(kv, n)? > self.blocks.num_free() {
+                let victim = *self.running.last().ok_or_else(|| reference::Error::KvCache("no running sequence to preempt".into()))?;
+                if victim == id && self.running.len() == 1 {
+                    // Alone and still too big: the pool cannot hold this request at all.
+                    self.finish_out_of_blocks(id)?;
+                    self_preempted = true;
+                    break;
+                }
+                self.preempt(victim)?;
+                preempted = true;
+                if victim == id {
+                    self_preempted = true;
+                    break;
+                }
+            }
+            if self_preempted {
+                // running[i] is gone (preempted or finished): the next one moved into slot i.
+                continue;
+            }
+            self.blocks.grow(kv, n)?;
+            out.items.push((id, n));
+            budget -= n;
+            i += 1;
+        }
+        if preempted {
+            return Ok(out);
+        }
+        while budget > 0 && self.running.len() < self.cfg.max_num_seqs {
+            let Some(&id) = self.waiting.front() else { break };
+            if !self.admit(id, budget)? {
+                break;
+            }
+            self.waiting.pop_front();
+            self.running.push(id);
+            let n = {
+                let s = self.seq(id)?;
+                s.pending().min(self.cfg.prefill_chunk).min(budget)
+            };
+            out.items.push((id, n));
+            budget -= n;
+        }
+        Ok(out)
+    }
+
+    /// Give waiting `id` blocks: its cached prefix and room for its first chunk (of at most
+    /// `budget` tokens). Returns false, holding nothing, when the pool cannot take the chunk.
+    fn admit(&mut self, id: RequestId, budget: usize) -> Result<bool> {
+        let bs = self.blocks.block_size;
+        let prefix_caching = self.cfg.prefix_caching;
+        let chunk = self.cfg.prefill_chunk;
+        let s = self.seqs.get_mut(&id).ok_or_else(|| reference::Error::Input(format!("unknown request {id}")))?;
+        // At least the last token is always computed: it is what the next draw reads.
+        let lookup = if prefix_caching { s.hashes_upto(s.tokens.len() - 1, bs).to_vec() } else { Vec::new() };
+        let (kv, cached) = self.blocks.add_sequence_cached(&lookup)?;
+        let n = (s.tokens.len() - cached).min(chunk).min(budget);
+        if self.blocks.blocks_needed(kv, n)? > self.blocks.num_free() {
+            self.blocks.free_sequence(kv)?;
+            return Ok(false);
+        }
+        self.blocks.grow(kv, n)?;
+        s.kv = Some(kv);
+        s.computed = cached;
+        s.cached_tokens = cached;
+        // Blocks that came from the cache are registered already.
+        s.registered = cached / bs;
+        s.status = Status::Running;
+        self.stats.cached_tokens += cached as u64;
+        Ok(true)
+    }
+
+    /// Move running `id` back to the front of the queue, freeing its blocks (its KV is
+    /// recomputed when it is admitted again).
+    pub(crate) fn preempt(&mut self, id: RequestId) -> Result<()> {
+        let s = self.seqs.get_mut(&id).ok_or_else(|| reference::Error::Input(format!("unknown request {id}")))?;
+        if let Some(kv) = s.kv.take() {
+            self.blocks.free_sequence(kv)?;
+        }
+        s.computed = 0;
+        s.registered = 0;
+        s.status = Status::Waiting;
+        s.preemptions += 1;
+        self.running.retain(|&r| r != id);
+        self.waiting.push_front(id);
+        self.stats.preemptions += 1;
+        Ok(())
+    }
+}

@@ -1,0 +1,115 @@
+//! One request's state inside the engine.
+
+use std::collections::HashMap;
+
+use reference::kv_blocks::{extend_hashes, SeqId};
+use reference::sampling::seeded::TokenCount;
+use reference::sampling::SamplingParams;
+
+use crate::detok::TextStream;
+use crate::request::{Request, RequestId};
+
+/// Where a sequence is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Not holding KV blocks: new, or preempted (its KV will be recomputed).
+    Waiting,
+    /// Holding blocks; scheduled every step while the token budget lasts.
+    Running,
+}
+
+/// A request being served: `tokens` = prompt ++ output; positions `0 .. computed` are in the
+/// KV cache (while it holds blocks).
+pub struct Sequence {
+    pub id: RequestId,
+    pub req: Request,
+    /// The params the draws use (the resolved seed inside).
+    pub params: SamplingParams,
+    pub tokens: Vec<u32>,
+    pub prompt_len: usize,
+    /// Most output tokens (the request's limit capped by the context).
+    pub max_output: usize,
+    pub computed: usize,
+    pub status: Status,
+    /// Its block-manager sequence while it holds blocks.
+    pub kv: Option<SeqId>,
+    /// Chained hashes of its full blocks of tokens (prefix caching), and how many of them are
+    /// registered in the cache.
+    pub hashes: Vec<u64>,
+    pub registered: usize,
+    /// Token counts for the penalties (kept only when the request has penalties).
+    pub counts: Vec<TokenCount>,
+    count_index: HashMap<u32, usize>,
+    pub stream: Option<TextStream>,
+    /// Bytes of `stream.text` already handed out (the rest is held back for stop strings).
+    pub text_sent: usize,
+    /// Prompt positions the prefix cache supplied at the last admission.
+    pub cached_tokens: usize,
+    pub preemptions: usize,
+}
+
+impl Sequence {
+    pub fn new(id: RequestId, req: Request, params: SamplingParams, max_output: usize, stream: Option<TextStream>) -> Self {
+        let tokens = req.prompt.clone();
+        let prompt_len = tokens.len();
+        let mut s = Sequence {
+            id,
+            req,
+            params,
+            tokens,
+            prompt_len,
+            max_output,
+            computed: 0,
+            status: Status::Waiting,
+            kv: None,
+            hashes: Vec::new(),
+            registered: 0,
+            counts: Vec::new(),
+            count_index: HashMap::new(),
+            stream,
+            text_sent: 0,
+            cached_tokens: 0,
+            preemptions: 0,
+        };
+        if s.params.has_penalties() {
+            for i in 0..prompt_len {
+                let id = s.tokens[i];
+                s.count(id).in_prompt = true;
+            }
+        }
+        s
+    }
+
+    fn count(&mut self, id: u32) -> &mut TokenCount {
+        let n = self.counts.len();
+        let k = *self.count_index.entry(id).or_insert(n);
+        if k == n {
+            self.counts.push(TokenCount { id, output: 0, in_prompt: false });
+        }
+        &mut self.counts[k]
+    }
+
+    /// Append a sampled token.
+    pub fn push(&mut self, id: u32) {
+        self.tokens.push(id);
+        if self.params.has_penalties() {
+            self.count(id).output += 1;
+        }
+    }
+
+    pub fn output_len(&self) -> usize {
+        self.tokens.len() - self.prompt_len
+    }
+
+    /// Positions still to compute before the next token can be drawn.
+    pub fn pending(&self) -> usize {
+        self.tokens.len() - self.computed
+    }
+
+    /// Chained hashes of the full blocks of `tokens[.. upto]`, computed as far as needed.
+    pub fn hashes_upto(&mut self, upto: usize, block_size: usize) -> &[u64] {
+        extend_hashes(&mut self.hashes, &self.tokens[..upto.min(self.tokens.len())], block_size);
+        let n = upto / block_size.max(1);
+        &self.hashes[..n.min(self.hashes.len())]
+    }
+}

@@ -22,6 +22,12 @@ const MAGIC: &[u8; 4] = b"GGUF";
 const DEFAULT_ALIGNMENT: u64 = 32;
 /// More dimensions than this is certainly a corrupt file.
 const MAX_DIMS: u32 = 8;
+/// ggml type id of MXFP4 (`GGML_TYPE_MXFP4`: GPT-OSS's experts), 32 values in 17 bytes
+/// ([`crate::quant::mxfp4::from_ggml`] has the layout). Not a [`GgmlType`], which callers match
+/// exhaustively: such tensors are listed in [`GgufFile::mxfp4_tensors`], read raw with
+/// [`GgufFile::mxfp4_info`] / [`GgufFile::tensor_bytes_at`] and dequantized by
+/// [`GgufFile::tensor_f32`] like any other.
+pub const GGML_TYPE_MXFP4: u32 = 39;
 
 /// A metadata value.
 #[derive(Debug, Clone, PartialEq)]
@@ -127,13 +133,27 @@ impl TensorInfo {
     }
 }
 
+/// A tensor stored as ggml MXFP4 ([`GGML_TYPE_MXFP4`]).
+#[derive(Debug, Clone)]
+pub struct Mxfp4TensorInfo {
+    pub name: String,
+    /// Row-major shape (outermost first); the last dimension is a multiple of 32.
+    pub shape: Vec<usize>,
+    /// Absolute byte range in the file.
+    pub start: usize,
+    pub len: usize,
+}
+
 /// An opened GGUF file.
 pub struct GgufFile {
     pub path: PathBuf,
     pub version: u32,
     pub metadata: BTreeMap<String, Value>,
     pub tensors: Vec<TensorInfo>,
+    /// Tensors of type [`GGML_TYPE_MXFP4`] (not in `tensors`).
+    pub mxfp4_tensors: Vec<Mxfp4TensorInfo>,
     index: BTreeMap<String, usize>,
+    mxfp4_index: BTreeMap<String, usize>,
     mmap: Mmap,
 }
 
@@ -237,14 +257,20 @@ impl GgufFile {
         }
         // SAFETY: the file is opened read-only; tandem never writes model files while they are mapped.
         let mmap = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(&path, e))?;
-        let (version, metadata, tensors) = parse(&mmap, &path)?;
+        let (version, metadata, tensors, mxfp4_tensors) = parse(&mmap, &path)?;
         let mut index = BTreeMap::new();
         for (i, t) in tensors.iter().enumerate() {
             if index.insert(t.name.clone(), i).is_some() {
                 return Err(Error::tensor(&path, &t.name, "appears twice in the tensor table"));
             }
         }
-        Ok(GgufFile { path, version, metadata, tensors, index, mmap })
+        let mut mxfp4_index = BTreeMap::new();
+        for (i, t) in mxfp4_tensors.iter().enumerate() {
+            if index.contains_key(&t.name) || mxfp4_index.insert(t.name.clone(), i).is_some() {
+                return Err(Error::tensor(&path, &t.name, "appears twice in the tensor table"));
+            }
+        }
+        Ok(GgufFile { path, version, metadata, tensors, mxfp4_tensors, index, mxfp4_index, mmap })
     }
 
     pub fn get(&self, key: &str) -> Option<&Value> {
@@ -282,8 +308,26 @@ impl GgufFile {
     pub fn tensor_bytes(&self, info: &TensorInfo) -> &[u8] {
         &self.mmap[info.start..info.start + info.len]
     }
+    /// An MXFP4 ([`GGML_TYPE_MXFP4`]) tensor's header entry.
+    pub fn mxfp4_info(&self, name: &str) -> Option<&Mxfp4TensorInfo> {
+        self.mxfp4_index.get(name).map(|&i| &self.mxfp4_tensors[i])
+    }
+    /// Raw bytes of the absolute range `start .. start + len` (an MXFP4 tensor's, validated at open).
+    pub fn tensor_bytes_at(&self, start: usize, len: usize) -> &[u8] {
+        &self.mmap[start..start + len]
+    }
     /// Dequantize a tensor to f32, checking its row-major shape against `want` (if given).
     pub fn tensor_f32(&self, name: &str, want: Option<&[usize]>) -> Result<(Vec<usize>, Vec<f32>)> {
+        if let Some(m) = self.mxfp4_info(name) {
+            if let Some(w) = want.filter(|w| *w != m.shape) {
+                return Err(Error::tensor(&self.path, name, format!("shape {:?}, expected {:?}", m.shape, w)));
+            }
+            let in_dim = m.shape.last().copied().unwrap_or(0);
+            let rows = m.shape.iter().product::<usize>() / in_dim.max(1);
+            let w = crate::quant::mxfp4::from_ggml(name, rows, in_dim, self.tensor_bytes_at(m.start, m.len))
+                .map_err(|e| Error::tensor(&self.path, name, e.to_string()))?;
+            return Ok((m.shape.clone(), crate::quant::mxfp4::dequant(&w)));
+        }
         let info = self.tensor_info(name).ok_or_else(|| Error::tensor(&self.path, name, "missing"))?;
         if let Some(w) = want {
             if info.shape != w {
@@ -300,7 +344,7 @@ impl GgufFile {
     }
 }
 
-type Parsed = (u32, BTreeMap<String, Value>, Vec<TensorInfo>);
+type Parsed = (u32, BTreeMap<String, Value>, Vec<TensorInfo>, Vec<Mxfp4TensorInfo>);
 
 fn parse(buf: &[u8], path: &Path) -> Result<Parsed> {
     let mut c = Cursor { buf, pos: 0, path };
@@ -347,16 +391,21 @@ fn parse(buf: &[u8], path: &Path) -> Result<Parsed> {
     let data_start = (c.pos as u64).div_ceil(alignment) * alignment;
     let file_len = buf.len() as u64;
     let mut tensors = Vec::with_capacity(raw.len());
+    let mut mxfp4_tensors = Vec::new();
     for (name, ne, ty_id, offset) in raw {
-        let ty = GgmlType::from_id(ty_id)
-            .ok_or_else(|| Error::tensor(path, &name, format!("unsupported ggml type id {ty_id}")))?;
+        // (type, elements per block, bytes per block, name); `None` type: MXFP4.
+        let (ty, block_elems, block_bytes, ty_name) = match GgmlType::from_id(ty_id) {
+            Some(t) => (Some(t), t.block_elems(), t.block_bytes(), t.name()),
+            None if ty_id == GGML_TYPE_MXFP4 => (None, crate::quant::mxfp4::BLOCK, crate::quant::mxfp4::GGML_BLOCK_BYTES, "MXFP4"),
+            None => return Err(Error::tensor(path, &name, format!("unsupported ggml type id {ty_id}"))),
+        };
         // ggml quantizes row by row: a row (ne0) must be a whole number of blocks.
-        if ne[0] % ty.block_elems() as u64 != 0 {
-            return Err(Error::tensor(path, &name, format!("rows of {} elements are not a whole number of {} blocks", ne[0], ty.name())));
+        if ne[0] % block_elems as u64 != 0 {
+            return Err(Error::tensor(path, &name, format!("rows of {} elements are not a whole number of {ty_name} blocks", ne[0])));
         }
         let numel = ne.iter().try_fold(1u64, |a, &d| a.checked_mul(d));
-        let bytes = numel.and_then(|n| ty.bytes_for(n)).ok_or_else(|| {
-            Error::tensor(path, &name, format!("dims {ne:?} are not a whole number of {} blocks", ty.name()))
+        let bytes = numel.and_then(|n| (n / block_elems as u64).checked_mul(block_bytes as u64)).ok_or_else(|| {
+            Error::tensor(path, &name, format!("dims {ne:?} are not a whole number of {ty_name} blocks"))
         })?;
         let start = data_start.checked_add(offset);
         let end = start.and_then(|s| s.checked_add(bytes));
@@ -365,13 +414,12 @@ fn parse(buf: &[u8], path: &Path) -> Result<Parsed> {
                 if offset % alignment != 0 {
                     return Err(Error::tensor(path, &name, format!("offset {offset} is not aligned to {alignment}")));
                 }
-                tensors.push(TensorInfo {
-                    name,
-                    shape: ne.iter().rev().map(|&d| d as usize).collect(),
-                    ty,
-                    start: s as usize,
-                    len: bytes as usize,
-                });
+                let shape = ne.iter().rev().map(|&d| d as usize).collect();
+                let (start, len) = (s as usize, bytes as usize);
+                match ty {
+                    Some(ty) => tensors.push(TensorInfo { name, shape, ty, start, len }),
+                    None => mxfp4_tensors.push(Mxfp4TensorInfo { name, shape, start, len }),
+                }
             }
             _ => {
                 return Err(Error::tensor(
@@ -382,14 +430,15 @@ fn parse(buf: &[u8], path: &Path) -> Result<Parsed> {
             }
         }
     }
-    Ok((version, metadata, tensors))
+    Ok((version, metadata, tensors, mxfp4_tensors))
 }
 
 /// Builds GGUF v3 files: used by tests (round trips, corrupt files) and `tandem` tools.
 #[derive(Default)]
 pub struct GgufWriter {
     kv: Vec<(String, Value)>,
-    tensors: Vec<(String, Vec<usize>, GgmlType, Vec<u8>)>,
+    /// (name, row-major shape, ggml type id, bytes)
+    tensors: Vec<(String, Vec<usize>, u32, Vec<u8>)>,
 }
 
 impl GgufWriter {
@@ -403,7 +452,13 @@ impl GgufWriter {
     /// Add a tensor with row-major `shape` from f32 data, stored as `ty`.
     pub fn tensor(&mut self, name: &str, shape: &[usize], ty: GgmlType, data: &[f32]) -> &mut Self {
         let bytes = crate::dequant::quantize(ty, data);
-        self.tensors.push((name.to_string(), shape.to_vec(), ty, bytes));
+        self.tensors.push((name.to_string(), shape.to_vec(), ty.id(), bytes));
+        self
+    }
+    /// Add a tensor with row-major `shape` from bytes already in ggml type `type_id` (e.g.
+    /// [`GGML_TYPE_MXFP4`] from [`crate::quant::mxfp4::to_ggml`]); the bytes are not checked.
+    pub fn tensor_raw(&mut self, name: &str, shape: &[usize], type_id: u32, bytes: Vec<u8>) -> &mut Self {
+        self.tensors.push((name.to_string(), shape.to_vec(), type_id, bytes));
         self
     }
     fn put_str(out: &mut Vec<u8>, s: &str) {
@@ -464,7 +519,7 @@ impl GgufWriter {
             Self::put_str(&mut out, name);
             out.extend_from_slice(&(shape.len() as u32).to_le_bytes());
             shape.iter().rev().for_each(|&d| out.extend_from_slice(&(d as u64).to_le_bytes()));
-            out.extend_from_slice(&ty.id().to_le_bytes());
+            out.extend_from_slice(&ty.to_le_bytes());
             out.extend_from_slice(&(offset as u64).to_le_bytes());
             offset += bytes.len().div_ceil(align) * align;
         }

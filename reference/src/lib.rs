@@ -25,6 +25,7 @@ pub mod runner;
 pub mod weights;
 pub mod tokenizer;
 pub mod chat;
+pub mod gpt_oss;
 
 pub use config::{Config, RopeLayout};
 pub use model::{Model, Trace};

@@ -177,6 +177,50 @@ pub fn dequant(x: &Mxfp4Weight) -> Vec<f32> {
     w
 }
 
+/// Bytes of one ggml MXFP4 block (`block_mxfp4`, GGUF tensor type 39): `{u8 e; u8 qs[16]}`.
+pub const GGML_BLOCK_BYTES: usize = 1 + BLOCK_BYTES;
+
+/// Repack ggml MXFP4 (GGUF type 39) bytes of a row-major `[out, in_dim]` weight into an
+/// [`Mxfp4Weight`] (the OCP / safetensors layout above). Exact: only nibbles move.
+///
+/// ```text
+/// ggml block (17 bytes, 32 values): e, qs[0..16]
+///   y[j]      = kv[qs[j] & 15] · 2^(e − 128)        j < 16
+///   y[j + 16] = kv[qs[j] >> 4] · 2^(e − 128)
+///   kv = {0,1,2,3,4,6,8,12, 0,−1,−2,−3,−4,−6,−8,−12} = 2·E2M1
+/// ⇒ y = E2M1[n] · 2^(e − 127): the same E8M0 byte and the same nibble codes, so
+///   OCP byte j = code(2j) | code(2j + 1) << 4 with code(c) the ggml nibble of element c.
+/// ```
+/// `name` (the tensor) goes into errors; scale checks are [`Mxfp4Weight::from_parts`]'s.
+pub fn from_ggml(name: &str, out: usize, in_dim: usize, bytes: &[u8]) -> Result<Mxfp4Weight> {
+    let n = check_shape(name, out, in_dim)?;
+    let nb = n / BLOCK;
+    if bytes.len() != nb * GGML_BLOCK_BYTES {
+        return Err(Error::Input(format!("{name}: {} bytes of ggml MXFP4, shape [{out}, {in_dim}] needs {}", bytes.len(), nb * GGML_BLOCK_BYTES)));
+    }
+    let mut blocks = vec![0u8; nb * BLOCK_BYTES];
+    let mut scales = vec![0u8; nb];
+    for ((g, b), s) in bytes.chunks_exact(GGML_BLOCK_BYTES).zip(blocks.chunks_exact_mut(BLOCK_BYTES)).zip(scales.iter_mut()) {
+        *s = g[0];
+        let code = |c: usize| if c < BLOCK_BYTES { g[1 + c] & 15 } else { g[1 + c - BLOCK_BYTES] >> 4 };
+        for (j, byte) in b.iter_mut().enumerate() {
+            *byte = code(2 * j) | (code(2 * j + 1) << 4);
+        }
+    }
+    Mxfp4Weight::from_parts(name, out, in_dim, blocks, scales)
+}
+
+/// The ggml MXFP4 (GGUF type 39) bytes of `w`: the inverse of [`from_ggml`].
+pub fn to_ggml(w: &Mxfp4Weight) -> Vec<u8> {
+    let mut out = Vec::with_capacity(w.scales.len() * GGML_BLOCK_BYTES);
+    for (b, &s) in w.blocks.chunks_exact(BLOCK_BYTES).zip(&w.scales) {
+        let code = |c: usize| if c % 2 == 0 { b[c / 2] & 15 } else { b[c / 2] >> 4 };
+        out.push(s);
+        out.extend((0..BLOCK_BYTES).map(|j| code(j) | (code(j + BLOCK_BYTES) << 4)));
+    }
+    out
+}
+
 impl Mxfp4Weight {
     /// Build from stored parts, checking lengths against `[out, in_dim]` (`blocks`: out·in/32·16
     /// bytes, `scales`: out·in/32 bytes), that no scale byte is 255 (NaN in E8M0) and that no

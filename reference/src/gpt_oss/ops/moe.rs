@@ -1,0 +1,75 @@
+//! The mixture-of-experts block: router, clamped-SwiGLU experts, weighted sum.
+//!
+//! ```text
+//! z        = Wr h + br                                   [E] router logits
+//! e_1..e_K = the K largest z (ties: lower expert id first)
+//! w_k      = e^(z_{e_k}) / Σ_{k'} e^(z_{e_k'})             softmax over the K selected only
+//! g, u     = Wg_e h + bg_e,  Wu_e h + bu_e                  [F] each (HF: rows 0::2 / 1::2 of gate_up)
+//! a        = min(g, ℓ) · σ(α · min(g, ℓ)) · (clamp(u, −ℓ, ℓ) + 1)      ℓ = 7, α = 1.702
+//! y_e      = Wd_e a + bd_e                                 [C]
+//! MoE(h)   = Σ_k w_k · y_{e_k}
+//! ```
+
+use ndarray::{Array1, Array2, ArrayView1, ArrayView2, Zip};
+
+use super::linear_bias;
+use crate::gpt_oss::weights::DenseExpert;
+use crate::ops::softmax::softmax;
+
+/// Indices of the `k` largest values of `z`, largest first; equal values rank the lower index
+/// first (a stable sort on descending value).
+pub fn top_k(z: &[f32], k: usize) -> Vec<usize> {
+    let mut idx: Vec<usize> = (0..z.len()).collect();
+    idx.sort_by(|&a, &b| z[b].total_cmp(&z[a]));
+    idx.truncate(k);
+    idx
+}
+
+/// Routing of one token from its router logits `z [E]`: `[(e_k, w_k); K]` in rank order, with
+/// `w = softmax(z_{e_1}, …, z_{e_K})` (the other E − K logits take no part).
+pub fn route(z: &[f32], k: usize) -> Vec<(usize, f32)> {
+    let experts = top_k(z, k);
+    let mut w: Vec<f32> = experts.iter().map(|&e| z[e]).collect();
+    softmax(&mut w);
+    experts.into_iter().zip(w).collect()
+}
+
+/// Router of a block of tokens: `z = h Wrᵀ + br` (h `[T, C]`, Wr `[E, C]`, br `[E]`), then
+/// [`route`] per token.
+pub fn router(h: ArrayView2<f32>, wr: ArrayView2<f32>, br: ArrayView1<f32>, k: usize) -> Vec<Vec<(usize, f32)>> {
+    let z = linear_bias(h, wr, br);
+    z.rows().into_iter().map(|row| route(&row.to_vec(), k)).collect()
+}
+
+/// Logistic sigmoid `σ(x) = 1 / (1 + e^(−x))`.
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// GPT-OSS's clamped SwiGLU of one feature:
+/// `a = min(g, ℓ) · σ(α · min(g, ℓ)) · (clamp(u, −ℓ, ℓ) + 1)`.
+/// The gate is clamped from above only; the up projection on both sides, then shifted by 1.
+pub fn clamped_swiglu(g: f32, u: f32, limit: f32, alpha: f32) -> f32 {
+    let g = g.min(limit);
+    let u = u.clamp(-limit, limit);
+    g * sigmoid(alpha * g) * (u + 1.0)
+}
+
+/// One expert on the rows of `h [T, C]`:
+/// `y = clamped_swiglu(h Wgᵀ + bg, h Wuᵀ + bu) Wdᵀ + bd` → `[T, C]`.
+pub fn expert_ffn(h: ArrayView2<f32>, e: &DenseExpert, limit: f32, alpha: f32) -> Array2<f32> {
+    let g = linear_bias(h, e.gate.view(), e.gate_bias.view());
+    let u = linear_bias(h, e.up.view(), e.up_bias.view());
+    let a = Zip::from(&g).and(&u).map_collect(|&g, &u| clamped_swiglu(g, u, limit, alpha));
+    linear_bias(a.view(), e.down.view(), e.down_bias.view())
+}
+
+/// `out = Σ_k w_k · y_k` over the `(w_k, y_k)` of one token, in the order given (rank order),
+/// starting from zeros of width `c`.
+pub fn weighted_sum(terms: &[(f32, ArrayView1<f32>)], c: usize) -> Array1<f32> {
+    let mut out = Array1::zeros(c);
+    for (w, y) in terms {
+        out.scaled_add(*w, y);
+    }
+    out
+}

@@ -1,0 +1,326 @@
+//! GPT-OSS weights: every dense tensor in f32, experts kept in MXFP4 as stored and dequantized
+//! when a token is routed to them (gpt-oss-20b's experts are 12 GiB in f32, 3.2 GiB in MXFP4).
+
+use ndarray::{Array1, Array2};
+
+use super::config::GptOssConfig;
+use crate::error::{Error, Result};
+use crate::quant::mxfp4::{self, Mxfp4Weight};
+
+/// One expert. Matrices `[out, in]` in MXFP4 (OCP layout, [`crate::quant::mxfp4`]), biases f32.
+/// Gate and up are kept apart (GGUF's layout); HF interleaves them in one `gate_up_proj`
+/// (gate = rows 0::2, up = rows 1::2), which the loader splits — exactly, since MXFP4 blocks
+/// run along the input and a row is a whole number of blocks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExpertWeights {
+    /// `[F, C]`
+    pub gate: Mxfp4Weight,
+    /// `[F]`
+    pub gate_bias: Array1<f32>,
+    /// `[F, C]`
+    pub up: Mxfp4Weight,
+    /// `[F]`
+    pub up_bias: Array1<f32>,
+    /// `[C, F]`
+    pub down: Mxfp4Weight,
+    /// `[C]`
+    pub down_bias: Array1<f32>,
+}
+
+/// An expert dequantized to f32 (what [`super::ops::moe::expert_ffn`] multiplies with).
+#[derive(Debug, Clone)]
+pub struct DenseExpert {
+    /// `[F, C]`
+    pub gate: Array2<f32>,
+    /// `[F]`
+    pub gate_bias: Array1<f32>,
+    /// `[F, C]`
+    pub up: Array2<f32>,
+    /// `[F]`
+    pub up_bias: Array1<f32>,
+    /// `[C, F]`
+    pub down: Array2<f32>,
+    /// `[C]`
+    pub down_bias: Array1<f32>,
+}
+
+fn dense_matrix(w: &Mxfp4Weight) -> Result<Array2<f32>> {
+    Array2::from_shape_vec((w.out(), w.in_dim()), mxfp4::dequant(w)).map_err(|e| Error::Input(format!("expert matrix [{}, {}]: {e}", w.out(), w.in_dim())))
+}
+
+impl ExpertWeights {
+    /// `w' = E2M1[nibble] · 2^(scale − 127)` of every matrix (exact), biases copied.
+    pub fn dequant(&self) -> Result<DenseExpert> {
+        Ok(DenseExpert {
+            gate: dense_matrix(&self.gate)?,
+            gate_bias: self.gate_bias.clone(),
+            up: dense_matrix(&self.up)?,
+            up_bias: self.up_bias.clone(),
+            down: dense_matrix(&self.down)?,
+            down_bias: self.down_bias.clone(),
+        })
+    }
+
+    /// Check every shape against `cfg`; `what` (e.g. "layer 3 expert 7") goes into errors.
+    pub fn check(&self, cfg: &GptOssConfig, what: &str) -> Result<()> {
+        let (c, f) = (cfg.hidden, cfg.expert_ffn);
+        for (name, w, want) in [("gate", &self.gate, (f, c)), ("up", &self.up, (f, c)), ("down", &self.down, (c, f))] {
+            if (w.out(), w.in_dim()) != want {
+                return Err(Error::Input(format!("{what}: {name} is [{}, {}], config wants {want:?}", w.out(), w.in_dim())));
+            }
+        }
+        for (name, b, want) in [("gate_bias", &self.gate_bias, f), ("up_bias", &self.up_bias, f), ("down_bias", &self.down_bias, c)] {
+            if b.len() != want {
+                return Err(Error::Input(format!("{what}: {name} has {} values, config wants {want}", b.len())));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One transformer block. Linear weights are `[out, in]` (y = x Wᵀ + b).
+#[derive(Debug, Clone)]
+pub struct GptOssLayer {
+    /// `[C]` RMSNorm gain before attention.
+    pub attn_norm: Array1<f32>,
+    /// `[H·D, C]`, `[H·D]`
+    pub wq: Array2<f32>,
+    pub bq: Array1<f32>,
+    /// `[Hkv·D, C]`, `[Hkv·D]`
+    pub wk: Array2<f32>,
+    pub bk: Array1<f32>,
+    /// `[Hkv·D, C]`, `[Hkv·D]`
+    pub wv: Array2<f32>,
+    pub bv: Array1<f32>,
+    /// `[C, H·D]`, `[C]`
+    pub wo: Array2<f32>,
+    pub bo: Array1<f32>,
+    /// `[H]` attention sink logit per query head.
+    pub sinks: Array1<f32>,
+    /// `[C]` RMSNorm gain before the MoE (HF `post_attention_layernorm`).
+    pub ffn_norm: Array1<f32>,
+    /// `[E, C]`, `[E]`
+    pub router: Array2<f32>,
+    pub router_bias: Array1<f32>,
+    /// E experts.
+    pub experts: Vec<ExpertWeights>,
+}
+
+/// All weights of a GPT-OSS model.
+#[derive(Debug, Clone)]
+pub struct GptOssWeights {
+    /// `[V, C]` token embeddings.
+    pub tok_embd: Array2<f32>,
+    /// L blocks.
+    pub layers: Vec<GptOssLayer>,
+    /// `[C]` final RMSNorm gain.
+    pub out_norm: Array1<f32>,
+    /// `[V, C]` unembedding; `None` when tied to `tok_embd`.
+    pub lm_head: Option<Array2<f32>>,
+}
+
+/// Every dense (non-expert) tensor, independent of file format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dense {
+    TokEmbd,
+    OutNorm,
+    LmHead,
+    AttnNorm(usize),
+    Wq(usize),
+    Bq(usize),
+    Wk(usize),
+    Bk(usize),
+    Wv(usize),
+    Bv(usize),
+    Wo(usize),
+    Bo(usize),
+    Sinks(usize),
+    FfnNorm(usize),
+    Router(usize),
+    RouterBias(usize),
+}
+
+impl Dense {
+    /// The dense tensors of block `l`, in file order.
+    pub fn layer(l: usize) -> [Dense; 13] {
+        use Dense::*;
+        [AttnNorm(l), Wq(l), Bq(l), Wk(l), Bk(l), Wv(l), Bv(l), Wo(l), Bo(l), Sinks(l), FfnNorm(l), Router(l), RouterBias(l)]
+    }
+
+    /// The block a per-layer tensor belongs to (`None` for the global ones).
+    pub fn block(self) -> Option<usize> {
+        use Dense::*;
+        match self {
+            TokEmbd | OutNorm | LmHead => None,
+            AttnNorm(l) | Wq(l) | Bq(l) | Wk(l) | Bk(l) | Wv(l) | Bv(l) | Wo(l) | Bo(l) | Sinks(l) | FfnNorm(l) | Router(l) | RouterBias(l) => Some(l),
+        }
+    }
+
+    /// Row-major shape under `cfg`.
+    pub fn shape(self, cfg: &GptOssConfig) -> Vec<usize> {
+        let (c, v, e) = (cfg.hidden, cfg.vocab, cfg.n_experts);
+        let (qd, kvd) = (cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim);
+        use Dense::*;
+        match self {
+            TokEmbd | LmHead => vec![v, c],
+            OutNorm | AttnNorm(_) | FfnNorm(_) | Bo(_) => vec![c],
+            Wq(_) => vec![qd, c],
+            Bq(_) => vec![qd],
+            Wk(_) | Wv(_) => vec![kvd, c],
+            Bk(_) | Bv(_) => vec![kvd],
+            Wo(_) => vec![c, qd],
+            Sinks(_) => vec![cfg.n_heads],
+            Router(_) => vec![e, c],
+            RouterBias(_) => vec![e],
+        }
+    }
+
+    /// Name in an HF safetensors checkpoint.
+    pub fn hf_name(self) -> String {
+        use Dense::*;
+        let (l, s) = match self {
+            TokEmbd => return "model.embed_tokens.weight".into(),
+            OutNorm => return "model.norm.weight".into(),
+            LmHead => return "lm_head.weight".into(),
+            AttnNorm(l) => (l, "input_layernorm.weight"),
+            Wq(l) => (l, "self_attn.q_proj.weight"),
+            Bq(l) => (l, "self_attn.q_proj.bias"),
+            Wk(l) => (l, "self_attn.k_proj.weight"),
+            Bk(l) => (l, "self_attn.k_proj.bias"),
+            Wv(l) => (l, "self_attn.v_proj.weight"),
+            Bv(l) => (l, "self_attn.v_proj.bias"),
+            Wo(l) => (l, "self_attn.o_proj.weight"),
+            Bo(l) => (l, "self_attn.o_proj.bias"),
+            Sinks(l) => (l, "self_attn.sinks"),
+            FfnNorm(l) => (l, "post_attention_layernorm.weight"),
+            Router(l) => (l, "mlp.router.weight"),
+            RouterBias(l) => (l, "mlp.router.bias"),
+        };
+        format!("model.layers.{l}.{s}")
+    }
+
+    /// Name in a llama.cpp GGUF.
+    pub fn gguf_name(self) -> String {
+        use Dense::*;
+        let (l, s) = match self {
+            TokEmbd => return "token_embd.weight".into(),
+            OutNorm => return "output_norm.weight".into(),
+            LmHead => return "output.weight".into(),
+            AttnNorm(l) => (l, "attn_norm.weight"),
+            Wq(l) => (l, "attn_q.weight"),
+            Bq(l) => (l, "attn_q.bias"),
+            Wk(l) => (l, "attn_k.weight"),
+            Bk(l) => (l, "attn_k.bias"),
+            Wv(l) => (l, "attn_v.weight"),
+            Bv(l) => (l, "attn_v.bias"),
+            Wo(l) => (l, "attn_output.weight"),
+            Bo(l) => (l, "attn_output.bias"),
+            Sinks(l) => (l, "attn_sinks.weight"),
+            FfnNorm(l) => (l, "post_attention_norm.weight"),
+            Router(l) => (l, "ffn_gate_inp.weight"),
+            RouterBias(l) => (l, "ffn_gate_inp.bias"),
+        };
+        format!("blk.{l}.{s}")
+    }
+}
+
+/// The expert tensors of block `l` in an HF checkpoint: `(gate_up, down)` name prefixes; each
+/// has `_blocks` `[E, out, in/32, 16]` U8, `_scales` `[E, out, in/32]` U8, `_bias` `[E, out]`.
+pub fn hf_expert_names(l: usize) -> (String, String) {
+    let p = format!("model.layers.{l}.mlp.experts");
+    (format!("{p}.gate_up_proj"), format!("{p}.down_proj"))
+}
+
+/// The expert tensors of block `l` in a GGUF: `blk.l.ffn_{gate,up,down}_exps` (`.weight` MXFP4
+/// `[E, out, in]`, `.bias` `[E, out]`).
+pub fn gguf_expert_names(l: usize) -> [String; 3] {
+    ["gate", "up", "down"].map(|k| format!("blk.{l}.ffn_{k}_exps"))
+}
+
+/// Anything that hands out GPT-OSS tensors (a checkpoint, synthetic weights).
+pub trait GptOssSource {
+    /// The f32 data of `t`, after checking its shape is `t.shape(cfg)`.
+    fn dense(&mut self, t: Dense, cfg: &GptOssConfig) -> Result<Vec<f32>>;
+    /// The E experts of block `l`.
+    fn experts(&mut self, l: usize, cfg: &GptOssConfig) -> Result<Vec<ExpertWeights>>;
+}
+
+/// Dense matrix `t` from `src` as `[rows, cols]`.
+fn matrix(src: &mut dyn GptOssSource, t: Dense, cfg: &GptOssConfig) -> Result<Array2<f32>> {
+    let s = t.shape(cfg);
+    Array2::from_shape_vec((s[0], s[1]), src.dense(t, cfg)?).map_err(|e| Error::Input(format!("{}: {e}", t.hf_name())))
+}
+
+impl GptOssWeights {
+    /// Load every tensor of `cfg` from `src`, checking every shape.
+    pub fn load(src: &mut dyn GptOssSource, cfg: &GptOssConfig) -> Result<Self> {
+        let tok_embd = matrix(src, Dense::TokEmbd, cfg)?;
+        let lm_head = if cfg.tied_embeddings { None } else { Some(matrix(src, Dense::LmHead, cfg)?) };
+        let mut layers = Vec::with_capacity(cfg.n_layers);
+        for l in 0..cfg.n_layers {
+            let [an, q, bq, k, bk, v, bv, o, bo, sinks, fnm, r, br] = Dense::layer(l);
+            let (wq, wk, wv, wo, router) = (matrix(src, q, cfg)?, matrix(src, k, cfg)?, matrix(src, v, cfg)?, matrix(src, o, cfg)?, matrix(src, r, cfg)?);
+            let mut vec1 = |t: Dense| src.dense(t, cfg).map(Array1::from_vec);
+            let layer = GptOssLayer {
+                attn_norm: vec1(an)?,
+                wq,
+                bq: vec1(bq)?,
+                wk,
+                bk: vec1(bk)?,
+                wv,
+                bv: vec1(bv)?,
+                wo,
+                bo: vec1(bo)?,
+                sinks: vec1(sinks)?,
+                ffn_norm: vec1(fnm)?,
+                router,
+                router_bias: vec1(br)?,
+                experts: src.experts(l, cfg)?,
+            };
+            if layer.experts.len() != cfg.n_experts {
+                return Err(Error::Input(format!("layer {l}: {} experts, config wants {}", layer.experts.len(), cfg.n_experts)));
+            }
+            for (e, x) in layer.experts.iter().enumerate() {
+                x.check(cfg, &format!("layer {l} expert {e}"))?;
+            }
+            layers.push(layer);
+        }
+        let out_norm = Array1::from_vec(src.dense(Dense::OutNorm, cfg)?);
+        Ok(GptOssWeights { tok_embd, layers, out_norm, lm_head })
+    }
+
+    /// The unembedding `[V, C]` (the token embedding when tied).
+    pub fn head(&self) -> &Array2<f32> {
+        self.lm_head.as_ref().unwrap_or(&self.tok_embd)
+    }
+
+    /// Visit every dense tensor with its identity (for writers and uploads). All arrays are
+    /// built in standard layout, so each is one contiguous slice.
+    pub fn for_each_dense(&self, cfg: &GptOssConfig, mut f: impl FnMut(Dense, &[f32])) {
+        f(Dense::TokEmbd, self.tok_embd.as_slice().unwrap_or(&[]));
+        for (l, w) in self.layers.iter().enumerate() {
+            let [an, q, bq, k, bk, v, bv, o, bo, sinks, fnm, r, br] = Dense::layer(l);
+            for (t, s) in [
+                (an, w.attn_norm.as_slice()),
+                (q, w.wq.as_slice()),
+                (bq, w.bq.as_slice()),
+                (k, w.wk.as_slice()),
+                (bk, w.bk.as_slice()),
+                (v, w.wv.as_slice()),
+                (bv, w.bv.as_slice()),
+                (o, w.wo.as_slice()),
+                (bo, w.bo.as_slice()),
+                (sinks, w.sinks.as_slice()),
+                (fnm, w.ffn_norm.as_slice()),
+                (r, w.router.as_slice()),
+                (br, w.router_bias.as_slice()),
+            ] {
+                f(t, s.unwrap_or(&[]));
+            }
+        }
+        f(Dense::OutNorm, self.out_norm.as_slice().unwrap_or(&[]));
+        if let (Some(h), false) = (&self.lm_head, cfg.tied_embeddings) {
+            f(Dense::LmHead, h.as_slice().unwrap_or(&[]));
+        }
+    }
+}

@@ -252,3 +252,22 @@ impl<M: RefForward> ModelRunner for RefRunner<M> {
         "cpu-reference".into()
     }
 }
+
+/// A boxed runner is a runner (the CLI and the server pick the device at run time).
+impl<T: ModelRunner + ?Sized> ModelRunner for Box<T> {
+    fn info(&self) -> &ModelInfo {
+        (**self).info()
+    }
+    fn kv_layout(&self) -> KvLayout {
+        (**self).kv_layout()
+    }
+    fn step(&mut self, plan: &StepPlan) -> Result<Vec<SeqResult>> {
+        (**self).step(plan)
+    }
+    fn name(&self) -> String {
+        (**self).name()
+    }
+    fn status(&self) -> Option<String> {
+        (**self).status()
+    }
+}

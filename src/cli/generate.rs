@@ -1,11 +1,14 @@
-//! `tandem generate`.
+//! `tandem generate`: one prompt streamed to stdout, or a JSONL file of requests run through
+//! the batched engine at once (`--prompts`). Both go through the engine, on the device's runner.
 
 use std::io::Write;
+use std::sync::Arc;
+use std::time::Instant;
 
 use clap::Args;
+use engine::{Detokenizer, Engine, EngineConfig, FinishReason, Request};
 use reference::chat::Message;
-use reference::engine::generate;
-use reference::sampling::{Sampler, SamplingParams};
+use reference::sampling::SamplingParams;
 
 use super::{CliError, ModelArgs, Result};
 
@@ -13,17 +16,41 @@ use super::{CliError, ModelArgs, Result};
 pub struct GenerateArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Raw prompt text (no chat template).
-    #[arg(long, conflicts_with = "chat", required_unless_present = "chat")]
+    /// Raw prompt text (no chat template). An empty prompt generates from BOS.
+    #[arg(long, conflicts_with_all = ["chat", "prompts"], required_unless_present_any = ["chat", "prompts"])]
     pub prompt: Option<String>,
     /// A user message, wrapped in the model's chat template.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "prompts")]
     pub chat: Option<String>,
     /// Optional system message for --chat (the template's default otherwise).
     #[arg(long, requires = "chat")]
     pub system: Option<String>,
+    /// A JSONL file of requests, run together through the engine (offline batch mode): one
+    /// object per line with `prompt` (text) or `messages` (chat: [{role, content}]), optional
+    /// `id` (default: the line number from 0) and the sampling fields `max_tokens`,
+    /// `temperature`, `top_k`, `top_p`, `min_p`, `seed`, `stop`.
+    #[arg(long)]
+    pub prompts: Option<std::path::PathBuf>,
+    /// With --prompts: write the results here instead of stdout; one JSON line per request as
+    /// it finishes: `id`, `text`, `token_ids`, `finish_reason` — or `id`, `error`.
+    #[arg(long, requires = "prompts")]
+    pub out: Option<std::path::PathBuf>,
     #[arg(long, default_value_t = 256)]
     pub max_tokens: usize,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// Most sequences the engine runs at once (--prompts).
+    #[arg(long, default_value_t = 256)]
+    pub max_seqs: usize,
+    /// KV cache positions (all sequences together); default: enough for every request of
+    /// --prompts at its max_tokens, at most 64 × the context; one request's worth otherwise.
+    #[arg(long)]
+    pub kv_tokens: Option<usize>,
+}
+
+/// Sampling flags shared by `generate` and `serve`.
+#[derive(Args, Debug, Clone)]
+pub struct SamplingArgs {
     /// 0 = greedy.
     #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub temperature: f32,
@@ -36,17 +63,54 @@ pub struct GenerateArgs {
     /// 0 = off.
     #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub min_p: f32,
+    /// 1 = off.
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+    pub repetition_penalty: f32,
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub presence_penalty: f32,
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub frequency_penalty: f32,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
 }
 
+impl SamplingArgs {
+    pub fn params(&self) -> SamplingParams {
+        SamplingParams {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            seed: self.seed,
+            repetition_penalty: self.repetition_penalty,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+        }
+    }
+}
+
+/// The prompt's ids; an empty prompt is the model's BOS alone (as llama.cpp does).
+pub fn prompt_ids(tok: &reference::tokenizer::Tokenizer, text: &str, bos: Option<u32>) -> Result<Vec<u32>> {
+    let ids = tok.encode(text, tok.add_bos_default())?;
+    if !ids.is_empty() {
+        return Ok(ids);
+    }
+    match tok.bos_id().or(bos) {
+        Some(b) => Ok(vec![b]),
+        None => Err(CliError::Usage("the prompt encodes to no tokens and the model has no BOS token to start from".into())),
+    }
+}
+
 pub fn run(a: GenerateArgs) -> Result<()> {
-    let params = SamplingParams { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p, min_p: a.min_p, seed: a.seed, ..SamplingParams::default() };
-    let mut sampler = Sampler::new(params)?;
+    let params = a.sampling.params();
+    params.validate()?;
+    if let Some(path) = a.prompts.clone() {
+        return super::batch::run(a, &path, params);
+    }
     let mut opened = a.model.open()?;
-    let tokenizer = opened.tokenizer.take();
-    let tok = tokenizer
-        .as_ref()
+    let tok = opened
+        .tokenizer
+        .take()
         .ok_or_else(|| CliError::Usage(format!("{} has no tokenizer: generate needs one (use `tandem logits --ids` for synthetic models)", opened.label)))?;
     let text = match (&a.prompt, &a.chat) {
         (Some(p), _) => p.clone(),
@@ -59,40 +123,52 @@ pub fn run(a: GenerateArgs) -> Result<()> {
             msgs.push(Message::user(c.clone()));
             tmpl.render(&msgs, true)?
         }
-        (None, None) => return Err(CliError::Usage("give --prompt or --chat".into())),
+        (None, None) => return Err(CliError::Usage("give --prompt, --chat or --prompts".into())),
     };
-    let ids = tok.encode(&text, tok.add_bos_default())?;
-    if ids.is_empty() {
-        return Err(CliError::Usage("the prompt encodes to no tokens".into()));
-    }
+    let ids = prompt_ids(&tok, &text, opened.config.bos_id)?;
     let ctx = opened.config.max_ctx;
     if ids.len() >= ctx {
         return Err(reference::Error::Input(format!("prompt is {} tokens; the context holds {ctx}", ids.len())).into());
     }
     let max_tokens = a.max_tokens.min(ctx - ids.len());
-    let mut engine = opened.engine(a.model.device, a.model.dtype.as_deref(), ids.len() + max_tokens)?;
-    let mut stream = tok.stream();
-    let mut out = std::io::stdout().lock();
-    let stats = generate(engine.as_mut(), &ids, max_tokens, &mut sampler, &|id| tok.is_eog(id), &mut |id| {
-        if !tok.is_eog(id) {
-            if let Some(piece) = stream.push(id)? {
-                let _ = out.write_all(piece.as_bytes());
-                let _ = out.flush();
-            }
-        }
-        Ok(true)
-    })?;
-    if let Some(rest) = stream.finish()? {
-        out.write_all(rest.as_bytes())?;
+    if max_tokens == 0 {
+        return Err(CliError::Usage("--max-tokens must be at least 1".into()));
     }
+    let kv = a.kv_tokens.unwrap_or(ids.len() + max_tokens);
+    let runner = opened.runner(a.model.device, a.model.dtype.as_deref(), kv)?;
+    let name = runner.name();
+    let tok = Arc::new(tok);
+    let detok: Arc<dyn Detokenizer> = tok.clone();
+    let mut engine = Engine::new(runner, EngineConfig::default(), Some(detok))?;
+    let mut req = Request::new(ids.clone()).with_max_tokens(max_tokens).with_params(params);
+    req.stop_token_ids = tok.eog_ids();
+    engine.add_request(req)?;
+    let mut out = std::io::stdout().lock();
+    let t0 = Instant::now();
+    let (mut ttft, mut generated, mut t_first) = (None, 0usize, t0);
+    while engine.has_work() {
+        for o in engine.step()? {
+            if ttft.is_none() && !o.new_tokens.is_empty() {
+                ttft = Some(t0.elapsed());
+                t_first = Instant::now();
+            }
+            generated = o.output_tokens;
+            out.write_all(o.new_text.as_bytes())?;
+            out.flush()?;
+        }
+    }
+    let decode = t_first.elapsed();
     writeln!(out)?;
+    let tps = if generated > 1 && !decode.is_zero() { (generated - 1) as f64 / decode.as_secs_f64() } else { 0.0 };
     eprintln!(
-        "[{}] {} prompt tokens, {} generated; TTFT {:.1} ms; decode {:.1} tokens/s",
-        engine.name(),
-        stats.prompt_tokens,
-        stats.generated,
-        stats.ttft.as_secs_f64() * 1e3,
-        stats.decode_tps()
+        "[{name}] {} prompt tokens, {generated} generated; TTFT {:.1} ms; decode {tps:.1} tokens/s",
+        ids.len(),
+        ttft.unwrap_or_default().as_secs_f64() * 1e3,
     );
     Ok(())
+}
+
+/// A finish reason as the JSONL output names it.
+pub fn finish_name(f: FinishReason) -> &'static str {
+    f.as_str()
 }

@@ -1,5 +1,6 @@
 //! Command-line front end.
 
+mod batch;
 mod bench;
 mod bench_attn;
 mod bench_argmax;

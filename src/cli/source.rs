@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use reference::engine::{Engine, RefEngine};
+use reference::runner::{ModelRunner, RefRunner};
 use reference::gguf::GgufFile;
 use reference::loader::SafetensorsDir;
 use reference::quant::{QuantizeOnLoad, Scheme};
@@ -14,6 +15,9 @@ use reference::weights::{TensorSource, Weights};
 use reference::{Config, Model};
 
 use super::{CliError, Device, Result};
+
+/// Positions per KV block of the batched engine's pools (CPU and GPU alike).
+pub const KV_BLOCK: usize = 16;
 
 #[derive(Args, Debug, Clone)]
 pub struct ModelArgs {
@@ -172,6 +176,19 @@ impl Opened {
     pub fn reference_model(&mut self) -> Result<Model> {
         let w = Weights::load(self.source.tensors(), &self.config)?;
         Ok(Model::new(self.config.clone(), w))
+    }
+
+    /// A batched-engine runner for `device` with KV pools of at least `kv_tokens` positions
+    /// (blocks of [`KV_BLOCK`]).
+    pub fn runner(&mut self, device: Device, dtype: Option<&str>, kv_tokens: usize) -> Result<Box<dyn ModelRunner + Send>> {
+        let blocks = kv_tokens.div_ceil(KV_BLOCK).max(1);
+        match resolve(device) {
+            None => Ok(Box::new(RefRunner::new(self.reference_model()?, KV_BLOCK, blocks)?)),
+            Some(backend) => {
+                let _ = (backend, dtype);
+                Err(CliError::Gpu("the batched engine's GPU runner is not in this build yet".into()))
+            }
+        }
     }
 
     /// The engine for `device`, with a KV cache of `capacity` positions.

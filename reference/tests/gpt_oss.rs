@@ -332,3 +332,27 @@ fn gguf_experts_must_be_mxfp4() {
     assert!(e.contains("blk.0.ffn_up_exps.weight") && e.contains("F32") && e.contains("MXFP4"), "{e}");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn synthetic_weights_follow_the_documented_recipe() {
+    use reference::gpt_oss::synthetic::{dense_id, expert_id};
+    use reference::gpt_oss::weights::Dense;
+    use reference::synthetic::unit;
+    let (_, cfg) = tiny_configs().remove(1);
+    let w = synthetic::weights(&cfg, 9).unwrap();
+    let again = synthetic::weights(&cfg, 9).unwrap();
+    assert_eq!(w.layers[3].experts, again.layers[3].experts);
+    assert_eq!(w.layers[3].wq, again.layers[3].wq);
+    // Dense: offset + scale · unit(seed, id, i).
+    let s = 3f32.sqrt() / (cfg.hidden as f32).sqrt();
+    assert_eq!(dense_id(Dense::Wk(2)), 16 + 16 * 2 + 3);
+    assert_eq!(w.layers[2].wk[[1, 5]], s * unit(9, dense_id(Dense::Wk(2)), cfg.hidden as u32 + 5));
+    assert_eq!(w.layers[1].sinks[3], unit(9, dense_id(Dense::Sinks(1)), 3));
+    assert_eq!(w.out_norm[7], 1.0 + 0.1 * unit(9, 1, 7));
+    // Experts: the MXFP4 quantization of the same recipe, row-major [out, in].
+    let (l, e) = (3, 5);
+    let up: Vec<f32> = (0..cfg.expert_ffn * cfg.hidden).map(|i| s * unit(9, expert_id(&cfg, l, e, 2), i as u32)).collect();
+    assert_eq!(w.layers[l].experts[e].up, reference::quant::mxfp4::quantize(&up, cfg.expert_ffn, cfg.hidden).unwrap());
+    assert_eq!(w.layers[l].experts[e].down_bias[4], 0.1 * unit(9, expert_id(&cfg, l, e, 5), 4));
+    assert_ne!(synthetic::weights(&cfg, 10).unwrap().layers[0].experts[0], w.layers[0].experts[0]);
+}

@@ -45,7 +45,7 @@ pub enum GptOssTokenizer {
     /// tiktoken-rs's o200k_harmony.
     Harmony(Box<CoreBPE>),
     /// A checkpoint's tokenizer.json.
-    Hf(Tokenizer),
+    Hf(Box<Tokenizer>),
 }
 
 impl std::fmt::Debug for GptOssTokenizer {
@@ -65,7 +65,7 @@ impl GptOssTokenizer {
 
     /// A checkpoint's `tokenizer.json`.
     pub fn from_file(path: &Path) -> Result<Self> {
-        Tokenizer::from_file(path).map(GptOssTokenizer::Hf)
+        Tokenizer::from_file(path).map(|t| GptOssTokenizer::Hf(Box::new(t)))
     }
 
     /// The tokenizer for a model at `path`: the `tokenizer.json` of an HF directory when it has

@@ -95,6 +95,9 @@ pub fn write_hf_dir(dir: &Path, cfg: &GptOssConfig, weights: &GptOssWeights) -> 
     safetensors::serialize_to_file(views, None, &out).map_err(|e| Error::format(&out, e.to_string()))
 }
 
+/// One matrix of an expert and its bias.
+type ExpertPart = fn(&ExpertWeights) -> (&Mxfp4Weight, &ndarray::Array1<f32>);
+
 /// Write `weights` as a llama.cpp gpt-oss GGUF (v3): dense tensors F32, experts
 /// `ffn_{gate,up,down}_exps.weight` in ggml MXFP4 (type 39) with F32 `.bias`.
 pub fn write_gguf(path: &Path, cfg: &GptOssConfig, weights: &GptOssWeights) -> Result<()> {
@@ -139,7 +142,7 @@ pub fn write_gguf(path: &Path, cfg: &GptOssConfig, weights: &GptOssWeights) -> R
     for (l, layer) in weights.layers.iter().enumerate() {
         let ex = &layer.experts;
         let [gate, up, down] = gguf_expert_names(l);
-        let parts: [(String, (usize, usize), fn(&ExpertWeights) -> (&Mxfp4Weight, &ndarray::Array1<f32>)); 3] = [
+        let parts: [(String, (usize, usize), ExpertPart); 3] = [
             (gate, (f, c), |x| (&x.gate, &x.gate_bias)),
             (up, (f, c), |x| (&x.up, &x.up_bias)),
             (down, (c, f), |x| (&x.down, &x.down_bias)),

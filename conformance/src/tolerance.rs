@@ -58,6 +58,10 @@ pub enum Op {
     Argmax,
     /// Whole-model hidden states / logits.
     Model,
+    /// The batched engine's draw on the device (ids).
+    Seeded,
+    /// The batched engine's GPU runner and the engine over it (logits, tokens).
+    Runner,
 }
 
 /// The tolerance of `op` when its inputs are stored as `dtype`, and why.
@@ -69,6 +73,8 @@ pub fn tolerance(op: Op, dtype: Dtype) -> (Tolerance, &'static str) {
     match op {
         Op::Embedding => (Tolerance::Exact, "a gather copies values: any difference is a bug"),
         Op::Argmax => (Tolerance::Exact, "ids must be identical (ties resolved to the lowest id on both sides)"),
+        Op::Seeded => (Tolerance::Exact, "the draw is a function of the logits, seed and counter: the same ids (a near-tie decided by an f32 rounding of z/T, exp or ln is the only legitimate difference)"),
+        Op::Runner => tolerance(Op::Model, dtype),
         Op::Residual | Op::Swiglu => match dtype {
             // f32: one add (or exp + div + mul) in f32: a few ulps.
             Dtype::F32 => (Tolerance::Elementwise { atol: 1e-6, rtol: 8.0 * u }, "f32 elementwise: a few ulps of f32 (exp/div in silu differ by ≤ 2 ulp between libms)"),

@@ -14,6 +14,7 @@ pub mod graph;
 pub mod kernels;
 pub mod kv_cache;
 pub mod model;
+pub mod runner;
 pub mod tensor;
 
 pub use cubecl;

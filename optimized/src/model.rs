@@ -62,6 +62,13 @@ pub(crate) enum Ids<'a> {
     Device(&'a DeviceTensor),
 }
 
+/// What the lm_head reads after the blocks: `xw = x ⊙ w_out` (fused decode: the lm_head
+/// gemv applies `1 / rms(x)` itself) or `h = RMSNorm(x) · w_out`.
+pub(crate) enum Final {
+    Fused { xw: DeviceTensor },
+    Plain { h: DeviceTensor },
+}
+
 /// The KV cache of a [`GpuModel`].
 enum KvStore {
     /// Per layer `[cap, Hkv, D]` f32.
@@ -379,33 +386,77 @@ impl GpuModel {
     /// Every launch of a forward pass over `t` tokens at `self.pos` (the KV cache already
     /// reserved): logits `[T, V]`. Uploads nothing when `ids` are on the device and the cache is
     /// paged, so a graph can record it.
-    pub(crate) fn body(&self, ids: Ids, t: usize, mut trace: Option<&mut Vec<Vec<f32>>>) -> Result<DeviceTensor, Error> {
-        let cfg = &self.config;
-        let d = cfg.head_dim;
+    pub(crate) fn body(&self, ids: Ids, t: usize, trace: Option<&mut Vec<Vec<f32>>>) -> Result<DeviceTensor, Error> {
+        let x = self.embed(ids, t)?;
+        let fin = self.blocks(&x, t, &mut |l, qkv| self.attend_own(l, qkv, t), trace)?;
+        self.head(&x, &fin)
+    }
+
+    /// `x [T, C]`: the embedding rows of `ids`.
+    pub(crate) fn embed(&self, ids: Ids, t: usize) -> Result<DeviceTensor, Error> {
         let c = &self.client;
-        let pos0 = self.pos;
-        let x = match ids {
+        Ok(match ids {
             Ids::Host(ids) => embedding::embedding(c, &self.tok_embd, ids)?,
             Ids::Device(ids) => {
-                let x = DeviceTensor::empty_f32(c, &[t, cfg.hidden]);
+                let x = DeviceTensor::empty_f32(c, &[t, self.config.hidden]);
                 embedding::embedding_device_ids_into(c, &self.tok_embd, ids, &x)?;
                 x
             }
-        };
-        let (h_n, kv_n) = (cfg.n_heads, cfg.n_kv_heads);
-        let first = self.layers.first().ok_or_else(|| Error::Shape("model has no layers".into()))?;
+        })
+    }
+
+    /// Whether a forward pass of `t` rows fuses the RMSNorms into the decode gemvs.
+    pub(crate) fn fused_for(&self, t: usize) -> bool {
+        self.fuse_norms && t <= matmul::GEMV_MAX_T && t <= QGEMV_MAX_T
+    }
+
+    /// Attention of block `l` over this model's own cache (one sequence at `self.pos`): RoPE +
+    /// KV write, then flash (paged) or naive (contiguous) attention; `[T, H, D]`.
+    fn attend_own(&self, l: usize, qkv: &DeviceTensor, t: usize) -> Result<DeviceTensor, Error> {
+        let cfg = &self.config;
+        let c = &self.client;
+        let (h_n, kv_n, pos0) = (cfg.n_heads, cfg.n_kv_heads, self.pos);
         let mask = Masking { window: cfg.sliding_window, sinks: None };
-        // Decode (T ≤ 8): every RMSNorm after the first is fused into the gemvs around it: a
-        // residual epilogue (x += W·a, then xw = x ⊙ the next norm's weight) and a norm
-        // prologue (the next gemv reads xw and scales its sums by 1 / rms(x)). Prefill: the
-        // add + norm kernels.
-        let fused = self.fuse_norms && t <= matmul::GEMV_MAX_T && t <= QGEMV_MAX_T;
+        match &self.kv {
+            KvStore::Paged { cache, tables: Some(tb), .. } => {
+                let q = rope::qkv_rope_paged(c, qkv, h_n, kv_n, &self.rope, pos0, cfg.rope_layout, &cache.k[l], &cache.v[l], tb)?;
+                let o = DeviceTensor::empty_f32(c, &q.shape);
+                if t == 1 {
+                    flash_decode(c, &q, &cache.k[l], &cache.v[l], tb, &mask, &o)?;
+                } else {
+                    flash_prefill(c, &q, &cache.k[l], &cache.v[l], tb, pos0, &mask, &o)?;
+                }
+                Ok(o)
+            }
+            KvStore::Contiguous { k, v } => {
+                let q = rope::qkv_rope_cache(c, qkv, h_n, kv_n, &self.rope, pos0, cfg.rope_layout, &k[l], &v[l])?;
+                attention::attention(c, &q, &k[l], &v[l], pos0 + t, pos0, cfg.sliding_window)
+            }
+            KvStore::Paged { tables: None, .. } => Err(Error::KvCache("paged cache without tables".into())),
+        }
+    }
+
+    /// The transformer blocks over `x [T, C]` (updated in place: the residual stream), with
+    /// `attend(l, qkv)` computing block l's attention output `[T, H, D]` from its q|k|v rows.
+    /// Returns what the lm_head reads. With `trace`, each block's output is read back.
+    ///
+    /// Decode (T ≤ 8): every RMSNorm after the first is fused into the gemvs around it: a
+    /// residual epilogue (x += W·a, then xw = x ⊙ the next norm's weight) and a norm prologue
+    /// (the next gemv reads xw and scales its sums by 1 / rms(x)). Prefill: the add + norm
+    /// kernels.
+    pub(crate) fn blocks(&self, x: &DeviceTensor, t: usize, attend: &mut dyn FnMut(usize, &DeviceTensor) -> Result<DeviceTensor, Error>, mut trace: Option<&mut Vec<Vec<f32>>>) -> Result<Final, Error> {
+        let cfg = &self.config;
+        let d = cfg.head_dim;
+        let c = &self.client;
+        let h_n = cfg.n_heads;
+        let first = self.layers.first().ok_or_else(|| Error::Shape("model has no layers".into()))?;
+        let fused = self.fused_for(t);
         let xw = if fused { DeviceTensor::empty_f32(c, &[t, cfg.hidden]) } else { DeviceTensor::empty_f32(c, &[1]) };
-        let normed = Fuse { norm: Some(Norm { x: &x, eps: cfg.rms_eps }), ..Fuse::default() };
+        let normed = Fuse { norm: Some(Norm { x, eps: cfg.rms_eps }), ..Fuse::default() };
         let into_x = |next_norm| Fuse { residual: Some(Residual { next_norm, xw: &xw }), ..Fuse::default() };
-        let mut h = rmsnorm_device(c, &x, &first.attn_norm, cfg.rms_eps)?;
+        let mut h = rmsnorm_device(c, x, &first.attn_norm, cfg.rms_eps)?;
         for (l, w) in self.layers.iter().enumerate() {
-            // Attention block: one GEMV for q|k|v, one launch for RoPE + the KV-cache write.
+            // Attention block: one GEMV for q|k|v, then RoPE + KV write + attention.
             let qkv = if fused && l > 0 {
                 let qkv = DeviceTensor::empty_f32(c, &[t, w.wqkv.rows()]);
                 w.wqkv.gemv_fused_into(c, &xw, &qkv, &normed)?;
@@ -413,52 +464,43 @@ impl GpuModel {
             } else {
                 w.wqkv.linear(c, &h)?
             };
-            let o = match &self.kv {
-                KvStore::Paged { cache, tables: Some(tb), .. } => {
-                    let q = rope::qkv_rope_paged(c, &qkv, h_n, kv_n, &self.rope, pos0, cfg.rope_layout, &cache.k[l], &cache.v[l], tb)?;
-                    let o = DeviceTensor::empty_f32(c, &q.shape);
-                    if t == 1 {
-                        flash_decode(c, &q, &cache.k[l], &cache.v[l], tb, &mask, &o)?;
-                    } else {
-                        flash_prefill(c, &q, &cache.k[l], &cache.v[l], tb, pos0, &mask, &o)?;
-                    }
-                    o
-                }
-                KvStore::Contiguous { k, v } => {
-                    let q = rope::qkv_rope_cache(c, &qkv, h_n, kv_n, &self.rope, pos0, cfg.rope_layout, &k[l], &v[l])?;
-                    attention::attention(c, &q, &k[l], &v[l], pos0 + t, pos0, cfg.sliding_window)?
-                }
-                KvStore::Paged { tables: None, .. } => return Err(Error::KvCache("paged cache without tables".into())),
-            };
-            let o = o.reshape(&[t, h_n * d])?;
+            let o = attend(l, &qkv)?.reshape(&[t, h_n * d])?;
             let next_norm = self.layers.get(l + 1).map_or(&self.out_norm, |n| &n.attn_norm);
             if fused {
                 // x ← x + Wo·o (xw for the MLP's norm); the MLP: gate|up with the norm prologue
                 // and SwiGLU epilogue; x ← x + W_down·h (xw for the next norm).
-                w.wo.gemv_fused_into(c, &o, &x, &into_x(&w.ffn_norm))?;
+                w.wo.gemv_fused_into(c, &o, x, &into_x(&w.ffn_norm))?;
                 let hm = DeviceTensor::empty_f32(c, &[t, w.w_gate_up.rows() / 2]);
                 w.w_gate_up.gemv_fused_into(c, &xw, &hm, &Fuse { glu: true, ..normed })?;
-                w.w_down.gemv_fused_into(c, &hm, &x, &into_x(next_norm))?;
+                w.w_down.gemv_fused_into(c, &hm, x, &into_x(next_norm))?;
             } else {
                 let a = w.wo.linear(c, &o)?;
                 // x ← x + a, then the MLP's norm, in one launch.
-                let hm = add_rmsnorm_device(c, &x, &a, &w.ffn_norm, cfg.rms_eps)?;
+                let hm = add_rmsnorm_device(c, x, &a, &w.ffn_norm, cfg.rms_eps)?;
                 // gate|up GEMM, SwiGLU v3, down.
                 let m = w.w_down.linear(c, &w.w_gate_up.linear_glu(c, &hm)?)?;
                 // x ← x + m, then the next block's attention norm (or the final norm).
-                h = add_rmsnorm_device(c, &x, &m, next_norm, cfg.rms_eps)?;
+                h = add_rmsnorm_device(c, x, &m, next_norm, cfg.rms_eps)?;
             }
             if let Some(tr) = trace.as_deref_mut() {
                 tr.push(x.to_f32(c)?);
             }
         }
-        // Only the last position's logits are needed for generation; all are kept for checks.
-        if fused {
-            let logits = DeviceTensor::empty_f32(c, &[t, cfg.vocab]);
-            self.lm_head.gemv_fused_into(c, &xw, &logits, &normed)?;
-            return Ok(logits);
+        Ok(if fused { Final::Fused { xw } } else { Final::Plain { h } })
+    }
+
+    /// Logits `[T, V]` of every row after [`GpuModel::blocks`] (`x`: the residual stream).
+    pub(crate) fn head(&self, x: &DeviceTensor, fin: &Final) -> Result<DeviceTensor, Error> {
+        let c = &self.client;
+        match fin {
+            Final::Fused { xw } => {
+                let logits = DeviceTensor::empty_f32(c, &[xw.shape[0], self.config.vocab]);
+                let normed = Fuse { norm: Some(Norm { x, eps: self.config.rms_eps }), ..Fuse::default() };
+                self.lm_head.gemv_fused_into(c, xw, &logits, &normed)?;
+                Ok(logits)
+            }
+            Final::Plain { h } => self.lm_head.linear(c, h),
         }
-        self.lm_head.linear(c, &h)
     }
 
     /// The last row of a `[T, V]` device tensor as a `[1, V]` view-copy on the device.

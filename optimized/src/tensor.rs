@@ -164,6 +164,17 @@ impl DeviceTensor {
         Ok(Self { shape: shape.to_vec(), ..self })
     }
 
+    /// The first `rows` rows (along axis 0) of this tensor, aliasing its memory.
+    pub fn view_rows(self, rows: usize) -> Result<Self, Error> {
+        let r0 = self.shape.first().copied().ok_or_else(|| Error::Shape("view_rows of a tensor with no axes".into()))?;
+        if rows > r0 {
+            return Err(Error::Shape(format!("view of {rows} rows of {:?}", self.shape)));
+        }
+        let mut shape = self.shape.clone();
+        shape[0] = rows;
+        Ok(Self { shape, ..self })
+    }
+
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
     }

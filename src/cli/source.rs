@@ -185,8 +185,10 @@ impl Opened {
         match resolve(device) {
             None => Ok(Box::new(RefRunner::new(self.reference_model()?, KV_BLOCK, blocks)?)),
             Some(backend) => {
-                let _ = (backend, dtype);
-                Err(CliError::Gpu("the batched engine's GPU runner is not in this build yet".into()))
+                let client = optimized::client(backend)?;
+                let dtype = pick_dtype(&client, dtype)?;
+                let m = optimized::model::GpuModel::load_with(client, backend, self.source.tensors(), &self.config, dtype, 1, optimized::model::AttentionImpl::Flash)?;
+                Ok(Box::new(optimized::runner::GpuRunner::new(m, KV_BLOCK, blocks)?))
             }
         }
     }

@@ -11,6 +11,8 @@ pub mod model;
 pub mod qmatmul;
 pub mod rmsnorm;
 pub mod rope;
+pub mod runner;
+pub mod seeded;
 pub mod swiglu;
 
 use crate::Case;
@@ -30,6 +32,8 @@ pub fn all() -> Vec<Box<dyn Case>> {
     v.extend(swiglu::cases());
     v.extend(residual::cases());
     v.extend(argmax::cases());
+    v.extend(seeded::cases());
+    v.extend(runner::cases());
     v
 }
 

@@ -9,6 +9,7 @@ pub mod qmatmul;
 pub mod residual;
 pub mod rmsnorm;
 pub mod rope;
+pub mod seeded;
 pub mod swiglu;
 
 pub use argmax::{argmax, argmax_into, argmax_into_with, ArgmaxVersion};

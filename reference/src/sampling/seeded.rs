@@ -11,13 +11,17 @@
 //!             z_i ← z_i − f · c_i − π · [c_i > 0]       (c_i = count of i in the output)
 //! greedy      T = 0: argmax_i z_i                        (ties: lowest id)
 //! scaled      y_i = z_i / T ;  m = max_i y_i ;  e_i = exp(y_i − m)
-//! top-k       τ_k = the k-th largest z (k = 0 or k ≥ V: −∞) ;  K = { i : z_i ≥ τ_k }
-//! top-p       D = Σ_{i∈K} e_i ;  τ_p = max { t ∈ z : Σ_{i∈K, z_i ≥ t} e_i ≥ p · D }   (p = 1: −∞)
+//! top-k       τ_k = the k-th largest z (k = 0 or k ≥ V: −∞) ;  K = { i : z_i ⪰ τ_k }
+//! top-p       D = Σ_{i∈K} e_i ;  τ_p = max { t ∈ z : Σ_{i∈K, z_i ⪰ t} e_i ≥ p · D }   (p = 1: −∞)
 //! min-p       M = { i : e_i ≥ μ }
-//! allowed     A = K ∩ { i : z_i ≥ τ_p } ∩ M
+//! allowed     A = K ∩ { i : z_i ⪰ τ_p } ∩ M
 //! draw        u_i = U(s, n, i) ∈ (0, 1) ;  g_i = −ln(−ln u_i)
 //!             token = argmax_{i∈A} (y_i + g_i)           (ties: lowest id)
 //! ```
+//!
+//! `⪰` compares [`order_key`]s (the total order of f32 bit patterns, −0 below +0), which is
+//! what a device finds by bisection over the key space (32 counting passes for τ_k, 32 summing
+//! passes for τ_p); NaN logits are never in K.
 //!
 //! The last line is the Gumbel-max trick: the argmax of `y_i + g_i` over A is distributed as
 //! `softmax(y)` restricted to A and renormalized — temperature, top-k, top-p and min-p sampling
@@ -102,21 +106,21 @@ pub fn draw(z: &[f32], p: &SamplingParams, counter: u64) -> u32 {
         return argmax(z);
     }
     let e: Vec<f32> = y.iter().map(|&v| if finite(v) { (v - m).exp() } else { 0.0 }).collect();
-    let tau_k = kth_largest(&z.iter().copied().filter(|v| !v.is_nan()).collect::<Vec<_>>(), p.top_k);
-    let in_k = |i: usize| !z[i].is_nan() && z[i] >= tau_k;
+    let tau_k = order_key(kth_largest(&z.iter().copied().filter(|v| !v.is_nan()).collect::<Vec<_>>(), p.top_k));
+    let in_k = |i: usize| !z[i].is_nan() && order_key(z[i]) >= tau_k;
     let tau_p = if p.top_p < 1.0 {
         // Candidates by z descending: the first t where the running sum reaches p·D.
         let d: f32 = (0..z.len()).filter(|&i| in_k(i)).map(|i| e[i]).sum();
         let mut ids: Vec<usize> = (0..z.len()).filter(|&i| in_k(i)).collect();
-        ids.sort_by(|&a, &b| z[b].total_cmp(&z[a]));
+        ids.sort_by_key(|&i| std::cmp::Reverse(order_key(z[i])));
         let target = p.top_p * d;
         let mut acc = 0.0f32;
-        let mut tau = f32::NEG_INFINITY;
+        let mut tau = 0u32;
         let mut j = 0;
         while j < ids.len() {
-            // All candidates equal to z[ids[j]] enter together: the sum is over z_i ≥ t.
-            let t = z[ids[j]];
-            while j < ids.len() && z[ids[j]] == t {
+            // All candidates of the same key enter together: the sum is over z_i ⪰ t.
+            let t = order_key(z[ids[j]]);
+            while j < ids.len() && order_key(z[ids[j]]) == t {
                 acc += e[ids[j]];
                 j += 1;
             }
@@ -127,12 +131,12 @@ pub fn draw(z: &[f32], p: &SamplingParams, counter: u64) -> u32 {
         }
         tau
     } else {
-        f32::NEG_INFINITY
+        0
     };
     let row = row_key(p.seed, counter);
     let mut best: Option<(u32, f32)> = None;
     for i in 0..z.len() {
-        if !(in_k(i) && z[i] >= tau_p && e[i] >= p.min_p && finite(y[i])) {
+        if !(in_k(i) && order_key(z[i]) >= tau_p && e[i] >= p.min_p && finite(y[i])) {
             continue;
         }
         let score = y[i] + gumbel(uniform(row, i as u32));

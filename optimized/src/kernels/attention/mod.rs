@@ -39,7 +39,7 @@ pub mod prefill;
 pub use decode::{flash_decode, flash_decode_tuned, flash_decode_with, DecodeVersion, ScoreStep};
 pub use naive::{attention, attention_into, kv_append};
 pub use paged::kv_write_paged;
-pub use prefill::flash_prefill;
+pub use prefill::{flash_prefill, flash_prefill_varlen, VarlenSeq};
 
 use crate::kv_cache::BlockTables;
 use crate::{DeviceTensor, Dtype, Error};

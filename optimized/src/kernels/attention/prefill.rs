@@ -49,12 +49,41 @@ pub fn flash_prefill_v2(
     n_bc: u32,
     n_lanes: u32,
     scale: f32,
+    seqs: &[u32],
+    n_seqs: u32,
+    max_blocks: u32,
     #[comptime] d: usize,
     #[comptime] br: usize,
     #[comptime] bc: usize,
     #[comptime] has_sinks: bool,
+    #[comptime] varlen: bool,
 ) {
-    let tile = CUBE_POS_X as usize;
+    let mut tile = CUBE_POS_X as usize;
+    // Varlen: this cube's sequence is the last whose first tile is at or before it
+    // (`seqs[s] = [q_start, q_len, pos0, kv_len, tile_start]`).
+    let mut t_len = t_len;
+    let mut s_len = s_len;
+    let mut pos0 = pos0;
+    let mut q_base = 0usize;
+    let mut table_off = 0usize;
+    if varlen {
+        let x = CUBE_POS_X;
+        let mut sq_i = 0u32;
+        let mut k = 1u32;
+        while k < n_seqs {
+            if seqs[(k * 5 + 4) as usize] <= x {
+                sq_i = k;
+            }
+            k += 1u32;
+        }
+        let b = (sq_i * 5) as usize;
+        tile = (x - seqs[b + 4]) as usize;
+        q_base = seqs[b] as usize;
+        t_len = seqs[b + 1];
+        pos0 = seqs[b + 2];
+        s_len = seqs[b + 3];
+        table_off = sq_i as usize * max_blocks as usize;
+    }
     let h = CUBE_POS_Y as usize;
     let tid = UNIT_POS_X as usize;
     let units = CUBE_DIM_X as usize;
@@ -84,7 +113,7 @@ pub fn flash_prefill_v2(
         let c = idx - rr * dd;
         let mut val = f32::new(0.0);
         if q0 + rr < tl {
-            val = q[((q0 + rr) * hh + h) * dd + c];
+            val = q[((q_base + q0 + rr) * hh + h) * dd + c];
         }
         sq[rr * dp + c] = val;
         so[rr * dp + c] = f32::new(0.0);
@@ -116,7 +145,7 @@ pub fn flash_prefill_v2(
             let mut kval = f32::new(0.0);
             let mut vval = f32::new(0.0);
             if j < t_hi as usize {
-                let off = (pool_row(tables, 0usize, j, block_size) * hkv + kvh) * dd + c;
+                let off = (pool_row(tables, table_off, j, block_size) * hkv + kvh) * dd + c;
                 kval = k[off];
                 vval = v[off];
             }
@@ -189,7 +218,7 @@ pub fn flash_prefill_v2(
         }
         let mut c = lane;
         while c < dd {
-            out[(row * hh + h) * dd + c] = so[r * dp + c] * inv;
+            out[((q_base + row) * hh + h) * dd + c] = so[r * dp + c] * inv;
             c += lanes;
         }
     }
@@ -267,10 +296,95 @@ pub fn flash_prefill(
             bc as u32,
             lanes as u32,
             1.0 / (d as f32).sqrt(),
+            // Unread without `varlen`: any u32 buffer.
+            tables.tensor.as_arg(1),
+            1,
+            tables.max_blocks as u32,
             d,
             br,
             bc,
             mask.sinks.is_some(),
+            false,
+        );
+    }
+    Ok(())
+}
+
+/// One sequence's prefill chunk in a ragged batch: its queries are rows `q_start ..+ q_len` of
+/// q, at positions `pos0 ..`; it sees its first `pos0 + q_len` positions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VarlenSeq {
+    pub q_start: usize,
+    pub q_len: usize,
+    pub pos0: usize,
+}
+
+/// Flash prefill over several sequences in ONE launch (varlen): sequence s of `seqs` reads
+/// its K/V through row s of `tables` and writes its rows of `out` (`[N, H, D]`, like q).
+#[allow(clippy::too_many_arguments)]
+pub fn flash_prefill_varlen(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v: &DeviceTensor, tables: &BlockTables, seqs: &[VarlenSeq], mask: &Masking, out: &DeviceTensor) -> Result<(), Error> {
+    let (h, hkv, d) = check_paged("flash_prefill_varlen", q, k, v, tables, mask)?;
+    if out.shape != q.shape || out.dtype != q.dtype {
+        return Err(Error::Shape(format!("flash_prefill_varlen: out {:?}, expected {:?}", out.shape, q.shape)));
+    }
+    if seqs.len() != tables.lens.len() {
+        return Err(Error::Shape(format!("flash_prefill_varlen: {} sequences, {} table rows", seqs.len(), tables.lens.len())));
+    }
+    let n = q.shape[0];
+    if seqs.is_empty() || d == 0 {
+        return Ok(());
+    }
+    let hw = &client.properties().hardware;
+    let (br, bc, lanes) = tiles(d, hw.max_shared_memory_size, hw.max_units_per_cube.min(hw.max_cube_dim.0))
+        .ok_or_else(|| Error::Unsupported(format!("flash_prefill_varlen: head dim {d} does not fit {} B of shared memory", hw.max_shared_memory_size)))?;
+    let mut words = Vec::with_capacity(seqs.len() * 5);
+    let mut tiles_total = 0usize;
+    for (i, s) in seqs.iter().enumerate() {
+        let kv_len = s.pos0 + s.q_len;
+        if s.q_len == 0 || s.q_start + s.q_len > n || kv_len > tables.max_blocks * tables.block_size {
+            return Err(Error::Shape(format!("flash_prefill_varlen: sequence {i} {s:?} does not fit q of {n} rows / its table of {} blocks", tables.max_blocks)));
+        }
+        words.extend([s.q_start, s.q_len, s.pos0, kv_len, tiles_total].map(|w| w as u32));
+        tiles_total += s.q_len.div_ceil(br);
+    }
+    u32_of("last position", seqs.iter().map(|s| s.pos0 + s.q_len).max().unwrap_or(0))?;
+    if tiles_total > hw.max_cube_count.0 as usize || h > hw.max_cube_count.1 as usize {
+        return Err(Error::Unsupported(format!("flash_prefill_varlen: grid {tiles_total}×{h} exceeds the device's {:?}", hw.max_cube_count)));
+    }
+    let info = DeviceTensor::from_u32(client, &words, &[seqs.len(), 5])?;
+    let sinks = mask.sinks.unwrap_or(&tables.unused);
+    unsafe {
+        flash_prefill_v2::launch_unchecked(
+            client,
+            CubeCount::Static(tiles_total as u32, h as u32, 1),
+            CubeDim::new_1d((br * lanes) as u32),
+            q.as_arg(1),
+            k.as_arg(1),
+            v.as_arg(1),
+            tables.tensor.as_arg(1),
+            sinks.as_arg(1),
+            out.as_arg(1),
+            0,
+            h as u32,
+            (h / hkv) as u32,
+            hkv as u32,
+            d as u32,
+            0,
+            0,
+            mask.window.unwrap_or(0) as u32,
+            tables.block_size as u32,
+            br as u32,
+            bc as u32,
+            lanes as u32,
+            1.0 / (d as f32).sqrt(),
+            info.as_arg(1),
+            seqs.len() as u32,
+            tables.max_blocks as u32,
+            d,
+            br,
+            bc,
+            mask.sinks.is_some(),
+            true,
         );
     }
     Ok(())

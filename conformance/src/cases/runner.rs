@@ -1,0 +1,253 @@
+//! The batched engine's GPU runner (`optimized::runner::GpuRunner`) vs the CPU reference runner
+//! (`reference::runner::RefRunner`) on the same dtype-rounded weights and the SAME step plans:
+//! ragged batches mixing prefill chunks (continuing cached prefixes through block tables),
+//! one-token decodes and multi-position draws, with N ≤ 8 rows (the fused decode gemvs) and
+//! N > 8 (GEMMs, gathered lm_head rows). Every drawing position's logits are compared under the
+//! model tolerance; greedy and seeded draws must agree except where the reference's top-2
+//! margin is below [`GREEDY_MARGIN`] (a legitimate near-tie flip in 16-bit weights).
+//! [`EngineCase`]: the whole engine (scheduler, preemption, prefix cache) on both runners gives
+//! the same tokens per request.
+
+use engine::{Engine, EngineConfig, Request};
+use optimized::model::{AttentionImpl, GpuModel};
+use optimized::runner::GpuRunner;
+use optimized::Client;
+use reference::runner::{ModelRunner, RefRunner, SampleSpec, SeqStep, StepPlan};
+use reference::sampling::SamplingParams;
+use reference::weights::InMemory;
+use reference::{synthetic, Config, Model};
+
+use crate::{compare, tolerance, Case, Dtype, Metrics, Op, Outcome};
+
+/// Draws must agree where the reference's top-1 beats top-2 by more than this.
+const GREEDY_MARGIN: f32 = 0.05;
+/// Positions per block in these cases: small, so chunks cross block boundaries.
+const BS: usize = 4;
+const BLOCKS: usize = 96;
+
+fn dev(d: Dtype) -> optimized::Dtype {
+    match d {
+        Dtype::F32 => optimized::Dtype::F32,
+        Dtype::F16 => optimized::Dtype::F16,
+        Dtype::BF16 => optimized::Dtype::BF16,
+    }
+}
+
+/// The reference and GPU runners of tiny config `name` on weights rounded to `dtype`.
+fn runners(client: &Client, name: &str, dtype: Dtype) -> Result<(RefRunner, GpuRunner, Config), String> {
+    let cfg = synthetic::tiny_configs().into_iter().find(|(n, _)| *n == name).map(|(_, c)| c).ok_or(format!("no tiny config {name}"))?;
+    let dd = dev(dtype);
+    let w = synthetic::weights(&cfg, 0).map_err(|e| e.to_string())?.map_matrices(|x| dd.round(&[x])[0]);
+    let backend = if client.name().contains("cuda") { optimized::Backend::Cuda } else { optimized::Backend::Wgpu };
+    let m = GpuModel::load_with(client.clone(), backend, &mut InMemory(&w), &cfg, dd, 1, AttentionImpl::Flash).map_err(|e| e.to_string())?;
+    let gpu = GpuRunner::new(m, BS, BLOCKS).map_err(|e| e.to_string())?;
+    let reference = RefRunner::new(Model::new(cfg.clone(), w), BS, BLOCKS).map_err(|e| e.to_string())?;
+    Ok((reference, gpu, cfg))
+}
+
+fn top2_margin(row: &[f32]) -> f32 {
+    let (mut a, mut b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+    for &v in row {
+        if v > a {
+            b = a;
+            a = v;
+        } else if v > b {
+            b = v;
+        }
+    }
+    a - b
+}
+
+/// One sequence of a scripted step: its tokens start at `pos0`; `draws` positions at the end
+/// draw a token.
+#[derive(Debug, Clone)]
+struct Part {
+    seq: usize,
+    pos0: usize,
+    len: usize,
+    draws: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct RunnerCase {
+    pub weights: &'static str,
+    pub dtype: Dtype,
+    pub sampled: bool,
+    /// Scenario name and its steps.
+    pub scenario: &'static str,
+}
+
+/// Scripted steps: (sequence, first position, tokens, draws) per part.
+fn scenario(name: &str) -> Vec<Vec<Part>> {
+    let p = |seq, pos0, len, draws| Part { seq, pos0, len, draws };
+    match name {
+        // ≤ 8 rows per step: the fused decode path, decodes and small chunks mixed.
+        "small" => vec![
+            vec![p(0, 0, 3, 1), p(1, 0, 1, 1), p(2, 0, 2, 0)],
+            vec![p(0, 3, 1, 1), p(1, 1, 1, 1), p(2, 2, 4, 1)],
+            vec![p(0, 4, 1, 1), p(2, 6, 1, 1), p(1, 2, 1, 1)],
+            vec![p(2, 7, 3, 3)],
+        ],
+        // > 8 rows: GEMMs, gathered lm_head rows, varlen prefill over several chunks.
+        "large" => vec![
+            vec![p(0, 0, 13, 1), p(1, 0, 6, 0), p(2, 0, 1, 1)],
+            vec![p(1, 6, 9, 1), p(0, 13, 1, 1), p(2, 1, 1, 1), p(3, 0, 17, 2)],
+            vec![p(0, 14, 1, 1), p(1, 15, 1, 1), p(2, 2, 1, 1), p(3, 17, 1, 1)],
+        ],
+        _ => vec![],
+    }
+}
+
+impl RunnerCase {
+    fn body(&self, client: &Client) -> Result<Outcome, String> {
+        if !dev(self.dtype).supported(client) {
+            return Ok(Outcome::Skip(format!("{} arithmetic not supported on {}", self.dtype.name(), optimized::device_info(client).name)));
+        }
+        let (mut reference, mut gpu, cfg) = runners(client, self.weights, self.dtype)?;
+        let (tol, _) = tolerance(Op::Model, self.dtype);
+        let steps = scenario(self.scenario);
+        // Each sequence's tokens (prompt tokens are synthetic ids; draws are fed back) and
+        // blocks (disjoint ranges of the pool).
+        let n_seqs = 1 + steps.iter().flatten().map(|p| p.seq).max().unwrap_or(0);
+        let mut tokens: Vec<Vec<u32>> = (0..n_seqs).map(|s| (0..64u32).map(|i| (i * 7919 + 31 * s as u32 + 11) % cfg.vocab as u32).collect()).collect();
+        let blocks: Vec<Vec<u32>> = (0..n_seqs).map(|s| (0..BLOCKS / n_seqs).map(|b| (b * n_seqs + s) as u32).collect()).collect();
+        let params: Vec<SamplingParams> = (0..n_seqs)
+            .map(|s| if self.sampled { SamplingParams { temperature: 0.8, top_k: 30, top_p: 0.95, seed: 40 + s as u64, ..SamplingParams::default() } } else { SamplingParams::default() })
+            .collect();
+        let mut worst = Metrics::default();
+        for (k, step) in steps.iter().enumerate() {
+            let mut plan = StepPlan::default();
+            for part in step {
+                let samples = (0..part.draws).map(|j| SampleSpec { params: &params[part.seq], counter: (k * 8 + j) as u64, counts: &[], want_logits: true }).collect();
+                plan.seqs.push(SeqStep { tokens: &tokens[part.seq][part.pos0..part.pos0 + part.len], pos0: part.pos0, blocks: &blocks[part.seq], samples });
+            }
+            let want = reference.step(&plan).map_err(|e| format!("reference step {k}: {e}"))?;
+            let got = gpu.step(&plan).map_err(|e| format!("gpu step {k}: {e}"))?;
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                for (j, (gl, wl)) in g.logits.iter().zip(&w.logits).enumerate() {
+                    let (Some(gl), Some(wl)) = (gl, wl) else {
+                        return Ok(Outcome::Fail(format!("step {k} part {i} draw {j}: logits not returned")));
+                    };
+                    match compare(gl, wl, tol) {
+                        Ok(m) => {
+                            worst.nmse = worst.nmse.max(m.nmse);
+                            worst.max_abs = worst.max_abs.max(m.max_abs);
+                            worst.n += m.n;
+                        }
+                        Err(e) => return Ok(Outcome::Fail(format!("step {k} part {i} draw {j} logits: {e}"))),
+                    }
+                    if g.tokens[j] != w.tokens[j] && top2_margin(wl) > GREEDY_MARGIN && !self.sampled {
+                        return Ok(Outcome::Fail(format!("step {k} part {i} draw {j}: token {} != reference {} (margin {:.3})", g.tokens[j], w.tokens[j], top2_margin(wl))));
+                    }
+                }
+            }
+            // Feed the reference's last draw of each part back as the sequence's next token,
+            // where the script continues it (both runners then see the same inputs).
+            for (part, w) in step.iter().zip(&want) {
+                if let Some(&t) = w.tokens.last() {
+                    let at = part.pos0 + part.len;
+                    if at < tokens[part.seq].len() {
+                        tokens[part.seq][at] = t;
+                    }
+                }
+            }
+        }
+        Ok(Outcome::Pass(worst))
+    }
+}
+
+impl Case for RunnerCase {
+    fn op(&self) -> Op {
+        Op::Runner
+    }
+    fn name(&self) -> String {
+        format!("runner({},{},{},{})", self.weights, self.scenario, if self.sampled { "seeded" } else { "greedy" }, self.dtype.name())
+    }
+    fn run(&self, client: &Client) -> Outcome {
+        self.body(client).unwrap_or_else(Outcome::Fail)
+    }
+}
+
+/// The engine over the GPU runner vs over the reference runner: a mix of requests (greedy and
+/// seeded, prompts of 1 to 40 tokens, a shared prefix, a pool small enough to preempt) — each
+/// request's tokens must match where the reference's draws are decided.
+#[derive(Debug, Clone)]
+pub struct EngineCase {
+    pub weights: &'static str,
+    pub blocks: usize,
+}
+
+impl EngineCase {
+    fn body(&self, client: &Client) -> Result<Outcome, String> {
+        let (reference, gpu, cfg) = runners(client, self.weights, Dtype::F32)?;
+        let prompt = |len: usize, salt: u32| -> Vec<u32> { (0..len as u32).map(|i| (i * 7919 + salt * 31 + 5) % cfg.vocab as u32).collect() };
+        let mut shared = prompt(21, 9);
+        shared.extend(prompt(4, 10));
+        let reqs: Vec<Request> = vec![
+            Request::new(prompt(1, 1)).with_max_tokens(12),
+            Request::new(prompt(40, 2)).with_max_tokens(5).with_params(SamplingParams { temperature: 0.7, top_p: 0.9, seed: 3, ..SamplingParams::default() }),
+            Request::new(prompt(21, 9)).with_max_tokens(6),
+            Request::new(shared).with_max_tokens(6),
+            Request::new(prompt(9, 4)).with_max_tokens(20).with_params(SamplingParams { temperature: 1.0, seed: 8, ..SamplingParams::default() }),
+        ]
+        .into_iter()
+        .map(|r| Request { ignore_eos: true, ..r })
+        .collect();
+        let cfg_e = EngineConfig { max_batched_tokens: 24, prefill_chunk: 16, ..EngineConfig::default() };
+        let run = |runner: Box<dyn ModelRunner>| -> Result<(Vec<Vec<u32>>, u64), String> {
+            let mut e = Engine::new(runner, cfg_e, None).map_err(|e| e.to_string())?;
+            for r in &reqs {
+                e.add_request(r.clone()).map_err(|e| e.to_string())?;
+            }
+            let mut out = vec![Vec::new(); reqs.len()];
+            for o in e.run_to_completion().map_err(|e| e.to_string())? {
+                out[o.id as usize].extend(o.new_tokens);
+            }
+            if e.blocks().num_used() != 0 {
+                return Err(format!("{} blocks still in use", e.blocks().num_used()));
+            }
+            Ok((out, e.stats().preemptions))
+        };
+        let (want, _) = run(Box::new(RefRunner::new(reference.model, BS, self.blocks).map_err(|e| e.to_string())?))?;
+        let gpu = GpuRunner::new(gpu.model, BS, self.blocks).map_err(|e| e.to_string())?;
+        let (got, preempted) = run(Box::new(gpu))?;
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            if g != w {
+                return Ok(Outcome::Fail(format!("request {i}: tokens {g:?} != reference {w:?}")));
+            }
+        }
+        if self.blocks < 30 && preempted == 0 {
+            return Ok(Outcome::Fail("the small pool was meant to preempt".into()));
+        }
+        Ok(Outcome::Pass(Metrics { n: got.iter().map(Vec::len).sum(), ..Metrics::default() }))
+    }
+}
+
+impl Case for EngineCase {
+    fn op(&self) -> Op {
+        Op::Runner
+    }
+    fn name(&self) -> String {
+        format!("engine({},blocks={}x{BS},f32)", self.weights, self.blocks)
+    }
+    fn run(&self, client: &Client) -> Outcome {
+        self.body(client).unwrap_or_else(Outcome::Fail)
+    }
+}
+
+pub fn cases() -> Vec<Box<dyn Case>> {
+    let mut v: Vec<Box<dyn Case>> = Vec::new();
+    for (name, _) in synthetic::tiny_configs() {
+        for scenario in ["small", "large"] {
+            v.push(Box::new(RunnerCase { weights: name, dtype: Dtype::F32, sampled: false, scenario }));
+        }
+    }
+    for dtype in [Dtype::F16, Dtype::BF16] {
+        v.push(Box::new(RunnerCase { weights: "tiny-gqa", dtype, sampled: false, scenario: "large" }));
+    }
+    v.push(Box::new(RunnerCase { weights: "tiny-sliding", dtype: Dtype::F32, sampled: true, scenario: "large" }));
+    v.push(Box::new(RunnerCase { weights: "tiny-gqa", dtype: Dtype::F32, sampled: true, scenario: "small" }));
+    v.push(Box::new(EngineCase { weights: "tiny-gqa", blocks: 96 }));
+    v.push(Box::new(EngineCase { weights: "tiny-sliding", blocks: 20 }));
+    v
+}

@@ -1,0 +1,112 @@
+//! `seeded(R, V, pattern, params)`: the device draw (`optimized::kernels::seeded`) vs
+//! `reference::sampling::seeded::sample` on the same logits, seeds and counters. Exact ids: the
+//! only legitimate difference is an f32 rounding of `y = z / T`, `exp` or `ln` deciding a near
+//! tie, which the fixed seeds here do not hit (a failure names the row). The output is
+//! poisoned with `0xDEADBEEF` first.
+
+use optimized::kernels::seeded;
+use optimized::{Client, DeviceTensor};
+use reference::sampling::seeded::TokenCount;
+use reference::sampling::SamplingParams;
+
+use super::argmax::{logits, Pattern};
+use super::outcome;
+use crate::{compare_ids, Case, Op, Outcome};
+
+#[derive(Debug, Clone)]
+pub struct SeededCase {
+    pub rows: usize,
+    pub v: usize,
+    pub pattern: Pattern,
+    pub name: &'static str,
+    pub params: SamplingParams,
+    /// Penalty counts per row (tokens `id`, `3·id`, … seen).
+    pub penalties: bool,
+}
+
+fn counts(row: usize, v: usize) -> Vec<TokenCount> {
+    (0..5).map(|k| TokenCount { id: ((row * 7 + k * 13) % v) as u32, output: (k % 3) as u32, in_prompt: k % 2 == 0 }).collect()
+}
+
+impl Case for SeededCase {
+    fn op(&self) -> Op {
+        Op::Seeded
+    }
+    fn name(&self) -> String {
+        format!("seeded(R={},V={},{},{}{},f32)", self.rows, self.v, self.pattern_name(), self.name, if self.penalties { ",penalties" } else { "" })
+    }
+    fn run(&self, client: &Client) -> Outcome {
+        let (rows, v) = (self.rows, self.v);
+        let x = logits(rows, v, self.pattern);
+        // Row r draws with seed + r and counter 3r (different keys per row).
+        let spec = |r: usize| (SamplingParams { seed: self.params.seed + r as u64, ..self.params.clone() }, 3 * r as u64);
+        let row_counts: Vec<Vec<TokenCount>> = (0..rows).map(|r| if self.penalties { counts(r, v) } else { vec![] }).collect();
+        let want: Result<Vec<u32>, String> = (0..rows)
+            .map(|r| {
+                let (p, n) = spec(r);
+                reference::sampling::seeded::sample(&x[r * v..(r + 1) * v], &p, &row_counts[r], n).map_err(|e| e.to_string())
+            })
+            .collect();
+        let want = match want {
+            Ok(w) => w,
+            Err(e) => return Outcome::Fail(format!("reference: {e}")),
+        };
+        outcome((|| {
+            let xd = DeviceTensor::from_f32(client, &x, &[rows, v])?;
+            let mut words = vec![];
+            let mut pen = vec![];
+            for r in 0..rows {
+                let (p, n) = spec(r);
+                words.extend(seeded::param_words(&p, n, r));
+                if self.penalties {
+                    seeded::penalty_words(r, &row_counts[r], &mut pen);
+                }
+            }
+            let params = DeviceTensor::from_u32(client, &words, &[rows, seeded::PARAMS])?;
+            let entries = if pen.is_empty() { None } else { Some(DeviceTensor::from_u32(client, &pen, &[pen.len()])?) };
+            let out = DeviceTensor::from_u32(client, &vec![0xDEAD_BEEF; rows], &[rows])?;
+            seeded::seeded_into(client, &xd, &params, entries.as_ref().map(|e| (e, pen.len() / 3)), &out)?;
+            let got = out.to_u32(client)?;
+            Ok(match compare_ids(&got, &want) {
+                Ok(m) => Outcome::Pass(m),
+                Err(e) => Outcome::Fail(e),
+            })
+        })())
+    }
+}
+
+impl SeededCase {
+    fn pattern_name(&self) -> String {
+        format!("{:?}", self.pattern).to_lowercase()
+    }
+}
+
+/// Every filter alone and combined, greedy rows, penalties, ties, NaN and −∞ rows, at the
+/// models' vocabularies and odd sizes.
+pub fn cases() -> Vec<Box<dyn Case>> {
+    let d = SamplingParams::default();
+    let settings: Vec<(&'static str, SamplingParams)> = vec![
+        ("greedy", d.clone()),
+        ("t=1", SamplingParams { temperature: 1.0, seed: 1, ..d.clone() }),
+        ("t=0.7,k=40", SamplingParams { temperature: 0.7, top_k: 40, seed: 2, ..d.clone() }),
+        ("t=1.2,p=0.9", SamplingParams { temperature: 1.2, top_p: 0.9, seed: 3, ..d.clone() }),
+        ("t=0.8,minp=0.05", SamplingParams { temperature: 0.8, min_p: 0.05, seed: 4, ..d.clone() }),
+        ("t=0.9,k=50,p=0.95,minp=0.01", SamplingParams { temperature: 0.9, top_k: 50, top_p: 0.95, min_p: 0.01, seed: 5, ..d.clone() }),
+        ("t=0.5,k=1", SamplingParams { temperature: 0.5, top_k: 1, seed: 6, ..d.clone() }),
+        ("t=1,p=0.3", SamplingParams { temperature: 1.0, top_p: 0.3, seed: 7, ..d.clone() }),
+    ];
+    let mut v: Vec<Box<dyn Case>> = Vec::new();
+    for (name, params) in &settings {
+        for (rows, vocab) in [(3, 97), (2, 1000), (1, 32000), (2, 49152)] {
+            v.push(Box::new(SeededCase { rows, v: vocab, pattern: Pattern::Random, name, params: params.clone(), penalties: false }));
+        }
+        for p in [Pattern::Ties, Pattern::SomeNan, Pattern::NegInf, Pattern::AllEqual, Pattern::AllNan] {
+            v.push(Box::new(SeededCase { rows: 4, v: 257, pattern: p, name, params: params.clone(), penalties: false }));
+        }
+    }
+    let pen = SamplingParams { temperature: 0.9, top_k: 20, repetition_penalty: 1.3, presence_penalty: 0.4, frequency_penalty: 0.3, seed: 9, ..d.clone() };
+    v.push(Box::new(SeededCase { rows: 3, v: 1000, pattern: Pattern::Random, name: "t=0.9,k=20,penalties", params: pen, penalties: true }));
+    let greedy_pen = SamplingParams { repetition_penalty: 2.0, frequency_penalty: 0.5, ..d };
+    v.push(Box::new(SeededCase { rows: 3, v: 97, pattern: Pattern::Random, name: "greedy,penalties", params: greedy_pen, penalties: true }));
+    v
+}

@@ -1,0 +1,376 @@
+//! The batched engine's draw on the device: `reference::sampling::seeded`, equation by
+//! equation (read its module doc), one cube per sampled row, so a step reads back one id per
+//! sequence instead of a row of logits.
+//!
+//! Versions:
+//! - v1 ([`seeded_v1`]): one cube of [`BLOCK`] units per row. Pass 1 finds the greedy id (and,
+//!   with a temperature, `m = max y`); top-k's τ_k is found by bisection over the f32 order keys
+//!   (32 counting passes: the largest key t with `#{z ⪰ t} ≥ k`), `D` by one summing pass,
+//!   top-p's τ_p by 32 summing passes (the largest t with `Σ_{z ⪰ t} e ≥ p·D`), and a final
+//!   pass takes the allowed id with the largest `y + g`. Rows without top-k / top-p skip those
+//!   passes; a greedy row stops after pass 1. Reductions are shared-memory trees (every
+//!   backend, lavapipe included). Ties and NaN as the reference.
+//! - penalties v1 ([`penalties_v1`]): one unit per listed (row, id) entry, in place on the
+//!   logits, before the draw.
+//!
+//! Per-row parameters live in a device buffer (`[rows, PARAMS]` u32, written by the host each
+//! step), never in launch arguments, so a captured step replays with new values.
+
+use cubecl::prelude::*;
+use cubecl::server::CubeCountSelection;
+
+use super::pdl::await_predecessor;
+use super::prev_pow2;
+use crate::{Client, DeviceTensor, Dtype, Error};
+use reference::sampling::seeded::{row_key, TokenCount};
+use reference::sampling::SamplingParams;
+
+/// u32 words per row of the parameter buffer: temperature (f32 bits), top_k, top_p (bits),
+/// min_p (bits), the row key of seed and counter, the logits row to read, repetition,
+/// presence and frequency penalties (bits), 3 unused.
+pub const PARAMS: usize = 12;
+/// Units per cube (capped by the device).
+pub const BLOCK: u32 = 256;
+
+/// The parameter words of one row (`logits_row`: which row of the logits it samples).
+pub fn param_words(p: &SamplingParams, counter: u64, logits_row: usize) -> [u32; PARAMS] {
+    [
+        p.temperature.to_bits(),
+        u32::try_from(p.top_k).unwrap_or(u32::MAX),
+        p.top_p.to_bits(),
+        p.min_p.to_bits(),
+        row_key(p.seed, counter),
+        logits_row as u32,
+        p.repetition_penalty.to_bits(),
+        p.presence_penalty.to_bits(),
+        p.frequency_penalty.to_bits(),
+        0,
+        0,
+        0,
+    ]
+}
+
+/// The penalty entries of one row (`row`: its index in the parameter buffer): `[row, id,
+/// output count | in_prompt << 31]` per counted token.
+pub fn penalty_words(row: usize, counts: &[TokenCount], out: &mut Vec<u32>) {
+    for c in counts {
+        out.extend([row as u32, c.id, c.output.min(0x7FFF_FFFF) | (u32::from(c.in_prompt) << 31)]);
+    }
+}
+
+/// lowbias32, as `reference::synthetic::hash`.
+#[cube]
+fn hash32(x: u32) -> u32 {
+    let mut h = x;
+    h ^= h >> 16;
+    h *= 0x7feb_352du32;
+    h ^= h >> 15;
+    h *= 0x846c_a68bu32;
+    h ^= h >> 16;
+    h
+}
+
+/// `reference::sampling::seeded::order_key`.
+#[cube]
+fn order_key(x: f32) -> u32 {
+    let b = u32::reinterpret(x);
+    let mut k = b | 0x8000_0000u32;
+    if (b & 0x8000_0000u32) != 0u32 {
+        k = !b;
+    }
+    k
+}
+
+#[cube]
+fn block_sum_f32(x: f32, tid: usize, units: usize, #[comptime] block: usize) -> f32 {
+    let mut sh = Shared::<[f32]>::new_slice(block);
+    sh[tid] = x;
+    sync_cube();
+    let mut stride = units / 2;
+    while stride > 0 {
+        if tid < stride {
+            sh[tid] = sh[tid] + sh[tid + stride];
+        }
+        sync_cube();
+        stride /= 2;
+    }
+    let r = sh[0];
+    sync_cube();
+    r
+}
+
+#[cube]
+fn block_sum_u32(x: u32, tid: usize, units: usize, #[comptime] block: usize) -> u32 {
+    let mut sh = Shared::<[u32]>::new_slice(block);
+    sh[tid] = x;
+    sync_cube();
+    let mut stride = units / 2;
+    while stride > 0 {
+        if tid < stride {
+            sh[tid] = sh[tid] + sh[tid + stride];
+        }
+        sync_cube();
+        stride /= 2;
+    }
+    let r = sh[0];
+    sync_cube();
+    r
+}
+
+/// The cube's best `(value, index)`: larger value wins, equal values → lower index;
+/// `u32::MAX` = none.
+#[cube]
+fn block_best(v: f32, i: u32, tid: usize, units: usize, #[comptime] block: usize) -> (f32, u32) {
+    let none = 4294967295u32;
+    let mut sv = Shared::<[f32]>::new_slice(block);
+    let mut si = Shared::<[u32]>::new_slice(block);
+    sv[tid] = v;
+    si[tid] = i;
+    sync_cube();
+    let mut stride = units / 2;
+    while stride > 0 {
+        if tid < stride {
+            let bi = si[tid + stride];
+            let bv = sv[tid + stride];
+            let ai = si[tid];
+            let av = sv[tid];
+            if bi != none && (ai == none || bv > av || (bv == av && bi < ai)) {
+                sv[tid] = bv;
+                si[tid] = bi;
+            }
+        }
+        sync_cube();
+        stride /= 2;
+    }
+    let r = (sv[0], si[0]);
+    sync_cube();
+    r
+}
+
+/// `e_i = exp(y_i − m)` for a finite `y_i`, else 0 (as the reference).
+#[cube]
+fn weight(z: f32, temp: f32, m: f32) -> f32 {
+    let y = z / temp;
+    let mut e = f32::new(0.0);
+    if !y.is_nan() && y > f32::new(-3.4028235e38) {
+        e = (y - m).exp();
+    }
+    e
+}
+
+/// v1 kernel: row `r` of `params` samples logits row `params[r·PARAMS + 5]` into `out[r]`.
+#[allow(clippy::too_many_arguments)]
+#[cube(launch)]
+pub fn seeded_v1(z: &[f32], params: &[u32], out: &mut [u32], rows: u32, v: u32, #[comptime] block: usize, #[comptime] pdl: bool) {
+    await_predecessor(pdl);
+    let r = CUBE_POS;
+    if r < rows as usize {
+        let tid = UNIT_POS_X as usize;
+        let units = CUBE_DIM_X as usize;
+        let n = v as usize;
+        let none = 4294967295u32;
+        let p = r * 12;
+        let temp = f32::reinterpret(params[p]);
+        let top_k = params[p + 1];
+        let top_p = f32::reinterpret(params[p + 2]);
+        let min_p = f32::reinterpret(params[p + 3]);
+        let key = params[p + 4];
+        let base = params[p + 5] as usize * n;
+        let neg = f32::new(-3.4028235e38);
+
+        // Pass 1: the greedy id; the non-NaN count; max y.
+        let mut bv = f32::new(0.0);
+        let mut bi = 4294967295u32; // none
+        let mut valid = 0u32;
+        let mut my = neg;
+        let mut any_y = false;
+        let mut i = tid;
+        while i < n {
+            let x = z[base + i];
+            if !x.is_nan() {
+                valid += 1u32;
+                if bi == none || x > bv {
+                    bv = x;
+                    bi = i as u32;
+                }
+                if temp > f32::new(0.0) {
+                    let y = x / temp;
+                    if !y.is_nan() && y > neg && (!any_y || y > my) {
+                        my = y;
+                        any_y = true;
+                    }
+                }
+            }
+            i += units;
+        }
+        let (_gv, greedy) = block_best(bv, bi, tid, units, block);
+        let mut my_i = 4294967295u32; // none
+        if any_y {
+            my_i = 0u32;
+        }
+        let (m, _mi) = block_best(my, my_i, tid, units, block);
+        let valid = block_sum_u32(valid, tid, units, block);
+        // A row of NaN only: the last id (as the reference's argmax).
+        let mut choice = greedy;
+        if greedy == none {
+            choice = v - 1u32;
+        }
+        let has_y = m > neg;
+        if temp > f32::new(0.0) && has_y {
+            // τ_k: the largest key t with #{z ⪰ t} ≥ k.
+            let mut tk = 0u32;
+            if top_k > 0u32 && top_k < valid {
+                let mut bit = 32u32;
+                while bit > 0u32 {
+                    bit -= 1u32;
+                    let one = 1u32;
+                    let cand = tk | (one << bit);
+                    let mut c = 0u32;
+                    let mut i = tid;
+                    while i < n {
+                        let x = z[base + i];
+                        if !x.is_nan() && order_key(x) >= cand {
+                            c += 1u32;
+                        }
+                        i += units;
+                    }
+                    if block_sum_u32(c, tid, units, block) >= top_k {
+                        tk = cand;
+                    }
+                }
+            }
+            // τ_p: the largest key t with Σ_{K, z ⪰ t} e ≥ p·D.
+            let mut tp = 0u32;
+            if top_p < f32::new(1.0) {
+                let mut d = f32::new(0.0);
+                let mut i = tid;
+                while i < n {
+                    let x = z[base + i];
+                    if !x.is_nan() && order_key(x) >= tk {
+                        d += weight(x, temp, m);
+                    }
+                    i += units;
+                }
+                let target = top_p * block_sum_f32(d, tid, units, block);
+                let mut bit = 32u32;
+                while bit > 0u32 {
+                    bit -= 1u32;
+                    let one = 1u32;
+                    let cand = tp | (one << bit);
+                    let mut s = f32::new(0.0);
+                    let mut i = tid;
+                    while i < n {
+                        let x = z[base + i];
+                        if !x.is_nan() && order_key(x) >= tk && order_key(x) >= cand {
+                            s += weight(x, temp, m);
+                        }
+                        i += units;
+                    }
+                    if block_sum_f32(s, tid, units, block) >= target {
+                        tp = cand;
+                    }
+                }
+            }
+            let thr = max(tk, tp);
+            // The draw: argmax of y + g over the allowed ids.
+            let mut sv = f32::new(0.0);
+            let mut si = 4294967295u32; // none
+            let mut i = tid;
+            while i < n {
+                let x = z[base + i];
+                if !x.is_nan() && order_key(x) >= thr {
+                    let e = weight(x, temp, m);
+                    let y = x / temp;
+                    if e >= min_p && !y.is_nan() && y > neg {
+                        let h = hash32(hash32(i as u32 ^ key) + 0x9E37_79B9u32);
+                        let u = (f32::cast_from(h >> 8u32) + f32::new(0.5)) * f32::new(5.9604645e-8);
+                        let score = y - (-(u.ln())).ln();
+                        if si == none || score > sv {
+                            sv = score;
+                            si = i as u32;
+                        }
+                    }
+                }
+                i += units;
+            }
+            let (_s, drawn) = block_best(sv, si, tid, units, block);
+            if drawn != none {
+                choice = drawn;
+            }
+        }
+        if tid == 0 {
+            out[r] = choice;
+        }
+    }
+}
+
+/// Penalties v1: entry `e` of `entries` (`[E, 3]`: row, id, count | in_prompt << 31) adjusts
+/// its logit in place (`reference::sampling::seeded::apply_penalties`).
+#[cube(launch)]
+pub fn penalties_v1(z: &mut [f32], params: &[u32], entries: &[u32], count: u32, v: u32) {
+    let e = ABSOLUTE_POS;
+    if e < count as usize {
+        let row = entries[e * 3] as usize;
+        let id = entries[e * 3 + 1] as usize;
+        let packed = entries[e * 3 + 2];
+        let c = packed & 0x7FFF_FFFFu32;
+        let in_prompt = (packed >> 31u32) != 0u32;
+        let p = row * 12;
+        let rep = f32::reinterpret(params[p + 6]);
+        let pres = f32::reinterpret(params[p + 7]);
+        let freq = f32::reinterpret(params[p + 8]);
+        let at = params[p + 5] as usize * v as usize + id;
+        let mut x = z[at];
+        if in_prompt || c > 0u32 {
+            if x > f32::new(0.0) {
+                x = x / rep;
+            } else {
+                x = x * rep;
+            }
+        }
+        let mut sub = freq * f32::cast_from(c);
+        if c > 0u32 {
+            sub += pres;
+        }
+        z[at] = x - sub;
+    }
+}
+
+/// Draw one id per row of `params` (`[rows, PARAMS]` u32) from `logits` (`[R, V]` f32) into
+/// `out` (`rows` u32), after applying `penalties` (`[E, 3]` u32 entries, or `None`).
+pub fn seeded_into(client: &Client, logits: &DeviceTensor, params: &DeviceTensor, penalties: Option<(&DeviceTensor, usize)>, out: &DeviceTensor) -> Result<(), Error> {
+    let v = *logits.shape.last().ok_or_else(|| Error::Shape("seeded: logits have no axes".into()))?;
+    if logits.dtype != Dtype::F32 || v == 0 {
+        return Err(Error::Shape(format!("seeded: logits {:?} {}, expected [R, V] f32", logits.shape, logits.dtype.name())));
+    }
+    if params.numel() % PARAMS != 0 || params.dtype.size() != 4 {
+        return Err(Error::Shape(format!("seeded: params {:?}, expected [rows, {PARAMS}] u32", params.shape)));
+    }
+    let rows = params.numel() / PARAMS;
+    if out.numel() != rows {
+        return Err(Error::Shape(format!("seeded: out holds {} ids for {rows} rows", out.numel())));
+    }
+    let v32 = u32::try_from(v).map_err(|_| Error::Shape(format!("seeded: V = {v} exceeds u32")))?;
+    if rows == 0 {
+        return Ok(());
+    }
+    if let Some((entries, count)) = penalties {
+        if count > 0 {
+            if entries.numel() < count * 3 {
+                return Err(Error::Shape(format!("seeded: {count} penalty entries in a buffer of {}", entries.numel())));
+            }
+            let e = super::swiglu::Elementwise::with_vec(client, "penalties", count, 1)?;
+            unsafe {
+                penalties_v1::launch(client, e.count, e.dim, logits.as_arg(1), params.as_arg(1), entries.as_arg(1), count as u32, v32);
+            }
+        }
+    }
+    let hw = &client.properties().hardware;
+    let block = prev_pow2(BLOCK.min(hw.max_units_per_cube).min(hw.max_cube_dim.0));
+    let count = CubeCountSelection::new(client, rows as u32).cube_count();
+    let pdl = super::pdl::enabled(client);
+    unsafe {
+        seeded_v1::launch(client, count, CubeDim::new_1d(block), logits.as_arg(1), params.as_arg(1), out.as_arg(1), rows as u32, v32, block as usize, pdl);
+    }
+    Ok(())
+}

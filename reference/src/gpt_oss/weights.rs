@@ -324,3 +324,60 @@ impl GptOssWeights {
         }
     }
 }
+
+impl GptOssWeights {
+    /// A copy with `round` applied to every dense matrix a GPU stores in its weight dtype
+    /// (token embedding, unembedding, Wq, Wk, Wv, Wo); norms, biases, sinks, the router (kept
+    /// f32 on the GPU: a rounded router would move expert choices near ties) and the MXFP4
+    /// experts are copied as they are.
+    pub fn map_matrices(&self, round: impl Fn(f32) -> f32) -> GptOssWeights {
+        let m = |a: &Array2<f32>| a.mapv(&round);
+        GptOssWeights {
+            tok_embd: m(&self.tok_embd),
+            layers: self.layers.iter().map(|w| GptOssLayer { wq: m(&w.wq), wk: m(&w.wk), wv: m(&w.wv), wo: m(&w.wo), ..w.clone() }).collect(),
+            out_norm: self.out_norm.clone(),
+            lm_head: self.lm_head.as_ref().map(m),
+        }
+    }
+
+    /// The f32 data of dense tensor `t` (the token embedding for a tied `LmHead`).
+    pub fn dense_slice(&self, t: Dense) -> Result<&[f32]> {
+        let layer = |l: usize| self.layers.get(l).ok_or_else(|| Error::Input(format!("{}: layer {l} does not exist", t.hf_name())));
+        let s = match t {
+            Dense::TokEmbd => self.tok_embd.as_slice(),
+            Dense::OutNorm => self.out_norm.as_slice(),
+            Dense::LmHead => self.head().as_slice(),
+            Dense::AttnNorm(l) => layer(l)?.attn_norm.as_slice(),
+            Dense::Wq(l) => layer(l)?.wq.as_slice(),
+            Dense::Bq(l) => layer(l)?.bq.as_slice(),
+            Dense::Wk(l) => layer(l)?.wk.as_slice(),
+            Dense::Bk(l) => layer(l)?.bk.as_slice(),
+            Dense::Wv(l) => layer(l)?.wv.as_slice(),
+            Dense::Bv(l) => layer(l)?.bv.as_slice(),
+            Dense::Wo(l) => layer(l)?.wo.as_slice(),
+            Dense::Bo(l) => layer(l)?.bo.as_slice(),
+            Dense::Sinks(l) => layer(l)?.sinks.as_slice(),
+            Dense::FfnNorm(l) => layer(l)?.ffn_norm.as_slice(),
+            Dense::Router(l) => layer(l)?.router.as_slice(),
+            Dense::RouterBias(l) => layer(l)?.router_bias.as_slice(),
+        };
+        s.ok_or_else(|| Error::Input(format!("{}: not contiguous", t.hf_name())))
+    }
+}
+
+/// Loaded weights as a [`GptOssSource`] (a GPU upload from the same weights the reference runs).
+pub struct InMemory<'a>(pub &'a GptOssWeights);
+
+impl GptOssSource for InMemory<'_> {
+    fn dense(&mut self, t: Dense, cfg: &GptOssConfig) -> Result<Vec<f32>> {
+        let s = self.0.dense_slice(t)?;
+        let want: usize = t.shape(cfg).iter().product();
+        if s.len() != want {
+            return Err(Error::Input(format!("{}: {} values, config wants {:?}", t.hf_name(), s.len(), t.shape(cfg))));
+        }
+        Ok(s.to_vec())
+    }
+    fn experts(&mut self, l: usize, _cfg: &GptOssConfig) -> Result<Vec<ExpertWeights>> {
+        self.0.layers.get(l).map(|w| w.experts.clone()).ok_or_else(|| Error::Input(format!("experts of layer {l}: the layer does not exist")))
+    }
+}

@@ -50,6 +50,9 @@ pub enum Error {
     /// Misuse of the paged KV cache: unknown sequence, double free, block id outside the pool.
     #[error("KV cache: {0}")]
     KvCache(String),
+    /// An error of the reference crate (a source's tensor, the block manager, bad input).
+    #[error(transparent)]
+    Reference(#[from] reference::Error),
 }
 
 /// Which cubecl runtime to run on.

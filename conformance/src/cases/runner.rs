@@ -235,6 +235,69 @@ impl Case for EngineCase {
     }
 }
 
+/// Decode graphs per batch bucket vs eager launches on the same GPU runner: an engine run with
+/// graphs off and one with graphs on give the same tokens (greedy and seeded), across buckets
+/// 1 … 8 and a table widening (contexts past 16 blocks of 4).
+#[derive(Debug, Clone)]
+pub struct GraphEngineCase {
+    pub weights: &'static str,
+    pub sampled: bool,
+}
+
+impl GraphEngineCase {
+    fn body(&self, client: &Client) -> Result<Outcome, String> {
+        let cfg = synthetic::tiny_configs().into_iter().find(|(n, _)| *n == self.weights).map(|(_, c)| c).ok_or("no tiny config")?;
+        let params = |s: u64| if self.sampled { SamplingParams { temperature: 0.9, top_k: 12, seed: s, ..SamplingParams::default() } } else { SamplingParams::default() };
+        let reqs: Vec<Request> = (0..7u32)
+            .map(|i| {
+                let p: Vec<u32> = (0..(1 + 3 * i)).map(|j| (j * 7919 + i * 13 + 3) % cfg.vocab as u32).collect();
+                Request { ignore_eos: true, ..Request::new(p).with_max_tokens(if i == 0 { 70 } else { 6 + 5 * i as usize }).with_params(params(i as u64)) }
+            })
+            .collect();
+        let mut runs = vec![];
+        for on in [false, true] {
+            let (_, mut g, _) = runners(client, self.weights, Dtype::F32)?;
+            g.set_graphs(on);
+            let mut e = Engine::new(g, EngineConfig::default(), None).map_err(|e| e.to_string())?;
+            for r in &reqs {
+                e.add_request(r.clone()).map_err(|e| e.to_string())?;
+            }
+            let mut out = vec![Vec::new(); reqs.len()];
+            for o in e.run_to_completion().map_err(|e| e.to_string())? {
+                out[o.id as usize].extend(o.new_tokens);
+            }
+            if on {
+                if let Some(why) = e.runner().graph_refused() {
+                    return Ok(Outcome::Skip(format!("graph capture refused: {why}")));
+                }
+                let status = e.runner().status().unwrap_or_default();
+                if !status.contains("captured graphs") {
+                    return Ok(Outcome::Fail(format!("graphs on, but the runner says: {status}")));
+                }
+            }
+            runs.push(out);
+        }
+        for (i, (a, b)) in runs[0].iter().zip(&runs[1]).enumerate() {
+            if a != b {
+                return Ok(Outcome::Fail(format!("request {i}: graph tokens {b:?} != eager {a:?}")));
+            }
+        }
+        Ok(Outcome::Pass(Metrics { n: runs[1].iter().map(Vec::len).sum(), ..Metrics::default() }))
+    }
+}
+
+impl Case for GraphEngineCase {
+    fn op(&self) -> Op {
+        Op::Runner
+    }
+    fn name(&self) -> String {
+        format!("engine({},graphs vs eager,{},f32)", self.weights, if self.sampled { "seeded" } else { "greedy" })
+    }
+    fn run(&self, client: &Client) -> Outcome {
+        self.body(client).unwrap_or_else(Outcome::Fail)
+    }
+}
+
 pub fn cases() -> Vec<Box<dyn Case>> {
     let mut v: Vec<Box<dyn Case>> = Vec::new();
     for (name, _) in synthetic::tiny_configs() {
@@ -249,5 +312,7 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     v.push(Box::new(RunnerCase { weights: "tiny-gqa", dtype: Dtype::F32, sampled: true, scenario: "small" }));
     v.push(Box::new(EngineCase { weights: "tiny-gqa", blocks: 96 }));
     v.push(Box::new(EngineCase { weights: "tiny-sliding", blocks: 20 }));
+    v.push(Box::new(GraphEngineCase { weights: "tiny-gqa", sampled: false }));
+    v.push(Box::new(GraphEngineCase { weights: "tiny-sliding", sampled: true }));
     v
 }

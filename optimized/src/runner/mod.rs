@@ -16,6 +16,14 @@
 //!
 //! Every draw follows `reference::sampling::seeded`, so the same logits give the same tokens
 //! as the CPU reference runner (conformance checks both the logits and the draws).
+//!
+//! Decode-only steps (every sequence one token, no penalties, no logits asked for) run as
+//! captured graphs, one per batch-size bucket ([`graphs`]): a step's launches are recorded
+//! once and replayed, their per-step inputs (ids, positions, pool rows, block tables, lengths,
+//! draw parameters) rewritten in place in device buffers. The pools hold one block more than
+//! the engine manages: padded rows of a bucket compute into it.
+
+mod graphs;
 
 use reference::runner::{validate_plan, KvLayout, ModelInfo, ModelRunner, SeqResult, StepPlan};
 use reference::Error as RefError;
@@ -36,6 +44,8 @@ pub struct GpuRunner {
     v: Vec<DeviceTensor>,
     /// cos / sin for every position of the context.
     rope: rope::RopeTable,
+    /// Decode graphs by batch bucket; `None` where graphs are off or the backend refused.
+    graphs: graphs::Graphs,
 }
 
 fn to_ref(e: Error) -> RefError {
@@ -54,8 +64,9 @@ impl GpuRunner {
     /// A runner over `model`'s weights with pools of `num_blocks` blocks of `block_size`.
     pub fn new(model: GpuModel, block_size: usize, num_blocks: usize) -> Result<Self, Error> {
         let cfg = &model.config;
+        // One block past the engine's: the padding rows of decode graphs write there.
         let rows = block_size
-            .checked_mul(num_blocks)
+            .checked_mul(num_blocks + 1)
             .filter(|r| r.checked_mul(cfg.n_kv_heads * cfg.head_dim).is_some_and(|n| u32::try_from(n).is_ok()))
             .ok_or_else(|| Error::KvCache(format!("{num_blocks} blocks × {block_size} × {} × {} exceed the u32 index range", cfg.n_kv_heads, cfg.head_dim)))?;
         if rows == 0 {
@@ -65,7 +76,8 @@ impl GpuRunner {
         let k = (0..cfg.n_layers).map(|_| DeviceTensor::empty_f32(&model.client, &shape)).collect();
         let v = (0..cfg.n_layers).map(|_| DeviceTensor::empty_f32(&model.client, &shape)).collect();
         let rope = rope::RopeTable::new(&model.client, cfg.max_ctx, cfg.head_dim, cfg.rope_theta)?;
-        Ok(GpuRunner { info: ModelInfo::of(cfg), layout: KvLayout { block_size, num_blocks }, k, v, rope, model })
+        let graphs = graphs::Graphs::new(model.use_graphs);
+        Ok(GpuRunner { info: ModelInfo::of(cfg), layout: KvLayout { block_size, num_blocks }, k, v, rope, model, graphs })
     }
 
     /// Bytes of the KV pools.
@@ -73,7 +85,46 @@ impl GpuRunner {
         self.k.iter().chain(&self.v).map(|t| t.numel() * 4).sum()
     }
 
+    /// Turn decode graphs on or off (on by default where the backend captures).
+    pub fn set_graphs(&mut self, on: bool) {
+        self.graphs = graphs::Graphs::new(on);
+    }
+
+    /// Why graphs are not used, once the backend refused a capture.
+    pub fn graph_refused(&self) -> Option<&str> {
+        self.graphs.refused()
+    }
+
+    /// The block of the pools no sequence owns (padding rows of decode graphs).
+    pub(crate) fn scratch_block(&self) -> u32 {
+        self.layout.num_blocks as u32
+    }
+
+    /// Attention of layer `l` over a ragged batch: RoPE + KV write (v4), flash decode over the
+    /// first `n_dec` rows, varlen flash prefill over the rest.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn attend(&self, l: usize, qkv: &DeviceTensor, n: usize, positions: &DeviceTensor, slots: &DeviceTensor, dec: Option<(&BlockTables, usize)>, pre: Option<(&BlockTables, &[VarlenSeq])>) -> Result<DeviceTensor, Error> {
+        let c = &self.model.client;
+        let cfg = &self.model.config;
+        let (h_n, kv_n, d) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim);
+        let mask = Masking { window: cfg.sliding_window, sinks: None };
+        let q = rope::qkv_rope_ragged(c, qkv, h_n, kv_n, &self.rope, cfg.rope_layout, &self.k[l], &self.v[l], positions, slots)?;
+        let o = DeviceTensor::empty_f32(c, &[n, h_n, d]);
+        if let Some((tb, n_dec)) = dec {
+            let qd = q.clone().view_rows(n_dec)?;
+            let od = o.clone().view_rows(n_dec)?;
+            flash_decode(c, &qd, &self.k[l], &self.v[l], tb, &mask, &od)?;
+        }
+        if let Some((tb, seqs)) = pre {
+            flash_prefill_varlen(c, &q, &self.k[l], &self.v[l], tb, seqs, &mask, &o)?;
+        }
+        Ok(o)
+    }
+
     fn run(&mut self, plan: &StepPlan) -> Result<Vec<SeqResult>, Error> {
+        if let Some(out) = graphs::try_step(self, plan)? {
+            return Ok(out);
+        }
         let c = self.model.client.clone();
         let cfg = self.model.config.clone();
         let bs = self.layout.block_size;
@@ -104,35 +155,17 @@ impl GpuRunner {
             }
             let t: Vec<&[u32]> = range.iter().map(|&i| plan.seqs[i].blocks).collect();
             let l: Vec<usize> = range.iter().map(|&i| len(i)).collect();
-            BlockTables::upload(&c, &t, &l, bs, self.layout.num_blocks).map(Some)
+            BlockTables::upload(&c, &t, &l, bs, self.layout.num_blocks + 1).map(Some)
         };
         let end = |i: usize| plan.seqs[i].pos0 + plan.seqs[i].tokens.len();
         let dec_tables = tables(&order[..n_dec], &end)?;
         let pre_tables = tables(&order[n_dec..], &end)?;
         let varlen: Vec<VarlenSeq> = items[n_dec..].iter().map(|it| VarlenSeq { q_start: it.row0, q_len: plan.seqs[it.plan].tokens.len(), pos0: plan.seqs[it.plan].pos0 }).collect();
-        let mask = Masking { window: cfg.sliding_window, sinks: None };
-        let (h_n, kv_n, d) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim);
         let m = &self.model;
         let x = m.embed(Ids::Host(&ids), n)?;
-        let (kp, vp, rp) = (&self.k, &self.v, &self.rope);
-        let fin = m.blocks(
-            &x,
-            n,
-            &mut |l, qkv| {
-                let q = rope::qkv_rope_ragged(&c, qkv, h_n, kv_n, rp, cfg.rope_layout, &kp[l], &vp[l], &positions, &slots)?;
-                let o = DeviceTensor::empty_f32(&c, &[n, h_n, d]);
-                if let Some(tb) = &dec_tables {
-                    let qd = q.clone().view_rows(n_dec)?;
-                    let od = o.clone().view_rows(n_dec)?;
-                    flash_decode(&c, &qd, &kp[l], &vp[l], tb, &mask, &od)?;
-                }
-                if let Some(tb) = &pre_tables {
-                    flash_prefill_varlen(&c, &q, &kp[l], &vp[l], tb, &varlen, &mask, &o)?;
-                }
-                Ok(o)
-            },
-            None,
-        )?;
+        let dec = dec_tables.as_ref().map(|tb| (tb, n_dec));
+        let pre = pre_tables.as_ref().map(|tb| (tb, &varlen[..]));
+        let fin = m.blocks(&x, n, &mut |l, qkv| self.attend(l, qkv, n, &positions, &slots, dec, pre), None)?;
         // The rows that draw, in (execution item, sample) order.
         let mut rows = vec![];
         for it in &items {
@@ -145,9 +178,12 @@ impl GpuRunner {
             return Ok(results);
         }
         let r = rows.len();
-        // Logits of the drawing rows: all N rows in the fused decode (N ≤ 8), else gathered.
+        // Logits of the drawing rows: all N rows in the fused decode (N ≤ 8) or when every row
+        // draws, else gathered.
+        let every = r == n;
         let (logits, row_of): (DeviceTensor, Vec<u32>) = match &fin {
             Final::Fused { .. } => (m.head(&x, &fin)?, rows.clone()),
+            Final::Plain { .. } if every => (m.head(&x, &fin)?, rows.clone()),
             Final::Plain { h } => {
                 let picked = DeviceTensor::empty_f32(&c, &[r, cfg.hidden]);
                 embedding::embedding_device_ids_into(&c, h, &DeviceTensor::from_u32(&c, &rows, &[r])?, &picked)?;
@@ -207,6 +243,13 @@ impl ModelRunner for GpuRunner {
     fn step(&mut self, plan: &StepPlan) -> reference::Result<Vec<SeqResult>> {
         validate_plan(plan, &self.info, self.layout)?;
         self.run(plan).map_err(to_ref)
+    }
+    fn status(&self) -> Option<String> {
+        Some(match self.graphs.refused() {
+            Some(why) => format!("decode graphs refused by the backend ({why}): eager launches"),
+            None if self.graphs.enabled() => "decode-only steps replayed as captured graphs per batch bucket".into(),
+            None => "decode graphs off: eager launches".into(),
+        })
     }
     fn name(&self) -> String {
         let m = &self.model;

@@ -3,14 +3,17 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::time::Instant;
 
-use reference::kv_blocks::BlockManager;
-use reference::runner::{ModelRunner, SampleSpec, SeqResult, SeqStep, StepPlan};
+use reference::kv_blocks::{BlockManager, SeqId};
+use reference::runner::{ModelRunner, SeqResult, StepPlan};
+use reference::sampling::seeded::TokenCount;
 use reference::{Error, Result};
 
 use crate::detok::{find_stop, Detokenizer, TextStream};
 use crate::request::{FinishReason, Request, RequestId, RequestOutput, TokenLogprob};
 use crate::sequence::{Sequence, Status};
+use crate::spec::{cost::CostModel, Drafter, SpecConfig, SpecMethod};
 
 /// Limits of the scheduler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,11 +26,13 @@ pub struct EngineConfig {
     pub prefill_chunk: usize,
     /// Reuse the KV of full blocks of a prompt prefix another request computed.
     pub prefix_caching: bool,
+    /// Speculative decoding (`None`: off). A draft model comes with [`Engine::with_draft`].
+    pub speculation: Option<SpecConfig>,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { max_num_seqs: 256, max_batched_tokens: 2048, prefill_chunk: 2048, prefix_caching: true }
+        EngineConfig { max_num_seqs: 256, max_batched_tokens: 2048, prefill_chunk: 2048, prefix_caching: true, speculation: None }
     }
 }
 
@@ -42,6 +47,22 @@ pub struct EngineStats {
     pub generated_tokens: u64,
     pub finished: u64,
     pub aborted: u64,
+    /// Speculation: sequence-steps that verified proposals, the tokens they proposed, the
+    /// proposals accepted, the tokens those steps produced (accepted + correction/bonus).
+    pub spec_verifies: u64,
+    pub spec_proposed: u64,
+    pub spec_accepted: u64,
+    pub spec_emitted: u64,
+    /// Steps in which every sequence decoded (no prompt chunk): how many, their wall time
+    /// (whole `step` calls, ns), the target runner's and the draft runner's time in them, and
+    /// the tokens they produced.
+    pub decode_steps: u64,
+    pub decode_ns: u64,
+    pub target_ns: u64,
+    pub draft_ns: u64,
+    pub decode_tokens: u64,
+    /// Draft model steps (rounds), all steps.
+    pub draft_rounds: u64,
 }
 
 /// A snapshot of the engine's load.
@@ -52,6 +73,13 @@ pub struct EngineLoad {
     pub kv_blocks_used: usize,
     pub kv_blocks_cached: usize,
     pub kv_blocks_total: usize,
+}
+
+/// The engine's speculation: settings, the draft model, measured costs.
+pub(crate) struct SpecState {
+    pub cfg: SpecConfig,
+    pub drafter: Option<Drafter>,
+    pub cost: CostModel,
 }
 
 pub struct Engine<R: ModelRunner> {
@@ -66,6 +94,9 @@ pub struct Engine<R: ModelRunner> {
     /// Outputs produced between steps (aborts, requests finished by the scheduler).
     pending: Vec<RequestOutput>,
     pub(crate) stats: EngineStats,
+    pub(crate) spec: Option<SpecState>,
+    /// Steps run (the clock of speculation probes).
+    pub(crate) step_no: u64,
 }
 
 impl<R: ModelRunner> Engine<R> {
@@ -75,9 +106,40 @@ impl<R: ModelRunner> Engine<R> {
         if cfg.max_num_seqs == 0 || cfg.max_batched_tokens == 0 || cfg.prefill_chunk == 0 {
             return Err(Error::Input(format!("engine limits must be ≥ 1: {cfg:?}")));
         }
+        let spec = match cfg.speculation {
+            None => None,
+            Some(sc) => {
+                sc.validate()?;
+                if sc.method == SpecMethod::Draft {
+                    return Err(Error::Input("speculation.method = draft needs a draft model: build the engine with Engine::with_draft".into()));
+                }
+                Some(SpecState { cfg: sc, drafter: None, cost: CostModel::new(false) })
+            }
+        };
         let kv = runner.kv_layout();
         let blocks = BlockManager::new(kv.block_size, kv.num_blocks)?;
-        Ok(Engine { runner, cfg, blocks, seqs: HashMap::new(), waiting: VecDeque::new(), running: Vec::new(), next_id: 0, detok, pending: Vec::new(), stats: EngineStats::default() })
+        Ok(Engine { runner, cfg, blocks, seqs: HashMap::new(), waiting: VecDeque::new(), running: Vec::new(), next_id: 0, detok, pending: Vec::new(), stats: EngineStats::default(), spec, step_no: 0 })
+    }
+
+    /// An engine whose speculation proposals come from `draft`, a model sharing the target's
+    /// tokenizer (same vocabulary); the engine manages the draft's KV pools too.
+    /// `cfg.speculation` must be set with `method: SpecMethod::Draft`.
+    pub fn with_draft(runner: R, draft: Box<dyn ModelRunner + Send>, cfg: EngineConfig, detok: Option<Arc<dyn Detokenizer>>) -> Result<Self> {
+        let sc = match cfg.speculation {
+            Some(sc) if sc.method == SpecMethod::Draft => sc,
+            _ => return Err(Error::Input("Engine::with_draft: set speculation.method = draft (SpecConfig::draft)".into())),
+        };
+        let (tv, dv) = (runner.info().vocab, draft.info().vocab);
+        if tv != dv {
+            return Err(Error::Input(format!("draft model: its vocabulary has {dv} ids, the target's {tv}: a draft must share the tokenizer")));
+        }
+        let mut e = Engine::new(runner, EngineConfig { speculation: None, ..cfg }, detok)?;
+        sc.validate()?;
+        let kv = draft.kv_layout();
+        let blocks = BlockManager::new(kv.block_size, kv.num_blocks)?;
+        e.cfg = cfg;
+        e.spec = Some(SpecState { cfg: sc, drafter: Some(Drafter { runner: draft, blocks }), cost: CostModel::new(true) });
+        Ok(e)
     }
 
     pub fn runner(&self) -> &R {
@@ -104,6 +166,14 @@ impl<R: ModelRunner> Engine<R> {
     /// The block manager (for invariant checks in tests).
     pub fn blocks(&self) -> &BlockManager {
         &self.blocks
+    }
+    /// The draft model's block manager, when speculating with one.
+    pub fn draft_blocks(&self) -> Option<&BlockManager> {
+        self.spec.as_ref().and_then(|s| s.drafter.as_ref()).map(|d| &d.blocks)
+    }
+    /// The draft model's runner, when speculating with one.
+    pub fn draft_runner(&self) -> Option<&(dyn ModelRunner + Send)> {
+        self.spec.as_ref().and_then(|s| s.drafter.as_ref()).map(|d| d.runner.as_ref())
     }
     /// Whether a step would do anything.
     pub fn has_work(&self) -> bool {
@@ -170,31 +240,47 @@ impl<R: ModelRunner> Engine<R> {
         Ok(())
     }
 
-    /// One iteration: schedule, run the runner on the plan, turn its draws into outputs.
+    /// One iteration: schedule, propose (speculation), run the runner on the plan, turn its
+    /// draws into outputs.
     pub fn step(&mut self) -> Result<Vec<RequestOutput>> {
-        let schedule = self.schedule()?;
+        let t0 = Instant::now();
+        self.step_no += 1;
+        let mut schedule = self.schedule()?;
         let mut outputs = std::mem::take(&mut self.pending);
         if schedule.items.is_empty() {
             return Ok(outputs);
         }
         self.stats.steps += 1;
-        let results = {
+        let draft_time = self.propose(&mut schedule.items)?;
+        // Penalty counts each verification draw sees (only sequences with penalties).
+        let counts: Vec<Vec<Vec<TokenCount>>> = schedule.items.iter().map(|it| self.verify_counts(it)).collect::<Result<_>>()?;
+        let decode_only = schedule.items.iter().all(|it| it.decode);
+        let t_run = Instant::now();
+        let (results, tokens) = {
             let mut plan = StepPlan::default();
-            for &(id, n) in &schedule.items {
-                let s = self.seqs.get(&id).ok_or_else(|| Error::Input(format!("unknown request {id}")))?;
-                let kv = s.kv.ok_or_else(|| Error::KvCache(format!("scheduled request {id} holds no blocks")))?;
-                let samples = if s.computed + n == s.tokens.len() {
-                    vec![SampleSpec { params: &s.params, counter: s.output_len() as u64, counts: &s.counts, want_logits: s.req.logprobs.is_some() }]
-                } else {
-                    vec![]
-                };
-                plan.seqs.push(SeqStep { tokens: &s.tokens[s.computed..s.computed + n], pos0: s.computed, blocks: &self.blocks.table(kv)?.blocks, samples });
+            for (it, c) in schedule.items.iter().zip(&counts) {
+                let s = self.seqs.get(&it.id).ok_or_else(|| Error::Input(format!("unknown request {}", it.id)))?;
+                let kv = s.kv.ok_or_else(|| Error::KvCache(format!("scheduled request {} holds no blocks", it.id)))?;
+                let blocks = &self.blocks.table(kv)?.blocks;
+                plan.seqs.push(if it.k > 0 { s.verify_step(it.k, c, blocks) } else { s.plain_step(it.n, blocks) });
             }
-            self.runner.step(&plan)?
+            (self.runner.step(&plan)?, plan.num_tokens())
         };
-        for (&(id, n), r) in schedule.items.iter().zip(results) {
-            if let Some(out) = self.advance(id, n, r)? {
-                outputs.push(out);
+        let run_ns = t_run.elapsed();
+        let produced0 = self.stats.generated_tokens;
+        for ((it, r), c) in schedule.items.iter().zip(results).zip(&counts) {
+            let out = if it.k > 0 { self.advance_spec(it.id, it.k, r, c)? } else { self.advance(it.id, it.n, r)? };
+            outputs.extend(out);
+        }
+        if decode_only {
+            let st = &mut self.stats;
+            st.decode_steps += 1;
+            st.decode_ns += t0.elapsed().as_nanos() as u64;
+            st.target_ns += run_ns.as_nanos() as u64;
+            st.draft_ns += draft_time.as_nanos() as u64;
+            st.decode_tokens += st.generated_tokens - produced0;
+            if let Some(sp) = self.spec.as_mut() {
+                sp.cost.target.observe(tokens as f64, run_ns.as_secs_f64());
             }
         }
         Ok(outputs)
@@ -211,54 +297,33 @@ impl<R: ModelRunner> Engine<R> {
 
     /// Apply one step's result to request `id`, which computed `n` positions.
     fn advance(&mut self, id: RequestId, n: usize, r: SeqResult) -> Result<Option<RequestOutput>> {
-        let bs = self.blocks.block_size;
         let eos = self.runner.info().eos_id;
         let s = self.seqs.get_mut(&id).ok_or_else(|| Error::Input(format!("unknown request {id}")))?;
         s.computed += n;
-        // Full computed blocks go to the prefix cache.
+        let kv = s.kv.ok_or_else(|| Error::KvCache(format!("request {id} holds no blocks")))?;
         if self.cfg.prefix_caching {
-            let full = s.computed / bs;
-            if full > s.registered {
-                let kv = s.kv.ok_or_else(|| Error::KvCache(format!("request {id} holds no blocks")))?;
-                let first = s.registered;
-                let hashes = s.hashes_upto(s.computed, bs)[first..full].to_vec();
-                self.blocks.register_blocks(kv, first, &hashes)?;
-                s.registered = full;
-            }
+            s.registered = register_prefix(&mut self.blocks, s, kv, s.computed, s.registered)?;
         }
         let Some(&tok) = r.tokens.first() else {
             return Ok(None);
         };
-        s.push(tok);
-        self.stats.generated_tokens += 1;
-        let logprobs = match (s.req.logprobs, r.logits.first()) {
-            (Some(top), Some(Some(row))) => vec![logprob_of(row, tok, top)],
-            _ => vec![],
-        };
-        let is_stop_token = (!s.req.ignore_eos && eos == Some(tok)) || s.req.stop_token_ids.contains(&tok);
-        let mut finish = None;
-        let mut text_len = 0;
-        if let Some(st) = s.stream.as_mut() {
-            if !is_stop_token {
-                text_len = st.push(tok)?.len();
-            }
+        // An n-gram lookup made while speculation was off: one free acceptance sample.
+        if let Some(d) = s.spec.shadow.take() {
+            s.spec.observe(usize::from(d == tok), 1);
         }
-        if is_stop_token {
-            finish = Some(FinishReason::Stop);
-        } else if let Some(st) = s.stream.as_mut() {
-            if let Some(at) = find_stop(&st.text, text_len, &s.req.stop) {
-                st.text.truncate(at);
-                finish = Some(FinishReason::Stop);
-            }
-        }
-        if finish.is_none() && s.output_len() >= s.max_output {
-            finish = Some(FinishReason::Length);
-        }
-        match finish {
-            Some(f) => Ok(Some(self.finish(id, f, vec![tok], logprobs)?)),
+        let pushed = push_tokens(s, eos, &[tok], &r.logits)?;
+        self.stats.generated_tokens += pushed.tokens.len() as u64;
+        self.emit(id, pushed)
+    }
+
+    /// The output of request `id` after `p` was pushed: its last one when `p` finishes it.
+    pub(crate) fn emit(&mut self, id: RequestId, p: Pushed) -> Result<Option<RequestOutput>> {
+        match p.finish {
+            Some(f) => Ok(Some(self.finish(id, f, p.tokens, p.logprobs)?)),
             None => {
+                let s = self.seqs.get_mut(&id).ok_or_else(|| Error::Input(format!("unknown request {id}")))?;
                 let text = Self::take_text(s, false)?;
-                Ok(Some(output_of(s, vec![tok], text, logprobs, None)))
+                Ok(Some(output_of(s, p.tokens, text, p.logprobs, None)))
             }
         }
     }
@@ -283,6 +348,7 @@ impl<R: ModelRunner> Engine<R> {
         if let Some(kv) = s.kv.take() {
             self.blocks.free_sequence(kv)?;
         }
+        crate::spec::release_draft(&mut self.spec, &mut s)?;
         self.running.retain(|&r| r != id);
         self.waiting.retain(|&r| r != id);
         if reason != FinishReason::Abort {
@@ -305,6 +371,62 @@ impl<R: ModelRunner> Engine<R> {
         self.pending.push(out);
         Ok(())
     }
+}
+
+/// Tokens pushed onto a sequence by one step, and whether one of them finished it.
+pub(crate) struct Pushed {
+    pub tokens: Vec<u32>,
+    pub logprobs: Vec<TokenLogprob>,
+    pub finish: Option<FinishReason>,
+}
+
+/// Push `toks` onto `s` in order (penalty counts, text, logprobs from `rows[i]`), applying
+/// the stop conditions to each: a token that finishes the request is the last one pushed.
+pub(crate) fn push_tokens(s: &mut Sequence, eos: Option<u32>, toks: &[u32], rows: &[Option<Vec<f32>>]) -> Result<Pushed> {
+    let mut p = Pushed { tokens: Vec::with_capacity(toks.len()), logprobs: Vec::new(), finish: None };
+    for (i, &tok) in toks.iter().enumerate() {
+        s.push(tok);
+        p.tokens.push(tok);
+        if let (Some(top), Some(Some(row))) = (s.req.logprobs, rows.get(i)) {
+            p.logprobs.push(logprob_of(row, tok, top));
+        }
+        let is_stop_token = (!s.req.ignore_eos && eos == Some(tok)) || s.req.stop_token_ids.contains(&tok);
+        let mut text_len = 0;
+        if let Some(st) = s.stream.as_mut() {
+            if !is_stop_token {
+                text_len = st.push(tok)?.len();
+            }
+        }
+        if is_stop_token {
+            p.finish = Some(FinishReason::Stop);
+        } else if let Some(st) = s.stream.as_mut() {
+            if let Some(at) = find_stop(&st.text, text_len, &s.req.stop) {
+                st.text.truncate(at);
+                p.finish = Some(FinishReason::Stop);
+            }
+        }
+        if p.finish.is_none() && s.output_len() >= s.max_output {
+            p.finish = Some(FinishReason::Length);
+        }
+        if p.finish.is_some() {
+            break;
+        }
+    }
+    Ok(p)
+}
+
+/// Register the full blocks of `s`'s first `upto` positions (held by `kv` of `blocks`) in the
+/// prefix cache, from block `registered` on; returns the new count of registered blocks.
+pub(crate) fn register_prefix(blocks: &mut BlockManager, s: &mut Sequence, kv: SeqId, upto: usize, registered: usize) -> Result<usize> {
+    let bs = blocks.block_size;
+    let full = upto / bs;
+    if full > registered {
+        let id = s.id;
+        let hashes = s.hashes_upto(upto, bs).get(registered..full).ok_or_else(|| Error::KvCache(format!("request {id}: blocks {registered}..{full} registered past its tokens")))?.to_vec();
+        blocks.register_blocks(kv, registered, &hashes)?;
+        return Ok(full);
+    }
+    Ok(registered)
 }
 
 fn output_of(s: &Sequence, new_tokens: Vec<u32>, new_text: String, logprobs: Vec<TokenLogprob>, finished: Option<FinishReason>) -> RequestOutput {

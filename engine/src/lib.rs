@@ -25,7 +25,9 @@ mod engine;
 pub mod request;
 mod scheduler;
 mod sequence;
+pub mod spec;
 
 pub use detok::Detokenizer;
 pub use engine::{logprob_of, Engine, EngineConfig, EngineLoad, EngineStats};
 pub use request::{FinishReason, Request, RequestId, RequestOutput, TokenLogprob};
+pub use spec::{SpecConfig, SpecMethod};

@@ -11,6 +11,9 @@
 //!    (`max_num_seqs`) and the free blocks last: a sequence admitted takes its longest cached
 //!    prefix from the prefix cache and its first chunk. Nothing is admitted in a step that
 //!    preempted, and a sequence that does not fit stops admission (no overtaking).
+//! 3. **Then speculative positions** (when on): each decoding sequence may add k proposed
+//!    tokens from what is left of the budget and of the free blocks — never preempting, never
+//!    in a step that preempted, never delaying an admission.
 
 use reference::Result;
 
@@ -19,10 +22,22 @@ use crate::request::RequestId;
 use crate::sequence::Status;
 use reference::runner::ModelRunner;
 
-/// What one step computes: `(request, tokens)` in plan order.
+/// One sequence's part of a step.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Item {
+    pub id: RequestId,
+    /// Positions computed (a prompt chunk, or the one token of a decode).
+    pub n: usize,
+    /// Proposed tokens verified after them (speculation; 0: none).
+    pub k: usize,
+    /// A running sequence's decode (one position, then a draw).
+    pub decode: bool,
+}
+
+/// What one step computes, in plan order.
 #[derive(Debug, Default)]
 pub(crate) struct Schedule {
-    pub items: Vec<(RequestId, usize)>,
+    pub items: Vec<Item>,
 }
 
 impl<R: ModelRunner> Engine<R> {
@@ -33,12 +48,11 @@ impl<R: ModelRunner> Engine<R> {
         let mut i = 0;
         while i < self.running.len() && budget > 0 {
             let id = self.running[i];
-            let n = {
+            let (n, decode) = {
                 let s = self.seq(id)?;
                 let pending = s.pending();
-                if pending > 1 { pending.min(self.cfg.prefill_chunk) } else { pending }
-            }
-            .min(budget);
+                (if pending > 1 { pending.min(self.cfg.prefill_chunk) } else { pending }.min(budget), pending == 1)
+            };
             let kv = self.seq(id)?.kv.ok_or_else(|| reference::Error::KvCache(format!("running request {id} holds no blocks")))?;
             let mut self_preempted = false;
             while self.blocks.blocks_needed(kv, n)? > self.blocks.num_free() {
@@ -61,7 +75,7 @@ impl<R: ModelRunner> Engine<R> {
                 continue;
             }
             self.blocks.grow(kv, n)?;
-            out.items.push((id, n));
+            out.items.push(Item { id, n, k: 0, decode });
             budget -= n;
             i += 1;
         }
@@ -79,8 +93,22 @@ impl<R: ModelRunner> Engine<R> {
                 let s = self.seq(id)?;
                 s.pending().min(self.cfg.prefill_chunk).min(budget)
             };
-            out.items.push((id, n));
+            out.items.push(Item { id, n, k: 0, decode: false });
             budget -= n;
+        }
+        if self.spec.is_some() {
+            let batch = out.items.iter().filter(|it| it.decode).count();
+            for it in out.items.iter_mut().filter(|it| it.decode) {
+                let kv = self.seq(it.id)?.kv.ok_or_else(|| reference::Error::KvCache(format!("running request {} holds no blocks", it.id)))?;
+                let t = self.blocks.table(kv)?;
+                let room = (t.blocks.len() * self.blocks.block_size - t.len) + self.blocks.num_free() * self.blocks.block_size;
+                let k = self.plan_depth(it.id, batch, room.min(budget))?;
+                if k > 0 {
+                    self.blocks.grow(kv, k)?;
+                    it.k = k;
+                    budget -= k;
+                }
+            }
         }
         Ok(out)
     }
@@ -118,6 +146,7 @@ impl<R: ModelRunner> Engine<R> {
         if let Some(kv) = s.kv.take() {
             self.blocks.free_sequence(kv)?;
         }
+        crate::spec::release_draft(&mut self.spec, s)?;
         s.computed = 0;
         s.registered = 0;
         s.status = Status::Waiting;

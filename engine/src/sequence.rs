@@ -3,11 +3,13 @@
 use std::collections::HashMap;
 
 use reference::kv_blocks::{extend_hashes, SeqId};
+use reference::runner::{SampleSpec, SeqStep};
 use reference::sampling::seeded::TokenCount;
 use reference::sampling::SamplingParams;
 
 use crate::detok::TextStream;
 use crate::request::{Request, RequestId};
+use crate::spec::SeqSpec;
 
 /// Where a sequence is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +48,8 @@ pub struct Sequence {
     /// Prompt positions the prefix cache supplied at the last admission.
     pub cached_tokens: usize,
     pub preemptions: usize,
+    /// Speculative decoding state (proposals, acceptance, the draft model's KV).
+    pub(crate) spec: SeqSpec,
 }
 
 impl Sequence {
@@ -70,6 +74,7 @@ impl Sequence {
             text_sent: 0,
             cached_tokens: 0,
             preemptions: 0,
+            spec: SeqSpec::default(),
         };
         if s.params.has_penalties() {
             for i in 0..prompt_len {
@@ -104,6 +109,45 @@ impl Sequence {
     /// Positions still to compute before the next token can be drawn.
     pub fn pending(&self) -> usize {
         self.tokens.len() - self.computed
+    }
+
+    /// The penalty counts after `extra` more output tokens (what a draw after them sees).
+    pub fn counts_after(&self, extra: &[u32]) -> Vec<TokenCount> {
+        let mut c = self.counts.clone();
+        for &id in extra {
+            match self.count_index.get(&id).copied().or_else(|| c[self.counts.len()..].iter().position(|t| t.id == id).map(|i| i + self.counts.len())) {
+                Some(k) => c[k].output += 1,
+                None => c.push(TokenCount { id, output: 1, in_prompt: false }),
+            }
+        }
+        c
+    }
+
+    /// This step's plan entry for `n` positions from `computed`, drawing the next token when
+    /// they reach the end.
+    pub fn plain_step<'a>(&'a self, n: usize, blocks: &'a [u32]) -> SeqStep<'a> {
+        let samples = if self.computed + n == self.tokens.len() {
+            vec![SampleSpec { params: &self.params, counter: self.output_len() as u64, counts: &self.counts, want_logits: self.req.logprobs.is_some() }]
+        } else {
+            vec![]
+        };
+        SeqStep { tokens: &self.tokens[self.computed..self.computed + n], pos0: self.computed, blocks, samples }
+    }
+
+    /// The verification of `k` proposals: the last token and the proposals, k + 1 draws with
+    /// counters `output_len ..= output_len + k`; `counts[j]` (when given) is what draw j sees.
+    /// Logits rows where the rejection rule needs them (a draft's `q`) or logprobs are asked.
+    pub fn verify_step<'a>(&'a self, k: usize, counts: &'a [Vec<TokenCount>], blocks: &'a [u32]) -> SeqStep<'a> {
+        let out = self.output_len() as u64;
+        let samples = (0..=k)
+            .map(|j| SampleSpec {
+                params: &self.params,
+                counter: out + j as u64,
+                counts: counts.get(j).map_or(&self.counts[..], Vec::as_slice),
+                want_logits: self.req.logprobs.is_some() || j < self.spec.q.len(),
+            })
+            .collect();
+        SeqStep { tokens: &self.spec.verify, pos0: self.computed, blocks, samples }
     }
 
     /// Chained hashes of the full blocks of `tokens[.. upto]`, computed as far as needed.

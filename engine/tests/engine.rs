@@ -207,7 +207,7 @@ proptest! {
             req(prompt(len, (i as u32) % 2), max, params)
         }).collect();
         let alone: Vec<Vec<u32>> = reqs.iter().map(|r| run_alone("tiny-gqa", r.clone())).collect();
-        let mut e = engine("tiny-gqa", 4, blocks, EngineConfig { max_num_seqs: seqs, max_batched_tokens: budget, prefill_chunk: chunk, prefix_caching: caching });
+        let mut e = engine("tiny-gqa", 4, blocks, EngineConfig { max_num_seqs: seqs, max_batched_tokens: budget, prefill_chunk: chunk, prefix_caching: caching, ..EngineConfig::default() });
         for r in &reqs { e.add_request(r.clone()).expect("valid"); }
         let outs = e.run_to_completion().expect("steps");
         prop_assert_eq!(tokens_by_request(&outs, reqs.len()), alone);

@@ -62,6 +62,15 @@ pub enum Op {
     Seeded,
     /// The batched engine's GPU runner and the engine over it (logits, tokens).
     Runner,
+    /// An affine layer's `+ b` (GPT-OSS).
+    Bias,
+    /// The MoE router's choice (ids, exact) and weights (softmax over the top K), and the
+    /// sort of (token, rank) pairs by expert (exact).
+    MoeRoute,
+    /// The MoE experts: grouped MXFP4 gemv / GEMM, clamped SwiGLU, weighted sum.
+    Moe,
+    /// GPT-OSS through its GPU runner vs `RefRunner<GptOssModel>` (logits, tokens).
+    GptOss,
 }
 
 /// The tolerance of `op` when its inputs are stored as `dtype`, and why.
@@ -75,6 +84,16 @@ pub fn tolerance(op: Op, dtype: Dtype) -> (Tolerance, &'static str) {
         Op::Argmax => (Tolerance::Exact, "ids must be identical (ties resolved to the lowest id on both sides)"),
         Op::Seeded => (Tolerance::Exact, "the draw is a function of the logits, seed and counter: the same ids (a near-tie decided by an f32 rounding of z/T, exp or ln is the only legitimate difference)"),
         Op::Runner => tolerance(Op::Model, dtype),
+        Op::Bias => (Tolerance::Exact, "one f32 add per element, the reference's own operation: bit-identical"),
+        Op::MoeRoute => (
+            Tolerance::Elementwise { atol: 1e-7, rtol: 8.0 * u },
+            "weights: K exps and a division in the reference's order (libm exp differs by ≤ 2 ulp); expert ids and sorted positions are compared exactly",
+        ),
+        Op::Moe => (
+            Tolerance::Nmse { max: (1e-9f64).max(u * u * 64.0) },
+            "MXFP4 weights decode exactly; two dot products of length C / F per expert in another order, the clamped SwiGLU (exp) and a K-term weighted sum",
+        ),
+        Op::GptOss => tolerance(Op::Model, dtype),
         Op::Residual | Op::Swiglu => match dtype {
             // f32: one add (or exp + div + mul) in f32: a few ulps.
             Dtype::F32 => (Tolerance::Elementwise { atol: 1e-6, rtol: 8.0 * u }, "f32 elementwise: a few ulps of f32 (exp/div in silu differ by ≤ 2 ulp between libms)"),

@@ -8,6 +8,7 @@ pub mod embedding;
 pub mod matmul;
 pub mod residual;
 pub mod model;
+pub mod moe;
 pub mod qmatmul;
 pub mod rmsnorm;
 pub mod rope;
@@ -34,6 +35,7 @@ pub fn all() -> Vec<Box<dyn Case>> {
     v.extend(argmax::cases());
     v.extend(seeded::cases());
     v.extend(runner::cases());
+    v.extend(moe::cases());
     v
 }
 

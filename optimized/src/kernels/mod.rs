@@ -2,8 +2,10 @@
 
 pub mod argmax;
 pub mod attention;
+pub mod bias;
 pub mod embedding;
 pub mod matmul;
+pub mod moe;
 pub mod pdl;
 pub mod qmatmul;
 pub mod residual;

@@ -19,6 +19,10 @@
 //!   its own position and pool row (device buffers `positions`, `slots` of T entries, written
 //!   by the host each step), so tokens of many sequences, prefill chunks and decodes mixed,
 //!   go through one launch.
+//!
+//! Tables: [`RopeTable::new`] (θ_i = base^(−2i/D), the llama family) or
+//! [`RopeTable::from_freqs`] (explicit ω_i and a scale on cos / sin: GPT-OSS's YaRN with its
+//! concentration factor); every version reads either.
 
 use cubecl::prelude::*;
 
@@ -68,6 +72,37 @@ impl RopeTable {
             sin: DeviceTensor::from_f32(client, &sin, &[max_pos, half])?,
             max_pos,
             head_dim,
+            base,
+            no_table: DeviceTensor::from_u32(client, &[0], &[1])?,
+        })
+    }
+
+    /// Tables from explicit per-pair frequencies `ω_i` (`D/2` of them) and a scale `c` on both
+    /// cos and sin: `cos_i(p) = c·cos(p·ω_i)`, `sin_i(p) = c·sin(p·ω_i)`, in f64 and rounded
+    /// once to f32 — `reference::gpt_oss::ops::rope::cos_sin` exactly (YaRN: ω from
+    /// `inv_freq`, c the concentration). `base` is recorded for reports only.
+    pub fn from_freqs(client: &Client, max_pos: usize, omega: &[f64], c: f64, base: f32) -> Result<Self, Error> {
+        let half = omega.len();
+        if half == 0 {
+            return Err(Error::Shape("rope: no frequencies".into()));
+        }
+        let len = max_pos
+            .checked_mul(half)
+            .filter(|&n| u32::try_from(n).is_ok())
+            .ok_or_else(|| Error::Shape(format!("rope: table {max_pos}×{half} too large")))?;
+        let (mut cos, mut sin) = (Vec::with_capacity(len), Vec::with_capacity(len));
+        for pos in 0..max_pos {
+            for &w in omega {
+                let angle = pos as f64 * w;
+                cos.push((c * angle.cos()) as f32);
+                sin.push((c * angle.sin()) as f32);
+            }
+        }
+        Ok(Self {
+            cos: DeviceTensor::from_f32(client, &cos, &[max_pos, half])?,
+            sin: DeviceTensor::from_f32(client, &sin, &[max_pos, half])?,
+            max_pos,
+            head_dim: 2 * half,
             base,
             no_table: DeviceTensor::from_u32(client, &[0], &[1])?,
         })

@@ -1,0 +1,316 @@
+//! GPT-OSS's mixture of experts (`optimized::kernels::moe`) vs `reference::gpt_oss::ops::moe`,
+//! stage by stage: the router's routes (ids exact, weights), the grouped MXFP4 gemvs (decode)
+//! or the sort by expert (exact) and the grouped GEMMs (prefill) with their intermediate
+//! activations, and the residual stream after the block. Intermediate outputs are NaN-poisoned
+//! first. Also `route` alone on given logits (ties ranked by lower expert id) and `bias_add`.
+
+use ndarray::{Array2, Axis, Zip};
+use optimized::kernels::moe::{self, gemm::BM, MoePath, MoeWeights, Mxfp4Experts, Routes};
+use optimized::{Client, DeviceTensor};
+use reference::gpt_oss::ops::linear_bias;
+use reference::gpt_oss::ops::moe::{clamped_swiglu, route, router, weighted_sum};
+use reference::gpt_oss::ExpertWeights;
+use reference::quant::mxfp4;
+
+use super::embedding::judge;
+use super::outcome;
+use crate::{compare, compare_ids, rand_vec, tolerance, Case, Dtype, Metrics, Op, Outcome};
+
+/// How the router's logits are made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Routing {
+    /// Random router weights and biases.
+    Random,
+    /// Biases push every token to experts 0 .. K: segments of T rows (several GEMM tiles).
+    Skewed,
+    /// Zero router weights, biases with ties: every token's ranks decided by the lower id.
+    Ties,
+}
+
+/// One MoE block: T tokens of width C, E experts of width F, K per token.
+#[derive(Debug, Clone)]
+pub struct MoeCase {
+    pub t: usize,
+    pub c: usize,
+    pub f: usize,
+    pub e: usize,
+    pub k: usize,
+    pub routing: Routing,
+    pub path: MoePath,
+}
+
+const LIMIT: f32 = 7.0;
+const ALPHA: f32 = 1.702;
+
+/// The block's inputs and weights.
+struct Fixture {
+    h: Array2<f32>,
+    x0: Vec<f32>,
+    router: Array2<f32>,
+    router_bias: ndarray::Array1<f32>,
+    experts: Vec<ExpertWeights>,
+}
+
+fn rand_array(rows: usize, cols: usize, salt: u32, scale: f32) -> Array2<f32> {
+    Array2::from_shape_vec((rows, cols), rand_vec(rows * cols, salt).iter().map(|v| v * scale).collect()).unwrap_or_else(|_| Array2::zeros((rows, cols)))
+}
+
+impl MoeCase {
+    fn fixture(&self) -> Result<Fixture, String> {
+        let (t, c, f, e, k) = (self.t, self.c, self.f, self.e, self.k);
+        let fan = |n: usize| 3f32.sqrt() / (n as f32).sqrt();
+        // Scaled so that some gates and ups reach the clamp (|·| > 7).
+        let h = rand_array(t, c, 1, 4.0);
+        let mut router = rand_array(e, c, 2, fan(c));
+        let mut router_bias = ndarray::Array1::from_vec(rand_vec(e, 3).iter().map(|v| v * 0.1).collect());
+        match self.routing {
+            Routing::Random => {}
+            Routing::Skewed => (0..k).for_each(|j| router_bias[j] += 40.0 - j as f32),
+            Routing::Ties => {
+                router.fill(0.0);
+                router_bias = (0..e).map(|j| [0.5f32, 1.0, 1.0, 0.25][j % 4]).collect();
+            }
+        }
+        let matrix = |salt: u32, out: usize, inp: usize| mxfp4::quantize(&rand_vec(out * inp, salt).iter().map(|v| v * fan(inp) * 6.0).collect::<Vec<_>>(), out, inp).map_err(|e| e.to_string());
+        let bias = |salt: u32, n: usize| ndarray::Array1::from_vec(rand_vec(n, salt).iter().map(|v| v * 0.5).collect());
+        let experts = (0..e as u32)
+            .map(|x| {
+                let s = 100 + 8 * x;
+                Ok(ExpertWeights { gate: matrix(s, f, c)?, gate_bias: bias(s + 1, f), up: matrix(s + 2, f, c)?, up_bias: bias(s + 3, f), down: matrix(s + 4, c, f)?, down_bias: bias(s + 5, c) })
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        Ok(Fixture { h, x0: rand_vec(t * c, 7), router, router_bias, experts })
+    }
+
+    fn upload(&self, client: &Client, fx: &Fixture) -> Result<MoeWeights, optimized::Error> {
+        let s = |a: &ndarray::Array1<f32>| a.to_vec();
+        let (gb, ub, db): (Vec<Vec<f32>>, Vec<Vec<f32>>, Vec<Vec<f32>>) = (fx.experts.iter().map(|x| s(&x.gate_bias)).collect(), fx.experts.iter().map(|x| s(&x.up_bias)).collect(), fx.experts.iter().map(|x| s(&x.down_bias)).collect());
+        let gate: Vec<_> = fx.experts.iter().zip(&gb).map(|(x, b)| (&x.gate, b.as_slice())).collect();
+        let up: Vec<_> = fx.experts.iter().zip(&ub).map(|(x, b)| (&x.up, b.as_slice())).collect();
+        let down: Vec<_> = fx.experts.iter().map(|x| &x.down).collect();
+        let down_b: Vec<&[f32]> = db.iter().map(Vec::as_slice).collect();
+        Ok(MoeWeights {
+            router: DeviceTensor::from_f32(client, fx.router.as_slice().unwrap_or(&[]), &[self.e, self.c])?,
+            router_bias: DeviceTensor::from_f32(client, &fx.router_bias.to_vec(), &[self.e])?,
+            gate_up: Mxfp4Experts::upload_glu(client, "gate_up", &gate, &up)?,
+            down: Mxfp4Experts::upload(client, "down", &down, &down_b)?,
+            k: self.k,
+            limit: LIMIT,
+            alpha: ALPHA,
+        })
+    }
+}
+
+/// The reference, pair by pair (pair p = t·K + rank): routes, activations `a [P, F]`, expert
+/// outputs `y [P, C]` (bias added, unweighted) and `x0 + MoE(h)`.
+struct Want {
+    routes: Vec<Vec<(usize, f32)>>,
+    a: Vec<f32>,
+    y: Vec<f32>,
+    out: Vec<f32>,
+}
+
+fn reference_moe(fx: &Fixture, k: usize) -> Result<Want, String> {
+    let routes = router(fx.h.view(), fx.router.view(), fx.router_bias.view(), k);
+    let dense = fx.experts.iter().map(|x| x.dequant().map_err(|e| e.to_string())).collect::<Result<Vec<_>, _>>()?;
+    let (mut a, mut y, mut out) = (vec![], vec![], fx.x0.clone());
+    let c = fx.h.ncols();
+    for (t, r) in routes.iter().enumerate() {
+        let ht = fx.h.select(Axis(0), &[t]);
+        let mut ys = vec![];
+        for &(e, _) in r {
+            let d = &dense[e];
+            let g = linear_bias(ht.view(), d.gate.view(), d.gate_bias.view());
+            let u = linear_bias(ht.view(), d.up.view(), d.up_bias.view());
+            let act = Zip::from(&g).and(&u).map_collect(|&g, &u| clamped_swiglu(g, u, LIMIT, ALPHA));
+            let ye = linear_bias(act.view(), d.down.view(), d.down_bias.view());
+            a.extend(act.iter());
+            y.extend(ye.iter());
+            ys.push(ye.row(0).to_owned());
+        }
+        let terms: Vec<_> = r.iter().zip(&ys).map(|(&(_, w), yk)| (w, yk.view())).collect();
+        for (o, m) in out[t * c..(t + 1) * c].iter_mut().zip(weighted_sum(&terms, c)) {
+            *o += m;
+        }
+    }
+    Ok(Want { routes, a, y, out })
+}
+
+/// Compare, keeping the worst metrics; `Err` carries the failure's text.
+fn check(got: &[f32], want: &[f32], op: Op, what: &str, worst: &mut Metrics) -> Result<(), String> {
+    let m = compare(got, want, tolerance(op, Dtype::F32).0).map_err(|e| format!("{what}: {e}"))?;
+    worst.nmse = worst.nmse.max(m.nmse);
+    worst.max_abs = worst.max_abs.max(m.max_abs);
+    worst.n += m.n;
+    Ok(())
+}
+
+fn dev(e: optimized::Error) -> String {
+    format!("error: {e}")
+}
+
+fn poisoned(client: &Client, shape: &[usize]) -> Result<DeviceTensor, String> {
+    DeviceTensor::from_f32(client, &vec![f32::NAN; shape.iter().product()], shape).map_err(dev)
+}
+
+impl MoeCase {
+    fn body(&self, client: &Client) -> Result<Metrics, String> {
+        let fx = self.fixture()?;
+        let want = reference_moe(&fx, self.k)?;
+        let w = self.upload(client, &fx).map_err(dev)?;
+        let (t, c, f, k) = (self.t, self.c, self.f, self.k);
+        let h = DeviceTensor::from_f32(client, fx.h.as_slice().unwrap_or(&[]), &[t, c]).map_err(dev)?;
+        let x = DeviceTensor::from_f32(client, &fx.x0, &[t, c]).map_err(dev)?;
+        let routes = moe::route_tokens(client, &h, &w).map_err(dev)?;
+        let want_ids: Vec<u32> = want.routes.iter().flatten().map(|&(e, _)| e as u32).collect();
+        compare_ids(&routes.ids.to_u32(client).map_err(dev)?, &want_ids).map_err(|e| format!("expert ids: {e}"))?;
+        let mut worst = Metrics::default();
+        // Weights after the device's router matmul: its rounding moves them (matmul tolerance).
+        let want_w: Vec<f32> = want.routes.iter().flatten().map(|&(_, w)| w).collect();
+        check(&routes.weights.to_f32(client).map_err(dev)?, &want_w, Op::Moe, "route weights", &mut worst)?;
+        match self.path {
+            MoePath::Gemm => self.gemm_stages(client, &h, &x, &w, &routes, &want, &mut worst)?,
+            _ => {
+                let a = poisoned(client, &[t * k, f])?;
+                moe::moe_gemv_glu_into(client, &h, &routes, &w.gate_up, LIMIT, ALPHA, &a).map_err(dev)?;
+                check(&a.to_f32(client).map_err(dev)?, &want.a, Op::Moe, "activations", &mut worst)?;
+                moe::moe_gemv_down_into(client, &a, &routes, &w.down, &x).map_err(dev)?;
+            }
+        }
+        check(&x.to_f32(client).map_err(dev)?, &want.out, Op::Moe, "x + MoE(h)", &mut worst)?;
+        Ok(worst)
+    }
+
+    /// Sort (exact against the host's stable grouping), GEMMs (poisoned outputs), combine.
+    #[allow(clippy::too_many_arguments)]
+    fn gemm_stages(&self, client: &Client, h: &DeviceTensor, x: &DeviceTensor, w: &MoeWeights, routes: &Routes, want: &Want, worst: &mut Metrics) -> Result<(), String> {
+        let (c, f) = (self.c, self.f);
+        let sorted = moe::sort_by_expert(client, routes, self.e, BM).map_err(dev)?;
+        let ids: Vec<usize> = want.routes.iter().flatten().map(|&(e, _)| e).collect();
+        let p = ids.len();
+        let mut order: Vec<usize> = (0..p).collect();
+        order.sort_by_key(|&i| ids[i]);
+        let counts: Vec<u32> = (0..self.e).map(|e| ids.iter().filter(|&&x| x == e).count() as u32).collect();
+        let (mut offsets, mut tiles) = (vec![0u32], vec![0u32]);
+        for &n in &counts {
+            offsets.push(offsets[offsets.len() - 1] + n);
+            tiles.push(tiles[tiles.len() - 1] + n.div_ceil(BM as u32));
+        }
+        let mut slot = vec![0u32; p];
+        for (s, &i) in order.iter().enumerate() {
+            slot[i] = s as u32;
+        }
+        let sorted_ids: Vec<u32> = order.iter().map(|&i| i as u32).collect();
+        for (what, got, want) in [("counts", &sorted.counts, &counts), ("offsets", &sorted.offsets, &offsets), ("tile offsets", &sorted.tile_offsets, &tiles), ("sorted", &sorted.sorted, &sorted_ids), ("slots", &sorted.slot, &slot)] {
+            let got = got.to_u32(client).map_err(dev)?;
+            compare_ids(got.get(..want.len()).unwrap_or(&got), want).map_err(|e| format!("sort {what}: {e}"))?;
+        }
+        let by_sorted = |v: &[f32], n: usize| -> Vec<f32> { order.iter().flat_map(|&i| v[i * n..(i + 1) * n].iter().copied()).collect() };
+        let a = poisoned(client, &[p, f])?;
+        moe::moe_gemm_glu_into(client, h, &sorted, routes, &w.gate_up, LIMIT, ALPHA, &a).map_err(dev)?;
+        check(&a.to_f32(client).map_err(dev)?, &by_sorted(&want.a, f), Op::Moe, "activations (sorted)", worst)?;
+        let y = poisoned(client, &[p, c])?;
+        moe::moe_gemm_down_into(client, &a, &sorted, routes, &w.down, &y).map_err(dev)?;
+        check(&y.to_f32(client).map_err(dev)?, &by_sorted(&want.y, c), Op::Moe, "expert outputs (sorted)", worst)?;
+        moe::moe_combine_into(client, &y, &sorted, routes, x).map_err(dev)
+    }
+}
+
+impl Case for MoeCase {
+    fn op(&self) -> Op {
+        Op::Moe
+    }
+    fn name(&self) -> String {
+        format!("moe(T={},C={},F={},E={},K={},{:?},{:?},f32)", self.t, self.c, self.f, self.e, self.k, self.routing, self.path).to_lowercase()
+    }
+    fn run(&self, client: &Client) -> Outcome {
+        self.body(client).map_or_else(Outcome::Fail, Outcome::Pass)
+    }
+}
+
+/// route v1 alone on given logits `z [T, E]` (with ties), against `reference … route`.
+#[derive(Debug, Clone)]
+pub struct RouteCase {
+    pub t: usize,
+    pub e: usize,
+    pub k: usize,
+}
+
+impl Case for RouteCase {
+    fn op(&self) -> Op {
+        Op::MoeRoute
+    }
+    fn name(&self) -> String {
+        format!("moe_route(T={},E={},K={},ties)", self.t, self.e, self.k)
+    }
+    fn run(&self, client: &Client) -> Outcome {
+        let (t, e, k) = (self.t, self.e, self.k);
+        // Every third logit repeats its left neighbour: ties inside and across the top K.
+        let mut z: Vec<f32> = rand_vec(t * e, 21).iter().map(|v| (v * 8.0).round() / 2.0).collect();
+        for i in (0..z.len()).filter(|i| i % 3 == 2 && i % e != 0) {
+            z[i] = z[i - 1];
+        }
+        let want: Vec<(usize, f32)> = z.chunks(e).flat_map(|row| route(row, k)).collect();
+        outcome((|| {
+            let zd = DeviceTensor::from_f32(client, &z, &[t, e])?;
+            let r = moe::route(client, &zd, k)?;
+            let want_ids: Vec<u32> = want.iter().map(|&(e, _)| e as u32).collect();
+            if let Err(e) = compare_ids(&r.ids.to_u32(client)?, &want_ids) {
+                return Ok(Outcome::Fail(format!("ids: {e}")));
+            }
+            let want_w: Vec<f32> = want.iter().map(|&(_, w)| w).collect();
+            Ok(judge(&r.weights.to_f32(client)?, &want_w, Op::MoeRoute, Dtype::F32))
+        })())
+    }
+}
+
+/// `bias_add` on `y [T, n]`: bit-identical to the reference's `y += b`.
+#[derive(Debug, Clone)]
+pub struct BiasCase {
+    pub t: usize,
+    pub n: usize,
+}
+
+impl Case for BiasCase {
+    fn op(&self) -> Op {
+        Op::Bias
+    }
+    fn name(&self) -> String {
+        format!("bias_add(T={},n={},f32)", self.t, self.n)
+    }
+    fn run(&self, client: &Client) -> Outcome {
+        let (y, b) = (rand_array(self.t, self.n, 31, 3.0), ndarray::Array1::from_vec(rand_vec(self.n, 32)));
+        let want: Vec<f32> = (&y + &b).iter().copied().collect();
+        outcome((|| {
+            let yd = DeviceTensor::from_f32(client, y.as_slice().unwrap_or(&[]), &[self.t, self.n])?;
+            optimized::kernels::bias::bias_add(client, &yd, &DeviceTensor::from_f32(client, &b.to_vec(), &[self.n])?)?;
+            Ok(judge(&yd.to_f32(client)?, &want, Op::Bias, Dtype::F32))
+        })())
+    }
+}
+
+pub fn cases() -> Vec<Box<dyn Case>> {
+    let mut v: Vec<Box<dyn Case>> = Vec::new();
+    for (t, n) in [(1, 4), (3, 7), (5, 576), (17, 4096 + 1024)] {
+        v.push(Box::new(BiasCase { t, n }));
+    }
+    for (t, e, k) in [(1, 4, 2), (5, 32, 4), (33, 8, 8), (7, 128, 4), (3, 3, 3)] {
+        v.push(Box::new(RouteCase { t, e, k }));
+    }
+    let mut add = |t, c, f, e, k, routing, path| v.push(Box::new(MoeCase { t, c, f, e, k, routing, path }) as Box<dyn Case>);
+    use MoePath::{Gemm, Gemv};
+    use Routing::{Random, Skewed, Ties};
+    // Decode: grouped gemvs (T ≤ 8), odd block counts (C = 96 = 3 blocks), rows not a
+    // multiple of a cube's 16, GPT-OSS's width.
+    for (t, c, f, e, k) in [(1, 64, 64, 4, 2), (3, 96, 160, 8, 4), (8, 288, 96, 5, 3), (1, 2880, 2880, 4, 2), (3, 2880, 2880, 4, 2)] {
+        add(t, c, f, e, k, Random, Gemv);
+    }
+    add(4, 64, 96, 6, 2, Ties, Gemv);
+    // Prefill: sort + grouped GEMMs; T = 1 and 9 through the GEMMs too, segments past one
+    // 64-row tile (skewed: every token on the same K experts), experts without a token, odd
+    // tile edges (C = 96, F = 160: 2F = 320).
+    for (t, c, f, e, k, routing) in [(1, 64, 64, 4, 2, Random), (9, 96, 160, 8, 4, Random), (67, 288, 96, 8, 4, Random), (130, 96, 64, 6, 2, Skewed), (40, 64, 96, 32, 4, Random), (20, 64, 64, 6, 3, Ties)] {
+        add(t, c, f, e, k, routing, Gemm);
+    }
+    v
+}

@@ -1,0 +1,217 @@
+//! Mixture of experts (GPT-OSS), against `reference::gpt_oss::ops::moe`:
+//!
+//! ```text
+//! z = h Wrᵀ + br;  (e_k, w_k) = top-K of z, softmax over those K       route
+//! a_k = clamped_swiglu(Wg_{e_k} h + bg, Wu_{e_k} h + bu)                  gate|up (glu)
+//! x  += Σ_k w_k (Wd_{e_k} a_k + bd_{e_k})                                 down + combine
+//! clamped_swiglu(g, u) = min(g, ℓ) · σ(α·min(g, ℓ)) · (clamp(u, −ℓ, ℓ) + 1)
+//! ```
+//! Expert weights stay MXFP4 on the device ([`Mxfp4Experts`]: all E experts of a projection in
+//! one buffer, rows in input order — the OCP layout of `reference::quant::mxfp4` as u32 words —
+//! gate and up rows interleaved). Routing never leaves the device: expert ids are read by the
+//! kernels from [`Routes`].
+//!
+//! Versions:
+//! - route v1 ([`route::moe_route_v1`]): one unit per token; K passes of an argmax over the E
+//!   logits that ranks equal logits by lower expert id (the reference's stable sort), then the
+//!   softmax over the K. The router's logits come from the dense matmul + bias kernels.
+//! - moe gemv v1 ([`gemv`], decode: T ≤ [`GEMV_MAX_T`]): ONE grouped MXFP4 gemv per projection
+//!   over every (token, rank) pair — gate|up with the clamped SwiGLU (biases added) in its
+//!   epilogue, down with each token's K experts weighted, summed and added into the residual
+//!   stream in its epilogue. Groups of 32 lanes (a plane with plane ops, else a shared-memory
+//!   tree) read 16-byte blocks (32 fp4 values + their scale), decode through a 16-entry table
+//!   (`qmatmul::v1::chunk_dot`). Two launches per block, no sort.
+//! - moe sort v1 ([`sort`], many tokens): the pairs grouped by expert on the device — a count
+//!   per expert, then a stable scatter per expert (a cube-wide prefix sum of match flags) that
+//!   also lays out each expert's tiles of [`gemm::BM`] rows.
+//! - moe gemm v1 ([`gemm`]): grouped CUDA-core GEMMs over the sorted pairs, 64×64 tiles, 4×4
+//!   outputs per unit (tiled matmul v2's scheme), the MXFP4 decoded into shared memory as the W
+//!   tiles load (one word of 8 nibbles per unit per step); x rows gathered through the sort;
+//!   the clamped SwiGLU (gate|up) or the bias (down) in the epilogue. The grid is sized for the
+//!   worst case (`⌈P/64⌉ + E` row tiles): cubes past the layout's end return at once. Then
+//!   combine v1 adds `Σ_k w_k y_k` per token into the residual stream, in rank order.
+
+pub mod gemm;
+pub mod gemv;
+pub mod route;
+pub mod sort;
+
+use cubecl::prelude::*;
+use reference::quant::mxfp4::Mxfp4Weight;
+
+pub use gemm::{moe_combine_into, moe_gemm_down, moe_gemm_down_into, moe_gemm_glu, moe_gemm_glu_into};
+pub use gemv::{moe_gemv_down_into, moe_gemv_glu, moe_gemv_glu_into};
+pub use route::route;
+pub use sort::sort_by_expert;
+
+use crate::{Client, DeviceTensor, Error};
+
+/// Most experts per token the route kernel takes (K is a comptime loop bound).
+pub const MAX_K: usize = 16;
+/// Most tokens of a block run by the grouped gemvs; above, sort + grouped GEMMs.
+pub const GEMV_MAX_T: usize = 8;
+
+/// `min(g, ℓ) · σ(α·min(g, ℓ)) · (clamp(u, −ℓ, ℓ) + 1)`, the reference's expression and order.
+#[cube]
+pub(crate) fn clamped_swiglu(g: f32, u: f32, limit: f32, alpha: f32) -> f32 {
+    let g = min(g, limit);
+    let u = min(max(u, -limit), limit);
+    g * (1.0f32 / (1.0f32 + (-(alpha * g)).exp())) * (u + 1.0f32)
+}
+
+/// Every expert's `[out, in]` MXFP4 matrix of one projection, on the device.
+#[derive(Debug, Clone)]
+pub struct Mxfp4Experts {
+    pub n_experts: usize,
+    pub out: usize,
+    pub in_dim: usize,
+    /// Nibbles as u32 words `[E, out, in/8]` (block b of a row: words 4b .. 4b + 4; nibble n of
+    /// a word is element 8·(word mod 4) + n of the block).
+    pub data: DeviceTensor,
+    /// E8M0 bytes `[E, out, in/32]`, 4 per u32 word.
+    pub scales: DeviceTensor,
+    /// `[E, out]` f32.
+    pub bias: DeviceTensor,
+}
+
+/// Bytes as little-endian u32 words (the last one zero-padded).
+fn words(bytes: &[u8]) -> Vec<u32> {
+    bytes.chunks(4).map(|c| c.iter().enumerate().fold(0u32, |w, (i, &b)| w | (b as u32) << (8 * i))).collect()
+}
+
+impl Mxfp4Experts {
+    /// One matrix and bias per expert, all of one shape.
+    pub fn upload(client: &Client, what: &str, mats: &[&Mxfp4Weight], biases: &[&[f32]]) -> Result<Self, Error> {
+        let rows: Vec<Vec<(&Mxfp4Weight, &[f32])>> = mats.iter().zip(biases).map(|(&m, &b)| vec![(m, b)]).collect();
+        Self::upload_rows(client, what, &rows, mats.len() == biases.len())
+    }
+
+    /// Per expert a gate and an up matrix (same shape) as one `[2F, in]` matrix whose rows
+    /// interleave them (row 2j = gate j, row 2j + 1 = up j), biases likewise.
+    pub fn upload_glu(client: &Client, what: &str, gate: &[(&Mxfp4Weight, &[f32])], up: &[(&Mxfp4Weight, &[f32])]) -> Result<Self, Error> {
+        let rows: Vec<Vec<(&Mxfp4Weight, &[f32])>> = gate.iter().zip(up).map(|(&g, &u)| vec![g, u]).collect();
+        Self::upload_rows(client, what, &rows, gate.len() == up.len())
+    }
+
+    /// Each expert's parts, their rows interleaved part by part; `same_len`: the part lists
+    /// had equal lengths. `what` names the tensor in errors.
+    fn upload_rows(client: &Client, what: &str, experts: &[Vec<(&Mxfp4Weight, &[f32])>], same_len: bool) -> Result<Self, Error> {
+        let first = experts.first().and_then(|p| p.first()).ok_or_else(|| Error::Shape(format!("{what}: no experts")))?.0;
+        let (out1, in_dim) = (first.out(), first.in_dim());
+        let parts = experts[0].len();
+        let bad = |m: String| Error::Shape(format!("{what}: {m}"));
+        if !same_len {
+            return Err(bad("as many matrices as biases (and gates as ups) are needed".into()));
+        }
+        let (nb, bpr) = (in_dim / 32, in_dim / 2);
+        let (mut data, mut sc, mut bias) = (Vec::new(), Vec::new(), Vec::new());
+        for (e, ps) in experts.iter().enumerate() {
+            for (m, b) in ps {
+                if (m.out(), m.in_dim()) != (out1, in_dim) || b.len() != out1 {
+                    return Err(bad(format!("expert {e}: [{}, {}] with {} biases, expected [{out1}, {in_dim}] and {out1}", m.out(), m.in_dim(), b.len())));
+                }
+            }
+            for r in 0..out1 {
+                for (m, b) in ps {
+                    data.extend_from_slice(&m.blocks()[r * bpr..(r + 1) * bpr]);
+                    sc.extend_from_slice(&m.scales()[r * nb..(r + 1) * nb]);
+                    bias.push(b[r]);
+                }
+            }
+        }
+        let out = out1 * parts;
+        let n = experts.len();
+        crate::kernels::attention::naive::u32_of("expert words", data.len() / 4)?;
+        let (dw, sw) = (words(&data), words(&sc));
+        Ok(Mxfp4Experts {
+            n_experts: n,
+            out,
+            in_dim,
+            data: DeviceTensor::from_u32(client, &dw, &[dw.len()])?.into_read_only(),
+            scales: DeviceTensor::from_u32(client, &sw, &[sw.len()])?.into_read_only(),
+            bias: DeviceTensor::from_f32(client, &bias, &[n, out])?.into_read_only(),
+        })
+    }
+
+    /// Bytes on the device (nibbles, scales, biases).
+    pub fn bytes(&self) -> usize {
+        (self.data.numel() + self.scales.numel() + self.bias.numel()) * 4
+    }
+}
+
+/// Each token's K experts and weights, rank order: `ids`, `weights` `[T·K]` (u32, f32).
+#[derive(Debug, Clone)]
+pub struct Routes {
+    pub ids: DeviceTensor,
+    pub weights: DeviceTensor,
+    pub tokens: usize,
+    pub k: usize,
+}
+
+/// The pairs of some [`Routes`] grouped by expert ([`sort_by_expert`]), all u32 on the device:
+/// `counts [E]`; `offsets [E + 1]` (segment starts, then P); `tile_offsets [E + 1]` (first row
+/// tile of each segment in tiles of `bm`, then the total); `sorted [P]` (the pair at each
+/// sorted position); `slot [P]` (each pair's sorted position).
+#[derive(Debug, Clone)]
+pub struct Sorted {
+    pub counts: DeviceTensor,
+    pub offsets: DeviceTensor,
+    pub tile_offsets: DeviceTensor,
+    pub sorted: DeviceTensor,
+    pub slot: DeviceTensor,
+    pub pairs: usize,
+    pub n_exp: usize,
+    pub bm: usize,
+}
+
+/// One MoE block's weights on the device.
+#[derive(Debug, Clone)]
+pub struct MoeWeights {
+    /// `[E, C]` f32 and `[E]`.
+    pub router: DeviceTensor,
+    pub router_bias: DeviceTensor,
+    /// `[E, 2F, C]`, gate and up rows interleaved.
+    pub gate_up: Mxfp4Experts,
+    /// `[E, C, F]`.
+    pub down: Mxfp4Experts,
+    pub k: usize,
+    pub limit: f32,
+    pub alpha: f32,
+}
+
+/// How [`moe_into`] runs the experts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MoePath {
+    /// Grouped gemvs for T ≤ [`GEMV_MAX_T`], sort + grouped GEMMs above.
+    Auto,
+    Gemv,
+    Gemm,
+}
+
+/// The router's routes of `h [T, C]`: logits by the dense matmul and bias kernels, then route v1.
+pub fn route_tokens(client: &Client, h: &DeviceTensor, w: &MoeWeights) -> Result<Routes, Error> {
+    let z = crate::kernels::matmul::linear(client, h, &w.router)?;
+    crate::kernels::bias::bias_add(client, &z, &w.router_bias)?;
+    route::route(client, &z, w.k)
+}
+
+/// `x ← x + MoE(h)` for `h [T, C]` (the block's normed input) and `x [T, C]` the residual
+/// stream; returns the routes (for inspection).
+pub fn moe_into(client: &Client, h: &DeviceTensor, w: &MoeWeights, x: &DeviceTensor, path: MoePath) -> Result<Routes, Error> {
+    let routes = route_tokens(client, h, w)?;
+    let gemv = match path {
+        MoePath::Auto => routes.tokens <= GEMV_MAX_T,
+        MoePath::Gemv => true,
+        MoePath::Gemm => false,
+    };
+    if gemv {
+        let a = gemv::moe_gemv_glu(client, h, &routes, &w.gate_up, w.limit, w.alpha)?;
+        gemv::moe_gemv_down_into(client, &a, &routes, &w.down, x)?;
+    } else {
+        let sorted = sort::sort_by_expert(client, &routes, w.gate_up.n_experts, gemm::BM)?;
+        let a = gemm::moe_gemm_glu(client, h, &sorted, &routes, &w.gate_up, w.limit, w.alpha)?;
+        let y = gemm::moe_gemm_down(client, &a, &sorted, &routes, &w.down)?;
+        gemm::moe_combine_into(client, &y, &sorted, &routes, x)?;
+    }
+    Ok(routes)
+}

@@ -1,0 +1,283 @@
+//! moe gemm v1: the experts of many tokens as grouped GEMMs over the pairs sorted by expert
+//! (`sort.rs`), MXFP4 decoded as the W tiles load; then the weighted combine per token.
+
+use cubecl::prelude::*;
+use cubecl::server::CubeCountSelection;
+
+use super::{clamped_swiglu, Mxfp4Experts, Routes, Sorted};
+use crate::kernels::qmatmul::v1::{e2m1, e8m0};
+use crate::kernels::swiglu::Elementwise;
+use crate::{Client, DeviceTensor, Dtype, Error};
+
+/// Rows (sorted pairs) per tile: the padding unit of each expert's segment.
+pub const BM: usize = 64;
+/// Output columns per tile.
+const BN: usize = 64;
+/// Padded shared row (32 k values + 1: conflict-free column reads).
+const SROW: usize = 33;
+
+/// moe gemm v1. Cube `CUBE_POS` = (m tile `mt`, n tile `nt`) over `tiles_n` n tiles; m tile
+/// `mt` belongs to the expert e with `tile_offsets[e] ≤ mt < tile_offsets[e + 1]` and covers
+/// its sorted rows `offsets[e] + (mt − tile_offsets[e])·BM ..`, clipped to its segment; cubes
+/// past `tile_offsets[E]` do nothing (the grid is sized for the worst case, the layout is only
+/// known on the device). 16×16 units, 4×4 outputs each: rows `ty + 16i`, columns
+/// `2tx + 32⌊j/2⌋ + j mod 2` (so a unit holds (gate, up) column pairs). Along the input, steps
+/// of 32 = one MXFP4 block per row: the x tile gathered through the sorted order, the W tile
+/// decoded (one word = 8 nibbles per unit, one scale per row) into shared memory as f32.
+/// - `glu`: x = h `[T, in]` (sorted row s reads token `sorted[s] / K`); W `[E, 2F, in]`
+///   interleaved gate, up; `y[s, j] = clamped_swiglu(gate_j + bg_j, up_j + bu_j)` `[P, F]`.
+/// - down: x `[P, in]` in sorted order; `y[s, r] = (W_e x_s)[r] + b_e[r]` `[P, out]`.
+#[allow(clippy::too_many_arguments)]
+#[cube(launch)]
+pub fn moe_gemm_v1(
+    x: &[f32],
+    sorted: &[u32],
+    offsets: &[u32],
+    tile_offsets: &[u32],
+    w: &[u32],
+    scales: &[u32],
+    bias: &[f32],
+    y: &mut [f32],
+    n_out: u32,
+    n_in: u32,
+    k_used: u32,
+    n_exp: u32,
+    tiles_n: u32,
+    limit: f32,
+    alpha: f32,
+    #[comptime] glu: bool,
+) {
+    let mt = (CUBE_POS / tiles_n as usize) as u32;
+    let nt = CUBE_POS % tiles_n as usize;
+    if mt < tile_offsets[n_exp as usize] {
+        let tx = UNIT_POS_X as usize;
+        let ty = UNIT_POS_Y as usize;
+        let lin = ty * 16 + tx;
+        let n_out = n_out as usize;
+        let k = n_in as usize;
+        let cpr = k / 32;
+        let mut e = 0usize;
+        for j in 0..n_exp as usize {
+            if tile_offsets[j] <= mt && mt < tile_offsets[j + 1] {
+                e = j;
+            }
+        }
+        let seg0 = offsets[e] as usize + (mt - tile_offsets[e]) as usize * BM;
+        let seg_end = offsets[e + 1] as usize;
+        let o0 = nt * BN;
+        let mut lut = Shared::<[f32]>::new_slice(16usize);
+        if lin < 16 {
+            lut[lin] = e2m1(lin as u32);
+        }
+        let mut xs = Shared::<[f32]>::new_slice(BM * SROW);
+        let mut ws = Shared::<[f32]>::new_slice(BN * SROW);
+        // x loads: unit `lin` fills column lc of tile rows lr + 8l; their source rows, once.
+        let lc = lin % 32;
+        let lr = lin / 32;
+        let mut src = Array::<u32>::new(8usize);
+        #[unroll]
+        for l in 0..8usize {
+            let s = seg0 + lr + 8 * l;
+            let mut r = 4294967295u32;
+            if s < seg_end {
+                r = s as u32;
+                if glu {
+                    r = sorted[s] / k_used;
+                }
+            }
+            src[l] = r;
+        }
+        // W loads: unit `lin` decodes word lin % 4 (8 values) of tile row lin / 4.
+        let wr = lin / 4;
+        let wd = lin % 4;
+        let wrow = min(o0 + wr, n_out - 1);
+        let wbase = e * n_out + wrow;
+        let mut acc = Array::<f32>::new(16usize);
+        #[unroll]
+        for a in 0..16usize {
+            acc[a] = 0.0f32;
+        }
+        let mut av = Array::<f32>::new(4usize);
+        let mut bv = Array::<f32>::new(4usize);
+        sync_cube();
+        for kb in 0..cpr {
+            let k0 = kb * 32;
+            #[unroll]
+            for l in 0..8usize {
+                let mut xv = 0.0f32;
+                if src[l] != 4294967295u32 {
+                    xv = x[src[l] as usize * k + k0 + lc];
+                }
+                xs[(lr + 8 * l) * SROW + lc] = xv;
+            }
+            let word = w[(wbase * cpr + kb) * 4 + wd];
+            let mut sc = e8m0(scales, wbase * cpr + kb);
+            if o0 + wr >= n_out {
+                sc = 0.0f32;
+            }
+            #[unroll]
+            for n in 0..8usize {
+                ws[wr * SROW + wd * 8 + n] = sc * lut[((word >> (4 * n) as u32) & 15u32) as usize];
+            }
+            sync_cube();
+            for c in 0..32usize {
+                #[unroll]
+                for i in 0..4usize {
+                    av[i] = xs[(ty + 16 * i) * SROW + c];
+                    bv[i] = ws[(2 * tx + 32 * (i / 2) + i % 2) * SROW + c];
+                }
+                #[unroll]
+                for i in 0..4usize {
+                    #[unroll]
+                    for j in 0..4usize {
+                        acc[i * 4 + j] += av[i] * bv[j];
+                    }
+                }
+            }
+            sync_cube();
+        }
+        #[unroll]
+        for i in 0..4usize {
+            let s = seg0 + ty + 16 * i;
+            if s < seg_end {
+                #[unroll]
+                for jj in 0..2usize {
+                    let col = o0 + 2 * tx + 32 * jj;
+                    if glu {
+                        if col + 1 < n_out {
+                            let g = acc[i * 4 + 2 * jj] + bias[e * n_out + col];
+                            let u = acc[i * 4 + 2 * jj + 1] + bias[e * n_out + col + 1];
+                            y[s * (n_out / 2) + col / 2] = clamped_swiglu(g, u, limit, alpha);
+                        }
+                    } else {
+                        #[unroll]
+                        for h in 0..2usize {
+                            if col + h < n_out {
+                                y[s * n_out + col + h] = acc[i * 4 + 2 * jj + h] + bias[e * n_out + col + h];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// combine v1: `out[t, c] += Σ_k w_{tK+k} · y[slot[tK+k], c]` in rank order (one unit per
+/// element of `out [T, C]`).
+#[cube(launch)]
+pub fn moe_combine_v1(y: &[f32], slot: &[u32], route_w: &[f32], out: &mut [f32], cols: u32, k_used: u32, len: u32) {
+    let i = ABSOLUTE_POS;
+    if i < len as usize {
+        let c = cols as usize;
+        let t = i / c;
+        let col = i - t * c;
+        let k = k_used as usize;
+        let mut s = f32::new(0.0);
+        for r in 0..k {
+            let p = t * k + r;
+            s += route_w[p] * y[slot[p] as usize * c + col];
+        }
+        out[i] += s;
+    }
+}
+
+/// One grouped GEMM launch (see [`moe_gemm_v1`]); `x` rows as the mode reads them.
+#[allow(clippy::too_many_arguments)]
+fn launch(client: &Client, op: &str, x: &DeviceTensor, sorted: &Sorted, routes: &Routes, w: &Mxfp4Experts, y: &DeviceTensor, limit: f32, alpha: f32, glu: bool) -> Result<(), Error> {
+    let hw = &client.properties().hardware;
+    if 256 > hw.max_units_per_cube || (BM + BN) * SROW * 4 + 64 > hw.max_shared_memory_size {
+        return Err(Error::Unsupported(format!("{op}: needs 256 units and {} B of shared memory per cube", (BM + BN) * SROW * 4 + 64)));
+    }
+    if sorted.bm != BM || sorted.n_exp != w.n_experts {
+        return Err(Error::Shape(format!("{op}: pairs sorted for {} experts in tiles of {}, W has {} experts and the GEMM tiles of {BM}", sorted.n_exp, sorted.bm, w.n_experts)));
+    }
+    let pairs = sorted.pairs;
+    if pairs == 0 {
+        return Ok(());
+    }
+    // Σ_e ⌈count_e / BM⌉ ≤ ⌈P / BM⌉ + (experts holding a pair).
+    let max_tiles = pairs.div_ceil(BM) + w.n_experts.min(pairs);
+    let tiles_n = w.out.div_ceil(BN);
+    let cubes = u32::try_from(max_tiles * tiles_n).map_err(|_| Error::Shape(format!("{op}: {max_tiles} × {tiles_n} tiles exceed u32")))?;
+    crate::kernels::attention::naive::u32_of("moe gemm output", y.numel())?;
+    unsafe {
+        moe_gemm_v1::launch(
+            client,
+            CubeCountSelection::new(client, cubes).cube_count(),
+            CubeDim::new_2d(16, 16),
+            x.as_arg(1),
+            sorted.sorted.as_arg(1),
+            sorted.offsets.as_arg(1),
+            sorted.tile_offsets.as_arg(1),
+            w.data.as_arg(1),
+            w.scales.as_arg(1),
+            w.bias.as_arg(1),
+            y.as_arg(1),
+            w.out as u32,
+            w.in_dim as u32,
+            routes.k as u32,
+            w.n_experts as u32,
+            tiles_n as u32,
+            limit,
+            alpha,
+            glu,
+        );
+    }
+    Ok(())
+}
+
+fn check(op: &str, what: &str, t: &DeviceTensor, shape: [usize; 2]) -> Result<(), Error> {
+    if t.dtype != Dtype::F32 || t.shape != shape {
+        return Err(Error::Shape(format!("{op}: {what} {:?} {}, expected {shape:?} f32", t.shape, t.dtype.name())));
+    }
+    Ok(())
+}
+
+/// gate|up of every sorted pair (moe gemm v1, `glu`): `h [T, C]` → `a [P, F]` in sorted order.
+pub fn moe_gemm_glu(client: &Client, h: &DeviceTensor, sorted: &Sorted, routes: &Routes, w: &Mxfp4Experts, limit: f32, alpha: f32) -> Result<DeviceTensor, Error> {
+    let a = DeviceTensor::empty_f32(client, &[sorted.pairs, w.out / 2]);
+    moe_gemm_glu_into(client, h, sorted, routes, w, limit, alpha, &a)?;
+    Ok(a)
+}
+
+/// [`moe_gemm_glu`] into a caller's `a [P, F]` (every element written).
+#[allow(clippy::too_many_arguments)]
+pub fn moe_gemm_glu_into(client: &Client, h: &DeviceTensor, sorted: &Sorted, routes: &Routes, w: &Mxfp4Experts, limit: f32, alpha: f32, a: &DeviceTensor) -> Result<(), Error> {
+    check("moe_gemm_glu", "h", h, [routes.tokens, w.in_dim])?;
+    check("moe_gemm_glu", "a", a, [sorted.pairs, w.out / 2])?;
+    if w.out % 2 != 0 {
+        return Err(Error::Shape(format!("moe_gemm_glu: {} rows are not (gate, up) pairs", w.out)));
+    }
+    launch(client, "moe_gemm_glu", h, sorted, routes, w, a, limit, alpha, true)
+}
+
+/// down of every sorted pair (moe gemm v1): `a [P, F]` (sorted order) → `y [P, C]` (sorted
+/// order, bias added).
+pub fn moe_gemm_down(client: &Client, a: &DeviceTensor, sorted: &Sorted, routes: &Routes, w: &Mxfp4Experts) -> Result<DeviceTensor, Error> {
+    let y = DeviceTensor::empty_f32(client, &[sorted.pairs, w.out]);
+    moe_gemm_down_into(client, a, sorted, routes, w, &y)?;
+    Ok(y)
+}
+
+/// [`moe_gemm_down`] into a caller's `y [P, C]` (every element written).
+pub fn moe_gemm_down_into(client: &Client, a: &DeviceTensor, sorted: &Sorted, routes: &Routes, w: &Mxfp4Experts, y: &DeviceTensor) -> Result<(), Error> {
+    check("moe_gemm_down", "a", a, [sorted.pairs, w.in_dim])?;
+    check("moe_gemm_down", "y", y, [sorted.pairs, w.out])?;
+    launch(client, "moe_gemm_down", a, sorted, routes, w, y, 0.0, 0.0, false)
+}
+
+/// `out[t] += Σ_k w_k · y[slot(t, k)]` (combine v1): `y [P, C]` in sorted order, `out [T, C]`.
+pub fn moe_combine_into(client: &Client, y: &DeviceTensor, sorted: &Sorted, routes: &Routes, out: &DeviceTensor) -> Result<(), Error> {
+    let c = y.shape.last().copied().unwrap_or(0);
+    check("moe_combine", "y", y, [sorted.pairs, c])?;
+    check("moe_combine", "out", out, [routes.tokens, c])?;
+    let e = Elementwise::with_vec(client, "moe_combine", out.numel(), 1)?;
+    if e.n == 0 {
+        return Ok(());
+    }
+    unsafe {
+        moe_combine_v1::launch(client, e.count, e.dim, y.as_arg(1), sorted.slot.as_arg(1), routes.weights.as_arg(1), out.as_arg(1), c as u32, routes.k as u32, e.n);
+    }
+    Ok(())
+}

@@ -11,6 +11,7 @@
 
 pub mod bandwidth;
 pub mod graph;
+pub mod kernel_cache;
 pub mod kernels;
 pub mod kv_cache;
 pub mod model;
@@ -117,6 +118,9 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
 /// call), so that step runs under `catch_unwind` and a panic becomes [`Error::InitPanicked`]
 /// (the default panic hook still prints the message to stderr).
 pub fn client(backend: Backend) -> Result<Client, Error> {
+    if backend == Backend::Cuda {
+        kernel_cache::enable();
+    }
     let device = match backend {
         Backend::Cuda => Device::cuda(0),
         Backend::Wgpu => Device::wgpu(WgpuDeviceKind::default()),
@@ -132,6 +136,27 @@ pub fn client(backend: Backend) -> Result<Client, Error> {
             message: panic_message(p),
         }
     })
+}
+
+/// Free and total device memory in bytes, where the runtime can tell (CUDA: the driver's
+/// `cuMemGetInfo` on `client`'s context; `None` elsewhere).
+pub fn memory_free(client: &Client) -> Option<(u64, u64)> {
+    if !client.name().contains("cuda") {
+        return None;
+    }
+    use cudarc::driver::result as cu;
+    if let Ok((f, t)) = cu::mem_get_info() {
+        return Some((f as u64, t as u64));
+    }
+    // No context current on this thread: make device 0's primary context current (the one
+    // cubecl retained for the client; retaining it again only bumps its count) and ask again.
+    // SAFETY: plain driver calls on a device handle the driver returned.
+    unsafe {
+        let dev = cu::device::get(0).ok()?;
+        let ctx = cu::primary_ctx::retain(dev).ok()?;
+        cu::ctx::set_current(ctx).ok()?;
+    }
+    cu::mem_get_info().ok().map(|(f, t)| (f as u64, t as u64))
 }
 
 /// What a kernel author needs to know about a device.

@@ -252,6 +252,14 @@ impl GpuModel {
 
     /// [`GpuModel::load`] with a choice of KV cache and attention.
     pub fn load_with(client: Client, backend: Backend, src: &mut dyn TensorSource, cfg: &Config, dtype: Dtype, capacity: usize, attention: AttentionImpl) -> Result<Self, Error> {
+        Self::load_observed(client, backend, src, cfg, dtype, capacity, attention, &mut |_, _| {})
+    }
+
+    /// [`GpuModel::load_with`], calling `progress(bytes uploaded, bytes expected)` after each
+    /// block (the expectation is the config's parameter count at `dtype`: quantized weights
+    /// arrive sooner).
+    #[allow(clippy::too_many_arguments)]
+    pub fn load_observed(client: Client, backend: Backend, src: &mut dyn TensorSource, cfg: &Config, dtype: Dtype, capacity: usize, attention: AttentionImpl, progress: &mut dyn FnMut(usize, usize)) -> Result<Self, Error> {
         if !dtype.supported(&client) {
             return Err(Error::Unsupported(format!("{} weights: the {} device has no {} arithmetic", dtype.name(), backend, dtype.name())));
         }
@@ -281,6 +289,8 @@ impl GpuModel {
         let tok_embd = up.dense(&[Tensor::TokEmbd], dtype)?;
         let lm_head = if cfg.tied_embeddings { Weight::Dense(tok_embd.clone()) } else { up.linear(&[Tensor::LmHead], dtype)? };
         let mut layers = Vec::with_capacity(cfg.n_layers);
+        let expected = cfg.n_params() * dtype.size();
+        progress(up.bytes, expected);
         for l in 0..cfg.n_layers {
             let [an, q, k, v, o, fnm, g, u, d] = Tensor::layer(l);
             layers.push(GpuLayer {
@@ -291,6 +301,7 @@ impl GpuModel {
                 w_gate_up: up.linear_glu(g, u, dtype)?,
                 w_down: up.linear(&[d], dtype)?,
             });
+            progress(up.bytes, expected);
         }
         let out_norm = up.dense(&[Tensor::OutNorm], Dtype::F32)?;
         let (bytes, quant) = (up.bytes, up.quant.take());

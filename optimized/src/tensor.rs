@@ -99,11 +99,21 @@ impl DeviceTensor {
         if numel != data.len() {
             return Err(Error::Shape(format!("{} values for shape {shape:?} ({numel} elements)", data.len())));
         }
-        let bytes: Vec<u8> = match dtype {
-            Dtype::F32 => return Self::from_f32(client, data, shape),
-            Dtype::F16 => data.iter().flat_map(|&x| half::f16::from_f32(x).to_le_bytes()).collect(),
-            Dtype::BF16 => data.iter().flat_map(|&x| half::bf16::from_f32(x).to_le_bytes()).collect(),
+        use rayon::prelude::*;
+        // Converted over all cores: a 7B model's weights pass through here.
+        let mut bytes = vec![0u8; data.len() * 2];
+        let mut conv = |f: fn(f32) -> [u8; 2]| {
+            bytes.par_chunks_mut(1 << 16).zip(data.par_chunks(1 << 15)).for_each(|(out, x)| {
+                for (o, &v) in out.chunks_exact_mut(2).zip(x) {
+                    o.copy_from_slice(&f(v));
+                }
+            })
         };
+        match dtype {
+            Dtype::F32 => return Self::from_f32(client, data, shape),
+            Dtype::F16 => conv(|x| half::f16::from_f32(x).to_le_bytes()),
+            Dtype::BF16 => conv(|x| half::bf16::from_f32(x).to_le_bytes()),
+        }
         Ok(Self { handle: client.create_from_slice(&bytes), shape: shape.to_vec(), dtype, read_only: false })
     }
 

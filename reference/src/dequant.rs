@@ -88,6 +88,27 @@ pub fn dequantize_into(ty: GgmlType, bytes: &[u8], out: &mut Vec<f32>) {
     }
 }
 
+/// [`dequantize_into`] over all cores: the bytes are cut at block boundaries into chunks of
+/// about a million elements, each dequantized alone (the result is the same, in order).
+pub fn dequantize_par(ty: GgmlType, bytes: &[u8]) -> Vec<f32> {
+    use rayon::prelude::*;
+    let chunk = ty.block_bytes() * (1 << 20) / ty.block_elems().max(1);
+    if bytes.len() <= chunk {
+        let mut out = Vec::new();
+        dequantize_into(ty, bytes, &mut out);
+        return out;
+    }
+    let parts: Vec<Vec<f32>> = bytes
+        .par_chunks(chunk)
+        .map(|c| {
+            let mut v = Vec::with_capacity(c.len() / ty.block_bytes() * ty.block_elems());
+            dequantize_into(ty, c, &mut v);
+            v
+        })
+        .collect();
+    parts.concat()
+}
+
 /// F32: 4 little-endian bytes per element.
 pub fn dequant_f32(bytes: &[u8], out: &mut Vec<f32>) {
     out.extend(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
 
-use crate::dequant::{dequantize_into, GgmlType};
+use crate::dequant::GgmlType;
 use crate::error::{Error, Result};
 
 const MAGIC: &[u8; 4] = b"GGUF";
@@ -338,8 +338,7 @@ impl GgufFile {
                 ));
             }
         }
-        let mut out = Vec::with_capacity(info.numel());
-        dequantize_into(info.ty, self.tensor_bytes(info), &mut out);
+        let out = crate::dequant::dequantize_par(info.ty, self.tensor_bytes(info));
         Ok((info.shape.clone(), out))
     }
 }

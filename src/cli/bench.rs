@@ -16,9 +16,9 @@ pub struct BenchArgs {
     /// Prompt lengths to prefill (comma-separated).
     #[arg(long, default_value = "128")]
     pub prompt_lens: String,
-    /// Tokens to decode after the first prompt.
-    #[arg(long, default_value_t = 32)]
-    pub decode_tokens: usize,
+    /// Tokens to decode after the first prompt (default 32; 128 with `--batches`).
+    #[arg(long)]
+    pub decode_tokens: Option<usize>,
     /// Repetitions; the median is reported.
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
@@ -56,9 +56,23 @@ pub struct BenchArgs {
     /// profile one configuration.
     #[arg(long)]
     pub kv_lens: Option<String>,
-    /// With `--kernel attention`: only these decode batch sizes (comma-separated).
+    /// Batch sizes (comma-separated). Without `--kernel`: the batched engine under
+    /// llama-batched-bench's workload (B sequences of the first `--prompt-lens` tokens, each
+    /// generating `--decode-tokens`, default 128): aggregate decode tokens/s, prefill tokens/s,
+    /// TTFT and per-token latency per batch size. With `--kernel attention`: its decode batch
+    /// sizes.
     #[arg(long)]
     pub batches: Option<String>,
+    /// Append the results as JSON rows (commit, binary, device, model, configuration,
+    /// metric, value, gate) to this file.
+    #[arg(long)]
+    pub json_out: Option<std::path::PathBuf>,
+    /// With `--batches`: also write a CSV table here.
+    #[arg(long)]
+    pub csv_out: Option<std::path::PathBuf>,
+    /// With `--batches`: a PNG plot of decode tokens/s against batch size.
+    #[arg(long)]
+    pub plot: Option<std::path::PathBuf>,
     /// With `--kernel qmatmul`: only these weight shapes, `IN×OUT` or `INxOUT`, comma-separated.
     #[arg(long)]
     pub shapes: Option<String>,
@@ -238,22 +252,36 @@ pub fn run(a: BenchArgs) -> Result<()> {
         Some(b) => conformance_gate(b)?,
         None => "cpu reference: ground truth, no gate".to_string(),
     };
+    if let Some(bs) = &a.batches {
+        return super::bench_batch::run(super::bench_batch::BatchBench {
+            model: &a.model,
+            batches: usize_list(bs, "--batches")?,
+            prompt: lens[0],
+            generated: a.decode_tokens.unwrap_or(128),
+            graphs: graphs[0],
+            gate,
+            json_out: a.json_out.clone(),
+            csv_out: a.csv_out.clone(),
+            plot: a.plot.clone(),
+        });
+    }
+    let decode_tokens = a.decode_tokens.unwrap_or(32);
     let mut opened = a.model.open()?;
     let label = opened.label.clone();
     let max_len = lens.iter().max().copied().unwrap_or(1);
-    if a.model.synthetic.is_some() && max_len + a.decode_tokens + 1 > opened.config.max_ctx {
+    if a.model.synthetic.is_some() && max_len + decode_tokens + 1 > opened.config.max_ctx {
         // Synthetic weights have no trained context: RoPE extends past it, and the benchmark
         // measures the kernels at that length.
-        println!("note: synthetic model, context raised from {} to {} for this benchmark", opened.config.max_ctx, max_len + a.decode_tokens);
-        opened.config.max_ctx = max_len + a.decode_tokens + 1;
+        println!("note: synthetic model, context raised from {} to {} for this benchmark", opened.config.max_ctx, max_len + decode_tokens);
+        opened.config.max_ctx = max_len + decode_tokens + 1;
     }
     let cfg = opened.config.clone();
-    if max_len + a.decode_tokens + 1 > cfg.max_ctx {
-        return Err(reference::Error::Input(format!("prompt {max_len} + {} decode tokens (+1 untimed) exceed the context {}", a.decode_tokens, cfg.max_ctx)).into());
+    if max_len + decode_tokens + 1 > cfg.max_ctx {
+        return Err(reference::Error::Input(format!("prompt {max_len} + {} decode tokens (+1 untimed) exceed the context {}", decode_tokens, cfg.max_ctx)).into());
     }
     let t_load = Instant::now();
     // One more position than measured: the untimed first decode step (where a graph is captured).
-    let mut engine = opened.engine_with(a.model.device, a.model.dtype.as_deref(), max_len + a.decode_tokens + 1, attention, graphs[0])?;
+    let mut engine = opened.engine_with(a.model.device, a.model.dtype.as_deref(), max_len + decode_tokens + 1, attention, graphs[0])?;
     let load_s = t_load.elapsed().as_secs_f64();
     let prompt = |n: usize| -> Vec<u32> { (0..n).map(|i| ((i * 7919 + 13) % cfg.vocab) as u32).collect() };
     // Bytes streamed per decoded token: every layer weight and the lm_head; the embedding
@@ -272,7 +300,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     // A GPU engine knows what it streams (quantized weights included); else from the config.
     let weight_bytes = engine.weight_bytes().unwrap_or((cfg.n_params() - untied_embd) * elem) as f64;
     // K and V (f32) read per decoded token, at the mean context of the decode run.
-    let ctx = lens[0] + a.decode_tokens / 2;
+    let ctx = lens[0] + decode_tokens / 2;
     let kv_bytes = (2 * cfg.n_layers * ctx * cfg.n_kv_heads * cfg.head_dim * 4) as f64;
     // The copy rate counts every byte moved (read + written): that is the memory system's
     // rate, and a read-only weight stream moves bytes at the same rate.
@@ -303,7 +331,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
             settings.extend(qgemvs.iter().map(|&k| (g, p, k)));
         }
     }
-    for (g, p, k) in settings.into_iter().filter(|_| a.decode_tokens > 0) {
+    for (g, p, k) in settings.into_iter().filter(|_| decode_tokens > 0) {
         if graphs.len() > 1 && !engine.set_graphs(g) {
             continue;
         }
@@ -325,10 +353,10 @@ pub fn run(a: BenchArgs) -> Result<()> {
             // One untimed step: a graph is captured on the first one-token step.
             next = engine.step_greedy(&[next])?;
             let t = Instant::now();
-            for _ in 0..a.decode_tokens {
+            for _ in 0..decode_tokens {
                 next = engine.step_greedy(&[next])?;
             }
-            per_tok.push(t.elapsed().as_secs_f64() / a.decode_tokens as f64);
+            per_tok.push(t.elapsed().as_secs_f64() / decode_tokens as f64);
         }
         let m = median(per_tok);
         let tps = 1.0 / m;

@@ -2,6 +2,7 @@
 
 mod batch;
 mod bench;
+mod bench_batch;
 mod bench_attn;
 mod bench_argmax;
 mod bench_norm;
@@ -9,7 +10,10 @@ mod bench_qmatmul;
 mod drift;
 mod generate;
 mod logits;
+mod plot;
+mod progress;
 mod quantize;
+mod results;
 mod source;
 
 use clap::{Parser, Subcommand, ValueEnum};

@@ -187,15 +187,23 @@ impl Opened {
             Some(backend) => {
                 let client = optimized::client(backend)?;
                 let dtype = pick_dtype(&client, dtype)?;
-                let m = optimized::model::GpuModel::load_with(client, backend, self.source.tensors(), &self.config, dtype, 1, optimized::model::AttentionImpl::Flash)?;
+                let kv = blocks * KV_BLOCK * 2 * self.config.n_layers * self.config.n_kv_heads * self.config.head_dim * 4;
+                let m = self.upload(client, backend, dtype, 1, kv, optimized::model::AttentionImpl::Flash)?;
                 Ok(Box::new(optimized::runner::GpuRunner::new(m, KV_BLOCK, blocks)?))
             }
         }
     }
 
-    /// The engine for `device`, with a KV cache of `capacity` positions.
-    pub fn engine(&mut self, device: Device, dtype: Option<&str>, capacity: usize) -> Result<Box<dyn Engine>> {
-        self.engine_with(device, dtype, capacity, optimized::model::AttentionImpl::default(), true)
+    /// The weights on the GPU: the memory estimate (checked against the free memory first),
+    /// a progress bar while they upload, and a line when kernels will be compiled.
+    fn upload(&mut self, client: optimized::Client, backend: optimized::Backend, dtype: optimized::Dtype, capacity: usize, kv_bytes: usize, attention: optimized::model::AttentionImpl) -> Result<optimized::model::GpuModel> {
+        let expected = self.config.n_params() * dtype.size();
+        super::progress::check_memory(&client, &self.label, expected, kv_bytes)?;
+        super::progress::compile_notice(&client);
+        let bar = super::progress::Upload::start(&self.label, expected);
+        let m = optimized::model::GpuModel::load_observed(client, backend, self.source.tensors(), &self.config, dtype, capacity, attention, &mut |done, exp| bar.update(done, exp))?;
+        bar.finish(m.weight_bytes);
+        Ok(m)
     }
 
     /// [`Opened::engine`] with a choice of KV cache + attention on the GPU (ignored on cpu).
@@ -206,7 +214,9 @@ impl Opened {
         };
         let client = optimized::client(backend)?;
         let dtype = pick_dtype(&client, dtype)?;
-        let mut m = optimized::model::GpuModel::load_with(client, backend, self.source.tensors(), &self.config, dtype, capacity, attention)?;
+        let cap = capacity.clamp(1, self.config.max_ctx);
+        let kv = cap * 2 * self.config.n_layers * self.config.n_kv_heads * self.config.head_dim * 4;
+        let mut m = self.upload(client, backend, dtype, capacity, kv, attention)?;
         m.use_graphs = graphs;
         Ok(Box::new(optimized::model::GpuEngine(m)))
     }

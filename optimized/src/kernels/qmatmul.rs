@@ -201,8 +201,9 @@ pub struct QWeight {
 }
 
 fn words(bytes: &[u8]) -> Vec<u32> {
+    use rayon::prelude::*;
     bytes
-        .chunks(4)
+        .par_chunks(4)
         .map(|c| {
             c.iter()
                 .enumerate()
@@ -212,16 +213,27 @@ fn words(bytes: &[u8]) -> Vec<u32> {
 }
 
 /// Rows of `in_dim` elements (int8 bytes, or fp4 nibbles 2 per byte, low first), each
-/// permuted by `order` (source index per position).
+/// permuted by `order` (source index per position). Rows are independent: done over all cores
+/// (a 7B model's weights pass through here at load).
 fn permute_rows(bytes: &[u8], in_dim: usize, order: &[usize], nibbles: bool) -> Vec<u8> {
+    use rayon::prelude::*;
     if !nibbles {
-        return bytes.chunks(in_dim).flat_map(|row| order.iter().map(|&i| row[i])).collect();
+        let mut out = vec![0u8; bytes.len()];
+        out.par_chunks_mut(in_dim).zip(bytes.par_chunks(in_dim)).for_each(|(o, row)| {
+            for (d, &i) in o.iter_mut().zip(order) {
+                *d = row[i];
+            }
+        });
+        return out;
     }
     let nib = |row: &[u8], i: usize| (row[i / 2] >> (4 * (i % 2))) & 15;
-    bytes
-        .chunks(in_dim / 2)
-        .flat_map(|row| order.chunks(2).map(move |p| nib(row, p[0]) | nib(row, p[1]) << 4))
-        .collect()
+    let mut out = vec![0u8; bytes.len()];
+    out.par_chunks_mut(in_dim / 2).zip(bytes.par_chunks(in_dim / 2)).for_each(|(o, row)| {
+        for (d, p) in o.iter_mut().zip(order.chunks(2)) {
+            *d = nib(row, p[0]) | nib(row, p[1]) << 4;
+        }
+    });
+    out
 }
 
 impl QWeight {
@@ -300,7 +312,7 @@ impl QWeight {
         for p in parts {
             match p {
                 QuantTensor::Int8(x) => {
-                    let q: Vec<u8> = x.q().iter().map(|&v| v as u8).collect();
+                    let q: Vec<u8> = { use rayon::prelude::*; x.q().par_iter().map(|&v| v as u8).collect() };
                     if tiled {
                         data.extend(permute_rows(&q, in_dim, &v2::tile_order(in_dim, 4), false));
                     } else {

@@ -43,17 +43,20 @@ pub fn stats() -> (usize, usize) {
     (HITS.load(Relaxed), MISSES.load(Relaxed))
 }
 
-/// Whether the cache holds any kernel of this binary for a device of compute capability
-/// `arch` (e.g. 90) under the current driver — a cheap hint, before loading a model, of whether
-/// its kernels will be compiled or read back.
-pub fn is_warm(arch: u32) -> bool {
-    let Some(sub) = subdir(&format!("ptx_sm{arch}-cpp")) else {
+/// Whether the cache holds any kernel of this binary under the current driver (any device
+/// architecture) — a cheap hint, before loading a model, of whether its kernels will be
+/// compiled or read back. Needs the CUDA driver library (call it once a CUDA client exists).
+pub fn is_warm() -> bool {
+    let Some(root) = dir() else {
         return false;
     };
+    let driver = format!("-driver{}", driver_version());
     let suffix = format!("-{:032x}.ptx", cubecl_server::compiler::build_id_hash());
-    std::fs::read_dir(sub).is_ok_and(|rd| {
-        rd.flatten()
-            .any(|e| e.file_name().to_string_lossy().ends_with(&suffix))
+    let Ok(subdirs) = std::fs::read_dir(root) else {
+        return false;
+    };
+    subdirs.flatten().filter(|d| d.file_name().to_string_lossy().ends_with(&driver)).any(|d| {
+        std::fs::read_dir(d.path()).is_ok_and(|rd| rd.flatten().any(|e| e.file_name().to_string_lossy().ends_with(&suffix)))
     })
 }
 

@@ -1,0 +1,153 @@
+//! `tandem bench --batches 1,8,32,64,128,256`: the batched engine under llama-batched-bench's
+//! workload — B sequences of `--prompt-lens` random tokens (default 128), each generating
+//! `--decode-tokens` (128 by default here) without stopping at EOS — per batch size:
+//! aggregate decode tokens/s (tokens generated after every sequence has its first token, over
+//! that time), prefill tokens/s, mean TTFT and mean per-token latency; a table, JSON rows
+//! (`--json-out`), a CSV (`--csv-out`) and a PNG plot of tokens/s against batch size
+//! (`--plot`).
+
+use std::time::Instant;
+
+use engine::{Engine, EngineConfig, Request};
+use serde_json::json;
+
+use super::results::RunInfo;
+use super::{CliError, ModelArgs, Result};
+
+/// One batch size's measurements.
+#[derive(Debug, Clone)]
+pub struct BatchRow {
+    pub batch: usize,
+    pub prompt: usize,
+    pub generated: usize,
+    /// Prompt tokens of all sequences over the time until the last first token.
+    pub prefill_tps: f64,
+    /// Tokens generated after the last first token, over the time from then to the end.
+    pub decode_tps: f64,
+    pub ttft_ms: f64,
+    /// Mean time between a sequence's tokens after its first (ms).
+    pub tpot_ms: f64,
+}
+
+/// Settings of the batched bench.
+pub struct BatchBench<'a> {
+    pub model: &'a ModelArgs,
+    pub batches: Vec<usize>,
+    pub prompt: usize,
+    pub generated: usize,
+    pub graphs: bool,
+    pub gate: String,
+    pub json_out: Option<std::path::PathBuf>,
+    pub csv_out: Option<std::path::PathBuf>,
+    pub plot: Option<std::path::PathBuf>,
+}
+
+pub fn run(b: BatchBench) -> Result<()> {
+    if b.generated < 2 {
+        return Err(CliError::Usage("--decode-tokens must be at least 2 for the batched bench".into()));
+    }
+    let mut opened = b.model.open()?;
+    let label = opened.label.clone();
+    let need = b.prompt + b.generated;
+    if need > opened.config.max_ctx {
+        if b.model.synthetic.is_none() {
+            return Err(reference::Error::Input(format!("{} prompt + {} generated tokens exceed the context {}", b.prompt, b.generated, opened.config.max_ctx)).into());
+        }
+        opened.config.max_ctx = need;
+    }
+    let vocab = opened.config.vocab;
+    let max_b = b.batches.iter().copied().max().unwrap_or(1);
+    // Every sequence's whole context fits at once: nothing is preempted in the measurement.
+    let kv = max_b * need.next_multiple_of(super::source::KV_BLOCK);
+    let t_load = Instant::now();
+    let runner = opened.runner(b.model.device, b.model.dtype.as_deref(), kv)?;
+    let load_s = t_load.elapsed().as_secs_f64();
+    let name = runner.name();
+    let status_before = runner.status();
+    let cfg = EngineConfig { max_num_seqs: max_b, max_batched_tokens: 8192, prefill_chunk: 8192, prefix_caching: false, ..EngineConfig::default() };
+    let mut engine = Engine::new(runner, cfg, None)?;
+    println!("tandem bench --batches — {name} — model {label} — {} — load {load_s:.1} s", b.gate);
+    if let Some(s) = status_before {
+        println!("  runner: {s}");
+    }
+    println!("{:>6} {:>8} {:>8} {:>14} {:>14} {:>10} {:>10}", "batch", "prompt", "gen", "decode tok/s", "prefill tok/s", "TTFT ms", "TPOT ms");
+    // One untimed round (compiles kernels, records graphs of the largest bucket).
+    run_once(&mut engine, 1.min(max_b), b.prompt, 3, vocab, 0)?;
+    let mut rows = vec![];
+    for (k, &batch) in b.batches.iter().enumerate() {
+        run_once(&mut engine, batch, b.prompt, 3, vocab, 100 + k as u32)?;
+        let r = run_once(&mut engine, batch, b.prompt, b.generated, vocab, 200 + k as u32)?;
+        println!("{:>6} {:>8} {:>8} {:>14.1} {:>14.1} {:>10.2} {:>10.3}", r.batch, r.prompt, r.generated, r.decode_tps, r.prefill_tps, r.ttft_ms, r.tpot_ms);
+        rows.push(r);
+    }
+    let info = RunInfo { bench: "batched", device: name.clone(), model: label, format: name, gate: b.gate.clone() };
+    if let Some(p) = &b.json_out {
+        let mut out = vec![];
+        for r in &rows {
+            let cfg = json!({"batch": r.batch, "prompt": r.prompt, "generated": r.generated, "graphs": b.graphs});
+            out.push(info.row(cfg.clone(), "decode_tokens_per_s", r.decode_tps, "tokens/s", None, None));
+            out.push(info.row(cfg.clone(), "prefill_tokens_per_s", r.prefill_tps, "tokens/s", None, None));
+            out.push(info.row(cfg.clone(), "ttft_ms", r.ttft_ms, "ms", None, None));
+            out.push(info.row(cfg, "tpot_ms", r.tpot_ms, "ms", None, None));
+        }
+        super::results::append(p, &out)?;
+    }
+    if let Some(p) = &b.csv_out {
+        let mut s = String::from("batch,prompt,generated,decode_tokens_per_s,prefill_tokens_per_s,ttft_ms,tpot_ms\n");
+        for r in &rows {
+            s += &format!("{},{},{},{:.2},{:.2},{:.3},{:.4}\n", r.batch, r.prompt, r.generated, r.decode_tps, r.prefill_tps, r.ttft_ms, r.tpot_ms);
+        }
+        std::fs::write(p, s).map_err(|e| reference::Error::io(p, e))?;
+    }
+    if let Some(p) = &b.plot {
+        match super::plot::tokens_per_s(p, &rows) {
+            Ok(note) => println!("plot: {}{note}", p.display()),
+            Err(e) => return Err(CliError::Usage(format!("--plot {}: {e}", p.display()))),
+        }
+    }
+    Ok(())
+}
+
+/// `batch` requests of `prompt` random tokens each generating `generated` tokens, all added at
+/// once and run to completion.
+fn run_once<R: reference::runner::ModelRunner>(engine: &mut Engine<R>, batch: usize, prompt: usize, generated: usize, vocab: usize, salt: u32) -> Result<BatchRow> {
+    let t0 = Instant::now();
+    let mut index = std::collections::HashMap::new();
+    for s in 0..batch as u32 {
+        let ids: Vec<u32> = (0..prompt as u32).map(|i| reference::synthetic::hash(i ^ (s * 7919 + salt * 104_729)) % vocab as u32).collect();
+        let id = engine.add_request(Request { ignore_eos: true, ..Request::new(ids).with_max_tokens(generated) })?;
+        index.insert(id, s as usize);
+    }
+    let mut first = vec![None; batch];
+    let mut last = vec![None; batch];
+    let mut counts = vec![0usize; batch];
+    let mut all_first: Option<(Instant, usize)> = None;
+    while engine.has_work() {
+        for o in engine.step()? {
+            let Some(&i) = index.get(&o.id) else { continue };
+            let now = Instant::now();
+            if !o.new_tokens.is_empty() {
+                first[i].get_or_insert(now);
+                last[i] = Some(now);
+                counts[i] = o.output_tokens;
+            }
+        }
+        if all_first.is_none() && first.iter().all(Option::is_some) {
+            all_first = Some((Instant::now(), counts.iter().sum()));
+        }
+    }
+    let end = Instant::now();
+    let (t_first, tokens_then) = all_first.ok_or_else(|| CliError::Gpu("the batch produced no tokens".into()))?;
+    let decoded = counts.iter().sum::<usize>() - tokens_then;
+    let ttft: f64 = first.iter().flatten().map(|t| (*t - t0).as_secs_f64()).sum::<f64>() / batch as f64;
+    let tpot: f64 = first.iter().zip(&last).zip(&counts).filter(|((_, _), &n)| n > 1).map(|((f, l), &n)| match (f, l) { (Some(f), Some(l)) => (*l - *f).as_secs_f64() / (n - 1) as f64, _ => 0.0 }).sum::<f64>() / batch as f64;
+    Ok(BatchRow {
+        batch,
+        prompt,
+        generated,
+        prefill_tps: (batch * prompt) as f64 / (t_first - t0).as_secs_f64(),
+        decode_tps: decoded as f64 / (end - t_first).as_secs_f64().max(1e-9),
+        ttft_ms: ttft * 1e3,
+        tpot_ms: tpot * 1e3,
+    })
+}

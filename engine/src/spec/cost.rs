@@ -12,10 +12,15 @@
 //!
 //! `T` and `D` are straight lines `a + b · tokens`, fitted by exponentially weighted least
 //! squares over the engine's decode steps (prefill steps are left out: they are not what a
-//! verification costs) and the draft's rounds.
+//! verification costs) and the draft's rounds. A slope needs steps of different sizes: every
+//! [`EXPLORE_EVERY`] steps the depth is halved; until then a prior slope stands in.
 
 /// A speculative step must promise at least this speed-up (the rest is host overhead).
 pub const MIN_GAIN: f64 = 1.05;
+
+/// Every this many steps a sequence speculates at half its depth, so that the fit of the
+/// step time sees more than one token count (costs ≈ 2% of the tokens speculation gains).
+pub const EXPLORE_EVERY: u64 = 16;
 
 /// Tokens per step with acceptance `alpha` and depth `k`: `Σ_{i=0..k} α^i`.
 pub fn expected_tokens(alpha: f64, k: usize) -> f64 {
@@ -85,7 +90,7 @@ const PRIOR_DRAFT: f64 = 0.3;
 
 impl CostModel {
     pub fn new(has_draft: bool) -> Self {
-        CostModel { target: LinearFit::new(0.95), draft: LinearFit::new(0.95), has_draft }
+        CostModel { target: LinearFit::new(0.97), draft: LinearFit::new(0.97), has_draft }
     }
 
     /// Target step time for `tokens` (arbitrary units before any measurement).

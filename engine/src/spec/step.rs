@@ -7,7 +7,7 @@ use reference::runner::{ModelRunner, SeqResult};
 use reference::sampling::seeded::TokenCount;
 use reference::{Error, Result};
 
-use super::cost::MIN_GAIN;
+use super::cost::{EXPLORE_EVERY, MIN_GAIN};
 use super::{ngram, verify, SpecMethod};
 use crate::engine::{push_tokens, register_prefix, Engine, SpecState};
 use crate::request::{RequestId, RequestOutput};
@@ -53,7 +53,7 @@ impl<R: ModelRunner> Engine<R> {
         } else {
             let (k, gain) = sp.cost.best_depth(s.spec.alpha(), sp.cfg.max_k, batch);
             if gain >= MIN_GAIN {
-                k
+                if self.step_no % EXPLORE_EVERY == 0 { k / 2 } else { k }
             } else {
                 if sp.drafter.is_some() {
                     s.spec.off = true;

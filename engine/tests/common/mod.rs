@@ -83,9 +83,10 @@ pub fn fixed(mut s: SpecConfig) -> Option<SpecConfig> {
     Some(s)
 }
 
-/// Toy logits of a history: a hash of its last two tokens and its length, in [−2, 2).
+/// Toy logits of a history: a hash of its last two tokens and (with the top bit of `salt`
+/// clear) its length, in [−2, 2).
 pub fn toy_logits(salt: u32, history: &[u32], vocab: usize) -> Vec<f32> {
-    let n = history.len() as u32;
+    let n = if salt & 0x8000_0000 == 0 { history.len() as u32 } else { 0 };
     let a = history.last().copied().unwrap_or(0);
     let b = if n >= 2 { history[n as usize - 2] } else { 0 };
     let key = synthetic::hash(a.wrapping_mul(0x9E37_79B9) ^ b.wrapping_mul(0x85EB_CA6B) ^ n.wrapping_mul(0xC2B2_AE35) ^ salt);

@@ -10,6 +10,7 @@
 //! `docs/gpu-build.md`.
 
 pub mod bandwidth;
+pub mod gpt_oss;
 pub mod graph;
 pub mod kernel_cache;
 pub mod kernels;

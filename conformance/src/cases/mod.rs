@@ -5,6 +5,7 @@
 pub mod argmax;
 pub mod attention;
 pub mod embedding;
+pub mod gpt_oss;
 pub mod matmul;
 pub mod residual;
 pub mod model;
@@ -36,6 +37,7 @@ pub fn all() -> Vec<Box<dyn Case>> {
     v.extend(seeded::cases());
     v.extend(runner::cases());
     v.extend(moe::cases());
+    v.extend(gpt_oss::cases());
     v
 }
 

@@ -1,0 +1,397 @@
+//! GPT-OSS on the GPU (`optimized::gpt_oss::GptOssRunner`) vs the CPU reference runner
+//! (`RefRunner<GptOssModel>`) on the same dtype-rounded weights and the SAME step plans:
+//! ragged batches of prefill chunks (continuing cached prefixes) and one-token decodes, N ≤ 8
+//! rows (MoE by the grouped gemvs) and N > 8 (sort + grouped GEMMs, one step of 150 tokens:
+//! several row tiles per expert), sequences longer than the sliding windows (4–8), sinks as
+//! trained and made dominant (+8). Weights: the synthetic tiny configs and the HF fixtures
+//! made with transformers (`reference/tests/fixtures/gpt_oss/`, embedded in the binary so the
+//! GPU machine runs them too). Every drawing position's logits are compared under the model
+//! tolerance; greedy draws must agree except where the reference's top-2 margin is below
+//! [`GREEDY_MARGIN`]. [`GptOssEngineCase`]: the engine (scheduler, preemption, prefix cache)
+//! on both runners gives the same tokens. Also YaRN RoPE through rope v4 and flash attention
+//! at gpt-oss-20b's head shapes (window 128, sinks).
+
+use engine::{Engine, EngineConfig, Request};
+use ndarray::Array3;
+use optimized::gpt_oss::{GptOssGpu, GptOssRunner};
+use optimized::kernels::attention::{DecodeVersion, ScoreStep};
+use optimized::kernels::moe::MoePath;
+use optimized::{Client, DeviceTensor};
+use reference::gpt_oss::ops::rope::{concentration, inv_freq, rope_yarn};
+use reference::gpt_oss::weights::InMemory;
+use reference::gpt_oss::{synthetic, GptOssConfig, GptOssModel, GptOssWeights, Yarn};
+use reference::runner::{ModelRunner, RefRunner, SampleSpec, SeqStep, StepPlan};
+use reference::sampling::SamplingParams;
+
+use super::attention::flash::{FlashCase, Phase};
+use super::embedding::judge;
+use super::outcome;
+use crate::{compare, rand_vec, tolerance, Case, Dtype, Metrics, Op, Outcome};
+
+/// Draws must agree where the reference's top-1 beats top-2 by more than this.
+const GREEDY_MARGIN: f32 = 0.05;
+/// Positions per block: small, so chunks cross block boundaries.
+const BS: usize = 4;
+const BLOCKS: usize = 96;
+/// Added to every sink logit in the `sinks dominant` cases.
+const SINK_BOOST: f32 = 8.0;
+
+/// Where a case's weights come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Weights {
+    /// `reference::gpt_oss::synthetic::tiny_configs` by name, seed 0.
+    Synthetic(&'static str),
+    /// An HF fixture written by transformers' GptOssForCausalLM (`a` or `b`).
+    Fixture(&'static str),
+}
+
+const FIXTURE_A: [&[u8]; 2] = [include_bytes!("../../../reference/tests/fixtures/gpt_oss/tiny-gpt-oss-a/config.json"), include_bytes!("../../../reference/tests/fixtures/gpt_oss/tiny-gpt-oss-a/model.safetensors")];
+const FIXTURE_B: [&[u8]; 2] = [include_bytes!("../../../reference/tests/fixtures/gpt_oss/tiny-gpt-oss-b/config.json"), include_bytes!("../../../reference/tests/fixtures/gpt_oss/tiny-gpt-oss-b/model.safetensors")];
+
+fn dev(d: Dtype) -> optimized::Dtype {
+    match d {
+        Dtype::F32 => optimized::Dtype::F32,
+        Dtype::F16 => optimized::Dtype::F16,
+        Dtype::BF16 => optimized::Dtype::BF16,
+    }
+}
+
+/// Config and f32 weights of `w` (a fixture goes through the HF loader from a temp directory).
+fn load(w: Weights) -> Result<(GptOssConfig, GptOssWeights), String> {
+    match w {
+        Weights::Synthetic(name) => {
+            let cfg = synthetic::tiny_configs().into_iter().find(|(n, _)| *n == name).map(|(_, c)| c).ok_or(format!("no tiny config {name}"))?;
+            let w = synthetic::weights(&cfg, 0).map_err(|e| e.to_string())?;
+            Ok((cfg, w))
+        }
+        Weights::Fixture(which) => {
+            let [config, st] = if which == "a" { FIXTURE_A } else { FIXTURE_B };
+            let dir = std::env::temp_dir().join(format!("tandem-conformance-{}-gpt-oss-{which}", std::process::id()));
+            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            for (name, bytes) in [("config.json", config), ("model.safetensors", st)] {
+                std::fs::write(dir.join(name), bytes).map_err(|e| format!("{}: {e}", dir.join(name).display()))?;
+            }
+            let m = reference::gpt_oss::loader::load_hf_dir(&dir).map_err(|e| e.to_string());
+            let _ = std::fs::remove_dir_all(&dir);
+            let m = m?;
+            Ok((m.config, m.weights))
+        }
+    }
+}
+
+/// The reference and GPU runners of `w` rounded to `dtype` (sinks raised by [`SINK_BOOST`]
+/// with `boost`), with pools of `blocks` blocks.
+fn runners(client: &Client, w: Weights, dtype: Dtype, boost: bool, blocks: usize, moe: MoePath) -> Result<(RefRunner<GptOssModel>, GptOssRunner, GptOssConfig), String> {
+    let (cfg, w) = load(w)?;
+    let dd = dev(dtype);
+    let mut w = w.map_matrices(|x| dd.round(&[x])[0]);
+    if boost {
+        w.layers.iter_mut().for_each(|l| l.sinks += SINK_BOOST);
+    }
+    let backend = if client.name().contains("cuda") { optimized::Backend::Cuda } else { optimized::Backend::Wgpu };
+    let mut m = GptOssGpu::load(client.clone(), backend, &mut InMemory(&w), &cfg, dd).map_err(|e| e.to_string())?;
+    m.moe_path = moe;
+    let gpu = GptOssRunner::new(m, BS, blocks).map_err(|e| e.to_string())?;
+    let reference = RefRunner::new(GptOssModel::new(cfg.clone(), w), BS, blocks).map_err(|e| e.to_string())?;
+    Ok((reference, gpu, cfg))
+}
+
+fn top2_margin(row: &[f32]) -> f32 {
+    let (mut a, mut b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+    for &v in row {
+        if v > a {
+            b = a;
+            a = v;
+        } else if v > b {
+            b = v;
+        }
+    }
+    a - b
+}
+
+/// One sequence's part of a scripted step: `len` tokens from `pos0`, the last `draws` draw.
+#[derive(Debug, Clone, Copy)]
+struct Part {
+    seq: usize,
+    pos0: usize,
+    len: usize,
+    draws: usize,
+}
+
+/// Scripted steps by name.
+fn scenario(name: &str) -> Vec<Vec<Part>> {
+    let p = |seq, pos0, len, draws| Part { seq, pos0, len, draws };
+    match name {
+        // ≤ 8 rows per step (MoE by the grouped gemvs), decodes and small chunks mixed.
+        "small" => vec![
+            vec![p(0, 0, 3, 1), p(1, 0, 1, 1), p(2, 0, 2, 0)],
+            vec![p(0, 3, 1, 1), p(1, 1, 1, 1), p(2, 2, 4, 1)],
+            vec![p(0, 4, 1, 1), p(2, 6, 1, 1), p(1, 2, 1, 1)],
+            vec![p(2, 7, 3, 3)],
+            vec![p(2, 10, 1, 1), p(0, 5, 1, 1)],
+        ],
+        // > 8 rows (sort + grouped GEMMs), varlen prefill over several chunks, then decodes.
+        "mixed" => vec![
+            vec![p(0, 0, 13, 1), p(1, 0, 6, 0), p(2, 0, 1, 1)],
+            vec![p(1, 6, 9, 1), p(0, 13, 1, 1), p(2, 1, 1, 1), p(3, 0, 17, 2)],
+            vec![p(0, 14, 1, 1), p(1, 15, 1, 1), p(2, 2, 1, 1), p(3, 17, 1, 1)],
+            vec![p(3, 18, 3, 3), p(0, 15, 1, 1)],
+        ],
+        // A 150-token prefill (expert segments past one 64-row tile), a chunk continuing it,
+        // then decodes far past every window.
+        "long" => {
+            let mut v = vec![vec![p(0, 0, 150, 1)], vec![p(0, 150, 20, 1), p(1, 0, 5, 1)]];
+            v.extend((0..4).map(|i| vec![p(0, 170 + i, 1, 1), p(1, 5 + i, 1, 1)]));
+            v
+        }
+        _ => vec![],
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct GptOssCase {
+    pub weights: Weights,
+    pub dtype: Dtype,
+    pub sampled: bool,
+    pub scenario: &'static str,
+    /// Sinks raised by [`SINK_BOOST`]: they dominate every softmax.
+    pub boost: bool,
+    pub moe: MoePath,
+}
+
+impl GptOssCase {
+    fn body(&self, client: &Client) -> Result<Outcome, String> {
+        if !dev(self.dtype).supported(client) {
+            return Ok(Outcome::Skip(format!("{} arithmetic not supported on {}", self.dtype.name(), optimized::device_info(client).name)));
+        }
+        let steps = scenario(self.scenario);
+        let n_seqs = 1 + steps.iter().flatten().map(|p| p.seq).max().unwrap_or(0);
+        let (mut reference, mut gpu, cfg) = runners(client, self.weights, self.dtype, self.boost, BLOCKS, self.moe)?;
+        let (tol, _) = tolerance(Op::GptOss, self.dtype);
+        let len = 1 + steps.iter().flatten().map(|p| p.pos0 + p.len).max().unwrap_or(0);
+        let mut tokens: Vec<Vec<u32>> = (0..n_seqs).map(|s| (0..len as u32).map(|i| (i * 7919 + 31 * s as u32 + 11) % cfg.vocab as u32).collect()).collect();
+        let blocks: Vec<Vec<u32>> = (0..n_seqs).map(|s| (0..BLOCKS / n_seqs).map(|b| (b * n_seqs + s) as u32).collect()).collect();
+        let params: Vec<SamplingParams> = (0..n_seqs)
+            .map(|s| if self.sampled { SamplingParams { temperature: 0.8, top_k: 30, top_p: 0.95, seed: 40 + s as u64, ..SamplingParams::default() } } else { SamplingParams::default() })
+            .collect();
+        let mut worst = Metrics::default();
+        for (k, step) in steps.iter().enumerate() {
+            let mut plan = StepPlan::default();
+            for part in step {
+                let samples = (0..part.draws).map(|j| SampleSpec { params: &params[part.seq], counter: (k * 8 + j) as u64, counts: &[], want_logits: true }).collect();
+                plan.seqs.push(SeqStep { tokens: &tokens[part.seq][part.pos0..part.pos0 + part.len], pos0: part.pos0, blocks: &blocks[part.seq], samples });
+            }
+            let want = reference.step(&plan).map_err(|e| format!("reference step {k}: {e}"))?;
+            let got = gpu.step(&plan).map_err(|e| format!("gpu step {k}: {e}"))?;
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                for (j, (gl, wl)) in g.logits.iter().zip(&w.logits).enumerate() {
+                    let (Some(gl), Some(wl)) = (gl, wl) else {
+                        return Ok(Outcome::Fail(format!("step {k} part {i} draw {j}: logits not returned")));
+                    };
+                    let m = compare(gl, wl, tol).map_err(|e| format!("step {k} part {i} draw {j} logits: {e}"))?;
+                    worst.nmse = worst.nmse.max(m.nmse);
+                    worst.max_abs = worst.max_abs.max(m.max_abs);
+                    worst.n += m.n;
+                    if g.tokens[j] != w.tokens[j] && top2_margin(wl) > GREEDY_MARGIN && !self.sampled {
+                        return Ok(Outcome::Fail(format!("step {k} part {i} draw {j}: token {} != reference {} (margin {:.3})", g.tokens[j], w.tokens[j], top2_margin(wl))));
+                    }
+                }
+            }
+            // The reference's last draw of each part becomes the sequence's next token.
+            for (part, w) in step.iter().zip(&want) {
+                if let Some(&t) = w.tokens.last() {
+                    if let Some(slot) = tokens[part.seq].get_mut(part.pos0 + part.len) {
+                        *slot = t;
+                    }
+                }
+            }
+        }
+        Ok(Outcome::Pass(worst))
+    }
+}
+
+impl Case for GptOssCase {
+    fn op(&self) -> Op {
+        Op::GptOss
+    }
+    fn name(&self) -> String {
+        let w = match self.weights {
+            Weights::Synthetic(n) => n.to_string(),
+            Weights::Fixture(x) => format!("hf-fixture-{x}"),
+        };
+        let moe = if self.moe == MoePath::Auto { String::new() } else { format!(",moe={:?}", self.moe).to_lowercase() };
+        format!("gpt_oss({w},{},{}{}{moe},{})", self.scenario, if self.sampled { "seeded" } else { "greedy" }, if self.boost { ",sinks+8" } else { "" }, self.dtype.name())
+    }
+    fn run(&self, client: &Client) -> Outcome {
+        self.body(client).unwrap_or_else(Outcome::Fail)
+    }
+}
+
+/// The engine over the GPU runner vs over the reference runner: greedy and seeded requests,
+/// prompts of 1 to 40 tokens, a shared prefix, a pool small enough to preempt — each
+/// request's tokens must match.
+#[derive(Debug, Clone)]
+pub struct GptOssEngineCase {
+    pub weights: Weights,
+    pub blocks: usize,
+}
+
+impl GptOssEngineCase {
+    fn body(&self, client: &Client) -> Result<Outcome, String> {
+        let (reference, gpu, cfg) = runners(client, self.weights, Dtype::F32, false, self.blocks, MoePath::Auto)?;
+        let prompt = |len: usize, salt: u32| -> Vec<u32> { (0..len as u32).map(|i| (i * 7919 + salt * 31 + 5) % cfg.vocab as u32).collect() };
+        let mut shared = prompt(21, 9);
+        shared.extend(prompt(4, 10));
+        let reqs: Vec<Request> = vec![
+            Request::new(prompt(1, 1)).with_max_tokens(12),
+            Request::new(prompt(40, 2)).with_max_tokens(5).with_params(SamplingParams { temperature: 0.7, top_p: 0.9, seed: 3, ..SamplingParams::default() }),
+            Request::new(prompt(21, 9)).with_max_tokens(6),
+            Request::new(shared).with_max_tokens(6),
+            Request::new(prompt(9, 4)).with_max_tokens(20).with_params(SamplingParams { temperature: 1.0, seed: 8, ..SamplingParams::default() }),
+        ]
+        .into_iter()
+        .map(|r| Request { ignore_eos: true, ..r })
+        .collect();
+        let cfg_e = EngineConfig { max_batched_tokens: 24, prefill_chunk: 16, ..EngineConfig::default() };
+        let run = |runner: Box<dyn ModelRunner>| -> Result<(Vec<Vec<u32>>, u64), String> {
+            let mut e = Engine::new(runner, cfg_e, None).map_err(|e| e.to_string())?;
+            for r in &reqs {
+                e.add_request(r.clone()).map_err(|e| e.to_string())?;
+            }
+            let mut out = vec![Vec::new(); reqs.len()];
+            for o in e.run_to_completion().map_err(|e| e.to_string())? {
+                out[o.id as usize].extend(o.new_tokens);
+            }
+            if e.blocks().num_used() != 0 {
+                return Err(format!("{} blocks still in use", e.blocks().num_used()));
+            }
+            Ok((out, e.stats().preemptions))
+        };
+        let (want, _) = run(Box::new(reference))?;
+        let (got, preempted) = run(Box::new(gpu))?;
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            if g != w {
+                return Ok(Outcome::Fail(format!("request {i}: tokens {g:?} != reference {w:?}")));
+            }
+        }
+        if self.blocks < 30 && preempted == 0 {
+            return Ok(Outcome::Fail("the small pool was meant to preempt".into()));
+        }
+        Ok(Outcome::Pass(Metrics { n: got.iter().map(Vec::len).sum(), ..Metrics::default() }))
+    }
+}
+
+impl Case for GptOssEngineCase {
+    fn op(&self) -> Op {
+        Op::GptOss
+    }
+    fn name(&self) -> String {
+        format!("gpt_oss_engine({:?},blocks={}x{BS},f32)", self.weights, self.blocks).to_lowercase()
+    }
+    fn run(&self, client: &Client) -> Outcome {
+        self.body(client).unwrap_or_else(Outcome::Fail)
+    }
+}
+
+/// YaRN RoPE through rope v4 (`qkv_rope_ragged` over a `RopeTable::from_freqs` table): rotated
+/// q, rotated k and copied v in their pool rows vs `rope_yarn` (`Op::Rope`).
+#[derive(Debug, Clone)]
+pub struct YarnRopeCase {
+    pub t: usize,
+    pub pos0: usize,
+    pub yarn: Option<Yarn>,
+    pub d: usize,
+}
+
+impl Case for YarnRopeCase {
+    fn op(&self) -> Op {
+        Op::Rope
+    }
+    fn name(&self) -> String {
+        let y = self.yarn.as_ref().map_or("none".to_string(), |y| format!("factor={}", y.factor));
+        format!("rope_yarn(T={},pos0={},d={},yarn {y},ragged)", self.t, self.pos0, self.d)
+    }
+    fn run(&self, client: &Client) -> Outcome {
+        let (t, d, h, kv) = (self.t, self.d, 4usize, 2usize);
+        let theta = 150_000.0;
+        let omega = inv_freq(d, theta, self.yarn.as_ref());
+        let c = concentration(self.yarn.as_ref());
+        let qkv = rand_vec(t * (h + 2 * kv) * d, 61);
+        let split = |off: usize, n: usize| -> Array3<f32> {
+            let v: Vec<f32> = qkv.chunks(d * (h + 2 * kv)).flat_map(|row| row[off * d..(off + n) * d].iter().copied()).collect();
+            Array3::from_shape_vec((t, n, d), v).unwrap_or_else(|_| Array3::zeros((t, n, d)))
+        };
+        let (mut q, mut k, v) = (split(0, h), split(h, kv), split(h + kv, kv));
+        rope_yarn(q.view_mut(), self.pos0, &omega, c);
+        rope_yarn(k.view_mut(), self.pos0, &omega, c);
+        // Token i's k / v go to pool row (3i + 1) mod rows: not the positions' order.
+        let rows = 3 * t + 2;
+        let slot = |i: usize| (3 * i + 1) % rows;
+        outcome((|| {
+            let table = optimized::kernels::rope::RopeTable::from_freqs(client, self.pos0 + t, &omega, c, theta as f32)?;
+            let kp = DeviceTensor::from_f32(client, &vec![f32::NAN; rows * kv * d], &[rows, kv, d])?;
+            let vp = DeviceTensor::from_f32(client, &vec![f32::NAN; rows * kv * d], &[rows, kv, d])?;
+            let pos: Vec<u32> = (0..t).map(|i| (self.pos0 + i) as u32).collect();
+            let slots: Vec<u32> = (0..t).map(|i| slot(i) as u32).collect();
+            let qkv_d = DeviceTensor::from_f32(client, &qkv, &[t, (h + 2 * kv) * d])?;
+            let qd = optimized::kernels::rope::qkv_rope_ragged(client, &qkv_d, h, kv, &table, reference::RopeLayout::HalfSplit, &kp, &vp, &DeviceTensor::from_u32(client, &pos, &[t])?, &DeviceTensor::from_u32(client, &slots, &[t])?)?;
+            let (kh, vh) = (kp.to_f32(client)?, vp.to_f32(client)?);
+            let row = |pool: &[f32], i: usize| pool[slot(i) * kv * d..(slot(i) + 1) * kv * d].to_vec();
+            let mut got: Vec<f32> = qd.to_f32(client)?;
+            let mut want: Vec<f32> = q.iter().copied().collect();
+            for i in 0..t {
+                got.extend(row(&kh, i));
+                got.extend(row(&vh, i));
+                want.extend(k.slice(ndarray::s![i, .., ..]).iter());
+                want.extend(v.slice(ndarray::s![i, .., ..]).iter());
+            }
+            Ok(judge(&got, &want, Op::Rope, Dtype::F32))
+        })())
+    }
+}
+
+pub fn cases() -> Vec<Box<dyn Case>> {
+    let mut v: Vec<Box<dyn Case>> = Vec::new();
+    let yarn = Yarn { factor: 32.0, beta_fast: 32.0, beta_slow: 1.0, original_max_pos: 4096, truncate: false };
+    for (t, pos0, y, d) in [(1, 0, Some(yarn.clone()), 64), (7, 4090, Some(yarn.clone()), 64), (5, 100_000, Some(yarn), 64), (3, 17, None, 16)] {
+        v.push(Box::new(YarnRopeCase { t, pos0, yarn: y, d }));
+    }
+    // gpt-oss-20b's attention: 64 query heads on 8 KV heads of 64, window 128 on even layers
+    // (sequences past it), sinks.
+    let mut flash = |phase, lens: &[usize], t, window| {
+        let versions: &[DecodeVersion] = if phase == Phase::Decode { &[DecodeVersion::V2, DecodeVersion::V3] } else { &[DecodeVersion::V3] };
+        for &version in versions {
+            v.push(Box::new(FlashCase { phase, h: 64, kv: 8, d: 64, lens: lens.to_vec(), t, block_size: 16, window, sinks: true, shuffled: true, version, score: ScoreStep::PerUnit }) as Box<dyn Case>);
+        }
+    };
+    flash(Phase::Decode, &[300, 129, 5], 1, Some(128));
+    flash(Phase::Decode, &[300, 129, 5], 1, None);
+    flash(Phase::Prefill, &[300], 44, Some(128));
+    flash(Phase::Prefill, &[140], 140, Some(128));
+    use Weights::{Fixture, Synthetic};
+    let mut add = |weights, dtype, sampled, scenario, boost, moe| v.push(Box::new(GptOssCase { weights, dtype, sampled, scenario, boost, moe }) as Box<dyn Case>);
+    for name in ["tiny-gpt-oss", "tiny-gpt-oss-wide", "tiny-gpt-oss-tied"] {
+        for scenario in ["small", "mixed"] {
+            add(Synthetic(name), Dtype::F32, false, scenario, false, MoePath::Auto);
+        }
+    }
+    for w in [Fixture("a"), Fixture("b")] {
+        for scenario in ["small", "mixed", "long"] {
+            add(w, Dtype::F32, false, scenario, false, MoePath::Auto);
+        }
+    }
+    add(Synthetic("tiny-gpt-oss"), Dtype::F32, false, "long", false, MoePath::Auto);
+    add(Synthetic("tiny-gpt-oss-wide"), Dtype::F32, false, "mixed", true, MoePath::Auto);
+    add(Fixture("b"), Dtype::F32, false, "long", true, MoePath::Auto);
+    // Each MoE path on every step (the gemvs on 150 rows, the GEMMs on one).
+    add(Synthetic("tiny-gpt-oss-wide"), Dtype::F32, false, "mixed", false, MoePath::Gemv);
+    add(Synthetic("tiny-gpt-oss-wide"), Dtype::F32, false, "small", false, MoePath::Gemm);
+    add(Synthetic("tiny-gpt-oss-wide"), Dtype::F32, true, "mixed", false, MoePath::Auto);
+    for dtype in [Dtype::F16, Dtype::BF16] {
+        add(Synthetic("tiny-gpt-oss-wide"), dtype, false, "mixed", false, MoePath::Auto);
+        add(Fixture("a"), dtype, false, "long", false, MoePath::Auto);
+    }
+    v.push(Box::new(GptOssEngineCase { weights: Synthetic("tiny-gpt-oss"), blocks: 96 }));
+    v.push(Box::new(GptOssEngineCase { weights: Fixture("b"), blocks: 20 }));
+    v
+}

@@ -1,0 +1,152 @@
+//! A ragged step on the device, independent of the model family: the plan's sequences in
+//! execution order (decodes first: flash decode needs their q rows contiguous), the token ids,
+//! each token's position and pool row, the block tables of the decode and prefill parts, and
+//! the draw from the drawing rows' logits (argmax when every draw is greedy, else the seeded
+//! draw, penalties first) with the results in plan order. The same steps as the llama
+//! `runner::GpuRunner`, as functions a runner composes.
+
+use reference::runner::{KvLayout, SeqResult, StepPlan};
+
+use crate::kernels::attention::VarlenSeq;
+use crate::kernels::{argmax, seeded};
+use crate::kv_cache::BlockTables;
+use crate::{Client, DeviceTensor, Error};
+
+/// One sequence of a step, in execution order.
+#[derive(Debug, Clone, Copy)]
+pub struct Item {
+    /// Its index in the plan.
+    pub plan: usize,
+    /// Its first row among the step's N tokens.
+    pub row0: usize,
+}
+
+/// A step's tokens laid out for one forward pass over N rows.
+pub struct RaggedBatch {
+    /// Token ids, execution order.
+    pub ids: Vec<u32>,
+    /// Sequences, execution order: the first `n_dec` are one-token decodes.
+    pub items: Vec<Item>,
+    pub n_dec: usize,
+    /// `[N]` u32: each token's position.
+    pub positions: DeviceTensor,
+    /// `[N]` u32: each token's pool row (`block · bs + offset`).
+    pub slots: DeviceTensor,
+    /// Tables of the decode sequences and of the prefill chunks (each up to its last new token).
+    pub dec_tables: Option<BlockTables>,
+    pub pre_tables: Option<BlockTables>,
+    /// The prefill chunks for varlen flash prefill.
+    pub varlen: Vec<VarlenSeq>,
+}
+
+impl RaggedBatch {
+    /// Lay out `plan` (already validated against `layout`); `None` when it runs no token.
+    pub fn new(client: &Client, plan: &StepPlan, layout: KvLayout) -> Result<Option<Self>, Error> {
+        let bs = layout.block_size;
+        let mut order: Vec<usize> = (0..plan.seqs.len()).filter(|&i| plan.seqs[i].tokens.len() == 1).collect();
+        let n_dec = order.len();
+        order.extend((0..plan.seqs.len()).filter(|&i| plan.seqs[i].tokens.len() != 1));
+        let (mut ids, mut pos, mut slots, mut items) = (vec![], vec![], vec![], vec![]);
+        for &i in &order {
+            let s = &plan.seqs[i];
+            items.push(Item { plan: i, row0: ids.len() });
+            for (j, &t) in s.tokens.iter().enumerate() {
+                let p = s.pos0 + j;
+                let block = s.blocks.get(p / bs).ok_or_else(|| Error::KvCache(format!("sequence {i}: no block for position {p}")))?;
+                ids.push(t);
+                pos.push(p as u32);
+                slots.push((*block as usize * bs + p % bs) as u32);
+            }
+        }
+        let n = ids.len();
+        if n == 0 {
+            return Ok(None);
+        }
+        let tables = |range: &[usize]| -> Result<Option<BlockTables>, Error> {
+            if range.is_empty() {
+                return Ok(None);
+            }
+            let t: Vec<&[u32]> = range.iter().map(|&i| plan.seqs[i].blocks).collect();
+            let l: Vec<usize> = range.iter().map(|&i| plan.seqs[i].pos0 + plan.seqs[i].tokens.len()).collect();
+            BlockTables::upload(client, &t, &l, bs, layout.num_blocks).map(Some)
+        };
+        let varlen = items[n_dec..].iter().map(|it| VarlenSeq { q_start: it.row0, q_len: plan.seqs[it.plan].tokens.len(), pos0: plan.seqs[it.plan].pos0 }).collect();
+        Ok(Some(RaggedBatch {
+            positions: DeviceTensor::from_u32(client, &pos, &[n])?,
+            slots: DeviceTensor::from_u32(client, &slots, &[n])?,
+            dec_tables: tables(&order[..n_dec])?,
+            pre_tables: tables(&order[n_dec..])?,
+            varlen,
+            ids,
+            items,
+            n_dec,
+        }))
+    }
+
+    /// Rows N of the step.
+    pub fn rows(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// The rows that draw a token, in (execution item, sample) order.
+    pub fn draw_rows(&self, plan: &StepPlan) -> Vec<u32> {
+        let mut rows = vec![];
+        for it in &self.items {
+            let s = &plan.seqs[it.plan];
+            let t = s.tokens.len();
+            rows.extend((t - s.samples.len()..t).map(|j| (it.row0 + j) as u32));
+        }
+        rows
+    }
+
+    /// Draw one token from each row of `logits [R, V]` (row k for the k-th drawing row of
+    /// [`RaggedBatch::draw_rows`]) and hand back the results in plan order, with the logits
+    /// rows the plan asked for.
+    pub fn draw(&self, client: &Client, plan: &StepPlan, logits: &DeviceTensor) -> Result<Vec<SeqResult>, Error> {
+        let mut results = vec![SeqResult::default(); plan.seqs.len()];
+        let specs: Vec<_> = self.items.iter().flat_map(|it| plan.seqs[it.plan].samples.iter()).collect();
+        let r = specs.len();
+        let v = logits.shape.get(1).copied().unwrap_or(0);
+        if logits.shape != [r, v] {
+            return Err(Error::Shape(format!("draw: logits {:?} for {r} drawing rows", logits.shape)));
+        }
+        if r == 0 {
+            return Ok(results);
+        }
+        let greedy = specs.iter().all(|s| s.params.temperature == 0.0 && (s.counts.is_empty() || !s.params.has_penalties()));
+        let drawn = if greedy {
+            argmax::argmax(client, logits)?.to_u32(client)?
+        } else {
+            let mut words = Vec::with_capacity(r * seeded::PARAMS);
+            let mut pen = vec![];
+            for (k, spec) in specs.iter().enumerate() {
+                words.extend(seeded::param_words(spec.params, spec.counter, k));
+                if spec.params.has_penalties() {
+                    seeded::penalty_words(k, spec.counts, &mut pen);
+                }
+            }
+            let params = DeviceTensor::from_u32(client, &words, &[r, seeded::PARAMS])?;
+            let entries = if pen.is_empty() { None } else { Some(DeviceTensor::from_u32(client, &pen, &[pen.len()])?) };
+            let out = DeviceTensor::from_u32(client, &vec![0; r], &[r])?;
+            seeded::seeded_into(client, logits, &params, entries.as_ref().map(|e| (e, pen.len() / 3)), &out)?;
+            out.to_u32(client)?
+        };
+        if drawn.len() < r {
+            return Err(Error::Shape(format!("draw: {} ids for {r} rows", drawn.len())));
+        }
+        let all = if specs.iter().any(|s| s.want_logits) { Some(logits.to_f32(client)?) } else { None };
+        let mut k = 0;
+        for it in &self.items {
+            let res = &mut results[it.plan];
+            for spec in &plan.seqs[it.plan].samples {
+                res.tokens.push(drawn[k]);
+                res.logits.push(match (&all, spec.want_logits) {
+                    (Some(all), true) => all.get(k * v..(k + 1) * v).map(<[f32]>::to_vec),
+                    _ => None,
+                });
+                k += 1;
+            }
+        }
+        Ok(results)
+    }
+}

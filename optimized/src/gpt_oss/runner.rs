@@ -1,0 +1,115 @@
+//! GPT-OSS behind the batched engine's [`ModelRunner`]: paged KV pools whose blocks the engine
+//! hands out and ONE forward pass per step over the ragged batch (as the llama
+//! `runner::GpuRunner`): decodes first; RoPE (YaRN table with the concentration factor) + KV
+//! write by rope v4 (each token's position and pool row from device buffers); per layer flash
+//! decode over the decode rows and varlen flash prefill over the prefill chunks, both with
+//! the layer's window (even layers slide, odd are full) and its sinks; the lm_head on the
+//! drawing rows only; the seeded draw (or argmax) on the device.
+
+use reference::gpt_oss::ops::rope::{concentration, inv_freq};
+use reference::runner::{validate_plan, KvLayout, ModelInfo, ModelRunner, SeqResult, StepPlan};
+use reference::{Error as RefError, RopeLayout};
+
+use super::batch::RaggedBatch;
+use super::model::GptOssGpu;
+use crate::kernels::attention::{flash_decode, flash_prefill_varlen, Masking};
+use crate::kernels::rope;
+use crate::{DeviceTensor, Error};
+
+/// The batched engine's GPT-OSS runner on a GPU.
+pub struct GptOssRunner {
+    pub model: GptOssGpu,
+    info: ModelInfo,
+    layout: KvLayout,
+    /// Per layer `[blocks · bs, Hkv, D]` f32.
+    k: Vec<DeviceTensor>,
+    v: Vec<DeviceTensor>,
+    /// YaRN cos / sin (concentration included) for every position of the context.
+    rope: rope::RopeTable,
+}
+
+impl GptOssRunner {
+    /// A runner over `model`'s weights with pools of `num_blocks` blocks of `block_size`.
+    pub fn new(model: GptOssGpu, block_size: usize, num_blocks: usize) -> Result<Self, Error> {
+        let cfg = &model.config;
+        let rows = block_size
+            .checked_mul(num_blocks)
+            .filter(|r| r.checked_mul(cfg.n_kv_heads * cfg.head_dim).is_some_and(|n| u32::try_from(n).is_ok()))
+            .ok_or_else(|| Error::KvCache(format!("{num_blocks} blocks × {block_size} × {} × {} exceed the u32 index range", cfg.n_kv_heads, cfg.head_dim)))?;
+        if rows == 0 {
+            return Err(Error::KvCache("a KV pool of 0 positions".into()));
+        }
+        let shape = [rows, cfg.n_kv_heads, cfg.head_dim];
+        let k = (0..cfg.n_layers).map(|_| DeviceTensor::empty_f32(&model.client, &shape)).collect();
+        let v = (0..cfg.n_layers).map(|_| DeviceTensor::empty_f32(&model.client, &shape)).collect();
+        // Positions past the pools can never be reached: the table stops there.
+        let max_pos = cfg.max_ctx.min(rows);
+        let omega = inv_freq(cfg.head_dim, cfg.rope_theta, cfg.yarn.as_ref());
+        let rope = rope::RopeTable::from_freqs(&model.client, max_pos, &omega, concentration(cfg.yarn.as_ref()), cfg.rope_theta as f32)?;
+        let info = ModelInfo { vocab: cfg.vocab, max_ctx: cfg.max_ctx, bos_id: cfg.bos_id, eos_id: cfg.eos_ids.first().copied() };
+        Ok(GptOssRunner { info, layout: KvLayout { block_size, num_blocks }, k, v, rope, model })
+    }
+
+    /// Bytes of the KV pools.
+    pub fn kv_bytes(&self) -> usize {
+        self.k.iter().chain(&self.v).map(|t| t.numel() * 4).sum()
+    }
+
+    /// Attention of layer `l` over the batch: RoPE + KV write (v4), flash decode over the
+    /// decode rows, varlen flash prefill over the rest; `[N, H, D]`.
+    fn attend(&self, l: usize, qkv: &DeviceTensor, b: &RaggedBatch) -> Result<DeviceTensor, Error> {
+        let m = &self.model;
+        let (c, cfg) = (&m.client, &m.config);
+        let (h_n, kv_n, d) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim);
+        let layer = m.layers.get(l).ok_or_else(|| Error::Shape(format!("no layer {l}")))?;
+        let mask = Masking { window: layer.window, sinks: Some(&layer.sinks) };
+        let q = rope::qkv_rope_ragged(c, qkv, h_n, kv_n, &self.rope, RopeLayout::HalfSplit, &self.k[l], &self.v[l], &b.positions, &b.slots)?;
+        let o = DeviceTensor::empty_f32(c, &[b.rows(), h_n, d]);
+        if let Some(tb) = &b.dec_tables {
+            let qd = q.clone().view_rows(b.n_dec)?;
+            let od = o.clone().view_rows(b.n_dec)?;
+            flash_decode(c, &qd, &self.k[l], &self.v[l], tb, &mask, &od)?;
+        }
+        if let Some(tb) = &b.pre_tables {
+            flash_prefill_varlen(c, &q, &self.k[l], &self.v[l], tb, &b.varlen, &mask, &o)?;
+        }
+        Ok(o)
+    }
+
+    fn run(&mut self, plan: &StepPlan) -> Result<Vec<SeqResult>, Error> {
+        if let Some(s) = plan.seqs.iter().find(|s| s.pos0 + s.tokens.len() > self.rope.max_pos) {
+            return Err(Error::KvCache(format!("position {} is past the pools' {} rows", s.pos0 + s.tokens.len(), self.rope.max_pos)));
+        }
+        let c = self.model.client.clone();
+        let Some(b) = RaggedBatch::new(&c, plan, self.layout)? else {
+            return Ok(vec![SeqResult::default(); plan.seqs.len()]);
+        };
+        let x = self.model.embed(&b.ids)?;
+        self.model.blocks(&x, &mut |l, qkv| self.attend(l, qkv, &b))?;
+        let rows = b.draw_rows(plan);
+        if rows.is_empty() {
+            return Ok(vec![SeqResult::default(); plan.seqs.len()]);
+        }
+        let logits = self.model.logits(&x, &rows)?;
+        b.draw(&c, plan, &logits)
+    }
+}
+
+impl ModelRunner for GptOssRunner {
+    fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+    fn kv_layout(&self) -> KvLayout {
+        self.layout
+    }
+    fn step(&mut self, plan: &StepPlan) -> reference::Result<Vec<SeqResult>> {
+        validate_plan(plan, &self.info, self.layout)?;
+        self.run(plan).map_err(|e| RefError::Backend(e.to_string()))
+    }
+    fn name(&self) -> String {
+        format!("{}-{}+mxfp4-experts", self.model.backend, self.model.dtype.name())
+    }
+    fn status(&self) -> Option<String> {
+        Some(format!("GPT-OSS: MoE {:?} (grouped MXFP4 gemvs for ≤ {} rows, sort + grouped GEMMs above)", self.model.moe_path, crate::kernels::moe::GEMV_MAX_T))
+    }
+}

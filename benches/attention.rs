@@ -1,12 +1,11 @@
 //! Attention: the naive CPU reference (decode T=1 and prefill) at SmolLM2's head layout, and —
-//! where a GPU runtime is present (`TANDEM_BACKENDS`, default cuda) — flash v2 vs naive v1 at
+//! where a GPU runtime is present (`TANDEM_BACKENDS`, else the device present: `tandem_benches::gpu_backends`) — flash v2 vs naive v1 at
 //! TinyLlama's layout (H=32, Hkv=4, D=64): decode over a paged cache (batch 1 and 32,
 //! throughput in K/V bytes) and causal prefill (throughput in FLOPs). Each sample ends with a
 //! device sync. The same fixtures drive `tandem bench --kernel attention`.
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use optimized::Backend;
 use reference::ops::attention::attention;
 use tandem_benches::gpu::attention as fx;
 use tandem_benches::rand_array;
@@ -39,13 +38,8 @@ fn timed(client: &optimized::Client, iters: u64, mut f: impl FnMut() -> Result<(
 }
 
 fn gpu(c: &mut Criterion) {
-    let backends: Vec<Backend> = std::env::var("TANDEM_BACKENDS").unwrap_or_else(|_| "cuda".into()).split(',').filter_map(|b| b.trim().parse().ok()).collect();
     let (h, hkv, d) = (32, 4, 64);
-    for backend in backends {
-        let Ok(client) = optimized::client(backend) else {
-            eprintln!("attention/{backend}: runtime unavailable, GPU group not run");
-            continue;
-        };
+    for (backend, client) in tandem_benches::gpu_backends("attention") {
         let mut g = c.benchmark_group(format!("attention/{backend}"));
         g.sample_size(20);
         for (batch, len) in [(1usize, 4096usize), (1, 16384), (32, 4096)] {

@@ -1,5 +1,5 @@
 //! `linear` (y = x Wᵀ): T=1 decode GEMV and T=128 prefill GEMM at real model shapes, on the
-//! CPU reference and — where a GPU runtime is present (`TANDEM_BACKENDS`, default cuda) —
+//! CPU reference and — where a GPU runtime is present (`TANDEM_BACKENDS`, else the device present: `tandem_benches::gpu_backends`) —
 //! every GPU version (`tiled`, `tiled2`, `gemv`), bf16 weights, throughput in weight bytes.
 //! GPU timings rotate over enough weight copies (≥ 256 MiB) that W streams from DRAM, and
 //! each sample ends with a device sync.
@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use optimized::kernels::matmul::{linear_into, Version};
-use optimized::{Backend, DeviceTensor, Dtype};
+use optimized::{DeviceTensor, Dtype};
 use reference::ops::matmul::linear;
 use tandem_benches::{rand_array, SHAPES};
 
@@ -25,12 +25,7 @@ fn cpu(c: &mut Criterion) {
 }
 
 fn gpu(c: &mut Criterion) {
-    let backends: Vec<Backend> = std::env::var("TANDEM_BACKENDS").unwrap_or_else(|_| "cuda".into()).split(',').filter_map(|b| b.trim().parse().ok()).collect();
-    for backend in backends {
-        let Ok(client) = optimized::client(backend) else {
-            eprintln!("matmul/{backend}: runtime unavailable, GPU group not run");
-            continue;
-        };
+    for (backend, client) in tandem_benches::gpu_backends("matmul") {
         let dt = if Dtype::BF16.supported(&client) { Dtype::BF16 } else { Dtype::F32 };
         let mut g = c.benchmark_group(format!("matmul/{backend}-{}", dt.name()));
         let shapes = [(2048usize, 5632usize), (5632, 2048), (4096, 14336), (14336, 4096), (576, 49152)];

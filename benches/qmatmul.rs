@@ -1,11 +1,11 @@
 //! Quantized linear: the reference `qlinear` (dequantize, then f32 linear) at SmolLM2's MLP
-//! shape, and — where a GPU runtime is present (`TANDEM_BACKENDS`, default cuda) — the decode
+//! shape, and — where a GPU runtime is present (`TANDEM_BACKENDS`, else the device present: `tandem_benches::gpu_backends`) — the decode
 //! gemv per weight format (bf16 dense, int8, int8-g128, mxfp4) at TinyLlama's and Mistral-7B's
 //! MLP shapes, throughput in weight bytes. Same fixtures as `tandem bench --kernel qmatmul`.
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use optimized::{Backend, Dtype};
+use optimized::Dtype;
 use reference::ops::qmatmul::qlinear;
 use reference::quant::{Granularity, Scheme};
 use tandem_benches::gpu::qmatmul::{self as fx, Format};
@@ -25,12 +25,7 @@ fn cpu(c: &mut Criterion) {
 }
 
 fn gpu(c: &mut Criterion) {
-    let backends: Vec<Backend> = std::env::var("TANDEM_BACKENDS").unwrap_or_else(|_| "cuda".into()).split(',').filter_map(|b| b.trim().parse().ok()).collect();
-    for backend in backends {
-        let Ok(client) = optimized::client(backend) else {
-            eprintln!("qmatmul/{backend}: runtime unavailable, GPU group not run");
-            continue;
-        };
+    for (backend, client) in tandem_benches::gpu_backends("qmatmul") {
         let mut g = c.benchmark_group(format!("qmatmul/{backend}"));
         let formats = [
             ("bf16", Format::Dense(Dtype::BF16)),

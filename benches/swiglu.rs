@@ -1,7 +1,8 @@
-//! SwiGLU gate at MLP widths.
+//! SwiGLU gate at MLP widths: the reference, and the device's kernel where one is present.
 use criterion::{criterion_group, criterion_main, Criterion};
+use optimized::DeviceTensor;
 use reference::ops::swiglu::swiglu;
-use tandem_benches::{rand_array, SHAPES};
+use tandem_benches::{rand_array, time_gpu, SHAPES};
 
 fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("swiglu/reference");
@@ -11,5 +12,16 @@ fn bench(c: &mut Criterion) {
     }
     g.finish();
 }
-criterion_group!(benches, bench);
+
+fn gpu(c: &mut Criterion) {
+    for (backend, client) in tandem_benches::gpu_backends("swiglu") {
+        let mut g = c.benchmark_group(format!("swiglu/{backend}"));
+        for (name, _, f, ..) in SHAPES {
+            let (Ok(a), Ok(u)) = (DeviceTensor::from_f32(&client, &vec![0.5; 128 * f], &[128, f]), DeviceTensor::from_f32(&client, &vec![0.25; 128 * f], &[128, f])) else { continue };
+            g.bench_function(format!("{name} T=128 F={f}"), |b| b.iter_custom(|n| time_gpu(&client, n, |_| optimized::kernels::swiglu(&client, &a, &u).map(|_| ()))));
+        }
+        g.finish();
+    }
+}
+criterion_group!(benches, bench, gpu);
 criterion_main!(benches);

@@ -10,7 +10,11 @@ use super::source::resolve;
 use super::{CliError, ModelArgs, Result};
 
 #[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct BenchArgs {
+    /// `tandem bench serve --url ...`: load a running server instead (bench_serve.rs).
+    #[command(subcommand)]
+    pub mode: Option<BenchMode>,
     #[command(flatten)]
     pub model: ModelArgs,
     /// Prompt lengths to prefill (comma-separated).
@@ -79,6 +83,13 @@ pub struct BenchArgs {
     /// With `--kernel qmatmul`: only these formats (names as printed, e.g. `int8,mxfp4`).
     #[arg(long)]
     pub formats: Option<String>,
+}
+
+/// What `tandem bench` measures besides the model itself (serve: issue 24).
+#[derive(clap::Subcommand, Debug)]
+pub enum BenchMode {
+    /// Load a running OpenAI-compatible server: throughput, TTFT, TPOT, ITL per concurrency.
+    Serve(super::bench_serve::BenchServeArgs),
 }
 
 /// A comma-separated list of positive integers (`what` names the flag in errors).
@@ -180,6 +191,9 @@ fn run_gate(backend: optimized::Backend) -> Result<String> {
 }
 
 pub fn run(a: BenchArgs) -> Result<()> {
+    if let Some(BenchMode::Serve(s)) = a.mode {
+        return super::bench_serve::run(s);
+    }
     let lens = usize_list(&a.prompt_lens, "--prompt-lens")?;
     if a.reps == 0 {
         return Err(CliError::Usage("--reps must be at least 1".into()));

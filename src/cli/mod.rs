@@ -7,6 +7,8 @@ mod bench_attn;
 mod bench_argmax;
 mod bench_norm;
 mod bench_qmatmul;
+// `tandem bench serve` and `tandem serve` (issue 24).
+mod bench_serve;
 mod drift;
 mod generate;
 mod logits;
@@ -14,6 +16,7 @@ mod plot;
 mod progress;
 mod quantize;
 mod results;
+mod serve;
 mod source;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -87,6 +90,9 @@ pub enum Cmd {
     Quantize(quantize::QuantizeArgs),
     /// Report how far --weights int8|mxfp4 moves next-token distributions (CPU reference).
     Drift(drift::DriftArgs),
+    /// An OpenAI-compatible HTTP server on the batched engine (/v1/completions,
+    /// /v1/chat/completions, /v1/models, /health, /metrics).
+    Serve(serve::ServeArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -131,5 +137,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Cmd::Conformance(a) => conformance_cmd(a),
         Cmd::Quantize(a) => quantize::run(a),
         Cmd::Drift(a) => drift::run(a),
+        Cmd::Serve(a) => serve::run(a),
     }
 }

@@ -1,0 +1,201 @@
+//! Response bodies in OpenAI's shapes: whole completions, stream chunks, usage, logprobs.
+
+use engine::{RequestOutput, TokenLogprob};
+use serde::Serialize;
+
+use crate::api::{Endpoint, Job};
+use crate::ModelFront;
+
+/// What every body of one request repeats.
+#[derive(Debug, Clone)]
+pub struct Meta {
+    pub id: String,
+    pub created: u64,
+    pub model: String,
+}
+
+impl Meta {
+    pub fn new(endpoint: Endpoint, model: &str) -> Self {
+        let prefix = match endpoint {
+            Endpoint::Completions => "cmpl",
+            Endpoint::Chat => "chatcmpl",
+        };
+        let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        Meta { id: format!("{prefix}-{:032x}", rand::random::<u128>()), created, model: model.to_string() }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    pub total_tokens: usize,
+}
+
+/// A request's outputs so far.
+#[derive(Debug, Default)]
+pub struct Accum {
+    pub text: String,
+    pub token_ids: Vec<u32>,
+    pub logprobs: Vec<TokenLogprob>,
+    pub prompt_tokens: usize,
+    pub output_tokens: usize,
+}
+
+impl Accum {
+    pub fn push(&mut self, o: &RequestOutput) {
+        self.text.push_str(&o.new_text);
+        self.token_ids.extend(&o.new_tokens);
+        self.logprobs.extend(o.logprobs.iter().cloned());
+        self.prompt_tokens = o.prompt_tokens;
+        self.output_tokens = o.output_tokens;
+    }
+    pub fn usage(&self) -> Usage {
+        Usage { prompt_tokens: self.prompt_tokens, completion_tokens: self.output_tokens, total_tokens: self.prompt_tokens + self.output_tokens }
+    }
+}
+
+/// A token's text: its decoding alone, or `token_id:N` for a model without a tokenizer.
+fn token_text(front: &ModelFront, id: u32) -> String {
+    match &front.tokenizer {
+        Some(t) => t.decode(&[id]).unwrap_or_else(|_| format!("token_id:{id}")),
+        None => format!("token_id:{id}"),
+    }
+}
+
+#[derive(Serialize)]
+struct CompletionLogprobs {
+    tokens: Vec<String>,
+    token_logprobs: Vec<f32>,
+    top_logprobs: Vec<serde_json::Map<String, serde_json::Value>>,
+    text_offset: Vec<usize>,
+}
+
+#[derive(Serialize)]
+struct TopLogprob {
+    token: String,
+    logprob: f32,
+    bytes: Vec<u8>,
+}
+
+#[derive(Serialize)]
+struct ChatTokenLogprob {
+    token: String,
+    logprob: f32,
+    bytes: Vec<u8>,
+    top_logprobs: Vec<TopLogprob>,
+}
+
+#[derive(Serialize)]
+struct ChatLogprobs {
+    content: Vec<ChatTokenLogprob>,
+}
+
+/// OpenAI's logprobs object for `endpoint`; `offset`: where the text of these tokens starts.
+fn logprobs_json(endpoint: Endpoint, front: &ModelFront, lps: &[TokenLogprob], offset: usize) -> serde_json::Value {
+    let v = match endpoint {
+        Endpoint::Completions => {
+            let tokens: Vec<String> = lps.iter().map(|l| token_text(front, l.id)).collect();
+            let text_offset = tokens.iter().scan(offset, |at, t| {
+                let here = *at;
+                *at += t.len();
+                Some(here)
+            });
+            let top = lps.iter().map(|l| l.top.iter().map(|&(id, lp)| (token_text(front, id), serde_json::json!(lp))).collect()).collect();
+            serde_json::to_value(CompletionLogprobs { text_offset: text_offset.collect(), token_logprobs: lps.iter().map(|l| l.logprob).collect(), top_logprobs: top, tokens })
+        }
+        Endpoint::Chat => {
+            let entry = |id: u32, logprob: f32| {
+                let token = token_text(front, id);
+                TopLogprob { bytes: token.as_bytes().to_vec(), token, logprob }
+            };
+            let content = lps
+                .iter()
+                .map(|l| {
+                    let e = entry(l.id, l.logprob);
+                    ChatTokenLogprob { token: e.token, logprob: e.logprob, bytes: e.bytes, top_logprobs: l.top.iter().map(|&(id, lp)| entry(id, lp)).collect() }
+                })
+                .collect();
+            serde_json::to_value(ChatLogprobs { content })
+        }
+    };
+    v.unwrap_or(serde_json::Value::Null)
+}
+
+/// One choice (or chunk choice). `finish`: the finish reason when it ends here.
+pub struct Piece<'a> {
+    pub text: &'a str,
+    pub token_ids: &'a [u32],
+    pub logprobs: &'a [TokenLogprob],
+    /// Where `text` starts in the whole output (completions' `text_offset`).
+    pub offset: usize,
+    pub finish: Option<&'static str>,
+}
+
+fn choice(job: &Job, front: &ModelFront, p: &Piece, chunk: bool, first_chat_chunk: bool) -> serde_json::Value {
+    let logprobs = if job.request.logprobs.is_some() && !(chunk && p.logprobs.is_empty()) { logprobs_json(job.endpoint, front, p.logprobs, p.offset) } else { serde_json::Value::Null };
+    let mut c = match (job.endpoint, chunk) {
+        (Endpoint::Completions, _) => serde_json::json!({"index": 0, "text": p.text, "logprobs": logprobs, "finish_reason": p.finish}),
+        (Endpoint::Chat, false) => serde_json::json!({"index": 0, "message": {"role": "assistant", "content": p.text}, "logprobs": logprobs, "finish_reason": p.finish}),
+        (Endpoint::Chat, true) => {
+            let delta = match (first_chat_chunk, p.finish.is_some() && p.text.is_empty()) {
+                (true, _) => serde_json::json!({"role": "assistant", "content": p.text}),
+                (false, true) => serde_json::json!({}),
+                (false, false) => serde_json::json!({"content": p.text}),
+            };
+            serde_json::json!({"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": p.finish})
+        }
+    };
+    if job.token_ids {
+        c["token_ids"] = serde_json::json!(p.token_ids);
+    }
+    c
+}
+
+fn object(endpoint: Endpoint, chunk: bool) -> &'static str {
+    match (endpoint, chunk) {
+        (Endpoint::Completions, _) => "text_completion",
+        (Endpoint::Chat, false) => "chat.completion",
+        (Endpoint::Chat, true) => "chat.completion.chunk",
+    }
+}
+
+/// The whole (non-streamed) response.
+pub fn full(job: &Job, front: &ModelFront, meta: &Meta, acc: &Accum, finish: &'static str) -> serde_json::Value {
+    let p = Piece { text: &acc.text, token_ids: &acc.token_ids, logprobs: &acc.logprobs, offset: 0, finish: Some(finish) };
+    serde_json::json!({
+        "id": meta.id,
+        "object": object(job.endpoint, false),
+        "created": meta.created,
+        "model": meta.model,
+        "choices": [choice(job, front, &p, false, false)],
+        "usage": acc.usage(),
+    })
+}
+
+/// One stream chunk with one choice. With `include_usage`, chunks carry `"usage": null`.
+pub fn chunk(job: &Job, front: &ModelFront, meta: &Meta, p: &Piece, first_chat_chunk: bool) -> serde_json::Value {
+    let mut v = serde_json::json!({
+        "id": meta.id,
+        "object": object(job.endpoint, true),
+        "created": meta.created,
+        "model": meta.model,
+        "choices": [choice(job, front, p, true, first_chat_chunk)],
+    });
+    if job.include_usage {
+        v["usage"] = serde_json::Value::Null;
+    }
+    v
+}
+
+/// The last chunk of `stream_options.include_usage`: no choices, the usage.
+pub fn usage_chunk(job: &Job, meta: &Meta, usage: Usage) -> serde_json::Value {
+    serde_json::json!({
+        "id": meta.id,
+        "object": object(job.endpoint, true),
+        "created": meta.created,
+        "model": meta.model,
+        "choices": [],
+        "usage": usage,
+    })
+}

@@ -1,0 +1,261 @@
+//! HTTP handlers. They parse and check, hand requests to the engine thread through its
+//! command channel, and turn its events into a JSON body or a server-sent event stream; they
+//! never touch the engine. A request whose client goes away is aborted (its [`Ticket`] is
+//! dropped), streaming or not.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State as AxState};
+use axum::http::{header, StatusCode};
+use axum::response::sse::{Event as Sse, KeepAlive};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+
+use crate::api::{self, Endpoint, Job};
+use crate::error::ApiError;
+use crate::metrics::Outcome;
+use crate::response::{self, Accum, Meta, Piece};
+use crate::worker::{finish_name, Command, Event};
+use crate::{Shared, State};
+
+pub fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/v1/completions", post(completions))
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/models", get(models))
+        .route("/v1/models/{id}", get(model))
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .fallback(|| async { ApiError::not_found("no such route; see /v1/completions, /v1/chat/completions, /v1/models, /health, /metrics") })
+        .method_not_allowed_fallback(|| async { ApiError::with_status(StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this route") })
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| ApiError::internal("the request handler panicked").into_response()))
+        .with_state(shared)
+}
+
+async fn completions(AxState(s): AxState<Arc<Shared>>, body: Result<Bytes, BytesRejection>) -> Response {
+    generate(s, Endpoint::Completions, body).await
+}
+
+async fn chat(AxState(s): AxState<Arc<Shared>>, body: Result<Bytes, BytesRejection>) -> Response {
+    generate(s, Endpoint::Chat, body).await
+}
+
+fn model_card(s: &Shared) -> serde_json::Value {
+    serde_json::json!({
+        "id": s.cfg.served_model_name,
+        "object": "model",
+        "created": s.created,
+        "owned_by": "tandem",
+        "max_model_len": s.front.info.max_ctx,
+        "vocab_size": s.front.info.vocab,
+    })
+}
+
+async fn models(AxState(s): AxState<Arc<Shared>>) -> Response {
+    Json(serde_json::json!({"object": "list", "data": [model_card(&s)]})).into_response()
+}
+
+async fn model(AxState(s): AxState<Arc<Shared>>, Path(id): Path<String>) -> Response {
+    if id == s.cfg.served_model_name {
+        Json(model_card(&s)).into_response()
+    } else {
+        ApiError::model_not_found(&id, &s.cfg.served_model_name).into_response()
+    }
+}
+
+async fn health(AxState(s): AxState<Arc<Shared>>) -> Response {
+    let state = s.state.borrow().clone();
+    match state {
+        State::Ready => (StatusCode::OK, Json(serde_json::json!({"status": "ok"}))).into_response(),
+        State::Loading => (StatusCode::SERVICE_UNAVAILABLE, Json(serde_json::json!({"status": "loading"}))).into_response(),
+        State::Draining => (StatusCode::SERVICE_UNAVAILABLE, Json(serde_json::json!({"status": "shutting down"}))).into_response(),
+        State::Failed(e) => (StatusCode::SERVICE_UNAVAILABLE, Json(serde_json::json!({"status": "failed", "error": e}))).into_response(),
+    }
+}
+
+async fn metrics(AxState(s): AxState<Arc<Shared>>) -> Response {
+    let text = match s.metrics.lock() {
+        Ok(m) => m.render(),
+        Err(_) => return ApiError::internal("metrics are unavailable").into_response(),
+    };
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
+}
+
+/// A request in the engine; dropped before its last output (the client went away), it
+/// aborts the request.
+struct Ticket {
+    id: u64,
+    shared: Arc<Shared>,
+    done: bool,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = self.shared.commands.send(Command::Abort(self.id));
+        }
+    }
+}
+
+async fn generate(s: Arc<Shared>, endpoint: Endpoint, body: Result<Bytes, BytesRejection>) -> Response {
+    let arrival = Instant::now();
+    match start(&s, endpoint, body, arrival).await {
+        Ok((job, ticket, rx)) if job.stream => stream(s, job, ticket, rx),
+        Ok((job, ticket, rx)) => match collect(&s, &job, ticket, rx).await {
+            Ok(r) => r,
+            Err(e) => e.into_response(),
+        },
+        Err(e) => {
+            if let Ok(mut m) = s.metrics.lock() {
+                m.count(Outcome::of_status(e.status.as_u16()));
+            }
+            e.into_response()
+        }
+    }
+}
+
+/// Check the request and queue it; errors are refusals (nothing runs).
+async fn start(s: &Arc<Shared>, endpoint: Endpoint, body: Result<Bytes, BytesRejection>, arrival: Instant) -> Result<(Job, Ticket, UnboundedReceiver<Event>), ApiError> {
+    let state = s.state.borrow().clone();
+    match state {
+        State::Ready => {}
+        State::Loading => return Err(ApiError::unavailable("the model is still loading; retry when /health answers 200")),
+        State::Draining => return Err(ApiError::unavailable("the server is shutting down")),
+        State::Failed(e) => return Err(ApiError::unavailable(format!("the model failed to load: {e}"))),
+    }
+    let body = body.map_err(|e| ApiError::with_status(e.status(), format!("reading the request body: {}", e.body_text())))?;
+    // Tokenizing and templating a long prompt is CPU work: off the async workers.
+    let s2 = s.clone();
+    let job = tokio::task::spawn_blocking(move || api::parse(endpoint, &body, &s2.front, &s2.cfg.served_model_name)).await.map_err(|e| ApiError::internal(format!("parsing the request: {e}")))??;
+    let (tx, mut rx) = unbounded_channel();
+    let id = s.next_ticket.fetch_add(1, Ordering::Relaxed);
+    let cmd = Command::Add { ticket: id, request: Box::new(job.request.clone()), events: tx, arrival, prompt_param: job.prompt_param };
+    s.commands.send(cmd).map_err(|_| ApiError::unavailable("the engine has stopped"))?;
+    let mut ticket = Ticket { id, shared: s.clone(), done: false };
+    match rx.recv().await {
+        Some(Event::Accepted) => Ok((job, ticket, rx)),
+        Some(Event::Failed(e)) => {
+            ticket.done = true;
+            Err(e)
+        }
+        Some(Event::Output(_)) | None => {
+            ticket.done = true;
+            Err(ApiError::internal("the engine stopped before accepting the request"))
+        }
+    }
+}
+
+/// Wait for the whole output and answer it as one JSON body.
+async fn collect(s: &Shared, job: &Job, mut ticket: Ticket, mut rx: UnboundedReceiver<Event>) -> Result<Response, ApiError> {
+    let meta = Meta::new(job.endpoint, &s.cfg.served_model_name);
+    let mut acc = Accum::default();
+    while let Some(ev) = rx.recv().await {
+        match ev {
+            Event::Accepted => {}
+            Event::Output(o) => {
+                acc.push(&o);
+                if let Some(f) = o.finished {
+                    ticket.done = true;
+                    return Ok(Json(response::full(job, &s.front, &meta, &acc, finish_name(f))).into_response());
+                }
+            }
+            Event::Failed(e) => {
+                ticket.done = true;
+                return Err(e);
+            }
+        }
+    }
+    ticket.done = true;
+    Err(ApiError::internal("the engine stopped while running the request"))
+}
+
+/// The state of one event stream.
+struct Streaming {
+    s: Arc<Shared>,
+    job: Job,
+    meta: Meta,
+    ticket: Ticket,
+    rx: UnboundedReceiver<Event>,
+    queue: VecDeque<Sse>,
+    /// Text bytes sent so far (completions' logprob `text_offset`).
+    sent: usize,
+    usage: Accum,
+    ended: bool,
+}
+
+fn data(v: &serde_json::Value) -> Sse {
+    Sse::default().data(v.to_string())
+}
+
+impl Streaming {
+    /// Queue the events of one engine event.
+    fn absorb(&mut self, ev: Option<Event>) {
+        let o = match ev {
+            Some(Event::Accepted) => return,
+            Some(Event::Output(o)) => o,
+            Some(Event::Failed(e)) => return self.fail(e),
+            None => return self.fail(ApiError::internal("the engine stopped while running the request")),
+        };
+        self.usage.push(&o);
+        let (s, job, meta) = (&self.s, &self.job, &self.meta);
+        let show_tokens = job.token_ids || job.request.logprobs.is_some();
+        if !o.new_text.is_empty() || (show_tokens && !o.new_tokens.is_empty()) {
+            let p = Piece { text: &o.new_text, token_ids: &o.new_tokens, logprobs: &o.logprobs, offset: self.sent, finish: None };
+            self.queue.push_back(data(&response::chunk(job, &s.front, meta, &p, false)));
+            self.sent += o.new_text.len();
+        }
+        if let Some(f) = o.finished {
+            self.ticket.done = true;
+            let p = Piece { text: "", token_ids: &[], logprobs: &[], offset: self.sent, finish: Some(finish_name(f)) };
+            self.queue.push_back(data(&response::chunk(job, &s.front, meta, &p, false)));
+            if job.include_usage {
+                self.queue.push_back(data(&response::usage_chunk(job, meta, self.usage.usage())));
+            }
+            self.queue.push_back(Sse::default().data("[DONE]"));
+            self.ended = true;
+        }
+    }
+
+    fn fail(&mut self, e: ApiError) {
+        self.ticket.done = true;
+        self.queue.push_back(data(&e.json()));
+        self.queue.push_back(Sse::default().data("[DONE]"));
+        self.ended = true;
+    }
+
+    async fn next(&mut self) -> Option<Sse> {
+        loop {
+            if let Some(e) = self.queue.pop_front() {
+                return Some(e);
+            }
+            if self.ended {
+                return None;
+            }
+            let ev = self.rx.recv().await;
+            self.absorb(ev);
+        }
+    }
+}
+
+/// Answer with server-sent events: OpenAI's chunks, `data: [DONE]` last, keep-alive comments
+/// while the request waits.
+fn stream(s: Arc<Shared>, job: Job, ticket: Ticket, rx: UnboundedReceiver<Event>) -> Response {
+    let meta = Meta::new(job.endpoint, &s.cfg.served_model_name);
+    let keep_alive = s.cfg.keep_alive;
+    let mut st = Streaming { s, job, meta, ticket, rx, queue: VecDeque::new(), sent: 0, usage: Accum::default(), ended: false };
+    if st.job.endpoint == Endpoint::Chat {
+        let p = Piece { text: "", token_ids: &[], logprobs: &[], offset: 0, finish: None };
+        let first = data(&response::chunk(&st.job, &st.s.front, &st.meta, &p, true));
+        st.queue.push_back(first);
+    }
+    let events = futures_util::stream::unfold(st, |mut st| async move { st.next().await.map(|e| (Ok::<_, Infallible>(e), st)) });
+    axum::response::Sse::new(events).keep_alive(KeepAlive::new().interval(keep_alive).text("keep-alive")).into_response()
+}

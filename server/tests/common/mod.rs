@@ -1,0 +1,229 @@
+//! Helpers shared by the server's tests: tiny synthetic models, runners that are slow or fail
+//! on demand, servers, HTTP and SSE.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use engine::{Engine, EngineConfig, Request};
+use reference::runner::{KvLayout, ModelInfo, ModelRunner, RefRunner, SeqResult, StepPlan};
+use reference::{synthetic, Config, Model};
+use serde_json::{json, Value};
+use server::{ModelFront, Server, ServerConfig};
+
+pub const BLOCK: usize = 16;
+
+pub fn tiny_config(name: &str) -> Config {
+    synthetic::tiny_configs().into_iter().find(|(n, _)| *n == name).map(|(_, c)| c).expect("tiny config")
+}
+
+pub fn tiny_model(name: &str) -> Model {
+    let cfg = tiny_config(name);
+    let w = synthetic::weights(&cfg, 3).expect("synthetic weights");
+    Model::new(cfg, w)
+}
+
+pub fn tiny_runner(name: &str, kv_tokens: usize) -> RefRunner {
+    RefRunner::new(tiny_model(name), BLOCK, kv_tokens.div_ceil(BLOCK)).expect("runner")
+}
+
+/// A model without tokenizer or chat template: token-id prompts only.
+pub fn tiny_front(name: &str) -> ModelFront {
+    ModelFront { tokenizer: None, chat: None, info: ModelInfo::of(&tiny_config(name)) }
+}
+
+/// `len` token ids of a tiny model (`salt` varies them).
+pub fn prompt(len: usize, salt: u32) -> Vec<u32> {
+    (0..len as u32).map(|i| 3 + synthetic::hash(i ^ salt.wrapping_mul(0x9E37)) % 90).collect()
+}
+
+/// A runner that sleeps before each step, and fails (error or panic) while told to.
+pub struct Flaky<R> {
+    pub inner: R,
+    pub step_delay: Duration,
+    pub control: Arc<Control>,
+}
+
+/// 0: run; 1: every step errors; 2: every step panics.
+#[derive(Default)]
+pub struct Control(pub AtomicU32);
+
+impl Control {
+    pub fn set(&self, mode: u32) {
+        self.0.store(mode, Ordering::SeqCst)
+    }
+}
+
+impl<R: ModelRunner> ModelRunner for Flaky<R> {
+    fn info(&self) -> &ModelInfo {
+        self.inner.info()
+    }
+    fn kv_layout(&self) -> KvLayout {
+        self.inner.kv_layout()
+    }
+    fn step(&mut self, plan: &StepPlan) -> reference::Result<Vec<SeqResult>> {
+        std::thread::sleep(self.step_delay);
+        match self.control.0.load(Ordering::SeqCst) {
+            1 => Err(reference::Error::Backend("injected step failure".into())),
+            2 => panic!("injected step panic"),
+            _ => self.inner.step(plan),
+        }
+    }
+    fn name(&self) -> String {
+        format!("flaky {}", self.inner.name())
+    }
+}
+
+pub fn config(max_seqs: usize) -> ServerConfig {
+    ServerConfig {
+        port: 0,
+        served_model_name: "tiny".into(),
+        engine: EngineConfig { max_num_seqs: max_seqs, ..EngineConfig::default() },
+        shutdown_timeout: Duration::from_secs(10),
+        ..ServerConfig::default()
+    }
+}
+
+/// A server on a tiny model whose steps take `delay`; `control` makes them fail.
+pub fn start_tiny(name: &'static str, cfg: ServerConfig, delay: Duration, control: Arc<Control>) -> Server {
+    let front = tiny_front(name);
+    let server = Server::start(cfg, front, move || Ok(Flaky { inner: tiny_runner(name, 4096), step_delay: delay, control })).expect("server starts");
+    wait_ready(&base(&server));
+    server
+}
+
+pub fn base(s: &Server) -> String {
+    format!("http://{}", s.addr())
+}
+
+/// Poll `/health` until 200 (panics after 60 s).
+pub fn wait_ready(base: &str) {
+    let t = Instant::now();
+    let rt = rt();
+    loop {
+        let ok = rt.block_on(async { reqwest::get(format!("{base}/health")).await.map(|r| r.status().as_u16() == 200).unwrap_or(false) });
+        if ok {
+            return;
+        }
+        assert!(t.elapsed() < Duration::from_secs(60), "the server at {base} never became healthy");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
+}
+
+/// The engine's tokens for `req` alone, without any server.
+pub fn engine_tokens(runner: impl ModelRunner, req: Request) -> Vec<u32> {
+    let mut e = Engine::new(runner, EngineConfig::default(), None).expect("engine");
+    e.add_request(req).expect("valid request");
+    e.run_to_completion().expect("steps").iter().flat_map(|o| o.new_tokens.clone()).collect()
+}
+
+/// POST JSON; the status and the body (JSON, or a string for a non-JSON body).
+pub async fn post(client: &reqwest::Client, url: &str, body: &Value) -> (u16, Value) {
+    let r = client.post(url).json(body).send().await.expect("request sent");
+    let status = r.status().as_u16();
+    let text = r.text().await.expect("body");
+    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+}
+
+/// POST raw bytes as JSON.
+pub async fn post_raw(client: &reqwest::Client, url: &str, body: &str) -> (u16, Value) {
+    let r = client.post(url).header("content-type", "application/json").body(body.to_string()).send().await.expect("request sent");
+    let status = r.status().as_u16();
+    let text = r.text().await.expect("body");
+    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+}
+
+/// A whole event stream: the `data:` payloads in order (the last must be `[DONE]`) and the
+/// number of comment lines.
+pub struct Stream {
+    pub data: Vec<String>,
+    pub comments: usize,
+}
+
+impl Stream {
+    /// The JSON chunks (everything but `[DONE]`).
+    pub fn chunks(&self) -> Vec<Value> {
+        self.data.iter().filter(|d| *d != "[DONE]").map(|d| serde_json::from_str(d).expect("chunk is JSON")).collect()
+    }
+    /// Token ids of all chunks, in order.
+    pub fn token_ids(&self) -> Vec<u32> {
+        self.chunks().iter().flat_map(|c| c["choices"].as_array().cloned().unwrap_or_default()).flat_map(|ch| ids(&ch["token_ids"])).collect()
+    }
+    /// Text of all chunks (`text` or `delta.content`).
+    pub fn text(&self) -> String {
+        self.chunks()
+            .iter()
+            .flat_map(|c| c["choices"].as_array().cloned().unwrap_or_default())
+            .map(|ch| ch["text"].as_str().or(ch["delta"]["content"].as_str()).unwrap_or_default().to_string())
+            .collect()
+    }
+    pub fn finish_reason(&self) -> Option<String> {
+        self.chunks().iter().flat_map(|c| c["choices"].as_array().cloned().unwrap_or_default()).find_map(|ch| ch["finish_reason"].as_str().map(str::to_string))
+    }
+}
+
+pub fn parse_sse(body: &str) -> Stream {
+    let mut s = Stream { data: vec![], comments: 0 };
+    for line in body.lines() {
+        if let Some(d) = line.strip_prefix("data:") {
+            s.data.push(d.trim().to_string());
+        } else if line.starts_with(':') {
+            s.comments += 1;
+        }
+    }
+    s
+}
+
+/// POST with `stream: true`; the status and the parsed stream.
+pub async fn post_stream(client: &reqwest::Client, url: &str, body: &Value) -> (u16, Stream) {
+    let r = client.post(url).json(body).send().await.expect("request sent");
+    let status = r.status().as_u16();
+    let ct = r.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+    let text = r.text().await.expect("body");
+    if status == 200 {
+        assert!(ct.starts_with("text/event-stream"), "content-type {ct}");
+    }
+    (status, parse_sse(&text))
+}
+
+pub fn ids(v: &Value) -> Vec<u32> {
+    v.as_array().map(|a| a.iter().map(|x| x.as_u64().expect("token id") as u32).collect()).unwrap_or_default()
+}
+
+/// A completions body for token ids.
+pub fn completion(p: &[u32], max_tokens: usize, extra: Value) -> Value {
+    let mut b = json!({"model": "tiny", "prompt": p, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": true});
+    if let (Some(o), Some(e)) = (b.as_object_mut(), extra.as_object()) {
+        for (k, v) in e {
+            o.insert(k.clone(), v.clone());
+        }
+    }
+    b
+}
+
+/// One sample of a Prometheus metric (with its labels, e.g. `x{outcome="abort"}`).
+pub fn metric(text: &str, name: &str) -> f64 {
+    text.lines().find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')).and_then(|v| v.trim().parse().ok())).unwrap_or_else(|| panic!("metric {name} missing from\n{text}"))
+}
+
+pub async fn metrics(client: &reqwest::Client, base: &str) -> String {
+    client.get(format!("{base}/metrics")).send().await.expect("metrics").text().await.expect("metrics body")
+}
+
+/// Poll `/metrics` until `cond` holds (panics after `within`).
+pub async fn wait_metrics(client: &reqwest::Client, base: &str, within: Duration, what: &str, cond: impl Fn(&str) -> bool) -> String {
+    let t = Instant::now();
+    loop {
+        let m = metrics(client, base).await;
+        if cond(&m) {
+            return m;
+        }
+        assert!(t.elapsed() < within, "{what}: not within {within:?}; metrics:\n{m}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

@@ -138,12 +138,18 @@ impl<R: ModelRunner> Engine<R> {
         let kv = draft.kv_layout();
         let blocks = BlockManager::new(kv.block_size, kv.num_blocks)?;
         e.cfg = cfg;
-        e.spec = Some(SpecState { cfg: sc, drafter: Some(Drafter { runner: draft, blocks }), cost: CostModel::new(true) });
+        let caching = cfg.prefix_caching && kv.block_size == e.blocks.block_size;
+        e.spec = Some(SpecState { cfg: sc, drafter: Some(Drafter { runner: draft, blocks, caching }), cost: CostModel::new(true) });
         Ok(e)
     }
 
     pub fn runner(&self) -> &R {
         &self.runner
+    }
+    /// The runners back — the target's, and the draft model's when speculating with one —
+    /// e.g. to build another engine on the same loaded models.
+    pub fn into_runners(self) -> (R, Option<Box<dyn ModelRunner + Send>>) {
+        (self.runner, self.spec.and_then(|s| s.drafter).map(|d| d.runner))
     }
     pub fn runner_mut(&mut self) -> &mut R {
         &mut self.runner

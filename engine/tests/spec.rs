@@ -238,3 +238,21 @@ fn bad_speculation_settings_are_refused_naming_the_field() {
     let e = Engine::with_draft(runner(model(TARGET, 3), 16), other_vocab, EngineConfig { speculation: Some(SpecConfig::draft(4)), ..EngineConfig::default() }, None);
     assert!(e.err().is_some_and(|e| e.to_string().contains("vocabulary")));
 }
+
+#[test]
+fn a_draft_with_other_blocks_or_a_small_pool_changes_nothing_but_speed() {
+    let reqs: Vec<Request> = (0..5).map(|i| req(prompt(6 + 5 * i, i as u32), 18, if i % 2 == 0 { penalized() } else { SamplingParams::default() })).collect();
+    let want = plain(TARGET, &reqs);
+    // Blocks of 8 (the draft caches nothing: its block hashes would differ), and a pool of 6
+    // blocks of 4 (most sequences find no room to draft).
+    for (bs, blocks) in [(8, 64), (4, 6)] {
+        let draft = Box::new(RefRunner::new(model(TARGET, 3), bs, blocks).expect("draft"));
+        let mut e = Engine::with_draft(runner(model(TARGET, 3), 64), draft, EngineConfig { speculation: fixed(SpecConfig::draft(3)), ..EngineConfig::default() }, None).expect("engine");
+        let outs = run_all(&mut e, &reqs);
+        assert_eq!(tokens_by_request(&outs, reqs.len()), want, "draft blocks of {bs}, {blocks} of them");
+        assert!(e.stats().spec_verifies > 0);
+        if bs == 8 {
+            assert_eq!(e.draft_blocks().map(|d| d.num_cached()), Some(0), "no draft prefix caching across block sizes");
+        }
+    }
+}

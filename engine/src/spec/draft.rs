@@ -18,18 +18,20 @@ use crate::sequence::Sequence;
 pub(crate) struct Drafter {
     pub runner: Box<dyn ModelRunner + Send>,
     pub blocks: BlockManager,
+    /// Prefix caching for the draft: on when the engine's is and the block sizes agree (the
+    /// sequence's block hashes are the target's).
+    pub caching: bool,
 }
 
 impl Drafter {
-    /// Give `s` a draft sequence (its cached prefix from the draft's prefix cache when the
-    /// block sizes agree) and room to catch up on every token it has not computed; false,
+    /// Give `s` a draft sequence (its cached prefix from the draft's prefix cache) and room to catch up on every token it has not computed; false,
     /// changing nothing else, when the draft's pool cannot take them.
-    fn prepare(&mut self, s: &mut Sequence, prefix_caching: bool, target_bs: usize) -> Result<bool> {
+    fn prepare(&mut self, s: &mut Sequence) -> Result<bool> {
         let bs = self.blocks.block_size;
         let kv = match s.spec.draft_kv {
             Some(kv) => kv,
             None => {
-                let lookup = if prefix_caching && bs == target_bs { s.hashes_upto(s.tokens.len() - 1, bs).to_vec() } else { Vec::new() };
+                let lookup = if self.caching { s.hashes_upto(s.tokens.len() - 1, bs).to_vec() } else { Vec::new() };
                 let (kv, cached) = self.blocks.add_sequence_cached(&lookup)?;
                 s.spec.draft_kv = Some(kv);
                 s.spec.draft_computed = cached;
@@ -47,12 +49,12 @@ impl Drafter {
 
     /// After a verification: keep the draft's KV of accepted tokens only (positions below the
     /// target's `computed`), registering its full blocks.
-    pub(crate) fn rollback(&mut self, s: &mut Sequence, prefix_caching: bool) -> Result<()> {
+    pub(crate) fn rollback(&mut self, s: &mut Sequence) -> Result<()> {
         let Some(kv) = s.spec.draft_kv else { return Ok(()) };
         let keep = s.spec.draft_computed.min(s.computed);
         self.blocks.truncate(kv, keep)?;
         s.spec.draft_computed = keep;
-        if prefix_caching {
+        if self.caching {
             s.spec.draft_registered = register_prefix(&mut self.blocks, s, kv, keep, s.spec.draft_registered)?;
         }
         Ok(())
@@ -74,14 +76,13 @@ impl<R: ModelRunner> Engine<R> {
     /// probability falls below the threshold, or the draft's pool is full. Items whose draft
     /// cannot start get k = 0. Returns the time spent in the draft runner.
     pub(crate) fn draft_proposals(&mut self, items: &mut [Item]) -> Result<Duration> {
-        let (prefix_caching, target_bs) = (self.cfg.prefix_caching, self.blocks.block_size);
         let Some(sp) = self.spec.as_mut() else { return Ok(Duration::ZERO) };
         let Some(dr) = sp.drafter.as_mut() else { return Ok(Duration::ZERO) };
         let threshold = f64::from(sp.cfg.min_draft_prob);
         let mut active = Vec::new();
         for (i, it) in items.iter_mut().enumerate().filter(|(_, it)| it.k > 0) {
             let s = self.seqs.get_mut(&it.id).ok_or_else(|| Error::Input(format!("unknown request {}", it.id)))?;
-            if dr.prepare(s, prefix_caching, target_bs)? {
+            if dr.prepare(s)? {
                 let params = SamplingParams { seed: dist::draft_seed(s.params.seed), ..s.params.clone() };
                 active.push(Drafting { item: i, params, counts: Vec::new() });
             } else {

@@ -130,7 +130,7 @@ impl<R: ModelRunner> Engine<R> {
         s.spec.proposal.clear();
         s.spec.q.clear();
         if let Some(dr) = self.spec.as_mut().and_then(|sp| sp.drafter.as_mut()) {
-            dr.rollback(s, self.cfg.prefix_caching)?;
+            dr.rollback(s)?;
         }
         let st = &mut self.stats;
         st.spec_verifies += 1;

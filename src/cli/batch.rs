@@ -7,7 +7,7 @@ use std::io::{BufRead, Write};
 use std::path::Path;
 use std::sync::Arc;
 
-use engine::{Detokenizer, Engine, EngineConfig, Request, RequestId};
+use engine::{Detokenizer, EngineConfig, Request, RequestId};
 use reference::chat::Message;
 use reference::sampling::SamplingParams;
 use serde_json::{json, Value};
@@ -109,7 +109,8 @@ pub fn run(a: GenerateArgs, path: &Path, base: SamplingParams) -> Result<()> {
     let runner = opened.runner(a.model.device, a.model.dtype.as_deref(), kv)?;
     let detok = tok.clone().map(|t| t as Arc<dyn Detokenizer>);
     let cfg = EngineConfig { max_num_seqs: a.max_seqs.max(1), ..EngineConfig::default() };
-    let mut engine = Engine::new(runner, cfg, detok)?;
+    // Speculative decoding (issue 26): `--speculate` picks the engine.
+    let mut engine = super::bench_spec::engine_for(&a.spec, &a.model, runner, cfg, detok, tok.as_deref(), kv)?;
     let mut ids: HashMap<RequestId, (Value, Vec<u32>, String)> = HashMap::new();
     for l in lines {
         match l.request.map_err(CliError::Usage).and_then(|r| engine.add_request(r).map_err(CliError::from)) {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Args;
-use engine::{Detokenizer, Engine, EngineConfig, FinishReason, Request};
+use engine::{Detokenizer, EngineConfig, FinishReason, Request};
 use reference::chat::Message;
 use reference::sampling::SamplingParams;
 
@@ -46,6 +46,9 @@ pub struct GenerateArgs {
     /// --prompts at its max_tokens, at most 64 × the context; one request's worth otherwise.
     #[arg(long)]
     pub kv_tokens: Option<usize>,
+    /// Speculative decoding (issue 26): --speculate, --spec-k, ...
+    #[command(flatten)]
+    pub spec: super::bench_spec::SpecArgs,
 }
 
 /// Sampling flags shared by `generate` and `serve`.
@@ -139,7 +142,8 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     let name = runner.name();
     let tok = Arc::new(tok);
     let detok: Arc<dyn Detokenizer> = tok.clone();
-    let mut engine = Engine::new(runner, EngineConfig::default(), Some(detok))?;
+    // Speculative decoding (issue 26): `--speculate` picks the engine.
+    let mut engine = super::bench_spec::engine_for(&a.spec, &a.model, runner, EngineConfig::default(), Some(detok), Some(tok.as_ref()), kv)?;
     let mut req = Request::new(ids.clone()).with_max_tokens(max_tokens).with_params(params);
     req.stop_token_ids = tok.eog_ids();
     engine.add_request(req)?;
@@ -165,6 +169,9 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         ids.len(),
         ttft.unwrap_or_default().as_secs_f64() * 1e3,
     );
+    if let Some(s) = super::bench_spec::summary(engine.stats()) {
+        eprintln!("[{name}] {s}");
+    }
     Ok(())
 }
 

@@ -9,6 +9,8 @@ mod bench_norm;
 mod bench_qmatmul;
 // `tandem bench serve` and `tandem serve` (issue 24).
 mod bench_serve;
+// Speculative decoding flags and `tandem bench-spec` (issue 26).
+mod bench_spec;
 mod drift;
 mod generate;
 mod logits;
@@ -93,6 +95,9 @@ pub enum Cmd {
     /// An OpenAI-compatible HTTP server on the batched engine (/v1/completions,
     /// /v1/chat/completions, /v1/models, /health, /metrics).
     Serve(serve::ServeArgs),
+    /// Speculative decoding: tokens/s with and without, acceptance, predicted vs measured
+    /// speed-up, at several batch sizes (issue 26).
+    BenchSpec(bench_spec::BenchSpecArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -138,5 +143,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Cmd::Quantize(a) => quantize::run(a),
         Cmd::Drift(a) => drift::run(a),
         Cmd::Serve(a) => serve::run(a),
+        Cmd::BenchSpec(a) => bench_spec::run(a),
     }
 }

@@ -1,0 +1,375 @@
+//! Speculative decoding from the command line (issue 26): the `--speculate` flags that
+//! `generate` (one prompt or `--prompts`) shares, the engine they build, and
+//! `tandem bench-spec`: tokens/s with and without speculation at several batch sizes, the
+//! acceptance, and the speed-up the measured acceptance and step costs predict — so that the
+//! overhead (measured vs predicted) is visible. One JSON row per configuration on stdout, a
+//! table on stderr. Runs on the CPU reference (small settings) and on a GPU (`--device`).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use clap::Args;
+use engine::{Detokenizer, Engine, EngineConfig, EngineStats, Request, SpecConfig, SpecMethod};
+use reference::runner::ModelRunner;
+use reference::tokenizer::Tokenizer;
+use serde_json::{json, Value};
+
+use super::generate::{prompt_ids, SamplingArgs};
+use super::source::KV_BLOCK;
+use super::{CliError, ModelArgs, Result};
+
+/// A runner picked at run time.
+pub type DynRunner = Box<dyn ModelRunner + Send>;
+
+/// The speculation flags of `generate` and `bench-spec`.
+#[derive(Args, Debug, Clone)]
+pub struct SpecArgs {
+    /// Speculative decoding: `ngram` (prompt lookup in prompt + output), `draft:PATH` (a
+    /// draft model sharing the tokenizer: a .gguf or HF directory), `self:int8`,
+    /// `self:int8-g128`, `self:mxfp4` (the model quantized on load as its own draft).
+    /// Off when absent.
+    #[arg(long)]
+    pub speculate: Option<String>,
+    /// Most tokens proposed per sequence and step (k).
+    #[arg(long, default_value_t = 4)]
+    pub spec_k: usize,
+    /// Always propose k tokens (as far as proposals go) instead of choosing k per sequence
+    /// from its acceptance and the measured step costs.
+    #[arg(long)]
+    pub spec_fixed: bool,
+    /// n-gram sizes for `--speculate ngram`, `MIN:MAX` (the longest match wins).
+    #[arg(long, default_value = "2:4")]
+    pub spec_ngram: String,
+    /// Draft models: stop drafting when the draft's top-1 probability falls below this (0:
+    /// never; above 0 the draft returns its logits rows every round).
+    #[arg(long, default_value_t = 0.0)]
+    pub spec_min_prob: f32,
+}
+
+/// What `--speculate` names.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Speculate {
+    Ngram,
+    Draft(PathBuf),
+    /// The target quantized on load (`--weights` value).
+    SelfQuant(String),
+}
+
+impl Speculate {
+    pub fn parse(s: &str) -> Result<Self> {
+        let bad = || CliError::Usage(format!("--speculate {s}: expected ngram, draft:PATH, self:int8, self:int8-g<N> or self:mxfp4"));
+        match s.split_once(':') {
+            None if s == "ngram" => Ok(Speculate::Ngram),
+            Some(("draft", p)) if !p.is_empty() => Ok(Speculate::Draft(PathBuf::from(p))),
+            Some(("self", w)) => {
+                w.parse::<reference::quant::Scheme>().map_err(|_| bad())?;
+                Ok(Speculate::SelfQuant(w.to_string()))
+            }
+            _ => Err(bad()),
+        }
+    }
+}
+
+impl SpecArgs {
+    /// The engine's speculation settings for `what`.
+    pub fn config(&self, what: &Speculate) -> Result<SpecConfig> {
+        let method = match what {
+            Speculate::Ngram => {
+                let (lo, hi) = self.spec_ngram.split_once(':').ok_or_else(|| CliError::Usage(format!("--spec-ngram {}: expected MIN:MAX", self.spec_ngram)))?;
+                let n = |x: &str| x.trim().parse::<usize>().map_err(|_| CliError::Usage(format!("--spec-ngram {}: `{x}` is not a number", self.spec_ngram)));
+                SpecMethod::Ngram { min_n: n(lo)?, max_n: n(hi)? }
+            }
+            _ => SpecMethod::Draft,
+        };
+        let c = SpecConfig { method, max_k: self.spec_k, adaptive: !self.spec_fixed, min_draft_prob: self.spec_min_prob, ..SpecConfig::default() };
+        c.validate().map_err(|e| CliError::Usage(format!("--spec-k / --spec-ngram / --spec-min-prob: {e}")))?;
+        Ok(c)
+    }
+}
+
+/// The draft runner `what` names (none for n-gram), with KV pools of `kv_tokens` positions;
+/// `tok` is the target's tokenizer, which a draft from a file must share.
+pub fn draft_runner(what: &Speculate, model: &ModelArgs, tok: Option<&Tokenizer>, kv_tokens: usize) -> Result<Option<DynRunner>> {
+    let args = match what {
+        Speculate::Ngram => return Ok(None),
+        Speculate::SelfQuant(w) => ModelArgs { weights: Some(w.clone()), ..model.clone() },
+        Speculate::Draft(p) => ModelArgs { model: Some(p.clone()), synthetic: None, weights: None, ..model.clone() },
+    };
+    let mut opened = args.open()?;
+    if let (Speculate::Draft(p), Some(t)) = (what, tok) {
+        let probe = "Speculative decoding: the draft's tokens, 12345 — café.";
+        let same = opened.tokenizer.as_ref().map(|d| d.encode(probe, false).ok() == t.encode(probe, false).ok() && d.vocab_size() == t.vocab_size());
+        if same == Some(false) {
+            return Err(CliError::Usage(format!("--speculate draft:{}: its tokenizer differs from the model's", p.display())));
+        }
+    }
+    Ok(Some(opened.runner(model.device, model.dtype.as_deref(), kv_tokens)?))
+}
+
+/// The engine over `runner` with the speculation `spec` asks for (`draft`: its draft runner).
+pub fn build(spec: Option<(&SpecArgs, &Speculate)>, runner: DynRunner, draft: Option<DynRunner>, cfg: EngineConfig, detok: Option<Arc<dyn Detokenizer>>) -> Result<Engine<DynRunner>> {
+    let speculation = spec.map(|(a, w)| a.config(w)).transpose()?;
+    let cfg = EngineConfig { speculation, ..cfg };
+    Ok(match draft {
+        Some(d) => Engine::with_draft(runner, d, cfg, detok)?,
+        None => Engine::new(runner, cfg, detok)?,
+    })
+}
+
+/// The engine `generate` runs: `--speculate` applied (the draft's pools as large as the
+/// target's).
+pub fn engine_for(a: &SpecArgs, model: &ModelArgs, runner: DynRunner, cfg: EngineConfig, detok: Option<Arc<dyn Detokenizer>>, tok: Option<&Tokenizer>, kv_tokens: usize) -> Result<Engine<DynRunner>> {
+    let Some(s) = a.speculate.as_deref() else { return build(None, runner, None, cfg, detok) };
+    let what = Speculate::parse(s)?;
+    let draft = draft_runner(&what, model, tok, kv_tokens + KV_BLOCK * a.spec_k.div_ceil(KV_BLOCK))?;
+    build(Some((a, &what)), runner, draft, cfg, detok)
+}
+
+/// One line on speculation's effect, when it ran.
+pub fn summary(st: &EngineStats) -> Option<String> {
+    (st.spec_verifies > 0).then(|| {
+        format!(
+            "speculation: {}/{} proposals accepted ({:.0}%), {:.2} tokens per verification",
+            st.spec_accepted,
+            st.spec_proposed,
+            100.0 * st.spec_accepted as f64 / st.spec_proposed.max(1) as f64,
+            st.spec_emitted as f64 / st.spec_verifies as f64
+        )
+    })
+}
+
+#[derive(Args, Debug)]
+pub struct BenchSpecArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Configurations to compare with plain decoding, comma-separated (`--speculate`
+    /// values): ngram, self:int8, self:mxfp4, draft:PATH.
+    #[arg(long, default_value = "ngram")]
+    pub speculate: String,
+    /// Adaptive depth: `on`, `off` (fixed k) or `on,off` (a row each).
+    #[arg(long, default_value = "off,on")]
+    pub adaptive: String,
+    #[command(flatten)]
+    pub spec: SpecArgs,
+    /// Batch sizes (sequences decoding together), comma-separated.
+    #[arg(long, default_value = "1,8")]
+    pub batches: String,
+    /// Tokens each request generates (at most; EOS ends a request of a real model).
+    #[arg(long, default_value_t = 64)]
+    pub max_tokens: usize,
+    /// Prompt files (one user message per .txt file, wrapped in the chat template when the
+    /// model has one), taken in turn.
+    #[arg(long, default_value = "benches/prompts/spec")]
+    pub prompts: PathBuf,
+    /// Models without a tokenizer (synthetic): random prompts of this many ids.
+    #[arg(long, default_value_t = 64)]
+    pub prompt_len: usize,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// Also write the rows here (JSON lines).
+    #[arg(long)]
+    pub json_out: Option<PathBuf>,
+}
+
+/// A comma-separated list of positive integers (`what` names the flag in errors).
+fn usize_list(s: &str, what: &str) -> Result<Vec<usize>> {
+    let v: Vec<usize> = s.split(',').map(|x| x.trim().parse().map_err(|_| CliError::Usage(format!("{what}: `{x}` is not a number")))).collect::<Result<_>>()?;
+    if v.is_empty() || v.contains(&0) {
+        return Err(CliError::Usage(format!("{what}: give positive numbers")));
+    }
+    Ok(v)
+}
+
+/// The prompts: the .txt files of `dir` through the tokenizer (and chat template), or
+/// random ids for a model without a tokenizer.
+fn load_prompts(a: &BenchSpecArgs, opened: &super::source::Opened) -> Result<Vec<Vec<u32>>> {
+    let Some(tok) = opened.tokenizer.as_ref() else {
+        let v = opened.config.vocab as u32;
+        return Ok((0..4u32).map(|p| (0..a.prompt_len as u32).map(|i| 3 + reference::synthetic::hash(i ^ p.wrapping_mul(0x9E37_79B9)) % (v - 3).max(1)).collect()).collect());
+    };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&a.prompts).map_err(|e| reference::Error::io(&a.prompts, e))?.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "txt")).collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(CliError::Usage(format!("--prompts {}: no .txt files", a.prompts.display())));
+    }
+    files
+        .iter()
+        .map(|f| {
+            let text = std::fs::read_to_string(f).map_err(|e| reference::Error::io(f, e))?;
+            let text = match &opened.chat {
+                Some(t) => t.render(&[reference::chat::Message::user(text.trim().to_string())], true)?,
+                None => text,
+            };
+            prompt_ids(tok, &text, opened.config.bos_id)
+        })
+        .collect()
+}
+
+/// What one run measured.
+struct Run {
+    stats: EngineStats,
+    wall_s: f64,
+    generated: u64,
+}
+
+impl Run {
+    fn decode_tps(&self) -> f64 {
+        self.stats.decode_tokens as f64 / (self.stats.decode_ns as f64 * 1e-9).max(1e-12)
+    }
+    /// Per decode step: (tokens, target ms, draft ms).
+    fn per_step(&self) -> (f64, f64, f64) {
+        let n = self.stats.decode_steps.max(1) as f64;
+        (self.stats.decode_tokens as f64 / n, self.stats.target_ns as f64 * 1e-6 / n, self.stats.draft_ns as f64 * 1e-6 / n)
+    }
+}
+
+/// Run `batch` requests (prompts in turn) to completion on `e`.
+fn run_batch(e: &mut Engine<DynRunner>, prompts: &[Vec<u32>], batch: usize, max_tokens: usize, a: &BenchSpecArgs, stop: &[u32]) -> Result<Run> {
+    let params = a.sampling.params();
+    for i in 0..batch {
+        let p = prompts[i % prompts.len()].clone();
+        let r = Request { stop_token_ids: stop.to_vec(), ..Request::new(p).with_max_tokens(max_tokens).with_params(reference::sampling::SamplingParams { seed: params.seed + i as u64, ..params.clone() }) };
+        e.add_request(r)?;
+    }
+    let t0 = Instant::now();
+    let outs = e.run_to_completion()?;
+    let wall_s = t0.elapsed().as_secs_f64();
+    let generated = outs.iter().map(|o| o.new_tokens.len() as u64).sum();
+    Ok(Run { stats: e.stats().clone(), wall_s, generated })
+}
+
+pub fn run(a: BenchSpecArgs) -> Result<()> {
+    let batches = usize_list(&a.batches, "--batches")?;
+    let configs: Vec<Speculate> = a.speculate.split(',').map(|s| Speculate::parse(s.trim())).collect::<Result<_>>()?;
+    let adaptive: Vec<bool> = a
+        .adaptive
+        .split(',')
+        .map(|s| match s.trim() {
+            "on" => Ok(true),
+            "off" => Ok(false),
+            x => Err(CliError::Usage(format!("--adaptive: `{x}` is not on or off"))),
+        })
+        .collect::<Result<_>>()?;
+    a.sampling.params().validate()?;
+    let mut opened = a.model.open()?;
+    let prompts = load_prompts(&a, &opened)?;
+    let stop = opened.tokenizer.as_ref().map(Tokenizer::eog_ids).unwrap_or_default();
+    let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+    let max_b = batches.iter().copied().max().unwrap_or(1);
+    let kv = max_b * (longest + a.max_tokens + a.spec.spec_k + 2 * KV_BLOCK);
+    let mut target = Some(opened.runner(a.model.device, a.model.dtype.as_deref(), kv)?);
+    let name = target.as_ref().map(|r| r.name()).unwrap_or_default();
+    let mut drafts: Vec<Option<DynRunner>> = configs.iter().map(|c| draft_runner(c, &a.model, opened.tokenizer.as_ref(), kv)).collect::<Result<_>>()?;
+    let mut sink: Option<Box<dyn std::io::Write>> = match &a.json_out {
+        Some(p) => Some(Box::new(std::fs::File::create(p).map_err(|e| reference::Error::io(p, e))?)),
+        None => None,
+    };
+    let mut rows: Vec<Value> = Vec::new();
+    // Each configuration: a short warm-up run (kernels, graphs), then the measured one.
+    let measure = |spec: Option<(usize, bool)>, batch: usize, target: &mut Option<DynRunner>, drafts: &mut [Option<DynRunner>]| -> Result<Run> {
+        let mut last = None;
+        for tokens in [8.min(a.max_tokens), a.max_tokens] {
+            let runner = target.take().ok_or_else(|| CliError::Usage("internal: runner lost".into()))?;
+            let (sa, draft) = match spec {
+                Some((i, adaptive)) => (Some((SpecArgs { spec_fixed: !adaptive, ..a.spec.clone() }, configs[i].clone())), drafts[i].take()),
+                None => (None, None),
+            };
+            let mut e = build(sa.as_ref().map(|(s, w)| (s, w)), runner, draft, EngineConfig { max_num_seqs: batch.max(1), ..EngineConfig::default() }, None)?;
+            let r = run_batch(&mut e, &prompts, batch, tokens, &a, &stop);
+            let (t, d) = e.into_runners();
+            *target = Some(t);
+            if let Some((i, _)) = spec {
+                drafts[i] = d;
+            }
+            last = Some(r?);
+        }
+        last.ok_or_else(|| CliError::Usage("internal: no run".into()))
+    };
+    for &b in &batches {
+        let plain = measure(None, b, &mut target, &mut drafts)?;
+        let (tok_p, t_p, _) = plain.per_step();
+        let row = json!({"model": opened.label, "runner": name, "batch": b, "speculate": "off", "max_tokens": a.max_tokens, "generated": plain.generated, "wall_s": plain.wall_s, "decode_tokens_per_s": plain.decode_tps(), "speedup": 1.0, "t_plain_ms": t_p, "tokens_per_step": tok_p});
+        emit(&mut sink, &row)?;
+        rows.push(row);
+        for (i, c) in configs.iter().enumerate() {
+            for &ad in &adaptive {
+                let r = measure(Some((i, ad)), b, &mut target, &mut drafts)?;
+                let st = &r.stats;
+                let (tok_s, t_v, t_d) = r.per_step();
+                let predicted = (tok_s / tok_p.max(1e-12)) * t_p / (t_v + t_d).max(1e-12);
+                let measured = r.decode_tps() / plain.decode_tps().max(1e-12);
+                let row = json!({
+                    "model": opened.label, "runner": name, "batch": b, "speculate": label(c), "adaptive": ad, "k": a.spec.spec_k,
+                    "max_tokens": a.max_tokens, "generated": r.generated, "wall_s": r.wall_s, "decode_tokens_per_s": r.decode_tps(), "speedup": measured,
+                    "acceptance_rate": st.spec_accepted as f64 / st.spec_proposed.max(1) as f64,
+                    "mean_accepted": st.spec_accepted as f64 / st.spec_verifies.max(1) as f64,
+                    "verified_share": st.spec_verifies as f64 / (st.decode_steps.max(1) * b as u64) as f64,
+                    "tokens_per_step": tok_s, "t_plain_ms": t_p, "t_verify_ms": t_v, "t_draft_ms": t_d,
+                    "predicted_speedup": predicted, "overhead": 1.0 - measured / predicted.max(1e-12),
+                });
+                emit(&mut sink, &row)?;
+                rows.push(row);
+            }
+        }
+    }
+    eprint!("{}", table(&rows));
+    Ok(())
+}
+
+fn label(c: &Speculate) -> String {
+    match c {
+        Speculate::Ngram => "ngram".into(),
+        Speculate::Draft(p) => format!("draft:{}", p.display()),
+        Speculate::SelfQuant(w) => format!("self:{w}"),
+    }
+}
+
+fn emit(sink: &mut Option<Box<dyn std::io::Write>>, row: &Value) -> Result<()> {
+    println!("{row}");
+    if let Some(s) = sink.as_mut() {
+        writeln!(s, "{row}")?;
+    }
+    Ok(())
+}
+
+/// The rows as a fixed-width table.
+fn table(rows: &[Value]) -> String {
+    let f = |r: &Value, k: &str, p: usize| r.get(k).and_then(Value::as_f64).map_or("-".to_string(), |v| format!("{v:.p$}"));
+    let mut out = format!("{:>5} {:<14} {:>8} {:>10} {:>8} {:>7} {:>8} {:>9} {:>9} {:>8} {:>9} {:>8}\n", "batch", "speculate", "adaptive", "tok/s", "speedup", "accept", "mean acc", "plain ms", "verify ms", "draft ms", "predicted", "overhead");
+    for r in rows {
+        let ad = r.get("adaptive").and_then(Value::as_bool).map_or("-", |b| if b { "on" } else { "off" });
+        out += &format!(
+            "{:>5} {:<14} {:>8} {:>10} {:>8} {:>7} {:>8} {:>9} {:>9} {:>8} {:>9} {:>8}\n",
+            r.get("batch").and_then(Value::as_u64).unwrap_or(0),
+            r.get("speculate").and_then(Value::as_str).unwrap_or("?"),
+            ad,
+            f(r, "decode_tokens_per_s", 1),
+            f(r, "speedup", 2),
+            f(r, "acceptance_rate", 2),
+            f(r, "mean_accepted", 2),
+            f(r, "t_plain_ms", 2),
+            f(r, "t_verify_ms", 2),
+            f(r, "t_draft_ms", 2),
+            f(r, "predicted_speedup", 2),
+            f(r, "overhead", 2),
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn speculate_values_parse_and_bad_ones_name_the_flag() {
+        assert_eq!(Speculate::parse("ngram").ok(), Some(Speculate::Ngram));
+        assert_eq!(Speculate::parse("self:int8").ok(), Some(Speculate::SelfQuant("int8".into())));
+        assert_eq!(Speculate::parse("self:mxfp4").ok(), Some(Speculate::SelfQuant("mxfp4".into())));
+        assert_eq!(Speculate::parse("draft:/m.gguf").ok(), Some(Speculate::Draft(PathBuf::from("/m.gguf"))));
+        for bad in ["self:int3", "draft:", "medusa", "ngram:3"] {
+            assert!(Speculate::parse(bad).is_err_and(|e| e.to_string().contains("--speculate")), "{bad}");
+        }
+    }
+}

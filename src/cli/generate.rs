@@ -46,6 +46,9 @@ pub struct GenerateArgs {
     /// --prompts at its max_tokens, at most 64 × the context; one request's worth otherwise.
     #[arg(long)]
     pub kv_tokens: Option<usize>,
+    /// GPT-OSS with --chat: also print the analysis (and commentary) channel, to stderr.
+    #[arg(long)]
+    pub show_analysis: bool,
     /// Speculative decoding (issue 26): --speculate, --spec-k, ...
     #[command(flatten)]
     pub spec: super::bench_spec::SpecArgs,
@@ -107,6 +110,9 @@ pub fn prompt_ids(tok: &reference::tokenizer::Tokenizer, text: &str, bos: Option
 pub fn run(a: GenerateArgs) -> Result<()> {
     let params = a.sampling.params();
     params.validate()?;
+    if super::gpt_oss::wants(&a.model)? {
+        return super::gpt_oss::chat::run(a, params);
+    }
     if let Some(path) = a.prompts.clone() {
         return super::batch::run(a, &path, params);
     }

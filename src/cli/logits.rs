@@ -40,6 +40,9 @@ pub fn run(a: LogitsArgs) -> Result<()> {
     if a.top_k == 0 {
         return Err(CliError::Usage("--top-k must be at least 1".into()));
     }
+    if super::gpt_oss::wants(&a.model)? {
+        return super::gpt_oss::logits::run(a);
+    }
     let mut opened = a.model.open()?;
     let ids = match (&a.text, &a.ids) {
         (_, Some(s)) => parse_ids(s)?,
@@ -78,12 +81,6 @@ pub fn run(a: LogitsArgs) -> Result<()> {
             (rows, Box::new(optimized::model::GpuEngine(m)))
         }
     };
-    let (mut top_ids, mut top_logits) = (vec![], vec![]);
-    for row in &rows {
-        let t = top_k(row, k);
-        top_ids.push(t.iter().map(|x| x.0).collect::<Vec<_>>());
-        top_logits.push(t.iter().map(|x| x.1).collect::<Vec<_>>());
-    }
     let mut greedy = vec![];
     let mut next = rows.last().map(|r| argmax(r)).unwrap_or(0);
     for i in 0..a.greedy {
@@ -96,6 +93,19 @@ pub fn run(a: LogitsArgs) -> Result<()> {
         Some(t) => t.decode(&greedy)?,
         None => String::new(),
     };
+    print_json(&ids, &rows, k, &greedy, &greedy_text, &engine.name());
+    Ok(())
+}
+
+/// Print the contract's JSON object on stdout (top `k` per row of `rows`) and the engine's
+/// name on stderr.
+pub fn print_json(ids: &[u32], rows: &[Vec<f32>], k: usize, greedy: &[u32], greedy_text: &str, engine: &str) {
+    let (mut top_ids, mut top_logits) = (vec![], vec![]);
+    for row in rows {
+        let t = top_k(row, k);
+        top_ids.push(t.iter().map(|x| x.0).collect::<Vec<_>>());
+        top_logits.push(t.iter().map(|x| x.1).collect::<Vec<_>>());
+    }
     let j = serde_json::json!({
         "ids": ids,
         "top_ids": top_ids,
@@ -105,6 +115,5 @@ pub fn run(a: LogitsArgs) -> Result<()> {
     });
     println!("{j}");
     // The JSON object is the stable contract: the engine that produced it goes to stderr.
-    eprintln!("[{}]", engine.name());
-    Ok(())
+    eprintln!("[{engine}]");
 }

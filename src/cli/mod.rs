@@ -13,6 +13,8 @@ mod bench_serve;
 mod bench_spec;
 mod drift;
 mod generate;
+// GPT-OSS (issue 25): open, runner, generate / logits / bench paths.
+mod gpt_oss;
 mod logits;
 mod plot;
 mod progress;
@@ -138,6 +140,7 @@ pub fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
         Cmd::Generate(a) => generate::run(a),
         Cmd::Logits(a) => logits::run(a),
+        Cmd::Bench(a) if gpt_oss::wants(&a.model)? => gpt_oss::bench::run(&a),
         Cmd::Bench(a) => bench::run(a),
         Cmd::Conformance(a) => conformance_cmd(a),
         Cmd::Quantize(a) => quantize::run(a),

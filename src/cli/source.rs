@@ -27,7 +27,9 @@ pub struct ModelArgs {
     pub model: Option<PathBuf>,
     /// A deterministic synthetic model instead of a file: a tiny test config
     /// (tiny-mha, tiny-gqa, tiny-sliding, tiny-untied, tiny-odd-head) or a real shape
-    /// (smollm2-135m, tinyllama-1.1b, mistral-7b). It has no tokenizer: use --ids.
+    /// (smollm2-135m, tinyllama-1.1b, mistral-7b). It has no tokenizer: use --ids. GPT-OSS:
+    /// tiny-gpt-oss, tiny-gpt-oss-wide, tiny-gpt-oss-tied, gpt-oss-20b, gpt-oss-120b (the
+    /// real shapes take text through o200k_harmony).
     #[arg(long)]
     pub synthetic: Option<String>,
     /// Seed of the synthetic weights.
@@ -57,6 +59,8 @@ pub enum Source {
     Synthetic(Synthetic),
     /// Another source with its linear weights quantized on load (`--weights`).
     Quantized(Box<QuantizeOnLoad<Source>>),
+    /// A GPT-OSS model, whose tensors are in [`Opened::arch`]: llama loads get an error.
+    NotLlama(super::gpt_oss::NotLlama),
 }
 
 impl Source {
@@ -66,6 +70,7 @@ impl Source {
             Source::Hf(h) => h,
             Source::Synthetic(s) => s,
             Source::Quantized(q) => q.as_mut(),
+            Source::NotLlama(n) => n,
         }
     }
 }
@@ -79,6 +84,15 @@ impl TensorSource for Source {
     }
 }
 
+/// The model family of an opened model.
+pub enum Arch {
+    /// The llama family: everything is in [`Opened`]'s fields.
+    Llama,
+    /// GPT-OSS: its config, tensors and o200k_harmony tokenizer (`Opened::config` is then a
+    /// summary of it and `Opened::source` refuses llama loads; see `super::gpt_oss`).
+    GptOss(Box<super::gpt_oss::GptOss>),
+}
+
 /// A model's config, tensors, tokenizer (when it has one) and chat template.
 pub struct Opened {
     pub config: Config,
@@ -86,6 +100,7 @@ pub struct Opened {
     pub tokenizer: Option<Tokenizer>,
     pub chat: Option<reference::chat::ChatTemplate>,
     pub label: String,
+    pub arch: Arch,
 }
 
 /// The config of a synthetic name.
@@ -100,9 +115,10 @@ pub fn synthetic_config(name: &str) -> Result<Config> {
         .ok_or_else(|| {
             let tiny: Vec<&str> = synthetic::tiny_configs().iter().map(|(n, _)| *n).collect();
             CliError::Usage(format!(
-                "--synthetic {name}: unknown; choose one of {} or {}",
+                "--synthetic {name}: unknown; choose one of {} or {} (GPT-OSS: {})",
                 tiny.join(", "),
-                synthetic::REAL_CONFIGS.join(", ")
+                synthetic::REAL_CONFIGS.join(", "),
+                super::gpt_oss::synthetic_names().join(", ")
             ))
         })
 }
@@ -119,6 +135,9 @@ impl ModelArgs {
     pub fn open(&self) -> Result<Opened> {
         let scheme = self.scheme()?;
         let mut o = self.open_full()?;
+        if let (Some(scheme), Arch::GptOss(_)) = (scheme, &o.arch) {
+            return Err(CliError::Usage(format!("--weights {scheme}: {} is GPT-OSS, whose experts are MXFP4 already (the other weights follow --dtype)", o.label)));
+        }
         if let Some(scheme) = scheme {
             let inner = std::mem::replace(&mut o.source, Source::Synthetic(Synthetic { seed: 0 }));
             o.source = Source::Quantized(Box::new(QuantizeOnLoad { inner, scheme }));
@@ -130,9 +149,12 @@ impl ModelArgs {
     /// Open the model ignoring `--weights`.
     pub fn open_full(&self) -> Result<Opened> {
         if let Some(name) = &self.synthetic {
+            if let Some(o) = super::gpt_oss::open_synthetic(name, self.synthetic_seed) {
+                return Ok(o);
+            }
             let config = synthetic_config(name)?;
             let label = format!("synthetic {name} (seed {})", self.synthetic_seed);
-            return Ok(Opened { config, source: Source::Synthetic(Synthetic { seed: self.synthetic_seed }), tokenizer: None, chat: None, label });
+            return Ok(Opened { config, source: Source::Synthetic(Synthetic { seed: self.synthetic_seed }), tokenizer: None, chat: None, label, arch: Arch::Llama });
         }
         let path = match &self.model {
             Some(p) => p.clone(),
@@ -140,6 +162,9 @@ impl ModelArgs {
         };
         let md = std::fs::metadata(&path).map_err(|e| reference::Error::io(&path, e))?;
         let (config, source, tokenizer, chat) = if md.is_dir() {
+            if super::gpt_oss::dir_is_gpt_oss(&path)? {
+                return super::gpt_oss::open_hf(&path);
+            }
             let config = Config::from_hf_json(&path.join("config.json"))?;
             let st = SafetensorsDir::open(&path)?;
             let tj = path.join("tokenizer.json");
@@ -147,6 +172,9 @@ impl ModelArgs {
             (config, Source::Hf(st), tok, reference::chat::ChatTemplate::from_hf_dir(&path)?)
         } else {
             let g = GgufFile::open(&path)?;
+            if super::gpt_oss::gguf_is_gpt_oss(&g) {
+                return super::gpt_oss::open_gguf(g, &path);
+            }
             let config = Config::from_gguf(&g)?;
             // Without tokenizer metadata the model still runs on --ids (like an HF dir
             // without tokenizer.json); a present but broken tokenizer is an error.
@@ -162,11 +190,27 @@ impl ModelArgs {
                 return Err(reference::Error::key(&path, "vocab", format!("tokenizer has {} tokens but the model only {} embeddings", t.vocab_size(), config.vocab)).into());
             }
         }
-        Ok(Opened { config, source, tokenizer, chat, label: path.display().to_string() })
+        Ok(Opened { config, source, tokenizer, chat, label: path.display().to_string(), arch: Arch::Llama })
     }
 }
 
 impl Opened {
+    /// A GPT-OSS model as an [`Opened`]: `config` is its summary (`super::gpt_oss::summary_config`),
+    /// the llama tensor paths refuse it, its own parts are in `arch`.
+    pub fn gpt_oss(config: Config, label: String, g: super::gpt_oss::GptOss) -> Opened {
+        let source = Source::NotLlama(super::gpt_oss::NotLlama { label: label.clone() });
+        Opened { config, source, tokenizer: None, chat: None, label, arch: Arch::GptOss(Box::new(g)) }
+    }
+
+    /// An error for GPT-OSS on the llama-only paths (the reference `Model`, the single-sequence
+    /// engine): GPT-OSS runs through [`Opened::runner`].
+    fn llama_only(&self) -> Result<()> {
+        match self.arch {
+            Arch::Llama => Ok(()),
+            Arch::GptOss(_) => Err(CliError::Usage(format!("{} is a GPT-OSS model: this path runs llama-family models (GPT-OSS runs through the batched runner: generate, logits, serve, bench)", self.label))),
+        }
+    }
+
     /// The tensors, for a GPU upload.
     pub fn source_mut(&mut self) -> &mut dyn TensorSource {
         self.source.tensors()
@@ -174,6 +218,7 @@ impl Opened {
 
     /// The f32 reference model (reads every tensor).
     pub fn reference_model(&mut self) -> Result<Model> {
+        self.llama_only()?;
         let w = Weights::load(self.source.tensors(), &self.config)?;
         Ok(Model::new(self.config.clone(), w))
     }
@@ -181,6 +226,9 @@ impl Opened {
     /// A batched-engine runner for `device` with KV pools of at least `kv_tokens` positions
     /// (blocks of [`KV_BLOCK`]).
     pub fn runner(&mut self, device: Device, dtype: Option<&str>, kv_tokens: usize) -> Result<Box<dyn ModelRunner + Send>> {
+        if let Arch::GptOss(g) = &mut self.arch {
+            return super::gpt_oss::runner(g, &self.label, device, dtype, kv_tokens);
+        }
         let blocks = kv_tokens.div_ceil(KV_BLOCK).max(1);
         match resolve(device) {
             None => Ok(Box::new(RefRunner::new(self.reference_model()?, KV_BLOCK, blocks)?)),
@@ -208,6 +256,7 @@ impl Opened {
 
     /// [`Opened::engine`] with a choice of KV cache + attention on the GPU (ignored on cpu).
     pub fn engine_with(&mut self, device: Device, dtype: Option<&str>, capacity: usize, attention: optimized::model::AttentionImpl, graphs: bool) -> Result<Box<dyn Engine>> {
+        self.llama_only()?;
         let backend = match resolve(device) {
             None => return Ok(Box::new(RefEngine::new(self.reference_model()?))),
             Some(b) => b,

@@ -101,6 +101,18 @@ impl GptOssTokenizer {
         }
     }
 
+    /// Text of `ids` with incomplete UTF-8 as U+FFFD (for streaming, where a character may
+    /// span tokens). Errors only on an id outside the vocabulary.
+    pub fn decode_lossy(&self, ids: &[u32]) -> Result<String> {
+        match self {
+            GptOssTokenizer::Harmony(b) => {
+                let bytes = b.decode_bytes(ids).map_err(|e| Error::Input(format!("o200k_harmony: cannot decode {ids:?}: {e}")))?;
+                Ok(String::from_utf8_lossy(&bytes).into_owned())
+            }
+            GptOssTokenizer::Hf(t) => t.decode(ids),
+        }
+    }
+
     /// Number of ids.
     pub fn vocab_size(&self) -> usize {
         match self {

@@ -1,0 +1,53 @@
+//! `tandem bench` for GPT-OSS, minimal (the bench harness is being reworked separately): for
+//! each `--prompt-lens` length, `--reps` times, a prefill of that many tokens through the
+//! batched runner (one step, one greedy draw: TTFT) and `--decode-tokens` one-token greedy
+//! steps (decode tokens/s); medians printed, one line per length.
+
+use std::time::Instant;
+
+use reference::sampling::SamplingParams;
+
+use super::super::bench::BenchArgs;
+use super::super::{CliError, Result};
+use super::{blocks_for, one_seq};
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+pub fn run(a: &BenchArgs) -> Result<()> {
+    let lens: Vec<usize> = a.prompt_lens.split(',').map(|s| s.trim().parse::<usize>().map_err(|_| CliError::Usage(format!("--prompt-lens: `{s}` is not a length")))).collect::<Result<_>>()?;
+    let decode = a.decode_tokens.unwrap_or(64);
+    let reps = a.reps.max(1);
+    let mut opened = a.model.open()?;
+    let longest = lens.iter().max().copied().unwrap_or(1) + decode + 1;
+    if longest > opened.config.max_ctx {
+        return Err(CliError::Usage(format!("prompt + decode tokens reach {longest}, past the context {}", opened.config.max_ctx)));
+    }
+    let mut runner = opened.runner(a.model.device, a.model.dtype.as_deref(), longest)?;
+    let (vocab, name) = (runner.info().vocab as u32, runner.name());
+    let blocks = blocks_for(longest);
+    let greedy = SamplingParams::default();
+    println!("{} on {name}: prefill, then {decode} one-token greedy steps; medians of {reps}", opened.label);
+    for &len in &lens {
+        let prompt: Vec<u32> = (0..len as u32).map(|i| (i * 7919 + 13) % vocab).collect();
+        let (mut ttft, mut tps) = (vec![], vec![]);
+        for _ in 0..reps {
+            let t0 = Instant::now();
+            let r = runner.step(&one_seq(&prompt, 0, &blocks, 1, &greedy, false))?;
+            ttft.push(t0.elapsed().as_secs_f64());
+            let mut next = r.first().and_then(|r| r.tokens.first().copied()).ok_or_else(|| CliError::Gpu("prefill drew no token".into()))?;
+            let t1 = Instant::now();
+            for i in 0..decode {
+                let step = [next];
+                let r = runner.step(&one_seq(&step, len + i, &blocks, 1, &greedy, false))?;
+                next = r.first().and_then(|r| r.tokens.first().copied()).ok_or_else(|| CliError::Gpu("a decode step drew no token".into()))?;
+            }
+            tps.push(decode as f64 / t1.elapsed().as_secs_f64().max(1e-9));
+        }
+        let t = median(ttft);
+        println!("prompt {len:>6}: TTFT {:>9.1} ms ({:>9.1} tokens/s prefill); decode {:>8.1} tokens/s", t * 1e3, len as f64 / t.max(1e-9), median(tps));
+    }
+    Ok(())
+}

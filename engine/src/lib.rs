@@ -16,6 +16,11 @@
 //! tokens depend only on its logits, seed and output index: the same alone, in any batch, and
 //! after a preemption.
 //!
+//! Speculative decoding ([`spec`], `EngineConfig::speculation`): n-gram lookup or a draft
+//! model proposes k tokens per decoding sequence, the target verifies the k + 1 positions in
+//! the same batched step, and the KV of rejected positions is rolled back. Greedy requests
+//! (and any request with n-gram lookup) get exactly the tokens of plain decoding.
+//!
 //! [`ModelRunner`]: reference::runner::ModelRunner
 //! [`RefRunner`]: reference::runner::RefRunner
 //! [`StepPlan`]: reference::runner::StepPlan

@@ -130,23 +130,30 @@ fn speculative_sampling_reproduces_the_target_distribution() {
 /// n-gram lookup on a toy model whose greedy output cycles: with verification as cheap as a
 /// plain step (memory-bound), speculation stays on; with a cost per token (compute-bound),
 /// the engine measures that it does not pay and stops proposing. Same tokens either way.
+/// Step times are slept, so a loaded machine can blur them: up to three attempts.
 #[test]
 fn adaptive_depth_follows_the_measured_costs() {
     let reqs = vec![req(PROMPT.to_vec(), 60, SamplingParams::default())];
     let salt = 0x8000_0007;
     let mut plain_e = Engine::new(ToyRunner::new(V, 128, 64, salt, 0.0), EngineConfig::default(), None).expect("engine");
     let want = tokens_by_request(&run_all(&mut plain_e, &reqs), 1);
-    let mut proposed = Vec::new();
-    for (per_step, per_token) in [(Duration::from_millis(3), Duration::ZERO), (Duration::ZERO, Duration::from_millis(1))] {
-        let mut toy = ToyRunner::new(V, 128, 64, salt, 0.0);
-        toy.per_step = per_step;
-        toy.per_token = per_token;
-        let cfg = EngineConfig { speculation: Some(SpecConfig::ngram(4)), ..EngineConfig::default() };
-        let mut e = Engine::new(toy, cfg, None).expect("engine");
-        assert_eq!(tokens_by_request(&run_all(&mut e, &reqs), 1), want);
-        proposed.push(e.stats().spec_proposed);
+    let mut attempts = Vec::new();
+    for _ in 0..3 {
+        let mut proposed = Vec::new();
+        for (per_step, per_token) in [(Duration::from_millis(3), Duration::ZERO), (Duration::ZERO, Duration::from_millis(2))] {
+            let mut toy = ToyRunner::new(V, 128, 64, salt, 0.0);
+            toy.per_step = per_step;
+            toy.per_token = per_token;
+            let cfg = EngineConfig { speculation: Some(SpecConfig::ngram(4)), ..EngineConfig::default() };
+            let mut e = Engine::new(toy, cfg, None).expect("engine");
+            assert_eq!(tokens_by_request(&run_all(&mut e, &reqs), 1), want);
+            proposed.push(e.stats().spec_proposed);
+        }
+        eprintln!("tokens proposed: memory-bound {}, compute-bound {}", proposed[0], proposed[1]);
+        attempts.push(proposed.clone());
+        if proposed[0] > 30 && proposed[1] < 20 {
+            return;
+        }
     }
-    eprintln!("tokens proposed: memory-bound {}, compute-bound {}", proposed[0], proposed[1]);
-    assert!(proposed[0] > 30, "memory-bound: speculation stays on ({proposed:?})");
-    assert!(proposed[1] < 20, "compute-bound: speculation turns off ({proposed:?})");
+    panic!("memory-bound runs should keep speculating (> 30 tokens proposed), compute-bound ones stop (< 20): {attempts:?}");
 }

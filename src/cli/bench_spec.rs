@@ -211,6 +211,8 @@ struct Run {
     stats: EngineStats,
     wall_s: f64,
     generated: u64,
+    /// Each request's tokens, by request id.
+    tokens: Vec<Vec<u32>>,
 }
 
 impl Run {
@@ -236,7 +238,13 @@ fn run_batch(e: &mut Engine<DynRunner>, prompts: &[Vec<u32>], batch: usize, max_
     let outs = e.run_to_completion()?;
     let wall_s = t0.elapsed().as_secs_f64();
     let generated = outs.iter().map(|o| o.new_tokens.len() as u64).sum();
-    Ok(Run { stats: e.stats().clone(), wall_s, generated })
+    let mut tokens = vec![Vec::new(); batch];
+    for o in &outs {
+        if let Some(t) = tokens.get_mut(o.id as usize) {
+            t.extend(&o.new_tokens);
+        }
+    }
+    Ok(Run { stats: e.stats().clone(), wall_s, generated, tokens })
 }
 
 pub fn run(a: BenchSpecArgs) -> Result<()> {
@@ -299,6 +307,9 @@ pub fn run(a: BenchSpecArgs) -> Result<()> {
                 let (tok_s, t_v, t_d) = r.per_step();
                 let predicted = (tok_s / tok_p.max(1e-12)) * t_p / (t_v + t_d).max(1e-12);
                 let measured = r.decode_tps() / plain.decode_tps().max(1e-12);
+                // Greedy (and n-gram) speculation gives plain decoding's tokens up to the
+                // runner's numerics (a verification runs positions through other kernels).
+                let same = plain.tokens.iter().zip(&r.tokens).filter(|(p, s)| p == s).count() as f64 / b as f64;
                 let row = json!({
                     "model": opened.label, "runner": name, "batch": b, "speculate": label(c), "adaptive": ad, "k": a.spec.spec_k,
                     "max_tokens": a.max_tokens, "generated": r.generated, "wall_s": r.wall_s, "decode_tokens_per_s": r.decode_tps(), "speedup": measured,
@@ -306,7 +317,7 @@ pub fn run(a: BenchSpecArgs) -> Result<()> {
                     "mean_accepted": st.spec_accepted as f64 / st.spec_verifies.max(1) as f64,
                     "verified_share": st.spec_verifies as f64 / (st.decode_steps.max(1) * b as u64) as f64,
                     "tokens_per_step": tok_s, "t_plain_ms": t_p, "t_verify_ms": t_v, "t_draft_ms": t_d,
-                    "predicted_speedup": predicted, "overhead": 1.0 - measured / predicted.max(1e-12),
+                    "predicted_speedup": predicted, "overhead": 1.0 - measured / predicted.max(1e-12), "same_tokens": same,
                 });
                 emit(&mut sink, &row)?;
                 rows.push(row);
@@ -336,11 +347,11 @@ fn emit(sink: &mut Option<Box<dyn std::io::Write>>, row: &Value) -> Result<()> {
 /// The rows as a fixed-width table.
 fn table(rows: &[Value]) -> String {
     let f = |r: &Value, k: &str, p: usize| r.get(k).and_then(Value::as_f64).map_or("-".to_string(), |v| format!("{v:.p$}"));
-    let mut out = format!("{:>5} {:<14} {:>8} {:>10} {:>8} {:>7} {:>8} {:>9} {:>9} {:>8} {:>9} {:>8}\n", "batch", "speculate", "adaptive", "tok/s", "speedup", "accept", "mean acc", "plain ms", "verify ms", "draft ms", "predicted", "overhead");
+    let mut out = format!("{:>5} {:<14} {:>8} {:>10} {:>8} {:>7} {:>8} {:>9} {:>9} {:>8} {:>9} {:>8} {:>5}\n", "batch", "speculate", "adaptive", "tok/s", "speedup", "accept", "mean acc", "plain ms", "verify ms", "draft ms", "predicted", "overhead", "same");
     for r in rows {
         let ad = r.get("adaptive").and_then(Value::as_bool).map_or("-", |b| if b { "on" } else { "off" });
         out += &format!(
-            "{:>5} {:<14} {:>8} {:>10} {:>8} {:>7} {:>8} {:>9} {:>9} {:>8} {:>9} {:>8}\n",
+            "{:>5} {:<14} {:>8} {:>10} {:>8} {:>7} {:>8} {:>9} {:>9} {:>8} {:>9} {:>8} {:>5}\n",
             r.get("batch").and_then(Value::as_u64).unwrap_or(0),
             r.get("speculate").and_then(Value::as_str).unwrap_or("?"),
             ad,
@@ -353,6 +364,7 @@ fn table(rows: &[Value]) -> String {
             f(r, "t_draft_ms", 2),
             f(r, "predicted_speedup", 2),
             f(r, "overhead", 2),
+            f(r, "same_tokens", 2),
         );
     }
     out

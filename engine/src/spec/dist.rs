@@ -59,7 +59,7 @@ pub fn probs_of(z: &[f32], p: &SamplingParams) -> Vec<f64> {
     let allowed = allowed_set(z, p);
     let e = exps(z, p.temperature);
     let total: f64 = allowed.iter().zip(&e).filter(|(a, _)| **a).map(|(_, &x)| x as f64).sum();
-    if p.temperature == 0.0 || !(total > 0.0) {
+    if p.temperature == 0.0 || total.is_nan() || total <= 0.0 {
         return one_hot(z.len(), argmax(z));
     }
     allowed.iter().zip(&e).map(|(&a, &x)| if a { x as f64 / total } else { 0.0 }).collect()

@@ -53,7 +53,7 @@ impl<R: ModelRunner> Engine<R> {
         } else {
             let (k, gain) = sp.cost.best_depth(s.spec.alpha(), sp.cfg.max_k, batch);
             if gain >= MIN_GAIN {
-                if self.step_no % EXPLORE_EVERY == 0 { k / 2 } else { k }
+                if self.step_no.is_multiple_of(EXPLORE_EVERY) { k / 2 } else { k }
             } else {
                 if sp.drafter.is_some() {
                     s.spec.off = true;

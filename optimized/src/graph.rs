@@ -61,7 +61,7 @@ pub enum Output {
 /// One step of token `id` through a graph: `Ok(None)` when graphs are off or refused on this
 /// model (the caller runs the step eagerly).
 pub fn step(model: &mut GpuModel, id: u32, want: Want) -> Result<Option<Output>, Error> {
-    if !model.use_graphs || model.graph_refused.is_some() || model.attention != crate::model::AttentionImpl::Flash {
+    if !model.kernels.graphs || model.graph_refused.is_some() || model.attention != crate::model::AttentionImpl::Flash {
         return Ok(None);
     }
     let v = model.config.vocab;

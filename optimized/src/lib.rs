@@ -10,6 +10,7 @@
 //! `docs/gpu-build.md`.
 
 pub mod bandwidth;
+pub mod config;
 pub mod gpt_oss;
 pub mod graph;
 pub mod kernel_cache;
@@ -21,6 +22,7 @@ pub mod tensor;
 
 pub use cubecl;
 pub use cubecl::client::Client;
+pub use config::KernelConfig;
 pub use tensor::{DeviceTensor, Dtype};
 
 use cubecl::device::{Device, WgpuDeviceKind};
@@ -52,6 +54,10 @@ pub enum Error {
     /// Misuse of the paged KV cache: unknown sequence, double free, block id outside the pool.
     #[error("KV cache: {0}")]
     KvCache(String),
+    /// A kernel configuration spec that does not parse (`config::KernelConfig::parse`), or a
+    /// change a loaded model cannot take.
+    #[error("{0}")]
+    Config(String),
     /// An error of the reference crate (a source's tensor, the block manager, bad input).
     #[error(transparent)]
     Reference(#[from] reference::Error),

@@ -24,7 +24,6 @@ use reference::{Config, Error as RefError};
 use crate::kernels::attention::{flash_decode, flash_prefill, Masking};
 use crate::kernels::matmul::{Fuse, Norm, Residual};
 use crate::kernels::qmatmul::v4::MmaTune;
-use crate::kernels::qmatmul::v5;
 use crate::kernels::qmatmul::{Prefetch, QFormat, QLayout, QWeight, Weight, QGEMV_MAX_T};
 use crate::kernels::rmsnorm::add_rmsnorm_device;
 use crate::kernels::{argmax, attention, embedding, matmul, rmsnorm_device, rope};
@@ -119,12 +118,11 @@ pub struct GpuModel {
     pub stream_bytes: usize,
     /// The linear weights' quantization (`int8`, `int8-g128`, `mxfp4`), if any.
     pub quant: Option<String>,
-    /// Run one-token greedy steps as a captured graph (where the backend can).
-    pub use_graphs: bool,
-    /// Decode (T ≤ 8) with the RMSNorms fused into the gemvs (`matmul::Fuse`); off: the add +
-    /// RMSNorm kernels between them. On by default; `TANDEM_FUSED_NORMS=0` at load turns it
-    /// off (an audit knob for `tandem bench`, not a production setting).
-    pub fuse_norms: bool,
+    /// Every kernel choice this model runs with (`crate::config`): installed for each forward
+    /// pass, step and graph capture. `graphs`: one-token steps as captured graphs (where the
+    /// backend can); `fused_norms`: decode (T ≤ 8) with the RMSNorms fused into the gemvs
+    /// (`matmul::Fuse`), else the add + RMSNorm kernels between them.
+    pub kernels: crate::config::KernelConfig,
     pub(crate) graph: Option<DecodeGraph>,
     /// Why graphs are not used, once a capture was refused (then steps run eagerly).
     pub graph_refused: Option<String>,
@@ -142,18 +140,18 @@ struct Uploader<'a> {
     bytes: usize,
     /// The first quantized weight's scheme.
     quant: Option<String>,
-    /// `TANDEM_INT8_DECODE=magic`: int8 weights decoded by the magic number even where the
-    /// subnormal decode is exact (an audit knob for `tandem bench`).
+    /// int8 weights decoded by the magic number even where the subnormal decode is exact
+    /// (`int8-decode=magic`).
     int8_magic: bool,
-    /// `TANDEM_QGEMV_PREFETCH=off|w|wx|pipelined`: the quantized gemvs' prefetch instead of
-    /// `qmatmul::default_prefetch` (an audit knob; `pipelined` applies to int8 only).
+    /// The quantized gemvs' prefetch instead of `qmatmul::device_prefetch` (`prefetch=…`).
     prefetch: Option<Prefetch>,
-    /// `TANDEM_QGEMV=v4`: per-channel int8 in gemv v4's tensor-core order where the device
-    /// and shapes allow it (an audit knob; the default is gemv v2's tiled order).
+    /// Per-channel int8 in gemv v4's tensor-core order where the device and shapes allow it
+    /// (`qgemv=v4`; the default is gemv v2's tiled order).
     mma_order: bool,
-    /// `TANDEM_MMA=blocks,depth,prefetch[,split]`: gemv v4's launch choices (an audit knob,
-    /// with `TANDEM_QGEMV=v4`).
+    /// gemv v4's launch choices (`mma=…`).
     mma: Option<MmaTune>,
+    /// Quantized weights in input order (gemv v1: `qgemv=v1`).
+    rows_order: bool,
 }
 
 impl Uploader<'_> {
@@ -195,12 +193,13 @@ impl Uploader<'_> {
                 (true, [g, u]) => QWeight::upload_glu(self.client, g, u, layout),
                 _ => QWeight::upload_as(self.client, &parts, layout),
             };
-            let uploaded = match self.mma_order {
-                true => match upload(Some(QLayout::Mma)) {
+            let uploaded = match (self.mma_order, self.rows_order) {
+                (true, _) => match upload(Some(QLayout::Mma)) {
                     Err(Error::Unsupported(_)) => upload(None),
                     other => other,
                 },
-                false => upload(None),
+                (false, true) => upload(Some(QLayout::Rows)),
+                (false, false) => upload(None),
             };
             match uploaded {
                 Ok(mut w) => {
@@ -252,40 +251,26 @@ impl GpuModel {
 
     /// [`GpuModel::load`] with a choice of KV cache and attention.
     pub fn load_with(client: Client, backend: Backend, src: &mut dyn TensorSource, cfg: &Config, dtype: Dtype, capacity: usize, attention: AttentionImpl) -> Result<Self, Error> {
-        Self::load_observed(client, backend, src, cfg, dtype, capacity, attention, &mut |_, _| {})
+        let kernels = crate::config::KernelConfig { attention, ..Default::default() };
+        Self::load_observed(client, backend, src, cfg, dtype, capacity, &kernels, &mut |_, _| {})
     }
 
-    /// [`GpuModel::load_with`], calling `progress(bytes uploaded, bytes expected)` after each
-    /// block (the expectation is the config's parameter count at `dtype`: quantized weights
-    /// arrive sooner).
+    /// [`GpuModel::load`] with every kernel choice given (`crate::config`), calling
+    /// `progress(bytes uploaded, bytes expected)` after each block (the expectation is the
+    /// config's parameter count at `dtype`: quantized weights arrive sooner).
     #[allow(clippy::too_many_arguments)]
-    pub fn load_observed(client: Client, backend: Backend, src: &mut dyn TensorSource, cfg: &Config, dtype: Dtype, capacity: usize, attention: AttentionImpl, progress: &mut dyn FnMut(usize, usize)) -> Result<Self, Error> {
+    pub fn load_observed(client: Client, backend: Backend, src: &mut dyn TensorSource, cfg: &Config, dtype: Dtype, capacity: usize, kernels: &crate::config::KernelConfig, progress: &mut dyn FnMut(usize, usize)) -> Result<Self, Error> {
         if !dtype.supported(&client) {
             return Err(Error::Unsupported(format!("{} weights: the {} device has no {} arithmetic", dtype.name(), backend, dtype.name())));
         }
-        let int8_magic = std::env::var("TANDEM_INT8_DECODE").is_ok_and(|v| v == "magic");
-        let prefetch = match std::env::var("TANDEM_QGEMV_PREFETCH").as_deref() {
-            Ok("off") => Some(Prefetch::Off),
-            Ok("w") => Some(Prefetch::W),
-            Ok("wx") => Some(Prefetch::WX),
-            Ok("pipelined") => Some(Prefetch::Pipelined),
-            Ok(other) => match other.strip_prefix("async").and_then(|n| n.parse::<usize>().ok()).filter(|n| (2..=v5::MAX_STAGES).contains(n)) {
-                Some(stages) => Some(Prefetch::Async(stages)),
-                None => return Err(Error::Shape(format!("TANDEM_QGEMV_PREFETCH={other}: expected off, w, wx, pipelined or asyncN (N = 2..={})", v5::MAX_STAGES))),
-            },
-            Err(_) => None,
-        };
-        let mma_order = match std::env::var("TANDEM_QGEMV").as_deref() {
-            Ok("v4") => true,
-            Ok("v2") | Ok("default") | Err(_) => false,
-            Ok(other) => return Err(Error::Shape(format!("TANDEM_QGEMV={other}: expected v4, v2 or default"))),
-        };
-        let mma = std::env::var("TANDEM_MMA").ok().map(|v| v.parse::<MmaTune>()).transpose()?;
-        // The launch knobs are read at launch; a bad value is refused here, with its part named.
-        if let Ok(v) = std::env::var("TANDEM_QGEMV_LAUNCH") {
-            crate::kernels::qmatmul::knobs::Knobs::parse(&v).map_err(|e| Error::Shape(format!("TANDEM_QGEMV_LAUNCH: {e}")))?;
-        }
-        let mut up = Uploader { client: &client, src, cfg, bytes: 0, quant: None, int8_magic, prefetch, mma_order, mma };
+        use crate::config::{Int8Decoding, QgemvOrder};
+        let int8_magic = kernels.int8_decode == Int8Decoding::Magic;
+        let prefetch = kernels.prefetch;
+        let mma_order = kernels.qgemv == QgemvOrder::V4;
+        let rows_order = kernels.qgemv == QgemvOrder::V1;
+        let mma = mma_order.then_some(kernels.mma);
+        let attention = kernels.attention;
+        let mut up = Uploader { client: &client, src, cfg, bytes: 0, quant: None, int8_magic, prefetch, mma_order, mma, rows_order };
         let tok_embd = up.dense(&[Tensor::TokEmbd], dtype)?;
         let lm_head = if cfg.tied_embeddings { Weight::Dense(tok_embd.clone()) } else { up.linear(&[Tensor::LmHead], dtype)? };
         let mut layers = Vec::with_capacity(cfg.n_layers);
@@ -321,7 +306,7 @@ impl GpuModel {
                 KvStore::Paged { cache, seq, tables: None }
             }
         };
-        Ok(GpuModel { client, backend, config: cfg.clone(), dtype, tok_embd, layers, out_norm, lm_head, rope, kv, attention, capacity, pos: 0, weight_bytes: bytes, stream_bytes, quant, use_graphs: true, fuse_norms: std::env::var("TANDEM_FUSED_NORMS").map_or(true, |v| v != "0"), graph: None, graph_refused: None })
+        Ok(GpuModel { client, backend, config: cfg.clone(), dtype, tok_embd, layers, out_norm, lm_head, rope, kv, attention, capacity, pos: 0, weight_bytes: bytes, stream_bytes, quant, kernels: *kernels, graph: None, graph_refused: None })
     }
 
     /// Bytes of the KV cache allocation.
@@ -340,9 +325,27 @@ impl GpuModel {
             return Err(Error::Shape("no tokens to run".into()));
         }
         self.reserve(t)?;
-        let logits = self.body(Ids::Host(ids), t, trace)?;
+        let kernels = self.kernels;
+        let logits = crate::config::scoped(&kernels, || self.body(Ids::Host(ids), t, trace))?;
         self.pos += t;
         Ok(logits)
+    }
+
+    /// Change the kernel choices that need no reload (graphs, norms, PDL, launch geometry,
+    /// argmax) to those of `spec` (`crate::config`); a spec that changes a choice made at load
+    /// (attention, qgemv order, prefetch, int8 decode, mma) is refused, naming it. The recorded
+    /// decode graph is dropped (it keeps the launches it was made with).
+    pub fn set_kernels(&mut self, spec: &str) -> Result<(), Error> {
+        let k = crate::config::KernelConfig::parse(spec)?;
+        let old = self.kernels;
+        for (what, same) in [("attention", k.attention == old.attention), ("qgemv", k.qgemv == old.qgemv), ("prefetch", k.prefetch == old.prefetch), ("int8-decode", k.int8_decode == old.int8_decode), ("mma", k.mma == old.mma)] {
+            if !same {
+                return Err(Error::Config(format!("kernel config `{spec}`: `{what}` is chosen when the model loads; load it with that setting instead")));
+            }
+        }
+        self.kernels = k;
+        self.graph = None;
+        Ok(())
     }
 
     /// Room in the KV cache for `t` positions at `pos`; with the paged cache, the sequence's
@@ -418,7 +421,7 @@ impl GpuModel {
 
     /// Whether a forward pass of `t` rows fuses the RMSNorms into the decode gemvs.
     pub(crate) fn fused_for(&self, t: usize) -> bool {
-        self.fuse_norms && t <= matmul::GEMV_MAX_T && t <= QGEMV_MAX_T
+        self.kernels.fused_norms && t <= matmul::GEMV_MAX_T && t <= QGEMV_MAX_T
     }
 
     /// Attention of block `l` over this model's own cache (one sequence at `self.pos`): RoPE +
@@ -557,23 +560,12 @@ impl Engine for GpuEngine {
         self.0.pos()
     }
     fn step(&mut self, ids: &[u32]) -> reference::Result<Vec<f32>> {
-        if let [id] = ids {
-            if let Some(crate::graph::Output::Logits(l)) = crate::graph::step(&mut self.0, *id, crate::graph::Want::Logits).map_err(to_ref)? {
-                return Ok(l);
-            }
-        }
-        let l = self.0.forward(ids, None).map_err(to_ref)?;
-        self.0.last_row(&l).map_err(to_ref)
+        let kernels = self.0.kernels;
+        crate::config::scoped(&kernels, || self.step_in_scope(ids))
     }
     fn step_greedy(&mut self, ids: &[u32]) -> reference::Result<u32> {
-        if let [id] = ids {
-            if let Some(crate::graph::Output::Token(next)) = crate::graph::step(&mut self.0, *id, crate::graph::Want::Greedy).map_err(to_ref)? {
-                return Ok(next);
-            }
-        }
-        let l = self.0.forward(ids, None).map_err(to_ref)?;
-        let ids = argmax::argmax(&self.0.client, &l).map_err(to_ref)?.to_u32(&self.0.client).map_err(to_ref)?;
-        ids.last().copied().ok_or_else(|| RefError::Backend("argmax returned no id".into()))
+        let kernels = self.0.kernels;
+        crate::config::scoped(&kernels, || self.step_greedy_in_scope(ids))
     }
     fn name(&self) -> String {
         match &self.0.quant {
@@ -585,35 +577,50 @@ impl Engine for GpuEngine {
         Some(self.0.stream_bytes)
     }
     fn set_graphs(&mut self, on: bool) -> bool {
-        self.0.use_graphs = on;
+        self.0.kernels.graphs = on;
         true
     }
-    fn set_knob(&mut self, knob: &str, value: &str) -> bool {
-        use crate::kernels::{pdl, qmatmul::knobs};
-        match knob {
-            "pdl" => match pdl::Mode::parse(value) {
-                Some(m) if pdl::supported(&self.0.client) => pdl::set_mode(m),
-                _ => return false,
-            },
-            "qgemv" => match knobs::Knobs::parse(value) {
-                Ok(k) => knobs::set(k),
-                Err(_) => return false,
-            },
-            _ => return false,
-        }
-        // The recorded launches keep the setting they were made with: record anew.
-        self.0.graph = None;
-        true
+    fn set_kernels(&mut self, spec: &str) -> reference::Result<()> {
+        self.0.set_kernels(spec).map_err(to_ref)
     }
     fn status(&self) -> Option<String> {
-        let m = &self.0;
-        let graphs = match (&m.graph_refused, m.use_graphs, m.attention) {
+        Some(self.0.status())
+    }
+}
+
+impl GpuEngine {
+    fn step_in_scope(&mut self, ids: &[u32]) -> reference::Result<Vec<f32>> {
+        if let [id] = ids {
+            if let Some(crate::graph::Output::Logits(l)) = crate::graph::step(&mut self.0, *id, crate::graph::Want::Logits).map_err(to_ref)? {
+                return Ok(l);
+            }
+        }
+        let l = self.0.forward(ids, None).map_err(to_ref)?;
+        self.0.last_row(&l).map_err(to_ref)
+    }
+    fn step_greedy_in_scope(&mut self, ids: &[u32]) -> reference::Result<u32> {
+        if let [id] = ids {
+            if let Some(crate::graph::Output::Token(next)) = crate::graph::step(&mut self.0, *id, crate::graph::Want::Greedy).map_err(to_ref)? {
+                return Ok(next);
+            }
+        }
+        let l = self.0.forward(ids, None).map_err(to_ref)?;
+        let ids = argmax::argmax(&self.0.client, &l).map_err(to_ref)?.to_u32(&self.0.client).map_err(to_ref)?;
+        ids.last().copied().ok_or_else(|| RefError::Backend("argmax returned no id".into()))
+    }
+}
+
+impl GpuModel {
+    /// How this model runs its steps (graphs, norms, the int8 gemv, PDL, launch geometry).
+    pub fn status(&self) -> String {
+        let m = self;
+        let graphs = match (&m.graph_refused, m.kernels.graphs, m.attention) {
             (Some(why), _, _) => format!("decode graphs refused by the backend ({why}): eager launches"),
             (None, false, _) => "decode graphs off: eager launches".into(),
             (None, true, AttentionImpl::Naive) => "decode graphs need the paged cache: eager launches".into(),
             (None, true, AttentionImpl::Flash) => "one-token steps (greedy and sampling) replayed as captured graphs".into(),
         };
-        let norms = if m.fuse_norms { "RMSNorms fused into the decode gemvs" } else { "add + RMSNorm kernels between the decode gemvs (TANDEM_FUSED_NORMS=0)" };
+        let norms = if m.kernels.fused_norms { "RMSNorms fused into the decode gemvs" } else { "add + RMSNorm kernels between the decode gemvs (norms=kernels)" };
         // The decode the int8 gemvs take (every int8 weight of a model is uploaded alike).
         let int8 = m.layers.iter().flat_map(|l| [&l.wqkv, &l.wo, &l.w_gate_up, &l.w_down]).find_map(|w| match w {
             Weight::Quant(q) if q.format != QFormat::Mxfp4 && q.layout != QLayout::Rows => Some((q.layout, q.subnormal, q.prefetch, q.mma)),
@@ -622,7 +629,7 @@ impl Engine for GpuEngine {
         let int8 = match int8 {
             Some((QLayout::Mma, _, _, mma)) => format!("; int8: gemv v4 (tensor-core mma, x as f16 hi + lo; {mma:?})"),
             Some((_, sub, pre, _)) => {
-                let decode = if sub { "subnormal" } else { "magic number (subnormals not exact here, or TANDEM_INT8_DECODE=magic)" };
+                let decode = if sub { "subnormal" } else { "magic number (subnormals not exact here, or int8-decode=magic)" };
                 let kernel = match pre {
                     Prefetch::Pipelined => "gemv v3 (pipelined)".to_string(),
                     Prefetch::Async(s) => format!("gemv v5 (cp.async ring of {s} slots)"),
@@ -636,11 +643,11 @@ impl Engine for GpuEngine {
         let pdl = match (pdl::supported(&m.client), pdl::mode(&m.client)) {
             (false, _) => "",
             (true, Mode::Early) => "; programmatic dependent launch (each kernel's weight loads start while the previous kernel ends)",
-            (true, Mode::Top) => "; programmatic dependent launch, each kernel waiting first thing (TANDEM_PDL=top)",
-            (true, Mode::Off) => "; programmatic dependent launch off (TANDEM_PDL=0)",
+            (true, Mode::Top) => "; programmatic dependent launch, each kernel waiting first thing (pdl=top)",
+            (true, Mode::Off) => "; programmatic dependent launch off (pdl=off)",
         };
         let has_quant = m.layers.iter().any(|l| matches!(l.wqkv, Weight::Quant(_))) || matches!(m.lm_head, Weight::Quant(_));
         let launch = if has_quant { format!("; quantized gemv launch {}", crate::kernels::qmatmul::knobs::current().name()) } else { String::new() };
-        Some(format!("{graphs}; {norms}{int8}{pdl}{launch}"))
+        format!("{graphs}; {norms}{int8}{pdl}{launch}")
     }
 }

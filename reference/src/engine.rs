@@ -23,11 +23,10 @@ pub trait Engine {
     fn set_graphs(&mut self, _on: bool) -> bool {
         false
     }
-    /// Set one of the engine's launch knobs to `value` — `pdl` (programmatic dependent launch:
-    /// `on`, `off` or an engine's own audit modes), `qgemv` (the quantized decode gemvs' launch
-    /// choices) — where the engine has it; returns whether it has it and took the value.
-    fn set_knob(&mut self, _knob: &str, _value: &str) -> bool {
-        false
+    /// Change the engine's kernel choices to those of `spec` (a GPU engine's kernel
+    /// configuration, `optimized::config`); an engine without one refuses, saying so.
+    fn set_kernels(&mut self, spec: &str) -> Result<()> {
+        Err(crate::Error::Input(format!("{}: no kernel configuration to set to `{spec}`", self.name())))
     }
     /// How the engine ran its steps, where that is worth reporting (e.g. decode graphs).
     fn status(&self) -> Option<String> {

@@ -34,20 +34,12 @@ pub struct BenchArgs {
     /// one kernel at a time (`off`); `on,off` measures both on the same loaded model.
     #[arg(long, default_value = "on")]
     pub graphs: String,
-    /// GPU decode with programmatic dependent launch (`on`: each kernel may start while the
-    /// one before it ends and loads its weights before waiting for it, where the device has
-    /// it — CUDA sm_90+), without (`off`), or with every kernel waiting first thing (`top`);
-    /// `on,off,top` measures each on the same loaded model (each records its own graph; the
-    /// conformance gate runs with the first). Default: on, unless `TANDEM_PDL` says otherwise.
+    /// GPU decode with each of these kernel configurations (`;`-separated specs of
+    /// `optimized::config`, e.g. `default;pdl=off;pdl=top;gps=32,small=3@32`), measured on the
+    /// same loaded model (each records its own graph). Only choices that need no reload may
+    /// differ from the model's (`--kernels`): graphs, norms, pdl, gps / rpg / small, argmax.
     #[arg(long)]
-    pub pdl: Option<String>,
-    /// GPU decode with these launch choices of the quantized gemvs, `;`-separated settings
-    /// (e.g. `default;gps=32;small=3@32`: keys in `optimized::kernels::qmatmul::knobs`),
-    /// each measured on the same loaded model after every `--pdl` setting (each records its
-    /// own graph; the conformance gate runs with the first). Default: `TANDEM_QGEMV_LAUNCH`,
-    /// else the defaults.
-    #[arg(long)]
-    pub qgemv: Option<String>,
+    pub sweep: Option<String>,
     /// Benchmark one kernel family instead of the whole model, at the model's shapes:
     /// `attention` (decode attention GB/s vs the copy rate at KV lengths 512..32k for
     /// batch 1 and 32; prefill TFLOP/s at 512/2k/8k tokens, flash vs naive) or `qmatmul`
@@ -99,6 +91,23 @@ fn usize_list(s: &str, what: &str) -> Result<Vec<usize>> {
         return Err(CliError::Usage(format!("{what}: values must be at least 1")));
     }
     Ok(v)
+}
+
+/// Whether the decode lines need the configuration they ran with printed above them.
+fn settings_label_needed(sweep: &[optimized::KernelConfig], graphs: &[bool]) -> bool {
+    sweep.len() > 1 || graphs.len() > 1
+}
+
+/// `value` as a percentage of `roof`, or — above 100%, which no physical limit allows — "n/a"
+/// with why: the copy rate measured on this backend (`copy_rate`, bytes/s) is below what the
+/// device really moves, so it is no roofline.
+pub fn pct_of_roofline(value: f64, roof: f64, copy_rate: f64) -> String {
+    let pct = 100.0 * value / roof;
+    if pct.is_finite() && pct <= 100.0 {
+        format!("{pct:.1}%")
+    } else {
+        format!("n/a (decode moved its bytes faster than the measured copy rate of {:.0} GB/s: that copy does not reach this device's bandwidth, so no percentage is printed)", copy_rate / 1e9)
+    }
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -163,17 +172,11 @@ fn gate_identity(backend: optimized::Backend) -> Option<String> {
     Some(format!("{} {} {mtime} {backend} {} {}", exe.display(), meta.len(), optimized::device_info(&client).name, launch_label(&client)))
 }
 
-/// The programmatic-dependent-launch setting the kernels are compiled with (they differ),
-/// and the quantized gemvs' launch knobs.
+/// The kernel configuration the gate's cases run with (launchers outside a model use the
+/// default) and whether the device takes PDL.
 fn launch_label(client: &optimized::Client) -> String {
-    use optimized::kernels::pdl::{self, Mode};
-    let pdl = match (pdl::supported(client), pdl::mode(client)) {
-        (false, _) => "no PDL (unsupported)",
-        (true, Mode::Early) => "PDL on",
-        (true, Mode::Top) => "PDL top",
-        (true, Mode::Off) => "PDL off",
-    };
-    format!("{pdl}, qgemv launch {}", optimized::kernels::qmatmul::knobs::current().name())
+    let pdl = if optimized::kernels::pdl::supported(client) { "PDL" } else { "no PDL (unsupported)" };
+    format!("kernels {}, {pdl}", optimized::KernelConfig::default().name())
 }
 
 fn run_gate(backend: optimized::Backend) -> Result<String> {
@@ -208,23 +211,13 @@ pub fn run(a: BenchArgs) -> Result<()> {
             g => Err(CliError::Usage(format!("--graphs {g}: on, off or on,off"))),
         })
         .collect::<Result<_>>()?;
-    use optimized::kernels::pdl::Mode;
-    let pdls: Vec<Option<Mode>> = match &a.pdl {
-        Some(s) => s.split(',').map(|m| Mode::parse(m).map(Some).ok_or_else(|| CliError::Usage(format!("--pdl {m}: on, off or top (comma-separated)")))).collect::<Result<_>>()?,
-        None => vec![None],
+    // The model loads with `--kernels` (or TANDEM_KERNELS) and `--attention`; each sweep entry
+    // (and each `--graphs` value) is then measured on it.
+    let base = optimized::KernelConfig { attention, graphs: graphs[0], ..a.model.kernel_config()? };
+    let sweep: Vec<optimized::KernelConfig> = match &a.sweep {
+        Some(s) => s.split(';').map(|k| optimized::KernelConfig::parse(k).map_err(|e| CliError::Usage(format!("--sweep: {e}")))).collect::<Result<_>>()?,
+        None => vec![base],
     };
-    use optimized::kernels::qmatmul::knobs::{self, Knobs};
-    let qgemvs: Vec<Option<Knobs>> = match &a.qgemv {
-        Some(s) => s.split(';').map(|k| Knobs::parse(k).map(Some).map_err(|e| CliError::Usage(format!("--qgemv: {e}")))).collect::<Result<_>>()?,
-        None => vec![None],
-    };
-    // Before the gate: kernels are compiled with the setting current at their launch.
-    if let Some(m) = pdls[0] {
-        optimized::kernels::pdl::set_mode(m);
-    }
-    if let Some(k) = qgemvs[0] {
-        knobs::set(k);
-    }
     let backend = resolve(a.model.device);
     if let Some(k) = &a.kernel {
         if !["attention", "qmatmul", "rmsnorm", "argmax"].contains(&k.as_str()) {
@@ -272,7 +265,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
             batches: usize_list(bs, "--batches")?,
             prompt: lens[0],
             generated: a.decode_tokens.unwrap_or(128),
-            graphs: graphs[0],
+            kernels: base,
             gate,
             json_out: a.json_out.clone(),
             csv_out: a.csv_out.clone(),
@@ -295,7 +288,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     }
     let t_load = Instant::now();
     // One more position than measured: the untimed first decode step (where a graph is captured).
-    let mut engine = opened.engine_with(a.model.device, a.model.dtype.as_deref(), max_len + decode_tokens + 1, attention, graphs[0])?;
+    let mut engine = opened.engine_with(a.model.device, a.model.dtype.as_deref(), max_len + decode_tokens + 1, &base)?;
     let load_s = t_load.elapsed().as_secs_f64();
     let prompt = |n: usize| -> Vec<u32> { (0..n).map(|i| ((i * 7919 + 13) % cfg.vocab) as u32).collect() };
     // Bytes streamed per decoded token: every layer weight and the lm_head; the embedding
@@ -340,23 +333,17 @@ pub fn run(a: BenchArgs) -> Result<()> {
         println!("prefill T={n:<5} TTFT {:>9.2} ms  ({:.0} tokens/s)", m * 1e3, n as f64 / m);
     }
     let mut settings = vec![];
-    for &g in &graphs {
-        for &p in &pdls {
-            settings.extend(qgemvs.iter().map(|&k| (g, p, k)));
+    for k in &sweep {
+        for &g in &graphs {
+            // Load-time choices are the model's; the rest from the sweep entry.
+            settings.push(optimized::KernelConfig { attention: base.attention, qgemv: base.qgemv, prefetch: base.prefetch, int8_decode: base.int8_decode, mma: base.mma, graphs: g, ..*k });
         }
     }
-    for (g, p, k) in settings.into_iter().filter(|_| decode_tokens > 0) {
-        if graphs.len() > 1 && !engine.set_graphs(g) {
-            continue;
-        }
-        if let Some(m) = p.filter(|_| pdls.len() > 1) {
-            if !engine.set_knob("pdl", m.name()) {
-                continue;
-            }
-        }
-        if let Some(k) = k.filter(|_| qgemvs.len() > 1) {
-            if !engine.set_knob("qgemv", &k.name()) {
-                continue;
+    for k in settings.into_iter().filter(|_| decode_tokens > 0) {
+        if backend.is_some() {
+            engine.set_kernels(&k.name())?;
+            if settings_label_needed(&sweep, &graphs) {
+                println!("kernels {}", k.name());
             }
         }
         let p = prompt(lens[0]);
@@ -375,11 +362,11 @@ pub fn run(a: BenchArgs) -> Result<()> {
         let m = median(per_tok);
         let tps = 1.0 / m;
         println!(
-            "decode batch 1 after {} prompt tokens: {:.3} ms/token, {:.1} tokens/s = {:.1}% of the roofline {:.0} tokens/s ((weight + KV bytes) / read rate)",
+            "decode batch 1 after {} prompt tokens: {:.3} ms/token, {:.1} tokens/s = {} of the roofline {:.0} tokens/s ((weight + KV bytes) / read rate)",
             lens[0] + 1,
             m * 1e3,
             tps,
-            100.0 * tps / roofline_tps,
+            pct_of_roofline(tps, roofline_tps, bw),
             roofline_tps
         );
         if let Some(st) = engine.status() {

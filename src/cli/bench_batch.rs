@@ -35,7 +35,8 @@ pub struct BatchBench<'a> {
     pub batches: Vec<usize>,
     pub prompt: usize,
     pub generated: usize,
-    pub graphs: bool,
+    /// The kernel configuration the runner loads with.
+    pub kernels: optimized::KernelConfig,
     pub gate: String,
     pub json_out: Option<std::path::PathBuf>,
     pub csv_out: Option<std::path::PathBuf>,
@@ -47,6 +48,7 @@ pub fn run(b: BatchBench) -> Result<()> {
         return Err(CliError::Usage("--decode-tokens must be at least 2 for the batched bench".into()));
     }
     let mut opened = b.model.open()?;
+    opened.kernels = b.kernels;
     let label = opened.label.clone();
     let need = b.prompt + b.generated;
     if need > opened.config.max_ctx {
@@ -84,7 +86,7 @@ pub fn run(b: BatchBench) -> Result<()> {
     if let Some(p) = &b.json_out {
         let mut out = vec![];
         for r in &rows {
-            let cfg = json!({"batch": r.batch, "prompt": r.prompt, "generated": r.generated, "graphs": b.graphs});
+            let cfg = json!({"batch": r.batch, "prompt": r.prompt, "generated": r.generated, "kernels": b.kernels.name()});
             out.push(info.row(cfg.clone(), "decode_tokens_per_s", r.decode_tps, "tokens/s", None, None));
             out.push(info.row(cfg.clone(), "prefill_tokens_per_s", r.prefill_tps, "tokens/s", None, None));
             out.push(info.row(cfg.clone(), "ttft_ms", r.ttft_ms, "ms", None, None));

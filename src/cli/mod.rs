@@ -19,6 +19,7 @@ mod logits;
 mod plot;
 mod progress;
 mod quantize;
+mod report;
 mod results;
 mod serve;
 mod source;
@@ -94,6 +95,9 @@ pub enum Cmd {
     Quantize(quantize::QuantizeArgs),
     /// Report how far --weights int8|mxfp4 moves next-token distributions (CPU reference).
     Drift(drift::DriftArgs),
+    /// The current benchmark table from the JSON rows under benches/results/ (newest per
+    /// configuration and metric), e.g. `tandem results --out benches/RESULTS.md`.
+    Results(report::ResultsArgs),
     /// An OpenAI-compatible HTTP server on the batched engine (/v1/completions,
     /// /v1/chat/completions, /v1/models, /health, /metrics).
     Serve(serve::ServeArgs),
@@ -145,6 +149,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Cmd::Conformance(a) => conformance_cmd(a),
         Cmd::Quantize(a) => quantize::run(a),
         Cmd::Drift(a) => drift::run(a),
+        Cmd::Results(a) => report::run(a),
         Cmd::Serve(a) => serve::run(a),
         Cmd::BenchSpec(a) => bench_spec::run(a),
     }

@@ -39,7 +39,7 @@ pub struct ModelArgs {
     /// hardware wgpu adapter, else cpu).
     #[arg(long, value_enum, default_value_t = Device::Auto)]
     pub device: Device,
-    /// Weight storage on the GPU: bf16 (default where supported), f16 or f32. Activations and
+    /// Weight storage on the GPU: bf16 (default where supported, else f16 where supported, else f32), f16 or f32. Activations and
     /// accumulation are f32. Ignored on cpu (always f32).
     #[arg(long)]
     pub dtype: Option<String>,
@@ -50,6 +50,11 @@ pub struct ModelArgs {
     /// lm_head and norms stay in --dtype / f32).
     #[arg(long)]
     pub weights: Option<String>,
+    /// GPU kernel choices, `key=value,…` (optimized::config: attention, graphs, norms, pdl,
+    /// qgemv, prefetch, int8-decode, gps, rpg, small, mma, argmax); default: the production
+    /// choices, or `TANDEM_KERNELS` when set. A bad value is an error naming the part.
+    #[arg(long)]
+    pub kernels: Option<String>,
 }
 
 /// A model's tensors, not yet loaded.
@@ -101,6 +106,8 @@ pub struct Opened {
     pub chat: Option<reference::chat::ChatTemplate>,
     pub label: String,
     pub arch: Arch,
+    /// The GPU kernel choices (`--kernels`, else `TANDEM_KERNELS`, else the production default).
+    pub kernels: optimized::KernelConfig,
 }
 
 /// The config of a synthetic name.
@@ -134,7 +141,9 @@ impl ModelArgs {
     /// `--weights` the linear weights are quantized as they load.
     pub fn open(&self) -> Result<Opened> {
         let scheme = self.scheme()?;
+        let kernels = self.kernel_config()?;
         let mut o = self.open_full()?;
+        o.kernels = kernels;
         if let (Some(scheme), Arch::GptOss(_)) = (scheme, &o.arch) {
             return Err(CliError::Usage(format!("--weights {scheme}: {} is GPT-OSS, whose experts are MXFP4 already (the other weights follow --dtype)", o.label)));
         }
@@ -146,6 +155,16 @@ impl ModelArgs {
         Ok(o)
     }
 
+    /// The kernel configuration of `--kernels`, else `TANDEM_KERNELS`, else the default.
+    pub fn kernel_config(&self) -> Result<optimized::KernelConfig> {
+        let (spec, from) = match (&self.kernels, std::env::var("TANDEM_KERNELS")) {
+            (Some(s), _) => (s.clone(), "--kernels"),
+            (None, Ok(s)) => (s, "TANDEM_KERNELS"),
+            (None, Err(_)) => return Ok(optimized::KernelConfig::default()),
+        };
+        optimized::KernelConfig::parse(&spec).map_err(|e| CliError::Usage(format!("{from}: {e}")))
+    }
+
     /// Open the model ignoring `--weights`.
     pub fn open_full(&self) -> Result<Opened> {
         if let Some(name) = &self.synthetic {
@@ -154,7 +173,7 @@ impl ModelArgs {
             }
             let config = synthetic_config(name)?;
             let label = format!("synthetic {name} (seed {})", self.synthetic_seed);
-            return Ok(Opened { config, source: Source::Synthetic(Synthetic { seed: self.synthetic_seed }), tokenizer: None, chat: None, label, arch: Arch::Llama });
+            return Ok(Opened { config, source: Source::Synthetic(Synthetic { seed: self.synthetic_seed }), tokenizer: None, chat: None, label, arch: Arch::Llama, kernels: Default::default() });
         }
         let path = match &self.model {
             Some(p) => p.clone(),
@@ -190,7 +209,7 @@ impl ModelArgs {
                 return Err(reference::Error::key(&path, "vocab", format!("tokenizer has {} tokens but the model only {} embeddings", t.vocab_size(), config.vocab)).into());
             }
         }
-        Ok(Opened { config, source, tokenizer, chat, label: path.display().to_string(), arch: Arch::Llama })
+        Ok(Opened { config, source, tokenizer, chat, label: path.display().to_string(), arch: Arch::Llama, kernels: Default::default() })
     }
 }
 
@@ -199,7 +218,7 @@ impl Opened {
     /// the llama tensor paths refuse it, its own parts are in `arch`.
     pub fn gpt_oss(config: Config, label: String, g: super::gpt_oss::GptOss) -> Opened {
         let source = Source::NotLlama(super::gpt_oss::NotLlama { label: label.clone() });
-        Opened { config, source, tokenizer: None, chat: None, label, arch: Arch::GptOss(Box::new(g)) }
+        Opened { config, source, tokenizer: None, chat: None, label, arch: Arch::GptOss(Box::new(g)), kernels: Default::default() }
     }
 
     /// An error for GPT-OSS on the llama-only paths (the reference `Model`, the single-sequence
@@ -236,7 +255,9 @@ impl Opened {
                 let client = optimized::client(backend)?;
                 let dtype = pick_dtype(&client, dtype)?;
                 let kv = blocks * KV_BLOCK * 2 * self.config.n_layers * self.config.n_kv_heads * self.config.head_dim * 4;
-                let m = self.upload(client, backend, dtype, 1, kv, optimized::model::AttentionImpl::Flash)?;
+                // The runner pages its own KV cache: flash attention whatever the config says.
+                let kernels = optimized::KernelConfig { attention: optimized::model::AttentionImpl::Flash, ..self.kernels };
+                let m = self.upload(client, backend, dtype, 1, kv, &kernels)?;
                 Ok(Box::new(optimized::runner::GpuRunner::new(m, KV_BLOCK, blocks)?))
             }
         }
@@ -244,18 +265,19 @@ impl Opened {
 
     /// The weights on the GPU: the memory estimate (checked against the free memory first),
     /// a progress bar while they upload, and a line when kernels will be compiled.
-    fn upload(&mut self, client: optimized::Client, backend: optimized::Backend, dtype: optimized::Dtype, capacity: usize, kv_bytes: usize, attention: optimized::model::AttentionImpl) -> Result<optimized::model::GpuModel> {
+    fn upload(&mut self, client: optimized::Client, backend: optimized::Backend, dtype: optimized::Dtype, capacity: usize, kv_bytes: usize, kernels: &optimized::KernelConfig) -> Result<optimized::model::GpuModel> {
         let expected = self.config.n_params() * dtype.size();
         super::progress::check_memory(&client, &self.label, expected, kv_bytes)?;
         super::progress::compile_notice(&client);
         let bar = super::progress::Upload::start(&self.label, expected);
-        let m = optimized::model::GpuModel::load_observed(client, backend, self.source.tensors(), &self.config, dtype, capacity, attention, &mut |done, exp| bar.update(done, exp))?;
+        let m = optimized::model::GpuModel::load_observed(client, backend, self.source.tensors(), &self.config, dtype, capacity, kernels, &mut |done, exp| bar.update(done, exp))?;
         bar.finish(m.weight_bytes);
         Ok(m)
     }
 
-    /// [`Opened::engine`] with a choice of KV cache + attention on the GPU (ignored on cpu).
-    pub fn engine_with(&mut self, device: Device, dtype: Option<&str>, capacity: usize, attention: optimized::model::AttentionImpl, graphs: bool) -> Result<Box<dyn Engine>> {
+    /// The single-sequence engine (`tandem bench`, `tandem logits`) for `device` with a KV cache
+    /// of `capacity` positions, running with `kernels` on a GPU (ignored on cpu).
+    pub fn engine_with(&mut self, device: Device, dtype: Option<&str>, capacity: usize, kernels: &optimized::KernelConfig) -> Result<Box<dyn Engine>> {
         self.llama_only()?;
         let backend = match resolve(device) {
             None => return Ok(Box::new(RefEngine::new(self.reference_model()?))),
@@ -265,18 +287,20 @@ impl Opened {
         let dtype = pick_dtype(&client, dtype)?;
         let cap = capacity.clamp(1, self.config.max_ctx);
         let kv = cap * 2 * self.config.n_layers * self.config.n_kv_heads * self.config.head_dim * 4;
-        let mut m = self.upload(client, backend, dtype, capacity, kv, attention)?;
-        m.use_graphs = graphs;
+        let m = self.upload(client, backend, dtype, capacity, kv, kernels)?;
         Ok(Box::new(optimized::model::GpuEngine(m)))
     }
 }
 
-/// `--dtype` or the best the device supports: bf16, else f32.
+/// `--dtype` or the best the device supports: bf16, else f16, else f32.
 pub fn pick_dtype(client: &optimized::Client, dtype: Option<&str>) -> Result<optimized::Dtype> {
     use optimized::Dtype;
     match dtype {
         Some(s) => s.parse::<Dtype>().map_err(CliError::Usage),
         None if Dtype::BF16.supported(client) => Ok(Dtype::BF16),
+        // wgpu adapters with shader-f16 (Vulkan on NVIDIA / AMD, Metal) have no bf16: half the
+        // bytes of f32 per weight, f32 accumulation as everywhere.
+        None if Dtype::F16.supported(client) => Ok(Dtype::F16),
         None => Ok(Dtype::F32),
     }
 }

@@ -38,7 +38,7 @@ pub struct ModelCase {
     /// keeps them quantized), or dense.
     pub quant: Option<Scheme>,
     /// Decode (T ≤ 8) with the RMSNorms fused into the gemvs (the default), or with the add +
-    /// RMSNorm kernels between them (`GpuModel::fuse_norms` off).
+    /// RMSNorm kernels between them (`norms=kernels` in `GpuModel::kernels`).
     pub fused_norms: bool,
 }
 
@@ -130,7 +130,7 @@ impl ModelCase {
             _ => GpuModel::load_with(client.clone(), backend, &mut InMemory(&reference.weights), &cfg, dd, ids.len(), self.attention),
         }
         .map_err(|e| e.to_string())?;
-        gpu.fuse_norms = self.fused_norms;
+        gpu.kernels.fused_norms = self.fused_norms;
         if matches!(self.weights, Weightset::TinyQ8Gguf(_)) && gpu.quant.as_deref() != Some("int8-g32") {
             return Ok(Outcome::Fail(format!("Q8_0 GGUF: the device model holds {:?}, expected int8-g32 weights", gpu.quant)));
         }
@@ -258,7 +258,7 @@ impl Case for GraphCase {
             let cfg = Config { max_ctx: cfg.max_ctx.max(cap), ..cfg };
             let load = |graphs: bool| -> Result<GpuModel, String> {
                 let mut m = GpuModel::load_with(client.clone(), backend, &mut InMemory(&w), &cfg, DevDtype::F32, cap, AttentionImpl::Flash).map_err(|e| e.to_string())?;
-                m.use_graphs = graphs;
+                m.kernels.graphs = graphs;
                 Ok(m)
             };
             let (eager, eager_rows, _) = self.greedy(load(false)?, &cfg)?;

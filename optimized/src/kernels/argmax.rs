@@ -161,10 +161,10 @@ pub fn argmax_v2<N: Size>(x: &[Vector<f32, N>], out: &mut [u32], rows: u32, v: u
 }
 
 /// Argmax of each row of `x` (`[.., V]` f32) into `out` (ids, `x.numel() / V` u32 values,
-/// e.g. made by [`DeviceTensor::from_u32`] or [`DeviceTensor::empty_f32`]), by the default
-/// version.
+/// e.g. made by [`DeviceTensor::from_u32`] or [`DeviceTensor::empty_f32`]), by the version of
+/// the kernel configuration in force (`crate::config`; v2 by default).
 pub fn argmax_into(client: &Client, x: &DeviceTensor, out: &DeviceTensor) -> Result<(), Error> {
-    argmax_into_with(client, x, out, ArgmaxVersion::default())
+    argmax_into_with(client, x, out, crate::config::current().argmax)
 }
 
 /// [`argmax_into`] by a chosen version.

@@ -18,11 +18,11 @@
 //!   compiled with `pdl = false` is the plain kernel (no wait, ordinary launch).
 //!
 //! [`mode`] says what launchers do: on CUDA devices with clusters (sm_90: the same generation
-//! as `griddepcontrol`) [`Mode::Early`] by default; `TANDEM_PDL=0` (or [`set_mode`]) turns it
-//! off and `TANDEM_PDL=top` waits first thing in every kernel — audit knobs, read once per
-//! process. Elsewhere (wgpu, lavapipe, CI) kernels are compiled without it.
+//! as `griddepcontrol`) [`Mode::Early`] by default; the kernel configuration's `pdl=off` turns it
+//! off and `pdl=top` waits first thing in every kernel (`crate::config`: the running model's
+//! configuration, an audit choice). Elsewhere (wgpu, lavapipe, CI) kernels are compiled without
+//! it.
 
-use std::sync::atomic::{AtomicU8, Ordering};
 
 use cubecl::prelude::*;
 
@@ -53,14 +53,6 @@ pub enum Mode {
 }
 
 impl Mode {
-    fn code(self) -> u8 {
-        match self {
-            Mode::Off => 1,
-            Mode::Top => 2,
-            Mode::Early => 3,
-        }
-    }
-
     /// `off` (or `0`), `top`, `on` (or `1`, `early`).
     pub fn parse(s: &str) -> Option<Self> {
         match s.trim() {
@@ -87,27 +79,10 @@ impl Mode {
     }
 }
 
-/// 0: not decided yet (`TANDEM_PDL` is read), else [`Mode::code`].
-static MODE: AtomicU8 = AtomicU8::new(0);
-
+/// The mode of the configuration in force (`crate::config`: the running model's, else the
+/// default, [`Mode::Early`]).
 fn current() -> Mode {
-    match MODE.load(Ordering::Relaxed) {
-        1 => Mode::Off,
-        2 => Mode::Top,
-        3 => Mode::Early,
-        _ => {
-            // An unknown value keeps the default (the engine status names the mode in use).
-            let m = std::env::var("TANDEM_PDL").ok().and_then(|v| Mode::parse(&v)).unwrap_or(Mode::Early);
-            MODE.store(m.code(), Ordering::Relaxed);
-            m
-        }
-    }
-}
-
-/// Sets the mode for the kernels launched from now on, process-wide (an audit knob: `tandem
-/// bench --pdl on,off,top`; a captured graph keeps the launches it recorded).
-pub fn set_mode(m: Mode) {
-    MODE.store(m.code(), Ordering::Relaxed);
+    crate::config::current().pdl
 }
 
 /// Whether `client`'s device can launch kernels that wait on their predecessor: CUDA with

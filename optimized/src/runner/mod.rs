@@ -76,7 +76,7 @@ impl GpuRunner {
         let k = (0..cfg.n_layers).map(|_| DeviceTensor::empty_f32(&model.client, &shape)).collect();
         let v = (0..cfg.n_layers).map(|_| DeviceTensor::empty_f32(&model.client, &shape)).collect();
         let rope = rope::RopeTable::new(&model.client, cfg.max_ctx, cfg.head_dim, cfg.rope_theta)?;
-        let graphs = graphs::Graphs::new(model.use_graphs);
+        let graphs = graphs::Graphs::new(model.kernels.graphs);
         Ok(GpuRunner { info: ModelInfo::of(cfg), layout: KvLayout { block_size, num_blocks }, k, v, rope, model, graphs })
     }
 
@@ -242,7 +242,8 @@ impl ModelRunner for GpuRunner {
     }
     fn step(&mut self, plan: &StepPlan) -> reference::Result<Vec<SeqResult>> {
         validate_plan(plan, &self.info, self.layout)?;
-        self.run(plan).map_err(to_ref)
+        let kernels = self.model.kernels;
+        crate::config::scoped(&kernels, || self.run(plan)).map_err(to_ref)
     }
     fn status(&self) -> Option<String> {
         Some(match self.graphs.refused() {

@@ -1,7 +1,6 @@
-//! Launch knobs of the quantized decode gemvs, process-wide like [`crate::kernels::pdl`]'s
-//! mode: what `tandem bench --qgemv` sweeps on one loaded model (each setting records its own
-//! decode graph) and `TANDEM_QGEMV_LAUNCH` sets for a whole process (the conformance gate
-//! included). Every value maps onto a launch choice the conformance grid runs
+//! Launch knobs of the quantized decode gemvs, part of the kernel configuration
+//! (`crate::config`: keys `gps`, `rpg`, `small`): what `tandem bench --kernels` sweeps on one
+//! loaded model (each setting records its own decode graph). Every value maps onto a launch choice the conformance grid runs
 //! ([`GemvTune`](super::GemvTune): rows per group 2 / 4 / 8, planes per row 1 / 2 / 4, v5
 //! rings of 2..=[`MAX_STAGES`](super::v5::MAX_STAGES) slots).
 //!
@@ -12,8 +11,6 @@
 //! - `small=S@M`: gemv v5 weights of at most M MiB get rings of S slots (all their tiles
 //!   ahead of the arithmetic when a plane has ≤ S − 1 of them); default off.
 //! - `default`: all three at their defaults.
-
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 use super::v5::MAX_STAGES;
 use crate::Error;
@@ -107,44 +104,10 @@ impl Knobs {
     }
 }
 
-// 0 = not read from the environment yet.
-static GPS: AtomicUsize = AtomicUsize::new(0);
-static RPG: AtomicUsize = AtomicUsize::new(0);
-static SMALL_SLOTS: AtomicUsize = AtomicUsize::new(0);
-static SMALL_MIB: AtomicUsize = AtomicUsize::new(0);
-
-/// Make `k` the process's knobs (the next launches take them; a captured graph keeps the
-/// launches it recorded).
-pub fn set(k: Knobs) {
-    RPG.store(k.rpg.unwrap_or(0), Relaxed);
-    let (s, m) = k.small.unwrap_or((0, 0));
-    SMALL_SLOTS.store(s, Relaxed);
-    SMALL_MIB.store(m, Relaxed);
-    GPS.store(k.groups_per_sm, Relaxed);
-}
-
-/// The process's knobs: the last [`set`], else `TANDEM_QGEMV_LAUNCH` (loading a model refuses
-/// a bad value with its part named; a bare kernel call reports it once and keeps the defaults —
-/// a launch does not fail over an audit knob), else the defaults.
+/// The knobs of the configuration in force (`crate::config`: the running model's, else the
+/// defaults).
 pub fn current() -> Knobs {
-    if GPS.load(Relaxed) == 0 {
-        let k = match std::env::var("TANDEM_QGEMV_LAUNCH") {
-            Ok(v) => Knobs::parse(&v).unwrap_or_else(|e| {
-                eprintln!("warning: TANDEM_QGEMV_LAUNCH ignored: {e}");
-                Knobs::default()
-            }),
-            Err(_) => Knobs::default(),
-        };
-        set(k);
-        return k;
-    }
-    let rpg = RPG.load(Relaxed);
-    let slots = SMALL_SLOTS.load(Relaxed);
-    Knobs {
-        groups_per_sm: GPS.load(Relaxed),
-        rpg: (rpg != 0).then_some(rpg),
-        small: (slots != 0).then(|| (slots, SMALL_MIB.load(Relaxed))),
-    }
+    crate::config::current().launch
 }
 
 #[cfg(test)]

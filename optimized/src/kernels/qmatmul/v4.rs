@@ -36,7 +36,7 @@
 //! spread. Mistral-7B int8 end to end: 328.8–350.1 tokens/s vs v2's 383.6. Fewer instructions
 //! did not buy bandwidth: both kernels stop at the same ~70% of copy, so v2's limit was not
 //! issue slots alone. Not the default ([`super::QWeight::upload`] keeps the tiled order);
-//! `TANDEM_QGEMV=v4` (with `TANDEM_MMA=blocks,depth,prefetch[,split]`) loads a model with it.
+//! `--kernels qgemv=v4` (with `mma=B.D.P[.S]`) loads a model with it.
 
 use cubecl::features::MmaConfig;
 use cubecl::ir::{ElemType, FloatKind};
@@ -412,7 +412,7 @@ impl Default for MmaTune {
 
 impl std::str::FromStr for MmaTune {
     type Err = Error;
-    /// `blocks,depth,prefetch[,split]`, e.g. `2,2,1` or `1,4,0,16` (the `TANDEM_MMA` audit knob).
+    /// `blocks,depth,prefetch[,split]`, e.g. `2,2,1` or `1,4,0,16` (the kernel configuration's `mma=` key, with dots for commas).
     fn from_str(s: &str) -> Result<Self, Error> {
         let bad = || Error::Shape(format!("gemv v4 tune {s:?}: expected blocks,depth,prefetch[,split], e.g. 2,2,1"));
         let v: Vec<usize> = s.split(',').map(|p| p.trim().parse().map_err(|_| bad())).collect::<Result<_, _>>()?;

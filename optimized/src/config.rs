@@ -1,0 +1,303 @@
+//! One typed kernel configuration: every choice of the GPU path that a benchmark or an audit
+//! may want to change, in one struct with one parser.
+//!
+//! [`KernelConfig::default`] is the production choice. A model holds its configuration (given
+//! when it is loaded) and installs it for the duration of each forward pass, step or graph
+//! capture ([`scoped`]); the launchers read [`current`]. So two models in one process (a server
+//! holding a draft and a target) each run with their own, and no environment variable is read
+//! by a kernel. Outside any scope — the conformance cases calling launchers directly — the
+//! default applies.
+//!
+//! Spec (`TANDEM_KERNELS`, `--kernels`, `tandem audit`): comma-separated `key=value`, keys
+//! - `attention=flash|naive` — paged cache + flash attention, or the v1 contiguous cache +
+//!   naive attention;
+//! - `graphs=on|off` — decode steps replayed as captured graphs;
+//! - `norms=fused|kernels` — decode RMSNorms fused into the gemvs, or the add + norm kernels;
+//! - `pdl=on|off|top` — programmatic dependent launch (`kernels::pdl`);
+//! - `qgemv=v1|v2|v4` — the quantized decode gemv's weight order: rows (v1), tiles (v2, with
+//!   v5's cp.async ring for per-channel int8 where the device has it), tensor-core (v4, lab);
+//! - `prefetch=default|off|w|wx|pipelined|asyncN` — the tiled gemv's prefetch;
+//! - `int8-decode=subnormal|magic` — how int8 bytes become floats (subnormal where exact);
+//! - `gps=N`, `rpg=2|4|8`, `small=S@MiB` — the quantized gemvs' launch geometry
+//!   (`kernels::qmatmul::knobs`);
+//! - `mma=B.D.P[.S]` — gemv v4's blocks, depth, prefetch, split;
+//! - `argmax=v1|v2`.
+//!
+//! `default` resets every key. [`KernelConfig::name`] writes only what differs from the default
+//! (`default` when nothing does) and parses back to the same value. A bad spec is an error
+//! naming the part.
+
+use std::cell::Cell;
+
+use crate::kernels::pdl::Mode as PdlMode;
+use crate::kernels::qmatmul::knobs::Knobs;
+use crate::kernels::qmatmul::v4::MmaTune;
+use crate::kernels::qmatmul::v5;
+use crate::kernels::qmatmul::Prefetch;
+use crate::kernels::ArgmaxVersion;
+use crate::model::AttentionImpl;
+use crate::Error;
+
+/// The quantized decode gemv's weight order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum QgemvOrder {
+    /// Rows in input order: gemv v1.
+    V1,
+    /// The tiled order: gemv v2 (v5 for per-channel int8 where `cp.async` exists).
+    #[default]
+    V2,
+    /// gemv v4's tensor-core order (per-channel int8 on CUDA devices with mma; lab).
+    V4,
+}
+
+/// How int8 weight bytes become floats in the tiled gemvs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Int8Decoding {
+    /// Bits as subnormal floats, where a probe finds that exact (else the magic number).
+    #[default]
+    Subnormal,
+    /// The magic-number decode everywhere.
+    Magic,
+}
+
+/// Every kernel choice of the GPU path.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KernelConfig {
+    pub attention: AttentionImpl,
+    pub graphs: bool,
+    pub fused_norms: bool,
+    pub pdl: PdlMode,
+    pub qgemv: QgemvOrder,
+    /// `None`: the device's default for each weight (`qmatmul::device_prefetch`).
+    pub prefetch: Option<Prefetch>,
+    pub int8_decode: Int8Decoding,
+    pub launch: Knobs,
+    pub mma: MmaTune,
+    pub argmax: ArgmaxVersion,
+}
+
+impl Default for KernelConfig {
+    fn default() -> Self {
+        KernelConfig {
+            attention: AttentionImpl::Flash,
+            graphs: true,
+            fused_norms: true,
+            pdl: PdlMode::Early,
+            qgemv: QgemvOrder::V2,
+            prefetch: None,
+            int8_decode: Int8Decoding::Subnormal,
+            launch: Knobs::default(),
+            mma: MmaTune::default(),
+            argmax: ArgmaxVersion::V2,
+        }
+    }
+}
+
+fn onoff(v: &str) -> Option<bool> {
+    match v {
+        "on" | "1" | "true" | "yes" => Some(true),
+        "off" | "0" | "false" | "no" => Some(false),
+        _ => None,
+    }
+}
+
+fn prefetch_name(p: Prefetch) -> String {
+    match p {
+        Prefetch::Off => "off".into(),
+        Prefetch::W => "w".into(),
+        Prefetch::WX => "wx".into(),
+        Prefetch::Pipelined => "pipelined".into(),
+        Prefetch::Async(n) => format!("async{n}"),
+    }
+}
+
+fn parse_prefetch(v: &str) -> Option<Option<Prefetch>> {
+    Some(Some(match v {
+        "default" => return Some(None),
+        "off" => Prefetch::Off,
+        "w" => Prefetch::W,
+        "wx" => Prefetch::WX,
+        "pipelined" => Prefetch::Pipelined,
+        a => Prefetch::Async(a.strip_prefix("async")?.parse().ok().filter(|n| (2..=v5::MAX_STAGES).contains(n))?),
+    }))
+}
+
+impl KernelConfig {
+    /// The configuration of a spec (module doc); errors name the bad part.
+    pub fn parse(spec: &str) -> Result<Self, Error> {
+        let mut k = KernelConfig::default();
+        let bad = |part: &str, why: &str| Error::Config(format!("kernel config `{spec}`: `{part}` {why} (keys: attention, graphs, norms, pdl, qgemv, prefetch, int8-decode, gps, rpg, small, mma, argmax; see optimized::config)"));
+        let mut launch = vec![];
+        for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            if part == "default" {
+                k = KernelConfig::default();
+                launch.clear();
+                continue;
+            }
+            let (key, val) = part.split_once('=').ok_or_else(|| bad(part, "is not key=value"))?;
+            let (key, val) = (key.trim(), val.trim());
+            let no = || bad(part, "has a value this key does not take");
+            match key {
+                "attention" => k.attention = val.parse().map_err(|_| no())?,
+                "graphs" => k.graphs = onoff(val).ok_or_else(no)?,
+                "norms" => {
+                    k.fused_norms = match val {
+                        "fused" => true,
+                        "kernels" => false,
+                        _ => return Err(no()),
+                    }
+                }
+                "pdl" => k.pdl = PdlMode::parse(val).ok_or_else(no)?,
+                "qgemv" => {
+                    k.qgemv = match val {
+                        "v1" => QgemvOrder::V1,
+                        "v2" => QgemvOrder::V2,
+                        "v4" => QgemvOrder::V4,
+                        _ => return Err(no()),
+                    }
+                }
+                "prefetch" => k.prefetch = parse_prefetch(val).ok_or_else(no)?,
+                "int8-decode" => {
+                    k.int8_decode = match val {
+                        "subnormal" => Int8Decoding::Subnormal,
+                        "magic" => Int8Decoding::Magic,
+                        _ => return Err(no()),
+                    }
+                }
+                "gps" | "rpg" | "small" => launch.push(part.to_string()),
+                "mma" => k.mma = val.replace('.', ",").parse().map_err(|_| no())?,
+                "argmax" => {
+                    k.argmax = match val {
+                        "v1" => ArgmaxVersion::V1,
+                        "v2" => ArgmaxVersion::V2,
+                        _ => return Err(no()),
+                    }
+                }
+                _ => return Err(bad(part, "has an unknown key")),
+            }
+        }
+        if !launch.is_empty() {
+            k.launch = Knobs::parse(&launch.join(",")).map_err(|e| bad(&launch.join(","), &e.to_string()))?;
+        }
+        Ok(k)
+    }
+
+    /// The spec [`KernelConfig::parse`] reads back: the keys that differ from the default.
+    pub fn name(&self) -> String {
+        let d = KernelConfig::default();
+        let mut parts = vec![];
+        if self.attention != d.attention {
+            parts.push(format!("attention={}", if self.attention == AttentionImpl::Naive { "naive" } else { "flash" }));
+        }
+        if self.graphs != d.graphs {
+            parts.push(format!("graphs={}", if self.graphs { "on" } else { "off" }));
+        }
+        if self.fused_norms != d.fused_norms {
+            parts.push(format!("norms={}", if self.fused_norms { "fused" } else { "kernels" }));
+        }
+        if self.pdl != d.pdl {
+            parts.push(format!("pdl={}", self.pdl.name()));
+        }
+        if self.qgemv != d.qgemv {
+            parts.push(format!("qgemv={}", format!("{:?}", self.qgemv).to_lowercase()));
+        }
+        if let Some(p) = self.prefetch {
+            parts.push(format!("prefetch={}", prefetch_name(p)));
+        }
+        if self.int8_decode != d.int8_decode {
+            parts.push("int8-decode=magic".into());
+        }
+        if self.launch != d.launch {
+            parts.push(self.launch.name());
+        }
+        if self.mma != d.mma {
+            let m = self.mma;
+            parts.push(format!("mma={}.{}.{}{}", m.blocks, m.depth, u8::from(m.prefetch), m.split.map_or(String::new(), |s| format!(".{s}"))));
+        }
+        if self.argmax != d.argmax {
+            parts.push(format!("argmax={}", format!("{:?}", self.argmax).to_lowercase()));
+        }
+        if parts.is_empty() {
+            "default".into()
+        } else {
+            parts.join(",")
+        }
+    }
+
+    /// Every optimization off: the v1 kernels, the contiguous cache and naive attention, no
+    /// graphs, no fusion, no PDL — where `tandem audit` starts.
+    pub fn naive() -> Self {
+        KernelConfig {
+            attention: AttentionImpl::Naive,
+            graphs: false,
+            fused_norms: false,
+            pdl: PdlMode::Off,
+            qgemv: QgemvOrder::V1,
+            prefetch: Some(Prefetch::Off),
+            int8_decode: Int8Decoding::Magic,
+            launch: Knobs::default(),
+            mma: MmaTune::default(),
+            argmax: ArgmaxVersion::V1,
+        }
+    }
+}
+
+thread_local! {
+    static CURRENT: Cell<Option<KernelConfig>> = const { Cell::new(None) };
+}
+
+/// The configuration launchers on this thread use now: the innermost [`scoped`] one, else the
+/// default.
+pub fn current() -> KernelConfig {
+    CURRENT.with(Cell::get).unwrap_or_default()
+}
+
+/// Run `f` with `cfg` as [`current`] on this thread (restored afterwards, also when `f` panics).
+pub fn scoped<T>(cfg: &KernelConfig, f: impl FnOnce() -> T) -> T {
+    struct Restore(Option<KernelConfig>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CURRENT.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(CURRENT.with(|c| c.replace(Some(*cfg))));
+    f()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_round_trip() {
+        for s in ["default", "attention=naive", "graphs=off,norms=kernels", "pdl=top", "qgemv=v4,mma=2.2.1", "prefetch=async3", "prefetch=wx,int8-decode=magic", "gps=32,rpg=8", "argmax=v1", "mma=1.4.0.16"] {
+            let k = KernelConfig::parse(s).unwrap_or_else(|e| panic!("{s}: {e}"));
+            assert_eq!(KernelConfig::parse(&k.name()).ok(), Some(k), "{s} → {}", k.name());
+        }
+        assert_eq!(KernelConfig::parse("").ok(), Some(KernelConfig::default()));
+        assert_eq!(KernelConfig::default().name(), "default");
+        let n = KernelConfig::naive();
+        assert_eq!(KernelConfig::parse(&n.name()).ok(), Some(n));
+    }
+
+    #[test]
+    fn bad_specs_name_the_part() {
+        for (s, part) in [("pdl=maybe", "pdl=maybe"), ("graphs", "graphs"), ("qgemv=v9", "qgemv=v9"), ("warp=2", "warp=2"), ("prefetch=async99", "prefetch=async99"), ("rpg=3", "rpg=3"), ("mma=x", "mma=x")] {
+            let e = KernelConfig::parse(s).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(e.contains(part), "{s}: {e}");
+        }
+    }
+
+    #[test]
+    fn scopes_nest_and_restore() {
+        let a = KernelConfig { graphs: false, ..KernelConfig::default() };
+        let b = KernelConfig { argmax: ArgmaxVersion::V1, ..KernelConfig::default() };
+        assert_eq!(current(), KernelConfig::default());
+        scoped(&a, || {
+            assert_eq!(current(), a);
+            scoped(&b, || assert_eq!(current(), b));
+            assert_eq!(current(), a);
+        });
+        assert_eq!(current(), KernelConfig::default());
+    }
+}

@@ -274,10 +274,11 @@ pub fn run(a: BenchSpecArgs) -> Result<()> {
         None => None,
     };
     let mut rows: Vec<Value> = Vec::new();
-    // Each configuration: a short warm-up run (kernels, graphs), then the measured one.
+    // Each configuration twice, the first a warm-up (kernels compiled and tuned for every
+    // shape the run meets, graphs recorded): the second is measured.
     let measure = |spec: Option<(usize, bool)>, batch: usize, target: &mut Option<DynRunner>, drafts: &mut [Option<DynRunner>]| -> Result<Run> {
         let mut last = None;
-        for tokens in [8.min(a.max_tokens), a.max_tokens] {
+        for tokens in [a.max_tokens, a.max_tokens] {
             let runner = target.take().ok_or_else(|| CliError::Usage("internal: runner lost".into()))?;
             let (sa, draft) = match spec {
                 Some((i, adaptive)) => (Some((SpecArgs { spec_fixed: !adaptive, ..a.spec.clone() }, configs[i].clone())), drafts[i].take()),

@@ -44,7 +44,13 @@ impl LinearFit {
     pub fn new(decay: f64) -> Self {
         LinearFit { decay, w: 0.0, x: 0.0, y: 0.0, xx: 0.0, xy: 0.0 }
     }
+    /// Add a point. Once the fit has a few points, a time over 3× its prediction (a kernel
+    /// compiled on first use, the machine busy elsewhere) counts as 3× the prediction.
     pub fn observe(&mut self, x: f64, y: f64) {
+        let y = match self.at(x, 0.0) {
+            Some(p) if self.w >= 4.0 && p > 0.0 => y.min(3.0 * p),
+            _ => y,
+        };
         let d = self.decay;
         self.w = self.w * d + 1.0;
         self.x = self.x * d + x;
@@ -143,6 +149,8 @@ mod tests {
         }
         let (a, b) = f.line(0.1).expect("points");
         assert!((a - 2.0).abs() < 1e-9 && (b - 0.5).abs() < 1e-9, "{a} {b}");
+        f.observe(4.0, 1000.0);
+        assert!(f.at(4.0, 0.1).is_some_and(|y| y < 4.0 + 3.0 * 0.5 * 4.0), "an outlier counts as 3× the prediction at most");
         let mut g = LinearFit::new(0.99);
         g.observe(4.0, 8.0);
         let (a, b) = g.line(0.1).expect("a point");

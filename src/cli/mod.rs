@@ -1,5 +1,6 @@
 //! Command-line front end.
 
+mod audit;
 mod batch;
 mod bench;
 mod bench_batch;
@@ -95,6 +96,9 @@ pub enum Cmd {
     Quantize(quantize::QuantizeArgs),
     /// Report how far --weights int8|mxfp4 moves next-token distributions (CPU reference).
     Drift(drift::DriftArgs),
+    /// Step through the GPU path's optimizations from the all-naive configuration: per step its
+    /// covering conformance cases, accuracy against the reference, prefill and decode speed.
+    Audit(audit::AuditArgs),
     /// The current benchmark table from the JSON rows under benches/results/ (newest per
     /// configuration and metric), e.g. `tandem results --out benches/RESULTS.md`.
     Results(report::ResultsArgs),
@@ -113,6 +117,9 @@ pub struct ConformanceArgs {
     pub backends: String,
     /// Only these ops (e.g. matmul attention model); all when empty.
     pub ops: Vec<String>,
+    /// Print the selected cases' names (op, name) instead of running them.
+    #[arg(long)]
+    pub list: bool,
 }
 
 fn conformance_cmd(a: ConformanceArgs) -> Result<()> {
@@ -124,6 +131,12 @@ fn conformance_cmd(a: ConformanceArgs) -> Result<()> {
         .collect();
     if cases.is_empty() {
         return Err(CliError::Usage(format!("no conformance cases for ops {:?}", a.ops)));
+    }
+    if a.list {
+        for c in &cases {
+            println!("{:?}\t{}", c.op(), c.name());
+        }
+        return Ok(());
     }
     for b in &backends {
         match optimized::client(*b) {
@@ -150,6 +163,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Cmd::Quantize(a) => quantize::run(a),
         Cmd::Drift(a) => drift::run(a),
         Cmd::Results(a) => report::run(a),
+        Cmd::Audit(a) => audit::run(a),
         Cmd::Serve(a) => serve::run(a),
         Cmd::BenchSpec(a) => bench_spec::run(a),
     }

@@ -128,9 +128,6 @@ pub struct GpuModel {
     pub graph_refused: Option<String>,
 }
 
-fn lib(e: RefError) -> Error {
-    Error::Shape(e.to_string())
-}
 
 /// Uploads tensors from a source, counting bytes.
 struct Uploader<'a> {
@@ -160,7 +157,7 @@ impl Uploader<'_> {
         let mut data = Vec::new();
         let mut shape = ts.first().map(|t| t.shape(self.cfg)).unwrap_or_default();
         for (k, &t) in ts.iter().enumerate() {
-            data.extend(self.src.load(t, self.cfg).map_err(lib)?);
+            data.extend(self.src.load(t, self.cfg).map_err(Error::from)?);
             if k > 0 {
                 shape[0] += t.shape(self.cfg)[0];
             }
@@ -186,7 +183,7 @@ impl Uploader<'_> {
 
     /// `ts` stacked by rows, or with `interleave` (two tensors of one shape) row by row.
     fn linear_rows(&mut self, ts: &[Tensor], dtype: Dtype, interleave: bool) -> Result<Weight, Error> {
-        let qs: Vec<_> = ts.iter().map(|&t| self.src.load_quantized(t, self.cfg).map_err(lib)).collect::<Result<_, _>>()?;
+        let qs: Vec<_> = ts.iter().map(|&t| self.src.load_quantized(t, self.cfg).map_err(Error::from)).collect::<Result<_, _>>()?;
         if qs.iter().all(Option::is_some) {
             let parts: Vec<_> = qs.iter().flatten().collect();
             let upload = |layout: Option<QLayout>| match (interleave, &parts[..]) {
@@ -234,8 +231,8 @@ impl Uploader<'_> {
         if up.shape(self.cfg) != [f, c] {
             return Err(Error::Shape(format!("{up:?} shape {:?} differs from {gate:?}'s [{f}, {c}]", up.shape(self.cfg))));
         }
-        let g = self.src.load(gate, self.cfg).map_err(lib)?;
-        let u = self.src.load(up, self.cfg).map_err(lib)?;
+        let g = self.src.load(gate, self.cfg).map_err(Error::from)?;
+        let u = self.src.load(up, self.cfg).map_err(Error::from)?;
         let data = crate::kernels::matmul::interleave_row_pairs(&g, &u, f)?;
         self.bytes += data.len() * dtype.size();
         Ok(DeviceTensor::from_f32_as(self.client, &data, &[2 * f, c], dtype)?.into_read_only())

@@ -38,17 +38,14 @@ pub enum CliError {
     Usage(String),
     #[error("writing output: {0}")]
     Io(#[from] std::io::Error),
-    /// The GPU path failed (no device, unsupported dtype, launch error).
+    /// A GPU-path condition the CLI itself reports (a failed gate, a refused benchmark).
     #[error("gpu: {0}")]
     Gpu(String),
+    /// An error of the GPU library (no device, unsupported dtype, launch error), kept typed.
+    #[error("gpu: {0}")]
+    Device(#[from] optimized::Error),
 }
 
-/// A GPU library error (no device, unsupported dtype, launch error) as [`CliError::Gpu`].
-impl From<optimized::Error> for CliError {
-    fn from(e: optimized::Error) -> Self {
-        CliError::Gpu(e.to_string())
-    }
-}
 
 impl CliError {
     /// 2 for invalid arguments/input, 1 for everything else.

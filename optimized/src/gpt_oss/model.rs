@@ -58,9 +58,6 @@ pub struct GptOssGpu {
     pub moe_path: MoePath,
 }
 
-fn lib(e: reference::Error) -> Error {
-    Error::Shape(e.to_string())
-}
 
 /// Uploads tensors from a source, counting bytes.
 struct Uploader<'a> {
@@ -76,7 +73,7 @@ impl Uploader<'_> {
         let mut data = Vec::new();
         let mut shape = ts.first().map(|t| t.shape(self.cfg)).unwrap_or_default();
         for (k, &t) in ts.iter().enumerate() {
-            data.extend(self.src.dense(t, self.cfg).map_err(lib)?);
+            data.extend(self.src.dense(t, self.cfg).map_err(Error::from)?);
             if k > 0 {
                 shape[0] += t.shape(self.cfg)[0];
             }
@@ -87,7 +84,7 @@ impl Uploader<'_> {
 
     /// Block `l`'s experts: gate|up interleaved `[E, 2F, C]` and down `[E, C, F]`.
     fn experts(&mut self, l: usize) -> Result<(Mxfp4Experts, Mxfp4Experts), Error> {
-        let ex: Vec<ExpertWeights> = self.src.experts(l, self.cfg).map_err(lib)?;
+        let ex: Vec<ExpertWeights> = self.src.experts(l, self.cfg).map_err(Error::from)?;
         // Biases are built contiguous; a view that is not would fail the upload's length check.
         let gate: Vec<_> = ex.iter().map(|x| (&x.gate, x.gate_bias.as_slice().unwrap_or(&[]))).collect();
         let up: Vec<_> = ex.iter().map(|x| (&x.up, x.up_bias.as_slice().unwrap_or(&[]))).collect();

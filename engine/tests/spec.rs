@@ -256,3 +256,18 @@ fn a_draft_with_other_blocks_or_a_small_pool_changes_nothing_but_speed() {
         }
     }
 }
+
+#[test]
+fn a_confidence_threshold_cuts_drafts_short_and_changes_no_token() {
+    let reqs: Vec<Request> = (0..4).map(|i| req(prompt(8 + 3 * i, 20 + i as u32), 20, SamplingParams::default())).collect();
+    let want = plain(TARGET, &reqs);
+    let mut proposed = Vec::new();
+    for min_draft_prob in [0.0, 0.2] {
+        let sc = SpecConfig { min_draft_prob, ..SpecConfig::draft(4) };
+        let draft = Box::new(runner(model(OTHER, 5), 64));
+        let mut e = Engine::with_draft(runner(model(TARGET, 3), 64), draft, EngineConfig { speculation: fixed(sc), ..EngineConfig::default() }, None).expect("engine");
+        assert_eq!(tokens_by_request(&run_all(&mut e, &reqs), reqs.len()), want, "threshold {min_draft_prob}");
+        proposed.push((e.stats().spec_proposed, e.stats().spec_verifies));
+    }
+    assert!(proposed[1].0 < proposed[0].0, "fewer proposals under the threshold: {proposed:?}");
+}

@@ -157,3 +157,23 @@ fn adaptive_depth_follows_the_measured_costs() {
     }
     panic!("memory-bound runs should keep speculating (> 30 tokens proposed), compute-bound ones stop (< 20): {attempts:?}");
 }
+
+/// A draft model slower than the target: adaptive speculation measures it, turns itself off
+/// (freeing the draft's blocks), and probes again now and then. Same tokens throughout.
+#[test]
+fn a_draft_that_does_not_pay_is_turned_off() {
+    let reqs = vec![req(PROMPT.to_vec(), 80, SamplingParams::default())];
+    let mut plain_e = Engine::new(ToyRunner::new(V, 128, 64, 7, 0.0), EngineConfig::default(), None).expect("engine");
+    let want = tokens_by_request(&run_all(&mut plain_e, &reqs), 1);
+    let mut target = ToyRunner::new(V, 128, 64, 7, 0.0);
+    target.per_step = Duration::from_millis(1);
+    let mut draft = ToyRunner::new(V, 128, 64, 7, 0.3);
+    draft.per_step = Duration::from_millis(4);
+    let cfg = EngineConfig { speculation: Some(SpecConfig { probe_every: 8, ..SpecConfig::draft(4) }), ..EngineConfig::default() };
+    let mut e = Engine::with_draft(target, Box::new(draft), cfg, None).expect("engine");
+    assert_eq!(tokens_by_request(&run_all(&mut e, &reqs), 1), want);
+    let st = e.stats();
+    eprintln!("{} steps, {} draft rounds, {} verifications", st.steps, st.draft_rounds, st.spec_verifies);
+    assert!(st.spec_verifies >= 2, "it tried, and probed again: {st:?}");
+    assert!(st.draft_rounds * 4 < st.steps, "mostly off: {st:?}");
+}

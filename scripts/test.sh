@@ -15,8 +15,10 @@ export TANDEM_BACKENDS="${TANDEM_BACKENDS:-wgpu,cuda}"
 # tandem serve's tests drive the official `openai` Python client: here it is required, never skipped.
 PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet --disable-pip-version-check openai
 export TANDEM_REQUIRE_OPENAI=1
-cargo test --release --workspace "$@"
-# The conformance summary table (pass / fail / skip per runtime and op) for the log: the
-# cubecl kernels on wgpu over lavapipe; CUDA is reported as skipped on machines without it.
+# The conformance grid, once: every case on wgpu over lavapipe (CUDA reported as skipped on
+# machines without it); its summary table (pass / fail / skip per runtime and op) is the log's.
 # Fails on any failure, or when nothing passed.
 cargo run --release --quiet -- conformance --backends "$TANDEM_BACKENDS"
+# Every other test. The conformance crate's grid tests (`assert_conformance`) defer to the run
+# above instead of running the same cases a second time; its proptests still run.
+TANDEM_GRID_IN_SUMMARY=1 cargo test --release --workspace "$@"

@@ -83,12 +83,14 @@ impl MoeCase {
     }
 
     fn upload(&self, client: &Client, fx: &Fixture) -> Result<MoeWeights, optimized::Error> {
-        let s = |a: &ndarray::Array1<f32>| a.to_vec();
-        let (gb, ub, db): (Vec<Vec<f32>>, Vec<Vec<f32>>, Vec<Vec<f32>>) = (fx.experts.iter().map(|x| s(&x.gate_bias)).collect(), fx.experts.iter().map(|x| s(&x.up_bias)).collect(), fx.experts.iter().map(|x| s(&x.down_bias)).collect());
-        let gate: Vec<_> = fx.experts.iter().zip(&gb).map(|(x, b)| (&x.gate, b.as_slice())).collect();
-        let up: Vec<_> = fx.experts.iter().zip(&ub).map(|(x, b)| (&x.up, b.as_slice())).collect();
+        // The biases are built contiguous (a view that is not fails the upload's length check).
+        fn s(a: &ndarray::Array1<f32>) -> &[f32] {
+            a.as_slice().unwrap_or(&[])
+        }
+        let gate: Vec<_> = fx.experts.iter().map(|x| (&x.gate, s(&x.gate_bias))).collect();
+        let up: Vec<_> = fx.experts.iter().map(|x| (&x.up, s(&x.up_bias))).collect();
         let down: Vec<_> = fx.experts.iter().map(|x| &x.down).collect();
-        let down_b: Vec<&[f32]> = db.iter().map(Vec::as_slice).collect();
+        let down_b: Vec<&[f32]> = fx.experts.iter().map(|x| s(&x.down_bias)).collect();
         Ok(MoeWeights {
             router: DeviceTensor::from_f32(client, fx.router.as_slice().unwrap_or(&[]), &[self.e, self.c])?,
             router_bias: DeviceTensor::from_f32(client, &fx.router_bias.to_vec(), &[self.e])?,

@@ -14,13 +14,19 @@
 //! Versions:
 //! - route v1 ([`route::moe_route_v1`]): one unit per token; K passes of an argmax over the E
 //!   logits that ranks equal logits by lower expert id (the reference's stable sort), then the
-//!   softmax over the K. The router's logits come from the dense matmul + bias kernels.
+//!   softmax over the K; the logits from the dense matmul + bias kernels (three launches).
+//! - route v2 ([`route::moe_route_v2`], the default: [`route_tokens`]): one cube per token
+//!   computes its E logits (groups of 32 lanes per router row, f32) into shared memory, then
+//!   v1's ranking — one launch (H100, gpt-oss-20b decode: v1's three took 11 µs a layer).
 //! - moe gemv v1 ([`gemv`], decode: T ≤ [`GEMV_MAX_T`]): ONE grouped MXFP4 gemv per projection
 //!   over every (token, rank) pair — gate|up with the clamped SwiGLU (biases added) in its
 //!   epilogue, down with each token's K experts weighted, summed and added into the residual
 //!   stream in its epilogue. Groups of 32 lanes (a plane with plane ops, else a shared-memory
 //!   tree) read 16-byte blocks (32 fp4 values + their scale), decode through a 16-entry table
-//!   (`qmatmul::v1::chunk_dot`). Two launches per block, no sort.
+//!   (`qmatmul::v1::chunk_dot`); 4 rows per group for gate|up, 1 for down (a decode step's
+//!   down has only C rows). Two launches per block, no sort. H100, gpt-oss-20b, one token:
+//!   gate|up 40 µs a layer for 35 MB of experts (~30% of the copy rate, like the mxfp4 gemv
+//!   v2); down 39 µs with 4 rows per group (180 cubes), hence 1.
 //! - moe sort v1 ([`sort`], many tokens): the pairs grouped by expert on the device — a count
 //!   per expert, then a stable scatter per expert (a cube-wide prefix sum of match flags) that
 //!   also lays out each expert's tiles of [`gemm::BM`] rows.
@@ -41,7 +47,7 @@ use reference::quant::mxfp4::Mxfp4Weight;
 
 pub use gemm::{moe_combine_into, moe_gemm_down, moe_gemm_down_into, moe_gemm_glu, moe_gemm_glu_into};
 pub use gemv::{moe_gemv_down_into, moe_gemv_glu, moe_gemv_glu_into};
-pub use route::route;
+pub use route::{route, route_tokens};
 pub use sort::sort_by_expert;
 
 use crate::{Client, DeviceTensor, Error};
@@ -188,17 +194,10 @@ pub enum MoePath {
     Gemm,
 }
 
-/// The router's routes of `h [T, C]`: logits by the dense matmul and bias kernels, then route v1.
-pub fn route_tokens(client: &Client, h: &DeviceTensor, w: &MoeWeights) -> Result<Routes, Error> {
-    let z = crate::kernels::matmul::linear(client, h, &w.router)?;
-    crate::kernels::bias::bias_add(client, &z, &w.router_bias)?;
-    route::route(client, &z, w.k)
-}
-
 /// `x ← x + MoE(h)` for `h [T, C]` (the block's normed input) and `x [T, C]` the residual
 /// stream; returns the routes (for inspection).
 pub fn moe_into(client: &Client, h: &DeviceTensor, w: &MoeWeights, x: &DeviceTensor, path: MoePath) -> Result<Routes, Error> {
-    let routes = route_tokens(client, h, w)?;
+    let routes = route::route_tokens(client, h, w)?;
     let gemv = match path {
         MoePath::Auto => routes.tokens <= GEMV_MAX_T,
         MoePath::Gemv => true,

@@ -246,7 +246,7 @@ pub fn moe_gemm_glu(client: &Client, h: &DeviceTensor, sorted: &Sorted, routes: 
 pub fn moe_gemm_glu_into(client: &Client, h: &DeviceTensor, sorted: &Sorted, routes: &Routes, w: &Mxfp4Experts, limit: f32, alpha: f32, a: &DeviceTensor) -> Result<(), Error> {
     check("moe_gemm_glu", "h", h, [routes.tokens, w.in_dim])?;
     check("moe_gemm_glu", "a", a, [sorted.pairs, w.out / 2])?;
-    if w.out % 2 != 0 {
+    if !w.out.is_multiple_of(2) {
         return Err(Error::Shape(format!("moe_gemm_glu: {} rows are not (gate, up) pairs", w.out)));
     }
     launch(client, "moe_gemm_glu", h, sorted, routes, w, a, limit, alpha, true)

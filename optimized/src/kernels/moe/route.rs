@@ -1,59 +1,124 @@
-//! The router's top-K and the softmax over the K chosen logits (route v1), on the device.
+//! The router on the device: logits, the top-K and the softmax over the K chosen logits
+//! (route v1 on given logits; route v2 fused with the router's matmul and bias).
 
 use cubecl::prelude::*;
+use cubecl::server::CubeCountSelection;
 
-use super::Routes;
+use super::gemv::{group_sum, GROUP};
+use super::{MoeWeights, Routes};
 use crate::kernels::swiglu::{check_f32, Elementwise};
-use crate::{Client, DeviceTensor, Error};
+use crate::{Client, DeviceTensor, Dtype, Error};
 
-/// route v1: one unit per token. Rank r takes the largest logit among those ranked after rank
-/// r − 1 in (value descending, index ascending) order — the reference's stable sort — so equal
-/// logits rank the lower expert first. Then `w_r = e^(z_r − z_0) / Σ e^(z_r' − z_0)` in rank
-/// order (z_0 is the maximum), the reference softmax's arithmetic. `z [T, E]`, `ids` /
-/// `w` `[T, K]`.
+/// Experts route v2 keeps in shared memory (above: the matmul + bias + route v1 path).
+const V2_MAX_EXPERTS: usize = 1024;
+/// Groups of [`GROUP`] lanes per route v2 cube (one router row per group at a time).
+const V2_GROUPS: usize = 8;
+
+/// The routes of one token from its logits `z[base .. base + E]`: rank r takes the largest
+/// logit among those ranked after rank r − 1 in (value descending, index ascending) order —
+/// the reference's stable sort — so equal logits rank the lower expert first; then
+/// `w_r = e^(z_r − z_0) / Σ e^(z_r' − z_0)` in rank order (z_0 is the maximum), the reference
+/// softmax's arithmetic. Writes `ids[out ..+ K]`, `w[out ..+ K]`.
+#[cube]
+fn top_k_softmax(z: &[f32], base: usize, e_n: usize, ids: &mut [u32], w: &mut [f32], out: usize, #[comptime] k: usize) {
+    let mut sel = Array::<f32>::new(k);
+    let mut prev_v = f32::new(0.0);
+    let mut prev_i = 0usize;
+    #[unroll]
+    for r in 0..k {
+        let mut best = f32::new(0.0);
+        // A mutable run-time variable initialised by the literal itself (see docs/gpu-build.md).
+        let mut bi = 4294967295u32;
+        for j in 0..e_n {
+            let v = z[base + j];
+            let mut after = v < prev_v || (v == prev_v && j > prev_i);
+            if r == 0 {
+                after = true;
+            }
+            if after && (bi == 4294967295u32 || v > best) {
+                best = v;
+                bi = j as u32;
+            }
+        }
+        ids[out + r] = bi;
+        sel[r] = best;
+        prev_v = best;
+        prev_i = bi as usize;
+    }
+    let m = sel[0];
+    let mut s = f32::new(0.0);
+    #[unroll]
+    for r in 0..k {
+        let e = (sel[r] - m).exp();
+        sel[r] = e;
+        s += e;
+    }
+    #[unroll]
+    for r in 0..k {
+        w[out + r] = sel[r] / s;
+    }
+}
+
+/// route v1: one unit per token over given logits `z [T, E]`; `ids` / `w` `[T, K]`.
 #[cube(launch)]
 pub fn moe_route_v1(z: &[f32], ids: &mut [u32], w: &mut [f32], n_tok: u32, n_exp: u32, #[comptime] k: usize) {
     let t = ABSOLUTE_POS;
     if t < n_tok as usize {
         let e_n = n_exp as usize;
-        let base = t * e_n;
-        let mut sel = Array::<f32>::new(k);
-        let mut prev_v = f32::new(0.0);
-        let mut prev_i = 0usize;
-        #[unroll]
-        for r in 0..k {
-            let mut best = f32::new(0.0);
-            // A mutable run-time variable initialised by the literal itself (see docs/gpu-build.md).
-            let mut bi = 4294967295u32;
-            for j in 0..e_n {
-                let v = z[base + j];
-                let mut after = v < prev_v || (v == prev_v && j > prev_i);
-                if r == 0 {
-                    after = true;
-                }
-                if after && (bi == 4294967295u32 || v > best) {
-                    best = v;
-                    bi = j as u32;
-                }
-            }
-            ids[t * k + r] = bi;
-            sel[r] = best;
-            prev_v = best;
-            prev_i = bi as usize;
-        }
-        let m = sel[0];
-        let mut s = f32::new(0.0);
-        #[unroll]
-        for r in 0..k {
-            let e = (sel[r] - m).exp();
-            sel[r] = e;
-            s += e;
-        }
-        #[unroll]
-        for r in 0..k {
-            w[t * k + r] = sel[r] / s;
-        }
+        top_k_softmax(z, t * e_n, e_n, ids, w, t * k, k);
     }
+}
+
+/// route v2: one cube per token; its groups of `GROUP` lanes take router rows in turn
+/// (`z_e = h·Wr_e + br_e`, h and Wr read as vectors of 4, lanes along C, a group sum), the
+/// logits stay in shared memory, then one unit ranks them as v1 does. One launch where
+/// matmul + bias + v1 took three. `h [T, C]`, `wr [E, C]` f32.
+#[allow(clippy::too_many_arguments)]
+#[cube(launch)]
+pub fn moe_route_v2<N: Size>(h: &[Vector<f32, N>], wr: &[Vector<f32, N>], br: &[f32], ids: &mut [u32], w: &mut [f32], n_tok: u32, cv: u32, n_exp: u32, #[comptime] k: usize, #[comptime] plane: bool, #[comptime] max_e: usize) {
+    let t = min(CUBE_POS, n_tok as usize - 1);
+    let lane = UNIT_POS_X as usize;
+    let g = UNIT_POS_Y as usize;
+    let groups = CUBE_DIM_Y as usize;
+    let cv = cv as usize;
+    let e_n = n_exp as usize;
+    let mut z = Shared::<[f32]>::new_slice(max_e);
+    let mut sh = Shared::<[f32]>::new_slice(GROUP * V2_GROUPS);
+    let mut e0 = 0usize;
+    while e0 < e_n {
+        let e = e0 + g;
+        let mut acc = f32::new(0.0);
+        if e < e_n {
+            let mut c = lane;
+            while c < cv {
+                let a = h[t * cv + c];
+                let b = wr[e * cv + c];
+                #[unroll]
+                for i in 0..4usize {
+                    acc += a.extract(i) * b.extract(i);
+                }
+                c += GROUP;
+            }
+        }
+        let s = group_sum(acc, &mut sh, g * GROUP, lane, plane);
+        if lane == 0 && e < e_n {
+            z[e] = s + br[e];
+        }
+        e0 += groups;
+    }
+    sync_cube();
+    // Cubes past the last token (the grid is spread over x/y/z) recompute its routes and
+    // store nothing.
+    if lane == 0 && g == 0 && CUBE_POS < n_tok as usize {
+        top_k_softmax(&z, 0usize, e_n, ids, w, t * k, k);
+    }
+}
+
+fn check_k(op: &str, k: usize, e: usize) -> Result<(), Error> {
+    if k == 0 || k > e || k > super::MAX_K {
+        return Err(Error::Shape(format!("{op}: top-{k} of {e} experts (1 ≤ K ≤ min(E, {}))", super::MAX_K)));
+    }
+    Ok(())
 }
 
 /// The routes of `z [T, E]` (router logits, f32): each token's `k` largest logits, their
@@ -63,9 +128,7 @@ pub fn route(client: &Client, z: &DeviceTensor, k: usize) -> Result<Routes, Erro
     let [t, e] = z.shape[..] else {
         return Err(Error::Shape(format!("moe_route: z {:?}, expected [T, E]", z.shape)));
     };
-    if k == 0 || k > e || k > super::MAX_K {
-        return Err(Error::Shape(format!("moe_route: top-{k} of {e} experts (1 ≤ K ≤ min(E, {}))", super::MAX_K)));
-    }
+    check_k("moe_route", k, e)?;
     // ids are u32 words in an f32-sized buffer (as `DeviceTensor::from_u32` makes them).
     let routes = Routes { ids: DeviceTensor::empty_f32(client, &[t * k]), weights: DeviceTensor::empty_f32(client, &[t * k]), tokens: t, k };
     if t == 0 {
@@ -74,6 +137,51 @@ pub fn route(client: &Client, z: &DeviceTensor, k: usize) -> Result<Routes, Erro
     let g = Elementwise::with_vec(client, "moe_route", t, 1)?;
     unsafe {
         moe_route_v1::launch(client, g.count, g.dim, z.as_arg(1), routes.ids.as_arg(1), routes.weights.as_arg(1), t as u32, e as u32, k);
+    }
+    Ok(routes)
+}
+
+/// The routes of `h [T, C]` (the MoE block's normed input) by `w`'s router: route v2 where
+/// the experts fit its shared memory and the device its cube, else the dense matmul + bias
+/// kernels and route v1.
+pub fn route_tokens(client: &Client, h: &DeviceTensor, w: &MoeWeights) -> Result<Routes, Error> {
+    let [t, c] = h.shape[..] else {
+        return Err(Error::Shape(format!("moe_route: h {:?}, expected [T, C]", h.shape)));
+    };
+    let [e, rc] = w.router.shape[..] else {
+        return Err(Error::Shape(format!("moe_route: router {:?}, expected [E, C]", w.router.shape)));
+    };
+    let hw = &client.properties().hardware;
+    let fits = e <= V2_MAX_EXPERTS && (GROUP * V2_GROUPS) as u32 <= hw.max_units_per_cube && hw.max_vector_size >= 4 && (V2_MAX_EXPERTS + GROUP * V2_GROUPS) * 4 <= hw.max_shared_memory_size;
+    if !fits || w.router.dtype != Dtype::F32 || h.dtype != Dtype::F32 || rc != c || !c.is_multiple_of(4) || w.router_bias.shape != [e] {
+        let z = crate::kernels::matmul::linear(client, h, &w.router)?;
+        crate::kernels::bias::bias_add(client, &z, &w.router_bias)?;
+        return route(client, &z, w.k);
+    }
+    check_k("moe_route", w.k, e)?;
+    let routes = Routes { ids: DeviceTensor::empty_f32(client, &[t * w.k]), weights: DeviceTensor::empty_f32(client, &[t * w.k]), tokens: t, k: w.k };
+    if t == 0 {
+        return Ok(routes);
+    }
+    let plane = crate::kernels::uniform_plane_size(client) == Some(GROUP as u32);
+    unsafe {
+        moe_route_v2::launch(
+            client,
+            CubeCountSelection::new(client, u32::try_from(t).map_err(|_| Error::Shape(format!("moe_route: {t} tokens")))?).cube_count(),
+            CubeDim::new_2d(GROUP as u32, V2_GROUPS as u32),
+            4,
+            h.as_arg(4),
+            w.router.as_arg(4),
+            w.router_bias.as_arg(1),
+            routes.ids.as_arg(1),
+            routes.weights.as_arg(1),
+            t as u32,
+            (c / 4) as u32,
+            e as u32,
+            w.k,
+            plane,
+            V2_MAX_EXPERTS,
+        );
     }
     Ok(routes)
 }

@@ -50,6 +50,7 @@ pub fn moe_count_v1(ids: &[u32], counts: &mut [u32], n_pairs: u32) {
 /// `tile_offsets[e]`; the last cube also writes the totals at index E). Pairs keep their
 /// order inside a segment (a cube-wide prefix sum of match flags, 256 pairs at a time):
 /// `sorted[s] = p`, `slot[p] = s`.
+#[allow(clippy::needless_range_loop, clippy::manual_div_ceil)] // cube code: no iterators, no div_ceil
 #[cube(launch)]
 pub fn moe_scatter_v1(ids: &[u32], counts: &[u32], offsets: &mut [u32], tile_offsets: &mut [u32], sorted: &mut [u32], slot: &mut [u32], n_pairs: u32, n_exp: u32, bm: u32) {
     let e = CUBE_POS;

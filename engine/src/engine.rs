@@ -286,7 +286,8 @@ impl<R: ModelRunner> Engine<R> {
             st.draft_ns += draft_time.as_nanos() as u64;
             st.decode_tokens += st.generated_tokens - produced0;
             if let Some(sp) = self.spec.as_mut() {
-                sp.cost.target.observe(tokens as f64, run_ns.as_secs_f64());
+                let fit = if schedule.items.iter().any(|it| it.k > 0) { &mut sp.cost.verify } else { &mut sp.cost.plain };
+                fit.observe(tokens as f64, run_ns.as_secs_f64());
             }
         }
         Ok(outputs)

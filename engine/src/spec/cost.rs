@@ -4,15 +4,17 @@
 //! With a per-token acceptance probability α (the chance the target agrees with the next
 //! proposed token, given it agreed with those before), k proposals give
 //! `E(k) = 1 + α + … + α^k = (1 − α^{k+1}) / (1 − α)` tokens per step (Leviathan et al.,
-//! eq. 1). With B sequences decoding, a plain step costs `T(B)`; a speculative one
-//! `T(B·(1 + k)) + k · D(B)`: the target verifies k + 1 positions per sequence and the draft
+//! eq. 1). With B sequences decoding, a plain step costs `P(B)`; a speculative one
+//! `V(B·(1 + k)) + k · D(B)`: the target verifies k + 1 positions per sequence and the draft
 //! runs k rounds (D = 0 for n-gram lookup, done on the host). The speed-up of depth k is
-//! `E(k) · T(B) / (T(B·(1 + k)) + k · D(B))`; a sequence takes the k that maximizes it and
+//! `E(k) · P(B) / (V(B·(1 + k)) + k · D(B))`; a sequence takes the k that maximizes it and
 //! does not speculate when even the best one does not reach [`MIN_GAIN`].
 //!
-//! `T` and `D` are straight lines `a + b · tokens`, fitted by exponentially weighted least
-//! squares over the engine's decode steps (prefill steps are left out: they are not what a
-//! verification costs) and the draft's rounds. A slope needs steps of different sizes: every
+//! `P`, `V` and `D` are straight lines `a + b · tokens`, fitted by exponentially weighted
+//! least squares over the engine's plain decode steps, its verification steps and the
+//! draft's rounds (prefill steps are left out). Plain and verification steps get lines of
+//! their own: a GPU may replay one-token decode steps as recorded graphs and run the others
+//! kernel by kernel, a jump no single line through both would fit. A slope needs steps of different sizes: every
 //! [`EXPLORE_EVERY`] steps the depth is halved; until then a prior slope stands in.
 
 /// A speculative step must promise at least this speed-up (the rest is host overhead).
@@ -83,7 +85,10 @@ impl LinearFit {
 /// Measured costs of the target's decode/verify steps and the draft's rounds.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CostModel {
-    pub target: LinearFit,
+    /// Decode steps that verify nothing.
+    pub plain: LinearFit,
+    /// Decode steps that verify proposals.
+    pub verify: LinearFit,
     pub draft: LinearFit,
     /// Whether proposals cost a draft round (a draft model) or nothing (n-gram).
     pub has_draft: bool,
@@ -96,12 +101,23 @@ const PRIOR_DRAFT: f64 = 0.3;
 
 impl CostModel {
     pub fn new(has_draft: bool) -> Self {
-        CostModel { target: LinearFit::new(0.97), draft: LinearFit::new(0.97), has_draft }
+        CostModel { plain: LinearFit::new(0.97), verify: LinearFit::new(0.97), draft: LinearFit::new(0.97), has_draft }
     }
 
-    /// Target step time for `tokens` (arbitrary units before any measurement).
-    fn t(&self, tokens: f64) -> f64 {
-        self.target.at(tokens, PRIOR_SLOPE).unwrap_or(1.0 + PRIOR_SLOPE * tokens)
+    /// A decode step of `tokens` (arbitrary units before any measurement), from `first`'s
+    /// line, else `second`'s.
+    fn line_or(first: &LinearFit, second: &LinearFit, tokens: f64) -> f64 {
+        first.at(tokens, PRIOR_SLOPE).or_else(|| second.at(tokens, PRIOR_SLOPE)).unwrap_or(1.0 + PRIOR_SLOPE * tokens)
+    }
+
+    /// A plain decode step of `tokens`.
+    fn p(&self, tokens: f64) -> f64 {
+        Self::line_or(&self.plain, &self.verify, tokens)
+    }
+
+    /// A verification step of `tokens`.
+    fn v(&self, tokens: f64) -> f64 {
+        Self::line_or(&self.verify, &self.plain, tokens)
     }
 
     /// Draft round time for `seqs` sequences (0 without a draft model).
@@ -110,8 +126,8 @@ impl CostModel {
             return 0.0;
         }
         match self.draft.at(seqs, PRIOR_SLOPE) {
-            Some(v) if !self.target.is_empty() => v,
-            _ => PRIOR_DRAFT * self.t(seqs),
+            Some(v) if !(self.plain.is_empty() && self.verify.is_empty()) => v,
+            _ => PRIOR_DRAFT * self.p(seqs),
         }
     }
 
@@ -119,7 +135,7 @@ impl CostModel {
     pub fn gain(&self, alpha: f64, k: usize, batch: usize) -> f64 {
         let b = batch.max(1) as f64;
         let kf = k as f64;
-        expected_tokens(alpha, k) * self.t(b) / (self.t(b * (1.0 + kf)) + kf * self.d(b))
+        expected_tokens(alpha, k) * self.p(b) / (self.v(b * (1.0 + kf)) + kf * self.d(b))
     }
 
     /// The depth in `1 ..= max_k` with the largest gain, and that gain.
@@ -161,16 +177,28 @@ mod tests {
     fn speculation_pays_when_verification_is_cheap_and_not_when_it_is_linear() {
         // Memory-bound (a GPU at small batch): 5 tokens cost 1.04× one.
         let mut gpu = CostModel::new(false);
-        for x in [1.0, 2.0, 5.0, 3.0] {
-            gpu.target.observe(x, 10.0 + 0.1 * x);
+        gpu.plain.observe(1.0, 10.1);
+        for x in [2.0, 5.0, 3.0] {
+            gpu.verify.observe(x, 10.0 + 0.1 * x);
         }
         let (k, g) = gpu.best_depth(0.8, 6, 1);
         assert!(k >= 4 && g > 2.5, "k {k}, gain {g}");
         assert!(gpu.best_depth(0.02, 6, 1).1 < MIN_GAIN, "nothing accepted: no gain");
+        // Plain steps replayed as graphs, verifications not: 2.7× a plain step whatever k.
+        let mut graphs = CostModel::new(false);
+        for b in [1.0, 1.0, 2.0] {
+            graphs.plain.observe(b, 1.0 + 0.01 * b);
+        }
+        for x in [2.0, 5.0, 4.0] {
+            graphs.verify.observe(x, 2.7 + 0.02 * x);
+        }
+        assert!(graphs.best_depth(0.95, 4, 1).1 > 1.5, "long accepted runs still pay");
+        assert!(graphs.best_depth(0.3, 4, 1).1 < 1.0, "short ones do not");
         // Compute-bound (the CPU reference): time ∝ tokens, so E(k)/(1+k) < 1 always.
         let mut cpu = CostModel::new(false);
-        for x in [1.0, 2.0, 5.0] {
-            cpu.target.observe(x, 3.0 * x);
+        cpu.plain.observe(1.0, 3.0);
+        for x in [2.0, 5.0] {
+            cpu.verify.observe(x, 3.0 * x);
         }
         assert!(cpu.best_depth(0.95, 6, 1).1 < 1.0);
         // A draft round as costly as a target step never pays.

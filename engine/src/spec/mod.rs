@@ -40,8 +40,9 @@
 //! measured cost of verification and drafting; speculation off for a sequence when the best
 //! `k` does not pay. An n-gram sequence with speculation off still measures its acceptance
 //! for free (is the plain token its proposal's first?); a draft sequence probes again after
-//! [`SpecConfig::probe_every`] steps. A draft stops early when its top-1 probability falls
-//! below [`SpecConfig::min_draft_prob`].
+//! [`SpecConfig::probe_every`] steps, twice as long after each probe that did not pay (its
+//! draft KV kept, so a probe catches up on the tokens since). A draft stops early when its
+//! top-1 probability falls below [`SpecConfig::min_draft_prob`].
 //!
 //! [`Engine::with_draft`]: crate::Engine::with_draft
 //! [`ModelRunner`]: reference::runner::ModelRunner
@@ -86,7 +87,8 @@ pub struct SpecConfig {
     /// never). Above 0 the draft hands back its logits rows even for greedy requests (a
     /// GPU's graph replay needs steps that ask for no rows).
     pub min_draft_prob: f32,
-    /// Draft models: steps a sequence with speculation off waits before trying again.
+    /// Draft models: steps a sequence with speculation off waits before trying again (doubled
+    /// after each try that did not pay, up to 64×).
     pub probe_every: u32,
 }
 
@@ -150,9 +152,11 @@ pub(crate) struct SeqSpec {
     /// Decayed counts of accepted proposals and of proposals judged (up to the first reject).
     pub hits: f64,
     pub trials: f64,
-    /// Speculation off for this sequence until the engine's step `retry_at` (draft models).
+    /// Speculation off for this sequence until the engine's step `retry_at` (draft models),
+    /// and the wait before that probe (doubling while probes do not pay; 0: on).
     pub off: bool,
     pub retry_at: u64,
+    pub probe_wait: u64,
     /// The draft model's block-manager sequence, positions it has computed, blocks registered.
     pub draft_kv: Option<SeqId>,
     pub draft_computed: usize,

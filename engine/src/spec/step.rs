@@ -14,7 +14,7 @@ use crate::request::{RequestId, RequestOutput};
 use crate::scheduler::Item;
 use crate::sequence::Sequence;
 
-/// Free `s`'s draft-model blocks (finish, preemption, speculation turned off).
+/// Free `s`'s draft-model blocks (finish, preemption).
 pub(crate) fn release_draft(spec: &mut Option<SpecState>, s: &mut Sequence) -> Result<()> {
     if let (Some(kv), Some(dr)) = (s.spec.draft_kv.take(), spec.as_mut().and_then(|sp| sp.drafter.as_mut())) {
         dr.blocks.free_sequence(kv)?;
@@ -53,12 +53,17 @@ impl<R: ModelRunner> Engine<R> {
         } else {
             let (k, gain) = sp.cost.best_depth(s.spec.alpha(), sp.cfg.max_k, batch);
             if gain >= MIN_GAIN {
+                s.spec.probe_wait = 0;
                 if self.step_no.is_multiple_of(EXPLORE_EVERY) { k / 2 } else { k }
             } else {
                 if sp.drafter.is_some() {
+                    // Off; probes again after probe_every steps, twice as long after each
+                    // probe that did not pay (up to 64×). The draft keeps its KV: a probe
+                    // catches up on the tokens since, not on the whole sequence.
+                    let every = u64::from(sp.cfg.probe_every);
+                    s.spec.probe_wait = if s.spec.probe_wait == 0 { every } else { (2 * s.spec.probe_wait).min(64 * every) };
                     s.spec.off = true;
-                    s.spec.retry_at = self.step_no + u64::from(sp.cfg.probe_every);
-                    release_draft(&mut self.spec, s)?;
+                    s.spec.retry_at = self.step_no + s.spec.probe_wait;
                 }
                 0
             }

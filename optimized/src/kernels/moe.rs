@@ -15,18 +15,20 @@
 //! - route v1 ([`route::moe_route_v1`]): one unit per token; K passes of an argmax over the E
 //!   logits that ranks equal logits by lower expert id (the reference's stable sort), then the
 //!   softmax over the K; the logits from the dense matmul + bias kernels (three launches).
-//! - route v2 ([`route::moe_route_v2`], the default: [`route_tokens`]): one cube per token
-//!   computes its E logits (groups of 32 lanes per router row, f32) into shared memory, then
-//!   v1's ranking — one launch (H100, gpt-oss-20b decode: v1's three took 11 µs a layer).
+//! - route v2 ([`route::moe_route_v2`], decode steps: [`route_tokens`]): one cube per token
+//!   computes its E logits (a group of 32 lanes per router row, f32, four loads in flight per
+//!   lane) into shared memory, then v1's ranking — one launch where v1 took three (13 µs a
+//!   layer on the H200). Prefill keeps v1 (its matmul reads the router once for all tokens).
 //! - moe gemv v1 ([`gemv`], decode: T ≤ [`GEMV_MAX_T`]): ONE grouped MXFP4 gemv per projection
 //!   over every (token, rank) pair — gate|up with the clamped SwiGLU (biases added) in its
 //!   epilogue, down with each token's K experts weighted, summed and added into the residual
 //!   stream in its epilogue. Groups of 32 lanes (a plane with plane ops, else a shared-memory
 //!   tree) read 16-byte blocks (32 fp4 values + their scale), decode through a 16-entry table
-//!   (`qmatmul::v1::chunk_dot`); 4 rows per group for gate|up, 1 for down (a decode step's
-//!   down has only C rows). Two launches per block, no sort. H100, gpt-oss-20b, one token:
-//!   gate|up 40 µs a layer for 35 MB of experts (~30% of the copy rate, like the mxfp4 gemv
-//!   v2); down 39 µs with 4 rows per group (180 cubes), hence 1.
+//!   (`qmatmul::v1::chunk_dot`); 4 rows per group. Two launches per block, no sort. H200,
+//!   gpt-oss-20b, one token: gate|up 39 µs a layer for 35 MB of experts (0.9 TB/s: latency
+//!   bound, a few loads in flight per lane), down 39–45 µs for 18 MB (180 cubes) — the
+//!   larger part of a decode step's 4.2 ms of kernels; tiled orders and deeper prefetch
+//!   (qmatmul v2's) are the next step.
 //! - moe sort v1 ([`sort`], many tokens): the pairs grouped by expert on the device — a count
 //!   per expert, then a stable scatter per expert (a cube-wide prefix sum of match flags) that
 //!   also lays out each expert's tiles of [`gemm::BM`] rows.

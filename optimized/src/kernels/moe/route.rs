@@ -11,8 +11,13 @@ use crate::{Client, DeviceTensor, Dtype, Error};
 
 /// Experts route v2 keeps in shared memory (above: the matmul + bias + route v1 path).
 const V2_MAX_EXPERTS: usize = 1024;
-/// Groups of [`GROUP`] lanes per route v2 cube (one router row per group at a time).
-const V2_GROUPS: usize = 8;
+/// Groups of [`GROUP`] lanes per route v2 cube (one router row per group at a time: all 32
+/// of gpt-oss's at once). With 8 groups of 4 rows each the H200 took 35 µs a layer (each
+/// lane's loads one after the other); v1's three launches took 13.
+const V2_GROUPS: usize = 32;
+/// Most tokens route v2 takes: every cube reads the whole router (368 KB for gpt-oss), which
+/// for a prefill's thousands of tokens the matmul of v1 does far better.
+const V2_MAX_T: usize = super::GEMV_MAX_T;
 
 /// The routes of one token from its logits `z[base .. base + E]`: rank r takes the largest
 /// logit among those ranked after rank r − 1 in (value descending, index ascending) order —
@@ -87,20 +92,31 @@ pub fn moe_route_v2<N: Size>(h: &[Vector<f32, N>], wr: &[Vector<f32, N>], br: &[
     let mut e0 = 0usize;
     while e0 < e_n {
         let e = e0 + g;
-        let mut acc = f32::new(0.0);
+        // Four vectors per lane per step, loaded before they are used (four loads in flight).
+        let mut acc = Array::<f32>::new(4usize);
+        #[unroll]
+        for u in 0..4usize {
+            acc[u] = 0.0f32;
+        }
         if e < e_n {
             let mut c = lane;
             while c < cv {
-                let a = h[t * cv + c];
-                let b = wr[e * cv + c];
                 #[unroll]
-                for i in 0..4usize {
-                    acc += a.extract(i) * b.extract(i);
+                for u in 0..4usize {
+                    let cu = c + u * GROUP;
+                    if cu < cv {
+                        let a = h[t * cv + cu];
+                        let b = wr[e * cv + cu];
+                        #[unroll]
+                        for i in 0..4usize {
+                            acc[u] += a.extract(i) * b.extract(i);
+                        }
+                    }
                 }
-                c += GROUP;
+                c += 4 * GROUP;
             }
         }
-        let s = group_sum(acc, &mut sh, g * GROUP, lane, plane);
+        let s = group_sum(acc[0] + acc[1] + acc[2] + acc[3], &mut sh, g * GROUP, lane, plane);
         if lane == 0 && e < e_n {
             z[e] = s + br[e];
         }
@@ -141,9 +157,9 @@ pub fn route(client: &Client, z: &DeviceTensor, k: usize) -> Result<Routes, Erro
     Ok(routes)
 }
 
-/// The routes of `h [T, C]` (the MoE block's normed input) by `w`'s router: route v2 where
-/// the experts fit its shared memory and the device its cube, else the dense matmul + bias
-/// kernels and route v1.
+/// The routes of `h [T, C]` (the MoE block's normed input) by `w`'s router: route v2 for a
+/// decode step (T ≤ 8) where the experts fit its shared memory and the device its cube, else
+/// the dense matmul + bias kernels and route v1.
 pub fn route_tokens(client: &Client, h: &DeviceTensor, w: &MoeWeights) -> Result<Routes, Error> {
     let [t, c] = h.shape[..] else {
         return Err(Error::Shape(format!("moe_route: h {:?}, expected [T, C]", h.shape)));
@@ -152,7 +168,7 @@ pub fn route_tokens(client: &Client, h: &DeviceTensor, w: &MoeWeights) -> Result
         return Err(Error::Shape(format!("moe_route: router {:?}, expected [E, C]", w.router.shape)));
     };
     let hw = &client.properties().hardware;
-    let fits = e <= V2_MAX_EXPERTS && (GROUP * V2_GROUPS) as u32 <= hw.max_units_per_cube && hw.max_vector_size >= 4 && (V2_MAX_EXPERTS + GROUP * V2_GROUPS) * 4 <= hw.max_shared_memory_size;
+    let fits = t <= V2_MAX_T && e <= V2_MAX_EXPERTS && (GROUP * V2_GROUPS) as u32 <= hw.max_units_per_cube && V2_GROUPS as u32 <= hw.max_cube_dim.1 && hw.max_vector_size >= 4 && (V2_MAX_EXPERTS + GROUP * V2_GROUPS) * 4 <= hw.max_shared_memory_size;
     if !fits || w.router.dtype != Dtype::F32 || h.dtype != Dtype::F32 || rc != c || !c.is_multiple_of(4) || w.router_bias.shape != [e] {
         let z = crate::kernels::matmul::linear(client, h, &w.router)?;
         crate::kernels::bias::bias_add(client, &z, &w.router_bias)?;

@@ -226,25 +226,52 @@ impl Run {
     }
 }
 
-/// Run `batch` requests (prompts in turn) to completion on `e`.
+/// `after − before`, counter by counter.
+fn stats_delta(after: &EngineStats, before: &EngineStats) -> EngineStats {
+    EngineStats {
+        steps: after.steps - before.steps,
+        preemptions: after.preemptions - before.preemptions,
+        cached_tokens: after.cached_tokens - before.cached_tokens,
+        prompt_tokens: after.prompt_tokens - before.prompt_tokens,
+        generated_tokens: after.generated_tokens - before.generated_tokens,
+        finished: after.finished - before.finished,
+        aborted: after.aborted - before.aborted,
+        spec_verifies: after.spec_verifies - before.spec_verifies,
+        spec_proposed: after.spec_proposed - before.spec_proposed,
+        spec_accepted: after.spec_accepted - before.spec_accepted,
+        spec_emitted: after.spec_emitted - before.spec_emitted,
+        decode_steps: after.decode_steps - before.decode_steps,
+        decode_ns: after.decode_ns - before.decode_ns,
+        target_ns: after.target_ns - before.target_ns,
+        draft_ns: after.draft_ns - before.draft_ns,
+        decode_tokens: after.decode_tokens - before.decode_tokens,
+        draft_rounds: after.draft_rounds - before.draft_rounds,
+    }
+}
+
+/// Run `batch` requests (prompts in turn) to completion on `e`; the stats are this run's.
 fn run_batch(e: &mut Engine<DynRunner>, prompts: &[Vec<u32>], batch: usize, max_tokens: usize, a: &BenchSpecArgs, stop: &[u32]) -> Result<Run> {
     let params = a.sampling.params();
+    let before = e.stats().clone();
+    let mut first = None;
     for i in 0..batch {
         let p = prompts[i % prompts.len()].clone();
         let r = Request { stop_token_ids: stop.to_vec(), ..Request::new(p).with_max_tokens(max_tokens).with_params(reference::sampling::SamplingParams { seed: params.seed + i as u64, ..params.clone() }) };
-        e.add_request(r)?;
+        let id = e.add_request(r)?;
+        first.get_or_insert(id);
     }
+    let first = first.unwrap_or(0);
     let t0 = Instant::now();
     let outs = e.run_to_completion()?;
     let wall_s = t0.elapsed().as_secs_f64();
     let generated = outs.iter().map(|o| o.new_tokens.len() as u64).sum();
     let mut tokens = vec![Vec::new(); batch];
     for o in &outs {
-        if let Some(t) = tokens.get_mut(o.id as usize) {
+        if let Some(t) = o.id.checked_sub(first).and_then(|i| tokens.get_mut(i as usize)) {
             t.extend(&o.new_tokens);
         }
     }
-    Ok(Run { stats: e.stats().clone(), wall_s, generated, tokens })
+    Ok(Run { stats: stats_delta(e.stats(), &before), wall_s, generated, tokens })
 }
 
 pub fn run(a: BenchSpecArgs) -> Result<()> {
@@ -276,24 +303,23 @@ pub fn run(a: BenchSpecArgs) -> Result<()> {
     let mut rows: Vec<Value> = Vec::new();
     // Each configuration twice, the first a warm-up (kernels compiled and tuned for every
     // shape the run meets, graphs recorded): the second is measured.
+    // One engine per configuration, like a server's: it runs the batch twice, the first a
+    // warm-up (kernels compiled for the shapes the run meets, graphs recorded, the adaptive
+    // depth's cost lines measured), and the second is measured.
     let measure = |spec: Option<(usize, bool)>, batch: usize, target: &mut Option<DynRunner>, drafts: &mut [Option<DynRunner>]| -> Result<Run> {
-        let mut last = None;
-        for tokens in [a.max_tokens, a.max_tokens] {
-            let runner = target.take().ok_or_else(|| CliError::Usage("internal: runner lost".into()))?;
-            let (sa, draft) = match spec {
-                Some((i, adaptive)) => (Some((SpecArgs { spec_fixed: !adaptive, ..a.spec.clone() }, configs[i].clone())), drafts[i].take()),
-                None => (None, None),
-            };
-            let mut e = build(sa.as_ref().map(|(s, w)| (s, w)), runner, draft, EngineConfig { max_num_seqs: batch.max(1), ..EngineConfig::default() }, None)?;
-            let r = run_batch(&mut e, &prompts, batch, tokens, &a, &stop);
-            let (t, d) = e.into_runners();
-            *target = Some(t);
-            if let Some((i, _)) = spec {
-                drafts[i] = d;
-            }
-            last = Some(r?);
+        let runner = target.take().ok_or_else(|| CliError::Usage("internal: runner lost".into()))?;
+        let (sa, draft) = match spec {
+            Some((i, adaptive)) => (Some((SpecArgs { spec_fixed: !adaptive, ..a.spec.clone() }, configs[i].clone())), drafts[i].take()),
+            None => (None, None),
+        };
+        let mut e = build(sa.as_ref().map(|(s, w)| (s, w)), runner, draft, EngineConfig { max_num_seqs: batch.max(1), ..EngineConfig::default() }, None)?;
+        let r = run_batch(&mut e, &prompts, batch, a.max_tokens, &a, &stop).and_then(|_| run_batch(&mut e, &prompts, batch, a.max_tokens, &a, &stop));
+        let (t, d) = e.into_runners();
+        *target = Some(t);
+        if let Some((i, _)) = spec {
+            drafts[i] = d;
         }
-        last.ok_or_else(|| CliError::Usage("internal: no run".into()))
+        r
     };
     for &b in &batches {
         let plain = measure(None, b, &mut target, &mut drafts)?;

@@ -118,7 +118,14 @@ pub fn backends_from_env() -> Vec<Backend> {
 
 /// Run `cases` on every backend; an unavailable backend turns each case into a skip.
 pub fn run_cases(cases: &[Box<dyn Case>], backends: &[Backend]) -> Report {
+    run_cases_with(cases, backends, &mut |_, _| {})
+}
+
+/// [`run_cases`], calling `progress(done, total)` after every case (for progress bars and
+/// log lines of long runs).
+pub fn run_cases_with(cases: &[Box<dyn Case>], backends: &[Backend], progress: &mut dyn FnMut(&Report, usize)) -> Report {
     let mut report = Report::default();
+    let total = cases.len() * backends.len();
     for &b in backends {
         let client = optimized::client(b);
         for c in cases {
@@ -128,6 +135,7 @@ pub fn run_cases(cases: &[Box<dyn Case>], backends: &[Backend]) -> Report {
                 Err(e) => Outcome::Skip(format!("runtime unavailable: {e}")),
             };
             report.results.push(CaseResult { backend: b.to_string(), op: c.op(), name: c.name(), outcome, millis: t.elapsed().as_secs_f64() * 1e3 });
+            progress(&report, total);
         }
     }
     report

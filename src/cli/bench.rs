@@ -181,7 +181,7 @@ fn launch_label(client: &optimized::Client) -> String {
 
 fn run_gate(backend: optimized::Backend) -> Result<String> {
     let t = Instant::now();
-    let report = conformance::run_cases(&conformance::cases::all(), &[backend]);
+    let report = conformance::run_cases_with(&conformance::cases::all(), &[backend], &mut super::progress::cases(t));
     let (p, f, k) = report.count();
     if f > 0 || p == 0 {
         return Err(CliError::Gpu(format!(

@@ -141,7 +141,7 @@ fn conformance_cmd(a: ConformanceArgs) -> Result<()> {
             Err(e) => println!("{b}: {e}"),
         }
     }
-    let report = conformance::run_cases(&cases, &backends);
+    let report = conformance::run_cases_with(&cases, &backends, &mut progress::cases(std::time::Instant::now()));
     print!("{}", report.table());
     let (p, f, _) = report.count();
     if f > 0 || p == 0 {

@@ -80,3 +80,35 @@ impl Upload {
         eprintln!("loaded {} ({:.2} GB) in {s:.1} s ({:.2} GB/s)", self.label, bytes as f64 / GB, bytes as f64 / GB / s.max(1e-9));
     }
 }
+
+/// A progress reporter for a long conformance run: a bar on a terminal, else one stderr line
+/// per 10% (cases done, failed so far, seconds).
+pub fn cases(t0: Instant) -> impl FnMut(&conformance::Report, usize) {
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let b = ProgressBar::new(0);
+        if let Ok(style) = ProgressStyle::with_template("conformance [{bar:40}] {pos}/{len} {msg} ({elapsed})") {
+            b.set_style(style.progress_chars("=> "));
+        }
+        b
+    });
+    let mut next = 0.1;
+    move |report, total| {
+        let done = report.results.len();
+        let (_, failed, _) = report.count();
+        match &bar {
+            Some(b) => {
+                b.set_length(total as u64);
+                b.set_position(done as u64);
+                b.set_message(format!("{failed} failed"));
+                if done == total {
+                    b.finish_and_clear();
+                }
+            }
+            None if done as f64 >= next * total as f64 => {
+                eprintln!("conformance: {done}/{total} cases, {failed} failed, {:.0} s", t0.elapsed().as_secs_f64());
+                next += 0.1;
+            }
+            None => {}
+        }
+    }
+}

@@ -1,6 +1,7 @@
 //! Quantized matmul conformance: the fixed grid, then random shapes per format.
-use conformance::cases::matmul::Fusion;
+use conformance::cases::matmul::{Fusion, TcCase, TcWeight};
 use conformance::cases::qmatmul::QMatmulCase;
+use optimized::kernels::matmul::tc::{TcConfig, TcMode};
 use optimized::kernels::qmatmul::{Fp4Decode, Int8Decode, Prefetch, QLayout};
 use conformance::{backends_from_env, run_cases, Case};
 use proptest::prelude::*;
@@ -40,6 +41,35 @@ proptest! {
         let fp4 = if fast_decode { Fp4Decode::Pairs } else { Fp4Decode::Table };
         let int8 = if fast_decode { Int8Decode::Subnormal } else { Int8Decode::Magic };
         let cases: Vec<Box<dyn Case>> = vec![Box::new(QMatmulCase { prefetch, fp4, int8, fusion, ..QMatmulCase::new(t, 64 * blocks_in, n_out, scheme, 1, layout) })];
+        let r = run_cases(&cases, &backends_from_env());
+        let (_, f, _) = r.count();
+        prop_assert!(f == 0, "{}", r.table());
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 10, ..ProptestConfig::default() })]
+    /// tc v1 over random quantized weights: every format tc v1 reads, input or tiled order
+    /// (mxfp4: tiled), `in` a multiple of 64 (every group divides it; several tiled-order
+    /// tiles, partial last ones), M past the gemv — tensor cores (skipped without them) and
+    /// emulated on lavapipe-sized tiles.
+    #[test]
+    fn tc_quant_random_shapes(
+        t in 9usize..400,
+        blocks_in in 1usize..48,
+        n_out in 1usize..300,
+        scheme in prop::sample::select(vec![Scheme::Int8(Granularity::PerChannel), Scheme::Int8(Granularity::Group(32)), Scheme::Int8(Granularity::Group(64)), Scheme::Mxfp4]),
+        tiles in any::<bool>(),
+        glu in any::<bool>(),
+    ) {
+        let layout = if tiles || scheme == Scheme::Mxfp4 { QLayout::Tiles } else { QLayout::Rows };
+        let n_out = if glu { 2 * (n_out / 2).max(1) } else { n_out };
+        let w = TcWeight::Quant(scheme, layout);
+        let (te, ie, oe) = (t.min(40), 64 * blocks_in.min(12), if glu { (n_out.min(100) / 2).max(1) * 2 } else { n_out.min(100) });
+        let cases: Vec<Box<dyn Case>> = vec![
+            Box::new(TcCase { glu, ..TcCase::new(t, 64 * blocks_in, n_out, w, TcMode::Tensor) }),
+            Box::new(TcCase { glu, config: Some(TcConfig::T32X32), ..TcCase::new(te, ie, oe, w, TcMode::Emulated) }),
+        ];
         let r = run_cases(&cases, &backends_from_env());
         let (_, f, _) = r.count();
         prop_assert!(f == 0, "{}", r.table());

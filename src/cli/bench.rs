@@ -219,6 +219,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         None => vec![base],
     };
     let backend = resolve(a.model.device);
+    if a.kernel.as_deref() == Some("matmul") { return super::bench_matmul::run(backend, a.reps); }
     if let Some(k) = &a.kernel {
         if !["attention", "qmatmul", "rmsnorm", "argmax"].contains(&k.as_str()) {
             return Err(CliError::Usage(format!("--kernel {k}: `attention`, `qmatmul`, `rmsnorm` or `argmax`")));

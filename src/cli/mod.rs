@@ -7,6 +7,8 @@ mod bench_batch;
 mod bench_attn;
 mod bench_argmax;
 mod bench_norm;
+// `tandem bench --kernel matmul` (issue 22: tensor-core GEMMs).
+mod bench_matmul;
 mod bench_qmatmul;
 // `tandem bench serve` and `tandem serve` (issue 24).
 mod bench_serve;

@@ -9,10 +9,14 @@
 //! and the next norm's input `(y₀ + x·Wᵀ) ⊙ w` (both compared).
 
 use ndarray::Array2;
-use optimized::kernels::matmul::{gemv_fused_into, linear_glu_into, linear_into, Fuse, Norm, Residual, Version, GEMV_MAX_T};
+use optimized::kernels::matmul::tc::{self, TcConfig, TcMode};
+use optimized::kernels::matmul::{gemv_fused_into, linear_glu_into, linear_into, Fuse, Norm, Residual, Version, GEMV_AUTO_MAX_T, GEMV_MAX_T};
+use optimized::kernels::qmatmul::{QLayout, QWeight};
 use optimized::{Client, DeviceTensor};
+use reference::quant::Scheme;
 
-use super::outcome;
+use super::{outcome, outcome_or_skip};
+use crate::tolerance::tc_tolerance;
 use crate::{compare, rand_vec, round_to, tolerance, Case, Dtype, Op, Outcome};
 
 #[derive(Debug, Clone)]
@@ -153,7 +157,15 @@ impl Case for MatmulCase {
             ));
         }
         let (t, n_in, n_out) = (self.t, self.n_in, self.n_out);
+        // tc v1 (forced, or what `Auto` picks here) rounds x to the weight's type: the
+        // reference gets the same rounded x (`tolerance::tc_tolerance`).
+        let tc_path = match self.version {
+            Version::Tc => true,
+            Version::Auto => t > GEMV_AUTO_MAX_T && tc::dense_applies(client, dd, n_in),
+            _ => false,
+        };
         let x = rand_vec(t * n_in, 11);
+        let x = if tc_path { round_to(&x, self.dtype) } else { x };
         let w = round_to(&rand_vec(n_out * n_in, 12), self.dtype);
         let Ok(wa) = Array2::from_shape_vec((n_out, n_in), w.clone()) else {
             return Outcome::Fail("bad case shape".into());
@@ -167,7 +179,8 @@ impl Case for MatmulCase {
             Err(e) => return Outcome::Fail(format!("reference: {e}")),
         };
         let want = io.want.clone();
-        outcome((|| {
+        let finish = if self.version == Version::Tc { outcome_or_skip } else { outcome };
+        finish((|| {
             let wd = DeviceTensor::from_f32_as(client, &w, &[n_out, n_in], dd)?.into_read_only();
             let version = self.version;
             let y = self.fusion.run_device(client, t, n_in, n_out, &x, &io, |xd, yd, fuse| match (version, self.fusion) {
@@ -176,13 +189,182 @@ impl Case for MatmulCase {
                 (Version::Gemv, _) => gemv_fused_into(client, xd, &wd, yd, fuse),
                 _ => Err(optimized::Error::Shape("norm / residual fusion is gemv only".into())),
             })?;
-            let (tol, _) = tolerance(Op::Matmul, self.dtype);
+            let (tol, _) = if tc_path { tc_tolerance() } else { tolerance(Op::Matmul, self.dtype) };
             Ok(match compare(&y, &want, tol) {
                 Ok(m) => Outcome::Pass(m),
                 Err(e) => Outcome::Fail(e),
             })
         })())
     }
+}
+
+/// tc v1, the tensor-core GEMM (`optimized::kernels::matmul::tc`), called directly with a
+/// tile shape and a mode: `y = x · Wᵀ` (with `glu`: SwiGLU of interleaved gate/up columns)
+/// for a dense 16-bit or a quantized weight. The reference runs on the values the kernel
+/// multiplies: x rounded to the kernel's 16-bit type, the dequantized int8-group / mxfp4
+/// weight rounded to it too (`tolerance::tc_tolerance`). `TcMode::Tensor` is skipped, with the
+/// reason, where the device lacks the instructions; `TcMode::Emulated` runs the same tiles
+/// with an MMA through shared memory (the indexing, on lavapipe too — named `emu`, never
+/// counted as tensor-core coverage). Outputs are NaN-poisoned.
+#[derive(Debug, Clone)]
+pub struct TcCase {
+    pub t: usize,
+    pub n_in: usize,
+    pub n_out: usize,
+    pub weight: TcWeight,
+    pub mode: TcMode,
+    pub glu: bool,
+    pub config: Option<TcConfig>,
+}
+
+/// The weight of a [`TcCase`].
+#[derive(Debug, Clone, Copy)]
+pub enum TcWeight {
+    Dense(Dtype),
+    Quant(Scheme, QLayout),
+}
+
+/// The optimized crate's dtype as a conformance dtype (f16 / bf16 / f32).
+fn conf_dtype(d: optimized::Dtype) -> Dtype {
+    match d {
+        optimized::Dtype::F16 => Dtype::F16,
+        optimized::Dtype::BF16 => Dtype::BF16,
+        optimized::Dtype::F32 => Dtype::F32,
+    }
+}
+
+impl TcCase {
+    pub fn new(t: usize, n_in: usize, n_out: usize, weight: TcWeight, mode: TcMode) -> Self {
+        Self { t, n_in, n_out, weight, mode, glu: false, config: None }
+    }
+
+    /// The 16-bit type the kernel multiplies in on `client`.
+    fn compute_dtype(&self, client: &Client) -> Dtype {
+        match self.weight {
+            TcWeight::Dense(d) => d,
+            TcWeight::Quant(..) => conf_dtype(tc::quant_dtype(client, self.mode)),
+        }
+    }
+
+    /// The weight the reference multiplies (`[n_out, n_in]` f32), and the device weight.
+    fn weights(&self, client: &Client, e: Dtype) -> Result<(Vec<f32>, Result<TcDevWeight, optimized::Error>), String> {
+        let (n_in, n_out) = (self.n_in, self.n_out);
+        match self.weight {
+            TcWeight::Dense(d) => {
+                let w = round_to(&rand_vec(n_out * n_in, 32), d);
+                let dev = DeviceTensor::from_f32_as(client, &w, &[n_out, n_in], device_dtype(d)).map(|t| TcDevWeight::Dense(t.into_read_only()));
+                Ok((w, dev))
+            }
+            TcWeight::Quant(scheme, layout) => {
+                // Rows of different magnitude, so scales differ (as the qmatmul cases).
+                let w: Vec<f32> = rand_vec(n_out * n_in, 33).iter().enumerate().map(|(i, v)| v * (1.0 + (i / n_in % 7) as f32)).collect();
+                let q = scheme.quantize(&w, n_out, n_in).map_err(|e| format!("reference quantize: {e}"))?;
+                let deq = q.dequant();
+                // Per-channel int8: q exact in 16 bits, the scale applied to the f32 sums.
+                let wr = if scale_per_row(scheme, n_in) { deq } else { round_to(&deq, e) };
+                Ok((wr, QWeight::upload_as(client, &[&q], Some(layout)).map(TcDevWeight::Quant)))
+            }
+        }
+    }
+}
+
+/// Whether tc v1 keeps `scheme`'s weights exact (int8 with one scale per row — also a group as
+/// long as the row, which the device stores as per-channel — the scale applied to the f32
+/// sums), rather than rounding `q · scale` to its 16-bit type.
+pub(crate) fn scale_per_row(scheme: Scheme, n_in: usize) -> bool {
+    matches!(scheme, Scheme::Int8(g) if g.group_len(n_in) == n_in)
+}
+
+/// A [`TcCase`]'s weight on the device.
+pub(crate) enum TcDevWeight {
+    Dense(DeviceTensor),
+    Quant(QWeight),
+}
+
+impl Case for TcCase {
+    fn op(&self) -> Op {
+        Op::Matmul
+    }
+    fn name(&self) -> String {
+        let w = match self.weight {
+            TcWeight::Dense(d) => d.name().to_string(),
+            TcWeight::Quant(s, l) => format!("{s},{l:?}").to_lowercase(),
+        };
+        let mode = if self.mode == TcMode::Emulated { ",emu" } else { "" };
+        let cfg = self.config.map_or(String::new(), |c| format!(",{}", c.name()));
+        let glu = if self.glu { ",glu" } else { "" };
+        format!("matmul-tc(T={},in={},out={},{w}{glu}{cfg}{mode})", self.t, self.n_in, self.n_out)
+    }
+    fn run(&self, client: &Client) -> Outcome {
+        let e = self.compute_dtype(client);
+        if let Err(optimized::Error::Unsupported(why)) = tc::require(client, device_dtype(e), self.mode) {
+            return Outcome::Skip(why);
+        }
+        let (t, n_in, n_out) = (self.t, self.n_in, self.n_out);
+        let x = round_to(&rand_vec(t * n_in, 31), e);
+        let (wr, dev) = match self.weights(client, e) {
+            Ok(v) => v,
+            Err(msg) => return Outcome::Fail(msg),
+        };
+        let want = match Array2::from_shape_vec((n_out, n_in), wr).and_then(|w| Array2::from_shape_vec((t, n_in), x.clone()).map(|x| reference::ops::matmul::linear(x.view(), w.view()))) {
+            Ok(y) if self.glu => reference::ops::swiglu::swiglu(y.slice(ndarray::s![.., ..;2]), y.slice(ndarray::s![.., 1..;2])).iter().copied().collect::<Vec<f32>>(),
+            Ok(y) => y.iter().copied().collect(),
+            Err(e) => return Outcome::Fail(format!("reference: {e}")),
+        };
+        outcome_or_skip((|| {
+            let cols = if self.glu { n_out / 2 } else { n_out };
+            let xd = DeviceTensor::from_f32(client, &x, &[t, n_in])?;
+            let yd = DeviceTensor::from_f32(client, &vec![f32::NAN; t * cols], &[t, cols])?;
+            match dev? {
+                TcDevWeight::Dense(w) => tc::linear_into(client, &xd, &w, &yd, self.glu, self.config, self.mode)?,
+                TcDevWeight::Quant(w) => tc::qlinear_into(client, &xd, &w, &yd, self.glu, self.config, self.mode)?,
+            }
+            let y = yd.to_f32(client)?;
+            Ok(match compare(&y, &want, tc_tolerance().0) {
+                Ok(m) => Outcome::Pass(m),
+                Err(e) => Outcome::Fail(e),
+            })
+        })())
+    }
+}
+
+/// The tc v1 cases of dense weights (the quantized ones are in `qmatmul.rs`): forced tc at
+/// the M = 8 / 9 boundary and at M = 17, 127, 513 with N and K off the tile (K % 8 = 0 is
+/// the kernel's own limit: K = 577 is reported skipped), the automatic choice on both sides
+/// of the boundary, the fused SwiGLU, every tile preset, and the emulated tiles.
+pub fn tc_cases() -> Vec<Box<dyn Case>> {
+    let mut v: Vec<Box<dyn Case>> = Vec::new();
+    for dtype in [Dtype::F16, Dtype::BF16] {
+        let mm = |t, n_in, n_out, version, fusion| Box::new(MatmulCase { t, n_in, n_out, dtype, version, fusion });
+        for (t, n_in, n_out) in [(9usize, 136usize, 72usize), (17, 584, 1031), (127, 1000, 200), (513, 264, 130), (200, 4096, 384), (33, 577, 64)] {
+            v.push(mm(t, n_in, n_out, Version::Tc, Fusion::None));
+        }
+        for t in [8usize, 9] {
+            v.push(mm(t, 584, 1031, Version::Auto, Fusion::None));
+            v.push(mm(t, 576, 1030, Version::Auto, Fusion::Glu));
+        }
+        v.push(mm(17, 584, 1030, Version::Tc, Fusion::Glu));
+        v.push(mm(130, 264, 258, Version::Tc, Fusion::Glu));
+        for config in TcConfig::ALL.iter().chain(&TcConfig::VARIANTS).copied() {
+            v.push(Box::new(TcCase { config: Some(config), ..TcCase::new(300, 328, 520, TcWeight::Dense(dtype), TcMode::Tensor) }));
+        }
+        // Fragments loaded a k-step ahead, emulated.
+        v.push(Box::new(TcCase { config: Some(TcConfig::T32X32.with_pipe()), ..TcCase::new(40, 200, 72, TcWeight::Dense(dtype), TcMode::Emulated) }));
+        // Emulated (lavapipe-sized tiles): partial M and N tiles, K past the last block.
+        for (t, n_in, n_out) in [(9usize, 136usize, 40usize), (40, 200, 72), (33, 72, 33)] {
+            v.push(Box::new(TcCase { config: Some(TcConfig::T32X32), ..TcCase::new(t, n_in, n_out, TcWeight::Dense(dtype), TcMode::Emulated) }));
+        }
+        v.push(Box::new(TcCase { config: Some(TcConfig::T32X32), glu: true, ..TcCase::new(17, 136, 40, TcWeight::Dense(dtype), TcMode::Emulated) }));
+        // Split-K (partial sums added by the reduce kernel; an uneven last slice), with and
+        // without the SwiGLU, emulated and on the tensor cores.
+        for glu in [false, true] {
+            v.push(Box::new(TcCase { config: Some(TcConfig::T32X32.with_splits(3)), glu, ..TcCase::new(40, 520, 72, TcWeight::Dense(dtype), TcMode::Emulated) }));
+            v.push(Box::new(TcCase { config: Some(TcConfig::T128X128.with_splits(4)), glu, ..TcCase::new(127, 4040, 200, TcWeight::Dense(dtype), TcMode::Tensor) }));
+        }
+    }
+    // f32 weights stay on the CUDA cores: reported skipped, with the reason.
+    v.push(Box::new(MatmulCase { t: 17, n_in: 64, n_out: 64, dtype: Dtype::F32, version: Version::Tc, fusion: Fusion::None }));
+    v
 }
 
 pub fn cases() -> Vec<Box<dyn Case>> {
@@ -217,5 +399,6 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             v.push(Box::new(MatmulCase { t, n_in: 577, n_out: 1030, dtype, version: Version::Tiled2, fusion: Fusion::Glu }));
         }
     }
+    v.extend(tc_cases());
     v
 }

@@ -10,13 +10,15 @@
 use ndarray::Array2;
 use optimized::kernels::qmatmul::v4::MmaTune;
 use optimized::kernels::qmatmul::v5;
-use optimized::kernels::qmatmul::{default_prefetch, default_rpg, V5_STAGES, qlinear_fused_into_tuned, Fp4Decode, GemvTune, Int8Decode, Prefetch, QFormat, QLayout, QWeight};
+use optimized::kernels::matmul::tc::{self, TcConfig, TcMode};
+use optimized::kernels::qmatmul::{default_prefetch, default_rpg, V5_STAGES, qlinear_fused_into_tuned, Fp4Decode, GemvTune, Int8Decode, Prefetch, QFormat, QLayout, QWeight, QGEMV_MAX_T};
 use optimized::Client;
 use reference::quant::{Granularity, QuantTensor, Scheme};
 
-use super::matmul::Fusion;
+use super::matmul::{scale_per_row, Fusion, TcCase, TcWeight};
 use super::outcome;
-use crate::{compare, rand_vec, tolerance, Case, Dtype, Op, Outcome};
+use crate::tolerance::tc_tolerance;
+use crate::{compare, rand_vec, round_to, tolerance, Case, Dtype, Op, Outcome};
 
 #[derive(Debug, Clone)]
 pub struct QMatmulCase {
@@ -110,14 +112,40 @@ impl Case for QMatmulCase {
             Ok(p) => p,
             Err(e) => return Outcome::Fail(format!("reference quantize: {e}")),
         };
+        let refs: Vec<&QuantTensor> = parts.iter().collect();
+        let uploaded = match (glu, &refs[..]) {
+            (true, [g, u]) => QWeight::upload_glu(client, g, u, Some(self.layout)),
+            _ => QWeight::upload_as(client, &refs, Some(self.layout)),
+        };
+        let w = match uploaded {
+            Ok(w) => w,
+            Err(optimized::Error::Unsupported(why)) => return Outcome::Skip(why),
+            Err(e) => return Outcome::Fail(format!("upload: {e}")),
+        };
         // The weight's rows: parts stacked (y = [y_0 | y_1 | ..] along out), or with SwiGLU
         // gate and up interleaved (columns 2j, 2j + 1).
         let rows = n_out * parts.len();
+        // Above the gemv's T, tc v1 takes the weight where the device has tensor cores: it
+        // rounds x (and int8-group / mxfp4 weights) to its 16-bit type, and the reference
+        // multiplies the same rounded values (`tolerance::tc_tolerance`).
+        let tc_path = t > QGEMV_MAX_T && tc::quant_applies(client, &w);
+        let e = match tc::quant_dtype(client, TcMode::Tensor) {
+            optimized::Dtype::F16 => Dtype::F16,
+            _ => Dtype::BF16,
+        };
         let lin = |inp: &[f32]| -> Result<Array2<f32>, String> {
-            let xa = Array2::from_shape_vec((t, n_in), inp.to_vec()).map_err(|e| e.to_string())?;
+            let inp = if tc_path { round_to(inp, e) } else { inp.to_vec() };
+            let xa = Array2::from_shape_vec((t, n_in), inp).map_err(|e| e.to_string())?;
             let mut y = Array2::<f32>::zeros((t, rows));
             for (pi, p) in parts.iter().enumerate() {
-                let yp = reference::ops::qmatmul::qlinear(xa.view(), p).map_err(|e| e.to_string())?;
+                let yp = if tc_path {
+                    let deq = p.dequant();
+                    let wr = if scale_per_row(self.scheme, n_in) { deq } else { round_to(&deq, e) };
+                    let wa = Array2::from_shape_vec((n_out, n_in), wr).map_err(|e| e.to_string())?;
+                    reference::ops::matmul::linear(xa.view(), wa.view())
+                } else {
+                    reference::ops::qmatmul::qlinear(xa.view(), p).map_err(|e| e.to_string())?
+                };
                 for ti in 0..t {
                     for o in 0..n_out {
                         let col = if glu { 2 * o + pi } else { pi * n_out + o };
@@ -131,16 +159,6 @@ impl Case for QMatmulCase {
             Ok(io) => io,
             Err(e) => return Outcome::Fail(format!("reference: {e}")),
         };
-        let refs: Vec<&QuantTensor> = parts.iter().collect();
-        let uploaded = match (glu, &refs[..]) {
-            (true, [g, u]) => QWeight::upload_glu(client, g, u, Some(self.layout)),
-            _ => QWeight::upload_as(client, &refs, Some(self.layout)),
-        };
-        let w = match uploaded {
-            Ok(w) => w,
-            Err(optimized::Error::Unsupported(why)) => return Outcome::Skip(why),
-            Err(e) => return Outcome::Fail(format!("upload: {e}")),
-        };
         if self.layout == QLayout::Tiles && self.scheme == Scheme::Mxfp4 && self.fp4 == Fp4Decode::Pairs && !w.pairs {
             return Outcome::Skip("the f16-pair fp4 decode is not exact on this device (no f16, or its u32 → f16×2 bitcast failed the probe)".into());
         }
@@ -150,7 +168,7 @@ impl Case for QMatmulCase {
         outcome((|| {
             let tune = GemvTune { rpg: self.rpg.unwrap_or(default_rpg(w.format)), split: self.split, prefetch: self.prefetch, fp4: self.fp4, int8: self.int8, mma: self.mma };
             let y = self.fusion.run_device(client, t, n_in, rows, &x, &io, |xd, yd, fuse| qlinear_fused_into_tuned(client, xd, &w, yd, &tune, fuse))?;
-            let (tol, _) = tolerance(Op::Matmul, Dtype::F32);
+            let (tol, _) = if tc_path { tc_tolerance() } else { tolerance(Op::Matmul, Dtype::F32) };
             Ok(match compare(&y, &io.want, tol) {
                 Ok(m) => Outcome::Pass(m),
                 Err(e) => Outcome::Fail(e),
@@ -290,5 +308,48 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     // reason (the model uploads them in input order).
     v.push(Box::new(QMatmulCase::new(1, 96, 8, Scheme::Int8(Granularity::Group(48)), 1, QLayout::Tiles)));
     v.push(Box::new(QMatmulCase::new(1, 96, 8, Scheme::Int8(Granularity::Group(48)), 1, QLayout::Rows)));
+    v.extend(tc_cases());
+    v
+}
+
+/// tc v1 over quantized weights (the dequantization in its tile loads), called directly:
+/// every format and order it takes at M = 9, 17, 127, 513 with rows whose last tiled-order
+/// tile is partial (int8 576 / 640, mxfp4 2880) and N off the tile; every tile preset; the
+/// emulated tiles (lavapipe); and the orders it refuses (skipped, with the reason). The grid's
+/// T = 9 / 17 / 33 cases above reach it through `qlinear` wherever the device has tensor cores.
+pub fn tc_cases() -> Vec<Box<dyn Case>> {
+    let mut v: Vec<Box<dyn Case>> = Vec::new();
+    let schemes = [Scheme::Int8(Granularity::PerChannel), Scheme::Int8(Granularity::Group(32)), Scheme::Int8(Granularity::Group(128)), Scheme::Mxfp4];
+    for scheme in schemes {
+        let layouts: &[QLayout] = if scheme == Scheme::Mxfp4 { &[QLayout::Tiles] } else { &[QLayout::Rows, QLayout::Tiles] };
+        let g128 = scheme == Scheme::Int8(Granularity::Group(128));
+        let mx = scheme == Scheme::Mxfp4;
+        for &layout in layouts {
+            let q = |t, n_in, n_out, mode| TcCase::new(t, n_in, n_out, TcWeight::Quant(scheme, layout), mode);
+            for (t, n_in, n_out) in [(9usize, 256usize, 72usize), (17, if mx { 2880 } else if g128 { 640 } else { 576 }, 130), (127, 1536, 200), (513, if g128 { 384 } else { 320 }, 1031)] {
+                v.push(Box::new(q(t, n_in, n_out, TcMode::Tensor)));
+            }
+            v.push(Box::new(TcCase { glu: true, ..q(33, 512, 258, TcMode::Tensor) }));
+            // Emulated (lavapipe-sized tiles): a partial last tile of the tiled order.
+            v.push(Box::new(TcCase { config: Some(TcConfig::T32X32), ..q(17, if mx { 1088 } else if g128 { 640 } else { 576 }, 40, TcMode::Emulated) }));
+            v.push(Box::new(TcCase { config: Some(TcConfig::T32X32), glu: true, ..q(9, 256, 40, TcMode::Emulated) }));
+        }
+        for config in TcConfig::ALL {
+            v.push(Box::new(TcCase { config: Some(config), ..TcCase::new(300, 512, 520, TcWeight::Quant(scheme, QLayout::Tiles), TcMode::Tensor) }));
+        }
+        for config in TcConfig::VARIANTS.iter().filter(|c| c.pipe) {
+            v.push(Box::new(TcCase { config: Some(*config), ..TcCase::new(300, 512, 520, TcWeight::Quant(scheme, QLayout::Tiles), TcMode::Tensor) }));
+        }
+        v.push(Box::new(TcCase { config: Some(TcConfig::T32X32.with_pipe()), ..TcCase::new(20, 640, 40, TcWeight::Quant(scheme, QLayout::Tiles), TcMode::Emulated) }));
+        // Split-K (per-channel scales and SwiGLU applied after the partial sums are added).
+        for glu in [false, true] {
+            v.push(Box::new(TcCase { config: Some(TcConfig::T32X32.with_splits(3)), glu, ..TcCase::new(20, 640, 40, TcWeight::Quant(scheme, QLayout::Tiles), TcMode::Emulated) }));
+            v.push(Box::new(TcCase { config: Some(TcConfig::T128X128.with_splits(3)), glu, ..TcCase::new(127, 2048, 200, TcWeight::Quant(scheme, QLayout::Tiles), TcMode::Tensor) }));
+        }
+    }
+    // What tc v1 does not read: mxfp4 in input order, the gemv v4 order (skipped, with the reason;
+    // `qlinear` keeps dequant + GEMM for them).
+    v.push(Box::new(TcCase::new(17, 256, 72, TcWeight::Quant(Scheme::Mxfp4, QLayout::Rows), TcMode::Tensor)));
+    v.push(Box::new(TcCase::new(17, 256, 64, TcWeight::Quant(Scheme::Int8(Granularity::PerChannel), QLayout::Mma), TcMode::Tensor)));
     v
 }

@@ -24,8 +24,16 @@
 //!   units, fewer when that leaves under 2 cubes per SM. bf16, T = 1: 2.4 TB/s at 2048×5632,
 //!   3.8–3.9 TB/s at 4096×14336 / 2048×32000; ~5.5 µs per launch floor for small layers.
 //!
-//! [`linear`] picks gemv for T ≤ [`GEMV_AUTO_MAX_T`] and tiled v2 above; [`linear_with`] /
-//! [`linear_into`] force a version (conformance, benches).
+//! - tc v1 ([`Version::Tc`], prefill and batched steps: `tc.rs`): the tensor cores'
+//!   `mma.sync.m16n8k16` over f16 / bf16 weights (x rounded to the weight's type on the way
+//!   in), `ldmatrix` fragments, `cp.async` pipelined tiles; quantized weights in the same
+//!   GEMM with the dequantization in the tile loads (`tc_quant.rs`). H200: 140–290 TFLOP/s
+//!   bf16 at M = 128..2048 (6–11× tiled v2; table in `tc.rs`).
+//!
+//! [`linear`] picks ([`Version::Auto`], [`auto_version`]) gemv for T ≤ [`GEMV_AUTO_MAX_T`],
+//! above it tc v1 where the device has the tensor-core instructions and the weight is 16-bit
+//! with in % 8 = 0, else tiled v2; [`linear_with`] / [`linear_into`] force a version
+//! (conformance, benches).
 
 use cubecl::prelude::*;
 use cubecl::server::CubeCountSelection;
@@ -33,6 +41,9 @@ use cubecl::server::CubeCountSelection;
 use crate::{Client, DeviceTensor, Dtype, Error};
 
 mod gemv;
+pub mod tc;
+mod tc_kernel;
+mod tc_quant;
 pub use gemv::{gemv_v1, tuning, Fuse, Norm, Residual, GEMV_MAX_T, GEMV_RPG};
 pub(crate) use gemv::{inv_rms, scale_rows, store_row, store_row_sums};
 use gemv::launch_gemv;
@@ -52,6 +63,11 @@ pub enum Version {
     Tiled2,
     /// [`GEMV_RPG`] rows per unit group, vector loads along K; T ≤ [`GEMV_MAX_T`].
     Gemv,
+    /// tc v1: tensor-core GEMM (`tc.rs`), f16 / bf16 weights with in % 8 = 0, devices with
+    /// `mma.m16n8k16`, `ldmatrix` and `cp.async`; any T.
+    Tc,
+    /// What [`linear`] runs: [`auto_version`] for the call's T, weight and device.
+    Auto,
 }
 
 impl Version {
@@ -60,6 +76,8 @@ impl Version {
             Version::Tiled => "tiled",
             Version::Tiled2 => "tiled2",
             Version::Gemv => "gemv",
+            Version::Tc => "tc",
+            Version::Auto => "auto",
         }
     }
 }
@@ -269,20 +287,31 @@ fn dims(x: &DeviceTensor, w: &DeviceTensor) -> Result<Dims, Error> {
 }
 
 /// `y = x · Wᵀ` for x `[.., in]` (f32, any leading axes: T = their product) and W `[out, in]`
-/// (f32, f16 or bf16); returns y `[.., out]` f32. Version: [`version_for`].
+/// (f32, f16 or bf16); returns y `[.., out]` f32. Version: [`auto_version`].
 /// Nothing is read back: launch errors surface when the result is read.
 pub fn linear(client: &Client, x: &DeviceTensor, w: &DeviceTensor) -> Result<DeviceTensor, Error> {
-    let d = dims(x, w)?;
-    linear_with(client, x, w, version_for(d.t))
+    linear_with(client, x, w, Version::Auto)
 }
 
-/// The version [`linear`] runs for `t` rows of x: gemv for T ≤ [`GEMV_AUTO_MAX_T`], tiled v2
-/// above (use with [`linear_into`] and a preallocated y).
+/// The version for `t` rows of x without looking at the device: gemv for T ≤
+/// [`GEMV_AUTO_MAX_T`], tiled v2 above. [`Version::Auto`] / [`auto_version`] also take tc v1
+/// where it applies.
 pub fn version_for(t: usize) -> Version {
     if t <= GEMV_AUTO_MAX_T {
         Version::Gemv
     } else {
         Version::Tiled2
+    }
+}
+
+/// The version [`linear`] runs for `t` rows of x and weight `w` on `client`'s device: gemv
+/// for T ≤ [`GEMV_AUTO_MAX_T`]; above, tc v1 where [`tc::dense_applies`] (16-bit weight,
+/// in % 8 = 0, tensor-core instructions), else tiled v2.
+pub fn auto_version(client: &Client, t: usize, w: &DeviceTensor) -> Version {
+    let k = w.shape.last().copied().unwrap_or(0);
+    match version_for(t) {
+        Version::Tiled2 if tc::dense_applies(client, w.dtype, k) => Version::Tc,
+        v => v,
     }
 }
 
@@ -338,6 +367,7 @@ fn launch_checked(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &Devic
     if d.t == 0 || d.n_out == 0 {
         return Ok(());
     }
+    let version = if version == Version::Auto { auto_version(client, d.t, w) } else { version };
     match (version, w.dtype) {
         (Version::Gemv, Dtype::F32) => launch_gemv::<f32>(client, x, w, y, &d, fuse),
         (Version::Gemv, Dtype::F16) => launch_gemv::<half::f16>(client, x, w, y, &d, fuse),
@@ -349,6 +379,8 @@ fn launch_checked(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &Devic
         (Version::Tiled2, Dtype::F32) => launch_tiled_v2::<f32>(client, x, w, y, &d),
         (Version::Tiled2, Dtype::F16) => launch_tiled_v2::<half::f16>(client, x, w, y, &d),
         (Version::Tiled2, Dtype::BF16) => launch_tiled_v2::<half::bf16>(client, x, w, y, &d),
+        (Version::Tc, _) => tc::linear_into(client, x, w, y, false, None, tc::TcMode::Tensor),
+        (Version::Auto, _) => Err(Error::Shape(format!("{op}: no version for T = {}", d.t))),
     }
 }
 
@@ -357,8 +389,13 @@ fn launch_checked(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &Devic
 /// `[.., F]` f32. Gemv does the SwiGLU in its epilogue (one launch); the tiled versions write
 /// `[.., 2F]` and [`swiglu_pairs`](super::swiglu::swiglu_pairs) follows.
 pub fn linear_glu_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &DeviceTensor, version: Version) -> Result<(), Error> {
+    let version = if version == Version::Auto { auto_version(client, dims(x, w)?.t, w) } else { version };
     if version == Version::Gemv {
         return gemv_fused_into(client, x, w, y, &Fuse::glu());
+    }
+    if version == Version::Tc {
+        // SwiGLU in the GEMM's epilogue (the pair of columns a unit holds).
+        return tc::linear_into(client, x, w, y, true, None, tc::TcMode::Tensor);
     }
     // The SwiGLU's shapes before the GEMM runs.
     let d = dims(x, w)?;
@@ -377,11 +414,11 @@ pub fn gemv_fused_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &
     launch_checked(client, x, w, y, Version::Gemv, fuse, "gemv")
 }
 
-/// [`linear_glu_into`] a new tensor, version by [`version_for`].
+/// [`linear_glu_into`] a new tensor, version by [`auto_version`].
 pub fn linear_glu(client: &Client, x: &DeviceTensor, w: &DeviceTensor) -> Result<DeviceTensor, Error> {
     let d = dims(x, w)?;
     let y = DeviceTensor::empty_f32(client, &d.shape_with_cols(d.n_out / 2));
-    linear_glu_into(client, x, w, &y, version_for(d.t))?;
+    linear_glu_into(client, x, w, &y, Version::Auto)?;
     Ok(y)
 }
 

@@ -34,9 +34,12 @@
 //!   arithmetic with W streamed through a per-unit shared-memory ring by `cp.async` copies
 //!   (bytes in flight without registers). The default for per-channel int8 where `cp.async`
 //!   exists ([`device_prefetch`]; H200, Mistral-7B int8: 393.3 vs 379.8 tokens/s with v2).
-//! - dequant + GEMM v1 (prefill, T > [`QGEMV_MAX_T`]): W dequantized into an f32 scratch
-//!   (one unit per 16-byte chunk; dequant v1 or v2 by layout), then the tiled v2 matmul. Not
-//!   fused yet.
+//! - dequant + GEMM v1 (prefill, T > [`QGEMV_MAX_T`], where tc v1 does not apply): W
+//!   dequantized into an f32 scratch (one unit per 16-byte chunk; dequant v1 or v2 by layout),
+//!   then the tiled v2 matmul.
+//! - tc v1 (prefill, T > [`QGEMV_MAX_T`], devices with tensor cores; int8 in either order,
+//!   mxfp4 in the tiled order): `matmul::tc::qlinear_into`, the dequantization fused into the
+//!   tensor-core GEMM's tile loads — no full-precision copy of W.
 //! GGUF Q8_0 weights are INT8 with groups of 32 (f16 scales widen exactly); `tandem` keeps
 //! them that way on the GPU ([`QWeight::upload`] of a converted tensor).
 
@@ -613,6 +616,11 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
     if t > QGEMV_MAX_T {
         if fuse.norm.is_some() || fuse.residual.is_some() {
             return Err(Error::Shape(format!("qlinear: the fused norm / residual gemv takes T ≤ {QGEMV_MAX_T}, got T = {t}")));
+        }
+        // tc v1 where it applies (tensor cores; int8, or mxfp4 in the tiled order): the
+        // dequantization in the GEMM's tile loads, SwiGLU in its epilogue.
+        if super::matmul::tc::quant_applies(client, w) {
+            return super::matmul::tc::qlinear_into(client, x, w, y, glu, None, super::matmul::tc::TcMode::Tensor);
         }
         let wf = dequant(client, w)?;
         if glu {

@@ -1,0 +1,472 @@
+//! tc v1: the linear layer `y[M, N] = x[M, K] · W[N, K]ᵀ` on the tensor cores, for prefill and
+//! batched steps (M > [`GEMV_AUTO_MAX_T`](super::GEMV_AUTO_MAX_T)).
+//!
+//! - x (f32) is first copied into a 16-bit x16 `[Mp, Kp]` (the weight's 16-bit type E: f16 for
+//!   f16 weights, bf16 for bf16 and — where the device multiplies bf16 — for quantized ones,
+//!   whose int8 values and e2m1 · 2^e products bf16 holds exactly and whose range is f32's),
+//!   rounded to nearest, zero-padded to the tile, in the weight's storage order along K
+//!   ([`tc_convert`]: one pass over x, ~M·K·6 bytes; the GEMM reads M·K·2 per column tile).
+//! - One cube of 32·wm·wn units computes a (16·wm·tm) × (8·wn·tn) tile of y; each warp a
+//!   (16·tm) × (8·tn) block by `mma.sync.m16n8k16` (E × E → f32), fragments by `ldmatrix.x4`
+//!   from 144-byte shared rows (conflict-free). K in blocks of 64; A (x16) and dense B (W)
+//!   blocks stream through `stages` shared slots by `cp.async` (16-byte copies, one commit
+//!   group per block, one cube barrier per block). Quantized B: `tc_quant.rs` (dequantized in
+//!   the tile loads). Epilogue from the accumulators: per-channel int8 scales, the SwiGLU of
+//!   interleaved gate/up columns (`glu`), bounds.
+//! - Tile shapes ([`TcConfig`]) and split-K chosen per call by [`TcConfig::pick`] (rules from
+//!   the sweep below); split-K writes `[splits, M, N]` partial sums that `tc_reduce` adds in
+//!   slice order (deterministic) before the epilogue.
+//! - Needs `mma.m16n8k16` for E, `ldmatrix`, `cp.async` and planes of 32 ([`require`]); else
+//!   `matmul::linear` keeps tiled v2 (lavapipe, f32 weights). Dense weights need K % 8 = 0
+//!   (16-byte rows for `cp.async`).
+//! - [`TcMode::Emulated`] runs the same indexing with plain loads and an MMA through shared
+//!   memory (a test mode: lavapipe checks the tile logic; it never stands in for tensor cores).
+//!
+//! Measured (NVIDIA H200, driver 580, `tandem bench --kernel matmul`, run 2 of issue 22; W
+//! 4096 → 14336 and 14336 → 4096, random values; TFLOP/s = 2·M·N·K / time; "before": tiled v2
+//! on the CUDA cores, quantized W dequantized to f32 first; cuBLAS bf16 8192³ through PyTorch
+//! in the same session: 797.8 TFLOP/s; tc v1's own best at 8192³: 290.7, 256×128 with
+//! fragments ahead; 128×128 3 stages 288.1, 128×256 272.0):
+//!
+//! | M×N×K | bf16 | int8 | int8-g32 | mxfp4 | before (bf16 / int8) |
+//! | --- | --- | --- | --- | --- | --- |
+//! | 128×14336×4096 | 157.0 | 139.0 | 107.2 | 100.2 | 19.7 / 16.7 |
+//! | 512×14336×4096 | 234.0 | 219.9 | 180.1 | 175.1 | 25.4 / 24.3 |
+//! | 2048×14336×4096 | 290.7 | 264.8 | 214.3 | 206.8 | 26.6 / 26.6 |
+//! | 128×4096×14336 | 154.0 (split 8) | 132.4 (split 4) | 103.9 (split 4) | 104.5 (split 4) | 14.2 / 12.4 |
+//! | 512×4096×14336 | 218.9 | 186.2 | 137.2 | 137.2 | 23.2 / 22.4 |
+//! | 2048×4096×14336 | 286.9 | 274.6 | 220.4 | 217.7 | 25.8 / 25.4 |
+//!
+//! (f16 within 3% of bf16 where both ran.) So 6–11× the kernels it replaces, 36% of cuBLAS at
+//! large M: `mma.sync` from cubecl's C++ reaches ~290 TFLOP/s on Hopper here; cuBLAS's ~800
+//! comes from `wgmma` (sm_90a warpgroup MMAs reading shared memory through descriptors), which
+//! cubecl 0.11.3 does not expose — the next version of this kernel. cubek-matmul 0.3.1 (the
+//! `lab` feature, `src/lab/cubek.rs`) measured 29–234 TFLOP/s on the same shapes, below tc v1
+//! at every one. Versions: tc v1 (this file, `tc_kernel.rs`, `tc_quant.rs`).
+
+use cubecl::features::MmaConfig;
+use cubecl::ir::{ElemType, FloatKind};
+use cubecl::prelude::*;
+use cubecl::server::CubeCountSelection;
+
+use super::tc_kernel::{tc_convert, tc_dense, tc_reduce, BK, EMU_SCRATCH, SA};
+use super::tc_quant::{tc_quant, FMT_INT8, FMT_INT8_GROUPS, FMT_MXFP4};
+use crate::kernels::qmatmul::{v2, QFormat, QLayout, QWeight};
+use crate::{Client, DeviceTensor, Dtype, Error};
+
+/// Tile shape and pipeline depth of one tc v1 launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TcConfig {
+    /// Warps along M and N.
+    pub wm: usize,
+    pub wn: usize,
+    /// m16 tiles and n8 tiles per warp (tn even).
+    pub tm: usize,
+    pub tn: usize,
+    /// k-blocks of x16 (and of dense W) in flight.
+    pub stages: usize,
+    /// Split-K: K cut into this many slices, each cube summing one into a partial `[M, N]`,
+    /// added in slice order by `tc_reduce` (deterministic); 1: none.
+    pub splits: usize,
+    /// The next k-step's fragments loaded before this step's MMAs (two register sets).
+    pub pipe: bool,
+}
+
+impl TcConfig {
+    const fn preset(wm: usize, wn: usize, tm: usize, tn: usize, stages: usize) -> Self {
+        Self { wm, wn, tm, tn, stages, splits: 1, pipe: false }
+    }
+    pub const T128X256: Self = Self::preset(2, 4, 4, 8, 3);
+    pub const T128X128: Self = Self::preset(2, 4, 4, 4, 4);
+    /// 128×128 with 3 stages (110.6 KB: two cubes per SM).
+    pub const T128X128S3: Self = Self::preset(2, 4, 4, 4, 3);
+    /// 256×128 (8 warps of 64×64), fragments a k-step ahead.
+    pub const T256X128P: Self = Self::preset(4, 2, 4, 8, 3).with_pipe();
+    pub const T64X128: Self = Self::preset(2, 4, 2, 4, 4);
+    pub const T32X128: Self = Self::preset(2, 4, 1, 4, 4);
+    pub const T64X64: Self = Self::preset(2, 2, 2, 4, 4);
+    /// Small enough for lavapipe's 32 KiB of shared memory (emulation tests).
+    pub const T32X32: Self = Self::preset(2, 2, 1, 2, 2);
+    /// The presets [`Self::pick`] chooses from, the others the bench sweeps, and the
+    /// emulation-sized one: every format's conformance cases run each.
+    pub const ALL: [Self; 8] = [Self::T128X256, Self::T128X128, Self::T128X128S3, Self::T256X128P, Self::T64X128, Self::T32X128, Self::T64X64, Self::T32X32];
+    /// Shapes and depths measured against the presets (`tandem bench --kernel matmul`; dense
+    /// conformance cases run each).
+    pub const VARIANTS: [Self; 5] = [
+        Self::preset(2, 4, 4, 8, 4),
+        Self::preset(4, 2, 4, 8, 3),
+        Self::T128X256.with_pipe(),
+        Self::T128X128.with_pipe(),
+        Self::T64X128.with_pipe(),
+    ];
+
+    pub fn bm(&self) -> usize {
+        16 * self.wm * self.tm
+    }
+    pub fn bn(&self) -> usize {
+        8 * self.wn * self.tn
+    }
+    pub fn threads(&self) -> usize {
+        32 * self.wm * self.wn
+    }
+    pub fn name(&self) -> String {
+        let split = if self.splits > 1 { format!("k{}", self.splits) } else { String::new() };
+        let pipe = if self.pipe { "p" } else { "" };
+        format!("{}x{}s{}{split}{pipe}", self.bm(), self.bn(), self.stages)
+    }
+
+    /// This shape with K split `splits` ways.
+    pub const fn with_splits(self, splits: usize) -> Self {
+        Self { splits, ..self }
+    }
+
+    /// This shape with the fragment loads one k-step ahead.
+    pub const fn with_pipe(self) -> Self {
+        Self { pipe: true, ..self }
+    }
+
+    /// The tile shape and split [`super::linear`] launches for an (m, n, k) product on a device
+    /// of `sms` multiprocessors (`quant`: W dequantized in the tile loads). Rules from the H200
+    /// sweep of `tandem bench --kernel matmul` (run 2 of issue 22, numbers in this file's header):
+    /// - M ≤ 32: 32×128; M ≤ 64: 64×128 (4 stages).
+    /// - dense, M > 64: 128×128 with 3 stages (two cubes per SM) — the best or within 2% of it
+    ///   at M = 128, 512, 2048 of both layer shapes — while its tiles number ≥ half the SMs; on
+    ///   narrower outputs 128×256 with K split to about one cube per SM (128 × 4096 × 14336:
+    ///   154.0 TFLOP/s split 8 ways vs 89.1 for the best unsplit preset).
+    /// - quantized, M > 64: 256×128 (fragments a k-step ahead: the B tile's decode serves 256
+    ///   rows) where its tiles fill the SMs, else 128×128 with 4 stages.
+    /// - split-K wherever the tiles number under half the SMs: the most slices ≤ 8 that keep
+    ///   ≤ one cube per SM and ≥ 8 k-blocks per slice.
+    pub fn pick(m: usize, n: usize, k: usize, sms: usize, quant: bool) -> Self {
+        let sms = sms.max(1);
+        let tiles = |c: Self| m.div_ceil(c.bm()) * n.div_ceil(c.bn());
+        let cfg = match m {
+            0..=32 => Self::T32X128,
+            33..=64 => Self::T64X128,
+            _ if quant && tiles(Self::T256X128P) >= sms => Self::T256X128P,
+            _ if quant => Self::T128X128,
+            _ if 2 * tiles(Self::T128X128S3) >= sms => Self::T128X128S3,
+            _ => Self::T128X256,
+        };
+        let t = tiles(cfg);
+        let nkb = k.div_ceil(BK);
+        let mut splits = 1;
+        if 2 * t < sms {
+            while splits < 8 && t * (splits + 1) <= sms && nkb >= 8 * (splits + 1) {
+                splits += 1;
+            }
+        }
+        cfg.with_splits(splits)
+    }
+
+    /// Shared memory of a launch (`quant`: the B tile double-buffered, not `stages` deep).
+    fn shared_bytes(&self, quant: bool, emu: bool) -> usize {
+        let b_slots = if quant { 2 } else { self.stages };
+        let scratch = if emu { self.wm * self.wn * EMU_SCRATCH * 4 } else { 0 };
+        (self.stages * self.bm() + b_slots * self.bn()) * SA * 2 + scratch
+    }
+
+    fn check(&self, client: &Client, quant: bool, emu: bool) -> Result<(), Error> {
+        let hw = &client.properties().hardware;
+        let bytes = self.shared_bytes(quant, emu);
+        if self.tn % 2 != 0 || self.stages < 2 || self.wm * self.wn == 0 || self.tm == 0 || self.splits == 0 {
+            return Err(Error::Shape(format!("tc v1: config {self:?}: tn must be even, stages ≥ 2, splits ≥ 1")));
+        }
+        if self.threads() > hw.max_units_per_cube as usize || bytes > hw.max_shared_memory_size {
+            return Err(Error::Unsupported(format!(
+                "tc v1 {}: {} units and {bytes} B of shared memory per cube; the device allows {} and {} B",
+                self.name(),
+                self.threads(),
+                hw.max_units_per_cube,
+                hw.max_shared_memory_size
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Tensor cores, or the test mode that emulates them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TcMode {
+    /// `mma.sync`, `ldmatrix`, `cp.async` (CUDA sm_80+).
+    Tensor,
+    /// The same tiles with plain loads and an MMA through shared memory: a test of the
+    /// indexing on devices without tensor cores (lavapipe). Not a production path.
+    Emulated,
+}
+
+fn elem(d: Dtype) -> ElemType {
+    match d {
+        Dtype::F16 => ElemType::Float(FloatKind::F16),
+        Dtype::BF16 => ElemType::Float(FloatKind::BF16),
+        Dtype::F32 => ElemType::Float(FloatKind::F32),
+    }
+}
+
+/// Whether `client`'s device runs tc v1 with 16-bit type `e` in `mode`, and why not.
+pub fn require(client: &Client, e: Dtype, mode: TcMode) -> Result<(), Error> {
+    if e == Dtype::F32 {
+        return Err(Error::Unsupported("tc v1 multiplies 16-bit values: f32 weights stay on the CUDA-core kernel (tiled v2)".into()));
+    }
+    if !e.supported(client) {
+        return Err(Error::Unsupported(format!("tc v1: no {} arithmetic on {}", e.name(), client.properties().identity.name)));
+    }
+    if mode == TcMode::Emulated {
+        return Ok(());
+    }
+    let props = client.properties();
+    let mma = MmaConfig { a_type: elem(e), b_type: elem(e), cd_type: elem(Dtype::F32), m: 16, n: 8, k: 16 };
+    let why = if !props.features.matmul.mma.contains(&mma) {
+        Some(format!("mma.m16n8k16 ({} → f32)", e.name()))
+    } else if !props.features.matmul.ldmatrix.contains(&elem(e)) {
+        Some(format!("ldmatrix of {}", e.name()))
+    } else if !props.features.copy_async {
+        Some("cp.async".to_string())
+    } else if crate::kernels::uniform_plane_size(client) != Some(32) {
+        Some("planes of 32".to_string())
+    } else {
+        None
+    };
+    match why {
+        Some(w) => Err(Error::Unsupported(format!("tc v1 (tensor cores) needs {w}; {} has none", props.identity.name))),
+        None => Ok(()),
+    }
+}
+
+/// The 16-bit type tc v1 multiplies a quantized weight in: bf16 where the device has it in
+/// `mode`, else f16.
+pub fn quant_dtype(client: &Client, mode: TcMode) -> Dtype {
+    if require(client, Dtype::BF16, mode).is_ok() {
+        Dtype::BF16
+    } else {
+        Dtype::F16
+    }
+}
+
+/// Why tc v1 cannot take `w` (any device), if it cannot.
+pub fn quant_refusal(w: &QWeight) -> Option<String> {
+    match (w.format, w.layout) {
+        (QFormat::Int8 { .. }, QLayout::Rows | QLayout::Tiles) | (QFormat::Mxfp4, QLayout::Tiles) => None,
+        (f, l) => Some(format!("tc v1 reads int8 in input or tiled order and mxfp4 in tiled order, not {f:?} in the {l:?} order")),
+    }
+}
+
+/// Whether [`qlinear_into`] applies to `w` on this device (tensor cores).
+pub fn quant_applies(client: &Client, w: &QWeight) -> bool {
+    quant_refusal(w).is_none() && require(client, quant_dtype(client, TcMode::Tensor), TcMode::Tensor).is_ok()
+}
+
+/// Whether the dense path applies to a `[_, k]` weight of `dtype` (tensor cores).
+pub fn dense_applies(client: &Client, dtype: Dtype, k: usize) -> bool {
+    k % 8 == 0 && require(client, dtype, TcMode::Tensor).is_ok()
+}
+
+fn u32_of(what: &str, v: usize) -> Result<u32, Error> {
+    u32::try_from(v).map_err(|_| Error::Shape(format!("tc v1: {what} = {v} exceeds u32")))
+}
+
+/// x `[m, k]` f32 as x16 `[mp, kp]` of `e` (zeros past m and k), in the storage order
+/// `order` (0: input order; 4 / 8: the tiled order of int8 / mxfp4 chunks).
+fn convert(client: &Client, x: &DeviceTensor, e: Dtype, m: usize, k: usize, mp: usize, kp: usize, order: usize) -> Result<DeviceTensor, Error> {
+    if k % 4 != 0 || kp % 4 != 0 || (client.properties().hardware.max_vector_size as usize) < 4 {
+        return Err(Error::Unsupported(format!("tc convert: x [{m}, {k}] is read in quads of f32 (in % 4 = 0, vectors of 4)")));
+    }
+    let total = mp * kp;
+    let out = DeviceTensor { handle: client.empty(total * 2), shape: vec![mp, kp], dtype: e, read_only: false };
+    let dim = CubeDim::new_1d(256.min(client.properties().hardware.max_units_per_cube));
+    let count = cubecl::calculate_cube_count_elemwise(client, total / 4, dim);
+    let (m32, k32, kp32, t32) = (u32_of("M", m)?, u32_of("K", k)?, u32_of("Kp", kp)?, u32_of("Mp·Kp / 4", total / 4)?);
+    unsafe {
+        match e {
+            Dtype::F16 => tc_convert::launch_unchecked::<half::f16>(client, count, dim, 4, x.as_arg(4), out.as_arg(4), m32, k32, kp32, t32, order),
+            _ => tc_convert::launch_unchecked::<half::bf16>(client, count, dim, 4, x.as_arg(4), out.as_arg(4), m32, k32, kp32, t32, order),
+        }
+    }
+    Ok(out)
+}
+
+/// x `[t, k]` f32 rounded to `e` (f16 / bf16), unpadded, input order: tc v1's conversion pass
+/// on its own (the lab's cubek-matmul comparison feeds it to cubek).
+pub fn convert_x(client: &Client, x: &DeviceTensor, e: Dtype, t: usize, k: usize) -> Result<DeviceTensor, Error> {
+    if x.numel() != t * k || e == Dtype::F32 {
+        return Err(Error::Shape(format!("tc convert: x {:?} as [{t}, {k}] to {}", x.shape, e.name())));
+    }
+    convert(client, x, e, t, k, t, k, 0)
+}
+
+/// Rows of x (T), K, and y's expected shape for an output of `cols` columns.
+fn rows_of(op: &str, x: &DeviceTensor, k: usize, y: &DeviceTensor, cols: usize) -> Result<usize, Error> {
+    let t = if k == 0 { 0 } else { x.numel() / k };
+    if x.dtype != Dtype::F32 || x.shape.last() != Some(&k) || y.dtype != Dtype::F32 || y.numel() != t * cols {
+        return Err(Error::Shape(format!("{op}: x {} {:?}, y {} {:?}: expected f32 [.., {k}] and f32 [{t}, {cols}]", x.dtype.name(), x.shape, y.dtype.name(), y.shape)));
+    }
+    Ok(t)
+}
+
+/// The launch geometry of an (m, n) output over `kp / BK` k-blocks in `cfg`'s tiles.
+struct Grid {
+    mtiles: u32,
+    /// Output tiles × splits (cubes that work).
+    tiles: u32,
+    tiles_mn: u32,
+    /// k-blocks per split, and the splits that have any.
+    kps: u32,
+    splits: usize,
+    count: CubeCount,
+}
+
+fn grid(client: &Client, cfg: &TcConfig, m: usize, n: usize, kp: usize) -> Result<Grid, Error> {
+    let mt = m.div_ceil(cfg.bm());
+    let tiles_mn = mt * n.div_ceil(cfg.bn());
+    let nkb = (kp / BK).max(1);
+    let kps = nkb.div_ceil(cfg.splits.clamp(1, nkb));
+    let splits = nkb.div_ceil(kps);
+    let tiles = u32_of("output tiles × splits", tiles_mn * splits)?;
+    Ok(Grid { mtiles: u32_of("M tiles", mt)?, tiles, tiles_mn: u32_of("output tiles", tiles_mn)?, kps: u32_of("k-blocks per split", kps)?, splits, count: CubeCountSelection::new(client, tiles).cube_count() })
+}
+
+/// Where the GEMM writes: y itself, or (split-K) a partial-sum buffer `[splits, m, n]`.
+fn target(client: &Client, g: &Grid, y: &DeviceTensor, m: usize, n: usize) -> DeviceTensor {
+    if g.splits > 1 {
+        DeviceTensor::empty_f32(client, &[g.splits, m, n])
+    } else {
+        y.clone()
+    }
+}
+
+/// Split-K's sum of the parts into y (scales with `col_scale`, SwiGLU with `glu`).
+fn reduce(client: &Client, g: &Grid, part: &DeviceTensor, y: &DeviceTensor, scales: &DeviceTensor, m: usize, n: usize, col_scale: bool, glu: bool) -> Result<(), Error> {
+    if g.splits == 1 {
+        return Ok(());
+    }
+    let total = y.numel();
+    let dim = CubeDim::new_1d(256.min(client.properties().hardware.max_units_per_cube));
+    let count = cubecl::calculate_cube_count_elemwise(client, total, dim);
+    unsafe {
+        tc_reduce::launch_unchecked(client, count, dim, part.as_arg(1), y.as_arg(1), scales.as_arg(1), u32_of("T", m)?, u32_of("out", n)?, g.splits as u32, u32_of("outputs", total)?, col_scale, glu);
+    }
+    Ok(())
+}
+
+/// tc v1 over a dense 16-bit weight: `y = x · Wᵀ` (x `[.., K]` f32, W `[N, K]` f16/bf16, y
+/// `[.., N]` f32, or with `glu` `[.., N / 2]` of `silu(x·W_{2j}) · x·W_{2j+1}`). `cfg`: the
+/// tile shape (`None`: [`TcConfig::pick`]).
+pub fn linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &DeviceTensor, glu: bool, cfg: Option<TcConfig>, mode: TcMode) -> Result<(), Error> {
+    let [n, k] = w.shape[..] else {
+        return Err(Error::Shape(format!("tc linear: w shape {:?}, expected [out, in]", w.shape)));
+    };
+    if glu && n % 2 != 0 {
+        return Err(Error::Shape(format!("tc linear_glu: w {:?} must have an even number of (gate, up) rows", w.shape)));
+    }
+    let t = rows_of("tc linear", x, k, y, if glu { n / 2 } else { n })?;
+    require(client, w.dtype, mode)?;
+    if k % 8 != 0 {
+        return Err(Error::Unsupported(format!("tc v1 copies W rows in 16-byte chunks: in = {k} (w {:?}) is not a multiple of 8", w.shape)));
+    }
+    let cfg = cfg.unwrap_or_else(|| TcConfig::pick(t, n, k, sms(client), false));
+    let emu = mode == TcMode::Emulated;
+    cfg.check(client, false, emu)?;
+    if t == 0 || n == 0 {
+        return Ok(());
+    }
+    let kp = k.div_ceil(BK) * BK;
+    let x16 = convert(client, x, w.dtype, t, k, t.div_ceil(cfg.bm()) * cfg.bm(), kp, 0)?;
+    let g = grid(client, &cfg, t, n, kp)?;
+    let out = target(client, &g, y, t, n);
+    let dim = CubeDim::new_1d(cfg.threads() as u32);
+    let TcConfig { wm, wn, tm, tn, stages, pipe, .. } = cfg;
+    let s = (u32_of("T", t)?, u32_of("out", n)?, u32_of("in", k)?, u32_of("Kp", kp)?);
+    let partial = g.splits > 1;
+    // (x passes as the unused scales: any buffer the kernel may bind.)
+    unsafe {
+        match w.dtype {
+            Dtype::F16 => tc_dense::launch_unchecked::<half::f16>(client, g.count.clone(), dim, x16.as_arg(1), w.as_arg(1), out.as_arg(1), x.as_arg(1), s.0, s.1, s.2, s.3, g.mtiles, g.tiles, g.tiles_mn, g.kps, wm, wn, tm, tn, stages, pipe, glu, partial, emu),
+            _ => tc_dense::launch_unchecked::<half::bf16>(client, g.count.clone(), dim, x16.as_arg(1), w.as_arg(1), out.as_arg(1), x.as_arg(1), s.0, s.1, s.2, s.3, g.mtiles, g.tiles, g.tiles_mn, g.kps, wm, wn, tm, tn, stages, pipe, glu, partial, emu),
+        }
+    }
+    reduce(client, &g, &out, y, x, t, n, false, glu)
+}
+
+/// Multiprocessors of the device (16 where it does not say).
+fn sms(client: &Client) -> usize {
+    client.properties().hardware.num_streaming_multiprocessors.unwrap_or(16) as usize
+}
+
+/// tc v1 over a quantized weight (dequantized in the tile loads): `y = x · dequant(W)ᵀ`,
+/// shapes and `glu` as [`linear_into`]. The int8-group and mxfp4 weights are rounded to the
+/// 16-bit type once (`tc_quant.rs`), x as always.
+pub fn qlinear_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor, glu: bool, cfg: Option<TcConfig>, mode: TcMode) -> Result<(), Error> {
+    let (n, k) = (w.out, w.in_dim);
+    if let Some(why) = quant_refusal(w) {
+        return Err(Error::Unsupported(why));
+    }
+    if glu && n % 2 != 0 {
+        return Err(Error::Shape(format!("tc qlinear_glu: W [{n}, {k}] must have an even number of (gate, up) rows")));
+    }
+    let t = rows_of("tc qlinear", x, k, y, if glu { n / 2 } else { n })?;
+    let e = quant_dtype(client, mode);
+    require(client, e, mode)?;
+    let cfg = cfg.unwrap_or_else(|| TcConfig::pick(t, n, k, sms(client), true));
+    let emu = mode == TcMode::Emulated;
+    cfg.check(client, true, emu)?;
+    if t == 0 || n == 0 {
+        return Ok(());
+    }
+    if (client.properties().hardware.max_vector_size as usize) < 4 {
+        return Err(Error::Unsupported("tc v1 reads quantized weights in 16-byte vectors".into()));
+    }
+    let (fmt, cpr, scale_cols, group, order) = match w.format {
+        QFormat::Int8 { group } if group == k => (FMT_INT8, k / 16, 1, group, 4),
+        QFormat::Int8 { group } => (FMT_INT8_GROUPS, k / 16, k / group, group, 4),
+        QFormat::Mxfp4 => (FMT_MXFP4, k / 32, v2::tile_scale_words(k), 32, 8),
+    };
+    let tiled = w.layout == QLayout::Tiles;
+    let kp = k.div_ceil(BK) * BK;
+    let x16 = convert(client, x, e, t, k, t.div_ceil(cfg.bm()) * cfg.bm(), kp, if tiled { order } else { 0 })?;
+    let g = grid(client, &cfg, t, n, kp)?;
+    let out = target(client, &g, y, t, n);
+    let dim = CubeDim::new_1d(cfg.threads() as u32);
+    let TcConfig { wm, wn, tm, tn, stages, pipe, .. } = cfg;
+    let s = (u32_of("T", t)?, u32_of("out", n)?, u32_of("in", k)?, u32_of("Kp", kp)?);
+    let q = (u32_of("chunks per row", cpr)?, u32_of("scale columns", scale_cols)?, u32_of("group", group)?);
+    let partial = g.splits > 1;
+    unsafe {
+        match e {
+            Dtype::F16 => tc_quant::launch_unchecked::<half::f16>(client, g.count.clone(), dim, 4, x16.as_arg(1), w.data.as_arg(4), w.scales.as_arg(1), out.as_arg(1), s.0, s.1, s.2, s.3, g.mtiles, g.tiles, g.tiles_mn, g.kps, q.0, q.1, q.2, fmt, tiled, wm, wn, tm, tn, stages, pipe, glu, partial, emu),
+            _ => tc_quant::launch_unchecked::<half::bf16>(client, g.count.clone(), dim, 4, x16.as_arg(1), w.data.as_arg(4), w.scales.as_arg(1), out.as_arg(1), s.0, s.1, s.2, s.3, g.mtiles, g.tiles, g.tiles_mn, g.kps, q.0, q.1, q.2, fmt, tiled, wm, wn, tm, tn, stages, pipe, glu, partial, emu),
+        }
+    }
+    reduce(client, &g, &out, y, &w.scales, t, n, fmt == FMT_INT8, glu)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every preset fits an H200-class cube (1024 units, 227 KiB) and its loaders divide the
+    /// tile evenly enough (chunks ≥ units is not required: the loops guard the tail).
+    #[test]
+    fn presets_are_well_formed() {
+        for c in TcConfig::ALL.iter().chain(&TcConfig::VARIANTS).copied() {
+            assert!(c.tn % 2 == 0 && c.stages >= 2, "{c:?}");
+            assert!(c.threads() <= 1024, "{c:?}");
+            assert!(c.shared_bytes(true, false) <= c.shared_bytes(false, false));
+            assert!(c.shared_bytes(false, false) <= 227 * 1024, "{c:?}: {}", c.shared_bytes(false, false));
+        }
+        assert!(TcConfig::T32X32.shared_bytes(true, true) <= 32 * 1024);
+        assert!(TcConfig::T32X32.shared_bytes(false, true) <= 32 * 1024);
+    }
+
+    /// The pick splits K where the output tiles cannot fill the device, and not where they can.
+    #[test]
+    fn pick_splits_only_narrow_outputs() {
+        let wide = TcConfig::pick(2048, 14336, 4096, 132, false);
+        assert_eq!(wide, TcConfig::T128X128S3, "{wide:?}");
+        let narrow = TcConfig::pick(128, 4096, 14336, 132, false);
+        assert_eq!(narrow, TcConfig::T128X256.with_splits(8), "{narrow:?}");
+        assert_eq!(TcConfig::pick(512, 14336, 4096, 132, true), TcConfig::T256X128P);
+        assert_eq!(TcConfig::pick(128, 4096, 14336, 132, true), TcConfig::T128X128.with_splits(4));
+        // Nothing to split: k-blocks too few.
+        assert_eq!(TcConfig::pick(9, 64, 64, 132, true).splits, 1);
+    }
+}

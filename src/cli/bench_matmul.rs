@@ -1,0 +1,191 @@
+//! `tandem bench --kernel matmul`: the GEMMs of prefill and batched steps (T > 8) at Mistral-7B's
+//! MLP layer (N × K = 14336 × 4096) and its transpose, M = 128, 512, 2048, per weight format:
+//! tc v1 (the production tensor-core GEMM, `optimized::kernels::matmul::tc`) with its default
+//! tile shape and every preset, the kernel it replaces (tiled v2 on the CUDA cores; for quantized
+//! weights dequant + tiled v2), and cubek-matmul 0.3.1 (dense only; the `lab` feature) — in
+//! TFLOP/s (2·M·N·K per call) and % of the dense bf16 peak measured in the same run (tc v1's
+//! best preset at 8192³; `TANDEM_BF16_PEAK_TFLOPS` adds a % of an outside measurement, e.g.
+//! cuBLAS through PyTorch in the same session). Gate: tc v1's conformance cases, this run.
+
+use optimized::kernels::lab;
+use optimized::kernels::matmul::tc::{self, TcConfig, TcMode};
+use optimized::kernels::matmul::{linear_into, Version};
+use optimized::kernels::qmatmul::{dequant, QLayout, QWeight};
+use optimized::{Backend, Client, DeviceTensor, Dtype};
+use reference::quant::{Granularity, Scheme};
+use tandem_benches::gpu::attention::seconds_per_call;
+
+use super::{CliError, Result};
+
+/// (N, K): Mistral-7B's gate/up (4096 → 14336) and down (14336 → 4096) layers.
+const LAYERS: [(usize, usize); 2] = [(14336, 4096), (4096, 14336)];
+const MS: [usize; 3] = [128, 512, 2048];
+/// The presets the sweep times (the emulation-sized one left out).
+const SWEEP: [TcConfig; 7] = [TcConfig::T128X256, TcConfig::T128X128, TcConfig::T128X128S3, TcConfig::T256X128P, TcConfig::T64X128, TcConfig::T32X128, TcConfig::T64X64];
+
+/// The shapes a format's sweep times: every preset, and for bf16 every variant, for the
+/// quantized formats the variants with fragments loaded ahead.
+fn sweep_for(f: Format) -> Vec<TcConfig> {
+    let extra = TcConfig::VARIANTS.iter().copied().filter(|c| match f {
+        Format::Dense(Dtype::BF16) => true,
+        Format::Dense(_) => false,
+        Format::Quant(_) => c.pipe,
+    });
+    SWEEP.iter().copied().chain(extra).collect()
+}
+
+/// A weight format of the table.
+#[derive(Clone, Copy)]
+enum Format {
+    Dense(Dtype),
+    Quant(Scheme),
+}
+
+impl Format {
+    fn name(self) -> String {
+        match self {
+            Format::Dense(d) => d.name().to_string(),
+            Format::Quant(s) => s.to_string(),
+        }
+    }
+}
+
+/// One weight on the device.
+enum Weight {
+    Dense(DeviceTensor),
+    Quant(QWeight),
+}
+
+/// Deterministic values in [-1, 1) (not zeros: tensor cores run faster on zeros).
+fn values(n: usize, salt: u32) -> Vec<f32> {
+    (0..n as u32).map(|i| reference::synthetic::unit(7, salt, i)).collect()
+}
+
+fn upload(client: &Client, f: Format, n: usize, k: usize) -> Result<Weight> {
+    let w: Vec<f32> = values(n * k, 2).iter().map(|v| v * 0.05).collect();
+    Ok(match f {
+        Format::Dense(d) => Weight::Dense(DeviceTensor::from_f32_as(client, &w, &[n, k], d)?.into_read_only()),
+        Format::Quant(s) => {
+            let q = s.quantize(&w, n, k).map_err(|e| CliError::Gpu(e.to_string()))?;
+            Weight::Quant(QWeight::upload_as(client, &[&q], Some(QLayout::Tiles))?)
+        }
+    })
+}
+
+/// tc v1 on `w` with `cfg` (`None`: its default).
+fn tc_call(client: &Client, x: &DeviceTensor, w: &Weight, y: &DeviceTensor, cfg: Option<TcConfig>) -> std::result::Result<(), optimized::Error> {
+    match w {
+        Weight::Dense(w) => tc::linear_into(client, x, w, y, false, cfg, TcMode::Tensor),
+        Weight::Quant(w) => tc::qlinear_into(client, x, w, y, false, cfg, TcMode::Tensor),
+    }
+}
+
+/// "TFLOP/s (% of peak)" of `f`, or why it did not run.
+fn rate(client: &Client, flop: f64, peak: f64, reps: usize, mut f: impl FnMut() -> std::result::Result<(), optimized::Error>) -> Result<String> {
+    // A kernel that fails (compile or launch) is reported in its cell; the rest still run.
+    Ok(match seconds_per_call(client, 2, reps, &mut f) {
+        Ok(t) => format!("{:.1} TFLOP/s ({:.1}%, {:.0} µs)", flop / t / 1e12, 100.0 * flop / t / 1e12 / peak, t * 1e6),
+        Err(optimized::Error::Unsupported(why)) => format!("unsupported: {why}"),
+        Err(e) => format!("error: {e}"),
+    })
+}
+
+pub fn run(backend: Option<Backend>, reps: usize) -> Result<()> {
+    let b = backend.ok_or_else(|| CliError::Usage("--kernel matmul needs a GPU device (--device cuda|wgpu)".into()))?;
+    let client = optimized::client(b)?;
+    // The gate: every case whose kernel this bench times or whose path it changed — tc v1's
+    // own cases and the quantized grid's T > 8 cases (`qlinear` takes tc v1 there).
+    let t_of = |name: &str| name.split("T=").nth(1).and_then(|r| r.split(',').next()).and_then(|v| v.parse::<usize>().ok()).unwrap_or(0);
+    let mut cases = conformance::cases::matmul::tc_cases();
+    cases.extend(conformance::cases::qmatmul::tc_cases());
+    cases.extend(conformance::cases::qmatmul::cases().into_iter().filter(|c| !c.name().starts_with("matmul-tc") && t_of(&c.name()) > 8));
+    let t0 = std::time::Instant::now();
+    let report = conformance::run_cases(&cases, &[b]);
+    let (p, f, k) = report.count();
+    // `TANDEM_BENCH_UNGATED=1` (development only) prints numbers of a failing build, marked so.
+    let ungated = std::env::var("TANDEM_BENCH_UNGATED").is_ok_and(|v| v == "1");
+    if (f > 0 || p == 0) && !ungated {
+        return Err(CliError::Gpu(format!("refusing to benchmark: tc v1's conformance cases did not pass on {b} in this run\n{}", report.table())));
+    }
+    let info = optimized::device_info(&client);
+    let gate = if f > 0 || p == 0 { format!("UNGATED: {p} passed, {f} FAILED, {k} skipped\n{}", report.table()) } else { format!("{p} passed, 0 failed, {k} skipped") };
+    println!("tandem bench --kernel matmul — {b}: {} — gate: tc v1's conformance cases, this build and run: {gate} in {:.1} s (the whole suite: `tandem conformance`)", info.name, t0.elapsed().as_secs_f64());
+    if tc::require(&client, Dtype::BF16, TcMode::Tensor).is_err() && tc::require(&client, Dtype::F16, TcMode::Tensor).is_err() {
+        println!("no tensor cores here: {}", tc::require(&client, Dtype::F16, TcMode::Tensor).err().map(|e| e.to_string()).unwrap_or_default());
+        return Ok(());
+    }
+    let reps = 10 * reps.max(1);
+    // The dense peak: tc v1's best preset on bf16 at 8192³.
+    let s = 8192;
+    let peak_w = upload(&client, Format::Dense(Dtype::BF16), s, s)?;
+    let x = DeviceTensor::from_f32(&client, &values(s * s, 1), &[s, s])?;
+    let y = DeviceTensor::empty_f32(&client, &[s, s]);
+    let flop = 2.0 * (s * s * s) as f64;
+    let mut peak = 0f64;
+    let mut line = String::new();
+    for cfg in sweep_for(Format::Dense(Dtype::BF16)) {
+        match seconds_per_call(&client, 2, reps, || tc_call(&client, &x, &peak_w, &y, Some(cfg))) {
+            Ok(t) => {
+                peak = peak.max(flop / t / 1e12);
+                line += &format!(" {} {:.1}", cfg.name(), flop / t / 1e12);
+            }
+            Err(e) => line += &format!(" {} error: {e}", cfg.name()),
+        }
+    }
+    drop((peak_w, x, y));
+    if peak <= 0.0 {
+        return Err(CliError::Gpu(format!("tc v1 did not run at 8192³:{line}")));
+    }
+    println!("dense bf16 peak (tc v1's best preset at 8192³): {peak:.1} TFLOP/s [presets, TFLOP/s:{line}]");
+    let outside = std::env::var("TANDEM_BF16_PEAK_TFLOPS").ok().and_then(|v| v.parse::<f64>().ok());
+    if let Some(o) = outside {
+        println!("outside bf16 peak (TANDEM_BF16_PEAK_TFLOPS): {o:.1} TFLOP/s — tc v1's peak is {:.1}% of it", 100.0 * peak / o);
+    }
+    println!("columns: M×N×K, format: tc v1 default tile (pick) | the kernel it replaces | presets | cubek-matmul 0.3.1 (dense; lab feature)");
+    if !lab::ENABLED {
+        println!("(cubek-matmul not timed: this binary was built without `--features optimized/lab`)");
+    }
+    let formats = [
+        Format::Dense(Dtype::BF16),
+        Format::Dense(Dtype::F16),
+        Format::Quant(Scheme::Int8(Granularity::PerChannel)),
+        Format::Quant(Scheme::Int8(Granularity::Group(32))),
+        Format::Quant(Scheme::Mxfp4),
+    ];
+    for (n, kk) in LAYERS {
+        for fmt in formats {
+            let w = upload(&client, fmt, n, kk)?;
+            for m in MS {
+                let x = DeviceTensor::from_f32(&client, &values(m * kk, 3), &[m, kk])?;
+                let y = DeviceTensor::empty_f32(&client, &[m, n]);
+                let flop = 2.0 * (m * n * kk) as f64;
+                let shape = format!("{m}×{n}×{kk} {}", fmt.name());
+                let pick = TcConfig::pick(m, n, kk, info.num_sms.unwrap_or(16) as usize, matches!(fmt, Format::Quant(_))).name();
+                let main = rate(&client, flop, peak, reps, || tc_call(&client, &x, &w, &y, None))?;
+                let old = rate(&client, flop, peak, 3, || match &w {
+                    Weight::Dense(w) => linear_into(&client, &x, w, &y, Version::Tiled2),
+                    Weight::Quant(q) => dequant(&client, q).and_then(|wf| linear_into(&client, &x, &wf, &y, Version::Tiled2)),
+                })?;
+                println!("{shape:>28}: tc v1 {pick}: {main} | before (tiled v2{}): {old}", if matches!(fmt, Format::Quant(_)) { ", dequant first" } else { "" });
+                let mut sweep = String::new();
+                for cfg in sweep_for(fmt) {
+                    let r = rate(&client, flop, peak, reps, || tc_call(&client, &x, &w, &y, Some(cfg)))?;
+                    sweep += &format!(" {}: {}", cfg.name(), r.split(" (").next().unwrap_or(""));
+                }
+                println!("{:>28}  presets:{sweep}", "");
+                if let (Weight::Dense(wd), true) = (&w, lab::ENABLED) {
+                    let mut ck = String::new();
+                    for name in lab::CUBEK_STRATEGIES {
+                        for lhs16 in [false, true] {
+                            let r = rate(&client, flop, peak, reps, || lab::cubek_linear_into(&client, &x, wd, &y, name, lhs16))?;
+                            let r = if r.starts_with("unsupported") { r.chars().take(90).collect() } else { r.split(" (").next().unwrap_or("").to_string() };
+                            ck += &format!(" {name}{}: {r};", if lhs16 { "+x16" } else { "" });
+                        }
+                    }
+                    println!("{:>28}  cubek:{ck}", "");
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -13,8 +13,10 @@
 //! weights would need a re-layout copy at load — the fused-dequant half of the issue cannot go
 //! through it.
 //!
-//! Measured (H200, `tandem bench --kernel matmul`, run 1 of issue 22, same binary and run as
-//! tc v1's numbers; TFLOP/s, bf16 W, x16 fed; tc v1 = its default tile in that run / best preset):
+//! Measured (H200, `tandem bench --kernel matmul` built with `--features optimized/lab`, run 1
+//! of issue 22: this file's code as committed in f521382, tc v1 with its first presets, same
+//! binary and run; TFLOP/s, bf16 W, x16 fed; tc v1 = its default tile in that run / best preset;
+//! tc v1's final numbers, higher, are in `kernels/matmul/tc.rs`):
 //!
 //! | M×N×K | simple-cyclic-cmma | simple-cyclic-mma | double-cyclic-mma | specialized-tma-mma | tc v1 |
 //! | --- | --- | --- | --- | --- | --- |

@@ -1,6 +1,7 @@
 //! The lab: kernels that lost their measurement against the production path, kept runnable
 //! (behind the `lab` cargo feature of this crate) so that the comparison can be re-run. Each
 //! file says what was tried, the numbers, and the commit they were measured at.
+//! - `cubek.rs`: cubek-matmul 0.3.1 for the dense linear layer (issue 22), lost to tc v1.
 //!
 //! Build: `cargo build --release --bin tandem --features optimized/lab`; without the feature
 //! the entry points below answer `Error::Unsupported`, so callers (the matmul bench) need no

@@ -128,6 +128,24 @@ pub fn tolerance(op: Op, dtype: Dtype) -> (Tolerance, &'static str) {
     }
 }
 
+/// The whole-model bound (Model, Runner, GptOss) when steps of more than 8 rows ran their
+/// matmuls on the tensor cores (tc v1), which round each matmul's input x to the 16-bit type
+/// `act` (the weight's f16 / bf16; bf16 for quantized weights) — as every 16-bit inference
+/// stack does, while the reference keeps f32 activations. Each rounding is a relative error of
+/// at most u (the unit roundoff of `act`) per element, NMSE ≈ u²/3 per matmul input; a logit
+/// depends on ~7 matmuls per layer, errors adding over the L layers: NMSE ≤ 4·L·u² (bf16,
+/// u = 2⁻⁸: 6e-5 per layer; f16: 1e-6 per layer). Decode steps (≤ 8 rows) keep f32
+/// activations, but read the KV their prefill wrote, so a case with any such step takes this
+/// bound throughout. `base` is the bound without tensor cores (its reason is kept first).
+pub fn model_with_tc(base: Tolerance, act: Dtype, layers: usize) -> (Tolerance, &'static str) {
+    let u = act.unit_roundoff();
+    let tc = 4.0 * layers.max(1) as f64 * u * u;
+    match base {
+        Tolerance::Nmse { max } if max >= tc => (base, "the bound without tensor cores is already looser"),
+        _ => (Tolerance::Nmse { max: tc }, "steps of more than 8 rows on the tensor cores: every matmul input rounded to 16 bits (relative u), NMSE ≤ 4·L·u² over L layers"),
+    }
+}
+
 /// The bound of tc v1, the tensor-core GEMM (`optimized::kernels::matmul::tc`), and why.
 ///
 /// The kernel rounds x to its 16-bit type E (the weight's f16 / bf16; bf16 for quantized

@@ -26,7 +26,7 @@ use reference::sampling::SamplingParams;
 use super::attention::flash::{FlashCase, Phase};
 use super::embedding::judge;
 use super::outcome;
-use crate::{compare, rand_vec, tolerance, Case, Dtype, Metrics, Op, Outcome};
+use crate::{compare, rand_vec, Case, Dtype, Metrics, Op, Outcome};
 
 /// Draws must agree where the reference's top-1 beats top-2 by more than this.
 const GREEDY_MARGIN: f32 = 0.05;
@@ -167,7 +167,8 @@ impl GptOssCase {
         let steps = scenario(self.scenario);
         let n_seqs = 1 + steps.iter().flatten().map(|p| p.seq).max().unwrap_or(0);
         let (mut reference, mut gpu, cfg) = runners(client, self.weights, self.dtype, self.boost, BLOCKS, self.moe)?;
-        let (tol, _) = tolerance(Op::GptOss, self.dtype);
+        let max_rows = steps.iter().map(|st| st.iter().map(|p| p.len).sum::<usize>()).max().unwrap_or(0);
+        let tol = super::model_tolerance(client, Op::GptOss, self.dtype, false, max_rows, cfg.n_layers);
         let len = 1 + steps.iter().flatten().map(|p| p.pos0 + p.len).max().unwrap_or(0);
         let mut tokens: Vec<Vec<u32>> = (0..n_seqs).map(|s| (0..len as u32).map(|i| (i * 7919 + 31 * s as u32 + 11) % cfg.vocab as u32).collect()).collect();
         let blocks: Vec<Vec<u32>> = (0..n_seqs).map(|s| (0..BLOCKS / n_seqs).map(|b| (b * n_seqs + s) as u32).collect()).collect();

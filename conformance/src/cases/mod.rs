@@ -62,6 +62,39 @@ pub fn every() -> Vec<Box<dyn Case>> {
     v
 }
 
+/// The 16-bit type the tensor-core GEMM (tc v1) rounds matmul inputs to on `client` for a model
+/// stored as `dtype` (quantized: the type it multiplies quantized weights in), or `None` where
+/// steps of more than 8 rows keep f32 activations (no tensor cores, f32 dense weights).
+pub fn tc_activation(client: &optimized::Client, dtype: crate::Dtype, quantized: bool) -> Option<crate::Dtype> {
+    use optimized::kernels::matmul::tc::{quant_dtype, require, TcMode};
+    let conv = |d: optimized::Dtype| match d {
+        optimized::Dtype::F16 => crate::Dtype::F16,
+        optimized::Dtype::BF16 => crate::Dtype::BF16,
+        optimized::Dtype::F32 => crate::Dtype::F32,
+    };
+    let e = if quantized {
+        quant_dtype(client, TcMode::Tensor)
+    } else {
+        match dtype {
+            crate::Dtype::F32 => return None,
+            crate::Dtype::F16 => optimized::Dtype::F16,
+            crate::Dtype::BF16 => optimized::Dtype::BF16,
+        }
+    };
+    require(client, e, TcMode::Tensor).ok().map(|_| conv(e))
+}
+
+/// The whole-model bound of a case on `client`: [`crate::tolerance`]'s, or — when it has a step
+/// of more than 8 rows and the tensor cores round matmul inputs there —
+/// [`crate::tolerance::model_with_tc`]'s.
+pub fn model_tolerance(client: &optimized::Client, op: crate::Op, dtype: crate::Dtype, quantized: bool, max_rows: usize, layers: usize) -> crate::Tolerance {
+    let (base, _) = crate::tolerance(op, dtype);
+    match tc_activation(client, dtype, quantized) {
+        Some(act) if max_rows > optimized::kernels::matmul::GEMV_MAX_T => crate::tolerance::model_with_tc(base, act, layers).0,
+        _ => base,
+    }
+}
+
 /// Run a fallible case body: `Err` from the device or a shape problem is a failure.
 pub(crate) fn outcome(r: Result<crate::Outcome, optimized::Error>) -> crate::Outcome {
     r.unwrap_or_else(|e| crate::Outcome::Fail(format!("error: {e}")))

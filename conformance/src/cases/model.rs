@@ -137,7 +137,8 @@ impl ModelCase {
         if self.quant.is_some() && gpu.quant.is_none() {
             return Ok(Outcome::Fail("quantized source, but the device model holds no quantized weight".into()));
         }
-        let (tol, _) = tolerance(Op::Model, self.dtype);
+        let quantized = self.quant.is_some() || matches!(self.weights, Weightset::TinyQ8Gguf(_));
+        let tol = super::model_tolerance(client, Op::Model, self.dtype, quantized, self.prompt, cfg.n_layers);
 
         let mut cache = reference.new_cache();
         let mut trace = Trace::default();

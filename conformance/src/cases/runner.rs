@@ -17,7 +17,7 @@ use reference::sampling::SamplingParams;
 use reference::weights::InMemory;
 use reference::{synthetic, Config, Model};
 
-use crate::{compare, tolerance, Case, Dtype, Metrics, Op, Outcome};
+use crate::{compare, Case, Dtype, Metrics, Op, Outcome};
 
 /// Draws must agree where the reference's top-1 beats top-2 by more than this.
 const GREEDY_MARGIN: f32 = 0.05;
@@ -104,8 +104,9 @@ impl RunnerCase {
             return Ok(Outcome::Skip(format!("{} arithmetic not supported on {}", self.dtype.name(), optimized::device_info(client).name)));
         }
         let (mut reference, mut gpu, cfg) = runners(client, self.weights, self.dtype)?;
-        let (tol, _) = tolerance(Op::Model, self.dtype);
         let steps = scenario(self.scenario);
+        let max_rows = steps.iter().map(|st| st.iter().map(|p| p.len).sum::<usize>()).max().unwrap_or(0);
+        let tol = super::model_tolerance(client, Op::Runner, self.dtype, false, max_rows, cfg.n_layers);
         // Each sequence's tokens (prompt tokens are synthetic ids; draws are fed back) and
         // blocks (disjoint ranges of the pool).
         let n_seqs = 1 + steps.iter().flatten().map(|p| p.seq).max().unwrap_or(0);

@@ -29,7 +29,7 @@
 //!   pairs (f32-exact to ~22 bits), ~2 instructions per weight instead of ~4.8. Measured no
 //!   faster than v2 alone and slower in the model (H200, Mistral-7B int8: 328.8–350.1 vs
 //!   383.6 tokens/s), so not the default: an audited, conformance-tested order a loader asks
-//!   for (`TANDEM_QGEMV=v4`).
+//!   for (`--kernels qgemv=v4`).
 //! - gemv v5 (`v5.rs`, int8, tiled order, [`Prefetch::Async`], devices with `cp.async`): v3's
 //!   arithmetic with W streamed through a per-unit shared-memory ring by `cp.async` copies
 //!   (bytes in flight without registers). The default for per-channel int8 where `cp.async`

@@ -45,7 +45,9 @@ fn gpu(c: &mut Criterion) {
         for (batch, len) in [(1usize, 4096usize), (1, 16384), (32, 4096)] {
             let Ok(s) = fx::paged_setup(&client, h, hkv, d, batch, len, batch) else { continue };
             g.throughput(Throughput::Bytes(s.kv_bytes as u64));
-            g.bench_function(format!("decode flash-v2 B={batch} S={len}"), |b| b.iter_custom(|n| timed(&client, n, || fx::decode(&client, &s, None))));
+            g.bench_function(format!("decode flash-v2 B={batch} S={len}"), |b| {
+                b.iter_custom(|n| timed(&client, n, || fx::decode(&client, &s, None)))
+            });
             if batch == 1 {
                 let Ok(nv) = fx::naive_setup(&client, h, hkv, d, len, 1) else { continue };
                 g.bench_function(format!("decode naive-v1 B=1 S={len}"), |b| b.iter_custom(|n| timed(&client, n, || fx::naive(&client, &nv, None))));

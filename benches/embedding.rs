@@ -15,7 +15,9 @@ fn gpu(c: &mut Criterion) {
     for (backend, client) in tandem_benches::gpu_backends("embedding") {
         let dt = if Dtype::BF16.supported(&client) { Dtype::BF16 } else { Dtype::F32 };
         let Ok(table) = DeviceTensor::from_f32_as(&client, &vec![0.5; 49152 * 576], &[49152, 576], dt) else { continue };
-        c.bench_function(&format!("embedding/{backend}-{} V=49152 C=576 T=512", dt.name()), |b| b.iter_custom(|n| time_gpu(&client, n, |_| optimized::kernels::embedding(&client, &table, &ids).map(|_| ()))));
+        c.bench_function(&format!("embedding/{backend}-{} V=49152 C=576 T=512", dt.name()), |b| {
+            b.iter_custom(|n| time_gpu(&client, n, |_| optimized::kernels::embedding(&client, &table, &ids).map(|_| ())))
+        });
     }
 }
 criterion_group!(benches, bench, gpu);

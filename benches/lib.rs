@@ -15,8 +15,7 @@ where
 }
 
 /// Shapes of the real models the benches sweep: (name, C, F, H, Hkv, D).
-pub const SHAPES: [(&str, usize, usize, usize, usize, usize); 2] =
-    [("smollm2-135m", 576, 1536, 9, 3, 64), ("tinyllama-1.1b", 2048, 5632, 32, 4, 64)];
+pub const SHAPES: [(&str, usize, usize, usize, usize, usize); 2] = [("smollm2-135m", 576, 1536, 9, 3, 64), ("tinyllama-1.1b", 2048, 5632, 32, 4, 64)];
 
 /// GPU fixtures (shared with `tandem bench --kernel`).
 pub mod gpu {

@@ -24,7 +24,9 @@ fn gpu(c: &mut Criterion) {
             let Ok(w) = DeviceTensor::from_f32(&client, &vec![1.0; cdim], &[cdim]) else { continue };
             for t in [1usize, 512] {
                 let Ok(x) = DeviceTensor::from_f32(&client, &vec![0.5; t * cdim], &[t, cdim]) else { continue };
-                g.bench_function(format!("{name} T={t}"), |b| b.iter_custom(|n| time_gpu(&client, n, |_| optimized::kernels::rmsnorm_device(&client, &x, &w, 1e-5).map(|_| ()))));
+                g.bench_function(format!("{name} T={t}"), |b| {
+                    b.iter_custom(|n| time_gpu(&client, n, |_| optimized::kernels::rmsnorm_device(&client, &x, &w, 1e-5).map(|_| ())))
+                });
             }
         }
         g.finish();

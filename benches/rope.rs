@@ -20,9 +20,15 @@ fn bench(c: &mut Criterion) {
 fn gpu(c: &mut Criterion) {
     for (backend, client) in tandem_benches::gpu_backends("rope") {
         let mut g = c.benchmark_group(format!("rope/{backend}"));
-        let (Ok(table), Ok(x)) = (RopeTable::new(&client, 128, 64, 10_000.0), DeviceTensor::from_f32(&client, &vec![0.5; 128 * 32 * 64], &[128, 32, 64])) else { continue };
+        let (Ok(table), Ok(x)) =
+            (RopeTable::new(&client, 128, 64, 10_000.0), DeviceTensor::from_f32(&client, &vec![0.5; 128 * 32 * 64], &[128, 32, 64]))
+        else {
+            continue;
+        };
         for layout in [RopeLayout::HalfSplit, RopeLayout::Adjacent] {
-            g.bench_function(format!("{layout:?} T=128 H=32 D=64"), |b| b.iter_custom(|n| time_gpu(&client, n, |_| optimized::kernels::rope_inplace(&client, &x, &table, 0, layout))));
+            g.bench_function(format!("{layout:?} T=128 H=32 D=64"), |b| {
+                b.iter_custom(|n| time_gpu(&client, n, |_| optimized::kernels::rope_inplace(&client, &x, &table, 0, layout)))
+            });
         }
         g.finish();
     }

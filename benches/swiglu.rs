@@ -17,8 +17,14 @@ fn gpu(c: &mut Criterion) {
     for (backend, client) in tandem_benches::gpu_backends("swiglu") {
         let mut g = c.benchmark_group(format!("swiglu/{backend}"));
         for (name, _, f, ..) in SHAPES {
-            let (Ok(a), Ok(u)) = (DeviceTensor::from_f32(&client, &vec![0.5; 128 * f], &[128, f]), DeviceTensor::from_f32(&client, &vec![0.25; 128 * f], &[128, f])) else { continue };
-            g.bench_function(format!("{name} T=128 F={f}"), |b| b.iter_custom(|n| time_gpu(&client, n, |_| optimized::kernels::swiglu(&client, &a, &u).map(|_| ()))));
+            let (Ok(a), Ok(u)) =
+                (DeviceTensor::from_f32(&client, &vec![0.5; 128 * f], &[128, f]), DeviceTensor::from_f32(&client, &vec![0.25; 128 * f], &[128, f]))
+            else {
+                continue;
+            };
+            g.bench_function(format!("{name} T=128 F={f}"), |b| {
+                b.iter_custom(|n| time_gpu(&client, n, |_| optimized::kernels::swiglu(&client, &a, &u).map(|_| ())))
+            });
         }
         g.finish();
     }

@@ -55,8 +55,25 @@ pub fn decode(client: &Client, s: &PagedSetup, window: Option<usize>) -> Result<
 }
 
 /// Decode with a chosen kernel version, keys per chunk and score step (the audit rows of the bench).
-pub fn decode_tuned(client: &Client, s: &PagedSetup, version: optimized::kernels::attention::DecodeVersion, chunk: Option<usize>, score: Option<optimized::kernels::attention::ScoreStep>) -> Result<(), Error> {
-    optimized::kernels::attention::flash_decode_tuned(client, &s.q, &s.k, &s.v, &s.tables, &Masking { window: None, sinks: None }, &s.out, version, chunk, score)
+pub fn decode_tuned(
+    client: &Client,
+    s: &PagedSetup,
+    version: optimized::kernels::attention::DecodeVersion,
+    chunk: Option<usize>,
+    score: Option<optimized::kernels::attention::ScoreStep>,
+) -> Result<(), Error> {
+    optimized::kernels::attention::flash_decode_tuned(
+        client,
+        &s.q,
+        &s.k,
+        &s.v,
+        &s.tables,
+        &Masking { window: None, sinks: None },
+        &s.out,
+        version,
+        chunk,
+        score,
+    )
 }
 
 /// Prefill: the `n_q` last positions of sequence 0 are queries.

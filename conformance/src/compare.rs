@@ -44,7 +44,13 @@ pub fn compare(got: &[f32], want: &[f32], tol: Tolerance) -> Result<Metrics, Str
             _ => {}
         }
     }
-    let nmse = if den > 0.0 { num / den } else if num == 0.0 { 0.0 } else { f64::INFINITY };
+    let nmse = if den > 0.0 {
+        num / den
+    } else if num == 0.0 {
+        0.0
+    } else {
+        f64::INFINITY
+    };
     if let Tolerance::Nmse { max } = tol {
         if nmse > max || nmse.is_nan() {
             return Err(format!("NMSE {nmse:.3e} > {max:.1e} (max |Δ| {max_abs:.3e})"));

@@ -145,7 +145,10 @@ pub fn run_cases_with(cases: &[Box<dyn Case>], backends: &[Backend], progress: &
 fn run_guarded(c: &dyn Case, client: &Client) -> Outcome {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| c.run(client))) {
         Ok(o) => o,
-        Err(p) => Outcome::Fail(format!("panicked: {}", p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default())),
+        Err(p) => Outcome::Fail(format!(
+            "panicked: {}",
+            p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()
+        )),
     }
 }
 

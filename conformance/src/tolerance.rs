@@ -142,7 +142,10 @@ pub fn model_with_tc(base: Tolerance, act: Dtype, layers: usize) -> (Tolerance, 
     let tc = 4.0 * layers.max(1) as f64 * u * u;
     match base {
         Tolerance::Nmse { max } if max >= tc => (base, "the bound without tensor cores is already looser"),
-        _ => (Tolerance::Nmse { max: tc }, "steps of more than 8 rows on the tensor cores: every matmul input rounded to 16 bits (relative u), NMSE ≤ 4·L·u² over L layers"),
+        _ => (
+            Tolerance::Nmse { max: tc },
+            "steps of more than 8 rows on the tensor cores: every matmul input rounded to 16 bits (relative u), NMSE ≤ 4·L·u² over L layers",
+        ),
     }
 }
 

@@ -1,7 +1,7 @@
 //! Argmax conformance: the fixed grid, then random shapes and patterns.
 use conformance::cases::argmax::{ArgmaxCase, Pattern};
-use optimized::kernels::ArgmaxVersion;
 use conformance::{assert_conformance, backends_from_env, run_cases, Case, Op};
+use optimized::kernels::ArgmaxVersion;
 use proptest::prelude::*;
 
 #[test]

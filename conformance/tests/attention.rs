@@ -1,8 +1,8 @@
 //! Attention conformance: the fixed grid, then random shapes.
 use conformance::cases::attention::flash::{FlashCase, Phase};
 use conformance::cases::attention::AttentionCase;
-use optimized::kernels::attention::{DecodeVersion, ScoreStep};
 use conformance::{assert_conformance, backends_from_env, run_cases, Case, Op};
+use optimized::kernels::attention::{DecodeVersion, ScoreStep};
 use proptest::prelude::*;
 
 #[test]

@@ -1,9 +1,9 @@
 //! Quantized matmul conformance: the fixed grid, then random shapes per format.
 use conformance::cases::matmul::{Fusion, TcCase, TcWeight};
 use conformance::cases::qmatmul::QMatmulCase;
+use conformance::{backends_from_env, run_cases, Case};
 use optimized::kernels::matmul::tc::{TcConfig, TcMode};
 use optimized::kernels::qmatmul::{Fp4Decode, Int8Decode, Prefetch, QLayout};
-use conformance::{backends_from_env, run_cases, Case};
 use proptest::prelude::*;
 use reference::quant::{Granularity, Scheme};
 

@@ -118,7 +118,20 @@ impl<R: ModelRunner> Engine<R> {
         };
         let kv = runner.kv_layout();
         let blocks = BlockManager::new(kv.block_size, kv.num_blocks)?;
-        Ok(Engine { runner, cfg, blocks, seqs: HashMap::new(), waiting: VecDeque::new(), running: Vec::new(), next_id: 0, detok, pending: Vec::new(), stats: EngineStats::default(), spec, step_no: 0 })
+        Ok(Engine {
+            runner,
+            cfg,
+            blocks,
+            seqs: HashMap::new(),
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            next_id: 0,
+            detok,
+            pending: Vec::new(),
+            stats: EngineStats::default(),
+            spec,
+            step_no: 0,
+        })
     }
 
     /// An engine whose speculation proposals come from `draft`, a model sharing the target's
@@ -202,7 +215,11 @@ impl<R: ModelRunner> Engine<R> {
             return Err(Error::Input(format!("prompt token id {t} is outside the vocabulary (V = {})", info.vocab)));
         }
         if req.prompt.len() >= info.max_ctx {
-            return Err(Error::Input(format!("the prompt is {} tokens; the context holds {} (with room for one generated token)", req.prompt.len(), info.max_ctx)));
+            return Err(Error::Input(format!(
+                "the prompt is {} tokens; the context holds {} (with room for one generated token)",
+                req.prompt.len(),
+                info.max_ctx
+            )));
         }
         req.params.validate()?;
         if req.max_tokens == Some(0) {
@@ -216,7 +233,11 @@ impl<R: ModelRunner> Engine<R> {
         }
         let bs = self.blocks.block_size;
         if (req.prompt.len() + 1).div_ceil(bs) > self.blocks.num_blocks() {
-            return Err(Error::Input(format!("the prompt is {} tokens; the KV cache holds {} blocks of {bs}", req.prompt.len(), self.blocks.num_blocks())));
+            return Err(Error::Input(format!(
+                "the prompt is {} tokens; the KV cache holds {} blocks of {bs}",
+                req.prompt.len(),
+                self.blocks.num_blocks()
+            )));
         }
         let mut params = req.params.clone();
         params.seed = match (req.seed, req.random_seed) {
@@ -429,7 +450,11 @@ pub(crate) fn register_prefix(blocks: &mut BlockManager, s: &mut Sequence, kv: S
     let full = upto / bs;
     if full > registered {
         let id = s.id;
-        let hashes = s.hashes_upto(upto, bs).get(registered..full).ok_or_else(|| Error::KvCache(format!("request {id}: blocks {registered}..{full} registered past its tokens")))?.to_vec();
+        let hashes = s
+            .hashes_upto(upto, bs)
+            .get(registered..full)
+            .ok_or_else(|| Error::KvCache(format!("request {id}: blocks {registered}..{full} registered past its tokens")))?
+            .to_vec();
         blocks.register_blocks(kv, registered, &hashes)?;
         return Ok(full);
     }
@@ -458,5 +483,9 @@ pub fn logprob_of(row: &[f32], tok: u32, top: usize) -> TokenLogprob {
     let mut ids: Vec<u32> = (0..row.len() as u32).filter(|&i| !row[i as usize].is_nan()).collect();
     ids.sort_by(|&a, &b| row[b as usize].total_cmp(&row[a as usize]).then(a.cmp(&b)));
     ids.truncate(top);
-    TokenLogprob { id: tok, logprob: row.get(tok as usize).map_or(f32::NEG_INFINITY, |&v| lp(v)), top: ids.into_iter().map(|i| (i, lp(row[i as usize]))).collect() }
+    TokenLogprob {
+        id: tok,
+        logprob: row.get(tok as usize).map_or(f32::NEG_INFINITY, |&v| lp(v)),
+        top: ids.into_iter().map(|i| (i, lp(row[i as usize]))).collect(),
+    }
 }

@@ -32,7 +32,17 @@ pub struct Request {
 impl Request {
     /// A greedy request for `prompt` with no limit but the context.
     pub fn new(prompt: Vec<u32>) -> Self {
-        Request { prompt, params: SamplingParams::default(), seed: None, random_seed: false, max_tokens: None, stop_token_ids: vec![], stop: vec![], ignore_eos: false, logprobs: None }
+        Request {
+            prompt,
+            params: SamplingParams::default(),
+            seed: None,
+            random_seed: false,
+            max_tokens: None,
+            stop_token_ids: vec![],
+            stop: vec![],
+            ignore_eos: false,
+            logprobs: None,
+        }
     }
     pub fn with_max_tokens(mut self, n: usize) -> Self {
         self.max_tokens = Some(n);

@@ -115,7 +115,8 @@ impl Sequence {
     pub fn counts_after(&self, extra: &[u32]) -> Vec<TokenCount> {
         let mut c = self.counts.clone();
         for &id in extra {
-            match self.count_index.get(&id).copied().or_else(|| c[self.counts.len()..].iter().position(|t| t.id == id).map(|i| i + self.counts.len())) {
+            match self.count_index.get(&id).copied().or_else(|| c[self.counts.len()..].iter().position(|t| t.id == id).map(|i| i + self.counts.len()))
+            {
                 Some(k) => c[k].output += 1,
                 None => c.push(TokenCount { id, output: 1, in_prompt: false }),
             }
@@ -127,7 +128,12 @@ impl Sequence {
     /// they reach the end.
     pub fn plain_step<'a>(&'a self, n: usize, blocks: &'a [u32]) -> SeqStep<'a> {
         let samples = if self.computed + n == self.tokens.len() {
-            vec![SampleSpec { params: &self.params, counter: self.output_len() as u64, counts: &self.counts, want_logits: self.req.logprobs.is_some() }]
+            vec![SampleSpec {
+                params: &self.params,
+                counter: self.output_len() as u64,
+                counts: &self.counts,
+                want_logits: self.req.logprobs.is_some(),
+            }]
         } else {
             vec![]
         };

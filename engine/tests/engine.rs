@@ -85,7 +85,9 @@ fn greedy_and_seeded_requests_give_the_same_tokens_in_a_batch_as_alone() {
 
 #[test]
 fn preempted_requests_finish_with_identical_output_and_nothing_leaks() {
-    let reqs: Vec<Request> = (0..6).map(|i| req(prompt(10 + 3 * i, 10 + i as u32), 20, SamplingParams { temperature: 0.8, seed: i as u64, ..SamplingParams::default() })).collect();
+    let reqs: Vec<Request> = (0..6)
+        .map(|i| req(prompt(10 + 3 * i, 10 + i as u32), 20, SamplingParams { temperature: 0.8, seed: i as u64, ..SamplingParams::default() }))
+        .collect();
     let alone: Vec<Vec<u32>> = reqs.iter().map(|r| run_alone("tiny-mha", r.clone())).collect();
     // 16 blocks of 4 = 64 positions for six requests of up to 45: preemption is certain.
     let mut e = engine("tiny-mha", 4, 16, EngineConfig::default());
@@ -162,7 +164,10 @@ fn aborts_free_blocks_at_once_and_bad_requests_leave_others_running() {
     assert!(too_long.is_err_and(|err| err.to_string().contains("context")));
     assert!(e.add_request(req(vec![3, 500], 4, SamplingParams::default())).is_err(), "id outside the vocabulary");
     assert!(e.add_request(req(vec![], 4, SamplingParams::default())).is_err(), "empty prompt");
-    assert!(e.add_request(Request { stop: vec!["x".into()], ..req(vec![3], 4, SamplingParams::default()) }).is_err(), "stop strings need a tokenizer");
+    assert!(
+        e.add_request(Request { stop: vec!["x".into()], ..req(vec![3], 4, SamplingParams::default()) }).is_err(),
+        "stop strings need a tokenizer"
+    );
     e.step().expect("step");
     assert!(e.blocks().num_used() > 0);
     e.abort(a).expect("abort");

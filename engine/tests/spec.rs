@@ -20,7 +20,10 @@ const OTHER: &str = "tiny-sliding";
 /// Where proposals come from in these tests (the target's weights: seed 3).
 #[derive(Debug, Clone, Copy)]
 enum Proposer {
-    Ngram { min_n: usize, max_n: usize },
+    Ngram {
+        min_n: usize,
+        max_n: usize,
+    },
     /// The target model itself as the draft.
     DraftSame,
     /// A different tiny model with the same vocabulary (weights seed 5).
@@ -40,11 +43,13 @@ fn spec_engine(p: Proposer, k: usize, blocks: usize, cfg: EngineConfig) -> Engin
         Proposer::DraftOther => model(OTHER, 5),
         Proposer::DraftInt8 => int8_model(TARGET),
     };
-    Engine::with_draft(target, Box::new(runner(draft, blocks)), EngineConfig { speculation: fixed(SpecConfig::draft(k)), ..cfg }, None).expect("engine")
+    Engine::with_draft(target, Box::new(runner(draft, blocks)), EngineConfig { speculation: fixed(SpecConfig::draft(k)), ..cfg }, None)
+        .expect("engine")
 }
 
 fn proposer(i: usize) -> Proposer {
-    [Proposer::Ngram { min_n: 1, max_n: 3 }, Proposer::Ngram { min_n: 2, max_n: 4 }, Proposer::DraftSame, Proposer::DraftOther, Proposer::DraftInt8][i % 5]
+    [Proposer::Ngram { min_n: 1, max_n: 3 }, Proposer::Ngram { min_n: 2, max_n: 4 }, Proposer::DraftSame, Proposer::DraftOther, Proposer::DraftInt8]
+        [i % 5]
 }
 
 /// Greedy with every penalty (each verification draw must see the proposals before it).
@@ -138,7 +143,8 @@ fn stop_tokens_strings_eos_and_max_tokens_cut_inside_accepted_runs() {
                 None => Engine::new(runner(m, 64), cfg, Some(letters.clone())).expect("engine"),
                 Some(_) => {
                     let d = Box::new(runner(model(TARGET, 3), 64));
-                    Engine::with_draft(runner(m, 64), d, EngineConfig { speculation: fixed(SpecConfig::draft(5)), ..cfg }, Some(letters.clone())).expect("engine")
+                    Engine::with_draft(runner(m, 64), d, EngineConfig { speculation: fixed(SpecConfig::draft(5)), ..cfg }, Some(letters.clone()))
+                        .expect("engine")
                 }
             };
             let outs = run_all(&mut e, std::slice::from_ref(&r));
@@ -202,7 +208,11 @@ fn rollback_and_aborts_leak_nothing_over_many_requests() {
     for p in [Proposer::DraftOther, Proposer::Ngram { min_n: 1, max_n: 2 }] {
         let mut e = spec_engine(p, 5, 24, EngineConfig { max_num_seqs: 6, ..EngineConfig::default() });
         for i in 0..300u32 {
-            let params = if i % 3 == 0 { sampled(i as u64) } else { SamplingParams { temperature: 1.0, top_k: 8, seed: i as u64, ..SamplingParams::default() } };
+            let params = if i % 3 == 0 {
+                sampled(i as u64)
+            } else {
+                SamplingParams { temperature: 1.0, top_k: 8, seed: i as u64, ..SamplingParams::default() }
+            };
             let params = if i % 2 == 0 { SamplingParams::default() } else { params };
             let id = e.add_request(req(motif_prompt(1 + (i % 17) as usize, 1 + (i % 4) as usize, i), 1 + (i % 19) as usize, params)).expect("valid");
             if i % 7 == 3 {
@@ -232,22 +242,35 @@ fn bad_speculation_settings_are_refused_naming_the_field() {
     assert!(err(EngineConfig { speculation: Some(SpecConfig::ngram(0)), ..EngineConfig::default() }).contains("speculation.max_k"));
     let bad_n = SpecConfig { method: SpecMethod::Ngram { min_n: 3, max_n: 2 }, ..SpecConfig::default() };
     assert!(err(EngineConfig { speculation: Some(bad_n), ..EngineConfig::default() }).contains("speculation.method"));
-    assert!(err(EngineConfig { speculation: Some(SpecConfig { min_draft_prob: 1.5, ..SpecConfig::default() }), ..EngineConfig::default() }).contains("speculation.min_draft_prob"));
+    assert!(err(EngineConfig { speculation: Some(SpecConfig { min_draft_prob: 1.5, ..SpecConfig::default() }), ..EngineConfig::default() })
+        .contains("speculation.min_draft_prob"));
     assert!(err(EngineConfig { speculation: Some(SpecConfig::draft(4)), ..EngineConfig::default() }).contains("with_draft"));
     let other_vocab = Box::new(runner(model("tiny-odd-head", 3), 16));
-    let e = Engine::with_draft(runner(model(TARGET, 3), 16), other_vocab, EngineConfig { speculation: Some(SpecConfig::draft(4)), ..EngineConfig::default() }, None);
+    let e = Engine::with_draft(
+        runner(model(TARGET, 3), 16),
+        other_vocab,
+        EngineConfig { speculation: Some(SpecConfig::draft(4)), ..EngineConfig::default() },
+        None,
+    );
     assert!(e.err().is_some_and(|e| e.to_string().contains("vocabulary")));
 }
 
 #[test]
 fn a_draft_with_other_blocks_or_a_small_pool_changes_nothing_but_speed() {
-    let reqs: Vec<Request> = (0..5).map(|i| req(prompt(6 + 5 * i, i as u32), 18, if i % 2 == 0 { penalized() } else { SamplingParams::default() })).collect();
+    let reqs: Vec<Request> =
+        (0..5).map(|i| req(prompt(6 + 5 * i, i as u32), 18, if i % 2 == 0 { penalized() } else { SamplingParams::default() })).collect();
     let want = plain(TARGET, &reqs);
     // Blocks of 8 (the draft caches nothing: its block hashes would differ), and a pool of 6
     // blocks of 4 (most sequences find no room to draft).
     for (bs, blocks) in [(8, 64), (4, 6)] {
         let draft = Box::new(RefRunner::new(model(TARGET, 3), bs, blocks).expect("draft"));
-        let mut e = Engine::with_draft(runner(model(TARGET, 3), 64), draft, EngineConfig { speculation: fixed(SpecConfig::draft(3)), ..EngineConfig::default() }, None).expect("engine");
+        let mut e = Engine::with_draft(
+            runner(model(TARGET, 3), 64),
+            draft,
+            EngineConfig { speculation: fixed(SpecConfig::draft(3)), ..EngineConfig::default() },
+            None,
+        )
+        .expect("engine");
         let outs = run_all(&mut e, &reqs);
         assert_eq!(tokens_by_request(&outs, reqs.len()), want, "draft blocks of {bs}, {blocks} of them");
         assert!(e.stats().spec_verifies > 0);
@@ -265,7 +288,8 @@ fn a_confidence_threshold_cuts_drafts_short_and_changes_no_token() {
     for min_draft_prob in [0.0, 0.2] {
         let sc = SpecConfig { min_draft_prob, ..SpecConfig::draft(4) };
         let draft = Box::new(runner(model(OTHER, 5), 64));
-        let mut e = Engine::with_draft(runner(model(TARGET, 3), 64), draft, EngineConfig { speculation: fixed(sc), ..EngineConfig::default() }, None).expect("engine");
+        let mut e = Engine::with_draft(runner(model(TARGET, 3), 64), draft, EngineConfig { speculation: fixed(sc), ..EngineConfig::default() }, None)
+            .expect("engine");
         assert_eq!(tokens_by_request(&run_all(&mut e, &reqs), reqs.len()), want, "threshold {min_draft_prob}");
         proposed.push((e.stats().spec_proposed, e.stats().spec_verifies));
     }

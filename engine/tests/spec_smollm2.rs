@@ -40,8 +40,15 @@ fn smollm2_greedy_speculation_equals_plain_decoding() {
     let want = tokens_by_request(&run_all(&mut Engine::new(target(), EngineConfig::default(), None).expect("engine"), &reqs), 1);
     eprintln!("plain: {:?} in {:.1} s: {:?}", want[0].len(), t0.elapsed().as_secs_f64(), tok.decode(&want[0]).unwrap_or_default());
     let fixed = |s: SpecConfig| Some(SpecConfig { adaptive: false, ..s });
-    let mut ngram = Engine::new(target(), EngineConfig { speculation: fixed(SpecConfig::ngram(4)), ..EngineConfig::default() }, None).expect("engine");
-    let mut drafted = Engine::with_draft(target(), Box::new(RefRunner::new(draft, 16, 16).expect("draft")), EngineConfig { speculation: fixed(SpecConfig::draft(3)), ..EngineConfig::default() }, None).expect("engine");
+    let mut ngram =
+        Engine::new(target(), EngineConfig { speculation: fixed(SpecConfig::ngram(4)), ..EngineConfig::default() }, None).expect("engine");
+    let mut drafted = Engine::with_draft(
+        target(),
+        Box::new(RefRunner::new(draft, 16, 16).expect("draft")),
+        EngineConfig { speculation: fixed(SpecConfig::draft(3)), ..EngineConfig::default() },
+        None,
+    )
+    .expect("engine");
     for (name, e) in [("ngram", &mut ngram), ("self:int8", &mut drafted)] {
         let t0 = Instant::now();
         let got = tokens_by_request(&run_all(e, &reqs), 1);

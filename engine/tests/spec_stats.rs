@@ -120,7 +120,8 @@ fn speculative_sampling_reproduces_the_target_distribution() {
         assert_eq!(impossible, 0, "{p:?}: continuations outside the target's support");
         assert!(stat < crit, "{p:?}: χ² {stat:.1} ≥ {crit:.1}");
         // The draft's own samples are told apart from the target's.
-        let mut d = Engine::new(ToyRunner::new(V, 32, 1024, 11, 0.6), EngineConfig { max_num_seqs: 128, ..EngineConfig::default() }, None).expect("engine");
+        let mut d =
+            Engine::new(ToyRunner::new(V, 32, 1024, 11, 0.6), EngineConfig { max_num_seqs: 128, ..EngineConfig::default() }, None).expect("engine");
         let (stat_q, crit_q, impossible_q) = chi2(&continuations(&mut d, &p, n, len), &probs);
         eprintln!("  the draft alone: χ² {stat_q:.1}, {impossible_q} outside the support");
         assert!(impossible_q > 0 || stat_q > crit_q, "{p:?}: the draft's distribution passed as the target's (χ² {stat_q:.1} < {crit_q:.1})");

@@ -73,5 +73,11 @@ fn main() {
             }
         }
     }
-    std::process::exit(if failed > 0 { 1 } else if up == 0 { 2 } else { 0 });
+    std::process::exit(if failed > 0 {
+        1
+    } else if up == 0 {
+        2
+    } else {
+        0
+    });
 }

@@ -126,7 +126,9 @@ impl KernelConfig {
     /// The configuration of a spec (module doc); errors name the bad part.
     pub fn parse(spec: &str) -> Result<Self, Error> {
         let mut k = KernelConfig::default();
-        let bad = |part: &str, why: &str| Error::Config(format!("kernel config `{spec}`: `{part}` {why} (keys: attention, graphs, norms, pdl, qgemv, prefetch, int8-decode, gps, rpg, small, mma, argmax; see optimized::config)"));
+        let bad = |part: &str, why: &str| {
+            Error::Config(format!("kernel config `{spec}`: `{part}` {why} (keys: attention, graphs, norms, pdl, qgemv, prefetch, int8-decode, gps, rpg, small, mma, argmax; see optimized::config)"))
+        };
         let mut launch = vec![];
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             if part == "default" {
@@ -270,7 +272,18 @@ mod tests {
 
     #[test]
     fn specs_round_trip() {
-        for s in ["default", "attention=naive", "graphs=off,norms=kernels", "pdl=top", "qgemv=v4,mma=2.2.1", "prefetch=async3", "prefetch=wx,int8-decode=magic", "gps=32,rpg=8", "argmax=v1", "mma=1.4.0.16"] {
+        for s in [
+            "default",
+            "attention=naive",
+            "graphs=off,norms=kernels",
+            "pdl=top",
+            "qgemv=v4,mma=2.2.1",
+            "prefetch=async3",
+            "prefetch=wx,int8-decode=magic",
+            "gps=32,rpg=8",
+            "argmax=v1",
+            "mma=1.4.0.16",
+        ] {
             let k = KernelConfig::parse(s).unwrap_or_else(|e| panic!("{s}: {e}"));
             assert_eq!(KernelConfig::parse(&k.name()).ok(), Some(k), "{s} → {}", k.name());
         }
@@ -282,7 +295,15 @@ mod tests {
 
     #[test]
     fn bad_specs_name_the_part() {
-        for (s, part) in [("pdl=maybe", "pdl=maybe"), ("graphs", "graphs"), ("qgemv=v9", "qgemv=v9"), ("warp=2", "warp=2"), ("prefetch=async99", "prefetch=async99"), ("rpg=3", "rpg=3"), ("mma=x", "mma=x")] {
+        for (s, part) in [
+            ("pdl=maybe", "pdl=maybe"),
+            ("graphs", "graphs"),
+            ("qgemv=v9", "qgemv=v9"),
+            ("warp=2", "warp=2"),
+            ("prefetch=async99", "prefetch=async99"),
+            ("rpg=3", "rpg=3"),
+            ("mma=x", "mma=x"),
+        ] {
             let e = KernelConfig::parse(s).err().map(|e| e.to_string()).unwrap_or_default();
             assert!(e.contains(part), "{s}: {e}");
         }

@@ -64,7 +64,14 @@ impl BlockTables {
     }
 
     /// [`BlockTables::upload`] with rows at least `min_blocks` wide (room to grow in place).
-    pub fn upload_padded(client: &Client, tables: &[&[u32]], lens: &[usize], block_size: usize, num_blocks: usize, min_blocks: usize) -> Result<Self, Error> {
+    pub fn upload_padded(
+        client: &Client,
+        tables: &[&[u32]],
+        lens: &[usize],
+        block_size: usize,
+        num_blocks: usize,
+        min_blocks: usize,
+    ) -> Result<Self, Error> {
         if tables.len() != lens.len() || tables.is_empty() || block_size == 0 {
             return Err(Error::KvCache(format!("{} tables for {} lengths, block size {block_size}", tables.len(), lens.len())));
         }
@@ -84,7 +91,11 @@ impl BlockTables {
                 return Err(Error::KvCache(format!("sequence {b}: block id {bad} is outside the pool of {num_blocks} blocks")));
             }
             if t.len() < len.div_ceil(block_size) {
-                return Err(Error::KvCache(format!("sequence {b}: {len} positions need {} blocks, the table has {}", len.div_ceil(block_size), t.len())));
+                return Err(Error::KvCache(format!(
+                    "sequence {b}: {len} positions need {} blocks, the table has {}",
+                    len.div_ceil(block_size),
+                    t.len()
+                )));
             }
             if t.len() > width {
                 return Err(Error::KvCache(format!("sequence {b}: {} blocks do not fit tables {width} blocks wide", t.len())));
@@ -94,7 +105,10 @@ impl BlockTables {
         for (row, t) in flat.chunks_mut(width).zip(tables) {
             row[..t.len()].copy_from_slice(t);
         }
-        let lens32 = lens.iter().map(|&l| u32::try_from(l).map_err(|_| Error::KvCache(format!("sequence length {l} exceeds u32")))).collect::<Result<_, _>>()?;
+        let lens32 = lens
+            .iter()
+            .map(|&l| u32::try_from(l).map_err(|_| Error::KvCache(format!("sequence length {l} exceeds u32"))))
+            .collect::<Result<_, _>>()?;
         Ok((flat, lens32))
     }
 
@@ -102,7 +116,12 @@ impl BlockTables {
     /// [`BlockTables::upload`]); only what changed is written.
     pub fn rewrite(&mut self, client: &Client, tables: &[&[u32]], lens: &[usize]) -> Result<(), Error> {
         if tables.len() != self.lens.len() || lens.len() != self.lens.len() {
-            return Err(Error::KvCache(format!("rewrite of {} tables / {} lengths into tables of {} sequences", tables.len(), lens.len(), self.lens.len())));
+            return Err(Error::KvCache(format!(
+                "rewrite of {} tables / {} lengths into tables of {} sequences",
+                tables.len(),
+                lens.len(),
+                self.lens.len()
+            )));
         }
         let (flat, lens32) = Self::flatten(tables, lens, self.block_size, self.num_blocks, self.max_blocks)?;
         if flat != self.host {
@@ -136,7 +155,12 @@ impl BlockTables {
     /// length past the uploaded blocks.
     pub fn set_single_len(&mut self, client: &Client, len: usize) -> Result<(), Error> {
         if self.lens.len() != 1 || len > self.max_blocks * self.block_size {
-            return Err(Error::KvCache(format!("set_single_len({len}) on tables of {} sequences, {} blocks of {}", self.lens.len(), self.max_blocks, self.block_size)));
+            return Err(Error::KvCache(format!(
+                "set_single_len({len}) on tables of {} sequences, {} blocks of {}",
+                self.lens.len(),
+                self.max_blocks,
+                self.block_size
+            )));
         }
         if self.device_lens && self.lens[0] != len {
             let l = u32::try_from(len).map_err(|_| Error::KvCache(format!("sequence length {len} exceeds u32")))?;

@@ -20,9 +20,9 @@ pub mod model;
 pub mod runner;
 pub mod tensor;
 
+pub use config::KernelConfig;
 pub use cubecl;
 pub use cubecl::client::Client;
-pub use config::KernelConfig;
 pub use tensor::{DeviceTensor, Dtype};
 
 use cubecl::device::{Device, WgpuDeviceKind};
@@ -133,16 +133,8 @@ pub fn client(backend: Backend) -> Result<Client, Error> {
         Backend::Wgpu => Device::wgpu(WgpuDeviceKind::default()),
         Backend::Cpu => Device::cpu(),
     }
-    .map_err(|e| Error::Unavailable {
-        backend,
-        reason: e.to_string(),
-    })?;
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| device.client())).map_err(|p| {
-        Error::InitPanicked {
-            backend,
-            message: panic_message(p),
-        }
-    })
+    .map_err(|e| Error::Unavailable { backend, reason: e.to_string() })?;
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| device.client())).map_err(|p| Error::InitPanicked { backend, message: panic_message(p) })
 }
 
 /// Free and total device memory in bytes, where the runtime can tell (CUDA: the driver's
@@ -200,12 +192,7 @@ pub struct DeviceInfo {
 pub fn device_info(client: &Client) -> DeviceInfo {
     let props = client.properties();
     let hw = &props.hardware;
-    let arith = |k: FloatKind| {
-        props
-            .features
-            .type_usage(ElemType::Float(k))
-            .contains(TypeUsage::Arithmetic)
-    };
+    let arith = |k: FloatKind| props.features.type_usage(ElemType::Float(k)).contains(TypeUsage::Arithmetic);
     DeviceInfo {
         runtime: client.name(),
         name: props.identity.name.clone(),
@@ -237,8 +224,7 @@ impl std::fmt::Display for DeviceInfo {
             self.bf16,
             self.max_shared_memory,
             self.max_units_per_cube,
-            self.max_vector_size
-                .map_or_else(|| "unbounded".to_owned(), |v| v.to_string()),
+            self.max_vector_size.map_or_else(|| "unbounded".to_owned(), |v| v.to_string()),
             self.num_sms,
             self.memory_bytes,
             self.max_allocation

@@ -21,13 +21,13 @@ use reference::engine::Engine;
 use reference::weights::{Tensor, TensorSource};
 use reference::{Config, Error as RefError};
 
+use crate::graph::DecodeGraph;
 use crate::kernels::attention::{flash_decode, flash_prefill, Masking};
 use crate::kernels::matmul::{Fuse, Norm, Residual};
 use crate::kernels::qmatmul::v4::MmaTune;
 use crate::kernels::qmatmul::{Prefetch, QFormat, QLayout, QWeight, Weight, QGEMV_MAX_T};
 use crate::kernels::rmsnorm::add_rmsnorm_device;
 use crate::kernels::{argmax, attention, embedding, matmul, rmsnorm_device, rope};
-use crate::graph::DecodeGraph;
 use crate::kv_cache::{BlockTables, PagedKvCache, SeqId};
 use crate::{Backend, Client, DeviceTensor, Dtype, Error};
 
@@ -127,7 +127,6 @@ pub struct GpuModel {
     /// Why graphs are not used, once a capture was refused (then steps run eagerly).
     pub graph_refused: Option<String>,
 }
-
 
 /// Uploads tensors from a source, counting bytes.
 struct Uploader<'a> {
@@ -247,7 +246,15 @@ impl GpuModel {
     }
 
     /// [`GpuModel::load`] with a choice of KV cache and attention.
-    pub fn load_with(client: Client, backend: Backend, src: &mut dyn TensorSource, cfg: &Config, dtype: Dtype, capacity: usize, attention: AttentionImpl) -> Result<Self, Error> {
+    pub fn load_with(
+        client: Client,
+        backend: Backend,
+        src: &mut dyn TensorSource,
+        cfg: &Config,
+        dtype: Dtype,
+        capacity: usize,
+        attention: AttentionImpl,
+    ) -> Result<Self, Error> {
         let kernels = crate::config::KernelConfig { attention, ..Default::default() };
         Self::load_observed(client, backend, src, cfg, dtype, capacity, &kernels, &mut |_, _| {})
     }
@@ -256,7 +263,16 @@ impl GpuModel {
     /// `progress(bytes uploaded, bytes expected)` after each block (the expectation is the
     /// config's parameter count at `dtype`: quantized weights arrive sooner).
     #[allow(clippy::too_many_arguments)]
-    pub fn load_observed(client: Client, backend: Backend, src: &mut dyn TensorSource, cfg: &Config, dtype: Dtype, capacity: usize, kernels: &crate::config::KernelConfig, progress: &mut dyn FnMut(usize, usize)) -> Result<Self, Error> {
+    pub fn load_observed(
+        client: Client,
+        backend: Backend,
+        src: &mut dyn TensorSource,
+        cfg: &Config,
+        dtype: Dtype,
+        capacity: usize,
+        kernels: &crate::config::KernelConfig,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<Self, Error> {
         if !dtype.supported(&client) {
             return Err(Error::Unsupported(format!("{} weights: the {} device has no {} arithmetic", dtype.name(), backend, dtype.name())));
         }
@@ -287,7 +303,8 @@ impl GpuModel {
         }
         let out_norm = up.dense(&[Tensor::OutNorm], Dtype::F32)?;
         let (bytes, quant) = (up.bytes, up.quant.take());
-        let stream_bytes = layers.iter().map(|l| l.wqkv.bytes() + l.wo.bytes() + l.w_gate_up.bytes() + l.w_down.bytes()).sum::<usize>() + lm_head.bytes();
+        let stream_bytes =
+            layers.iter().map(|l| l.wqkv.bytes() + l.wo.bytes() + l.w_gate_up.bytes() + l.w_down.bytes()).sum::<usize>() + lm_head.bytes();
         let capacity = capacity.clamp(1, cfg.max_ctx);
         let rope = rope::RopeTable::new(&client, capacity, cfg.head_dim, cfg.rope_theta)?;
         let kv = match attention {
@@ -303,7 +320,27 @@ impl GpuModel {
                 KvStore::Paged { cache, seq, tables: None }
             }
         };
-        Ok(GpuModel { client, backend, config: cfg.clone(), dtype, tok_embd, layers, out_norm, lm_head, rope, kv, attention, capacity, pos: 0, weight_bytes: bytes, stream_bytes, quant, kernels: *kernels, graph: None, graph_refused: None })
+        Ok(GpuModel {
+            client,
+            backend,
+            config: cfg.clone(),
+            dtype,
+            tok_embd,
+            layers,
+            out_norm,
+            lm_head,
+            rope,
+            kv,
+            attention,
+            capacity,
+            pos: 0,
+            weight_bytes: bytes,
+            stream_bytes,
+            quant,
+            kernels: *kernels,
+            graph: None,
+            graph_refused: None,
+        })
     }
 
     /// Bytes of the KV cache allocation.
@@ -335,9 +372,17 @@ impl GpuModel {
     pub fn set_kernels(&mut self, spec: &str) -> Result<(), Error> {
         let k = crate::config::KernelConfig::parse(spec)?;
         let old = self.kernels;
-        for (what, same) in [("attention", k.attention == old.attention), ("qgemv", k.qgemv == old.qgemv), ("prefetch", k.prefetch == old.prefetch), ("int8-decode", k.int8_decode == old.int8_decode), ("mma", k.mma == old.mma)] {
+        for (what, same) in [
+            ("attention", k.attention == old.attention),
+            ("qgemv", k.qgemv == old.qgemv),
+            ("prefetch", k.prefetch == old.prefetch),
+            ("int8-decode", k.int8_decode == old.int8_decode),
+            ("mma", k.mma == old.mma),
+        ] {
             if !same {
-                return Err(Error::Config(format!("kernel config `{spec}`: `{what}` is chosen when the model loads; load it with that setting instead")));
+                return Err(Error::Config(format!(
+                    "kernel config `{spec}`: `{what}` is chosen when the model loads; load it with that setting instead"
+                )));
             }
         }
         self.kernels = k;
@@ -455,7 +500,13 @@ impl GpuModel {
     /// residual epilogue (x += W·a, then xw = x ⊙ the next norm's weight) and a norm prologue
     /// (the next gemv reads xw and scales its sums by 1 / rms(x)). Prefill: the add + norm
     /// kernels.
-    pub(crate) fn blocks(&self, x: &DeviceTensor, t: usize, attend: &mut dyn FnMut(usize, &DeviceTensor) -> Result<DeviceTensor, Error>, mut trace: Option<&mut Vec<Vec<f32>>>) -> Result<Final, Error> {
+    pub(crate) fn blocks(
+        &self,
+        x: &DeviceTensor,
+        t: usize,
+        attend: &mut dyn FnMut(usize, &DeviceTensor) -> Result<DeviceTensor, Error>,
+        mut trace: Option<&mut Vec<Vec<f32>>>,
+    ) -> Result<Final, Error> {
         let cfg = &self.config;
         let d = cfg.head_dim;
         let c = &self.client;
@@ -617,7 +668,11 @@ impl GpuModel {
             (None, true, AttentionImpl::Naive) => "decode graphs need the paged cache: eager launches".into(),
             (None, true, AttentionImpl::Flash) => "one-token steps (greedy and sampling) replayed as captured graphs".into(),
         };
-        let norms = if m.kernels.fused_norms { "RMSNorms fused into the decode gemvs" } else { "add + RMSNorm kernels between the decode gemvs (norms=kernels)" };
+        let norms = if m.kernels.fused_norms {
+            "RMSNorms fused into the decode gemvs"
+        } else {
+            "add + RMSNorm kernels between the decode gemvs (norms=kernels)"
+        };
         // The decode the int8 gemvs take (every int8 weight of a model is uploaded alike).
         let int8 = m.layers.iter().flat_map(|l| [&l.wqkv, &l.wo, &l.w_gate_up, &l.w_down]).find_map(|w| match w {
             Weight::Quant(q) if q.format != QFormat::Mxfp4 && q.layout != QLayout::Rows => Some((q.layout, q.subnormal, q.prefetch, q.mma)),

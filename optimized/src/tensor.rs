@@ -80,17 +80,9 @@ impl DeviceTensor {
     pub fn from_f32(client: &Client, data: &[f32], shape: &[usize]) -> Result<Self, Error> {
         let numel: usize = shape.iter().product();
         if numel != data.len() {
-            return Err(Error::Shape(format!(
-                "{} values for shape {shape:?} ({numel} elements)",
-                data.len()
-            )));
+            return Err(Error::Shape(format!("{} values for shape {shape:?} ({numel} elements)", data.len())));
         }
-        Ok(Self {
-            handle: client.create_from_slice(f32::as_bytes(data)),
-            shape: shape.to_vec(),
-            dtype: Dtype::F32,
-            read_only: false,
-        })
+        Ok(Self { handle: client.create_from_slice(f32::as_bytes(data)), shape: shape.to_vec(), dtype: Dtype::F32, read_only: false })
     }
 
     /// Copies `data` to the device stored as `dtype` (rounded to nearest even on the host).
@@ -150,12 +142,7 @@ impl DeviceTensor {
     /// Allocates an uninitialised tensor.
     pub fn empty_f32(client: &Client, shape: &[usize]) -> Self {
         let numel: usize = shape.iter().product();
-        Self {
-            handle: client.empty(numel * std::mem::size_of::<f32>()),
-            shape: shape.to_vec(),
-            dtype: Dtype::F32,
-            read_only: false,
-        }
+        Self { handle: client.empty(numel * std::mem::size_of::<f32>()), shape: shape.to_vec(), dtype: Dtype::F32, read_only: false }
     }
 
     /// Marks the tensor read-only: the caller promises that no kernel writes it from now on

@@ -29,10 +29,7 @@ pub struct Message {
 impl Message {
     /// A message with any role.
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        Message {
-            role: role.into(),
-            content: content.into(),
-        }
+        Message { role: role.into(), content: content.into() }
     }
     /// A `system` message.
     pub fn system(content: impl Into<String>) -> Self {
@@ -89,66 +86,41 @@ fn make_env() -> Environment<'static> {
     env.set_trim_blocks(true);
     env.set_lstrip_blocks(true);
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-    env.add_function(
-        "raise_exception",
-        |msg: String| -> std::result::Result<String, minijinja::Error> {
-            Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg))
-        },
-    );
+    env.add_function("raise_exception", |msg: String| -> std::result::Result<String, minijinja::Error> {
+        Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg))
+    });
     env
 }
 
 /// A token string from a `tokenizer_config.json` entry: a plain string or `{"content": ...}`.
 fn hf_token_str(v: Option<&serde_json::Value>) -> String {
-    v.and_then(|v| v.as_str().or_else(|| v.get("content").and_then(|c| c.as_str())))
-        .unwrap_or_default()
-        .to_string()
+    v.and_then(|v| v.as_str().or_else(|| v.get("content").and_then(|c| c.as_str()))).unwrap_or_default().to_string()
 }
 
 impl ChatTemplate {
     /// A template from its source; the source is parsed now so syntax errors surface early.
-    pub fn new(
-        source: impl Into<String>,
-        origin: impl Into<String>,
-        bos_token: impl Into<String>,
-        eos_token: impl Into<String>,
-    ) -> Result<Self> {
+    pub fn new(source: impl Into<String>, origin: impl Into<String>, bos_token: impl Into<String>, eos_token: impl Into<String>) -> Result<Self> {
         let source = source.into();
         let origin = origin.into();
         let env = make_env();
         {
             let check = make_env();
-            check
-                .template_from_str(&source)
-                .map_err(|e| template_err(&origin, &e))?;
+            check.template_from_str(&source).map_err(|e| template_err(&origin, &e))?;
         }
-        Ok(ChatTemplate {
-            source,
-            origin,
-            bos_token: bos_token.into(),
-            eos_token: eos_token.into(),
-            env,
-        })
+        Ok(ChatTemplate { source, origin, bos_token: bos_token.into(), eos_token: eos_token.into(), env })
     }
 
     /// The template stored under `tokenizer.chat_template`, if any. `bos_token`/`eos_token`
     /// are the GGUF tokens at `tokenizer.ggml.bos_token_id` / `eos_token_id`.
     pub fn from_gguf(gguf: &GgufFile) -> Result<Option<Self>> {
         let Some(v) = gguf.get(K_TEMPLATE) else { return Ok(None) };
-        let source = v
-            .as_str()
-            .ok_or_else(|| Error::key(&gguf.path, K_TEMPLATE, "not a string"))?;
+        let source = v.as_str().ok_or_else(|| Error::key(&gguf.path, K_TEMPLATE, "not a string"))?;
         let token = |key: &str| -> Result<String> {
             let Some(id) = gguf.get(key).and_then(|v| v.as_u64()) else {
                 return Ok(String::new());
             };
             let tokens = gguf.array("tokenizer.ggml.tokens")?;
-            Ok(usize::try_from(id)
-                .ok()
-                .and_then(|i| tokens.get(i))
-                .and_then(|t| t.as_str())
-                .unwrap_or_default()
-                .to_string())
+            Ok(usize::try_from(id).ok().and_then(|i| tokens.get(i)).and_then(|t| t.as_str()).unwrap_or_default().to_string())
         };
         let bos = token("tokenizer.ggml.bos_token_id")?;
         let eos = token("tokenizer.ggml.eos_token_id")?;
@@ -177,18 +149,15 @@ impl ChatTemplate {
                 for item in list {
                     let name = item.get("name").and_then(|n| n.as_str()).unwrap_or_default();
                     if name == "default" {
-                        let t = item.get("template").and_then(|t| t.as_str()).ok_or_else(|| {
-                            Error::key(&tc_path, "chat_template", "entry \"default\" has no string `template`")
-                        })?;
+                        let t = item
+                            .get("template")
+                            .and_then(|t| t.as_str())
+                            .ok_or_else(|| Error::key(&tc_path, "chat_template", "entry \"default\" has no string `template`"))?;
                         return Self::new(t, format!("{origin}[default]"), bos, eos).map(Some);
                     }
                     names.push(name.to_string());
                 }
-                return Err(Error::key(
-                    &tc_path,
-                    "chat_template",
-                    format!("no entry named \"default\" (have {names:?})"),
-                ));
+                return Err(Error::key(&tc_path, "chat_template", format!("no entry named \"default\" (have {names:?})")));
             }
             Some(serde_json::Value::Null) | None => {}
             Some(_) => return Err(Error::key(&tc_path, "chat_template", "neither a string nor a list")),
@@ -202,12 +171,9 @@ impl ChatTemplate {
         let json = dir.join("chat_template.json");
         match std::fs::read_to_string(&json) {
             Ok(s) => {
-                let v: serde_json::Value =
-                    serde_json::from_str(&s).map_err(|e| Error::format(&json, format!("invalid JSON: {e}")))?;
-                let t = v
-                    .get("chat_template")
-                    .and_then(|t| t.as_str())
-                    .ok_or_else(|| Error::key(&json, "chat_template", "missing or not a string"))?;
+                let v: serde_json::Value = serde_json::from_str(&s).map_err(|e| Error::format(&json, format!("invalid JSON: {e}")))?;
+                let t =
+                    v.get("chat_template").and_then(|t| t.as_str()).ok_or_else(|| Error::key(&json, "chat_template", "missing or not a string"))?;
                 Self::new(t, json.display().to_string(), bos, eos).map(Some)
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -224,9 +190,7 @@ impl ChatTemplate {
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
         };
-        self.env
-            .render_str(&self.source, ctx)
-            .map_err(|e| template_err(&self.origin, &e))
+        self.env.render_str(&self.source, ctx).map_err(|e| template_err(&self.origin, &e))
     }
 
     /// The template source.

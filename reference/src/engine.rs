@@ -91,7 +91,11 @@ impl GenStats {
     /// Decode speed after the first token.
     pub fn decode_tps(&self) -> f64 {
         let n = self.generated.saturating_sub(1);
-        if n == 0 || self.decode.is_zero() { 0.0 } else { n as f64 / self.decode.as_secs_f64() }
+        if n == 0 || self.decode.is_zero() {
+            0.0
+        } else {
+            n as f64 / self.decode.as_secs_f64()
+        }
     }
 }
 

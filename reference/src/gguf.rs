@@ -295,10 +295,7 @@ impl GgufFile {
         self.req(key)?.as_array().ok_or_else(|| self.key_err(key, "not an array"))
     }
     pub fn str_array(&self, key: &str) -> Result<Vec<&str>> {
-        self.array(key)?
-            .iter()
-            .map(|v| v.as_str().ok_or_else(|| self.key_err(key, "array element is not a string")))
-            .collect()
+        self.array(key)?.iter().map(|v| v.as_str().ok_or_else(|| self.key_err(key, "array element is not a string"))).collect()
     }
 
     pub fn tensor_info(&self, name: &str) -> Option<&TensorInfo> {
@@ -331,11 +328,7 @@ impl GgufFile {
         let info = self.tensor_info(name).ok_or_else(|| Error::tensor(&self.path, name, "missing"))?;
         if let Some(w) = want {
             if info.shape != w {
-                return Err(Error::tensor(
-                    &self.path,
-                    name,
-                    format!("shape {:?}, expected {:?}", info.shape, w),
-                ));
+                return Err(Error::tensor(&self.path, name, format!("shape {:?}, expected {:?}", info.shape, w)));
             }
         }
         let out = crate::dequant::dequantize_par(info.ty, self.tensor_bytes(info));
@@ -403,9 +396,9 @@ fn parse(buf: &[u8], path: &Path) -> Result<Parsed> {
             return Err(Error::tensor(path, &name, format!("rows of {} elements are not a whole number of {ty_name} blocks", ne[0])));
         }
         let numel = ne.iter().try_fold(1u64, |a, &d| a.checked_mul(d));
-        let bytes = numel.and_then(|n| (n / block_elems as u64).checked_mul(block_bytes as u64)).ok_or_else(|| {
-            Error::tensor(path, &name, format!("dims {ne:?} are not a whole number of {ty_name} blocks"))
-        })?;
+        let bytes = numel
+            .and_then(|n| (n / block_elems as u64).checked_mul(block_bytes as u64))
+            .ok_or_else(|| Error::tensor(path, &name, format!("dims {ne:?} are not a whole number of {ty_name} blocks")))?;
         let start = data_start.checked_add(offset);
         let end = start.and_then(|s| s.checked_add(bytes));
         match (start, end) {

@@ -11,21 +11,21 @@ pub mod fetch;
 pub mod gguf;
 
 pub use error::{Error, Result};
+pub mod chat;
 pub mod config;
+pub mod engine;
+pub mod gpt_oss;
 pub mod kv_blocks;
 pub mod kv_cache;
 pub mod loader;
 pub mod model;
 pub mod ops;
 pub mod quant;
+pub mod runner;
 pub mod sampling;
 pub mod synthetic;
-pub mod engine;
-pub mod runner;
-pub mod weights;
 pub mod tokenizer;
-pub mod chat;
-pub mod gpt_oss;
+pub mod weights;
 
 pub use config::{Config, RopeLayout};
 pub use model::{Model, Trace};

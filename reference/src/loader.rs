@@ -79,10 +79,8 @@ impl SafetensorsDir {
     /// Map every `*.safetensors` file in `dir` and index their tensors (headers validated).
     pub fn open(dir: &Path) -> Result<Self> {
         let rd = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
-        let mut files: Vec<PathBuf> = rd
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
-            .collect();
+        let mut files: Vec<PathBuf> =
+            rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "safetensors")).collect();
         files.sort();
         if files.is_empty() {
             return Err(Error::format(dir, "no *.safetensors files in the directory"));
@@ -204,9 +202,7 @@ pub fn write_hf_dir(dir: &Path, cfg: &Config, weights: &Weights) -> Result<()> {
     let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = bufs
         .iter()
         .map(|(n, s, b)| {
-            safetensors::tensor::TensorView::new(Dtype::F32, s.clone(), b)
-                .map(|v| (n.clone(), v))
-                .map_err(|e| Error::tensor(dir, n, e.to_string()))
+            safetensors::tensor::TensorView::new(Dtype::F32, s.clone(), b).map(|v| (n.clone(), v)).map_err(|e| Error::tensor(dir, n, e.to_string()))
         })
         .collect::<Result<_>>()?;
     let out = dir.join("model.safetensors");

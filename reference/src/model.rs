@@ -52,11 +52,7 @@ impl Model {
             return Err(Error::Input("no tokens to run".into()));
         }
         if pos0 + ids.len() > cfg.max_ctx {
-            return Err(Error::Input(format!(
-                "{} tokens at position {pos0} exceed the context length {}",
-                ids.len(),
-                cfg.max_ctx
-            )));
+            return Err(Error::Input(format!("{} tokens at position {pos0} exceed the context length {}", ids.len(), cfg.max_ctx)));
         }
         let mut x = embedding(self.weights.tok_embd.view(), ids)?;
         for (l, w) in self.weights.layers.iter().enumerate() {

@@ -44,7 +44,16 @@ pub struct SamplingParams {
 
 impl Default for SamplingParams {
     fn default() -> Self {
-        SamplingParams { temperature: 0.0, top_k: 0, top_p: 1.0, min_p: 0.0, seed: 0, repetition_penalty: 1.0, presence_penalty: 0.0, frequency_penalty: 0.0 }
+        SamplingParams {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            seed: 0,
+            repetition_penalty: 1.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+        }
     }
 }
 
@@ -114,12 +123,8 @@ impl Sampler {
 /// Candidates `(id, probability)` after all filters, sorted by probability (descending),
 /// renormalized to sum to 1.
 pub fn filtered_probs(logits: &[f32], p: &SamplingParams) -> Vec<(u32, f32)> {
-    let mut c: Vec<(u32, f32)> = logits
-        .iter()
-        .enumerate()
-        .filter(|(_, v)| !v.is_nan() && **v != f32::NEG_INFINITY)
-        .map(|(i, &v)| (i as u32, v / p.temperature))
-        .collect();
+    let mut c: Vec<(u32, f32)> =
+        logits.iter().enumerate().filter(|(_, v)| !v.is_nan() && **v != f32::NEG_INFINITY).map(|(i, &v)| (i as u32, v / p.temperature)).collect();
     if c.is_empty() {
         // Every logit is −∞ or NaN: nothing is preferable, fall back to the greedy choice.
         return vec![(argmax(logits), 1.0)];

@@ -12,8 +12,8 @@
 use rayon::prelude::*;
 
 use crate::config::{Config, RopeLayout};
-use crate::weights::{Tensor, TensorSource, Weights};
 use crate::error::Result;
+use crate::weights::{Tensor, TensorSource, Weights};
 
 /// lowbias32 by Chris Wellons: `x ^= x>>16; x *= 0x7feb352d; x ^= x>>15; x *= 0x846ca68b; x ^= x>>16`.
 pub fn hash(mut x: u32) -> u32 {
@@ -120,19 +120,55 @@ pub fn tiny_configs() -> Vec<(&'static str, Config)> {
 pub fn real_config(name: &str) -> Option<Config> {
     let c = match name {
         "smollm2-135m" => Config {
-            n_layers: 30, n_heads: 9, n_kv_heads: 3, head_dim: 64, hidden: 576, ffn: 1536, vocab: 49152,
-            rope_theta: 100_000.0, rope_layout: RopeLayout::HalfSplit, rms_eps: 1e-5, max_ctx: 8192,
-            sliding_window: None, tied_embeddings: true, bos_id: Some(1), eos_id: Some(2),
+            n_layers: 30,
+            n_heads: 9,
+            n_kv_heads: 3,
+            head_dim: 64,
+            hidden: 576,
+            ffn: 1536,
+            vocab: 49152,
+            rope_theta: 100_000.0,
+            rope_layout: RopeLayout::HalfSplit,
+            rms_eps: 1e-5,
+            max_ctx: 8192,
+            sliding_window: None,
+            tied_embeddings: true,
+            bos_id: Some(1),
+            eos_id: Some(2),
         },
         "tinyllama-1.1b" => Config {
-            n_layers: 22, n_heads: 32, n_kv_heads: 4, head_dim: 64, hidden: 2048, ffn: 5632, vocab: 32000,
-            rope_theta: 10_000.0, rope_layout: RopeLayout::HalfSplit, rms_eps: 1e-5, max_ctx: 2048,
-            sliding_window: None, tied_embeddings: false, bos_id: Some(1), eos_id: Some(2),
+            n_layers: 22,
+            n_heads: 32,
+            n_kv_heads: 4,
+            head_dim: 64,
+            hidden: 2048,
+            ffn: 5632,
+            vocab: 32000,
+            rope_theta: 10_000.0,
+            rope_layout: RopeLayout::HalfSplit,
+            rms_eps: 1e-5,
+            max_ctx: 2048,
+            sliding_window: None,
+            tied_embeddings: false,
+            bos_id: Some(1),
+            eos_id: Some(2),
         },
         "mistral-7b" => Config {
-            n_layers: 32, n_heads: 32, n_kv_heads: 8, head_dim: 128, hidden: 4096, ffn: 14336, vocab: 32000,
-            rope_theta: 10_000.0, rope_layout: RopeLayout::HalfSplit, rms_eps: 1e-5, max_ctx: 32768,
-            sliding_window: Some(4096), tied_embeddings: false, bos_id: Some(1), eos_id: Some(2),
+            n_layers: 32,
+            n_heads: 32,
+            n_kv_heads: 8,
+            head_dim: 128,
+            hidden: 4096,
+            ffn: 14336,
+            vocab: 32000,
+            rope_theta: 10_000.0,
+            rope_layout: RopeLayout::HalfSplit,
+            rms_eps: 1e-5,
+            max_ctx: 32768,
+            sliding_window: Some(4096),
+            tied_embeddings: false,
+            bos_id: Some(1),
+            eos_id: Some(2),
         },
         _ => return None,
     };

@@ -64,12 +64,10 @@ const EOG_NAMES: &[&str] = &[
 /// GPT-2 / Llama-3 style split pattern used by Llama-3 BPE vocabularies (`llama-bpe`).
 const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 /// Qwen2 split pattern (like Llama-3 but single digits).
-const QWEN2_REGEX: &str =
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const QWEN2_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// `tokenizer.ggml.pre` values accepted by [`Tokenizer::from_gguf`], for error messages.
-const SUPPORTED_PRE: &str =
-    "gpt2, default, smollm, starcoder, refact, command-r, codeshell, llama-bpe, llama3, qwen2, stablelm2";
+const SUPPORTED_PRE: &str = "gpt2, default, smollm, starcoder, refact, command-r, codeshell, llama-bpe, llama3, qwen2, stablelm2";
 
 /// A loaded tokenizer plus the special-token facts the engine needs.
 pub struct Tokenizer {
@@ -104,16 +102,10 @@ fn tok_err(path: &Path, e: impl std::fmt::Display) -> Error {
 /// Optional integer key that must be a valid token id when present.
 fn opt_token_id(gguf: &GgufFile, key: &str, n_tokens: usize) -> Result<Option<u32>> {
     let Some(v) = gguf.get(key) else { return Ok(None) };
-    let id = v
-        .as_u64()
-        .ok_or_else(|| Error::key(&gguf.path, key, "not a non-negative integer"))?;
+    let id = v.as_u64().ok_or_else(|| Error::key(&gguf.path, key, "not a non-negative integer"))?;
     match u32::try_from(id) {
         Ok(id) if (id as usize) < n_tokens => Ok(Some(id)),
-        _ => Err(Error::key(
-            &gguf.path,
-            key,
-            format!("token id {id} is out of range (vocab size {n_tokens})"),
-        )),
+        _ => Err(Error::key(&gguf.path, key, format!("token id {id} is out of range (vocab size {n_tokens})"))),
     }
 }
 
@@ -125,12 +117,8 @@ fn opt_token_id(gguf: &GgufFile, key: &str, n_tokens: usize) -> Result<Option<u3
 fn pre_tokenizer_for(pre: &str, path: &Path) -> Result<PreTokenizerWrapper> {
     let byte_level_regex = ByteLevel::new(false, true, true);
     let split = |re: &str| -> Result<PreTokenizerWrapper> {
-        let s = Split::new(
-            SplitPattern::Regex(re.to_string()),
-            SplitDelimiterBehavior::Isolated,
-            false,
-        )
-        .map_err(|e| tok_err(path, format!("{K_PRE} = {pre:?}: bad split regex: {e}")))?;
+        let s = Split::new(SplitPattern::Regex(re.to_string()), SplitDelimiterBehavior::Isolated, false)
+            .map_err(|e| tok_err(path, format!("{K_PRE} = {pre:?}: bad split regex: {e}")))?;
         Ok(Sequence::new(vec![s.into(), ByteLevel::new(false, true, false).into()]).into())
     };
     match pre {
@@ -142,10 +130,9 @@ fn pre_tokenizer_for(pre: &str, path: &Path) -> Result<PreTokenizerWrapper> {
         }
         "llama-bpe" | "llama3" | "llama-v3" => split(LLAMA3_REGEX),
         "qwen2" | "stablelm2" => split(QWEN2_REGEX),
-        other => Err(Error::Tokenizer(format!(
-            "{}: {K_PRE} = {other:?} is not a supported pre-tokenizer (supported: {SUPPORTED_PRE})",
-            path.display()
-        ))),
+        other => {
+            Err(Error::Tokenizer(format!("{}: {K_PRE} = {other:?} is not a supported pre-tokenizer (supported: {SUPPORTED_PRE})", path.display())))
+        }
     }
 }
 
@@ -155,10 +142,7 @@ impl Tokenizer {
         let path = gguf.path.as_path();
         let model = gguf.str(K_MODEL)?;
         if model != "gpt2" {
-            return Err(Error::Tokenizer(format!(
-                "{}: {K_MODEL} = {model:?} is not supported (only \"gpt2\", byte-level BPE)",
-                path.display()
-            )));
+            return Err(Error::Tokenizer(format!("{}: {K_MODEL} = {model:?} is not supported (only \"gpt2\", byte-level BPE)", path.display())));
         }
         let pre = match gguf.get(K_PRE) {
             None => "default",
@@ -179,18 +163,11 @@ impl Tokenizer {
             Some(v) => {
                 let arr = v.as_array().ok_or_else(|| Error::key(path, K_TYPES, "not an array"))?;
                 if arr.len() != n {
-                    return Err(Error::key(
-                        path,
-                        K_TYPES,
-                        format!("has {} entries but {K_TOKENS} has {n}", arr.len()),
-                    ));
+                    return Err(Error::key(path, K_TYPES, format!("has {} entries but {K_TOKENS} has {n}", arr.len())));
                 }
                 arr.iter()
                     .enumerate()
-                    .map(|(i, t)| {
-                        t.as_i64()
-                            .ok_or_else(|| Error::key(path, K_TYPES, format!("entry {i} is not an integer")))
-                    })
+                    .map(|(i, t)| t.as_i64().ok_or_else(|| Error::key(path, K_TYPES, format!("entry {i} is not an integer"))))
                     .collect::<Result<_>>()?
             }
         };
@@ -198,37 +175,23 @@ impl Tokenizer {
         let mut vocab = Vocab::default();
         for (i, t) in tokens.iter().enumerate() {
             if let Some(prev) = vocab.insert((*t).to_string(), i as u32) {
-                return Err(Error::key(
-                    path,
-                    K_TOKENS,
-                    format!("entry {i} {t:?} duplicates entry {prev}"),
-                ));
+                return Err(Error::key(path, K_TOKENS, format!("entry {i} {t:?} duplicates entry {prev}")));
             }
         }
         let merges_raw = gguf.str_array(K_MERGES)?;
         let mut merges = Vec::with_capacity(merges_raw.len());
         for (i, m) in merges_raw.iter().enumerate() {
-            let pair = m
-                .split_once(' ')
-                .filter(|(a, b)| !a.is_empty() && !b.is_empty() && !b.contains(' '));
+            let pair = m.split_once(' ').filter(|(a, b)| !a.is_empty() && !b.is_empty() && !b.contains(' '));
             let Some((a, b)) = pair else {
                 return Err(Error::key(path, K_MERGES, format!("entry {i} {m:?} is not 'a b'")));
             };
             for part in [a, b] {
                 if !vocab.contains_key(part) {
-                    return Err(Error::key(
-                        path,
-                        K_MERGES,
-                        format!("entry {i} {m:?}: {part:?} is not in {K_TOKENS}"),
-                    ));
+                    return Err(Error::key(path, K_MERGES, format!("entry {i} {m:?}: {part:?} is not in {K_TOKENS}")));
                 }
             }
             if !vocab.contains_key(&format!("{a}{b}")) {
-                return Err(Error::key(
-                    path,
-                    K_MERGES,
-                    format!("entry {i} {m:?}: merged token is not in {K_TOKENS}"),
-                ));
+                return Err(Error::key(path, K_MERGES, format!("entry {i} {m:?}: merged token is not in {K_TOKENS}")));
             }
             merges.push((a.to_string(), b.to_string()));
         }
@@ -274,15 +237,7 @@ impl Tokenizer {
                 eog.insert(i as u32);
             }
         }
-        Ok(Tokenizer {
-            inner,
-            source: path.to_path_buf(),
-            bos,
-            eos,
-            add_bos,
-            eog,
-            vocab_size: n,
-        })
+        Ok(Tokenizer { inner, source: path.to_path_buf(), bos, eos, add_bos, eog, vocab_size: n })
     }
 
     /// Load an HF `tokenizer.json`. BOS/EOS and `add_bos_token` come from a sibling
@@ -291,10 +246,7 @@ impl Tokenizer {
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         if !path.exists() {
-            return Err(Error::io(
-                path,
-                std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
-            ));
+            return Err(Error::io(path, std::io::Error::new(std::io::ErrorKind::NotFound, "no such file")));
         }
         let inner = tokenizers::Tokenizer::from_file(path).map_err(|e| tok_err(path, e))?;
         let dir = path.parent().unwrap_or(Path::new("."));
@@ -302,12 +254,7 @@ impl Tokenizer {
         let cfg = read_json_opt(&dir.join("config.json"))?;
 
         let added = inner.get_added_tokens_decoder();
-        let special_id = |name: &str| -> Option<u32> {
-            added
-                .iter()
-                .find(|(_, t)| t.special && t.content == name)
-                .map(|(id, _)| *id)
-        };
+        let special_id = |name: &str| -> Option<u32> { added.iter().find(|(_, t)| t.special && t.content == name).map(|(id, _)| *id) };
         let by_name = |key: &str| -> Option<u32> {
             let v = tc.as_ref()?.get(key)?;
             let name = v.as_str().or_else(|| v.get("content").and_then(|c| c.as_str()))?;
@@ -315,13 +262,8 @@ impl Tokenizer {
         };
         let cfg_ids = |key: &str| -> Vec<u32> {
             match cfg.as_ref().and_then(|c| c.get(key)) {
-                Some(serde_json::Value::Number(n)) => {
-                    n.as_u64().and_then(|v| u32::try_from(v).ok()).into_iter().collect()
-                }
-                Some(serde_json::Value::Array(a)) => a
-                    .iter()
-                    .filter_map(|v| v.as_u64().and_then(|v| u32::try_from(v).ok()))
-                    .collect(),
+                Some(serde_json::Value::Number(n)) => n.as_u64().and_then(|v| u32::try_from(v).ok()).into_iter().collect(),
+                Some(serde_json::Value::Array(a)) => a.iter().filter_map(|v| v.as_u64().and_then(|v| u32::try_from(v).ok())).collect(),
                 _ => Vec::new(),
             }
         };
@@ -329,20 +271,11 @@ impl Tokenizer {
         let cfg_eos = cfg_ids("eos_token_id");
         let eos = by_name("eos_token").or_else(|| cfg_eos.first().copied());
 
-        let vocab_size = inner
-            .get_vocab(true)
-            .values()
-            .map(|&id| id as usize + 1)
-            .max()
-            .unwrap_or(0);
+        let vocab_size = inner.get_vocab(true).values().map(|&id| id as usize + 1).max().unwrap_or(0);
         let mut eog: BTreeSet<u32> = eos.into_iter().chain(cfg_eos).collect();
         eog.extend(EOG_NAMES.iter().filter_map(|n| special_id(n)));
 
-        let add_bos = match tc
-            .as_ref()
-            .and_then(|c| c.get("add_bos_token"))
-            .and_then(|v| v.as_bool())
-        {
+        let add_bos = match tc.as_ref().and_then(|c| c.get("add_bos_token")).and_then(|v| v.as_bool()) {
             Some(b) => b,
             None => match bos {
                 Some(b) => {
@@ -352,24 +285,13 @@ impl Tokenizer {
                 None => false,
             },
         };
-        Ok(Tokenizer {
-            inner,
-            source: path.to_path_buf(),
-            bos,
-            eos,
-            add_bos,
-            eog,
-            vocab_size,
-        })
+        Ok(Tokenizer { inner, source: path.to_path_buf(), bos, eos, add_bos, eog, vocab_size })
     }
 
     /// Token ids of `text`; with `add_bos`, the BOS id is prepended (if the model has one).
     /// Special tokens written in the text (e.g. `<|im_start|>`) become their single ids.
     pub fn encode(&self, text: &str, add_bos: bool) -> Result<Vec<u32>> {
-        let enc = self
-            .inner
-            .encode_fast(text, false)
-            .map_err(|e| tok_err(&self.source, e))?;
+        let enc = self.inner.encode_fast(text, false).map_err(|e| tok_err(&self.source, e))?;
         let mut ids = Vec::with_capacity(enc.len() + 1);
         if add_bos {
             ids.extend(self.bos);
@@ -389,10 +311,7 @@ impl Tokenizer {
     /// Error unless `id` names a token.
     fn check_id(&self, id: u32) -> Result<()> {
         if (id as usize) >= self.vocab_size || self.inner.id_to_token(id).is_none() {
-            return Err(Error::Input(format!(
-                "token id {id} is out of range (vocab size {})",
-                self.vocab_size
-            )));
+            return Err(Error::Input(format!("token id {id} is out of range (vocab size {})", self.vocab_size)));
         }
         Ok(())
     }
@@ -454,9 +373,7 @@ impl Tokenizer {
 /// Parse a JSON file if it exists.
 fn read_json_opt(path: &Path) -> Result<Option<serde_json::Value>> {
     match std::fs::read_to_string(path) {
-        Ok(s) => serde_json::from_str(&s)
-            .map(Some)
-            .map_err(|e| Error::format(path, format!("invalid JSON: {e}"))),
+        Ok(s) => serde_json::from_str(&s).map(Some).map_err(|e| Error::format(path, format!("invalid JSON: {e}"))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(Error::io(path, e)),
     }
@@ -478,12 +395,7 @@ pub struct TokenStream<'a> {
 impl<'a> TokenStream<'a> {
     /// An empty stream over `tok`.
     pub fn new(tok: &'a Tokenizer) -> Self {
-        TokenStream {
-            tok,
-            ids: Vec::new(),
-            prefix: 0,
-            read: 0,
-        }
+        TokenStream { tok, ids: Vec::new(), prefix: 0, read: 0 }
     }
 
     /// Add one id; returns the newly completed text, if any.

@@ -146,7 +146,10 @@ fn vec1(data: Vec<f32>) -> Array1<f32> {
 impl Weights {
     /// Load every tensor of `cfg` from `src` (one loop over blocks, same for every format).
     pub fn load(src: &mut dyn TensorSource, cfg: &Config) -> Result<Self> {
-        let mut m = |t: Tensor| -> Result<Array2<f32>> { let d = src.load(t, cfg)?; mat(t, cfg, d) };
+        let mut m = |t: Tensor| -> Result<Array2<f32>> {
+            let d = src.load(t, cfg)?;
+            mat(t, cfg, d)
+        };
         let tok_embd = m(Tensor::TokEmbd)?;
         let lm_head = if cfg.tied_embeddings { None } else { Some(m(Tensor::LmHead)?) };
         let mut layers = Vec::with_capacity(cfg.n_layers);
@@ -207,9 +210,7 @@ impl TensorSource for InMemory<'_> {
     fn load(&mut self, t: Tensor, cfg: &Config) -> Result<Vec<f32>> {
         let w = self.0;
         let owned = |a: &[f32]| a.to_vec();
-        let l = |i: usize| -> Result<&LayerWeights> {
-            w.layers.get(i).ok_or_else(|| Error::Input(format!("layer {i} does not exist")))
-        };
+        let l = |i: usize| -> Result<&LayerWeights> { w.layers.get(i).ok_or_else(|| Error::Input(format!("layer {i} does not exist"))) };
         let s = |a: Option<&[f32]>| a.map(owned).ok_or_else(|| Error::Input(format!("{t:?} is not contiguous")));
         let v = match t {
             Tensor::TokEmbd => s(w.tok_embd.as_slice())?,

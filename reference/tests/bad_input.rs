@@ -124,11 +124,7 @@ type TensorRec = (String, Vec<usize>, GgmlType, Vec<f32>);
 fn rebuild(src: &Path, dst: &Path, edit: impl FnOnce(&mut Vec<(String, Value)>, &mut Vec<TensorRec>)) {
     let g = GgufFile::open(src).unwrap();
     let mut kv: Vec<(String, Value)> = g.metadata.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    let mut ts: Vec<TensorRec> = g
-        .tensors
-        .iter()
-        .map(|t| (t.name.clone(), t.shape.clone(), t.ty, g.tensor_f32(&t.name, None).unwrap().1))
-        .collect();
+    let mut ts: Vec<TensorRec> = g.tensors.iter().map(|t| (t.name.clone(), t.shape.clone(), t.ty, g.tensor_f32(&t.name, None).unwrap().1)).collect();
     edit(&mut kv, &mut ts);
     let mut w = GgufWriter::new();
     kv.iter().for_each(|(k, v)| {
@@ -229,7 +225,14 @@ fn truncated_real_gguf() {
     check_cuts(
         "real",
         &bytes[..data_start + 100_000],
-        &[(20, "header"), (2000, "metadata"), (table / 2, "metadata"), (table - 3, "metadata"), ((table + data_start) / 2, "table"), (data_start + 100_000, "data")],
+        &[
+            (20, "header"),
+            (2000, "metadata"),
+            (table / 2, "metadata"),
+            (table - 3, "metadata"),
+            ((table + data_start) / 2, "table"),
+            (data_start + 100_000, "data"),
+        ],
     );
 }
 

@@ -7,7 +7,6 @@ use reference::chat::{ChatTemplate, Message};
 use reference::gguf::GgufFile;
 use reference::tokenizer::Tokenizer;
 
-
 fn model() -> GgufFile {
     let path = reference::fetch::default_model(&mut |m| eprintln!("{m}")).unwrap();
     GgufFile::open(path).unwrap()
@@ -16,21 +15,12 @@ fn model() -> GgufFile {
 #[test]
 fn gguf_template_matches_oracle_prompt_and_ids() {
     let gguf = model();
-    let tmpl = ChatTemplate::from_gguf(&gguf)
-        .unwrap()
-        .expect("SmolLM2 GGUF has a chat template");
-    let text = tmpl
-        .render(&[Message::user("What is the capital of France?")], true)
-        .unwrap();
+    let tmpl = ChatTemplate::from_gguf(&gguf).unwrap().expect("SmolLM2 GGUF has a chat template");
+    let text = tmpl.render(&[Message::user("What is the capital of France?")], true).unwrap();
     let path = oracle_dir().join("chat.json");
     let oracle: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     assert_eq!(text, oracle["text"].as_str().unwrap());
-    let want: Vec<u32> = oracle["ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_u64().unwrap() as u32)
-        .collect();
+    let want: Vec<u32> = oracle["ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
     let tok = Tokenizer::from_gguf(&gguf).unwrap();
     assert_eq!(tok.encode(&text, false).unwrap(), want);
 }
@@ -38,16 +28,9 @@ fn gguf_template_matches_oracle_prompt_and_ids() {
 #[test]
 fn system_message_replaces_default_and_no_generation_prompt() {
     let tmpl = ChatTemplate::from_gguf(&model()).unwrap().unwrap();
-    let msgs = [
-        Message::system("Be terse."),
-        Message::user("Hi"),
-        Message::assistant("Hello."),
-    ];
+    let msgs = [Message::system("Be terse."), Message::user("Hi"), Message::assistant("Hello.")];
     let text = tmpl.render(&msgs, false).unwrap();
-    assert_eq!(
-        text,
-        "<|im_start|>system\nBe terse.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello.<|im_end|>\n"
-    );
+    assert_eq!(text, "<|im_start|>system\nBe terse.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello.<|im_end|>\n");
 }
 
 #[test]

@@ -47,7 +47,8 @@ fn cases(model: &str) -> Vec<Case> {
         .unwrap()
         .iter()
         .map(|c| {
-            let rows: Vec<Vec<f32>> = c["logits"].as_array().unwrap().iter().map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()).collect();
+            let rows: Vec<Vec<f32>> =
+                c["logits"].as_array().unwrap().iter().map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()).collect();
             let (t, v) = (rows.len(), rows[0].len());
             Case { prompt: ids(&c["prompt"]), greedy: ids(&c["greedy"]), logits: Array2::from_shape_vec((t, v), rows.concat()).unwrap() }
         })

@@ -38,7 +38,15 @@ fn yarn_frequencies_match_the_formula() {
     let w = inv_freq(64, 150_000.0, c.yarn.as_ref());
     assert_eq!(w.len(), 32);
     // ω_i = r_i/(32 f_i) + (1 − r_i)/f_i, f_i = 150000^(2i/64), values from Python (f64).
-    for (i, want) in [(0, 1.0), (8, 0.050813274815461475), (9, 0.03170569618466377), (12, 0.006794959489732219), (17, 0.0001293187012450632), (18, 3.8308812373753384e-05), (31, 3.0235114281192144e-07)] {
+    for (i, want) in [
+        (0, 1.0),
+        (8, 0.050813274815461475),
+        (9, 0.03170569618466377),
+        (12, 0.006794959489732219),
+        (17, 0.0001293187012450632),
+        (18, 3.8308812373753384e-05),
+        (31, 3.0235114281192144e-07),
+    ] {
         assert!(close(w[i], want, 1e-12), "ω_{i} = {} != {want}", w[i]);
     }
     // Below low: pure extrapolation (plain RoPE); above high: pure interpolation (÷ 32).
@@ -299,7 +307,10 @@ fn config_errors_name_the_key() {
     assert!(e.contains("`layer_types`") && e.contains("chunked"), "{e}");
     let e = with("num_key_value_heads", 7.into());
     assert!(e.contains("`num_key_value_heads`"), "{e}");
-    let e = with("rope_scaling", serde_json::json!({"rope_type": "yarn", "beta_fast": 1.0, "beta_slow": 1.0, "factor": 32.0, "original_max_position_embeddings": 4096}));
+    let e = with(
+        "rope_scaling",
+        serde_json::json!({"rope_type": "yarn", "beta_fast": 1.0, "beta_slow": 1.0, "factor": 32.0, "original_max_position_embeddings": 4096}),
+    );
     assert!(e.contains("`rope_scaling.beta_fast`"), "{e}");
     let e = with("rope_scaling", serde_json::json!({"rope_type": "yarn", "original_max_position_embeddings": 4096}));
     assert!(e.contains("`rope_scaling.factor`") && e.contains("missing"), "{e}");

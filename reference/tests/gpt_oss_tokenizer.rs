@@ -14,8 +14,9 @@ fn tok() -> &'static GptOssTokenizer {
 
 const DEFAULT_PROMPT: &str = "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\nKnowledge cutoff: 2024-06\n\nReasoning: medium\n\n# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|><|start|>user<|message|>What is 2 + 2?<|end|><|start|>assistant";
 const DEFAULT_IDS: [u32; 64] = [
-    200006, 17360, 200008, 3575, 553, 17554, 162016, 11, 261, 4410, 6439, 2359, 22203, 656, 7788, 17527, 558, 87447, 100594, 25, 220, 1323, 19, 12, 3218, 279, 30377, 289, 25, 14093, 279, 2, 13888, 18403, 25, 8450, 11, 49159, 11, 1721, 13, 21030, 2804, 413, 7360, 395, 1753, 3176, 13, 200007, 200006, 1428, 200008, 4827, 382, 220, 17, 659, 220,
-    17, 30, 200007, 200006, 173781,
+    200006, 17360, 200008, 3575, 553, 17554, 162016, 11, 261, 4410, 6439, 2359, 22203, 656, 7788, 17527, 558, 87447, 100594, 25, 220, 1323, 19, 12,
+    3218, 279, 30377, 289, 25, 14093, 279, 2, 13888, 18403, 25, 8450, 11, 49159, 11, 1721, 13, 21030, 2804, 413, 7360, 395, 1753, 3176, 13, 200007,
+    200006, 1428, 200008, 4827, 382, 220, 17, 659, 220, 17, 30, 200007, 200006, 173781,
 ];
 
 #[test]
@@ -71,12 +72,19 @@ fn system_and_developer_overrides_render_exactly() {
         "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\nKnowledge cutoff: 2024-06\nCurrent date: 2025-06-28\n\nReasoning: high\n\n# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|><|start|>developer<|message|># Instructions\n\nAlways respond in riddles<|end|><|start|>user<|message|>Hi<|end|><|start|>assistant<|channel|>final<|message|>Hello!<|end|><|start|>user<|message|>Again<|end|><|start|>assistant"
     );
     let want: [u32; 93] = [
-        200006, 17360, 200008, 3575, 553, 17554, 162016, 11, 261, 4410, 6439, 2359, 22203, 656, 7788, 17527, 558, 87447, 100594, 25, 220, 1323, 19, 12, 3218, 198, 6576, 3521, 25, 220, 1323, 20, 12, 3218, 12, 2029, 279, 30377, 289, 25, 1932, 279, 2, 13888, 18403, 25, 8450, 11, 49159, 11, 1721, 13, 21030, 2804, 413, 7360, 395, 1753, 3176,
-        13, 200007, 200006, 77944, 200008, 2, 68406, 279, 48258, 9570, 306, 151829, 1032, 200007, 200006, 1428, 200008, 12194, 200007, 200006, 173781, 200005, 17196, 200008, 13225, 0, 200007, 200006, 1428, 200008, 46687, 200007, 200006, 173781,
+        200006, 17360, 200008, 3575, 553, 17554, 162016, 11, 261, 4410, 6439, 2359, 22203, 656, 7788, 17527, 558, 87447, 100594, 25, 220, 1323, 19,
+        12, 3218, 198, 6576, 3521, 25, 220, 1323, 20, 12, 3218, 12, 2029, 279, 30377, 289, 25, 1932, 279, 2, 13888, 18403, 25, 8450, 11, 49159, 11,
+        1721, 13, 21030, 2804, 413, 7360, 395, 1753, 3176, 13, 200007, 200006, 77944, 200008, 2, 68406, 279, 48258, 9570, 306, 151829, 1032, 200007,
+        200006, 1428, 200008, 12194, 200007, 200006, 173781, 200005, 17196, 200008, 13225, 0, 200007, 200006, 1428, 200008, 46687, 200007, 200006,
+        173781,
     ];
     assert_eq!(tok().encode(&p).unwrap(), want);
     // A `system` chat message is developer instructions, as in HF's gpt-oss template.
-    let q = render_prompt(&sys, &[Message::system("Always respond in riddles"), Message::user("Hi"), Message::assistant("Hello!"), Message::user("Again")]).unwrap();
+    let q = render_prompt(
+        &sys,
+        &[Message::system("Always respond in riddles"), Message::user("Hi"), Message::assistant("Hello!"), Message::user("Again")],
+    )
+    .unwrap();
     assert_eq!(q, p);
     assert_eq!(render_developer("x"), "<|start|>developer<|message|># Instructions\n\nx<|end|>");
     assert!(render_prompt(&sys, &[Message::new("tool", "{}")]).unwrap_err().to_string().contains("`tool`"));
@@ -84,12 +92,19 @@ fn system_and_developer_overrides_render_exactly() {
 
 #[test]
 fn identity_cutoff_and_low_reasoning_render_exactly() {
-    let sys = SystemContent { identity: "You are a test.".into(), knowledge_cutoff: "2025-01".into(), reasoning: Reasoning::Low, ..SystemContent::default() };
+    let sys = SystemContent {
+        identity: "You are a test.".into(),
+        knowledge_cutoff: "2025-01".into(),
+        reasoning: Reasoning::Low,
+        ..SystemContent::default()
+    };
     let p = render_prompt(&sys, &[Message::user("x")]).unwrap();
     assert_eq!(p, "<|start|>system<|message|>You are a test.\nKnowledge cutoff: 2025-01\n\nReasoning: low\n\n# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|><|start|>user<|message|>x<|end|><|start|>assistant");
     assert!(p.starts_with(&render_system(&sys)));
     let want = [
-        200006u32, 17360, 200008, 3575, 553, 261, 1746, 558, 87447, 100594, 25, 220, 1323, 20, 12, 2290, 279, 30377, 289, 25, 4465, 279, 2, 13888, 18403, 25, 8450, 11, 49159, 11, 1721, 13, 21030, 2804, 413, 7360, 395, 1753, 3176, 13, 200007, 200006, 1428, 200008, 87, 200007, 200006, 173781,
+        200006u32, 17360, 200008, 3575, 553, 261, 1746, 558, 87447, 100594, 25, 220, 1323, 20, 12, 2290, 279, 30377, 289, 25, 4465, 279, 2, 13888,
+        18403, 25, 8450, 11, 49159, 11, 1721, 13, 21030, 2804, 413, 7360, 395, 1753, 3176, 13, 200007, 200006, 1428, 200008, 87, 200007, 200006,
+        173781,
     ];
     assert_eq!(tok().encode(&p).unwrap(), want);
 }
@@ -97,7 +112,10 @@ fn identity_cutoff_and_low_reasoning_render_exactly() {
 #[test]
 fn output_parser_splits_channels() {
     // <|channel|>analysis<|message|>User asks 2+2. Answer 4.<|end|><|start|>assistant<|channel|>final<|message|>2 + 2 = 4.<|return|>
-    let ids = [200005u32, 35644, 200008, 1844, 31064, 220, 17, 10, 17, 13, 30985, 220, 19, 13, 200007, 200006, 173781, 200005, 17196, 200008, 17, 659, 220, 17, 314, 220, 19, 13, 200002];
+    let ids = [
+        200005u32, 35644, 200008, 1844, 31064, 220, 17, 10, 17, 13, 30985, 220, 19, 13, 200007, 200006, 173781, 200005, 17196, 200008, 17, 659, 220,
+        17, 314, 220, 19, 13, 200002,
+    ];
     let out = parse_output(tok(), &ids).unwrap();
     assert_eq!(out.stop, Some(tk::RETURN));
     assert_eq!(out.messages.len(), 2);
@@ -145,8 +163,10 @@ fn a_tokenizer_json_beside_the_model_is_used() {
     let specials = [("<|start|>", 200_006u64), ("<|end|>", 200_007), ("<|message|>", 200_008), ("<|return|>", 200_002)];
     // The tokenizers crate keeps an added token's id only when the model's vocabulary has it
     // (a real file's 199,998 ranks make the specials' ids contiguous instead).
-    let vocab: serde_json::Map<String, serde_json::Value> =
-        (0..=255u8).map(|b| (bytes_to_unicode(b).to_string(), (b as u64).into())).chain(specials.iter().map(|(c, id)| (c.to_string(), (*id).into()))).collect();
+    let vocab: serde_json::Map<String, serde_json::Value> = (0..=255u8)
+        .map(|b| (bytes_to_unicode(b).to_string(), (b as u64).into()))
+        .chain(specials.iter().map(|(c, id)| (c.to_string(), (*id).into())))
+        .collect();
     let added: Vec<serde_json::Value> = specials
         .iter()
         .map(|(c, id)| serde_json::json!({"id": id, "content": c, "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}))

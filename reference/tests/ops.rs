@@ -13,8 +13,15 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use reference::loader::permute_for_adjacent;
 use reference::ops::{
-    attention::{attention, attention_sinks}, embedding::embedding, matmul::linear, residual::residual_add, rmsnorm::rmsnorm, rope::freq, rope::rope,
-    softmax::softmax, swiglu::swiglu,
+    attention::{attention, attention_sinks},
+    embedding::embedding,
+    matmul::linear,
+    residual::residual_add,
+    rmsnorm::rmsnorm,
+    rope::freq,
+    rope::rope,
+    softmax::softmax,
+    swiglu::swiglu,
 };
 use reference::RopeLayout;
 
@@ -262,7 +269,14 @@ fn check_linear(t: usize, n_in: usize, n_out: usize, w_t: bool, seed: u64) -> Re
 /// adds S·u more relative to `Σ p_j |v_j|`. Allowed (ε = 2u, so a factor 2 of slack):
 /// `ε·(2(D + 2)a + R + 2S + 8)·Σ_j p_j|v_jd|` with `R = max_j |z_j − m|` over visible keys.
 /// With `sinks`, σ_h joins the max and the denominator (`+ e^(σ_h − m)`) and nothing else.
-fn naive_attention(q: &Array3<f32>, k: &Array3<f32>, v: &Array3<f32>, pos0: usize, window: Option<usize>, sinks: Option<&[f32]>) -> (Array3<f64>, Array3<f64>) {
+fn naive_attention(
+    q: &Array3<f32>,
+    k: &Array3<f32>,
+    v: &Array3<f32>,
+    pos0: usize,
+    window: Option<usize>,
+    sinks: Option<&[f32]>,
+) -> (Array3<f64>, Array3<f64>) {
     let (t_len, h_len, d) = q.dim();
     let (s_len, hkv, _) = k.dim();
     let group = h_len / hkv;
@@ -311,7 +325,16 @@ fn naive_attention(q: &Array3<f32>, k: &Array3<f32>, v: &Array3<f32>, pos0: usiz
 }
 
 #[allow(clippy::too_many_arguments)]
-fn check_attention(t: usize, hkv: usize, g: usize, d: usize, pos0: usize, window: Option<usize>, sinks: bool, seed: u64) -> Result<(), TestCaseError> {
+fn check_attention(
+    t: usize,
+    hkv: usize,
+    g: usize,
+    d: usize,
+    pos0: usize,
+    window: Option<usize>,
+    sinks: bool,
+    seed: u64,
+) -> Result<(), TestCaseError> {
     let h = hkv * g;
     let s = pos0 + t;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);

@@ -8,7 +8,6 @@ use common::oracle_dir;
 use reference::{loader, Model};
 use serde_json::Value;
 
-
 fn load_case(name: &str) -> Value {
     let p = oracle_dir().join(format!("{name}.json"));
     let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("oracle fixture {} unreadable ({e}); set TANDEM_ORACLE_DIR", p.display()));

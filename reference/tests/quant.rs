@@ -119,14 +119,23 @@ fn mxfp4_quantize_known_block() {
 fn matrix(in_mult: usize, max_k: usize) -> impl Strategy<Value = (usize, usize, Vec<f32>)> {
     (1usize..5, 1..=max_k).prop_flat_map(move |(out, k)| {
         let in_dim = in_mult * k;
-        let row = (prop::sample::select(vec![0.0f32, 1e-44, 1e-40, 1e-37, 1e-20, 1e-3, 1.0, 1e3, 1e20, 1e36]), prop::collection::vec((-1.0f32..1.0, -9i32..2), in_dim))
+        let row = (
+            prop::sample::select(vec![0.0f32, 1e-44, 1e-40, 1e-37, 1e-20, 1e-3, 1.0, 1e3, 1e20, 1e36]),
+            prop::collection::vec((-1.0f32..1.0, -9i32..2), in_dim),
+        )
             .prop_map(|(scale, v)| v.into_iter().map(|(u, e)| u * scale * 10f32.powi(e)).collect::<Vec<f32>>());
         (Just(out), Just(in_dim), prop::collection::vec(row, out).prop_map(|rows| rows.concat()))
     })
 }
 
 fn granularity() -> impl Strategy<Value = (usize, Granularity)> {
-    prop::sample::select(vec![(7usize, Granularity::PerChannel), (1, Granularity::Group(1)), (3, Granularity::Group(3)), (8, Granularity::Group(8)), (32, Granularity::Group(32))])
+    prop::sample::select(vec![
+        (7usize, Granularity::PerChannel),
+        (1, Granularity::Group(1)),
+        (3, Granularity::Group(3)),
+        (8, Granularity::Group(8)),
+        (32, Granularity::Group(32)),
+    ])
 }
 
 proptest! {
@@ -237,7 +246,8 @@ fn bad_shapes_and_values_name_the_problem() {
 
 #[test]
 fn scheme_names_round_trip() {
-    for (s, want) in [("int8", Scheme::Int8(Granularity::PerChannel)), ("int8-g128", Scheme::Int8(Granularity::Group(128))), ("mxfp4", Scheme::Mxfp4)] {
+    for (s, want) in [("int8", Scheme::Int8(Granularity::PerChannel)), ("int8-g128", Scheme::Int8(Granularity::Group(128))), ("mxfp4", Scheme::Mxfp4)]
+    {
         let got: Scheme = s.parse().unwrap();
         assert_eq!(got, want);
         assert_eq!(got.to_string(), s);

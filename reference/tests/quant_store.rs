@@ -12,7 +12,7 @@ use reference::gguf::GgufFile;
 use reference::loader::{self, permute_for_adjacent, permute_for_half_split, SafetensorsDir};
 use reference::quant::drift::{kl_logits, prompt_drift, summarize};
 use reference::quant::store::{read_quant_config, write_quantized_hf_dir};
-use reference::quant::{is_linear, quantize_tensor, quantizes, quantized_weights, Granularity, QuantizeOnLoad, Scheme};
+use reference::quant::{is_linear, quantize_tensor, quantized_weights, quantizes, Granularity, QuantizeOnLoad, Scheme};
 use reference::synthetic::{self, Synthetic};
 use reference::weights::{Naming, Tensor, TensorSource, Weights};
 use reference::{Config, Error, Model};
@@ -45,7 +45,10 @@ fn quantized_dir_loads_to_the_in_memory_quantized_weights() {
             let r = write_quantized_hf_dir(&dir, &cfg, &mut Synthetic { seed: 3 }, scheme);
             if name == "tiny-odd-head" && scheme != Scheme::Int8(Granularity::PerChannel) {
                 // C = 60: neither a multiple of 16 nor of 32.
-                let m = match r { Err(Error::Input(m)) => m, other => panic!("{other:?}") };
+                let m = match r {
+                    Err(Error::Input(m)) => m,
+                    other => panic!("{other:?}"),
+                };
                 assert!(m.contains("model.layers.0.self_attn.q_proj.weight") && m.contains("[60, 60]"), "{m}");
                 continue;
             }
@@ -119,8 +122,7 @@ fn rewrite(dir: &Path, edit: impl FnOnce(&mut TensorMap)) {
     let p = dir.join("model.safetensors");
     let bytes = std::fs::read(&p).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
-    let mut m: TensorMap =
-        st.tensors().into_iter().map(|(n, v)| (n, (v.dtype(), v.shape().to_vec(), v.data().to_vec()))).collect();
+    let mut m: TensorMap = st.tensors().into_iter().map(|(n, v)| (n, (v.dtype(), v.shape().to_vec(), v.data().to_vec()))).collect();
     edit(&mut m);
     let views: Vec<(String, safetensors::tensor::TensorView<'_>)> =
         m.iter().map(|(n, (d, s, b))| (n.clone(), safetensors::tensor::TensorView::new(*d, s.clone(), b).unwrap())).collect();
@@ -145,14 +147,76 @@ fn broken_quantized_dirs_name_file_key_and_shape() {
     };
     let int8 = Scheme::Int8(Granularity::PerChannel);
     let cases: Vec<Case> = vec![
-        ("no-scale", int8, Box::new(|m| { m.remove(&format!("{q}_scale")); }), vec![format!("{q}_scale"), "missing".into(), "[64]".into()]),
-        ("scale-dtype", int8, Box::new(|m| { let e = m.get_mut(&format!("{q}_scale")).unwrap(); e.0 = Dtype::I32; }), vec![format!("{q}_scale"), "I32".into(), "F32".into()]),
-        ("scale-shape", int8, Box::new(|m| { let e = m.get_mut(&format!("{q}_scale")).unwrap(); e.1 = vec![32, 2]; }), vec!["model.safetensors".into(), format!("{q}_scale"), "[32, 2]".into(), "[64]".into()]),
-        ("q-dtype", int8, Box::new(|m| { let e = m.get_mut(&q).unwrap(); e.0 = Dtype::U8; }), vec![q.clone(), "U8".into(), "I8".into()]),
-        ("bad-scale", int8, Box::new(|m| { let e = m.get_mut(&format!("{q}_scale")).unwrap(); e.2[..4].copy_from_slice(&f32::NAN.to_le_bytes()); }), vec![format!("{q}_scale"), "NaN".into()]),
-        ("no-blocks", Scheme::Mxfp4, Box::new(|m| { m.remove(&format!("{q}_blocks")); }), vec![format!("{q}_blocks"), "missing".into(), "[64, 2, 16]".into()]),
-        ("blocks-shape", Scheme::Mxfp4, Box::new(|m| { let e = m.get_mut(&format!("{q}_blocks")).unwrap(); e.1 = vec![64, 32]; }), vec![format!("{q}_blocks"), "[64, 32]".into(), "[64, 2, 16]".into()]),
-        ("nan-scale", Scheme::Mxfp4, Box::new(|m| { let e = m.get_mut(&format!("{q}_scales")).unwrap(); e.2[3] = 255; }), vec![format!("{q}_blocks"), "255".into(), "[1, 1]".into()]),
+        (
+            "no-scale",
+            int8,
+            Box::new(|m| {
+                m.remove(&format!("{q}_scale"));
+            }),
+            vec![format!("{q}_scale"), "missing".into(), "[64]".into()],
+        ),
+        (
+            "scale-dtype",
+            int8,
+            Box::new(|m| {
+                let e = m.get_mut(&format!("{q}_scale")).unwrap();
+                e.0 = Dtype::I32;
+            }),
+            vec![format!("{q}_scale"), "I32".into(), "F32".into()],
+        ),
+        (
+            "scale-shape",
+            int8,
+            Box::new(|m| {
+                let e = m.get_mut(&format!("{q}_scale")).unwrap();
+                e.1 = vec![32, 2];
+            }),
+            vec!["model.safetensors".into(), format!("{q}_scale"), "[32, 2]".into(), "[64]".into()],
+        ),
+        (
+            "q-dtype",
+            int8,
+            Box::new(|m| {
+                let e = m.get_mut(&q).unwrap();
+                e.0 = Dtype::U8;
+            }),
+            vec![q.clone(), "U8".into(), "I8".into()],
+        ),
+        (
+            "bad-scale",
+            int8,
+            Box::new(|m| {
+                let e = m.get_mut(&format!("{q}_scale")).unwrap();
+                e.2[..4].copy_from_slice(&f32::NAN.to_le_bytes());
+            }),
+            vec![format!("{q}_scale"), "NaN".into()],
+        ),
+        (
+            "no-blocks",
+            Scheme::Mxfp4,
+            Box::new(|m| {
+                m.remove(&format!("{q}_blocks"));
+            }),
+            vec![format!("{q}_blocks"), "missing".into(), "[64, 2, 16]".into()],
+        ),
+        (
+            "blocks-shape",
+            Scheme::Mxfp4,
+            Box::new(|m| {
+                let e = m.get_mut(&format!("{q}_blocks")).unwrap();
+                e.1 = vec![64, 32];
+            }),
+            vec![format!("{q}_blocks"), "[64, 32]".into(), "[64, 2, 16]".into()],
+        ),
+        (
+            "nan-scale",
+            Scheme::Mxfp4,
+            Box::new(|m| {
+                let e = m.get_mut(&format!("{q}_scales")).unwrap();
+                e.2[3] = 255;
+            }),
+            vec![format!("{q}_blocks"), "255".into(), "[1, 1]".into()],
+        ),
     ];
     for (tag, scheme, edit, words) in cases {
         let d = fresh(tag, scheme);
@@ -224,7 +288,10 @@ fn drift_of_a_tiny_model() {
         (&q.layers[0].w_up - &w.layers[0].w_up).mapv(|x| x * x).sum()
     };
     assert!(sq(Scheme::Int8(Granularity::Group(32))) < sq(Scheme::Int8(Granularity::PerChannel)));
-    let m = match prompt_drift(&full, &full, &[1, 500], 4) { Err(Error::Input(m)) => m, other => panic!("{other:?}") };
+    let m = match prompt_drift(&full, &full, &[1, 500], 4) {
+        Err(Error::Input(m)) => m,
+        other => panic!("{other:?}"),
+    };
     assert!(m.contains("500"), "{m}");
     let long = vec![1u32; cfg.max_ctx];
     assert!(matches!(prompt_drift(&full, &full, &long, 1), Err(Error::Input(_))));

@@ -267,7 +267,14 @@ fn gguf_tensor_data_every_type() {
         assert_eq!(&s, shape);
         let bound = type_bound(*ty, x);
         for i in 0..x.len() {
-            assert!(y[i].is_finite() && (y[i] - x[i]).abs() <= bound[i], "{name}[{i}]: {} stored as {} read {} (bound {})", x[i], ty.name(), y[i], bound[i]);
+            assert!(
+                y[i].is_finite() && (y[i] - x[i]).abs() <= bound[i],
+                "{name}[{i}]: {} stored as {} read {} (bound {})",
+                x[i],
+                ty.name(),
+                y[i],
+                bound[i]
+            );
         }
         let err = g.tensor_f32(name, Some(&[1, 2, 3])).unwrap_err().to_string();
         assert!(err.contains(name.as_str()) && err.contains("expected [1, 2, 3]"), "{err}");

@@ -210,11 +210,13 @@ fn rounding_gap_never_picks_a_zero_probability_token() {
     let (logits, total) = found.expect("no logits with a rounding gap ≥ 1e-6 among 200 tries");
     // `Sampler` draws one f32 from ChaCha8Rng::seed_from_u64(seed) per token: find a seed whose
     // draw lands in the gap [total, 1).
-    let seed = (0..40_000_000u64)
-        .find(|&s| ChaCha8Rng::seed_from_u64(s).random::<f32>() >= total)
-        .expect("no seed lands in the gap");
+    let seed = (0..40_000_000u64).find(|&s| ChaCha8Rng::seed_from_u64(s).random::<f32>() >= total).expect("no seed lands in the gap");
     let t = Sampler::new(SamplingParams { seed, ..params(1.0) }).unwrap().sample(&logits);
-    assert!(logits[t as usize].is_finite(), "seed {seed}: sampled token {t} whose logit is {} (probability 0; f32 total {total})", logits[t as usize]);
+    assert!(
+        logits[t as usize].is_finite(),
+        "seed {seed}: sampled token {t} whose logit is {} (probability 0; f32 total {total})",
+        logits[t as usize]
+    );
 }
 
 #[test]

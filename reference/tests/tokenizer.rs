@@ -9,7 +9,6 @@ use common::oracle_dir;
 use reference::gguf::{GgufFile, GgufWriter, Value};
 use reference::tokenizer::Tokenizer;
 
-
 fn model_tokenizer() -> Tokenizer {
     let path = reference::fetch::default_model(&mut |m| eprintln!("{m}")).unwrap();
     let gguf = GgufFile::open(path).unwrap();
@@ -27,13 +26,7 @@ fn cases() -> Vec<Case> {
     let path = oracle_dir().join("tokenizer_cases.json");
     let s = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let v: serde_json::Value = serde_json::from_str(&s).unwrap();
-    let ids = |c: &serde_json::Value, k: &str| -> Vec<u32> {
-        c[k].as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_u64().unwrap() as u32)
-            .collect()
-    };
+    let ids = |c: &serde_json::Value, k: &str| -> Vec<u32> { c[k].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect() };
     v.as_array()
         .unwrap()
         .iter()
@@ -76,12 +69,7 @@ fn encode_matches_oracle_ids() {
             bad.push(c.name.clone());
         }
     }
-    assert!(
-        bad.is_empty(),
-        "encode mismatches in {} of {} cases: {bad:?}",
-        bad.len(),
-        cases.len()
-    );
+    assert!(bad.is_empty(), "encode mismatches in {} of {} cases: {bad:?}", bad.len(), cases.len());
 }
 
 #[test]
@@ -141,18 +129,9 @@ fn tiny_gguf(dir: &std::path::Path, name: &str, drop: &str, merges: Vec<&str>) -
     let kvs = vec![
         ("tokenizer.ggml.model", s("gpt2")),
         ("tokenizer.ggml.pre", s("smollm")),
-        (
-            "tokenizer.ggml.tokens",
-            Value::Array(tokens.iter().map(|t| s(t)).collect()),
-        ),
-        (
-            "tokenizer.ggml.token_type",
-            Value::Array(vec![3, 1, 1, 1, 1, 1].into_iter().map(Value::I32).collect()),
-        ),
-        (
-            "tokenizer.ggml.merges",
-            Value::Array(merges.iter().map(|m| s(m)).collect()),
-        ),
+        ("tokenizer.ggml.tokens", Value::Array(tokens.iter().map(|t| s(t)).collect())),
+        ("tokenizer.ggml.token_type", Value::Array(vec![3, 1, 1, 1, 1, 1].into_iter().map(Value::I32).collect())),
+        ("tokenizer.ggml.merges", Value::Array(merges.iter().map(|m| s(m)).collect())),
         ("tokenizer.ggml.eos_token_id", Value::U32(0)),
     ];
     for (k, v) in kvs {
@@ -185,9 +164,7 @@ fn tiny_gguf_tokenizer_works() {
 fn missing_tokens_key_is_named() {
     let d = tmpdir();
     let p = tiny_gguf(&d, "no_tokens.gguf", "tokenizer.ggml.tokens", vec!["a b"]);
-    let err = Tokenizer::from_gguf(&GgufFile::open(&p).unwrap())
-        .unwrap_err()
-        .to_string();
+    let err = Tokenizer::from_gguf(&GgufFile::open(&p).unwrap()).unwrap_err().to_string();
     assert!(err.contains("tokenizer.ggml.tokens"), "{err}");
 }
 
@@ -195,21 +172,11 @@ fn missing_tokens_key_is_named() {
 fn malformed_merge_is_named() {
     let d = tmpdir();
     let p = tiny_gguf(&d, "bad_merge.gguf", "", vec!["a b", "Ġab"]);
-    let err = Tokenizer::from_gguf(&GgufFile::open(&p).unwrap())
-        .unwrap_err()
-        .to_string();
-    assert!(
-        err.contains("tokenizer.ggml.merges") && err.contains("entry 1"),
-        "{err}"
-    );
+    let err = Tokenizer::from_gguf(&GgufFile::open(&p).unwrap()).unwrap_err().to_string();
+    assert!(err.contains("tokenizer.ggml.merges") && err.contains("entry 1"), "{err}");
     let p = tiny_gguf(&d, "oov_merge.gguf", "", vec!["a x"]);
-    let err = Tokenizer::from_gguf(&GgufFile::open(&p).unwrap())
-        .unwrap_err()
-        .to_string();
-    assert!(
-        err.contains("tokenizer.ggml.merges") && err.contains("entry 0"),
-        "{err}"
-    );
+    let err = Tokenizer::from_gguf(&GgufFile::open(&p).unwrap()).unwrap_err().to_string();
+    assert!(err.contains("tokenizer.ggml.merges") && err.contains("entry 0"), "{err}");
 }
 
 #[test]
@@ -223,13 +190,8 @@ fn unknown_pre_tokenizer_is_named() {
         .kv("tokenizer.ggml.merges", Value::Array(vec![]));
     let p = d.join("bad_pre.gguf");
     w.write(&p).unwrap();
-    let err = Tokenizer::from_gguf(&GgufFile::open(&p).unwrap())
-        .unwrap_err()
-        .to_string();
-    assert!(
-        err.contains("tokenizer.ggml.pre") && err.contains("no-such-pre"),
-        "{err}"
-    );
+    let err = Tokenizer::from_gguf(&GgufFile::open(&p).unwrap()).unwrap_err().to_string();
+    assert!(err.contains("tokenizer.ggml.pre") && err.contains("no-such-pre"), "{err}");
 }
 
 #[test]
@@ -241,10 +203,7 @@ fn hf_tokenizer_json_roundtrip() {
     let cfg = serde_json::json!({"bos_token": "<|im_start|>", "eos_token": {"content": "<|im_end|>"}, "add_bos_token": false});
     std::fs::write(d.join("tokenizer_config.json"), cfg.to_string()).unwrap();
     let h = Tokenizer::from_file(d.join("tokenizer.json")).unwrap();
-    assert_eq!(
-        (h.bos_id(), h.eos_id(), h.add_bos_default(), h.vocab_size()),
-        (Some(1), Some(2), false, 49152)
-    );
+    assert_eq!((h.bos_id(), h.eos_id(), h.add_bos_default(), h.vocab_size()), (Some(1), Some(2), false, 49152));
     assert!(h.is_eog(0) && h.is_eog(2));
     for c in cases() {
         assert_eq!(h.encode(&c.text, false).unwrap(), c.hf_ids, "{}", c.name);
@@ -262,26 +221,11 @@ fn hf_tokenizer_json_roundtrip() {
 fn every_supported_pre_tokenizer_builds() {
     let d = tmpdir();
     let s = |x: &str| Value::String(x.to_string());
-    for pre in [
-        "gpt2",
-        "default",
-        "smollm",
-        "starcoder",
-        "refact",
-        "command-r",
-        "codeshell",
-        "llama-bpe",
-        "llama3",
-        "qwen2",
-        "stablelm2",
-    ] {
+    for pre in ["gpt2", "default", "smollm", "starcoder", "refact", "command-r", "codeshell", "llama-bpe", "llama3", "qwen2", "stablelm2"] {
         let mut w = GgufWriter::new();
         w.kv("tokenizer.ggml.model", s("gpt2"))
             .kv("tokenizer.ggml.pre", s(pre))
-            .kv(
-                "tokenizer.ggml.tokens",
-                Value::Array(["a", "b", "ab", "1", "Ġ"].iter().map(|t| s(t)).collect()),
-            )
+            .kv("tokenizer.ggml.tokens", Value::Array(["a", "b", "ab", "1", "Ġ"].iter().map(|t| s(t)).collect()))
             .kv("tokenizer.ggml.merges", Value::Array(vec![s("a b")]));
         let p = d.join(format!("pre-{pre}.gguf"));
         w.write(&p).unwrap();

@@ -190,7 +190,9 @@ pub fn parse(endpoint: Endpoint, body: &[u8], front: &ModelFront, served: &str) 
         Endpoint::Chat => {
             let f: ChatFields = fields(&v)?;
             check(f.tools.as_ref().is_none_or(|t| t.is_empty()), "tools", || "are not supported".into())?;
-            check(f.response_format.as_ref().is_none_or(|r| r.kind == "text"), "response_format", || "only `{\"type\": \"text\"}` is supported".into())?;
+            check(f.response_format.as_ref().is_none_or(|r| r.kind == "text"), "response_format", || {
+                "only `{\"type\": \"text\"}` is supported".into()
+            })?;
             if let Some(n) = f.top_logprobs {
                 check(n <= MAX_LOGPROBS, "top_logprobs", || format!("must be in [0, {MAX_LOGPROBS}], got {n}"))?;
                 check(f.logprobs == Some(true), "top_logprobs", || "needs `logprobs: true`".into())?;
@@ -202,7 +204,10 @@ pub fn parse(endpoint: Endpoint, body: &[u8], front: &ModelFront, served: &str) 
     };
     let ctx = front.info.max_ctx;
     if ids.len() >= ctx {
-        return Err(ApiError::invalid(prompt_param, format!("this model's maximum context length is {ctx} tokens; the prompt has {} (at least one must be left to generate)", ids.len())));
+        return Err(ApiError::invalid(
+            prompt_param,
+            format!("this model's maximum context length is {ctx} tokens; the prompt has {} (at least one must be left to generate)", ids.len()),
+        ));
     }
     let params = sampling(&c)?;
     let max_tokens = match (c.max_completion_tokens, c.max_tokens) {
@@ -254,7 +259,9 @@ fn sampling(c: &Common) -> Result<SamplingParams, ApiError> {
     check(p.temperature.is_finite() && p.temperature >= 0.0, "temperature", || format!("must be a number >= 0, got {}", p.temperature))?;
     check(p.top_p > 0.0 && p.top_p <= 1.0, "top_p", || format!("must be in (0, 1], got {}", p.top_p))?;
     check((0.0..1.0).contains(&p.min_p), "min_p", || format!("must be in [0, 1), got {}", p.min_p))?;
-    check(p.repetition_penalty.is_finite() && p.repetition_penalty > 0.0, "repetition_penalty", || format!("must be a number > 0, got {}", p.repetition_penalty))?;
+    check(p.repetition_penalty.is_finite() && p.repetition_penalty > 0.0, "repetition_penalty", || {
+        format!("must be a number > 0, got {}", p.repetition_penalty)
+    })?;
     check((-2.0..=2.0).contains(&p.presence_penalty), "presence_penalty", || format!("must be in [-2, 2], got {}", p.presence_penalty))?;
     check((-2.0..=2.0).contains(&p.frequency_penalty), "frequency_penalty", || format!("must be in [-2, 2], got {}", p.frequency_penalty))?;
     let top_k = c.top_k.unwrap_or(0);
@@ -288,7 +295,9 @@ fn completion_prompt(p: Prompt, front: &ModelFront) -> Result<Vec<u32>, ApiError
 /// Prompt text → ids as `tandem generate` does: the tokenizer's BOS rule; an empty prompt is
 /// BOS alone.
 fn encode(text: &str, front: &ModelFront, param: &str) -> Result<Vec<u32>, ApiError> {
-    let tok = front.tokenizer.as_ref().ok_or_else(|| ApiError::invalid(param, format!("`{param}`: this model has no tokenizer; send token ids (an array of integers) to /v1/completions")))?;
+    let tok = front.tokenizer.as_ref().ok_or_else(|| {
+        ApiError::invalid(param, format!("`{param}`: this model has no tokenizer; send token ids (an array of integers) to /v1/completions"))
+    })?;
     let ids = tok.encode(text, tok.add_bos_default()).map_err(|e| ApiError::invalid(param, format!("`{param}`: {e}")))?;
     if !ids.is_empty() {
         return Ok(ids);
@@ -319,7 +328,8 @@ fn chat_prompt(msgs: &[ChatMessage], front: &ModelFront) -> Result<Vec<u32>, Api
         };
         out.push(Message::new(m.role.clone(), content));
     }
-    let tmpl = front.chat.as_ref().ok_or_else(|| ApiError::invalid("messages", "`messages`: this model has no chat template; use /v1/completions"))?;
+    let tmpl =
+        front.chat.as_ref().ok_or_else(|| ApiError::invalid("messages", "`messages`: this model has no chat template; use /v1/completions"))?;
     let text = tmpl.render(&out, true).map_err(|e| ApiError::invalid("messages", format!("`messages`: the chat template refused them: {e}")))?;
     encode(&text, front, "messages")
 }

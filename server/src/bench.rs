@@ -94,7 +94,14 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
 pub fn served_model(url: &str) -> Result<ServedModel, String> {
     let url = format!("{}/v1/models", url.trim_end_matches('/'));
     runtime()?.block_on(async {
-        let v: serde_json::Value = client()?.get(&url).send().await.map_err(|e| format!("--url: GET {url}: {e}"))?.json().await.map_err(|e| format!("--url: GET {url}: {e}"))?;
+        let v: serde_json::Value = client()?
+            .get(&url)
+            .send()
+            .await
+            .map_err(|e| format!("--url: GET {url}: {e}"))?
+            .json()
+            .await
+            .map_err(|e| format!("--url: GET {url}: {e}"))?;
         let m = v["data"].get(0).ok_or_else(|| format!("--url: GET {url}: no model in {v}"))?;
         let id = m["id"].as_str().ok_or_else(|| format!("--url: GET {url}: the model has no `id`"))?.to_string();
         let num = |k: &str| m[k].as_u64().map(|n| n as usize);

@@ -35,7 +35,14 @@ struct Detail<'a> {
 impl ApiError {
     /// 400 about `param` (the field's name as the client wrote it).
     pub fn invalid(param: impl Into<String>, message: impl Into<String>) -> Self {
-        ApiError { status: StatusCode::BAD_REQUEST, message: message.into(), kind: "invalid_request_error", param: Some(param.into()), code: None, retry_after: None }
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+            kind: "invalid_request_error",
+            param: Some(param.into()),
+            code: None,
+            retry_after: None,
+        }
     }
     /// 400 about the whole body (not JSON, not an object).
     pub fn body(message: impl Into<String>) -> Self {
@@ -69,11 +76,25 @@ impl ApiError {
     }
     /// 503: loading, draining, or the engine is gone.
     pub fn unavailable(message: impl Into<String>) -> Self {
-        ApiError { status: StatusCode::SERVICE_UNAVAILABLE, message: message.into(), kind: "service_unavailable", param: None, code: None, retry_after: Some(1) }
+        ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message: message.into(),
+            kind: "service_unavailable",
+            param: None,
+            code: None,
+            retry_after: Some(1),
+        }
     }
     /// 500: the engine failed while running the request.
     pub fn internal(message: impl Into<String>) -> Self {
-        ApiError { status: StatusCode::INTERNAL_SERVER_ERROR, message: message.into(), kind: "server_error", param: None, code: None, retry_after: None }
+        ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            message: message.into(),
+            kind: "server_error",
+            param: None,
+            code: None,
+            retry_after: None,
+        }
     }
     /// Any status with a message (body-extraction rejections: 413, 415, ...).
     pub fn with_status(status: StatusCode, message: impl Into<String>) -> Self {

@@ -125,15 +125,28 @@ impl Server {
         R: ModelRunner + 'static,
         F: FnOnce() -> Result<R, String> + Send + 'static,
     {
-        let listener = std::net::TcpListener::bind((cfg.host.as_str(), cfg.port)).map_err(|e| format!("--host {} --port {}: cannot listen: {e}", cfg.host, cfg.port))?;
+        let listener = std::net::TcpListener::bind((cfg.host.as_str(), cfg.port))
+            .map_err(|e| format!("--host {} --port {}: cannot listen: {e}", cfg.host, cfg.port))?;
         listener.set_nonblocking(true).map_err(|e| format!("listener: {e}"))?;
         let addr = listener.local_addr().map_err(|e| format!("listener: {e}"))?;
-        let rt = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("tandem-http").build().map_err(|e| format!("tokio runtime: {e}"))?;
+        let rt =
+            tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("tandem-http").build().map_err(|e| format!("tokio runtime: {e}"))?;
         let (tx, rx) = std::sync::mpsc::channel();
         let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        let shared = Arc::new(Shared { cfg, front, state: watch::Sender::new(State::Loading), metrics: Mutex::new(Metrics::default()), commands: tx, next_ticket: AtomicU64::new(0), created });
+        let shared = Arc::new(Shared {
+            cfg,
+            front,
+            state: watch::Sender::new(State::Loading),
+            metrics: Mutex::new(Metrics::default()),
+            commands: tx,
+            next_ticket: AtomicU64::new(0),
+            created,
+        });
         let for_engine = shared.clone();
-        let engine = std::thread::Builder::new().name("tandem-engine".into()).spawn(move || worker::run(factory, for_engine, rx)).map_err(|e| format!("engine thread: {e}"))?;
+        let engine = std::thread::Builder::new()
+            .name("tandem-engine".into())
+            .spawn(move || worker::run(factory, for_engine, rx))
+            .map_err(|e| format!("engine thread: {e}"))?;
         let (stop_tx, stop_rx) = oneshot::channel();
         let for_http = shared.clone();
         let thread = std::thread::Builder::new()
@@ -218,7 +231,13 @@ async fn termination() {
 
 /// Serve until stopped; then drain: stop accepting, wait for open requests (aborting them
 /// after the shutdown timeout), stop the engine thread.
-async fn serve(listener: std::net::TcpListener, s: Arc<Shared>, stop: oneshot::Receiver<()>, signals: bool, engine: JoinHandle<()>) -> Result<(), String> {
+async fn serve(
+    listener: std::net::TcpListener,
+    s: Arc<Shared>,
+    stop: oneshot::Receiver<()>,
+    signals: bool,
+    engine: JoinHandle<()>,
+) -> Result<(), String> {
     let listener = tokio::net::TcpListener::from_std(listener).map_err(|e| format!("listener: {e}"))?;
     let app = routes::router(s.clone());
     let timeout = s.cfg.shutdown_timeout;

@@ -25,7 +25,8 @@ pub enum Outcome {
     Unavailable,
 }
 
-const OUTCOMES: [Outcome; 7] = [Outcome::Stop, Outcome::Length, Outcome::Abort, Outcome::Error, Outcome::Invalid, Outcome::Rejected, Outcome::Unavailable];
+const OUTCOMES: [Outcome; 7] =
+    [Outcome::Stop, Outcome::Length, Outcome::Abort, Outcome::Error, Outcome::Invalid, Outcome::Rejected, Outcome::Unavailable];
 
 impl Outcome {
     fn name(self) -> &'static str {

@@ -102,7 +102,12 @@ fn logprobs_json(endpoint: Endpoint, front: &ModelFront, lps: &[TokenLogprob], o
                 Some(here)
             });
             let top = lps.iter().map(|l| l.top.iter().map(|&(id, lp)| (token_text(front, id), serde_json::json!(lp))).collect()).collect();
-            serde_json::to_value(CompletionLogprobs { text_offset: text_offset.collect(), token_logprobs: lps.iter().map(|l| l.logprob).collect(), top_logprobs: top, tokens })
+            serde_json::to_value(CompletionLogprobs {
+                text_offset: text_offset.collect(),
+                token_logprobs: lps.iter().map(|l| l.logprob).collect(),
+                top_logprobs: top,
+                tokens,
+            })
         }
         Endpoint::Chat => {
             let entry = |id: u32, logprob: f32| {
@@ -113,7 +118,12 @@ fn logprobs_json(endpoint: Endpoint, front: &ModelFront, lps: &[TokenLogprob], o
                 .iter()
                 .map(|l| {
                     let e = entry(l.id, l.logprob);
-                    ChatTokenLogprob { token: e.token, logprob: e.logprob, bytes: e.bytes, top_logprobs: l.top.iter().map(|&(id, lp)| entry(id, lp)).collect() }
+                    ChatTokenLogprob {
+                        token: e.token,
+                        logprob: e.logprob,
+                        bytes: e.bytes,
+                        top_logprobs: l.top.iter().map(|&(id, lp)| entry(id, lp)).collect(),
+                    }
                 })
                 .collect();
             serde_json::to_value(ChatLogprobs { content })
@@ -133,10 +143,16 @@ pub struct Piece<'a> {
 }
 
 fn choice(job: &Job, front: &ModelFront, p: &Piece, chunk: bool, first_chat_chunk: bool) -> serde_json::Value {
-    let logprobs = if job.request.logprobs.is_some() && !(chunk && p.logprobs.is_empty()) { logprobs_json(job.endpoint, front, p.logprobs, p.offset) } else { serde_json::Value::Null };
+    let logprobs = if job.request.logprobs.is_some() && !(chunk && p.logprobs.is_empty()) {
+        logprobs_json(job.endpoint, front, p.logprobs, p.offset)
+    } else {
+        serde_json::Value::Null
+    };
     let mut c = match (job.endpoint, chunk) {
         (Endpoint::Completions, _) => serde_json::json!({"index": 0, "text": p.text, "logprobs": logprobs, "finish_reason": p.finish}),
-        (Endpoint::Chat, false) => serde_json::json!({"index": 0, "message": {"role": "assistant", "content": p.text}, "logprobs": logprobs, "finish_reason": p.finish}),
+        (Endpoint::Chat, false) => {
+            serde_json::json!({"index": 0, "message": {"role": "assistant", "content": p.text}, "logprobs": logprobs, "finish_reason": p.finish})
+        }
         (Endpoint::Chat, true) => {
             let delta = match (first_chat_chunk, p.finish.is_some() && p.text.is_empty()) {
                 (true, _) => serde_json::json!({"role": "assistant", "content": p.text}),

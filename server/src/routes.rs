@@ -123,7 +123,12 @@ async fn generate(s: Arc<Shared>, endpoint: Endpoint, body: Result<Bytes, BytesR
 }
 
 /// Check the request and queue it; errors are refusals (nothing runs).
-async fn start(s: &Arc<Shared>, endpoint: Endpoint, body: Result<Bytes, BytesRejection>, arrival: Instant) -> Result<(Job, Ticket, UnboundedReceiver<Event>), ApiError> {
+async fn start(
+    s: &Arc<Shared>,
+    endpoint: Endpoint,
+    body: Result<Bytes, BytesRejection>,
+    arrival: Instant,
+) -> Result<(Job, Ticket, UnboundedReceiver<Event>), ApiError> {
     let state = s.state.borrow().clone();
     match state {
         State::Ready => {}
@@ -134,7 +139,9 @@ async fn start(s: &Arc<Shared>, endpoint: Endpoint, body: Result<Bytes, BytesRej
     let body = body.map_err(|e| ApiError::with_status(e.status(), format!("reading the request body: {}", e.body_text())))?;
     // Tokenizing and templating a long prompt is CPU work: off the async workers.
     let s2 = s.clone();
-    let job = tokio::task::spawn_blocking(move || api::parse(endpoint, &body, &s2.front, &s2.cfg.served_model_name)).await.map_err(|e| ApiError::internal(format!("parsing the request: {e}")))??;
+    let job = tokio::task::spawn_blocking(move || api::parse(endpoint, &body, &s2.front, &s2.cfg.served_model_name))
+        .await
+        .map_err(|e| ApiError::internal(format!("parsing the request: {e}")))??;
     let (tx, mut rx) = unbounded_channel();
     let id = s.next_ticket.fetch_add(1, Ordering::Relaxed);
     let cmd = Command::Add { ticket: id, request: Box::new(job.request.clone()), events: tx, arrival, prompt_param: job.prompt_param };

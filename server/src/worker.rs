@@ -76,7 +76,12 @@ where
             return;
         }
     };
-    eprintln!("tandem serve: model ready ({}, {} KV blocks) in {:.1} s", engine.runner().name(), engine.load().kv_blocks_total, t0.elapsed().as_secs_f64());
+    eprintln!(
+        "tandem serve: model ready ({}, {} KV blocks) in {:.1} s",
+        engine.runner().name(),
+        engine.load().kv_blocks_total,
+        t0.elapsed().as_secs_f64()
+    );
     let mut w = Worker { engine, shared, live: HashMap::new(), tickets: HashMap::new() };
     w.publish();
     w.shared.state.send_if_modified(|s| {

@@ -25,12 +25,24 @@ fn completions_equal_the_engine_streamed_or_not() {
     let url = format!("{}/v1/completions", base(&server));
     let p = prompt(11, 1);
     let sampled = json!({"temperature": 0.8, "top_k": 20, "top_p": 0.9, "min_p": 0.02, "seed": 7, "presence_penalty": 0.5, "frequency_penalty": 0.2, "repetition_penalty": 1.1});
-    let params = SamplingParams { temperature: 0.8, top_k: 20, top_p: 0.9, min_p: 0.02, seed: 7, presence_penalty: 0.5, frequency_penalty: 0.2, repetition_penalty: 1.1 };
+    let params = SamplingParams {
+        temperature: 0.8,
+        top_k: 20,
+        top_p: 0.9,
+        min_p: 0.02,
+        seed: 7,
+        presence_penalty: 0.5,
+        frequency_penalty: 0.2,
+        repetition_penalty: 1.1,
+    };
     let cases = [(json!({}), SamplingParams::default()), (sampled, params)];
     rt().block_on(async {
         let c = reqwest::Client::new();
         for (extra, params) in cases {
-            let want = engine_tokens(tiny_runner("tiny-gqa", 4096), Request { ignore_eos: true, seed: Some(params.seed), ..Request::new(p.clone()).with_max_tokens(12).with_params(params.clone()) });
+            let want = engine_tokens(
+                tiny_runner("tiny-gqa", 4096),
+                Request { ignore_eos: true, seed: Some(params.seed), ..Request::new(p.clone()).with_max_tokens(12).with_params(params.clone()) },
+            );
             assert_eq!(want.len(), 12);
             let (status, body) = post(&c, &url, &completion(&p, 12, extra.clone())).await;
             assert_eq!(status, 200, "{body}");
@@ -159,7 +171,10 @@ fn a_client_that_goes_away_has_its_request_aborted_and_its_blocks_freed() {
         assert!(metric(&m, "tandem_kv_blocks_used") > 0.0, "the stream holds blocks");
         drop(body);
         let t = Instant::now();
-        let m = wait_metrics(&c, &b, Duration::from_secs(5), "the dropped stream is aborted", |m| metric(m, "tandem_requests_total{outcome=\"abort\"}") == 1.0).await;
+        let m = wait_metrics(&c, &b, Duration::from_secs(5), "the dropped stream is aborted", |m| {
+            metric(m, "tandem_requests_total{outcome=\"abort\"}") == 1.0
+        })
+        .await;
         eprintln!("stream abort seen after {:?}", t.elapsed());
         assert_eq!(metric(&m, "tandem_kv_blocks_used"), 0.0);
         assert_eq!(metric(&m, "tandem_running_sequences"), 0.0);
@@ -170,7 +185,10 @@ fn a_client_that_goes_away_has_its_request_aborted_and_its_blocks_freed() {
         let quick = reqwest::Client::builder().timeout(Duration::from_millis(150)).build().expect("client");
         let r = quick.post(&url).json(&completion(&prompt(40, 2), 200, json!({}))).send().await;
         assert!(r.is_err_and(|e| e.is_timeout()), "the request outlives the client timeout");
-        let m = wait_metrics(&c, &b, Duration::from_secs(5), "the abandoned request is aborted", |m| metric(m, "tandem_requests_total{outcome=\"abort\"}") == 2.0).await;
+        let m = wait_metrics(&c, &b, Duration::from_secs(5), "the abandoned request is aborted", |m| {
+            metric(m, "tandem_requests_total{outcome=\"abort\"}") == 2.0
+        })
+        .await;
         assert_eq!(metric(&m, "tandem_kv_blocks_used"), 0.0);
         let g2 = metric(&m, "tandem_generation_tokens_total");
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -236,7 +254,12 @@ fn malformed() -> Vec<(&'static str, String, u16, Option<&'static str>)> {
         (ch, r#"{"messages": []}"#.into(), 400, Some("messages")),
         (ch, r#"{"messages": [{"content": "hi"}]}"#.into(), 400, Some("messages[0].role")),
         (ch, r#"{"messages": [{"role": "user", "content": 5}]}"#.into(), 400, Some("messages[0].content")),
-        (ch, r#"{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}"#.into(), 400, Some("messages[0].content[0].type")),
+        (
+            ch,
+            r#"{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}"#.into(),
+            400,
+            Some("messages[0].content[0].type"),
+        ),
         (ch, r#"{"messages": [{"role": "user", "content": [{"type": "text"}]}]}"#.into(), 400, Some("messages[0].content[0].text")),
         (ch, r#"{"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}"#.into(), 400, Some("top_logprobs")),
         (ch, r#"{"messages": [{"role": "user", "content": "hi"}], "logprobs": 3}"#.into(), 400, Some("logprobs")),
@@ -353,7 +376,8 @@ fn health_is_503_while_the_model_loads() {
         assert_eq!(st, 200);
     });
     // A factory that fails: the server reports it and ends with the error.
-    let failing = Server::start(config(2), tiny_front("tiny-mha"), || Err::<reference::runner::RefRunner, _>("no such device".to_string())).expect("server");
+    let failing =
+        Server::start(config(2), tiny_front("tiny-mha"), || Err::<reference::runner::RefRunner, _>("no such device".to_string())).expect("server");
     let err = failing.join().expect_err("the load failure ends the server");
     assert!(err.contains("no such device"), "{err}");
 }
@@ -479,7 +503,14 @@ fn the_load_generator_reports_every_request_at_each_concurrency() {
     let prompts = server::bench::random_prompts(12, 16, 97, 0);
     let mut rows = Vec::new();
     for c in [1, 4] {
-        let cfg = server::bench::BenchConfig { url: url.clone(), model: served.id.clone(), concurrency: c, rate: (c == 4).then_some(200.0), output_len: 8, seed: 1 };
+        let cfg = server::bench::BenchConfig {
+            url: url.clone(),
+            model: served.id.clone(),
+            concurrency: c,
+            rate: (c == 4).then_some(200.0),
+            output_len: 8,
+            seed: 1,
+        };
         let r = server::bench::run(&cfg, &prompts).expect("bench");
         assert_eq!((r.completed, r.errors, r.first_error.as_deref()), (12, 0, None));
         assert_eq!((r.input_tokens, r.output_tokens), (12 * 16, 12 * 8), "ignore_eos: every request generates output_len");

@@ -30,7 +30,8 @@ fn child_server() {
     let num = |i: usize| f[i].parse::<u64>().expect("number");
     let (delay, max_seqs, kv) = (Duration::from_millis(num(1)), num(2) as usize, num(3) as usize);
     let cfg = ServerConfig { port: 0, served_model_name: "tiny".into(), shutdown_timeout: Duration::from_secs(20), ..config(max_seqs) };
-    server::run(cfg, tiny_front(name), move || Ok(Flaky { inner: tiny_runner(name, kv), step_delay: delay, control: Arc::new(Control::default()) })).expect("the server exits cleanly");
+    server::run(cfg, tiny_front(name), move || Ok(Flaky { inner: tiny_runner(name, kv), step_delay: delay, control: Arc::new(Control::default()) }))
+        .expect("the server exits cleanly");
 }
 
 struct ServerProcess {
@@ -61,7 +62,8 @@ impl ServerProcess {
                 sink.lock().expect("lines").push(line);
             }
         });
-        let port = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|_| panic!("no listening line; stderr: {:?}", lines.lock().map(|l| l.clone())));
+        let port =
+            rx.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|_| panic!("no listening line; stderr: {:?}", lines.lock().map(|l| l.clone())));
         let base = format!("http://127.0.0.1:{port}");
         wait_ready(&base);
         ServerProcess { child, base, stderr: lines }
@@ -153,7 +155,11 @@ fn a_soak_of_2000_requests_keeps_rss_flat_and_leaks_no_blocks() {
                     if i >= N {
                         return;
                     }
-                    let body = completion(&prompt(1 + i % 13, i as u32), 1 + i % 4, json!({"stream": i % 2 == 0, "temperature": (i % 3) as f32 * 0.5, "seed": i}));
+                    let body = completion(
+                        &prompt(1 + i % 13, i as u32),
+                        1 + i % 4,
+                        json!({"stream": i % 2 == 0, "temperature": (i % 3) as f32 * 0.5, "seed": i}),
+                    );
                     if i % 50 == 7 {
                         let (st, _) = post_raw(&c, &url, r#"{"prompt": [1, 2], "top_p": 7}"#).await;
                         assert_eq!(st, 400);
@@ -190,7 +196,10 @@ fn a_soak_of_2000_requests_keeps_rss_flat_and_leaks_no_blocks() {
             t.await.expect("worker");
         }
         let end = p.rss_kib();
-        let m = wait_metrics(&c, &p.base, Duration::from_secs(5), "everything finished", |m| metric(m, "tandem_running_sequences") == 0.0 && metric(m, "tandem_kv_blocks_used") == 0.0).await;
+        let m = wait_metrics(&c, &p.base, Duration::from_secs(5), "everything finished", |m| {
+            metric(m, "tandem_running_sequences") == 0.0 && metric(m, "tandem_kv_blocks_used") == 0.0
+        })
+        .await;
         assert_eq!(metric(&m, "tandem_queue_depth"), 0.0);
         let ended: f64 = ["stop", "length", "abort"].iter().map(|o| metric(&m, &format!("tandem_requests_total{{outcome=\"{o}\"}}"))).sum();
         let (bad, cancelled) = (bad.load(Ordering::SeqCst), cancelled.load(Ordering::SeqCst));
@@ -200,7 +209,11 @@ fn a_soak_of_2000_requests_keeps_rss_flat_and_leaks_no_blocks() {
         (warm.expect("warm-up RSS"), end)
     });
     let (warm, end) = rss;
-    eprintln!("soak: {N} requests in {:.1} s; RSS {warm} KiB after {WARM}, {end} KiB at the end ({:+.1}%)", t.elapsed().as_secs_f64(), 100.0 * (end as f64 / warm as f64 - 1.0));
+    eprintln!(
+        "soak: {N} requests in {:.1} s; RSS {warm} KiB after {WARM}, {end} KiB at the end ({:+.1}%)",
+        t.elapsed().as_secs_f64(),
+        100.0 * (end as f64 / warm as f64 - 1.0)
+    );
     assert!((end as f64) < warm as f64 * 1.2, "RSS grew from {warm} KiB to {end} KiB");
     p.signal(libc::SIGTERM);
     assert!(p.wait(Duration::from_secs(15)), "clean exit after the soak: {:?}", p.stderr());

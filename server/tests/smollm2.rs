@@ -71,7 +71,8 @@ impl Fixture {
     /// The engine's text and tokens for `prompt` alone.
     fn expect(&self, prompt: Vec<u32>, max: usize, params: SamplingParams) -> (String, Vec<u32>) {
         let mut e = self.engine.lock().expect("engine");
-        let req = Request { stop_token_ids: self.tok.eog_ids(), seed: Some(params.seed), ..Request::new(prompt).with_max_tokens(max).with_params(params) };
+        let req =
+            Request { stop_token_ids: self.tok.eog_ids(), seed: Some(params.seed), ..Request::new(prompt).with_max_tokens(max).with_params(params) };
         e.add_request(req).expect("valid request");
         let outs = e.run_to_completion().expect("steps");
         (outs.iter().map(|o| o.new_text.clone()).collect(), outs.iter().flat_map(|o| o.new_tokens.clone()).collect())
@@ -116,7 +117,9 @@ fn completions_equal_the_engine() -> Result<(), Failed> {
             let body = with(json!({"model": "smollm2", "prompt": text, "max_tokens": 12, "return_token_ids": true}), &extra);
             let (st, v) = post(&c, &f.url("/v1/completions"), &body).await;
             check(st == 200, || format!("{v}"))?;
-            check(v["choices"][0]["text"] == want && ids(&v["choices"][0]["token_ids"]) == want_ids, || format!("{extra}: got {v}, want {want:?} {want_ids:?}"))?;
+            check(v["choices"][0]["text"] == want && ids(&v["choices"][0]["token_ids"]) == want_ids, || {
+                format!("{extra}: got {v}, want {want:?} {want_ids:?}")
+            })?;
             check(v["usage"]["prompt_tokens"] == f.ids(text).len(), || format!("usage {v}"))?;
             let (st, s) = post_stream(&c, &f.url("/v1/completions"), &with(body, &json!({"stream": true}))).await;
             check(st == 200 && s.text() == want && s.token_ids() == want_ids, || format!("{extra}: streamed {:?}, want {want:?}", s.text()))?;
@@ -164,7 +167,9 @@ fn stop_strings_logprobs_and_the_context_limit() -> Result<(), Failed> {
         let c = reqwest::Client::new();
         let body = json!({"prompt": text, "max_tokens": 16, "temperature": 0, "stop": [stop.clone(), "\u{1F600}"]});
         let (st, v) = post(&c, &f.url("/v1/completions"), &body).await;
-        check(st == 200 && v["choices"][0]["text"] == free[..cut] && v["choices"][0]["finish_reason"] == "stop", || format!("stop {stop:?}: {v}; free text {free:?}"))?;
+        check(st == 200 && v["choices"][0]["text"] == free[..cut] && v["choices"][0]["finish_reason"] == "stop", || {
+            format!("stop {stop:?}: {v}; free text {free:?}")
+        })?;
         let (_, s) = post_stream(&c, &f.url("/v1/completions"), &with(body, &json!({"stream": true}))).await;
         check(s.text() == free[..cut] && s.finish_reason().as_deref() == Some("stop"), || format!("streamed stop: {:?}", s.text()))?;
 
@@ -172,7 +177,10 @@ fn stop_strings_logprobs_and_the_context_limit() -> Result<(), Failed> {
         let (st, v) = post(&c, &f.url("/v1/chat/completions"), &body).await;
         let content = v["choices"][0]["logprobs"]["content"].as_array().cloned().unwrap_or_default();
         check(st == 200 && content.len() as u64 == v["usage"]["completion_tokens"].as_u64().unwrap_or(0), || format!("{v}"))?;
-        check(content.iter().all(|t| t["top_logprobs"].as_array().is_some_and(|a| a.len() == 3) && t["logprob"].as_f64().is_some_and(|x| x <= 0.0)), || format!("{v}"))?;
+        check(
+            content.iter().all(|t| t["top_logprobs"].as_array().is_some_and(|a| a.len() == 3) && t["logprob"].as_f64().is_some_and(|x| x <= 0.0)),
+            || format!("{v}"),
+        )?;
         if v["choices"][0]["finish_reason"] == "length" {
             let joined: String = content.iter().filter_map(|t| t["token"].as_str()).collect();
             check(joined == v["choices"][0]["message"]["content"], || format!("tokens {joined:?} vs content: {v}"))?;
@@ -180,7 +188,9 @@ fn stop_strings_logprobs_and_the_context_limit() -> Result<(), Failed> {
 
         let long = "hello ".repeat(9000);
         let (st, v) = post(&c, &f.url("/v1/completions"), &json!({"prompt": long, "max_tokens": 2})).await;
-        check(st == 400 && v["error"]["param"] == "prompt" && v["error"]["message"].as_str().is_some_and(|m| m.contains("context")), || format!("{st} {v}"))?;
+        check(st == 400 && v["error"]["param"] == "prompt" && v["error"]["message"].as_str().is_some_and(|m| m.contains("context")), || {
+            format!("{st} {v}")
+        })?;
         let (st, v) = post(&c, &f.url("/v1/chat/completions"), &json!({"messages": [{"role": "user", "content": long}]})).await;
         check(st == 400 && v["error"]["param"] == "messages", || format!("{st} {v}"))?;
         Ok(())
@@ -202,7 +212,9 @@ fn openai_missing() -> Option<String> {
     let probe = std::process::Command::new("python3").args(["-c", "import openai"]).output();
     let why = match probe {
         Err(e) => format!("python3 cannot run: {e}"),
-        Ok(o) if !o.status.success() => format!("the `openai` Python package is missing: {}", String::from_utf8_lossy(&o.stderr).trim().lines().last().unwrap_or_default()),
+        Ok(o) if !o.status.success() => {
+            format!("the `openai` Python package is missing: {}", String::from_utf8_lossy(&o.stderr).trim().lines().last().unwrap_or_default())
+        }
         Ok(_) => return None,
     };
     Some(why)
@@ -225,7 +237,9 @@ fn main() -> ExitCode {
     };
     let fetch_error = model.err().filter(|_| skip_model.is_none());
     let require_openai = std::env::var_os("TANDEM_REQUIRE_OPENAI").is_some_and(|v| !v.is_empty() && v != "0");
-    let skip_openai = skip_model.clone().or_else(|| openai_missing().filter(|_| !require_openai).map(|w| format!("{w} (set TANDEM_REQUIRE_OPENAI=1 to make this a failure)")));
+    let skip_openai = skip_model
+        .clone()
+        .or_else(|| openai_missing().filter(|_| !require_openai).map(|w| format!("{w} (set TANDEM_REQUIRE_OPENAI=1 to make this a failure)")));
     type Case = fn() -> Result<(), Failed>;
     let cases: [(&str, Case, Option<String>); 4] = [
         ("completions_equal_the_engine_streamed_or_not", completions_equal_the_engine, skip_model.clone()),

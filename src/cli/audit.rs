@@ -57,25 +57,48 @@ struct Step {
 /// previous ones; the last is the production default.
 fn steps() -> Vec<Step> {
     let mut k = KernelConfig::naive();
-    let mut out = vec![Step { name: "naive (v1 kernels)", config: k, covers: vec![(Op::Attention, "attention("), (Op::Matmul, "rows/v1"), (Op::Matmul, ",tiled)"), (Op::Argmax, ",v1)"), (Op::Model, "contiguous+naive")] }];
+    let mut out = vec![Step {
+        name: "naive (v1 kernels)",
+        config: k,
+        covers: vec![
+            (Op::Attention, "attention("),
+            (Op::Matmul, "rows/v1"),
+            (Op::Matmul, ",tiled)"),
+            (Op::Argmax, ",v1)"),
+            (Op::Model, "contiguous+naive"),
+        ],
+    }];
     let mut push = |name, f: &dyn Fn(&mut KernelConfig), covers: Vec<(Op, &'static str)>| {
         f(&mut k);
         out.push(Step { name, config: k, covers });
     };
-    push("paged cache + flash attention", &|k| k.attention = AttentionImpl::Flash, vec![(Op::Attention, "flash_attn"), (Op::Model, "paged+flash,f32)")]);
+    push(
+        "paged cache + flash attention",
+        &|k| k.attention = AttentionImpl::Flash,
+        vec![(Op::Attention, "flash_attn"), (Op::Model, "paged+flash,f32)")],
+    );
     push("quantized gemv v2 (tiled order)", &|k| k.qgemv = QgemvOrder::V2, vec![(Op::Matmul, "tiles/v2,no-prefetch,int8-magic")]);
     push("gemv weight prefetch (v2 W / v5 cp.async)", &|k| k.prefetch = None, vec![(Op::Matmul, "prefetch-w,"), (Op::Matmul, "cp.async×2")]);
     push("int8 subnormal decode", &|k| k.int8_decode = Int8Decoding::Subnormal, vec![(Op::Matmul, "int8-subnormal")]);
-    push("RMSNorms fused into the decode gemvs", &|k| k.fused_norms = true, vec![(Op::Matmul, ",norm"), (Op::Matmul, ",residual)"), (Op::Model, "paged+flash,int8,f32)")]);
+    push(
+        "RMSNorms fused into the decode gemvs",
+        &|k| k.fused_norms = true,
+        vec![(Op::Matmul, ",norm"), (Op::Matmul, ",residual)"), (Op::Model, "paged+flash,int8,f32)")],
+    );
     push("decode graphs", &|k| k.graphs = true, vec![(Op::Model, "graph vs eager"), (Op::Runner, "graphs vs eager")]);
     push("argmax v2", &|k| k.argmax = ArgmaxVersion::V2, vec![(Op::Argmax, ",v2)")]);
-    push("programmatic dependent launch", &|k| k.pdl = optimized::kernels::pdl::Mode::Early, vec![(Op::Model, "paged+flash,f32)"), (Op::RmsNorm, "auto")]);
+    push(
+        "programmatic dependent launch",
+        &|k| k.pdl = optimized::kernels::pdl::Mode::Early,
+        vec![(Op::Model, "paged+flash,f32)"), (Op::RmsNorm, "auto")],
+    );
     out
 }
 
 /// Worst NMSE over the passing cases, and (passed, failed, skipped, matched).
 fn coverage(client: &optimized::Client, step: &Step, max_cases: usize) -> (f64, usize, usize, usize, usize, Vec<String>) {
-    let all: Vec<Box<dyn Case>> = conformance::cases::all().into_iter().filter(|c| step.covers.iter().any(|(op, part)| c.op() == *op && c.name().contains(part))).collect();
+    let all: Vec<Box<dyn Case>> =
+        conformance::cases::all().into_iter().filter(|c| step.covers.iter().any(|(op, part)| c.op() == *op && c.name().contains(part))).collect();
     let matched = all.len();
     // Spread over the matches: every `stride`-th first, then the ones in between, until
     // `max_cases` ran (skips cost nothing and do not count).
@@ -151,7 +174,10 @@ pub fn run(a: AuditArgs) -> Result<()> {
         want_rows.push(row);
     }
     println!("tandem audit — {} — {} on {} ({})", opened.label, dtype.name(), optimized::device_info(&client).name, backend);
-    println!("{:<44} {:>12} {:>11} {:>11} {:>7} {:>12} {:>12} {:>8}", "step", "cases p/f/s", "worst NMSE", "max |Δlog|", "top-1", "prefill t/s", "decode t/s", "Δ decode");
+    println!(
+        "{:<44} {:>12} {:>11} {:>11} {:>7} {:>12} {:>12} {:>8}",
+        "step", "cases p/f/s", "worst NMSE", "max |Δlog|", "top-1", "prefill t/s", "decode t/s", "Δ decode"
+    );
     let mut rows: Vec<Row> = vec![];
     for step in steps() {
         let (worst, p, f, k, matched, fails) = coverage(&client, &step, a.max_cases);
@@ -188,7 +214,16 @@ pub fn run(a: AuditArgs) -> Result<()> {
             tok = e.step_greedy(&[tok])?;
         }
         let decode_tps = a.decode as f64 / t.elapsed().as_secs_f64();
-        let row = Row { name: step.name, config: step.config.name(), cases: (p, f, k, matched), worst_nmse: worst, max_dlogit: dmax, top1: 100.0 * agree as f64 / got_rows.len() as f64, prefill_tps: a.prompt as f64 / prefill, decode_tps };
+        let row = Row {
+            name: step.name,
+            config: step.config.name(),
+            cases: (p, f, k, matched),
+            worst_nmse: worst,
+            max_dlogit: dmax,
+            top1: 100.0 * agree as f64 / got_rows.len() as f64,
+            prefill_tps: a.prompt as f64 / prefill,
+            decode_tps,
+        };
         let delta = rows.last().map_or(String::new(), |r| format!("{:+.1}%", 100.0 * (row.decode_tps / r.decode_tps - 1.0)));
         println!(
             "{:<44} {:>12} {:>11.2e} {:>11.3e} {:>6.1}% {:>12.0} {:>12.1} {:>8}",
@@ -206,21 +241,38 @@ pub fn run(a: AuditArgs) -> Result<()> {
         }
         rows.push(row);
     }
-    let info = super::results::RunInfo { bench: "audit", device: optimized::device_info(&client).name, model: opened.label.clone(), format: dtype.name().into(), gate: "each row: its covering conformance cases, run in this audit".into() };
+    let info = super::results::RunInfo {
+        bench: "audit",
+        device: optimized::device_info(&client).name,
+        model: opened.label.clone(),
+        format: dtype.name().into(),
+        gate: "each row: its covering conformance cases, run in this audit".into(),
+    };
     if let Some(p) = &a.json_out {
         let mut out = vec![];
         for r in &rows {
             let c = json!({"step": r.name, "kernels": r.config, "cases": {"passed": r.cases.0, "failed": r.cases.1, "skipped": r.cases.2, "matched": r.cases.3}});
-            for (metric, v, unit) in [("worst_nmse", r.worst_nmse, ""), ("max_abs_dlogit", r.max_dlogit, ""), ("top1_agreement", r.top1, "%"), ("prefill_tokens_per_s", r.prefill_tps, "tokens/s"), ("decode_tokens_per_s", r.decode_tps, "tokens/s")] {
+            for (metric, v, unit) in [
+                ("worst_nmse", r.worst_nmse, ""),
+                ("max_abs_dlogit", r.max_dlogit, ""),
+                ("top1_agreement", r.top1, "%"),
+                ("prefill_tokens_per_s", r.prefill_tps, "tokens/s"),
+                ("decode_tokens_per_s", r.decode_tps, "tokens/s"),
+            ] {
                 out.push(info.row(c.clone(), metric, v, unit, None, None));
             }
         }
         super::results::append(p, &out)?;
     }
     if let Some(p) = &a.csv_out {
-        let mut s = String::from("step,kernels,cases_passed,cases_failed,cases_skipped,worst_nmse,max_abs_dlogit,top1_pct,prefill_tokens_per_s,decode_tokens_per_s\n");
+        let mut s = String::from(
+            "step,kernels,cases_passed,cases_failed,cases_skipped,worst_nmse,max_abs_dlogit,top1_pct,prefill_tokens_per_s,decode_tokens_per_s\n",
+        );
         for r in &rows {
-            s += &format!("\"{}\",\"{}\",{},{},{},{:.3e},{:.4e},{:.2},{:.1},{:.2}\n", r.name, r.config, r.cases.0, r.cases.1, r.cases.2, r.worst_nmse, r.max_dlogit, r.top1, r.prefill_tps, r.decode_tps);
+            s += &format!(
+                "\"{}\",\"{}\",{},{},{},{:.3e},{:.4e},{:.2},{:.1},{:.2}\n",
+                r.name, r.config, r.cases.0, r.cases.1, r.cases.2, r.worst_nmse, r.max_dlogit, r.top1, r.prefill_tps, r.decode_tps
+            );
         }
         std::fs::write(p, s).map_err(|e| reference::Error::io(p, e))?;
     }

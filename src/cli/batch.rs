@@ -73,7 +73,10 @@ fn parse_line(n: usize, text: &str, opened: &super::source::Opened, a: &Generate
         let stop = match o.get("stop") {
             None | Some(Value::Null) => vec![],
             Some(Value::String(s)) => vec![s.clone()],
-            Some(Value::Array(a)) => a.iter().map(|s| s.as_str().map(str::to_string).ok_or_else(|| "`stop` must hold strings".to_string())).collect::<std::result::Result<_, _>>()?,
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|s| s.as_str().map(str::to_string).ok_or_else(|| "`stop` must hold strings".to_string()))
+                .collect::<std::result::Result<_, _>>()?,
             Some(_) => return Err("`stop` must be a string or an array of strings".into()),
         };
         let max_tokens = field_u64(o, "max_tokens")?.map_or(a.max_tokens, |m| m as usize);

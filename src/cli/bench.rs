@@ -86,7 +86,8 @@ pub enum BenchMode {
 
 /// A comma-separated list of positive integers (`what` names the flag in errors).
 fn usize_list(s: &str, what: &str) -> Result<Vec<usize>> {
-    let v: Vec<usize> = s.split(',').map(|x| x.trim().parse().map_err(|_| CliError::Usage(format!("{what}: `{x}` is not a number")))).collect::<Result<_>>()?;
+    let v: Vec<usize> =
+        s.split(',').map(|x| x.trim().parse().map_err(|_| CliError::Usage(format!("{what}: `{x}` is not a number")))).collect::<Result<_>>()?;
     if v.is_empty() || v.contains(&0) {
         return Err(CliError::Usage(format!("{what}: values must be at least 1")));
     }
@@ -184,10 +185,7 @@ fn run_gate(backend: optimized::Backend) -> Result<String> {
     let report = conformance::run_cases_with(&conformance::cases::all(), &[backend], &mut super::progress::cases(t));
     let (p, f, k) = report.count();
     if f > 0 || p == 0 {
-        return Err(CliError::Gpu(format!(
-            "refusing to benchmark: the conformance suite did not pass on {backend} in this run\n{}",
-            report.table()
-        )));
+        return Err(CliError::Gpu(format!("refusing to benchmark: the conformance suite did not pass on {backend} in this run\n{}", report.table())));
     }
     let launch = optimized::client(backend).map(|c| launch_label(&c)).unwrap_or_else(|_| "PDL unknown".into());
     Ok(format!("conformance on {backend} (this build, this run, {launch}): {p} passed, 0 failed, {k} skipped in {:.1} s", t.elapsed().as_secs_f64()))
@@ -215,11 +213,15 @@ pub fn run(a: BenchArgs) -> Result<()> {
     // (and each `--graphs` value) is then measured on it.
     let base = optimized::KernelConfig { attention, graphs: graphs[0], ..a.model.kernel_config()? };
     let sweep: Vec<optimized::KernelConfig> = match &a.sweep {
-        Some(s) => s.split(';').map(|k| optimized::KernelConfig::parse(k).map_err(|e| CliError::Usage(format!("--sweep: {e}")))).collect::<Result<_>>()?,
+        Some(s) => {
+            s.split(';').map(|k| optimized::KernelConfig::parse(k).map_err(|e| CliError::Usage(format!("--sweep: {e}")))).collect::<Result<_>>()?
+        }
         None => vec![base],
     };
     let backend = resolve(a.model.device);
-    if a.kernel.as_deref() == Some("matmul") { return super::bench_matmul::run(backend, a.reps); }
+    if a.kernel.as_deref() == Some("matmul") {
+        return super::bench_matmul::run(backend, a.reps);
+    }
     if let Some(k) = &a.kernel {
         if !["attention", "qmatmul", "rmsnorm", "argmax"].contains(&k.as_str()) {
             return Err(CliError::Usage(format!("--kernel {k}: `attention`, `qmatmul`, `rmsnorm` or `argmax`")));
@@ -285,7 +287,11 @@ pub fn run(a: BenchArgs) -> Result<()> {
     }
     let cfg = opened.config.clone();
     if max_len + decode_tokens + 1 > cfg.max_ctx {
-        return Err(reference::Error::Input(format!("prompt {max_len} + {} decode tokens (+1 untimed) exceed the context {}", decode_tokens, cfg.max_ctx)).into());
+        return Err(reference::Error::Input(format!(
+            "prompt {max_len} + {} decode tokens (+1 untimed) exceed the context {}",
+            decode_tokens, cfg.max_ctx
+        ))
+        .into());
     }
     let t_load = Instant::now();
     // One more position than measured: the untimed first decode step (where a graph is captured).
@@ -337,7 +343,15 @@ pub fn run(a: BenchArgs) -> Result<()> {
     for k in &sweep {
         for &g in &graphs {
             // Load-time choices are the model's; the rest from the sweep entry.
-            settings.push(optimized::KernelConfig { attention: base.attention, qgemv: base.qgemv, prefetch: base.prefetch, int8_decode: base.int8_decode, mma: base.mma, graphs: g, ..*k });
+            settings.push(optimized::KernelConfig {
+                attention: base.attention,
+                qgemv: base.qgemv,
+                prefetch: base.prefetch,
+                int8_decode: base.int8_decode,
+                mma: base.mma,
+                graphs: g,
+                ..*k
+            });
         }
     }
     for k in settings.into_iter().filter(|_| decode_tokens > 0) {

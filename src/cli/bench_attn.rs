@@ -30,7 +30,10 @@ pub fn run(backend: Backend, cfg: &Config, gate: &str, reps: usize, kv_lens: Opt
     println!("  host µs: calls launched back to back from the host; graph µs: the same calls replayed from a");
     println!("  captured graph (device time, as inside a decode step) — GB/s and % copy use the graph time.");
     println!("  K/V rotate over ≥ 256 MiB of copies so that they are read from DRAM, not L2.");
-    println!("{:>5} {:>7} {:>9} {:>9} {:>9} {:>9} {:>8} {:>12} {:>8}", "batch", "KV len", "KV MB", "host µs", "graph µs", "GB/s", "% copy", "naive µs", "speedup");
+    println!(
+        "{:>5} {:>7} {:>9} {:>9} {:>9} {:>9} {:>8} {:>12} {:>8}",
+        "batch", "KV len", "KV MB", "host µs", "graph µs", "GB/s", "% copy", "naive µs", "speedup"
+    );
     for &b in &batches {
         for &len in &kv_lens {
             let bytes = 2 * b * len * hkv * d * 4;
@@ -54,7 +57,12 @@ pub fn run(backend: Backend, cfg: &Config, gate: &str, reps: usize, kv_lens: Opt
             } else {
                 format!("{:>12} {:>8}", "—", "—")
             };
-            println!("{b:>5} {len:>7} {:>9.1} {:>9.1} {graph_col:>9} {gbs:>9.0} {:>7.1}% {naive}", bytes as f64 / 1e6, th * 1e6, 100.0 * gbs * 1e9 / rate);
+            println!(
+                "{b:>5} {len:>7} {:>9.1} {:>9.1} {graph_col:>9} {gbs:>9.0} {:>7.1}% {naive}",
+                bytes as f64 / 1e6,
+                th * 1e6,
+                100.0 * gbs * 1e9 / rate
+            );
         }
     }
     // Audit at short contexts (a decode step's latency, not bytes): keys per chunk, batch 1,

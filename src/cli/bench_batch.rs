@@ -53,7 +53,11 @@ pub fn run(b: BatchBench) -> Result<()> {
     let need = b.prompt + b.generated;
     if need > opened.config.max_ctx {
         if b.model.synthetic.is_none() {
-            return Err(reference::Error::Input(format!("{} prompt + {} generated tokens exceed the context {}", b.prompt, b.generated, opened.config.max_ctx)).into());
+            return Err(reference::Error::Input(format!(
+                "{} prompt + {} generated tokens exceed the context {}",
+                b.prompt, b.generated, opened.config.max_ctx
+            ))
+            .into());
         }
         opened.config.max_ctx = need;
     }
@@ -79,7 +83,10 @@ pub fn run(b: BatchBench) -> Result<()> {
     for (k, &batch) in b.batches.iter().enumerate() {
         run_once(&mut engine, batch, b.prompt, 3, vocab, 100 + k as u32)?;
         let r = run_once(&mut engine, batch, b.prompt, b.generated, vocab, 200 + k as u32)?;
-        println!("{:>6} {:>8} {:>8} {:>14.1} {:>14.1} {:>10.2} {:>10.3}", r.batch, r.prompt, r.generated, r.decode_tps, r.prefill_tps, r.ttft_ms, r.tpot_ms);
+        println!(
+            "{:>6} {:>8} {:>8} {:>14.1} {:>14.1} {:>10.2} {:>10.3}",
+            r.batch, r.prompt, r.generated, r.decode_tps, r.prefill_tps, r.ttft_ms, r.tpot_ms
+        );
         rows.push(r);
     }
     let info = RunInfo { bench: "batched", device: name.clone(), model: label, format: name, gate: b.gate.clone() };
@@ -112,7 +119,14 @@ pub fn run(b: BatchBench) -> Result<()> {
 
 /// `batch` requests of `prompt` random tokens each generating `generated` tokens, all added at
 /// once and run to completion.
-fn run_once<R: reference::runner::ModelRunner>(engine: &mut Engine<R>, batch: usize, prompt: usize, generated: usize, vocab: usize, salt: u32) -> Result<BatchRow> {
+fn run_once<R: reference::runner::ModelRunner>(
+    engine: &mut Engine<R>,
+    batch: usize,
+    prompt: usize,
+    generated: usize,
+    vocab: usize,
+    salt: u32,
+) -> Result<BatchRow> {
     let t0 = Instant::now();
     let mut index = std::collections::HashMap::new();
     for s in 0..batch as u32 {
@@ -142,7 +156,17 @@ fn run_once<R: reference::runner::ModelRunner>(engine: &mut Engine<R>, batch: us
     let (t_first, tokens_then) = all_first.ok_or_else(|| CliError::Gpu("the batch produced no tokens".into()))?;
     let decoded = counts.iter().sum::<usize>() - tokens_then;
     let ttft: f64 = first.iter().flatten().map(|t| (*t - t0).as_secs_f64()).sum::<f64>() / batch as f64;
-    let tpot: f64 = first.iter().zip(&last).zip(&counts).filter(|((_, _), &n)| n > 1).map(|((f, l), &n)| match (f, l) { (Some(f), Some(l)) => (*l - *f).as_secs_f64() / (n - 1) as f64, _ => 0.0 }).sum::<f64>() / batch as f64;
+    let tpot: f64 = first
+        .iter()
+        .zip(&last)
+        .zip(&counts)
+        .filter(|((_, _), &n)| n > 1)
+        .map(|((f, l), &n)| match (f, l) {
+            (Some(f), Some(l)) => (*l - *f).as_secs_f64() / (n - 1) as f64,
+            _ => 0.0,
+        })
+        .sum::<f64>()
+        / batch as f64;
     Ok(BatchRow {
         batch,
         prompt,

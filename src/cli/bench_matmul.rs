@@ -21,7 +21,8 @@ use super::{CliError, Result};
 const LAYERS: [(usize, usize); 2] = [(14336, 4096), (4096, 14336)];
 const MS: [usize; 3] = [128, 512, 2048];
 /// The presets the sweep times (the emulation-sized one left out).
-const SWEEP: [TcConfig; 7] = [TcConfig::T128X256, TcConfig::T128X128, TcConfig::T128X128S3, TcConfig::T256X128P, TcConfig::T64X128, TcConfig::T32X128, TcConfig::T64X64];
+const SWEEP: [TcConfig; 7] =
+    [TcConfig::T128X256, TcConfig::T128X128, TcConfig::T128X128S3, TcConfig::T256X128P, TcConfig::T64X128, TcConfig::T32X128, TcConfig::T64X64];
 
 /// The shapes a format's sweep times: every preset, and for bf16 every variant, for the
 /// quantized formats the variants with fragments loaded ahead.
@@ -108,7 +109,11 @@ pub fn run(backend: Option<Backend>, reps: usize) -> Result<()> {
         return Err(CliError::Gpu(format!("refusing to benchmark: tc v1's conformance cases did not pass on {b} in this run\n{}", report.table())));
     }
     let info = optimized::device_info(&client);
-    let gate = if f > 0 || p == 0 { format!("UNGATED: {p} passed, {f} FAILED, {k} skipped\n{}", report.table()) } else { format!("{p} passed, 0 failed, {k} skipped") };
+    let gate = if f > 0 || p == 0 {
+        format!("UNGATED: {p} passed, {f} FAILED, {k} skipped\n{}", report.table())
+    } else {
+        format!("{p} passed, 0 failed, {k} skipped")
+    };
     println!("tandem bench --kernel matmul — {b}: {} — gate: tc v1's conformance cases, this build and run: {gate} in {:.1} s (the whole suite: `tandem conformance`)", info.name, t0.elapsed().as_secs_f64());
     if tc::require(&client, Dtype::BF16, TcMode::Tensor).is_err() && tc::require(&client, Dtype::F16, TcMode::Tensor).is_err() {
         println!("no tensor cores here: {}", tc::require(&client, Dtype::F16, TcMode::Tensor).err().map(|e| e.to_string()).unwrap_or_default());
@@ -166,7 +171,10 @@ pub fn run(backend: Option<Backend>, reps: usize) -> Result<()> {
                     Weight::Dense(w) => linear_into(&client, &x, w, &y, Version::Tiled2),
                     Weight::Quant(q) => dequant(&client, q).and_then(|wf| linear_into(&client, &x, &wf, &y, Version::Tiled2)),
                 })?;
-                println!("{shape:>28}: tc v1 {pick}: {main} | before (tiled v2{}): {old}", if matches!(fmt, Format::Quant(_)) { ", dequant first" } else { "" });
+                println!(
+                    "{shape:>28}: tc v1 {pick}: {main} | before (tiled v2{}): {old}",
+                    if matches!(fmt, Format::Quant(_)) { ", dequant first" } else { "" }
+                );
                 let mut sweep = String::new();
                 for cfg in sweep_for(fmt) {
                     let r = rate(&client, flop, peak, reps, || tc_call(&client, &x, &w, &y, Some(cfg)))?;
@@ -178,7 +186,11 @@ pub fn run(backend: Option<Backend>, reps: usize) -> Result<()> {
                     for name in lab::CUBEK_STRATEGIES {
                         for lhs16 in [false, true] {
                             let r = rate(&client, flop, peak, reps, || lab::cubek_linear_into(&client, &x, wd, &y, name, lhs16))?;
-                            let r = if r.starts_with("unsupported") { r.chars().take(90).collect() } else { r.split(" (").next().unwrap_or("").to_string() };
+                            let r = if r.starts_with("unsupported") {
+                                r.chars().take(90).collect()
+                            } else {
+                                r.split(" (").next().unwrap_or("").to_string()
+                            };
                             ck += &format!(" {name}{}: {r};", if lhs16 { "+x16" } else { "" });
                         }
                     }

@@ -57,7 +57,14 @@ pub fn run(backend: Backend, gate: &str, reps: usize, shapes: Option<Vec<(usize,
             let t = seconds_per_call(&client, 3, 50 * reps.max(1), || fx::run(&client, &mut s))?;
             let dt = *dense_t.get_or_insert(t);
             let gbs = s.w_bytes as f64 / t / 1e9;
-            println!("{:>13} {name:>10} {:>9.1} {:>9.1} {gbs:>8.0} {:>7.1}% {:>8.2}×", format!("{n_in}×{n_out}"), s.w_bytes as f64 / 1e6, t * 1e6, 100.0 * gbs * 1e9 / rate, dt / t);
+            println!(
+                "{:>13} {name:>10} {:>9.1} {:>9.1} {gbs:>8.0} {:>7.1}% {:>8.2}×",
+                format!("{n_in}×{n_out}"),
+                s.w_bytes as f64 / 1e6,
+                t * 1e6,
+                100.0 * gbs * 1e9 / rate,
+                dt / t
+            );
             // One audited launch choice, in % of the copy rate, appended to `audit`.
             let pct = |label: String, tune: GemvTune, s: &mut fx::Setup, audit: &mut String| -> Result<()> {
                 let tr = seconds_per_call(&client, 3, 50 * reps.max(1), || fx::run_tuned(&client, s, &tune))?;

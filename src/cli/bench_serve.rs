@@ -64,7 +64,8 @@ fn read_dataset(path: &PathBuf) -> Result<Vec<BenchPrompt>> {
         struct Line {
             prompt: BenchPrompt,
         }
-        let l: Line = serde_json::from_str(&line).map_err(|e| CliError::Usage(format!("--dataset {}: line {}: {e} (want {{\"prompt\": text or [ids]}})", path.display(), n + 1)))?;
+        let l: Line = serde_json::from_str(&line)
+            .map_err(|e| CliError::Usage(format!("--dataset {}: line {}: {e} (want {{\"prompt\": text or [ids]}})", path.display(), n + 1)))?;
         out.push(l.prompt);
     }
     if out.is_empty() {
@@ -74,7 +75,13 @@ fn read_dataset(path: &PathBuf) -> Result<Vec<BenchPrompt>> {
 }
 
 pub fn run(a: BenchServeArgs) -> Result<()> {
-    let levels: Vec<usize> = a.concurrency.split(',').map(|x| x.trim().parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(|| CliError::Usage(format!("--concurrency: `{x}` is not a count >= 1")))).collect::<Result<_>>()?;
+    let levels: Vec<usize> = a
+        .concurrency
+        .split(',')
+        .map(|x| {
+            x.trim().parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(|| CliError::Usage(format!("--concurrency: `{x}` is not a count >= 1")))
+        })
+        .collect::<Result<_>>()?;
     if a.output_len == 0 || (a.input_len == 0 && a.dataset.is_none()) {
         return Err(CliError::Usage("--input-len and --output-len must be at least 1".into()));
     }
@@ -85,7 +92,10 @@ pub fn run(a: BenchServeArgs) -> Result<()> {
     let model = a.model_name.clone().unwrap_or(served.id.clone());
     let dataset = a.dataset.as_ref().map(read_dataset).transpose()?;
     if let Some(ctx) = served.max_model_len.filter(|&c| dataset.is_none() && a.input_len + a.output_len > c) {
-        return Err(CliError::Usage(format!("--input-len {} + --output-len {} exceed the served context of {ctx} tokens", a.input_len, a.output_len)));
+        return Err(CliError::Usage(format!(
+            "--input-len {} + --output-len {} exceed the served context of {ctx} tokens",
+            a.input_len, a.output_len
+        )));
     }
     eprintln!("tandem bench serve: {} model `{model}`, input {} tokens, output {} tokens", a.url, a.input_len, a.output_len);
     let mut rows: Vec<BenchRow> = Vec::new();
@@ -104,7 +114,8 @@ pub fn run(a: BenchServeArgs) -> Result<()> {
     }
     print!("{}", bench::table(&rows));
     if let Some(p) = &a.json_out {
-        let doc = serde_json::json!({"url": a.url, "model": model, "input_len": a.input_len, "output_len": a.output_len, "rate": a.rate, "rows": rows});
+        let doc =
+            serde_json::json!({"url": a.url, "model": model, "input_len": a.input_len, "output_len": a.output_len, "rate": a.rate, "rows": rows});
         std::fs::write(p, format!("{doc:#}\n")).map_err(|e| reference::Error::io(p, e))?;
     }
     if let Some(r) = rows.iter().find(|r| r.completed == 0) {

@@ -76,8 +76,11 @@ impl SpecArgs {
     pub fn config(&self, what: &Speculate) -> Result<SpecConfig> {
         let method = match what {
             Speculate::Ngram => {
-                let (lo, hi) = self.spec_ngram.split_once(':').ok_or_else(|| CliError::Usage(format!("--spec-ngram {}: expected MIN:MAX", self.spec_ngram)))?;
-                let n = |x: &str| x.trim().parse::<usize>().map_err(|_| CliError::Usage(format!("--spec-ngram {}: `{x}` is not a number", self.spec_ngram)));
+                let (lo, hi) =
+                    self.spec_ngram.split_once(':').ok_or_else(|| CliError::Usage(format!("--spec-ngram {}: expected MIN:MAX", self.spec_ngram)))?;
+                let n = |x: &str| {
+                    x.trim().parse::<usize>().map_err(|_| CliError::Usage(format!("--spec-ngram {}: `{x}` is not a number", self.spec_ngram)))
+                };
                 SpecMethod::Ngram { min_n: n(lo)?, max_n: n(hi)? }
             }
             _ => SpecMethod::Draft,
@@ -108,7 +111,13 @@ pub fn draft_runner(what: &Speculate, model: &ModelArgs, tok: Option<&Tokenizer>
 }
 
 /// The engine over `runner` with the speculation `spec` asks for (`draft`: its draft runner).
-pub fn build(spec: Option<(&SpecArgs, &Speculate)>, runner: DynRunner, draft: Option<DynRunner>, cfg: EngineConfig, detok: Option<Arc<dyn Detokenizer>>) -> Result<Engine<DynRunner>> {
+pub fn build(
+    spec: Option<(&SpecArgs, &Speculate)>,
+    runner: DynRunner,
+    draft: Option<DynRunner>,
+    cfg: EngineConfig,
+    detok: Option<Arc<dyn Detokenizer>>,
+) -> Result<Engine<DynRunner>> {
     let speculation = spec.map(|(a, w)| a.config(w)).transpose()?;
     let cfg = EngineConfig { speculation, ..cfg };
     Ok(match draft {
@@ -119,7 +128,15 @@ pub fn build(spec: Option<(&SpecArgs, &Speculate)>, runner: DynRunner, draft: Op
 
 /// The engine `generate` runs: `--speculate` applied (the draft's pools as large as the
 /// target's).
-pub fn engine_for(a: &SpecArgs, model: &ModelArgs, runner: DynRunner, cfg: EngineConfig, detok: Option<Arc<dyn Detokenizer>>, tok: Option<&Tokenizer>, kv_tokens: usize) -> Result<Engine<DynRunner>> {
+pub fn engine_for(
+    a: &SpecArgs,
+    model: &ModelArgs,
+    runner: DynRunner,
+    cfg: EngineConfig,
+    detok: Option<Arc<dyn Detokenizer>>,
+    tok: Option<&Tokenizer>,
+    kv_tokens: usize,
+) -> Result<Engine<DynRunner>> {
     let Some(s) = a.speculate.as_deref() else { return build(None, runner, None, cfg, detok) };
     let what = Speculate::parse(s)?;
     let draft = draft_runner(&what, model, tok, kv_tokens + KV_BLOCK * a.spec_k.div_ceil(KV_BLOCK))?;
@@ -174,7 +191,8 @@ pub struct BenchSpecArgs {
 
 /// A comma-separated list of positive integers (`what` names the flag in errors).
 fn usize_list(s: &str, what: &str) -> Result<Vec<usize>> {
-    let v: Vec<usize> = s.split(',').map(|x| x.trim().parse().map_err(|_| CliError::Usage(format!("{what}: `{x}` is not a number")))).collect::<Result<_>>()?;
+    let v: Vec<usize> =
+        s.split(',').map(|x| x.trim().parse().map_err(|_| CliError::Usage(format!("{what}: `{x}` is not a number")))).collect::<Result<_>>()?;
     if v.is_empty() || v.contains(&0) {
         return Err(CliError::Usage(format!("{what}: give positive numbers")));
     }
@@ -186,9 +204,15 @@ fn usize_list(s: &str, what: &str) -> Result<Vec<usize>> {
 fn load_prompts(a: &BenchSpecArgs, opened: &super::source::Opened) -> Result<Vec<Vec<u32>>> {
     let Some(tok) = opened.tokenizer.as_ref() else {
         let v = opened.config.vocab as u32;
-        return Ok((0..4u32).map(|p| (0..a.prompt_len as u32).map(|i| 3 + reference::synthetic::hash(i ^ p.wrapping_mul(0x9E37_79B9)) % (v - 3).max(1)).collect()).collect());
+        return Ok((0..4u32)
+            .map(|p| (0..a.prompt_len as u32).map(|i| 3 + reference::synthetic::hash(i ^ p.wrapping_mul(0x9E37_79B9)) % (v - 3).max(1)).collect())
+            .collect());
     };
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&a.prompts).map_err(|e| reference::Error::io(&a.prompts, e))?.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "txt")).collect();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&a.prompts)
+        .map_err(|e| reference::Error::io(&a.prompts, e))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "txt"))
+        .collect();
     files.sort();
     if files.is_empty() {
         return Err(CliError::Usage(format!("--prompts {}: no .txt files", a.prompts.display())));
@@ -256,7 +280,12 @@ fn run_batch(e: &mut Engine<DynRunner>, prompts: &[Vec<u32>], batch: usize, max_
     let mut first = None;
     for i in 0..batch {
         let p = prompts[i % prompts.len()].clone();
-        let r = Request { stop_token_ids: stop.to_vec(), ..Request::new(p).with_max_tokens(max_tokens).with_params(reference::sampling::SamplingParams { seed: params.seed + i as u64, ..params.clone() }) };
+        let r = Request {
+            stop_token_ids: stop.to_vec(),
+            ..Request::new(p)
+                .with_max_tokens(max_tokens)
+                .with_params(reference::sampling::SamplingParams { seed: params.seed + i as u64, ..params.clone() })
+        };
         let id = e.add_request(r)?;
         first.get_or_insert(id);
     }
@@ -295,7 +324,8 @@ pub fn run(a: BenchSpecArgs) -> Result<()> {
     let kv = max_b * (longest + a.max_tokens + a.spec.spec_k + 2 * KV_BLOCK);
     let mut target = Some(opened.runner(a.model.device, a.model.dtype.as_deref(), kv)?);
     let name = target.as_ref().map(|r| r.name()).unwrap_or_default();
-    let mut drafts: Vec<Option<DynRunner>> = configs.iter().map(|c| draft_runner(c, &a.model, opened.tokenizer.as_ref(), kv)).collect::<Result<_>>()?;
+    let mut drafts: Vec<Option<DynRunner>> =
+        configs.iter().map(|c| draft_runner(c, &a.model, opened.tokenizer.as_ref(), kv)).collect::<Result<_>>()?;
     let mut sink: Option<Box<dyn std::io::Write>> = match &a.json_out {
         Some(p) => Some(Box::new(std::fs::File::create(p).map_err(|e| reference::Error::io(p, e))?)),
         None => None,
@@ -312,7 +342,8 @@ pub fn run(a: BenchSpecArgs) -> Result<()> {
             Some((i, adaptive)) => (Some((SpecArgs { spec_fixed: !adaptive, ..a.spec.clone() }, configs[i].clone())), drafts[i].take()),
             None => (None, None),
         };
-        let mut e = build(sa.as_ref().map(|(s, w)| (s, w)), runner, draft, EngineConfig { max_num_seqs: batch.max(1), ..EngineConfig::default() }, None)?;
+        let mut e =
+            build(sa.as_ref().map(|(s, w)| (s, w)), runner, draft, EngineConfig { max_num_seqs: batch.max(1), ..EngineConfig::default() }, None)?;
         let r = run_batch(&mut e, &prompts, batch, a.max_tokens, &a, &stop).and_then(|_| run_batch(&mut e, &prompts, batch, a.max_tokens, &a, &stop));
         let (t, d) = e.into_runners();
         *target = Some(t);
@@ -374,7 +405,22 @@ fn emit(sink: &mut Option<Box<dyn std::io::Write>>, row: &Value) -> Result<()> {
 /// The rows as a fixed-width table.
 fn table(rows: &[Value]) -> String {
     let f = |r: &Value, k: &str, p: usize| r.get(k).and_then(Value::as_f64).map_or("-".to_string(), |v| format!("{v:.p$}"));
-    let mut out = format!("{:>5} {:<14} {:>8} {:>10} {:>8} {:>7} {:>8} {:>9} {:>9} {:>8} {:>9} {:>8} {:>5}\n", "batch", "speculate", "adaptive", "tok/s", "speedup", "accept", "mean acc", "plain ms", "verify ms", "draft ms", "predicted", "overhead", "same");
+    let mut out = format!(
+        "{:>5} {:<14} {:>8} {:>10} {:>8} {:>7} {:>8} {:>9} {:>9} {:>8} {:>9} {:>8} {:>5}\n",
+        "batch",
+        "speculate",
+        "adaptive",
+        "tok/s",
+        "speedup",
+        "accept",
+        "mean acc",
+        "plain ms",
+        "verify ms",
+        "draft ms",
+        "predicted",
+        "overhead",
+        "same"
+    );
     for r in rows {
         let ad = r.get("adaptive").and_then(Value::as_bool).map_or("-", |b| if b { "on" } else { "off" });
         out += &format!(

@@ -117,10 +117,9 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         return super::batch::run(a, &path, params);
     }
     let mut opened = a.model.open()?;
-    let tok = opened
-        .tokenizer
-        .take()
-        .ok_or_else(|| CliError::Usage(format!("{} has no tokenizer: generate needs one (use `tandem logits --ids` for synthetic models)", opened.label)))?;
+    let tok = opened.tokenizer.take().ok_or_else(|| {
+        CliError::Usage(format!("{} has no tokenizer: generate needs one (use `tandem logits --ids` for synthetic models)", opened.label))
+    })?;
     let text = match (&a.prompt, &a.chat) {
         (Some(p), _) => p.clone(),
         (None, Some(c)) => {

@@ -65,7 +65,10 @@ pub struct NotLlama {
 
 impl TensorSource for NotLlama {
     fn load(&mut self, t: Tensor, _cfg: &Config) -> reference::Result<Vec<f32>> {
-        Err(reference::Error::Input(format!("{} is a GPT-OSS model: this command runs llama-family models ({t:?} asked for); generate, logits, serve and bench run GPT-OSS", self.label)))
+        Err(reference::Error::Input(format!(
+            "{} is a GPT-OSS model: this command runs llama-family models ({t:?} asked for); generate, logits, serve and bench run GPT-OSS",
+            self.label
+        )))
     }
 }
 
@@ -167,7 +170,12 @@ fn with_tokenizer(config: GptOssConfig, files: GptOssFiles, path: &Path) -> Resu
         false => None,
     };
     if let Some(t) = tokenizer.as_ref().filter(|t| t.vocab_size() > config.vocab) {
-        return Err(reference::Error::key(path, "vocab_size", format!("the tokenizer has {} ids, the model {} embeddings", t.vocab_size(), config.vocab)).into());
+        return Err(reference::Error::key(
+            path,
+            "vocab_size",
+            format!("the tokenizer has {} ids, the model {} embeddings", t.vocab_size(), config.vocab),
+        )
+        .into());
     }
     Ok(opened(GptOss { config, files, tokenizer }, path.display().to_string()))
 }
@@ -222,7 +230,14 @@ impl engine::Detokenizer for HarmonyDetok {
 
 /// A step of one sequence (blocks `blocks`): `tokens` from `pos0`, greedy-or-`params` draws
 /// at the last `draws` positions, with their logits when `want_logits`.
-pub fn one_seq<'a>(tokens: &'a [u32], pos0: usize, blocks: &'a [u32], draws: usize, params: &'a reference::sampling::SamplingParams, want_logits: bool) -> reference::runner::StepPlan<'a> {
+pub fn one_seq<'a>(
+    tokens: &'a [u32],
+    pos0: usize,
+    blocks: &'a [u32],
+    draws: usize,
+    params: &'a reference::sampling::SamplingParams,
+    want_logits: bool,
+) -> reference::runner::StepPlan<'a> {
     use reference::runner::{SampleSpec, SeqStep, StepPlan};
     let samples = (0..draws).map(|j| SampleSpec { params, counter: (pos0 + j) as u64, counts: &[], want_logits }).collect();
     StepPlan { seqs: vec![SeqStep { tokens, pos0, blocks, samples }] }

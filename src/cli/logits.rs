@@ -60,7 +60,9 @@ pub fn run(a: LogitsArgs) -> Result<()> {
         return Err(reference::Error::Input(format!("token id {bad} is outside the vocabulary (V = {})", cfg.vocab)).into());
     }
     if ids.len() + a.greedy > cfg.max_ctx {
-        return Err(reference::Error::Input(format!("{} prompt + {} greedy tokens exceed the context length {}", ids.len(), a.greedy, cfg.max_ctx)).into());
+        return Err(
+            reference::Error::Input(format!("{} prompt + {} greedy tokens exceed the context length {}", ids.len(), a.greedy, cfg.max_ctx)).into()
+        );
     }
     let k = a.top_k.min(cfg.vocab);
     // Every prompt position's logits, then an engine positioned after the prompt.

@@ -3,9 +3,9 @@
 mod audit;
 mod batch;
 mod bench;
-mod bench_batch;
-mod bench_attn;
 mod bench_argmax;
+mod bench_attn;
+mod bench_batch;
 mod bench_norm;
 // `tandem bench --kernel matmul` (issue 22: tensor-core GEMMs).
 mod bench_matmul;
@@ -47,7 +47,6 @@ pub enum CliError {
     #[error("gpu: {0}")]
     Device(#[from] optimized::Error),
 }
-
 
 impl CliError {
     /// 2 for invalid arguments/input, 1 for everything else.
@@ -124,10 +123,8 @@ pub struct ConformanceArgs {
 fn conformance_cmd(a: ConformanceArgs) -> Result<()> {
     let backends: Vec<optimized::Backend> = a.backends.split(',').map(|b| b.trim().parse().map_err(CliError::Usage)).collect::<Result<_>>()?;
     let want: Vec<String> = a.ops.iter().map(|s| s.to_lowercase()).collect();
-    let cases: Vec<Box<dyn conformance::Case>> = conformance::cases::all()
-        .into_iter()
-        .filter(|c| want.is_empty() || want.contains(&format!("{:?}", c.op()).to_lowercase()))
-        .collect();
+    let cases: Vec<Box<dyn conformance::Case>> =
+        conformance::cases::all().into_iter().filter(|c| want.is_empty() || want.contains(&format!("{:?}", c.op()).to_lowercase())).collect();
     if cases.is_empty() {
         return Err(CliError::Usage(format!("no conformance cases for ops {:?}", a.ops)));
     }

@@ -10,11 +10,8 @@ use super::bench_batch::BatchRow;
 
 /// Register a system sans-serif font for plotters; false when none is found.
 fn font() -> bool {
-    const CANDIDATES: [&str; 3] = [
-        "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-        "/usr/share/fonts/dejavu/DejaVuSans.ttf",
-        "/usr/share/fonts/TTF/DejaVuSans.ttf",
-    ];
+    const CANDIDATES: [&str; 3] =
+        ["/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "/usr/share/fonts/dejavu/DejaVuSans.ttf", "/usr/share/fonts/TTF/DejaVuSans.ttf"];
     for c in CANDIDATES {
         if let Ok(bytes) = std::fs::read(c) {
             let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());

@@ -18,7 +18,13 @@ pub fn check_memory(client: &optimized::Client, what: &str, weights: usize, kv: 
     let need = weights + kv;
     match optimized::memory_free(client) {
         Some((free, total)) => {
-            eprintln!("{what}: weights ~{:.2} GB + KV cache {:.2} GB; the device has {:.1} of {:.1} GB free", weights as f64 / GB, kv as f64 / GB, free as f64 / GB, total as f64 / GB);
+            eprintln!(
+                "{what}: weights ~{:.2} GB + KV cache {:.2} GB; the device has {:.1} of {:.1} GB free",
+                weights as f64 / GB,
+                kv as f64 / GB,
+                free as f64 / GB,
+                total as f64 / GB
+            );
             // Activations and cubecl's pools need headroom beyond weights + KV.
             let headroom = (free as f64 * 0.05) as u64 + (256 << 20);
             if need as u64 + headroom > free {

@@ -65,7 +65,11 @@ pub fn run(a: ServeArgs) -> Result<()> {
     if kv == 0 {
         return Err(CliError::Usage("--kv-tokens must be at least 1".into()));
     }
-    let front = server::ModelFront { tokenizer: opened.tokenizer.take().map(Arc::new), chat: opened.chat.take().map(Arc::new), info: ModelInfo::of(&opened.config) };
+    let front = server::ModelFront {
+        tokenizer: opened.tokenizer.take().map(Arc::new),
+        chat: opened.chat.take().map(Arc::new),
+        info: ModelInfo::of(&opened.config),
+    };
     let cfg = server::ServerConfig {
         host: a.host.clone(),
         port: a.port,

@@ -5,10 +5,10 @@ use std::path::PathBuf;
 
 use clap::Args;
 use reference::engine::{Engine, RefEngine};
-use reference::runner::{ModelRunner, RefRunner};
 use reference::gguf::GgufFile;
 use reference::loader::SafetensorsDir;
 use reference::quant::{QuantizeOnLoad, Scheme};
+use reference::runner::{ModelRunner, RefRunner};
 use reference::synthetic::{self, Synthetic};
 use reference::tokenizer::Tokenizer;
 use reference::weights::{TensorSource, Weights};
@@ -115,19 +115,15 @@ pub fn synthetic_config(name: &str) -> Result<Config> {
     if let Some(c) = synthetic::real_config(name) {
         return Ok(c);
     }
-    synthetic::tiny_configs()
-        .into_iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, c)| c)
-        .ok_or_else(|| {
-            let tiny: Vec<&str> = synthetic::tiny_configs().iter().map(|(n, _)| *n).collect();
-            CliError::Usage(format!(
-                "--synthetic {name}: unknown; choose one of {} or {} (GPT-OSS: {})",
-                tiny.join(", "),
-                synthetic::REAL_CONFIGS.join(", "),
-                super::gpt_oss::synthetic_names().join(", ")
-            ))
-        })
+    synthetic::tiny_configs().into_iter().find(|(n, _)| *n == name).map(|(_, c)| c).ok_or_else(|| {
+        let tiny: Vec<&str> = synthetic::tiny_configs().iter().map(|(n, _)| *n).collect();
+        CliError::Usage(format!(
+            "--synthetic {name}: unknown; choose one of {} or {} (GPT-OSS: {})",
+            tiny.join(", "),
+            synthetic::REAL_CONFIGS.join(", "),
+            super::gpt_oss::synthetic_names().join(", ")
+        ))
+    })
 }
 
 impl ModelArgs {
@@ -145,7 +141,10 @@ impl ModelArgs {
         let mut o = self.open_full()?;
         o.kernels = kernels;
         if let (Some(scheme), Arch::GptOss(_)) = (scheme, &o.arch) {
-            return Err(CliError::Usage(format!("--weights {scheme}: {} is GPT-OSS, whose experts are MXFP4 already (the other weights follow --dtype)", o.label)));
+            return Err(CliError::Usage(format!(
+                "--weights {scheme}: {} is GPT-OSS, whose experts are MXFP4 already (the other weights follow --dtype)",
+                o.label
+            )));
         }
         if let Some(scheme) = scheme {
             let inner = std::mem::replace(&mut o.source, Source::Synthetic(Synthetic { seed: 0 }));
@@ -173,7 +172,15 @@ impl ModelArgs {
             }
             let config = synthetic_config(name)?;
             let label = format!("synthetic {name} (seed {})", self.synthetic_seed);
-            return Ok(Opened { config, source: Source::Synthetic(Synthetic { seed: self.synthetic_seed }), tokenizer: None, chat: None, label, arch: Arch::Llama, kernels: Default::default() });
+            return Ok(Opened {
+                config,
+                source: Source::Synthetic(Synthetic { seed: self.synthetic_seed }),
+                tokenizer: None,
+                chat: None,
+                label,
+                arch: Arch::Llama,
+                kernels: Default::default(),
+            });
         }
         let path = match &self.model {
             Some(p) => p.clone(),
@@ -206,7 +213,12 @@ impl ModelArgs {
         };
         if let Some(t) = &tokenizer {
             if t.vocab_size() > config.vocab {
-                return Err(reference::Error::key(&path, "vocab", format!("tokenizer has {} tokens but the model only {} embeddings", t.vocab_size(), config.vocab)).into());
+                return Err(reference::Error::key(
+                    &path,
+                    "vocab",
+                    format!("tokenizer has {} tokens but the model only {} embeddings", t.vocab_size(), config.vocab),
+                )
+                .into());
             }
         }
         Ok(Opened { config, source, tokenizer, chat, label: path.display().to_string(), arch: Arch::Llama, kernels: Default::default() })
@@ -226,7 +238,10 @@ impl Opened {
     fn llama_only(&self) -> Result<()> {
         match self.arch {
             Arch::Llama => Ok(()),
-            Arch::GptOss(_) => Err(CliError::Usage(format!("{} is a GPT-OSS model: this path runs llama-family models (GPT-OSS runs through the batched runner: generate, logits, serve, bench)", self.label))),
+            Arch::GptOss(_) => Err(CliError::Usage(format!(
+                "{} is a GPT-OSS model: this path runs llama-family models (GPT-OSS runs through the batched runner: generate, logits, serve, bench)",
+                self.label
+            ))),
         }
     }
 
@@ -265,19 +280,42 @@ impl Opened {
 
     /// The weights on the GPU: the memory estimate (checked against the free memory first),
     /// a progress bar while they upload, and a line when kernels will be compiled.
-    fn upload(&mut self, client: optimized::Client, backend: optimized::Backend, dtype: optimized::Dtype, capacity: usize, kv_bytes: usize, kernels: &optimized::KernelConfig) -> Result<optimized::model::GpuModel> {
+    fn upload(
+        &mut self,
+        client: optimized::Client,
+        backend: optimized::Backend,
+        dtype: optimized::Dtype,
+        capacity: usize,
+        kv_bytes: usize,
+        kernels: &optimized::KernelConfig,
+    ) -> Result<optimized::model::GpuModel> {
         let expected = self.config.n_params() * dtype.size();
         super::progress::check_memory(&client, &self.label, expected, kv_bytes)?;
         super::progress::compile_notice(&client);
         let bar = super::progress::Upload::start(&self.label, expected);
-        let m = optimized::model::GpuModel::load_observed(client, backend, self.source.tensors(), &self.config, dtype, capacity, kernels, &mut |done, exp| bar.update(done, exp))?;
+        let m = optimized::model::GpuModel::load_observed(
+            client,
+            backend,
+            self.source.tensors(),
+            &self.config,
+            dtype,
+            capacity,
+            kernels,
+            &mut |done, exp| bar.update(done, exp),
+        )?;
         bar.finish(m.weight_bytes);
         Ok(m)
     }
 
     /// The single-sequence engine (`tandem bench`, `tandem logits`) for `device` with a KV cache
     /// of `capacity` positions, running with `kernels` on a GPU (ignored on cpu).
-    pub fn engine_with(&mut self, device: Device, dtype: Option<&str>, capacity: usize, kernels: &optimized::KernelConfig) -> Result<Box<dyn Engine>> {
+    pub fn engine_with(
+        &mut self,
+        device: Device,
+        dtype: Option<&str>,
+        capacity: usize,
+        kernels: &optimized::KernelConfig,
+    ) -> Result<Box<dyn Engine>> {
         self.llama_only()?;
         let backend = match resolve(device) {
             None => return Ok(Box::new(RefEngine::new(self.reference_model()?))),

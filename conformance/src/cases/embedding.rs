@@ -28,8 +28,7 @@ pub(crate) fn device_dtype(d: Dtype) -> optimized::Dtype {
 
 /// `Skip` when the device cannot do arithmetic in `d`.
 pub(crate) fn skip_unsupported(client: &Client, d: Dtype) -> Option<Outcome> {
-    (!device_dtype(d).supported(client))
-        .then(|| Outcome::Skip(format!("{} not supported on {}", d.name(), optimized::device_info(client).name)))
+    (!device_dtype(d).supported(client)).then(|| Outcome::Skip(format!("{} not supported on {}", d.name(), optimized::device_info(client).name)))
 }
 
 /// Compare under `op`'s tolerance for `dtype`.
@@ -60,14 +59,7 @@ impl Case for EmbeddingCase {
         Op::Embedding
     }
     fn name(&self) -> String {
-        format!(
-            "embedding(V={},C={},T={},{}{})",
-            self.v,
-            self.c,
-            self.t,
-            self.dtype.name(),
-            if self.device_ids { ",device-ids" } else { "" }
-        )
+        format!("embedding(V={},C={},T={},{}{})", self.v, self.c, self.t, self.dtype.name(), if self.device_ids { ",device-ids" } else { "" })
     }
     fn run(&self, client: &Client) -> Outcome {
         if let Some(s) = skip_unsupported(client, self.dtype) {

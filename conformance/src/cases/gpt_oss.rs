@@ -45,8 +45,14 @@ pub enum Weights {
     Fixture(&'static str),
 }
 
-const FIXTURE_A: [&[u8]; 2] = [include_bytes!("../../../reference/tests/fixtures/gpt_oss/tiny-gpt-oss-a/config.json"), include_bytes!("../../../reference/tests/fixtures/gpt_oss/tiny-gpt-oss-a/model.safetensors")];
-const FIXTURE_B: [&[u8]; 2] = [include_bytes!("../../../reference/tests/fixtures/gpt_oss/tiny-gpt-oss-b/config.json"), include_bytes!("../../../reference/tests/fixtures/gpt_oss/tiny-gpt-oss-b/model.safetensors")];
+const FIXTURE_A: [&[u8]; 2] = [
+    include_bytes!("../../../reference/tests/fixtures/gpt_oss/tiny-gpt-oss-a/config.json"),
+    include_bytes!("../../../reference/tests/fixtures/gpt_oss/tiny-gpt-oss-a/model.safetensors"),
+];
+const FIXTURE_B: [&[u8]; 2] = [
+    include_bytes!("../../../reference/tests/fixtures/gpt_oss/tiny-gpt-oss-b/config.json"),
+    include_bytes!("../../../reference/tests/fixtures/gpt_oss/tiny-gpt-oss-b/model.safetensors"),
+];
 
 fn dev(d: Dtype) -> optimized::Dtype {
     match d {
@@ -81,7 +87,14 @@ fn load(w: Weights) -> Result<(GptOssConfig, GptOssWeights), String> {
 
 /// The reference and GPU runners of `w` rounded to `dtype` (sinks raised by [`SINK_BOOST`]
 /// with `boost`), with pools of `blocks` blocks.
-fn runners(client: &Client, w: Weights, dtype: Dtype, boost: bool, blocks: usize, moe: MoePath) -> Result<(RefRunner<GptOssModel>, GptOssRunner, GptOssConfig), String> {
+fn runners(
+    client: &Client,
+    w: Weights,
+    dtype: Dtype,
+    boost: bool,
+    blocks: usize,
+    moe: MoePath,
+) -> Result<(RefRunner<GptOssModel>, GptOssRunner, GptOssConfig), String> {
     let (cfg, w) = load(w)?;
     let dd = dev(dtype);
     let mut w = w.map_matrices(|x| dd.round(&[x])[0]);
@@ -170,17 +183,31 @@ impl GptOssCase {
         let max_rows = steps.iter().map(|st| st.iter().map(|p| p.len).sum::<usize>()).max().unwrap_or(0);
         let tol = super::model_tolerance(client, Op::GptOss, self.dtype, false, max_rows, cfg.n_layers);
         let len = 1 + steps.iter().flatten().map(|p| p.pos0 + p.len).max().unwrap_or(0);
-        let mut tokens: Vec<Vec<u32>> = (0..n_seqs).map(|s| (0..len as u32).map(|i| (i * 7919 + 31 * s as u32 + 11) % cfg.vocab as u32).collect()).collect();
+        let mut tokens: Vec<Vec<u32>> =
+            (0..n_seqs).map(|s| (0..len as u32).map(|i| (i * 7919 + 31 * s as u32 + 11) % cfg.vocab as u32).collect()).collect();
         let blocks: Vec<Vec<u32>> = (0..n_seqs).map(|s| (0..BLOCKS / n_seqs).map(|b| (b * n_seqs + s) as u32).collect()).collect();
         let params: Vec<SamplingParams> = (0..n_seqs)
-            .map(|s| if self.sampled { SamplingParams { temperature: 0.8, top_k: 30, top_p: 0.95, seed: 40 + s as u64, ..SamplingParams::default() } } else { SamplingParams::default() })
+            .map(|s| {
+                if self.sampled {
+                    SamplingParams { temperature: 0.8, top_k: 30, top_p: 0.95, seed: 40 + s as u64, ..SamplingParams::default() }
+                } else {
+                    SamplingParams::default()
+                }
+            })
             .collect();
         let mut worst = Metrics::default();
         for (k, step) in steps.iter().enumerate() {
             let mut plan = StepPlan::default();
             for part in step {
-                let samples = (0..part.draws).map(|j| SampleSpec { params: &params[part.seq], counter: (k * 8 + j) as u64, counts: &[], want_logits: true }).collect();
-                plan.seqs.push(SeqStep { tokens: &tokens[part.seq][part.pos0..part.pos0 + part.len], pos0: part.pos0, blocks: &blocks[part.seq], samples });
+                let samples = (0..part.draws)
+                    .map(|j| SampleSpec { params: &params[part.seq], counter: (k * 8 + j) as u64, counts: &[], want_logits: true })
+                    .collect();
+                plan.seqs.push(SeqStep {
+                    tokens: &tokens[part.seq][part.pos0..part.pos0 + part.len],
+                    pos0: part.pos0,
+                    blocks: &blocks[part.seq],
+                    samples,
+                });
             }
             let want = reference.step(&plan).map_err(|e| format!("reference step {k}: {e}"))?;
             let got = gpu.step(&plan).map_err(|e| format!("gpu step {k}: {e}"))?;
@@ -194,7 +221,12 @@ impl GptOssCase {
                     worst.max_abs = worst.max_abs.max(m.max_abs);
                     worst.n += m.n;
                     if g.tokens[j] != w.tokens[j] && top2_margin(wl) > GREEDY_MARGIN && !self.sampled {
-                        return Ok(Outcome::Fail(format!("step {k} part {i} draw {j}: token {} != reference {} (margin {:.3})", g.tokens[j], w.tokens[j], top2_margin(wl))));
+                        return Ok(Outcome::Fail(format!(
+                            "step {k} part {i} draw {j}: token {} != reference {} (margin {:.3})",
+                            g.tokens[j],
+                            w.tokens[j],
+                            top2_margin(wl)
+                        )));
                     }
                 }
             }
@@ -221,7 +253,13 @@ impl Case for GptOssCase {
             Weights::Fixture(x) => format!("hf-fixture-{x}"),
         };
         let moe = if self.moe == MoePath::Auto { String::new() } else { format!(",moe={:?}", self.moe).to_lowercase() };
-        format!("gpt_oss({w},{},{}{}{moe},{})", self.scenario, if self.sampled { "seeded" } else { "greedy" }, if self.boost { ",sinks+8" } else { "" }, self.dtype.name())
+        format!(
+            "gpt_oss({w},{},{}{}{moe},{})",
+            self.scenario,
+            if self.sampled { "seeded" } else { "greedy" },
+            if self.boost { ",sinks+8" } else { "" },
+            self.dtype.name()
+        )
     }
     fn run(&self, client: &Client) -> Outcome {
         self.body(client).unwrap_or_else(Outcome::Fail)
@@ -245,7 +283,12 @@ impl GptOssEngineCase {
         shared.extend(prompt(4, 10));
         let reqs: Vec<Request> = vec![
             Request::new(prompt(1, 1)).with_max_tokens(12),
-            Request::new(prompt(40, 2)).with_max_tokens(5).with_params(SamplingParams { temperature: 0.7, top_p: 0.9, seed: 3, ..SamplingParams::default() }),
+            Request::new(prompt(40, 2)).with_max_tokens(5).with_params(SamplingParams {
+                temperature: 0.7,
+                top_p: 0.9,
+                seed: 3,
+                ..SamplingParams::default()
+            }),
             Request::new(prompt(21, 9)).with_max_tokens(6),
             Request::new(shared).with_max_tokens(6),
             Request::new(prompt(9, 4)).with_max_tokens(20).with_params(SamplingParams { temperature: 1.0, seed: 8, ..SamplingParams::default() }),
@@ -335,7 +378,18 @@ impl Case for YarnRopeCase {
             let pos: Vec<u32> = (0..t).map(|i| (self.pos0 + i) as u32).collect();
             let slots: Vec<u32> = (0..t).map(|i| slot(i) as u32).collect();
             let qkv_d = DeviceTensor::from_f32(client, &qkv, &[t, (h + 2 * kv) * d])?;
-            let qd = optimized::kernels::rope::qkv_rope_ragged(client, &qkv_d, h, kv, &table, reference::RopeLayout::HalfSplit, &kp, &vp, &DeviceTensor::from_u32(client, &pos, &[t])?, &DeviceTensor::from_u32(client, &slots, &[t])?)?;
+            let qd = optimized::kernels::rope::qkv_rope_ragged(
+                client,
+                &qkv_d,
+                h,
+                kv,
+                &table,
+                reference::RopeLayout::HalfSplit,
+                &kp,
+                &vp,
+                &DeviceTensor::from_u32(client, &pos, &[t])?,
+                &DeviceTensor::from_u32(client, &slots, &[t])?,
+            )?;
             let (kh, vh) = (kp.to_f32(client)?, vp.to_f32(client)?);
             let row = |pool: &[f32], i: usize| pool[slot(i) * kv * d..(slot(i) + 1) * kv * d].to_vec();
             let mut got: Vec<f32> = qd.to_f32(client)?;
@@ -362,7 +416,20 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     let mut flash = |phase, lens: &[usize], t, window| {
         let versions: &[DecodeVersion] = if phase == Phase::Decode { &[DecodeVersion::V2, DecodeVersion::V3] } else { &[DecodeVersion::V3] };
         for &version in versions {
-            v.push(Box::new(FlashCase { phase, h: 64, kv: 8, d: 64, lens: lens.to_vec(), t, block_size: 16, window, sinks: true, shuffled: true, version, score: ScoreStep::PerUnit }) as Box<dyn Case>);
+            v.push(Box::new(FlashCase {
+                phase,
+                h: 64,
+                kv: 8,
+                d: 64,
+                lens: lens.to_vec(),
+                t,
+                block_size: 16,
+                window,
+                sinks: true,
+                shuffled: true,
+                version,
+                score: ScoreStep::PerUnit,
+            }) as Box<dyn Case>);
         }
     };
     flash(Phase::Decode, &[300, 129, 5], 1, Some(128));
@@ -370,7 +437,9 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     flash(Phase::Prefill, &[300], 44, Some(128));
     flash(Phase::Prefill, &[140], 140, Some(128));
     use Weights::{Fixture, Synthetic};
-    let mut add = |weights, dtype, sampled, scenario, boost, moe| v.push(Box::new(GptOssCase { weights, dtype, sampled, scenario, boost, moe }) as Box<dyn Case>);
+    let mut add = |weights, dtype, sampled, scenario, boost, moe| {
+        v.push(Box::new(GptOssCase { weights, dtype, sampled, scenario, boost, moe }) as Box<dyn Case>)
+    };
     for name in ["tiny-gpt-oss", "tiny-gpt-oss-wide", "tiny-gpt-oss-tied"] {
         for scenario in ["small", "mixed"] {
             add(Synthetic(name), Dtype::F32, false, scenario, false, MoePath::Auto);

@@ -62,9 +62,18 @@ impl Fusion {
 
     /// The kernel's input and the expected result for raw input `x` `[t, n_in]`, with `lin`
     /// the reference linear (`[t, n_in]` → `[t, n_out]`).
-    pub(crate) fn io(self, t: usize, n_in: usize, n_out: usize, x: &[f32], lin: impl Fn(&[f32]) -> Result<Array2<f32>, String>) -> Result<FusedIo, String> {
+    pub(crate) fn io(
+        self,
+        t: usize,
+        n_in: usize,
+        n_out: usize,
+        x: &[f32],
+        lin: impl Fn(&[f32]) -> Result<Array2<f32>, String>,
+    ) -> Result<FusedIo, String> {
         let shape = |v: Vec<f32>, r, c| Array2::from_shape_vec((r, c), v).map_err(|e| e.to_string());
-        let glu = |y: Array2<f32>| -> Vec<f32> { reference::ops::swiglu::swiglu(y.slice(ndarray::s![.., ..;2]), y.slice(ndarray::s![.., 1..;2])).iter().copied().collect() };
+        let glu = |y: Array2<f32>| -> Vec<f32> {
+            reference::ops::swiglu::swiglu(y.slice(ndarray::s![.., ..;2]), y.slice(ndarray::s![.., 1..;2])).iter().copied().collect()
+        };
         let gain = |n: usize, salt| -> Vec<f32> { rand_vec(n, salt).iter().map(|v| 1.0 + 0.5 * v).collect() };
         Ok(match self {
             Fusion::None => FusedIo { input: x.to_vec(), want: lin(x)?.iter().copied().collect(), nw: vec![], y0: vec![] },
@@ -89,7 +98,16 @@ impl Fusion {
 
     /// Runs `launch(input, y, fuse)` on the device with this fusion's operands; returns y (and,
     /// for `Residual`, the written xw after it). Outputs start NaN (y: `y₀` for `Residual`).
-    pub(crate) fn run_device(self, client: &Client, t: usize, n_in: usize, n_out: usize, raw: &[f32], io: &FusedIo, launch: impl Fn(&DeviceTensor, &DeviceTensor, &Fuse) -> Result<(), optimized::Error>) -> Result<Vec<f32>, optimized::Error> {
+    pub(crate) fn run_device(
+        self,
+        client: &Client,
+        t: usize,
+        n_in: usize,
+        n_out: usize,
+        raw: &[f32],
+        io: &FusedIo,
+        launch: impl Fn(&DeviceTensor, &DeviceTensor, &Fuse) -> Result<(), optimized::Error>,
+    ) -> Result<Vec<f32>, optimized::Error> {
         let cols = if self.glu() { n_out / 2 } else { n_out };
         let xd = DeviceTensor::from_f32(client, &io.input, &[t, n_in])?;
         let y0 = if self == Fusion::Residual { io.y0.clone() } else { vec![f32::NAN; t * cols] };
@@ -137,24 +155,12 @@ impl Case for MatmulCase {
         Op::Matmul
     }
     fn name(&self) -> String {
-        format!(
-            "matmul(T={},in={},out={},{},{}{})",
-            self.t,
-            self.n_in,
-            self.n_out,
-            self.dtype.name(),
-            self.version.name(),
-            self.fusion.tag()
-        )
+        format!("matmul(T={},in={},out={},{},{}{})", self.t, self.n_in, self.n_out, self.dtype.name(), self.version.name(), self.fusion.tag())
     }
     fn run(&self, client: &Client) -> Outcome {
         let dd = device_dtype(self.dtype);
         if !dd.supported(client) {
-            return Outcome::Skip(format!(
-                "{} arithmetic not supported on {}",
-                self.dtype.name(),
-                optimized::device_info(client).name
-            ));
+            return Outcome::Skip(format!("{} arithmetic not supported on {}", self.dtype.name(), optimized::device_info(client).name));
         }
         let (t, n_in, n_out) = (self.t, self.n_in, self.n_out);
         // tc v1 (forced, or what `Auto` picks here) rounds x to the weight's type: the
@@ -306,8 +312,12 @@ impl Case for TcCase {
             Ok(v) => v,
             Err(msg) => return Outcome::Fail(msg),
         };
-        let want = match Array2::from_shape_vec((n_out, n_in), wr).and_then(|w| Array2::from_shape_vec((t, n_in), x.clone()).map(|x| reference::ops::matmul::linear(x.view(), w.view()))) {
-            Ok(y) if self.glu => reference::ops::swiglu::swiglu(y.slice(ndarray::s![.., ..;2]), y.slice(ndarray::s![.., 1..;2])).iter().copied().collect::<Vec<f32>>(),
+        let want = match Array2::from_shape_vec((n_out, n_in), wr)
+            .and_then(|w| Array2::from_shape_vec((t, n_in), x.clone()).map(|x| reference::ops::matmul::linear(x.view(), w.view())))
+        {
+            Ok(y) if self.glu => {
+                reference::ops::swiglu::swiglu(y.slice(ndarray::s![.., ..;2]), y.slice(ndarray::s![.., 1..;2])).iter().copied().collect::<Vec<f32>>()
+            }
             Ok(y) => y.iter().copied().collect(),
             Err(e) => return Outcome::Fail(format!("reference: {e}")),
         };
@@ -358,8 +368,16 @@ pub fn tc_cases() -> Vec<Box<dyn Case>> {
         // Split-K (partial sums added by the reduce kernel; an uneven last slice), with and
         // without the SwiGLU, emulated and on the tensor cores.
         for glu in [false, true] {
-            v.push(Box::new(TcCase { config: Some(TcConfig::T32X32.with_splits(3)), glu, ..TcCase::new(40, 520, 72, TcWeight::Dense(dtype), TcMode::Emulated) }));
-            v.push(Box::new(TcCase { config: Some(TcConfig::T128X128.with_splits(4)), glu, ..TcCase::new(127, 4040, 200, TcWeight::Dense(dtype), TcMode::Tensor) }));
+            v.push(Box::new(TcCase {
+                config: Some(TcConfig::T32X32.with_splits(3)),
+                glu,
+                ..TcCase::new(40, 520, 72, TcWeight::Dense(dtype), TcMode::Emulated)
+            }));
+            v.push(Box::new(TcCase {
+                config: Some(TcConfig::T128X128.with_splits(4)),
+                glu,
+                ..TcCase::new(127, 4040, 200, TcWeight::Dense(dtype), TcMode::Tensor)
+            }));
         }
     }
     // f32 weights stay on the CUDA cores: reported skipped, with the reason.

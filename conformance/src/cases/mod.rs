@@ -7,10 +7,10 @@ pub mod attention;
 pub mod embedding;
 pub mod gpt_oss;
 pub mod matmul;
-pub mod residual;
 pub mod model;
 pub mod moe;
 pub mod qmatmul;
+pub mod residual;
 pub mod rmsnorm;
 pub mod rope;
 pub mod runner;
@@ -87,7 +87,14 @@ pub fn tc_activation(client: &optimized::Client, dtype: crate::Dtype, quantized:
 /// The whole-model bound of a case on `client`: [`crate::tolerance`]'s, or — when it has a step
 /// of more than 8 rows and the tensor cores round matmul inputs there —
 /// [`crate::tolerance::model_with_tc`]'s.
-pub fn model_tolerance(client: &optimized::Client, op: crate::Op, dtype: crate::Dtype, quantized: bool, max_rows: usize, layers: usize) -> crate::Tolerance {
+pub fn model_tolerance(
+    client: &optimized::Client,
+    op: crate::Op,
+    dtype: crate::Dtype,
+    quantized: bool,
+    max_rows: usize,
+    layers: usize,
+) -> crate::Tolerance {
     let (base, _) = crate::tolerance(op, dtype);
     match tc_activation(client, dtype, quantized) {
         Some(act) if max_rows > optimized::kernels::matmul::GEMV_MAX_T => crate::tolerance::model_with_tc(base, act, layers).0,

@@ -122,7 +122,9 @@ impl ModelCase {
         let (prompt, rest) = ids.split_at(self.prompt);
         let backend = if client.name().contains("cuda") { optimized::Backend::Cuda } else { optimized::Backend::Wgpu };
         let mut gpu = match (&base, self.quant, &self.weights) {
-            (Some(b), Some(scheme), _) => GpuModel::load_with(client.clone(), backend, &mut QuantizeOnLoad { inner: InMemory(b), scheme }, &cfg, dd, ids.len(), self.attention),
+            (Some(b), Some(scheme), _) => {
+                GpuModel::load_with(client.clone(), backend, &mut QuantizeOnLoad { inner: InMemory(b), scheme }, &cfg, dd, ids.len(), self.attention)
+            }
             (_, _, Weightset::TinyQ8Gguf(name)) => {
                 let mut g = reference::gguf::GgufFile::open(&q8_gguf(name)?).map_err(|e| e.to_string())?;
                 GpuModel::load_with(client.clone(), backend, &mut g, &cfg, dd, ids.len(), self.attention)
@@ -258,7 +260,8 @@ impl Case for GraphCase {
             // Tiny configs declare 256 positions; the weights do not depend on it.
             let cfg = Config { max_ctx: cfg.max_ctx.max(cap), ..cfg };
             let load = |graphs: bool| -> Result<GpuModel, String> {
-                let mut m = GpuModel::load_with(client.clone(), backend, &mut InMemory(&w), &cfg, DevDtype::F32, cap, AttentionImpl::Flash).map_err(|e| e.to_string())?;
+                let mut m = GpuModel::load_with(client.clone(), backend, &mut InMemory(&w), &cfg, DevDtype::F32, cap, AttentionImpl::Flash)
+                    .map_err(|e| e.to_string())?;
                 m.kernels.graphs = graphs;
                 Ok(m)
             };
@@ -301,30 +304,102 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     let (flash, naive) = (AttentionImpl::Flash, AttentionImpl::Naive);
     for (name, _) in synthetic::tiny_configs() {
         for dtype in [Dtype::F32, Dtype::F16, Dtype::BF16] {
-            v.push(Box::new(ModelCase { weights: Weightset::Tiny(name), dtype, prompt: 13, decode: 6, attention: flash, quant: None, fused_norms: true }));
+            v.push(Box::new(ModelCase {
+                weights: Weightset::Tiny(name),
+                dtype,
+                prompt: 13,
+                decode: 6,
+                attention: flash,
+                quant: None,
+                fused_norms: true,
+            }));
         }
         // The v1 path stays covered (f32).
-        v.push(Box::new(ModelCase { weights: Weightset::Tiny(name), dtype: Dtype::F32, prompt: 13, decode: 6, attention: naive, quant: None, fused_norms: true }));
+        v.push(Box::new(ModelCase {
+            weights: Weightset::Tiny(name),
+            dtype: Dtype::F32,
+            prompt: 13,
+            decode: 6,
+            attention: naive,
+            quant: None,
+            fused_norms: true,
+        }));
     }
     // The sliding config with a prompt longer than its window (7) and decode past it; a
     // prompt of 37 spans three KV blocks of 16 and decode crosses into a fourth.
     for attention in [flash, naive] {
-        v.push(Box::new(ModelCase { weights: Weightset::Tiny("tiny-sliding"), dtype: Dtype::F32, prompt: 1, decode: 20, attention, quant: None, fused_norms: true }));
+        v.push(Box::new(ModelCase {
+            weights: Weightset::Tiny("tiny-sliding"),
+            dtype: Dtype::F32,
+            prompt: 1,
+            decode: 20,
+            attention,
+            quant: None,
+            fused_norms: true,
+        }));
     }
-    v.push(Box::new(ModelCase { weights: Weightset::Tiny("tiny-gqa"), dtype: Dtype::F32, prompt: 37, decode: 13, attention: flash, quant: None, fused_norms: true }));
+    v.push(Box::new(ModelCase {
+        weights: Weightset::Tiny("tiny-gqa"),
+        dtype: Dtype::F32,
+        prompt: 37,
+        decode: 13,
+        attention: flash,
+        quant: None,
+        fused_norms: true,
+    }));
     // Quantized linear weights (int8 per channel, int8 groups of 32, mxfp4) on the device.
     for name in ["tiny-mha", "tiny-gqa", "tiny-sliding", "tiny-untied"] {
         for scheme in [Scheme::Int8(Granularity::PerChannel), Scheme::Int8(Granularity::Group(32)), Scheme::Mxfp4] {
-            v.push(Box::new(ModelCase { weights: Weightset::Tiny(name), dtype: Dtype::F32, prompt: 13, decode: 6, attention: flash, quant: Some(scheme), fused_norms: true }));
+            v.push(Box::new(ModelCase {
+                weights: Weightset::Tiny(name),
+                dtype: Dtype::F32,
+                prompt: 13,
+                decode: 6,
+                attention: flash,
+                quant: Some(scheme),
+                fused_norms: true,
+            }));
         }
     }
     // Decode with the add + RMSNorm kernels instead of the fused gemvs (prompts ≤ 8 tokens run
     // the fused path in prefill too).
-    v.push(Box::new(ModelCase { weights: Weightset::Tiny("tiny-gqa"), dtype: Dtype::F32, prompt: 5, decode: 6, attention: flash, quant: None, fused_norms: false }));
-    v.push(Box::new(ModelCase { weights: Weightset::Tiny("tiny-gqa"), dtype: Dtype::F32, prompt: 5, decode: 6, attention: flash, quant: Some(Scheme::Int8(Granularity::PerChannel)), fused_norms: false }));
-    v.push(Box::new(ModelCase { weights: Weightset::Tiny("tiny-gqa"), dtype: Dtype::F32, prompt: 5, decode: 6, attention: flash, quant: Some(Scheme::Mxfp4), fused_norms: true }));
+    v.push(Box::new(ModelCase {
+        weights: Weightset::Tiny("tiny-gqa"),
+        dtype: Dtype::F32,
+        prompt: 5,
+        decode: 6,
+        attention: flash,
+        quant: None,
+        fused_norms: false,
+    }));
+    v.push(Box::new(ModelCase {
+        weights: Weightset::Tiny("tiny-gqa"),
+        dtype: Dtype::F32,
+        prompt: 5,
+        decode: 6,
+        attention: flash,
+        quant: Some(Scheme::Int8(Granularity::PerChannel)),
+        fused_norms: false,
+    }));
+    v.push(Box::new(ModelCase {
+        weights: Weightset::Tiny("tiny-gqa"),
+        dtype: Dtype::F32,
+        prompt: 5,
+        decode: 6,
+        attention: flash,
+        quant: Some(Scheme::Mxfp4),
+        fused_norms: true,
+    }));
     // A Q8_0 GGUF kept quantized on the device (INT8, groups of 32), Adjacent RoPE layout.
-    v.push(Box::new(ModelCase { weights: Weightset::TinyQ8Gguf("tiny-gqa"), dtype: Dtype::F32, prompt: 13, decode: 6, attention: flash, quant: None, fused_norms: true }));
+    v.push(Box::new(ModelCase {
+        weights: Weightset::TinyQ8Gguf("tiny-gqa"),
+        dtype: Dtype::F32,
+        prompt: 13,
+        decode: 6,
+        attention: flash,
+        quant: None,
+        fused_norms: true,
+    }));
     for dtype in [Dtype::F32, Dtype::BF16] {
         v.push(Box::new(ModelCase { weights: Weightset::SmolLm2, dtype, prompt: 9, decode: 3, attention: flash, quant: None, fused_norms: true }));
     }

@@ -52,7 +52,8 @@ struct Fixture {
 }
 
 fn rand_array(rows: usize, cols: usize, salt: u32, scale: f32) -> Array2<f32> {
-    Array2::from_shape_vec((rows, cols), rand_vec(rows * cols, salt).iter().map(|v| v * scale).collect()).unwrap_or_else(|_| Array2::zeros((rows, cols)))
+    Array2::from_shape_vec((rows, cols), rand_vec(rows * cols, salt).iter().map(|v| v * scale).collect())
+        .unwrap_or_else(|_| Array2::zeros((rows, cols)))
 }
 
 impl MoeCase {
@@ -71,12 +72,21 @@ impl MoeCase {
                 router_bias = (0..e).map(|j| [0.5f32, 1.0, 1.0, 0.25][j % 4]).collect();
             }
         }
-        let matrix = |salt: u32, out: usize, inp: usize| mxfp4::quantize(&rand_vec(out * inp, salt).iter().map(|v| v * fan(inp) * 6.0).collect::<Vec<_>>(), out, inp).map_err(|e| e.to_string());
+        let matrix = |salt: u32, out: usize, inp: usize| {
+            mxfp4::quantize(&rand_vec(out * inp, salt).iter().map(|v| v * fan(inp) * 6.0).collect::<Vec<_>>(), out, inp).map_err(|e| e.to_string())
+        };
         let bias = |salt: u32, n: usize| ndarray::Array1::from_vec(rand_vec(n, salt).iter().map(|v| v * 0.5).collect());
         let experts = (0..e as u32)
             .map(|x| {
                 let s = 100 + 8 * x;
-                Ok(ExpertWeights { gate: matrix(s, f, c)?, gate_bias: bias(s + 1, f), up: matrix(s + 2, f, c)?, up_bias: bias(s + 3, f), down: matrix(s + 4, c, f)?, down_bias: bias(s + 5, c) })
+                Ok(ExpertWeights {
+                    gate: matrix(s, f, c)?,
+                    gate_bias: bias(s + 1, f),
+                    up: matrix(s + 2, f, c)?,
+                    up_bias: bias(s + 3, f),
+                    down: matrix(s + 4, c, f)?,
+                    down_bias: bias(s + 5, c),
+                })
             })
             .collect::<Result<Vec<_>, String>>()?;
         Ok(Fixture { h, x0: rand_vec(t * c, 7), router, router_bias, experts })
@@ -185,7 +195,16 @@ impl MoeCase {
 
     /// Sort (exact against the host's stable grouping), GEMMs (poisoned outputs), combine.
     #[allow(clippy::too_many_arguments)]
-    fn gemm_stages(&self, client: &Client, h: &DeviceTensor, x: &DeviceTensor, w: &MoeWeights, routes: &Routes, want: &Want, worst: &mut Metrics) -> Result<(), String> {
+    fn gemm_stages(
+        &self,
+        client: &Client,
+        h: &DeviceTensor,
+        x: &DeviceTensor,
+        w: &MoeWeights,
+        routes: &Routes,
+        want: &Want,
+        worst: &mut Metrics,
+    ) -> Result<(), String> {
         let (c, f) = (self.c, self.f);
         let sorted = moe::sort_by_expert(client, routes, self.e, BM).map_err(dev)?;
         let ids: Vec<usize> = want.routes.iter().flatten().map(|&(e, _)| e).collect();
@@ -203,7 +222,13 @@ impl MoeCase {
             slot[i] = s as u32;
         }
         let sorted_ids: Vec<u32> = order.iter().map(|&i| i as u32).collect();
-        for (what, got, want) in [("counts", &sorted.counts, &counts), ("offsets", &sorted.offsets, &offsets), ("tile offsets", &sorted.tile_offsets, &tiles), ("sorted", &sorted.sorted, &sorted_ids), ("slots", &sorted.slot, &slot)] {
+        for (what, got, want) in [
+            ("counts", &sorted.counts, &counts),
+            ("offsets", &sorted.offsets, &offsets),
+            ("tile offsets", &sorted.tile_offsets, &tiles),
+            ("sorted", &sorted.sorted, &sorted_ids),
+            ("slots", &sorted.slot, &slot),
+        ] {
             let got = got.to_u32(client).map_err(dev)?;
             compare_ids(got.get(..want.len()).unwrap_or(&got), want).map_err(|e| format!("sort {what}: {e}"))?;
         }
@@ -311,7 +336,14 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     // Prefill: sort + grouped GEMMs; T = 1 and 9 through the GEMMs too, segments past one
     // 64-row tile (skewed: every token on the same K experts), experts without a token, odd
     // tile edges (C = 96, F = 160: 2F = 320).
-    for (t, c, f, e, k, routing) in [(1, 64, 64, 4, 2, Random), (9, 96, 160, 8, 4, Random), (67, 288, 96, 8, 4, Random), (130, 96, 64, 6, 2, Skewed), (40, 64, 96, 32, 4, Random), (20, 64, 64, 6, 3, Ties)] {
+    for (t, c, f, e, k, routing) in [
+        (1, 64, 64, 4, 2, Random),
+        (9, 96, 160, 8, 4, Random),
+        (67, 288, 96, 8, 4, Random),
+        (130, 96, 64, 6, 2, Skewed),
+        (40, 64, 96, 32, 4, Random),
+        (20, 64, 64, 6, 3, Ties),
+    ] {
         add(t, c, f, e, k, routing, Gemm);
     }
     v

@@ -8,10 +8,13 @@
 //! gate and up), want `swiglu(qlinear(x, gate), qlinear(x, up))`. Outputs are NaN-poisoned.
 
 use ndarray::Array2;
+use optimized::kernels::matmul::tc::{self, TcConfig, TcMode};
 use optimized::kernels::qmatmul::v4::MmaTune;
 use optimized::kernels::qmatmul::v5;
-use optimized::kernels::matmul::tc::{self, TcConfig, TcMode};
-use optimized::kernels::qmatmul::{default_prefetch, default_rpg, V5_STAGES, qlinear_fused_into_tuned, Fp4Decode, GemvTune, Int8Decode, Prefetch, QFormat, QLayout, QWeight, QGEMV_MAX_T};
+use optimized::kernels::qmatmul::{
+    default_prefetch, default_rpg, qlinear_fused_into_tuned, Fp4Decode, GemvTune, Int8Decode, Prefetch, QFormat, QLayout, QWeight, QGEMV_MAX_T,
+    V5_STAGES,
+};
 use optimized::Client;
 use reference::quant::{Granularity, QuantTensor, Scheme};
 
@@ -53,7 +56,21 @@ impl QMatmulCase {
             Scheme::Int8(g) => QFormat::Int8 { group: g.group_len(n_in) },
             Scheme::Mxfp4 => QFormat::Mxfp4,
         };
-        Self { t, n_in, n_out, scheme, parts, layout, prefetch: default_prefetch(format, n_in), fp4: Fp4Decode::Pairs, int8: Int8Decode::Subnormal, fusion: Fusion::None, mma: MmaTune::default(), rpg: None, split: None }
+        Self {
+            t,
+            n_in,
+            n_out,
+            scheme,
+            parts,
+            layout,
+            prefetch: default_prefetch(format, n_in),
+            fp4: Fp4Decode::Pairs,
+            int8: Int8Decode::Subnormal,
+            fusion: Fusion::None,
+            mma: MmaTune::default(),
+            rpg: None,
+            split: None,
+        }
     }
 }
 
@@ -166,8 +183,16 @@ impl Case for QMatmulCase {
             return Outcome::Skip("the subnormal int8 decode is not exact on this device (subnormal f32s flushed: the probe failed)".into());
         }
         outcome((|| {
-            let tune = GemvTune { rpg: self.rpg.unwrap_or(default_rpg(w.format)), split: self.split, prefetch: self.prefetch, fp4: self.fp4, int8: self.int8, mma: self.mma };
-            let y = self.fusion.run_device(client, t, n_in, rows, &x, &io, |xd, yd, fuse| qlinear_fused_into_tuned(client, xd, &w, yd, &tune, fuse))?;
+            let tune = GemvTune {
+                rpg: self.rpg.unwrap_or(default_rpg(w.format)),
+                split: self.split,
+                prefetch: self.prefetch,
+                fp4: self.fp4,
+                int8: self.int8,
+                mma: self.mma,
+            };
+            let y =
+                self.fusion.run_device(client, t, n_in, rows, &x, &io, |xd, yd, fuse| qlinear_fused_into_tuned(client, xd, &w, yd, &tune, fuse))?;
             let (tol, _) = if tc_path { tc_tolerance() } else { tolerance(Op::Matmul, Dtype::F32) };
             Ok(match compare(&y, &io.want, tol) {
                 Ok(m) => Outcome::Pass(m),
@@ -234,12 +259,19 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     // shared-table decode) on decode shapes with full and partial last tiles.
     for scheme in schemes {
         let g128 = scheme == Scheme::Int8(Granularity::Group(128));
-        for (t, n_in, n_out) in [(1usize, 256usize, 1031usize), (3, 1536, 576), (1, if g128 { 640 } else { 576 }, 72), (2, 5632, 72), (1, if g128 { 2944 } else { 2880 }, 72)] {
+        for (t, n_in, n_out) in [
+            (1usize, 256usize, 1031usize),
+            (3, 1536, 576),
+            (1, if g128 { 640 } else { 576 }, 72),
+            (2, 5632, 72),
+            (1, if g128 { 2944 } else { 2880 }, 72),
+        ] {
             let c = QMatmulCase::new(t, n_in, n_out, scheme, 1, QLayout::Tiles);
             let fp4s: &[Fp4Decode] = if scheme == Scheme::Mxfp4 { &[Fp4Decode::Table, Fp4Decode::Pairs] } else { &[Fp4Decode::Pairs] };
             for &fp4 in fp4s {
                 // gemv v3 (pipelined) and v5 (cp.async ring, other slot counts) are int8 only.
-                let v3: &[Prefetch] = if scheme == Scheme::Mxfp4 { &[] } else { &[Prefetch::Pipelined, Prefetch::Async(3), Prefetch::Async(4), Prefetch::Async(8)] };
+                let v3: &[Prefetch] =
+                    if scheme == Scheme::Mxfp4 { &[] } else { &[Prefetch::Pipelined, Prefetch::Async(3), Prefetch::Async(4), Prefetch::Async(8)] };
                 for &prefetch in [Prefetch::Off, Prefetch::W, Prefetch::WX].iter().chain(v3) {
                     if prefetch != c.prefetch || fp4 != c.fp4 {
                         push(&mut v, QMatmulCase { prefetch, fp4, ..c.clone() });
@@ -251,14 +283,19 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     // The launch choices `qmatmul::knobs` may give a model's gemvs (rows per group 2 / 4 / 8,
     // planes per row 1 / 2 / 4 or chosen): v5 (two and three slots) and v2 (int8 groups,
     // mxfp4), with the norm + SwiGLU and residual fusions, full and partial row groups.
-    for (scheme, prefetch) in [(schemes[0], Prefetch::Async(V5_STAGES)), (schemes[0], Prefetch::Async(3)), (schemes[2], Prefetch::Off), (Scheme::Mxfp4, Prefetch::W)] {
+    for (scheme, prefetch) in
+        [(schemes[0], Prefetch::Async(V5_STAGES)), (schemes[0], Prefetch::Async(3)), (schemes[2], Prefetch::Off), (Scheme::Mxfp4, Prefetch::W)]
+    {
         for rpg in [2usize, 4, 8] {
             for split in [None, Some(1), Some(2), Some(4)] {
                 if rpg == 4 && split.is_none() {
                     continue;
                 }
                 for (t, n_in, n_out, fusion) in [(1usize, 2048usize, 577usize, Fusion::NormGlu), (3, 4096, 96, Fusion::Residual)] {
-                    push(&mut v, QMatmulCase { fusion, prefetch, rpg: Some(rpg), split, ..QMatmulCase::new(t, n_in, n_out, scheme, 1, QLayout::Tiles) });
+                    push(
+                        &mut v,
+                        QMatmulCase { fusion, prefetch, rpg: Some(rpg), split, ..QMatmulCase::new(t, n_in, n_out, scheme, 1, QLayout::Tiles) },
+                    );
                 }
             }
         }
@@ -290,7 +327,9 @@ pub fn cases() -> Vec<Box<dyn Case>> {
                 for prefetch in [false, true] {
                     let tune = MmaTune { blocks, depth, split, prefetch };
                     if tune != MmaTune::default() {
-                        for (t, n_in, n_out, fusion) in [(1usize, 1536usize, 576usize, Fusion::None), (3, 576, 80, Fusion::NormGlu), (4, 2048, 48, Fusion::Residual)] {
+                        for (t, n_in, n_out, fusion) in
+                            [(1usize, 1536usize, 576usize, Fusion::None), (3, 576, 80, Fusion::NormGlu), (4, 2048, 48, Fusion::Residual)]
+                        {
                             v.push(Box::new(QMatmulCase { fusion, mma: tune, ..mma(t, n_in, n_out, 1) }));
                         }
                     }
@@ -326,12 +365,41 @@ pub fn tc_cases() -> Vec<Box<dyn Case>> {
         let mx = scheme == Scheme::Mxfp4;
         for &layout in layouts {
             let q = |t, n_in, n_out, mode| TcCase::new(t, n_in, n_out, TcWeight::Quant(scheme, layout), mode);
-            for (t, n_in, n_out) in [(9usize, 256usize, 72usize), (17, if mx { 2880 } else if g128 { 640 } else { 576 }, 130), (127, 1536, 200), (513, if g128 { 384 } else { 320 }, 1031)] {
+            for (t, n_in, n_out) in [
+                (9usize, 256usize, 72usize),
+                (
+                    17,
+                    if mx {
+                        2880
+                    } else if g128 {
+                        640
+                    } else {
+                        576
+                    },
+                    130,
+                ),
+                (127, 1536, 200),
+                (513, if g128 { 384 } else { 320 }, 1031),
+            ] {
                 v.push(Box::new(q(t, n_in, n_out, TcMode::Tensor)));
             }
             v.push(Box::new(TcCase { glu: true, ..q(33, 512, 258, TcMode::Tensor) }));
             // Emulated (lavapipe-sized tiles): a partial last tile of the tiled order.
-            v.push(Box::new(TcCase { config: Some(TcConfig::T32X32), ..q(17, if mx { 1088 } else if g128 { 640 } else { 576 }, 40, TcMode::Emulated) }));
+            v.push(Box::new(TcCase {
+                config: Some(TcConfig::T32X32),
+                ..q(
+                    17,
+                    if mx {
+                        1088
+                    } else if g128 {
+                        640
+                    } else {
+                        576
+                    },
+                    40,
+                    TcMode::Emulated,
+                )
+            }));
             v.push(Box::new(TcCase { config: Some(TcConfig::T32X32), glu: true, ..q(9, 256, 40, TcMode::Emulated) }));
         }
         for config in TcConfig::ALL {
@@ -340,11 +408,22 @@ pub fn tc_cases() -> Vec<Box<dyn Case>> {
         for config in TcConfig::VARIANTS.iter().filter(|c| c.pipe) {
             v.push(Box::new(TcCase { config: Some(*config), ..TcCase::new(300, 512, 520, TcWeight::Quant(scheme, QLayout::Tiles), TcMode::Tensor) }));
         }
-        v.push(Box::new(TcCase { config: Some(TcConfig::T32X32.with_pipe()), ..TcCase::new(20, 640, 40, TcWeight::Quant(scheme, QLayout::Tiles), TcMode::Emulated) }));
+        v.push(Box::new(TcCase {
+            config: Some(TcConfig::T32X32.with_pipe()),
+            ..TcCase::new(20, 640, 40, TcWeight::Quant(scheme, QLayout::Tiles), TcMode::Emulated)
+        }));
         // Split-K (per-channel scales and SwiGLU applied after the partial sums are added).
         for glu in [false, true] {
-            v.push(Box::new(TcCase { config: Some(TcConfig::T32X32.with_splits(3)), glu, ..TcCase::new(20, 640, 40, TcWeight::Quant(scheme, QLayout::Tiles), TcMode::Emulated) }));
-            v.push(Box::new(TcCase { config: Some(TcConfig::T128X128.with_splits(3)), glu, ..TcCase::new(127, 2048, 200, TcWeight::Quant(scheme, QLayout::Tiles), TcMode::Tensor) }));
+            v.push(Box::new(TcCase {
+                config: Some(TcConfig::T32X32.with_splits(3)),
+                glu,
+                ..TcCase::new(20, 640, 40, TcWeight::Quant(scheme, QLayout::Tiles), TcMode::Emulated)
+            }));
+            v.push(Box::new(TcCase {
+                config: Some(TcConfig::T128X128.with_splits(3)),
+                glu,
+                ..TcCase::new(127, 2048, 200, TcWeight::Quant(scheme, QLayout::Tiles), TcMode::Tensor)
+            }));
         }
     }
     // What tc v1 does not read: mxfp4 in input order, the gemv v4 order (skipped, with the reason;

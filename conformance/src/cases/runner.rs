@@ -110,17 +110,31 @@ impl RunnerCase {
         // Each sequence's tokens (prompt tokens are synthetic ids; draws are fed back) and
         // blocks (disjoint ranges of the pool).
         let n_seqs = 1 + steps.iter().flatten().map(|p| p.seq).max().unwrap_or(0);
-        let mut tokens: Vec<Vec<u32>> = (0..n_seqs).map(|s| (0..64u32).map(|i| (i * 7919 + 31 * s as u32 + 11) % cfg.vocab as u32).collect()).collect();
+        let mut tokens: Vec<Vec<u32>> =
+            (0..n_seqs).map(|s| (0..64u32).map(|i| (i * 7919 + 31 * s as u32 + 11) % cfg.vocab as u32).collect()).collect();
         let blocks: Vec<Vec<u32>> = (0..n_seqs).map(|s| (0..BLOCKS / n_seqs).map(|b| (b * n_seqs + s) as u32).collect()).collect();
         let params: Vec<SamplingParams> = (0..n_seqs)
-            .map(|s| if self.sampled { SamplingParams { temperature: 0.8, top_k: 30, top_p: 0.95, seed: 40 + s as u64, ..SamplingParams::default() } } else { SamplingParams::default() })
+            .map(|s| {
+                if self.sampled {
+                    SamplingParams { temperature: 0.8, top_k: 30, top_p: 0.95, seed: 40 + s as u64, ..SamplingParams::default() }
+                } else {
+                    SamplingParams::default()
+                }
+            })
             .collect();
         let mut worst = Metrics::default();
         for (k, step) in steps.iter().enumerate() {
             let mut plan = StepPlan::default();
             for part in step {
-                let samples = (0..part.draws).map(|j| SampleSpec { params: &params[part.seq], counter: (k * 8 + j) as u64, counts: &[], want_logits: true }).collect();
-                plan.seqs.push(SeqStep { tokens: &tokens[part.seq][part.pos0..part.pos0 + part.len], pos0: part.pos0, blocks: &blocks[part.seq], samples });
+                let samples = (0..part.draws)
+                    .map(|j| SampleSpec { params: &params[part.seq], counter: (k * 8 + j) as u64, counts: &[], want_logits: true })
+                    .collect();
+                plan.seqs.push(SeqStep {
+                    tokens: &tokens[part.seq][part.pos0..part.pos0 + part.len],
+                    pos0: part.pos0,
+                    blocks: &blocks[part.seq],
+                    samples,
+                });
             }
             let want = reference.step(&plan).map_err(|e| format!("reference step {k}: {e}"))?;
             let got = gpu.step(&plan).map_err(|e| format!("gpu step {k}: {e}"))?;
@@ -138,7 +152,12 @@ impl RunnerCase {
                         Err(e) => return Ok(Outcome::Fail(format!("step {k} part {i} draw {j} logits: {e}"))),
                     }
                     if g.tokens[j] != w.tokens[j] && top2_margin(wl) > GREEDY_MARGIN && !self.sampled {
-                        return Ok(Outcome::Fail(format!("step {k} part {i} draw {j}: token {} != reference {} (margin {:.3})", g.tokens[j], w.tokens[j], top2_margin(wl))));
+                        return Ok(Outcome::Fail(format!(
+                            "step {k} part {i} draw {j}: token {} != reference {} (margin {:.3})",
+                            g.tokens[j],
+                            w.tokens[j],
+                            top2_margin(wl)
+                        )));
                     }
                 }
             }
@@ -186,7 +205,12 @@ impl EngineCase {
         shared.extend(prompt(4, 10));
         let reqs: Vec<Request> = vec![
             Request::new(prompt(1, 1)).with_max_tokens(12),
-            Request::new(prompt(40, 2)).with_max_tokens(5).with_params(SamplingParams { temperature: 0.7, top_p: 0.9, seed: 3, ..SamplingParams::default() }),
+            Request::new(prompt(40, 2)).with_max_tokens(5).with_params(SamplingParams {
+                temperature: 0.7,
+                top_p: 0.9,
+                seed: 3,
+                ..SamplingParams::default()
+            }),
             Request::new(prompt(21, 9)).with_max_tokens(6),
             Request::new(shared).with_max_tokens(6),
             Request::new(prompt(9, 4)).with_max_tokens(20).with_params(SamplingParams { temperature: 1.0, seed: 8, ..SamplingParams::default() }),
@@ -248,11 +272,20 @@ pub struct GraphEngineCase {
 impl GraphEngineCase {
     fn body(&self, client: &Client) -> Result<Outcome, String> {
         let cfg = synthetic::tiny_configs().into_iter().find(|(n, _)| *n == self.weights).map(|(_, c)| c).ok_or("no tiny config")?;
-        let params = |s: u64| if self.sampled { SamplingParams { temperature: 0.9, top_k: 12, seed: s, ..SamplingParams::default() } } else { SamplingParams::default() };
+        let params = |s: u64| {
+            if self.sampled {
+                SamplingParams { temperature: 0.9, top_k: 12, seed: s, ..SamplingParams::default() }
+            } else {
+                SamplingParams::default()
+            }
+        };
         let reqs: Vec<Request> = (0..7u32)
             .map(|i| {
                 let p: Vec<u32> = (0..(1 + 3 * i)).map(|j| (j * 7919 + i * 13 + 3) % cfg.vocab as u32).collect();
-                Request { ignore_eos: true, ..Request::new(p).with_max_tokens(if i == 0 { 70 } else { 6 + 5 * i as usize }).with_params(params(i as u64)) }
+                Request {
+                    ignore_eos: true,
+                    ..Request::new(p).with_max_tokens(if i == 0 { 70 } else { 6 + 5 * i as usize }).with_params(params(i as u64))
+                }
             })
             .collect();
         let mut runs = vec![];

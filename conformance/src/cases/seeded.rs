@@ -104,7 +104,8 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             v.push(Box::new(SeededCase { rows: 4, v: 257, pattern: p, name, params: params.clone(), penalties: false }));
         }
     }
-    let pen = SamplingParams { temperature: 0.9, top_k: 20, repetition_penalty: 1.3, presence_penalty: 0.4, frequency_penalty: 0.3, seed: 9, ..d.clone() };
+    let pen =
+        SamplingParams { temperature: 0.9, top_k: 20, repetition_penalty: 1.3, presence_penalty: 0.4, frequency_penalty: 0.3, seed: 9, ..d.clone() };
     v.push(Box::new(SeededCase { rows: 3, v: 1000, pattern: Pattern::Random, name: "t=0.9,k=20,penalties", params: pen, penalties: true }));
     let greedy_pen = SamplingParams { repetition_penalty: 2.0, frequency_penalty: 0.5, ..d };
     v.push(Box::new(SeededCase { rows: 3, v: 97, pattern: Pattern::Random, name: "greedy,penalties", params: greedy_pen, penalties: true }));

@@ -105,7 +105,14 @@ impl<R: ModelRunner> Engine<R> {
                     let s = self.seqs.get(&items[a.item].id).ok_or_else(|| Error::Input("drafting an unknown request".into()))?;
                     let kv = s.spec.draft_kv.ok_or_else(|| Error::KvCache(format!("drafting request {} holds no draft blocks", s.id)))?;
                     let tokens = if round == 0 { s.tokens.get(s.spec.draft_computed..) } else { s.spec.proposal.get(round - 1..round) };
-                    let tokens = tokens.filter(|t| !t.is_empty()).ok_or_else(|| Error::KvCache(format!("request {}: the draft is at {} of {} tokens in round {round}", s.id, s.spec.draft_computed, s.tokens.len())))?;
+                    let tokens = tokens.filter(|t| !t.is_empty()).ok_or_else(|| {
+                        Error::KvCache(format!(
+                            "request {}: the draft is at {} of {} tokens in round {round}",
+                            s.id,
+                            s.spec.draft_computed,
+                            s.tokens.len()
+                        ))
+                    })?;
                     let want_logits = a.params.temperature > 0.0 || threshold > 0.0;
                     let spec = SampleSpec { params: &a.params, counter: (s.output_len() + round) as u64, counts: &a.counts, want_logits };
                     plan.seqs.push(SeqStep { tokens, pos0: s.spec.draft_computed, blocks: &dr.blocks.table(kv)?.blocks, samples: vec![spec] });

@@ -54,7 +54,11 @@ impl<R: ModelRunner> Engine<R> {
             let (k, gain) = sp.cost.best_depth(s.spec.alpha(), sp.cfg.max_k, batch);
             if gain >= MIN_GAIN {
                 s.spec.probe_wait = 0;
-                if self.step_no.is_multiple_of(EXPLORE_EVERY) { k / 2 } else { k }
+                if self.step_no.is_multiple_of(EXPLORE_EVERY) {
+                    k / 2
+                } else {
+                    k
+                }
             } else {
                 if sp.drafter.is_some() {
                     // Off; probes again after probe_every steps, twice as long after each

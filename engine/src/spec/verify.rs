@@ -19,7 +19,15 @@ pub struct Verdict {
 /// `counter0 ..= counter0 + k`: `draws` are its k + 1 draws, `rows` its logits rows (needed
 /// where `q` is given), `q` the draft's distribution of each proposal (empty: one-hot, the
 /// equality rule), `counts` the penalty counts each draw saw (empty: no penalties).
-pub fn verify(proposal: &[u32], draws: &[u32], rows: &[Option<Vec<f32>>], q: &[Vec<f64>], params: &SamplingParams, counts: &[Vec<TokenCount>], counter0: u64) -> Result<Verdict> {
+pub fn verify(
+    proposal: &[u32],
+    draws: &[u32],
+    rows: &[Option<Vec<f32>>],
+    q: &[Vec<f64>],
+    params: &SamplingParams,
+    counts: &[Vec<TokenCount>],
+    counter0: u64,
+) -> Result<Verdict> {
     let k = proposal.len();
     if draws.len() != k + 1 {
         return Err(Error::Backend(format!("verification of {k} proposals returned {} draws (want {})", draws.len(), k + 1)));
@@ -30,7 +38,10 @@ pub fn verify(proposal: &[u32], draws: &[u32], rows: &[Option<Vec<f32>>], q: &[V
         let keep = match q.get(j) {
             None => target == d,
             Some(qj) => {
-                let row = rows.get(j).and_then(Option::as_ref).ok_or_else(|| Error::Backend(format!("verification: the runner returned no logits row for position {j}")))?;
+                let row = rows
+                    .get(j)
+                    .and_then(Option::as_ref)
+                    .ok_or_else(|| Error::Backend(format!("verification: the runner returned no logits row for position {j}")))?;
                 let p = dist::probs(row, params, counts.get(j).map_or(&[][..], Vec::as_slice))?;
                 let (pd, qd) = (p.get(d as usize).copied().unwrap_or(0.0), qj.get(d as usize).copied().unwrap_or(0.0));
                 let u = dist::accept_uniform(params.seed, counter0 + j as u64);

@@ -110,7 +110,15 @@ pub struct ToyRunner {
 impl ToyRunner {
     pub fn new(vocab: usize, max_ctx: usize, blocks: usize, salt: u32, mix: f32) -> Self {
         let info = ModelInfo { vocab, max_ctx, bos_id: None, eos_id: None };
-        ToyRunner { info, layout: KvLayout { block_size: 4, num_blocks: blocks }, rows: vec![u32::MAX; 4 * blocks], salt, mix, per_step: Duration::ZERO, per_token: Duration::ZERO }
+        ToyRunner {
+            info,
+            layout: KvLayout { block_size: 4, num_blocks: blocks },
+            rows: vec![u32::MAX; 4 * blocks],
+            salt,
+            mix,
+            per_step: Duration::ZERO,
+            per_token: Duration::ZERO,
+        }
     }
     pub fn logits(&self, history: &[u32]) -> Vec<f32> {
         let z = toy_logits(self.salt, history, self.info.vocab);

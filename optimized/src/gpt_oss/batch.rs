@@ -70,7 +70,10 @@ impl RaggedBatch {
             let l: Vec<usize> = range.iter().map(|&i| plan.seqs[i].pos0 + plan.seqs[i].tokens.len()).collect();
             BlockTables::upload(client, &t, &l, bs, layout.num_blocks).map(Some)
         };
-        let varlen = items[n_dec..].iter().map(|it| VarlenSeq { q_start: it.row0, q_len: plan.seqs[it.plan].tokens.len(), pos0: plan.seqs[it.plan].pos0 }).collect();
+        let varlen = items[n_dec..]
+            .iter()
+            .map(|it| VarlenSeq { q_start: it.row0, q_len: plan.seqs[it.plan].tokens.len(), pos0: plan.seqs[it.plan].pos0 })
+            .collect();
         Ok(Some(RaggedBatch {
             positions: DeviceTensor::from_u32(client, &pos, &[n])?,
             slots: DeviceTensor::from_u32(client, &slots, &[n])?,

@@ -58,7 +58,6 @@ pub struct GptOssGpu {
     pub moe_path: MoePath,
 }
 
-
 /// Uploads tensors from a source, counting bytes.
 struct Uploader<'a> {
     client: &'a Client,
@@ -119,7 +118,15 @@ impl GptOssGpu {
                 bo: up.dense(&[bo], Dtype::F32)?,
                 sinks: up.dense(&[sinks], Dtype::F32)?,
                 ffn_norm: up.dense(&[fnm], Dtype::F32)?,
-                moe: MoeWeights { router: up.dense(&[r], Dtype::F32)?, router_bias: up.dense(&[br], Dtype::F32)?, gate_up, down, k: cfg.n_experts_used, limit: cfg.swiglu_limit, alpha: cfg.swiglu_alpha },
+                moe: MoeWeights {
+                    router: up.dense(&[r], Dtype::F32)?,
+                    router_bias: up.dense(&[br], Dtype::F32)?,
+                    gate_up,
+                    down,
+                    k: cfg.n_experts_used,
+                    limit: cfg.swiglu_limit,
+                    alpha: cfg.swiglu_alpha,
+                },
                 window: cfg.layer_window(l),
             });
         }
@@ -127,8 +134,24 @@ impl GptOssGpu {
         let weight_bytes = up.bytes;
         let expert_share = |w: &Mxfp4Experts| w.bytes() / w.n_experts.max(1) * cfg.n_experts_used;
         let dense = |t: &DeviceTensor| t.numel() * t.dtype.size();
-        let stream_bytes = layers.iter().map(|l| dense(&l.wqkv) + dense(&l.wo) + dense(&l.moe.router) + expert_share(&l.moe.gate_up) + expert_share(&l.moe.down)).sum::<usize>() + dense(&lm_head);
-        Ok(GptOssGpu { client, backend, config: cfg.clone(), dtype, tok_embd, layers, out_norm, lm_head, weight_bytes, stream_bytes, moe_path: MoePath::Auto })
+        let stream_bytes = layers
+            .iter()
+            .map(|l| dense(&l.wqkv) + dense(&l.wo) + dense(&l.moe.router) + expert_share(&l.moe.gate_up) + expert_share(&l.moe.down))
+            .sum::<usize>()
+            + dense(&lm_head);
+        Ok(GptOssGpu {
+            client,
+            backend,
+            config: cfg.clone(),
+            dtype,
+            tok_embd,
+            layers,
+            out_norm,
+            lm_head,
+            weight_bytes,
+            stream_bytes,
+            moe_path: MoePath::Auto,
+        })
     }
 
     /// `x [N, C]`: the embedding rows of `ids` (no scaling).

@@ -35,7 +35,9 @@ impl GptOssRunner {
         let rows = block_size
             .checked_mul(num_blocks)
             .filter(|r| r.checked_mul(cfg.n_kv_heads * cfg.head_dim).is_some_and(|n| u32::try_from(n).is_ok()))
-            .ok_or_else(|| Error::KvCache(format!("{num_blocks} blocks × {block_size} × {} × {} exceed the u32 index range", cfg.n_kv_heads, cfg.head_dim)))?;
+            .ok_or_else(|| {
+                Error::KvCache(format!("{num_blocks} blocks × {block_size} × {} × {} exceed the u32 index range", cfg.n_kv_heads, cfg.head_dim))
+            })?;
         if rows == 0 {
             return Err(Error::KvCache("a KV pool of 0 positions".into()));
         }
@@ -110,6 +112,10 @@ impl ModelRunner for GptOssRunner {
         format!("{}-{}+mxfp4-experts", self.model.backend, self.model.dtype.name())
     }
     fn status(&self) -> Option<String> {
-        Some(format!("GPT-OSS: MoE {:?} (grouped MXFP4 gemvs for ≤ {} rows, sort + grouped GEMMs above)", self.model.moe_path, crate::kernels::moe::GEMV_MAX_T))
+        Some(format!(
+            "GPT-OSS: MoE {:?} (grouped MXFP4 gemvs for ≤ {} rows, sort + grouped GEMMs above)",
+            self.model.moe_path,
+            crate::kernels::moe::GEMV_MAX_T
+        ))
     }
 }

@@ -115,7 +115,16 @@ fn reduce_and_store(best_v: f32, best_i: u32, out: &mut [u32], row: usize, tid: 
 /// `>` keeps the lowest among equals. `pdl`: [`await_predecessor`] first.
 #[allow(clippy::too_many_arguments)]
 #[cube(launch)]
-pub fn argmax_v2<N: Size>(x: &[Vector<f32, N>], out: &mut [u32], rows: u32, v: u32, #[comptime] width: usize, #[comptime] block: usize, #[comptime] batch: usize, #[comptime] pdl: bool) {
+pub fn argmax_v2<N: Size>(
+    x: &[Vector<f32, N>],
+    out: &mut [u32],
+    rows: u32,
+    v: u32,
+    #[comptime] width: usize,
+    #[comptime] block: usize,
+    #[comptime] batch: usize,
+    #[comptime] pdl: bool,
+) {
     await_predecessor(pdl);
     let row = CUBE_POS;
     // Cube-uniform guard: the grid may be rounded up to fit the hardware limits.
@@ -178,11 +187,7 @@ pub fn argmax_into_with(client: &Client, x: &DeviceTensor, out: &DeviceTensor, v
     }
     let rows = x.numel() / v;
     if out.numel() != rows || out.dtype.size() != 4 {
-        return Err(Error::Shape(format!(
-            "argmax: out has shape {:?} ({}), expected {rows} 4-byte ids",
-            out.shape,
-            out.dtype.name()
-        )));
+        return Err(Error::Shape(format!("argmax: out has shape {:?} ({}), expected {rows} 4-byte ids", out.shape, out.dtype.name())));
     }
     if rows == 0 {
         return Ok(());
@@ -207,8 +212,23 @@ pub fn argmax_into_with(client: &Client, x: &DeviceTensor, out: &DeviceTensor, v
     let pdl = super::pdl::enabled(client);
     unsafe {
         match version {
-            ArgmaxVersion::V1 => argmax_v1::launch(client, count, CubeDim::new_1d(block), x.as_arg(1), out.as_arg(1), rows_u32, v_u32, block as usize, pdl),
-            ArgmaxVersion::V2 => argmax_v2::launch(client, count, CubeDim::new_1d(block), width, x.as_arg(width), out.as_arg(1), rows_u32, v_u32, width, block as usize, V2_BATCH, pdl),
+            ArgmaxVersion::V1 => {
+                argmax_v1::launch(client, count, CubeDim::new_1d(block), x.as_arg(1), out.as_arg(1), rows_u32, v_u32, block as usize, pdl)
+            }
+            ArgmaxVersion::V2 => argmax_v2::launch(
+                client,
+                count,
+                CubeDim::new_1d(block),
+                width,
+                x.as_arg(width),
+                out.as_arg(1),
+                rows_u32,
+                v_u32,
+                width,
+                block as usize,
+                V2_BATCH,
+                pdl,
+            ),
         }
     }
     Ok(())

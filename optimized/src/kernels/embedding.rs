@@ -51,11 +51,7 @@ fn check(client: &Client, table: &DeviceTensor, t_len: usize, out: &DeviceTensor
         return Err(Error::Shape(format!("embedding: table shape {:?}, expected [V, C]", table.shape)));
     };
     if out.shape != [t_len, c] || out.dtype != Dtype::F32 {
-        return Err(Error::Shape(format!(
-            "embedding: out is {:?} {}, expected [{t_len}, {c}] f32",
-            out.shape,
-            out.dtype.name()
-        )));
+        return Err(Error::Shape(format!("embedding: out is {:?} {}, expected [{t_len}, {c}] f32", out.shape, out.dtype.name())));
     }
     if !table.dtype.supported(client) {
         return Err(Error::Unsupported(format!("embedding: {} tables", table.dtype.name())));
@@ -103,9 +99,7 @@ fn launch(client: &Client, table: &DeviceTensor, ids: &DeviceTensor, out: &Devic
 pub fn embedding_into(client: &Client, table: &DeviceTensor, ids: &[u32], out: &DeviceTensor) -> Result<(), Error> {
     let (v, c) = check(client, table, ids.len(), out)?;
     if let Some((t, &id)) = ids.iter().enumerate().find(|(_, &id)| id as usize >= v) {
-        return Err(Error::Shape(format!(
-            "embedding: token id {id} at position {t} is outside the vocabulary (V = {v})"
-        )));
+        return Err(Error::Shape(format!("embedding: token id {id} at position {t} is outside the vocabulary (V = {v})")));
     }
     if ids.is_empty() {
         return Ok(());

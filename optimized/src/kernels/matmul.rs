@@ -44,9 +44,9 @@ mod gemv;
 pub mod tc;
 mod tc_kernel;
 mod tc_quant;
+use gemv::launch_gemv;
 pub use gemv::{gemv_v1, tuning, Fuse, Norm, Residual, GEMV_MAX_T, GEMV_RPG};
 pub(crate) use gemv::{inv_rms, scale_rows, store_row, store_row_sums};
-use gemv::launch_gemv;
 
 /// Side of tiled v1's output tile (and its K step).
 pub const TILE: u32 = 16;
@@ -148,16 +148,7 @@ pub fn matmul_tiled_v1<W: Float>(
 /// Cube dim (16, 16); cube `c` computes the 64×64 tile (c / tiles_out, c % tiles_out); unit
 /// (tx, ty) owns rows `t0 + ty + 16 i` and columns `o0 + tx + 16 j` (i, j < 4).
 #[cube(launch)]
-pub fn matmul_tiled_v2<W: Float>(
-    x: &[f32],
-    w: &[W],
-    y: &mut [f32],
-    t_rows: u32,
-    n_in: u32,
-    n_out: u32,
-    tiles_out: u32,
-    tiles_total: u32,
-) {
+pub fn matmul_tiled_v2<W: Float>(x: &[f32], w: &[W], y: &mut [f32], t_rows: u32, n_in: u32, n_out: u32, tiles_out: u32, tiles_total: u32) {
     let cube = CUBE_POS;
     if cube < tiles_total as usize {
         let tx = UNIT_POS_X as usize;
@@ -260,18 +251,12 @@ fn dims(x: &DeviceTensor, w: &DeviceTensor) -> Result<Dims, Error> {
     if x.dtype != Dtype::F32 {
         return Err(Error::Shape(format!("linear: x must be f32, is {}", x.dtype.name())));
     }
-    let n_in = *x
-        .shape
-        .last()
-        .ok_or_else(|| Error::Shape("linear: x has no axes".into()))?;
+    let n_in = *x.shape.last().ok_or_else(|| Error::Shape("linear: x has no axes".into()))?;
     let [n_out, w_in] = w.shape[..] else {
         return Err(Error::Shape(format!("linear: w shape {:?}, expected [out, in]", w.shape)));
     };
     if w_in != n_in {
-        return Err(Error::Shape(format!(
-            "linear: x shape {:?} has in = {n_in}, w shape {:?} has in = {w_in}",
-            x.shape, w.shape
-        )));
+        return Err(Error::Shape(format!("linear: x shape {:?} has in = {n_in}, w shape {:?} has in = {w_in}", x.shape, w.shape)));
     }
     if n_in == 0 {
         return Err(Error::Shape(format!("linear: in = 0 (x shape {:?})", x.shape)));
@@ -316,12 +301,7 @@ pub fn auto_version(client: &Client, t: usize, w: &DeviceTensor) -> Version {
 }
 
 /// [`linear`] with a forced version.
-pub fn linear_with(
-    client: &Client,
-    x: &DeviceTensor,
-    w: &DeviceTensor,
-    version: Version,
-) -> Result<DeviceTensor, Error> {
+pub fn linear_with(client: &Client, x: &DeviceTensor, w: &DeviceTensor, version: Version) -> Result<DeviceTensor, Error> {
     let d = dims(x, w)?;
     let y = DeviceTensor::empty_f32(client, &d.y_shape);
     linear_into(client, x, w, &y, version)?;
@@ -331,38 +311,29 @@ pub fn linear_with(
 /// [`linear_with`] writing into a caller's `y` (`[.., out]` f32, x's leading axes; it must not
 /// alias x or w). Every element of `y` is written (conformance passes a NaN-filled `y` to
 /// prove it).
-pub fn linear_into(
-    client: &Client,
-    x: &DeviceTensor,
-    w: &DeviceTensor,
-    y: &DeviceTensor,
-    version: Version,
-) -> Result<(), Error> {
+pub fn linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &DeviceTensor, version: Version) -> Result<(), Error> {
     launch_checked(client, x, w, y, version, &Fuse::default(), "linear")
 }
 
 /// The checks every launcher shares (y f32 `[.., fuse.out_cols(out)]`, the weight's dtype
 /// supported), then `version` for W's dtype. Only gemv takes a fusion.
-fn launch_checked(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &DeviceTensor, version: Version, fuse: &Fuse, op: &str) -> Result<(), Error> {
+fn launch_checked(
+    client: &Client,
+    x: &DeviceTensor,
+    w: &DeviceTensor,
+    y: &DeviceTensor,
+    version: Version,
+    fuse: &Fuse,
+    op: &str,
+) -> Result<(), Error> {
     let d = dims(x, w)?;
     fuse.check(op, d.t, d.n_in, d.n_out)?;
     let want = d.shape_with_cols(fuse.out_cols(d.n_out));
     if y.dtype != Dtype::F32 || y.shape != want {
-        return Err(Error::Shape(format!(
-            "{op}: y is {} {:?}, expected f32 {:?} (x {:?}, w {:?})",
-            y.dtype.name(),
-            y.shape,
-            want,
-            x.shape,
-            w.shape
-        )));
+        return Err(Error::Shape(format!("{op}: y is {} {:?}, expected f32 {:?} (x {:?}, w {:?})", y.dtype.name(), y.shape, want, x.shape, w.shape)));
     }
     if !w.dtype.supported(client) {
-        return Err(Error::Unsupported(format!(
-            "{} arithmetic not supported on {}",
-            w.dtype.name(),
-            client.properties().identity.name
-        )));
+        return Err(Error::Unsupported(format!("{} arithmetic not supported on {}", w.dtype.name(), client.properties().identity.name)));
     }
     if d.t == 0 || d.n_out == 0 {
         return Ok(());
@@ -372,7 +343,9 @@ fn launch_checked(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &Devic
         (Version::Gemv, Dtype::F32) => launch_gemv::<f32>(client, x, w, y, &d, fuse),
         (Version::Gemv, Dtype::F16) => launch_gemv::<half::f16>(client, x, w, y, &d, fuse),
         (Version::Gemv, Dtype::BF16) => launch_gemv::<half::bf16>(client, x, w, y, &d, fuse),
-        _ if fuse.norm.is_some() || fuse.residual.is_some() || fuse.glu => Err(Error::Shape(format!("{op}: only gemv fuses a norm, residual or SwiGLU"))),
+        _ if fuse.norm.is_some() || fuse.residual.is_some() || fuse.glu => {
+            Err(Error::Shape(format!("{op}: only gemv fuses a norm, residual or SwiGLU")))
+        }
         (Version::Tiled, Dtype::F32) => launch_tiled::<f32>(client, x, w, y, &d),
         (Version::Tiled, Dtype::F16) => launch_tiled::<half::f16>(client, x, w, y, &d),
         (Version::Tiled, Dtype::BF16) => launch_tiled::<half::bf16>(client, x, w, y, &d),
@@ -401,7 +374,13 @@ pub fn linear_glu_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &
     let d = dims(x, w)?;
     let want = d.shape_with_cols(d.n_out / 2);
     if d.n_out % 2 != 0 || y.dtype != Dtype::F32 || y.shape != want {
-        return Err(Error::Shape(format!("linear_glu: w {:?} (2F interleaved gate/up rows), y {} {:?}, expected f32 {:?}", w.shape, y.dtype.name(), y.shape, want)));
+        return Err(Error::Shape(format!(
+            "linear_glu: w {:?} (2F interleaved gate/up rows), y {} {:?}, expected f32 {:?}",
+            w.shape,
+            y.dtype.name(),
+            y.shape,
+            want
+        )));
     }
     let gu = linear_with(client, x, w, version)?;
     super::swiglu::swiglu_pairs_into(client, &gu, y)
@@ -432,19 +411,10 @@ pub fn interleave_row_pairs<T: Copy>(a: &[T], b: &[T], rows: usize) -> Result<Ve
     Ok(a.chunks(n).zip(b.chunks(n)).flat_map(|(ra, rb)| ra.iter().chain(rb).copied()).collect())
 }
 
-fn launch_tiled<W: Float>(
-    client: &Client,
-    x: &DeviceTensor,
-    w: &DeviceTensor,
-    y: &DeviceTensor,
-    d: &Dims,
-) -> Result<(), Error> {
+fn launch_tiled<W: Float>(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &DeviceTensor, d: &Dims) -> Result<(), Error> {
     let hw = &client.properties().hardware;
     if TILE * TILE > hw.max_units_per_cube || TILE > hw.max_cube_dim.0 || TILE > hw.max_cube_dim.1 {
-        return Err(Error::Unsupported(format!(
-            "matmul tiled v1 needs {TILE}×{TILE} units per cube ({} allowed)",
-            hw.max_units_per_cube
-        )));
+        return Err(Error::Unsupported(format!("matmul tiled v1 needs {TILE}×{TILE} units per cube ({} allowed)", hw.max_units_per_cube)));
     }
     let tile = TILE as usize;
     let tiles_out = d.n_out.div_ceil(tile);
@@ -471,27 +441,17 @@ fn launch_tiled<W: Float>(
     Ok(())
 }
 
-fn launch_tiled_v2<W: Float>(
-    client: &Client,
-    x: &DeviceTensor,
-    w: &DeviceTensor,
-    y: &DeviceTensor,
-    d: &Dims,
-) -> Result<(), Error> {
+fn launch_tiled_v2<W: Float>(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &DeviceTensor, d: &Dims) -> Result<(), Error> {
     let hw = &client.properties().hardware;
     if 256 > hw.max_units_per_cube || 16 > hw.max_cube_dim.0 || 16 > hw.max_cube_dim.1 {
-        return Err(Error::Unsupported(format!(
-            "matmul tiled v2 needs 16×16 units per cube ({} allowed)",
-            hw.max_units_per_cube
-        )));
+        return Err(Error::Unsupported(format!("matmul tiled v2 needs 16×16 units per cube ({} allowed)", hw.max_units_per_cube)));
     }
     if 2 * 64 * 33 * 4 > hw.max_shared_memory_size {
         return Err(Error::Unsupported(format!("matmul tiled v2 needs {} B of shared memory", 2 * 64 * 33 * 4)));
     }
     let tiles_out = d.n_out.div_ceil(64);
     let tiles_total = tiles_out * d.t.div_ceil(64);
-    let tiles_total_u32 =
-        u32::try_from(tiles_total).map_err(|_| Error::Shape(format!("linear: {tiles_total} output tiles exceed u32")))?;
+    let tiles_total_u32 = u32::try_from(tiles_total).map_err(|_| Error::Shape(format!("linear: {tiles_total} output tiles exceed u32")))?;
     let count = CubeCountSelection::new(client, tiles_total_u32).cube_count();
     unsafe {
         matmul_tiled_v2::launch::<W>(

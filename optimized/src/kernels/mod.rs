@@ -4,6 +4,10 @@ pub mod argmax;
 pub mod attention;
 pub mod bias;
 pub mod embedding;
+/// Kernels that lost their measurement, kept for audits (`optimized/src/lab/`, the `lab`
+/// feature); declared here because `lib.rs` belongs to another part of the tree.
+#[path = "../lab/mod.rs"]
+pub mod lab;
 pub mod matmul;
 pub mod moe;
 pub mod pdl;
@@ -13,10 +17,6 @@ pub mod rmsnorm;
 pub mod rope;
 pub mod seeded;
 pub mod swiglu;
-/// Kernels that lost their measurement, kept for audits (`optimized/src/lab/`, the `lab`
-/// feature); declared here because `lib.rs` belongs to another part of the tree.
-#[path = "../lab/mod.rs"]
-pub mod lab;
 
 pub use argmax::{argmax, argmax_into, argmax_into_with, ArgmaxVersion};
 pub use attention::{attention, attention_into, flash_decode, flash_prefill, kv_append, kv_write_paged, Masking};
@@ -30,10 +30,7 @@ pub use swiglu::{swiglu, swiglu_into};
 /// Widest vector size in {4, 2, 1} that divides `len` and the device accepts.
 pub(crate) fn vector_size_for(client: &crate::Client, len: usize) -> usize {
     let max = client.properties().hardware.max_vector_size as usize;
-    [4usize, 2, 1]
-        .into_iter()
-        .find(|&v| v <= max.max(1) && len % v == 0)
-        .unwrap_or(1)
+    [4usize, 2, 1].into_iter().find(|&v| v <= max.max(1) && len % v == 0).unwrap_or(1)
 }
 
 /// The device's plane (warp) size where plane operations are usable and every plane has that
@@ -41,7 +38,8 @@ pub(crate) fn vector_size_for(client: &crate::Client, len: usize) -> usize {
 pub(crate) fn uniform_plane_size(client: &crate::Client) -> Option<u32> {
     let props = client.properties();
     let hw = &props.hardware;
-    let ok = props.features.plane.contains(cubecl::features::Plane::Ops) && hw.plane_size_min == hw.plane_size_max && hw.plane_size_max.is_power_of_two();
+    let ok =
+        props.features.plane.contains(cubecl::features::Plane::Ops) && hw.plane_size_min == hw.plane_size_max && hw.plane_size_max.is_power_of_two();
     ok.then_some(hw.plane_size_max)
 }
 

@@ -116,7 +116,12 @@ impl Mxfp4Experts {
         for (e, ps) in experts.iter().enumerate() {
             for (m, b) in ps {
                 if (m.out(), m.in_dim()) != (out1, in_dim) || b.len() != out1 {
-                    return Err(bad(format!("expert {e}: [{}, {}] with {} biases, expected [{out1}, {in_dim}] and {out1}", m.out(), m.in_dim(), b.len())));
+                    return Err(bad(format!(
+                        "expert {e}: [{}, {}] with {} biases, expected [{out1}, {in_dim}] and {out1}",
+                        m.out(),
+                        m.in_dim(),
+                        b.len()
+                    )));
                 }
             }
             for r in 0..out1 {

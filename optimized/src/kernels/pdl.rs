@@ -23,7 +23,6 @@
 //! configuration, an audit choice). Elsewhere (wgpu, lavapipe, CI) kernels are compiled without
 //! it.
 
-
 use cubecl::prelude::*;
 
 use crate::Client;

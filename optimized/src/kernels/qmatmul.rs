@@ -56,8 +56,8 @@ pub mod v2;
 pub mod v3;
 pub mod v4;
 pub mod v5;
-pub use v1::{qdequant_v1, qgemv_v1, INT8_MAGIC};
 pub(crate) use v1::{e2m1, int8_word_dot};
+pub use v1::{qdequant_v1, qgemv_v1, INT8_MAGIC};
 
 /// Most tokens the quantized gemv takes; above, dequant + GEMM.
 pub const QGEMV_MAX_T: usize = 8;
@@ -205,14 +205,7 @@ pub struct QWeight {
 
 fn words(bytes: &[u8]) -> Vec<u32> {
     use rayon::prelude::*;
-    bytes
-        .par_chunks(4)
-        .map(|c| {
-            c.iter()
-                .enumerate()
-                .fold(0u32, |w, (i, &b)| w | (b as u32) << (8 * i))
-        })
-        .collect()
+    bytes.par_chunks(4).map(|c| c.iter().enumerate().fold(0u32, |w, (i, &b)| w | (b as u32) << (8 * i))).collect()
 }
 
 /// Rows of `in_dim` elements (int8 bytes, or fp4 nibbles 2 per byte, low first), each
@@ -263,29 +256,22 @@ impl QWeight {
 
     /// `parts` stacked by rows, or with `interleave` (two parts) row by row.
     fn upload_rows(client: &Client, parts: &[&QuantTensor], layout: Option<QLayout>, interleave: bool) -> Result<Self, Error> {
-        let first = parts
-            .first()
-            .ok_or_else(|| Error::Shape("qweight: nothing to upload".into()))?;
+        let first = parts.first().ok_or_else(|| Error::Shape("qweight: nothing to upload".into()))?;
         let (_, in_dim) = first.dims();
         let mut out = 0;
-        let (mut data, mut sbytes, mut sbits) =
-            (Vec::<u8>::new(), Vec::<u8>::new(), Vec::<u32>::new());
+        let (mut data, mut sbytes, mut sbits) = (Vec::<u8>::new(), Vec::<u8>::new(), Vec::<u32>::new());
         let mut format = None;
         for p in parts {
             let (o, i) = p.dims();
             if i != in_dim {
-                return Err(Error::Shape(format!(
-                    "qweight: stacking [{o}, {i}] under rows of {in_dim}"
-                )));
+                return Err(Error::Shape(format!("qweight: stacking [{o}, {i}] under rows of {in_dim}")));
             }
             let f = match p {
                 QuantTensor::Int8(x) => QFormat::Int8 { group: x.granularity().group_len(i) },
                 QuantTensor::Mxfp4(_) => QFormat::Mxfp4,
             };
             if format.is_some_and(|g| g != f) {
-                return Err(Error::Shape(format!(
-                    "qweight: stacking {f:?} with {format:?}"
-                )));
+                return Err(Error::Shape(format!("qweight: stacking {f:?} with {format:?}")));
             }
             format = Some(f);
             out += o;
@@ -293,7 +279,9 @@ impl QWeight {
         let format = format.ok_or_else(|| Error::Shape("qweight: nothing to upload".into()))?;
         if let QFormat::Int8 { group } = format {
             if in_dim % 16 != 0 || group % 16 != 0 {
-                return Err(Error::Unsupported(format!("int8 gemv reads 16 weights at a time: in {in_dim} and group {group} must be multiples of 16")));
+                return Err(Error::Unsupported(format!(
+                    "int8 gemv reads 16 weights at a time: in {in_dim} and group {group} must be multiples of 16"
+                )));
             }
         }
         let layout = match layout {
@@ -305,7 +293,9 @@ impl QWeight {
                 QLayout::Mma
             }
             Some(l) if !l.supports(format, out, in_dim) => {
-                return Err(Error::Unsupported(format!("qweight: {format:?} cannot be stored in the {l:?} order (int8 groups must be a power of two)")))
+                return Err(Error::Unsupported(format!(
+                    "qweight: {format:?} cannot be stored in the {l:?} order (int8 groups must be a power of two)"
+                )))
             }
             Some(l) => l,
             None if QLayout::Tiles.supports(format, out, in_dim) => QLayout::Tiles,
@@ -315,7 +305,10 @@ impl QWeight {
         for p in parts {
             match p {
                 QuantTensor::Int8(x) => {
-                    let q: Vec<u8> = { use rayon::prelude::*; x.q().par_iter().map(|&v| v as u8).collect() };
+                    let q: Vec<u8> = {
+                        use rayon::prelude::*;
+                        x.q().par_iter().map(|&v| v as u8).collect()
+                    };
                     if tiled {
                         data.extend(permute_rows(&q, in_dim, &v2::tile_order(in_dim, 4), false));
                     } else {
@@ -360,11 +353,7 @@ impl QWeight {
         // Uploaded once and never written by a kernel (the gemvs may read them ahead of their
         // wait on the previous kernel: `kernels::pdl`).
         let data = DeviceTensor::from_u32(client, &w, &[w.len()])?.into_read_only();
-        let s = if format == QFormat::Mxfp4 {
-            words(&sbytes)
-        } else {
-            sbits
-        };
+        let s = if format == QFormat::Mxfp4 { words(&sbytes) } else { sbits };
         let scales = DeviceTensor::from_u32(client, &s, &[s.len()])?.into_read_only();
         Ok(Self {
             format,
@@ -426,9 +415,7 @@ fn scale_geometry(w: &QWeight) -> (u32, u32) {
 
 fn check_vec4(client: &Client) -> Result<(), Error> {
     if (client.properties().hardware.max_vector_size as usize) < 4 {
-        return Err(Error::Unsupported(
-            "quantized matmul reads 16-byte vectors".into(),
-        ));
+        return Err(Error::Unsupported("quantized matmul reads 16-byte vectors".into()));
     }
     Ok(())
 }
@@ -438,8 +425,7 @@ pub fn dequant(client: &Client, w: &QWeight) -> Result<DeviceTensor, Error> {
     check_vec4(client)?;
     let out = DeviceTensor::empty_f32(client, &[w.out, w.in_dim]);
     let cpr = w.chunks_per_row();
-    let n =
-        u32::try_from(w.out * cpr).map_err(|_| Error::Shape("qdequant: too many chunks".into()))?;
+    let n = u32::try_from(w.out * cpr).map_err(|_| Error::Shape("qdequant: too many chunks".into()))?;
     crate::kernels::attention::naive::u32_of("dequant size", w.out * w.in_dim)?;
     let dim = CubeDim::new_1d(256.min(client.properties().hardware.max_units_per_cube));
     let count = cubecl::calculate_cube_count_elemwise(client, n as usize, dim);
@@ -585,28 +571,22 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
     }
     let pairs = fp4 == Fp4Decode::Pairs && w.format == QFormat::Mxfp4 && w.layout == QLayout::Tiles;
     if pairs && !w.pairs {
-        return Err(Error::Unsupported("qlinear: the f16-pair fp4 decode is not exact on this device (f16 missing, or its u32 → f16×2 bitcast failed the probe)".into()));
+        return Err(Error::Unsupported(
+            "qlinear: the f16-pair fp4 decode is not exact on this device (f16 missing, or its u32 → f16×2 bitcast failed the probe)".into(),
+        ));
     }
     let sub = int8 == Int8Decode::Subnormal && w.format != QFormat::Mxfp4 && w.layout == QLayout::Tiles;
     if sub && !w.subnormal {
-        return Err(Error::Unsupported("qlinear: the subnormal int8 decode is not exact on this device (subnormal f32s flushed: the probe failed)".into()));
+        return Err(Error::Unsupported(
+            "qlinear: the subnormal int8 decode is not exact on this device (subnormal f32s flushed: the probe failed)".into(),
+        ));
     }
     let [t, n_in] = x.shape[..] else {
-        return Err(Error::Shape(format!(
-            "qlinear: x {:?} is not [T, in]",
-            x.shape
-        )));
+        return Err(Error::Shape(format!("qlinear: x {:?} is not [T, in]", x.shape)));
     };
     let y_cols = fuse.out_cols(w.out);
     if n_in != w.in_dim || x.dtype != Dtype::F32 || y.shape != [t, y_cols] || y.dtype != Dtype::F32 {
-        return Err(Error::Shape(format!(
-            "qlinear: x {:?} {}, W [{}, {}], y {:?}",
-            x.shape,
-            x.dtype.name(),
-            w.out,
-            w.in_dim,
-            y.shape
-        )));
+        return Err(Error::Shape(format!("qlinear: x {:?} {}, W [{}, {}], y {:?}", x.shape, x.dtype.name(), w.out, w.in_dim, y.shape)));
     }
     fuse.check("qlinear", t, n_in, w.out)?;
     if t == 0 {
@@ -675,15 +655,111 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
             Prefetch::Async(stages) => {
                 v5::require_ring(client, stages, block, rpg)?;
                 unsafe {
-                    v5::qgemv_v5::launch_unchecked(client, count, dim, 4, x.as_arg(4), w.data.as_arg(4), w.scales.as_arg(1), y.as_arg(1), xr.as_arg(4), nw.as_arg(1), xw.as_arg(1), w.out as u32, w.in_dim as u32, cpr as u32, cols, gshift, INT8_MAGIC, eps, t, rpg, w.grouped(), plane, split, block, stages, sub, norm, resid, glu, pdl, early);
+                    v5::qgemv_v5::launch_unchecked(
+                        client,
+                        count,
+                        dim,
+                        4,
+                        x.as_arg(4),
+                        w.data.as_arg(4),
+                        w.scales.as_arg(1),
+                        y.as_arg(1),
+                        xr.as_arg(4),
+                        nw.as_arg(1),
+                        xw.as_arg(1),
+                        w.out as u32,
+                        w.in_dim as u32,
+                        cpr as u32,
+                        cols,
+                        gshift,
+                        INT8_MAGIC,
+                        eps,
+                        t,
+                        rpg,
+                        w.grouped(),
+                        plane,
+                        split,
+                        block,
+                        stages,
+                        sub,
+                        norm,
+                        resid,
+                        glu,
+                        pdl,
+                        early,
+                    );
                 }
             }
             Prefetch::Pipelined => unsafe {
-                v3::qgemv_v3::launch_unchecked(client, count, dim, 4, x.as_arg(4), w.data.as_arg(4), w.scales.as_arg(1), y.as_arg(1), xr.as_arg(4), nw.as_arg(1), xw.as_arg(1), w.out as u32, w.in_dim as u32, cpr as u32, cols, gshift, INT8_MAGIC, eps, t, rpg, w.grouped(), plane, split, block, sub, norm, resid, glu);
+                v3::qgemv_v3::launch_unchecked(
+                    client,
+                    count,
+                    dim,
+                    4,
+                    x.as_arg(4),
+                    w.data.as_arg(4),
+                    w.scales.as_arg(1),
+                    y.as_arg(1),
+                    xr.as_arg(4),
+                    nw.as_arg(1),
+                    xw.as_arg(1),
+                    w.out as u32,
+                    w.in_dim as u32,
+                    cpr as u32,
+                    cols,
+                    gshift,
+                    INT8_MAGIC,
+                    eps,
+                    t,
+                    rpg,
+                    w.grouped(),
+                    plane,
+                    split,
+                    block,
+                    sub,
+                    norm,
+                    resid,
+                    glu,
+                );
             },
             Prefetch::Off | Prefetch::W | Prefetch::WX => unsafe {
                 let (pre_w, pre_x) = (prefetch != Prefetch::Off, prefetch == Prefetch::WX);
-                v2::qgemv_v2::launch_unchecked(client, count, dim, 4, x.as_arg(4), w.data.as_arg(4), w.scales.as_arg(1), y.as_arg(1), xr.as_arg(4), nw.as_arg(1), xw.as_arg(1), w.out as u32, w.in_dim as u32, cpr as u32, cols, gshift, INT8_MAGIC, eps, t, rpg, mx, w.grouped(), plane, split, block, pre_w, pre_x, pairs, sub, norm, resid, glu, pdl, early);
+                v2::qgemv_v2::launch_unchecked(
+                    client,
+                    count,
+                    dim,
+                    4,
+                    x.as_arg(4),
+                    w.data.as_arg(4),
+                    w.scales.as_arg(1),
+                    y.as_arg(1),
+                    xr.as_arg(4),
+                    nw.as_arg(1),
+                    xw.as_arg(1),
+                    w.out as u32,
+                    w.in_dim as u32,
+                    cpr as u32,
+                    cols,
+                    gshift,
+                    INT8_MAGIC,
+                    eps,
+                    t,
+                    rpg,
+                    mx,
+                    w.grouped(),
+                    plane,
+                    split,
+                    block,
+                    pre_w,
+                    pre_x,
+                    pairs,
+                    sub,
+                    norm,
+                    resid,
+                    glu,
+                    pdl,
+                    early,
+                );
             },
         }
         return Ok(());

@@ -189,7 +189,9 @@ pub enum NormVersion {
     V1,
     V2,
     /// `plane`: the reduction by plane sums (needs plane ops), else a shared tree.
-    V3 { plane: bool },
+    V3 {
+        plane: bool,
+    },
 }
 
 /// Most vectors per unit v3 keeps in registers (three arrays of them).
@@ -237,7 +239,16 @@ fn best_version(client: &Client, c: usize, fallback: NormVersion) -> NormVersion
 }
 
 /// Launch v3 over `g`'s rows: `h = RMSNorm(x (+ y))·w`, x updated when `y` is given.
-fn launch_v3(client: &Client, g: &RowGeometry, x: &DeviceTensor, y: Option<&DeviceTensor>, w: &DeviceTensor, h: &DeviceTensor, eps: f32, plane: bool) -> Result<(), Error> {
+fn launch_v3(
+    client: &Client,
+    g: &RowGeometry,
+    x: &DeviceTensor,
+    y: Option<&DeviceTensor>,
+    w: &DeviceTensor,
+    h: &DeviceTensor,
+    eps: f32,
+    plane: bool,
+) -> Result<(), Error> {
     let (block, per_unit, plane_size) = v3_shape(client, g.vecs_per_row, plane).map_err(Error::Unsupported)?;
     unsafe {
         rmsnorm_v3::launch::<f32>(
@@ -308,12 +319,7 @@ impl RowGeometry {
 /// RMSNorm over the last axis of a device tensor `x` (`[.., C]`) with weight `w` (`[C]`);
 /// returns a new device tensor of `x`'s shape. Nothing is read back: errors of the launch
 /// surface when the result (or anything after it) is read, see [`DeviceTensor::to_f32`].
-pub fn rmsnorm_device(
-    client: &Client,
-    x: &DeviceTensor,
-    w: &DeviceTensor,
-    eps: f32,
-) -> Result<DeviceTensor, Error> {
+pub fn rmsnorm_device(client: &Client, x: &DeviceTensor, w: &DeviceTensor, eps: f32) -> Result<DeviceTensor, Error> {
     let c = x.shape.last().copied().unwrap_or(0);
     rmsnorm_device_with(client, x, w, eps, best_version(client, c, NormVersion::V1))
 }
@@ -353,14 +359,7 @@ pub fn rmsnorm_device_with(client: &Client, x: &DeviceTensor, w: &DeviceTensor, 
 
 /// Host-slice convenience: uploads `x` (`rows * c`) and `w` (`c`), runs [`rmsnorm_device`],
 /// reads the result back.
-pub fn rmsnorm(
-    client: &Client,
-    x: &[f32],
-    w: &[f32],
-    rows: usize,
-    c: usize,
-    eps: f32,
-) -> Result<Vec<f32>, Error> {
+pub fn rmsnorm(client: &Client, x: &[f32], w: &[f32], rows: usize, c: usize, eps: f32) -> Result<Vec<f32>, Error> {
     let xd = DeviceTensor::from_f32(client, x, &[rows, c])?;
     let wd = DeviceTensor::from_f32(client, w, &[c])?;
     rmsnorm_device(client, &xd, &wd, eps)?.to_f32(client)
@@ -425,7 +424,14 @@ pub fn add_rmsnorm_device(client: &Client, x: &DeviceTensor, y: &DeviceTensor, w
 }
 
 /// [`add_rmsnorm_device`] with a chosen kernel (v2 or v3; v1 has no residual add).
-pub fn add_rmsnorm_with(client: &Client, x: &DeviceTensor, y: &DeviceTensor, w: &DeviceTensor, eps: f32, version: NormVersion) -> Result<DeviceTensor, Error> {
+pub fn add_rmsnorm_with(
+    client: &Client,
+    x: &DeviceTensor,
+    y: &DeviceTensor,
+    w: &DeviceTensor,
+    eps: f32,
+    version: NormVersion,
+) -> Result<DeviceTensor, Error> {
     if y.shape != x.shape {
         return Err(Error::Shape(format!("add_rmsnorm: y shape {:?} != x shape {:?}", y.shape, x.shape)));
     }

@@ -128,17 +128,7 @@ fn pair_index(p: usize, heads: u32, half: u32, pos0: u32, #[comptime] adjacent: 
 
 /// v1 out of place: rotates the `n` pairs of `x` into `y`.
 #[cube(launch)]
-pub fn rope_v1(
-    x: &[f32],
-    y: &mut [f32],
-    cos: &[f32],
-    sin: &[f32],
-    heads: u32,
-    half: u32,
-    pos0: u32,
-    n: u32,
-    #[comptime] adjacent: bool,
-) {
+pub fn rope_v1(x: &[f32], y: &mut [f32], cos: &[f32], sin: &[f32], heads: u32, half: u32, pos0: u32, n: u32, #[comptime] adjacent: bool) {
     let p = ABSOLUTE_POS;
     if p < n as usize {
         let (ia, ib, k) = pair_index(p, heads, half, pos0, adjacent);
@@ -153,16 +143,7 @@ pub fn rope_v1(
 
 /// v1 in place: rotates the `n` pairs of `x`.
 #[cube(launch)]
-pub fn rope_inplace_v1(
-    x: &mut [f32],
-    cos: &[f32],
-    sin: &[f32],
-    heads: u32,
-    half: u32,
-    pos0: u32,
-    n: u32,
-    #[comptime] adjacent: bool,
-) {
+pub fn rope_inplace_v1(x: &mut [f32], cos: &[f32], sin: &[f32], heads: u32, half: u32, pos0: u32, n: u32, #[comptime] adjacent: bool) {
     let p = ABSOLUTE_POS;
     if p < n as usize {
         let (ia, ib, k) = pair_index(p, heads, half, pos0, adjacent);
@@ -187,11 +168,7 @@ fn geometry(client: &Client, x: &DeviceTensor, table: &RopeTable, pos0: usize) -
         return Err(Error::Shape(format!("rope: head dim {d}, table built for {}", table.head_dim)));
     }
     if pos0 + t > table.max_pos {
-        return Err(Error::Shape(format!(
-            "rope: positions {pos0}..{} exceed the table's {}",
-            pos0 + t,
-            table.max_pos
-        )));
+        return Err(Error::Shape(format!("rope: positions {pos0}..{} exceed the table's {}", pos0 + t, table.max_pos)));
     }
     let pairs = t * h * (d / 2);
     if pairs == 0 {
@@ -409,11 +386,20 @@ fn qkv_rope_launch(
     for (name, c) in [("k cache", k_cache), ("v cache", v_cache)] {
         let ok = c.shape.len() == 3 && c.shape[1] == kv_heads && c.shape[2] == d && c.dtype == Dtype::F32 && rows.is_none_or(|r| c.shape[0] == r);
         if !ok {
-            return Err(Error::Shape(format!("{op}: {name} {:?} {}, expected [{}, {kv_heads}, {d}] f32", c.shape, c.dtype.name(), rows.map_or("_".to_string(), |r| r.to_string()))));
+            return Err(Error::Shape(format!(
+                "{op}: {name} {:?} {}, expected [{}, {kv_heads}, {d}] f32",
+                c.shape,
+                c.dtype.name(),
+                rows.map_or("_".to_string(), |r| r.to_string())
+            )));
         }
     }
     if v_cache.shape != k_cache.shape || pos0 + t > limit {
-        return Err(Error::KvCache(format!("{op}: positions {pos0}..{} exceed the {} of {limit}", pos0 + t, if tables.is_some() { "sequence's length" } else { "cache capacity" })));
+        return Err(Error::KvCache(format!(
+            "{op}: positions {pos0}..{} exceed the {} of {limit}",
+            pos0 + t,
+            if tables.is_some() { "sequence's length" } else { "cache capacity" }
+        )));
     }
     if pos0 + t > table.max_pos {
         return Err(Error::Shape(format!("{op}: positions {pos0}..{} exceed the table's {}", pos0 + t, table.max_pos)));

@@ -338,7 +338,13 @@ pub fn penalties_v1(z: &mut [f32], params: &[u32], entries: &[u32], count: u32, 
 
 /// Draw one id per row of `params` (`[rows, PARAMS]` u32) from `logits` (`[R, V]` f32) into
 /// `out` (`rows` u32), after applying `penalties` (`[E, 3]` u32 entries, or `None`).
-pub fn seeded_into(client: &Client, logits: &DeviceTensor, params: &DeviceTensor, penalties: Option<(&DeviceTensor, usize)>, out: &DeviceTensor) -> Result<(), Error> {
+pub fn seeded_into(
+    client: &Client,
+    logits: &DeviceTensor,
+    params: &DeviceTensor,
+    penalties: Option<(&DeviceTensor, usize)>,
+    out: &DeviceTensor,
+) -> Result<(), Error> {
     let v = *logits.shape.last().ok_or_else(|| Error::Shape("seeded: logits have no axes".into()))?;
     if logits.dtype != Dtype::F32 || v == 0 {
         return Err(Error::Shape(format!("seeded: logits {:?} {}, expected [R, V] f32", logits.shape, logits.dtype.name())));
@@ -370,7 +376,18 @@ pub fn seeded_into(client: &Client, logits: &DeviceTensor, params: &DeviceTensor
     let count = CubeCountSelection::new(client, rows as u32).cube_count();
     let pdl = super::pdl::enabled(client);
     unsafe {
-        seeded_v1::launch(client, count, CubeDim::new_1d(block), logits.as_arg(1), params.as_arg(1), out.as_arg(1), rows as u32, v32, block as usize, pdl);
+        seeded_v1::launch(
+            client,
+            count,
+            CubeDim::new_1d(block),
+            logits.as_arg(1),
+            params.as_arg(1),
+            out.as_arg(1),
+            rows as u32,
+            v32,
+            block as usize,
+            pdl,
+        );
     }
     Ok(())
 }

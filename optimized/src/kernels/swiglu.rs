@@ -79,8 +79,7 @@ impl Elementwise {
     }
     /// Vectors of `vec` elements (`vec` must divide `len`).
     pub(crate) fn with_vec(client: &Client, op: &str, len: usize, vec: usize) -> Result<Self, Error> {
-        let n = u32::try_from(len / vec)
-            .map_err(|_| Error::Shape(format!("{op}: {len} elements exceed the u32 index range")))?;
+        let n = u32::try_from(len / vec).map_err(|_| Error::Shape(format!("{op}: {len} elements exceed the u32 index range")))?;
         let hw = &client.properties().hardware;
         let block = V1_BLOCK.min(hw.max_units_per_cube).min(hw.max_cube_dim.0).max(1);
         let dim = CubeDim::new_1d(block);
@@ -159,7 +158,12 @@ pub fn swiglu_pairs_into(client: &Client, gu: &DeviceTensor, out: &DeviceTensor)
         return Err(Error::Shape(format!("swiglu_pairs: gu shape {:?}, expected [T, 2F]", gu.shape)));
     };
     if f2 % 2 != 0 || out.shape != [t, f2 / 2] {
-        return Err(Error::Shape(format!("swiglu_pairs: gu {:?} (2F interleaved columns) into out {:?}, expected [{t}, {}]", gu.shape, out.shape, f2 / 2)));
+        return Err(Error::Shape(format!(
+            "swiglu_pairs: gu {:?} (2F interleaved columns) into out {:?}, expected [{t}, {}]",
+            gu.shape,
+            out.shape,
+            f2 / 2
+        )));
     }
     // One output per unit; `vec` 1 sizes the grid in outputs.
     let e = Elementwise::with_vec(client, "swiglu_pairs", t * f2 / 2, 1)?;

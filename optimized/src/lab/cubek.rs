@@ -89,7 +89,9 @@ pub fn linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &Devi
         acc_register: f32t,
     };
     // cubek asserts on some shapes instead of returning an error: a panic is reported as such.
-    let run = std::panic::AssertUnwindSafe(|| launch_ref(&strategy, client, InputBinding::Normal(lhs, lhs_type), InputBinding::Normal(rhs, wt), out, &mut dtypes));
+    let run = std::panic::AssertUnwindSafe(|| {
+        launch_ref(&strategy, client, InputBinding::Normal(lhs, lhs_type), InputBinding::Normal(rhs, wt), out, &mut dtypes)
+    });
     match std::panic::catch_unwind(run) {
         Ok(r) => r.map_err(|e| Error::Unsupported(format!("cubek-matmul {name} for x [{t}, {k}] · w [{n}, {k}]ᵀ: {e:?}"))),
         Err(_) => Err(Error::Unsupported(format!("cubek-matmul {name} for x [{t}, {k}] · w [{n}, {k}]ᵀ panicked"))),

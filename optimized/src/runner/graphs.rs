@@ -77,7 +77,9 @@ struct Inputs {
 
 fn inputs(r: &GpuRunner, plan: &StepPlan) -> Option<Inputs> {
     let b = plan.seqs.len();
-    let eligible = plan.seqs.iter().all(|s| s.tokens.len() == 1 && s.samples.len() == 1 && s.samples.iter().all(|d| !d.want_logits && (d.counts.is_empty() || !d.params.has_penalties())));
+    let eligible = plan.seqs.iter().all(|s| {
+        s.tokens.len() == 1 && s.samples.len() == 1 && s.samples.iter().all(|d| !d.want_logits && (d.counts.is_empty() || !d.params.has_penalties()))
+    });
     let bucket = *BUCKETS.iter().find(|&&x| x >= b)?;
     if b == 0 || !eligible {
         return None;
@@ -87,7 +89,8 @@ fn inputs(r: &GpuRunner, plan: &StepPlan) -> Option<Inputs> {
     let width = longest.next_power_of_two().max(16).min(r.layout.num_blocks + 1).max(longest);
     let greedy = plan.seqs.iter().all(|s| s.samples[0].params.temperature == 0.0);
     let scratch = r.scratch_block();
-    let mut x = Inputs { key: Key { bucket, width, greedy }, ids: vec![], positions: vec![], slots: vec![], tables: vec![], lens: vec![], params: vec![] };
+    let mut x =
+        Inputs { key: Key { bucket, width, greedy }, ids: vec![], positions: vec![], slots: vec![], tables: vec![], lens: vec![], params: vec![] };
     for (i, s) in plan.seqs.iter().enumerate() {
         let p = s.pos0;
         x.ids.push(s.tokens[0]);

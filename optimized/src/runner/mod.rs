@@ -68,7 +68,9 @@ impl GpuRunner {
         let rows = block_size
             .checked_mul(num_blocks + 1)
             .filter(|r| r.checked_mul(cfg.n_kv_heads * cfg.head_dim).is_some_and(|n| u32::try_from(n).is_ok()))
-            .ok_or_else(|| Error::KvCache(format!("{num_blocks} blocks × {block_size} × {} × {} exceed the u32 index range", cfg.n_kv_heads, cfg.head_dim)))?;
+            .ok_or_else(|| {
+                Error::KvCache(format!("{num_blocks} blocks × {block_size} × {} × {} exceed the u32 index range", cfg.n_kv_heads, cfg.head_dim))
+            })?;
         if rows == 0 {
             return Err(Error::KvCache("a KV pool of 0 positions".into()));
         }
@@ -103,7 +105,16 @@ impl GpuRunner {
     /// Attention of layer `l` over a ragged batch: RoPE + KV write (v4), flash decode over the
     /// first `n_dec` rows, varlen flash prefill over the rest.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn attend(&self, l: usize, qkv: &DeviceTensor, n: usize, positions: &DeviceTensor, slots: &DeviceTensor, dec: Option<(&BlockTables, usize)>, pre: Option<(&BlockTables, &[VarlenSeq])>) -> Result<DeviceTensor, Error> {
+    pub(crate) fn attend(
+        &self,
+        l: usize,
+        qkv: &DeviceTensor,
+        n: usize,
+        positions: &DeviceTensor,
+        slots: &DeviceTensor,
+        dec: Option<(&BlockTables, usize)>,
+        pre: Option<(&BlockTables, &[VarlenSeq])>,
+    ) -> Result<DeviceTensor, Error> {
         let c = &self.model.client;
         let cfg = &self.model.config;
         let (h_n, kv_n, d) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim);
@@ -160,7 +171,10 @@ impl GpuRunner {
         let end = |i: usize| plan.seqs[i].pos0 + plan.seqs[i].tokens.len();
         let dec_tables = tables(&order[..n_dec], &end)?;
         let pre_tables = tables(&order[n_dec..], &end)?;
-        let varlen: Vec<VarlenSeq> = items[n_dec..].iter().map(|it| VarlenSeq { q_start: it.row0, q_len: plan.seqs[it.plan].tokens.len(), pos0: plan.seqs[it.plan].pos0 }).collect();
+        let varlen: Vec<VarlenSeq> = items[n_dec..]
+            .iter()
+            .map(|it| VarlenSeq { q_start: it.row0, q_len: plan.seqs[it.plan].tokens.len(), pos0: plan.seqs[it.plan].pos0 })
+            .collect();
         let m = &self.model;
         let x = m.embed(Ids::Host(&ids), n)?;
         let dec = dec_tables.as_ref().map(|tb| (tb, n_dec));
@@ -194,7 +208,10 @@ impl GpuRunner {
         let greedy = specs.iter().all(|s| s.params.temperature == 0.0 && (s.counts.is_empty() || !s.params.has_penalties()));
         let drawn = if greedy {
             let all = argmax::argmax(&c, &logits)?.to_u32(&c)?;
-            row_of.iter().map(|&i| all.get(i as usize).copied().ok_or_else(|| Error::Shape(format!("argmax: no row {i}")))).collect::<Result<Vec<_>, _>>()?
+            row_of
+                .iter()
+                .map(|&i| all.get(i as usize).copied().ok_or_else(|| Error::Shape(format!("argmax: no row {i}"))))
+                .collect::<Result<Vec<_>, _>>()?
         } else {
             let mut words = Vec::with_capacity(r * seeded::PARAMS);
             let mut pen = vec![];

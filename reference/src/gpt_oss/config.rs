@@ -266,7 +266,10 @@ impl GptOssConfig {
         }
         let vocab = match g.tensor_info("token_embd.weight") {
             Some(t) => t.shape.first().copied().unwrap_or(0),
-            None => g.array("tokenizer.ggml.tokens").map(|a| a.len()).map_err(|_| Error::key(&g.path, "tokenizer.ggml.tokens", "missing, and no token_embd.weight to infer the vocabulary from"))?,
+            None => g
+                .array("tokenizer.ggml.tokens")
+                .map(|a| a.len())
+                .map_err(|_| Error::key(&g.path, "tokenizer.ggml.tokens", "missing, and no token_embd.weight to infer the vocabulary from"))?,
         };
         let yarn = match g.get(&k("rope.scaling.type")) {
             None => None,
@@ -344,7 +347,10 @@ impl HfJson<'_> {
         };
         let field = |f: &str| format!("{key}.{f}");
         let rs_num = |f: &str| -> Result<Option<f64>> {
-            rs.and_then(|r| r.get(f)).filter(|v| !v.is_null()).map(|v| v.as_f64().ok_or_else(|| Error::key(self.path, field(f), "not a number"))).transpose()
+            rs.and_then(|r| r.get(f))
+                .filter(|v| !v.is_null())
+                .map(|v| v.as_f64().ok_or_else(|| Error::key(self.path, field(f), "not a number")))
+                .transpose()
         };
         let theta = match rs_num("rope_theta")? {
             Some(t) => t,

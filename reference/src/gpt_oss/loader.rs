@@ -71,7 +71,15 @@ fn pick_rows(bytes: &[u8], per_row: usize, rows: impl Iterator<Item = usize>) ->
 
 /// One expert matrix: rows `first_row + rows` of a `key_blocks` `[E·R, in/32, 16]` /
 /// `key_scales` `[E·R, in/32]` pair (`what` says which part, for errors).
-fn hf_matrix(st: &SafetensorsDir, key: &str, what: &str, (blocks, scales): (&[u8], &[u8]), first_row: usize, rows: &[usize], in_dim: usize) -> Result<Mxfp4Weight> {
+fn hf_matrix(
+    st: &SafetensorsDir,
+    key: &str,
+    what: &str,
+    (blocks, scales): (&[u8], &[u8]),
+    first_row: usize,
+    rows: &[usize],
+    in_dim: usize,
+) -> Result<Mxfp4Weight> {
     let nb = in_dim / BLOCK;
     let b = pick_rows(blocks, nb * BLOCK_BYTES, rows.iter().map(|r| first_row + r));
     let s = pick_rows(scales, nb, rows.iter().map(|r| first_row + r));
@@ -130,7 +138,9 @@ impl GptOssSource for GgufFile {
             let info = match self.mxfp4_info(&wname) {
                 Some(i) => i,
                 None => {
-                    let what = self.tensor_info(&wname).map_or("missing".to_string(), |t| format!("stored as {}: only MXFP4 (type 39) experts are supported", t.ty.name()));
+                    let what = self
+                        .tensor_info(&wname)
+                        .map_or("missing".to_string(), |t| format!("stored as {}: only MXFP4 (type 39) experts are supported", t.ty.name()));
                     return Err(Error::tensor(&self.path, wname, what));
                 }
             };
@@ -146,7 +156,9 @@ impl GptOssSource for GgufFile {
             let (_, bias) = self.tensor_f32(&format!("{name}.bias"), Some(&[e_n, out]))?;
             parts.push((mats, bias, out));
         }
-        let mut it = parts.into_iter().map(|(mats, bias, out)| mats.into_iter().zip(bias.chunks_exact(out).map(|b| Array1::from_vec(b.to_vec())).collect::<Vec<_>>()));
+        let mut it = parts
+            .into_iter()
+            .map(|(mats, bias, out)| mats.into_iter().zip(bias.chunks_exact(out).map(|b| Array1::from_vec(b.to_vec())).collect::<Vec<_>>()));
         let (Some(gate), Some(up), Some(down)) = (it.next(), it.next(), it.next()) else {
             return Err(Error::Input(format!("block {l}: expert tensors incomplete")));
         };

@@ -86,11 +86,8 @@ impl GptOssModel {
         // y[t][k] = FFN_{e_k}(h_t), filled expert by expert.
         let mut y: Vec<Vec<Option<ndarray::Array1<f32>>>> = routes.iter().map(|r| vec![None; r.len()]).collect();
         for (e, expert) in w.experts.iter().enumerate() {
-            let users: Vec<(usize, usize)> = routes
-                .iter()
-                .enumerate()
-                .flat_map(|(t, r)| r.iter().position(|&(ek, _)| ek == e).map(|k| (t, k)))
-                .collect();
+            let users: Vec<(usize, usize)> =
+                routes.iter().enumerate().flat_map(|(t, r)| r.iter().position(|&(ek, _)| ek == e).map(|k| (t, k))).collect();
             if users.is_empty() {
                 continue;
             }
@@ -105,7 +102,9 @@ impl GptOssModel {
             let terms = r
                 .iter()
                 .zip(ys)
-                .map(|(&(e, wk), yk)| yk.as_ref().map(|v| (wk, v.view())).ok_or_else(|| Error::Input(format!("token {t}: expert {e} was routed to but not run"))))
+                .map(|(&(e, wk), yk)| {
+                    yk.as_ref().map(|v| (wk, v.view())).ok_or_else(|| Error::Input(format!("token {t}: expert {e} was routed to but not run")))
+                })
                 .collect::<Result<Vec<_>>>()?;
             out.row_mut(t).assign(&weighted_sum(&terms, cfg.hidden));
         }

@@ -46,7 +46,8 @@ pub struct DenseExpert {
 }
 
 fn dense_matrix(w: &Mxfp4Weight) -> Result<Array2<f32>> {
-    Array2::from_shape_vec((w.out(), w.in_dim()), mxfp4::dequant(w)).map_err(|e| Error::Input(format!("expert matrix [{}, {}]: {e}", w.out(), w.in_dim())))
+    Array2::from_shape_vec((w.out(), w.in_dim()), mxfp4::dequant(w))
+        .map_err(|e| Error::Input(format!("expert matrix [{}, {}]: {e}", w.out(), w.in_dim())))
 }
 
 impl ExpertWeights {
@@ -153,7 +154,9 @@ impl Dense {
         use Dense::*;
         match self {
             TokEmbd | OutNorm | LmHead => None,
-            AttnNorm(l) | Wq(l) | Bq(l) | Wk(l) | Bk(l) | Wv(l) | Bv(l) | Wo(l) | Bo(l) | Sinks(l) | FfnNorm(l) | Router(l) | RouterBias(l) => Some(l),
+            AttnNorm(l) | Wq(l) | Bq(l) | Wk(l) | Bk(l) | Wv(l) | Bv(l) | Wo(l) | Bo(l) | Sinks(l) | FfnNorm(l) | Router(l) | RouterBias(l) => {
+                Some(l)
+            }
         }
     }
 
@@ -260,7 +263,8 @@ impl GptOssWeights {
         let mut layers = Vec::with_capacity(cfg.n_layers);
         for l in 0..cfg.n_layers {
             let [an, q, bq, k, bk, v, bv, o, bo, sinks, fnm, r, br] = Dense::layer(l);
-            let (wq, wk, wv, wo, router) = (matrix(src, q, cfg)?, matrix(src, k, cfg)?, matrix(src, v, cfg)?, matrix(src, o, cfg)?, matrix(src, r, cfg)?);
+            let (wq, wk, wv, wo, router) =
+                (matrix(src, q, cfg)?, matrix(src, k, cfg)?, matrix(src, v, cfg)?, matrix(src, o, cfg)?, matrix(src, r, cfg)?);
             let mut vec1 = |t: Dense| src.dense(t, cfg).map(Array1::from_vec);
             let layer = GptOssLayer {
                 attn_norm: vec1(an)?,

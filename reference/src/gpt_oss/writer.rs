@@ -14,7 +14,8 @@ use crate::quant::mxfp4::{self, Mxfp4Weight, BLOCK, BLOCK_BYTES};
 
 /// The HF `config.json` of `cfg` (`model_type: gpt_oss`, `quantization_config` mxfp4).
 pub fn hf_config_json(cfg: &GptOssConfig) -> serde_json::Value {
-    let layer_types: Vec<&str> = cfg.layer_types.iter().map(|t| if *t == LayerType::Sliding { "sliding_attention" } else { "full_attention" }).collect();
+    let layer_types: Vec<&str> =
+        cfg.layer_types.iter().map(|t| if *t == LayerType::Sliding { "sliding_attention" } else { "full_attention" }).collect();
     let rope_scaling = cfg.yarn.as_ref().map(|y| {
         serde_json::json!({
             "rope_type": "yarn", "factor": y.factor, "beta_fast": y.beta_fast, "beta_slow": y.beta_slow,
@@ -76,11 +77,18 @@ pub fn write_hf_dir(dir: &Path, cfg: &GptOssConfig, weights: &GptOssWeights) -> 
     for (l, layer) in weights.layers.iter().enumerate() {
         let (gu, dn) = hf_expert_names(l);
         let ex = &layer.experts;
-        let gate_up = |part: fn(&Mxfp4Weight) -> &[u8], per_row: usize| ex.iter().flat_map(|x| interleave(&[&x.gate, &x.up], per_row, part)).collect::<Vec<u8>>();
+        let gate_up = |part: fn(&Mxfp4Weight) -> &[u8], per_row: usize| {
+            ex.iter().flat_map(|x| interleave(&[&x.gate, &x.up], per_row, part)).collect::<Vec<u8>>()
+        };
         let all = |part: fn(&ExpertWeights) -> &[u8]| ex.iter().flat_map(part).copied().collect::<Vec<u8>>();
         let gu_bias = f32_bytes(ex.iter().flat_map(|x| x.gate_bias.iter().zip(&x.up_bias).flat_map(|(&g, &u)| [g, u])));
         let dn_bias = f32_bytes(ex.iter().flat_map(|x| x.down_bias.iter().copied()));
-        bufs.push((format!("{gu}_blocks"), Dtype::U8, vec![e_n, 2 * f, c / BLOCK, BLOCK_BYTES], gate_up(Mxfp4Weight::blocks, c / BLOCK * BLOCK_BYTES)));
+        bufs.push((
+            format!("{gu}_blocks"),
+            Dtype::U8,
+            vec![e_n, 2 * f, c / BLOCK, BLOCK_BYTES],
+            gate_up(Mxfp4Weight::blocks, c / BLOCK * BLOCK_BYTES),
+        ));
         bufs.push((format!("{gu}_scales"), Dtype::U8, vec![e_n, 2 * f, c / BLOCK], gate_up(Mxfp4Weight::scales, c / BLOCK)));
         bufs.push((format!("{gu}_bias"), Dtype::F32, vec![e_n, 2 * f], gu_bias));
         bufs.push((format!("{dn}_blocks"), Dtype::U8, vec![e_n, c, f / BLOCK, BLOCK_BYTES], all(|x| x.down.blocks())));
@@ -89,7 +97,9 @@ pub fn write_hf_dir(dir: &Path, cfg: &GptOssConfig, weights: &GptOssWeights) -> 
     }
     let views = bufs
         .iter()
-        .map(|(n, d, s, b)| safetensors::tensor::TensorView::new(*d, s.clone(), b).map(|v| (n.clone(), v)).map_err(|e| Error::tensor(dir, n, e.to_string())))
+        .map(|(n, d, s, b)| {
+            safetensors::tensor::TensorView::new(*d, s.clone(), b).map(|v| (n.clone(), v)).map_err(|e| Error::tensor(dir, n, e.to_string()))
+        })
         .collect::<Result<Vec<_>>>()?;
     let out = dir.join("model.safetensors");
     safetensors::serialize_to_file(views, None, &out).map_err(|e| Error::format(&out, e.to_string()))
@@ -142,11 +152,8 @@ pub fn write_gguf(path: &Path, cfg: &GptOssConfig, weights: &GptOssWeights) -> R
     for (l, layer) in weights.layers.iter().enumerate() {
         let ex = &layer.experts;
         let [gate, up, down] = gguf_expert_names(l);
-        let parts: [(String, (usize, usize), ExpertPart); 3] = [
-            (gate, (f, c), |x| (&x.gate, &x.gate_bias)),
-            (up, (f, c), |x| (&x.up, &x.up_bias)),
-            (down, (c, f), |x| (&x.down, &x.down_bias)),
-        ];
+        let parts: [(String, (usize, usize), ExpertPart); 3] =
+            [(gate, (f, c), |x| (&x.gate, &x.gate_bias)), (up, (f, c), |x| (&x.up, &x.up_bias)), (down, (c, f), |x| (&x.down, &x.down_bias))];
         for (name, (out, in_dim), pick) in parts {
             let bytes = ex.iter().flat_map(|x| mxfp4::to_ggml(pick(x).0)).collect();
             let bias: Vec<f32> = ex.iter().flat_map(|x| pick(x).1.iter().copied()).collect();

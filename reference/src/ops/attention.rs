@@ -51,11 +51,7 @@ pub fn attention_sinks(
             let kvh = h / group;
             let qv = q.slice(ndarray::s![t, h, ..]);
             for (j, sc) in scores[..s_len].iter_mut().enumerate() {
-                *sc = if visible(i, j, window) {
-                    qv.dot(&k.slice(ndarray::s![j, kvh, ..])) * scale
-                } else {
-                    f32::NEG_INFINITY
-                };
+                *sc = if visible(i, j, window) { qv.dot(&k.slice(ndarray::s![j, kvh, ..])) * scale } else { f32::NEG_INFINITY };
             }
             // The sink slot: −∞ (probability 0) without sinks.
             scores[s_len] = sinks.and_then(|s| s.get(h)).copied().unwrap_or(f32::NEG_INFINITY);

@@ -17,34 +17,25 @@ pub fn linear(x: ArrayView2<f32>, w: ArrayView2<f32>) -> Array2<f32> {
     let x = x.as_standard_layout();
     // yT [out, T], filled chunk by chunk, transposed at the end.
     let mut yt = Array2::<f32>::zeros((n_out, t));
-    yt.axis_chunks_iter_mut(Axis(0), CHUNK)
-        .into_par_iter()
-        .enumerate()
-        .for_each(|(ci, mut out)| {
-            let o0 = ci * CHUNK;
-            let wc = w.slice(s![o0..o0 + out.nrows(), ..]);
-            if t == 1 {
-                let x0 = x.row(0);
-                for (o, v) in out.iter_mut().enumerate() {
-                    *v = wc.row(o).dot(&x0);
-                }
-            } else {
-                let (m, k, n) = (out.nrows(), n_in, t);
-                let (rsa, csa) = (wc.strides()[0], wc.strides()[1]);
-                let (rsb, csb) = (x.strides()[1], x.strides()[0]);
-                let (rsc, csc) = (out.strides()[0], out.strides()[1]);
-                // SAFETY: the pointers and strides describe the live views wc [m,k], xᵀ [k,n]
-                // and out [m,n] exactly; out is uniquely borrowed.
-                unsafe {
-                    matrixmultiply::sgemm(
-                        m, k, n, 1.0,
-                        wc.as_ptr(), rsa, csa,
-                        x.as_ptr(), rsb, csb,
-                        0.0,
-                        out.as_mut_ptr(), rsc, csc,
-                    );
-                }
+    yt.axis_chunks_iter_mut(Axis(0), CHUNK).into_par_iter().enumerate().for_each(|(ci, mut out)| {
+        let o0 = ci * CHUNK;
+        let wc = w.slice(s![o0..o0 + out.nrows(), ..]);
+        if t == 1 {
+            let x0 = x.row(0);
+            for (o, v) in out.iter_mut().enumerate() {
+                *v = wc.row(o).dot(&x0);
             }
-        });
+        } else {
+            let (m, k, n) = (out.nrows(), n_in, t);
+            let (rsa, csa) = (wc.strides()[0], wc.strides()[1]);
+            let (rsb, csb) = (x.strides()[1], x.strides()[0]);
+            let (rsc, csc) = (out.strides()[0], out.strides()[1]);
+            // SAFETY: the pointers and strides describe the live views wc [m,k], xᵀ [k,n]
+            // and out [m,n] exactly; out is uniquely borrowed.
+            unsafe {
+                matrixmultiply::sgemm(m, k, n, 1.0, wc.as_ptr(), rsa, csa, x.as_ptr(), rsb, csb, 0.0, out.as_mut_ptr(), rsc, csc);
+            }
+        }
+    });
     yt.reversed_axes().as_standard_layout().into_owned()
 }

@@ -104,7 +104,15 @@ pub fn prompt_drift(full: &Model, quant: &Model, prompt: &[u32], n: usize) -> Re
         agree += usize::from(argmax(&rf) == argmax(&rq));
     }
     let positions = seq.len();
-    Ok(PromptDrift { prompt_len: prompt.len(), generated: n, kl_mean: sum / positions as f64, kl_max: max, top1_agree: agree, positions, greedy_prefix })
+    Ok(PromptDrift {
+        prompt_len: prompt.len(),
+        generated: n,
+        kl_mean: sum / positions as f64,
+        kl_max: max,
+        top1_agree: agree,
+        positions,
+        greedy_prefix,
+    })
 }
 
 /// Figures over several prompts: KL mean weighted by positions, KL max, top-1 agreement over

@@ -230,7 +230,12 @@ impl Mxfp4Weight {
         let n = check_shape(name, out, in_dim)?;
         let nb = n / BLOCK;
         if blocks.len() != nb * BLOCK_BYTES {
-            return Err(ctx(format!("mxfp4 blocks have {} bytes, shape [{out}, {}, {BLOCK_BYTES}] needs {}", blocks.len(), in_dim / BLOCK, nb * BLOCK_BYTES)));
+            return Err(ctx(format!(
+                "mxfp4 blocks have {} bytes, shape [{out}, {}, {BLOCK_BYTES}] needs {}",
+                blocks.len(),
+                in_dim / BLOCK,
+                nb * BLOCK_BYTES
+            )));
         }
         if scales.len() != nb {
             return Err(ctx(format!("mxfp4 scales have {} bytes, shape [{out}, {}] needs {nb}", scales.len(), in_dim / BLOCK)));

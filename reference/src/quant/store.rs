@@ -62,7 +62,11 @@ pub fn read_quant_config(path: &Path) -> Result<Option<Scheme>> {
     let method = q.get("quant_method").and_then(Json::as_str).ok_or_else(|| Error::key(path, key("quant_method"), "missing or not a string"))?;
     let group = match q.get("group_size") {
         None | Some(Json::Null) => None,
-        Some(v) => Some(v.as_u64().map(|g| g as usize).ok_or_else(|| Error::key(path, key("group_size"), format!("{v} is not a non-negative integer or null")))?),
+        Some(v) => Some(
+            v.as_u64()
+                .map(|g| g as usize)
+                .ok_or_else(|| Error::key(path, key("group_size"), format!("{v} is not a non-negative integer or null")))?,
+        ),
     };
     Scheme::from_method(method, group).map(Some).map_err(|e| match e {
         Error::Input(m) => Error::key(path, key("quant_method"), m),
@@ -127,7 +131,11 @@ pub fn read_quantized(st: &SafetensorsDir, t: Tensor, cfg: &Config, scheme: Sche
         Scheme::Mxfp4 => {
             let why = "quantization_config mxfp4";
             if in_dim % mxfp4::BLOCK != 0 {
-                return Err(Error::tensor(&st.dir, &name, format!("shape [{out}, {in_dim}]: in is not a multiple of the {}-element MXFP4 block", mxfp4::BLOCK)));
+                return Err(Error::tensor(
+                    &st.dir,
+                    &name,
+                    format!("shape [{out}, {in_dim}]: in is not a multiple of the {}-element MXFP4 block", mxfp4::BLOCK),
+                ));
             }
             let nb = in_dim / mxfp4::BLOCK;
             let bk = mxfp4_blocks_key(&name);
@@ -214,7 +222,9 @@ pub fn write_quantized_hf_dir(dir: &Path, cfg: &Config, src: &mut dyn TensorSour
     std::fs::write(&cp, text).map_err(|e| Error::io(&cp, e))?;
     let views = bufs
         .iter()
-        .map(|(n, d, s, b)| safetensors::tensor::TensorView::new(*d, s.clone(), b).map(|v| (n.clone(), v)).map_err(|e| Error::tensor(dir, n, e.to_string())))
+        .map(|(n, d, s, b)| {
+            safetensors::tensor::TensorView::new(*d, s.clone(), b).map(|v| (n.clone(), v)).map_err(|e| Error::tensor(dir, n, e.to_string()))
+        })
         .collect::<Result<Vec<_>>>()?;
     let out = dir.join("model.safetensors");
     safetensors::serialize_to_file(views, None, &out).map_err(|e| Error::format(&out, e.to_string()))?;

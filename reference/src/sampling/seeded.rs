@@ -80,7 +80,11 @@ pub fn gumbel(u: f32) -> f32 {
 /// here: NaN logits are excluded before).
 pub fn order_key(x: f32) -> u32 {
     let b = x.to_bits();
-    if b & 0x8000_0000 != 0 { !b } else { b | 0x8000_0000 }
+    if b & 0x8000_0000 != 0 {
+        !b
+    } else {
+        b | 0x8000_0000
+    }
 }
 
 /// The k-th largest of `z` (1-based), or −∞ when `k` is 0 or at least the count.
@@ -224,7 +228,11 @@ mod tests {
     fn penalties_follow_their_equations() {
         let p = SamplingParams { repetition_penalty: 2.0, presence_penalty: 0.5, frequency_penalty: 0.25, ..params(1.0) };
         let mut z = vec![4.0, -4.0, 4.0, 1.0];
-        let counts = [TokenCount { id: 0, output: 2, in_prompt: false }, TokenCount { id: 1, output: 0, in_prompt: true }, TokenCount { id: 2, output: 0, in_prompt: false }];
+        let counts = [
+            TokenCount { id: 0, output: 2, in_prompt: false },
+            TokenCount { id: 1, output: 0, in_prompt: true },
+            TokenCount { id: 2, output: 0, in_prompt: false },
+        ];
         apply_penalties(&mut z, &p, &counts).expect("ids in range");
         assert_eq!(z, vec![4.0 / 2.0 - 0.25 * 2.0 - 0.5, -8.0, 4.0, 1.0]);
         assert!(apply_penalties(&mut z, &p, &[TokenCount { id: 9, output: 1, in_prompt: false }]).is_err());

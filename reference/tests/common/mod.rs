@@ -9,10 +9,6 @@ pub fn oracle_dir() -> PathBuf {
         Some(d) => PathBuf::from(d),
         None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/oracle"),
     };
-    assert!(
-        dir.is_dir(),
-        "oracle dir {} is missing: check out shared/ beside the repo or set TANDEM_ORACLE_DIR",
-        dir.display()
-    );
+    assert!(dir.is_dir(), "oracle dir {} is missing: check out shared/ beside the repo or set TANDEM_ORACLE_DIR", dir.display());
     dir
 }

@@ -163,7 +163,10 @@ impl Stream {
             .collect()
     }
     pub fn finish_reason(&self) -> Option<String> {
-        self.chunks().iter().flat_map(|c| c["choices"].as_array().cloned().unwrap_or_default()).find_map(|ch| ch["finish_reason"].as_str().map(str::to_string))
+        self.chunks()
+            .iter()
+            .flat_map(|c| c["choices"].as_array().cloned().unwrap_or_default())
+            .find_map(|ch| ch["finish_reason"].as_str().map(str::to_string))
     }
 }
 
@@ -208,7 +211,9 @@ pub fn completion(p: &[u32], max_tokens: usize, extra: Value) -> Value {
 
 /// One sample of a Prometheus metric (with its labels, e.g. `x{outcome="abort"}`).
 pub fn metric(text: &str, name: &str) -> f64 {
-    text.lines().find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')).and_then(|v| v.trim().parse().ok())).unwrap_or_else(|| panic!("metric {name} missing from\n{text}"))
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or_else(|| panic!("metric {name} missing from\n{text}"))
 }
 
 pub async fn metrics(client: &reqwest::Client, base: &str) -> String {

@@ -17,7 +17,11 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 pub fn run(a: &BenchArgs) -> Result<()> {
-    let lens: Vec<usize> = a.prompt_lens.split(',').map(|s| s.trim().parse::<usize>().map_err(|_| CliError::Usage(format!("--prompt-lens: `{s}` is not a length")))).collect::<Result<_>>()?;
+    let lens: Vec<usize> = a
+        .prompt_lens
+        .split(',')
+        .map(|s| s.trim().parse::<usize>().map_err(|_| CliError::Usage(format!("--prompt-lens: `{s}` is not a length"))))
+        .collect::<Result<_>>()?;
     let decode = a.decode_tokens.unwrap_or(64);
     let reps = a.reps.max(1);
     let mut opened = a.model.open()?;
@@ -47,7 +51,12 @@ pub fn run(a: &BenchArgs) -> Result<()> {
             tps.push(decode as f64 / t1.elapsed().as_secs_f64().max(1e-9));
         }
         let t = median(ttft);
-        println!("prompt {len:>6}: TTFT {:>9.1} ms ({:>9.1} tokens/s prefill); decode {:>8.1} tokens/s", t * 1e3, len as f64 / t.max(1e-9), median(tps));
+        println!(
+            "prompt {len:>6}: TTFT {:>9.1} ms ({:>9.1} tokens/s prefill); decode {:>8.1} tokens/s",
+            t * 1e3,
+            len as f64 / t.max(1e-9),
+            median(tps)
+        );
     }
     Ok(())
 }

@@ -95,7 +95,9 @@ impl Channels {
 pub fn run(a: GenerateArgs, params: SamplingParams) -> Result<()> {
     let mut opened = a.model.open()?;
     let label = opened.label.clone();
-    let tok = parts(&mut opened)?.tokenizer.clone().ok_or_else(|| CliError::Usage(format!("{label} has no tokenizer (its vocabulary is not o200k's): generate needs one (use `tandem logits --ids`)")))?;
+    let tok = parts(&mut opened)?.tokenizer.clone().ok_or_else(|| {
+        CliError::Usage(format!("{label} has no tokenizer (its vocabulary is not o200k's): generate needs one (use `tandem logits --ids`)"))
+    })?;
     if let Some(path) = a.prompts.clone() {
         return run_batch(a, &path, params, opened, tok);
     }
@@ -153,11 +155,18 @@ pub fn run(a: GenerateArgs, params: SamplingParams) -> Result<()> {
     if !chat {
         writeln!(out)?;
     } else if channels.finals == 0 {
-        eprintln!("(no final-channel message in {generated} tokens, finish {}; --show-analysis shows the others)", finish.map_or("?", FinishReason::as_str));
+        eprintln!(
+            "(no final-channel message in {generated} tokens, finish {}; --show-analysis shows the others)",
+            finish.map_or("?", FinishReason::as_str)
+        );
     }
     let decode = t_first.elapsed();
     let tps = if generated > 1 && !decode.is_zero() { (generated - 1) as f64 / decode.as_secs_f64() } else { 0.0 };
-    eprintln!("[{name}] {} prompt tokens, {generated} generated; TTFT {:.1} ms; decode {tps:.1} tokens/s", ids.len(), ttft.unwrap_or_default().as_secs_f64() * 1e3);
+    eprintln!(
+        "[{name}] {} prompt tokens, {generated} generated; TTFT {:.1} ms; decode {tps:.1} tokens/s",
+        ids.len(),
+        ttft.unwrap_or_default().as_secs_f64() * 1e3
+    );
     Ok(())
 }
 
@@ -201,7 +210,10 @@ fn parse_line(text: &str, tok: &GptOssTokenizer, a: &GenerateArgs, base: &Sampli
     let stop = match o.get("stop") {
         None | Some(Value::Null) => vec![],
         Some(Value::String(s)) => vec![s.clone()],
-        Some(Value::Array(a)) => a.iter().map(|s| s.as_str().map(str::to_string).ok_or_else(|| "`stop` must hold strings".to_string())).collect::<std::result::Result<_, _>>()?,
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|s| s.as_str().map(str::to_string).ok_or_else(|| "`stop` must hold strings".to_string()))
+            .collect::<std::result::Result<_, _>>()?,
         Some(_) => return Err("`stop` must be a string or an array of strings".into()),
     };
     let max_tokens = field(o, "max_tokens", "a non-negative integer", Value::as_u64)?.map_or(a.max_tokens, |m| m as usize);
@@ -227,7 +239,8 @@ fn run_batch(a: GenerateArgs, path: &Path, base: SamplingParams, mut opened: sup
     }
     let ctx = opened.config.max_ctx;
     let kv = a.kv_tokens.unwrap_or_else(|| {
-        let want: usize = lines.iter().filter_map(|(_, r)| r.as_ref().ok()).map(|(r, _)| (r.prompt.len() + r.max_tokens.unwrap_or(ctx)).min(ctx)).sum();
+        let want: usize =
+            lines.iter().filter_map(|(_, r)| r.as_ref().ok()).map(|(r, _)| (r.prompt.len() + r.max_tokens.unwrap_or(ctx)).min(ctx)).sum();
         want.clamp(1, 64 * ctx)
     });
     let mut sink: Box<dyn Write> = match &a.out {
@@ -275,7 +288,11 @@ mod tests {
     #[test]
     fn channels_route_harmony_output() {
         let tok = Arc::new(GptOssTokenizer::o200k_harmony().unwrap());
-        let ids = tok.encode("<|channel|>analysis<|message|>User asks 2+2. Easy.<|end|><|start|>assistant<|channel|>final<|message|>2 + 2 = 4, café.<|return|>").unwrap();
+        let ids = tok
+            .encode(
+                "<|channel|>analysis<|message|>User asks 2+2. Easy.<|end|><|start|>assistant<|channel|>final<|message|>2 + 2 = 4, café.<|return|>",
+            )
+            .unwrap();
         for show in [false, true] {
             let (mut out, mut err) = (vec![], vec![]);
             let mut ch = Channels::new(tok.clone(), show);

@@ -16,7 +16,9 @@ pub fn run(a: LogitsArgs) -> Result<()> {
     let tok = g.tokenizer.clone();
     let ids = match (&a.text, &a.ids) {
         (_, Some(s)) => parse_ids(s)?,
-        (Some(t), None) => tok.as_ref().ok_or_else(|| CliError::Usage(format!("{label} has no tokenizer (its vocabulary is not o200k's): use --ids")))?.encode(t)?,
+        (Some(t), None) => {
+            tok.as_ref().ok_or_else(|| CliError::Usage(format!("{label} has no tokenizer (its vocabulary is not o200k's): use --ids")))?.encode(t)?
+        }
         (None, None) => return Err(CliError::Usage("give --text or --ids".into())),
     };
     let (vocab, ctx) = (g.config.vocab, g.config.max_ctx);

@@ -137,7 +137,9 @@ impl Case for FlashCase {
     fn name(&self) -> String {
         let mut s = match self.phase {
             Phase::Prefill => format!("flash_attn(prefill,d={},h={},kv={},T={},S={}", self.d, self.h, self.kv, self.t, self.lens[0]),
-            Phase::Decode => format!("flash_attn(decode-{:?}-{:?},d={},h={},kv={},lens={:?}", self.version, self.score, self.d, self.h, self.kv, self.lens),
+            Phase::Decode => {
+                format!("flash_attn(decode-{:?}-{:?},d={},h={},kv={},lens={:?}", self.version, self.score, self.d, self.h, self.kv, self.lens)
+            }
         };
         s += &format!(",bs={},causal", self.block_size);
         if let Some(w) = self.window {
@@ -152,7 +154,9 @@ impl Case for FlashCase {
         s + ",f32)"
     }
     fn run(&self, client: &Client) -> Outcome {
-        let bad = self.lens.is_empty() || (self.phase == Phase::Prefill && (self.lens.len() != 1 || self.t == 0 || self.t > self.lens[0])) || (self.phase == Phase::Decode && self.lens.contains(&0));
+        let bad = self.lens.is_empty()
+            || (self.phase == Phase::Prefill && (self.lens.len() != 1 || self.t == 0 || self.t > self.lens[0]))
+            || (self.phase == Phase::Decode && self.lens.contains(&0));
         if bad || self.kv == 0 || self.h % self.kv != 0 || self.block_size == 0 {
             return Outcome::Fail(format!("malformed case {}", self.name()));
         }
@@ -192,7 +196,8 @@ pub fn cases() -> Vec<Box<dyn Case>> {
         let scores: &[ScoreStep] = if phase == Decode { &[ScoreStep::PerUnit, ScoreStep::Plane] } else { &[ScoreStep::PerUnit] };
         for &version in versions {
             for &score in scores {
-                v.push(Box::new(FlashCase { phase, h, kv, d, lens: lens.to_vec(), t, block_size, window, sinks, shuffled, version, score }) as Box<dyn Case>)
+                v.push(Box::new(FlashCase { phase, h, kv, d, lens: lens.to_vec(), t, block_size, window, sinks, shuffled, version, score })
+                    as Box<dyn Case>)
             }
         }
     };

@@ -34,10 +34,7 @@ impl Case for AttentionCase {
     }
     fn name(&self) -> String {
         let w = self.window.map_or(String::new(), |w| format!(",window={w}"));
-        format!(
-            "attention(h={},kv={},d={},T={},S={},pos0={},causal{w},f32)",
-            self.h, self.kv, self.d, self.t, self.s, self.pos0
-        )
+        format!("attention(h={},kv={},d={},T={},S={},pos0={},causal{w},f32)", self.h, self.kv, self.d, self.t, self.s, self.pos0)
     }
     fn run(&self, client: &Client) -> Outcome {
         let (h, kv, d, t, s) = (self.h, self.kv, self.d, self.t, self.s);
@@ -52,8 +49,7 @@ impl Case for AttentionCase {
         ) else {
             return Outcome::Fail("bad case shape".into());
         };
-        let want: Vec<f32> =
-            reference::ops::attention::attention(qa.view(), ka.view(), va.view(), self.pos0, self.window).iter().copied().collect();
+        let want: Vec<f32> = reference::ops::attention::attention(qa.view(), ka.view(), va.view(), self.pos0, self.window).iter().copied().collect();
         outcome((|| {
             let cap = s + SPARE;
             let row = kv * d;

@@ -311,7 +311,10 @@ pub fn flash_decode_v2<N: Size>(
         }
         sync_storage();
         if *arrived == splits - 1 {
-            combine_group(part_o, part_ml, sinks, out, &mut sc, &mut sw, &mut red, &mut hl, b, kvh, gr, hh, dv, nsplit, seg, tid, nu, g, nv, has_sinks, plane_seg, cpre);
+            combine_group(
+                part_o, part_ml, sinks, out, &mut sc, &mut sw, &mut red, &mut hl, b, kvh, gr, hh, dv, nsplit, seg, tid, nu, g, nv, has_sinks,
+                plane_seg, cpre,
+            );
             if tid == 0 {
                 // Ready for the next launch (kernels on one stream run in order).
                 counters[b * hkv + kvh].store(0u32);
@@ -352,7 +355,30 @@ pub fn flash_decode_combine_v2<N: Size>(
     let mut red = Shared::<[f32]>::new_slice(units * g * nv);
     let mut hl = Shared::<[f32]>::new_slice(g);
     let dv = head_dim as usize / nv;
-    combine_group(part_o, part_ml, sinks, out, &mut w, &mut wl, &mut red, &mut hl, b, kvh, hh / hkv, hh, dv, splits as usize, seg_len as usize, UNIT_POS_X as usize, CUBE_DIM_X as usize, g, nv, has_sinks, plane_seg, cpre);
+    combine_group(
+        part_o,
+        part_ml,
+        sinks,
+        out,
+        &mut w,
+        &mut wl,
+        &mut red,
+        &mut hl,
+        b,
+        kvh,
+        hh / hkv,
+        hh,
+        dv,
+        splits as usize,
+        seg_len as usize,
+        UNIT_POS_X as usize,
+        CUBE_DIM_X as usize,
+        g,
+        nv,
+        has_sinks,
+        plane_seg,
+        cpre,
+    );
 }
 
 /// Keys per chunk: enough chunks that the grid has ≥ ~1 cube per SM, between 32 and 512
@@ -368,7 +394,15 @@ fn chunk_for(max_len: usize, batch: usize, hkv: usize, sms: usize) -> usize {
 /// One query per sequence: `q [B, H, D]`, sequence b at position `tables.lens[b] − 1` over its
 /// `lens[b]` positions in the pools; into `out [B, H, D]`. One sequence runs v3 (one launch)
 /// where the device supports it ([`DecodeVersion::best`]); a batch runs v2.
-pub fn flash_decode(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v: &DeviceTensor, tables: &BlockTables, mask: &Masking, out: &DeviceTensor) -> Result<(), Error> {
+pub fn flash_decode(
+    client: &Client,
+    q: &DeviceTensor,
+    k: &DeviceTensor,
+    v: &DeviceTensor,
+    tables: &BlockTables,
+    mask: &Masking,
+    out: &DeviceTensor,
+) -> Result<(), Error> {
     // One sequence: v3 saves the second launch. A batch: v2 (H200, 32 × 16k keys: 1.36 ms vs
     // 1.63 ms for v3, whose last cubes serialise the combine).
     let version = if q.shape.first() == Some(&1) { DecodeVersion::best(client) } else { DecodeVersion::V2 };
@@ -406,7 +440,16 @@ impl DecodeVersion {
 
 /// [`flash_decode`] with a chosen version (an unsupported one is an error, nothing launched).
 #[allow(clippy::too_many_arguments)]
-pub fn flash_decode_with(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v: &DeviceTensor, tables: &BlockTables, mask: &Masking, out: &DeviceTensor, version: DecodeVersion) -> Result<(), Error> {
+pub fn flash_decode_with(
+    client: &Client,
+    q: &DeviceTensor,
+    k: &DeviceTensor,
+    v: &DeviceTensor,
+    tables: &BlockTables,
+    mask: &Masking,
+    out: &DeviceTensor,
+    version: DecodeVersion,
+) -> Result<(), Error> {
     flash_decode_tuned(client, q, k, v, tables, mask, out, version, None, None)
 }
 
@@ -432,7 +475,18 @@ impl ScoreStep {
 /// halved if the shared memory needs it) and the score step chosen (`None`: plane where the
 /// device has plane ops and the shape allows it), for benchmarks and tests that audit them.
 #[allow(clippy::too_many_arguments)]
-pub fn flash_decode_tuned(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v: &DeviceTensor, tables: &BlockTables, mask: &Masking, out: &DeviceTensor, version: DecodeVersion, chunk: Option<usize>, score: Option<ScoreStep>) -> Result<(), Error> {
+pub fn flash_decode_tuned(
+    client: &Client,
+    q: &DeviceTensor,
+    k: &DeviceTensor,
+    v: &DeviceTensor,
+    tables: &BlockTables,
+    mask: &Masking,
+    out: &DeviceTensor,
+    version: DecodeVersion,
+    chunk: Option<usize>,
+    score: Option<ScoreStep>,
+) -> Result<(), Error> {
     if !version.supported(client) {
         return Err(Error::Unsupported(format!("flash_decode {version:?}: needs device-scope storage sync and u32 atomic add")));
     }
@@ -470,9 +524,15 @@ pub fn flash_decode_tuned(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v
     }
     let splits = max_len.div_ceil(chunk);
     if splits > chunk {
-        return Err(Error::Unsupported(format!("flash_decode: {max_len} positions in chunks of {chunk} (shared memory) exceed the combine's {chunk} splits")));
+        return Err(Error::Unsupported(format!(
+            "flash_decode: {max_len} positions in chunks of {chunk} (shared memory) exceed the combine's {chunk} splits"
+        )));
     }
-    if splits > hw.max_cube_count.0 as usize || hkv > hw.max_cube_count.1 as usize || bsz > hw.max_cube_count.2 as usize || bsz * h > hw.max_cube_count.0 as usize {
+    if splits > hw.max_cube_count.0 as usize
+        || hkv > hw.max_cube_count.1 as usize
+        || bsz > hw.max_cube_count.2 as usize
+        || bsz * h > hw.max_cube_count.0 as usize
+    {
         return Err(Error::Unsupported(format!("flash_decode: grid {splits}×{hkv}×{bsz} exceeds the device's {:?}", hw.max_cube_count)));
     }
     let seg = prev_pow2((units / g).max(1) as u32) as usize;
@@ -488,7 +548,11 @@ pub fn flash_decode_tuned(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v
     let lk = match (score, lanes) {
         (ScoreStep::PerUnit, _) => 0,
         (ScoreStep::Plane, Some(l)) => l,
-        (ScoreStep::Plane, None) => return Err(Error::Unsupported(format!("flash_decode: the plane score step needs D / {nv} and G powers of two, D / {nv} ≤ 32 (D {d}, G {g})"))),
+        (ScoreStep::Plane, None) => {
+            return Err(Error::Unsupported(format!(
+                "flash_decode: the plane score step needs D / {nv} and G powers of two, D / {nv} ≤ 32 (D {d}, G {g})"
+            )))
+        }
     };
     // Keys per lane group per pass (their K loads in flight together): G·kpp ≤ 32 values to
     // reduce.

@@ -30,11 +30,11 @@
 //!   (the model fuses it with RoPE instead: `rope::qkv_rope_paged`).
 
 pub mod decode;
-mod scores;
-mod softmax;
 pub mod naive;
 pub mod paged;
 pub mod prefill;
+mod scores;
+mod softmax;
 
 pub use decode::{flash_decode, flash_decode_tuned, flash_decode_with, DecodeVersion, ScoreStep};
 pub use naive::{attention, attention_into, kv_append};
@@ -55,7 +55,14 @@ pub struct Masking<'a> {
 
 /// Checks shared by the flash launchers: pools `[rows, Hkv, D]` f32 matching the tables, q
 /// `[N, H, D]` f32 with H a multiple of Hkv, sinks `[H]`, window ≥ 1. Returns (H, Hkv, D).
-pub(crate) fn check_paged(op: &str, q: &DeviceTensor, k: &DeviceTensor, v: &DeviceTensor, tables: &BlockTables, m: &Masking) -> Result<(usize, usize, usize), Error> {
+pub(crate) fn check_paged(
+    op: &str,
+    q: &DeviceTensor,
+    k: &DeviceTensor,
+    v: &DeviceTensor,
+    tables: &BlockTables,
+    m: &Masking,
+) -> Result<(usize, usize, usize), Error> {
     let err = |s: String| Err(Error::Shape(format!("{op}: {s}")));
     for (what, t) in [("q", q), ("k pool", k), ("v pool", v)] {
         if t.dtype != Dtype::F32 || t.shape.len() != 3 {

@@ -222,8 +222,7 @@ pub fn attention_into(
     let scale = 1.0 / (d as f32).sqrt();
 
     let hw = &client.properties().hardware;
-    let block = prev_pow2(V1_BLOCK.min(hw.max_units_per_cube).min(hw.max_cube_dim.0))
-        .min(u32_of("s_len", s_len.max(1))?.next_power_of_two());
+    let block = prev_pow2(V1_BLOCK.min(hw.max_units_per_cube).min(hw.max_cube_dim.0)).min(u32_of("s_len", s_len.max(1))?.next_power_of_two());
     if block as usize * 4 > hw.max_shared_memory_size {
         return Err(Error::Unsupported(format!("attention v1 needs {} B of shared memory", block * 4)));
     }
@@ -321,11 +320,7 @@ pub fn kv_append(client: &Client, cache: &DeviceTensor, new: &DeviceTensor, pos0
     }
     let t = new.shape[0];
     if pos0 + t > cache.shape[0] {
-        return Err(Error::Shape(format!(
-            "kv_append: rows {pos0}..{} exceed the cache capacity {}",
-            pos0 + t,
-            cache.shape[0]
-        )));
+        return Err(Error::Shape(format!("kv_append: rows {pos0}..{} exceed the cache capacity {}", pos0 + t, cache.shape[0])));
     }
     let row = new.shape[1] * new.shape[2];
     let len = new.numel();

@@ -31,11 +31,16 @@ pub fn kv_write_paged_v1(pool: &mut [f32], new: &[f32], tables: &[u32], table_of
 /// Write `new [T, Hkv, D]` at positions `pos0 ..` of sequence `seq` (index into `tables`) of
 /// `pool`. The positions must lie inside the sequence's length.
 pub fn kv_write_paged(client: &Client, pool: &DeviceTensor, new: &DeviceTensor, tables: &BlockTables, seq: usize, pos0: usize) -> Result<(), Error> {
-    let ok = pool.dtype == Dtype::F32 && new.dtype == Dtype::F32 && pool.shape.len() == 3 && new.shape.len() == 3 && pool.shape[1..] == new.shape[1..];
+    let ok =
+        pool.dtype == Dtype::F32 && new.dtype == Dtype::F32 && pool.shape.len() == 3 && new.shape.len() == 3 && pool.shape[1..] == new.shape[1..];
     if !ok || pool.shape[0] != tables.num_blocks * tables.block_size {
-        return Err(Error::Shape(format!("kv_write_paged: new {:?} does not fit pool {:?} of {} blocks of {}", new.shape, pool.shape, tables.num_blocks, tables.block_size)));
+        return Err(Error::Shape(format!(
+            "kv_write_paged: new {:?} does not fit pool {:?} of {} blocks of {}",
+            new.shape, pool.shape, tables.num_blocks, tables.block_size
+        )));
     }
-    let len = *tables.lens.get(seq).ok_or_else(|| Error::KvCache(format!("kv_write_paged: no sequence {seq} in a batch of {}", tables.lens.len())))?;
+    let len =
+        *tables.lens.get(seq).ok_or_else(|| Error::KvCache(format!("kv_write_paged: no sequence {seq} in a batch of {}", tables.lens.len())))?;
     let t = new.shape[0];
     if pos0 + t > len {
         return Err(Error::KvCache(format!("kv_write_paged: positions {pos0}..{} exceed sequence {seq}'s length {len}", pos0 + t)));

@@ -26,7 +26,6 @@ const UNITS: u32 = 128;
 /// Shared memory used at most (bytes), even where the device has more.
 const SHARED_CAP: usize = 48 << 10;
 
-
 #[allow(clippy::too_many_arguments)]
 #[cube(launch, launch_unchecked)]
 pub fn flash_prefill_v2(
@@ -322,7 +321,16 @@ pub struct VarlenSeq {
 /// Flash prefill over several sequences in ONE launch (varlen): sequence s of `seqs` reads
 /// its K/V through row s of `tables` and writes its rows of `out` (`[N, H, D]`, like q).
 #[allow(clippy::too_many_arguments)]
-pub fn flash_prefill_varlen(client: &Client, q: &DeviceTensor, k: &DeviceTensor, v: &DeviceTensor, tables: &BlockTables, seqs: &[VarlenSeq], mask: &Masking, out: &DeviceTensor) -> Result<(), Error> {
+pub fn flash_prefill_varlen(
+    client: &Client,
+    q: &DeviceTensor,
+    k: &DeviceTensor,
+    v: &DeviceTensor,
+    tables: &BlockTables,
+    seqs: &[VarlenSeq],
+    mask: &Masking,
+    out: &DeviceTensor,
+) -> Result<(), Error> {
     let (h, hkv, d) = check_paged("flash_prefill_varlen", q, k, v, tables, mask)?;
     if out.shape != q.shape || out.dtype != q.dtype {
         return Err(Error::Shape(format!("flash_prefill_varlen: out {:?}, expected {:?}", out.shape, q.shape)));
@@ -335,14 +343,18 @@ pub fn flash_prefill_varlen(client: &Client, q: &DeviceTensor, k: &DeviceTensor,
         return Ok(());
     }
     let hw = &client.properties().hardware;
-    let (br, bc, lanes) = tiles(d, hw.max_shared_memory_size, hw.max_units_per_cube.min(hw.max_cube_dim.0))
-        .ok_or_else(|| Error::Unsupported(format!("flash_prefill_varlen: head dim {d} does not fit {} B of shared memory", hw.max_shared_memory_size)))?;
+    let (br, bc, lanes) = tiles(d, hw.max_shared_memory_size, hw.max_units_per_cube.min(hw.max_cube_dim.0)).ok_or_else(|| {
+        Error::Unsupported(format!("flash_prefill_varlen: head dim {d} does not fit {} B of shared memory", hw.max_shared_memory_size))
+    })?;
     let mut words = Vec::with_capacity(seqs.len() * 5);
     let mut tiles_total = 0usize;
     for (i, s) in seqs.iter().enumerate() {
         let kv_len = s.pos0 + s.q_len;
         if s.q_len == 0 || s.q_start + s.q_len > n || kv_len > tables.max_blocks * tables.block_size {
-            return Err(Error::Shape(format!("flash_prefill_varlen: sequence {i} {s:?} does not fit q of {n} rows / its table of {} blocks", tables.max_blocks)));
+            return Err(Error::Shape(format!(
+                "flash_prefill_varlen: sequence {i} {s:?} does not fit q of {n} rows / its table of {} blocks",
+                tables.max_blocks
+            )));
         }
         words.extend([s.q_start, s.q_len, s.pos0, kv_len, tiles_total].map(|w| w as u32));
         tiles_total += s.q_len.div_ceil(br);

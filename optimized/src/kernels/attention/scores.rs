@@ -35,7 +35,16 @@ fn xor_lane(v: f32, m: u32, tid: usize, xbuf: &mut [f32], #[comptime] plane: boo
 /// that bit set keeps the upper half of its values, the other the lower half; once one value
 /// is left, the remaining steps add it across (a butterfly).
 #[cube]
-fn reduce_scatter(v: &mut Array<f32>, r: usize, tid: usize, xbuf: &mut [f32], #[comptime] nvals: usize, #[comptime] lk: usize, #[comptime] steps: usize, #[comptime] plane: bool) {
+fn reduce_scatter(
+    v: &mut Array<f32>,
+    r: usize,
+    tid: usize,
+    xbuf: &mut [f32],
+    #[comptime] nvals: usize,
+    #[comptime] lk: usize,
+    #[comptime] steps: usize,
+    #[comptime] plane: bool,
+) {
     #[unroll]
     for s in 0..steps {
         let m = lk >> (s + 1);

@@ -12,7 +12,21 @@ use cubecl::prelude::*;
 /// plane consecutive), so max and sum are plane reductions — two barriers fewer per level.
 #[allow(clippy::too_many_arguments)]
 #[cube]
-pub(crate) fn segment_softmax(z: &mut [f32], wl: &mut [f32], red: &mut [f32], sinks: &[f32], sink0: usize, n: usize, stride: usize, gr: usize, seg: usize, tid: usize, #[comptime] weighted: bool, #[comptime] has_sinks: bool, #[comptime] plane_seg: bool) -> (f32, f32) {
+pub(crate) fn segment_softmax(
+    z: &mut [f32],
+    wl: &mut [f32],
+    red: &mut [f32],
+    sinks: &[f32],
+    sink0: usize,
+    n: usize,
+    stride: usize,
+    gr: usize,
+    seg: usize,
+    tid: usize,
+    #[comptime] weighted: bool,
+    #[comptime] has_sinks: bool,
+    #[comptime] plane_seg: bool,
+) -> (f32, f32) {
     let hg = tid / seg;
     let li = tid - hg * seg;
     let active = hg < gr;
@@ -115,7 +129,16 @@ pub(crate) fn fold_partials(o: &Array<f32>, red: &mut [f32], nu: usize, dv: usiz
 /// vectors weighted by their softmax weights (`w` only read: `&mut` as the caller holds it).
 #[allow(clippy::too_many_arguments)]
 #[cube]
-fn add_split<N: Size>(o: &mut Array<f32>, w: &mut [f32], nsplit: usize, sp: usize, ovs: &Array<Vector<f32, N>>, base: usize, #[comptime] g: usize, #[comptime] nv: usize) {
+fn add_split<N: Size>(
+    o: &mut Array<f32>,
+    w: &mut [f32],
+    nsplit: usize,
+    sp: usize,
+    ovs: &Array<Vector<f32, N>>,
+    base: usize,
+    #[comptime] g: usize,
+    #[comptime] nv: usize,
+) {
     #[unroll]
     for gg in 0..g {
         let wt = w[gg * nsplit + sp];
@@ -240,4 +263,3 @@ pub(crate) fn combine_group<N: Size>(
         }
     }
 }
-

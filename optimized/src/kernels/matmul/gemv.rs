@@ -222,7 +222,15 @@ pub fn gemv_v1<W: Float, N: Size>(
 /// W vector `i` of rows `row0 ..+ rpg` (rows past `n_out` read the last row) into `wv`.
 #[allow(clippy::too_many_arguments)]
 #[cube]
-fn load_w_rows<W: Float, N: Size>(w: &[Vector<W, N>], wv: &mut Array<Vector<W, N>>, row0: usize, n_out: usize, n: usize, i: usize, #[comptime] rpg: usize) {
+fn load_w_rows<W: Float, N: Size>(
+    w: &[Vector<W, N>],
+    wv: &mut Array<Vector<W, N>>,
+    row0: usize,
+    n_out: usize,
+    n: usize,
+    i: usize,
+    #[comptime] rpg: usize,
+) {
     #[unroll]
     for q in 0..rpg {
         let row = select(row0 + q < n_out, row0 + q, n_out - 1);
@@ -236,7 +244,18 @@ fn load_w_rows<W: Float, N: Size>(w: &[Vector<W, N>], wv: &mut Array<Vector<W, N
 /// up j = 2j + 1, `u` the up row's sum) `y[t, row / 2] = silu(s) · u` ([`silu_mul`]).
 #[allow(clippy::too_many_arguments)]
 #[cube]
-pub(crate) fn store_row(y: &mut [f32], nw: &[f32], xw: &mut [f32], t: usize, row: usize, n_out: usize, s: f32, u: f32, #[comptime] resid: bool, #[comptime] glu: bool) {
+pub(crate) fn store_row(
+    y: &mut [f32],
+    nw: &[f32],
+    xw: &mut [f32],
+    t: usize,
+    row: usize,
+    n_out: usize,
+    s: f32,
+    u: f32,
+    #[comptime] resid: bool,
+    #[comptime] glu: bool,
+) {
     if glu {
         y[t * (n_out / 2) + row / 2] = silu_mul(s, u);
     } else if resid {
@@ -257,7 +276,17 @@ pub(crate) fn store_row(y: &mut [f32], nw: &[f32], xw: &mut [f32], t: usize, row
 /// `units` (a power of two) — a fixed order, so the result is deterministic.
 #[allow(clippy::too_many_arguments)]
 #[cube]
-pub(crate) fn inv_rms<N: Size>(x: &[Vector<f32, N>], rn: &mut Array<f32>, n: usize, c_in: f32, eps: f32, #[comptime] tn: usize, #[comptime] plane: bool, #[comptime] plane_size: usize, #[comptime] units: usize) {
+pub(crate) fn inv_rms<N: Size>(
+    x: &[Vector<f32, N>],
+    rn: &mut Array<f32>,
+    n: usize,
+    c_in: f32,
+    eps: f32,
+    #[comptime] tn: usize,
+    #[comptime] plane: bool,
+    #[comptime] plane_size: usize,
+    #[comptime] units: usize,
+) {
     let tid = UNIT_POS as usize;
     let nu = CUBE_DIM as usize;
     let mut part = Array::<f32>::new(tn);
@@ -444,10 +473,7 @@ pub(crate) fn store_row_sums(
 /// Widest vector (elements) for gemv: at most 16 bytes of W, dividing `in`, within the device.
 fn gemv_vector_size(client: &Client, n_in: usize, w_size: usize) -> usize {
     let max = client.properties().hardware.max_vector_size.max(1);
-    [8usize, 4, 2, 1]
-        .into_iter()
-        .find(|&v| v <= max && v * w_size <= 16 && n_in.is_multiple_of(v))
-        .unwrap_or(1)
+    [8usize, 4, 2, 1].into_iter().find(|&v| v <= max && v * w_size <= 16 && n_in.is_multiple_of(v)).unwrap_or(1)
 }
 
 /// gemv v1 of `x` by `w` into `y` (`[T, fuse.out_cols(out)]`; the caller checks y and the

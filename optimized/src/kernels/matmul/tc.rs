@@ -89,16 +89,12 @@ impl TcConfig {
     pub const T32X32: Self = Self::preset(2, 2, 1, 2, 2);
     /// The presets [`Self::pick`] chooses from, the others the bench sweeps, and the
     /// emulation-sized one: every format's conformance cases run each.
-    pub const ALL: [Self; 8] = [Self::T128X256, Self::T128X128, Self::T128X128S3, Self::T256X128P, Self::T64X128, Self::T32X128, Self::T64X64, Self::T32X32];
+    pub const ALL: [Self; 8] =
+        [Self::T128X256, Self::T128X128, Self::T128X128S3, Self::T256X128P, Self::T64X128, Self::T32X128, Self::T64X64, Self::T32X32];
     /// Shapes and depths measured against the presets (`tandem bench --kernel matmul`; dense
     /// conformance cases run each).
-    pub const VARIANTS: [Self; 5] = [
-        Self::preset(2, 4, 4, 8, 4),
-        Self::preset(4, 2, 4, 8, 3),
-        Self::T128X256.with_pipe(),
-        Self::T128X128.with_pipe(),
-        Self::T64X128.with_pipe(),
-    ];
+    pub const VARIANTS: [Self; 5] =
+        [Self::preset(2, 4, 4, 8, 4), Self::preset(4, 2, 4, 8, 3), Self::T128X256.with_pipe(), Self::T128X128.with_pipe(), Self::T64X128.with_pipe()];
 
     pub fn bm(&self) -> usize {
         16 * self.wm * self.tm
@@ -298,7 +294,13 @@ pub fn convert_x(client: &Client, x: &DeviceTensor, e: Dtype, t: usize, k: usize
 fn rows_of(op: &str, x: &DeviceTensor, k: usize, y: &DeviceTensor, cols: usize) -> Result<usize, Error> {
     let t = if k == 0 { 0 } else { x.numel() / k };
     if x.dtype != Dtype::F32 || x.shape.last() != Some(&k) || y.dtype != Dtype::F32 || y.numel() != t * cols {
-        return Err(Error::Shape(format!("{op}: x {} {:?}, y {} {:?}: expected f32 [.., {k}] and f32 [{t}, {cols}]", x.dtype.name(), x.shape, y.dtype.name(), y.shape)));
+        return Err(Error::Shape(format!(
+            "{op}: x {} {:?}, y {} {:?}: expected f32 [.., {k}] and f32 [{t}, {cols}]",
+            x.dtype.name(),
+            x.shape,
+            y.dtype.name(),
+            y.shape
+        )));
     }
     Ok(t)
 }
@@ -322,7 +324,14 @@ fn grid(client: &Client, cfg: &TcConfig, m: usize, n: usize, kp: usize) -> Resul
     let kps = nkb.div_ceil(cfg.splits.clamp(1, nkb));
     let splits = nkb.div_ceil(kps);
     let tiles = u32_of("output tiles × splits", tiles_mn * splits)?;
-    Ok(Grid { mtiles: u32_of("M tiles", mt)?, tiles, tiles_mn: u32_of("output tiles", tiles_mn)?, kps: u32_of("k-blocks per split", kps)?, splits, count: CubeCountSelection::new(client, tiles).cube_count() })
+    Ok(Grid {
+        mtiles: u32_of("M tiles", mt)?,
+        tiles,
+        tiles_mn: u32_of("output tiles", tiles_mn)?,
+        kps: u32_of("k-blocks per split", kps)?,
+        splits,
+        count: CubeCountSelection::new(client, tiles).cube_count(),
+    })
 }
 
 /// Where the GEMM writes: y itself, or (split-K) a partial-sum buffer `[splits, m, n]`.
@@ -335,7 +344,17 @@ fn target(client: &Client, g: &Grid, y: &DeviceTensor, m: usize, n: usize) -> De
 }
 
 /// Split-K's sum of the parts into y (scales with `col_scale`, SwiGLU with `glu`).
-fn reduce(client: &Client, g: &Grid, part: &DeviceTensor, y: &DeviceTensor, scales: &DeviceTensor, m: usize, n: usize, col_scale: bool, glu: bool) -> Result<(), Error> {
+fn reduce(
+    client: &Client,
+    g: &Grid,
+    part: &DeviceTensor,
+    y: &DeviceTensor,
+    scales: &DeviceTensor,
+    m: usize,
+    n: usize,
+    col_scale: bool,
+    glu: bool,
+) -> Result<(), Error> {
     if g.splits == 1 {
         return Ok(());
     }
@@ -343,7 +362,20 @@ fn reduce(client: &Client, g: &Grid, part: &DeviceTensor, y: &DeviceTensor, scal
     let dim = CubeDim::new_1d(256.min(client.properties().hardware.max_units_per_cube));
     let count = cubecl::calculate_cube_count_elemwise(client, total, dim);
     unsafe {
-        tc_reduce::launch_unchecked(client, count, dim, part.as_arg(1), y.as_arg(1), scales.as_arg(1), u32_of("T", m)?, u32_of("out", n)?, g.splits as u32, u32_of("outputs", total)?, col_scale, glu);
+        tc_reduce::launch_unchecked(
+            client,
+            count,
+            dim,
+            part.as_arg(1),
+            y.as_arg(1),
+            scales.as_arg(1),
+            u32_of("T", m)?,
+            u32_of("out", n)?,
+            g.splits as u32,
+            u32_of("outputs", total)?,
+            col_scale,
+            glu,
+        );
     }
     Ok(())
 }
@@ -351,7 +383,15 @@ fn reduce(client: &Client, g: &Grid, part: &DeviceTensor, y: &DeviceTensor, scal
 /// tc v1 over a dense 16-bit weight: `y = x · Wᵀ` (x `[.., K]` f32, W `[N, K]` f16/bf16, y
 /// `[.., N]` f32, or with `glu` `[.., N / 2]` of `silu(x·W_{2j}) · x·W_{2j+1}`). `cfg`: the
 /// tile shape (`None`: [`TcConfig::pick`]).
-pub fn linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &DeviceTensor, glu: bool, cfg: Option<TcConfig>, mode: TcMode) -> Result<(), Error> {
+pub fn linear_into(
+    client: &Client,
+    x: &DeviceTensor,
+    w: &DeviceTensor,
+    y: &DeviceTensor,
+    glu: bool,
+    cfg: Option<TcConfig>,
+    mode: TcMode,
+) -> Result<(), Error> {
     let [n, k] = w.shape[..] else {
         return Err(Error::Shape(format!("tc linear: w shape {:?}, expected [out, in]", w.shape)));
     };
@@ -380,8 +420,58 @@ pub fn linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &Devi
     // (x passes as the unused scales: any buffer the kernel may bind.)
     unsafe {
         match w.dtype {
-            Dtype::F16 => tc_dense::launch_unchecked::<half::f16>(client, g.count.clone(), dim, x16.as_arg(1), w.as_arg(1), out.as_arg(1), x.as_arg(1), s.0, s.1, s.2, s.3, g.mtiles, g.tiles, g.tiles_mn, g.kps, wm, wn, tm, tn, stages, pipe, glu, partial, emu),
-            _ => tc_dense::launch_unchecked::<half::bf16>(client, g.count.clone(), dim, x16.as_arg(1), w.as_arg(1), out.as_arg(1), x.as_arg(1), s.0, s.1, s.2, s.3, g.mtiles, g.tiles, g.tiles_mn, g.kps, wm, wn, tm, tn, stages, pipe, glu, partial, emu),
+            Dtype::F16 => tc_dense::launch_unchecked::<half::f16>(
+                client,
+                g.count.clone(),
+                dim,
+                x16.as_arg(1),
+                w.as_arg(1),
+                out.as_arg(1),
+                x.as_arg(1),
+                s.0,
+                s.1,
+                s.2,
+                s.3,
+                g.mtiles,
+                g.tiles,
+                g.tiles_mn,
+                g.kps,
+                wm,
+                wn,
+                tm,
+                tn,
+                stages,
+                pipe,
+                glu,
+                partial,
+                emu,
+            ),
+            _ => tc_dense::launch_unchecked::<half::bf16>(
+                client,
+                g.count.clone(),
+                dim,
+                x16.as_arg(1),
+                w.as_arg(1),
+                out.as_arg(1),
+                x.as_arg(1),
+                s.0,
+                s.1,
+                s.2,
+                s.3,
+                g.mtiles,
+                g.tiles,
+                g.tiles_mn,
+                g.kps,
+                wm,
+                wn,
+                tm,
+                tn,
+                stages,
+                pipe,
+                glu,
+                partial,
+                emu,
+            ),
         }
     }
     reduce(client, &g, &out, y, x, t, n, false, glu)
@@ -395,7 +485,15 @@ fn sms(client: &Client) -> usize {
 /// tc v1 over a quantized weight (dequantized in the tile loads): `y = x · dequant(W)ᵀ`,
 /// shapes and `glu` as [`linear_into`]. The int8-group and mxfp4 weights are rounded to the
 /// 16-bit type once (`tc_quant.rs`), x as always.
-pub fn qlinear_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor, glu: bool, cfg: Option<TcConfig>, mode: TcMode) -> Result<(), Error> {
+pub fn qlinear_into(
+    client: &Client,
+    x: &DeviceTensor,
+    w: &QWeight,
+    y: &DeviceTensor,
+    glu: bool,
+    cfg: Option<TcConfig>,
+    mode: TcMode,
+) -> Result<(), Error> {
     let (n, k) = (w.out, w.in_dim);
     if let Some(why) = quant_refusal(w) {
         return Err(Error::Unsupported(why));
@@ -432,8 +530,70 @@ pub fn qlinear_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTe
     let partial = g.splits > 1;
     unsafe {
         match e {
-            Dtype::F16 => tc_quant::launch_unchecked::<half::f16>(client, g.count.clone(), dim, 4, x16.as_arg(1), w.data.as_arg(4), w.scales.as_arg(1), out.as_arg(1), s.0, s.1, s.2, s.3, g.mtiles, g.tiles, g.tiles_mn, g.kps, q.0, q.1, q.2, fmt, tiled, wm, wn, tm, tn, stages, pipe, glu, partial, emu),
-            _ => tc_quant::launch_unchecked::<half::bf16>(client, g.count.clone(), dim, 4, x16.as_arg(1), w.data.as_arg(4), w.scales.as_arg(1), out.as_arg(1), s.0, s.1, s.2, s.3, g.mtiles, g.tiles, g.tiles_mn, g.kps, q.0, q.1, q.2, fmt, tiled, wm, wn, tm, tn, stages, pipe, glu, partial, emu),
+            Dtype::F16 => tc_quant::launch_unchecked::<half::f16>(
+                client,
+                g.count.clone(),
+                dim,
+                4,
+                x16.as_arg(1),
+                w.data.as_arg(4),
+                w.scales.as_arg(1),
+                out.as_arg(1),
+                s.0,
+                s.1,
+                s.2,
+                s.3,
+                g.mtiles,
+                g.tiles,
+                g.tiles_mn,
+                g.kps,
+                q.0,
+                q.1,
+                q.2,
+                fmt,
+                tiled,
+                wm,
+                wn,
+                tm,
+                tn,
+                stages,
+                pipe,
+                glu,
+                partial,
+                emu,
+            ),
+            _ => tc_quant::launch_unchecked::<half::bf16>(
+                client,
+                g.count.clone(),
+                dim,
+                4,
+                x16.as_arg(1),
+                w.data.as_arg(4),
+                w.scales.as_arg(1),
+                out.as_arg(1),
+                s.0,
+                s.1,
+                s.2,
+                s.3,
+                g.mtiles,
+                g.tiles,
+                g.tiles_mn,
+                g.kps,
+                q.0,
+                q.1,
+                q.2,
+                fmt,
+                tiled,
+                wm,
+                wn,
+                tm,
+                tn,
+                stages,
+                pipe,
+                glu,
+                partial,
+                emu,
+            ),
         }
     }
     reduce(client, &g, &out, y, &w.scales, t, n, fmt == FMT_INT8, glu)

@@ -77,7 +77,16 @@ pub(crate) fn pair<E: Float>(lo: E, hi: E) -> V2<E> {
 /// rsh 0, ksh 1) or two B n8 × k16 fragments (rsh 1, ksh 0). Unit (g, c) = (lane / 4,
 /// lane % 4) gets matrix i's (row g, values 2c, 2c + 1).
 #[cube]
-fn ldsm4<E: Float>(tile: &[E], base: usize, row0: usize, k0: usize, lane: usize, #[comptime] rsh: usize, #[comptime] ksh: usize, #[comptime] emu: bool) -> Array<V2<E>> {
+fn ldsm4<E: Float>(
+    tile: &[E],
+    base: usize,
+    row0: usize,
+    k0: usize,
+    lane: usize,
+    #[comptime] rsh: usize,
+    #[comptime] ksh: usize,
+    #[comptime] emu: bool,
+) -> Array<V2<E>> {
     let mut out = Array::<V2<E>>::new(4usize);
     if emu {
         let g = lane / 4;
@@ -107,7 +116,18 @@ fn ldsm4<E: Float>(tile: &[E], base: usize, row0: usize, k0: usize, lane: usize,
 /// PTX layouts (a0: row g, k 2c..; a1: row g + 8; a2: row g, k 2c + 8..; a3: row g + 8, k
 /// 2c + 8..; b0: n g, k 2c..; b1: n g, k 2c + 8..; c: rows g, g + 8, cols 2c, 2c + 1).
 #[cube]
-fn mma<E: Float>(a: &Array<V2<E>>, ai4: usize, b: &Array<V2<E>>, bi2: usize, acc: &mut Array<Vector<f32, Const<2>>>, ai: usize, scratch: &mut [f32], sb: usize, lane: usize, #[comptime] emu: bool) {
+fn mma<E: Float>(
+    a: &Array<V2<E>>,
+    ai4: usize,
+    b: &Array<V2<E>>,
+    bi2: usize,
+    acc: &mut Array<Vector<f32, Const<2>>>,
+    ai: usize,
+    scratch: &mut [f32],
+    sb: usize,
+    lane: usize,
+    #[comptime] emu: bool,
+) {
     if emu {
         let g = lane / 4;
         let c = lane % 4;
@@ -161,7 +181,21 @@ fn mma<E: Float>(a: &Array<V2<E>>, ai4: usize, b: &Array<V2<E>>, bi2: usize, acc
 
 /// The warp's A (tm m16 × k16) and B (tn n8 × k16) fragments of k-step `ks` into `af`, `bf`.
 #[cube]
-fn load_frags<E: Float>(ta: &[E], abase: usize, tb: &[E], bbase: usize, af: &mut Array<V2<E>>, bf: &mut Array<V2<E>>, wrow: usize, wcol: usize, ks: usize, lane: usize, #[comptime] tm: usize, #[comptime] tn: usize, #[comptime] emu: bool) {
+fn load_frags<E: Float>(
+    ta: &[E],
+    abase: usize,
+    tb: &[E],
+    bbase: usize,
+    af: &mut Array<V2<E>>,
+    bf: &mut Array<V2<E>>,
+    wrow: usize,
+    wcol: usize,
+    ks: usize,
+    lane: usize,
+    #[comptime] tm: usize,
+    #[comptime] tn: usize,
+    #[comptime] emu: bool,
+) {
     #[unroll]
     for i in 0..tm {
         let r = ldsm4(ta, abase, wrow + 16 * i, 16 * ks, lane, 0usize, 1usize, emu);
@@ -182,7 +216,17 @@ fn load_frags<E: Float>(ta: &[E], abase: usize, tb: &[E], bbase: usize, af: &mut
 
 /// The tm × tn MMAs of one k-step.
 #[cube]
-fn step_mma<E: Float>(af: &Array<V2<E>>, bf: &Array<V2<E>>, acc: &mut Array<Vector<f32, Const<2>>>, lane: usize, scratch: &mut [f32], sb: usize, #[comptime] tm: usize, #[comptime] tn: usize, #[comptime] emu: bool) {
+fn step_mma<E: Float>(
+    af: &Array<V2<E>>,
+    bf: &Array<V2<E>>,
+    acc: &mut Array<Vector<f32, Const<2>>>,
+    lane: usize,
+    scratch: &mut [f32],
+    sb: usize,
+    #[comptime] tm: usize,
+    #[comptime] tn: usize,
+    #[comptime] emu: bool,
+) {
     #[unroll]
     for i in 0..tm {
         #[unroll]
@@ -196,7 +240,22 @@ fn step_mma<E: Float>(af: &Array<V2<E>>, bf: &Array<V2<E>>, acc: &mut Array<Vect
 /// `wcol ..+ 8·tn` of the B tile at `bbase`, 4 k16 steps. `pipe`: the next step's fragments
 /// are loaded before this step's MMAs (two sets of fragment registers).
 #[cube]
-pub(crate) fn block_mma<E: Float>(ta: &[E], abase: usize, tb: &[E], bbase: usize, acc: &mut Array<Vector<f32, Const<2>>>, wrow: usize, wcol: usize, lane: usize, scratch: &mut [f32], sb: usize, #[comptime] tm: usize, #[comptime] tn: usize, #[comptime] pipe: bool, #[comptime] emu: bool) {
+pub(crate) fn block_mma<E: Float>(
+    ta: &[E],
+    abase: usize,
+    tb: &[E],
+    bbase: usize,
+    acc: &mut Array<Vector<f32, Const<2>>>,
+    wrow: usize,
+    wcol: usize,
+    lane: usize,
+    scratch: &mut [f32],
+    sb: usize,
+    #[comptime] tm: usize,
+    #[comptime] tn: usize,
+    #[comptime] pipe: bool,
+    #[comptime] emu: bool,
+) {
     let mut a0 = Array::<V2<E>>::new(tm * 4);
     let mut b0 = Array::<V2<E>>::new(tn * 2);
     if pipe {
@@ -229,7 +288,18 @@ pub(crate) fn block_mma<E: Float>(ta: &[E], abase: usize, tb: &[E], bbase: usize
 /// Copies k-block `kb` of x16 (`[mp, kp]`, padded: always in bounds) rows `m0 ..+ bm` into A
 /// slot `slot`.
 #[cube]
-pub(crate) fn stage_a<E: Float>(x16: &[E], ta: &mut [E], slot: usize, kb: usize, m0: usize, kp: usize, tid: usize, #[comptime] bm: usize, #[comptime] threads: usize, #[comptime] emu: bool) {
+pub(crate) fn stage_a<E: Float>(
+    x16: &[E],
+    ta: &mut [E],
+    slot: usize,
+    kb: usize,
+    m0: usize,
+    kp: usize,
+    tid: usize,
+    #[comptime] bm: usize,
+    #[comptime] threads: usize,
+    #[comptime] emu: bool,
+) {
     let chunks = bm * 8;
     #[unroll]
     for r in 0..(chunks + threads - 1) / threads {
@@ -247,7 +317,21 @@ pub(crate) fn stage_a<E: Float>(x16: &[E], ta: &mut [E], slot: usize, kb: usize,
 /// passes `y` offset to its slice of the partial sums, neither scales nor `glu` ([`tc_reduce`]
 /// applies them).
 #[cube]
-pub(crate) fn epilogue(acc: &Array<Vector<f32, Const<2>>>, y: &mut [f32], scales: &[u32], m: usize, n: usize, m0: usize, n0: usize, lane: usize, yoff: usize, #[comptime] tm: usize, #[comptime] tn: usize, #[comptime] col_scale: bool, #[comptime] glu: bool) {
+pub(crate) fn epilogue(
+    acc: &Array<Vector<f32, Const<2>>>,
+    y: &mut [f32],
+    scales: &[u32],
+    m: usize,
+    n: usize,
+    m0: usize,
+    n0: usize,
+    lane: usize,
+    yoff: usize,
+    #[comptime] tm: usize,
+    #[comptime] tn: usize,
+    #[comptime] col_scale: bool,
+    #[comptime] glu: bool,
+) {
     let g = lane / 4;
     let c = lane % 4;
     #[unroll]
@@ -375,7 +459,19 @@ pub fn tc_dense<E: Float>(
 /// Copies k-block `kb` of W rows `n0 ..+ bn` into B slot `slot` (rows past n and chunks past k
 /// are zeros).
 #[cube]
-fn stage_w<E: Float>(w: &[E], tb: &mut [E], slot: usize, kb: usize, n0: usize, n: usize, k: usize, tid: usize, #[comptime] bn: usize, #[comptime] threads: usize, #[comptime] emu: bool) {
+fn stage_w<E: Float>(
+    w: &[E],
+    tb: &mut [E],
+    slot: usize,
+    kb: usize,
+    n0: usize,
+    n: usize,
+    k: usize,
+    tid: usize,
+    #[comptime] bn: usize,
+    #[comptime] threads: usize,
+    #[comptime] emu: bool,
+) {
     let chunks = bn * 8;
     #[unroll]
     for r in 0..(chunks + threads - 1) / threads {
@@ -432,7 +528,17 @@ pub fn tc_convert<E: Float, N: Size>(x: &[Vector<f32, N>], out: &mut [Vector<E, 
 /// `[splits, m, n]`, added in split order (deterministic), times `scales[col]` with
 /// `col_scale`, SwiGLU of column pairs with `glu`. One output per unit.
 #[cube(launch_unchecked)]
-pub fn tc_reduce(part: &[f32], y: &mut [f32], scales: &[u32], m: u32, n: u32, splits: u32, total: u32, #[comptime] col_scale: bool, #[comptime] glu: bool) {
+pub fn tc_reduce(
+    part: &[f32],
+    y: &mut [f32],
+    scales: &[u32],
+    m: u32,
+    n: u32,
+    splits: u32,
+    total: u32,
+    #[comptime] col_scale: bool,
+    #[comptime] glu: bool,
+) {
     let i = ABSOLUTE_POS;
     if i < total as usize {
         let (m, n) = (m as usize, n as usize);

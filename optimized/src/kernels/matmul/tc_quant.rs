@@ -27,7 +27,24 @@ pub const FMT_MXFP4: usize = 3;
 /// `tid` decodes: entry r is stage chunk `tid + r·threads` = (row i / cps, chunk i % cps).
 /// Chunks past the row or rows past n load zeros (and a valid scale).
 #[cube]
-fn load_raw<N: Size>(wq: &[Vector<u32, N>], scales: &[u32], raw: &mut Array<Vector<u32, N>>, sc: &mut Array<u32>, kb: usize, n0: usize, n: usize, k: usize, cpr: usize, scale_cols: usize, group: usize, tid: usize, #[comptime] bn: usize, #[comptime] threads: usize, #[comptime] fmt: usize, #[comptime] tiles: bool) {
+fn load_raw<N: Size>(
+    wq: &[Vector<u32, N>],
+    scales: &[u32],
+    raw: &mut Array<Vector<u32, N>>,
+    sc: &mut Array<u32>,
+    kb: usize,
+    n0: usize,
+    n: usize,
+    k: usize,
+    cpr: usize,
+    scale_cols: usize,
+    group: usize,
+    tid: usize,
+    #[comptime] bn: usize,
+    #[comptime] threads: usize,
+    #[comptime] fmt: usize,
+    #[comptime] tiles: bool,
+) {
     let cps = comptime!(if fmt == FMT_MXFP4 { BK / 32 } else { BK / 16 });
     let chunks = comptime!(bn * cps);
     #[unroll]
@@ -70,7 +87,16 @@ fn load_raw<N: Size>(wq: &[Vector<u32, N>], scales: &[u32], raw: &mut Array<Vect
 
 /// `raw` / `sc` (from [`load_raw`]) decoded into B slot `slot` (`tb` rows of [`SA`]).
 #[cube]
-fn dequant<E: Float, N: Size>(raw: &Array<Vector<u32, N>>, sc: &Array<u32>, tb: &mut [E], slot: usize, tid: usize, #[comptime] bn: usize, #[comptime] threads: usize, #[comptime] fmt: usize) {
+fn dequant<E: Float, N: Size>(
+    raw: &Array<Vector<u32, N>>,
+    sc: &Array<u32>,
+    tb: &mut [E],
+    slot: usize,
+    tid: usize,
+    #[comptime] bn: usize,
+    #[comptime] threads: usize,
+    #[comptime] fmt: usize,
+) {
     let cps = comptime!(if fmt == FMT_MXFP4 { BK / 32 } else { BK / 16 });
     let vpc = comptime!(BK / cps);
     let chunks = comptime!(bn * cps);

@@ -184,13 +184,27 @@ pub fn moe_combine_v1(y: &[f32], slot: &[u32], route_w: &[f32], out: &mut [f32],
 
 /// One grouped GEMM launch (see [`moe_gemm_v1`]); `x` rows as the mode reads them.
 #[allow(clippy::too_many_arguments)]
-fn launch(client: &Client, op: &str, x: &DeviceTensor, sorted: &Sorted, routes: &Routes, w: &Mxfp4Experts, y: &DeviceTensor, limit: f32, alpha: f32, glu: bool) -> Result<(), Error> {
+fn launch(
+    client: &Client,
+    op: &str,
+    x: &DeviceTensor,
+    sorted: &Sorted,
+    routes: &Routes,
+    w: &Mxfp4Experts,
+    y: &DeviceTensor,
+    limit: f32,
+    alpha: f32,
+    glu: bool,
+) -> Result<(), Error> {
     let hw = &client.properties().hardware;
     if 256 > hw.max_units_per_cube || (BM + BN) * SROW * 4 + 64 > hw.max_shared_memory_size {
         return Err(Error::Unsupported(format!("{op}: needs 256 units and {} B of shared memory per cube", (BM + BN) * SROW * 4 + 64)));
     }
     if sorted.bm != BM || sorted.n_exp != w.n_experts {
-        return Err(Error::Shape(format!("{op}: pairs sorted for {} experts in tiles of {}, W has {} experts and the GEMM tiles of {BM}", sorted.n_exp, sorted.bm, w.n_experts)));
+        return Err(Error::Shape(format!(
+            "{op}: pairs sorted for {} experts in tiles of {}, W has {} experts and the GEMM tiles of {BM}",
+            sorted.n_exp, sorted.bm, w.n_experts
+        )));
     }
     let pairs = sorted.pairs;
     if pairs == 0 {
@@ -235,7 +249,15 @@ fn check(op: &str, what: &str, t: &DeviceTensor, shape: [usize; 2]) -> Result<()
 }
 
 /// gate|up of every sorted pair (moe gemm v1, `glu`): `h [T, C]` → `a [P, F]` in sorted order.
-pub fn moe_gemm_glu(client: &Client, h: &DeviceTensor, sorted: &Sorted, routes: &Routes, w: &Mxfp4Experts, limit: f32, alpha: f32) -> Result<DeviceTensor, Error> {
+pub fn moe_gemm_glu(
+    client: &Client,
+    h: &DeviceTensor,
+    sorted: &Sorted,
+    routes: &Routes,
+    w: &Mxfp4Experts,
+    limit: f32,
+    alpha: f32,
+) -> Result<DeviceTensor, Error> {
     let a = DeviceTensor::empty_f32(client, &[sorted.pairs, w.out / 2]);
     moe_gemm_glu_into(client, h, sorted, routes, w, limit, alpha, &a)?;
     Ok(a)
@@ -243,7 +265,16 @@ pub fn moe_gemm_glu(client: &Client, h: &DeviceTensor, sorted: &Sorted, routes: 
 
 /// [`moe_gemm_glu`] into a caller's `a [P, F]` (every element written).
 #[allow(clippy::too_many_arguments)]
-pub fn moe_gemm_glu_into(client: &Client, h: &DeviceTensor, sorted: &Sorted, routes: &Routes, w: &Mxfp4Experts, limit: f32, alpha: f32, a: &DeviceTensor) -> Result<(), Error> {
+pub fn moe_gemm_glu_into(
+    client: &Client,
+    h: &DeviceTensor,
+    sorted: &Sorted,
+    routes: &Routes,
+    w: &Mxfp4Experts,
+    limit: f32,
+    alpha: f32,
+    a: &DeviceTensor,
+) -> Result<(), Error> {
     check("moe_gemm_glu", "h", h, [routes.tokens, w.in_dim])?;
     check("moe_gemm_glu", "a", a, [sorted.pairs, w.out / 2])?;
     if !w.out.is_multiple_of(2) {
@@ -261,7 +292,14 @@ pub fn moe_gemm_down(client: &Client, a: &DeviceTensor, sorted: &Sorted, routes:
 }
 
 /// [`moe_gemm_down`] into a caller's `y [P, C]` (every element written).
-pub fn moe_gemm_down_into(client: &Client, a: &DeviceTensor, sorted: &Sorted, routes: &Routes, w: &Mxfp4Experts, y: &DeviceTensor) -> Result<(), Error> {
+pub fn moe_gemm_down_into(
+    client: &Client,
+    a: &DeviceTensor,
+    sorted: &Sorted,
+    routes: &Routes,
+    w: &Mxfp4Experts,
+    y: &DeviceTensor,
+) -> Result<(), Error> {
     check("moe_gemm_down", "a", a, [sorted.pairs, w.in_dim])?;
     check("moe_gemm_down", "y", y, [sorted.pairs, w.out])?;
     launch(client, "moe_gemm_down", a, sorted, routes, w, y, 0.0, 0.0, false)
@@ -277,7 +315,18 @@ pub fn moe_combine_into(client: &Client, y: &DeviceTensor, sorted: &Sorted, rout
         return Ok(());
     }
     unsafe {
-        moe_combine_v1::launch(client, e.count, e.dim, y.as_arg(1), sorted.slot.as_arg(1), routes.weights.as_arg(1), out.as_arg(1), c as u32, routes.k as u32, e.n);
+        moe_combine_v1::launch(
+            client,
+            e.count,
+            e.dim,
+            y.as_arg(1),
+            sorted.slot.as_arg(1),
+            routes.weights.as_arg(1),
+            out.as_arg(1),
+            c as u32,
+            routes.k as u32,
+            e.n,
+        );
     }
     Ok(())
 }

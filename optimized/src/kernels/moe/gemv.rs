@@ -191,7 +191,15 @@ pub fn moe_gemv_glu(client: &Client, h: &DeviceTensor, routes: &Routes, w: &Mxfp
 }
 
 /// [`moe_gemv_glu`] into a caller's `a [T·K, F]` (every element written).
-pub fn moe_gemv_glu_into(client: &Client, h: &DeviceTensor, routes: &Routes, w: &Mxfp4Experts, limit: f32, alpha: f32, a: &DeviceTensor) -> Result<(), Error> {
+pub fn moe_gemv_glu_into(
+    client: &Client,
+    h: &DeviceTensor,
+    routes: &Routes,
+    w: &Mxfp4Experts,
+    limit: f32,
+    alpha: f32,
+    a: &DeviceTensor,
+) -> Result<(), Error> {
     let op = "moe_gemv_glu";
     check_x(op, h, routes.tokens, w.in_dim)?;
     if !w.out.is_multiple_of(2) {
@@ -205,8 +213,28 @@ pub fn moe_gemv_glu_into(client: &Client, h: &DeviceTensor, routes: &Routes, w: 
     let (count, rb, plane, block) = geometry(client, op, w, pairs, RPG)?;
     unsafe {
         moe_gemv_v1::launch(
-            client, count, CubeDim::new_2d(GROUP as u32, GROUPS as u32), 4, h.as_arg(4), routes.ids.as_arg(1), routes.weights.as_arg(1), w.data.as_arg(4), w.scales.as_arg(1), w.bias.as_arg(1), a.as_arg(1),
-            w.out as u32, w.in_dim as u32, routes.k as u32, pairs as u32, rb, limit, alpha, RPG, true, plane, block,
+            client,
+            count,
+            CubeDim::new_2d(GROUP as u32, GROUPS as u32),
+            4,
+            h.as_arg(4),
+            routes.ids.as_arg(1),
+            routes.weights.as_arg(1),
+            w.data.as_arg(4),
+            w.scales.as_arg(1),
+            w.bias.as_arg(1),
+            a.as_arg(1),
+            w.out as u32,
+            w.in_dim as u32,
+            routes.k as u32,
+            pairs as u32,
+            rb,
+            limit,
+            alpha,
+            RPG,
+            true,
+            plane,
+            block,
         );
     }
     Ok(())
@@ -225,8 +253,28 @@ pub fn moe_gemv_down_into(client: &Client, a: &DeviceTensor, routes: &Routes, w:
     let (count, rb, plane, block) = geometry(client, op, w, t, RPG_DOWN)?;
     unsafe {
         moe_gemv_v1::launch(
-            client, count, CubeDim::new_2d(GROUP as u32, GROUPS as u32), 4, a.as_arg(4), routes.ids.as_arg(1), routes.weights.as_arg(1), w.data.as_arg(4), w.scales.as_arg(1), w.bias.as_arg(1), y.as_arg(1),
-            w.out as u32, w.in_dim as u32, routes.k as u32, t as u32, rb, 0.0f32, 0.0f32, RPG_DOWN, false, plane, block,
+            client,
+            count,
+            CubeDim::new_2d(GROUP as u32, GROUPS as u32),
+            4,
+            a.as_arg(4),
+            routes.ids.as_arg(1),
+            routes.weights.as_arg(1),
+            w.data.as_arg(4),
+            w.scales.as_arg(1),
+            w.bias.as_arg(1),
+            y.as_arg(1),
+            w.out as u32,
+            w.in_dim as u32,
+            routes.k as u32,
+            t as u32,
+            rb,
+            0.0f32,
+            0.0f32,
+            RPG_DOWN,
+            false,
+            plane,
+            block,
         );
     }
     Ok(())

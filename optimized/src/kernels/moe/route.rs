@@ -80,7 +80,19 @@ pub fn moe_route_v1(z: &[f32], ids: &mut [u32], w: &mut [f32], n_tok: u32, n_exp
 /// matmul + bias + v1 took three. `h [T, C]`, `wr [E, C]` f32.
 #[allow(clippy::too_many_arguments)]
 #[cube(launch)]
-pub fn moe_route_v2<N: Size>(h: &[Vector<f32, N>], wr: &[Vector<f32, N>], br: &[f32], ids: &mut [u32], w: &mut [f32], n_tok: u32, cv: u32, n_exp: u32, #[comptime] k: usize, #[comptime] plane: bool, #[comptime] max_e: usize) {
+pub fn moe_route_v2<N: Size>(
+    h: &[Vector<f32, N>],
+    wr: &[Vector<f32, N>],
+    br: &[f32],
+    ids: &mut [u32],
+    w: &mut [f32],
+    n_tok: u32,
+    cv: u32,
+    n_exp: u32,
+    #[comptime] k: usize,
+    #[comptime] plane: bool,
+    #[comptime] max_e: usize,
+) {
     let t = min(CUBE_POS, n_tok as usize - 1);
     let lane = UNIT_POS_X as usize;
     let g = UNIT_POS_Y as usize;
@@ -168,7 +180,12 @@ pub fn route_tokens(client: &Client, h: &DeviceTensor, w: &MoeWeights) -> Result
         return Err(Error::Shape(format!("moe_route: router {:?}, expected [E, C]", w.router.shape)));
     };
     let hw = &client.properties().hardware;
-    let fits = t <= V2_MAX_T && e <= V2_MAX_EXPERTS && (GROUP * V2_GROUPS) as u32 <= hw.max_units_per_cube && V2_GROUPS as u32 <= hw.max_cube_dim.1 && hw.max_vector_size >= 4 && (V2_MAX_EXPERTS + GROUP * V2_GROUPS) * 4 <= hw.max_shared_memory_size;
+    let fits = t <= V2_MAX_T
+        && e <= V2_MAX_EXPERTS
+        && (GROUP * V2_GROUPS) as u32 <= hw.max_units_per_cube
+        && V2_GROUPS as u32 <= hw.max_cube_dim.1
+        && hw.max_vector_size >= 4
+        && (V2_MAX_EXPERTS + GROUP * V2_GROUPS) * 4 <= hw.max_shared_memory_size;
     if !fits || w.router.dtype != Dtype::F32 || h.dtype != Dtype::F32 || rc != c || !c.is_multiple_of(4) || w.router_bias.shape != [e] {
         let z = crate::kernels::matmul::linear(client, h, &w.router)?;
         crate::kernels::bias::bias_add(client, &z, &w.router_bias)?;

@@ -52,7 +52,17 @@ pub fn moe_count_v1(ids: &[u32], counts: &mut [u32], n_pairs: u32) {
 /// `sorted[s] = p`, `slot[p] = s`.
 #[allow(clippy::needless_range_loop, clippy::manual_div_ceil)] // cube code: no iterators, no div_ceil
 #[cube(launch)]
-pub fn moe_scatter_v1(ids: &[u32], counts: &[u32], offsets: &mut [u32], tile_offsets: &mut [u32], sorted: &mut [u32], slot: &mut [u32], n_pairs: u32, n_exp: u32, bm: u32) {
+pub fn moe_scatter_v1(
+    ids: &[u32],
+    counts: &[u32],
+    offsets: &mut [u32],
+    tile_offsets: &mut [u32],
+    sorted: &mut [u32],
+    slot: &mut [u32],
+    n_pairs: u32,
+    n_exp: u32,
+    bm: u32,
+) {
     let e = CUBE_POS;
     let lane = UNIT_POS_X as usize;
     let units = CUBE_DIM_X as usize;
@@ -115,7 +125,16 @@ pub fn sort_by_expert(client: &Client, routes: &Routes, n_exp: usize, bm: usize)
     }
     let e = u32::try_from(n_exp).map_err(|_| Error::Shape(format!("moe_sort: {n_exp} experts")))?;
     let zeros = |n: usize| DeviceTensor::from_u32(client, &vec![0; n.max(1)], &[n.max(1)]);
-    let s = Sorted { counts: zeros(n_exp)?, offsets: zeros(n_exp + 1)?, tile_offsets: zeros(n_exp + 1)?, sorted: zeros(pairs)?, slot: zeros(pairs)?, pairs, n_exp, bm };
+    let s = Sorted {
+        counts: zeros(n_exp)?,
+        offsets: zeros(n_exp + 1)?,
+        tile_offsets: zeros(n_exp + 1)?,
+        sorted: zeros(pairs)?,
+        slot: zeros(pairs)?,
+        pairs,
+        n_exp,
+        bm,
+    };
     if n_exp == 0 {
         return Ok(s);
     }

@@ -40,7 +40,9 @@ impl Knobs {
     /// Parses the spec of the module documentation; errors name the bad part.
     pub fn parse(spec: &str) -> Result<Self, Error> {
         let mut k = Knobs::default();
-        let bad = |part: &str, why: &str| Error::Shape(format!("qgemv launch `{spec}`: `{part}` {why} (expected gps=N, rpg=2|4|8, small=S@MiB or default)"));
+        let bad = |part: &str, why: &str| {
+            Error::Shape(format!("qgemv launch `{spec}`: `{part}` {why} (expected gps=N, rpg=2|4|8, small=S@MiB or default)"))
+        };
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             if part == "default" {
                 k = Knobs::default();
@@ -126,7 +128,15 @@ mod tests {
 
     #[test]
     fn bad_specs_are_refused_with_the_part() {
-        for (s, part) in [("rpg=3", "rpg=3"), ("rpg=1", "rpg=1"), ("gps=0", "gps=0"), ("small=9@4", "small=9@4"), ("small=3", "small=3"), ("warp=2", "warp=2"), ("gps", "gps")] {
+        for (s, part) in [
+            ("rpg=3", "rpg=3"),
+            ("rpg=1", "rpg=1"),
+            ("gps=0", "gps=0"),
+            ("small=9@4", "small=9@4"),
+            ("small=3", "small=3"),
+            ("warp=2", "warp=2"),
+            ("gps", "gps"),
+        ] {
             let e = Knobs::parse(s).err().map(|e| e.to_string()).unwrap_or_default();
             assert!(e.contains(part), "{s}: {e}");
         }

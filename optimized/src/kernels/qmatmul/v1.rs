@@ -150,7 +150,8 @@ pub fn qgemv_v1<N: Size>(
             for q in 0..rpg {
                 let row = select(row0 + q < n_out, row0 + q, n_out - 1);
                 let wv = w[row * cpr + c];
-                let sc = if mx { e8m0(scales, row * cpr + c) } else { f32::reinterpret(scales[row * scale_cols as usize + c / group_chunks as usize]) };
+                let sc =
+                    if mx { e8m0(scales, row * cpr + c) } else { f32::reinterpret(scales[row * scale_cols as usize + c / group_chunks as usize]) };
                 #[unroll]
                 for t in 0..tn {
                     acc[t * rpg + q] += sc * chunk_dot(wv, &xs, t * 8, &lut, mx);
@@ -195,19 +196,16 @@ pub fn qdequant_v1<N: Size>(
                 }
             }
         } else {
-            let sc =
-                f32::reinterpret(scales[row * scale_cols as usize + c / group_chunks as usize]);
+            let sc = f32::reinterpret(scales[row * scale_cols as usize + c / group_chunks as usize]);
             #[unroll]
             for wd in 0..4usize {
                 let word = wv.extract(wd);
                 #[unroll]
                 for e in 0..4usize {
                     let b = (word >> (e * 8) as u32) & 255u32;
-                    out[i * 16 + wd * 4 + e] =
-                        sc * (f32::cast_from(b) - select(b >= 128u32, 256.0f32, 0.0f32));
+                    out[i * 16 + wd * 4 + e] = sc * (f32::cast_from(b) - select(b >= 128u32, 256.0f32, 0.0f32));
                 }
             }
         }
     }
 }
-

@@ -159,10 +159,12 @@ fn probe_pairs(client: &Client) -> Result<bool, Error> {
     }
     let got = out.to_f32(client)?;
     let want = |n: u32| reference::quant::mxfp4::E2M1[n as usize] / 16384.0;
-    Ok((0..16u32).all(|n| (0..4usize).all(|e| {
-        let i = (n as usize * 4 + e) * 2;
-        got[i].to_bits() == want(n).to_bits() && got[i + 1].to_bits() == want(15 - n).to_bits()
-    })))
+    Ok((0..16u32).all(|n| {
+        (0..4usize).all(|e| {
+            let i = (n as usize * 4 + e) * 2;
+            got[i].to_bits() == want(n).to_bits() && got[i + 1].to_bits() == want(15 - n).to_bits()
+        })
+    }))
 }
 
 /// 2^80: the subnormal int8 decode's products are `x · u · 2^−80` (see [`sub_word_dot`]).
@@ -206,7 +208,16 @@ pub(crate) fn sub_word_dot<N: Size>(word: u32, xv: Vector<f32, N>, acc: f32) -> 
 /// = 128 Σ x of the quad (unused without `sub`). Shared by gemv v2 and v3.
 #[allow(clippy::too_many_arguments)]
 #[cube]
-pub(super) fn int8_quad_acc<N: Size>(word: u32, xv: Vector<f32, N>, acc: f32, sc: f32, q128: f32, magic: u32, #[comptime] grouped: bool, #[comptime] sub: bool) -> f32 {
+pub(super) fn int8_quad_acc<N: Size>(
+    word: u32,
+    xv: Vector<f32, N>,
+    acc: f32,
+    sc: f32,
+    q128: f32,
+    magic: u32,
+    #[comptime] grouped: bool,
+    #[comptime] sub: bool,
+) -> f32 {
     let mut r = acc;
     if grouped {
         if sub {
@@ -227,7 +238,18 @@ pub(super) fn int8_quad_acc<N: Size>(word: u32, xv: Vector<f32, N>, acc: f32, sc
 /// (Σx of token t at `xsum[t·xstride]`). Shared by gemv v2 and v3.
 #[allow(clippy::too_many_arguments)]
 #[cube]
-pub(super) fn finish_per_channel(acc: &mut Array<f32>, xsum: &Array<f32>, scales: &[u32], row0: usize, n_out: usize, cols: usize, #[comptime] tn: usize, #[comptime] rpg: usize, #[comptime] xstride: usize, #[comptime] sub: bool) {
+pub(super) fn finish_per_channel(
+    acc: &mut Array<f32>,
+    xsum: &Array<f32>,
+    scales: &[u32],
+    row0: usize,
+    n_out: usize,
+    cols: usize,
+    #[comptime] tn: usize,
+    #[comptime] rpg: usize,
+    #[comptime] xstride: usize,
+    #[comptime] sub: bool,
+) {
     let mut sc = Array::<f32>::new(rpg);
     load_row_scales(scales, &mut sc, row0, n_out, cols, rpg);
     finish_per_channel_with(acc, xsum, &sc, tn, rpg, xstride, sub);
@@ -245,7 +267,15 @@ pub(super) fn load_row_scales(scales: &[u32], sc: &mut Array<f32>, row0: usize, 
 
 /// [`finish_per_channel`] with the rows' scales already loaded ([`load_row_scales`]).
 #[cube]
-pub(super) fn finish_per_channel_with(acc: &mut Array<f32>, xsum: &Array<f32>, scs: &Array<f32>, #[comptime] tn: usize, #[comptime] rpg: usize, #[comptime] xstride: usize, #[comptime] sub: bool) {
+pub(super) fn finish_per_channel_with(
+    acc: &mut Array<f32>,
+    xsum: &Array<f32>,
+    scs: &Array<f32>,
+    #[comptime] tn: usize,
+    #[comptime] rpg: usize,
+    #[comptime] xstride: usize,
+    #[comptime] sub: bool,
+) {
     #[unroll]
     for r in 0..rpg {
         let sc = scs[r];
@@ -322,7 +352,20 @@ fn mx_chunk_dot<N: Size>(wv: Vector<u32, N>, xs: &Array<Vector<f32, N>>, base: u
 /// partial last tile read the row's last chunk (and the last lane's scales) and do not use them.
 #[allow(clippy::too_many_arguments)]
 #[cube]
-pub(super) fn load_tile<N: Size>(w: &[Vector<u32, N>], scales: &[u32], wn: &mut Array<Vector<u32, N>>, sn: &mut Array<u32>, t: usize, lane: usize, cpr: usize, row0: usize, n_out: usize, cols: usize, #[comptime] rpg: usize, #[comptime] mx: bool) {
+pub(super) fn load_tile<N: Size>(
+    w: &[Vector<u32, N>],
+    scales: &[u32],
+    wn: &mut Array<Vector<u32, N>>,
+    sn: &mut Array<u32>,
+    t: usize,
+    lane: usize,
+    cpr: usize,
+    row0: usize,
+    n_out: usize,
+    cols: usize,
+    #[comptime] rpg: usize,
+    #[comptime] mx: bool,
+) {
     let c = min(t * TILE_CHUNKS + lane, cpr - 1);
     let m = min(TILE_CHUNKS, cpr - t * TILE_CHUNKS);
     #[unroll]
@@ -341,7 +384,16 @@ pub(super) fn load_tile<N: Size>(w: &[Vector<u32, N>], scales: &[u32], wn: &mut 
 /// nothing) for the tn tokens into `xs[tt·8 + q]`.
 #[allow(clippy::too_many_arguments)]
 #[cube]
-fn load_x<N: Size>(x: &[Vector<f32, N>], xs: &mut Array<Vector<f32, N>>, t: usize, lane: usize, cpr: usize, xrow: usize, qpc: usize, #[comptime] tn: usize) {
+fn load_x<N: Size>(
+    x: &[Vector<f32, N>],
+    xs: &mut Array<Vector<f32, N>>,
+    t: usize,
+    lane: usize,
+    cpr: usize,
+    xrow: usize,
+    qpc: usize,
+    #[comptime] tn: usize,
+) {
     let c0 = t * TILE_CHUNKS;
     let m = min(TILE_CHUNKS, cpr - c0);
     if lane < m {

@@ -28,7 +28,15 @@ use crate::kernels::matmul::{inv_rms, scale_rows, store_row_sums};
 /// x quads of tile `t` for this lane (`tn` tokens; lanes past the tile's m chunks load none).
 #[allow(clippy::too_many_arguments)]
 #[cube]
-pub(super) fn load_x4<N: Size>(x: &[Vector<f32, N>], xs: &mut Array<Vector<f32, N>>, t: usize, lane: usize, cpr: usize, xrow: usize, #[comptime] tn: usize) {
+pub(super) fn load_x4<N: Size>(
+    x: &[Vector<f32, N>],
+    xs: &mut Array<Vector<f32, N>>,
+    t: usize,
+    lane: usize,
+    cpr: usize,
+    xrow: usize,
+    #[comptime] tn: usize,
+) {
     let c0 = t * TILE_CHUNKS;
     let m = min(TILE_CHUNKS, cpr - c0);
     if lane < m {
@@ -221,9 +229,15 @@ pub fn qgemv_v3<N: Size>(
     if row0 < n_out {
         // Unrolled twice so that the two W register sets swap roles without copies.
         while t < ntiles {
-            t = pipelined_tile(x, w, scales, &wa, &mut wb, &mut sn, &mut xs, &mut acc, &mut xsum, t, ntiles, lane, cpr, xrow, row0, n_out, cols, gshift, magic, tn, rpg, grouped, split, sub);
+            t = pipelined_tile(
+                x, w, scales, &wa, &mut wb, &mut sn, &mut xs, &mut acc, &mut xsum, t, ntiles, lane, cpr, xrow, row0, n_out, cols, gshift, magic, tn,
+                rpg, grouped, split, sub,
+            );
             if t < ntiles {
-                t = pipelined_tile(x, w, scales, &wb, &mut wa, &mut sn, &mut xs, &mut acc, &mut xsum, t, ntiles, lane, cpr, xrow, row0, n_out, cols, gshift, magic, tn, rpg, grouped, split, sub);
+                t = pipelined_tile(
+                    x, w, scales, &wb, &mut wa, &mut sn, &mut xs, &mut acc, &mut xsum, t, ntiles, lane, cpr, xrow, row0, n_out, cols, gshift, magic,
+                    tn, rpg, grouped, split, sub,
+                );
             }
         }
         if !grouped {

@@ -73,7 +73,9 @@ pub fn require(client: &Client) -> Result<(), Error> {
 pub fn refusal(format: QFormat, out: usize, in_dim: usize) -> Option<String> {
     match format {
         QFormat::Int8 { group } if group == in_dim && out % BLOCK_ROWS == 0 && in_dim % CHUNK_IN == 0 => None,
-        QFormat::Int8 { group } if group == in_dim => Some(format!("gemv v4 takes rows in blocks of {BLOCK_ROWS} and inputs in chunks of {CHUNK_IN}: [{out}, {in_dim}]")),
+        QFormat::Int8 { group } if group == in_dim => {
+            Some(format!("gemv v4 takes rows in blocks of {BLOCK_ROWS} and inputs in chunks of {CHUNK_IN}: [{out}, {in_dim}]"))
+        }
         _ => Some(format!("gemv v4 takes per-channel int8 only, not {format:?}")),
     }
 }
@@ -125,7 +127,24 @@ fn b_pair(x0: f32, x1: f32, lo: f32) -> Vector<f16, Const<2>> {
 /// for chunks `k, k + split, ..` (`depth` of them; past the row's end: its last chunk, unused).
 #[allow(clippy::too_many_arguments)]
 #[cube]
-fn load_step<N: Size>(x: &[Vector<f32, N>], w: &[Vector<u32, N>], wv: &mut Array<Vector<u32, N>>, xq: &mut Array<Vector<f32, N>>, k: usize, blk0: usize, nblk: usize, nch: usize, xrow: usize, lane: usize, g: usize, c: usize, #[comptime] tn: usize, #[comptime] blocks: usize, #[comptime] split: usize, #[comptime] depth: usize) {
+fn load_step<N: Size>(
+    x: &[Vector<f32, N>],
+    w: &[Vector<u32, N>],
+    wv: &mut Array<Vector<u32, N>>,
+    xq: &mut Array<Vector<f32, N>>,
+    k: usize,
+    blk0: usize,
+    nblk: usize,
+    nch: usize,
+    xrow: usize,
+    lane: usize,
+    g: usize,
+    c: usize,
+    #[comptime] tn: usize,
+    #[comptime] blocks: usize,
+    #[comptime] split: usize,
+    #[comptime] depth: usize,
+) {
     let nb = (tn + 3) / 4;
     #[unroll]
     for d in 0..depth {
@@ -148,7 +167,18 @@ fn load_step<N: Size>(x: &[Vector<f32, N>], w: &[Vector<u32, N>], wv: &mut Array
 /// pair is (gate, up) of output `row / 2`, else two rows.
 #[allow(clippy::too_many_arguments)]
 #[cube]
-fn store_pair(y: &mut [f32], nw: &[f32], xw: &mut [f32], t: usize, row: usize, n_out: usize, s0: f32, s1: f32, #[comptime] resid: bool, #[comptime] glu: bool) {
+fn store_pair(
+    y: &mut [f32],
+    nw: &[f32],
+    xw: &mut [f32],
+    t: usize,
+    row: usize,
+    n_out: usize,
+    s0: f32,
+    s1: f32,
+    #[comptime] resid: bool,
+    #[comptime] glu: bool,
+) {
     if glu {
         store_row(y, nw, xw, t, row, n_out, s0, s1, resid, glu);
     } else {
@@ -454,7 +484,31 @@ pub(super) fn launch(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceT
     let (xr, nw, xw, eps) = fuse.operands(client);
     let (norm, resid) = (fuse.norm.is_some(), fuse.residual.is_some());
     unsafe {
-        qgemv_v4::launch_unchecked(client, count, dim, 4, x.as_arg(4), w.data.as_arg(4), w.scales.as_arg(1), y.as_arg(1), xr.as_arg(4), nw.as_arg(1), xw.as_arg(1), w.out as u32, w.in_dim as u32, eps, t, blocks, split, groups, depth, prefetch, norm, resid, fuse.glu);
+        qgemv_v4::launch_unchecked(
+            client,
+            count,
+            dim,
+            4,
+            x.as_arg(4),
+            w.data.as_arg(4),
+            w.scales.as_arg(1),
+            y.as_arg(1),
+            xr.as_arg(4),
+            nw.as_arg(1),
+            xw.as_arg(1),
+            w.out as u32,
+            w.in_dim as u32,
+            eps,
+            t,
+            blocks,
+            split,
+            groups,
+            depth,
+            prefetch,
+            norm,
+            resid,
+            fuse.glu,
+        );
     }
     Ok(())
 }

@@ -46,7 +46,9 @@ pub fn require_ring(client: &Client, stages: usize, block: usize, rpg: usize) ->
     let bytes = block * stages * rpg * 16;
     let max = client.properties().hardware.max_shared_memory_size;
     if bytes > max {
-        return Err(Error::Unsupported(format!("gemv v5: rings of {stages} slots × {rpg} rows for {block} units take {bytes} B of shared memory, the device has {max} B per cube")));
+        return Err(Error::Unsupported(format!(
+            "gemv v5: rings of {stages} slots × {rpg} rows for {block} units take {bytes} B of shared memory, the device has {max} B per cube"
+        )));
     }
     Ok(())
 }
@@ -69,7 +71,19 @@ fn wait_group(#[comptime] pending: usize) {
 /// partial tile the row's last chunk — never used).
 #[allow(clippy::too_many_arguments)]
 #[cube]
-fn stage_tile<N: Size>(w: &[Vector<u32, N>], ring: &mut [Vector<u32, N>], slot: usize, t: usize, lane: usize, tid: usize, cpr: usize, row0: usize, n_out: usize, #[comptime] rpg: usize, #[comptime] block: usize) {
+fn stage_tile<N: Size>(
+    w: &[Vector<u32, N>],
+    ring: &mut [Vector<u32, N>],
+    slot: usize,
+    t: usize,
+    lane: usize,
+    tid: usize,
+    cpr: usize,
+    row0: usize,
+    n_out: usize,
+    #[comptime] rpg: usize,
+    #[comptime] block: usize,
+) {
     let c = min(t * TILE_CHUNKS + lane, cpr - 1);
     #[unroll]
     for r in 0..rpg {
@@ -185,7 +199,29 @@ pub fn qgemv_v5<N: Size>(
                 stage_tile(w, &mut ring, refill, ta, lane, tid, cpr, row0, n_out, rpg, block);
             }
             commit_group();
-            tile_dot(x, scales, &wv, &mut xs, &mut acc, &mut xsum, t, t + split, ntiles, lane, cpr, xrow, row0, n_out, cols, gshift, magic, tn, rpg, grouped, sub);
+            tile_dot(
+                x,
+                scales,
+                &wv,
+                &mut xs,
+                &mut acc,
+                &mut xsum,
+                t,
+                t + split,
+                ntiles,
+                lane,
+                cpr,
+                xrow,
+                row0,
+                n_out,
+                cols,
+                gshift,
+                magic,
+                tn,
+                rpg,
+                grouped,
+                sub,
+            );
             t += split;
             slot = select(slot + 1 == stages, 0usize, slot + 1);
         }

@@ -15,6 +15,9 @@ export TANDEM_BACKENDS="${TANDEM_BACKENDS:-wgpu,cuda}"
 # tandem serve's tests drive the official `openai` Python client: here it is required, never skipped.
 PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet --disable-pip-version-check openai
 export TANDEM_REQUIRE_OPENAI=1
+# Formatting and lints first (cheap; warnings are errors).
+cargo fmt --all -- --check
+cargo clippy --release --workspace --all-targets -- -D warnings
 # The conformance grid, once: every case on wgpu over lavapipe (CUDA reported as skipped on
 # machines without it); its summary table (pass / fail / skip per runtime and op) is the log's.
 # Fails on any failure, or when nothing passed.

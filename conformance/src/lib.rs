@@ -71,7 +71,9 @@ impl Report {
     /// max |Δ| among passes; then every failure and every distinct skip reason.
     pub fn table(&self) -> String {
         use std::collections::BTreeMap;
-        let mut rows: BTreeMap<(String, String), (usize, usize, usize, f64, f64)> = BTreeMap::new();
+        // (backend, op) → (pass, fail, skip, worst NMSE, max |Δ|)
+        type Row = (usize, usize, usize, f64, f64);
+        let mut rows: BTreeMap<(String, String), Row> = BTreeMap::new();
         for r in &self.results {
             let e = rows.entry((r.backend.clone(), format!("{:?}", r.op))).or_default();
             match &r.outcome {

@@ -6,6 +6,7 @@
 //!   have large relative error;
 //! - **atol + rtol** per element (`|got−want| ≤ atol + rtol·|want|`) for elementwise ops,
 //!   scaled by the storage dtype's unit roundoff.
+//!
 //! Gathers and argmax are **exact**. NaN or ±∞ where the reference is finite always fails.
 
 /// Storage dtype of the tensors a kernel reads (accumulation is f32 everywhere).

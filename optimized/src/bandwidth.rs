@@ -1,5 +1,8 @@
 //! Measured device memory bandwidth: the roofline every benchmark figure is set against.
 
+// The cube launch macro adds `_n` twins of kernel arguments.
+#![allow(clippy::duplicate_underscore_argument)]
+
 use std::time::Instant;
 
 use cubecl::prelude::*;

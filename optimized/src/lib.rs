@@ -202,7 +202,7 @@ pub fn device_info(client: &Client) -> DeviceInfo {
         bf16: arith(FloatKind::BF16),
         max_shared_memory: hw.max_shared_memory_size,
         max_units_per_cube: hw.max_units_per_cube,
-        max_vector_size: Some(hw.max_vector_size as usize).filter(|&v| v < 1 << 16),
+        max_vector_size: Some(hw.max_vector_size).filter(|&v| v < 1 << 16),
         num_sms: hw.num_streaming_multiprocessors,
         memory_bytes: props.memory.max_memory(),
         max_allocation: props.memory.max_page_size,

@@ -68,7 +68,8 @@ pub(crate) enum Final {
     Plain { h: DeviceTensor },
 }
 
-/// The KV cache of a [`GpuModel`].
+/// The KV cache of a [`GpuModel`] (one per model: variant sizes do not matter).
+#[allow(clippy::large_enum_variant)]
 enum KvStore {
     /// Per layer `[cap, Hkv, D]` f32.
     Contiguous { k: Vec<DeviceTensor>, v: Vec<DeviceTensor> },

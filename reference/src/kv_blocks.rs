@@ -289,7 +289,7 @@ impl BlockManager {
             return Ok(());
         }
         let keep = len.div_ceil(bs);
-        if len % bs != 0 {
+        if !len.is_multiple_of(bs) {
             let last = t.blocks[keep - 1];
             if self.alloc.refcount(last) > 1 || self.alloc.hash_of(last).is_some() {
                 return Err(kv(format!("sequence {s}: truncating to {len} would leave shared block {last} partial")));

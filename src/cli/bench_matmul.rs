@@ -52,6 +52,7 @@ impl Format {
 }
 
 /// One weight on the device.
+#[allow(clippy::large_enum_variant)] // one per shape and format
 enum Weight {
     Dense(DeviceTensor),
     Quant(QWeight),

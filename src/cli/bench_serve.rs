@@ -85,7 +85,7 @@ pub fn run(a: BenchServeArgs) -> Result<()> {
     if a.output_len == 0 || (a.input_len == 0 && a.dataset.is_none()) {
         return Err(CliError::Usage("--input-len and --output-len must be at least 1".into()));
     }
-    if a.rate.is_some_and(|r| !(r > 0.0)) {
+    if a.rate.is_some_and(|r| r.is_nan() || r <= 0.0) {
         return Err(CliError::Usage("--rate must be > 0 requests per second".into()));
     }
     let served = bench::served_model(&a.url).map_err(failed)?;

@@ -81,6 +81,7 @@ pub struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
+#[allow(clippy::large_enum_variant)] // parsed once per process
 pub enum Cmd {
     /// Stream generated text to stdout; a one-line summary goes to stderr.
     Generate(generate::GenerateArgs),

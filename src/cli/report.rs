@@ -53,7 +53,8 @@ fn s(v: &Value, k: &str) -> String {
 /// The markdown table of the newest row per key.
 pub fn render(rows: &[Value]) -> String {
     // (bench, device, model, format, config) → metric → (time, row)
-    let mut latest: BTreeMap<(String, String, String, String, String), BTreeMap<String, (u64, Value)>> = BTreeMap::new();
+    type Key = (String, String, String, String, String);
+    let mut latest: BTreeMap<Key, BTreeMap<String, (u64, Value)>> = BTreeMap::new();
     for r in rows.iter().filter(|r| r.get("bench").is_some_and(Value::is_string) && r.get("metric").is_some_and(Value::is_string)) {
         let key = (s(r, "bench"), s(r, "device"), s(r, "model"), s(r, "format"), s(r, "config"));
         let t = r.get("time_unix").and_then(Value::as_u64).unwrap_or(0);

@@ -98,6 +98,7 @@ impl Fusion {
 
     /// Runs `launch(input, y, fuse)` on the device with this fusion's operands; returns y (and,
     /// for `Residual`, the written xw after it). Outputs start NaN (y: `y₀` for `Residual`).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn run_device(
         self,
         client: &Client,
@@ -282,6 +283,7 @@ pub(crate) fn scale_per_row(scheme: Scheme, n_in: usize) -> bool {
 }
 
 /// A [`TcCase`]'s weight on the device.
+#[allow(clippy::large_enum_variant)] // one per case
 pub(crate) enum TcDevWeight {
     Dense(DeviceTensor),
     Quant(QWeight),

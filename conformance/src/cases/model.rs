@@ -221,6 +221,7 @@ pub struct GraphCase {
 impl GraphCase {
     /// Greedy tokens of two runs (`step_greedy`), then the logits of a third run through the
     /// sampling path (`step`, feeding back each row's argmax).
+    #[allow(clippy::type_complexity)]
     fn greedy(&self, gpu: GpuModel, cfg: &Config) -> Result<(Vec<u32>, Vec<Vec<f32>>, GpuModel), String> {
         use reference::engine::Engine;
         let mut e = optimized::model::GpuEngine(gpu);

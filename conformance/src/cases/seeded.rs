@@ -55,11 +55,11 @@ impl Case for SeededCase {
             let xd = DeviceTensor::from_f32(client, &x, &[rows, v])?;
             let mut words = vec![];
             let mut pen = vec![];
-            for r in 0..rows {
+            for (r, counts) in row_counts.iter().enumerate() {
                 let (p, n) = spec(r);
                 words.extend(seeded::param_words(&p, n, r));
                 if self.penalties {
-                    seeded::penalty_words(r, &row_counts[r], &mut pen);
+                    seeded::penalty_words(r, counts, &mut pen);
                 }
             }
             let params = DeviceTensor::from_u32(client, &words, &[rows, seeded::PARAMS])?;

@@ -805,8 +805,10 @@ pub fn qlinear(client: &Client, x: &DeviceTensor, w: &QWeight) -> Result<DeviceT
     Ok(y)
 }
 
-/// A linear weight on the device: dense (bf16/f16/f32) or quantized.
+/// A linear weight on the device: dense (bf16/f16/f32) or quantized. (A handful per model
+/// layer: the size difference between the variants costs nothing.)
 #[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)]
 pub enum Weight {
     Dense(DeviceTensor),
     Quant(QWeight),

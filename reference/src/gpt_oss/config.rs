@@ -137,10 +137,10 @@ impl GptOssConfig {
                 return bad(k, format!("{v} is out of range 1..={LIMIT}"));
             }
         }
-        if self.n_heads % self.n_kv_heads != 0 {
+        if !self.n_heads.is_multiple_of(self.n_kv_heads) {
             return bad("num_key_value_heads", format!("{} query heads are not a multiple of {} kv heads", self.n_heads, self.n_kv_heads));
         }
-        if self.head_dim % 2 != 0 {
+        if !self.head_dim.is_multiple_of(2) {
             return bad("head_dim", format!("{} is odd: RoPE rotates pairs", self.head_dim));
         }
         for (k, v) in [("hidden_size", self.hidden), ("intermediate_size", self.expert_ffn)] {

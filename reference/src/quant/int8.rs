@@ -67,7 +67,7 @@ impl Granularity {
         match self {
             Granularity::PerChannel => Ok(1),
             Granularity::Group(0) => Err(Error::Input(format!("int8: group size 0 for shape [{out}, {in_dim}]: a group needs at least 1 element"))),
-            Granularity::Group(g) if in_dim % g != 0 => {
+            Granularity::Group(g) if !in_dim.is_multiple_of(g) => {
                 Err(Error::Input(format!("int8: shape [{out}, {in_dim}]: in = {in_dim} is not a multiple of the group size {g}")))
             }
             Granularity::Group(g) => Ok(in_dim / g),

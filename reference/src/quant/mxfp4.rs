@@ -130,7 +130,7 @@ pub fn half_spacing(m: f64) -> f64 {
 }
 
 fn check_shape(what: &str, out: usize, in_dim: usize) -> Result<usize> {
-    if in_dim % BLOCK != 0 {
+    if !in_dim.is_multiple_of(BLOCK) {
         return Err(Error::Input(format!("{what}: shape [{out}, {in_dim}]: in = {in_dim} is not a multiple of the {BLOCK}-element MXFP4 block")));
     }
     out.checked_mul(in_dim).ok_or_else(|| Error::Input(format!("{what}: shape [{out}, {in_dim}] overflows")))
@@ -214,7 +214,7 @@ pub fn from_ggml(name: &str, out: usize, in_dim: usize, bytes: &[u8]) -> Result<
 pub fn to_ggml(w: &Mxfp4Weight) -> Vec<u8> {
     let mut out = Vec::with_capacity(w.scales.len() * GGML_BLOCK_BYTES);
     for (b, &s) in w.blocks.chunks_exact(BLOCK_BYTES).zip(&w.scales) {
-        let code = |c: usize| if c % 2 == 0 { b[c / 2] & 15 } else { b[c / 2] >> 4 };
+        let code = |c: usize| if c.is_multiple_of(2) { b[c / 2] & 15 } else { b[c / 2] >> 4 };
         out.push(s);
         out.extend((0..BLOCK_BYTES).map(|j| code(j) | (code(j + BLOCK_BYTES) << 4)));
     }

@@ -157,7 +157,7 @@ impl Case for FlashCase {
         let bad = self.lens.is_empty()
             || (self.phase == Phase::Prefill && (self.lens.len() != 1 || self.t == 0 || self.t > self.lens[0]))
             || (self.phase == Phase::Decode && self.lens.contains(&0));
-        if bad || self.kv == 0 || self.h % self.kv != 0 || self.block_size == 0 {
+        if bad || self.kv == 0 || !self.h.is_multiple_of(self.kv) || self.block_size == 0 {
             return Outcome::Fail(format!("malformed case {}", self.name()));
         }
         if self.phase == Phase::Decode && !self.version.supported(client) {

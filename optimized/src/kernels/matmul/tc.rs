@@ -292,7 +292,7 @@ pub fn convert_x(client: &Client, x: &DeviceTensor, e: Dtype, t: usize, k: usize
 
 /// Rows of x (T), K, and y's expected shape for an output of `cols` columns.
 fn rows_of(op: &str, x: &DeviceTensor, k: usize, y: &DeviceTensor, cols: usize) -> Result<usize, Error> {
-    let t = if k == 0 { 0 } else { x.numel() / k };
+    let t = x.numel().checked_div(k).unwrap_or(0);
     if x.dtype != Dtype::F32 || x.shape.last() != Some(&k) || y.dtype != Dtype::F32 || y.numel() != t * cols {
         return Err(Error::Shape(format!(
             "{op}: x {} {:?}, y {} {:?}: expected f32 [.., {k}] and f32 [{t}, {cols}]",

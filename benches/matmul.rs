@@ -18,7 +18,7 @@ fn cpu(c: &mut Criterion) {
         for t in [1usize, 128] {
             let x = rand_array((t, cdim), 2);
             g.throughput(Throughput::Bytes((f * cdim * 4) as u64));
-            g.bench_function(format!("{name} {f}x{cdim} T={t}"), |b| b.iter(|| linear(x.view(), w.view())));
+            g.bench_function(format!("{name} {f}x{cdim} T={t}"), |b| b.iter(|| linear(x.view(), w.view()).map(|y| y.len())));
         }
     }
     g.finish();

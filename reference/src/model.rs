@@ -58,14 +58,14 @@ impl Model {
         for (l, w) in self.weights.layers.iter().enumerate() {
             let a = self.attention_block(l, w, x.view(), pos0, cache)?;
             residual_add(x.view_mut(), a.view());
-            let m = self.mlp_block(w, x.view());
+            let m = self.mlp_block(w, x.view())?;
             residual_add(x.view_mut(), m.view());
             if let Some(tr) = trace.as_deref_mut() {
                 tr.hidden.push(x.clone());
             }
         }
         let h = rmsnorm(x.view(), self.weights.out_norm.view(), cfg.rms_eps);
-        Ok(linear(h.view(), self.weights.head().view()))
+        linear(h.view(), self.weights.head().view())
     }
 
     /// `Attention(RMSNorm(x)) Woᵀ` for block `l`; appends this step's k, v to the cache.
@@ -74,22 +74,22 @@ impl Model {
         let (t, d) = (x.nrows(), cfg.head_dim);
         let h = rmsnorm(x, w.attn_norm.view(), cfg.rms_eps);
         let heads = |y: Array2<f32>, n: usize| y.into_shape_with_order((t, n, d)).map_err(|e| Error::Input(format!("block {l}: {e}")));
-        let mut q = heads(linear(h.view(), w.wq.view()), cfg.n_heads)?;
-        let mut k = heads(linear(h.view(), w.wk.view()), cfg.n_kv_heads)?;
-        let v = heads(linear(h.view(), w.wv.view()), cfg.n_kv_heads)?;
+        let mut q = heads(linear(h.view(), w.wq.view())?, cfg.n_heads)?;
+        let mut k = heads(linear(h.view(), w.wk.view())?, cfg.n_kv_heads)?;
+        let v = heads(linear(h.view(), w.wv.view())?, cfg.n_kv_heads)?;
         rope(q.view_mut(), pos0, cfg.rope_theta, cfg.rope_layout);
         rope(k.view_mut(), pos0, cfg.rope_theta, cfg.rope_layout);
         cache.append(l, k.view(), v.view())?;
         let o = attention(q.view(), cache.keys(l), cache.values(l), pos0, cfg.sliding_window);
         let o = o.into_shape_with_order((t, cfg.n_heads * d)).map_err(|e| Error::Input(format!("block {l}: {e}")))?;
-        Ok(linear(o.view(), w.wo.view()))
+        linear(o.view(), w.wo.view())
     }
 
     /// `(silu(h Wgᵀ) ⊙ h Wuᵀ) Wdᵀ` with `h = RMSNorm(x)`.
-    fn mlp_block(&self, w: &LayerWeights, x: ArrayView2<f32>) -> Array2<f32> {
+    fn mlp_block(&self, w: &LayerWeights, x: ArrayView2<f32>) -> Result<Array2<f32>> {
         let h = rmsnorm(x, w.ffn_norm.view(), self.config.rms_eps);
-        let g = linear(h.view(), w.w_gate.view());
-        let u = linear(h.view(), w.w_up.view());
+        let g = linear(h.view(), w.w_gate.view())?;
+        let u = linear(h.view(), w.w_up.view())?;
         linear(swiglu(g.view(), u.view()).view(), w.w_down.view())
     }
 

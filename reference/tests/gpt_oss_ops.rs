@@ -164,7 +164,7 @@ fn router_softmax_is_over_the_selected_logits_only() {
     let wr = Array2::from_shape_vec((3, 2), vec![1.0f32, 0.0, 0.0, 1.0, 1.0, 1.0]).unwrap();
     let br = Array1::from_vec(vec![0.0f32, 3.5, 0.0]);
     // z = [1, 1.5, −1] → experts 1, 0.
-    let got = router(h.view(), wr.view(), br.view(), 2);
+    let got = router(h.view(), wr.view(), br.view(), 2).expect("shapes");
     assert_eq!(got[0].iter().map(|x| x.0).collect::<Vec<_>>(), vec![1, 0]);
 }
 
@@ -198,7 +198,7 @@ fn expert_ffn_uses_gate_and_up_where_they_belong() {
         down_bias: Array1::from_vec(vec![0.5, 0.0]),
     };
     let h = m(vec![1.0, 2.0], 1, 2);
-    let y = expert_ffn(h.view(), &e, 7.0, 1.702);
+    let y = expert_ffn(h.view(), &e, 7.0, 1.702).expect("shapes");
     let a0 = clamped_swiglu(1.0, 2.0, 7.0, 1.702);
     let a1 = clamped_swiglu(10.0, -16.0, 7.0, 1.702);
     assert_eq!(y[[0, 0]], a0 + a1 + 0.5);

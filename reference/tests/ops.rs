@@ -244,7 +244,7 @@ fn check_linear(t: usize, n_in: usize, n_out: usize, w_t: bool, seed: u64) -> Re
     let wdata = rand_vec(&mut rng, n_out * n_in, -1.0, 1.0);
     // W either row-major, or column-major (a transposed view: exercises the stride handling).
     let w = if w_t { Array2::from_shape_vec((n_out, n_in).f(), wdata).unwrap() } else { Array2::from_shape_vec((n_out, n_in), wdata).unwrap() };
-    let y = linear(x.view(), w.view());
+    let y = linear(x.view(), w.view()).expect("matching shapes");
     prop_assert_eq!(y.dim(), (t, n_out));
     for ti in 0..t {
         for o in 0..n_out {
@@ -402,4 +402,12 @@ fn softmax_edge_rows() {
     let mut z = vec![1e30f32, -1e30];
     softmax(&mut z);
     assert_eq!(z, vec![1.0, 0.0], "huge logits must not overflow");
+}
+
+#[test]
+fn linear_refuses_mismatched_shapes_instead_of_reading_out_of_bounds() {
+    let x = ndarray::Array2::<f32>::zeros((3, 5));
+    let w = ndarray::Array2::<f32>::zeros((4, 6));
+    let e = reference::ops::matmul::linear(x.view(), w.view()).expect_err("5 features vs W expecting 6");
+    assert!(e.to_string().contains("W [4, 6] expects 6"), "{e}");
 }

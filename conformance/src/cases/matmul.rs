@@ -179,7 +179,7 @@ impl Case for MatmulCase {
         };
         let lin = |inp: &[f32]| -> Result<Array2<f32>, String> {
             let a = Array2::from_shape_vec((t, n_in), inp.to_vec()).map_err(|e| e.to_string())?;
-            Ok(reference::ops::matmul::linear(a.view(), wa.view()))
+            reference::ops::matmul::linear(a.view(), wa.view()).map_err(|e| e.to_string())
         };
         let io = match self.fusion.io(t, n_in, n_out, &x, lin) {
             Ok(io) => io,
@@ -315,7 +315,9 @@ impl Case for TcCase {
             Err(msg) => return Outcome::Fail(msg),
         };
         let want = match Array2::from_shape_vec((n_out, n_in), wr)
-            .and_then(|w| Array2::from_shape_vec((t, n_in), x.clone()).map(|x| reference::ops::matmul::linear(x.view(), w.view())))
+            .and_then(|w| Array2::from_shape_vec((t, n_in), x.clone()).map(|x| (x, w)))
+            .map_err(|e| e.to_string())
+            .and_then(|(x, w)| reference::ops::matmul::linear(x.view(), w.view()).map_err(|e| e.to_string()))
         {
             Ok(y) if self.glu => {
                 reference::ops::swiglu::swiglu(y.slice(ndarray::s![.., ..;2]), y.slice(ndarray::s![.., 1..;2])).iter().copied().collect::<Vec<f32>>()

@@ -123,7 +123,7 @@ struct Want {
 }
 
 fn reference_moe(fx: &Fixture, k: usize) -> Result<Want, String> {
-    let routes = router(fx.h.view(), fx.router.view(), fx.router_bias.view(), k);
+    let routes = router(fx.h.view(), fx.router.view(), fx.router_bias.view(), k).map_err(|e| e.to_string())?;
     let dense = fx.experts.iter().map(|x| x.dequant().map_err(|e| e.to_string())).collect::<Result<Vec<_>, _>>()?;
     let (mut a, mut y, mut out) = (vec![], vec![], fx.x0.clone());
     let c = fx.h.ncols();
@@ -132,10 +132,10 @@ fn reference_moe(fx: &Fixture, k: usize) -> Result<Want, String> {
         let mut ys = vec![];
         for &(e, _) in r {
             let d = &dense[e];
-            let g = linear_bias(ht.view(), d.gate.view(), d.gate_bias.view());
-            let u = linear_bias(ht.view(), d.up.view(), d.up_bias.view());
+            let g = linear_bias(ht.view(), d.gate.view(), d.gate_bias.view()).map_err(|e| e.to_string())?;
+            let u = linear_bias(ht.view(), d.up.view(), d.up_bias.view()).map_err(|e| e.to_string())?;
             let act = Zip::from(&g).and(&u).map_collect(|&g, &u| clamped_swiglu(g, u, LIMIT, ALPHA));
-            let ye = linear_bias(act.view(), d.down.view(), d.down_bias.view());
+            let ye = linear_bias(act.view(), d.down.view(), d.down_bias.view()).map_err(|e| e.to_string())?;
             a.extend(act.iter());
             y.extend(ye.iter());
             ys.push(ye.row(0).to_owned());

@@ -159,7 +159,7 @@ impl Case for QMatmulCase {
                     let deq = p.dequant();
                     let wr = if scale_per_row(self.scheme, n_in) { deq } else { round_to(&deq, e) };
                     let wa = Array2::from_shape_vec((n_out, n_in), wr).map_err(|e| e.to_string())?;
-                    reference::ops::matmul::linear(xa.view(), wa.view())
+                    reference::ops::matmul::linear(xa.view(), wa.view()).map_err(|e| e.to_string())?
                 } else {
                     reference::ops::qmatmul::qlinear(xa.view(), p).map_err(|e| e.to_string())?
                 };

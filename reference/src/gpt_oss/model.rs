@@ -55,7 +55,7 @@ impl GptOssModel {
             }
         }
         let h = rmsnorm(x.view(), self.weights.out_norm.view(), cfg.rms_eps);
-        Ok(linear(h.view(), self.weights.head().view()))
+        linear(h.view(), self.weights.head().view())
     }
 
     /// `SinkAttention(RMSNorm(x)) Woᵀ + bo` for block `l`; appends this step's k, v to the cache.
@@ -64,9 +64,9 @@ impl GptOssModel {
         let (t, d) = (x.nrows(), cfg.head_dim);
         let h = rmsnorm(x, w.attn_norm.view(), cfg.rms_eps);
         let heads = |y: Array2<f32>, n: usize| y.into_shape_with_order((t, n, d)).map_err(|e| Error::Input(format!("block {l}: {e}")));
-        let mut q = heads(linear_bias(h.view(), w.wq.view(), w.bq.view()), cfg.n_heads)?;
-        let mut k = heads(linear_bias(h.view(), w.wk.view(), w.bk.view()), cfg.n_kv_heads)?;
-        let v = heads(linear_bias(h.view(), w.wv.view(), w.bv.view()), cfg.n_kv_heads)?;
+        let mut q = heads(linear_bias(h.view(), w.wq.view(), w.bq.view())?, cfg.n_heads)?;
+        let mut k = heads(linear_bias(h.view(), w.wk.view(), w.bk.view())?, cfg.n_kv_heads)?;
+        let v = heads(linear_bias(h.view(), w.wv.view(), w.bv.view())?, cfg.n_kv_heads)?;
         let (omega, c) = (inv_freq(d, cfg.rope_theta, cfg.yarn.as_ref()), concentration(cfg.yarn.as_ref()));
         rope_yarn(q.view_mut(), pos0, &omega, c);
         rope_yarn(k.view_mut(), pos0, &omega, c);
@@ -74,7 +74,7 @@ impl GptOssModel {
         let sinks = w.sinks.as_slice().ok_or_else(|| Error::Input(format!("block {l}: sinks are not contiguous")))?;
         let o = attention_sinks(q.view(), cache.keys(l), cache.values(l), pos0, cfg.layer_window(l), Some(sinks));
         let o = o.into_shape_with_order((t, cfg.n_heads * d)).map_err(|e| Error::Input(format!("block {l}: {e}")))?;
-        Ok(linear_bias(o.view(), w.wo.view(), w.bo.view()))
+        linear_bias(o.view(), w.wo.view(), w.bo.view())
     }
 
     /// `MoE(RMSNorm(x))`: route every token, run each chosen expert on the tokens that chose it
@@ -82,7 +82,7 @@ impl GptOssModel {
     fn moe_block(&self, w: &GptOssLayer, x: ArrayView2<f32>) -> Result<Array2<f32>> {
         let cfg = &self.config;
         let h = rmsnorm(x, w.ffn_norm.view(), cfg.rms_eps);
-        let routes = router(h.view(), w.router.view(), w.router_bias.view(), cfg.n_experts_used);
+        let routes = router(h.view(), w.router.view(), w.router_bias.view(), cfg.n_experts_used)?;
         // y[t][k] = FFN_{e_k}(h_t), filled expert by expert.
         let mut y: Vec<Vec<Option<ndarray::Array1<f32>>>> = routes.iter().map(|r| vec![None; r.len()]).collect();
         for (e, expert) in w.experts.iter().enumerate() {
@@ -92,7 +92,7 @@ impl GptOssModel {
                 continue;
             }
             let rows: Vec<usize> = users.iter().map(|&(t, _)| t).collect();
-            let out = expert_ffn(h.select(Axis(0), &rows).view(), &expert.dequant()?, cfg.swiglu_limit, cfg.swiglu_alpha);
+            let out = expert_ffn(h.select(Axis(0), &rows).view(), &expert.dequant()?, cfg.swiglu_limit, cfg.swiglu_alpha)?;
             for (&(t, k), row) in users.iter().zip(out.rows()) {
                 y[t][k] = Some(row.to_owned());
             }

@@ -3,6 +3,8 @@
 use ndarray::{s, Array2, ArrayView2, Axis};
 use rayon::prelude::*;
 
+use crate::error::{Error, Result};
+
 /// Output rows handed to one rayon task.
 const CHUNK: usize = 64;
 
@@ -10,10 +12,13 @@ const CHUNK: usize = 64;
 ///
 /// W is split into row chunks across rayon's pool. For T = 1 (decode) each output is one dot
 /// product (ndarray's unrolled dot); for T > 1 each chunk is one `matrixmultiply::sgemm`.
-pub fn linear(x: ArrayView2<f32>, w: ArrayView2<f32>) -> Array2<f32> {
+/// A shape mismatch (x's `in` ≠ W's) is an error, checked before any pointer arithmetic.
+pub fn linear(x: ArrayView2<f32>, w: ArrayView2<f32>) -> Result<Array2<f32>> {
     let (t, n_in) = x.dim();
     let (n_out, w_in) = w.dim();
-    debug_assert_eq!(n_in, w_in, "linear: x has {n_in} features, W expects {w_in}");
+    if n_in != w_in {
+        return Err(Error::Input(format!("linear: x [{t}, {n_in}] has {n_in} features, W [{n_out}, {w_in}] expects {w_in}")));
+    }
     let x = x.as_standard_layout();
     // yT [out, T], filled chunk by chunk, transposed at the end.
     let mut yt = Array2::<f32>::zeros((n_out, t));
@@ -37,5 +42,5 @@ pub fn linear(x: ArrayView2<f32>, w: ArrayView2<f32>) -> Array2<f32> {
             }
         }
     });
-    yt.reversed_axes().as_standard_layout().into_owned()
+    Ok(yt.reversed_axes().as_standard_layout().into_owned())
 }

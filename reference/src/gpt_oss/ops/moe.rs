@@ -36,9 +36,9 @@ pub fn route(z: &[f32], k: usize) -> Vec<(usize, f32)> {
 
 /// Router of a block of tokens: `z = h Wrᵀ + br` (h `[T, C]`, Wr `[E, C]`, br `[E]`), then
 /// [`route`] per token.
-pub fn router(h: ArrayView2<f32>, wr: ArrayView2<f32>, br: ArrayView1<f32>, k: usize) -> Vec<Vec<(usize, f32)>> {
-    let z = linear_bias(h, wr, br);
-    z.rows().into_iter().map(|row| route(&row.to_vec(), k)).collect()
+pub fn router(h: ArrayView2<f32>, wr: ArrayView2<f32>, br: ArrayView1<f32>, k: usize) -> crate::Result<Vec<Vec<(usize, f32)>>> {
+    let z = linear_bias(h, wr, br)?;
+    Ok(z.rows().into_iter().map(|row| route(&row.to_vec(), k)).collect())
 }
 
 /// Logistic sigmoid `σ(x) = 1 / (1 + e^(−x))`.
@@ -57,9 +57,9 @@ pub fn clamped_swiglu(g: f32, u: f32, limit: f32, alpha: f32) -> f32 {
 
 /// One expert on the rows of `h [T, C]`:
 /// `y = clamped_swiglu(h Wgᵀ + bg, h Wuᵀ + bu) Wdᵀ + bd` → `[T, C]`.
-pub fn expert_ffn(h: ArrayView2<f32>, e: &DenseExpert, limit: f32, alpha: f32) -> Array2<f32> {
-    let g = linear_bias(h, e.gate.view(), e.gate_bias.view());
-    let u = linear_bias(h, e.up.view(), e.up_bias.view());
+pub fn expert_ffn(h: ArrayView2<f32>, e: &DenseExpert, limit: f32, alpha: f32) -> crate::Result<Array2<f32>> {
+    let g = linear_bias(h, e.gate.view(), e.gate_bias.view())?;
+    let u = linear_bias(h, e.up.view(), e.up_bias.view())?;
     let a = Zip::from(&g).and(&u).map_collect(|&g, &u| clamped_swiglu(g, u, limit, alpha));
     linear_bias(a.view(), e.down.view(), e.down_bias.view())
 }

@@ -21,7 +21,9 @@
 //! - `gps=N`, `rpg=2|4|8`, `small=S@MiB` — the quantized gemvs' launch geometry
 //!   (`kernels::qmatmul::knobs`);
 //! - `mma=B.D.P[.S]` — gemv v4's blocks, depth, prefetch, split;
-//! - `argmax=v1|v2`.
+//! - `argmax=v1|v2`;
+//! - `gemv-rows=N` (1..=8) — steps of at most N rows run the decode gemvs (with the fused
+//!   norms), larger ones the GEMMs (tc v1 where the device has tensor cores): the crossover.
 //!
 //! `default` resets every key. [`KernelConfig::name`] writes only what differs from the default
 //! (`default` when nothing does) and parses back to the same value. A bad spec is an error
@@ -74,7 +76,12 @@ pub struct KernelConfig {
     pub launch: Knobs,
     pub mma: MmaTune,
     pub argmax: ArgmaxVersion,
+    /// Steps of at most this many rows take the gemvs (≤ [`GEMV_ROWS_MAX`]).
+    pub gemv_rows: usize,
 }
+
+/// The most rows the gemvs take (their per-unit accumulators are T × rows).
+pub const GEMV_ROWS_MAX: usize = 8;
 
 impl Default for KernelConfig {
     fn default() -> Self {
@@ -89,6 +96,7 @@ impl Default for KernelConfig {
             launch: Knobs::default(),
             mma: MmaTune::default(),
             argmax: ArgmaxVersion::V2,
+            gemv_rows: GEMV_ROWS_MAX,
         }
     }
 }
@@ -127,7 +135,7 @@ impl KernelConfig {
     pub fn parse(spec: &str) -> Result<Self, Error> {
         let mut k = KernelConfig::default();
         let bad = |part: &str, why: &str| {
-            Error::Config(format!("kernel config `{spec}`: `{part}` {why} (keys: attention, graphs, norms, pdl, qgemv, prefetch, int8-decode, gps, rpg, small, mma, argmax; see optimized::config)"))
+            Error::Config(format!("kernel config `{spec}`: `{part}` {why} (keys: attention, graphs, norms, pdl, qgemv, prefetch, int8-decode, gps, rpg, small, mma, argmax, gemv-rows; see optimized::config)"))
         };
         let mut launch = vec![];
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -175,6 +183,7 @@ impl KernelConfig {
                         _ => return Err(no()),
                     }
                 }
+                "gemv-rows" => k.gemv_rows = val.parse().ok().filter(|n| (1..=GEMV_ROWS_MAX).contains(n)).ok_or_else(no)?,
                 _ => return Err(bad(part, "has an unknown key")),
             }
         }
@@ -219,6 +228,9 @@ impl KernelConfig {
         if self.argmax != d.argmax {
             parts.push(format!("argmax={}", format!("{:?}", self.argmax).to_lowercase()));
         }
+        if self.gemv_rows != d.gemv_rows {
+            parts.push(format!("gemv-rows={}", self.gemv_rows));
+        }
         if parts.is_empty() {
             "default".into()
         } else {
@@ -240,6 +252,7 @@ impl KernelConfig {
             launch: Knobs::default(),
             mma: MmaTune::default(),
             argmax: ArgmaxVersion::V1,
+            gemv_rows: GEMV_ROWS_MAX,
         }
     }
 }
@@ -283,6 +296,8 @@ mod tests {
             "gps=32,rpg=8",
             "argmax=v1",
             "mma=1.4.0.16",
+            "gemv-rows=1",
+            "gemv-rows=4,graphs=off",
         ] {
             let k = KernelConfig::parse(s).unwrap_or_else(|e| panic!("{s}: {e}"));
             assert_eq!(KernelConfig::parse(&k.name()).ok(), Some(k), "{s} → {}", k.name());
@@ -303,6 +318,8 @@ mod tests {
             ("prefetch=async99", "prefetch=async99"),
             ("rpg=3", "rpg=3"),
             ("mma=x", "mma=x"),
+            ("gemv-rows=0", "gemv-rows=0"),
+            ("gemv-rows=9", "gemv-rows=9"),
         ] {
             let e = KernelConfig::parse(s).err().map(|e| e.to_string()).unwrap_or_default();
             assert!(e.contains(part), "{s}: {e}");

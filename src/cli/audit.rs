@@ -247,6 +247,7 @@ pub fn run(a: AuditArgs) -> Result<()> {
         model: opened.label.clone(),
         format: dtype.name().into(),
         gate: "each row: its covering conformance cases, run in this audit".into(),
+        hardware: optimized::device_info(&client).name,
     };
     if let Some(p) = &a.json_out {
         let mut out = vec![];

@@ -1,6 +1,7 @@
 //! `tandem bench`: prefill TTFT and batch-1 decode speed, next to the memory roofline
 //! measured in the same run.
 
+use serde_json::json;
 use std::time::Instant;
 
 use clap::Args;
@@ -270,6 +271,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
             generated: a.decode_tokens.unwrap_or(128),
             kernels: base,
             gate,
+            hardware: super::results::hardware(backend),
             json_out: a.json_out.clone(),
             csv_out: a.csv_out.clone(),
             plot: a.plot.clone(),
@@ -327,6 +329,15 @@ pub fn run(a: BenchArgs) -> Result<()> {
         weight_bytes / 1e6,
         kv_bytes / 1e6
     );
+    let info = super::results::RunInfo {
+        bench: "single",
+        device: engine.name(),
+        model: label.clone(),
+        format: engine.name(),
+        gate: gate.clone(),
+        hardware: super::results::hardware(backend),
+    };
+    let mut rows = vec![info.row(json!({"kernels": base.name()}), "load_s", load_s, "s", None, None)];
     for &n in &lens {
         let p = prompt(n);
         let mut times = vec![];
@@ -338,6 +349,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         }
         let m = median(times);
         println!("prefill T={n:<5} TTFT {:>9.2} ms  ({:.0} tokens/s)", m * 1e3, n as f64 / m);
+        rows.push(info.row(json!({"prompt": n, "kernels": base.name()}), "prefill_tokens_per_s", n as f64 / m, "tokens/s", None, None));
     }
     let mut settings = vec![];
     for k in &sweep {
@@ -384,9 +396,21 @@ pub fn run(a: BenchArgs) -> Result<()> {
             pct_of_roofline(tps, roofline_tps, bw),
             roofline_tps
         );
+        let ratio = (tps <= roofline_tps).then_some(tps / roofline_tps);
+        rows.push(info.row(
+            json!({"prompt": lens[0], "decode": decode_tokens, "kernels": k.name()}),
+            "decode_tokens_per_s",
+            tps,
+            "tokens/s",
+            ratio,
+            None,
+        ));
         if let Some(st) = engine.status() {
             println!("  decode: {st}");
         }
+    }
+    if let Some(p) = &a.json_out {
+        super::results::append(p, &rows)?;
     }
     match backend {
         None => {

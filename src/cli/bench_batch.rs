@@ -38,6 +38,8 @@ pub struct BatchBench<'a> {
     /// The kernel configuration the runner loads with.
     pub kernels: optimized::KernelConfig,
     pub gate: String,
+    /// The GPU (or host) the numbers come from ([`super::results::hardware`]).
+    pub hardware: String,
     pub json_out: Option<std::path::PathBuf>,
     pub csv_out: Option<std::path::PathBuf>,
     pub plot: Option<std::path::PathBuf>,
@@ -89,7 +91,7 @@ pub fn run(b: BatchBench) -> Result<()> {
         );
         rows.push(r);
     }
-    let info = RunInfo { bench: "batched", device: name.clone(), model: label, format: name, gate: b.gate.clone() };
+    let info = RunInfo { bench: "batched", device: name.clone(), model: label, format: name, gate: b.gate.clone(), hardware: b.hardware.clone() };
     if let Some(p) = &b.json_out {
         let mut out = vec![];
         for r in &rows {

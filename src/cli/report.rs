@@ -56,7 +56,12 @@ pub fn render(rows: &[Value]) -> String {
     type Key = (String, String, String, String, String);
     let mut latest: BTreeMap<Key, BTreeMap<String, (u64, Value)>> = BTreeMap::new();
     for r in rows.iter().filter(|r| r.get("bench").is_some_and(Value::is_string) && r.get("metric").is_some_and(Value::is_string)) {
-        let key = (s(r, "bench"), s(r, "device"), s(r, "model"), s(r, "format"), s(r, "config"));
+        // The GPU a figure came from names the row with the backend's label.
+        let device = match s(r, "hardware") {
+            h if h.is_empty() => s(r, "device"),
+            h => format!("{h} · {}", s(r, "device")),
+        };
+        let key = (s(r, "bench"), device, s(r, "model"), s(r, "format"), s(r, "config"));
         let t = r.get("time_unix").and_then(Value::as_u64).unwrap_or(0);
         let m = latest.entry(key).or_default();
         let metric = s(r, "metric");

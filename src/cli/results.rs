@@ -22,6 +22,14 @@ pub fn binary() -> String {
     format!("{} {} bytes mtime {mtime}", exe.map_or_else(|| "?".into(), |e| e.display().to_string()), meta.map_or(0, |m| m.len()))
 }
 
+/// The hardware a run's numbers came from: the GPU as its driver names it, or the host.
+pub fn hardware(backend: Option<optimized::Backend>) -> String {
+    match backend {
+        Some(b) => optimized::client(b).map_or_else(|e| format!("{b} ({e})"), |c| optimized::device_info(&c).name),
+        None => "cpu".into(),
+    }
+}
+
 /// What every row of one run shares.
 #[derive(Debug, Clone)]
 pub struct RunInfo {
@@ -30,6 +38,8 @@ pub struct RunInfo {
     pub model: String,
     pub format: String,
     pub gate: String,
+    /// [`hardware`]: every figure names the GPU it came from.
+    pub hardware: String,
 }
 
 impl RunInfo {
@@ -41,6 +51,7 @@ impl RunInfo {
             "binary": binary(),
             "bench": self.bench,
             "device": self.device,
+            "hardware": self.hardware,
             "model": self.model,
             "format": self.format,
             "config": config,

@@ -85,7 +85,8 @@ pub fn tc_activation(client: &optimized::Client, dtype: crate::Dtype, quantized:
 }
 
 /// The whole-model bound of a case on `client`: [`crate::tolerance`]'s, or — when it has a step
-/// of more than 8 rows and the tensor cores round matmul inputs there —
+/// of more rows than the default configuration's gemvs take (`gemv_rows`) and the tensor
+/// cores round matmul inputs there —
 /// [`crate::tolerance::model_with_tc`]'s.
 pub fn model_tolerance(
     client: &optimized::Client,
@@ -97,7 +98,7 @@ pub fn model_tolerance(
 ) -> crate::Tolerance {
     let (base, _) = crate::tolerance(op, dtype);
     match tc_activation(client, dtype, quantized) {
-        Some(act) if max_rows > optimized::kernels::matmul::GEMV_MAX_T => crate::tolerance::model_with_tc(base, act, layers).0,
+        Some(act) if max_rows > optimized::KernelConfig::default().gemv_rows => crate::tolerance::model_with_tc(base, act, layers).0,
         _ => base,
     }
 }

@@ -294,7 +294,9 @@ pub fn version_for(t: usize) -> Version {
 /// in % 8 = 0, tensor-core instructions), else tiled v2.
 pub fn auto_version(client: &Client, t: usize, w: &DeviceTensor) -> Version {
     let k = w.shape.last().copied().unwrap_or(0);
-    match version_for(t) {
+    // The configured crossover (`gemv-rows`) moves steps of more rows to the GEMMs.
+    let v = if t > crate::config::current().gemv_rows { Version::Tiled2 } else { version_for(t) };
+    match v {
         Version::Tiled2 if tc::dense_applies(client, w.dtype, k) => Version::Tc,
         v => v,
     }

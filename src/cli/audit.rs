@@ -92,6 +92,11 @@ fn steps() -> Vec<Step> {
         &|k| k.pdl = optimized::kernels::pdl::Mode::Early,
         vec![(Op::Model, "paged+flash,f32)"), (Op::RmsNorm, "auto")],
     );
+    push(
+        "tensor-core GEMMs from 3 rows (gemv-rows)",
+        &|k| k.gemv_rows = optimized::config::GEMV_ROWS_DEFAULT,
+        vec![(Op::Matmul, ",tc)"), (Op::Matmul, ",auto"), (Op::Matmul, "matmul-tc(T=3"), (Op::Runner, "")],
+    );
     out
 }
 

@@ -168,7 +168,7 @@ impl Case for MatmulCase {
         // reference gets the same rounded x (`tolerance::tc_tolerance`).
         let tc_path = match self.version {
             Version::Tc => true,
-            Version::Auto => t > GEMV_AUTO_MAX_T && tc::dense_applies(client, dd, n_in),
+            Version::Auto => t > GEMV_AUTO_MAX_T.min(optimized::config::current().gemv_rows) && tc::dense_applies(client, dd, n_in),
             _ => false,
         };
         let x = rand_vec(t * n_in, 11);
@@ -353,7 +353,13 @@ pub fn tc_cases() -> Vec<Box<dyn Case>> {
         for (t, n_in, n_out) in [(9usize, 136usize, 72usize), (17, 584, 1031), (127, 1000, 200), (513, 264, 130), (200, 4096, 384), (33, 577, 64)] {
             v.push(mm(t, n_in, n_out, Version::Tc, Fusion::None));
         }
-        for t in [8usize, 9] {
+        // Small M on the tensor cores (steps above the gemv-rows crossover): one and a few
+        // rows of the 16-row MMA tile in use.
+        for (t, n_in, n_out) in [(1usize, 136usize, 72usize), (3, 584, 1031), (5, 264, 130)] {
+            v.push(mm(t, n_in, n_out, Version::Tc, Fusion::None));
+        }
+        // The automatic choice on both sides of the default crossover and of the gemv's T.
+        for t in [2usize, 3, 8, 9] {
             v.push(mm(t, 584, 1031, Version::Auto, Fusion::None));
             v.push(mm(t, 576, 1030, Version::Auto, Fusion::Glu));
         }

@@ -24,7 +24,9 @@
 //! - `argmax=v1|v2`;
 //! - `gemv-rows=N` (1..=8) — steps of at most N rows run the decode gemvs (with the fused
 //!   norms), larger ones the GEMMs (tc v1 where the device has tensor cores): the crossover
-//!   ([`GEMV_ROWS_DEFAULT`]; the naive configuration keeps the gemvs up to 8 rows).
+//!   ([`GEMV_ROWS_DEFAULT`]; the naive configuration keeps the gemvs up to 8 rows);
+//! - `qgemv-rows=N` (1..=8) — the same crossover for quantized weights
+//!   ([`QGEMV_ROWS_DEFAULT`]).
 //!
 //! `default` resets every key. [`KernelConfig::name`] writes only what differs from the default
 //! (`default` when nothing does) and parses back to the same value. A bad spec is an error
@@ -79,6 +81,8 @@ pub struct KernelConfig {
     pub argmax: ArgmaxVersion,
     /// Steps of at most this many rows take the gemvs (≤ [`GEMV_ROWS_MAX`]).
     pub gemv_rows: usize,
+    /// Steps of at most this many rows take the quantized gemvs (≤ [`GEMV_ROWS_MAX`]).
+    pub qgemv_rows: usize,
 }
 
 /// The most rows the gemvs take (their per-unit accumulators are T × rows).
@@ -89,6 +93,10 @@ pub const GEMV_ROWS_MAX: usize = 8;
 /// 1 row 1199 / 2377 / 4615; up to 4 rows 1439 / 2065 / 4518. The gemv reads T × f32 x
 /// vectors per weight vector: at 8 rows it is bound by those loads (3.2× a one-row step).
 pub const GEMV_ROWS_DEFAULT: usize = 2;
+/// The quantized crossover: tc v1 dequantizing int8 in its tile loads is slower than the
+/// quantized gemv at few rows. H200, synthetic TinyLlama int8, batched decode tokens/s at
+/// 4 / 8 sequences (commit 22afb86): gemv up to 8 rows 2370 / 2474; up to 2 rows 1740 / 3389.
+pub const QGEMV_ROWS_DEFAULT: usize = 4;
 
 impl Default for KernelConfig {
     fn default() -> Self {
@@ -104,6 +112,7 @@ impl Default for KernelConfig {
             mma: MmaTune::default(),
             argmax: ArgmaxVersion::V2,
             gemv_rows: GEMV_ROWS_DEFAULT,
+            qgemv_rows: QGEMV_ROWS_DEFAULT,
         }
     }
 }
@@ -142,7 +151,7 @@ impl KernelConfig {
     pub fn parse(spec: &str) -> Result<Self, Error> {
         let mut k = KernelConfig::default();
         let bad = |part: &str, why: &str| {
-            Error::Config(format!("kernel config `{spec}`: `{part}` {why} (keys: attention, graphs, norms, pdl, qgemv, prefetch, int8-decode, gps, rpg, small, mma, argmax, gemv-rows; see optimized::config)"))
+            Error::Config(format!("kernel config `{spec}`: `{part}` {why} (keys: attention, graphs, norms, pdl, qgemv, prefetch, int8-decode, gps, rpg, small, mma, argmax, gemv-rows, qgemv-rows; see optimized::config)"))
         };
         let mut launch = vec![];
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -191,6 +200,7 @@ impl KernelConfig {
                     }
                 }
                 "gemv-rows" => k.gemv_rows = val.parse().ok().filter(|n| (1..=GEMV_ROWS_MAX).contains(n)).ok_or_else(no)?,
+                "qgemv-rows" => k.qgemv_rows = val.parse().ok().filter(|n| (1..=GEMV_ROWS_MAX).contains(n)).ok_or_else(no)?,
                 _ => return Err(bad(part, "has an unknown key")),
             }
         }
@@ -238,6 +248,9 @@ impl KernelConfig {
         if self.gemv_rows != d.gemv_rows {
             parts.push(format!("gemv-rows={}", self.gemv_rows));
         }
+        if self.qgemv_rows != d.qgemv_rows {
+            parts.push(format!("qgemv-rows={}", self.qgemv_rows));
+        }
         if parts.is_empty() {
             "default".into()
         } else {
@@ -260,6 +273,7 @@ impl KernelConfig {
             mma: MmaTune::default(),
             argmax: ArgmaxVersion::V1,
             gemv_rows: GEMV_ROWS_MAX,
+            qgemv_rows: GEMV_ROWS_MAX,
         }
     }
 }
@@ -305,6 +319,7 @@ mod tests {
             "mma=1.4.0.16",
             "gemv-rows=1",
             "gemv-rows=8",
+            "qgemv-rows=8,gemv-rows=1",
             "gemv-rows=4,graphs=off",
         ] {
             let k = KernelConfig::parse(s).unwrap_or_else(|e| panic!("{s}: {e}"));
@@ -328,6 +343,7 @@ mod tests {
             ("mma=x", "mma=x"),
             ("gemv-rows=0", "gemv-rows=0"),
             ("gemv-rows=9", "gemv-rows=9"),
+            ("qgemv-rows=0", "qgemv-rows=0"),
         ] {
             let e = KernelConfig::parse(s).err().map(|e| e.to_string()).unwrap_or_default();
             assert!(e.contains(part), "{s}: {e}");

@@ -464,7 +464,7 @@ impl GpuModel {
 
     /// Whether a forward pass of `t` rows fuses the RMSNorms into the decode gemvs.
     pub(crate) fn fused_for(&self, t: usize) -> bool {
-        self.kernels.fused_norms && t <= self.kernels.gemv_rows && t <= matmul::GEMV_MAX_T && t <= QGEMV_MAX_T
+        self.kernels.fused_norms && t <= self.kernels.gemv_rows.min(self.kernels.qgemv_rows) && t <= matmul::GEMV_MAX_T && t <= QGEMV_MAX_T
     }
 
     /// Attention of block `l` over this model's own cache (one sequence at `self.pos`): RoPE +

@@ -94,8 +94,11 @@ fn steps() -> Vec<Step> {
     );
     push(
         "tensor-core GEMMs from 3 rows (gemv-rows)",
-        &|k| k.gemv_rows = optimized::config::GEMV_ROWS_DEFAULT,
-        vec![(Op::Matmul, ",tc)"), (Op::Matmul, ",auto"), (Op::Matmul, "matmul-tc(T=3"), (Op::Runner, "")],
+        &|k| {
+            k.gemv_rows = optimized::config::GEMV_ROWS_DEFAULT;
+            k.qgemv_rows = optimized::config::QGEMV_ROWS_DEFAULT;
+        },
+        vec![(Op::Matmul, ",tc)"), (Op::Matmul, ",auto"), (Op::Matmul, "matmul-tc(T=3"), (Op::Matmul, "matmul-tc(T=5"), (Op::Runner, "")],
     );
     out
 }

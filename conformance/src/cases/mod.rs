@@ -98,7 +98,18 @@ pub fn model_tolerance(
 ) -> crate::Tolerance {
     let (base, _) = crate::tolerance(op, dtype);
     match tc_activation(client, dtype, quantized) {
-        Some(act) if max_rows > optimized::KernelConfig::default().gemv_rows => crate::tolerance::model_with_tc(base, act, layers).0,
+        Some(act)
+            if max_rows > {
+                let d = optimized::KernelConfig::default();
+                if quantized {
+                    d.qgemv_rows.min(d.gemv_rows)
+                } else {
+                    d.gemv_rows
+                }
+            } =>
+        {
+            crate::tolerance::model_with_tc(base, act, layers).0
+        }
         _ => base,
     }
 }

@@ -145,9 +145,9 @@ impl Case for QMatmulCase {
         // Above the gemv's T, tc v1 takes the weight where the device has tensor cores: it
         // rounds x (and int8-group / mxfp4 weights) to its 16-bit type, and the reference
         // multiplies the same rounded values (`tolerance::tc_tolerance`).
-        // So does an unfused step of more rows than the configured crossover (`gemv-rows`).
+        // So does an unfused step of more rows than the configured crossover (`qgemv-rows`).
         let unfused = matches!(self.fusion, Fusion::None | Fusion::Glu);
-        let gemm = t > QGEMV_MAX_T || (unfused && t > optimized::config::current().gemv_rows);
+        let gemm = t > QGEMV_MAX_T || (unfused && t > optimized::config::current().qgemv_rows);
         let tc_path = gemm && tc::quant_applies(client, &w);
         let e = match tc::quant_dtype(client, TcMode::Tensor) {
             optimized::Dtype::F16 => Dtype::F16,
@@ -369,7 +369,7 @@ pub fn tc_cases() -> Vec<Box<dyn Case>> {
         for &layout in layouts {
             let q = |t, n_in, n_out, mode| TcCase::new(t, n_in, n_out, TcWeight::Quant(scheme, layout), mode);
             for (t, n_in, n_out) in [
-                (3usize, 256usize, 72usize),
+                (5usize, 256usize, 72usize),
                 (9, 256, 72),
                 (
                     17,

@@ -593,10 +593,10 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
         return Ok(());
     }
     check_vec4(client)?;
-    // Above the configured crossover (`gemv-rows`) an unfused step takes the tensor-core GEMM
+    // Above the configured crossover (`qgemv-rows`) an unfused step takes the tensor-core GEMM
     // where it applies; the gemvs take up to QGEMV_MAX_T rows otherwise.
     let unfused = fuse.norm.is_none() && fuse.residual.is_none();
-    let crossover = t > crate::config::current().gemv_rows && unfused && super::matmul::tc::quant_applies(client, w);
+    let crossover = t > crate::config::current().qgemv_rows && unfused && super::matmul::tc::quant_applies(client, w);
     if t > QGEMV_MAX_T || crossover {
         if fuse.norm.is_some() || fuse.residual.is_some() {
             return Err(Error::Shape(format!("qlinear: the fused norm / residual gemv takes T ≤ {QGEMV_MAX_T}, got T = {t}")));

@@ -418,61 +418,42 @@ pub fn linear_into(
     let s = (u32_of("T", t)?, u32_of("out", n)?, u32_of("in", k)?, u32_of("Kp", kp)?);
     let partial = g.splits > 1;
     // (x passes as the unused scales: any buffer the kernel may bind.)
-    unsafe {
-        match w.dtype {
-            Dtype::F16 => tc_dense::launch_unchecked::<half::f16>(
-                client,
-                g.count.clone(),
-                dim,
-                x16.as_arg(1),
-                w.as_arg(1),
-                out.as_arg(1),
-                x.as_arg(1),
-                s.0,
-                s.1,
-                s.2,
-                s.3,
-                g.mtiles,
-                g.tiles,
-                g.tiles_mn,
-                g.kps,
-                wm,
-                wn,
-                tm,
-                tn,
-                stages,
-                pipe,
-                glu,
-                partial,
-                emu,
-            ),
-            _ => tc_dense::launch_unchecked::<half::bf16>(
-                client,
-                g.count.clone(),
-                dim,
-                x16.as_arg(1),
-                w.as_arg(1),
-                out.as_arg(1),
-                x.as_arg(1),
-                s.0,
-                s.1,
-                s.2,
-                s.3,
-                g.mtiles,
-                g.tiles,
-                g.tiles_mn,
-                g.kps,
-                wm,
-                wn,
-                tm,
-                tn,
-                stages,
-                pipe,
-                glu,
-                partial,
-                emu,
-            ),
-        }
+    // One launch per 16-bit weight type (the embedding launcher's `go!` pattern).
+    macro_rules! go {
+        ($e:ty) => {
+            unsafe {
+                tc_dense::launch_unchecked::<$e>(
+                    client,
+                    g.count.clone(),
+                    dim,
+                    x16.as_arg(1),
+                    w.as_arg(1),
+                    out.as_arg(1),
+                    x.as_arg(1),
+                    s.0,
+                    s.1,
+                    s.2,
+                    s.3,
+                    g.mtiles,
+                    g.tiles,
+                    g.tiles_mn,
+                    g.kps,
+                    wm,
+                    wn,
+                    tm,
+                    tn,
+                    stages,
+                    pipe,
+                    glu,
+                    partial,
+                    emu,
+                )
+            }
+        };
+    }
+    match w.dtype {
+        Dtype::F16 => go!(half::f16),
+        _ => go!(half::bf16),
     }
     reduce(client, &g, &out, y, x, t, n, false, glu)
 }
@@ -528,73 +509,47 @@ pub fn qlinear_into(
     let s = (u32_of("T", t)?, u32_of("out", n)?, u32_of("in", k)?, u32_of("Kp", kp)?);
     let q = (u32_of("chunks per row", cpr)?, u32_of("scale columns", scale_cols)?, u32_of("group", group)?);
     let partial = g.splits > 1;
-    unsafe {
-        match e {
-            Dtype::F16 => tc_quant::launch_unchecked::<half::f16>(
-                client,
-                g.count.clone(),
-                dim,
-                4,
-                x16.as_arg(1),
-                w.data.as_arg(4),
-                w.scales.as_arg(1),
-                out.as_arg(1),
-                s.0,
-                s.1,
-                s.2,
-                s.3,
-                g.mtiles,
-                g.tiles,
-                g.tiles_mn,
-                g.kps,
-                q.0,
-                q.1,
-                q.2,
-                fmt,
-                tiled,
-                wm,
-                wn,
-                tm,
-                tn,
-                stages,
-                pipe,
-                glu,
-                partial,
-                emu,
-            ),
-            _ => tc_quant::launch_unchecked::<half::bf16>(
-                client,
-                g.count.clone(),
-                dim,
-                4,
-                x16.as_arg(1),
-                w.data.as_arg(4),
-                w.scales.as_arg(1),
-                out.as_arg(1),
-                s.0,
-                s.1,
-                s.2,
-                s.3,
-                g.mtiles,
-                g.tiles,
-                g.tiles_mn,
-                g.kps,
-                q.0,
-                q.1,
-                q.2,
-                fmt,
-                tiled,
-                wm,
-                wn,
-                tm,
-                tn,
-                stages,
-                pipe,
-                glu,
-                partial,
-                emu,
-            ),
-        }
+    macro_rules! go {
+        ($e:ty) => {
+            unsafe {
+                tc_quant::launch_unchecked::<$e>(
+                    client,
+                    g.count.clone(),
+                    dim,
+                    4,
+                    x16.as_arg(1),
+                    w.data.as_arg(4),
+                    w.scales.as_arg(1),
+                    out.as_arg(1),
+                    s.0,
+                    s.1,
+                    s.2,
+                    s.3,
+                    g.mtiles,
+                    g.tiles,
+                    g.tiles_mn,
+                    g.kps,
+                    q.0,
+                    q.1,
+                    q.2,
+                    fmt,
+                    tiled,
+                    wm,
+                    wn,
+                    tm,
+                    tn,
+                    stages,
+                    pipe,
+                    glu,
+                    partial,
+                    emu,
+                )
+            }
+        };
+    }
+    match e {
+        Dtype::F16 => go!(half::f16),
+        _ => go!(half::bf16),
     }
     reduce(client, &g, &out, y, &w.scales, t, n, fmt == FMT_INT8, glu)
 }

@@ -11,7 +11,6 @@
 //! on both runners gives the same tokens. Also YaRN RoPE through rope v4 and flash attention
 //! at gpt-oss-20b's head shapes (window 128, sinks).
 
-use engine::{Engine, EngineConfig, Request};
 use ndarray::Array3;
 use optimized::gpt_oss::{GptOssGpu, GptOssRunner};
 use optimized::kernels::attention::{DecodeVersion, ScoreStep};
@@ -278,50 +277,7 @@ pub struct GptOssEngineCase {
 impl GptOssEngineCase {
     fn body(&self, client: &Client) -> Result<Outcome, String> {
         let (reference, gpu, cfg) = runners(client, self.weights, Dtype::F32, false, self.blocks, MoePath::Auto)?;
-        let prompt = |len: usize, salt: u32| -> Vec<u32> { (0..len as u32).map(|i| (i * 7919 + salt * 31 + 5) % cfg.vocab as u32).collect() };
-        let mut shared = prompt(21, 9);
-        shared.extend(prompt(4, 10));
-        let reqs: Vec<Request> = vec![
-            Request::new(prompt(1, 1)).with_max_tokens(12),
-            Request::new(prompt(40, 2)).with_max_tokens(5).with_params(SamplingParams {
-                temperature: 0.7,
-                top_p: 0.9,
-                seed: 3,
-                ..SamplingParams::default()
-            }),
-            Request::new(prompt(21, 9)).with_max_tokens(6),
-            Request::new(shared).with_max_tokens(6),
-            Request::new(prompt(9, 4)).with_max_tokens(20).with_params(SamplingParams { temperature: 1.0, seed: 8, ..SamplingParams::default() }),
-        ]
-        .into_iter()
-        .map(|r| Request { ignore_eos: true, ..r })
-        .collect();
-        let cfg_e = EngineConfig { max_batched_tokens: 24, prefill_chunk: 16, ..EngineConfig::default() };
-        let run = |runner: Box<dyn ModelRunner>| -> Result<(Vec<Vec<u32>>, u64), String> {
-            let mut e = Engine::new(runner, cfg_e, None).map_err(|e| e.to_string())?;
-            for r in &reqs {
-                e.add_request(r.clone()).map_err(|e| e.to_string())?;
-            }
-            let mut out = vec![Vec::new(); reqs.len()];
-            for o in e.run_to_completion().map_err(|e| e.to_string())? {
-                out[o.id as usize].extend(o.new_tokens);
-            }
-            if e.blocks().num_used() != 0 {
-                return Err(format!("{} blocks still in use", e.blocks().num_used()));
-            }
-            Ok((out, e.stats().preemptions))
-        };
-        let (want, _) = run(Box::new(reference))?;
-        let (got, preempted) = run(Box::new(gpu))?;
-        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-            if g != w {
-                return Ok(Outcome::Fail(format!("request {i}: tokens {g:?} != reference {w:?}")));
-            }
-        }
-        if self.blocks < 30 && preempted == 0 {
-            return Ok(Outcome::Fail("the small pool was meant to preempt".into()));
-        }
-        Ok(Outcome::Pass(Metrics { n: got.iter().map(Vec::len).sum(), ..Metrics::default() }))
+        super::runner::engine_matches_reference(cfg.vocab, Box::new(reference), Box::new(gpu), self.blocks)
     }
 }
 

@@ -200,52 +200,67 @@ pub struct EngineCase {
 impl EngineCase {
     fn body(&self, client: &Client) -> Result<Outcome, String> {
         let (reference, gpu, cfg) = runners(client, self.weights, Dtype::F32)?;
-        let prompt = |len: usize, salt: u32| -> Vec<u32> { (0..len as u32).map(|i| (i * 7919 + salt * 31 + 5) % cfg.vocab as u32).collect() };
-        let mut shared = prompt(21, 9);
-        shared.extend(prompt(4, 10));
-        let reqs: Vec<Request> = vec![
-            Request::new(prompt(1, 1)).with_max_tokens(12),
-            Request::new(prompt(40, 2)).with_max_tokens(5).with_params(SamplingParams {
-                temperature: 0.7,
-                top_p: 0.9,
-                seed: 3,
-                ..SamplingParams::default()
-            }),
-            Request::new(prompt(21, 9)).with_max_tokens(6),
-            Request::new(shared).with_max_tokens(6),
-            Request::new(prompt(9, 4)).with_max_tokens(20).with_params(SamplingParams { temperature: 1.0, seed: 8, ..SamplingParams::default() }),
-        ]
-        .into_iter()
-        .map(|r| Request { ignore_eos: true, ..r })
-        .collect();
-        let cfg_e = EngineConfig { max_batched_tokens: 24, prefill_chunk: 16, ..EngineConfig::default() };
-        let run = |runner: Box<dyn ModelRunner>| -> Result<(Vec<Vec<u32>>, u64), String> {
-            let mut e = Engine::new(runner, cfg_e, None).map_err(|e| e.to_string())?;
-            for r in &reqs {
-                e.add_request(r.clone()).map_err(|e| e.to_string())?;
-            }
-            let mut out = vec![Vec::new(); reqs.len()];
-            for o in e.run_to_completion().map_err(|e| e.to_string())? {
-                out[o.id as usize].extend(o.new_tokens);
-            }
-            if e.blocks().num_used() != 0 {
-                return Err(format!("{} blocks still in use", e.blocks().num_used()));
-            }
-            Ok((out, e.stats().preemptions))
-        };
-        let (want, _) = run(Box::new(RefRunner::new(reference.model, BS, self.blocks).map_err(|e| e.to_string())?))?;
-        let gpu = GpuRunner::new(gpu.model, BS, self.blocks).map_err(|e| e.to_string())?;
-        let (got, preempted) = run(Box::new(gpu))?;
-        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-            if g != w {
-                return Ok(Outcome::Fail(format!("request {i}: tokens {g:?} != reference {w:?}")));
-            }
-        }
-        if self.blocks < 30 && preempted == 0 {
-            return Ok(Outcome::Fail("the small pool was meant to preempt".into()));
-        }
-        Ok(Outcome::Pass(Metrics { n: got.iter().map(Vec::len).sum(), ..Metrics::default() }))
+        let want = RefRunner::new(reference.model, BS, self.blocks).map_err(|e| e.to_string())?;
+        let got = GpuRunner::new(gpu.model, BS, self.blocks).map_err(|e| e.to_string())?;
+        engine_matches_reference(cfg.vocab, Box::new(want), Box::new(got), self.blocks)
     }
+}
+
+/// The engine over `reference` and over `gpu` (runners of the same model, `blocks` KV blocks
+/// each) on one mixed set of requests — a one-token prompt, chunked prefills, seeded top-p and
+/// temperature sampling, a shared prefix —: the same tokens per request, no block left in use,
+/// and (with fewer than 30 blocks) at least one preemption. Shared by the Llama and GPT-OSS
+/// engine cases.
+pub(super) fn engine_matches_reference(
+    vocab: usize,
+    reference: Box<dyn ModelRunner>,
+    gpu: Box<dyn ModelRunner>,
+    blocks: usize,
+) -> Result<Outcome, String> {
+    let prompt = |len: usize, salt: u32| -> Vec<u32> { (0..len as u32).map(|i| (i * 7919 + salt * 31 + 5) % vocab as u32).collect() };
+    let mut shared = prompt(21, 9);
+    shared.extend(prompt(4, 10));
+    let reqs: Vec<Request> = vec![
+        Request::new(prompt(1, 1)).with_max_tokens(12),
+        Request::new(prompt(40, 2)).with_max_tokens(5).with_params(SamplingParams {
+            temperature: 0.7,
+            top_p: 0.9,
+            seed: 3,
+            ..SamplingParams::default()
+        }),
+        Request::new(prompt(21, 9)).with_max_tokens(6),
+        Request::new(shared).with_max_tokens(6),
+        Request::new(prompt(9, 4)).with_max_tokens(20).with_params(SamplingParams { temperature: 1.0, seed: 8, ..SamplingParams::default() }),
+    ]
+    .into_iter()
+    .map(|r| Request { ignore_eos: true, ..r })
+    .collect();
+    let cfg_e = EngineConfig { max_batched_tokens: 24, prefill_chunk: 16, ..EngineConfig::default() };
+    let run = |runner: Box<dyn ModelRunner>| -> Result<(Vec<Vec<u32>>, u64), String> {
+        let mut e = Engine::new(runner, cfg_e, None).map_err(|e| e.to_string())?;
+        for r in &reqs {
+            e.add_request(r.clone()).map_err(|e| e.to_string())?;
+        }
+        let mut out = vec![Vec::new(); reqs.len()];
+        for o in e.run_to_completion().map_err(|e| e.to_string())? {
+            out[o.id as usize].extend(o.new_tokens);
+        }
+        if e.blocks().num_used() != 0 {
+            return Err(format!("{} blocks still in use", e.blocks().num_used()));
+        }
+        Ok((out, e.stats().preemptions))
+    };
+    let (want, _) = run(reference)?;
+    let (got, preempted) = run(gpu)?;
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        if g != w {
+            return Ok(Outcome::Fail(format!("request {i}: tokens {g:?} != reference {w:?}")));
+        }
+    }
+    if blocks < 30 && preempted == 0 {
+        return Ok(Outcome::Fail("the small pool was meant to preempt".into()));
+    }
+    Ok(Outcome::Pass(Metrics { n: got.iter().map(Vec::len).sum(), ..Metrics::default() }))
 }
 
 impl Case for EngineCase {

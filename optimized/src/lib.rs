@@ -19,6 +19,7 @@ pub mod kv_cache;
 pub mod model;
 pub mod runner;
 pub mod tensor;
+pub mod upload;
 
 pub use config::KernelConfig;
 pub use cubecl;

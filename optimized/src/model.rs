@@ -152,19 +152,32 @@ struct Uploader<'a> {
 }
 
 impl Uploader<'_> {
-    /// The concatenation of `ts` (same column count) as one dense `[Σ rows, cols]` tensor.
+    /// The concatenation of `ts` (same column count) as one dense `[Σ rows, cols]` tensor:
+    /// converted from the stored bytes where the source has them (`crate::upload`), else from
+    /// the f32 values it loads.
     fn dense(&mut self, ts: &[Tensor], dtype: Dtype) -> Result<DeviceTensor, Error> {
-        let mut data = Vec::new();
         let mut shape = ts.first().map(|t| t.shape(self.cfg)).unwrap_or_default();
-        for (k, &t) in ts.iter().enumerate() {
-            data.extend(self.src.load(t, self.cfg).map_err(Error::from)?);
-            if k > 0 {
-                shape[0] += t.shape(self.cfg)[0];
-            }
+        for t in ts.iter().skip(1) {
+            shape[0] += t.shape(self.cfg)[0];
         }
-        self.bytes += data.len() * dtype.size();
+        let numel: usize = shape.iter().product();
+        self.bytes += numel * dtype.size();
+        let mut bytes = vec![0u8; numel * dtype.size()];
+        let mut at = 0;
+        for &t in ts {
+            let n = t.shape(self.cfg).iter().product::<usize>() * dtype.size();
+            let out = &mut bytes[at..at + n];
+            match self.src.load_raw(t, self.cfg).map_err(Error::from)? {
+                Some(raw) => crate::upload::convert_into(raw, dtype, out)?,
+                None => {
+                    let data = self.src.load(t, self.cfg).map_err(Error::from)?;
+                    crate::upload::convert_into(f32_raw(&data), dtype, out)?;
+                }
+            }
+            at += n;
+        }
         // Weights: no kernel writes them (the gemvs may read them ahead: `kernels::pdl`).
-        Ok(DeviceTensor::from_f32_as(self.client, &data, &shape, dtype)?.into_read_only())
+        Ok(DeviceTensor::from_bytes(self.client, bytes, &shape, dtype)?.into_read_only())
     }
 
     /// A linear weight (`ts` stacked by rows): quantized on the device when the source holds
@@ -231,12 +244,25 @@ impl Uploader<'_> {
         if up.shape(self.cfg) != [f, c] {
             return Err(Error::Shape(format!("{up:?} shape {:?} differs from {gate:?}'s [{f}, {c}]", up.shape(self.cfg))));
         }
-        let g = self.src.load(gate, self.cfg).map_err(Error::from)?;
-        let u = self.src.load(up, self.cfg).map_err(Error::from)?;
-        let data = crate::kernels::matmul::interleave_row_pairs(&g, &u, f)?;
-        self.bytes += data.len() * dtype.size();
-        Ok(DeviceTensor::from_f32_as(self.client, &data, &[2 * f, c], dtype)?.into_read_only())
+        let mut bytes = vec![0u8; 2 * f * c * dtype.size()];
+        for (which, t) in [gate, up].into_iter().enumerate() {
+            match self.src.load_raw(t, self.cfg).map_err(Error::from)? {
+                Some(raw) => crate::upload::interleave_into(which, raw, f, dtype, &mut bytes)?,
+                None => {
+                    let data = self.src.load(t, self.cfg).map_err(Error::from)?;
+                    crate::upload::interleave_into(which, f32_raw(&data), f, dtype, &mut bytes)?;
+                }
+            }
+        }
+        self.bytes += bytes.len();
+        Ok(DeviceTensor::from_bytes(self.client, bytes, &[2 * f, c], dtype)?.into_read_only())
     }
+}
+
+/// f32 values as stored bytes (a source without [`TensorSource::load_raw`]).
+fn f32_raw(data: &[f32]) -> reference::weights::RawDense<'_> {
+    use cubecl::CubeElement;
+    reference::weights::RawDense { dtype: reference::weights::RawDtype::F32, bytes: f32::as_bytes(data) }
 }
 
 impl GpuModel {
@@ -304,6 +330,9 @@ impl GpuModel {
         }
         let out_norm = up.dense(&[Tensor::OutNorm], Dtype::F32)?;
         let (bytes, quant) = (up.bytes, up.quant.take());
+        // Loaded means on the device: the copies still queued finish here (and any failure
+        // surfaces now, not in the first step).
+        cubecl::future::block_on(client.sync())?;
         let stream_bytes =
             layers.iter().map(|l| l.wqkv.bytes() + l.wo.bytes() + l.w_gate_up.bytes() + l.w_down.bytes()).sum::<usize>() + lm_head.bytes();
         let capacity = capacity.clamp(1, cfg.max_ctx);

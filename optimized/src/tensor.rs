@@ -106,7 +106,18 @@ impl DeviceTensor {
             Dtype::F16 => conv(|x| half::f16::from_f32(x).to_le_bytes()),
             Dtype::BF16 => conv(|x| half::bf16::from_f32(x).to_le_bytes()),
         }
-        Ok(Self { handle: client.create_from_slice(&bytes), shape: shape.to_vec(), dtype, read_only: false })
+        Self::from_bytes(client, bytes, shape, dtype)
+    }
+
+    /// Hands `bytes` (the tensor's elements as `dtype`, little-endian) to the device without
+    /// another host copy (`create_from_slice` would copy them first).
+    pub fn from_bytes(client: &Client, bytes: Vec<u8>, shape: &[usize], dtype: Dtype) -> Result<Self, Error> {
+        let numel: usize = shape.iter().product();
+        if numel * dtype.size() != bytes.len() {
+            return Err(Error::Shape(format!("{} bytes for shape {shape:?} of {}", bytes.len(), dtype.name())));
+        }
+        let handle = client.create(cubecl::bytes::Bytes::from_bytes_vec(bytes));
+        Ok(Self { handle, shape: shape.to_vec(), dtype, read_only: false })
     }
 
     /// Copies u32 values (token ids, positions) to the device; `dtype` is reported as F32-sized.

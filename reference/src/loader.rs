@@ -11,13 +11,35 @@ use crate::dequant::{dequant_bf16, dequant_f16, dequant_f32};
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
 use crate::quant::{self, QuantTensor, Scheme};
-use crate::weights::{Naming, Tensor, TensorSource, Weights};
+use crate::weights::{Naming, RawDense, RawDtype, Tensor, TensorSource, Weights};
 
 impl TensorSource for GgufFile {
     fn load(&mut self, t: Tensor, cfg: &Config) -> Result<Vec<f32>> {
         let name = t.name(Naming::Gguf);
         let (_, data) = self.tensor_f32(&name, Some(&t.shape(cfg)))?;
         Ok(data)
+    }
+
+    fn load_raw(&mut self, t: Tensor, cfg: &Config) -> Result<Option<RawDense<'_>>> {
+        use crate::dequant::GgmlType;
+        let name = t.name(Naming::Gguf);
+        let Some(info) = self.tensor_info(&name) else {
+            return Ok(None);
+        };
+        let dtype = match info.ty {
+            GgmlType::F32 => RawDtype::F32,
+            GgmlType::F16 => RawDtype::F16,
+            GgmlType::BF16 => RawDtype::BF16,
+            _ => return Ok(None),
+        };
+        let want = t.shape(cfg);
+        if info.shape != want {
+            return Err(Error::tensor(&self.path, &name, format!("shape {:?}, expected {:?}", info.shape, want)));
+        }
+        if info.len != want.iter().product::<usize>() * dtype.size() {
+            return Err(Error::tensor(&self.path, &name, format!("{} bytes for shape {want:?} in {dtype:?}", info.len)));
+        }
+        Ok(Some(RawDense { dtype, bytes: self.tensor_bytes(info) }))
     }
 
     /// A Q8_0 linear weight (or untied `output.weight`) as INT8 with groups of 32 (`q` as
@@ -42,12 +64,17 @@ impl TensorSource for GgufFile {
         }
         let (out, in_dim) = (want[0], want[1]);
         let bytes = self.tensor_bytes(info);
-        let mut q = Vec::with_capacity(out * in_dim);
-        let mut scales = Vec::with_capacity(bytes.len() / 34);
-        for blk in bytes.chunks_exact(34) {
-            scales.push(half::f16::from_le_bytes([blk[0], blk[1]]).to_f32());
-            q.extend(blk[2..].iter().map(|&b| b as i8));
-        }
+        // Over all cores, in chunks of blocks (a 7B model's weights pass through here).
+        use rayon::prelude::*;
+        const BLOCKS: usize = 4096;
+        let mut q = vec![0i8; bytes.len() / 34 * 32];
+        let mut scales = vec![0f32; bytes.len() / 34];
+        q.par_chunks_mut(32 * BLOCKS).zip(scales.par_chunks_mut(BLOCKS)).zip(bytes.par_chunks(34 * BLOCKS)).for_each(|((q, s), b)| {
+            for ((q, s), blk) in q.chunks_exact_mut(32).zip(s).zip(b.chunks_exact(34)) {
+                *s = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+                q.iter_mut().zip(&blk[2..]).for_each(|(q, &b)| *q = b as i8);
+            }
+        });
         if scales.iter().any(|s| !(s.is_finite() && *s >= 0.0)) {
             return Ok(None);
         }
@@ -154,6 +181,28 @@ impl TensorSource for SafetensorsDir {
             Some(scheme) if quant::store::stored_quantized(self, t, scheme) => quant::store::read_quantized(self, t, cfg, scheme).map(Some),
             _ => Ok(None),
         }
+    }
+
+    fn load_raw(&mut self, t: Tensor, cfg: &Config) -> Result<Option<RawDense<'_>>> {
+        if self.quant.is_some_and(|scheme| quant::store::stored_quantized(self, t, scheme)) {
+            return Ok(None);
+        }
+        let name = t.name(Naming::Hf);
+        if !self.contains(&name) {
+            return Ok(None);
+        }
+        let raw = self.raw(&name)?;
+        let dtype = match raw.dtype {
+            Dtype::F32 => RawDtype::F32,
+            Dtype::F16 => RawDtype::F16,
+            Dtype::BF16 => RawDtype::BF16,
+            _ => return Ok(None),
+        };
+        let want = t.shape(cfg);
+        if raw.shape != want {
+            return Err(Error::tensor(raw.path, name, format!("shape {:?}, expected {want:?}", raw.shape)));
+        }
+        Ok(Some(RawDense { dtype, bytes: raw.data }))
     }
 }
 

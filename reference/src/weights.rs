@@ -112,6 +112,33 @@ impl Tensor {
     }
 }
 
+/// How a dense tensor is stored (little-endian).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RawDtype {
+    F32,
+    F16,
+    BF16,
+}
+
+impl RawDtype {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            RawDtype::F32 => 4,
+            RawDtype::F16 | RawDtype::BF16 => 2,
+        }
+    }
+}
+
+/// A dense tensor's stored bytes, borrowed from the source (a memory-mapped file): what
+/// [`TensorSource::load`] decodes to f32, element for element, undecoded — so a backend can
+/// convert straight to its own storage type without an f32 copy.
+#[derive(Debug, Clone, Copy)]
+pub struct RawDense<'a> {
+    pub dtype: RawDtype,
+    pub bytes: &'a [u8],
+}
+
 /// Anything that can hand out a tensor as f32 with a checked shape.
 pub trait TensorSource {
     /// The f32 data of `t`, after checking its shape is `t.shape(cfg)` (quantized tensors
@@ -123,6 +150,13 @@ pub trait TensorSource {
     fn load_quantized(&mut self, _t: Tensor, _cfg: &Config) -> Result<Option<crate::quant::QuantTensor>> {
         Ok(None)
     }
+
+    /// `t`'s stored bytes when the source holds it dense (F32 / F16 / BF16) with the shape
+    /// `t.shape(cfg)` and [`TensorSource::load`] would return exactly their values; `None`
+    /// otherwise (quantized, generated, or transformed on load), and then `load` is the way.
+    fn load_raw(&mut self, _t: Tensor, _cfg: &Config) -> Result<Option<RawDense<'_>>> {
+        Ok(None)
+    }
 }
 
 impl<T: TensorSource + ?Sized> TensorSource for &mut T {
@@ -131,6 +165,9 @@ impl<T: TensorSource + ?Sized> TensorSource for &mut T {
     }
     fn load_quantized(&mut self, t: Tensor, cfg: &Config) -> Result<Option<crate::quant::QuantTensor>> {
         (**self).load_quantized(t, cfg)
+    }
+    fn load_raw(&mut self, t: Tensor, cfg: &Config) -> Result<Option<RawDense<'_>>> {
+        (**self).load_raw(t, cfg)
     }
 }
 

@@ -87,6 +87,9 @@ impl TensorSource for Source {
     fn load_quantized(&mut self, t: reference::weights::Tensor, cfg: &Config) -> reference::Result<Option<reference::quant::QuantTensor>> {
         self.tensors().load_quantized(t, cfg)
     }
+    fn load_raw(&mut self, t: reference::weights::Tensor, cfg: &Config) -> reference::Result<Option<reference::weights::RawDense<'_>>> {
+        self.tensors().load_raw(t, cfg)
+    }
 }
 
 /// The model family of an opened model.

@@ -8,6 +8,7 @@ use optimized::model::{AttentionImpl, GpuModel};
 use optimized::{Client, Dtype as DevDtype};
 use reference::quant::{quantized_weights, Granularity, QuantizeOnLoad, Scheme};
 use reference::weights::{InMemory, Weights};
+use reference::dequant::GgmlType;
 use reference::{synthetic, Config, Model, Trace};
 
 use crate::{compare, tolerance, Case, Dtype, Op, Outcome};
@@ -19,10 +20,11 @@ pub enum Weightset {
     Tiny(&'static str),
     /// The real SmolLM2-135M-Instruct GGUF (dequantized at load).
     SmolLm2,
-    /// A tiny config written as a Q8_0 GGUF (to a temp file): the reference runs on its
-    /// dequantized weights, the device reads the file and keeps the linear weights as INT8
-    /// groups of 32 (no requantization).
-    TinyQ8Gguf(&'static str),
+    /// A tiny config written as a GGUF of this type (to a temp file): the reference runs on
+    /// its dequantized weights, the device reads the file — Q8_0 linear weights kept as INT8
+    /// groups of 32 (no requantization); F16 converted from the stored bytes to the device
+    /// type (`optimized::upload`).
+    TinyGguf(&'static str, GgmlType),
 }
 
 #[derive(Debug, Clone)]
@@ -56,8 +58,8 @@ fn dev(d: Dtype) -> DevDtype {
 
 fn load(w: &Weightset) -> Result<(Config, Weights), String> {
     match w {
-        Weightset::TinyQ8Gguf(name) => {
-            let l = reference::loader::load(&q8_gguf(name)?).map_err(|e| e.to_string())?;
+        Weightset::TinyGguf(name, ty) => {
+            let l = reference::loader::load(&tiny_gguf(name, *ty)?).map_err(|e| e.to_string())?;
             Ok((l.config, l.weights))
         }
         Weightset::Tiny(name) => {
@@ -73,13 +75,13 @@ fn load(w: &Weightset) -> Result<(Config, Weights), String> {
     }
 }
 
-/// `name` written as a Q8_0 GGUF in the temp dir (once per process and name).
-fn q8_gguf(name: &str) -> Result<std::path::PathBuf, String> {
-    let p = std::env::temp_dir().join(format!("tandem-conformance-{}-{name}-q8_0.gguf", std::process::id()));
+/// `name` written as a GGUF of type `ty` in the temp dir (once per process, name and type).
+fn tiny_gguf(name: &str, ty: GgmlType) -> Result<std::path::PathBuf, String> {
+    let p = std::env::temp_dir().join(format!("tandem-conformance-{}-{name}-{}.gguf", std::process::id(), ty.name().to_lowercase()));
     if !p.exists() {
         let cfg = synthetic::tiny_configs().into_iter().find(|(n, _)| *n == name).map(|(_, c)| c).ok_or(format!("no tiny config {name}"))?;
         let w = synthetic::weights(&cfg, 0).map_err(|e| e.to_string())?;
-        reference::loader::write_gguf(&p, &cfg, &w, reference::dequant::GgmlType::Q8_0).map_err(|e| e.to_string())?;
+        reference::loader::write_gguf(&p, &cfg, &w, ty).map_err(|e| e.to_string())?;
     }
     Ok(p)
 }
@@ -125,21 +127,21 @@ impl ModelCase {
             (Some(b), Some(scheme), _) => {
                 GpuModel::load_with(client.clone(), backend, &mut QuantizeOnLoad { inner: InMemory(b), scheme }, &cfg, dd, ids.len(), self.attention)
             }
-            (_, _, Weightset::TinyQ8Gguf(name)) => {
-                let mut g = reference::gguf::GgufFile::open(&q8_gguf(name)?).map_err(|e| e.to_string())?;
+            (_, _, Weightset::TinyGguf(name, ty)) => {
+                let mut g = reference::gguf::GgufFile::open(&tiny_gguf(name, *ty)?).map_err(|e| e.to_string())?;
                 GpuModel::load_with(client.clone(), backend, &mut g, &cfg, dd, ids.len(), self.attention)
             }
             _ => GpuModel::load_with(client.clone(), backend, &mut InMemory(&reference.weights), &cfg, dd, ids.len(), self.attention),
         }
         .map_err(|e| e.to_string())?;
         gpu.kernels.fused_norms = self.fused_norms;
-        if matches!(self.weights, Weightset::TinyQ8Gguf(_)) && gpu.quant.as_deref() != Some("int8-g32") {
+        if matches!(self.weights, Weightset::TinyGguf(_, GgmlType::Q8_0)) && gpu.quant.as_deref() != Some("int8-g32") {
             return Ok(Outcome::Fail(format!("Q8_0 GGUF: the device model holds {:?}, expected int8-g32 weights", gpu.quant)));
         }
         if self.quant.is_some() && gpu.quant.is_none() {
             return Ok(Outcome::Fail("quantized source, but the device model holds no quantized weight".into()));
         }
-        let quantized = self.quant.is_some() || matches!(self.weights, Weightset::TinyQ8Gguf(_));
+        let quantized = self.quant.is_some() || matches!(self.weights, Weightset::TinyGguf(_, GgmlType::Q8_0));
         let tol = super::model_tolerance(client, Op::Model, self.dtype, quantized, self.prompt, cfg.n_layers);
 
         let mut cache = reference.new_cache();
@@ -192,7 +194,7 @@ impl Case for ModelCase {
         let w = match &self.weights {
             Weightset::Tiny(n) => n.to_string(),
             Weightset::SmolLm2 => "smollm2-135m-gguf".into(),
-            Weightset::TinyQ8Gguf(n) => format!("{n}-q8_0-gguf"),
+            Weightset::TinyGguf(n, ty) => format!("{n}-{}-gguf", ty.name().to_lowercase()),
         };
         let a = match self.attention {
             AttentionImpl::Flash => "paged+flash",
@@ -393,7 +395,7 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     }));
     // A Q8_0 GGUF kept quantized on the device (INT8, groups of 32), Adjacent RoPE layout.
     v.push(Box::new(ModelCase {
-        weights: Weightset::TinyQ8Gguf("tiny-gqa"),
+        weights: Weightset::TinyGguf("tiny-gqa", GgmlType::Q8_0),
         dtype: Dtype::F32,
         prompt: 13,
         decode: 6,
@@ -401,6 +403,18 @@ pub fn cases() -> Vec<Box<dyn Case>> {
         quant: None,
         fused_norms: true,
     }));
+    // An F16 GGUF converted on upload from the stored bytes (no f32 copy) to each 16-bit type.
+    for dtype in [Dtype::F16, Dtype::BF16] {
+        v.push(Box::new(ModelCase {
+            weights: Weightset::TinyGguf("tiny-gqa", GgmlType::F16),
+            dtype,
+            prompt: 13,
+            decode: 6,
+            attention: flash,
+            quant: None,
+            fused_norms: true,
+        }));
+    }
     for dtype in [Dtype::F32, Dtype::BF16] {
         v.push(Box::new(ModelCase { weights: Weightset::SmolLm2, dtype, prompt: 9, decode: 3, attention: flash, quant: None, fused_norms: true }));
     }

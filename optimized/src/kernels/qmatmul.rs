@@ -208,28 +208,29 @@ fn words(bytes: &[u8]) -> Vec<u32> {
     bytes.par_chunks(4).map(|c| c.iter().enumerate().fold(0u32, |w, (i, &b)| w | (b as u32) << (8 * i))).collect()
 }
 
-/// Rows of `in_dim` elements (int8 bytes, or fp4 nibbles 2 per byte, low first), each
-/// permuted by `order` (source index per position). Rows are independent: done over all cores
-/// (a 7B model's weights pass through here at load).
-fn permute_rows(bytes: &[u8], in_dim: usize, order: &[usize], nibbles: bool) -> Vec<u8> {
+/// Where a part's rows go in a stacked weight buffer.
+#[derive(Clone, Copy)]
+enum RowDest {
+    /// Rows `first ..` of the buffer.
+    Stacked(usize),
+    /// Row `2j + which` for the part's row `j` (two parts, rows interleaved).
+    Interleaved(usize),
+}
+
+/// Fills a part's `rows` rows of `row_bytes` each in `out` at `dest`: `fill(j, row j's bytes)`,
+/// rows independent, over all cores (a 7B model's weights pass through here at load).
+fn place_rows(out: &mut [u8], row_bytes: usize, rows: usize, dest: RowDest, fill: impl Fn(usize, &mut [u8]) + Sync) {
     use rayon::prelude::*;
-    if !nibbles {
-        let mut out = vec![0u8; bytes.len()];
-        out.par_chunks_mut(in_dim).zip(bytes.par_chunks(in_dim)).for_each(|(o, row)| {
-            for (d, &i) in o.iter_mut().zip(order) {
-                *d = row[i];
-            }
-        });
-        return out;
-    }
-    let nib = |row: &[u8], i: usize| (row[i / 2] >> (4 * (i % 2))) & 15;
-    let mut out = vec![0u8; bytes.len()];
-    out.par_chunks_mut(in_dim / 2).zip(bytes.par_chunks(in_dim / 2)).for_each(|(o, row)| {
-        for (d, p) in o.iter_mut().zip(order.chunks(2)) {
-            *d = nib(row, p[0]) | nib(row, p[1]) << 4;
+    match dest {
+        RowDest::Stacked(first) => {
+            out[first * row_bytes..(first + rows) * row_bytes].par_chunks_mut(row_bytes).enumerate().for_each(|(j, o)| fill(j, o))
         }
-    });
-    out
+        RowDest::Interleaved(which) => out
+            .par_chunks_mut(2 * row_bytes)
+            .enumerate()
+            .take(rows)
+            .for_each(|(j, pair)| fill(j, &mut pair[which * row_bytes..(which + 1) * row_bytes])),
+    }
 }
 
 impl QWeight {
@@ -259,7 +260,7 @@ impl QWeight {
         let first = parts.first().ok_or_else(|| Error::Shape("qweight: nothing to upload".into()))?;
         let (_, in_dim) = first.dims();
         let mut out = 0;
-        let (mut data, mut sbytes, mut sbits) = (Vec::<u8>::new(), Vec::<u8>::new(), Vec::<u32>::new());
+        let (mut sbytes, mut sbits) = (Vec::<u8>::new(), Vec::<u32>::new());
         let mut format = None;
         for p in parts {
             let (o, i) = p.dims();
@@ -302,38 +303,56 @@ impl QWeight {
             None => QLayout::Rows,
         };
         let tiled = layout == QLayout::Tiles;
-        for p in parts {
+        // Values: each part's rows permuted (tiled order) or copied straight into their place in
+        // one buffer — stacked, or row by row for `interleave` — over all cores.
+        let row_bytes = match format {
+            QFormat::Int8 { .. } => in_dim,
+            QFormat::Mxfp4 => in_dim / 2,
+        };
+        let mut data = vec![0u8; out * row_bytes];
+        let mut first_row = 0;
+        for (k, p) in parts.iter().enumerate() {
+            let rows = p.dims().0;
+            let dest = match interleave {
+                true => RowDest::Interleaved(k),
+                false => RowDest::Stacked(first_row),
+            };
             match p {
                 QuantTensor::Int8(x) => {
-                    let q: Vec<u8> = {
-                        use rayon::prelude::*;
-                        x.q().par_iter().map(|&v| v as u8).collect()
-                    };
-                    if tiled {
-                        data.extend(permute_rows(&q, in_dim, &v2::tile_order(in_dim, 4), false));
-                    } else {
-                        data.extend(q);
-                    }
+                    let order = tiled.then(|| v2::tile_order(in_dim, 4));
+                    place_rows(&mut data, row_bytes, rows, dest, |j, o| {
+                        let row = &x.q()[j * in_dim..(j + 1) * in_dim];
+                        match &order {
+                            Some(order) => o.iter_mut().zip(order).for_each(|(d, &i)| *d = row[i] as u8),
+                            None => o.iter_mut().zip(row).for_each(|(d, &v)| *d = v as u8),
+                        }
+                    });
                     sbits.extend(x.scales().iter().map(|s| s.to_bits()));
                 }
                 QuantTensor::Mxfp4(x) => {
+                    let order = tiled.then(|| v2::tile_order(in_dim, 8));
+                    let nib = |row: &[u8], i: usize| (row[i / 2] >> (4 * (i % 2))) & 15;
+                    place_rows(&mut data, row_bytes, rows, dest, |j, o| {
+                        let row = &x.blocks()[j * row_bytes..(j + 1) * row_bytes];
+                        match &order {
+                            Some(order) => o.iter_mut().zip(order.chunks(2)).for_each(|(d, p)| *d = nib(row, p[0]) | nib(row, p[1]) << 4),
+                            None => o.copy_from_slice(row),
+                        }
+                    });
                     if tiled {
-                        data.extend(permute_rows(x.blocks(), in_dim, &v2::tile_order(in_dim, 8), true));
                         for row in x.scales().chunks(in_dim / 32) {
                             sbytes.extend(v2::tile_scales(row, in_dim));
                         }
                     } else {
-                        data.extend_from_slice(x.blocks());
                         sbytes.extend_from_slice(x.scales());
                     }
                 }
             }
+            first_row += rows;
         }
         if interleave {
-            // Both halves hold `out / 2` rows of equal byte (and scale) lengths.
+            // Both halves hold `out / 2` rows of equal scale lengths.
             let half = out / 2;
-            let (dg, du) = data.split_at(data.len() / 2);
-            data = interleave_row_pairs(dg, du, half)?;
             if format == QFormat::Mxfp4 {
                 let (sg, su) = sbytes.split_at(sbytes.len() / 2);
                 sbytes = interleave_row_pairs(sg, su, half)?;
@@ -349,10 +368,11 @@ impl QWeight {
         // The probe syncs: here, not inside a later graph capture.
         let pairs = tiled && format == QFormat::Mxfp4 && v2::pairs_supported(client);
         let subnormal = tiled && format != QFormat::Mxfp4 && v2::subnormal_supported(client);
-        let w = words(&data);
         // Uploaded once and never written by a kernel (the gemvs may read them ahead of their
-        // wait on the previous kernel: `kernels::pdl`).
-        let data = DeviceTensor::from_u32(client, &w, &[w.len()])?.into_read_only();
+        // wait on the previous kernel: `kernels::pdl`). Little-endian words = the bytes.
+        data.resize(data.len().next_multiple_of(4), 0);
+        let n_words = data.len() / 4;
+        let data = DeviceTensor::from_bytes(client, data, &[n_words], crate::Dtype::F32)?.into_read_only();
         let s = if format == QFormat::Mxfp4 { words(&sbytes) } else { sbits };
         let scales = DeviceTensor::from_u32(client, &s, &[s.len()])?.into_read_only();
         Ok(Self {

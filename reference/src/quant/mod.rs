@@ -196,6 +196,13 @@ impl<S: TensorSource> TensorSource for QuantizeOnLoad<S> {
         let w = self.inner.load(t, cfg)?;
         quantize_tensor(self.scheme, t, cfg, &w).map(Some)
     }
+
+    fn load_raw(&mut self, t: Tensor, cfg: &Config) -> Result<Option<crate::weights::RawDense<'_>>> {
+        match quantizes(self.scheme, t) {
+            true => Ok(None),
+            false => self.inner.load_raw(t, cfg),
+        }
+    }
 }
 
 /// `weights` with every weight [`quantizes`] names replaced by `dequant(quantize(W))` (what a

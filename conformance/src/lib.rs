@@ -67,6 +67,31 @@ impl Report {
         c
     }
 
+    /// Where the run's time went: seconds per (backend, op), most first, then the `slowest`
+    /// slowest cases — for finding what makes a gate long.
+    pub fn timing(&self, slowest: usize) -> String {
+        use std::collections::BTreeMap;
+        let mut per: BTreeMap<(String, String), (f64, usize)> = BTreeMap::new();
+        for r in &self.results {
+            let e = per.entry((r.backend.clone(), format!("{:?}", r.op))).or_default();
+            e.0 += r.millis / 1e3;
+            e.1 += 1;
+        }
+        let mut rows: Vec<_> = per.into_iter().collect();
+        rows.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
+        let total: f64 = rows.iter().map(|r| r.1 .0).sum();
+        let mut s = format!("{:<8} {:<10} {:>6} {:>9} {:>6}\n", "backend", "op", "cases", "seconds", "share");
+        for ((b, op), (secs, n)) in &rows {
+            s += &format!("{b:<8} {op:<10} {n:>6} {secs:>9.1} {:>5.1}%\n", 100.0 * secs / total.max(1e-9));
+        }
+        let mut cases: Vec<&CaseResult> = self.results.iter().collect();
+        cases.sort_by(|a, b| b.millis.total_cmp(&a.millis));
+        for r in cases.into_iter().take(slowest) {
+            s += &format!("slow: [{}] {} {:.2} s\n", r.backend, r.name, r.millis / 1e3);
+        }
+        s
+    }
+
     /// A table: one row per (backend, op) with pass/fail/skip counts and the worst NMSE and
     /// max |Δ| among passes; then every failure and every distinct skip reason.
     pub fn table(&self) -> String {

@@ -129,9 +129,15 @@ pub struct GpuModel {
     pub graph_refused: Option<String>,
 }
 
+use crate::upload::Part;
+
 /// Uploads tensors from a source, counting bytes.
 struct Uploader<'a> {
     client: &'a Client,
+    /// Host buffers the dense weights pass through (reused for the whole load).
+    staging: crate::upload::Staging,
+    /// The gate weight's stored bytes while the up weight is read (`dense_interleaved`).
+    scratch: Vec<u8>,
     src: &'a mut dyn TensorSource,
     cfg: &'a Config,
     bytes: usize,
@@ -153,31 +159,30 @@ struct Uploader<'a> {
 
 impl Uploader<'_> {
     /// The concatenation of `ts` (same column count) as one dense `[Σ rows, cols]` tensor:
-    /// converted from the stored bytes where the source has them (`crate::upload`), else from
-    /// the f32 values it loads.
+    /// converted from the stored bytes where the source has them, else from the f32 values it
+    /// loads, chunk by chunk through reused host buffers (`crate::upload`).
     fn dense(&mut self, ts: &[Tensor], dtype: Dtype) -> Result<DeviceTensor, Error> {
         let mut shape = ts.first().map(|t| t.shape(self.cfg)).unwrap_or_default();
         for t in ts.iter().skip(1) {
             shape[0] += t.shape(self.cfg)[0];
         }
-        let numel: usize = shape.iter().product();
-        self.bytes += numel * dtype.size();
-        let mut bytes = vec![0u8; numel * dtype.size()];
+        let ds = dtype.size();
+        let total = shape.iter().product::<usize>() * ds;
+        self.bytes += total;
+        let handle = self.client.empty(total);
         let mut at = 0;
         for &t in ts {
-            let n = t.shape(self.cfg).iter().product::<usize>() * dtype.size();
-            let out = &mut bytes[at..at + n];
-            match self.src.load_raw(t, self.cfg).map_err(Error::from)? {
-                Some(raw) => crate::upload::convert_into(raw, dtype, out)?,
-                None => {
-                    let data = self.src.load(t, self.cfg).map_err(Error::from)?;
-                    crate::upload::convert_into(f32_raw(&data), dtype, out)?;
-                }
-            }
+            let n = t.shape(self.cfg).iter().product::<usize>() * ds;
+            let part = match self.src.load_raw(t, self.cfg).map_err(Error::from)? {
+                Some(raw) => Part::Raw(raw),
+                None => Part::Values(self.src.load(t, self.cfg).map_err(Error::from)?),
+            };
+            let raw = part.raw();
+            self.staging.write(self.client, &handle, at, n, total, ds, |off, out| crate::upload::convert_range(raw, off / ds, dtype, out))?;
             at += n;
         }
         // Weights: no kernel writes them (the gemvs may read them ahead: `kernels::pdl`).
-        Ok(DeviceTensor::from_bytes(self.client, bytes, &shape, dtype)?.into_read_only())
+        Ok(DeviceTensor { handle, shape, dtype, read_only: true })
     }
 
     /// A linear weight (`ts` stacked by rows): quantized on the device when the source holds
@@ -244,25 +249,42 @@ impl Uploader<'_> {
         if up.shape(self.cfg) != [f, c] {
             return Err(Error::Shape(format!("{up:?} shape {:?} differs from {gate:?}'s [{f}, {c}]", up.shape(self.cfg))));
         }
-        let mut bytes = vec![0u8; 2 * f * c * dtype.size()];
-        for (which, t) in [gate, up].into_iter().enumerate() {
-            match self.src.load_raw(t, self.cfg).map_err(Error::from)? {
-                Some(raw) => crate::upload::interleave_into(which, raw, f, dtype, &mut bytes)?,
-                None => {
-                    let data = self.src.load(t, self.cfg).map_err(Error::from)?;
-                    crate::upload::interleave_into(which, f32_raw(&data), f, dtype, &mut bytes)?;
-                }
+        // The gate's stored bytes wait in a reused buffer while the up weight is read: each
+        // chunk of row pairs then takes rows from both.
+        let gate_dtype = match self.src.load_raw(gate, self.cfg).map_err(Error::from)? {
+            Some(raw) => {
+                stash(&mut self.scratch, raw.bytes);
+                raw.dtype
             }
-        }
-        self.bytes += bytes.len();
-        Ok(DeviceTensor::from_bytes(self.client, bytes, &[2 * f, c], dtype)?.into_read_only())
+            None => {
+                use cubecl::CubeElement;
+                stash(&mut self.scratch, f32::as_bytes(&self.src.load(gate, self.cfg).map_err(Error::from)?));
+                reference::weights::RawDtype::F32
+            }
+        };
+        let part = match self.src.load_raw(up, self.cfg).map_err(Error::from)? {
+            Some(raw) => Part::Raw(raw),
+            None => Part::Values(self.src.load(up, self.cfg).map_err(Error::from)?),
+        };
+        let (g, u) = (reference::weights::RawDense { dtype: gate_dtype, bytes: &self.scratch }, part.raw());
+        let pair = 2 * c * dtype.size();
+        let total = f * pair;
+        let handle = self.client.empty(total);
+        self.staging.write(self.client, &handle, 0, total, total, pair, |off, out| {
+            let (first, rows) = (off / pair, out.len() / pair);
+            crate::upload::interleave_into(0, crate::upload::rows(g, c, first, rows)?, rows, dtype, out)?;
+            crate::upload::interleave_into(1, crate::upload::rows(u, c, first, rows)?, rows, dtype, out)
+        })?;
+        self.bytes += total;
+        Ok(DeviceTensor { handle, shape: vec![2 * f, c], dtype, read_only: true })
     }
 }
 
-/// f32 values as stored bytes (a source without [`TensorSource::load_raw`]).
-fn f32_raw(data: &[f32]) -> reference::weights::RawDense<'_> {
-    use cubecl::CubeElement;
-    reference::weights::RawDense { dtype: reference::weights::RawDtype::F32, bytes: f32::as_bytes(data) }
+/// `bytes` copied into `scratch` (kept between tensors: its pages are touched once), in parallel.
+fn stash(scratch: &mut Vec<u8>, bytes: &[u8]) {
+    use rayon::prelude::*;
+    scratch.resize(bytes.len(), 0);
+    scratch.par_chunks_mut(1 << 20).zip(bytes.par_chunks(1 << 20)).for_each(|(o, s)| o.copy_from_slice(s));
 }
 
 impl GpuModel {
@@ -310,7 +332,7 @@ impl GpuModel {
         let rows_order = kernels.qgemv == QgemvOrder::V1;
         let mma = mma_order.then_some(kernels.mma);
         let attention = kernels.attention;
-        let mut up = Uploader { client: &client, src, cfg, bytes: 0, quant: None, int8_magic, prefetch, mma_order, mma, rows_order };
+        let mut up = Uploader { client: &client, staging: Default::default(), scratch: Vec::new(), src, cfg, bytes: 0, quant: None, int8_magic, prefetch, mma_order, mma, rows_order };
         let tok_embd = up.dense(&[Tensor::TokEmbd], dtype)?;
         let lm_head = if cfg.tied_embeddings { Weight::Dense(tok_embd.clone()) } else { up.linear(&[Tensor::LmHead], dtype)? };
         let mut layers = Vec::with_capacity(cfg.n_layers);

@@ -116,7 +116,7 @@ impl DeviceTensor {
         if numel * dtype.size() != bytes.len() {
             return Err(Error::Shape(format!("{} bytes for shape {shape:?} of {}", bytes.len(), dtype.name())));
         }
-        let handle = client.create(cubecl::bytes::Bytes::from_bytes_vec(bytes));
+        let handle = client.create(crate::upload::bytes_of(bytes));
         Ok(Self { handle, shape: shape.to_vec(), dtype, read_only: false })
     }
 

@@ -6,10 +6,144 @@
 //! [`DeviceTensor::from_f32_as`](crate::DeviceTensor::from_f32_as): decoding to f32 is exact,
 //! and the one rounding (to f16 / bf16, nearest even) is the same call.
 
+use std::mem::MaybeUninit;
+use std::sync::{Arc, Condvar, Mutex};
+
+use cubecl::bytes::{AccessError, AccessPolicy, AllocationController, AllocationProperty, Bytes};
+use cubecl::server::Handle;
 use rayon::prelude::*;
 use reference::weights::{RawDense, RawDtype};
 
-use crate::{Dtype, Error};
+use crate::{Client, Dtype, Error};
+
+/// Bytes per host chunk handed to the device: under the client's pinned-staging limit (so each
+/// chunk is copied into its pinned pool, reused, and sent by DMA) and under glibc's largest
+/// mmap threshold (so a freed chunk's pages stay mapped).
+pub const CHUNK_BYTES: usize = 16 << 20;
+/// Chunks converted ahead of the device's copies before waiting for them (host memory
+/// ~8 × 16 MiB).
+const AHEAD: usize = 8;
+
+/// Host buffers of one load, reused: a chunk handed to the device returns here once the client
+/// has copied it (into its pinned staging), so converting the next chunk overlaps that copy and
+/// no page is touched twice.
+#[derive(Clone, Default)]
+pub struct Staging {
+    pool: Arc<(Mutex<Pool>, Condvar)>,
+}
+
+#[derive(Default)]
+struct Pool {
+    free: Vec<Vec<u8>>,
+    /// Chunks handed to the device and not yet returned.
+    out: usize,
+}
+
+/// A host buffer as cubecl [`Bytes`] without copying it (`Bytes::from_bytes_vec` copies any
+/// `Vec<u8>` to realign it), returned to its [`Staging`] pool when the client drops it.
+struct Owned {
+    buf: Vec<u8>,
+    pool: Option<Arc<(Mutex<Pool>, Condvar)>>,
+}
+
+impl AllocationController for Owned {
+    fn alloc_align(&self) -> usize {
+        // The alignment the pointer actually has (the client only reads through it).
+        1 << (self.buf.as_ptr() as usize).trailing_zeros().min(12)
+    }
+    fn property(&self) -> AllocationProperty {
+        AllocationProperty::Native
+    }
+    unsafe fn memory_mut(&mut self, _policy: AccessPolicy) -> Result<&mut [MaybeUninit<u8>], AccessError> {
+        // SAFETY: initialized u8s viewed as MaybeUninit<u8> (same layout); the caller only
+        // writes initialized data (the trait's contract).
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.buf.as_mut_ptr().cast::<MaybeUninit<u8>>(), self.buf.len()) })
+    }
+    fn memory(&self, _policy: AccessPolicy) -> Result<&[MaybeUninit<u8>], AccessError> {
+        // SAFETY: as above, read-only.
+        Ok(unsafe { std::slice::from_raw_parts(self.buf.as_ptr().cast::<MaybeUninit<u8>>(), self.buf.len()) })
+    }
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        if let Some(pool) = self.pool.take() {
+            let (lock, cv) = &*pool;
+            let mut p = lock.lock().unwrap_or_else(|e| e.into_inner());
+            p.free.push(std::mem::take(&mut self.buf));
+            p.out = p.out.saturating_sub(1);
+            cv.notify_one();
+        }
+    }
+}
+
+/// `buf` as [`Bytes`] without a copy.
+pub fn bytes_of(buf: Vec<u8>) -> Bytes {
+    let len = buf.len();
+    // SAFETY: every one of the `len` bytes of the Vec is initialized.
+    unsafe { Bytes::from_controller(Box::new(Owned { buf, pool: None }), len) }
+}
+
+impl Staging {
+    /// A buffer of `len` bytes (contents unspecified but initialized). While [`AHEAD`] chunks
+    /// are still with the client it waits for one to come back, and if none does (a backend
+    /// that holds written bytes until its queue is flushed) syncs the device, which releases
+    /// them — never blocking on the pool alone.
+    fn take(&self, client: &Client, len: usize) -> Result<Vec<u8>, Error> {
+        let (lock, cv) = &*self.pool;
+        let mut p = lock.lock().unwrap_or_else(|e| e.into_inner());
+        if p.free.is_empty() && p.out >= AHEAD {
+            p = cv.wait_timeout(p, std::time::Duration::from_millis(20)).unwrap_or_else(|e| e.into_inner()).0;
+            if p.free.is_empty() {
+                drop(p);
+                cubecl::future::block_on(client.sync())?;
+                p = lock.lock().unwrap_or_else(|e| e.into_inner());
+            }
+        }
+        p.out += 1;
+        let mut buf = p.free.pop().unwrap_or_default();
+        drop(p);
+        buf.resize(len, 0);
+        Ok(buf)
+    }
+
+    /// Writes `len` bytes at byte `at` of `handle` (a buffer of `total` bytes), chunk by chunk:
+    /// `fill(offset, out)` writes the `out.len()` bytes that start `offset` bytes into the range.
+    /// Chunks hold a whole number of `unit` bytes (≤ [`CHUNK_BYTES`] unless one unit is more).
+    #[allow(clippy::too_many_arguments)]
+    pub fn write(
+        &self,
+        client: &Client,
+        handle: &Handle,
+        at: usize,
+        len: usize,
+        total: usize,
+        unit: usize,
+        mut fill: impl FnMut(usize, &mut [u8]) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        if at + len > total || unit == 0 {
+            return Err(Error::Shape(format!("upload: bytes {at}..{} of a buffer of {total} in units of {unit}", at + len)));
+        }
+        let chunk = (CHUNK_BYTES / unit).max(1) * unit;
+        let mut off = 0;
+        while off < len {
+            let n = chunk.min(len - off);
+            let mut buf = self.take(client, n)?;
+            if let Err(e) = fill(off, &mut buf) {
+                let (lock, _) = &*self.pool;
+                lock.lock().unwrap_or_else(|e| e.into_inner()).out -= 1;
+                return Err(e);
+            }
+            let start = at + off;
+            let dest = handle.clone().offset_start(start as u64).offset_end((total - start - n) as u64);
+            // SAFETY: all `n` bytes of the buffer are initialized (`take` resized it).
+            let bytes = unsafe { Bytes::from_controller(Box::new(Owned { buf, pool: Some(self.pool.clone()) }), n) };
+            client.write(&dest, bytes);
+            off += n;
+        }
+        Ok(())
+    }
+}
 
 /// Elements per parallel chunk (~128–256 KiB of output).
 const CHUNK: usize = 1 << 16;
@@ -58,6 +192,43 @@ pub fn convert_into(src: RawDense<'_>, dtype: Dtype, out: &mut [u8]) -> Result<(
         }
     });
     Ok(())
+}
+
+/// A part of a tensor being uploaded: the source's stored bytes, or f32 values it decoded.
+pub enum Part<'a> {
+    Raw(RawDense<'a>),
+    Values(Vec<f32>),
+}
+
+impl Part<'_> {
+    pub fn raw(&self) -> RawDense<'_> {
+        match self {
+            Part::Raw(r) => *r,
+            Part::Values(v) => {
+                use cubecl::CubeElement;
+                RawDense { dtype: RawDtype::F32, bytes: f32::as_bytes(v) }
+            }
+        }
+    }
+}
+
+/// Elements `first .. first + out.len() / dtype.size()` of `src`, converted into `out`.
+pub fn convert_range(src: RawDense<'_>, first: usize, dtype: Dtype, out: &mut [u8]) -> Result<(), Error> {
+    let si = src.dtype.size();
+    let n = out.len() / dtype.size();
+    let bytes = src.bytes.get(first * si..(first + n) * si).ok_or_else(|| {
+        Error::Shape(format!("convert: elements {first}..{} of a tensor of {}", first + n, src.bytes.len() / si))
+    })?;
+    convert_into(RawDense { dtype: src.dtype, bytes }, dtype, out)
+}
+
+/// Rows `first .. first + rows` of `src` (rows of `n` elements).
+pub fn rows(src: RawDense<'_>, n: usize, first: usize, rows: usize) -> Result<RawDense<'_>, Error> {
+    let si = src.dtype.size();
+    let bytes = src.bytes.get(first * n * si..(first + rows) * n * si).ok_or_else(|| {
+        Error::Shape(format!("upload: rows {first}..{} of {n} elements in a tensor of {} bytes", first + rows, src.bytes.len()))
+    })?;
+    Ok(RawDense { dtype: src.dtype, bytes })
 }
 
 /// Converts one of two `[rows, n]` tensors (`which` = 0 or 1) into the `[2·rows, n]` buffer

@@ -22,6 +22,8 @@ pub struct SeededCase {
     pub params: SamplingParams,
     /// Penalty counts per row (tokens `id`, `3·id`, … seen).
     pub penalties: bool,
+    /// The production launch (row cached in shared memory where it fits) or v1's.
+    pub launch: seeded::Launch,
 }
 
 fn counts(row: usize, v: usize) -> Vec<TokenCount> {
@@ -33,7 +35,8 @@ impl Case for SeededCase {
         Op::Seeded
     }
     fn name(&self) -> String {
-        format!("seeded(R={},V={},{},{}{},f32)", self.rows, self.v, self.pattern_name(), self.name, if self.penalties { ",penalties" } else { "" })
+        let launch = if self.launch == seeded::Launch::V1 { ",v1" } else { "" };
+        format!("seeded(R={},V={},{},{}{}{launch},f32)", self.rows, self.v, self.pattern_name(), self.name, if self.penalties { ",penalties" } else { "" })
     }
     fn run(&self, client: &Client) -> Outcome {
         let (rows, v) = (self.rows, self.v);
@@ -65,7 +68,7 @@ impl Case for SeededCase {
             let params = DeviceTensor::from_u32(client, &words, &[rows, seeded::PARAMS])?;
             let entries = if pen.is_empty() { None } else { Some(DeviceTensor::from_u32(client, &pen, &[pen.len()])?) };
             let out = DeviceTensor::from_u32(client, &vec![0xDEAD_BEEF; rows], &[rows])?;
-            seeded::seeded_into(client, &xd, &params, entries.as_ref().map(|e| (e, pen.len() / 3)), &out)?;
+            seeded::seeded_with(client, &xd, &params, entries.as_ref().map(|e| (e, pen.len() / 3)), &out, self.launch)?;
             let got = out.to_u32(client)?;
             Ok(match compare_ids(&got, &want) {
                 Ok(m) => Outcome::Pass(m),
@@ -83,7 +86,14 @@ impl SeededCase {
 
 /// Every filter alone and combined, greedy rows, penalties, ties, NaN and −∞ rows, at the
 /// models' vocabularies and odd sizes.
+/// Each with the production launch and with v1's.
 pub fn cases() -> Vec<Box<dyn Case>> {
+    let auto = auto_cases();
+    let v1 = auto.iter().map(|c| SeededCase { launch: seeded::Launch::V1, ..c.clone() }).collect::<Vec<_>>();
+    auto.into_iter().chain(v1).map(|c| Box::new(c) as Box<dyn Case>).collect()
+}
+
+fn auto_cases() -> Vec<SeededCase> {
     let d = SamplingParams::default();
     let settings: Vec<(&'static str, SamplingParams)> = vec![
         ("greedy", d.clone()),
@@ -95,19 +105,19 @@ pub fn cases() -> Vec<Box<dyn Case>> {
         ("t=0.5,k=1", SamplingParams { temperature: 0.5, top_k: 1, seed: 6, ..d.clone() }),
         ("t=1,p=0.3", SamplingParams { temperature: 1.0, top_p: 0.3, seed: 7, ..d.clone() }),
     ];
-    let mut v: Vec<Box<dyn Case>> = Vec::new();
+    let mut v: Vec<SeededCase> = Vec::new();
     for (name, params) in &settings {
         for (rows, vocab) in [(3, 97), (2, 1000), (1, 32000), (2, 49152)] {
-            v.push(Box::new(SeededCase { rows, v: vocab, pattern: Pattern::Random, name, params: params.clone(), penalties: false }));
+            v.push(SeededCase { rows, v: vocab, pattern: Pattern::Random, name, params: params.clone(), penalties: false, launch: seeded::Launch::Auto });
         }
         for p in [Pattern::Ties, Pattern::SomeNan, Pattern::NegInf, Pattern::AllEqual, Pattern::AllNan] {
-            v.push(Box::new(SeededCase { rows: 4, v: 257, pattern: p, name, params: params.clone(), penalties: false }));
+            v.push(SeededCase { rows: 4, v: 257, pattern: p, name, params: params.clone(), penalties: false, launch: seeded::Launch::Auto });
         }
     }
     let pen =
         SamplingParams { temperature: 0.9, top_k: 20, repetition_penalty: 1.3, presence_penalty: 0.4, frequency_penalty: 0.3, seed: 9, ..d.clone() };
-    v.push(Box::new(SeededCase { rows: 3, v: 1000, pattern: Pattern::Random, name: "t=0.9,k=20,penalties", params: pen, penalties: true }));
+    v.push(SeededCase { rows: 3, v: 1000, pattern: Pattern::Random, name: "t=0.9,k=20,penalties", params: pen, penalties: true, launch: seeded::Launch::Auto });
     let greedy_pen = SamplingParams { repetition_penalty: 2.0, frequency_penalty: 0.5, ..d };
-    v.push(Box::new(SeededCase { rows: 3, v: 97, pattern: Pattern::Random, name: "greedy,penalties", params: greedy_pen, penalties: true }));
+    v.push(SeededCase { rows: 3, v: 97, pattern: Pattern::Random, name: "greedy,penalties", params: greedy_pen, penalties: true, launch: seeded::Launch::Auto });
     v
 }

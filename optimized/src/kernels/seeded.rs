@@ -3,13 +3,21 @@
 //! sequence instead of a row of logits.
 //!
 //! Versions:
-//! - v1 ([`seeded_v1`]): one cube of [`BLOCK`] units per row. Pass 1 finds the greedy id (and,
+//! - v1 ([`seeded_v1`], launched as [`Launch::V1`]): one cube of [`BLOCK`] units per row. Pass 1 finds the greedy id (and,
 //!   with a temperature, `m = max y`); top-k's τ_k is found by bisection over the f32 order keys
 //!   (32 counting passes: the largest key t with `#{z ⪰ t} ≥ k`), `D` by one summing pass,
 //!   top-p's τ_p by 32 summing passes (the largest t with `Σ_{z ⪰ t} e ≥ p·D`), and a final
 //!   pass takes the allowed id with the largest `y + g`. Rows without top-k / top-p skip those
 //!   passes; a greedy row stops after pass 1. Reductions are shared-memory trees (every
-//!   backend, lavapipe included). Ties and NaN as the reference.
+//!   backend, lavapipe included). Ties and NaN as the reference. Every pass after the first
+//!   reads the row again: from global memory (L2) in v1 — a latency-bound loop of V / 256
+//!   dependent loads per unit and pass, ~21 µs a pass at V = 32,000 on an H200, so top-p's 65
+//!   passes cost ~1.9 ms a token (generate at 35% of bench, session 14).
+//! - cached launch ([`Launch::Auto`], the default): the same kernel with [`BLOCK_CACHED`]
+//!   units and, where the row fits in the cube's shared memory next to the reductions (V ≤
+//!   ~54,000 on an H100/H200: Llama, Mistral, SmolLM2), pass 1 keeping the row there, so the
+//!   bisection passes read shared memory; same equations and the same sum structure (per-unit
+//!   partial sums, then a tree), so only the unit count changes the rounding.
 //! - penalties v1 ([`penalties_v1`]): one unit per listed (row, id) entry, in place on the
 //!   logits, before the draw.
 //!
@@ -29,8 +37,21 @@ use reference::sampling::SamplingParams;
 /// min_p (bits), the row key of seed and counter, the logits row to read, repetition,
 /// presence and frequency penalties (bits), 3 unused.
 pub const PARAMS: usize = 12;
-/// Units per cube (capped by the device).
+/// Units per cube of the v1 launch (capped by the device).
 pub const BLOCK: u32 = 256;
+/// Units per cube of the cached launch (capped by the device).
+pub const BLOCK_CACHED: u32 = 1024;
+
+/// How [`seeded_with`] launches the draw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Launch {
+    /// [`BLOCK`] units, every pass from global memory.
+    V1,
+    /// [`BLOCK_CACHED`] units, the row kept in shared memory where it fits (else as v1 but
+    /// with the larger cube).
+    #[default]
+    Auto,
+}
 
 /// The parameter words of one row (`logits_row`: which row of the logits it samples).
 pub fn param_words(p: &SamplingParams, counter: u64, logits_row: usize) -> [u32; PARAMS] {
@@ -147,6 +168,16 @@ fn block_best(v: f32, i: u32, tid: usize, units: usize, #[comptime] block: usize
     r
 }
 
+/// Element `i` of the row: from the shared copy when `cache` > 0, else from global memory.
+#[cube]
+fn row_at(z: &[f32], zs: &Shared<[f32]>, base: usize, i: usize, #[comptime] cache: usize) -> f32 {
+    if comptime!(cache > 0) {
+        zs[i]
+    } else {
+        z[base + i]
+    }
+}
+
 /// `e_i = exp(y_i − m)` for a finite `y_i`, else 0 (as the reference).
 #[cube]
 fn weight(z: f32, temp: f32, m: f32) -> f32 {
@@ -159,9 +190,20 @@ fn weight(z: f32, temp: f32, m: f32) -> f32 {
 }
 
 /// v1 kernel: row `r` of `params` samples logits row `params[r·PARAMS + 5]` into `out[r]`.
+/// `cache` > 0 (= V): pass 1 copies the row into shared memory and the later passes read it
+/// there.
 #[allow(clippy::too_many_arguments)]
 #[cube(launch)]
-pub fn seeded_v1(z: &[f32], params: &[u32], out: &mut [u32], rows: u32, v: u32, #[comptime] block: usize, #[comptime] pdl: bool) {
+pub fn seeded_v1(
+    z: &[f32],
+    params: &[u32],
+    out: &mut [u32],
+    rows: u32,
+    v: u32,
+    #[comptime] block: usize,
+    #[comptime] cache: usize,
+    #[comptime] pdl: bool,
+) {
     await_predecessor(pdl);
     let r = CUBE_POS;
     if r < rows as usize {
@@ -177,8 +219,9 @@ pub fn seeded_v1(z: &[f32], params: &[u32], out: &mut [u32], rows: u32, v: u32, 
         let key = params[p + 4];
         let base = params[p + 5] as usize * n;
         let neg = f32::new(-3.4028235e38);
+        let mut zs = Shared::<[f32]>::new_slice(comptime!(if cache > 0 { cache } else { 1 }));
 
-        // Pass 1: the greedy id; the non-NaN count; max y.
+        // Pass 1: the greedy id; the non-NaN count; max y (and the row into `zs`).
         let mut bv = f32::new(0.0);
         let mut bi = 4294967295u32; // none
         let mut valid = 0u32;
@@ -187,6 +230,9 @@ pub fn seeded_v1(z: &[f32], params: &[u32], out: &mut [u32], rows: u32, v: u32, 
         let mut i = tid;
         while i < n {
             let x = z[base + i];
+            if comptime!(cache > 0) {
+                zs[i] = x;
+            }
             if !x.is_nan() {
                 valid += 1u32;
                 if bi == none || x > bv {
@@ -228,7 +274,7 @@ pub fn seeded_v1(z: &[f32], params: &[u32], out: &mut [u32], rows: u32, v: u32, 
                     let mut c = 0u32;
                     let mut i = tid;
                     while i < n {
-                        let x = z[base + i];
+                        let x = row_at(z, &zs, base, i, cache);
                         if !x.is_nan() && order_key(x) >= cand {
                             c += 1u32;
                         }
@@ -245,7 +291,7 @@ pub fn seeded_v1(z: &[f32], params: &[u32], out: &mut [u32], rows: u32, v: u32, 
                 let mut d = f32::new(0.0);
                 let mut i = tid;
                 while i < n {
-                    let x = z[base + i];
+                    let x = row_at(z, &zs, base, i, cache);
                     if !x.is_nan() && order_key(x) >= tk {
                         d += weight(x, temp, m);
                     }
@@ -260,7 +306,7 @@ pub fn seeded_v1(z: &[f32], params: &[u32], out: &mut [u32], rows: u32, v: u32, 
                     let mut s = f32::new(0.0);
                     let mut i = tid;
                     while i < n {
-                        let x = z[base + i];
+                        let x = row_at(z, &zs, base, i, cache);
                         if !x.is_nan() && order_key(x) >= tk && order_key(x) >= cand {
                             s += weight(x, temp, m);
                         }
@@ -277,7 +323,7 @@ pub fn seeded_v1(z: &[f32], params: &[u32], out: &mut [u32], rows: u32, v: u32, 
             let mut si = 4294967295u32; // none
             let mut i = tid;
             while i < n {
-                let x = z[base + i];
+                let x = row_at(z, &zs, base, i, cache);
                 if !x.is_nan() && order_key(x) >= thr {
                     let e = weight(x, temp, m);
                     let y = x / temp;
@@ -336,6 +382,31 @@ pub fn penalties_v1(z: &mut [f32], params: &[u32], entries: &[u32], count: u32, 
     }
 }
 
+/// Shared words per unit the kernel's reductions take: ten arrays of `block` words (three
+/// best-pair reductions of two arrays, four sums of one), each call site its own.
+const SCRATCH_WORDS: usize = 10;
+
+/// (units, cached elements) of a launch: v1 as given; otherwise the largest cube (≤ `units`,
+/// ≥ 256 units) whose reductions leave room for the whole row in `shared` bytes, else `units`
+/// (or fewer, to fit the reductions) without the cache.
+fn launch_shape(units: u32, v: usize, launch: Launch, shared: usize) -> (u32, usize) {
+    let fits = |b: u32, cached: usize| (SCRATCH_WORDS * b as usize + cached) * 4 + 1024 <= shared;
+    if launch == Launch::Auto {
+        let mut b = units;
+        while b >= BLOCK.min(units) && b > 0 {
+            if fits(b, v) {
+                return (b, v);
+            }
+            b /= 2;
+        }
+    }
+    let mut b = units;
+    while b > 32 && !fits(b, 0) {
+        b /= 2;
+    }
+    (b, 0)
+}
+
 /// Draw one id per row of `params` (`[rows, PARAMS]` u32) from `logits` (`[R, V]` f32) into
 /// `out` (`rows` u32), after applying `penalties` (`[E, 3]` u32 entries, or `None`).
 pub fn seeded_into(
@@ -344,6 +415,18 @@ pub fn seeded_into(
     params: &DeviceTensor,
     penalties: Option<(&DeviceTensor, usize)>,
     out: &DeviceTensor,
+) -> Result<(), Error> {
+    seeded_with(client, logits, params, penalties, out, Launch::Auto)
+}
+
+/// [`seeded_into`] with a chosen launch.
+pub fn seeded_with(
+    client: &Client,
+    logits: &DeviceTensor,
+    params: &DeviceTensor,
+    penalties: Option<(&DeviceTensor, usize)>,
+    out: &DeviceTensor,
+    launch: Launch,
 ) -> Result<(), Error> {
     let v = *logits.shape.last().ok_or_else(|| Error::Shape("seeded: logits have no axes".into()))?;
     if logits.dtype != Dtype::F32 || v == 0 {
@@ -372,7 +455,8 @@ pub fn seeded_into(
         }
     }
     let hw = &client.properties().hardware;
-    let block = prev_pow2(BLOCK.min(hw.max_units_per_cube).min(hw.max_cube_dim.0));
+    let units = prev_pow2(if launch == Launch::V1 { BLOCK } else { BLOCK_CACHED }.min(hw.max_units_per_cube).min(hw.max_cube_dim.0));
+    let (block, cache) = launch_shape(units, v, launch, hw.max_shared_memory_size);
     let count = CubeCountSelection::new(client, rows as u32).cube_count();
     let pdl = super::pdl::enabled(client);
     unsafe {
@@ -386,8 +470,28 @@ pub fn seeded_into(
             rows as u32,
             v32,
             block as usize,
+            cache,
             pdl,
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn launch_shape_keeps_the_row_where_it_fits() {
+        let h200 = 232_448;
+        assert_eq!(launch_shape(1024, 32_000, Launch::Auto, h200), (1024, 32_000));
+        // SmolLM2: the row fits beside a cube of 512 units, not of 1024.
+        assert_eq!(launch_shape(1024, 49_152, Launch::Auto, h200), (512, 49_152));
+        // GPT-OSS's vocabulary does not fit: 1024 units, global reads.
+        assert_eq!(launch_shape(1024, 201_088, Launch::Auto, h200), (1024, 0));
+        assert_eq!(launch_shape(256, 32_000, Launch::V1, h200), (256, 0));
+        // lavapipe's 32 KiB: fewer units so the reductions fit.
+        assert_eq!(launch_shape(1024, 97, Launch::Auto, 32_768), (512, 97));
+        assert_eq!(launch_shape(1024, 32_000, Launch::Auto, 32_768), (512, 0));
+    }
 }

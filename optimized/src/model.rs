@@ -332,7 +332,20 @@ impl GpuModel {
         let rows_order = kernels.qgemv == QgemvOrder::V1;
         let mma = mma_order.then_some(kernels.mma);
         let attention = kernels.attention;
-        let mut up = Uploader { client: &client, staging: Default::default(), scratch: Vec::new(), src, cfg, bytes: 0, quant: None, int8_magic, prefetch, mma_order, mma, rows_order };
+        let mut up = Uploader {
+            client: &client,
+            staging: Default::default(),
+            scratch: Vec::new(),
+            src,
+            cfg,
+            bytes: 0,
+            quant: None,
+            int8_magic,
+            prefetch,
+            mma_order,
+            mma,
+            rows_order,
+        };
         let tok_embd = up.dense(&[Tensor::TokEmbd], dtype)?;
         let lm_head = if cfg.tied_embeddings { Weight::Dense(tok_embd.clone()) } else { up.linear(&[Tensor::LmHead], dtype)? };
         let mut layers = Vec::with_capacity(cfg.n_layers);

@@ -174,13 +174,7 @@ fn same(from: RawDtype, to: Dtype) -> bool {
 pub fn convert_into(src: RawDense<'_>, dtype: Dtype, out: &mut [u8]) -> Result<(), Error> {
     let (si, di) = (src.dtype.size(), dtype.size());
     if src.bytes.len() % si != 0 || out.len() != src.bytes.len() / si * di {
-        return Err(Error::Shape(format!(
-            "convert: {} bytes of {:?} into {} bytes of {}",
-            src.bytes.len(),
-            src.dtype,
-            out.len(),
-            dtype.name()
-        )));
+        return Err(Error::Shape(format!("convert: {} bytes of {:?} into {} bytes of {}", src.bytes.len(), src.dtype, out.len(), dtype.name())));
     }
     if same(src.dtype, dtype) {
         out.par_chunks_mut(CHUNK * di).zip(src.bytes.par_chunks(CHUNK * si)).for_each(|(o, s)| o.copy_from_slice(s));
@@ -216,18 +210,20 @@ impl Part<'_> {
 pub fn convert_range(src: RawDense<'_>, first: usize, dtype: Dtype, out: &mut [u8]) -> Result<(), Error> {
     let si = src.dtype.size();
     let n = out.len() / dtype.size();
-    let bytes = src.bytes.get(first * si..(first + n) * si).ok_or_else(|| {
-        Error::Shape(format!("convert: elements {first}..{} of a tensor of {}", first + n, src.bytes.len() / si))
-    })?;
+    let bytes = src
+        .bytes
+        .get(first * si..(first + n) * si)
+        .ok_or_else(|| Error::Shape(format!("convert: elements {first}..{} of a tensor of {}", first + n, src.bytes.len() / si)))?;
     convert_into(RawDense { dtype: src.dtype, bytes }, dtype, out)
 }
 
 /// Rows `first .. first + rows` of `src` (rows of `n` elements).
 pub fn rows(src: RawDense<'_>, n: usize, first: usize, rows: usize) -> Result<RawDense<'_>, Error> {
     let si = src.dtype.size();
-    let bytes = src.bytes.get(first * n * si..(first + rows) * n * si).ok_or_else(|| {
-        Error::Shape(format!("upload: rows {first}..{} of {n} elements in a tensor of {} bytes", first + rows, src.bytes.len()))
-    })?;
+    let bytes = src
+        .bytes
+        .get(first * n * si..(first + rows) * n * si)
+        .ok_or_else(|| Error::Shape(format!("upload: rows {first}..{} of {n} elements in a tensor of {} bytes", first + rows, src.bytes.len())))?;
     Ok(RawDense { dtype: src.dtype, bytes })
 }
 

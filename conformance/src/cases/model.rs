@@ -6,9 +6,9 @@
 use ndarray::Axis;
 use optimized::model::{AttentionImpl, GpuModel};
 use optimized::{Client, Dtype as DevDtype};
+use reference::dequant::GgmlType;
 use reference::quant::{quantized_weights, Granularity, QuantizeOnLoad, Scheme};
 use reference::weights::{InMemory, Weights};
-use reference::dequant::GgmlType;
 use reference::{synthetic, Config, Model, Trace};
 
 use crate::{compare, tolerance, Case, Dtype, Op, Outcome};

@@ -36,7 +36,14 @@ impl Case for SeededCase {
     }
     fn name(&self) -> String {
         let launch = if self.launch == seeded::Launch::V1 { ",v1" } else { "" };
-        format!("seeded(R={},V={},{},{}{}{launch},f32)", self.rows, self.v, self.pattern_name(), self.name, if self.penalties { ",penalties" } else { "" })
+        format!(
+            "seeded(R={},V={},{},{}{}{launch},f32)",
+            self.rows,
+            self.v,
+            self.pattern_name(),
+            self.name,
+            if self.penalties { ",penalties" } else { "" }
+        )
     }
     fn run(&self, client: &Client) -> Outcome {
         let (rows, v) = (self.rows, self.v);
@@ -108,7 +115,15 @@ fn auto_cases() -> Vec<SeededCase> {
     let mut v: Vec<SeededCase> = Vec::new();
     for (name, params) in &settings {
         for (rows, vocab) in [(3, 97), (2, 1000), (1, 32000), (2, 49152)] {
-            v.push(SeededCase { rows, v: vocab, pattern: Pattern::Random, name, params: params.clone(), penalties: false, launch: seeded::Launch::Auto });
+            v.push(SeededCase {
+                rows,
+                v: vocab,
+                pattern: Pattern::Random,
+                name,
+                params: params.clone(),
+                penalties: false,
+                launch: seeded::Launch::Auto,
+            });
         }
         for p in [Pattern::Ties, Pattern::SomeNan, Pattern::NegInf, Pattern::AllEqual, Pattern::AllNan] {
             v.push(SeededCase { rows: 4, v: 257, pattern: p, name, params: params.clone(), penalties: false, launch: seeded::Launch::Auto });
@@ -116,8 +131,24 @@ fn auto_cases() -> Vec<SeededCase> {
     }
     let pen =
         SamplingParams { temperature: 0.9, top_k: 20, repetition_penalty: 1.3, presence_penalty: 0.4, frequency_penalty: 0.3, seed: 9, ..d.clone() };
-    v.push(SeededCase { rows: 3, v: 1000, pattern: Pattern::Random, name: "t=0.9,k=20,penalties", params: pen, penalties: true, launch: seeded::Launch::Auto });
+    v.push(SeededCase {
+        rows: 3,
+        v: 1000,
+        pattern: Pattern::Random,
+        name: "t=0.9,k=20,penalties",
+        params: pen,
+        penalties: true,
+        launch: seeded::Launch::Auto,
+    });
     let greedy_pen = SamplingParams { repetition_penalty: 2.0, frequency_penalty: 0.5, ..d };
-    v.push(SeededCase { rows: 3, v: 97, pattern: Pattern::Random, name: "greedy,penalties", params: greedy_pen, penalties: true, launch: seeded::Launch::Auto });
+    v.push(SeededCase {
+        rows: 3,
+        v: 97,
+        pattern: Pattern::Random,
+        name: "greedy,penalties",
+        params: greedy_pen,
+        penalties: true,
+        launch: seeded::Launch::Auto,
+    });
     v
 }

@@ -127,6 +127,17 @@ pub struct GpuModel {
     pub(crate) graph: Option<DecodeGraph>,
     /// Why graphs are not used, once a capture was refused (then steps run eagerly).
     pub graph_refused: Option<String>,
+    /// Where [`GpuModel::load_observed`]'s time went.
+    pub load_times: LoadTimes,
+}
+
+/// Seconds of a load: reading, converting and handing every weight to the device; waiting for
+/// the copies still queued; the RoPE tables and the KV cache.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LoadTimes {
+    pub submitted: f64,
+    pub drained: f64,
+    pub cache: f64,
 }
 
 use crate::upload::Part;
@@ -332,6 +343,7 @@ impl GpuModel {
         let rows_order = kernels.qgemv == QgemvOrder::V1;
         let mma = mma_order.then_some(kernels.mma);
         let attention = kernels.attention;
+        let t0 = std::time::Instant::now();
         let mut up = Uploader {
             client: &client,
             staging: Default::default(),
@@ -365,9 +377,11 @@ impl GpuModel {
         }
         let out_norm = up.dense(&[Tensor::OutNorm], Dtype::F32)?;
         let (bytes, quant) = (up.bytes, up.quant.take());
+        let submitted = t0.elapsed().as_secs_f64();
         // Loaded means on the device: the copies still queued finish here (and any failure
         // surfaces now, not in the first step).
         cubecl::future::block_on(client.sync())?;
+        let drained = t0.elapsed().as_secs_f64();
         let stream_bytes =
             layers.iter().map(|l| l.wqkv.bytes() + l.wo.bytes() + l.w_gate_up.bytes() + l.w_down.bytes()).sum::<usize>() + lm_head.bytes();
         let capacity = capacity.clamp(1, cfg.max_ctx);
@@ -385,7 +399,9 @@ impl GpuModel {
                 KvStore::Paged { cache, seq, tables: None }
             }
         };
+        let load_times = LoadTimes { submitted, drained: drained - submitted, cache: t0.elapsed().as_secs_f64() - drained };
         Ok(GpuModel {
+            load_times,
             client,
             backend,
             config: cfg.clone(),

@@ -173,7 +173,7 @@ fn same(from: RawDtype, to: Dtype) -> bool {
 /// `out.len()` must be the element count times `dtype.size()`.
 pub fn convert_into(src: RawDense<'_>, dtype: Dtype, out: &mut [u8]) -> Result<(), Error> {
     let (si, di) = (src.dtype.size(), dtype.size());
-    if src.bytes.len() % si != 0 || out.len() != src.bytes.len() / si * di {
+    if !src.bytes.len().is_multiple_of(si) || out.len() != src.bytes.len() / si * di {
         return Err(Error::Shape(format!("convert: {} bytes of {:?} into {} bytes of {}", src.bytes.len(), src.dtype, out.len(), dtype.name())));
     }
     if same(src.dtype, dtype) {

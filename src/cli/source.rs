@@ -307,6 +307,8 @@ impl Opened {
             &mut |done, exp| bar.update(done, exp),
         )?;
         bar.finish(m.weight_bytes);
+        let t = m.load_times;
+        eprintln!("  load: weights read, converted and queued {:.2} s, copies drained {:.2} s, RoPE tables + KV cache {:.2} s", t.submitted, t.drained, t.cache);
         Ok(m)
     }
 

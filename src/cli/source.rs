@@ -308,7 +308,10 @@ impl Opened {
         )?;
         bar.finish(m.weight_bytes);
         let t = m.load_times;
-        eprintln!("  load: weights read, converted and queued {:.2} s, copies drained {:.2} s, RoPE tables + KV cache {:.2} s", t.submitted, t.drained, t.cache);
+        eprintln!(
+            "  load: weights read, converted and queued {:.2} s, copies drained {:.2} s, RoPE tables + KV cache {:.2} s",
+            t.submitted, t.drained, t.cache
+        );
         Ok(m)
     }
 

@@ -100,6 +100,12 @@ fn top2_margin(row: &[f32]) -> f32 {
 }
 
 impl ModelCase {
+    /// The production path: 13 prompt tokens then 6 decode steps, paged cache + flash
+    /// attention, dense weights, fused norms.
+    fn standard(weights: Weightset, dtype: Dtype) -> Self {
+        ModelCase { weights, dtype, prompt: 13, decode: 6, attention: AttentionImpl::Flash, quant: None, fused_norms: true }
+    }
+
     fn body(&self, client: &Client) -> Result<Outcome, String> {
         let dd = dev(self.dtype);
         if !dd.supported(client) {
@@ -307,15 +313,7 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     let (flash, naive) = (AttentionImpl::Flash, AttentionImpl::Naive);
     for (name, _) in synthetic::tiny_configs() {
         for dtype in [Dtype::F32, Dtype::F16, Dtype::BF16] {
-            v.push(Box::new(ModelCase {
-                weights: Weightset::Tiny(name),
-                dtype,
-                prompt: 13,
-                decode: 6,
-                attention: flash,
-                quant: None,
-                fused_norms: true,
-            }));
+            v.push(Box::new(ModelCase::standard(Weightset::Tiny(name), dtype)));
         }
         // The v1 path stays covered (f32).
         v.push(Box::new(ModelCase {
@@ -405,15 +403,7 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     }));
     // An F16 GGUF converted on upload from the stored bytes (no f32 copy) to each 16-bit type.
     for dtype in [Dtype::F16, Dtype::BF16] {
-        v.push(Box::new(ModelCase {
-            weights: Weightset::TinyGguf("tiny-gqa", GgmlType::F16),
-            dtype,
-            prompt: 13,
-            decode: 6,
-            attention: flash,
-            quant: None,
-            fused_norms: true,
-        }));
+        v.push(Box::new(ModelCase::standard(Weightset::TinyGguf("tiny-gqa", GgmlType::F16), dtype)));
     }
     for dtype in [Dtype::F32, Dtype::BF16] {
         v.push(Box::new(ModelCase { weights: Weightset::SmolLm2, dtype, prompt: 9, decode: 3, attention: flash, quant: None, fused_norms: true }));

@@ -262,17 +262,12 @@ impl Uploader<'_> {
         }
         // The gate's stored bytes wait in a reused buffer while the up weight is read: each
         // chunk of row pairs then takes rows from both.
-        let gate_dtype = match self.src.load_raw(gate, self.cfg).map_err(Error::from)? {
-            Some(raw) => {
-                stash(&mut self.scratch, raw.bytes);
-                raw.dtype
-            }
-            None => {
-                use cubecl::CubeElement;
-                stash(&mut self.scratch, f32::as_bytes(&self.src.load(gate, self.cfg).map_err(Error::from)?));
-                reference::weights::RawDtype::F32
-            }
+        let part = match self.src.load_raw(gate, self.cfg).map_err(Error::from)? {
+            Some(raw) => Part::Raw(raw),
+            None => Part::Values(self.src.load(gate, self.cfg).map_err(Error::from)?),
         };
+        let gate_dtype = part.raw().dtype;
+        stash(&mut self.scratch, part.raw().bytes);
         let part = match self.src.load_raw(up, self.cfg).map_err(Error::from)? {
             Some(raw) => Part::Raw(raw),
             None => Part::Values(self.src.load(up, self.cfg).map_err(Error::from)?),

@@ -91,21 +91,13 @@ impl DeviceTensor {
         if numel != data.len() {
             return Err(Error::Shape(format!("{} values for shape {shape:?} ({numel} elements)", data.len())));
         }
-        use rayon::prelude::*;
-        // Converted over all cores: a 7B model's weights pass through here.
-        let mut bytes = vec![0u8; data.len() * 2];
-        let mut conv = |f: fn(f32) -> [u8; 2]| {
-            bytes.par_chunks_mut(1 << 16).zip(data.par_chunks(1 << 15)).for_each(|(out, x)| {
-                for (o, &v) in out.chunks_exact_mut(2).zip(x) {
-                    o.copy_from_slice(&f(v));
-                }
-            })
-        };
-        match dtype {
-            Dtype::F32 => return Self::from_f32(client, data, shape),
-            Dtype::F16 => conv(|x| half::f16::from_f32(x).to_le_bytes()),
-            Dtype::BF16 => conv(|x| half::bf16::from_f32(x).to_le_bytes()),
+        if dtype == Dtype::F32 {
+            return Self::from_f32(client, data, shape);
         }
+        // Converted over all cores: a 7B model's weights pass through here.
+        let mut bytes = vec![0u8; data.len() * dtype.size()];
+        let raw = reference::weights::RawDense { dtype: reference::weights::RawDtype::F32, bytes: f32::as_bytes(data) };
+        crate::upload::convert_into(raw, dtype, &mut bytes)?;
         Self::from_bytes(client, bytes, shape, dtype)
     }
 

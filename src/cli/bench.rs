@@ -185,8 +185,7 @@ fn run_gate(backend: optimized::Backend) -> Result<String> {
     let t = Instant::now();
     let report = conformance::run_cases_with(&conformance::cases::all(), &[backend], &mut super::progress::cases(t));
     let (p, f, k) = report.count();
-    // Case time per op (summed over cases; cases run concurrently, so it can exceed the wall
-    // time) and the slowest cases: what to cut when the gate is too long.
+    // Case time per op and the slowest cases: what to cut when the gate is too long.
     print!("{}", report.timing(8));
     if f > 0 || p == 0 {
         return Err(CliError::Gpu(format!("refusing to benchmark: the conformance suite did not pass on {backend} in this run\n{}", report.table())));

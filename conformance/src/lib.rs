@@ -36,6 +36,11 @@ pub trait Case: Send + Sync {
     fn name(&self) -> String;
     /// Run on `client`: compute the reference, run the kernel (outputs poisoned first), compare.
     fn run(&self, client: &Client) -> Outcome;
+    /// Whether the case tests a kernel choice production never makes (a `lab` case: run only
+    /// by a `--features lab` build; `cases::is_lab` marks others by name).
+    fn lab(&self) -> bool {
+        false
+    }
 }
 
 /// One line of a report.
@@ -166,6 +171,49 @@ pub fn run_cases_with(cases: &[Box<dyn Case>], backends: &[Backend], progress: &
         }
     }
     report
+}
+
+/// Run the cases of `cases` whose index `pick` accepts on `backend`, calling `done(index,
+/// result)` after each (a shard of a run spread over processes: [`result_line`]).
+pub fn run_indexed(cases: &[Box<dyn Case>], backend: Backend, pick: impl Fn(usize) -> bool, done: &mut dyn FnMut(usize, &CaseResult)) {
+    let client = optimized::client(backend);
+    for (i, c) in cases.iter().enumerate().filter(|(i, _)| pick(*i)) {
+        let t = Instant::now();
+        let outcome = match &client {
+            Ok(cl) => run_guarded(c.as_ref(), cl),
+            Err(e) => Outcome::Skip(format!("runtime unavailable: {e}")),
+        };
+        let r = CaseResult { backend: backend.to_string(), op: c.op(), name: c.name(), outcome, millis: t.elapsed().as_secs_f64() * 1e3 };
+        done(i, &r);
+    }
+}
+
+/// One result as a line of text, for a run whose shards are other processes of the same
+/// binary (which index the same case list): `index, pass|fail|skip, millis, NMSE, max |Δ|,
+/// n, message` separated by tabs (tabs and newlines in the message become spaces).
+pub fn result_line(index: usize, r: &CaseResult) -> String {
+    let clean = |m: &str| m.replace(['\t', '\n', '\r'], " ");
+    let (kind, m, msg) = match &r.outcome {
+        Outcome::Pass(m) => ("pass", *m, String::new()),
+        Outcome::Fail(why) => ("fail", Metrics::default(), clean(why)),
+        Outcome::Skip(why) => ("skip", Metrics::default(), clean(why)),
+    };
+    format!("{index}\t{kind}\t{}\t{:e}\t{:e}\t{}\t{msg}", r.millis, m.nmse, m.max_abs, m.n)
+}
+
+/// The (index, outcome, millis) of a [`result_line`]; `None` for a line that is not one (e.g.
+/// cut short by a process that died while writing it).
+pub fn parse_result_line(line: &str) -> Option<(usize, Outcome, f64)> {
+    let f: Vec<&str> = line.splitn(7, '\t').collect();
+    let [index, kind, millis, nmse, max_abs, n, msg] = f[..] else { return None };
+    let (index, millis) = (index.parse().ok()?, millis.parse().ok()?);
+    let outcome = match kind {
+        "pass" => Outcome::Pass(Metrics { nmse: nmse.parse().ok()?, max_abs: max_abs.parse().ok()?, n: n.parse().ok()? }),
+        "fail" => Outcome::Fail(msg.to_string()),
+        "skip" => Outcome::Skip(msg.to_string()),
+        _ => return None,
+    };
+    Some((index, outcome, millis))
 }
 
 /// A panic inside a case is a failure of that case, not of the whole run.

@@ -147,8 +147,46 @@ fn parse_prefetch(v: &str) -> Option<Option<Prefetch>> {
 }
 
 impl KernelConfig {
-    /// The configuration of a spec (module doc); errors name the bad part.
+    /// The configuration of a spec (module doc); errors name the bad part. A lab choice
+    /// ([`Self::lab_choice`]) is an error in a build without the `lab` feature: its kernels'
+    /// conformance cases run only there.
     pub fn parse(spec: &str) -> Result<Self, Error> {
+        let k = Self::parse_any(spec)?;
+        match k.lab_choice() {
+            Some(what) if !crate::kernels::lab::ENABLED => Err(Error::Config(format!(
+                "kernel config `{spec}`: {what} is a lab choice (it measured slower; docs/perf-journal.md), and its conformance cases run only in a build with `--features lab`"
+            ))),
+            _ => Ok(k),
+        }
+    }
+
+    /// The choice of this configuration that production never makes and the default gate does
+    /// not cover (`qgemv=v4`, `mma=…`, `prefetch=wx|pipelined|asyncN` other than v5's default
+    /// ring, `rpg=` other than 4, `small=…`), named as in the spec; `None` for a production one.
+    pub fn lab_choice(&self) -> Option<String> {
+        let d = KernelConfig::default();
+        if self.qgemv == QgemvOrder::V4 {
+            return Some("`qgemv=v4` (gemv v4 on the tensor cores)".into());
+        }
+        if self.mma != d.mma {
+            return Some("`mma=…` (gemv v4's launch)".into());
+        }
+        match self.prefetch {
+            Some(p @ (Prefetch::WX | Prefetch::Pipelined)) => return Some(format!("`prefetch={}`", prefetch_name(p))),
+            Some(Prefetch::Async(n)) if n != crate::kernels::qmatmul::V5_STAGES => return Some(format!("`prefetch=async{n}`")),
+            _ => {}
+        }
+        if self.launch.rpg.is_some_and(|r| r != crate::kernels::qmatmul::QGEMV_RPG) {
+            return Some(format!("`rpg={}`", self.launch.rpg.unwrap_or_default()));
+        }
+        if self.launch.small.is_some() {
+            return Some("`small=…` (deeper v5 rings for small weights)".into());
+        }
+        None
+    }
+
+    /// [`Self::parse`] without refusing lab choices.
+    fn parse_any(spec: &str) -> Result<Self, Error> {
         let mut k = KernelConfig::default();
         let bad = |part: &str, why: &str| {
             Error::Config(format!("kernel config `{spec}`: `{part}` {why} (keys: attention, graphs, norms, pdl, qgemv, prefetch, int8-decode, gps, rpg, small, mma, argmax, gemv-rows, qgemv-rows; see optimized::config)"))
@@ -322,13 +360,34 @@ mod tests {
             "qgemv-rows=8,gemv-rows=1",
             "gemv-rows=4,graphs=off",
         ] {
-            let k = KernelConfig::parse(s).unwrap_or_else(|e| panic!("{s}: {e}"));
-            assert_eq!(KernelConfig::parse(&k.name()).ok(), Some(k), "{s} → {}", k.name());
+            let k = KernelConfig::parse_any(s).unwrap_or_else(|e| panic!("{s}: {e}"));
+            assert_eq!(KernelConfig::parse_any(&k.name()).ok(), Some(k), "{s} → {}", k.name());
         }
         assert_eq!(KernelConfig::parse("").ok(), Some(KernelConfig::default()));
         assert_eq!(KernelConfig::default().name(), "default");
         let n = KernelConfig::naive();
         assert_eq!(KernelConfig::parse(&n.name()).ok(), Some(n));
+    }
+
+    /// Lab choices parse only in a lab build; production ones everywhere.
+    #[test]
+    fn lab_choices_need_the_lab_feature() {
+        for s in ["qgemv=v4", "mma=1.4.0.16", "prefetch=wx", "prefetch=pipelined", "prefetch=async3", "rpg=8", "rpg=2", "small=3@32"] {
+            let k = KernelConfig::parse_any(s).unwrap_or_else(|e| panic!("{s}: {e}"));
+            assert!(k.lab_choice().is_some(), "{s}");
+            let r = KernelConfig::parse(s);
+            if crate::kernels::lab::ENABLED {
+                assert_eq!(r.ok(), Some(k), "{s}");
+            } else {
+                let e = r.err().map(|e| e.to_string()).unwrap_or_default();
+                assert!(e.contains("lab"), "{s}: {e}");
+            }
+        }
+        for s in ["default", "prefetch=off", "prefetch=w", "prefetch=async2", "int8-decode=magic", "rpg=4", "gps=32", "qgemv=v1", "attention=naive"] {
+            let k = KernelConfig::parse(s).unwrap_or_else(|e| panic!("{s}: {e}"));
+            assert_eq!(k.lab_choice(), None, "{s}");
+        }
+        assert_eq!(KernelConfig::naive().lab_choice(), None);
     }
 
     #[test]

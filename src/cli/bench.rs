@@ -140,8 +140,9 @@ fn peak_rss_mib() -> Option<f64> {
     Some(kb / 1024.0)
 }
 
-/// The gate: every conformance case on `backend` in this process, with this build. Numbers
-/// are printed only when nothing failed and something passed.
+/// The gate: every conformance case on `backend` with this build, in this run — in processes of
+/// this same binary on the same device (`tandem conformance --jobs`: on CUDA they compile
+/// kernels in parallel). Numbers are printed only when nothing failed and something passed.
 ///
 /// With `TANDEM_GATE_STAMP=FILE`, a pass is recorded there with this binary's identity (path,
 /// size, modification time) and the device, and a later `bench` of the same binary on the same
@@ -183,7 +184,7 @@ fn launch_label(client: &optimized::Client) -> String {
 
 fn run_gate(backend: optimized::Backend) -> Result<String> {
     let t = Instant::now();
-    let report = conformance::run_cases_with(&conformance::cases::all(), &[backend], &mut super::progress::cases(t));
+    let report = super::run_conformance(&conformance::cases::all(), &[], &[backend], None, &mut super::progress::cases(t))?;
     let (p, f, k) = report.count();
     // Case time per op and the slowest cases: what to cut when the gate is too long.
     print!("{}", report.timing(8));
@@ -191,7 +192,12 @@ fn run_gate(backend: optimized::Backend) -> Result<String> {
         return Err(CliError::Gpu(format!("refusing to benchmark: the conformance suite did not pass on {backend} in this run\n{}", report.table())));
     }
     let launch = optimized::client(backend).map(|c| launch_label(&c)).unwrap_or_else(|_| "PDL unknown".into());
-    Ok(format!("conformance on {backend} (this build, this run, {launch}): {p} passed, 0 failed, {k} skipped in {:.1} s", t.elapsed().as_secs_f64()))
+    let jobs = super::shards::default_jobs(backend);
+    Ok(format!(
+        "conformance on {backend} (this build, this run, {launch}): {p} passed, 0 failed, {k} skipped in {:.1} s ({jobs} process{})",
+        t.elapsed().as_secs_f64(),
+        if jobs == 1 { "" } else { "es" }
+    ))
 }
 
 pub fn run(a: BenchArgs) -> Result<()> {

@@ -25,14 +25,16 @@ const SWEEP: [TcConfig; 7] =
     [TcConfig::T128X256, TcConfig::T128X128, TcConfig::T128X128S3, TcConfig::T256X128P, TcConfig::T64X128, TcConfig::T32X128, TcConfig::T64X64];
 
 /// The shapes a format's sweep times: every preset, and for bf16 every variant, for the
-/// quantized formats the variants with fragments loaded ahead.
+/// quantized formats the variants with fragments loaded ahead — in a lab build; otherwise the
+/// presets `TcConfig::pick` launches (the others' conformance cases run only in a lab build).
 fn sweep_for(f: Format) -> Vec<TcConfig> {
+    let quant = matches!(f, Format::Quant(_));
     let extra = TcConfig::VARIANTS.iter().copied().filter(|c| match f {
         Format::Dense(Dtype::BF16) => true,
         Format::Dense(_) => false,
         Format::Quant(_) => c.pipe,
     });
-    SWEEP.iter().copied().chain(extra).collect()
+    SWEEP.iter().copied().chain(extra).filter(|c| lab::ENABLED || c.picked(quant)).collect()
 }
 
 /// A weight format of the table.

@@ -25,6 +25,7 @@ mod quantize;
 mod report;
 mod results;
 mod serve;
+mod shards;
 mod source;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -119,6 +120,16 @@ pub struct ConformanceArgs {
     /// Print the selected cases' names (op, name) instead of running them.
     #[arg(long)]
     pub list: bool,
+    /// Processes per runtime (each runs every N-th case; on CUDA they compile kernels in
+    /// parallel). Default: half the cores, at most 8, for cuda; 1 for wgpu.
+    #[arg(long)]
+    pub jobs: Option<usize>,
+    /// Internal (a child of a sharded run): run only case I, I + N, … of the list.
+    #[arg(long, hide = true, requires = "results")]
+    pub shard: Option<String>,
+    /// Internal: where a shard writes its result lines.
+    #[arg(long, hide = true, requires = "shard")]
+    pub results: Option<std::path::PathBuf>,
 }
 
 fn conformance_cmd(a: ConformanceArgs) -> Result<()> {
@@ -135,19 +146,53 @@ fn conformance_cmd(a: ConformanceArgs) -> Result<()> {
         }
         return Ok(());
     }
+    if let (Some(shard), Some(out)) = (&a.shard, &a.results) {
+        let [backend] = backends[..] else {
+            return Err(CliError::Usage("--shard takes one runtime in --backends".into()));
+        };
+        return shards::run_shard(&cases, backend, shards::parse_shard(shard)?, out);
+    }
+    if a.jobs == Some(0) {
+        return Err(CliError::Usage("--jobs must be at least 1".into()));
+    }
     for b in &backends {
         match optimized::client(*b) {
             Ok(c) => println!("{b}: {}", optimized::device_info(&c)),
             Err(e) => println!("{b}: {e}"),
         }
     }
-    let report = conformance::run_cases_with(&cases, &backends, &mut progress::cases(std::time::Instant::now()));
+    let t0 = std::time::Instant::now();
+    let report = run_conformance(&cases, &a.ops, &backends, a.jobs, &mut progress::cases(t0))?;
+    println!("ran in {:.1} s", t0.elapsed().as_secs_f64());
     print!("{}", report.table());
     let (p, f, _) = report.count();
     if f > 0 || p == 0 {
         return Err(CliError::Gpu(format!("conformance: {p} passed, {f} failed")));
     }
     Ok(())
+}
+
+/// `cases` (selected by `ops`) on each of `backends`: in this process, or spread over `jobs`
+/// processes (default [`shards::default_jobs`]) where that is more than one.
+pub fn run_conformance(
+    cases: &[Box<dyn conformance::Case>],
+    ops: &[String],
+    backends: &[optimized::Backend],
+    jobs: Option<usize>,
+    progress: &mut dyn FnMut(&conformance::Report, usize),
+) -> Result<conformance::Report> {
+    let mut report = conformance::Report::default();
+    for &b in backends {
+        let jobs = jobs.unwrap_or_else(|| shards::default_jobs(b));
+        // Without the runtime every case is a skip: no processes for that.
+        let r = if jobs > 1 && optimized::client(b).is_ok() {
+            shards::run(cases, ops, b, jobs, progress)?
+        } else {
+            conformance::run_cases_with(cases, &[b], progress)
+        };
+        report.results.extend(r.results);
+    }
+    Ok(report)
 }
 
 pub fn run(cli: Cli) -> Result<()> {

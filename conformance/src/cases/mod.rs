@@ -34,10 +34,12 @@ pub fn is_lab(name: &str) -> bool {
     LAB_MARKS.iter().any(|m| name.contains(m))
 }
 
-/// Every case of what production uses (the gate): [`every`] without the lab choices, unless
-/// the crate is built with the `lab` feature.
+/// Every case of what production uses (the gate): [`every`] without the lab choices (marked
+/// by name, or by [`Case::lab`]: tensor-core tile shapes `TcConfig::pick` never launches,
+/// quantized-gemv rows per group other than the default), unless the crate is built with the
+/// `lab` feature.
 pub fn all() -> Vec<Box<dyn Case>> {
-    every().into_iter().filter(|c| cfg!(feature = "lab") || !is_lab(&c.name())).collect()
+    every().into_iter().filter(|c| cfg!(feature = "lab") || !(c.lab() || is_lab(&c.name()))).collect()
 }
 
 /// Every case of every op, lab choices included.

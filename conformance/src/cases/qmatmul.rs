@@ -46,30 +46,44 @@ pub struct QMatmulCase {
     /// row (`None`: chosen to fill the device) — what `qmatmul::knobs` may choose in a model.
     pub rpg: Option<usize>,
     pub split: Option<usize>,
+    /// The tiled order with this device's own choices (prefetch, int8 / fp4 decode: what
+    /// `GemvTune::default_for` gives the weight as uploaded here — what a model runs) instead
+    /// of the fixed `prefetch` / `int8` / `fp4`.
+    pub device: bool,
 }
 
 impl QMatmulCase {
     /// A case with gemv v2's default choices on a CUDA-class device (prefetch as
     /// `default_prefetch`, fp4 pairs, int8 subnormal).
     pub fn new(t: usize, n_in: usize, n_out: usize, scheme: Scheme, parts: usize, layout: QLayout) -> Self {
-        let format = match scheme {
-            Scheme::Int8(g) => QFormat::Int8 { group: g.group_len(n_in) },
-            Scheme::Mxfp4 => QFormat::Mxfp4,
-        };
-        Self {
+        let c = Self {
             t,
             n_in,
             n_out,
             scheme,
             parts,
             layout,
-            prefetch: default_prefetch(format, n_in),
+            prefetch: Prefetch::Off,
             fp4: Fp4Decode::Pairs,
             int8: Int8Decode::Subnormal,
             fusion: Fusion::None,
             mma: MmaTune::default(),
             rpg: None,
             split: None,
+            device: false,
+        };
+        Self { prefetch: default_prefetch(c.format(), n_in), ..c }
+    }
+
+    /// The case on the tiled order with the device's own choices ([`Self::device`]).
+    pub fn on_device(self) -> Self {
+        Self { device: true, ..self }
+    }
+
+    fn format(&self) -> QFormat {
+        match self.scheme {
+            Scheme::Int8(g) => QFormat::Int8 { group: g.group_len(self.n_in) },
+            Scheme::Mxfp4 => QFormat::Mxfp4,
         }
     }
 }
@@ -85,6 +99,7 @@ impl Case for QMatmulCase {
         };
         let v = match self.layout {
             QLayout::Rows => "rows/v1".to_string(),
+            QLayout::Tiles if self.device => "tiles/device".to_string(),
             QLayout::Tiles => {
                 let fp4 = if self.scheme == Scheme::Mxfp4 { format!(",fp4-{:?}", self.fp4) } else { format!(",int8-{:?}", self.int8) }.to_lowercase();
                 let pre = match self.prefetch {
@@ -107,9 +122,14 @@ impl Case for QMatmulCase {
         let split = self.split.map_or(String::new(), |s| format!(",split={s}"));
         format!("qmatmul(T={},in={},out={},{}{p},{v}{rpg}{split})", self.t, self.n_in, self.n_out, self.scheme)
     }
+    /// Rows per group other than the format's default: a launch choice that measured no faster
+    /// (session 13's sweep), kept for `--features lab`.
+    fn lab(&self) -> bool {
+        self.rpg.is_some_and(|r| r != default_rpg(self.format()))
+    }
     fn run(&self, client: &Client) -> Outcome {
         // gemv v5 where the device has no cp.async: skipped (with the reason) before any work.
-        if let (QLayout::Tiles, Prefetch::Async(stages)) = (self.layout, self.prefetch) {
+        if let (QLayout::Tiles, Prefetch::Async(stages), false) = (self.layout, self.prefetch, self.device) {
             if let Err(optimized::Error::Unsupported(why)) = v5::require(client, stages) {
                 return Outcome::Skip(why);
             }
@@ -179,20 +199,26 @@ impl Case for QMatmulCase {
             Ok(io) => io,
             Err(e) => return Outcome::Fail(format!("reference: {e}")),
         };
-        if self.layout == QLayout::Tiles && self.scheme == Scheme::Mxfp4 && self.fp4 == Fp4Decode::Pairs && !w.pairs {
+        let fixed = self.layout == QLayout::Tiles && !self.device;
+        if fixed && self.scheme == Scheme::Mxfp4 && self.fp4 == Fp4Decode::Pairs && !w.pairs {
             return Outcome::Skip("the f16-pair fp4 decode is not exact on this device (no f16, or its u32 → f16×2 bitcast failed the probe)".into());
         }
-        if self.layout == QLayout::Tiles && self.scheme != Scheme::Mxfp4 && self.int8 == Int8Decode::Subnormal && !w.subnormal {
+        if fixed && self.scheme != Scheme::Mxfp4 && self.int8 == Int8Decode::Subnormal && !w.subnormal {
             return Outcome::Skip("the subnormal int8 decode is not exact on this device (subnormal f32s flushed: the probe failed)".into());
         }
         outcome((|| {
-            let tune = GemvTune {
-                rpg: self.rpg.unwrap_or(default_rpg(w.format)),
-                split: self.split,
-                prefetch: self.prefetch,
-                fp4: self.fp4,
-                int8: self.int8,
-                mma: self.mma,
+            let tune = if self.device {
+                let d = GemvTune::default_for(&w);
+                GemvTune { rpg: self.rpg.unwrap_or(d.rpg), split: self.split, ..d }
+            } else {
+                GemvTune {
+                    rpg: self.rpg.unwrap_or(default_rpg(w.format)),
+                    split: self.split,
+                    prefetch: self.prefetch,
+                    fp4: self.fp4,
+                    int8: self.int8,
+                    mma: self.mma,
+                }
             };
             let y =
                 self.fusion.run_device(client, t, n_in, rows, &x, &io, |xd, yd, fuse| qlinear_fused_into_tuned(client, xd, &w, yd, &tune, fuse))?;
@@ -208,23 +234,19 @@ impl Case for QMatmulCase {
 pub fn cases() -> Vec<Box<dyn Case>> {
     let mut v: Vec<Box<dyn Case>> = Vec::new();
     let schemes = [Scheme::Int8(Granularity::PerChannel), Scheme::Int8(Granularity::Group(32)), Scheme::Int8(Granularity::Group(128)), Scheme::Mxfp4];
-    // Over the tiled order every int8 case runs with both decodes (the magic one is the
+    // A fixed choice over the tiled order runs int8 with both decodes (the magic one is the
     // fallback where subnormals are flushed).
     let push = |v: &mut Vec<Box<dyn Case>>, c: QMatmulCase| {
-        if c.layout == QLayout::Tiles && c.scheme != Scheme::Mxfp4 {
+        if c.layout == QLayout::Tiles && c.scheme != Scheme::Mxfp4 && !c.device {
             v.push(Box::new(QMatmulCase { int8: Int8Decode::Magic, ..c.clone() }));
         }
         v.push(Box::new(c));
     };
-    // The grid's int8 cases over the tiled order run on gemv v2, v3 and v5: the default
-    // prefetch, v3 (pipelined) where v2 is the default, v2 with the W prefetch where v3 is,
-    // and v5 with the ring of its default slot count (skipped without cp.async).
+    // The grid over the tiled order runs what a model runs on the device at hand (v5's
+    // cp.async ring and the subnormal decode on an H200, v2 with the magic decode where
+    // neither exists); the other choices run on the decode shapes below.
     let push_grid = |v: &mut Vec<Box<dyn Case>>, c: QMatmulCase| {
-        if c.layout == QLayout::Tiles && c.scheme != Scheme::Mxfp4 {
-            let other = if c.prefetch == Prefetch::Pipelined { Prefetch::W } else { Prefetch::Pipelined };
-            push(v, QMatmulCase { prefetch: other, ..c.clone() });
-            push(v, QMatmulCase { prefetch: Prefetch::Async(V5_STAGES), ..c.clone() });
-        }
+        let c = if c.layout == QLayout::Tiles { c.on_device() } else { c };
         push(v, c);
     };
     for layout in [QLayout::Rows, QLayout::Tiles] {
@@ -258,8 +280,9 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             }
         }
     }
-    // gemv v2's other choices (every prefetch other than the default; for mxfp4 also the
-    // shared-table decode) on decode shapes with full and partial last tiles.
+    // Each fixed choice of the tiled gemvs (every prefetch — v5's default ring included —
+    // with both int8 decodes; for mxfp4 also the shared-table decode) on decode shapes with
+    // full and partial last tiles: what another device's default or an audit step runs.
     for scheme in schemes {
         let g128 = scheme == Scheme::Int8(Granularity::Group(128));
         for (t, n_in, n_out) in [
@@ -273,22 +296,27 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             let fp4s: &[Fp4Decode] = if scheme == Scheme::Mxfp4 { &[Fp4Decode::Table, Fp4Decode::Pairs] } else { &[Fp4Decode::Pairs] };
             for &fp4 in fp4s {
                 // gemv v3 (pipelined) and v5 (cp.async ring, other slot counts) are int8 only.
-                let v3: &[Prefetch] =
-                    if scheme == Scheme::Mxfp4 { &[] } else { &[Prefetch::Pipelined, Prefetch::Async(3), Prefetch::Async(4), Prefetch::Async(8)] };
+                let v3: &[Prefetch] = if scheme == Scheme::Mxfp4 {
+                    &[]
+                } else {
+                    &[Prefetch::Pipelined, Prefetch::Async(V5_STAGES), Prefetch::Async(3), Prefetch::Async(4), Prefetch::Async(8)]
+                };
                 for &prefetch in [Prefetch::Off, Prefetch::W, Prefetch::WX].iter().chain(v3) {
-                    if prefetch != c.prefetch || fp4 != c.fp4 {
-                        push(&mut v, QMatmulCase { prefetch, fp4, ..c.clone() });
-                    }
+                    push(&mut v, QMatmulCase { prefetch, fp4, ..c.clone() });
                 }
             }
         }
     }
-    // The launch choices `qmatmul::knobs` may give a model's gemvs (rows per group 2 / 4 / 8,
-    // planes per row 1 / 2 / 4 or chosen): v5 (two and three slots) and v2 (int8 groups,
-    // mxfp4), with the norm + SwiGLU and residual fusions, full and partial row groups.
-    for (scheme, prefetch) in
-        [(schemes[0], Prefetch::Async(V5_STAGES)), (schemes[0], Prefetch::Async(3)), (schemes[2], Prefetch::Off), (Scheme::Mxfp4, Prefetch::W)]
-    {
+    // The launch choices a model's gemvs may take (planes per row 1 / 2 / 4 or chosen; rows
+    // per group 2 / 8 beside the default 4 only with `--features lab`: `qmatmul::knobs`) on
+    // the device's own kernels (per-channel int8, int8 groups, mxfp4), with the norm + SwiGLU
+    // and residual fusions, full and partial row groups; and v5's three-slot ring (lab).
+    for (scheme, prefetch, device) in [
+        (schemes[0], Prefetch::Async(V5_STAGES), true),
+        (schemes[0], Prefetch::Async(3), false),
+        (schemes[2], Prefetch::Off, true),
+        (Scheme::Mxfp4, Prefetch::W, true),
+    ] {
         for rpg in [2usize, 4, 8] {
             for split in [None, Some(1), Some(2), Some(4)] {
                 if rpg == 4 && split.is_none() {
@@ -297,7 +325,14 @@ pub fn cases() -> Vec<Box<dyn Case>> {
                 for (t, n_in, n_out, fusion) in [(1usize, 2048usize, 577usize, Fusion::NormGlu), (3, 4096, 96, Fusion::Residual)] {
                     push(
                         &mut v,
-                        QMatmulCase { fusion, prefetch, rpg: Some(rpg), split, ..QMatmulCase::new(t, n_in, n_out, scheme, 1, QLayout::Tiles) },
+                        QMatmulCase {
+                            fusion,
+                            prefetch,
+                            rpg: Some(rpg),
+                            split,
+                            device,
+                            ..QMatmulCase::new(t, n_in, n_out, scheme, 1, QLayout::Tiles)
+                        },
                     );
                 }
             }
@@ -356,7 +391,7 @@ pub fn cases() -> Vec<Box<dyn Case>> {
 
 /// tc v1 over quantized weights (the dequantization in its tile loads), called directly:
 /// every format and order it takes at M = 9, 17, 127, 513 with rows whose last tiled-order
-/// tile is partial (int8 576 / 640, mxfp4 2880) and N off the tile; every tile preset; the
+/// tile is partial (int8 576 / 640, mxfp4 2880) and N off the tile; every tile preset (the unpicked ones: lab); the
 /// emulated tiles (lavapipe); and the orders it refuses (skipped, with the reason). The grid's
 /// T = 9 / 17 / 33 cases above reach it through `qlinear` wherever the device has tensor cores.
 pub fn tc_cases() -> Vec<Box<dyn Case>> {

@@ -96,6 +96,19 @@ impl TcConfig {
     pub const VARIANTS: [Self; 5] =
         [Self::preset(2, 4, 4, 8, 4), Self::preset(4, 2, 4, 8, 3), Self::T128X256.with_pipe(), Self::T128X128.with_pipe(), Self::T64X128.with_pipe()];
 
+    /// The presets [`Self::pick`] chooses from: for dense weights, and for quantized ones. The
+    /// other presets and the variants are the bench's sweep (`lab`: their conformance cases and
+    /// timings need `--features lab`).
+    pub const PICKED_DENSE: [Self; 4] = [Self::T32X128, Self::T64X128, Self::T128X128S3, Self::T128X256];
+    pub const PICKED_QUANT: [Self; 4] = [Self::T32X128, Self::T64X128, Self::T256X128P, Self::T128X128];
+
+    /// Whether production launches this tile shape (any split) for dense or quantized (`quant`)
+    /// weights: one of [`Self::PICKED_DENSE`] / [`Self::PICKED_QUANT`].
+    pub fn picked(&self, quant: bool) -> bool {
+        let set = if quant { &Self::PICKED_QUANT } else { &Self::PICKED_DENSE };
+        set.iter().any(|p| p.with_splits(self.splits) == *self)
+    }
+
     pub fn bm(&self) -> usize {
         16 * self.wm * self.tm
     }
@@ -570,6 +583,22 @@ mod tests {
         }
         assert!(TcConfig::T32X32.shared_bytes(true, true) <= 32 * 1024);
         assert!(TcConfig::T32X32.shared_bytes(false, true) <= 32 * 1024);
+    }
+
+    /// The pick chooses only the presets `picked` names (the ones the default gate covers).
+    #[test]
+    fn pick_stays_in_the_picked_presets() {
+        for quant in [false, true] {
+            for m in [1usize, 9, 32, 33, 64, 65, 127, 300, 513, 2048, 8192] {
+                for (n, k) in [(72usize, 136usize), (1031, 584), (14336, 4096), (4096, 14336), (32000, 2048)] {
+                    for sms in [16usize, 132] {
+                        let c = TcConfig::pick(m, n, k, sms, quant);
+                        assert!(c.picked(quant), "pick({m}, {n}, {k}, {sms}, {quant}) = {c:?}");
+                    }
+                }
+            }
+        }
+        assert!(!TcConfig::T64X64.picked(false) && !TcConfig::T128X128.picked(false) && TcConfig::T128X128.picked(true));
     }
 
     /// The pick splits K where the output tiles cannot fill the device, and not where they can.

@@ -1,0 +1,169 @@
+//! A conformance run spread over processes of this binary (`tandem conformance --jobs N`, and
+//! the bench's gate). On CUDA most of a gate's time is NVRTC compiling kernels, which cubecl
+//! does on one thread per device and process: N processes compile N kernels at once. Each
+//! child runs every N-th case of the same case list (`--shard I/N`) on the same device and
+//! writes one line per result ([`conformance::result_line`]); the parent assembles them in the
+//! list's order. A case whose line never comes (a child that crashed) is a failure naming the
+//! shard and its exit status — never a skip.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use conformance::{CaseResult, Outcome, Report};
+
+use super::{CliError, Result};
+
+/// Processes a run on `backend` uses by default: CUDA compiles on the host's cores (half of
+/// them, at most 8: each process holds a CUDA context); wgpu on lavapipe already runs on every
+/// core, so it stays in one process.
+pub fn default_jobs(backend: optimized::Backend) -> usize {
+    match backend {
+        optimized::Backend::Cuda => std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).clamp(1, 8)),
+        _ => 1,
+    }
+}
+
+/// `I/N` of `--shard`.
+pub fn parse_shard(s: &str) -> Result<(usize, usize)> {
+    let bad = || CliError::Usage(format!("--shard {s}: expected I/N with 0 ≤ I < N"));
+    let (i, n) = s.split_once('/').ok_or_else(bad)?;
+    let (i, n): (usize, usize) = (i.trim().parse().map_err(|_| bad())?, n.trim().parse().map_err(|_| bad())?);
+    if n == 0 || i >= n {
+        return Err(bad());
+    }
+    Ok((i, n))
+}
+
+/// The child's side: run shard `i` of `n` of `cases` on `backend`, a result line per case in
+/// `out` (flushed as each case ends, so the parent can follow progress).
+pub fn run_shard(cases: &[Box<dyn conformance::Case>], backend: optimized::Backend, (i, n): (usize, usize), out: &Path) -> Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::File::create(out).map_err(|e| reference::Error::io(out, e))?;
+    let mut err = None;
+    conformance::run_indexed(cases, backend, |k| k % n == i, &mut |k, r| {
+        if err.is_none() {
+            err = writeln!(f, "{}", conformance::result_line(k, r)).and_then(|_| f.flush()).err();
+        }
+    });
+    match err {
+        Some(e) => Err(reference::Error::io(out, e).into()),
+        None => Ok(()),
+    }
+}
+
+/// The parent's side: `cases` (the list `ops` selects, as the children select it) on `backend`
+/// in `jobs` child processes; `progress` as for an in-process run.
+pub fn run(
+    cases: &[Box<dyn conformance::Case>],
+    ops: &[String],
+    backend: optimized::Backend,
+    jobs: usize,
+    progress: &mut dyn FnMut(&Report, usize),
+) -> Result<Report> {
+    let jobs = jobs.clamp(1, cases.len().max(1));
+    let exe = std::env::current_exe().map_err(|e| CliError::Gpu(format!("conformance shards: this binary's path: {e}")))?;
+    let dir = std::env::temp_dir().join(format!("tandem-shards-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| reference::Error::io(&dir, e))?;
+    let mut children: Vec<(Child, PathBuf, PathBuf)> = Vec::new();
+    for i in 0..jobs {
+        let (out, log) = (dir.join(format!("shard-{i}.tsv")), dir.join(format!("shard-{i}.log")));
+        let log_file = std::fs::File::create(&log).map_err(|e| reference::Error::io(&log, e))?;
+        let child = Command::new(&exe)
+            .arg("conformance")
+            .arg("--backends")
+            .arg(backend.to_string())
+            .arg("--shard")
+            .arg(format!("{i}/{jobs}"))
+            .arg("--results")
+            .arg(&out)
+            .args(ops)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log_file)
+            .spawn()
+            .map_err(|e| CliError::Gpu(format!("conformance shard {i}/{jobs}: cannot start {}: {e}", exe.display())))?;
+        children.push((child, out, log));
+    }
+    let mut statuses = vec![None; jobs];
+    let mut last_count = usize::MAX;
+    loop {
+        for (k, (child, _, _)) in children.iter_mut().enumerate() {
+            if statuses[k].is_none() {
+                statuses[k] = child.try_wait().map_err(|e| CliError::Gpu(format!("conformance shard {k}/{jobs}: {e}")))?;
+            }
+        }
+        let report = collect(cases, backend, &children);
+        if report.results.len() != last_count {
+            last_count = report.results.len();
+            progress(&report, cases.len());
+        }
+        if statuses.iter().all(Option::is_some) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    // Cases no child reported: failures that say which shard and why.
+    let mut got: Vec<Option<CaseResult>> = vec![None; cases.len()];
+    for r in collect_indexed(cases, backend, &children) {
+        got[r.0] = Some(r.1);
+    }
+    let mut report = Report::default();
+    for (k, (c, r)) in cases.iter().zip(got).enumerate() {
+        report.results.push(r.unwrap_or_else(|| {
+            let s = k % jobs;
+            let tail = std::fs::read_to_string(&children[s].2).unwrap_or_default();
+            let tail: Vec<&str> = tail.lines().rev().take(3).collect();
+            let why = format!(
+                "not run: conformance shard {s}/{jobs} exited ({}) before this case reported{}",
+                statuses[s].map_or("unknown status".into(), |st| st.to_string()),
+                if tail.is_empty() {
+                    String::new()
+                } else {
+                    format!("; its stderr ended: {}", tail.into_iter().rev().collect::<Vec<_>>().join(" | "))
+                }
+            );
+            CaseResult { backend: backend.to_string(), op: c.op(), name: c.name(), outcome: Outcome::Fail(why), millis: 0.0 }
+        }));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(report)
+}
+
+/// The results the children have written so far, in case order.
+fn collect(cases: &[Box<dyn conformance::Case>], backend: optimized::Backend, children: &[(Child, PathBuf, PathBuf)]) -> Report {
+    let mut v = collect_indexed(cases, backend, children);
+    v.sort_by_key(|r| r.0);
+    Report { results: v.into_iter().map(|r| r.1).collect() }
+}
+
+fn collect_indexed(
+    cases: &[Box<dyn conformance::Case>],
+    backend: optimized::Backend,
+    children: &[(Child, PathBuf, PathBuf)],
+) -> Vec<(usize, CaseResult)> {
+    let mut v = Vec::new();
+    for (_, out, _) in children {
+        let text = std::fs::read_to_string(out).unwrap_or_default();
+        for (i, outcome, millis) in text.lines().filter_map(conformance::parse_result_line) {
+            if let Some(c) = cases.get(i) {
+                v.push((i, CaseResult { backend: backend.to_string(), op: c.op(), name: c.name(), outcome, millis }));
+            }
+        }
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shard_specs() {
+        assert_eq!(parse_shard("0/4").ok(), Some((0, 4)));
+        assert_eq!(parse_shard("3/4").ok(), Some((3, 4)));
+        for bad in ["4/4", "1/0", "x/2", "2", "-1/3"] {
+            assert!(parse_shard(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -83,7 +83,7 @@ struct Sample {
 }
 
 fn client() -> Result<reqwest::Client, String> {
-    reqwest::Client::builder().pool_max_idle_per_host(1024).build().map_err(|e| format!("http client: {e}"))
+    reqwest::Client::builder().pool_max_idle_per_host(0).build().map_err(|e| format!("http client: {e}"))
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, String> {

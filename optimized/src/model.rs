@@ -138,6 +138,9 @@ pub struct LoadTimes {
     pub submitted: f64,
     pub drained: f64,
     pub cache: f64,
+    /// Of `submitted`, the dense weights' chunks: waiting for host buffers, filling them,
+    /// handing them to the client.
+    pub staging: crate::upload::StagingTimes,
 }
 
 use crate::upload::Part;
@@ -371,7 +374,7 @@ impl GpuModel {
             progress(up.bytes, expected);
         }
         let out_norm = up.dense(&[Tensor::OutNorm], Dtype::F32)?;
-        let (bytes, quant) = (up.bytes, up.quant.take());
+        let (bytes, quant, staging) = (up.bytes, up.quant.take(), up.staging.times());
         let submitted = t0.elapsed().as_secs_f64();
         // Loaded means on the device: the copies still queued finish here (and any failure
         // surfaces now, not in the first step).
@@ -394,7 +397,7 @@ impl GpuModel {
                 KvStore::Paged { cache, seq, tables: None }
             }
         };
-        let load_times = LoadTimes { submitted, drained: drained - submitted, cache: t0.elapsed().as_secs_f64() - drained };
+        let load_times = LoadTimes { submitted, drained: drained - submitted, cache: t0.elapsed().as_secs_f64() - drained, staging };
         Ok(GpuModel {
             load_times,
             client,

@@ -30,6 +30,17 @@ const AHEAD: usize = 8;
 #[derive(Clone, Default)]
 pub struct Staging {
     pool: Arc<(Mutex<Pool>, Condvar)>,
+    times: Arc<Mutex<StagingTimes>>,
+}
+
+/// Seconds a [`Staging`] spent, over a load: waiting for a free host buffer (or the device sync
+/// that frees one), filling buffers (reading the mapped file and converting), and in the
+/// client's `write` (which copies a buffer into its pinned pool before the DMA).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StagingTimes {
+    pub wait: f64,
+    pub fill: f64,
+    pub write: f64,
 }
 
 #[derive(Default)]
@@ -85,6 +96,11 @@ pub fn bytes_of(buf: Vec<u8>) -> Bytes {
 }
 
 impl Staging {
+    /// Where this staging's time went so far.
+    pub fn times(&self) -> StagingTimes {
+        *self.times.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// A buffer of `len` bytes (contents unspecified but initialized). While [`AHEAD`] chunks
     /// are still with the client it waits for one to come back, and if none does (a backend
     /// that holds written bytes until its queue is flushed) syncs the device, which releases
@@ -128,8 +144,12 @@ impl Staging {
         let mut off = 0;
         while off < len {
             let n = chunk.min(len - off);
+            let t0 = std::time::Instant::now();
             let mut buf = self.take(client, n)?;
-            if let Err(e) = fill(off, &mut buf) {
+            let t1 = std::time::Instant::now();
+            let filled = fill(off, &mut buf);
+            let t2 = std::time::Instant::now();
+            if let Err(e) = filled {
                 let (lock, _) = &*self.pool;
                 lock.lock().unwrap_or_else(|e| e.into_inner()).out -= 1;
                 return Err(e);
@@ -139,6 +159,12 @@ impl Staging {
             // SAFETY: all `n` bytes of the buffer are initialized (`take` resized it).
             let bytes = unsafe { Bytes::from_controller(Box::new(Owned { buf, pool: Some(self.pool.clone()) }), n) };
             client.write(&dest, bytes);
+            let t3 = std::time::Instant::now();
+            let mut t = self.times.lock().unwrap_or_else(|e| e.into_inner());
+            t.wait += (t1 - t0).as_secs_f64();
+            t.fill += (t2 - t1).as_secs_f64();
+            t.write += (t3 - t2).as_secs_f64();
+            drop(t);
             off += n;
         }
         Ok(())

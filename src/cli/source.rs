@@ -309,8 +309,8 @@ impl Opened {
         bar.finish(m.weight_bytes);
         let t = m.load_times;
         eprintln!(
-            "  load: weights read, converted and queued {:.2} s, copies drained {:.2} s, RoPE tables + KV cache {:.2} s",
-            t.submitted, t.drained, t.cache
+            "  load: weights read, converted and queued {:.2} s (dense chunks: waiting for a buffer {:.2} s, reading + converting {:.2} s, client write {:.2} s), copies drained {:.2} s, RoPE tables + KV cache {:.2} s",
+            t.submitted, t.staging.wait, t.staging.fill, t.staging.write, t.drained, t.cache
         );
         Ok(m)
     }

@@ -45,8 +45,10 @@ pub mod tc;
 mod tc_kernel;
 mod tc_quant;
 use gemv::launch_gemv;
+#[cfg(feature = "lab")]
+pub(crate) use gemv::store_row;
 pub use gemv::{gemv_v1, tuning, Fuse, Norm, Residual, GEMV_MAX_T, GEMV_RPG};
-pub(crate) use gemv::{inv_rms, scale_rows, store_row, store_row_sums};
+pub(crate) use gemv::{inv_rms, scale_rows, store_row_sums};
 
 /// Side of tiled v1's output tile (and its K step).
 pub const TILE: u32 = 16;

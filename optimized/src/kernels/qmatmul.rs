@@ -22,14 +22,14 @@
 //!   scales applied once per row, per-quad scales otherwise. int8 decode (`Int8Decode`): the
 //!   magic number, or — default where a per-device probe finds it exact — the byte's bits
 //!   read as a subnormal f32 (`v2::sub_word_dot`: one mask or shift per weight, no add).
-//! - gemv v3 (`v3.rs`, int8, tiled order, [`Prefetch::Pipelined`]): v2 software-pipelined
+//! - gemv v3 (`lab/gemv_v3.rs`, the `lab` feature; int8, tiled order, [`Prefetch::Pipelined`]): v2 software-pipelined
 //!   (W double-buffered, next x quads loaded early); kept and audited, slower (registers).
-//! - gemv v4 (`v4.rs`, [`QLayout::Mma`], per-channel int8, T ≤ 8, devices with the
+//! - gemv v4 ([`QLayout::Mma`], per-channel int8, T ≤ 8, devices with the
 //!   tensor cores' `mma.m16n8k16`): the dot products as f16 MMAs, x carried as f16 hi + lo
 //!   pairs (f32-exact to ~22 bits), ~2 instructions per weight instead of ~4.8. Measured no
 //!   faster than v2 alone and slower in the model (H200, Mistral-7B int8: 328.8–350.1 vs
-//!   383.6 tokens/s), so not the default: an audited, conformance-tested order a loader asks
-//!   for (`--kernels qgemv=v4`).
+//!   383.6 tokens/s), so not the default: its kernels are in the lab (`lab/gemv_v4.rs`; a
+//!   `--features lab` build loads a model with `--kernels qgemv=v4`), its interface in `v4.rs`.
 //! - gemv v5 (`v5.rs`, int8, tiled order, [`Prefetch::Async`], devices with `cp.async`): v3's
 //!   arithmetic with W streamed through a per-unit shared-memory ring by `cp.async` copies
 //!   (bytes in flight without registers). The default for per-channel int8 where `cp.async`
@@ -53,7 +53,6 @@ use reference::quant::{Granularity, QuantTensor};
 pub mod knobs;
 pub mod v1;
 pub mod v2;
-pub mod v3;
 pub mod v4;
 pub mod v5;
 pub(crate) use v1::{e2m1, int8_word_dot};
@@ -110,7 +109,7 @@ pub enum Prefetch {
     /// mxfp4 35.8 / 34.5% vs 34.1 / 34.6%; end to end int8 330.7 vs 356.9 tokens/s): the
     /// registers cost more occupancy than the hidden latency gives. Kept as an audited choice.
     WX,
-    /// gemv v3 (`v3.rs`, int8 only): W double-buffered without register copies, and each x
+    /// gemv v3 (`lab/gemv_v3.rs`, a `lab` build only; int8 only): W double-buffered without register copies, and each x
     /// quad of the next tile loaded as soon as this tile is done with it. Fewer instructions
     /// than v2 with W (4.49 vs 4.78 per weight) but 80 registers instead of 64 (occupancy 32%
     /// vs 42%): measured slower (H200, 4096×14336: 54.1% of the copy rate vs 76.7%; Mistral
@@ -363,7 +362,7 @@ impl QWeight {
         }
         if layout == QLayout::Mma {
             // From the rows in input order (interleaved first: a lane then holds a gate, up pair).
-            data = v4::mma_bytes(&data, out, in_dim);
+            data = v4::mma_bytes(&data, out, in_dim)?;
         }
         // The probe syncs: here, not inside a later graph capture.
         let pairs = tiled && format == QFormat::Mxfp4 && v2::pairs_supported(client);
@@ -395,7 +394,7 @@ impl QWeight {
     }
 
     /// 16-byte chunks per row.
-    fn chunks_per_row(&self) -> usize {
+    pub(crate) fn chunks_per_row(&self) -> usize {
         match self.format {
             QFormat::Int8 { .. } => self.in_dim / 16,
             QFormat::Mxfp4 => self.in_dim / 32,
@@ -450,9 +449,7 @@ pub fn dequant(client: &Client, w: &QWeight) -> Result<DeviceTensor, Error> {
     let dim = CubeDim::new_1d(256.min(client.properties().hardware.max_units_per_cube));
     let count = cubecl::calculate_cube_count_elemwise(client, n as usize, dim);
     if w.layout == QLayout::Mma {
-        unsafe {
-            v4::qdequant_v4::launch_unchecked(client, count, dim, 4, w.data.as_arg(4), w.scales.as_arg(1), out.as_arg(1), n, w.in_dim as u32);
-        }
+        v4::dequant_into(client, w, &out)?;
         return Ok(out);
     }
     if w.layout == QLayout::Tiles {
@@ -714,8 +711,9 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
                     );
                 }
             }
+            #[cfg(feature = "lab")]
             Prefetch::Pipelined => unsafe {
-                v3::qgemv_v3::launch_unchecked(
+                crate::kernels::lab::gemv_v3::qgemv_v3::launch_unchecked(
                     client,
                     count,
                     dim,
@@ -746,6 +744,12 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
                     glu,
                 );
             },
+            #[cfg(not(feature = "lab"))]
+            Prefetch::Pipelined => {
+                return Err(Error::Unsupported(
+                    "gemv v3 (the pipelined prefetch) is a lab kernel (it measured slower): this binary was built without `--features lab`".into(),
+                ))
+            }
             Prefetch::Off | Prefetch::W | Prefetch::WX => unsafe {
                 let (pre_w, pre_x) = (prefetch != Prefetch::Off, prefetch == Prefetch::WX);
                 v2::qgemv_v2::launch_unchecked(

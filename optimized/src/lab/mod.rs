@@ -2,6 +2,8 @@
 //! (behind the `lab` cargo feature of this crate) so that the comparison can be re-run. Each
 //! file says what was tried, the numbers, and the commit they were measured at.
 //! - `cubek.rs`: cubek-matmul 0.3.1 for the dense linear layer (issue 22), lost to tc v1.
+//! - `gemv_v3.rs`: the software-pipelined int8 gemv (session 8), lost to v2 with the W prefetch.
+//! - `gemv_v4.rs`: the int8 gemv on the tensor cores (session 9), lost to v2 in the model.
 //!
 //! Build: `cargo build --release --bin tandem --features optimized/lab`; without the feature
 //! the entry points below answer `Error::Unsupported`, so callers (the matmul bench) need no
@@ -9,6 +11,10 @@
 
 #[cfg(feature = "lab")]
 pub mod cubek;
+#[cfg(feature = "lab")]
+pub mod gemv_v3;
+#[cfg(feature = "lab")]
+pub mod gemv_v4;
 
 use crate::{Client, DeviceTensor, Error};
 

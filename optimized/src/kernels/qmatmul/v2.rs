@@ -238,7 +238,7 @@ pub(super) fn int8_quad_acc<N: Size>(
 /// (Σx of token t at `xsum[t·xstride]`). Shared by gemv v2 and v3.
 #[allow(clippy::too_many_arguments)]
 #[cube]
-pub(super) fn finish_per_channel(
+pub(crate) fn finish_per_channel(
     acc: &mut Array<f32>,
     xsum: &Array<f32>,
     scales: &[u32],
@@ -352,7 +352,7 @@ fn mx_chunk_dot<N: Size>(wv: Vector<u32, N>, xs: &Array<Vector<f32, N>>, base: u
 /// partial last tile read the row's last chunk (and the last lane's scales) and do not use them.
 #[allow(clippy::too_many_arguments)]
 #[cube]
-pub(super) fn load_tile<N: Size>(
+pub(crate) fn load_tile<N: Size>(
     w: &[Vector<u32, N>],
     scales: &[u32],
     wn: &mut Array<Vector<u32, N>>,

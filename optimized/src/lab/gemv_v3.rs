@@ -1,5 +1,5 @@
-//! gemv v3: int8 over the tiled order ([`QLayout::Tiles`](super::QLayout)), software-pipelined
-//! ([`Prefetch::Pipelined`](super::Prefetch)).
+//! gemv v3: int8 over the tiled order ([`QLayout::Tiles`](crate::kernels::qmatmul::QLayout)), software-pipelined
+//! ([`Prefetch::Pipelined`](crate::kernels::qmatmul::Prefetch)).
 //!
 //! gemv v2 with the W prefetch keeps two register sets per row (the chunks in use and the next
 //! tile's) and copies one into the other every tile — ncu (H200, Mistral's gate|up, int8,
@@ -19,106 +19,14 @@
 //! the W prefetch: 4.78) but 80 registers per unit (v2: 64), so 32% achieved occupancy (v2:
 //! 42%) and 54.1% of the copy rate (v2: 76.7%); Mistral-7B int8 331.2 tokens/s (v2: 382.7).
 //! Not the default: a register budget cubecl cannot impose (no launch bounds) is what it lacks.
+//! A lab kernel (the `lab` feature; `Prefetch::Pipelined` answers `Unsupported` without it).
+//! Its tile helpers (`load_x4`, `tile_dot`) live on in gemv v5 (`kernels::qmatmul::v5`).
 
 use cubecl::prelude::*;
 
-use super::v2::{finish_per_channel, int8_quad_acc, load_tile, sub_prescale, TILE_CHUNKS};
 use crate::kernels::matmul::{inv_rms, scale_rows, store_row_sums};
-
-/// x quads of tile `t` for this lane (`tn` tokens; lanes past the tile's m chunks load none).
-#[allow(clippy::too_many_arguments)]
-#[cube]
-pub(super) fn load_x4<N: Size>(
-    x: &[Vector<f32, N>],
-    xs: &mut Array<Vector<f32, N>>,
-    t: usize,
-    lane: usize,
-    cpr: usize,
-    xrow: usize,
-    #[comptime] tn: usize,
-) {
-    let c0 = t * TILE_CHUNKS;
-    let m = min(TILE_CHUNKS, cpr - c0);
-    if lane < m {
-        #[unroll]
-        for tt in 0..tn {
-            #[unroll]
-            for j in 0..4usize {
-                xs[tt * 4 + j] = x[tt * xrow + c0 * 4 + lane + m * j];
-            }
-        }
-    }
-}
-
-/// Tile `t`'s products into `acc` with W chunks `wv` (rows `row0 ..+ rpg`), x quads `xs`; then
-/// `xs` holds tile `tn2`'s quads (when `tn2 < ntiles`), each loaded right after its last use.
-#[allow(clippy::too_many_arguments)]
-#[cube]
-pub(super) fn tile_dot<N: Size>(
-    x: &[Vector<f32, N>],
-    scales: &[u32],
-    wv: &Array<Vector<u32, N>>,
-    xs: &mut Array<Vector<f32, N>>,
-    acc: &mut Array<f32>,
-    xsum: &mut Array<f32>,
-    t: usize,
-    tn2: usize,
-    ntiles: usize,
-    lane: usize,
-    cpr: usize,
-    xrow: usize,
-    row0: usize,
-    n_out: usize,
-    cols: usize,
-    gshift: usize,
-    magic: u32,
-    #[comptime] tn: usize,
-    #[comptime] rpg: usize,
-    #[comptime] grouped: bool,
-    #[comptime] sub: bool,
-) {
-    let c0 = t * TILE_CHUNKS;
-    let m = min(TILE_CHUNKS, cpr - c0);
-    // The next tile (a partial tile is a row's last, so lanes past m have none).
-    let nc0 = tn2 * TILE_CHUNKS;
-    let has_next = tn2 < ntiles;
-    let nm = select(has_next, min(TILE_CHUNKS, cpr - select(has_next, nc0, 0usize)), 0usize);
-    let load_next = has_next && lane < nm;
-    if lane < m {
-        let xq = c0 * 4 + lane;
-        #[unroll]
-        for j in 0..4usize {
-            #[unroll]
-            for tt in 0..tn {
-                let mut xv = xs[tt * 4 + j];
-                let mut q128 = 0.0f32;
-                if sub {
-                    let qs = xv.extract(0usize) + xv.extract(1usize) + xv.extract(2usize) + xv.extract(3usize);
-                    if grouped {
-                        q128 = 128.0f32 * qs;
-                    } else {
-                        xsum[tt] += qs;
-                    }
-                    xv = sub_prescale(xv);
-                }
-                #[unroll]
-                for r in 0..rpg {
-                    let mut sc = 0.0f32;
-                    if grouped {
-                        let row = select(row0 + r < n_out, row0 + r, n_out - 1);
-                        sc = f32::reinterpret(scales[row * cols + ((xq + m * j) >> gshift)]);
-                    }
-                    acc[tt * rpg + r] = int8_quad_acc(wv[r].extract(j), xv, acc[tt * rpg + r], sc, q128, magic, grouped, sub);
-                }
-                if load_next {
-                    xs[tt * 4 + j] = x[tt * xrow + nc0 * 4 + lane + nm * j];
-                }
-            }
-        }
-    } else if load_next {
-        load_x4(x, xs, tn2, lane, cpr, xrow, tn);
-    }
-}
+use crate::kernels::qmatmul::v2::{finish_per_channel, load_tile, TILE_CHUNKS};
+use crate::kernels::qmatmul::v5::{load_x4, tile_dot};
 
 /// Tile `t` with the W chunks `cur`, the next tile's (`t + split`) loads into `next` issued
 /// first; returns `t + split`.

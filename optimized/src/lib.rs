@@ -149,13 +149,8 @@ pub fn memory_free(client: &Client) -> Option<(u64, u64)> {
         return Some((f as u64, t as u64));
     }
     // No context current on this thread: make device 0's primary context current (the one
-    // cubecl retained for the client; retaining it again only bumps its count) and ask again.
-    // SAFETY: plain driver calls on a device handle the driver returned.
-    unsafe {
-        let dev = cu::device::get(0).ok()?;
-        let ctx = cu::primary_ctx::retain(dev).ok()?;
-        cu::ctx::set_current(ctx).ok()?;
-    }
+    // cubecl retained for the client) and ask again.
+    upload::cuda_primary_current()?;
     cu::mem_get_info().ok().map(|(f, t)| (f as u64, t as u64))
 }
 

@@ -344,7 +344,7 @@ impl GpuModel {
         let t0 = std::time::Instant::now();
         let mut up = Uploader {
             client: &client,
-            staging: Default::default(),
+            staging: crate::upload::Staging::for_client(&client),
             scratch: Vec::new(),
             src,
             cfg,

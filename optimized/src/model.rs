@@ -344,7 +344,7 @@ impl GpuModel {
         let t0 = std::time::Instant::now();
         let mut up = Uploader {
             client: &client,
-            staging: crate::upload::Staging::for_client(&client),
+            staging: crate::upload::Staging::for_client(&client, cfg.n_params() * dtype.size()),
             scratch: Vec::new(),
             src,
             cfg,

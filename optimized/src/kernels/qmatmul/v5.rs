@@ -52,7 +52,6 @@ pub fn require_ring(client: &Client, stages: usize, block: usize, rpg: usize) ->
     Ok(())
 }
 
-/// Closes the unit's current group of `cp.async` copies (an empty group is allowed).
 // The tile helpers below came from gemv v3 (now in the lab), which v5 grew out of.
 
 /// x quads of tile `t` for this lane (`tn` tokens; lanes past the tile's m chunks load none).
@@ -150,6 +149,7 @@ pub(crate) fn tile_dot<N: Size>(
     }
 }
 
+/// Closes the unit's current group of `cp.async` copies (an empty group is allowed).
 #[cube]
 fn commit_group() {
     gpu_asm!("cp.async.commit_group;");

@@ -81,8 +81,18 @@ pub fn run(
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log_file)
-            .spawn()
-            .map_err(|e| CliError::Gpu(format!("conformance shard {i}/{jobs}: cannot start {}: {e}", exe.display())))?;
+            .spawn();
+        let child = match child {
+            Ok(c) => c,
+            Err(e) => {
+                // No orphans: the shards already started stop with the run.
+                for (c, _, _) in &mut children {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                }
+                return Err(CliError::Gpu(format!("conformance shard {i}/{jobs}: cannot start {}: {e}", exe.display())));
+            }
+        };
         children.push((child, out, log));
     }
     let mut statuses = vec![None; jobs];

@@ -39,7 +39,13 @@ pub fn is_lab(name: &str) -> bool {
 /// quantized-gemv rows per group other than the default), unless the crate is built with the
 /// `lab` feature.
 pub fn all() -> Vec<Box<dyn Case>> {
-    every().into_iter().filter(|c| cfg!(feature = "lab") || !(c.lab() || is_lab(&c.name()))).collect()
+    without_lab(every())
+}
+
+/// `cases` without the lab choices, unless the crate is built with the `lab` feature (which
+/// also builds the lab's kernels: `optimized/lab`).
+pub fn without_lab(cases: Vec<Box<dyn Case>>) -> Vec<Box<dyn Case>> {
+    cases.into_iter().filter(|c| cfg!(feature = "lab") || !(c.lab() || is_lab(&c.name()))).collect()
 }
 
 /// Every case of every op, lab choices included.

@@ -159,23 +159,17 @@ pub fn run_cases_with(cases: &[Box<dyn Case>], backends: &[Backend], progress: &
     let mut report = Report::default();
     let total = cases.len() * backends.len();
     for &b in backends {
-        let client = optimized::client(b);
-        for c in cases {
-            let t = Instant::now();
-            let outcome = match &client {
-                Ok(cl) => run_guarded(c.as_ref(), cl),
-                Err(e) => Outcome::Skip(format!("runtime unavailable: {e}")),
-            };
-            report.results.push(CaseResult { backend: b.to_string(), op: c.op(), name: c.name(), outcome, millis: t.elapsed().as_secs_f64() * 1e3 });
+        run_indexed(cases, b, |_| true, &mut |_, r| {
+            report.results.push(r);
             progress(&report, total);
-        }
+        });
     }
     report
 }
 
 /// Run the cases of `cases` whose index `pick` accepts on `backend`, calling `done(index,
 /// result)` after each (a shard of a run spread over processes: [`result_line`]).
-pub fn run_indexed(cases: &[Box<dyn Case>], backend: Backend, pick: impl Fn(usize) -> bool, done: &mut dyn FnMut(usize, &CaseResult)) {
+pub fn run_indexed(cases: &[Box<dyn Case>], backend: Backend, pick: impl Fn(usize) -> bool, done: &mut dyn FnMut(usize, CaseResult)) {
     let client = optimized::client(backend);
     for (i, c) in cases.iter().enumerate().filter(|(i, _)| pick(*i)) {
         let t = Instant::now();
@@ -184,7 +178,7 @@ pub fn run_indexed(cases: &[Box<dyn Case>], backend: Backend, pick: impl Fn(usiz
             Err(e) => Outcome::Skip(format!("runtime unavailable: {e}")),
         };
         let r = CaseResult { backend: backend.to_string(), op: c.op(), name: c.name(), outcome, millis: t.elapsed().as_secs_f64() * 1e3 };
-        done(i, &r);
+        done(i, r);
     }
 }
 

@@ -138,44 +138,38 @@ impl HostBuf {
 /// pool when the client drops it. Pinned buffers say so, so the client DMAs from them as they
 /// are.
 struct Owned {
-    buf: Option<HostBuf>,
+    buf: HostBuf,
     len: usize,
     pool: Option<Arc<(Mutex<Pool>, Condvar)>>,
-}
-
-impl Owned {
-    fn ptr(&self) -> *const u8 {
-        self.buf.as_ref().map_or(std::ptr::NonNull::dangling().as_ptr(), HostBuf::ptr)
-    }
 }
 
 impl AllocationController for Owned {
     fn alloc_align(&self) -> usize {
         // The alignment the pointer actually has (the client only reads through it).
-        1 << (self.ptr() as usize).trailing_zeros().min(12)
+        1 << (self.buf.ptr() as usize).trailing_zeros().min(12)
     }
     fn property(&self) -> AllocationProperty {
         match self.buf {
-            Some(HostBuf::Pinned(_)) => AllocationProperty::Pinned,
-            _ => AllocationProperty::Native,
+            HostBuf::Pinned(_) => AllocationProperty::Pinned,
+            HostBuf::Heap(_) => AllocationProperty::Native,
         }
     }
     unsafe fn memory_mut(&mut self, _policy: AccessPolicy) -> Result<&mut [MaybeUninit<u8>], AccessError> {
-        let len = self.len;
-        let p = self.buf.as_mut().map_or(std::ptr::NonNull::dangling().as_ptr(), |b| b.slice_mut(len).as_mut_ptr());
-        // SAFETY: `len` initialized u8s (0 without a buffer) viewed as MaybeUninit<u8> (same
-        // layout); the caller only writes initialized data (the trait's contract).
-        Ok(unsafe { std::slice::from_raw_parts_mut(p.cast::<MaybeUninit<u8>>(), if self.buf.is_some() { len } else { 0 }) })
+        let bytes = self.buf.slice_mut(self.len);
+        // SAFETY: initialized u8s viewed as MaybeUninit<u8> (same layout); the caller only
+        // writes initialized data (the trait's contract).
+        Ok(unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast::<MaybeUninit<u8>>(), bytes.len()) })
     }
     fn memory(&self, _policy: AccessPolicy) -> Result<&[MaybeUninit<u8>], AccessError> {
-        // SAFETY: as above, read-only.
-        Ok(unsafe { std::slice::from_raw_parts(self.ptr().cast::<MaybeUninit<u8>>(), if self.buf.is_some() { self.len } else { 0 }) })
+        // SAFETY: `len` ≤ the buffer's capacity, all of it initialized; read-only view.
+        Ok(unsafe { std::slice::from_raw_parts(self.buf.ptr().cast::<MaybeUninit<u8>>(), self.len) })
     }
 }
 
 impl Drop for Owned {
     fn drop(&mut self) {
-        if let (Some(pool), Some(buf)) = (self.pool.take(), self.buf.take()) {
+        if let Some(pool) = self.pool.take() {
+            let buf = std::mem::replace(&mut self.buf, HostBuf::Heap(Vec::new()));
             let (lock, cv) = &*pool;
             let mut p = lock.lock().unwrap_or_else(|e| e.into_inner());
             p.free.push(buf);
@@ -189,7 +183,7 @@ impl Drop for Owned {
 pub fn bytes_of(buf: Vec<u8>) -> Bytes {
     let len = buf.len();
     // SAFETY: every one of the `len` bytes of the Vec is initialized.
-    unsafe { Bytes::from_controller(Box::new(Owned { buf: Some(HostBuf::Heap(buf)), len, pool: None }), len) }
+    unsafe { Bytes::from_controller(Box::new(Owned { buf: HostBuf::Heap(buf), len, pool: None }), len) }
 }
 
 /// Loads of at least this many bytes use page-locked staging on CUDA (see [`Staging`]).
@@ -272,7 +266,7 @@ impl Staging {
             let start = at + off;
             let dest = handle.clone().offset_start(start as u64).offset_end((total - start - n) as u64);
             // SAFETY: all `n` ≤ capacity bytes of the buffer are initialized (zeroed at birth).
-            let bytes = unsafe { Bytes::from_controller(Box::new(Owned { buf: Some(buf), len: n, pool: Some(self.pool.clone()) }), n) };
+            let bytes = unsafe { Bytes::from_controller(Box::new(Owned { buf, len: n, pool: Some(self.pool.clone()) }), n) };
             client.write(&dest, bytes);
             let t3 = std::time::Instant::now();
             let mut t = self.times.lock().unwrap_or_else(|e| e.into_inner());

@@ -43,7 +43,7 @@ pub fn run_shard(cases: &[Box<dyn conformance::Case>], backend: optimized::Backe
     let mut err = None;
     conformance::run_indexed(cases, backend, |k| k % n == i, &mut |k, r| {
         if err.is_none() {
-            err = writeln!(f, "{}", conformance::result_line(k, r)).and_then(|_| f.flush()).err();
+            err = writeln!(f, "{}", conformance::result_line(k, &r)).and_then(|_| f.flush()).err();
         }
     });
     match err {

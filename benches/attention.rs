@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use reference::ops::attention::attention;
+use optimized::kernels::attention::PrefillVersion;
+use optimized::kernels::matmul::tc::TcMode;
 use tandem_benches::gpu::attention as fx;
 use tandem_benches::rand_array;
 
@@ -56,7 +58,14 @@ fn gpu(c: &mut Criterion) {
         for t in [512usize, 2048] {
             g.throughput(Throughput::Elements(fx::prefill_flops(h, d, t) as u64));
             if let Ok(s) = fx::paged_setup(&client, h, hkv, d, 1, t, t) {
-                g.bench_function(format!("prefill flash-v2 T={t}"), |b| b.iter_custom(|n| timed(&client, n, || fx::prefill(&client, &s, None))));
+                g.bench_function(format!("prefill flash-v2 T={t}"), |b| {
+                    b.iter_custom(|n| timed(&client, n, || fx::prefill(&client, &s, None, PrefillVersion::V2)))
+                });
+                if optimized::kernels::attention::prefill_tc::supported(&client, d, TcMode::Tensor).is_ok() {
+                    g.bench_function(format!("prefill flash-v3-tc T={t}"), |b| {
+                        b.iter_custom(|n| timed(&client, n, || fx::prefill(&client, &s, None, fx::PREFILL_TC)))
+                    });
+                }
             }
             if let Ok(nv) = fx::naive_setup(&client, h, hkv, d, t, t) {
                 g.bench_function(format!("prefill naive-v1 T={t}"), |b| b.iter_custom(|n| timed(&client, n, || fx::naive(&client, &nv, None))));

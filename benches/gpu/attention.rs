@@ -4,6 +4,7 @@
 
 use std::time::Instant;
 
+use optimized::kernels::attention::PrefillVersion;
 use optimized::kernels::{attention_into, flash_decode, flash_prefill, Masking};
 use optimized::kv_cache::BlockTables;
 use optimized::{Client, DeviceTensor, Error};
@@ -76,11 +77,14 @@ pub fn decode_tuned(
     )
 }
 
-/// Prefill: the `n_q` last positions of sequence 0 are queries.
-pub fn prefill(client: &Client, s: &PagedSetup, window: Option<usize>) -> Result<(), Error> {
+/// Prefill with kernel `version`: the `n_q` last positions of sequence 0 are queries.
+pub fn prefill(client: &Client, s: &PagedSetup, window: Option<usize>, version: PrefillVersion) -> Result<(), Error> {
     let pos0 = s.tables.lens[0] - s.q.shape[0];
-    flash_prefill(client, &s.q, &s.k, &s.v, &s.tables, pos0, &Masking { window, sinks: None }, &s.out)
+    flash_prefill(client, &s.q, &s.k, &s.v, &s.tables, pos0, &Masking { window, sinks: None }, &s.out, version)
 }
+
+/// Prefill v3 on the tensor cores, where the device has them.
+pub const PREFILL_TC: PrefillVersion = PrefillVersion::Tc(optimized::kernels::matmul::tc::TcMode::Tensor);
 
 /// The v1 baseline: a contiguous cache of `len` positions and `n_q` queries at its end.
 pub struct NaiveSetup {

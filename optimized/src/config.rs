@@ -26,7 +26,9 @@
 //!   norms), larger ones the GEMMs (tc v1 where the device has tensor cores): the crossover
 //!   ([`GEMV_ROWS_DEFAULT`]; the naive configuration keeps the gemvs up to 8 rows);
 //! - `qgemv-rows=N` (1..=8) — the same crossover for quantized weights
-//!   ([`QGEMV_ROWS_DEFAULT`]).
+//!   ([`QGEMV_ROWS_DEFAULT`]);
+//! - `prefill=tc|v2` — prefill attention on the tensor cores (v3, in steps whose matmuls run
+//!   there: 16-bit or quantized weights, more rows than the gemvs take) or always v2.
 //!
 //! `default` resets every key. [`KernelConfig::name`] writes only what differs from the default
 //! (`default` when nothing does) and parses back to the same value. A bad spec is an error
@@ -39,6 +41,8 @@ use crate::kernels::qmatmul::knobs::Knobs;
 use crate::kernels::qmatmul::v4::MmaTune;
 use crate::kernels::qmatmul::v5;
 use crate::kernels::qmatmul::Prefetch;
+use crate::kernels::attention::PrefillVersion;
+use crate::kernels::matmul::tc::TcMode;
 use crate::kernels::ArgmaxVersion;
 use crate::model::AttentionImpl;
 use crate::Error;
@@ -83,6 +87,9 @@ pub struct KernelConfig {
     pub gemv_rows: usize,
     /// Steps of at most this many rows take the quantized gemvs (≤ [`GEMV_ROWS_MAX`]).
     pub qgemv_rows: usize,
+    /// Prefill attention v3 on the tensor cores where a step's matmuls run there (`true`), or
+    /// v2 always.
+    pub prefill_tc: bool,
 }
 
 /// The most rows the gemvs take (their per-unit accumulators are T × rows).
@@ -113,6 +120,7 @@ impl Default for KernelConfig {
             argmax: ArgmaxVersion::V2,
             gemv_rows: GEMV_ROWS_DEFAULT,
             qgemv_rows: QGEMV_ROWS_DEFAULT,
+            prefill_tc: true,
         }
     }
 }
@@ -189,7 +197,7 @@ impl KernelConfig {
     fn parse_any(spec: &str) -> Result<Self, Error> {
         let mut k = KernelConfig::default();
         let bad = |part: &str, why: &str| {
-            Error::Config(format!("kernel config `{spec}`: `{part}` {why} (keys: attention, graphs, norms, pdl, qgemv, prefetch, int8-decode, gps, rpg, small, mma, argmax, gemv-rows, qgemv-rows; see optimized::config)"))
+            Error::Config(format!("kernel config `{spec}`: `{part}` {why} (keys: attention, graphs, norms, pdl, qgemv, prefetch, int8-decode, gps, rpg, small, mma, argmax, gemv-rows, qgemv-rows, prefill; see optimized::config)"))
         };
         let mut launch = vec![];
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -239,6 +247,13 @@ impl KernelConfig {
                 }
                 "gemv-rows" => k.gemv_rows = val.parse().ok().filter(|n| (1..=GEMV_ROWS_MAX).contains(n)).ok_or_else(no)?,
                 "qgemv-rows" => k.qgemv_rows = val.parse().ok().filter(|n| (1..=GEMV_ROWS_MAX).contains(n)).ok_or_else(no)?,
+                "prefill" => {
+                    k.prefill_tc = match val {
+                        "tc" => true,
+                        "v2" => false,
+                        _ => return Err(no()),
+                    }
+                }
                 _ => return Err(bad(part, "has an unknown key")),
             }
         }
@@ -289,6 +304,9 @@ impl KernelConfig {
         if self.qgemv_rows != d.qgemv_rows {
             parts.push(format!("qgemv-rows={}", self.qgemv_rows));
         }
+        if self.prefill_tc != d.prefill_tc {
+            parts.push(format!("prefill={}", if self.prefill_tc { "tc" } else { "v2" }));
+        }
         if parts.is_empty() {
             "default".into()
         } else {
@@ -312,6 +330,22 @@ impl KernelConfig {
             argmax: ArgmaxVersion::V1,
             gemv_rows: GEMV_ROWS_MAX,
             qgemv_rows: GEMV_ROWS_MAX,
+            prefill_tc: false,
+        }
+    }
+
+    /// The prefill attention of a step of `rows` rows of a model whose weights are 16-bit or
+    /// quantized (`act16`: its tensor-core matmuls round activations to 16 bits) with head dim
+    /// `d`: v3 on the tensor cores where this configuration asks for it, the step's matmuls run
+    /// on the tensor cores (more rows than the gemvs take) and the device has f16 MMAs; v2
+    /// otherwise (f32 models keep f32 attention).
+    pub fn prefill_version(&self, client: &crate::Client, act16: bool, quantized: bool, rows: usize, d: usize) -> PrefillVersion {
+        let gemv = if quantized { self.qgemv_rows.min(self.gemv_rows) } else { self.gemv_rows };
+        let tc = TcMode::Tensor;
+        if self.prefill_tc && act16 && rows > gemv && crate::kernels::attention::prefill_tc::supported(client, d, tc).is_ok() {
+            PrefillVersion::Tc(tc)
+        } else {
+            PrefillVersion::V2
         }
     }
 }

@@ -540,6 +540,12 @@ impl GpuModel {
         })
     }
 
+    /// The prefill attention of a step of `rows` rows ([`crate::config::KernelConfig::prefill_version`]).
+    pub(crate) fn prefill_version(&self, rows: usize) -> crate::kernels::attention::PrefillVersion {
+        let act16 = self.dtype != Dtype::F32 || self.quant.is_some();
+        self.kernels.prefill_version(&self.client, act16, self.quant.is_some(), rows, self.config.head_dim)
+    }
+
     /// Whether a forward pass of `t` rows fuses the RMSNorms into the decode gemvs.
     pub(crate) fn fused_for(&self, t: usize) -> bool {
         self.kernels.fused_norms && t <= self.kernels.gemv_rows.min(self.kernels.qgemv_rows) && t <= matmul::GEMV_MAX_T && t <= QGEMV_MAX_T
@@ -559,7 +565,7 @@ impl GpuModel {
                 if t == 1 {
                     flash_decode(c, &q, &cache.k[l], &cache.v[l], tb, &mask, &o)?;
                 } else {
-                    flash_prefill(c, &q, &cache.k[l], &cache.v[l], tb, pos0, &mask, &o)?;
+                    flash_prefill(c, &q, &cache.k[l], &cache.v[l], tb, pos0, &mask, &o, self.prefill_version(t))?;
                 }
                 Ok(o)
             }

@@ -3,7 +3,7 @@
 //! read, as a share of the device copy rate measured in the same run; naive v1 beside it at
 //! batch 1. Prefill: flash v2 vs naive v1, causal, TFLOP/s.
 
-use optimized::kernels::attention::{DecodeVersion, ScoreStep};
+use optimized::kernels::attention::{DecodeVersion, PrefillVersion, ScoreStep};
 use optimized::Backend;
 use reference::Config;
 use tandem_benches::gpu::attention as fx;
@@ -15,7 +15,7 @@ const DECODE_LENS: [usize; 4] = [512, 4096, 16384, 32768];
 const BATCHES: [usize; 2] = [1, 32];
 const PREFILL_LENS: [usize; 3] = [512, 2048, 8192];
 
-/// `kv_lens` / `batches` restrict the decode table (and skip the audit and prefill tables).
+/// `kv_lens` / `batches` restrict the decode table (and skip the decode audit).
 pub fn run(backend: Backend, cfg: &Config, gate: &str, reps: usize, kv_lens: Option<Vec<usize>>, batches: Option<Vec<usize>>) -> Result<()> {
     let only = kv_lens.is_some() || batches.is_some();
     let kv_lens = kv_lens.unwrap_or(DECODE_LENS.to_vec());
@@ -87,13 +87,12 @@ pub fn run(backend: Backend, cfg: &Config, gate: &str, reps: usize, kv_lens: Opt
             println!("{line}");
         }
     }
-    if only {
-        return Ok(());
-    }
     // Audit: the decode version and keys per chunk at 16k, batch 1 and 32.
-    println!();
-    println!("decode at KV len 16384: kernel version × score step × keys per chunk (host-launched µs/call, % copy)");
-    for &b in &BATCHES {
+    if !only {
+        println!();
+        println!("decode at KV len 16384: kernel version × score step × keys per chunk (host-launched µs/call, % copy)");
+    }
+    for &b in BATCHES.iter().filter(|_| !only) {
         let s = fx::paged_setup(&client, h, hkv, d, b, 16384, b)?;
         for version in [DecodeVersion::V2, DecodeVersion::V3] {
             if !version.supported(&client) {
@@ -115,15 +114,27 @@ pub fn run(backend: Backend, cfg: &Config, gate: &str, reps: usize, kv_lens: Opt
     }
     println!();
     println!("prefill (one sequence, causal; FLOPs = 4·H·D per visible query-key pair)");
-    println!("{:>6} {:>10} {:>9} {:>10} {:>9} {:>8}", "T", "flash ms", "TFLOP/s", "naive ms", "TFLOP/s", "speedup");
+    let tc = optimized::kernels::attention::prefill_tc::supported(&client, d, optimized::kernels::matmul::tc::TcMode::Tensor);
+    if let Err(e) = &tc {
+        println!("(v3 on the tensor cores: {e})");
+    }
+    println!("{:>6} {:>10} {:>9} {:>10} {:>9} {:>10} {:>9} {:>8}", "T", "v3 tc ms", "TFLOP/s", "v2 ms", "TFLOP/s", "naive ms", "TFLOP/s", "v3/v2");
     for &t in &PREFILL_LENS {
         let flops = fx::prefill_flops(h, d, t);
         let s = fx::paged_setup(&client, h, hkv, d, 1, t, t)?;
-        let tf = fx::seconds_per_call(&client, 2, 3 * reps.max(1), || fx::prefill(&client, &s, None))?;
+        let t3 = match &tc {
+            Ok(()) => Some(fx::seconds_per_call(&client, 2, 3 * reps.max(1), || fx::prefill(&client, &s, None, fx::PREFILL_TC))?),
+            Err(_) => None,
+        };
+        let tf = fx::seconds_per_call(&client, 2, 3 * reps.max(1), || fx::prefill(&client, &s, None, PrefillVersion::V2))?;
         drop(s);
         let n = fx::naive_setup(&client, h, hkv, d, t, t)?;
         let tn = fx::seconds_per_call(&client, 1, reps.max(1), || fx::naive(&client, &n, None))?;
-        println!("{t:>6} {:>10.3} {:>9.2} {:>10.3} {:>9.2} {:>7.1}×", tf * 1e3, flops / tf / 1e12, tn * 1e3, flops / tn / 1e12, tn / tf);
+        let (a, b, r) = match t3 {
+            Some(t3) => (format!("{:.3}", t3 * 1e3), format!("{:.2}", flops / t3 / 1e12), format!("{:.1}×", tf / t3)),
+            None => ("n/a".into(), "n/a".into(), "n/a".into()),
+        };
+        println!("{t:>6} {a:>10} {b:>9} {:>10.3} {:>9.2} {:>10.3} {:>9.2} {r:>8}", tf * 1e3, flops / tf / 1e12, tn * 1e3, flops / tn / 1e12);
     }
     Ok(())
 }

@@ -13,7 +13,8 @@
 
 use ndarray::Array3;
 use optimized::gpt_oss::{GptOssGpu, GptOssRunner};
-use optimized::kernels::attention::{DecodeVersion, ScoreStep};
+use optimized::kernels::attention::{DecodeVersion, PrefillVersion, ScoreStep};
+use optimized::kernels::matmul::tc::TcMode;
 use optimized::kernels::moe::MoePath;
 use optimized::{Client, DeviceTensor};
 use reference::gpt_oss::ops::rope::{concentration, inv_freq, rope_yarn};
@@ -371,7 +372,9 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     // (sequences past it), sinks.
     let mut flash = |phase, lens: &[usize], t, window| {
         let versions: &[DecodeVersion] = if phase == Phase::Decode { &[DecodeVersion::V2, DecodeVersion::V3] } else { &[DecodeVersion::V3] };
-        for &version in versions {
+        let prefills: &[PrefillVersion] =
+            if phase == Phase::Prefill { &[PrefillVersion::V2, PrefillVersion::Tc(TcMode::Tensor)] } else { &[PrefillVersion::V2] };
+        for (&version, &prefill) in versions.iter().flat_map(|v| prefills.iter().map(move |p| (v, p))) {
             v.push(Box::new(FlashCase {
                 phase,
                 h: 64,
@@ -385,6 +388,7 @@ pub fn cases() -> Vec<Box<dyn Case>> {
                 shuffled: true,
                 version,
                 score: ScoreStep::PerUnit,
+                prefill,
             }) as Box<dyn Case>);
         }
     };

@@ -73,7 +73,8 @@ impl GptOssRunner {
             flash_decode(c, &qd, &self.k[l], &self.v[l], tb, &mask, &od)?;
         }
         if let Some(tb) = &b.pre_tables {
-            flash_prefill_varlen(c, &q, &self.k[l], &self.v[l], tb, &b.varlen, &mask, &o)?;
+            let version = crate::config::current().prefill_version(c, m.dtype != crate::Dtype::F32, false, b.rows(), d);
+            flash_prefill_varlen(c, &q, &self.k[l], &self.v[l], tb, &b.varlen, &mask, &o, version)?;
         }
         Ok(o)
     }

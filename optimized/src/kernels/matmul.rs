@@ -42,7 +42,7 @@ use crate::{Client, DeviceTensor, Dtype, Error};
 
 mod gemv;
 pub mod tc;
-mod tc_kernel;
+pub(crate) mod tc_kernel;
 mod tc_quant;
 use gemv::launch_gemv;
 #[cfg(feature = "lab")]

@@ -127,7 +127,7 @@ impl GpuRunner {
             flash_decode(c, &qd, &self.k[l], &self.v[l], tb, &mask, &od)?;
         }
         if let Some((tb, seqs)) = pre {
-            flash_prefill_varlen(c, &q, &self.k[l], &self.v[l], tb, seqs, &mask, &o)?;
+            flash_prefill_varlen(c, &q, &self.k[l], &self.v[l], tb, seqs, &mask, &o, self.model.prefill_version(n))?;
         }
         Ok(o)
     }

@@ -8,7 +8,8 @@
 //! with `kv_write_paged` in two pieces (positions `0..S/2`, then `S/2..S`). Output is NaN-poisoned.
 
 use ndarray::Array3;
-use optimized::kernels::attention::{flash_decode_tuned, DecodeVersion, ScoreStep};
+use optimized::kernels::attention::{flash_decode_tuned, DecodeVersion, PrefillVersion, ScoreStep};
+use optimized::kernels::matmul::tc::TcMode;
 use optimized::kernels::{flash_prefill, kv_write_paged, Masking};
 use optimized::kv_cache::BlockTables;
 use optimized::{Client, DeviceTensor};
@@ -43,7 +44,13 @@ pub struct FlashCase {
     pub version: DecodeVersion,
     /// Decode score step (a lane group per key, or whole keys per unit).
     pub score: ScoreStep,
+    /// Prefill kernel version (v2 f32; v3 on the tensor cores, or their emulation).
+    pub prefill: PrefillVersion,
 }
+
+/// The largest prefill (queries × keys × heads) the grid and proptests give v3's emulation: it
+/// runs an MMA through shared memory per step, minutes per case on lavapipe past this.
+pub const EMU_MAX_WORK: usize = 40_000;
 
 /// Spare (NaN) blocks in the pool.
 const SPARE: usize = 3;
@@ -89,13 +96,14 @@ impl FlashCase {
         let sinks_d = DeviceTensor::from_f32(client, &sink_vals, &[h])?;
         let mask = Masking { window: self.window, sinks: self.sinks.then_some(&sinks_d) };
         let sinks_ref = self.sinks.then_some(sink_vals.as_slice());
-        let reference = |q: &[f32], t: usize, b: usize, pos0: usize| -> Option<Vec<f32>> {
+        let reference_with = |q: &[f32], t: usize, b: usize, pos0: usize, kvs: &[(Vec<f32>, Vec<f32>)]| -> Option<Vec<f32>> {
             let len = self.lens[b];
             let qa = Array3::from_shape_vec((t, h, d), q.to_vec()).ok()?;
             let ka = Array3::from_shape_vec((len, kv, d), kvs[b].0.clone()).ok()?;
             let va = Array3::from_shape_vec((len, kv, d), kvs[b].1.clone()).ok()?;
             Some(reference::ops::attention::attention_sinks(qa.view(), ka.view(), va.view(), pos0, self.window, sinks_ref).iter().copied().collect())
         };
+        let reference = |q: &[f32], t: usize, b: usize, pos0: usize| reference_with(q, t, b, pos0, &kvs);
         // Wider than U[-1,1) so the softmax is peaked enough to notice a wrong key.
         let (got, want) = match self.phase {
             Phase::Prefill => {
@@ -103,8 +111,17 @@ impl FlashCase {
                 let q: Vec<f32> = rand_vec(t * h * d, 71).iter().map(|x| x * 2.0).collect();
                 let qd = DeviceTensor::from_f32(client, &q, &[t, h, d])?;
                 let out = DeviceTensor::from_f32(client, &vec![f32::NAN; t * h * d], &[t, h, d])?;
-                flash_prefill(client, &qd, &kp, &vp, &tables, len - t, &mask, &out)?;
-                (out.to_f32(client)?, reference(&q, t, 0, len - t))
+                flash_prefill(client, &qd, &kp, &vp, &tables, len - t, &mask, &out, self.prefill)?;
+                let want = match self.prefill {
+                    // v3 reads q, k, v as f16: the reference gets the same rounded values.
+                    PrefillVersion::Tc(_) => {
+                        let r16 = |x: &[f32]| x.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect::<Vec<f32>>();
+                        let kv16: Vec<(Vec<f32>, Vec<f32>)> = kvs.iter().map(|(k, v)| (r16(k), r16(v))).collect();
+                        reference_with(&r16(&q), t, 0, len - t, &kv16)
+                    }
+                    PrefillVersion::V2 => reference(&q, t, 0, len - t),
+                };
+                (out.to_f32(client)?, want)
             }
             Phase::Decode => {
                 let nb = self.lens.len();
@@ -123,8 +140,12 @@ impl FlashCase {
                 (out.to_f32(client)?, want)
             }
         };
+        let dtype = match (self.phase, self.prefill) {
+            (Phase::Prefill, PrefillVersion::Tc(_)) => Dtype::F16,
+            _ => Dtype::F32,
+        };
         Ok(match want {
-            Some(w) => judge(&got, &w, Op::Attention, Dtype::F32),
+            Some(w) => judge(&got, &w, Op::Attention, dtype),
             None => Outcome::Fail("bad case shape".into()),
         })
     }
@@ -136,7 +157,14 @@ impl Case for FlashCase {
     }
     fn name(&self) -> String {
         let mut s = match self.phase {
-            Phase::Prefill => format!("flash_attn(prefill,d={},h={},kv={},T={},S={}", self.d, self.h, self.kv, self.t, self.lens[0]),
+            Phase::Prefill => {
+                let v = match self.prefill {
+                    PrefillVersion::V2 => "prefill",
+                    PrefillVersion::Tc(TcMode::Tensor) => "prefill-v3",
+                    PrefillVersion::Tc(TcMode::Emulated) => "prefill-v3-emu",
+                };
+                format!("flash_attn({v},d={},h={},kv={},T={},S={}", self.d, self.h, self.kv, self.t, self.lens[0])
+            }
             Phase::Decode => {
                 format!("flash_attn(decode-{:?}-{:?},d={},h={},kv={},lens={:?}", self.version, self.score, self.d, self.h, self.kv, self.lens)
             }
@@ -151,7 +179,7 @@ impl Case for FlashCase {
         if self.shuffled {
             s += ",shuffled";
         }
-        s + ",f32)"
+        s + if self.phase == Phase::Prefill && self.prefill != PrefillVersion::V2 { ",f16)" } else { ",f32)" }
     }
     fn run(&self, client: &Client) -> Outcome {
         let bad = self.lens.is_empty()
@@ -162,6 +190,11 @@ impl Case for FlashCase {
         }
         if self.phase == Phase::Decode && !self.version.supported(client) {
             return Outcome::Skip(format!("decode {:?} needs device-scope storage sync + u32 atomic add", self.version));
+        }
+        if let (Phase::Prefill, PrefillVersion::Tc(mode)) = (self.phase, self.prefill) {
+            if let Err(e) = optimized::kernels::attention::prefill_tc::supported(client, self.d, mode) {
+                return outcome_or_skip(Err(e));
+            }
         }
         // E.g. the plane score step for a G or D it does not take: skipped, with the reason.
         outcome_or_skip(self.body(client))
@@ -194,10 +227,19 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     let mut add = |phase, d, h, kv, lens: &[usize], t, block_size, window, sinks, shuffled| {
         let versions: &[DecodeVersion] = if phase == Decode { &[DecodeVersion::V2, DecodeVersion::V3] } else { &[DecodeVersion::V3] };
         let scores: &[ScoreStep] = if phase == Decode { &[ScoreStep::PerUnit, ScoreStep::Plane] } else { &[ScoreStep::PerUnit] };
+        let prefills: &[PrefillVersion] = if phase != Prefill {
+            &[PrefillVersion::V2]
+        } else if t * lens[0] * h <= EMU_MAX_WORK {
+            &[PrefillVersion::V2, PrefillVersion::Tc(TcMode::Tensor), PrefillVersion::Tc(TcMode::Emulated)]
+        } else {
+            &[PrefillVersion::V2, PrefillVersion::Tc(TcMode::Tensor)]
+        };
         for &version in versions {
             for &score in scores {
-                v.push(Box::new(FlashCase { phase, h, kv, d, lens: lens.to_vec(), t, block_size, window, sinks, shuffled, version, score })
-                    as Box<dyn Case>)
+                for &prefill in prefills {
+                    let lens = lens.to_vec();
+                    v.push(Box::new(FlashCase { phase, h, kv, d, lens, t, block_size, window, sinks, shuffled, version, score, prefill }) as Box<dyn Case>)
+                }
             }
         }
     };
@@ -219,5 +261,11 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     add(Prefill, 64, 8, 1, &[16], 1, 16, None, false, false);
     add(Prefill, 96, 12, 4, &[257], 57, 16, None, true, false);
     add(Prefill, 64, 4, 2, &[257], 257, 1, None, false, true);
+    // v3's tile edges: 64 query rows and 64 keys per tile (32 / 32 emulated): T of 63, 65, 129
+    // after cached keys, a window inside one key tile, D = 80 and 16.
+    add(Prefill, 64, 8, 2, &[200], 129, 16, None, false, true);
+    add(Prefill, 128, 4, 4, &[130], 65, 16, Some(33), true, false);
+    add(Prefill, 80, 6, 3, &[63], 63, 16, None, true, true);
+    add(Prefill, 16, 2, 1, &[97], 97, 8, Some(64), false, false);
     v
 }

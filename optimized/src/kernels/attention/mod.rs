@@ -13,6 +13,10 @@
 //!   table; Q/K/V tiles in shared memory, online softmax with f32 running max/sum per query
 //!   row, output accumulated in shared memory and normalized once. Causal tiles past a
 //!   query tile's last row are never loaded.
+//! - v3 flash prefill ([`prefill_tc`]): v2's loop on the tensor cores (FlashAttention-2 with
+//!   `mma.sync`): Q, K, V tiles and P rounded to f16, scores and sums in f32; one sequence or
+//!   a varlen batch. Chosen by the callers ([`PrefillVersion`]) where a step's matmuls already
+//!   round activations to 16 bits.
 //! - v2 flash decode ([`decode`]): B sequences × one query each, mixed lengths; split-K
 //!   ("flash-decoding"): each cube takes one KV head of one sequence and one chunk of keys for
 //!   all G query heads of that KV head (K/V read once per group), writes a partial (max, sum,
@@ -33,13 +37,14 @@ pub mod decode;
 pub mod naive;
 pub mod paged;
 pub mod prefill;
+pub mod prefill_tc;
 mod scores;
 mod softmax;
 
 pub use decode::{flash_decode, flash_decode_tuned, flash_decode_with, DecodeVersion, ScoreStep};
 pub use naive::{attention, attention_into, kv_append};
 pub use paged::kv_write_paged;
-pub use prefill::{flash_prefill, flash_prefill_varlen, VarlenSeq};
+pub use prefill::{flash_prefill, flash_prefill_varlen, PrefillVersion, VarlenSeq};
 
 use crate::kv_cache::BlockTables;
 use crate::{DeviceTensor, Dtype, Error};

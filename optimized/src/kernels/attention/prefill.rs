@@ -14,6 +14,7 @@ use cubecl::prelude::*;
 use super::naive::{u32_of, visible_range};
 use super::paged::pool_row;
 use super::{check_paged, Masking};
+use crate::kernels::matmul::tc::TcMode;
 use crate::kernels::prev_pow2;
 use crate::kv_cache::BlockTables;
 use crate::{Client, DeviceTensor, Error};
@@ -240,6 +241,15 @@ pub(crate) fn tiles(d: usize, shared: usize, max_units: u32) -> Option<(usize, u
     Some((br, bc, lanes))
 }
 
+/// Which prefill attention runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrefillVersion {
+    /// v2: f32 tiles on the CUDA cores (every backend).
+    V2,
+    /// v3 (`prefill_tc`): f16 tiles on the tensor cores (or their emulation), f32 sums.
+    Tc(TcMode),
+}
+
 /// Attention of `q [T, H, D]` (positions `pos0 ..`) of sequence 0 of `tables` over its first
 /// `tables.lens[0]` positions in the pools `k, v [blocks · bs, Hkv, D]`, into `out [T, H, D]`.
 #[allow(clippy::too_many_arguments)]
@@ -252,7 +262,11 @@ pub fn flash_prefill(
     pos0: usize,
     mask: &Masking,
     out: &DeviceTensor,
+    version: PrefillVersion,
 ) -> Result<(), Error> {
+    if let PrefillVersion::Tc(mode) = version {
+        return super::prefill_tc::flash_prefill_tc_one(client, q, k, v, tables, pos0, mask, out, mode);
+    }
     let (h, hkv, d) = check_paged("flash_prefill", q, k, v, tables, mask)?;
     if out.shape != q.shape || out.dtype != q.dtype {
         return Err(Error::Shape(format!("flash_prefill: out {:?}, expected {:?}", out.shape, q.shape)));
@@ -318,6 +332,27 @@ pub struct VarlenSeq {
     pub pos0: usize,
 }
 
+/// Checks a varlen batch against q `[N, H, D]` and the tables; returns its words `[q_start,
+/// q_len, pos0, kv_len, tile_start]` per sequence for tiles of `br` query rows, and the tiles.
+pub(crate) fn varlen_words(q: &DeviceTensor, tables: &BlockTables, seqs: &[VarlenSeq], br: usize, op: &str) -> Result<(Vec<u32>, usize), Error> {
+    if seqs.len() != tables.lens.len() {
+        return Err(Error::Shape(format!("{op}: {} sequences, {} table rows", seqs.len(), tables.lens.len())));
+    }
+    let n = q.shape[0];
+    let mut words = Vec::with_capacity(seqs.len() * 5);
+    let mut tiles_total = 0usize;
+    for (i, s) in seqs.iter().enumerate() {
+        let kv_len = s.pos0 + s.q_len;
+        if s.q_len == 0 || s.q_start + s.q_len > n || kv_len > tables.max_blocks * tables.block_size {
+            return Err(Error::Shape(format!("{op}: sequence {i} {s:?} does not fit q of {n} rows / its table of {} blocks", tables.max_blocks)));
+        }
+        words.extend([s.q_start, s.q_len, s.pos0, kv_len, tiles_total].map(|w| w as u32));
+        tiles_total += s.q_len.div_ceil(br);
+    }
+    u32_of("last position", seqs.iter().map(|s| s.pos0 + s.q_len).max().unwrap_or(0))?;
+    Ok((words, tiles_total))
+}
+
 /// Flash prefill over several sequences in ONE launch (varlen): sequence s of `seqs` reads
 /// its K/V through row s of `tables` and writes its rows of `out` (`[N, H, D]`, like q).
 #[allow(clippy::too_many_arguments)]
@@ -330,6 +365,7 @@ pub fn flash_prefill_varlen(
     seqs: &[VarlenSeq],
     mask: &Masking,
     out: &DeviceTensor,
+    version: PrefillVersion,
 ) -> Result<(), Error> {
     let (h, hkv, d) = check_paged("flash_prefill_varlen", q, k, v, tables, mask)?;
     if out.shape != q.shape || out.dtype != q.dtype {
@@ -338,28 +374,17 @@ pub fn flash_prefill_varlen(
     if seqs.len() != tables.lens.len() {
         return Err(Error::Shape(format!("flash_prefill_varlen: {} sequences, {} table rows", seqs.len(), tables.lens.len())));
     }
-    let n = q.shape[0];
     if seqs.is_empty() || d == 0 {
         return Ok(());
+    }
+    if let PrefillVersion::Tc(mode) = version {
+        return super::prefill_tc::flash_prefill_tc_varlen(client, q, k, v, tables, seqs, mask, out, mode);
     }
     let hw = &client.properties().hardware;
     let (br, bc, lanes) = tiles(d, hw.max_shared_memory_size, hw.max_units_per_cube.min(hw.max_cube_dim.0)).ok_or_else(|| {
         Error::Unsupported(format!("flash_prefill_varlen: head dim {d} does not fit {} B of shared memory", hw.max_shared_memory_size))
     })?;
-    let mut words = Vec::with_capacity(seqs.len() * 5);
-    let mut tiles_total = 0usize;
-    for (i, s) in seqs.iter().enumerate() {
-        let kv_len = s.pos0 + s.q_len;
-        if s.q_len == 0 || s.q_start + s.q_len > n || kv_len > tables.max_blocks * tables.block_size {
-            return Err(Error::Shape(format!(
-                "flash_prefill_varlen: sequence {i} {s:?} does not fit q of {n} rows / its table of {} blocks",
-                tables.max_blocks
-            )));
-        }
-        words.extend([s.q_start, s.q_len, s.pos0, kv_len, tiles_total].map(|w| w as u32));
-        tiles_total += s.q_len.div_ceil(br);
-    }
-    u32_of("last position", seqs.iter().map(|s| s.pos0 + s.q_len).max().unwrap_or(0))?;
+    let (words, tiles_total) = varlen_words(q, tables, seqs, br, "flash_prefill_varlen")?;
     if tiles_total > hw.max_cube_count.0 as usize || h > hw.max_cube_count.1 as usize {
         return Err(Error::Unsupported(format!("flash_prefill_varlen: grid {tiles_total}×{h} exceeds the device's {:?}", hw.max_cube_count)));
     }

@@ -73,11 +73,13 @@ pub(crate) fn pair<E: Float>(lo: E, hi: E) -> V2<E> {
 }
 
 /// The four registers of `ldmatrix.x4` for 8×8 matrices `i` whose row `r` starts at
-/// `tile[base + (row0 + r + 8·((i >> rsh) & 1))·SA + k0 + 8·((i >> ksh) & 1)]`: A (m16 × k16:
-/// rsh 0, ksh 1) or two B n8 × k16 fragments (rsh 1, ksh 0). Unit (g, c) = (lane / 4,
-/// lane % 4) gets matrix i's (row g, values 2c, 2c + 1).
+/// `tile[base + (row0 + r + 8·((i >> rsh) & 1))·stride + k0 + 8·((i >> ksh) & 1)]`: A (m16 ×
+/// k16: rsh 0, ksh 1) or two B n8 × k16 fragments (rsh 1, ksh 0). Unit (g, c) = (lane / 4,
+/// lane % 4) gets matrix i's (row g, values 2c, 2c + 1). `stride` (16-bit values) is a
+/// multiple of 8 (16-byte rows for `ldmatrix`).
 #[cube]
-fn ldsm4<E: Float>(
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn ldsm4<E: Float>(
     tile: &[E],
     base: usize,
     row0: usize,
@@ -85,6 +87,7 @@ fn ldsm4<E: Float>(
     lane: usize,
     #[comptime] rsh: usize,
     #[comptime] ksh: usize,
+    #[comptime] stride: usize,
     #[comptime] emu: bool,
 ) -> Array<V2<E>> {
     let mut out = Array::<V2<E>>::new(4usize);
@@ -93,14 +96,14 @@ fn ldsm4<E: Float>(
         let c = lane % 4;
         #[unroll]
         for i in 0..4usize {
-            let o = base + (row0 + g + 8 * ((i >> rsh) & 1)) * SA + k0 + 8 * ((i >> ksh) & 1) + 2 * c;
+            let o = base + (row0 + g + 8 * ((i >> rsh) & 1)) * stride + k0 + 8 * ((i >> ksh) & 1) + 2 * c;
             out[i] = pair(tile[o], tile[o + 1]);
         }
     } else {
         // Lane L gives the address of row L % 8 of matrix L / 8.
         let i = lane / 8;
         let r = lane % 8;
-        let o = base + (row0 + r + 8 * ((i >> rsh) & 1)) * SA + k0 + 8 * ((i >> ksh) & 1);
+        let o = base + (row0 + r + 8 * ((i >> rsh) & 1)) * stride + k0 + 8 * ((i >> ksh) & 1);
         let def = cmma::MmaDefinition::<E, E, f32>::new(16usize, 8usize, 16usize);
         let regs = def.load_matrix::<E, Const<2>>(&tile[o..o + 8], MatrixIdent::A, 4usize, false);
         #[unroll]
@@ -116,7 +119,8 @@ fn ldsm4<E: Float>(
 /// PTX layouts (a0: row g, k 2c..; a1: row g + 8; a2: row g, k 2c + 8..; a3: row g + 8, k
 /// 2c + 8..; b0: n g, k 2c..; b1: n g, k 2c + 8..; c: rows g, g + 8, cols 2c, 2c + 1).
 #[cube]
-fn mma<E: Float>(
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn mma<E: Float>(
     a: &Array<V2<E>>,
     ai4: usize,
     b: &Array<V2<E>>,
@@ -198,7 +202,7 @@ fn load_frags<E: Float>(
 ) {
     #[unroll]
     for i in 0..tm {
-        let r = ldsm4(ta, abase, wrow + 16 * i, 16 * ks, lane, 0usize, 1usize, emu);
+        let r = ldsm4(ta, abase, wrow + 16 * i, 16 * ks, lane, 0usize, 1usize, SA, emu);
         #[unroll]
         for q in 0..4usize {
             af[4 * i + q] = r[q];
@@ -206,7 +210,7 @@ fn load_frags<E: Float>(
     }
     #[unroll]
     for jj in 0..tn / 2 {
-        let r = ldsm4(tb, bbase, wcol + 16 * jj, 16 * ks, lane, 1usize, 0usize, emu);
+        let r = ldsm4(tb, bbase, wcol + 16 * jj, 16 * ks, lane, 1usize, 0usize, SA, emu);
         #[unroll]
         for q in 0..4usize {
             bf[4 * jj + q] = r[q];

@@ -120,7 +120,7 @@ fn capture(model: &mut GpuModel, id: u32) -> Result<(DeviceTensor, DeviceTensor)
     let ids = DeviceTensor::from_u32(&c, &[id], &[1])?;
     let next = DeviceTensor::from_u32(&c, &[0], &[1])?;
     let run = |m: &GpuModel| -> Result<DeviceTensor, Error> {
-        let logits = m.body(Ids::Device(&ids), 1, None)?;
+        let logits = m.body(Ids::Device(&ids), 1, None, crate::model::Rows::All)?;
         argmax::argmax_into(&m.client, &logits, &next)?;
         Ok(logits)
     };

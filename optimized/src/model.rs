@@ -61,6 +61,14 @@ pub(crate) enum Ids<'a> {
     Device(&'a DeviceTensor),
 }
 
+/// Which rows' logits a forward pass computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Rows {
+    All,
+    /// The last (prefill steps that draw one token).
+    Last,
+}
+
 /// What the lm_head reads after the blocks: `xw = x ⊙ w_out` (fused decode: the lm_head
 /// gemv applies `1 / rms(x)` itself) or `h = RMSNorm(x) · w_out`.
 pub(crate) enum Final {
@@ -433,13 +441,24 @@ impl GpuModel {
     /// Run `ids` at positions `pos ..`; returns the final hidden states normalized and projected:
     /// logits `[T, V]` on the device. With `trace`, each block's output `[T, C]` is read back.
     pub fn forward(&mut self, ids: &[u32], trace: Option<&mut Vec<Vec<f32>>>) -> Result<DeviceTensor, Error> {
+        self.forward_rows(ids, trace, Rows::All)
+    }
+
+    /// [`Self::forward`] with the lm_head over the last row only where the step ends unfused
+    /// (prefill): logits `[1, V]`, or `[T, V]` of a fused decode step of T ≤ 2 rows (where a
+    /// row costs what T do). What a step that draws one token needs.
+    pub fn forward_last(&mut self, ids: &[u32]) -> Result<DeviceTensor, Error> {
+        self.forward_rows(ids, None, Rows::Last)
+    }
+
+    fn forward_rows(&mut self, ids: &[u32], trace: Option<&mut Vec<Vec<f32>>>, rows: Rows) -> Result<DeviceTensor, Error> {
         let t = ids.len();
         if t == 0 {
             return Err(Error::Shape("no tokens to run".into()));
         }
         self.reserve(t)?;
         let kernels = self.kernels;
-        let logits = crate::config::scoped(&kernels, || self.body(Ids::Host(ids), t, trace))?;
+        let logits = crate::config::scoped(&kernels, || self.body(Ids::Host(ids), t, trace, rows))?;
         self.pos += t;
         Ok(logits)
     }
@@ -521,9 +540,14 @@ impl GpuModel {
     /// Every launch of a forward pass over `t` tokens at `self.pos` (the KV cache already
     /// reserved): logits `[T, V]`. Uploads nothing when `ids` are on the device and the cache is
     /// paged, so a graph can record it.
-    pub(crate) fn body(&self, ids: Ids, t: usize, trace: Option<&mut Vec<Vec<f32>>>) -> Result<DeviceTensor, Error> {
+    pub(crate) fn body(&self, ids: Ids, t: usize, trace: Option<&mut Vec<Vec<f32>>>, rows: Rows) -> Result<DeviceTensor, Error> {
         let x = self.embed(ids, t)?;
         let fin = self.blocks(&x, t, &mut |l, qkv| self.attend_own(l, qkv, t), trace)?;
+        let fin = match fin {
+            // The last row of the final norm's output, gathered: the lm_head reads 1 row, not T.
+            Final::Plain { h } if rows == Rows::Last && t > 1 => Final::Plain { h: embedding::embedding(&self.client, &h, &[(t - 1) as u32])? },
+            f => f,
+        };
         self.head(&x, &fin)
     }
 
@@ -728,7 +752,7 @@ impl GpuEngine {
                 return Ok(l);
             }
         }
-        let l = self.0.forward(ids, None).map_err(to_ref)?;
+        let l = self.0.forward_last(ids).map_err(to_ref)?;
         self.0.last_row(&l).map_err(to_ref)
     }
     fn step_greedy_in_scope(&mut self, ids: &[u32]) -> reference::Result<u32> {
@@ -737,7 +761,7 @@ impl GpuEngine {
                 return Ok(next);
             }
         }
-        let l = self.0.forward(ids, None).map_err(to_ref)?;
+        let l = self.0.forward_last(ids).map_err(to_ref)?;
         let ids = argmax::argmax(&self.0.client, &l).map_err(to_ref)?.to_u32(&self.0.client).map_err(to_ref)?;
         ids.last().copied().ok_or_else(|| RefError::Backend("argmax returned no id".into()))
     }

@@ -71,6 +71,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub plot: Option<std::path::PathBuf>,
     /// With `--kernel qmatmul`: only these weight shapes, `IN×OUT` or `INxOUT`, comma-separated.
+    /// With `--kernel matmul`: GEMMs `M×N×K` (bf16 weights), each timed with its default tile
+    /// and every production preset × split-K 1, 2, 3, 4, 6, 8.
     #[arg(long)]
     pub shapes: Option<String>,
     /// With `--kernel qmatmul`: only these formats (names as printed, e.g. `int8,mxfp4`).
@@ -229,6 +231,19 @@ pub fn run(a: BenchArgs) -> Result<()> {
     };
     let backend = resolve(a.model.device);
     if a.kernel.as_deref() == Some("matmul") {
+        if let Some(sh) = &a.shapes {
+            let shapes = sh
+                .split(',')
+                .map(|p| {
+                    let v = usize_list(&p.replace('×', "x").replace('x', ","), "--shapes")?;
+                    match v[..] {
+                        [m, n, k] => Ok((m, n, k)),
+                        _ => Err(CliError::Usage(format!("--shapes: `{p}` is not M×N×K"))),
+                    }
+                })
+                .collect::<Result<Vec<_>>>()?;
+            return super::bench_matmul::run_shapes(backend, a.reps, &shapes);
+        }
         return super::bench_matmul::run(backend, a.reps);
     }
     if let Some(k) = &a.kernel {

@@ -94,9 +94,9 @@ fn rate(client: &Client, flop: f64, peak: f64, reps: usize, mut f: impl FnMut() 
     })
 }
 
-pub fn run(backend: Option<Backend>, reps: usize) -> Result<()> {
-    let b = backend.ok_or_else(|| CliError::Usage("--kernel matmul needs a GPU device (--device cuda|wgpu)".into()))?;
-    let client = optimized::client(b)?;
+/// tc v1's conformance cases (the kernels this bench times) on `b`: the gate line, or an error
+/// refusing to benchmark.
+fn gate(b: Backend) -> Result<String> {
     // The gate: every case whose kernel this bench times or whose path it changed — tc v1's
     // own cases and the quantized grid's T > 8 cases (`qlinear` takes tc v1 there).
     let t_of = |name: &str| name.split("T=").nth(1).and_then(|r| r.split(',').next()).and_then(|v| v.parse::<usize>().ok()).unwrap_or(0);
@@ -111,13 +111,61 @@ pub fn run(backend: Option<Backend>, reps: usize) -> Result<()> {
     if (f > 0 || p == 0) && !ungated {
         return Err(CliError::Gpu(format!("refusing to benchmark: tc v1's conformance cases did not pass on {b} in this run\n{}", report.table())));
     }
-    let info = optimized::device_info(&client);
-    let gate = if f > 0 || p == 0 {
+    Ok(if f > 0 || p == 0 {
         format!("UNGATED: {p} passed, {f} FAILED, {k} skipped\n{}", report.table())
     } else {
-        format!("{p} passed, 0 failed, {k} skipped")
-    };
-    println!("tandem bench --kernel matmul — {b}: {} — gate: tc v1's conformance cases, this build and run: {gate} in {:.1} s (the whole suite: `tandem conformance`)", info.name, t0.elapsed().as_secs_f64());
+        format!("{p} passed, 0 failed, {k} skipped in {:.1} s", t0.elapsed().as_secs_f64())
+    })
+}
+
+/// `--kernel matmul --shapes M×N×K,…`: bf16 GEMMs at the given shapes, tc v1's default tile
+/// (`TcConfig::pick`) and every production preset with K split 1, 2, 3, 4, 6 and 8 ways.
+pub fn run_shapes(backend: Option<Backend>, reps: usize, shapes: &[(usize, usize, usize)]) -> Result<()> {
+    let b = backend.ok_or_else(|| CliError::Usage("--kernel matmul needs a GPU device (--device cuda|wgpu)".into()))?;
+    let client = optimized::client(b)?;
+    let gate = gate(b)?;
+    let info = optimized::device_info(&client);
+    println!("tandem bench --kernel matmul --shapes — {b}: {} — gate: tc v1's conformance cases, this build and run: {gate}", info.name);
+    tc::require(&client, Dtype::BF16, TcMode::Tensor)?;
+    let reps = 10 * reps.max(1);
+    let sms = info.num_sms.unwrap_or(16) as usize;
+    for &(m, n, kk) in shapes {
+        let w = upload(&client, Format::Dense(Dtype::BF16), n, kk)?;
+        let x = DeviceTensor::from_f32(&client, &values(m * kk, 3), &[m, kk])?;
+        let y = DeviceTensor::empty_f32(&client, &[m, n]);
+        let flop = 2.0 * (m * n * kk) as f64;
+        let pick = TcConfig::pick(m, n, kk, sms, false);
+        let main = rate(&client, flop, f64::INFINITY, reps, || tc_call(&client, &x, &w, &y, None))?;
+        println!("{m}×{n}×{kk} bf16: default {}: {}", pick.name(), main.split(" (").next().unwrap_or(""));
+        let mut best = (0f64, String::new());
+        for cfg in TcConfig::PICKED_DENSE {
+            let mut line = String::new();
+            for splits in [1, 2, 3, 4, 6, 8] {
+                let c = cfg.with_splits(splits);
+                match seconds_per_call(&client, 2, reps, || tc_call(&client, &x, &w, &y, Some(c))) {
+                    Ok(t) => {
+                        let r = flop / t / 1e12;
+                        if r > best.0 {
+                            best = (r, c.name());
+                        }
+                        line += &format!(" k{splits} {r:.1}");
+                    }
+                    Err(e) => line += &format!(" k{splits} ({e})"),
+                }
+            }
+            println!("    {}:{line}", cfg.name());
+        }
+        println!("    best {} {:.1} TFLOP/s", best.1, best.0);
+    }
+    Ok(())
+}
+
+pub fn run(backend: Option<Backend>, reps: usize) -> Result<()> {
+    let b = backend.ok_or_else(|| CliError::Usage("--kernel matmul needs a GPU device (--device cuda|wgpu)".into()))?;
+    let client = optimized::client(b)?;
+    let gate = gate(b)?;
+    let info = optimized::device_info(&client);
+    println!("tandem bench --kernel matmul — {b}: {} — gate: tc v1's conformance cases, this build and run: {gate} (the whole suite: `tandem conformance`)", info.name);
     if tc::require(&client, Dtype::BF16, TcMode::Tensor).is_err() && tc::require(&client, Dtype::F16, TcMode::Tensor).is_err() {
         println!("no tensor cores here: {}", tc::require(&client, Dtype::F16, TcMode::Tensor).err().map(|e| e.to_string()).unwrap_or_default());
         return Ok(());

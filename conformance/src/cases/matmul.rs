@@ -389,7 +389,7 @@ pub fn tc_cases() -> Vec<Box<dyn Case>> {
                 ..TcCase::new(40, 520, 72, TcWeight::Dense(dtype), TcMode::Emulated)
             }));
             v.push(Box::new(TcCase {
-                config: Some(TcConfig::T128X256.with_splits(4)),
+                config: Some(TcConfig::T128X128S3.with_splits(4)),
                 glu,
                 ..TcCase::new(127, 4040, 200, TcWeight::Dense(dtype), TcMode::Tensor)
             }));

@@ -99,13 +99,13 @@ impl TcConfig {
     /// The presets [`Self::pick`] chooses from: for dense weights, and for quantized ones. The
     /// other presets and the variants are the bench's sweep (`lab`: their conformance cases and
     /// timings need `--features lab`).
-    pub const PICKED_DENSE: [Self; 4] = [Self::T32X128, Self::T64X128, Self::T128X128S3, Self::T128X256];
+    pub const PICKED_DENSE: [Self; 3] = [Self::T32X128, Self::T64X128, Self::T128X128S3];
     pub const PICKED_QUANT: [Self; 4] = [Self::T32X128, Self::T64X128, Self::T256X128P, Self::T128X128];
 
     /// Whether production launches this tile shape (any split) for dense or quantized (`quant`)
     /// weights: one of [`Self::PICKED_DENSE`] / [`Self::PICKED_QUANT`].
     pub fn picked(&self, quant: bool) -> bool {
-        let set = if quant { &Self::PICKED_QUANT } else { &Self::PICKED_DENSE };
+        let set: &[Self] = if quant { &Self::PICKED_QUANT } else { &Self::PICKED_DENSE };
         set.iter().any(|p| p.with_splits(self.splits) == *self)
     }
 
@@ -136,29 +136,51 @@ impl TcConfig {
 
     /// The tile shape and split [`super::linear`] launches for an (m, n, k) product on a device
     /// of `sms` multiprocessors (`quant`: W dequantized in the tile loads). Rules from the H200
-    /// sweep of `tandem bench --kernel matmul` (run 2 of issue 22, numbers in this file's header):
+    /// sweeps of `tandem bench --kernel matmul` (run 2 of issue 22, numbers in this file's
+    /// header; dense: `--shapes`, session 17, the prefill and batched-decode layers of TinyLlama
+    /// and Mistral at M = 64 … 512):
     /// - M ≤ 32: 32×128; M ≤ 64: 64×128 (4 stages).
-    /// - dense, M > 64: 128×128 with 3 stages (two cubes per SM) — the best or within 2% of it
-    ///   at M = 128, 512, 2048 of both layer shapes — while its tiles number ≥ half the SMs; on
-    ///   narrower outputs 128×256 with K split to about one cube per SM (128 × 4096 × 14336:
-    ///   154.0 TFLOP/s split 8 ways vs 89.1 for the best unsplit preset).
+    /// - dense, M > 64: 128×128 with 3 stages (two cubes per SM) — best or within 7% of the
+    ///   best preset × split at every swept shape; 128×256 was never best (session 17).
+    ///   K split where the tiles number under half the SMs (or under the SMs, with K ≥ 8192): s
+    ///   ways, s the largest ≤ 8 with ≤ 2 cubes per SM (tiles·s ≤ 2·SMs), ≥ 8 k-blocks (512
+    ///   of K) per slice, and ≥ 16 (1024) once the cubes outnumber the SMs — a split adds a
+    ///   reduce launch, which costs more than it gains at 88 tiles of a K of 2048 when steps
+    ///   launch eagerly (TinyLlama prefill of 128: 4.1 → 4.8–5.5 ms with gate|up split 2):
+    ///   128 × 2048 × 5632 92.0 TFLOP/s at s = 8 vs 65.7 with 128×256 split 8; 128 × 4096 ×
+    ///   4096 112.2 at s = 4 vs 99.0 at 8; 512 × 4096 × 14336 257.7 at s = 2 vs 214.1 unsplit.
     /// - quantized, M > 64: 256×128 (fragments a k-step ahead: the B tile's decode serves 256
-    ///   rows) where its tiles fill the SMs, else 128×128 with 4 stages.
-    /// - split-K wherever the tiles number under half the SMs: the most slices ≤ 8 that keep
-    ///   ≤ one cube per SM and ≥ 8 k-blocks per slice.
+    ///   rows) where its tiles fill the SMs, else 128×128 with 4 stages; split-K where the
+    ///   tiles number under half the SMs: the most slices ≤ 8 that keep ≤ one cube per SM and
+    ///   ≥ 8 k-blocks per slice.
     pub fn pick(m: usize, n: usize, k: usize, sms: usize, quant: bool) -> Self {
         let sms = sms.max(1);
         let tiles = |c: Self| m.div_ceil(c.bm()) * n.div_ceil(c.bn());
+        let nkb = k.div_ceil(BK);
+        if !quant && m > 64 {
+            let t = tiles(Self::T128X128S3);
+            let mut splits = 1;
+            // Each split costs a reduce launch: worth it where the tiles leave over half the
+            // SMs idle, or leave some idle over a long K.
+            let split = 2 * t < sms || (t < sms && nkb >= 128);
+            while split && splits < 8 {
+                let s = splits + 1;
+                let cubes = t * s;
+                let per_slice = nkb / s;
+                if cubes > 2 * sms || per_slice < 8 || (cubes > sms && per_slice < 16) {
+                    break;
+                }
+                splits = s;
+            }
+            return Self::T128X128S3.with_splits(splits);
+        }
         let cfg = match m {
             0..=32 => Self::T32X128,
             33..=64 => Self::T64X128,
-            _ if quant && tiles(Self::T256X128P) >= sms => Self::T256X128P,
-            _ if quant => Self::T128X128,
-            _ if 2 * tiles(Self::T128X128S3) >= sms => Self::T128X128S3,
-            _ => Self::T128X256,
+            _ if tiles(Self::T256X128P) >= sms => Self::T256X128P,
+            _ => Self::T128X128,
         };
         let t = tiles(cfg);
-        let nkb = k.div_ceil(BK);
         let mut splits = 1;
         if 2 * t < sms {
             while splits < 8 && t * (splits + 1) <= sms && nkb >= 8 * (splits + 1) {
@@ -607,7 +629,13 @@ mod tests {
         let wide = TcConfig::pick(2048, 14336, 4096, 132, false);
         assert_eq!(wide, TcConfig::T128X128S3, "{wide:?}");
         let narrow = TcConfig::pick(128, 4096, 14336, 132, false);
-        assert_eq!(narrow, TcConfig::T128X256.with_splits(8), "{narrow:?}");
+        assert_eq!(narrow, TcConfig::T128X128S3.with_splits(8), "{narrow:?}");
+        // The sweep's rows: ≤ 2 cubes per SM, ≥ 16 k-blocks per slice past one cube per SM.
+        assert_eq!(TcConfig::pick(128, 4096, 4096, 132, false).splits, 4);
+        assert_eq!(TcConfig::pick(512, 4096, 14336, 132, false).splits, 2);
+        assert_eq!(TcConfig::pick(128, 2560, 2048, 132, false).splits, 4);
+        assert_eq!(TcConfig::pick(512, 11264, 2048, 132, false).splits, 1);
+        assert_eq!(TcConfig::pick(128, 11264, 2048, 132, false).splits, 1);
         assert_eq!(TcConfig::pick(512, 14336, 4096, 132, true), TcConfig::T256X128P);
         assert_eq!(TcConfig::pick(128, 4096, 14336, 132, true), TcConfig::T128X128.with_splits(4));
         // Nothing to split: k-blocks too few.

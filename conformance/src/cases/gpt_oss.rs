@@ -294,6 +294,34 @@ impl Case for GptOssEngineCase {
     }
 }
 
+/// GPT-OSS decode graphs (≤ 8 sequences per bucket) vs eager launches on the same runner:
+/// the same tokens, greedy and seeded.
+#[derive(Debug, Clone)]
+pub struct GptOssGraphCase {
+    pub weights: Weights,
+    pub sampled: bool,
+}
+
+impl Case for GptOssGraphCase {
+    fn op(&self) -> Op {
+        Op::GptOss
+    }
+    fn name(&self) -> String {
+        format!("gpt_oss_engine({:?},graphs vs eager,{},f32)", self.weights, if self.sampled { "seeded" } else { "greedy" }).to_lowercase()
+    }
+    fn run(&self, client: &Client) -> Outcome {
+        let body = || -> Result<Outcome, String> {
+            let vocab = load(self.weights)?.0.vocab;
+            super::runner::graphs_match_eager(vocab, self.sampled, 8, &mut |on| {
+                let (_, mut g, _) = runners(client, self.weights, Dtype::F32, false, 96, MoePath::Auto)?;
+                g.set_graphs(on);
+                Ok(Box::new(g))
+            })
+        };
+        body().unwrap_or_else(Outcome::Fail)
+    }
+}
+
 /// YaRN RoPE through rope v4 (`qkv_rope_ragged` over a `RopeTable::from_freqs` table): rotated
 /// q, rotated k and copied v in their pool rows vs `rope_yarn` (`Op::Rope`).
 #[derive(Debug, Clone)]
@@ -423,5 +451,8 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     }
     v.push(Box::new(GptOssEngineCase { weights: Synthetic("tiny-gpt-oss"), blocks: 96 }));
     v.push(Box::new(GptOssEngineCase { weights: Fixture("b"), blocks: 20 }));
+    for sampled in [false, true] {
+        v.push(Box::new(GptOssGraphCase { weights: Synthetic("tiny-gpt-oss"), sampled }));
+    }
     v
 }

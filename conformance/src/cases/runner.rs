@@ -287,52 +287,66 @@ pub struct GraphEngineCase {
 impl GraphEngineCase {
     fn body(&self, client: &Client) -> Result<Outcome, String> {
         let cfg = synthetic::tiny_configs().into_iter().find(|(n, _)| *n == self.weights).map(|(_, c)| c).ok_or("no tiny config")?;
-        let params = |s: u64| {
-            if self.sampled {
-                SamplingParams { temperature: 0.9, top_k: 12, seed: s, ..SamplingParams::default() }
-            } else {
-                SamplingParams::default()
-            }
-        };
-        let reqs: Vec<Request> = (0..7u32)
-            .map(|i| {
-                let p: Vec<u32> = (0..(1 + 3 * i)).map(|j| (j * 7919 + i * 13 + 3) % cfg.vocab as u32).collect();
-                Request {
-                    ignore_eos: true,
-                    ..Request::new(p).with_max_tokens(if i == 0 { 70 } else { 6 + 5 * i as usize }).with_params(params(i as u64))
-                }
-            })
-            .collect();
-        let mut runs = vec![];
-        for on in [false, true] {
+        graphs_match_eager(cfg.vocab, self.sampled, 8, &mut |on| {
             let (_, mut g, _) = runners(client, self.weights, Dtype::F32)?;
             g.set_graphs(on);
-            let mut e = Engine::new(g, EngineConfig::default(), None).map_err(|e| e.to_string())?;
-            for r in &reqs {
-                e.add_request(r.clone()).map_err(|e| e.to_string())?;
-            }
-            let mut out = vec![Vec::new(); reqs.len()];
-            for o in e.run_to_completion().map_err(|e| e.to_string())? {
-                out[o.id as usize].extend(o.new_tokens);
-            }
-            if on {
-                if let Some(why) = e.runner().graph_refused() {
-                    return Ok(Outcome::Skip(format!("graph capture refused: {why}")));
-                }
-                let status = e.runner().status().unwrap_or_default();
-                if !status.contains("captured graphs") {
-                    return Ok(Outcome::Fail(format!("graphs on, but the runner says: {status}")));
-                }
-            }
-            runs.push(out);
-        }
-        for (i, (a, b)) in runs[0].iter().zip(&runs[1]).enumerate() {
-            if a != b {
-                return Ok(Outcome::Fail(format!("request {i}: graph tokens {b:?} != eager {a:?}")));
-            }
-        }
-        Ok(Outcome::Pass(Metrics { n: runs[1].iter().map(Vec::len).sum(), ..Metrics::default() }))
+            Ok(Box::new(g))
+        })
     }
+}
+
+/// An engine over the runner `make(false)` (graphs off) and one over `make(true)` (graphs on)
+/// give the same tokens for 7 requests of different lengths (greedy or seeded), decoding in
+/// buckets up to `max_seqs` sequences; the runner with graphs must say it replays them (a
+/// backend that refuses capture is a skip).
+pub(crate) fn graphs_match_eager(
+    vocab: usize,
+    sampled: bool,
+    max_seqs: usize,
+    make: &mut dyn FnMut(bool) -> Result<Box<dyn ModelRunner>, String>,
+) -> Result<Outcome, String> {
+    let params = |s: u64| {
+        if sampled {
+            SamplingParams { temperature: 0.9, top_k: 12, seed: s, ..SamplingParams::default() }
+        } else {
+            SamplingParams::default()
+        }
+    };
+    let reqs: Vec<Request> = (0..7u32)
+        .map(|i| {
+            let p: Vec<u32> = (0..(1 + 3 * i)).map(|j| (j * 7919 + i * 13 + 3) % vocab as u32).collect();
+            Request { ignore_eos: true, ..Request::new(p).with_max_tokens(if i == 0 { 70 } else { 6 + 5 * i as usize }).with_params(params(i as u64)) }
+        })
+        .collect();
+    let mut runs = vec![];
+    for on in [false, true] {
+        let g = make(on)?;
+        let ec = EngineConfig { max_num_seqs: max_seqs, ..EngineConfig::default() };
+        let mut e = Engine::new(g, ec, None).map_err(|e| e.to_string())?;
+        for r in &reqs {
+            e.add_request(r.clone()).map_err(|e| e.to_string())?;
+        }
+        let mut out = vec![Vec::new(); reqs.len()];
+        for o in e.run_to_completion().map_err(|e| e.to_string())? {
+            out[o.id as usize].extend(o.new_tokens);
+        }
+        if on {
+            let status = e.runner().status().unwrap_or_default();
+            if status.contains("refused") {
+                return Ok(Outcome::Skip(format!("graph capture refused: {status}")));
+            }
+            if !status.contains("captured graphs") {
+                return Ok(Outcome::Fail(format!("graphs on, but the runner says: {status}")));
+            }
+        }
+        runs.push(out);
+    }
+    for (i, (a, b)) in runs[0].iter().zip(&runs[1]).enumerate() {
+        if a != b {
+            return Ok(Outcome::Fail(format!("request {i}: graph tokens {b:?} != eager {a:?}")));
+        }
+    }
+    Ok(Outcome::Pass(Metrics { n: runs[1].iter().map(Vec::len).sum(), ..Metrics::default() }))
 }
 
 impl Case for GraphEngineCase {

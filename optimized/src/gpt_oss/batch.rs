@@ -68,7 +68,8 @@ impl RaggedBatch {
             }
             let t: Vec<&[u32]> = range.iter().map(|&i| plan.seqs[i].blocks).collect();
             let l: Vec<usize> = range.iter().map(|&i| plan.seqs[i].pos0 + plan.seqs[i].tokens.len()).collect();
-            BlockTables::upload(client, &t, &l, bs, layout.num_blocks).map(Some)
+            // The pools hold one block past the engine's (padding rows of decode graphs).
+            BlockTables::upload(client, &t, &l, bs, layout.num_blocks + 1).map(Some)
         };
         let varlen = items[n_dec..]
             .iter()

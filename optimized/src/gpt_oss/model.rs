@@ -159,6 +159,13 @@ impl GptOssGpu {
         embedding::embedding(&self.client, &self.tok_embd, ids)
     }
 
+    /// `x [N, C]`: the embedding rows of the `n` ids already on the device.
+    pub fn embed_device(&self, ids: &DeviceTensor, n: usize) -> Result<DeviceTensor, Error> {
+        let x = DeviceTensor::empty_f32(&self.client, &[n, self.config.hidden]);
+        embedding::embedding_device_ids_into(&self.client, &self.tok_embd, ids, &x)?;
+        Ok(x)
+    }
+
     /// The blocks over the residual stream `x [N, C]` (updated in place), with `attend(l, qkv)`
     /// computing block l's attention output `[N, H, D]` from its biased q|k|v rows.
     pub fn blocks(&self, x: &DeviceTensor, attend: &mut dyn FnMut(usize, &DeviceTensor) -> Result<DeviceTensor, Error>) -> Result<(), Error> {

@@ -1,5 +1,5 @@
-//! Decode steps of the GPU runner as captured graphs, one per (batch bucket, table width, draw
-//! kind).
+//! Decode steps of the GPU runners (llama [`GpuRunner`], `gpt_oss::GptOssRunner`) as captured
+//! graphs, one per (batch bucket, table width, draw kind); a runner implements [`GraphStep`].
 //!
 //! A decode-only step of B sequences (each one token, one draw, no penalties, no logits asked
 //! for) is padded to the next bucket (1, 2, 4, … 512) and run from device buffers only: token
@@ -15,13 +15,13 @@
 use std::collections::HashMap;
 
 use cubecl::client::Graph;
-use reference::runner::{SeqResult, StepPlan};
+use reference::runner::{KvLayout, SeqResult, StepPlan};
 
 use super::GpuRunner;
 use crate::kernels::{argmax, seeded};
 use crate::kv_cache::BlockTables;
 use crate::model::Ids;
-use crate::{DeviceTensor, Error};
+use crate::{Client, DeviceTensor, Error};
 
 /// Batch sizes a decode step is padded to.
 pub const BUCKETS: [usize; 10] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512];
@@ -33,16 +33,22 @@ struct Key {
     greedy: bool,
 }
 
-/// A recorded step and the buffers it reads and writes.
+/// The device buffers a recorded step reads (rewritten in place before each replay) and
+/// writes (the drawn ids).
+pub(crate) struct StepBufs {
+    pub ids: DeviceTensor,
+    pub positions: DeviceTensor,
+    pub slots: DeviceTensor,
+    pub tables: BlockTables,
+    pub params: DeviceTensor,
+    pub out: DeviceTensor,
+}
+
+/// A recorded step.
 struct Recorded {
     /// Dropped first (declaration order): the graph pins the pages of the buffers below.
     graph: Graph,
-    ids: DeviceTensor,
-    positions: DeviceTensor,
-    slots: DeviceTensor,
-    tables: BlockTables,
-    params: DeviceTensor,
-    out: DeviceTensor,
+    bufs: StepBufs,
 }
 
 /// The runner's recordings.
@@ -64,6 +70,21 @@ impl Graphs {
     }
 }
 
+/// What a runner gives the graphs: its pools' layout, the spare block padding rows write
+/// into, the most rows a recorded step may hold, and the launches of a decode step from
+/// device buffers up to the logits of every row.
+pub(crate) trait GraphStep {
+    fn client(&self) -> &Client;
+    fn layout(&self) -> KvLayout;
+    /// The block of the pools no sequence owns (padding rows of decode graphs).
+    fn scratch_block(&self) -> u32;
+    /// Steps of more sequences than this run eagerly.
+    fn max_rows(&self) -> usize;
+    /// Logits `[rows, V]` of the decode step whose inputs are in `b` (`rows` = the bucket).
+    fn logits(&self, b: &StepBufs, rows: usize) -> Result<DeviceTensor, Error>;
+    fn graphs(&mut self) -> &mut Graphs;
+}
+
 /// One step's inputs, padded to its bucket.
 struct Inputs {
     key: Key,
@@ -75,20 +96,19 @@ struct Inputs {
     params: Vec<u32>,
 }
 
-fn inputs(r: &GpuRunner, plan: &StepPlan) -> Option<Inputs> {
+fn inputs(layout: KvLayout, scratch: u32, max_rows: usize, plan: &StepPlan) -> Option<Inputs> {
     let b = plan.seqs.len();
     let eligible = plan.seqs.iter().all(|s| {
         s.tokens.len() == 1 && s.samples.len() == 1 && s.samples.iter().all(|d| !d.want_logits && (d.counts.is_empty() || !d.params.has_penalties()))
     });
     let bucket = *BUCKETS.iter().find(|&&x| x >= b)?;
-    if b == 0 || !eligible {
+    if b == 0 || !eligible || bucket > max_rows {
         return None;
     }
-    let bs = r.layout.block_size;
+    let bs = layout.block_size;
     let longest = plan.seqs.iter().map(|s| (s.pos0 + 1).div_ceil(bs)).max().unwrap_or(1);
-    let width = longest.next_power_of_two().max(16).min(r.layout.num_blocks + 1).max(longest);
+    let width = longest.next_power_of_two().max(16).min(layout.num_blocks + 1).max(longest);
     let greedy = plan.seqs.iter().all(|s| s.samples[0].params.temperature == 0.0);
-    let scratch = r.scratch_block();
     let mut x =
         Inputs { key: Key { bucket, width, greedy }, ids: vec![], positions: vec![], slots: vec![], tables: vec![], lens: vec![], params: vec![] };
     for (i, s) in plan.seqs.iter().enumerate() {
@@ -112,27 +132,28 @@ fn inputs(r: &GpuRunner, plan: &StepPlan) -> Option<Inputs> {
     Some(x)
 }
 
-/// The step of `plan` through a graph: `Ok(None)` when it is not a decode-only step, graphs are
-/// off or refused (the caller runs it eagerly).
-pub(super) fn try_step(r: &mut GpuRunner, plan: &StepPlan) -> Result<Option<Vec<SeqResult>>, Error> {
-    if !r.graphs.enabled() {
+/// The step of `plan` through a graph: `Ok(None)` when it is not a decode-only step of at
+/// most `r.max_rows()` sequences, or graphs are off or refused (the caller runs it eagerly).
+pub(crate) fn try_step<R: GraphStep>(r: &mut R, plan: &StepPlan) -> Result<Option<Vec<SeqResult>>, Error> {
+    if !r.graphs().enabled() {
         return Ok(None);
     }
-    let Some(x) = inputs(r, plan) else { return Ok(None) };
-    let c = r.model.client.clone();
-    let out = if let Some(g) = r.graphs.map.get_mut(&x.key) {
-        g.ids.write_u32(&c, &x.ids)?;
-        g.positions.write_u32(&c, &x.positions)?;
-        g.slots.write_u32(&c, &x.slots)?;
-        g.params.write_u32(&c, &x.params)?;
+    let Some(x) = inputs(r.layout(), r.scratch_block(), r.max_rows(), plan) else { return Ok(None) };
+    let c = r.client().clone();
+    let out = if let Some(g) = r.graphs().map.get_mut(&x.key) {
+        let b = &mut g.bufs;
+        b.ids.write_u32(&c, &x.ids)?;
+        b.positions.write_u32(&c, &x.positions)?;
+        b.slots.write_u32(&c, &x.slots)?;
+        b.params.write_u32(&c, &x.params)?;
         let rows: Vec<&[u32]> = x.tables.iter().map(Vec::as_slice).collect();
-        g.tables.rewrite(&c, &rows, &x.lens)?;
+        b.tables.rewrite(&c, &rows, &x.lens)?;
         // SAFETY: every buffer the graph recorded is owned by the runner (weights, pools, rope
         // table) or by `g`, and lives as long as the graph; temporaries of the recording sit on
         // pages cubecl guards for the graph's life. Writes and reads go through this one
         // client, so they are ordered with the replay on its stream.
         unsafe { g.graph.replay() }?;
-        g.out.clone()
+        b.out.clone()
     } else {
         match capture(r, &x)? {
             Some(out) => out,
@@ -143,50 +164,78 @@ pub(super) fn try_step(r: &mut GpuRunner, plan: &StepPlan) -> Result<Option<Vec<
     Ok(Some(plan.seqs.iter().enumerate().map(|(i, _)| SeqResult { tokens: vec![ids[i]], logits: vec![None] }).collect()))
 }
 
+/// The launches of a recorded step: the runner's logits, then argmax or the seeded draw.
+fn launches<R: GraphStep>(r: &R, b: &StepBufs, rows: usize, greedy: bool) -> Result<(), Error> {
+    let logits = r.logits(b, rows)?;
+    if greedy {
+        argmax::argmax_into(r.client(), &logits, &b.out)
+    } else {
+        seeded::seeded_into(r.client(), &logits, &b.params, None, &b.out)
+    }
+}
+
 /// Record the step of `x`; returns its (warm-up) output, or `None` when the backend refused
 /// before anything ran.
-fn capture(r: &mut GpuRunner, x: &Inputs) -> Result<Option<DeviceTensor>, Error> {
-    let c = r.model.client.clone();
+fn capture<R: GraphStep>(r: &mut R, x: &Inputs) -> Result<Option<DeviceTensor>, Error> {
+    let c = r.client().clone();
     let b = x.key.bucket;
-    let ids = DeviceTensor::from_u32(&c, &x.ids, &[b])?;
-    let positions = DeviceTensor::from_u32(&c, &x.positions, &[b])?;
-    let slots = DeviceTensor::from_u32(&c, &x.slots, &[b])?;
-    let params = DeviceTensor::from_u32(&c, &x.params, &[b, seeded::PARAMS])?;
-    let out = DeviceTensor::from_u32(&c, &vec![0; b], &[b])?;
     let rows: Vec<&[u32]> = x.tables.iter().map(Vec::as_slice).collect();
-    let mut tables = BlockTables::upload_padded(&c, &rows, &x.lens, r.layout.block_size, r.layout.num_blocks + 1, x.key.width)?;
+    let layout = r.layout();
+    let mut tables = BlockTables::upload_padded(&c, &rows, &x.lens, layout.block_size, layout.num_blocks + 1, x.key.width)?;
     tables.device_lens = true;
-    let run = |r: &GpuRunner| -> Result<(), Error> {
-        let m = &r.model;
-        let xs = m.embed(Ids::Device(&ids), b)?;
-        let fin = m.blocks(&xs, b, &mut |l, qkv| r.attend(l, qkv, b, &positions, &slots, Some((&tables, b)), None), None)?;
-        let logits = m.head(&xs, &fin)?;
-        if x.key.greedy {
-            argmax::argmax_into(&m.client, &logits, &out)
-        } else {
-            seeded::seeded_into(&m.client, &logits, &params, None, &out)
-        }
+    let bufs = StepBufs {
+        ids: DeviceTensor::from_u32(&c, &x.ids, &[b])?,
+        positions: DeviceTensor::from_u32(&c, &x.positions, &[b])?,
+        slots: DeviceTensor::from_u32(&c, &x.slots, &[b])?,
+        tables,
+        params: DeviceTensor::from_u32(&c, &x.params, &[b, seeded::PARAMS])?,
+        out: DeviceTensor::from_u32(&c, &vec![0; b], &[b])?,
     };
+    let out = bufs.out.clone();
     if let Err(e) = c.graph_prepare() {
-        r.graphs.refused = Some(format!("graph_prepare: {e}"));
+        r.graphs().refused = Some(format!("graph_prepare: {e}"));
         return Ok(None);
     }
-    if let Err(e) = run(r) {
+    if let Err(e) = launches(r, &bufs, b, x.key.greedy) {
         let _ = c.stop_capture();
         return Err(e);
     }
     if let Err(e) = c.start_capture() {
         let _ = c.stop_capture();
-        r.graphs.refused = Some(format!("start_capture: {e}"));
+        r.graphs().refused = Some(format!("start_capture: {e}"));
         return Ok(Some(out));
     }
-    let recorded = run(r);
+    let recorded = launches(r, &bufs, b, x.key.greedy);
     match (recorded, c.stop_capture()) {
         (Ok(()), Ok(graph)) => {
-            r.graphs.map.insert(x.key, Recorded { graph, ids, positions, slots, tables, params, out: out.clone() });
+            r.graphs().map.insert(x.key, Recorded { graph, bufs });
         }
-        (Err(e), _) => r.graphs.refused = Some(format!("recording a decode step: {e}")),
-        (_, Err(e)) => r.graphs.refused = Some(format!("stop_capture: {e}")),
+        (Err(e), _) => r.graphs().refused = Some(format!("recording a decode step: {e}")),
+        (_, Err(e)) => r.graphs().refused = Some(format!("stop_capture: {e}")),
     }
     Ok(Some(out))
+}
+
+impl GraphStep for GpuRunner {
+    fn client(&self) -> &Client {
+        &self.model.client
+    }
+    fn layout(&self) -> KvLayout {
+        self.layout
+    }
+    fn scratch_block(&self) -> u32 {
+        GpuRunner::scratch_block(self)
+    }
+    fn max_rows(&self) -> usize {
+        usize::MAX
+    }
+    fn logits(&self, b: &StepBufs, rows: usize) -> Result<DeviceTensor, Error> {
+        let m = &self.model;
+        let xs = m.embed(Ids::Device(&b.ids), rows)?;
+        let fin = m.blocks(&xs, rows, &mut |l, qkv| self.attend(l, qkv, rows, &b.positions, &b.slots, Some((&b.tables, rows)), None), None)?;
+        m.head(&xs, &fin)
+    }
+    fn graphs(&mut self) -> &mut Graphs {
+        &mut self.graphs
+    }
 }

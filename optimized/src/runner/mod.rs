@@ -23,7 +23,7 @@
 //! draw parameters) rewritten in place in device buffers. The pools hold one block more than
 //! the engine manages: padded rows of a bucket compute into it.
 
-mod graphs;
+pub(crate) mod graphs;
 
 use reference::runner::{validate_plan, KvLayout, ModelInfo, ModelRunner, SeqResult, StepPlan};
 use reference::Error as RefError;

@@ -6,9 +6,9 @@
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use reference::ops::attention::attention;
 use optimized::kernels::attention::PrefillVersion;
 use optimized::kernels::matmul::tc::TcMode;
+use reference::ops::attention::attention;
 use tandem_benches::gpu::attention as fx;
 use tandem_benches::rand_array;
 

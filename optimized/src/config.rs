@@ -36,13 +36,13 @@
 
 use std::cell::Cell;
 
+use crate::kernels::attention::PrefillVersion;
+use crate::kernels::matmul::tc::TcMode;
 use crate::kernels::pdl::Mode as PdlMode;
 use crate::kernels::qmatmul::knobs::Knobs;
 use crate::kernels::qmatmul::v4::MmaTune;
 use crate::kernels::qmatmul::v5;
 use crate::kernels::qmatmul::Prefetch;
-use crate::kernels::attention::PrefillVersion;
-use crate::kernels::matmul::tc::TcMode;
 use crate::kernels::ArgmaxVersion;
 use crate::model::AttentionImpl;
 use crate::Error;

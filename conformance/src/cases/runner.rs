@@ -315,7 +315,10 @@ pub(crate) fn graphs_match_eager(
     let reqs: Vec<Request> = (0..7u32)
         .map(|i| {
             let p: Vec<u32> = (0..(1 + 3 * i)).map(|j| (j * 7919 + i * 13 + 3) % vocab as u32).collect();
-            Request { ignore_eos: true, ..Request::new(p).with_max_tokens(if i == 0 { 70 } else { 6 + 5 * i as usize }).with_params(params(i as u64)) }
+            Request {
+                ignore_eos: true,
+                ..Request::new(p).with_max_tokens(if i == 0 { 70 } else { 6 + 5 * i as usize }).with_params(params(i as u64))
+            }
         })
         .collect();
     let mut runs = vec![];

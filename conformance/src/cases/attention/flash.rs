@@ -238,7 +238,8 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             for &score in scores {
                 for &prefill in prefills {
                     let lens = lens.to_vec();
-                    v.push(Box::new(FlashCase { phase, h, kv, d, lens, t, block_size, window, sinks, shuffled, version, score, prefill }) as Box<dyn Case>)
+                    v.push(Box::new(FlashCase { phase, h, kv, d, lens, t, block_size, window, sinks, shuffled, version, score, prefill })
+                        as Box<dyn Case>)
                 }
             }
         }

@@ -27,6 +27,48 @@ const UNITS: u32 = 128;
 /// Shared memory used at most (bytes), even where the device has more.
 const SHARED_CAP: usize = 48 << 10;
 
+/// This cube's query tile and sequence: (tile, first q row, T, pos0, S, table offset). One
+/// sequence: tile `CUBE_POS_X` of the arguments' sequence 0. Varlen: the sequence is the last
+/// whose first tile is at or before `CUBE_POS_X` (`seqs[s] = [q_start, q_len, pos0, kv_len,
+/// tile_start]`), its table row s of `max_blocks`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn cube_sequence(
+    seqs: &[u32],
+    n_seqs: u32,
+    max_blocks: u32,
+    t_len: u32,
+    s_len: u32,
+    pos0: u32,
+    #[comptime] varlen: bool,
+) -> (usize, usize, u32, u32, u32, usize) {
+    let x = CUBE_POS_X;
+    let mut tile = x as usize;
+    let mut t_len = t_len;
+    let mut s_len = s_len;
+    let mut pos0 = pos0;
+    let mut q_base = 0usize;
+    let mut table_off = 0usize;
+    if varlen {
+        let mut sq_i = 0u32;
+        let mut k = 1u32;
+        while k < n_seqs {
+            if seqs[(k * 5 + 4) as usize] <= x {
+                sq_i = k;
+            }
+            k += 1u32;
+        }
+        let b = (sq_i * 5) as usize;
+        tile = (x - seqs[b + 4]) as usize;
+        q_base = seqs[b] as usize;
+        t_len = seqs[b + 1];
+        pos0 = seqs[b + 2];
+        s_len = seqs[b + 3];
+        table_off = sq_i as usize * max_blocks as usize;
+    }
+    (tile, q_base, t_len, pos0, s_len, table_off)
+}
+
 #[allow(clippy::too_many_arguments)]
 #[cube(launch, launch_unchecked)]
 pub fn flash_prefill_v2(
@@ -58,32 +100,7 @@ pub fn flash_prefill_v2(
     #[comptime] has_sinks: bool,
     #[comptime] varlen: bool,
 ) {
-    let mut tile = CUBE_POS_X as usize;
-    // Varlen: this cube's sequence is the last whose first tile is at or before it
-    // (`seqs[s] = [q_start, q_len, pos0, kv_len, tile_start]`).
-    let mut t_len = t_len;
-    let mut s_len = s_len;
-    let mut pos0 = pos0;
-    let mut q_base = 0usize;
-    let mut table_off = 0usize;
-    if varlen {
-        let x = CUBE_POS_X;
-        let mut sq_i = 0u32;
-        let mut k = 1u32;
-        while k < n_seqs {
-            if seqs[(k * 5 + 4) as usize] <= x {
-                sq_i = k;
-            }
-            k += 1u32;
-        }
-        let b = (sq_i * 5) as usize;
-        tile = (x - seqs[b + 4]) as usize;
-        q_base = seqs[b] as usize;
-        t_len = seqs[b + 1];
-        pos0 = seqs[b + 2];
-        s_len = seqs[b + 3];
-        table_off = sq_i as usize * max_blocks as usize;
-    }
+    let (tile, q_base, t_len, pos0, s_len, table_off) = cube_sequence(seqs, n_seqs, max_blocks, t_len, s_len, pos0, varlen);
     let h = CUBE_POS_Y as usize;
     let tid = UNIT_POS_X as usize;
     let units = CUBE_DIM_X as usize;

@@ -25,7 +25,7 @@ use cubecl::prelude::*;
 
 use super::naive::{u32_of, visible_range};
 use super::paged::pool_row;
-use super::prefill::VarlenSeq;
+use super::prefill::{cube_sequence, VarlenSeq};
 use super::{check_paged, Masking};
 use crate::kernels::matmul::tc::{require, TcMode};
 use crate::kernels::matmul::tc_kernel::{ldsm4, mma, pair, EMU_SCRATCH};
@@ -187,31 +187,7 @@ pub fn flash_prefill_tc<E: Float, N: Size>(
     let sd = comptime!(d + 8);
     let sv = comptime!(bc + 8);
     let threads = comptime!(32 * warps);
-    let mut tile = CUBE_POS_X as usize;
-    // Varlen: as v2 (`seqs[s] = [q_start, q_len, pos0, kv_len, tile_start]`).
-    let mut t_len = t_len;
-    let mut s_len = s_len;
-    let mut pos0 = pos0;
-    let mut q_base = 0usize;
-    let mut table_off = 0usize;
-    if varlen {
-        let x = CUBE_POS_X;
-        let mut sq_i = 0u32;
-        let mut kk = 1u32;
-        while kk < n_seqs {
-            if seqs[(kk * 5 + 4) as usize] <= x {
-                sq_i = kk;
-            }
-            kk += 1u32;
-        }
-        let b = (sq_i * 5) as usize;
-        tile = (x - seqs[b + 4]) as usize;
-        q_base = seqs[b] as usize;
-        t_len = seqs[b + 1];
-        pos0 = seqs[b + 2];
-        s_len = seqs[b + 3];
-        table_off = sq_i as usize * max_blocks as usize;
-    }
+    let (tile, q_base, t_len, pos0, s_len, table_off) = cube_sequence(seqs, n_seqs, max_blocks, t_len, s_len, pos0, varlen);
     let h = CUBE_POS_Y as usize;
     let tid = UNIT_POS_X as usize;
     let warp = tid / 32;

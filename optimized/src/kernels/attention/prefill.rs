@@ -69,6 +69,26 @@ pub(crate) fn cube_sequence(
     (tile, q_base, t_len, pos0, s_len, table_off)
 }
 
+/// What a row's unnormalized output O is multiplied by at the end, from its running max m and
+/// sum ℓ: `1 / ℓ`, or with head h's sink σ `e^(m − m*) / (ℓ·e^(m − m*) + e^(σ − m*))`, `m* =
+/// max(m, σ)`; 0 for a row that saw nothing.
+#[cube]
+pub(crate) fn out_scale(m: f32, l: f32, sinks: &[f32], h: usize, #[comptime] has_sinks: bool) -> f32 {
+    let mut factor = f32::new(1.0);
+    let mut lf = l;
+    if has_sinks {
+        let sink = sinks[h];
+        let mn = max(m, sink);
+        factor = (m - mn).exp();
+        lf = l * factor + (sink - mn).exp();
+    }
+    let mut inv = f32::new(0.0);
+    if lf > 0.0 {
+        inv = factor / lf;
+    }
+    inv
+}
+
 #[allow(clippy::too_many_arguments)]
 #[cube(launch, launch_unchecked)]
 pub fn flash_prefill_v2(
@@ -221,18 +241,7 @@ pub fn flash_prefill_v2(
     }
 
     if row < tl {
-        let mut factor = f32::new(1.0);
-        let mut lf = l;
-        if has_sinks {
-            let sink = sinks[h];
-            let mn = max(m, sink);
-            factor = (m - mn).exp();
-            lf = l * factor + (sink - mn).exp();
-        }
-        let mut inv = f32::new(0.0);
-        if lf > 0.0 {
-            inv = factor / lf;
-        }
+        let inv = out_scale(m, l, sinks, h, has_sinks);
         let mut c = lane;
         while c < dd {
             out[((q_base + row) * hh + h) * dd + c] = so[r * dp + c] * inv;

@@ -25,7 +25,7 @@ use cubecl::prelude::*;
 
 use super::naive::{u32_of, visible_range};
 use super::paged::pool_row;
-use super::prefill::{cube_sequence, VarlenSeq};
+use super::prefill::{cube_sequence, out_scale, VarlenSeq};
 use super::{check_paged, Masking};
 use crate::kernels::matmul::tc::{require, TcMode};
 use crate::kernels::matmul::tc_kernel::{ldsm4, mma, pair, EMU_SCRATCH};
@@ -374,18 +374,7 @@ pub fn flash_prefill_tc<E: Float, N: Size>(
         let row = select(h2 == 0, row0, row1);
         let m = select(h2 == 0, m0, m1);
         let l = select(h2 == 0, lt0, lt1);
-        let mut factor = f32::new(1.0);
-        let mut lf = l;
-        if has_sinks {
-            let sink = sinks[h];
-            let mn = max(m, sink);
-            factor = (m - mn).exp();
-            lf = l * factor + (sink - mn).exp();
-        }
-        let mut inv = f32::new(0.0);
-        if lf > 0.0 {
-            inv = factor / lf;
-        }
+        let inv = out_scale(m, l, sinks, h, has_sinks);
         if row < tl {
             let ob = ((q_base + row) * hh + h) * d;
             #[unroll(!emu)]

@@ -59,6 +59,9 @@ pub enum Error {
     /// change a loaded model cannot take.
     #[error("{0}")]
     Config(String),
+    /// A weight's copy to the device failed (the driver's message).
+    #[error("weight upload: {0}")]
+    Upload(String),
     /// An error of the reference crate (a source's tensor, the block manager, bad input).
     #[error(transparent)]
     Reference(#[from] reference::Error),

@@ -226,10 +226,7 @@ impl Uploader<'_> {
         let qs: Vec<_> = ts.iter().map(|&t| self.src.load_quantized(t, self.cfg).map_err(Error::from)).collect::<Result<_, _>>()?;
         if qs.iter().all(Option::is_some) {
             let parts: Vec<_> = qs.iter().flatten().collect();
-            let upload = |layout: Option<QLayout>| match (interleave, &parts[..]) {
-                (true, [g, u]) => QWeight::upload_glu(self.client, g, u, layout),
-                _ => QWeight::upload_as(self.client, &parts, layout),
-            };
+            let upload = |layout: Option<QLayout>| QWeight::upload_staged(self.client, &parts, layout, interleave, &self.staging);
             let uploaded = match (self.mma_order, self.rows_order) {
                 (true, _) => match upload(Some(QLayout::Mma)) {
                     Err(Error::Unsupported(_)) => upload(None),
@@ -352,7 +349,7 @@ impl GpuModel {
         let t0 = std::time::Instant::now();
         let mut up = Uploader {
             client: &client,
-            staging: crate::upload::Staging::for_client(&client, cfg.n_params() * dtype.size()),
+            staging: crate::upload::Staging::for_client(&client)?,
             scratch: Vec::new(),
             src,
             cfg,
@@ -382,6 +379,7 @@ impl GpuModel {
             progress(up.bytes, expected);
         }
         let out_norm = up.dense(&[Tensor::OutNorm], Dtype::F32)?;
+        up.staging.finish()?;
         let (bytes, quant, staging) = (up.bytes, up.quant.take(), up.staging.times());
         let submitted = t0.elapsed().as_secs_f64();
         // Loaded means on the device: the copies still queued finish here (and any failure

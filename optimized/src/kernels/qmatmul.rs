@@ -207,29 +207,11 @@ fn words(bytes: &[u8]) -> Vec<u32> {
     bytes.par_chunks(4).map(|c| c.iter().enumerate().fold(0u32, |w, (i, &b)| w | (b as u32) << (8 * i))).collect()
 }
 
-/// Where a part's rows go in a stacked weight buffer.
-#[derive(Clone, Copy)]
-enum RowDest {
-    /// Rows `first ..` of the buffer.
-    Stacked(usize),
-    /// Row `2j + which` for the part's row `j` (two parts, rows interleaved).
-    Interleaved(usize),
-}
-
-/// Fills a part's `rows` rows of `row_bytes` each in `out` at `dest`: `fill(j, row j's bytes)`,
-/// rows independent, over all cores (a 7B model's weights pass through here at load).
-fn place_rows(out: &mut [u8], row_bytes: usize, rows: usize, dest: RowDest, fill: impl Fn(usize, &mut [u8]) + Sync) {
+/// Fills `out`'s rows of `row_bytes` each: `fill(r, row r's bytes)`, rows independent, over all
+/// cores (a 7B model's weights pass through here at load).
+fn place_rows(out: &mut [u8], row_bytes: usize, fill: impl Fn(usize, &mut [u8]) + Sync) {
     use rayon::prelude::*;
-    match dest {
-        RowDest::Stacked(first) => {
-            out[first * row_bytes..(first + rows) * row_bytes].par_chunks_mut(row_bytes).enumerate().for_each(|(j, o)| fill(j, o))
-        }
-        RowDest::Interleaved(which) => out
-            .par_chunks_mut(2 * row_bytes)
-            .enumerate()
-            .take(rows)
-            .for_each(|(j, pair)| fill(j, &mut pair[which * row_bytes..(which + 1) * row_bytes])),
-    }
+    out.par_chunks_mut(row_bytes).enumerate().for_each(|(r, o)| fill(r, o))
 }
 
 impl QWeight {
@@ -241,7 +223,23 @@ impl QWeight {
 
     /// [`QWeight::upload`] in a chosen order (`None`: the tiled order where supported).
     pub fn upload_as(client: &Client, parts: &[&QuantTensor], layout: Option<QLayout>) -> Result<Self, Error> {
-        Self::upload_rows(client, parts, layout, false)
+        Self::upload_rows(client, parts, layout, false, None)
+    }
+
+    /// [`QWeight::upload_as`] (or, with `interleave`, [`QWeight::upload_glu`]) through a load's
+    /// host chunks: the rows are placed straight into them, and the weight may be read once
+    /// `staging` is finished ([`crate::upload::Staging::finish`]).
+    pub(crate) fn upload_staged(
+        client: &Client,
+        parts: &[&QuantTensor],
+        layout: Option<QLayout>,
+        interleave: bool,
+        staging: &crate::upload::Staging,
+    ) -> Result<Self, Error> {
+        if interleave && (parts.len() != 2 || parts[0].dims() != parts[1].dims()) {
+            return Err(Error::Shape("qweight: interleaving needs two parts of one shape".into()));
+        }
+        Self::upload_rows(client, parts, layout, interleave, Some(staging))
     }
 
     /// A gate and an up weight (same shape and format) with their rows interleaved — row 2j =
@@ -251,11 +249,18 @@ impl QWeight {
         if gate.dims() != up.dims() {
             return Err(Error::Shape(format!("qweight: gate {:?} and up {:?} differ in shape", gate.dims(), up.dims())));
         }
-        Self::upload_rows(client, &[gate, up], layout, true)
+        Self::upload_rows(client, &[gate, up], layout, true, None)
     }
 
-    /// `parts` stacked by rows, or with `interleave` (two parts) row by row.
-    fn upload_rows(client: &Client, parts: &[&QuantTensor], layout: Option<QLayout>, interleave: bool) -> Result<Self, Error> {
+    /// `parts` stacked by rows, or with `interleave` (two parts) row by row; through `staging`'s
+    /// host chunks where given (the tiled and input orders), else from one host buffer.
+    fn upload_rows(
+        client: &Client,
+        parts: &[&QuantTensor],
+        layout: Option<QLayout>,
+        interleave: bool,
+        staging: Option<&crate::upload::Staging>,
+    ) -> Result<Self, Error> {
         let first = parts.first().ok_or_else(|| Error::Shape("qweight: nothing to upload".into()))?;
         let (_, in_dim) = first.dims();
         let mut out = 0;
@@ -302,52 +307,48 @@ impl QWeight {
             None => QLayout::Rows,
         };
         let tiled = layout == QLayout::Tiles;
-        // Values: each part's rows permuted (tiled order) or copied straight into their place in
-        // one buffer — stacked, or row by row for `interleave` — over all cores.
+        // Values: each part's rows permuted (tiled order) or copied straight into their place —
+        // stacked, or row by row for `interleave` — over all cores.
         let row_bytes = match format {
             QFormat::Int8 { .. } => in_dim,
             QFormat::Mxfp4 => in_dim / 2,
         };
-        let mut data = vec![0u8; out * row_bytes];
-        let mut first_row = 0;
-        for (k, p) in parts.iter().enumerate() {
-            let rows = p.dims().0;
-            let dest = match interleave {
-                true => RowDest::Interleaved(k),
-                false => RowDest::Stacked(first_row),
-            };
-            match p {
-                QuantTensor::Int8(x) => {
-                    let order = tiled.then(|| v2::tile_order(in_dim, 4));
-                    place_rows(&mut data, row_bytes, rows, dest, |j, o| {
-                        let row = &x.q()[j * in_dim..(j + 1) * in_dim];
-                        match &order {
-                            Some(order) => o.iter_mut().zip(order).for_each(|(d, &i)| *d = row[i] as u8),
-                            None => o.iter_mut().zip(row).for_each(|(d, &v)| *d = v as u8),
-                        }
-                    });
-                    sbits.extend(x.scales().iter().map(|s| s.to_bits()));
-                }
-                QuantTensor::Mxfp4(x) => {
-                    let order = tiled.then(|| v2::tile_order(in_dim, 8));
-                    let nib = |row: &[u8], i: usize| (row[i / 2] >> (4 * (i % 2))) & 15;
-                    place_rows(&mut data, row_bytes, rows, dest, |j, o| {
-                        let row = &x.blocks()[j * row_bytes..(j + 1) * row_bytes];
-                        match &order {
-                            Some(order) => o.iter_mut().zip(order.chunks(2)).for_each(|(d, p)| *d = nib(row, p[0]) | nib(row, p[1]) << 4),
-                            None => o.copy_from_slice(row),
-                        }
-                    });
-                    if tiled {
-                        for row in x.scales().chunks(in_dim / 32) {
-                            sbytes.extend(v2::tile_scales(row, in_dim));
-                        }
-                    } else {
-                        sbytes.extend_from_slice(x.scales());
-                    }
+        let order = tiled.then(|| v2::tile_order(in_dim, if format == QFormat::Mxfp4 { 8 } else { 4 }));
+        let nib = |row: &[u8], i: usize| (row[i / 2] >> (4 * (i % 2))) & 15;
+        let part_row = |p: &QuantTensor, j: usize, o: &mut [u8]| match p {
+            QuantTensor::Int8(x) => {
+                let row = &x.q()[j * in_dim..(j + 1) * in_dim];
+                match &order {
+                    Some(order) => o.iter_mut().zip(order).for_each(|(d, &i)| *d = row[i] as u8),
+                    None => o.iter_mut().zip(row).for_each(|(d, &v)| *d = v as u8),
                 }
             }
-            first_row += rows;
+            QuantTensor::Mxfp4(x) => {
+                let row = &x.blocks()[j * row_bytes..(j + 1) * row_bytes];
+                match &order {
+                    Some(order) => o.iter_mut().zip(order.chunks(2)).for_each(|(d, p)| *d = nib(row, p[0]) | nib(row, p[1]) << 4),
+                    None => o.copy_from_slice(row),
+                }
+            }
+        };
+        // Row r of the buffer: part k's row j.
+        let starts: Vec<usize> = parts.iter().scan(0, |acc, p| Some(std::mem::replace(acc, *acc + p.dims().0))).collect();
+        let fill_row = |r: usize, o: &mut [u8]| {
+            let (k, j) = match interleave {
+                true => (r % 2, r / 2),
+                false => {
+                    let k = starts.partition_point(|&s| s <= r) - 1;
+                    (k, r - starts[k])
+                }
+            };
+            part_row(parts[k], j, o)
+        };
+        for p in parts {
+            match p {
+                QuantTensor::Int8(x) => sbits.extend(x.scales().iter().map(|s| s.to_bits())),
+                QuantTensor::Mxfp4(x) if tiled => x.scales().chunks(in_dim / 32).for_each(|row| sbytes.extend(v2::tile_scales(row, in_dim))),
+                QuantTensor::Mxfp4(x) => sbytes.extend_from_slice(x.scales()),
+            }
         }
         if interleave {
             // Both halves hold `out / 2` rows of equal scale lengths.
@@ -360,18 +361,44 @@ impl QWeight {
                 sbits = interleave_row_pairs(sg, su, half)?;
             }
         }
-        if layout == QLayout::Mma {
-            // From the rows in input order (interleaved first: a lane then holds a gate, up pair).
-            data = v4::mma_bytes(&data, out, in_dim)?;
-        }
         // The probe syncs: here, not inside a later graph capture.
         let pairs = tiled && format == QFormat::Mxfp4 && v2::pairs_supported(client);
         let subnormal = tiled && format != QFormat::Mxfp4 && v2::subnormal_supported(client);
         // Uploaded once and never written by a kernel (the gemvs may read them ahead of their
-        // wait on the previous kernel: `kernels::pdl`). Little-endian words = the bytes.
-        data.resize(data.len().next_multiple_of(4), 0);
-        let n_words = data.len() / 4;
-        let data = DeviceTensor::from_bytes(client, data, &[n_words], crate::Dtype::F32)?.into_read_only();
+        // wait on the previous kernel: `kernels::pdl`). Little-endian words = the bytes, the last
+        // word padded with zeros.
+        let len = out * row_bytes;
+        let total = len.next_multiple_of(4);
+        let handle = match staging.filter(|_| layout != QLayout::Mma) {
+            Some(st) => {
+                // Rows placed straight into the load's host chunks.
+                use rayon::prelude::*;
+                let handle = client.empty(total);
+                st.write(client, &handle, 0, len, total, row_bytes, |off, o| {
+                    o.par_chunks_mut(row_bytes).enumerate().for_each(|(i, o)| fill_row(off / row_bytes + i, o));
+                    Ok(())
+                })?;
+                if total > len {
+                    st.write(client, &handle, len, total - len, total, 1, |_, o| {
+                        o.fill(0);
+                        Ok(())
+                    })?;
+                }
+                handle
+            }
+            None => {
+                let mut data = vec![0u8; total];
+                place_rows(&mut data[..len], row_bytes, fill_row);
+                if layout == QLayout::Mma {
+                    // From the rows in input order (interleaved first: a lane then holds a gate, up pair).
+                    data = v4::mma_bytes(&data[..len], out, in_dim)?;
+                    data.resize(data.len().next_multiple_of(4), 0);
+                }
+                client.create(crate::upload::bytes_of(data))
+            }
+        };
+        let n_words = total / 4;
+        let data = DeviceTensor { handle, shape: vec![n_words], dtype: crate::Dtype::F32, read_only: true };
         let s = if format == QFormat::Mxfp4 { words(&sbytes) } else { sbits };
         let scales = DeviceTensor::from_u32(client, &s, &[s.len()])?.into_read_only();
         Ok(Self {

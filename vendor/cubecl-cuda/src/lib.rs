@@ -10,6 +10,11 @@ mod runtime;
 pub use compiler::{CudaCompilationOptions, CudaCompiler, CudaRepresentation};
 /// tandem patch: the persistent PTX cache (see its module).
 pub use compute::file_cache as ptx_cache;
+/// tandem patch: the server type and its device buffers' resource, so an application can ask a
+/// client for a buffer's device address (`Client::get_resource::<CudaServer>`) and copy into it
+/// itself (tandem's weight upload: page-locked chunks by DMA off the client's thread).
+pub use compute::CudaServer;
+pub use compute::storage::gpu::GpuResource;
 pub use device::*;
 pub use runtime::*;
 

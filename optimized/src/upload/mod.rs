@@ -16,6 +16,8 @@ use reference::weights::{RawDense, RawDtype};
 
 use crate::{Client, Dtype, Error};
 
+mod direct;
+
 /// Bytes per host chunk handed to the device: under the client's pinned-staging limit (so each
 /// chunk is copied into its pinned pool, reused, and sent by DMA) and under glibc's largest
 /// mmap threshold (so a freed chunk's pages stay mapped).
@@ -26,24 +28,23 @@ const AHEAD: usize = 8;
 
 /// Host buffers of one load, reused: a chunk handed to the device returns here once the client
 /// is done with it, so converting the next chunk overlaps the copies and no page is touched
-/// twice. For large loads on CUDA the buffers are page-locked ([`Staging::for_client`]): the
-/// client sends them by DMA as they are (a chunk returns once its copy has run) instead of
-/// first copying each into its own pinned pool on its one thread. Measured on one H200 (session
-/// 16, same machine, two rounds, file in the page cache): Mistral F16 GGUF (14.8 GB) 7.2 / 8.3 s
-/// with heap buffers, 6.0 / 6.1 s page-locked; TinyLlama F16 (2.3 GB) 1.6 / 1.7 s heap, 2.0 /
-/// 2.1 s page-locked — pinning the buffers costs ~0.4 s up front, which pays from a few GB on
-/// ([`PINNED_FROM_BYTES`]).
+/// twice. On CUDA a load goes past the client instead ([`direct`]: page-locked chunks copied by
+/// a thread of our own); the client's writes serve wgpu, and CUDA with `TANDEM_UPLOAD=client`.
+/// Session 16 measured what the client's path costs on one H200 (file in the page cache):
+/// TinyLlama F16 (2.3 GB) 1.6 s, 1.16 s of it waiting for the client's thread; Mistral F16
+/// (14.8 GB) 7.2–8.3 s with heap buffers, 6.0 s with page-locked ones.
 #[derive(Clone, Default)]
 pub struct Staging {
     pool: Arc<(Mutex<Pool>, Condvar)>,
     times: Arc<Mutex<StagingTimes>>,
-    /// Allocate page-locked buffers (CUDA).
-    pinned: bool,
+    /// CUDA: the load's copies past the client.
+    direct: Option<Arc<Mutex<direct::Batch>>>,
 }
 
 /// Seconds a [`Staging`] spent, over a load: waiting for a free host buffer (or the device sync
 /// that frees one), filling buffers (reading the mapped file and converting), and in the
-/// client's `write` (which copies a buffer into its pinned pool before the DMA).
+/// client's `write` (which copies a buffer into its pinned pool before the DMA) or handing it to
+/// the copier thread ([`direct`]; its final wait counts as waiting).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct StagingTimes {
     pub wait: f64,
@@ -53,7 +54,7 @@ pub struct StagingTimes {
 
 #[derive(Default)]
 struct Pool {
-    free: Vec<HostBuf>,
+    free: Vec<Vec<u8>>,
     /// Chunks handed to the device and not yet returned.
     out: usize,
 }
@@ -81,6 +82,17 @@ pub(crate) fn cuda_primary_current() -> Option<()> {
 }
 
 impl PinnedHost {
+    /// The first `len` bytes (≤ the allocation's size).
+    fn bytes(&self, len: usize) -> &[u8] {
+        // SAFETY: at most the allocation's bytes, all initialized (zeroed at birth).
+        unsafe { std::slice::from_raw_parts(self.ptr, len.min(self.len)) }
+    }
+    /// The first `len` bytes (≤ the allocation's size), writable.
+    fn bytes_mut(&mut self, len: usize) -> &mut [u8] {
+        // SAFETY: as `bytes`, through the unique borrow of the owner.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, len.min(self.len)) }
+    }
+
     /// `len` zeroed page-locked bytes, if the driver gives them.
     fn new(len: usize) -> Option<Self> {
         use cudarc::driver::{result as cu, sys};
@@ -104,41 +116,11 @@ impl Drop for PinnedHost {
     }
 }
 
-/// A staging buffer: heap memory, or page-locked memory the device copies from directly.
-enum HostBuf {
-    Heap(Vec<u8>),
-    Pinned(PinnedHost),
-}
-
-impl HostBuf {
-    fn capacity(&self) -> usize {
-        match self {
-            HostBuf::Heap(v) => v.len(),
-            HostBuf::Pinned(p) => p.len,
-        }
-    }
-    fn ptr(&self) -> *const u8 {
-        match self {
-            HostBuf::Heap(v) => v.as_ptr(),
-            HostBuf::Pinned(p) => p.ptr,
-        }
-    }
-    /// The first `len` bytes (≤ the capacity).
-    fn slice_mut(&mut self, len: usize) -> &mut [u8] {
-        match self {
-            HostBuf::Heap(v) => &mut v[..len],
-            // SAFETY: `len` ≤ the allocation's size, all of it initialized (zeroed at birth).
-            HostBuf::Pinned(p) => unsafe { std::slice::from_raw_parts_mut(p.ptr, len.min(p.len)) },
-        }
-    }
-}
-
 /// A host buffer as cubecl [`Bytes`] of its first `len` bytes without copying it
 /// (`Bytes::from_bytes_vec` copies any `Vec<u8>` to realign it), returned to its [`Staging`]
-/// pool when the client drops it. Pinned buffers say so, so the client DMAs from them as they
-/// are.
+/// pool when the client drops it.
 struct Owned {
-    buf: HostBuf,
+    buf: Vec<u8>,
     len: usize,
     pool: Option<Arc<(Mutex<Pool>, Condvar)>>,
 }
@@ -146,30 +128,27 @@ struct Owned {
 impl AllocationController for Owned {
     fn alloc_align(&self) -> usize {
         // The alignment the pointer actually has (the client only reads through it).
-        1 << (self.buf.ptr() as usize).trailing_zeros().min(12)
+        1 << (self.buf.as_ptr() as usize).trailing_zeros().min(12)
     }
     fn property(&self) -> AllocationProperty {
-        match self.buf {
-            HostBuf::Pinned(_) => AllocationProperty::Pinned,
-            HostBuf::Heap(_) => AllocationProperty::Native,
-        }
+        AllocationProperty::Native
     }
     unsafe fn memory_mut(&mut self, _policy: AccessPolicy) -> Result<&mut [MaybeUninit<u8>], AccessError> {
-        let bytes = self.buf.slice_mut(self.len);
+        let bytes = &mut self.buf[..self.len];
         // SAFETY: initialized u8s viewed as MaybeUninit<u8> (same layout); the caller only
         // writes initialized data (the trait's contract).
         Ok(unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast::<MaybeUninit<u8>>(), bytes.len()) })
     }
     fn memory(&self, _policy: AccessPolicy) -> Result<&[MaybeUninit<u8>], AccessError> {
         // SAFETY: `len` ≤ the buffer's capacity, all of it initialized; read-only view.
-        Ok(unsafe { std::slice::from_raw_parts(self.buf.ptr().cast::<MaybeUninit<u8>>(), self.len) })
+        Ok(unsafe { std::slice::from_raw_parts(self.buf.as_ptr().cast::<MaybeUninit<u8>>(), self.len) })
     }
 }
 
 impl Drop for Owned {
     fn drop(&mut self) {
         if let Some(pool) = self.pool.take() {
-            let buf = std::mem::replace(&mut self.buf, HostBuf::Heap(Vec::new()));
+            let buf = std::mem::take(&mut self.buf);
             let (lock, cv) = &*pool;
             let mut p = lock.lock().unwrap_or_else(|e| e.into_inner());
             p.free.push(buf);
@@ -183,30 +162,43 @@ impl Drop for Owned {
 pub fn bytes_of(buf: Vec<u8>) -> Bytes {
     let len = buf.len();
     // SAFETY: every one of the `len` bytes of the Vec is initialized.
-    unsafe { Bytes::from_controller(Box::new(Owned { buf: HostBuf::Heap(buf), len, pool: None }), len) }
+    unsafe { Bytes::from_controller(Box::new(Owned { buf, len, pool: None }), len) }
 }
 
-/// Loads of at least this many bytes use page-locked staging on CUDA (see [`Staging`]).
-pub const PINNED_FROM_BYTES: usize = 4 << 30;
-
 impl Staging {
-    /// Staging for a load of about `bytes` through `client`: page-locked buffers on CUDA from
-    /// [`PINNED_FROM_BYTES`] on (heap buffers where the driver refuses them), heap buffers
-    /// otherwise.
-    pub fn for_client(client: &Client, bytes: usize) -> Self {
-        Self { pinned: bytes >= PINNED_FROM_BYTES && client.name().contains("cuda"), ..Self::default() }
+    /// Staging for a load through `client`: the copier past the client on CUDA ([`direct`];
+    /// syncs the client first), heap buffers and the client's writes otherwise.
+    pub fn for_client(client: &Client) -> Result<Self, Error> {
+        let direct = match direct::copier(client) {
+            Some(c) => Some(Arc::new(Mutex::new(c.batch(client)?))),
+            None => None,
+        };
+        Ok(Self { direct, ..Self::default() })
     }
 
     /// Where this staging's time went so far.
     pub fn times(&self) -> StagingTimes {
-        *self.times.lock().unwrap_or_else(|e| e.into_inner())
+        match &self.direct {
+            Some(d) => d.lock().unwrap_or_else(|e| e.into_inner()).times,
+            None => *self.times.lock().unwrap_or_else(|e| e.into_inner()),
+        }
+    }
+
+    /// Waits for every copy handed out so far (the weights are then on the device, as far as
+    /// any later launch can see); a copy's failure as an error. The client's writes are waited
+    /// for by a client sync, which the caller makes.
+    pub fn finish(&self) -> Result<(), Error> {
+        match &self.direct {
+            Some(d) => d.lock().unwrap_or_else(|e| e.into_inner()).finish(),
+            None => Ok(()),
+        }
     }
 
     /// A buffer of `len` bytes (contents unspecified but initialized). While [`AHEAD`] chunks
     /// are still with the client it waits for one to come back, and if none does (a backend
     /// that holds written bytes until its queue is flushed) syncs the device, which releases
     /// them — never blocking on the pool alone.
-    fn take(&self, client: &Client, len: usize) -> Result<HostBuf, Error> {
+    fn take(&self, client: &Client, len: usize) -> Result<Vec<u8>, Error> {
         let (lock, cv) = &*self.pool;
         let mut p = lock.lock().unwrap_or_else(|e| e.into_inner());
         if p.free.is_empty() && p.out >= AHEAD {
@@ -221,14 +213,8 @@ impl Staging {
         let buf = p.free.pop();
         drop(p);
         Ok(match buf {
-            Some(b) if b.capacity() >= len => b,
-            _ => {
-                let cap = len.max(CHUNK_BYTES);
-                match self.pinned.then(|| PinnedHost::new(cap)).flatten() {
-                    Some(p) => HostBuf::Pinned(p),
-                    None => HostBuf::Heap(vec![0; cap]),
-                }
-            }
+            Some(b) if b.len() >= len => b,
+            _ => vec![0; len.max(CHUNK_BYTES)],
         })
     }
 
@@ -246,6 +232,9 @@ impl Staging {
         unit: usize,
         mut fill: impl FnMut(usize, &mut [u8]) -> Result<(), Error>,
     ) -> Result<(), Error> {
+        if let Some(d) = &self.direct {
+            return d.lock().unwrap_or_else(|e| e.into_inner()).write(client, handle, at, len, total, unit, fill);
+        }
         if at + len > total || unit == 0 {
             return Err(Error::Shape(format!("upload: bytes {at}..{} of a buffer of {total} in units of {unit}", at + len)));
         }
@@ -256,7 +245,7 @@ impl Staging {
             let t0 = std::time::Instant::now();
             let mut buf = self.take(client, n)?;
             let t1 = std::time::Instant::now();
-            let filled = fill(off, buf.slice_mut(n));
+            let filled = fill(off, &mut buf[..n]);
             let t2 = std::time::Instant::now();
             if let Err(e) = filled {
                 let (lock, _) = &*self.pool;

@@ -6,9 +6,10 @@
 //! model tolerance; greedy and seeded draws must agree except where the reference's top-2
 //! margin is below [`GREEDY_MARGIN`] (a legitimate near-tie flip in 16-bit weights).
 //! [`EngineCase`]: the whole engine (scheduler, preemption, prefix cache) on both runners gives
-//! the same tokens per request.
+//! the same tokens per request. [`GraphEngineCase`]: decode graphs give the tokens of eager
+//! launches. [`SpecEngineCase`]: n-gram speculation gives the tokens of plain decoding.
 
-use engine::{Engine, EngineConfig, Request};
+use engine::{Engine, EngineConfig, Request, SpecConfig, SpecMethod};
 use optimized::model::{AttentionImpl, GpuModel};
 use optimized::runner::GpuRunner;
 use optimized::Client;
@@ -364,6 +365,93 @@ impl Case for GraphEngineCase {
     }
 }
 
+/// Speculative decoding through the GPU runner (n-gram proposals, k = 3 fixed) gives the tokens
+/// of plain decoding (greedy, or seeded: n-gram verification draws each position with the
+/// counter plain decoding would use), with verification steps launched eagerly or (`graphs`)
+/// replayed as graphs; proposals must have been accepted (else nothing was tested).
+#[derive(Debug, Clone)]
+pub struct SpecEngineCase {
+    pub weights: &'static str,
+    pub sampled: bool,
+    pub graphs: bool,
+}
+
+/// What one engine run of [`SpecEngineCase`] gives: tokens per request, verifications and
+/// accepted proposals, graph steps with verification rows, the runner's status.
+type SpecRun = (Vec<Vec<u32>>, u64, u64, u64, String);
+
+impl SpecEngineCase {
+    fn engine_run(&self, client: &Client, reqs: &[Request], spec: bool, graphs: bool) -> Result<SpecRun, String> {
+        let (_, mut g, _) = runners(client, self.weights, Dtype::F32)?;
+        g.set_graphs(graphs);
+        let sc = SpecConfig { method: SpecMethod::Ngram { min_n: 1, max_n: 3 }, max_k: 3, adaptive: false, ..SpecConfig::default() };
+        let ec = EngineConfig { max_num_seqs: 4, speculation: spec.then_some(sc), ..EngineConfig::default() };
+        let mut e = Engine::new(g, ec, None).map_err(|e| e.to_string())?;
+        for r in reqs {
+            e.add_request(r.clone()).map_err(|e| e.to_string())?;
+        }
+        let mut out = vec![Vec::new(); reqs.len()];
+        for o in e.run_to_completion().map_err(|e| e.to_string())? {
+            out[o.id as usize].extend(o.new_tokens);
+        }
+        if e.blocks().num_used() != 0 {
+            return Err(format!("{} blocks still in use", e.blocks().num_used()));
+        }
+        let st = e.stats();
+        Ok((out, st.spec_verifies, st.spec_accepted, e.runner().graph_verify_steps(), e.runner().status().unwrap_or_default()))
+    }
+
+    fn body(&self, client: &Client) -> Result<Outcome, String> {
+        let cfg = synthetic::tiny_configs().into_iter().find(|(n, _)| *n == self.weights).map(|(_, c)| c).ok_or("no tiny config")?;
+        let vocab = cfg.vocab as u32;
+        let params = |s: u64| {
+            if self.sampled {
+                SamplingParams { temperature: 0.8, top_k: 20, seed: s, ..SamplingParams::default() }
+            } else {
+                SamplingParams::default()
+            }
+        };
+        // Prompts that repeat a motif: lookup finds proposals from the first step on.
+        let reqs: Vec<Request> = (0..6u32)
+            .map(|i| {
+                let motif: Vec<u32> = (0..3 + i).map(|j| (j * 7919 + i * 13 + 3) % vocab).collect();
+                Request { ignore_eos: true, ..Request::new(motif.repeat(3)).with_max_tokens(10 + 6 * i as usize).with_params(params(u64::from(i))) }
+            })
+            .collect();
+        let (plain, ..) = self.engine_run(client, &reqs, false, false)?;
+        let graphs = self.graphs;
+        let (got, verifies, accepted, replayed, status) = self.engine_run(client, &reqs, true, graphs)?;
+        if graphs && status.contains("refused") {
+            return Ok(Outcome::Skip(format!("graph capture refused: {status}")));
+        }
+        for (i, (g, p)) in got.iter().zip(&plain).enumerate() {
+            if g != p {
+                return Ok(Outcome::Fail(format!("request {i}: speculative tokens {g:?} != plain {p:?}")));
+            }
+        }
+        if accepted == 0 {
+            return Ok(Outcome::Fail(format!("{verifies} verifications accepted no proposal: nothing was tested")));
+        }
+        if graphs && replayed == 0 {
+            return Ok(Outcome::Fail(format!("no verification ran as a graph ({verifies} verifications; {status})")));
+        }
+        Ok(Outcome::Pass(Metrics { n: got.iter().map(Vec::len).sum(), ..Metrics::default() }))
+    }
+}
+
+impl Case for SpecEngineCase {
+    fn op(&self) -> Op {
+        Op::Runner
+    }
+    fn name(&self) -> String {
+        let (draw, launch) = (if self.sampled { "seeded" } else { "greedy" }, if self.graphs { "graphs" } else { "eager" });
+        format!("engine({},n-gram speculation vs plain,{launch},{draw},f32)", self.weights)
+    }
+    fn run(&self, client: &Client) -> Outcome {
+        self.body(client).unwrap_or_else(Outcome::Fail)
+    }
+}
+
 pub fn cases() -> Vec<Box<dyn Case>> {
     let mut v: Vec<Box<dyn Case>> = Vec::new();
     for (name, _) in synthetic::tiny_configs() {
@@ -380,5 +468,9 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     v.push(Box::new(EngineCase { weights: "tiny-sliding", blocks: 20 }));
     v.push(Box::new(GraphEngineCase { weights: "tiny-gqa", sampled: false }));
     v.push(Box::new(GraphEngineCase { weights: "tiny-sliding", sampled: true }));
+    for graphs in [false, true] {
+        v.push(Box::new(SpecEngineCase { weights: "tiny-gqa", sampled: false, graphs }));
+        v.push(Box::new(SpecEngineCase { weights: "tiny-sliding", sampled: true, graphs }));
+    }
     v
 }

@@ -14,11 +14,11 @@ use reference::gpt_oss::ops::rope::{concentration, inv_freq};
 use reference::runner::{validate_plan, KvLayout, ModelInfo, ModelRunner, SeqResult, StepPlan};
 use reference::{Error as RefError, RopeLayout};
 
-use super::batch::RaggedBatch;
 use super::model::GptOssGpu;
 use crate::kernels::attention::{flash_decode, flash_prefill_varlen, Masking, VarlenSeq};
 use crate::kernels::{moe, rope};
 use crate::kv_cache::BlockTables;
+use crate::runner::batch::RaggedBatch;
 use crate::runner::graphs::{self, GraphStep, Graphs, StepBufs};
 use crate::{Client, DeviceTensor, Error};
 
@@ -147,7 +147,9 @@ impl ModelRunner for GptOssRunner {
     fn status(&self) -> Option<String> {
         let graphs = match self.graphs.refused() {
             Some(why) => format!("decode graphs refused by the backend ({why}): eager launches"),
-            None if self.graphs.enabled() => format!("decode-only steps of ≤ {} sequences replayed as captured graphs", moe::GEMV_MAX_T),
+            None if self.graphs.enabled() => {
+                format!("decode steps and n-gram verifications of ≤ {} rows replayed as captured graphs", moe::GEMV_MAX_T)
+            }
             None => "decode graphs off: eager launches".into(),
         };
         Some(format!(

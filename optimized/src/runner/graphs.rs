@@ -1,10 +1,13 @@
 //! Decode steps of the GPU runners (llama [`GpuRunner`], `gpt_oss::GptOssRunner`) as captured
 //! graphs, one per (batch bucket, table width, draw kind); a runner implements [`GraphStep`].
 //!
-//! A decode-only step of B sequences (each one token, one draw, no penalties, no logits asked
-//! for) is padded to the next bucket (1, 2, 4, … 512) and run from device buffers only: token
-//! ids, positions, pool rows, the block tables and lengths (`device_lens`: flash decode sizes
-//! its grid for the tables' width and reads lengths on the device) and the draw parameters.
+//! A step of decode rows only (`runner::batch::decode_rows`: one-token decodes, and the k + 1
+//! positions of a verification, each position one row; every row draws, no penalties, no
+//! logits asked for) is padded to the next bucket of rows (1, 2, 4, … 512) and run from
+//! device buffers only: token ids, positions, pool rows, the block tables and lengths
+//! (`device_lens`: flash decode sizes its grid for the tables' width and reads lengths on the
+//! device) and the draw parameters. The rows' arrangement into sequences is not part of the
+//! key: a verification step replays the recording of a plain step of as many rows.
 //! The first such step of a key records its launches (`Client::graph_prepare`, a real warm-up
 //! run whose answer is this step's, `start_capture`, the same launches recorded,
 //! `stop_capture`); later steps rewrite the buffers in place and replay the recording as one
@@ -17,7 +20,7 @@ use std::collections::HashMap;
 use cubecl::client::Graph;
 use reference::runner::{KvLayout, SeqResult, StepPlan};
 
-use super::GpuRunner;
+use super::{batch, GpuRunner};
 use crate::kernels::{argmax, seeded};
 use crate::kv_cache::BlockTables;
 use crate::model::Ids;
@@ -56,17 +59,22 @@ pub(crate) struct Graphs {
     on: bool,
     refused: Option<String>,
     map: HashMap<Key, Recorded>,
+    /// Steps run through a graph with a sequence of more than one row (verifications).
+    multi_row: u64,
 }
 
 impl Graphs {
     pub(crate) fn new(on: bool) -> Self {
-        Graphs { on, refused: None, map: HashMap::new() }
+        Graphs { on, refused: None, map: HashMap::new(), multi_row: 0 }
     }
     pub(crate) fn enabled(&self) -> bool {
         self.on && self.refused.is_none()
     }
     pub(crate) fn refused(&self) -> Option<&str> {
         self.refused.as_deref()
+    }
+    pub(crate) fn multi_row_steps(&self) -> u64 {
+        self.multi_row
     }
 }
 
@@ -97,31 +105,37 @@ struct Inputs {
 }
 
 fn inputs(layout: KvLayout, scratch: u32, max_rows: usize, plan: &StepPlan) -> Option<Inputs> {
-    let b = plan.seqs.len();
     let eligible = plan.seqs.iter().all(|s| {
-        s.tokens.len() == 1 && s.samples.len() == 1 && s.samples.iter().all(|d| !d.want_logits && (d.counts.is_empty() || !d.params.has_penalties()))
+        batch::decode_rows(s)
+            && s.samples.len() == s.tokens.len()
+            && s.samples.iter().all(|d| !d.want_logits && (d.counts.is_empty() || !d.params.has_penalties()))
     });
-    let bucket = *BUCKETS.iter().find(|&&x| x >= b)?;
-    if b == 0 || !eligible || bucket > max_rows {
+    let rows: usize = plan.seqs.iter().map(|s| s.tokens.len()).sum();
+    let bucket = *BUCKETS.iter().find(|&&x| x >= rows)?;
+    if rows == 0 || !eligible || bucket > max_rows {
         return None;
     }
     let bs = layout.block_size;
-    let longest = plan.seqs.iter().map(|s| (s.pos0 + 1).div_ceil(bs)).max().unwrap_or(1);
+    let longest = plan.seqs.iter().map(|s| (s.pos0 + s.tokens.len()).div_ceil(bs)).max().unwrap_or(1);
     let width = longest.next_power_of_two().max(16).min(layout.num_blocks + 1).max(longest);
-    let greedy = plan.seqs.iter().all(|s| s.samples[0].params.temperature == 0.0);
+    let greedy = plan.seqs.iter().all(|s| s.samples.iter().all(|d| d.params.temperature == 0.0));
     let mut x =
         Inputs { key: Key { bucket, width, greedy }, ids: vec![], positions: vec![], slots: vec![], tables: vec![], lens: vec![], params: vec![] };
-    for (i, s) in plan.seqs.iter().enumerate() {
-        let p = s.pos0;
-        x.ids.push(s.tokens[0]);
-        x.positions.push(p as u32);
-        x.slots.push((s.blocks[p / bs] as usize * bs + p % bs) as u32);
-        x.tables.push(s.blocks[..(p + 1).div_ceil(bs)].to_vec());
-        x.lens.push(p + 1);
-        x.params.extend(seeded::param_words(s.samples[0].params, s.samples[0].counter, i));
+    // Each position a row of its own (a verification's k + 1 rows: `runner::batch`).
+    for s in &plan.seqs {
+        for (j, (&t, d)) in s.tokens.iter().zip(&s.samples).enumerate() {
+            let p = s.pos0 + j;
+            let row = x.ids.len();
+            x.ids.push(t);
+            x.positions.push(p as u32);
+            x.slots.push((*s.blocks.get(p / bs)? as usize * bs + p % bs) as u32);
+            x.tables.push(s.blocks[..(p + 1).div_ceil(bs)].to_vec());
+            x.lens.push(p + 1);
+            x.params.extend(seeded::param_words(d.params, d.counter, row));
+        }
     }
     let greedy_params = reference::sampling::SamplingParams::default();
-    for i in b..bucket {
+    for i in rows..bucket {
         x.ids.push(0);
         x.positions.push(0);
         x.slots.push(scratch * bs as u32);
@@ -161,7 +175,18 @@ pub(crate) fn try_step<R: GraphStep>(r: &mut R, plan: &StepPlan) -> Result<Optio
         }
     };
     let ids = out.to_u32(&c)?;
-    Ok(Some(plan.seqs.iter().enumerate().map(|(i, _)| SeqResult { tokens: vec![ids[i]], logits: vec![None] }).collect()))
+    if plan.seqs.iter().any(|s| s.tokens.len() > 1) {
+        r.graphs().multi_row += 1;
+    }
+    let mut row = 0;
+    let mut results = Vec::with_capacity(plan.seqs.len());
+    for s in &plan.seqs {
+        let n = s.tokens.len();
+        let tokens = ids.get(row..row + n).ok_or_else(|| Error::Shape(format!("graph step: {} ids for row {row} + {n}", ids.len())))?.to_vec();
+        results.push(SeqResult { tokens, logits: vec![None; n] });
+        row += n;
+    }
+    Ok(Some(results))
 }
 
 /// The launches of a recorded step: the runner's logits, then argmax or the seeded draw.

@@ -1,15 +1,17 @@
 //! The GPU behind the batched engine's [`ModelRunner`]: a [`GpuModel`]'s weights, paged KV pools
 //! whose blocks the engine hands out, and one forward pass per step over a ragged batch.
 //!
-//! A step of the engine (`reference::runner::StepPlan`) mixes one-token decodes and prefill
-//! chunks of many sequences. The runner orders them decodes first, and runs ONE forward pass
-//! over all their tokens (`N` rows):
+//! A step of the engine (`reference::runner::StepPlan`) mixes one-token decodes, verifications
+//! of speculated tokens and prefill chunks of many sequences. The runner lays them out
+//! ([`batch::RaggedBatch`]: decode rows first — one-token decodes and the positions of a
+//! verification, each a flash-decode query of its own length) and runs ONE forward pass over
+//! all their tokens (`N` rows):
 //! - embedding, the q|k|v / Wo / gate|up / down matmuls over all N rows (the fused decode
 //!   gemvs when N ≤ 8, GEMMs above);
 //! - RoPE + KV write by rope v4: each token's position and pool row come from device buffers;
-//! - attention: flash decode over the decode sequences (their q rows first, one launch, mixed
-//!   lengths), varlen flash prefill over the prefill chunks (one launch, each chunk reading
-//!   its sequence's cached prefix through its block table);
+//! - attention: flash decode over the decode rows (first, one launch, mixed lengths), varlen
+//!   flash prefill over the prefill chunks (one launch, each chunk reading its sequence's
+//!   cached prefix through its block table);
 //! - the lm_head on the rows that draw a token only (gathered first when N > 8), then the
 //!   seeded draw on the device (`kernels::seeded`, penalties first) — or argmax v2 when every
 //!   row is greedy — and one read-back of the drawn ids.
@@ -17,22 +19,24 @@
 //! Every draw follows `reference::sampling::seeded`, so the same logits give the same tokens
 //! as the CPU reference runner (conformance checks both the logits and the draws).
 //!
-//! Decode-only steps (every sequence one token, no penalties, no logits asked for) run as
-//! captured graphs, one per batch-size bucket ([`graphs`]): a step's launches are recorded
-//! once and replayed, their per-step inputs (ids, positions, pool rows, block tables, lengths,
-//! draw parameters) rewritten in place in device buffers. The pools hold one block more than
-//! the engine manages: padded rows of a bucket compute into it.
+//! Steps of decode rows only (no penalties, no logits asked for: plain decoding, and n-gram
+//! verification) run as captured graphs, one per bucket of rows ([`graphs`]): a step's
+//! launches are recorded once and replayed, their per-step inputs (ids, positions, pool rows,
+//! block tables, lengths, draw parameters) rewritten in place in device buffers. The pools
+//! hold one block more than the engine manages: padded rows of a bucket compute into it.
 
+pub mod batch;
 pub(crate) mod graphs;
 
 use reference::runner::{validate_plan, KvLayout, ModelInfo, ModelRunner, SeqResult, StepPlan};
 use reference::Error as RefError;
 
 use crate::kernels::attention::{flash_decode, flash_prefill_varlen, Masking, VarlenSeq};
-use crate::kernels::{argmax, embedding, rope, seeded};
+use crate::kernels::{embedding, rope};
 use crate::kv_cache::BlockTables;
 use crate::model::{Final, GpuModel, Ids};
 use crate::{DeviceTensor, Error};
+use batch::RaggedBatch;
 
 /// The batched engine's runner on a GPU.
 pub struct GpuRunner {
@@ -50,14 +54,6 @@ pub struct GpuRunner {
 
 fn to_ref(e: Error) -> RefError {
     RefError::Backend(e.to_string())
-}
-
-/// One sequence of a step, in execution order.
-struct Item {
-    /// Its index in the plan.
-    plan: usize,
-    /// Its first row among the step's N tokens.
-    row0: usize,
 }
 
 impl GpuRunner {
@@ -95,6 +91,11 @@ impl GpuRunner {
     /// Why graphs are not used, once the backend refused a capture.
     pub fn graph_refused(&self) -> Option<&str> {
         self.graphs.refused()
+    }
+
+    /// Steps run through a graph with a sequence of more than one row (verifications).
+    pub fn graph_verify_steps(&self) -> u64 {
+        self.graphs.multi_row_steps()
     }
 
     /// The block of the pools no sequence owns (padding rows of decode graphs).
@@ -137,116 +138,33 @@ impl GpuRunner {
             return Ok(out);
         }
         let c = self.model.client.clone();
-        let cfg = self.model.config.clone();
-        let bs = self.layout.block_size;
-        // Decodes first (their q rows must be contiguous for flash decode), then the rest.
-        let mut order: Vec<usize> = (0..plan.seqs.len()).filter(|&i| plan.seqs[i].tokens.len() == 1).collect();
-        let n_dec = order.len();
-        order.extend((0..plan.seqs.len()).filter(|&i| plan.seqs[i].tokens.len() != 1));
-        let (mut ids, mut pos, mut slots, mut items) = (vec![], vec![], vec![], vec![]);
-        for &i in &order {
-            let s = &plan.seqs[i];
-            items.push(Item { plan: i, row0: ids.len() });
-            for (j, &t) in s.tokens.iter().enumerate() {
-                let p = s.pos0 + j;
-                ids.push(t);
-                pos.push(p as u32);
-                slots.push((s.blocks[p / bs] as usize * bs + p % bs) as u32);
-            }
-        }
-        let n = ids.len();
-        if n == 0 {
-            return Ok(vec![]);
-        }
-        let positions = DeviceTensor::from_u32(&c, &pos, &[n])?;
-        let slots = DeviceTensor::from_u32(&c, &slots, &[n])?;
-        let tables = |range: &[usize], len: &dyn Fn(usize) -> usize| -> Result<Option<BlockTables>, Error> {
-            if range.is_empty() {
-                return Ok(None);
-            }
-            let t: Vec<&[u32]> = range.iter().map(|&i| plan.seqs[i].blocks).collect();
-            let l: Vec<usize> = range.iter().map(|&i| len(i)).collect();
-            BlockTables::upload(&c, &t, &l, bs, self.layout.num_blocks + 1).map(Some)
+        let Some(b) = RaggedBatch::new(&c, plan, self.layout)? else {
+            return Ok(vec![SeqResult::default(); plan.seqs.len()]);
         };
-        let end = |i: usize| plan.seqs[i].pos0 + plan.seqs[i].tokens.len();
-        let dec_tables = tables(&order[..n_dec], &end)?;
-        let pre_tables = tables(&order[n_dec..], &end)?;
-        let varlen: Vec<VarlenSeq> = items[n_dec..]
-            .iter()
-            .map(|it| VarlenSeq { q_start: it.row0, q_len: plan.seqs[it.plan].tokens.len(), pos0: plan.seqs[it.plan].pos0 })
-            .collect();
         let m = &self.model;
-        let x = m.embed(Ids::Host(&ids), n)?;
-        let dec = dec_tables.as_ref().map(|tb| (tb, n_dec));
-        let pre = pre_tables.as_ref().map(|tb| (tb, &varlen[..]));
-        let fin = m.blocks(&x, n, &mut |l, qkv| self.attend(l, qkv, n, &positions, &slots, dec, pre), None)?;
-        // The rows that draw, in (execution item, sample) order.
-        let mut rows = vec![];
-        for it in &items {
-            let s = &plan.seqs[it.plan];
-            let t = s.tokens.len();
-            rows.extend((t - s.samples.len()..t).map(|j| (it.row0 + j) as u32));
-        }
-        let mut results = vec![SeqResult::default(); plan.seqs.len()];
+        let n = b.rows();
+        let x = m.embed(Ids::Host(&b.ids), n)?;
+        let dec = b.dec_tables.as_ref().map(|tb| (tb, b.n_dec));
+        let pre = b.pre_tables.as_ref().map(|tb| (tb, &b.varlen[..]));
+        let fin = m.blocks(&x, n, &mut |l, qkv| self.attend(l, qkv, n, &b.positions, &b.slots, dec, pre), None)?;
+        let rows = b.draw_rows(plan);
         if rows.is_empty() {
-            return Ok(results);
+            return Ok(vec![SeqResult::default(); plan.seqs.len()]);
         }
+        // Logits of the drawing rows: the fused decode (N ≤ 8) computes all N rows, then
+        // gathers those that draw; above, the final norm's drawing rows are gathered first.
         let r = rows.len();
-        // Logits of the drawing rows: all N rows in the fused decode (N ≤ 8) or when every row
-        // draws, else gathered.
-        let every = r == n;
-        let (logits, row_of): (DeviceTensor, Vec<u32>) = match &fin {
-            Final::Fused { .. } => (m.head(&x, &fin)?, rows.clone()),
-            Final::Plain { .. } if every => (m.head(&x, &fin)?, rows.clone()),
-            Final::Plain { h } => {
-                let picked = DeviceTensor::empty_f32(&c, &[r, cfg.hidden]);
-                embedding::embedding_device_ids_into(&c, h, &DeviceTensor::from_u32(&c, &rows, &[r])?, &picked)?;
-                (m.head(&x, &Final::Plain { h: picked })?, (0..r as u32).collect())
-            }
+        let gather = |t: &DeviceTensor, width: usize| -> Result<DeviceTensor, Error> {
+            let picked = DeviceTensor::empty_f32(&c, &[r, width]);
+            embedding::embedding_device_ids_into(&c, t, &DeviceTensor::from_u32(&c, &rows, &[r])?, &picked)?;
+            Ok(picked)
         };
-        let specs: Vec<_> = items.iter().flat_map(|it| plan.seqs[it.plan].samples.iter()).collect();
-        let greedy = specs.iter().all(|s| s.params.temperature == 0.0 && (s.counts.is_empty() || !s.params.has_penalties()));
-        let drawn = if greedy {
-            let all = argmax::argmax(&c, &logits)?.to_u32(&c)?;
-            row_of
-                .iter()
-                .map(|&i| all.get(i as usize).copied().ok_or_else(|| Error::Shape(format!("argmax: no row {i}"))))
-                .collect::<Result<Vec<_>, _>>()?
-        } else {
-            let mut words = Vec::with_capacity(r * seeded::PARAMS);
-            let mut pen = vec![];
-            for (k, (spec, &row)) in specs.iter().zip(&row_of).enumerate() {
-                words.extend(seeded::param_words(spec.params, spec.counter, row as usize));
-                if spec.params.has_penalties() {
-                    seeded::penalty_words(k, spec.counts, &mut pen);
-                }
-            }
-            let params = DeviceTensor::from_u32(&c, &words, &[r, seeded::PARAMS])?;
-            let entries = if pen.is_empty() { None } else { Some(DeviceTensor::from_u32(&c, &pen, &[pen.len()])?) };
-            let out = DeviceTensor::from_u32(&c, &vec![0; r], &[r])?;
-            seeded::seeded_into(&c, &logits, &params, entries.as_ref().map(|e| (e, pen.len() / 3)), &out)?;
-            out.to_u32(&c)?
+        let logits = match &fin {
+            _ if r == n => m.head(&x, &fin)?,
+            Final::Fused { .. } => gather(&m.head(&x, &fin)?, self.model.config.vocab)?,
+            Final::Plain { h } => m.head(&x, &Final::Plain { h: gather(h, self.model.config.hidden)? })?,
         };
-        let want_rows = specs.iter().any(|s| s.want_logits);
-        let all_logits = if want_rows { Some(logits.to_f32(&c)?) } else { None };
-        let v = cfg.vocab;
-        let mut k = 0;
-        for it in &items {
-            let s = &plan.seqs[it.plan];
-            let res = &mut results[it.plan];
-            for spec in &s.samples {
-                res.tokens.push(drawn[k]);
-                res.logits.push(match (&all_logits, spec.want_logits) {
-                    (Some(all), true) => {
-                        let at = row_of[k] as usize * v;
-                        all.get(at..at + v).map(<[f32]>::to_vec)
-                    }
-                    _ => None,
-                });
-                k += 1;
-            }
-        }
-        Ok(results)
+        b.draw(&c, plan, &logits)
     }
 }
 
@@ -265,7 +183,7 @@ impl ModelRunner for GpuRunner {
     fn status(&self) -> Option<String> {
         Some(match self.graphs.refused() {
             Some(why) => format!("decode graphs refused by the backend ({why}): eager launches"),
-            None if self.graphs.enabled() => "decode-only steps replayed as captured graphs per batch bucket".into(),
+            None if self.graphs.enabled() => "decode steps and n-gram verifications replayed as captured graphs per bucket of rows".into(),
             None => "decode graphs off: eager launches".into(),
         })
     }

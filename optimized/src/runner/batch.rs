@@ -1,16 +1,34 @@
 //! A ragged step on the device, independent of the model family: the plan's sequences in
-//! execution order (decodes first: flash decode needs their q rows contiguous), the token ids,
-//! each token's position and pool row, the block tables of the decode and prefill parts, and
-//! the draw from the drawing rows' logits (argmax when every draw is greedy, else the seeded
-//! draw, penalties first) with the results in plan order. The same steps as the llama
-//! `runner::GpuRunner`, as functions a runner composes.
+//! execution order (decode rows first: flash decode needs their q rows contiguous), the token
+//! ids, each token's position and pool row, the block tables of the decode and prefill parts,
+//! and the draw from the drawing rows' logits (argmax when every draw is greedy, else the
+//! seeded draw, penalties first) with the results in plan order. Shared by the llama
+//! `runner::GpuRunner` and `gpt_oss::GptOssRunner`.
+//!
+//! Decode rows: one-token steps, and the few positions of a sequence that each draw (a
+//! speculative verification: the last token and k proposals, [`decode_rows`]). Each such row
+//! is one flash-decode query with its own length (its position + 1) over its sequence's
+//! table: every row's K/V is written before the attention, so row j sees rows < j of its
+//! sequence and nothing after — causal attention, as a prefill chunk would compute it, and the
+//! same kernel a plain decode step runs (which is also what makes verification steps graphs:
+//! `runner::graphs`).
 
-use reference::runner::{KvLayout, SeqResult, StepPlan};
+use reference::runner::{KvLayout, SeqResult, SeqStep, StepPlan};
 
 use crate::kernels::attention::VarlenSeq;
 use crate::kernels::{argmax, seeded};
 use crate::kv_cache::BlockTables;
 use crate::{Client, DeviceTensor, Error};
+
+/// Most positions of one sequence run as decode rows; longer drawing runs are prefill chunks
+/// (flash decode reads the context once per row).
+pub const MAX_DECODE_ROWS: usize = 16;
+
+/// Whether step `s` runs as decode rows: one token, or at most [`MAX_DECODE_ROWS`] positions
+/// that all draw (a verification).
+pub fn decode_rows(s: &SeqStep) -> bool {
+    s.tokens.len() == 1 || (s.tokens.len() <= MAX_DECODE_ROWS && s.samples.len() == s.tokens.len())
+}
 
 /// One sequence of a step, in execution order.
 #[derive(Debug, Clone, Copy)]
@@ -25,14 +43,16 @@ pub struct Item {
 pub struct RaggedBatch {
     /// Token ids, execution order.
     pub ids: Vec<u32>,
-    /// Sequences, execution order: the first `n_dec` are one-token decodes.
+    /// Sequences, execution order: the decode-row sequences first ([`decode_rows`]).
     pub items: Vec<Item>,
+    /// Rows of the decode-row sequences (the first rows of the step).
     pub n_dec: usize,
     /// `[N]` u32: each token's position.
     pub positions: DeviceTensor,
     /// `[N]` u32: each token's pool row (`block · bs + offset`).
     pub slots: DeviceTensor,
-    /// Tables of the decode sequences and of the prefill chunks (each up to its last new token).
+    /// Tables of the decode rows (one per row, up to its position) and of the prefill chunks
+    /// (one per chunk, up to its last new token).
     pub dec_tables: Option<BlockTables>,
     pub pre_tables: Option<BlockTables>,
     /// The prefill chunks for varlen flash prefill.
@@ -43,9 +63,9 @@ impl RaggedBatch {
     /// Lay out `plan` (already validated against `layout`); `None` when it runs no token.
     pub fn new(client: &Client, plan: &StepPlan, layout: KvLayout) -> Result<Option<Self>, Error> {
         let bs = layout.block_size;
-        let mut order: Vec<usize> = (0..plan.seqs.len()).filter(|&i| plan.seqs[i].tokens.len() == 1).collect();
-        let n_dec = order.len();
-        order.extend((0..plan.seqs.len()).filter(|&i| plan.seqs[i].tokens.len() != 1));
+        let mut order: Vec<usize> = (0..plan.seqs.len()).filter(|&i| decode_rows(&plan.seqs[i])).collect();
+        let n_dec_items = order.len();
+        order.extend((0..plan.seqs.len()).filter(|&i| !decode_rows(&plan.seqs[i])));
         let (mut ids, mut pos, mut slots, mut items) = (vec![], vec![], vec![], vec![]);
         for &i in &order {
             let s = &plan.seqs[i];
@@ -62,24 +82,30 @@ impl RaggedBatch {
         if n == 0 {
             return Ok(None);
         }
-        let tables = |range: &[usize]| -> Result<Option<BlockTables>, Error> {
-            if range.is_empty() {
+        let n_dec = items.get(n_dec_items).map_or(n, |it| it.row0);
+        // The pools hold one block past the engine's (padding rows of decode graphs).
+        let upload = |t: Vec<&[u32]>, l: Vec<usize>| -> Result<Option<BlockTables>, Error> {
+            if t.is_empty() {
                 return Ok(None);
             }
-            let t: Vec<&[u32]> = range.iter().map(|&i| plan.seqs[i].blocks).collect();
-            let l: Vec<usize> = range.iter().map(|&i| plan.seqs[i].pos0 + plan.seqs[i].tokens.len()).collect();
-            // The pools hold one block past the engine's (padding rows of decode graphs).
             BlockTables::upload(client, &t, &l, bs, layout.num_blocks + 1).map(Some)
         };
-        let varlen = items[n_dec..]
+        let dec = order[..n_dec_items].iter().flat_map(|&i| {
+            let s = &plan.seqs[i];
+            (0..s.tokens.len()).map(move |j| (s.blocks, s.pos0 + j + 1))
+        });
+        let (dt, dl): (Vec<&[u32]>, Vec<usize>) = dec.unzip();
+        let pre = order[n_dec_items..].iter().map(|&i| (plan.seqs[i].blocks, plan.seqs[i].pos0 + plan.seqs[i].tokens.len()));
+        let (pt, pl): (Vec<&[u32]>, Vec<usize>) = pre.unzip();
+        let varlen = items[n_dec_items..]
             .iter()
             .map(|it| VarlenSeq { q_start: it.row0, q_len: plan.seqs[it.plan].tokens.len(), pos0: plan.seqs[it.plan].pos0 })
             .collect();
         Ok(Some(RaggedBatch {
             positions: DeviceTensor::from_u32(client, &pos, &[n])?,
             slots: DeviceTensor::from_u32(client, &slots, &[n])?,
-            dec_tables: tables(&order[..n_dec])?,
-            pre_tables: tables(&order[n_dec..])?,
+            dec_tables: upload(dt, dl)?,
+            pre_tables: upload(pt, pl)?,
             varlen,
             ids,
             items,

@@ -63,6 +63,9 @@ pub struct EngineStats {
     pub decode_tokens: u64,
     /// Draft model steps (rounds), all steps.
     pub draft_rounds: u64,
+    /// Decode steps by the rows the target ran (`tokens`): how many, and the target's time in
+    /// them (ns) — where a verification's cost comes from (`tandem bench-spec`).
+    pub decode_by_rows: std::collections::BTreeMap<usize, (u64, u64)>,
 }
 
 /// A snapshot of the engine's load.
@@ -306,6 +309,9 @@ impl<R: ModelRunner> Engine<R> {
             st.target_ns += run_ns.as_nanos() as u64;
             st.draft_ns += draft_time.as_nanos() as u64;
             st.decode_tokens += st.generated_tokens - produced0;
+            let by = st.decode_by_rows.entry(tokens).or_default();
+            by.0 += 1;
+            by.1 += run_ns.as_nanos() as u64;
             if let Some(sp) = self.spec.as_mut() {
                 let fit = if schedule.items.iter().any(|it| it.k > 0) { &mut sp.cost.verify } else { &mut sp.cost.plain };
                 fit.observe(tokens as f64, run_ns.as_secs_f64());

@@ -150,7 +150,7 @@ fn peak_rss_mib() -> Option<f64> {
 /// size, modification time) and the device, and a later `bench` of the same binary on the same
 /// device reuses it (saying so) instead of re-running the suite — for a series of benchmarks
 /// in one device session.
-fn conformance_gate(backend: optimized::Backend) -> Result<String> {
+pub(super) fn conformance_gate(backend: optimized::Backend) -> Result<String> {
     let stamp = std::env::var_os("TANDEM_GATE_STAMP").map(std::path::PathBuf::from);
     let identity = gate_identity(backend);
     if let (Some(path), Some(id)) = (&stamp, &identity) {

@@ -88,7 +88,8 @@ pub struct SpecConfig {
     /// GPU's graph replay needs steps that ask for no rows).
     pub min_draft_prob: f32,
     /// Draft models: steps a sequence with speculation off waits before trying again (doubled
-    /// after each try that did not pay, up to 64×).
+    /// after each try that did not pay, up to 64×; no try while the measured costs say that
+    /// even a draft that is always right would not pay at the current batch size).
     pub probe_every: u32,
 }
 

@@ -43,8 +43,13 @@ impl<R: ModelRunner> Engine<R> {
         let want = if !sp.cfg.adaptive {
             sp.cfg.max_k
         } else if s.spec.off {
-            // Speculation off (draft models): a probe of one token when its time has come.
+            // Speculation off (draft models): a probe of one token when its time has come —
+            // unless even a draft that is always right would not pay at this batch size (the
+            // measured draft rounds cost too much): then the probe waits another period.
             if self.step_no < s.spec.retry_at {
+                0
+            } else if sp.cost.best_depth(1.0, sp.cfg.max_k, batch).1 < MIN_GAIN {
+                s.spec.retry_at = self.step_no + s.spec.probe_wait.max(1);
                 0
             } else {
                 s.spec.off = false;

@@ -207,6 +207,22 @@ impl EngineCase {
     }
 }
 
+/// Run `reqs` (ids 0 ..) to completion on `e`: each request's tokens, in id order; an error
+/// when a KV block is still in use afterwards.
+fn run_requests<R: ModelRunner>(e: &mut Engine<R>, reqs: &[Request]) -> Result<Vec<Vec<u32>>, String> {
+    for r in reqs {
+        e.add_request(r.clone()).map_err(|e| e.to_string())?;
+    }
+    let mut out = vec![Vec::new(); reqs.len()];
+    for o in e.run_to_completion().map_err(|e| e.to_string())? {
+        out.get_mut(o.id as usize).ok_or(format!("output for unknown request {}", o.id))?.extend(o.new_tokens);
+    }
+    if e.blocks().num_used() != 0 {
+        return Err(format!("{} blocks still in use", e.blocks().num_used()));
+    }
+    Ok(out)
+}
+
 /// The engine over `reference` and over `gpu` (runners of the same model, `blocks` KV blocks
 /// each) on one mixed set of requests — a one-token prompt, chunked prefills, seeded top-p and
 /// temperature sampling, a shared prefix —: the same tokens per request, no block left in use,
@@ -239,16 +255,7 @@ pub(super) fn engine_matches_reference(
     let cfg_e = EngineConfig { max_batched_tokens: 24, prefill_chunk: 16, ..EngineConfig::default() };
     let run = |runner: Box<dyn ModelRunner>| -> Result<(Vec<Vec<u32>>, u64), String> {
         let mut e = Engine::new(runner, cfg_e, None).map_err(|e| e.to_string())?;
-        for r in &reqs {
-            e.add_request(r.clone()).map_err(|e| e.to_string())?;
-        }
-        let mut out = vec![Vec::new(); reqs.len()];
-        for o in e.run_to_completion().map_err(|e| e.to_string())? {
-            out[o.id as usize].extend(o.new_tokens);
-        }
-        if e.blocks().num_used() != 0 {
-            return Err(format!("{} blocks still in use", e.blocks().num_used()));
-        }
+        let out = run_requests(&mut e, &reqs)?;
         Ok((out, e.stats().preemptions))
     };
     let (want, _) = run(reference)?;
@@ -327,13 +334,7 @@ pub(crate) fn graphs_match_eager(
         let g = make(on)?;
         let ec = EngineConfig { max_num_seqs: max_seqs, ..EngineConfig::default() };
         let mut e = Engine::new(g, ec, None).map_err(|e| e.to_string())?;
-        for r in &reqs {
-            e.add_request(r.clone()).map_err(|e| e.to_string())?;
-        }
-        let mut out = vec![Vec::new(); reqs.len()];
-        for o in e.run_to_completion().map_err(|e| e.to_string())? {
-            out[o.id as usize].extend(o.new_tokens);
-        }
+        let out = run_requests(&mut e, &reqs)?;
         if on {
             let status = e.runner().status().unwrap_or_default();
             if status.contains("refused") {
@@ -387,16 +388,7 @@ impl SpecEngineCase {
         let sc = SpecConfig { method: SpecMethod::Ngram { min_n: 1, max_n: 3 }, max_k: 3, adaptive: false, ..SpecConfig::default() };
         let ec = EngineConfig { max_num_seqs: 4, speculation: spec.then_some(sc), ..EngineConfig::default() };
         let mut e = Engine::new(g, ec, None).map_err(|e| e.to_string())?;
-        for r in reqs {
-            e.add_request(r.clone()).map_err(|e| e.to_string())?;
-        }
-        let mut out = vec![Vec::new(); reqs.len()];
-        for o in e.run_to_completion().map_err(|e| e.to_string())? {
-            out[o.id as usize].extend(o.new_tokens);
-        }
-        if e.blocks().num_used() != 0 {
-            return Err(format!("{} blocks still in use", e.blocks().num_used()));
-        }
+        let out = run_requests(&mut e, reqs)?;
         let st = e.stats();
         Ok((out, st.spec_verifies, st.spec_accepted, e.runner().graph_verify_steps(), e.runner().status().unwrap_or_default()))
     }

@@ -46,7 +46,9 @@ pub struct BenchArgs {
     /// batch 1 and 32; prefill TFLOP/s at 512/2k/8k tokens, flash vs naive) or `qmatmul`
     /// (decode GEMV GB/s per weight format — bf16, int8, int8-g128, mxfp4 — vs the copy rate)
     /// or `rmsnorm` (plain and fused add + norm, each version, µs per call at 1 and 128 rows)
-    /// or `argmax` (v1, v2, µs per call at the models' vocabularies, 1 and 32 rows).
+    /// or `argmax` (v1, v2, µs per call at the models' vocabularies, 1 and 32 rows)
+    /// or `copy` (the roofline's copy over its shapes: f32s per load, units per cube, copies
+    /// per sync, buffer size; GB/s, best of `--reps`; no gate: it measures the device).
     #[arg(long)]
     pub kernel: Option<String>,
     /// With `--kernel attention`: only these decode KV lengths (comma-separated), e.g. to
@@ -112,6 +114,28 @@ pub fn pct_of_roofline(value: f64, roof: f64, copy_rate: f64) -> String {
     } else {
         format!("n/a (decode moved its bytes faster than the measured copy rate of {:.0} GB/s: that copy does not reach this device's bandwidth, so no percentage is printed)", copy_rate / 1e9)
     }
+}
+
+/// `--kernel copy`: the roofline's copy (`optimized::bandwidth`) over its shapes — f32s per
+/// load, units per cube, copies per sync, buffer size — in GB/s (read + write). A measurement
+/// of the device, not of a kernel tandem's numbers depend on: no gate.
+fn copy_sweep(b: optimized::Backend, reps: usize) -> Result<()> {
+    use optimized::bandwidth::{copy_rate_with, CopyShape};
+    let client = optimized::client(b)?;
+    println!("copy rate on {} ({b}), GB/s read + write, best of {reps}", optimized::device_info(&client).name);
+    println!("{:>8} {:>6} {:>6} {:>9} {:>10}", "MiB", "vector", "units", "per sync", "GB/s");
+    for mib in [256usize, 1024] {
+        for vector in [1, 2, 4] {
+            for units in [64u32, 256, 1024] {
+                for per_sync in [1usize, 8, 32] {
+                    let shape = CopyShape { vector, units, per_sync };
+                    let rate = copy_rate_with(&client, mib << 20, reps, shape)?;
+                    println!("{mib:>8} {vector:>6} {units:>6} {per_sync:>9} {:>10.1}", rate / 1e9);
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -247,10 +271,13 @@ pub fn run(a: BenchArgs) -> Result<()> {
         return super::bench_matmul::run(backend, a.reps);
     }
     if let Some(k) = &a.kernel {
-        if !["attention", "qmatmul", "rmsnorm", "argmax"].contains(&k.as_str()) {
-            return Err(CliError::Usage(format!("--kernel {k}: `attention`, `qmatmul`, `rmsnorm` or `argmax`")));
+        if !["attention", "qmatmul", "rmsnorm", "argmax", "copy"].contains(&k.as_str()) {
+            return Err(CliError::Usage(format!("--kernel {k}: `attention`, `qmatmul`, `rmsnorm`, `argmax` or `copy`")));
         }
         let b = backend.ok_or_else(|| CliError::Usage(format!("--kernel {k} needs a GPU device (--device cuda|wgpu)")))?;
+        if k == "copy" {
+            return copy_sweep(b, a.reps);
+        }
         let gate = conformance_gate(b)?;
         if k == "rmsnorm" {
             return super::bench_norm::run(b, &gate, a.reps);

@@ -21,16 +21,82 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use cubecl::server::Handle;
 use cubecl_cuda::CudaServer;
 
-use super::{cuda_primary_current, PinnedHost, StagingTimes, CHUNK_BYTES};
+use super::{cuda_primary_current, StagingTimes, CHUNK_BYTES};
 use crate::{Client, Error};
 
 /// Page-locked buffers: one being filled, the rest with the copier.
 const SLOTS: usize = 4;
 
+/// Page-locked host memory from `cuMemHostAlloc` (portable: pinned for every context).
+struct PinnedHost {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the allocation is plain host memory owned by this value alone.
+unsafe impl Send for PinnedHost {}
+unsafe impl Sync for PinnedHost {}
+
+impl PinnedHost {
+    /// The first `len` bytes (≤ the allocation's size).
+    fn bytes(&self, len: usize) -> &[u8] {
+        // SAFETY: at most the allocation's bytes, all initialized (zeroed at birth).
+        unsafe { std::slice::from_raw_parts(self.ptr, len.min(self.len)) }
+    }
+    /// The first `len` bytes (≤ the allocation's size), writable.
+    fn bytes_mut(&mut self, len: usize) -> &mut [u8] {
+        // SAFETY: as `bytes`, through the unique borrow of the owner.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, len.min(self.len)) }
+    }
+
+    /// `len` zeroed page-locked bytes, if the driver gives them.
+    fn new(len: usize) -> Option<Self> {
+        use cudarc::driver::{result as cu, sys};
+        cuda_primary_current()?;
+        // SAFETY: a fresh allocation of `len` bytes; zeroed before any view of it is made.
+        unsafe {
+            let ptr = cu::malloc_host(len.max(1), sys::CU_MEMHOSTALLOC_PORTABLE).ok()?.cast::<u8>();
+            std::ptr::write_bytes(ptr, 0, len);
+            Some(Self { ptr, len })
+        }
+    }
+}
+
+impl Drop for PinnedHost {
+    fn drop(&mut self) {
+        if cuda_primary_current().is_some() {
+            // SAFETY: `ptr` came from `malloc_host` and is freed once, here. A failure leaks
+            // the buffer (nothing else to do in a destructor).
+            let _ = unsafe { cudarc::driver::result::free_host(self.ptr.cast()) };
+        }
+    }
+}
+
+/// The page-locked buffers not in use: taken to be filled, put back once copied.
+struct FreeList(Mutex<Vec<PinnedHost>>, Condvar);
+
+impl FreeList {
+    fn put(&self, buf: PinnedHost) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(buf);
+        self.1.notify_one();
+    }
+
+    /// A buffer, waiting for the copier to return one if all are out.
+    fn take(&self) -> PinnedHost {
+        let mut free = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(b) = free.pop() {
+                return b;
+            }
+            free = self.1.wait(free).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
 /// The process's copier: page-locked buffers and the thread that copies them to the device.
 pub(crate) struct Copier {
     jobs: Mutex<Sender<Job>>,
-    free: Arc<(Mutex<Vec<PinnedHost>>, Condvar)>,
+    free: Arc<FreeList>,
 }
 
 struct Job {
@@ -86,7 +152,7 @@ pub(crate) fn copier(client: &Client) -> Option<&'static Copier> {
 impl Copier {
     fn new() -> Option<Self> {
         let bufs = (0..SLOTS).map(|_| PinnedHost::new(CHUNK_BYTES)).collect::<Option<Vec<_>>>()?;
-        let free = Arc::new((Mutex::new(bufs), Condvar::new()));
+        let free = Arc::new(FreeList(Mutex::new(bufs), Condvar::new()));
         let (tx, rx) = channel::<Job>();
         let back = free.clone();
         std::thread::Builder::new()
@@ -103,9 +169,7 @@ impl Copier {
                             .map(|e| format!("copying {} bytes of weights to the device: {e}", job.len)),
                         None => Some("the CUDA context is not available on the upload thread".into()),
                     };
-                    let (lock, cv) = &*back;
-                    lock.lock().unwrap_or_else(|e| e.into_inner()).push(job.buf);
-                    cv.notify_one();
+                    back.put(job.buf);
                     job.batch.done(err);
                 }
             })
@@ -117,17 +181,6 @@ impl Copier {
     pub(crate) fn batch(&'static self, client: &Client) -> Result<Batch, Error> {
         cubecl::future::block_on(client.sync())?;
         Ok(Batch { copier: self, state: Arc::new(BatchState::default()), guards: Vec::new(), times: StagingTimes::default() })
-    }
-
-    fn take(&self) -> PinnedHost {
-        let (lock, cv) = &*self.free;
-        let mut free = lock.lock().unwrap_or_else(|e| e.into_inner());
-        loop {
-            if let Some(b) = free.pop() {
-                return b;
-            }
-            free = cv.wait(free).unwrap_or_else(|e| e.into_inner());
-        }
     }
 }
 
@@ -157,8 +210,9 @@ impl Batch {
         unit: usize,
         mut fill: impl FnMut(usize, &mut [u8]) -> Result<(), Error>,
     ) -> Result<(), Error> {
-        if at + len > total || unit == 0 || unit > CHUNK_BYTES {
-            return Err(Error::Shape(format!("upload: bytes {at}..{} of a buffer of {total} in units of {unit}", at + len)));
+        // The range is checked by the caller (`Staging::write`); chunks here are fixed buffers.
+        if unit > CHUNK_BYTES {
+            return Err(Error::Shape(format!("upload: units of {unit} bytes exceed a {CHUNK_BYTES}-byte page-locked chunk")));
         }
         let res = client.get_resource::<CudaServer>(handle.clone())?;
         let (base, size) = (res.resource().ptr, res.resource().size as usize);
@@ -171,22 +225,19 @@ impl Batch {
         while off < len {
             let n = chunk.min(len - off);
             let t0 = std::time::Instant::now();
-            let mut buf = self.copier.take();
+            let mut buf = self.copier.free.take();
             let t1 = std::time::Instant::now();
             let filled = fill(off, buf.bytes_mut(n));
             let t2 = std::time::Instant::now();
             if let Err(e) = filled {
-                let (lock, cv) = &*self.copier.free;
-                lock.lock().unwrap_or_else(|e| e.into_inner()).push(buf);
-                cv.notify_one();
+                self.copier.free.put(buf);
                 return Err(e);
             }
             self.state.out.lock().unwrap_or_else(|e| e.into_inner()).0 += 1;
             let job = Job { dst: base + (at + off) as u64, buf, len: n, batch: self.state.clone() };
             if let Err(e) = self.copier.jobs.lock().unwrap_or_else(|e| e.into_inner()).send(job) {
                 // The copier thread is gone: its buffer goes back, the batch fails.
-                let job = e.0;
-                self.copier.free.0.lock().unwrap_or_else(|e| e.into_inner()).push(job.buf);
+                self.copier.free.put(e.0.buf);
                 self.state.done(Some("the upload thread has stopped".into()));
                 return Err(Error::Upload("the upload thread has stopped".into()));
             }

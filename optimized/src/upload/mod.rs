@@ -59,16 +59,6 @@ struct Pool {
     out: usize,
 }
 
-/// Page-locked host memory from `cuMemHostAlloc` (portable: pinned for every context).
-struct PinnedHost {
-    ptr: *mut u8,
-    len: usize,
-}
-
-// SAFETY: the allocation is plain host memory owned by this value alone.
-unsafe impl Send for PinnedHost {}
-unsafe impl Sync for PinnedHost {}
-
 /// Makes device 0's primary context — the one cubecl's CUDA client runs in — current on this
 /// thread (retaining it again only bumps its count); `None` where there is none.
 pub(crate) fn cuda_primary_current() -> Option<()> {
@@ -78,41 +68,6 @@ pub(crate) fn cuda_primary_current() -> Option<()> {
         let dev = cu::device::get(0).ok()?;
         let ctx = cu::primary_ctx::retain(dev).ok()?;
         cu::ctx::set_current(ctx).ok()
-    }
-}
-
-impl PinnedHost {
-    /// The first `len` bytes (≤ the allocation's size).
-    fn bytes(&self, len: usize) -> &[u8] {
-        // SAFETY: at most the allocation's bytes, all initialized (zeroed at birth).
-        unsafe { std::slice::from_raw_parts(self.ptr, len.min(self.len)) }
-    }
-    /// The first `len` bytes (≤ the allocation's size), writable.
-    fn bytes_mut(&mut self, len: usize) -> &mut [u8] {
-        // SAFETY: as `bytes`, through the unique borrow of the owner.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, len.min(self.len)) }
-    }
-
-    /// `len` zeroed page-locked bytes, if the driver gives them.
-    fn new(len: usize) -> Option<Self> {
-        use cudarc::driver::{result as cu, sys};
-        cuda_primary_current()?;
-        // SAFETY: a fresh allocation of `len` bytes; zeroed before any view of it is made.
-        unsafe {
-            let ptr = cu::malloc_host(len.max(1), sys::CU_MEMHOSTALLOC_PORTABLE).ok()?.cast::<u8>();
-            std::ptr::write_bytes(ptr, 0, len);
-            Some(Self { ptr, len })
-        }
-    }
-}
-
-impl Drop for PinnedHost {
-    fn drop(&mut self) {
-        if cuda_primary_current().is_some() {
-            // SAFETY: `ptr` came from `malloc_host` and is freed once, here. A failure leaks
-            // the buffer (nothing else to do in a destructor).
-            let _ = unsafe { cudarc::driver::result::free_host(self.ptr.cast()) };
-        }
     }
 }
 
@@ -232,11 +187,11 @@ impl Staging {
         unit: usize,
         mut fill: impl FnMut(usize, &mut [u8]) -> Result<(), Error>,
     ) -> Result<(), Error> {
-        if let Some(d) = &self.direct {
-            return d.lock().unwrap_or_else(|e| e.into_inner()).write(client, handle, at, len, total, unit, fill);
-        }
         if at + len > total || unit == 0 {
             return Err(Error::Shape(format!("upload: bytes {at}..{} of a buffer of {total} in units of {unit}", at + len)));
+        }
+        if let Some(d) = &self.direct {
+            return d.lock().unwrap_or_else(|e| e.into_inner()).write(client, handle, at, len, total, unit, fill);
         }
         let chunk = (CHUNK_BYTES / unit).max(1) * unit;
         let mut off = 0;

@@ -187,11 +187,17 @@ fn a_cheap_draft_that_disagrees_is_probed_again() {
     let reqs = vec![req(PROMPT.to_vec(), 80, SamplingParams::default())];
     let mut plain_e = Engine::new(ToyRunner::new(V, 128, 64, 7, 0.0), EngineConfig::default(), None).expect("engine");
     let want = tokens_by_request(&run_all(&mut plain_e, &reqs), 1);
+    // A plain step costs the target 6 ms, a verification of k + 1 rows 4 + 2(k + 1) ms: it pays
+    // only above (k + 1)/3 accepted tokens, so a draft this wrong never pays (were verifying
+    // free, any acceptance would, and staying on would be right). A draft that is always right
+    // would pay while its step costs under 4 ms: far from its 0.5 ms even when a loaded machine
+    // wakes the sleeps late, so the engine keeps probing.
     let mut target = ToyRunner::new(V, 128, 64, 7, 0.0);
-    target.per_step = Duration::from_millis(2);
+    target.per_step = Duration::from_millis(4);
+    target.per_token = Duration::from_millis(2);
     // Another salt: the draft's tokens are almost never the target's.
     let mut draft = ToyRunner::new(V, 128, 64, 11, 0.0);
-    draft.per_step = Duration::from_micros(100);
+    draft.per_step = Duration::from_micros(500);
     let cfg = EngineConfig { speculation: Some(SpecConfig { probe_every: 8, ..SpecConfig::draft(4) }), ..EngineConfig::default() };
     let mut e = Engine::with_draft(target, Box::new(draft), cfg, None).expect("engine");
     assert_eq!(tokens_by_request(&run_all(&mut e, &reqs), 1), want);

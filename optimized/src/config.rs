@@ -22,6 +22,7 @@
 //!   (`kernels::qmatmul::knobs`);
 //! - `mma=B.D.P[.S]` — gemv v4's blocks, depth, prefetch, split;
 //! - `argmax=v1|v2`;
+//! - `draw=radix|bisect|v1` — the batched engine's seeded draw (`kernels::seeded::Launch`);
 //! - `gemv-rows=N` (1..=8) — steps of at most N rows run the decode gemvs (with the fused
 //!   norms), larger ones the GEMMs (tc v1 where the device has tensor cores): the crossover
 //!   ([`GEMV_ROWS_DEFAULT`]; the naive configuration keeps the gemvs up to 8 rows);
@@ -43,6 +44,7 @@ use crate::kernels::qmatmul::knobs::Knobs;
 use crate::kernels::qmatmul::v4::MmaTune;
 use crate::kernels::qmatmul::v5;
 use crate::kernels::qmatmul::Prefetch;
+use crate::kernels::seeded::Launch as DrawLaunch;
 use crate::kernels::ArgmaxVersion;
 use crate::model::AttentionImpl;
 use crate::Error;
@@ -83,6 +85,8 @@ pub struct KernelConfig {
     pub launch: Knobs,
     pub mma: MmaTune,
     pub argmax: ArgmaxVersion,
+    /// How the seeded draw finds its top-k / top-p thresholds.
+    pub draw: DrawLaunch,
     /// Steps of at most this many rows take the gemvs (≤ [`GEMV_ROWS_MAX`]).
     pub gemv_rows: usize,
     /// Steps of at most this many rows take the quantized gemvs (≤ [`GEMV_ROWS_MAX`]).
@@ -118,6 +122,7 @@ impl Default for KernelConfig {
             launch: Knobs::default(),
             mma: MmaTune::default(),
             argmax: ArgmaxVersion::V2,
+            draw: DrawLaunch::Radix,
             gemv_rows: GEMV_ROWS_DEFAULT,
             qgemv_rows: QGEMV_ROWS_DEFAULT,
             prefill_tc: true,
@@ -197,7 +202,7 @@ impl KernelConfig {
     fn parse_any(spec: &str) -> Result<Self, Error> {
         let mut k = KernelConfig::default();
         let bad = |part: &str, why: &str| {
-            Error::Config(format!("kernel config `{spec}`: `{part}` {why} (keys: attention, graphs, norms, pdl, qgemv, prefetch, int8-decode, gps, rpg, small, mma, argmax, gemv-rows, qgemv-rows, prefill; see optimized::config)"))
+            Error::Config(format!("kernel config `{spec}`: `{part}` {why} (keys: attention, graphs, norms, pdl, qgemv, prefetch, int8-decode, gps, rpg, small, mma, argmax, draw, gemv-rows, qgemv-rows, prefill; see optimized::config)"))
         };
         let mut launch = vec![];
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -242,6 +247,14 @@ impl KernelConfig {
                     k.argmax = match val {
                         "v1" => ArgmaxVersion::V1,
                         "v2" => ArgmaxVersion::V2,
+                        _ => return Err(no()),
+                    }
+                }
+                "draw" => {
+                    k.draw = match val {
+                        "radix" => DrawLaunch::Radix,
+                        "bisect" => DrawLaunch::Bisect,
+                        "v1" => DrawLaunch::V1,
                         _ => return Err(no()),
                     }
                 }
@@ -298,6 +311,9 @@ impl KernelConfig {
         if self.argmax != d.argmax {
             parts.push(format!("argmax={}", format!("{:?}", self.argmax).to_lowercase()));
         }
+        if self.draw != d.draw {
+            parts.push(format!("draw={}", self.draw.name()));
+        }
         if self.gemv_rows != d.gemv_rows {
             parts.push(format!("gemv-rows={}", self.gemv_rows));
         }
@@ -328,6 +344,7 @@ impl KernelConfig {
             launch: Knobs::default(),
             mma: MmaTune::default(),
             argmax: ArgmaxVersion::V1,
+            draw: DrawLaunch::V1,
             gemv_rows: GEMV_ROWS_MAX,
             qgemv_rows: GEMV_ROWS_MAX,
             prefill_tc: false,
@@ -388,6 +405,8 @@ mod tests {
             "prefetch=wx,int8-decode=magic",
             "gps=32,rpg=8",
             "argmax=v1",
+            "draw=bisect",
+            "draw=v1,argmax=v1",
             "mma=1.4.0.16",
             "gemv-rows=1",
             "gemv-rows=8",
@@ -434,6 +453,7 @@ mod tests {
             ("prefetch=async99", "prefetch=async99"),
             ("rpg=3", "rpg=3"),
             ("mma=x", "mma=x"),
+            ("draw=sort", "draw=sort"),
             ("gemv-rows=0", "gemv-rows=0"),
             ("gemv-rows=9", "gemv-rows=9"),
             ("qgemv-rows=0", "qgemv-rows=0"),

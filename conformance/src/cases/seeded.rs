@@ -22,7 +22,8 @@ pub struct SeededCase {
     pub params: SamplingParams,
     /// Penalty counts per row (tokens `id`, `3·id`, … seen).
     pub penalties: bool,
-    /// The production launch (row cached in shared memory where it fits) or v1's.
+    /// The production launch (radix select, row cached in shared memory where it fits), the
+    /// cached bisection or v1's.
     pub launch: seeded::Launch,
 }
 
@@ -35,7 +36,10 @@ impl Case for SeededCase {
         Op::Seeded
     }
     fn name(&self) -> String {
-        let launch = if self.launch == seeded::Launch::V1 { ",v1" } else { "" };
+        let launch = match self.launch {
+            seeded::Launch::Radix => String::new(),
+            other => format!(",{}", other.name()),
+        };
         format!(
             "seeded(R={},V={},{},{}{}{launch},f32)",
             self.rows,
@@ -93,11 +97,14 @@ impl SeededCase {
 
 /// Every filter alone and combined, greedy rows, penalties, ties, NaN and −∞ rows, at the
 /// models' vocabularies and odd sizes.
-/// Each with the production launch and with v1's.
+/// Each with the production launch (radix select), the cached bisection and v1's.
 pub fn cases() -> Vec<Box<dyn Case>> {
     let auto = auto_cases();
-    let v1 = auto.iter().map(|c| SeededCase { launch: seeded::Launch::V1, ..c.clone() }).collect::<Vec<_>>();
-    auto.into_iter().chain(v1).map(|c| Box::new(c) as Box<dyn Case>).collect()
+    let other = [seeded::Launch::Bisect, seeded::Launch::V1]
+        .into_iter()
+        .flat_map(|launch| auto.iter().map(move |c| SeededCase { launch, ..c.clone() }))
+        .collect::<Vec<_>>();
+    auto.into_iter().chain(other).map(|c| Box::new(c) as Box<dyn Case>).collect()
 }
 
 fn auto_cases() -> Vec<SeededCase> {
@@ -122,11 +129,11 @@ fn auto_cases() -> Vec<SeededCase> {
                 name,
                 params: params.clone(),
                 penalties: false,
-                launch: seeded::Launch::Auto,
+                launch: seeded::Launch::Radix,
             });
         }
         for p in [Pattern::Ties, Pattern::SomeNan, Pattern::NegInf, Pattern::AllEqual, Pattern::AllNan] {
-            v.push(SeededCase { rows: 4, v: 257, pattern: p, name, params: params.clone(), penalties: false, launch: seeded::Launch::Auto });
+            v.push(SeededCase { rows: 4, v: 257, pattern: p, name, params: params.clone(), penalties: false, launch: seeded::Launch::Radix });
         }
     }
     let pen =
@@ -138,7 +145,7 @@ fn auto_cases() -> Vec<SeededCase> {
         name: "t=0.9,k=20,penalties",
         params: pen,
         penalties: true,
-        launch: seeded::Launch::Auto,
+        launch: seeded::Launch::Radix,
     });
     let greedy_pen = SamplingParams { repetition_penalty: 2.0, frequency_penalty: 0.5, ..d };
     v.push(SeededCase {
@@ -148,7 +155,7 @@ fn auto_cases() -> Vec<SeededCase> {
         name: "greedy,penalties",
         params: greedy_pen,
         penalties: true,
-        launch: seeded::Launch::Auto,
+        launch: seeded::Launch::Radix,
     });
     v
 }

@@ -13,11 +13,17 @@
 //!   reads the row again: from global memory (L2) in v1 — a latency-bound loop of V / 256
 //!   dependent loads per unit and pass, ~21 µs a pass at V = 32,000 on an H200, so top-p's 65
 //!   passes cost ~1.9 ms a token (generate at 35% of bench, session 14).
-//! - cached launch ([`Launch::Auto`], the default): the same kernel with [`BLOCK_CACHED`]
-//!   units and, where the row fits in the cube's shared memory next to the reductions (V ≤
-//!   ~54,000 on an H100/H200: Llama, Mistral, SmolLM2), pass 1 keeping the row there, so the
-//!   bisection passes read shared memory; same equations and the same sum structure (per-unit
-//!   partial sums, then a tree), so only the unit count changes the rounding.
+//! - cached launch ([`Launch::Bisect`]): the same kernel with [`BLOCK_CACHED`] units and,
+//!   where the row fits in the cube's shared memory next to the reductions (V ≤ ~54,000 on an
+//!   H100/H200: Llama, Mistral, SmolLM2), pass 1 keeping the row there, so the bisection
+//!   passes read shared memory; same equations and the same sum structure (per-unit partial
+//!   sums, then a tree), so only the unit count changes the rounding. Session 15 (H200,
+//!   TinyLlama F16): generate at 81% of bench with top-k 40, 62% with top-p 0.95 — still ~9 µs
+//!   a pass, 65 passes for top-p.
+//! - radix launch ([`Launch::Radix`], the default): the cached launch with τ_k and τ_p found
+//!   by radix select (`seeded/radix.rs`): four rounds of 8 key bits, each one pass into a
+//!   256-bin shared-memory histogram of integer counts or fixed-point masses, so ≤ 10 passes
+//!   in all instead of 66, and sums that are exact whatever order the units add in.
 //! - penalties v1 ([`penalties_v1`]): one unit per listed (row, id) entry, in place on the
 //!   logits, before the draw.
 //!
@@ -28,6 +34,10 @@ use cubecl::prelude::*;
 use cubecl::server::CubeCountSelection;
 
 use super::pdl::await_predecessor;
+use radix::Radix;
+
+mod bisect;
+mod radix;
 use super::prev_pow2;
 use crate::{Client, DeviceTensor, Dtype, Error};
 use reference::sampling::seeded::{row_key, TokenCount};
@@ -42,15 +52,28 @@ pub const BLOCK: u32 = 256;
 /// Units per cube of the cached launch (capped by the device).
 pub const BLOCK_CACHED: u32 = 1024;
 
-/// How [`seeded_with`] launches the draw.
+/// How [`seeded_with`] launches the draw (`draw=` in the kernel configuration).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Launch {
-    /// [`BLOCK`] units, every pass from global memory.
+    /// [`BLOCK`] units, every pass from global memory, thresholds by bisection.
     V1,
     /// [`BLOCK_CACHED`] units, the row kept in shared memory where it fits (else as v1 but
-    /// with the larger cube).
+    /// with the larger cube), thresholds by bisection.
+    Bisect,
+    /// As [`Launch::Bisect`], thresholds by radix select.
     #[default]
-    Auto,
+    Radix,
+}
+
+impl Launch {
+    /// The configuration's name of this launch.
+    pub fn name(self) -> &'static str {
+        match self {
+            Launch::V1 => "v1",
+            Launch::Bisect => "bisect",
+            Launch::Radix => "radix",
+        }
+    }
 }
 
 /// The parameter words of one row (`logits_row`: which row of the logits it samples).
@@ -202,6 +225,7 @@ pub fn seeded_v1(
     v: u32,
     #[comptime] block: usize,
     #[comptime] cache: usize,
+    #[comptime] radix: bool,
     #[comptime] pdl: bool,
 ) {
     await_predecessor(pdl);
@@ -220,6 +244,7 @@ pub fn seeded_v1(
         let base = params[p + 5] as usize * n;
         let neg = f32::new(-3.4028235e38);
         let mut zs = Shared::<[f32]>::new_slice(comptime!(if cache > 0 { cache } else { 1 }));
+        let mut st = Radix::new(comptime!(if radix { radix::BINS } else { 1 }));
 
         // Pass 1: the greedy id; the non-NaN count; max y (and the row into `zs`).
         let mut bv = f32::new(0.0);
@@ -263,58 +288,22 @@ pub fn seeded_v1(
         }
         let has_y = m > neg;
         if temp > f32::new(0.0) && has_y {
-            // τ_k: the largest key t with #{z ⪰ t} ≥ k.
+            // τ_k: the largest key t with #{z ⪰ t} ≥ k; τ_p: the largest key t with
+            // Σ_{K, z ⪰ t} e ≥ p·D.
             let mut tk = 0u32;
             if top_k > 0u32 && top_k < valid {
-                let mut bit = 32u32;
-                while bit > 0u32 {
-                    bit -= 1u32;
-                    let one = 1u32;
-                    let cand = tk | (one << bit);
-                    let mut c = 0u32;
-                    let mut i = tid;
-                    while i < n {
-                        let x = row_at(z, &zs, base, i, cache);
-                        if !x.is_nan() && order_key(x) >= cand {
-                            c += 1u32;
-                        }
-                        i += units;
-                    }
-                    if block_sum_u32(c, tid, units, block) >= top_k {
-                        tk = cand;
-                    }
+                if comptime!(radix) {
+                    tk = radix::tau_k(z, &zs, &mut st, base, n, tid, units, top_k, cache);
+                } else {
+                    tk = bisect::tau_k(z, &zs, base, n, tid, units, top_k, block, cache);
                 }
             }
-            // τ_p: the largest key t with Σ_{K, z ⪰ t} e ≥ p·D.
             let mut tp = 0u32;
             if top_p < f32::new(1.0) {
-                let mut d = f32::new(0.0);
-                let mut i = tid;
-                while i < n {
-                    let x = row_at(z, &zs, base, i, cache);
-                    if !x.is_nan() && order_key(x) >= tk {
-                        d += weight(x, temp, m);
-                    }
-                    i += units;
-                }
-                let target = top_p * block_sum_f32(d, tid, units, block);
-                let mut bit = 32u32;
-                while bit > 0u32 {
-                    bit -= 1u32;
-                    let one = 1u32;
-                    let cand = tp | (one << bit);
-                    let mut s = f32::new(0.0);
-                    let mut i = tid;
-                    while i < n {
-                        let x = row_at(z, &zs, base, i, cache);
-                        if !x.is_nan() && order_key(x) >= tk && order_key(x) >= cand {
-                            s += weight(x, temp, m);
-                        }
-                        i += units;
-                    }
-                    if block_sum_f32(s, tid, units, block) >= target {
-                        tp = cand;
-                    }
+                if comptime!(radix) {
+                    tp = radix::tau_p(z, &zs, &mut st, base, n, tid, units, tk, top_p, temp, m, cache);
+                } else {
+                    tp = bisect::tau_p(z, &zs, base, n, tid, units, tk, top_p, temp, m, block, cache);
                 }
             }
             let thr = max(tk, tp);
@@ -387,11 +376,12 @@ pub fn penalties_v1(z: &mut [f32], params: &[u32], entries: &[u32], count: u32, 
 const SCRATCH_WORDS: usize = 10;
 
 /// (units, cached elements) of a launch: v1 as given; otherwise the largest cube (≤ `units`,
-/// ≥ 256 units) whose reductions leave room for the whole row in `shared` bytes, else `units`
-/// (or fewer, to fit the reductions) without the cache.
+/// ≥ 256 units) whose reductions (and the radix select's histogram) leave room for the whole
+/// row in `shared` bytes, else `units` (or fewer, to fit the reductions) without the cache.
 fn launch_shape(units: u32, v: usize, launch: Launch, shared: usize) -> (u32, usize) {
-    let fits = |b: u32, cached: usize| (SCRATCH_WORDS * b as usize + cached) * 4 + 1024 <= shared;
-    if launch == Launch::Auto {
+    let fixed = if launch == Launch::Radix { 2 * radix::BINS + radix::WORDS } else { 0 };
+    let fits = |b: u32, cached: usize| (SCRATCH_WORDS * b as usize + fixed + cached) * 4 + 1024 <= shared;
+    if launch != Launch::V1 {
         let mut b = units;
         while b >= BLOCK.min(units) && b > 0 {
             if fits(b, v) {
@@ -416,7 +406,7 @@ pub fn seeded_into(
     penalties: Option<(&DeviceTensor, usize)>,
     out: &DeviceTensor,
 ) -> Result<(), Error> {
-    seeded_with(client, logits, params, penalties, out, Launch::Auto)
+    seeded_with(client, logits, params, penalties, out, crate::config::current().draw)
 }
 
 /// [`seeded_into`] with a chosen launch.
@@ -471,6 +461,7 @@ pub fn seeded_with(
             v32,
             block as usize,
             cache,
+            launch == Launch::Radix,
             pdl,
         );
     }
@@ -484,14 +475,14 @@ mod tests {
     #[test]
     fn launch_shape_keeps_the_row_where_it_fits() {
         let h200 = 232_448;
-        assert_eq!(launch_shape(1024, 32_000, Launch::Auto, h200), (1024, 32_000));
+        assert_eq!(launch_shape(1024, 32_000, Launch::Radix, h200), (1024, 32_000));
         // SmolLM2: the row fits beside a cube of 512 units, not of 1024.
-        assert_eq!(launch_shape(1024, 49_152, Launch::Auto, h200), (512, 49_152));
+        assert_eq!(launch_shape(1024, 49_152, Launch::Radix, h200), (512, 49_152));
         // GPT-OSS's vocabulary does not fit: 1024 units, global reads.
-        assert_eq!(launch_shape(1024, 201_088, Launch::Auto, h200), (1024, 0));
+        assert_eq!(launch_shape(1024, 201_088, Launch::Radix, h200), (1024, 0));
         assert_eq!(launch_shape(256, 32_000, Launch::V1, h200), (256, 0));
         // lavapipe's 32 KiB: fewer units so the reductions fit.
-        assert_eq!(launch_shape(1024, 97, Launch::Auto, 32_768), (512, 97));
-        assert_eq!(launch_shape(1024, 32_000, Launch::Auto, 32_768), (512, 0));
+        assert_eq!(launch_shape(1024, 97, Launch::Radix, 32_768), (512, 97));
+        assert_eq!(launch_shape(1024, 32_000, Launch::Radix, 32_768), (512, 0));
     }
 }

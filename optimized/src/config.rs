@@ -23,6 +23,7 @@
 //! - `mma=B.D.P[.S]` — gemv v4's blocks, depth, prefetch, split;
 //! - `argmax=v1|v2`;
 //! - `draw=radix|bisect|v1` — the batched engine's seeded draw (`kernels::seeded::Launch`);
+//! - `moe-gemv=v2|v1` — GPT-OSS's grouped MXFP4 decode gemvs (`kernels::moe::gemv`);
 //! - `gemv-rows=N` (1..=8) — steps of at most N rows run the decode gemvs (with the fused
 //!   norms), larger ones the GEMMs (tc v1 where the device has tensor cores): the crossover
 //!   ([`GEMV_ROWS_DEFAULT`]; the naive configuration keeps the gemvs up to 8 rows);
@@ -44,6 +45,7 @@ use crate::kernels::qmatmul::knobs::Knobs;
 use crate::kernels::qmatmul::v4::MmaTune;
 use crate::kernels::qmatmul::v5;
 use crate::kernels::qmatmul::Prefetch;
+use crate::kernels::moe::MoeGemv;
 use crate::kernels::seeded::Launch as DrawLaunch;
 use crate::kernels::ArgmaxVersion;
 use crate::model::AttentionImpl;
@@ -87,6 +89,8 @@ pub struct KernelConfig {
     pub argmax: ArgmaxVersion,
     /// How the seeded draw finds its top-k / top-p thresholds.
     pub draw: DrawLaunch,
+    /// The grouped MXFP4 decode gemvs of a MoE block.
+    pub moe_gemv: MoeGemv,
     /// Steps of at most this many rows take the gemvs (≤ [`GEMV_ROWS_MAX`]).
     pub gemv_rows: usize,
     /// Steps of at most this many rows take the quantized gemvs (≤ [`GEMV_ROWS_MAX`]).
@@ -123,6 +127,7 @@ impl Default for KernelConfig {
             mma: MmaTune::default(),
             argmax: ArgmaxVersion::V2,
             draw: DrawLaunch::Radix,
+            moe_gemv: MoeGemv::V2,
             gemv_rows: GEMV_ROWS_DEFAULT,
             qgemv_rows: QGEMV_ROWS_DEFAULT,
             prefill_tc: true,
@@ -202,7 +207,7 @@ impl KernelConfig {
     fn parse_any(spec: &str) -> Result<Self, Error> {
         let mut k = KernelConfig::default();
         let bad = |part: &str, why: &str| {
-            Error::Config(format!("kernel config `{spec}`: `{part}` {why} (keys: attention, graphs, norms, pdl, qgemv, prefetch, int8-decode, gps, rpg, small, mma, argmax, draw, gemv-rows, qgemv-rows, prefill; see optimized::config)"))
+            Error::Config(format!("kernel config `{spec}`: `{part}` {why} (keys: attention, graphs, norms, pdl, qgemv, prefetch, int8-decode, gps, rpg, small, mma, argmax, draw, moe-gemv, gemv-rows, qgemv-rows, prefill; see optimized::config)"))
         };
         let mut launch = vec![];
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -255,6 +260,13 @@ impl KernelConfig {
                         "radix" => DrawLaunch::Radix,
                         "bisect" => DrawLaunch::Bisect,
                         "v1" => DrawLaunch::V1,
+                        _ => return Err(no()),
+                    }
+                }
+                "moe-gemv" => {
+                    k.moe_gemv = match val {
+                        "v1" => MoeGemv::V1,
+                        "v2" => MoeGemv::V2,
                         _ => return Err(no()),
                     }
                 }
@@ -314,6 +326,9 @@ impl KernelConfig {
         if self.draw != d.draw {
             parts.push(format!("draw={}", self.draw.name()));
         }
+        if self.moe_gemv != d.moe_gemv {
+            parts.push(format!("moe-gemv={}", if self.moe_gemv == MoeGemv::V1 { "v1" } else { "v2" }));
+        }
         if self.gemv_rows != d.gemv_rows {
             parts.push(format!("gemv-rows={}", self.gemv_rows));
         }
@@ -345,6 +360,7 @@ impl KernelConfig {
             mma: MmaTune::default(),
             argmax: ArgmaxVersion::V1,
             draw: DrawLaunch::V1,
+            moe_gemv: MoeGemv::V1,
             gemv_rows: GEMV_ROWS_MAX,
             qgemv_rows: GEMV_ROWS_MAX,
             prefill_tc: false,
@@ -407,6 +423,7 @@ mod tests {
             "argmax=v1",
             "draw=bisect",
             "draw=v1,argmax=v1",
+            "moe-gemv=v1",
             "mma=1.4.0.16",
             "gemv-rows=1",
             "gemv-rows=8",

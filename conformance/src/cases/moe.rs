@@ -5,7 +5,7 @@
 //! first. Also `route` alone on given logits (ties ranked by lower expert id) and `bias_add`.
 
 use ndarray::{Array2, Axis, Zip};
-use optimized::kernels::moe::{self, gemm::BM, MoePath, MoeWeights, Mxfp4Experts, Routes};
+use optimized::kernels::moe::{self, gemm::BM, MoeGemv, MoePath, MoeWeights, Mxfp4Experts, Routes};
 use optimized::{Client, DeviceTensor};
 use reference::gpt_oss::ops::linear_bias;
 use reference::gpt_oss::ops::moe::{clamped_swiglu, route, router, weighted_sum};
@@ -37,6 +37,8 @@ pub struct MoeCase {
     pub k: usize,
     pub routing: Routing,
     pub path: MoePath,
+    /// The grouped gemvs' version (gemv path).
+    pub gemv: MoeGemv,
 }
 
 const LIMIT: f32 = 7.0;
@@ -183,10 +185,11 @@ impl MoeCase {
         match self.path {
             MoePath::Gemm => self.gemm_stages(client, &h, &x, &w, &routes, &want, &mut worst)?,
             _ => {
+                let cfg = optimized::config::KernelConfig { moe_gemv: self.gemv, ..optimized::config::KernelConfig::default() };
                 let a = poisoned(client, &[t * k, f])?;
-                moe::moe_gemv_glu_into(client, &h, &routes, &w.gate_up, LIMIT, ALPHA, &a).map_err(dev)?;
+                optimized::config::scoped(&cfg, || moe::moe_gemv_glu_into(client, &h, &routes, &w.gate_up, LIMIT, ALPHA, &a)).map_err(dev)?;
                 check(&a.to_f32(client).map_err(dev)?, &want.a, Op::Moe, "activations", &mut worst)?;
-                moe::moe_gemv_down_into(client, &a, &routes, &w.down, &x).map_err(dev)?;
+                optimized::config::scoped(&cfg, || moe::moe_gemv_down_into(client, &a, &routes, &w.down, &x)).map_err(dev)?;
             }
         }
         check(&x.to_f32(client).map_err(dev)?, &want.out, Op::Moe, "x + MoE(h)", &mut worst)?;
@@ -248,7 +251,8 @@ impl Case for MoeCase {
         Op::Moe
     }
     fn name(&self) -> String {
-        format!("moe(T={},C={},F={},E={},K={},{:?},{:?},f32)", self.t, self.c, self.f, self.e, self.k, self.routing, self.path).to_lowercase()
+        let v1 = if self.path != MoePath::Gemm && self.gemv == MoeGemv::V1 { ",v1" } else { "" };
+        format!("moe(T={},C={},F={},E={},K={},{:?},{:?}{v1},f32)", self.t, self.c, self.f, self.e, self.k, self.routing, self.path).to_lowercase()
     }
     fn run(&self, client: &Client) -> Outcome {
         self.body(client).map_or_else(Outcome::Fail, Outcome::Pass)
@@ -324,7 +328,12 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     for (t, e, k) in [(1, 4, 2), (5, 32, 4), (33, 8, 8), (7, 128, 4), (3, 3, 3)] {
         v.push(Box::new(RouteCase { t, e, k }));
     }
-    let mut add = |t, c, f, e, k, routing, path| v.push(Box::new(MoeCase { t, c, f, e, k, routing, path }) as Box<dyn Case>);
+    let mut add = |t, c, f, e, k, routing, path| {
+        v.push(Box::new(MoeCase { t, c, f, e, k, routing, path, gemv: MoeGemv::V2 }) as Box<dyn Case>);
+        if path == MoePath::Gemv {
+            v.push(Box::new(MoeCase { t, c, f, e, k, routing, path, gemv: MoeGemv::V1 }) as Box<dyn Case>);
+        }
+    };
     use MoePath::{Gemm, Gemv};
     use Routing::{Random, Skewed, Ties};
     // Decode: grouped gemvs (T ≤ 8), odd block counts (C = 96 = 3 blocks), rows not a

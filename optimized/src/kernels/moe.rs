@@ -29,6 +29,9 @@
 //!   bound, a few loads in flight per lane), down 39–45 µs for 18 MB (180 cubes) — the
 //!   larger part of a decode step's 4.2 ms of kernels; tiled orders and deeper prefetch
 //!   (qmatmul v2's) are the next step.
+//! - moe gemv v2 ([`gemv::moe_gemv_v2`], the default; `moe-gemv=v1` keeps v1): the pair's x
+//!   staged in shared memory (swizzled), fp4 decoded as f16 pairs, each lane's W chunks loaded
+//!   before any is used, down by pairs (K× v1's cubes) then combine v1 in rank order.
 //! - moe sort v1 ([`sort`], many tokens): the pairs grouped by expert on the device — a count
 //!   per expert, then a stable scatter per expert (a cube-wide prefix sum of match flags) that
 //!   also lays out each expert's tiles of [`gemm::BM`] rows.
@@ -47,8 +50,8 @@ pub mod sort;
 use cubecl::prelude::*;
 use reference::quant::mxfp4::Mxfp4Weight;
 
-pub use gemm::{moe_combine_into, moe_gemm_down, moe_gemm_down_into, moe_gemm_glu, moe_gemm_glu_into};
-pub use gemv::{moe_gemv_down_into, moe_gemv_glu, moe_gemv_glu_into};
+pub use gemm::{moe_combine_into, moe_combine_pairs_into, moe_gemm_down, moe_gemm_down_into, moe_gemm_glu, moe_gemm_glu_into};
+pub use gemv::{moe_gemv_down_into, moe_gemv_glu, moe_gemv_glu_into, MoeGemv};
 pub use route::{route, route_tokens};
 pub use sort::sort_by_expert;
 
@@ -80,6 +83,9 @@ pub struct Mxfp4Experts {
     pub scales: DeviceTensor,
     /// `[E, out]` f32.
     pub bias: DeviceTensor,
+    /// The device decodes fp4 pairs through f16 bit patterns (`qmatmul::v2::pairs_supported`,
+    /// probed at upload, outside any graph capture): moe gemv v2 uses them, else its table.
+    pub pairs: bool,
 }
 
 /// Bytes as little-endian u32 words (the last one zero-padded).
@@ -143,6 +149,7 @@ impl Mxfp4Experts {
             data: DeviceTensor::from_u32(client, &dw, &[dw.len()])?.into_read_only(),
             scales: DeviceTensor::from_u32(client, &sw, &[sw.len()])?.into_read_only(),
             bias: DeviceTensor::from_f32(client, &bias, &[n, out])?.into_read_only(),
+            pairs: crate::kernels::qmatmul::v2::pairs_supported(client),
         })
     }
 

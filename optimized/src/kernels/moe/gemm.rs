@@ -164,9 +164,9 @@ pub fn moe_gemm_v1(
 }
 
 /// combine v1: `out[t, c] += Σ_k w_{tK+k} · y[slot[tK+k], c]` in rank order (one unit per
-/// element of `out [T, C]`).
+/// element of `out [T, C]`); `identity`: `y` by pair (slot p = p; `slot` unread).
 #[cube(launch)]
-pub fn moe_combine_v1(y: &[f32], slot: &[u32], route_w: &[f32], out: &mut [f32], cols: u32, k_used: u32, len: u32) {
+pub fn moe_combine_v1(y: &[f32], slot: &[u32], route_w: &[f32], out: &mut [f32], cols: u32, k_used: u32, len: u32, #[comptime] identity: bool) {
     let i = ABSOLUTE_POS;
     if i < len as usize {
         let c = cols as usize;
@@ -176,7 +176,11 @@ pub fn moe_combine_v1(y: &[f32], slot: &[u32], route_w: &[f32], out: &mut [f32],
         let mut s = f32::new(0.0);
         for r in 0..k {
             let p = t * k + r;
-            s += route_w[p] * y[slot[p] as usize * c + col];
+            let mut sp = p;
+            if !identity {
+                sp = slot[p] as usize;
+            }
+            s += route_w[p] * y[sp * c + col];
         }
         out[i] += s;
     }
@@ -307,8 +311,18 @@ pub fn moe_gemm_down_into(
 
 /// `out[t] += Σ_k w_k · y[slot(t, k)]` (combine v1): `y [P, C]` in sorted order, `out [T, C]`.
 pub fn moe_combine_into(client: &Client, y: &DeviceTensor, sorted: &Sorted, routes: &Routes, out: &DeviceTensor) -> Result<(), Error> {
+    check("moe_combine", "y", y, [sorted.pairs, y.shape.last().copied().unwrap_or(0)])?;
+    combine(client, y, &sorted.slot, routes, out, false)
+}
+
+/// [`moe_combine_into`] of outputs by pair (`y [T·K, C]`, pair order): moe gemv v2's down.
+pub fn moe_combine_pairs_into(client: &Client, y: &DeviceTensor, routes: &Routes, out: &DeviceTensor) -> Result<(), Error> {
+    check("moe_combine", "y", y, [routes.tokens * routes.k, y.shape.last().copied().unwrap_or(0)])?;
+    combine(client, y, &routes.ids, routes, out, true)
+}
+
+fn combine(client: &Client, y: &DeviceTensor, slot: &DeviceTensor, routes: &Routes, out: &DeviceTensor, identity: bool) -> Result<(), Error> {
     let c = y.shape.last().copied().unwrap_or(0);
-    check("moe_combine", "y", y, [sorted.pairs, c])?;
     check("moe_combine", "out", out, [routes.tokens, c])?;
     let e = Elementwise::with_vec(client, "moe_combine", out.numel(), 1)?;
     if e.n == 0 {
@@ -320,12 +334,13 @@ pub fn moe_combine_into(client: &Client, y: &DeviceTensor, sorted: &Sorted, rout
             e.count,
             e.dim,
             y.as_arg(1),
-            sorted.slot.as_arg(1),
+            slot.as_arg(1),
             routes.weights.as_arg(1),
             out.as_arg(1),
             c as u32,
             routes.k as u32,
             e.n,
+            identity,
         );
     }
     Ok(())

@@ -1,11 +1,22 @@
-//! moe gemv v1: the experts of a few tokens as ONE grouped MXFP4 gemv per projection, the
-//! expert of each (token, rank) pair read from the routes on the device.
+//! The experts of a few tokens as ONE grouped MXFP4 gemv per projection, the expert of each
+//! (token, rank) pair read from the routes on the device.
+//! - v1 ([`moe_gemv_v1`]): x read from global memory per chunk (lanes 128 B apart: 32 cache
+//!   lines per load), fp4 decoded through a shared table (a shared load per weight), chunks
+//!   loaded one at a time; down takes a token's K experts in one cube (180 cubes at
+//!   gpt-oss-20b's width).
+//! - v2 ([`moe_gemv_v2`], the default): the item's x row staged once in shared memory,
+//!   swizzled so a lane's 8 vectors of a chunk fall in distinct banks; fp4 decoded two at a
+//!   time as f16 pairs (`qmatmul::v2::e2m1_pair`) where the device gets them right; each
+//!   lane's W chunks (up to [`V2_ITERS_MAX`] per row) all loaded before any is used; down by
+//!   pairs (K× the cubes), each pair's output biased, then combined per token in rank order
+//!   (`moe_combine_v1`, as the GEMM path).
 
 use cubecl::prelude::*;
 use cubecl::server::CubeCountSelection;
 
 use super::{clamped_swiglu, Mxfp4Experts, Routes};
 use crate::kernels::qmatmul::v1::{chunk_dot, e2m1, e8m0};
+use crate::kernels::qmatmul::v2::e2m1_pair;
 use crate::{Client, DeviceTensor, Dtype, Error};
 
 /// Units per group (one plane on CUDA): a group reduces `rpg` rows of one expert.
@@ -210,6 +221,9 @@ pub fn moe_gemv_glu_into(
     if pairs == 0 {
         return Ok(());
     }
+    if crate::config::current().moe_gemv == MoeGemv::V2 && v2_applies(client, w) {
+        return launch_v2(client, op, h, routes, w, limit, alpha, a, pairs, true);
+    }
     let (count, rb, plane, block) = geometry(client, op, w, pairs, RPG)?;
     unsafe {
         moe_gemv_v1::launch(
@@ -250,6 +264,12 @@ pub fn moe_gemv_down_into(client: &Client, a: &DeviceTensor, routes: &Routes, w:
     if t == 0 {
         return Ok(());
     }
+    if crate::config::current().moe_gemv == MoeGemv::V2 && v2_applies(client, w) {
+        let pairs = t * routes.k;
+        let yp = DeviceTensor::empty_f32(client, &[pairs, w.out]);
+        launch_v2(client, op, a, routes, w, 0.0, 0.0, &yp, pairs, false)?;
+        return super::gemm::moe_combine_pairs_into(client, &yp, routes, y);
+    }
     let (count, rb, plane, block) = geometry(client, op, w, t, RPG_DOWN)?;
     unsafe {
         moe_gemv_v1::launch(
@@ -274,6 +294,242 @@ pub fn moe_gemv_down_into(client: &Client, a: &DeviceTensor, routes: &Routes, w:
             RPG_DOWN,
             false,
             plane,
+            block,
+        );
+    }
+    Ok(())
+}
+
+/// Which moe gemv the launchers run (`moe-gemv=` in the kernel configuration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MoeGemv {
+    V1,
+    #[default]
+    V2,
+}
+
+/// Most W chunks per row a lane of moe gemv v2 loads before it computes (registers: `rpg ·
+/// iters` 16-byte vectors); rows longer than 32 · this many chunks take several rounds.
+pub const V2_ITERS_MAX: usize = 4;
+/// Rows per group of moe gemv v2 (even: gate|up rows pair up in a group).
+const V2_RPG: usize = 4;
+
+/// `Σ_e dequant(block)[e] · x[e]` of one MXFP4 block (4 words, 32 nibbles; element `8·wd + n`
+/// is nibble n of word wd) without its scale; `xs` its 8 x vectors. `pairs`: values from
+/// [`e2m1_pair`], so the sum is 2^−14 of the true one (the caller rescales); else the table.
+#[cube]
+fn block_dot<N: Size>(wv: Vector<u32, N>, xs: &Array<Vector<f32, N>>, lut: &[f32], #[comptime] pairs: bool) -> f32 {
+    let mut lo = f32::new(0.0);
+    let mut hi = f32::new(0.0);
+    #[unroll]
+    for wd in 0..4usize {
+        let word = wv.extract(wd);
+        let xlo = xs[wd * 2];
+        let xhi = xs[wd * 2 + 1];
+        #[unroll]
+        for e in 0..4usize {
+            if pairs {
+                let v = e2m1_pair(word, e);
+                lo += v.extract(0usize) * xlo.extract(e);
+                hi += v.extract(1usize) * xhi.extract(e);
+            } else {
+                lo += lut[((word >> (e * 4) as u32) & 15u32) as usize] * xlo.extract(e);
+                hi += lut[((word >> ((e + 4) * 4) as u32) & 15u32) as usize] * xhi.extract(e);
+            }
+        }
+    }
+    lo + hi
+}
+
+/// Lane `lane`'s W chunks `c0 + lane + 32·it` (it < `iters`; past the row: its last chunk) of
+/// rows `row0 ..+ rpg` of expert `e`, with their scales.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn load_chunks<N: Size>(
+    w: &[Vector<u32, N>],
+    scales: &[u32],
+    wv: &mut Array<Vector<u32, N>>,
+    sv: &mut Array<f32>,
+    e: usize,
+    row0: usize,
+    n_out: usize,
+    c0: usize,
+    lane: usize,
+    #[comptime] cpr: usize,
+    #[comptime] rpg: usize,
+    #[comptime] iters: usize,
+) {
+    #[unroll]
+    for it in 0..iters {
+        let c = min(c0 + lane + it * GROUP, cpr - 1);
+        #[unroll]
+        for q in 0..rpg {
+            let row = min(row0 + q, n_out - 1);
+            let idx = (e * n_out + row) * cpr + c;
+            wv[it * rpg + q] = w[idx];
+            sv[it * rpg + q] = e8m0(scales, idx);
+        }
+    }
+}
+
+/// moe gemv v2 (module doc). Item = pair `p` (both projections): cube `CUBE_POS` takes pair
+/// `CUBE_POS / row_blocks`, rows as v1. `glu`: x `[T, in]` (row p / K), `y[p, j] =
+/// clamped_swiglu(gate_j + bg_j, up_j + bu_j)` (`[P, F]`); down: x `[P, in]`, `y[p, r] = (W_e
+/// x_p + b_e)[r]` (`[P, out]`, written; the caller combines).
+#[allow(clippy::too_many_arguments)]
+#[cube(launch)]
+pub fn moe_gemv_v2<N: Size>(
+    x: &[Vector<f32, N>],
+    ids: &[u32],
+    w: &[Vector<u32, N>],
+    scales: &[u32],
+    bias: &[f32],
+    y: &mut [f32],
+    n_out: u32,
+    k_used: u32,
+    n_items: u32,
+    row_blocks: u32,
+    limit: f32,
+    alpha: f32,
+    #[comptime] n_in: usize,
+    #[comptime] rpg: usize,
+    #[comptime] iters: usize,
+    #[comptime] glu: bool,
+    #[comptime] plane: bool,
+    #[comptime] pairs: bool,
+    #[comptime] block: usize,
+) {
+    let item = CUBE_POS / row_blocks as usize;
+    if item < n_items as usize {
+        let lane = UNIT_POS_X as usize;
+        let gi = UNIT_POS_Y as usize;
+        let tid = gi * GROUP + lane;
+        let units = CUBE_DIM_X as usize * CUBE_DIM_Y as usize;
+        let row0 = ((CUBE_POS % row_blocks as usize) * CUBE_DIM_Y as usize + gi) * rpg;
+        let n_out = n_out as usize;
+        let cpr = comptime!(n_in / 32);
+        let nv = comptime!(n_in / 4);
+        let step = comptime!(GROUP * iters);
+        let e = ids[item] as usize;
+        let mut xr = item;
+        if glu {
+            xr = item / k_used as usize;
+        }
+        // The first chunks' loads go out before the x row is staged.
+        let mut wv = Array::<Vector<u32, N>>::new(iters * rpg);
+        let mut sv = Array::<f32>::new(iters * rpg);
+        load_chunks(w, scales, &mut wv, &mut sv, e, row0, n_out, 0usize, lane, cpr, rpg, iters);
+        let mut xsh = Shared::<[Vector<f32, N>]>::new_slice(nv);
+        let mut lut = Shared::<[f32]>::new_slice(16usize);
+        let mut sh = Shared::<[f32]>::new_slice(block);
+        if !pairs && tid < 16 {
+            lut[tid] = e2m1(tid as u32);
+        }
+        // Vector j of chunk c at c·8 + (j ⊕ (c mod 8)).
+        let mut i = tid;
+        while i < nv {
+            let c = i / 8;
+            xsh[c * 8 + ((i % 8) ^ (c % 8))] = x[xr * nv + i];
+            i += units;
+        }
+        sync_cube();
+        let mut acc = Array::<f32>::new(rpg);
+        #[unroll]
+        for q in 0..rpg {
+            acc[q] = 0.0f32;
+        }
+        let mut xs = Array::<Vector<f32, N>>::new(8usize);
+        let mut c0 = 0usize;
+        while c0 < cpr {
+            #[unroll]
+            for it in 0..iters {
+                let c = c0 + lane + it * GROUP;
+                if c < cpr {
+                    #[unroll]
+                    for j in 0..8usize {
+                        xs[j] = xsh[c * 8 + (j ^ (c % 8))];
+                    }
+                    #[unroll]
+                    for q in 0..rpg {
+                        acc[q] += sv[it * rpg + q] * block_dot(wv[it * rpg + q], &xs, &lut, pairs);
+                    }
+                }
+            }
+            c0 += step;
+            if c0 < cpr {
+                load_chunks(w, scales, &mut wv, &mut sv, e, row0, n_out, c0, lane, cpr, rpg, iters);
+            }
+        }
+        let off = gi * GROUP;
+        let mut gate = f32::new(0.0);
+        #[unroll]
+        for q in 0..rpg {
+            let row = row0 + q;
+            let mut s = group_sum(acc[q], &mut sh, off, lane, plane);
+            if pairs {
+                s *= 16384.0f32;
+            }
+            s += bias[e * n_out + min(row, n_out - 1)];
+            if glu {
+                if q % 2 == 0 {
+                    gate = s;
+                } else if lane == 0 && row < n_out {
+                    y[item * (n_out / 2) + row / 2] = clamped_swiglu(gate, s, limit, alpha);
+                }
+            } else if lane == 0 && row < n_out {
+                y[item * n_out + row] = s;
+            }
+        }
+    }
+}
+
+/// Whether moe gemv v2 takes `w` on `client`'s device: the x row (and the reductions) fit in
+/// a cube's shared memory.
+fn v2_applies(client: &Client, w: &Mxfp4Experts) -> bool {
+    let hw = &client.properties().hardware;
+    w.in_dim % 32 == 0 && (w.in_dim + 16 + GROUP * GROUPS) * 4 + 1024 <= hw.max_shared_memory_size
+}
+
+/// One moe gemv v2 launch over `items` pairs into `y` (module doc of [`moe_gemv_v2`]).
+#[allow(clippy::too_many_arguments)]
+fn launch_v2(
+    client: &Client,
+    op: &str,
+    x: &DeviceTensor,
+    routes: &Routes,
+    w: &Mxfp4Experts,
+    limit: f32,
+    alpha: f32,
+    y: &DeviceTensor,
+    items: usize,
+    glu: bool,
+) -> Result<(), Error> {
+    let (count, rb, plane, block) = geometry(client, op, w, items, V2_RPG)?;
+    let iters = (w.in_dim / 32).div_ceil(GROUP).clamp(1, V2_ITERS_MAX);
+    unsafe {
+        moe_gemv_v2::launch(
+            client,
+            count,
+            CubeDim::new_2d(GROUP as u32, GROUPS as u32),
+            4,
+            x.as_arg(4),
+            routes.ids.as_arg(1),
+            w.data.as_arg(4),
+            w.scales.as_arg(1),
+            w.bias.as_arg(1),
+            y.as_arg(1),
+            w.out as u32,
+            routes.k as u32,
+            items as u32,
+            rb,
+            limit,
+            alpha,
+            w.in_dim,
+            V2_RPG,
+            iters,
+            glu,
+            plane,
+            w.pairs,
             block,
         );
     }

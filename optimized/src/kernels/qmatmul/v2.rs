@@ -98,7 +98,7 @@ fn mx_scale_index(srow: usize, t: usize, l: usize, m: usize) -> usize {
 /// to f16 bits 9–11 (so e2m1's exponent lands in the f16 exponent's two low bits and its
 /// subnormal 0.5 in the f16 subnormal 2^−15), sign to bit 15, both nibbles with one shift each.
 #[cube]
-fn e2m1_pair(word: u32, #[comptime] e: usize) -> Vector<f32, Const<2>> {
+pub(crate) fn e2m1_pair(word: u32, #[comptime] e: usize) -> Vector<f32, Const<2>> {
     let t = if e == 3 { word >> 3u32 } else { word << (9 - 4 * e) as u32 };
     let u = if e == 3 { word } else { word << (12 - 4 * e) as u32 };
     let h = (t & 0x0E00_0E00u32) | (u & 0x8000_8000u32);

@@ -40,12 +40,12 @@ use std::cell::Cell;
 
 use crate::kernels::attention::PrefillVersion;
 use crate::kernels::matmul::tc::TcMode;
+use crate::kernels::moe::MoeGemv;
 use crate::kernels::pdl::Mode as PdlMode;
 use crate::kernels::qmatmul::knobs::Knobs;
 use crate::kernels::qmatmul::v4::MmaTune;
 use crate::kernels::qmatmul::v5;
 use crate::kernels::qmatmul::Prefetch;
-use crate::kernels::moe::MoeGemv;
 use crate::kernels::seeded::Launch as DrawLaunch;
 use crate::kernels::ArgmaxVersion;
 use crate::model::AttentionImpl;

@@ -34,6 +34,9 @@ pub struct GptOssRunner {
     rope: rope::RopeTable,
     /// Decode graphs by batch bucket.
     graphs: Graphs,
+    /// The kernel configuration the graphs were recorded under (`crate::config::current` when
+    /// a step starts): a step under another drops them.
+    recorded_with: crate::config::KernelConfig,
 }
 
 impl GptOssRunner {
@@ -58,8 +61,9 @@ impl GptOssRunner {
         let omega = inv_freq(cfg.head_dim, cfg.rope_theta, cfg.yarn.as_ref());
         let rope = rope::RopeTable::from_freqs(&model.client, max_pos, &omega, concentration(cfg.yarn.as_ref()), cfg.rope_theta as f32)?;
         let info = ModelInfo { vocab: cfg.vocab, max_ctx: cfg.max_ctx, bos_id: cfg.bos_id, eos_id: cfg.eos_ids.first().copied() };
-        let graphs = Graphs::new(crate::config::current().graphs);
-        Ok(GptOssRunner { info, layout: KvLayout { block_size, num_blocks }, k, v, rope, model, graphs })
+        let recorded_with = crate::config::current();
+        let graphs = Graphs::new(recorded_with.graphs);
+        Ok(GptOssRunner { info, layout: KvLayout { block_size, num_blocks }, k, v, rope, model, graphs, recorded_with })
     }
 
     /// Bytes of the KV pools.
@@ -139,6 +143,11 @@ impl ModelRunner for GptOssRunner {
     }
     fn step(&mut self, plan: &StepPlan) -> reference::Result<Vec<SeqResult>> {
         validate_plan(plan, &self.info, self.layout)?;
+        let cfg = crate::config::current();
+        if cfg != self.recorded_with {
+            self.graphs = Graphs::new(cfg.graphs);
+            self.recorded_with = cfg;
+        }
         self.run(plan).map_err(|e| RefError::Backend(e.to_string()))
     }
     fn name(&self) -> String {

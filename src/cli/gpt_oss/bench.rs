@@ -1,7 +1,8 @@
 //! `tandem bench` for GPT-OSS, minimal (the bench harness is being reworked separately): for
 //! each `--prompt-lens` length, `--reps` times, a prefill of that many tokens through the
 //! batched runner (one step, one greedy draw: TTFT) and `--decode-tokens` one-token greedy
-//! steps (decode tokens/s); medians printed, one line per length.
+//! steps (decode tokens/s); medians printed, one line per length — under `--kernels`, or under
+//! each `--sweep` entry in turn on the same loaded model (its decode graphs recorded again).
 
 use std::time::Instant;
 
@@ -34,29 +35,45 @@ pub fn run(a: &BenchArgs) -> Result<()> {
     let blocks = blocks_for(longest);
     let greedy = SamplingParams::default();
     println!("{} on {name}: prefill, then {decode} one-token greedy steps; medians of {reps}", opened.label);
-    for &len in &lens {
-        let prompt: Vec<u32> = (0..len as u32).map(|i| (i * 7919 + 13) % vocab).collect();
-        let (mut ttft, mut tps) = (vec![], vec![]);
-        for _ in 0..reps {
-            let t0 = Instant::now();
-            let r = runner.step(&one_seq(&prompt, 0, &blocks, 1, &greedy, false))?;
-            ttft.push(t0.elapsed().as_secs_f64());
-            let mut next = r.first().and_then(|r| r.tokens.first().copied()).ok_or_else(|| CliError::Gpu("prefill drew no token".into()))?;
-            let t1 = Instant::now();
-            for i in 0..decode {
-                let step = [next];
-                let r = runner.step(&one_seq(&step, len + i, &blocks, 1, &greedy, false))?;
-                next = r.first().and_then(|r| r.tokens.first().copied()).ok_or_else(|| CliError::Gpu("a decode step drew no token".into()))?;
-            }
-            tps.push(decode as f64 / t1.elapsed().as_secs_f64().max(1e-9));
+    let base = a.model.kernel_config()?;
+    let sweep: Vec<optimized::KernelConfig> = match &a.sweep {
+        Some(s) => {
+            s.split(';').map(|k| optimized::KernelConfig::parse(k).map_err(|e| CliError::Usage(format!("--sweep: {e}")))).collect::<Result<_>>()?
         }
-        let t = median(ttft);
-        println!(
-            "prompt {len:>6}: TTFT {:>9.1} ms ({:>9.1} tokens/s prefill); decode {:>8.1} tokens/s",
-            t * 1e3,
-            len as f64 / t.max(1e-9),
-            median(tps)
-        );
+        None => vec![base],
+    };
+    for cfg in &sweep {
+        if sweep.len() > 1 {
+            println!("kernels {}", cfg.name());
+        }
+        optimized::config::scoped(cfg, || -> Result<()> {
+            for &len in &lens {
+                let prompt: Vec<u32> = (0..len as u32).map(|i| (i * 7919 + 13) % vocab).collect();
+                let (mut ttft, mut tps) = (vec![], vec![]);
+                for _ in 0..reps {
+                    let t0 = Instant::now();
+                    let r = runner.step(&one_seq(&prompt, 0, &blocks, 1, &greedy, false))?;
+                    ttft.push(t0.elapsed().as_secs_f64());
+                    let mut next = r.first().and_then(|r| r.tokens.first().copied()).ok_or_else(|| CliError::Gpu("prefill drew no token".into()))?;
+                    let t1 = Instant::now();
+                    for i in 0..decode {
+                        let step = [next];
+                        let r = runner.step(&one_seq(&step, len + i, &blocks, 1, &greedy, false))?;
+                        next =
+                            r.first().and_then(|r| r.tokens.first().copied()).ok_or_else(|| CliError::Gpu("a decode step drew no token".into()))?;
+                    }
+                    tps.push(decode as f64 / t1.elapsed().as_secs_f64().max(1e-9));
+                }
+                let t = median(ttft);
+                println!(
+                    "prompt {len:>6}: TTFT {:>9.1} ms ({:>9.1} tokens/s prefill); decode {:>8.1} tokens/s",
+                    t * 1e3,
+                    len as f64 / t.max(1e-9),
+                    median(tps)
+                );
+            }
+            Ok(())
+        })?;
     }
     Ok(())
 }

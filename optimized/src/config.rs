@@ -24,6 +24,7 @@
 //! - `argmax=v1|v2`;
 //! - `draw=radix|bisect|v1` — the batched engine's seeded draw (`kernels::seeded::Launch`);
 //! - `moe-gemv=v2|v1` — GPT-OSS's grouped MXFP4 decode gemvs (`kernels::moe::gemv`);
+//! - `moe-route=v3|v2` — GPT-OSS's fused router of a decode step (`kernels::moe::route`);
 //! - `gemv-rows=N` (1..=8) — steps of at most N rows run the decode gemvs (with the fused
 //!   norms), larger ones the GEMMs (tc v1 where the device has tensor cores): the crossover
 //!   ([`GEMV_ROWS_DEFAULT`]; the naive configuration keeps the gemvs up to 8 rows);
@@ -40,7 +41,7 @@ use std::cell::Cell;
 
 use crate::kernels::attention::PrefillVersion;
 use crate::kernels::matmul::tc::TcMode;
-use crate::kernels::moe::MoeGemv;
+use crate::kernels::moe::{MoeGemv, RouteVersion};
 use crate::kernels::pdl::Mode as PdlMode;
 use crate::kernels::qmatmul::knobs::Knobs;
 use crate::kernels::qmatmul::v4::MmaTune;
@@ -91,6 +92,8 @@ pub struct KernelConfig {
     pub draw: DrawLaunch,
     /// The grouped MXFP4 decode gemvs of a MoE block.
     pub moe_gemv: MoeGemv,
+    /// The fused router of a decode step.
+    pub moe_route: RouteVersion,
     /// Steps of at most this many rows take the gemvs (≤ [`GEMV_ROWS_MAX`]).
     pub gemv_rows: usize,
     /// Steps of at most this many rows take the quantized gemvs (≤ [`GEMV_ROWS_MAX`]).
@@ -128,6 +131,7 @@ impl Default for KernelConfig {
             argmax: ArgmaxVersion::V2,
             draw: DrawLaunch::Radix,
             moe_gemv: MoeGemv::V2,
+            moe_route: RouteVersion::V3,
             gemv_rows: GEMV_ROWS_DEFAULT,
             qgemv_rows: QGEMV_ROWS_DEFAULT,
             prefill_tc: true,
@@ -207,7 +211,7 @@ impl KernelConfig {
     fn parse_any(spec: &str) -> Result<Self, Error> {
         let mut k = KernelConfig::default();
         let bad = |part: &str, why: &str| {
-            Error::Config(format!("kernel config `{spec}`: `{part}` {why} (keys: attention, graphs, norms, pdl, qgemv, prefetch, int8-decode, gps, rpg, small, mma, argmax, draw, moe-gemv, gemv-rows, qgemv-rows, prefill; see optimized::config)"))
+            Error::Config(format!("kernel config `{spec}`: `{part}` {why} (keys: attention, graphs, norms, pdl, qgemv, prefetch, int8-decode, gps, rpg, small, mma, argmax, draw, moe-gemv, moe-route, gemv-rows, qgemv-rows, prefill; see optimized::config)"))
         };
         let mut launch = vec![];
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -270,6 +274,13 @@ impl KernelConfig {
                         _ => return Err(no()),
                     }
                 }
+                "moe-route" => {
+                    k.moe_route = match val {
+                        "v2" => RouteVersion::V2,
+                        "v3" => RouteVersion::V3,
+                        _ => return Err(no()),
+                    }
+                }
                 "gemv-rows" => k.gemv_rows = val.parse().ok().filter(|n| (1..=GEMV_ROWS_MAX).contains(n)).ok_or_else(no)?,
                 "qgemv-rows" => k.qgemv_rows = val.parse().ok().filter(|n| (1..=GEMV_ROWS_MAX).contains(n)).ok_or_else(no)?,
                 "prefill" => {
@@ -329,6 +340,9 @@ impl KernelConfig {
         if self.moe_gemv != d.moe_gemv {
             parts.push(format!("moe-gemv={}", if self.moe_gemv == MoeGemv::V1 { "v1" } else { "v2" }));
         }
+        if self.moe_route != d.moe_route {
+            parts.push(format!("moe-route={}", if self.moe_route == RouteVersion::V2 { "v2" } else { "v3" }));
+        }
         if self.gemv_rows != d.gemv_rows {
             parts.push(format!("gemv-rows={}", self.gemv_rows));
         }
@@ -361,6 +375,7 @@ impl KernelConfig {
             argmax: ArgmaxVersion::V1,
             draw: DrawLaunch::V1,
             moe_gemv: MoeGemv::V1,
+            moe_route: RouteVersion::V2,
             gemv_rows: GEMV_ROWS_MAX,
             qgemv_rows: GEMV_ROWS_MAX,
             prefill_tc: false,
@@ -424,6 +439,7 @@ mod tests {
             "draw=bisect",
             "draw=v1,argmax=v1",
             "moe-gemv=v1",
+            "moe-route=v2,moe-gemv=v1",
             "mma=1.4.0.16",
             "gemv-rows=1",
             "gemv-rows=8",

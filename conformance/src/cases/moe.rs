@@ -5,7 +5,7 @@
 //! first. Also `route` alone on given logits (ties ranked by lower expert id) and `bias_add`.
 
 use ndarray::{Array2, Axis, Zip};
-use optimized::kernels::moe::{self, gemm::BM, MoeGemv, MoePath, MoeWeights, Mxfp4Experts, Routes};
+use optimized::kernels::moe::{self, gemm::BM, MoeGemv, MoePath, MoeWeights, Mxfp4Experts, RouteVersion, Routes};
 use optimized::{Client, DeviceTensor};
 use reference::gpt_oss::ops::linear_bias;
 use reference::gpt_oss::ops::moe::{clamped_swiglu, route, router, weighted_sum};
@@ -37,7 +37,8 @@ pub struct MoeCase {
     pub k: usize,
     pub routing: Routing,
     pub path: MoePath,
-    /// The grouped gemvs' version (gemv path).
+    /// V2: the production kernels; V1: those before route v3 and moe gemv v2 (route v2, and
+    /// on the gemv path gemv v1).
     pub gemv: MoeGemv,
 }
 
@@ -111,6 +112,7 @@ impl MoeCase {
             k: self.k,
             limit: LIMIT,
             alpha: ALPHA,
+            arrivals: MoeWeights::arrival_counters(client)?,
         })
     }
 }
@@ -175,7 +177,12 @@ impl MoeCase {
         let (t, c, f, k) = (self.t, self.c, self.f, self.k);
         let h = DeviceTensor::from_f32(client, fx.h.as_slice().unwrap_or(&[]), &[t, c]).map_err(dev)?;
         let x = DeviceTensor::from_f32(client, &fx.x0, &[t, c]).map_err(dev)?;
-        let routes = moe::route_tokens(client, &h, &w).map_err(dev)?;
+        // The v1 variant runs the kernels before route v3 / moe gemv v2 (route v2, gemv v1).
+        let cfg = match self.gemv {
+            MoeGemv::V1 => optimized::config::KernelConfig { moe_gemv: MoeGemv::V1, moe_route: RouteVersion::V2, ..Default::default() },
+            MoeGemv::V2 => optimized::config::KernelConfig::default(),
+        };
+        let routes = optimized::config::scoped(&cfg, || moe::route_tokens(client, &h, &w)).map_err(dev)?;
         let want_ids: Vec<u32> = want.routes.iter().flatten().map(|&(e, _)| e as u32).collect();
         compare_ids(&routes.ids.to_u32(client).map_err(dev)?, &want_ids).map_err(|e| format!("expert ids: {e}"))?;
         let mut worst = Metrics::default();
@@ -185,7 +192,6 @@ impl MoeCase {
         match self.path {
             MoePath::Gemm => self.gemm_stages(client, &h, &x, &w, &routes, &want, &mut worst)?,
             _ => {
-                let cfg = optimized::config::KernelConfig { moe_gemv: self.gemv, ..optimized::config::KernelConfig::default() };
                 let a = poisoned(client, &[t * k, f])?;
                 optimized::config::scoped(&cfg, || moe::moe_gemv_glu_into(client, &h, &routes, &w.gate_up, LIMIT, ALPHA, &a)).map_err(dev)?;
                 check(&a.to_f32(client).map_err(dev)?, &want.a, Op::Moe, "activations", &mut worst)?;
@@ -251,7 +257,7 @@ impl Case for MoeCase {
         Op::Moe
     }
     fn name(&self) -> String {
-        let v1 = if self.path != MoePath::Gemm && self.gemv == MoeGemv::V1 { ",v1" } else { "" };
+        let v1 = if self.gemv == MoeGemv::V1 { ",v1" } else { "" };
         format!("moe(T={},C={},F={},E={},K={},{:?},{:?}{v1},f32)", self.t, self.c, self.f, self.e, self.k, self.routing, self.path).to_lowercase()
     }
     fn run(&self, client: &Client) -> Outcome {
@@ -330,7 +336,7 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     }
     let mut add = |t, c, f, e, k, routing, path| {
         v.push(Box::new(MoeCase { t, c, f, e, k, routing, path, gemv: MoeGemv::V2 }) as Box<dyn Case>);
-        if path == MoePath::Gemv {
+        if path == MoePath::Gemv || t <= moe::GEMV_MAX_T {
             v.push(Box::new(MoeCase { t, c, f, e, k, routing, path, gemv: MoeGemv::V1 }) as Box<dyn Case>);
         }
     };

@@ -126,6 +126,7 @@ impl GptOssGpu {
                     k: cfg.n_experts_used,
                     limit: cfg.swiglu_limit,
                     alpha: cfg.swiglu_alpha,
+                    arrivals: MoeWeights::arrival_counters(&client)?,
                 },
                 window: cfg.layer_window(l),
             });

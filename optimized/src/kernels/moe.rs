@@ -32,6 +32,10 @@
 //! - moe gemv v2 ([`gemv::moe_gemv_v2`], the default; `moe-gemv=v1` keeps v1): the pair's x
 //!   staged in shared memory (swizzled), fp4 decoded as f16 pairs, each lane's W chunks loaded
 //!   before any is used, down by pairs (K× v1's cubes) then combine v1 in rank order.
+//! - route v3 ([`route::moe_route_v3`], decode steps, the default where the device has
+//!   device-scope sync; `moe-route=v2` keeps v2): v2's logits spread over cubes of
+//!   [`route::V3_ROWS`] router rows (16 a token for gpt-oss), written to global memory; the
+//!   last cube of a token to arrive ranks them.
 //! - moe sort v1 ([`sort`], many tokens): the pairs grouped by expert on the device — a count
 //!   per expert, then a stable scatter per expert (a cube-wide prefix sum of match flags) that
 //!   also lays out each expert's tiles of [`gemm::BM`] rows.
@@ -52,7 +56,7 @@ use reference::quant::mxfp4::Mxfp4Weight;
 
 pub use gemm::{moe_combine_into, moe_combine_pairs_into, moe_gemm_down, moe_gemm_down_into, moe_gemm_glu, moe_gemm_glu_into};
 pub use gemv::{moe_gemv_down_into, moe_gemv_glu, moe_gemv_glu_into, MoeGemv};
-pub use route::{route, route_tokens};
+pub use route::{route, route_tokens, RouteVersion};
 pub use sort::sort_by_expert;
 
 use crate::{Client, DeviceTensor, Error};
@@ -197,6 +201,16 @@ pub struct MoeWeights {
     pub k: usize,
     pub limit: f32,
     pub alpha: f32,
+    /// Route v3's arrival counters, one per token of a decode step (`[GEMV_MAX_T]` u32,
+    /// zero between launches): [`MoeWeights::arrival_counters`].
+    pub arrivals: DeviceTensor,
+}
+
+impl MoeWeights {
+    /// Zeroed arrival counters for route v3 (one per token of a decode step).
+    pub fn arrival_counters(client: &Client) -> Result<DeviceTensor, Error> {
+        DeviceTensor::from_u32(client, &[0; GEMV_MAX_T], &[GEMV_MAX_T])
+    }
 }
 
 /// How [`moe_into`] runs the experts.

@@ -1,5 +1,6 @@
 //! The router on the device: logits, the top-K and the softmax over the K chosen logits
-//! (route v1 on given logits; route v2 fused with the router's matmul and bias).
+//! (route v1 on given logits; route v2 fused with the router's matmul and bias, one cube per
+//! token; route v3 the same spread over [`V3_ROWS`]-row cubes, the last to finish ranking).
 
 use cubecl::prelude::*;
 use cubecl::server::CubeCountSelection;
@@ -142,6 +143,81 @@ pub fn moe_route_v2<N: Size>(
     }
 }
 
+/// Router rows per route v3 cube (a group of [`GROUP`] lanes each): gpt-oss's 32 experts
+/// take 16 cubes a token, 23 KB of the router each. (v2 reads all 368 KB in one cube: 11.9 µs
+/// a layer on the H200, 11% of a decode step.)
+pub const V3_ROWS: usize = 2;
+
+/// route v3: cube `(t, b)` computes router rows `b·V3_ROWS ..` of token `t` as v2 does (a
+/// group of lanes per row, four vector loads in flight per lane) into `z [T, E]`; the last
+/// cube of the token to arrive (a device-scope counter, `arrivals[t]`, reset by that cube for
+/// the next launch) ranks the token's logits as v1.
+#[allow(clippy::too_many_arguments)]
+#[cube(launch)]
+pub fn moe_route_v3<N: Size>(
+    h: &[Vector<f32, N>],
+    wr: &[Vector<f32, N>],
+    br: &[f32],
+    z: &mut [f32],
+    arrivals: &mut [Atomic<u32>],
+    ids: &mut [u32],
+    w: &mut [f32],
+    n_tok: u32,
+    cv: u32,
+    n_exp: u32,
+    blocks: u32,
+    #[comptime] k: usize,
+    #[comptime] plane: bool,
+) {
+    let t = CUBE_POS / blocks as usize;
+    if t < n_tok as usize {
+        let lane = UNIT_POS_X as usize;
+        let g = UNIT_POS_Y as usize;
+        let cv = cv as usize;
+        let e_n = n_exp as usize;
+        let e = (CUBE_POS % blocks as usize) * CUBE_DIM_Y as usize + g;
+        let mut sh = Shared::<[f32]>::new_slice(GROUP * V3_ROWS);
+        let mut acc = Array::<f32>::new(4usize);
+        #[unroll]
+        for u in 0..4usize {
+            acc[u] = 0.0f32;
+        }
+        if e < e_n {
+            let mut c = lane;
+            while c < cv {
+                #[unroll]
+                for u in 0..4usize {
+                    let cu = c + u * GROUP;
+                    if cu < cv {
+                        let a = h[t * cv + cu];
+                        let b = wr[e * cv + cu];
+                        #[unroll]
+                        for i in 0..4usize {
+                            acc[u] += a.extract(i) * b.extract(i);
+                        }
+                    }
+                }
+                c += 4 * GROUP;
+            }
+        }
+        let s = group_sum(acc[0] + acc[1] + acc[2] + acc[3], &mut sh, g * GROUP, lane, plane);
+        if lane == 0 && e < e_n {
+            z[t * e_n + e] = s + br[e];
+        }
+        // Release this cube's logits, count arrivals, acquire the others' (device scope).
+        let mut arrived = Shared::<u32>::new();
+        sync_storage();
+        if lane == 0 && g == 0 {
+            *arrived = arrivals[t].fetch_add(1u32);
+        }
+        sync_storage();
+        if *arrived == blocks - 1u32 && lane == 0 && g == 0 {
+            top_k_softmax(&*z, t * e_n, e_n, ids, w, t * k, k);
+            arrivals[t].store(0u32);
+        }
+    }
+}
+
 fn check_k(op: &str, k: usize, e: usize) -> Result<(), Error> {
     if k == 0 || k > e || k > super::MAX_K {
         return Err(Error::Shape(format!("{op}: top-{k} of {e} experts (1 ≤ K ≤ min(E, {}))", super::MAX_K)));
@@ -197,6 +273,33 @@ pub fn route_tokens(client: &Client, h: &DeviceTensor, w: &MoeWeights) -> Result
         return Ok(routes);
     }
     let plane = crate::kernels::uniform_plane_size(client) == Some(GROUP as u32);
+    if crate::config::current().moe_route == RouteVersion::V3 && v3_supported(client) && w.arrivals.numel() >= t {
+        let blocks = e.div_ceil(V3_ROWS);
+        let cubes = u32::try_from(t * blocks).map_err(|_| Error::Shape(format!("moe_route: {t} tokens × {blocks} blocks")))?;
+        let z = DeviceTensor::empty_f32(client, &[t, e]);
+        unsafe {
+            moe_route_v3::launch(
+                client,
+                CubeCountSelection::new(client, cubes).cube_count(),
+                CubeDim::new_2d(GROUP as u32, V3_ROWS as u32),
+                4,
+                h.as_arg(4),
+                w.router.as_arg(4),
+                w.router_bias.as_arg(1),
+                z.as_arg(1),
+                w.arrivals.as_arg(1),
+                routes.ids.as_arg(1),
+                routes.weights.as_arg(1),
+                t as u32,
+                (c / 4) as u32,
+                e as u32,
+                blocks as u32,
+                w.k,
+                plane,
+            );
+        }
+        return Ok(routes);
+    }
     unsafe {
         moe_route_v2::launch(
             client,
@@ -217,4 +320,18 @@ pub fn route_tokens(client: &Client, h: &DeviceTensor, w: &MoeWeights) -> Result
         );
     }
     Ok(routes)
+}
+
+/// Which fused router a decode step runs (`moe-route=` in the kernel configuration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RouteVersion {
+    V2,
+    #[default]
+    V3,
+}
+
+/// Whether route v3's last-cube ranking works here (device-scope storage sync and u32 atomic
+/// adds, as flash decode v3 needs).
+pub fn v3_supported(client: &Client) -> bool {
+    crate::kernels::attention::DecodeVersion::V3.supported(client)
 }

@@ -33,9 +33,9 @@
 //!   staged in shared memory (swizzled), fp4 decoded as f16 pairs, each lane's W chunks loaded
 //!   before any is used, down by pairs (K× v1's cubes) then combine v1 in rank order.
 //! - route v3 ([`route::moe_route_v3`], decode steps, the default where the device has
-//!   device-scope sync; `moe-route=v2` keeps v2): v2's logits spread over cubes of
-//!   [`route::V3_ROWS`] router rows (16 a token for gpt-oss), written to global memory; the
-//!   last cube of a token to arrive ranks them.
+//!   device-scope sync; `moe-route=v2` keeps v2): one cube of [`route::V3_PLANES`] planes per
+//!   router row (lanes along C: a few loads each, all in flight), the logit written to global
+//!   memory; the last cube of a token to arrive ranks them.
 //! - moe sort v1 ([`sort`], many tokens): the pairs grouped by expert on the device — a count
 //!   per expert, then a stable scatter per expert (a cube-wide prefix sum of match flags) that
 //!   also lays out each expert's tiles of [`gemm::BM`] rows.

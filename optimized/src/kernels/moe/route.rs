@@ -1,6 +1,6 @@
 //! The router on the device: logits, the top-K and the softmax over the K chosen logits
 //! (route v1 on given logits; route v2 fused with the router's matmul and bias, one cube per
-//! token; route v3 the same spread over [`V3_ROWS`]-row cubes, the last to finish ranking).
+//! token; route v3 one cube per router row, the last of a token to finish ranking).
 
 use cubecl::prelude::*;
 use cubecl::server::CubeCountSelection;
@@ -143,15 +143,17 @@ pub fn moe_route_v2<N: Size>(
     }
 }
 
-/// Router rows per route v3 cube (a group of [`GROUP`] lanes each): gpt-oss's 32 experts
-/// take 16 cubes a token, 23 KB of the router each. (v2 reads all 368 KB in one cube: 11.9 µs
-/// a layer on the H200, 11% of a decode step.)
-pub const V3_ROWS: usize = 2;
+/// Planes of [`GROUP`] lanes per route v3 cube: one router row per cube, 256 lanes along C,
+/// so each lane has at most a few loads, all in flight at once (v2's lanes each walk a
+/// whole row's 23 vectors of gpt-oss in six dependent rounds: 11.9 µs a layer on the H200,
+/// 11% of a decode step; splitting v2's rows over 16 cubes of 2 rows left it at 11.7).
+pub const V3_PLANES: usize = 8;
 
-/// route v3: cube `(t, b)` computes router rows `b·V3_ROWS ..` of token `t` as v2 does (a
-/// group of lanes per row, four vector loads in flight per lane) into `z [T, E]`; the last
-/// cube of the token to arrive (a device-scope counter, `arrivals[t]`, reset by that cube for
-/// the next launch) ranks the token's logits as v1.
+/// route v3: cube `t·E + e` computes router logit `z_e = h_t·Wr_e + br_e` (lanes along C,
+/// four vector loads each per round, plane sums, the planes' partials added in order) into
+/// `z [T, E]`; the last cube of the token to arrive (a device-scope counter, `arrivals[t]`,
+/// reset by that cube for the next launch) copies the token's logits to shared memory and
+/// ranks them as v1.
 #[allow(clippy::too_many_arguments)]
 #[cube(launch)]
 pub fn moe_route_v3<N: Size>(
@@ -165,55 +167,73 @@ pub fn moe_route_v3<N: Size>(
     n_tok: u32,
     cv: u32,
     n_exp: u32,
-    blocks: u32,
     #[comptime] k: usize,
     #[comptime] plane: bool,
+    #[comptime] max_e: usize,
 ) {
-    let t = CUBE_POS / blocks as usize;
+    let e_n = n_exp as usize;
+    let t = CUBE_POS / e_n;
     if t < n_tok as usize {
         let lane = UNIT_POS_X as usize;
         let g = UNIT_POS_Y as usize;
+        let units = CUBE_DIM_X as usize * CUBE_DIM_Y as usize;
+        let tid = g * GROUP + lane;
         let cv = cv as usize;
-        let e_n = n_exp as usize;
-        let e = (CUBE_POS % blocks as usize) * CUBE_DIM_Y as usize + g;
-        let mut sh = Shared::<[f32]>::new_slice(GROUP * V3_ROWS);
+        let e = CUBE_POS % e_n;
+        let mut sh = Shared::<[f32]>::new_slice(GROUP * V3_PLANES);
+        let mut parts = Shared::<[f32]>::new_slice(V3_PLANES);
+        let mut zs = Shared::<[f32]>::new_slice(max_e);
         let mut acc = Array::<f32>::new(4usize);
         #[unroll]
         for u in 0..4usize {
             acc[u] = 0.0f32;
         }
-        if e < e_n {
-            let mut c = lane;
-            while c < cv {
-                #[unroll]
-                for u in 0..4usize {
-                    let cu = c + u * GROUP;
-                    if cu < cv {
-                        let a = h[t * cv + cu];
-                        let b = wr[e * cv + cu];
-                        #[unroll]
-                        for i in 0..4usize {
-                            acc[u] += a.extract(i) * b.extract(i);
-                        }
+        let mut c = tid;
+        while c < cv {
+            #[unroll]
+            for u in 0..4usize {
+                let cu = c + u * units;
+                if cu < cv {
+                    let a = h[t * cv + cu];
+                    let b = wr[e * cv + cu];
+                    #[unroll]
+                    for i in 0..4usize {
+                        acc[u] += a.extract(i) * b.extract(i);
                     }
                 }
-                c += 4 * GROUP;
             }
+            c += 4 * units;
         }
         let s = group_sum(acc[0] + acc[1] + acc[2] + acc[3], &mut sh, g * GROUP, lane, plane);
-        if lane == 0 && e < e_n {
-            z[t * e_n + e] = s + br[e];
+        if lane == 0 {
+            parts[g] = s;
         }
-        // Release this cube's logits, count arrivals, acquire the others' (device scope).
+        sync_cube();
+        if tid == 0 {
+            let mut tot = f32::new(0.0);
+            for p in 0..CUBE_DIM_Y as usize {
+                tot += parts[p];
+            }
+            z[t * e_n + e] = tot + br[e];
+        }
+        // Release this cube's logit, count arrivals, acquire the others' (device scope).
         let mut arrived = Shared::<u32>::new();
         sync_storage();
-        if lane == 0 && g == 0 {
+        if tid == 0 {
             *arrived = arrivals[t].fetch_add(1u32);
         }
         sync_storage();
-        if *arrived == blocks - 1u32 && lane == 0 && g == 0 {
-            top_k_softmax(&*z, t * e_n, e_n, ids, w, t * k, k);
-            arrivals[t].store(0u32);
+        if *arrived == n_exp - 1u32 {
+            let mut j = tid;
+            while j < e_n {
+                zs[j] = z[t * e_n + j];
+                j += units;
+            }
+            sync_cube();
+            if tid == 0 {
+                top_k_softmax(&zs, 0usize, e_n, ids, w, t * k, k);
+                arrivals[t].store(0u32);
+            }
         }
     }
 }
@@ -273,15 +293,19 @@ pub fn route_tokens(client: &Client, h: &DeviceTensor, w: &MoeWeights) -> Result
         return Ok(routes);
     }
     let plane = crate::kernels::uniform_plane_size(client) == Some(GROUP as u32);
-    if crate::config::current().moe_route == RouteVersion::V3 && v3_supported(client) && w.arrivals.numel() >= t {
-        let blocks = e.div_ceil(V3_ROWS);
-        let cubes = u32::try_from(t * blocks).map_err(|_| Error::Shape(format!("moe_route: {t} tokens × {blocks} blocks")))?;
+    if crate::config::current().moe_route == RouteVersion::V3
+        && v3_supported(client)
+        && w.arrivals.numel() >= t
+        && (GROUP * V3_PLANES) as u32 <= hw.max_units_per_cube
+        && V3_PLANES as u32 <= hw.max_cube_dim.1
+    {
+        let cubes = u32::try_from(t * e).map_err(|_| Error::Shape(format!("moe_route: {t} tokens × {e} experts")))?;
         let z = DeviceTensor::empty_f32(client, &[t, e]);
         unsafe {
             moe_route_v3::launch(
                 client,
                 CubeCountSelection::new(client, cubes).cube_count(),
-                CubeDim::new_2d(GROUP as u32, V3_ROWS as u32),
+                CubeDim::new_2d(GROUP as u32, V3_PLANES as u32),
                 4,
                 h.as_arg(4),
                 w.router.as_arg(4),
@@ -293,9 +317,9 @@ pub fn route_tokens(client: &Client, h: &DeviceTensor, w: &MoeWeights) -> Result
                 t as u32,
                 (c / 4) as u32,
                 e as u32,
-                blocks as u32,
                 w.k,
                 plane,
+                V2_MAX_EXPERTS,
             );
         }
         return Ok(routes);

@@ -16,7 +16,7 @@ pub(super) fn tau_k(
     tid: usize,
     units: usize,
     top_k: u32,
-    #[comptime] block: usize,
+    su: &mut [u32],
     #[comptime] cache: usize,
 ) -> u32 {
     let mut tk = 0u32;
@@ -34,7 +34,7 @@ pub(super) fn tau_k(
             }
             i += units;
         }
-        if block_sum_u32(c, tid, units, block) >= top_k {
+        if block_sum_u32(c, tid, units, su) >= top_k {
             tk = cand;
         }
     }
@@ -55,7 +55,7 @@ pub(super) fn tau_p(
     top_p: f32,
     temp: f32,
     m: f32,
-    #[comptime] block: usize,
+    sf: &mut [f32],
     #[comptime] cache: usize,
 ) -> u32 {
     let mut d = f32::new(0.0);
@@ -67,7 +67,7 @@ pub(super) fn tau_p(
         }
         i += units;
     }
-    let target = top_p * block_sum_f32(d, tid, units, block);
+    let target = top_p * block_sum_f32(d, tid, units, sf);
     let mut tp = 0u32;
     let mut bit = 32u32;
     while bit > 0u32 {
@@ -83,7 +83,7 @@ pub(super) fn tau_p(
             }
             i += units;
         }
-        if block_sum_f32(s, tid, units, block) >= target {
+        if block_sum_f32(s, tid, units, sf) >= target {
             tp = cand;
         }
     }

@@ -224,7 +224,6 @@ pub fn seeded_v1(
     #[comptime] block: usize,
     #[comptime] cache: usize,
     #[comptime] radix: bool,
-    #[comptime] subs: usize,
     #[comptime] pdl: bool,
 ) {
     await_predecessor(pdl);
@@ -243,7 +242,7 @@ pub fn seeded_v1(
         let base = params[p + 5] as usize * n;
         let neg = f32::new(-3.4028235e38);
         let mut zs = Shared::<[f32]>::new_slice(comptime!(if cache > 0 { cache } else { 1 }));
-        let mut st = Radix::new(comptime!(if radix { radix::BINS * subs } else { 1 }));
+        let mut st = Radix::new(comptime!(if radix { radix::BINS } else { 1 }));
         // The reductions' one scratch pair (each leaves it free when it returns).
         let mut sf = Shared::<[f32]>::new_slice(block);
         let mut su = Shared::<[u32]>::new_slice(block);
@@ -295,7 +294,7 @@ pub fn seeded_v1(
             let mut tk = 0u32;
             if top_k > 0u32 && top_k < valid {
                 if comptime!(radix) {
-                    tk = radix::tau_k(z, &zs, &mut st, base, n, tid, units, top_k, cache, subs);
+                    tk = radix::tau_k(z, &zs, &mut st, base, n, tid, units, top_k, cache);
                 } else {
                     tk = bisect::tau_k(z, &zs, base, n, tid, units, top_k, &mut su, cache);
                 }
@@ -303,7 +302,7 @@ pub fn seeded_v1(
             let mut tp = 0u32;
             if top_p < f32::new(1.0) {
                 if comptime!(radix) {
-                    tp = radix::tau_p(z, &zs, &mut st, base, n, tid, units, tk, top_p, temp, m, cache, subs);
+                    tp = radix::tau_p(z, &zs, &mut st, base, n, tid, units, tk, top_p, temp, m, cache);
                 } else {
                     tp = bisect::tau_p(z, &zs, base, n, tid, units, tk, top_p, temp, m, &mut sf, cache);
                 }
@@ -377,59 +376,26 @@ pub fn penalties_v1(z: &mut [f32], params: &[u32], entries: &[u32], count: u32, 
 /// words, shared by every reduction (ten arrays, one per call site, until session 20).
 const SCRATCH_WORDS: usize = 2;
 
-/// The launch's shape: units per cube, elements of the row cached in shared memory (0: none),
-/// and the radix select's sub-histograms (1 without radix).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Shape {
-    units: u32,
-    cache: usize,
-    subs: usize,
-}
-
-/// The launch's shape: v1 as given; otherwise the largest cube (≤ `units`, ≥ 256 units)
-/// whose reductions and radix histograms (one per plane of 32 units where they fit, at least
-/// one) leave room for the whole row in `shared` bytes, else `units` (or fewer, to fit the
-/// reductions) without the cache, with as many sub-histograms as fit.
-fn launch_shape(units: u32, v: usize, launch: Launch, shared: usize) -> Shape {
-    let radix = launch == Launch::Radix;
-    let words = |b: u32, cached: usize, subs: usize| {
-        let hist = if radix { 2 * radix::BINS * subs + radix::WORDS } else { 0 };
-        (SCRATCH_WORDS * b as usize + hist + cached) * 4 + 1024
-    };
-    // The most sub-histograms (a power of two ≤ the cube's planes) that fit beside `cached`.
-    let subs_for = |b: u32, cached: usize| -> Option<usize> {
-        if !radix {
-            return (words(b, cached, 0) <= shared).then_some(1);
-        }
-        let mut s = (b as usize / 32).max(1).next_power_of_two();
-        while s > b as usize / 32 && s > 1 {
-            s /= 2;
-        }
-        while s >= 1 {
-            if words(b, cached, s) <= shared {
-                return Some(s);
-            }
-            if s == 1 {
-                break;
-            }
-            s /= 2;
-        }
-        None
-    };
+/// (units, cached elements) of a launch: v1 as given; otherwise the largest cube (≤ `units`,
+/// ≥ 256 units) whose reductions (and the radix select's histogram) leave room for the whole
+/// row in `shared` bytes, else `units` (or fewer, to fit the reductions) without the cache.
+fn launch_shape(units: u32, v: usize, launch: Launch, shared: usize) -> (u32, usize) {
+    let fixed = if launch == Launch::Radix { 2 * radix::BINS + radix::WORDS } else { 0 };
+    let fits = |b: u32, cached: usize| (SCRATCH_WORDS * b as usize + fixed + cached) * 4 + 1024 <= shared;
     if launch != Launch::V1 {
         let mut b = units;
         while b >= BLOCK.min(units) && b > 0 {
-            if let Some(subs) = subs_for(b, v) {
-                return Shape { units: b, cache: v, subs };
+            if fits(b, v) {
+                return (b, v);
             }
             b /= 2;
         }
     }
     let mut b = units;
-    while b > 32 && subs_for(b, 0).is_none() {
+    while b > 32 && !fits(b, 0) {
         b /= 2;
     }
-    Shape { units: b, cache: 0, subs: subs_for(b, 0).unwrap_or(1) }
+    (b, 0)
 }
 
 /// Draw one id per row of `params` (`[rows, PARAMS]` u32) from `logits` (`[R, V]` f32) into
@@ -481,7 +447,7 @@ pub fn seeded_with(
     }
     let hw = &client.properties().hardware;
     let units = prev_pow2(if launch == Launch::V1 { BLOCK } else { BLOCK_CACHED }.min(hw.max_units_per_cube).min(hw.max_cube_dim.0));
-    let Shape { units: block, cache, subs } = launch_shape(units, v, launch, hw.max_shared_memory_size);
+    let (block, cache) = launch_shape(units, v, launch, hw.max_shared_memory_size);
     let count = CubeCountSelection::new(client, rows as u32).cube_count();
     let pdl = super::pdl::enabled(client);
     unsafe {
@@ -497,7 +463,6 @@ pub fn seeded_with(
             block as usize,
             cache,
             launch == Launch::Radix,
-            subs,
             pdl,
         );
     }
@@ -511,18 +476,15 @@ mod tests {
     #[test]
     fn launch_shape_keeps_the_row_where_it_fits() {
         let h200 = 232_448;
-        let shape = |units, cache, subs| Shape { units, cache, subs };
-        // A sub-histogram per plane of 32 units where it fits beside the row.
-        assert_eq!(launch_shape(1024, 32_000, Launch::Radix, h200), shape(1024, 32_000, 32));
-        // SmolLM2: the row fits beside 1024 units with 8 sub-histograms (beside 512 before
-        // the reductions shared one scratch pair).
-        assert_eq!(launch_shape(1024, 49_152, Launch::Radix, h200), shape(1024, 49_152, 8));
-        assert_eq!(launch_shape(1024, 49_152, Launch::Bisect, h200), shape(1024, 49_152, 1));
+        assert_eq!(launch_shape(1024, 32_000, Launch::Radix, h200), (1024, 32_000));
+        // SmolLM2: the row fits beside 1024 units (beside 512 before the reductions shared
+        // one scratch pair).
+        assert_eq!(launch_shape(1024, 49_152, Launch::Radix, h200), (1024, 49_152));
         // GPT-OSS's vocabulary does not fit: 1024 units, global reads.
-        assert_eq!(launch_shape(1024, 201_088, Launch::Radix, h200), shape(1024, 0, 32));
-        assert_eq!(launch_shape(256, 32_000, Launch::V1, h200), shape(256, 0, 1));
+        assert_eq!(launch_shape(1024, 201_088, Launch::Radix, h200), (1024, 0));
+        assert_eq!(launch_shape(256, 32_000, Launch::V1, h200), (256, 0));
         // lavapipe's 32 KiB.
-        assert_eq!(launch_shape(1024, 97, Launch::Radix, 32_768), shape(1024, 97, 8));
-        assert_eq!(launch_shape(1024, 32_000, Launch::Radix, 32_768), shape(1024, 0, 8));
+        assert_eq!(launch_shape(1024, 97, Launch::Radix, 32_768), (1024, 97));
+        assert_eq!(launch_shape(1024, 32_000, Launch::Radix, 32_768), (1024, 0));
     }
 }

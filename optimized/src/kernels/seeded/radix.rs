@@ -9,10 +9,6 @@
 //!   above += Σ_{b' > b*} h_b'
 //! ```
 //!
-//! Units add into one of `subs` copies of the histogram (by plane, where they fit: the first
-//! rounds' keys share their top bits in a handful of bins, and one copy made every unit of the
-//! cube queue on those few words), merged before the scan.
-//!
 //! After four rounds `prefix` is the largest key `t` with `S(t) ≥ target` — what the bisection
 //! finds in 32 passes (`bisect.rs`) — in 4. The sums are integers added by shared-memory atomics
 //! (masses as 64-bit lo/hi word pairs, the carry taken from the old value), so they are exact
@@ -78,8 +74,7 @@ const SEL: usize = 2 * GROUPS;
 
 #[cube]
 impl Radix {
-    /// The state, `bins` histogram words (BINS × subs; 1 where the kernel takes the bisection:
-    /// nothing is used).
+    /// The state, sized `bins` (1 where the kernel takes the bisection: nothing is used).
     pub fn new(#[comptime] bins: usize) -> Radix {
         Radix {
             lo: Shared::<[Atomic<u32>]>::new_slice(bins),
@@ -111,27 +106,25 @@ fn round(
     m: f32,
     #[comptime] cache: usize,
     #[comptime] mass: bool,
-    #[comptime] subs: usize,
 ) {
     let above_hi = st.words[SEL + 1];
     let above_lo = st.words[SEL + 2];
     let mut t_hi = st.words[SEL + 3];
     let mut t_lo = st.words[SEL + 4];
     let mut j = tid;
-    while j < BINS * subs {
+    while j < BINS {
         st.lo[j].store(0u32);
         st.hi[j].store(0u32);
         j += units;
     }
     sync_cube();
-    let sub = (tid / 32) % subs;
     let mut i = tid;
     while i < n {
         let x = row_at(z, zs, base, i, cache);
         if !x.is_nan() {
             let key = order_key(x);
             if key >= floor && (key & hmask) == prefix {
-                let b = sub * BINS + ((key >> shift) & 255u32) as usize;
+                let b = ((key >> shift) & 255u32) as usize;
                 if comptime!(mass) {
                     let u = u32::cast_from(weight(x, temp, m) * MASS_SCALE);
                     if u > 0u32 {
@@ -148,24 +141,6 @@ fn round(
         i += units;
     }
     sync_cube();
-    if comptime!(subs > 1) {
-        // The copies merged into the first.
-        let mut j = tid;
-        while j < BINS {
-            let mut hi = st.hi[j].load();
-            let mut lo = st.lo[j].load();
-            #[unroll]
-            for q in 1..subs {
-                let (h, l) = add64(hi, lo, st.hi[q * BINS + j].load(), st.lo[q * BINS + j].load());
-                hi = h;
-                lo = l;
-            }
-            st.hi[j].store(hi);
-            st.lo[j].store(lo);
-            j += units;
-        }
-        sync_cube();
-    }
     let mut g = tid;
     while g < GROUPS {
         let mut hi = 0u32;
@@ -261,7 +236,6 @@ fn select(
     m: f32,
     #[comptime] cache: usize,
     #[comptime] mass: bool,
-    #[comptime] subs: usize,
 ) -> u32 {
     if tid == 0 {
         st.words[SEL + 1] = 0u32;
@@ -278,7 +252,7 @@ fn select(
         if r > 0u32 {
             hmask = 4294967295u32 << (32u32 - 8u32 * r);
         }
-        round(z, zs, st, base, n, tid, units, floor, prefix, hmask, shift, r == 0u32, top_p, temp, m, cache, mass, subs);
+        round(z, zs, st, base, n, tid, units, floor, prefix, hmask, shift, r == 0u32, top_p, temp, m, cache, mass);
         prefix |= st.words[SEL] << shift;
         r += 1u32;
     }
@@ -297,9 +271,8 @@ pub(super) fn tau_k(
     units: usize,
     top_k: u32,
     #[comptime] cache: usize,
-    #[comptime] subs: usize,
 ) -> u32 {
-    select(z, zs, st, base, n, tid, units, 0u32, top_k, f32::new(1.0), f32::new(1.0), f32::new(0.0), cache, false, subs)
+    select(z, zs, st, base, n, tid, units, 0u32, top_k, f32::new(1.0), f32::new(1.0), f32::new(0.0), cache, false)
 }
 
 /// τ_p: the largest key `t` with `Σ_{z ∈ K, z ⪰ t} e ≥ p·D`, `K = {z ⪰ τ_k}`, `D = Σ_K e`.
@@ -317,7 +290,6 @@ pub(super) fn tau_p(
     temp: f32,
     m: f32,
     #[comptime] cache: usize,
-    #[comptime] subs: usize,
 ) -> u32 {
-    select(z, zs, st, base, n, tid, units, tk, 0u32, top_p, temp, m, cache, true, subs)
+    select(z, zs, st, base, n, tid, units, tk, 0u32, top_p, temp, m, cache, true)
 }

@@ -75,6 +75,34 @@ pub fn moe_route_v1(z: &[f32], ids: &mut [u32], w: &mut [f32], n_tok: u32, n_exp
     }
 }
 
+/// This unit's part of `h_t · Wr_e` (`cv` vectors of 4 a row): vectors `first + k·stride`,
+/// four per step loaded before they are used (four loads in flight), four partial sums.
+#[cube]
+fn row_dot<N: Size>(h: &[Vector<f32, N>], wr: &[Vector<f32, N>], t: usize, e: usize, cv: usize, first: usize, stride: usize) -> f32 {
+    let mut acc = Array::<f32>::new(4usize);
+    #[unroll]
+    for u in 0..4usize {
+        acc[u] = 0.0f32;
+    }
+    let mut c = first;
+    while c < cv {
+        #[unroll]
+        for u in 0..4usize {
+            let cu = c + u * stride;
+            if cu < cv {
+                let a = h[t * cv + cu];
+                let b = wr[e * cv + cu];
+                #[unroll]
+                for i in 0..4usize {
+                    acc[u] += a.extract(i) * b.extract(i);
+                }
+            }
+        }
+        c += 4 * stride;
+    }
+    acc[0] + acc[1] + acc[2] + acc[3]
+}
+
 /// route v2: one cube per token; its groups of `GROUP` lanes take router rows in turn
 /// (`z_e = h·Wr_e + br_e`, h and Wr read as vectors of 4, lanes along C, a group sum), the
 /// logits stay in shared memory, then one unit ranks them as v1 does. One launch where
@@ -105,31 +133,11 @@ pub fn moe_route_v2<N: Size>(
     let mut e0 = 0usize;
     while e0 < e_n {
         let e = e0 + g;
-        // Four vectors per lane per step, loaded before they are used (four loads in flight).
-        let mut acc = Array::<f32>::new(4usize);
-        #[unroll]
-        for u in 0..4usize {
-            acc[u] = 0.0f32;
-        }
+        let mut part = f32::new(0.0);
         if e < e_n {
-            let mut c = lane;
-            while c < cv {
-                #[unroll]
-                for u in 0..4usize {
-                    let cu = c + u * GROUP;
-                    if cu < cv {
-                        let a = h[t * cv + cu];
-                        let b = wr[e * cv + cu];
-                        #[unroll]
-                        for i in 0..4usize {
-                            acc[u] += a.extract(i) * b.extract(i);
-                        }
-                    }
-                }
-                c += 4 * GROUP;
-            }
+            part = row_dot(h, wr, t, e, cv, lane, GROUP);
         }
-        let s = group_sum(acc[0] + acc[1] + acc[2] + acc[3], &mut sh, g * GROUP, lane, plane);
+        let s = group_sum(part, &mut sh, g * GROUP, lane, plane);
         if lane == 0 && e < e_n {
             z[e] = s + br[e];
         }
@@ -183,28 +191,7 @@ pub fn moe_route_v3<N: Size>(
         let mut sh = Shared::<[f32]>::new_slice(GROUP * V3_PLANES);
         let mut parts = Shared::<[f32]>::new_slice(V3_PLANES);
         let mut zs = Shared::<[f32]>::new_slice(max_e);
-        let mut acc = Array::<f32>::new(4usize);
-        #[unroll]
-        for u in 0..4usize {
-            acc[u] = 0.0f32;
-        }
-        let mut c = tid;
-        while c < cv {
-            #[unroll]
-            for u in 0..4usize {
-                let cu = c + u * units;
-                if cu < cv {
-                    let a = h[t * cv + cu];
-                    let b = wr[e * cv + cu];
-                    #[unroll]
-                    for i in 0..4usize {
-                        acc[u] += a.extract(i) * b.extract(i);
-                    }
-                }
-            }
-            c += 4 * units;
-        }
-        let s = group_sum(acc[0] + acc[1] + acc[2] + acc[3], &mut sh, g * GROUP, lane, plane);
+        let s = group_sum(row_dot(h, wr, t, e, cv, tid, units), &mut sh, g * GROUP, lane, plane);
         if lane == 0 {
             parts[g] = s;
         }

@@ -47,6 +47,8 @@ pub struct BenchArgs {
     /// (decode GEMV GB/s per weight format — bf16, int8, int8-g128, mxfp4 — vs the copy rate)
     /// or `rmsnorm` (plain and fused add + norm, each version, µs per call at 1 and 128 rows)
     /// or `argmax` (v1, v2, µs per call at the models' vocabularies, 1 and 32 rows)
+    /// or `moe` (GPT-OSS-20B's MoE decode kernels alone, random MXFP4 experts: route v2 / v3,
+    /// moe gemv v1 / v2; GB/s of the selected experts vs the copy rate; 1 and 8 tokens)
     /// or `copy` (the roofline's copy over its shapes: f32s per load, units per cube, copies
     /// per sync, buffer size; GB/s, best of `--reps`; no gate: it measures the device).
     #[arg(long)]
@@ -271,8 +273,8 @@ pub fn run(a: BenchArgs) -> Result<()> {
         return super::bench_matmul::run(backend, a.reps);
     }
     if let Some(k) = &a.kernel {
-        if !["attention", "qmatmul", "rmsnorm", "argmax", "copy"].contains(&k.as_str()) {
-            return Err(CliError::Usage(format!("--kernel {k}: `attention`, `qmatmul`, `rmsnorm`, `argmax` or `copy`")));
+        if !["attention", "qmatmul", "rmsnorm", "argmax", "moe", "copy"].contains(&k.as_str()) {
+            return Err(CliError::Usage(format!("--kernel {k}: `attention`, `qmatmul`, `rmsnorm`, `argmax`, `moe` or `copy`")));
         }
         let b = backend.ok_or_else(|| CliError::Usage(format!("--kernel {k} needs a GPU device (--device cuda|wgpu)")))?;
         if k == "copy" {
@@ -284,6 +286,9 @@ pub fn run(a: BenchArgs) -> Result<()> {
         }
         if k == "argmax" {
             return super::bench_argmax::run(b, &gate, a.reps);
+        }
+        if k == "moe" {
+            return super::bench_moe::run(b, &gate, a.reps);
         }
         if k == "qmatmul" {
             let shapes = a

@@ -1,0 +1,109 @@
+//! `tandem bench --kernel moe`: GPT-OSS's MoE decode kernels alone at gpt-oss-20b's shape
+//! (C = F = 2880, E = 32, K = 4; random MXFP4 experts, no model to build): route v2 / v3,
+//! gate|up and down by moe gemv v1 / v2 (v2's down includes its combine), for 1 and 8 tokens.
+//! µs per call from a replayed graph (eagerly timed where the backend cannot capture), GB/s of
+//! the expert bytes the routes select, % of the copy rate measured in the same run.
+
+use optimized::config::{scoped, KernelConfig};
+use optimized::kernels::moe::{self, MoeGemv, MoeWeights, Mxfp4Experts, RouteVersion, Routes};
+use optimized::{Backend, Client, DeviceTensor, Error};
+use rayon::prelude::*;
+use reference::quant::mxfp4::Mxfp4Weight;
+use tandem_benches::gpu::attention::{seconds_per_call, seconds_per_call_graph};
+
+use super::Result;
+
+const C: usize = 2880;
+const F: usize = 2880;
+const E: usize = 32;
+const K: usize = 4;
+const TOKENS: [usize; 2] = [1, 8];
+
+/// Deterministic bytes (lowbias32 of the index and a salt).
+fn bytes(n: usize, salt: u32) -> Vec<u8> {
+    (0..n).into_par_iter().map(|i| (reference::synthetic::hash(i as u32 ^ salt.wrapping_mul(0x9E37_79B9)) >> 7) as u8).collect()
+}
+
+/// A random `[out, in]` MXFP4 matrix with scales 2^-8 .. 2^-1 (finite, like trained weights).
+fn matrix(out: usize, in_dim: usize, salt: u32) -> Result<Mxfp4Weight> {
+    let nb = out * in_dim / 32;
+    let scales = bytes(nb, salt ^ 0x5CA1E).into_iter().map(|b| 119 + b % 8).collect();
+    Ok(Mxfp4Weight::from_parts("bench expert", out, in_dim, bytes(nb * 16, salt), scales)?)
+}
+
+fn weights(client: &Client) -> Result<MoeWeights> {
+    let mats = |salt: u32, out: usize, inp: usize| (0..E as u32).into_par_iter().map(|e| matrix(out, inp, salt + e)).collect::<Result<Vec<_>>>();
+    let (gate, up, down) = (mats(100, F, C)?, mats(200, F, C)?, mats(300, C, F)?);
+    let bias = |n: usize, salt: u32| -> Vec<f32> { bytes(n, salt).iter().map(|&b| (b as f32 - 128.0) / 1024.0).collect() };
+    let (bg, bu, bd) = (
+        (0..E).map(|e| bias(F, 400 + e as u32)).collect::<Vec<_>>(),
+        (0..E).map(|e| bias(F, 500 + e as u32)).collect::<Vec<_>>(),
+        (0..E).map(|e| bias(C, 600 + e as u32)).collect::<Vec<_>>(),
+    );
+    let g: Vec<_> = gate.iter().zip(&bg).map(|(m, b)| (m, b.as_slice())).collect();
+    let u: Vec<_> = up.iter().zip(&bu).map(|(m, b)| (m, b.as_slice())).collect();
+    let router: Vec<f32> = bytes(E * C, 700).iter().map(|&b| (b as f32 - 128.0) / 4096.0).collect();
+    Ok(MoeWeights {
+        router: DeviceTensor::from_f32(client, &router, &[E, C])?,
+        router_bias: DeviceTensor::from_f32(client, &bias(E, 800), &[E])?,
+        gate_up: Mxfp4Experts::upload_glu(client, "gate_up", &g, &u)?,
+        down: Mxfp4Experts::upload(client, "down", &down.iter().collect::<Vec<_>>(), &bd.iter().map(Vec::as_slice).collect::<Vec<_>>())?,
+        k: K,
+        limit: 7.0,
+        alpha: 1.702,
+        arrivals: MoeWeights::arrival_counters(client)?,
+    })
+}
+
+/// Seconds per call of `f` under `cfg`: from a replayed graph, else eagerly.
+fn time(client: &Client, cfg: &KernelConfig, reps: usize, mut f: impl FnMut() -> std::result::Result<(), Error>) -> Result<(f64, &'static str)> {
+    scoped(cfg, || -> Result<(f64, &'static str)> {
+        Ok(match seconds_per_call_graph(client, 20 * reps, &mut f)? {
+            Some(t) => (t, "graph"),
+            None => (seconds_per_call(client, 1, 5 * reps, &mut f)?, "eager"),
+        })
+    })
+}
+
+pub fn run(backend: Backend, gate: &str, reps: usize) -> Result<()> {
+    let client = optimized::client(backend)?;
+    let rate = optimized::bandwidth::copy_rate(&client, 1 << 30, 10)?;
+    println!("tandem bench --kernel moe — {backend} — gpt-oss-20b's MoE (C = F = {C}, E = {E}, K = {K}), random MXFP4 experts — {gate}");
+    println!("device copy rate {:.1} GB/s (read+write); GB/s of the selected experts' bytes (nibbles + scales)", rate / 1e9);
+    let w = weights(&client)?;
+    let per_row = |inp: usize| inp / 2 + inp / 32;
+    println!("{:>6} {:>22} {:>9} {:>9} {:>8} {:>7}", "tokens", "kernel", "µs/call", "GB/s", "% copy", "timing");
+    for &t in &TOKENS {
+        let h = DeviceTensor::from_f32(&client, &bytes(t * C, 900).iter().map(|&b| (b as f32 - 128.0) / 32.0).collect::<Vec<_>>(), &[t, C])?;
+        let x = DeviceTensor::from_f32(&client, &vec![0.0; t * C], &[t, C])?;
+        let routes: Routes = moe::route_tokens(&client, &h, &w)?;
+        let ids = routes.ids.to_u32(&client)?;
+        let distinct = {
+            let mut v = ids.clone();
+            v.sort_unstable();
+            v.dedup();
+            v.len()
+        };
+        let a = DeviceTensor::empty_f32(&client, &[t * K, F]);
+        let (glu_b, down_b) = ((distinct * 2 * F * per_row(C)) as f64, (distinct * C * per_row(F)) as f64);
+        let line = |name: &str, bytes: f64, (s, how): (f64, &str)| {
+            let gbs = bytes / s / 1e9;
+            println!("{t:>6} {name:>22} {:>9.2} {:>9.1} {:>7.1}% {how:>7}", s * 1e6, gbs, 100.0 * gbs * 1e9 / rate);
+        };
+        for (name, route) in [("route v2", RouteVersion::V2), ("route v3", RouteVersion::V3)] {
+            let cfg = KernelConfig { moe_route: route, ..KernelConfig::default() };
+            line(name, (E * C * 4) as f64, time(&client, &cfg, reps, || moe::route_tokens(&client, &h, &w).map(|_| ()))?);
+        }
+        for (v, gemv) in [("v1", MoeGemv::V1), ("v2", MoeGemv::V2)] {
+            let cfg = KernelConfig { moe_gemv: gemv, ..KernelConfig::default() };
+            line(
+                &format!("gemv {v} gate|up"),
+                glu_b,
+                time(&client, &cfg, reps, || moe::moe_gemv_glu_into(&client, &h, &routes, &w.gate_up, 7.0, 1.702, &a))?,
+            );
+            line(&format!("gemv {v} down"), down_b, time(&client, &cfg, reps, || moe::moe_gemv_down_into(&client, &a, &routes, &w.down, &x))?);
+        }
+        println!("{t:>6} {:>22} {distinct} distinct of {} pairs", "experts", t * K);
+    }
+    Ok(())
+}

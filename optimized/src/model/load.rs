@@ -1,0 +1,295 @@
+//! Loading a [`GpuModel`]: every tensor from its source to the device ([`Uploader`]: dense
+//! matrices through the staging buffers, quantized ones placed as their kernels read them),
+//! then the RoPE tables and the KV cache.
+
+use super::*;
+
+/// Seconds of a load: reading, converting and handing every weight to the device; waiting for
+/// the copies still queued; the RoPE tables and the KV cache.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LoadTimes {
+    pub submitted: f64,
+    pub drained: f64,
+    pub cache: f64,
+    /// Of `submitted`, the dense weights' chunks: waiting for host buffers, filling them,
+    /// handing them to the client.
+    pub staging: crate::upload::StagingTimes,
+}
+
+use crate::upload::Part;
+
+/// Uploads tensors from a source, counting bytes.
+struct Uploader<'a> {
+    client: &'a Client,
+    /// Host buffers the dense weights pass through (reused for the whole load).
+    staging: crate::upload::Staging,
+    /// The gate weight's stored bytes while the up weight is read (`dense_interleaved`).
+    scratch: Vec<u8>,
+    src: &'a mut dyn TensorSource,
+    cfg: &'a Config,
+    bytes: usize,
+    /// The first quantized weight's scheme.
+    quant: Option<String>,
+    /// int8 weights decoded by the magic number even where the subnormal decode is exact
+    /// (`int8-decode=magic`).
+    int8_magic: bool,
+    /// The quantized gemvs' prefetch instead of `qmatmul::device_prefetch` (`prefetch=…`).
+    prefetch: Option<Prefetch>,
+    /// Per-channel int8 in gemv v4's tensor-core order where the device and shapes allow it
+    /// (`qgemv=v4`; the default is gemv v2's tiled order).
+    mma_order: bool,
+    /// gemv v4's launch choices (`mma=…`).
+    mma: Option<MmaTune>,
+    /// Quantized weights in input order (gemv v1: `qgemv=v1`).
+    rows_order: bool,
+}
+
+impl Uploader<'_> {
+    /// The concatenation of `ts` (same column count) as one dense `[Σ rows, cols]` tensor:
+    /// converted from the stored bytes where the source has them, else from the f32 values it
+    /// loads, chunk by chunk through reused host buffers (`crate::upload`).
+    fn dense(&mut self, ts: &[Tensor], dtype: Dtype) -> Result<DeviceTensor, Error> {
+        let mut shape = ts.first().map(|t| t.shape(self.cfg)).unwrap_or_default();
+        for t in ts.iter().skip(1) {
+            shape[0] += t.shape(self.cfg)[0];
+        }
+        let ds = dtype.size();
+        let total = shape.iter().product::<usize>() * ds;
+        self.bytes += total;
+        let handle = self.client.empty(total);
+        let mut at = 0;
+        for &t in ts {
+            let n = t.shape(self.cfg).iter().product::<usize>() * ds;
+            let part = match self.src.load_raw(t, self.cfg).map_err(Error::from)? {
+                Some(raw) => Part::Raw(raw),
+                None => Part::Values(self.src.load(t, self.cfg).map_err(Error::from)?),
+            };
+            let raw = part.raw();
+            self.staging.write(self.client, &handle, at, n, total, ds, |off, out| crate::upload::convert_range(raw, off / ds, dtype, out))?;
+            at += n;
+        }
+        // Weights: no kernel writes them (the gemvs may read them ahead: `kernels::pdl`).
+        Ok(DeviceTensor { handle, shape, dtype, read_only: true })
+    }
+
+    /// A linear weight (`ts` stacked by rows): quantized on the device when the source holds
+    /// every part quantized and the kernels take its shape; else dense in `dtype` (for a
+    /// quantized source: its exact dequantized values).
+    fn linear(&mut self, ts: &[Tensor], dtype: Dtype) -> Result<Weight, Error> {
+        self.linear_rows(ts, dtype, false)
+    }
+
+    /// The MLP's gate and up weights as one `[2F, C]` weight whose rows interleave them (row
+    /// 2j = gate j, row 2j + 1 = up j) for [`Weight::linear_glu`]; quantized or dense as
+    /// [`Uploader::linear`].
+    fn linear_glu(&mut self, gate: Tensor, up: Tensor, dtype: Dtype) -> Result<Weight, Error> {
+        self.linear_rows(&[gate, up], dtype, true)
+    }
+
+    /// `ts` stacked by rows, or with `interleave` (two tensors of one shape) row by row.
+    fn linear_rows(&mut self, ts: &[Tensor], dtype: Dtype, interleave: bool) -> Result<Weight, Error> {
+        let qs: Vec<_> = ts.iter().map(|&t| self.src.load_quantized(t, self.cfg).map_err(Error::from)).collect::<Result<_, _>>()?;
+        if qs.iter().all(Option::is_some) {
+            let parts: Vec<_> = qs.iter().flatten().collect();
+            let upload = |layout: Option<QLayout>| QWeight::upload_staged(self.client, &parts, layout, interleave, &self.staging);
+            let uploaded = match (self.mma_order, self.rows_order) {
+                (true, _) => match upload(Some(QLayout::Mma)) {
+                    Err(Error::Unsupported(_)) => upload(None),
+                    other => other,
+                },
+                (false, true) => upload(Some(QLayout::Rows)),
+                (false, false) => upload(None),
+            };
+            match uploaded {
+                Ok(mut w) => {
+                    w.subnormal &= !self.int8_magic;
+                    if let Some(m) = self.mma {
+                        w.mma = m;
+                    }
+                    if let Some(p) = self.prefetch.filter(|&p| !p.int8_only() || w.format != QFormat::Mxfp4) {
+                        w.prefetch = p;
+                    }
+                    self.bytes += w.bytes();
+                    if self.quant.is_none() {
+                        self.quant = parts.first().map(|p| p.scheme().to_string());
+                    }
+                    return Ok(Weight::Quant(w));
+                }
+                Err(Error::Unsupported(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        match (interleave, ts) {
+            (true, &[gate, up]) => self.dense_interleaved(gate, up, dtype).map(Weight::Dense),
+            _ => self.dense(ts, dtype).map(Weight::Dense),
+        }
+    }
+
+    /// Two `[F, C]` tensors as one dense `[2F, C]` tensor, their rows interleaved.
+    fn dense_interleaved(&mut self, gate: Tensor, up: Tensor, dtype: Dtype) -> Result<DeviceTensor, Error> {
+        let [f, c] = gate.shape(self.cfg)[..] else {
+            return Err(Error::Shape(format!("{gate:?}: expected a matrix, shape {:?}", gate.shape(self.cfg))));
+        };
+        if up.shape(self.cfg) != [f, c] {
+            return Err(Error::Shape(format!("{up:?} shape {:?} differs from {gate:?}'s [{f}, {c}]", up.shape(self.cfg))));
+        }
+        // The gate's stored bytes wait in a reused buffer while the up weight is read: each
+        // chunk of row pairs then takes rows from both.
+        let part = match self.src.load_raw(gate, self.cfg).map_err(Error::from)? {
+            Some(raw) => Part::Raw(raw),
+            None => Part::Values(self.src.load(gate, self.cfg).map_err(Error::from)?),
+        };
+        let gate_dtype = part.raw().dtype;
+        stash(&mut self.scratch, part.raw().bytes);
+        let part = match self.src.load_raw(up, self.cfg).map_err(Error::from)? {
+            Some(raw) => Part::Raw(raw),
+            None => Part::Values(self.src.load(up, self.cfg).map_err(Error::from)?),
+        };
+        let (g, u) = (reference::weights::RawDense { dtype: gate_dtype, bytes: &self.scratch }, part.raw());
+        let pair = 2 * c * dtype.size();
+        let total = f * pair;
+        let handle = self.client.empty(total);
+        self.staging.write(self.client, &handle, 0, total, total, pair, |off, out| {
+            let (first, rows) = (off / pair, out.len() / pair);
+            crate::upload::interleave_into(0, crate::upload::rows(g, c, first, rows)?, rows, dtype, out)?;
+            crate::upload::interleave_into(1, crate::upload::rows(u, c, first, rows)?, rows, dtype, out)
+        })?;
+        self.bytes += total;
+        Ok(DeviceTensor { handle, shape: vec![2 * f, c], dtype, read_only: true })
+    }
+}
+
+/// `bytes` copied into `scratch` (kept between tensors: its pages are touched once), in parallel.
+fn stash(scratch: &mut Vec<u8>, bytes: &[u8]) {
+    use rayon::prelude::*;
+    scratch.resize(bytes.len(), 0);
+    scratch.par_chunks_mut(1 << 20).zip(bytes.par_chunks(1 << 20)).for_each(|(o, s)| o.copy_from_slice(s));
+}
+
+impl GpuModel {
+    /// Upload every tensor of `cfg` from `src` (matrices as `dtype`, norms as f32) and allocate
+    /// a KV cache of `capacity` positions (at most the context length).
+    pub fn load(client: Client, backend: Backend, src: &mut dyn TensorSource, cfg: &Config, dtype: Dtype, capacity: usize) -> Result<Self, Error> {
+        Self::load_with(client, backend, src, cfg, dtype, capacity, AttentionImpl::default())
+    }
+
+    /// [`GpuModel::load`] with a choice of KV cache and attention.
+    pub fn load_with(
+        client: Client,
+        backend: Backend,
+        src: &mut dyn TensorSource,
+        cfg: &Config,
+        dtype: Dtype,
+        capacity: usize,
+        attention: AttentionImpl,
+    ) -> Result<Self, Error> {
+        let kernels = crate::config::KernelConfig { attention, ..Default::default() };
+        Self::load_observed(client, backend, src, cfg, dtype, capacity, &kernels, &mut |_, _| {})
+    }
+
+    /// [`GpuModel::load`] with every kernel choice given (`crate::config`), calling
+    /// `progress(bytes uploaded, bytes expected)` after each block (the expectation is the
+    /// config's parameter count at `dtype`: quantized weights arrive sooner).
+    #[allow(clippy::too_many_arguments)]
+    pub fn load_observed(
+        client: Client,
+        backend: Backend,
+        src: &mut dyn TensorSource,
+        cfg: &Config,
+        dtype: Dtype,
+        capacity: usize,
+        kernels: &crate::config::KernelConfig,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<Self, Error> {
+        if !dtype.supported(&client) {
+            return Err(Error::Unsupported(format!("{} weights: the {} device has no {} arithmetic", dtype.name(), backend, dtype.name())));
+        }
+        use crate::config::{Int8Decoding, QgemvOrder};
+        let int8_magic = kernels.int8_decode == Int8Decoding::Magic;
+        let prefetch = kernels.prefetch;
+        let mma_order = kernels.qgemv == QgemvOrder::V4;
+        let rows_order = kernels.qgemv == QgemvOrder::V1;
+        let mma = mma_order.then_some(kernels.mma);
+        let attention = kernels.attention;
+        let t0 = std::time::Instant::now();
+        let mut up = Uploader {
+            client: &client,
+            staging: crate::upload::Staging::for_client(&client)?,
+            scratch: Vec::new(),
+            src,
+            cfg,
+            bytes: 0,
+            quant: None,
+            int8_magic,
+            prefetch,
+            mma_order,
+            mma,
+            rows_order,
+        };
+        let tok_embd = up.dense(&[Tensor::TokEmbd], dtype)?;
+        let lm_head = if cfg.tied_embeddings { Weight::Dense(tok_embd.clone()) } else { up.linear(&[Tensor::LmHead], dtype)? };
+        let mut layers = Vec::with_capacity(cfg.n_layers);
+        let expected = cfg.n_params() * dtype.size();
+        progress(up.bytes, expected);
+        for l in 0..cfg.n_layers {
+            let [an, q, k, v, o, fnm, g, u, d] = Tensor::layer(l);
+            layers.push(GpuLayer {
+                attn_norm: up.dense(&[an], Dtype::F32)?,
+                wqkv: up.linear(&[q, k, v], dtype)?,
+                wo: up.linear(&[o], dtype)?,
+                ffn_norm: up.dense(&[fnm], Dtype::F32)?,
+                w_gate_up: up.linear_glu(g, u, dtype)?,
+                w_down: up.linear(&[d], dtype)?,
+            });
+            progress(up.bytes, expected);
+        }
+        let out_norm = up.dense(&[Tensor::OutNorm], Dtype::F32)?;
+        up.staging.finish()?;
+        let (bytes, quant, staging) = (up.bytes, up.quant.take(), up.staging.times());
+        let submitted = t0.elapsed().as_secs_f64();
+        // Loaded means on the device: the copies still queued finish here (and any failure
+        // surfaces now, not in the first step).
+        cubecl::future::block_on(client.sync())?;
+        let drained = t0.elapsed().as_secs_f64();
+        let stream_bytes =
+            layers.iter().map(|l| l.wqkv.bytes() + l.wo.bytes() + l.w_gate_up.bytes() + l.w_down.bytes()).sum::<usize>() + lm_head.bytes();
+        let capacity = capacity.clamp(1, cfg.max_ctx);
+        let rope = rope::RopeTable::new(&client, capacity, cfg.head_dim, cfg.rope_theta)?;
+        let kv = match attention {
+            AttentionImpl::Naive => {
+                let kv_shape = [capacity, cfg.n_kv_heads, cfg.head_dim];
+                let k = (0..cfg.n_layers).map(|_| DeviceTensor::empty_f32(&client, &kv_shape)).collect();
+                let v = (0..cfg.n_layers).map(|_| DeviceTensor::empty_f32(&client, &kv_shape)).collect();
+                KvStore::Contiguous { k, v }
+            }
+            AttentionImpl::Flash => {
+                let mut cache = PagedKvCache::new(&client, cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, BLOCK_SIZE, capacity.div_ceil(BLOCK_SIZE))?;
+                let seq = cache.blocks.add_sequence();
+                KvStore::Paged { cache, seq, tables: None }
+            }
+        };
+        let load_times = LoadTimes { submitted, drained: drained - submitted, cache: t0.elapsed().as_secs_f64() - drained, staging };
+        Ok(GpuModel {
+            load_times,
+            client,
+            backend,
+            config: cfg.clone(),
+            dtype,
+            tok_embd,
+            layers,
+            out_norm,
+            lm_head,
+            rope,
+            kv,
+            attention,
+            capacity,
+            pos: 0,
+            weight_bytes: bytes,
+            stream_bytes,
+            quant,
+            kernels: *kernels,
+            graph: None,
+            graph_refused: None,
+        })
+    }
+}

@@ -16,7 +16,7 @@ use cubecl::server::CubeCountSelection;
 
 use super::{clamped_swiglu, Mxfp4Experts, Routes};
 use crate::kernels::qmatmul::v1::{chunk_dot, e2m1, e8m0};
-use crate::kernels::qmatmul::v2::e2m1_pair;
+use crate::kernels::qmatmul::v2::fp4_word_dot;
 use crate::{Client, DeviceTensor, Dtype, Error};
 
 /// Units per group (one plane on CUDA): a group reduces `rpg` rows of one expert.
@@ -221,7 +221,7 @@ pub fn moe_gemv_glu_into(
     if pairs == 0 {
         return Ok(());
     }
-    if crate::config::current().moe_gemv == MoeGemv::V2 && v2_applies(client, w) {
+    if v2_runs(client, w) {
         return launch_v2(client, op, h, routes, w, limit, alpha, a, pairs, true);
     }
     let (count, rb, plane, block) = geometry(client, op, w, pairs, RPG)?;
@@ -264,7 +264,7 @@ pub fn moe_gemv_down_into(client: &Client, a: &DeviceTensor, routes: &Routes, w:
     if t == 0 {
         return Ok(());
     }
-    if crate::config::current().moe_gemv == MoeGemv::V2 && v2_applies(client, w) {
+    if v2_runs(client, w) {
         let pairs = t * routes.k;
         let yp = DeviceTensor::empty_f32(client, &[pairs, w.out]);
         launch_v2(client, op, a, routes, w, 0.0, 0.0, &yp, pairs, false)?;
@@ -316,7 +316,7 @@ const V2_RPG: usize = 4;
 
 /// `Σ_e dequant(block)[e] · x[e]` of one MXFP4 block (4 words, 32 nibbles; element `8·wd + n`
 /// is nibble n of word wd) without its scale; `xs` its 8 x vectors. `pairs`: values from
-/// [`e2m1_pair`], so the sum is 2^−14 of the true one (the caller rescales); else the table.
+/// `qmatmul::v2::e2m1_pair`, so the sum is 2^−14 of the true one (the caller rescales); else the table.
 #[cube]
 fn block_dot<N: Size>(wv: Vector<u32, N>, xs: &Array<Vector<f32, N>>, lut: &[f32], #[comptime] pairs: bool) -> f32 {
     let mut lo = f32::new(0.0);
@@ -324,19 +324,9 @@ fn block_dot<N: Size>(wv: Vector<u32, N>, xs: &Array<Vector<f32, N>>, lut: &[f32
     #[unroll]
     for wd in 0..4usize {
         let word = wv.extract(wd);
-        let xlo = xs[wd * 2];
-        let xhi = xs[wd * 2 + 1];
-        #[unroll]
-        for e in 0..4usize {
-            if pairs {
-                let v = e2m1_pair(word, e);
-                lo += v.extract(0usize) * xlo.extract(e);
-                hi += v.extract(1usize) * xhi.extract(e);
-            } else {
-                lo += lut[((word >> (e * 4) as u32) & 15u32) as usize] * xlo.extract(e);
-                hi += lut[((word >> ((e + 4) * 4) as u32) & 15u32) as usize] * xhi.extract(e);
-            }
-        }
+        let (l, h) = fp4_word_dot(word, xs[wd * 2], xs[wd * 2 + 1], lut, lo, hi, pairs);
+        lo = l;
+        hi = h;
     }
     lo + hi
 }
@@ -483,11 +473,11 @@ pub fn moe_gemv_v2<N: Size>(
     }
 }
 
-/// Whether moe gemv v2 takes `w` on `client`'s device: the x row (and the reductions) fit in
-/// a cube's shared memory.
-fn v2_applies(client: &Client, w: &Mxfp4Experts) -> bool {
+/// Whether the launchers run moe gemv v2 for `w`: the configuration asks for it and the x
+/// row (and the reductions) fit in a cube's shared memory on `client`'s device.
+fn v2_runs(client: &Client, w: &Mxfp4Experts) -> bool {
     let hw = &client.properties().hardware;
-    w.in_dim % 32 == 0 && (w.in_dim + 16 + GROUP * GROUPS) * 4 + 1024 <= hw.max_shared_memory_size
+    crate::config::current().moe_gemv == MoeGemv::V2 && w.in_dim % 32 == 0 && (w.in_dim + 16 + GROUP * GROUPS) * 4 + 1024 <= hw.max_shared_memory_size
 }
 
 /// One moe gemv v2 launch over `items` pairs into `y` (module doc of [`moe_gemv_v2`]).

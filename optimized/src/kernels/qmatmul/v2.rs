@@ -226,6 +226,36 @@ pub(super) fn finish_per_channel_with(
     }
 }
 
+/// `(lo + Σ_e v_e · xlo_e, hi + Σ_e v_{e+4} · xhi_e)` of one word of 8 fp4 nibbles (nibble n =
+/// value v_n): nibbles 0–3 against `xlo`, 4–7 against `xhi`, added to the running sums in
+/// element order. `pairs`: values from [`e2m1_pair`] (2^−14 of the true ones: the caller
+/// rescales), else from the shared table `lut`. Shared by gemv v2 and moe gemv v2.
+#[cube]
+pub(crate) fn fp4_word_dot<N: Size>(
+    word: u32,
+    xlo: Vector<f32, N>,
+    xhi: Vector<f32, N>,
+    lut: &[f32],
+    lo: f32,
+    hi: f32,
+    #[comptime] pairs: bool,
+) -> (f32, f32) {
+    let mut lo = lo;
+    let mut hi = hi;
+    #[unroll]
+    for e in 0..4usize {
+        if pairs {
+            let v = e2m1_pair(word, e);
+            lo += v.extract(0usize) * xlo.extract(e);
+            hi += v.extract(1usize) * xhi.extract(e);
+        } else {
+            lo += lut[((word >> (e * 4) as u32) & 15u32) as usize] * xlo.extract(e);
+            hi += lut[((word >> ((e + 4) * 4) as u32) & 15u32) as usize] * xhi.extract(e);
+        }
+    }
+    (lo, hi)
+}
+
 /// `Σ_q s_q Σ_e e2m1(nibble) · x` of one fp4 chunk; quad q = nibbles 4(q % 2).. of word q / 2,
 /// x quad `xs[base + q]`, scale byte q of (s0, s1). `pairs`: values from [`e2m1_pair`] (the
 /// sum is then 2^−14 of the true one: the caller rescales), else from the shared table `lut`.
@@ -237,19 +267,7 @@ fn mx_chunk_dot<N: Size>(wv: Vector<u32, N>, xs: &Array<Vector<f32, N>>, base: u
         let word = wv.extract(wd);
         let xlo = xs[base + wd * 2];
         let xhi = xs[base + wd * 2 + 1];
-        let mut lo = f32::new(0.0);
-        let mut hi = f32::new(0.0);
-        #[unroll]
-        for e in 0..4usize {
-            if pairs {
-                let v = e2m1_pair(word, e);
-                lo += v.extract(0usize) * xlo.extract(e);
-                hi += v.extract(1usize) * xhi.extract(e);
-            } else {
-                lo += lut[((word >> (e * 4) as u32) & 15u32) as usize] * xlo.extract(e);
-                hi += lut[((word >> ((e + 4) * 4) as u32) & 15u32) as usize] * xhi.extract(e);
-            }
-        }
+        let (lo, hi) = fp4_word_dot(word, xlo, xhi, lut, f32::new(0.0), f32::new(0.0), pairs);
         let sw = if wd < 2 { s0 } else { s1 };
         tot += e8m0_of(sw, wd * 2) * lo + e8m0_of(sw, wd * 2 + 1) * hi;
     }

@@ -60,6 +60,36 @@ fn ge64(a_hi: u32, a_lo: u32, b_hi: u32, b_lo: u32) -> bool {
     a_hi > b_hi || (a_hi == b_hi && a_lo >= b_lo)
 }
 
+/// `(hi, lo)` plus histogram bins `from .. to` (64-bit sums of the word pairs).
+#[cube]
+fn add_bins(st: &Radix, from: usize, to: usize, hi: u32, lo: u32) -> (u32, u32) {
+    let mut h = hi;
+    let mut l = lo;
+    let mut b = from;
+    while b < to {
+        let (h2, l2) = add64(h, l, st.hi[b].load(), st.lo[b].load());
+        h = h2;
+        l = l2;
+        b += 1;
+    }
+    (h, l)
+}
+
+/// `(hi, lo)` plus the group sums of groups `from .. to`.
+#[cube]
+fn add_groups(st: &Radix, from: usize, to: usize, hi: u32, lo: u32) -> (u32, u32) {
+    let mut h = hi;
+    let mut l = lo;
+    let mut g = from;
+    while g < to {
+        let (h2, l2) = add64(h, l, st.words[2 * g], st.words[2 * g + 1]);
+        h = h2;
+        l = l2;
+        g += 1;
+    }
+    (h, l)
+}
+
 /// The shared state of the radix select: the histogram and the scan's words.
 #[derive(CubeType)]
 pub(super) struct Radix {
@@ -143,15 +173,7 @@ fn round(
     sync_cube();
     let mut g = tid;
     while g < GROUPS {
-        let mut hi = 0u32;
-        let mut lo = 0u32;
-        let mut b = g * GROUP;
-        while b < g * GROUP + GROUP {
-            let (h, l) = add64(hi, lo, st.hi[b].load(), st.lo[b].load());
-            hi = h;
-            lo = l;
-            b += 1;
-        }
+        let (hi, lo) = add_bins(&*st, g * GROUP, g * GROUP + GROUP, 0u32, 0u32);
         st.words[2 * g] = hi;
         st.words[2 * g + 1] = lo;
         g += units;
@@ -160,15 +182,7 @@ fn round(
     if comptime!(mass) {
         if first {
             // D = this round's total; target = p·D in f32, clamped to [1, D].
-            let mut d_hi = 0u32;
-            let mut d_lo = 0u32;
-            let mut g = 0usize;
-            while g < GROUPS {
-                let (h, l) = add64(d_hi, d_lo, st.words[2 * g], st.words[2 * g + 1]);
-                d_hi = h;
-                d_lo = l;
-                g += 1;
-            }
+            let (d_hi, d_lo) = add_groups(&*st, 0usize, GROUPS, 0u32, 0u32);
             let tf = top_p * (f32::cast_from(d_hi) * TWO32 + f32::cast_from(d_lo));
             let hf = (tf / TWO32).floor();
             t_hi = u32::cast_from(hf);
@@ -187,22 +201,8 @@ fn round(
     let mut j = tid;
     while j < BINS {
         let grp = j / GROUP;
-        let mut hi = above_hi;
-        let mut lo = above_lo;
-        let mut g2 = grp + 1;
-        while g2 < GROUPS {
-            let (h, l) = add64(hi, lo, st.words[2 * g2], st.words[2 * g2 + 1]);
-            hi = h;
-            lo = l;
-            g2 += 1;
-        }
-        let mut b = grp * GROUP + GROUP;
-        while b > j {
-            b -= 1;
-            let (h, l) = add64(hi, lo, st.hi[b].load(), st.lo[b].load());
-            hi = h;
-            lo = l;
-        }
+        let (gh, gl) = add_groups(&*st, grp + 1, GROUPS, above_hi, above_lo);
+        let (hi, lo) = add_bins(&*st, j, grp * GROUP + GROUP, gh, gl);
         let (n_hi, n_lo) = sub64(hi, lo, st.hi[j].load(), st.lo[j].load());
         let here = ge64(hi, lo, t_hi, t_lo);
         let next = j + 1 < BINS && ge64(n_hi, n_lo, t_hi, t_lo);

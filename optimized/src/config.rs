@@ -31,7 +31,9 @@
 //! - `qgemv-rows=N` (1..=8) — the same crossover for quantized weights
 //!   ([`QGEMV_ROWS_DEFAULT`]);
 //! - `prefill=tc|v2` — prefill attention on the tensor cores (v3, in steps whose matmuls run
-//!   there: 16-bit or quantized weights, more rows than the gemvs take) or always v2.
+//!   there: 16-bit or quantized weights, more rows than the gemvs take) or always v2;
+//! - `gemm=mma|wgmma` — the dense 16-bit GEMMs of prefill and batched steps: tc v1
+//!   (`mma.sync`, sm_80+) or tc v2 (`wgmma`, sm_90a; elsewhere tc v1 runs).
 //!
 //! `default` resets every key. [`KernelConfig::name`] writes only what differs from the default
 //! (`default` when nothing does) and parses back to the same value. A bad spec is an error
@@ -101,6 +103,8 @@ pub struct KernelConfig {
     /// Prefill attention v3 on the tensor cores where a step's matmuls run there (`true`), or
     /// v2 always.
     pub prefill_tc: bool,
+    /// The dense GEMMs on Hopper's warpgroup MMAs (tc v2) where the device has them.
+    pub gemm_wgmma: bool,
 }
 
 /// The most rows the gemvs take (their per-unit accumulators are T × rows).
@@ -135,6 +139,7 @@ impl Default for KernelConfig {
             gemv_rows: GEMV_ROWS_DEFAULT,
             qgemv_rows: QGEMV_ROWS_DEFAULT,
             prefill_tc: true,
+            gemm_wgmma: true,
         }
     }
 }
@@ -211,7 +216,7 @@ impl KernelConfig {
     fn parse_any(spec: &str) -> Result<Self, Error> {
         let mut k = KernelConfig::default();
         let bad = |part: &str, why: &str| {
-            Error::Config(format!("kernel config `{spec}`: `{part}` {why} (keys: attention, graphs, norms, pdl, qgemv, prefetch, int8-decode, gps, rpg, small, mma, argmax, draw, moe-gemv, moe-route, gemv-rows, qgemv-rows, prefill; see optimized::config)"))
+            Error::Config(format!("kernel config `{spec}`: `{part}` {why} (keys: attention, graphs, norms, pdl, qgemv, prefetch, int8-decode, gps, rpg, small, mma, argmax, draw, moe-gemv, moe-route, gemv-rows, qgemv-rows, prefill, gemm; see optimized::config)"))
         };
         let mut launch = vec![];
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -290,6 +295,13 @@ impl KernelConfig {
                         _ => return Err(no()),
                     }
                 }
+                "gemm" => {
+                    k.gemm_wgmma = match val {
+                        "wgmma" => true,
+                        "mma" => false,
+                        _ => return Err(no()),
+                    }
+                }
                 _ => return Err(bad(part, "has an unknown key")),
             }
         }
@@ -352,6 +364,9 @@ impl KernelConfig {
         if self.prefill_tc != d.prefill_tc {
             parts.push(format!("prefill={}", if self.prefill_tc { "tc" } else { "v2" }));
         }
+        if self.gemm_wgmma != d.gemm_wgmma {
+            parts.push(format!("gemm={}", if self.gemm_wgmma { "wgmma" } else { "mma" }));
+        }
         if parts.is_empty() {
             "default".into()
         } else {
@@ -379,6 +394,7 @@ impl KernelConfig {
             gemv_rows: GEMV_ROWS_MAX,
             qgemv_rows: GEMV_ROWS_MAX,
             prefill_tc: false,
+            gemm_wgmma: false,
         }
     }
 

@@ -9,6 +9,7 @@
 
 use optimized::kernels::lab;
 use optimized::kernels::matmul::tc::{self, TcConfig, TcMode};
+use optimized::kernels::matmul::tc_wg::{self, WgConfig};
 use optimized::kernels::matmul::{linear_into, Version};
 use optimized::kernels::qmatmul::{dequant, QLayout, QWeight};
 use optimized::{Backend, Client, DeviceTensor, Dtype};
@@ -154,6 +155,31 @@ pub fn run_shapes(backend: Option<Backend>, reps: usize, shapes: &[(usize, usize
                 }
             }
             println!("    {}:{line}", cfg.name());
+        }
+        // tc v2 (`wgmma`, sm_90a): its default, then both depths × splits.
+        if let Err(e) = tc_wg::require(&client, Dtype::BF16) {
+            println!("    tc v2: {e}");
+        } else if let Weight::Dense(wd) = &w {
+            let pick = WgConfig::pick(m, n, kk, sms);
+            let main = rate(&client, flop, f64::INFINITY, reps, || tc_wg::linear_into(&client, &x, wd, &y, false, None))?;
+            println!("    tc v2 default {}: {}", pick.name(), main.split(" (").next().unwrap_or(""));
+            for cfg in [WgConfig::S3, WgConfig::S4, WgConfig::M2S3, WgConfig::M2S4] {
+                let mut line = String::new();
+                for splits in [1, 2, 3, 4, 6, 8] {
+                    let c = cfg.with_splits(splits);
+                    match seconds_per_call(&client, 2, reps, || tc_wg::linear_into(&client, &x, wd, &y, false, Some(c))) {
+                        Ok(t) => {
+                            let r = flop / t / 1e12;
+                            if r > best.0 {
+                                best = (r, c.name());
+                            }
+                            line += &format!(" k{splits} {r:.1}");
+                        }
+                        Err(e) => line += &format!(" k{splits} ({e})"),
+                    }
+                }
+                println!("    {}:{line}", cfg.name());
+            }
         }
         println!("    best {} {:.1} TFLOP/s", best.1, best.0);
     }

@@ -10,6 +10,7 @@
 
 use ndarray::Array2;
 use optimized::kernels::matmul::tc::{self, TcConfig, TcMode};
+use optimized::kernels::matmul::tc_wg::{self, WgConfig};
 use optimized::kernels::matmul::{gemv_fused_into, linear_glu_into, linear_into, Fuse, Norm, Residual, Version, GEMV_AUTO_MAX_T, GEMV_MAX_T};
 use optimized::kernels::qmatmul::{QLayout, QWeight};
 use optimized::{Client, DeviceTensor};
@@ -212,7 +213,8 @@ impl Case for MatmulCase {
 /// weight rounded to it too (`tolerance::tc_tolerance`). `TcMode::Tensor` is skipped, with the
 /// reason, where the device lacks the instructions; `TcMode::Emulated` runs the same tiles
 /// with an MMA through shared memory (the indexing, on lavapipe too — named `emu`, never
-/// counted as tensor-core coverage). Outputs are NaN-poisoned.
+/// counted as tensor-core coverage). With `wg`, tc v2 (`wgmma`, sm_90a; dense weights, skipped
+/// elsewhere with the reason) at that depth and split instead. Outputs are NaN-poisoned.
 #[derive(Debug, Clone)]
 pub struct TcCase {
     pub t: usize,
@@ -222,6 +224,7 @@ pub struct TcCase {
     pub mode: TcMode,
     pub glu: bool,
     pub config: Option<TcConfig>,
+    pub wg: Option<WgConfig>,
 }
 
 /// The weight of a [`TcCase`].
@@ -242,7 +245,7 @@ fn conf_dtype(d: optimized::Dtype) -> Dtype {
 
 impl TcCase {
     pub fn new(t: usize, n_in: usize, n_out: usize, weight: TcWeight, mode: TcMode) -> Self {
-        Self { t, n_in, n_out, weight, mode, glu: false, config: None }
+        Self { t, n_in, n_out, weight, mode, glu: false, config: None, wg: None }
     }
 
     /// The 16-bit type the kernel multiplies in on `client`.
@@ -299,7 +302,7 @@ impl Case for TcCase {
             TcWeight::Quant(s, l) => format!("{s},{l:?}").to_lowercase(),
         };
         let mode = if self.mode == TcMode::Emulated { ",emu" } else { "" };
-        let cfg = self.config.map_or(String::new(), |c| format!(",{}", c.name()));
+        let cfg = self.config.map_or(String::new(), |c| format!(",{}", c.name())) + &self.wg.map_or(String::new(), |c| format!(",{}", c.name()));
         let glu = if self.glu { ",glu" } else { "" };
         format!("matmul-tc(T={},in={},out={},{w}{glu}{cfg}{mode})", self.t, self.n_in, self.n_out)
     }
@@ -310,7 +313,11 @@ impl Case for TcCase {
     }
     fn run(&self, client: &Client) -> Outcome {
         let e = self.compute_dtype(client);
-        if let Err(optimized::Error::Unsupported(why)) = tc::require(client, device_dtype(e), self.mode) {
+        let req = match self.wg {
+            Some(_) => tc_wg::require(client, device_dtype(e)),
+            None => tc::require(client, device_dtype(e), self.mode),
+        };
+        if let Err(optimized::Error::Unsupported(why)) = req {
             return Outcome::Skip(why);
         }
         let (t, n_in, n_out) = (self.t, self.n_in, self.n_out);
@@ -335,6 +342,8 @@ impl Case for TcCase {
             let xd = DeviceTensor::from_f32(client, &x, &[t, n_in])?;
             let yd = DeviceTensor::from_f32(client, &vec![f32::NAN; t * cols], &[t, cols])?;
             match dev? {
+                TcDevWeight::Dense(w) if self.wg.is_some() => tc_wg::linear_into(client, &xd, &w, &yd, self.glu, self.wg)?,
+                TcDevWeight::Quant(_) if self.wg.is_some() => return Err(optimized::Error::Unsupported("tc v2 multiplies dense 16-bit weights".into())),
                 TcDevWeight::Dense(w) => tc::linear_into(client, &xd, &w, &yd, self.glu, self.config, self.mode)?,
                 TcDevWeight::Quant(w) => tc::qlinear_into(client, &xd, &w, &yd, self.glu, self.config, self.mode)?,
             }
@@ -394,6 +403,30 @@ pub fn tc_cases() -> Vec<Box<dyn Case>> {
                 ..TcCase::new(127, 4040, 200, TcWeight::Dense(dtype), TcMode::Tensor)
             }));
         }
+    }
+    // tc v2 (`wgmma`, sm_90a): partial M and N tiles (one row of 128; K past the last block;
+    // N off the tile), several tiles each way, the SwiGLU epilogue, both depths, split-K with
+    // an uneven last slice; K % 8 ≠ 0 is refused (skipped with the reason).
+    for dtype in [Dtype::F16, Dtype::BF16] {
+        let wg = |t, n_in, n_out, glu, cfg: WgConfig| {
+            Box::new(TcCase { glu, wg: Some(cfg), ..TcCase::new(t, n_in, n_out, TcWeight::Dense(dtype), TcMode::Tensor) }) as Box<dyn Case>
+        };
+        for (t, n_in, n_out) in [(1usize, 136usize, 72usize), (9, 136, 72), (17, 584, 1031), (127, 1000, 200), (300, 328, 520), (513, 264, 130), (200, 4096, 384), (33, 577, 64)] {
+            v.push(wg(t, n_in, n_out, false, WgConfig::S4));
+        }
+        v.push(wg(300, 328, 520, false, WgConfig::S3));
+        v.push(wg(17, 584, 1030, true, WgConfig::S4));
+        v.push(wg(130, 264, 258, true, WgConfig::S3));
+        for glu in [false, true] {
+            v.push(wg(127, 4040, 200, glu, WgConfig::S4.with_splits(4)));
+            v.push(wg(300, 4040, 200, glu, WgConfig::M2S4.with_splits(3)));
+        }
+        // Tiles of 256 rows (two m64 blocks a warpgroup).
+        for (t, n_in, n_out) in [(1usize, 136usize, 72usize), (300, 328, 520), (513, 264, 130)] {
+            v.push(wg(t, n_in, n_out, false, WgConfig::M2S4));
+        }
+        v.push(wg(300, 328, 520, false, WgConfig::M2S3));
+        v.push(wg(257, 584, 1030, true, WgConfig::M2S4));
     }
     // f32 weights stay on the CUDA cores: reported skipped, with the reason.
     v.push(Box::new(MatmulCase { t: 17, n_in: 64, n_out: 64, dtype: Dtype::F32, version: Version::Tc, fusion: Fusion::None }));

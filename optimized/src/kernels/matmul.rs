@@ -42,6 +42,7 @@ use crate::{Client, DeviceTensor, Dtype, Error};
 
 mod gemv;
 pub mod tc;
+pub mod tc_wg;
 pub(crate) mod tc_kernel;
 mod tc_quant;
 use gemv::launch_gemv;

@@ -292,13 +292,13 @@ pub fn dense_applies(client: &Client, dtype: Dtype, k: usize) -> bool {
     k % 8 == 0 && require(client, dtype, TcMode::Tensor).is_ok()
 }
 
-fn u32_of(what: &str, v: usize) -> Result<u32, Error> {
+pub(super) fn u32_of(what: &str, v: usize) -> Result<u32, Error> {
     u32::try_from(v).map_err(|_| Error::Shape(format!("tc v1: {what} = {v} exceeds u32")))
 }
 
 /// x `[m, k]` f32 as x16 `[mp, kp]` of `e` (zeros past m and k), in the storage order
 /// `order` (0: input order; 4 / 8: the tiled order of int8 / mxfp4 chunks).
-fn convert(client: &Client, x: &DeviceTensor, e: Dtype, m: usize, k: usize, mp: usize, kp: usize, order: usize) -> Result<DeviceTensor, Error> {
+pub(super) fn convert(client: &Client, x: &DeviceTensor, e: Dtype, m: usize, k: usize, mp: usize, kp: usize, order: usize) -> Result<DeviceTensor, Error> {
     if k % 4 != 0 || kp % 4 != 0 || (client.properties().hardware.max_vector_size as usize) < 4 {
         return Err(Error::Unsupported(format!("tc convert: x [{m}, {k}] is read in quads of f32 (in % 4 = 0, vectors of 4)")));
     }
@@ -326,7 +326,7 @@ pub fn convert_x(client: &Client, x: &DeviceTensor, e: Dtype, t: usize, k: usize
 }
 
 /// Rows of x (T), K, and y's expected shape for an output of `cols` columns.
-fn rows_of(op: &str, x: &DeviceTensor, k: usize, y: &DeviceTensor, cols: usize) -> Result<usize, Error> {
+pub(super) fn rows_of(op: &str, x: &DeviceTensor, k: usize, y: &DeviceTensor, cols: usize) -> Result<usize, Error> {
     let t = x.numel().checked_div(k).unwrap_or(0);
     if x.dtype != Dtype::F32 || x.shape.last() != Some(&k) || y.dtype != Dtype::F32 || y.numel() != t * cols {
         return Err(Error::Shape(format!(
@@ -340,23 +340,24 @@ fn rows_of(op: &str, x: &DeviceTensor, k: usize, y: &DeviceTensor, cols: usize) 
     Ok(t)
 }
 
-/// The launch geometry of an (m, n) output over `kp / BK` k-blocks in `cfg`'s tiles.
-struct Grid {
-    mtiles: u32,
+/// The launch geometry of an (m, n) output over `kp / BK` k-blocks in tiles of `bm` × `bn`, K
+/// split `splits` ways.
+pub(super) struct Grid {
+    pub(super) mtiles: u32,
     /// Output tiles × splits (cubes that work).
-    tiles: u32,
-    tiles_mn: u32,
+    pub(super) tiles: u32,
+    pub(super) tiles_mn: u32,
     /// k-blocks per split, and the splits that have any.
-    kps: u32,
-    splits: usize,
-    count: CubeCount,
+    pub(super) kps: u32,
+    pub(super) splits: usize,
+    pub(super) count: CubeCount,
 }
 
-fn grid(client: &Client, cfg: &TcConfig, m: usize, n: usize, kp: usize) -> Result<Grid, Error> {
-    let mt = m.div_ceil(cfg.bm());
-    let tiles_mn = mt * n.div_ceil(cfg.bn());
+pub(super) fn grid(client: &Client, (bm, bn, splits): (usize, usize, usize), m: usize, n: usize, kp: usize) -> Result<Grid, Error> {
+    let mt = m.div_ceil(bm);
+    let tiles_mn = mt * n.div_ceil(bn);
     let nkb = (kp / BK).max(1);
-    let kps = nkb.div_ceil(cfg.splits.clamp(1, nkb));
+    let kps = nkb.div_ceil(splits.clamp(1, nkb));
     let splits = nkb.div_ceil(kps);
     let tiles = u32_of("output tiles × splits", tiles_mn * splits)?;
     Ok(Grid {
@@ -370,7 +371,7 @@ fn grid(client: &Client, cfg: &TcConfig, m: usize, n: usize, kp: usize) -> Resul
 }
 
 /// Where the GEMM writes: y itself, or (split-K) a partial-sum buffer `[splits, m, n]`.
-fn target(client: &Client, g: &Grid, y: &DeviceTensor, m: usize, n: usize) -> DeviceTensor {
+pub(super) fn target(client: &Client, g: &Grid, y: &DeviceTensor, m: usize, n: usize) -> DeviceTensor {
     if g.splits > 1 {
         DeviceTensor::empty_f32(client, &[g.splits, m, n])
     } else {
@@ -379,7 +380,7 @@ fn target(client: &Client, g: &Grid, y: &DeviceTensor, m: usize, n: usize) -> De
 }
 
 /// Split-K's sum of the parts into y (scales with `col_scale`, SwiGLU with `glu`).
-fn reduce(
+pub(super) fn reduce(
     client: &Client,
     g: &Grid,
     part: &DeviceTensor,
@@ -434,6 +435,11 @@ pub fn linear_into(
         return Err(Error::Shape(format!("tc linear_glu: w {:?} must have an even number of (gate, up) rows", w.shape)));
     }
     let t = rows_of("tc linear", x, k, y, if glu { n / 2 } else { n })?;
+    // tc v2 (`wgmma`) where the configuration asks for it and the device has it; an explicit
+    // tile shape or the emulation stays on tc v1.
+    if cfg.is_none() && mode == TcMode::Tensor && crate::config::current().gemm_wgmma && super::tc_wg::require(client, w.dtype).is_ok() {
+        return super::tc_wg::linear_into(client, x, w, y, glu, None);
+    }
     require(client, w.dtype, mode)?;
     if k % 8 != 0 {
         return Err(Error::Unsupported(format!("tc v1 copies W rows in 16-byte chunks: in = {k} (w {:?}) is not a multiple of 8", w.shape)));
@@ -446,7 +452,7 @@ pub fn linear_into(
     }
     let kp = k.div_ceil(BK) * BK;
     let x16 = convert(client, x, w.dtype, t, k, t.div_ceil(cfg.bm()) * cfg.bm(), kp, 0)?;
-    let g = grid(client, &cfg, t, n, kp)?;
+    let g = grid(client, (cfg.bm(), cfg.bn(), cfg.splits), t, n, kp)?;
     let out = target(client, &g, y, t, n);
     let dim = CubeDim::new_1d(cfg.threads() as u32);
     let TcConfig { wm, wn, tm, tn, stages, pipe, .. } = cfg;
@@ -494,7 +500,7 @@ pub fn linear_into(
 }
 
 /// Multiprocessors of the device (16 where it does not say).
-fn sms(client: &Client) -> usize {
+pub(super) fn sms(client: &Client) -> usize {
     client.properties().hardware.num_streaming_multiprocessors.unwrap_or(16) as usize
 }
 
@@ -537,7 +543,7 @@ pub fn qlinear_into(
     let tiled = w.layout == QLayout::Tiles;
     let kp = k.div_ceil(BK) * BK;
     let x16 = convert(client, x, e, t, k, t.div_ceil(cfg.bm()) * cfg.bm(), kp, if tiled { order } else { 0 })?;
-    let g = grid(client, &cfg, t, n, kp)?;
+    let g = grid(client, (cfg.bm(), cfg.bn(), cfg.splits), t, n, kp)?;
     let out = target(client, &g, y, t, n);
     let dim = CubeDim::new_1d(cfg.threads() as u32);
     let TcConfig { wm, wn, tm, tn, stages, pipe, .. } = cfg;

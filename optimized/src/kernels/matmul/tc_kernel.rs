@@ -44,7 +44,7 @@ pub(crate) fn wait_pending(#[comptime] pending: usize, #[comptime] emu: bool) {
 
 /// 16 bytes (8 values) from `src[si..]` to `dst[di..]`: `cp.async.cg`, or a plain copy.
 #[cube]
-fn copy16<E: Float>(src: &[E], si: usize, dst: &mut [E], di: usize, #[comptime] emu: bool) {
+pub(crate) fn copy16<E: Float>(src: &[E], si: usize, dst: &mut [E], di: usize, #[comptime] emu: bool) {
     if emu {
         #[unroll]
         for i in 0..8usize {

@@ -1,0 +1,449 @@
+//! tc v2: the dense linear layer `y[M, N] = x[M, K] · W[N, K]ᵀ` on Hopper's warpgroup MMAs
+//! (`wgmma.mma_async`, sm_90a only), for prefill and batched steps with 16-bit weights.
+//!
+//! - x (f32) becomes x16 `[Mp, Kp]` of the weight's type first, as in tc v1 (`tc.rs`).
+//! - One cube of two warpgroups (256 units) computes a 128 × 128 tile of y; each warpgroup a
+//!   64 × 128 block by `wgmma.mma_async.m64n128k16` (E × E → f32), both operands read by the
+//!   tensor cores straight from shared memory through matrix descriptors — no `ldmatrix`, no
+//!   fragments in registers. K in blocks of 64 (one 128-byte row per tile row); A (x16) and B
+//!   (W) blocks stream through `stages` shared slots by `cp.async` (16-byte copies, one commit
+//!   group per block, one cube barrier per block), written in the 128-byte swizzle the
+//!   descriptors name (16-byte chunk c of row r at chunk c ⊕ (r mod 8); 1024-byte aligned
+//!   groups of 8 rows).
+//! - cubecl's inline PTX takes one result and no in-out operands, so each k-block's four
+//!   `wgmma`s start from zero (the first with scale-d = 0) into a fresh 64-register result,
+//!   waited on inside the same `asm` statement (no accumulator is in flight between
+//!   statements), and the unit adds it to its running sums: 64 adds per k-block.
+//! - The 128-byte-swizzled stores come from `cp.async` and plain stores (zeros past N and K),
+//!   which the tensor cores' async proxy sees only after `fence.proxy.async` (every unit, after
+//!   its copies land, before the barrier).
+//! - Split-K and the epilogue (SwiGLU of interleaved gate/up columns, bounds) as tc v1; the
+//!   accumulator of register i of a unit (warp w of its warpgroup, lane = 4g + c) holds row
+//!   16w + g + 8·((i / 2) mod 2), column 8·(i / 4) + 2c + (i mod 2) of the warpgroup's block.
+//!
+//! Why the device must be exactly sm_90: `wgmma` exists only in sm_90a's PTX (Blackwell has
+//! `tcgen05` instead); the vendored cubecl-cuda compiles for `sm_90a` there.
+
+use cubecl::features::Tma;
+use cubecl::prelude::*;
+
+use super::super::swiglu::silu_mul;
+use super::tc::{convert, grid, reduce, rows_of, sms, target, u32_of};
+use super::tc_kernel::{commit, copy16, wait_pending, zero8, BK};
+use crate::{Client, DeviceTensor, Dtype, Error};
+
+/// Rows of an output tile per m-block: two warpgroups of 64.
+pub const WG_BM: usize = 128;
+/// Columns of an output tile: one `wgmma` of n = 128.
+pub const WG_BN: usize = 128;
+/// Units of a cube: two warpgroups of four warps.
+const THREADS: usize = 256;
+/// A unit's accumulators: a 64 × 128 block over a warpgroup's 128 units.
+type Acc = Vector<f32, Const<64>>;
+/// The descriptor's fixed fields: leading byte offset 1 (unused by swizzled K-major tiles),
+/// stride byte offset 1024 B (one group of 8 swizzled 128-byte rows) ≫ 4, layout 1 (128-byte
+/// swizzle) in bits 62–63.
+const DESC_FIXED: u64 = (1 << 16) | ((1024 >> 4) << 32) | (1 << 62);
+
+/// Tile rows, pipeline depth and split-K of one tc v2 launch (the tile is 128·mb × 128).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct WgConfig {
+    /// m64 blocks per warpgroup (1 or 2): tiles of 128 or 256 rows. Two halve the B tile's
+    /// trips from L2 per output (85 instead of 64 flop per byte staged).
+    pub mb: usize,
+    /// k-blocks of x16 and W in flight.
+    pub stages: usize,
+    /// K cut into this many slices (partial sums added by `tc_reduce`); 1: none.
+    pub splits: usize,
+}
+
+impl WgConfig {
+    pub const S4: Self = Self { mb: 1, stages: 4, splits: 1 };
+    pub const S3: Self = Self { mb: 1, stages: 3, splits: 1 };
+    pub const M2S4: Self = Self { mb: 2, stages: 4, splits: 1 };
+    pub const M2S3: Self = Self { mb: 2, stages: 3, splits: 1 };
+
+    pub fn bm(&self) -> usize {
+        WG_BM * self.mb
+    }
+
+    pub fn name(&self) -> String {
+        let split = if self.splits > 1 { format!("k{}", self.splits) } else { String::new() };
+        format!("wg{}x128s{}{split}", self.bm(), self.stages)
+    }
+
+    pub const fn with_splits(self, splits: usize) -> Self {
+        Self { splits, ..self }
+    }
+
+    /// Shared memory of a launch: `stages` slots of a 128·mb × 64 A block and a 128 × 64 B
+    /// block (16-bit), and 1 KiB to align the first to 1024 bytes.
+    pub fn shared_bytes(&self) -> usize {
+        self.stages * (self.bm() + WG_BN) * BK * 2 + 1024
+    }
+
+    /// The tile, depth and split for an (m, n, k) product on `sms` multiprocessors (H200
+    /// sweep, session 21: `tandem bench --kernel matmul --shapes`): 4 stages (one cube per SM:
+    /// the two warpgroups' registers fill it); 256-row tiles for m > 256 where they still
+    /// number ≥ 2 per SM or K is long (≥ 8192: split below), else 128 rows — 2048 × 14336 ×
+    /// 4096 327 vs 269 TFLOP/s, 4096³ 302 vs 253, 512 × 4096 × 14336 285 (split 2) vs 254, but
+    /// 512 × 11264 × 2048 180 vs 195 and 512 × 2560 × 2048 71 vs 98. K split where the tiles
+    /// leave over half the SMs idle, as many ways (≤ 8) as keep ≤ one cube per SM and ≥ 8
+    /// k-blocks a slice (512 × 2048 × 5632: 169 at split 2 vs 118 unsplit).
+    pub fn pick(m: usize, n: usize, k: usize, sms: usize) -> Self {
+        let sms = sms.max(1);
+        let tiles = |c: Self| m.div_ceil(c.bm()) * n.div_ceil(WG_BN);
+        let base = if m > 256 && (tiles(Self::M2S4) >= 2 * sms || k >= 8192) { Self::M2S4 } else { Self::S4 };
+        let t = tiles(base);
+        let nkb = k.div_ceil(BK);
+        let mut splits = 1;
+        if 2 * t < sms {
+            while splits < 8 && t * (splits + 1) <= sms && nkb >= 8 * (splits + 1) {
+                splits += 1;
+            }
+        }
+        base.with_splits(splits)
+    }
+}
+
+/// Whether `client`'s device runs tc v2 with 16-bit type `e`, and why not: CUDA sm_90 (thread-
+/// block clusters, without sm_100's TMA im2col-wide), f16 or bf16.
+pub fn require(client: &Client, e: Dtype) -> Result<(), Error> {
+    let props = client.properties();
+    if e == Dtype::F32 || !e.supported(client) {
+        return Err(Error::Unsupported(format!("tc v2 (wgmma) multiplies f16 / bf16, not {} here", e.name())));
+    }
+    let sm90 = client.name() == "cuda" && props.features.cube_cluster && !props.features.tma.contains(Tma::Im2colWide);
+    if !sm90 {
+        return Err(Error::Unsupported(format!("tc v2 needs wgmma (CUDA sm_90a); {} has none", props.identity.name)));
+    }
+    Ok(())
+}
+
+/// tc v2 over a dense 16-bit weight: `y = x · Wᵀ` (x `[.., K]` f32, W `[N, K]` f16/bf16, K % 8
+/// = 0, y `[.., N]` f32, or with `glu` `[.., N / 2]` of `silu(x·W_{2j}) · x·W_{2j+1}`). `cfg`:
+/// `None` for [`WgConfig::pick`].
+pub fn linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &DeviceTensor, glu: bool, cfg: Option<WgConfig>) -> Result<(), Error> {
+    let [n, k] = w.shape[..] else {
+        return Err(Error::Shape(format!("tc v2 linear: w shape {:?}, expected [out, in]", w.shape)));
+    };
+    if glu && n % 2 != 0 {
+        return Err(Error::Shape(format!("tc v2 linear_glu: w {:?} must have an even number of (gate, up) rows", w.shape)));
+    }
+    let t = rows_of("tc v2 linear", x, k, y, if glu { n / 2 } else { n })?;
+    require(client, w.dtype)?;
+    if k % 8 != 0 {
+        return Err(Error::Unsupported(format!("tc v2 copies W rows in 16-byte chunks: in = {k} (w {:?}) is not a multiple of 8", w.shape)));
+    }
+    let cfg = cfg.unwrap_or_else(|| WgConfig::pick(t, n, k, sms(client)));
+    let hw = &client.properties().hardware;
+    if cfg.stages < 2 || cfg.splits == 0 || !(1..=2).contains(&cfg.mb) || cfg.shared_bytes() > hw.max_shared_memory_size || (hw.max_units_per_cube as usize) < THREADS {
+        return Err(Error::Unsupported(format!(
+            "tc v2 {}: {THREADS} units and {} B of shared memory per cube (mb 1 or 2, stages ≥ 2, splits ≥ 1); the device allows {} and {} B",
+            cfg.name(),
+            cfg.shared_bytes(),
+            hw.max_units_per_cube,
+            hw.max_shared_memory_size
+        )));
+    }
+    if t == 0 || n == 0 {
+        return Ok(());
+    }
+    let kp = k.div_ceil(BK) * BK;
+    let x16 = convert(client, x, w.dtype, t, k, t.div_ceil(cfg.bm()) * cfg.bm(), kp, 0)?;
+    let g = grid(client, (cfg.bm(), WG_BN, cfg.splits), t, n, kp)?;
+    let out = target(client, &g, y, t, n);
+    let dim = CubeDim::new_1d(THREADS as u32);
+    let s = (u32_of("T", t)?, u32_of("out", n)?, u32_of("in", k)?, u32_of("Kp", kp)?);
+    let partial = g.splits > 1;
+    macro_rules! go {
+        ($e:ty, $bf16:expr) => {
+            unsafe {
+                tc_wgmma::launch_unchecked::<$e>(
+                    client,
+                    g.count.clone(),
+                    dim,
+                    x16.as_arg(1),
+                    w.as_arg(1),
+                    out.as_arg(1),
+                    s.0,
+                    s.1,
+                    s.2,
+                    s.3,
+                    g.mtiles,
+                    g.tiles,
+                    g.tiles_mn,
+                    g.kps,
+                    cfg.mb,
+                    cfg.stages,
+                    $bf16,
+                    glu,
+                    partial,
+                )
+            }
+        };
+    }
+    match w.dtype {
+        Dtype::F16 => go!(half::f16, false),
+        _ => go!(half::bf16, true),
+    }
+    reduce(client, &g, &out, y, x, t, n, false, glu)
+}
+
+/// The shared-space address of the start of `s` (`cvta.to.shared`).
+#[cube]
+fn smem_addr<E: CubePrimitive>(s: &[E]) -> u32 {
+    let p = unsafe { s.as_ptr_unchecked() };
+    let out: u32;
+    gpu_asm!(
+        "{{ .reg .u64 t; cvta.to.shared.u64 t, {p}; cvt.u32.u64 {o}, t; }}",
+        o = out(_) out,
+        p = in(_) p,
+        options(nomem),
+    );
+    out
+}
+
+/// The matrix descriptor of a 128-byte-swizzled K-major tile at shared address `addr`
+/// (1024-byte aligned, plus 32 bytes per k16 step).
+#[cube]
+fn desc(addr: u32) -> u64 {
+    u64::cast_from((addr & 0x3FFFFu32) >> 4u32) | comptime!(DESC_FIXED)
+}
+
+/// `fence.proxy.async.shared::cta`: this unit's generic-proxy writes to shared memory
+/// (`cp.async`, stores) become visible to the tensor cores' async-proxy reads.
+#[cube]
+fn proxy_fence() {
+    gpu_asm!("fence.proxy.async.shared::cta;");
+}
+
+/// The k-steps 1..4 of [`wgmma_k64`]: descriptors advanced by 32 bytes (2 in the address
+/// field) each, accumulating (scale-d = 1). `$0` is the result, `$1` / `$2` the descriptors.
+fn later_steps(ty: &str) -> String {
+    (1..4)
+        .map(|s| {
+            format!(
+                "add.s64 da, $1, {o};\nadd.s64 db, $2, {o};\nwgmma.mma_async.sync.aligned.m64n128k16.f32.{ty}.{ty} $0, da, db, p1, 1, 1, 0, 0;\n",
+                o = 2 * s
+            )
+        })
+        .collect()
+}
+
+/// A warpgroup's 64 × 128 block over one 64-wide k-block: four `wgmma.m64n128k16` from the A
+/// tile at descriptor `da` and the B tile at `db`, from zero, waited on before returning.
+#[cube]
+fn wgmma_k64(da: u64, db: u64, #[comptime] bf16: bool) -> Acc {
+    let ty = comptime![if bf16 { "bf16" } else { "f16" }];
+    let rest = comptime![later_steps(ty)];
+    let out: Acc;
+    gpu_asm!(
+        "{{\n.reg .pred p0, p1;\n.reg .b32 zr;\n.reg .b64 da, db;\nmov.b32 zr, 0;\nsetp.ne.b32 p0, zr, 0;\nsetp.eq.b32 p1, zr, 0;",
+        "wgmma.fence.sync.aligned;",
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.{ty}.{ty} {d}, {a}, {b}, p0, 1, 1, 0, 0;",
+        "{rest}wgmma.commit_group.sync.aligned;",
+        "wgmma.wait_group.sync.aligned 0;\n}}",
+        d = out(_) out,
+        a = in(_) da,
+        b = in(_) db,
+    );
+    out
+}
+
+/// Copies k-block columns `kcol ..+ 64` of `rows` rows of `src` (row stride `ld`; rows from
+/// `row0`, those ≥ `rows_valid` and columns ≥ `kvalid` as zeros) into the 128-byte-swizzled
+/// tile at `dst[dbase..]`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn stage_swizzled<E: Float>(
+    src: &[E],
+    dst: &mut [E],
+    dbase: usize,
+    row0: usize,
+    rows_valid: usize,
+    ld: usize,
+    kcol: usize,
+    kvalid: usize,
+    tid: usize,
+    #[comptime] rows: usize,
+) {
+    #[unroll]
+    for r in 0..rows * 8 / THREADS {
+        let i = tid + r * THREADS;
+        let row = i / 8;
+        let ch = i % 8;
+        let di = dbase + row * BK + (ch ^ (row % 8)) * 8;
+        let gk = kcol + ch * 8;
+        if row0 + row < rows_valid && gk < kvalid {
+            copy16(src, (row0 + row) * ld + gk, dst, di, false);
+        } else {
+            zero8(dst, di);
+        }
+    }
+}
+
+/// The accumulators of m-block rows `row0 ..+ 64` (this unit's: rows 16·warp + g + 8h) into y
+/// (`[m, n]`, or with `glu` `[m, n / 2]` of `silu(even) · odd` columns; a split-K part at
+/// `yoff`, without the SwiGLU).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn wg_epilogue(acc: &Acc, y: &mut [f32], m: usize, n: usize, row0: usize, n0: usize, warp: usize, lane: usize, yoff: usize, #[comptime] glu: bool) {
+    let g = lane / 4;
+    let c = lane % 4;
+    #[unroll]
+    for j in 0..WG_BN / 8 {
+        let col = n0 + 8 * j + 2 * c;
+        #[unroll]
+        for h in 0..2usize {
+            let row = row0 + 16 * warp + g + 8 * h;
+            let v0 = acc.extract(4 * j + 2 * h);
+            let v1 = acc.extract(4 * j + 2 * h + 1);
+            if row < m {
+                if glu {
+                    if col + 1 < n {
+                        y[row * (n / 2) + col / 2] = silu_mul(v0, v1);
+                    }
+                } else {
+                    if col < n {
+                        y[yoff + row * n + col] = v0;
+                    }
+                    if col + 1 < n {
+                        y[yoff + row * n + col + 1] = v1;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// tc v2's kernel: cube `CUBE_POS` computes the (128·mb) × 128 output tile (CUBE_POS %
+/// mtiles, CUBE_POS / mtiles) of its K slice; warpgroup `UNIT_POS / 128` rows 64·mb·wg ..+
+/// 64·mb of it, as `mb` m64 blocks with their own accumulators.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+pub fn tc_wgmma<E: Float>(
+    x16: &[E],
+    w: &[E],
+    y: &mut [f32],
+    m: u32,
+    n: u32,
+    k: u32,
+    kp: u32,
+    mtiles: u32,
+    tiles: u32,
+    tiles_mn: u32,
+    kps: u32,
+    #[comptime] mb: usize,
+    #[comptime] stages: usize,
+    #[comptime] bf16: bool,
+    #[comptime] glu: bool,
+    #[comptime] partial: bool,
+) {
+    if CUBE_POS < tiles as usize {
+        let bm = comptime!(WG_BM * mb);
+        let a_elems = comptime!(WG_BM * mb * BK);
+        let b_elems = comptime!(WG_BN * BK);
+        let tid = UNIT_POS as usize;
+        let wg = tid / 128;
+        let warp = (tid % 128) / 32;
+        let lane = tid % 32;
+        let (m, n, k, kp) = (m as usize, n as usize, k as usize, kp as usize);
+        let tile = CUBE_POS % tiles_mn as usize;
+        let split = CUBE_POS / tiles_mn as usize;
+        let m0 = (tile % mtiles as usize) * bm;
+        let n0 = (tile / mtiles as usize) * WG_BN;
+        let mut smem = Shared::<[E]>::new_aligned_slice(comptime!(stages * (a_elems + b_elems) + 512), 1024usize);
+        // The first slot 1024-byte aligned whatever alignment the allocation got.
+        let raw = smem_addr(&smem);
+        let pad = (((1024u32 - raw % 1024u32) % 1024u32) / 2u32) as usize;
+        let sbase = raw + (pad * 2) as u32;
+        let bstart = pad + stages * a_elems;
+        let mut acc0 = Acc::empty().fill(0.0f32);
+        let mut acc1 = Acc::empty().fill(0.0f32);
+        let kb0 = split * kps as usize;
+        let nk = min(kp / BK - kb0, kps as usize);
+        #[unroll]
+        for s in 0..stages - 1 {
+            if s < nk {
+                let kc = (kb0 + s) * BK;
+                stage_swizzled(x16, &mut smem, pad + s * a_elems, m0, m0 + bm, kp, kc, kp, tid, bm);
+                stage_swizzled(w, &mut smem, bstart + s * b_elems, n0, n, k, kc, k, tid, WG_BN);
+            }
+            commit(false);
+        }
+        let mut kb = 0usize;
+        while kb < nk {
+            // k-block kb has landed for every unit and is visible to the async proxy; every
+            // warpgroup is past block kb − 1, whose slot the next copies overwrite.
+            wait_pending(comptime!(stages - 2), false);
+            proxy_fence();
+            sync_cube();
+            let nxt = kb + stages - 1;
+            if nxt < nk {
+                let kc = (kb0 + nxt) * BK;
+                let sl = nxt % stages;
+                stage_swizzled(x16, &mut smem, pad + sl * a_elems, m0, m0 + bm, kp, kc, kp, tid, bm);
+                stage_swizzled(w, &mut smem, bstart + sl * b_elems, n0, n, k, kc, k, tid, WG_BN);
+            }
+            commit(false);
+            let slot = kb % stages;
+            let db = desc(sbase + ((stages * a_elems + slot * b_elems) * 2) as u32);
+            let da = desc(sbase + ((slot * a_elems + wg * mb * 64 * BK) * 2) as u32);
+            acc0 += wgmma_k64(da, db, bf16);
+            if comptime!(mb == 2) {
+                acc1 += wgmma_k64(da + comptime!((64 * BK * 2 / 16) as u64), db, bf16);
+            }
+            kb += 1;
+        }
+        let yoff = select(partial, split * m * n, 0usize);
+        let glu_here = comptime!(glu && !partial);
+        wg_epilogue(&acc0, y, m, n, m0 + wg * mb * 64, n0, warp, lane, yoff, glu_here);
+        if comptime!(mb == 2) {
+            wg_epilogue(&acc1, y, m, n, m0 + wg * mb * 64 + 64, n0, warp, lane, yoff, glu_here);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descriptor_fields() {
+        // start address 0x1_2340 ≫ 4 in bits 0–13, LBO 1, SBO 64, layout 1 (128-byte swizzle).
+        let d = ((0x12340u64 & 0x3FFFF) >> 4) | DESC_FIXED;
+        assert_eq!(d & 0x3FFF, 0x1234);
+        assert_eq!((d >> 16) & 0x3FFF, 1);
+        assert_eq!((d >> 32) & 0x3FFF, 64);
+        assert_eq!(d >> 62, 1);
+    }
+
+    #[test]
+    fn four_stages_fit_a_hopper_cube() {
+        assert!(WgConfig::S4.shared_bytes() <= 227 * 1024);
+        assert!(WgConfig::M2S4.shared_bytes() <= 227 * 1024);
+        assert_eq!(WG_BM * BK * 2 % 1024, 0, "each slot keeps the next one 1024-byte aligned");
+    }
+
+    #[test]
+    fn pick_follows_the_sweep() {
+        assert_eq!(WgConfig::pick(2048, 14336, 4096, 132), WgConfig::M2S4);
+        assert_eq!(WgConfig::pick(4096, 4096, 4096, 132), WgConfig::M2S4);
+        assert_eq!(WgConfig::pick(512, 28672, 4096, 132), WgConfig::M2S4);
+        assert_eq!(WgConfig::pick(512, 4096, 14336, 132), WgConfig::M2S4.with_splits(2));
+        assert_eq!(WgConfig::pick(512, 11264, 2048, 132), WgConfig::S4);
+        assert_eq!(WgConfig::pick(512, 2560, 2048, 132), WgConfig::S4);
+        assert_eq!(WgConfig::pick(512, 2048, 5632, 132), WgConfig::S4.with_splits(2));
+        assert_eq!(WgConfig::pick(128, 11264, 2048, 132), WgConfig::S4);
+        assert_eq!(WgConfig::pick(128, 4096, 14336, 132).splits, 4);
+        assert_eq!(WgConfig::pick(9, 64, 64, 132).splits, 1);
+    }
+
+    #[test]
+    fn later_steps_name_the_operands() {
+        let s = later_steps("bf16");
+        assert_eq!(s.matches("wgmma.mma_async").count(), 3);
+        assert!(s.contains("add.s64 da, $1, 6;") && s.contains("$0, da, db, p1"));
+    }
+}

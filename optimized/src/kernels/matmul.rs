@@ -42,9 +42,9 @@ use crate::{Client, DeviceTensor, Dtype, Error};
 
 mod gemv;
 pub mod tc;
-pub mod tc_wg;
 pub(crate) mod tc_kernel;
 mod tc_quant;
+pub mod tc_wg;
 use gemv::launch_gemv;
 #[cfg(feature = "lab")]
 pub(crate) use gemv::store_row;

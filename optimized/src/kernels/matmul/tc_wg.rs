@@ -36,6 +36,9 @@ use crate::{Client, DeviceTensor, Dtype, Error};
 pub const WG_BM: usize = 128;
 /// Columns of an output tile: one `wgmma` of n = 128.
 pub const WG_BN: usize = 128;
+/// Steps of at most this many rows stay on tc v1 (`tc::linear_into`): its 32- and 64-row tiles
+/// beat tc v2's 128 there.
+pub const WG_MIN_ROWS: usize = 64;
 /// Units of a cube: two warpgroups of four warps.
 const THREADS: usize = 256;
 /// A unit's accumulators: a 64 × 128 block over a warpgroup's 128 units.
@@ -137,7 +140,12 @@ pub fn linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &Devi
     }
     let cfg = cfg.unwrap_or_else(|| WgConfig::pick(t, n, k, sms(client)));
     let hw = &client.properties().hardware;
-    if cfg.stages < 2 || cfg.splits == 0 || !(1..=2).contains(&cfg.mb) || cfg.shared_bytes() > hw.max_shared_memory_size || (hw.max_units_per_cube as usize) < THREADS {
+    if cfg.stages < 2
+        || cfg.splits == 0
+        || !(1..=2).contains(&cfg.mb)
+        || cfg.shared_bytes() > hw.max_shared_memory_size
+        || (hw.max_units_per_cube as usize) < THREADS
+    {
         return Err(Error::Unsupported(format!(
             "tc v2 {}: {THREADS} units and {} B of shared memory per cube (mb 1 or 2, stages ≥ 2, splits ≥ 1); the device allows {} and {} B",
             cfg.name(),

@@ -49,6 +49,8 @@ rustc --version
 cargo --version
 
 timed git clone --quiet "$src" "$work/tandem"
+# The tests read ../shared (the HF oracle logits) beside the checkout, as CI lays it out.
+if [ -d "$src/../shared" ]; then ln -s "$(cd "$src/../shared" && pwd)" "$work/shared"; fi
 cd "$work/tandem"
 git log --oneline -1
 timed cargo fetch --quiet

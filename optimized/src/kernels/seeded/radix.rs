@@ -1,20 +1,16 @@
-//! τ_k and τ_p by radix select over the order keys (the production thresholds): three rounds
-//! of 11, 11 and 10 key bits, each one pass over the row into a shared-memory histogram of up to
-//! [`BINS`] bins, then a suffix scan that picks the bin holding the threshold and fixes its bits.
+//! τ_k and τ_p by radix select over the order keys (the production thresholds): four rounds of
+//! 8 key bits, each one pass over the row into a shared-memory histogram of [`BINS`] bins,
+//! then a suffix scan that picks the bin holding the threshold and fixes its 8 bits.
 //!
 //! ```text
-//! round r (digit bits s .. s + w: (21, 11), (10, 11), (0, 10)): candidates c with key ⪰ floor
-//! and key's bits above s + w = prefix
-//!   h_b = Σ_{c : bits s..s+w of key = b} w_c          (w_c = 1 for τ_k; ⌊e·2³¹⌋ for τ_p)
+//! round r (shift s = 24 − 8r): candidates c with key ⪰ floor and key's bits above s + 8 = prefix
+//!   h_b = Σ_{c : bits s..s+8 of key = b} w_c          (w = 1 for τ_k; w = ⌊e·2³¹⌋ for τ_p)
 //!   b*  = max { b : above + Σ_{b' ≥ b} h_b' ≥ target } ;  prefix |= b* << s
 //!   above += Σ_{b' > b*} h_b'
 //! ```
 //!
-//! After three rounds `prefix` is the largest key `t` with `S(t) ≥ target` — what the bisection
-//! finds in 32 passes (`bisect.rs`) — in 3. The first digit is the sign, the exponent and two
-//! mantissa bits: a row of logits shares a handful of exponents, and session 20's first digit
-//! (sign + 7 exponent bits) sent nearly every logit into ~4 bins, each update of a bin waiting
-//! on the others (shared-memory atomics to one address serialize). The sums are integers added by shared-memory atomics
+//! After four rounds `prefix` is the largest key `t` with `S(t) ≥ target` — what the bisection
+//! finds in 32 passes (`bisect.rs`) — in 4. The sums are integers added by shared-memory atomics
 //! (masses as 64-bit lo/hi word pairs, the carry taken from the old value), so they are exact
 //! and do not depend on the order in which units add them; `D` is the first round's total and
 //! `target = p·D` (f32, clamped to [1, D]), so τ_p differs from the reference's f32 sums only
@@ -24,10 +20,11 @@ use cubecl::prelude::*;
 
 use super::{order_key, row_at, weight};
 
-/// Bins of the widest round (11 key bits).
-pub const BINS: usize = 2048;
-/// Groups of the scan (a round's bins / GROUPS per group).
-const GROUPS: usize = 32;
+/// Bins of a round (8 key bits).
+pub const BINS: usize = 256;
+/// Bins per group of the scan, and groups.
+const GROUP: usize = 16;
+const GROUPS: usize = 16;
 /// Shared words the radix thresholds take besides the histogram's 2·[`BINS`] atomics: group
 /// sums (lo, hi) and the round's result (bin, above lo/hi, target lo/hi).
 pub const WORDS: usize = 2 * GROUPS + 8;
@@ -102,16 +99,6 @@ pub(super) struct Radix {
     words: Shared<[u32]>,
 }
 
-/// `a` where `c`, else `b`.
-#[cube]
-fn select_u32(c: bool, a: u32, b: u32) -> u32 {
-    let mut v = b;
-    if c {
-        v = a;
-    }
-    v
-}
-
 /// Offset in `words` of: the chosen bin, above (hi, lo), target (hi, lo).
 const SEL: usize = 2 * GROUPS;
 
@@ -143,7 +130,6 @@ fn round(
     prefix: u32,
     hmask: u32,
     shift: u32,
-    bits: u32,
     first: bool,
     top_p: f32,
     temp: f32,
@@ -155,10 +141,8 @@ fn round(
     let above_lo = st.words[SEL + 2];
     let mut t_hi = st.words[SEL + 3];
     let mut t_lo = st.words[SEL + 4];
-    let nb = 1usize << bits as usize;
-    let group = nb / GROUPS;
     let mut j = tid;
-    while j < nb {
+    while j < BINS {
         st.lo[j].store(0u32);
         st.hi[j].store(0u32);
         j += units;
@@ -170,7 +154,7 @@ fn round(
         if !x.is_nan() {
             let key = order_key(x);
             if key >= floor && (key & hmask) == prefix {
-                let b = ((key >> shift) & (nb as u32 - 1u32)) as usize;
+                let b = ((key >> shift) & 255u32) as usize;
                 if comptime!(mass) {
                     let u = u32::cast_from(weight(x, temp, m) * MASS_SCALE);
                     if u > 0u32 {
@@ -189,7 +173,7 @@ fn round(
     sync_cube();
     let mut g = tid;
     while g < GROUPS {
-        let (hi, lo) = add_bins(&*st, g * group, g * group + group, 0u32, 0u32);
+        let (hi, lo) = add_bins(&*st, g * GROUP, g * GROUP + GROUP, 0u32, 0u32);
         st.words[2 * g] = hi;
         st.words[2 * g + 1] = lo;
         g += units;
@@ -215,13 +199,13 @@ fn round(
     // Bin j holds the threshold where above + S(j) reaches the target and above + S(j + 1)
     // does not (S(j) = Σ_{b ≥ j} h_b): exactly one j; j = 0 if none reaches it.
     let mut j = tid;
-    while j < nb {
-        let grp = j / group;
+    while j < BINS {
+        let grp = j / GROUP;
         let (gh, gl) = add_groups(&*st, grp + 1, GROUPS, above_hi, above_lo);
-        let (hi, lo) = add_bins(&*st, j, grp * group + group, gh, gl);
+        let (hi, lo) = add_bins(&*st, j, grp * GROUP + GROUP, gh, gl);
         let (n_hi, n_lo) = sub64(hi, lo, st.hi[j].load(), st.lo[j].load());
         let here = ge64(hi, lo, t_hi, t_lo);
-        let next = j + 1 < nb && ge64(n_hi, n_lo, t_hi, t_lo);
+        let next = j + 1 < BINS && ge64(n_hi, n_lo, t_hi, t_lo);
         if (here || j == 0) && !next {
             st.words[SEL] = j as u32;
             st.words[SEL + 1] = n_hi;
@@ -234,7 +218,7 @@ fn round(
     sync_cube();
 }
 
-/// The three rounds over candidates `⪰ floor`, from `above = 0` and the given target (masses:
+/// The four rounds over candidates `⪰ floor`, from `above = 0` and the given target (masses:
 /// computed in the first round): the threshold key.
 #[cube]
 fn select(
@@ -262,15 +246,13 @@ fn select(
     sync_cube();
     let mut prefix = 0u32;
     let mut r = 0u32;
-    while r < 3u32 {
-        // Digits (shift, bits): (21, 11), (10, 11), (0, 10); the bits above the digit fixed.
-        let bits = select_u32(r == 2u32, 10u32, 11u32);
-        let shift = select_u32(r == 0u32, 21u32, select_u32(r == 1u32, 10u32, 0u32));
+    while r < 4u32 {
+        let shift = 24u32 - 8u32 * r;
         let mut hmask = 0u32;
         if r > 0u32 {
-            hmask = 4294967295u32 << (shift + bits);
+            hmask = 4294967295u32 << (32u32 - 8u32 * r);
         }
-        round(z, zs, st, base, n, tid, units, floor, prefix, hmask, shift, bits, r == 0u32, top_p, temp, m, cache, mass);
+        round(z, zs, st, base, n, tid, units, floor, prefix, hmask, shift, r == 0u32, top_p, temp, m, cache, mass);
         prefix |= st.words[SEL] << shift;
         r += 1u32;
     }

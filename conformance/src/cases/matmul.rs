@@ -343,7 +343,9 @@ impl Case for TcCase {
             let yd = DeviceTensor::from_f32(client, &vec![f32::NAN; t * cols], &[t, cols])?;
             match dev? {
                 TcDevWeight::Dense(w) if self.wg.is_some() => tc_wg::linear_into(client, &xd, &w, &yd, self.glu, self.wg)?,
-                TcDevWeight::Quant(_) if self.wg.is_some() => return Err(optimized::Error::Unsupported("tc v2 multiplies dense 16-bit weights".into())),
+                TcDevWeight::Quant(_) if self.wg.is_some() => {
+                    return Err(optimized::Error::Unsupported("tc v2 multiplies dense 16-bit weights".into()))
+                }
                 TcDevWeight::Dense(w) => tc::linear_into(client, &xd, &w, &yd, self.glu, self.config, self.mode)?,
                 TcDevWeight::Quant(w) => tc::qlinear_into(client, &xd, &w, &yd, self.glu, self.config, self.mode)?,
             }
@@ -411,7 +413,16 @@ pub fn tc_cases() -> Vec<Box<dyn Case>> {
         let wg = |t, n_in, n_out, glu, cfg: WgConfig| {
             Box::new(TcCase { glu, wg: Some(cfg), ..TcCase::new(t, n_in, n_out, TcWeight::Dense(dtype), TcMode::Tensor) }) as Box<dyn Case>
         };
-        for (t, n_in, n_out) in [(1usize, 136usize, 72usize), (9, 136, 72), (17, 584, 1031), (127, 1000, 200), (300, 328, 520), (513, 264, 130), (200, 4096, 384), (33, 577, 64)] {
+        for (t, n_in, n_out) in [
+            (1usize, 136usize, 72usize),
+            (9, 136, 72),
+            (17, 584, 1031),
+            (127, 1000, 200),
+            (300, 328, 520),
+            (513, 264, 130),
+            (200, 4096, 384),
+            (33, 577, 64),
+        ] {
             v.push(wg(t, n_in, n_out, false, WgConfig::S4));
         }
         v.push(wg(300, 328, 520, false, WgConfig::S3));

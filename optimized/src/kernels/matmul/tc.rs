@@ -39,8 +39,9 @@
 //!
 //! (f16 within 3% of bf16 where both ran.) So 6–11× the kernels it replaces, 36% of cuBLAS at
 //! large M: `mma.sync` from cubecl's C++ reaches ~290 TFLOP/s on Hopper here; cuBLAS's ~800
-//! comes from `wgmma` (sm_90a warpgroup MMAs reading shared memory through descriptors), which
-//! cubecl 0.11.3 does not expose — the next version of this kernel. cubek-matmul 0.3.1 (the
+//! comes from `wgmma` (sm_90a warpgroup MMAs reading shared memory through descriptors): tc v2
+//! (`tc_wg.rs`, through inline PTX) takes the dense GEMMs of more than 64 rows there (281–327
+//! TFLOP/s at these shapes, session 21). cubek-matmul 0.3.1 (the
 //! `lab` feature, `src/lab/cubek.rs`) measured 29–234 TFLOP/s on the same shapes, below tc v1
 //! at every one. Versions: tc v1 (this file, `tc_kernel.rs`, `tc_quant.rs`).
 

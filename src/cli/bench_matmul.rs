@@ -119,6 +119,32 @@ fn gate(b: Backend) -> Result<String> {
     })
 }
 
+/// One tile's line of the `--shapes` sweep: `call(splits)` timed with K split 1, 2, 3, 4, 6 and
+/// 8 ways (TFLOP/s, or why it did not run); `best` keeps the fastest (TFLOP/s, `name(splits)`).
+fn split_sweep(
+    client: &Client,
+    flop: f64,
+    reps: usize,
+    best: &mut (f64, String),
+    name: impl Fn(usize) -> String,
+    mut call: impl FnMut(usize) -> std::result::Result<(), optimized::Error>,
+) -> String {
+    let mut line = String::new();
+    for splits in [1, 2, 3, 4, 6, 8] {
+        match seconds_per_call(client, 2, reps, || call(splits)) {
+            Ok(t) => {
+                let r = flop / t / 1e12;
+                if r > best.0 {
+                    *best = (r, name(splits));
+                }
+                line += &format!(" k{splits} {r:.1}");
+            }
+            Err(e) => line += &format!(" k{splits} ({e})"),
+        }
+    }
+    line
+}
+
 /// `--kernel matmul --shapes M×N×K,…`: bf16 GEMMs at the given shapes, tc v1's default tile
 /// (`TcConfig::pick`) and every production preset with K split 1, 2, 3, 4, 6 and 8 ways.
 pub fn run_shapes(backend: Option<Backend>, reps: usize, shapes: &[(usize, usize, usize)]) -> Result<()> {
@@ -140,20 +166,14 @@ pub fn run_shapes(backend: Option<Backend>, reps: usize, shapes: &[(usize, usize
         println!("{m}×{n}×{kk} bf16: default {}: {}", pick.name(), main.split(" (").next().unwrap_or(""));
         let mut best = (0f64, String::new());
         for cfg in TcConfig::PICKED_DENSE {
-            let mut line = String::new();
-            for splits in [1, 2, 3, 4, 6, 8] {
-                let c = cfg.with_splits(splits);
-                match seconds_per_call(&client, 2, reps, || tc_call(&client, &x, &w, &y, Some(c))) {
-                    Ok(t) => {
-                        let r = flop / t / 1e12;
-                        if r > best.0 {
-                            best = (r, c.name());
-                        }
-                        line += &format!(" k{splits} {r:.1}");
-                    }
-                    Err(e) => line += &format!(" k{splits} ({e})"),
-                }
-            }
+            let line = split_sweep(
+                &client,
+                flop,
+                reps,
+                &mut best,
+                |s| cfg.with_splits(s).name(),
+                |s| tc_call(&client, &x, &w, &y, Some(cfg.with_splits(s))),
+            );
             println!("    {}:{line}", cfg.name());
         }
         // tc v2 (`wgmma`, sm_90a): its default, then both depths × splits.
@@ -164,20 +184,14 @@ pub fn run_shapes(backend: Option<Backend>, reps: usize, shapes: &[(usize, usize
             let main = rate(&client, flop, f64::INFINITY, reps, || tc_wg::linear_into(&client, &x, wd, &y, false, None))?;
             println!("    tc v2 default {}: {}", pick.name(), main.split(" (").next().unwrap_or(""));
             for cfg in [WgConfig::S3, WgConfig::S4, WgConfig::M2S3, WgConfig::M2S4] {
-                let mut line = String::new();
-                for splits in [1, 2, 3, 4, 6, 8] {
-                    let c = cfg.with_splits(splits);
-                    match seconds_per_call(&client, 2, reps, || tc_wg::linear_into(&client, &x, wd, &y, false, Some(c))) {
-                        Ok(t) => {
-                            let r = flop / t / 1e12;
-                            if r > best.0 {
-                                best = (r, c.name());
-                            }
-                            line += &format!(" k{splits} {r:.1}");
-                        }
-                        Err(e) => line += &format!(" k{splits} ({e})"),
-                    }
-                }
+                let line = split_sweep(
+                    &client,
+                    flop,
+                    reps,
+                    &mut best,
+                    |s| cfg.with_splits(s).name(),
+                    |s| tc_wg::linear_into(&client, &x, wd, &y, false, Some(cfg.with_splits(s))),
+                );
                 println!("    {}:{line}", cfg.name());
             }
         }

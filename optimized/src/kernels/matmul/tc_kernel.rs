@@ -353,22 +353,29 @@ pub(crate) fn epilogue(
             for h in 0..2usize {
                 let row = m0 + 16 * i + g + 8 * h;
                 let v = acc[(i * tn + j) * 2 + h];
-                let v0 = v.extract(0usize) * s0;
-                let v1 = v.extract(1usize) * s1;
-                if row < m {
-                    if glu {
-                        if col + 1 < n {
-                            y[row * (n / 2) + col / 2] = silu_mul(v0, v1);
-                        }
-                    } else {
-                        if col < n {
-                            y[yoff + row * n + col] = v0;
-                        }
-                        if col + 1 < n {
-                            y[yoff + row * n + col + 1] = v1;
-                        }
-                    }
-                }
+                store_pair(y, row, col, m, n, yoff, v.extract(0usize) * s0, v.extract(1usize) * s1, glu);
+            }
+        }
+    }
+}
+
+/// Columns `col` and `col + 1` of output row `row` (nothing past m or n): y `[m, n]` at `yoff`
+/// (a split-K part's slice), or with `glu` `silu(v0) · v1` into y `[m, n / 2]` (col even).
+/// Both tc versions' epilogues.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn store_pair(y: &mut [f32], row: usize, col: usize, m: usize, n: usize, yoff: usize, v0: f32, v1: f32, #[comptime] glu: bool) {
+    if row < m {
+        if glu {
+            if col + 1 < n {
+                y[row * (n / 2) + col / 2] = silu_mul(v0, v1);
+            }
+        } else {
+            if col < n {
+                y[yoff + row * n + col] = v0;
+            }
+            if col + 1 < n {
+                y[yoff + row * n + col + 1] = v1;
             }
         }
     }

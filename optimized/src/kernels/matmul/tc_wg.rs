@@ -27,9 +27,8 @@
 use cubecl::features::Tma;
 use cubecl::prelude::*;
 
-use super::super::swiglu::silu_mul;
 use super::tc::{convert, grid, reduce, rows_of, sms, target, u32_of};
-use super::tc_kernel::{commit, copy16, wait_pending, zero8, BK};
+use super::tc_kernel::{commit, copy16, store_pair, wait_pending, zero8, BK};
 use crate::{Client, DeviceTensor, Dtype, Error};
 
 /// Rows of an output tile per m-block: two warpgroups of 64.
@@ -113,8 +112,11 @@ impl WgConfig {
 /// block clusters, without sm_100's TMA im2col-wide), f16 or bf16.
 pub fn require(client: &Client, e: Dtype) -> Result<(), Error> {
     let props = client.properties();
-    if e == Dtype::F32 || !e.supported(client) {
-        return Err(Error::Unsupported(format!("tc v2 (wgmma) multiplies f16 / bf16, not {} here", e.name())));
+    if e == Dtype::F32 {
+        return Err(Error::Unsupported("tc v2 (wgmma) multiplies f16 / bf16: f32 weights stay on the CUDA-core kernel (tiled v2)".into()));
+    }
+    if !e.supported(client) {
+        return Err(Error::Unsupported(format!("tc v2: no {} arithmetic on {}", e.name(), props.identity.name)));
     }
     let sm90 = client.name() == "cuda" && props.features.cube_cluster && !props.features.tma.contains(Tma::Im2colWide);
     if !sm90 {
@@ -305,22 +307,7 @@ fn wg_epilogue(acc: &Acc, y: &mut [f32], m: usize, n: usize, row0: usize, n0: us
         #[unroll]
         for h in 0..2usize {
             let row = row0 + 16 * warp + g + 8 * h;
-            let v0 = acc.extract(4 * j + 2 * h);
-            let v1 = acc.extract(4 * j + 2 * h + 1);
-            if row < m {
-                if glu {
-                    if col + 1 < n {
-                        y[row * (n / 2) + col / 2] = silu_mul(v0, v1);
-                    }
-                } else {
-                    if col < n {
-                        y[yoff + row * n + col] = v0;
-                    }
-                    if col + 1 < n {
-                        y[yoff + row * n + col + 1] = v1;
-                    }
-                }
-            }
+            store_pair(y, row, col, m, n, yoff, acc.extract(4 * j + 2 * h), acc.extract(4 * j + 2 * h + 1), glu);
         }
     }
 }

@@ -3,10 +3,13 @@
 //! batched runner (one step, one greedy draw: TTFT) and `--decode-tokens` one-token greedy
 //! steps (decode tokens/s); medians printed, one line per length — under `--kernels`, or under
 //! each `--sweep` entry in turn on the same loaded model (its decode graphs recorded again).
+//! On a GPU the whole conformance suite runs first (the same gate as every bench); rows go to
+//! `--json-out`.
 
 use std::time::Instant;
 
 use reference::sampling::SamplingParams;
+use serde_json::json;
 
 use super::super::bench::BenchArgs;
 use super::super::{CliError, Result};
@@ -25,6 +28,11 @@ pub fn run(a: &BenchArgs) -> Result<()> {
         .collect::<Result<_>>()?;
     let decode = a.decode_tokens.unwrap_or(64);
     let reps = a.reps.max(1);
+    let backend = super::super::source::resolve(a.model.device);
+    let gate = match backend {
+        Some(b) => super::super::bench::conformance_gate(b)?,
+        None => "cpu reference: ground truth, no gate".to_string(),
+    };
     let mut opened = a.model.open()?;
     let longest = lens.iter().max().copied().unwrap_or(1) + decode + 1;
     if longest > opened.config.max_ctx {
@@ -34,7 +42,16 @@ pub fn run(a: &BenchArgs) -> Result<()> {
     let (vocab, name) = (runner.info().vocab as u32, runner.name());
     let blocks = blocks_for(longest);
     let greedy = SamplingParams::default();
-    println!("{} on {name}: prefill, then {decode} one-token greedy steps; medians of {reps}", opened.label);
+    println!("{} on {name}: prefill, then {decode} one-token greedy steps; medians of {reps} — {gate}", opened.label);
+    let info = super::super::results::RunInfo {
+        bench: "single",
+        device: name.clone(),
+        model: opened.label.clone(),
+        format: name.clone(),
+        gate,
+        hardware: super::super::results::hardware(backend),
+    };
+    let mut rows = vec![];
     let base = a.model.kernel_config()?;
     let sweep: Vec<optimized::KernelConfig> = match &a.sweep {
         Some(s) => {
@@ -65,6 +82,16 @@ pub fn run(a: &BenchArgs) -> Result<()> {
                     tps.push(decode as f64 / t1.elapsed().as_secs_f64().max(1e-9));
                 }
                 let t = median(ttft);
+                let k = cfg.name();
+                rows.push(info.row(json!({"kernels": k, "prompt": len}), "prefill_tokens_per_s", len as f64 / t.max(1e-9), "tokens/s", None, None));
+                rows.push(info.row(
+                    json!({"kernels": k, "prompt": len, "decode": decode}),
+                    "decode_tokens_per_s",
+                    median(tps.clone()),
+                    "tokens/s",
+                    None,
+                    None,
+                ));
                 println!(
                     "prompt {len:>6}: TTFT {:>9.1} ms ({:>9.1} tokens/s prefill); decode {:>8.1} tokens/s",
                     t * 1e3,
@@ -74,6 +101,9 @@ pub fn run(a: &BenchArgs) -> Result<()> {
             }
             Ok(())
         })?;
+    }
+    if let Some(p) = &a.json_out {
+        super::super::results::append(p, &rows)?;
     }
     Ok(())
 }

@@ -82,21 +82,15 @@ pub fn run(a: &BenchArgs) -> Result<()> {
                     tps.push(decode as f64 / t1.elapsed().as_secs_f64().max(1e-9));
                 }
                 let t = median(ttft);
+                let tps = median(tps);
                 let k = cfg.name();
                 rows.push(info.row(json!({"kernels": k, "prompt": len}), "prefill_tokens_per_s", len as f64 / t.max(1e-9), "tokens/s", None, None));
-                rows.push(info.row(
-                    json!({"kernels": k, "prompt": len, "decode": decode}),
-                    "decode_tokens_per_s",
-                    median(tps.clone()),
-                    "tokens/s",
-                    None,
-                    None,
-                ));
+                rows.push(info.row(json!({"kernels": k, "prompt": len, "decode": decode}), "decode_tokens_per_s", tps, "tokens/s", None, None));
                 println!(
                     "prompt {len:>6}: TTFT {:>9.1} ms ({:>9.1} tokens/s prefill); decode {:>8.1} tokens/s",
                     t * 1e3,
                     len as f64 / t.max(1e-9),
-                    median(tps)
+                    tps
                 );
             }
             Ok(())

@@ -182,14 +182,7 @@ impl TcConfig {
             _ if tiles(Self::T256X128P) >= sms => Self::T256X128P,
             _ => Self::T128X128,
         };
-        let t = tiles(cfg);
-        let mut splits = 1;
-        if 2 * t < sms {
-            while splits < 8 && t * (splits + 1) <= sms && nkb >= 8 * (splits + 1) {
-                splits += 1;
-            }
-        }
-        cfg.with_splits(splits)
+        cfg.with_splits(one_cube_splits(tiles(cfg), nkb, sms))
     }
 
     /// Shared memory of a launch (`quant`: the B tile double-buffered, not `stages` deep).
@@ -216,6 +209,31 @@ impl TcConfig {
         }
         Ok(())
     }
+}
+
+/// Split-K for `tiles` output tiles over `nkb` k-blocks on `sms` multiprocessors, at most one
+/// cube per SM: none unless the tiles leave over half the SMs idle, then the most slices (≤ 8)
+/// that keep ≤ one cube per SM and ≥ 8 k-blocks a slice (tc v1's quantized tiles, tc v2).
+pub(super) fn one_cube_splits(tiles: usize, nkb: usize, sms: usize) -> usize {
+    let mut splits = 1;
+    if 2 * tiles < sms {
+        while splits < 8 && tiles * (splits + 1) <= sms && nkb >= 8 * (splits + 1) {
+            splits += 1;
+        }
+    }
+    splits
+}
+
+/// x `[.., K]` f32, W `[N, K]` and y `[.., N]` f32 (with `glu` `[.., N / 2]`, N even) of a
+/// dense tensor-core GEMM named `op`: (T, N, K).
+pub(super) fn dense_dims(op: &str, x: &DeviceTensor, w: &DeviceTensor, y: &DeviceTensor, glu: bool) -> Result<(usize, usize, usize), Error> {
+    let [n, k] = w.shape[..] else {
+        return Err(Error::Shape(format!("{op} linear: w shape {:?}, expected [out, in]", w.shape)));
+    };
+    if glu && n % 2 != 0 {
+        return Err(Error::Shape(format!("{op} linear_glu: w {:?} must have an even number of (gate, up) rows", w.shape)));
+    }
+    Ok((rows_of(&format!("{op} linear"), x, k, y, if glu { n / 2 } else { n })?, n, k))
 }
 
 /// Tensor cores, or the test mode that emulates them.
@@ -439,13 +457,7 @@ pub fn linear_into(
     cfg: Option<TcConfig>,
     mode: TcMode,
 ) -> Result<(), Error> {
-    let [n, k] = w.shape[..] else {
-        return Err(Error::Shape(format!("tc linear: w shape {:?}, expected [out, in]", w.shape)));
-    };
-    if glu && n % 2 != 0 {
-        return Err(Error::Shape(format!("tc linear_glu: w {:?} must have an even number of (gate, up) rows", w.shape)));
-    }
-    let t = rows_of("tc linear", x, k, y, if glu { n / 2 } else { n })?;
+    let (t, n, k) = dense_dims("tc", x, w, y, glu)?;
     // tc v2 (`wgmma`) where the configuration asks for it, the device has it and M > 64 (its
     // tiles are 128 rows: at 8 / 32 rows tc v1's 32- and 64-row tiles win — TinyLlama batched
     // decode 4,492 vs 3,745 and 14,480 vs 12,635 tokens/s, H200, session 21); an explicit tile

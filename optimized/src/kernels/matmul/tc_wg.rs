@@ -27,7 +27,7 @@
 use cubecl::features::Tma;
 use cubecl::prelude::*;
 
-use super::tc::{convert, grid, reduce, rows_of, sms, target, u32_of};
+use super::tc::{convert, dense_dims, grid, one_cube_splits, reduce, sms, target, u32_of};
 use super::tc_kernel::{commit, copy16, store_pair, wait_pending, zero8, BK};
 use crate::{Client, DeviceTensor, Dtype, Error};
 
@@ -96,15 +96,7 @@ impl WgConfig {
         let sms = sms.max(1);
         let tiles = |c: Self| m.div_ceil(c.bm()) * n.div_ceil(WG_BN);
         let base = if m > 256 && (tiles(Self::M2S4) >= 2 * sms || k >= 8192) { Self::M2S4 } else { Self::S4 };
-        let t = tiles(base);
-        let nkb = k.div_ceil(BK);
-        let mut splits = 1;
-        if 2 * t < sms {
-            while splits < 8 && t * (splits + 1) <= sms && nkb >= 8 * (splits + 1) {
-                splits += 1;
-            }
-        }
-        base.with_splits(splits)
+        base.with_splits(one_cube_splits(tiles(base), k.div_ceil(BK), sms))
     }
 }
 
@@ -129,13 +121,7 @@ pub fn require(client: &Client, e: Dtype) -> Result<(), Error> {
 /// = 0, y `[.., N]` f32, or with `glu` `[.., N / 2]` of `silu(x·W_{2j}) · x·W_{2j+1}`). `cfg`:
 /// `None` for [`WgConfig::pick`].
 pub fn linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &DeviceTensor, glu: bool, cfg: Option<WgConfig>) -> Result<(), Error> {
-    let [n, k] = w.shape[..] else {
-        return Err(Error::Shape(format!("tc v2 linear: w shape {:?}, expected [out, in]", w.shape)));
-    };
-    if glu && n % 2 != 0 {
-        return Err(Error::Shape(format!("tc v2 linear_glu: w {:?} must have an even number of (gate, up) rows", w.shape)));
-    }
-    let t = rows_of("tc v2 linear", x, k, y, if glu { n / 2 } else { n })?;
+    let (t, n, k) = dense_dims("tc v2", x, w, y, glu)?;
     require(client, w.dtype)?;
     if k % 8 != 0 {
         return Err(Error::Unsupported(format!("tc v2 copies W rows in 16-byte chunks: in = {k} (w {:?}) is not a multiple of 8", w.shape)));

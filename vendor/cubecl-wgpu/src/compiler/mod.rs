@@ -1,0 +1,2 @@
+pub mod base;
+pub mod wgsl;

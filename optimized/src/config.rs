@@ -12,6 +12,8 @@
 //! - `attention=flash|naive` — paged cache + flash attention, or the v1 contiguous cache +
 //!   naive attention;
 //! - `graphs=on|off` — decode steps replayed as captured graphs;
+//! - `ahead=on|off` — a replayed greedy step launches the next one (its token fed on the device)
+//!   before reading its own token back (`graph::step`);
 //! - `norms=fused|kernels` — decode RMSNorms fused into the gemvs, or the add + norm kernels;
 //! - `pdl=on|off|top` — programmatic dependent launch (`kernels::pdl`);
 //! - `qgemv=v1|v2|v4` — the quantized decode gemv's weight order: rows (v1), tiles (v2, with
@@ -81,6 +83,8 @@ pub enum Int8Decoding {
 pub struct KernelConfig {
     pub attention: AttentionImpl,
     pub graphs: bool,
+    /// Greedy graph steps run one step ahead (`graph::step`).
+    pub ahead: bool,
     pub fused_norms: bool,
     pub pdl: PdlMode,
     pub qgemv: QgemvOrder,
@@ -125,6 +129,7 @@ impl Default for KernelConfig {
         KernelConfig {
             attention: AttentionImpl::Flash,
             graphs: true,
+            ahead: true,
             fused_norms: true,
             pdl: PdlMode::Early,
             qgemv: QgemvOrder::V2,
@@ -216,7 +221,7 @@ impl KernelConfig {
     fn parse_any(spec: &str) -> Result<Self, Error> {
         let mut k = KernelConfig::default();
         let bad = |part: &str, why: &str| {
-            Error::Config(format!("kernel config `{spec}`: `{part}` {why} (keys: attention, graphs, norms, pdl, qgemv, prefetch, int8-decode, gps, rpg, small, mma, argmax, draw, moe-gemv, moe-route, gemv-rows, qgemv-rows, prefill, gemm; see optimized::config)"))
+            Error::Config(format!("kernel config `{spec}`: `{part}` {why} (keys: attention, graphs, ahead, norms, pdl, qgemv, prefetch, int8-decode, gps, rpg, small, mma, argmax, draw, moe-gemv, moe-route, gemv-rows, qgemv-rows, prefill, gemm; see optimized::config)"))
         };
         let mut launch = vec![];
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -231,6 +236,7 @@ impl KernelConfig {
             match key {
                 "attention" => k.attention = val.parse().map_err(|_| no())?,
                 "graphs" => k.graphs = onoff(val).ok_or_else(no)?,
+                "ahead" => k.ahead = onoff(val).ok_or_else(no)?,
                 "norms" => {
                     k.fused_norms = match val {
                         "fused" => true,
@@ -321,6 +327,9 @@ impl KernelConfig {
         if self.graphs != d.graphs {
             parts.push(format!("graphs={}", if self.graphs { "on" } else { "off" }));
         }
+        if self.ahead != d.ahead {
+            parts.push(format!("ahead={}", if self.ahead { "on" } else { "off" }));
+        }
         if self.fused_norms != d.fused_norms {
             parts.push(format!("norms={}", if self.fused_norms { "fused" } else { "kernels" }));
         }
@@ -380,6 +389,7 @@ impl KernelConfig {
         KernelConfig {
             attention: AttentionImpl::Naive,
             graphs: false,
+            ahead: false,
             fused_norms: false,
             pdl: PdlMode::Off,
             qgemv: QgemvOrder::V1,
@@ -461,6 +471,7 @@ mod tests {
             "gemv-rows=8",
             "qgemv-rows=8,gemv-rows=1",
             "gemv-rows=4,graphs=off",
+            "ahead=off",
         ] {
             let k = KernelConfig::parse_any(s).unwrap_or_else(|e| panic!("{s}: {e}"));
             assert_eq!(KernelConfig::parse_any(&k.name()).ok(), Some(k), "{s} → {}", k.name());
@@ -497,6 +508,7 @@ mod tests {
         for (s, part) in [
             ("pdl=maybe", "pdl=maybe"),
             ("graphs", "graphs"),
+            ("ahead=2", "ahead=2"),
             ("qgemv=v9", "qgemv=v9"),
             ("warp=2", "warp=2"),
             ("prefetch=async99", "prefetch=async99"),

@@ -35,13 +35,21 @@ use crate::{DeviceTensor, Error};
 pub(crate) struct DecodeGraph {
     /// Dropped first (declaration order): the graph pins the pages of the buffers below.
     graph: Graph,
-    /// `[1]` u32: the token this step runs.
+    /// `[1]` u32: the token this step runs, overwritten by the argmax of its logits — so the
+    /// next replay, unless the host writes another id, runs the greedy token on its own.
     ids: DeviceTensor,
-    /// `[1]` u32: the argmax of its logits.
-    next: DeviceTensor,
     /// `[1, V]`: the logits the recording writes (for sampling).
     logits: DeviceTensor,
 }
+
+/// A greedy step replayed ahead of its call ([`step`] with `ahead`): the position it runs at
+/// and the token it runs (the previous step's greedy token, fed on the device).
+pub(crate) struct Ahead {
+    pos: usize,
+    input: u32,
+}
+
+type Read = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<cubecl::bytes::Bytes>, cubecl::server::ServerError>> + Send>>;
 
 /// What a graphed step hands back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,46 +68,136 @@ pub enum Output {
 
 /// One step of token `id` through a graph: `Ok(None)` when graphs are off or refused on this
 /// model (the caller runs the step eagerly).
+///
+/// With `ahead` (`KernelConfig::ahead`), a greedy step launches the next step before it waits
+/// for its own token: that replay runs at the next position on the token the argmax left in
+/// `ids` (queued behind this step's read-back). A call that then asks for exactly that step
+/// (the next position, the token just returned) finds it launched and only reads its token —
+/// the host's turn-around (read-back, returning the token, the next call) overlaps the device's
+/// work instead of idling it. A call that asks for anything else runs its own step at that
+/// position: the step ahead wrote the same cache slot, which the new step rewrites.
 pub fn step(model: &mut GpuModel, id: u32, want: Want) -> Result<Option<Output>, Error> {
     if !model.kernels.graphs || model.graph_refused.is_some() || model.attention != crate::model::AttentionImpl::Flash {
+        model.ahead = None;
         return Ok(None);
     }
     let v = model.config.vocab;
     if id as usize >= v {
         return Err(Error::Shape(format!("embedding: token id {id} is outside the vocabulary (V = {v})")));
     }
-    // Device tables (new ones drop the graph), then this step's block and length.
-    model.graph_tables()?;
-    model.reserve(1)?;
-    model.graph_tables()?;
     let c = model.client.clone();
-    let (next, logits) = if let Some(g) = &model.graph {
-        g.ids.write_u32(&c, &[id])?;
-        // SAFETY: every buffer the graph recorded is owned by the model (weights, KV pools,
-        // tables, rope table) or by `g`, and lives as long as the graph; temporaries of the
-        // recording sit on pages cubecl guards for the graph's life. All writes and reads go
-        // through this one client, so they are ordered with the replay on its stream.
-        unsafe { g.graph.replay() }?;
-        (g.next.clone(), g.logits.clone())
-    } else {
-        match capture(model, id) {
-            Ok(out) => out,
-            Err(Refusal::Backend(reason)) => {
-                // Nothing ran: the caller runs this step eagerly (its reserve is idempotent).
-                model.graph_refused = Some(reason);
-                return Ok(None);
+    let launched = model.ahead.take().is_some_and(|a| want == Want::Greedy && a.pos == model.pos && a.input == id && model.graph.is_some());
+    let (next, logits) = match &model.graph {
+        Some(g) if launched => (g.ids.clone(), g.logits.clone()),
+        _ => {
+            // Device tables (new ones drop the graph), then this step's block and length.
+            model.graph_tables()?;
+            model.reserve(1)?;
+            model.graph_tables()?;
+            if let Some(g) = &model.graph {
+                g.ids.write_u32(&c, &[id])?;
+                // SAFETY: every buffer the graph recorded is owned by the model (weights, KV
+                // pools, tables, rope table) or by `g`, and lives as long as the graph;
+                // temporaries of the recording sit on pages cubecl guards for the graph's life.
+                // All writes and reads go through this one client, so they are ordered with
+                // the replay on its stream.
+                unsafe { g.graph.replay() }?;
+                (g.ids.clone(), g.logits.clone())
+            } else {
+                match capture(model, id) {
+                    Ok(out) => out,
+                    Err(Refusal::Backend(reason)) => {
+                        // Nothing ran: the caller runs this step eagerly (its reserve is
+                        // idempotent).
+                        model.graph_refused = Some(reason);
+                        return Ok(None);
+                    }
+                    Err(Refusal::Error(e)) => return Err(e),
+                }
             }
-            Err(Refusal::Error(e)) => return Err(e),
         }
     };
     model.pos += 1;
-    match want {
-        Want::Greedy => {
-            let tok = next.to_u32(&c)?;
-            tok.first().map(|&t| Some(Output::Token(t))).ok_or_else(|| Error::Shape("argmax returned no id".into()))
-        }
-        Want::Logits => Ok(Some(Output::Logits(logits.to_f32(&c)?))),
+    if want == Want::Logits {
+        return Ok(Some(Output::Logits(logits.to_f32(&c)?)));
     }
+    // The token's read-back, queued before a step ahead can overwrite it.
+    let read = queue_read(&c, next.handle.clone());
+    let ahead = model.kernels.ahead && launch_ahead(model)?;
+    let bytes = cubecl::future::block_on(read)?;
+    let tok = bytes.first().and_then(|b| b.get(..4)).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+    // The bytes hold the staging buffer mapped: given back before anything else is submitted.
+    drop(bytes);
+    let tok = tok.ok_or_else(|| Error::Shape("argmax returned no id".into()))?;
+    if ahead {
+        model.ahead = Some(Ahead { pos: model.pos, input: tok });
+    }
+    Ok(Some(Output::Token(tok)))
+}
+
+/// Queues the read-back of `h` on the client's stream now, behind everything launched so far,
+/// and returns its completion. (`Client::read_async` submits the copy when called, but its
+/// future borrows the client: the call is made by the first poll of an owned future, here.)
+fn queue_read(client: &crate::Client, h: cubecl::server::Handle) -> Read {
+    let c = client.clone();
+    let mut fut: Read = Box::pin(async move { c.read_async(vec![h]).await });
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match fut.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(r) => Box::pin(std::future::ready(r)),
+        std::task::Poll::Pending => fut,
+    }
+}
+
+/// Replays the recorded step at `model.pos` on the token the previous replay left in `ids`
+/// and submits it (the step ahead of [`step`]); `false`, launching nothing, where that step
+/// needs new tables (a new capture) or would pass the cache's capacity.
+fn launch_ahead(model: &mut GpuModel) -> Result<bool, Error> {
+    if model.pos + 1 > model.capacity || model.graph.is_none() {
+        return Ok(false);
+    }
+    model.graph_tables()?;
+    model.reserve(1)?;
+    model.graph_tables()?;
+    let Some(g) = &model.graph else { return Ok(false) };
+    // SAFETY: as in `step`.
+    unsafe { g.graph.replay() }?;
+    // Submitted now (on wgpu the tail of the replay would otherwise wait in the encoder). No
+    // read-back is queued here: cubecl-wgpu's small reads share one staging page, which must
+    // not be in a submission while the previous read holds it mapped.
+    model.client.flush()?;
+    Ok(true)
+}
+
+/// Where a replayed decode step's time goes (`tandem bench`'s audit line): the recorded step
+/// replayed at the current position (each replay rewrites the same cache slot; the next real
+/// step overwrites it again). Returns seconds per replay on the host alone — encode and submit,
+/// the least of `n` replays each started on an idle device (on CUDA one graph launch, on wgpu
+/// the re-encoded dispatches; back to back, wgpu's submission throttle would fold device time
+/// in) — and per replay of `n` back to back with one sync at the end (no token read back
+/// between steps). `None` before a graph exists.
+pub fn replay_cost(model: &mut GpuModel, n: usize) -> Result<Option<(f64, f64)>, Error> {
+    // The replays below rewrite the slot a step ahead wrote, with other tokens.
+    model.ahead = None;
+    let Some(g) = &model.graph else { return Ok(None) };
+    let c = &model.client;
+    let n = n.max(1);
+    let sync = || cubecl::future::block_on(c.sync()).map_err(Error::from);
+    // SAFETY (both replays): as in `step`: every buffer the graph recorded lives as long as
+    // the graph.
+    let mut host = f64::INFINITY;
+    for _ in 0..n {
+        sync()?;
+        let t = std::time::Instant::now();
+        unsafe { g.graph.replay() }?;
+        host = host.min(t.elapsed().as_secs_f64());
+    }
+    sync()?;
+    let t = std::time::Instant::now();
+    for _ in 0..n {
+        unsafe { g.graph.replay() }?;
+    }
+    sync()?;
+    Ok(Some((host, t.elapsed().as_secs_f64() / n as f64)))
 }
 
 enum Refusal {
@@ -117,8 +215,9 @@ impl From<Error> for Refusal {
 /// Warm-up step (real), then the same step recorded; returns the warm-up's argmax and logits.
 fn capture(model: &mut GpuModel, id: u32) -> Result<(DeviceTensor, DeviceTensor), Refusal> {
     let c = model.client.clone();
+    // The argmax overwrites the token it ran: one buffer (see `DecodeGraph::ids`).
     let ids = DeviceTensor::from_u32(&c, &[id], &[1])?;
-    let next = DeviceTensor::from_u32(&c, &[0], &[1])?;
+    let next = ids.clone();
     let run = |m: &GpuModel| -> Result<DeviceTensor, Error> {
         let logits = m.body(Ids::Device(&ids), 1, None, crate::model::Rows::All)?;
         argmax::argmax_into(&m.client, &logits, &next)?;
@@ -145,7 +244,7 @@ fn capture(model: &mut GpuModel, id: u32) -> Result<(DeviceTensor, DeviceTensor)
     let graph = c.stop_capture();
     match (recorded, graph) {
         (Ok(logits), Ok(graph)) => {
-            model.graph = Some(DecodeGraph { graph, ids, next: next.clone(), logits });
+            model.graph = Some(DecodeGraph { graph, ids, logits });
             Ok((next, warm))
         }
         (Err(e), _) => {

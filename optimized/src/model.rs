@@ -133,6 +133,8 @@ pub struct GpuModel {
     /// (`matmul::Fuse`), else the add + RMSNorm kernels between them.
     pub kernels: crate::config::KernelConfig,
     pub(crate) graph: Option<DecodeGraph>,
+    /// The greedy step replayed ahead of its call, if one is in flight (`graph::step`).
+    pub(crate) ahead: Option<crate::graph::Ahead>,
     /// Why graphs are not used, once a capture was refused (then steps run eagerly).
     pub graph_refused: Option<String>,
     /// Where [`GpuModel::load_observed`]'s time went.
@@ -198,6 +200,7 @@ impl GpuModel {
         }
         self.kernels = k;
         self.graph = None;
+        self.ahead = None;
         Ok(())
     }
 
@@ -396,6 +399,7 @@ impl GpuModel {
 
     pub fn reset(&mut self) {
         self.pos = 0;
+        self.ahead = None;
         // The graph stays valid: it reads lengths and tables from buffers rewritten in place.
         if let KvStore::Paged { cache, seq, .. } = &mut self.kv {
             // Truncating an unshared sequence to 0 cannot fail; if it ever did, start afresh.
@@ -455,6 +459,10 @@ impl Engine for GpuEngine {
     }
     fn status(&self) -> Option<String> {
         Some(self.0.status())
+    }
+    fn replay_cost(&mut self, n: usize) -> Option<(f64, f64)> {
+        let kernels = self.0.kernels;
+        crate::config::scoped(&kernels, || crate::graph::replay_cost(&mut self.0, n)).ok().flatten()
     }
 }
 

@@ -37,6 +37,12 @@ pub trait Engine {
     fn weight_bytes(&self) -> Option<usize> {
         None
     }
+    /// Seconds per replay of the engine's recorded decode step, `n` times: (host encode and
+    /// submit, back to back with no read-back between), for the bench's audit line; `None`
+    /// where the engine replays nothing.
+    fn replay_cost(&mut self, _n: usize) -> Option<(f64, f64)> {
+        None
+    }
     /// Run `ids` and return the greedy next token. Backends override this to pick the token
     /// on the device and skip copying the logits back.
     fn step_greedy(&mut self, ids: &[u32]) -> Result<u32> {

@@ -38,7 +38,7 @@ pub struct BenchArgs {
     /// GPU decode with each of these kernel configurations (`;`-separated specs of
     /// `optimized::config`, e.g. `default;pdl=off;pdl=top;gps=32,small=3@32`), measured on the
     /// same loaded model (each records its own graph). Only choices that need no reload may
-    /// differ from the model's (`--kernels`): graphs, norms, pdl, gps / rpg / small, argmax.
+    /// differ from the model's (`--kernels`): graphs, ahead, norms, pdl, gps / rpg / small, argmax.
     #[arg(long)]
     pub sweep: Option<String>,
     /// Benchmark one kernel family instead of the whole model, at the model's shapes:
@@ -462,6 +462,16 @@ pub fn run(a: BenchArgs) -> Result<()> {
         ));
         if let Some(st) = engine.status() {
             println!("  decode: {st}");
+        }
+        if k.graphs {
+            if let Some((host, b2b)) = engine.replay_cost(decode_tokens) {
+                println!(
+                    "  replayed step: host {:.1} µs to encode + submit; back to back (no token read back) {:.3} ms/step; read-back and host turn-around {:.3} ms/token",
+                    host * 1e6,
+                    b2b * 1e3,
+                    (m - b2b) * 1e3
+                );
+            }
         }
     }
     if let Some(p) = &a.json_out {

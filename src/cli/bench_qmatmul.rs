@@ -6,7 +6,7 @@ use optimized::kernels::lab;
 use optimized::kernels::qmatmul::v4::MmaTune;
 use optimized::kernels::qmatmul::v5;
 use optimized::kernels::qmatmul::{Fp4Decode, GemvTune, Int8Decode, Prefetch, QLayout};
-use optimized::{Backend, Dtype};
+use optimized::Backend;
 use reference::quant::{Granularity, Scheme};
 use tandem_benches::gpu::attention::seconds_per_call;
 use tandem_benches::gpu::qmatmul::{self as fx, Format};
@@ -27,7 +27,8 @@ pub fn run(backend: Backend, gate: &str, reps: usize, shapes: Option<Vec<(usize,
     let rate = optimized::bandwidth::copy_rate(&client, 1 << 30, 10)?;
     println!("tandem bench --kernel qmatmul — {backend} — T = 1 (decode gemv), W streamed from DRAM (rotating copies ≥ 256 MiB) — {gate}");
     println!("device copy rate {:.1} GB/s (read+write)", rate / 1e9);
-    let bf16 = if Dtype::BF16.supported(&client) { Dtype::BF16 } else { Dtype::F32 };
+    // The dense row in the 16-bit type a model takes here (`source::pick_dtype`): bf16, else f16.
+    let bf16 = super::source::pick_dtype(&client, None)?;
     let int8 = Scheme::Int8(Granularity::PerChannel);
     let formats: [(String, Format, Option<QLayout>); 8] = [
         (bf16.name().to_string(), Format::Dense(bf16), None),

@@ -227,8 +227,9 @@ pub struct GraphCase {
 }
 
 impl GraphCase {
-    /// Greedy tokens of two runs (`step_greedy`), then the logits of a third run through the
-    /// sampling path (`step`, feeding back each row's argmax).
+    /// Greedy tokens of two runs (`step_greedy`) and of a third that feeds other tokens and
+    /// mixes in logit steps, then the logits of a fourth run through the sampling path
+    /// (`step`, feeding back each row's argmax).
     #[allow(clippy::type_complexity)]
     fn greedy(&self, gpu: GpuModel, cfg: &Config) -> Result<(Vec<u32>, Vec<Vec<f32>>, GpuModel), String> {
         use reference::engine::Engine;
@@ -243,6 +244,20 @@ impl GraphCase {
                 next = e.step_greedy(&[next]).map_err(|e| e.to_string())?;
                 out.push(next);
             }
+        }
+        // Steps a greedy step launched ahead did not foresee (`graph::step`): every third
+        // token fed is not the one returned, and every fifth step reads logits instead.
+        e.reset();
+        let v = cfg.vocab as u32;
+        let mut next = e.step_greedy(&prompt(6, 5)).map_err(|e| e.to_string())?;
+        for i in 0..24.min(self.decode) {
+            let fed = if i % 3 == 2 { (next + 1) % v } else { next };
+            next = if i % 5 == 4 {
+                reference::sampling::argmax(&e.step(&[fed]).map_err(|e| e.to_string())?) as u32
+            } else {
+                e.step_greedy(&[fed]).map_err(|e| e.to_string())?
+            };
+            out.push(next);
         }
         e.reset();
         let mut rows = vec![e.step(&prompt(4, 7)).map_err(|e| e.to_string())?];

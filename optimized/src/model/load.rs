@@ -289,6 +289,7 @@ impl GpuModel {
             quant,
             kernels: *kernels,
             graph: None,
+            ahead: None,
             graph_refused: None,
         })
     }

@@ -102,6 +102,24 @@ pub fn run(backend: Backend, gate: &str, reps: usize, shapes: Option<Vec<(usize,
                 }
                 println!("{:>24} audit (defaults {:?}):{audit}", "", base.mma);
             }
+            if matches!(f, Format::Dense(_)) {
+                // The dense gemv's planes per row (`matmul::tuning::SPLIT`; 0 = its own choice,
+                // which sizes the grid by the SM count where the runtime reports one).
+                use optimized::kernels::matmul::tuning::SPLIT;
+                use std::sync::atomic::Ordering::Relaxed;
+                let mut audit = String::new();
+                for split in [1u32, 2, 4, 8] {
+                    SPLIT.store(split, Relaxed);
+                    let tr = seconds_per_call(&client, 3, 50 * reps.max(1), || fx::run(&client, &mut s));
+                    SPLIT.store(0, Relaxed);
+                    audit += &format!(" split {split}: {:.1}%", 100.0 * s.w_bytes as f64 / tr? / rate);
+                }
+                println!(
+                    "{:>24} audit (planes per row; default picks by the SM count, {:?} here):{audit}",
+                    "",
+                    optimized::device_info(&client).num_sms
+                );
+            }
             if audit_on && matches!(f, Format::Quant(_)) && !name.ends_with("v1") && !name.ends_with("v4") {
                 // Audit of each launch choice against the defaults, in % of the copy rate:
                 // rows per unit group, planes per row, prefetch (none, W, W + x), fp4 / int8 decode.

@@ -171,6 +171,8 @@ impl GpuModel {
         if t == 0 {
             return Err(Error::Shape("no tokens to run".into()));
         }
+        // A greedy step launched ahead is not this step (this one rewrites its cache slot).
+        self.ahead = None;
         self.reserve(t)?;
         let kernels = self.kernels;
         let logits = crate::config::scoped(&kernels, || self.body(Ids::Host(ids), t, trace, rows))?;

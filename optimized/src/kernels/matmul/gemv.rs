@@ -150,6 +150,7 @@ pub fn gemv_v1<W: Float, N: Size>(
     #[comptime] glu: bool,
     #[comptime] pdl: bool,
     #[comptime] early: bool,
+    #[comptime] un: usize,
 ) {
     let lane = UNIT_POS_X as usize;
     let group = CUBE_DIM_X as usize;
@@ -199,6 +200,39 @@ pub fn gemv_v1<W: Float, N: Size>(
                     }
                 }
                 i += group;
+            }
+        }
+        // `un` vectors a row per pass, all loaded before any is used: more bytes in flight
+        // where a vector is narrower than 16 bytes (wgpu's 4 × f16).
+        if un > 1 {
+            let mut xu = Array::<Vector<f32, N>>::new(un * tn);
+            let mut wu = Array::<Vector<W, N>>::new(un * rpg);
+            while i + (un - 1) * group < n {
+                #[unroll]
+                for u in 0..un {
+                    let iu = i + u * group;
+                    #[unroll]
+                    for t in 0..tn {
+                        xu[u * tn + t] = x[t * n + iu];
+                    }
+                    #[unroll]
+                    for q in 0..rpg {
+                        let row = select(row0 + q < n_out, row0 + q, n_out - 1);
+                        wu[u * rpg + q] = w[row * n + iu];
+                    }
+                }
+                #[unroll]
+                for u in 0..un {
+                    #[unroll]
+                    for q in 0..rpg {
+                        let wf = Vector::<f32, N>::cast_from(wu[u * rpg + q]);
+                        #[unroll]
+                        for t in 0..tn {
+                            acc[t * rpg + q] += xu[u * tn + t].dot(wf);
+                        }
+                    }
+                }
+                i += un * group;
             }
         }
         while i < n {
@@ -571,7 +605,15 @@ pub(crate) fn launch_gemv<W: Float>(
             glu,
             pdl,
             early,
+            gemv_unroll(vec, std::mem::size_of::<W>()),
         );
     }
     Ok(())
+}
+
+/// W vectors a gemv unit loads per row before using them: enough for 16 bytes where a vector
+/// holds fewer (wgpu: at most 4 elements, 8 bytes of f16), else 1. H200 through Vulkan,
+/// session 22: see `docs/perf-journal.md`.
+pub(crate) fn gemv_unroll(vec: usize, w_size: usize) -> usize {
+    (16 / (vec * w_size).max(1)).clamp(1, 2)
 }

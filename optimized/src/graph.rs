@@ -7,8 +7,9 @@
 //! launches into a CUDA graph (`Client::graph_prepare` / `start_capture` / `stop_capture`) and
 //! replays it as one dispatch. A replay re-runs every kernel with the arguments it was recorded
 //! with, so nothing that changes between steps may be a launch argument:
-//! - the token id is read from a device buffer (`ids`), the chosen id is written to `next` and
-//!   the logits stay in the recording's own `[1, V]` buffer;
+//! - the token id is read from a device buffer (`ids`), the argmax overwrites it with the
+//!   chosen id (so a replay without a host write runs the greedy token: the step ahead, see
+//!   [`step`]) and the logits stay in the recording's own `[1, V]` buffer;
 //! - the block tables are `device_lens`: RoPE reads its position and flash decode its length
 //!   from `lens_dev`, and the decode grid is sized for the tables' width (a power of two of
 //!   blocks, ≥ 16) rather than the current length;

@@ -27,6 +27,7 @@
 //! [`BlockTables::rewrite`]: crate::kv_cache::BlockTables::rewrite
 
 use cubecl::client::Graph;
+use cubecl::CubeElement;
 
 use crate::kernels::argmax;
 use crate::model::{GpuModel, Ids};
@@ -91,10 +92,7 @@ pub fn step(model: &mut GpuModel, id: u32, want: Want) -> Result<Option<Output>,
     let (next, logits) = match &model.graph {
         Some(g) if launched => (g.ids.clone(), g.logits.clone()),
         _ => {
-            // Device tables (new ones drop the graph), then this step's block and length.
-            model.graph_tables()?;
-            model.reserve(1)?;
-            model.graph_tables()?;
+            reserve_step(model)?;
             if let Some(g) = &model.graph {
                 g.ids.write_u32(&c, &[id])?;
                 // SAFETY: every buffer the graph recorded is owned by the model (weights, KV
@@ -126,7 +124,8 @@ pub fn step(model: &mut GpuModel, id: u32, want: Want) -> Result<Option<Output>,
     let read = queue_read(&c, next.handle.clone());
     let ahead = model.kernels.ahead && launch_ahead(model)?;
     let bytes = cubecl::future::block_on(read)?;
-    let tok = bytes.first().and_then(|b| b.get(..4)).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+    // As `DeviceTensor::to_u32` reads it.
+    let tok = bytes.first().and_then(|b| u32::from_bytes(b).first().copied());
     // The bytes hold the staging buffer mapped: given back before anything else is submitted.
     drop(bytes);
     let tok = tok.ok_or_else(|| Error::Shape("argmax returned no id".into()))?;
@@ -134,6 +133,15 @@ pub fn step(model: &mut GpuModel, id: u32, want: Want) -> Result<Option<Output>,
         model.ahead = Some(Ahead { pos: model.pos, input: tok });
     }
     Ok(Some(Output::Token(tok)))
+}
+
+/// Device tables (new ones drop the graph), then the block and length of a step at
+/// `model.pos`.
+fn reserve_step(model: &mut GpuModel) -> Result<(), Error> {
+    model.graph_tables()?;
+    model.reserve(1)?;
+    model.graph_tables()?;
+    Ok(())
 }
 
 /// Queues the read-back of `h` on the client's stream now, behind everything launched so far,
@@ -156,9 +164,7 @@ fn launch_ahead(model: &mut GpuModel) -> Result<bool, Error> {
     if model.pos + 1 > model.capacity || model.graph.is_none() {
         return Ok(false);
     }
-    model.graph_tables()?;
-    model.reserve(1)?;
-    model.graph_tables()?;
+    reserve_step(model)?;
     let Some(g) = &model.graph else { return Ok(false) };
     // SAFETY: as in `step`.
     unsafe { g.graph.replay() }?;

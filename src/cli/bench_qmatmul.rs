@@ -18,7 +18,7 @@ const SHAPES: [(usize, usize); 3] = [(2048, 5632), (4096, 14336), (14336, 4096)]
 
 /// `shapes` (in, out) and `formats` (names as printed) restrict the table; restricted formats
 /// skip the launch-choice audits (e.g. to profile one kernel), except gemv v4's when "int8 v4"
-/// is among them.
+/// is among them and the dense row's planes per row (four timings) whenever it is timed.
 pub fn run(backend: Backend, gate: &str, reps: usize, shapes: Option<Vec<(usize, usize)>>, only_formats: Option<Vec<String>>) -> Result<()> {
     let audit_on = only_formats.is_none();
     let audit_v4 = only_formats.as_ref().is_none_or(|o| o.iter().any(|f| f == "int8 v4"));

@@ -27,6 +27,8 @@
 //! - `draw=radix|bisect|v1` — the batched engine's seeded draw (`kernels::seeded::Launch`);
 //! - `moe-gemv=v2|v1` — GPT-OSS's grouped MXFP4 decode gemvs (`kernels::moe::gemv`);
 //! - `moe-route=v3|v2` — GPT-OSS's fused router of a decode step (`kernels::moe::route`);
+//! - `moe-gemm=v2|v1` — GPT-OSS's grouped expert GEMMs of many tokens: on the tensor cores
+//!   where the device has them (`kernels::moe::gemm_tc`) or v1 on the CUDA cores;
 //! - `gemv-rows=N` (1..=8) — steps of at most N rows run the decode gemvs (with the fused
 //!   norms), larger ones the GEMMs (tc v1 where the device has tensor cores): the crossover
 //!   ([`GEMV_ROWS_DEFAULT`]; the naive configuration keeps the gemvs up to 8 rows);
@@ -45,7 +47,7 @@ use std::cell::Cell;
 
 use crate::kernels::attention::PrefillVersion;
 use crate::kernels::matmul::tc::TcMode;
-use crate::kernels::moe::{MoeGemv, RouteVersion};
+use crate::kernels::moe::{MoeGemm, MoeGemv, RouteVersion};
 use crate::kernels::pdl::Mode as PdlMode;
 use crate::kernels::qmatmul::knobs::Knobs;
 use crate::kernels::qmatmul::v4::MmaTune;
@@ -100,6 +102,8 @@ pub struct KernelConfig {
     pub moe_gemv: MoeGemv,
     /// The fused router of a decode step.
     pub moe_route: RouteVersion,
+    /// The grouped expert GEMMs of many tokens.
+    pub moe_gemm: MoeGemm,
     /// Steps of at most this many rows take the gemvs (≤ [`GEMV_ROWS_MAX`]).
     pub gemv_rows: usize,
     /// Steps of at most this many rows take the quantized gemvs (≤ [`GEMV_ROWS_MAX`]).
@@ -141,6 +145,7 @@ impl Default for KernelConfig {
             draw: DrawLaunch::Radix,
             moe_gemv: MoeGemv::V2,
             moe_route: RouteVersion::V3,
+            moe_gemm: MoeGemm::V2,
             gemv_rows: GEMV_ROWS_DEFAULT,
             qgemv_rows: QGEMV_ROWS_DEFAULT,
             prefill_tc: true,
@@ -221,7 +226,7 @@ impl KernelConfig {
     fn parse_any(spec: &str) -> Result<Self, Error> {
         let mut k = KernelConfig::default();
         let bad = |part: &str, why: &str| {
-            Error::Config(format!("kernel config `{spec}`: `{part}` {why} (keys: attention, graphs, ahead, norms, pdl, qgemv, prefetch, int8-decode, gps, rpg, small, mma, argmax, draw, moe-gemv, moe-route, gemv-rows, qgemv-rows, prefill, gemm; see optimized::config)"))
+            Error::Config(format!("kernel config `{spec}`: `{part}` {why} (keys: attention, graphs, ahead, norms, pdl, qgemv, prefetch, int8-decode, gps, rpg, small, mma, argmax, draw, moe-gemv, moe-route, moe-gemm, gemv-rows, qgemv-rows, prefill, gemm; see optimized::config)"))
         };
         let mut launch = vec![];
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -282,6 +287,13 @@ impl KernelConfig {
                     k.moe_gemv = match val {
                         "v1" => MoeGemv::V1,
                         "v2" => MoeGemv::V2,
+                        _ => return Err(no()),
+                    }
+                }
+                "moe-gemm" => {
+                    k.moe_gemm = match val {
+                        "v1" => MoeGemm::V1,
+                        "v2" => MoeGemm::V2,
                         _ => return Err(no()),
                     }
                 }
@@ -361,6 +373,9 @@ impl KernelConfig {
         if self.moe_gemv != d.moe_gemv {
             parts.push(format!("moe-gemv={}", if self.moe_gemv == MoeGemv::V1 { "v1" } else { "v2" }));
         }
+        if self.moe_gemm != d.moe_gemm {
+            parts.push(format!("moe-gemm={}", if self.moe_gemm == MoeGemm::V1 { "v1" } else { "v2" }));
+        }
         if self.moe_route != d.moe_route {
             parts.push(format!("moe-route={}", if self.moe_route == RouteVersion::V2 { "v2" } else { "v3" }));
         }
@@ -401,6 +416,7 @@ impl KernelConfig {
             draw: DrawLaunch::V1,
             moe_gemv: MoeGemv::V1,
             moe_route: RouteVersion::V2,
+            moe_gemm: MoeGemm::V1,
             gemv_rows: GEMV_ROWS_MAX,
             qgemv_rows: GEMV_ROWS_MAX,
             prefill_tc: false,
@@ -466,6 +482,7 @@ mod tests {
             "draw=v1,argmax=v1",
             "moe-gemv=v1",
             "moe-route=v2,moe-gemv=v1",
+            "moe-gemm=v1",
             "mma=1.4.0.16",
             "gemv-rows=1",
             "gemv-rows=8",

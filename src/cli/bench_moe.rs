@@ -2,7 +2,9 @@
 //! (C = F = 2880, E = 32, K = 4; random MXFP4 experts, no model to build): route v2 / v3,
 //! gate|up and down by moe gemv v1 / v2 (v2's down includes its combine), for 1 and 8 tokens.
 //! µs per call from a replayed graph (eagerly timed where the backend cannot capture), GB/s of
-//! the expert bytes the routes select, % of the copy rate measured in the same run.
+//! the expert bytes the routes select, % of the copy rate measured in the same run. Then the
+//! grouped GEMMs of many tokens (64: a batch of 64 sequences; 512: a prefill), moe gemm v1
+//! (CUDA cores, f32) and v2 (tensor cores), in TFLOP/s of the pairs' `2·P·N·K`.
 
 use optimized::config::{scoped, KernelConfig};
 use optimized::kernels::moe::{self, MoeGemv, MoeWeights, Mxfp4Experts, RouteVersion, Routes};
@@ -18,6 +20,7 @@ const F: usize = 2880;
 const E: usize = 32;
 const K: usize = 4;
 const TOKENS: [usize; 2] = [1, 8];
+const GEMM_TOKENS: [usize; 3] = [64, 512, 2048];
 
 /// Deterministic bytes (lowbias32 of the index and a salt).
 fn bytes(n: usize, salt: u32) -> Vec<u8> {
@@ -52,6 +55,7 @@ fn weights(client: &Client) -> Result<MoeWeights> {
         limit: 7.0,
         alpha: 1.702,
         arrivals: MoeWeights::arrival_counters(client)?,
+        tc: true,
     })
 }
 
@@ -104,6 +108,37 @@ pub fn run(backend: Backend, gate: &str, reps: usize) -> Result<()> {
             line(&format!("gemv {v} down"), down_b, time(&client, &cfg, reps, || moe::moe_gemv_down_into(&client, &a, &routes, &w.down, &x))?);
         }
         println!("{t:>6} {:>22} {distinct} distinct of {} pairs", "experts", t * K);
+    }
+    gemms(&client, &w, reps)
+}
+
+/// The grouped GEMMs (sort excluded) at [`GEMM_TOKENS`], v1 and v2 (where the device has tensor
+/// cores), µs per call and TFLOP/s.
+fn gemms(client: &Client, w: &MoeWeights, reps: usize) -> Result<()> {
+    use optimized::kernels::matmul::tc::TcMode;
+    let tc = moe::gemm_tc::require(client, TcMode::Tensor);
+    if let Err(why) = &tc {
+        println!("moe gemm v2 not timed: {why}");
+    }
+    println!("{:>6} {:>22} {:>9} {:>9} {:>7}", "tokens", "kernel", "µs/call", "TFLOP/s", "timing");
+    let cfg = KernelConfig::default();
+    for &t in &GEMM_TOKENS {
+        let h = DeviceTensor::from_f32(client, &bytes(t * C, 901).iter().map(|&b| (b as f32 - 128.0) / 32.0).collect::<Vec<_>>(), &[t, C])?;
+        let routes = moe::route_tokens(client, &h, w)?;
+        let sorted = moe::sort_by_expert(client, &routes, E, moe::gemm::BM)?;
+        let p = t * K;
+        let (a, y) = (DeviceTensor::empty_f32(client, &[p, F]), DeviceTensor::empty_f32(client, &[p, C]));
+        let line = |name: &str, n: usize, k: usize, s: f64| {
+            println!("{t:>6} {name:>22} {:>9.1} {:>9.1} {:>7}", s * 1e6, 2.0 * (p * n * k) as f64 / s / 1e12, "eager");
+        };
+        let eager = |f: &mut dyn FnMut() -> std::result::Result<(), Error>| scoped(&cfg, || seconds_per_call(client, 1, 3 * reps, f));
+        line("gemm v1 gate|up", 2 * F, C, eager(&mut || moe::moe_gemm_glu_into(client, &h, &sorted, &routes, &w.gate_up, 7.0, 1.702, &a))?);
+        line("gemm v1 down", C, F, eager(&mut || moe::moe_gemm_down_into(client, &a, &sorted, &routes, &w.down, &y))?);
+        if tc.is_ok() {
+            let m = TcMode::Tensor;
+            line("gemm v2 gate|up", 2 * F, C, eager(&mut || moe::moe_gemm_tc_glu_into(client, &h, &sorted, &routes, &w.gate_up, 7.0, 1.702, &a, m))?);
+            line("gemm v2 down", C, F, eager(&mut || moe::moe_gemm_tc_down_into(client, &a, &sorted, &routes, &w.down, &y, m))?);
+        }
     }
     Ok(())
 }

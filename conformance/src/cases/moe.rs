@@ -5,7 +5,8 @@
 //! first. Also `route` alone on given logits (ties ranked by lower expert id) and `bias_add`.
 
 use ndarray::{Array2, Axis, Zip};
-use optimized::kernels::moe::{self, gemm::BM, MoeGemv, MoePath, MoeWeights, Mxfp4Experts, RouteVersion, Routes};
+use optimized::kernels::matmul::tc::TcMode;
+use optimized::kernels::moe::{self, gemm::BM, gemm_tc, MoeGemv, MoePath, MoeWeights, Mxfp4Experts, RouteVersion, Routes};
 use optimized::{Client, DeviceTensor};
 use reference::gpt_oss::ops::linear_bias;
 use reference::gpt_oss::ops::moe::{clamped_swiglu, route, router, weighted_sum};
@@ -14,7 +15,8 @@ use reference::quant::mxfp4;
 
 use super::embedding::judge;
 use super::outcome;
-use crate::{compare, compare_ids, rand_vec, tolerance, Case, Dtype, Metrics, Op, Outcome};
+use crate::tolerance::{model_with_tc, tc_tolerance};
+use crate::{compare, compare_ids, rand_vec, round_to, tolerance, Case, Dtype, Metrics, Op, Outcome, Tolerance};
 
 /// How the router's logits are made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +42,9 @@ pub struct MoeCase {
     /// V2: the production kernels; V1: those before route v3 and moe gemv v2 (route v2, and
     /// on the gemv path gemv v1).
     pub gemv: MoeGemv,
+    /// The GEMM path's kernels: moe gemm v1 (`None`) or v2 on the tensor cores (or their
+    /// emulation), which rounds each GEMM's input to 16 bits.
+    pub tc: Option<TcMode>,
 }
 
 const LIMIT: f32 = 7.0;
@@ -113,6 +118,7 @@ impl MoeCase {
             limit: LIMIT,
             alpha: ALPHA,
             arrivals: MoeWeights::arrival_counters(client)?,
+            tc: false,
         })
     }
 }
@@ -154,7 +160,12 @@ fn reference_moe(fx: &Fixture, k: usize) -> Result<Want, String> {
 
 /// Compare, keeping the worst metrics; `Err` carries the failure's text.
 fn check(got: &[f32], want: &[f32], op: Op, what: &str, worst: &mut Metrics) -> Result<(), String> {
-    let m = compare(got, want, tolerance(op, Dtype::F32).0).map_err(|e| format!("{what}: {e}"))?;
+    check_tol(got, want, tolerance(op, Dtype::F32).0, what, worst)
+}
+
+/// [`check`] under a given bound.
+fn check_tol(got: &[f32], want: &[f32], tol: Tolerance, what: &str, worst: &mut Metrics) -> Result<(), String> {
+    let m = compare(got, want, tol).map_err(|e| format!("{what}: {e}"))?;
     worst.nmse = worst.nmse.max(m.nmse);
     worst.max_abs = worst.max_abs.max(m.max_abs);
     worst.n += m.n;
@@ -170,8 +181,22 @@ fn poisoned(client: &Client, shape: &[usize]) -> Result<DeviceTensor, String> {
 }
 
 impl MoeCase {
-    fn body(&self, client: &Client) -> Result<Metrics, String> {
-        let fx = self.fixture()?;
+    /// The 16-bit type moe gemm v2 rounds its inputs to (`None`: v1, f32), or why it cannot run.
+    fn tc_dtype(&self, client: &Client) -> Result<Option<Dtype>, optimized::Error> {
+        let Some(mode) = self.tc.filter(|_| self.path == MoePath::Gemm) else { return Ok(None) };
+        Ok(Some(match gemm_tc::require(client, mode)? {
+            optimized::Dtype::F16 => Dtype::F16,
+            _ => Dtype::BF16,
+        }))
+    }
+
+    fn body(&self, client: &Client, e16: Option<Dtype>) -> Result<Metrics, String> {
+        let mut fx = self.fixture()?;
+        // moe gemm v2 rounds h to 16 bits: the reference reads the same rounded values.
+        if let Some(e) = e16 {
+            let (r, c) = fx.h.dim();
+            fx.h = Array2::from_shape_vec((r, c), round_to(fx.h.as_slice().unwrap_or(&[]), e)).map_err(|e| e.to_string())?;
+        }
         let want = reference_moe(&fx, self.k)?;
         let w = self.upload(client, &fx).map_err(dev)?;
         let (t, c, f, k) = (self.t, self.c, self.f, self.k);
@@ -190,7 +215,7 @@ impl MoeCase {
         let want_w: Vec<f32> = want.routes.iter().flatten().map(|&(_, w)| w).collect();
         check(&routes.weights.to_f32(client).map_err(dev)?, &want_w, Op::Moe, "route weights", &mut worst)?;
         match self.path {
-            MoePath::Gemm => self.gemm_stages(client, &h, &x, &w, &routes, &want, &mut worst)?,
+            MoePath::Gemm => self.gemm_stages(client, &fx, e16, &h, &x, &w, &routes, &want, &mut worst)?,
             _ => {
                 let a = poisoned(client, &[t * k, f])?;
                 optimized::config::scoped(&cfg, || moe::moe_gemv_glu_into(client, &h, &routes, &w.gate_up, LIMIT, ALPHA, &a)).map_err(dev)?;
@@ -198,15 +223,25 @@ impl MoeCase {
                 optimized::config::scoped(&cfg, || moe::moe_gemv_down_into(client, &a, &routes, &w.down, &x)).map_err(dev)?;
             }
         }
-        check(&x.to_f32(client).map_err(dev)?, &want.out, Op::Moe, "x + MoE(h)", &mut worst)?;
+        // moe gemm v2 also rounds the activations before down (relative u once: one layer's
+        // share of the whole-model bound with tensor cores).
+        let final_tol = match e16 {
+            Some(e) => model_with_tc(tolerance(Op::Moe, Dtype::F32).0, e, 1).0,
+            None => tolerance(Op::Moe, Dtype::F32).0,
+        };
+        check_tol(&x.to_f32(client).map_err(dev)?, &want.out, final_tol, "x + MoE(h)", &mut worst)?;
         Ok(worst)
     }
 
-    /// Sort (exact against the host's stable grouping), GEMMs (poisoned outputs), combine.
+    /// Sort (exact against the host's stable grouping), GEMMs (poisoned outputs), combine. With
+    /// moe gemm v2 (`e16`), each GEMM against the reference on the same 16-bit-rounded inputs
+    /// (h rounded in the fixture; down's reference reads the device's activations rounded).
     #[allow(clippy::too_many_arguments)]
     fn gemm_stages(
         &self,
         client: &Client,
+        fx: &Fixture,
+        e16: Option<Dtype>,
         h: &DeviceTensor,
         x: &DeviceTensor,
         w: &MoeWeights,
@@ -243,11 +278,31 @@ impl MoeCase {
         }
         let by_sorted = |v: &[f32], n: usize| -> Vec<f32> { order.iter().flat_map(|&i| v[i * n..(i + 1) * n].iter().copied()).collect() };
         let a = poisoned(client, &[p, f])?;
-        moe::moe_gemm_glu_into(client, h, &sorted, routes, &w.gate_up, LIMIT, ALPHA, &a).map_err(dev)?;
-        check(&a.to_f32(client).map_err(dev)?, &by_sorted(&want.a, f), Op::Moe, "activations (sorted)", worst)?;
         let y = poisoned(client, &[p, c])?;
-        moe::moe_gemm_down_into(client, &a, &sorted, routes, &w.down, &y).map_err(dev)?;
-        check(&y.to_f32(client).map_err(dev)?, &by_sorted(&want.y, c), Op::Moe, "expert outputs (sorted)", worst)?;
+        match (self.tc, e16) {
+            (Some(mode), Some(e)) => {
+                moe::moe_gemm_tc_glu_into(client, h, &sorted, routes, &w.gate_up, LIMIT, ALPHA, &a, mode).map_err(dev)?;
+                let got_a = a.to_f32(client).map_err(dev)?;
+                check_tol(&got_a, &by_sorted(&want.a, f), tc_tolerance().0, "activations (sorted, tensor cores)", worst)?;
+                moe::moe_gemm_tc_down_into(client, &a, &sorted, routes, &w.down, &y, mode).map_err(dev)?;
+                // down's reference: the device's activations rounded as the kernel rounds them.
+                let a16 = round_to(&got_a, e);
+                let dense = fx.experts.iter().map(|x| x.dequant().map_err(|e| e.to_string())).collect::<Result<Vec<_>, _>>()?;
+                let mut want_y = Vec::with_capacity(p * c);
+                for (s, &i) in order.iter().enumerate() {
+                    let d = &dense[ids[i]];
+                    let xs = ndarray::ArrayView2::from_shape((1, f), &a16[s * f..(s + 1) * f]).map_err(|e| e.to_string())?;
+                    want_y.extend(linear_bias(xs, d.down.view(), d.down_bias.view()).map_err(|e| e.to_string())?.iter());
+                }
+                check_tol(&y.to_f32(client).map_err(dev)?, &want_y, tc_tolerance().0, "expert outputs (sorted, tensor cores)", worst)?;
+            }
+            _ => {
+                moe::moe_gemm_glu_into(client, h, &sorted, routes, &w.gate_up, LIMIT, ALPHA, &a).map_err(dev)?;
+                check(&a.to_f32(client).map_err(dev)?, &by_sorted(&want.a, f), Op::Moe, "activations (sorted)", worst)?;
+                moe::moe_gemm_down_into(client, &a, &sorted, routes, &w.down, &y).map_err(dev)?;
+                check(&y.to_f32(client).map_err(dev)?, &by_sorted(&want.y, c), Op::Moe, "expert outputs (sorted)", worst)?;
+            }
+        }
         moe::moe_combine_into(client, &y, &sorted, routes, x).map_err(dev)
     }
 }
@@ -258,10 +313,19 @@ impl Case for MoeCase {
     }
     fn name(&self) -> String {
         let v1 = if self.gemv == MoeGemv::V1 { ",v1" } else { "" };
-        format!("moe(T={},C={},F={},E={},K={},{:?},{:?}{v1},f32)", self.t, self.c, self.f, self.e, self.k, self.routing, self.path).to_lowercase()
+        let tc = match self.tc {
+            Some(TcMode::Tensor) => ",tc",
+            Some(TcMode::Emulated) => ",tc-emu",
+            None => "",
+        };
+        format!("moe(T={},C={},F={},E={},K={},{:?},{:?}{v1}{tc},f32)", self.t, self.c, self.f, self.e, self.k, self.routing, self.path).to_lowercase()
     }
     fn run(&self, client: &Client) -> Outcome {
-        self.body(client).map_or_else(Outcome::Fail, Outcome::Pass)
+        match self.tc_dtype(client) {
+            Ok(e16) => self.body(client, e16).map_or_else(Outcome::Fail, Outcome::Pass),
+            Err(optimized::Error::Unsupported(why)) => Outcome::Skip(why),
+            Err(e) => Outcome::Fail(dev(e)),
+        }
     }
 }
 
@@ -335,9 +399,12 @@ pub fn cases() -> Vec<Box<dyn Case>> {
         v.push(Box::new(RouteCase { t, e, k }));
     }
     let mut add = |t, c, f, e, k, routing, path| {
-        v.push(Box::new(MoeCase { t, c, f, e, k, routing, path, gemv: MoeGemv::V2 }) as Box<dyn Case>);
+        v.push(Box::new(MoeCase { t, c, f, e, k, routing, path, gemv: MoeGemv::V2, tc: None }) as Box<dyn Case>);
         if path == MoePath::Gemv || t <= moe::GEMV_MAX_T {
-            v.push(Box::new(MoeCase { t, c, f, e, k, routing, path, gemv: MoeGemv::V1 }) as Box<dyn Case>);
+            v.push(Box::new(MoeCase { t, c, f, e, k, routing, path, gemv: MoeGemv::V1, tc: None }) as Box<dyn Case>);
+        }
+        if path == MoePath::Gemm {
+            v.push(Box::new(MoeCase { t, c, f, e, k, routing, path, gemv: MoeGemv::V2, tc: Some(TcMode::Tensor) }) as Box<dyn Case>);
         }
     };
     use MoePath::{Gemm, Gemv};
@@ -360,6 +427,12 @@ pub fn cases() -> Vec<Box<dyn Case>> {
         (20, 64, 64, 6, 3, Ties),
     ] {
         add(t, c, f, e, k, routing, Gemm);
+    }
+    // moe gemm v2's indexing where there are no tensor cores (an MMA through shared memory
+    // costs seconds a case on lavapipe): a tile edge inside an MXFP4 k-block pair (F = 160)
+    // and odd N, and segments past one tile.
+    for (t, c, f, e, k, routing) in [(9, 96, 160, 8, 4, Random), (130, 96, 64, 6, 2, Skewed)] {
+        v.push(Box::new(MoeCase { t, c, f, e, k, routing, path: Gemm, gemv: MoeGemv::V2, tc: Some(TcMode::Emulated) }));
     }
     v
 }

@@ -127,6 +127,7 @@ impl GptOssGpu {
                     limit: cfg.swiglu_limit,
                     alpha: cfg.swiglu_alpha,
                     arrivals: MoeWeights::arrival_counters(&client)?,
+                    tc: dtype != Dtype::F32,
                 },
                 window: cfg.layer_window(l),
             });

@@ -45,8 +45,13 @@
 //!   the clamped SwiGLU (gate|up) or the bias (down) in the epilogue. The grid is sized for the
 //!   worst case (`⌈P/64⌉ + E` row tiles): cubes past the layout's end return at once. Then
 //!   combine v1 adds `Σ_k w_k y_k` per token into the residual stream, in rank order.
+//! - moe gemm v2 ([`gemm_tc`], the default where the device has tc v1's tensor-core
+//!   instructions; `moe-gemm=v1` keeps v1): the same grouped GEMMs on the tensor cores —
+//!   tc v1's 64 × 128 tiles, the x rows (16-bit) gathered through the sort by `cp.async`, the
+//!   experts' MXFP4 blocks decoded into the B tiles as they load; v1's epilogues.
 
 pub mod gemm;
+pub mod gemm_tc;
 pub mod gemv;
 pub mod route;
 pub mod sort;
@@ -55,10 +60,12 @@ use cubecl::prelude::*;
 use reference::quant::mxfp4::Mxfp4Weight;
 
 pub use gemm::{moe_combine_into, moe_combine_pairs_into, moe_gemm_down, moe_gemm_down_into, moe_gemm_glu, moe_gemm_glu_into};
+pub use gemm_tc::{moe_gemm_tc_down_into, moe_gemm_tc_glu_into};
 pub use gemv::{moe_gemv_down_into, moe_gemv_glu, moe_gemv_glu_into, MoeGemv};
 pub use route::{route, route_tokens, RouteVersion};
 pub use sort::sort_by_expert;
 
+use crate::kernels::matmul::tc::TcMode;
 use crate::{Client, DeviceTensor, Error};
 
 /// Most experts per token the route kernel takes (K is a comptime loop bound).
@@ -204,6 +211,10 @@ pub struct MoeWeights {
     /// Route v3's arrival counters, one per token of a decode step (`[GEMV_MAX_T]` u32,
     /// zero between launches): [`MoeWeights::arrival_counters`].
     pub arrivals: DeviceTensor,
+    /// Steps of many tokens may run moe gemm v2, which rounds the activations to 16 bits for
+    /// the tensor cores: set where the model's own matrices are 16-bit (an f32 model keeps f32
+    /// activations, as its dense GEMMs do).
+    pub tc: bool,
 }
 
 impl MoeWeights {
@@ -222,6 +233,21 @@ pub enum MoePath {
     Gemm,
 }
 
+/// Which grouped GEMMs the MoE of many tokens runs (`moe-gemm=` in the kernel configuration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MoeGemm {
+    /// moe gemm v1 on the CUDA cores (f32).
+    V1,
+    /// moe gemm v2 on the tensor cores where the device has them, else v1.
+    #[default]
+    V2,
+}
+
+/// Whether the GEMM path runs moe gemm v2 (tensor cores) for `w` on `client`'s device now.
+pub fn gemm_on_tensor_cores(client: &Client, w: &MoeWeights) -> bool {
+    w.tc && crate::config::current().moe_gemm == MoeGemm::V2 && gemm_tc::require(client, TcMode::Tensor).is_ok()
+}
+
 /// `x ← x + MoE(h)` for `h [T, C]` (the block's normed input) and `x [T, C]` the residual
 /// stream; returns the routes (for inspection).
 pub fn moe_into(client: &Client, h: &DeviceTensor, w: &MoeWeights, x: &DeviceTensor, path: MoePath) -> Result<Routes, Error> {
@@ -236,8 +262,16 @@ pub fn moe_into(client: &Client, h: &DeviceTensor, w: &MoeWeights, x: &DeviceTen
         gemv::moe_gemv_down_into(client, &a, &routes, &w.down, x)?;
     } else {
         let sorted = sort::sort_by_expert(client, &routes, w.gate_up.n_experts, gemm::BM)?;
-        let a = gemm::moe_gemm_glu(client, h, &sorted, &routes, &w.gate_up, w.limit, w.alpha)?;
-        let y = gemm::moe_gemm_down(client, &a, &sorted, &routes, &w.down)?;
+        let y = if gemm_on_tensor_cores(client, w) {
+            let a = DeviceTensor::empty_f32(client, &[sorted.pairs, w.gate_up.out / 2]);
+            gemm_tc::moe_gemm_tc_glu_into(client, h, &sorted, &routes, &w.gate_up, w.limit, w.alpha, &a, TcMode::Tensor)?;
+            let y = DeviceTensor::empty_f32(client, &[sorted.pairs, w.down.out]);
+            gemm_tc::moe_gemm_tc_down_into(client, &a, &sorted, &routes, &w.down, &y, TcMode::Tensor)?;
+            y
+        } else {
+            let a = gemm::moe_gemm_glu(client, h, &sorted, &routes, &w.gate_up, w.limit, w.alpha)?;
+            gemm::moe_gemm_down(client, &a, &sorted, &routes, &w.down)?
+        };
         gemm::moe_combine_into(client, &y, &sorted, &routes, x)?;
     }
     Ok(routes)

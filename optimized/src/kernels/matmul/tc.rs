@@ -318,7 +318,7 @@ pub(super) fn u32_of(what: &str, v: usize) -> Result<u32, Error> {
 
 /// x `[m, k]` f32 as x16 `[mp, kp]` of `e` (zeros past m and k), in the storage order
 /// `order` (0: input order; 4 / 8: the tiled order of int8 / mxfp4 chunks).
-pub(super) fn convert(
+pub(crate) fn convert(
     client: &Client,
     x: &DeviceTensor,
     e: Dtype,

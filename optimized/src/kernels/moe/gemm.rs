@@ -245,7 +245,7 @@ fn launch(
     Ok(())
 }
 
-fn check(op: &str, what: &str, t: &DeviceTensor, shape: [usize; 2]) -> Result<(), Error> {
+pub(super) fn check(op: &str, what: &str, t: &DeviceTensor, shape: [usize; 2]) -> Result<(), Error> {
     if t.dtype != Dtype::F32 || t.shape != shape {
         return Err(Error::Shape(format!("{op}: {what} {:?} {}, expected {shape:?} f32", t.shape, t.dtype.name())));
     }

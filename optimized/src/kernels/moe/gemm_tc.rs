@@ -1,0 +1,448 @@
+//! moe gemm v2: the grouped expert GEMMs of many tokens (prefill, batched steps) on the tensor
+//! cores — tc v1's tiles (`matmul::tc_kernel`: `mma.sync.m16n8k16`, `ldmatrix`, `cp.async`)
+//! over the pairs sorted by expert (`sort.rs`), with the MXFP4 weights decoded in the B tile's
+//! loads as tc v1's quantized path does (`matmul::tc_quant`), but from the experts' plain
+//! OCP layout (one e8m0 scale per 16-byte block of 32 values) that the decode gemvs read too:
+//! no second copy of the experts and no full-precision copy anywhere.
+//!
+//! - x is first rounded to the 16-bit type E (`tc::convert`: bf16 where the device multiplies
+//!   it; e2m1 · 2^e is exact in bf16): gate|up reads h16 `[T, Kp]` and gathers each tile row
+//!   through the sort (sorted row s reads token `sorted[s] / K`); down reads the activations
+//!   a16 `[P, Kp]` in sorted order. Rows past an expert's segment load zeros.
+//! - m tile `mt` belongs to the expert e with `tile_offsets[e] ≤ mt < tile_offsets[e + 1]`
+//!   (the sort pads each segment to [`BM`](super::gemm::BM) rows); the grid is sized for the
+//!   worst case and cubes past the layout's end return at once. Cube order: m tiles fastest,
+//!   so the cubes of one expert's tiles, adjacent, read the same W rows (from L2 after the
+//!   first).
+//! - Epilogue as moe gemm v1: gate|up (rows interleaved, so an MMA fragment's column pair is a
+//!   (gate, up) pair) biased and through the clamped SwiGLU into `a [P, F]`; down biased into
+//!   `y [P, C]`; both in sorted order, then combine v1 as before.
+//!
+//! `emu` (tc v1's test mode): plain loads and an MMA through shared memory, so lavapipe checks
+//! the indexing.
+
+use cubecl::prelude::*;
+use cubecl::server::CubeCountSelection;
+
+use super::gemm::check;
+use super::gemm::BM;
+use super::{clamped_swiglu, Mxfp4Experts, Routes, Sorted};
+use crate::kernels::matmul::tc::{self, TcMode};
+use crate::kernels::matmul::tc_kernel::{block_mma, commit, copy16, wait_pending, zero8, BK, EMU_SCRATCH, SA};
+use crate::kernels::qmatmul::e2m1;
+use crate::{Client, DeviceTensor, Dtype, Error};
+
+/// Tile geometry of one launch: warps `wm × wn`, each `tm` m16 × `tn` n8 MMA tiles; m tile
+/// `16·wm·tm` = [`BM`] (the sort's padding unit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MoeTc {
+    pub wm: usize,
+    pub wn: usize,
+    pub tm: usize,
+    pub tn: usize,
+    pub stages: usize,
+}
+
+impl MoeTc {
+    /// 64 × 128 tiles, 8 warps, 4 A stages (73.7 KB of shared memory).
+    pub const TENSOR: Self = Self { wm: 2, wn: 4, tm: 2, tn: 4, stages: 4 };
+    /// 64 × 32 tiles, 2 warps, 2 stages: the emulated test mode's (30 KB: lavapipe has 32).
+    pub const EMULATED: Self = Self { wm: 2, wn: 1, tm: 2, tn: 4, stages: 2 };
+
+    pub fn for_mode(mode: TcMode) -> Self {
+        match mode {
+            TcMode::Tensor => Self::TENSOR,
+            TcMode::Emulated => Self::EMULATED,
+        }
+    }
+    fn bn(&self) -> usize {
+        8 * self.wn * self.tn
+    }
+    fn threads(&self) -> usize {
+        32 * self.wm * self.wn
+    }
+    fn shared_bytes(&self, emu: bool) -> usize {
+        let scratch = if emu { self.wm * self.wn * EMU_SCRATCH * 4 } else { 0 };
+        (self.stages * BM + 2 * self.bn()) * SA * 2 + scratch
+    }
+}
+
+/// Whether moe gemm v2 runs on `client`'s device in `mode` (tc v1's instructions), and why not.
+pub fn require(client: &Client, mode: TcMode) -> Result<Dtype, Error> {
+    let e = tc::quant_dtype(client, mode);
+    tc::require(client, e, mode)?;
+    let cfg = MoeTc::for_mode(mode);
+    let hw = &client.properties().hardware;
+    let bytes = cfg.shared_bytes(mode == TcMode::Emulated);
+    if cfg.threads() > hw.max_units_per_cube as usize || bytes > hw.max_shared_memory_size {
+        return Err(Error::Unsupported(format!("moe gemm v2: {} units and {bytes} B of shared memory per cube", cfg.threads())));
+    }
+    Ok(e)
+}
+
+/// The 16-byte MXFP4 blocks (and scale bytes) of k-block `kb` of expert rows `wbase + n0 ..+
+/// bn` that unit `tid` decodes: entry r is chunk `tid + r·threads` = (row i / 2, block i % 2).
+/// Rows past `n`, blocks past the row: zero nibbles with scale byte 127 (a finite 1.0: 0 ·
+/// scale must stay 0).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn load_blocks<N: Size>(
+    wq: &[Vector<u32, N>],
+    scales: &[u32],
+    raw: &mut Array<Vector<u32, N>>,
+    sc: &mut Array<u32>,
+    kb: usize,
+    wbase: usize,
+    n0: usize,
+    n: usize,
+    cpr: usize,
+    tid: usize,
+    #[comptime] bn: usize,
+    #[comptime] threads: usize,
+) {
+    let chunks = comptime!(bn * 2);
+    #[unroll]
+    for r in 0..(chunks + threads - 1) / threads {
+        let i = tid + r * threads;
+        let row = n0 + i / 2;
+        let ch = 2 * kb + i % 2;
+        if i < chunks && row < n && ch < cpr {
+            let b = (wbase + row) * cpr + ch;
+            raw[r] = wq[b];
+            sc[r] = (scales[b / 4] >> (8 * (b % 4)) as u32) & 255u32;
+        } else {
+            raw[r] = Vector::<u32, N>::empty().fill(0u32);
+            sc[r] = 127u32;
+        }
+    }
+}
+
+/// `raw` / `sc` decoded into B slot `slot`: `e2m1 · 2^(s − 127)`, exact in bf16 (and in f16
+/// over the scales its range holds), rounded to E once.
+#[cube]
+fn decode_blocks<E: Float, N: Size>(
+    raw: &Array<Vector<u32, N>>,
+    sc: &Array<u32>,
+    tb: &mut [E],
+    slot: usize,
+    tid: usize,
+    #[comptime] bn: usize,
+    #[comptime] threads: usize,
+) {
+    let chunks = comptime!(bn * 2);
+    #[unroll]
+    for r in 0..(chunks + threads - 1) / threads {
+        let i = tid + r * threads;
+        if i < chunks {
+            let base = (slot * bn + i / 2) * SA + (i % 2) * 32;
+            let b = sc[r];
+            let scale = f32::reinterpret(select(b == 0u32, 0x0040_0000u32, b << 23u32));
+            let v = raw[r];
+            #[unroll]
+            for wd in 0..4usize {
+                let word = v.extract(wd);
+                #[unroll]
+                for e in 0..8usize {
+                    // Nibble e of word wd is value 8·wd + e of the block.
+                    tb[base + 8 * wd + e] = E::cast_from(e2m1((word >> (4 * e) as u32) & 15u32) * scale);
+                }
+            }
+        }
+    }
+}
+
+/// Copies k-block `kb` of the A rows `src` (per chunk entry: the x16 row, or `u32::MAX` for a
+/// row past the segment, which gets zeros) into A slot `slot`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn stage_rows<E: Float>(
+    x16: &[E],
+    ta: &mut [E],
+    src: &Array<u32>,
+    slot: usize,
+    kb: usize,
+    kp: usize,
+    tid: usize,
+    #[comptime] threads: usize,
+    #[comptime] emu: bool,
+) {
+    let chunks = comptime!(BM * 8);
+    #[unroll]
+    for r in 0..(chunks + threads - 1) / threads {
+        let i = tid + r * threads;
+        if i < chunks {
+            let di = (slot * BM + i / 8) * SA + (i % 8) * 8;
+            if src[r] == 4294967295u32 {
+                zero8(ta, di);
+            } else {
+                copy16(x16, src[r] as usize * kp + kb * BK + (i % 8) * 8, ta, di, emu);
+            }
+        }
+    }
+}
+
+/// moe gemm v2 (module doc). `x16` `[rows, kp]`; `wq` the experts' 16-byte blocks `[E, n, k /
+/// 32]`, `scales` their bytes; `bias [E, n]`; y `[P, n]` (glu: `[P, n / 2]`).
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+pub fn moe_gemm_tc<E: Float, N: Size>(
+    x16: &[E],
+    sorted: &[u32],
+    offsets: &[u32],
+    tile_offsets: &[u32],
+    wq: &[Vector<u32, N>],
+    scales: &[u32],
+    bias: &[f32],
+    y: &mut [f32],
+    n_out: u32,
+    n_in: u32,
+    kp: u32,
+    k_used: u32,
+    n_exp: u32,
+    max_tiles: u32,
+    limit: f32,
+    alpha: f32,
+    #[comptime] glu: bool,
+    #[comptime] wm: usize,
+    #[comptime] wn: usize,
+    #[comptime] tm: usize,
+    #[comptime] tn: usize,
+    #[comptime] stages: usize,
+    #[comptime] emu: bool,
+) {
+    let mt = (CUBE_POS % max_tiles as usize) as u32;
+    let nt = CUBE_POS / max_tiles as usize;
+    if mt < tile_offsets[n_exp as usize] {
+        let bn = comptime!(8 * wn * tn);
+        let threads = comptime!(32 * wm * wn);
+        let per_a = comptime!((BM * 8).div_ceil(threads));
+        let per_b = comptime!((bn * 2).div_ceil(threads));
+        let tid = UNIT_POS as usize;
+        let warp = tid / 32;
+        let lane = tid % 32;
+        let (n, kp, cpr) = (n_out as usize, kp as usize, n_in as usize / 32);
+        let mut e = 0usize;
+        for j in 0..n_exp as usize {
+            if tile_offsets[j] <= mt && mt < tile_offsets[j + 1] {
+                e = j;
+            }
+        }
+        let seg0 = offsets[e] as usize + (mt - tile_offsets[e]) as usize * BM;
+        let seg_end = offsets[e + 1] as usize;
+        let n0 = nt * bn;
+        let wbase = e * n;
+        let wrow = (warp / wn) * 16 * tm;
+        let wcol = (warp % wn) * 8 * tn;
+        // The x16 row of each A chunk this unit copies, once for all k-blocks.
+        let mut src = Array::<u32>::new(per_a);
+        #[unroll]
+        for r in 0..per_a {
+            let s = seg0 + (tid + r * threads) / 8;
+            let mut row = 4294967295u32;
+            if s < seg_end {
+                row = s as u32;
+                if glu {
+                    row = sorted[s] / k_used;
+                }
+            }
+            src[r] = row;
+        }
+        let mut ta = Shared::<[E]>::new_aligned_slice(stages * BM * SA, 16usize);
+        let mut tb = Shared::<[E]>::new_aligned_slice(2 * bn * SA, 16usize);
+        let mut scratch = Shared::<[f32]>::new_slice(comptime!(if emu { wm * wn * EMU_SCRATCH } else { 1 }));
+        let sb = warp * EMU_SCRATCH;
+        let mut acc = Array::<Vector<f32, Const<2>>>::new(tm * tn * 2);
+        #[unroll]
+        for a in 0..tm * tn * 2 {
+            acc[a] = Vector::<f32, Const<2>>::empty().fill(0.0f32);
+        }
+        let mut raw = Array::<Vector<u32, N>>::new(per_b);
+        let mut sc = Array::<u32>::new(per_b);
+        let nk = kp / BK;
+        #[unroll]
+        for s in 0..stages - 1 {
+            if s < nk {
+                stage_rows(x16, &mut ta, &src, s, s, kp, tid, threads, emu);
+            }
+            commit(emu);
+        }
+        load_blocks(wq, scales, &mut raw, &mut sc, 0usize, wbase, n0, n, cpr, tid, bn, threads);
+        decode_blocks(&raw, &sc, &mut tb, 0usize, tid, bn, threads);
+        let mut kb = 0usize;
+        while kb < nk {
+            // A block kb landed and B slot kb % 2 was decoded by every unit; every warp is
+            // past block kb − 1 (whose slots are overwritten below).
+            wait_pending(comptime!(stages - 2), emu);
+            sync_cube();
+            let nxt = kb + stages - 1;
+            if nxt < nk {
+                stage_rows(x16, &mut ta, &src, nxt % stages, nxt, kp, tid, threads, emu);
+            }
+            commit(emu);
+            let more = kb + 1 < nk;
+            if more {
+                load_blocks(wq, scales, &mut raw, &mut sc, kb + 1, wbase, n0, n, cpr, tid, bn, threads);
+            }
+            block_mma(&ta, (kb % stages) * BM * SA, &tb, (kb % 2) * bn * SA, &mut acc, wrow, wcol, lane, &mut scratch, sb, tm, tn, false, emu);
+            if more {
+                decode_blocks(&raw, &sc, &mut tb, (kb + 1) % 2, tid, bn, threads);
+            }
+            kb += 1;
+        }
+        // Fragment (i, j, h): row wrow + 16i + g + 8h, columns col, col + 1 (col even).
+        let g = lane / 4;
+        let c = lane % 4;
+        #[unroll]
+        for i in 0..tm {
+            #[unroll]
+            for h in 0..2usize {
+                let s = seg0 + wrow + 16 * i + g + 8 * h;
+                if s < seg_end {
+                    #[unroll]
+                    for j in 0..tn {
+                        let col = n0 + wcol + 8 * j + 2 * c;
+                        let v = acc[(i * tn + j) * 2 + h];
+                        if glu {
+                            if col + 1 < n {
+                                let gt = v.extract(0usize) + bias[wbase + col];
+                                let up = v.extract(1usize) + bias[wbase + col + 1];
+                                y[s * (n / 2) + col / 2] = clamped_swiglu(gt, up, limit, alpha);
+                            }
+                        } else {
+                            if col < n {
+                                y[s * n + col] = v.extract(0usize) + bias[wbase + col];
+                            }
+                            if col + 1 < n {
+                                y[s * n + col + 1] = v.extract(1usize) + bias[wbase + col + 1];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One grouped GEMM: x `[rows, K]` f32 (glu: the tokens; down: the pairs in sorted order)
+/// rounded to 16 bits, then [`moe_gemm_tc`] into y.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn launch(
+    client: &Client,
+    op: &str,
+    x: &DeviceTensor,
+    sorted: &Sorted,
+    routes: &Routes,
+    w: &Mxfp4Experts,
+    y: &DeviceTensor,
+    limit: f32,
+    alpha: f32,
+    glu: bool,
+    mode: TcMode,
+) -> Result<(), Error> {
+    let e = require(client, mode)?;
+    if sorted.bm != BM || sorted.n_exp != w.n_experts {
+        return Err(Error::Shape(format!(
+            "{op}: pairs sorted for {} experts in tiles of {}, W has {} experts and the GEMM tiles of {BM}",
+            sorted.n_exp, sorted.bm, w.n_experts
+        )));
+    }
+    if !w.in_dim.is_multiple_of(32) {
+        return Err(Error::Shape(format!("{op}: input width {} is not whole MXFP4 blocks of 32", w.in_dim)));
+    }
+    let pairs = sorted.pairs;
+    if pairs == 0 {
+        return Ok(());
+    }
+    let rows = x.shape.first().copied().unwrap_or(0);
+    let kp = w.in_dim.div_ceil(BK) * BK;
+    let x16 = tc::convert(client, x, e, rows, w.in_dim, rows, kp, 0)?;
+    let cfg = MoeTc::for_mode(mode);
+    let max_tiles = pairs.div_ceil(BM) + w.n_experts.min(pairs);
+    let tiles_n = w.out.div_ceil(cfg.bn());
+    let u = |what: &str, v: usize| u32::try_from(v).map_err(|_| Error::Shape(format!("{op}: {what} = {v} exceeds u32")));
+    let cubes = u("cubes", max_tiles * tiles_n)?;
+    u("output", y.numel())?;
+    u("experts' blocks", w.data.numel())?;
+    let (count, dim) = (CubeCountSelection::new(client, cubes).cube_count(), CubeDim::new_1d(cfg.threads() as u32));
+    let emu = mode == TcMode::Emulated;
+    let (n_out, n_in, kp32, k_used, n_exp, mt32) =
+        (u("N", w.out)?, u("K", w.in_dim)?, u("Kp", kp)?, u("K used", routes.k)?, u("E", w.n_experts)?, u("m tiles", max_tiles)?);
+    macro_rules! go {
+        ($t:ty) => {
+            moe_gemm_tc::launch_unchecked::<$t>(
+                client,
+                count,
+                dim,
+                4,
+                x16.as_arg(1),
+                sorted.sorted.as_arg(1),
+                sorted.offsets.as_arg(1),
+                sorted.tile_offsets.as_arg(1),
+                w.data.as_arg(4),
+                w.scales.as_arg(1),
+                w.bias.as_arg(1),
+                y.as_arg(1),
+                n_out,
+                n_in,
+                kp32,
+                k_used,
+                n_exp,
+                mt32,
+                limit,
+                alpha,
+                glu,
+                cfg.wm,
+                cfg.wn,
+                cfg.tm,
+                cfg.tn,
+                cfg.stages,
+                emu,
+            )
+        };
+    }
+    unsafe {
+        match e {
+            Dtype::F16 => go!(half::f16),
+            _ => go!(half::bf16),
+        }
+    }
+    Ok(())
+}
+
+/// gate|up of every sorted pair on the tensor cores: `h [T, C]` → `a [P, F]` in sorted order
+/// (as [`moe_gemm_glu_into`](super::moe_gemm_glu_into)).
+#[allow(clippy::too_many_arguments)]
+pub fn moe_gemm_tc_glu_into(
+    client: &Client,
+    h: &DeviceTensor,
+    sorted: &Sorted,
+    routes: &Routes,
+    w: &Mxfp4Experts,
+    limit: f32,
+    alpha: f32,
+    a: &DeviceTensor,
+    mode: TcMode,
+) -> Result<(), Error> {
+    check("moe_gemm_tc_glu", "h", h, [routes.tokens, w.in_dim])?;
+    check("moe_gemm_tc_glu", "a", a, [sorted.pairs, w.out / 2])?;
+    if !w.out.is_multiple_of(2) {
+        return Err(Error::Shape(format!("moe_gemm_tc_glu: {} rows are not (gate, up) pairs", w.out)));
+    }
+    launch(client, "moe_gemm_tc_glu", h, sorted, routes, w, a, limit, alpha, true, mode)
+}
+
+/// down of every sorted pair on the tensor cores: `a [P, F]` (sorted order) → `y [P, C]`
+/// (sorted order, bias added), as [`moe_gemm_down_into`](super::moe_gemm_down_into).
+pub fn moe_gemm_tc_down_into(
+    client: &Client,
+    a: &DeviceTensor,
+    sorted: &Sorted,
+    routes: &Routes,
+    w: &Mxfp4Experts,
+    y: &DeviceTensor,
+    mode: TcMode,
+) -> Result<(), Error> {
+    check("moe_gemm_tc_down", "a", a, [sorted.pairs, w.in_dim])?;
+    check("moe_gemm_tc_down", "y", y, [sorted.pairs, w.out])?;
+    launch(client, "moe_gemm_tc_down", a, sorted, routes, w, y, 0.0, 0.0, false, mode)
+}

@@ -116,7 +116,7 @@ pub fn run(backend: Backend, gate: &str, reps: usize) -> Result<()> {
 /// cores), µs per call and TFLOP/s.
 fn gemms(client: &Client, w: &MoeWeights, reps: usize) -> Result<()> {
     use optimized::kernels::matmul::tc::TcMode;
-    let tc = moe::gemm_tc::require(client, TcMode::Tensor);
+    let tc = moe::gemm_tc::require(client, TcMode::Tensor, C.max(F));
     if let Err(why) = &tc {
         println!("moe gemm v2 not timed: {why}");
     }

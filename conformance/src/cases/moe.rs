@@ -184,7 +184,7 @@ impl MoeCase {
     /// The 16-bit type moe gemm v2 rounds its inputs to (`None`: v1, f32), or why it cannot run.
     fn tc_dtype(&self, client: &Client) -> Result<Option<Dtype>, optimized::Error> {
         let Some(mode) = self.tc.filter(|_| self.path == MoePath::Gemm) else { return Ok(None) };
-        Ok(Some(match gemm_tc::require(client, mode)? {
+        Ok(Some(match gemm_tc::require(client, mode, self.c.max(self.f))? {
             optimized::Dtype::F16 => Dtype::F16,
             _ => Dtype::BF16,
         }))

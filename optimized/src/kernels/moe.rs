@@ -245,7 +245,7 @@ pub enum MoeGemm {
 
 /// Whether the GEMM path runs moe gemm v2 (tensor cores) for `w` on `client`'s device now.
 pub fn gemm_on_tensor_cores(client: &Client, w: &MoeWeights) -> bool {
-    w.tc && crate::config::current().moe_gemm == MoeGemm::V2 && gemm_tc::require(client, TcMode::Tensor).is_ok()
+    w.tc && crate::config::current().moe_gemm == MoeGemm::V2 && gemm_tc::require(client, TcMode::Tensor, w.gate_up.in_dim.max(w.down.in_dim)).is_ok()
 }
 
 /// `x ← x + MoE(h)` for `h [T, C]` (the block's normed input) and `x [T, C]` the residual

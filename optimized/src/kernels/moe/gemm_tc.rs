@@ -21,6 +21,7 @@
 //! `emu` (tc v1's test mode): plain loads and an MMA through shared memory, so lavapipe checks
 //! the indexing.
 
+use cubecl::frontend::barrier::copy_async;
 use cubecl::prelude::*;
 use cubecl::server::CubeCountSelection;
 
@@ -44,10 +45,11 @@ pub struct MoeTc {
 }
 
 impl MoeTc {
-    /// 64 × 128 tiles, 8 warps, 4 A stages (73.7 KB of shared memory).
+    /// 64 × 128 tiles, 8 warps, 4 stages (101 KB of shared memory at K = 2880).
     pub const TENSOR: Self = Self { wm: 2, wn: 4, tm: 2, tn: 4, stages: 4 };
-    /// 64 × 32 tiles, 2 warps, 2 stages: the emulated test mode's (30 KB: lavapipe has 32).
-    pub const EMULATED: Self = Self { wm: 2, wn: 1, tm: 2, tn: 4, stages: 2 };
+    /// 64 × 16 tiles, 2 warps, 2 stages: the emulated test mode's (≤ 28 KB at the cases' K:
+    /// lavapipe has 32).
+    pub const EMULATED: Self = Self { wm: 2, wn: 1, tm: 2, tn: 2, stages: 2 };
 
     pub fn for_mode(mode: TcMode) -> Self {
         match mode {
@@ -61,36 +63,54 @@ impl MoeTc {
     fn threads(&self) -> usize {
         32 * self.wm * self.wn
     }
-    fn shared_bytes(&self, emu: bool) -> usize {
+    /// Words of the scale bytes of a cube's rows at input width `k` (from a word boundary).
+    fn scale_words(&self, k: usize) -> usize {
+        (3 + self.bn() * (k / 32)).div_ceil(4)
+    }
+    /// A and B tiles, the raw W ring, the rows' scales, the emulated MMA's scratch.
+    fn shared_bytes(&self, k: usize, emu: bool) -> usize {
         let scratch = if emu { self.wm * self.wn * EMU_SCRATCH * 4 } else { 0 };
-        (self.stages * BM + 2 * self.bn()) * SA * 2 + scratch
+        (self.stages * BM + 2 * self.bn()) * SA * 2 + self.stages * self.bn() * 32 + self.scale_words(k) * 4 + scratch
     }
 }
 
-/// Whether moe gemm v2 runs on `client`'s device in `mode` (tc v1's instructions), and why not.
-pub fn require(client: &Client, mode: TcMode) -> Result<Dtype, Error> {
+/// Whether moe gemm v2 runs on `client`'s device in `mode` (tc v1's instructions) for experts
+/// of input width up to `k`, and why not; the 16-bit type it multiplies in.
+pub fn require(client: &Client, mode: TcMode, k: usize) -> Result<Dtype, Error> {
     let e = tc::quant_dtype(client, mode);
     tc::require(client, e, mode)?;
     let cfg = MoeTc::for_mode(mode);
     let hw = &client.properties().hardware;
-    let bytes = cfg.shared_bytes(mode == TcMode::Emulated);
+    let bytes = cfg.shared_bytes(k, mode == TcMode::Emulated);
     if cfg.threads() > hw.max_units_per_cube as usize || bytes > hw.max_shared_memory_size {
         return Err(Error::Unsupported(format!("moe gemm v2: {} units and {bytes} B of shared memory per cube", cfg.threads())));
     }
     Ok(e)
 }
 
-/// The 16-byte MXFP4 blocks (and scale bytes) of k-block `kb` of expert rows `wbase + n0 ..+
-/// bn` that unit `tid` decodes: entry r is chunk `tid + r·threads` = (row i / 2, block i % 2).
-/// Rows past `n`, blocks past the row: zero nibbles with scale byte 127 (a finite 1.0: 0 ·
-/// scale must stay 0).
+/// 16 bytes (4 words) from `src[si..]` to `dst[di..]`: `cp.async.cg`, or a plain copy.
+#[cube]
+fn copy_words(src: &[u32], si: usize, dst: &mut [u32], di: usize, #[comptime] emu: bool) {
+    if emu {
+        #[unroll]
+        for i in 0..4usize {
+            dst[di + i] = src[si + i];
+        }
+    } else {
+        copy_async(&src[si..si + 4], &mut dst[di..di + 4], 4u32);
+    }
+}
+
+/// Copies the 16-byte MXFP4 blocks of k-block `kb` of expert rows `wbase + n0 ..+ bn` into raw
+/// slot `slot` (`[bn·2]` blocks of 4 words): block i = (row i / 2, block 2·kb + i % 2), copied
+/// by unit `i mod threads` — the unit that decodes it, so no barrier is needed between. Rows
+/// past `n` and blocks past the row get zeros.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn load_blocks<N: Size>(
-    wq: &[Vector<u32, N>],
-    scales: &[u32],
-    raw: &mut Array<Vector<u32, N>>,
-    sc: &mut Array<u32>,
+fn stage_blocks(
+    wq: &[u32],
+    raw: &mut [u32],
+    slot: usize,
     kb: usize,
     wbase: usize,
     n0: usize,
@@ -99,52 +119,91 @@ fn load_blocks<N: Size>(
     tid: usize,
     #[comptime] bn: usize,
     #[comptime] threads: usize,
-) {
-    let chunks = comptime!(bn * 2);
-    #[unroll]
-    for r in 0..(chunks + threads - 1) / threads {
-        let i = tid + r * threads;
-        let row = n0 + i / 2;
-        let ch = 2 * kb + i % 2;
-        if i < chunks && row < n && ch < cpr {
-            let b = (wbase + row) * cpr + ch;
-            raw[r] = wq[b];
-            sc[r] = (scales[b / 4] >> (8 * (b % 4)) as u32) & 255u32;
-        } else {
-            raw[r] = Vector::<u32, N>::empty().fill(0u32);
-            sc[r] = 127u32;
-        }
-    }
-}
-
-/// `raw` / `sc` decoded into B slot `slot`: `e2m1 · 2^(s − 127)`, exact in bf16 (and in f16
-/// over the scales its range holds), rounded to E once.
-#[cube]
-fn decode_blocks<E: Float, N: Size>(
-    raw: &Array<Vector<u32, N>>,
-    sc: &Array<u32>,
-    tb: &mut [E],
-    slot: usize,
-    tid: usize,
-    #[comptime] bn: usize,
-    #[comptime] threads: usize,
+    #[comptime] emu: bool,
 ) {
     let chunks = comptime!(bn * 2);
     #[unroll]
     for r in 0..(chunks + threads - 1) / threads {
         let i = tid + r * threads;
         if i < chunks {
-            let base = (slot * bn + i / 2) * SA + (i % 2) * 32;
-            let b = sc[r];
-            let scale = f32::reinterpret(select(b == 0u32, 0x0040_0000u32, b << 23u32));
-            let v = raw[r];
-            #[unroll]
-            for wd in 0..4usize {
-                let word = v.extract(wd);
+            let row = n0 + i / 2;
+            let ch = 2 * kb + i % 2;
+            let di = (slot * chunks + i) * 4;
+            if row < n && ch < cpr {
+                copy_words(wq, ((wbase + row) * cpr + ch) * 4, raw, di, emu);
+            } else {
                 #[unroll]
-                for e in 0..8usize {
-                    // Nibble e of word wd is value 8·wd + e of the block.
-                    tb[base + 8 * wd + e] = E::cast_from(e2m1((word >> (4 * e) as u32) & 15u32) * scale);
+                for q in 0..4usize {
+                    raw[di + q] = 0u32;
+                }
+            }
+        }
+    }
+}
+
+/// Raw slot `slot` (k-block `kb`) decoded into B slot `bslot`: `e2m1 · 2^(s − 127)`, exact in
+/// bf16 (and in f16 over the scales its range holds), rounded to E once. The scale bytes of
+/// the cube's rows are in `scs` from byte `s_off` (row-major, `cpr` a row); a block past the
+/// row or the rows takes scale 127 (a finite 1.0: its zero nibbles must stay 0).
+///
+/// `packed` (bf16 on the tensor cores): two values per integer step. The nibble pair (q, q + 4)
+/// of a word moved into the two halves of a u32 as bf16 bit patterns `s·2¹⁵ | e·2⁷ | m·2⁶` —
+/// exactly `e2m1 · 2⁻¹²⁶` (e = 0, m = 1 is the subnormal 2⁻¹²⁷) — then scaled by two bf16x2
+/// multiplies, `2^(min(s, 128) − 1)` and `2^(max(s, 128) − 128)` (one factor would overflow
+/// bf16 past s = 128), both exact. Else one value at a time through f32 ([`e2m1`]).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn decode_blocks<E: Float>(
+    raw: &[u32],
+    scs: &[u32],
+    tb: &mut [E],
+    slot: usize,
+    bslot: usize,
+    kb: usize,
+    n0: usize,
+    n: usize,
+    cpr: usize,
+    s_off: usize,
+    tid: usize,
+    #[comptime] bn: usize,
+    #[comptime] threads: usize,
+    #[comptime] packed: bool,
+) {
+    let chunks = comptime!(bn * 2);
+    #[unroll]
+    for r in 0..(chunks + threads - 1) / threads {
+        let i = tid + r * threads;
+        if i < chunks {
+            let base = (bslot * bn + i / 2) * SA + (i % 2) * 32;
+            let ch = 2 * kb + i % 2;
+            let q = s_off + (i / 2) * cpr + ch;
+            let b = select(n0 + i / 2 < n && ch < cpr, (scs[q / 4] >> (8 * (q % 4)) as u32) & 255u32, 127u32);
+            let ri = (slot * chunks + i) * 4;
+            if packed {
+                let f1 = Vector::<E, Const<2>>::reinterpret(((min(b, 128u32) + 126u32) << 7u32) * 65537u32);
+                let f2 = Vector::<E, Const<2>>::reinterpret(((max(b, 128u32) - 1u32) << 7u32) * 65537u32);
+                #[unroll]
+                for wd in 0..4usize {
+                    let word = raw[ri + wd];
+                    #[unroll]
+                    for p in 0..4usize {
+                        let x = word >> (4 * p) as u32;
+                        let bits = ((x << 12u32) & 0x8000_8000u32) | ((x << 6u32) & 0x01C0_01C0u32);
+                        let pr = Vector::<E, Const<2>>::reinterpret(bits) * f1 * f2;
+                        tb[base + 8 * wd + p] = pr.extract(0usize);
+                        tb[base + 8 * wd + p + 4] = pr.extract(1usize);
+                    }
+                }
+            } else {
+                let scale = f32::reinterpret(select(b == 0u32, 0x0040_0000u32, b << 23u32));
+                #[unroll]
+                for wd in 0..4usize {
+                    let word = raw[ri + wd];
+                    #[unroll]
+                    for e in 0..8usize {
+                        // Nibble e of word wd is value 8·wd + e of the block.
+                        tb[base + 8 * wd + e] = E::cast_from(e2m1((word >> (4 * e) as u32) & 15u32) * scale);
+                    }
                 }
             }
         }
@@ -185,15 +244,16 @@ fn stage_rows<E: Float>(
 /// 32]`, `scales` their bytes; `bias [E, n]`; y `[P, n]` (glu: `[P, n / 2]`).
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
-pub fn moe_gemm_tc<E: Float, N: Size>(
+pub fn moe_gemm_tc<E: Float>(
     x16: &[E],
     sorted: &[u32],
     offsets: &[u32],
     tile_offsets: &[u32],
-    wq: &[Vector<u32, N>],
+    wq: &[u32],
     scales: &[u32],
     bias: &[f32],
     y: &mut [f32],
+    scale_words: u32,
     n_out: u32,
     n_in: u32,
     kp: u32,
@@ -209,6 +269,8 @@ pub fn moe_gemm_tc<E: Float, N: Size>(
     #[comptime] tn: usize,
     #[comptime] stages: usize,
     #[comptime] emu: bool,
+    #[comptime] packed: bool,
+    #[comptime] sc_cap: usize,
 ) {
     let mt = (CUBE_POS % max_tiles as usize) as u32;
     let nt = CUBE_POS / max_tiles as usize;
@@ -216,7 +278,6 @@ pub fn moe_gemm_tc<E: Float, N: Size>(
         let bn = comptime!(8 * wn * tn);
         let threads = comptime!(32 * wm * wn);
         let per_a = comptime!((BM * 8).div_ceil(threads));
-        let per_b = comptime!((bn * 2).div_ceil(threads));
         let tid = UNIT_POS as usize;
         let warp = tid / 32;
         let lane = tid % 32;
@@ -249,6 +310,8 @@ pub fn moe_gemm_tc<E: Float, N: Size>(
         }
         let mut ta = Shared::<[E]>::new_aligned_slice(stages * BM * SA, 16usize);
         let mut tb = Shared::<[E]>::new_aligned_slice(2 * bn * SA, 16usize);
+        let mut raw = Shared::<[u32]>::new_aligned_slice(stages * bn * 8, 16usize);
+        let mut scs = Shared::<[u32]>::new_slice(sc_cap);
         let mut scratch = Shared::<[f32]>::new_slice(comptime!(if emu { wm * wn * EMU_SCRATCH } else { 1 }));
         let sb = warp * EMU_SCRATCH;
         let mut acc = Array::<Vector<f32, Const<2>>>::new(tm * tn * 2);
@@ -256,18 +319,28 @@ pub fn moe_gemm_tc<E: Float, N: Size>(
         for a in 0..tm * tn * 2 {
             acc[a] = Vector::<f32, Const<2>>::empty().fill(0.0f32);
         }
-        let mut raw = Array::<Vector<u32, N>>::new(per_b);
-        let mut sc = Array::<u32>::new(per_b);
+        // The scale bytes of rows n0 ..+ bn (past the expert: clamped reads, never used).
+        let s0 = (wbase + n0) * cpr;
+        let s_off = s0 % 4;
+        let nw = (s_off + bn * cpr).div_ceil(4);
+        let mut j = tid;
+        while j < nw {
+            scs[j] = scales[min(s0 / 4 + j, scale_words as usize - 1)];
+            j += threads;
+        }
         let nk = kp / BK;
+        // Group g: A block g and W block g (cp.async), `stages − 1` ahead.
         #[unroll]
         for s in 0..stages - 1 {
             if s < nk {
                 stage_rows(x16, &mut ta, &src, s, s, kp, tid, threads, emu);
+                stage_blocks(wq, &mut raw, s, s, wbase, n0, n, cpr, tid, bn, threads, emu);
             }
             commit(emu);
         }
-        load_blocks(wq, scales, &mut raw, &mut sc, 0usize, wbase, n0, n, cpr, tid, bn, threads);
-        decode_blocks(&raw, &sc, &mut tb, 0usize, tid, bn, threads);
+        wait_pending(comptime!(stages - 2), emu);
+        sync_cube();
+        decode_blocks(&raw, &scs, &mut tb, 0usize, 0usize, 0usize, n0, n, cpr, s_off, tid, bn, threads, packed);
         let mut kb = 0usize;
         while kb < nk {
             // A block kb landed and B slot kb % 2 was decoded by every unit; every warp is
@@ -277,15 +350,14 @@ pub fn moe_gemm_tc<E: Float, N: Size>(
             let nxt = kb + stages - 1;
             if nxt < nk {
                 stage_rows(x16, &mut ta, &src, nxt % stages, nxt, kp, tid, threads, emu);
+                stage_blocks(wq, &mut raw, nxt % stages, nxt, wbase, n0, n, cpr, tid, bn, threads, emu);
             }
             commit(emu);
-            let more = kb + 1 < nk;
-            if more {
-                load_blocks(wq, scales, &mut raw, &mut sc, kb + 1, wbase, n0, n, cpr, tid, bn, threads);
-            }
             block_mma(&ta, (kb % stages) * BM * SA, &tb, (kb % 2) * bn * SA, &mut acc, wrow, wcol, lane, &mut scratch, sb, tm, tn, false, emu);
-            if more {
-                decode_blocks(&raw, &sc, &mut tb, (kb + 1) % 2, tid, bn, threads);
+            if kb + 1 < nk {
+                // W block kb + 1 (this unit's own copies) landed: decode it into the other slot.
+                wait_pending(comptime!(stages - 2), emu);
+                decode_blocks(&raw, &scs, &mut tb, (kb + 1) % stages, (kb + 1) % 2, kb + 1, n0, n, cpr, s_off, tid, bn, threads, packed);
             }
             kb += 1;
         }
@@ -339,7 +411,7 @@ pub(super) fn launch(
     glu: bool,
     mode: TcMode,
 ) -> Result<(), Error> {
-    let e = require(client, mode)?;
+    let e = require(client, mode, w.in_dim)?;
     if sorted.bm != BM || sorted.n_exp != w.n_experts {
         return Err(Error::Shape(format!(
             "{op}: pairs sorted for {} experts in tiles of {}, W has {} experts and the GEMM tiles of {BM}",
@@ -373,15 +445,15 @@ pub(super) fn launch(
                 client,
                 count,
                 dim,
-                4,
                 x16.as_arg(1),
                 sorted.sorted.as_arg(1),
                 sorted.offsets.as_arg(1),
                 sorted.tile_offsets.as_arg(1),
-                w.data.as_arg(4),
+                w.data.as_arg(1),
                 w.scales.as_arg(1),
                 w.bias.as_arg(1),
                 y.as_arg(1),
+                u("scale words", w.scales.numel())?,
                 n_out,
                 n_in,
                 kp32,
@@ -397,6 +469,8 @@ pub(super) fn launch(
                 cfg.tn,
                 cfg.stages,
                 emu,
+                e == Dtype::BF16 && !emu,
+                cfg.scale_words(w.in_dim),
             )
         };
     }

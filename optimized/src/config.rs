@@ -29,6 +29,9 @@
 //! - `moe-route=v3|v2` — GPT-OSS's fused router of a decode step (`kernels::moe::route`);
 //! - `moe-gemm=v2|v1` — GPT-OSS's grouped expert GEMMs of many tokens: on the tensor cores
 //!   where the device has them (`kernels::moe::gemm_tc`) or v1 on the CUDA cores;
+//! - `moe-tile=WM.WN.TM.TN.S[p]|auto` — moe gemm v2's tile (warps, MMA tiles a warp, stages,
+//!   `p`: fragments a k-step ahead) for
+//!   every step, or the pick by pairs per expert (`MoeTc::pick`);
 //! - `gemv-rows=N` (1..=8) — steps of at most N rows run the decode gemvs (with the fused
 //!   norms), larger ones the GEMMs (tc v1 where the device has tensor cores): the crossover
 //!   ([`GEMV_ROWS_DEFAULT`]; the naive configuration keeps the gemvs up to 8 rows);
@@ -47,6 +50,7 @@ use std::cell::Cell;
 
 use crate::kernels::attention::PrefillVersion;
 use crate::kernels::matmul::tc::TcMode;
+use crate::kernels::moe::gemm_tc::MoeTc;
 use crate::kernels::moe::{MoeGemm, MoeGemv, RouteVersion};
 use crate::kernels::pdl::Mode as PdlMode;
 use crate::kernels::qmatmul::knobs::Knobs;
@@ -104,6 +108,8 @@ pub struct KernelConfig {
     pub moe_route: RouteVersion,
     /// The grouped expert GEMMs of many tokens.
     pub moe_gemm: MoeGemm,
+    /// moe gemm v2's tile, `None`: picked per step.
+    pub moe_tile: Option<MoeTc>,
     /// Steps of at most this many rows take the gemvs (≤ [`GEMV_ROWS_MAX`]).
     pub gemv_rows: usize,
     /// Steps of at most this many rows take the quantized gemvs (≤ [`GEMV_ROWS_MAX`]).
@@ -146,6 +152,7 @@ impl Default for KernelConfig {
             moe_gemv: MoeGemv::V2,
             moe_route: RouteVersion::V3,
             moe_gemm: MoeGemm::V2,
+            moe_tile: None,
             gemv_rows: GEMV_ROWS_DEFAULT,
             qgemv_rows: QGEMV_ROWS_DEFAULT,
             prefill_tc: true,
@@ -226,7 +233,7 @@ impl KernelConfig {
     fn parse_any(spec: &str) -> Result<Self, Error> {
         let mut k = KernelConfig::default();
         let bad = |part: &str, why: &str| {
-            Error::Config(format!("kernel config `{spec}`: `{part}` {why} (keys: attention, graphs, ahead, norms, pdl, qgemv, prefetch, int8-decode, gps, rpg, small, mma, argmax, draw, moe-gemv, moe-route, moe-gemm, gemv-rows, qgemv-rows, prefill, gemm; see optimized::config)"))
+            Error::Config(format!("kernel config `{spec}`: `{part}` {why} (keys: attention, graphs, ahead, norms, pdl, qgemv, prefetch, int8-decode, gps, rpg, small, mma, argmax, draw, moe-gemv, moe-route, moe-gemm, moe-tile, gemv-rows, qgemv-rows, prefill, gemm; see optimized::config)"))
         };
         let mut launch = vec![];
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -297,6 +304,7 @@ impl KernelConfig {
                         _ => return Err(no()),
                     }
                 }
+                "moe-tile" => k.moe_tile = if val == "auto" { None } else { Some(MoeTc::parse(val).ok_or_else(no)?) },
                 "moe-route" => {
                     k.moe_route = match val {
                         "v2" => RouteVersion::V2,
@@ -376,6 +384,9 @@ impl KernelConfig {
         if self.moe_gemm != d.moe_gemm {
             parts.push(format!("moe-gemm={}", if self.moe_gemm == MoeGemm::V1 { "v1" } else { "v2" }));
         }
+        if let Some(t) = self.moe_tile {
+            parts.push(format!("moe-tile={}", t.name()));
+        }
         if self.moe_route != d.moe_route {
             parts.push(format!("moe-route={}", if self.moe_route == RouteVersion::V2 { "v2" } else { "v3" }));
         }
@@ -417,6 +428,7 @@ impl KernelConfig {
             moe_gemv: MoeGemv::V1,
             moe_route: RouteVersion::V2,
             moe_gemm: MoeGemm::V1,
+            moe_tile: None,
             gemv_rows: GEMV_ROWS_MAX,
             qgemv_rows: GEMV_ROWS_MAX,
             prefill_tc: false,
@@ -483,6 +495,8 @@ mod tests {
             "moe-gemv=v1",
             "moe-route=v2,moe-gemv=v1",
             "moe-gemm=v1",
+            "moe-tile=1.8.1.2.4",
+            "moe-tile=2.4.2.4.3p",
             "mma=1.4.0.16",
             "gemv-rows=1",
             "gemv-rows=8",

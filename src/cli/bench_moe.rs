@@ -112,32 +112,43 @@ pub fn run(backend: Backend, gate: &str, reps: usize) -> Result<()> {
     gemms(&client, &w, reps)
 }
 
-/// The grouped GEMMs (sort excluded) at [`GEMM_TOKENS`], v1 and v2 (where the device has tensor
-/// cores), µs per call and TFLOP/s.
+/// moe gemm v2's tiles the bench sweeps (`moe-tile=` specs; `auto` the production pick).
+const TILES: [&str; 9] = ["auto", "1.8.1.2.4", "1.8.1.2.4p", "1.4.1.4.4p", "2.4.2.4.4", "2.4.2.4.4p", "2.4.2.4.3p", "2.2.2.8.3p", "4.2.1.4.3p"];
+
+/// The grouped GEMMs (sort excluded) at [`GEMM_TOKENS`]: v1, and v2 (where the device has
+/// tensor cores) under each of [`TILES`]; µs per call and TFLOP/s of the pairs' work.
 fn gemms(client: &Client, w: &MoeWeights, reps: usize) -> Result<()> {
     use optimized::kernels::matmul::tc::TcMode;
+    use optimized::kernels::moe::gemm_tc::MoeTc;
     let tc = moe::gemm_tc::require(client, TcMode::Tensor, C.max(F));
     if let Err(why) = &tc {
         println!("moe gemm v2 not timed: {why}");
     }
-    println!("{:>6} {:>22} {:>9} {:>9} {:>7}", "tokens", "kernel", "µs/call", "TFLOP/s", "timing");
-    let cfg = KernelConfig::default();
+    println!("{:>6} {:>28} {:>9} {:>9} {:>7}", "tokens", "kernel", "µs/call", "TFLOP/s", "timing");
     for &t in &GEMM_TOKENS {
         let h = DeviceTensor::from_f32(client, &bytes(t * C, 901).iter().map(|&b| (b as f32 - 128.0) / 32.0).collect::<Vec<_>>(), &[t, C])?;
         let routes = moe::route_tokens(client, &h, w)?;
-        let sorted = moe::sort_by_expert(client, &routes, E, moe::gemm::BM)?;
         let p = t * K;
         let (a, y) = (DeviceTensor::empty_f32(client, &[p, F]), DeviceTensor::empty_f32(client, &[p, C]));
         let line = |name: &str, n: usize, k: usize, s: f64| {
-            println!("{t:>6} {name:>22} {:>9.1} {:>9.1} {:>7}", s * 1e6, 2.0 * (p * n * k) as f64 / s / 1e12, "eager");
+            println!("{t:>6} {name:>28} {:>9.1} {:>9.1} {:>7}", s * 1e6, 2.0 * (p * n * k) as f64 / s / 1e12, "eager");
         };
-        let eager = |f: &mut dyn FnMut() -> std::result::Result<(), Error>| scoped(&cfg, || seconds_per_call(client, 1, 3 * reps, f));
-        line("gemm v1 gate|up", 2 * F, C, eager(&mut || moe::moe_gemm_glu_into(client, &h, &sorted, &routes, &w.gate_up, 7.0, 1.702, &a))?);
-        line("gemm v1 down", C, F, eager(&mut || moe::moe_gemm_down_into(client, &a, &sorted, &routes, &w.down, &y))?);
-        if tc.is_ok() {
+        let eager = |cfg: &KernelConfig, f: &mut dyn FnMut() -> std::result::Result<(), Error>| scoped(cfg, || seconds_per_call(client, 1, 3 * reps, f));
+        let v1 = KernelConfig::default();
+        let sorted = moe::sort_by_expert(client, &routes, E, moe::gemm::BM)?;
+        line("gemm v1 gate|up", 2 * F, C, eager(&v1, &mut || moe::moe_gemm_glu_into(client, &h, &sorted, &routes, &w.gate_up, 7.0, 1.702, &a))?);
+        line("gemm v1 down", C, F, eager(&v1, &mut || moe::moe_gemm_down_into(client, &a, &sorted, &routes, &w.down, &y))?);
+        if tc.is_err() {
+            continue;
+        }
+        for spec in TILES {
+            let cfg = KernelConfig::parse(&format!("moe-tile={spec}")).map_err(|e| super::CliError::Usage(e.to_string()))?;
+            let tile = scoped(&cfg, || MoeTc::pick(TcMode::Tensor, p, E));
+            let sorted = moe::sort_by_expert(client, &routes, E, tile.bm())?;
             let m = TcMode::Tensor;
-            line("gemm v2 gate|up", 2 * F, C, eager(&mut || moe::moe_gemm_tc_glu_into(client, &h, &sorted, &routes, &w.gate_up, 7.0, 1.702, &a, m))?);
-            line("gemm v2 down", C, F, eager(&mut || moe::moe_gemm_tc_down_into(client, &a, &sorted, &routes, &w.down, &y, m))?);
+            let name = |what: &str| format!("v2 {spec} ({}) {what}", tile.name());
+            line(&name("gate|up"), 2 * F, C, eager(&cfg, &mut || moe::moe_gemm_tc_glu_into(client, &h, &sorted, &routes, &w.gate_up, 7.0, 1.702, &a, m))?);
+            line(&name("down"), C, F, eager(&cfg, &mut || moe::moe_gemm_tc_down_into(client, &a, &sorted, &routes, &w.down, &y, m))?);
         }
     }
     Ok(())

@@ -250,7 +250,9 @@ impl MoeCase {
         worst: &mut Metrics,
     ) -> Result<(), String> {
         let (c, f) = (self.c, self.f);
-        let sorted = moe::sort_by_expert(client, routes, self.e, BM).map_err(dev)?;
+        // moe gemm v2 sorts into its tile's rows (16 or 64 by the pairs per expert).
+        let bm = self.tc.map_or(BM, |mode| gemm_tc::MoeTc::pick(mode, self.t * self.k, self.e).bm());
+        let sorted = moe::sort_by_expert(client, routes, self.e, bm).map_err(dev)?;
         let ids: Vec<usize> = want.routes.iter().flatten().map(|&(e, _)| e).collect();
         let p = ids.len();
         let mut order: Vec<usize> = (0..p).collect();
@@ -259,7 +261,7 @@ impl MoeCase {
         let (mut offsets, mut tiles) = (vec![0u32], vec![0u32]);
         for &n in &counts {
             offsets.push(offsets[offsets.len() - 1] + n);
-            tiles.push(tiles[tiles.len() - 1] + n.div_ceil(BM as u32));
+            tiles.push(tiles[tiles.len() - 1] + n.div_ceil(bm as u32));
         }
         let mut slot = vec![0u32; p];
         for (s, &i) in order.iter().enumerate() {

@@ -261,8 +261,10 @@ pub fn moe_into(client: &Client, h: &DeviceTensor, w: &MoeWeights, x: &DeviceTen
         let a = gemv::moe_gemv_glu(client, h, &routes, &w.gate_up, w.limit, w.alpha)?;
         gemv::moe_gemv_down_into(client, &a, &routes, &w.down, x)?;
     } else {
-        let sorted = sort::sort_by_expert(client, &routes, w.gate_up.n_experts, gemm::BM)?;
-        let y = if gemm_on_tensor_cores(client, w) {
+        let tc = gemm_on_tensor_cores(client, w);
+        let bm = if tc { gemm_tc::MoeTc::pick(TcMode::Tensor, routes.tokens * routes.k, w.gate_up.n_experts).bm() } else { gemm::BM };
+        let sorted = sort::sort_by_expert(client, &routes, w.gate_up.n_experts, bm)?;
+        let y = if tc {
             let a = DeviceTensor::empty_f32(client, &[sorted.pairs, w.gate_up.out / 2]);
             gemm_tc::moe_gemm_tc_glu_into(client, h, &sorted, &routes, &w.gate_up, w.limit, w.alpha, &a, TcMode::Tensor)?;
             let y = DeviceTensor::empty_f32(client, &[sorted.pairs, w.down.out]);

@@ -10,7 +10,7 @@
 //!   through the sort (sorted row s reads token `sorted[s] / K`); down reads the activations
 //!   a16 `[P, Kp]` in sorted order. Rows past an expert's segment load zeros.
 //! - m tile `mt` belongs to the expert e with `tile_offsets[e] ≤ mt < tile_offsets[e + 1]`
-//!   (the sort pads each segment to [`BM`](super::gemm::BM) rows); the grid is sized for the
+//!   (the sort pads each segment to the tile's rows, [`MoeTc::bm`]); the grid is sized for the
 //!   worst case and cubes past the layout's end return at once. Cube order: m tiles fastest,
 //!   so the cubes of one expert's tiles, adjacent, read the same W rows (from L2 after the
 //!   first).
@@ -26,7 +26,6 @@ use cubecl::prelude::*;
 use cubecl::server::CubeCountSelection;
 
 use super::gemm::check;
-use super::gemm::BM;
 use super::{clamped_swiglu, Mxfp4Experts, Routes, Sorted};
 use crate::kernels::matmul::tc::{self, TcMode};
 use crate::kernels::matmul::tc_kernel::{block_mma, commit, copy16, wait_pending, zero8, BK, EMU_SCRATCH, SA};
@@ -34,7 +33,7 @@ use crate::kernels::qmatmul::e2m1;
 use crate::{Client, DeviceTensor, Dtype, Error};
 
 /// Tile geometry of one launch: warps `wm × wn`, each `tm` m16 × `tn` n8 MMA tiles; m tile
-/// `16·wm·tm` = [`BM`] (the sort's padding unit).
+/// `16·wm·tm` rows (the sort's padding unit), `8·wn·tn` columns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MoeTc {
     pub wm: usize,
@@ -42,20 +41,63 @@ pub struct MoeTc {
     pub tm: usize,
     pub tn: usize,
     pub stages: usize,
+    /// The next k-step's fragments loaded before this one's MMAs (tc v1's `pipe`).
+    pub pipe: bool,
 }
 
 impl MoeTc {
     /// 64 × 128 tiles, 8 warps, 4 stages (101 KB of shared memory at K = 2880).
-    pub const TENSOR: Self = Self { wm: 2, wn: 4, tm: 2, tn: 4, stages: 4 };
+    pub const TENSOR: Self = Self { wm: 2, wn: 4, tm: 2, tn: 4, stages: 4, pipe: true };
+    /// 16 × 128 tiles, 8 warps: where an expert gets a few rows (batched decode steps).
+    pub const TENSOR16: Self = Self { wm: 1, wn: 8, tm: 1, tn: 2, stages: 4, pipe: true };
     /// 64 × 16 tiles, 2 warps, 2 stages: the emulated test mode's (≤ 28 KB at the cases' K:
     /// lavapipe has 32).
-    pub const EMULATED: Self = Self { wm: 2, wn: 1, tm: 2, tn: 2, stages: 2 };
+    pub const EMULATED: Self = Self { wm: 2, wn: 1, tm: 2, tn: 2, stages: 2, pipe: false };
+    /// 16 × 16 tiles, 1 warp, emulated.
+    pub const EMULATED16: Self = Self { wm: 1, wn: 1, tm: 1, tn: 2, stages: 2, pipe: false };
 
-    pub fn for_mode(mode: TcMode) -> Self {
-        match mode {
-            TcMode::Tensor => Self::TENSOR,
-            TcMode::Emulated => Self::EMULATED,
+    /// The tile for `pairs` (token, expert) pairs over `n_exp` experts: 16 rows where the
+    /// experts average at most 16 pairs, else 64 — unless `moe-tile=` (the kernel
+    /// configuration) names one.
+    pub fn pick(mode: TcMode, pairs: usize, n_exp: usize) -> Self {
+        let few = pairs <= 16 * n_exp.max(1);
+        match (mode, crate::config::current().moe_tile) {
+            (TcMode::Tensor, Some(t)) => t,
+            (TcMode::Tensor, None) if few => Self::TENSOR16,
+            (TcMode::Tensor, None) => Self::TENSOR,
+            (TcMode::Emulated, _) if few => Self::EMULATED16,
+            (TcMode::Emulated, _) => Self::EMULATED,
         }
+    }
+    /// The tile of `bm` rows in `mode` (the sort's padding tells the launch which it sorted for).
+    fn for_rows(mode: TcMode, bm: usize) -> Result<Self, Error> {
+        let t = match (mode, crate::config::current().moe_tile) {
+            (TcMode::Tensor, Some(t)) if t.bm() == bm => t,
+            (TcMode::Tensor, _) if bm == 16 => Self::TENSOR16,
+            (TcMode::Tensor, _) => Self::TENSOR,
+            (TcMode::Emulated, _) if bm == 16 => Self::EMULATED16,
+            (TcMode::Emulated, _) => Self::EMULATED,
+        };
+        if t.bm() != bm {
+            return Err(Error::Shape(format!("moe gemm v2: pairs sorted in tiles of {bm} rows; its tiles take {}", t.bm())));
+        }
+        Ok(t)
+    }
+    /// Rows of a tile (the sort's padding unit).
+    pub fn bm(&self) -> usize {
+        16 * self.wm * self.tm
+    }
+    /// `wm.wn.tm.tn.stages`, `p` appended with `pipe` (the `moe-tile=` spec).
+    pub fn name(&self) -> String {
+        format!("{}.{}.{}.{}.{}{}", self.wm, self.wn, self.tm, self.tn, self.stages, if self.pipe { "p" } else { "" })
+    }
+    /// Parses [`MoeTc::name`]'s form (tn even, stages 2..=6, at most 16 warps).
+    pub fn parse(v: &str) -> Option<Self> {
+        let (v, pipe) = v.strip_suffix('p').map_or((v, false), |v| (v, true));
+        let n: Vec<usize> = v.split('.').map(|p| p.parse().ok()).collect::<Option<_>>()?;
+        let &[wm, wn, tm, tn, stages] = &n[..] else { return None };
+        let ok = wm * wn >= 1 && wm * wn <= 16 && tm >= 1 && tm <= 4 && tn >= 2 && tn <= 8 && tn % 2 == 0 && (2..=6).contains(&stages);
+        ok.then_some(Self { wm, wn, tm, tn, stages, pipe })
     }
     fn bn(&self) -> usize {
         8 * self.wn * self.tn
@@ -70,22 +112,29 @@ impl MoeTc {
     /// A and B tiles, the raw W ring, the rows' scales, the emulated MMA's scratch.
     fn shared_bytes(&self, k: usize, emu: bool) -> usize {
         let scratch = if emu { self.wm * self.wn * EMU_SCRATCH * 4 } else { 0 };
-        (self.stages * BM + 2 * self.bn()) * SA * 2 + self.stages * self.bn() * 32 + self.scale_words(k) * 4 + scratch
+        (self.stages * self.bm() + 2 * self.bn()) * SA * 2 + self.stages * self.bn() * 32 + self.scale_words(k) * 4 + scratch
     }
 }
 
 /// Whether moe gemm v2 runs on `client`'s device in `mode` (tc v1's instructions) for experts
-/// of input width up to `k`, and why not; the 16-bit type it multiplies in.
+/// of input width up to `k` (in every tile [`MoeTc::pick`] may take), and why not; the 16-bit
+/// type it multiplies in.
 pub fn require(client: &Client, mode: TcMode, k: usize) -> Result<Dtype, Error> {
     let e = tc::quant_dtype(client, mode);
     tc::require(client, e, mode)?;
-    let cfg = MoeTc::for_mode(mode);
+    for cfg in [MoeTc::pick(mode, 1, 1), MoeTc::pick(mode, usize::MAX, 1)] {
+        fits(client, &cfg, k, mode)?;
+    }
+    Ok(e)
+}
+
+fn fits(client: &Client, cfg: &MoeTc, k: usize, mode: TcMode) -> Result<(), Error> {
     let hw = &client.properties().hardware;
     let bytes = cfg.shared_bytes(k, mode == TcMode::Emulated);
     if cfg.threads() > hw.max_units_per_cube as usize || bytes > hw.max_shared_memory_size {
-        return Err(Error::Unsupported(format!("moe gemm v2: {} units and {bytes} B of shared memory per cube", cfg.threads())));
+        return Err(Error::Unsupported(format!("moe gemm v2 {}: {} units and {bytes} B of shared memory per cube", cfg.name(), cfg.threads())));
     }
-    Ok(e)
+    Ok(())
 }
 
 /// 16 bytes (4 words) from `src[si..]` to `dst[di..]`: `cp.async.cg`, or a plain copy.
@@ -146,11 +195,13 @@ fn stage_blocks(
 /// the cube's rows are in `scs` from byte `s_off` (row-major, `cpr` a row); a block past the
 /// row or the rows takes scale 127 (a finite 1.0: its zero nibbles must stay 0).
 ///
-/// `packed` (bf16 on the tensor cores): two values per integer step. The nibble pair (q, q + 4)
+/// `packed` (bf16 on the tensor cores): two values per integer step. The nibble pair (2p, 2p + 1)
 /// of a word moved into the two halves of a u32 as bf16 bit patterns `s·2¹⁵ | e·2⁷ | m·2⁶` —
 /// exactly `e2m1 · 2⁻¹²⁶` (e = 0, m = 1 is the subnormal 2⁻¹²⁷) — then scaled by two bf16x2
 /// multiplies, `2^(min(s, 128) − 1)` and `2^(max(s, 128) − 128)` (one factor would overflow
-/// bf16 past s = 128), both exact. Else one value at a time through f32 ([`e2m1`]).
+/// bf16 past s = 128), both exact; adjacent values in one register, so a word's 8 values
+/// leave in one 16-byte store (conflict-free: a quarter warp's 8 stores are 4 rows × 2 blocks,
+/// 144-byte rows). Else one value at a time through f32 ([`e2m1`]).
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn decode_blocks<E: Float>(
@@ -187,11 +238,13 @@ fn decode_blocks<E: Float>(
                     let word = raw[ri + wd];
                     #[unroll]
                     for p in 0..4usize {
-                        let x = word >> (4 * p) as u32;
-                        let bits = ((x << 12u32) & 0x8000_8000u32) | ((x << 6u32) & 0x01C0_01C0u32);
+                        // Nibbles 2p, 2p + 1 (byte p) into bits 0..4 and 16..20.
+                        let x = word >> (8 * p) as u32;
+                        let y = (x & 15u32) | ((x << 12u32) & 0x000F_0000u32);
+                        let bits = ((y << 12u32) & 0x8000_8000u32) | ((y << 6u32) & 0x01C0_01C0u32);
                         let pr = Vector::<E, Const<2>>::reinterpret(bits) * f1 * f2;
-                        tb[base + 8 * wd + p] = pr.extract(0usize);
-                        tb[base + 8 * wd + p + 4] = pr.extract(1usize);
+                        tb[base + 8 * wd + 2 * p] = pr.extract(0usize);
+                        tb[base + 8 * wd + 2 * p + 1] = pr.extract(1usize);
                     }
                 }
             } else {
@@ -222,15 +275,16 @@ fn stage_rows<E: Float>(
     kb: usize,
     kp: usize,
     tid: usize,
+    #[comptime] bm: usize,
     #[comptime] threads: usize,
     #[comptime] emu: bool,
 ) {
-    let chunks = comptime!(BM * 8);
+    let chunks = comptime!(bm * 8);
     #[unroll]
     for r in 0..(chunks + threads - 1) / threads {
         let i = tid + r * threads;
         if i < chunks {
-            let di = (slot * BM + i / 8) * SA + (i % 8) * 8;
+            let di = (slot * bm + i / 8) * SA + (i % 8) * 8;
             if src[r] == 4294967295u32 {
                 zero8(ta, di);
             } else {
@@ -271,13 +325,15 @@ pub fn moe_gemm_tc<E: Float>(
     #[comptime] emu: bool,
     #[comptime] packed: bool,
     #[comptime] sc_cap: usize,
+    #[comptime] pipe: bool,
 ) {
     let mt = (CUBE_POS % max_tiles as usize) as u32;
     let nt = CUBE_POS / max_tiles as usize;
     if mt < tile_offsets[n_exp as usize] {
+        let bm = comptime!(16 * wm * tm);
         let bn = comptime!(8 * wn * tn);
         let threads = comptime!(32 * wm * wn);
-        let per_a = comptime!((BM * 8).div_ceil(threads));
+        let per_a = comptime!((bm * 8).div_ceil(threads));
         let tid = UNIT_POS as usize;
         let warp = tid / 32;
         let lane = tid % 32;
@@ -288,7 +344,7 @@ pub fn moe_gemm_tc<E: Float>(
                 e = j;
             }
         }
-        let seg0 = offsets[e] as usize + (mt - tile_offsets[e]) as usize * BM;
+        let seg0 = offsets[e] as usize + (mt - tile_offsets[e]) as usize * bm;
         let seg_end = offsets[e + 1] as usize;
         let n0 = nt * bn;
         let wbase = e * n;
@@ -308,7 +364,7 @@ pub fn moe_gemm_tc<E: Float>(
             }
             src[r] = row;
         }
-        let mut ta = Shared::<[E]>::new_aligned_slice(stages * BM * SA, 16usize);
+        let mut ta = Shared::<[E]>::new_aligned_slice(stages * bm * SA, 16usize);
         let mut tb = Shared::<[E]>::new_aligned_slice(2 * bn * SA, 16usize);
         let mut raw = Shared::<[u32]>::new_aligned_slice(stages * bn * 8, 16usize);
         let mut scs = Shared::<[u32]>::new_slice(sc_cap);
@@ -333,7 +389,7 @@ pub fn moe_gemm_tc<E: Float>(
         #[unroll]
         for s in 0..stages - 1 {
             if s < nk {
-                stage_rows(x16, &mut ta, &src, s, s, kp, tid, threads, emu);
+                stage_rows(x16, &mut ta, &src, s, s, kp, tid, bm, threads, emu);
                 stage_blocks(wq, &mut raw, s, s, wbase, n0, n, cpr, tid, bn, threads, emu);
             }
             commit(emu);
@@ -349,11 +405,11 @@ pub fn moe_gemm_tc<E: Float>(
             sync_cube();
             let nxt = kb + stages - 1;
             if nxt < nk {
-                stage_rows(x16, &mut ta, &src, nxt % stages, nxt, kp, tid, threads, emu);
+                stage_rows(x16, &mut ta, &src, nxt % stages, nxt, kp, tid, bm, threads, emu);
                 stage_blocks(wq, &mut raw, nxt % stages, nxt, wbase, n0, n, cpr, tid, bn, threads, emu);
             }
             commit(emu);
-            block_mma(&ta, (kb % stages) * BM * SA, &tb, (kb % 2) * bn * SA, &mut acc, wrow, wcol, lane, &mut scratch, sb, tm, tn, false, emu);
+            block_mma(&ta, (kb % stages) * bm * SA, &tb, (kb % 2) * bn * SA, &mut acc, wrow, wcol, lane, &mut scratch, sb, tm, tn, pipe, emu);
             if kb + 1 < nk {
                 // W block kb + 1 (this unit's own copies) landed: decode it into the other slot.
                 wait_pending(comptime!(stages - 2), emu);
@@ -411,12 +467,12 @@ pub(super) fn launch(
     glu: bool,
     mode: TcMode,
 ) -> Result<(), Error> {
-    let e = require(client, mode, w.in_dim)?;
-    if sorted.bm != BM || sorted.n_exp != w.n_experts {
-        return Err(Error::Shape(format!(
-            "{op}: pairs sorted for {} experts in tiles of {}, W has {} experts and the GEMM tiles of {BM}",
-            sorted.n_exp, sorted.bm, w.n_experts
-        )));
+    let e = tc::quant_dtype(client, mode);
+    tc::require(client, e, mode)?;
+    let cfg = MoeTc::for_rows(mode, sorted.bm)?;
+    fits(client, &cfg, w.in_dim, mode)?;
+    if sorted.n_exp != w.n_experts {
+        return Err(Error::Shape(format!("{op}: pairs sorted for {} experts, W has {}", sorted.n_exp, w.n_experts)));
     }
     if !w.in_dim.is_multiple_of(32) {
         return Err(Error::Shape(format!("{op}: input width {} is not whole MXFP4 blocks of 32", w.in_dim)));
@@ -428,8 +484,7 @@ pub(super) fn launch(
     let rows = x.shape.first().copied().unwrap_or(0);
     let kp = w.in_dim.div_ceil(BK) * BK;
     let x16 = tc::convert(client, x, e, rows, w.in_dim, rows, kp, 0)?;
-    let cfg = MoeTc::for_mode(mode);
-    let max_tiles = pairs.div_ceil(BM) + w.n_experts.min(pairs);
+    let max_tiles = pairs.div_ceil(cfg.bm()) + w.n_experts.min(pairs);
     let tiles_n = w.out.div_ceil(cfg.bn());
     let u = |what: &str, v: usize| u32::try_from(v).map_err(|_| Error::Shape(format!("{op}: {what} = {v} exceeds u32")));
     let cubes = u("cubes", max_tiles * tiles_n)?;
@@ -471,6 +526,7 @@ pub(super) fn launch(
                 emu,
                 e == Dtype::BF16 && !emu,
                 cfg.scale_words(w.in_dim),
+                cfg.pipe,
             )
         };
     }

@@ -133,7 +133,8 @@ fn gemms(client: &Client, w: &MoeWeights, reps: usize) -> Result<()> {
         let line = |name: &str, n: usize, k: usize, s: f64| {
             println!("{t:>6} {name:>28} {:>9.1} {:>9.1} {:>7}", s * 1e6, 2.0 * (p * n * k) as f64 / s / 1e12, "eager");
         };
-        let eager = |cfg: &KernelConfig, f: &mut dyn FnMut() -> std::result::Result<(), Error>| scoped(cfg, || seconds_per_call(client, 1, 3 * reps, f));
+        let eager =
+            |cfg: &KernelConfig, f: &mut dyn FnMut() -> std::result::Result<(), Error>| scoped(cfg, || seconds_per_call(client, 1, 3 * reps, f));
         let v1 = KernelConfig::default();
         let sorted = moe::sort_by_expert(client, &routes, E, moe::gemm::BM)?;
         line("gemm v1 gate|up", 2 * F, C, eager(&v1, &mut || moe::moe_gemm_glu_into(client, &h, &sorted, &routes, &w.gate_up, 7.0, 1.702, &a))?);
@@ -147,7 +148,12 @@ fn gemms(client: &Client, w: &MoeWeights, reps: usize) -> Result<()> {
             let sorted = moe::sort_by_expert(client, &routes, E, tile.bm())?;
             let m = TcMode::Tensor;
             let name = |what: &str| format!("v2 {spec} ({}) {what}", tile.name());
-            line(&name("gate|up"), 2 * F, C, eager(&cfg, &mut || moe::moe_gemm_tc_glu_into(client, &h, &sorted, &routes, &w.gate_up, 7.0, 1.702, &a, m))?);
+            line(
+                &name("gate|up"),
+                2 * F,
+                C,
+                eager(&cfg, &mut || moe::moe_gemm_tc_glu_into(client, &h, &sorted, &routes, &w.gate_up, 7.0, 1.702, &a, m))?,
+            );
             line(&name("down"), C, F, eager(&cfg, &mut || moe::moe_gemm_tc_down_into(client, &a, &sorted, &routes, &w.down, &y, m))?);
         }
     }

@@ -96,7 +96,7 @@ impl MoeTc {
         let (v, pipe) = v.strip_suffix('p').map_or((v, false), |v| (v, true));
         let n: Vec<usize> = v.split('.').map(|p| p.parse().ok()).collect::<Option<_>>()?;
         let &[wm, wn, tm, tn, stages] = &n[..] else { return None };
-        let ok = wm * wn >= 1 && wm * wn <= 16 && tm >= 1 && tm <= 4 && tn >= 2 && tn <= 8 && tn % 2 == 0 && (2..=6).contains(&stages);
+        let ok = (1..=16).contains(&(wm * wn)) && (1..=4).contains(&tm) && (2..=8).contains(&tn) && tn % 2 == 0 && (2..=6).contains(&stages);
         ok.then_some(Self { wm, wn, tm, tn, stages, pipe })
     }
     fn bn(&self) -> usize {

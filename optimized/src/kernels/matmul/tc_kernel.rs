@@ -45,13 +45,20 @@ pub(crate) fn wait_pending(#[comptime] pending: usize, #[comptime] emu: bool) {
 /// 16 bytes (8 values) from `src[si..]` to `dst[di..]`: `cp.async.cg`, or a plain copy.
 #[cube]
 pub(crate) fn copy16<E: Float>(src: &[E], si: usize, dst: &mut [E], di: usize, #[comptime] emu: bool) {
+    copy_n(src, si, dst, di, 8usize, emu);
+}
+
+/// `n` values (16 bytes of them) from `src[si..]` to `dst[di..]`: `cp.async.cg`, or a plain
+/// copy.
+#[cube]
+pub(crate) fn copy_n<C: CubePrimitive>(src: &[C], si: usize, dst: &mut [C], di: usize, #[comptime] n: usize, #[comptime] emu: bool) {
     if emu {
         #[unroll]
-        for i in 0..8usize {
+        for i in 0..n {
             dst[di + i] = src[si + i];
         }
     } else {
-        copy_async(&src[si..si + 8], &mut dst[di..di + 8], 8u32);
+        copy_async(&src[si..si + n], &mut dst[di..di + n], comptime!(n as u32));
     }
 }
 

@@ -21,14 +21,13 @@
 //! `emu` (tc v1's test mode): plain loads and an MMA through shared memory, so lavapipe checks
 //! the indexing.
 
-use cubecl::frontend::barrier::copy_async;
 use cubecl::prelude::*;
 use cubecl::server::CubeCountSelection;
 
 use super::gemm::check;
 use super::{clamped_swiglu, Mxfp4Experts, Routes, Sorted};
 use crate::kernels::matmul::tc::{self, TcMode};
-use crate::kernels::matmul::tc_kernel::{block_mma, commit, copy16, wait_pending, zero8, BK, EMU_SCRATCH, SA};
+use crate::kernels::matmul::tc_kernel::{block_mma, commit, copy16, copy_n, wait_pending, zero8, BK, EMU_SCRATCH, SA};
 use crate::kernels::qmatmul::e2m1;
 use crate::{Client, DeviceTensor, Dtype, Error};
 
@@ -137,19 +136,6 @@ fn fits(client: &Client, cfg: &MoeTc, k: usize, mode: TcMode) -> Result<(), Erro
     Ok(())
 }
 
-/// 16 bytes (4 words) from `src[si..]` to `dst[di..]`: `cp.async.cg`, or a plain copy.
-#[cube]
-fn copy_words(src: &[u32], si: usize, dst: &mut [u32], di: usize, #[comptime] emu: bool) {
-    if emu {
-        #[unroll]
-        for i in 0..4usize {
-            dst[di + i] = src[si + i];
-        }
-    } else {
-        copy_async(&src[si..si + 4], &mut dst[di..di + 4], 4u32);
-    }
-}
-
 /// Copies the 16-byte MXFP4 blocks of k-block `kb` of expert rows `wbase + n0 ..+ bn` into raw
 /// slot `slot` (`[bn·2]` blocks of 4 words): block i = (row i / 2, block 2·kb + i % 2), copied
 /// by unit `i mod threads` — the unit that decodes it, so no barrier is needed between. Rows
@@ -179,7 +165,7 @@ fn stage_blocks(
             let ch = 2 * kb + i % 2;
             let di = (slot * chunks + i) * 4;
             if row < n && ch < cpr {
-                copy_words(wq, ((wbase + row) * cpr + ch) * 4, raw, di, emu);
+                copy_n(wq, ((wbase + row) * cpr + ch) * 4, raw, di, 4usize, emu);
             } else {
                 #[unroll]
                 for q in 0..4usize {

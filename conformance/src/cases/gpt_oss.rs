@@ -297,12 +297,15 @@ impl Case for GptOssEngineCase {
     }
 }
 
-/// GPT-OSS decode graphs (≤ 8 sequences per bucket) vs eager launches on the same runner:
-/// the same tokens, greedy and seeded.
+/// GPT-OSS decode graphs vs eager launches on the same runner: the same tokens, greedy and
+/// seeded; 12 requests at once, so buckets above 8 rows (the sort and the grouped GEMMs in the
+/// graph) run too.
 #[derive(Debug, Clone)]
 pub struct GptOssGraphCase {
     pub weights: Weights,
     pub sampled: bool,
+    /// bf16: steps above 8 rows run moe gemm v2 (tensor cores) inside the graphs.
+    pub dtype: Dtype,
 }
 
 impl Case for GptOssGraphCase {
@@ -310,13 +313,17 @@ impl Case for GptOssGraphCase {
         Op::GptOss
     }
     fn name(&self) -> String {
-        format!("gpt_oss_engine({:?},graphs vs eager,{},f32)", self.weights, if self.sampled { "seeded" } else { "greedy" }).to_lowercase()
+        let how = if self.sampled { "seeded" } else { "greedy" };
+        format!("gpt_oss_engine({:?},graphs vs eager,{how},{})", self.weights, self.dtype.name()).to_lowercase()
     }
     fn run(&self, client: &Client) -> Outcome {
         let body = || -> Result<Outcome, String> {
             let vocab = load(self.weights)?.0.vocab;
-            super::runner::graphs_match_eager(vocab, self.sampled, 8, &mut |on| {
-                let (_, mut g, _) = runners(client, self.weights, Dtype::F32, false, 96, MoePath::Auto)?;
+            if !dev(self.dtype).supported(client) {
+                return Ok(Outcome::Skip(format!("{} arithmetic not supported on {}", self.dtype.name(), optimized::device_info(client).name)));
+            }
+            super::runner::graphs_match_eager(vocab, self.sampled, 16, 12, &mut |on| {
+                let (_, mut g, _) = runners(client, self.weights, self.dtype, false, 160, MoePath::Auto)?;
                 g.set_graphs(on);
                 Ok(Box::new(g))
             })
@@ -454,8 +461,8 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     }
     v.push(Box::new(GptOssEngineCase { weights: Synthetic("tiny-gpt-oss"), blocks: 96 }));
     v.push(Box::new(GptOssEngineCase { weights: Fixture("b"), blocks: 20 }));
-    for sampled in [false, true] {
-        v.push(Box::new(GptOssGraphCase { weights: Synthetic("tiny-gpt-oss"), sampled }));
+    for (sampled, dtype) in [(false, Dtype::F32), (true, Dtype::F32), (false, Dtype::BF16)] {
+        v.push(Box::new(GptOssGraphCase { weights: Synthetic("tiny-gpt-oss"), sampled, dtype }));
     }
     v
 }

@@ -295,7 +295,7 @@ pub struct GraphEngineCase {
 impl GraphEngineCase {
     fn body(&self, client: &Client) -> Result<Outcome, String> {
         let cfg = synthetic::tiny_configs().into_iter().find(|(n, _)| *n == self.weights).map(|(_, c)| c).ok_or("no tiny config")?;
-        graphs_match_eager(cfg.vocab, self.sampled, 8, &mut |on| {
+        graphs_match_eager(cfg.vocab, self.sampled, 8, 7, &mut |on| {
             let (_, mut g, _) = runners(client, self.weights, Dtype::F32)?;
             g.set_graphs(on);
             Ok(Box::new(g))
@@ -304,13 +304,14 @@ impl GraphEngineCase {
 }
 
 /// An engine over the runner `make(false)` (graphs off) and one over `make(true)` (graphs on)
-/// give the same tokens for 7 requests of different lengths (greedy or seeded), decoding in
+/// give the same tokens for `n_reqs` requests of different lengths (greedy or seeded), decoding in
 /// buckets up to `max_seqs` sequences; the runner with graphs must say it replays them (a
 /// backend that refuses capture is a skip).
 pub(crate) fn graphs_match_eager(
     vocab: usize,
     sampled: bool,
     max_seqs: usize,
+    n_reqs: u32,
     make: &mut dyn FnMut(bool) -> Result<Box<dyn ModelRunner>, String>,
 ) -> Result<Outcome, String> {
     let params = |s: u64| {
@@ -320,7 +321,7 @@ pub(crate) fn graphs_match_eager(
             SamplingParams::default()
         }
     };
-    let reqs: Vec<Request> = (0..7u32)
+    let reqs: Vec<Request> = (0..n_reqs)
         .map(|i| {
             let p: Vec<u32> = (0..(1 + 3 * i)).map(|j| (j * 7919 + i * 13 + 3) % vocab as u32).collect();
             Request {

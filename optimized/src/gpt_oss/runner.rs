@@ -6,9 +6,10 @@
 //! the layer's window (even layers slide, odd are full) and its sinks; the lm_head on the
 //! drawing rows only; the seeded draw (or argmax) on the device.
 //!
-//! Decode-only steps of at most [`moe::GEMV_MAX_T`] sequences (the MoE's grouped gemvs, no
-//! sort) run as captured graphs per batch bucket, as the llama runner's (`runner::graphs`):
-//! the pools hold one block past the engine's for the padding rows.
+//! Decode-only steps run as captured graphs per batch bucket, as the llama runner's
+//! (`runner::graphs`) — the MoE's grouped gemvs up to [`moe::GEMV_MAX_T`] sequences, its sort
+//! and grouped GEMMs above (no uploads: session 23): the pools hold one block past the
+//! engine's for the padding rows.
 
 use reference::gpt_oss::ops::rope::{concentration, inv_freq};
 use reference::runner::{validate_plan, KvLayout, ModelInfo, ModelRunner, SeqResult, StepPlan};
@@ -156,9 +157,7 @@ impl ModelRunner for GptOssRunner {
     fn status(&self) -> Option<String> {
         let graphs = match self.graphs.refused() {
             Some(why) => format!("decode graphs refused by the backend ({why}): eager launches"),
-            None if self.graphs.enabled() => {
-                format!("decode steps and n-gram verifications of ≤ {} rows replayed as captured graphs", moe::GEMV_MAX_T)
-            }
+            None if self.graphs.enabled() => "decode steps and n-gram verifications replayed as captured graphs".to_string(),
             None => "decode graphs off: eager launches".into(),
         };
         Some(format!(
@@ -179,9 +178,10 @@ impl GraphStep for GptOssRunner {
     fn scratch_block(&self) -> u32 {
         self.layout.num_blocks as u32
     }
-    /// The MoE's grouped gemvs take at most this many rows (above: a sort with uploads).
+    /// Every decode step: the sort and grouped GEMMs of steps above [`moe::GEMV_MAX_T`] rows
+    /// upload nothing.
     fn max_rows(&self) -> usize {
-        moe::GEMV_MAX_T
+        usize::MAX
     }
     fn logits(&self, b: &StepBufs, rows: usize) -> Result<DeviceTensor, Error> {
         let m = &self.model;

@@ -124,13 +124,22 @@ pub fn sort_by_expert(client: &Client, routes: &Routes, n_exp: usize, bm: usize)
         return Err(Error::Unsupported(format!("moe_sort: needs {units} units per cube")));
     }
     let e = u32::try_from(n_exp).map_err(|_| Error::Shape(format!("moe_sort: {n_exp} experts")))?;
-    let zeros = |n: usize| DeviceTensor::from_u32(client, &vec![0; n.max(1)], &[n.max(1)]);
+    // The kernels write every element (each pair's expert is below E; counts and offsets per
+    // expert, the totals by the last cube), so the buffers are allocated, not uploaded — which
+    // also lets a captured graph hold the sort. Without experts nothing runs: zeros.
+    let buf = |n: usize| -> Result<DeviceTensor, Error> {
+        if n_exp == 0 {
+            DeviceTensor::from_u32(client, &vec![0; n.max(1)], &[n.max(1)])
+        } else {
+            Ok(DeviceTensor::empty_f32(client, &[n.max(1)]))
+        }
+    };
     let s = Sorted {
-        counts: zeros(n_exp)?,
-        offsets: zeros(n_exp + 1)?,
-        tile_offsets: zeros(n_exp + 1)?,
-        sorted: zeros(pairs)?,
-        slot: zeros(pairs)?,
+        counts: buf(n_exp)?,
+        offsets: buf(n_exp + 1)?,
+        tile_offsets: buf(n_exp + 1)?,
+        sorted: buf(pairs)?,
+        slot: buf(pairs)?,
         pairs,
         n_exp,
         bm,

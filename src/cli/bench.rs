@@ -92,7 +92,7 @@ pub enum BenchMode {
 }
 
 /// A comma-separated list of positive integers (`what` names the flag in errors).
-pub(super) fn usize_list(s: &str, what: &str) -> Result<Vec<usize>> {
+fn usize_list(s: &str, what: &str) -> Result<Vec<usize>> {
     let v: Vec<usize> =
         s.split(',').map(|x| x.trim().parse().map_err(|_| CliError::Usage(format!("{what}: `{x}` is not a number")))).collect::<Result<_>>()?;
     if v.is_empty() || v.contains(&0) {

@@ -137,8 +137,13 @@ fn gemms(client: &Client, w: &MoeWeights, reps: usize) -> Result<()> {
             |cfg: &KernelConfig, f: &mut dyn FnMut() -> std::result::Result<(), Error>| scoped(cfg, || seconds_per_call(client, 1, 3 * reps, f));
         let v1 = KernelConfig::default();
         let sorted = moe::sort_by_expert(client, &routes, E, moe::gemm::BM)?;
-        line("gemm v1 gate|up", 2 * F, C, eager(&v1, &mut || moe::moe_gemm_glu_into(client, &h, &sorted, &routes, &w.gate_up, 7.0, 1.702, &a))?);
-        line("gemm v1 down", C, F, eager(&v1, &mut || moe::moe_gemm_down_into(client, &a, &sorted, &routes, &w.down, &y))?);
+        line(
+            "gemm v1 gate|up",
+            2 * F,
+            C,
+            eager(&v1, &mut || moe::moe_gemm_glu_into(client, &h, &sorted, &routes, &w.gate_up, 7.0, 1.702, &a, None))?,
+        );
+        line("gemm v1 down", C, F, eager(&v1, &mut || moe::moe_gemm_down_into(client, &a, &sorted, &routes, &w.down, &y, None))?);
         if tc.is_err() {
             continue;
         }
@@ -152,9 +157,9 @@ fn gemms(client: &Client, w: &MoeWeights, reps: usize) -> Result<()> {
                 &name("gate|up"),
                 2 * F,
                 C,
-                eager(&cfg, &mut || moe::moe_gemm_tc_glu_into(client, &h, &sorted, &routes, &w.gate_up, 7.0, 1.702, &a, m))?,
+                eager(&cfg, &mut || moe::moe_gemm_glu_into(client, &h, &sorted, &routes, &w.gate_up, 7.0, 1.702, &a, Some(m)))?,
             );
-            line(&name("down"), C, F, eager(&cfg, &mut || moe::moe_gemm_tc_down_into(client, &a, &sorted, &routes, &w.down, &y, m))?);
+            line(&name("down"), C, F, eager(&cfg, &mut || moe::moe_gemm_down_into(client, &a, &sorted, &routes, &w.down, &y, Some(m)))?);
         }
     }
     Ok(())

@@ -283,10 +283,10 @@ impl MoeCase {
         let y = poisoned(client, &[p, c])?;
         match (self.tc, e16) {
             (Some(mode), Some(e)) => {
-                moe::moe_gemm_tc_glu_into(client, h, &sorted, routes, &w.gate_up, LIMIT, ALPHA, &a, mode).map_err(dev)?;
+                moe::moe_gemm_glu_into(client, h, &sorted, routes, &w.gate_up, LIMIT, ALPHA, &a, Some(mode)).map_err(dev)?;
                 let got_a = a.to_f32(client).map_err(dev)?;
                 check_tol(&got_a, &by_sorted(&want.a, f), tc_tolerance().0, "activations (sorted, tensor cores)", worst)?;
-                moe::moe_gemm_tc_down_into(client, &a, &sorted, routes, &w.down, &y, mode).map_err(dev)?;
+                moe::moe_gemm_down_into(client, &a, &sorted, routes, &w.down, &y, Some(mode)).map_err(dev)?;
                 // down's reference: the device's activations rounded as the kernel rounds them.
                 let a16 = round_to(&got_a, e);
                 let dense = fx.experts.iter().map(|x| x.dequant().map_err(|e| e.to_string())).collect::<Result<Vec<_>, _>>()?;
@@ -299,9 +299,9 @@ impl MoeCase {
                 check_tol(&y.to_f32(client).map_err(dev)?, &want_y, tc_tolerance().0, "expert outputs (sorted, tensor cores)", worst)?;
             }
             _ => {
-                moe::moe_gemm_glu_into(client, h, &sorted, routes, &w.gate_up, LIMIT, ALPHA, &a).map_err(dev)?;
+                moe::moe_gemm_glu_into(client, h, &sorted, routes, &w.gate_up, LIMIT, ALPHA, &a, None).map_err(dev)?;
                 check(&a.to_f32(client).map_err(dev)?, &by_sorted(&want.a, f), Op::Moe, "activations (sorted)", worst)?;
-                moe::moe_gemm_down_into(client, &a, &sorted, routes, &w.down, &y).map_err(dev)?;
+                moe::moe_gemm_down_into(client, &a, &sorted, routes, &w.down, &y, None).map_err(dev)?;
                 check(&y.to_f32(client).map_err(dev)?, &by_sorted(&want.y, c), Op::Moe, "expert outputs (sorted)", worst)?;
             }
         }

@@ -63,7 +63,6 @@ use cubecl::prelude::*;
 use reference::quant::mxfp4::Mxfp4Weight;
 
 pub use gemm::{moe_combine_into, moe_combine_pairs_into, moe_gemm_down, moe_gemm_down_into, moe_gemm_glu, moe_gemm_glu_into};
-pub use gemm_tc::{moe_gemm_tc_down_into, moe_gemm_tc_glu_into};
 pub use gemv::{moe_gemv_down_into, moe_gemv_glu, moe_gemv_glu_into, MoeGemv};
 pub use route::{route, route_tokens, RouteVersion};
 pub use sort::sort_by_expert;
@@ -264,19 +263,11 @@ pub fn moe_into(client: &Client, h: &DeviceTensor, w: &MoeWeights, x: &DeviceTen
         let a = gemv::moe_gemv_glu(client, h, &routes, &w.gate_up, w.limit, w.alpha)?;
         gemv::moe_gemv_down_into(client, &a, &routes, &w.down, x)?;
     } else {
-        let tc = gemm_on_tensor_cores(client, w);
-        let bm = if tc { gemm_tc::MoeTc::pick(TcMode::Tensor, routes.tokens * routes.k, w.gate_up.n_experts).bm() } else { gemm::BM };
+        let kernel = gemm_on_tensor_cores(client, w).then_some(TcMode::Tensor);
+        let bm = kernel.map_or(gemm::BM, |mode| gemm_tc::MoeTc::pick(mode, routes.tokens * routes.k, w.gate_up.n_experts).bm());
         let sorted = sort::sort_by_expert(client, &routes, w.gate_up.n_experts, bm)?;
-        let y = if tc {
-            let a = DeviceTensor::empty_f32(client, &[sorted.pairs, w.gate_up.out / 2]);
-            gemm_tc::moe_gemm_tc_glu_into(client, h, &sorted, &routes, &w.gate_up, w.limit, w.alpha, &a, TcMode::Tensor)?;
-            let y = DeviceTensor::empty_f32(client, &[sorted.pairs, w.down.out]);
-            gemm_tc::moe_gemm_tc_down_into(client, &a, &sorted, &routes, &w.down, &y, TcMode::Tensor)?;
-            y
-        } else {
-            let a = gemm::moe_gemm_glu(client, h, &sorted, &routes, &w.gate_up, w.limit, w.alpha)?;
-            gemm::moe_gemm_down(client, &a, &sorted, &routes, &w.down)?
-        };
+        let a = gemm::moe_gemm_glu(client, h, &sorted, &routes, &w.gate_up, w.limit, w.alpha, kernel)?;
+        let y = gemm::moe_gemm_down(client, &a, &sorted, &routes, &w.down, kernel)?;
         gemm::moe_combine_into(client, &y, &sorted, &routes, x)?;
     }
     Ok(routes)

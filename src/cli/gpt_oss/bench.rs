@@ -4,8 +4,8 @@
 //! steps (decode tokens/s); medians printed, one line per length — under `--kernels`, or under
 //! each `--sweep` entry in turn on the same loaded model (its decode graphs recorded again).
 //! On a GPU the whole conformance suite runs first (the same gate as every bench); rows go to
-//! `--json-out`. With `--batches` it is the batched engine bench of every model
-//! (`super::super::bench_batch`: llama-batched-bench's workload).
+//! `--json-out`. `--batches` does not come here: it is the batched engine bench of every model
+//! (`super::super::bench_batch`, through `bench::run`).
 
 use std::time::Instant;
 
@@ -34,20 +34,6 @@ pub fn run(a: &BenchArgs) -> Result<()> {
         Some(b) => super::super::bench::conformance_gate(b)?,
         None => "cpu reference: ground truth, no gate".to_string(),
     };
-    if let Some(bs) = &a.batches {
-        return super::super::bench_batch::run(super::super::bench_batch::BatchBench {
-            model: &a.model,
-            batches: super::super::bench::usize_list(bs, "--batches")?,
-            prompt: lens[0],
-            generated: a.decode_tokens.unwrap_or(128),
-            kernels: a.model.kernel_config()?,
-            gate,
-            hardware: super::super::results::hardware(backend),
-            json_out: a.json_out.clone(),
-            csv_out: a.csv_out.clone(),
-            plot: a.plot.clone(),
-        });
-    }
     let mut opened = a.model.open()?;
     let longest = lens.iter().max().copied().unwrap_or(1) + decode + 1;
     if longest > opened.config.max_ctx {

@@ -5,6 +5,7 @@ use cubecl::prelude::*;
 use cubecl::server::CubeCountSelection;
 
 use super::{clamped_swiglu, Mxfp4Experts, Routes, Sorted};
+use crate::kernels::matmul::tc::TcMode;
 use crate::kernels::qmatmul::v1::{e2m1, e8m0};
 use crate::kernels::swiglu::Elementwise;
 use crate::{Client, DeviceTensor, Dtype, Error};
@@ -186,7 +187,8 @@ pub fn moe_combine_v1(y: &[f32], slot: &[u32], route_w: &[f32], out: &mut [f32],
     }
 }
 
-/// One grouped GEMM launch (see [`moe_gemm_v1`]); `x` rows as the mode reads them.
+/// One grouped GEMM over the sorted pairs: moe gemm v1 (`kernel` `None`), or v2 on the tensor
+/// cores in `mode` ([`super::gemm_tc`]); `x` rows as the mode reads them.
 #[allow(clippy::too_many_arguments)]
 fn launch(
     client: &Client,
@@ -199,23 +201,45 @@ fn launch(
     limit: f32,
     alpha: f32,
     glu: bool,
+    kernel: Option<TcMode>,
 ) -> Result<(), Error> {
-    let hw = &client.properties().hardware;
-    if 256 > hw.max_units_per_cube || (BM + BN) * SROW * 4 + 64 > hw.max_shared_memory_size {
-        return Err(Error::Unsupported(format!("{op}: needs 256 units and {} B of shared memory per cube", (BM + BN) * SROW * 4 + 64)));
-    }
-    if sorted.bm != BM || sorted.n_exp != w.n_experts {
-        return Err(Error::Shape(format!(
-            "{op}: pairs sorted for {} experts in tiles of {}, W has {} experts and the GEMM tiles of {BM}",
-            sorted.n_exp, sorted.bm, w.n_experts
-        )));
+    if sorted.n_exp != w.n_experts {
+        return Err(Error::Shape(format!("{op}: pairs sorted for {} experts, W has {}", sorted.n_exp, w.n_experts)));
     }
     let pairs = sorted.pairs;
     if pairs == 0 {
         return Ok(());
     }
-    // Σ_e ⌈count_e / BM⌉ ≤ ⌈P / BM⌉ + (experts holding a pair).
-    let max_tiles = pairs.div_ceil(BM) + w.n_experts.min(pairs);
+    // Σ_e ⌈count_e / bm⌉ ≤ ⌈P / bm⌉ + (experts holding a pair).
+    let max_tiles = pairs.div_ceil(sorted.bm.max(1)) + w.n_experts.min(pairs);
+    match kernel {
+        Some(mode) => super::gemm_tc::launch(client, op, x, sorted, routes, w, y, limit, alpha, glu, mode, max_tiles),
+        None => launch_v1(client, op, x, sorted, routes, w, y, limit, alpha, glu, max_tiles),
+    }
+}
+
+/// moe gemm v1's launch ([`moe_gemm_v1`]).
+#[allow(clippy::too_many_arguments)]
+fn launch_v1(
+    client: &Client,
+    op: &str,
+    x: &DeviceTensor,
+    sorted: &Sorted,
+    routes: &Routes,
+    w: &Mxfp4Experts,
+    y: &DeviceTensor,
+    limit: f32,
+    alpha: f32,
+    glu: bool,
+    max_tiles: usize,
+) -> Result<(), Error> {
+    let hw = &client.properties().hardware;
+    if 256 > hw.max_units_per_cube || (BM + BN) * SROW * 4 + 64 > hw.max_shared_memory_size {
+        return Err(Error::Unsupported(format!("{op}: needs 256 units and {} B of shared memory per cube", (BM + BN) * SROW * 4 + 64)));
+    }
+    if sorted.bm != BM {
+        return Err(Error::Shape(format!("{op}: pairs sorted in tiles of {}, moe gemm v1 tiles of {BM}", sorted.bm)));
+    }
     let tiles_n = w.out.div_ceil(BN);
     let cubes = u32::try_from(max_tiles * tiles_n).map_err(|_| Error::Shape(format!("{op}: {max_tiles} × {tiles_n} tiles exceed u32")))?;
     crate::kernels::attention::naive::u32_of("moe gemm output", y.numel())?;
@@ -245,14 +269,16 @@ fn launch(
     Ok(())
 }
 
-pub(super) fn check(op: &str, what: &str, t: &DeviceTensor, shape: [usize; 2]) -> Result<(), Error> {
+fn check(op: &str, what: &str, t: &DeviceTensor, shape: [usize; 2]) -> Result<(), Error> {
     if t.dtype != Dtype::F32 || t.shape != shape {
         return Err(Error::Shape(format!("{op}: {what} {:?} {}, expected {shape:?} f32", t.shape, t.dtype.name())));
     }
     Ok(())
 }
 
-/// gate|up of every sorted pair (moe gemm v1, `glu`): `h [T, C]` → `a [P, F]` in sorted order.
+/// gate|up of every sorted pair (`glu`): `h [T, C]` → `a [P, F]` in sorted order; moe gemm
+/// v1, or v2 on the tensor cores with `kernel` (the pairs sorted in its tile's rows).
+#[allow(clippy::too_many_arguments)]
 pub fn moe_gemm_glu(
     client: &Client,
     h: &DeviceTensor,
@@ -261,9 +287,10 @@ pub fn moe_gemm_glu(
     w: &Mxfp4Experts,
     limit: f32,
     alpha: f32,
+    kernel: Option<TcMode>,
 ) -> Result<DeviceTensor, Error> {
     let a = DeviceTensor::empty_f32(client, &[sorted.pairs, w.out / 2]);
-    moe_gemm_glu_into(client, h, sorted, routes, w, limit, alpha, &a)?;
+    moe_gemm_glu_into(client, h, sorted, routes, w, limit, alpha, &a, kernel)?;
     Ok(a)
 }
 
@@ -278,20 +305,28 @@ pub fn moe_gemm_glu_into(
     limit: f32,
     alpha: f32,
     a: &DeviceTensor,
+    kernel: Option<TcMode>,
 ) -> Result<(), Error> {
     check("moe_gemm_glu", "h", h, [routes.tokens, w.in_dim])?;
     check("moe_gemm_glu", "a", a, [sorted.pairs, w.out / 2])?;
     if !w.out.is_multiple_of(2) {
         return Err(Error::Shape(format!("moe_gemm_glu: {} rows are not (gate, up) pairs", w.out)));
     }
-    launch(client, "moe_gemm_glu", h, sorted, routes, w, a, limit, alpha, true)
+    launch(client, "moe_gemm_glu", h, sorted, routes, w, a, limit, alpha, true, kernel)
 }
 
-/// down of every sorted pair (moe gemm v1): `a [P, F]` (sorted order) → `y [P, C]` (sorted
-/// order, bias added).
-pub fn moe_gemm_down(client: &Client, a: &DeviceTensor, sorted: &Sorted, routes: &Routes, w: &Mxfp4Experts) -> Result<DeviceTensor, Error> {
+/// down of every sorted pair: `a [P, F]` (sorted order) → `y [P, C]` (sorted order, bias
+/// added); moe gemm v1, or v2 with `kernel`.
+pub fn moe_gemm_down(
+    client: &Client,
+    a: &DeviceTensor,
+    sorted: &Sorted,
+    routes: &Routes,
+    w: &Mxfp4Experts,
+    kernel: Option<TcMode>,
+) -> Result<DeviceTensor, Error> {
     let y = DeviceTensor::empty_f32(client, &[sorted.pairs, w.out]);
-    moe_gemm_down_into(client, a, sorted, routes, w, &y)?;
+    moe_gemm_down_into(client, a, sorted, routes, w, &y, kernel)?;
     Ok(y)
 }
 
@@ -303,10 +338,11 @@ pub fn moe_gemm_down_into(
     routes: &Routes,
     w: &Mxfp4Experts,
     y: &DeviceTensor,
+    kernel: Option<TcMode>,
 ) -> Result<(), Error> {
     check("moe_gemm_down", "a", a, [sorted.pairs, w.in_dim])?;
     check("moe_gemm_down", "y", y, [sorted.pairs, w.out])?;
-    launch(client, "moe_gemm_down", a, sorted, routes, w, y, 0.0, 0.0, false)
+    launch(client, "moe_gemm_down", a, sorted, routes, w, y, 0.0, 0.0, false, kernel)
 }
 
 /// `out[t] += Σ_k w_k · y[slot(t, k)]` (combine v1): `y [P, C]` in sorted order, `out [T, C]`.

@@ -24,7 +24,6 @@
 use cubecl::prelude::*;
 use cubecl::server::CubeCountSelection;
 
-use super::gemm::check;
 use super::{clamped_swiglu, Mxfp4Experts, Routes, Sorted};
 use crate::kernels::matmul::tc::{self, TcMode};
 use crate::kernels::matmul::tc_kernel::{block_mma, commit, copy16, copy_n, wait_pending, zero8, BK, EMU_SCRATCH, SA};
@@ -59,28 +58,26 @@ impl MoeTc {
     /// experts average at most 16 pairs, else 64 — unless `moe-tile=` (the kernel
     /// configuration) names one.
     pub fn pick(mode: TcMode, pairs: usize, n_exp: usize) -> Self {
-        let few = pairs <= 16 * n_exp.max(1);
-        match (mode, crate::config::current().moe_tile) {
-            (TcMode::Tensor, Some(t)) => t,
-            (TcMode::Tensor, None) if few => Self::TENSOR16,
-            (TcMode::Tensor, None) => Self::TENSOR,
-            (TcMode::Emulated, _) if few => Self::EMULATED16,
-            (TcMode::Emulated, _) => Self::EMULATED,
-        }
+        Self::of_rows(mode, if pairs <= 16 * n_exp.max(1) { 16 } else { 64 }, true)
     }
     /// The tile of `bm` rows in `mode` (the sort's padding tells the launch which it sorted for).
     fn for_rows(mode: TcMode, bm: usize) -> Result<Self, Error> {
-        let t = match (mode, crate::config::current().moe_tile) {
-            (TcMode::Tensor, Some(t)) if t.bm() == bm => t,
-            (TcMode::Tensor, _) if bm == 16 => Self::TENSOR16,
-            (TcMode::Tensor, _) => Self::TENSOR,
-            (TcMode::Emulated, _) if bm == 16 => Self::EMULATED16,
-            (TcMode::Emulated, _) => Self::EMULATED,
-        };
+        let t = Self::of_rows(mode, bm, false);
         if t.bm() != bm {
             return Err(Error::Shape(format!("moe gemm v2: pairs sorted in tiles of {bm} rows; its tiles take {}", t.bm())));
         }
         Ok(t)
+    }
+    /// The `moe-tile=` override on the tensor cores (any rows when `any`, else only one of
+    /// `bm` rows), else the mode's preset of 16 rows (`bm` = 16) or 64.
+    fn of_rows(mode: TcMode, bm: usize, any: bool) -> Self {
+        match (mode, crate::config::current().moe_tile) {
+            (TcMode::Tensor, Some(t)) if any || t.bm() == bm => t,
+            (TcMode::Tensor, _) if bm == 16 => Self::TENSOR16,
+            (TcMode::Tensor, _) => Self::TENSOR,
+            (TcMode::Emulated, _) if bm == 16 => Self::EMULATED16,
+            (TcMode::Emulated, _) => Self::EMULATED,
+        }
     }
     /// Rows of a tile (the sort's padding unit).
     pub fn bm(&self) -> usize {
@@ -437,8 +434,9 @@ pub fn moe_gemm_tc<E: Float>(
     }
 }
 
-/// One grouped GEMM: x `[rows, K]` f32 (glu: the tokens; down: the pairs in sorted order)
-/// rounded to 16 bits, then [`moe_gemm_tc`] into y.
+/// One grouped GEMM (`gemm::launch` checked the pairs against W and that there are some, and
+/// bounds the m tiles by `max_tiles`): x `[rows, K]` f32 (glu: the tokens; down: the pairs in
+/// sorted order) rounded to 16 bits, then [`moe_gemm_tc`] into y.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn launch(
     client: &Client,
@@ -452,25 +450,18 @@ pub(super) fn launch(
     alpha: f32,
     glu: bool,
     mode: TcMode,
+    max_tiles: usize,
 ) -> Result<(), Error> {
     let e = tc::quant_dtype(client, mode);
     tc::require(client, e, mode)?;
     let cfg = MoeTc::for_rows(mode, sorted.bm)?;
     fits(client, &cfg, w.in_dim, mode)?;
-    if sorted.n_exp != w.n_experts {
-        return Err(Error::Shape(format!("{op}: pairs sorted for {} experts, W has {}", sorted.n_exp, w.n_experts)));
-    }
     if !w.in_dim.is_multiple_of(32) {
         return Err(Error::Shape(format!("{op}: input width {} is not whole MXFP4 blocks of 32", w.in_dim)));
-    }
-    let pairs = sorted.pairs;
-    if pairs == 0 {
-        return Ok(());
     }
     let rows = x.shape.first().copied().unwrap_or(0);
     let kp = w.in_dim.div_ceil(BK) * BK;
     let x16 = tc::convert(client, x, e, rows, w.in_dim, rows, kp, 0)?;
-    let max_tiles = pairs.div_ceil(cfg.bm()) + w.n_experts.min(pairs);
     let tiles_n = w.out.div_ceil(cfg.bn());
     let u = |what: &str, v: usize| u32::try_from(v).map_err(|_| Error::Shape(format!("{op}: {what} = {v} exceeds u32")));
     let cubes = u("cubes", max_tiles * tiles_n)?;
@@ -523,42 +514,4 @@ pub(super) fn launch(
         }
     }
     Ok(())
-}
-
-/// gate|up of every sorted pair on the tensor cores: `h [T, C]` → `a [P, F]` in sorted order
-/// (as [`moe_gemm_glu_into`](super::moe_gemm_glu_into)).
-#[allow(clippy::too_many_arguments)]
-pub fn moe_gemm_tc_glu_into(
-    client: &Client,
-    h: &DeviceTensor,
-    sorted: &Sorted,
-    routes: &Routes,
-    w: &Mxfp4Experts,
-    limit: f32,
-    alpha: f32,
-    a: &DeviceTensor,
-    mode: TcMode,
-) -> Result<(), Error> {
-    check("moe_gemm_tc_glu", "h", h, [routes.tokens, w.in_dim])?;
-    check("moe_gemm_tc_glu", "a", a, [sorted.pairs, w.out / 2])?;
-    if !w.out.is_multiple_of(2) {
-        return Err(Error::Shape(format!("moe_gemm_tc_glu: {} rows are not (gate, up) pairs", w.out)));
-    }
-    launch(client, "moe_gemm_tc_glu", h, sorted, routes, w, a, limit, alpha, true, mode)
-}
-
-/// down of every sorted pair on the tensor cores: `a [P, F]` (sorted order) → `y [P, C]`
-/// (sorted order, bias added), as [`moe_gemm_down_into`](super::moe_gemm_down_into).
-pub fn moe_gemm_tc_down_into(
-    client: &Client,
-    a: &DeviceTensor,
-    sorted: &Sorted,
-    routes: &Routes,
-    w: &Mxfp4Experts,
-    y: &DeviceTensor,
-    mode: TcMode,
-) -> Result<(), Error> {
-    check("moe_gemm_tc_down", "a", a, [sorted.pairs, w.in_dim])?;
-    check("moe_gemm_tc_down", "y", y, [sorted.pairs, w.out])?;
-    launch(client, "moe_gemm_tc_down", a, sorted, routes, w, y, 0.0, 0.0, false, mode)
 }

@@ -112,6 +112,9 @@ pub struct KernelConfig {
     pub moe_tile: Option<MoeTc>,
     /// Steps of at most this many rows take the gemvs (≤ [`GEMV_ROWS_MAX`]).
     pub gemv_rows: usize,
+    /// `gemv-rows=auto` (the default): a Llama-family model picks `gemv_rows` by its size as
+    /// it loads ([`KernelConfig::for_hidden`]); false where `gemv-rows=N` was asked for.
+    pub gemv_rows_auto: bool,
     /// Steps of at most this many rows take the quantized gemvs (≤ [`GEMV_ROWS_MAX`]).
     pub qgemv_rows: usize,
     /// Prefill attention v3 on the tensor cores where a step's matmuls run there (`true`), or
@@ -133,6 +136,14 @@ pub const GEMV_ROWS_DEFAULT: usize = 2;
 /// quantized gemv at few rows. H200, synthetic TinyLlama int8, batched decode tokens/s at
 /// 4 / 8 sequences (commit 22afb86): gemv up to 8 rows 2370 / 2474; up to 2 rows 1740 / 3389.
 pub const QGEMV_ROWS_DEFAULT: usize = 4;
+/// Models of at most this hidden size take the dense gemvs up to [`GEMV_ROWS_MAX`] rows under
+/// `gemv-rows=auto`: their layers are small enough that the token-sliced gemv runs 8 rows
+/// at little more than one row's latency, where the tensor-core path's extra launches (the
+/// unfused norms, SwiGLU, residuals) cost more. H200, batched decode tokens/s at 1 / 4 / 8
+/// sequences (session 24): SmolLM2-135M (C = 576) gemvs to 2 rows 1,261 / 2,531 / 4,957, to 8
+/// rows 1,255 / 4,092 / 6,768; synthetic TinyLlama (C = 2,048) to 2 rows 916 / 2,294 / 4,465,
+/// to 8 rows 902 / 2,080 / 2,863.
+pub const GEMV_ROWS_SMALL_HIDDEN: usize = 1024;
 
 impl Default for KernelConfig {
     fn default() -> Self {
@@ -154,6 +165,7 @@ impl Default for KernelConfig {
             moe_gemm: MoeGemm::V2,
             moe_tile: None,
             gemv_rows: GEMV_ROWS_DEFAULT,
+            gemv_rows_auto: true,
             qgemv_rows: QGEMV_ROWS_DEFAULT,
             prefill_tc: true,
             gemm_wgmma: true,
@@ -312,7 +324,11 @@ impl KernelConfig {
                         _ => return Err(no()),
                     }
                 }
-                "gemv-rows" => k.gemv_rows = val.parse().ok().filter(|n| (1..=GEMV_ROWS_MAX).contains(n)).ok_or_else(no)?,
+                "gemv-rows" if val == "auto" => (k.gemv_rows, k.gemv_rows_auto) = (GEMV_ROWS_DEFAULT, true),
+                "gemv-rows" => {
+                    k.gemv_rows = val.parse().ok().filter(|n| (1..=GEMV_ROWS_MAX).contains(n)).ok_or_else(no)?;
+                    k.gemv_rows_auto = false;
+                }
                 "qgemv-rows" => k.qgemv_rows = val.parse().ok().filter(|n| (1..=GEMV_ROWS_MAX).contains(n)).ok_or_else(no)?,
                 "prefill" => {
                     k.prefill_tc = match val {
@@ -390,7 +406,7 @@ impl KernelConfig {
         if self.moe_route != d.moe_route {
             parts.push(format!("moe-route={}", if self.moe_route == RouteVersion::V2 { "v2" } else { "v3" }));
         }
-        if self.gemv_rows != d.gemv_rows {
+        if !self.gemv_rows_auto {
             parts.push(format!("gemv-rows={}", self.gemv_rows));
         }
         if self.qgemv_rows != d.qgemv_rows {
@@ -430,10 +446,21 @@ impl KernelConfig {
             moe_gemm: MoeGemm::V1,
             moe_tile: None,
             gemv_rows: GEMV_ROWS_MAX,
+            gemv_rows_auto: false,
             qgemv_rows: GEMV_ROWS_MAX,
             prefill_tc: false,
             gemm_wgmma: false,
         }
+    }
+
+    /// This configuration for a Llama-family model of hidden size `hidden`: under
+    /// `gemv-rows=auto`, gemvs up to [`GEMV_ROWS_MAX`] rows where `hidden` ≤
+    /// [`GEMV_ROWS_SMALL_HIDDEN`], else [`GEMV_ROWS_DEFAULT`].
+    pub fn for_hidden(mut self, hidden: usize) -> Self {
+        if self.gemv_rows_auto {
+            self.gemv_rows = if hidden <= GEMV_ROWS_SMALL_HIDDEN { GEMV_ROWS_MAX } else { GEMV_ROWS_DEFAULT };
+        }
+        self
     }
 
     /// The prefill attention of a step of `rows` rows of a model whose weights are 16-bit or

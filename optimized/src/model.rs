@@ -200,7 +200,7 @@ impl GpuModel {
                 )));
             }
         }
-        self.kernels = k;
+        self.kernels = k.for_hidden(self.config.hidden);
         self.graph = None;
         self.ahead = None;
         Ok(())

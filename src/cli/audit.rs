@@ -93,9 +93,10 @@ fn steps() -> Vec<Step> {
         vec![(Op::Model, "paged+flash,f32)"), (Op::RmsNorm, "auto")],
     );
     push(
-        "tensor-core GEMMs from 3 rows (gemv-rows)",
+        "tensor-core GEMMs from 3 rows (gemv-rows; up to 8 rows on the gemvs where hidden ≤ 1024)",
         &|k| {
             k.gemv_rows = optimized::config::GEMV_ROWS_DEFAULT;
+            k.gemv_rows_auto = true;
             k.qgemv_rows = optimized::config::QGEMV_ROWS_DEFAULT;
         },
         vec![(Op::Matmul, ",tc)"), (Op::Matmul, ",auto"), (Op::Matmul, "matmul-tc(T=3"), (Op::Matmul, "matmul-tc(T=5"), (Op::Runner, "")],

@@ -465,10 +465,11 @@ pub fn cases() -> Vec<Box<dyn Case>> {
         // A decode-sized layer (TinyLlama's MLP), T = 1, gemv only (the tiled versions see
         // the same code paths on the shapes above, at 4+ s each on lavapipe).
         v.push(Box::new(MatmulCase { t: 1, n_in: 2048, n_out: 5632, dtype, version: Version::Gemv, fusion: Fusion::None }));
-        // The decode gemv's fusions (T ≤ 8; 2048 × 11264: rows split over several planes),
-        // and the tiled + SwiGLU v3 path (prefill).
+        // The decode gemv's fusions (T ≤ 8; 2048 × 11264: rows split over several planes;
+        // small layers at T > 1 in token slices: one token a slice at 3 × 3072 and 8 × 1030,
+        // two at 8 × 2600 — 1,300 planes), and the tiled + SwiGLU v3 path (prefill).
         for fusion in [Fusion::Glu, Fusion::Norm, Fusion::NormGlu, Fusion::Residual] {
-            for (t, n_in, n_out) in [(1, 64, 64), (3, 576, 3072), (8, 577, 1030), (1, 13, 2), (1, 2048, 11264)] {
+            for (t, n_in, n_out) in [(1, 64, 64), (3, 576, 3072), (8, 577, 1030), (8, 576, 2600), (1, 13, 2), (1, 2048, 11264)] {
                 v.push(Box::new(MatmulCase { t, n_in, n_out, dtype, version: Version::Gemv, fusion }));
             }
         }

@@ -131,6 +131,13 @@ impl CostModel {
         }
     }
 
+    /// Whether a decode step of `tokens` that took `secs` is over 3× what the measured plain
+    /// steps predict there (false before any measurement).
+    pub fn outlier(&self, tokens: f64, secs: f64) -> bool {
+        let predicted = self.plain.at(tokens, PRIOR_SLOPE).or_else(|| self.verify.at(tokens, PRIOR_SLOPE));
+        predicted.is_some_and(|p| secs > 3.0 * p)
+    }
+
     /// The speed-up of depth `k` for `batch` decoding sequences with acceptance `alpha`.
     pub fn gain(&self, alpha: f64, k: usize, batch: usize) -> f64 {
         let b = batch.max(1) as f64;
@@ -171,6 +178,17 @@ mod tests {
         g.observe(4.0, 8.0);
         let (a, b) = g.line(0.1).expect("a point");
         assert!((b - 0.2).abs() < 1e-12 && (a - 7.2).abs() < 1e-12, "{a} {b}");
+    }
+
+    #[test]
+    fn a_step_over_3x_the_plain_line_is_an_outlier() {
+        let mut m = CostModel::new(false);
+        assert!(!m.outlier(8.0, 1.0), "nothing measured: nothing to compare with");
+        for _ in 0..4 {
+            m.plain.observe(1.0, 0.8e-3);
+        }
+        assert!(m.outlier(8.0, 10e-3), "a graph recorded: 10 ms against ~0.8");
+        assert!(!m.outlier(8.0, 1.2e-3), "an 8-row verification");
     }
 
     #[test]

@@ -98,7 +98,7 @@ impl Eq for SpecConfig {}
 
 impl Default for SpecConfig {
     fn default() -> Self {
-        SpecConfig { method: SpecMethod::Ngram { min_n: 2, max_n: 4 }, max_k: 4, adaptive: true, min_draft_prob: 0.0, probe_every: 32 }
+        SpecConfig { method: SpecMethod::Ngram { min_n: 2, max_n: 4 }, max_k: 5, adaptive: true, min_draft_prob: 0.0, probe_every: 32 }
     }
 }
 

@@ -217,7 +217,7 @@ pub fn qgemv_v4<N: Size>(
     }
     let mut rn = Array::<f32>::new(tn);
     if norm {
-        inv_rms(xr, &mut rn, xrow, n_in as f32, eps, tn, true, 32usize, 32 * groups * split);
+        inv_rms(xr, &mut rn, 0, xrow, n_in as f32, eps, tn, true, 32usize, 32 * groups * split);
     }
     if blk0 < nblk {
         let mut k = sp;

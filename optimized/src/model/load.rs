@@ -287,7 +287,7 @@ impl GpuModel {
             weight_bytes: bytes,
             stream_bytes,
             quant,
-            kernels: *kernels,
+            kernels: kernels.for_hidden(cfg.hidden),
             graph: None,
             ahead: None,
             graph_refused: None,

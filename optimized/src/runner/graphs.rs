@@ -26,8 +26,10 @@ use crate::kv_cache::BlockTables;
 use crate::model::Ids;
 use crate::{Client, DeviceTensor, Error};
 
-/// Batch sizes a decode step is padded to.
-pub const BUCKETS: [usize; 10] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512];
+/// Batch sizes a decode step is padded to: every size up to 8 (a verification of k
+/// proposals is k + 1 rows: padded to a power of two, SmolLM2's k = 4 ran 8 rows), then
+/// steps of about 1.5× up to 64, then powers of two.
+pub const BUCKETS: [usize; 17] = [1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 128, 256, 512];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Key {

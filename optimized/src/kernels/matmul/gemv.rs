@@ -139,6 +139,8 @@ pub fn gemv_v1<W: Float, N: Size>(
     kv: u32,
     c_in: f32,
     eps: f32,
+    cps: u32,
+    slices: u32,
     #[comptime] tn: usize,
     #[comptime] rpg: usize,
     #[comptime] plane: bool,
@@ -151,13 +153,26 @@ pub fn gemv_v1<W: Float, N: Size>(
     #[comptime] pdl: bool,
     #[comptime] early: bool,
     #[comptime] un: usize,
+    #[comptime] sliced: bool,
 ) {
     let lane = UNIT_POS_X as usize;
     let group = CUBE_DIM_X as usize;
     let g = UNIT_POS_Y as usize;
-    let row0 = (CUBE_POS * CUBE_DIM_Y as usize + g) * rpg;
     let n_out = n_out as usize;
     let n = kv as usize;
+    // Token slices: cube c of slice s (c = CUBE_POS mod cps) takes tokens s·tn ..+ tn; a cube
+    // past the last slice (the cube count rounded up) gets rows past the end: no stores.
+    let mut cube = CUBE_POS;
+    let mut t0 = 0usize;
+    if sliced {
+        let s = CUBE_POS / cps as usize;
+        cube = CUBE_POS % cps as usize;
+        t0 = s * tn;
+        if s >= slices as usize {
+            cube = n_out;
+        }
+    }
+    let row0 = (cube * CUBE_DIM_Y as usize + g) * rpg;
 
     // acc[t * rpg + q]: token t, row row0 + q.
     let mut acc = Array::<f32>::new(tn * rpg);
@@ -179,7 +194,7 @@ pub fn gemv_v1<W: Float, N: Size>(
     // With the norm prologue: 1 / rms of each token's raw x.
     let mut rn = Array::<f32>::new(tn);
     if norm {
-        inv_rms(xr, &mut rn, n, c_in, eps, tn, plane, plane_size, block);
+        inv_rms(xr, &mut rn, t0 * n, n, c_in, eps, tn, plane, plane_size, block);
     }
     if active {
         let mut i = lane;
@@ -189,7 +204,7 @@ pub fn gemv_v1<W: Float, N: Size>(
             if i < n {
                 #[unroll]
                 for t in 0..tn {
-                    xv[t] = x[t * n + i];
+                    xv[t] = x[(t0 + t) * n + i];
                 }
                 #[unroll]
                 for q in 0..rpg {
@@ -213,7 +228,7 @@ pub fn gemv_v1<W: Float, N: Size>(
                     let iu = i + u * group;
                     #[unroll]
                     for t in 0..tn {
-                        xu[u * tn + t] = x[t * n + iu];
+                        xu[u * tn + t] = x[(t0 + t) * n + iu];
                     }
                     #[unroll]
                     for q in 0..rpg {
@@ -238,7 +253,7 @@ pub fn gemv_v1<W: Float, N: Size>(
         while i < n {
             #[unroll]
             for t in 0..tn {
-                xv[t] = x[t * n + i];
+                xv[t] = x[(t0 + t) * n + i];
             }
             #[unroll]
             for q in 0..rpg {
@@ -255,7 +270,7 @@ pub fn gemv_v1<W: Float, N: Size>(
     if norm {
         scale_rows(&mut acc, &rn, tn, rpg);
     }
-    store_row_sums(&acc, y, nw, xw, row0, n_out, lane, g, group, tn, rpg, plane, plane_size, split, block, resid, glu);
+    store_row_sums(&acc, y, nw, xw, t0, row0, n_out, lane, g, group, tn, rpg, plane, plane_size, split, block, resid, glu);
 }
 
 /// W vector `i` of rows `row0 ..+ rpg` (rows past `n_out` read the last row) into `wv`.
@@ -307,7 +322,8 @@ pub(crate) fn store_row(
     }
 }
 
-/// `rn[t] = 1 / √(Σ_c x[t, c]² / c_in + ε)` for the tn tokens of `x` (`n` vectors per token):
+/// `rn[t] = 1 / √(Σ_c x[t, c]² / c_in + ε)` for the tn tokens of `x` from vector `x0` on (`n`
+/// vectors per token):
 /// the RMSNorm prologue of a gemv whose input is `x ⊙ w` (the reference's
 /// `x / √(mean(x²) + ε) · w`, the division applied to the row sums instead, [`scale_rows`]).
 /// Every unit of the cube takes part (it syncs): strided partial sums, then `plane_sum` and
@@ -318,6 +334,7 @@ pub(crate) fn store_row(
 pub(crate) fn inv_rms<N: Size>(
     x: &[Vector<f32, N>],
     rn: &mut Array<f32>,
+    x0: usize,
     n: usize,
     c_in: f32,
     eps: f32,
@@ -337,7 +354,7 @@ pub(crate) fn inv_rms<N: Size>(
     while i < n {
         #[unroll]
         for t in 0..tn {
-            let v = x[t * n + i];
+            let v = x[x0 + t * n + i];
             part[t] += v.dot(v);
         }
         i += nu;
@@ -398,8 +415,8 @@ pub(crate) fn scale_rows(acc: &mut Array<f32>, rn: &Array<f32>, #[comptime] tn: 
 }
 
 /// The end of a gemv: the group of `group` units (index `g` in the cube) holds per-unit partial
-/// sums `acc[t·rpg + q]` of token t, row `row0 + q`; sum them over the group and store
-/// `y[t, row]` for rows `< n_out` — or with `glu` (rpg and n_out even, rows interleaved gate,
+/// sums `acc[t·rpg + q]` of token t0 + t, row `row0 + q`; sum them over the group and store
+/// `y[t0 + t, row]` for rows `< n_out` — or with `glu` (rpg and n_out even, rows interleaved gate,
 /// up) `y[t, row / 2] = silu(gate) · up` ([`store_row`]): the SwiGLU in the gate|up gemv's
 /// epilogue, one launch and one `[T, 2F]` round trip less per block. With plane ops:
 /// `plane_sum` per plane of `plane_size`, and the group's `split` plane partials added in a
@@ -413,6 +430,7 @@ pub(crate) fn store_row_sums(
     y: &mut [f32],
     nw: &[f32],
     xw: &mut [f32],
+    t0: usize,
     row0: usize,
     n_out: usize,
     lane: usize,
@@ -436,7 +454,7 @@ pub(crate) fn store_row_sums(
                     let u = plane_sum(acc[2 * a + 1]);
                     let row = row0 + (2 * a) % rpg;
                     if lane == 0 && row < n_out {
-                        store_row(y, nw, xw, (2 * a) / rpg, row, n_out, s, u, resid, glu);
+                        store_row(y, nw, xw, t0 + (2 * a) / rpg, row, n_out, s, u, resid, glu);
                     }
                 }
             } else {
@@ -445,7 +463,7 @@ pub(crate) fn store_row_sums(
                     let s = plane_sum(acc[a]);
                     let row = row0 + a % rpg;
                     if lane == 0 && row < n_out {
-                        store_row(y, nw, xw, a / rpg, row, n_out, s, 0.0f32, resid, glu);
+                        store_row(y, nw, xw, t0 + a / rpg, row, n_out, s, 0.0f32, resid, glu);
                     }
                 }
             }
@@ -479,7 +497,7 @@ pub(crate) fn store_row_sums(
                             up += sh[base + (q + 1) * split + j];
                         }
                     }
-                    store_row(y, nw, xw, t, row0 + q, n_out, tot, up, resid, glu);
+                    store_row(y, nw, xw, t0 + t, row0 + q, n_out, tot, up, resid, glu);
                 }
                 sync_cube();
             }
@@ -499,10 +517,10 @@ pub(crate) fn store_row_sums(
                 if a % 2 == 0 {
                     gate = sh[off];
                 } else if lane == 0 && row < n_out {
-                    store_row(y, nw, xw, a / rpg, row - 1, n_out, gate, sh[off], resid, glu);
+                    store_row(y, nw, xw, t0 + a / rpg, row - 1, n_out, gate, sh[off], resid, glu);
                 }
             } else if lane == 0 && row < n_out {
-                store_row(y, nw, xw, a / rpg, row, n_out, sh[off], 0.0f32, resid, glu);
+                store_row(y, nw, xw, t0 + a / rpg, row, n_out, sh[off], 0.0f32, resid, glu);
             }
             sync_cube();
         }
@@ -570,7 +588,9 @@ pub(crate) fn launch_gemv<W: Float>(
     if block * std::mem::size_of::<f32>() > hw.max_shared_memory_size {
         return Err(Error::Unsupported(format!("matmul gemv v1 needs {} B of shared memory", block * 4)));
     }
-    let cubes = n_groups.div_ceil(groups as usize);
+    let cps = n_groups.div_ceil(groups as usize);
+    let slices = if plane { token_slices(d.t, n_groups * split as usize, hw.num_streaming_multiprocessors) } else { 1 };
+    let cubes = cps * slices;
     let cubes_u32 = u32::try_from(cubes).map_err(|_| Error::Shape(format!("linear: {cubes} cubes exceed u32")))?;
     let count = CubeCountSelection::new(client, cubes_u32).cube_count();
     let dim = CubeDim::new_2d(group, groups);
@@ -594,7 +614,9 @@ pub(crate) fn launch_gemv<W: Float>(
             kv as u32,
             d.n_in as f32,
             eps,
-            d.t,
+            cps as u32,
+            slices as u32,
+            d.t / slices,
             rpg,
             plane,
             plane_size as usize,
@@ -606,9 +628,24 @@ pub(crate) fn launch_gemv<W: Float>(
             pdl,
             early,
             gemv_unroll(vec, std::mem::size_of::<W>()),
+            slices > 1,
         );
     }
     Ok(())
+}
+
+/// Token slices of a gemv of `t` tokens whose rows take `planes` planes: the most slices `s`
+/// (dividing `t`, each a cube range of `t / s` tokens) that keep `planes · s` within
+/// [`GEMV_WARPS_PER_SM`] planes per SM. A small layer's gemv has too few planes to hide its
+/// latencies, and each plane's chain of loads, FMAs and sums grows with its tokens: sliced,
+/// its planes run one token each side by side (a token's sums are the same as unsliced: same
+/// lanes, same order), and W is read once per slice from L2. Where the runtime reports no SM
+/// count (wgpu), [`GEMV_PLANES_UNKNOWN_SMS`] planes, as for the split.
+/// H200, SmolLM2-135M (C = 576), the q|k|v gemv (960 rows, 480 planes) at 8 rows: 13.1 µs
+/// unsliced vs 4.7 µs at 1 row (ncu, session 24).
+pub(crate) fn token_slices(t: usize, planes: usize, sms: Option<u32>) -> usize {
+    let target = sms.map_or(GEMV_PLANES_UNKNOWN_SMS, |s| s as usize * GEMV_WARPS_PER_SM);
+    (1..=t).rev().find(|&s| t.is_multiple_of(s) && planes * s <= target).unwrap_or(1)
 }
 
 /// W vectors a gemv unit loads per row before using them: enough for 16 bytes where a vector
@@ -616,4 +653,21 @@ pub(crate) fn launch_gemv<W: Float>(
 /// session 22: see `docs/perf-journal.md`.
 pub(crate) fn gemv_unroll(vec: usize, w_size: usize) -> usize {
     (16 / (vec * w_size).max(1)).clamp(1, 2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::token_slices;
+
+    #[test]
+    fn token_slices_fill_the_sms_with_whole_token_ranges() {
+        let h200 = Some(132); // 6,336 planes
+        assert_eq!(token_slices(8, 480, h200), 8, "SmolLM2's q|k|v: one token a slice");
+        assert_eq!(token_slices(8, 1_300, h200), 4, "two tokens a slice");
+        assert_eq!(token_slices(5, 480, h200), 5);
+        assert_eq!(token_slices(7, 1_000, h200), 1, "7 is prime and 7,000 planes are too many");
+        assert_eq!(token_slices(8, 24_576, h200), 1, "a large layer fills the SMs unsliced");
+        assert_eq!(token_slices(1, 10, h200), 1);
+        assert_eq!(token_slices(8, 1_000, None), 8, "unknown SMs: 8,192 planes");
+    }
 }

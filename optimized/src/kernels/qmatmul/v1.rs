@@ -132,7 +132,7 @@ pub fn qgemv_v1<N: Size>(
     let mut xs = Array::<Vector<f32, N>>::new(tn * 8);
     let mut rn = Array::<f32>::new(tn);
     if norm {
-        inv_rms(xr, &mut rn, xrow, n_in as f32, eps, tn, plane, GROUP as usize, block);
+        inv_rms(xr, &mut rn, 0, xrow, n_in as f32, eps, tn, plane, GROUP as usize, block);
     }
     if row0 < n_out {
         let mut c = lane;
@@ -164,7 +164,7 @@ pub fn qgemv_v1<N: Size>(
         scale_rows(&mut acc, &rn, tn, rpg);
     }
     // Planes are 32 units here (the launcher checks the device's plane size).
-    store_row_sums(&acc, y, nw, xw, row0, n_out, lane, gi, group, tn, rpg, plane, GROUP as usize, split, block, resid, glu);
+    store_row_sums(&acc, y, nw, xw, 0, row0, n_out, lane, gi, group, tn, rpg, plane, GROUP as usize, split, block, resid, glu);
 }
 
 /// Dequant v1: chunk `i` (16 int8 or 32 fp4 weights) → `out [out, in]` f32.

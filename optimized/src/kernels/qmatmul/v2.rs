@@ -433,7 +433,7 @@ pub fn qgemv_v2<N: Size>(
     // The norm prologue's x loads wait beside the first tile's.
     let mut rn = Array::<f32>::new(tn);
     if norm {
-        inv_rms(xr, &mut rn, xrow, n_in as f32, eps, tn, plane, TILE_CHUNKS, block);
+        inv_rms(xr, &mut rn, 0, xrow, n_in as f32, eps, tn, plane, TILE_CHUNKS, block);
     }
     if row0 < n_out {
         while t < ntiles {
@@ -527,7 +527,7 @@ pub fn qgemv_v2<N: Size>(
     if norm {
         scale_rows(&mut acc, &rn, tn, rpg);
     }
-    store_row_sums(&acc, y, nw, xw, row0, n_out, unit, gi, group, tn, rpg, plane, TILE_CHUNKS, split, block, resid, glu);
+    store_row_sums(&acc, y, nw, xw, 0, row0, n_out, unit, gi, group, tn, rpg, plane, TILE_CHUNKS, split, block, resid, glu);
 }
 
 /// Dequant v2: chunk `i` of the tiled order → its weights at their input positions in

@@ -276,7 +276,7 @@ pub fn qgemv_v5<N: Size>(
     }
     let mut rn = Array::<f32>::new(tn);
     if norm {
-        inv_rms(xr, &mut rn, xrow, n_in as f32, eps, tn, plane, TILE_CHUNKS, block);
+        inv_rms(xr, &mut rn, 0, xrow, n_in as f32, eps, tn, plane, TILE_CHUNKS, block);
     }
     if active {
         let mut slot = 0usize;
@@ -328,5 +328,5 @@ pub fn qgemv_v5<N: Size>(
     if norm {
         scale_rows(&mut acc, &rn, tn, rpg);
     }
-    store_row_sums(&acc, y, nw, xw, row0, n_out, unit, gi, group, tn, rpg, plane, TILE_CHUNKS, split, block, resid, glu);
+    store_row_sums(&acc, y, nw, xw, 0, row0, n_out, unit, gi, group, tn, rpg, plane, TILE_CHUNKS, split, block, resid, glu);
 }

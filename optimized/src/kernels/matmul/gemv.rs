@@ -161,14 +161,16 @@ pub fn gemv_v1<W: Float, N: Size>(
     let n_out = n_out as usize;
     let n = kv as usize;
     // Token slices: cube c of slice s (c = CUBE_POS mod cps) takes tokens s·tn ..+ tn; a cube
-    // past the last slice (the cube count rounded up) gets rows past the end: no stores.
+    // past the last slice (the cube count rounded up) gets rows past the end and token 0: no
+    // stores, and its norm prologue reads within x.
     let mut cube = CUBE_POS;
     let mut t0 = 0usize;
     if sliced {
         let s = CUBE_POS / cps as usize;
-        cube = CUBE_POS % cps as usize;
-        t0 = s * tn;
-        if s >= slices as usize {
+        if s < slices as usize {
+            cube = CUBE_POS % cps as usize;
+            t0 = s * tn;
+        } else {
             cube = n_out;
         }
     }

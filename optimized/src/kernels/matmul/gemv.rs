@@ -568,7 +568,7 @@ pub(crate) fn launch_gemv<W: Float>(
     let plane_size = hw.plane_size_max.max(1);
     let mut split = 1u32;
     if plane {
-        let target = hw.num_streaming_multiprocessors.map_or(GEMV_PLANES_UNKNOWN_SMS, |s| s as usize * GEMV_WARPS_PER_SM);
+        let target = plane_target(hw.num_streaming_multiprocessors);
         while split < GEMV_MAX_SPLIT
             && n_groups * (split as usize) < target
             && kv >= (plane_size * split * 2) as usize * GEMV_MIN_VECS
@@ -646,8 +646,14 @@ pub(crate) fn launch_gemv<W: Float>(
 /// H200, SmolLM2-135M (C = 576), the q|k|v gemv (960 rows, 480 planes) at 8 rows: 13.1 µs
 /// unsliced vs 4.7 µs at 1 row (ncu, session 24).
 pub(crate) fn token_slices(t: usize, planes: usize, sms: Option<u32>) -> usize {
-    let target = sms.map_or(GEMV_PLANES_UNKNOWN_SMS, |s| s as usize * GEMV_WARPS_PER_SM);
+    let target = plane_target(sms);
     (1..=t).rev().find(|&s| t.is_multiple_of(s) && planes * s <= target).unwrap_or(1)
+}
+
+/// Planes a gemv aims for (the split of rows over planes, the token slices): [`GEMV_WARPS_PER_SM`]
+/// an SM, or [`GEMV_PLANES_UNKNOWN_SMS`] where the runtime reports no SM count.
+fn plane_target(sms: Option<u32>) -> usize {
+    sms.map_or(GEMV_PLANES_UNKNOWN_SMS, |s| s as usize * GEMV_WARPS_PER_SM)
 }
 
 /// W vectors a gemv unit loads per row before using them: enough for 16 bytes where a vector

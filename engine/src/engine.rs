@@ -294,6 +294,13 @@ impl<R: ModelRunner> Engine<R> {
                 let blocks = &self.blocks.table(kv)?.blocks;
                 plan.seqs.push(if it.k > 0 { s.verify_step(it.k, c, blocks) } else { s.plain_step(it.n, blocks) });
             }
+            // The next step continues this one unless speculation may verify, a waiting
+            // request may be admitted (a sequence slot is free), or a sequence ends by length
+            // here (EOS, stop strings and preemptions cannot be foreseen: the runner checks the
+            // step it is asked for).
+            plan.continues = self.spec.is_none()
+                && (self.waiting.is_empty() || self.running.len() >= self.cfg.max_num_seqs)
+                && schedule.items.iter().all(|it| it.decode && it.k == 0 && self.seqs.get(&it.id).is_some_and(|s| s.output_len() + 1 < s.max_output));
             (self.runner.step(&plan)?, plan.num_tokens())
         };
         let run_ns = t_run.elapsed();

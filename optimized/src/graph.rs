@@ -51,7 +51,7 @@ pub(crate) struct Ahead {
     input: u32,
 }
 
-type Read = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<cubecl::bytes::Bytes>, cubecl::server::ServerError>> + Send>>;
+pub(crate) type Read = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<cubecl::bytes::Bytes>, cubecl::server::ServerError>> + Send>>;
 
 /// What a graphed step hands back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,7 +147,7 @@ fn reserve_step(model: &mut GpuModel) -> Result<(), Error> {
 /// Queues the read-back of `h` on the client's stream now, behind everything launched so far,
 /// and returns its completion. (`Client::read_async` submits the copy when called, but its
 /// future borrows the client: the call is made by the first poll of an owned future, here.)
-fn queue_read(client: &crate::Client, h: cubecl::server::Handle) -> Read {
+pub(crate) fn queue_read(client: &crate::Client, h: cubecl::server::Handle) -> Read {
     let c = client.clone();
     let mut fut: Read = Box::pin(async move { c.read_async(vec![h]).await });
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());

@@ -81,6 +81,11 @@ pub struct SeqStep<'a> {
 #[derive(Debug, Clone, Default)]
 pub struct StepPlan<'a> {
     pub seqs: Vec<SeqStep<'a>>,
+    /// A hint from the engine: it expects its next step to continue this one (the same
+    /// sequences, each running the token drawn here at the next position). A runner may start
+    /// that step before it is asked for (the GPU runners' graphed steps, `ahead=on`), checking
+    /// when the call comes that it is exactly that step. Results never depend on it.
+    pub continues: bool,
 }
 
 impl StepPlan<'_> {
@@ -107,6 +112,11 @@ pub trait ModelRunner {
     fn name(&self) -> String;
     /// How the runner ran its steps, where that is worth reporting (graphs, kernels).
     fn status(&self) -> Option<String> {
+        None
+    }
+    /// Steps started ahead of their call ([`StepPlan::continues`]) so far, where the runner
+    /// does that: how many the next call was, and how many it was not.
+    fn steps_ahead(&self) -> Option<String> {
         None
     }
 }
@@ -269,5 +279,8 @@ impl<T: ModelRunner + ?Sized> ModelRunner for Box<T> {
     }
     fn status(&self) -> Option<String> {
         (**self).status()
+    }
+    fn steps_ahead(&self) -> Option<String> {
+        (**self).steps_ahead()
     }
 }

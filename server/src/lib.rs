@@ -81,6 +81,21 @@ pub struct ModelFront {
     pub info: ModelInfo,
 }
 
+/// What the engine thread's factory builds: the target model's runner and, for speculative
+/// decoding with a draft model (`engine.speculation` with [`engine::SpecMethod::Draft`]), the
+/// draft's runner. Both are built on the engine thread (nothing device-related crosses threads).
+pub struct Runners<R> {
+    pub target: R,
+    pub draft: Option<Box<dyn ModelRunner + Send>>,
+}
+
+impl<R> Runners<R> {
+    /// The target alone (no draft model).
+    pub fn target(target: R) -> Self {
+        Runners { target, draft: None }
+    }
+}
+
 /// Where the server stands (`/health`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum State {
@@ -117,13 +132,23 @@ impl Server {
         R: ModelRunner + 'static,
         F: FnOnce() -> Result<R, String> + Send + 'static,
     {
+        Self::launch(cfg, front, move || factory().map(Runners::target), false)
+    }
+
+    /// [`Server::start`] with a factory that may also build a draft model for speculative
+    /// decoding (`cfg.engine.speculation`).
+    pub fn start_runners<R, F>(cfg: ServerConfig, front: ModelFront, factory: F) -> Result<Server, String>
+    where
+        R: ModelRunner + 'static,
+        F: FnOnce() -> Result<Runners<R>, String> + Send + 'static,
+    {
         Self::launch(cfg, front, factory, false)
     }
 
     fn launch<R, F>(cfg: ServerConfig, front: ModelFront, factory: F, signals: bool) -> Result<Server, String>
     where
         R: ModelRunner + 'static,
-        F: FnOnce() -> Result<R, String> + Send + 'static,
+        F: FnOnce() -> Result<Runners<R>, String> + Send + 'static,
     {
         let listener = std::net::TcpListener::bind((cfg.host.as_str(), cfg.port))
             .map_err(|e| format!("--host {} --port {}: cannot listen: {e}", cfg.host, cfg.port))?;
@@ -205,6 +230,15 @@ pub fn run<R, F>(cfg: ServerConfig, front: ModelFront, factory: F) -> Result<(),
 where
     R: ModelRunner + 'static,
     F: FnOnce() -> Result<R, String> + Send + 'static,
+{
+    run_runners(cfg, front, move || factory().map(Runners::target))
+}
+
+/// [`run`] with a factory that may also build a draft model (see [`Server::start_runners`]).
+pub fn run_runners<R, F>(cfg: ServerConfig, front: ModelFront, factory: F) -> Result<(), String>
+where
+    R: ModelRunner + 'static,
+    F: FnOnce() -> Result<Runners<R>, String> + Send + 'static,
 {
     let model = cfg.served_model_name.clone();
     let server = Server::launch(cfg, front, factory, true)?;

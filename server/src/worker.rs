@@ -14,7 +14,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::error::ApiError;
 use crate::metrics::Outcome;
-use crate::{Shared, State};
+use crate::{Runners, Shared, State};
 
 /// What handlers ask of the engine thread.
 pub enum Command {
@@ -59,16 +59,24 @@ fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
     p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "a panic".into())
 }
 
-/// Build the runner with `factory`, then serve commands until [`Command::Stop`].
+/// Build the runners with `factory` (a draft model's too, for speculative decoding), then
+/// serve commands until [`Command::Stop`].
 pub fn run<R, F>(factory: F, shared: Arc<Shared>, rx: Receiver<Command>)
 where
     R: ModelRunner,
-    F: FnOnce() -> Result<R, String>,
+    F: FnOnce() -> Result<Runners<R>, String>,
 {
     let t0 = Instant::now();
     let built = catch_unwind(AssertUnwindSafe(factory)).unwrap_or_else(|p| Err(format!("loading the model panicked: {}", panic_text(p.as_ref()))));
     let detok = shared.front.tokenizer.clone().map(|t| t as Arc<dyn Detokenizer>);
-    let engine = built.and_then(|runner| Engine::new(runner, shared.cfg.engine, detok).map_err(|e| format!("engine: {e}")));
+    let cfg = shared.cfg.engine;
+    let engine = built.and_then(|r| {
+        match r.draft {
+            Some(draft) => Engine::with_draft(r.target, draft, cfg, detok),
+            None => Engine::new(r.target, cfg, detok),
+        }
+        .map_err(|e| format!("engine: {e}"))
+    });
     let engine = match engine {
         Ok(e) => e,
         Err(msg) => {
@@ -76,8 +84,12 @@ where
             return;
         }
     };
+    let spec = match &cfg.speculation {
+        Some(s) => format!(", speculation {:?} k ≤ {}{}", s.method, s.max_k, if s.adaptive { " adaptive" } else { "" }),
+        None => String::new(),
+    };
     eprintln!(
-        "tandem serve: model ready ({}, {} KV blocks) in {:.1} s",
+        "tandem serve: model ready ({}, {} KV blocks{spec}) in {:.1} s",
         engine.runner().name(),
         engine.load().kv_blocks_total,
         t0.elapsed().as_secs_f64()

@@ -74,6 +74,21 @@ impl Speculate {
 }
 
 impl SpecArgs {
+    /// What `--speculate` names (`None`: speculation off), checked with the rest of the
+    /// flags before anything loads.
+    pub fn parsed(&self) -> Result<Option<(Speculate, SpecConfig)>> {
+        let Some(s) = self.speculate.as_deref() else { return Ok(None) };
+        let what = Speculate::parse(s)?;
+        let cfg = self.config(&what)?;
+        Ok(Some((what, cfg)))
+    }
+
+    /// A draft model's KV pools for a target of `kv_tokens` positions: as large, plus the
+    /// blocks k proposals may run ahead.
+    pub fn draft_kv_tokens(&self, kv_tokens: usize) -> usize {
+        kv_tokens + KV_BLOCK * self.spec_k.div_ceil(KV_BLOCK)
+    }
+
     /// The engine's speculation settings for `what`.
     pub fn config(&self, what: &Speculate) -> Result<SpecConfig> {
         let method = match what {
@@ -141,7 +156,7 @@ pub fn engine_for(
 ) -> Result<Engine<DynRunner>> {
     let Some(s) = a.speculate.as_deref() else { return build(None, runner, None, cfg, detok) };
     let what = Speculate::parse(s)?;
-    let draft = draft_runner(&what, model, tok, kv_tokens + KV_BLOCK * a.spec_k.div_ceil(KV_BLOCK))?;
+    let draft = draft_runner(&what, model, tok, a.draft_kv_tokens(kv_tokens))?;
     build(Some((a, &what)), runner, draft, cfg, detok)
 }
 

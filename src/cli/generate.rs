@@ -177,6 +177,9 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     if let Some(s) = super::bench_spec::summary(engine.stats()) {
         eprintln!("[{name}] {s}");
     }
+    if let Some(s) = engine.runner().steps_ahead() {
+        eprintln!("[{name}] {s}");
+    }
     Ok(())
 }
 

@@ -240,7 +240,7 @@ pub fn one_seq<'a>(
 ) -> reference::runner::StepPlan<'a> {
     use reference::runner::{SampleSpec, SeqStep, StepPlan};
     let samples = (0..draws).map(|j| SampleSpec { params, counter: (pos0 + j) as u64, counts: &[], want_logits }).collect();
-    StepPlan { seqs: vec![SeqStep { tokens, pos0, blocks, samples }] }
+    StepPlan { seqs: vec![SeqStep { tokens, pos0, blocks, samples }], continues: false }
 }
 
 /// Block ids `0 ..` covering `positions`.

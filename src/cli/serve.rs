@@ -10,6 +10,7 @@ use clap::Args;
 use engine::EngineConfig;
 use reference::runner::ModelInfo;
 
+use super::bench_spec::{draft_runner, SpecArgs};
 use super::{CliError, ModelArgs, Result};
 
 #[derive(Args, Debug)]
@@ -36,6 +37,9 @@ pub struct ServeArgs {
     /// Seconds in-flight requests may still run after SIGTERM / SIGINT before they are aborted.
     #[arg(long, default_value_t = 30.0)]
     pub shutdown_timeout: f64,
+    /// Speculative decoding for every request (as `generate --speculate`).
+    #[command(flatten)]
+    pub spec: SpecArgs,
 }
 
 /// The name a model is served under by default: the synthetic name, or the file's name
@@ -59,6 +63,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
     if !(a.shutdown_timeout.is_finite() && a.shutdown_timeout >= 0.0) {
         return Err(CliError::Usage(format!("--shutdown-timeout {} must be a number of seconds >= 0", a.shutdown_timeout)));
     }
+    let spec = a.spec.parsed()?;
     let mut opened = a.model.open()?;
     let ctx = opened.config.max_ctx;
     let kv = a.kv_tokens.unwrap_or(ctx.max(16384));
@@ -75,12 +80,22 @@ pub fn run(a: ServeArgs) -> Result<()> {
         port: a.port,
         served_model_name: a.served_model_name.clone().unwrap_or_else(|| default_name(&a.model)),
         max_queue: a.max_queue,
-        engine: EngineConfig { max_num_seqs: a.max_seqs, ..EngineConfig::default() },
+        engine: EngineConfig { max_num_seqs: a.max_seqs, speculation: spec.as_ref().map(|(_, c)| *c), ..EngineConfig::default() },
         shutdown_timeout: Duration::from_secs_f64(a.shutdown_timeout),
         keep_alive: Duration::from_secs(15),
     };
     eprintln!("tandem serve: {} ({ctx}-token context, {kv} KV positions, up to {} sequences)", opened.label, a.max_seqs);
     let (device, dtype) = (a.model.device, a.model.dtype.clone());
-    let factory = move || opened.runner(device, dtype.as_deref(), kv).map_err(|e| e.to_string());
-    server::run(cfg, front, factory).map_err(|e| CliError::Lib(reference::Error::Backend(e)))
+    let (model, tok, draft_kv) = (a.model.clone(), front.tokenizer.clone(), a.spec.draft_kv_tokens(kv));
+    // Both runners are built on the engine thread; a draft (`draft:PATH`, `self:…`) loads after
+    // the target, sharing its device.
+    let factory = move || {
+        let target = opened.runner(device, dtype.as_deref(), kv).map_err(|e| e.to_string())?;
+        let draft = match &spec {
+            Some((what, _)) => draft_runner(what, &model, tok.as_deref(), draft_kv).map_err(|e| format!("--speculate: {e}"))?,
+            None => None,
+        };
+        Ok(server::Runners { target, draft })
+    };
+    server::run_runners(cfg, front, factory).map_err(|e| CliError::Lib(reference::Error::Backend(e)))
 }

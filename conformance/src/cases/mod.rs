@@ -14,6 +14,7 @@ pub mod residual;
 pub mod rmsnorm;
 pub mod rope;
 pub mod runner;
+pub mod runner_ahead;
 pub mod seeded;
 pub mod swiglu;
 
@@ -65,6 +66,7 @@ pub fn every() -> Vec<Box<dyn Case>> {
     v.extend(argmax::cases());
     v.extend(seeded::cases());
     v.extend(runner::cases());
+    v.extend(runner_ahead::cases());
     v.extend(moe::cases());
     v.extend(gpt_oss::cases());
     v

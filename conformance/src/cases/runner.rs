@@ -23,7 +23,7 @@ use crate::{compare, Case, Dtype, Metrics, Op, Outcome};
 /// Draws must agree where the reference's top-1 beats top-2 by more than this.
 const GREEDY_MARGIN: f32 = 0.05;
 /// Positions per block in these cases: small, so chunks cross block boundaries.
-const BS: usize = 4;
+pub(super) const BS: usize = 4;
 const BLOCKS: usize = 96;
 
 fn dev(d: Dtype) -> optimized::Dtype {
@@ -35,7 +35,7 @@ fn dev(d: Dtype) -> optimized::Dtype {
 }
 
 /// The reference and GPU runners of tiny config `name` on weights rounded to `dtype`.
-fn runners(client: &Client, name: &str, dtype: Dtype) -> Result<(RefRunner, GpuRunner, Config), String> {
+pub(super) fn runners(client: &Client, name: &str, dtype: Dtype) -> Result<(RefRunner, GpuRunner, Config), String> {
     let cfg = synthetic::tiny_configs().into_iter().find(|(n, _)| *n == name).map(|(_, c)| c).ok_or(format!("no tiny config {name}"))?;
     let dd = dev(dtype);
     let w = synthetic::weights(&cfg, 0).map_err(|e| e.to_string())?.map_matrices(|x| dd.round(&[x])[0]);

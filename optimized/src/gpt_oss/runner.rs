@@ -154,6 +154,9 @@ impl ModelRunner for GptOssRunner {
     fn name(&self) -> String {
         format!("{}-{}+mxfp4-experts", self.model.backend, self.model.dtype.name())
     }
+    fn steps_ahead(&self) -> Option<String> {
+        self.graphs.ahead_line()
+    }
     fn status(&self) -> Option<String> {
         let graphs = match self.graphs.refused() {
             Some(why) => format!("decode graphs refused by the backend ({why}): eager launches"),
@@ -182,6 +185,9 @@ impl GraphStep for GptOssRunner {
     /// upload nothing.
     fn max_rows(&self) -> usize {
         usize::MAX
+    }
+    fn max_positions(&self) -> usize {
+        self.rope.max_pos
     }
     fn logits(&self, b: &StepBufs, rows: usize) -> Result<DeviceTensor, Error> {
         let m = &self.model;

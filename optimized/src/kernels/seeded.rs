@@ -76,6 +76,9 @@ impl Launch {
     }
 }
 
+/// The word of [`param_words`] holding the row key of seed and counter.
+pub const KEY_WORD: usize = 4;
+
 /// The parameter words of one row (`logits_row`: which row of the logits it samples).
 pub fn param_words(p: &SamplingParams, counter: u64, logits_row: usize) -> [u32; PARAMS] {
     [

@@ -14,13 +14,28 @@
 //! dispatch. Padding rows run token 0 at position 0 into the pools' spare block. The width is
 //! a power of two of blocks (≥ 16): a new recording once per doubling of the longest context.
 //! A backend that refuses capture is remembered and steps run eagerly from then on.
+//!
+//! Steps ahead (`ahead=on`, the default): the draw writes the drawn ids over the step's own
+//! token buffer, so a replay without a host write of the ids runs each row's drawn token.
+//! When the engine says the next step continues this one ([`StepPlan::continues`]) and it
+//! can be foreseen — every sequence one token, none crossing into a new block or past the
+//! context —, the runner writes that step's positions, slots, lengths and draw counters and
+//! replays it before it reads this step's ids back: the host's turn-around (the read-back,
+//! the engine's bookkeeping, the next call) overlaps the device's work. The next call finds
+//! it launched when its inputs are exactly the foreseen ones (the read-back ids in the token
+//! rows) and only reads its ids; otherwise it runs its own step. The step ahead wrote only
+//! its rows' next cache slots, inside blocks those sequences hold and past their lengths,
+//! which a step that reaches them writes again before reading.
 
 use std::collections::HashMap;
 
 use cubecl::client::Graph;
+use cubecl::CubeElement;
 use reference::runner::{KvLayout, SeqResult, StepPlan};
+use reference::sampling::seeded::row_key;
 
 use super::{batch, GpuRunner};
+use crate::graph::queue_read;
 use crate::kernels::{argmax, seeded};
 use crate::kv_cache::BlockTables;
 use crate::model::Ids;
@@ -32,7 +47,7 @@ use crate::{Client, DeviceTensor, Error};
 pub const BUCKETS: [usize; 17] = [1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 128, 256, 512];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct Key {
+pub(crate) struct Key {
     bucket: usize,
     width: usize,
     greedy: bool,
@@ -41,6 +56,7 @@ struct Key {
 /// The device buffers a recorded step reads (rewritten in place before each replay) and
 /// writes (the drawn ids).
 pub(crate) struct StepBufs {
+    /// The token ids the step runs; `out` is the same buffer (the draw overwrites them).
     pub ids: DeviceTensor,
     pub positions: DeviceTensor,
     pub slots: DeviceTensor,
@@ -63,11 +79,16 @@ pub(crate) struct Graphs {
     map: HashMap<Key, Recorded>,
     /// Steps run through a graph with a sequence of more than one row (verifications).
     multi_row: u64,
+    /// The step replayed ahead of its call, with the inputs it ran.
+    ahead: Option<Inputs>,
+    /// Steps ahead that the next call was (`hits`) and was not (`misses`).
+    ahead_hits: u64,
+    ahead_misses: u64,
 }
 
 impl Graphs {
     pub(crate) fn new(on: bool) -> Self {
-        Graphs { on, refused: None, map: HashMap::new(), multi_row: 0 }
+        Graphs { on, refused: None, map: HashMap::new(), multi_row: 0, ahead: None, ahead_hits: 0, ahead_misses: 0 }
     }
     pub(crate) fn enabled(&self) -> bool {
         self.on && self.refused.is_none()
@@ -77,6 +98,15 @@ impl Graphs {
     }
     pub(crate) fn multi_row_steps(&self) -> u64 {
         self.multi_row
+    }
+    /// Steps ahead that the next call was, and that it was not.
+    pub(crate) fn ahead_counts(&self) -> (u64, u64) {
+        (self.ahead_hits, self.ahead_misses)
+    }
+    /// `ModelRunner::steps_ahead`'s line, once a step ran ahead.
+    pub(crate) fn ahead_line(&self) -> Option<String> {
+        let (h, m) = (self.ahead_hits, self.ahead_misses);
+        (h + m > 0).then(|| format!("steps ahead: {h} were the next call, {m} were not ({:.1}% hit)", 100.0 * h as f64 / (h + m) as f64))
     }
 }
 
@@ -90,20 +120,62 @@ pub(crate) trait GraphStep {
     fn scratch_block(&self) -> u32;
     /// Steps of more sequences than this run eagerly.
     fn max_rows(&self) -> usize;
+    /// Positions the runner's tables (RoPE) cover: a step ahead stays below.
+    fn max_positions(&self) -> usize;
     /// Logits `[rows, V]` of the decode step whose inputs are in `b` (`rows` = the bucket).
     fn logits(&self, b: &StepBufs, rows: usize) -> Result<DeviceTensor, Error>;
     fn graphs(&mut self) -> &mut Graphs;
 }
 
 /// One step's inputs, padded to its bucket.
+#[derive(Debug, Clone, PartialEq)]
 struct Inputs {
     key: Key,
+    /// Rows of the plan (the rest pad the bucket).
+    rows: usize,
     ids: Vec<u32>,
     positions: Vec<u32>,
     slots: Vec<u32>,
     tables: Vec<Vec<u32>>,
     lens: Vec<usize>,
     params: Vec<u32>,
+    /// Per row of the plan: the seed and counter its draw key came from.
+    draws: Vec<(u64, u64)>,
+}
+
+impl Inputs {
+    /// The step after this one, where it can be foreseen: every row the one token of its
+    /// sequence, each at the next position in the block it is in (none past the runner's
+    /// `max_pos` positions), its draw counter one on. The ids are left for the caller (the
+    /// ids this step draws).
+    fn next(&self, block_size: usize, max_pos: usize) -> Option<Inputs> {
+        let mut n = self.clone();
+        for r in 0..self.rows {
+            let p = self.positions[r] as usize + 1;
+            if p.is_multiple_of(block_size) || p >= max_pos {
+                return None;
+            }
+            n.positions[r] = p as u32;
+            n.slots[r] += 1;
+            n.lens[r] += 1;
+            let (seed, counter) = self.draws[r];
+            n.draws[r] = (seed, counter + 1);
+            n.params[r * seeded::PARAMS + seeded::KEY_WORD] = row_key(seed, counter + 1);
+        }
+        Some(n)
+    }
+
+    /// Writes the per-step buffers of `b` (`ids`: the token ids too).
+    fn write(&self, c: &Client, b: &mut StepBufs, ids: bool) -> Result<(), Error> {
+        if ids {
+            b.ids.write_u32(c, &self.ids)?;
+        }
+        b.positions.write_u32(c, &self.positions)?;
+        b.slots.write_u32(c, &self.slots)?;
+        b.params.write_u32(c, &self.params)?;
+        let rows: Vec<&[u32]> = self.tables.iter().map(Vec::as_slice).collect();
+        b.tables.rewrite(c, &rows, &self.lens)
+    }
 }
 
 fn inputs(layout: KvLayout, scratch: u32, max_rows: usize, plan: &StepPlan) -> Option<Inputs> {
@@ -121,8 +193,17 @@ fn inputs(layout: KvLayout, scratch: u32, max_rows: usize, plan: &StepPlan) -> O
     let longest = plan.seqs.iter().map(|s| (s.pos0 + s.tokens.len()).div_ceil(bs)).max().unwrap_or(1);
     let width = longest.next_power_of_two().max(16).min(layout.num_blocks + 1).max(longest);
     let greedy = plan.seqs.iter().all(|s| s.samples.iter().all(|d| d.params.temperature == 0.0));
-    let mut x =
-        Inputs { key: Key { bucket, width, greedy }, ids: vec![], positions: vec![], slots: vec![], tables: vec![], lens: vec![], params: vec![] };
+    let mut x = Inputs {
+        key: Key { bucket, width, greedy },
+        rows,
+        ids: vec![],
+        positions: vec![],
+        slots: vec![],
+        tables: vec![],
+        lens: vec![],
+        params: vec![],
+        draws: vec![],
+    };
     // Each position a row of its own (a verification's k + 1 rows: `runner::batch`).
     for s in &plan.seqs {
         for (j, (&t, d)) in s.tokens.iter().zip(&s.samples).enumerate() {
@@ -134,6 +215,7 @@ fn inputs(layout: KvLayout, scratch: u32, max_rows: usize, plan: &StepPlan) -> O
             x.tables.push(s.blocks[..(p + 1).div_ceil(bs)].to_vec());
             x.lens.push(p + 1);
             x.params.extend(seeded::param_words(d.params, d.counter, row));
+            x.draws.push((d.params.seed, d.counter));
         }
     }
     let greedy_params = reference::sampling::SamplingParams::default();
@@ -151,32 +233,48 @@ fn inputs(layout: KvLayout, scratch: u32, max_rows: usize, plan: &StepPlan) -> O
 /// The step of `plan` through a graph: `Ok(None)` when it is not a decode-only step of at
 /// most `r.max_rows()` sequences, or graphs are off or refused (the caller runs it eagerly).
 pub(crate) fn try_step<R: GraphStep>(r: &mut R, plan: &StepPlan) -> Result<Option<Vec<SeqResult>>, Error> {
+    // A step ahead is this call's step or nothing: every call takes it.
+    let ahead = r.graphs().ahead.take();
     if !r.graphs().enabled() {
         return Ok(None);
     }
     let Some(x) = inputs(r.layout(), r.scratch_block(), r.max_rows(), plan) else { return Ok(None) };
     let c = r.client().clone();
-    let out = if let Some(g) = r.graphs().map.get_mut(&x.key) {
-        let b = &mut g.bufs;
-        b.ids.write_u32(&c, &x.ids)?;
-        b.positions.write_u32(&c, &x.positions)?;
-        b.slots.write_u32(&c, &x.slots)?;
-        b.params.write_u32(&c, &x.params)?;
-        let rows: Vec<&[u32]> = x.tables.iter().map(Vec::as_slice).collect();
-        b.tables.rewrite(&c, &rows, &x.lens)?;
-        // SAFETY: every buffer the graph recorded is owned by the runner (weights, pools, rope
-        // table) or by `g`, and lives as long as the graph; temporaries of the recording sit on
-        // pages cubecl guards for the graph's life. Writes and reads go through this one
-        // client, so they are ordered with the replay on its stream.
-        unsafe { g.graph.replay() }?;
-        b.out.clone()
-    } else {
-        match capture(r, &x)? {
+    let launched = ahead.map(|a| a == x);
+    match launched {
+        Some(true) => r.graphs().ahead_hits += 1,
+        Some(false) => r.graphs().ahead_misses += 1,
+        None => {}
+    }
+    let out = match r.graphs().map.get_mut(&x.key) {
+        Some(g) if launched == Some(true) => g.bufs.out.clone(),
+        Some(g) => {
+            x.write(&c, &mut g.bufs, true)?;
+            // SAFETY: every buffer the graph recorded is owned by the runner (weights, pools,
+            // rope table) or by `g`, and lives as long as the graph; temporaries of the
+            // recording sit on pages cubecl guards for the graph's life. Writes and reads go
+            // through this one client, so they are ordered with the replay on its stream.
+            unsafe { g.graph.replay() }?;
+            g.bufs.out.clone()
+        }
+        None => match capture(r, &x)? {
             Some(out) => out,
             None => return Ok(None),
-        }
+        },
     };
-    let ids = out.to_u32(&c)?;
+    // The ids' read-back, queued before a step ahead overwrites them.
+    let read = queue_read(&c, out.handle.clone());
+    let next = if plan.continues && crate::config::current().ahead { launch_ahead(r, &x)? } else { None };
+    let bytes = cubecl::future::block_on(read)?;
+    let mut ids: Vec<u32> = bytes.first().map(|b| u32::from_bytes(b).to_vec()).unwrap_or_default();
+    // The bytes hold the staging buffer mapped: given back before anything else is submitted.
+    drop(bytes);
+    ids.truncate(x.key.bucket);
+    if let Some(mut n) = next {
+        let drawn = ids.get(..x.rows).ok_or_else(|| Error::Shape(format!("graph step: {} ids for {} rows", ids.len(), x.rows)))?;
+        n.ids[..x.rows].copy_from_slice(drawn);
+        r.graphs().ahead = Some(n);
+    }
     if plan.seqs.iter().any(|s| s.tokens.len() > 1) {
         r.graphs().multi_row += 1;
     }
@@ -189,6 +287,20 @@ pub(crate) fn try_step<R: GraphStep>(r: &mut R, plan: &StepPlan) -> Result<Optio
         row += n;
     }
     Ok(Some(results))
+}
+
+/// Replays the step after `x` (its ids: those `x` draws, on the device) and submits it;
+/// `None`, launching nothing, where it cannot be foreseen or has no recording yet.
+fn launch_ahead<R: GraphStep>(r: &mut R, x: &Inputs) -> Result<Option<Inputs>, Error> {
+    let Some(n) = x.next(r.layout().block_size, r.max_positions()) else { return Ok(None) };
+    let c = r.client().clone();
+    let Some(g) = r.graphs().map.get_mut(&n.key) else { return Ok(None) };
+    n.write(&c, &mut g.bufs, false)?;
+    // SAFETY: as in `try_step`.
+    unsafe { g.graph.replay() }?;
+    // Submitted now (on wgpu the replay would otherwise wait in the encoder).
+    c.flush()?;
+    Ok(Some(n))
 }
 
 /// The launches of a recorded step: the runner's logits, then argmax or the seeded draw.
@@ -210,13 +322,14 @@ fn capture<R: GraphStep>(r: &mut R, x: &Inputs) -> Result<Option<DeviceTensor>, 
     let layout = r.layout();
     let mut tables = BlockTables::upload_padded(&c, &rows, &x.lens, layout.block_size, layout.num_blocks + 1, x.key.width)?;
     tables.device_lens = true;
+    let ids = DeviceTensor::from_u32(&c, &x.ids, &[b])?;
     let bufs = StepBufs {
-        ids: DeviceTensor::from_u32(&c, &x.ids, &[b])?,
+        out: ids.clone(),
+        ids,
         positions: DeviceTensor::from_u32(&c, &x.positions, &[b])?,
         slots: DeviceTensor::from_u32(&c, &x.slots, &[b])?,
         tables,
         params: DeviceTensor::from_u32(&c, &x.params, &[b, seeded::PARAMS])?,
-        out: DeviceTensor::from_u32(&c, &vec![0; b], &[b])?,
     };
     let out = bufs.out.clone();
     if let Err(e) = c.graph_prepare() {
@@ -255,6 +368,9 @@ impl GraphStep for GpuRunner {
     }
     fn max_rows(&self) -> usize {
         usize::MAX
+    }
+    fn max_positions(&self) -> usize {
+        self.rope.max_pos
     }
     fn logits(&self, b: &StepBufs, rows: usize) -> Result<DeviceTensor, Error> {
         let m = &self.model;

@@ -98,6 +98,12 @@ impl GpuRunner {
         self.graphs.multi_row_steps()
     }
 
+    /// Steps replayed ahead of their call (`StepPlan::continues`, `ahead=on`) that the next
+    /// call was, and that it was not.
+    pub fn steps_ahead_counts(&self) -> (u64, u64) {
+        self.graphs.ahead_counts()
+    }
+
     /// The block of the pools no sequence owns (padding rows of decode graphs).
     pub(crate) fn scratch_block(&self) -> u32 {
         self.layout.num_blocks as u32
@@ -179,6 +185,9 @@ impl ModelRunner for GpuRunner {
         validate_plan(plan, &self.info, self.layout)?;
         let kernels = self.model.kernels;
         crate::config::scoped(&kernels, || self.run(plan)).map_err(to_ref)
+    }
+    fn steps_ahead(&self) -> Option<String> {
+        self.graphs.ahead_line()
     }
     fn status(&self) -> Option<String> {
         Some(match self.graphs.refused() {

@@ -35,7 +35,6 @@ use reference::runner::{KvLayout, SeqResult, StepPlan};
 use reference::sampling::seeded::row_key;
 
 use super::{batch, GpuRunner};
-use crate::graph::queue_read;
 use crate::kernels::{argmax, seeded};
 use crate::kv_cache::BlockTables;
 use crate::model::Ids;
@@ -84,11 +83,31 @@ pub(crate) struct Graphs {
     /// Steps ahead that the next call was (`hits`) and was not (`misses`).
     ahead_hits: u64,
     ahead_misses: u64,
+    /// Where graphed steps' wall time went on the host.
+    time: StepTime,
+}
+
+/// Host time of graphed steps, in ns: waiting for the device's ids, in the runner otherwise,
+/// and between a graphed step's return and the next call (the engine and its caller).
+#[derive(Debug, Default)]
+struct StepTime {
+    steps: u64,
+    wait: u64,
+    inside: u64,
+    /// Counted only between two graphed steps.
+    outside: u64,
+    between: u64,
+    /// Of `inside`: the step's own inputs and launch (none for a step ahead taken), queueing
+    /// the read-back, launching the step ahead.
+    launch: u64,
+    read: u64,
+    ahead: u64,
+    last_return: Option<std::time::Instant>,
 }
 
 impl Graphs {
     pub(crate) fn new(on: bool) -> Self {
-        Graphs { on, refused: None, map: HashMap::new(), multi_row: 0, ahead: None, ahead_hits: 0, ahead_misses: 0 }
+        Graphs { on, refused: None, map: HashMap::new(), multi_row: 0, ahead: None, ahead_hits: 0, ahead_misses: 0, time: StepTime::default() }
     }
     pub(crate) fn enabled(&self) -> bool {
         self.on && self.refused.is_none()
@@ -103,10 +122,23 @@ impl Graphs {
     pub(crate) fn ahead_counts(&self) -> (u64, u64) {
         (self.ahead_hits, self.ahead_misses)
     }
-    /// `ModelRunner::steps_ahead`'s line, once a step ran ahead.
+    /// `ModelRunner::steps_ahead`'s line, once a graphed step ran.
     pub(crate) fn ahead_line(&self) -> Option<String> {
         let (h, m) = (self.ahead_hits, self.ahead_misses);
-        (h + m > 0).then(|| format!("steps ahead: {h} were the next call, {m} were not ({:.1}% hit)", 100.0 * h as f64 / (h + m) as f64))
+        let t = &self.time;
+        let us = |ns: u64, n: u64| ns as f64 / n.max(1) as f64 / 1e3;
+        (t.steps > 0).then(|| {
+            format!(
+                "steps ahead: {h} were the next call, {m} were not ({:.1}% hit); a graphed step's host time: {:.1} µs waiting for the device's ids, {:.1} µs in the runner besides (its own launch {:.1}, queueing the read-back {:.1}, the step ahead {:.1}), {:.1} µs outside it (engine, caller)",
+                100.0 * h as f64 / (h + m).max(1) as f64,
+                us(t.wait, t.steps),
+                us(t.inside, t.steps),
+                us(t.launch, t.steps),
+                us(t.read, t.steps),
+                us(t.ahead, t.steps),
+                us(t.outside, t.between)
+            )
+        })
     }
 }
 
@@ -235,6 +267,8 @@ fn inputs(layout: KvLayout, scratch: u32, max_rows: usize, plan: &StepPlan) -> O
 pub(crate) fn try_step<R: GraphStep>(r: &mut R, plan: &StepPlan) -> Result<Option<Vec<SeqResult>>, Error> {
     // A step ahead is this call's step or nothing: every call takes it.
     let ahead = r.graphs().ahead.take();
+    let t_call = std::time::Instant::now();
+    let last_return = r.graphs().time.last_return.take();
     if !r.graphs().enabled() {
         return Ok(None);
     }
@@ -262,10 +296,15 @@ pub(crate) fn try_step<R: GraphStep>(r: &mut R, plan: &StepPlan) -> Result<Optio
             None => return Ok(None),
         },
     };
-    // The ids' read-back, queued before a step ahead overwrites them.
-    let read = queue_read(&c, out.handle.clone());
+    let t_launched = std::time::Instant::now();
+    // The ids' read-back, enqueued now (before a step ahead overwrites them); its future only
+    // waits for the copy's fence (`graph::step`).
+    let read = c.read_async(vec![out.handle.clone()]);
+    let t_read = std::time::Instant::now();
     let next = if plan.continues && crate::config::current().ahead { launch_ahead(r, &x)? } else { None };
+    let t_wait = std::time::Instant::now();
     let bytes = cubecl::future::block_on(read)?;
+    let waited = t_wait.elapsed();
     let mut ids: Vec<u32> = bytes.first().map(|b| u32::from_bytes(b).to_vec()).unwrap_or_default();
     // The bytes hold the staging buffer mapped: given back before anything else is submitted.
     drop(bytes);
@@ -274,6 +313,17 @@ pub(crate) fn try_step<R: GraphStep>(r: &mut R, plan: &StepPlan) -> Result<Optio
         let drawn = ids.get(..x.rows).ok_or_else(|| Error::Shape(format!("graph step: {} ids for {} rows", ids.len(), x.rows)))?;
         n.ids[..x.rows].copy_from_slice(drawn);
         r.graphs().ahead = Some(n);
+    }
+    let t = &mut r.graphs().time;
+    t.steps += 1;
+    t.wait += waited.as_nanos() as u64;
+    t.launch += t_launched.duration_since(t_call).as_nanos() as u64;
+    t.read += t_read.duration_since(t_launched).as_nanos() as u64;
+    t.ahead += t_wait.duration_since(t_read).as_nanos() as u64;
+    t.inside += t_call.elapsed().saturating_sub(waited).as_nanos() as u64;
+    if let Some(lr) = last_return {
+        t.outside += t_call.saturating_duration_since(lr).as_nanos() as u64;
+        t.between += 1;
     }
     if plan.seqs.iter().any(|s| s.tokens.len() > 1) {
         r.graphs().multi_row += 1;
@@ -286,6 +336,7 @@ pub(crate) fn try_step<R: GraphStep>(r: &mut R, plan: &StepPlan) -> Result<Optio
         results.push(SeqResult { tokens, logits: vec![None; n] });
         row += n;
     }
+    r.graphs().time.last_return = Some(std::time::Instant::now());
     Ok(Some(results))
 }
 
@@ -298,8 +349,7 @@ fn launch_ahead<R: GraphStep>(r: &mut R, x: &Inputs) -> Result<Option<Inputs>, E
     n.write(&c, &mut g.bufs, false)?;
     // SAFETY: as in `try_step`.
     unsafe { g.graph.replay() }?;
-    // Submitted now (on wgpu the replay would otherwise wait in the encoder).
-    c.flush()?;
+    crate::graph::submit_ahead(&c)?;
     Ok(Some(n))
 }
 

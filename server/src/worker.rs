@@ -85,7 +85,13 @@ where
         }
     };
     let spec = match &cfg.speculation {
-        Some(s) => format!(", speculation {:?} k ≤ {}{}", s.method, s.max_k, if s.adaptive { " adaptive" } else { "" }),
+        Some(s) => {
+            let method = match s.method {
+                engine::SpecMethod::Ngram { min_n, max_n } => format!("n-gram {min_n}:{max_n}"),
+                engine::SpecMethod::Draft => "draft model".to_string(),
+            };
+            format!(", speculation: {method}, k ≤ {}{}", s.max_k, if s.adaptive { ", adaptive" } else { "" })
+        }
         None => String::new(),
     };
     eprintln!(

@@ -13,7 +13,12 @@
 //!   naive attention;
 //! - `graphs=on|off` — decode steps replayed as captured graphs;
 //! - `ahead=on|off` — a replayed greedy step launches the next one (its token fed on the device)
-//!   before reading its own token back (`graph::step`);
+//!   before reading its own token back (`graph::step`, and the engine runner's graphed steps:
+//!   `runner::graphs`);
+//! - `advance=host|device` — the engine runner's step ahead gets its inputs (positions, slots,
+//!   lengths, draw keys) written by the host before its replay, or advanced on the device at the
+//!   end of the step before it (`kernels::advance`: no copy between the two replays; written in
+//!   session 25, not yet measured, so `host` stays the default);
 //! - `norms=fused|kernels` — decode RMSNorms fused into the gemvs, or the add + norm kernels;
 //! - `pdl=on|off|top` — programmatic dependent launch (`kernels::pdl`);
 //! - `qgemv=v1|v2|v4` — the quantized decode gemv's weight order: rows (v1), tiles (v2, with
@@ -91,6 +96,9 @@ pub struct KernelConfig {
     pub graphs: bool,
     /// Greedy graph steps run one step ahead (`graph::step`).
     pub ahead: bool,
+    /// The engine runner's step ahead: inputs advanced on the device (`kernels::advance`)
+    /// instead of written by the host.
+    pub advance_device: bool,
     pub fused_norms: bool,
     pub pdl: PdlMode,
     pub qgemv: QgemvOrder,
@@ -151,6 +159,7 @@ impl Default for KernelConfig {
             attention: AttentionImpl::Flash,
             graphs: true,
             ahead: true,
+            advance_device: false,
             fused_norms: true,
             pdl: PdlMode::Early,
             qgemv: QgemvOrder::V2,
@@ -245,7 +254,7 @@ impl KernelConfig {
     fn parse_any(spec: &str) -> Result<Self, Error> {
         let mut k = KernelConfig::default();
         let bad = |part: &str, why: &str| {
-            Error::Config(format!("kernel config `{spec}`: `{part}` {why} (keys: attention, graphs, ahead, norms, pdl, qgemv, prefetch, int8-decode, gps, rpg, small, mma, argmax, draw, moe-gemv, moe-route, moe-gemm, moe-tile, gemv-rows, qgemv-rows, prefill, gemm; see optimized::config)"))
+            Error::Config(format!("kernel config `{spec}`: `{part}` {why} (keys: attention, graphs, ahead, advance, norms, pdl, qgemv, prefetch, int8-decode, gps, rpg, small, mma, argmax, draw, moe-gemv, moe-route, moe-gemm, moe-tile, gemv-rows, qgemv-rows, prefill, gemm; see optimized::config)"))
         };
         let mut launch = vec![];
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -261,6 +270,13 @@ impl KernelConfig {
                 "attention" => k.attention = val.parse().map_err(|_| no())?,
                 "graphs" => k.graphs = onoff(val).ok_or_else(no)?,
                 "ahead" => k.ahead = onoff(val).ok_or_else(no)?,
+                "advance" => {
+                    k.advance_device = match val {
+                        "host" => false,
+                        "device" => true,
+                        _ => return Err(no()),
+                    }
+                }
                 "norms" => {
                     k.fused_norms = match val {
                         "fused" => true,
@@ -366,6 +382,9 @@ impl KernelConfig {
         if self.ahead != d.ahead {
             parts.push(format!("ahead={}", if self.ahead { "on" } else { "off" }));
         }
+        if self.advance_device != d.advance_device {
+            parts.push(format!("advance={}", if self.advance_device { "device" } else { "host" }));
+        }
         if self.fused_norms != d.fused_norms {
             parts.push(format!("norms={}", if self.fused_norms { "fused" } else { "kernels" }));
         }
@@ -432,6 +451,7 @@ impl KernelConfig {
             attention: AttentionImpl::Naive,
             graphs: false,
             ahead: false,
+            advance_device: false,
             fused_norms: false,
             pdl: PdlMode::Off,
             qgemv: QgemvOrder::V1,
@@ -530,6 +550,7 @@ mod tests {
             "qgemv-rows=8,gemv-rows=1",
             "gemv-rows=4,graphs=off",
             "ahead=off",
+            "advance=device",
         ] {
             let k = KernelConfig::parse_any(s).unwrap_or_else(|e| panic!("{s}: {e}"));
             assert_eq!(KernelConfig::parse_any(&k.name()).ok(), Some(k), "{s} → {}", k.name());
@@ -567,6 +588,7 @@ mod tests {
             ("pdl=maybe", "pdl=maybe"),
             ("graphs", "graphs"),
             ("ahead=2", "ahead=2"),
+            ("advance=gpu", "advance=gpu"),
             ("qgemv=v9", "qgemv=v9"),
             ("warp=2", "warp=2"),
             ("prefetch=async99", "prefetch=async99"),

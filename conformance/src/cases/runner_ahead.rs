@@ -5,7 +5,9 @@
 //! the sequences in another order, a sequence that sits a step out, a step not marked —, with
 //! blocks of 4 positions so steps cross into new blocks (where no step may run ahead). Both
 //! kinds of call must be seen: steps ahead that were the next call and steps ahead that were
-//! not (their cache writes then rewritten by the real step).
+//! not (their cache writes then rewritten by the real step). Both ways of giving the step ahead
+//! its inputs: written by the host (`advance=host`), advanced on the device by the step before
+//! (`advance=device`, `kernels::advance`).
 
 use optimized::runner::GpuRunner;
 use optimized::Client;
@@ -21,6 +23,8 @@ const STEPS: usize = 36;
 #[derive(Debug, Clone)]
 pub struct AheadCase {
     pub weights: &'static str,
+    /// `advance=device`.
+    pub device: bool,
 }
 
 /// A scripted sequence: its tokens so far (prompt + fed tokens), its blocks, its draw.
@@ -49,8 +53,9 @@ impl Seq {
 impl AheadCase {
     fn body(&self, client: &Client) -> Result<Outcome, String> {
         let (_, mut eager, cfg) = runners(client, self.weights, Dtype::F32)?;
-        let (_, ahead, _) = runners(client, self.weights, Dtype::F32)?;
+        let (_, mut ahead, _) = runners(client, self.weights, Dtype::F32)?;
         eager.set_graphs(false);
+        ahead.model.kernels.advance_device = self.device;
         let mut runs: [GpuRunner; 2] = [eager, ahead];
         let v = cfg.vocab as u32;
         let prompt = |len: u32, salt: u32| -> Vec<u32> { (0..len).map(|i| (i * 7919 + salt * 31 + 5) % v).collect() };
@@ -106,7 +111,8 @@ impl Case for AheadCase {
         Op::Runner
     }
     fn name(&self) -> String {
-        format!("runner({},graph steps ahead vs eager,scripted misses,f32)", self.weights)
+        let how = if self.device { "advanced on the device" } else { "written by the host" };
+        format!("runner({},graph steps ahead vs eager,scripted misses,inputs {how},f32)", self.weights)
     }
     fn run(&self, client: &Client) -> Outcome {
         self.body(client).unwrap_or_else(Outcome::Fail)
@@ -114,5 +120,11 @@ impl Case for AheadCase {
 }
 
 pub fn cases() -> Vec<Box<dyn Case>> {
-    vec![Box::new(AheadCase { weights: "tiny-gqa" }), Box::new(AheadCase { weights: "tiny-sliding" })]
+    let mut v: Vec<Box<dyn Case>> = Vec::new();
+    for device in [false, true] {
+        for weights in ["tiny-gqa", "tiny-sliding"] {
+            v.push(Box::new(AheadCase { weights, device }));
+        }
+    }
+    v
 }

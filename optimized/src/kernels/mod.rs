@@ -20,6 +20,7 @@
     clippy::manual_memcpy
 )]
 
+pub mod advance;
 pub mod argmax;
 pub mod attention;
 pub mod bias;

@@ -45,8 +45,12 @@ use reference::sampling::SamplingParams;
 
 /// u32 words per row of the parameter buffer: temperature (f32 bits), top_k, top_p (bits),
 /// min_p (bits), the row key of seed and counter, the logits row to read, repetition,
-/// presence and frequency penalties (bits), 3 unused.
+/// presence and frequency penalties (bits), then (unread by the draw) the seed's low and high
+/// halves and `counter + 1` (0: a padding row), from which `kernels::advance` computes the next
+/// step's key.
 pub const PARAMS: usize = 12;
+/// The first of the three words [`param_words`] keeps for `kernels::advance`.
+pub const SEED_WORDS: usize = 9;
 /// Units per cube of the v1 launch (capped by the device).
 pub const BLOCK: u32 = 256;
 /// Units per cube of the cached launch (capped by the device).
@@ -91,9 +95,9 @@ pub fn param_words(p: &SamplingParams, counter: u64, logits_row: usize) -> [u32;
         p.repetition_penalty.to_bits(),
         p.presence_penalty.to_bits(),
         p.frequency_penalty.to_bits(),
-        0,
-        0,
-        0,
+        p.seed as u32,
+        (p.seed >> 32) as u32,
+        u32::try_from(counter + 1).unwrap_or(0),
     ]
 }
 
@@ -107,7 +111,7 @@ pub fn penalty_words(row: usize, counts: &[TokenCount], out: &mut Vec<u32>) {
 
 /// lowbias32, as `reference::synthetic::hash`.
 #[cube]
-fn hash32(x: u32) -> u32 {
+pub(crate) fn hash32(x: u32) -> u32 {
     let mut h = x;
     h ^= h >> 16;
     h *= 0x7feb_352du32;

@@ -35,7 +35,7 @@ use reference::runner::{KvLayout, SeqResult, StepPlan};
 use reference::sampling::seeded::row_key;
 
 use super::{batch, GpuRunner};
-use crate::kernels::{argmax, seeded};
+use crate::kernels::{advance, argmax, seeded};
 use crate::kv_cache::BlockTables;
 use crate::model::Ids;
 use crate::{Client, DeviceTensor, Error};
@@ -69,6 +69,21 @@ struct Recorded {
     /// Dropped first (declaration order): the graph pins the pages of the buffers below.
     graph: Graph,
     bufs: StepBufs,
+    /// The recording ends by advancing its inputs to the next step (`advance=device`).
+    advance: bool,
+}
+
+impl Recorded {
+    /// After a replay (or the warm-up) of the step of `x`: with the advance recorded, the device
+    /// lengths are `x`'s plus one on its rows, and the tables' host copy says so (so that a
+    /// later rewrite of the same lengths is not skipped).
+    fn ran(&mut self, x: &Inputs) {
+        if self.advance {
+            for (r, len) in self.bufs.tables.lens.iter_mut().enumerate().take(x.rows) {
+                *len = x.lens[r] + 1;
+            }
+        }
+    }
 }
 
 /// The runner's recordings.
@@ -191,8 +206,13 @@ impl Inputs {
             n.slots[r] += 1;
             n.lens[r] += 1;
             let (seed, counter) = self.draws[r];
+            // The device's advance keeps counters in 32 bits.
+            if counter + 2 >= u64::from(u32::MAX) {
+                return None;
+            }
             n.draws[r] = (seed, counter + 1);
             n.params[r * seeded::PARAMS + seeded::KEY_WORD] = row_key(seed, counter + 1);
+            n.params[r * seeded::PARAMS + seeded::SEED_WORDS + 2] = (counter + 2) as u32;
         }
         Some(n)
     }
@@ -257,7 +277,10 @@ fn inputs(layout: KvLayout, scratch: u32, max_rows: usize, plan: &StepPlan) -> O
         x.slots.push(scratch * bs as u32);
         x.tables.push(vec![scratch]);
         x.lens.push(1);
-        x.params.extend(seeded::param_words(&greedy_params, 0, i));
+        let mut words = seeded::param_words(&greedy_params, 0, i);
+        // A padding row: nothing advances it (`kernels::advance`).
+        words[seeded::SEED_WORDS + 2] = 0;
+        x.params.extend(words);
     }
     Some(x)
 }
@@ -289,6 +312,7 @@ pub(crate) fn try_step<R: GraphStep>(r: &mut R, plan: &StepPlan) -> Result<Optio
             // recording sit on pages cubecl guards for the graph's life. Writes and reads go
             // through this one client, so they are ordered with the replay on its stream.
             unsafe { g.graph.replay() }?;
+            g.ran(&x);
             g.bufs.out.clone()
         }
         None => match capture(r, &x)? {
@@ -346,21 +370,29 @@ fn launch_ahead<R: GraphStep>(r: &mut R, x: &Inputs) -> Result<Option<Inputs>, E
     let Some(n) = x.next(r.layout().block_size, r.max_positions()) else { return Ok(None) };
     let c = r.client().clone();
     let Some(g) = r.graphs().map.get_mut(&n.key) else { return Ok(None) };
-    n.write(&c, &mut g.bufs, false)?;
+    // With the advance recorded, the step before left exactly `n`'s inputs on the device.
+    if !g.advance {
+        n.write(&c, &mut g.bufs, false)?;
+    }
     // SAFETY: as in `try_step`.
     unsafe { g.graph.replay() }?;
+    g.ran(&n);
     crate::graph::submit_ahead(&c)?;
     Ok(Some(n))
 }
 
 /// The launches of a recorded step: the runner's logits, then argmax or the seeded draw.
-fn launches<R: GraphStep>(r: &R, b: &StepBufs, rows: usize, greedy: bool) -> Result<(), Error> {
+fn launches<R: GraphStep>(r: &R, b: &StepBufs, rows: usize, greedy: bool, advance: bool) -> Result<(), Error> {
     let logits = r.logits(b, rows)?;
     if greedy {
-        argmax::argmax_into(r.client(), &logits, &b.out)
+        argmax::argmax_into(r.client(), &logits, &b.out)?;
     } else {
-        seeded::seeded_into(r.client(), &logits, &b.params, None, &b.out)
+        seeded::seeded_into(r.client(), &logits, &b.params, None, &b.out)?;
     }
+    if advance {
+        advance::advance(r.client(), &b.positions, &b.slots, &b.tables.lens_dev, &b.params)?;
+    }
+    Ok(())
 }
 
 /// Record the step of `x`; returns its (warm-up) output, or `None` when the backend refused
@@ -386,7 +418,8 @@ fn capture<R: GraphStep>(r: &mut R, x: &Inputs) -> Result<Option<DeviceTensor>, 
         r.graphs().refused = Some(format!("graph_prepare: {e}"));
         return Ok(None);
     }
-    if let Err(e) = launches(r, &bufs, b, x.key.greedy) {
+    let advance = crate::config::current().advance_device;
+    if let Err(e) = launches(r, &bufs, b, x.key.greedy, advance) {
         let _ = c.stop_capture();
         return Err(e);
     }
@@ -395,10 +428,13 @@ fn capture<R: GraphStep>(r: &mut R, x: &Inputs) -> Result<Option<DeviceTensor>, 
         r.graphs().refused = Some(format!("start_capture: {e}"));
         return Ok(Some(out));
     }
-    let recorded = launches(r, &bufs, b, x.key.greedy);
+    let recorded = launches(r, &bufs, b, x.key.greedy, advance);
     match (recorded, c.stop_capture()) {
         (Ok(()), Ok(graph)) => {
-            r.graphs().map.insert(x.key, Recorded { graph, bufs });
+            let mut rec = Recorded { graph, bufs, advance };
+            // The warm-up ran the advance.
+            rec.ran(x);
+            r.graphs().map.insert(x.key, rec);
         }
         (Err(e), _) => r.graphs().refused = Some(format!("recording a decode step: {e}")),
         (_, Err(e)) => r.graphs().refused = Some(format!("stop_capture: {e}")),

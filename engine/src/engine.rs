@@ -137,6 +137,19 @@ impl<R: ModelRunner> Engine<R> {
         })
     }
 
+    /// [`Engine::with_draft`] when a draft model is given, else [`Engine::new`].
+    pub fn with_runners(
+        runner: R,
+        draft: Option<Box<dyn ModelRunner + Send>>,
+        cfg: EngineConfig,
+        detok: Option<Arc<dyn Detokenizer>>,
+    ) -> Result<Self> {
+        match draft {
+            Some(d) => Self::with_draft(runner, d, cfg, detok),
+            None => Self::new(runner, cfg, detok),
+        }
+    }
+
     /// An engine whose speculation proposals come from `draft`, a model sharing the target's
     /// tokenizer (same vocabulary); the engine manages the draft's KV pools too.
     /// `cfg.speculation` must be set with `method: SpecMethod::Draft`.

@@ -70,13 +70,7 @@ where
     let built = catch_unwind(AssertUnwindSafe(factory)).unwrap_or_else(|p| Err(format!("loading the model panicked: {}", panic_text(p.as_ref()))));
     let detok = shared.front.tokenizer.clone().map(|t| t as Arc<dyn Detokenizer>);
     let cfg = shared.cfg.engine;
-    let engine = built.and_then(|r| {
-        match r.draft {
-            Some(draft) => Engine::with_draft(r.target, draft, cfg, detok),
-            None => Engine::new(r.target, cfg, detok),
-        }
-        .map_err(|e| format!("engine: {e}"))
-    });
+    let engine = built.and_then(|r| Engine::with_runners(r.target, r.draft, cfg, detok).map_err(|e| format!("engine: {e}")));
     let engine = match engine {
         Ok(e) => e,
         Err(msg) => {

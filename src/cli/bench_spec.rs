@@ -137,10 +137,7 @@ pub fn build(
 ) -> Result<Engine<DynRunner>> {
     let speculation = spec.map(|(a, w)| a.config(w)).transpose()?;
     let cfg = EngineConfig { speculation, ..cfg };
-    Ok(match draft {
-        Some(d) => Engine::with_draft(runner, d, cfg, detok)?,
-        None => Engine::new(runner, cfg, detok)?,
-    })
+    Ok(Engine::with_runners(runner, draft, cfg, detok)?)
 }
 
 /// The engine `generate` runs: `--speculate` applied (the draft's pools as large as the

@@ -16,6 +16,7 @@ use cubecl::prelude::*;
 
 use super::pdl::await_predecessor;
 use super::seeded::{hash32, KEY_WORD, PARAMS, SEED_WORDS};
+use super::swiglu::Elementwise;
 use crate::{Client, DeviceTensor, Error};
 
 /// v1: one unit per row.
@@ -63,22 +64,18 @@ pub fn advance(client: &Client, positions: &DeviceTensor, slots: &DeviceTensor, 
             PARAMS
         )));
     }
-    let n = u32::try_from(rows).map_err(|_| Error::Shape(format!("advance: {rows} rows exceed u32")))?;
-    let hw = &client.properties().hardware;
-    let block = (rows.next_power_of_two() as u32).clamp(32, 256).min(hw.max_units_per_cube).max(1);
-    let dim = CubeDim::new_1d(block);
-    let count = cubecl::calculate_cube_count_elemwise(client, rows.max(1), dim);
+    let e = Elementwise::with_vec(client, "advance", rows, 1)?;
     let pdl = crate::kernels::pdl::enabled(client);
     unsafe {
         advance_v1::launch(
             client,
-            count,
-            dim,
+            e.count,
+            e.dim,
             positions.as_arg(1),
             slots.as_arg(1),
             lens.as_arg(1),
             params.as_arg(1),
-            n,
+            e.n,
             PARAMS,
             KEY_WORD,
             SEED_WORDS,

@@ -46,7 +46,7 @@ use crate::{Client, DeviceTensor, Error};
 pub const BUCKETS: [usize; 17] = [1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 128, 256, 512];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct Key {
+struct Key {
     bucket: usize,
     width: usize,
     greedy: bool,
@@ -55,13 +55,12 @@ pub(crate) struct Key {
 /// The device buffers a recorded step reads (rewritten in place before each replay) and
 /// writes (the drawn ids).
 pub(crate) struct StepBufs {
-    /// The token ids the step runs; `out` is the same buffer (the draw overwrites them).
+    /// The token ids the step runs, overwritten by the ids it draws.
     pub ids: DeviceTensor,
     pub positions: DeviceTensor,
     pub slots: DeviceTensor,
     pub tables: BlockTables,
     pub params: DeviceTensor,
-    pub out: DeviceTensor,
 }
 
 /// A recorded step.
@@ -304,7 +303,7 @@ pub(crate) fn try_step<R: GraphStep>(r: &mut R, plan: &StepPlan) -> Result<Optio
         None => {}
     }
     let out = match r.graphs().map.get_mut(&x.key) {
-        Some(g) if launched == Some(true) => g.bufs.out.clone(),
+        Some(g) if launched == Some(true) => g.bufs.ids.clone(),
         Some(g) => {
             x.write(&c, &mut g.bufs, true)?;
             // SAFETY: every buffer the graph recorded is owned by the runner (weights, pools,
@@ -313,7 +312,7 @@ pub(crate) fn try_step<R: GraphStep>(r: &mut R, plan: &StepPlan) -> Result<Optio
             // through this one client, so they are ordered with the replay on its stream.
             unsafe { g.graph.replay() }?;
             g.ran(&x);
-            g.bufs.out.clone()
+            g.bufs.ids.clone()
         }
         None => match capture(r, &x)? {
             Some(out) => out,
@@ -385,9 +384,9 @@ fn launch_ahead<R: GraphStep>(r: &mut R, x: &Inputs) -> Result<Option<Inputs>, E
 fn launches<R: GraphStep>(r: &R, b: &StepBufs, rows: usize, greedy: bool, advance: bool) -> Result<(), Error> {
     let logits = r.logits(b, rows)?;
     if greedy {
-        argmax::argmax_into(r.client(), &logits, &b.out)?;
+        argmax::argmax_into(r.client(), &logits, &b.ids)?;
     } else {
-        seeded::seeded_into(r.client(), &logits, &b.params, None, &b.out)?;
+        seeded::seeded_into(r.client(), &logits, &b.params, None, &b.ids)?;
     }
     if advance {
         advance::advance(r.client(), &b.positions, &b.slots, &b.tables.lens_dev, &b.params)?;
@@ -404,16 +403,14 @@ fn capture<R: GraphStep>(r: &mut R, x: &Inputs) -> Result<Option<DeviceTensor>, 
     let layout = r.layout();
     let mut tables = BlockTables::upload_padded(&c, &rows, &x.lens, layout.block_size, layout.num_blocks + 1, x.key.width)?;
     tables.device_lens = true;
-    let ids = DeviceTensor::from_u32(&c, &x.ids, &[b])?;
     let bufs = StepBufs {
-        out: ids.clone(),
-        ids,
+        ids: DeviceTensor::from_u32(&c, &x.ids, &[b])?,
         positions: DeviceTensor::from_u32(&c, &x.positions, &[b])?,
         slots: DeviceTensor::from_u32(&c, &x.slots, &[b])?,
         tables,
         params: DeviceTensor::from_u32(&c, &x.params, &[b, seeded::PARAMS])?,
     };
-    let out = bufs.out.clone();
+    let out = bufs.ids.clone();
     if let Err(e) = c.graph_prepare() {
         r.graphs().refused = Some(format!("graph_prepare: {e}"));
         return Ok(None);

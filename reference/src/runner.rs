@@ -119,6 +119,13 @@ pub trait ModelRunner {
     fn steps_ahead(&self) -> Option<String> {
         None
     }
+    /// Prepares, before any request, what decode steps of up to `rows` sequences, each at most
+    /// `max_len` tokens long, drawn greedily or `sampled`, will need, where the runner keeps
+    /// such things (the GPU runners' recorded graphs), so that no step pays for it in the
+    /// middle of decoding. Returns how many it prepared.
+    fn prepare_decode(&mut self, _rows: usize, _max_len: usize, _sampled: bool) -> Result<usize> {
+        Ok(0)
+    }
 }
 
 /// Checks shared by every runner: tables cover the tokens, ids are in the vocabulary and the
@@ -282,5 +289,8 @@ impl<T: ModelRunner + ?Sized> ModelRunner for Box<T> {
     }
     fn steps_ahead(&self) -> Option<String> {
         (**self).steps_ahead()
+    }
+    fn prepare_decode(&mut self, rows: usize, max_len: usize, sampled: bool) -> Result<usize> {
+        (**self).prepare_decode(rows, max_len, sampled)
     }
 }

@@ -143,8 +143,15 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         return Err(CliError::Usage("--max-tokens must be at least 1".into()));
     }
     let kv = a.kv_tokens.unwrap_or(ids.len() + max_tokens);
-    let runner = opened.runner(a.model.device, a.model.dtype.as_deref(), kv)?;
+    let mut runner = opened.runner(a.model.device, a.model.dtype.as_deref(), kv)?;
     let name = runner.name();
+    // The decode graphs this request will replay, recorded before it starts (as a server
+    // records them at start-up), not in the middle of its decoding.
+    let t_prep = Instant::now();
+    let prepared = runner.prepare_decode(1, ids.len() + max_tokens, params.temperature > 0.0)?;
+    if prepared > 0 {
+        eprintln!("[{name}] {prepared} decode graphs recorded before the request in {:.1} ms", t_prep.elapsed().as_secs_f64() * 1e3);
+    }
     let tok = Arc::new(tok);
     let detok: Arc<dyn Detokenizer> = tok.clone();
     // Speculative decoding (issue 26): `--speculate` picks the engine.

@@ -25,6 +25,10 @@ pub struct AheadCase {
     pub weights: &'static str,
     /// `advance=device`.
     pub device: bool,
+    /// The graphed runner records the script's two-sequence steps before it starts
+    /// (`ModelRunner::prepare_decode`): then only the one-sequence step records during the
+    /// script.
+    pub prepare: bool,
 }
 
 /// A scripted sequence: its tokens so far (prompt + fed tokens), its blocks, its draw.
@@ -57,6 +61,12 @@ impl AheadCase {
         eager.set_graphs(false);
         ahead.model.kernels.advance_device = self.device;
         let mut runs: [GpuRunner; 2] = [eager, ahead];
+        if self.prepare {
+            let made = runs[1].prepare_decode(2, 6 + STEPS + 1, true).map_err(|e| format!("prepare_decode: {e}"))?;
+            if made == 0 && runs[1].graph_refused().is_none() {
+                return Ok(Outcome::Fail("prepare_decode recorded nothing".into()));
+            }
+        }
         let v = cfg.vocab as u32;
         let prompt = |len: u32, salt: u32| -> Vec<u32> { (0..len).map(|i| (i * 7919 + salt * 31 + 5) % v).collect() };
         let blocks_for = |first: u32| -> Vec<u32> { (first..first + (6 + STEPS as u32).div_ceil(BS as u32) + 1).collect() };
@@ -99,6 +109,12 @@ impl AheadCase {
         if let Some(why) = runs[1].graph_refused() {
             return Ok(Outcome::Skip(format!("graph capture refused: {why}")));
         }
+        let (prepared, in_steps) = runs[1].graph_recordings();
+        // Prepared: every two-sequence step (sampled, bucket 2) replays a prepared recording;
+        // only step 20 (sequence 0 alone, greedy, bucket 1) records.
+        if self.prepare && (prepared == 0 || in_steps != 1) {
+            return Ok(Outcome::Fail(format!("{prepared} recordings prepared, {in_steps} made by steps: expected only step 20's")));
+        }
         if hits == 0 || misses == 0 {
             return Ok(Outcome::Fail(format!("the script meant to see steps ahead taken and not taken: {hits} taken, {misses} not")));
         }
@@ -112,7 +128,8 @@ impl Case for AheadCase {
     }
     fn name(&self) -> String {
         let how = if self.device { "advanced on the device" } else { "written by the host" };
-        format!("runner({},graph steps ahead vs eager,scripted misses,inputs {how},f32)", self.weights)
+        let prep = if self.prepare { ",graphs prepared" } else { "" };
+        format!("runner({},graph steps ahead vs eager,scripted misses,inputs {how}{prep},f32)", self.weights)
     }
     fn run(&self, client: &Client) -> Outcome {
         self.body(client).unwrap_or_else(Outcome::Fail)
@@ -123,8 +140,9 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     let mut v: Vec<Box<dyn Case>> = Vec::new();
     for device in [false, true] {
         for weights in ["tiny-gqa", "tiny-sliding"] {
-            v.push(Box::new(AheadCase { weights, device }));
+            v.push(Box::new(AheadCase { weights, device, prepare: false }));
         }
     }
+    v.push(Box::new(AheadCase { weights: "tiny-gqa", device: false, prepare: true }));
     v
 }

@@ -41,6 +41,15 @@ pub struct GptOssRunner {
 }
 
 impl GptOssRunner {
+    /// Drops the recordings when the kernel configuration changed since they were made.
+    fn sync_config(&mut self) {
+        let cfg = crate::config::current();
+        if cfg != self.recorded_with {
+            self.graphs = Graphs::new(cfg.graphs);
+            self.recorded_with = cfg;
+        }
+    }
+
     /// A runner over `model`'s weights with pools of `num_blocks` blocks of `block_size`.
     pub fn new(model: GptOssGpu, block_size: usize, num_blocks: usize) -> Result<Self, Error> {
         let cfg = &model.config;
@@ -144,11 +153,7 @@ impl ModelRunner for GptOssRunner {
     }
     fn step(&mut self, plan: &StepPlan) -> reference::Result<Vec<SeqResult>> {
         validate_plan(plan, &self.info, self.layout)?;
-        let cfg = crate::config::current();
-        if cfg != self.recorded_with {
-            self.graphs = Graphs::new(cfg.graphs);
-            self.recorded_with = cfg;
-        }
+        self.sync_config();
         self.run(plan).map_err(|e| RefError::Backend(e.to_string()))
     }
     fn name(&self) -> String {
@@ -156,6 +161,10 @@ impl ModelRunner for GptOssRunner {
     }
     fn steps_ahead(&self) -> Option<String> {
         self.graphs.ahead_line()
+    }
+    fn prepare_decode(&mut self, rows: usize, max_len: usize, sampled: bool) -> reference::Result<usize> {
+        self.sync_config();
+        graphs::prepare(self, rows, max_len, !sampled).map_err(|e| RefError::Backend(e.to_string()))
     }
     fn status(&self) -> Option<String> {
         let graphs = match self.graphs.refused() {

@@ -99,6 +99,11 @@ pub(crate) struct Graphs {
     ahead_misses: u64,
     /// Where graphed steps' wall time went on the host.
     time: StepTime,
+    /// Recordings made by [`prepare`] (before any request) and by steps (a key first seen).
+    recorded_prepared: u64,
+    recorded_in_steps: u64,
+    /// Host time of the recordings made by steps (warm-up run, capture, instantiation).
+    recording_in_steps_ns: u64,
 }
 
 /// Host time of graphed steps, in ns: waiting for the device's ids, in the runner otherwise,
@@ -121,7 +126,23 @@ struct StepTime {
 
 impl Graphs {
     pub(crate) fn new(on: bool) -> Self {
-        Graphs { on, refused: None, map: HashMap::new(), multi_row: 0, ahead: None, ahead_hits: 0, ahead_misses: 0, time: StepTime::default() }
+        Graphs {
+            on,
+            refused: None,
+            map: HashMap::new(),
+            multi_row: 0,
+            ahead: None,
+            ahead_hits: 0,
+            ahead_misses: 0,
+            time: StepTime::default(),
+            recorded_prepared: 0,
+            recorded_in_steps: 0,
+            recording_in_steps_ns: 0,
+        }
+    }
+    /// Recordings made ahead of the requests ([`prepare`]) and by steps.
+    pub(crate) fn recordings(&self) -> (u64, u64) {
+        (self.recorded_prepared, self.recorded_in_steps)
     }
     pub(crate) fn enabled(&self) -> bool {
         self.on && self.refused.is_none()
@@ -143,14 +164,17 @@ impl Graphs {
         let us = |ns: u64, n: u64| ns as f64 / n.max(1) as f64 / 1e3;
         (t.steps > 0).then(|| {
             format!(
-                "steps ahead: {h} were the next call, {m} were not ({:.1}% hit); a graphed step's host time: {:.1} µs waiting for the device's ids, {:.1} µs in the runner besides (its own launch {:.1}, queueing the read-back {:.1}, the step ahead {:.1}), {:.1} µs outside it (engine, caller)",
+                "steps ahead: {h} were the next call, {m} were not ({:.1}% hit); a graphed step's host time: {:.1} µs waiting for the device's ids, {:.1} µs in the runner besides (its own launch {:.1}, queueing the read-back {:.1}, the step ahead {:.1}), {:.1} µs outside it (engine, caller); {} recordings made by steps ({:.1} ms of the steps' time), {} prepared before them",
                 100.0 * h as f64 / (h + m).max(1) as f64,
                 us(t.wait, t.steps),
                 us(t.inside, t.steps),
                 us(t.launch, t.steps),
                 us(t.read, t.steps),
                 us(t.ahead, t.steps),
-                us(t.outside, t.between)
+                us(t.outside, t.between),
+                self.recorded_in_steps,
+                self.recording_in_steps_ns as f64 / 1e6,
+                self.recorded_prepared
             )
         })
     }
@@ -242,19 +266,8 @@ fn inputs(layout: KvLayout, scratch: u32, max_rows: usize, plan: &StepPlan) -> O
     }
     let bs = layout.block_size;
     let longest = plan.seqs.iter().map(|s| (s.pos0 + s.tokens.len()).div_ceil(bs)).max().unwrap_or(1);
-    let width = longest.next_power_of_two().max(16).min(layout.num_blocks + 1).max(longest);
     let greedy = plan.seqs.iter().all(|s| s.samples.iter().all(|d| d.params.temperature == 0.0));
-    let mut x = Inputs {
-        key: Key { bucket, width, greedy },
-        rows,
-        ids: vec![],
-        positions: vec![],
-        slots: vec![],
-        tables: vec![],
-        lens: vec![],
-        params: vec![],
-        draws: vec![],
-    };
+    let mut x = Inputs::empty(Key { bucket, width: width(layout, longest), greedy }, rows);
     // Each position a row of its own (a verification's k + 1 rows: `runner::batch`).
     for s in &plan.seqs {
         for (j, (&t, d)) in s.tokens.iter().zip(&s.samples).enumerate() {
@@ -269,19 +282,68 @@ fn inputs(layout: KvLayout, scratch: u32, max_rows: usize, plan: &StepPlan) -> O
             x.draws.push((d.params.seed, d.counter));
         }
     }
-    let greedy_params = reference::sampling::SamplingParams::default();
-    for i in rows..bucket {
-        x.ids.push(0);
-        x.positions.push(0);
-        x.slots.push(scratch * bs as u32);
-        x.tables.push(vec![scratch]);
-        x.lens.push(1);
-        let mut words = seeded::param_words(&greedy_params, 0, i);
-        // A padding row: nothing advances it (`kernels::advance`).
-        words[seeded::SEED_WORDS + 2] = 0;
-        x.params.extend(words);
-    }
+    x.pad(scratch, bs);
     Some(x)
+}
+
+/// The table width (blocks) of a step whose longest sequence spans `longest` blocks: a power
+/// of two ≥ 16, capped by the pools.
+fn width(layout: KvLayout, longest: usize) -> usize {
+    longest.next_power_of_two().max(16).min(layout.num_blocks + 1).max(longest)
+}
+
+impl Inputs {
+    /// No rows yet (`rows`: how many the plan will give).
+    fn empty(key: Key, rows: usize) -> Self {
+        Inputs { key, rows, ids: vec![], positions: vec![], slots: vec![], tables: vec![], lens: vec![], params: vec![], draws: vec![] }
+    }
+
+    /// Padding rows up to the bucket: token 0 at position 0 into the spare block `scratch`,
+    /// drawn greedily, never advanced.
+    fn pad(&mut self, scratch: u32, block_size: usize) {
+        let greedy_params = reference::sampling::SamplingParams::default();
+        for i in self.ids.len()..self.key.bucket {
+            self.ids.push(0);
+            self.positions.push(0);
+            self.slots.push(scratch * block_size as u32);
+            self.tables.push(vec![scratch]);
+            self.lens.push(1);
+            let mut words = seeded::param_words(&greedy_params, 0, i);
+            // A padding row: nothing advances it (`kernels::advance`).
+            words[seeded::SEED_WORDS + 2] = 0;
+            self.params.extend(words);
+        }
+    }
+}
+
+/// Records, ahead of the requests, the decode steps of up to `rows` sequences whose lengths
+/// stay within `max_len` tokens (one recording per table width they will pass through), drawn
+/// greedily or sampled — so that no step pays a recording (a warm-up run, the capture and its
+/// instantiation: milliseconds) in the middle of decoding. Returns how many it recorded.
+pub(crate) fn prepare<R: GraphStep>(r: &mut R, rows: usize, max_len: usize, greedy: bool) -> Result<usize, Error> {
+    let Some(&bucket) = BUCKETS.iter().find(|&&b| b >= rows.max(1)) else { return Ok(0) };
+    if !r.graphs().enabled() || bucket > r.max_rows() {
+        return Ok(0);
+    }
+    let layout = r.layout();
+    let mut widths: Vec<usize> = (1..=max_len.max(1).div_ceil(layout.block_size)).map(|l| width(layout, l)).collect();
+    widths.dedup();
+    let mut made = 0;
+    for w in widths {
+        let key = Key { bucket, width: w, greedy };
+        if r.graphs().map.contains_key(&key) {
+            continue;
+        }
+        let mut x = Inputs::empty(key, 0);
+        x.pad(r.scratch_block(), layout.block_size);
+        if capture(r, &x)?.is_none() || !r.graphs().map.contains_key(&key) {
+            // Refused by the backend (remembered): steps run eagerly.
+            break;
+        }
+        made += 1;
+    }
+    r.graphs().recorded_prepared += made as u64;
+    Ok(made)
 }
 
 /// The step of `plan` through a graph: `Ok(None)` when it is not a decode-only step of at
@@ -314,10 +376,17 @@ pub(crate) fn try_step<R: GraphStep>(r: &mut R, plan: &StepPlan) -> Result<Optio
             g.ran(&x);
             g.bufs.ids.clone()
         }
-        None => match capture(r, &x)? {
-            Some(out) => out,
-            None => return Ok(None),
-        },
+        None => {
+            let t = std::time::Instant::now();
+            let out = capture(r, &x)?;
+            let g = r.graphs();
+            g.recorded_in_steps += 1;
+            g.recording_in_steps_ns += t.elapsed().as_nanos() as u64;
+            match out {
+                Some(out) => out,
+                None => return Ok(None),
+            }
+        }
     };
     let t_launched = std::time::Instant::now();
     // The ids' read-back, enqueued now (before a step ahead overwrites them); its future only

@@ -104,6 +104,12 @@ impl GpuRunner {
         self.graphs.ahead_counts()
     }
 
+    /// Decode graphs recorded ahead of the requests (`ModelRunner::prepare_decode`) and by
+    /// steps.
+    pub fn graph_recordings(&self) -> (u64, u64) {
+        self.graphs.recordings()
+    }
+
     /// The block of the pools no sequence owns (padding rows of decode graphs).
     pub(crate) fn scratch_block(&self) -> u32 {
         self.layout.num_blocks as u32
@@ -188,6 +194,10 @@ impl ModelRunner for GpuRunner {
     }
     fn steps_ahead(&self) -> Option<String> {
         self.graphs.ahead_line()
+    }
+    fn prepare_decode(&mut self, rows: usize, max_len: usize, sampled: bool) -> reference::Result<usize> {
+        let kernels = self.model.kernels;
+        crate::config::scoped(&kernels, || graphs::prepare(self, rows, max_len, !sampled)).map_err(to_ref)
     }
     fn status(&self) -> Option<String> {
         Some(match self.graphs.refused() {

@@ -22,8 +22,9 @@ pub struct SeededCase {
     pub params: SamplingParams,
     /// Penalty counts per row (tokens `id`, `3·id`, … seen).
     pub penalties: bool,
-    /// The production launch (radix select, row cached in shared memory where it fits), the
-    /// cached bisection or v1's.
+    /// The radix launch (radix select, row cached in shared memory where it fits), the split
+    /// launch (the production launch on CUDA: each row over several cubes), the cached
+    /// bisection or v1's.
     pub launch: seeded::Launch,
 }
 
@@ -79,12 +80,40 @@ impl Case for SeededCase {
             let params = DeviceTensor::from_u32(client, &words, &[rows, seeded::PARAMS])?;
             let entries = if pen.is_empty() { None } else { Some(DeviceTensor::from_u32(client, &pen, &[pen.len()])?) };
             let out = DeviceTensor::from_u32(client, &vec![0xDEAD_BEEF; rows], &[rows])?;
-            seeded::seeded_with(client, &xd, &params, entries.as_ref().map(|e| (e, pen.len() / 3)), &out, self.launch)?;
-            let got = out.to_u32(client)?;
-            Ok(match compare_ids(&got, &want) {
-                Ok(m) => Outcome::Pass(m),
-                Err(e) => Outcome::Fail(e),
-            })
+            let pen = entries.as_ref().map(|e| (e, pen.len() / 3));
+            if self.launch != seeded::Launch::Split {
+                seeded::seeded_with(client, &xd, &params, pen, &out, self.launch, None)?;
+                let got = out.to_u32(client)?;
+                return Ok(match compare_ids(&got, &want) {
+                    Ok(m) => Outcome::Pass(m),
+                    Err(e) => Outcome::Fail(e),
+                });
+            }
+            // The split launch: the production split where it splits these rows, else forced
+            // into 4 cubes (small slices: ties and NaN across slice edges). Launched twice on
+            // one scratch: the first launch must leave it as the second needs it.
+            let cubes = match seeded::split_cubes(client, rows, v) {
+                Err(why) => return Ok(Outcome::Skip(why)),
+                Ok(c) if c >= 2 => c,
+                Ok(_) => 4,
+            };
+            if let Some((entries, count)) = pen {
+                // The penalties in place first, as the production launch applies them.
+                seeded::seeded_with(client, &xd, &params, Some((entries, count)), &out, seeded::Launch::Radix, None)?;
+            }
+            let sync = DeviceTensor::from_u32(client, &vec![0; rows * seeded::SPLIT_ROW_WORDS], &[rows, seeded::SPLIT_ROW_WORDS])?;
+            for launch in 0..2 {
+                out.write_u32(client, &vec![0xDEAD_BEEF; rows])?;
+                seeded::seeded_split(client, &xd, &params, &out, &sync, cubes)?;
+                let got = out.to_u32(client)?;
+                if let Err(e) = compare_ids(&got, &want) {
+                    return Ok(Outcome::Fail(format!("split over {cubes} cubes, launch {}: {e}", launch + 1)));
+                }
+            }
+            if !seeded::split_scratch_ready(&sync.to_u32(client)?) {
+                return Ok(Outcome::Fail(format!("split over {cubes} cubes left a barrier counter or a timeout flag set")));
+            }
+            Ok(Outcome::Pass(crate::Metrics { n: rows, ..crate::Metrics::default() }))
         })())
     }
 }
@@ -97,17 +126,21 @@ impl SeededCase {
 
 /// Every filter alone and combined, greedy rows, penalties, ties, NaN and −∞ rows, at the
 /// models' vocabularies and odd sizes.
-/// Each with the production launch (radix select), the cached bisection and v1's; the
-/// production launch also at GPT-OSS's vocabulary.
+/// Each with the radix launch, the split launch (CUDA; small rows forced into 4 slices), the
+/// cached bisection and v1's; the radix and split launches also at GPT-OSS's vocabulary.
 pub fn cases() -> Vec<Box<dyn Case>> {
     let auto = auto_cases();
-    let other = [seeded::Launch::Bisect, seeded::Launch::V1]
+    let other = [seeded::Launch::Split, seeded::Launch::Bisect, seeded::Launch::V1]
         .into_iter()
         .flat_map(|launch| auto.iter().map(move |c| SeededCase { launch, ..c.clone() }))
         .collect::<Vec<_>>();
     // GPT-OSS's vocabulary (the row never fits in shared memory: every pass reads global
-    // memory; fixed-point masses up to 201,088 · 2³¹), the production launch only.
-    let gpt_oss = auto.iter().filter(|c| c.v == 32000 && c.name != "greedy").map(|c| SeededCase { v: 201_088, ..c.clone() }).collect::<Vec<_>>();
+    // memory; fixed-point masses up to 201,088 · 2³¹), the radix and split launches.
+    let gpt_oss = auto
+        .iter()
+        .filter(|c| c.v == 32000 && c.name != "greedy")
+        .flat_map(|c| [seeded::Launch::Radix, seeded::Launch::Split].map(|launch| SeededCase { v: 201_088, launch, ..c.clone() }))
+        .collect::<Vec<_>>();
     auto.into_iter().chain(other).chain(gpt_oss).map(|c| Box::new(c) as Box<dyn Case>).collect()
 }
 

@@ -158,7 +158,7 @@ impl RaggedBatch {
             let params = DeviceTensor::from_u32(client, &words, &[r, seeded::PARAMS])?;
             let entries = if pen.is_empty() { None } else { Some(DeviceTensor::from_u32(client, &pen, &[pen.len()])?) };
             let out = DeviceTensor::from_u32(client, &vec![0; r], &[r])?;
-            seeded::seeded_into(client, logits, &params, entries.as_ref().map(|e| (e, pen.len() / 3)), &out)?;
+            seeded::seeded_into(client, logits, &params, entries.as_ref().map(|e| (e, pen.len() / 3)), &out, None)?;
             out.to_u32(client)?
         };
         if drawn.len() < r {

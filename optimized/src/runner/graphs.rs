@@ -61,6 +61,8 @@ pub(crate) struct StepBufs {
     pub slots: DeviceTensor,
     pub tables: BlockTables,
     pub params: DeviceTensor,
+    /// The split draw's scratch (`seeded::split_scratch`), for sampled steps where it runs.
+    pub draw: Option<DeviceTensor>,
 }
 
 /// A recorded step.
@@ -455,7 +457,7 @@ fn launches<R: GraphStep>(r: &R, b: &StepBufs, rows: usize, greedy: bool, advanc
     if greedy {
         argmax::argmax_into(r.client(), &logits, &b.ids)?;
     } else {
-        seeded::seeded_into(r.client(), &logits, &b.params, None, &b.ids)?;
+        seeded::seeded_into(r.client(), &logits, &b.params, None, &b.ids, b.draw.as_ref())?;
     }
     if advance {
         advance::advance(r.client(), &b.positions, &b.slots, &b.tables.lens_dev, &b.params)?;
@@ -478,6 +480,7 @@ fn capture<R: GraphStep>(r: &mut R, x: &Inputs) -> Result<Option<DeviceTensor>, 
         slots: DeviceTensor::from_u32(&c, &x.slots, &[b])?,
         tables,
         params: DeviceTensor::from_u32(&c, &x.params, &[b, seeded::PARAMS])?,
+        draw: if x.key.greedy { None } else { seeded::split_scratch(&c, b)? },
     };
     let out = bufs.ids.clone();
     if let Err(e) = c.graph_prepare() {

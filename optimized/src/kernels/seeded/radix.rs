@@ -18,6 +18,7 @@
 
 use cubecl::prelude::*;
 
+use super::split::grid_wait;
 use super::{order_key, row_at, weight};
 
 /// Bins of a round (8 key bits).
@@ -114,11 +115,10 @@ impl Radix {
     }
 }
 
-/// One round (module doc): reads `above` and `target` from the state, leaves there the chosen
-/// bin, the new `above` and the target (computed from this round's total when `first` and
-/// `mass`).
+/// The counting half of a round (module doc): this cube's rows (`n` from `base`) into the
+/// state's bins.
 #[cube]
-fn round(
+fn count(
     z: &[f32],
     zs: &Shared<[f32]>,
     st: &mut Radix,
@@ -130,17 +130,11 @@ fn round(
     prefix: u32,
     hmask: u32,
     shift: u32,
-    first: bool,
-    top_p: f32,
     temp: f32,
     m: f32,
     #[comptime] cache: usize,
     #[comptime] mass: bool,
 ) {
-    let above_hi = st.words[SEL + 1];
-    let above_lo = st.words[SEL + 2];
-    let mut t_hi = st.words[SEL + 3];
-    let mut t_lo = st.words[SEL + 4];
     let mut j = tid;
     while j < BINS {
         st.lo[j].store(0u32);
@@ -171,6 +165,17 @@ fn round(
         i += units;
     }
     sync_cube();
+}
+
+/// The scanning half of a round: from the bins (the whole row's), the `above` and target the
+/// state holds (the target computed from this round's total when `first` and `mass`), leaves
+/// there the chosen bin, the new `above` and the target.
+#[cube]
+fn scan(st: &mut Radix, tid: usize, units: usize, first: bool, top_p: f32, #[comptime] mass: bool) {
+    let above_hi = st.words[SEL + 1];
+    let above_lo = st.words[SEL + 2];
+    let mut t_hi = st.words[SEL + 3];
+    let mut t_lo = st.words[SEL + 4];
     let mut g = tid;
     while g < GROUPS {
         let (hi, lo) = add_bins(&*st, g * GROUP, g * GROUP + GROUP, 0u32, 0u32);
@@ -218,6 +223,28 @@ fn round(
     sync_cube();
 }
 
+/// Round `r`'s shift and the mask of the bits fixed before it.
+#[cube]
+fn round_bits(r: u32) -> (u32, u32) {
+    let mut hmask = 0u32;
+    if r > 0u32 {
+        hmask = 4294967295u32 << (32u32 - 8u32 * r);
+    }
+    (24u32 - 8u32 * r, hmask)
+}
+
+/// The state's round result cleared, with `target` to reach.
+#[cube]
+fn start(st: &mut Radix, tid: usize, target: u32) {
+    if tid == 0 {
+        st.words[SEL + 1] = 0u32;
+        st.words[SEL + 2] = 0u32;
+        st.words[SEL + 3] = 0u32;
+        st.words[SEL + 4] = target;
+    }
+    sync_cube();
+}
+
 /// The four rounds over candidates `⪰ floor`, from `above = 0` and the given target (masses:
 /// computed in the first round): the threshold key.
 #[cube]
@@ -237,22 +264,80 @@ fn select(
     #[comptime] cache: usize,
     #[comptime] mass: bool,
 ) -> u32 {
-    if tid == 0 {
-        st.words[SEL + 1] = 0u32;
-        st.words[SEL + 2] = 0u32;
-        st.words[SEL + 3] = 0u32;
-        st.words[SEL + 4] = target;
-    }
-    sync_cube();
+    start(st, tid, target);
     let mut prefix = 0u32;
     let mut r = 0u32;
     while r < 4u32 {
-        let shift = 24u32 - 8u32 * r;
-        let mut hmask = 0u32;
-        if r > 0u32 {
-            hmask = 4294967295u32 << (32u32 - 8u32 * r);
+        let (shift, hmask) = round_bits(r);
+        count(z, zs, st, base, n, tid, units, floor, prefix, hmask, shift, temp, m, cache, mass);
+        scan(st, tid, units, r == 0u32, top_p, mass);
+        prefix |= st.words[SEL] << shift;
+        r += 1u32;
+    }
+    prefix
+}
+
+/// [`select`] over a row split between `cubes` cubes (`split.rs`): each round counts this
+/// cube's slice, adds its bins into the row's global histogram of the round (`hist + r·2·BINS`:
+/// lo words, then hi), waits for the row's other cubes (barriers `first_barrier ..` on the
+/// counter at `ctr`), and scans the whole row's bins — the same scan in every cube, so every
+/// cube fixes the same bits.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+pub(super) fn select_split(
+    z: &[f32],
+    zs: &Shared<[f32]>,
+    st: &mut Radix,
+    sync: &mut [Atomic<u32>],
+    hist: usize,
+    ctr: usize,
+    first_barrier: u32,
+    cubes: u32,
+    base: usize,
+    n: usize,
+    tid: usize,
+    units: usize,
+    floor: u32,
+    target: u32,
+    top_p: f32,
+    temp: f32,
+    m: f32,
+    #[comptime] cache: usize,
+    #[comptime] mass: bool,
+) -> u32 {
+    start(st, tid, target);
+    let mut prefix = 0u32;
+    let mut r = 0u32;
+    while r < 4u32 {
+        let (shift, hmask) = round_bits(r);
+        count(z, zs, st, base, n, tid, units, floor, prefix, hmask, shift, temp, m, cache, mass);
+        let h = hist + r as usize * 2 * BINS;
+        // This cube's bins into the row's (64-bit sums as word pairs, the carry from the old
+        // low word: exact, in any order).
+        let mut j = tid;
+        while j < BINS {
+            let lo = st.lo[j].load();
+            let hi = st.hi[j].load();
+            if lo > 0u32 {
+                let old = sync[h + j].fetch_add(lo);
+                if old > 4294967295u32 - lo {
+                    sync[h + BINS + j].fetch_add(1u32);
+                }
+            }
+            if hi > 0u32 {
+                sync[h + BINS + j].fetch_add(hi);
+            }
+            j += units;
         }
-        round(z, zs, st, base, n, tid, units, floor, prefix, hmask, shift, r == 0u32, top_p, temp, m, cache, mass);
+        grid_wait(sync, ctr, (first_barrier + r) * cubes, tid);
+        let mut j = tid;
+        while j < BINS {
+            st.lo[j].store(sync[h + j].load());
+            st.hi[j].store(sync[h + BINS + j].load());
+            j += units;
+        }
+        sync_cube();
+        scan(st, tid, units, r == 0u32, top_p, mass);
         prefix |= st.words[SEL] << shift;
         r += 1u32;
     }

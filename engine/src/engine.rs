@@ -299,6 +299,22 @@ impl<R: ModelRunner> Engine<R> {
         let counts: Vec<Vec<Vec<TokenCount>>> = schedule.items.iter().map(|it| self.verify_counts(it)).collect::<Result<_>>()?;
         let decode_only = schedule.items.iter().all(|it| it.decode);
         let t_run = Instant::now();
+        // The next step continues this one unless speculation may verify, a waiting request
+        // may be admitted (a sequence slot is free), or a sequence ends by length here (EOS,
+        // stop strings and preemptions cannot be foreseen: the runner checks the step it is
+        // asked for).
+        let continues = self.spec.is_none()
+            && (self.waiting.is_empty() || self.running.len() >= self.cfg.max_num_seqs)
+            && schedule.items.iter().all(|it| it.decode && it.k == 0 && self.seqs.get(&it.id).is_some_and(|s| s.output_len() + 1 < s.max_output));
+        if continues {
+            // A sequence whose next position starts a new block gets it now where the pool
+            // has one free, so that the runner can start that step ahead too.
+            for it in &schedule.items {
+                if let Some(kv) = self.seqs.get(&it.id).and_then(|s| s.kv) {
+                    self.blocks.reserve(kv, 1)?;
+                }
+            }
+        }
         let (results, tokens) = {
             let mut plan = StepPlan::default();
             for (it, c) in schedule.items.iter().zip(&counts) {
@@ -307,13 +323,7 @@ impl<R: ModelRunner> Engine<R> {
                 let blocks = &self.blocks.table(kv)?.blocks;
                 plan.seqs.push(if it.k > 0 { s.verify_step(it.k, c, blocks) } else { s.plain_step(it.n, blocks) });
             }
-            // The next step continues this one unless speculation may verify, a waiting
-            // request may be admitted (a sequence slot is free), or a sequence ends by length
-            // here (EOS, stop strings and preemptions cannot be foreseen: the runner checks the
-            // step it is asked for).
-            plan.continues = self.spec.is_none()
-                && (self.waiting.is_empty() || self.running.len() >= self.cfg.max_num_seqs)
-                && schedule.items.iter().all(|it| it.decode && it.k == 0 && self.seqs.get(&it.id).is_some_and(|s| s.output_len() + 1 < s.max_output));
+            plan.continues = continues;
             (self.runner.step(&plan)?, plan.num_tokens())
         };
         let run_ns = t_run.elapsed();

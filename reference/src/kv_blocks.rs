@@ -279,6 +279,24 @@ impl BlockManager {
         t.len = pos0 + n;
         Ok(pos0)
     }
+    /// Blocks for `n` positions past `s`'s length, its length unchanged (a position the next
+    /// step will take, held a step early). Returns whether `s` holds them now; allocates only
+    /// where the pool has every block needed free (never an error for a full pool).
+    pub fn reserve(&mut self, s: SeqId, n: usize) -> Result<bool> {
+        let need = self.blocks_needed(s, n)?;
+        if need == 0 {
+            return Ok(true);
+        }
+        if need > self.alloc.num_free() {
+            return Ok(false);
+        }
+        let mut fresh = Vec::with_capacity(need);
+        for _ in 0..need {
+            fresh.push(self.alloc.allocate()?);
+        }
+        self.seq_mut(s)?.blocks.extend(fresh);
+        Ok(true)
+    }
     /// Keep the first `len` positions of `s`, releasing blocks wholly past them. Refused when
     /// the kept last block would be partial and shared or hash-registered (a later append would
     /// write into it).

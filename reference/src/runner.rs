@@ -84,7 +84,9 @@ pub struct StepPlan<'a> {
     /// A hint from the engine: it expects its next step to continue this one (the same
     /// sequences, each running the token drawn here at the next position). A runner may start
     /// that step before it is asked for (the GPU runners' graphed steps, `ahead=on`), checking
-    /// when the call comes that it is exactly that step. Results never depend on it.
+    /// when the call comes that it is exactly that step. Results never depend on it. With it
+    /// the engine gives a sequence whose next position starts a new block that block in this
+    /// step's table already, where the pool has one free.
     pub continues: bool,
 }
 

@@ -3,7 +3,8 @@
 //! launches on the SAME scripted plans, token for token. The script marks every decode step
 //! `continues` and then breaks the foretelling on purpose — a token other than the drawn one,
 //! the sequences in another order, a sequence that sits a step out, a step not marked —, with
-//! blocks of 4 positions so steps cross into new blocks (where no step may run ahead). Both
+//! blocks of 4 positions so steps cross into new blocks (held ahead by the script, as the
+//! engine reserves them: steps run ahead across them, their inputs written by the host). Both
 //! kinds of call must be seen: steps ahead that were the next call and steps ahead that were
 //! not (their cache writes then rewritten by the real step). Both ways of giving the step ahead
 //! its inputs: written by the host (`advance=host`), advanced on the device by the step before

@@ -18,8 +18,8 @@
 //! Steps ahead (`ahead=on`, the default): the draw writes the drawn ids over the step's own
 //! token buffer, so a replay without a host write of the ids runs each row's drawn token.
 //! When the engine says the next step continues this one ([`StepPlan::continues`]) and it
-//! can be foreseen — every sequence one token, none crossing into a new block or past the
-//! context —, the runner writes that step's positions, slots, lengths and draw counters and
+//! can be foreseen — every sequence one token, none past the context, none into a new block
+//! it does not hold yet (the engine reserves that block a step early) —, the runner writes that step's positions, slots, lengths and draw counters and
 //! replays it before it reads this step's ids back: the host's turn-around (the read-back,
 //! the engine's bookkeeping, the next call) overlaps the device's work. The next call finds
 //! it launched when its inputs are exactly the foreseen ones (the read-back ids in the token
@@ -200,7 +200,7 @@ pub(crate) trait GraphStep {
 }
 
 /// One step's inputs, padded to its bucket.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 struct Inputs {
     key: Key,
     /// Rows of the plan (the rest pad the bucket).
@@ -213,22 +213,50 @@ struct Inputs {
     params: Vec<u32>,
     /// Per row of the plan: the seed and counter its draw key came from.
     draws: Vec<(u64, u64)>,
+    /// Per row of the plan: the block its next position falls in where that is a new block
+    /// the sequence already holds (the engine reserves it a step early,
+    /// `StepPlan::continues`). Not an input of this step: [`Inputs::same`] leaves it out.
+    next_block: Vec<Option<u32>>,
 }
 
 impl Inputs {
+    /// Whether `o` is this step: every input but `next_block`.
+    fn same(&self, o: &Inputs) -> bool {
+        self.key == o.key
+            && self.rows == o.rows
+            && self.ids == o.ids
+            && self.positions == o.positions
+            && self.slots == o.slots
+            && self.tables == o.tables
+            && self.lens == o.lens
+            && self.params == o.params
+            && self.draws == o.draws
+    }
+
     /// The step after this one, where it can be foreseen: every row the one token of its
-    /// sequence, each at the next position in the block it is in (none past the runner's
-    /// `max_pos` positions), its draw counter one on. The ids are left for the caller (the
-    /// ids this step draws).
-    fn next(&self, block_size: usize, max_pos: usize) -> Option<Inputs> {
+    /// sequence at the next position — in the block it is in, or in the next block where the
+    /// sequence holds it already —, none past the runner's `max_pos` positions nor past the
+    /// recorded table width, its draw counter one on. The ids are left for the caller (the ids
+    /// this step draws). The flag: a row moved into a new block (the device's `advance` cannot
+    /// do that: the host writes the step's inputs).
+    fn next(&self, layout: KvLayout, max_pos: usize) -> Option<(Inputs, bool)> {
+        let bs = layout.block_size;
         let mut n = self.clone();
+        let mut crossed = false;
         for r in 0..self.rows {
             let p = self.positions[r] as usize + 1;
-            if p.is_multiple_of(block_size) || p >= max_pos {
+            if p >= max_pos {
                 return None;
             }
             n.positions[r] = p as u32;
-            n.slots[r] += 1;
+            if p.is_multiple_of(bs) {
+                let b = self.next_block.get(r).copied().flatten()?;
+                n.tables[r].push(b);
+                n.slots[r] = b * bs as u32;
+                crossed = true;
+            } else {
+                n.slots[r] += 1;
+            }
             n.lens[r] += 1;
             let (seed, counter) = self.draws[r];
             // The device's advance keeps counters in 32 bits.
@@ -239,7 +267,12 @@ impl Inputs {
             n.params[r * seeded::PARAMS + seeded::KEY_WORD] = row_key(seed, counter + 1);
             n.params[r * seeded::PARAMS + seeded::SEED_WORDS + 2] = (counter + 2) as u32;
         }
-        Some(n)
+        let longest = n.tables.iter().take(n.rows).map(Vec::len).max().unwrap_or(1);
+        if crossed && width(layout, longest) != n.key.width {
+            return None;
+        }
+        n.next_block = vec![None; n.rows];
+        Some((n, crossed))
     }
 
     /// Writes the per-step buffers of `b` (`ids`: the token ids too).
@@ -282,6 +315,7 @@ fn inputs(layout: KvLayout, scratch: u32, max_rows: usize, plan: &StepPlan) -> O
             x.lens.push(p + 1);
             x.params.extend(seeded::param_words(d.params, d.counter, row));
             x.draws.push((d.params.seed, d.counter));
+            x.next_block.push(if (p + 1).is_multiple_of(bs) { s.blocks.get((p + 1) / bs).copied() } else { None });
         }
     }
     x.pad(scratch, bs);
@@ -297,7 +331,18 @@ fn width(layout: KvLayout, longest: usize) -> usize {
 impl Inputs {
     /// No rows yet (`rows`: how many the plan will give).
     fn empty(key: Key, rows: usize) -> Self {
-        Inputs { key, rows, ids: vec![], positions: vec![], slots: vec![], tables: vec![], lens: vec![], params: vec![], draws: vec![] }
+        Inputs {
+            key,
+            rows,
+            ids: vec![],
+            positions: vec![],
+            slots: vec![],
+            tables: vec![],
+            lens: vec![],
+            params: vec![],
+            draws: vec![],
+            next_block: vec![],
+        }
     }
 
     /// Padding rows up to the bucket: token 0 at position 0 into the spare block `scratch`,
@@ -360,7 +405,7 @@ pub(crate) fn try_step<R: GraphStep>(r: &mut R, plan: &StepPlan) -> Result<Optio
     }
     let Some(x) = inputs(r.layout(), r.scratch_block(), r.max_rows(), plan) else { return Ok(None) };
     let c = r.client().clone();
-    let launched = ahead.map(|a| a == x);
+    let launched = ahead.map(|a| a.same(&x));
     match launched {
         Some(true) => r.graphs().ahead_hits += 1,
         Some(false) => r.graphs().ahead_misses += 1,
@@ -437,11 +482,12 @@ pub(crate) fn try_step<R: GraphStep>(r: &mut R, plan: &StepPlan) -> Result<Optio
 /// Replays the step after `x` (its ids: those `x` draws, on the device) and submits it;
 /// `None`, launching nothing, where it cannot be foreseen or has no recording yet.
 fn launch_ahead<R: GraphStep>(r: &mut R, x: &Inputs) -> Result<Option<Inputs>, Error> {
-    let Some(n) = x.next(r.layout().block_size, r.max_positions()) else { return Ok(None) };
+    let Some((n, crossed)) = x.next(r.layout(), r.max_positions()) else { return Ok(None) };
     let c = r.client().clone();
     let Some(g) = r.graphs().map.get_mut(&n.key) else { return Ok(None) };
-    // With the advance recorded, the step before left exactly `n`'s inputs on the device.
-    if !g.advance {
+    // With the advance recorded, the step before left exactly `n`'s inputs on the device,
+    // unless a row moved into a new block (written after the advance, in stream order).
+    if !g.advance || crossed {
         n.write(&c, &mut g.bufs, false)?;
     }
     // SAFETY: as in `try_step`.

@@ -34,6 +34,28 @@ fn grow_is_all_or_nothing_and_names_the_shortfall() {
 }
 
 #[test]
+fn reserve_holds_the_next_block_without_moving_the_length() {
+    let mut m = BlockManager::new(4, 3).expect("pool");
+    let s = m.add_sequence();
+    m.grow(s, 4).expect("1 block");
+    assert!(m.reserve(s, 1).expect("a free block"));
+    assert_eq!((m.len(s).expect("len"), m.table(s).expect("s").blocks.len(), m.num_free()), (4, 2, 1));
+    // The next position uses the held block: no new allocation.
+    assert_eq!(m.grow(s, 1).expect("held"), 4);
+    assert_eq!(m.num_free(), 1);
+    // Nothing to hold mid-block; a full pool is no error, just nothing held.
+    assert!(m.reserve(s, 1).expect("room in block 1"));
+    let t = m.add_sequence();
+    m.grow(t, 4).expect("the last block");
+    assert!(!m.reserve(t, 1).expect("a full pool"));
+    assert_eq!(m.table(t).expect("t").blocks.len(), 1);
+    m.check().expect("invariants");
+    m.free_sequence(s).expect("end s");
+    m.free_sequence(t).expect("end t");
+    assert_eq!(m.num_free(), 3, "held blocks go back with their sequence");
+}
+
+#[test]
 fn shared_prefix_blocks_survive_their_first_owner() {
     let mut m = BlockManager::new(4, 8).expect("pool");
     let a = m.add_sequence();

@@ -496,7 +496,7 @@ fn split_fits(client: &Client, rows: usize, v: usize, cubes: usize) -> bool {
     let hw = &client.properties().hardware;
     let sms = hw.num_streaming_multiprocessors.unwrap_or(0) as usize;
     let shared = (v.div_ceil(cubes.max(1)) + 2 * split::BLOCK as usize + 2 * radix::BINS + radix::WORDS + 1) * 4 + 1024;
-    cubes >= 2 && cubes <= split::MAX_CUBES && rows * cubes <= sms && shared <= hw.max_shared_memory_size && split::BLOCK <= hw.max_units_per_cube
+    (2..=split::MAX_CUBES).contains(&cubes) && rows * cubes <= sms && shared <= hw.max_shared_memory_size && split::BLOCK <= hw.max_units_per_cube
 }
 
 /// Words of the split launch's scratch per row.

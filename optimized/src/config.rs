@@ -44,8 +44,9 @@
 //!   ([`QGEMV_ROWS_DEFAULT`]);
 //! - `prefill=tc|v2` — prefill attention on the tensor cores (v3, in steps whose matmuls run
 //!   there: 16-bit or quantized weights, more rows than the gemvs take) or always v2;
-//! - `gemm=mma|wgmma` — the dense 16-bit GEMMs of prefill and batched steps: tc v1
-//!   (`mma.sync`, sm_80+) or tc v2 (`wgmma`, sm_90a; elsewhere tc v1 runs).
+//! - `gemm=mma|wgmma|wgmma-v2` — the dense 16-bit GEMMs of prefill and batched steps: tc v1
+//!   (`mma.sync`, sm_80+), tc v3 (`wgmma` with its accumulators in flight across k-blocks,
+//!   sm_90a; elsewhere tc v1 runs) or tc v2 (`wgmma`, each k-block waited on).
 //!
 //! `default` resets every key. [`KernelConfig::name`] writes only what differs from the default
 //! (`default` when nothing does) and parses back to the same value. A bad spec is an error
@@ -130,6 +131,9 @@ pub struct KernelConfig {
     pub prefill_tc: bool,
     /// The dense GEMMs on Hopper's warpgroup MMAs (tc v2) where the device has them.
     pub gemm_wgmma: bool,
+    /// tc v3 (`wgmma` accumulators in flight across k-blocks) where `gemm_wgmma`; off: tc v2
+    /// (`gemm=wgmma-v2`).
+    pub gemm_inflight: bool,
 }
 
 /// The most rows the gemvs take (their per-unit accumulators are T × rows).
@@ -178,6 +182,7 @@ impl Default for KernelConfig {
             qgemv_rows: QGEMV_ROWS_DEFAULT,
             prefill_tc: true,
             gemm_wgmma: true,
+            gemm_inflight: true,
         }
     }
 }
@@ -355,9 +360,10 @@ impl KernelConfig {
                     }
                 }
                 "gemm" => {
-                    k.gemm_wgmma = match val {
-                        "wgmma" => true,
-                        "mma" => false,
+                    (k.gemm_wgmma, k.gemm_inflight) = match val {
+                        "wgmma" => (true, true),
+                        "wgmma-v2" => (true, false),
+                        "mma" => (false, true),
                         _ => return Err(no()),
                     }
                 }
@@ -435,8 +441,17 @@ impl KernelConfig {
         if self.prefill_tc != d.prefill_tc {
             parts.push(format!("prefill={}", if self.prefill_tc { "tc" } else { "v2" }));
         }
-        if self.gemm_wgmma != d.gemm_wgmma {
-            parts.push(format!("gemm={}", if self.gemm_wgmma { "wgmma" } else { "mma" }));
+        if (self.gemm_wgmma, self.gemm_inflight) != (d.gemm_wgmma, d.gemm_inflight) {
+            parts.push(format!(
+                "gemm={}",
+                if !self.gemm_wgmma {
+                    "mma"
+                } else if self.gemm_inflight {
+                    "wgmma"
+                } else {
+                    "wgmma-v2"
+                }
+            ));
         }
         if parts.is_empty() {
             "default".into()
@@ -471,6 +486,7 @@ impl KernelConfig {
             qgemv_rows: GEMV_ROWS_MAX,
             prefill_tc: false,
             gemm_wgmma: false,
+            gemm_inflight: false,
         }
     }
 
@@ -554,6 +570,8 @@ mod tests {
             "ahead=off",
             "advance=host",
             "advance=device",
+            "gemm=mma",
+            "gemm=wgmma-v2",
         ] {
             let k = KernelConfig::parse_any(s).unwrap_or_else(|e| panic!("{s}: {e}"));
             assert_eq!(KernelConfig::parse_any(&k.name()).ok(), Some(k), "{s} → {}", k.name());

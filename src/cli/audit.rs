@@ -103,6 +103,11 @@ fn steps() -> Vec<Step> {
     );
     push("prefill attention on the tensor cores (v3)", &|k| k.prefill_tc = true, vec![(Op::Attention, "prefill-v3"), (Op::Model, "")]);
     push("dense GEMMs on wgmma (tc v2, sm_90a)", &|k| k.gemm_wgmma = true, vec![(Op::Matmul, ",wg"), (Op::Matmul, ",tc)"), (Op::Model, "")]);
+    push(
+        "wgmma accumulators in flight across k-blocks (tc v3)",
+        &|k| k.gemm_inflight = true,
+        vec![(Op::Matmul, "s4f"), (Op::Matmul, "s5f"), (Op::Matmul, ",tc)"), (Op::Model, "")],
+    );
     out
 }
 

@@ -183,7 +183,7 @@ pub fn run_shapes(backend: Option<Backend>, reps: usize, shapes: &[(usize, usize
             let pick = WgConfig::pick(m, n, kk, sms);
             let main = rate(&client, flop, f64::INFINITY, reps, || tc_wg::linear_into(&client, &x, wd, &y, false, None))?;
             println!("    tc v2 default {}: {}", pick.name(), main.split(" (").next().unwrap_or(""));
-            for cfg in [WgConfig::S3, WgConfig::S4, WgConfig::M2S3, WgConfig::M2S4] {
+            for cfg in [WgConfig::S3, WgConfig::S4, WgConfig::M2S3, WgConfig::M2S4, WgConfig::F4, WgConfig::F5, WgConfig::M2F4] {
                 let line = split_sweep(
                     &client,
                     flop,

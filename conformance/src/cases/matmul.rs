@@ -438,6 +438,16 @@ pub fn tc_cases() -> Vec<Box<dyn Case>> {
         }
         v.push(wg(300, 328, 520, false, WgConfig::M2S3));
         v.push(wg(257, 584, 1030, true, WgConfig::M2S4));
+        // tc v3: the accumulators in flight across k-blocks (tied in-out operands).
+        for (t, n_in, n_out) in [(1usize, 136usize, 72usize), (17, 584, 1031), (300, 328, 520), (513, 264, 130), (200, 4096, 384)] {
+            v.push(wg(t, n_in, n_out, false, WgConfig::F4));
+            v.push(wg(t, n_in, n_out, false, WgConfig::M2F4));
+        }
+        v.push(wg(300, 1000, 520, false, WgConfig::F5));
+        v.push(wg(130, 264, 258, true, WgConfig::F4));
+        for glu in [false, true] {
+            v.push(wg(300, 4040, 200, glu, WgConfig::F4.with_splits(3)));
+        }
     }
     // f32 weights stay on the CUDA cores: reported skipped, with the reason.
     v.push(Box::new(MatmulCase { t: 17, n_in: 64, n_out: 64, dtype: Dtype::F32, version: Version::Tc, fusion: Fusion::None }));

@@ -458,10 +458,10 @@ pub fn linear_into(
     mode: TcMode,
 ) -> Result<(), Error> {
     let (t, n, k) = dense_dims("tc", x, w, y, glu)?;
-    // tc v2 (`wgmma`) where the configuration asks for it, the device has it and M > 64 (its
-    // tiles are 128 rows: at 8 / 32 rows tc v1's 32- and 64-row tiles win — TinyLlama batched
-    // decode 4,492 vs 3,745 and 14,480 vs 12,635 tokens/s, H200, session 21); an explicit tile
-    // shape or the emulation stays on tc v1.
+    // tc v3 / v2 (`wgmma`) where the configuration asks for it, the device has it and M >
+    // `WG_MIN_ROWS` (its tiles are 128 rows: at 8 / 32 rows tc v1's 32-row tiles win —
+    // TinyLlama batched decode 4,492 vs 3,745 and 14,480 vs 12,635 tokens/s against tc v2,
+    // H200, session 21); an explicit tile shape or the emulation stays on tc v1.
     if cfg.is_none()
         && mode == TcMode::Tensor
         && t > WG_MIN_ROWS

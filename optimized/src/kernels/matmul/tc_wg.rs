@@ -35,9 +35,11 @@ use crate::{Client, DeviceTensor, Dtype, Error};
 pub const WG_BM: usize = 128;
 /// Columns of an output tile: one `wgmma` of n = 128.
 pub const WG_BN: usize = 128;
-/// Steps of at most this many rows stay on tc v1 (`tc::linear_into`): its 32- and 64-row tiles
-/// beat tc v2's 128 there.
-pub const WG_MIN_ROWS: usize = 64;
+/// Steps of at most this many rows stay on tc v1 (`tc::linear_into`): its 32-row tiles beat tc
+/// v3's 128 there (H200, session 26, TFLOP/s tc v1 / tc v3: 32 × 28672 × 4096 81.6 / 75.3), as
+/// its 64-row tiles beat tc v2 at 64 rows (session 21) but no longer tc v3 (64 × 28672 × 4096
+/// 139 / 157, 64 × 4096 × 14336 107 / 137, 64 × 6144 × 4096 68 / 87, 64 × 11264 × 2048 68 / 92).
+pub const WG_MIN_ROWS: usize = 32;
 /// Units of a cube: two warpgroups of four warps.
 const THREADS: usize = 256;
 /// A unit's accumulators: a 64 × 128 block over a warpgroup's 128 units.
@@ -57,13 +59,22 @@ pub struct WgConfig {
     pub stages: usize,
     /// K cut into this many slices (partial sums added by `tc_reduce`); 1: none.
     pub splits: usize,
+    /// Accumulators in flight across k-blocks (tc v3: each k-block's `wgmma`s accumulate into
+    /// the unit's sums through in-out operands — `vendor/cubecl-cpp`'s tie — and the
+    /// warpgroup waits only for the k-block before; copies run `stages − 2` blocks ahead). Off:
+    /// tc v2's k-blocks from zero, waited on in the statement, added to the sums.
+    pub inflight: bool,
 }
 
 impl WgConfig {
-    pub const S4: Self = Self { mb: 1, stages: 4, splits: 1 };
-    pub const S3: Self = Self { mb: 1, stages: 3, splits: 1 };
-    pub const M2S4: Self = Self { mb: 2, stages: 4, splits: 1 };
-    pub const M2S3: Self = Self { mb: 2, stages: 3, splits: 1 };
+    pub const S4: Self = Self { mb: 1, stages: 4, splits: 1, inflight: false };
+    pub const S3: Self = Self { mb: 1, stages: 3, splits: 1, inflight: false };
+    pub const M2S4: Self = Self { mb: 2, stages: 4, splits: 1, inflight: false };
+    pub const M2S3: Self = Self { mb: 2, stages: 3, splits: 1, inflight: false };
+    /// tc v3 (in flight): 4 and 5 stages of 128 rows, 4 of 256.
+    pub const F4: Self = Self { mb: 1, stages: 4, splits: 1, inflight: true };
+    pub const F5: Self = Self { mb: 1, stages: 5, splits: 1, inflight: true };
+    pub const M2F4: Self = Self { mb: 2, stages: 4, splits: 1, inflight: true };
 
     pub fn bm(&self) -> usize {
         WG_BM * self.mb
@@ -71,7 +82,8 @@ impl WgConfig {
 
     pub fn name(&self) -> String {
         let split = if self.splits > 1 { format!("k{}", self.splits) } else { String::new() };
-        format!("wg{}x128s{}{split}", self.bm(), self.stages)
+        let f = if self.inflight { "f" } else { "" };
+        format!("wg{}x128s{}{f}{split}", self.bm(), self.stages)
     }
 
     pub const fn with_splits(self, splits: usize) -> Self {
@@ -84,7 +96,25 @@ impl WgConfig {
         self.stages * (self.bm() + WG_BN) * BK * 2 + 1024
     }
 
-    /// The tile, depth and split for an (m, n, k) product on `sms` multiprocessors (H200
+    /// The tile, depth and split for an (m, n, k) product on `sms` multiprocessors: tc v3
+    /// ([`Self::F4`]: 128 rows, 4 stages, accumulators in flight), best at every shape of the
+    /// session-26 sweep (H200, `tandem bench --kernel matmul --shapes`, TFLOP/s against tc
+    /// v2's best tile): 128 × 11264 × 2048 155 vs 132, 512 × 11264 × 2048 250 vs 201,
+    /// 512 × 28672 × 4096 357 vs 288, 512 × 4096 × 14336 359 vs 298, 2048 × 14336 × 4096 366
+    /// vs 333, 4096³ 343 vs 313; 256-row tiles in flight were 2–25% slower. K split where the
+    /// tiles leave over half the SMs idle, as many ways (≤ 8) as keep ≤ one cube per SM and ≥ 8
+    /// k-blocks a slice (128 × 2560 × 2048: ~40–44 at splits 1–8, occupancy-bound).
+    /// `gemm=wgmma-v2` takes [`Self::pick_v2`].
+    pub fn pick(m: usize, n: usize, k: usize, sms: usize) -> Self {
+        if !crate::config::current().gemm_inflight {
+            return Self::pick_v2(m, n, k, sms);
+        }
+        let sms = sms.max(1);
+        let tiles = m.div_ceil(Self::F4.bm()) * n.div_ceil(WG_BN);
+        Self::F4.with_splits(one_cube_splits(tiles, k.div_ceil(BK), sms))
+    }
+
+    /// tc v2's pick (H200
     /// sweep, session 21: `tandem bench --kernel matmul --shapes`): 4 stages (one cube per SM:
     /// the two warpgroups' registers fill it); 256-row tiles for m > 256 where they still
     /// number ≥ 2 per SM or K is long (≥ 8192: split below), else 128 rows — 2048 × 14336 ×
@@ -92,7 +122,7 @@ impl WgConfig {
     /// 512 × 11264 × 2048 180 vs 195 and 512 × 2560 × 2048 71 vs 98. K split where the tiles
     /// leave over half the SMs idle, as many ways (≤ 8) as keep ≤ one cube per SM and ≥ 8
     /// k-blocks a slice (512 × 2048 × 5632: 169 at split 2 vs 118 unsplit).
-    pub fn pick(m: usize, n: usize, k: usize, sms: usize) -> Self {
+    pub fn pick_v2(m: usize, n: usize, k: usize, sms: usize) -> Self {
         let sms = sms.max(1);
         let tiles = |c: Self| m.div_ceil(c.bm()) * n.div_ceil(WG_BN);
         let base = if m > 256 && (tiles(Self::M2S4) >= 2 * sms || k >= 8192) { Self::M2S4 } else { Self::S4 };
@@ -129,6 +159,7 @@ pub fn linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &Devi
     let cfg = cfg.unwrap_or_else(|| WgConfig::pick(t, n, k, sms(client)));
     let hw = &client.properties().hardware;
     if cfg.stages < 2
+        || (cfg.inflight && cfg.stages < 3)
         || cfg.splits == 0
         || !(1..=2).contains(&cfg.mb)
         || cfg.shared_bytes() > hw.max_shared_memory_size
@@ -175,6 +206,7 @@ pub fn linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &Devi
                     $bf16,
                     glu,
                     partial,
+                    cfg.inflight,
                 )
             }
         };
@@ -244,6 +276,57 @@ fn wgmma_k64(da: u64, db: u64, #[comptime] bf16: bool) -> Acc {
         a = in(_) da,
         b = in(_) db,
     );
+    out
+}
+
+/// The four k16 steps of a k-block accumulating into the tied sums `$0` (= `$1`), from the
+/// descriptors `$2` / `$3` advanced by 32 bytes a step.
+fn acc_steps(ty: &str) -> String {
+    (0..4)
+        .map(|s| {
+            format!(
+                "add.s64 da, $2, {o};\nadd.s64 db, $3, {o};\nwgmma.mma_async.sync.aligned.m64n128k16.f32.{ty}.{ty} $0, da, db, p1, 1, 1, 0, 0;\n",
+                o = 2 * s
+            )
+        })
+        .collect()
+}
+
+/// tc v3: a warpgroup's 64 × 128 block over one 64-wide k-block, four `wgmma.m64n128k16`
+/// accumulating into `acc` (tied in and out: `vendor/cubecl-cpp`), committed as one group and
+/// NOT waited on: `acc` is in flight until a [`wgmma_wait`] says otherwise.
+#[cube]
+fn wgmma_k64_acc(acc: Acc, da: u64, db: u64, #[comptime] bf16: bool) -> Acc {
+    let ty = comptime![if bf16 { "bf16" } else { "f16" }];
+    let steps = comptime![acc_steps(ty)];
+    let out: Acc;
+    gpu_asm!(
+        "//tie:0\n// {d} {c} {a} {b}\n{{\n.reg .pred p1;\n.reg .b32 zr;\n.reg .b64 da, db;\nmov.b32 zr, 0;\nsetp.eq.b32 p1, zr, 0;",
+        "wgmma.fence.sync.aligned;",
+        "{steps}wgmma.commit_group.sync.aligned;\n}}",
+        d = out(_) out,
+        c = in(_) acc,
+        a = in(_) da,
+        b = in(_) db,
+    );
+    out
+}
+
+/// Waits until at most `pending` of this warpgroup's `wgmma` groups are in flight, `acc` tied
+/// through the statement so that nothing reads or moves it before.
+#[cube]
+fn wgmma_wait(acc: Acc, #[comptime] pending: usize) -> Acc {
+    let out: Acc;
+    gpu_asm!("//tie:0\n// {d} {c}\nwgmma.wait_group.sync.aligned {n};", d = out(_) out, c = in(_) acc, n = const pending);
+    out
+}
+
+/// `acc` tied through an empty statement (CUTLASS's `warpgroup_fence_operand`): it stays in
+/// its registers, untouched, across the statements around it.
+#[cube]
+fn wgmma_pin(acc: Acc) -> Acc {
+    let out: Acc;
+    gpu_asm!("//tie:0\n// {d} {c}", d = out(_) out, c = in(_) acc);
     out
 }
 
@@ -320,6 +403,7 @@ pub fn tc_wgmma<E: Float>(
     #[comptime] bf16: bool,
     #[comptime] glu: bool,
     #[comptime] partial: bool,
+    #[comptime] inflight: bool,
 ) {
     if CUBE_POS < tiles as usize {
         let bm = comptime!(WG_BM * mb);
@@ -354,28 +438,69 @@ pub fn tc_wgmma<E: Float>(
             commit(false);
         }
         let mut kb = 0usize;
-        while kb < nk {
-            // k-block kb has landed for every unit and is visible to the async proxy; every
-            // warpgroup is past block kb − 1, whose slot the next copies overwrite.
-            wait_pending(comptime!(stages - 2), false);
-            proxy_fence();
-            sync_cube();
-            let nxt = kb + stages - 1;
-            if nxt < nk {
-                let kc = (kb0 + nxt) * BK;
-                let sl = nxt % stages;
-                stage_swizzled(x16, &mut smem, pad + sl * a_elems, m0, m0 + bm, kp, kc, kp, tid, bm);
-                stage_swizzled(w, &mut smem, bstart + sl * b_elems, n0, n, k, kc, k, tid, WG_BN);
+        if comptime!(inflight) {
+            // tc v3: block kb's wgmma issued while block kb − 1's may still run; once this
+            // warpgroup has waited for kb − 1 and the cube has met, kb − 1's slot takes the
+            // copies of block kb + stages − 1 (the same depth as tc v2).
+            let groups = comptime!(mb);
+            while kb < nk {
+                // k-block kb has landed for every unit and is visible to the async proxy.
+                wait_pending(comptime!(stages - 2), false);
+                proxy_fence();
+                sync_cube();
+                let slot = kb % stages;
+                let db = desc(sbase + ((stages * a_elems + slot * b_elems) * 2) as u32);
+                let da = desc(sbase + ((slot * a_elems + wg * mb * 64 * BK) * 2) as u32);
+                acc0 = wgmma_k64_acc(acc0, da, db, bf16);
+                if comptime!(mb == 2) {
+                    acc1 = wgmma_k64_acc(acc1, da + comptime!((64 * BK * 2 / 16) as u64), db, bf16);
+                }
+                // This warpgroup's block kb − 1 done (block kb's groups may run on); then
+                // every warpgroup's, before its slot is overwritten.
+                acc0 = wgmma_wait(acc0, groups);
+                if comptime!(mb == 2) {
+                    acc1 = wgmma_pin(acc1);
+                }
+                sync_cube();
+                let nxt = kb + stages - 1;
+                if nxt < nk {
+                    let kc = (kb0 + nxt) * BK;
+                    let sl = nxt % stages;
+                    stage_swizzled(x16, &mut smem, pad + sl * a_elems, m0, m0 + bm, kp, kc, kp, tid, bm);
+                    stage_swizzled(w, &mut smem, bstart + sl * b_elems, n0, n, k, kc, k, tid, WG_BN);
+                }
+                commit(false);
+                kb += 1;
             }
-            commit(false);
-            let slot = kb % stages;
-            let db = desc(sbase + ((stages * a_elems + slot * b_elems) * 2) as u32);
-            let da = desc(sbase + ((slot * a_elems + wg * mb * 64 * BK) * 2) as u32);
-            acc0 += wgmma_k64(da, db, bf16);
+            acc0 = wgmma_wait(acc0, 0usize);
             if comptime!(mb == 2) {
-                acc1 += wgmma_k64(da + comptime!((64 * BK * 2 / 16) as u64), db, bf16);
+                acc1 = wgmma_pin(acc1);
             }
-            kb += 1;
+        }
+        if comptime!(!inflight) {
+            while kb < nk {
+                // k-block kb has landed for every unit and is visible to the async proxy; every
+                // warpgroup is past block kb − 1, whose slot the next copies overwrite.
+                wait_pending(comptime!(stages - 2), false);
+                proxy_fence();
+                sync_cube();
+                let nxt = kb + stages - 1;
+                if nxt < nk {
+                    let kc = (kb0 + nxt) * BK;
+                    let sl = nxt % stages;
+                    stage_swizzled(x16, &mut smem, pad + sl * a_elems, m0, m0 + bm, kp, kc, kp, tid, bm);
+                    stage_swizzled(w, &mut smem, bstart + sl * b_elems, n0, n, k, kc, k, tid, WG_BN);
+                }
+                commit(false);
+                let slot = kb % stages;
+                let db = desc(sbase + ((stages * a_elems + slot * b_elems) * 2) as u32);
+                let da = desc(sbase + ((slot * a_elems + wg * mb * 64 * BK) * 2) as u32);
+                acc0 += wgmma_k64(da, db, bf16);
+                if comptime!(mb == 2) {
+                    acc1 += wgmma_k64(da + comptime!((64 * BK * 2 / 16) as u64), db, bf16);
+                }
+                kb += 1;
+            }
         }
         let yoff = select(partial, split * m * n, 0usize);
         let glu_here = comptime!(glu && !partial);
@@ -409,16 +534,20 @@ mod tests {
 
     #[test]
     fn pick_follows_the_sweep() {
-        assert_eq!(WgConfig::pick(2048, 14336, 4096, 132), WgConfig::M2S4);
-        assert_eq!(WgConfig::pick(4096, 4096, 4096, 132), WgConfig::M2S4);
-        assert_eq!(WgConfig::pick(512, 28672, 4096, 132), WgConfig::M2S4);
-        assert_eq!(WgConfig::pick(512, 4096, 14336, 132), WgConfig::M2S4.with_splits(2));
-        assert_eq!(WgConfig::pick(512, 11264, 2048, 132), WgConfig::S4);
-        assert_eq!(WgConfig::pick(512, 2560, 2048, 132), WgConfig::S4);
-        assert_eq!(WgConfig::pick(512, 2048, 5632, 132), WgConfig::S4.with_splits(2));
-        assert_eq!(WgConfig::pick(128, 11264, 2048, 132), WgConfig::S4);
+        assert_eq!(WgConfig::pick_v2(2048, 14336, 4096, 132), WgConfig::M2S4);
+        assert_eq!(WgConfig::pick_v2(4096, 4096, 4096, 132), WgConfig::M2S4);
+        assert_eq!(WgConfig::pick_v2(512, 28672, 4096, 132), WgConfig::M2S4);
+        assert_eq!(WgConfig::pick_v2(512, 4096, 14336, 132), WgConfig::M2S4.with_splits(2));
+        assert_eq!(WgConfig::pick_v2(512, 11264, 2048, 132), WgConfig::S4);
+        assert_eq!(WgConfig::pick_v2(512, 2560, 2048, 132), WgConfig::S4);
+        assert_eq!(WgConfig::pick_v2(512, 2048, 5632, 132), WgConfig::S4.with_splits(2));
+        assert_eq!(WgConfig::pick_v2(128, 11264, 2048, 132), WgConfig::S4);
+        assert_eq!(WgConfig::pick_v2(128, 4096, 14336, 132).splits, 4);
+        assert_eq!(WgConfig::pick_v2(9, 64, 64, 132).splits, 1);
+        // tc v3: 128-row tiles in flight everywhere, split as tc v2's.
+        assert_eq!(WgConfig::pick(512, 4096, 14336, 132), WgConfig::F4);
+        assert_eq!(WgConfig::pick(512, 2048, 5632, 132), WgConfig::F4.with_splits(2));
         assert_eq!(WgConfig::pick(128, 4096, 14336, 132).splits, 4);
-        assert_eq!(WgConfig::pick(9, 64, 64, 132).splits, 1);
     }
 
     #[test]

@@ -216,6 +216,14 @@ fn row_at(z: &[f32], zs: &Shared<[f32]>, base: usize, i: usize, #[comptime] cach
     }
 }
 
+/// Row `r`'s draw parameters from the parameter buffer ([`PARAMS`] words a row): temperature,
+/// top_k, top_p, min_p and the row key of seed and counter.
+#[cube]
+fn row_params(params: &[u32], r: usize) -> (f32, u32, f32, f32, u32) {
+    let p = r * 12;
+    (f32::reinterpret(params[p]), params[p + 1], f32::reinterpret(params[p + 2]), f32::reinterpret(params[p + 3]), params[p + 4])
+}
+
 /// `e_i = exp(y_i − m)` for a finite `y_i`, else 0 (as the reference).
 #[cube]
 fn weight(z: f32, temp: f32, m: f32) -> f32 {
@@ -347,13 +355,8 @@ pub fn seeded_v1(
         let units = CUBE_DIM_X as usize;
         let n = v as usize;
         let none = 4294967295u32;
-        let p = r * 12;
-        let temp = f32::reinterpret(params[p]);
-        let top_k = params[p + 1];
-        let top_p = f32::reinterpret(params[p + 2]);
-        let min_p = f32::reinterpret(params[p + 3]);
-        let key = params[p + 4];
-        let base = params[p + 5] as usize * n;
+        let (temp, top_k, top_p, min_p, key) = row_params(params, r);
+        let base = params[r * 12 + 5] as usize * n;
         let neg = f32::new(-3.4028235e38);
         let mut zs = Shared::<[f32]>::new_slice(comptime!(if cache > 0 { cache } else { 1 }));
         let mut st = Radix::new(comptime!(if radix { radix::BINS } else { 1 }));

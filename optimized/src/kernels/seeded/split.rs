@@ -43,7 +43,7 @@
 use cubecl::prelude::*;
 
 use super::radix::{self, Radix};
-use super::{block_best, block_sum_u32, draw_best, pass1};
+use super::{block_best, block_sum_u32, draw_best, pass1, row_params};
 use crate::kernels::pdl::await_predecessor;
 
 /// The most cubes a row is split into.
@@ -120,15 +120,10 @@ pub fn seeded_split(
         let units = CUBE_DIM_X as usize;
         let n_row = v as usize;
         let none = 4294967295u32;
-        let p = r * 12;
-        let temp = f32::reinterpret(params[p]);
-        let top_k = params[p + 1];
-        let top_p = f32::reinterpret(params[p + 2]);
-        let min_p = f32::reinterpret(params[p + 3]);
-        let key = params[p + 4];
+        let (temp, top_k, top_p, min_p, key) = row_params(params, r);
         let lo = min(part * slice as usize, n_row);
         let n = min(lo + slice as usize, n_row) - lo;
-        let base = params[p + 5] as usize * n_row + lo;
+        let base = params[r * 12 + 5] as usize * n_row + lo;
         let w = r * ROW_WORDS;
         let ctr = w + CTR;
         let nc = cubes as u32;

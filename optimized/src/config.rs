@@ -486,7 +486,8 @@ impl KernelConfig {
             qgemv_rows: GEMV_ROWS_MAX,
             prefill_tc: false,
             gemm_wgmma: false,
-            gemm_inflight: false,
+            // Unread without `gemm_wgmma` (as `gemm=mma` parses).
+            gemm_inflight: true,
         }
     }
 

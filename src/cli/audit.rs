@@ -102,7 +102,14 @@ fn steps() -> Vec<Step> {
         vec![(Op::Matmul, ",tc)"), (Op::Matmul, ",auto"), (Op::Matmul, "matmul-tc(T=3"), (Op::Matmul, "matmul-tc(T=5"), (Op::Runner, "")],
     );
     push("prefill attention on the tensor cores (v3)", &|k| k.prefill_tc = true, vec![(Op::Attention, "prefill-v3"), (Op::Model, "")]);
-    push("dense GEMMs on wgmma (tc v2, sm_90a)", &|k| k.gemm_wgmma = true, vec![(Op::Matmul, ",wg"), (Op::Matmul, ",tc)"), (Op::Model, "")]);
+    push(
+        "dense GEMMs on wgmma (tc v2, sm_90a)",
+        &|k| {
+            k.gemm_wgmma = true;
+            k.gemm_inflight = false;
+        },
+        vec![(Op::Matmul, ",wg"), (Op::Matmul, ",tc)"), (Op::Model, "")],
+    );
     push(
         "wgmma accumulators in flight across k-blocks (tc v3)",
         &|k| k.gemm_inflight = true,

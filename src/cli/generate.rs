@@ -8,6 +8,7 @@ use std::time::Instant;
 use clap::Args;
 use engine::{Detokenizer, EngineConfig, FinishReason, Request};
 use reference::chat::Message;
+use reference::runner::ModelRunner;
 use reference::sampling::SamplingParams;
 
 use super::{CliError, ModelArgs, Result};
@@ -107,6 +108,18 @@ pub fn prompt_ids(tok: &reference::tokenizer::Tokenizer, text: &str, bos: Option
     }
 }
 
+/// The decode graphs one request of at most `max_len` tokens will replay, recorded before it
+/// starts (as a server records them at start-up), not in the middle of its decoding; says so on
+/// stderr.
+pub(super) fn prepare(runner: &mut (dyn ModelRunner + Send), name: &str, max_len: usize, params: &SamplingParams) -> Result<()> {
+    let t = Instant::now();
+    let prepared = runner.prepare_decode(1, max_len, params.temperature > 0.0)?;
+    if prepared > 0 {
+        eprintln!("[{name}] {prepared} decode graphs recorded before the request in {:.1} ms", t.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(())
+}
+
 pub fn run(a: GenerateArgs) -> Result<()> {
     let params = a.sampling.params();
     params.validate()?;
@@ -145,13 +158,7 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     let kv = a.kv_tokens.unwrap_or(ids.len() + max_tokens);
     let mut runner = opened.runner(a.model.device, a.model.dtype.as_deref(), kv)?;
     let name = runner.name();
-    // The decode graphs this request will replay, recorded before it starts (as a server
-    // records them at start-up), not in the middle of its decoding.
-    let t_prep = Instant::now();
-    let prepared = runner.prepare_decode(1, ids.len() + max_tokens, params.temperature > 0.0)?;
-    if prepared > 0 {
-        eprintln!("[{name}] {prepared} decode graphs recorded before the request in {:.1} ms", t_prep.elapsed().as_secs_f64() * 1e3);
-    }
+    prepare(runner.as_mut(), &name, ids.len() + max_tokens, &params)?;
     let tok = Arc::new(tok);
     let detok: Arc<dyn Detokenizer> = tok.clone();
     // Speculative decoding (issue 26): `--speculate` picks the engine.

@@ -124,8 +124,9 @@ pub fn run(a: GenerateArgs, params: SamplingParams) -> Result<()> {
     if max_tokens == 0 {
         return Err(CliError::Usage("--max-tokens must be at least 1".into()));
     }
-    let runner = opened.runner(a.model.device, a.model.dtype.as_deref(), a.kv_tokens.unwrap_or(ids.len() + max_tokens))?;
+    let mut runner = opened.runner(a.model.device, a.model.dtype.as_deref(), a.kv_tokens.unwrap_or(ids.len() + max_tokens))?;
     let name = runner.name();
+    super::super::generate::prepare(runner.as_mut(), &name, ids.len() + max_tokens, &params)?;
     let mut engine = Engine::new(runner, EngineConfig::default(), Some(Arc::new(HarmonyDetok(tok.clone())) as Arc<dyn Detokenizer>))?;
     let mut req = Request::new(ids.clone()).with_max_tokens(max_tokens).with_params(params);
     req.stop_token_ids = STOP_TOKENS.to_vec();

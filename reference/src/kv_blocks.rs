@@ -270,14 +270,18 @@ impl BlockManager {
                 self.alloc.num_blocks()
             )));
         }
+        self.append_blocks(s, need)?;
+        self.seq_mut(s)?.len = pos0 + n;
+        Ok(pos0)
+    }
+    /// `need` fresh blocks appended to `s`'s table (the caller checked the pool has them).
+    fn append_blocks(&mut self, s: SeqId, need: usize) -> Result<()> {
         let mut fresh = Vec::with_capacity(need);
         for _ in 0..need {
             fresh.push(self.alloc.allocate()?);
         }
-        let t = self.seq_mut(s)?;
-        t.blocks.extend(fresh);
-        t.len = pos0 + n;
-        Ok(pos0)
+        self.seq_mut(s)?.blocks.extend(fresh);
+        Ok(())
     }
     /// Blocks for `n` positions past `s`'s length, its length unchanged (a position the next
     /// step will take, held a step early). Returns whether `s` holds them now; allocates only
@@ -290,11 +294,7 @@ impl BlockManager {
         if need > self.alloc.num_free() {
             return Ok(false);
         }
-        let mut fresh = Vec::with_capacity(need);
-        for _ in 0..need {
-            fresh.push(self.alloc.allocate()?);
-        }
-        self.seq_mut(s)?.blocks.extend(fresh);
+        self.append_blocks(s, need)?;
         Ok(true)
     }
     /// Keep the first `len` positions of `s`, releasing blocks wholly past them. Refused when

@@ -61,8 +61,9 @@ pub struct WgConfig {
     pub splits: usize,
     /// Accumulators in flight across k-blocks (tc v3: each k-block's `wgmma`s accumulate into
     /// the unit's sums through in-out operands — `vendor/cubecl-cpp`'s tie — and the
-    /// warpgroup waits only for the k-block before; copies run `stages − 2` blocks ahead). Off:
-    /// tc v2's k-blocks from zero, waited on in the statement, added to the sums.
+    /// warpgroup waits only for the k-block before; copies as far ahead as tc v2's, issued
+    /// after a second barrier a k-block). Off: tc v2's k-blocks from zero, waited on in the
+    /// statement, added to the sums.
     pub inflight: bool,
 }
 
@@ -330,6 +331,45 @@ fn wgmma_pin(acc: Acc) -> Acc {
     out
 }
 
+/// The copies of k-block `kb` of the cube's K slice (from block `kb0`): x16's rows `m0 ..+
+/// bm` and W's rows `n0 ..+ WG_BN` into shared slot `kb % stages` (A slots from `pad`, B
+/// slots from `bstart`); not committed.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn stage_block<E: Float>(
+    x16: &[E],
+    w: &[E],
+    smem: &mut [E],
+    kb: usize,
+    kb0: usize,
+    pad: usize,
+    bstart: usize,
+    m0: usize,
+    n0: usize,
+    n: usize,
+    k: usize,
+    kp: usize,
+    tid: usize,
+    #[comptime] bm: usize,
+    #[comptime] stages: usize,
+) {
+    let kc = (kb0 + kb) * BK;
+    let sl = kb % stages;
+    stage_swizzled(x16, smem, pad + sl * bm * BK, m0, m0 + bm, kp, kc, kp, tid, bm);
+    stage_swizzled(w, smem, bstart + sl * WG_BN * BK, n0, n, k, kc, k, tid, WG_BN);
+}
+
+/// The matrix descriptors of k-block `kb`'s slot: warpgroup `wg`'s first m64 block of A (its
+/// second is 64 rows on) and B, from the slots' 1024-byte-aligned shared address `sbase`.
+#[cube]
+fn slot_descs(sbase: u32, kb: usize, wg: usize, #[comptime] mb: usize, #[comptime] stages: usize) -> (u64, u64) {
+    let a_elems = comptime!(WG_BM * mb * BK);
+    let slot = kb % stages;
+    let da = desc(sbase + ((slot * a_elems + wg * mb * 64 * BK) * 2) as u32);
+    let db = desc(sbase + ((stages * a_elems + slot * WG_BN * BK) * 2) as u32);
+    (da, db)
+}
+
 /// Copies k-block columns `kcol ..+ 64` of `rows` rows of `src` (row stride `ld`; rows from
 /// `row0`, those ≥ `rows_valid` and columns ≥ `kvalid` as zeros) into the 128-byte-swizzled
 /// tile at `dst[dbase..]`.
@@ -431,9 +471,7 @@ pub fn tc_wgmma<E: Float>(
         #[unroll]
         for s in 0..stages - 1 {
             if s < nk {
-                let kc = (kb0 + s) * BK;
-                stage_swizzled(x16, &mut smem, pad + s * a_elems, m0, m0 + bm, kp, kc, kp, tid, bm);
-                stage_swizzled(w, &mut smem, bstart + s * b_elems, n0, n, k, kc, k, tid, WG_BN);
+                stage_block(x16, w, &mut smem, s, kb0, pad, bstart, m0, n0, n, k, kp, tid, bm, stages);
             }
             commit(false);
         }
@@ -448,9 +486,7 @@ pub fn tc_wgmma<E: Float>(
                 wait_pending(comptime!(stages - 2), false);
                 proxy_fence();
                 sync_cube();
-                let slot = kb % stages;
-                let db = desc(sbase + ((stages * a_elems + slot * b_elems) * 2) as u32);
-                let da = desc(sbase + ((slot * a_elems + wg * mb * 64 * BK) * 2) as u32);
+                let (da, db) = slot_descs(sbase, kb, wg, mb, stages);
                 acc0 = wgmma_k64_acc(acc0, da, db, bf16);
                 if comptime!(mb == 2) {
                     acc1 = wgmma_k64_acc(acc1, da + comptime!((64 * BK * 2 / 16) as u64), db, bf16);
@@ -464,10 +500,7 @@ pub fn tc_wgmma<E: Float>(
                 sync_cube();
                 let nxt = kb + stages - 1;
                 if nxt < nk {
-                    let kc = (kb0 + nxt) * BK;
-                    let sl = nxt % stages;
-                    stage_swizzled(x16, &mut smem, pad + sl * a_elems, m0, m0 + bm, kp, kc, kp, tid, bm);
-                    stage_swizzled(w, &mut smem, bstart + sl * b_elems, n0, n, k, kc, k, tid, WG_BN);
+                    stage_block(x16, w, &mut smem, nxt, kb0, pad, bstart, m0, n0, n, k, kp, tid, bm, stages);
                 }
                 commit(false);
                 kb += 1;
@@ -486,15 +519,10 @@ pub fn tc_wgmma<E: Float>(
                 sync_cube();
                 let nxt = kb + stages - 1;
                 if nxt < nk {
-                    let kc = (kb0 + nxt) * BK;
-                    let sl = nxt % stages;
-                    stage_swizzled(x16, &mut smem, pad + sl * a_elems, m0, m0 + bm, kp, kc, kp, tid, bm);
-                    stage_swizzled(w, &mut smem, bstart + sl * b_elems, n0, n, k, kc, k, tid, WG_BN);
+                    stage_block(x16, w, &mut smem, nxt, kb0, pad, bstart, m0, n0, n, k, kp, tid, bm, stages);
                 }
                 commit(false);
-                let slot = kb % stages;
-                let db = desc(sbase + ((stages * a_elems + slot * b_elems) * 2) as u32);
-                let da = desc(sbase + ((slot * a_elems + wg * mb * 64 * BK) * 2) as u32);
+                let (da, db) = slot_descs(sbase, kb, wg, mb, stages);
                 acc0 += wgmma_k64(da, db, bf16);
                 if comptime!(mb == 2) {
                     acc1 += wgmma_k64(da + comptime!((64 * BK * 2 / 16) as u64), db, bf16);

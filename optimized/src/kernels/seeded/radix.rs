@@ -284,7 +284,7 @@ fn select(
 /// cube fixes the same bits.
 #[allow(clippy::too_many_arguments)]
 #[cube]
-pub(super) fn select_split(
+fn select_split(
     z: &[f32],
     zs: &Shared<[f32]>,
     st: &mut Radix,
@@ -377,4 +377,52 @@ pub(super) fn tau_p(
     #[comptime] cache: usize,
 ) -> u32 {
     select(z, zs, st, base, n, tid, units, tk, 0u32, top_p, temp, m, cache, true)
+}
+
+/// [`tau_k`] over a row split between `cubes` cubes ([`select_split`]).
+#[allow(clippy::too_many_arguments)]
+#[cube]
+pub(super) fn tau_k_split(
+    z: &[f32],
+    zs: &Shared<[f32]>,
+    st: &mut Radix,
+    sync: &mut [Atomic<u32>],
+    hist: usize,
+    ctr: usize,
+    first_barrier: u32,
+    cubes: u32,
+    base: usize,
+    n: usize,
+    tid: usize,
+    units: usize,
+    top_k: u32,
+    #[comptime] cache: usize,
+) -> u32 {
+    let (one, zero) = (f32::new(1.0), f32::new(0.0));
+    select_split(z, zs, st, sync, hist, ctr, first_barrier, cubes, base, n, tid, units, 0u32, top_k, one, one, zero, cache, false)
+}
+
+/// [`tau_p`] over a row split between `cubes` cubes ([`select_split`]).
+#[allow(clippy::too_many_arguments)]
+#[cube]
+pub(super) fn tau_p_split(
+    z: &[f32],
+    zs: &Shared<[f32]>,
+    st: &mut Radix,
+    sync: &mut [Atomic<u32>],
+    hist: usize,
+    ctr: usize,
+    first_barrier: u32,
+    cubes: u32,
+    base: usize,
+    n: usize,
+    tid: usize,
+    units: usize,
+    tk: u32,
+    top_p: f32,
+    temp: f32,
+    m: f32,
+    #[comptime] cache: usize,
+) -> u32 {
+    select_split(z, zs, st, sync, hist, ctr, first_barrier, cubes, base, n, tid, units, tk, 0u32, top_p, temp, m, cache, true)
 }

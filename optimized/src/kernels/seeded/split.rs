@@ -182,54 +182,13 @@ pub fn seeded_split(
         if sampled {
             let mut tk = 0u32;
             if top_k > 0u32 && top_k < valid {
-                let h = w + HIST;
-                tk = radix::select_split(
-                    z,
-                    &zs,
-                    &mut st,
-                    sync,
-                    h,
-                    ctr,
-                    barriers + 1u32,
-                    nc,
-                    base,
-                    n,
-                    tid,
-                    units,
-                    0u32,
-                    top_k,
-                    f32::new(1.0),
-                    f32::new(1.0),
-                    f32::new(0.0),
-                    cache,
-                    false,
-                );
+                tk = radix::tau_k_split(z, &zs, &mut st, sync, w + HIST, ctr, barriers + 1u32, nc, base, n, tid, units, top_k, cache);
                 barriers += 4u32;
             }
             let mut tp = 0u32;
             if top_p < f32::new(1.0) {
                 let h = w + HIST + 4 * 2 * radix::BINS;
-                tp = radix::select_split(
-                    z,
-                    &zs,
-                    &mut st,
-                    sync,
-                    h,
-                    ctr,
-                    barriers + 1u32,
-                    nc,
-                    base,
-                    n,
-                    tid,
-                    units,
-                    tk,
-                    0u32,
-                    top_p,
-                    temp,
-                    m,
-                    cache,
-                    true,
-                );
+                tp = radix::tau_p_split(z, &zs, &mut st, sync, h, ctr, barriers + 1u32, nc, base, n, tid, units, tk, top_p, temp, m, cache);
                 barriers += 4u32;
             }
             let (x, y) = draw_best(z, &zs, base, n, lo as u32, tid, units, max(tk, tp), temp, m, min_p, key, cache);

@@ -173,7 +173,7 @@ impl Default for KernelConfig {
             mma: MmaTune::default(),
             argmax: ArgmaxVersion::V2,
             draw: DrawLaunch::Split,
-            moe_gemv: MoeGemv::V2,
+            moe_gemv: MoeGemv::V3,
             moe_route: RouteVersion::V3,
             moe_gemm: MoeGemm::V2,
             moe_tile: None,
@@ -328,6 +328,7 @@ impl KernelConfig {
                     k.moe_gemv = match val {
                         "v1" => MoeGemv::V1,
                         "v2" => MoeGemv::V2,
+                        "v3" => MoeGemv::V3,
                         _ => return Err(no()),
                     }
                 }
@@ -421,7 +422,7 @@ impl KernelConfig {
             parts.push(format!("draw={}", self.draw.name()));
         }
         if self.moe_gemv != d.moe_gemv {
-            parts.push(format!("moe-gemv={}", if self.moe_gemv == MoeGemv::V1 { "v1" } else { "v2" }));
+            parts.push(format!("moe-gemv={}", format!("{:?}", self.moe_gemv).to_lowercase()));
         }
         if self.moe_gemm != d.moe_gemm {
             parts.push(format!("moe-gemm={}", if self.moe_gemm == MoeGemm::V1 { "v1" } else { "v2" }));

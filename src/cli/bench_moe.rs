@@ -7,6 +7,7 @@
 //! (CUDA cores, f32) and v2 (tensor cores), in TFLOP/s of the pairs' `2·P·N·K`.
 
 use optimized::config::{scoped, KernelConfig};
+use optimized::kernels::matmul::tc::TcMode;
 use optimized::kernels::moe::{self, MoeGemv, MoeWeights, Mxfp4Experts, RouteVersion, Routes};
 use optimized::{Backend, Client, DeviceTensor, Error};
 use rayon::prelude::*;
@@ -107,6 +108,25 @@ pub fn run(backend: Backend, gate: &str, reps: usize) -> Result<()> {
             );
             line(&format!("gemv {v} down"), down_b, time(&client, &cfg, reps, || moe::moe_gemv_down_into(&client, &a, &routes, &w.down, &x))?);
         }
+        // moe gemv v3 (tensor cores; x rounded to 16 bits), where the device has them.
+        match moe::gemv_tc::require(&client, TcMode::Tensor, C.max(F)) {
+            Ok(_) => {
+                let cfg = KernelConfig::default();
+                line(
+                    "gemv v3 gate|up",
+                    glu_b,
+                    time(&client, &cfg, reps, || {
+                        moe::gemv_tc::moe_gemv_glu_tc_into(&client, &h, &routes, &w.gate_up, 7.0, 1.702, &a, TcMode::Tensor)
+                    })?,
+                );
+                line(
+                    "gemv v3 down",
+                    down_b,
+                    time(&client, &cfg, reps, || moe::gemv_tc::moe_gemv_down_tc_into(&client, &a, &routes, &w.down, &x, TcMode::Tensor))?,
+                );
+            }
+            Err(why) => println!("{t:>6} gemv v3 not timed: {why}"),
+        }
         println!("{t:>6} {:>22} {distinct} distinct of {} pairs", "experts", t * K);
     }
     gemms(&client, &w, reps)
@@ -118,7 +138,6 @@ const TILES: [&str; 9] = ["auto", "1.8.1.2.4", "1.8.1.2.4p", "1.4.1.4.4p", "2.4.
 /// The grouped GEMMs (sort excluded) at [`GEMM_TOKENS`]: v1, and v2 (where the device has
 /// tensor cores) under each of [`TILES`]; µs per call and TFLOP/s of the pairs' work.
 fn gemms(client: &Client, w: &MoeWeights, reps: usize) -> Result<()> {
-    use optimized::kernels::matmul::tc::TcMode;
     use optimized::kernels::moe::gemm_tc::MoeTc;
     let tc = moe::gemm_tc::require(client, TcMode::Tensor, C.max(F));
     if let Err(why) = &tc {

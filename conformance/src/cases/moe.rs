@@ -183,8 +183,12 @@ fn poisoned(client: &Client, shape: &[usize]) -> Result<DeviceTensor, String> {
 impl MoeCase {
     /// The 16-bit type moe gemm v2 rounds its inputs to (`None`: v1, f32), or why it cannot run.
     fn tc_dtype(&self, client: &Client) -> Result<Option<Dtype>, optimized::Error> {
-        let Some(mode) = self.tc.filter(|_| self.path == MoePath::Gemm) else { return Ok(None) };
-        Ok(Some(match gemm_tc::require(client, mode, self.c.max(self.f))? {
+        let Some(mode) = self.tc else { return Ok(None) };
+        let e = match self.path {
+            MoePath::Gemm => gemm_tc::require(client, mode, self.c.max(self.f))?,
+            _ => moe::gemv_tc::require(client, mode, self.c.max(self.f))?,
+        };
+        Ok(Some(match e {
             optimized::Dtype::F16 => Dtype::F16,
             _ => Dtype::BF16,
         }))
@@ -205,7 +209,7 @@ impl MoeCase {
         // The v1 variant runs the kernels before route v3 / moe gemv v2 (route v2, gemv v1).
         let cfg = match self.gemv {
             MoeGemv::V1 => optimized::config::KernelConfig { moe_gemv: MoeGemv::V1, moe_route: RouteVersion::V2, ..Default::default() },
-            MoeGemv::V2 => optimized::config::KernelConfig::default(),
+            MoeGemv::V2 | MoeGemv::V3 => optimized::config::KernelConfig::default(),
         };
         let routes = optimized::config::scoped(&cfg, || moe::route_tokens(client, &h, &w)).map_err(dev)?;
         let want_ids: Vec<u32> = want.routes.iter().flatten().map(|&(e, _)| e as u32).collect();
@@ -216,6 +220,7 @@ impl MoeCase {
         check(&routes.weights.to_f32(client).map_err(dev)?, &want_w, Op::Moe, "route weights", &mut worst)?;
         match self.path {
             MoePath::Gemm => self.gemm_stages(client, &fx, e16, &h, &x, &w, &routes, &want, &mut worst)?,
+            _ if self.gemv == MoeGemv::V3 => self.gemv_tc_stages(client, &fx, e16, &h, &x, &w, &routes, &want, &mut worst)?,
             _ => {
                 let a = poisoned(client, &[t * k, f])?;
                 optimized::config::scoped(&cfg, || moe::moe_gemv_glu_into(client, &h, &routes, &w.gate_up, LIMIT, ALPHA, &a)).map_err(dev)?;
@@ -288,14 +293,7 @@ impl MoeCase {
                 check_tol(&got_a, &by_sorted(&want.a, f), tc_tolerance().0, "activations (sorted, tensor cores)", worst)?;
                 moe::moe_gemm_down_into(client, &a, &sorted, routes, &w.down, &y, Some(mode)).map_err(dev)?;
                 // down's reference: the device's activations rounded as the kernel rounds them.
-                let a16 = round_to(&got_a, e);
-                let dense = fx.experts.iter().map(|x| x.dequant().map_err(|e| e.to_string())).collect::<Result<Vec<_>, _>>()?;
-                let mut want_y = Vec::with_capacity(p * c);
-                for (s, &i) in order.iter().enumerate() {
-                    let d = &dense[ids[i]];
-                    let xs = ndarray::ArrayView2::from_shape((1, f), &a16[s * f..(s + 1) * f]).map_err(|e| e.to_string())?;
-                    want_y.extend(linear_bias(xs, d.down.view(), d.down_bias.view()).map_err(|e| e.to_string())?.iter());
-                }
+                let want_y = down_reference(fx, &round_to(&got_a, e), order.iter().map(|&i| ids[i]), f)?;
                 check_tol(&y.to_f32(client).map_err(dev)?, &want_y, tc_tolerance().0, "expert outputs (sorted, tensor cores)", worst)?;
             }
             _ => {
@@ -309,12 +307,60 @@ impl MoeCase {
     }
 }
 
+impl MoeCase {
+    /// moe gemv v3 (`e16`: the 16-bit type it rounds x to): gate|up against the reference on
+    /// the rounded h (the fixture's), down per pair (poisoned) against the reference on the
+    /// device's activations rounded, then the combine into x.
+    #[allow(clippy::too_many_arguments)]
+    fn gemv_tc_stages(
+        &self,
+        client: &Client,
+        fx: &Fixture,
+        e16: Option<Dtype>,
+        h: &DeviceTensor,
+        x: &DeviceTensor,
+        w: &MoeWeights,
+        routes: &Routes,
+        want: &Want,
+        worst: &mut Metrics,
+    ) -> Result<(), String> {
+        let (Some(mode), Some(e)) = (self.tc, e16) else { return Err("moe gemv v3 runs only as a tensor-core case".into()) };
+        let (c, f, p) = (self.c, self.f, self.t * self.k);
+        let a = poisoned(client, &[p, f])?;
+        moe::gemv_tc::moe_gemv_glu_tc_into(client, h, routes, &w.gate_up, LIMIT, ALPHA, &a, mode).map_err(dev)?;
+        let got_a = a.to_f32(client).map_err(dev)?;
+        check_tol(&got_a, &want.a, tc_tolerance().0, "activations (gemv v3)", worst)?;
+        let yp = poisoned(client, &[p, c])?;
+        moe::gemv_tc::moe_gemv_down_tc_pairs(client, &a, routes, &w.down, &yp, mode).map_err(dev)?;
+        let ids = want.routes.iter().flatten().map(|&(e, _)| e);
+        let want_y = down_reference(fx, &round_to(&got_a, e), ids, f)?;
+        check_tol(&yp.to_f32(client).map_err(dev)?, &want_y, tc_tolerance().0, "expert outputs (gemv v3)", worst)?;
+        moe::moe_combine_pairs_into(client, &yp, routes, x).map_err(dev)
+    }
+}
+
+/// `W_down a_i + b_down` of expert `experts[i]` for each activation row `a_i` of `a16` (`f` wide).
+fn down_reference(fx: &Fixture, a16: &[f32], experts: impl Iterator<Item = usize>, f: usize) -> Result<Vec<f32>, String> {
+    let dense = fx.experts.iter().map(|x| x.dequant().map_err(|e| e.to_string())).collect::<Result<Vec<_>, _>>()?;
+    let mut out = Vec::new();
+    for (s, ex) in experts.enumerate() {
+        let d = &dense[ex];
+        let xs = ndarray::ArrayView2::from_shape((1, f), &a16[s * f..(s + 1) * f]).map_err(|e| e.to_string())?;
+        out.extend(linear_bias(xs, d.down.view(), d.down_bias.view()).map_err(|e| e.to_string())?.iter());
+    }
+    Ok(out)
+}
+
 impl Case for MoeCase {
     fn op(&self) -> Op {
         Op::Moe
     }
     fn name(&self) -> String {
-        let v1 = if self.gemv == MoeGemv::V1 { ",v1" } else { "" };
+        let v1 = match self.gemv {
+            MoeGemv::V1 => ",v1",
+            MoeGemv::V2 => "",
+            MoeGemv::V3 => ",v3",
+        };
         let tc = match self.tc {
             Some(TcMode::Tensor) => ",tc",
             Some(TcMode::Emulated) => ",tc-emu",
@@ -407,6 +453,8 @@ pub fn cases() -> Vec<Box<dyn Case>> {
         }
         if path == MoePath::Gemm {
             v.push(Box::new(MoeCase { t, c, f, e, k, routing, path, gemv: MoeGemv::V2, tc: Some(TcMode::Tensor) }) as Box<dyn Case>);
+        } else {
+            v.push(Box::new(MoeCase { t, c, f, e, k, routing, path, gemv: MoeGemv::V3, tc: Some(TcMode::Tensor) }) as Box<dyn Case>);
         }
     };
     use MoePath::{Gemm, Gemv};
@@ -436,5 +484,8 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     for (t, c, f, e, k, routing) in [(9, 96, 160, 8, 4, Random), (130, 96, 64, 6, 2, Skewed)] {
         v.push(Box::new(MoeCase { t, c, f, e, k, routing, path: Gemm, gemv: MoeGemv::V2, tc: Some(TcMode::Emulated) }));
     }
+    // moe gemv v3's indexing without tensor cores (8 warps a tile here: the sums meet in
+    // shared memory). One small case: an emulated MMA costs a barrier per 256 products.
+    v.push(Box::new(MoeCase { t: 1, c: 64, f: 64, e: 4, k: 2, routing: Random, path: Gemv, gemv: MoeGemv::V3, tc: Some(TcMode::Emulated) }));
     v
 }

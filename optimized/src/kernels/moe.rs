@@ -56,6 +56,7 @@
 pub mod gemm;
 pub mod gemm_tc;
 pub mod gemv;
+pub mod gemv_tc;
 pub mod route;
 pub mod sort;
 
@@ -250,6 +251,13 @@ pub fn gemm_on_tensor_cores(client: &Client, w: &MoeWeights) -> bool {
     w.tc && crate::config::current().moe_gemm == MoeGemm::V2 && gemm_tc::require(client, TcMode::Tensor, w.gate_up.in_dim.max(w.down.in_dim)).is_ok()
 }
 
+/// Whether the gemv path runs moe gemv v3 (tensor cores) for `w` on `client`'s device now:
+/// a 16-bit model (`w.tc`, which rounds the MoE's inputs to 16 bits on the GEMM path too),
+/// `moe-gemv=v3` (the default) and `mma.sync`.
+pub fn gemv_on_tensor_cores(client: &Client, w: &MoeWeights) -> bool {
+    w.tc && crate::config::current().moe_gemv == MoeGemv::V3 && gemv_tc::require(client, TcMode::Tensor, w.gate_up.in_dim.max(w.down.in_dim)).is_ok()
+}
+
 /// `x ← x + MoE(h)` for `h [T, C]` (the block's normed input) and `x [T, C]` the residual
 /// stream; returns the routes (for inspection).
 pub fn moe_into(client: &Client, h: &DeviceTensor, w: &MoeWeights, x: &DeviceTensor, path: MoePath) -> Result<Routes, Error> {
@@ -259,7 +267,11 @@ pub fn moe_into(client: &Client, h: &DeviceTensor, w: &MoeWeights, x: &DeviceTen
         MoePath::Gemv => true,
         MoePath::Gemm => false,
     };
-    if gemv {
+    if gemv && gemv_on_tensor_cores(client, w) {
+        let a = DeviceTensor::empty_f32(client, &[routes.tokens * routes.k, w.gate_up.out / 2]);
+        gemv_tc::moe_gemv_glu_tc_into(client, h, &routes, &w.gate_up, w.limit, w.alpha, &a, TcMode::Tensor)?;
+        gemv_tc::moe_gemv_down_tc_into(client, &a, &routes, &w.down, x, TcMode::Tensor)?;
+    } else if gemv {
         let a = gemv::moe_gemv_glu(client, h, &routes, &w.gate_up, w.limit, w.alpha)?;
         gemv::moe_gemv_down_into(client, &a, &routes, &w.down, x)?;
     } else {

@@ -304,8 +304,11 @@ pub fn moe_gemv_down_into(client: &Client, a: &DeviceTensor, routes: &Routes, w:
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum MoeGemv {
     V1,
-    #[default]
     V2,
+    /// moe gemv v3 on the tensor cores ([`super::gemv_tc`]) for 16-bit models where the device
+    /// has them; v2 elsewhere.
+    #[default]
+    V3,
 }
 
 /// Most W chunks per row a lane of moe gemv v2 loads before it computes (registers: `rpg ·
@@ -477,7 +480,7 @@ pub fn moe_gemv_v2<N: Size>(
 /// row (and the reductions) fit in a cube's shared memory on `client`'s device.
 fn v2_runs(client: &Client, w: &Mxfp4Experts) -> bool {
     let hw = &client.properties().hardware;
-    crate::config::current().moe_gemv == MoeGemv::V2 && w.in_dim % 32 == 0 && (w.in_dim + 16 + GROUP * GROUPS) * 4 + 1024 <= hw.max_shared_memory_size
+    crate::config::current().moe_gemv != MoeGemv::V1 && w.in_dim % 32 == 0 && (w.in_dim + 16 + GROUP * GROUPS) * 4 + 1024 <= hw.max_shared_memory_size
 }
 
 /// One moe gemv v2 launch over `items` pairs into `y` (module doc of [`moe_gemv_v2`]).

@@ -186,7 +186,8 @@ fn geometry(client: &Client, op: &str, w: &Mxfp4Experts, items: usize, rpg: usiz
     Ok((CubeCountSelection::new(client, cubes).cube_count(), rb, plane, units))
 }
 
-fn check_x(op: &str, x: &DeviceTensor, rows: usize, cols: usize) -> Result<(), Error> {
+/// `x` is f32 `[rows, cols]` (both gemv versions' operands).
+pub(super) fn check_x(op: &str, x: &DeviceTensor, rows: usize, cols: usize) -> Result<(), Error> {
     if x.dtype != Dtype::F32 || x.shape != [rows, cols] {
         return Err(Error::Shape(format!("{op}: x {:?} {}, expected [{rows}, {cols}] f32", x.shape, x.dtype.name())));
     }

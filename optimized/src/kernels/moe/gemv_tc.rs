@@ -26,6 +26,7 @@
 use cubecl::prelude::*;
 use cubecl::server::CubeCountSelection;
 
+use super::gemv::check_x;
 use super::{clamped_swiglu, Mxfp4Experts, Routes};
 use crate::kernels::matmul::tc::{self, TcMode};
 use crate::kernels::matmul::tc_kernel::{mma, pair, EMU_SCRATCH};
@@ -404,13 +405,6 @@ fn launch(
             Dtype::F16 => go!(half::f16),
             _ => go!(half::bf16),
         }
-    }
-    Ok(())
-}
-
-fn check_x(op: &str, x: &DeviceTensor, rows: usize, cols: usize) -> Result<(), Error> {
-    if x.dtype != Dtype::F32 || x.shape != [rows, cols] {
-        return Err(Error::Shape(format!("{op}: x {:?} {}, expected [{rows}, {cols}] f32", x.shape, x.dtype.name())));
     }
     Ok(())
 }

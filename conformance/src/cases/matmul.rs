@@ -42,6 +42,8 @@ pub enum Fusion {
     NormGlu,
     /// The residual epilogue writing the next norm's input.
     Residual,
+    /// `+ b` in the epilogue (GPT-OSS's q|k|v and o projections).
+    Bias,
 }
 
 /// ε of the fused RMSNorm cases.
@@ -55,6 +57,7 @@ impl Fusion {
             Fusion::Norm => ",norm",
             Fusion::NormGlu => ",norm+glu",
             Fusion::Residual => ",residual",
+            Fusion::Bias => ",bias",
         }
     }
     pub fn glu(self) -> bool {
@@ -94,6 +97,11 @@ impl Fusion {
                 let xw: Vec<f32> = y.chunks(n_out).flat_map(|r| r.iter().zip(&nw).map(|(a, b)| a * b)).collect();
                 FusedIo { input: x.to_vec(), want: y.into_iter().chain(xw).collect(), nw, y0 }
             }
+            Fusion::Bias => {
+                let b = rand_vec(n_out, 16);
+                let want = lin(x)?.iter().zip(b.iter().cycle()).map(|(y, b)| y + b).collect();
+                FusedIo { input: x.to_vec(), want, nw: b, y0: vec![] }
+            }
         })
     }
 
@@ -125,6 +133,7 @@ impl Fusion {
             Fusion::Norm => Fuse { norm, ..Fuse::default() },
             Fusion::NormGlu => Fuse { norm, glu: true, ..Fuse::default() },
             Fusion::Residual => Fuse { residual: Some(Residual { next_norm: &nwd, xw: &xwd }), ..Fuse::default() },
+            Fusion::Bias => Fuse { bias: Some(&nwd), ..Fuse::default() },
         };
         launch(&xd, &yd, &fuse)?;
         let mut out = yd.to_f32(client)?;
@@ -482,6 +491,9 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             for (t, n_in, n_out) in [(1, 64, 64), (3, 576, 3072), (8, 577, 1030), (8, 576, 2600), (1, 13, 2), (1, 2048, 11264)] {
                 v.push(Box::new(MatmulCase { t, n_in, n_out, dtype, version: Version::Gemv, fusion }));
             }
+        }
+        for (t, n_in, n_out) in [(1, 64, 64), (3, 576, 3072), (8, 577, 1030), (1, 13, 2)] {
+            v.push(Box::new(MatmulCase { t, n_in, n_out, dtype, version: Version::Gemv, fusion: Fusion::Bias }));
         }
         for t in [9, 33] {
             v.push(Box::new(MatmulCase { t, n_in: 577, n_out: 1030, dtype, version: Version::Tiled2, fusion: Fusion::Glu }));

@@ -12,7 +12,6 @@
 use reference::gpt_oss::weights::{Dense, GptOssSource};
 use reference::gpt_oss::{ExpertWeights, GptOssConfig};
 
-use crate::kernels::bias::bias_add;
 use crate::kernels::moe::{self, MoePath, MoeWeights, Mxfp4Experts};
 use crate::kernels::rmsnorm::add_rmsnorm_device;
 use crate::kernels::{embedding, matmul, rmsnorm_device};
@@ -176,11 +175,10 @@ impl GptOssGpu {
         let n = x.shape.first().copied().unwrap_or(0);
         for (l, w) in self.layers.iter().enumerate() {
             let h = rmsnorm_device(c, x, &w.attn_norm, cfg.rms_eps)?;
-            let qkv = matmul::linear(c, &h, &w.wqkv)?;
-            bias_add(c, &qkv, &w.bqkv)?;
+            // The biases in the decode gemvs' epilogue (one launch each), else after the GEMM.
+            let qkv = matmul::linear_bias(c, &h, &w.wqkv, &w.bqkv)?;
             let o = attend(l, &qkv)?.reshape(&[n, cfg.n_heads * cfg.head_dim])?;
-            let a = matmul::linear(c, &o, &w.wo)?;
-            bias_add(c, &a, &w.bo)?;
+            let a = matmul::linear_bias(c, &o, &w.wo, &w.bo)?;
             // x ← x + a, then the MoE's norm, in one launch; the MoE adds into x.
             let hm = add_rmsnorm_device(c, x, &a, &w.ffn_norm, cfg.rms_eps)?;
             moe::moe_into(c, &hm, &w.moe, x, self.moe_path)?;

@@ -348,8 +348,8 @@ fn launch_checked(
         (Version::Gemv, Dtype::F32) => launch_gemv::<f32>(client, x, w, y, &d, fuse),
         (Version::Gemv, Dtype::F16) => launch_gemv::<half::f16>(client, x, w, y, &d, fuse),
         (Version::Gemv, Dtype::BF16) => launch_gemv::<half::bf16>(client, x, w, y, &d, fuse),
-        _ if fuse.norm.is_some() || fuse.residual.is_some() || fuse.glu => {
-            Err(Error::Shape(format!("{op}: only gemv fuses a norm, residual or SwiGLU")))
+        _ if fuse.norm.is_some() || fuse.residual.is_some() || fuse.glu || fuse.bias.is_some() => {
+            Err(Error::Shape(format!("{op}: only gemv fuses a norm, residual, SwiGLU or bias")))
         }
         (Version::Tiled, Dtype::F32) => launch_tiled::<f32>(client, x, w, y, &d),
         (Version::Tiled, Dtype::F16) => launch_tiled::<half::f16>(client, x, w, y, &d),
@@ -360,6 +360,20 @@ fn launch_checked(
         (Version::Tc, _) => tc::linear_into(client, x, w, y, false, None, tc::TcMode::Tensor),
         (Version::Auto, _) => Err(Error::Shape(format!("{op}: no version for T = {}", d.t))),
     }
+}
+
+/// `y = x · Wᵀ + b` (`b [out]` f32): the bias in gemv's epilogue where [`linear`] runs gemv
+/// (decode steps: one launch), else the GEMM then [`bias_add`](super::bias::bias_add).
+pub fn linear_bias(client: &Client, x: &DeviceTensor, w: &DeviceTensor, b: &DeviceTensor) -> Result<DeviceTensor, Error> {
+    let d = dims(x, w)?;
+    if auto_version(client, d.t, w) == Version::Gemv {
+        let y = DeviceTensor::empty_f32(client, &d.shape_with_cols(d.n_out));
+        gemv_fused_into(client, x, w, &y, &Fuse { bias: Some(b), ..Fuse::default() })?;
+        return Ok(y);
+    }
+    let y = linear(client, x, w)?;
+    super::bias::bias_add(client, &y, b)?;
+    Ok(y)
 }
 
 /// `y = silu(x · W_gateᵀ) ⊙ (x · W_upᵀ)` for W `[2F, in]` whose rows interleave the two

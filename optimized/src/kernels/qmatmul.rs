@@ -324,6 +324,7 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
         return Err(Error::Shape(format!("qlinear: x {:?} {}, W [{}, {}], y {:?}", x.shape, x.dtype.name(), w.out, w.in_dim, y.shape)));
     }
     fuse.check("qlinear", t, n_in, w.out)?;
+    fuse.refuse_bias("qlinear")?;
     if t == 0 {
         return Ok(());
     }

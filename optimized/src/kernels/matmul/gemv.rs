@@ -44,7 +44,7 @@ pub mod tuning {
 }
 
 /// What a decode gemv fuses around its dot products (T ≤ 8): nothing ([`Fuse::default`]),
-/// an RMSNorm prologue, a residual epilogue, or SwiGLU.
+/// an RMSNorm prologue, a residual epilogue, SwiGLU, or a bias (dense gemv v1 only).
 #[derive(Clone, Copy, Default)]
 pub struct Fuse<'a> {
     /// The input is `x ⊙ w_norm` (from an earlier [`Residual`] epilogue); each row sum is
@@ -54,6 +54,9 @@ pub struct Fuse<'a> {
     pub residual: Option<Residual<'a>>,
     /// Rows interleave gate and up: `y [T, out / 2] = silu(gate) · up`.
     pub glu: bool,
+    /// `y = sums + b` for `b [out]` f32 (GPT-OSS's q|k|v and o biases: one launch fewer
+    /// each). Neither with the residual epilogue nor SwiGLU; the quantized gemvs refuse it.
+    pub bias: Option<&'a DeviceTensor>,
 }
 
 /// The RMSNorm prologue's operands.
@@ -99,6 +102,12 @@ impl<'a> Fuse<'a> {
         if self.glu && (self.residual.is_some() || n_out % 2 != 0) {
             return Err(Error::Shape(format!("{op}: SwiGLU needs an even row count ({n_out}) and no residual epilogue")));
         }
+        if let Some(b) = self.bias {
+            if self.glu || self.residual.is_some() {
+                return Err(Error::Shape(format!("{op}: the bias epilogue takes neither SwiGLU nor the residual epilogue")));
+            }
+            f32_of("the bias", b, &[n_out])?;
+        }
         if let Some(n) = self.norm {
             f32_of("the norm's raw x", n.x, &[t, n_in])?;
         }
@@ -109,13 +118,22 @@ impl<'a> Fuse<'a> {
         Ok(())
     }
 
-    /// The kernel's (raw x, next norm weight, xw) operands: the fused ones, or small
-    /// stand-ins where a fusion is off (distinct buffers: wgpu refuses aliased bindings).
+    /// The kernel's (raw x, next norm weight or bias, xw) operands: the fused ones, or small
+    /// stand-ins where a fusion is off (distinct buffers: wgpu refuses aliased bindings). The
+    /// bias travels in the next norm weight's slot (the two epilogues exclude each other).
     pub(crate) fn operands(&self, client: &Client) -> (DeviceTensor, DeviceTensor, DeviceTensor, f32) {
         let dummy = || DeviceTensor::empty_f32(client, &[8]);
         let (xr, eps) = self.norm.map_or_else(|| (dummy(), 0.0), |n| (n.x.clone(), n.eps));
-        let (nw, xw) = self.residual.map_or_else(|| (dummy(), dummy()), |r| (r.next_norm.clone(), r.xw.clone()));
+        let (nw, xw) = self.residual.map_or_else(|| (self.bias.map_or_else(dummy, |b| b.clone()), dummy()), |r| (r.next_norm.clone(), r.xw.clone()));
         (xr, nw, xw, eps)
+    }
+
+    /// An error for kernels without the bias epilogue (the quantized gemvs) when it is asked.
+    pub(crate) fn refuse_bias(&self, op: &str) -> Result<(), Error> {
+        match self.bias {
+            Some(_) => Err(Error::Unsupported(format!("{op}: the bias epilogue is dense gemv v1's only"))),
+            None => Ok(()),
+        }
     }
 }
 
@@ -150,6 +168,7 @@ pub fn gemv_v1<W: Float, N: Size>(
     #[comptime] norm: bool,
     #[comptime] resid: bool,
     #[comptime] glu: bool,
+    #[comptime] bias: bool,
     #[comptime] pdl: bool,
     #[comptime] early: bool,
     #[comptime] un: usize,
@@ -272,7 +291,7 @@ pub fn gemv_v1<W: Float, N: Size>(
     if norm {
         scale_rows(&mut acc, &rn, tn, rpg);
     }
-    store_row_sums(&acc, y, nw, xw, t0, row0, n_out, lane, g, group, tn, rpg, plane, plane_size, split, block, resid, glu);
+    store_row_sums(&acc, y, nw, xw, t0, row0, n_out, lane, g, group, tn, rpg, plane, plane_size, split, block, resid, glu, bias);
 }
 
 /// W vector `i` of rows `row0 ..+ rpg` (rows past `n_out` read the last row) into `wv`.
@@ -311,6 +330,7 @@ pub(crate) fn store_row(
     u: f32,
     #[comptime] resid: bool,
     #[comptime] glu: bool,
+    #[comptime] bias: bool,
 ) {
     if glu {
         y[t * (n_out / 2) + row / 2] = silu_mul(s, u);
@@ -319,6 +339,9 @@ pub(crate) fn store_row(
         let v = y[i] + s;
         y[i] = v;
         xw[i] = v * nw[row];
+    } else if bias {
+        // `nw` holds the bias (`Fuse::operands`).
+        y[t * n_out + row] = s + nw[row];
     } else {
         y[t * n_out + row] = s;
     }
@@ -446,6 +469,7 @@ pub(crate) fn store_row_sums(
     #[comptime] block: usize,
     #[comptime] resid: bool,
     #[comptime] glu: bool,
+    #[comptime] bias: bool,
 ) {
     if plane {
         if split == 1 {
@@ -456,7 +480,7 @@ pub(crate) fn store_row_sums(
                     let u = plane_sum(acc[2 * a + 1]);
                     let row = row0 + (2 * a) % rpg;
                     if lane == 0 && row < n_out {
-                        store_row(y, nw, xw, t0 + (2 * a) / rpg, row, n_out, s, u, resid, glu);
+                        store_row(y, nw, xw, t0 + (2 * a) / rpg, row, n_out, s, u, resid, glu, bias);
                     }
                 }
             } else {
@@ -465,7 +489,7 @@ pub(crate) fn store_row_sums(
                     let s = plane_sum(acc[a]);
                     let row = row0 + a % rpg;
                     if lane == 0 && row < n_out {
-                        store_row(y, nw, xw, t0 + a / rpg, row, n_out, s, 0.0f32, resid, glu);
+                        store_row(y, nw, xw, t0 + a / rpg, row, n_out, s, 0.0f32, resid, glu, bias);
                     }
                 }
             }
@@ -499,7 +523,7 @@ pub(crate) fn store_row_sums(
                             up += sh[base + (q + 1) * split + j];
                         }
                     }
-                    store_row(y, nw, xw, t0 + t, row0 + q, n_out, tot, up, resid, glu);
+                    store_row(y, nw, xw, t0 + t, row0 + q, n_out, tot, up, resid, glu, bias);
                 }
                 sync_cube();
             }
@@ -519,10 +543,10 @@ pub(crate) fn store_row_sums(
                 if a % 2 == 0 {
                     gate = sh[off];
                 } else if lane == 0 && row < n_out {
-                    store_row(y, nw, xw, t0 + a / rpg, row - 1, n_out, gate, sh[off], resid, glu);
+                    store_row(y, nw, xw, t0 + a / rpg, row - 1, n_out, gate, sh[off], resid, glu, bias);
                 }
             } else if lane == 0 && row < n_out {
-                store_row(y, nw, xw, t0 + a / rpg, row, n_out, sh[off], 0.0f32, resid, glu);
+                store_row(y, nw, xw, t0 + a / rpg, row, n_out, sh[off], 0.0f32, resid, glu, bias);
             }
             sync_cube();
         }
@@ -627,6 +651,7 @@ pub(crate) fn launch_gemv<W: Float>(
             fuse.norm.is_some(),
             fuse.residual.is_some(),
             glu,
+            fuse.bias.is_some(),
             pdl,
             early,
             gemv_unroll(vec, std::mem::size_of::<W>()),

@@ -30,7 +30,9 @@
 //! - `mma=B.D.P[.S]` — gemv v4's blocks, depth, prefetch, split;
 //! - `argmax=v1|v2`;
 //! - `draw=split|radix|bisect|v1` — the batched engine's seeded draw (`kernels::seeded::Launch`);
-//! - `moe-gemv=v2|v1` — GPT-OSS's grouped MXFP4 decode gemvs (`kernels::moe::gemv`);
+//! - `moe-gemv=v3|v2|v1` — GPT-OSS's grouped MXFP4 decode gemvs: on the tensor cores for
+//!   16-bit models where the device has them (`kernels::moe::gemv_tc`), else v2
+//!   (`kernels::moe::gemv`);
 //! - `moe-route=v3|v2` — GPT-OSS's fused router of a decode step (`kernels::moe::route`);
 //! - `moe-gemm=v2|v1` — GPT-OSS's grouped expert GEMMs of many tokens: on the tensor cores
 //!   where the device has them (`kernels::moe::gemm_tc`) or v1 on the CUDA cores;

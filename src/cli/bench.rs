@@ -48,7 +48,7 @@ pub struct BenchArgs {
     /// or `rmsnorm` (plain and fused add + norm, each version, µs per call at 1 and 128 rows)
     /// or `argmax` (v1, v2, µs per call at the models' vocabularies, 1 and 32 rows)
     /// or `moe` (GPT-OSS-20B's MoE decode kernels alone, random MXFP4 experts: route v2 / v3,
-    /// moe gemv v1 / v2; GB/s of the selected experts vs the copy rate; 1 and 8 tokens)
+    /// moe gemv v1 / v2 / v3; GB/s of the selected experts vs the copy rate; 1 and 8 tokens)
     /// or `copy` (the roofline's copy over its shapes: f32s per load, units per cube, copies
     /// per sync, buffer size; GB/s, best of `--reps`; no gate: it measures the device).
     #[arg(long)]

@@ -1,6 +1,7 @@
 //! `tandem bench --kernel moe`: GPT-OSS's MoE decode kernels alone at gpt-oss-20b's shape
 //! (C = F = 2880, E = 32, K = 4; random MXFP4 experts, no model to build): route v2 / v3,
-//! gate|up and down by moe gemv v1 / v2 (v2's down includes its combine), for 1 and 8 tokens.
+//! gate|up and down by moe gemv v1 / v2 / v3 (v3 where the device has tensor cores; the downs
+//! include their combine), for 1 and 8 tokens.
 //! µs per call from a replayed graph (eagerly timed where the backend cannot capture), GB/s of
 //! the expert bytes the routes select, % of the copy rate measured in the same run. Then the
 //! grouped GEMMs of many tokens (64: a batch of 64 sequences; 512: a prefill), moe gemm v1

@@ -217,11 +217,18 @@ fn row_at(z: &[f32], zs: &Shared<[f32]>, base: usize, i: usize, #[comptime] cach
 }
 
 /// Row `r`'s draw parameters from the parameter buffer ([`PARAMS`] words a row): temperature,
-/// top_k, top_p, min_p and the row key of seed and counter.
+/// top_k, top_p, min_p, the row key of seed and counter, and the logits row it samples.
 #[cube]
-fn row_params(params: &[u32], r: usize) -> (f32, u32, f32, f32, u32) {
-    let p = r * 12;
-    (f32::reinterpret(params[p]), params[p + 1], f32::reinterpret(params[p + 2]), f32::reinterpret(params[p + 3]), params[p + 4])
+fn row_params(params: &[u32], r: usize) -> (f32, u32, f32, f32, u32, usize) {
+    let p = r * PARAMS;
+    (
+        f32::reinterpret(params[p]),
+        params[p + 1],
+        f32::reinterpret(params[p + 2]),
+        f32::reinterpret(params[p + 3]),
+        params[p + 4],
+        params[p + 5] as usize,
+    )
 }
 
 /// `e_i = exp(y_i − m)` for a finite `y_i`, else 0 (as the reference).
@@ -355,8 +362,8 @@ pub fn seeded_v1(
         let units = CUBE_DIM_X as usize;
         let n = v as usize;
         let none = 4294967295u32;
-        let (temp, top_k, top_p, min_p, key) = row_params(params, r);
-        let base = params[r * 12 + 5] as usize * n;
+        let (temp, top_k, top_p, min_p, key, row) = row_params(params, r);
+        let base = row * n;
         let neg = f32::new(-3.4028235e38);
         let mut zs = Shared::<[f32]>::new_slice(comptime!(if cache > 0 { cache } else { 1 }));
         let mut st = Radix::new(comptime!(if radix { radix::BINS } else { 1 }));
@@ -419,7 +426,7 @@ pub fn penalties_v1(z: &mut [f32], params: &[u32], entries: &[u32], count: u32, 
         let packed = entries[e * 3 + 2];
         let c = packed & 0x7FFF_FFFFu32;
         let in_prompt = (packed >> 31u32) != 0u32;
-        let p = row * 12;
+        let p = row * PARAMS;
         let rep = f32::reinterpret(params[p + 6]);
         let pres = f32::reinterpret(params[p + 7]);
         let freq = f32::reinterpret(params[p + 8]);

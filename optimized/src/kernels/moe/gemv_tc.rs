@@ -30,7 +30,7 @@ use super::gemv::check_x;
 use super::{clamped_swiglu, Mxfp4Experts, Routes};
 use crate::kernels::matmul::tc::{self, TcMode};
 use crate::kernels::matmul::tc_kernel::{mma, pair, EMU_SCRATCH};
-use crate::kernels::qmatmul::v1::e2m1;
+use crate::kernels::qmatmul::v1::{e2m1, e8m0_in};
 use crate::{Client, DeviceTensor, Dtype, Error};
 
 type V2<E> = Vector<E, Const<2>>;
@@ -41,24 +41,22 @@ const WARPS: usize = 8;
 pub const DEPTH: usize = 3;
 /// Independent accumulators a warp cycles its MMAs through.
 const ACCS: usize = 4;
-/// Copies of the byte table: one a lane on the tensor cores (conflict-free); one where the MMA
-/// is emulated (a test of the indexing; small shared memories).
-fn lut_copies(emu: bool) -> usize {
-    if emu {
-        1
-    } else {
-        32
-    }
-}
+/// Words of the byte table on the tensor cores: 256 entries, a copy a lane (conflict-free).
+/// Where the MMA is emulated, one copy as f32 pairs (a test of the indexing; small shared
+/// memories).
+const LUT_WORDS: usize = 256 * 32;
 
-/// `2^(b − 127)` for the E8M0 byte `b` as E (b = 0: 2^−127), or 0 where `ok` is false.
+/// The block scale of `idx` (its word loaded) as an E pair, or 0 where `ok` is false.
 #[cube]
 fn factor<E: Float>(word: u32, idx: usize, ok: bool) -> V2<E> {
-    let b = (word >> (8 * (idx % 4)) as u32) & 255u32;
-    let f = E::cast_from(f32::reinterpret(select(b == 0u32, 0x0040_0000u32, b << 23u32)));
-    let z = E::cast_from(0.0f32);
-    let v = select(ok, f, z);
+    let v = select(ok, E::cast_from(e8m0_in(word, idx)), E::cast_from(0.0f32));
     pair::<E>(v, v)
+}
+
+/// Block `c` of the unit's two rows (from `base_a`, `base_b`) and their scales' words.
+#[cube]
+fn load_group<N: Size>(w: &[Vector<u32, N>], scales: &[u32], base_a: usize, base_b: usize, c: usize) -> (Vector<u32, N>, Vector<u32, N>, u32, u32) {
+    (w[base_a + c], w[base_b + c], scales[(base_a + c) / 4], scales[(base_b + c) / 4])
 }
 
 /// Byte `p` of `word` through copy `copy` (the lane) of the table, times `f`. Emulated: the
@@ -70,7 +68,7 @@ fn decode<E: Float>(lut: &[u32], lutf: &[f32], word: u32, #[comptime] p: usize, 
     if emu {
         pair::<E>(E::cast_from(lutf[2 * b]), E::cast_from(lutf[2 * b + 1])) * f
     } else {
-        // b · 32 + lane as one shift, one mask-and-or (copies = 32).
+        // b · 32 + lane as one shift, one mask-and-or.
         let at = if p == 0 { word << 5u32 } else { word >> comptime!((8 * p - 5) as u32) };
         V2::<E>::reinterpret(lut[((at & 0x1FE0u32) | copy as u32) as usize]) * f
     }
@@ -137,18 +135,17 @@ pub fn moe_gemv_tc<E: Float, N: Size>(
     let mut sb = Array::<u32>::new(depth);
     #[unroll]
     for d in 0..depth {
-        let c = min(4 * (s + d * split) + q, cpr - 1);
-        wa[d] = w[base_a + c];
-        wb[d] = w[base_b + c];
-        sa[d] = scales[(base_a + c) / 4];
-        sb[d] = scales[(base_b + c) / 4];
+        let (va, vb, s_a, s_b) = load_group(w, scales, base_a, base_b, min(4 * (s + d * split) + q, cpr - 1));
+        wa[d] = va;
+        wb[d] = vb;
+        sa[d] = s_a;
+        sb[d] = s_b;
     }
 
-    let copies = comptime!(lut_copies(emu));
     // The lane's copy (the lane itself on the tensor cores: `lane % 32` would cost a mask
     // per lookup).
     let copy = select(emu, 0usize, lane);
-    let mut lut = Shared::<[u32]>::new_slice(comptime!(if emu { 1usize } else { 256 * copies }));
+    let mut lut = Shared::<[u32]>::new_slice(comptime!(if emu { 1usize } else { LUT_WORDS }));
     let mut lutf = Shared::<[f32]>::new_slice(comptime!(if emu { 512usize } else { 1usize }));
     // Unit b (< 256 = 32·WARPS) computes entry b once and writes its copies, copy (c + lane) mod 32 at
     // step c (the warp's 32 stores in 32 banks).
@@ -252,11 +249,11 @@ pub fn moe_gemv_tc<E: Float, N: Size>(
             // Refill the stage with the group `depth` ahead (past the row: its last block
             // again). After the stage's last use, so the loads land in its own registers (a
             // refill while the old words are live ends the round with moves that wait on it).
-            let cn = min(4 * (j + depth * split) + q, cpr - 1);
-            wa[d] = w[base_a + cn];
-            wb[d] = w[base_b + cn];
-            sa[d] = scales[(base_a + cn) / 4];
-            sb[d] = scales[(base_b + cn) / 4];
+            let (na, nb, s_a, s_b) = load_group(w, scales, base_a, base_b, min(4 * (j + depth * split) + q, cpr - 1));
+            wa[d] = na;
+            wb[d] = nb;
+            sa[d] = s_a;
+            sb[d] = s_b;
         }
         r += 1;
     }
@@ -320,12 +317,13 @@ pub fn require(client: &Client, mode: TcMode, in_dim: usize) -> Result<Dtype, Er
 /// Shared memory of a cube staging `maxi` items of width `in_dim`: table, x, sums, scratch.
 fn shared_bytes(maxi: usize, in_dim: usize, emu: bool) -> usize {
     let scratch = if emu { WARPS * EMU_SCRATCH * 4 } else { 4 };
-    let (table, xb) = if emu { (512 * 4, 4) } else { (256 * 32 * 4, 2) };
+    let (table, xb) = if emu { (512 * 4, 4) } else { (LUT_WORDS * 4, 2) };
     table + maxi * in_dim * xb + WARPS * 16 * 4 + scratch
 }
 
-/// The launch's geometry: warps per tile, items a cube stages, shared bytes.
-fn geometry(client: &Client, w: &Mxfp4Experts, items: usize, emu: bool) -> (usize, usize, usize) {
+/// The launch's geometry: warps per tile, items a cube stages (at most `WARPS`, the bound
+/// [`require`] checks the shared memory of).
+fn geometry(client: &Client, w: &Mxfp4Experts, items: usize) -> (usize, usize) {
     let rb = w.out.div_ceil(16);
     let tiles = items * rb;
     let sms = client.properties().hardware.num_streaming_multiprocessors.unwrap_or(8) as usize;
@@ -336,7 +334,7 @@ fn geometry(client: &Client, w: &Mxfp4Experts, items: usize, emu: bool) -> (usiz
         split *= 2;
     }
     let maxi = ((WARPS / split - 1).div_ceil(rb) + 1).min(items.max(1));
-    (split, maxi, shared_bytes(maxi, w.in_dim, emu))
+    (split, maxi)
 }
 
 /// One moe gemv v3 launch over the pairs of `routes` into `y` (module doc of [`moe_gemv_tc`]).
@@ -361,12 +359,8 @@ fn launch(
     if !w.in_dim.is_multiple_of(32) {
         return Err(Error::Shape(format!("{op}: input width {} is not whole MXFP4 blocks of 32", w.in_dim)));
     }
-    let hw = &client.properties().hardware;
     let emu = mode == TcMode::Emulated;
-    let (split, maxi, shared) = geometry(client, w, items, emu);
-    if shared > hw.max_shared_memory_size {
-        return Err(Error::Unsupported(format!("{op} (moe gemv v3): {shared} B of shared memory a cube")));
-    }
+    let (split, maxi) = geometry(client, w, items);
     let tiles = items * w.out.div_ceil(16);
     let u = |what: &str, v: usize| u32::try_from(v).map_err(|_| Error::Shape(format!("{op}: {what} = {v} exceeds u32")));
     u("experts' blocks", w.data.numel())?;

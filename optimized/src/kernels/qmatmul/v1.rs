@@ -20,7 +20,12 @@ pub(crate) fn e2m1(n: u32) -> f32 {
 /// e8m0 byte `b` of a packed word array → `2^(b − 127)` (b = 0: the subnormal 2^−127).
 #[cube]
 pub(crate) fn e8m0(scales: &[u32], idx: usize) -> f32 {
-    let word = scales[idx / 4];
+    e8m0_in(scales[idx / 4], idx)
+}
+
+/// [`e8m0`] of byte `idx mod 4` of `word`, the word of `idx` already loaded.
+#[cube]
+pub(crate) fn e8m0_in(word: u32, idx: usize) -> f32 {
     let b = (word >> (8 * (idx % 4)) as u32) & 255u32;
     f32::reinterpret(select(b == 0u32, 0x0040_0000u32, b << 23u32))
 }

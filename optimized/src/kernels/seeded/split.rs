@@ -120,10 +120,10 @@ pub fn seeded_split(
         let units = CUBE_DIM_X as usize;
         let n_row = v as usize;
         let none = 4294967295u32;
-        let (temp, top_k, top_p, min_p, key) = row_params(params, r);
+        let (temp, top_k, top_p, min_p, key, row) = row_params(params, r);
         let lo = min(part * slice as usize, n_row);
         let n = min(lo + slice as usize, n_row) - lo;
-        let base = params[r * 12 + 5] as usize * n_row + lo;
+        let base = row * n_row + lo;
         let w = r * ROW_WORDS;
         let ctr = w + CTR;
         let nc = cubes as u32;

@@ -48,7 +48,9 @@
 //!   there: 16-bit or quantized weights, more rows than the gemvs take) or always v2;
 //! - `gemm=mma|wgmma|wgmma-v2` — the dense 16-bit GEMMs of prefill and batched steps: tc v1
 //!   (`mma.sync`, sm_80+), tc v3 (`wgmma` with its accumulators in flight across k-blocks,
-//!   sm_90a; elsewhere tc v1 runs) or tc v2 (`wgmma`, each k-block waited on).
+//!   sm_90a; elsewhere tc v1 runs) or tc v2 (`wgmma`, each k-block waited on);
+//! - `qgemm=wgmma|mma` — the same GEMMs over quantized weights (dequantized in the tile loads):
+//!   tc v3 (`kernels::matmul::tc_wg_quant`, sm_90a, the formats it takes) or tc v1 (`mma.sync`).
 //!
 //! `default` resets every key. [`KernelConfig::name`] writes only what differs from the default
 //! (`default` when nothing does) and parses back to the same value. A bad spec is an error
@@ -136,6 +138,9 @@ pub struct KernelConfig {
     /// tc v3 (`wgmma` accumulators in flight across k-blocks) where `gemm_wgmma`; off: tc v2
     /// (`gemm=wgmma-v2`).
     pub gemm_inflight: bool,
+    /// The quantized GEMMs on tc v3 (`wgmma`) where the device and the weight's format allow
+    /// it; off: tc v1 (`qgemm=mma`).
+    pub qgemm_wgmma: bool,
 }
 
 /// The most rows the gemvs take (their per-unit accumulators are T × rows).
@@ -185,6 +190,7 @@ impl Default for KernelConfig {
             prefill_tc: true,
             gemm_wgmma: true,
             gemm_inflight: true,
+            qgemm_wgmma: true,
         }
     }
 }
@@ -261,7 +267,7 @@ impl KernelConfig {
     fn parse_any(spec: &str) -> Result<Self, Error> {
         let mut k = KernelConfig::default();
         let bad = |part: &str, why: &str| {
-            Error::Config(format!("kernel config `{spec}`: `{part}` {why} (keys: attention, graphs, ahead, advance, norms, pdl, qgemv, prefetch, int8-decode, gps, rpg, small, mma, argmax, draw, moe-gemv, moe-route, moe-gemm, moe-tile, gemv-rows, qgemv-rows, prefill, gemm; see optimized::config)"))
+            Error::Config(format!("kernel config `{spec}`: `{part}` {why} (keys: attention, graphs, ahead, advance, norms, pdl, qgemv, prefetch, int8-decode, gps, rpg, small, mma, argmax, draw, moe-gemv, moe-route, moe-gemm, moe-tile, gemv-rows, qgemv-rows, prefill, gemm, qgemm; see optimized::config)"))
         };
         let mut launch = vec![];
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -362,6 +368,13 @@ impl KernelConfig {
                         _ => return Err(no()),
                     }
                 }
+                "qgemm" => {
+                    k.qgemm_wgmma = match val {
+                        "wgmma" => true,
+                        "mma" => false,
+                        _ => return Err(no()),
+                    }
+                }
                 "gemm" => {
                     (k.gemm_wgmma, k.gemm_inflight) = match val {
                         "wgmma" => (true, true),
@@ -456,6 +469,9 @@ impl KernelConfig {
                 }
             ));
         }
+        if self.qgemm_wgmma != d.qgemm_wgmma {
+            parts.push(format!("qgemm={}", if self.qgemm_wgmma { "wgmma" } else { "mma" }));
+        }
         if parts.is_empty() {
             "default".into()
         } else {
@@ -491,6 +507,7 @@ impl KernelConfig {
             gemm_wgmma: false,
             // Unread without `gemm_wgmma` (as `gemm=mma` parses).
             gemm_inflight: true,
+            qgemm_wgmma: false,
         }
     }
 
@@ -576,6 +593,8 @@ mod tests {
             "advance=device",
             "gemm=mma",
             "gemm=wgmma-v2",
+            "qgemm=mma",
+            "qgemm=mma,gemm=mma",
         ] {
             let k = KernelConfig::parse_any(s).unwrap_or_else(|e| panic!("{s}: {e}"));
             assert_eq!(KernelConfig::parse_any(&k.name()).ok(), Some(k), "{s} → {}", k.name());

@@ -75,11 +75,13 @@ pub struct BenchArgs {
     #[arg(long)]
     pub plot: Option<std::path::PathBuf>,
     /// With `--kernel qmatmul`: only these weight shapes, `IN×OUT` or `INxOUT`, comma-separated.
-    /// With `--kernel matmul`: GEMMs `M×N×K` (bf16 weights), each timed with its default tile
-    /// and every production preset × split-K 1, 2, 3, 4, 6, 8.
+    /// With `--kernel matmul`: GEMMs `M×N×K` (bf16 weights unless `--formats`), each timed with
+    /// its default tile and every production preset × split-K 1, 2, 3, 4, 6, 8.
     #[arg(long)]
     pub shapes: Option<String>,
-    /// With `--kernel qmatmul`: only these formats (names as printed, e.g. `int8,mxfp4`).
+    /// With `--kernel qmatmul`: only these formats (names as printed, e.g. `int8,mxfp4`). With
+    /// `--kernel matmul --shapes`: the weight formats timed (`bf16`, `int8`, `int8-g32`,
+    /// `mxfp4`; default `bf16`).
     #[arg(long)]
     pub formats: Option<String>,
 }
@@ -268,7 +270,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
                     }
                 })
                 .collect::<Result<Vec<_>>>()?;
-            return super::bench_matmul::run_shapes(backend, a.reps, &shapes);
+            return super::bench_matmul::run_shapes(backend, a.reps, &shapes, a.formats.as_deref());
         }
         return super::bench_matmul::run(backend, a.reps);
     }

@@ -10,6 +10,7 @@
 use optimized::kernels::lab;
 use optimized::kernels::matmul::tc::{self, TcConfig, TcMode};
 use optimized::kernels::matmul::tc_wg::{self, WgConfig};
+use optimized::kernels::matmul::tc_wg_quant;
 use optimized::kernels::matmul::{linear_into, Version};
 use optimized::kernels::qmatmul::{dequant, QLayout, QWeight};
 use optimized::{Backend, Client, DeviceTensor, Dtype};
@@ -145,9 +146,28 @@ fn split_sweep(
     line
 }
 
-/// `--kernel matmul --shapes M×N×K,…`: bf16 GEMMs at the given shapes, tc v1's default tile
-/// (`TcConfig::pick`) and every production preset with K split 1, 2, 3, 4, 6 and 8 ways.
-pub fn run_shapes(backend: Option<Backend>, reps: usize, shapes: &[(usize, usize, usize)]) -> Result<()> {
+/// The formats `--formats` names for `--shapes` (`None`: bf16).
+fn shape_formats(names: Option<&str>) -> Result<Vec<Format>> {
+    let Some(names) = names else {
+        return Ok(vec![Format::Dense(Dtype::BF16)]);
+    };
+    names
+        .split(',')
+        .map(|n| match n.trim() {
+            "bf16" => Ok(Format::Dense(Dtype::BF16)),
+            "int8" => Ok(Format::Quant(Scheme::Int8(Granularity::PerChannel))),
+            "int8-g32" => Ok(Format::Quant(Scheme::Int8(Granularity::Group(32)))),
+            "mxfp4" => Ok(Format::Quant(Scheme::Mxfp4)),
+            o => Err(CliError::Usage(format!("--formats: `{o}` is not bf16, int8, int8-g32 or mxfp4"))),
+        })
+        .collect()
+}
+
+/// `--kernel matmul --shapes M×N×K,… [--formats …]`: GEMMs at the given shapes, the default
+/// path, tc v1's production presets, and tc v2 / v3 (dense) or tc v3 (quantized, `tc_wg_quant`)
+/// with K split 1, 2, 3, 4, 6 and 8 ways.
+pub fn run_shapes(backend: Option<Backend>, reps: usize, shapes: &[(usize, usize, usize)], formats: Option<&str>) -> Result<()> {
+    let formats = shape_formats(formats)?;
     let b = backend.ok_or_else(|| CliError::Usage("--kernel matmul needs a GPU device (--device cuda|wgpu)".into()))?;
     let client = optimized::client(b)?;
     let gate = gate(b)?;
@@ -156,16 +176,17 @@ pub fn run_shapes(backend: Option<Backend>, reps: usize, shapes: &[(usize, usize
     tc::require(&client, Dtype::BF16, TcMode::Tensor)?;
     let reps = 10 * reps.max(1);
     let sms = info.num_sms.unwrap_or(16) as usize;
-    for &(m, n, kk) in shapes {
-        let w = upload(&client, Format::Dense(Dtype::BF16), n, kk)?;
+    for (&(m, n, kk), fmt) in shapes.iter().flat_map(|s| formats.iter().map(move |f| (s, *f))) {
+        let quant = matches!(fmt, Format::Quant(_));
+        let w = upload(&client, fmt, n, kk)?;
         let x = DeviceTensor::from_f32(&client, &values(m * kk, 3), &[m, kk])?;
         let y = DeviceTensor::empty_f32(&client, &[m, n]);
         let flop = 2.0 * (m * n * kk) as f64;
-        let pick = TcConfig::pick(m, n, kk, sms, false);
         let main = rate(&client, flop, f64::INFINITY, reps, || tc_call(&client, &x, &w, &y, None))?;
-        println!("{m}×{n}×{kk} bf16: default {}: {}", pick.name(), main.split(" (").next().unwrap_or(""));
+        println!("{m}×{n}×{kk} {}: default: {}", fmt.name(), main.split(" (").next().unwrap_or(""));
         let mut best = (0f64, String::new());
-        for cfg in TcConfig::PICKED_DENSE {
+        let picked: &[TcConfig] = if quant { &TcConfig::PICKED_QUANT } else { &TcConfig::PICKED_DENSE };
+        for &cfg in picked {
             let line = split_sweep(
                 &client,
                 flop,
@@ -176,9 +197,24 @@ pub fn run_shapes(backend: Option<Backend>, reps: usize, shapes: &[(usize, usize
             );
             println!("    {}:{line}", cfg.name());
         }
-        // tc v2 (`wgmma`, sm_90a): its default, then both depths × splits.
+        // tc v2 (`wgmma`, sm_90a): its default, then both depths × splits; quantized: tc v3's.
         if let Err(e) = tc_wg::require(&client, Dtype::BF16) {
             println!("    tc v2: {e}");
+        } else if let Weight::Quant(q) = &w {
+            let pick = tc_wg_quant::pick(m, n, kk, sms);
+            let main = rate(&client, flop, f64::INFINITY, reps, || tc_wg_quant::qlinear_into(&client, &x, q, &y, false, None))?;
+            println!("    tc v3 default {}: {}", pick.name(), main.split(" (").next().unwrap_or(""));
+            for cfg in [WgConfig::F4.with_stages(3), WgConfig::F4, WgConfig::F5] {
+                let line = split_sweep(
+                    &client,
+                    flop,
+                    reps,
+                    &mut best,
+                    |s| cfg.with_splits(s).name(),
+                    |s| tc_wg_quant::qlinear_into(&client, &x, q, &y, false, Some(cfg.with_splits(s))),
+                );
+                println!("    {}:{line}", cfg.name());
+            }
         } else if let Weight::Dense(wd) = &w {
             let pick = WgConfig::pick(m, n, kk, sms);
             let main = rate(&client, flop, f64::INFINITY, reps, || tc_wg::linear_into(&client, &x, wd, &y, false, None))?;

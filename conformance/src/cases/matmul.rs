@@ -11,6 +11,7 @@
 use ndarray::Array2;
 use optimized::kernels::matmul::tc::{self, TcConfig, TcMode};
 use optimized::kernels::matmul::tc_wg::{self, WgConfig};
+use optimized::kernels::matmul::tc_wg_quant;
 use optimized::kernels::matmul::{gemv_fused_into, linear_glu_into, linear_into, Fuse, Norm, Residual, Version, GEMV_AUTO_MAX_T, GEMV_MAX_T};
 use optimized::kernels::qmatmul::{QLayout, QWeight};
 use optimized::{Client, DeviceTensor};
@@ -223,7 +224,8 @@ impl Case for MatmulCase {
 /// reason, where the device lacks the instructions; `TcMode::Emulated` runs the same tiles
 /// with an MMA through shared memory (the indexing, on lavapipe too — named `emu`, never
 /// counted as tensor-core coverage). With `wg`, tc v2 (`wgmma`, sm_90a; dense weights, skipped
-/// elsewhere with the reason) at that depth and split instead. Outputs are NaN-poisoned.
+/// elsewhere with the reason) at that depth and split instead — over a quantized weight, tc
+/// v3 with the dequantization in its tile loads (`tc_wg_quant`). Outputs are NaN-poisoned.
 #[derive(Debug, Clone)]
 pub struct TcCase {
     pub t: usize,
@@ -352,9 +354,7 @@ impl Case for TcCase {
             let yd = DeviceTensor::from_f32(client, &vec![f32::NAN; t * cols], &[t, cols])?;
             match dev? {
                 TcDevWeight::Dense(w) if self.wg.is_some() => tc_wg::linear_into(client, &xd, &w, &yd, self.glu, self.wg)?,
-                TcDevWeight::Quant(_) if self.wg.is_some() => {
-                    return Err(optimized::Error::Unsupported("tc v2 multiplies dense 16-bit weights".into()))
-                }
+                TcDevWeight::Quant(w) if self.wg.is_some() => tc_wg_quant::qlinear_into(client, &xd, &w, &yd, self.glu, self.wg)?,
                 TcDevWeight::Dense(w) => tc::linear_into(client, &xd, &w, &yd, self.glu, self.config, self.mode)?,
                 TcDevWeight::Quant(w) => tc::qlinear_into(client, &xd, &w, &yd, self.glu, self.config, self.mode)?,
             }

@@ -9,6 +9,7 @@
 
 use ndarray::Array2;
 use optimized::kernels::matmul::tc::{self, TcConfig, TcMode};
+use optimized::kernels::matmul::tc_wg::WgConfig;
 use optimized::kernels::qmatmul::v4::MmaTune;
 use optimized::kernels::qmatmul::v5;
 use optimized::kernels::qmatmul::{
@@ -465,6 +466,44 @@ pub fn tc_cases() -> Vec<Box<dyn Case>> {
             }));
         }
     }
+    // tc v3 over quantized weights (`wgmma`, sm_90a; skipped elsewhere with the reason): one
+    // row and partial M and N tiles, a partial last tile of the tiled order (int8 576 / 640,
+    // mxfp4 2880) and K past the last k-block, several tiles each way, the SwiGLU epilogue, 3
+    // and 5 stages, split-K with an uneven last slice (per-channel scales and SwiGLU after the
+    // sum); int8 groups that are not a power of two are refused (skipped, with the reason).
+    for scheme in schemes {
+        let layouts: &[QLayout] = if scheme == Scheme::Mxfp4 { &[QLayout::Tiles] } else { &[QLayout::Rows, QLayout::Tiles] };
+        let g128 = scheme == Scheme::Int8(Granularity::Group(128));
+        let mx = scheme == Scheme::Mxfp4;
+        for &layout in layouts {
+            let wg = |t, n_in, n_out, glu, cfg: WgConfig| {
+                Box::new(TcCase { glu, wg: Some(cfg), ..TcCase::new(t, n_in, n_out, TcWeight::Quant(scheme, layout), TcMode::Tensor) })
+                    as Box<dyn Case>
+            };
+            let odd_k = if mx {
+                2880
+            } else if g128 {
+                640
+            } else {
+                576
+            };
+            for (t, n_in, n_out) in
+                [(1usize, 256usize, 72usize), (33, odd_k, 130), (127, 1536, 200), (300, 512, 520), (513, if g128 { 384 } else { 320 }, 1031)]
+            {
+                v.push(wg(t, n_in, n_out, false, WgConfig::F4));
+            }
+            v.push(wg(130, 512, 258, true, WgConfig::F4));
+            v.push(wg(300, odd_k, 520, false, WgConfig::F5));
+            v.push(wg(200, 1024, 136, false, WgConfig::F4.with_stages(3)));
+            for glu in [false, true] {
+                v.push(wg(127, 2048, 200, glu, WgConfig::F4.with_splits(3)));
+            }
+        }
+    }
+    v.push(Box::new(TcCase {
+        wg: Some(WgConfig::F4),
+        ..TcCase::new(130, 96, 72, TcWeight::Quant(Scheme::Int8(Granularity::Group(48)), QLayout::Rows), TcMode::Tensor)
+    }));
     // What tc v1 does not read: mxfp4 in input order, the gemv v4 order (skipped, with the reason;
     // `qlinear` keeps dequant + GEMM for them).
     v.push(Box::new(TcCase::new(17, 256, 72, TcWeight::Quant(Scheme::Mxfp4, QLayout::Rows), TcMode::Tensor)));

@@ -45,6 +45,7 @@ pub mod tc;
 pub(crate) mod tc_kernel;
 mod tc_quant;
 pub mod tc_wg;
+pub mod tc_wg_quant;
 use gemv::launch_gemv;
 #[cfg(feature = "lab")]
 pub(crate) use gemv::store_row;

@@ -554,6 +554,18 @@ pub fn qlinear_into(
         return Err(Error::Shape(format!("tc qlinear_glu: W [{n}, {k}] must have an even number of (gate, up) rows")));
     }
     let t = rows_of("tc qlinear", x, k, y, if glu { n / 2 } else { n })?;
+    // tc v3 over quantized weights (`wgmma`) where the configuration asks for it, the device
+    // has it, the weight's format allows it and M > `WG_MIN_ROWS`, as for dense weights; an
+    // explicit tile shape or the emulation stays on tc v1.
+    if cfg.is_none()
+        && mode == TcMode::Tensor
+        && t > WG_MIN_ROWS
+        && crate::config::current().qgemm_wgmma
+        && super::tc_wg_quant::refusal(w).is_none()
+        && super::tc_wg::require(client, Dtype::BF16).is_ok()
+    {
+        return super::tc_wg_quant::qlinear_into(client, x, w, y, glu, None);
+    }
     let e = quant_dtype(client, mode);
     require(client, e, mode)?;
     let cfg = cfg.unwrap_or_else(|| TcConfig::pick(t, n, k, sms(client), true));

@@ -80,8 +80,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub shapes: Option<String>,
     /// With `--kernel qmatmul`: only these formats (names as printed, e.g. `int8,mxfp4`). With
-    /// `--kernel matmul --shapes`: the weight formats timed (`bf16`, `int8`, `int8-g32`,
-    /// `mxfp4`; default `bf16`).
+    /// `--kernel matmul --shapes`: the weight formats timed (`bf16`, `int8`, `int8-g32`, `q8_0`
+    /// — groups of 32 with f16 scales — and `mxfp4`; default `bf16`).
     #[arg(long)]
     pub formats: Option<String>,
 }

@@ -14,7 +14,7 @@ use optimized::kernels::matmul::tc_wg_quant;
 use optimized::kernels::matmul::{linear_into, Version};
 use optimized::kernels::qmatmul::{dequant, QLayout, QWeight};
 use optimized::{Backend, Client, DeviceTensor, Dtype};
-use reference::quant::{Granularity, Scheme};
+use reference::quant::{int8, Granularity, Int8Weight, QuantTensor, Scheme};
 use tandem_benches::gpu::attention::seconds_per_call;
 
 use super::{CliError, Result};
@@ -30,11 +30,11 @@ const SWEEP: [TcConfig; 7] =
 /// quantized formats the variants with fragments loaded ahead — in a lab build; otherwise the
 /// presets `TcConfig::pick` launches (the others' conformance cases run only in a lab build).
 fn sweep_for(f: Format) -> Vec<TcConfig> {
-    let quant = matches!(f, Format::Quant(_));
+    let quant = !matches!(f, Format::Dense(_));
     let extra = TcConfig::VARIANTS.iter().copied().filter(|c| match f {
         Format::Dense(Dtype::BF16) => true,
         Format::Dense(_) => false,
-        Format::Quant(_) => c.pipe,
+        Format::Quant(_) | Format::Q8_0 => c.pipe,
     });
     SWEEP.iter().copied().chain(extra).filter(|c| lab::ENABLED || c.picked(quant)).collect()
 }
@@ -44,6 +44,8 @@ fn sweep_for(f: Format) -> Vec<TcConfig> {
 enum Format {
     Dense(Dtype),
     Quant(Scheme),
+    /// int8 groups of 32 with f16 scales, as GGUF Q8_0 stores them.
+    Q8_0,
 }
 
 impl Format {
@@ -51,6 +53,7 @@ impl Format {
         match self {
             Format::Dense(d) => d.name().to_string(),
             Format::Quant(s) => s.to_string(),
+            Format::Q8_0 => "q8_0".into(),
         }
     }
 }
@@ -74,6 +77,13 @@ fn upload(client: &Client, f: Format, n: usize, k: usize) -> Result<Weight> {
         Format::Quant(s) => {
             let q = s.quantize(&w, n, k).map_err(|e| CliError::Gpu(e.to_string()))?;
             Weight::Quant(QWeight::upload_as(client, &[&q], Some(QLayout::Tiles))?)
+        }
+        Format::Q8_0 => {
+            let err = |e: reference::Error| CliError::Gpu(e.to_string());
+            let q = int8::quantize(&w, n, k, Granularity::Group(32)).map_err(err)?;
+            let scales = q.scales().iter().map(|&s| half::f16::from_f32(s).to_f32()).collect();
+            let q = Int8Weight::from_parts("q8_0", n, k, q.granularity(), q.q().to_vec(), scales).map_err(err)?;
+            Weight::Quant(QWeight::upload_as(client, &[&QuantTensor::Int8(q)], Some(QLayout::Tiles))?)
         }
     })
 }
@@ -158,7 +168,8 @@ fn shape_formats(names: Option<&str>) -> Result<Vec<Format>> {
             "int8" => Ok(Format::Quant(Scheme::Int8(Granularity::PerChannel))),
             "int8-g32" => Ok(Format::Quant(Scheme::Int8(Granularity::Group(32)))),
             "mxfp4" => Ok(Format::Quant(Scheme::Mxfp4)),
-            o => Err(CliError::Usage(format!("--formats: `{o}` is not bf16, int8, int8-g32 or mxfp4"))),
+            "q8_0" => Ok(Format::Q8_0),
+            o => Err(CliError::Usage(format!("--formats: `{o}` is not bf16, int8, int8-g32, q8_0 or mxfp4"))),
         })
         .collect()
 }
@@ -177,7 +188,7 @@ pub fn run_shapes(backend: Option<Backend>, reps: usize, shapes: &[(usize, usize
     let reps = 10 * reps.max(1);
     let sms = info.num_sms.unwrap_or(16) as usize;
     for (&(m, n, kk), fmt) in shapes.iter().flat_map(|s| formats.iter().map(move |f| (s, *f))) {
-        let quant = matches!(fmt, Format::Quant(_));
+        let quant = !matches!(fmt, Format::Dense(_));
         let w = upload(&client, fmt, n, kk)?;
         let x = DeviceTensor::from_f32(&client, &values(m * kk, 3), &[m, kk])?;
         let y = DeviceTensor::empty_f32(&client, &[m, n]);
@@ -282,6 +293,7 @@ pub fn run(backend: Option<Backend>, reps: usize) -> Result<()> {
         Format::Dense(Dtype::F16),
         Format::Quant(Scheme::Int8(Granularity::PerChannel)),
         Format::Quant(Scheme::Int8(Granularity::Group(32))),
+        Format::Q8_0,
         Format::Quant(Scheme::Mxfp4),
     ];
     for (n, kk) in LAYERS {
@@ -292,7 +304,7 @@ pub fn run(backend: Option<Backend>, reps: usize) -> Result<()> {
                 let y = DeviceTensor::empty_f32(&client, &[m, n]);
                 let flop = 2.0 * (m * n * kk) as f64;
                 let shape = format!("{m}×{n}×{kk} {}", fmt.name());
-                let pick = TcConfig::pick(m, n, kk, info.num_sms.unwrap_or(16) as usize, matches!(fmt, Format::Quant(_))).name();
+                let pick = TcConfig::pick(m, n, kk, info.num_sms.unwrap_or(16) as usize, !matches!(fmt, Format::Dense(_))).name();
                 let main = rate(&client, flop, peak, reps, || tc_call(&client, &x, &w, &y, None))?;
                 let old = rate(&client, flop, peak, 3, || match &w {
                     Weight::Dense(w) => linear_into(&client, &x, w, &y, Version::Tiled2),
@@ -300,7 +312,7 @@ pub fn run(backend: Option<Backend>, reps: usize) -> Result<()> {
                 })?;
                 println!(
                     "{shape:>28}: tc v1 {pick}: {main} | before (tiled v2{}): {old}",
-                    if matches!(fmt, Format::Quant(_)) { ", dequant first" } else { "" }
+                    if !matches!(fmt, Format::Dense(_)) { ", dequant first" } else { "" }
                 );
                 let mut sweep = String::new();
                 for cfg in sweep_for(fmt) {

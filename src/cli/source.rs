@@ -52,7 +52,7 @@ pub struct ModelArgs {
     pub weights: Option<String>,
     /// GPU kernel choices, `key=value,…` (optimized::config: attention, graphs, norms, pdl,
     /// qgemv, prefetch, int8-decode, gps, rpg, small, mma, argmax, draw, moe-gemv, moe-route,
-    /// gemv-rows, qgemv-rows, prefill); default: the production
+    /// moe-gemm, moe-tile, gemv-rows, qgemv-rows, prefill, gemm, qgemm); default: the production
     /// choices, or `TANDEM_KERNELS` when set. A bad value is an error naming the part.
     #[arg(long)]
     pub kernels: Option<String>,

@@ -15,7 +15,7 @@ use optimized::kernels::matmul::tc_wg_quant;
 use optimized::kernels::matmul::{gemv_fused_into, linear_glu_into, linear_into, Fuse, Norm, Residual, Version, GEMV_AUTO_MAX_T, GEMV_MAX_T};
 use optimized::kernels::qmatmul::{QLayout, QWeight};
 use optimized::{Client, DeviceTensor};
-use reference::quant::Scheme;
+use reference::quant::{Int8Weight, QuantTensor, Scheme};
 
 use super::{outcome, outcome_or_skip};
 use crate::tolerance::tc_tolerance;
@@ -236,6 +236,8 @@ pub struct TcCase {
     pub glu: bool,
     pub config: Option<TcConfig>,
     pub wg: Option<WgConfig>,
+    /// int8 scales rounded to f16, as GGUF Q8_0 stores them (tc v3's one-FMA decode).
+    pub f16_scales: bool,
 }
 
 /// The weight of a [`TcCase`].
@@ -256,7 +258,7 @@ fn conf_dtype(d: optimized::Dtype) -> Dtype {
 
 impl TcCase {
     pub fn new(t: usize, n_in: usize, n_out: usize, weight: TcWeight, mode: TcMode) -> Self {
-        Self { t, n_in, n_out, weight, mode, glu: false, config: None, wg: None }
+        Self { t, n_in, n_out, weight, mode, glu: false, config: None, wg: None, f16_scales: false }
     }
 
     /// The 16-bit type the kernel multiplies in on `client`.
@@ -279,7 +281,13 @@ impl TcCase {
             TcWeight::Quant(scheme, layout) => {
                 // Rows of different magnitude, so scales differ (as the qmatmul cases).
                 let w: Vec<f32> = rand_vec(n_out * n_in, 33).iter().enumerate().map(|(i, v)| v * (1.0 + (i / n_in % 7) as f32)).collect();
-                let q = scheme.quantize(&w, n_out, n_in).map_err(|e| format!("reference quantize: {e}"))?;
+                let mut q = scheme.quantize(&w, n_out, n_in).map_err(|e| format!("reference quantize: {e}"))?;
+                if let (true, QuantTensor::Int8(x)) = (self.f16_scales, &q) {
+                    let scales = x.scales().iter().map(|&s| half::f16::from_f32(s).to_f32()).collect();
+                    q = Int8Weight::from_parts("f16 scales", n_out, n_in, x.granularity(), x.q().to_vec(), scales)
+                        .map(QuantTensor::Int8)
+                        .map_err(|e| format!("reference: {e}"))?;
+                }
                 let deq = q.dequant();
                 // Per-channel int8: q exact in 16 bits, the scale applied to the f32 sums.
                 let wr = if scale_per_row(scheme, n_in) { deq } else { round_to(&deq, e) };
@@ -315,7 +323,8 @@ impl Case for TcCase {
         let mode = if self.mode == TcMode::Emulated { ",emu" } else { "" };
         let cfg = self.config.map_or(String::new(), |c| format!(",{}", c.name())) + &self.wg.map_or(String::new(), |c| format!(",{}", c.name()));
         let glu = if self.glu { ",glu" } else { "" };
-        format!("matmul-tc(T={},in={},out={},{w}{glu}{cfg}{mode})", self.t, self.n_in, self.n_out)
+        let f16 = if self.f16_scales { ",f16-scales" } else { "" };
+        format!("matmul-tc(T={},in={},out={},{w}{f16}{glu}{cfg}{mode})", self.t, self.n_in, self.n_out)
     }
     /// A tile shape on the tensor cores that `TcConfig::pick` never launches for this kind of
     /// weight (the bench's sweep; emulated tiles test the indexing and always run).

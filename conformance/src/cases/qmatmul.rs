@@ -504,6 +504,20 @@ pub fn tc_cases() -> Vec<Box<dyn Case>> {
         wg: Some(WgConfig::F4),
         ..TcCase::new(130, 96, 72, TcWeight::Quant(Scheme::Int8(Granularity::Group(48)), QLayout::Rows), TcMode::Tensor)
     }));
+    // int8 groups with f16 scales (GGUF Q8_0): tc v3's one-FMA decode, both orders, a partial
+    // last tile, split-K and SwiGLU; and through `qlinear`'s own choice.
+    for layout in [QLayout::Rows, QLayout::Tiles] {
+        for g in [32usize, 128] {
+            let q = |t, n_in, n_out, glu, wg| {
+                Box::new(TcCase { glu, wg, f16_scales: true, ..TcCase::new(t, n_in, n_out, TcWeight::Quant(Scheme::Int8(Granularity::Group(g)), layout), TcMode::Tensor) })
+                    as Box<dyn Case>
+            };
+            v.push(q(300, 640, 520, false, Some(WgConfig::F4.with_stages(3))));
+            v.push(q(130, 512, 258, true, Some(WgConfig::F4.with_stages(3))));
+            v.push(q(127, 2048, 200, true, Some(WgConfig::F4.with_stages(3).with_splits(3))));
+            v.push(q(513, 1536, 200, false, None));
+        }
+    }
     // What tc v1 does not read: mxfp4 in input order, the gemv v4 order (skipped, with the reason;
     // `qlinear` keeps dequant + GEMM for them).
     v.push(Box::new(TcCase::new(17, 256, 72, TcWeight::Quant(Scheme::Mxfp4, QLayout::Rows), TcMode::Tensor)));

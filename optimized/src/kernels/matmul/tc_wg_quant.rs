@@ -235,59 +235,47 @@ fn stage<N: Size>(
     }
 }
 
-/// This unit's scale words for k-block `kbg` (global) of W row `wrow` (zeros past N and past the
-/// row), `sc[4·j + q]` for quad q of its chunk j: int8 groups (a value's group by the shift
-/// `lg`) and mxfp4 (`sc[2·j ..+ 2]`: its chunk's two e8m0 words, `qmatmul::v2`'s tile order).
+/// This unit's scale words for k-block `kbg` (global) of W row `wrow`, `sc[4·j + q]` for quad q
+/// of its chunk j: int8 groups (a value's group by the shift `lg`) and mxfp4 (`sc[2·j ..+ 2]`:
+/// its chunk's two e8m0 words, `qmatmul::v2`'s tile order). A row past N or a chunk past the
+/// row reads the last row's / chunk's words (finite: its raw chunk is zeros).
 /// int8 groups ≥ 16 in the tiled order: in a full tile of 32 chunks the unit's two chunks are
 /// quads l, l + 1 of a 4-aligned run (l = 4·(k-block) + 2·half), whose quad q sits at input
 /// 4·(128·t + l) + 128·q — one group per q for both chunks (4 loads); the last, partial tile
 /// takes tc v1's indexing quad by quad (8). In input order a chunk is 16 inputs of one group.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn load_scales(
-    scales: &[u32],
-    sc: &mut Array<u32>,
-    kbg: usize,
-    wrow: usize,
-    h: usize,
-    n: usize,
-    k: usize,
-    cpr: usize,
-    scale_cols: usize,
-    lg: u32,
-    #[comptime] fmt: usize,
-    #[comptime] tiled: bool,
-) {
+fn load_scales(scales: &[u32], sc: &mut Array<u32>, kbg: usize, wrow: usize, h: usize, n: usize, k: usize, cpr: usize, scale_cols: usize, lg: u32, #[comptime] fmt: usize, #[comptime] tiled: bool) {
     let cpb = comptime!(chunks_per_block(fmt));
     let mine = comptime!(chunks_per_block(fmt) / 2);
-    let last = scales.len() - 1;
-    let srow = wrow * scale_cols;
-    let ch0 = kbg * cpb + mine * h;
+    let srow = min(wrow, n - 1) * scale_cols;
+    let ch0 = min(kbg * cpb + mine * h, cpr - 1);
+    let t = ch0 / 32;
     if comptime!(fmt == FMT_INT8_GROUPS) {
-        let ok = wrow < n && ch0 < cpr;
-        let t = ch0 / 32;
+        let lg = lg as usize;
         if comptime!(tiled) {
             if t < cpr / 32 {
+                let a = 4 * (ch0 + 96 * t);
                 #[unroll]
                 for q in 0..4usize {
-                    let w = select(ok, scales[min(srow + ((4 * (ch0 + 96 * t) + 128 * q) >> lg as usize), last)], 0u32);
+                    let w = scales[srow + ((a + 128 * q) >> lg)];
                     sc[q] = w;
                     sc[4 + q] = w;
                 }
             } else {
                 #[unroll]
                 for j in 0..2usize {
+                    let ch = min(ch0 + j, cpr - 1);
                     #[unroll]
                     for q in 0..4usize {
-                        let iq = tile_quad(4 * (ch0 + j) + q, k / 4, 4usize);
-                        sc[4 * j + q] = select(ok, scales[min(srow + ((4 * iq) >> lg as usize), last)], 0u32);
+                        sc[4 * j + q] = scales[srow + ((4 * tile_quad(4 * ch + q, k / 4, 4usize)) >> lg)];
                     }
                 }
             }
         } else {
             #[unroll]
             for j in 0..2usize {
-                let w = select(ok, scales[min(srow + ((16 * (ch0 + j)) >> lg as usize), last)], 0u32);
+                let w = scales[srow + ((16 * min(ch0 + j, cpr - 1)) >> lg)];
                 #[unroll]
                 for q in 0..4usize {
                     sc[4 * j + q] = w;
@@ -296,13 +284,11 @@ fn load_scales(
         }
     }
     if comptime!(fmt == FMT_MXFP4) {
-        let ok = wrow < n && ch0 < cpr;
-        let t = ch0 / 32;
         let full = cpr / 32;
         let m = select(t < full, 32usize, cpr - full * 32);
         let idx = srow + t * 8 + 2 * select(m == 32, (ch0 - t * 32) / 8, ch0 - t * 32);
-        sc[0] = select(ok, scales[min(idx, last)], 0u32);
-        sc[1] = select(ok, scales[min(idx + 1, last)], 0u32);
+        sc[0] = scales[idx];
+        sc[1] = scales[idx + 1];
     }
 }
 
@@ -368,8 +354,8 @@ fn decode<N: Size>(
                     let mut f = Array::<f32>::new(4usize);
                     #[unroll]
                     for e in 0..4usize {
-                        // Byte b → f32(0x4B000000 | (b ^ 0x80)) − (2^23 + 128) = q (exact), the
-                        // word's bytes placed by one `prmt`.
+                        // Byte b → f32(0x4B000000 | (b ^ 0x80)) − (2^23 + 128) = q (exact),
+                        // the word's bytes placed by one `prmt`.
                         let q = f32::reinterpret(magic_byte(word, e)) - 8_388_736.0f32;
                         f[e] = q * s;
                     }

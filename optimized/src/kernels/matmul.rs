@@ -29,6 +29,11 @@
 //!   in), `ldmatrix` fragments, `cp.async` pipelined tiles; quantized weights in the same
 //!   GEMM with the dequantization in the tile loads (`tc_quant.rs`). H200: 140–290 TFLOP/s
 //!   bf16 at M = 128..2048 (6–11× tiled v2; table in `tc.rs`).
+//! - tc v2 / v3 (`tc_wg.rs`, sm_90a): Hopper's warpgroup MMAs (`wgmma`) over 16-bit weights,
+//!   v3 with the accumulators in flight across k-blocks (up to 366 TFLOP/s); over quantized
+//!   weights, tc v3 with the dequantization fused into the B tile (`tc_wg_quant.rs`: int8 up to
+//!   ~385, GGUF Q8_0 ~230–280, mxfp4 ~285–345). Both take steps of more than 32 rows where the
+//!   device has them (`gemm=`, `qgemm=` in `optimized::config`).
 //!
 //! [`linear`] picks ([`Version::Auto`], [`auto_version`]) gemv for T ≤ [`GEMV_AUTO_MAX_T`],
 //! above it tc v1 where the device has the tensor-core instructions and the weight is 16-bit

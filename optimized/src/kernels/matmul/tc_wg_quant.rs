@@ -23,6 +23,31 @@
 //! Takes int8 in input or tiled order with per-channel scales or groups that are a power of two
 //! (a shift finds a value's group), and mxfp4 in the tiled order ([`refusal`]); the rest stays
 //! on tc v1.
+//!
+//! Measured (NVIDIA H200, session 28, `tandem bench --kernel matmul --shapes … --formats
+//! q8_0,int8,mxfp4`, TFLOP/s of the default pick — 128 rows, 3 stages — against tc v1's best
+//! production tile × split; `q8_0`: groups of 32 with f16 scales):
+//!
+//! | M × N × K | int8 | q8_0 | mxfp4 | tc v1 int8 / g32 / mxfp4 |
+//! | --- | --- | --- | --- | --- |
+//! | 512 × 14336 × 4096 | 317–322 | 230–236 | 284 | 222 / 180 / 176 |
+//! | 512 × 4096 × 14336 (split 2) | 326–331 | 246–250 | 303 | 240 / 199 / 195 |
+//! | 512 × 6144 × 4096 | 255–259 | 188–193 | — | — |
+//! | 2048 × 14336 × 4096 | 374–389 | 277–279 | 346 | 266 / 214 / 207 |
+//! | 128 × 11264 × 2048 | 148 | 101–112 | 147 | 109 / 94 / 95 |
+//!
+//! Three stages, not tc v3's dense four: a cube then takes 107.5 KB and two share an SM (ncu:
+//! occupancy limited at 2 by shared memory and by the 113–128 registers), so one cube's decode
+//! runs while the other's `wgmma`s do (512 × 14336 × 4096 int8 300 vs 252 at four stages).
+//! Tried and not kept:
+//! - `prmt` placing each byte under the magic exponent is kept (int8 +8–11%, q8_0 +3–5% over a
+//!   shift and mask); decoding q8_0's `q · s` by one exact FMA (u in mantissa bits 8–15 of 2,
+//!   exact for f16 scales) measured within 1–2% of FADD + FMUL and was removed;
+//! - q8_0 stays ~30% behind per-channel int8 with 32% more instructions (ncu: 76.3 M vs 58.0 M
+//!   at 512 × 14336 × 4096), but neither halving its scale-index arithmetic nor loading the
+//!   scale words a whole k-step earlier (two register sets; Mistral-7B Q8_0 prefill 512
+//!   15,194 → 15,416 tokens/s but 128 10,822 → 10,339) moved it;
+//! - the shared-memory carveout set to its maximum: no change (two cubes already fit).
 
 use cubecl::frontend::barrier::copy_async;
 use cubecl::prelude::*;
@@ -245,7 +270,20 @@ fn stage<N: Size>(
 /// takes tc v1's indexing quad by quad (8). In input order a chunk is 16 inputs of one group.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn load_scales(scales: &[u32], sc: &mut Array<u32>, kbg: usize, wrow: usize, h: usize, n: usize, k: usize, cpr: usize, scale_cols: usize, lg: u32, #[comptime] fmt: usize, #[comptime] tiled: bool) {
+fn load_scales(
+    scales: &[u32],
+    sc: &mut Array<u32>,
+    kbg: usize,
+    wrow: usize,
+    h: usize,
+    n: usize,
+    k: usize,
+    cpr: usize,
+    scale_cols: usize,
+    lg: u32,
+    #[comptime] fmt: usize,
+    #[comptime] tiled: bool,
+) {
     let cpb = comptime!(chunks_per_block(fmt));
     let mine = comptime!(chunks_per_block(fmt) / 2);
     let srow = min(wrow, n - 1) * scale_cols;

@@ -90,7 +90,11 @@ pub fn refusal(w: &QWeight) -> Option<String> {
 /// Shared memory of a launch: `stages` A slots and two bf16 B slots of 16 KiB, `stages` raw
 /// slots, 1 KiB to align the first slot to 1024 bytes.
 pub fn shared_bytes(stages: usize, w: &QWeight) -> usize {
-    let cpb = chunks_per_block(if w.format == QFormat::Mxfp4 { FMT_MXFP4 } else { FMT_INT8 });
+    cube_bytes(stages, chunks_per_block(if w.format == QFormat::Mxfp4 { FMT_MXFP4 } else { FMT_INT8 }))
+}
+
+/// [`shared_bytes`] for `cpb` raw chunks a row and k-block.
+fn cube_bytes(stages: usize, cpb: usize) -> usize {
     (stages + 2) * SLOT_V * 16 + 1024 + stages * WG_BN * cpb * 16
 }
 
@@ -541,9 +545,9 @@ mod tests {
     fn four_stages_fit_a_hopper_cube() {
         // int8: 4 A + 2 B slots of 16 KiB, 4 raw slots of 8 KiB, the alignment; at 3 stages
         // two cubes share an SM's 228 KiB.
-        assert_eq!((4 + 2) * SLOT_V * 16 + 1024 + 4 * WG_BN * 4 * 16, 132_096);
-        assert!(132_096 <= 227 * 1024);
-        assert!(2 * ((3 + 2) * SLOT_V * 16 + 1024 + 3 * WG_BN * 4 * 16) <= 228 * 1024);
+        assert_eq!(cube_bytes(4, 4), 132_096);
+        assert!(cube_bytes(5, 4) <= 227 * 1024);
+        assert!(2 * cube_bytes(3, 4) <= 228 * 1024 && 2 * cube_bytes(3, 2) <= 228 * 1024);
         assert_eq!(SLOT_V * 16 % 1024, 0, "each slot keeps the next one 1024-byte aligned");
     }
 

@@ -209,38 +209,27 @@ pub fn run_shapes(backend: Option<Backend>, reps: usize, shapes: &[(usize, usize
             println!("    {}:{line}", cfg.name());
         }
         // tc v2 (`wgmma`, sm_90a): its default, then both depths × splits; quantized: tc v3's.
+        let mut wg_sweep = |label: &str,
+                            pick: WgConfig,
+                            cfgs: &[WgConfig],
+                            call: &dyn Fn(Option<WgConfig>) -> std::result::Result<(), optimized::Error>|
+         -> Result<()> {
+            let main = rate(&client, flop, f64::INFINITY, reps, || call(None))?;
+            println!("    {label} default {}: {}", pick.name(), main.split(" (").next().unwrap_or(""));
+            for &cfg in cfgs {
+                let line = split_sweep(&client, flop, reps, &mut best, |s| cfg.with_splits(s).name(), |s| call(Some(cfg.with_splits(s))));
+                println!("    {}:{line}", cfg.name());
+            }
+            Ok(())
+        };
         if let Err(e) = tc_wg::require(&client, Dtype::BF16) {
             println!("    tc v2: {e}");
         } else if let Weight::Quant(q) = &w {
-            let pick = tc_wg_quant::pick(m, n, kk, sms);
-            let main = rate(&client, flop, f64::INFINITY, reps, || tc_wg_quant::qlinear_into(&client, &x, q, &y, false, None))?;
-            println!("    tc v3 default {}: {}", pick.name(), main.split(" (").next().unwrap_or(""));
-            for cfg in [WgConfig::F4.with_stages(3), WgConfig::F4, WgConfig::F5] {
-                let line = split_sweep(
-                    &client,
-                    flop,
-                    reps,
-                    &mut best,
-                    |s| cfg.with_splits(s).name(),
-                    |s| tc_wg_quant::qlinear_into(&client, &x, q, &y, false, Some(cfg.with_splits(s))),
-                );
-                println!("    {}:{line}", cfg.name());
-            }
+            let cfgs = [WgConfig::F4.with_stages(3), WgConfig::F4, WgConfig::F5];
+            wg_sweep("tc v3", tc_wg_quant::pick(m, n, kk, sms), &cfgs, &|c| tc_wg_quant::qlinear_into(&client, &x, q, &y, false, c))?;
         } else if let Weight::Dense(wd) = &w {
-            let pick = WgConfig::pick(m, n, kk, sms);
-            let main = rate(&client, flop, f64::INFINITY, reps, || tc_wg::linear_into(&client, &x, wd, &y, false, None))?;
-            println!("    tc v2 default {}: {}", pick.name(), main.split(" (").next().unwrap_or(""));
-            for cfg in [WgConfig::S3, WgConfig::S4, WgConfig::M2S3, WgConfig::M2S4, WgConfig::F4, WgConfig::F5, WgConfig::M2F4] {
-                let line = split_sweep(
-                    &client,
-                    flop,
-                    reps,
-                    &mut best,
-                    |s| cfg.with_splits(s).name(),
-                    |s| tc_wg::linear_into(&client, &x, wd, &y, false, Some(cfg.with_splits(s))),
-                );
-                println!("    {}:{line}", cfg.name());
-            }
+            let cfgs = [WgConfig::S3, WgConfig::S4, WgConfig::M2S3, WgConfig::M2S4, WgConfig::F4, WgConfig::F5, WgConfig::M2F4];
+            wg_sweep("tc v2", WgConfig::pick(m, n, kk, sms), &cfgs, &|c| tc_wg::linear_into(&client, &x, wd, &y, false, c))?;
         }
         println!("    best {} {:.1} TFLOP/s", best.1, best.0);
     }

@@ -115,6 +115,11 @@ fn steps() -> Vec<Step> {
         &|k| k.gemm_inflight = true,
         vec![(Op::Matmul, "s4f"), (Op::Matmul, "s5f"), (Op::Matmul, ",tc)"), (Op::Model, "")],
     );
+    push(
+        "quantized GEMMs on wgmma (tc v3, dequantized in the B tile)",
+        &|k| k.qgemm_wgmma = true,
+        vec![(Op::Matmul, "s3f"), (Op::Matmul, "f16-scales"), (Op::Model, "")],
+    );
     out
 }
 

@@ -509,8 +509,12 @@ pub fn tc_cases() -> Vec<Box<dyn Case>> {
     for layout in [QLayout::Rows, QLayout::Tiles] {
         for g in [32usize, 128] {
             let q = |t, n_in, n_out, glu, wg| {
-                Box::new(TcCase { glu, wg, f16_scales: true, ..TcCase::new(t, n_in, n_out, TcWeight::Quant(Scheme::Int8(Granularity::Group(g)), layout), TcMode::Tensor) })
-                    as Box<dyn Case>
+                Box::new(TcCase {
+                    glu,
+                    wg,
+                    f16_scales: true,
+                    ..TcCase::new(t, n_in, n_out, TcWeight::Quant(Scheme::Int8(Granularity::Group(g)), layout), TcMode::Tensor)
+                }) as Box<dyn Case>
             };
             v.push(q(300, 640, 520, false, Some(WgConfig::F4.with_stages(3))));
             v.push(q(130, 512, 258, true, Some(WgConfig::F4.with_stages(3))));

@@ -551,6 +551,30 @@ mod tests {
         assert_eq!(SLOT_V * 16 % 1024, 0, "each slot keeps the next one 1024-byte aligned");
     }
 
+    /// `load_scales`' full-tile shortcut: in the int8 tiled order, quad q of storage chunk ch (a
+    /// full tile t = ch / 32) starts at input 4·(ch + 96·t) + 128·q, and a unit's two chunks
+    /// (ch even, ch + 1) fall in one group per q for every power-of-two group ≥ 16.
+    #[test]
+    fn full_tile_scale_index_matches_the_tiled_order() {
+        for k in [512usize, 1024, 2048, 4096 + 64] {
+            let order = v2::tile_order(k, 4);
+            let full = k / 512;
+            for ch in 0..32 * full {
+                let t = ch / 32;
+                for q in 0..4 {
+                    assert_eq!(order[16 * ch + 4 * q], 4 * (ch + 96 * t) + 128 * q, "k {k}, chunk {ch}, quad {q}");
+                }
+                if ch % 2 == 0 {
+                    for lg in 4..10 {
+                        for q in 0..4 {
+                            assert_eq!(order[16 * ch + 4 * q] >> lg, order[16 * (ch + 1) + 4 * q] >> lg, "k {k}, chunk {ch}, group 2^{lg}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn pick_follows_the_sweep() {
         let s3 = WgConfig::F4.with_stages(3);

@@ -46,6 +46,18 @@ fn int8_groups_have_their_own_scales() {
 }
 
 #[test]
+fn int8_f16_scales_round_only_the_scales() {
+    // 0.1 is not an f16: it rounds to 0.0999755859375; 2.0 is; q and the groups stay.
+    let x = Int8Weight::from_parts("t", 1, 4, Granularity::Group(2), vec![1, -2, 3, 127], vec![0.1, 2.0]).unwrap();
+    let h = x.with_f16_scales().unwrap();
+    assert_eq!(h.scales(), &[0.099_975_586, 2.0]);
+    assert_eq!((h.q(), h.granularity()), (x.q(), x.granularity()));
+    // A scale past f16's range is an error naming the field, not an infinite scale.
+    let big = Int8Weight::from_parts("t", 1, 2, Granularity::PerChannel, vec![1, 1], vec![1e6]).unwrap();
+    assert!(input_err(big.with_f16_scales()).contains("scale"));
+}
+
+#[test]
 fn int8_scale_is_rounded_up_to_17_bits() {
     for amax in [1.0f32, 0.3, 1e-3, 7.77e-20, 1e-44, 5e-40, f32::MIN_POSITIVE, 1e30, 3.0e38] {
         let s = int8::scale_for(amax);

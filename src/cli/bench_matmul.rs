@@ -14,7 +14,7 @@ use optimized::kernels::matmul::tc_wg_quant;
 use optimized::kernels::matmul::{linear_into, Version};
 use optimized::kernels::qmatmul::{dequant, QLayout, QWeight};
 use optimized::{Backend, Client, DeviceTensor, Dtype};
-use reference::quant::{int8, Granularity, Int8Weight, QuantTensor, Scheme};
+use reference::quant::{int8, Granularity, QuantTensor, Scheme};
 use tandem_benches::gpu::attention::seconds_per_call;
 
 use super::{CliError, Result};
@@ -30,7 +30,7 @@ const SWEEP: [TcConfig; 7] =
 /// quantized formats the variants with fragments loaded ahead — in a lab build; otherwise the
 /// presets `TcConfig::pick` launches (the others' conformance cases run only in a lab build).
 fn sweep_for(f: Format) -> Vec<TcConfig> {
-    let quant = !matches!(f, Format::Dense(_));
+    let quant = f.quant();
     let extra = TcConfig::VARIANTS.iter().copied().filter(|c| match f {
         Format::Dense(Dtype::BF16) => true,
         Format::Dense(_) => false,
@@ -49,6 +49,11 @@ enum Format {
 }
 
 impl Format {
+    /// A quantized weight (dequantized in the tile loads).
+    fn quant(self) -> bool {
+        !matches!(self, Format::Dense(_))
+    }
+
     fn name(self) -> String {
         match self {
             Format::Dense(d) => d.name().to_string(),
@@ -79,10 +84,7 @@ fn upload(client: &Client, f: Format, n: usize, k: usize) -> Result<Weight> {
             Weight::Quant(QWeight::upload_as(client, &[&q], Some(QLayout::Tiles))?)
         }
         Format::Q8_0 => {
-            let err = |e: reference::Error| CliError::Gpu(e.to_string());
-            let q = int8::quantize(&w, n, k, Granularity::Group(32)).map_err(err)?;
-            let scales = q.scales().iter().map(|&s| half::f16::from_f32(s).to_f32()).collect();
-            let q = Int8Weight::from_parts("q8_0", n, k, q.granularity(), q.q().to_vec(), scales).map_err(err)?;
+            let q = int8::quantize(&w, n, k, Granularity::Group(32)).and_then(|q| q.with_f16_scales()).map_err(|e| CliError::Gpu(e.to_string()))?;
             Weight::Quant(QWeight::upload_as(client, &[&QuantTensor::Int8(q)], Some(QLayout::Tiles))?)
         }
     })
@@ -188,7 +190,7 @@ pub fn run_shapes(backend: Option<Backend>, reps: usize, shapes: &[(usize, usize
     let reps = 10 * reps.max(1);
     let sms = info.num_sms.unwrap_or(16) as usize;
     for (&(m, n, kk), fmt) in shapes.iter().flat_map(|s| formats.iter().map(move |f| (s, *f))) {
-        let quant = !matches!(fmt, Format::Dense(_));
+        let quant = fmt.quant();
         let w = upload(&client, fmt, n, kk)?;
         let x = DeviceTensor::from_f32(&client, &values(m * kk, 3), &[m, kk])?;
         let y = DeviceTensor::empty_f32(&client, &[m, n]);
@@ -293,16 +295,13 @@ pub fn run(backend: Option<Backend>, reps: usize) -> Result<()> {
                 let y = DeviceTensor::empty_f32(&client, &[m, n]);
                 let flop = 2.0 * (m * n * kk) as f64;
                 let shape = format!("{m}×{n}×{kk} {}", fmt.name());
-                let pick = TcConfig::pick(m, n, kk, info.num_sms.unwrap_or(16) as usize, !matches!(fmt, Format::Dense(_))).name();
+                let pick = TcConfig::pick(m, n, kk, info.num_sms.unwrap_or(16) as usize, fmt.quant()).name();
                 let main = rate(&client, flop, peak, reps, || tc_call(&client, &x, &w, &y, None))?;
                 let old = rate(&client, flop, peak, 3, || match &w {
                     Weight::Dense(w) => linear_into(&client, &x, w, &y, Version::Tiled2),
                     Weight::Quant(q) => dequant(&client, q).and_then(|wf| linear_into(&client, &x, &wf, &y, Version::Tiled2)),
                 })?;
-                println!(
-                    "{shape:>28}: tc v1 {pick}: {main} | before (tiled v2{}): {old}",
-                    if !matches!(fmt, Format::Dense(_)) { ", dequant first" } else { "" }
-                );
+                println!("{shape:>28}: tc v1 {pick}: {main} | before (tiled v2{}): {old}", if fmt.quant() { ", dequant first" } else { "" });
                 let mut sweep = String::new();
                 for cfg in sweep_for(fmt) {
                     let r = rate(&client, flop, peak, reps, || tc_call(&client, &x, &w, &y, Some(cfg)))?;

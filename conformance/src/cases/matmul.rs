@@ -15,7 +15,7 @@ use optimized::kernels::matmul::tc_wg_quant;
 use optimized::kernels::matmul::{gemv_fused_into, linear_glu_into, linear_into, Fuse, Norm, Residual, Version, GEMV_AUTO_MAX_T, GEMV_MAX_T};
 use optimized::kernels::qmatmul::{QLayout, QWeight};
 use optimized::{Client, DeviceTensor};
-use reference::quant::{Int8Weight, QuantTensor, Scheme};
+use reference::quant::{QuantTensor, Scheme};
 
 use super::{outcome, outcome_or_skip};
 use crate::tolerance::tc_tolerance;
@@ -236,7 +236,7 @@ pub struct TcCase {
     pub glu: bool,
     pub config: Option<TcConfig>,
     pub wg: Option<WgConfig>,
-    /// int8 scales rounded to f16, as GGUF Q8_0 stores them (tc v3's one-FMA decode).
+    /// int8 scales rounded to f16, as GGUF Q8_0 stores them.
     pub f16_scales: bool,
 }
 
@@ -283,10 +283,7 @@ impl TcCase {
                 let w: Vec<f32> = rand_vec(n_out * n_in, 33).iter().enumerate().map(|(i, v)| v * (1.0 + (i / n_in % 7) as f32)).collect();
                 let mut q = scheme.quantize(&w, n_out, n_in).map_err(|e| format!("reference quantize: {e}"))?;
                 if let (true, QuantTensor::Int8(x)) = (self.f16_scales, &q) {
-                    let scales = x.scales().iter().map(|&s| half::f16::from_f32(s).to_f32()).collect();
-                    q = Int8Weight::from_parts("f16 scales", n_out, n_in, x.granularity(), x.q().to_vec(), scales)
-                        .map(QuantTensor::Int8)
-                        .map_err(|e| format!("reference: {e}"))?;
+                    q = QuantTensor::Int8(x.with_f16_scales().map_err(|e| format!("reference: {e}"))?);
                 }
                 let deq = q.dequant();
                 // Per-channel int8: q exact in 16 bits, the scale applied to the f32 sums.

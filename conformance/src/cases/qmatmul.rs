@@ -504,8 +504,8 @@ pub fn tc_cases() -> Vec<Box<dyn Case>> {
         wg: Some(WgConfig::F4),
         ..TcCase::new(130, 96, 72, TcWeight::Quant(Scheme::Int8(Granularity::Group(48)), QLayout::Rows), TcMode::Tensor)
     }));
-    // int8 groups with f16 scales (GGUF Q8_0): tc v3's one-FMA decode, both orders, a partial
-    // last tile, split-K and SwiGLU; and through `qlinear`'s own choice.
+    // int8 groups with f16 scales (GGUF Q8_0) on tc v3: both orders, a partial last tile,
+    // split-K and SwiGLU; and through `qlinear`'s own choice.
     for layout in [QLayout::Rows, QLayout::Tiles] {
         for g in [32usize, 128] {
             let q = |t, n_in, n_out, glu, wg| {

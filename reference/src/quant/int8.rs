@@ -208,6 +208,11 @@ impl Int8Weight {
         let per_row = self.in_dim / g;
         self.scales.get(r * per_row + c / g).copied().unwrap_or(0.0)
     }
+    /// This weight with every scale rounded to f16, as GGUF Q8_0 stores them (q unchanged).
+    pub fn with_f16_scales(&self) -> Result<Self> {
+        let scales = self.scales.iter().map(|&s| half::f16::from_f32(s).to_f32()).collect();
+        Self::from_parts("f16 scales", self.out, self.in_dim, self.granularity, self.q.clone(), scales)
+    }
     /// Bytes stored: 1 per weight + 4 per scale.
     pub fn storage_bytes(&self) -> usize {
         self.q.len() + 4 * self.scales.len()

@@ -236,6 +236,16 @@ pub(super) fn dense_dims(op: &str, x: &DeviceTensor, w: &DeviceTensor, y: &Devic
     Ok((rows_of(&format!("{op} linear"), x, k, y, if glu { n / 2 } else { n })?, n, k))
 }
 
+/// Rows of x (T) of a quantized tensor-core GEMM named `op` over W `[N, K]` (with `glu`: N
+/// even, y `[.., N / 2]`).
+pub(super) fn quant_dims(op: &str, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor, glu: bool) -> Result<usize, Error> {
+    let (n, k) = (w.out, w.in_dim);
+    if glu && n % 2 != 0 {
+        return Err(Error::Shape(format!("{op} qlinear_glu: W [{n}, {k}] must have an even number of (gate, up) rows")));
+    }
+    rows_of(&format!("{op} qlinear"), x, k, y, if glu { n / 2 } else { n })
+}
+
 /// Tensor cores, or the test mode that emulates them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TcMode {
@@ -550,10 +560,7 @@ pub fn qlinear_into(
     if let Some(why) = quant_refusal(w) {
         return Err(Error::Unsupported(why));
     }
-    if glu && n % 2 != 0 {
-        return Err(Error::Shape(format!("tc qlinear_glu: W [{n}, {k}] must have an even number of (gate, up) rows")));
-    }
-    let t = rows_of("tc qlinear", x, k, y, if glu { n / 2 } else { n })?;
+    let t = quant_dims("tc", x, w, y, glu)?;
     // tc v3 over quantized weights (`wgmma`) where the configuration asks for it, the device
     // has it, the weight's format allows it and M > `WG_MIN_ROWS`, as for dense weights; an
     // explicit tile shape or the emulation stays on tc v1.

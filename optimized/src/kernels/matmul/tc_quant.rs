@@ -17,6 +17,7 @@ use cubecl::prelude::*;
 
 use super::tc_kernel::{block_mma, commit, epilogue, stage_a, tile_quad, wait_pending, BK, EMU_SCRATCH, SA};
 use crate::kernels::qmatmul::e2m1;
+use crate::kernels::qmatmul::v2::mx_chunk_scale_index;
 
 /// Formats of [`tc_quant`]'s `fmt`.
 pub const FMT_INT8: usize = 1;
@@ -65,13 +66,9 @@ fn load_raw<N: Size>(
                 }
             }
             if comptime!(fmt == FMT_MXFP4) {
-                // The chunk is lane l of tile t (m chunks): its 8 quads' e8m0 bytes are the
-                // two words `qmatmul::v2::tile_scales` put at t·8 + 2·(l / 8 or l).
-                let t = ch / 32;
-                let full = cpr / 32;
-                let m = select(t < full, 32usize, cpr - full * 32);
-                let l = ch - t * 32;
-                let idx = row * scale_cols + t * 8 + 2 * select(m == 32, l / 8, l);
+                // The chunk's 8 quads' e8m0 bytes: the two words `qmatmul::v2::tile_scales`
+                // put there.
+                let idx = mx_chunk_scale_index(row * scale_cols, ch, cpr);
                 sc[4 * r] = scales[idx];
                 sc[4 * r + 1] = scales[idx + 1];
             }

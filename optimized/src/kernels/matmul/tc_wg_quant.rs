@@ -52,12 +52,12 @@
 use cubecl::frontend::barrier::copy_async;
 use cubecl::prelude::*;
 
-use super::tc::{convert, grid, quant_refusal, reduce, rows_of, sms, target, u32_of};
+use super::tc::{convert, grid, quant_dims, quant_refusal, reduce, sms, target, u32_of};
 use super::tc_kernel::{commit, tile_quad, wait_pending, BK};
 use super::tc_quant::{FMT_INT8, FMT_INT8_GROUPS, FMT_MXFP4};
 use super::tc_wg::{desc, proxy_fence, smem_addr, wg_epilogue, wgmma_k64_acc, wgmma_wait, Acc, WgConfig, THREADS, WG_BM, WG_BN};
 use crate::kernels::qmatmul::v1::e8m0_in;
-use crate::kernels::qmatmul::v2::{self, e2m1_pair};
+use crate::kernels::qmatmul::v2::{self, e2m1_pair, mx_chunk_scale_index, TILE_CHUNKS};
 use crate::kernels::qmatmul::{QFormat, QLayout, QWeight};
 use crate::{Client, DeviceTensor, Dtype, Error};
 
@@ -125,10 +125,7 @@ pub fn qlinear_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTe
     if let Some(why) = refusal(w) {
         return Err(Error::Unsupported(why));
     }
-    if glu && n % 2 != 0 {
-        return Err(Error::Shape(format!("tc v3 qlinear_glu: W [{n}, {k}] must have an even number of (gate, up) rows")));
-    }
-    let t = rows_of("tc v3 qlinear", x, k, y, if glu { n / 2 } else { n })?;
+    let t = quant_dims("tc v3", x, w, y, glu)?;
     super::tc_wg::require(client, Dtype::BF16)?;
     let cfg = cfg.unwrap_or_else(|| pick(t, n, k, sms(client)));
     let hw = &client.properties().hardware;
@@ -292,11 +289,11 @@ fn load_scales(
     let mine = comptime!(chunks_per_block(fmt) / 2);
     let srow = min(wrow, n - 1) * scale_cols;
     let ch0 = min(kbg * cpb + mine * h, cpr - 1);
-    let t = ch0 / 32;
     if comptime!(fmt == FMT_INT8_GROUPS) {
         let lg = lg as usize;
         if comptime!(tiled) {
-            if t < cpr / 32 {
+            let t = ch0 / TILE_CHUNKS;
+            if t < cpr / TILE_CHUNKS {
                 let a = 4 * (ch0 + 96 * t);
                 #[unroll]
                 for q in 0..4usize {
@@ -326,9 +323,7 @@ fn load_scales(
         }
     }
     if comptime!(fmt == FMT_MXFP4) {
-        let full = cpr / 32;
-        let m = select(t < full, 32usize, cpr - full * 32);
-        let idx = srow + t * 8 + 2 * select(m == 32, (ch0 - t * 32) / 8, ch0 - t * 32);
+        let idx = mx_chunk_scale_index(srow, ch0, cpr);
         sc[0] = scales[idx];
         sc[1] = scales[idx + 1];
     }

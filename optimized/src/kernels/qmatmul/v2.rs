@@ -92,6 +92,14 @@ fn mx_scale_index(srow: usize, t: usize, l: usize, m: usize) -> usize {
     srow + t * 8 + 2 * select(m == TILE_CHUNKS, l / 8, l)
 }
 
+/// [`mx_scale_index`] of storage chunk `ch` of a row of `cpr` chunks at `srow`: its tile, lane
+/// and the tile's chunks (the tensor-core GEMMs' tile loads, chunk by chunk).
+#[cube]
+pub(crate) fn mx_chunk_scale_index(srow: usize, ch: usize, cpr: usize) -> usize {
+    let t = ch / TILE_CHUNKS;
+    mx_scale_index(srow, t, ch - t * TILE_CHUNKS, min(TILE_CHUNKS, cpr - t * TILE_CHUNKS))
+}
+
 /// Nibbles `e` and `e + 4` of `word` as the f16 pair (low, high) `e2m1 · 2^−14`: magnitude bits
 /// to f16 bits 9–11 (so e2m1's exponent lands in the f16 exponent's two low bits and its
 /// subnormal 0.5 in the f16 subnormal 2^−15), sign to bit 15, both nibbles with one shift each.

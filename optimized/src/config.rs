@@ -46,9 +46,10 @@
 //!   ([`QGEMV_ROWS_DEFAULT`]);
 //! - `prefill=tc|v2` — prefill attention on the tensor cores (v3, in steps whose matmuls run
 //!   there: 16-bit or quantized weights, more rows than the gemvs take) or always v2;
-//! - `gemm=mma|wgmma|wgmma-v2` — the dense 16-bit GEMMs of prefill and batched steps: tc v1
+//! - `gemm=mma|wgmma|wgmma-v2|tma` — the dense 16-bit GEMMs of prefill and batched steps: tc v1
 //!   (`mma.sync`, sm_80+), tc v3 (`wgmma` with its accumulators in flight across k-blocks,
-//!   sm_90a; elsewhere tc v1 runs) or tc v2 (`wgmma`, each k-block waited on);
+//!   sm_90a; elsewhere tc v1 runs), tc v2 (`wgmma`, each k-block waited on) or tc v4 (tc v3
+//!   with its operands copied by TMA from a producer warp);
 //! - `qgemm=wgmma|mma` — the same GEMMs over quantized weights (dequantized in the tile loads):
 //!   tc v3 (`kernels::matmul::tc_wg_quant`, sm_90a, the formats it takes) or tc v1 (`mma.sync`).
 //!
@@ -138,6 +139,9 @@ pub struct KernelConfig {
     /// tc v3 (`wgmma` accumulators in flight across k-blocks) where `gemm_wgmma`; off: tc v2
     /// (`gemm=wgmma-v2`).
     pub gemm_inflight: bool,
+    /// tc v4 (the operands by TMA from a producer warp, `kernels::matmul::tc_wg_tma`) where
+    /// `gemm_wgmma` (`gemm=tma`).
+    pub gemm_tma: bool,
     /// The quantized GEMMs on tc v3 (`wgmma`) where the device and the weight's format allow
     /// it; off: tc v1 (`qgemm=mma`).
     pub qgemm_wgmma: bool,
@@ -190,6 +194,7 @@ impl Default for KernelConfig {
             prefill_tc: true,
             gemm_wgmma: true,
             gemm_inflight: true,
+            gemm_tma: true,
             qgemm_wgmma: true,
         }
     }
@@ -376,10 +381,11 @@ impl KernelConfig {
                     }
                 }
                 "gemm" => {
-                    (k.gemm_wgmma, k.gemm_inflight) = match val {
-                        "wgmma" => (true, true),
-                        "wgmma-v2" => (true, false),
-                        "mma" => (false, true),
+                    (k.gemm_wgmma, k.gemm_inflight, k.gemm_tma) = match val {
+                        "tma" => (true, true, true),
+                        "wgmma" => (true, true, false),
+                        "wgmma-v2" => (true, false, false),
+                        "mma" => (false, true, false),
                         _ => return Err(no()),
                     }
                 }
@@ -457,11 +463,13 @@ impl KernelConfig {
         if self.prefill_tc != d.prefill_tc {
             parts.push(format!("prefill={}", if self.prefill_tc { "tc" } else { "v2" }));
         }
-        if (self.gemm_wgmma, self.gemm_inflight) != (d.gemm_wgmma, d.gemm_inflight) {
+        if (self.gemm_wgmma, self.gemm_inflight, self.gemm_tma) != (d.gemm_wgmma, d.gemm_inflight, d.gemm_tma) {
             parts.push(format!(
                 "gemm={}",
                 if !self.gemm_wgmma {
                     "mma"
+                } else if self.gemm_tma {
+                    "tma"
                 } else if self.gemm_inflight {
                     "wgmma"
                 } else {
@@ -507,6 +515,7 @@ impl KernelConfig {
             gemm_wgmma: false,
             // Unread without `gemm_wgmma` (as `gemm=mma` parses).
             gemm_inflight: true,
+            gemm_tma: false,
             qgemm_wgmma: false,
         }
     }
@@ -593,6 +602,8 @@ mod tests {
             "advance=device",
             "gemm=mma",
             "gemm=wgmma-v2",
+            "gemm=wgmma",
+            "gemm=tma",
             "qgemm=mma",
             "qgemm=mma,gemm=mma",
         ] {

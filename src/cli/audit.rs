@@ -120,6 +120,11 @@ fn steps() -> Vec<Step> {
         &|k| k.qgemm_wgmma = true,
         vec![(Op::Matmul, "s3f"), (Op::Matmul, "f16-scales"), (Op::Model, "")],
     );
+    push(
+        "dense GEMMs' operands by TMA from a producer warp (tc v4)",
+        &|k| k.gemm_tma = true,
+        vec![(Op::Matmul, "s4t"), (Op::Matmul, "s6t"), (Op::Matmul, "s3t"), (Op::Model, "")],
+    );
     out
 }
 

@@ -230,7 +230,17 @@ pub fn run_shapes(backend: Option<Backend>, reps: usize, shapes: &[(usize, usize
             let cfgs = [WgConfig::F4.with_stages(3), WgConfig::F4, WgConfig::F5];
             wg_sweep("tc v3", tc_wg_quant::pick(m, n, kk, sms), &cfgs, &|c| tc_wg_quant::qlinear_into(&client, &x, q, &y, false, c))?;
         } else if let Weight::Dense(wd) = &w {
-            let cfgs = [WgConfig::S3, WgConfig::S4, WgConfig::M2S3, WgConfig::M2S4, WgConfig::F4, WgConfig::F5, WgConfig::M2F4];
+            let cfgs = [
+                WgConfig::S4,
+                WgConfig::M2S4,
+                WgConfig::F4,
+                WgConfig::F5,
+                WgConfig::M2F4,
+                WgConfig::T4.with_stages(3),
+                WgConfig::T4,
+                WgConfig::T6,
+                WgConfig::M2T4,
+            ];
             wg_sweep("tc v2", WgConfig::pick(m, n, kk, sms), &cfgs, &|c| tc_wg::linear_into(&client, &x, wd, &y, false, c))?;
         }
         println!("    best {} {:.1} TFLOP/s", best.1, best.0);

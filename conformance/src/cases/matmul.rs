@@ -463,6 +463,19 @@ pub fn tc_cases() -> Vec<Box<dyn Case>> {
         for glu in [false, true] {
             v.push(wg(300, 4040, 200, glu, WgConfig::F4.with_splits(3)));
         }
+        // tc v4: the operands by TMA (boxes past M, N and K zero-filled by the copy engine),
+        // stages handed over by mbarriers; rounds of the stage ring wrap (K up to 64 blocks).
+        for (t, n_in, n_out) in [(1usize, 136usize, 72usize), (17, 584, 1031), (300, 328, 520), (513, 264, 130), (200, 4096, 384), (130, 1000, 258)] {
+            v.push(wg(t, n_in, n_out, false, WgConfig::T4));
+            v.push(wg(t, n_in, n_out, false, WgConfig::M2T4));
+        }
+        v.push(wg(300, 1000, 520, false, WgConfig::T6));
+        v.push(wg(257, 4096, 130, false, WgConfig::T4.with_stages(3)));
+        v.push(wg(130, 264, 258, true, WgConfig::T4));
+        v.push(wg(257, 584, 1030, true, WgConfig::M2T4));
+        for glu in [false, true] {
+            v.push(wg(300, 4040, 200, glu, WgConfig::T4.with_splits(3)));
+        }
     }
     // f32 weights stay on the CUDA cores: reported skipped, with the reason.
     v.push(Box::new(MatmulCase { t: 17, n_in: 64, n_out: 64, dtype: Dtype::F32, version: Version::Tc, fusion: Fusion::None }));

@@ -51,6 +51,7 @@ pub(crate) mod tc_kernel;
 mod tc_quant;
 pub mod tc_wg;
 pub mod tc_wg_quant;
+pub mod tc_wg_tma;
 use gemv::launch_gemv;
 #[cfg(feature = "lab")]
 pub(crate) use gemv::store_row;

@@ -213,11 +213,17 @@ impl TcConfig {
 
 /// Split-K for `tiles` output tiles over `nkb` k-blocks on `sms` multiprocessors, at most one
 /// cube per SM: none unless the tiles leave over half the SMs idle, then the most slices (≤ 8)
-/// that keep ≤ one cube per SM and ≥ 8 k-blocks a slice (tc v1's quantized tiles, tc v2).
+/// that keep ≤ one cube per SM and ≥ 8 k-blocks a slice (tc v1's quantized tiles, tc v2, tc
+/// v3).
 pub(super) fn one_cube_splits(tiles: usize, nkb: usize, sms: usize) -> usize {
+    splits_with(tiles, nkb, sms, 8)
+}
+
+/// [`one_cube_splits`] keeping ≥ `min_kb` k-blocks a slice.
+pub(super) fn splits_with(tiles: usize, nkb: usize, sms: usize, min_kb: usize) -> usize {
     let mut splits = 1;
     if 2 * tiles < sms {
-        while splits < 8 && tiles * (splits + 1) <= sms && nkb >= 8 * (splits + 1) {
+        while splits < 8 && tiles * (splits + 1) <= sms && nkb >= min_kb * (splits + 1) {
             splits += 1;
         }
     }

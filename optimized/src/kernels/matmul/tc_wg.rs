@@ -27,7 +27,7 @@
 use cubecl::features::Tma;
 use cubecl::prelude::*;
 
-use super::tc::{convert, dense_dims, grid, one_cube_splits, reduce, sms, target, u32_of};
+use super::tc::{convert, dense_dims, grid, one_cube_splits, reduce, sms, splits_with, target, u32_of};
 use super::tc_kernel::{commit, copy16, store_pair, wait_pending, zero8, BK};
 use crate::{Client, DeviceTensor, Dtype, Error};
 
@@ -65,17 +65,24 @@ pub struct WgConfig {
     /// after a second barrier a k-block). Off: tc v2's k-blocks from zero, waited on in the
     /// statement, added to the sums.
     pub inflight: bool,
+    /// tc v4 (`tc_wg_tma.rs`): the operands copied by the Tensor Memory Accelerator from a
+    /// producer warp, stages handed over by `mbarrier`s (accumulators in flight as tc v3).
+    pub tma: bool,
 }
 
 impl WgConfig {
-    pub const S4: Self = Self { mb: 1, stages: 4, splits: 1, inflight: false };
-    pub const S3: Self = Self { mb: 1, stages: 3, splits: 1, inflight: false };
-    pub const M2S4: Self = Self { mb: 2, stages: 4, splits: 1, inflight: false };
-    pub const M2S3: Self = Self { mb: 2, stages: 3, splits: 1, inflight: false };
+    pub const S4: Self = Self { mb: 1, stages: 4, splits: 1, inflight: false, tma: false };
+    pub const S3: Self = Self { mb: 1, stages: 3, splits: 1, inflight: false, tma: false };
+    pub const M2S4: Self = Self { mb: 2, stages: 4, splits: 1, inflight: false, tma: false };
+    pub const M2S3: Self = Self { mb: 2, stages: 3, splits: 1, inflight: false, tma: false };
     /// tc v3 (in flight): 4 and 5 stages of 128 rows, 4 of 256.
-    pub const F4: Self = Self { mb: 1, stages: 4, splits: 1, inflight: true };
-    pub const F5: Self = Self { mb: 1, stages: 5, splits: 1, inflight: true };
-    pub const M2F4: Self = Self { mb: 2, stages: 4, splits: 1, inflight: true };
+    pub const F4: Self = Self { mb: 1, stages: 4, splits: 1, inflight: true, tma: false };
+    pub const F5: Self = Self { mb: 1, stages: 5, splits: 1, inflight: true, tma: false };
+    pub const M2F4: Self = Self { mb: 2, stages: 4, splits: 1, inflight: true, tma: false };
+    /// tc v4 (TMA, a producer warp): 128 rows at 4 and 6 stages, 256 rows at 4.
+    pub const T4: Self = Self { mb: 1, stages: 4, splits: 1, inflight: true, tma: true };
+    pub const T6: Self = Self { mb: 1, stages: 6, splits: 1, inflight: true, tma: true };
+    pub const M2T4: Self = Self { mb: 2, stages: 4, splits: 1, inflight: true, tma: true };
 
     pub fn bm(&self) -> usize {
         WG_BM * self.mb
@@ -83,7 +90,13 @@ impl WgConfig {
 
     pub fn name(&self) -> String {
         let split = if self.splits > 1 { format!("k{}", self.splits) } else { String::new() };
-        let f = if self.inflight { "f" } else { "" };
+        let f = if self.tma {
+            "t"
+        } else if self.inflight {
+            "f"
+        } else {
+            ""
+        };
         format!("wg{}x128s{}{f}{split}", self.bm(), self.stages)
     }
 
@@ -110,13 +123,24 @@ impl WgConfig {
     /// tiles leave over half the SMs idle, as many ways (≤ 8) as keep ≤ one cube per SM and ≥ 8
     /// k-blocks a slice (128 × 2560 × 2048: ~40–44 at splits 1–8, occupancy-bound).
     /// `gemm=wgmma-v2` takes [`Self::pick_v2`].
+    ///
+    /// tc v4 (`gemm=tma`, the default) takes 256-row tiles where they still cover ⅔ of the SMs
+    /// and M > 256, else 128 rows at 6 stages, split as above but keeping ≥ 32 k-blocks a
+    /// slice. H200, session 29, TFLOP/s (unsplit unless said): 512 × 28672 × 4096 256 rows 525
+    /// vs 128 rows 514; 2048 × 14336 × 4096 595 vs 545; 512 × 6144 × 4096 (96 tiles of 256)
+    /// 386 vs 363; 512 × 4096 × 14336 (64 tiles of 256) 351 vs 565; 128 × 4096 × 14336 272 at
+    /// 4 slices vs 167 unsplit; 128 × 2560 × 2048 58 unsplit vs 45 at 4 slices of 8 k-blocks.
     pub fn pick(m: usize, n: usize, k: usize, sms: usize) -> Self {
         if !crate::config::current().gemm_inflight {
             return Self::pick_v2(m, n, k, sms);
         }
         let sms = sms.max(1);
-        let tiles = m.div_ceil(Self::F4.bm()) * n.div_ceil(WG_BN);
-        Self::F4.with_splits(one_cube_splits(tiles, k.div_ceil(BK), sms))
+        let tiles = |c: Self| m.div_ceil(c.bm()) * n.div_ceil(WG_BN);
+        if !crate::config::current().gemm_tma {
+            return Self::F4.with_splits(one_cube_splits(tiles(Self::F4), k.div_ceil(BK), sms));
+        }
+        let base = if m > 256 && 3 * tiles(Self::M2T4) >= 2 * sms { Self::M2T4 } else { Self::T6 };
+        base.with_splits(splits_with(tiles(base), k.div_ceil(BK), sms, 32))
     }
 
     /// tc v2's pick (H200
@@ -162,6 +186,9 @@ pub fn linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &Devi
         return Err(Error::Unsupported(format!("tc v2 copies W rows in 16-byte chunks: in = {k} (w {:?}) is not a multiple of 8", w.shape)));
     }
     let cfg = cfg.unwrap_or_else(|| WgConfig::pick(t, n, k, sms(client)));
+    if cfg.tma {
+        return super::tc_wg_tma::linear_into(client, x, w, y, glu, cfg);
+    }
     let hw = &client.properties().hardware;
     if cfg.stages < 2
         || (cfg.inflight && cfg.stages < 3)
@@ -329,7 +356,7 @@ pub(super) fn wgmma_wait(acc: Acc, #[comptime] pending: usize) -> Acc {
 /// `acc` tied through an empty statement (CUTLASS's `warpgroup_fence_operand`): it stays in
 /// its registers, untouched, across the statements around it.
 #[cube]
-fn wgmma_pin(acc: Acc) -> Acc {
+pub(super) fn wgmma_pin(acc: Acc) -> Acc {
     let out: Acc;
     gpu_asm!("//tie:0\n// {d} {c}", d = out(_) out, c = in(_) acc);
     out
@@ -587,9 +614,15 @@ mod tests {
         assert_eq!(WgConfig::pick_v2(128, 11264, 2048, 132), WgConfig::S4);
         assert_eq!(WgConfig::pick_v2(128, 4096, 14336, 132).splits, 4);
         assert_eq!(WgConfig::pick_v2(9, 64, 64, 132).splits, 1);
-        // tc v3: 128-row tiles in flight everywhere, split as tc v2's.
-        assert_eq!(WgConfig::pick(512, 4096, 14336, 132), WgConfig::F4);
-        assert_eq!(WgConfig::pick(512, 2048, 5632, 132), WgConfig::F4.with_splits(2));
+        // tc v4 (the default): 256-row tiles where they still number ≥ 2 an SM, else 128 rows
+        // at 6 stages; split as tc v2's.
+        assert_eq!(WgConfig::pick(2048, 14336, 4096, 132), WgConfig::M2T4);
+        assert_eq!(WgConfig::pick(512, 28672, 4096, 132), WgConfig::M2T4);
+        assert_eq!(WgConfig::pick(512, 6144, 4096, 132), WgConfig::M2T4);
+        assert_eq!(WgConfig::pick(512, 4096, 14336, 132), WgConfig::T6);
+        assert_eq!(WgConfig::pick(128, 2560, 2048, 132), WgConfig::T6);
+        assert_eq!(WgConfig::pick(128, 6144, 4096, 132), WgConfig::T6.with_splits(2));
+        assert_eq!(WgConfig::pick(512, 2048, 5632, 132), WgConfig::T6.with_splits(2));
         assert_eq!(WgConfig::pick(128, 4096, 14336, 132).splits, 4);
     }
 

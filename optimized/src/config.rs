@@ -50,8 +50,9 @@
 //!   (`mma.sync`, sm_80+), tc v3 (`wgmma` with its accumulators in flight across k-blocks,
 //!   sm_90a; elsewhere tc v1 runs), tc v2 (`wgmma`, each k-block waited on) or tc v4 (tc v3
 //!   with its operands copied by TMA from a producer warp);
-//! - `qgemm=wgmma|mma` — the same GEMMs over quantized weights (dequantized in the tile loads):
-//!   tc v3 (`kernels::matmul::tc_wg_quant`, sm_90a, the formats it takes) or tc v1 (`mma.sync`).
+//! - `qgemm=wgmma|mma` — the same GEMMs over quantized weights (dequantized in the tile
+//!   loads): tc v3 (`kernels::matmul::tc_wg_quant`, sm_90a, the formats it takes) or tc v1
+//!   (`mma.sync`); in a lab build also `qgemm=tma` (`lab/tc_wg_quant_tma.rs`, slower).
 //!
 //! `default` resets every key. [`KernelConfig::name`] writes only what differs from the default
 //! (`default` when nothing does) and parses back to the same value. A bad spec is an error
@@ -145,6 +146,9 @@ pub struct KernelConfig {
     /// The quantized GEMMs on tc v3 (`wgmma`) where the device and the weight's format allow
     /// it; off: tc v1 (`qgemm=mma`).
     pub qgemm_wgmma: bool,
+    /// tc v4 over quantized weights (`kernels::matmul::tc_wg_quant_tma`: decoder warps, the A
+    /// operand by TMA) where `qgemm_wgmma` (`qgemm=tma`).
+    pub qgemm_tma: bool,
 }
 
 /// The most rows the gemvs take (their per-unit accumulators are T × rows).
@@ -196,6 +200,7 @@ impl Default for KernelConfig {
             gemm_inflight: true,
             gemm_tma: true,
             qgemm_wgmma: true,
+            qgemm_tma: false,
         }
     }
 }
@@ -248,6 +253,9 @@ impl KernelConfig {
     /// ring, `rpg=` other than 4, `small=…`), named as in the spec; `None` for a production one.
     pub fn lab_choice(&self) -> Option<String> {
         let d = KernelConfig::default();
+        if self.qgemm_tma {
+            return Some("`qgemm=tma` (tc v4 over quantized weights)".into());
+        }
         if self.qgemv == QgemvOrder::V4 {
             return Some("`qgemv=v4` (gemv v4 on the tensor cores)".into());
         }
@@ -374,9 +382,10 @@ impl KernelConfig {
                     }
                 }
                 "qgemm" => {
-                    k.qgemm_wgmma = match val {
-                        "wgmma" => true,
-                        "mma" => false,
+                    (k.qgemm_wgmma, k.qgemm_tma) = match val {
+                        "tma" => (true, true),
+                        "wgmma" => (true, false),
+                        "mma" => (false, false),
                         _ => return Err(no()),
                     }
                 }
@@ -477,8 +486,17 @@ impl KernelConfig {
                 }
             ));
         }
-        if self.qgemm_wgmma != d.qgemm_wgmma {
-            parts.push(format!("qgemm={}", if self.qgemm_wgmma { "wgmma" } else { "mma" }));
+        if (self.qgemm_wgmma, self.qgemm_tma) != (d.qgemm_wgmma, d.qgemm_tma) {
+            parts.push(format!(
+                "qgemm={}",
+                if !self.qgemm_wgmma {
+                    "mma"
+                } else if self.qgemm_tma {
+                    "tma"
+                } else {
+                    "wgmma"
+                }
+            ));
         }
         if parts.is_empty() {
             "default".into()
@@ -517,6 +535,7 @@ impl KernelConfig {
             gemm_inflight: true,
             gemm_tma: false,
             qgemm_wgmma: false,
+            qgemm_tma: false,
         }
     }
 
@@ -605,6 +624,7 @@ mod tests {
             "gemm=wgmma",
             "gemm=tma",
             "qgemm=mma",
+            "qgemm=wgmma",
             "qgemm=mma,gemm=mma",
         ] {
             let k = KernelConfig::parse_any(s).unwrap_or_else(|e| panic!("{s}: {e}"));
@@ -619,7 +639,7 @@ mod tests {
     /// Lab choices parse only in a lab build; production ones everywhere.
     #[test]
     fn lab_choices_need_the_lab_feature() {
-        for s in ["qgemv=v4", "mma=1.4.0.16", "prefetch=wx", "prefetch=pipelined", "prefetch=async3", "rpg=8", "rpg=2", "small=3@32"] {
+        for s in ["qgemv=v4", "qgemm=tma", "mma=1.4.0.16", "prefetch=wx", "prefetch=pipelined", "prefetch=async3", "rpg=8", "rpg=2", "small=3@32"] {
             let k = KernelConfig::parse_any(s).unwrap_or_else(|e| panic!("{s}: {e}"));
             assert!(k.lab_choice().is_some(), "{s}");
             let r = KernelConfig::parse(s);

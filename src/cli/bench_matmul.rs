@@ -227,7 +227,7 @@ pub fn run_shapes(backend: Option<Backend>, reps: usize, shapes: &[(usize, usize
         if let Err(e) = tc_wg::require(&client, Dtype::BF16) {
             println!("    tc v2: {e}");
         } else if let Weight::Quant(q) = &w {
-            let cfgs = [WgConfig::F4.with_stages(3), WgConfig::F4, WgConfig::F5];
+            let cfgs = [WgConfig::F4.with_stages(3), WgConfig::F4, WgConfig::T4.with_stages(3), WgConfig::T4, WgConfig::T6];
             wg_sweep("tc v3", tc_wg_quant::pick(m, n, kk, sms), &cfgs, &|c| tc_wg_quant::qlinear_into(&client, &x, q, &y, false, c))?;
         } else if let Weight::Dense(wd) = &w {
             let cfgs = [

@@ -324,9 +324,11 @@ impl Case for TcCase {
         format!("matmul-tc(T={},in={},out={},{w}{f16}{glu}{cfg}{mode})", self.t, self.n_in, self.n_out)
     }
     /// A tile shape on the tensor cores that `TcConfig::pick` never launches for this kind of
-    /// weight (the bench's sweep; emulated tiles test the indexing and always run).
+    /// weight (the bench's sweep; emulated tiles test the indexing and always run), or the
+    /// lab's tc v4 over quantized weights (`optimized/src/lab/tc_wg_quant_tma.rs`).
     fn lab(&self) -> bool {
-        self.mode == TcMode::Tensor && self.config.is_some_and(|c| !c.picked(matches!(self.weight, TcWeight::Quant(..))))
+        let quant = matches!(self.weight, TcWeight::Quant(..));
+        (self.mode == TcMode::Tensor && self.config.is_some_and(|c| !c.picked(quant))) || (quant && self.wg.is_some_and(|c| c.tma))
     }
     fn run(&self, client: &Client) -> Outcome {
         let e = self.compute_dtype(client);

@@ -498,6 +498,13 @@ pub fn tc_cases() -> Vec<Box<dyn Case>> {
             for glu in [false, true] {
                 v.push(wg(127, 2048, 200, glu, WgConfig::F4.with_splits(3)));
             }
+            // tc v4 (decoder warps, A by TMA, mbarriers): the same edges, 2 and 4 stages.
+            for (t, n_in, n_out) in [(1usize, 256usize, 72usize), (33, odd_k, 130), (300, 512, 520), (513, if g128 { 384 } else { 320 }, 1031)] {
+                v.push(wg(t, n_in, n_out, false, WgConfig::T4));
+            }
+            v.push(wg(130, 512, 258, true, WgConfig::T4));
+            v.push(wg(200, 1536, 136, false, WgConfig::T4.with_stages(2)));
+            v.push(wg(127, 2048, 200, true, WgConfig::T4.with_splits(3)));
         }
     }
     v.push(Box::new(TcCase {
@@ -520,6 +527,8 @@ pub fn tc_cases() -> Vec<Box<dyn Case>> {
             v.push(q(130, 512, 258, true, Some(WgConfig::F4.with_stages(3))));
             v.push(q(127, 2048, 200, true, Some(WgConfig::F4.with_stages(3).with_splits(3))));
             v.push(q(513, 1536, 200, false, None));
+            v.push(q(300, 640, 520, false, Some(WgConfig::T4)));
+            v.push(q(127, 2048, 200, true, Some(WgConfig::T4.with_splits(3))));
         }
     }
     // What tc v1 does not read: mxfp4 in input order, the gemv v4 order (skipped, with the reason;

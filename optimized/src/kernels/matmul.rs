@@ -48,7 +48,7 @@ use crate::{Client, DeviceTensor, Dtype, Error};
 mod gemv;
 pub mod tc;
 pub(crate) mod tc_kernel;
-mod tc_quant;
+pub(crate) mod tc_quant;
 pub mod tc_wg;
 pub mod tc_wg_quant;
 pub mod tc_wg_tma;

@@ -4,6 +4,8 @@
 //! - `cubek.rs`: cubek-matmul 0.3.1 for the dense linear layer (issue 22), lost to tc v1.
 //! - `gemv_v3.rs`: the software-pipelined int8 gemv (session 8), lost to v2 with the W prefetch.
 //! - `gemv_v4.rs`: the int8 gemv on the tensor cores (session 9), lost to v2 in the model.
+//! - `tc_wg_quant_tma.rs`: tc v4's TMA and warp roles over quantized weights (session 29),
+//!   lost to tc v3's quantized GEMM.
 //!
 //! Build: `cargo build --release --bin tandem --features optimized/lab`; without the feature
 //! the entry points below answer `Error::Unsupported`, so callers (the matmul bench) need no
@@ -15,6 +17,8 @@ pub mod cubek;
 pub mod gemv_v3;
 #[cfg(feature = "lab")]
 pub mod gemv_v4;
+#[cfg(feature = "lab")]
+pub mod tc_wg_quant_tma;
 
 use crate::{Client, DeviceTensor, Error};
 
@@ -37,5 +41,25 @@ pub fn cubek_linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y:
     {
         let _ = (client, x, w, y, lhs16);
         Err(Error::Unsupported(format!("cubek-matmul ({strategy}): this binary was built without the `lab` feature of `optimized`")))
+    }
+}
+
+/// tc v4 over a quantized weight (`tc_wg_quant_tma.rs`), or why not: a lab kernel.
+pub fn tc_wg_quant_tma_into(
+    client: &Client,
+    x: &DeviceTensor,
+    w: &crate::kernels::qmatmul::QWeight,
+    y: &DeviceTensor,
+    glu: bool,
+    cfg: Option<crate::kernels::matmul::tc_wg::WgConfig>,
+) -> Result<(), Error> {
+    #[cfg(feature = "lab")]
+    return tc_wg_quant_tma::qlinear_into(client, x, w, y, glu, cfg);
+    #[cfg(not(feature = "lab"))]
+    {
+        let _ = (client, x, w, y, glu, cfg);
+        Err(Error::Unsupported(
+            "tc v4 over quantized weights is a lab kernel (it measured slower than tc v3): this binary was built without `--features lab`".into(),
+        ))
     }
 }

@@ -220,7 +220,7 @@ pub(super) fn one_cube_splits(tiles: usize, nkb: usize, sms: usize) -> usize {
 }
 
 /// [`one_cube_splits`] keeping ≥ `min_kb` k-blocks a slice.
-pub(super) fn splits_with(tiles: usize, nkb: usize, sms: usize, min_kb: usize) -> usize {
+pub(crate) fn splits_with(tiles: usize, nkb: usize, sms: usize, min_kb: usize) -> usize {
     let mut splits = 1;
     if 2 * tiles < sms {
         while splits < 8 && tiles * (splits + 1) <= sms && nkb >= min_kb * (splits + 1) {
@@ -244,7 +244,7 @@ pub(super) fn dense_dims(op: &str, x: &DeviceTensor, w: &DeviceTensor, y: &Devic
 
 /// Rows of x (T) of a quantized tensor-core GEMM named `op` over W `[N, K]` (with `glu`: N
 /// even, y `[.., N / 2]`).
-pub(super) fn quant_dims(op: &str, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor, glu: bool) -> Result<usize, Error> {
+pub(crate) fn quant_dims(op: &str, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor, glu: bool) -> Result<usize, Error> {
     let (n, k) = (w.out, w.in_dim);
     if glu && n % 2 != 0 {
         return Err(Error::Shape(format!("{op} qlinear_glu: W [{n}, {k}] must have an even number of (gate, up) rows")));
@@ -328,7 +328,7 @@ pub fn dense_applies(client: &Client, dtype: Dtype, k: usize) -> bool {
     k % 8 == 0 && require(client, dtype, TcMode::Tensor).is_ok()
 }
 
-pub(super) fn u32_of(what: &str, v: usize) -> Result<u32, Error> {
+pub(crate) fn u32_of(what: &str, v: usize) -> Result<u32, Error> {
     u32::try_from(v).map_err(|_| Error::Shape(format!("tc v1: {what} = {v} exceeds u32")))
 }
 
@@ -387,18 +387,18 @@ pub(super) fn rows_of(op: &str, x: &DeviceTensor, k: usize, y: &DeviceTensor, co
 
 /// The launch geometry of an (m, n) output over `kp / BK` k-blocks in tiles of `bm` × `bn`, K
 /// split `splits` ways.
-pub(super) struct Grid {
-    pub(super) mtiles: u32,
+pub(crate) struct Grid {
+    pub(crate) mtiles: u32,
     /// Output tiles × splits (cubes that work).
-    pub(super) tiles: u32,
-    pub(super) tiles_mn: u32,
+    pub(crate) tiles: u32,
+    pub(crate) tiles_mn: u32,
     /// k-blocks per split, and the splits that have any.
-    pub(super) kps: u32,
-    pub(super) splits: usize,
-    pub(super) count: CubeCount,
+    pub(crate) kps: u32,
+    pub(crate) splits: usize,
+    pub(crate) count: CubeCount,
 }
 
-pub(super) fn grid(client: &Client, (bm, bn, splits): (usize, usize, usize), m: usize, n: usize, kp: usize) -> Result<Grid, Error> {
+pub(crate) fn grid(client: &Client, (bm, bn, splits): (usize, usize, usize), m: usize, n: usize, kp: usize) -> Result<Grid, Error> {
     let mt = m.div_ceil(bm);
     let tiles_mn = mt * n.div_ceil(bn);
     let nkb = (kp / BK).max(1);
@@ -416,7 +416,7 @@ pub(super) fn grid(client: &Client, (bm, bn, splits): (usize, usize, usize), m: 
 }
 
 /// Where the GEMM writes: y itself, or (split-K) a partial-sum buffer `[splits, m, n]`.
-pub(super) fn target(client: &Client, g: &Grid, y: &DeviceTensor, m: usize, n: usize) -> DeviceTensor {
+pub(crate) fn target(client: &Client, g: &Grid, y: &DeviceTensor, m: usize, n: usize) -> DeviceTensor {
     if g.splits > 1 {
         DeviceTensor::empty_f32(client, &[g.splits, m, n])
     } else {
@@ -425,7 +425,7 @@ pub(super) fn target(client: &Client, g: &Grid, y: &DeviceTensor, m: usize, n: u
 }
 
 /// Split-K's sum of the parts into y (scales with `col_scale`, SwiGLU with `glu`).
-pub(super) fn reduce(
+pub(crate) fn reduce(
     client: &Client,
     g: &Grid,
     part: &DeviceTensor,
@@ -546,7 +546,7 @@ pub fn linear_into(
 }
 
 /// Multiprocessors of the device (16 where it does not say).
-pub(super) fn sms(client: &Client) -> usize {
+pub(crate) fn sms(client: &Client) -> usize {
     client.properties().hardware.num_streaming_multiprocessors.unwrap_or(16) as usize
 }
 

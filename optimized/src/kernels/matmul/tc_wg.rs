@@ -43,7 +43,7 @@ pub const WG_MIN_ROWS: usize = 32;
 /// Units of a cube: two warpgroups of four warps.
 pub(super) const THREADS: usize = 256;
 /// A unit's accumulators: a 64 × 128 block over a warpgroup's 128 units.
-pub(super) type Acc = Vector<f32, Const<64>>;
+pub(crate) type Acc = Vector<f32, Const<64>>;
 /// The descriptor's fixed fields: leading byte offset 1 (unused by swizzled K-major tiles),
 /// stride byte offset 1024 B (one group of 8 swizzled 128-byte rows) ≫ 4, layout 1 (128-byte
 /// swizzle) in bits 62–63.
@@ -252,7 +252,7 @@ pub fn linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &Devi
 
 /// The shared-space address of the start of `s` (`cvta.to.shared`).
 #[cube]
-pub(super) fn smem_addr<E: CubePrimitive>(s: &[E]) -> u32 {
+pub(crate) fn smem_addr<E: CubePrimitive>(s: &[E]) -> u32 {
     let p = unsafe { s.as_ptr_unchecked() };
     let out: u32;
     gpu_asm!(
@@ -267,14 +267,14 @@ pub(super) fn smem_addr<E: CubePrimitive>(s: &[E]) -> u32 {
 /// The matrix descriptor of a 128-byte-swizzled K-major tile at shared address `addr`
 /// (1024-byte aligned, plus 32 bytes per k16 step).
 #[cube]
-pub(super) fn desc(addr: u32) -> u64 {
+pub(crate) fn desc(addr: u32) -> u64 {
     u64::cast_from((addr & 0x3FFFFu32) >> 4u32) | comptime!(DESC_FIXED)
 }
 
 /// `fence.proxy.async.shared::cta`: this unit's generic-proxy writes to shared memory
 /// (`cp.async`, stores) become visible to the tensor cores' async-proxy reads.
 #[cube]
-pub(super) fn proxy_fence() {
+pub(crate) fn proxy_fence() {
     gpu_asm!("fence.proxy.async.shared::cta;");
 }
 
@@ -328,7 +328,7 @@ fn acc_steps(ty: &str) -> String {
 /// accumulating into `acc` (tied in and out: `vendor/cubecl-cpp`), committed as one group and
 /// NOT waited on: `acc` is in flight until a [`wgmma_wait`] says otherwise.
 #[cube]
-pub(super) fn wgmma_k64_acc(acc: Acc, da: u64, db: u64, #[comptime] bf16: bool) -> Acc {
+pub(crate) fn wgmma_k64_acc(acc: Acc, da: u64, db: u64, #[comptime] bf16: bool) -> Acc {
     let ty = comptime![if bf16 { "bf16" } else { "f16" }];
     let steps = comptime![acc_steps(ty)];
     let out: Acc;
@@ -347,7 +347,7 @@ pub(super) fn wgmma_k64_acc(acc: Acc, da: u64, db: u64, #[comptime] bf16: bool) 
 /// Waits until at most `pending` of this warpgroup's `wgmma` groups are in flight, `acc` tied
 /// through the statement so that nothing reads or moves it before.
 #[cube]
-pub(super) fn wgmma_wait(acc: Acc, #[comptime] pending: usize) -> Acc {
+pub(crate) fn wgmma_wait(acc: Acc, #[comptime] pending: usize) -> Acc {
     let out: Acc;
     gpu_asm!("//tie:0\n// {d} {c}\nwgmma.wait_group.sync.aligned {n};", d = out(_) out, c = in(_) acc, n = const pending);
     out
@@ -438,7 +438,7 @@ fn stage_swizzled<E: Float>(
 /// `yoff`, without the SwiGLU).
 #[cube]
 #[allow(clippy::too_many_arguments)]
-pub(super) fn wg_epilogue(
+pub(crate) fn wg_epilogue(
     acc: &Acc,
     y: &mut [f32],
     m: usize,

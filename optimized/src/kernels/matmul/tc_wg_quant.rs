@@ -52,7 +52,7 @@
 use cubecl::frontend::barrier::copy_async;
 use cubecl::prelude::*;
 
-use super::tc::{convert, grid, quant_dims, quant_refusal, reduce, sms, target, u32_of};
+use super::tc::{convert, grid, quant_dims, quant_refusal, reduce, sms, splits_with, target, u32_of};
 use super::tc_kernel::{commit, tile_quad, wait_pending, BK};
 use super::tc_quant::{FMT_INT8, FMT_INT8_GROUPS, FMT_MXFP4};
 use super::tc_wg::{desc, proxy_fence, smem_addr, wg_epilogue, wgmma_k64_acc, wgmma_wait, Acc, WgConfig, THREADS, WG_BM, WG_BN};
@@ -62,10 +62,10 @@ use crate::kernels::qmatmul::{QFormat, QLayout, QWeight};
 use crate::{Client, DeviceTensor, Dtype, Error};
 
 /// 16-byte vectors in one A or B slot: 128 rows of one 128-byte k-block row.
-const SLOT_V: usize = WG_BM * BK / 8;
+pub(crate) const SLOT_V: usize = WG_BM * BK / 8;
 
 /// Raw 16-byte chunks of one W row in a k-block: int8 4 (16 values each), mxfp4 2 (32).
-const fn chunks_per_block(fmt: usize) -> usize {
+pub(crate) const fn chunks_per_block(fmt: usize) -> usize {
     if fmt == FMT_MXFP4 {
         2
     } else {
@@ -106,6 +106,10 @@ fn cube_bytes(stages: usize, cpb: usize) -> usize {
 /// slices vs 189 unsplit; 128 × 11264 × 2048 int8 148 unsplit vs 128 at 3).
 pub fn pick(m: usize, n: usize, k: usize, sms: usize) -> WgConfig {
     let sms = sms.max(1);
+    if crate::config::current().qgemm_tma {
+        let tiles = m.div_ceil(WG_BM) * n.div_ceil(WG_BN);
+        return WgConfig::T4.with_splits(splits_with(tiles, k.div_ceil(BK), sms, 32));
+    }
     let tiles = m.div_ceil(WG_BM) * n.div_ceil(WG_BN);
     let nkb = k.div_ceil(BK);
     let mut splits = 1;
@@ -128,6 +132,9 @@ pub fn qlinear_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTe
     let t = quant_dims("tc v3", x, w, y, glu)?;
     super::tc_wg::require(client, Dtype::BF16)?;
     let cfg = cfg.unwrap_or_else(|| pick(t, n, k, sms(client)));
+    if cfg.tma {
+        return crate::kernels::lab::tc_wg_quant_tma_into(client, x, w, y, glu, Some(cfg));
+    }
     let hw = &client.properties().hardware;
     let bytes = shared_bytes(cfg.stages, w);
     if cfg.mb != 1
@@ -210,8 +217,7 @@ fn magic_byte(word: u32, #[comptime] e: usize) -> u32 {
 
 /// The copies of k-block `kb` (of the cube's slice from `kb0`): x16's rows `m0 ..+ 128` into A
 /// slot `kb % stages` (128-byte swizzle, 16-byte chunks shared over the cube), and this unit's
-/// own raw chunks of W row `wrow` (zeros past N and past the row) into its raw slot entries;
-/// not committed.
+/// own raw chunks of W row `wrow` ([`stage_raw`]); not committed.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn stage<N: Size>(
@@ -245,6 +251,28 @@ fn stage<N: Size>(
         let di = abase + row * 8 + (ch ^ (row % 8));
         copy_async(&x16[si..si + 1], &mut smem[di..di + 1], 4u32);
     }
+    stage_raw(wq, raw, kb, kb0, wrow, r, h, n, cpr, stages, fmt);
+}
+
+/// This unit's own raw chunks of k-block `kb` of W row `wrow` (zeros past N and past the row)
+/// into its entries of raw slot `kb % stages`; not committed.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn stage_raw<N: Size>(
+    wq: &[Vector<u32, N>],
+    raw: &mut [Vector<u32, N>],
+    kb: usize,
+    kb0: usize,
+    wrow: usize,
+    r: usize,
+    h: usize,
+    n: usize,
+    cpr: usize,
+    #[comptime] stages: usize,
+    #[comptime] fmt: usize,
+) {
+    let slot = kb % stages;
+    let kbg = kb0 + kb;
     let cpb = comptime!(chunks_per_block(fmt));
     let mine = comptime!(chunks_per_block(fmt) / 2);
     #[unroll]
@@ -271,7 +299,7 @@ fn stage<N: Size>(
 /// takes tc v1's indexing quad by quad (8). In input order a chunk is 16 inputs of one group.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn load_scales(
+pub(crate) fn load_scales(
     scales: &[u32],
     sc: &mut Array<u32>,
     kbg: usize,
@@ -333,7 +361,7 @@ fn load_scales(
 /// B slot `kb % 2`: W row `r` of the tile, 16-byte bf16 chunks at their 128-byte-swizzled place.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn decode<N: Size>(
+pub(crate) fn decode<N: Size>(
     raw: &[Vector<u32, N>],
     sc: &Array<u32>,
     smem: &mut [Vector<u32, N>],
@@ -516,7 +544,7 @@ pub fn tc_wgmma_quant<N: Size>(
 /// `acc` (a warpgroup's 64 × 128 block, tc v2's register order) with each column times its
 /// `scales[col]` (f32 bits; columns past n take the last).
 #[cube]
-fn col_scaled(acc: Acc, scales: &[u32], n0: usize, n: usize, lane: usize) -> Acc {
+pub(crate) fn col_scaled(acc: Acc, scales: &[u32], n0: usize, n: usize, lane: usize) -> Acc {
     let mut out = acc;
     #[unroll]
     for j in 0..WG_BN / 8 {

@@ -32,7 +32,7 @@ use crate::{Client, DeviceTensor, Dtype, Error};
 /// Units of a tc v4 cube: two consumer warpgroups and one producer warp.
 pub const TMA_THREADS: usize = 288;
 /// The consumer warps that release a stage (one arrival each).
-const CONSUMER_WARPS: u32 = 8;
+pub(crate) const CONSUMER_WARPS: u32 = 8;
 
 /// Shared memory of a tc v4 launch: tc v3's slots, 1 KiB of alignment, two `mbarrier`s a stage.
 pub fn shared_bytes(cfg: &WgConfig) -> usize {
@@ -41,7 +41,7 @@ pub fn shared_bytes(cfg: &WgConfig) -> usize {
 
 /// The tensor map of a row-major `[rows, cols]` 16-bit matrix read in boxes of `box_rows` × 64
 /// (one 128-byte swizzled row of a k-block each).
-fn tile_map(t: &DeviceTensor, rows: usize, cols: usize, box_rows: usize) -> TensorMapArg<Tiled> {
+pub(crate) fn tile_map(t: &DeviceTensor, rows: usize, cols: usize, box_rows: usize) -> TensorMapArg<Tiled> {
     let arg = unsafe { TensorArg::from_raw_parts(t.handle.clone(), Strides::new(&[cols, 1]), Shape::new([rows, cols])) };
     let elem = match t.dtype {
         Dtype::F16 => <half::f16 as Scalar>::elem_type_native(),
@@ -117,20 +117,20 @@ pub(super) fn linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y
 
 /// `mbarrier.init` of the barrier at shared address `bar` for `count` arrivals.
 #[cube]
-fn mbar_init(bar: u32, #[comptime] count: u32) {
+pub(crate) fn mbar_init(bar: u32, #[comptime] count: u32) {
     gpu_asm!("mbarrier.init.shared::cta.b64 [{b}], {c};", b = in(_) bar, c = const count);
 }
 
 /// Makes the barriers' initialisation visible to the async proxy (the copy engine) and the
 /// cube; followed by the cube's barrier.
 #[cube]
-fn mbar_init_fence() {
+pub(crate) fn mbar_init_fence() {
     gpu_asm!("fence.mbarrier_init.release.cluster;");
 }
 
 /// Waits until the phase of parity `parity` of the barrier at `bar` has completed.
 #[cube]
-fn mbar_wait(bar: u32, parity: u32) {
+pub(crate) fn mbar_wait(bar: u32, parity: u32) {
     gpu_asm!(
         "{{\n.reg .pred p;\nTANDEM_WAIT:\nmbarrier.try_wait.parity.shared::cta.b64 p, [{b}], {q};\n@!p bra TANDEM_WAIT;\n}}",
         b = in(_) bar,
@@ -140,20 +140,20 @@ fn mbar_wait(bar: u32, parity: u32) {
 
 /// One arrival on the barrier at `bar`.
 #[cube]
-fn mbar_arrive(bar: u32) {
+pub(crate) fn mbar_arrive(bar: u32) {
     gpu_asm!("mbarrier.arrive.shared::cta.b64 _, [{b}];", b = in(_) bar);
 }
 
 /// The producer's arrival on `bar`, announcing `bytes` that the copies will complete.
 #[cube]
-fn mbar_expect(bar: u32, #[comptime] bytes: u32) {
+pub(crate) fn mbar_expect(bar: u32, #[comptime] bytes: u32) {
     gpu_asm!("mbarrier.arrive.expect_tx.shared::cta.b64 _, [{b}], {n};", b = in(_) bar, n = const bytes);
 }
 
 /// The box at (column `col`, row `row`) of the tensor map at generic address `map` into
 /// shared address `dst`, its bytes completing on the barrier at `bar`.
 #[cube]
-fn tma_load(map: u64, dst: u32, bar: u32, col: u32, row: u32) {
+pub(crate) fn tma_load(map: u64, dst: u32, bar: u32, col: u32, row: u32) {
     gpu_asm!(
         "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [{d}], [{m}, {{{c}, {r}}}], [{b}];",
         d = in(_) dst,

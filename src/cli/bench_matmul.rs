@@ -227,7 +227,12 @@ pub fn run_shapes(backend: Option<Backend>, reps: usize, shapes: &[(usize, usize
         if let Err(e) = tc_wg::require(&client, Dtype::BF16) {
             println!("    tc v2: {e}");
         } else if let Weight::Quant(q) = &w {
-            let cfgs = [WgConfig::F4.with_stages(3), WgConfig::F4, WgConfig::T4.with_stages(3), WgConfig::T4, WgConfig::T6];
+            // The lab's tc v4 over quantized weights in a lab build.
+            let lab = [WgConfig::T4.with_stages(3), WgConfig::T4, WgConfig::T6];
+            let cfgs: Vec<WgConfig> = [WgConfig::F4.with_stages(3), WgConfig::F4, WgConfig::F5]
+                .into_iter()
+                .chain(lab.into_iter().filter(|_| optimized::kernels::lab::ENABLED))
+                .collect();
             wg_sweep("tc v3", tc_wg_quant::pick(m, n, kk, sms), &cfgs, &|c| tc_wg_quant::qlinear_into(&client, &x, q, &y, false, c))?;
         } else if let Weight::Dense(wd) = &w {
             let cfgs = [
@@ -240,6 +245,8 @@ pub fn run_shapes(backend: Option<Backend>, reps: usize, shapes: &[(usize, usize
                 WgConfig::T4,
                 WgConfig::T6,
                 WgConfig::M2T4,
+                WgConfig::H6,
+                WgConfig::H6.with_stages(4),
             ];
             wg_sweep("tc v2", WgConfig::pick(m, n, kk, sms), &cfgs, &|c| tc_wg::linear_into(&client, &x, wd, &y, false, c))?;
         }

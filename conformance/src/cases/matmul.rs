@@ -472,6 +472,12 @@ pub fn tc_cases() -> Vec<Box<dyn Case>> {
             v.push(wg(t, n_in, n_out, false, WgConfig::M2T4));
         }
         v.push(wg(300, 1000, 520, false, WgConfig::T6));
+        // One consumer warpgroup (64-row tiles).
+        for (t, n_in, n_out) in [(1usize, 136usize, 72usize), (65, 584, 1031), (128, 1000, 258)] {
+            v.push(wg(t, n_in, n_out, false, WgConfig::H6));
+        }
+        v.push(wg(130, 264, 258, true, WgConfig::H6));
+        v.push(wg(127, 4040, 200, false, WgConfig::H6.with_splits(3)));
         v.push(wg(257, 4096, 130, false, WgConfig::T4.with_stages(3)));
         v.push(wg(130, 264, 258, true, WgConfig::T4));
         v.push(wg(257, 584, 1030, true, WgConfig::M2T4));

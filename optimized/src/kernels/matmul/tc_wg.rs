@@ -68,24 +68,29 @@ pub struct WgConfig {
     /// tc v4 (`tc_wg_tma.rs`): the operands copied by the Tensor Memory Accelerator from a
     /// producer warp, stages handed over by `mbarrier`s (accumulators in flight as tc v3).
     pub tma: bool,
+    /// Consumer warpgroups of a tc v4 cube (1 or 2; tc v2 / v3 always have 2): one halves the
+    /// tile's rows, so a step of few rows has twice the tiles.
+    pub wgs: usize,
 }
 
 impl WgConfig {
-    pub const S4: Self = Self { mb: 1, stages: 4, splits: 1, inflight: false, tma: false };
-    pub const S3: Self = Self { mb: 1, stages: 3, splits: 1, inflight: false, tma: false };
-    pub const M2S4: Self = Self { mb: 2, stages: 4, splits: 1, inflight: false, tma: false };
-    pub const M2S3: Self = Self { mb: 2, stages: 3, splits: 1, inflight: false, tma: false };
+    pub const S4: Self = Self { mb: 1, stages: 4, splits: 1, inflight: false, tma: false, wgs: 2 };
+    pub const S3: Self = Self { mb: 1, stages: 3, splits: 1, inflight: false, tma: false, wgs: 2 };
+    pub const M2S4: Self = Self { mb: 2, stages: 4, splits: 1, inflight: false, tma: false, wgs: 2 };
+    pub const M2S3: Self = Self { mb: 2, stages: 3, splits: 1, inflight: false, tma: false, wgs: 2 };
     /// tc v3 (in flight): 4 and 5 stages of 128 rows, 4 of 256.
-    pub const F4: Self = Self { mb: 1, stages: 4, splits: 1, inflight: true, tma: false };
-    pub const F5: Self = Self { mb: 1, stages: 5, splits: 1, inflight: true, tma: false };
-    pub const M2F4: Self = Self { mb: 2, stages: 4, splits: 1, inflight: true, tma: false };
+    pub const F4: Self = Self { mb: 1, stages: 4, splits: 1, inflight: true, tma: false, wgs: 2 };
+    pub const F5: Self = Self { mb: 1, stages: 5, splits: 1, inflight: true, tma: false, wgs: 2 };
+    pub const M2F4: Self = Self { mb: 2, stages: 4, splits: 1, inflight: true, tma: false, wgs: 2 };
     /// tc v4 (TMA, a producer warp): 128 rows at 4 and 6 stages, 256 rows at 4.
-    pub const T4: Self = Self { mb: 1, stages: 4, splits: 1, inflight: true, tma: true };
-    pub const T6: Self = Self { mb: 1, stages: 6, splits: 1, inflight: true, tma: true };
-    pub const M2T4: Self = Self { mb: 2, stages: 4, splits: 1, inflight: true, tma: true };
+    pub const T4: Self = Self { mb: 1, stages: 4, splits: 1, inflight: true, tma: true, wgs: 2 };
+    pub const T6: Self = Self { mb: 1, stages: 6, splits: 1, inflight: true, tma: true, wgs: 2 };
+    pub const M2T4: Self = Self { mb: 2, stages: 4, splits: 1, inflight: true, tma: true, wgs: 2 };
+    /// tc v4 with one consumer warpgroup: 64-row tiles, 6 stages.
+    pub const H6: Self = Self { mb: 1, stages: 6, splits: 1, inflight: true, tma: true, wgs: 1 };
 
     pub fn bm(&self) -> usize {
-        WG_BM * self.mb
+        64 * self.wgs * self.mb
     }
 
     pub fn name(&self) -> String {
@@ -130,6 +135,11 @@ impl WgConfig {
     /// vs 128 rows 514; 2048 × 14336 × 4096 595 vs 545; 512 × 6144 × 4096 (96 tiles of 256)
     /// 386 vs 363; 512 × 4096 × 14336 (64 tiles of 256) 351 vs 565; 128 × 4096 × 14336 272 at
     /// 4 slices vs 167 unsplit; 128 × 2560 × 2048 58 unsplit vs 45 at 4 slices of 8 k-blocks.
+    /// Where 128-row tiles would fill at most half the SMs, or M ≤ 64: one consumer warpgroup
+    /// (64-row tiles, twice the tiles; slices of ≥ 64 k-blocks). H200, TFLOP/s, 64-row against
+    /// 128-row tiles at the 128-sequence shapes: 128 × 2560 × 2048 68 vs 58, 128 × 2048 × 2048
+    /// 61 vs 48, 128 × 2048 × 5632 101 vs 90 (2 slices), 128 × 6144 × 4096 217 vs 178 (2
+    /// slices), 128 × 4096 × 14336 279 (2 slices) vs 265 (4).
     pub fn pick(m: usize, n: usize, k: usize, sms: usize) -> Self {
         if !crate::config::current().gemm_inflight {
             return Self::pick_v2(m, n, k, sms);
@@ -139,8 +149,15 @@ impl WgConfig {
         if !crate::config::current().gemm_tma {
             return Self::F4.with_splits(one_cube_splits(tiles(Self::F4), k.div_ceil(BK), sms));
         }
-        let base = if m > 256 && 3 * tiles(Self::M2T4) >= 2 * sms { Self::M2T4 } else { Self::T6 };
-        base.with_splits(splits_with(tiles(base), k.div_ceil(BK), sms, 32))
+        let base = if m > 256 && 3 * tiles(Self::M2T4) >= 2 * sms {
+            Self::M2T4
+        } else if m <= 64 || 2 * tiles(Self::T6) <= sms {
+            Self::H6
+        } else {
+            Self::T6
+        };
+        let min_kb = if base.wgs == 1 { 64 } else { 32 };
+        base.with_splits(splits_with(tiles(base), k.div_ceil(BK), sms, min_kb))
     }
 
     /// tc v2's pick (H200
@@ -188,6 +205,9 @@ pub fn linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &Devi
     let cfg = cfg.unwrap_or_else(|| WgConfig::pick(t, n, k, sms(client)));
     if cfg.tma {
         return super::tc_wg_tma::linear_into(client, x, w, y, glu, cfg);
+    }
+    if cfg.wgs != 2 {
+        return Err(Error::Unsupported(format!("tc v2 / v3 {}: two consumer warpgroups a cube (one only with TMA, tc v4)", cfg.name())));
     }
     let hw = &client.properties().hardware;
     if cfg.stages < 2
@@ -614,16 +634,19 @@ mod tests {
         assert_eq!(WgConfig::pick_v2(128, 11264, 2048, 132), WgConfig::S4);
         assert_eq!(WgConfig::pick_v2(128, 4096, 14336, 132).splits, 4);
         assert_eq!(WgConfig::pick_v2(9, 64, 64, 132).splits, 1);
-        // tc v4 (the default): 256-row tiles where they still number ≥ 2 an SM, else 128 rows
-        // at 6 stages; split as tc v2's.
+        // tc v4 (the default): 256-row tiles where they cover ⅔ of the SMs, 64-row tiles where
+        // 128-row ones fill at most half of them (or M ≤ 64), else 128 rows at 6 stages.
         assert_eq!(WgConfig::pick(2048, 14336, 4096, 132), WgConfig::M2T4);
         assert_eq!(WgConfig::pick(512, 28672, 4096, 132), WgConfig::M2T4);
         assert_eq!(WgConfig::pick(512, 6144, 4096, 132), WgConfig::M2T4);
         assert_eq!(WgConfig::pick(512, 4096, 14336, 132), WgConfig::T6);
-        assert_eq!(WgConfig::pick(128, 2560, 2048, 132), WgConfig::T6);
-        assert_eq!(WgConfig::pick(128, 6144, 4096, 132), WgConfig::T6.with_splits(2));
-        assert_eq!(WgConfig::pick(512, 2048, 5632, 132), WgConfig::T6.with_splits(2));
-        assert_eq!(WgConfig::pick(128, 4096, 14336, 132).splits, 4);
+        assert_eq!(WgConfig::pick(128, 2560, 2048, 132), WgConfig::H6);
+        assert_eq!(WgConfig::pick(128, 6144, 4096, 132), WgConfig::H6);
+        assert_eq!(WgConfig::pick(128, 2048, 5632, 132), WgConfig::H6);
+        assert_eq!(WgConfig::pick(128, 4096, 14336, 132), WgConfig::H6.with_splits(2));
+        assert_eq!(WgConfig::pick(128, 28672, 4096, 132), WgConfig::T6);
+        assert_eq!(WgConfig::pick(512, 2048, 5632, 132), WgConfig::H6);
+        assert_eq!(WgConfig::pick(64, 28672, 4096, 132), WgConfig::H6);
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! What changes against tc v3, where every unit issued 16-byte `cp.async` copies and the cube
 //! met at two barriers a k-block:
 //! - A cube is two consumer warpgroups (units 0–255, the `wgmma`s and the epilogue) and one
-//!   producer warp (units 256–287). One unit of the producer issues, per k-block, two
+//!   producer warp (units 256–287); or, for steps of few rows, one consumer warpgroup and
+//!   64-row tiles (`wgs` = 1: twice the tiles). One unit of the producer issues, per k-block, two
 //!   `cp.async.bulk.tensor.2d` copies (x16's 128·mb × 64 box and W's 128 × 64 box) described
 //!   by tensor maps (`CUtensorMap`, 128-byte swizzle: the layout the `wgmma` descriptors name,
 //!   boxes past M, N or K filled with zeros by the copy engine).
@@ -26,12 +27,16 @@ use cubecl_cpp::cuda::ptx::tensor_map_address;
 
 use super::tc::{convert, dense_dims, grid, reduce, target, u32_of};
 use super::tc_kernel::BK;
-use super::tc_wg::{desc, smem_addr, wg_epilogue, wgmma_k64_acc, wgmma_pin, wgmma_wait, Acc, WgConfig, WG_BM, WG_BN};
+use super::tc_wg::{desc, smem_addr, wg_epilogue, wgmma_k64_acc, wgmma_pin, wgmma_wait, Acc, WgConfig, WG_BN};
 use crate::{Client, DeviceTensor, Dtype, Error};
 
-/// Units of a tc v4 cube: two consumer warpgroups and one producer warp.
-pub const TMA_THREADS: usize = 288;
-/// The consumer warps that release a stage (one arrival each).
+/// Units of a tc v4 cube: `wgs` consumer warpgroups and one producer warp.
+pub fn threads(wgs: usize) -> usize {
+    128 * wgs + 32
+}
+/// The consumer warps that release a stage (one arrival each) in a cube of two consumer
+/// warpgroups (the lab's quantized tc v4).
+#[cfg_attr(not(feature = "lab"), allow(dead_code))]
 pub(crate) const CONSUMER_WARPS: u32 = 8;
 
 /// Shared memory of a tc v4 launch: tc v3's slots, 1 KiB of alignment, two `mbarrier`s a stage.
@@ -55,14 +60,16 @@ pub(crate) fn tile_map(t: &DeviceTensor, rows: usize, cols: usize, box_rows: usi
 pub(super) fn linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &DeviceTensor, glu: bool, cfg: WgConfig) -> Result<(), Error> {
     let (t, n, k) = dense_dims("tc v4", x, w, y, glu)?;
     let hw = &client.properties().hardware;
+    let units = threads(cfg.wgs);
     if cfg.stages < 2
         || cfg.splits == 0
         || !(1..=2).contains(&cfg.mb)
+        || !(1..=2).contains(&cfg.wgs)
         || shared_bytes(&cfg) > hw.max_shared_memory_size
-        || (hw.max_units_per_cube as usize) < TMA_THREADS
+        || (hw.max_units_per_cube as usize) < units
     {
         return Err(Error::Unsupported(format!(
-            "tc v4 {}: {TMA_THREADS} units and {} B of shared memory per cube (mb 1 or 2, stages ≥ 2, splits ≥ 1); the device allows {} and {} B",
+            "tc v4 {}: {units} units and {} B of shared memory per cube (mb 1 or 2, 1 or 2 consumer warpgroups, stages ≥ 2, splits ≥ 1); the device allows {} and {} B",
             cfg.name(),
             shared_bytes(&cfg),
             hw.max_units_per_cube,
@@ -81,7 +88,7 @@ pub(super) fn linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y
     let wmap = tile_map(w, n, k, WG_BN);
     let s = (u32_of("T", t)?, u32_of("out", n)?, u32_of("Kp", kp)?);
     let partial = g.splits > 1;
-    let dim = CubeDim::new_1d(TMA_THREADS as u32);
+    let dim = CubeDim::new_1d(units as u32);
     macro_rules! go {
         ($e:ty, $bf16:expr) => {
             unsafe {
@@ -100,6 +107,7 @@ pub(super) fn linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y
                     g.tiles_mn,
                     g.kps,
                     cfg.mb,
+                    cfg.wgs,
                     cfg.stages,
                     $bf16,
                     glu,
@@ -165,8 +173,8 @@ pub(crate) fn tma_load(map: u64, dst: u32, bar: u32, col: u32, row: u32) {
 }
 
 /// tc v4's kernel: cube `CUBE_POS` computes the (128·mb) × 128 output tile (CUBE_POS % mtiles,
-/// CUBE_POS / mtiles) of its K slice; consumer warpgroup `UNIT_POS / 128` (< 2) rows
-/// 64·mb·wg ..+ 64·mb of it, the producer warp (UNIT_POS ≥ 256) the copies.
+/// CUBE_POS / mtiles) of its K slice; consumer warpgroup `UNIT_POS / 128` (< wgs) rows
+/// 64·mb·wg ..+ 64·mb of it, the producer warp (UNIT_POS ≥ 128·wgs) the copies.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub fn tc_wgmma_tma<E: Float>(
@@ -181,16 +189,18 @@ pub fn tc_wgmma_tma<E: Float>(
     tiles_mn: u32,
     kps: u32,
     #[comptime] mb: usize,
+    #[comptime] wgs: usize,
     #[comptime] stages: usize,
     #[comptime] bf16: bool,
     #[comptime] glu: bool,
     #[comptime] partial: bool,
 ) {
     if CUBE_POS < tiles as usize {
-        let bm = comptime!(WG_BM * mb);
-        let a_elems = comptime!(WG_BM * mb * BK);
+        let bm = comptime!(64 * wgs * mb);
+        let a_elems = comptime!(64 * wgs * mb * BK);
         let b_elems = comptime!(WG_BN * BK);
-        let a_bytes = comptime!((WG_BM * mb * BK * 2) as u32);
+        let a_bytes = comptime!((64 * wgs * mb * BK * 2) as u32);
+        let consumers = comptime!(128 * wgs);
         let b_bytes = comptime!((WG_BN * BK * 2) as u32);
         let tid = UNIT_POS as usize;
         let (m, n, kp) = (m as usize, n as usize, kp as usize);
@@ -208,15 +218,15 @@ pub fn tc_wgmma_tma<E: Float>(
             #[unroll]
             for s in 0..stages {
                 mbar_init(bbase + comptime!((8 * s) as u32), 1u32);
-                mbar_init(bbase + comptime!((8 * (stages + s)) as u32), CONSUMER_WARPS);
+                mbar_init(bbase + comptime!((8 * (stages + s)) as u32), comptime!((4 * wgs) as u32));
             }
             mbar_init_fence();
         }
         sync_cube();
         let kb0 = split * kps as usize;
         let nk = min(kp / BK - kb0, kps as usize);
-        if tid >= 256 {
-            if tid == 256 {
+        if tid >= consumers {
+            if tid == consumers {
                 let xa = tensor_map_address(xmap);
                 let wa = tensor_map_address(wmap);
                 let mut kb = 0usize;

@@ -35,9 +35,9 @@ use crate::kernels::matmul::tc::{convert, grid, quant_dims, reduce, sms, target,
 use crate::kernels::matmul::tc_kernel::{commit, wait_pending, BK};
 use crate::kernels::matmul::tc_quant::{FMT_INT8, FMT_INT8_GROUPS, FMT_MXFP4};
 use crate::kernels::matmul::tc_wg::{desc, proxy_fence, smem_addr, wg_epilogue, wgmma_k64_acc, wgmma_wait, Acc, WgConfig, WG_BM, WG_BN};
-use crate::kernels::matmul::tc_wg_quant::{chunks_per_block, col_scaled, decode, load_scales, pick, refusal, stage_raw, SLOT_V};
+use crate::kernels::matmul::tc_wg_quant::{chunks_per_block, col_scaled, decode, format_words, load_scales, pick, refusal, stage_raw, SLOT_V};
 use crate::kernels::matmul::tc_wg_tma::{mbar_arrive, mbar_expect, mbar_init, mbar_init_fence, mbar_wait, tile_map, tma_load, CONSUMER_WARPS};
-use crate::kernels::qmatmul::{v2, QFormat, QLayout, QWeight};
+use crate::kernels::qmatmul::{QFormat, QLayout, QWeight};
 use crate::{Client, DeviceTensor, Dtype, Error};
 
 /// Units of a cube: consumers, decoders (two warpgroups each) and the producer warp.
@@ -76,11 +76,7 @@ pub fn qlinear_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTe
     if t == 0 || n == 0 {
         return Ok(());
     }
-    let (fmt, cpr, scale_cols, lg, order) = match w.format {
-        QFormat::Int8 { group } if group == k => (FMT_INT8, k / 16, 1, 0, 4),
-        QFormat::Int8 { group } => (FMT_INT8_GROUPS, k / 16, k / group, group.trailing_zeros() as usize, 4),
-        QFormat::Mxfp4 => (FMT_MXFP4, k / 32, v2::tile_scale_words(k), 0, 8),
-    };
+    let (fmt, cpr, scale_cols, lg, order) = format_words(w);
     let tiled = w.layout == QLayout::Tiles;
     let kp = k.div_ceil(BK) * BK;
     // x16 [T, Kp]: the tensor map fills rows past T with zeros.

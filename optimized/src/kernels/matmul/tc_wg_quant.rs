@@ -154,11 +154,7 @@ pub fn qlinear_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTe
     if t == 0 || n == 0 {
         return Ok(());
     }
-    let (fmt, cpr, scale_cols, lg, order) = match w.format {
-        QFormat::Int8 { group } if group == k => (FMT_INT8, k / 16, 1, 0, 4),
-        QFormat::Int8 { group } => (FMT_INT8_GROUPS, k / 16, k / group, group.trailing_zeros() as usize, 4),
-        QFormat::Mxfp4 => (FMT_MXFP4, k / 32, v2::tile_scale_words(k), 0, 8),
-    };
+    let (fmt, cpr, scale_cols, lg, order) = format_words(w);
     let tiled = w.layout == QLayout::Tiles;
     let kp = k.div_ceil(BK) * BK;
     let x16 = convert(client, x, Dtype::BF16, t, k, t.div_ceil(WG_BM) * WG_BM, kp, if tiled { order } else { 0 })?;
@@ -195,6 +191,17 @@ pub fn qlinear_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTe
         );
     }
     reduce(client, &g, &out, y, &w.scales, t, n, fmt == FMT_INT8, glu)
+}
+
+/// A weight's kernel words: (format, raw 16-byte chunks a row, scale columns, log2 of the int8
+/// group, x16's storage order for the tiled layout).
+pub(crate) fn format_words(w: &QWeight) -> (usize, usize, usize, usize, usize) {
+    let k = w.in_dim;
+    match w.format {
+        QFormat::Int8 { group } if group == k => (FMT_INT8, k / 16, 1, 0, 4),
+        QFormat::Int8 { group } => (FMT_INT8_GROUPS, k / 16, k / group, group.trailing_zeros() as usize, 4),
+        QFormat::Mxfp4 => (FMT_MXFP4, k / 32, v2::tile_scale_words(k), 0, 8),
+    }
 }
 
 /// `lo`, `hi` rounded to bf16 and packed (lo in the low half): `cvt.rn.bf16x2.f32`.

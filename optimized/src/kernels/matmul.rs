@@ -34,6 +34,11 @@
 //!   weights, tc v3 with the dequantization fused into the B tile (`tc_wg_quant.rs`: int8 up to
 //!   ~385, GGUF Q8_0 ~230–280, mxfp4 ~285–345). Both take steps of more than 32 rows where the
 //!   device has them (`gemm=`, `qgemm=` in `optimized::config`).
+//! - tc v4 (`tc_wg_tma.rs`, sm_90a, the dense default): tc v3 with its operands copied by the
+//!   Tensor Memory Accelerator from a producer warp and stages handed over by `mbarrier`s (no
+//!   cube barrier in the k-loop); 256-, 128- or 64-row tiles by the pick. H200: 505–595
+//!   TFLOP/s at the wide M ≥ 512 shapes, 61–279 at 128 rows. Over quantized weights the same
+//!   roles lost to tc v3 (`lab/tc_wg_quant_tma.rs`).
 //!
 //! [`linear`] picks ([`Version::Auto`], [`auto_version`]) gemv for T ≤ [`GEMV_AUTO_MAX_T`],
 //! above it tc v1 where the device has the tensor-core instructions and the weight is 16-bit

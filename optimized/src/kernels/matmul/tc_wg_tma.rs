@@ -282,3 +282,21 @@ pub fn tc_wgmma_tma<E: Float>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_picked_tiles_fit_a_hopper_cube() {
+        // 227 KiB of shared memory a cube on sm_90; the pick's tiles and the bench's sweep.
+        for cfg in [WgConfig::T4.with_stages(3), WgConfig::T4, WgConfig::T6, WgConfig::M2T4, WgConfig::H6] {
+            assert!(shared_bytes(&cfg) <= 227 * 1024, "{}: {} B", cfg.name(), shared_bytes(&cfg));
+        }
+        assert_eq!(threads(2), 288);
+        assert_eq!(threads(1), 160);
+        assert_eq!(WgConfig::H6.bm(), 64);
+        assert_eq!(WgConfig::M2T4.bm(), 256);
+        assert_eq!(WgConfig::H6.name(), "wg64x128s6t");
+    }
+}

@@ -56,7 +56,9 @@ pub(crate) mod tc_kernel;
 pub(crate) mod tc_quant;
 pub mod tc_wg;
 pub mod tc_wg_quant;
+pub(crate) mod tc_wg_quant_decode;
 pub mod tc_wg_tma;
+pub(crate) mod wgmma;
 use gemv::launch_gemv;
 #[cfg(feature = "lab")]
 pub(crate) use gemv::store_row;

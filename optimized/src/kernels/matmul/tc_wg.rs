@@ -29,6 +29,7 @@ use cubecl::prelude::*;
 
 use super::tc::{convert, dense_dims, grid, one_cube_splits, reduce, sms, splits_with, target, u32_of};
 use super::tc_kernel::{commit, copy16, store_pair, wait_pending, zero8, BK};
+use super::wgmma::{desc, proxy_fence, smem_addr, wgmma_k64, wgmma_k64_acc, wgmma_pin, wgmma_wait, Acc};
 use crate::{Client, DeviceTensor, Dtype, Error};
 
 /// Rows of an output tile per m-block: two warpgroups of 64.
@@ -42,12 +43,6 @@ pub const WG_BN: usize = 128;
 pub const WG_MIN_ROWS: usize = 32;
 /// Units of a cube: two warpgroups of four warps.
 pub(super) const THREADS: usize = 256;
-/// A unit's accumulators: a 64 × 128 block over a warpgroup's 128 units.
-pub(crate) type Acc = Vector<f32, Const<64>>;
-/// The descriptor's fixed fields: leading byte offset 1 (unused by swizzled K-major tiles),
-/// stride byte offset 1024 B (one group of 8 swizzled 128-byte rows) ≫ 4, layout 1 (128-byte
-/// swizzle) in bits 62–63.
-const DESC_FIXED: u64 = (1 << 16) | ((1024 >> 4) << 32) | (1 << 62);
 
 /// Tile rows, pipeline depth and split-K of one tc v2 launch (the tile is 128·mb × 128).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -268,118 +263,6 @@ pub fn linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &Devi
         _ => go!(half::bf16, true),
     }
     reduce(client, &g, &out, y, x, t, n, false, glu)
-}
-
-/// The shared-space address of the start of `s` (`cvta.to.shared`).
-#[cube]
-pub(crate) fn smem_addr<E: CubePrimitive>(s: &[E]) -> u32 {
-    let p = unsafe { s.as_ptr_unchecked() };
-    let out: u32;
-    gpu_asm!(
-        "{{ .reg .u64 t; cvta.to.shared.u64 t, {p}; cvt.u32.u64 {o}, t; }}",
-        o = out(_) out,
-        p = in(_) p,
-        options(nomem),
-    );
-    out
-}
-
-/// The matrix descriptor of a 128-byte-swizzled K-major tile at shared address `addr`
-/// (1024-byte aligned, plus 32 bytes per k16 step).
-#[cube]
-pub(crate) fn desc(addr: u32) -> u64 {
-    u64::cast_from((addr & 0x3FFFFu32) >> 4u32) | comptime!(DESC_FIXED)
-}
-
-/// `fence.proxy.async.shared::cta`: this unit's generic-proxy writes to shared memory
-/// (`cp.async`, stores) become visible to the tensor cores' async-proxy reads.
-#[cube]
-pub(crate) fn proxy_fence() {
-    gpu_asm!("fence.proxy.async.shared::cta;");
-}
-
-/// The k-steps 1..4 of [`wgmma_k64`]: descriptors advanced by 32 bytes (2 in the address
-/// field) each, accumulating (scale-d = 1). `$0` is the result, `$1` / `$2` the descriptors.
-fn later_steps(ty: &str) -> String {
-    (1..4)
-        .map(|s| {
-            format!(
-                "add.s64 da, $1, {o};\nadd.s64 db, $2, {o};\nwgmma.mma_async.sync.aligned.m64n128k16.f32.{ty}.{ty} $0, da, db, p1, 1, 1, 0, 0;\n",
-                o = 2 * s
-            )
-        })
-        .collect()
-}
-
-/// A warpgroup's 64 × 128 block over one 64-wide k-block: four `wgmma.m64n128k16` from the A
-/// tile at descriptor `da` and the B tile at `db`, from zero, waited on before returning.
-#[cube]
-fn wgmma_k64(da: u64, db: u64, #[comptime] bf16: bool) -> Acc {
-    let ty = comptime![if bf16 { "bf16" } else { "f16" }];
-    let rest = comptime![later_steps(ty)];
-    let out: Acc;
-    gpu_asm!(
-        "{{\n.reg .pred p0, p1;\n.reg .b32 zr;\n.reg .b64 da, db;\nmov.b32 zr, 0;\nsetp.ne.b32 p0, zr, 0;\nsetp.eq.b32 p1, zr, 0;",
-        "wgmma.fence.sync.aligned;",
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.{ty}.{ty} {d}, {a}, {b}, p0, 1, 1, 0, 0;",
-        "{rest}wgmma.commit_group.sync.aligned;",
-        "wgmma.wait_group.sync.aligned 0;\n}}",
-        d = out(_) out,
-        a = in(_) da,
-        b = in(_) db,
-    );
-    out
-}
-
-/// The four k16 steps of a k-block accumulating into the tied sums `$0` (= `$1`), from the
-/// descriptors `$2` / `$3` advanced by 32 bytes a step.
-fn acc_steps(ty: &str) -> String {
-    (0..4)
-        .map(|s| {
-            format!(
-                "add.s64 da, $2, {o};\nadd.s64 db, $3, {o};\nwgmma.mma_async.sync.aligned.m64n128k16.f32.{ty}.{ty} $0, da, db, p1, 1, 1, 0, 0;\n",
-                o = 2 * s
-            )
-        })
-        .collect()
-}
-
-/// tc v3: a warpgroup's 64 × 128 block over one 64-wide k-block, four `wgmma.m64n128k16`
-/// accumulating into `acc` (tied in and out: `vendor/cubecl-cpp`), committed as one group and
-/// NOT waited on: `acc` is in flight until a [`wgmma_wait`] says otherwise.
-#[cube]
-pub(crate) fn wgmma_k64_acc(acc: Acc, da: u64, db: u64, #[comptime] bf16: bool) -> Acc {
-    let ty = comptime![if bf16 { "bf16" } else { "f16" }];
-    let steps = comptime![acc_steps(ty)];
-    let out: Acc;
-    gpu_asm!(
-        "//tie:0\n// {d} {c} {a} {b}\n{{\n.reg .pred p1;\n.reg .b32 zr;\n.reg .b64 da, db;\nmov.b32 zr, 0;\nsetp.eq.b32 p1, zr, 0;",
-        "wgmma.fence.sync.aligned;",
-        "{steps}wgmma.commit_group.sync.aligned;\n}}",
-        d = out(_) out,
-        c = in(_) acc,
-        a = in(_) da,
-        b = in(_) db,
-    );
-    out
-}
-
-/// Waits until at most `pending` of this warpgroup's `wgmma` groups are in flight, `acc` tied
-/// through the statement so that nothing reads or moves it before.
-#[cube]
-pub(crate) fn wgmma_wait(acc: Acc, #[comptime] pending: usize) -> Acc {
-    let out: Acc;
-    gpu_asm!("//tie:0\n// {d} {c}\nwgmma.wait_group.sync.aligned {n};", d = out(_) out, c = in(_) acc, n = const pending);
-    out
-}
-
-/// `acc` tied through an empty statement (CUTLASS's `warpgroup_fence_operand`): it stays in
-/// its registers, untouched, across the statements around it.
-#[cube]
-pub(super) fn wgmma_pin(acc: Acc) -> Acc {
-    let out: Acc;
-    gpu_asm!("//tie:0\n// {d} {c}", d = out(_) out, c = in(_) acc);
-    out
 }
 
 /// The copies of k-block `kb` of the cube's K slice (from block `kb0`): x16's rows `m0 ..+
@@ -606,16 +489,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn descriptor_fields() {
-        // start address 0x1_2340 ≫ 4 in bits 0–13, LBO 1, SBO 64, layout 1 (128-byte swizzle).
-        let d = ((0x12340u64 & 0x3FFFF) >> 4) | DESC_FIXED;
-        assert_eq!(d & 0x3FFF, 0x1234);
-        assert_eq!((d >> 16) & 0x3FFF, 1);
-        assert_eq!((d >> 32) & 0x3FFF, 64);
-        assert_eq!(d >> 62, 1);
-    }
-
-    #[test]
     fn four_stages_fit_a_hopper_cube() {
         assert!(WgConfig::S4.shared_bytes() <= 227 * 1024);
         assert!(WgConfig::M2S4.shared_bytes() <= 227 * 1024);
@@ -647,12 +520,5 @@ mod tests {
         assert_eq!(WgConfig::pick(128, 28672, 4096, 132), WgConfig::T6);
         assert_eq!(WgConfig::pick(512, 2048, 5632, 132), WgConfig::H6);
         assert_eq!(WgConfig::pick(64, 28672, 4096, 132), WgConfig::H6);
-    }
-
-    #[test]
-    fn later_steps_name_the_operands() {
-        let s = later_steps("bf16");
-        assert_eq!(s.matches("wgmma.mma_async").count(), 3);
-        assert!(s.contains("add.s64 da, $1, 6;") && s.contains("$0, da, db, p1"));
     }
 }

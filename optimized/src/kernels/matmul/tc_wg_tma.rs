@@ -27,7 +27,8 @@ use cubecl_cpp::cuda::ptx::tensor_map_address;
 
 use super::tc::{convert, dense_dims, grid, reduce, target, u32_of};
 use super::tc_kernel::BK;
-use super::tc_wg::{desc, smem_addr, wg_epilogue, wgmma_k64_acc, wgmma_pin, wgmma_wait, Acc, WgConfig, WG_BN};
+use super::tc_wg::{wg_epilogue, WgConfig, WG_BN};
+use super::wgmma::{desc, smem_addr, wgmma_k64_acc, wgmma_pin, wgmma_wait, Acc};
 use crate::{Client, DeviceTensor, Dtype, Error};
 
 /// Units of a tc v4 cube: `wgs` consumer warpgroups and one producer warp.

@@ -1,0 +1,147 @@
+//! The PTX of Hopper's warpgroup MMAs for tc v2 / v3 / v4 (`tc_wg.rs`, `tc_wg_quant.rs`,
+//! `tc_wg_tma.rs`): shared addresses, matrix descriptors of 128-byte-swizzled K-major tiles,
+//! the async-proxy fence, and `wgmma.mma_async` over one 64-wide k-block (from zero and waited
+//! on: tc v2; accumulating into tied in-out sums and left in flight: tc v3 / v4).
+
+use cubecl::prelude::*;
+
+/// A unit's accumulators: a 64 × 128 block over a warpgroup's 128 units.
+pub(crate) type Acc = Vector<f32, Const<64>>;
+/// The descriptor's fixed fields: leading byte offset 1 (unused by swizzled K-major tiles),
+/// stride byte offset 1024 B (one group of 8 swizzled 128-byte rows) ≫ 4, layout 1 (128-byte
+/// swizzle) in bits 62–63.
+const DESC_FIXED: u64 = (1 << 16) | ((1024 >> 4) << 32) | (1 << 62);
+
+/// The shared-space address of the start of `s` (`cvta.to.shared`).
+#[cube]
+pub(crate) fn smem_addr<E: CubePrimitive>(s: &[E]) -> u32 {
+    let p = unsafe { s.as_ptr_unchecked() };
+    let out: u32;
+    gpu_asm!(
+        "{{ .reg .u64 t; cvta.to.shared.u64 t, {p}; cvt.u32.u64 {o}, t; }}",
+        o = out(_) out,
+        p = in(_) p,
+        options(nomem),
+    );
+    out
+}
+
+/// The matrix descriptor of a 128-byte-swizzled K-major tile at shared address `addr`
+/// (1024-byte aligned, plus 32 bytes per k16 step).
+#[cube]
+pub(crate) fn desc(addr: u32) -> u64 {
+    u64::cast_from((addr & 0x3FFFFu32) >> 4u32) | comptime!(DESC_FIXED)
+}
+
+/// `fence.proxy.async.shared::cta`: this unit's generic-proxy writes to shared memory
+/// (`cp.async`, stores) become visible to the tensor cores' async-proxy reads.
+#[cube]
+pub(crate) fn proxy_fence() {
+    gpu_asm!("fence.proxy.async.shared::cta;");
+}
+
+/// The k-steps 1..4 of [`wgmma_k64`]: descriptors advanced by 32 bytes (2 in the address
+/// field) each, accumulating (scale-d = 1). `$0` is the result, `$1` / `$2` the descriptors.
+fn later_steps(ty: &str) -> String {
+    (1..4)
+        .map(|s| {
+            format!(
+                "add.s64 da, $1, {o};\nadd.s64 db, $2, {o};\nwgmma.mma_async.sync.aligned.m64n128k16.f32.{ty}.{ty} $0, da, db, p1, 1, 1, 0, 0;\n",
+                o = 2 * s
+            )
+        })
+        .collect()
+}
+
+/// A warpgroup's 64 × 128 block over one 64-wide k-block: four `wgmma.m64n128k16` from the A
+/// tile at descriptor `da` and the B tile at `db`, from zero, waited on before returning.
+#[cube]
+pub(crate) fn wgmma_k64(da: u64, db: u64, #[comptime] bf16: bool) -> Acc {
+    let ty = comptime![if bf16 { "bf16" } else { "f16" }];
+    let rest = comptime![later_steps(ty)];
+    let out: Acc;
+    gpu_asm!(
+        "{{\n.reg .pred p0, p1;\n.reg .b32 zr;\n.reg .b64 da, db;\nmov.b32 zr, 0;\nsetp.ne.b32 p0, zr, 0;\nsetp.eq.b32 p1, zr, 0;",
+        "wgmma.fence.sync.aligned;",
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.{ty}.{ty} {d}, {a}, {b}, p0, 1, 1, 0, 0;",
+        "{rest}wgmma.commit_group.sync.aligned;",
+        "wgmma.wait_group.sync.aligned 0;\n}}",
+        d = out(_) out,
+        a = in(_) da,
+        b = in(_) db,
+    );
+    out
+}
+
+/// The four k16 steps of a k-block accumulating into the tied sums `$0` (= `$1`), from the
+/// descriptors `$2` / `$3` advanced by 32 bytes a step.
+fn acc_steps(ty: &str) -> String {
+    (0..4)
+        .map(|s| {
+            format!(
+                "add.s64 da, $2, {o};\nadd.s64 db, $3, {o};\nwgmma.mma_async.sync.aligned.m64n128k16.f32.{ty}.{ty} $0, da, db, p1, 1, 1, 0, 0;\n",
+                o = 2 * s
+            )
+        })
+        .collect()
+}
+
+/// tc v3: a warpgroup's 64 × 128 block over one 64-wide k-block, four `wgmma.m64n128k16`
+/// accumulating into `acc` (tied in and out: `vendor/cubecl-cpp`), committed as one group and
+/// NOT waited on: `acc` is in flight until a [`wgmma_wait`] says otherwise.
+#[cube]
+pub(crate) fn wgmma_k64_acc(acc: Acc, da: u64, db: u64, #[comptime] bf16: bool) -> Acc {
+    let ty = comptime![if bf16 { "bf16" } else { "f16" }];
+    let steps = comptime![acc_steps(ty)];
+    let out: Acc;
+    gpu_asm!(
+        "//tie:0\n// {d} {c} {a} {b}\n{{\n.reg .pred p1;\n.reg .b32 zr;\n.reg .b64 da, db;\nmov.b32 zr, 0;\nsetp.eq.b32 p1, zr, 0;",
+        "wgmma.fence.sync.aligned;",
+        "{steps}wgmma.commit_group.sync.aligned;\n}}",
+        d = out(_) out,
+        c = in(_) acc,
+        a = in(_) da,
+        b = in(_) db,
+    );
+    out
+}
+
+/// Waits until at most `pending` of this warpgroup's `wgmma` groups are in flight, `acc` tied
+/// through the statement so that nothing reads or moves it before.
+#[cube]
+pub(crate) fn wgmma_wait(acc: Acc, #[comptime] pending: usize) -> Acc {
+    let out: Acc;
+    gpu_asm!("//tie:0\n// {d} {c}\nwgmma.wait_group.sync.aligned {n};", d = out(_) out, c = in(_) acc, n = const pending);
+    out
+}
+
+/// `acc` tied through an empty statement (CUTLASS's `warpgroup_fence_operand`): it stays in
+/// its registers, untouched, across the statements around it.
+#[cube]
+pub(crate) fn wgmma_pin(acc: Acc) -> Acc {
+    let out: Acc;
+    gpu_asm!("//tie:0\n// {d} {c}", d = out(_) out, c = in(_) acc);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descriptor_fields() {
+        // start address 0x1_2340 ≫ 4 in bits 0–13, LBO 1, SBO 64, layout 1 (128-byte swizzle).
+        let d = ((0x12340u64 & 0x3FFFF) >> 4) | DESC_FIXED;
+        assert_eq!(d & 0x3FFF, 0x1234);
+        assert_eq!((d >> 16) & 0x3FFF, 1);
+        assert_eq!((d >> 32) & 0x3FFF, 64);
+        assert_eq!(d >> 62, 1);
+    }
+
+    #[test]
+    fn later_steps_name_the_operands() {
+        let s = later_steps("bf16");
+        assert_eq!(s.matches("wgmma.mma_async").count(), 3);
+        assert!(s.contains("add.s64 da, $1, 6;") && s.contains("$0, da, db, p1"));
+    }
+}

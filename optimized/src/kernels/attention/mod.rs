@@ -34,6 +34,7 @@
 //!   (the model fuses it with RoPE instead: `rope::qkv_rope_paged`).
 
 pub mod decode;
+mod decode_launch;
 pub mod naive;
 pub mod paged;
 pub mod prefill;
@@ -41,7 +42,7 @@ pub mod prefill_tc;
 mod scores;
 mod softmax;
 
-pub use decode::{flash_decode, flash_decode_tuned, flash_decode_with, DecodeVersion, ScoreStep};
+pub use decode_launch::{flash_decode, flash_decode_tuned, flash_decode_with, DecodeVersion, ScoreStep};
 pub use naive::{attention, attention_into, kv_append};
 pub use paged::kv_write_paged;
 pub use prefill::{flash_prefill, flash_prefill_varlen, PrefillVersion, VarlenSeq};

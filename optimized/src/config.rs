@@ -96,6 +96,55 @@ pub enum Int8Decoding {
     Magic,
 }
 
+/// The dense 16-bit GEMMs of prefill and batched steps (`gemm=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gemm {
+    /// tc v1 (`mma.sync`, sm_80+).
+    Mma,
+    /// tc v2: `wgmma`, each k-block waited on (sm_90a).
+    WgmmaV2,
+    /// tc v3: `wgmma` with the accumulators in flight across k-blocks (sm_90a).
+    Wgmma,
+    /// tc v4: tc v3 with the operands copied by TMA from a producer warp
+    /// (`kernels::matmul::tc_wg_tma`, sm_90a).
+    Tma,
+}
+
+impl Gemm {
+    /// The spec's value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Gemm::Mma => "mma",
+            Gemm::WgmmaV2 => "wgmma-v2",
+            Gemm::Wgmma => "wgmma",
+            Gemm::Tma => "tma",
+        }
+    }
+}
+
+/// The same GEMMs over quantized weights, dequantized in the tile loads (`qgemm=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QGemm {
+    /// tc v1 (`mma.sync`).
+    Mma,
+    /// tc v3 (`kernels::matmul::tc_wg_quant`, sm_90a, the formats it takes).
+    Wgmma,
+    /// The lab's tc v4 over quantized weights (`lab/tc_wg_quant_tma.rs`: decoder warps, A by
+    /// TMA; slower than tc v3).
+    Tma,
+}
+
+impl QGemm {
+    /// The spec's value.
+    pub fn name(self) -> &'static str {
+        match self {
+            QGemm::Mma => "mma",
+            QGemm::Wgmma => "wgmma",
+            QGemm::Tma => "tma",
+        }
+    }
+}
+
 /// Every kernel choice of the GPU path.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct KernelConfig {
@@ -135,20 +184,10 @@ pub struct KernelConfig {
     /// Prefill attention v3 on the tensor cores where a step's matmuls run there (`true`), or
     /// v2 always.
     pub prefill_tc: bool,
-    /// The dense GEMMs on Hopper's warpgroup MMAs (tc v2) where the device has them.
-    pub gemm_wgmma: bool,
-    /// tc v3 (`wgmma` accumulators in flight across k-blocks) where `gemm_wgmma`; off: tc v2
-    /// (`gemm=wgmma-v2`).
-    pub gemm_inflight: bool,
-    /// tc v4 (the operands by TMA from a producer warp, `kernels::matmul::tc_wg_tma`) where
-    /// `gemm_wgmma` (`gemm=tma`).
-    pub gemm_tma: bool,
-    /// The quantized GEMMs on tc v3 (`wgmma`) where the device and the weight's format allow
-    /// it; off: tc v1 (`qgemm=mma`).
-    pub qgemm_wgmma: bool,
-    /// tc v4 over quantized weights (`kernels::matmul::tc_wg_quant_tma`: decoder warps, the A
-    /// operand by TMA) where `qgemm_wgmma` (`qgemm=tma`).
-    pub qgemm_tma: bool,
+    /// The dense GEMMs; the `wgmma` ones where the device has them (else tc v1 runs).
+    pub gemm: Gemm,
+    /// The quantized GEMMs; tc v3 where the device and the weight's format allow it.
+    pub qgemm: QGemm,
 }
 
 /// The most rows the gemvs take (their per-unit accumulators are T × rows).
@@ -196,11 +235,8 @@ impl Default for KernelConfig {
             gemv_rows_auto: true,
             qgemv_rows: QGEMV_ROWS_DEFAULT,
             prefill_tc: true,
-            gemm_wgmma: true,
-            gemm_inflight: true,
-            gemm_tma: true,
-            qgemm_wgmma: true,
-            qgemm_tma: false,
+            gemm: Gemm::Tma,
+            qgemm: QGemm::Wgmma,
         }
     }
 }
@@ -253,7 +289,7 @@ impl KernelConfig {
     /// ring, `rpg=` other than 4, `small=…`), named as in the spec; `None` for a production one.
     pub fn lab_choice(&self) -> Option<String> {
         let d = KernelConfig::default();
-        if self.qgemm_tma {
+        if self.qgemm == QGemm::Tma {
             return Some("`qgemm=tma` (tc v4 over quantized weights)".into());
         }
         if self.qgemv == QgemvOrder::V4 {
@@ -382,21 +418,10 @@ impl KernelConfig {
                     }
                 }
                 "qgemm" => {
-                    (k.qgemm_wgmma, k.qgemm_tma) = match val {
-                        "tma" => (true, true),
-                        "wgmma" => (true, false),
-                        "mma" => (false, false),
-                        _ => return Err(no()),
-                    }
+                    k.qgemm = [QGemm::Mma, QGemm::Wgmma, QGemm::Tma].into_iter().find(|q| q.name() == val).ok_or_else(no)?;
                 }
                 "gemm" => {
-                    (k.gemm_wgmma, k.gemm_inflight, k.gemm_tma) = match val {
-                        "tma" => (true, true, true),
-                        "wgmma" => (true, true, false),
-                        "wgmma-v2" => (true, false, false),
-                        "mma" => (false, true, false),
-                        _ => return Err(no()),
-                    }
+                    k.gemm = [Gemm::Mma, Gemm::WgmmaV2, Gemm::Wgmma, Gemm::Tma].into_iter().find(|g| g.name() == val).ok_or_else(no)?;
                 }
                 _ => return Err(bad(part, "has an unknown key")),
             }
@@ -472,31 +497,11 @@ impl KernelConfig {
         if self.prefill_tc != d.prefill_tc {
             parts.push(format!("prefill={}", if self.prefill_tc { "tc" } else { "v2" }));
         }
-        if (self.gemm_wgmma, self.gemm_inflight, self.gemm_tma) != (d.gemm_wgmma, d.gemm_inflight, d.gemm_tma) {
-            parts.push(format!(
-                "gemm={}",
-                if !self.gemm_wgmma {
-                    "mma"
-                } else if self.gemm_tma {
-                    "tma"
-                } else if self.gemm_inflight {
-                    "wgmma"
-                } else {
-                    "wgmma-v2"
-                }
-            ));
+        if self.gemm != d.gemm {
+            parts.push(format!("gemm={}", self.gemm.name()));
         }
-        if (self.qgemm_wgmma, self.qgemm_tma) != (d.qgemm_wgmma, d.qgemm_tma) {
-            parts.push(format!(
-                "qgemm={}",
-                if !self.qgemm_wgmma {
-                    "mma"
-                } else if self.qgemm_tma {
-                    "tma"
-                } else {
-                    "wgmma"
-                }
-            ));
+        if self.qgemm != d.qgemm {
+            parts.push(format!("qgemm={}", self.qgemm.name()));
         }
         if parts.is_empty() {
             "default".into()
@@ -530,12 +535,8 @@ impl KernelConfig {
             gemv_rows_auto: false,
             qgemv_rows: GEMV_ROWS_MAX,
             prefill_tc: false,
-            gemm_wgmma: false,
-            // Unread without `gemm_wgmma` (as `gemm=mma` parses).
-            gemm_inflight: true,
-            gemm_tma: false,
-            qgemm_wgmma: false,
-            qgemm_tma: false,
+            gemm: Gemm::Mma,
+            qgemm: QGemm::Mma,
         }
     }
 

@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use clap::Args;
 use conformance::{Case, Op, Outcome};
-use optimized::config::{Int8Decoding, QgemvOrder};
+use optimized::config::{Gemm, Int8Decoding, QGemm, QgemvOrder};
 use optimized::kernels::ArgmaxVersion;
 use optimized::model::{AttentionImpl, GpuModel};
 use optimized::KernelConfig;
@@ -105,24 +105,23 @@ fn steps() -> Vec<Step> {
     push(
         "dense GEMMs on wgmma (tc v2, sm_90a)",
         &|k| {
-            k.gemm_wgmma = true;
-            k.gemm_inflight = false;
+            k.gemm = Gemm::WgmmaV2;
         },
         vec![(Op::Matmul, ",wg"), (Op::Matmul, ",tc)"), (Op::Model, "")],
     );
     push(
         "wgmma accumulators in flight across k-blocks (tc v3)",
-        &|k| k.gemm_inflight = true,
+        &|k| k.gemm = Gemm::Wgmma,
         vec![(Op::Matmul, "s4f"), (Op::Matmul, "s5f"), (Op::Matmul, ",tc)"), (Op::Model, "")],
     );
     push(
         "quantized GEMMs on wgmma (tc v3, dequantized in the B tile)",
-        &|k| k.qgemm_wgmma = true,
+        &|k| k.qgemm = QGemm::Wgmma,
         vec![(Op::Matmul, "s3f"), (Op::Matmul, "f16-scales"), (Op::Model, "")],
     );
     push(
         "dense GEMMs' operands by TMA from a producer warp (tc v4)",
-        &|k| k.gemm_tma = true,
+        &|k| k.gemm = Gemm::Tma,
         vec![(Op::Matmul, "s4t"), (Op::Matmul, "s6t"), (Op::Matmul, "s3t"), (Op::Model, "")],
     );
     out

@@ -481,7 +481,7 @@ pub fn linear_into(
     if cfg.is_none()
         && mode == TcMode::Tensor
         && t > WG_MIN_ROWS
-        && crate::config::current().gemm_wgmma
+        && crate::config::current().gemm != crate::config::Gemm::Mma
         && super::tc_wg::require(client, w.dtype).is_ok()
     {
         return super::tc_wg::linear_into(client, x, w, y, glu, None);
@@ -573,7 +573,7 @@ pub fn qlinear_into(
     if cfg.is_none()
         && mode == TcMode::Tensor
         && t > WG_MIN_ROWS
-        && crate::config::current().qgemm_wgmma
+        && crate::config::current().qgemm != crate::config::QGemm::Mma
         && super::tc_wg_quant::refusal(w).is_none()
         && super::tc_wg::require(client, Dtype::BF16).is_ok()
     {

@@ -30,6 +30,7 @@ use cubecl::prelude::*;
 use super::tc::{convert, dense_dims, grid, one_cube_splits, reduce, sms, splits_with, target, u32_of};
 use super::tc_kernel::{commit, copy16, store_pair, wait_pending, zero8, BK};
 use super::wgmma::{desc, proxy_fence, smem_addr, wgmma_k64, wgmma_k64_acc, wgmma_pin, wgmma_wait, Acc};
+use crate::config::Gemm;
 use crate::{Client, DeviceTensor, Dtype, Error};
 
 /// Rows of an output tile per m-block: two warpgroups of 64.
@@ -135,13 +136,15 @@ impl WgConfig {
     /// 128-row tiles at the 128-sequence shapes: 128 × 2560 × 2048 68 vs 58, 128 × 2048 × 2048
     /// 61 vs 48, 128 × 2048 × 5632 101 vs 90 (2 slices), 128 × 6144 × 4096 217 vs 178 (2
     /// slices), 128 × 4096 × 14336 279 (2 slices) vs 265 (4).
+    /// Called directly (benches) under `gemm=mma`, it picks tc v3's tile.
     pub fn pick(m: usize, n: usize, k: usize, sms: usize) -> Self {
-        if !crate::config::current().gemm_inflight {
+        let gemm = crate::config::current().gemm;
+        if gemm == Gemm::WgmmaV2 {
             return Self::pick_v2(m, n, k, sms);
         }
         let sms = sms.max(1);
         let tiles = |c: Self| m.div_ceil(c.bm()) * n.div_ceil(WG_BN);
-        if !crate::config::current().gemm_tma {
+        if gemm != Gemm::Tma {
             return Self::F4.with_splits(one_cube_splits(tiles(Self::F4), k.div_ceil(BK), sms));
         }
         let base = if m > 256 && 3 * tiles(Self::M2T4) >= 2 * sms {

@@ -107,7 +107,7 @@ fn cube_bytes(stages: usize, cpb: usize) -> usize {
 /// slices vs 189 unsplit; 128 × 11264 × 2048 int8 148 unsplit vs 128 at 3).
 pub fn pick(m: usize, n: usize, k: usize, sms: usize) -> WgConfig {
     let sms = sms.max(1);
-    if crate::config::current().qgemm_tma {
+    if crate::config::current().qgemm == crate::config::QGemm::Tma {
         let tiles = m.div_ceil(WG_BM) * n.div_ceil(WG_BN);
         return WgConfig::T4.with_splits(splits_with(tiles, k.div_ceil(BK), sms, 32));
     }

@@ -21,8 +21,7 @@ fn chunk_for(max_len: usize, batch: usize, hkv: usize, sms: usize) -> usize {
 }
 
 /// One query per sequence: `q [B, H, D]`, sequence b at position `tables.lens[b] − 1` over its
-/// `lens[b]` positions in the pools; into `out [B, H, D]`. One sequence runs v3 (one launch)
-/// where the device supports it ([`DecodeVersion::best`]); a batch runs v2.
+/// `lens[b]` positions in the pools; into `out [B, H, D]`, by [`DecodeVersion::Auto`].
 pub fn flash_decode(
     client: &Client,
     q: &DeviceTensor,
@@ -32,12 +31,7 @@ pub fn flash_decode(
     mask: &Masking,
     out: &DeviceTensor,
 ) -> Result<(), Error> {
-    // One sequence: v3 saves the second launch. A batch: v2 (H200, 32 × 16k keys: 1.36 ms vs
-    // 1.63 ms for v3, whose last cubes serialise the combine), unless its keys fit one chunk:
-    // then each (sequence, KV head) has one cube, the combine has nothing to wait for, and v3
-    // saves its launch (TinyLlama, 128 sequences of 128–256 positions: 6.9 µs a layer, H100).
-    let version = if q.shape.first() == Some(&1) { DecodeVersion::best(client) } else { DecodeVersion::V2 };
-    decode_impl(client, q, k, v, tables, mask, out, version, None, None, true)
+    flash_decode_with(client, q, k, v, tables, mask, out, DecodeVersion::Auto)
 }
 
 /// Which decode kernel: v2 = split-K kernel + combine kernel; v3 = the same kernel, whose last
@@ -46,13 +40,19 @@ pub fn flash_decode(
 pub enum DecodeVersion {
     V2,
     V3,
+    /// v3 for one sequence (where the device runs it: one launch). A batch: v2 (H200, 32 × 16k
+    /// keys: 1.36 ms vs 1.63 ms for v3, whose last cubes serialise the combine), unless its
+    /// keys fit one chunk and the tables hold an arrival counter per (sequence, KV head): then
+    /// each (sequence, KV head) has one cube, the combine waits for nothing, and v3 saves its
+    /// launch (TinyLlama, 128 sequences of 128–256 positions: 6.9 µs a layer, H100).
+    Auto,
 }
 
 impl DecodeVersion {
     /// Whether this device can run `self`.
     pub fn supported(self, client: &Client) -> bool {
         match self {
-            DecodeVersion::V2 => true,
+            DecodeVersion::V2 | DecodeVersion::Auto => true,
             DecodeVersion::V3 => {
                 let props = client.properties();
                 let atomic = Type::atomic(u32::elem_type_native());
@@ -118,25 +118,6 @@ pub fn flash_decode_tuned(
     chunk: Option<usize>,
     score: Option<ScoreStep>,
 ) -> Result<(), Error> {
-    decode_impl(client, q, k, v, tables, mask, out, version, chunk, score, false)
-}
-
-/// [`flash_decode_tuned`]; with `one_chunk_v3`, v2 becomes v3 where the keys fit one chunk,
-/// the device runs v3 and the tables hold an arrival counter per (sequence, KV head).
-#[allow(clippy::too_many_arguments)]
-fn decode_impl(
-    client: &Client,
-    q: &DeviceTensor,
-    k: &DeviceTensor,
-    v: &DeviceTensor,
-    tables: &BlockTables,
-    mask: &Masking,
-    out: &DeviceTensor,
-    version: DecodeVersion,
-    chunk: Option<usize>,
-    score: Option<ScoreStep>,
-    one_chunk_v3: bool,
-) -> Result<(), Error> {
     if !version.supported(client) {
         return Err(Error::Unsupported(format!("flash_decode {version:?}: needs device-scope storage sync and u32 atomic add")));
     }
@@ -173,8 +154,12 @@ fn decode_impl(
         return Err(Error::Unsupported(format!("flash_decode: {g} heads per KV head × D {d} need {} B of shared memory", shared(chunk))));
     }
     let splits = max_len.div_ceil(chunk);
-    let v3_fits = DecodeVersion::V3.supported(client) && tables.counters.numel() >= bsz * hkv;
-    let version = if one_chunk_v3 && splits == 1 && v3_fits { DecodeVersion::V3 } else { version };
+    let version = match version {
+        DecodeVersion::Auto if bsz == 1 => DecodeVersion::best(client),
+        DecodeVersion::Auto if splits == 1 && DecodeVersion::V3.supported(client) && tables.counters.numel() >= bsz * hkv => DecodeVersion::V3,
+        DecodeVersion::Auto => DecodeVersion::V2,
+        v => v,
+    };
     if splits > chunk {
         return Err(Error::Unsupported(format!(
             "flash_decode: {max_len} positions in chunks of {chunk} (shared memory) exceed the combine's {chunk} splits"

@@ -55,7 +55,9 @@ proptest! {
         fused: bool,
         plane: bool,
         prefill in prop_oneof![Just(PrefillVersion::V2), Just(PrefillVersion::Tc(TcMode::Tensor)), Just(PrefillVersion::Tc(TcMode::Emulated))],
+        kv16: bool,
     ) {
+        let kv_dtype = if kv16 { optimized::Dtype::F16 } else { optimized::Dtype::F32 };
         let version = if fused { DecodeVersion::V3 } else { DecodeVersion::V2 };
         // The plane score step takes power-of-two G and D / 4 (others are reported skipped).
         let score = if plane && group != 3 && (d == 64 || d == 128) { ScoreStep::Plane } else { ScoreStep::PerUnit };
@@ -75,7 +77,7 @@ proptest! {
             PrefillVersion::Tc(TcMode::Emulated) if !small => PrefillVersion::V2,
             p => p,
         };
-        let cases: Vec<Box<dyn Case>> = vec![Box::new(FlashCase { phase, h: kv * group, kv, d, lens, t, block_size, window, sinks, shuffled, version, score, prefill })];
+        let cases: Vec<Box<dyn Case>> = vec![Box::new(FlashCase { phase, h: kv * group, kv, d, lens, t, block_size, window, sinks, shuffled, version, score, prefill, kv_dtype })];
         let r = run_cases(&cases, &backends_from_env());
         let (_, f, _) = r.count();
         prop_assert!(f == 0, "{}", r.table());

@@ -53,6 +53,9 @@
 //! - `qgemm=wgmma|mma` — the same GEMMs over quantized weights (dequantized in the tile
 //!   loads): tc v3 (`kernels::matmul::tc_wg_quant`, sm_90a, the formats it takes) or tc v1
 //!   (`mma.sync`); in a lab build also `qgemm=tma` (`lab/tc_wg_quant_tma.rs`, slower).
+//! - `kv=auto|f16|f32` — the paged KV pools' element type, chosen when the model loads: `auto`
+//!   stores K and V as f16 where the model's matmuls already round activations to 16 bits and
+//!   the device does f16 arithmetic (half the bytes every attention step reads), else f32.
 //!
 //! `default` resets every key. [`KernelConfig::name`] writes only what differs from the default
 //! (`default` when nothing does) and parses back to the same value. A bad spec is an error
@@ -188,6 +191,8 @@ pub struct KernelConfig {
     pub gemm: Gemm,
     /// The quantized GEMMs; tc v3 where the device and the weight's format allow it.
     pub qgemm: QGemm,
+    /// The KV pools' element type; `None`: [`KernelConfig::kv_dtype`]'s choice.
+    pub kv: Option<crate::Dtype>,
 }
 
 /// The most rows the gemvs take (their per-unit accumulators are T × rows).
@@ -237,6 +242,7 @@ impl Default for KernelConfig {
             prefill_tc: true,
             gemm: Gemm::Tma,
             qgemm: QGemm::Wgmma,
+            kv: None,
         }
     }
 }
@@ -316,7 +322,7 @@ impl KernelConfig {
     fn parse_any(spec: &str) -> Result<Self, Error> {
         let mut k = KernelConfig::default();
         let bad = |part: &str, why: &str| {
-            Error::Config(format!("kernel config `{spec}`: `{part}` {why} (keys: attention, graphs, ahead, advance, norms, pdl, qgemv, prefetch, int8-decode, gps, rpg, small, mma, argmax, draw, moe-gemv, moe-route, moe-gemm, moe-tile, gemv-rows, qgemv-rows, prefill, gemm, qgemm; see optimized::config)"))
+            Error::Config(format!("kernel config `{spec}`: `{part}` {why} (keys: attention, graphs, ahead, advance, norms, pdl, qgemv, prefetch, int8-decode, gps, rpg, small, mma, argmax, draw, moe-gemv, moe-route, moe-gemm, moe-tile, gemv-rows, qgemv-rows, prefill, gemm, qgemm, kv; see optimized::config)"))
         };
         let mut launch = vec![];
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -423,6 +429,14 @@ impl KernelConfig {
                 "gemm" => {
                     k.gemm = [Gemm::Mma, Gemm::WgmmaV2, Gemm::Wgmma, Gemm::Tma].into_iter().find(|g| g.name() == val).ok_or_else(no)?;
                 }
+                "kv" => {
+                    k.kv = match val {
+                        "auto" => None,
+                        "f16" => Some(crate::Dtype::F16),
+                        "f32" => Some(crate::Dtype::F32),
+                        _ => return Err(no()),
+                    }
+                }
                 _ => return Err(bad(part, "has an unknown key")),
             }
         }
@@ -503,6 +517,9 @@ impl KernelConfig {
         if self.qgemm != d.qgemm {
             parts.push(format!("qgemm={}", self.qgemm.name()));
         }
+        if let Some(kv) = self.kv {
+            parts.push(format!("kv={}", kv.name()));
+        }
         if parts.is_empty() {
             "default".into()
         } else {
@@ -537,6 +554,7 @@ impl KernelConfig {
             prefill_tc: false,
             gemm: Gemm::Mma,
             qgemm: QGemm::Mma,
+            kv: Some(crate::Dtype::F32),
         }
     }
 
@@ -562,6 +580,24 @@ impl KernelConfig {
             PrefillVersion::Tc(tc)
         } else {
             PrefillVersion::V2
+        }
+    }
+}
+
+impl KernelConfig {
+    /// The KV pools' element type for a model whose matmuls round activations to 16 bits
+    /// (`act16`) on `client`: the configured one, else f16 where `act16` and the device does
+    /// f16 arithmetic (prefill v3 already reads K and V rounded to f16), else f32 (f32 models
+    /// keep f32 attention). An f16 pool asked for on a device without f16 is an error.
+    pub fn kv_dtype(&self, client: &crate::Client, act16: bool) -> Result<crate::Dtype, Error> {
+        use crate::Dtype;
+        match self.kv {
+            Some(Dtype::F16) if !Dtype::F16.supported(client) => {
+                Err(Error::Unsupported(format!("kv=f16: {} has no f16 arithmetic", client.properties().identity.name)))
+            }
+            Some(d) => Ok(d),
+            None if act16 && Dtype::F16.supported(client) => Ok(Dtype::F16),
+            None => Ok(Dtype::F32),
         }
     }
 }
@@ -597,6 +633,8 @@ mod tests {
         for s in [
             "default",
             "attention=naive",
+            "kv=f16",
+            "kv=f32,gemm=wgmma",
             "graphs=off,norms=kernels",
             "pdl=top",
             "qgemv=v4,mma=2.2.1",

@@ -2,7 +2,8 @@
 //! (K and V), a block table per sequence, and the host-side block allocator
 //! (`reference::kv_blocks`, re-exported here: it needs no device).
 //!
-//! Layout. Pool of layer l: `[num_blocks · block_size, Hkv, D]` f32 for K and the same for V.
+//! Layout. Pool of layer l: `[num_blocks · block_size, Hkv, D]` f32 or f16
+//! (`KernelConfig::kv_dtype`) for K and the same for V.
 //! Position j of a sequence with table `tab` lives in pool row `tab[j / bs] · bs + j % bs`.
 //! Kernels read K/V only through a [`BlockTables`] (validated on upload: every id < num_blocks).
 //!
@@ -18,7 +19,7 @@
 //! - allocation and free are O(1) (a stack); any free block serves any request, so freed
 //!   blocks are reused with no fragmentation: a request for n blocks succeeds iff n ≤ free.
 
-use crate::{Client, DeviceTensor, Error};
+use crate::{Client, DeviceTensor, Dtype, Error};
 pub use reference::kv_blocks::{BlockAllocator, BlockManager, BlockTable, SeqId};
 
 /// Arrival counters per sequence in [`BlockTables`] (one per KV head, so Hkv ≤ this).
@@ -171,32 +172,49 @@ impl BlockTables {
     }
 }
 
+/// K and V pools of `shape` (`[rows, Hkv, D]`) for `n_layers` layers, elements of `dtype`: f32,
+/// or f16 (the writers round to nearest even; the attention kernels widen to f32 as they read).
+pub fn pools(client: &Client, n_layers: usize, shape: [usize; 3], dtype: Dtype) -> Result<(Vec<DeviceTensor>, Vec<DeviceTensor>), Error> {
+    if !matches!(dtype, Dtype::F32 | Dtype::F16) {
+        return Err(Error::KvCache(format!("KV pools of {}: the kernels read f32 or f16", dtype.name())));
+    }
+    let one = || (0..n_layers).map(|_| DeviceTensor::empty(client, &shape, dtype)).collect();
+    Ok((one(), one()))
+}
+
 /// A paged KV cache on the device: pools per layer plus the host-side [`BlockManager`].
 pub struct PagedKvCache {
     pub n_kv_heads: usize,
     pub head_dim: usize,
-    /// Per layer `[num_blocks · block_size, Hkv, D]` f32.
+    /// Per layer `[num_blocks · block_size, Hkv, D]` f32 or f16.
     pub k: Vec<DeviceTensor>,
     pub v: Vec<DeviceTensor>,
     pub blocks: BlockManager,
 }
 
 impl PagedKvCache {
-    /// Pools of `num_blocks` blocks of `block_size` positions for `n_layers` layers.
-    pub fn new(client: &Client, n_layers: usize, n_kv_heads: usize, head_dim: usize, block_size: usize, num_blocks: usize) -> Result<Self, Error> {
+    /// Pools of `num_blocks` blocks of `block_size` positions for `n_layers` layers, elements
+    /// of `dtype` (f32 or f16).
+    pub fn new(
+        client: &Client,
+        n_layers: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+        block_size: usize,
+        num_blocks: usize,
+        dtype: Dtype,
+    ) -> Result<Self, Error> {
         let blocks = BlockManager::new(block_size, num_blocks)?;
         let rows = num_blocks
             .checked_mul(block_size)
             .filter(|r| r.checked_mul(n_kv_heads * head_dim).is_some_and(|n| u32::try_from(n).is_ok()))
             .ok_or_else(|| Error::KvCache(format!("{num_blocks} blocks × {block_size} × {n_kv_heads} × {head_dim} exceed the u32 index range")))?;
-        let shape = [rows, n_kv_heads, head_dim];
-        let k = (0..n_layers).map(|_| DeviceTensor::empty_f32(client, &shape)).collect();
-        let v = (0..n_layers).map(|_| DeviceTensor::empty_f32(client, &shape)).collect();
+        let (k, v) = pools(client, n_layers, [rows, n_kv_heads, head_dim], dtype)?;
         Ok(Self { n_kv_heads, head_dim, k, v, blocks })
     }
     /// Device bytes of all pools.
     pub fn bytes(&self) -> usize {
-        self.k.iter().chain(&self.v).map(|t| t.numel() * 4).sum()
+        self.k.iter().chain(&self.v).map(DeviceTensor::bytes).sum()
     }
     /// Tables of `seqs` on the device (in that order).
     pub fn upload_tables(&self, client: &Client, seqs: &[SeqId]) -> Result<BlockTables, Error> {

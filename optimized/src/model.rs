@@ -116,6 +116,9 @@ pub struct GpuModel {
     pub lm_head: Weight,
     rope: rope::RopeTable,
     kv: KvStore,
+    /// The paged pools' element type (the engine runner's too): `KernelConfig::kv_dtype` at
+    /// load. The contiguous cache of naive attention is f32.
+    pub kv_dtype: Dtype,
     pub attention: AttentionImpl,
     /// Positions the cache can hold.
     pub capacity: usize,
@@ -189,6 +192,7 @@ impl GpuModel {
         let old = self.kernels;
         for (what, same) in [
             ("attention", k.attention == old.attention),
+            ("kv", k.kv == old.kv),
             ("qgemv", k.qgemv == old.qgemv),
             ("prefetch", k.prefetch == old.prefetch),
             ("int8-decode", k.int8_decode == old.int8_decode),

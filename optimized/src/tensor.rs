@@ -148,6 +148,17 @@ impl DeviceTensor {
         Self { handle: client.empty(numel * std::mem::size_of::<f32>()), shape: shape.to_vec(), dtype: Dtype::F32, read_only: false }
     }
 
+    /// Allocates an uninitialised tensor of `dtype` elements.
+    pub fn empty(client: &Client, shape: &[usize], dtype: Dtype) -> Self {
+        let numel: usize = shape.iter().product();
+        Self { handle: client.empty(numel * dtype.size()), shape: shape.to_vec(), dtype, read_only: false }
+    }
+
+    /// Bytes of the tensor's elements.
+    pub fn bytes(&self) -> usize {
+        self.numel() * self.dtype.size()
+    }
+
     /// Marks the tensor read-only: the caller promises that no kernel writes it from now on
     /// (a weight uploaded from the host), so kernels may read it ahead of their wait on the
     /// previous kernel (the `read_only` field).

@@ -4,7 +4,7 @@
 use ndarray::{Array1, Array2, Array3};
 use reference::gguf::{GgufFile, GgufWriter, GGML_TYPE_MXFP4};
 use reference::gpt_oss::config::{LayerType, Yarn};
-use reference::gpt_oss::ops::moe::{clamped_swiglu, expert_ffn, route, router, sigmoid, top_k, weighted_sum};
+use reference::gpt_oss::ops::moe::{clamped_swiglu, expert_ffn, route, route_margin, router, sigmoid, top_k, weighted_sum};
 use reference::gpt_oss::ops::rope::{concentration, cos_sin, inv_freq, ramp_bounds, rope_yarn};
 use reference::gpt_oss::synthetic::real_config;
 use reference::gpt_oss::{DenseExpert, GptOssConfig};
@@ -318,4 +318,15 @@ fn config_errors_name_the_key() {
     let mut j: serde_json::Value = serde_json::from_str(GPT_OSS_20B_JSON).unwrap();
     j["rope_scaling"].as_object_mut().unwrap().remove("truncate");
     assert!(parse(&j.to_string()).unwrap().yarn.unwrap().truncate);
+}
+
+#[test]
+fn route_margin_is_the_gap_after_the_kth_logit() {
+    // Sorted: 5, 3, 2, 1. K = 2 chooses {5, 3}; the nearest outsider is 2.
+    assert_eq!(route_margin(&[3.0, 1.0, 2.0, 5.0], 2), 1.0);
+    // A tie at the boundary: margin 0.
+    assert_eq!(route_margin(&[3.0, 2.0, 2.0, 5.0], 2), 1.0);
+    assert_eq!(route_margin(&[3.0, 2.0, 3.0, 5.0], 2), 0.0);
+    // Every expert chosen: no outsider.
+    assert_eq!(route_margin(&[1.0, 2.0], 2), f32::INFINITY);
 }

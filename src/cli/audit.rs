@@ -124,6 +124,11 @@ fn steps() -> Vec<Step> {
         &|k| k.gemm = Gemm::Tma,
         vec![(Op::Matmul, "s4t"), (Op::Matmul, "s6t"), (Op::Matmul, "s3t"), (Op::Model, "")],
     );
+    push(
+        "KV pools in f16 for 16-bit models (kv=auto)",
+        &|k| k.kv = None,
+        vec![(Op::Attention, "kv=f16"), (Op::Rope, "kv=f16"), (Op::Model, ""), (Op::Runner, "")],
+    );
     out
 }
 

@@ -372,9 +372,15 @@ pub fn run(a: BenchArgs) -> Result<()> {
     };
     // A GPU engine knows what it streams (quantized weights included); else from the config.
     let weight_bytes = engine.weight_bytes().unwrap_or((cfg.n_params() - untied_embd) * elem) as f64;
-    // K and V (f32) read per decoded token, at the mean context of the decode run.
+    // K and V read per decoded token, at the mean context of the decode run: f16 pools for
+    // 16-bit models unless `kv=` says otherwise (`KernelConfig::kv_dtype`), else f32.
     let ctx = lens[0] + decode_tokens / 2;
-    let kv_bytes = (2 * cfg.n_layers * ctx * cfg.n_kv_heads * cfg.head_dim * 4) as f64;
+    let kv_elem = match base.kv {
+        Some(d) => d.size(),
+        None if elem == 4 || backend.is_none() => 4,
+        None => 2,
+    };
+    let kv_bytes = (2 * cfg.n_layers * ctx * cfg.n_kv_heads * cfg.head_dim * kv_elem) as f64;
     // The copy rate counts every byte moved (read + written): that is the memory system's
     // rate, and a read-only weight stream moves bytes at the same rate.
     let roofline_tps = bw / (weight_bytes + kv_bytes);

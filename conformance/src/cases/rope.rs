@@ -87,7 +87,10 @@ pub fn cases() -> Vec<Box<dyn Case>> {
 
 /// `qkv_rope_cache` (rope v2: split of a fused q|k|v row + RoPE + KV-cache write) vs the
 /// reference's RoPE on q and k and a plain copy of v. The caches are NaN-poisoned, including
-/// rows outside `pos0 .. pos0+T`, which must stay NaN.
+/// rows outside `pos0 .. pos0+T`, which must stay NaN. f16 caches hold the rotated k and v
+/// rounded to nearest even: they are compared with the reference's values rounded the same
+/// way, at f16's tolerance (a value the two sides compute a few f32 ulps apart may round to
+/// neighbouring f16 values).
 #[derive(Debug, Clone)]
 pub struct QkvRopeCacheCase {
     pub t: usize,
@@ -96,6 +99,8 @@ pub struct QkvRopeCacheCase {
     pub d: usize,
     pub pos0: usize,
     pub layout: RopeLayout,
+    /// The caches' element type (f32 or f16).
+    pub kv: optimized::Dtype,
 }
 
 impl Case for QkvRopeCacheCase {
@@ -103,10 +108,14 @@ impl Case for QkvRopeCacheCase {
         Op::Rope
     }
     fn name(&self) -> String {
-        format!("qkv_rope_cache_v2(T={},H={},Hkv={},D={},pos0={},{:?},f32)", self.t, self.h, self.hkv, self.d, self.pos0, self.layout)
+        let kv = if self.kv == optimized::Dtype::F32 { String::new() } else { format!(",kv={}", self.kv.name()) };
+        format!("qkv_rope_cache_v2(T={},H={},Hkv={},D={},pos0={},{:?}{kv},f32)", self.t, self.h, self.hkv, self.d, self.pos0, self.layout)
     }
     fn run(&self, client: &Client) -> Outcome {
         let (t, h, hkv, d, p0) = (self.t, self.h, self.hkv, self.d, self.pos0);
+        if !self.kv.supported(client) {
+            return Outcome::Skip(format!("{} caches: the device has no {} arithmetic", self.kv.name(), self.kv.name()));
+        }
         let width = (h + 2 * hkv) * d;
         let qkv = rand_vec(t * width, 41);
         let base = 10_000.0;
@@ -126,13 +135,14 @@ impl Case for QkvRopeCacheCase {
         // Expected caches: NaN everywhere except rows p0..p0+T.
         let mut want_k = vec![f32::NAN; cap * hkv * d];
         let mut want_v = want_k.clone();
-        want_k[p0 * hkv * d..(p0 + t) * hkv * d].copy_from_slice(k.as_slice().unwrap_or(&[]));
-        want_v[p0 * hkv * d..(p0 + t) * hkv * d].copy_from_slice(v.as_slice().unwrap_or(&[]));
+        want_k[p0 * hkv * d..(p0 + t) * hkv * d].copy_from_slice(&self.kv.round(k.as_slice().unwrap_or(&[])));
+        want_v[p0 * hkv * d..(p0 + t) * hkv * d].copy_from_slice(&self.kv.round(v.as_slice().unwrap_or(&[])));
+        let cache_tol = crate::tolerance(Op::Rope, if self.kv == optimized::Dtype::F32 { Dtype::F32 } else { Dtype::F16 }).0;
         outcome((|| {
             let table = RopeTable::new(client, cap, d, base)?;
             let qkvd = DeviceTensor::from_f32(client, &qkv, &[t, width])?;
-            let kc = DeviceTensor::from_f32(client, &vec![f32::NAN; cap * hkv * d], &[cap, hkv, d])?;
-            let vc = DeviceTensor::from_f32(client, &vec![f32::NAN; cap * hkv * d], &[cap, hkv, d])?;
+            let kc = DeviceTensor::from_f32_as(client, &vec![f32::NAN; cap * hkv * d], &[cap, hkv, d], self.kv)?;
+            let vc = DeviceTensor::from_f32_as(client, &vec![f32::NAN; cap * hkv * d], &[cap, hkv, d], self.kv)?;
             let qd = optimized::kernels::rope::qkv_rope_cache(client, &qkvd, h, hkv, &table, p0, self.layout, &kc, &vc)?;
             let (gq, gk, gv) = (qd.to_f32(client)?, kc.to_f32(client)?, vc.to_f32(client)?);
             // Rows outside the written range must still be NaN (nothing written out of bounds).
@@ -142,7 +152,7 @@ impl Case for QkvRopeCacheCase {
                 if g[..lo].iter().chain(&g[hi..]).any(|x| !x.is_nan()) {
                     return Err("wrote a cache row outside pos0..pos0+T".into());
                 }
-                crate::compare(&g[lo..hi], &w[lo..hi], crate::tolerance(Op::Rope, Dtype::F32).0).map(|_| ())
+                crate::compare(&g[lo..hi], &w[lo..hi], cache_tol).map(|_| ())
             };
             let verdict = rows(&gk, &want_k).and_then(|_| rows(&gv, &want_v)).map_err(|e| format!("cache: {e}"));
             Ok(match verdict {
@@ -157,7 +167,9 @@ pub fn fused_cases() -> Vec<Box<dyn Case>> {
     let mut v: Vec<Box<dyn Case>> = Vec::new();
     for (t, h, hkv, d, p0) in [(1, 9, 3, 64, 0), (1, 32, 4, 64, 127), (7, 4, 4, 16, 3), (5, 8, 1, 128, 8000), (3, 3, 1, 20, 1)] {
         for layout in [RopeLayout::HalfSplit, RopeLayout::Adjacent] {
-            v.push(Box::new(QkvRopeCacheCase { t, h, hkv, d, pos0: p0, layout }));
+            for kv in [optimized::Dtype::F32, optimized::Dtype::F16] {
+                v.push(Box::new(QkvRopeCacheCase { t, h, hkv, d, pos0: p0, layout, kv }));
+            }
         }
     }
     v

@@ -28,7 +28,7 @@ pub struct GptOssRunner {
     pub model: GptOssGpu,
     info: ModelInfo,
     layout: KvLayout,
-    /// Per layer `[blocks · bs, Hkv, D]` f32.
+    /// Per layer `[blocks · bs, Hkv, D]`, f32 or f16 (`KernelConfig::kv_dtype` when made).
     k: Vec<DeviceTensor>,
     v: Vec<DeviceTensor>,
     /// YaRN cos / sin (concentration included) for every position of the context.
@@ -63,9 +63,8 @@ impl GptOssRunner {
         if rows == 0 {
             return Err(Error::KvCache("a KV pool of 0 positions".into()));
         }
-        let shape = [rows, cfg.n_kv_heads, cfg.head_dim];
-        let k = (0..cfg.n_layers).map(|_| DeviceTensor::empty_f32(&model.client, &shape)).collect();
-        let v = (0..cfg.n_layers).map(|_| DeviceTensor::empty_f32(&model.client, &shape)).collect();
+        let kv_dtype = crate::config::current().kv_dtype(&model.client, model.dtype != crate::Dtype::F32)?;
+        let (k, v) = crate::kv_cache::pools(&model.client, cfg.n_layers, [rows, cfg.n_kv_heads, cfg.head_dim], kv_dtype)?;
         // Positions past the engine's blocks can never be reached: the table stops there.
         let max_pos = cfg.max_ctx.min(rows - block_size);
         let omega = inv_freq(cfg.head_dim, cfg.rope_theta, cfg.yarn.as_ref());
@@ -78,7 +77,7 @@ impl GptOssRunner {
 
     /// Bytes of the KV pools.
     pub fn kv_bytes(&self) -> usize {
-        self.k.iter().chain(&self.v).map(|t| t.numel() * 4).sum()
+        self.k.iter().chain(&self.v).map(DeviceTensor::bytes).sum()
     }
 
     /// Turn decode graphs on or off (on by default where the backend captures).

@@ -240,11 +240,11 @@ pub fn rope(client: &Client, x: &DeviceTensor, table: &RopeTable, pos0: usize, l
 /// v2 kernel: one unit per pair of the fused row (T·(H+2Hkv)·D/2 units). Heads `< H` are q,
 /// the next `Hkv` are k (rotated into `kc`), the last `Hkv` are v (copied into `vc`).
 #[cube(launch)]
-pub fn qkv_rope_cache_v2(
+pub fn qkv_rope_cache_v2<K: Float>(
     qkv: &[f32],
     q: &mut [f32],
-    kc: &mut [f32],
-    vc: &mut [f32],
+    kc: &mut [K],
+    vc: &mut [K],
     cos: &[f32],
     sin: &[f32],
     heads: u32,
@@ -308,14 +308,20 @@ pub fn qkv_rope_cache_v2(
             q[dst + ob] = a * s + b * c;
         } else if head < h + hk {
             let dst = (row * hk + (head - h)) * d;
-            kc[dst + oa] = a * c - b * s;
-            kc[dst + ob] = a * s + b * c;
+            kc[dst + oa] = K::cast_from(a * c - b * s);
+            kc[dst + ob] = K::cast_from(a * s + b * c);
         } else {
             let dst = (row * hk + (head - h - hk)) * d;
-            vc[dst + oa] = a;
-            vc[dst + ob] = b;
+            vc[dst + oa] = K::cast_from(a);
+            vc[dst + ob] = K::cast_from(b);
         }
     }
+}
+
+/// Whether `c` is a KV cache or pool of a type the writers take (f32, or f16 rounded to nearest
+/// even as written) and of the same type as `k`.
+fn kv_dtype_ok(c: &DeviceTensor, k: &DeviceTensor) -> bool {
+    matches!(c.dtype, Dtype::F32 | Dtype::F16) && c.dtype == k.dtype
 }
 
 /// Split `qkv [T, (H + 2·Hkv)·D]` (one fused GEMV's output) into rotated q `[T, H, D]` (new
@@ -384,10 +390,10 @@ fn qkv_rope_launch(
         None => (None, k_cache.shape.first().copied().unwrap_or(0)),
     };
     for (name, c) in [("k cache", k_cache), ("v cache", v_cache)] {
-        let ok = c.shape.len() == 3 && c.shape[1] == kv_heads && c.shape[2] == d && c.dtype == Dtype::F32 && rows.is_none_or(|r| c.shape[0] == r);
+        let ok = c.shape.len() == 3 && c.shape[1] == kv_heads && c.shape[2] == d && kv_dtype_ok(c, k_cache) && rows.is_none_or(|r| c.shape[0] == r);
         if !ok {
             return Err(Error::Shape(format!(
-                "{op}: {name} {:?} {}, expected [{}, {kv_heads}, {d}] f32",
+                "{op}: {name} {:?} {}, expected [{}, {kv_heads}, {d}] f32 or f16 (k and v alike)",
                 c.shape,
                 c.dtype.name(),
                 rows.map_or("_".to_string(), |r| r.to_string())
@@ -423,32 +429,40 @@ fn qkv_rope_launch(
     }
     // Lengths, tables and the cos / sin tables are written by the host only.
     let (pdl, early) = crate::kernels::pdl::mode(client).flags(true);
-    unsafe {
-        qkv_rope_cache_v2::launch(
-            client,
-            e.count,
-            e.dim,
-            qkv.as_arg(1),
-            q.as_arg(1),
-            k_cache.as_arg(1),
-            v_cache.as_arg(1),
-            table.cos.as_arg(1),
-            table.sin.as_arg(1),
-            heads as u32,
-            kv_heads as u32,
-            (d / 2) as u32,
-            pos0 as u32,
-            e.n,
-            table_arg.as_arg(1),
-            block_size,
-            lens_arg.as_arg(1),
-            t as u32,
-            layout == RopeLayout::Adjacent,
-            tables.is_some(),
-            pos_dev,
-            pdl,
-            early,
-        );
+    macro_rules! go {
+        ($k:ty) => {
+            unsafe {
+                qkv_rope_cache_v2::launch::<$k>(
+                    client,
+                    e.count,
+                    e.dim,
+                    qkv.as_arg(1),
+                    q.as_arg(1),
+                    k_cache.as_arg(1),
+                    v_cache.as_arg(1),
+                    table.cos.as_arg(1),
+                    table.sin.as_arg(1),
+                    heads as u32,
+                    kv_heads as u32,
+                    (d / 2) as u32,
+                    pos0 as u32,
+                    e.n,
+                    table_arg.as_arg(1),
+                    block_size,
+                    lens_arg.as_arg(1),
+                    t as u32,
+                    layout == RopeLayout::Adjacent,
+                    tables.is_some(),
+                    pos_dev,
+                    pdl,
+                    early,
+                )
+            }
+        };
+    }
+    match k_cache.dtype {
+        Dtype::F16 => go!(half::f16),
+        _ => go!(f32),
     }
     Ok(q)
 }
@@ -457,11 +471,11 @@ fn qkv_rope_launch(
 /// `slots[t]` of the pools.
 #[allow(clippy::too_many_arguments)]
 #[cube(launch)]
-pub fn qkv_rope_ragged_v4(
+pub fn qkv_rope_ragged_v4<K: Float>(
     qkv: &[f32],
     q: &mut [f32],
-    kc: &mut [f32],
-    vc: &mut [f32],
+    kc: &mut [K],
+    vc: &mut [K],
     cos: &[f32],
     sin: &[f32],
     positions: &[u32],
@@ -504,12 +518,12 @@ pub fn qkv_rope_ragged_v4(
             q[dst + ob] = a * s + b * c;
         } else if head < h + hk {
             let dst = (row * hk + (head - h)) * d;
-            kc[dst + oa] = a * c - b * s;
-            kc[dst + ob] = a * s + b * c;
+            kc[dst + oa] = K::cast_from(a * c - b * s);
+            kc[dst + ob] = K::cast_from(a * s + b * c);
         } else {
             let dst = (row * hk + (head - h - hk)) * d;
-            vc[dst + oa] = a;
-            vc[dst + ob] = b;
+            vc[dst + oa] = K::cast_from(a);
+            vc[dst + ob] = K::cast_from(b);
         }
     }
 }
@@ -541,8 +555,12 @@ pub fn qkv_rope_ragged(
         return Err(Error::Shape(format!("{op}: qkv {:?} {}, expected [T, {width}] f32", qkv.shape, qkv.dtype.name())));
     }
     for (name, c) in [("k pool", k_pool), ("v pool", v_pool)] {
-        if c.shape.len() != 3 || c.shape[1] != kv_heads || c.shape[2] != d || c.dtype != Dtype::F32 {
-            return Err(Error::Shape(format!("{op}: {name} {:?} {}, expected [rows, {kv_heads}, {d}] f32", c.shape, c.dtype.name())));
+        if c.shape.len() != 3 || c.shape[1] != kv_heads || c.shape[2] != d || !kv_dtype_ok(c, k_pool) {
+            return Err(Error::Shape(format!(
+                "{op}: {name} {:?} {}, expected [rows, {kv_heads}, {d}] f32 or f16 (k and v alike)",
+                c.shape,
+                c.dtype.name()
+            )));
         }
     }
     if positions.numel() < t || slots.numel() < t {
@@ -555,26 +573,34 @@ pub fn qkv_rope_ragged(
     }
     let e = Elementwise::with_vec(client, op, pairs, 1)?;
     let pdl = crate::kernels::pdl::enabled(client);
-    unsafe {
-        qkv_rope_ragged_v4::launch(
-            client,
-            e.count,
-            e.dim,
-            qkv.as_arg(1),
-            q.as_arg(1),
-            k_pool.as_arg(1),
-            v_pool.as_arg(1),
-            table.cos.as_arg(1),
-            table.sin.as_arg(1),
-            positions.as_arg(1),
-            slots.as_arg(1),
-            heads as u32,
-            kv_heads as u32,
-            (d / 2) as u32,
-            e.n,
-            layout == RopeLayout::Adjacent,
-            pdl,
-        );
+    macro_rules! go {
+        ($k:ty) => {
+            unsafe {
+                qkv_rope_ragged_v4::launch::<$k>(
+                    client,
+                    e.count,
+                    e.dim,
+                    qkv.as_arg(1),
+                    q.as_arg(1),
+                    k_pool.as_arg(1),
+                    v_pool.as_arg(1),
+                    table.cos.as_arg(1),
+                    table.sin.as_arg(1),
+                    positions.as_arg(1),
+                    slots.as_arg(1),
+                    heads as u32,
+                    kv_heads as u32,
+                    (d / 2) as u32,
+                    e.n,
+                    layout == RopeLayout::Adjacent,
+                    pdl,
+                )
+            }
+        };
+    }
+    match k_pool.dtype {
+        Dtype::F16 => go!(half::f16),
+        _ => go!(f32),
     }
     Ok(q)
 }

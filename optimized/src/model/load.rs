@@ -255,6 +255,8 @@ impl GpuModel {
             layers.iter().map(|l| l.wqkv.bytes() + l.wo.bytes() + l.w_gate_up.bytes() + l.w_down.bytes()).sum::<usize>() + lm_head.bytes();
         let capacity = capacity.clamp(1, cfg.max_ctx);
         let rope = rope::RopeTable::new(&client, capacity, cfg.head_dim, cfg.rope_theta)?;
+        // f16 pools where the matmuls already round activations to 16 bits (config::kv_dtype).
+        let kv_dtype = kernels.kv_dtype(&client, dtype != Dtype::F32 || quant.is_some())?;
         let kv = match attention {
             AttentionImpl::Naive => {
                 let kv_shape = [capacity, cfg.n_kv_heads, cfg.head_dim];
@@ -263,7 +265,8 @@ impl GpuModel {
                 KvStore::Contiguous { k, v }
             }
             AttentionImpl::Flash => {
-                let mut cache = PagedKvCache::new(&client, cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, BLOCK_SIZE, capacity.div_ceil(BLOCK_SIZE))?;
+                let mut cache =
+                    PagedKvCache::new(&client, cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, BLOCK_SIZE, capacity.div_ceil(BLOCK_SIZE), kv_dtype)?;
                 let seq = cache.blocks.add_sequence();
                 KvStore::Paged { cache, seq, tables: None }
             }
@@ -281,6 +284,7 @@ impl GpuModel {
             lm_head,
             rope,
             kv,
+            kv_dtype,
             attention,
             capacity,
             pos: 0,

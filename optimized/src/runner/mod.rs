@@ -43,7 +43,7 @@ pub struct GpuRunner {
     pub model: GpuModel,
     info: ModelInfo,
     layout: KvLayout,
-    /// Per layer `[blocks · bs, Hkv, D]` f32.
+    /// Per layer `[blocks · bs, Hkv, D]`, f32 or f16 (the model's `kv_dtype`).
     k: Vec<DeviceTensor>,
     v: Vec<DeviceTensor>,
     /// cos / sin for every position of the context.
@@ -70,9 +70,7 @@ impl GpuRunner {
         if rows == 0 {
             return Err(Error::KvCache("a KV pool of 0 positions".into()));
         }
-        let shape = [rows, cfg.n_kv_heads, cfg.head_dim];
-        let k = (0..cfg.n_layers).map(|_| DeviceTensor::empty_f32(&model.client, &shape)).collect();
-        let v = (0..cfg.n_layers).map(|_| DeviceTensor::empty_f32(&model.client, &shape)).collect();
+        let (k, v) = crate::kv_cache::pools(&model.client, cfg.n_layers, [rows, cfg.n_kv_heads, cfg.head_dim], model.kv_dtype)?;
         let rope = rope::RopeTable::new(&model.client, cfg.max_ctx, cfg.head_dim, cfg.rope_theta)?;
         let graphs = graphs::Graphs::new(model.kernels.graphs);
         Ok(GpuRunner { info: ModelInfo::of(cfg), layout: KvLayout { block_size, num_blocks }, k, v, rope, model, graphs })
@@ -80,7 +78,7 @@ impl GpuRunner {
 
     /// Bytes of the KV pools.
     pub fn kv_bytes(&self) -> usize {
-        self.k.iter().chain(&self.v).map(|t| t.numel() * 4).sum()
+        self.k.iter().chain(&self.v).map(DeviceTensor::bytes).sum()
     }
 
     /// Turn decode graphs on or off (on by default where the backend captures).

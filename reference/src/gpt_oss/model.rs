@@ -4,7 +4,7 @@ use ndarray::{Array2, ArrayView2, Axis};
 
 use super::config::GptOssConfig;
 use super::ops::linear_bias;
-use super::ops::moe::{expert_ffn, router, weighted_sum};
+use super::ops::moe::{expert_ffn, route, route_margin, router_logits, weighted_sum};
 use super::ops::rope::{concentration, inv_freq, rope_yarn};
 use super::weights::{GptOssLayer, GptOssWeights};
 use crate::error::{Error, Result};
@@ -16,15 +16,29 @@ use crate::ops::matmul::linear;
 use crate::ops::residual::residual_add;
 use crate::ops::rmsnorm::rmsnorm;
 
+/// Forward calls whose route margins a [`GptOssModel`] keeps.
+const MARGIN_CALLS: usize = 64;
+
 /// A GPT-OSS model ready to run.
 pub struct GptOssModel {
     pub config: GptOssConfig,
     pub weights: GptOssWeights,
+    /// Per forward call since the last [`GptOssModel::take_route_margins`], per token, the
+    /// smallest [`route_margin`] over the layers: how close its routing came to a tie. Not part
+    /// of the forward pass; the conformance suite reads it to tell a routing flip (a legitimate
+    /// difference where the margin is below the other side's rounding) from an error.
+    margins: std::sync::Mutex<Vec<Vec<f32>>>,
 }
 
 impl GptOssModel {
     pub fn new(config: GptOssConfig, weights: GptOssWeights) -> Self {
-        GptOssModel { config, weights }
+        GptOssModel { config, weights, margins: std::sync::Mutex::new(Vec::new()) }
+    }
+
+    /// The route margins of the forward calls since the last take (at most the last 64),
+    /// oldest call first: for each, one value per token (the smallest over the layers).
+    pub fn take_route_margins(&self) -> Vec<Vec<f32>> {
+        self.margins.lock().map(|mut m| std::mem::take(&mut *m)).unwrap_or_default()
     }
 
     /// An empty KV cache for this model (every layer keeps every position; sliding layers
@@ -45,14 +59,22 @@ impl GptOssModel {
             return Err(Error::Input(format!("{} tokens at position {pos0} exceed the context length {}", ids.len(), cfg.max_ctx)));
         }
         let mut x = embedding(self.weights.tok_embd.view(), ids)?;
+        let mut margins = vec![f32::INFINITY; ids.len()];
         for (l, w) in self.weights.layers.iter().enumerate() {
             let a = self.attention_block(l, w, x.view(), pos0, cache)?;
             residual_add(x.view_mut(), a.view());
-            let m = self.moe_block(w, x.view())?;
+            let m = self.moe_block(w, x.view(), &mut margins)?;
             residual_add(x.view_mut(), m.view());
             if let Some(tr) = trace.as_deref_mut() {
                 tr.hidden.push(x.clone());
             }
+        }
+        if let Ok(mut m) = self.margins.lock() {
+            // The last calls only: a model nobody asks keeps a bounded record.
+            if m.len() >= MARGIN_CALLS {
+                m.remove(0);
+            }
+            m.push(margins);
         }
         let h = rmsnorm(x.view(), self.weights.out_norm.view(), cfg.rms_eps);
         linear(h.view(), self.weights.head().view())
@@ -78,11 +100,18 @@ impl GptOssModel {
     }
 
     /// `MoE(RMSNorm(x))`: route every token, run each chosen expert on the tokens that chose it
-    /// (dequantizing it once), then `Σ_k w_k · y_{e_k}` per token in rank order.
-    fn moe_block(&self, w: &GptOssLayer, x: ArrayView2<f32>) -> Result<Array2<f32>> {
+    /// (dequantizing it once), then `Σ_k w_k · y_{e_k}` per token in rank order. Lowers each
+    /// token's entry of `margins` to its [`route_margin`] here.
+    fn moe_block(&self, w: &GptOssLayer, x: ArrayView2<f32>, margins: &mut [f32]) -> Result<Array2<f32>> {
         let cfg = &self.config;
         let h = rmsnorm(x, w.ffn_norm.view(), cfg.rms_eps);
-        let routes = router(h.view(), w.router.view(), w.router_bias.view(), cfg.n_experts_used)?;
+        let z = router_logits(h.view(), w.router.view(), w.router_bias.view())?;
+        let mut routes = Vec::with_capacity(z.nrows());
+        for (row, m) in z.rows().into_iter().zip(margins.iter_mut()) {
+            let zt = row.to_vec();
+            *m = m.min(route_margin(&zt, cfg.n_experts_used));
+            routes.push(route(&zt, cfg.n_experts_used));
+        }
         // y[t][k] = FFN_{e_k}(h_t), filled expert by expert.
         let mut y: Vec<Vec<Option<ndarray::Array1<f32>>>> = routes.iter().map(|r| vec![None; r.len()]).collect();
         for (e, expert) in w.experts.iter().enumerate() {

@@ -6,6 +6,10 @@
 //! does not name, or a row past a sequence's length, fails. Block ids come from the pool in
 //! order or shuffled (non-contiguous, out of order). K/V are written through the block table
 //! with `kv_write_paged` in two pieces (positions `0..S/2`, then `S/2..S`). Output is NaN-poisoned.
+//!
+//! Pools of f16 (`kv=f16`, the production choice for 16-bit models) hold K and V rounded to
+//! nearest even as written; the reference gets the same rounded K and V, so the tolerance is
+//! the kernel's own arithmetic, as for f32 pools.
 
 use ndarray::Array3;
 use optimized::kernels::attention::{flash_decode_tuned, DecodeVersion, PrefillVersion, ScoreStep};
@@ -46,6 +50,8 @@ pub struct FlashCase {
     pub score: ScoreStep,
     /// Prefill kernel version (v2 f32; v3 on the tensor cores, or their emulation).
     pub prefill: PrefillVersion,
+    /// The pools' element type (f32 or f16).
+    pub kv_dtype: optimized::Dtype,
 }
 
 /// The largest prefill (queries × keys × heads) the grid and proptests give v3's emulation: it
@@ -77,8 +83,8 @@ impl FlashCase {
         let tables = BlockTables::upload(client, &refs, &self.lens, bs, n_blocks)?;
         let rows = n_blocks * bs;
         let nan = vec![f32::NAN; rows * kv * d];
-        let kp = DeviceTensor::from_f32(client, &nan, &[rows, kv, d])?;
-        let vp = DeviceTensor::from_f32(client, &nan, &[rows, kv, d])?;
+        let kp = DeviceTensor::from_f32_as(client, &nan, &[rows, kv, d], self.kv_dtype)?;
+        let vp = DeviceTensor::from_f32_as(client, &nan, &[rows, kv, d], self.kv_dtype)?;
         let row = kv * d;
         let mut kvs = Vec::new();
         for (b, &len) in self.lens.iter().enumerate() {
@@ -90,7 +96,8 @@ impl FlashCase {
                     kv_write_paged(client, &vp, &DeviceTensor::from_f32(client, &v[lo * row..hi * row], &[hi - lo, kv, d])?, &tables, b, lo)?;
                 }
             }
-            kvs.push((k, v));
+            // The reference reads what the pools hold.
+            kvs.push((self.kv_dtype.round(&k), self.kv_dtype.round(&v)));
         }
         let sink_vals: Vec<f32> = rand_vec(h, 77).iter().map(|x| x * 3.0).collect();
         let sinks_d = DeviceTensor::from_f32(client, &sink_vals, &[h])?;
@@ -179,6 +186,9 @@ impl Case for FlashCase {
         if self.shuffled {
             s += ",shuffled";
         }
+        if self.kv_dtype != optimized::Dtype::F32 {
+            s += &format!(",kv={}", self.kv_dtype.name());
+        }
         s + if self.phase == Phase::Prefill && self.prefill != PrefillVersion::V2 { ",f16)" } else { ",f32)" }
     }
     fn run(&self, client: &Client) -> Outcome {
@@ -190,6 +200,9 @@ impl Case for FlashCase {
         }
         if self.phase == Phase::Decode && !self.version.supported(client) {
             return Outcome::Skip(format!("decode {:?} needs device-scope storage sync + u32 atomic add", self.version));
+        }
+        if !self.kv_dtype.supported(client) {
+            return Outcome::Skip(format!("{} KV pools: the device has no {} arithmetic", self.kv_dtype.name(), self.kv_dtype.name()));
         }
         if let (Phase::Prefill, PrefillVersion::Tc(mode)) = (self.phase, self.prefill) {
             if let Err(e) = optimized::kernels::attention::prefill_tc::supported(client, self.d, mode) {
@@ -237,9 +250,25 @@ pub fn cases() -> Vec<Box<dyn Case>> {
         for &version in versions {
             for &score in scores {
                 for &prefill in prefills {
-                    let lens = lens.to_vec();
-                    v.push(Box::new(FlashCase { phase, h, kv, d, lens, t, block_size, window, sinks, shuffled, version, score, prefill })
-                        as Box<dyn Case>)
+                    for kv_dtype in [optimized::Dtype::F32, optimized::Dtype::F16] {
+                        let lens = lens.to_vec();
+                        v.push(Box::new(FlashCase {
+                            phase,
+                            h,
+                            kv,
+                            d,
+                            lens,
+                            t,
+                            block_size,
+                            window,
+                            sinks,
+                            shuffled,
+                            version,
+                            score,
+                            prefill,
+                            kv_dtype,
+                        }) as Box<dyn Case>)
+                    }
                 }
             }
         }
@@ -252,6 +281,9 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     add(Decode, 128, 8, 8, &[4096], 1, 16, None, false, false);
     add(Decode, 96, 12, 4, &[257, 1], 1, 32, Some(16), true, true);
     add(Decode, 64, 8, 1, &[16, 16, 33], 1, 16, Some(1), true, true);
+    // The tiny GPT-OSS fixtures' heads (D = 16, G = 2, windows of 4–8, sinks).
+    add(Decode, 16, 4, 2, &[174, 9], 1, 16, Some(8), true, true);
+    add(Decode, 16, 6, 2, &[174, 9], 1, 16, None, true, false);
     // Prefill: full and chunked (queries after cached keys), windows, sinks, T = 1, odd D,
     // block size 1 and 7.
     add(Prefill, 64, 9, 3, &[40], 17, 16, Some(8), true, true);

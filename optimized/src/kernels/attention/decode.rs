@@ -44,10 +44,10 @@ fn add_key<N: Size>(o: &mut Array<f32>, sc: &[f32], cl: usize, x: usize, vv: Vec
 
 #[allow(clippy::too_many_arguments)]
 #[cube(launch, launch_unchecked)]
-pub fn flash_decode_v2<N: Size>(
+pub fn flash_decode_v2<K: Float, N: Size>(
     q: &[f32],
-    k: &[Vector<f32, N>],
-    v: &[Vector<f32, N>],
+    k: &[Vector<K, N>],
+    v: &[Vector<K, N>],
     tables: &[u32],
     lens: &[u32],
     part_o: &mut [Vector<f32, N>],
@@ -167,7 +167,7 @@ pub fn flash_decode_v2<N: Size>(
         let x = ks + i * ns;
         let mut vv = Vector::<f32, N>::new(0.0f32);
         if ks < ns && x < nkeys {
-            vv = v[(srow[off + x] as usize * hkv + kvh) * dv + c4];
+            vv = Vector::<f32, N>::cast_from(v[(srow[off + x] as usize * hkv + kvh) * dv + c4]);
         }
         vp[i] = vv;
     }
@@ -209,7 +209,7 @@ pub fn flash_decode_v2<N: Size>(
                     #[unroll]
                     for i in 0..cb {
                         let c4 = blk * cb + i;
-                        let kv = k[kb[j] + c4];
+                        let kv = Vector::<f32, N>::cast_from(k[kb[j] + c4]);
                         #[unroll]
                         for e in 0..nv {
                             let kx = kv.extract(e);
@@ -262,10 +262,10 @@ pub fn flash_decode_v2<N: Size>(
         // Then four keys per iteration: their V loads are issued together.
         let mut x = ks + vpre * ns;
         while x + 3 * ns < nkeys {
-            let v0 = v[(srow[off + x] as usize * hkv + kvh) * dv + c4];
-            let v1 = v[(srow[off + x + ns] as usize * hkv + kvh) * dv + c4];
-            let v2 = v[(srow[off + x + 2 * ns] as usize * hkv + kvh) * dv + c4];
-            let v3 = v[(srow[off + x + 3 * ns] as usize * hkv + kvh) * dv + c4];
+            let v0 = Vector::<f32, N>::cast_from(v[(srow[off + x] as usize * hkv + kvh) * dv + c4]);
+            let v1 = Vector::<f32, N>::cast_from(v[(srow[off + x + ns] as usize * hkv + kvh) * dv + c4]);
+            let v2 = Vector::<f32, N>::cast_from(v[(srow[off + x + 2 * ns] as usize * hkv + kvh) * dv + c4]);
+            let v3 = Vector::<f32, N>::cast_from(v[(srow[off + x + 3 * ns] as usize * hkv + kvh) * dv + c4]);
             #[unroll]
             for gg in 0..g {
                 let p0 = sc[gg * cl + x];
@@ -280,7 +280,7 @@ pub fn flash_decode_v2<N: Size>(
             x += 4 * ns;
         }
         while x < nkeys {
-            add_key(&mut o, &sc, cl, x, v[(srow[off + x] as usize * hkv + kvh) * dv + c4], g, nv);
+            add_key(&mut o, &sc, cl, x, Vector::<f32, N>::cast_from(v[(srow[off + x] as usize * hkv + kvh) * dv + c4]), g, nv);
             x += ns;
         }
     }

@@ -8,7 +8,7 @@ use super::decode::{flash_decode_combine_v2, flash_decode_v2};
 use super::{check_paged, Masking};
 use crate::kernels::prev_pow2;
 use crate::kv_cache::BlockTables;
-use crate::{Client, DeviceTensor, Error};
+use crate::{Client, DeviceTensor, Dtype, Error};
 
 /// Keys per chunk: enough chunks that the grid has ≥ ~1 cube per SM, between 32 and 512
 /// (H200, 16k keys: 256–512 keys per chunk ran 25% faster than 128).
@@ -212,57 +212,67 @@ pub fn flash_decode_tuned(
     let part_o = DeviceTensor::empty_f32(client, &[bsz * h * splits, d]);
     let part_ml = DeviceTensor::empty_f32(client, &[bsz * h * splits, 2]);
     let sinks = mask.sinks.unwrap_or(&tables.unused);
+    macro_rules! go {
+        ($k:ty) => {
+            unsafe {
+                flash_decode_v2::launch_unchecked::<$k>(
+                    client,
+                    CubeCount::Static(splits as u32, hkv as u32, bsz as u32),
+                    CubeDim::new_1d(units as u32),
+                    nv,
+                    q.as_arg(1),
+                    k.as_arg(nv),
+                    v.as_arg(nv),
+                    tables.tensor.as_arg(1),
+                    tables.lens_dev.as_arg(1),
+                    part_o.as_arg(nv),
+                    part_ml.as_arg(1),
+                    sinks.as_arg(1),
+                    out.as_arg(nv),
+                    tables.counters.as_arg(1),
+                    h as u32,
+                    hkv as u32,
+                    d as u32,
+                    tables.max_blocks as u32,
+                    tables.block_size as u32,
+                    mask.window.unwrap_or(0) as u32,
+                    chunk as u32,
+                    splits as u32,
+                    seg as u32,
+                    tables.lens[0] as u32,
+                    1.0 / (d as f32).sqrt(),
+                    d,
+                    g,
+                    chunk,
+                    units,
+                    kpu,
+                    cb,
+                    nv,
+                    fused,
+                    mask.sinks.is_some(),
+                    bsz == 1 && !tables.device_lens,
+                    lk,
+                    kpp,
+                    steps,
+                    cnt,
+                    plane,
+                    plane_seg,
+                    vpre,
+                    cpre,
+                    pdl,
+                    early,
+                );
+            }
+        };
+    }
+    match k.dtype {
+        Dtype::F16 => go!(half::f16),
+        _ => go!(f32),
+    }
+    if fused {
+        return Ok(());
+    }
     unsafe {
-        flash_decode_v2::launch_unchecked(
-            client,
-            CubeCount::Static(splits as u32, hkv as u32, bsz as u32),
-            CubeDim::new_1d(units as u32),
-            nv,
-            q.as_arg(1),
-            k.as_arg(nv),
-            v.as_arg(nv),
-            tables.tensor.as_arg(1),
-            tables.lens_dev.as_arg(1),
-            part_o.as_arg(nv),
-            part_ml.as_arg(1),
-            sinks.as_arg(1),
-            out.as_arg(nv),
-            tables.counters.as_arg(1),
-            h as u32,
-            hkv as u32,
-            d as u32,
-            tables.max_blocks as u32,
-            tables.block_size as u32,
-            mask.window.unwrap_or(0) as u32,
-            chunk as u32,
-            splits as u32,
-            seg as u32,
-            tables.lens[0] as u32,
-            1.0 / (d as f32).sqrt(),
-            d,
-            g,
-            chunk,
-            units,
-            kpu,
-            cb,
-            nv,
-            fused,
-            mask.sinks.is_some(),
-            bsz == 1 && !tables.device_lens,
-            lk,
-            kpp,
-            steps,
-            cnt,
-            plane,
-            plane_seg,
-            vpre,
-            cpre,
-            pdl,
-            early,
-        );
-        if fused {
-            return Ok(());
-        }
         flash_decode_combine_v2::launch_unchecked(
             client,
             CubeCount::Static((bsz * hkv) as u32, 1, 1),

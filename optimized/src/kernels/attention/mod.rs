@@ -59,7 +59,8 @@ pub struct Masking<'a> {
     pub sinks: Option<&'a DeviceTensor>,
 }
 
-/// Checks shared by the flash launchers: pools `[rows, Hkv, D]` f32 matching the tables, q
+/// Checks shared by the flash launchers: pools `[rows, Hkv, D]` f32 or f16 (both alike)
+/// matching the tables, q
 /// `[N, H, D]` f32 with H a multiple of Hkv, sinks `[H]`, window ≥ 1. Returns (H, Hkv, D).
 pub(crate) fn check_paged(
     op: &str,
@@ -70,10 +71,13 @@ pub(crate) fn check_paged(
     m: &Masking,
 ) -> Result<(usize, usize, usize), Error> {
     let err = |s: String| Err(Error::Shape(format!("{op}: {s}")));
-    for (what, t) in [("q", q), ("k pool", k), ("v pool", v)] {
-        if t.dtype != Dtype::F32 || t.shape.len() != 3 {
-            return err(format!("{what} is {:?} {}, expected 3 axes f32", t.shape, t.dtype.name()));
+    for (what, t, f16) in [("q", q, false), ("k pool", k, true), ("v pool", v, true)] {
+        if !(t.dtype == Dtype::F32 || (f16 && t.dtype == Dtype::F16)) || t.shape.len() != 3 {
+            return err(format!("{what} is {:?} {}, expected 3 axes f32{}", t.shape, t.dtype.name(), if f16 { " or f16" } else { "" }));
         }
+    }
+    if k.dtype != v.dtype {
+        return err(format!("k pool is {}, v pool {}", k.dtype.name(), v.dtype.name()));
     }
     let (h, d) = (q.shape[1], q.shape[2]);
     let hkv = k.shape[1];

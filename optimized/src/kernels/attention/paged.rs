@@ -1,5 +1,6 @@
 //! Paged KV write v1: rows `new [T, Hkv, D]` of sequence `seq` (positions `pos0 .. pos0 + T`)
-//! into a pool `[blocks · bs, Hkv, D]`, through the block table. One unit per element.
+//! into a pool `[blocks · bs, Hkv, D]` (f32, or f16 rounded to nearest even), through the block
+//! table. One unit per element.
 
 use cubecl::prelude::*;
 
@@ -17,22 +18,25 @@ pub(crate) fn pool_row(tables: &[u32], table_off: usize, pos: usize, block_size:
 
 /// v1 kernel: element `e` of `new` (row t = e / row_len) to its pool row.
 #[cube(launch)]
-pub fn kv_write_paged_v1(pool: &mut [f32], new: &[f32], tables: &[u32], table_off: u32, pos0: u32, row_len: u32, block_size: u32, n: u32) {
+pub fn kv_write_paged_v1<K: Float>(pool: &mut [K], new: &[f32], tables: &[u32], table_off: u32, pos0: u32, row_len: u32, block_size: u32, n: u32) {
     let e = ABSOLUTE_POS;
     if e < n as usize {
         let rl = row_len as usize;
         let t = e / rl;
         let c = e - t * rl;
         let row = pool_row(tables, table_off as usize, pos0 as usize + t, block_size);
-        pool[row * rl + c] = new[e];
+        pool[row * rl + c] = K::cast_from(new[e]);
     }
 }
 
 /// Write `new [T, Hkv, D]` at positions `pos0 ..` of sequence `seq` (index into `tables`) of
 /// `pool`. The positions must lie inside the sequence's length.
 pub fn kv_write_paged(client: &Client, pool: &DeviceTensor, new: &DeviceTensor, tables: &BlockTables, seq: usize, pos0: usize) -> Result<(), Error> {
-    let ok =
-        pool.dtype == Dtype::F32 && new.dtype == Dtype::F32 && pool.shape.len() == 3 && new.shape.len() == 3 && pool.shape[1..] == new.shape[1..];
+    let ok = matches!(pool.dtype, Dtype::F32 | Dtype::F16)
+        && new.dtype == Dtype::F32
+        && pool.shape.len() == 3
+        && new.shape.len() == 3
+        && pool.shape[1..] == new.shape[1..];
     if !ok || pool.shape[0] != tables.num_blocks * tables.block_size {
         return Err(Error::Shape(format!(
             "kv_write_paged: new {:?} does not fit pool {:?} of {} blocks of {}",
@@ -51,20 +55,28 @@ pub fn kv_write_paged(client: &Client, pool: &DeviceTensor, new: &DeviceTensor, 
     }
     super::naive::u32_of("pool size", pool.numel())?;
     let e = Elementwise::with_vec(client, "kv_write_paged", n, 1)?;
-    unsafe {
-        kv_write_paged_v1::launch(
-            client,
-            e.count,
-            e.dim,
-            pool.as_arg(1),
-            new.as_arg(1),
-            tables.tensor.as_arg(1),
-            (seq * tables.max_blocks) as u32,
-            pos0 as u32,
-            (new.shape[1] * new.shape[2]) as u32,
-            tables.block_size as u32,
-            e.n,
-        );
+    macro_rules! go {
+        ($k:ty) => {
+            unsafe {
+                kv_write_paged_v1::launch::<$k>(
+                    client,
+                    e.count,
+                    e.dim,
+                    pool.as_arg(1),
+                    new.as_arg(1),
+                    tables.tensor.as_arg(1),
+                    (seq * tables.max_blocks) as u32,
+                    pos0 as u32,
+                    (new.shape[1] * new.shape[2]) as u32,
+                    tables.block_size as u32,
+                    e.n,
+                )
+            }
+        };
+    }
+    match pool.dtype {
+        Dtype::F16 => go!(half::f16),
+        _ => go!(f32),
     }
     Ok(())
 }

@@ -17,7 +17,7 @@ use super::{check_paged, Masking};
 use crate::kernels::matmul::tc::TcMode;
 use crate::kernels::prev_pow2;
 use crate::kv_cache::BlockTables;
-use crate::{Client, DeviceTensor, Error};
+use crate::{Client, DeviceTensor, Dtype, Error};
 
 /// Largest tiles tried (halved until the shared memory fits).
 const BR_MAX: usize = 16;
@@ -91,10 +91,10 @@ pub(crate) fn out_scale(m: f32, l: f32, sinks: &[f32], h: usize, #[comptime] has
 
 #[allow(clippy::too_many_arguments)]
 #[cube(launch, launch_unchecked)]
-pub fn flash_prefill_v2(
+pub fn flash_prefill_v2<K: Float>(
     q: &[f32],
-    k: &[f32],
-    v: &[f32],
+    k: &[K],
+    v: &[K],
     tables: &[u32],
     sinks: &[f32],
     out: &mut [f32],
@@ -183,8 +183,8 @@ pub fn flash_prefill_v2(
             let mut vval = f32::new(0.0);
             if j < t_hi as usize {
                 let off = (pool_row(tables, table_off, j, block_size) * hkv + kvh) * dd + c;
-                kval = k[off];
-                vval = v[off];
+                kval = f32::cast_from(k[off]);
+                vval = f32::cast_from(v[off]);
             }
             sk[jj * dp + c] = kval;
             sv[jj * dp + c] = vval;
@@ -311,40 +311,48 @@ pub fn flash_prefill(
         return Err(Error::Unsupported(format!("flash_prefill: grid {n_tiles}×{h} exceeds the device's {:?}", hw.max_cube_count)));
     }
     let sinks = mask.sinks.unwrap_or(&tables.unused);
-    unsafe {
-        flash_prefill_v2::launch_unchecked(
-            client,
-            CubeCount::Static(n_tiles as u32, h as u32, 1),
-            CubeDim::new_1d((br * lanes) as u32),
-            q.as_arg(1),
-            k.as_arg(1),
-            v.as_arg(1),
-            tables.tensor.as_arg(1),
-            sinks.as_arg(1),
-            out.as_arg(1),
-            t as u32,
-            h as u32,
-            (h / hkv) as u32,
-            hkv as u32,
-            d as u32,
-            s_len as u32,
-            pos0 as u32,
-            mask.window.unwrap_or(0) as u32,
-            tables.block_size as u32,
-            br as u32,
-            bc as u32,
-            lanes as u32,
-            1.0 / (d as f32).sqrt(),
-            // Unread without `varlen`: any u32 buffer.
-            tables.tensor.as_arg(1),
-            1,
-            tables.max_blocks as u32,
-            d,
-            br,
-            bc,
-            mask.sinks.is_some(),
-            false,
-        );
+    macro_rules! go {
+        ($k:ty) => {
+            unsafe {
+                flash_prefill_v2::launch_unchecked::<$k>(
+                    client,
+                    CubeCount::Static(n_tiles as u32, h as u32, 1),
+                    CubeDim::new_1d((br * lanes) as u32),
+                    q.as_arg(1),
+                    k.as_arg(1),
+                    v.as_arg(1),
+                    tables.tensor.as_arg(1),
+                    sinks.as_arg(1),
+                    out.as_arg(1),
+                    t as u32,
+                    h as u32,
+                    (h / hkv) as u32,
+                    hkv as u32,
+                    d as u32,
+                    s_len as u32,
+                    pos0 as u32,
+                    mask.window.unwrap_or(0) as u32,
+                    tables.block_size as u32,
+                    br as u32,
+                    bc as u32,
+                    lanes as u32,
+                    1.0 / (d as f32).sqrt(),
+                    // Unread without `varlen`: any u32 buffer.
+                    tables.tensor.as_arg(1),
+                    1,
+                    tables.max_blocks as u32,
+                    d,
+                    br,
+                    bc,
+                    mask.sinks.is_some(),
+                    false,
+                );
+            }
+        };
+    }
+    match k.dtype {
+        Dtype::F16 => go!(half::f16),
+        _ => go!(f32),
     }
     Ok(())
 }
@@ -416,39 +424,47 @@ pub fn flash_prefill_varlen(
     }
     let info = DeviceTensor::from_u32(client, &words, &[seqs.len(), 5])?;
     let sinks = mask.sinks.unwrap_or(&tables.unused);
-    unsafe {
-        flash_prefill_v2::launch_unchecked(
-            client,
-            CubeCount::Static(tiles_total as u32, h as u32, 1),
-            CubeDim::new_1d((br * lanes) as u32),
-            q.as_arg(1),
-            k.as_arg(1),
-            v.as_arg(1),
-            tables.tensor.as_arg(1),
-            sinks.as_arg(1),
-            out.as_arg(1),
-            0,
-            h as u32,
-            (h / hkv) as u32,
-            hkv as u32,
-            d as u32,
-            0,
-            0,
-            mask.window.unwrap_or(0) as u32,
-            tables.block_size as u32,
-            br as u32,
-            bc as u32,
-            lanes as u32,
-            1.0 / (d as f32).sqrt(),
-            info.as_arg(1),
-            seqs.len() as u32,
-            tables.max_blocks as u32,
-            d,
-            br,
-            bc,
-            mask.sinks.is_some(),
-            true,
-        );
+    macro_rules! go {
+        ($k:ty) => {
+            unsafe {
+                flash_prefill_v2::launch_unchecked::<$k>(
+                    client,
+                    CubeCount::Static(tiles_total as u32, h as u32, 1),
+                    CubeDim::new_1d((br * lanes) as u32),
+                    q.as_arg(1),
+                    k.as_arg(1),
+                    v.as_arg(1),
+                    tables.tensor.as_arg(1),
+                    sinks.as_arg(1),
+                    out.as_arg(1),
+                    0,
+                    h as u32,
+                    (h / hkv) as u32,
+                    hkv as u32,
+                    d as u32,
+                    0,
+                    0,
+                    mask.window.unwrap_or(0) as u32,
+                    tables.block_size as u32,
+                    br as u32,
+                    bc as u32,
+                    lanes as u32,
+                    1.0 / (d as f32).sqrt(),
+                    info.as_arg(1),
+                    seqs.len() as u32,
+                    tables.max_blocks as u32,
+                    d,
+                    br,
+                    bc,
+                    mask.sinks.is_some(),
+                    true,
+                );
+            }
+        };
+    }
+    match k.dtype {
+        Dtype::F16 => go!(half::f16),
+        _ => go!(f32),
     }
     Ok(())
 }

@@ -20,6 +20,9 @@
 //!
 //! [`TcMode::Emulated`] runs the same indexing with plain loads and an MMA through shared
 //! memory (lavapipe in CI), with smaller tiles (lavapipe has 32 KiB of shared memory).
+//!
+//! The pools may hold K and V as f32 or f16 (`K`): the tile in flight stays in that type in
+//! the registers (half of them for f16 pools) and is rounded to f16 as it is stored.
 
 use cubecl::prelude::*;
 
@@ -75,15 +78,15 @@ fn quad_sum(x: f32, lane: usize, scratch: &mut [f32], sb: usize, #[comptime] emu
     r
 }
 
-/// Loads K/V tile `j0 ..+ BC` (keys past `t_hi`: zeros) into the registers `kr`, `vr`, 4
-/// values each, `nper` per unit: K with the units of a row along its chunks (coalesced), V
+/// Loads K/V tile `j0 ..+ BC` (keys past `t_hi`: zeros) into the registers `kr`, `vr`, `vw`
+/// values each (`cd = D / vw` vectors a row), `nper` per unit: K with the units of a row along its chunks (coalesced), V
 /// with the units along the keys (`rowv`: this unit's key's pool row, so the transposed
 /// stores to shared memory hit distinct banks).
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn fetch<N: Size>(
-    k: &[Vector<f32, N>],
-    v: &[Vector<f32, N>],
+fn fetch<K: Float, N: Size>(
+    k: &[Vector<K, N>],
+    v: &[Vector<K, N>],
     tables: &[u32],
     table_off: usize,
     block_size: u32,
@@ -92,8 +95,8 @@ fn fetch<N: Size>(
     j0: usize,
     t_hi: usize,
     tid: usize,
-    kr: &mut Array<Vector<f32, N>>,
-    vr: &mut Array<Vector<f32, N>>,
+    kr: &mut Array<Vector<K, N>>,
+    vr: &mut Array<Vector<K, N>>,
     #[comptime] cd: usize,
     #[comptime] bc: usize,
     #[comptime] threads: usize,
@@ -109,12 +112,12 @@ fn fetch<N: Size>(
     for i in 0..nper {
         let f = tid + i * threads;
         let j = j0 + f / cd;
-        let mut kx = Vector::<f32, N>::empty().fill(0.0f32);
+        let mut kx = Vector::<K, N>::empty().fill(K::cast_from(0.0f32));
         if j < t_hi {
             kx = k[(pool_row(tables, table_off, j, block_size) * hkv + kvh) * cd + f % cd];
         }
         kr[i] = kx;
-        let mut vx = Vector::<f32, N>::empty().fill(0.0f32);
+        let mut vx = Vector::<K, N>::empty().fill(K::cast_from(0.0f32));
         if jv < t_hi {
             vx = v[rowv + f / bc];
         }
@@ -126,17 +129,18 @@ fn fetch<N: Size>(
 /// `[D, sv]`.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn store<E: Float, N: Size>(
+fn store<K: Float, E: Float, N: Size>(
     sk: &mut [E],
     svt: &mut [E],
-    kr: &Array<Vector<f32, N>>,
-    vr: &Array<Vector<f32, N>>,
+    kr: &Array<Vector<K, N>>,
+    vr: &Array<Vector<K, N>>,
     tid: usize,
     #[comptime] cd: usize,
     #[comptime] bc: usize,
     #[comptime] threads: usize,
     #[comptime] sd: usize,
     #[comptime] sv: usize,
+    #[comptime] vw: usize,
     #[comptime] emu: bool,
 ) {
     let nper = comptime!(bc * cd / threads);
@@ -144,11 +148,11 @@ fn store<E: Float, N: Size>(
     for i in 0..nper {
         let f = tid + i * threads;
         let kx = kr[i];
-        let kb = (f / cd) * sd + 4 * (f % cd);
+        let kb = (f / cd) * sd + vw * (f % cd);
         let vx = vr[i];
-        let vb = 4 * (f / bc) * sv + f % bc;
+        let vb = vw * (f / bc) * sv + f % bc;
         #[unroll]
-        for e in 0..4usize {
+        for e in 0..vw {
             sk[kb + e] = E::cast_from(kx.extract(e));
             svt[vb + e * sv] = E::cast_from(vx.extract(e));
         }
@@ -157,10 +161,10 @@ fn store<E: Float, N: Size>(
 
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked)]
-pub fn flash_prefill_tc<E: Float, N: Size>(
+pub fn flash_prefill_tc<K: Float, E: Float, N: Size>(
     q: &[f32],
-    k: &[Vector<f32, N>],
-    v: &[Vector<f32, N>],
+    k: &[Vector<K, N>],
+    v: &[Vector<K, N>],
     tables: &[u32],
     sinks: &[f32],
     out: &mut [f32],
@@ -179,6 +183,7 @@ pub fn flash_prefill_tc<E: Float, N: Size>(
     #[comptime] d: usize,
     #[comptime] warps: usize,
     #[comptime] bc: usize,
+    #[comptime] vw: usize,
     #[comptime] has_sinks: bool,
     #[comptime] varlen: bool,
     #[comptime] emu: bool,
@@ -254,17 +259,17 @@ pub fn flash_prefill_tc<E: Float, N: Size>(
 
     // K/V tiles: fetched into registers one tile ahead (in flight during the MMAs), stored
     // into shared memory at the top of the next iteration.
-    let cd = comptime!(d / 4);
-    let nper = comptime!(bc * d / 4 / threads);
-    let mut kr = Array::<Vector<f32, N>>::new(nper);
-    let mut vr = Array::<Vector<f32, N>>::new(nper);
+    let cd = comptime!(d / vw);
+    let nper = comptime!(bc * cd / threads);
+    let mut kr = Array::<Vector<K, N>>::new(nper);
+    let mut vr = Array::<Vector<K, N>>::new(nper);
     let th = t_hi as usize;
     fetch(k, v, tables, table_off, block_size, hkv, kvh, t_lo as usize, th, tid, &mut kr, &mut vr, cd, bc, threads, emu);
     let mut j0 = t_lo as usize;
     while j0 < th {
         // Every warp is done with the previous tile's K and V.
         sync_cube();
-        store(&mut sk, &mut svt, &kr, &vr, tid, cd, bc, threads, sd, sv, emu);
+        store(&mut sk, &mut svt, &kr, &vr, tid, cd, bc, threads, sd, sv, vw, emu);
         sync_cube();
         if j0 + bc < th {
             fetch(k, v, tables, table_off, block_size, hkv, kvh, j0 + bc, th, tid, &mut kr, &mut vr, cd, bc, threads, emu);
@@ -456,37 +461,49 @@ fn launch(
         return Err(Error::Unsupported(format!("flash prefill v3: grid {grid}×{h} exceeds the device's {:?}", hw.max_cube_count)));
     }
     let sinks = mask.sinks.unwrap_or(&tables.unused);
-    unsafe {
-        flash_prefill_tc::launch_unchecked::<half::f16>(
-            client,
-            CubeCount::Static(grid as u32, h as u32, 1),
-            CubeDim::new_1d((32 * warps) as u32),
-            4,
-            q.as_arg(1),
-            k.as_arg(4),
-            v.as_arg(4),
-            tables.tensor.as_arg(1),
-            sinks.as_arg(1),
-            out.as_arg(1),
-            t as u32,
-            h as u32,
-            (h / hkv) as u32,
-            hkv as u32,
-            s_len as u32,
-            pos0 as u32,
-            mask.window.unwrap_or(0) as u32,
-            tables.block_size as u32,
-            1.0 / (d as f32).sqrt(),
-            info.as_arg(1),
-            n_seqs as u32,
-            tables.max_blocks as u32,
-            d,
-            warps,
-            bc,
-            mask.sinks.is_some(),
-            varlen,
-            mode == TcMode::Emulated,
-        );
+    // K/V loads of 16 bytes: 8 values of an f16 pool where a tile splits evenly over the units
+    // (4 of an f32 pool; 4 emulated, lavapipe's widest vector).
+    let vw = if k.dtype == Dtype::F16 && mode == TcMode::Tensor && (bc * d / 8).is_multiple_of(32 * warps) { 8 } else { 4 };
+    macro_rules! go {
+        ($k:ty) => {
+            unsafe {
+                flash_prefill_tc::launch_unchecked::<$k, half::f16>(
+                    client,
+                    CubeCount::Static(grid as u32, h as u32, 1),
+                    CubeDim::new_1d((32 * warps) as u32),
+                    vw,
+                    q.as_arg(1),
+                    k.as_arg(vw),
+                    v.as_arg(vw),
+                    tables.tensor.as_arg(1),
+                    sinks.as_arg(1),
+                    out.as_arg(1),
+                    t as u32,
+                    h as u32,
+                    (h / hkv) as u32,
+                    hkv as u32,
+                    s_len as u32,
+                    pos0 as u32,
+                    mask.window.unwrap_or(0) as u32,
+                    tables.block_size as u32,
+                    1.0 / (d as f32).sqrt(),
+                    info.as_arg(1),
+                    n_seqs as u32,
+                    tables.max_blocks as u32,
+                    d,
+                    warps,
+                    bc,
+                    vw,
+                    mask.sinks.is_some(),
+                    varlen,
+                    mode == TcMode::Emulated,
+                );
+            }
+        };
+    }
+    match k.dtype {
+        Dtype::F16 => go!(half::f16),
+        _ => go!(f32),
     }
     Ok(())
 }

@@ -74,8 +74,8 @@ fn reduce_scatter(
 /// plane ops (the shuffles sync): the caller passes the chunk length there.
 #[allow(clippy::too_many_arguments)]
 #[cube]
-pub(crate) fn scores_by_plane<N: Size>(
-    k: &[Vector<f32, N>],
+pub(crate) fn scores_by_plane<K: Float, N: Size>(
+    k: &[Vector<K, N>],
     sq: &[f32],
     sc: &mut [f32],
     srow: &[u32],
@@ -121,7 +121,7 @@ pub(crate) fn scores_by_plane<N: Size>(
             let x = base + j * slots + slot;
             let mut kv = Vector::<f32, N>::new(0.0f32);
             if x < nkeys {
-                kv = k[(srow[off + x] as usize * hkv + kvh) * dv + r];
+                kv = Vector::<f32, N>::cast_from(k[(srow[off + x] as usize * hkv + kvh) * dv + r]);
             }
             #[unroll]
             for gg in 0..g {

@@ -34,10 +34,26 @@ pub fn route(z: &[f32], k: usize) -> Vec<(usize, f32)> {
     experts.into_iter().zip(w).collect()
 }
 
-/// Router of a block of tokens: `z = h Wrᵀ + br` (h `[T, C]`, Wr `[E, C]`, br `[E]`), then
-/// [`route`] per token.
+/// How far one token's routing is from a tie: `z₍K₎ − z₍K+1₎`, the gap between its K-th and
+/// (K+1)-th largest router logits (∞ when all E ≤ K experts are chosen). A perturbation of
+/// every logit by less than half of it leaves the chosen experts unchanged.
+pub fn route_margin(z: &[f32], k: usize) -> f32 {
+    let mut s = z.to_vec();
+    s.sort_by(|a, b| b.total_cmp(a));
+    match (k.checked_sub(1).and_then(|i| s.get(i)), s.get(k)) {
+        (Some(a), Some(b)) => a - b,
+        _ => f32::INFINITY,
+    }
+}
+
+/// Router logits of a block of tokens: `z = h Wrᵀ + br` (h `[T, C]`, Wr `[E, C]`, br `[E]`).
+pub fn router_logits(h: ArrayView2<f32>, wr: ArrayView2<f32>, br: ArrayView1<f32>) -> crate::Result<ndarray::Array2<f32>> {
+    linear_bias(h, wr, br)
+}
+
+/// Router of a block of tokens: [`router_logits`], then [`route`] per token.
 pub fn router(h: ArrayView2<f32>, wr: ArrayView2<f32>, br: ArrayView1<f32>, k: usize) -> crate::Result<Vec<Vec<(usize, f32)>>> {
-    let z = linear_bias(h, wr, br)?;
+    let z = router_logits(h, wr, br)?;
     Ok(z.rows().into_iter().map(|row| route(&row.to_vec(), k)).collect())
 }
 

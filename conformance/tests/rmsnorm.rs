@@ -14,8 +14,8 @@ proptest! {
     fn rmsnorm_random_shapes(rows in 1usize..40, c in 1usize..3000) {
         // The launchers' own choice (v3 where it fits), plain and fused.
         let cases: Vec<Box<dyn Case>> = vec![
-            Box::new(RmsNormCase { rows, c, eps: 1e-6, version: None }),
-            Box::new(AddRmsNormCase { rows, c, version: None }),
+            Box::new(RmsNormCase { rows, c, eps: 1e-6, version: None, out: optimized::Dtype::F32 }),
+            Box::new(AddRmsNormCase { rows, c, version: None, out: optimized::Dtype::F32 }),
         ];
         let r = run_cases(&cases, &backends_from_env());
         let (_, f, _) = r.count();

@@ -53,9 +53,13 @@
 //! - `qgemm=wgmma|mma` — the same GEMMs over quantized weights (dequantized in the tile
 //!   loads): tc v3 (`kernels::matmul::tc_wg_quant`, sm_90a, the formats it takes) or tc v1
 //!   (`mma.sync`); in a lab build also `qgemm=tma` (`lab/tc_wg_quant_tma.rs`, slower).
+//! - `x16=fused|pass` — where tc v4 runs a step's GEMM, its input x is written in the weight's
+//!   16-bit type by its producer (the RMSNorms, the gate|up GEMM's SwiGLU epilogue), or as
+//!   f32 and converted by a pass of its own before the GEMM;
 //! - `kv=auto|f16|f32` — the paged KV pools' element type, chosen when the model loads: `auto`
-//!   stores K and V as f16 where the model's matmuls already round activations to 16 bits and
-//!   the device does f16 arithmetic (half the bytes every attention step reads), else f32.
+//!   stores K and V as f16 where the model's matmuls already round activations to 16 bits on
+//!   the tensor cores (16-bit or quantized weights, a device with f16 MMAs: prefill attention v3
+//!   reads K and V as f16 there anyway), halving the bytes every attention step reads; else f32.
 //!
 //! `default` resets every key. [`KernelConfig::name`] writes only what differs from the default
 //! (`default` when nothing does) and parses back to the same value. A bad spec is an error
@@ -193,6 +197,8 @@ pub struct KernelConfig {
     pub qgemm: QGemm,
     /// The KV pools' element type; `None`: [`KernelConfig::kv_dtype`]'s choice.
     pub kv: Option<crate::Dtype>,
+    /// tc v4's x written in 16 bits by its producer (`matmul::x_dtype`), not converted by a pass.
+    pub x16_fused: bool,
 }
 
 /// The most rows the gemvs take (their per-unit accumulators are T × rows).
@@ -243,6 +249,7 @@ impl Default for KernelConfig {
             gemm: Gemm::Tma,
             qgemm: QGemm::Wgmma,
             kv: None,
+            x16_fused: true,
         }
     }
 }
@@ -322,7 +329,7 @@ impl KernelConfig {
     fn parse_any(spec: &str) -> Result<Self, Error> {
         let mut k = KernelConfig::default();
         let bad = |part: &str, why: &str| {
-            Error::Config(format!("kernel config `{spec}`: `{part}` {why} (keys: attention, graphs, ahead, advance, norms, pdl, qgemv, prefetch, int8-decode, gps, rpg, small, mma, argmax, draw, moe-gemv, moe-route, moe-gemm, moe-tile, gemv-rows, qgemv-rows, prefill, gemm, qgemm, kv; see optimized::config)"))
+            Error::Config(format!("kernel config `{spec}`: `{part}` {why} (keys: attention, graphs, ahead, advance, norms, pdl, qgemv, prefetch, int8-decode, gps, rpg, small, mma, argmax, draw, moe-gemv, moe-route, moe-gemm, moe-tile, gemv-rows, qgemv-rows, prefill, gemm, qgemm, kv, x16; see optimized::config)"))
         };
         let mut launch = vec![];
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -429,6 +436,13 @@ impl KernelConfig {
                 "gemm" => {
                     k.gemm = [Gemm::Mma, Gemm::WgmmaV2, Gemm::Wgmma, Gemm::Tma].into_iter().find(|g| g.name() == val).ok_or_else(no)?;
                 }
+                "x16" => {
+                    k.x16_fused = match val {
+                        "fused" => true,
+                        "pass" => false,
+                        _ => return Err(no()),
+                    }
+                }
                 "kv" => {
                     k.kv = match val {
                         "auto" => None,
@@ -517,6 +531,9 @@ impl KernelConfig {
         if self.qgemm != d.qgemm {
             parts.push(format!("qgemm={}", self.qgemm.name()));
         }
+        if self.x16_fused != d.x16_fused {
+            parts.push(format!("x16={}", if self.x16_fused { "fused" } else { "pass" }));
+        }
         if let Some(kv) = self.kv {
             parts.push(format!("kv={}", kv.name()));
         }
@@ -555,6 +572,7 @@ impl KernelConfig {
             gemm: Gemm::Mma,
             qgemm: QGemm::Mma,
             kv: Some(crate::Dtype::F32),
+            x16_fused: false,
         }
     }
 
@@ -585,10 +603,11 @@ impl KernelConfig {
 }
 
 impl KernelConfig {
-    /// The KV pools' element type for a model whose matmuls round activations to 16 bits
-    /// (`act16`) on `client`: the configured one, else f16 where `act16` and the device does
-    /// f16 arithmetic (prefill v3 already reads K and V rounded to f16), else f32 (f32 models
-    /// keep f32 attention). An f16 pool asked for on a device without f16 is an error.
+    /// The KV pools' element type for a model whose weights are 16-bit or quantized (`act16`)
+    /// on `client`: the configured one, else f16 where `act16` and the device has f16 MMAs
+    /// (its GEMMs round activations to 16 bits and prefill v3 reads K and V rounded to f16),
+    /// else f32 (f32 models, and devices whose GEMMs keep f32 activations, keep f32 attention).
+    /// An f16 pool asked for on a device without f16 is an error.
     pub fn kv_dtype(&self, client: &crate::Client, act16: bool) -> Result<crate::Dtype, Error> {
         use crate::Dtype;
         match self.kv {
@@ -596,7 +615,7 @@ impl KernelConfig {
                 Err(Error::Unsupported(format!("kv=f16: {} has no f16 arithmetic", client.properties().identity.name)))
             }
             Some(d) => Ok(d),
-            None if act16 && Dtype::F16.supported(client) => Ok(Dtype::F16),
+            None if act16 && crate::kernels::matmul::tc::require(client, Dtype::F16, TcMode::Tensor).is_ok() => Ok(Dtype::F16),
             None => Ok(Dtype::F32),
         }
     }
@@ -635,6 +654,7 @@ mod tests {
             "attention=naive",
             "kv=f16",
             "kv=f32,gemm=wgmma",
+            "x16=pass",
             "graphs=off,norms=kernels",
             "pdl=top",
             "qgemv=v4,mma=2.2.1",

@@ -26,8 +26,8 @@ use crate::kernels::attention::{flash_decode, flash_prefill, Masking};
 use crate::kernels::matmul::{Fuse, Norm, Residual};
 use crate::kernels::qmatmul::v4::MmaTune;
 use crate::kernels::qmatmul::{Prefetch, QFormat, QLayout, QWeight, Weight, QGEMV_MAX_T};
-use crate::kernels::rmsnorm::add_rmsnorm_device;
-use crate::kernels::{argmax, attention, embedding, matmul, rmsnorm_device, rope};
+use crate::kernels::rmsnorm::{add_rmsnorm_device_as, rmsnorm_device_as};
+use crate::kernels::{argmax, attention, embedding, matmul, rope};
 use crate::kv_cache::{BlockTables, PagedKvCache, SeqId};
 use crate::{Backend, Client, DeviceTensor, Dtype, Error};
 
@@ -347,7 +347,8 @@ impl GpuModel {
         let xw = if fused { DeviceTensor::empty_f32(c, &[t, cfg.hidden]) } else { DeviceTensor::empty_f32(c, &[1]) };
         let normed = Fuse { norm: Some(Norm { x, eps: cfg.rms_eps }), ..Fuse::default() };
         let into_x = |next_norm| Fuse { residual: Some(Residual { next_norm, xw: &xw }), ..Fuse::default() };
-        let mut h = rmsnorm_device(c, x, &first.attn_norm, cfg.rms_eps)?;
+        // Norm and SwiGLU outputs in the type the next GEMM reads (16 bits where tc v4 runs).
+        let mut h = rmsnorm_device_as(c, x, &first.attn_norm, cfg.rms_eps, first.wqkv.x_dtype(c, t))?;
         for (l, w) in self.layers.iter().enumerate() {
             // Attention block: one GEMV for q|k|v, then RoPE + KV write + attention.
             let qkv = if fused && l > 0 {
@@ -369,11 +370,13 @@ impl GpuModel {
             } else {
                 let a = w.wo.linear(c, &o)?;
                 // x ← x + a, then the MLP's norm, in one launch.
-                let hm = add_rmsnorm_device(c, x, &a, &w.ffn_norm, cfg.rms_eps)?;
+                let hm = add_rmsnorm_device_as(c, x, &a, &w.ffn_norm, cfg.rms_eps, w.w_gate_up.x_dtype(c, t))?;
                 // gate|up GEMM, SwiGLU v3, down.
-                let m = w.w_down.linear(c, &w.w_gate_up.linear_glu(c, &hm)?)?;
-                // x ← x + m, then the next block's attention norm (or the final norm).
-                h = add_rmsnorm_device(c, x, &m, next_norm, cfg.rms_eps)?;
+                let m = w.w_down.linear(c, &w.w_gate_up.linear_glu_as(c, &hm, w.w_down.x_dtype(c, t))?)?;
+                // x ← x + m, then the next block's attention norm (or the final norm, f32: the
+                // lm_head may read only some of its rows).
+                let next = self.layers.get(l + 1).map_or(Dtype::F32, |n| n.wqkv.x_dtype(c, t));
+                h = add_rmsnorm_device_as(c, x, &m, next_norm, cfg.rms_eps, next)?;
             }
             if let Some(tr) = trace.as_deref_mut() {
                 tr.push(x.to_f32(c)?);

@@ -125,6 +125,11 @@ fn steps() -> Vec<Step> {
         vec![(Op::Matmul, "s4t"), (Op::Matmul, "s6t"), (Op::Matmul, "s3t"), (Op::Model, "")],
     );
     push(
+        "GEMM inputs written in 16 bits by their producers (x16=fused)",
+        &|k| k.x16_fused = true,
+        vec![(Op::Matmul, "x16-y16"), (Op::RmsNorm, ",h=bf16"), (Op::RmsNorm, ",h=f16"), (Op::Model, ""), (Op::Runner, "")],
+    );
+    push(
         "KV pools in f16 for 16-bit models (kv=auto)",
         &|k| k.kv = None,
         vec![(Op::Attention, "kv=f16"), (Op::Rope, "kv=f16"), (Op::Model, ""), (Op::Runner, "")],

@@ -238,6 +238,9 @@ pub struct TcCase {
     pub wg: Option<WgConfig>,
     /// int8 scales rounded to f16, as GGUF Q8_0 stores them.
     pub f16_scales: bool,
+    /// x given and y written in the weight's 16-bit type (tc v4: what a norm or a SwiGLU
+    /// epilogue hands the next GEMM); y compared with the reference rounded to that type.
+    pub io16: bool,
 }
 
 /// The weight of a [`TcCase`].
@@ -258,7 +261,7 @@ fn conf_dtype(d: optimized::Dtype) -> Dtype {
 
 impl TcCase {
     pub fn new(t: usize, n_in: usize, n_out: usize, weight: TcWeight, mode: TcMode) -> Self {
-        Self { t, n_in, n_out, weight, mode, glu: false, config: None, wg: None, f16_scales: false }
+        Self { t, n_in, n_out, weight, mode, glu: false, config: None, wg: None, f16_scales: false, io16: false }
     }
 
     /// The 16-bit type the kernel multiplies in on `client`.
@@ -321,7 +324,8 @@ impl Case for TcCase {
         let cfg = self.config.map_or(String::new(), |c| format!(",{}", c.name())) + &self.wg.map_or(String::new(), |c| format!(",{}", c.name()));
         let glu = if self.glu { ",glu" } else { "" };
         let f16 = if self.f16_scales { ",f16-scales" } else { "" };
-        format!("matmul-tc(T={},in={},out={},{w}{f16}{glu}{cfg}{mode})", self.t, self.n_in, self.n_out)
+        let io = if self.io16 { ",x16-y16" } else { "" };
+        format!("matmul-tc(T={},in={},out={},{w}{f16}{glu}{cfg}{io}{mode})", self.t, self.n_in, self.n_out)
     }
     /// A tile shape on the tensor cores that `TcConfig::pick` never launches for this kind of
     /// weight (the bench's sweep; emulated tiles test the indexing and always run), or the
@@ -358,8 +362,9 @@ impl Case for TcCase {
         };
         outcome_or_skip((|| {
             let cols = if self.glu { n_out / 2 } else { n_out };
-            let xd = DeviceTensor::from_f32(client, &x, &[t, n_in])?;
-            let yd = DeviceTensor::from_f32(client, &vec![f32::NAN; t * cols], &[t, cols])?;
+            let io = if self.io16 { device_dtype(e) } else { optimized::Dtype::F32 };
+            let xd = DeviceTensor::from_f32_as(client, &x, &[t, n_in], io)?;
+            let yd = DeviceTensor::from_f32_as(client, &vec![f32::NAN; t * cols], &[t, cols], io)?;
             match dev? {
                 TcDevWeight::Dense(w) if self.wg.is_some() => tc_wg::linear_into(client, &xd, &w, &yd, self.glu, self.wg)?,
                 TcDevWeight::Quant(w) if self.wg.is_some() => tc_wg_quant::qlinear_into(client, &xd, &w, &yd, self.glu, self.wg)?,
@@ -367,7 +372,8 @@ impl Case for TcCase {
                 TcDevWeight::Quant(w) => tc::qlinear_into(client, &xd, &w, &yd, self.glu, self.config, self.mode)?,
             }
             let y = yd.to_f32(client)?;
-            Ok(match compare(&y, &want, tc_tolerance().0) {
+            let (want, tol) = if self.io16 { (io.round(&want), crate::tolerance::tc_out16_tolerance(e).0) } else { (want, tc_tolerance().0) };
+            Ok(match compare(&y, &want, tol) {
                 Ok(m) => Outcome::Pass(m),
                 Err(e) => Outcome::Fail(e),
             })
@@ -478,6 +484,20 @@ pub fn tc_cases() -> Vec<Box<dyn Case>> {
         }
         v.push(wg(130, 264, 258, true, WgConfig::H6));
         v.push(wg(127, 4040, 200, false, WgConfig::H6.with_splits(3)));
+        // x read and y written in the weight's type (no conversion pass): every tile, SwiGLU,
+        // split-K (y from the reduce).
+        let io = |t, n_in, n_out, glu, cfg: WgConfig| {
+            Box::new(TcCase { glu, wg: Some(cfg), io16: true, ..TcCase::new(t, n_in, n_out, TcWeight::Dense(dtype), TcMode::Tensor) })
+                as Box<dyn Case>
+        };
+        v.push(io(17, 584, 1031, false, WgConfig::T4));
+        v.push(io(300, 328, 520, false, WgConfig::M2T4));
+        v.push(io(65, 584, 1031, false, WgConfig::H6));
+        v.push(io(130, 264, 258, true, WgConfig::H6));
+        v.push(io(257, 584, 1030, true, WgConfig::M2T4));
+        for glu in [false, true] {
+            v.push(io(300, 4040, 200, glu, WgConfig::T4.with_splits(3)));
+        }
         v.push(wg(257, 4096, 130, false, WgConfig::T4.with_stages(3)));
         v.push(wg(130, 264, 258, true, WgConfig::T4));
         v.push(wg(257, 584, 1030, true, WgConfig::M2T4));

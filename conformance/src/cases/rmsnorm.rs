@@ -1,6 +1,27 @@
 //! `rmsnorm(rows, C)` vs `reference::ops::rmsnorm`, and the fused residual add + norm vs the
 //! reference's `residual_add` then `rmsnorm`, for each kernel version (v1 / v3 plain; v2 / v3
-//! fused; v3 with plane sums and with the shared-memory tree).
+//! fused; v3 with plane sums and with the shared-memory tree). With `out` 16-bit, the launchers
+//! that write h in the type the next GEMM reads (`*_as`, v3 only): compared with the reference
+//! rounded to that type, at its tolerance.
+
+/// The reference h rounded to `out` and the tolerance to hold h to: v3 rounds each value once.
+fn want_as(want: &[f32], out: optimized::Dtype) -> (Vec<f32>, crate::Tolerance) {
+    let d = match out {
+        optimized::Dtype::F32 => Dtype::F32,
+        optimized::Dtype::F16 => Dtype::F16,
+        optimized::Dtype::BF16 => Dtype::BF16,
+    };
+    (out.round(want), tolerance(Op::RmsNorm, d).0)
+}
+
+/// The suffix naming a 16-bit h.
+fn out_name(out: optimized::Dtype) -> String {
+    if out == optimized::Dtype::F32 {
+        String::new()
+    } else {
+        format!(",h={}", out.name())
+    }
+}
 
 use ndarray::{Array1, Array2};
 use optimized::kernels::rmsnorm::NormVersion;
@@ -26,6 +47,8 @@ pub struct RmsNormCase {
     pub c: usize,
     pub eps: f32,
     pub version: Option<NormVersion>,
+    /// h's type (`rmsnorm_device_as`; f32: the plain launchers).
+    pub out: optimized::Dtype,
 }
 
 impl Case for RmsNormCase {
@@ -33,9 +56,12 @@ impl Case for RmsNormCase {
         Op::RmsNorm
     }
     fn name(&self) -> String {
-        format!("rmsnorm(rows={},C={},eps={:e},f32,{})", self.rows, self.c, self.eps, version_name(self.version))
+        format!("rmsnorm(rows={},C={},eps={:e},f32,{}{})", self.rows, self.c, self.eps, version_name(self.version), out_name(self.out))
     }
     fn run(&self, client: &Client) -> Outcome {
+        if !self.out.supported(client) {
+            return Outcome::Skip(format!("no {} arithmetic on this device", self.out.name()));
+        }
         let x = rand_vec(self.rows * self.c, 1);
         let w = rand_vec(self.c, 2);
         let want = reference::ops::rmsnorm::rmsnorm(
@@ -49,18 +75,22 @@ impl Case for RmsNormCase {
             // The kernel allocates its output; an unwritten element would be whatever the
             // pool held, so the comparison's NaN/finite check plus poisoning in `poisoned`
             // launchers catch it.
-            let y = match self.version {
+            let yd = match self.version {
+                _ if self.out != optimized::Dtype::F32 => optimized::kernels::rmsnorm::rmsnorm_device_as(client, &xd, &wd, self.eps, self.out)?,
                 None => optimized::kernels::rmsnorm_device(client, &xd, &wd, self.eps)?,
                 Some(v) => optimized::kernels::rmsnorm::rmsnorm_device_with(client, &xd, &wd, self.eps, v)?,
+            };
+            if yd.dtype != self.out {
+                return Ok(Outcome::Skip(format!("rmsnorm v3 does not run here (h came back {})", yd.dtype.name())));
             }
-            .to_f32(client)?;
+            let y = yd.to_f32(client)?;
             // The plain norm must leave x alone (v3 shares the fused kernel).
             let x_after = xd.to_f32(client)?;
             if x_after != x {
                 return Ok(Outcome::Fail("rmsnorm wrote to its input x".into()));
             }
-            let (tol, _) = tolerance(Op::RmsNorm, Dtype::F32);
-            Ok(match compare(&y, want.as_slice().unwrap_or(&[]), tol) {
+            let (want, tol) = want_as(want.as_slice().unwrap_or(&[]), self.out);
+            Ok(match compare(&y, &want, tol) {
                 Ok(m) => Outcome::Pass(m),
                 Err(e) => Outcome::Fail(e),
             })
@@ -77,7 +107,12 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     let mut v: Vec<Box<dyn Case>> = Vec::new();
     for version in [None, Some(NormVersion::V1), Some(NormVersion::V3 { plane: true }), Some(NormVersion::V3 { plane: false })] {
         for (rows, c) in SHAPES {
-            v.push(Box::new(RmsNormCase { rows, c, eps: 1e-5, version }));
+            v.push(Box::new(RmsNormCase { rows, c, eps: 1e-5, version, out: optimized::Dtype::F32 }));
+        }
+    }
+    for out in [optimized::Dtype::F16, optimized::Dtype::BF16] {
+        for (rows, c) in [(7, 576), (17, 4096), (2, 8192), (5, 13)] {
+            v.push(Box::new(RmsNormCase { rows, c, eps: 1e-5, version: None, out }));
         }
     }
     v
@@ -90,6 +125,8 @@ pub struct AddRmsNormCase {
     pub rows: usize,
     pub c: usize,
     pub version: Option<NormVersion>,
+    /// h's type (`add_rmsnorm_device_as`; f32: the plain launchers).
+    pub out: optimized::Dtype,
 }
 
 impl Case for AddRmsNormCase {
@@ -97,9 +134,12 @@ impl Case for AddRmsNormCase {
         Op::RmsNorm
     }
     fn name(&self) -> String {
-        format!("add_rmsnorm(rows={},C={},f32,{})", self.rows, self.c, version_name(self.version))
+        format!("add_rmsnorm(rows={},C={},f32,{}{})", self.rows, self.c, version_name(self.version), out_name(self.out))
     }
     fn run(&self, client: &Client) -> Outcome {
+        if !self.out.supported(client) {
+            return Outcome::Skip(format!("no {} arithmetic on this device", self.out.name()));
+        }
         let (x, y, w) = (rand_vec(self.rows * self.c, 3), rand_vec(self.rows * self.c, 4), rand_vec(self.c, 5));
         let mut xr = Array2::from_shape_vec((self.rows, self.c), x.clone()).expect("shape");
         let yr = Array2::from_shape_vec((self.rows, self.c), y.clone()).expect("shape");
@@ -109,15 +149,19 @@ impl Case for AddRmsNormCase {
             let xd = DeviceTensor::from_f32(client, &x, &[self.rows, self.c])?;
             let yd = DeviceTensor::from_f32(client, &y, &[self.rows, self.c])?;
             let wd = DeviceTensor::from_f32(client, &w, &[self.c])?;
-            let h = match self.version {
+            let hd = match self.version {
+                _ if self.out != optimized::Dtype::F32 => optimized::kernels::rmsnorm::add_rmsnorm_device_as(client, &xd, &yd, &wd, 1e-5, self.out)?,
                 None => optimized::kernels::rmsnorm::add_rmsnorm_device(client, &xd, &yd, &wd, 1e-5)?,
                 Some(v) => optimized::kernels::rmsnorm::add_rmsnorm_with(client, &xd, &yd, &wd, 1e-5, v)?,
+            };
+            if hd.dtype != self.out {
+                return Ok(Outcome::Skip(format!("rmsnorm v3 does not run here (h came back {})", hd.dtype.name())));
             }
-            .to_f32(client)?;
+            let h = hd.to_f32(client)?;
             let x_after = xd.to_f32(client)?;
             let (tol_add, _) = tolerance(Op::Residual, Dtype::F32);
-            let (tol, _) = tolerance(Op::RmsNorm, Dtype::F32);
-            Ok(match compare(&x_after, xr.as_slice().unwrap_or(&[]), tol_add).and_then(|_| compare(&h, want_h.as_slice().unwrap_or(&[]), tol)) {
+            let (want_h, tol) = want_as(want_h.as_slice().unwrap_or(&[]), self.out);
+            Ok(match compare(&x_after, xr.as_slice().unwrap_or(&[]), tol_add).and_then(|_| compare(&h, &want_h, tol)) {
                 Ok(m) => Outcome::Pass(m),
                 Err(e) => Outcome::Fail(e),
             })
@@ -129,7 +173,12 @@ pub fn fused_cases() -> Vec<Box<dyn Case>> {
     let mut v: Vec<Box<dyn Case>> = Vec::new();
     for version in [None, Some(NormVersion::V2), Some(NormVersion::V3 { plane: true }), Some(NormVersion::V3 { plane: false })] {
         for (rows, c) in SHAPES {
-            v.push(Box::new(AddRmsNormCase { rows, c, version }));
+            v.push(Box::new(AddRmsNormCase { rows, c, version, out: optimized::Dtype::F32 }));
+        }
+    }
+    for out in [optimized::Dtype::F16, optimized::Dtype::BF16] {
+        for (rows, c) in [(7, 576), (17, 4096), (2, 8192), (5, 13)] {
+            v.push(Box::new(AddRmsNormCase { rows, c, version: None, out }));
         }
     }
     v

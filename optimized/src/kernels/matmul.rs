@@ -265,8 +265,9 @@ impl Dims {
 }
 
 fn dims(x: &DeviceTensor, w: &DeviceTensor) -> Result<Dims, Error> {
-    if x.dtype != Dtype::F32 {
-        return Err(Error::Shape(format!("linear: x must be f32, is {}", x.dtype.name())));
+    // A 16-bit x (W's type) only where tc v4 runs: `launch_checked` and tc's launchers check.
+    if x.dtype != Dtype::F32 && x.dtype != w.dtype {
+        return Err(Error::Shape(format!("linear: x is {}: f32, or the weight's {} where tc v4 runs", x.dtype.name(), w.dtype.name())));
     }
     let n_in = *x.shape.last().ok_or_else(|| Error::Shape("linear: x has no axes".into()))?;
     let [n_out, w_in] = w.shape[..] else {
@@ -348,8 +349,14 @@ fn launch_checked(
     let d = dims(x, w)?;
     fuse.check(op, d.t, d.n_in, d.n_out)?;
     let want = d.shape_with_cols(fuse.out_cols(d.n_out));
-    if y.dtype != Dtype::F32 || y.shape != want {
+    let version = if version == Version::Auto && d.t > 0 { auto_version(client, d.t, w) } else { version };
+    // 16-bit x and y (W's type) only on the tensor cores, which check that tc v4 runs.
+    let ok16 = |t: &DeviceTensor| t.dtype == Dtype::F32 || (version == Version::Tc && t.dtype == w.dtype);
+    if !ok16(y) || y.shape != want {
         return Err(Error::Shape(format!("{op}: y is {} {:?}, expected f32 {:?} (x {:?}, w {:?})", y.dtype.name(), y.shape, want, x.shape, w.shape)));
+    }
+    if !ok16(x) {
+        return Err(Error::Shape(format!("{op}: x is {}: f32, or the weight's type where tc v4 runs", x.dtype.name())));
     }
     if !w.dtype.supported(client) {
         return Err(Error::Unsupported(format!("{} arithmetic not supported on {}", w.dtype.name(), client.properties().identity.name)));
@@ -357,7 +364,6 @@ fn launch_checked(
     if d.t == 0 || d.n_out == 0 {
         return Ok(());
     }
-    let version = if version == Version::Auto { auto_version(client, d.t, w) } else { version };
     match (version, w.dtype) {
         (Version::Gemv, Dtype::F32) => launch_gemv::<f32>(client, x, w, y, &d, fuse),
         (Version::Gemv, Dtype::F16) => launch_gemv::<half::f16>(client, x, w, y, &d, fuse),
@@ -428,10 +434,29 @@ pub fn gemv_fused_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &
 
 /// [`linear_glu_into`] a new tensor, version by [`auto_version`].
 pub fn linear_glu(client: &Client, x: &DeviceTensor, w: &DeviceTensor) -> Result<DeviceTensor, Error> {
+    linear_glu_as(client, x, w, Dtype::F32)
+}
+
+/// [`linear_glu`] into a tensor of type `out` where the GEMM can write it (tc v4 and `out` W's
+/// type: the next GEMM's [`x_dtype`]), else f32. Callers read the result's `dtype`.
+pub fn linear_glu_as(client: &Client, x: &DeviceTensor, w: &DeviceTensor, out: Dtype) -> Result<DeviceTensor, Error> {
     let d = dims(x, w)?;
-    let y = DeviceTensor::empty_f32(client, &d.shape_with_cols(d.n_out / 2));
+    let out = if out == w.dtype && out != Dtype::F32 && x_dtype(client, d.t, w) == out { out } else { Dtype::F32 };
+    let y = DeviceTensor::empty(client, &d.shape_with_cols(d.n_out / 2), out);
     linear_glu_into(client, x, w, &y, Version::Auto)?;
     Ok(y)
+}
+
+/// The type [`linear`] of `t` rows over `w` reads x in without a conversion pass: `w`'s 16-bit
+/// type where tc v4 runs (its tensor map reads x as stored; other GEMMs and the gemvs read f32),
+/// else f32. A producer of x (a norm, a SwiGLU epilogue) writes this type, saving the GEMM its
+/// pass over x (x read as f32, written as 16 bits, read again).
+pub fn x_dtype(client: &Client, t: usize, w: &DeviceTensor) -> Dtype {
+    if crate::config::current().x16_fused && w.dtype != Dtype::F32 && auto_version(client, t, w) == Version::Tc && tc::tma_runs(client, t, w) {
+        w.dtype
+    } else {
+        Dtype::F32
+    }
 }
 
 /// Rows of `a` and `b` (`rows` each, equal lengths) interleaved: a₀, b₀, a₁, b₁, … — the order

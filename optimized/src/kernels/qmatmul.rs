@@ -572,9 +572,22 @@ impl Weight {
     /// `silu(x · Gᵀ) ⊙ (x · Uᵀ)` for a weight whose rows interleave gate and up (row 2j =
     /// gate j, row 2j + 1 = up j): `[T, out / 2]`, SwiGLU in the gemv's epilogue for decode.
     pub fn linear_glu(&self, client: &Client, x: &DeviceTensor) -> Result<DeviceTensor, Error> {
+        self.linear_glu_as(client, x, Dtype::F32)
+    }
+    /// [`Weight::linear_glu`] into `out` where the GEMM can write it (`matmul::linear_glu_as`),
+    /// else f32.
+    pub fn linear_glu_as(&self, client: &Client, x: &DeviceTensor, out: Dtype) -> Result<DeviceTensor, Error> {
         match self {
-            Weight::Dense(w) => super::matmul::linear_glu(client, x, w),
+            Weight::Dense(w) => super::matmul::linear_glu_as(client, x, w, out),
             Weight::Quant(q) => qlinear_glu(client, x, q),
+        }
+    }
+    /// The type [`Weight::linear`] of `t` rows reads x in without a conversion pass
+    /// (`matmul::x_dtype`; f32 for quantized weights).
+    pub fn x_dtype(&self, client: &Client, t: usize) -> Dtype {
+        match self {
+            Weight::Dense(w) => super::matmul::x_dtype(client, t, w),
+            Weight::Quant(_) => Dtype::F32,
         }
     }
     /// The decode gemv (T ≤ 8) with `fuse`'s prologue / epilogue into `y`.

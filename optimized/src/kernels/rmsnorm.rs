@@ -23,7 +23,7 @@ use cubecl::server::CubeCountSelection;
 
 use super::pdl::await_predecessor;
 use super::{prev_pow2, uniform_plane_size, vector_size_for};
-use crate::{Client, DeviceTensor, Error};
+use crate::{Client, DeviceTensor, Dtype, Error};
 
 /// Units per cube for v1 (capped by the device; 2 on cubecl's CPU runtime).
 const V1_BLOCK: u32 = 256;
@@ -83,14 +83,15 @@ pub fn rmsnorm_v1<F: Float, N: Size>(
 /// v3 kernel: `x ← x + y` when `add` (else x is only read and `y` is not touched), then
 /// `h = x / sqrt(mean(x²) + eps) · w`, one cube of `block` units per row, unit `tid` owning
 /// vectors `tid + j·block` (j < `per_unit`) in registers. With `plane`, `block` is a multiple
-/// of `plane_size`. `pdl`: [`await_predecessor`] first.
+/// of `plane_size`. `pdl`: [`await_predecessor`] first. h in F, or the 16-bit type the
+/// next GEMM reads (each value rounded once).
 #[allow(clippy::too_many_arguments)]
 #[cube(launch)]
-pub fn rmsnorm_v3<F: Float, N: Size>(
+pub fn rmsnorm_v3<F: Float, O: Float, N: Size>(
     x: &mut [Vector<F, N>],
     y: &[Vector<F, N>],
     w: &[Vector<F, N>],
-    h: &mut [Vector<F, N>],
+    h: &mut [Vector<O, N>],
     rows: u32,
     vecs_per_row: u32,
     inv_c: f32,
@@ -177,7 +178,7 @@ pub fn rmsnorm_v3<F: Float, N: Size>(
         for j in 0..per_unit {
             let i = tid + j * block;
             if i < n {
-                h[base + i] = xs[j] * scale * ws[j];
+                h[base + i] = Vector::<O, N>::cast_from(xs[j] * scale * ws[j]);
             }
         }
     }
@@ -250,28 +251,37 @@ fn launch_v3(
     plane: bool,
 ) -> Result<(), Error> {
     let (block, per_unit, plane_size) = v3_shape(client, g.vecs_per_row, plane).map_err(Error::Unsupported)?;
-    unsafe {
-        rmsnorm_v3::launch::<f32>(
-            client,
-            g.count.clone(),
-            CubeDim::new_1d(block),
-            g.vec,
-            x.as_arg(g.vec),
-            // Not read without the add; any buffer of the right kind stands in.
-            y.unwrap_or(w).as_arg(g.vec),
-            w.as_arg(g.vec),
-            h.as_arg(g.vec),
-            g.rows,
-            g.vecs_per_row,
-            g.inv_c,
-            eps,
-            per_unit,
-            y.is_some(),
-            plane,
-            plane_size,
-            block as usize,
-            super::pdl::enabled(client),
-        );
+    macro_rules! go {
+        ($k:ty) => {
+            unsafe {
+                rmsnorm_v3::launch::<f32, $k>(
+                    client,
+                    g.count.clone(),
+                    CubeDim::new_1d(block),
+                    g.vec,
+                    x.as_arg(g.vec),
+                    // Not read without the add; any buffer of the right kind stands in.
+                    y.unwrap_or(w).as_arg(g.vec),
+                    w.as_arg(g.vec),
+                    h.as_arg(g.vec),
+                    g.rows,
+                    g.vecs_per_row,
+                    g.inv_c,
+                    eps,
+                    per_unit,
+                    y.is_some(),
+                    plane,
+                    plane_size,
+                    block as usize,
+                    super::pdl::enabled(client),
+                );
+            }
+        };
+    }
+    match h.dtype {
+        Dtype::F16 => go!(half::f16),
+        Dtype::BF16 => go!(half::bf16),
+        Dtype::F32 => go!(f32),
     }
     Ok(())
 }
@@ -322,6 +332,22 @@ impl RowGeometry {
 pub fn rmsnorm_device(client: &Client, x: &DeviceTensor, w: &DeviceTensor, eps: f32) -> Result<DeviceTensor, Error> {
     let c = x.shape.last().copied().unwrap_or(0);
     rmsnorm_device_with(client, x, w, eps, best_version(client, c, NormVersion::V1))
+}
+
+/// [`rmsnorm_device`] into `out` (f32, or the 16-bit type the next GEMM reads:
+/// `matmul::x_dtype`) where v3 runs, else f32. Callers read the result's `dtype`.
+pub fn rmsnorm_device_as(client: &Client, x: &DeviceTensor, w: &DeviceTensor, eps: f32, out: Dtype) -> Result<DeviceTensor, Error> {
+    let c = x.shape.last().copied().unwrap_or(0);
+    match best_version(client, c, NormVersion::V1) {
+        NormVersion::V3 { plane } if out != Dtype::F32 => {
+            let h = DeviceTensor::empty(client, &x.shape, out);
+            if let Some(g) = RowGeometry::new(client, "rmsnorm", x, w)? {
+                launch_v3(client, &g, x, None, w, &h, eps, plane)?;
+            }
+            Ok(h)
+        }
+        v => rmsnorm_device_with(client, x, w, eps, v),
+    }
 }
 
 /// [`rmsnorm_device`] with a chosen kernel (v1 or v3; v2 is the fused add only).
@@ -421,6 +447,32 @@ pub fn add_rmsnorm_v2<F: Float, N: Size>(
 pub fn add_rmsnorm_device(client: &Client, x: &DeviceTensor, y: &DeviceTensor, w: &DeviceTensor, eps: f32) -> Result<DeviceTensor, Error> {
     let c = x.shape.last().copied().unwrap_or(0);
     add_rmsnorm_with(client, x, y, w, eps, best_version(client, c, NormVersion::V2))
+}
+
+/// [`add_rmsnorm_device`] with h in `out` (f32, or the 16-bit type the next GEMM reads:
+/// `matmul::x_dtype`) where v3 runs, else f32. Callers read the result's `dtype`.
+pub fn add_rmsnorm_device_as(
+    client: &Client,
+    x: &DeviceTensor,
+    y: &DeviceTensor,
+    w: &DeviceTensor,
+    eps: f32,
+    out: Dtype,
+) -> Result<DeviceTensor, Error> {
+    let c = x.shape.last().copied().unwrap_or(0);
+    match best_version(client, c, NormVersion::V2) {
+        NormVersion::V3 { plane } if out != Dtype::F32 => {
+            if y.shape != x.shape {
+                return Err(Error::Shape(format!("add_rmsnorm: y shape {:?} != x shape {:?}", y.shape, x.shape)));
+            }
+            let h = DeviceTensor::empty(client, &x.shape, out);
+            if let Some(g) = RowGeometry::new(client, "add_rmsnorm", x, w)? {
+                launch_v3(client, &g, x, Some(y), w, &h, eps, plane)?;
+            }
+            Ok(h)
+        }
+        v => add_rmsnorm_with(client, x, y, w, eps, v),
+    }
 }
 
 /// [`add_rmsnorm_device`] with a chosen kernel (v2 or v3; v1 has no residual add).

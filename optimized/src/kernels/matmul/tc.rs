@@ -233,13 +233,20 @@ pub(crate) fn splits_with(tiles: usize, nkb: usize, sms: usize, min_kb: usize) -
 /// x `[.., K]` f32, W `[N, K]` and y `[.., N]` f32 (with `glu` `[.., N / 2]`, N even) of a
 /// dense tensor-core GEMM named `op`: (T, N, K).
 pub(super) fn dense_dims(op: &str, x: &DeviceTensor, w: &DeviceTensor, y: &DeviceTensor, glu: bool) -> Result<(usize, usize, usize), Error> {
+    let (_, n, k) = dense_dims_any(op, x, w, y, glu)?;
+    Ok((rows_of(&format!("{op} linear"), x, k, y, if glu { n / 2 } else { n })?, n, k))
+}
+
+/// [`dense_dims`] with x and y of any type: launchers that may hand them to tc v4 (which takes
+/// them in the weight's 16-bit type) check them where they launch.
+pub(super) fn dense_dims_any(op: &str, x: &DeviceTensor, w: &DeviceTensor, y: &DeviceTensor, glu: bool) -> Result<(usize, usize, usize), Error> {
     let [n, k] = w.shape[..] else {
         return Err(Error::Shape(format!("{op} linear: w shape {:?}, expected [out, in]", w.shape)));
     };
     if glu && n % 2 != 0 {
         return Err(Error::Shape(format!("{op} linear_glu: w {:?} must have an even number of (gate, up) rows", w.shape)));
     }
-    Ok((rows_of(&format!("{op} linear"), x, k, y, if glu { n / 2 } else { n })?, n, k))
+    Ok((rows_any(&format!("{op} linear"), x, k, y, if glu { n / 2 } else { n })?, n, k))
 }
 
 /// Rows of x (T) of a quantized tensor-core GEMM named `op` over W `[N, K]` (with `glu`: N
@@ -372,17 +379,26 @@ pub fn convert_x(client: &Client, x: &DeviceTensor, e: Dtype, t: usize, k: usize
 
 /// Rows of x (T), K, and y's expected shape for an output of `cols` columns.
 pub(super) fn rows_of(op: &str, x: &DeviceTensor, k: usize, y: &DeviceTensor, cols: usize) -> Result<usize, Error> {
+    rows_any(op, x, k, y, cols).and_then(|t| if x.dtype == Dtype::F32 && y.dtype == Dtype::F32 { Ok(t) } else { Err(rows_err(op, x, k, y, t, cols)) })
+}
+
+/// [`rows_of`] with x and y of any type (tc v4 checks them itself: `tc_wg_tma::x16_ok`).
+pub(super) fn rows_any(op: &str, x: &DeviceTensor, k: usize, y: &DeviceTensor, cols: usize) -> Result<usize, Error> {
     let t = x.numel().checked_div(k).unwrap_or(0);
-    if x.dtype != Dtype::F32 || x.shape.last() != Some(&k) || y.dtype != Dtype::F32 || y.numel() != t * cols {
-        return Err(Error::Shape(format!(
-            "{op}: x {} {:?}, y {} {:?}: expected f32 [.., {k}] and f32 [{t}, {cols}]",
-            x.dtype.name(),
-            x.shape,
-            y.dtype.name(),
-            y.shape
-        )));
+    if x.shape.last() != Some(&k) || y.numel() != t * cols {
+        return Err(rows_err(op, x, k, y, t, cols));
     }
     Ok(t)
+}
+
+fn rows_err(op: &str, x: &DeviceTensor, k: usize, y: &DeviceTensor, t: usize, cols: usize) -> Error {
+    Error::Shape(format!(
+        "{op}: x {} {:?}, y {} {:?}: expected f32 [.., {k}] and f32 [{t}, {cols}]",
+        x.dtype.name(),
+        x.shape,
+        y.dtype.name(),
+        y.shape
+    ))
 }
 
 /// The launch geometry of an (m, n) output over `kp / BK` k-blocks in tiles of `bm` × `bn`, K
@@ -424,6 +440,22 @@ pub(crate) fn target(client: &Client, g: &Grid, y: &DeviceTensor, m: usize, n: u
     }
 }
 
+/// Whether [`linear_into`] of `t` rows over `w` (no forced tile, on the tensor cores) runs the
+/// `wgmma` GEMMs: where the configuration asks for them, the device has them and M >
+/// `WG_MIN_ROWS` (their tiles are 64 rows and more: at 8 / 32 rows tc v1's 32-row tiles win —
+/// TinyLlama batched decode 4,492 vs 3,745 and 14,480 vs 12,635 tokens/s against tc v2, H200,
+/// session 21).
+fn wg_runs(client: &Client, t: usize, w: &DeviceTensor) -> bool {
+    t > WG_MIN_ROWS && crate::config::current().gemm != crate::config::Gemm::Mma && super::tc_wg::require(client, w.dtype).is_ok()
+}
+
+/// Whether [`linear_into`] of `t` rows over the dense `w` (no forced tile, on the tensor cores)
+/// runs tc v4, which reads x and writes y in `w`'s 16-bit type as readily as in f32.
+pub(crate) fn tma_runs(client: &Client, t: usize, w: &DeviceTensor) -> bool {
+    let [n, k] = w.shape[..] else { return false };
+    wg_runs(client, t, w) && k % 8 == 0 && super::tc_wg::WgConfig::pick(t, n, k, sms(client)).tma
+}
+
 /// Split-K's sum of the parts into y (scales with `col_scale`, SwiGLU with `glu`).
 pub(crate) fn reduce(
     client: &Client,
@@ -442,21 +474,30 @@ pub(crate) fn reduce(
     let total = y.numel();
     let dim = CubeDim::new_1d(256.min(client.properties().hardware.max_units_per_cube));
     let count = cubecl::calculate_cube_count_elemwise(client, total, dim);
-    unsafe {
-        tc_reduce::launch_unchecked(
-            client,
-            count,
-            dim,
-            part.as_arg(1),
-            y.as_arg(1),
-            scales.as_arg(1),
-            u32_of("T", m)?,
-            u32_of("out", n)?,
-            g.splits as u32,
-            u32_of("outputs", total)?,
-            col_scale,
-            glu,
-        );
+    macro_rules! go {
+        ($k:ty) => {
+            unsafe {
+                tc_reduce::launch_unchecked::<$k>(
+                    client,
+                    count,
+                    dim,
+                    part.as_arg(1),
+                    y.as_arg(1),
+                    scales.as_arg(1),
+                    u32_of("T", m)?,
+                    u32_of("out", n)?,
+                    g.splits as u32,
+                    u32_of("outputs", total)?,
+                    col_scale,
+                    glu,
+                );
+            }
+        };
+    }
+    match y.dtype {
+        Dtype::F16 => go!(half::f16),
+        Dtype::BF16 => go!(half::bf16),
+        Dtype::F32 => go!(f32),
     }
     Ok(())
 }
@@ -473,19 +514,11 @@ pub fn linear_into(
     cfg: Option<TcConfig>,
     mode: TcMode,
 ) -> Result<(), Error> {
-    let (t, n, k) = dense_dims("tc", x, w, y, glu)?;
-    // tc v3 / v2 (`wgmma`) where the configuration asks for it, the device has it and M >
-    // `WG_MIN_ROWS` (its tiles are 128 rows: at 8 / 32 rows tc v1's 32-row tiles win —
-    // TinyLlama batched decode 4,492 vs 3,745 and 14,480 vs 12,635 tokens/s against tc v2,
-    // H200, session 21); an explicit tile shape or the emulation stays on tc v1.
-    if cfg.is_none()
-        && mode == TcMode::Tensor
-        && t > WG_MIN_ROWS
-        && crate::config::current().gemm != crate::config::Gemm::Mma
-        && super::tc_wg::require(client, w.dtype).is_ok()
-    {
+    let (t, n, k) = dense_dims_any("tc", x, w, y, glu)?;
+    if cfg.is_none() && mode == TcMode::Tensor && wg_runs(client, t, w) {
         return super::tc_wg::linear_into(client, x, w, y, glu, None);
     }
+    dense_dims("tc v1", x, w, y, glu)?;
     require(client, w.dtype, mode)?;
     if k % 8 != 0 {
         return Err(Error::Unsupported(format!("tc v1 copies W rows in 16-byte chunks: in = {k} (w {:?}) is not a multiple of 8", w.shape)));

@@ -368,21 +368,22 @@ pub(crate) fn epilogue(
 
 /// Columns `col` and `col + 1` of output row `row` (nothing past m or n): y `[m, n]` at `yoff`
 /// (a split-K part's slice), or with `glu` `silu(v0) · v1` into y `[m, n / 2]` (col even).
-/// Both tc versions' epilogues.
+/// Every tc version's epilogue; y f32, or (tc v4) the 16-bit type the next GEMM reads, each
+/// value rounded once.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn store_pair(y: &mut [f32], row: usize, col: usize, m: usize, n: usize, yoff: usize, v0: f32, v1: f32, #[comptime] glu: bool) {
+pub(crate) fn store_pair<Y: Float>(y: &mut [Y], row: usize, col: usize, m: usize, n: usize, yoff: usize, v0: f32, v1: f32, #[comptime] glu: bool) {
     if row < m {
         if glu {
             if col + 1 < n {
-                y[row * (n / 2) + col / 2] = silu_mul(v0, v1);
+                y[row * (n / 2) + col / 2] = Y::cast_from(silu_mul(v0, v1));
             }
         } else {
             if col < n {
-                y[yoff + row * n + col] = v0;
+                y[yoff + row * n + col] = Y::cast_from(v0);
             }
             if col + 1 < n {
-                y[yoff + row * n + col + 1] = v1;
+                y[yoff + row * n + col + 1] = Y::cast_from(v1);
             }
         }
     }
@@ -546,9 +547,9 @@ pub fn tc_convert<E: Float, N: Size>(x: &[Vector<f32, N>], out: &mut [Vector<E, 
 /// `[splits, m, n]`, added in split order (deterministic), times `scales[col]` with
 /// `col_scale`, SwiGLU of column pairs with `glu`. One output per unit.
 #[cube(launch_unchecked)]
-pub fn tc_reduce(
+pub fn tc_reduce<Y: Float>(
     part: &[f32],
-    y: &mut [f32],
+    y: &mut [Y],
     scales: &[u32],
     m: u32,
     n: u32,
@@ -588,9 +589,9 @@ pub fn tc_reduce(
             }
         }
         if glu {
-            y[i] = silu_mul(a, b);
+            y[i] = Y::cast_from(silu_mul(a, b));
         } else {
-            y[i] = a;
+            y[i] = Y::cast_from(a);
         }
     }
 }

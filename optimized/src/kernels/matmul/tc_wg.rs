@@ -27,7 +27,7 @@
 use cubecl::features::Tma;
 use cubecl::prelude::*;
 
-use super::tc::{convert, dense_dims, grid, one_cube_splits, reduce, sms, splits_with, target, u32_of};
+use super::tc::{convert, dense_dims, dense_dims_any, grid, one_cube_splits, reduce, sms, splits_with, target, u32_of};
 use super::tc_kernel::{commit, copy16, store_pair, wait_pending, zero8, BK};
 use super::wgmma::{desc, proxy_fence, smem_addr, wgmma_k64, wgmma_k64_acc, wgmma_pin, wgmma_wait, Acc};
 use crate::config::Gemm;
@@ -195,7 +195,7 @@ pub fn require(client: &Client, e: Dtype) -> Result<(), Error> {
 /// = 0, y `[.., N]` f32, or with `glu` `[.., N / 2]` of `silu(x·W_{2j}) · x·W_{2j+1}`). `cfg`:
 /// `None` for [`WgConfig::pick`].
 pub fn linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &DeviceTensor, glu: bool, cfg: Option<WgConfig>) -> Result<(), Error> {
-    let (t, n, k) = dense_dims("tc v2", x, w, y, glu)?;
+    let (t, n, k) = dense_dims_any("tc v2", x, w, y, glu)?;
     require(client, w.dtype)?;
     if k % 8 != 0 {
         return Err(Error::Unsupported(format!("tc v2 copies W rows in 16-byte chunks: in = {k} (w {:?}) is not a multiple of 8", w.shape)));
@@ -204,6 +204,7 @@ pub fn linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &Devi
     if cfg.tma {
         return super::tc_wg_tma::linear_into(client, x, w, y, glu, cfg);
     }
+    dense_dims("tc v2", x, w, y, glu)?;
     if cfg.wgs != 2 {
         return Err(Error::Unsupported(format!("tc v2 / v3 {}: two consumer warpgroups a cube (one only with TMA, tc v4)", cfg.name())));
     }
@@ -344,9 +345,9 @@ fn stage_swizzled<E: Float>(
 /// `yoff`, without the SwiGLU).
 #[cube]
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn wg_epilogue(
+pub(crate) fn wg_epilogue<Y: Float>(
     acc: &Acc,
-    y: &mut [f32],
+    y: &mut [Y],
     m: usize,
     n: usize,
     row0: usize,

@@ -19,13 +19,15 @@
 //!   stage's `full` barrier.
 //!
 //! Split-K, the epilogue (SwiGLU, bounds) and x16 are tc v3's; x16 needs no padding (the
-//! tensor map bounds it).
+//! tensor map bounds it). So x may also come in W's 16-bit type, as its producer wrote it (no
+//! conversion pass), and y may go out in that type for the next GEMM (one rounding, in the
+//! epilogue or split-K's reduce): [`takes_x16`].
 
 use cubecl::prelude::*;
 use cubecl::zspace::{Shape, Strides};
 use cubecl_cpp::cuda::ptx::tensor_map_address;
 
-use super::tc::{convert, dense_dims, grid, reduce, target, u32_of};
+use super::tc::{convert, dense_dims_any, grid, reduce, target, u32_of};
 use super::tc_kernel::BK;
 use super::tc_wg::{wg_epilogue, WgConfig, WG_BN};
 use super::wgmma::{desc, smem_addr, wgmma_k64_acc, wgmma_pin, wgmma_wait, Acc};
@@ -56,10 +58,16 @@ pub(crate) fn tile_map(t: &DeviceTensor, rows: usize, cols: usize, box_rows: usi
     TensorMapArg::new(TiledArgs { tile_size: Shape::new([box_rows, BK]) }, arg, elem).with_swizzle(TensorMapSwizzle::B128)
 }
 
+/// Whether tc v4 reads an x stored in `w`'s 16-bit type (and may write y in it): x16 is x's own
+/// `[T, K]`, which only its tensor map can read unpadded.
+pub(crate) fn x16_ok(x: &DeviceTensor, w: &DeviceTensor) -> bool {
+    x.dtype == Dtype::F32 || x.dtype == w.dtype
+}
+
 /// tc v4 over a dense 16-bit weight (shapes, `glu` and checks as [`super::tc_wg::linear_into`],
-/// which calls it for configurations with `tma`).
+/// which calls it for configurations with `tma`); x f32 or W's type, y f32 or W's type.
 pub(super) fn linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &DeviceTensor, glu: bool, cfg: WgConfig) -> Result<(), Error> {
-    let (t, n, k) = dense_dims("tc v4", x, w, y, glu)?;
+    let (t, n, k) = dense_dims_any("tc v4", x, w, y, glu)?;
     let hw = &client.properties().hardware;
     let units = threads(cfg.wgs);
     if cfg.stages < 2
@@ -80,9 +88,17 @@ pub(super) fn linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y
     if t == 0 || n == 0 {
         return Ok(());
     }
+    if !x16_ok(x, w) || !x16_ok(y, w) {
+        return Err(Error::Shape(format!(
+            "tc v4: x {} and y {} over a {} weight: each f32 or the weight's type",
+            x.dtype.name(),
+            y.dtype.name(),
+            w.dtype.name()
+        )));
+    }
     let kp = k.div_ceil(BK) * BK;
     // x16 as x's own [T, K]: the map fills rows past T and columns past K with zeros.
-    let x16 = convert(client, x, w.dtype, t, k, t, k, 0)?;
+    let x16 = if x.dtype == w.dtype { x.clone() } else { convert(client, x, w.dtype, t, k, t, k, 0)? };
     let g = grid(client, (cfg.bm(), WG_BN, cfg.splits), t, n, kp)?;
     let out = target(client, &g, y, t, n);
     let xmap = tile_map(&x16, t, k, cfg.bm());
@@ -91,9 +107,9 @@ pub(super) fn linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y
     let partial = g.splits > 1;
     let dim = CubeDim::new_1d(units as u32);
     macro_rules! go {
-        ($e:ty, $bf16:expr) => {
+        ($e:ty, $y:ty, $bf16:expr) => {
             unsafe {
-                tc_wgmma_tma::launch_unchecked::<$e>(
+                tc_wgmma_tma::launch_unchecked::<$e, $y>(
                     client,
                     g.count.clone(),
                     dim,
@@ -117,9 +133,11 @@ pub(super) fn linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y
             }
         };
     }
-    match w.dtype {
-        Dtype::F16 => go!(half::f16, false),
-        _ => go!(half::bf16, true),
+    match (w.dtype, out.dtype) {
+        (Dtype::F16, Dtype::F16) => go!(half::f16, half::f16, false),
+        (Dtype::F16, _) => go!(half::f16, f32, false),
+        (_, Dtype::BF16) => go!(half::bf16, half::bf16, true),
+        _ => go!(half::bf16, f32, true),
     }
     reduce(client, &g, &out, y, x, t, n, false, glu)
 }
@@ -178,10 +196,10 @@ pub(crate) fn tma_load(map: u64, dst: u32, bar: u32, col: u32, row: u32) {
 /// 64·mb·wg ..+ 64·mb of it, the producer warp (UNIT_POS ≥ 128·wgs) the copies.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
-pub fn tc_wgmma_tma<E: Float>(
+pub fn tc_wgmma_tma<E: Float, Y: Float>(
     xmap: &TensorMap<E, Tiled>,
     wmap: &TensorMap<E, Tiled>,
-    y: &mut [f32],
+    y: &mut [Y],
     m: u32,
     n: u32,
     kp: u32,

@@ -77,7 +77,7 @@ proptest! {
             PrefillVersion::Tc(TcMode::Emulated) if !small => PrefillVersion::V2,
             p => p,
         };
-        let cases: Vec<Box<dyn Case>> = vec![Box::new(FlashCase { phase, h: kv * group, kv, d, lens, t, block_size, window, sinks, shuffled, version, score, prefill, kv_dtype })];
+        let cases: Vec<Box<dyn Case>> = vec![Box::new(FlashCase { phase, h: kv * group, kv, d, lens, t, block_size, window, sinks, shuffled, version, score, prefill, kv_dtype, out_dtype: optimized::Dtype::F32 })];
         let r = run_cases(&cases, &backends_from_env());
         let (_, f, _) = r.count();
         prop_assert!(f == 0, "{}", r.table());

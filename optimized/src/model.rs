@@ -292,6 +292,12 @@ impl GpuModel {
         self.kernels.prefill_version(&self.client, act16, self.quant.is_some(), rows, self.config.head_dim)
     }
 
+    /// The type block `l`'s attention writes its `t` output rows in: the one its o projection
+    /// reads without a conversion pass (`matmul::x_dtype`).
+    pub(crate) fn o_dtype(&self, l: usize, t: usize) -> Dtype {
+        self.layers.get(l).map_or(Dtype::F32, |w| w.wo.x_dtype(&self.client, t))
+    }
+
     /// Whether a forward pass of `t` rows fuses the RMSNorms into the decode gemvs.
     pub(crate) fn fused_for(&self, t: usize) -> bool {
         self.kernels.fused_norms && t <= self.kernels.gemv_rows.min(self.kernels.qgemv_rows) && t <= matmul::GEMV_MAX_T && t <= QGEMV_MAX_T
@@ -307,7 +313,8 @@ impl GpuModel {
         match &self.kv {
             KvStore::Paged { cache, tables: Some(tb), .. } => {
                 let q = rope::qkv_rope_paged(c, qkv, h_n, kv_n, &self.rope, pos0, cfg.rope_layout, &cache.k[l], &cache.v[l], tb)?;
-                let o = DeviceTensor::empty_f32(c, &q.shape);
+                // o in the type the o projection reads (16 bits where tc v4 runs it).
+                let o = DeviceTensor::empty(c, &q.shape, self.o_dtype(l, t));
                 if t == 1 {
                     flash_decode(c, &q, &cache.k[l], &cache.v[l], tb, &mask, &o)?;
                 } else {

@@ -458,6 +458,7 @@ pub fn cases() -> Vec<Box<dyn Case>> {
                 score: ScoreStep::PerUnit,
                 prefill,
                 kv_dtype: optimized::Dtype::F16,
+                out_dtype: optimized::Dtype::F32,
             }) as Box<dyn Case>);
         }
     };

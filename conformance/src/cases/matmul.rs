@@ -372,7 +372,7 @@ impl Case for TcCase {
                 TcDevWeight::Quant(w) => tc::qlinear_into(client, &xd, &w, &yd, self.glu, self.config, self.mode)?,
             }
             let y = yd.to_f32(client)?;
-            let (want, tol) = if self.io16 { (io.round(&want), crate::tolerance::tc_out16_tolerance(e).0) } else { (want, tc_tolerance().0) };
+            let (want, tol) = if self.io16 { (io.round(&want), crate::tolerance::out16(tc_tolerance().0, e).0) } else { (want, tc_tolerance().0) };
             Ok(match compare(&y, &want, tol) {
                 Ok(m) => Outcome::Pass(m),
                 Err(e) => Outcome::Fail(e),

@@ -131,7 +131,7 @@ impl GpuRunner {
         let (h_n, kv_n, d) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim);
         let mask = Masking { window: cfg.sliding_window, sinks: None };
         let q = rope::qkv_rope_ragged(c, qkv, h_n, kv_n, &self.rope, cfg.rope_layout, &self.k[l], &self.v[l], positions, slots)?;
-        let o = DeviceTensor::empty_f32(c, &[n, h_n, d]);
+        let o = DeviceTensor::empty(c, &[n, h_n, d], self.model.o_dtype(l, n));
         if let Some((tb, n_dec)) = dec {
             let qd = q.clone().view_rows(n_dec)?;
             let od = o.clone().view_rows(n_dec)?;

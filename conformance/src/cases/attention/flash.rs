@@ -52,6 +52,9 @@ pub struct FlashCase {
     pub prefill: PrefillVersion,
     /// The pools' element type (f32 or f16).
     pub kv_dtype: optimized::Dtype,
+    /// The output's type: f32, or the 16-bit type the o projection reads (each value rounded
+    /// once; compared with the reference rounded the same way).
+    pub out_dtype: optimized::Dtype,
 }
 
 /// The largest prefill (queries × keys × heads) the grid and proptests give v3's emulation: it
@@ -117,7 +120,7 @@ impl FlashCase {
                 let (t, len) = (self.t, self.lens[0]);
                 let q: Vec<f32> = rand_vec(t * h * d, 71).iter().map(|x| x * 2.0).collect();
                 let qd = DeviceTensor::from_f32(client, &q, &[t, h, d])?;
-                let out = DeviceTensor::from_f32(client, &vec![f32::NAN; t * h * d], &[t, h, d])?;
+                let out = DeviceTensor::from_f32_as(client, &vec![f32::NAN; t * h * d], &[t, h, d], self.out_dtype)?;
                 flash_prefill(client, &qd, &kp, &vp, &tables, len - t, &mask, &out, self.prefill)?;
                 let want = match self.prefill {
                     // v3 reads q, k, v as f16: the reference gets the same rounded values.
@@ -134,7 +137,7 @@ impl FlashCase {
                 let nb = self.lens.len();
                 let q: Vec<f32> = rand_vec(nb * h * d, 72).iter().map(|x| x * 2.0).collect();
                 let qd = DeviceTensor::from_f32(client, &q, &[nb, h, d])?;
-                let out = DeviceTensor::from_f32(client, &vec![f32::NAN; nb * h * d], &[nb, h, d])?;
+                let out = DeviceTensor::from_f32_as(client, &vec![f32::NAN; nb * h * d], &[nb, h, d], self.out_dtype)?;
                 flash_decode_tuned(client, &qd, &kp, &vp, &tables, &mask, &out, self.version, None, Some(self.score))?;
                 let mut want = Some(Vec::new());
                 for (b, &len) in self.lens.iter().enumerate() {
@@ -152,6 +155,13 @@ impl FlashCase {
             _ => Dtype::F32,
         };
         Ok(match want {
+            Some(w) if self.out_dtype != optimized::Dtype::F32 => {
+                let (tol, _) = crate::tolerance::out16(crate::tolerance(Op::Attention, dtype).0, conf(self.out_dtype));
+                match crate::compare(&got, &self.out_dtype.round(&w), tol) {
+                    Ok(m) => Outcome::Pass(m),
+                    Err(e) => Outcome::Fail(e),
+                }
+            }
             Some(w) => judge(&got, &w, Op::Attention, dtype),
             None => Outcome::Fail("bad case shape".into()),
         })
@@ -189,6 +199,9 @@ impl Case for FlashCase {
         if self.kv_dtype != optimized::Dtype::F32 {
             s += &format!(",kv={}", self.kv_dtype.name());
         }
+        if self.out_dtype != optimized::Dtype::F32 {
+            s += &format!(",out={}", self.out_dtype.name());
+        }
         s + if self.phase == Phase::Prefill && self.prefill != PrefillVersion::V2 { ",f16)" } else { ",f32)" }
     }
     fn run(&self, client: &Client) -> Outcome {
@@ -201,8 +214,10 @@ impl Case for FlashCase {
         if self.phase == Phase::Decode && !self.version.supported(client) {
             return Outcome::Skip(format!("decode {:?} needs device-scope storage sync + u32 atomic add", self.version));
         }
-        if !self.kv_dtype.supported(client) {
-            return Outcome::Skip(format!("{} KV pools: the device has no {} arithmetic", self.kv_dtype.name(), self.kv_dtype.name()));
+        for (what, t) in [("KV pools", self.kv_dtype), ("output", self.out_dtype)] {
+            if !t.supported(client) {
+                return Outcome::Skip(format!("{} {what}: the device has no {} arithmetic", t.name(), t.name()));
+            }
         }
         if let (Phase::Prefill, PrefillVersion::Tc(mode)) = (self.phase, self.prefill) {
             if let Err(e) = optimized::kernels::attention::prefill_tc::supported(client, self.d, mode) {
@@ -267,6 +282,7 @@ pub fn cases() -> Vec<Box<dyn Case>> {
                             score,
                             prefill,
                             kv_dtype,
+                            out_dtype: optimized::Dtype::F32,
                         }) as Box<dyn Case>)
                     }
                 }
@@ -300,5 +316,64 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     add(Prefill, 128, 4, 4, &[130], 65, 16, Some(33), true, false);
     add(Prefill, 80, 6, 3, &[63], 63, 16, None, true, true);
     add(Prefill, 16, 2, 1, &[97], 97, 8, Some(64), false, false);
+    // The output in the o projection's 16-bit type, from every kernel that writes it (decode
+    // v2's combine and v3's last cube, prefill v2 and v3), over f16 pools.
+    let kv_dtype = optimized::Dtype::F16;
+    for out_dtype in [optimized::Dtype::F16, optimized::Dtype::BF16] {
+        for version in [DecodeVersion::V2, DecodeVersion::V3] {
+            for (d, h, kv, lens) in [(64usize, 16usize, 2usize, vec![1030usize, 3, 700]), (128, 32, 8, vec![130, 17])] {
+                let (t, block_size, window, sinks, shuffled, score, prefill) = (1, 16, None, true, true, ScoreStep::PerUnit, PrefillVersion::V2);
+                v.push(Box::new(FlashCase {
+                    phase: Decode,
+                    h,
+                    kv,
+                    d,
+                    lens,
+                    t,
+                    block_size,
+                    window,
+                    sinks,
+                    shuffled,
+                    version,
+                    score,
+                    prefill,
+                    kv_dtype,
+                    out_dtype,
+                }));
+            }
+        }
+        for prefill in [PrefillVersion::V2, PrefillVersion::Tc(TcMode::Tensor)] {
+            for (d, h, kv, s, t) in [(64usize, 8usize, 2usize, 200usize, 129usize), (128, 8, 2, 300, 64)] {
+                let (version, score) = (DecodeVersion::V3, ScoreStep::PerUnit);
+                let lens = vec![s];
+                v.push(Box::new(FlashCase {
+                    phase: Prefill,
+                    h,
+                    kv,
+                    d,
+                    lens,
+                    t,
+                    block_size: 16,
+                    window: Some(100),
+                    sinks: true,
+                    shuffled: true,
+                    version,
+                    score,
+                    prefill,
+                    kv_dtype,
+                    out_dtype,
+                }));
+            }
+        }
+    }
     v
+}
+
+/// The conformance suite's name for an optimized-crate dtype.
+fn conf(d: optimized::Dtype) -> Dtype {
+    match d {
+        optimized::Dtype::F32 => Dtype::F32,
+        optimized::Dtype::F16 => Dtype::F16,
+        optimized::Dtype::BF16 => Dtype::BF16,
+    }
 }

@@ -44,7 +44,7 @@ fn add_key<N: Size>(o: &mut Array<f32>, sc: &[f32], cl: usize, x: usize, vv: Vec
 
 #[allow(clippy::too_many_arguments)]
 #[cube(launch, launch_unchecked)]
-pub fn flash_decode_v2<K: Float, N: Size>(
+pub fn flash_decode_v2<K: Float, O: Float, N: Size>(
     q: &[f32],
     k: &[Vector<K, N>],
     v: &[Vector<K, N>],
@@ -53,7 +53,7 @@ pub fn flash_decode_v2<K: Float, N: Size>(
     part_o: &mut [Vector<f32, N>],
     part_ml: &mut [f32],
     sinks: &[f32],
-    out: &mut [Vector<f32, N>],
+    out: &mut [Vector<O, N>],
     counters: &mut [Atomic<u32>],
     heads: u32,
     kv_heads: u32,
@@ -322,11 +322,11 @@ pub fn flash_decode_v2<K: Float, N: Size>(
 /// v2 combine: cube (b·Hkv + kvh) combines the chunk partials of its G query heads.
 #[allow(clippy::too_many_arguments)]
 #[cube(launch, launch_unchecked)]
-pub fn flash_decode_combine_v2<N: Size>(
+pub fn flash_decode_combine_v2<O: Float, N: Size>(
     part_o: &mut [Vector<f32, N>],
     part_ml: &mut [f32],
     sinks: &[f32],
-    out: &mut [Vector<f32, N>],
+    out: &mut [Vector<O, N>],
     heads: u32,
     kv_heads: u32,
     head_dim: u32,

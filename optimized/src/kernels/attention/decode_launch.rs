@@ -126,7 +126,7 @@ pub fn flash_decode_tuned(
     if bsz != tables.lens.len() {
         return Err(Error::Shape(format!("flash_decode: {bsz} queries for {} sequences", tables.lens.len())));
     }
-    if out.shape != q.shape || out.dtype != q.dtype {
+    if out.shape != q.shape || !super::out_dtype_ok(out) {
         return Err(Error::Shape(format!("flash_decode: out {:?}, expected {:?}", out.shape, q.shape)));
     }
     if bsz == 0 || d == 0 {
@@ -213,9 +213,9 @@ pub fn flash_decode_tuned(
     let part_ml = DeviceTensor::empty_f32(client, &[bsz * h * splits, 2]);
     let sinks = mask.sinks.unwrap_or(&tables.unused);
     macro_rules! go {
-        ($k:ty) => {
+        ($k:ty, $o:ty) => {
             unsafe {
-                flash_decode_v2::launch_unchecked::<$k>(
+                flash_decode_v2::launch_unchecked::<$k, $o>(
                     client,
                     CubeCount::Static(splits as u32, hkv as u32, bsz as u32),
                     CubeDim::new_1d(units as u32),
@@ -265,37 +265,50 @@ pub fn flash_decode_tuned(
             }
         };
     }
-    match k.dtype {
-        Dtype::F16 => go!(half::f16),
-        _ => go!(f32),
+    match (k.dtype, out.dtype) {
+        (Dtype::F16, Dtype::F16) => go!(half::f16, half::f16),
+        (Dtype::F16, Dtype::BF16) => go!(half::f16, half::bf16),
+        (Dtype::F16, _) => go!(half::f16, f32),
+        (_, Dtype::F16) => go!(f32, half::f16),
+        (_, Dtype::BF16) => go!(f32, half::bf16),
+        _ => go!(f32, f32),
     }
     if fused {
         return Ok(());
     }
-    unsafe {
-        flash_decode_combine_v2::launch_unchecked(
-            client,
-            CubeCount::Static((bsz * hkv) as u32, 1, 1),
-            CubeDim::new_1d(units as u32),
-            nv,
-            part_o.as_arg(nv),
-            part_ml.as_arg(1),
-            sinks.as_arg(1),
-            out.as_arg(nv),
-            h as u32,
-            hkv as u32,
-            d as u32,
-            splits as u32,
-            seg as u32,
-            g,
-            chunk,
-            units,
-            nv,
-            mask.sinks.is_some(),
-            plane_seg,
-            cpre,
-            pdl,
-        );
+    macro_rules! go {
+        ($k:ty) => {
+            unsafe {
+                flash_decode_combine_v2::launch_unchecked::<$k>(
+                    client,
+                    CubeCount::Static((bsz * hkv) as u32, 1, 1),
+                    CubeDim::new_1d(units as u32),
+                    nv,
+                    part_o.as_arg(nv),
+                    part_ml.as_arg(1),
+                    sinks.as_arg(1),
+                    out.as_arg(nv),
+                    h as u32,
+                    hkv as u32,
+                    d as u32,
+                    splits as u32,
+                    seg as u32,
+                    g,
+                    chunk,
+                    units,
+                    nv,
+                    mask.sinks.is_some(),
+                    plane_seg,
+                    cpre,
+                    pdl,
+                );
+            }
+        };
+    }
+    match out.dtype {
+        Dtype::F16 => go!(half::f16),
+        Dtype::BF16 => go!(half::bf16),
+        Dtype::F32 => go!(f32),
     }
     Ok(())
 }

@@ -91,13 +91,13 @@ pub(crate) fn out_scale(m: f32, l: f32, sinks: &[f32], h: usize, #[comptime] has
 
 #[allow(clippy::too_many_arguments)]
 #[cube(launch, launch_unchecked)]
-pub fn flash_prefill_v2<K: Float>(
+pub fn flash_prefill_v2<K: Float, O: Float>(
     q: &[f32],
     k: &[K],
     v: &[K],
     tables: &[u32],
     sinks: &[f32],
-    out: &mut [f32],
+    out: &mut [O],
     t_len: u32,
     heads: u32,
     group: u32,
@@ -244,7 +244,7 @@ pub fn flash_prefill_v2<K: Float>(
         let inv = out_scale(m, l, sinks, h, has_sinks);
         let mut c = lane;
         while c < dd {
-            out[((q_base + row) * hh + h) * dd + c] = so[r * dp + c] * inv;
+            out[((q_base + row) * hh + h) * dd + c] = O::cast_from(so[r * dp + c] * inv);
             c += lanes;
         }
     }
@@ -294,7 +294,7 @@ pub fn flash_prefill(
         return super::prefill_tc::flash_prefill_tc_one(client, q, k, v, tables, pos0, mask, out, mode);
     }
     let (h, hkv, d) = check_paged("flash_prefill", q, k, v, tables, mask)?;
-    if out.shape != q.shape || out.dtype != q.dtype {
+    if out.shape != q.shape || !super::out_dtype_ok(out) {
         return Err(Error::Shape(format!("flash_prefill: out {:?}, expected {:?}", out.shape, q.shape)));
     }
     let t = q.shape[0];
@@ -312,9 +312,9 @@ pub fn flash_prefill(
     }
     let sinks = mask.sinks.unwrap_or(&tables.unused);
     macro_rules! go {
-        ($k:ty) => {
+        ($k:ty, $o:ty) => {
             unsafe {
-                flash_prefill_v2::launch_unchecked::<$k>(
+                flash_prefill_v2::launch_unchecked::<$k, $o>(
                     client,
                     CubeCount::Static(n_tiles as u32, h as u32, 1),
                     CubeDim::new_1d((br * lanes) as u32),
@@ -350,9 +350,13 @@ pub fn flash_prefill(
             }
         };
     }
-    match k.dtype {
-        Dtype::F16 => go!(half::f16),
-        _ => go!(f32),
+    match (k.dtype, out.dtype) {
+        (Dtype::F16, Dtype::F16) => go!(half::f16, half::f16),
+        (Dtype::F16, Dtype::BF16) => go!(half::f16, half::bf16),
+        (Dtype::F16, _) => go!(half::f16, f32),
+        (_, Dtype::F16) => go!(f32, half::f16),
+        (_, Dtype::BF16) => go!(f32, half::bf16),
+        _ => go!(f32, f32),
     }
     Ok(())
 }
@@ -402,7 +406,7 @@ pub fn flash_prefill_varlen(
     version: PrefillVersion,
 ) -> Result<(), Error> {
     let (h, hkv, d) = check_paged("flash_prefill_varlen", q, k, v, tables, mask)?;
-    if out.shape != q.shape || out.dtype != q.dtype {
+    if out.shape != q.shape || !super::out_dtype_ok(out) {
         return Err(Error::Shape(format!("flash_prefill_varlen: out {:?}, expected {:?}", out.shape, q.shape)));
     }
     if seqs.len() != tables.lens.len() {
@@ -425,9 +429,9 @@ pub fn flash_prefill_varlen(
     let info = DeviceTensor::from_u32(client, &words, &[seqs.len(), 5])?;
     let sinks = mask.sinks.unwrap_or(&tables.unused);
     macro_rules! go {
-        ($k:ty) => {
+        ($k:ty, $o:ty) => {
             unsafe {
-                flash_prefill_v2::launch_unchecked::<$k>(
+                flash_prefill_v2::launch_unchecked::<$k, $o>(
                     client,
                     CubeCount::Static(tiles_total as u32, h as u32, 1),
                     CubeDim::new_1d((br * lanes) as u32),
@@ -462,9 +466,13 @@ pub fn flash_prefill_varlen(
             }
         };
     }
-    match k.dtype {
-        Dtype::F16 => go!(half::f16),
-        _ => go!(f32),
+    match (k.dtype, out.dtype) {
+        (Dtype::F16, Dtype::F16) => go!(half::f16, half::f16),
+        (Dtype::F16, Dtype::BF16) => go!(half::f16, half::bf16),
+        (Dtype::F16, _) => go!(half::f16, f32),
+        (_, Dtype::F16) => go!(f32, half::f16),
+        (_, Dtype::BF16) => go!(f32, half::bf16),
+        _ => go!(f32, f32),
     }
     Ok(())
 }

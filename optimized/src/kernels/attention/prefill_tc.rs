@@ -161,13 +161,13 @@ fn store<K: Float, E: Float, N: Size>(
 
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked)]
-pub fn flash_prefill_tc<K: Float, E: Float, N: Size>(
+pub fn flash_prefill_tc<K: Float, E: Float, O: Float, N: Size>(
     q: &[f32],
     k: &[Vector<K, N>],
     v: &[Vector<K, N>],
     tables: &[u32],
     sinks: &[f32],
-    out: &mut [f32],
+    out: &mut [O],
     t_len: u32,
     heads: u32,
     group: u32,
@@ -385,8 +385,8 @@ pub fn flash_prefill_tc<K: Float, E: Float, N: Size>(
             #[unroll(!emu)]
             for nt in 0..comptime!(d / 8) {
                 let val = o[2 * nt + h2];
-                out[ob + 8 * nt + 2 * c] = val.extract(0usize) * inv;
-                out[ob + 8 * nt + 2 * c + 1] = val.extract(1usize) * inv;
+                out[ob + 8 * nt + 2 * c] = O::cast_from(val.extract(0usize) * inv);
+                out[ob + 8 * nt + 2 * c + 1] = O::cast_from(val.extract(1usize) * inv);
             }
         }
     }
@@ -465,9 +465,9 @@ fn launch(
     // (4 of an f32 pool; 4 emulated, lavapipe's widest vector).
     let vw = if k.dtype == Dtype::F16 && mode == TcMode::Tensor && (bc * d / 8).is_multiple_of(32 * warps) { 8 } else { 4 };
     macro_rules! go {
-        ($k:ty) => {
+        ($k:ty, $o:ty) => {
             unsafe {
-                flash_prefill_tc::launch_unchecked::<$k, half::f16>(
+                flash_prefill_tc::launch_unchecked::<$k, half::f16, $o>(
                     client,
                     CubeCount::Static(grid as u32, h as u32, 1),
                     CubeDim::new_1d((32 * warps) as u32),
@@ -501,9 +501,13 @@ fn launch(
             }
         };
     }
-    match k.dtype {
-        Dtype::F16 => go!(half::f16),
-        _ => go!(f32),
+    match (k.dtype, out.dtype) {
+        (Dtype::F16, Dtype::F16) => go!(half::f16, half::f16),
+        (Dtype::F16, Dtype::BF16) => go!(half::f16, half::bf16),
+        (Dtype::F16, _) => go!(half::f16, f32),
+        (_, Dtype::F16) => go!(f32, half::f16),
+        (_, Dtype::BF16) => go!(f32, half::bf16),
+        _ => go!(f32, f32),
     }
     Ok(())
 }
@@ -522,7 +526,7 @@ pub fn flash_prefill_tc_one(
     mode: TcMode,
 ) -> Result<(), Error> {
     let (_, _, d) = check_paged("flash_prefill v3", q, k, v, tables, mask)?;
-    if out.shape != q.shape || out.dtype != q.dtype {
+    if out.shape != q.shape || !super::out_dtype_ok(out) {
         return Err(Error::Shape(format!("flash_prefill v3: out {:?}, expected {:?}", out.shape, q.shape)));
     }
     let t = q.shape[0];

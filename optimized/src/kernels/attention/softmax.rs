@@ -157,11 +157,11 @@ fn add_split<N: Size>(
 /// `wl`: shared, ≥ G·splits; `hl`: shared, ≥ G.
 #[allow(clippy::too_many_arguments)]
 #[cube]
-pub(crate) fn combine_group<N: Size>(
+pub(crate) fn combine_group<O: Float, N: Size>(
     part_o: &mut [Vector<f32, N>],
     part_ml: &mut [f32],
     sinks: &[f32],
-    out: &mut [Vector<f32, N>],
+    out: &mut [Vector<O, N>],
     w: &mut [f32],
     wl: &mut [f32],
     red: &mut [f32],
@@ -259,7 +259,7 @@ pub(crate) fn combine_group<N: Size>(
                 }
                 r.insert(e, val);
             }
-            out[(bh0 + gg) * dv + c4] = r;
+            out[(bh0 + gg) * dv + c4] = Vector::<O, N>::cast_from(r);
         }
     }
 }

@@ -20,6 +20,36 @@
     clippy::manual_memcpy
 )]
 
+/// `$go!(T)` with the Rust type of the float storage type `$d` (f32 / f16 / bf16): one
+/// instantiation of a kernel per type its launcher may be handed.
+macro_rules! with_float {
+    ($d:expr, $go:ident) => {
+        match $d {
+            $crate::Dtype::F16 => $go!(half::f16),
+            $crate::Dtype::BF16 => $go!(half::bf16),
+            $crate::Dtype::F32 => $go!(f32),
+        }
+    };
+}
+
+/// `$go!(K, O)` with the Rust types of a KV pool's type `$k` (f16, else f32: the launchers
+/// check) and an output's type `$o` (f32 / f16 / bf16).
+macro_rules! with_kv_out {
+    ($k:expr, $o:expr, $go:ident) => {
+        match $k {
+            $crate::Dtype::F16 => with_kv_out!(@out half::f16, $o, $go),
+            _ => with_kv_out!(@out f32, $o, $go),
+        }
+    };
+    (@out $k:ty, $o:expr, $go:ident) => {
+        match $o {
+            $crate::Dtype::F16 => $go!($k, half::f16),
+            $crate::Dtype::BF16 => $go!($k, half::bf16),
+            $crate::Dtype::F32 => $go!($k, f32),
+        }
+    };
+}
+
 pub mod advance;
 pub mod argmax;
 pub mod attention;

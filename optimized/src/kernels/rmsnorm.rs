@@ -278,11 +278,7 @@ fn launch_v3(
             }
         };
     }
-    match h.dtype {
-        Dtype::F16 => go!(half::f16),
-        Dtype::BF16 => go!(half::bf16),
-        Dtype::F32 => go!(f32),
-    }
+    with_float!(h.dtype, go);
     Ok(())
 }
 

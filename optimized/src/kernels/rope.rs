@@ -460,10 +460,7 @@ fn qkv_rope_launch(
             }
         };
     }
-    match k_cache.dtype {
-        Dtype::F16 => go!(half::f16),
-        _ => go!(f32),
-    }
+    with_float!(k_cache.dtype, go);
     Ok(q)
 }
 
@@ -598,9 +595,6 @@ pub fn qkv_rope_ragged(
             }
         };
     }
-    match k_pool.dtype {
-        Dtype::F16 => go!(half::f16),
-        _ => go!(f32),
-    }
+    with_float!(k_pool.dtype, go);
     Ok(q)
 }

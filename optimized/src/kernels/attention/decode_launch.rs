@@ -8,7 +8,7 @@ use super::decode::{flash_decode_combine_v2, flash_decode_v2};
 use super::{check_paged, Masking};
 use crate::kernels::prev_pow2;
 use crate::kv_cache::BlockTables;
-use crate::{Client, DeviceTensor, Dtype, Error};
+use crate::{Client, DeviceTensor, Error};
 
 /// Keys per chunk: enough chunks that the grid has ≥ ~1 cube per SM, between 32 and 512
 /// (H200, 16k keys: 256–512 keys per chunk ran 25% faster than 128).
@@ -265,14 +265,7 @@ pub fn flash_decode_tuned(
             }
         };
     }
-    match (k.dtype, out.dtype) {
-        (Dtype::F16, Dtype::F16) => go!(half::f16, half::f16),
-        (Dtype::F16, Dtype::BF16) => go!(half::f16, half::bf16),
-        (Dtype::F16, _) => go!(half::f16, f32),
-        (_, Dtype::F16) => go!(f32, half::f16),
-        (_, Dtype::BF16) => go!(f32, half::bf16),
-        _ => go!(f32, f32),
-    }
+    with_kv_out!(k.dtype, out.dtype, go);
     if fused {
         return Ok(());
     }
@@ -305,10 +298,6 @@ pub fn flash_decode_tuned(
             }
         };
     }
-    match out.dtype {
-        Dtype::F16 => go!(half::f16),
-        Dtype::BF16 => go!(half::bf16),
-        Dtype::F32 => go!(f32),
-    }
+    with_float!(out.dtype, go);
     Ok(())
 }

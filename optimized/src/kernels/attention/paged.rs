@@ -74,9 +74,6 @@ pub fn kv_write_paged(client: &Client, pool: &DeviceTensor, new: &DeviceTensor, 
             }
         };
     }
-    match pool.dtype {
-        Dtype::F16 => go!(half::f16),
-        _ => go!(f32),
-    }
+    with_float!(pool.dtype, go);
     Ok(())
 }

@@ -17,7 +17,7 @@ use super::{check_paged, Masking};
 use crate::kernels::matmul::tc::TcMode;
 use crate::kernels::prev_pow2;
 use crate::kv_cache::BlockTables;
-use crate::{Client, DeviceTensor, Dtype, Error};
+use crate::{Client, DeviceTensor, Error};
 
 /// Largest tiles tried (halved until the shared memory fits).
 const BR_MAX: usize = 16;
@@ -350,14 +350,7 @@ pub fn flash_prefill(
             }
         };
     }
-    match (k.dtype, out.dtype) {
-        (Dtype::F16, Dtype::F16) => go!(half::f16, half::f16),
-        (Dtype::F16, Dtype::BF16) => go!(half::f16, half::bf16),
-        (Dtype::F16, _) => go!(half::f16, f32),
-        (_, Dtype::F16) => go!(f32, half::f16),
-        (_, Dtype::BF16) => go!(f32, half::bf16),
-        _ => go!(f32, f32),
-    }
+    with_kv_out!(k.dtype, out.dtype, go);
     Ok(())
 }
 
@@ -466,13 +459,6 @@ pub fn flash_prefill_varlen(
             }
         };
     }
-    match (k.dtype, out.dtype) {
-        (Dtype::F16, Dtype::F16) => go!(half::f16, half::f16),
-        (Dtype::F16, Dtype::BF16) => go!(half::f16, half::bf16),
-        (Dtype::F16, _) => go!(half::f16, f32),
-        (_, Dtype::F16) => go!(f32, half::f16),
-        (_, Dtype::BF16) => go!(f32, half::bf16),
-        _ => go!(f32, f32),
-    }
+    with_kv_out!(k.dtype, out.dtype, go);
     Ok(())
 }

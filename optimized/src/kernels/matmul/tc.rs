@@ -494,11 +494,7 @@ pub(crate) fn reduce(
             }
         };
     }
-    match y.dtype {
-        Dtype::F16 => go!(half::f16),
-        Dtype::BF16 => go!(half::bf16),
-        Dtype::F32 => go!(f32),
-    }
+    with_float!(y.dtype, go);
     Ok(())
 }
 

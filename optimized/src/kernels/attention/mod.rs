@@ -39,6 +39,7 @@ pub mod naive;
 pub mod paged;
 pub mod prefill;
 pub mod prefill_tc;
+mod prefill_tc_tiles;
 mod scores;
 mod softmax;
 

@@ -35,6 +35,17 @@ impl Dtype {
     }
 }
 
+impl From<optimized::Dtype> for Dtype {
+    /// The suite's name for a device tensor's storage type.
+    fn from(d: optimized::Dtype) -> Self {
+        match d {
+            optimized::Dtype::F32 => Dtype::F32,
+            optimized::Dtype::F16 => Dtype::F16,
+            optimized::Dtype::BF16 => Dtype::BF16,
+        }
+    }
+}
+
 /// A bound on the difference between a kernel's output and the reference's.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Tolerance {

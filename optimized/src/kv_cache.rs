@@ -172,10 +172,17 @@ impl BlockTables {
     }
 }
 
+/// Whether K/V pools (or contiguous caches) may hold `d`: f32, or f16 (the writers round to
+/// nearest even; the attention kernels widen to f32 as they read). Every writer and reader
+/// checks its pools with this.
+pub fn pool_dtype_ok(d: Dtype) -> bool {
+    matches!(d, Dtype::F32 | Dtype::F16)
+}
+
 /// K and V pools of `shape` (`[rows, Hkv, D]`) for `n_layers` layers, elements of `dtype`: f32,
 /// or f16 (the writers round to nearest even; the attention kernels widen to f32 as they read).
 pub fn pools(client: &Client, n_layers: usize, shape: [usize; 3], dtype: Dtype) -> Result<(Vec<DeviceTensor>, Vec<DeviceTensor>), Error> {
-    if !matches!(dtype, Dtype::F32 | Dtype::F16) {
+    if !pool_dtype_ok(dtype) {
         return Err(Error::KvCache(format!("KV pools of {}: the kernels read f32 or f16", dtype.name())));
     }
     let one = || (0..n_layers).map(|_| DeviceTensor::empty(client, &shape, dtype)).collect();

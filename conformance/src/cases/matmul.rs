@@ -250,15 +250,6 @@ pub enum TcWeight {
     Quant(Scheme, QLayout),
 }
 
-/// The optimized crate's dtype as a conformance dtype (f16 / bf16 / f32).
-fn conf_dtype(d: optimized::Dtype) -> Dtype {
-    match d {
-        optimized::Dtype::F16 => Dtype::F16,
-        optimized::Dtype::BF16 => Dtype::BF16,
-        optimized::Dtype::F32 => Dtype::F32,
-    }
-}
-
 impl TcCase {
     pub fn new(t: usize, n_in: usize, n_out: usize, weight: TcWeight, mode: TcMode) -> Self {
         Self { t, n_in, n_out, weight, mode, glu: false, config: None, wg: None, f16_scales: false, io16: false }
@@ -268,7 +259,7 @@ impl TcCase {
     fn compute_dtype(&self, client: &Client) -> Dtype {
         match self.weight {
             TcWeight::Dense(d) => d,
-            TcWeight::Quant(..) => conf_dtype(tc::quant_dtype(client, self.mode)),
+            TcWeight::Quant(..) => tc::quant_dtype(client, self.mode).into(),
         }
     }
 

@@ -188,10 +188,7 @@ impl MoeCase {
             MoePath::Gemm => gemm_tc::require(client, mode, self.c.max(self.f))?,
             _ => moe::gemv_tc::require(client, mode, self.c.max(self.f))?,
         };
-        Ok(Some(match e {
-            optimized::Dtype::F16 => Dtype::F16,
-            _ => Dtype::BF16,
-        }))
+        Ok(Some(e.into()))
     }
 
     fn body(&self, client: &Client, e16: Option<Dtype>) -> Result<Metrics, String> {

@@ -6,12 +6,7 @@
 
 /// The reference h rounded to `out` and the tolerance to hold h to: v3 rounds each value once.
 fn want_as(want: &[f32], out: optimized::Dtype) -> (Vec<f32>, crate::Tolerance) {
-    let d = match out {
-        optimized::Dtype::F32 => Dtype::F32,
-        optimized::Dtype::F16 => Dtype::F16,
-        optimized::Dtype::BF16 => Dtype::BF16,
-    };
-    (out.round(want), tolerance(Op::RmsNorm, d).0)
+    (out.round(want), tolerance(Op::RmsNorm, out.into()).0)
 }
 
 /// The suffix naming a 16-bit h.
@@ -27,6 +22,7 @@ use ndarray::{Array1, Array2};
 use optimized::kernels::rmsnorm::NormVersion;
 use optimized::{Client, DeviceTensor};
 
+use super::embedding::skip_unsupported;
 use super::outcome_or_skip;
 use crate::{compare, rand_vec, tolerance, Case, Dtype, Op, Outcome};
 
@@ -59,8 +55,8 @@ impl Case for RmsNormCase {
         format!("rmsnorm(rows={},C={},eps={:e},f32,{}{})", self.rows, self.c, self.eps, version_name(self.version), out_name(self.out))
     }
     fn run(&self, client: &Client) -> Outcome {
-        if !self.out.supported(client) {
-            return Outcome::Skip(format!("no {} arithmetic on this device", self.out.name()));
+        if let Some(skip) = skip_unsupported(client, self.out.into()) {
+            return skip;
         }
         let x = rand_vec(self.rows * self.c, 1);
         let w = rand_vec(self.c, 2);
@@ -137,8 +133,8 @@ impl Case for AddRmsNormCase {
         format!("add_rmsnorm(rows={},C={},f32,{}{})", self.rows, self.c, version_name(self.version), out_name(self.out))
     }
     fn run(&self, client: &Client) -> Outcome {
-        if !self.out.supported(client) {
-            return Outcome::Skip(format!("no {} arithmetic on this device", self.out.name()));
+        if let Some(skip) = skip_unsupported(client, self.out.into()) {
+            return skip;
         }
         let (x, y, w) = (rand_vec(self.rows * self.c, 3), rand_vec(self.rows * self.c, 4), rand_vec(self.c, 5));
         let mut xr = Array2::from_shape_vec((self.rows, self.c), x.clone()).expect("shape");

@@ -7,7 +7,7 @@ use optimized::kernels::{rope_inplace, rope_into, RopeTable};
 use optimized::{Client, DeviceTensor};
 use reference::RopeLayout;
 
-use super::embedding::judge;
+use super::embedding::{judge, skip_unsupported};
 use super::outcome;
 use crate::{rand_vec, Case, Dtype, Op, Outcome};
 
@@ -113,8 +113,8 @@ impl Case for QkvRopeCacheCase {
     }
     fn run(&self, client: &Client) -> Outcome {
         let (t, h, hkv, d, p0) = (self.t, self.h, self.hkv, self.d, self.pos0);
-        if !self.kv.supported(client) {
-            return Outcome::Skip(format!("{} caches: the device has no {} arithmetic", self.kv.name(), self.kv.name()));
+        if let Some(skip) = skip_unsupported(client, self.kv.into()) {
+            return skip;
         }
         let width = (h + 2 * hkv) * d;
         let qkv = rand_vec(t * width, 41);

@@ -441,7 +441,8 @@ pub fn linear_glu(client: &Client, x: &DeviceTensor, w: &DeviceTensor) -> Result
 /// type: the next GEMM's [`x_dtype`]), else f32. Callers read the result's `dtype`.
 pub fn linear_glu_as(client: &Client, x: &DeviceTensor, w: &DeviceTensor, out: Dtype) -> Result<DeviceTensor, Error> {
     let d = dims(x, w)?;
-    let out = if out == w.dtype && out != Dtype::F32 && x_dtype(client, d.t, w) == out { out } else { Dtype::F32 };
+    // x_dtype is W's type exactly where tc v4 runs this GEMM, else f32.
+    let out = if out != Dtype::F32 && x_dtype(client, d.t, w) == out { out } else { Dtype::F32 };
     let y = DeviceTensor::empty(client, &d.shape_with_cols(d.n_out / 2), out);
     linear_glu_into(client, x, w, &y, Version::Auto)?;
     Ok(y)

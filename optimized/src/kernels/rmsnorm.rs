@@ -334,21 +334,27 @@ pub fn rmsnorm_device(client: &Client, x: &DeviceTensor, w: &DeviceTensor, eps: 
 /// `matmul::x_dtype`) where v3 runs, else f32. Callers read the result's `dtype`.
 pub fn rmsnorm_device_as(client: &Client, x: &DeviceTensor, w: &DeviceTensor, eps: f32, out: Dtype) -> Result<DeviceTensor, Error> {
     let c = x.shape.last().copied().unwrap_or(0);
-    match best_version(client, c, NormVersion::V1) {
-        NormVersion::V3 { plane } if out != Dtype::F32 => {
-            let h = DeviceTensor::empty(client, &x.shape, out);
-            if let Some(g) = RowGeometry::new(client, "rmsnorm", x, w)? {
-                launch_v3(client, &g, x, None, w, &h, eps, plane)?;
-            }
-            Ok(h)
-        }
-        v => rmsnorm_device_with(client, x, w, eps, v),
-    }
+    rmsnorm_typed(client, x, w, eps, best_version(client, c, NormVersion::V1), out)
 }
 
 /// [`rmsnorm_device`] with a chosen kernel (v1 or v3; v2 is the fused add only).
 pub fn rmsnorm_device_with(client: &Client, x: &DeviceTensor, w: &DeviceTensor, eps: f32, version: NormVersion) -> Result<DeviceTensor, Error> {
-    let y = DeviceTensor::empty_f32(client, &x.shape);
+    rmsnorm_typed(client, x, w, eps, version, Dtype::F32)
+}
+
+/// The output's type of a norm in `version` asked for `out`: `out` where v3 runs (the only
+/// kernel generic over it), else f32.
+fn out_type(version: NormVersion, out: Dtype) -> Dtype {
+    if matches!(version, NormVersion::V3 { .. }) {
+        out
+    } else {
+        Dtype::F32
+    }
+}
+
+/// [`rmsnorm_device_with`] with h in [`out_type`].
+fn rmsnorm_typed(client: &Client, x: &DeviceTensor, w: &DeviceTensor, eps: f32, version: NormVersion, out: Dtype) -> Result<DeviceTensor, Error> {
+    let y = DeviceTensor::empty(client, &x.shape, out_type(version, out));
     let Some(g) = RowGeometry::new(client, "rmsnorm", x, w)? else {
         return Ok(y);
     };
@@ -456,19 +462,7 @@ pub fn add_rmsnorm_device_as(
     out: Dtype,
 ) -> Result<DeviceTensor, Error> {
     let c = x.shape.last().copied().unwrap_or(0);
-    match best_version(client, c, NormVersion::V2) {
-        NormVersion::V3 { plane } if out != Dtype::F32 => {
-            if y.shape != x.shape {
-                return Err(Error::Shape(format!("add_rmsnorm: y shape {:?} != x shape {:?}", y.shape, x.shape)));
-            }
-            let h = DeviceTensor::empty(client, &x.shape, out);
-            if let Some(g) = RowGeometry::new(client, "add_rmsnorm", x, w)? {
-                launch_v3(client, &g, x, Some(y), w, &h, eps, plane)?;
-            }
-            Ok(h)
-        }
-        v => add_rmsnorm_with(client, x, y, w, eps, v),
-    }
+    add_rmsnorm_typed(client, x, y, w, eps, best_version(client, c, NormVersion::V2), out)
 }
 
 /// [`add_rmsnorm_device`] with a chosen kernel (v2 or v3; v1 has no residual add).
@@ -480,10 +474,23 @@ pub fn add_rmsnorm_with(
     eps: f32,
     version: NormVersion,
 ) -> Result<DeviceTensor, Error> {
+    add_rmsnorm_typed(client, x, y, w, eps, version, Dtype::F32)
+}
+
+/// [`add_rmsnorm_with`] with h in [`out_type`].
+fn add_rmsnorm_typed(
+    client: &Client,
+    x: &DeviceTensor,
+    y: &DeviceTensor,
+    w: &DeviceTensor,
+    eps: f32,
+    version: NormVersion,
+    out: Dtype,
+) -> Result<DeviceTensor, Error> {
     if y.shape != x.shape {
         return Err(Error::Shape(format!("add_rmsnorm: y shape {:?} != x shape {:?}", y.shape, x.shape)));
     }
-    let h = DeviceTensor::empty_f32(client, &x.shape);
+    let h = DeviceTensor::empty(client, &x.shape, out_type(version, out));
     let Some(g) = RowGeometry::new(client, "add_rmsnorm", x, w)? else {
         return Ok(h);
     };

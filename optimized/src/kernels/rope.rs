@@ -321,7 +321,7 @@ pub fn qkv_rope_cache_v2<K: Float>(
 /// Whether `c` is a KV cache or pool of a type the writers take (f32, or f16 rounded to nearest
 /// even as written) and of the same type as `k`.
 fn kv_dtype_ok(c: &DeviceTensor, k: &DeviceTensor) -> bool {
-    matches!(c.dtype, Dtype::F32 | Dtype::F16) && c.dtype == k.dtype
+    crate::kv_cache::pool_dtype_ok(c.dtype) && c.dtype == k.dtype
 }
 
 /// Split `qkv [T, (H + 2·Hkv)·D]` (one fused GEMV's output) into rotated q `[T, H, D]` (new

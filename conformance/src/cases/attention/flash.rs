@@ -18,7 +18,7 @@ use optimized::kernels::{flash_prefill, kv_write_paged, Masking};
 use optimized::kv_cache::BlockTables;
 use optimized::{Client, DeviceTensor};
 
-use super::super::embedding::judge;
+use super::super::embedding::{judge, skip_unsupported};
 use super::super::outcome_or_skip;
 use crate::{rand_vec, Case, Dtype, Metrics, Op, Outcome};
 
@@ -156,7 +156,7 @@ impl FlashCase {
         };
         Ok(match want {
             Some(w) if self.out_dtype != optimized::Dtype::F32 => {
-                let (tol, _) = crate::tolerance::out16(crate::tolerance(Op::Attention, dtype).0, conf(self.out_dtype));
+                let (tol, _) = crate::tolerance::out16(crate::tolerance(Op::Attention, dtype).0, self.out_dtype.into());
                 match crate::compare(&got, &self.out_dtype.round(&w), tol) {
                     Ok(m) => Outcome::Pass(m),
                     Err(e) => Outcome::Fail(e),
@@ -214,9 +214,9 @@ impl Case for FlashCase {
         if self.phase == Phase::Decode && !self.version.supported(client) {
             return Outcome::Skip(format!("decode {:?} needs device-scope storage sync + u32 atomic add", self.version));
         }
-        for (what, t) in [("KV pools", self.kv_dtype), ("output", self.out_dtype)] {
-            if !t.supported(client) {
-                return Outcome::Skip(format!("{} {what}: the device has no {} arithmetic", t.name(), t.name()));
+        for t in [self.kv_dtype, self.out_dtype] {
+            if let Some(skip) = skip_unsupported(client, t.into()) {
+                return skip;
             }
         }
         if let (Phase::Prefill, PrefillVersion::Tc(mode)) = (self.phase, self.prefill) {
@@ -367,13 +367,4 @@ pub fn cases() -> Vec<Box<dyn Case>> {
         }
     }
     v
-}
-
-/// The conformance suite's name for an optimized-crate dtype.
-fn conf(d: optimized::Dtype) -> Dtype {
-    match d {
-        optimized::Dtype::F32 => Dtype::F32,
-        optimized::Dtype::F16 => Dtype::F16,
-        optimized::Dtype::BF16 => Dtype::BF16,
-    }
 }

@@ -78,9 +78,10 @@ pub(crate) fn check_paged(
     m: &Masking,
 ) -> Result<(usize, usize, usize), Error> {
     let err = |s: String| Err(Error::Shape(format!("{op}: {s}")));
-    for (what, t, f16) in [("q", q, false), ("k pool", k, true), ("v pool", v, true)] {
-        if !(t.dtype == Dtype::F32 || (f16 && t.dtype == Dtype::F16)) || t.shape.len() != 3 {
-            return err(format!("{what} is {:?} {}, expected 3 axes f32{}", t.shape, t.dtype.name(), if f16 { " or f16" } else { "" }));
+    for (what, t, pool) in [("q", q, false), ("k pool", k, true), ("v pool", v, true)] {
+        let ok = if pool { crate::kv_cache::pool_dtype_ok(t.dtype) } else { t.dtype == Dtype::F32 };
+        if !ok || t.shape.len() != 3 {
+            return err(format!("{what} is {:?} {}, expected 3 axes f32{}", t.shape, t.dtype.name(), if pool { " or f16" } else { "" }));
         }
     }
     if k.dtype != v.dtype {

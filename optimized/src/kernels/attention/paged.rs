@@ -32,7 +32,7 @@ pub fn kv_write_paged_v1<K: Float>(pool: &mut [K], new: &[f32], tables: &[u32], 
 /// Write `new [T, Hkv, D]` at positions `pos0 ..` of sequence `seq` (index into `tables`) of
 /// `pool`. The positions must lie inside the sequence's length.
 pub fn kv_write_paged(client: &Client, pool: &DeviceTensor, new: &DeviceTensor, tables: &BlockTables, seq: usize, pos0: usize) -> Result<(), Error> {
-    let ok = matches!(pool.dtype, Dtype::F32 | Dtype::F16)
+    let ok = crate::kv_cache::pool_dtype_ok(pool.dtype)
         && new.dtype == Dtype::F32
         && pool.shape.len() == 3
         && new.shape.len() == 3

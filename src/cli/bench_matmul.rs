@@ -108,30 +108,6 @@ fn rate(client: &Client, flop: f64, peak: f64, reps: usize, mut f: impl FnMut() 
     })
 }
 
-/// tc v1's conformance cases (the kernels this bench times) on `b`: the gate line, or an error
-/// refusing to benchmark.
-fn gate(b: Backend) -> Result<String> {
-    // The gate: every case whose kernel this bench times or whose path it changed — tc v1's
-    // own cases and the quantized grid's T > 8 cases (`qlinear` takes tc v1 there).
-    let t_of = |name: &str| name.split("T=").nth(1).and_then(|r| r.split(',').next()).and_then(|v| v.parse::<usize>().ok()).unwrap_or(0);
-    let mut cases = conformance::cases::matmul::tc_cases();
-    cases.extend(conformance::cases::qmatmul::tc_cases());
-    cases.extend(conformance::cases::qmatmul::cases().into_iter().filter(|c| !c.name().starts_with("matmul-tc") && t_of(&c.name()) > 8));
-    let t0 = std::time::Instant::now();
-    let report = conformance::run_cases(&cases, &[b]);
-    let (p, f, k) = report.count();
-    // `TANDEM_BENCH_UNGATED=1` (development only) prints numbers of a failing build, marked so.
-    let ungated = std::env::var("TANDEM_BENCH_UNGATED").is_ok_and(|v| v == "1");
-    if (f > 0 || p == 0) && !ungated {
-        return Err(CliError::Gpu(format!("refusing to benchmark: tc v1's conformance cases did not pass on {b} in this run\n{}", report.table())));
-    }
-    Ok(if f > 0 || p == 0 {
-        format!("UNGATED: {p} passed, {f} FAILED, {k} skipped\n{}", report.table())
-    } else {
-        format!("{p} passed, 0 failed, {k} skipped in {:.1} s", t0.elapsed().as_secs_f64())
-    })
-}
-
 /// One tile's line of the `--shapes` sweep: `call(splits)` timed with K split 1, 2, 3, 4, 6 and
 /// 8 ways (TFLOP/s, or why it did not run); `best` keeps the fastest (TFLOP/s, `name(splits)`).
 fn split_sweep(
@@ -183,9 +159,9 @@ pub fn run_shapes(backend: Option<Backend>, reps: usize, shapes: &[(usize, usize
     let formats = shape_formats(formats)?;
     let b = backend.ok_or_else(|| CliError::Usage("--kernel matmul needs a GPU device (--device cuda|wgpu)".into()))?;
     let client = optimized::client(b)?;
-    let gate = gate(b)?;
+    let gate = super::bench::conformance_gate(b)?;
     let info = optimized::device_info(&client);
-    println!("tandem bench --kernel matmul --shapes — {b}: {} — gate: tc v1's conformance cases, this build and run: {gate}", info.name);
+    println!("tandem bench --kernel matmul --shapes — {b}: {} — gate: {gate}", info.name);
     tc::require(&client, Dtype::BF16, TcMode::Tensor)?;
     let reps = 10 * reps.max(1);
     let sms = info.num_sms.unwrap_or(16) as usize;
@@ -258,9 +234,9 @@ pub fn run_shapes(backend: Option<Backend>, reps: usize, shapes: &[(usize, usize
 pub fn run(backend: Option<Backend>, reps: usize) -> Result<()> {
     let b = backend.ok_or_else(|| CliError::Usage("--kernel matmul needs a GPU device (--device cuda|wgpu)".into()))?;
     let client = optimized::client(b)?;
-    let gate = gate(b)?;
+    let gate = super::bench::conformance_gate(b)?;
     let info = optimized::device_info(&client);
-    println!("tandem bench --kernel matmul — {b}: {} — gate: tc v1's conformance cases, this build and run: {gate} (the whole suite: `tandem conformance`)", info.name);
+    println!("tandem bench --kernel matmul — {b}: {} — gate: {gate}", info.name);
     if tc::require(&client, Dtype::BF16, TcMode::Tensor).is_err() && tc::require(&client, Dtype::F16, TcMode::Tensor).is_err() {
         println!("no tensor cores here: {}", tc::require(&client, Dtype::F16, TcMode::Tensor).err().map(|e| e.to_string()).unwrap_or_default());
         return Ok(());

@@ -6,6 +6,7 @@ use cubecl::server::CubeCountSelection;
 
 use super::{clamped_swiglu, Mxfp4Experts, Routes, Sorted};
 use crate::kernels::matmul::tc::TcMode;
+use crate::kernels::pdl::await_predecessor;
 use crate::kernels::qmatmul::v1::{e2m1, e8m0};
 use crate::kernels::swiglu::Elementwise;
 use crate::{Client, DeviceTensor, Dtype, Error};
@@ -165,9 +166,23 @@ pub fn moe_gemm_v1(
 }
 
 /// combine v1: `out[t, c] += Σ_k w_{tK+k} · y[slot[tK+k], c]` in rank order (one unit per
-/// element of `out [T, C]`); `identity`: `y` by pair (slot p = p; `slot` unread).
+/// element of `out [T, C]`); `identity`: `y` by pair (slot p = p; `slot` unread). `pdl`: waits
+/// for the kernel before it first thing (everything it reads was written by kernels), so that
+/// it and the kernel after it may launch early.
+#[allow(clippy::too_many_arguments)]
 #[cube(launch)]
-pub fn moe_combine_v1(y: &[f32], slot: &[u32], route_w: &[f32], out: &mut [f32], cols: u32, k_used: u32, len: u32, #[comptime] identity: bool) {
+pub fn moe_combine_v1(
+    y: &[f32],
+    slot: &[u32],
+    route_w: &[f32],
+    out: &mut [f32],
+    cols: u32,
+    k_used: u32,
+    len: u32,
+    #[comptime] identity: bool,
+    #[comptime] pdl: bool,
+) {
+    await_predecessor(pdl);
     let i = ABSOLUTE_POS;
     if i < len as usize {
         let c = cols as usize;
@@ -377,6 +392,7 @@ fn combine(client: &Client, y: &DeviceTensor, slot: &DeviceTensor, routes: &Rout
             routes.k as u32,
             e.n,
             identity,
+            crate::kernels::pdl::enabled(client),
         );
     }
     Ok(())

@@ -30,6 +30,7 @@ use super::gemv::check_x;
 use super::{clamped_swiglu, Mxfp4Experts, Routes};
 use crate::kernels::matmul::tc::{self, TcMode};
 use crate::kernels::matmul::tc_kernel::{mma, pair, EMU_SCRATCH};
+use crate::kernels::pdl::await_predecessor;
 use crate::kernels::qmatmul::v1::{e2m1, e8m0_in};
 use crate::{Client, DeviceTensor, Dtype, Error};
 
@@ -74,9 +75,34 @@ fn decode<E: Float>(lut: &[u32], lutf: &[f32], word: u32, #[comptime] p: usize, 
     }
 }
 
+/// The byte table in shared memory: unit b (< 256 = 32·WARPS) computes entry b once and writes
+/// its copies, copy (c + lane) mod 32 at step c (the warp's 32 stores in 32 banks). Emulated:
+/// one copy as f32 pairs. Reads no global memory.
+#[cube]
+fn build_table<E: Float>(lut: &mut [u32], lutf: &mut [f32], tid: usize, lane: usize, #[comptime] emu: bool) {
+    if tid < 256 {
+        let b = tid as u32;
+        if emu {
+            lutf[2 * tid] = e2m1(b & 15u32);
+            lutf[2 * tid + 1] = e2m1(b >> 4u32);
+        } else {
+            let v = u32::reinterpret(pair::<E>(E::cast_from(e2m1(b & 15u32)), E::cast_from(e2m1(b >> 4u32))));
+            #[unroll]
+            for c in 0..32usize {
+                lut[tid * 32 + ((c + lane) % 32)] = v;
+            }
+        }
+    }
+}
+
 /// moe gemv v3 (module doc). `glu`: x `[T, in]` (row item / K), `y[item, j] =
 /// clamped_swiglu(gate_j + bg_j, up_j + bu_j)` (`[P, out / 2]`); down: x `[P, in]`, `y[item, r] =
 /// (W_e x_item + b_e)[r]` (`[P, out]`, written; the caller combines).
+///
+/// Programmatic dependent launch (`pdl`): with `table_early` the byte table is built before
+/// the wait (gate|up: its ids come from the kernel right before, the router); with
+/// `ids_early` the ids, the first groups' weights and the table all come before it (down: the
+/// kernel right before, gate|up, writes only x), x after it.
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked)]
 pub fn moe_gemv_tc<E: Float, N: Size>(
@@ -96,6 +122,9 @@ pub fn moe_gemv_tc<E: Float, N: Size>(
     #[comptime] maxi: usize,
     #[comptime] glu: bool,
     #[comptime] emu: bool,
+    #[comptime] pdl: bool,
+    #[comptime] table_early: bool,
+    #[comptime] ids_early: bool,
 ) {
     let lane = UNIT_POS_X as usize;
     let wi = UNIT_POS_Y as usize;
@@ -122,6 +151,15 @@ pub fn moe_gemv_tc<E: Float, N: Size>(
     let item = tile / rb;
     let r0 = (tile % rb) * 16;
     let s = wi % split;
+    // The lane's copy of the table (the lane itself on the tensor cores: `lane % 32` would
+    // cost a mask per lookup).
+    let copy = select(emu, 0usize, lane);
+    let mut lut = Shared::<[u32]>::new_slice(comptime!(if emu { 1usize } else { LUT_WORDS }));
+    let mut lutf = Shared::<[f32]>::new_slice(comptime!(if emu { 512usize } else { 1usize }));
+    if table_early {
+        build_table::<E>(&mut lut, &mut lutf, tid, lane, emu);
+    }
+    await_predecessor(comptime!(pdl && !ids_early));
     let e = ids[item] as usize;
     let g = lane / 4;
     let q = lane % 4;
@@ -142,26 +180,10 @@ pub fn moe_gemv_tc<E: Float, N: Size>(
         sb[d] = s_b;
     }
 
-    // The lane's copy (the lane itself on the tensor cores: `lane % 32` would cost a mask
-    // per lookup).
-    let copy = select(emu, 0usize, lane);
-    let mut lut = Shared::<[u32]>::new_slice(comptime!(if emu { 1usize } else { LUT_WORDS }));
-    let mut lutf = Shared::<[f32]>::new_slice(comptime!(if emu { 512usize } else { 1usize }));
-    // Unit b (< 256 = 32·WARPS) computes entry b once and writes its copies, copy (c + lane) mod 32 at
-    // step c (the warp's 32 stores in 32 banks).
-    if tid < 256 {
-        let b = tid as u32;
-        if emu {
-            lutf[2 * tid] = e2m1(b & 15u32);
-            lutf[2 * tid + 1] = e2m1(b >> 4u32);
-        } else {
-            let v = u32::reinterpret(pair::<E>(E::cast_from(e2m1(b & 15u32)), E::cast_from(e2m1(b >> 4u32))));
-            #[unroll]
-            for c in 0..32usize {
-                lut[tid * 32 + ((c + lane) % 32)] = v;
-            }
-        }
+    if !table_early {
+        build_table::<E>(&mut lut, &mut lutf, tid, lane, emu);
     }
+    await_predecessor(comptime!(pdl && ids_early));
     // x of the cube's items as E pairs; quad t of block c at c·4 + (t ⊕ ((c >> 1) & 1)), so the
     // four q units' quads (blocks 4j + q) fall in four distinct bank groups.
     // Emulated: the rounded values as f32, in order.
@@ -368,6 +390,10 @@ fn launch(
     let count = CubeCountSelection::new(client, cubes).cube_count();
     let dim = CubeDim::new_2d(32, WARPS as u32);
     let (n_out, k_used, n_items) = (u("N", w.out)?, u("K used", routes.k)?, u("items", items)?);
+    // Weights, scales, biases and the table are never written by a kernel; down's ids come from
+    // the router two launches back (module doc of `moe_gemv_down_tc_pairs`).
+    let (pdl, early) = crate::kernels::pdl::mode(client).flags(true);
+    let (table_early, ids_early) = (early && glu, early && !glu);
     macro_rules! go {
         ($t:ty) => {
             moe_gemv_tc::launch_unchecked::<$t>(
@@ -391,6 +417,9 @@ fn launch(
                 maxi,
                 glu,
                 emu,
+                pdl,
+                table_early,
+                ids_early,
             )
         };
     }
@@ -428,6 +457,10 @@ pub fn moe_gemv_glu_tc_into(
 
 /// down of every pair by moe gemv v3 into `yp [T·K, C]` (each pair's `W_e a_p + b_e`, a rounded
 /// to the 16-bit type of [`require`]; every element written).
+///
+/// Under programmatic dependent launch it reads the routes' ids (and loads its first weights)
+/// before waiting on the kernel launched right before it, so that kernel must not be the one
+/// writing the ids: in [`super::moe_into`] it is gate|up, after the router.
 pub fn moe_gemv_down_tc_pairs(
     client: &Client,
     a: &DeviceTensor,

@@ -7,6 +7,7 @@ use cubecl::server::CubeCountSelection;
 
 use super::gemv::{group_sum, GROUP};
 use super::{MoeWeights, Routes};
+use crate::kernels::pdl::await_predecessor;
 use crate::kernels::swiglu::{check_f32, Elementwise};
 use crate::{Client, DeviceTensor, Dtype, Error};
 
@@ -84,7 +85,70 @@ fn row_dot<N: Size>(h: &[Vector<f32, N>], wr: &[Vector<f32, N>], t: usize, e: us
     for u in 0..4usize {
         acc[u] = 0.0f32;
     }
-    let mut c = first;
+    row_dot_from(h, wr, t, e, cv, first, stride, &mut acc)
+}
+
+/// [`row_dot`] for route v3 under programmatic dependent launch (`pdl`): with `early` the
+/// first step's router vectors (never written by a kernel) are loaded before the wait, h (the
+/// previous kernel's) after it.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn row_dot_pdl<N: Size>(
+    h: &[Vector<f32, N>],
+    wr: &[Vector<f32, N>],
+    t: usize,
+    e: usize,
+    cv: usize,
+    first: usize,
+    stride: usize,
+    #[comptime] pdl: bool,
+    #[comptime] early: bool,
+) -> f32 {
+    let mut acc = Array::<f32>::new(4usize);
+    #[unroll]
+    for u in 0..4usize {
+        acc[u] = 0.0f32;
+    }
+    if early {
+        let mut wv = Array::<Vector<f32, N>>::new(4usize);
+        #[unroll]
+        for u in 0..4usize {
+            wv[u] = wr[e * cv + min(first + u * stride, cv - 1)];
+        }
+        await_predecessor(pdl);
+        #[unroll]
+        for u in 0..4usize {
+            let cu = first + u * stride;
+            if cu < cv {
+                let a = h[t * cv + cu];
+                let b = wv[u];
+                #[unroll]
+                for i in 0..4usize {
+                    acc[u] += a.extract(i) * b.extract(i);
+                }
+            }
+        }
+        row_dot_from(h, wr, t, e, cv, first + 4 * stride, stride, &mut acc)
+    } else {
+        await_predecessor(pdl);
+        row_dot_from(h, wr, t, e, cv, first, stride, &mut acc)
+    }
+}
+
+/// The steps of [`row_dot`] from vector `start` on, into `acc`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn row_dot_from<N: Size>(
+    h: &[Vector<f32, N>],
+    wr: &[Vector<f32, N>],
+    t: usize,
+    e: usize,
+    cv: usize,
+    start: usize,
+    stride: usize,
+    acc: &mut Array<f32>,
+) -> f32 {
+    let mut c = start;
     while c < cv {
         #[unroll]
         for u in 0..4usize {
@@ -161,7 +225,8 @@ pub const V3_PLANES: usize = 8;
 /// four vector loads each per round, plane sums, the planes' partials added in order) into
 /// `z [T, E]`; the last cube of the token to arrive (a device-scope counter, `arrivals[t]`,
 /// reset by that cube for the next launch) copies the token's logits to shared memory and
-/// ranks them as v1.
+/// ranks them as v1. Under programmatic dependent launch (`pdl`) it waits for the previous kernel
+/// before reading h (with `early`, after loading its first router vectors).
 #[allow(clippy::too_many_arguments)]
 #[cube(launch)]
 pub fn moe_route_v3<N: Size>(
@@ -178,6 +243,8 @@ pub fn moe_route_v3<N: Size>(
     #[comptime] k: usize,
     #[comptime] plane: bool,
     #[comptime] max_e: usize,
+    #[comptime] pdl: bool,
+    #[comptime] early: bool,
 ) {
     let e_n = n_exp as usize;
     let t = CUBE_POS / e_n;
@@ -191,7 +258,7 @@ pub fn moe_route_v3<N: Size>(
         let mut sh = Shared::<[f32]>::new_slice(GROUP * V3_PLANES);
         let mut parts = Shared::<[f32]>::new_slice(V3_PLANES);
         let mut zs = Shared::<[f32]>::new_slice(max_e);
-        let s = group_sum(row_dot(h, wr, t, e, cv, tid, units), &mut sh, g * GROUP, lane, plane);
+        let s = group_sum(row_dot_pdl(h, wr, t, e, cv, tid, units, pdl, early), &mut sh, g * GROUP, lane, plane);
         if lane == 0 {
             parts[g] = s;
         }
@@ -269,7 +336,7 @@ pub fn route_tokens(client: &Client, h: &DeviceTensor, w: &MoeWeights) -> Result
         && V2_GROUPS as u32 <= hw.max_cube_dim.1
         && hw.max_vector_size >= 4
         && (V2_MAX_EXPERTS + GROUP * V2_GROUPS) * 4 <= hw.max_shared_memory_size;
-    if !fits || w.router.dtype != Dtype::F32 || h.dtype != Dtype::F32 || rc != c || !c.is_multiple_of(4) || w.router_bias.shape != [e] {
+    if !fits || w.router.dtype != Dtype::F32 || h.dtype != Dtype::F32 || rc != c || c == 0 || !c.is_multiple_of(4) || w.router_bias.shape != [e] {
         let z = crate::kernels::matmul::linear(client, h, &w.router)?;
         crate::kernels::bias::bias_add(client, &z, &w.router_bias)?;
         return route(client, &z, w.k);
@@ -288,6 +355,8 @@ pub fn route_tokens(client: &Client, h: &DeviceTensor, w: &MoeWeights) -> Result
     {
         let cubes = u32::try_from(t * e).map_err(|_| Error::Shape(format!("moe_route: {t} tokens × {e} experts")))?;
         let z = DeviceTensor::empty_f32(client, &[t, e]);
+        // The router and its bias are never written by a kernel.
+        let (pdl, early) = crate::kernels::pdl::mode(client).flags(true);
         unsafe {
             moe_route_v3::launch(
                 client,
@@ -307,6 +376,8 @@ pub fn route_tokens(client: &Client, h: &DeviceTensor, w: &MoeWeights) -> Result
                 w.k,
                 plane,
                 V2_MAX_EXPERTS,
+                pdl,
+                early,
             );
         }
         return Ok(routes);

@@ -490,6 +490,7 @@ pub(crate) fn reduce(
                     u32_of("outputs", total)?,
                     col_scale,
                     glu,
+                    crate::kernels::pdl::enabled(client),
                 );
             }
         };

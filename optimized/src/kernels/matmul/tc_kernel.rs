@@ -546,6 +546,8 @@ pub fn tc_convert<E: Float, N: Size>(x: &[Vector<f32, N>], out: &mut [Vector<E, 
 /// Split-K: y (`[m, n]`, or with `glu` `[m, n / 2]`) from the `splits` partial sums `part`
 /// `[splits, m, n]`, added in split order (deterministic), times `scales[col]` with
 /// `col_scale`, SwiGLU of column pairs with `glu`. One output per unit.
+/// `pdl`: waits first thing for the GEMM before it (programmatic dependent launch).
+#[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked)]
 pub fn tc_reduce<Y: Float>(
     part: &[f32],
@@ -557,7 +559,9 @@ pub fn tc_reduce<Y: Float>(
     total: u32,
     #[comptime] col_scale: bool,
     #[comptime] glu: bool,
+    #[comptime] pdl: bool,
 ) {
+    crate::kernels::pdl::await_predecessor(pdl);
     let i = ABSOLUTE_POS;
     if i < total as usize {
         let (m, n) = (m as usize, n as usize);

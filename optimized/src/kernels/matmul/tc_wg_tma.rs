@@ -31,6 +31,7 @@ use super::tc::{convert, dense_dims_any, grid, reduce, target, u32_of};
 use super::tc_kernel::BK;
 use super::tc_wg::{wg_epilogue, WgConfig, WG_BN};
 use super::wgmma::{desc, smem_addr, wgmma_k64_acc, wgmma_pin, wgmma_wait, Acc};
+use crate::kernels::pdl::await_predecessor;
 use crate::{Client, DeviceTensor, Dtype, Error};
 
 /// Units of a tc v4 cube: `wgs` consumer warpgroups and one producer warp.
@@ -106,6 +107,9 @@ pub(super) fn linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y
     let s = (u32_of("T", t)?, u32_of("out", n)?, u32_of("Kp", kp)?);
     let partial = g.splits > 1;
     let dim = CubeDim::new_1d(units as u32);
+    // Programmatic dependent launch: W's first round of boxes before the wait where no kernel
+    // writes W (weights uploaded read-only), x's after it.
+    let (pdl, early) = crate::kernels::pdl::mode(client).flags(w.read_only);
     macro_rules! go {
         ($e:ty, $y:ty, $bf16:expr) => {
             unsafe {
@@ -129,6 +133,8 @@ pub(super) fn linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y
                     $bf16,
                     glu,
                     partial,
+                    pdl,
+                    early,
                 )
             }
         };
@@ -193,7 +199,10 @@ pub(crate) fn tma_load(map: u64, dst: u32, bar: u32, col: u32, row: u32) {
 
 /// tc v4's kernel: cube `CUBE_POS` computes the (128·mb) × 128 output tile (CUBE_POS % mtiles,
 /// CUBE_POS / mtiles) of its K slice; consumer warpgroup `UNIT_POS / 128` (< wgs) rows
-/// 64·mb·wg ..+ 64·mb of it, the producer warp (UNIT_POS ≥ 128·wgs) the copies.
+/// 64·mb·wg ..+ 64·mb of it, the producer warp (UNIT_POS ≥ 128·wgs) the copies. Under
+/// programmatic dependent launch (`pdl`) every unit waits for the kernel before (then lets the
+/// next one launch); with `early` the producer first issues W's boxes of the first round of
+/// stages (W is never written by a kernel), x's after the wait.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub fn tc_wgmma_tma<E: Float, Y: Float>(
@@ -213,6 +222,8 @@ pub fn tc_wgmma_tma<E: Float, Y: Float>(
     #[comptime] bf16: bool,
     #[comptime] glu: bool,
     #[comptime] partial: bool,
+    #[comptime] pdl: bool,
+    #[comptime] early: bool,
 ) {
     if CUBE_POS < tiles as usize {
         let bm = comptime!(64 * wgs * mb);
@@ -245,10 +256,30 @@ pub fn tc_wgmma_tma<E: Float, Y: Float>(
         let kb0 = split * kps as usize;
         let nk = min(kp / BK - kb0, kps as usize);
         if tid >= consumers {
+            // The first round's stages need no release: with `early` their W boxes go out
+            // before the wait, x's after it.
+            let pre = select(early, min(nk, stages), 0usize);
+            if tid == consumers {
+                let wa = tensor_map_address(wmap);
+                let mut kb = 0usize;
+                while kb < pre {
+                    let s = kb as u32;
+                    let full = bbase + 8 * s;
+                    mbar_expect(full, comptime!(a_bytes + b_bytes));
+                    tma_load(wa, sbase + comptime!(stages as u32) * a_bytes + s * b_bytes, full, ((kb0 + kb) * BK) as u32, n0 as u32);
+                    kb += 1;
+                }
+            }
+            await_predecessor(pdl);
             if tid == consumers {
                 let xa = tensor_map_address(xmap);
                 let wa = tensor_map_address(wmap);
                 let mut kb = 0usize;
+                while kb < pre {
+                    let s = kb as u32;
+                    tma_load(xa, sbase + s * a_bytes, bbase + 8 * s, ((kb0 + kb) * BK) as u32, m0 as u32);
+                    kb += 1;
+                }
                 while kb < nk {
                     let s = (kb % stages) as u32;
                     let round = (kb / stages) as u32;
@@ -263,6 +294,7 @@ pub fn tc_wgmma_tma<E: Float, Y: Float>(
                 }
             }
         } else {
+            await_predecessor(pdl);
             let wg = tid / 128;
             let warp = (tid % 128) / 32;
             let lane = tid % 32;

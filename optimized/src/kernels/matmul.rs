@@ -52,6 +52,7 @@ use crate::{Client, DeviceTensor, Dtype, Error};
 
 mod gemv;
 pub mod tc;
+pub mod tc_config;
 pub(crate) mod tc_kernel;
 pub(crate) mod tc_quant;
 pub mod tc_wg;

@@ -1,0 +1,67 @@
+//! [`Weight`]: a linear weight on the device, dense or quantized, and the one place that picks
+//! the kernel for its storage (matmul's for dense, this module's for quantized).
+
+use super::{qgemv_fused_into, qlinear, qlinear_glu, QWeight};
+use crate::kernels::matmul::{self, Fuse};
+use crate::{Client, DeviceTensor, Dtype, Error};
+
+/// A linear weight on the device: dense (bf16/f16/f32) or quantized. (A handful per model
+/// layer: the size difference between the variants costs nothing.)
+#[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)]
+pub enum Weight {
+    Dense(DeviceTensor),
+    Quant(QWeight),
+}
+
+impl Weight {
+    /// `x · Wᵀ` with the kernel for its storage.
+    pub fn linear(&self, client: &Client, x: &DeviceTensor) -> Result<DeviceTensor, Error> {
+        match self {
+            Weight::Dense(w) => matmul::linear(client, x, w),
+            Weight::Quant(q) => qlinear(client, x, q),
+        }
+    }
+    /// `silu(x · Gᵀ) ⊙ (x · Uᵀ)` for a weight whose rows interleave gate and up (row 2j =
+    /// gate j, row 2j + 1 = up j): `[T, out / 2]`, SwiGLU in the gemv's epilogue for decode.
+    pub fn linear_glu(&self, client: &Client, x: &DeviceTensor) -> Result<DeviceTensor, Error> {
+        self.linear_glu_as(client, x, Dtype::F32)
+    }
+    /// [`Weight::linear_glu`] into `out` where the GEMM can write it (`matmul::linear_glu_as`),
+    /// else f32.
+    pub fn linear_glu_as(&self, client: &Client, x: &DeviceTensor, out: Dtype) -> Result<DeviceTensor, Error> {
+        match self {
+            Weight::Dense(w) => matmul::linear_glu_as(client, x, w, out),
+            Weight::Quant(q) => qlinear_glu(client, x, q),
+        }
+    }
+    /// The type [`Weight::linear`] of `t` rows reads x in without a conversion pass
+    /// (`matmul::x_dtype`; f32 for quantized weights).
+    pub fn x_dtype(&self, client: &Client, t: usize) -> Dtype {
+        match self {
+            Weight::Dense(w) => matmul::x_dtype(client, t, w),
+            Weight::Quant(_) => Dtype::F32,
+        }
+    }
+    /// The decode gemv (T ≤ 8) with `fuse`'s prologue / epilogue into `y`.
+    pub fn gemv_fused_into(&self, client: &Client, x: &DeviceTensor, y: &DeviceTensor, fuse: &Fuse) -> Result<(), Error> {
+        match self {
+            Weight::Dense(w) => matmul::gemv_fused_into(client, x, w, y, fuse),
+            Weight::Quant(q) => qgemv_fused_into(client, x, q, y, fuse),
+        }
+    }
+    /// Output rows (`out`).
+    pub fn rows(&self) -> usize {
+        match self {
+            Weight::Dense(w) => w.shape.first().copied().unwrap_or(0),
+            Weight::Quant(q) => q.out,
+        }
+    }
+    /// Bytes one pass over the weight reads.
+    pub fn bytes(&self) -> usize {
+        match self {
+            Weight::Dense(w) => w.numel() * w.dtype.size(),
+            Weight::Quant(q) => q.bytes(),
+        }
+    }
+}

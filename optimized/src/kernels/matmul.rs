@@ -51,6 +51,7 @@ use cubecl::server::CubeCountSelection;
 use crate::{Client, DeviceTensor, Dtype, Error};
 
 mod gemv;
+mod gemv_fuse;
 pub mod tc;
 pub mod tc_config;
 pub(crate) mod tc_kernel;
@@ -61,10 +62,11 @@ pub(crate) mod tc_wg_quant_decode;
 pub mod tc_wg_tma;
 pub(crate) mod wgmma;
 use gemv::launch_gemv;
+pub use gemv::{gemv_v1, tuning, GEMV_MAX_T, GEMV_RPG};
 #[cfg(feature = "lab")]
-pub(crate) use gemv::store_row;
-pub use gemv::{gemv_v1, tuning, Fuse, Norm, Residual, GEMV_MAX_T, GEMV_RPG};
-pub(crate) use gemv::{inv_rms, scale_rows, store_row_sums};
+pub(crate) use gemv_fuse::store_row;
+pub(crate) use gemv_fuse::{inv_rms, scale_rows, store_row_sums};
+pub use gemv_fuse::{Fuse, Norm, Residual};
 
 /// Side of tiled v1's output tile (and its K step).
 pub const TILE: u32 = 16;

@@ -35,6 +35,24 @@ impl Dtype {
     }
 }
 
+impl From<Dtype> for optimized::Dtype {
+    /// The device storage type of the suite's name.
+    fn from(d: Dtype) -> Self {
+        match d {
+            Dtype::F32 => optimized::Dtype::F32,
+            Dtype::F16 => optimized::Dtype::F16,
+            Dtype::BF16 => optimized::Dtype::BF16,
+        }
+    }
+}
+
+impl Dtype {
+    /// The optimized crate's twin of this type.
+    pub fn device(self) -> optimized::Dtype {
+        self.into()
+    }
+}
+
 impl From<optimized::Dtype> for Dtype {
     /// The suite's name for a device tensor's storage type.
     fn from(d: optimized::Dtype) -> Self {

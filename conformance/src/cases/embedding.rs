@@ -18,17 +18,9 @@ pub struct EmbeddingCase {
     pub device_ids: bool,
 }
 
-pub(crate) fn device_dtype(d: Dtype) -> optimized::Dtype {
-    match d {
-        Dtype::F32 => optimized::Dtype::F32,
-        Dtype::F16 => optimized::Dtype::F16,
-        Dtype::BF16 => optimized::Dtype::BF16,
-    }
-}
-
 /// `Skip` when the device cannot do arithmetic in `d`.
 pub(crate) fn skip_unsupported(client: &Client, d: Dtype) -> Option<Outcome> {
-    (!device_dtype(d).supported(client)).then(|| Outcome::Skip(format!("{} not supported on {}", d.name(), optimized::device_info(client).name)))
+    (!d.device().supported(client)).then(|| Outcome::Skip(format!("{} not supported on {}", d.name(), optimized::device_info(client).name)))
 }
 
 /// Compare under `op`'s tolerance for `dtype`.
@@ -76,7 +68,7 @@ impl Case for EmbeddingCase {
             Err(e) => return Outcome::Fail(format!("reference: {e}")),
         };
         outcome((|| {
-            let td = DeviceTensor::from_f32_as(client, &table, &[v, c], device_dtype(self.dtype))?;
+            let td = DeviceTensor::from_f32_as(client, &table, &[v, c], self.dtype.device())?;
             let out = DeviceTensor::from_f32(client, &vec![f32::NAN; t * c], &[t, c])?;
             if self.device_ids {
                 let idd = DeviceTensor::from_u32(client, &ids, &[t])?;

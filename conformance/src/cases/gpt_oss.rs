@@ -69,14 +69,6 @@ const FIXTURE_B: [&[u8]; 2] = [
     include_bytes!("../../../reference/tests/fixtures/gpt_oss/tiny-gpt-oss-b/model.safetensors"),
 ];
 
-fn dev(d: Dtype) -> optimized::Dtype {
-    match d {
-        Dtype::F32 => optimized::Dtype::F32,
-        Dtype::F16 => optimized::Dtype::F16,
-        Dtype::BF16 => optimized::Dtype::BF16,
-    }
-}
-
 /// Config and f32 weights of `w` (a fixture goes through the HF loader from a temp directory).
 fn load(w: Weights) -> Result<(GptOssConfig, GptOssWeights), String> {
     match w {
@@ -111,7 +103,7 @@ fn runners(
     moe: MoePath,
 ) -> Result<(RefRunner<GptOssModel>, GptOssRunner, GptOssConfig), String> {
     let (cfg, w) = load(w)?;
-    let dd = dev(dtype);
+    let dd = dtype.device();
     let mut w = w.map_matrices(|x| dd.round(&[x])[0]);
     if boost {
         w.layers.iter_mut().for_each(|l| l.sinks += SINK_BOOST);
@@ -189,7 +181,7 @@ pub struct GptOssCase {
 
 impl GptOssCase {
     fn body(&self, client: &Client) -> Result<Outcome, String> {
-        if !dev(self.dtype).supported(client) {
+        if !self.dtype.device().supported(client) {
             return Ok(Outcome::Skip(format!("{} arithmetic not supported on {}", self.dtype.name(), optimized::device_info(client).name)));
         }
         let steps = scenario(self.scenario);
@@ -348,7 +340,7 @@ impl Case for GptOssGraphCase {
     fn run(&self, client: &Client) -> Outcome {
         let body = || -> Result<Outcome, String> {
             let vocab = load(self.weights)?.0.vocab;
-            if !dev(self.dtype).supported(client) {
+            if !self.dtype.device().supported(client) {
                 return Ok(Outcome::Skip(format!("{} arithmetic not supported on {}", self.dtype.name(), optimized::device_info(client).name)));
             }
             super::runner::graphs_match_eager(vocab, self.sampled, 16, 12, &mut |on| {

@@ -153,15 +153,6 @@ pub(crate) struct FusedIo {
     pub y0: Vec<f32>,
 }
 
-/// The optimized crate's twin of a conformance dtype.
-pub(crate) fn device_dtype(d: Dtype) -> optimized::Dtype {
-    match d {
-        Dtype::F32 => optimized::Dtype::F32,
-        Dtype::F16 => optimized::Dtype::F16,
-        Dtype::BF16 => optimized::Dtype::BF16,
-    }
-}
-
 impl Case for MatmulCase {
     fn op(&self) -> Op {
         Op::Matmul
@@ -170,7 +161,7 @@ impl Case for MatmulCase {
         format!("matmul(T={},in={},out={},{},{}{})", self.t, self.n_in, self.n_out, self.dtype.name(), self.version.name(), self.fusion.tag())
     }
     fn run(&self, client: &Client) -> Outcome {
-        let dd = device_dtype(self.dtype);
+        let dd = self.dtype.device();
         if !dd.supported(client) {
             return Outcome::Skip(format!("{} arithmetic not supported on {}", self.dtype.name(), optimized::device_info(client).name));
         }
@@ -269,7 +260,7 @@ impl TcCase {
         match self.weight {
             TcWeight::Dense(d) => {
                 let w = round_to(&rand_vec(n_out * n_in, 32), d);
-                let dev = DeviceTensor::from_f32_as(client, &w, &[n_out, n_in], device_dtype(d)).map(|t| TcDevWeight::Dense(t.into_read_only()));
+                let dev = DeviceTensor::from_f32_as(client, &w, &[n_out, n_in], d.device()).map(|t| TcDevWeight::Dense(t.into_read_only()));
                 Ok((w, dev))
             }
             TcWeight::Quant(scheme, layout) => {
@@ -328,8 +319,8 @@ impl Case for TcCase {
     fn run(&self, client: &Client) -> Outcome {
         let e = self.compute_dtype(client);
         let req = match self.wg {
-            Some(_) => tc_wg::require(client, device_dtype(e)),
-            None => tc::require(client, device_dtype(e), self.mode),
+            Some(_) => tc_wg::require(client, e.device()),
+            None => tc::require(client, e.device(), self.mode),
         };
         if let Err(optimized::Error::Unsupported(why)) = req {
             return Outcome::Skip(why);
@@ -353,7 +344,7 @@ impl Case for TcCase {
         };
         outcome_or_skip((|| {
             let cols = if self.glu { n_out / 2 } else { n_out };
-            let io = if self.io16 { device_dtype(e) } else { optimized::Dtype::F32 };
+            let io = if self.io16 { e.device() } else { optimized::Dtype::F32 };
             let xd = DeviceTensor::from_f32_as(client, &x, &[t, n_in], io)?;
             let yd = DeviceTensor::from_f32_as(client, &vec![f32::NAN; t * cols], &[t, cols], io)?;
             match dev? {

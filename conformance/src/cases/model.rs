@@ -48,14 +48,6 @@ pub struct ModelCase {
 /// than this: a 16-bit model may legitimately swap near-ties.
 const GREEDY_MARGIN: f32 = 0.05;
 
-fn dev(d: Dtype) -> DevDtype {
-    match d {
-        Dtype::F32 => DevDtype::F32,
-        Dtype::F16 => DevDtype::F16,
-        Dtype::BF16 => DevDtype::BF16,
-    }
-}
-
 fn load(w: &Weightset) -> Result<(Config, Weights), String> {
     match w {
         Weightset::TinyGguf(name, ty) => {
@@ -107,7 +99,7 @@ impl ModelCase {
     }
 
     fn body(&self, client: &Client) -> Result<Outcome, String> {
-        let dd = dev(self.dtype);
+        let dd = self.dtype.device();
         if !dd.supported(client) {
             return Ok(Outcome::Skip(format!("{} arithmetic not supported on {}", self.dtype.name(), optimized::device_info(client).name)));
         }

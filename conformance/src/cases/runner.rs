@@ -26,18 +26,10 @@ const GREEDY_MARGIN: f32 = 0.05;
 pub(super) const BS: usize = 4;
 const BLOCKS: usize = 96;
 
-fn dev(d: Dtype) -> optimized::Dtype {
-    match d {
-        Dtype::F32 => optimized::Dtype::F32,
-        Dtype::F16 => optimized::Dtype::F16,
-        Dtype::BF16 => optimized::Dtype::BF16,
-    }
-}
-
 /// The reference and GPU runners of tiny config `name` on weights rounded to `dtype`.
 pub(super) fn runners(client: &Client, name: &str, dtype: Dtype) -> Result<(RefRunner, GpuRunner, Config), String> {
     let cfg = synthetic::tiny_configs().into_iter().find(|(n, _)| *n == name).map(|(_, c)| c).ok_or(format!("no tiny config {name}"))?;
-    let dd = dev(dtype);
+    let dd = dtype.device();
     let w = synthetic::weights(&cfg, 0).map_err(|e| e.to_string())?.map_matrices(|x| dd.round(&[x])[0]);
     let backend = if client.name().contains("cuda") { optimized::Backend::Cuda } else { optimized::Backend::Wgpu };
     let m = GpuModel::load_with(client.clone(), backend, &mut InMemory(&w), &cfg, dd, 1, AttentionImpl::Flash).map_err(|e| e.to_string())?;
@@ -101,7 +93,7 @@ fn scenario(name: &str) -> Vec<Vec<Part>> {
 
 impl RunnerCase {
     fn body(&self, client: &Client) -> Result<Outcome, String> {
-        if !dev(self.dtype).supported(client) {
+        if !self.dtype.device().supported(client) {
             return Ok(Outcome::Skip(format!("{} arithmetic not supported on {}", self.dtype.name(), optimized::device_info(client).name)));
         }
         let (mut reference, mut gpu, cfg) = runners(client, self.weights, self.dtype)?;

@@ -66,6 +66,7 @@ pub mod route;
 pub mod sort;
 
 use cubecl::prelude::*;
+use rayon::prelude::*;
 use reference::quant::mxfp4::Mxfp4Weight;
 
 pub use gemm::{moe_combine_into, moe_combine_pairs_into, moe_gemm_down, moe_gemm_down_into, moe_gemm_glu, moe_gemm_glu_into};
@@ -109,7 +110,8 @@ pub struct Mxfp4Experts {
 
 /// Bytes as little-endian u32 words (the last one zero-padded).
 fn words(bytes: &[u8]) -> Vec<u32> {
-    bytes.chunks(4).map(|c| c.iter().enumerate().fold(0u32, |w, (i, &b)| w | (b as u32) << (8 * i))).collect()
+    // In parallel: a GPT-OSS-20B layer's experts are ~0.4 GB (the load's largest host cost).
+    bytes.par_chunks(4).map(|c| c.iter().enumerate().fold(0u32, |w, (i, &b)| w | (b as u32) << (8 * i))).collect()
 }
 
 impl Mxfp4Experts {
@@ -137,7 +139,6 @@ impl Mxfp4Experts {
             return Err(bad("as many matrices as biases (and gates as ups) are needed".into()));
         }
         let (nb, bpr) = (in_dim / 32, in_dim / 2);
-        let (mut data, mut sc, mut bias) = (Vec::new(), Vec::new(), Vec::new());
         for (e, ps) in experts.iter().enumerate() {
             for (m, b) in ps {
                 if (m.out(), m.in_dim()) != (out1, in_dim) || b.len() != out1 {
@@ -149,14 +150,30 @@ impl Mxfp4Experts {
                     )));
                 }
             }
-            for r in 0..out1 {
-                for (m, b) in ps {
-                    data.extend_from_slice(&m.blocks()[r * bpr..(r + 1) * bpr]);
-                    sc.extend_from_slice(&m.scales()[r * nb..(r + 1) * nb]);
-                    bias.push(b[r]);
-                }
-            }
         }
+        // Each expert's rows interleaved part by part, the experts in parallel, then joined in
+        // expert order.
+        let per: Vec<(Vec<u8>, Vec<u8>, Vec<f32>)> = experts
+            .par_iter()
+            .map(|ps| {
+                let (mut data, mut sc, mut bias) = (Vec::with_capacity(out1 * ps.len() * bpr), Vec::with_capacity(out1 * ps.len() * nb), Vec::new());
+                for r in 0..out1 {
+                    for (m, b) in ps {
+                        data.extend_from_slice(&m.blocks()[r * bpr..(r + 1) * bpr]);
+                        sc.extend_from_slice(&m.scales()[r * nb..(r + 1) * nb]);
+                        bias.push(b[r]);
+                    }
+                }
+                (data, sc, bias)
+            })
+            .collect();
+        let (mut data, mut sc, mut bias) = (Vec::new(), Vec::new(), Vec::new());
+        for (d, s, b) in &per {
+            data.extend_from_slice(d);
+            sc.extend_from_slice(s);
+            bias.extend_from_slice(b);
+        }
+        drop(per);
         let out = out1 * parts;
         let n = experts.len();
         crate::kernels::attention::naive::u32_of("expert words", data.len() / 4)?;

@@ -140,6 +140,9 @@ impl Mxfp4Experts {
         }
         let (nb, bpr) = (in_dim / 32, in_dim / 2);
         for (e, ps) in experts.iter().enumerate() {
+            if ps.len() != parts {
+                return Err(bad(format!("expert {e}: {} parts, expected {parts}", ps.len())));
+            }
             for (m, b) in ps {
                 if (m.out(), m.in_dim()) != (out1, in_dim) || b.len() != out1 {
                     return Err(bad(format!(
@@ -151,30 +154,25 @@ impl Mxfp4Experts {
                 }
             }
         }
-        // Each expert's rows interleaved part by part, the experts in parallel, then joined in
-        // expert order.
-        let per: Vec<(Vec<u8>, Vec<u8>, Vec<f32>)> = experts
-            .par_iter()
-            .map(|ps| {
-                let (mut data, mut sc, mut bias) = (Vec::with_capacity(out1 * ps.len() * bpr), Vec::with_capacity(out1 * ps.len() * nb), Vec::new());
+        // Each expert's rows interleaved part by part, written in parallel into its own slice of
+        // the expert-ordered buffers (chunks of at least 1: an empty buffer has none to fill).
+        let out = out1 * parts;
+        let (mut data, mut sc, mut bias) =
+            (vec![0u8; experts.len() * out * bpr], vec![0u8; experts.len() * out * nb], vec![0f32; experts.len() * out]);
+        data.par_chunks_mut((out * bpr).max(1))
+            .zip(sc.par_chunks_mut((out * nb).max(1)))
+            .zip(bias.par_chunks_mut(out.max(1)))
+            .zip(experts.par_iter())
+            .for_each(|(((d, s), b), ps)| {
                 for r in 0..out1 {
-                    for (m, b) in ps {
-                        data.extend_from_slice(&m.blocks()[r * bpr..(r + 1) * bpr]);
-                        sc.extend_from_slice(&m.scales()[r * nb..(r + 1) * nb]);
-                        bias.push(b[r]);
+                    for (p, (m, mb)) in ps.iter().enumerate() {
+                        let i = r * parts + p;
+                        d[i * bpr..(i + 1) * bpr].copy_from_slice(&m.blocks()[r * bpr..(r + 1) * bpr]);
+                        s[i * nb..(i + 1) * nb].copy_from_slice(&m.scales()[r * nb..(r + 1) * nb]);
+                        b[i] = mb[r];
                     }
                 }
-                (data, sc, bias)
-            })
-            .collect();
-        let (mut data, mut sc, mut bias) = (Vec::new(), Vec::new(), Vec::new());
-        for (d, s, b) in &per {
-            data.extend_from_slice(d);
-            sc.extend_from_slice(s);
-            bias.extend_from_slice(b);
-        }
-        drop(per);
-        let out = out1 * parts;
+            });
         let n = experts.len();
         crate::kernels::attention::naive::u32_of("expert words", data.len() / 4)?;
         let (dw, sw) = (words(&data), words(&sc));

@@ -326,8 +326,7 @@ impl RowGeometry {
 /// returns a new device tensor of `x`'s shape. Nothing is read back: errors of the launch
 /// surface when the result (or anything after it) is read, see [`DeviceTensor::to_f32`].
 pub fn rmsnorm_device(client: &Client, x: &DeviceTensor, w: &DeviceTensor, eps: f32) -> Result<DeviceTensor, Error> {
-    let c = x.shape.last().copied().unwrap_or(0);
-    rmsnorm_device_with(client, x, w, eps, best_version(client, c, NormVersion::V1))
+    rmsnorm_device_as(client, x, w, eps, Dtype::F32)
 }
 
 /// [`rmsnorm_device`] into `out` (f32, or the 16-bit type the next GEMM reads:
@@ -447,8 +446,7 @@ pub fn add_rmsnorm_v2<F: Float, N: Size>(
 
 /// `x ← x + y` (in place) and return `RMSNorm(x)·w`, for `x`, `y` `[.., C]` f32, `w` `[C]`.
 pub fn add_rmsnorm_device(client: &Client, x: &DeviceTensor, y: &DeviceTensor, w: &DeviceTensor, eps: f32) -> Result<DeviceTensor, Error> {
-    let c = x.shape.last().copied().unwrap_or(0);
-    add_rmsnorm_with(client, x, y, w, eps, best_version(client, c, NormVersion::V2))
+    add_rmsnorm_device_as(client, x, y, w, eps, Dtype::F32)
 }
 
 /// [`add_rmsnorm_device`] with h in `out` (f32, or the 16-bit type the next GEMM reads:

@@ -60,12 +60,6 @@ pub struct Masking<'a> {
     pub sinks: Option<&'a DeviceTensor>,
 }
 
-/// Whether a flash launcher writes `out` in its type: f32, or the 16-bit type the o projection's
-/// GEMM reads (`matmul::x_dtype`: written once, rounded, instead of converted by a pass).
-pub(crate) fn out_dtype_ok(out: &DeviceTensor) -> bool {
-    matches!(out.dtype, Dtype::F32 | Dtype::F16 | Dtype::BF16)
-}
-
 /// Checks shared by the flash launchers: pools `[rows, Hkv, D]` f32 or f16 (both alike)
 /// matching the tables, q
 /// `[N, H, D]` f32 with H a multiple of Hkv, sinks `[H]`, window ≥ 1. Returns (H, Hkv, D).

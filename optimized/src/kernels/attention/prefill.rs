@@ -294,7 +294,7 @@ pub fn flash_prefill(
         return super::prefill_tc::flash_prefill_tc_one(client, q, k, v, tables, pos0, mask, out, mode);
     }
     let (h, hkv, d) = check_paged("flash_prefill", q, k, v, tables, mask)?;
-    if out.shape != q.shape || !super::out_dtype_ok(out) {
+    if out.shape != q.shape {
         return Err(Error::Shape(format!("flash_prefill: out {:?}, expected {:?}", out.shape, q.shape)));
     }
     let t = q.shape[0];
@@ -399,7 +399,7 @@ pub fn flash_prefill_varlen(
     version: PrefillVersion,
 ) -> Result<(), Error> {
     let (h, hkv, d) = check_paged("flash_prefill_varlen", q, k, v, tables, mask)?;
-    if out.shape != q.shape || !super::out_dtype_ok(out) {
+    if out.shape != q.shape {
         return Err(Error::Shape(format!("flash_prefill_varlen: out {:?}, expected {:?}", out.shape, q.shape)));
     }
     if seqs.len() != tables.lens.len() {

@@ -480,7 +480,7 @@ pub fn flash_prefill_tc_one(
     mode: TcMode,
 ) -> Result<(), Error> {
     let (_, _, d) = check_paged("flash_prefill v3", q, k, v, tables, mask)?;
-    if out.shape != q.shape || !super::out_dtype_ok(out) {
+    if out.shape != q.shape {
         return Err(Error::Shape(format!("flash_prefill v3: out {:?}, expected {:?}", out.shape, q.shape)));
     }
     let t = q.shape[0];

@@ -21,7 +21,7 @@
 //! Split-K, the epilogue (SwiGLU, bounds) and x16 are tc v3's; x16 needs no padding (the
 //! tensor map bounds it). So x may also come in W's 16-bit type, as its producer wrote it (no
 //! conversion pass), and y may go out in that type for the next GEMM (one rounding, in the
-//! epilogue or split-K's reduce): [`takes_x16`].
+//! epilogue or split-K's reduce): [`x16_ok`].
 
 use cubecl::prelude::*;
 use cubecl::zspace::{Shape, Strides};

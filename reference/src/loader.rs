@@ -21,25 +21,7 @@ impl TensorSource for GgufFile {
     }
 
     fn load_raw(&mut self, t: Tensor, cfg: &Config) -> Result<Option<RawDense<'_>>> {
-        use crate::dequant::GgmlType;
-        let name = t.name(Naming::Gguf);
-        let Some(info) = self.tensor_info(&name) else {
-            return Ok(None);
-        };
-        let dtype = match info.ty {
-            GgmlType::F32 => RawDtype::F32,
-            GgmlType::F16 => RawDtype::F16,
-            GgmlType::BF16 => RawDtype::BF16,
-            _ => return Ok(None),
-        };
-        let want = t.shape(cfg);
-        if info.shape != want {
-            return Err(Error::tensor(&self.path, &name, format!("shape {:?}, expected {:?}", info.shape, want)));
-        }
-        if info.len != want.iter().product::<usize>() * dtype.size() {
-            return Err(Error::tensor(&self.path, &name, format!("{} bytes for shape {want:?} in {dtype:?}", info.len)));
-        }
-        Ok(Some(RawDense { dtype, bytes: self.tensor_bytes(info) }))
+        self.raw_dense(&t.name(Naming::Gguf), &t.shape(cfg))
     }
 
     /// A Q8_0 linear weight (or untied `output.weight`) as INT8 with groups of 32 (`q` as
@@ -187,18 +169,48 @@ impl TensorSource for SafetensorsDir {
         if self.quant.is_some_and(|scheme| quant::store::stored_quantized(self, t, scheme)) {
             return Ok(None);
         }
-        let name = t.name(Naming::Hf);
-        if !self.contains(&name) {
+        self.raw_dense(&t.name(Naming::Hf), &t.shape(cfg))
+    }
+}
+
+impl GgufFile {
+    /// Tensor `name`'s stored bytes when it is F32 / F16 / BF16 (`None` for other types and
+    /// for a missing tensor), after checking its shape is `want`.
+    pub fn raw_dense(&self, name: &str, want: &[usize]) -> Result<Option<RawDense<'_>>> {
+        use crate::dequant::GgmlType;
+        let Some(info) = self.tensor_info(name) else {
+            return Ok(None);
+        };
+        let dtype = match info.ty {
+            GgmlType::F32 => RawDtype::F32,
+            GgmlType::F16 => RawDtype::F16,
+            GgmlType::BF16 => RawDtype::BF16,
+            _ => return Ok(None),
+        };
+        if info.shape != want {
+            return Err(Error::tensor(&self.path, name, format!("shape {:?}, expected {:?}", info.shape, want)));
+        }
+        if info.len != want.iter().product::<usize>() * dtype.size() {
+            return Err(Error::tensor(&self.path, name, format!("{} bytes for shape {want:?} in {dtype:?}", info.len)));
+        }
+        Ok(Some(RawDense { dtype, bytes: self.tensor_bytes(info) }))
+    }
+}
+
+impl SafetensorsDir {
+    /// Tensor `name`'s stored bytes when it is F32 / F16 / BF16 (`None` for other types and
+    /// for a missing tensor), after checking its shape is `want`.
+    pub fn raw_dense(&self, name: &str, want: &[usize]) -> Result<Option<RawDense<'_>>> {
+        if !self.contains(name) {
             return Ok(None);
         }
-        let raw = self.raw(&name)?;
+        let raw = self.raw(name)?;
         let dtype = match raw.dtype {
             Dtype::F32 => RawDtype::F32,
             Dtype::F16 => RawDtype::F16,
             Dtype::BF16 => RawDtype::BF16,
             _ => return Ok(None),
         };
-        let want = t.shape(cfg);
         if raw.shape != want {
             return Err(Error::tensor(raw.path, name, format!("shape {:?}, expected {want:?}", raw.shape)));
         }

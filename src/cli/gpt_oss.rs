@@ -14,11 +14,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use reference::gguf::GgufFile;
-use reference::gpt_oss::weights::{Dense, GptOssSource};
+use reference::gpt_oss::weights::{Dense, GptOssSource, StoredExperts};
 use reference::gpt_oss::{synthetic, ExpertWeights, GptOssConfig, GptOssModel, GptOssTokenizer, GptOssWeights};
 use reference::loader::SafetensorsDir;
 use reference::runner::{ModelRunner, RefRunner};
-use reference::weights::{Tensor, TensorSource};
+use reference::weights::{RawDense, Tensor, TensorSource};
 use reference::{Config, RopeLayout};
 
 use super::source::{pick_dtype, resolve, Arch, ModelArgs, Opened, KV_BLOCK};
@@ -44,6 +44,20 @@ impl GptOssSource for GptOssFiles {
             GptOssFiles::Hf(s) => s.experts(l, cfg),
             GptOssFiles::Gguf(g) => g.experts(l, cfg),
             GptOssFiles::Synthetic(s) => s.experts(l, cfg),
+        }
+    }
+    fn dense_raw(&mut self, t: Dense, cfg: &GptOssConfig) -> reference::Result<Option<RawDense<'_>>> {
+        match self {
+            GptOssFiles::Hf(s) => s.dense_raw(t, cfg),
+            GptOssFiles::Gguf(g) => g.dense_raw(t, cfg),
+            GptOssFiles::Synthetic(s) => s.dense_raw(t, cfg),
+        }
+    }
+    fn experts_stored(&mut self, l: usize, cfg: &GptOssConfig) -> reference::Result<Option<[StoredExperts<'_>; 2]>> {
+        match self {
+            GptOssFiles::Hf(s) => s.experts_stored(l, cfg),
+            GptOssFiles::Gguf(g) => g.experts_stored(l, cfg),
+            GptOssFiles::Synthetic(s) => s.experts_stored(l, cfg),
         }
     }
 }

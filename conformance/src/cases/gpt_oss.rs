@@ -69,8 +69,14 @@ const FIXTURE_B: [&[u8]; 2] = [
     include_bytes!("../../../reference/tests/fixtures/gpt_oss/tiny-gpt-oss-b/model.safetensors"),
 ];
 
+/// The files of HF fixture `which` (`a` or `b`): `(name, bytes)`.
+pub(super) fn fixture_files(which: &str) -> [(&'static str, &'static [u8]); 2] {
+    let [config, st] = if which == "a" { FIXTURE_A } else { FIXTURE_B };
+    [("config.json", config), ("model.safetensors", st)]
+}
+
 /// Config and f32 weights of `w` (a fixture goes through the HF loader from a temp directory).
-fn load(w: Weights) -> Result<(GptOssConfig, GptOssWeights), String> {
+pub(super) fn load(w: Weights) -> Result<(GptOssConfig, GptOssWeights), String> {
     match w {
         Weights::Synthetic(name) => {
             let cfg = synthetic::tiny_configs().into_iter().find(|(n, _)| *n == name).map(|(_, c)| c).ok_or(format!("no tiny config {name}"))?;
@@ -78,10 +84,9 @@ fn load(w: Weights) -> Result<(GptOssConfig, GptOssWeights), String> {
             Ok((cfg, w))
         }
         Weights::Fixture(which) => {
-            let [config, st] = if which == "a" { FIXTURE_A } else { FIXTURE_B };
             let dir = std::env::temp_dir().join(format!("tandem-conformance-{}-gpt-oss-{which}", std::process::id()));
             std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-            for (name, bytes) in [("config.json", config), ("model.safetensors", st)] {
+            for (name, bytes) in fixture_files(which) {
                 std::fs::write(dir.join(name), bytes).map_err(|e| format!("{}: {e}", dir.join(name).display()))?;
             }
             let m = reference::gpt_oss::loader::load_hf_dir(&dir).map_err(|e| e.to_string());

@@ -6,6 +6,7 @@ pub mod argmax;
 pub mod attention;
 pub mod embedding;
 pub mod gpt_oss;
+pub mod gpt_oss_load;
 pub mod matmul;
 pub mod model;
 pub mod moe;
@@ -69,6 +70,7 @@ pub fn every() -> Vec<Box<dyn Case>> {
     v.extend(runner_ahead::cases());
     v.extend(moe::cases());
     v.extend(gpt_oss::cases());
+    v.extend(gpt_oss_load::cases());
     v
 }
 

@@ -15,6 +15,7 @@ use reference::gpt_oss::{ExpertWeights, GptOssConfig};
 use crate::kernels::moe::{self, MoePath, MoeWeights, Mxfp4Experts};
 use crate::kernels::rmsnorm::add_rmsnorm_device;
 use crate::kernels::{embedding, matmul, rmsnorm_device};
+use crate::upload::{Part, Staging};
 use crate::{Backend, Client, DeviceTensor, Dtype, Error};
 
 /// One block's weights on the device: matrices in the model dtype, vectors f32.
@@ -57,9 +58,13 @@ pub struct GptOssGpu {
     pub moe_path: MoePath,
 }
 
-/// Uploads tensors from a source, counting bytes.
+/// Uploads tensors from a source, counting bytes: the stored bytes through the load's staging
+/// buffers where the source has them (a checkpoint: dense tensors converted in parallel, experts
+/// repacked row by row in parallel, as the Llama loader does), else its f32 values and
+/// per-expert matrices.
 struct Uploader<'a> {
     client: &'a Client,
+    staging: Staging,
     src: &'a mut dyn GptOssSource,
     cfg: &'a GptOssConfig,
     bytes: usize,
@@ -68,20 +73,36 @@ struct Uploader<'a> {
 impl Uploader<'_> {
     /// `ts` stacked by rows (1-D tensors: concatenated) as one tensor stored as `dtype`.
     fn dense(&mut self, ts: &[Dense], dtype: Dtype) -> Result<DeviceTensor, Error> {
-        let mut data = Vec::new();
         let mut shape = ts.first().map(|t| t.shape(self.cfg)).unwrap_or_default();
-        for (k, &t) in ts.iter().enumerate() {
-            data.extend(self.src.dense(t, self.cfg).map_err(Error::from)?);
-            if k > 0 {
-                shape[0] += t.shape(self.cfg)[0];
-            }
+        for t in ts.iter().skip(1) {
+            shape[0] += t.shape(self.cfg)[0];
         }
-        self.bytes += data.len() * dtype.size();
-        Ok(DeviceTensor::from_f32_as(self.client, &data, &shape, dtype)?.into_read_only())
+        let ds = dtype.size();
+        let total = shape.iter().product::<usize>() * ds;
+        let handle = self.client.empty(total.max(ds));
+        let mut at = 0;
+        for &t in ts {
+            let n = t.shape(self.cfg).iter().product::<usize>() * ds;
+            let part = match self.src.dense_raw(t, self.cfg).map_err(Error::from)? {
+                Some(raw) => Part::Raw(raw),
+                None => Part::Values(self.src.dense(t, self.cfg).map_err(Error::from)?),
+            };
+            self.staging.write_part(self.client, &handle, at, n, total, dtype, &part)?;
+            at += n;
+        }
+        self.bytes += total;
+        // Weights: no kernel writes them (the gemvs may read them ahead: `kernels::pdl`).
+        Ok(DeviceTensor { handle, shape, dtype, read_only: true })
     }
 
     /// Block `l`'s experts: gate|up interleaved `[E, 2F, C]` and down `[E, C, F]`.
     fn experts(&mut self, l: usize) -> Result<(Mxfp4Experts, Mxfp4Experts), Error> {
+        if let Some([gu, dn]) = self.src.experts_stored(l, self.cfg).map_err(Error::from)? {
+            let (gu, dn) =
+                (Mxfp4Experts::upload_stored(self.client, &self.staging, &gu)?, Mxfp4Experts::upload_stored(self.client, &self.staging, &dn)?);
+            self.bytes += gu.bytes() + dn.bytes();
+            return Ok((gu, dn));
+        }
         let ex: Vec<ExpertWeights> = self.src.experts(l, self.cfg).map_err(Error::from)?;
         // Biases are built contiguous; a view that is not would fail the upload's length check.
         let gate: Vec<_> = ex.iter().map(|x| (&x.gate, x.gate_bias.as_slice().unwrap_or(&[]))).collect();
@@ -102,7 +123,7 @@ impl GptOssGpu {
         if !dtype.supported(&client) {
             return Err(Error::Unsupported(format!("{} weights: the {backend} device has no {} arithmetic", dtype.name(), dtype.name())));
         }
-        let mut up = Uploader { client: &client, src, cfg, bytes: 0 };
+        let mut up = Uploader { client: &client, staging: Staging::for_client(&client)?, src, cfg, bytes: 0 };
         let tok_embd = up.dense(&[Dense::TokEmbd], dtype)?;
         let lm_head = if cfg.tied_embeddings { tok_embd.clone() } else { up.dense(&[Dense::LmHead], dtype)? };
         let mut layers = Vec::with_capacity(cfg.n_layers);
@@ -132,6 +153,10 @@ impl GptOssGpu {
             });
         }
         let out_norm = up.dense(&[Dense::OutNorm], Dtype::F32)?;
+        // Loaded means on the device: the copies still queued finish here (a failure surfaces
+        // now, not in the first step).
+        up.staging.finish()?;
+        cubecl::future::block_on(client.sync())?;
         let weight_bytes = up.bytes;
         let expert_share = |w: &Mxfp4Experts| w.bytes() / w.n_experts.max(1) * cfg.n_experts_used;
         let dense = |t: &DeviceTensor| t.numel() * t.dtype.size();

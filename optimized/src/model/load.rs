@@ -64,8 +64,7 @@ impl Uploader<'_> {
                 Some(raw) => Part::Raw(raw),
                 None => Part::Values(self.src.load(t, self.cfg).map_err(Error::from)?),
             };
-            let raw = part.raw();
-            self.staging.write(self.client, &handle, at, n, total, ds, |off, out| crate::upload::convert_range(raw, off / ds, dtype, out))?;
+            self.staging.write_part(self.client, &handle, at, n, total, dtype, &part)?;
             at += n;
         }
         // Weights: no kernel writes them (the gemvs may read them ahead: `kernels::pdl`).

@@ -17,6 +17,7 @@ use reference::weights::{RawDense, RawDtype};
 use crate::{Client, Dtype, Error};
 
 mod direct;
+mod experts;
 
 /// Bytes per host chunk handed to the device: under the client's pinned-staging limit (so each
 /// chunk is copied into its pinned pool, reused, and sent by DMA) and under glibc's largest
@@ -221,6 +222,39 @@ impl Staging {
             off += n;
         }
         Ok(())
+    }
+}
+
+impl Staging {
+    /// `part` (`len` bytes once converted to `dtype`) into bytes `at ..` of `handle`, a buffer
+    /// of `total` bytes: chunk by chunk, converted in parallel.
+    #[allow(clippy::too_many_arguments)]
+    pub fn write_part(
+        &self,
+        client: &Client,
+        handle: &Handle,
+        at: usize,
+        len: usize,
+        total: usize,
+        dtype: Dtype,
+        part: &Part<'_>,
+    ) -> Result<(), Error> {
+        let (raw, ds) = (part.raw(), dtype.size());
+        self.write(client, handle, at, len, total, ds, |off, out| convert_range(raw, off / ds, dtype, out))
+    }
+
+    /// A new device buffer holding `bytes`, zero-padded to whole u32 words.
+    pub fn upload_words(&self, client: &Client, bytes: &[u8]) -> Result<Handle, Error> {
+        let total = bytes.len().next_multiple_of(4).max(4);
+        let handle = client.empty(total);
+        self.write(client, &handle, 0, total, total, 4, |off, out| {
+            let src = bytes.get(off..).unwrap_or(&[]);
+            let n = src.len().min(out.len());
+            out[..n].copy_from_slice(&src[..n]);
+            out[n..].fill(0);
+            Ok(())
+        })?;
+        Ok(handle)
     }
 }
 

@@ -11,11 +11,12 @@ use safetensors::Dtype;
 
 use super::config::GptOssConfig;
 use super::model::GptOssModel;
-use super::weights::{gguf_expert_names, hf_expert_names, Dense, ExpertWeights, GptOssSource, GptOssWeights};
+use super::weights::{gguf_expert_names, hf_expert_names, Dense, ExpertWeights, GptOssSource, GptOssWeights, StoredExperts, StoredPart};
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
 use crate::loader::SafetensorsDir;
 use crate::quant::mxfp4::{self, Mxfp4Weight, BLOCK, BLOCK_BYTES, GGML_BLOCK_BYTES};
+use crate::weights::RawDense;
 
 /// Open `path` (an HF directory or a `.gguf` file) and load config + weights.
 pub fn load(path: &Path) -> Result<GptOssModel> {
@@ -122,6 +123,27 @@ impl GptOssSource for SafetensorsDir {
             })
             .collect()
     }
+
+    fn dense_raw(&mut self, t: Dense, cfg: &GptOssConfig) -> Result<Option<RawDense<'_>>> {
+        self.raw_dense(&t.hf_name(), &t.shape(cfg))
+    }
+
+    /// gate|up as stored (one part: its rows already interleave gate and up), down likewise.
+    fn experts_stored(&mut self, l: usize, cfg: &GptOssConfig) -> Result<Option<[StoredExperts<'_>; 2]>> {
+        let (e_n, c, f) = (cfg.n_experts, cfg.hidden, cfg.expert_ffn);
+        let (gu, dn) = hf_expert_names(l);
+        let st: &SafetensorsDir = self;
+        let one = |name: &str, out: usize, in_dim: usize| -> Result<StoredExperts<'_>> {
+            let key = |s: &str| format!("{name}_{s}");
+            let blocks = raw_u8(st, &key("blocks"), &[e_n, out, in_dim / BLOCK, BLOCK_BYTES])?;
+            let scales = raw_u8(st, &key("scales"), &[e_n, out, in_dim / BLOCK])?;
+            let bias = float_tensor(st, &key("bias"), &[e_n, out])?;
+            let s = StoredExperts { name: key("blocks"), parts: vec![StoredPart::Split { blocks, scales }], n_experts: e_n, rows: out, in_dim, bias };
+            s.check()?;
+            Ok(s)
+        };
+        Ok(Some([one(&gu, 2 * f, c)?, one(&dn, c, f)?]))
+    }
 }
 
 impl GptOssSource for GgufFile {
@@ -136,19 +158,7 @@ impl GptOssSource for GgufFile {
         let mut parts = Vec::with_capacity(3);
         for (name, (out, in_dim)) in gguf_expert_names(l).iter().zip([(f, c), (f, c), (c, f)]) {
             let wname = format!("{name}.weight");
-            let info = match self.mxfp4_info(&wname) {
-                Some(i) => i,
-                None => {
-                    let what = self
-                        .tensor_info(&wname)
-                        .map_or("missing".to_string(), |t| format!("stored as {}: only MXFP4 (type 39) experts are supported", t.ty.name()));
-                    return Err(Error::tensor(&self.path, wname, what));
-                }
-            };
-            if info.shape != [e_n, out, in_dim] {
-                return Err(Error::tensor(&self.path, wname, format!("shape {:?}, expected {:?}", info.shape, [e_n, out, in_dim])));
-            }
-            let bytes = self.tensor_bytes_at(info.start, info.len);
+            let bytes = gguf_experts(self, &wname, [e_n, out, in_dim])?;
             let per_expert = out * in_dim / BLOCK * GGML_BLOCK_BYTES;
             // The experts repacked in parallel (a GPT-OSS-20B layer's are ~0.4 GB).
             let mats = (0..e_n)
@@ -171,4 +181,58 @@ impl GptOssSource for GgufFile {
             .map(|(((gate, gate_bias), (up, up_bias)), (down, down_bias))| ExpertWeights { gate, gate_bias, up, up_bias, down, down_bias })
             .collect())
     }
+
+    fn dense_raw(&mut self, t: Dense, cfg: &GptOssConfig) -> Result<Option<RawDense<'_>>> {
+        self.raw_dense(&t.gguf_name(), &t.shape(cfg))
+    }
+
+    /// gate|up as two parts (`ffn_gate_exps`, `ffn_up_exps`; their biases interleaved here),
+    /// down as one.
+    fn experts_stored(&mut self, l: usize, cfg: &GptOssConfig) -> Result<Option<[StoredExperts<'_>; 2]>> {
+        let (e_n, c, f) = (cfg.n_experts, cfg.hidden, cfg.expert_ffn);
+        let [gate, up, down] = gguf_expert_names(l);
+        let g: &GgufFile = self;
+        let bias = |name: &str, out: usize| g.tensor_f32(&format!("{name}.bias"), Some(&[e_n, out])).map(|(_, b)| b);
+        let (gb, ub) = (bias(&gate, f)?, bias(&up, f)?);
+        let gate_up_bias =
+            gb.chunks_exact(f.max(1)).zip(ub.chunks_exact(f.max(1))).flat_map(|(g, u)| g.iter().zip(u).flat_map(|(&g, &u)| [g, u])).collect();
+        let part = |name: &str, out: usize, in_dim: usize| gguf_experts(g, &format!("{name}.weight"), [e_n, out, in_dim]).map(StoredPart::Ggml);
+        let gu = StoredExperts {
+            name: format!("{gate}.weight / {up}.weight"),
+            parts: vec![part(&gate, f, c)?, part(&up, f, c)?],
+            n_experts: e_n,
+            rows: f,
+            in_dim: c,
+            bias: gate_up_bias,
+        };
+        let dn = StoredExperts {
+            name: format!("{down}.weight"),
+            parts: vec![part(&down, c, f)?],
+            n_experts: e_n,
+            rows: c,
+            in_dim: f,
+            bias: bias(&down, c)?,
+        };
+        gu.check()?;
+        dn.check()?;
+        Ok(Some([gu, dn]))
+    }
+}
+
+/// The bytes of MXFP4 expert tensor `wname`, which must have `shape` `[E, out, in]`; errors
+/// name the file and tensor (missing, another type, another shape).
+fn gguf_experts<'a>(g: &'a GgufFile, wname: &str, shape: [usize; 3]) -> Result<&'a [u8]> {
+    let info = match g.mxfp4_info(wname) {
+        Some(i) => i,
+        None => {
+            let what = g
+                .tensor_info(wname)
+                .map_or("missing".to_string(), |t| format!("stored as {}: only MXFP4 (type 39) experts are supported", t.ty.name()));
+            return Err(Error::tensor(&g.path, wname, what));
+        }
+    };
+    if info.shape != shape {
+        return Err(Error::tensor(&g.path, wname, format!("shape {:?}, expected {shape:?}", info.shape)));
+    }
+    Ok(g.tensor_bytes_at(info.start, info.len))
 }

@@ -7,6 +7,7 @@ use ndarray::{Array1, Array2};
 use super::config::GptOssConfig;
 use crate::error::{Error, Result};
 use crate::quant::mxfp4::{self, Mxfp4Weight};
+use crate::weights::RawDense;
 
 /// One expert. Matrices `[out, in]` in MXFP4 (OCP layout, [`crate::quant::mxfp4`]), biases f32.
 /// Gate and up are kept apart (GGUF's layout); HF interleaves them in one `gate_up_proj`
@@ -247,6 +248,110 @@ pub trait GptOssSource {
     fn dense(&mut self, t: Dense, cfg: &GptOssConfig) -> Result<Vec<f32>>;
     /// The E experts of block `l`.
     fn experts(&mut self, l: usize, cfg: &GptOssConfig) -> Result<Vec<ExpertWeights>>;
+
+    /// `t`'s stored bytes when the source holds it dense (F32 / F16 / BF16) with the shape
+    /// `t.shape(cfg)`, so that [`GptOssSource::dense`] would return exactly their values; `None`
+    /// otherwise (then `dense` is the way). A backend converts them straight to its own type.
+    fn dense_raw(&mut self, _t: Dense, _cfg: &GptOssConfig) -> Result<Option<RawDense<'_>>> {
+        Ok(None)
+    }
+
+    /// Block `l`'s experts as the file stores them, `[gate|up, down]`, borrowed where the
+    /// source can (a memory-mapped checkpoint): what [`GptOssSource::experts`] returns, row for
+    /// row ([`StoredExperts::row_into`]), without building it. `None` where the source has no
+    /// stored form (then `experts` is the way).
+    fn experts_stored(&mut self, _l: usize, _cfg: &GptOssConfig) -> Result<Option<[StoredExperts<'_>; 2]>> {
+        Ok(None)
+    }
+}
+
+/// One part of a projection's experts as a file stores them, borrowed.
+#[derive(Debug, Clone, Copy)]
+pub enum StoredPart<'a> {
+    /// [`Mxfp4Weight`]'s own packing (HF): `blocks [E, R, in/32, 16]`, `scales [E, R, in/32]`.
+    Split { blocks: &'a [u8], scales: &'a [u8] },
+    /// ggml MXFP4 (GGUF type 39): `[E, R, in/32]` blocks of 17 bytes ([`mxfp4::from_ggml`]).
+    Ggml(&'a [u8]),
+}
+
+/// Every expert of one projection (gate|up or down) of a block, as stored. Row `i` of expert
+/// `e` (of `P · rows` rows) is row `i / P` of part `i % P`: gate|up is one part in an HF
+/// checkpoint (gate and up rows already interleaved) and two in a GGUF (gate, then up) — the
+/// order of [`ExpertWeights`]'s gate and up rows interleaved.
+#[derive(Debug, Clone)]
+pub struct StoredExperts<'a> {
+    /// The tensor, for errors.
+    pub name: String,
+    pub parts: Vec<StoredPart<'a>>,
+    pub n_experts: usize,
+    /// Rows of each part per expert.
+    pub rows: usize,
+    pub in_dim: usize,
+    /// `[E, P · rows]` f32, rows in the interleaved order.
+    pub bias: Vec<f32>,
+}
+
+impl StoredExperts<'_> {
+    /// Rows per expert, all parts.
+    pub fn out(&self) -> usize {
+        self.parts.len() * self.rows
+    }
+
+    /// Checks that every part holds `n_experts · rows` rows of `in_dim` and the bias `[E, out]`.
+    pub fn check(&self) -> Result<()> {
+        let nb = self.in_dim / mxfp4::BLOCK;
+        let n_rows = self.n_experts * self.rows;
+        let bad = |m: String| Err(Error::Input(format!("{}: {m}", self.name)));
+        if self.parts.is_empty() || nb == 0 || !self.in_dim.is_multiple_of(mxfp4::BLOCK) {
+            return bad(format!("{} parts of rows of {} (a positive multiple of {} is needed)", self.parts.len(), self.in_dim, mxfp4::BLOCK));
+        }
+        for p in &self.parts {
+            let (got, want) = match p {
+                StoredPart::Split { blocks, scales } => ((blocks.len(), scales.len()), (n_rows * nb * mxfp4::BLOCK_BYTES, n_rows * nb)),
+                StoredPart::Ggml(b) => ((b.len(), 0), (n_rows * nb * mxfp4::GGML_BLOCK_BYTES, 0)),
+            };
+            if got != want {
+                return bad(format!("{got:?} bytes (blocks, scales), [{}, {}, {}] needs {want:?}", self.n_experts, self.rows, self.in_dim));
+            }
+        }
+        if self.bias.len() != self.n_experts * self.out() {
+            return bad(format!("bias has {} values, expected [{}, {}]", self.bias.len(), self.n_experts, self.out()));
+        }
+        Ok(())
+    }
+
+    /// Row `i` of expert `e` in [`Mxfp4Weight`]'s packing: `in/32 · 16` bytes into `blocks`,
+    /// `in/32` scale bytes into `scales` — an error naming the tensor, expert, row and block for
+    /// a block [`Mxfp4Weight::from_parts`] refuses.
+    pub fn row_into(&self, e: usize, i: usize, blocks: &mut [u8], scales: &mut [u8]) -> Result<()> {
+        let (nb, pn) = (self.in_dim / mxfp4::BLOCK, self.parts.len().max(1));
+        let (part, r) = (i % pn, i / pn);
+        let src = e * self.rows + r;
+        let short = || Error::Input(format!("{}: expert {e} row {i} is past the stored bytes", self.name));
+        if blocks.len() != nb * mxfp4::BLOCK_BYTES || scales.len() != nb {
+            return Err(Error::Input(format!("{}: a row is {nb} blocks", self.name)));
+        }
+        match self.parts.get(part).ok_or_else(short)? {
+            StoredPart::Split { blocks: b, scales: s } => {
+                let rb = mxfp4::BLOCK_BYTES * nb;
+                blocks.copy_from_slice(b.get(src * rb..(src + 1) * rb).ok_or_else(short)?);
+                scales.copy_from_slice(s.get(src * nb..(src + 1) * nb).ok_or_else(short)?);
+            }
+            StoredPart::Ggml(g) => {
+                let rg = mxfp4::GGML_BLOCK_BYTES * nb;
+                let row = g.get(src * rg..(src + 1) * rg).ok_or_else(short)?;
+                for ((g, b), s) in row.chunks_exact(mxfp4::GGML_BLOCK_BYTES).zip(blocks.chunks_exact_mut(mxfp4::BLOCK_BYTES)).zip(scales.iter_mut()) {
+                    *s = mxfp4::ggml_block_into(g, b);
+                }
+            }
+        }
+        for (b, (&s, blk)) in scales.iter().zip(blocks.chunks_exact(mxfp4::BLOCK_BYTES)).enumerate() {
+            if let Some(p) = mxfp4::block_problem(s, blk) {
+                return Err(Error::Input(format!("{}: expert {e} row {i} block {b}: {p}", self.name)));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Dense matrix `t` from `src` as `[rows, cols]`.

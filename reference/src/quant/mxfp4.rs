@@ -201,13 +201,32 @@ pub fn from_ggml(name: &str, out: usize, in_dim: usize, bytes: &[u8]) -> Result<
     let mut blocks = vec![0u8; nb * BLOCK_BYTES];
     let mut scales = vec![0u8; nb];
     for ((g, b), s) in bytes.chunks_exact(GGML_BLOCK_BYTES).zip(blocks.chunks_exact_mut(BLOCK_BYTES)).zip(scales.iter_mut()) {
-        *s = g[0];
-        let code = |c: usize| if c < BLOCK_BYTES { g[1 + c] & 15 } else { g[1 + c - BLOCK_BYTES] >> 4 };
-        for (j, byte) in b.iter_mut().enumerate() {
-            *byte = code(2 * j) | (code(2 * j + 1) << 4);
-        }
+        *s = ggml_block_into(g, b);
     }
     Mxfp4Weight::from_parts(name, out, in_dim, blocks, scales)
+}
+
+/// One ggml MXFP4 block (`g`: [`GGML_BLOCK_BYTES`] bytes: the E8M0 scale, then 16 bytes whose
+/// low nibbles are elements 0..16 and high nibbles 16..32) into this module's packing (`b`:
+/// [`BLOCK_BYTES`] bytes, element 2j in byte j's low nibble, 2j+1 in its high one); returns the
+/// scale byte.
+pub fn ggml_block_into(g: &[u8], b: &mut [u8]) -> u8 {
+    let code = |c: usize| if c < BLOCK_BYTES { g[1 + c] & 15 } else { g[1 + c - BLOCK_BYTES] >> 4 };
+    for (j, byte) in b.iter_mut().enumerate().take(BLOCK_BYTES) {
+        *byte = code(2 * j) | (code(2 * j + 1) << 4);
+    }
+    g[0]
+}
+
+/// Why block `(scale, b)` (packed as [`Mxfp4Weight::blocks`]) cannot be stored: a scale of 255
+/// (NaN in E8M0) or a value that overflows f32; `None` when it can.
+pub fn block_problem(scale: u8, b: &[u8]) -> Option<String> {
+    if scale == 255 {
+        return Some("scale is 255 (NaN in E8M0)".into());
+    }
+    let big = b.iter().flat_map(|b| [b & 7, (b >> 4) & 7]).max().unwrap_or(0);
+    (!(E2M1[big as usize] * exp2i(scale as i32 - SCALE_BIAS)).is_finite())
+        .then(|| format!("overflows f32: {} · 2^{}", E2M1[big as usize], scale as i32 - SCALE_BIAS))
 }
 
 /// The ggml MXFP4 (GGUF type 39) bytes of `w`: the inverse of [`from_ggml`].
@@ -242,14 +261,8 @@ impl Mxfp4Weight {
         }
         let per_row = (in_dim / BLOCK).max(1);
         for (i, &s) in scales.iter().enumerate() {
-            let at = || format!("[{}, {}]", i / per_row, i % per_row);
-            if s == 255 {
-                return Err(ctx(format!("mxfp4 scale {} is 255 (NaN in E8M0)", at())));
-            }
-            let scale = exp2i(s as i32 - SCALE_BIAS);
-            let big = blocks[i * BLOCK_BYTES..(i + 1) * BLOCK_BYTES].iter().flat_map(|b| [b & 7, (b >> 4) & 7]).max().unwrap_or(0);
-            if !(E2M1[big as usize] * scale).is_finite() {
-                return Err(ctx(format!("mxfp4 block {} overflows f32: {} · 2^{}", at(), E2M1[big as usize], s as i32 - SCALE_BIAS)));
+            if let Some(p) = block_problem(s, &blocks[i * BLOCK_BYTES..(i + 1) * BLOCK_BYTES]) {
+                return Err(ctx(format!("mxfp4 block [{}, {}]: {p}", i / per_row, i % per_row)));
             }
         }
         Ok(Mxfp4Weight { out, in_dim, blocks, scales })

@@ -24,11 +24,13 @@ impl TensorSource for GgufFile {
         self.raw_dense(&t.name(Naming::Gguf), &t.shape(cfg))
     }
 
-    /// A Q8_0 linear weight (or untied `output.weight`) as INT8 with groups of 32 (`q` as
-    /// stored, the f16 block scale widened to f32): exactly what [`TensorSource::load`]
-    /// dequantizes (`d · q`), so a backend keeps the file's weights without requantizing. Other
-    /// types (and a negative or non-finite block scale, legal in ggml but not in INT8) give
-    /// `None`.
+    /// A Q8_0 or Q4_0 linear weight (or untied `output.weight`) as INT8 with groups of 32, the
+    /// f16 block scale widened to f32: exactly what [`TensorSource::load`] dequantizes, so a
+    /// backend keeps the file's weights without requantizing. Q8_0: `q` as stored, `d · q`.
+    /// Q4_0: `d · (n − 8)` for nibble n, stored as `|d| · q` with `q = ±(n − 8)` (the sign of
+    /// d moved into q: ggml's quantizer makes d negative for about half the blocks; the product
+    /// is the same f32). Other types (and a Q8_0 block scale that is negative, or any that is
+    /// not finite, legal in ggml but not in INT8) give `None`.
     fn load_quantized(&mut self, t: Tensor, cfg: &Config) -> Result<Option<crate::quant::QuantTensor>> {
         use crate::dequant::GgmlType;
         use crate::quant::{Granularity, Int8Weight, QuantTensor};
@@ -38,23 +40,38 @@ impl TensorSource for GgufFile {
         let name = t.name(Naming::Gguf);
         let want = t.shape(cfg);
         let info = self.tensor_info(&name).ok_or_else(|| Error::tensor(&self.path, &name, "missing"))?;
-        if info.ty != GgmlType::Q8_0 {
-            return Ok(None);
-        }
+        // One block: its f32 scale into `s`, its 32 values into `q`.
+        let block: fn(&[u8], &mut f32, &mut [i8]) = match info.ty {
+            GgmlType::Q8_0 => |blk, s, q| {
+                *s = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+                q.iter_mut().zip(&blk[2..]).for_each(|(q, &b)| *q = b as i8);
+            },
+            GgmlType::Q4_0 => |blk, s, q| {
+                let d = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+                let sign = if d.is_sign_negative() { -1 } else { 1 };
+                *s = d.abs();
+                let (lo, hi) = q.split_at_mut(16);
+                for ((l, h), &b) in lo.iter_mut().zip(hi).zip(&blk[2..18]) {
+                    *l = sign * ((b & 15) as i8 - 8);
+                    *h = sign * ((b >> 4) as i8 - 8);
+                }
+            },
+            _ => return Ok(None),
+        };
         if info.shape != want {
             return Err(Error::tensor(&self.path, &name, format!("shape {:?}, expected {:?}", info.shape, want)));
         }
         let (out, in_dim) = (want[0], want[1]);
         let bytes = self.tensor_bytes(info);
+        let bb = info.ty.block_bytes();
         // Over all cores, in chunks of blocks (a 7B model's weights pass through here).
         use rayon::prelude::*;
         const BLOCKS: usize = 4096;
-        let mut q = vec![0i8; bytes.len() / 34 * 32];
-        let mut scales = vec![0f32; bytes.len() / 34];
-        q.par_chunks_mut(32 * BLOCKS).zip(scales.par_chunks_mut(BLOCKS)).zip(bytes.par_chunks(34 * BLOCKS)).for_each(|((q, s), b)| {
-            for ((q, s), blk) in q.chunks_exact_mut(32).zip(s).zip(b.chunks_exact(34)) {
-                *s = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
-                q.iter_mut().zip(&blk[2..]).for_each(|(q, &b)| *q = b as i8);
+        let mut q = vec![0i8; bytes.len() / bb * 32];
+        let mut scales = vec![0f32; bytes.len() / bb];
+        q.par_chunks_mut(32 * BLOCKS).zip(scales.par_chunks_mut(BLOCKS)).zip(bytes.par_chunks(bb * BLOCKS)).for_each(|((q, s), b)| {
+            for ((q, s), blk) in q.chunks_exact_mut(32).zip(s).zip(b.chunks_exact(bb)) {
+                block(blk, s, q);
             }
         });
         if scales.iter().any(|s| !(s.is_finite() && *s >= 0.0)) {

@@ -312,19 +312,27 @@ fn gguf_writer_rejects_mixed_type_arrays() {
     assert!(err.contains("bad.array"), "{err}");
 }
 
-/// A Q8_0 GGUF's linear weights come out of `load_quantized` as INT8 groups of 32 whose
-/// dequantization is bit-identical to what `load` gives (so a GPU keeps the file's weights);
-/// so is an untied `output.weight`; embeddings and norms are not offered quantized, and a
-/// Q4_1 file offers nothing.
+/// A Q8_0 or Q4_0 GGUF's linear weights come out of `load_quantized` as INT8 groups of 32
+/// whose dequantization equals what `load` gives (so a GPU keeps the file's weights): bit for
+/// bit, except that Q4_0's `d · 0` with a negative d is −0 there and +0 here; so is an untied
+/// `output.weight`; embeddings and norms are not offered quantized, and a Q4_1 file offers
+/// nothing.
 #[test]
-fn q8_0_gguf_linear_weights_load_as_int8_groups_of_32() {
+fn q8_0_and_q4_0_gguf_linear_weights_load_as_int8_groups_of_32() {
+    for ty in [GgmlType::Q8_0, GgmlType::Q4_0] {
+        gguf_linear_weights_load_as_int8_groups_of_32(ty);
+    }
+}
+
+fn gguf_linear_weights_load_as_int8_groups_of_32(ty: GgmlType) {
     use reference::quant::{Granularity, QuantTensor, Scheme};
     use reference::weights::{Tensor, TensorSource};
     let (_, cfg) = synthetic::tiny_configs().into_iter().find(|(n, _)| *n == "tiny-mha").unwrap();
     let w = synthetic::weights(&cfg, 3).unwrap();
-    let p = tmp("q8-as-int8.gguf");
-    loader::write_gguf(&p, &cfg, &w, GgmlType::Q8_0).unwrap();
+    let p = tmp(&format!("{}-as-int8.gguf", ty.name()));
+    loader::write_gguf(&p, &cfg, &w, ty).unwrap();
     let mut g = GgufFile::open(&p).unwrap();
+    let same = |a: &f32, b: &f32| a.to_bits() == b.to_bits() || (*a == 0.0 && *b == 0.0);
     let mut n = 0;
     for l in 0..cfg.n_layers {
         for t in Tensor::layer(l) {
@@ -338,20 +346,27 @@ fn q8_0_gguf_linear_weights_load_as_int8_groups_of_32() {
             assert!(matches!(q, QuantTensor::Int8(_)));
             let want = g.load(t, &cfg).unwrap();
             let got = q.dequant();
-            assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{t:?}: dequant differs from load");
+            assert!(got.iter().zip(&want).all(|(a, b)| same(a, b)), "{ty:?} {t:?}: dequant differs from load");
             n += 1;
         }
     }
     assert_eq!(n, 7 * cfg.n_layers);
+    if ty == GgmlType::Q4_0 {
+        // ggml's quantizer makes d negative where a block's largest magnitude is positive: the
+        // sign moved into q must have been exercised.
+        let info = g.tensor_info("blk.0.ffn_down.weight").unwrap();
+        let negative = g.tensor_bytes(info).chunks_exact(18).filter(|b| b[1] & 0x80 != 0).count();
+        assert!(negative > 0, "no Q4_0 block with a negative scale");
+    }
     assert!(g.load_quantized(Tensor::TokEmbd, &cfg).unwrap().is_none());
-    // An untied Q8_0 `output.weight` is kept too (the reference's int8 quantizes the lm_head).
+    // An untied `output.weight` is kept too (the reference's int8 quantizes the lm_head).
     let (_, ucfg) = synthetic::tiny_configs().into_iter().find(|(_, c)| !c.tied_embeddings).unwrap();
-    let pu = tmp("q8-untied.gguf");
-    loader::write_gguf(&pu, &ucfg, &synthetic::weights(&ucfg, 3).unwrap(), GgmlType::Q8_0).unwrap();
+    let pu = tmp(&format!("{}-untied.gguf", ty.name()));
+    loader::write_gguf(&pu, &ucfg, &synthetic::weights(&ucfg, 3).unwrap(), ty).unwrap();
     let mut gu = GgufFile::open(&pu).unwrap();
     let head = gu.load_quantized(Tensor::LmHead, &ucfg).unwrap().expect("output.weight offered quantized");
     let want = gu.load(Tensor::LmHead, &ucfg).unwrap();
-    assert!(head.dequant().iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "lm_head: dequant differs from load");
+    assert!(head.dequant().iter().zip(&want).all(|(a, b)| same(a, b)), "{ty:?} lm_head: dequant differs from load");
     let p4 = tmp("q4-not-int8.gguf");
     loader::write_gguf(&p4, &cfg, &w, GgmlType::Q4_1).unwrap();
     let mut g4 = GgufFile::open(&p4).unwrap();

@@ -133,13 +133,14 @@ impl ModelCase {
         }
         .map_err(|e| e.to_string())?;
         gpu.kernels.fused_norms = self.fused_norms;
-        if matches!(self.weights, Weightset::TinyGguf(_, GgmlType::Q8_0)) && gpu.quant.as_deref() != Some("int8-g32") {
-            return Ok(Outcome::Fail(format!("Q8_0 GGUF: the device model holds {:?}, expected int8-g32 weights", gpu.quant)));
+        let kept = matches!(self.weights, Weightset::TinyGguf(_, GgmlType::Q8_0 | GgmlType::Q4_0));
+        if kept && gpu.quant.as_deref() != Some("int8-g32") {
+            return Ok(Outcome::Fail(format!("{:?}: the device model holds {:?}, expected int8-g32 weights", self.weights, gpu.quant)));
         }
         if self.quant.is_some() && gpu.quant.is_none() {
             return Ok(Outcome::Fail("quantized source, but the device model holds no quantized weight".into()));
         }
-        let quantized = self.quant.is_some() || matches!(self.weights, Weightset::TinyGguf(_, GgmlType::Q8_0));
+        let quantized = self.quant.is_some() || kept;
         let tol = super::model_tolerance(client, Op::Model, self.dtype, quantized, self.prompt, cfg.n_layers);
 
         let mut cache = reference.new_cache();
@@ -398,16 +399,19 @@ pub fn cases() -> Vec<Box<dyn Case>> {
         quant: Some(Scheme::Mxfp4),
         fused_norms: true,
     }));
-    // A Q8_0 GGUF kept quantized on the device (INT8, groups of 32), Adjacent RoPE layout.
-    v.push(Box::new(ModelCase {
-        weights: Weightset::TinyGguf("tiny-gqa", GgmlType::Q8_0),
-        dtype: Dtype::F32,
-        prompt: 13,
-        decode: 6,
-        attention: flash,
-        quant: None,
-        fused_norms: true,
-    }));
+    // Q8_0 and Q4_0 GGUFs kept quantized on the device (INT8, groups of 32; Q4_0's nibbles
+    // as ±(n − 8)), Adjacent RoPE layout.
+    for ty in [GgmlType::Q8_0, GgmlType::Q4_0] {
+        v.push(Box::new(ModelCase {
+            weights: Weightset::TinyGguf("tiny-gqa", ty),
+            dtype: Dtype::F32,
+            prompt: 13,
+            decode: 6,
+            attention: flash,
+            quant: None,
+            fused_norms: true,
+        }));
+    }
     // An F16 GGUF converted on upload from the stored bytes (no f32 copy) to each 16-bit type.
     for dtype in [Dtype::F16, Dtype::BF16] {
         v.push(Box::new(ModelCase::standard(Weightset::TinyGguf("tiny-gqa", GgmlType::F16), dtype)));

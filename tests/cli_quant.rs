@@ -142,3 +142,27 @@ fn bad_quantization_input() {
     std::fs::write(&cp, text).unwrap();
     fails(&["logits", "--model", d, "--ids", "1", "--device", "cpu"], 1, &["q_proj.weight_blocks", "missing", "[64, 2, 16]"]);
 }
+
+/// A Q8_0 / Q4_0 GGUF's linear weights stay quantized on a GPU device (int8 groups of 32), and
+/// `--weights dense` dequantizes them at load instead; GPT-OSS refuses it (its experts stay
+/// MXFP4). On lavapipe where the CI has no GPU.
+#[test]
+fn weights_dense_dequantizes_a_quantized_gguf() {
+    use reference::dequant::GgmlType;
+    let (_, cfg) = reference::synthetic::tiny_configs().into_iter().find(|(n, _)| *n == "tiny-gqa").unwrap();
+    let w = reference::synthetic::weights(&cfg, 5).unwrap();
+    for ty in [GgmlType::Q8_0, GgmlType::Q4_0] {
+        let p = tmp(&format!("dense-{}.gguf", ty.name()));
+        reference::loader::write_gguf(&p, &cfg, &w, ty).unwrap();
+        let m = p.to_str().unwrap();
+        let run = |extra: &[&str]| {
+            let mut a = vec!["logits", "--model", m, "--ids", "1,2,3", "--device", "wgpu", "--dtype", "f32"];
+            a.extend(extra);
+            ok(&a).1
+        };
+        let (kept, dense) = (run(&[]), run(&["--weights", "dense"]));
+        assert!(kept.contains("[wgpu-int8-g32+f32]"), "{ty:?} kept quantized: {kept}");
+        assert!(dense.contains("[wgpu-f32]") && !dense.contains("int8"), "{ty:?} --weights dense: {dense}");
+    }
+    fails(&["logits", "--synthetic", "tiny-gpt-oss", "--weights", "dense", "--ids", "1"], 2, &["--weights dense", "GPT-OSS"]);
+}

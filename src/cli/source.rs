@@ -47,7 +47,10 @@ pub struct ModelArgs {
     /// int8-g<N> (one per N inputs, e.g. int8-g128) or mxfp4 (OCP, blocks of 32); int8 also
     /// quantizes an untied lm_head. The CPU reference runs on dequant(quantize(W)) in f32; GPU
     /// devices keep them quantized and run the fused dequant kernels (embeddings, mxfp4's
-    /// lm_head and norms stay in --dtype / f32).
+    /// lm_head and norms stay in --dtype / f32). `dense`: a GGUF's Q8_0 / Q4_0 weights (kept
+    /// quantized by default) dequantized at load to --dtype instead — 1.8–3.5× the memory,
+    /// slower batch-1 decode, but prefill and many-sequence steps on the dense GEMMs (≈ 2× on
+    /// an H200).
     #[arg(long)]
     pub weights: Option<String>,
     /// GPU kernel choices, `key=value,…` (optimized::config: attention, graphs, norms, pdl,
@@ -65,6 +68,8 @@ pub enum Source {
     Synthetic(Synthetic),
     /// Another source with its linear weights quantized on load (`--weights`).
     Quantized(Box<QuantizeOnLoad<Source>>),
+    /// Another source whose quantized tensors are only offered dequantized (`--weights dense`).
+    Dense(Box<Source>),
     /// A GPT-OSS model, whose tensors are in [`Opened::arch`]: llama loads get an error.
     NotLlama(super::gpt_oss::NotLlama),
 }
@@ -76,6 +81,7 @@ impl Source {
             Source::Hf(h) => h,
             Source::Synthetic(s) => s,
             Source::Quantized(q) => q.as_mut(),
+            Source::Dense(d) => d.tensors(),
             Source::NotLlama(n) => n,
         }
     }
@@ -86,7 +92,10 @@ impl TensorSource for Source {
         self.tensors().load(t, cfg)
     }
     fn load_quantized(&mut self, t: reference::weights::Tensor, cfg: &Config) -> reference::Result<Option<reference::quant::QuantTensor>> {
-        self.tensors().load_quantized(t, cfg)
+        match self {
+            Source::Dense(_) => Ok(None),
+            _ => self.tensors().load_quantized(t, cfg),
+        }
     }
     fn load_raw(&mut self, t: reference::weights::Tensor, cfg: &Config) -> reference::Result<Option<reference::weights::RawDense<'_>>> {
         self.tensors().load_raw(t, cfg)
@@ -132,9 +141,15 @@ pub fn synthetic_config(name: &str) -> Result<Config> {
 
 impl ModelArgs {
     /// The `--weights` scheme, if given.
+    /// The quantization `--weights` asks for (`None` for `dense` or no flag).
     pub fn scheme(&self) -> Result<Option<Scheme>> {
-        let bad = |s: &str| CliError::Usage(format!("--weights {s}: expected int8, int8-g<N> (e.g. int8-g128) or mxfp4"));
-        self.weights.as_deref().map(|s| s.parse::<Scheme>().map_err(|_| bad(s))).transpose()
+        let bad = |s: &str| CliError::Usage(format!("--weights {s}: expected int8, int8-g<N> (e.g. int8-g128), mxfp4 or dense"));
+        self.weights.as_deref().filter(|&s| s != "dense").map(|s| s.parse::<Scheme>().map_err(|_| bad(s))).transpose()
+    }
+
+    /// `--weights dense`: a file's quantized weights dequantized at load.
+    pub fn dense(&self) -> bool {
+        self.weights.as_deref() == Some("dense")
     }
 
     /// Open the model (fetching the default one if needed); weights are not read yet. With
@@ -150,10 +165,20 @@ impl ModelArgs {
                 o.label
             )));
         }
+        if self.dense() && matches!(o.arch, Arch::GptOss(_)) {
+            return Err(CliError::Usage(format!(
+                "--weights dense: {} is GPT-OSS, whose experts stay MXFP4 (the other weights follow --dtype)",
+                o.label
+            )));
+        }
         if let Some(scheme) = scheme {
             let inner = std::mem::replace(&mut o.source, Source::Synthetic(Synthetic { seed: 0 }));
             o.source = Source::Quantized(Box::new(QuantizeOnLoad { inner, scheme }));
             o.label = format!("{} (weights {scheme})", o.label);
+        } else if self.dense() {
+            let inner = std::mem::replace(&mut o.source, Source::Synthetic(Synthetic { seed: 0 }));
+            o.source = Source::Dense(Box::new(inner));
+            o.label = format!("{} (weights dense)", o.label);
         }
         Ok(o)
     }
@@ -251,13 +276,13 @@ impl Opened {
 
     /// The tensors, for a GPU upload.
     pub fn source_mut(&mut self) -> &mut dyn TensorSource {
-        self.source.tensors()
+        &mut self.source
     }
 
     /// The f32 reference model (reads every tensor).
     pub fn reference_model(&mut self) -> Result<Model> {
         self.llama_only()?;
-        let w = Weights::load(self.source.tensors(), &self.config)?;
+        let w = Weights::load(&mut self.source, &self.config)?;
         Ok(Model::new(self.config.clone(), w))
     }
 
@@ -300,7 +325,7 @@ impl Opened {
         let m = optimized::model::GpuModel::load_observed(
             client,
             backend,
-            self.source.tensors(),
+            &mut self.source,
             &self.config,
             dtype,
             capacity,

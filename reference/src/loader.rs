@@ -191,8 +191,8 @@ impl TensorSource for SafetensorsDir {
 }
 
 impl GgufFile {
-    /// Tensor `name`'s stored bytes when it is F32 / F16 / BF16 (`None` for other types and
-    /// for a missing tensor), after checking its shape is `want`.
+    /// Tensor `name`'s stored bytes (F32 / F16 / BF16, or ggml blocks; `None` for a missing
+    /// tensor), after checking its shape is `want` and each row is whole blocks.
     pub fn raw_dense(&self, name: &str, want: &[usize]) -> Result<Option<RawDense<'_>>> {
         use crate::dequant::GgmlType;
         let Some(info) = self.tensor_info(name) else {
@@ -202,12 +202,13 @@ impl GgufFile {
             GgmlType::F32 => RawDtype::F32,
             GgmlType::F16 => RawDtype::F16,
             GgmlType::BF16 => RawDtype::BF16,
-            _ => return Ok(None),
+            t @ (GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1) => RawDtype::Block(t),
         };
         if info.shape != want {
             return Err(Error::tensor(&self.path, name, format!("shape {:?}, expected {:?}", info.shape, want)));
         }
-        if info.len != want.iter().product::<usize>() * dtype.size() {
+        // Blocks run along rows (ggml): a row is whole blocks, so any row range is too.
+        if want.last().is_some_and(|&c| dtype.bytes_for(c).is_none()) || Some(info.len) != dtype.bytes_for(want.iter().product::<usize>()) {
             return Err(Error::tensor(&self.path, name, format!("{} bytes for shape {want:?} in {dtype:?}", info.len)));
         }
         Ok(Some(RawDense { dtype, bytes: self.tensor_bytes(info) }))

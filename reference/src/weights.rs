@@ -112,21 +112,32 @@ impl Tensor {
     }
 }
 
-/// How a dense tensor is stored (little-endian).
+/// How a tensor's values are stored (little-endian).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RawDtype {
     F32,
     F16,
     BF16,
+    /// ggml blocks (Q8_0, Q4_0, Q4_1: 32 values each), decoded by
+    /// [`crate::dequant::dequantize_into`] — exactly what a GGUF's `load` returns.
+    Block(crate::dequant::GgmlType),
 }
 
 impl RawDtype {
-    /// Bytes per element.
-    pub fn size(self) -> usize {
+    /// The unit of storage: `(values, bytes)` — one value for the plain types, a block for
+    /// ggml's block types. Ranges of values start and end on whole units.
+    pub fn unit(self) -> (usize, usize) {
         match self {
-            RawDtype::F32 => 4,
-            RawDtype::F16 | RawDtype::BF16 => 2,
+            RawDtype::F32 => (1, 4),
+            RawDtype::F16 | RawDtype::BF16 => (1, 2),
+            RawDtype::Block(t) => (t.block_elems(), t.block_bytes()),
         }
+    }
+
+    /// Bytes of `n` values (`None` where `n` is not a whole number of units).
+    pub fn bytes_for(self, n: usize) -> Option<usize> {
+        let (ue, ub) = self.unit();
+        n.is_multiple_of(ue).then_some(n / ue * ub)
     }
 }
 
@@ -151,9 +162,10 @@ pub trait TensorSource {
         Ok(None)
     }
 
-    /// `t`'s stored bytes when the source holds it dense (F32 / F16 / BF16) with the shape
-    /// `t.shape(cfg)` and [`TensorSource::load`] would return exactly their values; `None`
-    /// otherwise (quantized, generated, or transformed on load), and then `load` is the way.
+    /// `t`'s stored bytes when the source holds it as [`RawDtype`] values (F32 / F16 / BF16, or
+    /// ggml blocks that [`TensorSource::load_quantized`] does not offer) with the shape
+    /// `t.shape(cfg)` and [`TensorSource::load`] would return exactly their decoded values;
+    /// `None` otherwise (generated, or transformed on load), and then `load` is the way.
     fn load_raw(&mut self, _t: Tensor, _cfg: &Config) -> Result<Option<RawDense<'_>>> {
         Ok(None)
     }

@@ -412,9 +412,12 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             fused_norms: true,
         }));
     }
-    // An F16 GGUF converted on upload from the stored bytes (no f32 copy) to each 16-bit type.
-    for dtype in [Dtype::F16, Dtype::BF16] {
-        v.push(Box::new(ModelCase::standard(Weightset::TinyGguf("tiny-gqa", GgmlType::F16), dtype)));
+    // An F16 GGUF converted on upload from the stored bytes (no f32 copy) to each 16-bit type;
+    // a Q4_1 GGUF (not kept quantized) decoded from its blocks on upload likewise.
+    for ty in [GgmlType::F16, GgmlType::Q4_1] {
+        for dtype in [Dtype::F16, Dtype::BF16] {
+            v.push(Box::new(ModelCase::standard(Weightset::TinyGguf("tiny-gqa", ty), dtype)));
+        }
     }
     // Prefill of more rows than the `wgmma` GEMMs' minimum: tc v4 where the device has it, its
     // inputs written in 16 bits by the norms and the SwiGLU epilogue (`x16=fused`).

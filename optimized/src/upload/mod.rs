@@ -240,7 +240,8 @@ impl Staging {
         part: &Part<'_>,
     ) -> Result<(), Error> {
         let (raw, ds) = (part.raw(), dtype.size());
-        self.write(client, handle, at, len, total, ds, |off, out| convert_range(raw, off / ds, dtype, out))
+        // Chunks of whole storage units (ggml blocks).
+        self.write(client, handle, at, len, total, ds * raw.dtype.unit().0, |off, out| convert_range(raw, off / ds, dtype, out))
     }
 
     /// A new device buffer holding `bytes`, zero-padded to whole u32 words.
@@ -261,14 +262,6 @@ impl Staging {
 /// Elements per parallel chunk (~128–256 KiB of output).
 const CHUNK: usize = 1 << 16;
 
-fn decode(dtype: RawDtype, b: &[u8]) -> f32 {
-    match dtype {
-        RawDtype::F32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
-        RawDtype::F16 => half::f16::from_le_bytes([b[0], b[1]]).to_f32(),
-        RawDtype::BF16 => half::bf16::from_le_bytes([b[0], b[1]]).to_f32(),
-    }
-}
-
 fn encode(dtype: Dtype, x: f32, out: &mut [u8]) {
     match dtype {
         Dtype::F32 => out.copy_from_slice(&x.to_le_bytes()),
@@ -282,20 +275,37 @@ fn same(from: RawDtype, to: Dtype) -> bool {
     matches!((from, to), (RawDtype::F32, Dtype::F32) | (RawDtype::F16, Dtype::F16) | (RawDtype::BF16, Dtype::BF16))
 }
 
-/// Converts `src` (whole elements of `src.dtype`) into `out` as `dtype`, in parallel;
-/// `out.len()` must be the element count times `dtype.size()`.
+/// Converts `src` (whole units of `src.dtype`: values, or ggml blocks) into `out` as `dtype`, in
+/// parallel; `out.len()` must be the value count times `dtype.size()`.
 pub fn convert_into(src: RawDense<'_>, dtype: Dtype, out: &mut [u8]) -> Result<(), Error> {
-    let (si, di) = (src.dtype.size(), dtype.size());
-    if !src.bytes.len().is_multiple_of(si) || out.len() != src.bytes.len() / si * di {
+    let ((ue, ub), di) = (src.dtype.unit(), dtype.size());
+    if !src.bytes.len().is_multiple_of(ub) || out.len() != src.bytes.len() / ub * ue * di {
         return Err(Error::Shape(format!("convert: {} bytes of {:?} into {} bytes of {}", src.bytes.len(), src.dtype, out.len(), dtype.name())));
     }
     if same(src.dtype, dtype) {
-        out.par_chunks_mut(CHUNK * di).zip(src.bytes.par_chunks(CHUNK * si)).for_each(|(o, s)| o.copy_from_slice(s));
+        out.par_chunks_mut(CHUNK * di).zip(src.bytes.par_chunks(CHUNK * ub)).for_each(|(o, s)| o.copy_from_slice(s));
         return Ok(());
     }
-    out.par_chunks_mut(CHUNK * di).zip(src.bytes.par_chunks(CHUNK * si)).for_each(|(o, s)| {
-        for (o, s) in o.chunks_exact_mut(di).zip(s.chunks_exact(si)) {
-            encode(dtype, decode(src.dtype, s), o);
+    let decode: fn(&[u8]) -> f32 = match src.dtype {
+        RawDtype::F32 => |b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+        RawDtype::F16 => |b| half::f16::from_le_bytes([b[0], b[1]]).to_f32(),
+        RawDtype::BF16 => |b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32(),
+        RawDtype::Block(ty) => {
+            // CHUNK values are whole blocks: each parallel chunk decodes its blocks to f32 (the
+            // reference's own decoder), then rounds them once.
+            out.par_chunks_mut(CHUNK * di).zip(src.bytes.par_chunks(CHUNK / ue * ub)).for_each(|(o, s)| {
+                let mut vals = Vec::with_capacity(CHUNK);
+                reference::dequant::dequantize_into(ty, s, &mut vals);
+                for (o, &x) in o.chunks_exact_mut(di).zip(&vals) {
+                    encode(dtype, x, o);
+                }
+            });
+            return Ok(());
+        }
+    };
+    out.par_chunks_mut(CHUNK * di).zip(src.bytes.par_chunks(CHUNK * ub)).for_each(|(o, s)| {
+        for (o, s) in o.chunks_exact_mut(di).zip(s.chunks_exact(ub)) {
+            encode(dtype, decode(s), o);
         }
     });
     Ok(())
@@ -319,38 +329,38 @@ impl Part<'_> {
     }
 }
 
+/// The bytes of values `first .. first + n` of `src` (whole storage units).
+fn value_bytes<'a>(src: RawDense<'a>, first: usize, n: usize) -> Result<&'a [u8], Error> {
+    let d = src.dtype;
+    d.bytes_for(first).zip(d.bytes_for(first + n)).and_then(|(a, b)| src.bytes.get(a..b)).ok_or_else(|| {
+        Error::Shape(format!("upload: values {first}..{} of a tensor of {} bytes of {d:?} (ranges are whole units)", first + n, src.bytes.len()))
+    })
+}
+
 /// Elements `first .. first + out.len() / dtype.size()` of `src`, converted into `out`.
 pub fn convert_range(src: RawDense<'_>, first: usize, dtype: Dtype, out: &mut [u8]) -> Result<(), Error> {
-    let si = src.dtype.size();
-    let n = out.len() / dtype.size();
-    let bytes = src
-        .bytes
-        .get(first * si..(first + n) * si)
-        .ok_or_else(|| Error::Shape(format!("convert: elements {first}..{} of a tensor of {}", first + n, src.bytes.len() / si)))?;
+    let bytes = value_bytes(src, first, out.len() / dtype.size())?;
     convert_into(RawDense { dtype: src.dtype, bytes }, dtype, out)
 }
 
 /// Rows `first .. first + rows` of `src` (rows of `n` elements).
 pub fn rows(src: RawDense<'_>, n: usize, first: usize, rows: usize) -> Result<RawDense<'_>, Error> {
-    let si = src.dtype.size();
-    let bytes = src
-        .bytes
-        .get(first * n * si..(first + rows) * n * si)
-        .ok_or_else(|| Error::Shape(format!("upload: rows {first}..{} of {n} elements in a tensor of {} bytes", first + rows, src.bytes.len())))?;
-    Ok(RawDense { dtype: src.dtype, bytes })
+    Ok(RawDense { dtype: src.dtype, bytes: value_bytes(src, first * n, rows * n)? })
 }
 
 /// Converts one of two `[rows, n]` tensors (`which` = 0 or 1) into the `[2·rows, n]` buffer
 /// whose rows interleave them (row 2j + `which` = `src` row j), in parallel over row pairs —
 /// one call per tensor, so the caller's source is borrowed for one at a time.
 pub fn interleave_into(which: usize, src: RawDense<'_>, rows: usize, dtype: Dtype, out: &mut [u8]) -> Result<(), Error> {
-    let si = src.dtype.size();
-    let n = src.bytes.len().checked_div(si * rows).unwrap_or(0);
-    if rows == 0 || n * si * rows != src.bytes.len() || out.len() != 2 * rows * n * dtype.size() || which > 1 {
+    let (ue, ub) = src.dtype.unit();
+    // A row's stored bytes, then its values.
+    let rb = src.bytes.len().checked_div(rows).unwrap_or(0);
+    let n = rb / ub * ue;
+    if rows == 0 || rb * rows != src.bytes.len() || !rb.is_multiple_of(ub) || out.len() != 2 * rows * n * dtype.size() || which > 1 {
         return Err(Error::Shape(format!("interleave: {} bytes of {:?} in {rows} rows into {} bytes", src.bytes.len(), src.dtype, out.len())));
     }
     let row_out = n * dtype.size();
-    out.par_chunks_mut(2 * row_out).zip(src.bytes.par_chunks(n * si)).try_for_each(|(pair, row)| {
+    out.par_chunks_mut(2 * row_out).zip(src.bytes.par_chunks(rb)).try_for_each(|(pair, row)| {
         let half = &mut pair[which * row_out..(which + 1) * row_out];
         convert_into(RawDense { dtype: src.dtype, bytes: row }, dtype, half)
     })
@@ -360,34 +370,56 @@ pub fn interleave_into(which: usize, src: RawDense<'_>, rows: usize, dtype: Dtyp
 mod tests {
     use super::*;
 
-    fn raw(dtype: RawDtype, xs: &[f32]) -> Vec<u8> {
-        xs.iter()
-            .flat_map(|&x| match dtype {
-                RawDtype::F32 => x.to_le_bytes().to_vec(),
-                RawDtype::F16 => half::f16::from_f32(x).to_le_bytes().to_vec(),
-                RawDtype::BF16 => half::bf16::from_f32(x).to_le_bytes().to_vec(),
-            })
-            .collect()
+    use reference::dequant::GgmlType;
+
+    fn ggml(dtype: RawDtype) -> GgmlType {
+        match dtype {
+            RawDtype::F32 => GgmlType::F32,
+            RawDtype::F16 => GgmlType::F16,
+            RawDtype::BF16 => GgmlType::BF16,
+            RawDtype::Block(t) => t,
+        }
     }
 
-    /// Every (stored, device) pair gives the bytes of decode-to-f32 then round once, across
-    /// chunk boundaries, with subnormals, infinities and values that round differently.
-    #[test]
-    fn convert_matches_decode_then_round() {
-        let xs: Vec<f32> = (0..(CHUNK * 2 + 77))
+    fn raw(dtype: RawDtype, xs: &[f32]) -> Vec<u8> {
+        reference::dequant::quantize(ggml(dtype), xs)
+    }
+
+    const TYPES: [RawDtype; 6] = [
+        RawDtype::F32,
+        RawDtype::F16,
+        RawDtype::BF16,
+        RawDtype::Block(GgmlType::Q8_0),
+        RawDtype::Block(GgmlType::Q4_0),
+        RawDtype::Block(GgmlType::Q4_1),
+    ];
+
+    /// Values across two chunk boundaries (whole blocks of 32), with subnormals, infinities
+    /// (plain types only) and values that round differently.
+    fn values(blocks: bool) -> Vec<f32> {
+        (0..(CHUNK * 2 + 96))
             .map(|i| match i % 7 {
                 0 => (i as f32 * 0.37).sin() * 1e3,
                 1 => 1.0 + (i as f32) * 1e-4,
                 2 => 6.1e-5 * (i % 13) as f32,
+                3 if blocks => 7.5,
                 3 => f32::INFINITY,
                 4 => -(i as f32) * 3.3,
                 5 => 65504.0,
                 _ => 1.0 / (1 + i) as f32,
             })
-            .collect();
-        for from in [RawDtype::F32, RawDtype::F16, RawDtype::BF16] {
+            .collect()
+    }
+
+    /// Every (stored, device) pair gives the bytes of the reference's decode to f32 (what
+    /// `load` returns) then one rounding, across chunk boundaries; ggml blocks included.
+    #[test]
+    fn convert_matches_decode_then_round() {
+        for from in TYPES {
+            let xs = values(matches!(from, RawDtype::Block(_)));
             let bytes = raw(from, &xs);
-            let decoded: Vec<f32> = bytes.chunks_exact(from.size()).map(|b| decode(from, b)).collect();
+            let decoded = reference::dequant::dequantize_par(ggml(from), &bytes);
+            assert_eq!(decoded.len(), xs.len());
             for to in [Dtype::F32, Dtype::F16, Dtype::BF16] {
                 let mut out = vec![0u8; xs.len() * to.size()];
                 convert_into(RawDense { dtype: from, bytes: &bytes }, to, &mut out).unwrap();
@@ -396,7 +428,36 @@ mod tests {
                     encode(to, x, o);
                 }
                 assert!(out == want, "{from:?} → {}", to.name());
+                // A range of whole units from the middle; a range off the block grid is refused.
+                let (first, n) = (CHUNK - 64, 160);
+                let mut part = vec![0u8; n * to.size()];
+                convert_range(RawDense { dtype: from, bytes: &bytes }, first, to, &mut part).unwrap();
+                assert!(part == want[first * to.size()..(first + n) * to.size()], "{from:?} range");
+                let off = convert_range(RawDense { dtype: from, bytes: &bytes }, first + 3, to, &mut part);
+                assert_eq!(off.is_err(), matches!(from, RawDtype::Block(_)), "{from:?} off the grid");
             }
+        }
+    }
+
+    /// Two tensors' rows interleaved, for every stored type (rows of 64 values: two blocks).
+    #[test]
+    fn interleave_blocks() {
+        let (nrows, n) = (5, 64);
+        for from in TYPES {
+            let a: Vec<f32> = (0..nrows * n).map(|i| (i as f32 * 0.7).sin()).collect();
+            let b: Vec<f32> = (0..nrows * n).map(|i| 2.0 + (i as f32 * 0.3).cos()).collect();
+            let (ra, rb) = (raw(from, &a), raw(from, &b));
+            let mut out = vec![0u8; 2 * nrows * n * 4];
+            interleave_into(0, RawDense { dtype: from, bytes: &ra }, nrows, Dtype::F32, &mut out).unwrap();
+            interleave_into(1, RawDense { dtype: from, bytes: &rb }, nrows, Dtype::F32, &mut out).unwrap();
+            let got: Vec<f32> = out.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+            let (da, db) = (reference::dequant::dequantize_par(ggml(from), &ra), reference::dequant::dequantize_par(ggml(from), &rb));
+            for j in 0..nrows {
+                assert_eq!(got[2 * j * n..(2 * j + 1) * n], da[j * n..(j + 1) * n], "{from:?}");
+                assert_eq!(got[(2 * j + 1) * n..(2 * j + 2) * n], db[j * n..(j + 1) * n], "{from:?}");
+            }
+            let r = rows(RawDense { dtype: from, bytes: &ra }, n, 2, 2).unwrap();
+            assert_eq!(reference::dequant::dequantize_par(ggml(from), r.bytes), da[2 * n..4 * n], "{from:?} rows");
         }
     }
 

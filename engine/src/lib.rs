@@ -27,6 +27,7 @@
 
 pub mod detok;
 mod engine;
+pub mod harmony;
 pub mod request;
 mod scheduler;
 mod sequence;

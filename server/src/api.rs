@@ -298,7 +298,7 @@ fn encode(text: &str, front: &ModelFront, param: &str) -> Result<Vec<u32>, ApiEr
     let tok = front.tokenizer.as_ref().ok_or_else(|| {
         ApiError::invalid(param, format!("`{param}`: this model has no tokenizer; send token ids (an array of integers) to /v1/completions"))
     })?;
-    let ids = tok.encode(text, tok.add_bos_default()).map_err(|e| ApiError::invalid(param, format!("`{param}`: {e}")))?;
+    let ids = tok.encode_prompt(text).map_err(|e| ApiError::invalid(param, format!("`{param}`: {e}")))?;
     if !ids.is_empty() {
         return Ok(ids);
     }
@@ -330,6 +330,6 @@ fn chat_prompt(msgs: &[ChatMessage], front: &ModelFront) -> Result<Vec<u32>, Api
     }
     let tmpl =
         front.chat.as_ref().ok_or_else(|| ApiError::invalid("messages", "`messages`: this model has no chat template; use /v1/completions"))?;
-    let text = tmpl.render(&out, true).map_err(|e| ApiError::invalid("messages", format!("`messages`: the chat template refused them: {e}")))?;
+    let text = tmpl.render(&out).map_err(|e| ApiError::invalid("messages", format!("`messages`: the chat template refused them: {e}")))?;
     encode(&text, front, "messages")
 }

@@ -20,6 +20,7 @@
 mod api;
 pub mod bench;
 mod error;
+pub mod front;
 mod metrics;
 mod response;
 mod routes;
@@ -33,12 +34,11 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use engine::EngineConfig;
-use reference::chat::ChatTemplate;
 use reference::runner::{ModelInfo, ModelRunner};
-use reference::tokenizer::Tokenizer;
 use tokio::sync::{oneshot, watch};
 
 pub use error::ApiError;
+pub use front::{ChatFormat, Harmony, ReplySplit, TextCodec};
 pub use metrics::{Metrics, Outcome};
 
 /// How the server runs.
@@ -76,8 +76,8 @@ impl Default for ServerConfig {
 /// in text, no weights.
 #[derive(Clone)]
 pub struct ModelFront {
-    pub tokenizer: Option<Arc<Tokenizer>>,
-    pub chat: Option<Arc<ChatTemplate>>,
+    pub tokenizer: Option<Arc<dyn TextCodec>>,
+    pub chat: Option<Arc<dyn ChatFormat>>,
     pub info: ModelInfo,
 }
 

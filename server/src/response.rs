@@ -4,7 +4,7 @@ use engine::{RequestOutput, TokenLogprob};
 use serde::Serialize;
 
 use crate::api::{Endpoint, Job};
-use crate::ModelFront;
+use crate::{ApiError, ModelFront, ReplySplit};
 
 /// What every body of one request repeats.
 #[derive(Debug, Clone)]
@@ -36,6 +36,8 @@ pub struct Usage {
 #[derive(Debug, Default)]
 pub struct Accum {
     pub text: String,
+    /// What the chat format set apart from the answer (harmony's other channels).
+    pub reasoning: String,
     pub token_ids: Vec<u32>,
     pub logprobs: Vec<TokenLogprob>,
     pub prompt_tokens: usize,
@@ -43,8 +45,10 @@ pub struct Accum {
 }
 
 impl Accum {
-    pub fn push(&mut self, o: &RequestOutput) {
-        self.text.push_str(&o.new_text);
+    /// One output, whose text the client sees as `(text, reasoning)` ([`Reply::of`]).
+    pub fn push(&mut self, o: &RequestOutput, (text, reasoning): (&str, &str)) {
+        self.text.push_str(text);
+        self.reasoning.push_str(reasoning);
         self.token_ids.extend(&o.new_tokens);
         self.logprobs.extend(o.logprobs.iter().cloned());
         self.prompt_tokens = o.prompt_tokens;
@@ -52,6 +56,29 @@ impl Accum {
     }
     pub fn usage(&self) -> Usage {
         Usage { prompt_tokens: self.prompt_tokens, completion_tokens: self.output_tokens, total_tokens: self.prompt_tokens + self.output_tokens }
+    }
+}
+
+/// The client's view of one reply's text: as detokenized, or split by the chat format
+/// ([`crate::ChatFormat::reply`]: harmony's answer and reasoning).
+pub struct Reply(Option<Box<dyn ReplySplit>>);
+
+impl Reply {
+    pub fn new(job: &Job, front: &ModelFront) -> Self {
+        Reply(if job.endpoint == Endpoint::Chat { front.chat.as_ref().and_then(|c| c.reply()) } else { None })
+    }
+
+    /// `(text, reasoning)` of one output (with what was held back, at the reply's end).
+    pub fn of(&mut self, o: &RequestOutput) -> Result<(String, String), ApiError> {
+        let Some(split) = &mut self.0 else { return Ok((o.new_text.clone(), String::new())) };
+        let bad = |e: reference::Error| ApiError::internal(format!("splitting the reply: {e}"));
+        let (mut text, mut reasoning) = split.push(&o.new_tokens).map_err(bad)?;
+        if o.finished.is_some() {
+            let (t, r) = split.finish().map_err(bad)?;
+            text.push_str(&t);
+            reasoning.push_str(&r);
+        }
+        Ok((text, reasoning))
     }
 }
 
@@ -135,6 +162,8 @@ fn logprobs_json(endpoint: Endpoint, front: &ModelFront, lps: &[TokenLogprob], o
 /// One choice (or chunk choice). `finish`: the finish reason when it ends here.
 pub struct Piece<'a> {
     pub text: &'a str,
+    /// `reasoning_content` (chat; omitted when empty).
+    pub reasoning: &'a str,
     pub token_ids: &'a [u32],
     pub logprobs: &'a [TokenLogprob],
     /// Where `text` starts in the whole output (completions' `text_offset`).
@@ -151,14 +180,21 @@ fn choice(job: &Job, front: &ModelFront, p: &Piece, chunk: bool, first_chat_chun
     let mut c = match (job.endpoint, chunk) {
         (Endpoint::Completions, _) => serde_json::json!({"index": 0, "text": p.text, "logprobs": logprobs, "finish_reason": p.finish}),
         (Endpoint::Chat, false) => {
-            serde_json::json!({"index": 0, "message": {"role": "assistant", "content": p.text}, "logprobs": logprobs, "finish_reason": p.finish})
+            let mut message = serde_json::json!({"role": "assistant", "content": p.text});
+            if !p.reasoning.is_empty() {
+                message["reasoning_content"] = p.reasoning.into();
+            }
+            serde_json::json!({"index": 0, "message": message, "logprobs": logprobs, "finish_reason": p.finish})
         }
         (Endpoint::Chat, true) => {
-            let delta = match (first_chat_chunk, p.finish.is_some() && p.text.is_empty()) {
+            let mut delta = match (first_chat_chunk, p.finish.is_some() && p.text.is_empty()) {
                 (true, _) => serde_json::json!({"role": "assistant", "content": p.text}),
                 (false, true) => serde_json::json!({}),
                 (false, false) => serde_json::json!({"content": p.text}),
             };
+            if !p.reasoning.is_empty() {
+                delta["reasoning_content"] = p.reasoning.into();
+            }
             serde_json::json!({"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": p.finish})
         }
     };
@@ -178,7 +214,7 @@ fn object(endpoint: Endpoint, chunk: bool) -> &'static str {
 
 /// The whole (non-streamed) response.
 pub fn full(job: &Job, front: &ModelFront, meta: &Meta, acc: &Accum, finish: &'static str) -> serde_json::Value {
-    let p = Piece { text: &acc.text, token_ids: &acc.token_ids, logprobs: &acc.logprobs, offset: 0, finish: Some(finish) };
+    let p = Piece { text: &acc.text, reasoning: &acc.reasoning, token_ids: &acc.token_ids, logprobs: &acc.logprobs, offset: 0, finish: Some(finish) };
     serde_json::json!({
         "id": meta.id,
         "object": object(job.endpoint, false),

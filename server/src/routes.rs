@@ -22,7 +22,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use crate::api::{self, Endpoint, Job};
 use crate::error::ApiError;
 use crate::metrics::Outcome;
-use crate::response::{self, Accum, Meta, Piece};
+use crate::response::{self, Accum, Meta, Piece, Reply};
 use crate::worker::{finish_name, Command, Event};
 use crate::{Shared, State};
 
@@ -164,11 +164,19 @@ async fn start(
 async fn collect(s: &Shared, job: &Job, mut ticket: Ticket, mut rx: UnboundedReceiver<Event>) -> Result<Response, ApiError> {
     let meta = Meta::new(job.endpoint, &s.cfg.served_model_name);
     let mut acc = Accum::default();
+    let mut reply = Reply::new(job, &s.front);
     while let Some(ev) = rx.recv().await {
         match ev {
             Event::Accepted => {}
             Event::Output(o) => {
-                acc.push(&o);
+                let (text, reasoning) = match reply.of(&o) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        ticket.done = o.finished.is_some();
+                        return Err(e);
+                    }
+                };
+                acc.push(&o, (&text, &reasoning));
                 if let Some(f) = o.finished {
                     ticket.done = true;
                     return Ok(Json(response::full(job, &s.front, &meta, &acc, finish_name(f))).into_response());
@@ -195,6 +203,7 @@ struct Streaming {
     /// Text bytes sent so far (completions' logprob `text_offset`).
     sent: usize,
     usage: Accum,
+    reply: Reply,
     ended: bool,
 }
 
@@ -211,17 +220,25 @@ impl Streaming {
             Some(Event::Failed(e)) => return self.fail(e),
             None => return self.fail(ApiError::internal("the engine stopped while running the request")),
         };
-        self.usage.push(&o);
+        let (text, reasoning) = match self.reply.of(&o) {
+            Ok(t) => t,
+            Err(e) => {
+                self.ticket.done = o.finished.is_some();
+                return self.fail(e);
+            }
+        };
+        // Counts only: the streamed text is not kept.
+        self.usage.push(&o, ("", ""));
         let (s, job, meta) = (&self.s, &self.job, &self.meta);
         let show_tokens = job.token_ids || job.request.logprobs.is_some();
-        if !o.new_text.is_empty() || (show_tokens && !o.new_tokens.is_empty()) {
-            let p = Piece { text: &o.new_text, token_ids: &o.new_tokens, logprobs: &o.logprobs, offset: self.sent, finish: None };
+        if !text.is_empty() || !reasoning.is_empty() || (show_tokens && !o.new_tokens.is_empty()) {
+            let p = Piece { text: &text, reasoning: &reasoning, token_ids: &o.new_tokens, logprobs: &o.logprobs, offset: self.sent, finish: None };
             self.queue.push_back(data(&response::chunk(job, &s.front, meta, &p, false)));
-            self.sent += o.new_text.len();
+            self.sent += text.len();
         }
         if let Some(f) = o.finished {
             self.ticket.done = true;
-            let p = Piece { text: "", token_ids: &[], logprobs: &[], offset: self.sent, finish: Some(finish_name(f)) };
+            let p = Piece { text: "", reasoning: "", token_ids: &[], logprobs: &[], offset: self.sent, finish: Some(finish_name(f)) };
             self.queue.push_back(data(&response::chunk(job, &s.front, meta, &p, false)));
             if job.include_usage {
                 self.queue.push_back(data(&response::usage_chunk(job, meta, self.usage.usage())));
@@ -257,9 +274,10 @@ impl Streaming {
 fn stream(s: Arc<Shared>, job: Job, ticket: Ticket, rx: UnboundedReceiver<Event>) -> Response {
     let meta = Meta::new(job.endpoint, &s.cfg.served_model_name);
     let keep_alive = s.cfg.keep_alive;
-    let mut st = Streaming { s, job, meta, ticket, rx, queue: VecDeque::new(), sent: 0, usage: Accum::default(), ended: false };
+    let reply = Reply::new(&job, &s.front);
+    let mut st = Streaming { s, job, meta, ticket, rx, queue: VecDeque::new(), sent: 0, usage: Accum::default(), reply, ended: false };
     if st.job.endpoint == Endpoint::Chat {
-        let p = Piece { text: "", token_ids: &[], logprobs: &[], offset: 0, finish: None };
+        let p = Piece { text: "", reasoning: "", token_ids: &[], logprobs: &[], offset: 0, finish: None };
         let first = data(&response::chunk(&st.job, &st.s.front, &st.meta, &p, true));
         st.queue.push_back(first);
     }

@@ -232,16 +232,6 @@ pub fn runner(g: &mut GptOss, label: &str, device: Device, dtype: Option<&str>, 
     }
 }
 
-/// The engine's detokenizer over o200k_harmony (lossy: the engine holds back an incomplete
-/// character until it completes).
-pub struct HarmonyDetok(pub Arc<GptOssTokenizer>);
-
-impl engine::Detokenizer for HarmonyDetok {
-    fn decode(&self, ids: &[u32]) -> reference::Result<String> {
-        self.0.decode_lossy(ids)
-    }
-}
-
 /// A step of one sequence (blocks `blocks`): `tokens` from `pos0`, greedy-or-`params` draws
 /// at the last `draws` positions, with their logits when `want_logits`.
 pub fn one_seq<'a>(

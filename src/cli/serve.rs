@@ -11,6 +11,7 @@ use engine::EngineConfig;
 use reference::runner::ModelInfo;
 
 use super::bench_spec::{draft_runner, SpecArgs};
+use super::source::Arch;
 use super::{CliError, ModelArgs, Result};
 
 #[derive(Args, Debug)]
@@ -70,11 +71,21 @@ pub fn run(a: ServeArgs) -> Result<()> {
     if kv == 0 {
         return Err(CliError::Usage("--kv-tokens must be at least 1".into()));
     }
-    let front = server::ModelFront {
-        tokenizer: opened.tokenizer.take().map(Arc::new),
-        chat: opened.chat.take().map(Arc::new),
-        info: ModelInfo::of(&opened.config),
+    // GPT-OSS: o200k_harmony and the harmony chat format (the reply split by channel); the
+    // llama family: its tokenizer and chat template.
+    // The llama tokenizer also checks a draft model's (`--speculate draft:`).
+    let llama_tok = opened.tokenizer.take().map(Arc::new);
+    type Text = (Option<Arc<dyn server::TextCodec>>, Option<Arc<dyn server::ChatFormat>>);
+    let (tokenizer, chat): Text = match &opened.arch {
+        Arch::GptOss(g) => match &g.tokenizer {
+            Some(t) => (Some(Arc::new(engine::harmony::HarmonyDetok(t.clone()))), Some(Arc::new(server::Harmony(t.clone())))),
+            None => (None, None),
+        },
+        Arch::Llama => {
+            (llama_tok.clone().map(|t| t as Arc<dyn server::TextCodec>), opened.chat.take().map(|c| Arc::new(c) as Arc<dyn server::ChatFormat>))
+        }
     };
+    let front = server::ModelFront { tokenizer, chat, info: ModelInfo::of(&opened.config) };
     let cfg = server::ServerConfig {
         host: a.host.clone(),
         port: a.port,
@@ -86,7 +97,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
     };
     eprintln!("tandem serve: {} ({ctx}-token context, {kv} KV positions, up to {} sequences)", opened.label, a.max_seqs);
     let (device, dtype) = (a.model.device, a.model.dtype.clone());
-    let (model, tok, draft_kv) = (a.model.clone(), front.tokenizer.clone(), a.spec.draft_kv_tokens(kv));
+    let (model, tok, draft_kv) = (a.model.clone(), llama_tok, a.spec.draft_kv_tokens(kv));
     // Both runners are built on the engine thread; a draft (`draft:PATH`, `self:…`) loads after
     // the target, sharing its device.
     let factory = move || {

@@ -11,40 +11,35 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use engine::detok::TextStream;
+use engine::harmony::{ChannelEvent, ChannelStream, HarmonyDetok};
 use engine::{Detokenizer, Engine, EngineConfig, FinishReason, Request, RequestId};
 use reference::chat::Message;
 use reference::gpt_oss::harmony::{self, SystemContent};
-use reference::gpt_oss::tokenizer::{CALL, END, MESSAGE, RETURN, START, STOP_TOKENS};
+use reference::gpt_oss::tokenizer::{CALL, STOP_TOKENS};
 use reference::gpt_oss::GptOssTokenizer;
 use reference::sampling::SamplingParams;
 use serde_json::{json, Map, Value};
 
 use super::super::generate::GenerateArgs;
 use super::super::{CliError, Result};
-use super::{parts, HarmonyDetok};
+use super::parts;
 
 /// The harmony prompt of `messages` (default system message) as ids.
 fn harmony_ids(tok: &GptOssTokenizer, messages: &[Message]) -> Result<Vec<u32>> {
     Ok(tok.encode(&harmony::render_prompt(&SystemContent::default(), messages)?)?)
 }
 
-/// Streams a harmony output as its tokens arrive: each message's header is collected up to
-/// `<|message|>`, its content decoded incrementally until `<|end|>`, `<|return|>` or `<|call|>`;
-/// `final` content goes to `out`, the other channels to `err` (labelled) when `show`.
+/// Writes a harmony output as its tokens arrive ([`ChannelStream`]): `final` content to
+/// `out`, the other channels to `err` (labelled) when `show`.
 struct Channels {
-    tok: Arc<GptOssTokenizer>,
-    detok: Arc<dyn Detokenizer>,
-    header: Vec<u32>,
-    body: Option<(String, TextStream)>,
+    stream: ChannelStream,
     show: bool,
     finals: usize,
 }
 
 impl Channels {
     fn new(tok: Arc<GptOssTokenizer>, show: bool) -> Self {
-        let detok: Arc<dyn Detokenizer> = Arc::new(HarmonyDetok(tok.clone()));
-        Channels { tok, detok, header: vec![], body: None, show, finals: 0 }
+        Channels { stream: ChannelStream::new(tok), show, finals: 0 }
     }
 
     fn emit(&self, channel: &str, text: &str, out: &mut dyn Write, err: &mut dyn Write) -> Result<()> {
@@ -58,35 +53,23 @@ impl Channels {
     }
 
     fn push(&mut self, id: u32, out: &mut dyn Write, err: &mut dyn Write) -> Result<()> {
-        match (id, &mut self.body) {
-            (MESSAGE, None) => {
-                let head = self.tok.decode_lossy(&self.header)?;
-                let channel = head.split("<|channel|>").nth(1).and_then(|c| c.split_whitespace().next()).unwrap_or("").to_string();
-                self.header.clear();
-                if channel == "final" {
-                    self.finals += 1;
-                } else if self.show {
-                    writeln!(err, "[{}]", if channel.is_empty() { head.trim() } else { &channel })?;
+        for e in self.stream.push(id)? {
+            match e {
+                ChannelEvent::Begin { channel, header } => {
+                    if channel == "final" {
+                        self.finals += 1;
+                    } else if self.show {
+                        writeln!(err, "[{}]", if channel.is_empty() { &header } else { &channel })?;
+                    }
                 }
-                self.body = Some((channel, TextStream::new(self.detok.clone())));
-            }
-            (END | RETURN | CALL, _) => {
-                if let Some((channel, mut ts)) = self.body.take() {
-                    let rest = ts.finish()?;
-                    self.emit(&channel, &rest, out, err)?;
+                ChannelEvent::Text { channel, text } => self.emit(&channel, &text, out, err)?,
+                ChannelEvent::End { channel, token } => {
                     self.emit(&channel, "\n", out, err)?;
-                }
-                if id == CALL {
-                    writeln!(err, "(the model called a tool: <|call|>)")?;
+                    if token == CALL {
+                        writeln!(err, "(the model called a tool: <|call|>)")?;
+                    }
                 }
             }
-            (START, _) => self.header.clear(),
-            (_, Some((channel, ts))) => {
-                let text = ts.push(id)?;
-                let channel = channel.clone();
-                self.emit(&channel, &text, out, err)?;
-            }
-            (_, None) => self.header.push(id),
         }
         Ok(())
     }

@@ -1,0 +1,115 @@
+//! What the HTTP side needs of a model's text, for either family: a tokenizer ([`TextCodec`])
+//! and a chat format ([`ChatFormat`]). The llama family: its HF / GGUF tokenizer and Jinja
+//! chat template, the reply as detokenized. GPT-OSS: o200k_harmony and the harmony format
+//! (`reference::gpt_oss::harmony`), whose reply is split by channel ([`ReplySplit`]): the
+//! `final` channel is the answer (`content`), the others (`analysis`, `commentary`) come as
+//! `reasoning_content`, as vLLM serves gpt-oss; `<|return|>` and `<|call|>` end the reply.
+
+use std::sync::Arc;
+
+use engine::harmony::{ChannelEvent, ChannelStream, HarmonyDetok};
+use engine::Detokenizer;
+use reference::chat::{ChatTemplate, Message};
+use reference::gpt_oss::harmony::{self, SystemContent};
+use reference::gpt_oss::tokenizer::STOP_TOKENS;
+use reference::gpt_oss::GptOssTokenizer;
+use reference::tokenizer::Tokenizer;
+
+/// A model's tokenizer as the server uses it (and the engine's detokenizer).
+pub trait TextCodec: Detokenizer {
+    /// Prompt text → ids with the model's BOS rule (as `tandem generate` encodes).
+    fn encode_prompt(&self, text: &str) -> reference::Result<Vec<u32>>;
+    fn bos_id(&self) -> Option<u32>;
+    /// Ids that end generation (unless a request sets `ignore_eos`).
+    fn eog_ids(&self) -> Vec<u32>;
+}
+
+impl TextCodec for Tokenizer {
+    fn encode_prompt(&self, text: &str) -> reference::Result<Vec<u32>> {
+        self.encode(text, self.add_bos_default())
+    }
+    fn bos_id(&self) -> Option<u32> {
+        Tokenizer::bos_id(self)
+    }
+    fn eog_ids(&self) -> Vec<u32> {
+        Tokenizer::eog_ids(self)
+    }
+}
+
+/// o200k_harmony: special tokens in the text are encoded as such, no BOS; a reply ends at
+/// `<|return|>` or `<|call|>` (as `tandem generate` stops GPT-OSS).
+impl TextCodec for HarmonyDetok {
+    fn encode_prompt(&self, text: &str) -> reference::Result<Vec<u32>> {
+        self.0.encode(text)
+    }
+    fn bos_id(&self) -> Option<u32> {
+        None
+    }
+    fn eog_ids(&self) -> Vec<u32> {
+        STOP_TOKENS.to_vec()
+    }
+}
+
+/// How chat messages become a prompt, and how the reply becomes the answer.
+pub trait ChatFormat: Send + Sync {
+    /// The prompt text of `messages`, ending where the assistant's reply starts.
+    fn render(&self, messages: &[Message]) -> Result<String, String>;
+    /// A splitter for one reply's tokens; `None`: the reply is its detokenized text.
+    fn reply(&self) -> Option<Box<dyn ReplySplit>> {
+        None
+    }
+}
+
+/// One reply's tokens → `(content, reasoning)` text, as they arrive.
+pub trait ReplySplit: Send {
+    fn push(&mut self, ids: &[u32]) -> reference::Result<(String, String)>;
+    /// Text held back when the reply ends.
+    fn finish(&mut self) -> reference::Result<(String, String)>;
+}
+
+impl ChatFormat for ChatTemplate {
+    fn render(&self, messages: &[Message]) -> Result<String, String> {
+        ChatTemplate::render(self, messages, true).map_err(|e| e.to_string())
+    }
+}
+
+/// The harmony chat format over o200k_harmony (the default system message; a `system` message
+/// of the request becomes the developer instructions, as in `tandem generate --system`).
+pub struct Harmony(pub Arc<GptOssTokenizer>);
+
+impl ChatFormat for Harmony {
+    fn render(&self, messages: &[Message]) -> Result<String, String> {
+        harmony::render_prompt(&SystemContent::default(), messages).map_err(|e| e.to_string())
+    }
+    fn reply(&self) -> Option<Box<dyn ReplySplit>> {
+        Some(Box::new(Channels(ChannelStream::new(self.0.clone()))))
+    }
+}
+
+struct Channels(ChannelStream);
+
+fn split(events: Vec<ChannelEvent>) -> (String, String) {
+    let (mut content, mut reasoning) = (String::new(), String::new());
+    for e in events {
+        if let ChannelEvent::Text { channel, text } = e {
+            match channel.as_str() {
+                "final" => content.push_str(&text),
+                _ => reasoning.push_str(&text),
+            }
+        }
+    }
+    (content, reasoning)
+}
+
+impl ReplySplit for Channels {
+    fn push(&mut self, ids: &[u32]) -> reference::Result<(String, String)> {
+        let mut events = vec![];
+        for &id in ids {
+            events.extend(self.0.push(id)?);
+        }
+        Ok(split(events))
+    }
+    fn finish(&mut self) -> reference::Result<(String, String)> {
+        Ok(split(self.0.finish()?))
+    }
+}

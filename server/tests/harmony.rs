@@ -1,0 +1,108 @@
+//! GPT-OSS through `tandem serve`'s HTTP side: o200k_harmony prompts, the harmony chat format,
+//! and the reply split by channel — the `final` channel as `content`, the others as
+//! `reasoning_content` — whole and streamed, ending at `<|return|>`. The runner is scripted:
+//! it answers every request with one fixed harmony reply (random weights would not write one),
+//! so what the server does with the reply is what is tested.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use common::{base, config, post, post_stream, rt, wait_ready};
+use engine::harmony::HarmonyDetok;
+use reference::chat::Message;
+use reference::gpt_oss::harmony::{render_prompt, SystemContent};
+use reference::gpt_oss::tokenizer::VOCAB;
+use reference::gpt_oss::GptOssTokenizer;
+use reference::runner::{KvLayout, ModelInfo, ModelRunner, SeqResult, StepPlan};
+use serde_json::json;
+use server::{Harmony, ModelFront, Server};
+
+const REPLY: &str = "<|channel|>analysis<|message|>The user greets me. Answer «kindly» 👋.<|end|><|start|>assistant<|channel|>final<|message|>Hello there! How can I help?<|return|>";
+
+/// Draws the script's tokens in order after each sequence's prompt (sequences told apart by
+/// their first block; a sequence's prompt length is learnt at its first step).
+struct Scripted {
+    info: ModelInfo,
+    script: Vec<u32>,
+    prompts: HashMap<u32, usize>,
+}
+
+impl ModelRunner for Scripted {
+    fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+    fn kv_layout(&self) -> KvLayout {
+        KvLayout { block_size: 16, num_blocks: 256 }
+    }
+    fn step(&mut self, plan: &StepPlan) -> reference::Result<Vec<SeqResult>> {
+        let mut out = vec![];
+        for s in &plan.seqs {
+            let key = s.blocks.first().copied().unwrap_or(0);
+            if s.pos0 == 0 {
+                self.prompts.insert(key, s.tokens.len());
+            }
+            let p = self.prompts.get(&key).copied().unwrap_or(0);
+            let end = s.pos0 + s.tokens.len();
+            let n = s.samples.len();
+            let tokens = (0..n).map(|j| self.script.get(end + j + 1 - n - p).copied().unwrap_or(0)).collect();
+            out.push(SeqResult { tokens, logits: vec![None; n] });
+        }
+        Ok(out)
+    }
+    fn name(&self) -> String {
+        "scripted".into()
+    }
+}
+
+#[test]
+fn chat_replies_split_by_channel() {
+    let tok = Arc::new(GptOssTokenizer::o200k_harmony().unwrap());
+    let script = tok.encode(REPLY).unwrap();
+    let info = ModelInfo { vocab: VOCAB, max_ctx: 4096, bos_id: None, eos_id: None };
+    let front = ModelFront { tokenizer: Some(Arc::new(HarmonyDetok(tok.clone()))), chat: Some(Arc::new(Harmony(tok.clone()))), info: info.clone() };
+    let runner = Scripted { info, script: script.clone(), prompts: HashMap::new() };
+    let server = Server::start(config(4), front, move || Ok(runner)).expect("server starts");
+    let b = base(&server);
+    wait_ready(&b);
+    let messages = json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]);
+    let want_prompt =
+        tok.encode(&render_prompt(&SystemContent::default(), &[Message::system("Be brief."), Message::user("hi")]).unwrap()).unwrap().len();
+    let rt = rt();
+    rt.block_on(async {
+        let c = reqwest::Client::new();
+        let url = format!("{b}/v1/chat/completions");
+        let (st, v) = post(&c, &url, &json!({"model": "tiny", "messages": messages, "max_tokens": 200})).await;
+        assert_eq!(st, 200, "{v}");
+        let ch = &v["choices"][0];
+        assert_eq!(ch["message"]["content"], "Hello there! How can I help?", "{v}");
+        assert_eq!(ch["message"]["reasoning_content"], "The user greets me. Answer «kindly» 👋.", "{v}");
+        assert_eq!(ch["finish_reason"], "stop", "{v}");
+        assert_eq!(v["usage"]["prompt_tokens"], want_prompt, "the harmony prompt, tokenized with its specials");
+        assert_eq!(v["usage"]["completion_tokens"], script.len(), "the reply ends at <|return|>");
+
+        let (st, s) = post_stream(&c, &url, &json!({"model": "tiny", "messages": messages, "max_tokens": 200, "stream": true})).await;
+        assert_eq!(st, 200);
+        assert_eq!(s.text(), "Hello there! How can I help?");
+        let reasoning: String =
+            s.chunks().iter().filter_map(|c| c["choices"][0]["delta"]["reasoning_content"].as_str().map(str::to_string)).collect();
+        assert_eq!(reasoning, "The user greets me. Answer «kindly» 👋.");
+        assert_eq!(s.finish_reason().as_deref(), Some("stop"));
+        // Cut inside the answer: what was written of it, and `length`.
+        let cut = script.iter().position(|&t| t == reference::gpt_oss::tokenizer::RETURN).unwrap() - 3;
+        let (st, v) = post(&c, &url, &json!({"model": "tiny", "messages": messages, "max_tokens": cut})).await;
+        assert_eq!(st, 200, "{v}");
+        let content = v["choices"][0]["message"]["content"].as_str().unwrap().to_string();
+        assert!(!content.is_empty() && "Hello there! How can I help?".starts_with(&content) && content.len() < 28, "{content:?}");
+        assert_eq!(v["choices"][0]["finish_reason"], "length");
+
+        // Completions: text through o200k_harmony (no BOS), the raw reply back.
+        let (st, v) = post(&c, &format!("{b}/v1/completions"), &json!({"model": "tiny", "prompt": "Hello", "max_tokens": 200})).await;
+        assert_eq!(st, 200, "{v}");
+        assert_eq!(v["usage"]["prompt_tokens"], tok.encode("Hello").unwrap().len());
+        assert_eq!(v["choices"][0]["finish_reason"], "stop");
+        assert!(v["choices"][0]["text"].as_str().unwrap().contains("Hello there!"), "{v}");
+    });
+    drop(server);
+}

@@ -69,6 +69,16 @@ const FIXTURE_B: [&[u8]; 2] = [
     include_bytes!("../../../reference/tests/fixtures/gpt_oss/tiny-gpt-oss-b/model.safetensors"),
 ];
 
+impl Weights {
+    /// The weights' part of a case name.
+    pub(super) fn label(self) -> String {
+        match self {
+            Weights::Synthetic(n) => n.to_string(),
+            Weights::Fixture(x) => format!("hf-fixture-{x}"),
+        }
+    }
+}
+
 /// The files of HF fixture `which` (`a` or `b`): `(name, bytes)`.
 pub(super) fn fixture_files(which: &str) -> [(&'static str, &'static [u8]); 2] {
     let [config, st] = if which == "a" { FIXTURE_A } else { FIXTURE_B };
@@ -277,10 +287,7 @@ impl Case for GptOssCase {
         Op::GptOss
     }
     fn name(&self) -> String {
-        let w = match self.weights {
-            Weights::Synthetic(n) => n.to_string(),
-            Weights::Fixture(x) => format!("hf-fixture-{x}"),
-        };
+        let w = self.weights.label();
         let moe = if self.moe == MoePath::Auto { String::new() } else { format!(",moe={:?}", self.moe).to_lowercase() };
         format!(
             "gpt_oss({w},{},{}{}{moe},{})",

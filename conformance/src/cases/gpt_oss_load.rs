@@ -186,10 +186,7 @@ impl Case for GptOssLoadCase {
         Op::GptOss
     }
     fn name(&self) -> String {
-        let w = match self.weights {
-            Weights::Synthetic(n) => n.to_string(),
-            Weights::Fixture(x) => format!("hf-fixture-{x}"),
-        };
+        let w = self.weights.label();
         let check = if self.check == Check::NanScale { ",scale=255" } else { "" };
         format!("gpt_oss_load({w},{:?}{check},{})", self.format, self.dtype.name()).to_lowercase()
     }

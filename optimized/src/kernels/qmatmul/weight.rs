@@ -208,7 +208,13 @@ impl QWeight {
         };
         for p in parts {
             match p {
-                QuantTensor::Int8(x) => sbits.extend(x.scales().iter().map(|s| s.to_bits())),
+                QuantTensor::Int8(x) => {
+                    // A 7B's int8-g32 scales are ~0.9 GB of f32: converted over all cores.
+                    use rayon::prelude::*;
+                    let at = sbits.len();
+                    sbits.resize(at + x.scales().len(), 0);
+                    sbits[at..].par_iter_mut().zip(x.scales().par_iter()).for_each(|(b, s)| *b = s.to_bits());
+                }
                 QuantTensor::Mxfp4(x) if tiled => x.scales().chunks(in_dim / 32).for_each(|row| sbytes.extend(v2::tile_scales(row, in_dim))),
                 QuantTensor::Mxfp4(x) => sbytes.extend_from_slice(x.scales()),
             }
@@ -263,7 +269,15 @@ impl QWeight {
         let n_words = total / 4;
         let data = DeviceTensor { handle, shape: vec![n_words], dtype: crate::Dtype::F32, read_only: true };
         let s = if format == QFormat::Mxfp4 { words(&sbytes) } else { sbits };
-        let scales = DeviceTensor::from_u32(client, &s, &[s.len()])?.into_read_only();
+        let scales = match staging {
+            // Through the load's page-locked chunks, as the values (not a pageable copy).
+            Some(st) => {
+                use cubecl::CubeElement;
+                let handle = st.upload_words(client, u32::as_bytes(&s))?;
+                DeviceTensor { handle, shape: vec![s.len()], dtype: crate::Dtype::F32, read_only: true }
+            }
+            None => DeviceTensor::from_u32(client, &s, &[s.len()])?.into_read_only(),
+        };
         Ok(Self {
             format,
             layout,

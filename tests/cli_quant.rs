@@ -166,3 +166,36 @@ fn weights_dense_dequantizes_a_quantized_gguf() {
     }
     fails(&["logits", "--synthetic", "tiny-gpt-oss", "--weights", "dense", "--ids", "1"], 2, &["--weights dense", "GPT-OSS"]);
 }
+
+/// A GGUF of k-quant weights (Q4_K, Q5_K, Q6_K: rows of whole 256-value super-blocks) runs on
+/// the CPU reference and on a GPU device (lavapipe in CI), which dequantizes them at load:
+/// the same top tokens, logits within f32 accumulation order.
+#[test]
+fn kquant_gguf_runs_on_cpu_and_gpu() {
+    use reference::dequant::GgmlType;
+    let (_, base) = reference::synthetic::tiny_configs().into_iter().find(|(n, _)| *n == "tiny-gqa").unwrap();
+    let cfg = reference::Config { n_layers: 2, n_heads: 4, n_kv_heads: 2, head_dim: 64, hidden: 256, ffn: 512, vocab: 256, ..base };
+    let w = reference::synthetic::weights(&cfg, 7).unwrap();
+    for ty in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
+        let p = tmp(&format!("{}.gguf", ty.name()));
+        reference::loader::write_gguf(&p, &cfg, &w, ty).unwrap();
+        let m = p.to_str().unwrap();
+        let run = |dev: &[&str]| {
+            let mut a = vec!["logits", "--model", m, "--ids", "1,2,3,40", "--top-k", "5"];
+            a.extend(dev);
+            json(&a)
+        };
+        let (cpu, gpu) = (run(&["--device", "cpu"]), run(&["--device", "wgpu", "--dtype", "f32"]));
+        assert_eq!(cpu["top_ids"], gpu["top_ids"], "{ty:?}");
+        let flat = |v: &Value| {
+            v["top_logits"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect::<Vec<_>>())
+                .collect::<Vec<_>>()
+        };
+        let worst = flat(&cpu).iter().zip(flat(&gpu)).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        assert!(worst < 1e-3, "{ty:?}: logits differ by {worst}");
+    }
+}

@@ -13,6 +13,10 @@ pub enum GgmlType {
     Q4_1,
     Q8_0,
     BF16,
+    /// k-quants: super-blocks of 256 ([`crate::kquants`]).
+    Q4K,
+    Q5K,
+    Q6K,
 }
 
 impl GgmlType {
@@ -24,6 +28,9 @@ impl GgmlType {
             2 => GgmlType::Q4_0,
             3 => GgmlType::Q4_1,
             8 => GgmlType::Q8_0,
+            12 => GgmlType::Q4K,
+            13 => GgmlType::Q5K,
+            14 => GgmlType::Q6K,
             30 => GgmlType::BF16,
             _ => return None,
         })
@@ -35,6 +42,9 @@ impl GgmlType {
             GgmlType::Q4_0 => 2,
             GgmlType::Q4_1 => 3,
             GgmlType::Q8_0 => 8,
+            GgmlType::Q4K => 12,
+            GgmlType::Q5K => 13,
+            GgmlType::Q6K => 14,
             GgmlType::BF16 => 30,
         }
     }
@@ -43,6 +53,7 @@ impl GgmlType {
         match self {
             GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 1,
             GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 => 32,
+            GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => crate::kquants::QK_K,
         }
     }
     /// Bytes per block.
@@ -53,6 +64,9 @@ impl GgmlType {
             GgmlType::Q4_0 => 18,
             GgmlType::Q4_1 => 20,
             GgmlType::Q8_0 => 34,
+            GgmlType::Q4K => crate::kquants::Q4K_BYTES,
+            GgmlType::Q5K => crate::kquants::Q5K_BYTES,
+            GgmlType::Q6K => crate::kquants::Q6K_BYTES,
         }
     }
     /// Bytes needed for `n` elements, `None` if `n` is not a whole number of blocks or overflows.
@@ -70,6 +84,9 @@ impl GgmlType {
             GgmlType::Q4_0 => "Q4_0",
             GgmlType::Q4_1 => "Q4_1",
             GgmlType::Q8_0 => "Q8_0",
+            GgmlType::Q4K => "Q4_K",
+            GgmlType::Q5K => "Q5_K",
+            GgmlType::Q6K => "Q6_K",
             GgmlType::BF16 => "BF16",
         }
     }
@@ -85,6 +102,9 @@ pub fn dequantize_into(ty: GgmlType, bytes: &[u8], out: &mut Vec<f32>) {
         GgmlType::Q8_0 => dequant_q8_0(bytes, out),
         GgmlType::Q4_0 => dequant_q4_0(bytes, out),
         GgmlType::Q4_1 => dequant_q4_1(bytes, out),
+        GgmlType::Q4K => crate::kquants::dequant_q4_k(bytes, out),
+        GgmlType::Q5K => crate::kquants::dequant_q5_k(bytes, out),
+        GgmlType::Q6K => crate::kquants::dequant_q6_k(bytes, out),
     }
 }
 
@@ -161,8 +181,9 @@ pub fn dequant_q4_1(bytes: &[u8], out: &mut Vec<f32>) {
     }
 }
 
-/// Quantize f32 values (a whole number of 32-blocks) the way ggml's reference quantizers do.
-/// Used to write test GGUF files; F32/F16/BF16 are plain conversions.
+/// Quantize f32 values (a whole number of blocks) the way ggml's reference quantizers do (the
+/// k-quants: a simpler valid choice, [`crate::kquants::quantize`]). Used to write test GGUF
+/// files; F32/F16/BF16 are plain conversions.
 pub fn quantize(ty: GgmlType, x: &[f32]) -> Vec<u8> {
     let mut out = Vec::with_capacity(ty.bytes_for(x.len() as u64).unwrap_or(0) as usize);
     match ty {
@@ -201,6 +222,7 @@ pub fn quantize(ty: GgmlType, x: &[f32]) -> Vec<u8> {
                 out.extend((0..16).map(|i| q(blk[i]) | (q(blk[i + 16]) << 4)));
             }
         }
+        GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => crate::kquants::quantize(ty, x, &mut out),
     }
     out
 }

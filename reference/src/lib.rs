@@ -9,6 +9,7 @@ pub mod dequant;
 pub mod error;
 pub mod fetch;
 pub mod gguf;
+pub mod kquants;
 
 pub use error::{Error, Result};
 pub mod chat;

@@ -202,7 +202,7 @@ impl GgufFile {
             GgmlType::F32 => RawDtype::F32,
             GgmlType::F16 => RawDtype::F16,
             GgmlType::BF16 => RawDtype::BF16,
-            t @ (GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1) => RawDtype::Block(t),
+            t @ (GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K) => RawDtype::Block(t),
         };
         if info.shape != want {
             return Err(Error::tensor(&self.path, name, format!("shape {:?}, expected {:?}", info.shape, want)));

@@ -385,19 +385,22 @@ mod tests {
         reference::dequant::quantize(ggml(dtype), xs)
     }
 
-    const TYPES: [RawDtype; 6] = [
+    const TYPES: [RawDtype; 9] = [
         RawDtype::F32,
         RawDtype::F16,
         RawDtype::BF16,
         RawDtype::Block(GgmlType::Q8_0),
         RawDtype::Block(GgmlType::Q4_0),
         RawDtype::Block(GgmlType::Q4_1),
+        RawDtype::Block(GgmlType::Q4K),
+        RawDtype::Block(GgmlType::Q5K),
+        RawDtype::Block(GgmlType::Q6K),
     ];
 
-    /// Values across two chunk boundaries (whole blocks of 32), with subnormals, infinities
+    /// Values across two chunk boundaries (whole blocks of 256), with subnormals, infinities
     /// (plain types only) and values that round differently.
     fn values(blocks: bool) -> Vec<f32> {
-        (0..(CHUNK * 2 + 96))
+        (0..(CHUNK * 2 + 256))
             .map(|i| match i % 7 {
                 0 => (i as f32 * 0.37).sin() * 1e3,
                 1 => 1.0 + (i as f32) * 1e-4,
@@ -429,7 +432,7 @@ mod tests {
                 }
                 assert!(out == want, "{from:?} → {}", to.name());
                 // A range of whole units from the middle; a range off the block grid is refused.
-                let (first, n) = (CHUNK - 64, 160);
+                let (first, n) = (CHUNK - 256, 512);
                 let mut part = vec![0u8; n * to.size()];
                 convert_range(RawDense { dtype: from, bytes: &bytes }, first, to, &mut part).unwrap();
                 assert!(part == want[first * to.size()..(first + n) * to.size()], "{from:?} range");
@@ -439,10 +442,10 @@ mod tests {
         }
     }
 
-    /// Two tensors' rows interleaved, for every stored type (rows of 64 values: two blocks).
+    /// Two tensors' rows interleaved, for every stored type (rows of 256 values: whole blocks).
     #[test]
     fn interleave_blocks() {
-        let (nrows, n) = (5, 64);
+        let (nrows, n) = (5, 256);
         for from in TYPES {
             let a: Vec<f32> = (0..nrows * n).map(|i| (i as f32 * 0.7).sin()).collect();
             let b: Vec<f32> = (0..nrows * n).map(|i| 2.0 + (i as f32 * 0.3).cos()).collect();

@@ -10,6 +10,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::error::ApiError;
+use crate::front::ChatOptions;
 use crate::ModelFront;
 
 /// Which endpoint a request came to.
@@ -76,6 +77,7 @@ enum Prompt {
 #[derive(Debug, Deserialize)]
 struct ChatFields {
     messages: Option<Vec<ChatMessage>>,
+    reasoning_effort: Option<String>,
     logprobs: Option<bool>,
     top_logprobs: Option<u32>,
     tools: Option<Vec<Value>>,
@@ -199,7 +201,15 @@ pub fn parse(endpoint: Endpoint, body: &[u8], front: &ModelFront, served: &str) 
             }
             let msgs = f.messages.ok_or_else(|| ApiError::invalid("messages", "`messages` is required"))?;
             let lp = (f.logprobs == Some(true)).then(|| f.top_logprobs.unwrap_or(0) as usize);
-            (chat_prompt(&msgs, front)?, lp, "messages", None)
+            use reference::gpt_oss::harmony::Reasoning;
+            let reasoning = match f.reasoning_effort.as_deref() {
+                None => None,
+                Some("low") => Some(Reasoning::Low),
+                Some("medium") => Some(Reasoning::Medium),
+                Some("high") => Some(Reasoning::High),
+                Some(o) => return Err(ApiError::invalid("reasoning_effort", format!("`reasoning_effort` must be low, medium or high, got `{o}`"))),
+            };
+            (chat_prompt(&msgs, front, &ChatOptions { reasoning })?, lp, "messages", None)
         }
     };
     let ctx = front.info.max_ctx;
@@ -309,7 +319,7 @@ fn encode(text: &str, front: &ModelFront, param: &str) -> Result<Vec<u32>, ApiEr
 }
 
 /// The chat template over `messages`, then the tokenizer.
-fn chat_prompt(msgs: &[ChatMessage], front: &ModelFront) -> Result<Vec<u32>, ApiError> {
+fn chat_prompt(msgs: &[ChatMessage], front: &ModelFront, opts: &ChatOptions) -> Result<Vec<u32>, ApiError> {
     check(!msgs.is_empty(), "messages", || "must hold at least one message".into())?;
     let mut out = Vec::with_capacity(msgs.len());
     for (i, m) in msgs.iter().enumerate() {
@@ -330,6 +340,6 @@ fn chat_prompt(msgs: &[ChatMessage], front: &ModelFront) -> Result<Vec<u32>, Api
     }
     let tmpl =
         front.chat.as_ref().ok_or_else(|| ApiError::invalid("messages", "`messages`: this model has no chat template; use /v1/completions"))?;
-    let text = tmpl.render(&out).map_err(|e| ApiError::invalid("messages", format!("`messages`: the chat template refused them: {e}")))?;
+    let text = tmpl.render(&out, opts).map_err(|e| ApiError::invalid("messages", format!("`messages`: the chat template refused them: {e}")))?;
     encode(&text, front, "messages")
 }

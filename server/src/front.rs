@@ -10,7 +10,7 @@ use std::sync::Arc;
 use engine::harmony::{ChannelEvent, ChannelStream, HarmonyDetok};
 use engine::Detokenizer;
 use reference::chat::{ChatTemplate, Message};
-use reference::gpt_oss::harmony::{self, SystemContent};
+use reference::gpt_oss::harmony::{self, Reasoning, SystemContent};
 use reference::gpt_oss::tokenizer::STOP_TOKENS;
 use reference::gpt_oss::GptOssTokenizer;
 use reference::tokenizer::Tokenizer;
@@ -50,10 +50,18 @@ impl TextCodec for HarmonyDetok {
     }
 }
 
+/// What a chat request asks of the format beyond its messages.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ChatOptions {
+    /// `reasoning_effort` (`low` / `medium` / `high`): harmony's `Reasoning:` line; a format
+    /// without one ignores it, as vLLM does.
+    pub reasoning: Option<Reasoning>,
+}
+
 /// How chat messages become a prompt, and how the reply becomes the answer.
 pub trait ChatFormat: Send + Sync {
     /// The prompt text of `messages`, ending where the assistant's reply starts.
-    fn render(&self, messages: &[Message]) -> Result<String, String>;
+    fn render(&self, messages: &[Message], opts: &ChatOptions) -> Result<String, String>;
     /// A splitter for one reply's tokens; `None`: the reply is its detokenized text.
     fn reply(&self) -> Option<Box<dyn ReplySplit>> {
         None
@@ -68,18 +76,20 @@ pub trait ReplySplit: Send {
 }
 
 impl ChatFormat for ChatTemplate {
-    fn render(&self, messages: &[Message]) -> Result<String, String> {
+    fn render(&self, messages: &[Message], _opts: &ChatOptions) -> Result<String, String> {
         ChatTemplate::render(self, messages, true).map_err(|e| e.to_string())
     }
 }
 
-/// The harmony chat format over o200k_harmony (the default system message; a `system` message
-/// of the request becomes the developer instructions, as in `tandem generate --system`).
+/// The harmony chat format over o200k_harmony (the default system message with the request's
+/// `reasoning_effort`; a `system` message of the request becomes the developer instructions, as
+/// in `tandem generate --system`).
 pub struct Harmony(pub Arc<GptOssTokenizer>);
 
 impl ChatFormat for Harmony {
-    fn render(&self, messages: &[Message]) -> Result<String, String> {
-        harmony::render_prompt(&SystemContent::default(), messages).map_err(|e| e.to_string())
+    fn render(&self, messages: &[Message], opts: &ChatOptions) -> Result<String, String> {
+        let system = SystemContent { reasoning: opts.reasoning.unwrap_or_default(), ..SystemContent::default() };
+        harmony::render_prompt(&system, messages).map_err(|e| e.to_string())
     }
     fn reply(&self) -> Option<Box<dyn ReplySplit>> {
         Some(Box::new(Channels(ChannelStream::new(self.0.clone()))))

@@ -38,7 +38,7 @@ use reference::runner::{ModelInfo, ModelRunner};
 use tokio::sync::{oneshot, watch};
 
 pub use error::ApiError;
-pub use front::{ChatFormat, Harmony, ReplySplit, TextCodec};
+pub use front::{ChatFormat, ChatOptions, Harmony, ReplySplit, TextCodec};
 pub use metrics::{Metrics, Outcome};
 
 /// How the server runs.

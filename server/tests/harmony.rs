@@ -7,12 +7,12 @@
 mod common;
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use common::{base, config, post, post_stream, rt, wait_ready};
 use engine::harmony::HarmonyDetok;
 use reference::chat::Message;
-use reference::gpt_oss::harmony::{render_prompt, SystemContent};
+use reference::gpt_oss::harmony::{render_prompt, Reasoning, SystemContent};
 use reference::gpt_oss::tokenizer::VOCAB;
 use reference::gpt_oss::GptOssTokenizer;
 use reference::runner::{KvLayout, ModelInfo, ModelRunner, SeqResult, StepPlan};
@@ -27,6 +27,8 @@ struct Scripted {
     info: ModelInfo,
     script: Vec<u32>,
     prompts: HashMap<u32, usize>,
+    /// Every prompt run (its first step's tokens), for the test to read.
+    seen: Arc<Mutex<Vec<Vec<u32>>>>,
 }
 
 impl ModelRunner for Scripted {
@@ -42,6 +44,7 @@ impl ModelRunner for Scripted {
             let key = s.blocks.first().copied().unwrap_or(0);
             if s.pos0 == 0 {
                 self.prompts.insert(key, s.tokens.len());
+                self.seen.lock().unwrap().push(s.tokens.to_vec());
             }
             let p = self.prompts.get(&key).copied().unwrap_or(0);
             let end = s.pos0 + s.tokens.len();
@@ -62,8 +65,12 @@ fn chat_replies_split_by_channel() {
     let script = tok.encode(REPLY).unwrap();
     let info = ModelInfo { vocab: VOCAB, max_ctx: 4096, bos_id: None, eos_id: None };
     let front = ModelFront { tokenizer: Some(Arc::new(HarmonyDetok(tok.clone()))), chat: Some(Arc::new(Harmony(tok.clone()))), info: info.clone() };
-    let runner = Scripted { info, script: script.clone(), prompts: HashMap::new() };
-    let server = Server::start(config(4), front, move || Ok(runner)).expect("server starts");
+    let seen = Arc::new(Mutex::new(vec![]));
+    let runner = Scripted { info, script: script.clone(), prompts: HashMap::new(), seen: seen.clone() };
+    // No prefix caching: every prompt runs from position 0, so the runner sees it whole.
+    let mut cfg = config(4);
+    cfg.engine.prefix_caching = false;
+    let server = Server::start(cfg, front, move || Ok(runner)).expect("server starts");
     let b = base(&server);
     wait_ready(&b);
     let messages = json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]);
@@ -96,6 +103,20 @@ fn chat_replies_split_by_channel() {
         let content = v["choices"][0]["message"]["content"].as_str().unwrap().to_string();
         assert!(!content.is_empty() && "Hello there! How can I help?".starts_with(&content) && content.len() < 28, "{content:?}");
         assert_eq!(v["choices"][0]["finish_reason"], "length");
+
+        // reasoning_effort: the system message's `Reasoning:` line (the prompt's length is the
+        // same for low / high, so the rendered prompt is compared); a bad value is a 400.
+        for effort in ["low", "high"] {
+            let (st, v) = post(&c, &url, &json!({"model": "tiny", "messages": messages, "max_tokens": 1, "reasoning_effort": effort})).await;
+            assert_eq!(st, 200, "{v}");
+            let system = SystemContent { reasoning: if effort == "low" { Reasoning::Low } else { Reasoning::High }, ..SystemContent::default() };
+            let text = render_prompt(&system, &[Message::system("Be brief."), Message::user("hi")]).unwrap();
+            assert!(text.contains(&format!("Reasoning: {effort}")), "{text}");
+            assert_eq!(seen.lock().unwrap().last(), Some(&tok.encode(&text).unwrap()), "{effort}: the prompt run");
+        }
+        let (st, v) = post(&c, &url, &json!({"model": "tiny", "messages": messages, "reasoning_effort": "max"})).await;
+        assert_eq!(st, 400, "{v}");
+        assert_eq!(v["error"]["param"], "reasoning_effort", "{v}");
 
         // Completions: text through o200k_harmony (no BOS), the raw reply back.
         let (st, v) = post(&c, &format!("{b}/v1/completions"), &json!({"model": "tiny", "prompt": "Hello", "max_tokens": 200})).await;

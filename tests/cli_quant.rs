@@ -199,3 +199,30 @@ fn kquant_gguf_runs_on_cpu_and_gpu() {
         assert!(worst < 1e-3, "{ty:?}: logits differ by {worst}");
     }
 }
+
+/// `--reasoning-effort` for GPT-OSS chats (a tiny GPT-OSS GGUF with o200k's vocabulary, so
+/// `generate` has its tokenizer): the flag runs, a `--prompts` line's `reasoning_effort` must be
+/// a level (an error for that line only), and a llama model refuses the flag.
+#[test]
+fn reasoning_effort_for_gpt_oss_chats() {
+    use reference::gpt_oss::{synthetic, writer};
+    let (_, base) = synthetic::tiny_configs().into_iter().next().unwrap();
+    let cfg = reference::gpt_oss::GptOssConfig { vocab: reference::gpt_oss::tokenizer::VOCAB, ..base };
+    let p = tmp("o200k.gguf");
+    writer::write_gguf(&p, &cfg, &synthetic::weights(&cfg, 1).unwrap()).unwrap();
+    let m = p.to_str().unwrap();
+    let (_, err) = ok(&["generate", "--model", m, "--device", "cpu", "--chat", "hi", "--max-tokens", "2", "--reasoning-effort", "high"]);
+    assert!(err.contains("prompt tokens, 2 generated") || err.contains("2 generated"), "{err}");
+    let lines = tmp("r.jsonl");
+    std::fs::write(
+        &lines,
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":2,\"reasoning_effort\":\"low\"}\n{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":2,\"reasoning_effort\":\"max\"}\n",
+    )
+    .unwrap();
+    let (out, _) = ok(&["generate", "--model", m, "--device", "cpu", "--prompts", lines.to_str().unwrap()]);
+    let rows: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let by_id = |i: u64| rows.iter().find(|r| r["id"] == i).unwrap_or_else(|| panic!("no line {i}: {out}"));
+    assert_eq!(by_id(0)["finish_reason"], "length", "{out}");
+    assert!(by_id(1)["error"].as_str().unwrap_or_default().contains("reasoning_effort"), "{out}");
+    fails(&["generate", "--synthetic", "tiny-gqa", "--prompt", "hi", "--reasoning-effort", "low"], 2, &["--reasoning-effort", "GPT-OSS"]);
+}

@@ -201,13 +201,12 @@ pub fn parse(endpoint: Endpoint, body: &[u8], front: &ModelFront, served: &str) 
             }
             let msgs = f.messages.ok_or_else(|| ApiError::invalid("messages", "`messages` is required"))?;
             let lp = (f.logprobs == Some(true)).then(|| f.top_logprobs.unwrap_or(0) as usize);
-            use reference::gpt_oss::harmony::Reasoning;
             let reasoning = match f.reasoning_effort.as_deref() {
                 None => None,
-                Some("low") => Some(Reasoning::Low),
-                Some("medium") => Some(Reasoning::Medium),
-                Some("high") => Some(Reasoning::High),
-                Some(o) => return Err(ApiError::invalid("reasoning_effort", format!("`reasoning_effort` must be low, medium or high, got `{o}`"))),
+                Some(o) => Some(
+                    reference::gpt_oss::harmony::Reasoning::parse(o)
+                        .ok_or_else(|| ApiError::invalid("reasoning_effort", format!("`reasoning_effort` must be low, medium or high, got `{o}`")))?,
+                ),
             };
             (chat_prompt(&msgs, front, &ChatOptions { reasoning })?, lp, "messages", None)
         }

@@ -50,6 +50,10 @@ pub struct GenerateArgs {
     /// GPT-OSS with --chat: also print the analysis (and commentary) channel, to stderr.
     #[arg(long)]
     pub show_analysis: bool,
+    /// GPT-OSS chats (--chat, --prompts `messages`): the harmony system message's `Reasoning:`
+    /// level (default medium); a --prompts line's `reasoning_effort` overrides it.
+    #[arg(long, value_parser = ["low", "medium", "high"])]
+    pub reasoning_effort: Option<String>,
     /// Speculative decoding (issue 26): --speculate, --spec-k, ...
     #[command(flatten)]
     pub spec: super::bench_spec::SpecArgs,
@@ -125,6 +129,9 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     params.validate()?;
     if super::gpt_oss::wants(&a.model)? {
         return super::gpt_oss::chat::run(a, params);
+    }
+    if a.reasoning_effort.is_some() {
+        return Err(CliError::Usage("--reasoning-effort: only GPT-OSS models (the harmony format) have a reasoning level".into()));
     }
     if let Some(path) = a.prompts.clone() {
         return super::batch::run(a, &path, params);

@@ -35,6 +35,11 @@ pub enum Reasoning {
 }
 
 impl Reasoning {
+    /// `low`, `medium` or `high` (what `as_str` writes); `None` for anything else.
+    pub fn parse(s: &str) -> Option<Self> {
+        [Reasoning::Low, Reasoning::Medium, Reasoning::High].into_iter().find(|r| r.as_str() == s)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Reasoning::Low => "low",

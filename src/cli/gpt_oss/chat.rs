@@ -14,7 +14,7 @@ use std::time::Instant;
 use engine::harmony::{ChannelEvent, ChannelStream, HarmonyDetok};
 use engine::{Detokenizer, Engine, EngineConfig, FinishReason, Request, RequestId};
 use reference::chat::Message;
-use reference::gpt_oss::harmony::{self, SystemContent};
+use reference::gpt_oss::harmony::{self, Reasoning, SystemContent};
 use reference::gpt_oss::tokenizer::{CALL, STOP_TOKENS};
 use reference::gpt_oss::GptOssTokenizer;
 use reference::sampling::SamplingParams;
@@ -24,9 +24,15 @@ use super::super::generate::GenerateArgs;
 use super::super::{CliError, Result};
 use super::parts;
 
-/// The harmony prompt of `messages` (default system message) as ids.
-fn harmony_ids(tok: &GptOssTokenizer, messages: &[Message]) -> Result<Vec<u32>> {
-    Ok(tok.encode(&harmony::render_prompt(&SystemContent::default(), messages)?)?)
+/// The harmony prompt of `messages` (the default system message at `reasoning`) as ids.
+fn harmony_ids(tok: &GptOssTokenizer, messages: &[Message], reasoning: Reasoning) -> Result<Vec<u32>> {
+    let system = SystemContent { reasoning, ..SystemContent::default() };
+    Ok(tok.encode(&harmony::render_prompt(&system, messages)?)?)
+}
+
+/// `--reasoning-effort` (clap allows only the three levels).
+fn reasoning_arg(a: &GenerateArgs) -> Reasoning {
+    a.reasoning_effort.as_deref().and_then(Reasoning::parse).unwrap_or_default()
 }
 
 /// Writes a harmony output as its tokens arrive ([`ChannelStream`]): `final` content to
@@ -92,7 +98,7 @@ pub fn run(a: GenerateArgs, params: SamplingParams) -> Result<()> {
                 msgs.push(Message::system(s.clone()));
             }
             msgs.push(Message::user(c.clone()));
-            (harmony_ids(&tok, &msgs)?, true)
+            (harmony_ids(&tok, &msgs, reasoning_arg(&a))?, true)
         }
         (None, None) => return Err(CliError::Usage("give --prompt, --chat or --prompts".into())),
     };
@@ -176,7 +182,11 @@ fn parse_line(text: &str, tok: &GptOssTokenizer, a: &GenerateArgs, base: &Sampli
                     _ => Err("`messages` entries need string `role` and `content`".to_string()),
                 })
                 .collect::<std::result::Result<Vec<_>, _>>()?;
-            (harmony_ids(tok, &msgs).map_err(|e| e.to_string())?, true)
+            let reasoning = match field(o, "reasoning_effort", "low, medium or high", |v| v.as_str().and_then(Reasoning::parse))? {
+                Some(r) => r,
+                None => reasoning_arg(a),
+            };
+            (harmony_ids(tok, &msgs, reasoning).map_err(|e| e.to_string())?, true)
         }
         (Some(_), Some(_)) => return Err("give `prompt` or `messages`, not both".into()),
         _ => return Err("needs `prompt` (a string) or `messages` (an array)".into()),

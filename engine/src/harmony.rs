@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use reference::gpt_oss::harmony;
 use reference::gpt_oss::tokenizer::{CALL, END, MESSAGE, RETURN, START};
 use reference::gpt_oss::GptOssTokenizer;
 
@@ -54,7 +55,7 @@ impl ChannelStream {
         match (id, &mut self.body) {
             (MESSAGE, None) => {
                 let header = self.tok.decode_lossy(&self.header)?;
-                let channel = header.split("<|channel|>").nth(1).and_then(|c| c.split_whitespace().next()).unwrap_or("").to_string();
+                let channel = harmony::parse_header(&header, "assistant").channel.unwrap_or_default();
                 self.header.clear();
                 ev.push(ChannelEvent::Begin { channel: channel.clone(), header: header.trim().to_string() });
                 self.body = Some((channel, TextStream::new(self.detok.clone())));

@@ -194,16 +194,10 @@ impl GgufFile {
     /// Tensor `name`'s stored bytes (F32 / F16 / BF16, or ggml blocks; `None` for a missing
     /// tensor), after checking its shape is `want` and each row is whole blocks.
     pub fn raw_dense(&self, name: &str, want: &[usize]) -> Result<Option<RawDense<'_>>> {
-        use crate::dequant::GgmlType;
         let Some(info) = self.tensor_info(name) else {
             return Ok(None);
         };
-        let dtype = match info.ty {
-            GgmlType::F32 => RawDtype::F32,
-            GgmlType::F16 => RawDtype::F16,
-            GgmlType::BF16 => RawDtype::BF16,
-            t @ (GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K) => RawDtype::Block(t),
-        };
+        let dtype = RawDtype::of(info.ty);
         if info.shape != want {
             return Err(Error::tensor(&self.path, name, format!("shape {:?}, expected {:?}", info.shape, want)));
         }

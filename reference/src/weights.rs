@@ -124,14 +124,33 @@ pub enum RawDtype {
 }
 
 impl RawDtype {
+    /// How a GGUF stores ggml type `t`: the plain types as themselves, the rest as blocks.
+    pub fn of(t: crate::dequant::GgmlType) -> Self {
+        use crate::dequant::GgmlType;
+        match t {
+            GgmlType::F32 => RawDtype::F32,
+            GgmlType::F16 => RawDtype::F16,
+            GgmlType::BF16 => RawDtype::BF16,
+            t => RawDtype::Block(t),
+        }
+    }
+
+    /// The ggml type of this storage (the inverse of [`RawDtype::of`]).
+    pub fn ggml(self) -> crate::dequant::GgmlType {
+        use crate::dequant::GgmlType;
+        match self {
+            RawDtype::F32 => GgmlType::F32,
+            RawDtype::F16 => GgmlType::F16,
+            RawDtype::BF16 => GgmlType::BF16,
+            RawDtype::Block(t) => t,
+        }
+    }
+
     /// The unit of storage: `(values, bytes)` — one value for the plain types, a block for
     /// ggml's block types. Ranges of values start and end on whole units.
     pub fn unit(self) -> (usize, usize) {
-        match self {
-            RawDtype::F32 => (1, 4),
-            RawDtype::F16 | RawDtype::BF16 => (1, 2),
-            RawDtype::Block(t) => (t.block_elems(), t.block_bytes()),
-        }
+        let t = self.ggml();
+        (t.block_elems(), t.block_bytes())
     }
 
     /// Bytes of `n` values (`None` where `n` is not a whole number of units).

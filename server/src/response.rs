@@ -1,5 +1,7 @@
 //! Response bodies in OpenAI's shapes: whole completions, stream chunks, usage, logprobs.
 
+use std::borrow::Cow;
+
 use engine::{RequestOutput, TokenLogprob};
 use serde::Serialize;
 
@@ -69,8 +71,8 @@ impl Reply {
     }
 
     /// `(text, reasoning)` of one output (with what was held back, at the reply's end).
-    pub fn of(&mut self, o: &RequestOutput) -> Result<(String, String), ApiError> {
-        let Some(split) = &mut self.0 else { return Ok((o.new_text.clone(), String::new())) };
+    pub fn of<'o>(&mut self, o: &'o RequestOutput) -> Result<(Cow<'o, str>, Cow<'o, str>), ApiError> {
+        let Some(split) = &mut self.0 else { return Ok((Cow::Borrowed(&o.new_text), Cow::Borrowed(""))) };
         let bad = |e: reference::Error| ApiError::internal(format!("splitting the reply: {e}"));
         let (mut text, mut reasoning) = split.push(&o.new_tokens).map_err(bad)?;
         if o.finished.is_some() {
@@ -78,7 +80,7 @@ impl Reply {
             text.push_str(&t);
             reasoning.push_str(&r);
         }
-        Ok((text, reasoning))
+        Ok((Cow::Owned(text), Cow::Owned(reasoning)))
     }
 }
 

@@ -176,7 +176,7 @@ async fn collect(s: &Shared, job: &Job, mut ticket: Ticket, mut rx: UnboundedRec
                         return Err(e);
                     }
                 };
-                acc.push(&o, (&text, &reasoning));
+                acc.push(&o, (text.as_ref(), reasoning.as_ref()));
                 if let Some(f) = o.finished {
                     ticket.done = true;
                     return Ok(Json(response::full(job, &s.front, &meta, &acc, finish_name(f))).into_response());

@@ -372,17 +372,8 @@ mod tests {
 
     use reference::dequant::GgmlType;
 
-    fn ggml(dtype: RawDtype) -> GgmlType {
-        match dtype {
-            RawDtype::F32 => GgmlType::F32,
-            RawDtype::F16 => GgmlType::F16,
-            RawDtype::BF16 => GgmlType::BF16,
-            RawDtype::Block(t) => t,
-        }
-    }
-
     fn raw(dtype: RawDtype, xs: &[f32]) -> Vec<u8> {
-        reference::dequant::quantize(ggml(dtype), xs)
+        reference::dequant::quantize(dtype.ggml(), xs)
     }
 
     const TYPES: [RawDtype; 9] = [
@@ -421,7 +412,7 @@ mod tests {
         for from in TYPES {
             let xs = values(matches!(from, RawDtype::Block(_)));
             let bytes = raw(from, &xs);
-            let decoded = reference::dequant::dequantize_par(ggml(from), &bytes);
+            let decoded = reference::dequant::dequantize_par(from.ggml(), &bytes);
             assert_eq!(decoded.len(), xs.len());
             for to in [Dtype::F32, Dtype::F16, Dtype::BF16] {
                 let mut out = vec![0u8; xs.len() * to.size()];
@@ -454,13 +445,13 @@ mod tests {
             interleave_into(0, RawDense { dtype: from, bytes: &ra }, nrows, Dtype::F32, &mut out).unwrap();
             interleave_into(1, RawDense { dtype: from, bytes: &rb }, nrows, Dtype::F32, &mut out).unwrap();
             let got: Vec<f32> = out.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-            let (da, db) = (reference::dequant::dequantize_par(ggml(from), &ra), reference::dequant::dequantize_par(ggml(from), &rb));
+            let (da, db) = (reference::dequant::dequantize_par(from.ggml(), &ra), reference::dequant::dequantize_par(from.ggml(), &rb));
             for j in 0..nrows {
                 assert_eq!(got[2 * j * n..(2 * j + 1) * n], da[j * n..(j + 1) * n], "{from:?}");
                 assert_eq!(got[(2 * j + 1) * n..(2 * j + 2) * n], db[j * n..(j + 1) * n], "{from:?}");
             }
             let r = rows(RawDense { dtype: from, bytes: &ra }, n, 2, 2).unwrap();
-            assert_eq!(reference::dequant::dequantize_par(ggml(from), r.bytes), da[2 * n..4 * n], "{from:?} rows");
+            assert_eq!(reference::dequant::dequantize_par(from.ggml(), r.bytes), da[2 * n..4 * n], "{from:?} rows");
         }
     }
 

@@ -152,7 +152,7 @@ impl ParsedOutput {
 }
 
 /// Split a header's text: `[role][ to=R]<|channel|>channel[ to=R][ content type]`.
-fn parse_header(text: &str, role: &str) -> ParsedMessage {
+pub fn parse_header(text: &str, role: &str) -> ParsedMessage {
     let (role_part, chan_part) = match text.split_once("<|channel|>") {
         Some((r, c)) => (r, Some(c)),
         None => (text, None),

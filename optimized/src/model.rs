@@ -521,7 +521,7 @@ impl GpuModel {
         };
         // The decode the int8 gemvs take (every int8 weight of a model is uploaded alike).
         let int8 = m.layers.iter().flat_map(|l| [&l.wqkv, &l.wo, &l.w_gate_up, &l.w_down]).find_map(|w| match w {
-            Weight::Quant(q) if q.format != QFormat::Mxfp4 && q.layout != QLayout::Rows => Some((q.layout, q.subnormal, q.prefetch, q.mma)),
+            Weight::Quant(q) if !q.format.nibbles() && q.layout != QLayout::Rows => Some((q.layout, q.subnormal, q.prefetch, q.mma)),
             _ => None,
         });
         let int8 = match int8 {

@@ -24,13 +24,12 @@ impl TensorSource for GgufFile {
         self.raw_dense(&t.name(Naming::Gguf), &t.shape(cfg))
     }
 
-    /// A Q8_0 or Q4_0 linear weight (or untied `output.weight`) as INT8 with groups of 32, the
-    /// f16 block scale widened to f32: exactly what [`TensorSource::load`] dequantizes, so a
-    /// backend keeps the file's weights without requantizing. Q8_0: `q` as stored, `d · q`.
-    /// Q4_0: `d · (n − 8)` for nibble n, stored as `|d| · q` with `q = ±(n − 8)` (the sign of
-    /// d moved into q: ggml's quantizer makes d negative for about half the blocks; the product
-    /// is the same f32). Other types (and a Q8_0 block scale that is negative, or any that is
-    /// not finite, legal in ggml but not in INT8) give `None`.
+    /// A quantized linear weight (or untied `output.weight`) as the file stores it, so a backend
+    /// keeps the file's weights without requantizing: Q8_0 as INT8 with groups of 32 (`q` as
+    /// stored, the f16 block scale widened to f32: `d · q`); Q4_0 / Q4_1 as
+    /// [`crate::quant::Q4Weight`] (4-bit codes, the f16 d and m as stored). Each is exactly what
+    /// [`TensorSource::load`] dequantizes. Other types (and a Q8_0 block scale that is negative,
+    /// or any d or m that is not finite, legal in ggml but not here) give `None`.
     fn load_quantized(&mut self, t: Tensor, cfg: &Config) -> Result<Option<crate::quant::QuantTensor>> {
         use crate::dequant::GgmlType;
         use crate::quant::{Granularity, Int8Weight, QuantTensor};
@@ -40,21 +39,28 @@ impl TensorSource for GgufFile {
         let name = t.name(Naming::Gguf);
         let want = t.shape(cfg);
         let info = self.tensor_info(&name).ok_or_else(|| Error::tensor(&self.path, &name, "missing"))?;
-        // One block: its f32 scale into `s`, its 32 values into `q`.
+        if matches!(info.ty, GgmlType::Q4_0 | GgmlType::Q4_1) {
+            // Kept at 4 bits (`crate::quant::q4`): nibbles repacked, d and m as stored.
+            if info.shape != want {
+                return Err(Error::tensor(&self.path, &name, format!("shape {:?}, expected {:?}", info.shape, want)));
+            }
+            let offset = info.ty == GgmlType::Q4_1;
+            let bytes = self.tensor_bytes(info);
+            // A non-finite d or m loads dequantized instead, as a Q8_0 one does.
+            let bb = crate::quant::q4::ggml_block_bytes(offset);
+            let finite = |g: &[u8], at: usize| half::f16::from_le_bytes([g[at], g[at + 1]]).is_finite();
+            if !bytes.chunks_exact(bb).all(|g| finite(g, 0) && (!offset || finite(g, 2))) {
+                return Ok(None);
+            }
+            return crate::quant::q4::from_ggml(&name, want[0], want[1], bytes, offset)
+                .map(|w| Some(QuantTensor::Q4(w)))
+                .map_err(|e| Error::tensor(&self.path, &name, e.to_string()));
+        }
+        // One Q8_0 block: its f32 scale into `s`, its 32 values into `q`.
         let block: fn(&[u8], &mut f32, &mut [i8]) = match info.ty {
             GgmlType::Q8_0 => |blk, s, q| {
                 *s = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
                 q.iter_mut().zip(&blk[2..]).for_each(|(q, &b)| *q = b as i8);
-            },
-            GgmlType::Q4_0 => |blk, s, q| {
-                let d = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
-                let sign = if d.is_sign_negative() { -1 } else { 1 };
-                *s = d.abs();
-                let (lo, hi) = q.split_at_mut(16);
-                for ((l, h), &b) in lo.iter_mut().zip(hi).zip(&blk[2..18]) {
-                    *l = sign * ((b & 15) as i8 - 8);
-                    *h = sign * ((b >> 4) as i8 - 8);
-                }
             },
             _ => return Ok(None),
         };

@@ -4,7 +4,7 @@
 
 use proptest::prelude::*;
 use reference::quant::mxfp4::{self, exp2i, floor_log2, half_spacing, E2M1};
-use reference::quant::{int8, Granularity, Int8Weight, Mxfp4Weight, QuantTensor, Scheme};
+use reference::quant::{int8, q4, Granularity, Int8Weight, Mxfp4Weight, Q4Weight, QuantTensor, Scheme};
 use reference::Error;
 
 fn input_err(r: Result<impl std::fmt::Debug, Error>) -> String {
@@ -209,6 +209,58 @@ proptest! {
     }
 }
 
+proptest! {
+    /// Q4_0 / Q4_1 (ggml's quantizers): every weight within half a step of its block (Q4_0: a
+    /// step, its clamped extreme; plus the f16 rounding of d, and of m for Q4_1), codes in 0..16, and the ggml bytes round-trip.
+    #[test]
+    fn q4_error_bound_and_ggml_round_trip((out, in_dim, w) in matrix(32, 4), offset in any::<bool>()) {
+        let x = match q4::quantize(&w, out, in_dim, offset) {
+            Ok(x) => x,
+            Err(e) => {
+                // Blocks past f16's range (|w| ≳ 65504 · 8) cannot be stored: refused, by name.
+                let m = e.to_string();
+                prop_assert!(m.contains("beyond what an f16 scale holds"), "{}", m);
+                prop_assert!(w.iter().any(|v| v.abs() > 65504.0), "{}", m);
+                return Ok(());
+            }
+        };
+        prop_assert_eq!(x.offset(), offset);
+        let back = q4::dequant(&x);
+        for (b, blk) in w.chunks(32).enumerate() {
+            let d = x.d()[b].to_f32();
+            let (lo, hi) = blk.iter().fold((f32::MAX, f32::MIN), |(l, h), &v| (l.min(v), h.max(v)));
+            let amax = lo.abs().max(hi.abs());
+            // Half a step, the f16 rounding of d over up to 16 steps (2^−11 relative, or 2^−25
+            // absolute where d or m is subnormal in f16) and of m.
+            // Q4_0's codes reach −8·d but only 7·d: the opposite extreme clamps, a whole step.
+            let step = if offset { 0.5 * (hi - lo) / 15.0 } else { amax / 8.0 };
+            let m_err = if offset { lo.abs() * 2f32.powi(-11) } else { 0.0 };
+            let bound = step + 16.0 * (d.abs() * 2f32.powi(-11) + 2f32.powi(-25)) + m_err + 2f32.powi(-25) + 1e-6 * amax;
+            for (i, (&v, &q)) in blk.iter().zip(&back[32 * b..32 * b + 32]).enumerate() {
+                prop_assert!((v - q).abs() <= bound, "block {} element {}: w {} w' {} bound {}", b, i, v, q, bound);
+            }
+        }
+        let bytes = q4::to_ggml(&x);
+        let again = q4::from_ggml("t", out, in_dim, &bytes, offset).unwrap();
+        prop_assert_eq!(&again, &x);
+        // ggml's own dequantization of those bytes gives the same f32s.
+        let ty = if offset { reference::dequant::GgmlType::Q4_1 } else { reference::dequant::GgmlType::Q4_0 };
+        let ggml = reference::dequant::dequantize_par(ty, &bytes);
+        prop_assert!(ggml.iter().zip(&back).all(|(a, b)| a.to_bits() == b.to_bits()));
+    }
+}
+
+#[test]
+fn q4_bad_parts_name_the_problem() {
+    use half::f16;
+    let m = input_err(Q4Weight::from_parts("blk.0.ffn_up.weight", 2, 32, vec![0; 32], vec![f16::ONE, f16::INFINITY], None));
+    assert!(m.contains("blk.0.ffn_up.weight") && m.contains("row 1, block 0") && m.contains("not finite"), "{m}");
+    let m = input_err(Q4Weight::from_parts("t", 1, 32, vec![0; 16], vec![f16::ONE], Some(vec![])));
+    assert!(m.contains("mins have 0"), "{m}");
+    let m = input_err(q4::quantize(&[0.0; 48], 1, 48, false));
+    assert!(m.contains("not a multiple of the 32-element"), "{m}");
+}
+
 // ---------------------------------------------------------------- extremes and bad input
 
 #[test]
@@ -264,7 +316,14 @@ fn scheme_names_round_trip() {
         assert_eq!(got, want);
         assert_eq!(got.to_string(), s);
     }
-    for bad in ["int4", "int8-g", "int8-g0", "int8-gx", "mxfp4-g16", ""] {
+    for (s, want) in [("q4_0", Scheme::Q4_0), ("q4_1", Scheme::Q4_1)] {
+        let got: Scheme = s.parse().unwrap();
+        assert_eq!((got, got.to_string()), (want, s.to_string()));
+        assert_eq!(Scheme::from_method(s, Some(32)).unwrap(), want);
+        assert!(matches!(Scheme::from_method(s, Some(64)), Err(Error::Input(_))), "{s} groups of 64");
+    }
+    assert_eq!((Scheme::Q4_0.bits_per_weight(64), Scheme::Q4_1.bits_per_weight(64)), (4.5, 5.0));
+    for bad in ["int4", "int8-g", "int8-g0", "int8-gx", "mxfp4-g16", "q4_2", ""] {
         assert!(matches!(bad.parse::<Scheme>(), Err(Error::Input(_))), "{bad}");
     }
     assert_eq!(Scheme::Mxfp4.bits_per_weight(64), 4.25);

@@ -35,7 +35,7 @@ fn bits(w: &Weights, cfg: &Config) -> Vec<(Tensor, Vec<u32>)> {
     v
 }
 
-const SCHEMES: [Scheme; 3] = [Scheme::Int8(Granularity::PerChannel), Scheme::Int8(Granularity::Group(16)), Scheme::Mxfp4];
+const SCHEMES: [Scheme; 5] = [Scheme::Int8(Granularity::PerChannel), Scheme::Int8(Granularity::Group(16)), Scheme::Mxfp4, Scheme::Q4_0, Scheme::Q4_1];
 
 #[test]
 fn quantized_dir_loads_to_the_in_memory_quantized_weights() {

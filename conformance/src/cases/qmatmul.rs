@@ -85,8 +85,20 @@ impl QMatmulCase {
         match self.scheme {
             Scheme::Int8(g) => QFormat::Int8 { group: g.group_len(self.n_in) },
             Scheme::Mxfp4 => QFormat::Mxfp4,
+            Scheme::Q4_0 => QFormat::Q4 { offset: false },
+            Scheme::Q4_1 => QFormat::Q4 { offset: true },
         }
     }
+}
+
+/// A 4-bit scheme (mxfp4, Q4_0, Q4_1): 32 values a 16-byte chunk, decoded by table or f16 pairs.
+pub(crate) fn nibbles(s: Scheme) -> bool {
+    matches!(s, Scheme::Mxfp4 | Scheme::Q4_0 | Scheme::Q4_1)
+}
+
+/// GGUF's Q4 formats: the tiled order only (the input order is refused: a skip, with the reason).
+fn tiles_only(s: Scheme) -> bool {
+    matches!(s, Scheme::Q4_0 | Scheme::Q4_1)
 }
 
 impl Case for QMatmulCase {
@@ -102,7 +114,7 @@ impl Case for QMatmulCase {
             QLayout::Rows => "rows/v1".to_string(),
             QLayout::Tiles if self.device => "tiles/device".to_string(),
             QLayout::Tiles => {
-                let fp4 = if self.scheme == Scheme::Mxfp4 { format!(",fp4-{:?}", self.fp4) } else { format!(",int8-{:?}", self.int8) }.to_lowercase();
+                let fp4 = if nibbles(self.scheme) { format!(",fp4-{:?}", self.fp4) } else { format!(",int8-{:?}", self.int8) }.to_lowercase();
                 let pre = match self.prefetch {
                     Prefetch::Off => "v2,no-prefetch".to_string(),
                     Prefetch::W => "v2,prefetch-w".to_string(),
@@ -201,10 +213,12 @@ impl Case for QMatmulCase {
             Err(e) => return Outcome::Fail(format!("reference: {e}")),
         };
         let fixed = self.layout == QLayout::Tiles && !self.device;
-        if fixed && self.scheme == Scheme::Mxfp4 && self.fp4 == Fp4Decode::Pairs && !w.pairs {
-            return Outcome::Skip("the f16-pair fp4 decode is not exact on this device (no f16, or its u32 → f16×2 bitcast failed the probe)".into());
+        if fixed && nibbles(self.scheme) && self.fp4 == Fp4Decode::Pairs && !w.pairs {
+            return Outcome::Skip(
+                "the f16-pair 4-bit decode is not exact on this device (no f16, or its u32 → f16×2 bitcast failed the probe)".into(),
+            );
         }
-        if fixed && self.scheme != Scheme::Mxfp4 && self.int8 == Int8Decode::Subnormal && !w.subnormal {
+        if fixed && !nibbles(self.scheme) && self.int8 == Int8Decode::Subnormal && !w.subnormal {
             return Outcome::Skip("the subnormal int8 decode is not exact on this device (subnormal f32s flushed: the probe failed)".into());
         }
         outcome((|| {
@@ -234,11 +248,18 @@ impl Case for QMatmulCase {
 
 pub fn cases() -> Vec<Box<dyn Case>> {
     let mut v: Vec<Box<dyn Case>> = Vec::new();
-    let schemes = [Scheme::Int8(Granularity::PerChannel), Scheme::Int8(Granularity::Group(32)), Scheme::Int8(Granularity::Group(128)), Scheme::Mxfp4];
+    let schemes = [
+        Scheme::Int8(Granularity::PerChannel),
+        Scheme::Int8(Granularity::Group(32)),
+        Scheme::Int8(Granularity::Group(128)),
+        Scheme::Mxfp4,
+        Scheme::Q4_0,
+        Scheme::Q4_1,
+    ];
     // A fixed choice over the tiled order runs int8 with both decodes (the magic one is the
     // fallback where subnormals are flushed).
     let push = |v: &mut Vec<Box<dyn Case>>, c: QMatmulCase| {
-        if c.layout == QLayout::Tiles && c.scheme != Scheme::Mxfp4 && !c.device {
+        if c.layout == QLayout::Tiles && !nibbles(c.scheme) && !c.device {
             v.push(Box::new(QMatmulCase { int8: Int8Decode::Magic, ..c.clone() }));
         }
         v.push(Box::new(c));
@@ -251,7 +272,7 @@ pub fn cases() -> Vec<Box<dyn Case>> {
         push(v, c);
     };
     for layout in [QLayout::Rows, QLayout::Tiles] {
-        for scheme in schemes {
+        for scheme in schemes.into_iter().filter(|&s| layout == QLayout::Tiles || !tiles_only(s)) {
             let mut add = |t, n_in, n_out, parts| push_grid(&mut v, QMatmulCase::new(t, n_in, n_out, scheme, parts, layout));
             for t in [1usize, 3, 8, 9, 33] {
                 for (n_in, n_out) in [(128, 48), (256, 1031), (1536, 576), (640, 7)] {
@@ -294,10 +315,10 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             (1, if g128 { 2944 } else { 2880 }, 72),
         ] {
             let c = QMatmulCase::new(t, n_in, n_out, scheme, 1, QLayout::Tiles);
-            let fp4s: &[Fp4Decode] = if scheme == Scheme::Mxfp4 { &[Fp4Decode::Table, Fp4Decode::Pairs] } else { &[Fp4Decode::Pairs] };
+            let fp4s: &[Fp4Decode] = if nibbles(scheme) { &[Fp4Decode::Table, Fp4Decode::Pairs] } else { &[Fp4Decode::Pairs] };
             for &fp4 in fp4s {
                 // gemv v3 (pipelined) and v5 (cp.async ring, other slot counts) are int8 only.
-                let v3: &[Prefetch] = if scheme == Scheme::Mxfp4 {
+                let v3: &[Prefetch] = if nibbles(scheme) {
                     &[]
                 } else {
                     &[Prefetch::Pipelined, Prefetch::Async(V5_STAGES), Prefetch::Async(3), Prefetch::Async(4), Prefetch::Async(8)]
@@ -317,6 +338,7 @@ pub fn cases() -> Vec<Box<dyn Case>> {
         (schemes[0], Prefetch::Async(3), false),
         (schemes[2], Prefetch::Off, true),
         (Scheme::Mxfp4, Prefetch::W, true),
+        (Scheme::Q4_1, Prefetch::W, true),
     ] {
         for rpg in [2usize, 4, 8] {
             for split in [None, Some(1), Some(2), Some(4)] {
@@ -386,22 +408,31 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     // reason (the model uploads them in input order).
     v.push(Box::new(QMatmulCase::new(1, 96, 8, Scheme::Int8(Granularity::Group(48)), 1, QLayout::Tiles)));
     v.push(Box::new(QMatmulCase::new(1, 96, 8, Scheme::Int8(Granularity::Group(48)), 1, QLayout::Rows)));
+    // Q4 in input order (gemv v1 does not read it): skipped, with the reason.
+    v.push(Box::new(QMatmulCase::new(1, 256, 8, Scheme::Q4_0, 1, QLayout::Rows)));
     v.extend(tc_cases());
     v
 }
 
 /// tc v1 over quantized weights (the dequantization in its tile loads), called directly:
 /// every format and order it takes at M = 9, 17, 127, 513 with rows whose last tiled-order
-/// tile is partial (int8 576 / 640, mxfp4 2880) and N off the tile; every tile preset (the unpicked ones: lab); the
+/// tile is partial (int8 576 / 640, mxfp4 and Q4 2880) and N off the tile; every tile preset (the unpicked ones: lab); the
 /// emulated tiles (lavapipe); and the orders it refuses (skipped, with the reason). The grid's
 /// T = 9 / 17 / 33 cases above reach it through `qlinear` wherever the device has tensor cores.
 pub fn tc_cases() -> Vec<Box<dyn Case>> {
     let mut v: Vec<Box<dyn Case>> = Vec::new();
-    let schemes = [Scheme::Int8(Granularity::PerChannel), Scheme::Int8(Granularity::Group(32)), Scheme::Int8(Granularity::Group(128)), Scheme::Mxfp4];
+    let schemes = [
+        Scheme::Int8(Granularity::PerChannel),
+        Scheme::Int8(Granularity::Group(32)),
+        Scheme::Int8(Granularity::Group(128)),
+        Scheme::Mxfp4,
+        Scheme::Q4_0,
+        Scheme::Q4_1,
+    ];
     for scheme in schemes {
-        let layouts: &[QLayout] = if scheme == Scheme::Mxfp4 { &[QLayout::Tiles] } else { &[QLayout::Rows, QLayout::Tiles] };
+        let layouts: &[QLayout] = if nibbles(scheme) { &[QLayout::Tiles] } else { &[QLayout::Rows, QLayout::Tiles] };
         let g128 = scheme == Scheme::Int8(Granularity::Group(128));
-        let mx = scheme == Scheme::Mxfp4;
+        let mx = nibbles(scheme);
         for &layout in layouts {
             let q = |t, n_in, n_out, mode| TcCase::new(t, n_in, n_out, TcWeight::Quant(scheme, layout), mode);
             for (t, n_in, n_out) in [
@@ -472,9 +503,9 @@ pub fn tc_cases() -> Vec<Box<dyn Case>> {
     // and 5 stages, split-K with an uneven last slice (per-channel scales and SwiGLU after the
     // sum); int8 groups that are not a power of two are refused (skipped, with the reason).
     for scheme in schemes {
-        let layouts: &[QLayout] = if scheme == Scheme::Mxfp4 { &[QLayout::Tiles] } else { &[QLayout::Rows, QLayout::Tiles] };
+        let layouts: &[QLayout] = if nibbles(scheme) { &[QLayout::Tiles] } else { &[QLayout::Rows, QLayout::Tiles] };
         let g128 = scheme == Scheme::Int8(Granularity::Group(128));
-        let mx = scheme == Scheme::Mxfp4;
+        let mx = nibbles(scheme);
         for &layout in layouts {
             let wg = |t, n_in, n_out, glu, cfg: WgConfig| {
                 Box::new(TcCase { glu, wg: Some(cfg), ..TcCase::new(t, n_in, n_out, TcWeight::Quant(scheme, layout), TcMode::Tensor) })
@@ -531,9 +562,10 @@ pub fn tc_cases() -> Vec<Box<dyn Case>> {
             v.push(q(127, 2048, 200, true, Some(WgConfig::T4.with_splits(3))));
         }
     }
-    // What tc v1 does not read: mxfp4 in input order, the gemv v4 order (skipped, with the reason;
+    // What tc v1 does not read: mxfp4 (Q4) in input order, the gemv v4 order (skipped, with the reason;
     // `qlinear` keeps dequant + GEMM for them).
     v.push(Box::new(TcCase::new(17, 256, 72, TcWeight::Quant(Scheme::Mxfp4, QLayout::Rows), TcMode::Tensor)));
+    v.push(Box::new(TcCase::new(17, 256, 72, TcWeight::Quant(Scheme::Q4_1, QLayout::Rows), TcMode::Tensor)));
     v.push(Box::new(TcCase::new(17, 256, 64, TcWeight::Quant(Scheme::Int8(Granularity::PerChannel), QLayout::Mma), TcMode::Tensor)));
     v
 }

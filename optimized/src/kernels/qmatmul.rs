@@ -79,7 +79,7 @@ pub fn default_prefetch(format: QFormat, in_dim: usize) -> Prefetch {
     match format {
         QFormat::Int8 { group } if group == in_dim => Prefetch::W,
         QFormat::Int8 { .. } => Prefetch::Off,
-        QFormat::Mxfp4 => Prefetch::W,
+        QFormat::Mxfp4 | QFormat::Q4 { .. } => Prefetch::W,
     }
 }
 
@@ -136,7 +136,7 @@ impl Prefetch {
 pub fn default_rpg(format: QFormat) -> usize {
     match format {
         QFormat::Int8 { .. } => QGEMV_RPG,
-        QFormat::Mxfp4 => QGEMV_RPG_MXFP4,
+        QFormat::Mxfp4 | QFormat::Q4 { .. } => QGEMV_RPG_MXFP4,
     }
 }
 /// Unit groups per cube.
@@ -148,7 +148,7 @@ const GROUP: u32 = 32;
 fn scale_geometry(w: &QWeight) -> (u32, u32) {
     match w.format {
         QFormat::Int8 { group } => ((group / 16) as u32, (w.in_dim / group) as u32),
-        QFormat::Mxfp4 => (1, 0),
+        QFormat::Mxfp4 | QFormat::Q4 { .. } => (1, 0),
     }
 }
 
@@ -188,7 +188,9 @@ pub fn dequant(client: &Client, w: &QWeight) -> Result<DeviceTensor, Error> {
                 w.in_dim as u32,
                 cols,
                 gshift,
-                w.format == QFormat::Mxfp4,
+                w.format.nibbles(),
+                matches!(w.format, QFormat::Q4 { .. }),
+                w.format == QFormat::Q4 { offset: true },
                 w.grouped(),
             );
         }
@@ -306,13 +308,13 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
     if split.is_some_and(|s| !matches!(s, 1 | 2 | 4)) {
         return Err(Error::Shape(format!("qlinear: {split:?} planes per row, expected 1, 2 or 4")));
     }
-    let pairs = fp4 == Fp4Decode::Pairs && w.format == QFormat::Mxfp4 && w.layout == QLayout::Tiles;
+    let pairs = fp4 == Fp4Decode::Pairs && w.format.nibbles() && w.layout == QLayout::Tiles;
     if pairs && !w.pairs {
         return Err(Error::Unsupported(
-            "qlinear: the f16-pair fp4 decode is not exact on this device (f16 missing, or its u32 → f16×2 bitcast failed the probe)".into(),
+            "qlinear: the f16-pair 4-bit decode is not exact on this device (f16 missing, or its u32 → f16×2 bitcast failed the probe)".into(),
         ));
     }
-    let sub = int8 == Int8Decode::Subnormal && w.format != QFormat::Mxfp4 && w.layout == QLayout::Tiles;
+    let sub = int8 == Int8Decode::Subnormal && !w.format.nibbles() && w.layout == QLayout::Tiles;
     if sub && !w.subnormal {
         return Err(Error::Unsupported(
             "qlinear: the subnormal int8 decode is not exact on this device (subnormal f32s flushed: the probe failed)".into(),
@@ -382,7 +384,8 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
     let count = CubeCountSelection::new(client, cubes).cube_count();
     let block = group * groups;
     let dim = CubeDim::new_2d(group as u32, groups as u32);
-    let mx = w.format == QFormat::Mxfp4;
+    let mx = w.format.nibbles();
+    let (q4, offset) = (matches!(w.format, QFormat::Q4 { .. }), w.format == QFormat::Q4 { offset: true });
     let (xr, nw, xw, eps) = fuse.operands(client);
     let (norm, resid) = (fuse.norm.is_some(), fuse.residual.is_some());
     // Programmatic dependent launch: the first tile's W loads go before the wait on the
@@ -390,7 +393,7 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
     let (pdl, early) = super::pdl::mode(client).flags(w.data.read_only && w.scales.read_only);
     if tiled {
         if mx && prefetch.int8_only() {
-            return Err(Error::Unsupported(format!("qlinear: the {prefetch:?} prefetch (gemv v3 / v5) takes int8 weights only")));
+            return Err(Error::Unsupported(format!("qlinear: the {prefetch:?} prefetch (gemv v3 / v5) takes int8 weights only, not {:?}", w.format)));
         }
         let (cols, gshift) = w.tile_scale_geometry();
         match prefetch {
@@ -495,6 +498,8 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
                     t,
                     rpg,
                     mx,
+                    q4,
+                    offset,
                     w.grouped(),
                     plane,
                     split,

@@ -35,7 +35,7 @@ use crate::kernels::matmul::tc::{convert, grid, quant_dims, reduce, sms, target,
 use crate::kernels::matmul::tc_kernel::{commit, wait_pending, BK};
 use crate::kernels::matmul::tc_quant::{FMT_INT8, FMT_INT8_GROUPS, FMT_MXFP4};
 use crate::kernels::matmul::tc_wg::{wg_epilogue, WgConfig, WG_BM, WG_BN};
-use crate::kernels::matmul::tc_wg_quant::{chunks_per_block, col_scaled, format_words, pick, refusal, stage_raw, SLOT_V};
+use crate::kernels::matmul::tc_wg_quant::{chunks_per_block, col_scaled, format_words, pick, refusal, sc_words, stage_raw, SLOT_V};
 use crate::kernels::matmul::tc_wg_quant_decode::{decode, load_scales};
 use crate::kernels::matmul::tc_wg_tma::{mbar_arrive, mbar_expect, mbar_init, mbar_init_fence, mbar_wait, tile_map, tma_load, CONSUMER_WARPS};
 use crate::kernels::matmul::wgmma::{desc, proxy_fence, smem_addr, wgmma_k64_acc, wgmma_wait, Acc};
@@ -50,7 +50,7 @@ const DECODERS: u32 = 256;
 /// Shared memory of a launch: `stages` A slots, two bf16 B slots, `stages` raw slots, 1 KiB of
 /// alignment and the barriers.
 pub fn shared_bytes(stages: usize, w: &QWeight) -> usize {
-    let cpb = chunks_per_block(if w.format == QFormat::Mxfp4 { FMT_MXFP4 } else { FMT_INT8 });
+    let cpb = chunks_per_block(if w.format.nibbles() { FMT_MXFP4 } else { FMT_INT8 });
     (stages + 2) * SLOT_V * 16 + 1024 + stages * WG_BN * cpb * 16 + 8 * (2 * stages + 4)
 }
 
@@ -217,7 +217,7 @@ pub fn tc_wgmma_quant_tma<N: Size>(
             let r = u / 2;
             let h = u % 2;
             let wrow = n0 + r;
-            let mut sc = Array::<u32>::new(comptime!(if fmt == FMT_INT8_GROUPS { 8usize } else { 2usize }));
+            let mut sc = Array::<u32>::new(comptime!(sc_words(fmt)));
             #[unroll]
             for s in 0..stages - 1 {
                 if s < nk {

@@ -105,7 +105,7 @@ impl Uploader<'_> {
                     if let Some(m) = self.mma {
                         w.mma = m;
                     }
-                    if let Some(p) = self.prefetch.filter(|&p| !p.int8_only() || w.format != QFormat::Mxfp4) {
+                    if let Some(p) = self.prefetch.filter(|&p| !p.int8_only() || !w.format.nibbles()) {
                         w.prefetch = p;
                     }
                     self.bytes += w.bytes();

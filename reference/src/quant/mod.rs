@@ -1,4 +1,5 @@
-//! Quantized weights: INT8 weight-only (W8A16, [`int8`]) and OCP MXFP4 ([`mxfp4`]).
+//! Quantized weights: INT8 weight-only (W8A16, [`int8`]), OCP MXFP4 ([`mxfp4`]) and GGUF's
+//! Q4_0 / Q4_1 ([`q4`]).
 //!
 //! The seven linear weights of each block are quantized (q, k, v, o, gate, up, down;
 //! [`is_linear`]), and under INT8 also an untied lm_head ([`quantizes`]); embeddings, MXFP4's
@@ -10,6 +11,7 @@
 pub mod drift;
 pub mod int8;
 pub mod mxfp4;
+pub mod q4;
 pub mod store;
 
 use std::fmt;
@@ -21,12 +23,17 @@ use crate::weights::{Naming, Tensor, TensorSource};
 
 pub use int8::{Granularity, Int8Weight};
 pub use mxfp4::Mxfp4Weight;
+pub use q4::Q4Weight;
 
 /// A quantization scheme: what `--weights` / `--format` choose.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Scheme {
     Int8(Granularity),
     Mxfp4,
+    /// GGUF Q4_0: 4-bit codes, an f16 scale per 32 (`d · (n − 8)`).
+    Q4_0,
+    /// GGUF Q4_1: 4-bit codes, an f16 scale and offset per 32 (`d · n + m`).
+    Q4_1,
 }
 
 /// A quantized `[out, in]` linear weight in one of the supported formats.
@@ -34,6 +41,7 @@ pub enum Scheme {
 pub enum QuantTensor {
     Int8(Int8Weight),
     Mxfp4(Mxfp4Weight),
+    Q4(Q4Weight),
 }
 
 /// Whether `t` is one of the linear weights that a quantized model stores quantized.
@@ -46,8 +54,9 @@ pub fn is_linear(t: Tensor) -> bool {
 /// under INT8 the lm_head of an untied model too — as int8 weight-only quantization usually
 /// does (gpt-fast's replaces every linear layer, the output one included; llama.cpp's Q8_0
 /// files hold `output.weight` in Q8_0): it is the largest single matrix a decode step reads
-/// (Mistral-7B: 131 M weights, 3.6% of the model). MXFP4 keeps the lm_head full precision, as
-/// GPT-OSS ships its unembedding in bf16 (4-bit logits cost far more accuracy). A tied lm_head
+/// (Mistral-7B: 131 M weights, 3.6% of the model). MXFP4 and Q4 keep the lm_head full
+/// precision, as GPT-OSS ships its unembedding in bf16 (4-bit logits cost far more accuracy;
+/// a GGUF's own quantized `output.weight` still loads quantized). A tied lm_head
 /// is the token embedding (never loaded as [`Tensor::LmHead`]) and stays full precision.
 pub fn quantizes(scheme: Scheme, t: Tensor) -> bool {
     is_linear(t) || (t == Tensor::LmHead && matches!(scheme, Scheme::Int8(_)))
@@ -59,6 +68,7 @@ impl Scheme {
         Ok(match self {
             Scheme::Int8(g) => QuantTensor::Int8(int8::quantize(w, out, in_dim, *g)?),
             Scheme::Mxfp4 => QuantTensor::Mxfp4(mxfp4::quantize(w, out, in_dim)?),
+            Scheme::Q4_0 | Scheme::Q4_1 => QuantTensor::Q4(q4::quantize(w, out, in_dim, *self == Scheme::Q4_1)?),
         })
     }
 
@@ -67,20 +77,24 @@ impl Scheme {
         match self {
             Scheme::Int8(_) => "int8",
             Scheme::Mxfp4 => "mxfp4",
+            Scheme::Q4_0 => "q4_0",
+            Scheme::Q4_1 => "q4_1",
         }
     }
 
-    /// `group_size` of `quantization_config`: the int8 group, null per channel, 32 for MXFP4.
+    /// `group_size` of `quantization_config`: the int8 group, null per channel, 32 for MXFP4
+    /// and Q4.
     pub fn group_size(&self) -> Option<usize> {
         match self {
             Scheme::Int8(Granularity::PerChannel) => None,
             Scheme::Int8(Granularity::Group(g)) => Some(*g),
             Scheme::Mxfp4 => Some(mxfp4::BLOCK),
+            Scheme::Q4_0 | Scheme::Q4_1 => Some(q4::BLOCK),
         }
     }
 
-    /// From `quant_method` + `group_size` (`int8` with `None` = per channel; `mxfp4` takes
-    /// `None` or 32).
+    /// From `quant_method` + `group_size` (`int8` with `None` = per channel; `mxfp4`, `q4_0`
+    /// and `q4_1` take `None` or 32).
     pub fn from_method(method: &str, group: Option<usize>) -> Result<Scheme> {
         match (method, group) {
             ("int8", None) => Ok(Scheme::Int8(Granularity::PerChannel)),
@@ -88,7 +102,10 @@ impl Scheme {
             ("int8", Some(g)) => Ok(Scheme::Int8(Granularity::Group(g))),
             ("mxfp4", None) | ("mxfp4", Some(mxfp4::BLOCK)) => Ok(Scheme::Mxfp4),
             ("mxfp4", Some(g)) => Err(Error::Input(format!("mxfp4 blocks are {} elements; group size {g} is not supported", mxfp4::BLOCK))),
-            (m, _) => Err(Error::Input(format!("quantization `{m}` is not supported (int8, mxfp4 are)"))),
+            ("q4_0", None) | ("q4_0", Some(q4::BLOCK)) => Ok(Scheme::Q4_0),
+            ("q4_1", None) | ("q4_1", Some(q4::BLOCK)) => Ok(Scheme::Q4_1),
+            (m @ ("q4_0" | "q4_1"), Some(g)) => Err(Error::Input(format!("{m} blocks are {} elements; group size {g} is not supported", q4::BLOCK))),
+            (m, _) => Err(Error::Input(format!("quantization `{m}` is not supported (int8, mxfp4, q4_0, q4_1 are)"))),
         }
     }
 
@@ -97,17 +114,21 @@ impl Scheme {
         match self {
             Scheme::Int8(g) => 8.0 + 32.0 / g.group_len(in_dim).max(1) as f64,
             Scheme::Mxfp4 => 4.0 + 8.0 / mxfp4::BLOCK as f64,
+            Scheme::Q4_0 => 4.0 + 16.0 / q4::BLOCK as f64,
+            Scheme::Q4_1 => 4.0 + 32.0 / q4::BLOCK as f64,
         }
     }
 }
 
-/// `int8` (per channel), `int8-g<N>` (groups of N inputs), `mxfp4`.
+/// `int8` (per channel), `int8-g<N>` (groups of N inputs), `mxfp4`, `q4_0`, `q4_1`.
 impl fmt::Display for Scheme {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Scheme::Int8(Granularity::PerChannel) => write!(f, "int8"),
             Scheme::Int8(Granularity::Group(g)) => write!(f, "int8-g{g}"),
             Scheme::Mxfp4 => write!(f, "mxfp4"),
+            Scheme::Q4_0 => write!(f, "q4_0"),
+            Scheme::Q4_1 => write!(f, "q4_1"),
         }
     }
 }
@@ -116,9 +137,9 @@ impl FromStr for Scheme {
     type Err = Error;
     /// Parses what [`Display`](fmt::Display) prints.
     fn from_str(s: &str) -> Result<Scheme> {
-        let bad = || Error::Input(format!("weights `{s}`: expected int8, int8-g<N> (e.g. int8-g128) or mxfp4"));
+        let bad = || Error::Input(format!("weights `{s}`: expected int8, int8-g<N> (e.g. int8-g128), mxfp4, q4_0 or q4_1"));
         match s {
-            "int8" | "mxfp4" => Scheme::from_method(s, None),
+            "int8" | "mxfp4" | "q4_0" | "q4_1" => Scheme::from_method(s, None),
             _ => {
                 let g = s.strip_prefix("int8-g").ok_or_else(bad)?.parse::<usize>().map_err(|_| bad())?;
                 Scheme::from_method("int8", Some(g))
@@ -133,6 +154,7 @@ impl QuantTensor {
         match self {
             QuantTensor::Int8(x) => (x.out(), x.in_dim()),
             QuantTensor::Mxfp4(x) => (x.out(), x.in_dim()),
+            QuantTensor::Q4(x) => (x.out(), x.in_dim()),
         }
     }
 
@@ -141,6 +163,7 @@ impl QuantTensor {
         match self {
             QuantTensor::Int8(x) => int8::dequant(x),
             QuantTensor::Mxfp4(x) => mxfp4::dequant(x),
+            QuantTensor::Q4(x) => q4::dequant(x),
         }
     }
 
@@ -148,6 +171,8 @@ impl QuantTensor {
         match self {
             QuantTensor::Int8(x) => Scheme::Int8(x.granularity()),
             QuantTensor::Mxfp4(_) => Scheme::Mxfp4,
+            QuantTensor::Q4(x) if x.offset() => Scheme::Q4_1,
+            QuantTensor::Q4(_) => Scheme::Q4_0,
         }
     }
 
@@ -156,6 +181,7 @@ impl QuantTensor {
         match self {
             QuantTensor::Int8(x) => x.storage_bytes(),
             QuantTensor::Mxfp4(x) => x.storage_bytes(),
+            QuantTensor::Q4(x) => x.storage_bytes(),
         }
     }
 }

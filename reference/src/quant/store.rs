@@ -6,17 +6,20 @@
 //!         X.weight_scale   F32 [out]  (per channel)  or  [out, in/g]  (group g)
 //! mxfp4 : X.weight_blocks  U8  [out, in/32, 16]
 //!         X.weight_scales  U8  [out, in/32]
+//! q4_0  : X.weight_blocks  U8  [out, in/32, 16]   (nibbles as mxfp4's; `super::q4`)
+//!         X.weight_scales  F16 [out, in/32]
+//! q4_1  : as q4_0, and X.weight_mins F16 [out, in/32]
 //! ```
 //! An untied `lm_head.weight` is stored the same way under int8 (`super::quantizes`; a
 //! directory written before that holds it in F32, and still loads: the lm_head is read
-//! quantized only when stored so). Token embeddings, MXFP4's lm_head and the RMSNorm gains
+//! quantized only when stored so). Token embeddings, MXFP4's and Q4's lm_head and the RMSNorm gains
 //! stay **F32**: the reference computes in f32, so a quantized directory then loads to exactly
 //! the weights `--weights` builds in memory (`dequant(quantize(W))` for the quantized ones, W
 //! for the rest), and the drift report measures the quantization alone. A GPU backend rounds
 //! the F32 ones to its own `--dtype` on upload.
 //!
-//! config.json carries `"quantization_config": {"quant_method": "int8" | "mxfp4",
-//! "group_size": N | null}` (int8: the group, null = per channel; mxfp4: 32). Config parsing
+//! config.json carries `"quantization_config": {"quant_method": "int8" | "mxfp4" | "q4_0" |
+//! "q4_1", "group_size": N | null}` (int8: the group, null = per channel; the others: 32). Config parsing
 //! ignores the key; [`read_quant_config`] reads it. q/k rows are written in HF half-split order
 //! (a GGUF source's adjacent-pair rows are permuted back), like every HF directory.
 
@@ -25,7 +28,7 @@ use std::path::Path;
 use safetensors::Dtype;
 use serde_json::Value as Json;
 
-use super::{mxfp4, quantize_tensor, Int8Weight, Mxfp4Weight, QuantTensor, Scheme};
+use super::{mxfp4, q4, quantize_tensor, Int8Weight, Mxfp4Weight, Q4Weight, QuantTensor, Scheme};
 use crate::config::{Config, RopeLayout};
 use crate::error::{Error, Result};
 use crate::loader::{hf_config_json, permute_for_half_split, SafetensorsDir};
@@ -42,6 +45,10 @@ pub fn mxfp4_blocks_key(name: &str) -> String {
 /// Key of the MXFP4 scales of `name` (`X.weight` → `X.weight_scales`).
 pub fn mxfp4_scales_key(name: &str) -> String {
     format!("{name}_scales")
+}
+/// Key of the Q4_1 offsets of `name` (`X.weight` → `X.weight_mins`).
+pub fn q4_mins_key(name: &str) -> String {
+    format!("{name}_mins")
 }
 
 /// The `quantization_config` object written into config.json.
@@ -91,7 +98,7 @@ fn expect<'a>(st: &'a SafetensorsDir, key: &str, dtype: Dtype, shape: &[usize], 
 
 /// Whether `t` is stored quantized in a directory whose config declares `scheme`: every
 /// [`super::is_linear`] weight must be; an lm_head is when its key holds I8 (int8) or its
-/// `_blocks` key exists (mxfp4) — directories written before int8 quantized it hold F32.
+/// `_blocks` key exists (mxfp4, q4) — directories written before int8 quantized it hold F32.
 pub fn stored_quantized(st: &SafetensorsDir, t: Tensor, scheme: Scheme) -> bool {
     if super::is_linear(t) {
         return true;
@@ -102,7 +109,7 @@ pub fn stored_quantized(st: &SafetensorsDir, t: Tensor, scheme: Scheme) -> bool 
     let name = t.name(Naming::Hf);
     match scheme {
         Scheme::Int8(_) => st.raw(&name).is_ok_and(|r| r.dtype == Dtype::I8),
-        Scheme::Mxfp4 => st.contains(&mxfp4_blocks_key(&name)),
+        Scheme::Mxfp4 | Scheme::Q4_0 | Scheme::Q4_1 => st.contains(&mxfp4_blocks_key(&name)),
     }
 }
 
@@ -143,6 +150,26 @@ pub fn read_quantized(st: &SafetensorsDir, t: Tensor, cfg: &Config, scheme: Sche
             let sk = mxfp4_scales_key(&name);
             let scales = expect(st, &sk, Dtype::U8, &[out, nb], why)?.to_vec();
             Mxfp4Weight::from_parts(&bk, out, in_dim, blocks, scales).map(QuantTensor::Mxfp4).map_err(|e| at(&bk, e))
+        }
+        Scheme::Q4_0 | Scheme::Q4_1 => {
+            let why = format!("quantization_config {scheme}");
+            if in_dim % q4::BLOCK != 0 {
+                return Err(Error::tensor(
+                    &st.dir,
+                    &name,
+                    format!("shape [{out}, {in_dim}]: in is not a multiple of the {}-element Q4 block", q4::BLOCK),
+                ));
+            }
+            let nb = in_dim / q4::BLOCK;
+            let bk = mxfp4_blocks_key(&name);
+            let blocks = expect(st, &bk, Dtype::U8, &[out, nb, q4::BLOCK_BYTES], &why)?.to_vec();
+            let halves = |key: &str| -> Result<Vec<half::f16>> {
+                let b = expect(st, key, Dtype::F16, &[out, nb], &why)?;
+                Ok(b.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]])).collect())
+            };
+            let d = halves(&mxfp4_scales_key(&name))?;
+            let m = if scheme == Scheme::Q4_1 { Some(halves(&q4_mins_key(&name))?) } else { None };
+            Q4Weight::from_parts(&bk, out, in_dim, blocks, d, m).map(QuantTensor::Q4).map_err(|e| at(&bk, e))
         }
     }
 }
@@ -211,6 +238,14 @@ pub fn write_quantized_hf_dir(dir: &Path, cfg: &Config, src: &mut dyn TensorSour
             QuantTensor::Mxfp4(x) => {
                 bufs.push((mxfp4_blocks_key(&name), Dtype::U8, x.blocks_shape(), x.blocks().to_vec()));
                 bufs.push((mxfp4_scales_key(&name), Dtype::U8, x.scales_shape(), x.scales().to_vec()));
+            }
+            QuantTensor::Q4(x) => {
+                let halves = |v: &[half::f16]| v.iter().flat_map(|h| h.to_le_bytes()).collect::<Vec<u8>>();
+                bufs.push((mxfp4_blocks_key(&name), Dtype::U8, x.blocks_shape(), x.blocks().to_vec()));
+                bufs.push((mxfp4_scales_key(&name), Dtype::F16, x.scales_shape(), halves(x.d())));
+                if let Some(m) = x.m() {
+                    bufs.push((q4_mins_key(&name), Dtype::F16, x.scales_shape(), halves(m)));
+                }
             }
         }
     }

@@ -53,7 +53,7 @@ use cubecl::server::CubeCountSelection;
 pub use super::tc_config::TcConfig;
 pub(crate) use super::tc_config::{one_cube_splits, splits_with};
 use super::tc_kernel::{tc_convert, tc_dense, tc_reduce, BK};
-use super::tc_quant::{tc_quant, FMT_INT8, FMT_INT8_GROUPS, FMT_MXFP4};
+use super::tc_quant::{nibble_fmt, tc_quant, FMT_INT8, FMT_INT8_GROUPS};
 use super::tc_wg::WG_MIN_ROWS;
 use crate::kernels::qmatmul::{v2, QFormat, QLayout, QWeight};
 use crate::{Client, DeviceTensor, Dtype, Error};
@@ -148,8 +148,8 @@ pub fn quant_dtype(client: &Client, mode: TcMode) -> Dtype {
 /// Why tc v1 cannot take `w` (any device), if it cannot.
 pub fn quant_refusal(w: &QWeight) -> Option<String> {
     match (w.format, w.layout) {
-        (QFormat::Int8 { .. }, QLayout::Rows | QLayout::Tiles) | (QFormat::Mxfp4, QLayout::Tiles) => None,
-        (f, l) => Some(format!("tc v1 reads int8 in input or tiled order and mxfp4 in tiled order, not {f:?} in the {l:?} order")),
+        (QFormat::Int8 { .. }, QLayout::Rows | QLayout::Tiles) | (QFormat::Mxfp4 | QFormat::Q4 { .. }, QLayout::Tiles) => None,
+        (f, l) => Some(format!("tc v1 reads int8 in input or tiled order and mxfp4 / Q4 in tiled order, not {f:?} in the {l:?} order")),
     }
 }
 
@@ -451,7 +451,7 @@ pub fn qlinear_into(
     let (fmt, cpr, scale_cols, group, order) = match w.format {
         QFormat::Int8 { group } if group == k => (FMT_INT8, k / 16, 1, group, 4),
         QFormat::Int8 { group } => (FMT_INT8_GROUPS, k / 16, k / group, group, 4),
-        QFormat::Mxfp4 => (FMT_MXFP4, k / 32, v2::tile_scale_words(k), 32, 8),
+        f => (nibble_fmt(f), k / 32, f.scale_entry_bytes() * v2::tile_scale_words(k), 32, 8),
     };
     let tiled = w.layout == QLayout::Tiles;
     let kp = k.div_ceil(BK) * BK;

@@ -12,17 +12,46 @@
 //!   it, rounded once.
 //! - mxfp4 (tiled order): `e2m1 · 2^(e − 127)` — exact in bf16 (2 significant bits, f32's
 //!   exponent range).
+//! - Q4 (tiled order): `d · (n − 8)` (Q4_0) or `d · n + m` (Q4_1) in f32 (exact, or rounded once),
+//!   rounded to E; the f16 d and m decoded by integer operations (`qmatmul::v2::f16_bits`).
 
 use cubecl::prelude::*;
 
 use super::tc_kernel::{block_mma, commit, epilogue, stage_a, tile_quad, wait_pending, BK, EMU_SCRATCH, SA};
 use crate::kernels::qmatmul::e2m1;
-use crate::kernels::qmatmul::v2::mx_chunk_scale_index;
+use crate::kernels::qmatmul::v2::{f16_bits, mx_chunk_scale_index, scale_words_per_lane};
 
-/// Formats of [`tc_quant`]'s `fmt`.
+/// Formats of [`tc_quant`]'s `fmt` (and tc v3's): the nibble formats are `FMT_MXFP4` and above.
 pub const FMT_INT8: usize = 1;
 pub const FMT_INT8_GROUPS: usize = 2;
 pub const FMT_MXFP4: usize = 3;
+pub const FMT_Q4_0: usize = 4;
+pub const FMT_Q4_1: usize = 5;
+
+/// The format word of a nibble format (`QFormat::nibbles`): mxfp4 or Q4_0 / Q4_1.
+pub(crate) fn nibble_fmt(format: crate::kernels::qmatmul::QFormat) -> usize {
+    use crate::kernels::qmatmul::QFormat;
+    match format {
+        QFormat::Q4 { offset: false } => FMT_Q4_0,
+        QFormat::Q4 { offset: true } => FMT_Q4_1,
+        _ => FMT_MXFP4,
+    }
+}
+
+/// Scale words a nibble format's 16-byte chunk reads (`qmatmul::v2::scale_words_per_lane`):
+/// mxfp4 2, Q4_0 4, Q4_1 8.
+pub(crate) const fn chunk_scale_words(fmt: usize) -> usize {
+    scale_words_per_lane(fmt >= FMT_Q4_0, fmt == FMT_Q4_1)
+}
+
+/// Scale words kept per raw chunk in [`tc_quant`]'s registers: 8 for Q4_1, else 4.
+const fn sc_stride(fmt: usize) -> usize {
+    if fmt == FMT_Q4_1 {
+        8
+    } else {
+        4
+    }
+}
 
 /// The raw 16-byte chunks of k-block `kb` of W rows `n0 ..+ bn` (and their scales) that unit
 /// `tid` decodes: entry r is stage chunk `tid + r·threads` = (row i / cps, chunk i % cps).
@@ -46,7 +75,8 @@ fn load_raw<N: Size>(
     #[comptime] fmt: usize,
     #[comptime] tiles: bool,
 ) {
-    let cps = comptime!(if fmt == FMT_MXFP4 { BK / 32 } else { BK / 16 });
+    let cps = comptime!(if fmt >= FMT_MXFP4 { BK / 32 } else { BK / 16 });
+    let scw = comptime!(sc_stride(fmt));
     let chunks = comptime!(bn * cps);
     #[unroll]
     for r in 0..(chunks + threads - 1) / threads {
@@ -62,22 +92,25 @@ fn load_raw<N: Size>(
                     if tiles {
                         iq = tile_quad(4 * ch + q, k / 4, 4usize);
                     }
-                    sc[4 * r + q] = scales[row * scale_cols + (4 * iq) / group];
+                    sc[scw * r + q] = scales[row * scale_cols + (4 * iq) / group];
                 }
             }
-            if comptime!(fmt == FMT_MXFP4) {
-                // The chunk's 8 quads' e8m0 bytes: the two words `qmatmul::v2::tile_scales`
-                // put there.
-                let idx = mx_chunk_scale_index(row * scale_cols, ch, cpr);
-                sc[4 * r] = scales[idx];
-                sc[4 * r + 1] = scales[idx + 1];
+            if comptime!(fmt >= FMT_MXFP4) {
+                // The chunk's 8 quads' scale entries: the words `qmatmul::v2::tile_scales` put
+                // there (e8m0 bytes, Q4's f16 d or (d, m)).
+                let spl = comptime!(chunk_scale_words(fmt));
+                let idx = mx_chunk_scale_index(row * scale_cols, ch, cpr, spl);
+                #[unroll]
+                for j in 0..spl {
+                    sc[scw * r + j] = scales[idx + j];
+                }
             }
         } else {
             raw[r] = Vector::<u32, N>::empty().fill(0u32);
-            sc[4 * r] = 0u32;
-            sc[4 * r + 1] = 0u32;
-            sc[4 * r + 2] = 0u32;
-            sc[4 * r + 3] = 0u32;
+            #[unroll]
+            for j in 0..scw {
+                sc[scw * r + j] = 0u32;
+            }
         }
     }
 }
@@ -94,7 +127,8 @@ fn dequant<E: Float, N: Size>(
     #[comptime] threads: usize,
     #[comptime] fmt: usize,
 ) {
-    let cps = comptime!(if fmt == FMT_MXFP4 { BK / 32 } else { BK / 16 });
+    let cps = comptime!(if fmt >= FMT_MXFP4 { BK / 32 } else { BK / 16 });
+    let scw = comptime!(sc_stride(fmt));
     let vpc = comptime!(BK / cps);
     let chunks = comptime!(bn * cps);
     #[unroll]
@@ -111,15 +145,34 @@ fn dequant<E: Float, N: Size>(
                     for e in 0..8usize {
                         // Nibble e of word wd is value 8·wd + e, in quad 2·wd + e / 4.
                         let quad = 2 * wd + e / 4;
-                        let b = (sc[4 * r + quad / 4] >> (8 * (quad % 4)) as u32) & 255u32;
+                        let b = (sc[scw * r + quad / 4] >> (8 * (quad % 4)) as u32) & 255u32;
                         let scale = f32::reinterpret(select(b == 0u32, 0x0040_0000u32, b << 23u32));
                         let val = e2m1((word >> (4 * e) as u32) & 15u32) * scale;
                         tb[base + 8 * wd + e] = E::cast_from(val);
                     }
+                } else if comptime!(fmt >= FMT_Q4_0) {
+                    #[unroll]
+                    for h in 0..2usize {
+                        // Nibbles 4h ..+ 4 of word wd: quad 2·wd + h, its d (and m).
+                        let quad = 2 * wd + h;
+                        // Q4_0: half quad % 2 of word quad / 2 (m = −8d); Q4_1: word quad (d, m).
+                        let mut d = f16_bits((sc[scw * r + quad / 2] >> (16 * (quad % 2)) as u32) & 0xFFFFu32);
+                        let mut mm = -8.0f32 * d;
+                        if comptime!(fmt == FMT_Q4_1) {
+                            let ent = sc[scw * r + quad];
+                            d = f16_bits(ent & 0xFFFFu32);
+                            mm = f16_bits(ent >> 16u32);
+                        }
+                        #[unroll]
+                        for e in 0..4usize {
+                            let nib = f32::cast_from((word >> (4 * (4 * h + e)) as u32) & 15u32);
+                            tb[base + 8 * wd + 4 * h + e] = E::cast_from(d * nib + mm);
+                        }
+                    }
                 } else {
                     let mut s = 1.0f32;
                     if comptime!(fmt == FMT_INT8_GROUPS) {
-                        s = f32::reinterpret(sc[4 * r + wd]);
+                        s = f32::reinterpret(sc[scw * r + wd]);
                     }
                     #[unroll]
                     for e in 0..4usize {
@@ -172,7 +225,7 @@ pub fn tc_quant<E: Float, N: Size>(
         let bm = comptime!(16 * wm * tm);
         let bn = comptime!(8 * wn * tn);
         let threads = comptime!(32 * wm * wn);
-        let cps = comptime!(if fmt == FMT_MXFP4 { BK / 32 } else { BK / 16 });
+        let cps = comptime!(if fmt >= FMT_MXFP4 { BK / 32 } else { BK / 16 });
         let per = comptime!((bn * cps + threads - 1) / threads);
         let tid = UNIT_POS as usize;
         let warp = tid / 32;
@@ -195,7 +248,7 @@ pub fn tc_quant<E: Float, N: Size>(
             acc[a] = Vector::<f32, Const<2>>::empty().fill(0.0f32);
         }
         let mut raw = Array::<Vector<u32, N>>::new(per);
-        let mut sc = Array::<u32>::new(per * 4);
+        let mut sc = Array::<u32>::new(comptime!(per * sc_stride(fmt)));
         // This split's k-blocks: kb0 ..+ nk.
         let kb0 = split * kps as usize;
         let nk = min(kp / BK - kb0, kps as usize);

@@ -17,12 +17,13 @@
 //!
 //! Decodes as tc v1's (`tc_quant.rs`): int8 per channel q (the row scale on the f32 sums in
 //! the epilogue, or in `tc_reduce` after split-K); int8 groups `q · scale` rounded to bf16;
-//! mxfp4 `e2m1 · 2^(e − 127)` (exact in bf16). x16 is in the weight's storage order along K
+//! mxfp4 `e2m1 · 2^(e − 127)` (exact in bf16); Q4 `d · n + m` (Q4_0: m = −8d) in f32 from the
+//! codes as f16 pairs, rounded to bf16. x16 is in the weight's storage order along K
 //! (`tc_convert`), so the tiled order never has to be undone.
 //!
 //! Takes int8 in input or tiled order with per-channel scales or groups that are a power of two
-//! (a shift finds a value's group), and mxfp4 in the tiled order ([`refusal`]); the rest stays
-//! on tc v1.
+//! (a shift finds a value's group), and mxfp4 and Q4 in the tiled order ([`refusal`]); the rest
+//! stays on tc v1.
 //!
 //! Measured (NVIDIA H200, session 28, `tandem bench --kernel matmul --shapes … --formats
 //! q8_0,int8,mxfp4`, TFLOP/s of the default pick — 128 rows, 3 stages — against tc v1's best
@@ -54,7 +55,7 @@ use cubecl::prelude::*;
 
 use super::tc::{convert, grid, quant_dims, quant_refusal, reduce, sms, splits_with, target, u32_of};
 use super::tc_kernel::{commit, wait_pending, BK};
-use super::tc_quant::{FMT_INT8, FMT_INT8_GROUPS, FMT_MXFP4};
+use super::tc_quant::{chunk_scale_words, nibble_fmt, FMT_INT8, FMT_INT8_GROUPS, FMT_MXFP4};
 use super::tc_wg::{wg_epilogue, WgConfig, THREADS, WG_BM, WG_BN};
 use super::tc_wg_quant_decode::{decode, load_scales};
 use super::wgmma::{desc, proxy_fence, smem_addr, wgmma_k64_acc, wgmma_wait, Acc};
@@ -65,12 +66,24 @@ use crate::{Client, DeviceTensor, Dtype, Error};
 /// 16-byte vectors in one A or B slot: 128 rows of one 128-byte k-block row.
 pub(crate) const SLOT_V: usize = WG_BM * BK / 8;
 
-/// Raw 16-byte chunks of one W row in a k-block: int8 4 (16 values each), mxfp4 2 (32).
+/// Raw 16-byte chunks of one W row in a k-block: int8 4 (16 values each), mxfp4 / Q4 2 (32).
 pub(crate) const fn chunks_per_block(fmt: usize) -> usize {
-    if fmt == FMT_MXFP4 {
+    if fmt >= FMT_MXFP4 {
         2
     } else {
         4
+    }
+}
+
+/// Scale words a unit holds for one k-block ([`load_scales`]): int8 groups 8 (a word per quad
+/// of its two chunks), mxfp4 2, Q4_0 4, Q4_1 8 (its one chunk's entries); per channel none.
+pub(crate) const fn sc_words(fmt: usize) -> usize {
+    if fmt == FMT_INT8_GROUPS {
+        8
+    } else if fmt >= FMT_MXFP4 {
+        chunk_scale_words(fmt)
+    } else {
+        2
     }
 }
 
@@ -91,7 +104,7 @@ pub fn refusal(w: &QWeight) -> Option<String> {
 /// Shared memory of a launch: `stages` A slots and two bf16 B slots of 16 KiB, `stages` raw
 /// slots, 1 KiB to align the first slot to 1024 bytes.
 pub fn shared_bytes(stages: usize, w: &QWeight) -> usize {
-    cube_bytes(stages, chunks_per_block(if w.format == QFormat::Mxfp4 { FMT_MXFP4 } else { FMT_INT8 }))
+    cube_bytes(stages, chunks_per_block(if w.format.nibbles() { FMT_MXFP4 } else { FMT_INT8 }))
 }
 
 /// [`shared_bytes`] for `cpb` raw chunks a row and k-block.
@@ -201,7 +214,7 @@ pub(crate) fn format_words(w: &QWeight) -> (usize, usize, usize, usize, usize) {
     match w.format {
         QFormat::Int8 { group } if group == k => (FMT_INT8, k / 16, 1, 0, 4),
         QFormat::Int8 { group } => (FMT_INT8_GROUPS, k / 16, k / group, group.trailing_zeros() as usize, 4),
-        QFormat::Mxfp4 => (FMT_MXFP4, k / 32, v2::tile_scale_words(k), 0, 8),
+        f => (nibble_fmt(f), k / 32, f.scale_entry_bytes() * v2::tile_scale_words(k), 0, 8),
     }
 }
 
@@ -330,7 +343,7 @@ pub fn tc_wgmma_quant<N: Size>(
         let pad = (((1024u32 - base % 1024u32) % 1024u32) / 16u32) as usize;
         let sbase = base + (pad * 16) as u32;
         let bstart = pad + stages * SLOT_V;
-        let mut sc = Array::<u32>::new(comptime!(if fmt == FMT_INT8_GROUPS { 8usize } else { 2usize }));
+        let mut sc = Array::<u32>::new(comptime!(sc_words(fmt)));
         let mut acc = Acc::empty().fill(0.0f32);
         let kb0 = split * kps as usize;
         let nk = min(kp / BK - kb0, kps as usize);

@@ -5,11 +5,11 @@
 use cubecl::prelude::*;
 
 use super::tc_kernel::tile_quad;
-use super::tc_quant::{FMT_INT8_GROUPS, FMT_MXFP4};
+use super::tc_quant::{chunk_scale_words, FMT_INT8_GROUPS, FMT_MXFP4, FMT_Q4_0, FMT_Q4_1};
 use super::tc_wg::WG_BN;
 use super::tc_wg_quant::{chunks_per_block, SLOT_V};
 use crate::kernels::qmatmul::v1::e8m0_in;
-use crate::kernels::qmatmul::v2::{e2m1_pair, mx_chunk_scale_index, TILE_CHUNKS};
+use crate::kernels::qmatmul::v2::{e2m1_pair, f16_pair, mx_chunk_scale_index, q4_pair, TILE_CHUNKS};
 
 /// `lo`, `hi` rounded to bf16 and packed (lo in the low half): `cvt.rn.bf16x2.f32`.
 #[cube]
@@ -30,8 +30,8 @@ fn magic_byte(word: u32, #[comptime] e: usize) -> u32 {
 }
 
 /// This unit's scale words for k-block `kbg` (global) of W row `wrow`, `sc[4·j + q]` for quad q
-/// of its chunk j: int8 groups (a value's group by the shift `lg`) and mxfp4 (`sc[2·j ..+ 2]`:
-/// its chunk's two e8m0 words, `qmatmul::v2`'s tile order). A row past N or a chunk past the
+/// of its chunk j: int8 groups (a value's group by the shift `lg`), and mxfp4 / Q4 (its one
+/// chunk's words in `qmatmul::v2`'s tile order: two e8m0 words, or Q4's 4 / 8). A row past N or a chunk past the
 /// row reads the last row's / chunk's words (finite: its raw chunk is zeros).
 /// int8 groups ≥ 16 in the tiled order: in a full tile of 32 chunks the unit's two chunks are
 /// quads l, l + 1 of a 4-aligned run (l = 4·(k-block) + 2·half), whose quad q sits at input
@@ -90,10 +90,13 @@ pub(crate) fn load_scales(
             }
         }
     }
-    if comptime!(fmt == FMT_MXFP4) {
-        let idx = mx_chunk_scale_index(srow, ch0, cpr);
-        sc[0] = scales[idx];
-        sc[1] = scales[idx + 1];
+    if comptime!(fmt >= FMT_MXFP4) {
+        let spl = comptime!(chunk_scale_words(fmt));
+        let idx = mx_chunk_scale_index(srow, ch0, cpr, spl);
+        #[unroll]
+        for i in 0..spl {
+            sc[i] = scales[idx + i];
+        }
     }
 }
 
@@ -134,6 +137,36 @@ pub(crate) fn decode<N: Size>(
                     let p = e2m1_pair(word, e);
                     f[e] = p.extract(0usize) * s_lo;
                     f[e + 4] = p.extract(1usize) * s_hi;
+                }
+                let mut o = Vector::<u32, N>::empty();
+                #[unroll]
+                for p in 0..4usize {
+                    o.insert(p, bf16x2(f[2 * p], f[2 * p + 1]));
+                }
+                smem[brow + ((4 * ci + wd) ^ sw)] = o;
+            }
+        } else if comptime!(fmt >= FMT_Q4_0) {
+            // Word wd: quads 2·wd (nibbles 0–3) and 2·wd + 1 (4–7), one bf16 chunk (4·ci + wd);
+            // codes as f16 pairs n · 2^−24, so d is taken times 2^24 (exact).
+            #[unroll]
+            for wd in 0..4usize {
+                let word = v.extract(wd);
+                // Q4_0: word wd holds both quads' d (m = −8d); Q4_1: words 2·wd, 2·wd + 1 (d, m).
+                let (mut d0, mut d1) = f16_pair(sc[wd], true);
+                let mut m0 = -8.0f32 * d0;
+                let mut m1 = -8.0f32 * d1;
+                if comptime!(fmt == FMT_Q4_1) {
+                    (d0, m0) = f16_pair(sc[2 * wd], true);
+                    (d1, m1) = f16_pair(sc[2 * wd + 1], true);
+                }
+                let s0 = d0 * 16_777_216.0f32;
+                let s1 = d1 * 16_777_216.0f32;
+                let mut f = Array::<f32>::new(8usize);
+                #[unroll]
+                for e in 0..4usize {
+                    let p = q4_pair(word, e);
+                    f[e] = p.extract(0usize) * s0 + m0;
+                    f[e + 4] = p.extract(1usize) * s1 + m1;
                 }
                 let mut o = Vector::<u32, N>::empty();
                 #[unroll]

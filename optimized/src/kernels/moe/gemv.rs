@@ -328,7 +328,7 @@ fn block_dot<N: Size>(wv: Vector<u32, N>, xs: &Array<Vector<f32, N>>, lut: &[f32
     #[unroll]
     for wd in 0..4usize {
         let word = wv.extract(wd);
-        let (l, h) = fp4_word_dot(word, xs[wd * 2], xs[wd * 2 + 1], lut, lo, hi, pairs);
+        let (l, h) = fp4_word_dot(word, xs[wd * 2], xs[wd * 2 + 1], lut, lo, hi, pairs, false);
         lo = l;
         hi = h;
     }

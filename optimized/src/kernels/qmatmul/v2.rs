@@ -25,10 +25,10 @@ use crate::kernels::pdl::await_predecessor;
 mod probe;
 mod words;
 
-pub use probe::{pairs_supported, subnormal_supported};
+pub use probe::{pairs_supported, q4_pairs_supported, subnormal_supported};
 pub(crate) use words::{
-    e2m1_pair, e8m0_of, finish_per_channel, finish_per_channel_with, fp4_word_dot, int8_quad_acc, load_row_scales, mx_chunk_dot,
-    mx_chunk_scale_index, mx_scale_index, sub_prescale, sub_word_dot, SUB_SHIFT_BITS,
+    e2m1_pair, e8m0_of, f16_bits, f16_pair, finish_per_channel, finish_per_channel_with, fp4_word_dot, int8_quad_acc, load_row_scales, mx_chunk_dot,
+    mx_chunk_scale_index, mx_scale_index, q4_chunk_dot, q4_pair, sub_prescale, sub_word_dot, SUB_SHIFT_BITS,
 };
 
 /// Chunks (one per lane) per tile.
@@ -54,8 +54,9 @@ pub fn tile_order(n_in: usize, qpc: usize) -> Vec<usize> {
     order
 }
 
-/// One row's e8m0 bytes (`n_in / 32`) reordered for the tiled gemv (module docs).
-pub fn tile_scales(row: &[u8], n_in: usize) -> Vec<u8> {
+/// One row's block scale entries (`n_in / 32`: mxfp4's e8m0 bytes, Q4's f16 d or d | m words)
+/// reordered for the tiled gemv (module docs).
+pub fn tile_scales<T: Copy>(row: &[T], n_in: usize) -> Vec<T> {
     let nq = n_in / 4;
     let mut out = Vec::new();
     let mut q0 = 0;
@@ -73,7 +74,7 @@ pub fn tile_scales(row: &[u8], n_in: usize) -> Vec<u8> {
     out
 }
 
-/// Scale words per row of [`tile_scales`].
+/// Scale words per row of [`tile_scales`] over bytes (entries per row / 4).
 pub fn tile_scale_words(n_in: usize) -> usize {
     let chunks = n_in / 32;
     let full = chunks / TILE_CHUNKS;
@@ -81,7 +82,8 @@ pub fn tile_scale_words(n_in: usize) -> usize {
 }
 
 /// Lane `lane`'s W chunk of tile `t` for rows `row0 ..+ rpg` into `wn` (rows past `n_out`
-/// read the last row), and with `mx` its two scale words per row into `sn`. Lanes past a
+/// read the last row), and with `mx` its `spl` scale words per row into `sn` (mxfp4 2, Q4_0 4,
+/// Q4_1 8: [`mx_scale_index`]). Lanes past a
 /// partial last tile read the row's last chunk (and the last lane's scales) and do not use them.
 #[allow(clippy::too_many_arguments)]
 #[cube]
@@ -98,6 +100,7 @@ pub(crate) fn load_tile<N: Size>(
     cols: usize,
     #[comptime] rpg: usize,
     #[comptime] mx: bool,
+    #[comptime] spl: usize,
 ) {
     let c = min(t * TILE_CHUNKS + lane, cpr - 1);
     let m = min(TILE_CHUNKS, cpr - t * TILE_CHUNKS);
@@ -106,10 +109,21 @@ pub(crate) fn load_tile<N: Size>(
         let row = select(row0 + r < n_out, row0 + r, n_out - 1);
         wn[r] = w[row * cpr + c];
         if mx {
-            let si = mx_scale_index(row * cols, t, min(lane, m - 1), m);
-            sn[2 * r] = scales[si];
-            sn[2 * r + 1] = scales[si + 1];
+            let si = mx_scale_index(row * cols, t, min(lane, m - 1), m, spl);
+            #[unroll]
+            for i in 0..spl {
+                sn[spl * r + i] = scales[si + i];
+            }
         }
+    }
+}
+
+/// Scale words per lane and row of a nibble format in the tiled order: mxfp4 2, Q4_0 4, Q4_1 8.
+pub(crate) const fn scale_words_per_lane(q4: bool, offset: bool) -> usize {
+    match (q4, offset) {
+        (false, _) => 2,
+        (true, false) => 4,
+        (true, true) => 8,
     }
 }
 
@@ -148,8 +162,10 @@ fn load_x<N: Size>(
 /// ..+ rpg`, tiles `u / 32, u / 32 + split, ..` at lane `u % 32`; x quads loaded once per
 /// tile for the rpg rows. `prefetch`: the next tile's W chunks (and mxfp4 scale words) are
 /// loaded before this tile's arithmetic (twice the bytes in flight per unit, rpg·4 more
-/// registers); `prefetch_x` (with `prefetch`) also the next tile's x quads. `pairs`: fp4
-/// values by [`e2m1_pair`] instead of the shared table. `magic`: [`super::INT8_MAGIC`] (an
+/// registers); `prefetch_x` (with `prefetch`) also the next tile's x quads. `mx`: 4-bit values,
+/// e2m1 under e8m0 scales, or with `q4` GGUF Q4 codes under f16 scales (`offset`: Q4_1's
+/// per-block offsets; [`q4_chunk_dot`], x sums per quad computed once per tile). `pairs`: fp4
+/// values by [`e2m1_pair`] (Q4 by [`q4_pair`]) instead of the shared table. `magic`: [`super::INT8_MAGIC`] (an
 /// argument on purpose: see [`int8_word_dot`]); `sub`: int8 by [`sub_word_dot`] instead (x quads
 /// prescaled once per tile, each unit's x sums — per quad with groups — remove the offset).
 /// `pdl`: [`await_predecessor`]; `early`: after the first tile's W loads (with `prefetch`),
@@ -176,6 +192,8 @@ pub fn qgemv_v2<N: Size>(
     #[comptime] tn: usize,
     #[comptime] rpg: usize,
     #[comptime] mx: bool,
+    #[comptime] q4: bool,
+    #[comptime] offset: bool,
     #[comptime] grouped: bool,
     #[comptime] plane: bool,
     #[comptime] split: usize,
@@ -203,8 +221,16 @@ pub fn qgemv_v2<N: Size>(
     let cols = scale_cols as usize;
     let mut lut = Shared::<[f32]>::new_slice(16usize);
     if mx && !pairs && tid < 16 {
-        lut[tid] = e2m1(tid as u32);
+        if q4 {
+            lut[tid] = f32::cast_from(tid as u32);
+        } else {
+            lut[tid] = e2m1(tid as u32);
+        }
     }
+    let spl = comptime!(scale_words_per_lane(q4, offset));
+    // Q4: per token and quad, Σ x (Q4_1) or 8 Σ x (Q4_0), times 2^−24 with `pairs`.
+    let mut xk = Array::<f32>::new(comptime!(if q4 { tn * 8 } else { 1 }));
+    let ks = comptime!((if offset { 1.0f32 } else { 8.0f32 }) * (if pairs { 1.0f32 / 16_777_216.0 } else { 1.0f32 }));
     sync_cube();
     // Quads per chunk.
     let qpc = select(mx, 8usize, 4usize);
@@ -225,11 +251,11 @@ pub fn qgemv_v2<N: Size>(
     let xpre = prefetch && prefetch_x;
     // The rows' W chunks (and mxfp4 scale words) of the tile about to be used.
     let mut wn = Array::<Vector<u32, N>>::new(rpg);
-    let mut sn = Array::<u32>::new(rpg * 2);
+    let mut sn = Array::<u32>::new(rpg * spl);
     let ntiles = (cpr + TILE_CHUNKS - 1) / TILE_CHUNKS;
     let mut t = unit / TILE_CHUNKS;
     if row0 < n_out && prefetch && t < ntiles {
-        load_tile(w, scales, &mut wn, &mut sn, t, lane, cpr, row0, n_out, cols, rpg, mx);
+        load_tile(w, scales, &mut wn, &mut sn, t, lane, cpr, row0, n_out, cols, rpg, mx, spl);
     }
     // Only weights above: with `early` they load while the previous kernel ends.
     await_predecessor(comptime!(pdl && early));
@@ -247,13 +273,15 @@ pub fn qgemv_v2<N: Size>(
             let m = min(TILE_CHUNKS, cpr - c0);
             // This tile's chunks and scale words: the prefetched ones, or loaded below.
             let mut wc = Array::<Vector<u32, N>>::new(rpg);
-            let mut sc2 = Array::<u32>::new(rpg * 2);
+            let mut sc2 = Array::<u32>::new(rpg * spl);
             if prefetch {
                 #[unroll]
                 for r in 0..rpg {
                     wc[r] = wn[r];
-                    sc2[2 * r] = sn[2 * r];
-                    sc2[2 * r + 1] = sn[2 * r + 1];
+                    #[unroll]
+                    for i in 0..spl {
+                        sc2[spl * r + i] = sn[spl * r + i];
+                    }
                 }
                 if xpre {
                     #[unroll]
@@ -263,7 +291,7 @@ pub fn qgemv_v2<N: Size>(
                 }
                 let tn2 = t + split;
                 if tn2 < ntiles {
-                    load_tile(w, scales, &mut wn, &mut sn, tn2, lane, cpr, row0, n_out, cols, rpg, mx);
+                    load_tile(w, scales, &mut wn, &mut sn, tn2, lane, cpr, row0, n_out, cols, rpg, mx, spl);
                     if xpre {
                         load_x(x, &mut xn, tn2, lane, cpr, xrow, qpc, tn);
                     }
@@ -290,8 +318,15 @@ pub fn qgemv_v2<N: Size>(
                         }
                     }
                 }
+                if q4 {
+                    #[unroll]
+                    for i in 0..tn * 8 {
+                        let xv = xs[i];
+                        xk[i] = (xv.extract(0usize) + xv.extract(1usize) + xv.extract(2usize) + xv.extract(3usize)) * ks;
+                    }
+                }
                 if !prefetch {
-                    load_tile(w, scales, &mut wc, &mut sc2, t, lane, cpr, row0, n_out, cols, rpg, mx);
+                    load_tile(w, scales, &mut wc, &mut sc2, t, lane, cpr, row0, n_out, cols, rpg, mx, spl);
                 }
                 #[unroll]
                 for r in 0..rpg {
@@ -300,7 +335,11 @@ pub fn qgemv_v2<N: Size>(
                     if mx {
                         #[unroll]
                         for tt in 0..tn {
-                            acc[tt * rpg + r] += mx_chunk_dot(wv, &xs, tt * 8, &lut, sc2[2 * r], sc2[2 * r + 1], pairs);
+                            if q4 {
+                                acc[tt * rpg + r] += q4_chunk_dot(wv, &xs, &xk, tt * 8, &lut, &sc2, spl * r, pairs, offset);
+                            } else {
+                                acc[tt * rpg + r] += mx_chunk_dot(wv, &xs, tt * 8, &lut, sc2[2 * r], sc2[2 * r + 1], pairs);
+                            }
                         }
                     } else {
                         #[unroll]
@@ -324,9 +363,10 @@ pub fn qgemv_v2<N: Size>(
             finish_per_channel(&mut acc, &xsum, scales, row0, n_out, cols, tn, rpg, 4usize, sub);
         }
         if mx && pairs {
+            let rescale = comptime!(if q4 { 16_777_216.0f32 } else { 16384.0f32 });
             #[unroll]
             for a in 0..tn * rpg {
-                acc[a] *= 16384.0f32;
+                acc[a] *= rescale;
             }
         }
     }
@@ -337,7 +377,8 @@ pub fn qgemv_v2<N: Size>(
 }
 
 /// Dequant v2: chunk `i` of the tiled order → its weights at their input positions in
-/// `out [out, in]` f32 (the same products as the reference's dequant: exact).
+/// `out [out, in]` f32 (the same products as the reference's dequant: exact; Q4's f16 scales
+/// decoded by integer operations, [`f16_bits`], so any device).
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked)]
 pub fn qdequant_v2<N: Size>(
@@ -350,6 +391,8 @@ pub fn qdequant_v2<N: Size>(
     scale_cols: u32,
     gshift: u32,
     #[comptime] mx: bool,
+    #[comptime] q4: bool,
+    #[comptime] offset: bool,
     #[comptime] grouped: bool,
 ) {
     let i = ABSOLUTE_POS;
@@ -366,8 +409,40 @@ pub fn qdequant_v2<N: Size>(
         let orow = row * n_in as usize;
         let cols = scale_cols as usize;
         let wv = w[i];
-        if mx {
-            let si = mx_scale_index(row * cols, t, l, m);
+        if q4 {
+            let spl = comptime!(scale_words_per_lane(true, offset));
+            let si = mx_scale_index(row * cols, t, l, m, spl);
+            #[unroll]
+            for wd in 0..4usize {
+                let word = wv.extract(wd);
+                #[unroll]
+                for h in 0..2usize {
+                    let q = wd * 2 + h;
+                    let p = xq + m * q;
+                    // Quad q's entry: Q4_1 word q (d, m); Q4_0 half q % 2 of word q / 2.
+                    let mut d = 0.0f32;
+                    let mut mm = 0.0f32;
+                    if offset {
+                        let e = scales[si + q];
+                        d = f16_bits(e & 0xFFFFu32);
+                        mm = f16_bits(e >> 16u32);
+                    }
+                    if !offset {
+                        d = f16_bits((scales[si + q / 2] >> (16 * (q % 2)) as u32) & 0xFFFFu32);
+                    }
+                    #[unroll]
+                    for e in 0..4usize {
+                        let n = f32::cast_from((word >> ((h * 4 + e) * 4) as u32) & 15u32);
+                        if offset {
+                            out[orow + 4 * p + e] = d * n + mm;
+                        } else {
+                            out[orow + 4 * p + e] = d * (n - 8.0f32);
+                        }
+                    }
+                }
+            }
+        } else if mx {
+            let si = mx_scale_index(row * cols, t, l, m, 2usize);
             let s0 = scales[si];
             let s1 = scales[si + 1];
             #[unroll]

@@ -11,6 +11,27 @@ pub enum QFormat {
         group: usize,
     },
     Mxfp4,
+    /// GGUF Q4_0 (`offset` false: `d · (n − 8)`) or Q4_1 (`d · n + m`): 4-bit codes in
+    /// mxfp4's nibble order, f16 block scales (and offsets) in the tiled order only.
+    Q4 {
+        offset: bool,
+    },
+}
+
+impl QFormat {
+    /// 4-bit values, 32 to a 16-byte chunk (mxfp4, Q4): 8 quads per chunk.
+    pub fn nibbles(self) -> bool {
+        matches!(self, QFormat::Mxfp4 | QFormat::Q4 { .. })
+    }
+    /// Bytes of one block's scale entry in the tiled order: mxfp4 1 (e8m0), Q4_0 2 (f16 d),
+    /// Q4_1 4 (f16 d, then f16 m); int8 0 (its scales are f32 words, indexed apart).
+    pub fn scale_entry_bytes(self) -> usize {
+        match self {
+            QFormat::Int8 { .. } => 0,
+            QFormat::Mxfp4 => 1,
+            QFormat::Q4 { offset } => 2 + 2 * offset as usize,
+        }
+    }
 }
 
 /// Order of a [`QWeight`]'s values along each row on the device.
@@ -20,7 +41,7 @@ pub enum QLayout {
     Rows,
     /// Tiles of 32 chunks whose quads interleave so that a plane's x loads are contiguous
     /// (gemv v2, dequant v2; `v2.rs` gives the order). Needs int8 groups that are a power of
-    /// two (or per channel).
+    /// two (or per channel). The only order of Q4.
     Tiles,
     /// Rows in blocks of 16 and inputs in chunks of 32, each lane's 16 bytes its `mma`
     /// A registers (gemv v4, dequant v4; `v4.rs` gives the order). Per-channel int8 only.
@@ -31,7 +52,8 @@ impl QLayout {
     /// Whether `[out, in_dim]` weights of `format` can be stored in this order.
     pub fn supports(self, format: QFormat, out: usize, in_dim: usize) -> bool {
         match (self, format) {
-            (QLayout::Rows, _) | (QLayout::Tiles, QFormat::Mxfp4) => true,
+            (QLayout::Rows, QFormat::Q4 { .. }) => false,
+            (QLayout::Rows, _) | (QLayout::Tiles, QFormat::Mxfp4 | QFormat::Q4 { .. }) => true,
             (QLayout::Tiles, QFormat::Int8 { group }) => group == in_dim || group.is_power_of_two(),
             (QLayout::Mma, _) => v4::refusal(format, out, in_dim).is_none(),
         }
@@ -45,14 +67,16 @@ pub struct QWeight {
     pub layout: QLayout,
     pub out: usize,
     pub in_dim: usize,
-    /// int8: q bytes as u32 words `[out, in/4]`; mxfp4: nibbles as u32 words `[out, in/8]`
+    /// int8: q bytes as u32 words `[out, in/4]`; mxfp4, Q4: nibbles as u32 words `[out, in/8]`
     /// (in `layout` order along each row).
     pub data: DeviceTensor,
     /// int8: f32 scale bits `[out, in/group]`; mxfp4: e8m0 bytes, 4 per word: `[out, in/32]`
-    /// (Rows) or `[out, v2::tile_scale_words(in)]` words (Tiles).
+    /// (Rows) or `[out, v2::tile_scale_words(in)]` words (Tiles); Q4: f16 d (Q4_1: d then m)
+    /// entries in the tiled order, `[out, entry bytes · v2::tile_scale_words(in)]` words.
     pub scales: DeviceTensor,
-    /// mxfp4 in the tiled order on a device where [`v2::pairs_supported`]: gemv v2 may decode
-    /// it by [`Fp4Decode::Pairs`] (decided once, at upload, outside any graph capture).
+    /// mxfp4 (Q4) in the tiled order on a device where [`v2::pairs_supported`]
+    /// ([`v2::q4_pairs_supported`]): gemv v2 may decode it by [`Fp4Decode::Pairs`] (decided
+    /// once, at upload, outside any graph capture).
     pub pairs: bool,
     /// int8 in the tiled order on a device where [`v2::subnormal_supported`]: gemv v2 may
     /// decode it by [`Int8Decode::Subnormal`] (decided like `pairs`).
@@ -137,6 +161,7 @@ impl QWeight {
             let f = match p {
                 QuantTensor::Int8(x) => QFormat::Int8 { group: x.granularity().group_len(i) },
                 QuantTensor::Mxfp4(_) => QFormat::Mxfp4,
+                QuantTensor::Q4(x) => QFormat::Q4 { offset: x.offset() },
             };
             if format.is_some_and(|g| g != f) {
                 return Err(Error::Shape(format!("qweight: stacking {f:?} with {format:?}")));
@@ -161,9 +186,8 @@ impl QWeight {
                 QLayout::Mma
             }
             Some(l) if !l.supports(format, out, in_dim) => {
-                return Err(Error::Unsupported(format!(
-                    "qweight: {format:?} cannot be stored in the {l:?} order (int8 groups must be a power of two)"
-                )))
+                let why = if format.nibbles() { "Q4 takes the tiled order only" } else { "int8 groups must be a power of two" };
+                return Err(Error::Unsupported(format!("qweight: {format:?} cannot be stored in the {l:?} order ({why})")));
             }
             Some(l) => l,
             None if QLayout::Tiles.supports(format, out, in_dim) => QLayout::Tiles,
@@ -172,12 +196,17 @@ impl QWeight {
         let tiled = layout == QLayout::Tiles;
         // Values: each part's rows permuted (tiled order) or copied straight into their place —
         // stacked, or row by row for `interleave` — over all cores.
-        let row_bytes = match format {
-            QFormat::Int8 { .. } => in_dim,
-            QFormat::Mxfp4 => in_dim / 2,
-        };
-        let order = tiled.then(|| v2::tile_order(in_dim, if format == QFormat::Mxfp4 { 8 } else { 4 }));
+        let row_bytes = if format.nibbles() { in_dim / 2 } else { in_dim };
+        let order = tiled.then(|| v2::tile_order(in_dim, if format.nibbles() { 8 } else { 4 }));
         let nib = |row: &[u8], i: usize| (row[i / 2] >> (4 * (i % 2))) & 15;
+        // Row j of packed nibbles (mxfp4, Q4: one layout).
+        let nibble_row = |blocks: &[u8], j: usize, o: &mut [u8]| {
+            let row = &blocks[j * row_bytes..(j + 1) * row_bytes];
+            match &order {
+                Some(order) => o.iter_mut().zip(order.chunks(2)).for_each(|(d, p)| *d = nib(row, p[0]) | nib(row, p[1]) << 4),
+                None => o.copy_from_slice(row),
+            }
+        };
         let part_row = |p: &QuantTensor, j: usize, o: &mut [u8]| match p {
             QuantTensor::Int8(x) => {
                 let row = &x.q()[j * in_dim..(j + 1) * in_dim];
@@ -186,13 +215,8 @@ impl QWeight {
                     None => o.iter_mut().zip(row).for_each(|(d, &v)| *d = v as u8),
                 }
             }
-            QuantTensor::Mxfp4(x) => {
-                let row = &x.blocks()[j * row_bytes..(j + 1) * row_bytes];
-                match &order {
-                    Some(order) => o.iter_mut().zip(order.chunks(2)).for_each(|(d, p)| *d = nib(row, p[0]) | nib(row, p[1]) << 4),
-                    None => o.copy_from_slice(row),
-                }
-            }
+            QuantTensor::Mxfp4(x) => nibble_row(x.blocks(), j, o),
+            QuantTensor::Q4(x) => nibble_row(x.blocks(), j, o),
         };
         // Row r of the buffer: part k's row j.
         let starts: Vec<usize> = parts.iter().scan(0, |acc, p| Some(std::mem::replace(acc, *acc + p.dims().0))).collect();
@@ -217,6 +241,19 @@ impl QWeight {
                 }
                 QuantTensor::Mxfp4(x) if tiled => x.scales().chunks(in_dim / 32).for_each(|row| sbytes.extend(v2::tile_scales(row, in_dim))),
                 QuantTensor::Mxfp4(x) => sbytes.extend_from_slice(x.scales()),
+                QuantTensor::Q4(x) => {
+                    // Entries (d, or d | m << 16) in the tiled order, as words.
+                    let nb = in_dim / 32;
+                    let entry = |i: usize| x.d()[i].to_bits() as u32 | x.m().map_or(0, |m| (m[i].to_bits() as u32) << 16);
+                    for r in 0..x.out() {
+                        let row: Vec<u32> = (r * nb..(r + 1) * nb).map(entry).collect();
+                        let tiled = v2::tile_scales(&row, in_dim);
+                        match x.offset() {
+                            true => sbits.extend(tiled),
+                            false => sbits.extend(tiled.chunks(2).map(|p| p[0] | p.get(1).map_or(0, |h| h << 16))),
+                        }
+                    }
+                }
             }
         }
         if interleave {
@@ -231,8 +268,13 @@ impl QWeight {
             }
         }
         // The probe syncs: here, not inside a later graph capture.
-        let pairs = tiled && format == QFormat::Mxfp4 && v2::pairs_supported(client);
-        let subnormal = tiled && format != QFormat::Mxfp4 && v2::subnormal_supported(client);
+        let pairs = tiled
+            && match format {
+                QFormat::Mxfp4 => v2::pairs_supported(client),
+                QFormat::Q4 { .. } => v2::q4_pairs_supported(client),
+                QFormat::Int8 { .. } => false,
+            };
+        let subnormal = tiled && !format.nibbles() && v2::subnormal_supported(client);
         // Uploaded once and never written by a kernel (the gemvs may read them ahead of their
         // wait on the previous kernel: `kernels::pdl`). Little-endian words = the bytes, the last
         // word padded with zeros.
@@ -301,7 +343,7 @@ impl QWeight {
     pub(crate) fn chunks_per_row(&self) -> usize {
         match self.format {
             QFormat::Int8 { .. } => self.in_dim / 16,
-            QFormat::Mxfp4 => self.in_dim / 32,
+            QFormat::Mxfp4 | QFormat::Q4 { .. } => self.in_dim / 32,
         }
     }
 
@@ -310,7 +352,7 @@ impl QWeight {
         match self.format {
             QFormat::Int8 { group } if group == self.in_dim => (1, 0),
             QFormat::Int8 { group } => ((self.in_dim / group) as u32, (group / 4).trailing_zeros()),
-            QFormat::Mxfp4 => (v2::tile_scale_words(self.in_dim) as u32, 0),
+            QFormat::Mxfp4 | QFormat::Q4 { .. } => ((self.format.scale_entry_bytes() * v2::tile_scale_words(self.in_dim)) as u32, 0),
         }
     }
 

@@ -7,7 +7,7 @@ use cubecl::prelude::*;
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
-use super::{e2m1_pair, sub_prescale, sub_word_dot, SUB_SHIFT_BITS};
+use super::{e2m1_pair, q4_pair, sub_prescale, sub_word_dot, SUB_SHIFT_BITS};
 use crate::{Client, DeviceTensor, Dtype, Error};
 
 #[cube(launch_unchecked)]
@@ -30,6 +30,53 @@ fn pairs_probe(words: &[u32], out: &mut [f32]) {
 /// a graph capture ([`crate::kernels::qmatmul::QWeight::upload`] does, for mxfp4, and records the answer).
 pub fn pairs_supported(client: &Client) -> bool {
     probed(client, "fp4-pairs", |c| Ok(Dtype::F16.supported(c) && probe_pairs(c)?))
+}
+
+#[cube(launch_unchecked)]
+fn q4_pairs_probe(words: &[u32], out: &mut [f32]) {
+    let i = ABSOLUTE_POS;
+    if i < 16 {
+        #[unroll]
+        for e in 0..4usize {
+            let v = q4_pair(words[i * 4 + e], e);
+            out[(i * 4 + e) * 2] = v.extract(0usize);
+            out[(i * 4 + e) * 2 + 1] = v.extract(1usize);
+        }
+    }
+}
+
+/// Whether [`super::q4_pair`] gives the right values on this device (every code at every
+/// position: `n · 2^−24`, f16 subnormals widened): probed once per device and process, like
+/// [`pairs_supported`] (the same bitcast; [`crate::kernels::qmatmul::QWeight::upload`] makes
+/// the first call, for Q4).
+pub fn q4_pairs_supported(client: &Client) -> bool {
+    probed(client, "q4-pairs", |c| Ok(Dtype::F16.supported(c) && probe_q4_pairs(c)?))
+}
+
+fn probe_q4_pairs(client: &Client) -> Result<bool, Error> {
+    let words = pair_probe_words();
+    let w = DeviceTensor::from_u32(client, &words, &[words.len()])?;
+    let out = DeviceTensor::from_f32(client, &vec![f32::NAN; words.len() * 2], &[words.len() * 2])?;
+    unsafe {
+        q4_pairs_probe::launch_unchecked(client, CubeCount::Static(1, 1, 1), CubeDim::new_1d(16), w.as_arg(1), out.as_arg(1));
+    }
+    let got = out.to_f32(client)?;
+    Ok(pair_probe_matches(&got, |n| n as f32 / 16_777_216.0))
+}
+
+/// Words of the pair probes: word 4n + e holds code n at nibble e and 15 − n at nibble e + 4.
+fn pair_probe_words() -> Vec<u32> {
+    (0..16u32).flat_map(|n| (0..4u32).map(move |e| n << (4 * e) | (15 - n) << (4 * e + 16))).collect()
+}
+
+/// Whether a pair probe's output is `want(n)`, `want(15 − n)` for every word, bit for bit.
+fn pair_probe_matches(got: &[f32], want: impl Fn(u32) -> f32) -> bool {
+    (0..16u32).all(|n| {
+        (0..4usize).all(|e| {
+            let i = (n as usize * 4 + e) * 2;
+            got.get(i).map(|g| g.to_bits()) == Some(want(n).to_bits()) && got.get(i + 1).map(|g| g.to_bits()) == Some(want(15 - n).to_bits())
+        })
+    })
 }
 
 /// Whether [`super::sub_word_dot`] gives the right values on this device (every byte at every
@@ -56,20 +103,14 @@ fn probed(client: &Client, what: &str, probe: impl FnOnce(&Client) -> Result<boo
 }
 
 fn probe_pairs(client: &Client) -> Result<bool, Error> {
-    let words: Vec<u32> = (0..16u32).flat_map(|n| (0..4u32).map(move |e| n << (4 * e) | (15 - n) << (4 * e + 16))).collect();
+    let words = pair_probe_words();
     let w = DeviceTensor::from_u32(client, &words, &[words.len()])?;
     let out = DeviceTensor::from_f32(client, &vec![f32::NAN; words.len() * 2], &[words.len() * 2])?;
     unsafe {
         pairs_probe::launch_unchecked(client, CubeCount::Static(1, 1, 1), CubeDim::new_1d(16), w.as_arg(1), out.as_arg(1));
     }
     let got = out.to_f32(client)?;
-    let want = |n: u32| reference::quant::mxfp4::E2M1[n as usize] / 16384.0;
-    Ok((0..16u32).all(|n| {
-        (0..4usize).all(|e| {
-            let i = (n as usize * 4 + e) * 2;
-            got[i].to_bits() == want(n).to_bits() && got[i + 1].to_bits() == want(15 - n).to_bits()
-        })
-    }))
+    Ok(pair_probe_matches(&got, |n| reference::quant::mxfp4::E2M1[n as usize] / 16384.0))
 }
 
 #[cube(launch_unchecked)]

@@ -19,18 +19,52 @@ pub(crate) fn e8m0_of(word: u32, q: usize) -> f32 {
     f32::reinterpret(max(bits, 0x0040_0000u32))
 }
 
-/// First word of the scale pair of lane `l` in tile `t` (m chunks) of a row at `srow`.
+/// First of the `spl` scale words of lane `l` in tile `t` (m chunks) of a row at `srow`: a
+/// lane's 8 entries (one per quad) are `spl` = 2 words for mxfp4's bytes, 4 for Q4_0's f16 d,
+/// 8 for Q4_1's (d, m) pairs.
 #[cube]
-pub(crate) fn mx_scale_index(srow: usize, t: usize, l: usize, m: usize) -> usize {
-    srow + t * 8 + 2 * select(m == TILE_CHUNKS, l / 8, l)
+pub(crate) fn mx_scale_index(srow: usize, t: usize, l: usize, m: usize, #[comptime] spl: usize) -> usize {
+    srow + spl * (t * 4 + select(m == TILE_CHUNKS, l / 8, l))
 }
 
 /// [`mx_scale_index`] of storage chunk `ch` of a row of `cpr` chunks at `srow`: its tile, lane
 /// and the tile's chunks (the tensor-core GEMMs' tile loads, chunk by chunk).
 #[cube]
-pub(crate) fn mx_chunk_scale_index(srow: usize, ch: usize, cpr: usize) -> usize {
+pub(crate) fn mx_chunk_scale_index(srow: usize, ch: usize, cpr: usize, #[comptime] spl: usize) -> usize {
     let t = ch / TILE_CHUNKS;
-    mx_scale_index(srow, t, ch - t * TILE_CHUNKS, min(TILE_CHUNKS, cpr - t * TILE_CHUNKS))
+    mx_scale_index(srow, t, ch - t * TILE_CHUNKS, min(TILE_CHUNKS, cpr - t * TILE_CHUNKS), spl)
+}
+
+/// Nibbles `e` and `e + 4` of `word` as the f16 pair (low, high) of subnormals `n · 2^−24`
+/// (Q4's codes: one shift and one mask for two values), widened to f32.
+#[cube]
+pub(crate) fn q4_pair(word: u32, #[comptime] e: usize) -> Vector<f32, Const<2>> {
+    let h = (word >> (4 * e) as u32) & 0x000F_000Fu32;
+    Vector::<f32, Const<2>>::cast_from(Vector::<f16, Const<2>>::reinterpret(h))
+}
+
+/// The f16 in the low 16 bits of `h` as an f32, by integer operations (any device; exact,
+/// subnormals included, without an f32 subnormal on the way; `h` finite).
+#[cube]
+pub(crate) fn f16_bits(h: u32) -> f32 {
+    let sign = (h & 0x8000u32) << 16u32;
+    let mag = h & 0x7FFFu32;
+    // Normal: exponent rebased by 127 − 15; subnormal: its mantissa · 2^−24.
+    let normal = f32::reinterpret(sign | ((mag << 13u32) + 0x3800_0000u32));
+    let sub = f32::cast_from(mag) * f32::reinterpret(0x3380_0000u32);
+    select(mag < 0x0400u32, select(sign != 0u32, -sub, sub), normal)
+}
+
+/// The f16 pair of `word` (low half first) as f32s: by the f16×2 bitcast with `pairs` (where
+/// the probe found it exact), else by [`f16_bits`].
+#[cube]
+pub(crate) fn f16_pair(word: u32, #[comptime] pairs: bool) -> (f32, f32) {
+    if comptime!(pairs) {
+        let v = Vector::<f32, Const<2>>::cast_from(Vector::<f16, Const<2>>::reinterpret(word));
+        (v.extract(0usize), v.extract(1usize))
+    } else {
+        (f16_bits(word & 0xFFFFu32), f16_bits(word >> 16u32))
+    }
 }
 
 /// Nibbles `e` and `e + 4` of `word` as the f16 pair (low, high) `e2m1 · 2^−14`: magnitude bits
@@ -170,7 +204,8 @@ pub(crate) fn finish_per_channel_with(
 /// `(lo + Σ_e v_e · xlo_e, hi + Σ_e v_{e+4} · xhi_e)` of one word of 8 fp4 nibbles (nibble n =
 /// value v_n): nibbles 0–3 against `xlo`, 4–7 against `xhi`, added to the running sums in
 /// element order. `pairs`: values from [`e2m1_pair`] (2^−14 of the true ones: the caller
-/// rescales), else from the shared table `lut`. Shared by gemv v2 and moe gemv v2.
+/// rescales; with `q4` from [`q4_pair`], 2^−24 of the codes), else from the shared table
+/// `lut`. Shared by gemv v2 and moe gemv v2.
 #[cube]
 pub(crate) fn fp4_word_dot<N: Size>(
     word: u32,
@@ -180,13 +215,14 @@ pub(crate) fn fp4_word_dot<N: Size>(
     lo: f32,
     hi: f32,
     #[comptime] pairs: bool,
+    #[comptime] q4: bool,
 ) -> (f32, f32) {
     let mut lo = lo;
     let mut hi = hi;
     #[unroll]
     for e in 0..4usize {
         if pairs {
-            let v = e2m1_pair(word, e);
+            let v = if comptime!(q4) { q4_pair(word, e) } else { e2m1_pair(word, e) };
             lo += v.extract(0usize) * xlo.extract(e);
             hi += v.extract(1usize) * xhi.extract(e);
         } else {
@@ -216,9 +252,44 @@ pub(crate) fn mx_chunk_dot<N: Size>(
         let word = wv.extract(wd);
         let xlo = xs[base + wd * 2];
         let xhi = xs[base + wd * 2 + 1];
-        let (lo, hi) = fp4_word_dot(word, xlo, xhi, lut, f32::new(0.0), f32::new(0.0), pairs);
+        let (lo, hi) = fp4_word_dot(word, xlo, xhi, lut, f32::new(0.0), f32::new(0.0), pairs, false);
         let sw = if wd < 2 { s0 } else { s1 };
         tot += e8m0_of(sw, wd * 2) * lo + e8m0_of(sw, wd * 2 + 1) * hi;
+    }
+    tot
+}
+
+/// `Σ_q (d_q Σ_e n·x + m_q Σ_e x)` of one Q4 chunk (quad q = nibbles 4(q % 2).. of word q / 2,
+/// x quad `xs[base + q]`): Q4_0 (`offset` false) `Σ_q d_q (Σ_e n·x − xk_q)` with `xk = 8 Σ x`
+/// of the quad, Q4_1 `Σ_q d_q Σ_e n·x + m_q xk_q` with `xk = Σ x`; the scale words
+/// `sc[s0 ..]` as the tiled order holds them (Q4_0: d pairs; Q4_1: a (d, m) pair per quad).
+/// `pairs`: codes from [`q4_pair`] and `xk` prescaled by 2^−24 by the caller (the sum is then
+/// 2^−24 of the true one: the caller rescales), else codes from the shared table `lut`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn q4_chunk_dot<N: Size>(
+    wv: Vector<u32, N>,
+    xs: &Array<Vector<f32, N>>,
+    xk: &Array<f32>,
+    base: usize,
+    lut: &[f32],
+    sc: &Array<u32>,
+    s0: usize,
+    #[comptime] pairs: bool,
+    #[comptime] offset: bool,
+) -> f32 {
+    let mut tot = f32::new(0.0);
+    #[unroll]
+    for wd in 0..4usize {
+        let (lo, hi) = fp4_word_dot(wv.extract(wd), xs[base + wd * 2], xs[base + wd * 2 + 1], lut, f32::new(0.0), f32::new(0.0), pairs, true);
+        if comptime!(offset) {
+            let (d0, m0) = f16_pair(sc[s0 + 2 * wd], pairs);
+            let (d1, m1) = f16_pair(sc[s0 + 2 * wd + 1], pairs);
+            tot += d0 * lo + m0 * xk[base + 2 * wd] + d1 * hi + m1 * xk[base + 2 * wd + 1];
+        } else {
+            let (d0, d1) = f16_pair(sc[s0 + wd], pairs);
+            tot += d0 * (lo - xk[base + 2 * wd]) + d1 * (hi - xk[base + 2 * wd + 1]);
+        }
     }
     tot
 }

@@ -25,7 +25,7 @@ use crate::graph::DecodeGraph;
 use crate::kernels::attention::{flash_decode, flash_prefill, Masking};
 use crate::kernels::matmul::{Fuse, Norm, Residual};
 use crate::kernels::qmatmul::v4::MmaTune;
-use crate::kernels::qmatmul::{Prefetch, QFormat, QLayout, QWeight, Weight, QGEMV_MAX_T};
+use crate::kernels::qmatmul::{Prefetch, QLayout, QWeight, Weight, QGEMV_MAX_T};
 use crate::kernels::rmsnorm::{add_rmsnorm_device_as, rmsnorm_device_as};
 use crate::kernels::{argmax, attention, embedding, matmul, rope};
 use crate::kv_cache::{BlockTables, PagedKvCache, SeqId};

@@ -306,7 +306,19 @@ impl Weights {
     /// A copy with every matrix (not the norm gains) rounded through `round`, e.g. to bf16:
     /// the reference run that a 16-bit GPU model is compared with.
     pub fn map_matrices(&self, round: impl Fn(f32) -> f32) -> Weights {
+        self.map_matrices_but(round, false)
+    }
+
+    /// [`Weights::map_matrices`] of the embeddings and lm_head only: the reference run of a GPU
+    /// model that keeps its linear weights quantized (exact: [`crate::quant::is_linear`]) and
+    /// rounds the rest to its 16-bit type.
+    pub fn map_unquantized(&self, round: impl Fn(f32) -> f32) -> Weights {
+        self.map_matrices_but(round, true)
+    }
+
+    fn map_matrices_but(&self, round: impl Fn(f32) -> f32, keep_linear: bool) -> Weights {
         let m = |a: &Array2<f32>| a.mapv(&round);
+        let lin = |a: &Array2<f32>| if keep_linear { a.clone() } else { m(a) };
         Weights {
             tok_embd: m(&self.tok_embd),
             layers: self
@@ -314,14 +326,14 @@ impl Weights {
                 .iter()
                 .map(|w| LayerWeights {
                     attn_norm: w.attn_norm.clone(),
-                    wq: m(&w.wq),
-                    wk: m(&w.wk),
-                    wv: m(&w.wv),
-                    wo: m(&w.wo),
+                    wq: lin(&w.wq),
+                    wk: lin(&w.wk),
+                    wv: lin(&w.wv),
+                    wo: lin(&w.wo),
                     ffn_norm: w.ffn_norm.clone(),
-                    w_gate: m(&w.w_gate),
-                    w_up: m(&w.w_up),
-                    w_down: m(&w.w_down),
+                    w_gate: lin(&w.w_gate),
+                    w_up: lin(&w.w_up),
+                    w_down: lin(&w.w_down),
                 })
                 .collect(),
             out_norm: self.out_norm.clone(),

@@ -22,8 +22,8 @@ pub enum Weightset {
     SmolLm2,
     /// A tiny config written as a GGUF of this type (to a temp file): the reference runs on
     /// its dequantized weights, the device reads the file — Q8_0 linear weights kept as INT8
-    /// groups of 32 (no requantization); F16 converted from the stored bytes to the device
-    /// type (`optimized::upload`).
+    /// groups of 32, Q4_0 / Q4_1 at 4 bits (no requantization); F16 converted from the stored
+    /// bytes to the device type (`optimized::upload`).
     TinyGguf(&'static str, GgmlType),
 }
 
@@ -110,8 +110,18 @@ impl ModelCase {
             Err(e) if reference::fetch::offline() => return Ok(Outcome::Skip(format!("real model unavailable offline: {e}"))),
             Err(e) => return Err(e),
         };
-        // The reference runs on exactly the weights the device holds.
-        let w = w.map_matrices(|x| dd.round(&[x])[0]);
+        // The reference runs on exactly the weights the device holds: a GGUF's Q8_0 / Q4_0 /
+        // Q4_1 linear weights stay quantized there (exact), the rest is rounded to `dtype`.
+        let kept = match self.weights {
+            Weightset::TinyGguf(_, GgmlType::Q8_0) => Some("int8-g32"),
+            Weightset::TinyGguf(_, GgmlType::Q4_0) => Some("q4_0"),
+            Weightset::TinyGguf(_, GgmlType::Q4_1) => Some("q4_1"),
+            _ => None,
+        };
+        let w = match kept {
+            Some(_) => w.map_unquantized(|x| dd.round(&[x])[0]),
+            None => w.map_matrices(|x| dd.round(&[x])[0]),
+        };
         // Quantized: the reference runs on dequant(quantize(W)); the device gets the same
         // quantized bytes (quantized again from `w` on load, deterministically).
         let (reference, base) = match self.quant {
@@ -133,14 +143,13 @@ impl ModelCase {
         }
         .map_err(|e| e.to_string())?;
         gpu.kernels.fused_norms = self.fused_norms;
-        let kept = matches!(self.weights, Weightset::TinyGguf(_, GgmlType::Q8_0 | GgmlType::Q4_0));
-        if kept && gpu.quant.as_deref() != Some("int8-g32") {
-            return Ok(Outcome::Fail(format!("{:?}: the device model holds {:?}, expected int8-g32 weights", self.weights, gpu.quant)));
+        if kept.is_some() && gpu.quant.as_deref() != kept {
+            return Ok(Outcome::Fail(format!("{:?}: the device model holds {:?}, expected {kept:?} weights", self.weights, gpu.quant)));
         }
         if self.quant.is_some() && gpu.quant.is_none() {
             return Ok(Outcome::Fail("quantized source, but the device model holds no quantized weight".into()));
         }
-        let quantized = self.quant.is_some() || kept;
+        let quantized = self.quant.is_some() || kept.is_some();
         let tol = super::model_tolerance(client, Op::Model, self.dtype, quantized, self.prompt, cfg.n_layers);
 
         let mut cache = reference.new_cache();
@@ -399,9 +408,9 @@ pub fn cases() -> Vec<Box<dyn Case>> {
         quant: Some(Scheme::Mxfp4),
         fused_norms: true,
     }));
-    // Q8_0 and Q4_0 GGUFs kept quantized on the device (INT8, groups of 32; Q4_0's nibbles
-    // as ±(n − 8)), Adjacent RoPE layout.
-    for ty in [GgmlType::Q8_0, GgmlType::Q4_0] {
+    // Q8_0, Q4_0 and Q4_1 GGUFs kept quantized on the device (Q8_0 as INT8 groups of 32, Q4 at
+    // 4 bits), Adjacent RoPE layout.
+    for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1] {
         v.push(Box::new(ModelCase {
             weights: Weightset::TinyGguf("tiny-gqa", ty),
             dtype: Dtype::F32,
@@ -413,7 +422,7 @@ pub fn cases() -> Vec<Box<dyn Case>> {
         }));
     }
     // An F16 GGUF converted on upload from the stored bytes (no f32 copy) to each 16-bit type;
-    // a Q4_1 GGUF (not kept quantized) decoded from its blocks on upload likewise.
+    // a Q4_1 GGUF with its linear weights kept at 4 bits and its embeddings in 16 bits.
     for ty in [GgmlType::F16, GgmlType::Q4_1] {
         for dtype in [Dtype::F16, Dtype::BF16] {
             v.push(Box::new(ModelCase::standard(Weightset::TinyGguf("tiny-gqa", ty), dtype)));

@@ -65,6 +65,11 @@ pub fn run_tuned(client: &Client, s: &mut Setup, tune: &optimized::kernels::qmat
     }
 }
 
+/// Whether a quantized setup's weight may take the f16-pair 4-bit decode (its probe passed).
+pub fn pairs(s: &Setup) -> bool {
+    s.quant.first().is_some_and(|w| w.pairs)
+}
+
 /// The gemv's default launch choices for a quantized setup's weight.
 pub fn default_tune(s: &Setup) -> Result<optimized::kernels::qmatmul::GemvTune, Error> {
     let w = s.quant.first().ok_or_else(|| Error::Unsupported("launch choices: a dense setup".into()))?;

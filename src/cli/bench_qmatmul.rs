@@ -30,7 +30,7 @@ pub fn run(backend: Backend, gate: &str, reps: usize, shapes: Option<Vec<(usize,
     // The dense row in the 16-bit type a model takes here (`source::pick_dtype`): bf16, else f16.
     let bf16 = super::source::pick_dtype(&client, None)?;
     let int8 = Scheme::Int8(Granularity::PerChannel);
-    let formats: [(String, Format, Option<QLayout>); 8] = [
+    let formats: [(String, Format, Option<QLayout>); 10] = [
         (bf16.name().to_string(), Format::Dense(bf16), None),
         ("int8 v4".into(), Format::Quant(int8), Some(QLayout::Mma)),
         ("int8".into(), Format::Quant(int8), Some(QLayout::Tiles)),
@@ -39,8 +39,10 @@ pub fn run(backend: Backend, gate: &str, reps: usize, shapes: Option<Vec<(usize,
         ("int8-g32".into(), Format::Quant(Scheme::Int8(Granularity::Group(32))), Some(QLayout::Tiles)),
         ("mxfp4".into(), Format::Quant(Scheme::Mxfp4), Some(QLayout::Tiles)),
         ("mxfp4 v1".into(), Format::Quant(Scheme::Mxfp4), Some(QLayout::Rows)),
+        ("q4_0".into(), Format::Quant(Scheme::Q4_0), Some(QLayout::Tiles)),
+        ("q4_1".into(), Format::Quant(Scheme::Q4_1), Some(QLayout::Tiles)),
     ];
-    println!("(int8 v4: gemv v4, tensor-core mma, an audited option; int8: the tiled order's default, gemv v5 with a cp.async ring of {} slots where the device has cp.async, else gemv v2; int8-g*, mxfp4: gemv v2 over the tiled order; \"v1\": gemv v1 over input order)", optimized::kernels::qmatmul::V5_STAGES);
+    println!("(int8 v4: gemv v4, tensor-core mma, an audited option; int8: the tiled order's default, gemv v5 with a cp.async ring of {} slots where the device has cp.async, else gemv v2; int8-g*, mxfp4, q4_*: gemv v2 over the tiled order; \"v1\": gemv v1 over input order)", optimized::kernels::qmatmul::V5_STAGES);
     println!("{:>13} {:>10} {:>9} {:>9} {:>8} {:>8} {:>9}", "in×out", "format", "W MB", "µs/call", "GB/s", "% copy", "vs dense");
     for (n_in, n_out) in shapes {
         let mut dense_t = None;
@@ -124,8 +126,6 @@ pub fn run(backend: Backend, gate: &str, reps: usize, shapes: Option<Vec<(usize,
                 // Audit of each launch choice against the defaults, in % of the copy rate:
                 // rows per unit group, planes per row, prefetch (none, W, W + x), fp4 / int8 decode.
                 let base = fx::default_tune(&s)?;
-                // The default decode is Pairs exactly where the weight may take it.
-                let base_pairs = base.fp4 == Fp4Decode::Pairs;
                 let mut audit = String::new();
                 // Choices that measured slower (rows per group other than 4, the x prefetch,
                 // gemv v3, v5 rings beyond 2 slots) are timed only by a lab build, where their
@@ -158,9 +158,14 @@ pub fn run(backend: Backend, gate: &str, reps: usize, shapes: Option<Vec<(usize,
                         }
                     }
                 }
-                if matches!(f, Format::Quant(Scheme::Mxfp4)) {
-                    for fp4 in [Fp4Decode::Table, Fp4Decode::Pairs] {
-                        if fp4 == Fp4Decode::Pairs && !base_pairs {
+                let fp4s: &[Fp4Decode] = match f {
+                    Format::Quant(Scheme::Mxfp4) => &[Fp4Decode::Table, Fp4Decode::Pairs],
+                    Format::Quant(Scheme::Q4_0 | Scheme::Q4_1) => &[Fp4Decode::Table, Fp4Decode::Pairs, Fp4Decode::Mantissa],
+                    _ => &[],
+                };
+                {
+                    for &fp4 in fp4s {
+                        if fp4 == Fp4Decode::Pairs && !fx::pairs(&s) {
                             audit += " pairs: unsupported here (probe)";
                             continue;
                         }

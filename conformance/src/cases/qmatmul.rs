@@ -20,7 +20,7 @@ use optimized::Client;
 use reference::quant::{Granularity, QuantTensor, Scheme};
 
 use super::matmul::{scale_per_row, Fusion, TcCase, TcWeight};
-use super::outcome;
+use super::{outcome, outcome_or_skip};
 use crate::tolerance::tc_tolerance;
 use crate::{compare, rand_vec, round_to, tolerance, Case, Dtype, Op, Outcome};
 
@@ -35,7 +35,7 @@ pub struct QMatmulCase {
     pub layout: QLayout,
     /// gemv v2: what is loaded one tile ahead.
     pub prefetch: Prefetch,
-    /// gemv v2, mxfp4: how fp4 values are decoded.
+    /// gemv v2, mxfp4 / Q4: how 4-bit values are decoded.
     pub fp4: Fp4Decode,
     /// gemv v2, int8: how bytes are decoded.
     pub int8: Int8Decode,
@@ -221,7 +221,10 @@ impl Case for QMatmulCase {
         if fixed && !nibbles(self.scheme) && self.int8 == Int8Decode::Subnormal && !w.subnormal {
             return Outcome::Skip("the subnormal int8 decode is not exact on this device (subnormal f32s flushed: the probe failed)".into());
         }
-        outcome((|| {
+        // A fixed choice the format cannot take (the mantissa decode on mxfp4) is a skip with
+        // the kernel's reason; what the device picks itself must run.
+        let finish = if fixed { outcome_or_skip } else { outcome };
+        finish((|| {
             let tune = if self.device {
                 let d = GemvTune::default_for(&w);
                 GemvTune { rpg: self.rpg.unwrap_or(d.rpg), split: self.split, ..d }
@@ -315,7 +318,11 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             (1, if g128 { 2944 } else { 2880 }, 72),
         ] {
             let c = QMatmulCase::new(t, n_in, n_out, scheme, 1, QLayout::Tiles);
-            let fp4s: &[Fp4Decode] = if nibbles(scheme) { &[Fp4Decode::Table, Fp4Decode::Pairs] } else { &[Fp4Decode::Pairs] };
+            let fp4s: &[Fp4Decode] = match scheme {
+                Scheme::Q4_0 | Scheme::Q4_1 => &[Fp4Decode::Table, Fp4Decode::Pairs, Fp4Decode::Mantissa],
+                Scheme::Mxfp4 => &[Fp4Decode::Table, Fp4Decode::Pairs],
+                Scheme::Int8(_) => &[Fp4Decode::Pairs],
+            };
             for &fp4 in fp4s {
                 // gemv v3 (pipelined) and v5 (cp.async ring, other slot counts) are int8 only.
                 let v3: &[Prefetch] = if nibbles(scheme) {
@@ -408,6 +415,8 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     // reason (the model uploads them in input order).
     v.push(Box::new(QMatmulCase::new(1, 96, 8, Scheme::Int8(Granularity::Group(48)), 1, QLayout::Tiles)));
     v.push(Box::new(QMatmulCase::new(1, 96, 8, Scheme::Int8(Granularity::Group(48)), 1, QLayout::Rows)));
+    // The mantissa decode reads Q4 codes, not e2m1: refused (a skip, with the reason).
+    v.push(Box::new(QMatmulCase { fp4: Fp4Decode::Mantissa, ..QMatmulCase::new(1, 256, 8, Scheme::Mxfp4, 1, QLayout::Tiles) }));
     // Q4 in input order (gemv v1 does not read it): skipped, with the reason.
     v.push(Box::new(QMatmulCase::new(1, 256, 8, Scheme::Q4_0, 1, QLayout::Rows)));
     v.extend(tc_cases());

@@ -222,14 +222,18 @@ pub fn qlinear_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTe
     qlinear_into_tuned(client, x, w, y, &GemvTune::default_for(w))
 }
 
-/// How an fp4 value becomes an f32 in gemv v2.
+/// How a 4-bit value (mxfp4, Q4) becomes an f32 in gemv v2.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fp4Decode {
     /// A 16-entry table in shared memory (v1's way; any device).
     Table,
     /// Two nibbles at once as an f16 pair by shifts and masks, widened to f32 (where
-    /// [`v2::pairs_supported`]).
+    /// [`v2::pairs_supported`] / [`v2::q4_pairs_supported`]).
     Pairs,
+    /// Q4 only: each code under the mantissa of 1.0 (`1 + n/16`, one shift and one masked or;
+    /// no conversion instruction), the 1 removed with the x sums (any device; the f16 scales
+    /// by the f16×2 bitcast where the probe passed, else by integer operations).
+    Mantissa,
 }
 
 /// How an int8 value becomes an f32 in gemv v2.
@@ -262,7 +266,12 @@ pub struct GemvTune {
 impl GemvTune {
     /// The defaults for `w` (on the device it was uploaded to).
     pub fn default_for(w: &QWeight) -> Self {
-        let fp4 = if w.pairs { Fp4Decode::Pairs } else { Fp4Decode::Table };
+        let fp4 = match (w.format, w.pairs) {
+            // Q4: codes under the mantissa, no conversion instruction (H200, see `Fp4Decode`).
+            (QFormat::Q4 { .. }, _) => Fp4Decode::Mantissa,
+            (_, true) => Fp4Decode::Pairs,
+            (_, false) => Fp4Decode::Table,
+        };
         let int8 = if w.subnormal { Int8Decode::Subnormal } else { Int8Decode::Magic };
         // The process's launch knobs (`knobs`: defaults unless an audit set them).
         let k = knobs::current();
@@ -308,7 +317,13 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
     if split.is_some_and(|s| !matches!(s, 1 | 2 | 4)) {
         return Err(Error::Shape(format!("qlinear: {split:?} planes per row, expected 1, 2 or 4")));
     }
-    let pairs = fp4 == Fp4Decode::Pairs && w.format.nibbles() && w.layout == QLayout::Tiles;
+    let q4w = matches!(w.format, QFormat::Q4 { .. });
+    if fp4 == Fp4Decode::Mantissa && !q4w && w.format.nibbles() {
+        return Err(Error::Unsupported(format!("qlinear: the mantissa 4-bit decode reads Q4 codes, not {:?}", w.format)));
+    }
+    let mant = fp4 == Fp4Decode::Mantissa && q4w && w.layout == QLayout::Tiles;
+    // With the mantissa decode, `pairs` says how Q4's f16 scales are decoded.
+    let pairs = (fp4 == Fp4Decode::Pairs && w.format.nibbles() && w.layout == QLayout::Tiles) || (mant && w.pairs);
     if pairs && !w.pairs {
         return Err(Error::Unsupported(
             "qlinear: the f16-pair 4-bit decode is not exact on this device (f16 missing, or its u32 → f16×2 bitcast failed the probe)".into(),
@@ -507,6 +522,7 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
                     pre_w,
                     pre_x,
                     pairs,
+                    mant,
                     sub,
                     norm,
                     resid,

@@ -165,7 +165,8 @@ fn load_x<N: Size>(
 /// registers); `prefetch_x` (with `prefetch`) also the next tile's x quads. `mx`: 4-bit values,
 /// e2m1 under e8m0 scales, or with `q4` GGUF Q4 codes under f16 scales (`offset`: Q4_1's
 /// per-block offsets; [`q4_chunk_dot`], x sums per quad computed once per tile). `pairs`: fp4
-/// values by [`e2m1_pair`] (Q4 by [`q4_pair`]) instead of the shared table. `magic`: [`super::INT8_MAGIC`] (an
+/// values by [`e2m1_pair`] (Q4 by [`q4_pair`]) instead of the shared table; `mant`: Q4 codes by
+/// [`q4_mant`] (`pairs` then says only how the f16 scales are decoded). `magic`: [`super::INT8_MAGIC`] (an
 /// argument on purpose: see [`int8_word_dot`]); `sub`: int8 by [`sub_word_dot`] instead (x quads
 /// prescaled once per tile, each unit's x sums — per quad with groups — remove the offset).
 /// `pdl`: [`await_predecessor`]; `early`: after the first tile's W loads (with `prefetch`),
@@ -201,6 +202,7 @@ pub fn qgemv_v2<N: Size>(
     #[comptime] prefetch: bool,
     #[comptime] prefetch_x: bool,
     #[comptime] pairs: bool,
+    #[comptime] mant: bool,
     #[comptime] sub: bool,
     #[comptime] norm: bool,
     #[comptime] resid: bool,
@@ -220,7 +222,7 @@ pub fn qgemv_v2<N: Size>(
     let cpr = cpr as usize;
     let cols = scale_cols as usize;
     let mut lut = Shared::<[f32]>::new_slice(16usize);
-    if mx && !pairs && tid < 16 {
+    if mx && !pairs && !mant && tid < 16 {
         if q4 {
             lut[tid] = f32::cast_from(tid as u32);
         } else {
@@ -230,7 +232,21 @@ pub fn qgemv_v2<N: Size>(
     let spl = comptime!(scale_words_per_lane(q4, offset));
     // Q4: per token and quad, Σ x (Q4_1) or 8 Σ x (Q4_0), times 2^−24 with `pairs`.
     let mut xk = Array::<f32>::new(comptime!(if q4 { tn * 8 } else { 1 }));
-    let ks = comptime!((if offset { 1.0f32 } else { 8.0f32 }) * (if pairs { 1.0f32 / 16_777_216.0 } else { 1.0f32 }));
+    let ks = comptime!(match (mant, pairs) {
+        (true, _) =>
+            if offset {
+                1.0f32
+            } else {
+                1.5f32
+            },
+        (false, true) => (if offset { 1.0f32 } else { 8.0f32 }) / 16_777_216.0,
+        (false, false) =>
+            if offset {
+                1.0f32
+            } else {
+                8.0f32
+            },
+    });
     sync_cube();
     // Quads per chunk.
     let qpc = select(mx, 8usize, 4usize);
@@ -336,7 +352,7 @@ pub fn qgemv_v2<N: Size>(
                         #[unroll]
                         for tt in 0..tn {
                             if q4 {
-                                acc[tt * rpg + r] += q4_chunk_dot(wv, &xs, &xk, tt * 8, &lut, &sc2, spl * r, pairs, offset);
+                                acc[tt * rpg + r] += q4_chunk_dot(wv, &xs, &xk, tt * 8, &lut, &sc2, spl * r, pairs, mant, offset);
                             } else {
                                 acc[tt * rpg + r] += mx_chunk_dot(wv, &xs, tt * 8, &lut, sc2[2 * r], sc2[2 * r + 1], pairs);
                             }
@@ -362,8 +378,12 @@ pub fn qgemv_v2<N: Size>(
         if !mx && !grouped {
             finish_per_channel(&mut acc, &xsum, scales, row0, n_out, cols, tn, rpg, 4usize, sub);
         }
-        if mx && pairs {
-            let rescale = comptime!(if q4 { 16_777_216.0f32 } else { 16384.0f32 });
+        if mx && (pairs || mant) {
+            let rescale = comptime!(match (mant, q4) {
+                (true, _) => 16.0f32,
+                (false, true) => 16_777_216.0f32,
+                (false, false) => 16384.0f32,
+            });
             #[unroll]
             for a in 0..tn * rpg {
                 acc[a] *= rescale;

@@ -43,6 +43,15 @@ pub(crate) fn q4_pair(word: u32, #[comptime] e: usize) -> Vector<f32, Const<2>> 
     Vector::<f32, Const<2>>::cast_from(Vector::<f16, Const<2>>::reinterpret(h))
 }
 
+/// Nibble `i` of `word` as the f32 `1 + n/16`: the code moved under the mantissa's top four
+/// bits of 1.0 by one shift and one masked or (no conversion instruction: Q4's codes at the
+/// integer and FMA pipes' full rate). Exact; the caller removes the 1 with its x sums.
+#[cube]
+pub(crate) fn q4_mant(word: u32, #[comptime] i: usize) -> f32 {
+    let s = if comptime!(4 * i <= 19) { word << comptime!((19 - 4 * i) as u32) } else { word >> comptime!((4 * i - 19) as u32) };
+    f32::reinterpret((s & 0x0078_0000u32) | 0x3F80_0000u32)
+}
+
 /// The f16 in the low 16 bits of `h` as an f32, by integer operations (any device; exact,
 /// subnormals included, without an f32 subnormal on the way; `h` finite).
 #[cube]
@@ -262,9 +271,12 @@ pub(crate) fn mx_chunk_dot<N: Size>(
 /// `Σ_q (d_q Σ_e n·x + m_q Σ_e x)` of one Q4 chunk (quad q = nibbles 4(q % 2).. of word q / 2,
 /// x quad `xs[base + q]`): Q4_0 (`offset` false) `Σ_q d_q (Σ_e n·x − xk_q)` with `xk = 8 Σ x`
 /// of the quad, Q4_1 `Σ_q d_q Σ_e n·x + m_q xk_q` with `xk = Σ x`; the scale words
-/// `sc[s0 ..]` as the tiled order holds them (Q4_0: d pairs; Q4_1: a (d, m) pair per quad).
-/// `pairs`: codes from [`q4_pair`] and `xk` prescaled by 2^−24 by the caller (the sum is then
-/// 2^−24 of the true one: the caller rescales), else codes from the shared table `lut`.
+/// `sc[s0 ..]` as the tiled order holds them (Q4_0: d pairs; Q4_1: a (d, m) pair per quad),
+/// decoded by the f16×2 bitcast with `pairs`. Codes: with `mant` as `1 + n/16` ([`q4_mant`]),
+/// `xk` then `1.5 Σ x` (Q4_0) or `Σ x` (Q4_1) and the sum 1/16 of the true one (the caller
+/// rescales): `Σ (n − 8) x = 16 (Σ (1 + n/16) x − 1.5 Σ x)`, `d Σ n x + m Σ x = 16 (d (Σ (1 +
+/// n/16) x − Σ x) + m Σ x / 16)`; else with `pairs` from [`q4_pair`] (`xk` prescaled by 2^−24,
+/// the sum 2^−24 of the true one), else from the shared table `lut`.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn q4_chunk_dot<N: Size>(
@@ -276,13 +288,32 @@ pub(crate) fn q4_chunk_dot<N: Size>(
     sc: &Array<u32>,
     s0: usize,
     #[comptime] pairs: bool,
+    #[comptime] mant: bool,
     #[comptime] offset: bool,
 ) -> f32 {
     let mut tot = f32::new(0.0);
     #[unroll]
     for wd in 0..4usize {
-        let (lo, hi) = fp4_word_dot(wv.extract(wd), xs[base + wd * 2], xs[base + wd * 2 + 1], lut, f32::new(0.0), f32::new(0.0), pairs, true);
-        if comptime!(offset) {
+        let word = wv.extract(wd);
+        let xlo = xs[base + wd * 2];
+        let xhi = xs[base + wd * 2 + 1];
+        let mut lo = f32::new(0.0);
+        let mut hi = f32::new(0.0);
+        if comptime!(mant) {
+            #[unroll]
+            for e in 0..4usize {
+                lo += q4_mant(word, e) * xlo.extract(e);
+                hi += q4_mant(word, e + 4) * xhi.extract(e);
+            }
+        } else {
+            (lo, hi) = fp4_word_dot(word, xlo, xhi, lut, f32::new(0.0), f32::new(0.0), pairs, true);
+        }
+        if comptime!(offset && mant) {
+            let (d0, m0) = f16_pair(sc[s0 + 2 * wd], pairs);
+            let (d1, m1) = f16_pair(sc[s0 + 2 * wd + 1], pairs);
+            let (k0, k1) = (xk[base + 2 * wd], xk[base + 2 * wd + 1]);
+            tot += d0 * (lo - k0) + m0 * (k0 * 0.0625f32) + d1 * (hi - k1) + m1 * (k1 * 0.0625f32);
+        } else if comptime!(offset) {
             let (d0, m0) = f16_pair(sc[s0 + 2 * wd], pairs);
             let (d1, m1) = f16_pair(sc[s0 + 2 * wd + 1], pairs);
             tot += d0 * lo + m0 * xk[base + 2 * wd] + d1 * hi + m1 * xk[base + 2 * wd + 1];

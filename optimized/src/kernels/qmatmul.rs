@@ -232,7 +232,12 @@ pub enum Fp4Decode {
     Pairs,
     /// Q4 only: each code under the mantissa of 1.0 (`1 + n/16`, one shift and one masked or;
     /// no conversion instruction), the 1 removed with the x sums (any device; the f16 scales
-    /// by the f16×2 bitcast where the probe passed, else by integer operations).
+    /// by the f16×2 bitcast where the probe passed, else by integer operations). Tried on the
+    /// guess that the f16 → f32 widening of `Pairs` bounds the gemv; it does not: measured
+    /// slower (H200, two binaries alternating, batch-1 decode: Mistral-7B Q4_0 349.2 / 350.2
+    /// tokens/s against 400.8 / 400.3 with `Pairs`, Q4_1 294.1 / 293.9 against 330.4 / 330.4,
+    /// TinyLlama Q4_0 1,209.8 / 1,211.2 against 1,341.8 / 1,342.2). Kept as an audited choice
+    /// (`tandem bench --kernel qmatmul` times it; its conformance cases run everywhere).
     Mantissa,
 }
 
@@ -266,12 +271,8 @@ pub struct GemvTune {
 impl GemvTune {
     /// The defaults for `w` (on the device it was uploaded to).
     pub fn default_for(w: &QWeight) -> Self {
-        let fp4 = match (w.format, w.pairs) {
-            // Q4: codes under the mantissa, no conversion instruction (H200, see `Fp4Decode`).
-            (QFormat::Q4 { .. }, _) => Fp4Decode::Mantissa,
-            (_, true) => Fp4Decode::Pairs,
-            (_, false) => Fp4Decode::Table,
-        };
+        // The f16 pairs where the probe passed (Q4 too: the mantissa decode measured slower).
+        let fp4 = if w.pairs { Fp4Decode::Pairs } else { Fp4Decode::Table };
         let int8 = if w.subnormal { Int8Decode::Subnormal } else { Int8Decode::Magic };
         // The process's launch knobs (`knobs`: defaults unless an audit set them).
         let k = knobs::current();

@@ -49,8 +49,7 @@ impl TensorSource for GgufFile {
             // A non-finite d or m loads dequantized instead, as a Q8_0 one does.
             let bb = crate::quant::q4::ggml_block_bytes(offset);
             let finite = |g: &[u8], at: usize| half::f16::from_le_bytes([g[at], g[at + 1]]).is_finite();
-            use rayon::prelude::*;
-            if !bytes.par_chunks_exact(bb).all(|g| finite(g, 0) && (!offset || finite(g, 2))) {
+            if !bytes.chunks_exact(bb).all(|g| finite(g, 0) && (!offset || finite(g, 2))) {
                 return Ok(None);
             }
             return crate::quant::q4::from_ggml(&name, want[0], want[1], bytes, offset)

@@ -173,7 +173,7 @@ impl Q4Weight {
             if v.len() != nb {
                 return Err(ctx(format!("q4 {what} have {} values, shape [{out}, {}] needs {nb}", v.len(), in_dim / BLOCK)));
             }
-            if let Some(i) = v.par_iter().position_first(|s| !s.is_finite()) {
+            if let Some(i) = v.iter().position(|s| !s.is_finite()) {
                 return Err(ctx(format!("q4 {what}: row {}, block {}: {} is not finite", i / per_row, i % per_row, v[i])));
             }
         }

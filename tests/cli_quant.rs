@@ -49,7 +49,9 @@ fn tmp(name: &str) -> PathBuf {
 #[test]
 fn quantized_synthetic_dir_runs_like_weights_on_load() {
     let full = json(&["logits", "--synthetic", "tiny-gqa", "--ids", "1,2,3,40", "--greedy", "6", "--device", "cpu"]);
-    for (fmt, group, weights) in [("int8", None, "int8"), ("int8", Some("16"), "int8-g16"), ("mxfp4", None, "mxfp4")] {
+    for (fmt, group, weights) in
+        [("int8", None, "int8"), ("int8", Some("16"), "int8-g16"), ("mxfp4", None, "mxfp4"), ("q4_0", None, "q4_0"), ("q4_1", None, "q4_1")]
+    {
         let dir = tmp(weights);
         let d = dir.to_str().unwrap();
         let mut args = vec!["quantize", "--synthetic", "tiny-gqa", "--format", fmt, "--out", d];
@@ -115,6 +117,7 @@ fn bad_quantization_input() {
     fails(&q(&["--synthetic", "tiny-mha", "--format", "int8", "--group", "48"]), 2, &["q_proj", "[64, 64]", "group size 48"]);
     fails(&q(&["--synthetic", "tiny-odd-head", "--format", "mxfp4"]), 2, &["q_proj", "[60, 60]", "32"]);
     fails(&q(&["--synthetic", "tiny-mha", "--format", "mxfp4", "--group", "64"]), 2, &["--group 64", "int8 only"]);
+    fails(&q(&["--synthetic", "tiny-mha", "--format", "q4_1", "--group", "64"]), 2, &["--group 64", "int8 only"]);
     fails(&q(&["--synthetic", "tiny-mha", "--format", "int8", "--group", "0"]), 2, &["--group", "at least 1"]);
     fails(&q(&["--synthetic", "tiny-mha", "--format", "int8", "--weights", "int8"]), 2, &["--weights"]);
     fails(&["logits", "--synthetic", "tiny-mha", "--weights", "int4", "--ids", "1"], 2, &["--weights int4", "mxfp4"]);
@@ -143,15 +146,15 @@ fn bad_quantization_input() {
     fails(&["logits", "--model", d, "--ids", "1", "--device", "cpu"], 1, &["q_proj.weight_blocks", "missing", "[64, 2, 16]"]);
 }
 
-/// A Q8_0 / Q4_0 GGUF's linear weights stay quantized on a GPU device (int8 groups of 32), and
-/// `--weights dense` dequantizes them at load instead; GPT-OSS refuses it (its experts stay
-/// MXFP4). On lavapipe where the CI has no GPU.
+/// A Q8_0 / Q4_0 / Q4_1 GGUF's linear weights stay quantized on a GPU device (Q8_0 as int8
+/// groups of 32, Q4 at 4 bits), and `--weights dense` dequantizes them at load instead; GPT-OSS
+/// refuses it (its experts stay MXFP4). On lavapipe where the CI has no GPU.
 #[test]
 fn weights_dense_dequantizes_a_quantized_gguf() {
     use reference::dequant::GgmlType;
     let (_, cfg) = reference::synthetic::tiny_configs().into_iter().find(|(n, _)| *n == "tiny-gqa").unwrap();
     let w = reference::synthetic::weights(&cfg, 5).unwrap();
-    for ty in [GgmlType::Q8_0, GgmlType::Q4_0] {
+    for (ty, kept_tag) in [(GgmlType::Q8_0, "[wgpu-int8-g32+f32]"), (GgmlType::Q4_0, "[wgpu-q4_0+f32]"), (GgmlType::Q4_1, "[wgpu-q4_1+f32]")] {
         let p = tmp(&format!("dense-{}.gguf", ty.name()));
         reference::loader::write_gguf(&p, &cfg, &w, ty).unwrap();
         let m = p.to_str().unwrap();
@@ -161,8 +164,8 @@ fn weights_dense_dequantizes_a_quantized_gguf() {
             ok(&a).1
         };
         let (kept, dense) = (run(&[]), run(&["--weights", "dense"]));
-        assert!(kept.contains("[wgpu-int8-g32+f32]"), "{ty:?} kept quantized: {kept}");
-        assert!(dense.contains("[wgpu-f32]") && !dense.contains("int8"), "{ty:?} --weights dense: {dense}");
+        assert!(kept.contains(kept_tag), "{ty:?} kept quantized: {kept}");
+        assert!(dense.contains("[wgpu-f32]") && !dense.contains("int8") && !dense.contains("q4_"), "{ty:?} --weights dense: {dense}");
     }
     fails(&["logits", "--synthetic", "tiny-gpt-oss", "--weights", "dense", "--ids", "1"], 2, &["--weights dense", "GPT-OSS"]);
 }

@@ -93,9 +93,9 @@ pub enum Cmd {
     Bench(bench::BenchArgs),
     /// Run the conformance suite (every kernel and whole models vs the reference) on GPU runtimes.
     Conformance(ConformanceArgs),
-    /// Write a quantized HF directory (int8 or mxfp4 linear weights) that generate loads.
+    /// Write a quantized HF directory (int8, mxfp4, q4_0 or q4_1 linear weights) that generate loads.
     Quantize(quantize::QuantizeArgs),
-    /// Report how far --weights int8|mxfp4 moves next-token distributions (CPU reference).
+    /// Report how far --weights int8|mxfp4|q4_0|q4_1 moves next-token distributions (CPU reference).
     Drift(drift::DriftArgs),
     /// Step through the GPU path's optimizations from the all-naive configuration: per step its
     /// covering conformance cases, accuracy against the reference, prefill and decode speed.

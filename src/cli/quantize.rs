@@ -16,6 +16,12 @@ pub enum Format {
     Int8,
     /// OCP MXFP4: e2m1 values in blocks of 32 inputs sharing one e8m0 power-of-two scale.
     Mxfp4,
+    /// GGUF Q4_0: 4-bit codes in blocks of 32 with an f16 scale (`d · (n − 8)`), ggml's quantizer.
+    #[value(name = "q4_0")]
+    Q4_0,
+    /// GGUF Q4_1: 4-bit codes in blocks of 32 with an f16 scale and offset (`d · n + m`).
+    #[value(name = "q4_1")]
+    Q4_1,
 }
 
 #[derive(Args, Debug)]
@@ -23,7 +29,7 @@ pub struct QuantizeArgs {
     #[command(flatten)]
     pub model: ModelArgs,
     /// Quantized format of the linear weights (q, k, v, o, gate, up, down; int8 also an
-    /// untied lm_head). Embeddings, mxfp4's lm_head and norms are stored in f32.
+    /// untied lm_head). Embeddings, mxfp4's and q4's lm_head and norms are stored in f32.
     #[arg(long, value_enum)]
     pub format: Format,
     /// int8 only: one scale per N consecutive inputs instead of one per output channel
@@ -46,7 +52,11 @@ fn scheme(a: &QuantizeArgs) -> Result<Scheme> {
     match (a.format, a.group) {
         (Format::Int8, g) => Scheme::from_method("int8", g).map_err(|e| CliError::Usage(format!("--group: {e}"))),
         (Format::Mxfp4, None) => Ok(Scheme::Mxfp4),
-        (Format::Mxfp4, Some(g)) => Err(CliError::Usage(format!("--group {g}: mxfp4 has fixed blocks of 32; --group applies to int8 only"))),
+        (Format::Q4_0, None) => Ok(Scheme::Q4_0),
+        (Format::Q4_1, None) => Ok(Scheme::Q4_1),
+        (f @ (Format::Mxfp4 | Format::Q4_0 | Format::Q4_1), Some(g)) => {
+            Err(CliError::Usage(format!("--group {g}: {f:?} has fixed blocks of 32; --group applies to int8 only")))
+        }
     }
 }
 

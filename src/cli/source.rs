@@ -44,11 +44,11 @@ pub struct ModelArgs {
     #[arg(long)]
     pub dtype: Option<String>,
     /// Quantize the linear weights as they load: int8 (one scale per output channel),
-    /// int8-g<N> (one per N inputs, e.g. int8-g128) or mxfp4 (OCP, blocks of 32); int8 also
-    /// quantizes an untied lm_head. The CPU reference runs on dequant(quantize(W)) in f32; GPU
-    /// devices keep them quantized and run the fused dequant kernels (embeddings, mxfp4's
-    /// lm_head and norms stay in --dtype / f32). `dense`: a GGUF's Q8_0 / Q4_0 weights (kept
-    /// quantized by default) dequantized at load to --dtype instead — 1.8–3.5× the memory,
+    /// int8-g<N> (one per N inputs, e.g. int8-g128), mxfp4 (OCP, blocks of 32), q4_0 or q4_1
+    /// (GGUF's 4-bit blocks of 32, ggml's quantizers); int8 also quantizes an untied lm_head.
+    /// The CPU reference runs on dequant(quantize(W)) in f32; GPU devices keep them quantized
+    /// and run the fused dequant kernels (embeddings, mxfp4's / q4's lm_head and norms stay in
+    /// --dtype / f32). `dense`: a GGUF's Q8_0 / Q4_0 / Q4_1 weights (kept quantized by default) dequantized at load to --dtype instead — 1.8–3.5× the memory,
     /// slower batch-1 decode, but prefill and many-sequence steps on the dense GEMMs (≈ 2× on
     /// an H200).
     #[arg(long)]
@@ -143,7 +143,7 @@ impl ModelArgs {
     /// The `--weights` scheme, if given.
     /// The quantization `--weights` asks for (`None` for `dense` or no flag).
     pub fn scheme(&self) -> Result<Option<Scheme>> {
-        let bad = |s: &str| CliError::Usage(format!("--weights {s}: expected int8, int8-g<N> (e.g. int8-g128), mxfp4 or dense"));
+        let bad = |s: &str| CliError::Usage(format!("--weights {s}: expected int8, int8-g<N> (e.g. int8-g128), mxfp4, q4_0, q4_1 or dense"));
         self.weights.as_deref().filter(|&s| s != "dense").map(|s| s.parse::<Scheme>().map_err(|_| bad(s))).transpose()
     }
 

@@ -193,6 +193,9 @@ impl<R: ModelRunner> Worker<R> {
     fn step(&mut self) {
         match catch_unwind(AssertUnwindSafe(|| self.engine.step())) {
             Ok(Ok(outs)) => {
+                // The step's counts are published before any client hears of its outputs: a
+                // `/metrics` read after a response includes that response's tokens.
+                self.publish();
                 let now = Instant::now();
                 for o in outs {
                     self.dispatch(o, now);
@@ -217,20 +220,36 @@ impl<R: ModelRunner> Worker<R> {
             }
             l.last_token = Some(now);
         }
+        // A finished request is counted before its last output goes out (as the step's stats).
+        if let (Some(f), Ok(mut m)) = (finished, self.shared.metrics.lock()) {
+            m.count(Outcome::of(f));
+        }
         let delivered = l.events.send(Event::Output(o)).is_ok();
         match finished {
-            Some(f) => self.retire(id, Outcome::of(f)),
+            Some(_) => {
+                self.forget(id);
+            }
             None if !delivered => self.abort(id),
             None => {}
         }
     }
 
     fn retire(&mut self, id: RequestId, outcome: Outcome) {
-        if let Some(l) = self.live.remove(&id) {
-            self.tickets.remove(&l.ticket);
+        if self.forget(id) {
             if let Ok(mut m) = self.shared.metrics.lock() {
                 m.count(outcome);
             }
+        }
+    }
+
+    /// Drop request `id`'s bookkeeping; whether it was live.
+    fn forget(&mut self, id: RequestId) -> bool {
+        match self.live.remove(&id) {
+            Some(l) => {
+                self.tickets.remove(&l.ticket);
+                true
+            }
+            None => false,
         }
     }
 

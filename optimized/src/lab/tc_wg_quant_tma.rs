@@ -33,13 +33,13 @@ use cubecl_cpp::cuda::ptx::tensor_map_address;
 
 use crate::kernels::matmul::tc::{convert, grid, quant_dims, reduce, sms, target, u32_of};
 use crate::kernels::matmul::tc_kernel::{commit, wait_pending, BK};
-use crate::kernels::matmul::tc_quant::{FMT_INT8, FMT_INT8_GROUPS, FMT_MXFP4};
+use crate::kernels::matmul::tc_quant::{FMT_INT8, FMT_MXFP4};
 use crate::kernels::matmul::tc_wg::{wg_epilogue, WgConfig, WG_BM, WG_BN};
 use crate::kernels::matmul::tc_wg_quant::{chunks_per_block, col_scaled, format_words, pick, refusal, sc_words, stage_raw, SLOT_V};
 use crate::kernels::matmul::tc_wg_quant_decode::{decode, load_scales};
 use crate::kernels::matmul::tc_wg_tma::{mbar_arrive, mbar_expect, mbar_init, mbar_init_fence, mbar_wait, tile_map, tma_load, CONSUMER_WARPS};
 use crate::kernels::matmul::wgmma::{desc, proxy_fence, smem_addr, wgmma_k64_acc, wgmma_wait, Acc};
-use crate::kernels::qmatmul::{QFormat, QLayout, QWeight};
+use crate::kernels::qmatmul::{QLayout, QWeight};
 use crate::{Client, DeviceTensor, Dtype, Error};
 
 /// Units of a cube: consumers, decoders (two warpgroups each) and the producer warp.

@@ -249,16 +249,19 @@ impl Case for QMatmulCase {
     }
 }
 
+/// The formats of the grids: int8 per channel and in groups of 32 (Q8_0's) and 128, mxfp4, Q4_0, Q4_1.
+const SCHEMES: [Scheme; 6] = [
+    Scheme::Int8(Granularity::PerChannel),
+    Scheme::Int8(Granularity::Group(32)),
+    Scheme::Int8(Granularity::Group(128)),
+    Scheme::Mxfp4,
+    Scheme::Q4_0,
+    Scheme::Q4_1,
+];
+
 pub fn cases() -> Vec<Box<dyn Case>> {
     let mut v: Vec<Box<dyn Case>> = Vec::new();
-    let schemes = [
-        Scheme::Int8(Granularity::PerChannel),
-        Scheme::Int8(Granularity::Group(32)),
-        Scheme::Int8(Granularity::Group(128)),
-        Scheme::Mxfp4,
-        Scheme::Q4_0,
-        Scheme::Q4_1,
-    ];
+    let schemes = SCHEMES;
     // A fixed choice over the tiled order runs int8 with both decodes (the magic one is the
     // fallback where subnormals are flushed).
     let push = |v: &mut Vec<Box<dyn Case>>, c: QMatmulCase| {
@@ -430,14 +433,7 @@ pub fn cases() -> Vec<Box<dyn Case>> {
 /// T = 9 / 17 / 33 cases above reach it through `qlinear` wherever the device has tensor cores.
 pub fn tc_cases() -> Vec<Box<dyn Case>> {
     let mut v: Vec<Box<dyn Case>> = Vec::new();
-    let schemes = [
-        Scheme::Int8(Granularity::PerChannel),
-        Scheme::Int8(Granularity::Group(32)),
-        Scheme::Int8(Granularity::Group(128)),
-        Scheme::Mxfp4,
-        Scheme::Q4_0,
-        Scheme::Q4_1,
-    ];
+    let schemes = SCHEMES;
     for scheme in schemes {
         let layouts: &[QLayout] = if nibbles(scheme) { &[QLayout::Tiles] } else { &[QLayout::Rows, QLayout::Tiles] };
         let g128 = scheme == Scheme::Int8(Granularity::Group(128));

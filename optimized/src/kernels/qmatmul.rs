@@ -500,6 +500,9 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
                     x.as_arg(4),
                     w.data.as_arg(4),
                     w.scales.as_arg(1),
+                    // Q4's scale words by 16-byte loads (whole vectors: `v2::load_tile`); the
+                    // other formats do not read it.
+                    if q4 { w.scales.as_arg(4) } else { w.data.as_arg(4) },
                     y.as_arg(1),
                     xr.as_arg(4),
                     nw.as_arg(1),

@@ -60,7 +60,7 @@ fn pipelined_tile<N: Size>(
 ) -> usize {
     let t2 = t + split;
     if t2 < ntiles {
-        load_tile(w, scales, next, sn, t2, lane, cpr, row0, n_out, cols, rpg, false, 2usize);
+        load_tile(w, scales, w, next, sn, t2, lane, cpr, row0, n_out, cols, rpg, false, 2usize);
     }
     tile_dot(x, scales, cur, xs, acc, xsum, t, t2, ntiles, lane, cpr, xrow, row0, n_out, cols, gshift, magic, tn, rpg, grouped, sub);
     t2
@@ -127,7 +127,7 @@ pub fn qgemv_v3<N: Size>(
     let ntiles = (cpr + TILE_CHUNKS - 1) / TILE_CHUNKS;
     let mut t = unit / TILE_CHUNKS;
     if row0 < n_out && t < ntiles {
-        load_tile(w, scales, &mut wa, &mut sn, t, lane, cpr, row0, n_out, cols, rpg, false, 2usize);
+        load_tile(w, scales, w, &mut wa, &mut sn, t, lane, cpr, row0, n_out, cols, rpg, false, 2usize);
         load_x4(x, &mut xs, t, lane, cpr, xrow, tn);
     }
     let mut rn = Array::<f32>::new(tn);

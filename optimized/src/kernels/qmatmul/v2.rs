@@ -83,13 +83,15 @@ pub fn tile_scale_words(n_in: usize) -> usize {
 
 /// Lane `lane`'s W chunk of tile `t` for rows `row0 ..+ rpg` into `wn` (rows past `n_out`
 /// read the last row), and with `mx` its `spl` scale words per row into `sn` (mxfp4 2, Q4_0 4,
-/// Q4_1 8: [`mx_scale_index`]). Lanes past a
+/// Q4_1 8: [`mx_scale_index`]); 4 or more by 16-byte loads from `scales4` (the same words:
+/// Q4's rows and lanes start at multiples of 4 words). Lanes past a
 /// partial last tile read the row's last chunk (and the last lane's scales) and do not use them.
 #[allow(clippy::too_many_arguments)]
 #[cube]
 pub(crate) fn load_tile<N: Size>(
     w: &[Vector<u32, N>],
     scales: &[u32],
+    scales4: &[Vector<u32, N>],
     wn: &mut Array<Vector<u32, N>>,
     sn: &mut Array<u32>,
     t: usize,
@@ -110,9 +112,20 @@ pub(crate) fn load_tile<N: Size>(
         wn[r] = w[row * cpr + c];
         if mx {
             let si = mx_scale_index(row * cols, t, min(lane, m - 1), m, spl);
-            #[unroll]
-            for i in 0..spl {
-                sn[spl * r + i] = scales[si + i];
+            if comptime!(spl >= 4) {
+                #[unroll]
+                for i in 0..spl / 4 {
+                    let v = scales4[si / 4 + i];
+                    #[unroll]
+                    for j in 0..4usize {
+                        sn[spl * r + 4 * i + j] = v.extract(j);
+                    }
+                }
+            } else {
+                #[unroll]
+                for i in 0..spl {
+                    sn[spl * r + i] = scales[si + i];
+                }
             }
         }
     }
@@ -157,7 +170,8 @@ fn load_x<N: Size>(
     }
 }
 
-/// gemv v2. x `[tn, in/4]` quads; w `[out, cpr]` chunks in the tiled order; y `[tn, out]`.
+/// gemv v2. x `[tn, in/4]` quads; w `[out, cpr]` chunks in the tiled order; y `[tn, out]`;
+/// `scales4`: the scale words again as 16-byte vectors (Q4's loads; any buffer otherwise).
 /// Cube dim (32·split, groups): unit u of group gi handles rows `(CUBE_POS·groups + gi)·rpg
 /// ..+ rpg`, tiles `u / 32, u / 32 + split, ..` at lane `u % 32`; x quads loaded once per
 /// tile for the rpg rows. `prefetch`: the next tile's W chunks (and mxfp4 scale words) are
@@ -179,6 +193,7 @@ pub fn qgemv_v2<N: Size>(
     x: &[Vector<f32, N>],
     w: &[Vector<u32, N>],
     scales: &[u32],
+    scales4: &[Vector<u32, N>],
     y: &mut [f32],
     xr: &[Vector<f32, N>],
     nw: &[f32],
@@ -271,7 +286,7 @@ pub fn qgemv_v2<N: Size>(
     let ntiles = (cpr + TILE_CHUNKS - 1) / TILE_CHUNKS;
     let mut t = unit / TILE_CHUNKS;
     if row0 < n_out && prefetch && t < ntiles {
-        load_tile(w, scales, &mut wn, &mut sn, t, lane, cpr, row0, n_out, cols, rpg, mx, spl);
+        load_tile(w, scales, scales4, &mut wn, &mut sn, t, lane, cpr, row0, n_out, cols, rpg, mx, spl);
     }
     // Only weights above: with `early` they load while the previous kernel ends.
     await_predecessor(comptime!(pdl && early));
@@ -307,7 +322,7 @@ pub fn qgemv_v2<N: Size>(
                 }
                 let tn2 = t + split;
                 if tn2 < ntiles {
-                    load_tile(w, scales, &mut wn, &mut sn, tn2, lane, cpr, row0, n_out, cols, rpg, mx, spl);
+                    load_tile(w, scales, scales4, &mut wn, &mut sn, tn2, lane, cpr, row0, n_out, cols, rpg, mx, spl);
                     if xpre {
                         load_x(x, &mut xn, tn2, lane, cpr, xrow, qpc, tn);
                     }
@@ -342,7 +357,7 @@ pub fn qgemv_v2<N: Size>(
                     }
                 }
                 if !prefetch {
-                    load_tile(w, scales, &mut wc, &mut sc2, t, lane, cpr, row0, n_out, cols, rpg, mx, spl);
+                    load_tile(w, scales, scales4, &mut wc, &mut sc2, t, lane, cpr, row0, n_out, cols, rpg, mx, spl);
                 }
                 #[unroll]
                 for r in 0..rpg {

@@ -6,6 +6,8 @@
 //!   `w = q · scale`.
 //! - MXFP4: e2m1 nibbles `[out, in/32, 16]` bytes (low nibble = even element), 8 per u32
 //!   word; e8m0 scale bytes `[out, in/32]` packed 4 per u32 word. `w = e2m1(n) · 2^(s − 127)`.
+//! - Q4 (GGUF Q4_0 / Q4_1, tiled order only): codes in MXFP4's nibble layout; per block an f16
+//!   d (Q4_1: d | m << 16, a word) in the tiled scale order. `w = d · (n − 8)` or `d · n + m`.
 //! Dequantization in the kernels is exact (integer → f32 by bit patterns), so only the
 //! summation order differs from the reference.
 //!
@@ -38,8 +40,9 @@
 //!   dequantized into an f32 scratch (one unit per 16-byte chunk; dequant v1 or v2 by layout),
 //!   then the tiled v2 matmul.
 //! - tc v1 (prefill, T > [`QGEMV_MAX_T`], devices with tensor cores; int8 in either order,
-//!   mxfp4 in the tiled order): `matmul::tc::qlinear_into`, the dequantization fused into the
-//!   tensor-core GEMM's tile loads — no full-precision copy of W.
+//!   mxfp4 and Q4 in the tiled order): `matmul::tc::qlinear_into`, the dequantization fused
+//!   into the tensor-core GEMM's tile loads — no full-precision copy of W (tc v3 on Hopper
+//!   above 32 rows).
 //! GGUF Q8_0 weights are INT8 with groups of 32 (f16 scales widen exactly); `tandem` keeps
 //! them that way on the GPU ([`QWeight::upload`] of a converted tensor).
 

@@ -104,6 +104,14 @@ fn drift_report_on_a_tiny_model() {
     assert!(kl > 0.0 && kl.is_finite(), "{out}");
     let (out, _) = ok(&["drift", "--synthetic", "tiny-mha", "--weights", "int8-g32", "--ids", "1,2,3", "--ids", "9,8,7,6", "--tokens", "4"]);
     assert!(out.contains("3+4") && out.contains("4+4") && out.contains("/4"), "{out}");
+    // GGUF's 4-bit formats: their bits a weight in the header, a finite positive KL.
+    for (w, bits) in [("q4_0", "4.50 bits/weight"), ("q4_1", "5.00 bits/weight")] {
+        let (out, _) = ok(&["drift", "--synthetic", "tiny-gqa", "--weights", w, "--tokens", "4"]);
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(lines[0].contains(w) && lines[0].contains(bits), "{out}");
+        let kl: f64 = lines[5].split_whitespace().nth(1).unwrap().parse().unwrap();
+        assert!(kl > 0.0 && kl.is_finite(), "{out}");
+    }
 }
 
 #[test]

@@ -81,7 +81,7 @@ pub struct BenchArgs {
     pub shapes: Option<String>,
     /// With `--kernel qmatmul`: only these formats (names as printed, e.g. `int8,mxfp4`). With
     /// `--kernel matmul --shapes`: the weight formats timed (`bf16`, `int8`, `int8-g32`, `q8_0`
-    /// — groups of 32 with f16 scales — and `mxfp4`; default `bf16`).
+    /// — groups of 32 with f16 scales —, `mxfp4`, `q4_0` and `q4_1`; default `bf16`).
     #[arg(long)]
     pub formats: Option<String>,
 }

@@ -147,7 +147,9 @@ fn shape_formats(names: Option<&str>) -> Result<Vec<Format>> {
             "int8-g32" => Ok(Format::Quant(Scheme::Int8(Granularity::Group(32)))),
             "mxfp4" => Ok(Format::Quant(Scheme::Mxfp4)),
             "q8_0" => Ok(Format::Q8_0),
-            o => Err(CliError::Usage(format!("--formats: `{o}` is not bf16, int8, int8-g32, q8_0 or mxfp4"))),
+            "q4_0" => Ok(Format::Quant(Scheme::Q4_0)),
+            "q4_1" => Ok(Format::Quant(Scheme::Q4_1)),
+            o => Err(CliError::Usage(format!("--formats: `{o}` is not bf16, int8, int8-g32, q8_0, mxfp4, q4_0 or q4_1"))),
         })
         .collect()
 }

@@ -444,8 +444,9 @@ pub fn qdequant_v2<N: Size>(
         let orow = row * n_in as usize;
         let cols = scale_cols as usize;
         let wv = w[i];
-        if q4 {
-            let spl = comptime!(scale_words_per_lane(true, offset));
+        if mx {
+            // Lane l's 8 quads: quad q = nibbles 4(q % 2).. of word q / 2, inputs 4(xq + m·q)..
+            let spl = comptime!(scale_words_per_lane(q4, offset));
             let si = mx_scale_index(row * cols, t, l, m, spl);
             #[unroll]
             for wd in 0..4usize {
@@ -454,44 +455,31 @@ pub fn qdequant_v2<N: Size>(
                 for h in 0..2usize {
                     let q = wd * 2 + h;
                     let p = xq + m * q;
-                    // Quad q's entry: Q4_1 word q (d, m); Q4_0 half q % 2 of word q / 2.
+                    // The quad's scale: mxfp4 e8m0 byte q of its two words; Q4_0 half q % 2 of
+                    // word q / 2 (d; m = −8d, as `d · (n − 8)`); Q4_1 word q (d, m).
                     let mut d = 0.0f32;
                     let mut mm = 0.0f32;
-                    if offset {
+                    if !q4 {
+                        d = e8m0_of(scales[si + q / 4], q);
+                    }
+                    if q4 && offset {
                         let e = scales[si + q];
                         d = f16_bits(e & 0xFFFFu32);
                         mm = f16_bits(e >> 16u32);
                     }
-                    if !offset {
+                    if q4 && !offset {
                         d = f16_bits((scales[si + q / 2] >> (16 * (q % 2)) as u32) & 0xFFFFu32);
                     }
                     #[unroll]
                     for e in 0..4usize {
-                        let n = f32::cast_from((word >> ((h * 4 + e) * 4) as u32) & 15u32);
-                        if offset {
-                            out[orow + 4 * p + e] = d * n + mm;
+                        let n = (word >> ((h * 4 + e) * 4) as u32) & 15u32;
+                        if !q4 {
+                            out[orow + 4 * p + e] = d * e2m1(n);
+                        } else if offset {
+                            out[orow + 4 * p + e] = d * f32::cast_from(n) + mm;
                         } else {
-                            out[orow + 4 * p + e] = d * (n - 8.0f32);
+                            out[orow + 4 * p + e] = d * (f32::cast_from(n) - 8.0f32);
                         }
-                    }
-                }
-            }
-        } else if mx {
-            let si = mx_scale_index(row * cols, t, l, m, 2usize);
-            let s0 = scales[si];
-            let s1 = scales[si + 1];
-            #[unroll]
-            for wd in 0..4usize {
-                let word = wv.extract(wd);
-                #[unroll]
-                for h in 0..2usize {
-                    let q = wd * 2 + h;
-                    let sw = if wd < 2 { s0 } else { s1 };
-                    let sc = e8m0_of(sw, q);
-                    let p = xq + m * q;
-                    #[unroll]
-                    for e in 0..4usize {
-                        out[orow + 4 * p + e] = sc * e2m1((word >> ((h * 4 + e) * 4) as u32) & 15u32);
                     }
                 }
             }

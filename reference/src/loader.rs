@@ -39,34 +39,29 @@ impl TensorSource for GgufFile {
         let name = t.name(Naming::Gguf);
         let want = t.shape(cfg);
         let info = self.tensor_info(&name).ok_or_else(|| Error::tensor(&self.path, &name, "missing"))?;
-        if matches!(info.ty, GgmlType::Q4_0 | GgmlType::Q4_1) {
-            // Kept at 4 bits (`crate::quant::q4`): nibbles repacked, d and m as stored.
-            if info.shape != want {
-                return Err(Error::tensor(&self.path, &name, format!("shape {:?}, expected {:?}", info.shape, want)));
-            }
-            let offset = info.ty == GgmlType::Q4_1;
-            let bytes = self.tensor_bytes(info);
-            // A non-finite d or m loads dequantized instead, as a Q8_0 one does.
-            let bb = crate::quant::q4::ggml_block_bytes(offset);
-            let finite = |g: &[u8], at: usize| half::f16::from_le_bytes([g[at], g[at + 1]]).is_finite();
-            if !bytes.chunks_exact(bb).all(|g| finite(g, 0) && (!offset || finite(g, 2))) {
-                return Ok(None);
-            }
-            return crate::quant::q4::from_ggml(&name, want[0], want[1], bytes, offset)
-                .map(|w| Some(QuantTensor::Q4(w)))
-                .map_err(|e| Error::tensor(&self.path, &name, e.to_string()));
+        if !matches!(info.ty, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1) {
+            return Ok(None);
         }
-        // One Q8_0 block: its f32 scale into `s`, its 32 values into `q`.
-        let block: fn(&[u8], &mut f32, &mut [i8]) = match info.ty {
-            GgmlType::Q8_0 => |blk, s, q| {
-                *s = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
-                q.iter_mut().zip(&blk[2..]).for_each(|(q, &b)| *q = b as i8);
-            },
-            _ => return Ok(None),
-        };
         if info.shape != want {
             return Err(Error::tensor(&self.path, &name, format!("shape {:?}, expected {:?}", info.shape, want)));
         }
+        if matches!(info.ty, GgmlType::Q4_0 | GgmlType::Q4_1) {
+            // Kept at 4 bits (`crate::quant::q4`): nibbles repacked, d and m as stored.
+            let offset = info.ty == GgmlType::Q4_1;
+            let bytes = self.tensor_bytes(info);
+            return match crate::quant::q4::from_ggml(&name, want[0], want[1], bytes, offset) {
+                Ok(w) => Ok(Some(QuantTensor::Q4(w))),
+                // A non-finite d or m (which `from_parts` refuses) loads dequantized instead, as
+                // a Q8_0 one does; the blocks are scanned for it only then.
+                Err(_) if !q4_scales_finite(bytes, offset) => Ok(None),
+                Err(e) => Err(Error::tensor(&self.path, &name, e.to_string())),
+            };
+        }
+        // One Q8_0 block: its f32 scale into `s`, its 32 values into `q`.
+        let block = |blk: &[u8], s: &mut f32, q: &mut [i8]| {
+            *s = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+            q.iter_mut().zip(&blk[2..]).for_each(|(q, &b)| *q = b as i8);
+        };
         let (out, in_dim) = (want[0], want[1]);
         let bytes = self.tensor_bytes(info);
         let bb = info.ty.block_bytes();
@@ -85,6 +80,12 @@ impl TensorSource for GgufFile {
         }
         Int8Weight::from_parts(&name, out, in_dim, Granularity::Group(32), q, scales).map(|w| Some(QuantTensor::Int8(w)))
     }
+}
+
+/// Whether every block of ggml Q4_0 (`offset` false) / Q4_1 `bytes` has a finite d (and m).
+fn q4_scales_finite(bytes: &[u8], offset: bool) -> bool {
+    let finite = |g: &[u8], at: usize| half::f16::from_le_bytes([g[at], g[at + 1]]).is_finite();
+    bytes.chunks_exact(crate::quant::q4::ggml_block_bytes(offset)).all(|g| finite(g, 0) && (!offset || finite(g, 2)))
 }
 
 /// The memory-mapped `*.safetensors` files of an HF directory.

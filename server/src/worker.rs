@@ -220,37 +220,27 @@ impl<R: ModelRunner> Worker<R> {
             }
             l.last_token = Some(now);
         }
-        // A finished request is counted before its last output goes out (as the step's stats).
-        if let (Some(f), Ok(mut m)) = (finished, self.shared.metrics.lock()) {
-            m.count(Outcome::of(f));
-        }
-        let delivered = l.events.send(Event::Output(o)).is_ok();
         match finished {
-            Some(_) => {
-                self.forget(id);
+            Some(f) => {
+                if let Some(l) = self.retire(id, Outcome::of(f)) {
+                    let _ = l.events.send(Event::Output(o));
+                }
             }
-            None if !delivered => self.abort(id),
+            None if l.events.send(Event::Output(o)).is_err() => self.abort(id),
             None => {}
         }
     }
 
-    fn retire(&mut self, id: RequestId, outcome: Outcome) {
-        if self.forget(id) {
-            if let Ok(mut m) = self.shared.metrics.lock() {
-                m.count(outcome);
-            }
+    /// Drop request `id`'s bookkeeping and count how it ended — before its last event goes out
+    /// (as the step's stats are published before its outputs), so that a `/metrics` read after
+    /// a response includes it. Its `Live`, to send that event, if it was live.
+    fn retire(&mut self, id: RequestId, outcome: Outcome) -> Option<Live> {
+        let l = self.live.remove(&id)?;
+        self.tickets.remove(&l.ticket);
+        if let Ok(mut m) = self.shared.metrics.lock() {
+            m.count(outcome);
         }
-    }
-
-    /// Drop request `id`'s bookkeeping; whether it was live.
-    fn forget(&mut self, id: RequestId) -> bool {
-        match self.live.remove(&id) {
-            Some(l) => {
-                self.tickets.remove(&l.ticket);
-                true
-            }
-            None => false,
-        }
+        Some(l)
     }
 
     /// An engine step failed: every running request fails with a 500; the engine stays up.
@@ -258,11 +248,10 @@ impl<R: ModelRunner> Worker<R> {
         eprintln!("tandem serve: {msg}; failing {} in-flight request(s)", self.live.len());
         let ids: Vec<RequestId> = self.live.keys().copied().collect();
         for id in ids {
-            if let Some(l) = self.live.get(&id) {
+            self.abort(id);
+            if let Some(l) = self.retire(id, Outcome::Error) {
                 let _ = l.events.send(Event::Failed(ApiError::internal(msg)));
             }
-            self.abort(id);
-            self.retire(id, Outcome::Error);
         }
     }
 

@@ -192,8 +192,8 @@ pub fn dequant(client: &Client, w: &QWeight) -> Result<DeviceTensor, Error> {
                 cols,
                 gshift,
                 w.format.nibbles(),
-                matches!(w.format, QFormat::Q4 { .. }),
-                w.format == QFormat::Q4 { offset: true },
+                w.format.q4_flags().0,
+                w.format.q4_flags().1,
                 w.grouped(),
             );
         }
@@ -321,11 +321,11 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
     if split.is_some_and(|s| !matches!(s, 1 | 2 | 4)) {
         return Err(Error::Shape(format!("qlinear: {split:?} planes per row, expected 1, 2 or 4")));
     }
-    let q4w = matches!(w.format, QFormat::Q4 { .. });
-    if fp4 == Fp4Decode::Mantissa && !q4w && w.format.nibbles() {
+    let (q4, offset) = w.format.q4_flags();
+    if fp4 == Fp4Decode::Mantissa && !q4 && w.format.nibbles() {
         return Err(Error::Unsupported(format!("qlinear: the mantissa 4-bit decode reads Q4 codes, not {:?}", w.format)));
     }
-    let mant = fp4 == Fp4Decode::Mantissa && q4w && w.layout == QLayout::Tiles;
+    let mant = fp4 == Fp4Decode::Mantissa && q4 && w.layout == QLayout::Tiles;
     // With the mantissa decode, `pairs` says how Q4's f16 scales are decoded.
     let pairs = (fp4 == Fp4Decode::Pairs && w.format.nibbles() && w.layout == QLayout::Tiles) || (mant && w.pairs);
     if pairs && !w.pairs {
@@ -404,7 +404,6 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
     let block = group * groups;
     let dim = CubeDim::new_2d(group as u32, groups as u32);
     let mx = w.format.nibbles();
-    let (q4, offset) = (matches!(w.format, QFormat::Q4 { .. }), w.format == QFormat::Q4 { offset: true });
     let (xr, nw, xw, eps) = fuse.operands(client);
     let (norm, resid) = (fuse.norm.is_some(), fuse.residual.is_some());
     // Programmatic dependent launch: the first tile's W loads go before the wait on the

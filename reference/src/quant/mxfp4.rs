@@ -130,10 +130,33 @@ pub fn half_spacing(m: f64) -> f64 {
 }
 
 fn check_shape(what: &str, out: usize, in_dim: usize) -> Result<usize> {
+    check_nibble_shape(what, "MXFP4", out, in_dim)
+}
+
+/// Elements of an `[out, in_dim]` weight packed in this module's nibble blocks (MXFP4's, and
+/// Q4's: [`super::q4`]): `in_dim` must be whole blocks of [`BLOCK`]; errors name `what` and
+/// the format `fmt`.
+pub(crate) fn check_nibble_shape(what: &str, fmt: &str, out: usize, in_dim: usize) -> Result<usize> {
     if !in_dim.is_multiple_of(BLOCK) {
-        return Err(Error::Input(format!("{what}: shape [{out}, {in_dim}]: in = {in_dim} is not a multiple of the {BLOCK}-element MXFP4 block")));
+        return Err(Error::Input(format!("{what}: shape [{out}, {in_dim}]: in = {in_dim} is not a multiple of the {BLOCK}-element {fmt} block")));
     }
     out.checked_mul(in_dim).ok_or_else(|| Error::Input(format!("{what}: shape [{out}, {in_dim}] overflows")))
+}
+
+/// Blocks of an `[out, in_dim]` weight whose packed nibbles (`blocks` bytes) must fill them,
+/// [`BLOCK_BYTES`] a block: [`check_nibble_shape`], then the length; errors name `name` and
+/// the format (`fmt`, as the shape error names it; lower case in the length's).
+pub(crate) fn check_nibble_blocks(name: &str, fmt: &str, out: usize, in_dim: usize, blocks: usize) -> Result<usize> {
+    let nb = check_nibble_shape(name, fmt, out, in_dim)? / BLOCK;
+    if blocks != nb * BLOCK_BYTES {
+        return Err(Error::Input(format!(
+            "{name}: {} blocks have {blocks} bytes, shape [{out}, {}, {BLOCK_BYTES}] needs {}",
+            fmt.to_lowercase(),
+            in_dim / BLOCK,
+            nb * BLOCK_BYTES
+        )));
+    }
+    Ok(nb)
 }
 
 /// Quantize one block of 32 values into its 16 bytes; returns the scale byte.
@@ -211,11 +234,24 @@ pub fn from_ggml(name: &str, out: usize, in_dim: usize, bytes: &[u8]) -> Result<
 /// [`BLOCK_BYTES`] bytes, element 2j in byte j's low nibble, 2j+1 in its high one); returns the
 /// scale byte.
 pub fn ggml_block_into(g: &[u8], b: &mut [u8]) -> u8 {
-    let code = |c: usize| if c < BLOCK_BYTES { g[1 + c] & 15 } else { g[1 + c - BLOCK_BYTES] >> 4 };
+    nibbles_from_ggml(&g[1..], b);
+    g[0]
+}
+
+/// One block's 16 nibble bytes in ggml's order (`qs`: byte j holds element j low, j + 16 high;
+/// MXFP4's and Q4's alike) into this module's packing (`b`: element 2j low, 2j + 1 high).
+pub(crate) fn nibbles_from_ggml(qs: &[u8], b: &mut [u8]) {
+    let code = |c: usize| if c < BLOCK_BYTES { qs[c] & 15 } else { qs[c - BLOCK_BYTES] >> 4 };
     for (j, byte) in b.iter_mut().enumerate().take(BLOCK_BYTES) {
         *byte = code(2 * j) | (code(2 * j + 1) << 4);
     }
-    g[0]
+}
+
+/// The inverse of [`nibbles_from_ggml`]: one block `b` in this module's packing, appended to
+/// `out` in ggml's order.
+pub(crate) fn nibbles_to_ggml(b: &[u8], out: &mut Vec<u8>) {
+    let code = |c: usize| if c.is_multiple_of(2) { b[c / 2] & 15 } else { b[c / 2] >> 4 };
+    out.extend((0..BLOCK_BYTES).map(|j| code(j) | (code(j + BLOCK_BYTES) << 4)));
 }
 
 /// Why block `(scale, b)` (packed as [`Mxfp4Weight::blocks`]) cannot be stored: a scale of 255
@@ -233,9 +269,8 @@ pub fn block_problem(scale: u8, b: &[u8]) -> Option<String> {
 pub fn to_ggml(w: &Mxfp4Weight) -> Vec<u8> {
     let mut out = Vec::with_capacity(w.scales.len() * GGML_BLOCK_BYTES);
     for (b, &s) in w.blocks.chunks_exact(BLOCK_BYTES).zip(&w.scales) {
-        let code = |c: usize| if c.is_multiple_of(2) { b[c / 2] & 15 } else { b[c / 2] >> 4 };
         out.push(s);
-        out.extend((0..BLOCK_BYTES).map(|j| code(j) | (code(j + BLOCK_BYTES) << 4)));
+        nibbles_to_ggml(b, &mut out);
     }
     out
 }
@@ -246,16 +281,7 @@ impl Mxfp4Weight {
     /// value overflows f32. `name` (the tensor) goes into errors.
     pub fn from_parts(name: &str, out: usize, in_dim: usize, blocks: Vec<u8>, scales: Vec<u8>) -> Result<Self> {
         let ctx = |m: String| Error::Input(format!("{name}: {m}"));
-        let n = check_shape(name, out, in_dim)?;
-        let nb = n / BLOCK;
-        if blocks.len() != nb * BLOCK_BYTES {
-            return Err(ctx(format!(
-                "mxfp4 blocks have {} bytes, shape [{out}, {}, {BLOCK_BYTES}] needs {}",
-                blocks.len(),
-                in_dim / BLOCK,
-                nb * BLOCK_BYTES
-            )));
-        }
+        let nb = check_nibble_blocks(name, "MXFP4", out, in_dim, blocks.len())?;
         if scales.len() != nb {
             return Err(ctx(format!("mxfp4 scales have {} bytes, shape [{out}, {}] needs {nb}", scales.len(), in_dim / BLOCK)));
         }

@@ -31,13 +31,14 @@
 use half::f16;
 use rayon::prelude::*;
 
+use super::mxfp4;
 use crate::dequant::GgmlType;
 use crate::error::{Error, Result};
 
-/// Elements per block.
-pub const BLOCK: usize = 32;
+/// Elements per block (MXFP4's: the same packing).
+pub const BLOCK: usize = mxfp4::BLOCK;
 /// Bytes of packed nibbles per block.
-pub const BLOCK_BYTES: usize = BLOCK / 2;
+pub const BLOCK_BYTES: usize = mxfp4::BLOCK_BYTES;
 
 /// A Q4_0 or Q4_1 `[out, in]` weight (fields private: built by [`quantize`], [`from_ggml`] or the
 /// validating [`Q4Weight::from_parts`]).
@@ -52,10 +53,7 @@ pub struct Q4Weight {
 }
 
 fn check_shape(what: &str, out: usize, in_dim: usize) -> Result<usize> {
-    if !in_dim.is_multiple_of(BLOCK) {
-        return Err(Error::Input(format!("{what}: shape [{out}, {in_dim}]: in = {in_dim} is not a multiple of the {BLOCK}-element Q4 block")));
-    }
-    out.checked_mul(in_dim).ok_or_else(|| Error::Input(format!("{what}: shape [{out}, {in_dim}] overflows")))
+    mxfp4::check_nibble_shape(what, "Q4", out, in_dim)
 }
 
 /// Quantize a row-major `[out, in_dim]` f32 weight (`in_dim % 32 == 0`) to Q4_1 (`offset`) or
@@ -101,15 +99,6 @@ pub const fn ggml_block_bytes(offset: bool) -> usize {
     }
 }
 
-/// One ggml block's 16 nibble bytes `qs` (element j low, j + 16 high) into this module's
-/// packing `b` (element 2j low, 2j + 1 high).
-fn ggml_nibbles_into(qs: &[u8], b: &mut [u8]) {
-    let code = |c: usize| if c < BLOCK_BYTES { qs[c] & 15 } else { qs[c - BLOCK_BYTES] >> 4 };
-    for (j, byte) in b.iter_mut().enumerate().take(BLOCK_BYTES) {
-        *byte = code(2 * j) | (code(2 * j + 1) << 4);
-    }
-}
-
 /// Repack ggml Q4_0 (`offset` false, GGUF type 2) or Q4_1 (type 3) bytes of a row-major
 /// `[out, in_dim]` weight into a [`Q4Weight`]. Exact: d, m are kept, nibbles move. `name` (the
 /// tensor) goes into errors.
@@ -128,7 +117,7 @@ pub fn from_ggml(name: &str, out: usize, in_dim: usize, bytes: &[u8], offset: bo
     blocks.par_chunks_mut(BLOCK_BYTES * CHUNK).zip(d.par_chunks_mut(CHUNK)).zip(bytes.par_chunks(bb * CHUNK)).for_each(|((b, d), g)| {
         for ((b, d), g) in b.chunks_exact_mut(BLOCK_BYTES).zip(d.iter_mut()).zip(g.chunks_exact(bb)) {
             *d = f16_at(g, 0);
-            ggml_nibbles_into(&g[bb - BLOCK_BYTES..], b);
+            mxfp4::nibbles_from_ggml(&g[bb - BLOCK_BYTES..], b);
         }
     });
     if offset {
@@ -141,12 +130,11 @@ pub fn from_ggml(name: &str, out: usize, in_dim: usize, bytes: &[u8], offset: bo
 pub fn to_ggml(w: &Q4Weight) -> Vec<u8> {
     let mut out = Vec::with_capacity(w.d.len() * ggml_block_bytes(w.m.is_some()));
     for (i, b) in w.blocks.chunks_exact(BLOCK_BYTES).enumerate() {
-        let code = |c: usize| if c.is_multiple_of(2) { b[c / 2] & 15 } else { b[c / 2] >> 4 };
         out.extend(w.d[i].to_le_bytes());
         if let Some(m) = &w.m {
             out.extend(m[i].to_le_bytes());
         }
-        out.extend((0..BLOCK_BYTES).map(|j| code(j) | (code(j + BLOCK_BYTES) << 4)));
+        mxfp4::nibbles_to_ggml(b, &mut out);
     }
     out
 }
@@ -157,16 +145,7 @@ impl Q4Weight {
     /// row and the block.
     pub fn from_parts(name: &str, out: usize, in_dim: usize, blocks: Vec<u8>, d: Vec<f16>, m: Option<Vec<f16>>) -> Result<Self> {
         let ctx = |msg: String| Error::Input(format!("{name}: {msg}"));
-        let n = check_shape(name, out, in_dim)?;
-        let nb = n / BLOCK;
-        if blocks.len() != nb * BLOCK_BYTES {
-            return Err(ctx(format!(
-                "q4 blocks have {} bytes, shape [{out}, {}, {BLOCK_BYTES}] needs {}",
-                blocks.len(),
-                in_dim / BLOCK,
-                nb * BLOCK_BYTES
-            )));
-        }
+        let nb = mxfp4::check_nibble_blocks(name, "Q4", out, in_dim, blocks.len())?;
         let per_row = (in_dim / BLOCK).max(1);
         for (what, v) in [("scales", Some(&d)), ("mins", m.as_ref())] {
             let Some(v) = v else { continue };

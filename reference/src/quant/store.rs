@@ -28,7 +28,7 @@ use std::path::Path;
 use safetensors::Dtype;
 use serde_json::Value as Json;
 
-use super::{mxfp4, q4, quantize_tensor, Int8Weight, Mxfp4Weight, Q4Weight, QuantTensor, Scheme};
+use super::{mxfp4, quantize_tensor, Int8Weight, Mxfp4Weight, Q4Weight, QuantTensor, Scheme};
 use crate::config::{Config, RopeLayout};
 use crate::error::{Error, Result};
 use crate::loader::{hf_config_json, permute_for_half_split, SafetensorsDir};
@@ -135,39 +135,30 @@ pub fn read_quantized(st: &SafetensorsDir, t: Tensor, cfg: &Config, scheme: Sche
             let scales = s.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
             Int8Weight::from_parts(&sk, out, in_dim, g, q, scales).map(QuantTensor::Int8).map_err(|e| at(&sk, e))
         }
-        Scheme::Mxfp4 => {
-            let why = "quantization_config mxfp4";
+        Scheme::Mxfp4 | Scheme::Q4_0 | Scheme::Q4_1 => {
+            // The packed nibbles (one layout: `mxfp4`'s), then the format's block scales.
+            let why = format!("quantization_config {scheme}");
+            let fmt = if scheme == Scheme::Mxfp4 { "MXFP4" } else { "Q4" };
             if in_dim % mxfp4::BLOCK != 0 {
                 return Err(Error::tensor(
                     &st.dir,
                     &name,
-                    format!("shape [{out}, {in_dim}]: in is not a multiple of the {}-element MXFP4 block", mxfp4::BLOCK),
+                    format!("shape [{out}, {in_dim}]: in is not a multiple of the {}-element {fmt} block", mxfp4::BLOCK),
                 ));
             }
             let nb = in_dim / mxfp4::BLOCK;
             let bk = mxfp4_blocks_key(&name);
-            let blocks = expect(st, &bk, Dtype::U8, &[out, nb, mxfp4::BLOCK_BYTES], why)?.to_vec();
+            let blocks = expect(st, &bk, Dtype::U8, &[out, nb, mxfp4::BLOCK_BYTES], &why)?.to_vec();
             let sk = mxfp4_scales_key(&name);
-            let scales = expect(st, &sk, Dtype::U8, &[out, nb], why)?.to_vec();
-            Mxfp4Weight::from_parts(&bk, out, in_dim, blocks, scales).map(QuantTensor::Mxfp4).map_err(|e| at(&bk, e))
-        }
-        Scheme::Q4_0 | Scheme::Q4_1 => {
-            let why = format!("quantization_config {scheme}");
-            if in_dim % q4::BLOCK != 0 {
-                return Err(Error::tensor(
-                    &st.dir,
-                    &name,
-                    format!("shape [{out}, {in_dim}]: in is not a multiple of the {}-element Q4 block", q4::BLOCK),
-                ));
+            if scheme == Scheme::Mxfp4 {
+                let scales = expect(st, &sk, Dtype::U8, &[out, nb], &why)?.to_vec();
+                return Mxfp4Weight::from_parts(&bk, out, in_dim, blocks, scales).map(QuantTensor::Mxfp4).map_err(|e| at(&bk, e));
             }
-            let nb = in_dim / q4::BLOCK;
-            let bk = mxfp4_blocks_key(&name);
-            let blocks = expect(st, &bk, Dtype::U8, &[out, nb, q4::BLOCK_BYTES], &why)?.to_vec();
             let halves = |key: &str| -> Result<Vec<half::f16>> {
                 let b = expect(st, key, Dtype::F16, &[out, nb], &why)?;
                 Ok(b.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]])).collect())
             };
-            let d = halves(&mxfp4_scales_key(&name))?;
+            let d = halves(&sk)?;
             let m = if scheme == Scheme::Q4_1 { Some(halves(&q4_mins_key(&name))?) } else { None };
             Q4Weight::from_parts(&bk, out, in_dim, blocks, d, m).map(QuantTensor::Q4).map_err(|e| at(&bk, e))
         }

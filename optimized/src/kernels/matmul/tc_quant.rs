@@ -13,13 +13,13 @@
 //! - mxfp4 (tiled order): `e2m1 · 2^(e − 127)` — exact in bf16 (2 significant bits, f32's
 //!   exponent range).
 //! - Q4 (tiled order): `d · (n − 8)` (Q4_0) or `d · n + m` (Q4_1) in f32 (exact, or rounded once),
-//!   rounded to E; the f16 d and m decoded by integer operations (`qmatmul::v2::f16_bits`).
+//!   rounded to E; the f16 d and m decoded by integer operations (`qmatmul::v2::q4_entry`).
 
 use cubecl::prelude::*;
 
 use super::tc_kernel::{block_mma, commit, epilogue, stage_a, tile_quad, wait_pending, BK, EMU_SCRATCH, SA};
 use crate::kernels::qmatmul::e2m1;
-use crate::kernels::qmatmul::v2::{f16_bits, mx_chunk_scale_index, scale_words_per_lane};
+use crate::kernels::qmatmul::v2::{mx_chunk_scale_index, q4_entry, q4_entry_word, scale_words_per_lane};
 
 /// Formats of [`tc_quant`]'s `fmt` (and tc v3's): the nibble formats are `FMT_MXFP4` and above.
 pub const FMT_INT8: usize = 1;
@@ -30,11 +30,10 @@ pub const FMT_Q4_1: usize = 5;
 
 /// The format word of a nibble format (`QFormat::nibbles`): mxfp4 or Q4_0 / Q4_1.
 pub(crate) fn nibble_fmt(format: crate::kernels::qmatmul::QFormat) -> usize {
-    use crate::kernels::qmatmul::QFormat;
-    match format {
-        QFormat::Q4 { offset: false } => FMT_Q4_0,
-        QFormat::Q4 { offset: true } => FMT_Q4_1,
-        _ => FMT_MXFP4,
+    match format.q4_flags() {
+        (true, false) => FMT_Q4_0,
+        (true, true) => FMT_Q4_1,
+        (false, _) => FMT_MXFP4,
     }
 }
 
@@ -155,14 +154,8 @@ fn dequant<E: Float, N: Size>(
                     for h in 0..2usize {
                         // Nibbles 4h ..+ 4 of word wd: quad 2·wd + h, its d (and m).
                         let quad = 2 * wd + h;
-                        // Q4_0: half quad % 2 of word quad / 2 (m = −8d); Q4_1: word quad (d, m).
-                        let mut d = f16_bits((sc[scw * r + quad / 2] >> (16 * (quad % 2)) as u32) & 0xFFFFu32);
-                        let mut mm = -8.0f32 * d;
-                        if comptime!(fmt == FMT_Q4_1) {
-                            let ent = sc[scw * r + quad];
-                            d = f16_bits(ent & 0xFFFFu32);
-                            mm = f16_bits(ent >> 16u32);
-                        }
+                        let offset = comptime!(fmt == FMT_Q4_1);
+                        let (d, mm) = q4_entry(sc[scw * r + q4_entry_word(quad, offset)], quad, offset);
                         #[unroll]
                         for e in 0..4usize {
                             let nib = f32::cast_from((word >> (4 * (4 * h + e)) as u32) & 15u32);

@@ -27,8 +27,8 @@ mod words;
 
 pub use probe::{pairs_supported, q4_pairs_supported, subnormal_supported};
 pub(crate) use words::{
-    e2m1_pair, e8m0_of, f16_bits, f16_pair, finish_per_channel, finish_per_channel_with, fp4_word_dot, int8_quad_acc, load_row_scales, mx_chunk_dot,
-    mx_chunk_scale_index, mx_scale_index, q4_chunk_dot, q4_pair, sub_prescale, sub_word_dot, SUB_SHIFT_BITS,
+    e2m1_pair, e8m0_of, f16_pair, finish_per_channel, finish_per_channel_with, fp4_word_dot, int8_quad_acc, load_row_scales, mx_chunk_dot,
+    mx_chunk_scale_index, mx_scale_index, q4_chunk_dot, q4_entry, q4_entry_word, q4_pair, sub_prescale, sub_word_dot, SUB_SHIFT_BITS,
 };
 
 /// Chunks (one per lane) per tile.
@@ -247,21 +247,14 @@ pub fn qgemv_v2<N: Size>(
     let spl = comptime!(scale_words_per_lane(q4, offset));
     // Q4: per token and quad, Σ x (Q4_1) or 8 Σ x (Q4_0), times 2^−24 with `pairs`.
     let mut xk = Array::<f32>::new(comptime!(if q4 { tn * 8 } else { 1 }));
-    let ks = comptime!(match (mant, pairs) {
-        (true, _) =>
-            if offset {
-                1.0f32
-            } else {
-                1.5f32
-            },
-        (false, true) => (if offset { 1.0f32 } else { 8.0f32 }) / 16_777_216.0,
-        (false, false) =>
-            if offset {
-                1.0f32
-            } else {
-                8.0f32
-            },
-    });
+    // (`mant`: 1.5 Σ x for Q4_0, `q4_chunk_dot` says why.)
+    let ks = comptime!(
+        (match (offset, mant) {
+            (true, _) => 1.0f32,
+            (false, true) => 1.5f32,
+            (false, false) => 8.0f32,
+        }) * if pairs && !mant { 1.0f32 / 16_777_216.0 } else { 1.0f32 }
+    );
     sync_cube();
     // Quads per chunk.
     let qpc = select(mx, 8usize, 4usize);
@@ -413,7 +406,7 @@ pub fn qgemv_v2<N: Size>(
 
 /// Dequant v2: chunk `i` of the tiled order → its weights at their input positions in
 /// `out [out, in]` f32 (the same products as the reference's dequant: exact; Q4's f16 scales
-/// decoded by integer operations, [`f16_bits`], so any device).
+/// decoded by integer operations, [`q4_entry`], so any device).
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked)]
 pub fn qdequant_v2<N: Size>(
@@ -455,30 +448,19 @@ pub fn qdequant_v2<N: Size>(
                 for h in 0..2usize {
                     let q = wd * 2 + h;
                     let p = xq + m * q;
-                    // The quad's scale: mxfp4 e8m0 byte q of its two words; Q4_0 half q % 2 of
-                    // word q / 2 (d; m = −8d, as `d · (n − 8)`); Q4_1 word q (d, m).
-                    let mut d = 0.0f32;
-                    let mut mm = 0.0f32;
-                    if !q4 {
-                        d = e8m0_of(scales[si + q / 4], q);
-                    }
-                    if q4 && offset {
-                        let e = scales[si + q];
-                        d = f16_bits(e & 0xFFFFu32);
-                        mm = f16_bits(e >> 16u32);
-                    }
-                    if q4 && !offset {
-                        d = f16_bits((scales[si + q / 2] >> (16 * (q % 2)) as u32) & 0xFFFFu32);
-                    }
-                    #[unroll]
-                    for e in 0..4usize {
-                        let n = (word >> ((h * 4 + e) * 4) as u32) & 15u32;
-                        if !q4 {
-                            out[orow + 4 * p + e] = d * e2m1(n);
-                        } else if offset {
-                            out[orow + 4 * p + e] = d * f32::cast_from(n) + mm;
-                        } else {
-                            out[orow + 4 * p + e] = d * (f32::cast_from(n) - 8.0f32);
+                    // The quad's scale: Q4 its (d, m) (`q4_entry`: Q4_0's `d · (n − 8)` as
+                    // `d · n − 8d`, the same f32); mxfp4 e8m0 byte q of its two words.
+                    if q4 {
+                        let (d, mm) = q4_entry(scales[si + q4_entry_word(q, offset)], q, offset);
+                        #[unroll]
+                        for e in 0..4usize {
+                            out[orow + 4 * p + e] = d * f32::cast_from((word >> ((h * 4 + e) * 4) as u32) & 15u32) + mm;
+                        }
+                    } else {
+                        let sc = e8m0_of(scales[si + q / 4], q);
+                        #[unroll]
+                        for e in 0..4usize {
+                            out[orow + 4 * p + e] = sc * e2m1((word >> ((h * 4 + e) * 4) as u32) & 15u32);
                         }
                     }
                 }

@@ -23,13 +23,23 @@ impl QFormat {
     pub fn nibbles(self) -> bool {
         matches!(self, QFormat::Mxfp4 | QFormat::Q4 { .. })
     }
+    /// (Q4, with Q4_1's per-block offsets): the kernels' comptime flags for the format.
+    pub fn q4_flags(self) -> (bool, bool) {
+        match self {
+            QFormat::Q4 { offset } => (true, offset),
+            _ => (false, false),
+        }
+    }
     /// Bytes of one block's scale entry in the tiled order: mxfp4 1 (e8m0), Q4_0 2 (f16 d),
-    /// Q4_1 4 (f16 d, then f16 m); int8 0 (its scales are f32 words, indexed apart).
+    /// Q4_1 4 (f16 d, then f16 m) — half of [`v2::scale_words_per_lane`], a lane's 8 entries;
+    /// int8 0 (its scales are f32 words, indexed apart).
     pub fn scale_entry_bytes(self) -> usize {
         match self {
             QFormat::Int8 { .. } => 0,
-            QFormat::Mxfp4 => 1,
-            QFormat::Q4 { offset } => 2 + 2 * offset as usize,
+            f => {
+                let (q4, offset) = f.q4_flags();
+                v2::scale_words_per_lane(q4, offset) / 2
+            }
         }
     }
 }
@@ -186,7 +196,7 @@ impl QWeight {
                 QLayout::Mma
             }
             Some(l) if !l.supports(format, out, in_dim) => {
-                let why = if format.nibbles() { "Q4 takes the tiled order only" } else { "int8 groups must be a power of two" };
+                let why = if format.q4_flags().0 { "Q4 takes the tiled order only" } else { "int8 groups must be a power of two" };
                 return Err(Error::Unsupported(format!("qweight: {format:?} cannot be stored in the {l:?} order ({why})")));
             }
             Some(l) => l,

@@ -55,13 +55,37 @@ pub(crate) fn q4_mant(word: u32, #[comptime] i: usize) -> f32 {
 /// The f16 in the low 16 bits of `h` as an f32, by integer operations (any device; exact,
 /// subnormals included, without an f32 subnormal on the way; `h` finite).
 #[cube]
-pub(crate) fn f16_bits(h: u32) -> f32 {
+fn f16_bits(h: u32) -> f32 {
     let sign = (h & 0x8000u32) << 16u32;
     let mag = h & 0x7FFFu32;
     // Normal: exponent rebased by 127 − 15; subnormal: its mantissa · 2^−24.
     let normal = f32::reinterpret(sign | ((mag << 13u32) + 0x3800_0000u32));
     let sub = f32::cast_from(mag) * f32::reinterpret(0x3380_0000u32);
     select(mag < 0x0400u32, select(sign != 0u32, -sub, sub), normal)
+}
+
+/// Which of a lane's Q4 scale words holds quad `q`'s entry: Q4_1 word q (d | m << 16), Q4_0
+/// word q / 2 (the d of quads 2j, 2j + 1 in its halves).
+#[cube]
+pub(crate) fn q4_entry_word(q: usize, #[comptime] offset: bool) -> usize {
+    if comptime!(offset) {
+        q
+    } else {
+        q / 2
+    }
+}
+
+/// Quad `q`'s `(d, m)` from its entry word `ent` ([`q4_entry_word`]) by [`f16_bits`] (any
+/// device): Q4_1 the word's halves; Q4_0 the d in half q % 2 and m = −8d, so that `d · n + m`
+/// is `d · (n − 8)` exactly.
+#[cube]
+pub(crate) fn q4_entry(ent: u32, q: usize, #[comptime] offset: bool) -> (f32, f32) {
+    if comptime!(offset) {
+        (f16_bits(ent & 0xFFFFu32), f16_bits(ent >> 16u32))
+    } else {
+        let d = f16_bits((ent >> (16 * (q % 2)) as u32) & 0xFFFFu32);
+        (d, -8.0f32 * d)
+    }
 }
 
 /// The f16 pair of `word` (low half first) as f32s: by the f16×2 bitcast with `pairs` (where
@@ -308,15 +332,15 @@ pub(crate) fn q4_chunk_dot<N: Size>(
         } else {
             (lo, hi) = fp4_word_dot(word, xlo, xhi, lut, f32::new(0.0), f32::new(0.0), pairs, true);
         }
-        if comptime!(offset && mant) {
+        if comptime!(offset) {
             let (d0, m0) = f16_pair(sc[s0 + 2 * wd], pairs);
             let (d1, m1) = f16_pair(sc[s0 + 2 * wd + 1], pairs);
             let (k0, k1) = (xk[base + 2 * wd], xk[base + 2 * wd + 1]);
-            tot += d0 * (lo - k0) + m0 * (k0 * 0.0625f32) + d1 * (hi - k1) + m1 * (k1 * 0.0625f32);
-        } else if comptime!(offset) {
-            let (d0, m0) = f16_pair(sc[s0 + 2 * wd], pairs);
-            let (d1, m1) = f16_pair(sc[s0 + 2 * wd + 1], pairs);
-            tot += d0 * lo + m0 * xk[base + 2 * wd] + d1 * hi + m1 * xk[base + 2 * wd + 1];
+            if comptime!(mant) {
+                tot += d0 * (lo - k0) + m0 * (k0 * 0.0625f32) + d1 * (hi - k1) + m1 * (k1 * 0.0625f32);
+            } else {
+                tot += d0 * lo + m0 * k0 + d1 * hi + m1 * k1;
+            }
         } else {
             let (d0, d1) = f16_pair(sc[s0 + wd], pairs);
             tot += d0 * (lo - xk[base + 2 * wd]) + d1 * (hi - xk[base + 2 * wd + 1]);

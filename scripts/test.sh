@@ -18,10 +18,17 @@ export TANDEM_REQUIRE_OPENAI=1
 # Formatting and lints first (cheap; warnings are errors).
 cargo fmt --all -- --check
 cargo clippy --release --workspace --all-targets -- -D warnings
-# The conformance grid, once: every case on wgpu over lavapipe (CUDA reported as skipped on
-# machines without it); its summary table (pass / fail / skip per runtime and op) is the log's.
-# Fails on any failure, or when nothing passed.
-cargo run --release --quiet -- conformance --backends "$TANDEM_BACKENDS"
+# One build for every step below: the test binaries and the `tandem` binary they drive, with
+# the features the whole workspace's tests unify to (a `cargo run` of the root package alone
+# would resolve other features and build most of the workspace a second time).
+cargo test --release --workspace --no-run
+tandem="${CARGO_TARGET_DIR:-target}/release/tandem"
+# The conformance grid's covering share, once: one case per kernel × format × configuration on
+# wgpu over lavapipe (CUDA reported as skipped on machines without it); its summary table
+# (pass / fail / skip per runtime and op) is the log's. The whole grid is the GPU gate
+# (`tandem bench`, `tandem conformance` without `--cover`). Fails on any failure, or when
+# nothing passed.
+"$tandem" conformance --backends "$TANDEM_BACKENDS" --cover
 # Every other test. The conformance crate's grid tests (`assert_conformance`) defer to the run
 # above instead of running the same cases a second time; its proptests still run.
 TANDEM_GRID_IN_SUMMARY=1 cargo test --release --workspace "$@"

@@ -12,6 +12,7 @@
 
 pub mod cases;
 pub mod compare;
+pub mod cover;
 pub mod tolerance;
 
 use std::time::Instant;
@@ -211,7 +212,7 @@ pub fn parse_result_line(line: &str) -> Option<(usize, Outcome, f64)> {
 }
 
 /// A panic inside a case is a failure of that case, not of the whole run.
-fn run_guarded(c: &dyn Case, client: &Client) -> Outcome {
+pub(crate) fn run_guarded(c: &dyn Case, client: &Client) -> Outcome {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| c.run(client))) {
         Ok(o) => o,
         Err(p) => Outcome::Fail(format!(

@@ -125,6 +125,11 @@ pub struct ConformanceArgs {
     /// parallel). Default: half the cores, at most 8, for cuda; 1 for wgpu.
     #[arg(long)]
     pub jobs: Option<usize>,
+    /// Run the covering share: one case per kernel × format × configuration (the grid's cases
+    /// grouped by name without their numeric shapes, the smallest shape of each group that the
+    /// runtime does not skip). For software runtimes in CI; the full grid is the GPU gate.
+    #[arg(long, conflicts_with_all = ["jobs", "list"])]
+    pub cover: bool,
     /// Internal (a child of a sharded run): run only case I, I + N, … of the list.
     #[arg(long, hide = true, requires = "results")]
     pub shard: Option<String>,
@@ -163,7 +168,17 @@ fn conformance_cmd(a: ConformanceArgs) -> Result<()> {
         }
     }
     let t0 = std::time::Instant::now();
-    let report = run_conformance(&cases, &a.ops, &backends, a.jobs, &mut progress::cases(t0))?;
+    let report = if a.cover {
+        let mut progress = progress::cases(t0);
+        let mut report = conformance::Report::default();
+        for &b in &backends {
+            report.results.extend(conformance::cover::run_cover(&cases, b, &mut progress).results);
+        }
+        println!("covering share: {} groups of the grid's {} cases per runtime", conformance::cover::groups(&cases).len(), cases.len());
+        report
+    } else {
+        run_conformance(&cases, &a.ops, &backends, a.jobs, &mut progress::cases(t0))?
+    };
     println!("ran in {:.1} s", t0.elapsed().as_secs_f64());
     print!("{}", report.table());
     let (p, f, _) = report.count();

@@ -18,7 +18,7 @@
 //! - `advance=host|device` — the engine runner's step ahead gets its inputs (positions, slots,
 //!   lengths, draw keys) written by the host before its replay, or advanced on the device at the
 //!   end of the step before it (`kernels::advance`: no copy between the two replays; the
-//!   default since session 26: H200, TinyLlama F16 generate +0.3–0.6%);
+//!   default: H200, TinyLlama F16 generate +0.3–0.6%);
 //! - `norms=fused|kernels` — decode RMSNorms fused into the gemvs, or the add + norm kernels;
 //! - `pdl=on|off|top` — programmatic dependent launch (`kernels::pdl`);
 //! - `qgemv=v1|v2|v4` — the quantized decode gemv's weight order: rows (v1), tiles (v2, with
@@ -217,7 +217,7 @@ pub const QGEMV_ROWS_DEFAULT: usize = 4;
 /// `gemv-rows=auto`: their layers are small enough that the token-sliced gemv runs 8 rows
 /// at little more than one row's latency, where the tensor-core path's extra launches (the
 /// unfused norms, SwiGLU, residuals) cost more. H200, batched decode tokens/s at 1 / 4 / 8
-/// sequences (session 24): SmolLM2-135M (C = 576) gemvs to 2 rows 1,261 / 2,531 / 4,957, to 8
+/// sequences: SmolLM2-135M (C = 576) gemvs to 2 rows 1,261 / 2,531 / 4,957, to 8
 /// rows 1,255 / 4,092 / 6,768; synthetic TinyLlama (C = 2,048) to 2 rows 916 / 2,294 / 4,465,
 /// to 8 rows 902 / 2,080 / 2,863.
 pub const GEMV_ROWS_SMALL_HIDDEN: usize = 1024;

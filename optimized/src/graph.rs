@@ -120,8 +120,8 @@ pub fn step(model: &mut GpuModel, id: u32, want: Want) -> Result<Option<Output>,
     }
     // The token's read-back, queued before a step ahead can overwrite it. `read_async` enqueues
     // the copy when called; its future only waits (blocking, on its first poll) for the copy's
-    // fence. (Session 24 and before wrapped the call in an owned future polled once: that poll
-    // waited for the step, so the step ahead was launched only after it had ended.)
+    // fence. (Wrapping the call in an owned future polled once would not do: that poll waits
+    // for the step, so the step ahead would be launched only after it had ended.)
     let read = c.read_async(vec![next.handle.clone()]);
     let ahead = model.kernels.ahead && launch_ahead(model)?;
     let bytes = cubecl::future::block_on(read)?;

@@ -6,8 +6,8 @@
 //! time with [`client`]; kernels take a [`Client`] and keep data on the device as
 //! [`DeviceTensor`]s.
 //!
-//! Build set-up (a stand-in LLVM bundle is needed even for NVRTC): `scripts/setup-build-deps.sh`,
-//! `docs/gpu-build.md`.
+//! Building needs only a Rust toolchain (the vendored cubecl-cuda has no LLVM backend); the tests'
+//! lavapipe comes from `scripts/setup-build-deps.sh`. See `docs/gpu-build.md`.
 
 pub mod bandwidth;
 pub mod config;

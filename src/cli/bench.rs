@@ -177,7 +177,7 @@ fn peak_rss_mib() -> Option<f64> {
 /// With `TANDEM_GATE_STAMP=FILE`, a pass is recorded there with this binary's identity (path,
 /// size, modification time) and the device, and a later `bench` of the same binary on the same
 /// device reuses it (saying so) instead of re-running the suite — for a series of benchmarks
-/// in one device session.
+/// on one machine.
 pub(super) fn conformance_gate(backend: optimized::Backend) -> Result<String> {
     let stamp = std::env::var_os("TANDEM_GATE_STAMP").map(std::path::PathBuf::from);
     let identity = gate_identity(backend);

@@ -5,7 +5,7 @@
 //! weights dequant + tiled v2), and cubek-matmul 0.3.1 (dense only; the `lab` feature) — in
 //! TFLOP/s (2·M·N·K per call) and % of the dense bf16 peak measured in the same run (tc v1's
 //! best preset at 8192³; `TANDEM_BF16_PEAK_TFLOPS` adds a % of an outside measurement, e.g.
-//! cuBLAS through PyTorch in the same session). Gate: tc v1's conformance cases, this run.
+//! cuBLAS through PyTorch on the same machine). Gate: tc v1's conformance cases, this run.
 
 use optimized::kernels::lab;
 use optimized::kernels::matmul::tc::{self, TcConfig, TcMode};

@@ -33,7 +33,7 @@ pub struct SpecArgs {
     pub speculate: Option<String>,
     /// Most tokens proposed per sequence and step (k); default the engine's
     /// (`SpecConfig::default().max_k`, 5: the real SmolLM2's n-gram speculation measured best
-    /// at k = 5 of 4 / 5 / 7, H200, session 24; 6 rows still take the decode gemvs).
+    /// at k = 5 of 4 / 5 / 7 on an H200; 6 rows still take the decode gemvs).
     #[arg(long, default_value_t = SpecConfig::default().max_k)]
     pub spec_k: usize,
     /// Always propose k tokens (as far as proposals go) instead of choosing k per sequence

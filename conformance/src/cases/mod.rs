@@ -24,11 +24,11 @@ use crate::Case;
 /// Kernel choices that lost their measurement and stay only as audited options (the `lab`
 /// feature; docs/perf-journal.md has each measurement), by the mark their cases carry:
 /// - `pipelined/v3`: gemv v3 — 54.1% of the copy rate vs 76.7% for v2 (H200, 4096×14336),
-///   Mistral-7B int8 331.2 vs 382.7 tokens/s (session 8);
-/// - `mma/v4`: gemv v4 on the tensor cores — no faster alone, slower in the model (session 9);
-/// - `prefetch-wx`: x loaded a tile ahead too — int8 330.7 vs 356.9 tokens/s (session 7);
+///   Mistral-7B int8 331.2 vs 382.7 tokens/s;
+/// - `mma/v4`: gemv v4 on the tensor cores — no faster alone, slower in the model;
+/// - `prefetch-wx`: x loaded a tile ahead too — int8 330.7 vs 356.9 tokens/s;
 /// - `cp.async×3/4/8`: gemv v5 rings of more than 2 slots — 71.6 / 64.6 / 60.4% of the copy rate
-///   vs 78.0% with 2 (session 11).
+///   vs 78.0% with 2.
 pub const LAB_MARKS: [&str; 6] = ["pipelined/v3", "mma/v4", "prefetch-wx", "cp.async×3", "cp.async×4", "cp.async×8"];
 
 /// Whether a case tests a lab kernel choice ([`LAB_MARKS`]).

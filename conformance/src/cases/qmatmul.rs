@@ -136,7 +136,7 @@ impl Case for QMatmulCase {
         format!("qmatmul(T={},in={},out={},{}{p},{v}{rpg}{split})", self.t, self.n_in, self.n_out, self.scheme)
     }
     /// Rows per group other than the format's default: a launch choice that measured no faster
-    /// (session 13's sweep), kept for `--features lab`.
+    /// (an H200 sweep of 2, 4 and 8), kept for `--features lab`.
     fn lab(&self) -> bool {
         self.rpg.is_some_and(|r| r != default_rpg(self.format()))
     }

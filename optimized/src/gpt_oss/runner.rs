@@ -8,7 +8,7 @@
 //!
 //! Decode-only steps run as captured graphs per batch bucket, as the llama runner's
 //! (`runner::graphs`) — the MoE's grouped gemvs up to [`moe::GEMV_MAX_T`] sequences, its sort
-//! and grouped GEMMs above (no uploads: session 23): the pools hold one block past the
+//! and grouped GEMMs above (no uploads inside a step): the pools hold one block past the
 //! engine's for the padding rows.
 
 use reference::gpt_oss::ops::rope::{concentration, inv_freq};

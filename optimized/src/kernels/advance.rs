@@ -10,7 +10,8 @@
 //! block only when the next position does; the host launches a step ahead only then, and
 //! rewrites every input before any other step.
 //!
-//! Measured: not yet (session 25 wrote it; the default is `advance=host`). See the journal.
+//! Measured on an H200: TinyLlama F16 `generate` 0.3–0.6% faster than with `advance=host`, so
+//! advancing on the device is the default (`KernelConfig`); the journal has the runs.
 
 use cubecl::prelude::*;
 

@@ -36,7 +36,7 @@
 //! - moe gemv v3 ([`gemv_tc`], the default for 16-bit models where the device has `mma.sync`;
 //!   `moe-gemv=v2` keeps v2): the same items on the tensor cores — a W byte through a per-lane
 //!   shared table and one bf16x2 scale multiply into the A fragment, x rounded to bf16 as B.
-//!   H200, gpt-oss-20b, one token: gate|up 20.8 → 18.2 µs, down 13.9 → 12.9 (journal, session 27).
+//!   H200, gpt-oss-20b, one token: gate|up 20.8 → 18.2 µs, down 13.9 → 12.9 (the journal).
 //! - route v3 ([`route::moe_route_v3`], decode steps, the default where the device has
 //!   device-scope sync; `moe-route=v2` keeps v2): one cube of [`route::V3_PLANES`] planes per
 //!   router row (lanes along C: a few loads each, all in flight), the logit written to global
@@ -56,7 +56,7 @@
 //!   x rows (bf16) gathered through the sort and the experts' MXFP4 blocks both by `cp.async`,
 //!   the blocks decoded two values a register into the B tile; v1's epilogues. H200,
 //!   gpt-oss-20b, one layer's gate|up + down: 417 µs at 64 tokens (v1 4,767), 983 µs at 512
-//!   (v1 7,219) — journal, session 23.
+//!   (v1 7,219) — the journal.
 
 pub mod gemm;
 pub mod gemm_tc;

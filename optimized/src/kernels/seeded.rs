@@ -12,12 +12,12 @@
 //!   backend, lavapipe included). Ties and NaN as the reference. Every pass after the first
 //!   reads the row again: from global memory (L2) in v1 — a latency-bound loop of V / 256
 //!   dependent loads per unit and pass, ~21 µs a pass at V = 32,000 on an H200, so top-p's 65
-//!   passes cost ~1.9 ms a token (generate at 35% of bench, session 14).
+//!   passes cost ~1.9 ms a token (generate ran at 35% of bench's decode speed).
 //! - cached launch ([`Launch::Bisect`]): the same kernel with [`BLOCK_CACHED`] units and,
 //!   where the row fits in the cube's shared memory next to the reductions (V ≤ ~54,000 on an
 //!   H100/H200: Llama, Mistral, SmolLM2), pass 1 keeping the row there, so the bisection
 //!   passes read shared memory; same equations and the same sum structure (per-unit partial
-//!   sums, then a tree), so only the unit count changes the rounding. Session 15 (H200,
+//!   sums, then a tree), so only the unit count changes the rounding. Measured (H200,
 //!   TinyLlama F16): generate at 81% of bench with top-k 40, 62% with top-p 0.95 — still ~9 µs
 //!   a pass, 65 passes for top-p.
 //! - radix launch ([`Launch::Radix`]; the default where the split launch does not run): the cached launch with τ_k and τ_p found
@@ -231,7 +231,7 @@ pub fn penalties_v1(z: &mut [f32], params: &[u32], entries: &[u32], count: u32, 
 }
 
 /// Shared words per unit the kernel's reductions take: one f32 and one u32 array of `block`
-/// words, shared by every reduction (ten arrays, one per call site, until session 20).
+/// words, shared by every reduction (one array per call site would take ten).
 const SCRATCH_WORDS: usize = 2;
 
 /// (units, cached elements) of a launch: v1 as given; otherwise the largest cube (≤ `units`,

@@ -13,7 +13,7 @@
 //! weights would need a re-layout copy at load — the fused-dequant half of the issue cannot go
 //! through it.
 //!
-//! Measured (H200, `tandem bench --kernel matmul` built with `--features optimized/lab`, run 1
+//! Measured (H200, 2026-11-24, `tandem bench --kernel matmul` built with `--features optimized/lab`, run 1
 //! of issue 22: this file's code as committed in f521382, tc v1 with its first presets, same
 //! binary and run; TFLOP/s, bf16 W, x16 fed; tc v1 = its default tile in that run / best preset;
 //! tc v1's final numbers, higher, are in `kernels/matmul/tc.rs`):

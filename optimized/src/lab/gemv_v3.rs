@@ -15,7 +15,7 @@
 //! once per row, groups per quad); the norm prologue and the shared `store_row_sums` epilogue
 //! as every gemv.
 //!
-//! Measured (H200, ncu, 4096×14336, subnormal decode): 4.49 instructions per weight (v2 with
+//! Measured (H200, 2026-11-22, ncu, 4096×14336, subnormal decode): 4.49 instructions per weight (v2 with
 //! the W prefetch: 4.78) but 80 registers per unit (v2: 64), so 32% achieved occupancy (v2:
 //! 42%) and 54.1% of the copy rate (v2: 76.7%); Mistral-7B int8 331.2 tokens/s (v2: 382.7).
 //! Not the default: a register budget cubecl cannot impose (no launch bounds) is what it lacks.

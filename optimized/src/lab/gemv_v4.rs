@@ -30,13 +30,13 @@
 //! this one's arithmetic); a row's chunks split over `split` planes of the cube (partials
 //! added in a fixed order through shared memory).
 //!
-//! Measured (H200, `tandem bench --kernel qmatmul`, % of the copy rate, v4 / v2 same run):
+//! Measured (H200, 2026-11-22, `tandem bench --kernel qmatmul`, % of the copy rate, v4 / v2 same run):
 //! 4096×14336 67.5 / 73.5, 14336×4096 71.6 / 69.7, 4096×6144 40.8 / 39.5, 4096×4096 24.0 /
 //! 24.6; the launch-choice audit moved single shapes by ±5 points, within the run-to-run
 //! spread. Mistral-7B int8 end to end: 328.8–350.1 tokens/s vs v2's 383.6. Fewer instructions
 //! did not buy bandwidth: both kernels stop at the same ~70% of copy, so v2's limit was not
 //! issue slots alone. Not the default (`QWeight::upload` keeps the tiled order): a lab kernel
-//! (commit ebaaef97, session 9 of docs/perf-journal.md); a `--features lab` build loads a
+//! (commit ebaaef97, measured 2026-11-22; docs/perf-journal.md); a `--features lab` build loads a
 //! model with it by `--kernels qgemv=v4` (with `mma=B.D.P[.S]`). Its interface (the tune, the
 //! shape rules) stays in `kernels::qmatmul::v4`.
 

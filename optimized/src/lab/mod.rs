@@ -2,9 +2,10 @@
 //! (behind the `lab` cargo feature of this crate) so that the comparison can be re-run. Each
 //! file says what was tried, the numbers, and the commit they were measured at.
 //! - `cubek.rs`: cubek-matmul 0.3.1 for the dense linear layer (issue 22), lost to tc v1.
-//! - `gemv_v3.rs`: the software-pipelined int8 gemv (session 8), lost to v2 with the W prefetch.
-//! - `gemv_v4.rs`: the int8 gemv on the tensor cores (session 9), lost to v2 in the model.
-//! - `tc_wg_quant_tma.rs`: tc v4's TMA and warp roles over quantized weights (session 29),
+//! - `gemv_v3.rs`: the software-pipelined int8 gemv (H200, 2026-11-22), lost to v2 with the W
+//!   prefetch.
+//! - `gemv_v4.rs`: the int8 gemv on the tensor cores (H200, 2026-11-22), lost to v2 in the model.
+//! - `tc_wg_quant_tma.rs`: tc v4's TMA and warp roles over quantized weights (H200, 2026-11-26),
 //!   lost to tc v3's quantized GEMM.
 //!
 //! Build: `cargo build --release --bin tandem --features optimized/lab`; without the feature

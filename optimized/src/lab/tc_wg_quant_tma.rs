@@ -1,8 +1,8 @@
-//! Lab: tc v4 over quantized weights (session 29), slower than tc v3 — kept to re-run the
+//! Lab: tc v4 over quantized weights, slower than tc v3 — kept to re-run the
 //! comparison (`--kernels qgemm=tma` in a lab build; `tandem bench --kernel matmul --formats
 //! q8_0,int8,mxfp4` sweeps its tiles as `wg128x128s{3,4,6}t`).
 //!
-//! H200, TFLOP/s, tc v3's production pick (3 stages, two cubes an SM) against this kernel's
+//! H200, 2026-11-26, TFLOP/s, tc v3's production pick (3 stages, two cubes an SM) against this kernel's
 //! best of 3 / 4 / 6 stages (one cube an SM: 544 units), one binary:
 //! - 512 × 14336 × 4096: q8_0 231 vs 207, int8 321 vs 282, mxfp4 290 vs 249;
 //! - 512 × 4096 × 14336: q8_0 246 vs 246, int8 326 vs 334, mxfp4 309 vs 314;

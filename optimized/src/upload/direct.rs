@@ -3,7 +3,7 @@
 //! thread of our own, while the next chunk is converted.
 //!
 //! Why: the client handles every `write` on its one thread — a copy of the chunk into its own
-//! pinned pool, the DMA, a fence — and a load spent most of its time waiting for it (session 16:
+//! pinned pool, the DMA, a fence — and a load spent most of its time waiting for it (H200:
 //! TinyLlama F16 1.16 of 1.59 s, Mistral F16 3.3 of 6.5 s). Here the client is asked once per
 //! tensor for the buffer's device address (`get_resource`, which also keeps the allocation in
 //! place) and is otherwise not involved.
@@ -133,8 +133,8 @@ impl BatchState {
     }
 }
 
-/// Whether `TANDEM_UPLOAD=client` asks for the client's own writes (the path before session
-/// 18, kept for wgpu; an A/B knob on CUDA).
+/// Whether `TANDEM_UPLOAD=client` asks for the client's own writes (the path wgpu takes; on
+/// CUDA an A/B knob against the direct upload).
 fn client_path() -> bool {
     std::env::var("TANDEM_UPLOAD").is_ok_and(|v| v == "client")
 }

@@ -31,7 +31,7 @@ const AHEAD: usize = 8;
 /// is done with it, so converting the next chunk overlaps the copies and no page is touched
 /// twice. On CUDA a load goes past the client instead ([`direct`]: page-locked chunks copied by
 /// a thread of our own); the client's writes serve wgpu, and CUDA with `TANDEM_UPLOAD=client`.
-/// Session 16 measured what the client's path costs on one H200 (file in the page cache):
+/// What the client's path costs, measured on one H200 (file in the page cache):
 /// TinyLlama F16 (2.3 GB) 1.6 s, 1.16 s of it waiting for the client's thread; Mistral F16
 /// (14.8 GB) 7.2–8.3 s with heap buffers, 6.0 s with page-locked ones.
 #[derive(Clone, Default)]

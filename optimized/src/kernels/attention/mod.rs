@@ -21,7 +21,7 @@
 //!   ("flash-decoding"): each cube takes one KV head of one sequence and one chunk of keys for
 //!   all G query heads of that KV head (K/V read once per group), writes a partial (max, sum,
 //!   unnormalized output); a second kernel combines the chunks (and the sink). K/V rows are
-//!   loaded as vectors of 4. Scores (session 3): each unit holds a (keys × G heads) register
+//!   loaded as vectors of 4. Scores: each unit holds a (keys × G heads) register
 //!   tile and reads each q vector once for all its keys, over a head-dim loop that is NOT
 //!   unrolled — the first form (one unit per key, all loops unrolled) let the compiler hoist
 //!   all G·D query values into registers: 255 registers, local-memory spills, 12.5%

@@ -348,7 +348,7 @@ pub fn flash_prefill_tc<K: Float, E: Float, O: Float, N: Size>(
 /// Tiles of v3 in `mode` for head dim `d`: (warps, BC). 4 warps × 64 keys per tile up to D =
 /// 64; above, 8 warps × 64 keys, so that each unit's share of the next tile (BC·D / units)
 /// stays 8 vectors — H200, Mistral-7B's D = 128, prefill tokens/s at 128 / 512 / 2048 (one
-/// binary, session 29): 4 × 32 (before) 17,355 / 31,380 / 30,202, 8 × 64 16,736–17,253 /
+/// binary): 4 × 32 (before) 17,355 / 31,380 / 30,202, 8 × 64 16,736–17,253 /
 /// 32,270–32,356 / 31,278–31,587, 4 × 64 16,960 / 29,934 / 26,829, 2 × 32 17,129 / 28,834 /
 /// 24,487. Emulated: 2 warps × 32 keys (lavapipe's 32 KiB of shared memory).
 fn tiles(d: usize, mode: TcMode) -> (usize, usize) {

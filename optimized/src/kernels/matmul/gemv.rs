@@ -20,7 +20,7 @@ const GEMV_MAX_SPLIT: u32 = 8;
 /// Planes per SM gemv aims for (by splitting groups over several planes).
 const GEMV_WARPS_PER_SM: usize = 48;
 /// Planes gemv aims for where the runtime reports no SM count (wgpu): a large GPU's worth.
-/// H200 through Vulkan (session 22), % of the copy rate at 5632×2048 / 14336×4096 with 4096
+/// H200 through Vulkan, % of the copy rate at 5632×2048 / 14336×4096 with 4096
 /// (2 planes a row): 30.2 / 74.3; 4 planes 33.3 / 83.2, 8 planes 34.4 / 83.9; TinyLlama decode
 /// 579–708 → 802–810 tokens/s with 4–8 planes a row everywhere.
 const GEMV_PLANES_UNKNOWN_SMS: usize = 8192;
@@ -335,7 +335,7 @@ pub(crate) fn launch_gemv<W: Float>(
 /// lanes, same order), and W is read once per slice from L2. Where the runtime reports no SM
 /// count (wgpu), [`GEMV_PLANES_UNKNOWN_SMS`] planes, as for the split.
 /// H200, SmolLM2-135M (C = 576), the q|k|v gemv (960 rows, 480 planes) at 8 rows: 13.1 µs
-/// unsliced vs 4.7 µs at 1 row (ncu, session 24).
+/// unsliced vs 4.7 µs at 1 row (ncu).
 pub(crate) fn token_slices(t: usize, planes: usize, sms: Option<u32>) -> usize {
     let target = plane_target(sms);
     (1..=t).rev().find(|&s| t.is_multiple_of(s) && planes * s <= target).unwrap_or(1)
@@ -348,8 +348,8 @@ fn plane_target(sms: Option<u32>) -> usize {
 }
 
 /// W vectors a gemv unit loads per row before using them: enough for 16 bytes where a vector
-/// holds fewer (wgpu: at most 4 elements, 8 bytes of f16), else 1. H200 through Vulkan,
-/// session 22: see `docs/perf-journal.md`.
+/// holds fewer (wgpu: at most 4 elements, 8 bytes of f16), else 1: measured on an H200
+/// through Vulkan, `docs/perf-journal.md`.
 pub(crate) fn gemv_unroll(vec: usize, w_size: usize) -> usize {
     (16 / (vec * w_size).max(1)).clamp(1, 2)
 }

@@ -25,7 +25,7 @@
 //! Measured (NVIDIA H200, driver 580, `tandem bench --kernel matmul`, run 2 of issue 22; W
 //! 4096 → 14336 and 14336 → 4096, random values; TFLOP/s = 2·M·N·K / time; "before": tiled v2
 //! on the CUDA cores, quantized W dequantized to f32 first; cuBLAS bf16 8192³ through PyTorch
-//! in the same session: 797.8 TFLOP/s; tc v1's own best at 8192³: 290.7, 256×128 with
+//! on the same machine: 797.8 TFLOP/s; tc v1's own best at 8192³: 290.7, 256×128 with
 //! fragments ahead; 128×128 3 stages 288.1, 128×256 272.0):
 //!
 //! | M×N×K | bf16 | int8 | int8-g32 | mxfp4 | before (bf16 / int8) |
@@ -41,7 +41,7 @@
 //! large M: `mma.sync` from cubecl's C++ reaches ~290 TFLOP/s on Hopper here; cuBLAS's ~800
 //! comes from `wgmma` (sm_90a warpgroup MMAs reading shared memory through descriptors): tc v2
 //! (`tc_wg.rs`, through inline PTX) takes the dense GEMMs of more than 64 rows there (281–327
-//! TFLOP/s at these shapes, session 21). cubek-matmul 0.3.1 (the
+//! TFLOP/s at these shapes on an H200). cubek-matmul 0.3.1 (the
 //! `lab` feature, `src/lab/cubek.rs`) measured 29–234 TFLOP/s on the same shapes, below tc v1
 //! at every one. Versions: tc v1 (this file, `tc_kernel.rs`, `tc_quant.rs`).
 
@@ -271,8 +271,7 @@ pub(crate) fn target(client: &Client, g: &Grid, y: &DeviceTensor, m: usize, n: u
 /// Whether [`linear_into`] of `t` rows over `w` (no forced tile, on the tensor cores) runs the
 /// `wgmma` GEMMs: where the configuration asks for them, the device has them and M >
 /// `WG_MIN_ROWS` (their tiles are 64 rows and more: at 8 / 32 rows tc v1's 32-row tiles win —
-/// TinyLlama batched decode 4,492 vs 3,745 and 14,480 vs 12,635 tokens/s against tc v2, H200,
-/// session 21).
+/// TinyLlama batched decode 4,492 vs 3,745 and 14,480 vs 12,635 tokens/s against tc v2, H200).
 fn wg_runs(client: &Client, t: usize, w: &DeviceTensor) -> bool {
     t > WG_MIN_ROWS && crate::config::current().gemm != crate::config::Gemm::Mma && super::tc_wg::require(client, w.dtype).is_ok()
 }

@@ -88,11 +88,11 @@ impl TcConfig {
     /// The tile shape and split [`super::linear`] launches for an (m, n, k) product on a device
     /// of `sms` multiprocessors (`quant`: W dequantized in the tile loads). Rules from the H200
     /// sweeps of `tandem bench --kernel matmul` (run 2 of issue 22, numbers in this file's
-    /// header; dense: `--shapes`, session 17, the prefill and batched-decode layers of TinyLlama
+    /// header; dense: `--shapes` over the prefill and batched-decode layers of TinyLlama
     /// and Mistral at M = 64 … 512):
     /// - M ≤ 32: 32×128; M ≤ 64: 64×128 (4 stages).
     /// - dense, M > 64: 128×128 with 3 stages (two cubes per SM) — best or within 7% of the
-    ///   best preset × split at every swept shape; 128×256 was never best (session 17).
+    ///   best preset × split at every swept shape; 128×256 was never best.
     ///   K split where the tiles number under half the SMs (or under the SMs, with K ≥ 8192): s
     ///   ways, s the largest ≤ 8 with ≤ 2 cubes per SM (tiles·s ≤ 2·SMs), ≥ 8 k-blocks (512
     ///   of K) per slice, and ≥ 16 (1024) once the cubes outnumber the SMs — a split adds a

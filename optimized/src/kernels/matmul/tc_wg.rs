@@ -38,8 +38,8 @@ pub const WG_BM: usize = 128;
 /// Columns of an output tile: one `wgmma` of n = 128.
 pub const WG_BN: usize = 128;
 /// Steps of at most this many rows stay on tc v1 (`tc::linear_into`): its 32-row tiles beat tc
-/// v3's 128 there (H200, session 26, TFLOP/s tc v1 / tc v3: 32 × 28672 × 4096 81.6 / 75.3), as
-/// its 64-row tiles beat tc v2 at 64 rows (session 21) but no longer tc v3 (64 × 28672 × 4096
+/// v3's 128 there (H200, TFLOP/s tc v1 / tc v3: 32 × 28672 × 4096 81.6 / 75.3), as
+/// its 64-row tiles beat tc v2 at 64 rows but not tc v3 (64 × 28672 × 4096
 /// 139 / 157, 64 × 4096 × 14336 107 / 137, 64 × 6144 × 4096 68 / 87, 64 × 11264 × 2048 68 / 92).
 pub const WG_MIN_ROWS: usize = 32;
 /// Units of a cube: two warpgroups of four warps.
@@ -117,7 +117,7 @@ impl WgConfig {
 
     /// The tile, depth and split for an (m, n, k) product on `sms` multiprocessors: tc v3
     /// ([`Self::F4`]: 128 rows, 4 stages, accumulators in flight), best at every shape of the
-    /// session-26 sweep (H200, `tandem bench --kernel matmul --shapes`, TFLOP/s against tc
+    /// sweep on an H200 (`tandem bench --kernel matmul --shapes`, TFLOP/s against tc
     /// v2's best tile): 128 × 11264 × 2048 155 vs 132, 512 × 11264 × 2048 250 vs 201,
     /// 512 × 28672 × 4096 357 vs 288, 512 × 4096 × 14336 359 vs 298, 2048 × 14336 × 4096 366
     /// vs 333, 4096³ 343 vs 313; 256-row tiles in flight were 2–25% slower. K split where the
@@ -127,7 +127,7 @@ impl WgConfig {
     ///
     /// tc v4 (`gemm=tma`, the default) takes 256-row tiles where they still cover ⅔ of the SMs
     /// and M > 256, else 128 rows at 6 stages, split as above but keeping ≥ 32 k-blocks a
-    /// slice. H200, session 29, TFLOP/s (unsplit unless said): 512 × 28672 × 4096 256 rows 525
+    /// slice. H200, TFLOP/s (unsplit unless said): 512 × 28672 × 4096 256 rows 525
     /// vs 128 rows 514; 2048 × 14336 × 4096 595 vs 545; 512 × 6144 × 4096 (96 tiles of 256)
     /// 386 vs 363; 512 × 4096 × 14336 (64 tiles of 256) 351 vs 565; 128 × 4096 × 14336 272 at
     /// 4 slices vs 167 unsplit; 128 × 2560 × 2048 58 unsplit vs 45 at 4 slices of 8 k-blocks.
@@ -159,7 +159,7 @@ impl WgConfig {
     }
 
     /// tc v2's pick (H200
-    /// sweep, session 21: `tandem bench --kernel matmul --shapes`): 4 stages (one cube per SM:
+    /// sweep, `tandem bench --kernel matmul --shapes`): 4 stages (one cube per SM:
     /// the two warpgroups' registers fill it); 256-row tiles for m > 256 where they still
     /// number ≥ 2 per SM or K is long (≥ 8192: split below), else 128 rows — 2048 × 14336 ×
     /// 4096 327 vs 269 TFLOP/s, 4096³ 302 vs 253, 512 × 4096 × 14336 285 (split 2) vs 254, but

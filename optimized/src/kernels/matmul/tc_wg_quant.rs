@@ -25,7 +25,7 @@
 //! (a shift finds a value's group), and mxfp4 and Q4 in the tiled order ([`refusal`]); the rest
 //! stays on tc v1.
 //!
-//! Measured (NVIDIA H200, session 28, `tandem bench --kernel matmul --shapes … --formats
+//! Measured (NVIDIA H200, `tandem bench --kernel matmul --shapes … --formats
 //! q8_0,int8,mxfp4`, TFLOP/s of the default pick — 128 rows, 3 stages — against tc v1's best
 //! production tile × split; `q8_0`: groups of 32 with f16 scales):
 //!

@@ -4,7 +4,7 @@
 //!
 //! Why: moe gemv v2 spends ~6 instructions a weight (four integer operations for an fp4 pair,
 //! two conversions, two f32 FMAs) and its 128 registers a unit hold 25% occupancy: 1.7 / 1.3
-//! TB/s on the H200 (gate|up / down, one token), ALU pipe ~48% busy (ncu, session 27).
+//! TB/s on the H200 (gate|up / down, one token), ALU pipe ~48% busy (ncu).
 //! Here a byte of W (two fp4 values) becomes an E pair with one shared-memory table load (the
 //! table has a copy per lane, so the 32 lanes never meet in a bank) and one E×2 multiply by the
 //! block's scale (exact: `e2m1 · 2^(s − 127)` is an E value for bf16); the MMA adds 256

@@ -1,7 +1,7 @@
 //! The interface of gemv v4 (the tensor-core order, [`QLayout::Mma`](super::QLayout)): its
 //! launch choices, the shapes it takes, and entry points that run the kernels where the build
-//! has them. gemv v4 lost its measurement (no faster than v2 alone, slower in the model:
-//! session 9 of docs/perf-journal.md), so its kernels live in the lab
+//! has them. gemv v4 lost its measurement (no faster than v2 alone, slower in the model: the
+//! header of `lab/gemv_v4.rs` and docs/perf-journal.md), so its kernels live in the lab
 //! (`optimized/src/lab/gemv_v4.rs`, the `lab` feature); without it every entry point answers
 //! [`Error::Unsupported`] and the kernel configuration refuses `qgemv=v4`.
 

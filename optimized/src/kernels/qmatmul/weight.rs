@@ -254,8 +254,8 @@ impl QWeight {
                 QuantTensor::Q4(x) => {
                     // Entries (d, or d | m << 16) in the tiled order, as words. (This loop over
                     // all cores by rayon, with the loader's d / m finiteness checks also made
-                    // parallel, measured 3× slower loads — Mistral-7B Q4_0 13.4 s against 4.75 s,
-                    // the H200's host, session 33 — so all three stay sequential.)
+                    // parallel, measured 3× slower loads — Mistral-7B Q4_0 13.4 s against 4.75 s
+                    // on an H200 machine's host — so all three stay sequential.)
                     let nb = in_dim / 32;
                     let entry = |i: usize| x.d()[i].to_bits() as u32 | x.m().map_or(0, |m| (m[i].to_bits() as u32) << 16);
                     for r in 0..x.out() {

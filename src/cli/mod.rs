@@ -28,6 +28,8 @@ mod results;
 mod serve;
 mod shards;
 mod source;
+// `tandem results`: the tables a reader takes in (issue 48).
+mod summary;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -100,8 +102,9 @@ pub enum Cmd {
     /// Step through the GPU path's optimizations from the all-naive configuration: per step its
     /// covering conformance cases, accuracy against the reference, prefill and decode speed.
     Audit(audit::AuditArgs),
-    /// The current benchmark table from the JSON rows under benches/results/ (newest per
-    /// configuration and metric), e.g. `tandem results --out benches/RESULTS.md`.
+    /// The current benchmark tables from the JSON rows under benches/results/ (per device, model
+    /// × workload, tandem beside llama.cpp), e.g. `tandem results --out benches/RESULTS.md
+    /// --plots benches/plots --readme README.md`.
     Results(report::ResultsArgs),
     /// An OpenAI-compatible HTTP server on the batched engine (/v1/completions,
     /// /v1/chat/completions, /v1/models, /health, /metrics).

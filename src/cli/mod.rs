@@ -16,10 +16,14 @@ mod bench_serve;
 // Speculative decoding flags and `tandem bench-spec` (issue 26).
 mod bench_spec;
 mod drift;
+// The benchmarks' conformance gate.
+mod gate;
 mod generate;
+mod generate_args;
 // GPT-OSS (issue 25): open, runner, generate / logits / bench paths.
 mod gpt_oss;
 mod logits;
+mod logits_contract;
 mod plot;
 mod progress;
 mod quantize;
@@ -28,6 +32,8 @@ mod results;
 mod serve;
 mod shards;
 mod source;
+// The `--speculate` flags and the engine they build.
+mod spec;
 // `tandem results`: the tables a reader takes in (issue 48).
 mod summary;
 
@@ -88,9 +94,9 @@ pub struct Cli {
 #[allow(clippy::large_enum_variant)] // parsed once per process
 pub enum Cmd {
     /// Stream generated text to stdout; a one-line summary goes to stderr.
-    Generate(generate::GenerateArgs),
+    Generate(generate_args::GenerateArgs),
     /// Print one JSON object with prompt ids, top-k logits per position and a greedy continuation.
-    Logits(logits::LogitsArgs),
+    Logits(logits_contract::LogitsArgs),
     /// Measure prefill (TTFT) and batch-1 decode speed (GPU numbers only after conformance passes).
     Bench(bench::BenchArgs),
     /// Run the conformance suite (every kernel and whole models vs the reference) on GPU runtimes.

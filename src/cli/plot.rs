@@ -6,8 +6,6 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use super::bench_batch::BatchRow;
-
 /// Register a system sans-serif font for plotters; false when none is found.
 fn font() -> bool {
     const CANDIDATES: [&str; 3] =
@@ -40,10 +38,9 @@ pub struct Labels<'a> {
 /// The note a caller prints after the path: "" or why there are no labels.
 const NO_FONT: &str = " (no TrueType font found: drawn without labels)";
 
-/// Decode tokens/s against batch size (log₂ x axis), one point per row. Returns a note for
-/// the caller ("" or why there are no labels).
-pub fn tokens_per_s(path: &Path, rows: &[BatchRow]) -> Result<&'static str, String> {
-    let points = rows.iter().map(|r| (r.batch as f64, r.decode_tps)).collect();
+/// Decode tokens/s against batch size (log₂ x axis), one (batch, tokens/s) point per
+/// measurement. Returns a note for the caller ("" or why there are no labels).
+pub fn tokens_per_s(path: &Path, points: Vec<(f64, f64)>) -> Result<&'static str, String> {
     let series = [Series { label: "decode tokens/s".into(), points, color: BLUE }];
     lines(path, &Labels { title: "batched decode: tokens/s vs batch size", x: "batch size", y: "decode tokens/s" }, &series)
 }

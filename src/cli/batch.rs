@@ -12,7 +12,7 @@ use reference::chat::Message;
 use reference::sampling::SamplingParams;
 use serde_json::{json, Value};
 
-use super::generate::{finish_name, prompt_ids, GenerateArgs};
+use super::generate_args::{finish_name, prompt_ids, GenerateArgs};
 use super::{CliError, Result};
 
 /// One input line turned into a request, or the reason it cannot run.

@@ -111,7 +111,7 @@ pub fn run(b: BatchBench) -> Result<()> {
         std::fs::write(p, s).map_err(|e| reference::Error::io(p, e))?;
     }
     if let Some(p) = &b.plot {
-        match super::plot::tokens_per_s(p, &rows) {
+        match super::plot::tokens_per_s(p, rows.iter().map(|r| (r.batch as f64, r.decode_tps)).collect()) {
             Ok(note) => println!("plot: {}{note}", p.display()),
             Err(e) => return Err(CliError::Usage(format!("--plot {}: {e}", p.display()))),
         }

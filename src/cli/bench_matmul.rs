@@ -161,7 +161,7 @@ pub fn run_shapes(backend: Option<Backend>, reps: usize, shapes: &[(usize, usize
     let formats = shape_formats(formats)?;
     let b = backend.ok_or_else(|| CliError::Usage("--kernel matmul needs a GPU device (--device cuda|wgpu)".into()))?;
     let client = optimized::client(b)?;
-    let gate = super::bench::conformance_gate(b)?;
+    let gate = super::gate::conformance_gate(b)?;
     let info = optimized::device_info(&client);
     println!("tandem bench --kernel matmul --shapes — {b}: {} — gate: {gate}", info.name);
     tc::require(&client, Dtype::BF16, TcMode::Tensor)?;
@@ -236,7 +236,7 @@ pub fn run_shapes(backend: Option<Backend>, reps: usize, shapes: &[(usize, usize
 pub fn run(backend: Option<Backend>, reps: usize) -> Result<()> {
     let b = backend.ok_or_else(|| CliError::Usage("--kernel matmul needs a GPU device (--device cuda|wgpu)".into()))?;
     let client = optimized::client(b)?;
-    let gate = super::bench::conformance_gate(b)?;
+    let gate = super::gate::conformance_gate(b)?;
     let info = optimized::device_info(&client);
     println!("tandem bench --kernel matmul — {b}: {} — gate: {gate}", info.name);
     if tc::require(&client, Dtype::BF16, TcMode::Tensor).is_err() && tc::require(&client, Dtype::F16, TcMode::Tensor).is_err() {

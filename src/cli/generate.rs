@@ -5,124 +5,11 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::Instant;
 
-use clap::Args;
-use engine::{Detokenizer, EngineConfig, FinishReason, Request};
+use engine::{Detokenizer, EngineConfig, Request};
 use reference::chat::Message;
-use reference::runner::ModelRunner;
-use reference::sampling::SamplingParams;
 
-use super::{CliError, ModelArgs, Result};
-
-#[derive(Args, Debug)]
-pub struct GenerateArgs {
-    #[command(flatten)]
-    pub model: ModelArgs,
-    /// Raw prompt text (no chat template). An empty prompt generates from BOS.
-    #[arg(long, conflicts_with_all = ["chat", "prompts"], required_unless_present_any = ["chat", "prompts"])]
-    pub prompt: Option<String>,
-    /// A user message, wrapped in the model's chat template.
-    #[arg(long, conflicts_with = "prompts")]
-    pub chat: Option<String>,
-    /// Optional system message for --chat (the template's default otherwise).
-    #[arg(long, requires = "chat")]
-    pub system: Option<String>,
-    /// A JSONL file of requests, run together through the engine (offline batch mode): one
-    /// object per line with `prompt` (text) or `messages` (chat: [{role, content}]), optional
-    /// `id` (default: the line number from 0) and the sampling fields `max_tokens`,
-    /// `temperature`, `top_k`, `top_p`, `min_p`, `seed`, `stop`.
-    #[arg(long)]
-    pub prompts: Option<std::path::PathBuf>,
-    /// With --prompts: write the results here instead of stdout; one JSON line per request as
-    /// it finishes: `id`, `text`, `token_ids`, `finish_reason` — or `id`, `error`.
-    #[arg(long, requires = "prompts")]
-    pub out: Option<std::path::PathBuf>,
-    #[arg(long, default_value_t = 256)]
-    pub max_tokens: usize,
-    #[command(flatten)]
-    pub sampling: SamplingArgs,
-    /// Most sequences the engine runs at once (--prompts).
-    #[arg(long, default_value_t = 256)]
-    pub max_seqs: usize,
-    /// KV cache positions (all sequences together); default: enough for every request of
-    /// --prompts at its max_tokens, at most 64 × the context; one request's worth otherwise.
-    #[arg(long)]
-    pub kv_tokens: Option<usize>,
-    /// GPT-OSS with --chat: also print the analysis (and commentary) channel, to stderr.
-    #[arg(long)]
-    pub show_analysis: bool,
-    /// GPT-OSS chats (--chat, --prompts `messages`): the harmony system message's `Reasoning:`
-    /// level (default medium); a --prompts line's `reasoning_effort` overrides it.
-    #[arg(long, value_parser = ["low", "medium", "high"])]
-    pub reasoning_effort: Option<String>,
-    /// Speculative decoding (issue 26): --speculate, --spec-k, ...
-    #[command(flatten)]
-    pub spec: super::bench_spec::SpecArgs,
-}
-
-/// Sampling flags shared by `generate` and `serve`.
-#[derive(Args, Debug, Clone)]
-pub struct SamplingArgs {
-    /// 0 = greedy.
-    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
-    pub temperature: f32,
-    /// 0 = off.
-    #[arg(long, default_value_t = 0)]
-    pub top_k: usize,
-    /// 1 = off.
-    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
-    pub top_p: f32,
-    /// 0 = off.
-    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
-    pub min_p: f32,
-    /// 1 = off.
-    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
-    pub repetition_penalty: f32,
-    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
-    pub presence_penalty: f32,
-    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
-    pub frequency_penalty: f32,
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
-}
-
-impl SamplingArgs {
-    pub fn params(&self) -> SamplingParams {
-        SamplingParams {
-            temperature: self.temperature,
-            top_k: self.top_k,
-            top_p: self.top_p,
-            min_p: self.min_p,
-            seed: self.seed,
-            repetition_penalty: self.repetition_penalty,
-            presence_penalty: self.presence_penalty,
-            frequency_penalty: self.frequency_penalty,
-        }
-    }
-}
-
-/// The prompt's ids; an empty prompt is the model's BOS alone (as llama.cpp does).
-pub fn prompt_ids(tok: &reference::tokenizer::Tokenizer, text: &str, bos: Option<u32>) -> Result<Vec<u32>> {
-    let ids = tok.encode(text, tok.add_bos_default())?;
-    if !ids.is_empty() {
-        return Ok(ids);
-    }
-    match tok.bos_id().or(bos) {
-        Some(b) => Ok(vec![b]),
-        None => Err(CliError::Usage("the prompt encodes to no tokens and the model has no BOS token to start from".into())),
-    }
-}
-
-/// The decode graphs one request of at most `max_len` tokens will replay, recorded before it
-/// starts (as a server records them at start-up), not in the middle of its decoding; says so on
-/// stderr.
-pub(super) fn prepare(runner: &mut (dyn ModelRunner + Send), name: &str, max_len: usize, params: &SamplingParams) -> Result<()> {
-    let t = Instant::now();
-    let prepared = runner.prepare_decode(1, max_len, params.temperature > 0.0)?;
-    if prepared > 0 {
-        eprintln!("[{name}] {prepared} decode graphs recorded before the request in {:.1} ms", t.elapsed().as_secs_f64() * 1e3);
-    }
-    Ok(())
-}
+use super::generate_args::{prepare, prompt_ids, GenerateArgs};
+use super::{CliError, Result};
 
 pub fn run(a: GenerateArgs) -> Result<()> {
     let params = a.sampling.params();
@@ -202,9 +89,4 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         eprintln!("[{name}] {s}");
     }
     Ok(())
-}
-
-/// A finish reason as the JSONL output names it.
-pub fn finish_name(f: FinishReason) -> &'static str {
-    f.as_str()
 }

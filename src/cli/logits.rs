@@ -4,37 +4,12 @@
 //! top lists per prompt position, sorted by logit descending; the greedy continuation runs
 //! `--greedy N` tokens and does not stop at EOS.
 
-use clap::Args;
 use reference::engine::{Engine, RefEngine};
 use reference::sampling::argmax;
 
+use super::logits_contract::{print_json, LogitsArgs};
 use super::source::{parse_ids, pick_dtype, resolve};
-use super::{CliError, ModelArgs, Result};
-
-#[derive(Args, Debug)]
-pub struct LogitsArgs {
-    #[command(flatten)]
-    pub model: ModelArgs,
-    /// Text to encode (no template; BOS only if the model's metadata asks for it).
-    #[arg(long, conflicts_with = "ids", required_unless_present = "ids")]
-    pub text: Option<String>,
-    /// Comma-separated token ids.
-    #[arg(long)]
-    pub ids: Option<String>,
-    #[arg(long, default_value_t = 10)]
-    pub top_k: usize,
-    /// Greedy tokens to continue with (not stopping at EOS).
-    #[arg(long, default_value_t = 0)]
-    pub greedy: usize,
-}
-
-/// The `k` largest `(id, logit)` pairs, descending; ties by lower id.
-pub fn top_k(row: &[f32], k: usize) -> Vec<(u32, f32)> {
-    let mut v: Vec<(u32, f32)> = row.iter().enumerate().map(|(i, &x)| (i as u32, x)).collect();
-    v.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    v.truncate(k);
-    v
-}
+use super::{CliError, Result};
 
 pub fn run(a: LogitsArgs) -> Result<()> {
     if a.top_k == 0 {
@@ -97,25 +72,4 @@ pub fn run(a: LogitsArgs) -> Result<()> {
     };
     print_json(&ids, &rows, k, &greedy, &greedy_text, &engine.name());
     Ok(())
-}
-
-/// Print the contract's JSON object on stdout (top `k` per row of `rows`) and the engine's
-/// name on stderr.
-pub fn print_json(ids: &[u32], rows: &[Vec<f32>], k: usize, greedy: &[u32], greedy_text: &str, engine: &str) {
-    let (mut top_ids, mut top_logits) = (vec![], vec![]);
-    for row in rows {
-        let t = top_k(row, k);
-        top_ids.push(t.iter().map(|x| x.0).collect::<Vec<_>>());
-        top_logits.push(t.iter().map(|x| x.1).collect::<Vec<_>>());
-    }
-    let j = serde_json::json!({
-        "ids": ids,
-        "top_ids": top_ids,
-        "top_logits": top_logits,
-        "greedy_ids": greedy,
-        "greedy_text": greedy_text,
-    });
-    println!("{j}");
-    // The JSON object is the stable contract: the engine that produced it goes to stderr.
-    eprintln!("[{engine}]");
 }

@@ -16,10 +16,14 @@ mod bench_serve;
 // Speculative decoding flags and `tandem bench-spec` (issue 26).
 mod bench_spec;
 mod drift;
+// The benchmarks' conformance gate.
+mod gate;
 mod generate;
+mod generate_args;
 // GPT-OSS (issue 25): open, runner, generate / logits / bench paths.
 mod gpt_oss;
 mod logits;
+mod logits_contract;
 mod plot;
 mod progress;
 mod quantize;
@@ -28,6 +32,10 @@ mod results;
 mod serve;
 mod shards;
 mod source;
+// The `--speculate` flags and the engine they build.
+mod spec;
+// `tandem results`: the tables a reader takes in (issue 48).
+mod summary;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -86,9 +94,9 @@ pub struct Cli {
 #[allow(clippy::large_enum_variant)] // parsed once per process
 pub enum Cmd {
     /// Stream generated text to stdout; a one-line summary goes to stderr.
-    Generate(generate::GenerateArgs),
+    Generate(generate_args::GenerateArgs),
     /// Print one JSON object with prompt ids, top-k logits per position and a greedy continuation.
-    Logits(logits::LogitsArgs),
+    Logits(logits_contract::LogitsArgs),
     /// Measure prefill (TTFT) and batch-1 decode speed (GPU numbers only after conformance passes).
     Bench(bench::BenchArgs),
     /// Run the conformance suite (every kernel and whole models vs the reference) on GPU runtimes.
@@ -100,8 +108,9 @@ pub enum Cmd {
     /// Step through the GPU path's optimizations from the all-naive configuration: per step its
     /// covering conformance cases, accuracy against the reference, prefill and decode speed.
     Audit(audit::AuditArgs),
-    /// The current benchmark table from the JSON rows under benches/results/ (newest per
-    /// configuration and metric), e.g. `tandem results --out benches/RESULTS.md`.
+    /// The current benchmark tables from the JSON rows under benches/results/ (per device, model
+    /// × workload, tandem beside llama.cpp), e.g. `tandem results --out benches/RESULTS.md
+    /// --plots benches/plots --readme README.md`.
     Results(report::ResultsArgs),
     /// An OpenAI-compatible HTTP server on the batched engine (/v1/completions,
     /// /v1/chat/completions, /v1/models, /health, /metrics).

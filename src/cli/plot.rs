@@ -6,8 +6,6 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use super::bench_batch::BatchRow;
-
 /// Register a system sans-serif font for plotters; false when none is found.
 fn font() -> bool {
     const CANDIDATES: [&str; 3] =
@@ -23,53 +21,113 @@ fn font() -> bool {
     false
 }
 
-/// Decode tokens/s against batch size (log₂ x axis), one point per row. Returns a note for
-/// the caller ("" or why there are no labels).
-pub fn tokens_per_s(path: &Path, rows: &[BatchRow]) -> Result<&'static str, String> {
-    draw(path, rows, font())
+/// One named line of (x, y) points.
+pub struct Series {
+    pub label: String,
+    pub points: Vec<(f64, f64)>,
+    pub color: RGBColor,
+}
+
+/// What a chart says: its title and the two axes' descriptions.
+pub struct Labels<'a> {
+    pub title: &'a str,
+    pub x: &'a str,
+    pub y: &'a str,
+}
+
+/// The note a caller prints after the path: "" or why there are no labels.
+const NO_FONT: &str = " (no TrueType font found: drawn without labels)";
+
+/// Decode tokens/s against batch size (log₂ x axis), one (batch, tokens/s) point per
+/// measurement. Returns a note for the caller ("" or why there are no labels).
+pub fn tokens_per_s(path: &Path, points: Vec<(f64, f64)>) -> Result<&'static str, String> {
+    let series = [Series { label: "decode tokens/s".into(), points, color: BLUE }];
+    lines(path, &Labels { title: "batched decode: tokens/s vs batch size", x: "batch size", y: "decode tokens/s" }, &series)
+}
+
+/// `series` against a log₂ x axis (ticks at powers of two, points with x > 0), with a legend.
+/// Returns a note for the caller ("" or why there are no labels).
+pub fn lines(path: &Path, labels: &Labels, series: &[Series]) -> Result<&'static str, String> {
+    draw(path, labels, series, font())
 }
 
 /// The plot, with or without text (`text`: a font is registered).
-fn draw(path: &Path, rows: &[BatchRow], text: bool) -> Result<&'static str, String> {
+fn draw(path: &Path, labels: &Labels, series: &[Series], text: bool) -> Result<&'static str, String> {
     let root = BitMapBackend::new(path, (900, 600)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
-    let xmax = rows.iter().map(|r| (r.batch as f64).log2()).fold(0.0, f64::max) + 0.5;
-    let ymax = rows.iter().map(|r| r.decode_tps).fold(0.0, f64::max) * 1.15 + 1.0;
+    let all = || series.iter().flat_map(|s| s.points.iter()).filter(|p| p.0 > 0.0);
+    let xmin = all().map(|p| p.0.log2()).fold(f64::INFINITY, f64::min).min(0.0).floor() - 0.5;
+    let xmax = all().map(|p| p.0.log2()).fold(0.0, f64::max).ceil() + 0.5;
+    let ymax = all().map(|p| p.1).fold(0.0, f64::max) * 1.15 + 1.0;
     let mut b = ChartBuilder::on(&root);
-    b.margin(20).x_label_area_size(50).y_label_area_size(80);
+    b.margin(20).x_label_area_size(50).y_label_area_size(90);
     if text {
-        b.caption("batched decode: tokens/s vs batch size", ("sans-serif", 24));
+        b.caption(labels.title, ("sans-serif", 24));
     }
-    let mut chart = b.build_cartesian_2d(-0.5f64..xmax, 0f64..ymax).map_err(|e| e.to_string())?;
+    let mut chart = b.build_cartesian_2d(xmin..xmax, 0f64..ymax).map_err(|e| e.to_string())?;
     let mut mesh = chart.configure_mesh();
     if text {
-        mesh.x_desc("log2(batch)").y_desc("decode tokens/s");
+        // One tick per power of two; a tick between two (were plotters to pick one) stays bare.
+        let x_label = |x: &f64| if (x - x.round()).abs() < 1e-6 { format!("{}", x.exp2().round()) } else { String::new() };
+        mesh.x_labels((xmax - xmin) as usize + 1)
+            .x_desc(labels.x)
+            .y_desc(labels.y)
+            .x_label_formatter(&x_label)
+            .y_label_formatter(&|y| format!("{y:.0}"));
+        mesh.label_style(("sans-serif", 16)).axis_desc_style(("sans-serif", 18)).draw().map_err(|e| e.to_string())?;
     } else {
         // Any text (descriptions, tick labels) needs the font plotters could not find.
-        mesh.disable_x_axis().disable_y_axis().x_labels(0).y_labels(0);
+        mesh.disable_x_axis().disable_y_axis().x_labels(0).y_labels(0).draw().map_err(|e| e.to_string())?;
     }
-    mesh.draw().map_err(|e| e.to_string())?;
-    let pts: Vec<(f64, f64)> = rows.iter().map(|r| ((r.batch as f64).log2(), r.decode_tps)).collect();
-    chart.draw_series(LineSeries::new(pts.clone(), &BLUE)).map_err(|e| e.to_string())?;
-    chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, BLUE.filled()))).map_err(|e| e.to_string())?;
+    for s in series {
+        let pts: Vec<(f64, f64)> = s.points.iter().filter(|p| p.0 > 0.0).map(|&(x, y)| (x.log2(), y)).collect();
+        let color = s.color;
+        let line = chart.draw_series(LineSeries::new(pts.clone(), color.stroke_width(2))).map_err(|e| e.to_string())?;
+        if text {
+            line.label(s.label.as_str()).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+        }
+        chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled()))).map_err(|e| e.to_string())?;
+    }
+    if text {
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .label_font(("sans-serif", 16))
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| e.to_string())?;
+    }
     root.present().map_err(|e| e.to_string())?;
-    Ok(if text { "" } else { " (no TrueType font found: drawn without labels)" })
+    Ok(if text { "" } else { NO_FONT })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn series() -> Vec<Series> {
+        let pts = |k: f64| [1.0, 8.0, 64.0].iter().map(|&b| (b, k * b)).collect();
+        vec![Series { label: "a".into(), points: pts(100.0), color: BLUE }, Series { label: "b".into(), points: pts(50.0), color: RED }]
+    }
+
     #[test]
     fn draws_without_a_font() {
-        let rows: Vec<BatchRow> = [1usize, 8, 64]
-            .iter()
-            .map(|&b| BatchRow { batch: b, prompt: 8, generated: 8, decode_tps: 100.0 * b as f64, prefill_tps: 1.0, ttft_ms: 1.0, tpot_ms: 1.0 })
-            .collect();
         let dir = std::env::temp_dir().join(format!("tandem-plot-{}", std::process::id()));
         std::fs::create_dir_all(&dir).ok();
         let p = dir.join("plain.png");
-        assert_eq!(draw(&p, &rows, false), Ok(" (no TrueType font found: drawn without labels)"));
+        assert_eq!(draw(&p, &Labels { title: "t", x: "x", y: "y" }, &series(), false), Ok(NO_FONT));
+        assert!(std::fs::metadata(&p).map(|m| m.len() > 0).unwrap_or(false));
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn draws_with_a_font_where_there_is_one() {
+        let dir = std::env::temp_dir().join(format!("tandem-plot-font-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).ok();
+        let p = dir.join("labels.png");
+        let note = lines(&p, &Labels { title: "t", x: "x", y: "y" }, &series());
+        assert!(note == Ok("") || note == Ok(NO_FONT), "{note:?}");
         assert!(std::fs::metadata(&p).map(|m| m.len() > 0).unwrap_or(false));
         std::fs::remove_dir_all(&dir).ok();
     }

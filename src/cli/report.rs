@@ -1,15 +1,17 @@
-//! `tandem results`: the current benchmark table from the JSON rows under `benches/results/`
-//! (every `*.jsonl` there, as `tandem bench --json-out` appends them): the newest row of each
-//! (bench, device, model, format, configuration, metric), as a markdown table per bench with
-//! its commit and gate. `benches/RESULTS.md` is this output; the history of how the numbers
-//! came about is `docs/perf-journal.md`.
+//! `tandem results`: the current benchmark tables from the JSON rows under `benches/results/`
+//! (every `*.jsonl` there, as `tandem bench --json-out` appends them; one file per machine
+//! session): per device, model file × format against the workloads, tandem beside llama.cpp
+//! from the same session ([`super::summary`]), with PNG plots of batch and serving scaling
+//! (`--plots`) and a short ratio table for README.md (`--readme`). `benches/RESULTS.md` is
+//! this output; the history of how the numbers came about is `docs/perf-journal.md`.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
 use serde_json::Value;
 
+use super::plot::{self, Labels, Series};
+use super::summary::{self, Cell, Obs, Table, COLUMNS};
 use super::{CliError, Result};
 
 #[derive(Args, Debug)]
@@ -17,13 +19,21 @@ pub struct ResultsArgs {
     /// Folder of `*.jsonl` row files.
     #[arg(long, default_value = "benches/results")]
     pub dir: PathBuf,
-    /// Write the table here instead of stdout (e.g. benches/RESULTS.md).
+    /// Write the tables here instead of stdout (e.g. benches/RESULTS.md).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Write PNG plots (batch scaling, serving scaling) into this folder and link them.
+    #[arg(long)]
+    pub plots: Option<PathBuf>,
+    /// Rewrite the block between `<!-- results:begin -->` and `<!-- results:end -->` in this
+    /// file (e.g. README.md) with the short ratio table.
+    #[arg(long)]
+    pub readme: Option<PathBuf>,
 }
 
-/// Every row of every `*.jsonl` file in `dir`, in file-name then line order.
-pub fn read_rows(dir: &Path) -> Result<Vec<Value>> {
+/// Every row of every `*.jsonl` file in `dir`, in file-name then line order, each with its
+/// file's stem (the session it came from).
+pub fn read_rows(dir: &Path) -> Result<Vec<(String, Value)>> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|e| reference::Error::io(dir, e))?
         .flatten()
@@ -34,62 +44,190 @@ pub fn read_rows(dir: &Path) -> Result<Vec<Value>> {
     let mut rows = vec![];
     for f in files {
         let text = std::fs::read_to_string(&f).map_err(|e| reference::Error::io(&f, e))?;
+        let session = f.file_stem().map_or_else(String::new, |s| s.to_string_lossy().into_owned());
         for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
             let v: Value = serde_json::from_str(line).map_err(|e| CliError::Usage(format!("{}: line {}: {e}", f.display(), n + 1)))?;
-            rows.push(v);
+            rows.push((session.clone(), v));
         }
     }
     Ok(rows)
 }
 
-fn s(v: &Value, k: &str) -> String {
-    match v.get(k) {
-        Some(Value::String(x)) => x.clone(),
-        Some(Value::Null) | None => String::new(),
-        Some(x) => x.to_string(),
-    }
+/// The observations the tables show, in row order.
+pub fn observations(rows: &[(String, Value)]) -> Vec<Obs> {
+    rows.iter().enumerate().filter_map(|(i, (s, r))| summary::observe(r, s, i)).collect()
 }
 
-/// The markdown table of the newest row per key.
-pub fn render(rows: &[Value]) -> String {
-    // (bench, device, model, format, config) → metric → (time, row)
-    type Key = (String, String, String, String, String);
-    let mut latest: BTreeMap<Key, BTreeMap<String, (u64, Value)>> = BTreeMap::new();
-    for r in rows.iter().filter(|r| r.get("bench").is_some_and(Value::is_string) && r.get("metric").is_some_and(Value::is_string)) {
-        // The GPU a figure came from names the row with the backend's label.
-        let device = match s(r, "hardware") {
-            h if h.is_empty() => s(r, "device"),
-            h => format!("{h} · {}", s(r, "device")),
-        };
-        let key = (s(r, "bench"), device, s(r, "model"), s(r, "format"), s(r, "config"));
-        let t = r.get("time_unix").and_then(Value::as_u64).unwrap_or(0);
-        let m = latest.entry(key).or_default();
-        let metric = s(r, "metric");
-        if m.get(&metric).is_none_or(|(t0, _)| t >= *t0) {
-            m.insert(metric, (t, r.clone()));
+/// `time_unix` as a UTC date.
+fn date(t: u64) -> String {
+    i64::try_from(t).ok().and_then(|t| chrono::DateTime::from_timestamp(t, 0)).map_or_else(|| "?".into(), |d| d.date_naive().to_string())
+}
+
+fn ratio(r: f64) -> String {
+    format!("**{r:.2}×**")
+}
+
+/// `tandem / peer / ratio`, and under it the date and commit of the tandem measurement.
+fn cell_md(c: &Cell) -> String {
+    let numbers = match (c.peer, c.ratio) {
+        (None, None) => format!("{:.0}", c.tandem),
+        (p, r) => format!("{:.0} / {} / {}", c.tandem, p.map_or("–".into(), |p| format!("{p:.0}")), r.map_or("–".into(), ratio)),
+    };
+    let at = c.concurrency.map_or(String::new(), |n| format!("c={n} · "));
+    format!("{numbers}<br><sub>{at}{} {}</sub>", date(c.time), c.commit)
+}
+
+/// A plot file written for one line: what it shows and its path as the markdown links it.
+pub struct PlotLink {
+    pub hardware: String,
+    /// `batch` or `serve`.
+    pub kind: &'static str,
+    pub text: String,
+    pub path: String,
+}
+
+const LEGEND: &str = "\
+Tokens/s, newest measurement per device, model file, format and workload. Each cell is \
+`tandem / peer / tandem÷peer`, and under it the date (UTC) and commit of the tandem row; \
+**peer = llama.cpp on the same GGUF file in the same machine session** (the same row file); \
+`–` where that session measured no peer (a ratio there is the one the tandem row recorded). \
+Empty: not measured.
+
+- **batch-1 decode**: one sequence generating (`tandem bench`; peer `llama-bench` tg).
+- **prefill 512**: a 512-token prompt (`tandem bench`; peer `llama-bench` pp512).
+- **N sequences**: aggregate decode tokens/s of N sequences (128-token prompts, 128 generated) \
+run together (`tandem bench --batches`; peer `llama-batched-bench`).
+- **serving**: output tokens/s of `tandem bench serve` (128 in / 128 out per request) at the \
+run's highest concurrency `c`; peer `llama-server` under the same client.
+- Default kernels only; synthetic models have random weights (no peer).
+";
+
+/// The whole RESULTS.md: a title, the legend, one table per device with its plot links.
+pub fn render(tables: &[Table], plots: &[PlotLink], dir: &Path) -> String {
+    let mut out = format!(
+        "# Benchmark results (current)\n\nGenerated by `tandem results --out benches/RESULTS.md --plots benches/plots` (`--readme README.md` also \
+         refreshes README's summary) from the JSON rows in `{}/*.jsonl` (every measurement, with its configuration, binary \
+         and gate). How the numbers came about: `docs/perf-journal.md`.\n\n{LEGEND}",
+        dir.display()
+    );
+    for t in tables {
+        out += &format!("\n## {}\n\n| model | format |", t.hardware);
+        for c in COLUMNS {
+            out += &format!(" {} |", c.title());
         }
-    }
-    let mut out = String::from("# Benchmark results (current)\n\nGenerated by `tandem results --out benches/RESULTS.md` from the JSON rows in `benches/results/` (newest row per configuration and metric). How the numbers came about, session by session: `docs/perf-journal.md`.\n");
-    let mut bench = String::new();
-    for ((b, device, model, format, config), metrics) in &latest {
-        if *b != bench {
-            bench = b.clone();
-            out += &format!("\n## {b}\n\n| device | model | format | configuration | metric | value | vs roofline | vs peer | commit | gate |\n|---|---|---|---|---|---|---|---|---|---|\n");
+        out += &format!("\n|---|---|{}\n", "---:|".repeat(COLUMNS.len()));
+        for l in &t.lines {
+            out += &format!("| {} | {} |", l.model, l.format);
+            for c in &l.cells {
+                out += &format!(" {} |", c.as_ref().map_or(String::new(), cell_md));
+            }
+            out += "\n";
         }
-        for (metric, (_, r)) in metrics {
-            let v = r.get("value").and_then(Value::as_f64).unwrap_or(f64::NAN);
-            let ratio = |k: &str| r.get(k).and_then(Value::as_f64).map_or(String::new(), |x| format!("{x:.2}"));
-            out += &format!(
-                "| {device} | {model} | {format} | `{config}` | {metric} | {v:.2} {} | {} | {} | {} | {} |\n",
-                s(r, "unit"),
-                ratio("ratio_to_roofline"),
-                ratio("ratio_to_peer"),
-                s(r, "commit"),
-                s(r, "gate").replace('|', "/")
-            );
+        for (kind, what) in
+            [("batch", "Batch scaling (aggregate decode tokens/s against sequences)"), ("serve", "Serving (output tokens/s against concurrency)")]
+        {
+            let links: Vec<String> =
+                plots.iter().filter(|p| p.hardware == t.hardware && p.kind == kind).map(|p| format!("[{}]({})", p.text, p.path)).collect();
+            if !links.is_empty() {
+                out += &format!("\n{what}: {}.\n", links.join(" · "));
+            }
         }
     }
     out
+}
+
+/// At most this many lines in README.md's table.
+pub const README_ROWS: usize = 15;
+
+/// README.md's block: tandem ÷ llama.cpp per line and workload, for lines with a ratio, at
+/// most [`README_ROWS`]; columns no line fills are left out.
+pub fn readme_block(tables: &[Table], results: &str) -> String {
+    let lines: Vec<(&str, &summary::Line)> = tables
+        .iter()
+        .flat_map(|t| t.lines.iter().map(move |l| (t.hardware.as_str(), l)))
+        .filter(|(_, l)| l.cells.iter().flatten().any(|c| c.ratio.is_some()))
+        .take(README_ROWS)
+        .collect();
+    let cols: Vec<usize> =
+        (0..COLUMNS.len()).filter(|&i| lines.iter().any(|(_, l)| l.cells[i].as_ref().is_some_and(|c| c.ratio.is_some()))).collect();
+    let mut devices: Vec<&str> = lines.iter().map(|(d, _)| *d).collect();
+    devices.dedup();
+    let newest = lines.iter().flat_map(|(_, l)| l.cells.iter().flatten()).map(|c| c.time).max().map_or_else(|| "?".into(), date);
+    let mut out = format!(
+        "Tandem tokens/s ÷ llama.cpp's on the same GGUF file in the same session ({}, measurements up to {newest}); the numbers, dates and commits: [{results}]({results}).\n\n| model | format |",
+        devices.join(", ")
+    );
+    for &i in &cols {
+        out += &format!(" {} |", COLUMNS[i].title());
+    }
+    out += &format!("\n|---|---|{}\n", "---:|".repeat(cols.len()));
+    for (d, l) in &lines {
+        let model = if devices.len() > 1 { format!("{} ({d})", l.model) } else { l.model.clone() };
+        out += &format!("| {model} | {} |", l.format);
+        for &i in &cols {
+            let r = l.cells[i].as_ref().and_then(|c| c.ratio).map_or(String::new(), |r| format!("{r:.2}×"));
+            out += &format!(" {r} |");
+        }
+        out += "\n";
+    }
+    out
+}
+
+const BEGIN: &str = "<!-- results:begin -->";
+const END: &str = "<!-- results:end -->";
+
+/// `text` with the block between the markers replaced by `block`.
+pub fn splice(text: &str, block: &str, path: &Path) -> Result<String> {
+    let missing =
+        || CliError::Usage(format!("{}: no `{BEGIN}` … `{END}` block to rewrite (put the two markers where the results go)", path.display()));
+    let b = text.find(BEGIN).ok_or_else(missing)? + BEGIN.len();
+    let e = text[b..].find(END).ok_or_else(missing)? + b;
+    Ok(format!("{}\n{block}{}", &text[..b], &text[e..]))
+}
+
+/// A file name from free text: lower-case letters and digits, runs of anything else as `-`.
+fn slug(s: &str) -> String {
+    let raw: String = s.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' }).collect();
+    raw.split('-').filter(|p| !p.is_empty()).collect::<Vec<_>>().join("-")
+}
+
+/// Plot of one curve: tandem, and llama.cpp where the session measured it.
+fn plot_curve(path: &Path, labels: &Labels, curve: &summary::Curve) -> std::result::Result<&'static str, String> {
+    let tandem = curve.iter().map(|&(x, t, _)| (x as f64, t)).collect();
+    let peer: Vec<(f64, f64)> = curve.iter().filter_map(|&(x, _, p)| Some((x as f64, p?))).collect();
+    let mut series = vec![Series { label: "tandem".into(), points: tandem, color: plotters::style::RGBColor(31, 119, 180) }];
+    if !peer.is_empty() {
+        series.push(Series { label: "llama.cpp (same session)".into(), points: peer, color: plotters::style::RGBColor(214, 39, 40) });
+    }
+    plot::lines(path, labels, &series)
+}
+
+/// Batch-scaling plots (lines with two batch sizes or more and a peer at one at least) and
+/// serving plots (lines with two concurrencies or more) into `dir`; links relative to `base`.
+pub fn write_plots(dir: &Path, base: &Path, obs: &[Obs]) -> Result<Vec<PlotLink>> {
+    std::fs::create_dir_all(dir).map_err(|e| reference::Error::io(dir, e))?;
+    let mut links = vec![];
+    for ((hw, model, format), batch, serve) in summary::curves(obs) {
+        let name = format!("{model} · {format}");
+        let jobs = [
+            ("batch", &batch, batch.len() >= 2 && batch.iter().any(|p| p.2.is_some()), "sequences decoding together", "aggregate decode tokens/s"),
+            ("serve", &serve, serve.len() >= 2, "concurrent clients", "output tokens/s"),
+        ];
+        for (kind, curve, wanted, x, y) in jobs {
+            if !wanted {
+                continue;
+            }
+            let file = dir.join(format!("{kind}-{}.png", slug(&format!("{hw} {model} {format}"))));
+            let title = format!("{name} — {hw}");
+            let note = plot_curve(&file, &Labels { title: &title, x, y }, curve).map_err(|e| CliError::Usage(format!("{}: {e}", file.display())))?;
+            if !note.is_empty() {
+                eprintln!("plot: {}{note}", file.display());
+            }
+            let path = file.strip_prefix(base).unwrap_or(&file).display().to_string();
+            links.push(PlotLink { hardware: hw.clone(), kind, text: name.clone(), path });
+        }
+    }
+    Ok(links)
 }
 
 pub fn run(a: ResultsArgs) -> Result<()> {
@@ -97,24 +235,30 @@ pub fn run(a: ResultsArgs) -> Result<()> {
     if rows.is_empty() {
         return Err(CliError::Usage(format!("{}: no benchmark rows (*.jsonl)", a.dir.display())));
     }
-    let table = render(&rows);
+    let obs = observations(&rows);
+    let tables = summary::tables(&obs);
+    // Plot links are relative to the folder RESULTS.md is written to.
+    let base = a.out.as_ref().and_then(|o| o.parent()).map(Path::to_path_buf).unwrap_or_default();
+    let plots = match &a.plots {
+        Some(d) => write_plots(d, &base, &obs)?,
+        None => vec![],
+    };
+    let table = render(&tables, &plots, &a.dir);
     match &a.out {
-        Some(p) => std::fs::write(p, table).map_err(|e| reference::Error::io(p, e))?,
+        Some(p) => std::fs::write(p, &table).map_err(|e| reference::Error::io(p, e))?,
         None => print!("{table}"),
+    }
+    if let Some(r) = &a.readme {
+        let text = std::fs::read_to_string(r).map_err(|e| reference::Error::io(r, e))?;
+        // The link is relative to the folder the README is in.
+        let out = a.out.clone().unwrap_or_else(|| PathBuf::from("benches/RESULTS.md"));
+        let link = out.strip_prefix(r.parent().unwrap_or(Path::new(""))).unwrap_or(&out).display().to_string();
+        let new = splice(&text, &readme_block(&tables, &link), r)?;
+        std::fs::write(r, new).map_err(|e| reference::Error::io(r, e))?;
     }
     Ok(())
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn newest_row_per_metric_wins() {
-        let row = |t: u64, v: f64| serde_json::json!({"bench": "batched", "device": "d", "model": "m", "format": "f", "config": {"batch": 8}, "metric": "decode_tokens_per_s", "value": v, "unit": "tokens/s", "time_unix": t, "commit": "c", "gate": "ok"});
-        let table = render(&[row(1, 10.0), row(3, 30.0), row(2, 20.0)]);
-        assert!(table.contains("30.00 tokens/s"), "{table}");
-        assert!(!table.contains("20.00"), "{table}");
-        assert_eq!(table.matches("| d | m |").count(), 1);
-    }
-}
+#[path = "report_tests.rs"]
+mod tests;

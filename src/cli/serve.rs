@@ -10,8 +10,8 @@ use clap::Args;
 use engine::EngineConfig;
 use reference::runner::ModelInfo;
 
-use super::bench_spec::{draft_runner, SpecArgs};
 use super::source::Arch;
+use super::spec::{draft_runner, SpecArgs};
 use super::{CliError, ModelArgs, Result};
 
 #[derive(Args, Debug)]

@@ -31,7 +31,7 @@ pub fn run(a: &BenchArgs) -> Result<()> {
     let reps = a.reps.max(1);
     let backend = super::super::source::resolve(a.model.device);
     let gate = match backend {
-        Some(b) => super::super::bench::conformance_gate(b)?,
+        Some(b) => super::super::gate::conformance_gate(b)?,
         None => "cpu reference: ground truth, no gate".to_string(),
     };
     let mut opened = a.model.open()?;

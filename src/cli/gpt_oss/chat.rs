@@ -20,7 +20,7 @@ use reference::gpt_oss::GptOssTokenizer;
 use reference::sampling::SamplingParams;
 use serde_json::{json, Map, Value};
 
-use super::super::generate::GenerateArgs;
+use super::super::generate_args::GenerateArgs;
 use super::super::{CliError, Result};
 use super::parts;
 
@@ -115,7 +115,7 @@ pub fn run(a: GenerateArgs, params: SamplingParams) -> Result<()> {
     }
     let mut runner = opened.runner(a.model.device, a.model.dtype.as_deref(), a.kv_tokens.unwrap_or(ids.len() + max_tokens))?;
     let name = runner.name();
-    super::super::generate::prepare(runner.as_mut(), &name, ids.len() + max_tokens, &params)?;
+    super::super::generate_args::prepare(runner.as_mut(), &name, ids.len() + max_tokens, &params)?;
     let mut engine = Engine::new(runner, EngineConfig::default(), Some(Arc::new(HarmonyDetok(tok.clone())) as Arc<dyn Detokenizer>))?;
     let mut req = Request::new(ids.clone()).with_max_tokens(max_tokens).with_params(params);
     req.stop_token_ids = STOP_TOKENS.to_vec();

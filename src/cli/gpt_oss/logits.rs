@@ -1,10 +1,10 @@
-//! `tandem logits` for GPT-OSS: the same JSON contract (`super::super::logits`), computed
+//! `tandem logits` for GPT-OSS: the same JSON contract (`super::super::logits_contract`), computed
 //! through the model's batched runner on any device — one step over the prompt drawing (greedy)
 //! at every position with its logits, then one-token greedy steps (not stopping at EOS).
 
 use reference::sampling::{argmax, SamplingParams};
 
-use super::super::logits::{print_json, LogitsArgs};
+use super::super::logits_contract::{print_json, LogitsArgs};
 use super::super::source::parse_ids;
 use super::super::{CliError, Result};
 use super::{blocks_for, one_seq, parts};

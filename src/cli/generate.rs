@@ -11,6 +11,7 @@ use reference::chat::Message;
 use reference::runner::ModelRunner;
 use reference::sampling::SamplingParams;
 
+use super::source::PromptText;
 use super::{CliError, ModelArgs, Result};
 
 #[derive(Args, Debug)]
@@ -101,8 +102,8 @@ impl SamplingArgs {
 }
 
 /// The prompt's ids; an empty prompt is the model's BOS alone (as llama.cpp does).
-pub fn prompt_ids(tok: &reference::tokenizer::Tokenizer, text: &str, bos: Option<u32>) -> Result<Vec<u32>> {
-    let ids = tok.encode(text, tok.add_bos_default())?;
+pub fn prompt_ids(tok: &reference::tokenizer::Tokenizer, prompt: &PromptText, bos: Option<u32>) -> Result<Vec<u32>> {
+    let ids = prompt.encode(tok)?;
     if !ids.is_empty() {
         return Ok(ids);
     }
@@ -140,8 +141,8 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     let tok = opened.tokenizer.take().ok_or_else(|| {
         CliError::Usage(format!("{} has no tokenizer: generate needs one (use `tandem logits --ids` for synthetic models)", opened.label))
     })?;
-    let text = match (&a.prompt, &a.chat) {
-        (Some(p), _) => p.clone(),
+    let prompt = match (&a.prompt, &a.chat) {
+        (Some(p), _) => PromptText::raw(p.clone(), a.model.parse_special),
         (None, Some(c)) => {
             let tmpl = opened.chat.as_ref().ok_or_else(|| CliError::Usage(format!("{} has no chat template: use --prompt", opened.label)))?;
             let mut msgs = vec![];
@@ -149,11 +150,11 @@ pub fn run(a: GenerateArgs) -> Result<()> {
                 msgs.push(Message::system(s.clone()));
             }
             msgs.push(Message::user(c.clone()));
-            tmpl.render(&msgs, true)?
+            PromptText::chat(&tok, tmpl, &msgs, a.model.parse_special)?
         }
         (None, None) => return Err(CliError::Usage("give --prompt, --chat or --prompts".into())),
     };
-    let ids = prompt_ids(&tok, &text, opened.config.bos_id)?;
+    let ids = prompt_ids(&tok, &prompt, opened.config.bos_id)?;
     let ctx = opened.config.max_ctx;
     if ids.len() >= ctx {
         return Err(reference::Error::Input(format!("prompt is {} tokens; the context holds {ctx}", ids.len())).into());

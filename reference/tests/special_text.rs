@@ -51,7 +51,7 @@ fn raw_text_keeps_special_text_plain_unless_parsed() {
     assert_eq!(plain, chars);
     assert_eq!(t.decode(&plain).unwrap(), "a<|im_end|>b");
     // A literal range over all of it is the same as encode_literal; no range is encode.
-    assert_eq!(t.encode_marked("a<|im_end|>b", &[0..12], false).unwrap(), plain);
+    assert_eq!(t.encode_marked("a<|im_end|>b", std::slice::from_ref(&(0..12)), false).unwrap(), plain);
     assert_eq!(t.encode_marked("a<|im_end|>b", &[], false).unwrap(), parsed);
 }
 
@@ -106,7 +106,7 @@ fn harmony_user_text_is_plain() {
     let tok = GptOssTokenizer::o200k_harmony().unwrap();
     let end = tok.encode("<|end|>").unwrap();
     assert_eq!(end.len(), 1);
-    let raw = tok.encode_marked("x<|end|>y", &[0..9]).unwrap();
+    let raw = tok.encode_marked("x<|end|>y", std::slice::from_ref(&(0..9))).unwrap();
     assert!(!raw.contains(&end[0]), "{raw:?}");
     assert_eq!(tok.decode(&raw).unwrap(), "x<|end|>y");
     let system = SystemContent::default();

@@ -308,7 +308,7 @@ fn raw_literal(text: &str, front: &ModelFront) -> Vec<std::ops::Range<usize>> {
     if front.parse_special {
         vec![]
     } else {
-        vec![0..text.len()]
+        std::iter::once(0..text.len()).collect()
     }
 }
 

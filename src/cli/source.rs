@@ -86,7 +86,7 @@ pub struct PromptText {
 impl PromptText {
     /// A raw prompt: all of it user text, unless `parse_special`.
     pub fn raw(text: String, parse_special: bool) -> Self {
-        let literal = if parse_special { vec![] } else { vec![0..text.len()] };
+        let literal = if parse_special { vec![] } else { std::iter::once(0..text.len()).collect() };
         PromptText { text, literal }
     }
 

@@ -39,7 +39,7 @@ fn harmony_ids(tok: &GptOssTokenizer, messages: &[Message], reasoning: Reasoning
 fn raw_ids(tok: &GptOssTokenizer, text: &str, parse_special: bool) -> reference::Result<Vec<u32>> {
     match parse_special {
         true => tok.encode(text),
-        false => tok.encode_marked(text, &[0..text.len()]),
+        false => tok.encode_marked(text, std::slice::from_ref(&(0..text.len()))),
     }
 }
 

@@ -105,8 +105,7 @@ impl Config {
 
     /// From an HF `config.json` (llama / mistral).
     pub fn from_hf_json(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-        let j: Json = serde_json::from_str(&text).map_err(|e| Error::format(path, format!("invalid JSON: {e}")))?;
+        let j = read_json_object(path)?;
         let get = |k: &str| j.get(k).filter(|v| !v.is_null());
         let usize_key = |k: &str| -> Result<usize> {
             get(k)
@@ -131,10 +130,8 @@ impl Config {
         }
         let n_heads = usize_key("num_attention_heads")?;
         let hidden = usize_key("hidden_size")?;
-        let id = |k: &str| -> Option<u32> {
-            let v = get(k)?;
-            v.as_u64().or_else(|| v.as_array()?.first()?.as_u64()).map(|x| x as u32)
-        };
+        let vocab = usize_key("vocab_size")?;
+        let id = |k: &str| -> Result<Option<u32>> { Ok(json_token_ids(path, k, get(k), vocab)?.first().copied()) };
         let cfg = Config {
             n_layers: usize_key("num_hidden_layers")?,
             n_heads,
@@ -142,15 +139,15 @@ impl Config {
             head_dim: opt_usize("head_dim")?.unwrap_or(hidden / n_heads.max(1)),
             hidden,
             ffn: usize_key("intermediate_size")?,
-            vocab: usize_key("vocab_size")?,
+            vocab,
             rope_theta: f32_key("rope_theta", 10_000.0)?,
             rope_layout: RopeLayout::HalfSplit,
             rms_eps: f32_key("rms_norm_eps", 1e-6)?,
             max_ctx: usize_key("max_position_embeddings")?,
             sliding_window: opt_usize("sliding_window")?,
             tied_embeddings: get("tie_word_embeddings").and_then(Json::as_bool).unwrap_or(false),
-            bos_id: id("bos_token_id"),
-            eos_id: id("eos_token_id"),
+            bos_id: id("bos_token_id")?,
+            eos_id: id("eos_token_id")?,
         };
         cfg.validate(path)?;
         Ok(cfg)
@@ -192,7 +189,15 @@ impl Config {
                 None => default as f32,
             })
         };
-        let id = |key: &str| g.get(key).and_then(|v| v.as_u64()).map(|v| v as u32);
+        let id = |key: &str| -> Result<Option<u32>> {
+            let Some(v) = g.get(key) else { return Ok(None) };
+            match v.as_u64() {
+                Some(i) if i < vocab as u64 => Ok(Some(i as u32)),
+                Some(i) => Err(g.key_error(key, format!("token id {i} is out of range (vocab size {vocab})"))),
+                None => Err(g.key_error(key, format!("{v:?} is not a token id (a non-negative integer)"))),
+            }
+        };
+        check_gguf_rope_scaling(g)?;
         let cfg = Config {
             n_layers: u("block_count")?,
             n_heads,
@@ -207,10 +212,74 @@ impl Config {
             max_ctx: u("context_length")?,
             sliding_window: opt(&k("attention.sliding_window"))?,
             tied_embeddings: g.tensor_info("output.weight").is_none(),
-            bos_id: id("tokenizer.ggml.bos_token_id"),
-            eos_id: id("tokenizer.ggml.eos_token_id"),
+            bos_id: id("tokenizer.ggml.bos_token_id")?,
+            eos_id: id("tokenizer.ggml.eos_token_id")?,
         };
         cfg.validate(&g.path)?;
         Ok(cfg)
     }
+}
+
+/// A JSON file that must hold an object (HF's config files): a regular file, valid JSON, an
+/// object at the top — each failure an error naming `path`.
+pub fn read_json_object(path: &Path) -> Result<Json> {
+    crate::loader::require_regular_file(path)?;
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let j: Json = serde_json::from_str(&text).map_err(|e| Error::format(path, format!("invalid JSON: {e}")))?;
+    if !j.is_object() {
+        return Err(Error::format(path, format!("is not a JSON object (it holds {})", json_kind(&j))));
+    }
+    Ok(j)
+}
+
+/// What kind of JSON value `j` is, for errors about a file that should hold an object.
+pub fn json_kind(j: &Json) -> &'static str {
+    match j {
+        Json::Null => "null",
+        Json::Bool(_) => "a bool",
+        Json::Number(_) => "a number",
+        Json::String(_) => "a string",
+        Json::Array(_) => "an array",
+        Json::Object(_) => "an object",
+    }
+}
+
+/// The token ids of JSON key `key` of `path` (a non-negative integer or an array of them; `None`
+/// / null: none), each checked against a vocabulary of `vocab` ids. HF configs hold
+/// `bos_token_id` / `eos_token_id` / `pad_token_id` like this.
+pub fn json_token_ids(path: &Path, key: &str, v: Option<&Json>, vocab: usize) -> Result<Vec<u32>> {
+    let one = |x: &Json| -> Result<u32> {
+        match x.as_u64() {
+            Some(i) if i < vocab as u64 => Ok(i as u32),
+            Some(i) => Err(Error::key(path, key, format!("token id {i} is out of range (vocab size {vocab})"))),
+            None => Err(Error::key(path, key, format!("{x} is not a token id (a non-negative integer)"))),
+        }
+    };
+    match v {
+        None | Some(Json::Null) => Ok(Vec::new()),
+        Some(Json::Array(a)) => a.iter().map(one).collect(),
+        Some(x) => one(x).map(|i| vec![i]),
+    }
+}
+
+/// Refuse RoPE scaling in GGUF metadata (`llama.rope.scaling.*`, the older
+/// `llama.rope.scale_linear`): tandem applies plain RoPE only, and running a model trained with
+/// scaled positions without it gives wrong answers. Plain values are accepted: type `none`,
+/// factor 1 (or 0, llama.cpp's "unset"), attn_factor 1; any other scaling key is refused.
+fn check_gguf_rope_scaling(g: &GgufFile) -> Result<()> {
+    const PREFIX: &str = "llama.rope.scaling.";
+    for (key, v) in g.metadata.iter().filter(|(k, _)| k.starts_with("llama.rope.scal")) {
+        let plain = match key.strip_prefix(PREFIX) {
+            Some("type") => v.as_str() == Some("none"),
+            Some("factor") => matches!(v.as_f64(), Some(f) if f == 0.0 || f == 1.0),
+            Some("attn_factor") => v.as_f64() == Some(1.0),
+            _ if key == "llama.rope.scale_linear" => matches!(v.as_f64(), Some(f) if f == 0.0 || f == 1.0),
+            _ => false,
+        };
+        if !plain {
+            let shown = v.as_str().map_or_else(|| format!("{v:?}"), |s| format!("{s:?}"));
+            return Err(g.key_error(key, format!("= {shown}: RoPE scaling is not supported yet (only plain RoPE)")));
+        }
+    }
+    Ok(())
 }

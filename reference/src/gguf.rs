@@ -152,6 +152,9 @@ pub struct GgufFile {
     pub tensors: Vec<TensorInfo>,
     /// Tensors of type [`GGML_TYPE_MXFP4`] (not in `tensors`).
     pub mxfp4_tensors: Vec<Mxfp4TensorInfo>,
+    /// Hand out tensors holding NaN or ±Inf (`--allow-nonfinite`); by default loading one is an
+    /// error naming it ([`crate::finite`]).
+    pub allow_nonfinite: bool,
     index: BTreeMap<String, usize>,
     mxfp4_index: BTreeMap<String, usize>,
     mmap: Mmap,
@@ -250,6 +253,7 @@ impl GgufFile {
     /// Open and validate a GGUF file: header, metadata, tensor table and every tensor's byte range.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
+        crate::loader::require_regular_file(&path)?;
         let file = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
         let len = file.metadata().map_err(|e| Error::io(&path, e))?.len();
         if len < 24 {
@@ -270,13 +274,17 @@ impl GgufFile {
                 return Err(Error::tensor(&path, &t.name, "appears twice in the tensor table"));
             }
         }
-        Ok(GgufFile { path, version, metadata, tensors, mxfp4_tensors, index, mxfp4_index, mmap })
+        Ok(GgufFile { path, version, metadata, tensors, mxfp4_tensors, allow_nonfinite: false, index, mxfp4_index, mmap })
     }
 
     pub fn get(&self, key: &str) -> Option<&Value> {
         self.metadata.get(key)
     }
     fn key_err(&self, key: &str, msg: &str) -> Error {
+        Error::key(&self.path, key, msg)
+    }
+    /// An error about metadata key `key` of this file.
+    pub fn key_error(&self, key: &str, msg: impl Into<String>) -> Error {
         Error::key(&self.path, key, msg)
     }
     pub fn req(&self, key: &str) -> Result<&Value> {
@@ -331,8 +339,19 @@ impl GgufFile {
                 return Err(Error::tensor(&self.path, name, format!("shape {:?}, expected {:?}", info.shape, w)));
             }
         }
-        let out = crate::dequant::dequantize_par(info.ty, self.tensor_bytes(info));
+        let bytes = self.tensor_bytes(info);
+        self.check_finite(name, crate::weights::RawDtype::of(info.ty), bytes)?;
+        let out = crate::dequant::dequantize_par(info.ty, bytes);
         Ok((info.shape.clone(), out))
+    }
+
+    /// An error naming tensor `name` if its stored `bytes` hold a NaN or infinity (unless
+    /// [`GgufFile::allow_nonfinite`]).
+    pub fn check_finite(&self, name: &str, dtype: crate::weights::RawDtype, bytes: &[u8]) -> Result<()> {
+        if self.allow_nonfinite {
+            return Ok(());
+        }
+        crate::finite::check(&self.path, name, dtype, bytes)
     }
 }
 
@@ -356,6 +375,10 @@ fn parse(buf: &[u8], path: &Path) -> Result<Parsed> {
         let key = c.string("metadata key")?;
         let ty = c.u32(&key)?;
         let v = c.value(ty, &key, 0)?;
+        // Last-wins would let a second copy of a key silently override the first.
+        if metadata.contains_key(&key) {
+            return Err(Error::key(path, key, "appears twice in the metadata"));
+        }
         metadata.insert(key, v);
     }
     let alignment = match metadata.get("general.alignment") {

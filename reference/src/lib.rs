@@ -8,6 +8,7 @@
 pub mod dequant;
 pub mod error;
 pub mod fetch;
+pub mod finite;
 pub mod gguf;
 pub mod kquants;
 
@@ -24,6 +25,7 @@ pub mod ops;
 pub mod quant;
 pub mod runner;
 pub mod sampling;
+pub mod special_text;
 pub mod synthetic;
 pub mod tokenizer;
 pub mod weights;

@@ -97,6 +97,9 @@ pub struct SafetensorsDir {
     /// `quantization_config` of the directory's config.json: linear weights are stored
     /// quantized in this scheme (see [`crate::quant::store`]).
     pub quant: Option<Scheme>,
+    /// Hand out tensors holding NaN or ±Inf (`--allow-nonfinite`); by default loading one is an
+    /// error naming it ([`crate::finite`]).
+    pub allow_nonfinite: bool,
 }
 
 /// One stored tensor, undecoded.
@@ -121,6 +124,7 @@ impl SafetensorsDir {
         let mut maps = Vec::new();
         let mut index = HashMap::new();
         for (i, p) in files.into_iter().enumerate() {
+            require_regular_file(&p)?;
             let f = std::fs::File::open(&p).map_err(|e| Error::io(&p, e))?;
             // SAFETY: read-only mapping of a file tandem does not modify while it is mapped.
             let m = unsafe { Mmap::map(&f) }.map_err(|e| Error::io(&p, e))?;
@@ -133,7 +137,7 @@ impl SafetensorsDir {
             maps.push((p, m));
         }
         let quant = quant::store::read_quant_config(&dir.join("config.json"))?;
-        Ok(SafetensorsDir { dir: dir.to_path_buf(), maps, index, quant })
+        Ok(SafetensorsDir { dir: dir.to_path_buf(), maps, index, quant, allow_nonfinite: false })
     }
 
     /// Whether some file holds tensor `name`.
@@ -157,13 +161,28 @@ impl SafetensorsDir {
         let st = SafeTensors::deserialize(m).map_err(|e| Error::format(p, format!("invalid safetensors: {e}")))?;
         let v = st.tensor(name).map_err(|e| Error::tensor(p, name, e.to_string()))?;
         let mut out = Vec::with_capacity(v.data().len() / 2);
-        match v.dtype() {
-            Dtype::F32 => dequant_f32(v.data(), &mut out),
-            Dtype::F16 => dequant_f16(v.data(), &mut out),
-            Dtype::BF16 => dequant_bf16(v.data(), &mut out),
+        let dtype = match v.dtype() {
+            Dtype::F32 => RawDtype::F32,
+            Dtype::F16 => RawDtype::F16,
+            Dtype::BF16 => RawDtype::BF16,
             d => return Err(Error::tensor(p, name, format!("dtype {d:?} is not supported (F32, F16, BF16 are)"))),
+        };
+        self.check_finite(p, name, dtype, v.data())?;
+        match dtype {
+            RawDtype::F32 => dequant_f32(v.data(), &mut out),
+            RawDtype::F16 => dequant_f16(v.data(), &mut out),
+            _ => dequant_bf16(v.data(), &mut out),
         }
         Ok((v.shape().to_vec(), out))
+    }
+
+    /// An error naming file `path` and tensor `name` if its stored `bytes` hold a NaN or
+    /// infinity (unless [`SafetensorsDir::allow_nonfinite`]).
+    fn check_finite(&self, path: &Path, name: &str, dtype: RawDtype, bytes: &[u8]) -> Result<()> {
+        if self.allow_nonfinite {
+            return Ok(());
+        }
+        crate::finite::check(path, name, dtype, bytes)
     }
 }
 
@@ -212,7 +231,9 @@ impl GgufFile {
         if want.last().is_some_and(|&c| dtype.bytes_for(c).is_none()) || Some(info.len) != dtype.bytes_for(want.iter().product::<usize>()) {
             return Err(Error::tensor(&self.path, name, format!("{} bytes for shape {want:?} in {dtype:?}", info.len)));
         }
-        Ok(Some(RawDense { dtype, bytes: self.tensor_bytes(info) }))
+        let bytes = self.tensor_bytes(info);
+        self.check_finite(name, dtype, bytes)?;
+        Ok(Some(RawDense { dtype, bytes }))
     }
 }
 
@@ -233,8 +254,38 @@ impl SafetensorsDir {
         if raw.shape != want {
             return Err(Error::tensor(raw.path, name, format!("shape {:?}, expected {want:?}", raw.shape)));
         }
+        self.check_finite(raw.path, name, dtype, raw.data)?;
         Ok(Some(RawDense { dtype, bytes: raw.data }))
     }
+}
+
+/// An error unless `path` is a regular file (symlinks followed): opening a FIFO or a device
+/// blocks or reads forever, a directory is not a file. Checked before a model's files are
+/// opened. A missing file is an I/O error naming it.
+pub fn require_regular_file(path: &Path) -> Result<()> {
+    let md = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
+    if md.is_file() {
+        return Ok(());
+    }
+    let ft = md.file_type();
+    #[cfg(unix)]
+    let kind = {
+        use std::os::unix::fs::FileTypeExt;
+        if ft.is_fifo() {
+            "a FIFO"
+        } else if ft.is_char_device() || ft.is_block_device() {
+            "a device"
+        } else if ft.is_socket() {
+            "a socket"
+        } else if ft.is_dir() {
+            "a directory"
+        } else {
+            "not a file"
+        }
+    };
+    #[cfg(not(unix))]
+    let kind = if ft.is_dir() { "a directory" } else { "not a file" };
+    Err(Error::format(path, format!("is {kind}, not a regular file")))
 }
 
 /// Where a model came from.
@@ -261,6 +312,7 @@ pub fn load(path: &Path) -> Result<Loaded> {
         let weights = Weights::load(&mut src, &config)?;
         Ok(Loaded { config, weights, format: ModelFormat::HfDir, path: path.to_path_buf() })
     } else {
+        require_regular_file(path)?;
         let mut g = GgufFile::open(path)?;
         let config = Config::from_gguf(&g)?;
         debug_assert_eq!(config.rope_layout, RopeLayout::Adjacent);

@@ -25,6 +25,7 @@ use tokenizers::{AddedToken, PreTokenizerWrapper, SplitDelimiterBehavior};
 
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
+use crate::special_text::{Piece, SpecialToken, Specials};
 
 /// GGUF keys read by [`Tokenizer::from_gguf`].
 const K_MODEL: &str = "tokenizer.ggml.model";
@@ -44,6 +45,9 @@ const K_ADD_BOS: &str = "tokenizer.ggml.add_bos_token";
 const TYPE_UNKNOWN: i64 = 2;
 const TYPE_CONTROL: i64 = 3;
 const TYPE_USER_DEFINED: i64 = 4;
+/// The defined types: normal 1, unknown 2, control 3, user-defined 4, unused 5, byte 6 (0 is
+/// llama.cpp's "undefined", written by no converter).
+const TYPES_VALID: std::ops::RangeInclusive<i64> = 1..=6;
 
 /// Control-token texts that end a generation turn in common chat models (llama.cpp treats
 /// the same set as end-of-generation). Only tokens that are special in the vocabulary count.
@@ -71,7 +75,13 @@ const SUPPORTED_PRE: &str = "gpt2, default, smollm, starcoder, refact, command-r
 
 /// A loaded tokenizer plus the special-token facts the engine needs.
 pub struct Tokenizer {
+    /// Splits special-token text out of what it encodes (the rendered template's markers).
     inner: tokenizers::Tokenizer,
+    /// The same with special-token text encoded as plain text (HF `split_special_tokens`):
+    /// user text.
+    literal: tokenizers::Tokenizer,
+    /// The special tokens, to cut a prompt at those outside the user's text.
+    specials: Specials,
     /// Where it came from (GGUF or tokenizer.json), for error messages.
     source: PathBuf,
     bos: Option<u32>,
@@ -167,7 +177,18 @@ impl Tokenizer {
                 }
                 arr.iter()
                     .enumerate()
-                    .map(|(i, t)| t.as_i64().ok_or_else(|| Error::key(path, K_TYPES, format!("entry {i} is not an integer"))))
+                    .map(|(i, t)| match t.as_i64() {
+                        Some(ty) if TYPES_VALID.contains(&ty) => Ok(ty),
+                        Some(ty) => Err(Error::key(
+                            path,
+                            K_TYPES,
+                            format!(
+                                "entry {i} ({:?}) is type {ty}: token types are 1..=6 (normal, unknown, control, user-defined, unused, byte)",
+                                tokens[i]
+                            ),
+                        )),
+                        None => Err(Error::key(path, K_TYPES, format!("entry {i} is not an integer"))),
+                    })
                     .collect::<Result<_>>()?
             }
         };
@@ -237,7 +258,7 @@ impl Tokenizer {
                 eog.insert(i as u32);
             }
         }
-        Ok(Tokenizer { inner, source: path.to_path_buf(), bos, eos, add_bos, eog, vocab_size: n })
+        Tokenizer::new(inner, path, bos, eos, add_bos, eog, n)
     }
 
     /// Load an HF `tokenizer.json`. BOS/EOS and `add_bos_token` come from a sibling
@@ -245,34 +266,50 @@ impl Tokenizer {
     /// Without `add_bos_token`, BOS is added by default iff the file's post-processor adds it.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        if !path.exists() {
-            return Err(Error::io(path, std::io::Error::new(std::io::ErrorKind::NotFound, "no such file")));
-        }
+        crate::loader::require_regular_file(path)?;
         let inner = tokenizers::Tokenizer::from_file(path).map_err(|e| tok_err(path, e))?;
+        let vocab_size = check_hf_vocab(path, &inner)?;
         let dir = path.parent().unwrap_or(Path::new("."));
-        let tc = read_json_opt(&dir.join("tokenizer_config.json"))?;
-        let cfg = read_json_opt(&dir.join("config.json"))?;
+        let tc_path = dir.join("tokenizer_config.json");
+        let tc = read_json_object(&tc_path)?;
+        let cfg_path = dir.join("config.json");
+        let cfg = read_json_object(&cfg_path)?;
+        let gen_path = dir.join("generation_config.json");
+        let gen = read_json_object(&gen_path)?;
 
         let added = inner.get_added_tokens_decoder();
         let special_id = |name: &str| -> Option<u32> { added.iter().find(|(_, t)| t.special && t.content == name).map(|(id, _)| *id) };
-        let by_name = |key: &str| -> Option<u32> {
-            let v = tc.as_ref()?.get(key)?;
-            let name = v.as_str().or_else(|| v.get("content").and_then(|c| c.as_str()))?;
-            inner.token_to_id(name)
-        };
-        let cfg_ids = |key: &str| -> Vec<u32> {
-            match cfg.as_ref().and_then(|c| c.get(key)) {
-                Some(serde_json::Value::Number(n)) => n.as_u64().and_then(|v| u32::try_from(v).ok()).into_iter().collect(),
-                Some(serde_json::Value::Array(a)) => a.iter().filter_map(|v| v.as_u64().and_then(|v| u32::try_from(v).ok())).collect(),
-                _ => Vec::new(),
+        // `bos_token` / `eos_token` / … of tokenizer_config.json: a token's text (or
+        // `{"content": …}`), which must be in the vocabulary.
+        let by_name = |key: &str| -> Result<Option<u32>> {
+            let Some(v) = tc.as_ref().and_then(|c| c.get(key)).filter(|v| !v.is_null()) else { return Ok(None) };
+            let name = v
+                .as_str()
+                .or_else(|| v.get("content").and_then(|c| c.as_str()))
+                .ok_or_else(|| Error::key(&tc_path, key, format!("{v} is not a token (a string or {{\"content\": …}})")))?;
+            match inner.token_to_id(name) {
+                Some(id) => Ok(Some(id)),
+                None => Err(Error::key(&tc_path, key, format!("token {name:?} is not in the vocabulary of {}", path.display()))),
             }
         };
-        let bos = by_name("bos_token").or_else(|| cfg_ids("bos_token_id").first().copied());
-        let cfg_eos = cfg_ids("eos_token_id");
-        let eos = by_name("eos_token").or_else(|| cfg_eos.first().copied());
+        // `*_token_id` keys: ids that must name a token.
+        let ids = |file: &Option<serde_json::Value>, fpath: &Path, key: &str| -> Result<Vec<u32>> {
+            crate::config::json_token_ids(fpath, key, file.as_ref().and_then(|c| c.get(key)), vocab_size)
+        };
+        for key in ["bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id"] {
+            ids(&tc, &tc_path, key)?;
+        }
+        ids(&cfg, &cfg_path, "pad_token_id")?;
+        ids(&gen, &gen_path, "bos_token_id")?;
+        ids(&gen, &gen_path, "pad_token_id")?;
+        let gen_eos = ids(&gen, &gen_path, "eos_token_id")?;
+        let bos = by_name("bos_token")?.or(ids(&cfg, &cfg_path, "bos_token_id")?.first().copied());
+        let cfg_eos = ids(&cfg, &cfg_path, "eos_token_id")?;
+        let eos = by_name("eos_token")?.or(cfg_eos.first().copied());
 
-        let vocab_size = inner.get_vocab(true).values().map(|&id| id as usize + 1).max().unwrap_or(0);
-        let mut eog: BTreeSet<u32> = eos.into_iter().chain(cfg_eos).collect();
+        // Generation stops at every eos id of config.json and generation_config.json, as HF's
+        // `generate` does.
+        let mut eog: BTreeSet<u32> = eos.into_iter().chain(cfg_eos).chain(gen_eos).collect();
         eog.extend(EOG_NAMES.iter().filter_map(|n| special_id(n)));
 
         let add_bos = match tc.as_ref().and_then(|c| c.get("add_bos_token")).and_then(|v| v.as_bool()) {
@@ -285,13 +322,71 @@ impl Tokenizer {
                 None => false,
             },
         };
-        Ok(Tokenizer { inner, source: path.to_path_buf(), bos, eos, add_bos, eog, vocab_size })
+        Tokenizer::new(inner, path, bos, eos, add_bos, eog, vocab_size)
+    }
+
+    fn new(
+        inner: tokenizers::Tokenizer,
+        path: &Path,
+        bos: Option<u32>,
+        eos: Option<u32>,
+        add_bos: bool,
+        eog: BTreeSet<u32>,
+        vocab_size: usize,
+    ) -> Result<Self> {
+        let specials = inner
+            .get_added_tokens_decoder()
+            .into_iter()
+            .filter(|(_, t)| t.special)
+            .map(|(id, t)| SpecialToken { text: t.content, id, lstrip: t.lstrip, rstrip: t.rstrip })
+            .collect();
+        let specials = Specials::new(specials).map_err(|e| tok_err(path, e))?;
+        let mut literal = inner.clone();
+        literal.set_encode_special_tokens(true);
+        Ok(Tokenizer { inner, literal, specials, source: path.to_path_buf(), bos, eos, add_bos, eog, vocab_size })
     }
 
     /// Token ids of `text`; with `add_bos`, the BOS id is prepended (if the model has one).
-    /// Special tokens written in the text (e.g. `<|im_start|>`) become their single ids.
+    /// Special tokens written in the text (e.g. `<|im_start|>`) become their single ids: for a
+    /// rendered chat template or a caller that opted in (`--parse-special`); text from a user
+    /// goes through [`Tokenizer::encode_literal`] / [`Tokenizer::encode_marked`].
     pub fn encode(&self, text: &str, add_bos: bool) -> Result<Vec<u32>> {
-        let enc = self.inner.encode_fast(text, false).map_err(|e| tok_err(&self.source, e))?;
+        self.encode_with(&self.inner, text, add_bos)
+    }
+
+    /// Token ids of `text` with special-token text encoded as plain text (`<|im_end|>` typed
+    /// by a user is the tokens of its characters, not the control token); BOS as in `encode`.
+    pub fn encode_literal(&self, text: &str, add_bos: bool) -> Result<Vec<u32>> {
+        self.encode_with(&self.literal, text, add_bos)
+    }
+
+    /// Token ids of `text` whose special tokens become their ids except inside the `literal`
+    /// byte ranges (sorted, disjoint: the user's text in a rendered chat prompt, see
+    /// [`crate::special_text::chat_literal_spans`]), where their text stays plain text.
+    pub fn encode_marked(&self, text: &str, literal: &[std::ops::Range<usize>], add_bos: bool) -> Result<Vec<u32>> {
+        if literal.is_empty() {
+            return self.encode(text, add_bos);
+        }
+        let mut ids = Vec::with_capacity(text.len() / 3 + 2);
+        if add_bos {
+            ids.extend(self.bos);
+        }
+        for piece in self.specials.split(text, literal) {
+            match piece {
+                Piece::Special(id) => ids.push(id),
+                Piece::Text(t) => ids.extend_from_slice(self.literal.encode_fast(t, false).map_err(|e| tok_err(&self.source, e))?.get_ids()),
+            }
+        }
+        Ok(ids)
+    }
+
+    /// The special tokens of the vocabulary.
+    pub fn specials(&self) -> &Specials {
+        &self.specials
+    }
+
+    fn encode_with(&self, t: &tokenizers::Tokenizer, text: &str, add_bos: bool) -> Result<Vec<u32>> {
+        let enc = t.encode_fast(text, false).map_err(|e| tok_err(&self.source, e))?;
         let mut ids = Vec::with_capacity(enc.len() + 1);
         if add_bos {
             ids.extend(self.bos);
@@ -370,13 +465,34 @@ impl Tokenizer {
     }
 }
 
-/// Parse a JSON file if it exists.
-fn read_json_opt(path: &Path) -> Result<Option<serde_json::Value>> {
-    match std::fs::read_to_string(path) {
-        Ok(s) => serde_json::from_str(&s).map(Some).map_err(|e| Error::format(path, format!("invalid JSON: {e}"))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(Error::io(path, e)),
+/// Parse a JSON file if it exists; it must hold an object.
+fn read_json_object(path: &Path) -> Result<Option<serde_json::Value>> {
+    if !path.exists() {
+        return Ok(None);
     }
+    crate::config::read_json_object(path).map(Some)
+}
+
+/// Check that the vocabulary of an HF tokenizer (`path`; model vocabulary plus added tokens)
+/// gives each id 0..n exactly one token, and return n. Two tokens on one id, or an id without
+/// a token, would load and then fail (or decode wrongly) in the middle of a generation.
+fn check_hf_vocab(path: &Path, inner: &tokenizers::Tokenizer) -> Result<usize> {
+    let mut v: Vec<(u32, String)> = inner.get_vocab(true).into_iter().map(|(t, id)| (id, t)).collect();
+    v.sort_unstable();
+    match v.first() {
+        None => return Err(tok_err(path, "vocabulary is empty")),
+        Some((first, t)) if *first != 0 => return Err(tok_err(path, format!("vocabulary: no token has id 0 (the lowest, {first}, is {t:?})"))),
+        Some(_) => {}
+    }
+    for (i, w) in v.windows(2).enumerate() {
+        if w[0].0 == w[1].0 {
+            return Err(tok_err(path, format!("vocabulary: id {} is given to two tokens, {:?} and {:?}", w[0].0, w[0].1, w[1].1)));
+        }
+        if w[1].0 as usize != i + 1 {
+            return Err(tok_err(path, format!("vocabulary: no token has id {} (ids run to {})", i + 1, v.last().map_or(0, |l| l.0))));
+        }
+    }
+    Ok(v.len())
 }
 
 /// Incremental decoder for streaming output: feed ids one at a time, get back only text that

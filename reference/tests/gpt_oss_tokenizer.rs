@@ -161,11 +161,13 @@ fn a_tokenizer_json_beside_the_model_is_used() {
         }
     };
     let specials = [("<|start|>", 200_006u64), ("<|end|>", 200_007), ("<|message|>", 200_008), ("<|return|>", 200_002)];
-    // The tokenizers crate keeps an added token's id only when the model's vocabulary has it
-    // (a real file's 199,998 ranks make the specials' ids contiguous instead).
+    // The tokenizers crate keeps an added token's id only when the model's vocabulary has it;
+    // the ids between the bytes and the specials hold fillers (a real file's 199,998 ranks and
+    // reserved specials), as a vocabulary with a hole is refused.
     let vocab: serde_json::Map<String, serde_json::Value> = (0..=255u8)
         .map(|b| (bytes_to_unicode(b).to_string(), (b as u64).into()))
         .chain(specials.iter().map(|(c, id)| (c.to_string(), (*id).into())))
+        .chain((256..=200_008u64).filter(|id| !specials.iter().any(|s| s.1 == *id)).map(|id| (format!("<|filler_{id}|>"), id.into())))
         .collect();
     let added: Vec<serde_json::Value> = specials
         .iter()

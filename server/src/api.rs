@@ -282,10 +282,11 @@ fn sampling(c: &Common) -> Result<SamplingParams, ApiError> {
 fn completion_prompt(p: Prompt, front: &ModelFront) -> Result<Vec<u32>, ApiError> {
     let one = |n: usize| check(n == 1, "prompt", || format!("must hold one prompt; got {n} (send one request per prompt)"));
     let ids = match p {
-        Prompt::Text(t) => return encode(&t, front, "prompt"),
+        Prompt::Text(t) => return encode(&t, front, "prompt", &raw_literal(&t, front)),
         Prompt::Texts(mut v) => {
             one(v.len())?;
-            return encode(&v.remove(0), front, "prompt");
+            let t = v.remove(0);
+            return encode(&t, front, "prompt", &raw_literal(&t, front));
         }
         Prompt::Ids(ids) => ids,
         Prompt::IdLists(mut v) => {
@@ -301,13 +302,28 @@ fn completion_prompt(p: Prompt, front: &ModelFront) -> Result<Vec<u32>, ApiError
     Ok(ids)
 }
 
-/// Prompt text → ids as `tandem generate` does: the tokenizer's BOS rule; an empty prompt is
-/// BOS alone.
-fn encode(text: &str, front: &ModelFront, param: &str) -> Result<Vec<u32>, ApiError> {
-    let tok = front.tokenizer.as_ref().ok_or_else(|| {
+/// The user text of a raw completions prompt: all of it, unless the server parses special
+/// tokens (`--parse-special`), as llama.cpp's server does.
+fn raw_literal(text: &str, front: &ModelFront) -> Vec<std::ops::Range<usize>> {
+    if front.parse_special {
+        vec![]
+    } else {
+        std::iter::once(0..text.len()).collect()
+    }
+}
+
+/// The model's tokenizer, or an error naming `param`.
+fn tokenizer<'a>(front: &'a ModelFront, param: &str) -> Result<&'a std::sync::Arc<dyn crate::TextCodec>, ApiError> {
+    front.tokenizer.as_ref().ok_or_else(|| {
         ApiError::invalid(param, format!("`{param}`: this model has no tokenizer; send token ids (an array of integers) to /v1/completions"))
-    })?;
-    let ids = tok.encode_prompt(text).map_err(|e| ApiError::invalid(param, format!("`{param}`: {e}")))?;
+    })
+}
+
+/// Prompt text → ids as `tandem generate` does: the tokenizer's BOS rule, special-token text in
+/// the `literal` ranges (user text) as plain text; an empty prompt is BOS alone.
+fn encode(text: &str, front: &ModelFront, param: &str, literal: &[std::ops::Range<usize>]) -> Result<Vec<u32>, ApiError> {
+    let tok = tokenizer(front, param)?;
+    let ids = tok.encode_prompt(text, literal).map_err(|e| ApiError::invalid(param, format!("`{param}`: {e}")))?;
     if !ids.is_empty() {
         return Ok(ids);
     }
@@ -339,6 +355,18 @@ fn chat_prompt(msgs: &[ChatMessage], front: &ModelFront, opts: &ChatOptions) -> 
     }
     let tmpl =
         front.chat.as_ref().ok_or_else(|| ApiError::invalid("messages", "`messages`: this model has no chat template; use /v1/completions"))?;
-    let text = tmpl.render(&out, opts).map_err(|e| ApiError::invalid("messages", format!("`messages`: the chat template refused them: {e}")))?;
-    encode(&text, front, "messages")
+    let refused = |e: String| ApiError::invalid("messages", format!("`messages`: the chat template refused them: {e}"));
+    if front.parse_special {
+        let text = tmpl.render(&out, opts).map_err(refused)?;
+        return encode(&text, front, "messages", &[]);
+    }
+    // The messages' own text keeps special-token text as plain text; the template's markers
+    // become control tokens.
+    let specials = tokenizer(front, "messages")?.specials().map_err(|e| ApiError::invalid("messages", format!("`messages`: {e}")))?;
+    let render = |m: &[Message]| tmpl.render(m, opts).map_err(reference::Error::Template);
+    let (text, literal) = reference::special_text::chat_literal_spans(&out, &specials, &render).map_err(|e| match e {
+        reference::Error::Template(m) => refused(m),
+        e => ApiError::invalid("messages", format!("`messages`: {e}")),
+    })?;
+    encode(&text, front, "messages", &literal)
 }

@@ -5,6 +5,7 @@
 //! `final` channel is the answer (`content`), the others (`analysis`, `commentary`) come as
 //! `reasoning_content`, as vLLM serves gpt-oss; `<|return|>` and `<|call|>` end the reply.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use engine::harmony::{ChannelEvent, ChannelStream, HarmonyDetok};
@@ -13,20 +14,28 @@ use reference::chat::{ChatTemplate, Message};
 use reference::gpt_oss::harmony::{self, Reasoning, SystemContent};
 use reference::gpt_oss::tokenizer::STOP_TOKENS;
 use reference::gpt_oss::GptOssTokenizer;
+use reference::special_text::Specials;
 use reference::tokenizer::Tokenizer;
 
 /// A model's tokenizer as the server uses it (and the engine's detokenizer).
 pub trait TextCodec: Detokenizer {
-    /// Prompt text → ids with the model's BOS rule (as `tandem generate` encodes).
-    fn encode_prompt(&self, text: &str) -> reference::Result<Vec<u32>>;
+    /// Prompt text → ids with the model's BOS rule (as `tandem generate` encodes): special-token
+    /// text becomes the control token except inside the `literal` byte ranges (user text,
+    /// sorted), where it is encoded as plain text.
+    fn encode_prompt(&self, text: &str, literal: &[Range<usize>]) -> reference::Result<Vec<u32>>;
+    /// The vocabulary's special tokens (to find them in user text).
+    fn specials(&self) -> reference::Result<Specials>;
     fn bos_id(&self) -> Option<u32>;
     /// Ids that end generation (unless a request sets `ignore_eos`).
     fn eog_ids(&self) -> Vec<u32>;
 }
 
 impl TextCodec for Tokenizer {
-    fn encode_prompt(&self, text: &str) -> reference::Result<Vec<u32>> {
-        self.encode(text, self.add_bos_default())
+    fn encode_prompt(&self, text: &str, literal: &[Range<usize>]) -> reference::Result<Vec<u32>> {
+        self.encode_marked(text, literal, self.add_bos_default())
+    }
+    fn specials(&self) -> reference::Result<Specials> {
+        Ok(Tokenizer::specials(self).clone())
     }
     fn bos_id(&self) -> Option<u32> {
         Tokenizer::bos_id(self)
@@ -36,11 +45,14 @@ impl TextCodec for Tokenizer {
     }
 }
 
-/// o200k_harmony: special tokens in the text are encoded as such, no BOS; a reply ends at
+/// o200k_harmony: special tokens in the text (outside user text) are encoded as such, no BOS; a reply ends at
 /// `<|return|>` or `<|call|>` (as `tandem generate` stops GPT-OSS).
 impl TextCodec for HarmonyDetok {
-    fn encode_prompt(&self, text: &str) -> reference::Result<Vec<u32>> {
-        self.0.encode(text)
+    fn encode_prompt(&self, text: &str, literal: &[Range<usize>]) -> reference::Result<Vec<u32>> {
+        self.0.encode_marked(text, literal)
+    }
+    fn specials(&self) -> reference::Result<Specials> {
+        self.0.specials()
     }
     fn bos_id(&self) -> Option<u32> {
         None

@@ -79,6 +79,10 @@ pub struct ModelFront {
     pub tokenizer: Option<Arc<dyn TextCodec>>,
     pub chat: Option<Arc<dyn ChatFormat>>,
     pub info: ModelInfo,
+    /// Read special-token text in prompts and message text as control tokens (`tandem serve
+    /// --parse-special`); by default it is plain text and only a chat template's own markers
+    /// are control tokens.
+    pub parse_special: bool,
 }
 
 /// What the engine thread's factory builds: the target model's runner and, for speculative

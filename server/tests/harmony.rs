@@ -64,7 +64,12 @@ fn chat_replies_split_by_channel() {
     let tok = Arc::new(GptOssTokenizer::o200k_harmony().unwrap());
     let script = tok.encode(REPLY).unwrap();
     let info = ModelInfo { vocab: VOCAB, max_ctx: 4096, bos_id: None, eos_id: None };
-    let front = ModelFront { tokenizer: Some(Arc::new(HarmonyDetok(tok.clone()))), chat: Some(Arc::new(Harmony(tok.clone()))), info: info.clone() };
+    let front = ModelFront {
+        tokenizer: Some(Arc::new(HarmonyDetok(tok.clone()))),
+        chat: Some(Arc::new(Harmony(tok.clone()))),
+        info: info.clone(),
+        parse_special: false,
+    };
     let seen = Arc::new(Mutex::new(vec![]));
     let runner = Scripted { info, script: script.clone(), prompts: HashMap::new(), seen: seen.clone() };
     // No prefix caching: every prompt runs from position 0, so the runner sees it whole.

@@ -75,7 +75,7 @@ fn completions_equal_the_engine_streamed_or_not() {
         // The model's EOS ends a request unless ignore_eos: make the greedy first token EOS.
         let first = engine_tokens(tiny_runner("tiny-gqa", 4096), Request::new(p.clone()).with_max_tokens(1))[0];
         let info = reference::runner::ModelInfo { eos_id: Some(first), ..tiny_front("tiny-gqa").info };
-        let eos_server = Server::start(config(4), server::ModelFront { tokenizer: None, chat: None, info }, move || {
+        let eos_server = Server::start(config(4), server::ModelFront { tokenizer: None, chat: None, info, parse_special: false }, move || {
             let mut m = tiny_model("tiny-gqa");
             m.config.eos_id = Some(first);
             reference::runner::RefRunner::new(m, BLOCK, 64).map_err(|e| e.to_string())

@@ -13,6 +13,7 @@ use reference::sampling::SamplingParams;
 use serde_json::{json, Value};
 
 use super::generate_args::{finish_name, prompt_ids, GenerateArgs};
+use super::source::PromptText;
 use super::{CliError, Result};
 
 /// One input line turned into a request, or the reason it cannot run.
@@ -45,8 +46,9 @@ fn parse_line(n: usize, text: &str, opened: &super::source::Opened, a: &Generate
     let request = (|| -> std::result::Result<Request, String> {
         let o = v.as_object().ok_or_else(|| format!("line {n}: not a JSON object"))?;
         let tok = opened.tokenizer.as_ref().ok_or_else(|| format!("{} has no tokenizer", opened.label))?;
-        let text = match (o.get("prompt"), o.get("messages")) {
-            (Some(Value::String(p)), None) => p.clone(),
+        let parse_special = a.model.parse_special;
+        let prompt = match (o.get("prompt"), o.get("messages")) {
+            (Some(Value::String(p)), None) => PromptText::raw(p.clone(), parse_special),
             (None, Some(Value::Array(ms))) => {
                 let tmpl = opened.chat.as_ref().ok_or_else(|| format!("{} has no chat template: use `prompt`", opened.label))?;
                 let msgs = ms
@@ -56,12 +58,12 @@ fn parse_line(n: usize, text: &str, opened: &super::source::Opened, a: &Generate
                         _ => Err("`messages` entries need string `role` and `content`".to_string()),
                     })
                     .collect::<std::result::Result<Vec<_>, _>>()?;
-                tmpl.render(&msgs, true).map_err(|e| e.to_string())?
+                PromptText::chat(tok, tmpl, &msgs, parse_special).map_err(|e| e.to_string())?
             }
             (Some(_), Some(_)) => return Err("give `prompt` or `messages`, not both".into()),
             _ => return Err("needs `prompt` (a string) or `messages` (an array)".into()),
         };
-        let ids = prompt_ids(tok, &text, opened.config.bos_id).map_err(|e| e.to_string())?;
+        let ids = prompt_ids(tok, &prompt, opened.config.bos_id).map_err(|e| e.to_string())?;
         let params = SamplingParams {
             temperature: field_f32(o, "temperature", base.temperature)?,
             top_k: field_u64(o, "top_k")?.map_or(base.top_k, |k| k as usize),

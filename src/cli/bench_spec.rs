@@ -88,7 +88,7 @@ fn load_prompts(a: &BenchSpecArgs, opened: &super::source::Opened) -> Result<Vec
                 Some(t) => t.render(&[reference::chat::Message::user(text.trim().to_string())], true)?,
                 None => text,
             };
-            prompt_ids(tok, &text, opened.config.bos_id)
+            prompt_ids(tok, &super::source::PromptText::parsed(text), opened.config.bos_id)
         })
         .collect()
 }

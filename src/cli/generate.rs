@@ -9,6 +9,7 @@ use engine::{Detokenizer, EngineConfig, Request};
 use reference::chat::Message;
 
 use super::generate_args::{prepare, prompt_ids, GenerateArgs};
+use super::source::PromptText;
 use super::{CliError, Result};
 
 pub fn run(a: GenerateArgs) -> Result<()> {
@@ -27,8 +28,8 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     let tok = opened.tokenizer.take().ok_or_else(|| {
         CliError::Usage(format!("{} has no tokenizer: generate needs one (use `tandem logits --ids` for synthetic models)", opened.label))
     })?;
-    let text = match (&a.prompt, &a.chat) {
-        (Some(p), _) => p.clone(),
+    let prompt = match (&a.prompt, &a.chat) {
+        (Some(p), _) => PromptText::raw(p.clone(), a.model.parse_special),
         (None, Some(c)) => {
             let tmpl = opened.chat.as_ref().ok_or_else(|| CliError::Usage(format!("{} has no chat template: use --prompt", opened.label)))?;
             let mut msgs = vec![];
@@ -36,11 +37,11 @@ pub fn run(a: GenerateArgs) -> Result<()> {
                 msgs.push(Message::system(s.clone()));
             }
             msgs.push(Message::user(c.clone()));
-            tmpl.render(&msgs, true)?
+            PromptText::chat(&tok, tmpl, &msgs, a.model.parse_special)?
         }
         (None, None) => return Err(CliError::Usage("give --prompt, --chat or --prompts".into())),
     };
-    let ids = prompt_ids(&tok, &text, opened.config.bos_id)?;
+    let ids = prompt_ids(&tok, &prompt, opened.config.bos_id)?;
     let ctx = opened.config.max_ctx;
     if ids.len() >= ctx {
         return Err(reference::Error::Input(format!("prompt is {} tokens; the context holds {ctx}", ids.len())).into());

@@ -9,6 +9,7 @@ use engine::FinishReason;
 use reference::runner::ModelRunner;
 use reference::sampling::SamplingParams;
 
+use super::source::PromptText;
 use super::{CliError, ModelArgs, Result};
 
 #[derive(Args, Debug)]
@@ -99,8 +100,8 @@ impl SamplingArgs {
 }
 
 /// The prompt's ids; an empty prompt is the model's BOS alone (as llama.cpp does).
-pub fn prompt_ids(tok: &reference::tokenizer::Tokenizer, text: &str, bos: Option<u32>) -> Result<Vec<u32>> {
-    let ids = tok.encode(text, tok.add_bos_default())?;
+pub fn prompt_ids(tok: &reference::tokenizer::Tokenizer, prompt: &PromptText, bos: Option<u32>) -> Result<Vec<u32>> {
+    let ids = prompt.encode(tok)?;
     if !ids.is_empty() {
         return Ok(ids);
     }

@@ -134,8 +134,11 @@ pub fn open_synthetic(name: &str, seed: u32) -> Option<Opened> {
 /// Whether the HF directory `dir` holds GPT-OSS (`model_type: gpt_oss` in its config.json).
 pub fn dir_is_gpt_oss(dir: &Path) -> Result<bool> {
     let cp = dir.join("config.json");
-    let Ok(text) = std::fs::read_to_string(&cp) else { return Ok(false) };
-    let j: serde_json::Value = serde_json::from_str(&text).map_err(|e| reference::Error::format(&cp, format!("invalid JSON: {e}")))?;
+    if !cp.exists() {
+        return Ok(false);
+    }
+    // A FIFO or device here would block a plain read; a non-object is refused by name.
+    let j = reference::config::read_json_object(&cp)?;
     Ok(j.get("model_type").and_then(|v| v.as_str()) == Some("gpt_oss"))
 }
 
@@ -157,9 +160,12 @@ pub fn wants(args: &ModelArgs) -> Result<bool> {
 /// Open the GPT-OSS HF directory `dir`: config, tensors (not read yet), tokenizer (its
 /// tokenizer.json, else the built-in o200k_harmony); with a tokenizer.json also the shared
 /// text paths' tokenizer and chat template (`serve`).
-pub fn open_hf(dir: &Path) -> Result<Opened> {
+/// `allow_nonfinite`: hand out tensors holding NaN / ±Inf (`--allow-nonfinite`).
+pub fn open_hf(dir: &Path, allow_nonfinite: bool) -> Result<Opened> {
     let config = GptOssConfig::from_hf_json(&dir.join("config.json"))?;
-    let mut o = with_tokenizer(config, GptOssFiles::Hf(SafetensorsDir::open(dir)?), dir)?;
+    let mut st = SafetensorsDir::open(dir)?;
+    st.allow_nonfinite = allow_nonfinite;
+    let mut o = with_tokenizer(config, GptOssFiles::Hf(st), dir)?;
     let tj = dir.join("tokenizer.json");
     if tj.is_file() {
         o.tokenizer = Some(reference::tokenizer::Tokenizer::from_file(&tj)?);

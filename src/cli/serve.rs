@@ -85,7 +85,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
             (llama_tok.clone().map(|t| t as Arc<dyn server::TextCodec>), opened.chat.take().map(|c| Arc::new(c) as Arc<dyn server::ChatFormat>))
         }
     };
-    let front = server::ModelFront { tokenizer, chat, info: ModelInfo::of(&opened.config) };
+    let front = server::ModelFront { tokenizer, chat, info: ModelInfo::of(&opened.config), parse_special: a.model.parse_special };
     let cfg = server::ServerConfig {
         host: a.host.clone(),
         port: a.port,

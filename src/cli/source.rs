@@ -59,6 +59,56 @@ pub struct ModelArgs {
     /// choices, or `TANDEM_KERNELS` when set. A bad value is an error naming the part.
     #[arg(long)]
     pub kernels: Option<String>,
+    /// Load weights that hold NaN or ±Inf. By default each tensor is scanned as it loads
+    /// (GGUF: F32 / F16 / BF16 values and the scales of Q8_0 / Q4_0 / Q4_1 / k-quant blocks;
+    /// safetensors: F32 / F16 / BF16) and one that holds any is an error naming it: such a
+    /// model runs but answers garbage.
+    #[arg(long)]
+    pub allow_nonfinite: bool,
+    /// Read special-token text in prompts (`<|im_end|>`, `<|im_start|>`, …) as the control
+    /// token. By default a raw prompt (--prompt, a --prompts `prompt`, /v1/completions) and
+    /// the text of chat messages keep such text as plain text — only the chat template's own
+    /// markers become control tokens — so user text cannot end its turn or forge another
+    /// role's (as HF's `split_special_tokens` and llama.cpp's server do).
+    #[arg(long)]
+    pub parse_special: bool,
+}
+
+/// A prompt's text and the byte ranges of it that are user text: special-token text there is
+/// encoded as plain text ([`Tokenizer::encode_marked`]); elsewhere (a chat template's markers)
+/// it becomes the control token.
+#[derive(Debug, Clone)]
+pub struct PromptText {
+    pub text: String,
+    pub literal: Vec<std::ops::Range<usize>>,
+}
+
+impl PromptText {
+    /// A raw prompt: all of it user text, unless `parse_special`.
+    pub fn raw(text: String, parse_special: bool) -> Self {
+        let literal = if parse_special { vec![] } else { std::iter::once(0..text.len()).collect() };
+        PromptText { text, literal }
+    }
+
+    /// Text whose special-token text is all read as control tokens (trusted prompt files).
+    pub fn parsed(text: String) -> Self {
+        PromptText { text, literal: vec![] }
+    }
+
+    /// `msgs` through the chat template: the template's markers become control tokens, the
+    /// messages' own text stays plain text unless `parse_special`.
+    pub fn chat(tok: &Tokenizer, tmpl: &reference::chat::ChatTemplate, msgs: &[reference::chat::Message], parse_special: bool) -> Result<Self> {
+        if parse_special {
+            return Ok(PromptText::parsed(tmpl.render(msgs, true)?));
+        }
+        let (text, literal) = reference::special_text::chat_literal_spans(msgs, tok.specials(), &|m| tmpl.render(m, true))?;
+        Ok(PromptText { text, literal })
+    }
+
+    /// The ids, with BOS as the tokenizer's rule says.
+    pub fn encode(&self, tok: &Tokenizer) -> reference::Result<Vec<u32>> {
+        tok.encode_marked(&self.text, &self.literal, tok.add_bos_default())
+    }
 }
 
 /// A model's tensors, not yet loaded.
@@ -218,15 +268,17 @@ impl ModelArgs {
         let md = std::fs::metadata(&path).map_err(|e| reference::Error::io(&path, e))?;
         let (config, source, tokenizer, chat) = if md.is_dir() {
             if super::gpt_oss::dir_is_gpt_oss(&path)? {
-                return super::gpt_oss::open_hf(&path);
+                return super::gpt_oss::open_hf(&path, self.allow_nonfinite);
             }
             let config = Config::from_hf_json(&path.join("config.json"))?;
-            let st = SafetensorsDir::open(&path)?;
+            let mut st = SafetensorsDir::open(&path)?;
+            st.allow_nonfinite = self.allow_nonfinite;
             let tj = path.join("tokenizer.json");
             let tok = if tj.exists() { Some(Tokenizer::from_file(&tj)?) } else { None };
             (config, Source::Hf(st), tok, reference::chat::ChatTemplate::from_hf_dir(&path)?)
         } else {
-            let g = GgufFile::open(&path)?;
+            let mut g = GgufFile::open(&path)?;
+            g.allow_nonfinite = self.allow_nonfinite;
             if super::gpt_oss::gguf_is_gpt_oss(&g) {
                 return super::gpt_oss::open_gguf(g, &path);
             }

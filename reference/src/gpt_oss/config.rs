@@ -176,8 +176,7 @@ impl GptOssConfig {
     /// From an HF `config.json` with `model_type: gpt_oss`. RoPE scaling is read from
     /// `rope_scaling` (the checkpoints) or `rope_parameters` (transformers ≥ 5).
     pub fn from_hf_json(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-        let j: Json = serde_json::from_str(&text).map_err(|e| Error::format(path, format!("invalid JSON: {e}")))?;
+        let j = crate::config::read_json_object(path)?;
         let h = HfJson { j: &j, path };
         let model_type = h.get("model_type").and_then(Json::as_str).unwrap_or("");
         if model_type != "gpt_oss" {

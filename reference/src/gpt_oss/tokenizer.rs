@@ -15,6 +15,7 @@ use std::path::Path;
 use tiktoken_rs::CoreBPE;
 
 use crate::error::{Error, Result};
+use crate::special_text::{Piece, SpecialToken, Specials};
 use crate::tokenizer::Tokenizer;
 
 /// `<|startoftext|>`
@@ -84,6 +85,45 @@ impl GptOssTokenizer {
         match self {
             GptOssTokenizer::Harmony(b) => Ok(b.encode_with_special_tokens(text)),
             GptOssTokenizer::Hf(t) => t.encode(text, false),
+        }
+    }
+
+    /// The special tokens of the vocabulary (built on demand for the built-in tokenizer: only a
+    /// prompt whose user text spells one needs them).
+    pub fn specials(&self) -> Result<Specials> {
+        match self {
+            GptOssTokenizer::Harmony(b) => {
+                let toks = b
+                    .special_tokens()
+                    .into_iter()
+                    .filter_map(|t| match b.encode_with_special_tokens(t).as_slice() {
+                        [id] => Some(SpecialToken { text: t.to_string(), id: *id, lstrip: false, rstrip: false }),
+                        _ => None,
+                    })
+                    .collect();
+                Specials::new(toks)
+            }
+            GptOssTokenizer::Hf(t) => Ok(t.specials().clone()),
+        }
+    }
+
+    /// Token ids of `text` whose special tokens become their ids except inside the `literal`
+    /// byte ranges (sorted, disjoint: user text), where their text is encoded as plain text
+    /// (see [`Tokenizer::encode_marked`]).
+    pub fn encode_marked(&self, text: &str, literal: &[std::ops::Range<usize>]) -> Result<Vec<u32>> {
+        match self {
+            GptOssTokenizer::Harmony(b) if literal.is_empty() => Ok(b.encode_with_special_tokens(text)),
+            GptOssTokenizer::Harmony(b) if literal.iter().any(|r| r.start == 0 && r.end >= text.len()) => Ok(b.encode_ordinary(text)),
+            GptOssTokenizer::Harmony(b) => Ok(self
+                .specials()?
+                .split(text, literal)
+                .into_iter()
+                .flat_map(|p| match p {
+                    Piece::Special(id) => vec![id],
+                    Piece::Text(t) => b.encode_ordinary(t),
+                })
+                .collect()),
+            GptOssTokenizer::Hf(t) => t.encode_marked(text, literal, false),
         }
     }
 

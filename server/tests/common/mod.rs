@@ -30,7 +30,7 @@ pub fn tiny_runner(name: &str, kv_tokens: usize) -> RefRunner {
 
 /// A model without tokenizer or chat template: token-id prompts only.
 pub fn tiny_front(name: &str) -> ModelFront {
-    ModelFront { tokenizer: None, chat: None, info: ModelInfo::of(&tiny_config(name)) }
+    ModelFront { tokenizer: None, chat: None, info: ModelInfo::of(&tiny_config(name)), parse_special: false }
 }
 
 /// `len` token ids of a tiny model (`salt` varies them).

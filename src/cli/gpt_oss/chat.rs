@@ -25,9 +25,22 @@ use super::super::{CliError, Result};
 use super::parts;
 
 /// The harmony prompt of `messages` (the default system message at `reasoning`) as ids.
-fn harmony_ids(tok: &GptOssTokenizer, messages: &[Message], reasoning: Reasoning) -> Result<Vec<u32>> {
+/// The messages' own text keeps special-token text as plain text unless `parse_special`.
+fn harmony_ids(tok: &GptOssTokenizer, messages: &[Message], reasoning: Reasoning, parse_special: bool) -> Result<Vec<u32>> {
     let system = SystemContent { reasoning, ..SystemContent::default() };
-    Ok(tok.encode(&harmony::render_prompt(&system, messages)?)?)
+    if parse_special {
+        return Ok(tok.encode(&harmony::render_prompt(&system, messages)?)?);
+    }
+    let (text, literal) = reference::special_text::chat_literal_spans(messages, &tok.specials()?, &|m| harmony::render_prompt(&system, m))?;
+    Ok(tok.encode_marked(&text, &literal)?)
+}
+
+/// A raw prompt's ids: all of it plain text unless `parse_special`.
+fn raw_ids(tok: &GptOssTokenizer, text: &str, parse_special: bool) -> reference::Result<Vec<u32>> {
+    match parse_special {
+        true => tok.encode(text),
+        false => tok.encode_marked(text, std::slice::from_ref(&(0..text.len()))),
+    }
 }
 
 /// `--reasoning-effort` (clap allows only the three levels).
@@ -91,14 +104,14 @@ pub fn run(a: GenerateArgs, params: SamplingParams) -> Result<()> {
         return run_batch(a, &path, params, opened, tok);
     }
     let (ids, chat) = match (&a.prompt, &a.chat) {
-        (Some(p), _) => (tok.encode(p)?, false),
+        (Some(p), _) => (raw_ids(&tok, p, a.model.parse_special)?, false),
         (None, Some(c)) => {
             let mut msgs = vec![];
             if let Some(s) = &a.system {
                 msgs.push(Message::system(s.clone()));
             }
             msgs.push(Message::user(c.clone()));
-            (harmony_ids(&tok, &msgs, reasoning_arg(&a))?, true)
+            (harmony_ids(&tok, &msgs, reasoning_arg(&a), a.model.parse_special)?, true)
         }
         (None, None) => return Err(CliError::Usage("give --prompt, --chat or --prompts".into())),
     };
@@ -173,7 +186,7 @@ fn parse_line(text: &str, tok: &GptOssTokenizer, a: &GenerateArgs, base: &Sampli
     let v: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
     let o = v.as_object().ok_or("not a JSON object")?;
     let (ids, chat) = match (o.get("prompt"), o.get("messages")) {
-        (Some(Value::String(p)), None) => (tok.encode(p).map_err(|e| e.to_string())?, false),
+        (Some(Value::String(p)), None) => (raw_ids(tok, p, a.model.parse_special).map_err(|e| e.to_string())?, false),
         (None, Some(Value::Array(ms))) => {
             let msgs = ms
                 .iter()
@@ -186,7 +199,7 @@ fn parse_line(text: &str, tok: &GptOssTokenizer, a: &GenerateArgs, base: &Sampli
                 Some(r) => r,
                 None => reasoning_arg(a),
             };
-            (harmony_ids(tok, &msgs, reasoning).map_err(|e| e.to_string())?, true)
+            (harmony_ids(tok, &msgs, reasoning, a.model.parse_special).map_err(|e| e.to_string())?, true)
         }
         (Some(_), Some(_)) => return Err("give `prompt` or `messages`, not both".into()),
         _ => return Err("needs `prompt` (a string) or `messages` (an array)".into()),

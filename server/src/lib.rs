@@ -13,14 +13,20 @@
 //! The engine lives on its own OS thread, built there by a factory closure (so nothing
 //! device-related has to be `Send`); handlers talk to it through channels only. A client that
 //! goes away has its request aborted before the next step; SIGTERM / SIGINT stop accepting
-//! connections and let in-flight requests finish (aborted after the shutdown timeout).
+//! connections and let in-flight requests finish (aborted after the shutdown timeout; the
+//! server returns at most [`SHUTDOWN_GRACE`] later, whatever the engine thread is doing).
+//!
+//! Against hostile clients: connections are capped and timed out ([`conn`]); every request
+//! passes the `Host`, API-key, content-type and body-size checks of [`guard`] first.
 //!
 //! [`bench`] is the client side: a load generator for `tandem bench serve`.
 
 mod api;
 pub mod bench;
+mod conn;
 mod error;
 pub mod front;
+mod guard;
 mod metrics;
 mod response;
 mod routes;
@@ -31,14 +37,17 @@ use std::sync::atomic::AtomicU64;
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderValue, Method};
 use engine::EngineConfig;
 use reference::runner::{ModelInfo, ModelRunner};
 use tokio::sync::{oneshot, watch};
 
 pub use error::ApiError;
 pub use front::{ChatFormat, ChatOptions, Harmony, ReplySplit, TextCodec};
+pub use guard::ApiKey;
 pub use metrics::{Metrics, Outcome};
 
 /// How the server runs.
@@ -56,6 +65,27 @@ pub struct ServerConfig {
     pub shutdown_timeout: Duration,
     /// Interval of keep-alive comments on an event stream with nothing to send.
     pub keep_alive: Duration,
+    /// `Authorization: Bearer KEY` required on every route but `/health` and `/metrics`
+    /// (those too with `protect_metrics`); 401 otherwise. None: no key.
+    pub api_key: Option<ApiKey>,
+    pub protect_metrics: bool,
+    /// The `Host` names answered (others get 403; `*`: any). Empty: `localhost`, `127.0.0.1`,
+    /// `::1` and the bound address when bound to a loopback address; any otherwise.
+    pub allowed_hosts: Vec<String>,
+    /// Origins allowed to call from a browser (CORS; `*`: any). Empty: no CORS headers, and
+    /// preflight requests fail.
+    pub cors_origins: Vec<String>,
+    /// A POST body over this size gets 413 before it is read further.
+    pub max_body_bytes: usize,
+    /// Connections served at once; one more is answered 503 and closed.
+    pub max_connections: usize,
+    /// From a request's first byte, how long its head may take (slowloris); the connection
+    /// closes after it.
+    pub header_timeout: Duration,
+    /// How long a POST body may take to arrive once its head has; 408 and the connection closes.
+    pub body_timeout: Duration,
+    /// How long a connection may stay open between requests without a byte.
+    pub idle_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -68,6 +98,15 @@ impl Default for ServerConfig {
             engine: EngineConfig::default(),
             shutdown_timeout: Duration::from_secs(30),
             keep_alive: Duration::from_secs(15),
+            api_key: None,
+            protect_metrics: false,
+            allowed_hosts: Vec::new(),
+            cors_origins: Vec::new(),
+            max_body_bytes: 8 << 20,
+            max_connections: 512,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -118,6 +157,16 @@ pub(crate) struct Shared {
     pub commands: Sender<worker::Command>,
     pub next_ticket: AtomicU64,
     pub created: u64,
+    /// Turns true when the shutdown timeout has passed and the engine did not end the requests
+    /// it was told to abort: handlers answer without it.
+    pub halt: watch::Sender<bool>,
+}
+
+impl Shared {
+    /// Resolves once [`Shared::halt`] is true.
+    pub async fn halted(&self) {
+        let _ = self.halt.subscribe().wait_for(|h| *h).await;
+    }
 }
 
 /// A running server: its address, a way to stop it.
@@ -170,7 +219,9 @@ impl Server {
             commands: tx,
             next_ticket: AtomicU64::new(0),
             created,
+            halt: watch::Sender::new(false),
         });
+        let app = app(&shared, addr)?;
         let for_engine = shared.clone();
         let engine = std::thread::Builder::new()
             .name("tandem-engine".into())
@@ -180,7 +231,13 @@ impl Server {
         let for_http = shared.clone();
         let thread = std::thread::Builder::new()
             .name("tandem-serve".into())
-            .spawn(move || rt.block_on(serve(listener, for_http, stop_rx, signals, engine)))
+            .spawn(move || {
+                let r = rt.block_on(serve(listener, app, for_http, stop_rx, signals, engine));
+                // Connections still open and a tokenization still running are dropped, not
+                // waited for.
+                rt.shutdown_timeout(Duration::from_millis(200));
+                r
+            })
             .map_err(|e| format!("server thread: {e}"))?;
         Ok(Server { addr, shared, stop: Some(stop_tx), thread: Some(thread) })
     }
@@ -267,77 +324,154 @@ async fn termination() {
     }
 }
 
-/// Serve until stopped; then drain: stop accepting, wait for open requests (aborting them
-/// after the shutdown timeout), stop the engine thread.
+/// After the shutdown timeout, how long the server may still take: aborted requests get half
+/// of it to end through the engine (after that their handlers answer 503 without it), slow
+/// clients the rest to read their answers; then the server returns, without waiting for an
+/// engine thread stuck in a step.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// The routes behind the checks of [`guard`] (and CORS, when origins are allowed).
+fn app(s: &Arc<Shared>, bound: SocketAddr) -> Result<axum::Router, String> {
+    let c = &s.cfg;
+    if c.api_key.as_ref().is_some_and(|k| k.0.trim().is_empty()) {
+        return Err("--api-key: the key is empty".into());
+    }
+    let hosts = guard::Hosts::resolve(&c.allowed_hosts, bound.ip(), &c.host);
+    if !bound.ip().is_loopback() {
+        if c.allowed_hosts.is_empty() {
+            eprintln!(
+                "tandem serve: bound to {}, not a loopback address: requests for any Host are answered (--allowed-hosts names the ones to answer)",
+                bound.ip()
+            );
+        }
+        if c.api_key.is_none() {
+            eprintln!("tandem serve: no --api-key: anyone who can reach {bound} can use the model");
+        }
+    }
+    let policy = Arc::new(guard::Policy {
+        hosts,
+        api_key: c.api_key.clone(),
+        protect_metrics: c.protect_metrics,
+        max_body_bytes: c.max_body_bytes,
+        body_timeout: c.body_timeout,
+    });
+    let state = (s.clone(), policy);
+    let mut app = routes::router(s.clone())
+        // The guard reads the body within --max-body-bytes; the handlers take what it read.
+        .layer(DefaultBodyLimit::disable())
+        .layer(axum::middleware::from_fn_with_state(state.clone(), guard::request));
+    if !c.cors_origins.is_empty() {
+        use tower_http::cors::{AllowOrigin, CorsLayer};
+        let origins = if c.cors_origins.iter().any(|o| o.trim() == "*") {
+            AllowOrigin::any()
+        } else {
+            let parsed: Result<Vec<HeaderValue>, String> = c
+                .cors_origins
+                .iter()
+                .map(|o| HeaderValue::from_str(o.trim()).map_err(|e| format!("--cors-origin `{o}`: not a header value: {e}")))
+                .collect();
+            AllowOrigin::list(parsed?)
+        };
+        let cors = CorsLayer::new()
+            .allow_origin(origins)
+            .allow_methods([Method::GET, Method::POST])
+            .allow_headers([axum::http::header::AUTHORIZATION, axum::http::header::CONTENT_TYPE])
+            .max_age(Duration::from_secs(600));
+        app = app.layer(cors);
+    }
+    Ok(app.layer(axum::middleware::from_fn_with_state(state, guard::host)))
+}
+
+/// What stops the server: `stop`, a signal (with `signals`), or a model that failed to load.
+async fn stopped(stop: oneshot::Receiver<()>, signals: bool, s: &Shared) {
+    let mut failed = s.state.subscribe();
+    let signal = async {
+        if signals {
+            termination().await;
+            eprintln!(
+                "tandem serve: signal received: no new connections; finishing in-flight requests (up to {} s)",
+                s.cfg.shutdown_timeout.as_secs_f64()
+            );
+        } else {
+            std::future::pending::<()>().await
+        }
+    };
+    tokio::select! {
+        _ = stop => {}
+        _ = signal => {}
+        _ = failed.wait_for(|st| matches!(st, State::Failed(_))) => {}
+    }
+}
+
+/// Serve until stopped; then drain: stop accepting, let open requests finish within the
+/// shutdown timeout (a second signal cuts it short), abort them, close what is left within
+/// [`SHUTDOWN_GRACE`], stop the engine thread (not waiting past that for one stuck in a step).
 async fn serve(
     listener: std::net::TcpListener,
+    app: axum::Router,
     s: Arc<Shared>,
     stop: oneshot::Receiver<()>,
     signals: bool,
     engine: JoinHandle<()>,
 ) -> Result<(), String> {
     let listener = tokio::net::TcpListener::from_std(listener).map_err(|e| format!("listener: {e}"))?;
-    let app = routes::router(s.clone());
-    let timeout = s.cfg.shutdown_timeout;
-    let mut failed = s.state.subscribe();
-    let for_signal = s.clone();
-    let shutdown = async move {
-        let stop_signal = async {
-            if signals {
-                termination().await
-            } else {
-                std::future::pending().await
-            }
-        };
-        tokio::select! {
-            _ = stop => {}
-            _ = stop_signal => eprintln!("tandem serve: signal received: no new connections; finishing in-flight requests (up to {} s)", timeout.as_secs_f64()),
-            _ = failed.wait_for(|st| matches!(st, State::Failed(_))) => {}
+    let c = &s.cfg;
+    let limits = conn::Limits { max_connections: c.max_connections, header_timeout: c.header_timeout, idle_timeout: c.idle_timeout };
+    let (closing, closing_rx) = watch::channel(false);
+    let mut http = tokio::spawn(conn::serve(listener, app, limits, closing_rx));
+    stopped(stop, signals, &s).await;
+    s.state.send_if_modified(|st| {
+        let change = !matches!(st, State::Failed(_));
+        if change {
+            *st = State::Draining;
         }
-        for_signal.state.send_if_modified(|st| {
-            let change = !matches!(st, State::Failed(_));
-            if change {
-                *st = State::Draining;
+        change
+    });
+    let _ = closing.send(true);
+    let timeout = c.shutdown_timeout;
+    let end = Instant::now() + timeout + SHUTDOWN_GRACE;
+    let second = async {
+        if signals {
+            termination().await;
+            eprintln!("tandem serve: second signal: aborting in-flight requests");
+        } else {
+            std::future::pending::<()>().await
+        }
+    };
+    let drained = tokio::select! {
+        _ = &mut http => true,
+        _ = tokio::time::sleep(timeout) => false,
+        _ = second => false,
+    };
+    if !drained {
+        let _ = s.commands.send(worker::Command::AbortAll);
+        let ended = tokio::select! {
+            _ = &mut http => true,
+            _ = tokio::time::sleep(SHUTDOWN_GRACE / 2) => false,
+        };
+        if !ended {
+            // The engine did not end them (a long step): the handlers answer on their own.
+            s.halt.send_replace(true);
+            if tokio::time::timeout_at(end.into(), &mut http).await.is_err() {
+                eprintln!("tandem serve: connections still open after the shutdown timeout; closing them");
+                http.abort();
             }
-            change
-        });
-        let s2 = for_signal.clone();
-        tokio::spawn(async move {
-            let second = async {
-                if signals {
-                    termination().await
-                } else {
-                    std::future::pending().await
-                }
-            };
-            tokio::select! {
-                _ = tokio::time::sleep(timeout) => {}
-                _ = second => eprintln!("tandem serve: second signal: aborting in-flight requests"),
-            }
-            let _ = s2.commands.send(worker::Command::AbortAll);
-        });
-    };
-    let mut draining = s.state.subscribe();
-    let deadline = async move {
-        let _ = draining.wait_for(|st| matches!(st, State::Draining | State::Failed(_))).await;
-        // Aborted requests end at once; give slow clients a little longer to read them.
-        tokio::time::sleep(timeout + Duration::from_secs(5)).await;
-    };
-    let served = axum::serve(listener, app).with_graceful_shutdown(shutdown);
-    let result = tokio::select! {
-        r = served => r.map_err(|e| format!("serving: {e}")),
-        _ = deadline => Err("connections still open after the shutdown timeout; closing them".to_string()),
-    };
+        }
+    }
     let _ = s.commands.send(worker::Command::Stop);
-    let joined = tokio::task::spawn_blocking(move || engine.join()).await;
-    if !matches!(joined, Ok(Ok(()))) {
+    // The engine ends after its current step; one stuck in a long step is left behind (the
+    // process exits without it).
+    let wait_until = end.max(Instant::now() + Duration::from_millis(500));
+    while !engine.is_finished() && Instant::now() < wait_until {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    if !engine.is_finished() {
+        eprintln!("tandem serve: the engine thread is still in a step; not waiting for it");
+    } else if engine.join().is_err() {
         eprintln!("tandem serve: the engine thread panicked");
     }
     if let State::Failed(e) = s.state.borrow().clone() {
         return Err(format!("the model failed to load: {e}"));
-    }
-    if let Err(e) = &result {
-        eprintln!("tandem serve: {e}");
     }
     eprintln!("tandem serve: stopped");
     Ok(())

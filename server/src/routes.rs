@@ -160,12 +160,22 @@ async fn start(
     }
 }
 
+/// The answer of a request the engine did not end within the shutdown timeout.
+fn halted() -> ApiError {
+    ApiError::unavailable("the server shut down before the request finished")
+}
+
 /// Wait for the whole output and answer it as one JSON body.
 async fn collect(s: &Shared, job: &Job, mut ticket: Ticket, mut rx: UnboundedReceiver<Event>) -> Result<Response, ApiError> {
     let meta = Meta::new(job.endpoint, &s.cfg.served_model_name);
     let mut acc = Accum::default();
     let mut reply = Reply::new(job, &s.front);
-    while let Some(ev) = rx.recv().await {
+    loop {
+        let ev = tokio::select! {
+            ev = rx.recv() => ev,
+            _ = s.halted() => Some(Event::Failed(halted())),
+        };
+        let Some(ev) = ev else { break };
         match ev {
             Event::Accepted => {}
             Event::Output(o) => {
@@ -263,7 +273,10 @@ impl Streaming {
             if self.ended {
                 return None;
             }
-            let ev = self.rx.recv().await;
+            let ev = tokio::select! {
+                ev = self.rx.recv() => ev,
+                _ = self.s.halted() => Some(Event::Failed(halted())),
+            };
             self.absorb(ev);
         }
     }

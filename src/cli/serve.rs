@@ -38,6 +38,41 @@ pub struct ServeArgs {
     /// Seconds in-flight requests may still run after SIGTERM / SIGINT before they are aborted.
     #[arg(long, default_value_t = 30.0)]
     pub shutdown_timeout: f64,
+    /// Require `Authorization: Bearer KEY` on every route but /health and /metrics (401
+    /// otherwise). Default: the TANDEM_API_KEY environment variable; neither: no key (fine on
+    /// loopback; anything that can reach the port can use the model).
+    #[arg(long, value_name = "KEY")]
+    pub api_key: Option<server::ApiKey>,
+    /// Require the API key on /health and /metrics too.
+    #[arg(long)]
+    pub protect_metrics: bool,
+    /// Host names (Host header, port ignored) the server answers; others get 403. `*`: any.
+    /// Default: localhost, 127.0.0.1, ::1 and --host when bound to a loopback address (a web
+    /// page that rebinds its DNS name to this machine cannot read answers); any host when bound
+    /// to another address such as 0.0.0.0 (a warning says so: name yours here).
+    #[arg(long, value_delimiter = ',', value_name = "NAME,...")]
+    pub allowed_hosts: Vec<String>,
+    /// Web origins (`https://app.example`) allowed to call the API from a browser (CORS
+    /// headers, preflight answered); `*`: any. Default: none (no CORS headers).
+    #[arg(long = "cors-origin", value_delimiter = ',', value_name = "ORIGIN,...")]
+    pub cors_origins: Vec<String>,
+    /// Largest request body in bytes; a larger one is answered 413 before it is read or
+    /// tokenized.
+    #[arg(long, default_value_t = 8 << 20)]
+    pub max_body_bytes: usize,
+    /// Connections served at once; one more is answered 503 and closed. Keep it under the
+    /// process's open-file limit (`ulimit -n`).
+    #[arg(long, default_value_t = 512)]
+    pub max_connections: usize,
+    /// Seconds a request head may take from its first byte; the connection closes after.
+    #[arg(long, default_value_t = 10.0)]
+    pub header_timeout: f64,
+    /// Seconds a request body may take to arrive; 408 and the connection closes after.
+    #[arg(long, default_value_t = 30.0)]
+    pub body_timeout: f64,
+    /// Seconds a connection may stay open between requests without sending a byte.
+    #[arg(long, default_value_t = 30.0)]
+    pub idle_timeout: f64,
     /// Speculative decoding for every request (as `generate --speculate`).
     #[command(flatten)]
     pub spec: SpecArgs,
@@ -57,12 +92,32 @@ fn default_name(a: &ModelArgs) -> String {
     name.strip_suffix(".gguf").map(str::to_string).unwrap_or(name)
 }
 
+/// A flag's seconds as a duration (0 allowed only where `zero_ok`).
+fn seconds(flag: &str, v: f64, zero_ok: bool) -> Result<Duration> {
+    if v.is_finite() && (v > 0.0 || (zero_ok && v == 0.0)) && v < 1e9 {
+        return Ok(Duration::from_secs_f64(v));
+    }
+    Err(CliError::Usage(format!("{flag} {v} must be a number of seconds {}", if zero_ok { ">= 0" } else { "> 0" })))
+}
+
 pub fn run(a: ServeArgs) -> Result<()> {
     if a.max_seqs == 0 {
         return Err(CliError::Usage("--max-seqs must be at least 1".into()));
     }
-    if !(a.shutdown_timeout.is_finite() && a.shutdown_timeout >= 0.0) {
-        return Err(CliError::Usage(format!("--shutdown-timeout {} must be a number of seconds >= 0", a.shutdown_timeout)));
+    let shutdown_timeout = seconds("--shutdown-timeout", a.shutdown_timeout, true)?;
+    let header_timeout = seconds("--header-timeout", a.header_timeout, false)?;
+    let body_timeout = seconds("--body-timeout", a.body_timeout, false)?;
+    let idle_timeout = seconds("--idle-timeout", a.idle_timeout, false)?;
+    if a.max_connections == 0 || a.max_body_bytes == 0 {
+        return Err(CliError::Usage("--max-connections and --max-body-bytes must be at least 1".into()));
+    }
+    let api_key = match a.api_key.clone().map(|k| k.0).or_else(|| std::env::var("TANDEM_API_KEY").ok()) {
+        Some(k) if k.trim().is_empty() => return Err(CliError::Usage("--api-key / TANDEM_API_KEY: the key is empty".into())),
+        Some(k) => Some(server::ApiKey(k.trim().to_string())),
+        None => None,
+    };
+    if a.protect_metrics && api_key.is_none() {
+        return Err(CliError::Usage("--protect-metrics needs --api-key (or TANDEM_API_KEY)".into()));
     }
     let spec = a.spec.parsed()?;
     let mut opened = a.model.open()?;
@@ -92,8 +147,17 @@ pub fn run(a: ServeArgs) -> Result<()> {
         served_model_name: a.served_model_name.clone().unwrap_or_else(|| default_name(&a.model)),
         max_queue: a.max_queue,
         engine: EngineConfig { max_num_seqs: a.max_seqs, speculation: spec.as_ref().map(|(_, c)| *c), ..EngineConfig::default() },
-        shutdown_timeout: Duration::from_secs_f64(a.shutdown_timeout),
+        shutdown_timeout,
         keep_alive: Duration::from_secs(15),
+        api_key,
+        protect_metrics: a.protect_metrics,
+        allowed_hosts: a.allowed_hosts.clone(),
+        cors_origins: a.cors_origins.clone(),
+        max_body_bytes: a.max_body_bytes,
+        max_connections: a.max_connections,
+        header_timeout,
+        body_timeout,
+        idle_timeout,
     };
     eprintln!("tandem serve: {} ({ctx}-token context, {kv} KV positions, up to {} sequences)", opened.label, a.max_seqs);
     let (device, dtype) = (a.model.device, a.model.dtype.clone());

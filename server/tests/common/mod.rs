@@ -45,7 +45,8 @@ pub struct Flaky<R> {
     pub control: Arc<Control>,
 }
 
-/// 0: run; 1: every step errors; 2: every step panics.
+/// 0: run; 1: every step errors; 2: every step panics; 3: every step blocks until the mode
+/// changes (an engine stuck in a long step).
 #[derive(Default)]
 pub struct Control(pub AtomicU32);
 
@@ -64,6 +65,9 @@ impl<R: ModelRunner> ModelRunner for Flaky<R> {
     }
     fn step(&mut self, plan: &StepPlan) -> reference::Result<Vec<SeqResult>> {
         std::thread::sleep(self.step_delay);
+        while self.control.0.load(Ordering::SeqCst) == 3 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         match self.control.0.load(Ordering::SeqCst) {
             1 => Err(reference::Error::Backend("injected step failure".into())),
             2 => panic!("injected step panic"),
@@ -231,4 +235,73 @@ pub async fn wait_metrics(client: &reqwest::Client, base: &str, within: Duration
         assert!(t.elapsed() < within, "{what}: not within {within:?}; metrics:\n{m}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// A raw connection to the server (blocking; reads time out after 10 s).
+pub fn connect(s: &Server) -> std::net::TcpStream {
+    let c = std::net::TcpStream::connect(s.addr()).expect("connect");
+    c.set_read_timeout(Some(Duration::from_secs(10))).expect("read timeout");
+    c
+}
+
+/// One raw HTTP/1.1 response: status, head (lowercase), body. Reads until the body's
+/// `content-length` is in, or the connection closes.
+pub fn read_response(c: &mut std::net::TcpStream) -> (u16, String, String) {
+    use std::io::Read;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&buf).to_string();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let head = head.to_ascii_lowercase();
+            let len = head.lines().find_map(|l| l.strip_prefix("content-length:")).and_then(|v| v.trim().parse::<usize>().ok());
+            if len.is_some_and(|n| body.len() >= n) {
+                let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("status");
+                return (status, head, body.to_string());
+            }
+        }
+        match c.read(&mut chunk) {
+            Ok(0) | Err(_) => {
+                let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+                let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+                return (status, head.to_ascii_lowercase(), body.to_string());
+            }
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+/// Send `request` on a new connection; the response.
+pub fn raw(s: &Server, request: &str) -> (u16, String, String) {
+    use std::io::Write;
+    let mut c = connect(s);
+    c.write_all(request.as_bytes()).expect("write");
+    read_response(&mut c)
+}
+
+/// How long until the server closes `c` (reading and dropping whatever comes); None if it is
+/// still open after `limit`.
+pub fn closed_within(c: &mut std::net::TcpStream, limit: Duration) -> Option<Duration> {
+    use std::io::Read;
+    let t = Instant::now();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let left = limit.checked_sub(t.elapsed())?;
+        c.set_read_timeout(Some(left.max(Duration::from_millis(1)))).expect("read timeout");
+        match c.read(&mut chunk) {
+            Ok(0) => return Some(t.elapsed()),
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                if t.elapsed() >= limit {
+                    return None;
+                }
+            }
+            Err(_) => return Some(t.elapsed()),
+        }
+    }
+}
+
+/// The descriptors this process holds.
+pub fn open_descriptors() -> usize {
+    std::fs::read_dir("/proc/self/fd").expect("/proc/self/fd").count()
 }

@@ -180,7 +180,8 @@ impl<R: ModelRunner> Engine<R> {
         sc.validate()?;
         let kv = draft.kv_layout();
         let blocks = BlockManager::new(kv.block_size, kv.num_blocks)?;
-        e.cfg = cfg;
+        // The limits as Engine::new capped them to the runner's step limit.
+        e.cfg.speculation = cfg.speculation;
         let caching = cfg.prefix_caching && kv.block_size == e.blocks.block_size;
         e.spec = Some(SpecState { cfg: sc, drafter: Some(Drafter { runner: draft, blocks, caching }), cost: CostModel::new(true) });
         Ok(e)

@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use engine::{Engine, EngineConfig, FinishReason, RequestId, RequestOutput};
+use engine::{Engine, EngineConfig, FinishReason, RequestId, RequestOutput, SpecConfig};
 use reference::runner::{KvLayout, ModelInfo, ModelRunner, RefRunner, SeqResult, StepPlan, CPU_STEP_TOKENS};
 use reference::sampling::SamplingParams;
 
@@ -73,6 +73,20 @@ fn the_cpu_runner_caps_every_step_and_the_engine_limits() {
     let steps = &sized.runner().steps;
     assert!(steps.iter().all(|s| s.iter().sum::<usize>() <= CPU_STEP_TOKENS), "{steps:?}");
     assert_eq!(steps[0], vec![CPU_STEP_TOKENS], "the prompt's first chunk fills the step");
+}
+
+#[test]
+fn an_engine_with_a_draft_model_keeps_the_step_limit() {
+    let target = runner(model("tiny-gqa", 1), 64).with_step_tokens(16);
+    let draft = Box::new(runner(model("tiny-gqa", 1), 64));
+    let cfg = EngineConfig { speculation: fixed(SpecConfig::draft(2)), ..EngineConfig::default() };
+    let mut e = Engine::with_draft(target, draft, cfg, None).expect("engine");
+    let got = *e.config();
+    assert_eq!((got.max_batched_tokens, got.prefill_chunk, got.max_num_seqs), (16, 16, 16));
+    assert_eq!(got.speculation, cfg.speculation);
+    e.add_request(greedy(100, 14, 3)).expect("valid");
+    assert_eq!(e.run_to_completion().expect("steps").iter().map(|o| o.new_tokens.len()).sum::<usize>(), 3);
+    assert!(e.stats().steps >= 100 / 16, "{:?}", e.stats());
 }
 
 #[test]

@@ -104,11 +104,25 @@ pub struct Engine<R: ModelRunner> {
 
 impl<R: ModelRunner> Engine<R> {
     /// An engine over `runner`, whose KV pools it manages; `detok` is needed for stop strings
-    /// and output text.
+    /// and output text. A runner with a step limit ([`ModelRunner::max_step_tokens`], the CPU
+    /// reference) caps the token budget, the prompt chunk and the seats (so that every running
+    /// sequence still decodes every step) to it: [`Engine::config`] says what was kept.
     pub fn new(runner: R, cfg: EngineConfig, detok: Option<Arc<dyn Detokenizer>>) -> Result<Self> {
         if cfg.max_num_seqs == 0 || cfg.max_batched_tokens == 0 || cfg.prefill_chunk == 0 {
             return Err(Error::Input(format!("engine limits must be ≥ 1: {cfg:?}")));
         }
+        let cfg = match runner.max_step_tokens() {
+            Some(cap) => {
+                let cap = cap.max(1);
+                EngineConfig {
+                    max_num_seqs: cfg.max_num_seqs.min(cap),
+                    max_batched_tokens: cfg.max_batched_tokens.min(cap),
+                    prefill_chunk: cfg.prefill_chunk.min(cap),
+                    ..cfg
+                }
+            }
+            None => cfg,
+        };
         let spec = match cfg.speculation {
             None => None,
             Some(sc) => {
@@ -166,7 +180,8 @@ impl<R: ModelRunner> Engine<R> {
         sc.validate()?;
         let kv = draft.kv_layout();
         let blocks = BlockManager::new(kv.block_size, kv.num_blocks)?;
-        e.cfg = cfg;
+        // The limits as Engine::new capped them to the runner's step limit.
+        e.cfg.speculation = cfg.speculation;
         let caching = cfg.prefix_caching && kv.block_size == e.blocks.block_size;
         e.spec = Some(SpecState { cfg: sc, drafter: Some(Drafter { runner: draft, blocks, caching }), cost: CostModel::new(true) });
         Ok(e)

@@ -14,6 +14,15 @@
 //! 3. **Then speculative positions** (when on): each decoding sequence may add k proposed
 //!    tokens from what is left of the budget and of the free blocks — never preempting, never
 //!    in a step that preempted, never delaying an admission.
+//!
+//! **No prompt starves the others.** A prompt chunk leaves one token for each decoding
+//! sequence after it in the running list, and while other prompts wait for tokens (a later
+//! running prompt, or a request waiting for a free seat) it takes at most half of what is left
+//! after that ([`chunk_cap`]), so a long prompt shares every step with the decodes behind it
+//! and with the prompts that arrive with it or during its prefill: a short request's first
+//! token does not wait for a long prompt's last chunk. What the cap held back
+//! and nobody used goes back to the capped chunks at the end of the step (no preemption for
+//! it), so a step computes as many tokens as before.
 
 use reference::Result;
 
@@ -45,13 +54,29 @@ impl<R: ModelRunner> Engine<R> {
         let mut out = Schedule::default();
         let mut budget = self.cfg.max_batched_tokens;
         let mut preempted = false;
+        // Running prompts whose chunk the cap cut short (or to nothing).
+        let mut capped = Vec::new();
         let mut i = 0;
         while i < self.running.len() && budget > 0 {
             let id = self.running[i];
-            let (n, decode) = {
-                let s = self.seq(id)?;
-                let pending = s.pending();
-                (if pending > 1 { pending.min(self.cfg.prefill_chunk) } else { pending }.min(budget), pending == 1)
+            let pending = self.seq(id)?.pending();
+            let decode = pending == 1;
+            let n = if decode {
+                1
+            } else {
+                let later = &self.running[i + 1..];
+                let later_decodes = later.iter().filter(|&&r| self.seqs.get(&r).is_some_and(|s| s.pending() == 1)).count();
+                // Others wait for prompt tokens: a later prompt, or a request for a free seat.
+                let queue = later_decodes < later.len() || (!self.waiting.is_empty() && self.running.len() < self.cfg.max_num_seqs);
+                let n = pending.min(self.cfg.prefill_chunk).min(chunk_cap(budget, later_decodes, queue));
+                if n < pending.min(self.cfg.prefill_chunk) {
+                    capped.push(id);
+                }
+                if n == 0 {
+                    i += 1;
+                    continue;
+                }
+                n
             };
             let kv = self.seq(id)?.kv.ok_or_else(|| reference::Error::KvCache(format!("running request {id} holds no blocks")))?;
             let mut self_preempted = false;
@@ -79,24 +104,29 @@ impl<R: ModelRunner> Engine<R> {
             budget -= n;
             i += 1;
         }
-        if preempted {
-            return Ok(out);
-        }
-        while budget > 0 && self.running.len() < self.cfg.max_num_seqs {
+        while !preempted && budget > 0 && self.running.len() < self.cfg.max_num_seqs {
             let Some(&id) = self.waiting.front() else { break };
-            if !self.admit(id, budget)? {
+            // Others still waiting for a seat: this prompt's first chunk leaves them room.
+            let queue = self.waiting.len() > 1 && self.running.len() + 1 < self.cfg.max_num_seqs;
+            let cap = chunk_cap(budget, 0, queue);
+            if !self.admit(id, cap)? {
                 break;
             }
             self.waiting.pop_front();
             self.running.push(id);
-            let n = {
+            let (n, full) = {
                 let s = self.seq(id)?;
-                s.pending().min(self.cfg.prefill_chunk).min(budget)
+                let full = s.pending().min(self.cfg.prefill_chunk);
+                (full.min(cap), full)
             };
+            if n < full {
+                capped.push(id);
+            }
             out.items.push(Item { id, n, k: 0, decode: false });
             budget -= n;
         }
-        if self.spec.is_some() {
+        self.top_up(&mut out, &capped, &mut budget)?;
+        if !preempted && self.spec.is_some() {
             let batch = out.items.iter().filter(|it| it.decode).count();
             for it in out.items.iter_mut().filter(|it| it.decode) {
                 let kv = self.seq(it.id)?.kv.ok_or_else(|| reference::Error::KvCache(format!("running request {} holds no blocks", it.id)))?;
@@ -111,6 +141,31 @@ impl<R: ModelRunner> Engine<R> {
             }
         }
         Ok(out)
+    }
+
+    /// Give the prompt chunks in `capped` (cut short by [`chunk_cap`], in schedule order) what
+    /// is left of the budget, up to a full chunk each, where the pool has the blocks free.
+    fn top_up(&mut self, out: &mut Schedule, capped: &[RequestId], budget: &mut usize) -> Result<()> {
+        for &id in capped {
+            if *budget == 0 {
+                break;
+            }
+            let at = out.items.iter().position(|it| it.id == id);
+            let scheduled = at.map_or(0, |j| out.items[j].n);
+            // A sequence preempted or finished since it was capped holds nothing to top up.
+            let Some((s, kv)) = self.seqs.get(&id).and_then(|s| Some((s, s.kv?))) else { continue };
+            let extra = s.pending().min(self.cfg.prefill_chunk).saturating_sub(scheduled).min(*budget);
+            if extra == 0 || self.blocks.blocks_needed(kv, extra)? > self.blocks.num_free() {
+                continue;
+            }
+            self.blocks.grow(kv, extra)?;
+            match at {
+                Some(j) => out.items[j].n += extra,
+                None => out.items.push(Item { id, n: extra, k: 0, decode: false }),
+            }
+            *budget -= extra;
+        }
+        Ok(())
     }
 
     /// Give waiting `id` blocks: its cached prefix and room for its first chunk (of at most
@@ -155,5 +210,16 @@ impl<R: ModelRunner> Engine<R> {
         self.waiting.push_front(id);
         self.stats.preemptions += 1;
         Ok(())
+    }
+}
+
+/// The most tokens a prompt chunk may take of `budget`: one is owed to each of
+/// `later_decodes` decoding sequences after it, and when `queue` (other prompts wait) it takes at most half of the rest (rounded up, so a budget of one token still moves).
+pub(crate) fn chunk_cap(budget: usize, later_decodes: usize, queue: bool) -> usize {
+    let room = budget.saturating_sub(later_decodes);
+    if queue {
+        room.div_ceil(2)
+    } else {
+        room
     }
 }

@@ -128,6 +128,13 @@ pub trait ModelRunner {
     fn prepare_decode(&mut self, _rows: usize, _max_len: usize, _sampled: bool) -> Result<usize> {
         Ok(0)
     }
+    /// The most token positions one step should compute, where the runner is slow enough per
+    /// position that a step must be kept short (the CPU reference): the engine caps its token
+    /// budget (and so its prompt chunks and its seats) to this, so that one step — the time
+    /// between two looks at aborts, new requests and shutdown — stays bounded. `None`: no cap.
+    fn max_step_tokens(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// Checks shared by every runner: tables cover the tokens, ids are in the vocabulary and the
@@ -185,6 +192,12 @@ impl RefForward for Model {
     }
 }
 
+/// The token budget of one CPU reference step ([`ModelRunner::max_step_tokens`]): the naive
+/// forward pass costs about the same per position at any batch size, so small steps lose
+/// nothing, and a 2,000-token prompt no longer holds every other request (and aborts, and a
+/// shutdown) for the minute its prefill takes.
+pub const CPU_STEP_TOKENS: usize = 128;
+
 /// The CPU reference behind [`ModelRunner`]: f32 pools `[blocks · bs, Hkv, D]` per layer.
 pub struct RefRunner<M: RefForward = Model> {
     pub model: M,
@@ -192,6 +205,7 @@ pub struct RefRunner<M: RefForward = Model> {
     layout: KvLayout,
     k: Vec<Array3<f32>>,
     v: Vec<Array3<f32>>,
+    step_tokens: usize,
 }
 
 impl<M: RefForward> RefRunner<M> {
@@ -204,7 +218,21 @@ impl<M: RefForward> RefRunner<M> {
         let shape = (rows, model.n_kv_heads(), model.head_dim());
         let n = model.n_layers();
         let info = model.info();
-        Ok(RefRunner { k: vec![Array3::zeros(shape); n], v: vec![Array3::zeros(shape); n], model, info, layout: KvLayout { block_size, num_blocks } })
+        Ok(RefRunner {
+            k: vec![Array3::zeros(shape); n],
+            v: vec![Array3::zeros(shape); n],
+            model,
+            info,
+            layout: KvLayout { block_size, num_blocks },
+            step_tokens: CPU_STEP_TOKENS,
+        })
+    }
+
+    /// The same runner asking for steps of at most `tokens` positions (default
+    /// [`CPU_STEP_TOKENS`]; at least 1).
+    pub fn with_step_tokens(mut self, tokens: usize) -> Self {
+        self.step_tokens = tokens.max(1);
+        self
     }
 
     /// Pool row of position `pos` of a sequence with table `blocks`.
@@ -270,6 +298,9 @@ impl<M: RefForward> ModelRunner for RefRunner<M> {
     fn name(&self) -> String {
         "cpu-reference".into()
     }
+    fn max_step_tokens(&self) -> Option<usize> {
+        Some(self.step_tokens)
+    }
 }
 
 /// A boxed runner is a runner (the CLI and the server pick the device at run time).
@@ -294,5 +325,8 @@ impl<T: ModelRunner + ?Sized> ModelRunner for Box<T> {
     }
     fn prepare_decode(&mut self, rows: usize, max_len: usize, sampled: bool) -> Result<usize> {
         (**self).prepare_decode(rows, max_len, sampled)
+    }
+    fn max_step_tokens(&self) -> Option<usize> {
+        (**self).max_step_tokens()
     }
 }

@@ -15,6 +15,17 @@ use super::{CliError, Result};
 pub fn run(a: GenerateArgs) -> Result<()> {
     let params = a.sampling.params();
     params.validate()?;
+    // Before the model loads, for every model family: `--out` is the batch results file.
+    match (&a.prompts, &a.out) {
+        (None, Some(out)) => {
+            return Err(CliError::Usage(format!(
+                "--out {} needs --prompts: only batch mode writes a results file (--prompt and --chat print to stdout)",
+                out.display()
+            )))
+        }
+        (Some(prompts), Some(out)) => super::batch::check_out(prompts, out)?,
+        _ => {}
+    }
     if super::gpt_oss::wants(&a.model)? {
         return super::gpt_oss::chat::run(a, params);
     }

@@ -6,7 +6,7 @@
 //! `messages`), one JSON line per request with its text and, for chats, its channels.
 
 use std::collections::HashMap;
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -21,7 +21,7 @@ use reference::sampling::SamplingParams;
 use serde_json::{json, Map, Value};
 
 use super::super::generate_args::GenerateArgs;
-use super::super::{CliError, Result};
+use super::super::{batch, CliError, Result};
 use super::parts;
 
 /// The harmony prompt of `messages` (the default system message at `reasoning`) as ids.
@@ -187,6 +187,7 @@ fn parse_line(text: &str, tok: &GptOssTokenizer, a: &GenerateArgs, base: &Sampli
     let o = v.as_object().ok_or("not a JSON object")?;
     let (ids, chat) = match (o.get("prompt"), o.get("messages")) {
         (Some(Value::String(p)), None) => (raw_ids(tok, p, a.model.parse_special).map_err(|e| e.to_string())?, false),
+        (None, Some(Value::Array(ms))) if ms.is_empty() => return Err("`messages` must hold at least one message".into()),
         (None, Some(Value::Array(ms))) => {
             let msgs = ms
                 .iter()
@@ -234,15 +235,17 @@ fn parse_line(text: &str, tok: &GptOssTokenizer, a: &GenerateArgs, base: &Sampli
 /// as it finishes (`id`, `text`, `token_ids`, `finish_reason`, and for chats `final` and
 /// `analysis`), or `id`, `error`.
 fn run_batch(a: GenerateArgs, path: &Path, base: SamplingParams, mut opened: super::super::source::Opened, tok: Arc<GptOssTokenizer>) -> Result<()> {
-    let file = std::fs::File::open(path).map_err(|e| reference::Error::io(path, e))?;
+    // Lines, the sink and the messages' line numbers as `tandem generate --prompts` has them
+    // for every model (batch.rs): one bad line is that line's error.
     let mut lines = vec![];
-    for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(|e| reference::Error::io(path, e))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let id = serde_json::from_str::<Value>(&line).ok().and_then(|v| v.get("id").cloned()).unwrap_or(json!(n));
-        lines.push((id, parse_line(&line, &tok, &a, &base).map_err(|e| format!("line {n}: {e}"))));
+    for (n, line) in batch::read_lines(path)? {
+        lines.push(match line {
+            Err(e) => (json!(n), Err(e)),
+            Ok(line) => {
+                let id = serde_json::from_str::<Value>(&line).ok().and_then(|v| v.get("id").cloned()).unwrap_or(json!(n));
+                (id, parse_line(&line, &tok, &a, &base).map_err(|e| format!("line {}: {}", n + 1, batch::flag_to_field(&e))))
+            }
+        });
     }
     let ctx = opened.config.max_ctx;
     let kv = a.kv_tokens.unwrap_or_else(|| {
@@ -250,10 +253,7 @@ fn run_batch(a: GenerateArgs, path: &Path, base: SamplingParams, mut opened: sup
             lines.iter().filter_map(|(_, r)| r.as_ref().ok()).map(|(r, _)| (r.prompt.len() + r.max_tokens.unwrap_or(ctx)).min(ctx)).sum();
         want.clamp(1, 64 * ctx)
     });
-    let mut sink: Box<dyn Write> = match &a.out {
-        Some(p) => Box::new(std::io::BufWriter::new(std::fs::File::create(p).map_err(|e| reference::Error::io(p, e))?)),
-        None => Box::new(std::io::stdout().lock()),
-    };
+    let mut sink = batch::Sink::open(a.out.as_deref())?;
     let runner = opened.runner(a.model.device, a.model.dtype.as_deref(), kv)?;
     let cfg = EngineConfig { max_num_seqs: a.max_seqs.max(1), ..EngineConfig::default() };
     let mut engine = Engine::new(runner, cfg, Some(Arc::new(HarmonyDetok(tok.clone())) as Arc<dyn Detokenizer>))?;
@@ -263,10 +263,9 @@ fn run_batch(a: GenerateArgs, path: &Path, base: SamplingParams, mut opened: sup
             Ok((rid, chat)) => {
                 live.insert(rid, (id, chat, vec![], String::new()));
             }
-            Err(e) => writeln!(sink, "{}", json!({"id": id, "error": e.to_string()}))?,
+            Err(e) => sink.line(&json!({"id": id, "error": e.to_string()}))?,
         }
     }
-    sink.flush()?;
     while engine.has_work() {
         for o in engine.step()? {
             let Some(entry) = live.get_mut(&o.id) else { continue };
@@ -279,11 +278,10 @@ fn run_batch(a: GenerateArgs, path: &Path, base: SamplingParams, mut opened: sup
                 j["final"] = json!(parsed.as_ref().and_then(|p| p.final_text()));
                 j["analysis"] = json!(parsed.as_ref().and_then(|p| p.analysis()));
             }
-            writeln!(sink, "{j}")?;
-            sink.flush()?;
+            sink.line(&j)?;
         }
     }
-    Ok(())
+    sink.finish()
 }
 
 #[cfg(test)]

@@ -339,6 +339,12 @@ fn chat_prompt(msgs: &[ChatMessage], front: &ModelFront, opts: &ChatOptions) -> 
     }
     let tmpl =
         front.chat.as_ref().ok_or_else(|| ApiError::invalid("messages", "`messages`: this model has no chat template; use /v1/completions"))?;
-    let text = tmpl.render(&out, opts).map_err(|e| ApiError::invalid("messages", format!("`messages`: the chat template refused them: {e}")))?;
+    let text = tmpl.render(&out, opts).map_err(|e| match e {
+        // The operator's template is at fault, not the request: a server error naming the limit.
+        reference::Error::TemplateLimit(_) => {
+            ApiError { code: Some("chat_template_limit"), ..ApiError::internal(format!("the model's chat template failed on these messages: {e}")) }
+        }
+        e => ApiError::invalid("messages", format!("`messages`: the chat template refused them: {e}")),
+    })?;
     encode(&text, front, "messages")
 }

@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use minijinja::{context, Environment, ErrorKind};
+use minijinja::{context, Environment, ErrorKind, Value};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
@@ -69,6 +69,69 @@ impl std::fmt::Debug for ChatTemplate {
     }
 }
 
+/// Fuel every render gets, whatever its conversation. minijinja charges one fuel per
+/// instruction and one per 64 bytes of data it creates (strings, lists, output), and checks a
+/// known-size allocation (`s ~ s`, `s * n`, a `join`) against the fuel left before making it, so
+/// fuel bounds both the time of a render (about 40M fuel a second, release build) and the memory
+/// it can take (64 bytes a fuel). This base: about 0.1 s and 256 MiB; the real templates of
+/// llama.cpp's test set render a ten-turn conversation of 4 KB with at most 5k fuel.
+pub const FUEL_BASE: u64 = 4_000_000;
+/// Fuel added per byte of message text (1 KiB of data per byte). Templates copy each message a
+/// few times (0.03 to 0.2 fuel a byte measured on 400 KB conversations), and some build the
+/// whole prompt by concatenation, quadratic in the number of messages: Reka-Edge takes 4.8 a
+/// byte for 100 turns of 2 KB. A longer conversation through such a template fails with a
+/// clear error rather than growing the budget with the square of the request.
+pub const FUEL_PER_INPUT_BYTE: u64 = 16;
+/// Output every render may write, whatever its conversation: the template's own text (headers,
+/// default system prompts; at most 5 KB measured).
+pub const OUTPUT_BASE: usize = 1 << 20;
+/// Output added per byte of message text: real templates write each message once (output /
+/// input at most 1.06 measured on 400 KB conversations).
+pub const OUTPUT_PER_INPUT_BYTE: usize = 4;
+
+/// The limits of one render, from the size of its conversation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RenderLimits {
+    /// Bytes of message text (roles and contents).
+    pub input: usize,
+    /// minijinja fuel.
+    pub fuel: u64,
+    /// Bytes of output.
+    pub output: usize,
+}
+
+impl RenderLimits {
+    /// The limits for rendering `messages`.
+    pub fn for_messages(messages: &[Message]) -> Self {
+        let input = messages.iter().fold(0usize, |n, m| n.saturating_add(m.role.len()).saturating_add(m.content.len()));
+        let fuel = FUEL_BASE.saturating_add(FUEL_PER_INPUT_BYTE.saturating_mul(input as u64));
+        let output = OUTPUT_BASE.saturating_add(OUTPUT_PER_INPUT_BYTE.saturating_mul(input));
+        RenderLimits { input, fuel, output }
+    }
+}
+
+/// The render's output, refusing to grow past `cap` bytes.
+struct CappedWriter {
+    buf: Vec<u8>,
+    cap: usize,
+    /// Set when a write would have passed the cap (the render then fails).
+    over: bool,
+}
+
+impl std::io::Write for CappedWriter {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        if self.buf.len().saturating_add(b.len()) > self.cap {
+            self.over = true;
+            return Err(std::io::Error::other("chat template output cap reached"));
+        }
+        self.buf.extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Format a minijinja error with its whole cause chain.
 fn template_err(origin: &str, e: &minijinja::Error) -> Error {
     let mut msg = format!("{origin}: {e}");
@@ -80,16 +143,16 @@ fn template_err(origin: &str, e: &minijinja::Error) -> Error {
     Error::Template(msg)
 }
 
-/// The HF-compatible rendering environment.
-fn make_env() -> Environment<'static> {
+/// The HF-compatible rendering environment (`origin` names the template in an error).
+fn make_env(origin: &str) -> Result<Environment<'static>> {
     let mut env = Environment::new();
-    env.set_trim_blocks(true);
-    env.set_lstrip_blocks(true);
+    let syntax = minijinja::syntax::SyntaxConfig::builder().trim_blocks(true).lstrip_blocks(true).build().map_err(|e| template_err(origin, &e))?;
+    env.set_syntax(syntax);
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
     env.add_function("raise_exception", |msg: String| -> std::result::Result<String, minijinja::Error> {
         Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg))
     });
-    env
+    Ok(env)
 }
 
 /// A token string from a `tokenizer_config.json` entry: a plain string or `{"content": ...}`.
@@ -98,16 +161,27 @@ fn hf_token_str(v: Option<&serde_json::Value>) -> String {
 }
 
 impl ChatTemplate {
-    /// A template from its source; the source is parsed now so syntax errors surface early.
+    /// A template from its source; the source is parsed now so syntax errors surface early, and
+    /// rendered for the smallest conversations (system + user, user alone): a template that
+    /// exceeds the render limits even then ([`RenderLimits`]) is refused with
+    /// [`Error::TemplateLimit`] naming `origin`. Other errors of those renders are not checked
+    /// (a template may refuse a system message with `raise_exception`).
     pub fn new(source: impl Into<String>, origin: impl Into<String>, bos_token: impl Into<String>, eos_token: impl Into<String>) -> Result<Self> {
         let source = source.into();
         let origin = origin.into();
-        let env = make_env();
-        {
-            let check = make_env();
-            check.template_from_str(&source).map_err(|e| template_err(&origin, &e))?;
+        let env = make_env(&origin)?;
+        env.template_from_str(&source).map_err(|e| template_err(&origin, &e))?;
+        let t = ChatTemplate { source, origin, bos_token: bos_token.into(), eos_token: eos_token.into(), env };
+        let trivial = [vec![Message::system("You are a helpful assistant."), Message::user("Hello.")], vec![Message::user("Hello.")]];
+        for msgs in &trivial {
+            if let Ok(Err(limit)) = t.render_bounded(msgs, true) {
+                return Err(Error::TemplateLimit(format!(
+                    "{}: refused at load: even a trivial conversation passes the render limits: {limit}",
+                    t.origin
+                )));
+            }
         }
-        Ok(ChatTemplate { source, origin, bos_token: bos_token.into(), eos_token: eos_token.into(), env })
+        Ok(t)
     }
 
     /// The template stored under `tokenizer.chat_template`, if any. `bos_token`/`eos_token`
@@ -183,14 +257,41 @@ impl ChatTemplate {
 
     /// Render `messages` into prompt text; with `add_generation_prompt` the text ends with the
     /// header of an assistant turn. The result already contains any BOS the template writes.
+    ///
+    /// The render is bounded (see [`RenderLimits`]): a template that spends more fuel or writes
+    /// more output than the conversation allows fails with [`Error::TemplateLimit`].
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+        self.render_bounded(messages, add_generation_prompt)?.map_err(|limit| Error::TemplateLimit(format!("{}: {limit}", self.origin)))
+    }
+
+    /// [`Self::render`], with a limit that stopped the render as `Ok(Err(what))`.
+    fn render_bounded(&self, messages: &[Message], add_generation_prompt: bool) -> Result<std::result::Result<String, String>> {
+        let limits = RenderLimits::for_messages(messages);
+        let mut env = self.env.clone();
+        env.set_fuel(Some(limits.fuel));
+        let tmpl = env.template_from_str(&self.source).map_err(|e| template_err(&self.origin, &e))?;
+        let msgs: Vec<Value> = messages.iter().map(|m| context! { role => &m.role, content => &m.content }).collect();
         let ctx = context! {
-            messages => messages,
+            messages => msgs,
             add_generation_prompt => add_generation_prompt,
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
         };
-        self.env.render_str(&self.source, ctx).map_err(|e| template_err(&self.origin, &e))
+        let mut out = CappedWriter { buf: Vec::new(), cap: limits.output, over: false };
+        let size = format!("the limit for {} message(s) of {} bytes", messages.len(), limits.input);
+        match tmpl.render_captured_to(ctx, &mut out) {
+            Ok(_) => {}
+            Err(_) if out.over => return Ok(Err(format!("the output passes {} bytes ({size})", limits.output))),
+            Err(e) if e.kind() == ErrorKind::OutOfFuel => {
+                return Ok(Err(format!(
+                    "rendering ran out of fuel after {} ({size}; one per instruction, one per 64 bytes of data): \
+                     the template loops or allocates without bound",
+                    limits.fuel
+                )))
+            }
+            Err(e) => return Err(template_err(&self.origin, &e)),
+        }
+        String::from_utf8(out.buf).map(Ok).map_err(|e| Error::Template(format!("{}: the output is not UTF-8: {e}", self.origin)))
     }
 
     /// The template source.

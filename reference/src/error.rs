@@ -24,6 +24,10 @@ pub enum Error {
     Tokenizer(String),
     #[error("chat template: {0}")]
     Template(String),
+    /// A chat template ran past its render limits (fuel, output size): the template's fault,
+    /// not the conversation's.
+    #[error("chat template: {0}")]
+    TemplateLimit(String),
     /// Invalid user input at run time (token ids, prompt length, sampling values).
     #[error("invalid input: {0}")]
     Input(String),

@@ -355,7 +355,13 @@ fn chat_prompt(msgs: &[ChatMessage], front: &ModelFront, opts: &ChatOptions) -> 
     }
     let tmpl =
         front.chat.as_ref().ok_or_else(|| ApiError::invalid("messages", "`messages`: this model has no chat template; use /v1/completions"))?;
-    let refused = |e: String| ApiError::invalid("messages", format!("`messages`: the chat template refused them: {e}"));
+    let refused = |e: reference::Error| match e {
+        // The operator's template is at fault, not the request: a server error naming the limit.
+        reference::Error::TemplateLimit(_) => {
+            ApiError { code: Some("chat_template_limit"), ..ApiError::internal(format!("the model's chat template failed on these messages: {e}")) }
+        }
+        e => ApiError::invalid("messages", format!("`messages`: the chat template refused them: {e}")),
+    };
     if front.parse_special {
         let text = tmpl.render(&out, opts).map_err(refused)?;
         return encode(&text, front, "messages", &[]);
@@ -363,9 +369,9 @@ fn chat_prompt(msgs: &[ChatMessage], front: &ModelFront, opts: &ChatOptions) -> 
     // The messages' own text keeps special-token text as plain text; the template's markers
     // become control tokens.
     let specials = tokenizer(front, "messages")?.specials().map_err(|e| ApiError::invalid("messages", format!("`messages`: {e}")))?;
-    let render = |m: &[Message]| tmpl.render(m, opts).map_err(reference::Error::Template);
+    let render = |m: &[Message]| tmpl.render(m, opts);
     let (text, literal) = reference::special_text::chat_literal_spans(&out, &specials, &render).map_err(|e| match e {
-        reference::Error::Template(m) => refused(m),
+        e @ (reference::Error::Template(_) | reference::Error::TemplateLimit(_)) => refused(e),
         e => ApiError::invalid("messages", format!("`messages`: {e}")),
     })?;
     encode(&text, front, "messages", &literal)

@@ -72,8 +72,10 @@ pub struct ChatOptions {
 
 /// How chat messages become a prompt, and how the reply becomes the answer.
 pub trait ChatFormat: Send + Sync {
-    /// The prompt text of `messages`, ending where the assistant's reply starts.
-    fn render(&self, messages: &[Message], opts: &ChatOptions) -> Result<String, String>;
+    /// The prompt text of `messages`, ending where the assistant's reply starts. A
+    /// [`reference::Error::TemplateLimit`] is the template's fault (it ran past its render
+    /// limits); any other error is the messages' (a role the format refuses).
+    fn render(&self, messages: &[Message], opts: &ChatOptions) -> reference::Result<String>;
     /// A splitter for one reply's tokens; `None`: the reply is its detokenized text.
     fn reply(&self) -> Option<Box<dyn ReplySplit>> {
         None
@@ -88,8 +90,8 @@ pub trait ReplySplit: Send {
 }
 
 impl ChatFormat for ChatTemplate {
-    fn render(&self, messages: &[Message], _opts: &ChatOptions) -> Result<String, String> {
-        ChatTemplate::render(self, messages, true).map_err(|e| e.to_string())
+    fn render(&self, messages: &[Message], _opts: &ChatOptions) -> reference::Result<String> {
+        ChatTemplate::render(self, messages, true)
     }
 }
 
@@ -99,9 +101,9 @@ impl ChatFormat for ChatTemplate {
 pub struct Harmony(pub Arc<GptOssTokenizer>);
 
 impl ChatFormat for Harmony {
-    fn render(&self, messages: &[Message], opts: &ChatOptions) -> Result<String, String> {
+    fn render(&self, messages: &[Message], opts: &ChatOptions) -> reference::Result<String> {
         let system = SystemContent { reasoning: opts.reasoning.unwrap_or_default(), ..SystemContent::default() };
-        harmony::render_prompt(&system, messages).map_err(|e| e.to_string())
+        harmony::render_prompt(&system, messages)
     }
     fn reply(&self) -> Option<Box<dyn ReplySplit>> {
         Some(Box::new(Channels(ChannelStream::new(self.0.clone()))))

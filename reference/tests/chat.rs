@@ -93,6 +93,10 @@ fn hostile() -> Vec<(&'static str, String)> {
         ),
         ("repeat then concat", "{% set a = 'x' * 100000000 %}{% set b = a ~ a %}{{ b }}".into()),
         ("join", "{% set sep = 'x' * 1000000 %}{{ range(100000)|join(sep) }}".into()),
+        // Lists doubled by `+`: lazy joins until the chain is deep, then copied whole (the
+        // vendored minijinja charges fuel for the slots before that copy).
+        ("list doubling", "{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}{% endfor %}{{ ns.l|length }}".into()),
+        ("list doubling printed", "{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}{% endfor %}{{ ns.l }}".into()),
         // 10^10 iterations, with and without output.
         ("nested range", "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}".into()),
         ("nested range output", "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}".into()),

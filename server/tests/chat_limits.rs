@@ -21,8 +21,11 @@ impl engine::Detokenizer for Bytes {
 }
 
 impl TextCodec for Bytes {
-    fn encode_prompt(&self, text: &str) -> reference::Result<Vec<u32>> {
+    fn encode_prompt(&self, text: &str, _literal: &[std::ops::Range<usize>]) -> reference::Result<Vec<u32>> {
         Ok(text.bytes().map(|b| 3 + u32::from(b) % 90).collect())
+    }
+    fn specials(&self) -> reference::Result<reference::special_text::Specials> {
+        reference::special_text::Specials::new(vec![])
     }
     fn bos_id(&self) -> Option<u32> {
         Some(1)

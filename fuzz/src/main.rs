@@ -29,6 +29,9 @@ struct Args {
     /// Seconds between progress lines.
     #[arg(long, default_value_t = 30)]
     progress_secs: u64,
+    /// Stop each target after this many seconds even if iterations are left.
+    #[arg(long)]
+    max_secs: Option<u64>,
     /// Rewrite fuzz/corpus/ from the project's writers and exit.
     #[arg(long)]
     write_seeds: bool,
@@ -52,6 +55,7 @@ fn main() -> ExitCode {
     let cfg = RunConfig {
         hang: Duration::from_secs(args.hang_secs),
         progress: Some(Duration::from_secs(args.progress_secs)),
+        time_limit: args.max_secs.map(Duration::from_secs),
         ..RunConfig::new(args.iterations, args.seed)
     };
     let mut crashed = false;

@@ -32,12 +32,21 @@ pub struct RunConfig {
     pub hang: Duration,
     /// Print a progress line this often (none when `None`).
     pub progress: Option<Duration>,
+    /// Stop after this long even if mutants are left (the report says how many ran).
+    pub time_limit: Option<Duration>,
 }
 
 impl RunConfig {
     /// `iterations` mutants from `seed`, artifacts under `fuzz/artifacts/`, a 60 s hang limit.
     pub fn new(iterations: u64, seed: u64) -> Self {
-        RunConfig { iterations, seed, artifacts: crate::fuzz_dir().join("artifacts"), hang: Duration::from_secs(60), progress: None }
+        RunConfig {
+            iterations,
+            seed,
+            artifacts: crate::fuzz_dir().join("artifacts"),
+            hang: Duration::from_secs(60),
+            progress: None,
+            time_limit: None,
+        }
     }
 }
 
@@ -199,7 +208,12 @@ fn run_loop(exec: &Exec<'_>, seeds: Vec<Vec<u8>>, cfg: &RunConfig) -> std::io::R
     let t0 = Instant::now();
     let mut last_progress = t0;
     let total = n_seeds as u64 + cfg.iterations;
+    let mut executions = 0;
     for execution in 0..total {
+        if cfg.time_limit.is_some_and(|l| t0.elapsed() >= l) {
+            break;
+        }
+        executions += 1;
         let input = match usize::try_from(execution).ok().filter(|&i| i < n_seeds) {
             Some(i) => corpus[i].clone(),
             None => {
@@ -250,7 +264,7 @@ fn run_loop(exec: &Exec<'_>, seeds: Vec<Vec<u8>>, cfg: &RunConfig) -> std::io::R
     Ok(Report {
         target: target.name(),
         seed: cfg.seed,
-        executions: total,
+        executions,
         elapsed: t0.elapsed(),
         crashes,
         outcomes: seen.len(),

@@ -41,12 +41,12 @@ fn fuzz_tokenizer() {
 
 #[test]
 fn fuzz_chat() {
-    bounded("chat", 20_000);
+    bounded("chat", 10_000);
 }
 
 #[test]
 fn fuzz_http() {
-    bounded("http", 20_000);
+    bounded("http", 10_000);
 }
 
 /// Every input under `fuzz/regressions/<target>/` (crashes found before) runs clean.

@@ -21,7 +21,7 @@
 //!
 //! [`bench`] is the client side: a load generator for `tandem bench serve`.
 
-mod api;
+pub mod api;
 pub mod bench;
 mod conn;
 mod error;

@@ -267,7 +267,18 @@ impl Tokenizer {
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         crate::loader::require_regular_file(path)?;
-        let inner = tokenizers::Tokenizer::from_file(path).map_err(|e| tok_err(path, e))?;
+        // `tokenizers` panics on some malformed files instead of returning an error (a bad
+        // `decoder` section: an `expect` in its deserializer; a BPE `continuing_subword_prefix`
+        // longer than a token: a slice out of bounds). A panic while parsing is that file's
+        // error; the inputs are kept in fuzz/regressions/tokenizer/.
+        let parsed = std::panic::catch_unwind(|| tokenizers::Tokenizer::from_file(path));
+        let inner = match parsed {
+            Ok(r) => r.map_err(|e| tok_err(path, e))?,
+            Err(p) => {
+                let why = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();
+                return Err(Error::Tokenizer(format!("{}: not a valid tokenizer.json (the tokenizers crate failed on it: {why})", path.display())));
+            }
+        };
         let vocab_size = check_hf_vocab(path, &inner)?;
         let dir = path.parent().unwrap_or(Path::new("."));
         let tc_path = dir.join("tokenizer_config.json");

@@ -79,8 +79,8 @@ impl Http {
         let chat = ChatTemplate::new(src, path.display().to_string(), "", "<|im_end|>").map_err(|e| e.to_string())?;
         let vocab = tok.vocab_size();
         let info = ModelInfo { vocab, max_ctx: 1024, bos_id: tok.bos_id(), eos_id: tok.eos_id() };
-        let full = ModelFront { tokenizer: Some(Arc::new(tok)), chat: Some(Arc::new(chat)), info };
-        let bare = ModelFront { tokenizer: None, chat: None, info: ModelInfo { vocab: 32, max_ctx: 16, bos_id: None, eos_id: None } };
+        let full = ModelFront { tokenizer: Some(Arc::new(tok)), chat: Some(Arc::new(chat)), info, parse_special: false };
+        let bare = ModelFront { tokenizer: None, chat: None, info: ModelInfo { vocab: 32, max_ctx: 16, bos_id: None, eos_id: None }, parse_special: false };
         Ok(Http { full, bare })
     }
 }

@@ -224,7 +224,8 @@ pub fn write_all(corpus: &Path) -> Result<Vec<std::path::PathBuf>> {
         Ok(())
     };
     let chatml = TEMPLATES[0].1;
-    let small = micro(8, N_TOKENS);
+    // BOS / EOS come from the tokenizer keys (the config writer would write them a second time).
+    let small = Config { bos_id: None, eos_id: None, ..micro(8, N_TOKENS) };
     put(
         "gguf",
         "llama-f32-tokenizer-chat.gguf",

@@ -32,7 +32,9 @@ fn chatml_tokenizer() -> Tokenizer {
         .kv("tokenizer.ggml.merges", Value::Array(vec![]));
     let d = std::env::temp_dir().join(format!("tandem-special-text-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
-    let p: PathBuf = d.join("chatml.gguf");
+    // One file per test thread: the tests run in parallel threads of one process, and a file
+    // another thread is rewriting reads as truncated.
+    let p: PathBuf = d.join(format!("chatml-{:?}.gguf", std::thread::current().id()).replace(['(', ')'], ""));
     w.write(&p).unwrap();
     Tokenizer::from_gguf(&GgufFile::open(&p).unwrap()).unwrap()
 }

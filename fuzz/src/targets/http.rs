@@ -80,7 +80,8 @@ impl Http {
         let vocab = tok.vocab_size();
         let info = ModelInfo { vocab, max_ctx: 1024, bos_id: tok.bos_id(), eos_id: tok.eos_id() };
         let full = ModelFront { tokenizer: Some(Arc::new(tok)), chat: Some(Arc::new(chat)), info, parse_special: false };
-        let bare = ModelFront { tokenizer: None, chat: None, info: ModelInfo { vocab: 32, max_ctx: 16, bos_id: None, eos_id: None }, parse_special: false };
+        let bare =
+            ModelFront { tokenizer: None, chat: None, info: ModelInfo { vocab: 32, max_ctx: 16, bos_id: None, eos_id: None }, parse_special: false };
         Ok(Http { full, bare })
     }
 }

@@ -905,13 +905,15 @@ pub(crate) fn binop_alloc_estimate(op: &str, lhs: &Value, rhs: &Value) -> u64 {
             // join is lazy, but a chain deeper than `MergeSeq::MAX_DEPTH` is materialized
             // (`materialize_seq_concat`) without a fuel check, so `l = l + l` in a loop grew
             // a list to gigabytes under any fuel budget.
+            // (A joined list is itself a lazy iterable of known length, so both kinds count.)
             _ if op == "add"
-                && matches!(lhs.kind(), ValueKind::Seq)
-                && matches!(rhs.kind(), ValueKind::Seq) =>
+                && matches!(lhs.kind(), ValueKind::Seq | ValueKind::Iterable)
+                && matches!(rhs.kind(), ValueKind::Seq | ValueKind::Iterable) =>
             {
-                (lhs.len().unwrap_or(0) as u64)
-                    .saturating_add(rhs.len().unwrap_or(0) as u64)
-                    .saturating_mul(SLOT_COST)
+                match seq_concat_len(lhs, rhs) {
+                    Some(len) => (len as u64).saturating_mul(SLOT_COST),
+                    None => 0,
+                }
             }
             _ => 0,
         },

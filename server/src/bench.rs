@@ -34,6 +34,8 @@ pub struct BenchConfig {
     pub output_len: usize,
     /// Seed of the arrival times.
     pub seed: u64,
+    /// Sent as `Authorization: Bearer KEY` (a server started with `--api-key`).
+    pub api_key: Option<String>,
 }
 
 /// One row of results (one concurrency level); times in milliseconds.
@@ -82,8 +84,15 @@ struct Sample {
     output_tokens: usize,
 }
 
-fn client() -> Result<reqwest::Client, String> {
-    reqwest::Client::builder().pool_max_idle_per_host(0).build().map_err(|e| format!("http client: {e}"))
+fn client(api_key: Option<&str>) -> Result<reqwest::Client, String> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(key) = api_key {
+        let mut v =
+            reqwest::header::HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| "--api-key: not a valid header value".to_string())?;
+        v.set_sensitive(true);
+        headers.insert(reqwest::header::AUTHORIZATION, v);
+    }
+    reqwest::Client::builder().pool_max_idle_per_host(0).default_headers(headers).build().map_err(|e| format!("http client: {e}"))
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, String> {
@@ -91,10 +100,10 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
 }
 
 /// The first model of `{url}/v1/models`.
-pub fn served_model(url: &str) -> Result<ServedModel, String> {
+pub fn served_model(url: &str, api_key: Option<&str>) -> Result<ServedModel, String> {
     let url = format!("{}/v1/models", url.trim_end_matches('/'));
     runtime()?.block_on(async {
-        let v: serde_json::Value = client()?
+        let v: serde_json::Value = client(api_key)?
             .get(&url)
             .send()
             .await
@@ -203,7 +212,7 @@ pub fn run(cfg: &BenchConfig, prompts: &[BenchPrompt]) -> Result<BenchRow, Strin
     let url = format!("{}/v1/completions", cfg.url.trim_end_matches('/'));
     let rt = runtime()?;
     rt.block_on(async {
-        let client = client()?;
+        let client = client(cfg.api_key.as_deref())?;
         let sem = Arc::new(Semaphore::new(cfg.concurrency));
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(cfg.seed);
         let t0 = Instant::now();

@@ -289,3 +289,16 @@ fn shutdown_returns_within_its_timeout_while_the_engine_is_stuck_in_a_step() {
     assert_eq!(st, 503, "the stuck request is answered: {v}");
     assert!(v["error"]["message"].as_str().is_some_and(|m| m.contains("shut down")), "{v}");
 }
+
+#[test]
+fn the_load_generator_sends_the_api_key() {
+    let key = "s3cret-key";
+    let server = start(ServerConfig { api_key: Some(ApiKey(key.into())), ..config(2) });
+    let url = base(&server);
+    assert!(server::bench::served_model(&url, None).is_err(), "without the key /v1/models is refused");
+    let served = server::bench::served_model(&url, Some(key)).expect("/v1/models with the key");
+    let prompts = server::bench::random_prompts(4, 8, served.vocab_size.unwrap_or(90), 0);
+    let cfg = server::bench::BenchConfig { url, model: served.id, concurrency: 2, rate: None, output_len: 3, seed: 0, api_key: Some(key.into()) };
+    let r = server::bench::run(&cfg, &prompts).expect("bench");
+    assert_eq!((r.completed, r.errors, r.first_error.as_deref()), (4, 0, None));
+}

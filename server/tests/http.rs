@@ -498,7 +498,7 @@ fn shutdown_lets_in_flight_requests_finish_then_aborts_after_the_timeout() {
 fn the_load_generator_reports_every_request_at_each_concurrency() {
     let server = fast("tiny-mha", 8);
     let url = base(&server);
-    let served = server::bench::served_model(&url).expect("/v1/models");
+    let served = server::bench::served_model(&url, None).expect("/v1/models");
     assert_eq!((served.id.as_str(), served.vocab_size, served.max_model_len), ("tiny", Some(97), Some(256)));
     let prompts = server::bench::random_prompts(12, 16, 97, 0);
     let mut rows = Vec::new();
@@ -510,6 +510,7 @@ fn the_load_generator_reports_every_request_at_each_concurrency() {
             rate: (c == 4).then_some(200.0),
             output_len: 8,
             seed: 1,
+            api_key: None,
         };
         let r = server::bench::run(&cfg, &prompts).expect("bench");
         assert_eq!((r.completed, r.errors, r.first_error.as_deref()), (12, 0, None));
@@ -520,7 +521,8 @@ fn the_load_generator_reports_every_request_at_each_concurrency() {
     }
     assert_eq!(server::bench::table(&rows).lines().count(), 3);
     // A wrong model name: every request fails, and says why.
-    let cfg = server::bench::BenchConfig { url: url.clone(), model: "nope".into(), concurrency: 2, rate: None, output_len: 4, seed: 0 };
+    let cfg =
+        server::bench::BenchConfig { url: url.clone(), model: "nope".into(), concurrency: 2, rate: None, output_len: 4, seed: 0, api_key: None };
     let r = server::bench::run(&cfg, &prompts[..2]).expect("bench");
     assert_eq!((r.completed, r.errors), (0, 2));
     assert!(r.first_error.is_some_and(|e| e.contains("404")));

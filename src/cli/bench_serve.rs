@@ -50,6 +50,10 @@ pub struct BenchServeArgs {
     /// Seed of the random prompts and arrival times.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// The key of a server started with `--api-key` (sent as `Authorization: Bearer KEY`).
+    /// Default: the TANDEM_API_KEY environment variable, as `tandem serve` reads it.
+    #[arg(long)]
+    pub api_key: Option<String>,
 }
 
 fn read_dataset(path: &PathBuf) -> Result<Vec<BenchPrompt>> {
@@ -88,7 +92,8 @@ pub fn run(a: BenchServeArgs) -> Result<()> {
     if a.rate.is_some_and(|r| r.is_nan() || r <= 0.0) {
         return Err(CliError::Usage("--rate must be > 0 requests per second".into()));
     }
-    let served = bench::served_model(&a.url).map_err(failed)?;
+    let api_key = a.api_key.clone().or_else(|| std::env::var("TANDEM_API_KEY").ok()).filter(|k| !k.trim().is_empty());
+    let served = bench::served_model(&a.url, api_key.as_deref()).map_err(failed)?;
     let model = a.model_name.clone().unwrap_or(served.id.clone());
     let dataset = a.dataset.as_ref().map(read_dataset).transpose()?;
     if let Some(ctx) = served.max_model_len.filter(|&c| dataset.is_none() && a.input_len + a.output_len > c) {
@@ -107,7 +112,15 @@ pub fn run(a: BenchServeArgs) -> Result<()> {
             // Ids below the vocabulary the server reports (a server that does not: below 1000).
             None => bench::random_prompts(n, a.input_len, served.vocab_size.unwrap_or(1000), seed),
         };
-        let cfg = BenchConfig { url: a.url.clone(), model: model.clone(), concurrency: c, rate: a.rate, output_len: a.output_len, seed };
+        let cfg = BenchConfig {
+            url: a.url.clone(),
+            model: model.clone(),
+            concurrency: c,
+            rate: a.rate,
+            output_len: a.output_len,
+            seed,
+            api_key: api_key.clone(),
+        };
         let row = bench::run(&cfg, &prompts).map_err(failed)?;
         println!("{}", serde_json::to_string(&row).map_err(|e| failed(e.to_string()))?);
         rows.push(row);

@@ -4,14 +4,13 @@
 //! Run with `--release` (the real-model test runs SmolLM2-135M).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use reference::{synthetic, Model};
 use serde_json::Value;
 
-fn tandem(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tandem")).args(args).output().expect("run the tandem binary")
-}
+mod common;
+use common::{fails, tandem};
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
@@ -29,21 +28,6 @@ fn logits_json(args: &[&str]) -> Value {
     let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("not one JSON value ({e}): {out}"));
     assert!(v.is_object(), "{out}");
     v
-}
-
-/// Run, expect exit `code`, a single stderr line `error: ...` containing every word, no panic.
-fn fails(args: &[&str], code: i32, words: &[&str]) -> String {
-    let o = tandem(args);
-    let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(code), "tandem {args:?}: exit {:?}, stderr: {err}", o.status.code());
-    assert!(!err.contains("panicked"), "tandem {args:?} panicked: {err}");
-    assert_eq!(err.lines().count(), 1, "tandem {args:?}: stderr must be one line: {err:?}");
-    assert!(err.starts_with("error: "), "tandem {args:?}: {err:?}");
-    for w in words {
-        assert!(err.contains(w), "tandem {args:?}: stderr should mention `{w}`: {err}");
-    }
-    assert!(o.stdout.is_empty(), "nothing on stdout on error: {:?}", String::from_utf8_lossy(&o.stdout));
-    err
 }
 
 fn u32s(v: &Value) -> Vec<u32> {

@@ -5,29 +5,14 @@
 //! (lines land in `OUT.partial` as they finish). Run with `--release`.
 
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use reference::{synthetic, Config};
 use serde_json::{json, Value};
 
-fn tandem(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tandem")).args(args).output().expect("run the tandem binary")
-}
-
-/// Exit `code`, one stderr line `error: ...` containing every word, nothing on stdout.
-fn fails(args: &[&str], code: i32, words: &[&str]) {
-    let o = tandem(args);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(code), "tandem {args:?}: stderr: {err}");
-    assert!(!err.contains("panicked"), "{err}");
-    assert_eq!(err.lines().count(), 1, "one line: {err:?}");
-    assert!(err.starts_with("error: "), "{err:?}");
-    for w in words {
-        assert!(err.contains(w), "tandem {args:?}: stderr should mention `{w}`: {err}");
-    }
-    assert!(o.stdout.is_empty());
-}
+mod common;
+use common::{fails, tandem};
 
 fn tmp(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("tandem-cli-batch-{}", std::process::id()));

@@ -5,13 +5,11 @@
 //! Run with `--release` (the real-model test runs SmolLM2-135M).
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
 
 use serde_json::Value;
 
-fn tandem(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tandem")).args(args).output().expect("run the tandem binary")
-}
+mod common;
+use common::{fails, tandem};
 
 fn ok(args: &[&str]) -> (String, String) {
     let o = tandem(args);
@@ -23,20 +21,6 @@ fn ok(args: &[&str]) -> (String, String) {
 
 fn json(args: &[&str]) -> Value {
     serde_json::from_str(&ok(args).0).expect("one JSON object")
-}
-
-/// Exit `code`, one stderr line `error: ...` containing every word, nothing on stdout.
-fn fails(args: &[&str], code: i32, words: &[&str]) {
-    let o = tandem(args);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(code), "tandem {args:?}: stderr: {err}");
-    assert!(!err.contains("panicked"), "{err}");
-    assert_eq!(err.lines().count(), 1, "one line: {err:?}");
-    assert!(err.starts_with("error: "), "{err:?}");
-    for w in words {
-        assert!(err.contains(w), "tandem {args:?}: stderr should mention `{w}`: {err}");
-    }
-    assert!(o.stdout.is_empty());
 }
 
 fn tmp(name: &str) -> PathBuf {

@@ -73,9 +73,15 @@ TIME_TOOL = {
 
 SYSTEM = "You are a helpful assistant. Answer briefly."
 
-# Each conversation: messages, tools (or None), add_generation_prompt. Message keys are in the
-# order tandem builds its message dicts (role, content, tool_calls, tool_call_id, name), since a
-# template may print a whole message.
+DOCUMENTS = [
+    {"title": "Lakes of Switzerland", "text": "Lake Geneva is the largest lake in Switzerland."},
+    {"title": "Zürich", "text": "Lake Zürich lies south-east of the city."},
+]
+
+# Each conversation: messages, tools (or None), add_generation_prompt, and optionally documents
+# and extra variables. Message keys are in the order tandem builds its message dicts (role,
+# content, reasoning_content, tool_calls, tool_call_id, name), since a template may print a
+# whole message.
 CONVERSATIONS = {
     "system_user": {
         "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "What is the capital of France?"}],
@@ -131,6 +137,45 @@ CONVERSATIONS = {
             {"role": "user", "content": "Thanks!"},
         ],
         "tools": [WEATHER_TOOL],
+        "add_generation_prompt": True,
+    },
+    "thinking_off": {
+        "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "What is 2 + 2?"}],
+        "tools": None,
+        "add_generation_prompt": True,
+        "extra": {"enable_thinking": False},
+    },
+    "reasoning_history": {
+        "messages": [
+            {"role": "user", "content": "Is 91 prime?"},
+            {"role": "assistant", "content": "No: 91 = 7 × 13.", "reasoning_content": "Try small primes: 91 / 7 = 13."},
+            {"role": "user", "content": "And 97?"},
+        ],
+        "tools": None,
+        "add_generation_prompt": True,
+    },
+    "parallel_calls": {
+        "messages": [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": "Weather in Zürich, and the time in Tokyo?"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {"id": "call00001", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Zürich", "unit": "celsius"}}},
+                    {"id": "call00002", "type": "function", "function": {"name": "get_time", "arguments": {"zone": "Asia/Tokyo"}}},
+                ],
+            },
+            {"role": "tool", "content": '{"temperature": 9}', "tool_call_id": "call00001", "name": "get_weather"},
+            {"role": "tool", "content": "21:04", "tool_call_id": "call00002", "name": "get_time"},
+        ],
+        "tools": [WEATHER_TOOL, TIME_TOOL],
+        "add_generation_prompt": True,
+    },
+    "documents": {
+        "messages": [{"role": "user", "content": "Which is the largest Swiss lake?"}],
+        "tools": None,
+        "documents": DOCUMENTS,
         "add_generation_prompt": True,
     },
 }
@@ -195,8 +240,14 @@ def tandem_form(conv):
                 for c in m["tool_calls"]
             ]
         messages.append(m)
-    tools = None if conv["tools"] is None else json.dumps(conv["tools"], ensure_ascii=False)
-    return {"messages": messages, "tools": tools, "add_generation_prompt": conv["add_generation_prompt"]}
+    text = lambda v: None if v is None else json.dumps(v, ensure_ascii=False)  # noqa: E731
+    return {
+        "messages": messages,
+        "tools": text(conv["tools"]),
+        "documents": text(conv.get("documents")),
+        "extra": {k: text(v) for k, v in conv.get("extra", {}).items()},
+        "add_generation_prompt": conv["add_generation_prompt"],
+    }
 
 
 def render_all(template_dir):
@@ -220,10 +271,11 @@ def render_all(template_dir):
                 text = compiled.render(
                     messages=conv["messages"],
                     tools=conv["tools"],
-                    documents=None,
+                    documents=conv.get("documents"),
                     add_generation_prompt=conv["add_generation_prompt"],
                     bos_token=bos,
                     eos_token=eos,
+                    **conv.get("extra", {}),
                 )
                 entry["renders"][conv_name] = {"text": text}
             except TemplateError as e:

@@ -56,6 +56,8 @@ fn messages_reach_the_template_as_hf_dicts() {
                 {'role': 'tool', 'content': '18', 'tool_call_id': 'call1', 'name': 'get_weather'}\n";
     assert_eq!(render(src, &msgs, &RenderOptions::default()).unwrap(), want);
     assert_eq!(msgs[0].content, "a b");
+    let m = Message { reasoning_content: Some("r".into()), ..Message::assistant("c") };
+    assert_eq!(render(src, &[m], &RenderOptions::default()).unwrap(), "{'role': 'assistant', 'content': 'c', 'reasoning_content': 'r'}\n");
 }
 
 #[test]
@@ -92,6 +94,9 @@ fn bad_options_and_constructs_are_named() {
     assert!(err.contains("colour"), "{err}");
     let err = render("{{ nothing|tojson }}", &[], &RenderOptions::default()).unwrap_err().to_string();
     assert!(err.contains("Undefined"), "{err}");
+    // HF passes tools=None, and Python cannot loop over None (the vendored minijinja agrees).
+    let err = render("{% for t in tools %}{% endfor %}", &[], &RenderOptions::default()).unwrap_err().to_string();
+    assert!(err.contains("cannot iterate over none"), "{err}");
 }
 
 #[test]

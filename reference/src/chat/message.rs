@@ -19,6 +19,9 @@ pub struct Message {
     /// The content as a list of text parts, as OpenAI's API allows: the template then sees
     /// `content` as `[{"type": "text", "text": ...}, ...]`, as HF passes such a message.
     pub parts: Option<Vec<String>>,
+    /// The reasoning of an earlier assistant turn (`message.reasoning_content`, which Qwen3,
+    /// GLM, DeepSeek and Kimi templates read; absent when `None`).
+    pub reasoning_content: Option<String>,
     /// The tool calls of an assistant message (`message.tool_calls`; absent when empty).
     pub tool_calls: Vec<ToolCall>,
     /// The call a `tool` message answers (`message.tool_call_id`).
@@ -90,13 +93,14 @@ impl Message {
     }
 
     /// The dict the template sees as this message: keys in the order role, content,
-    /// tool_calls, tool_call_id, name; absent ones left out, as a client's JSON leaves them out.
+    /// reasoning_content, tool_calls, tool_call_id, name; absent ones left out, as a client's JSON leaves them out.
     pub(crate) fn to_value(&self) -> Value {
         let content = match &self.parts {
             Some(parts) => parts.iter().map(|text| Value::from_pairs([("type", "text"), ("text", text.as_str())])).collect(),
             None => Value::from(self.content.as_str()),
         };
         let mut m = vec![("role", Value::from(self.role.as_str())), ("content", content)];
+        m.extend(self.reasoning_content.as_deref().map(|r| ("reasoning_content", Value::from(r))));
         if !self.tool_calls.is_empty() {
             m.push(("tool_calls", self.tool_calls.iter().map(ToolCall::to_value).collect()));
         }

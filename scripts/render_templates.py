@@ -18,6 +18,7 @@ reference/tests/fixtures/chat_templates.json).
 """
 
 import datetime
+import hashlib
 import json
 import os
 import sys
@@ -259,7 +260,8 @@ def render_all(template_dir):
         with open(os.path.join(template_dir, name), encoding="utf-8") as f:
             source = f.read()
         bos, eos = tokens_for(name)
-        entry = {"bos_token": bos, "eos_token": eos, "renders": {}}
+        sha = hashlib.sha256(source.encode("utf-8")).hexdigest()
+        entry = {"sha256": sha, "bos_token": bos, "eos_token": eos, "renders": {}}
         try:
             compiled = env.from_string(source)
         except jinja2.TemplateError as e:

@@ -13,6 +13,7 @@ use std::time::{Duration, SystemTime};
 
 use reference::chat::{ChatTemplate, Message, RenderOptions, ToolCall};
 use serde_json::Value as Json;
+use sha2::{Digest, Sha256};
 
 /// Templates tandem refuses, each with the text its error must contain (the construct).
 const REFUSED: &[(&str, &str)] = &[];
@@ -112,6 +113,8 @@ fn every_template_renders_as_python_or_is_refused_by_name() {
     for name in &names {
         let source = std::fs::read_to_string(dir.join(name)).unwrap();
         let want = &expected[name];
+        let sha = format!("{:x}", Sha256::digest(source.as_bytes()));
+        assert_eq!(want["sha256"].as_str(), Some(sha.as_str()), "{name} changed since the fixture was made: run scripts/render_templates.py");
         let listed = REFUSED.iter().find(|(n, _)| n == name);
         let fail = |t: &mut Tally, what: String| match listed {
             Some(_) => t.refused.entry(name.clone()).or_default().push(what),

@@ -173,6 +173,20 @@ CONVERSATIONS = {
         "tools": [WEATHER_TOOL, TIME_TOOL],
         "add_generation_prompt": True,
     },
+    "inline_think": {
+        "messages": [
+            {"role": "user", "content": "How many r's in \"strawberry\"?"},
+            {"role": "assistant", "content": "<think>\nCount: s-t-r-a-w-b-e-r-r-y.\n</think>\n\nThree."},
+            {"role": "user", "content": "And in 'raspberry'?\n"},
+        ],
+        "tools": None,
+        "add_generation_prompt": True,
+    },
+    "tools_no_system": {
+        "messages": [{"role": "user", "content": "What time is it in Lima?"}],
+        "tools": [TIME_TOOL],
+        "add_generation_prompt": True,
+    },
     "documents": {
         "messages": [{"role": "user", "content": "Which is the largest Swiss lake?"}],
         "tools": None,

@@ -64,9 +64,14 @@ TIME_TOOL = {
     "function": {
         "name": "get_time",
         "description": "Current local time of a time zone.",
+        "strict": True,
         "parameters": {
             "type": "object",
-            "properties": {"zone": {"type": "string", "description": "IANA zone name"}},
+            "properties": {
+                "zone": {"type": "string", "description": "IANA zone name"},
+                "offset_hours": {"type": "number", "minimum": -12.5, "maximum": 14, "default": 0.0},
+                "exact": {"type": "boolean", "default": False},
+            },
             "required": ["zone"],
         },
     },

@@ -169,7 +169,7 @@ CONVERSATIONS = {
                 "content": "",
                 "tool_calls": [
                     {"id": "call00001", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Zürich", "unit": "celsius"}}},
-                    {"id": "call00002", "type": "function", "function": {"name": "get_time", "arguments": {"zone": "Asia/Tokyo"}}},
+                    {"id": "call00002", "type": "function", "function": {"name": "get_time", "arguments": {"zone": "Asia/Tokyo", "exact": True, "offset_hours": 9, "precision": 0.5, "tags": ["a", None]}}},
                 ],
             },
             {"role": "tool", "content": '{"temperature": 9}', "tool_call_id": "call00001", "name": "get_weather"},

@@ -13,11 +13,12 @@ pub mod logits;
 use std::path::Path;
 use std::sync::Arc;
 
+use engine::cpu_runner::RefRunner;
+use engine::runner::ModelRunner;
 use reference::gguf::GgufFile;
 use reference::gpt_oss::weights::{Dense, GptOssSource, StoredExperts};
 use reference::gpt_oss::{synthetic, ExpertWeights, GptOssConfig, GptOssModel, GptOssTokenizer, GptOssWeights};
 use reference::loader::SafetensorsDir;
-use reference::runner::{ModelRunner, RefRunner};
 use reference::weights::{RawDense, Tensor, TensorSource};
 use reference::{Config, RopeLayout};
 
@@ -245,10 +246,10 @@ pub fn one_seq<'a>(
     pos0: usize,
     blocks: &'a [u32],
     draws: usize,
-    params: &'a reference::sampling::SamplingParams,
+    params: &'a engine::sampling::SamplingParams,
     want_logits: bool,
-) -> reference::runner::StepPlan<'a> {
-    use reference::runner::{SampleSpec, SeqStep, StepPlan};
+) -> engine::runner::StepPlan<'a> {
+    use engine::runner::{SampleSpec, SeqStep, StepPlan};
     let samples = (0..draws).map(|j| SampleSpec { params, counter: (pos0 + j) as u64, counts: &[], want_logits }).collect();
     StepPlan { seqs: vec![SeqStep { tokens, pos0, blocks, samples }], continues: false }
 }

@@ -4,11 +4,12 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use reference::engine::{Engine, RefEngine};
+use engine::cpu_runner::RefRunner;
+use engine::runner::ModelRunner;
+use engine::single::{Engine, RefEngine};
 use reference::gguf::GgufFile;
 use reference::loader::SafetensorsDir;
 use reference::quant::{QuantizeOnLoad, Scheme};
-use reference::runner::{ModelRunner, RefRunner};
 use reference::synthetic::{self, Synthetic};
 use reference::tokenizer::Tokenizer;
 use reference::weights::{TensorSource, Weights};
@@ -263,7 +264,7 @@ impl ModelArgs {
         }
         let path = match &self.model {
             Some(p) => p.clone(),
-            None => reference::fetch::default_model(&mut |m| eprintln!("{m}"))?,
+            None => tandem_fetch::default_model(&mut |m| eprintln!("{m}"))?,
         };
         let md = std::fs::metadata(&path).map_err(|e| reference::Error::io(&path, e))?;
         let (config, source, tokenizer, chat) = if md.is_dir() {

@@ -75,7 +75,7 @@ fn logits_synthetic_contract() {
     let mut want_greedy = vec![];
     let mut last = Model::last_row(&l);
     for _ in 0..4 {
-        let next = reference::sampling::argmax(&last);
+        let next = reference::ops::argmax::argmax(&last);
         want_greedy.push(next);
         last = Model::last_row(&m.forward(&[next], &mut cache, None).unwrap());
     }
@@ -161,7 +161,7 @@ fn oracle_dir() -> PathBuf {
 fn logits_text_real_model_matches_oracle() {
     let p = oracle_dir().join("prose.json");
     let case: Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))).unwrap();
-    let model = reference::fetch::default_model(&mut |m| eprintln!("{m}")).expect("default model (fetched on first use)");
+    let model = tandem_fetch::default_model(&mut |m| eprintln!("{m}")).expect("default model (fetched on first use)");
     let v = logits_json(&["logits", "--model", model.to_str().unwrap(), "--text", case["text"].as_str().unwrap(), "--top-k", "10", "--greedy", "32"]);
     assert_eq!(u32s(&v["ids"]), u32s(&case["ids"]), "tokenization of the prose prompt");
     let n = case["ids"].as_array().unwrap().len();

@@ -58,7 +58,7 @@ fn quantized_synthetic_dir_runs_like_weights_on_load() {
 
 #[test]
 fn quantized_real_model_generates_like_weights_on_load() {
-    let model = reference::fetch::default_model(&mut |m| eprintln!("{m}")).expect("default model (fetched on first use)");
+    let model = tandem_fetch::default_model(&mut |m| eprintln!("{m}")).expect("default model (fetched on first use)");
     let m = model.to_str().unwrap();
     let dir = tmp("smollm2-mxfp4");
     let d = dir.to_str().unwrap();

@@ -5,9 +5,9 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
-use reference::kv_blocks::{BlockManager, SeqId};
-use reference::runner::{ModelRunner, SeqResult, StepPlan};
-use reference::sampling::seeded::TokenCount;
+use crate::kv_blocks::{BlockManager, SeqId};
+use crate::runner::{ModelRunner, SeqResult, StepPlan};
+use crate::sampling::seeded::TokenCount;
 use reference::{Error, Result};
 
 use crate::detok::{find_stop, Detokenizer, TextStream};

@@ -1,10 +1,13 @@
 //! # tandem engine
 //!
-//! The serving engine, device-free: requests, sequences, the KV block manager (with prefix
-//! caching) and an iteration-level scheduler (continuous batching, chunked prefill, preemption
-//! by recompute), driving any [`ModelRunner`] — the CPU reference ([`RefRunner`]) or a GPU
-//! runner — one [`StepPlan`] at a time. Dependencies point one way: this crate knows the
-//! reference crate's data types and the runner trait, never a device.
+//! The serving engine, device-free: requests, sequences, the KV block manager with prefix
+//! caching ([`kv_blocks`]) and an iteration-level scheduler (continuous batching, chunked
+//! prefill, preemption by recompute), driving any [`ModelRunner`] — the CPU reference
+//! ([`RefRunner`]) or a GPU runner — one [`StepPlan`] at a time. The interfaces every backend
+//! implements live here: the runner trait ([`runner`]), the sampling definitions with the
+//! counter-based draw ([`sampling`]), and the single-sequence generation loop ([`single`]).
+//! Dependencies point one way: this crate knows the reference crate's model and data types,
+//! never a device; the GPU crate depends on this one for the traits.
 //!
 //! ```text
 //! add_request ─▶ waiting ─admit─▶ running ─step─▶ RequestOutput (tokens, text, finish)
@@ -12,7 +15,7 @@
 //!                   └──── preempt ────┘   (newest first, KV recomputed on resume)
 //! ```
 //!
-//! Every draw is the counter-based sampler of `reference::sampling::seeded`, so a request's
+//! Every draw is the counter-based sampler of [`sampling::seeded`], so a request's
 //! tokens depend only on its logits, seed and output index: the same alone, in any batch, and
 //! after a preemption.
 //!
@@ -21,16 +24,21 @@
 //! the same batched step, and the KV of rejected positions is rolled back. Greedy requests
 //! (and any request with n-gram lookup) get exactly the tokens of plain decoding.
 //!
-//! [`ModelRunner`]: reference::runner::ModelRunner
-//! [`RefRunner`]: reference::runner::RefRunner
-//! [`StepPlan`]: reference::runner::StepPlan
+//! [`ModelRunner`]: runner::ModelRunner
+//! [`RefRunner`]: cpu_runner::RefRunner
+//! [`StepPlan`]: runner::StepPlan
 
+pub mod cpu_runner;
 pub mod detok;
 mod engine;
 pub mod harmony;
+pub mod kv_blocks;
 pub mod request;
+pub mod runner;
+pub mod sampling;
 mod scheduler;
 mod sequence;
+pub mod single;
 pub mod spec;
 
 pub use detok::Detokenizer;

@@ -1,6 +1,6 @@
 //! What a client asks for and what it gets back.
 
-use reference::sampling::SamplingParams;
+use crate::sampling::SamplingParams;
 
 /// The engine's name for a request (unique for the engine's life).
 pub type RequestId = u64;

@@ -28,8 +28,8 @@ use reference::Result;
 
 use crate::engine::Engine;
 use crate::request::RequestId;
+use crate::runner::ModelRunner;
 use crate::sequence::Status;
-use reference::runner::ModelRunner;
 
 /// One sequence's part of a step.
 #[derive(Debug, Clone, Copy)]

@@ -2,10 +2,10 @@
 
 use std::collections::HashMap;
 
-use reference::kv_blocks::{extend_hashes, SeqId};
-use reference::runner::{SampleSpec, SeqStep};
-use reference::sampling::seeded::TokenCount;
-use reference::sampling::SamplingParams;
+use crate::kv_blocks::{extend_hashes, SeqId};
+use crate::runner::{SampleSpec, SeqStep};
+use crate::sampling::seeded::TokenCount;
+use crate::sampling::SamplingParams;
 
 use crate::detok::TextStream;
 use crate::request::{Request, RequestId};

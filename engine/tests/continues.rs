@@ -7,9 +7,10 @@
 mod common;
 
 use common::*;
+use engine::cpu_runner::RefRunner;
+use engine::runner::{KvLayout, ModelInfo, ModelRunner, SeqResult, StepPlan};
+use engine::sampling::SamplingParams;
 use engine::{Engine, EngineConfig, SpecConfig};
-use reference::runner::{KvLayout, ModelInfo, ModelRunner, RefRunner, SeqResult, StepPlan};
-use reference::sampling::SamplingParams;
 
 /// One sequence of a logged step: tokens, pos0, first block, first draw's counter, drawn ids.
 type SeqLog = (Vec<u32>, usize, u32, Option<u64>, Vec<u32>);

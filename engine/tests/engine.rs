@@ -1,11 +1,11 @@
 //! The engine on the CPU reference: batch invariance, preemption, prefix caching, chunked
 //! prefill, stops, aborts and leaks. Every comparison is token for token.
 
+use engine::cpu_runner::RefRunner;
+use engine::sampling::{Sampler, SamplingParams};
+use engine::single::{generate, Engine as _, RefEngine};
 use engine::{Engine, EngineConfig, FinishReason, Request, RequestOutput};
 use proptest::prelude::*;
-use reference::engine::{generate, Engine as _, RefEngine};
-use reference::runner::RefRunner;
-use reference::sampling::{Sampler, SamplingParams};
 use reference::{synthetic, Config, Model};
 
 fn config(name: &str) -> Config {

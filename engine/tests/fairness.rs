@@ -6,9 +6,10 @@
 mod common;
 
 use common::*;
+use engine::cpu_runner::{RefRunner, CPU_STEP_TOKENS};
+use engine::runner::{KvLayout, ModelInfo, ModelRunner, SeqResult, StepPlan};
+use engine::sampling::SamplingParams;
 use engine::{Engine, EngineConfig, FinishReason, RequestId, RequestOutput, SpecConfig};
-use reference::runner::{KvLayout, ModelInfo, ModelRunner, RefRunner, SeqResult, StepPlan, CPU_STEP_TOKENS};
-use reference::sampling::SamplingParams;
 
 /// A reference runner that logs how many tokens each step ran, per sequence (by its first
 /// token's position and length), forwarding the step limit.

@@ -7,10 +7,10 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
+use engine::cpu_runner::RefRunner;
+use engine::sampling::SamplingParams;
 use engine::{Detokenizer, Engine, EngineConfig, Request, SpecConfig, SpecMethod};
 use proptest::prelude::*;
-use reference::runner::RefRunner;
-use reference::sampling::SamplingParams;
 
 /// The target: an untied tiny model (tied ones repeat one token when greedy).
 const TARGET: &str = "tiny-untied";

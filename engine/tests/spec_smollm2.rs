@@ -8,19 +8,19 @@ mod common;
 use std::time::Instant;
 
 use common::{run_all, tokens_by_request};
+use engine::cpu_runner::RefRunner;
 use engine::{Engine, EngineConfig, Request, SpecConfig};
 use reference::chat::{ChatTemplate, Message};
 use reference::quant::{quantized_weights, Granularity, Scheme};
-use reference::runner::RefRunner;
 use reference::Model;
 
 const TEXT: &str = "The lighthouse keeper climbed the spiral stairs every evening at dusk, carrying a small brass lamp and a notebook in which he recorded the weather, the ships that passed, and the birds that rested on the rail.";
 
 #[test]
 fn smollm2_greedy_speculation_equals_plain_decoding() {
-    let path = match reference::fetch::default_model(&mut |m| eprintln!("{m}")) {
+    let path = match tandem_fetch::default_model(&mut |m| eprintln!("{m}")) {
         Ok(p) => p,
-        Err(e) if reference::fetch::offline() => {
+        Err(e) if tandem_fetch::offline() => {
             eprintln!("SKIPPED (not passed): SmolLM2 is not cached and TANDEM_OFFLINE is set: {e}");
             return;
         }

@@ -8,9 +8,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use common::*;
+use engine::runner::ModelRunner;
+use engine::sampling::SamplingParams;
 use engine::{Engine, EngineConfig, Request, SpecConfig};
-use reference::runner::ModelRunner;
-use reference::sampling::SamplingParams;
 
 const V: usize = 6;
 const PROMPT: [u32; 2] = [1, 2];

@@ -16,7 +16,7 @@ pub fn enable() {
 
 /// The cache directory, if one can be named.
 pub fn dir() -> Option<PathBuf> {
-    reference::fetch::cache_dir().ok().map(|d| d.join("kernels"))
+    tandem_fetch::cache_dir().ok().map(|d| d.join("kernels"))
 }
 
 /// Whether this binary's CUDA kernels are cached for the current driver (call after a CUDA

@@ -1,6 +1,6 @@
 //! Paged KV cache: fixed-size blocks of `block_size` positions in one device pool per layer
 //! (K and V), a block table per sequence, and the host-side block allocator
-//! (`reference::kv_blocks`, re-exported here: it needs no device).
+//! (`engine::kv_blocks`, re-exported here: it needs no device).
 //!
 //! Layout. Pool of layer l: `[num_blocks · block_size, Hkv, D]` f32 or f16
 //! (`KernelConfig::kv_dtype`) for K and the same for V.
@@ -8,7 +8,7 @@
 //! Kernels read K/V only through a [`BlockTables`] (validated on upload: every id < num_blocks).
 //!
 //! Invariants of the allocator (checked by [`BlockAllocator::check`] and [`BlockManager::check`],
-//! property-tested in `reference::kv_blocks`):
+//! property-tested in `engine::kv_blocks`):
 //! - every block is either on the free stack with reference count 0, or referenced by
 //!   exactly `refcount` slots of live block tables (refcount ≥ 1) — never both, never neither,
 //!   so there is no double free and no leak: after every sequence ends, all blocks are free;
@@ -20,7 +20,7 @@
 //!   blocks are reused with no fragmentation: a request for n blocks succeeds iff n ≤ free.
 
 use crate::{Client, DeviceTensor, Dtype, Error};
-pub use reference::kv_blocks::{BlockAllocator, BlockManager, BlockTable, SeqId};
+pub use engine::kv_blocks::{BlockAllocator, BlockManager, BlockTable, SeqId};
 
 /// Arrival counters per sequence in [`BlockTables`] (one per KV head, so Hkv ≤ this).
 pub const COUNTERS_PER_SEQ: usize = 64;

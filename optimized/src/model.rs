@@ -17,7 +17,7 @@
 //! them (CUDA): the launch sequence of one step is recorded once and replayed, its inputs
 //! (token id, lengths, block table) rewritten in place between replays — see [`graph`].
 
-use reference::engine::Engine;
+use engine::single::Engine;
 use reference::weights::{Tensor, TensorSource};
 use reference::{Config, Error as RefError};
 

@@ -31,15 +31,14 @@ pub enum Error {
     /// Invalid user input at run time (token ids, prompt length, sampling values).
     #[error("invalid input: {0}")]
     Input(String),
-    #[error("model fetch: {0}")]
-    Fetch(String),
     /// The paged KV cache has no free block for a request (what was asked, what is free).
     #[error("KV cache pool exhausted: {0}")]
     PoolExhausted(String),
     /// Misuse of the paged KV cache: unknown sequence, double free, block id outside the pool.
     #[error("KV cache: {0}")]
     KvCache(String),
-    /// An error of another backend (the GPU path), carried through the [`crate::engine::Engine`] trait.
+    /// An error of another backend (the GPU path), carried through the
+    /// `engine` crate's runner and single-sequence traits.
     #[error("{0}")]
     Backend(String),
 }

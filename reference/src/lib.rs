@@ -7,7 +7,6 @@
 
 pub mod dequant;
 pub mod error;
-pub mod fetch;
 pub mod finite;
 pub mod gguf;
 pub mod kquants;
@@ -15,16 +14,12 @@ pub mod kquants;
 pub use error::{Error, Result};
 pub mod chat;
 pub mod config;
-pub mod engine;
 pub mod gpt_oss;
-pub mod kv_blocks;
 pub mod kv_cache;
 pub mod loader;
 pub mod model;
 pub mod ops;
 pub mod quant;
-pub mod runner;
-pub mod sampling;
 pub mod special_text;
 pub mod synthetic;
 pub mod tokenizer;

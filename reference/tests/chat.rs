@@ -10,7 +10,7 @@ use reference::gguf::{GgufFile, GgufWriter, Value as GgufValue};
 use reference::tokenizer::Tokenizer;
 
 fn model() -> GgufFile {
-    let path = reference::fetch::default_model(&mut |m| eprintln!("{m}")).unwrap();
+    let path = tandem_fetch::default_model(&mut |m| eprintln!("{m}")).unwrap();
     GgufFile::open(path).unwrap()
 }
 

@@ -98,7 +98,7 @@ fn summary(model: &Model, ids: &[u32], greedy_n: usize) -> Value {
     let mut greedy = vec![];
     let mut last = Model::last_row(&logits);
     for _ in 0..greedy_n {
-        let next = reference::sampling::argmax(&last);
+        let next = reference::ops::argmax::argmax(&last);
         greedy.push(next);
         last = Model::last_row(&model.forward(&[next], &mut cache, None).expect("decode"));
     }
@@ -119,7 +119,7 @@ fn golden_tiny_synthetic_models() {
 
 #[test]
 fn golden_smollm2_real_model() {
-    let path = reference::fetch::default_model(&mut |m| eprintln!("{m}")).expect("default model");
+    let path = tandem_fetch::default_model(&mut |m| eprintln!("{m}")).expect("default model");
     let g = reference::gguf::GgufFile::open(&path).expect("gguf");
     let tok = reference::tokenizer::Tokenizer::from_gguf(&g).expect("tokenizer");
     let l = loader::load(&path).expect("load");

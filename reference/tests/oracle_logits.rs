@@ -20,7 +20,7 @@ fn ids(v: &Value) -> Vec<u32> {
 
 #[test]
 fn logits_and_greedy_match_oracle() {
-    let path = reference::fetch::default_model(&mut |m| eprintln!("{m}")).expect("default model");
+    let path = tandem_fetch::default_model(&mut |m| eprintln!("{m}")).expect("default model");
     let l = loader::load(&path).expect("load");
     let model = Model::new(l.config, l.weights);
     let mut report = vec![];
@@ -43,7 +43,7 @@ fn logits_and_greedy_match_oracle() {
         let mut got = vec![];
         let mut last = Model::last_row(&logits);
         for _ in 0..want.len() {
-            let next = reference::sampling::argmax(&last);
+            let next = reference::ops::argmax::argmax(&last);
             got.push(next);
             let l = model.forward(&[next], &mut cache, None).expect("decode");
             last = Model::last_row(&l);

@@ -287,7 +287,7 @@ fn gguf_tensor_data_every_type() {
 /// is SmolLM2-135M's.
 #[test]
 fn real_smollm2_config() {
-    let path = reference::fetch::default_model(&mut |m| eprintln!("{m}")).expect("default model (fetched on first use)");
+    let path = tandem_fetch::default_model(&mut |m| eprintln!("{m}")).expect("default model (fetched on first use)");
     let g = GgufFile::open(&path).unwrap();
     let c = Config::from_gguf(&g).unwrap();
     let got = (c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.hidden, c.ffn, c.vocab, c.rope_theta, c.tied_embeddings);

@@ -10,7 +10,7 @@ use reference::gguf::{GgufFile, GgufWriter, Value};
 use reference::tokenizer::Tokenizer;
 
 fn model_tokenizer() -> Tokenizer {
-    let path = reference::fetch::default_model(&mut |m| eprintln!("{m}")).unwrap();
+    let path = tandem_fetch::default_model(&mut |m| eprintln!("{m}")).unwrap();
     let gguf = GgufFile::open(path).unwrap();
     Tokenizer::from_gguf(&gguf).unwrap()
 }

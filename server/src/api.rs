@@ -2,9 +2,9 @@
 //! of a field that fails names it in the error), checked, and turned into an engine
 //! [`Request`]. Fields this server does not know are ignored, as OpenAI does.
 
+use engine::sampling::SamplingParams;
 use engine::Request;
 use reference::chat::Message;
-use reference::sampling::SamplingParams;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;

@@ -41,8 +41,8 @@ use std::time::{Duration, Instant};
 
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderValue, Method};
+use engine::runner::{ModelInfo, ModelRunner};
 use engine::EngineConfig;
-use reference::runner::{ModelInfo, ModelRunner};
 use tokio::sync::{oneshot, watch};
 
 pub use error::ApiError;

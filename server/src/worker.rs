@@ -8,8 +8,8 @@ use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::Instant;
 
+use engine::runner::ModelRunner;
 use engine::{Detokenizer, Engine, FinishReason, Request, RequestId, RequestOutput};
-use reference::runner::ModelRunner;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::error::ApiError;

@@ -11,11 +11,11 @@ use std::sync::{Arc, Mutex};
 
 use common::{base, config, post, post_stream, rt, wait_ready};
 use engine::harmony::HarmonyDetok;
+use engine::runner::{KvLayout, ModelInfo, ModelRunner, SeqResult, StepPlan};
 use reference::chat::Message;
 use reference::gpt_oss::harmony::{render_prompt, Reasoning, SystemContent};
 use reference::gpt_oss::tokenizer::VOCAB;
 use reference::gpt_oss::GptOssTokenizer;
-use reference::runner::{KvLayout, ModelInfo, ModelRunner, SeqResult, StepPlan};
 use serde_json::json;
 use server::{Harmony, ModelFront, Server};
 

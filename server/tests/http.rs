@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
+use engine::sampling::SamplingParams;
 use engine::Request;
 use futures_util::StreamExt;
-use reference::sampling::SamplingParams;
 use serde_json::{json, Value};
 use server::Server;
 
@@ -74,11 +74,11 @@ fn completions_equal_the_engine_streamed_or_not() {
         assert_eq!(s.token_ids().len(), 3);
         // The model's EOS ends a request unless ignore_eos: make the greedy first token EOS.
         let first = engine_tokens(tiny_runner("tiny-gqa", 4096), Request::new(p.clone()).with_max_tokens(1))[0];
-        let info = reference::runner::ModelInfo { eos_id: Some(first), ..tiny_front("tiny-gqa").info };
+        let info = engine::runner::ModelInfo { eos_id: Some(first), ..tiny_front("tiny-gqa").info };
         let eos_server = Server::start(config(4), server::ModelFront { tokenizer: None, chat: None, info, parse_special: false }, move || {
             let mut m = tiny_model("tiny-gqa");
             m.config.eos_id = Some(first);
-            reference::runner::RefRunner::new(m, BLOCK, 64).map_err(|e| e.to_string())
+            engine::cpu_runner::RefRunner::new(m, BLOCK, 64).map_err(|e| e.to_string())
         })
         .expect("server");
         wait_ready_async(&base(&eos_server)).await;
@@ -377,7 +377,7 @@ fn health_is_503_while_the_model_loads() {
     });
     // A factory that fails: the server reports it and ends with the error.
     let failing =
-        Server::start(config(2), tiny_front("tiny-mha"), || Err::<reference::runner::RefRunner, _>("no such device".to_string())).expect("server");
+        Server::start(config(2), tiny_front("tiny-mha"), || Err::<engine::cpu_runner::RefRunner, _>("no such device".to_string())).expect("server");
     let err = failing.join().expect_err("the load failure ends the server");
     assert!(err.contains("no such device"), "{err}");
 }

@@ -14,12 +14,13 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use common::*;
+use engine::cpu_runner::RefRunner;
+use engine::runner::ModelInfo;
+use engine::sampling::SamplingParams;
 use engine::{Detokenizer, Engine, EngineConfig, Request};
 use libtest_mimic::{Arguments, Failed, Trial};
 use reference::chat::{ChatTemplate, Message};
 use reference::gguf::GgufFile;
-use reference::runner::{ModelInfo, RefRunner};
-use reference::sampling::SamplingParams;
 use reference::tokenizer::Tokenizer;
 use reference::weights::Weights;
 use reference::{Config, Model};
@@ -248,9 +249,9 @@ fn openai_missing() -> Option<String> {
 
 fn main() -> ExitCode {
     let args = Arguments::from_args();
-    let model = match reference::fetch::default_model(&mut |m| eprintln!("{m}")) {
+    let model = match tandem_fetch::default_model(&mut |m| eprintln!("{m}")) {
         Ok(p) => Ok(p),
-        Err(e) if reference::fetch::offline() => Err(format!("SmolLM2 is not available offline (TANDEM_OFFLINE is set): {e}")),
+        Err(e) if tandem_fetch::offline() => Err(format!("SmolLM2 is not available offline (TANDEM_OFFLINE is set): {e}")),
         Err(e) => Err(format!("fetching SmolLM2 failed (TANDEM_OFFLINE is not set, so this is a failure): {e}")),
     };
     let skip_model = match &model {
@@ -258,7 +259,7 @@ fn main() -> ExitCode {
             let _ = MODEL.set(p.clone());
             None
         }
-        Err(e) if reference::fetch::offline() => Some(e.clone()),
+        Err(e) if tandem_fetch::offline() => Some(e.clone()),
         Err(_) => None,
     };
     let fetch_error = model.err().filter(|_| skip_model.is_none());

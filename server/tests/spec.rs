@@ -5,8 +5,8 @@
 mod common;
 
 use common::*;
+use engine::runner::ModelRunner;
 use engine::{EngineConfig, Request, SpecConfig};
-use reference::runner::ModelRunner;
 use serde_json::{json, Value};
 use server::{Runners, Server, ServerConfig};
 

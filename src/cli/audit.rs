@@ -16,11 +16,11 @@ use std::time::Instant;
 
 use clap::Args;
 use conformance::{Case, Op, Outcome};
+use engine::single::Engine;
 use optimized::config::{Gemm, Int8Decoding, QGemm, QgemvOrder};
 use optimized::kernels::ArgmaxVersion;
 use optimized::model::{AttentionImpl, GpuModel};
 use optimized::KernelConfig;
-use reference::engine::Engine;
 use serde_json::json;
 
 use super::source::{pick_dtype, resolve};
@@ -207,12 +207,12 @@ pub fn run(a: AuditArgs) -> Result<()> {
     let want_prefill = reference.forward(&prompt, &mut cache, None)?;
     let mut want_rows: Vec<Vec<f32>> = want_prefill.rows().into_iter().map(|r| r.to_vec()).collect();
     let mut forced = vec![];
-    let mut next = reference::sampling::argmax(want_rows.last().map_or(&[][..], |r| &r[..]));
+    let mut next = reference::ops::argmax::argmax(want_rows.last().map_or(&[][..], |r| &r[..]));
     for _ in 0..a.decode {
         forced.push(next);
         let l = reference.forward(&[next], &mut cache, None)?;
         let row = l.row(0).to_vec();
-        next = reference::sampling::argmax(&row);
+        next = reference::ops::argmax::argmax(&row);
         want_rows.push(row);
     }
     println!("tandem audit — {} — {} on {} ({})", opened.label, dtype.name(), optimized::device_info(&client).name, backend);
@@ -237,7 +237,7 @@ pub fn run(a: AuditArgs) -> Result<()> {
         let (mut dmax, mut agree) = (0f64, 0usize);
         for (g, w) in got_rows.iter().zip(&want_rows) {
             dmax = g.iter().zip(w).map(|(x, y)| (x - y).abs() as f64).fold(dmax, f64::max);
-            agree += usize::from(reference::sampling::argmax(g) == reference::sampling::argmax(w));
+            agree += usize::from(reference::ops::argmax::argmax(g) == reference::ops::argmax::argmax(w));
         }
         // Speed through the single-sequence engine (graphs where configured).
         let mut e = optimized::model::GpuEngine(m);

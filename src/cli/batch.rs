@@ -11,9 +11,9 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use engine::sampling::SamplingParams;
 use engine::{Detokenizer, EngineConfig, Request, RequestId};
 use reference::chat::Message;
-use reference::sampling::SamplingParams;
 use serde_json::{json, Value};
 
 use super::generate_args::{finish_name, prompt_ids, GenerateArgs};

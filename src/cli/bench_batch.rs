@@ -121,7 +121,7 @@ pub fn run(b: BatchBench) -> Result<()> {
 
 /// `batch` requests of `prompt` random tokens each generating `generated` tokens, all added at
 /// once and run to completion.
-fn run_once<R: reference::runner::ModelRunner>(
+fn run_once<R: engine::runner::ModelRunner>(
     engine: &mut Engine<R>,
     batch: usize,
     prompt: usize,

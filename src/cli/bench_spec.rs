@@ -177,7 +177,7 @@ fn run_batch(e: &mut Engine<DynRunner>, prompts: &[Vec<u32>], batch: usize, max_
             stop_token_ids: stop.to_vec(),
             ..Request::new(p)
                 .with_max_tokens(max_tokens)
-                .with_params(reference::sampling::SamplingParams { seed: params.seed + i as u64, ..params.clone() })
+                .with_params(engine::sampling::SamplingParams { seed: params.seed + i as u64, ..params.clone() })
         };
         let id = e.add_request(r)?;
         first.get_or_insert(id);

@@ -5,9 +5,9 @@
 use std::time::Instant;
 
 use clap::Args;
+use engine::runner::ModelRunner;
+use engine::sampling::SamplingParams;
 use engine::FinishReason;
-use reference::runner::ModelRunner;
-use reference::sampling::SamplingParams;
 
 use super::source::PromptText;
 use super::{CliError, ModelArgs, Result};

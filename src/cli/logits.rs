@@ -4,8 +4,8 @@
 //! top lists per prompt position, sorted by logit descending; the greedy continuation runs
 //! `--greedy N` tokens and does not stop at EOS.
 
-use reference::engine::{Engine, RefEngine};
-use reference::sampling::argmax;
+use engine::single::{Engine, RefEngine};
+use reference::ops::argmax::argmax;
 
 use super::logits_contract::{print_json, LogitsArgs};
 use super::source::{parse_ids, pick_dtype, resolve};

@@ -46,6 +46,9 @@ pub use source::ModelArgs;
 pub enum CliError {
     #[error(transparent)]
     Lib(#[from] reference::Error),
+    /// The default model could not be fetched.
+    #[error(transparent)]
+    Fetch(#[from] tandem_fetch::Error),
     #[error("{0}")]
     Usage(String),
     #[error("writing output: {0}")]

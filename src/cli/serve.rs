@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
+use engine::runner::ModelInfo;
 use engine::EngineConfig;
-use reference::runner::ModelInfo;
 
 use super::source::Arch;
 use super::spec::{draft_runner, SpecArgs};
@@ -86,7 +86,7 @@ fn default_name(a: &ModelArgs) -> String {
     }
     let file = match &a.model {
         Some(p) => p.clone(),
-        None => Path::new(reference::fetch::DEFAULT_MODEL_FILE).to_path_buf(),
+        None => Path::new(tandem_fetch::DEFAULT_MODEL_FILE).to_path_buf(),
     };
     let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| file.display().to_string());
     name.strip_suffix(".gguf").map(str::to_string).unwrap_or(name)

@@ -1,14 +1,17 @@
 //! Choosing and opening a model (`--model PATH`, `--synthetic NAME`, or the default real model)
-//! and the engine that runs it (`--device`, `--dtype`).
+//! and the engine that runs it (`--device`, `--dtype`). GPT-OSS opens through [`gpt_oss`].
+
+pub mod gpt_oss;
 
 use std::path::PathBuf;
 
 use clap::Args;
-use reference::engine::{Engine, RefEngine};
+use engine::cpu_runner::RefRunner;
+use engine::runner::ModelRunner;
+use engine::single::{Engine, RefEngine};
 use reference::gguf::GgufFile;
 use reference::loader::SafetensorsDir;
 use reference::quant::{QuantizeOnLoad, Scheme};
-use reference::runner::{ModelRunner, RefRunner};
 use reference::synthetic::{self, Synthetic};
 use reference::tokenizer::Tokenizer;
 use reference::weights::{TensorSource, Weights};
@@ -121,7 +124,7 @@ pub enum Source {
     /// Another source whose quantized tensors are only offered dequantized (`--weights dense`).
     Dense(Box<Source>),
     /// A GPT-OSS model, whose tensors are in [`Opened::arch`]: llama loads get an error.
-    NotLlama(super::gpt_oss::NotLlama),
+    NotLlama(gpt_oss::NotLlama),
 }
 
 impl Source {
@@ -158,7 +161,7 @@ pub enum Arch {
     Llama,
     /// GPT-OSS: its config, tensors and o200k_harmony tokenizer (`Opened::config` is then a
     /// summary of it and `Opened::source` refuses llama loads; see `super::gpt_oss`).
-    GptOss(Box<super::gpt_oss::GptOss>),
+    GptOss(Box<gpt_oss::GptOss>),
 }
 
 /// A model's config, tensors, tokenizer (when it has one) and chat template.
@@ -184,7 +187,7 @@ pub fn synthetic_config(name: &str) -> Result<Config> {
             "--synthetic {name}: unknown; choose one of {} or {} (GPT-OSS: {})",
             tiny.join(", "),
             synthetic::REAL_CONFIGS.join(", "),
-            super::gpt_oss::synthetic_names().join(", ")
+            gpt_oss::synthetic_names().join(", ")
         ))
     })
 }
@@ -246,7 +249,7 @@ impl ModelArgs {
     /// Open the model ignoring `--weights`.
     pub fn open_full(&self) -> Result<Opened> {
         if let Some(name) = &self.synthetic {
-            if let Some(o) = super::gpt_oss::open_synthetic(name, self.synthetic_seed) {
+            if let Some(o) = gpt_oss::open_synthetic(name, self.synthetic_seed) {
                 return Ok(o);
             }
             let config = synthetic_config(name)?;
@@ -263,12 +266,12 @@ impl ModelArgs {
         }
         let path = match &self.model {
             Some(p) => p.clone(),
-            None => reference::fetch::default_model(&mut |m| eprintln!("{m}"))?,
+            None => tandem_fetch::default_model(&mut |m| eprintln!("{m}"))?,
         };
         let md = std::fs::metadata(&path).map_err(|e| reference::Error::io(&path, e))?;
         let (config, source, tokenizer, chat) = if md.is_dir() {
-            if super::gpt_oss::dir_is_gpt_oss(&path)? {
-                return super::gpt_oss::open_hf(&path, self.allow_nonfinite);
+            if gpt_oss::dir_is_gpt_oss(&path)? {
+                return gpt_oss::open_hf(&path, self.allow_nonfinite);
             }
             let config = Config::from_hf_json(&path.join("config.json"))?;
             let mut st = SafetensorsDir::open(&path)?;
@@ -279,8 +282,8 @@ impl ModelArgs {
         } else {
             let mut g = GgufFile::open(&path)?;
             g.allow_nonfinite = self.allow_nonfinite;
-            if super::gpt_oss::gguf_is_gpt_oss(&g) {
-                return super::gpt_oss::open_gguf(g, &path);
+            if gpt_oss::gguf_is_gpt_oss(&g) {
+                return gpt_oss::open_gguf(g, &path);
             }
             let config = Config::from_gguf(&g)?;
             // Without tokenizer metadata the model still runs on --ids (like an HF dir
@@ -307,10 +310,10 @@ impl ModelArgs {
 }
 
 impl Opened {
-    /// A GPT-OSS model as an [`Opened`]: `config` is its summary (`super::gpt_oss::summary_config`),
+    /// A GPT-OSS model as an [`Opened`]: `config` is its summary (`gpt_oss::summary_config`),
     /// the llama tensor paths refuse it, its own parts are in `arch`.
-    pub fn gpt_oss(config: Config, label: String, g: super::gpt_oss::GptOss) -> Opened {
-        let source = Source::NotLlama(super::gpt_oss::NotLlama { label: label.clone() });
+    pub fn gpt_oss(config: Config, label: String, g: gpt_oss::GptOss) -> Opened {
+        let source = Source::NotLlama(gpt_oss::NotLlama { label: label.clone() });
         Opened { config, source, tokenizer: None, chat: None, label, arch: Arch::GptOss(Box::new(g)), kernels: Default::default() }
     }
 
@@ -342,7 +345,7 @@ impl Opened {
     /// (blocks of [`KV_BLOCK`]).
     pub fn runner(&mut self, device: Device, dtype: Option<&str>, kv_tokens: usize) -> Result<Box<dyn ModelRunner + Send>> {
         if let Arch::GptOss(g) = &mut self.arch {
-            return super::gpt_oss::runner(g, &self.label, device, dtype, kv_tokens);
+            return gpt_oss::runner(g, &self.label, device, dtype, kv_tokens);
         }
         let blocks = kv_tokens.div_ceil(KV_BLOCK).max(1);
         match resolve(device) {

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Args;
+use engine::runner::ModelRunner;
 use engine::{Detokenizer, Engine, EngineConfig, EngineStats, SpecConfig, SpecMethod};
-use reference::runner::ModelRunner;
 use reference::tokenizer::Tokenizer;
 
 use super::source::KV_BLOCK;

@@ -1,4 +1,4 @@
-//! `argmax(R, V, pattern)`: `optimized::kernels::argmax_into` vs `reference::sampling::argmax`
+//! `argmax(R, V, pattern)`: `optimized::kernels::argmax_into` vs `reference::ops::argmax::argmax`
 //! per row. Exact ids. The output is poisoned with `0xDEADBEEF` first.
 
 use optimized::kernels::ArgmaxVersion;
@@ -81,7 +81,7 @@ impl Case for ArgmaxCase {
     fn run(&self, client: &Client) -> Outcome {
         let (rows, v) = (self.rows, self.v);
         let x = logits(rows, v, self.pattern);
-        let want: Vec<u32> = x.chunks(v).map(reference::sampling::argmax).collect();
+        let want: Vec<u32> = x.chunks(v).map(reference::ops::argmax::argmax).collect();
         outcome((|| {
             let xd = DeviceTensor::from_f32(client, &x, &[rows, v])?;
             let out = DeviceTensor::from_u32(client, &vec![0xDEAD_BEEF; rows], &[rows])?;

@@ -15,6 +15,9 @@
 //! on both runners gives the same tokens. Also YaRN RoPE through rope v4 and flash attention
 //! at gpt-oss-20b's head shapes (window 128, sinks).
 
+use engine::cpu_runner::RefRunner;
+use engine::runner::{ModelRunner, SampleSpec, SeqStep, StepPlan};
+use engine::sampling::SamplingParams;
 use ndarray::Array3;
 use optimized::gpt_oss::{GptOssGpu, GptOssRunner};
 use optimized::kernels::attention::{DecodeVersion, PrefillVersion, ScoreStep};
@@ -24,8 +27,6 @@ use optimized::{Client, DeviceTensor};
 use reference::gpt_oss::ops::rope::{concentration, inv_freq, rope_yarn};
 use reference::gpt_oss::weights::InMemory;
 use reference::gpt_oss::{synthetic, GptOssConfig, GptOssModel, GptOssWeights, Yarn};
-use reference::runner::{ModelRunner, RefRunner, SampleSpec, SeqStep, StepPlan};
-use reference::sampling::SamplingParams;
 
 use super::attention::flash::{FlashCase, Phase};
 use super::embedding::judge;

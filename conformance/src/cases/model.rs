@@ -60,7 +60,7 @@ fn load(w: &Weightset) -> Result<(Config, Weights), String> {
             Ok((cfg, w))
         }
         Weightset::SmolLm2 => {
-            let p = reference::fetch::default_model(&mut |m| eprintln!("{m}")).map_err(|e| e.to_string())?;
+            let p = tandem_fetch::default_model(&mut |m| eprintln!("{m}")).map_err(|e| e.to_string())?;
             let l = reference::loader::load(&p).map_err(|e| e.to_string())?;
             Ok((l.config, l.weights))
         }
@@ -107,7 +107,7 @@ impl ModelCase {
             Ok(x) => x,
             // Only with TANDEM_OFFLINE set (the GPU host has no network and the 98 MB model
             // exceeds what can be carried there); otherwise a missing model fails.
-            Err(e) if reference::fetch::offline() => return Ok(Outcome::Skip(format!("real model unavailable offline: {e}"))),
+            Err(e) if tandem_fetch::offline() => return Ok(Outcome::Skip(format!("real model unavailable offline: {e}"))),
             Err(e) => return Err(e),
         };
         // The reference runs on exactly the weights the device holds: a GGUF's Q8_0 / Q4_0 /
@@ -179,7 +179,7 @@ impl ModelCase {
         let mut last_ref = want.index_axis(Axis(0), want.nrows() - 1).to_vec();
         let mut last_gpu = got[got.len() - cfg.vocab..].to_vec();
         for (s, &id) in rest.iter().enumerate() {
-            let (r, g) = (reference::sampling::argmax(&last_ref), reference::sampling::argmax(&last_gpu));
+            let (r, g) = (reference::ops::argmax::argmax(&last_ref), reference::ops::argmax::argmax(&last_gpu));
             if r != g && top2_margin(&last_ref) > GREEDY_MARGIN {
                 return Ok(Outcome::Fail(format!("decode step {s}: greedy {g} != reference {r} with margin {:.3}", top2_margin(&last_ref))));
             }
@@ -234,7 +234,7 @@ impl GraphCase {
     /// (`step`, feeding back each row's argmax).
     #[allow(clippy::type_complexity)]
     fn greedy(&self, gpu: GpuModel, cfg: &Config) -> Result<(Vec<u32>, Vec<Vec<f32>>, GpuModel), String> {
-        use reference::engine::Engine;
+        use engine::single::Engine;
         let mut e = optimized::model::GpuEngine(gpu);
         let mut out = Vec::new();
         let prompt = |p: usize, run: u32| -> Vec<u32> { (0..p as u32).map(|i| (i * 7919 + 11 + run) % cfg.vocab as u32).collect() };
@@ -255,7 +255,7 @@ impl GraphCase {
         for i in 0..24.min(self.decode) {
             let fed = if i % 3 == 2 { (next + 1) % v } else { next };
             next = if i % 5 == 4 {
-                reference::sampling::argmax(&e.step(&[fed]).map_err(|e| e.to_string())?) as u32
+                reference::ops::argmax::argmax(&e.step(&[fed]).map_err(|e| e.to_string())?) as u32
             } else {
                 e.step_greedy(&[fed]).map_err(|e| e.to_string())?
             };
@@ -264,7 +264,7 @@ impl GraphCase {
         e.reset();
         let mut rows = vec![e.step(&prompt(4, 7)).map_err(|e| e.to_string())?];
         for _ in 0..8 {
-            let next = reference::sampling::argmax(rows.last().map_or(&[][..], |r| &r[..]));
+            let next = reference::ops::argmax::argmax(rows.last().map_or(&[][..], |r| &r[..]));
             rows.push(e.step(&[next]).map_err(|e| e.to_string())?);
         }
         Ok((out, rows, e.0))

@@ -1,5 +1,5 @@
 //! The batched engine's GPU runner (`optimized::runner::GpuRunner`) vs the CPU reference runner
-//! (`reference::runner::RefRunner`) on the same dtype-rounded weights and the SAME step plans:
+//! (`engine::cpu_runner::RefRunner`) on the same dtype-rounded weights and the SAME step plans:
 //! ragged batches mixing prefill chunks (continuing cached prefixes through block tables),
 //! one-token decodes and multi-position draws, with N ≤ 8 rows (the fused decode gemvs) and
 //! N > 8 (GEMMs, gathered lm_head rows). Every drawing position's logits are compared under the
@@ -9,12 +9,13 @@
 //! the same tokens per request. [`GraphEngineCase`]: decode graphs give the tokens of eager
 //! launches. [`SpecEngineCase`]: n-gram speculation gives the tokens of plain decoding.
 
+use engine::cpu_runner::RefRunner;
+use engine::runner::{ModelRunner, SampleSpec, SeqStep, StepPlan};
+use engine::sampling::SamplingParams;
 use engine::{Engine, EngineConfig, Request, SpecConfig, SpecMethod};
 use optimized::model::{AttentionImpl, GpuModel};
 use optimized::runner::GpuRunner;
 use optimized::Client;
-use reference::runner::{ModelRunner, RefRunner, SampleSpec, SeqStep, StepPlan};
-use reference::sampling::SamplingParams;
 use reference::weights::InMemory;
 use reference::{synthetic, Config, Model};
 

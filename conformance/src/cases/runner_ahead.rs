@@ -10,10 +10,10 @@
 //! its inputs: written by the host (`advance=host`), advanced on the device by the step before
 //! (`advance=device`, `kernels::advance`).
 
+use engine::runner::{ModelRunner, SampleSpec, SeqStep, StepPlan};
+use engine::sampling::SamplingParams;
 use optimized::runner::GpuRunner;
 use optimized::Client;
-use reference::runner::{ModelRunner, SampleSpec, SeqStep, StepPlan};
-use reference::sampling::SamplingParams;
 
 use super::runner::{runners, BS};
 use crate::{Case, Dtype, Metrics, Op, Outcome};

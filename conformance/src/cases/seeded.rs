@@ -1,13 +1,13 @@
 //! `seeded(R, V, pattern, params)`: the device draw (`optimized::kernels::seeded`) vs
-//! `reference::sampling::seeded::sample` on the same logits, seeds and counters. Exact ids: the
+//! `engine::sampling::seeded::sample` on the same logits, seeds and counters. Exact ids: the
 //! only legitimate difference is an f32 rounding of `y = z / T`, `exp` or `ln` deciding a near
 //! tie, which the fixed seeds here do not hit (a failure names the row). The output is
 //! poisoned with `0xDEADBEEF` first.
 
+use engine::sampling::seeded::TokenCount;
+use engine::sampling::SamplingParams;
 use optimized::kernels::seeded;
 use optimized::{Client, DeviceTensor};
-use reference::sampling::seeded::TokenCount;
-use reference::sampling::SamplingParams;
 
 use super::argmax::{logits, Pattern};
 use super::outcome;
@@ -59,7 +59,7 @@ impl Case for SeededCase {
         let want: Result<Vec<u32>, String> = (0..rows)
             .map(|r| {
                 let (p, n) = spec(r);
-                reference::sampling::seeded::sample(&x[r * v..(r + 1) * v], &p, &row_counts[r], n).map_err(|e| e.to_string())
+                engine::sampling::seeded::sample(&x[r * v..(r + 1) * v], &p, &row_counts[r], n).map_err(|e| e.to_string())
             })
             .collect();
         let want = match want {

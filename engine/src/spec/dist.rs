@@ -1,6 +1,6 @@
 //! The distributions and random numbers of speculative verification.
 //!
-//! [`probs`] is the distribution the counter-based draw of `reference::sampling::seeded`
+//! [`probs`] is the distribution the counter-based draw of `crate::sampling::seeded`
 //! samples from (penalties applied first): one-hot on the argmax for greedy, else
 //! `softmax(z / T)` restricted to the allowed set `A` of its module doc (top-k, top-p, min-p by
 //! order keys, exactly as `draw` decides membership) and renormalized. The rejection rule
@@ -16,8 +16,9 @@
 //! - the residual draw at index `n`: Gumbel-max over `ln max(0, p − q)` with the noise of the
 //!   target's own draw, `U(row_key(s, n), i)`.
 
-use reference::sampling::seeded::{apply_penalties, gumbel, kth_largest, order_key, row_key, uniform, TokenCount};
-use reference::sampling::{argmax, SamplingParams};
+use crate::sampling::seeded::{apply_penalties, gumbel, kth_largest, order_key, row_key, uniform, TokenCount};
+use crate::sampling::SamplingParams;
+use reference::ops::argmax::argmax;
 use reference::Result;
 
 /// The seed of a draft model's draws for a request of seed `seed`.
@@ -136,7 +137,7 @@ pub fn residual_draw(p: &[f64], q: &[f64], seed: u64, counter: u64) -> Option<u3
 #[cfg(test)]
 mod tests {
     use super::*;
-    use reference::sampling::seeded::sample;
+    use crate::sampling::seeded::sample;
 
     fn rows() -> Vec<Vec<f32>> {
         let h = |i: u32, s: u32| (reference::synthetic::hash(i ^ s.wrapping_mul(0x9E37_79B9)) % 1000) as f32 / 250.0 - 2.0;

@@ -3,10 +3,10 @@
 
 use std::time::{Duration, Instant};
 
-use reference::kv_blocks::BlockManager;
-use reference::runner::{ModelRunner, SampleSpec, SeqStep, StepPlan};
-use reference::sampling::seeded::TokenCount;
-use reference::sampling::SamplingParams;
+use crate::kv_blocks::BlockManager;
+use crate::runner::{ModelRunner, SampleSpec, SeqStep, StepPlan};
+use crate::sampling::seeded::TokenCount;
+use crate::sampling::SamplingParams;
 use reference::{Error, Result};
 
 use super::dist;

@@ -45,8 +45,8 @@
 //! top-1 probability falls below [`SpecConfig::min_draft_prob`].
 //!
 //! [`Engine::with_draft`]: crate::Engine::with_draft
-//! [`ModelRunner`]: reference::runner::ModelRunner
-//! [`BlockManager`]: reference::kv_blocks::BlockManager
+//! [`ModelRunner`]: crate::runner::ModelRunner
+//! [`BlockManager`]: crate::kv_blocks::BlockManager
 
 pub mod cost;
 pub mod dist;
@@ -59,7 +59,7 @@ pub(crate) use draft::Drafter;
 pub(crate) use step::release_draft;
 pub use verify::{verify, Verdict};
 
-use reference::kv_blocks::SeqId;
+use crate::kv_blocks::SeqId;
 use reference::{Error, Result};
 
 /// Where proposals come from.

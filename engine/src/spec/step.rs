@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use reference::runner::{ModelRunner, SeqResult};
-use reference::sampling::seeded::TokenCount;
+use crate::runner::{ModelRunner, SeqResult};
+use crate::sampling::seeded::TokenCount;
 use reference::{Error, Result};
 
 use super::cost::{EXPLORE_EVERY, MIN_GAIN};

@@ -1,8 +1,8 @@
 //! The acceptance rule: which of a step's proposals the target keeps, and the token after
 //! them (see the module doc of [`crate::spec`]).
 
-use reference::sampling::seeded::TokenCount;
-use reference::sampling::SamplingParams;
+use crate::sampling::seeded::TokenCount;
+use crate::sampling::SamplingParams;
 use reference::{Error, Result};
 
 use super::dist;

@@ -4,11 +4,12 @@
 
 use std::time::Duration;
 
+use engine::cpu_runner::RefRunner;
+use engine::runner::{validate_plan, KvLayout, ModelInfo, ModelRunner, SeqResult, StepPlan};
+use engine::sampling::seeded;
+use engine::sampling::SamplingParams;
 use engine::{Engine, EngineConfig, Request, RequestOutput, SpecConfig};
 use reference::quant::{quantized_weights, Granularity, Scheme};
-use reference::runner::{validate_plan, KvLayout, ModelInfo, ModelRunner, RefRunner, SeqResult, StepPlan};
-use reference::sampling::seeded;
-use reference::sampling::SamplingParams;
 use reference::{synthetic, Config, Model};
 
 pub fn config(name: &str) -> Config {

@@ -5,8 +5,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use engine::runner::ModelInfo;
 use reference::chat::ChatTemplate;
-use reference::runner::ModelInfo;
 use reference::tokenizer::Tokenizer;
 use server::api::{parse, Endpoint};
 use server::ModelFront;

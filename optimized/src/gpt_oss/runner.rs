@@ -11,8 +11,8 @@
 //! and grouped GEMMs above (no uploads inside a step): the pools hold one block past the
 //! engine's for the padding rows.
 
+use engine::runner::{validate_plan, KvLayout, ModelInfo, ModelRunner, SeqResult, StepPlan};
 use reference::gpt_oss::ops::rope::{concentration, inv_freq};
-use reference::runner::{validate_plan, KvLayout, ModelInfo, ModelRunner, SeqResult, StepPlan};
 use reference::{Error as RefError, RopeLayout};
 
 use super::model::GptOssGpu;

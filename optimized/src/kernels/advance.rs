@@ -1,7 +1,7 @@
 //! A graphed decode step's inputs advanced on the device to the step after it (`advance=device`,
 //! `runner::graphs`), so that a step launched ahead needs no host-to-device copy: for each row
 //! that is a sequence's (not padding), position, pool slot and length one on, and the draw's
-//! key for the next counter. The host's [`reference::sampling::seeded::row_key`], equation by
+//! key for the next counter. The host's [`engine::sampling::seeded::row_key`], equation by
 //! equation: with seed `s` and the next counter `n < 2³²`,
 //! `k₀ = h(s_lo ⊕ 0x9E3779B9)`, `k₁ = h(s_hi ⊕ k₀)`, `key = h(n ⊕ k₁) ⊕ h(0x85EBCA6B)`.
 //!

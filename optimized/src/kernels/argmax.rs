@@ -1,5 +1,5 @@
 //! Argmax over each row of `[R, V]` f32 → u32 ids `[R]`, with the semantics of
-//! `reference::sampling::argmax`: the lowest index among the largest non-NaN values; NaN is
+//! `reference::ops::argmax::argmax`: the lowest index among the largest non-NaN values; NaN is
 //! never chosen unless the whole row is NaN, where the reference returns the last index
 //! (`V − 1`) and so does this kernel. −∞ is an ordinary value.
 //!

@@ -1,4 +1,4 @@
-//! The batched engine's draw on the device: `reference::sampling::seeded`, equation by
+//! The batched engine's draw on the device: `engine::sampling::seeded`, equation by
 //! equation (read its module doc), one cube per sampled row, so a step reads back one id per
 //! sequence instead of a row of logits.
 //!
@@ -47,9 +47,9 @@ mod split;
 
 use super::prev_pow2;
 use crate::{Client, DeviceTensor, Dtype, Error};
+use engine::sampling::seeded::{row_key, TokenCount};
+use engine::sampling::SamplingParams;
 pub(crate) use parts::{block_best, block_sum_f32, block_sum_u32, draw_best, hash32, order_key, pass1, row_at, row_params, weight};
-use reference::sampling::seeded::{row_key, TokenCount};
-use reference::sampling::SamplingParams;
 
 /// u32 words per row of the parameter buffer: temperature (f32 bits), top_k, top_p (bits),
 /// min_p (bits), the row key of seed and counter, the logits row to read, repetition,
@@ -199,7 +199,7 @@ pub fn seeded_v1(
 }
 
 /// Penalties v1: entry `e` of `entries` (`[E, 3]`: row, id, count | in_prompt << 31) adjusts
-/// its logit in place (`reference::sampling::seeded::apply_penalties`).
+/// its logit in place (`engine::sampling::seeded::apply_penalties`).
 #[cube(launch)]
 pub fn penalties_v1(z: &mut [f32], params: &[u32], entries: &[u32], count: u32, v: u32) {
     let e = ABSOLUTE_POS;

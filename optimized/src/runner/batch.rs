@@ -13,7 +13,7 @@
 //! same kernel a plain decode step runs (which is also what makes verification steps graphs:
 //! `runner::graphs`).
 
-use reference::runner::{KvLayout, SeqResult, SeqStep, StepPlan};
+use engine::runner::{KvLayout, SeqResult, SeqStep, StepPlan};
 
 use crate::kernels::attention::VarlenSeq;
 use crate::kernels::{argmax, seeded};

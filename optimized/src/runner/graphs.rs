@@ -31,8 +31,8 @@ use std::collections::HashMap;
 
 use cubecl::client::Graph;
 use cubecl::CubeElement;
-use reference::runner::{KvLayout, SeqResult, StepPlan};
-use reference::sampling::seeded::row_key;
+use engine::runner::{KvLayout, SeqResult, StepPlan};
+use engine::sampling::seeded::row_key;
 
 use super::{batch, GpuRunner};
 use crate::kernels::{advance, argmax, seeded};
@@ -348,7 +348,7 @@ impl Inputs {
     /// Padding rows up to the bucket: token 0 at position 0 into the spare block `scratch`,
     /// drawn greedily, never advanced.
     fn pad(&mut self, scratch: u32, block_size: usize) {
-        let greedy_params = reference::sampling::SamplingParams::default();
+        let greedy_params = engine::sampling::SamplingParams::default();
         for i in self.ids.len()..self.key.bucket {
             self.ids.push(0);
             self.positions.push(0);

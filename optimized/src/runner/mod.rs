@@ -1,7 +1,7 @@
 //! The GPU behind the batched engine's [`ModelRunner`]: a [`GpuModel`]'s weights, paged KV pools
 //! whose blocks the engine hands out, and one forward pass per step over a ragged batch.
 //!
-//! A step of the engine (`reference::runner::StepPlan`) mixes one-token decodes, verifications
+//! A step of the engine (`engine::runner::StepPlan`) mixes one-token decodes, verifications
 //! of speculated tokens and prefill chunks of many sequences. The runner lays them out
 //! ([`batch::RaggedBatch`]: decode rows first — one-token decodes and the positions of a
 //! verification, each a flash-decode query of its own length) and runs ONE forward pass over
@@ -16,7 +16,7 @@
 //!   seeded draw on the device (`kernels::seeded`, penalties first) — or argmax v2 when every
 //!   row is greedy — and one read-back of the drawn ids.
 //!
-//! Every draw follows `reference::sampling::seeded`, so the same logits give the same tokens
+//! Every draw follows `engine::sampling::seeded`, so the same logits give the same tokens
 //! as the CPU reference runner (conformance checks both the logits and the draws).
 //!
 //! Steps of decode rows only (no penalties, no logits asked for: plain decoding, and n-gram
@@ -28,7 +28,7 @@
 pub mod batch;
 pub(crate) mod graphs;
 
-use reference::runner::{validate_plan, KvLayout, ModelInfo, ModelRunner, SeqResult, StepPlan};
+use engine::runner::{validate_plan, KvLayout, ModelInfo, ModelRunner, SeqResult, StepPlan};
 use reference::Error as RefError;
 
 use crate::kernels::attention::{flash_decode, flash_prefill_varlen, Masking, VarlenSeq};

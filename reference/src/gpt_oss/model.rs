@@ -145,27 +145,3 @@ impl GptOssModel {
         logits.index_axis(Axis(0), logits.nrows().saturating_sub(1)).to_vec()
     }
 }
-
-/// GPT-OSS behind the batched engine's CPU runner: `RefRunner<GptOssModel>` gathers each
-/// sequence's KV from its pools and runs [`GptOssModel::forward`] (sliding layers mask by
-/// position, so the gathered prefix holds every position, as [`GptOssModel::new_cache`] does).
-impl crate::runner::RefForward for GptOssModel {
-    fn n_layers(&self) -> usize {
-        self.config.n_layers
-    }
-    fn n_kv_heads(&self) -> usize {
-        self.config.n_kv_heads
-    }
-    fn head_dim(&self) -> usize {
-        self.config.head_dim
-    }
-    /// The engine stops on one EOS id: the first of `eos_ids` (`<|return|>` for gpt-oss); the
-    /// harmony front ends add `<|call|>` as a stop token of their own.
-    fn info(&self) -> crate::runner::ModelInfo {
-        let c = &self.config;
-        crate::runner::ModelInfo { vocab: c.vocab, max_ctx: c.max_ctx, bos_id: c.bos_id, eos_id: c.eos_ids.first().copied() }
-    }
-    fn forward(&self, ids: &[u32], cache: &mut KvCache, trace: Option<&mut Trace>) -> Result<Array2<f32>> {
-        GptOssModel::forward(self, ids, cache, trace)
-    }
-}

@@ -15,7 +15,7 @@
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::model::Model;
-use crate::sampling::argmax;
+use crate::ops::argmax::argmax;
 
 /// Drift figures of one prompt.
 #[derive(Debug, Clone, PartialEq)]

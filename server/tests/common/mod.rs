@@ -6,8 +6,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use engine::cpu_runner::RefRunner;
+use engine::runner::{KvLayout, ModelInfo, ModelRunner, SeqResult, StepPlan};
 use engine::{Engine, EngineConfig, Request};
-use reference::runner::{KvLayout, ModelInfo, ModelRunner, RefRunner, SeqResult, StepPlan};
 use reference::{synthetic, Config, Model};
 use serde_json::{json, Value};
 use server::{ModelFront, Server, ServerConfig};

@@ -9,7 +9,7 @@
 
 use std::time::Instant;
 
-use reference::sampling::SamplingParams;
+use engine::sampling::SamplingParams;
 use serde_json::json;
 
 use super::super::bench::BenchArgs;

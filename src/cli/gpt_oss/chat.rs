@@ -12,12 +12,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use engine::harmony::{ChannelEvent, ChannelStream, HarmonyDetok};
+use engine::sampling::SamplingParams;
 use engine::{Detokenizer, Engine, EngineConfig, FinishReason, Request, RequestId};
 use reference::chat::Message;
 use reference::gpt_oss::harmony::{self, Reasoning, SystemContent};
 use reference::gpt_oss::tokenizer::{CALL, STOP_TOKENS};
 use reference::gpt_oss::GptOssTokenizer;
-use reference::sampling::SamplingParams;
 use serde_json::{json, Map, Value};
 
 use super::super::generate_args::GenerateArgs;

@@ -2,7 +2,8 @@
 //! through the model's batched runner on any device — one step over the prompt drawing (greedy)
 //! at every position with its logits, then one-token greedy steps (not stopping at EOS).
 
-use reference::sampling::{argmax, SamplingParams};
+use engine::sampling::SamplingParams;
+use reference::ops::argmax::argmax;
 
 use super::super::logits_contract::{print_json, LogitsArgs};
 use super::super::source::parse_ids;

@@ -19,7 +19,7 @@ pub(crate) fn hash32(x: u32) -> u32 {
     h
 }
 
-/// `reference::sampling::seeded::order_key`.
+/// `engine::sampling::seeded::order_key`.
 #[cube]
 pub(crate) fn order_key(x: f32) -> u32 {
     let b = u32::reinterpret(x);

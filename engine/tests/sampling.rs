@@ -1,10 +1,11 @@
 //! Token selection: seeded determinism, greedy equivalences, the top-k / top-p / min-p filters
 //! (in HF's order) and the distribution `Sampler::sample` actually draws from.
 
+use engine::sampling::{filtered_probs, Sampler, SamplingParams};
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use reference::sampling::{argmax, filtered_probs, Sampler, SamplingParams};
+use reference::ops::argmax::argmax;
 
 fn params(temperature: f32) -> SamplingParams {
     SamplingParams { temperature, ..SamplingParams::default() }
@@ -221,7 +222,29 @@ fn rounding_gap_never_picks_a_zero_probability_token() {
 
 #[test]
 fn all_neg_inf_logits_give_one_finite_candidate() {
-    let p = reference::sampling::SamplingParams { temperature: 0.7, ..Default::default() };
-    let probs = reference::sampling::filtered_probs(&[f32::NEG_INFINITY; 5], &p);
+    let p = engine::sampling::SamplingParams { temperature: 0.7, ..Default::default() };
+    let probs = engine::sampling::filtered_probs(&[f32::NEG_INFINITY; 5], &p);
     assert_eq!(probs, vec![(0, 1.0)]);
+}
+
+/// Values without a meaning are refused, naming the flag.
+#[test]
+fn invalid_sampling_values() {
+    let d = SamplingParams::default();
+    let cases = [
+        (SamplingParams { temperature: f32::NAN, ..d.clone() }, "--temperature"),
+        (SamplingParams { temperature: -1.0, ..d.clone() }, "--temperature"),
+        (SamplingParams { temperature: f32::INFINITY, ..d.clone() }, "--temperature"),
+        (SamplingParams { top_p: 0.0, ..d.clone() }, "--top-p"),
+        (SamplingParams { top_p: 1.5, ..d.clone() }, "--top-p"),
+        (SamplingParams { top_p: f32::NAN, ..d.clone() }, "--top-p"),
+        (SamplingParams { min_p: 1.0, ..d.clone() }, "--min-p"),
+        (SamplingParams { min_p: -0.1, ..d.clone() }, "--min-p"),
+        (SamplingParams { min_p: f32::NAN, ..d.clone() }, "--min-p"),
+    ];
+    for (p, flag) in cases {
+        let e = Sampler::new(p.clone()).err().unwrap_or_else(|| panic!("{p:?} accepted")).to_string();
+        assert!(e.contains(flag), "{p:?}: {e}");
+    }
+    assert!(Sampler::new(SamplingParams { temperature: 0.7, top_p: 1.0, min_p: 0.0, top_k: 5, seed: 1, ..SamplingParams::default() }).is_ok());
 }

@@ -18,7 +18,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::error::{Error, Result};
+use reference::{Error, Result};
 
 /// Which sequence of a [`BlockManager`].
 pub type SeqId = usize;

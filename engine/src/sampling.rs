@@ -9,18 +9,8 @@ pub mod seeded;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::error::{Error, Result};
-
-/// Index of the largest logit; ties go to the lowest id. NaNs are never chosen.
-pub fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0usize;
-    for (i, &v) in logits.iter().enumerate() {
-        if v > logits[best] || logits[best].is_nan() {
-            best = i;
-        }
-    }
-    best as u32
-}
+use reference::ops::argmax::argmax;
+use reference::{Error, Result};
 
 /// Sampling settings. `temperature == 0` means greedy.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,11 +1,13 @@
-//! What a generation loop needs from a backend, and the loop itself.
+//! One sequence at a time: what a generation loop needs from a backend, and the loop itself.
+//! `tandem logits`, `bench` (without `--batches`) and `audit` run through it, for the
+//! per-position logits and hidden states a batched [`crate::Engine`] does not expose.
 
 use std::time::{Duration, Instant};
 
-use crate::config::Config;
-use crate::error::Result;
-use crate::kv_cache::KvCache;
-use crate::model::Model;
+use reference::kv_cache::KvCache;
+use reference::ops::argmax::argmax;
+use reference::{Config, Error, Model, Result};
+
 use crate::sampling::Sampler;
 
 /// A model with its own cache: the reference here, cubecl engines in `optimized`.
@@ -26,7 +28,7 @@ pub trait Engine {
     /// Change the engine's kernel choices to those of `spec` (a GPU engine's kernel
     /// configuration, `optimized::config`); an engine without one refuses, saying so.
     fn set_kernels(&mut self, spec: &str) -> Result<()> {
-        Err(crate::Error::Input(format!("{}: no kernel configuration to set to `{spec}`", self.name())))
+        Err(Error::Input(format!("{}: no kernel configuration to set to `{spec}`", self.name())))
     }
     /// How the engine ran its steps, where that is worth reporting (e.g. decode graphs).
     fn status(&self) -> Option<String> {
@@ -46,7 +48,7 @@ pub trait Engine {
     /// Run `ids` and return the greedy next token. Backends override this to pick the token
     /// on the device and skip copying the logits back.
     fn step_greedy(&mut self, ids: &[u32]) -> Result<u32> {
-        Ok(crate::sampling::argmax(&self.step(ids)?))
+        Ok(argmax(&self.step(ids)?))
     }
 }
 

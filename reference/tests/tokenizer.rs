@@ -221,7 +221,7 @@ fn hf_tokenizer_json_roundtrip() {
 fn every_supported_pre_tokenizer_builds() {
     let d = tmpdir();
     let s = |x: &str| Value::String(x.to_string());
-    for pre in ["gpt2", "default", "smollm", "starcoder", "refact", "command-r", "codeshell", "llama-bpe", "llama3", "qwen2", "stablelm2"] {
+    for pre in reference::tokenizer::pre::supported_names() {
         let mut w = GgufWriter::new();
         w.kv("tokenizer.ggml.model", s("gpt2"))
             .kv("tokenizer.ggml.pre", s(pre))

@@ -119,15 +119,17 @@ fn file_input_is_the_whole_file() {
 #[test]
 fn hf_directory_and_tokenizer_json_match_the_gguf() {
     let text = "Hello, y'all! How are you 😁 ?我想在apple工作1314151天～";
-    let gguf = vocab("llama-bpe");
-    let want = ids(&["--model", &gguf, "--text", text, "--no-bos"]);
-    let dir = tmp("hf");
-    std::fs::create_dir_all(&dir).unwrap();
-    let t = reference::tokenizer::Tokenizer::from_gguf(&reference::gguf::GgufFile::open(&gguf).unwrap()).unwrap();
-    t.save(dir.join("tokenizer.json")).unwrap();
-    let tj = dir.join("tokenizer.json");
-    assert_eq!(ids(&["--model", dir.to_str().unwrap(), "--text", text, "--no-bos"]), want);
-    assert_eq!(ids(&["--model", tj.to_str().unwrap(), "--text", text, "--no-bos"]), want);
+    for v in ["llama-bpe", "llama-spm"] {
+        let gguf = vocab(v);
+        let want = ids(&["--model", &gguf, "--text", text, "--no-bos"]);
+        let dir = tmp(&format!("hf-{v}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let t = reference::tokenizer::Tokenizer::from_gguf(&reference::gguf::GgufFile::open(&gguf).unwrap()).unwrap();
+        t.save(dir.join("tokenizer.json")).unwrap();
+        let tj = dir.join("tokenizer.json");
+        assert_eq!(ids(&["--model", dir.to_str().unwrap(), "--text", text, "--no-bos"]), want, "{v}: directory");
+        assert_eq!(ids(&["--model", tj.to_str().unwrap(), "--text", text, "--no-bos"]), want, "{v}: tokenizer.json");
+    }
     let empty = tmp("empty-dir");
     std::fs::create_dir_all(&empty).unwrap();
     fails(&["tokenize", "--model", empty.to_str().unwrap(), "--text", "a"], 2, &["empty-dir", "tokenizer.json"]);

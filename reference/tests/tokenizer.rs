@@ -286,6 +286,18 @@ fn bad_sentencepiece_scores_are_named() {
 }
 
 #[test]
+fn sentencepiece_without_fallback_is_refused() {
+    // Neither byte tokens for every byte nor an unknown token: "c" could not be encoded.
+    let s = |x: &str| Value::String(x.to_string());
+    let mut w = GgufWriter::new();
+    w.kv("tokenizer.ggml.model", s("llama")).kv("tokenizer.ggml.tokens", Value::Array(["▁", "a", "<0x63>"].iter().map(|t| s(t)).collect()));
+    let p = tmpdir().join("spm-nofallback.gguf");
+    w.write(&p).unwrap();
+    let err = Tokenizer::from_gguf(&GgufFile::open(&p).unwrap()).unwrap_err().to_string();
+    assert!(err.contains("spm-nofallback.gguf") && err.contains("unknown token"), "{err}");
+}
+
+#[test]
 fn unsupported_vocabulary_kind_is_named() {
     let s = |x: &str| Value::String(x.to_string());
     let mut w = GgufWriter::new();

@@ -37,9 +37,20 @@ fn merges_by_score(tokens: &[&str], scores: &[f32], ids: &HashMap<&str, u32>) ->
     merges.into_iter().map(|(_, l, r, _)| (tokens[l as usize].to_string(), tokens[r as usize].to_string())).collect()
 }
 
-/// The SentencePiece BPE model of `tokens` (`scores` one per token; `unk` the unknown token).
+/// The SentencePiece BPE model of `tokens` (`scores` one per token; `unk` the unknown token,
+/// else `<unk>` if there is one). Text outside the vocabulary falls back to the `<0xXX>` byte
+/// tokens, or becomes the unknown token; a vocabulary with neither is refused, as it would
+/// drop such text without a word.
 pub(super) fn model(path: &Path, tokens: &[&str], scores: &[f32], unk: Option<&str>) -> Result<BPE> {
     let ids: HashMap<&str, u32> = tokens.iter().enumerate().map(|(i, t)| (*t, i as u32)).collect();
+    let unk = unk.or_else(|| ids.contains_key("<unk>").then_some("<unk>"));
+    let all_bytes = (0..=255u8).all(|b| ids.contains_key(format!("<0x{b:02X}>").as_str()));
+    if unk.is_none() && !all_bytes {
+        return Err(Error::Tokenizer(format!(
+            "{}: SentencePiece vocabulary with neither the 256 byte tokens <0x00>…<0xFF> nor an unknown token (tokenizer.ggml.unknown_token_id, <unk>): text outside it could not be encoded",
+            path.display()
+        )));
+    }
     let merges = merges_by_score(tokens, scores, &ids);
     let vocab: Vocab = tokens.iter().enumerate().map(|(i, t)| (t.to_string(), i as u32)).collect();
     let mut b = BPE::builder().vocab_and_merges(vocab, merges).byte_fallback(true).fuse_unk(true);

@@ -159,6 +159,14 @@ const TABLE: &[(&[&str], PreType)] = &[
     (&["laguna"], pre(LAGUNA)),
 ];
 
+/// Names llama.cpp knows that are refused, with the reason.
+const UNSUPPORTED: &[(&[&str], &str)] = &[
+    (&["kimi-k2", "afmoe"], "llama.cpp splits its text in code (unicode.cpp), not with regexes"),
+    (&["superbpe"], "its split regex matches empty strings"),
+    (&["gemma4", "granite-embed-multi-311m", "sarvam-moe", "whitespace"], "its BPE runs on raw UTF-8, without the byte-level mapping"),
+    (&["jina-v1-en", "jina-v2-code", "roberta-bpe"], "it appends a separator token to every text"),
+];
+
 /// Every supported name, in table order.
 pub fn supported_names() -> impl Iterator<Item = &'static str> {
     TABLE.iter().flat_map(|(names, _)| names.iter().copied())
@@ -167,14 +175,14 @@ pub fn supported_names() -> impl Iterator<Item = &'static str> {
 /// The group of `name` (a missing key is `"default"`, as in llama.cpp); an unknown name is an
 /// error naming it and the file.
 pub(super) fn pre_type(name: &str, path: &Path) -> Result<PreType> {
-    match TABLE.iter().find(|(names, _)| names.contains(&name)) {
-        Some((_, t)) => Ok(*t),
-        None => Err(Error::Key {
-            path: path.to_path_buf(),
-            key: K_PRE.into(),
-            msg: format!("{name:?} is not a supported pre-tokenizer (supported: {})", supported_names().collect::<Vec<_>>().join(", ")),
-        }),
+    if let Some((_, t)) = TABLE.iter().find(|(names, _)| names.contains(&name)) {
+        return Ok(*t);
     }
+    let msg = match UNSUPPORTED.iter().find(|(names, _)| names.contains(&name)) {
+        Some((_, why)) => format!("{name:?} is a llama.cpp pre-tokenizer that is not supported here: {why}"),
+        None => format!("{name:?} is not a supported pre-tokenizer (supported: {})", supported_names().collect::<Vec<_>>().join(", ")),
+    };
+    Err(Error::key(path, K_PRE, msg))
 }
 
 /// The `tokenizers` pre-tokenizer for `t`: its regex splits, then the byte-level mapping.
@@ -205,6 +213,15 @@ mod tests {
         all.sort_unstable();
         all.dedup();
         assert_eq!(all.len(), n);
+    }
+
+    #[test]
+    fn known_but_unsupported_name_says_why() {
+        let err = pre_type("gemma4", Path::new("g.gguf")).unwrap_err().to_string();
+        assert!(err.contains("g.gguf") && err.contains(K_PRE) && err.contains("\"gemma4\"") && err.contains("byte-level"), "{err}");
+        for (names, _) in UNSUPPORTED {
+            assert!(names.iter().all(|n| !supported_names().any(|s| s == *n)), "{names:?}");
+        }
     }
 
     #[test]

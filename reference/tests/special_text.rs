@@ -26,7 +26,7 @@ fn chatml_tokenizer() -> Tokenizer {
     let mut w = GgufWriter::new();
     w.kv("general.architecture", s("llama"))
         .kv("tokenizer.ggml.model", s("gpt2"))
-        .kv("tokenizer.ggml.pre", s("gpt2"))
+        .kv("tokenizer.ggml.pre", s("gpt-2"))
         .kv("tokenizer.ggml.tokens", Value::Array(tokens.iter().map(|t| s(t)).collect()))
         .kv("tokenizer.ggml.token_type", Value::Array(types))
         .kv("tokenizer.ggml.merges", Value::Array(vec![]));

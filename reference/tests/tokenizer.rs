@@ -221,7 +221,7 @@ fn hf_tokenizer_json_roundtrip() {
 fn every_supported_pre_tokenizer_builds() {
     let d = tmpdir();
     let s = |x: &str| Value::String(x.to_string());
-    for pre in ["gpt2", "default", "smollm", "starcoder", "refact", "command-r", "codeshell", "llama-bpe", "llama3", "qwen2", "stablelm2"] {
+    for pre in reference::tokenizer::pre::supported_names() {
         let mut w = GgufWriter::new();
         w.kv("tokenizer.ggml.model", s("gpt2"))
             .kv("tokenizer.ggml.pre", s(pre))
@@ -232,4 +232,78 @@ fn every_supported_pre_tokenizer_builds() {
         let t = Tokenizer::from_gguf(&GgufFile::open(&p).unwrap()).unwrap_or_else(|e| panic!("{pre}: {e}"));
         assert_eq!(t.encode("ab 1", false).unwrap(), vec![2, 4, 3], "{pre}");
     }
+}
+
+/// A tiny SentencePiece vocabulary (`tokenizer.ggml.model = "llama"`) with `extra` keys.
+fn tiny_spm(name: &str, scores: Vec<f32>, extra: Vec<(&str, Value)>) -> PathBuf {
+    let s = |x: &str| Value::String(x.to_string());
+    let tokens = ["<unk>", "<s>", "</s>", "▁", "a", "b", "ab", "▁a", "▁ab", "<0x63>"];
+    let mut w = GgufWriter::new();
+    w.kv("tokenizer.ggml.model", s("llama"))
+        .kv("tokenizer.ggml.tokens", Value::Array(tokens.iter().map(|t| s(t)).collect()))
+        .kv("tokenizer.ggml.token_type", Value::Array([2, 3, 3, 1, 1, 1, 1, 1, 1, 6].into_iter().map(Value::I32).collect()))
+        .kv("tokenizer.ggml.scores", Value::Array(scores.into_iter().map(Value::F32).collect()))
+        .kv("tokenizer.ggml.bos_token_id", Value::U32(1))
+        .kv("tokenizer.ggml.eos_token_id", Value::U32(2))
+        .kv("tokenizer.ggml.unknown_token_id", Value::U32(0));
+    for (k, v) in extra {
+        w.kv(k, v);
+    }
+    let p = tmpdir().join(name);
+    w.write(&p).unwrap();
+    p
+}
+
+const SPM_SCORES: [f32; 10] = [0.0, 0.0, 0.0, -1.0, -2.0, -3.0, -4.0, -5.0, -6.0, 0.0];
+
+#[test]
+fn sentencepiece_vocabulary_merges_by_score() {
+    let t = Tokenizer::from_gguf(&GgufFile::open(tiny_spm("spm.gguf", SPM_SCORES.to_vec(), vec![])).unwrap()).unwrap();
+    // "▁ab▁abc": ab (score -4) before ▁a (-5), then ▁ab; c falls back to its byte token.
+    assert_eq!(t.encode("ab abc", false).unwrap(), [8, 8, 9]);
+    assert_eq!(t.decode(&[8, 8, 9]).unwrap(), "ab abc");
+    assert!(t.add_bos_default(), "SentencePiece vocabularies add BOS unless the file says otherwise");
+    assert_eq!(t.encode("ab", true).unwrap(), [1, 8]);
+    // After a control token the text gets its own space prefix, as in llama.cpp.
+    assert_eq!(t.encode("</s>ab", false).unwrap(), [2, 8]);
+    assert_eq!(t.encode_literal("</s>", false).unwrap().first(), Some(&3), "plain text: ▁ then the characters");
+
+    let no_prefix = tiny_spm("spm-noprefix.gguf", SPM_SCORES.to_vec(), vec![("tokenizer.ggml.add_space_prefix", Value::Bool(false))]);
+    let t = Tokenizer::from_gguf(&GgufFile::open(no_prefix).unwrap()).unwrap();
+    assert_eq!(t.encode("ab abc", false).unwrap(), [6, 8, 9]);
+    assert_eq!(t.decode(&[6, 8, 9]).unwrap(), "ab abc");
+}
+
+#[test]
+fn bad_sentencepiece_scores_are_named() {
+    let short = tiny_spm("spm-short.gguf", vec![0.0; 3], vec![]);
+    let err = Tokenizer::from_gguf(&GgufFile::open(&short).unwrap()).unwrap_err().to_string();
+    assert!(err.contains("spm-short.gguf") && err.contains("tokenizer.ggml.scores") && err.contains("3 entries"), "{err}");
+    let mut nan = SPM_SCORES.to_vec();
+    nan[4] = f32::NAN;
+    let err = Tokenizer::from_gguf(&GgufFile::open(tiny_spm("spm-nan.gguf", nan, vec![])).unwrap()).unwrap_err().to_string();
+    assert!(err.contains("tokenizer.ggml.scores") && err.contains("entry 4"), "{err}");
+}
+
+#[test]
+fn sentencepiece_without_fallback_is_refused() {
+    // Neither byte tokens for every byte nor an unknown token: "c" could not be encoded.
+    let s = |x: &str| Value::String(x.to_string());
+    let mut w = GgufWriter::new();
+    w.kv("tokenizer.ggml.model", s("llama")).kv("tokenizer.ggml.tokens", Value::Array(["▁", "a", "<0x63>"].iter().map(|t| s(t)).collect()));
+    let p = tmpdir().join("spm-nofallback.gguf");
+    w.write(&p).unwrap();
+    let err = Tokenizer::from_gguf(&GgufFile::open(&p).unwrap()).unwrap_err().to_string();
+    assert!(err.contains("spm-nofallback.gguf") && err.contains("unknown token"), "{err}");
+}
+
+#[test]
+fn unsupported_vocabulary_kind_is_named() {
+    let s = |x: &str| Value::String(x.to_string());
+    let mut w = GgufWriter::new();
+    w.kv("tokenizer.ggml.model", s("bert")).kv("tokenizer.ggml.tokens", Value::Array(vec![s("a")]));
+    let p = tmpdir().join("bert.gguf");
+    w.write(&p).unwrap();
+    let err = Tokenizer::from_gguf(&GgufFile::open(&p).unwrap()).unwrap_err().to_string();
+    assert!(err.contains("bert.gguf") && err.contains("tokenizer.ggml.model") && err.contains("\"bert\""), "{err}");
 }

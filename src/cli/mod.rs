@@ -36,6 +36,8 @@ mod source;
 mod spec;
 // `tandem results`: the tables a reader takes in (issue 48).
 mod summary;
+// `tandem tokenize` (issue 50).
+mod tokenize;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -121,6 +123,10 @@ pub enum Cmd {
     /// Speculative decoding: tokens/s with and without, acceptance, predicted vs measured
     /// speed-up, at several batch sizes (issue 26).
     BenchSpec(bench_spec::BenchSpecArgs),
+    /// Print the token ids of a text (`--text` or `--file`) under the tokenizer of --model (a
+    /// GGUF, vocabulary-only ones included, an HF directory or a tokenizer.json); `--pieces`
+    /// adds each token's vocabulary entry, `--json` prints one JSON object.
+    Tokenize(tokenize::TokenizeArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -237,5 +243,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Cmd::Audit(a) => audit::run(a),
         Cmd::Serve(a) => serve::run(a),
         Cmd::BenchSpec(a) => bench_spec::run(a),
+        Cmd::Tokenize(a) => tokenize::run(a),
     }
 }

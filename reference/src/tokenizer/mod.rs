@@ -3,51 +3,28 @@
 //! Two sources:
 //! - [`Tokenizer::from_file`]: an HF `tokenizer.json` (plus `tokenizer_config.json` /
 //!   `config.json` beside it for BOS/EOS and `add_bos_token`);
-//! - [`Tokenizer::from_gguf`]: the `tokenizer.ggml.*` metadata of a GGUF file, for the
-//!   byte-level BPE family (`tokenizer.ggml.model == "gpt2"`), rebuilt into the same pipeline
-//!   HF uses: a pre-tokenizer chosen from `tokenizer.ggml.pre`, a BPE model from the token
-//!   list and merges, a ByteLevel decoder, and every control / user-defined token registered
-//!   as an added token so that e.g. `<|im_start|>` written in text is one token, as in HF.
+//! - [`Tokenizer::from_gguf`] (in [`gguf`]): the `tokenizer.ggml.*` metadata of a GGUF file,
+//!   byte-level BPE (`"gpt2"`, pre-tokenizer chosen by `tokenizer.ggml.pre` as llama.cpp does,
+//!   see [`pre`]) or SentencePiece BPE (`"llama"`, see [`spm`]), rebuilt into the pipeline HF
+//!   uses for it, every control / user-defined token registered as an added token so that e.g.
+//!   `<|im_start|>` written in text is one token, as in HF.
 //!
 //! `encode` never adds special tokens by itself except the BOS it is asked for; `decode` keeps
 //! special tokens (`skip_special_tokens = false`). [`TokenStream`] decodes incrementally for
 //! streaming output without splitting a UTF-8 character across pieces.
 
+mod gguf;
+pub mod pre;
+mod spm;
+mod stream;
+
+pub use stream::TokenStream;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use tokenizers::decoders::byte_level::ByteLevel;
-use tokenizers::models::bpe::{Vocab, BPE};
-use tokenizers::pre_tokenizers::digits::Digits;
-use tokenizers::pre_tokenizers::sequence::Sequence;
-use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
-use tokenizers::{AddedToken, PreTokenizerWrapper, SplitDelimiterBehavior};
-
 use crate::error::{Error, Result};
-use crate::gguf::GgufFile;
 use crate::special_text::{Piece, SpecialToken, Specials};
-
-/// GGUF keys read by [`Tokenizer::from_gguf`].
-const K_MODEL: &str = "tokenizer.ggml.model";
-const K_PRE: &str = "tokenizer.ggml.pre";
-const K_TOKENS: &str = "tokenizer.ggml.tokens";
-const K_MERGES: &str = "tokenizer.ggml.merges";
-const K_TYPES: &str = "tokenizer.ggml.token_type";
-const K_BOS: &str = "tokenizer.ggml.bos_token_id";
-const K_EOS: &str = "tokenizer.ggml.eos_token_id";
-const K_EOT: &str = "tokenizer.ggml.eot_token_id";
-const K_EOM: &str = "tokenizer.ggml.eom_token_id";
-const K_PAD: &str = "tokenizer.ggml.padding_token_id";
-const K_UNK: &str = "tokenizer.ggml.unknown_token_id";
-const K_ADD_BOS: &str = "tokenizer.ggml.add_bos_token";
-
-/// GGUF `token_type` values (llama.cpp's `llama_token_type`).
-const TYPE_UNKNOWN: i64 = 2;
-const TYPE_CONTROL: i64 = 3;
-const TYPE_USER_DEFINED: i64 = 4;
-/// The defined types: normal 1, unknown 2, control 3, user-defined 4, unused 5, byte 6 (0 is
-/// llama.cpp's "undefined", written by no converter).
-const TYPES_VALID: std::ops::RangeInclusive<i64> = 1..=6;
 
 /// Control-token texts that end a generation turn in common chat models (llama.cpp treats
 /// the same set as end-of-generation). Only tokens that are special in the vocabulary count.
@@ -64,14 +41,6 @@ const EOG_NAMES: &[&str] = &[
     "</s>",
     "<EOT>",
 ];
-
-/// GPT-2 / Llama-3 style split pattern used by Llama-3 BPE vocabularies (`llama-bpe`).
-const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-/// Qwen2 split pattern (like Llama-3 but single digits).
-const QWEN2_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-
-/// `tokenizer.ggml.pre` values accepted by [`Tokenizer::from_gguf`], for error messages.
-const SUPPORTED_PRE: &str = "gpt2, default, smollm, starcoder, refact, command-r, codeshell, llama-bpe, llama3, qwen2, stablelm2";
 
 /// A loaded tokenizer plus the special-token facts the engine needs.
 pub struct Tokenizer {
@@ -109,158 +78,7 @@ fn tok_err(path: &Path, e: impl std::fmt::Display) -> Error {
     Error::Tokenizer(format!("{}: {e}", path.display()))
 }
 
-/// Optional integer key that must be a valid token id when present.
-fn opt_token_id(gguf: &GgufFile, key: &str, n_tokens: usize) -> Result<Option<u32>> {
-    let Some(v) = gguf.get(key) else { return Ok(None) };
-    let id = v.as_u64().ok_or_else(|| Error::key(&gguf.path, key, "not a non-negative integer"))?;
-    match u32::try_from(id) {
-        Ok(id) if (id as usize) < n_tokens => Ok(Some(id)),
-        _ => Err(Error::key(&gguf.path, key, format!("token id {id} is out of range (vocab size {n_tokens})"))),
-    }
-}
-
-/// The pre-tokenizer HF uses for a given llama.cpp `tokenizer.ggml.pre` name.
-///
-/// A missing key and `"default"` both mean plain GPT-2 byte-level splitting (what HF's
-/// `ByteLevel(use_regex=true)` does); note llama.cpp's own "default" regex set differs
-/// slightly, but GGUF converters only write "default" for vocabularies they did not recognise.
-fn pre_tokenizer_for(pre: &str, path: &Path) -> Result<PreTokenizerWrapper> {
-    let byte_level_regex = ByteLevel::new(false, true, true);
-    let split = |re: &str| -> Result<PreTokenizerWrapper> {
-        let s = Split::new(SplitPattern::Regex(re.to_string()), SplitDelimiterBehavior::Isolated, false)
-            .map_err(|e| tok_err(path, format!("{K_PRE} = {pre:?}: bad split regex: {e}")))?;
-        Ok(Sequence::new(vec![s.into(), ByteLevel::new(false, true, false).into()]).into())
-    };
-    match pre {
-        "gpt2" | "default" => Ok(byte_level_regex.into()),
-        // llama.cpp: regexes "\p{N}" then the GPT-2 regex; HF (SmolLM2 tokenizer.json):
-        // Sequence[Digits(individual_digits=true), ByteLevel(add_prefix_space=false, use_regex=true)].
-        "smollm" | "starcoder" | "refact" | "command-r" | "codeshell" => {
-            Ok(Sequence::new(vec![Digits::new(true).into(), byte_level_regex.into()]).into())
-        }
-        "llama-bpe" | "llama3" | "llama-v3" => split(LLAMA3_REGEX),
-        "qwen2" | "stablelm2" => split(QWEN2_REGEX),
-        other => {
-            Err(Error::Tokenizer(format!("{}: {K_PRE} = {other:?} is not a supported pre-tokenizer (supported: {SUPPORTED_PRE})", path.display())))
-        }
-    }
-}
-
 impl Tokenizer {
-    /// Build from the `tokenizer.ggml.*` metadata of a GGUF file (byte-level BPE only).
-    pub fn from_gguf(gguf: &GgufFile) -> Result<Self> {
-        let path = gguf.path.as_path();
-        let model = gguf.str(K_MODEL)?;
-        if model != "gpt2" {
-            return Err(Error::Tokenizer(format!("{}: {K_MODEL} = {model:?} is not supported (only \"gpt2\", byte-level BPE)", path.display())));
-        }
-        let pre = match gguf.get(K_PRE) {
-            None => "default",
-            Some(v) => v.as_str().ok_or_else(|| Error::key(path, K_PRE, "not a string"))?,
-        };
-        let pre_tokenizer = pre_tokenizer_for(pre, path)?;
-
-        let tokens = gguf.str_array(K_TOKENS)?;
-        let n = tokens.len();
-        if n == 0 {
-            return Err(Error::key(path, K_TOKENS, "empty token list"));
-        }
-        if u32::try_from(n).is_err() {
-            return Err(Error::key(path, K_TOKENS, format!("{n} tokens do not fit u32 ids")));
-        }
-        let types: Vec<i64> = match gguf.get(K_TYPES) {
-            None => vec![1; n],
-            Some(v) => {
-                let arr = v.as_array().ok_or_else(|| Error::key(path, K_TYPES, "not an array"))?;
-                if arr.len() != n {
-                    return Err(Error::key(path, K_TYPES, format!("has {} entries but {K_TOKENS} has {n}", arr.len())));
-                }
-                arr.iter()
-                    .enumerate()
-                    .map(|(i, t)| match t.as_i64() {
-                        Some(ty) if TYPES_VALID.contains(&ty) => Ok(ty),
-                        Some(ty) => Err(Error::key(
-                            path,
-                            K_TYPES,
-                            format!(
-                                "entry {i} ({:?}) is type {ty}: token types are 1..=6 (normal, unknown, control, user-defined, unused, byte)",
-                                tokens[i]
-                            ),
-                        )),
-                        None => Err(Error::key(path, K_TYPES, format!("entry {i} is not an integer"))),
-                    })
-                    .collect::<Result<_>>()?
-            }
-        };
-
-        let mut vocab = Vocab::default();
-        for (i, t) in tokens.iter().enumerate() {
-            if let Some(prev) = vocab.insert((*t).to_string(), i as u32) {
-                return Err(Error::key(path, K_TOKENS, format!("entry {i} {t:?} duplicates entry {prev}")));
-            }
-        }
-        let merges_raw = gguf.str_array(K_MERGES)?;
-        let mut merges = Vec::with_capacity(merges_raw.len());
-        for (i, m) in merges_raw.iter().enumerate() {
-            let pair = m.split_once(' ').filter(|(a, b)| !a.is_empty() && !b.is_empty() && !b.contains(' '));
-            let Some((a, b)) = pair else {
-                return Err(Error::key(path, K_MERGES, format!("entry {i} {m:?} is not 'a b'")));
-            };
-            for part in [a, b] {
-                if !vocab.contains_key(part) {
-                    return Err(Error::key(path, K_MERGES, format!("entry {i} {m:?}: {part:?} is not in {K_TOKENS}")));
-                }
-            }
-            if !vocab.contains_key(&format!("{a}{b}")) {
-                return Err(Error::key(path, K_MERGES, format!("entry {i} {m:?}: merged token is not in {K_TOKENS}")));
-            }
-            merges.push((a.to_string(), b.to_string()));
-        }
-
-        let bos = opt_token_id(gguf, K_BOS, n)?;
-        let eos = opt_token_id(gguf, K_EOS, n)?;
-        let eot = opt_token_id(gguf, K_EOT, n)?;
-        let eom = opt_token_id(gguf, K_EOM, n)?;
-        // Byte-level BPE covers every byte, so (as in HF's GPT-2-family tokenizer.json) the
-        // model gets no unk token; padding and unknown ids are only validated.
-        opt_token_id(gguf, K_PAD, n)?;
-        opt_token_id(gguf, K_UNK, n)?;
-        let add_bos = match gguf.get(K_ADD_BOS) {
-            None => false,
-            Some(v) => v.as_bool().ok_or_else(|| Error::key(path, K_ADD_BOS, "not a bool"))?,
-        };
-
-        let ignore_merges = matches!(pre, "llama-bpe" | "llama3" | "llama-v3");
-        let bpe = BPE::builder()
-            .vocab_and_merges(vocab, merges)
-            .ignore_merges(ignore_merges)
-            .build()
-            .map_err(|e| tok_err(path, format!("{K_MERGES}: {e}")))?;
-
-        let mut inner = tokenizers::Tokenizer::new(bpe);
-        inner.with_pre_tokenizer(Some(pre_tokenizer));
-        inner.with_decoder(Some(ByteLevel::default()));
-        let mut special = Vec::new();
-        let mut user = Vec::new();
-        for (t, ty) in tokens.iter().zip(&types) {
-            match *ty {
-                TYPE_CONTROL | TYPE_UNKNOWN => special.push(AddedToken::from(*t, true).normalized(false)),
-                TYPE_USER_DEFINED => user.push(AddedToken::from(*t, false).normalized(false)),
-                _ => {}
-            }
-        }
-        inner.add_special_tokens(&special);
-        inner.add_tokens(&user);
-
-        let mut eog: BTreeSet<u32> = [eos, eot, eom].into_iter().flatten().collect();
-        for (i, (t, ty)) in tokens.iter().zip(&types).enumerate() {
-            if *ty == TYPE_CONTROL && EOG_NAMES.contains(t) {
-                eog.insert(i as u32);
-            }
-        }
-        Tokenizer::new(inner, path, bos, eos, add_bos, eog, n)
-    }
-
     /// Load an HF `tokenizer.json`. BOS/EOS and `add_bos_token` come from a sibling
     /// `tokenizer_config.json` if present, else `config.json`'s `bos_token_id`/`eos_token_id`.
     /// Without `add_bos_token`, BOS is added by default iff the file's post-processor adds it.
@@ -504,52 +322,4 @@ fn check_hf_vocab(path: &Path, inner: &tokenizers::Tokenizer) -> Result<usize> {
         }
     }
     Ok(v.len())
-}
-
-/// Incremental decoder for streaming output: feed ids one at a time, get back only text that
-/// is complete. A UTF-8 character split across tokens is held back until its last byte
-/// arrives (the decoded tail ends in U+FFFD until then). Concatenating every `push` result
-/// and the final [`TokenStream::finish`] equals `decode` of all ids.
-pub struct TokenStream<'a> {
-    tok: &'a Tokenizer,
-    ids: Vec<u32>,
-    /// Start of the ids decoded for context (text before `read` is already emitted).
-    prefix: usize,
-    /// Ids before this index have been emitted.
-    read: usize,
-}
-
-impl<'a> TokenStream<'a> {
-    /// An empty stream over `tok`.
-    pub fn new(tok: &'a Tokenizer) -> Self {
-        TokenStream { tok, ids: Vec::new(), prefix: 0, read: 0 }
-    }
-
-    /// Add one id; returns the newly completed text, if any.
-    pub fn push(&mut self, id: u32) -> Result<Option<String>> {
-        self.tok.check_id(id)?;
-        self.ids.push(id);
-        let before = self.tok.decode(&self.ids[self.prefix..self.read])?;
-        let now = self.tok.decode(&self.ids[self.prefix..])?;
-        if now.len() <= before.len() || now.ends_with('\u{FFFD}') || !now.starts_with(&before) {
-            return Ok(None);
-        }
-        let new = now[before.len()..].to_string();
-        self.prefix = self.read;
-        self.read = self.ids.len();
-        Ok(Some(new))
-    }
-
-    /// Text still held back (an incomplete character at the end, decoded lossily), and reset.
-    pub fn finish(&mut self) -> Result<Option<String>> {
-        let before = self.tok.decode(&self.ids[self.prefix..self.read])?;
-        let now = self.tok.decode(&self.ids[self.prefix..])?;
-        self.ids.clear();
-        self.prefix = 0;
-        self.read = 0;
-        match now.strip_prefix(before.as_str()) {
-            Some(rest) if !rest.is_empty() => Ok(Some(rest.to_string())),
-            _ => Ok(None),
-        }
-    }
 }

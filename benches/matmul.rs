@@ -35,7 +35,7 @@ fn gpu(c: &mut Criterion) {
             let ws: Vec<DeviceTensor> = (0..copies)
                 .filter_map(|k| DeviceTensor::from_f32_as(&client, &vec![0.01 * (k as f32 + 1.0); n_in * n_out], &[n_out, n_in], dt).ok())
                 .collect();
-            for (t, version) in [(1usize, Version::Gemv), (1, Version::Tiled2), (128, Version::Tiled2), (128, Version::Tiled)] {
+            for (t, version) in [(1usize, Version::Gemv), (1, Version::Tiled2), (128, Version::Tiled2), (128, Version::Auto)] {
                 let Ok(x) = DeviceTensor::from_f32(&client, &vec![0.5; t * n_in], &[t, n_in]) else { continue };
                 let y = DeviceTensor::empty_f32(&client, &[t, n_out]);
                 g.throughput(Throughput::Bytes(wbytes as u64));

@@ -29,7 +29,8 @@
 //!   (`kernels::qmatmul::knobs`);
 //! - `mma=B.D.P[.S]` — gemv v4's blocks, depth, prefetch, split;
 //! - `argmax=v1|v2`;
-//! - `draw=split|radix|bisect|v1` — the batched engine's seeded draw (`kernels::seeded::Launch`);
+//! - `draw=split|radix|bisect|v1` — the batched engine's seeded draw (`kernels::seeded::Launch`;
+//!   `bisect` and `v1`, the thresholds by bisection, are lab kernels: `lab/seeded_bisect.rs`);
 //! - `moe-gemv=v3|v2|v1` — GPT-OSS's grouped MXFP4 decode gemvs: on the tensor cores for
 //!   16-bit models where the device has them (`kernels::moe::gemv_tc`), else v2
 //!   (`kernels::moe::gemv`);
@@ -48,8 +49,8 @@
 //!   there: 16-bit or quantized weights, more rows than the gemvs take) or always v2;
 //! - `gemm=mma|wgmma|wgmma-v2|tma` — the dense 16-bit GEMMs of prefill and batched steps: tc v1
 //!   (`mma.sync`, sm_80+), tc v3 (`wgmma` with its accumulators in flight across k-blocks,
-//!   sm_90a; elsewhere tc v1 runs), tc v2 (`wgmma`, each k-block waited on) or tc v4 (tc v3
-//!   with its operands copied by TMA from a producer warp);
+//!   sm_90a; elsewhere tc v1 runs), tc v2 (`wgmma`, each k-block waited on; a lab kernel:
+//!   `lab/tc_wg_v2.rs`) or tc v4 (tc v3 with its operands copied by TMA from a producer warp);
 //! - `qgemm=wgmma|mma` — the same GEMMs over quantized weights (dequantized in the tile
 //!   loads): tc v3 (`kernels::matmul::tc_wg_quant`, sm_90a, the formats it takes) or tc v1
 //!   (`mma.sync`); in a lab build also `qgemm=tma` (`lab/tc_wg_quant_tma.rs`, slower).
@@ -256,7 +257,9 @@ impl Default for KernelConfig {
 
 impl KernelConfig {
     /// Every optimization off: the v1 kernels, the contiguous cache and naive attention, no
-    /// graphs, no fusion, no PDL — where `tandem audit` starts.
+    /// graphs, no fusion, no PDL — where `tandem audit` starts. The seeded draw (which the
+    /// audit's greedy steps never run) is the one-cube radix launch: its bisection is a lab
+    /// kernel.
     pub fn naive() -> Self {
         KernelConfig {
             attention: AttentionImpl::Naive,
@@ -271,7 +274,7 @@ impl KernelConfig {
             launch: Knobs::default(),
             mma: MmaTune::default(),
             argmax: ArgmaxVersion::V1,
-            draw: DrawLaunch::V1,
+            draw: DrawLaunch::Radix,
             moe_gemv: MoeGemv::V1,
             moe_route: RouteVersion::V2,
             moe_gemm: MoeGemm::V1,

@@ -63,7 +63,7 @@ fn steps() -> Vec<Step> {
         covers: vec![
             (Op::Attention, "attention("),
             (Op::Matmul, "rows/v1"),
-            (Op::Matmul, ",tiled)"),
+            (Op::Matmul, ",tiled2)"),
             (Op::Argmax, ",v1)"),
             (Op::Model, "contiguous+naive"),
         ],
@@ -102,13 +102,11 @@ fn steps() -> Vec<Step> {
         vec![(Op::Matmul, ",tc)"), (Op::Matmul, ",auto"), (Op::Matmul, "matmul-tc(T=3"), (Op::Matmul, "matmul-tc(T=5"), (Op::Runner, "")],
     );
     push("prefill attention on the tensor cores (v3)", &|k| k.prefill_tc = true, vec![(Op::Attention, "prefill-v3"), (Op::Model, "")]);
-    push(
-        "dense GEMMs on wgmma (tc v2, sm_90a)",
-        &|k| {
-            k.gemm = Gemm::WgmmaV2;
-        },
-        vec![(Op::Matmul, ",wg"), (Op::Matmul, ",tc)"), (Op::Model, "")],
-    );
+    // tc v2 is a lab kernel: its step only in a lab build (elsewhere the next row is the first
+    // on wgmma).
+    if optimized::kernels::lab::ENABLED {
+        push("dense GEMMs on wgmma (tc v2, sm_90a)", &|k| k.gemm = Gemm::WgmmaV2, vec![(Op::Matmul, ",wg"), (Op::Matmul, ",tc)"), (Op::Model, "")]);
+    }
     push(
         "wgmma accumulators in flight across k-blocks (tc v3)",
         &|k| k.gemm = Gemm::Wgmma,

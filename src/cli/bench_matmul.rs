@@ -213,20 +213,24 @@ pub fn run_shapes(backend: Option<Backend>, reps: usize, shapes: &[(usize, usize
                 .collect();
             wg_sweep("tc v3", tc_wg_quant::pick(m, n, kk, sms), &cfgs, &|c| tc_wg_quant::qlinear_into(&client, &x, q, &y, false, c))?;
         } else if let Weight::Dense(wd) = &w {
-            let cfgs = [
-                WgConfig::S4,
-                WgConfig::M2S4,
-                WgConfig::F4,
-                WgConfig::F5,
-                WgConfig::M2F4,
-                WgConfig::T4.with_stages(3),
-                WgConfig::T4,
-                WgConfig::T6,
-                WgConfig::M2T4,
-                WgConfig::H6,
-                WgConfig::H6.with_stages(4),
-            ];
-            wg_sweep("tc v2", WgConfig::pick(m, n, kk, sms), &cfgs, &|c| tc_wg::linear_into(&client, &x, wd, &y, false, c))?;
+            // tc v2's tiles (the lab's) in a lab build.
+            let lab = [WgConfig::S4, WgConfig::M2S4];
+            let cfgs: Vec<WgConfig> = lab
+                .into_iter()
+                .filter(|_| optimized::kernels::lab::ENABLED)
+                .chain([
+                    WgConfig::F4,
+                    WgConfig::F5,
+                    WgConfig::M2F4,
+                    WgConfig::T4.with_stages(3),
+                    WgConfig::T4,
+                    WgConfig::T6,
+                    WgConfig::M2T4,
+                    WgConfig::H6,
+                    WgConfig::H6.with_stages(4),
+                ])
+                .collect();
+            wg_sweep("wgmma", WgConfig::pick(m, n, kk, sms), &cfgs, &|c| tc_wg::linear_into(&client, &x, wd, &y, false, c))?;
         }
         println!("    best {} {:.1} TFLOP/s", best.1, best.0);
     }

@@ -160,6 +160,10 @@ impl Case for MatmulCase {
     fn name(&self) -> String {
         format!("matmul(T={},in={},out={},{},{}{})", self.t, self.n_in, self.n_out, self.dtype.name(), self.version.name(), self.fusion.tag())
     }
+    /// tiled v1 is a lab kernel (`optimized/src/lab/matmul_tiled_v1.rs`).
+    fn lab(&self) -> bool {
+        self.version == Version::Tiled
+    }
     fn run(&self, client: &Client) -> Outcome {
         let dd = self.dtype.device();
         if !dd.supported(client) {
@@ -310,11 +314,14 @@ impl Case for TcCase {
         format!("matmul-tc(T={},in={},out={},{w}{f16}{glu}{cfg}{io}{mode})", self.t, self.n_in, self.n_out)
     }
     /// A tile shape on the tensor cores that `TcConfig::pick` never launches for this kind of
-    /// weight (the bench's sweep; emulated tiles test the indexing and always run), or the
-    /// lab's tc v4 over quantized weights (`optimized/src/lab/tc_wg_quant_tma.rs`).
+    /// weight (the bench's sweep; emulated tiles test the indexing and always run), the lab's
+    /// tc v4 over quantized weights (`optimized/src/lab/tc_wg_quant_tma.rs`), or tc v2 (a tile
+    /// not in flight: `optimized/src/lab/tc_wg_v2.rs`).
     fn lab(&self) -> bool {
         let quant = matches!(self.weight, TcWeight::Quant(..));
-        (self.mode == TcMode::Tensor && self.config.is_some_and(|c| !c.picked(quant))) || (quant && self.wg.is_some_and(|c| c.tma))
+        (self.mode == TcMode::Tensor && self.config.is_some_and(|c| !c.picked(quant)))
+            || (quant && self.wg.is_some_and(|c| c.tma))
+            || self.wg.is_some_and(|c| !c.inflight && !c.tma)
     }
     fn run(&self, client: &Client) -> Outcome {
         let e = self.compute_dtype(client);
@@ -411,7 +418,7 @@ pub fn tc_cases() -> Vec<Box<dyn Case>> {
             }));
         }
     }
-    // tc v2 (`wgmma`, sm_90a): partial M and N tiles (one row of 128; K past the last block;
+    // tc v2 (`wgmma`, sm_90a; lab cases): partial M and N tiles (one row of 128; K past the last block;
     // N off the tile), several tiles each way, the SwiGLU epilogue, both depths, split-K with
     // an uneven last slice; K % 8 ≠ 0 is refused (skipped with the reason).
     for dtype in [Dtype::F16, Dtype::BF16] {
@@ -501,8 +508,8 @@ pub fn cases() -> Vec<Box<dyn Case>> {
                     if version == Version::Gemv && t > GEMV_MAX_T {
                         continue;
                     }
-                    // lavapipe runs tiled v1 at ~0.3 GFLOP/s: its T = 128 runs stay on the odd
-                    // and small shapes (T = 33 covers the others).
+                    // lavapipe runs tiled v1 (lab cases) at ~0.3 GFLOP/s: its T = 128 runs stay
+                    // on the odd and small shapes (T = 33 covers the others).
                     if version == Version::Tiled && t == 128 && n_in * n_out > 600_000 && n_in % 2 == 0 {
                         continue;
                     }

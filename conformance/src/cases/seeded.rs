@@ -50,6 +50,11 @@ impl Case for SeededCase {
             if self.penalties { ",penalties" } else { "" }
         )
     }
+    /// The bisection's launches (`v1`, `bisect`) are lab kernels
+    /// (`optimized/src/lab/seeded_bisect.rs`).
+    fn lab(&self) -> bool {
+        matches!(self.launch, seeded::Launch::V1 | seeded::Launch::Bisect)
+    }
     fn run(&self, client: &Client) -> Outcome {
         let (rows, v) = (self.rows, self.v);
         let x = logits(rows, v, self.pattern);
@@ -127,7 +132,8 @@ impl SeededCase {
 /// Every filter alone and combined, greedy rows, penalties, ties, NaN and −∞ rows, at the
 /// models' vocabularies and odd sizes.
 /// Each with the radix launch, the split launch (CUDA; small rows forced into 4 slices), the
-/// cached bisection and v1's; the radix and split launches also at GPT-OSS's vocabulary.
+/// cached bisection and v1's (lab cases); the radix and split launches also at GPT-OSS's
+/// vocabulary.
 pub fn cases() -> Vec<Box<dyn Case>> {
     let auto = auto_cases();
     let other = [seeded::Launch::Split, seeded::Launch::Bisect, seeded::Launch::V1]

@@ -1,5 +1,5 @@
-//! `swiglu(T, F)`: `optimized::kernels::swiglu_into` (v1), `swiglu_stacked` (v2, one `[T, 2F]`
-//! input: g | u) and `swiglu_pairs_into` (v3, `[T, 2F]` with g and u columns interleaved) vs
+//! `swiglu(T, F)`: the lab's `swiglu_into` (v1) and `swiglu_stacked` (v2, one `[T, 2F]` input:
+//! g | u; both `lab` cases) and `swiglu_pairs_into` (v3, `[T, 2F]` with g and u columns interleaved) vs
 //! `reference::ops::swiglu::swiglu`, output NaN-poisoned (v1, v3). `scale` widens the gate's range so `exp(−z)` overflows (z ≪ 0) and vanishes.
 
 use ndarray::Array2;
@@ -41,6 +41,10 @@ impl Case for SwigluCase {
         };
         format!("swiglu(T={},F={},scale={},{input}f32)", self.t, self.f, self.scale)
     }
+    /// v1 and v2 are lab kernels (`optimized/src/lab/swiglu_v1_v2.rs`).
+    fn lab(&self) -> bool {
+        self.input != SwigluInput::Pairs
+    }
     fn run(&self, client: &Client) -> Outcome {
         let (t, f) = (self.t, self.f);
         let g: Vec<f32> = rand_vec(t * f, 41).iter().map(|z| z * self.scale).collect();
@@ -54,7 +58,7 @@ impl Case for SwigluCase {
                 SwigluInput::Stacked => {
                     let gu: Vec<f32> = g.chunks(f.max(1)).zip(u.chunks(f.max(1))).flat_map(|(a, b)| a.iter().chain(b).copied()).collect();
                     let gud = DeviceTensor::from_f32(client, &gu, &[t, 2 * f])?;
-                    let out = optimized::kernels::swiglu::swiglu_stacked(client, &gud)?;
+                    let out = optimized::kernels::lab::swiglu_stacked(client, &gud)?;
                     return Ok(judge(&out.to_f32(client)?, &want, Op::Swiglu, Dtype::F32));
                 }
                 SwigluInput::Pairs => {
@@ -69,7 +73,7 @@ impl Case for SwigluCase {
             let gd = DeviceTensor::from_f32(client, &g, &[t, f])?;
             let ud = DeviceTensor::from_f32(client, &u, &[t, f])?;
             let out = DeviceTensor::from_f32(client, &vec![f32::NAN; t * f], &[t, f])?;
-            optimized::kernels::swiglu_into(client, &gd, &ud, &out)?;
+            optimized::kernels::lab::swiglu_into(client, &gd, &ud, &out)?;
             Ok(judge(&out.to_f32(client)?, &want, Op::Swiglu, Dtype::F32))
         })())
     }

@@ -40,17 +40,24 @@ impl KernelConfig {
         let k = Self::parse_any(spec)?;
         match k.lab_choice() {
             Some(what) if !crate::kernels::lab::ENABLED => Err(Error::Config(format!(
-                "kernel config `{spec}`: {what} is a lab choice (it measured slower; docs/perf-journal.md), and its conformance cases run only in a build with `--features lab`"
+                "kernel config `{spec}`: {what} is a lab kernel: build with --features lab (it measured slower: docs/perf-journal.md; its conformance cases run only in that build)"
             ))),
             _ => Ok(k),
         }
     }
 
     /// The choice of this configuration that production never makes and the default gate does
-    /// not cover (`qgemv=v4`, `mma=…`, `prefetch=wx|pipelined|asyncN` other than v5's default
-    /// ring, `rpg=` other than 4, `small=…`), named as in the spec; `None` for a production one.
+    /// not cover (`gemm=wgmma-v2`, `draw=v1|bisect`, `qgemm=tma`, `qgemv=v4`, `mma=…`,
+    /// `prefetch=wx|pipelined|asyncN` other than v5's default ring, `rpg=` other than 4,
+    /// `small=…`), named as in the spec; `None` for a production one.
     pub fn lab_choice(&self) -> Option<String> {
         let d = KernelConfig::default();
+        if self.gemm == Gemm::WgmmaV2 {
+            return Some("`gemm=wgmma-v2` (tc v2)".into());
+        }
+        if matches!(self.draw, DrawLaunch::V1 | DrawLaunch::Bisect) {
+            return Some(format!("`draw={}` (the seeded draw's bisection)", self.draw.name()));
+        }
         if self.qgemm == QGemm::Tma {
             return Some("`qgemm=tma` (tc v4 over quantized weights)".into());
         }

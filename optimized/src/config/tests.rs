@@ -51,7 +51,20 @@ fn specs_round_trip() {
 /// Lab choices parse only in a lab build; production ones everywhere.
 #[test]
 fn lab_choices_need_the_lab_feature() {
-    for s in ["qgemv=v4", "qgemm=tma", "mma=1.4.0.16", "prefetch=wx", "prefetch=pipelined", "prefetch=async3", "rpg=8", "rpg=2", "small=3@32"] {
+    for s in [
+        "gemm=wgmma-v2",
+        "draw=v1",
+        "draw=bisect",
+        "qgemv=v4",
+        "qgemm=tma",
+        "mma=1.4.0.16",
+        "prefetch=wx",
+        "prefetch=pipelined",
+        "prefetch=async3",
+        "rpg=8",
+        "rpg=2",
+        "small=3@32",
+    ] {
         let k = KernelConfig::parse_any(s).unwrap_or_else(|e| panic!("{s}: {e}"));
         assert!(k.lab_choice().is_some(), "{s}");
         let r = KernelConfig::parse(s);
@@ -59,10 +72,24 @@ fn lab_choices_need_the_lab_feature() {
             assert_eq!(r.ok(), Some(k), "{s}");
         } else {
             let e = r.err().map(|e| e.to_string()).unwrap_or_default();
-            assert!(e.contains("lab"), "{s}: {e}");
+            assert!(e.contains(&format!("`{s}`")) && e.contains("is a lab kernel: build with --features lab"), "{s}: {e}");
         }
     }
-    for s in ["default", "prefetch=off", "prefetch=w", "prefetch=async2", "int8-decode=magic", "rpg=4", "gps=32", "qgemv=v1", "attention=naive"] {
+    for s in [
+        "default",
+        "prefetch=off",
+        "prefetch=w",
+        "prefetch=async2",
+        "int8-decode=magic",
+        "rpg=4",
+        "gps=32",
+        "qgemv=v1",
+        "attention=naive",
+        "argmax=v1",
+        "draw=radix",
+        "moe-gemv=v1",
+        "gemm=wgmma",
+    ] {
         let k = KernelConfig::parse(s).unwrap_or_else(|e| panic!("{s}: {e}"));
         assert_eq!(k.lab_choice(), None, "{s}");
     }

@@ -3,11 +3,9 @@
 //! converted to f32 as it is read; every product is accumulated in f32.
 //!
 //! Versions (H200 figures: `conformance/tests/matmul.rs`, `matmul_bench`):
-//! - tiled v1 ([`Version::Tiled`]): one cube of 16×16 units per 16×16 output tile. Along K the
-//!   cube stages a 16×16 tile of x and one of W in shared memory (rows padded to 17 floats, so
-//!   the column reads of W hit 16 different banks), `sync_cube`, and each unit adds 16 products
-//!   to its output. Every global load is bounds-checked (zero fill), so any T, in, out works.
-//!   Tiles are spread over the grid with [`CubeCountSelection`]. ~6 TFLOP/s.
+//! - tiled v1 ([`Version::Tiled`]): 16×16 output tiles staged through shared memory, ~6
+//!   TFLOP/s; a lab kernel (`lab/matmul_tiled_v1.rs`: without `--features lab` it answers
+//!   `Unsupported`).
 //! - tiled v2 ([`Version::Tiled2`], prefill): register blocking. A 16×16 cube computes a 64×64
 //!   tile, 4×4 outputs per unit (rows `ty + 16i`, columns `tx + 16j`: conflict-free shared
 //!   reads, coalesced stores), K in steps of 32 staged in shared memory (64×33 floats per
@@ -55,6 +53,7 @@ mod gemv_fuse;
 pub mod tc;
 pub mod tc_config;
 pub(crate) mod tc_kernel;
+pub(crate) mod tc_passes;
 pub(crate) mod tc_quant;
 pub mod tc_wg;
 pub mod tc_wg_quant;
@@ -68,8 +67,6 @@ pub(crate) use gemv_fuse::store_row;
 pub(crate) use gemv_fuse::{inv_rms, scale_rows, store_row_sums};
 pub use gemv_fuse::{Fuse, Norm, Residual};
 
-/// Side of tiled v1's output tile (and its K step).
-pub const TILE: u32 = 16;
 /// Rows [`linear`] still sends to gemv; above, tiled v2. (H200, bf16, T = 8: gemv is 2–15×
 /// faster than tiled v2 on decode-sized layers.)
 pub const GEMV_AUTO_MAX_T: usize = 8;
@@ -77,7 +74,7 @@ pub const GEMV_AUTO_MAX_T: usize = 8;
 /// Which kernel [`linear_with`] runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Version {
-    /// tiled v1: shared-memory 16×16 tiles; any T.
+    /// tiled v1: shared-memory 16×16 tiles; any T. A lab kernel (`lab/matmul_tiled_v1.rs`).
     Tiled,
     /// tiled v2: 64×64 tiles, 4×4 outputs per unit; any T.
     Tiled2,
@@ -98,68 +95,6 @@ impl Version {
             Version::Gemv => "gemv",
             Version::Tc => "tc",
             Version::Auto => "auto",
-        }
-    }
-}
-
-/// tiled v1. `x`: [t_rows, n_in] f32, `w`: [n_out, n_in], `y`: [t_rows, n_out].
-/// Cube dim must be (tile, tile); cube `c` computes tile (c / tiles_out, c % tiles_out).
-#[cube(launch)]
-pub fn matmul_tiled_v1<W: Float>(
-    x: &[f32],
-    w: &[W],
-    y: &mut [f32],
-    t_rows: u32,
-    n_in: u32,
-    n_out: u32,
-    tiles_out: u32,
-    tiles_total: u32,
-    #[comptime] tile: usize,
-) {
-    let cube = CUBE_POS;
-    // Cube-uniform guard: the grid may be rounded up to fit the hardware limits.
-    if cube < tiles_total as usize {
-        let tx = UNIT_POS_X as usize;
-        let ty = UNIT_POS_Y as usize;
-        let t_rows = t_rows as usize;
-        let k = n_in as usize;
-        let n_out = n_out as usize;
-        let o0 = (cube % tiles_out as usize) * tile;
-        let t0 = (cube / tiles_out as usize) * tile;
-        let stride = tile + 1;
-
-        let mut xs = Shared::<[f32]>::new_slice(tile * (tile + 1));
-        let mut ws = Shared::<[f32]>::new_slice(tile * (tile + 1));
-
-        let x_row = t0 + ty;
-        let w_row = o0 + ty;
-        let mut acc = 0.0f32;
-        let mut k0 = 0usize;
-        while k0 < k {
-            let kk = k0 + tx;
-            let mut xv = 0.0f32;
-            if x_row < t_rows && kk < k {
-                xv = x[x_row * k + kk];
-            }
-            xs[ty * stride + tx] = xv;
-            let mut wv = 0.0f32;
-            if w_row < n_out && kk < k {
-                wv = f32::cast_from(w[w_row * k + kk]);
-            }
-            ws[ty * stride + tx] = wv;
-            sync_cube();
-
-            #[unroll]
-            for j in 0..tile {
-                acc += xs[ty * stride + j] * ws[tx * stride + j];
-            }
-            sync_cube();
-            k0 += tile;
-        }
-
-        let out_col = o0 + tx;
-        if x_row < t_rows && out_col < n_out {
-            y[x_row * n_out + out_col] = acc;
         }
     }
 }
@@ -374,9 +309,7 @@ fn launch_checked(
         _ if fuse.norm.is_some() || fuse.residual.is_some() || fuse.glu || fuse.bias.is_some() => {
             Err(Error::Shape(format!("{op}: only gemv fuses a norm, residual, SwiGLU or bias")))
         }
-        (Version::Tiled, Dtype::F32) => launch_tiled::<f32>(client, x, w, y, &d),
-        (Version::Tiled, Dtype::F16) => launch_tiled::<half::f16>(client, x, w, y, &d),
-        (Version::Tiled, Dtype::BF16) => launch_tiled::<half::bf16>(client, x, w, y, &d),
+        (Version::Tiled, _) => super::lab::matmul_tiled_v1_into(client, x, w, y, (d.t, d.n_in, d.n_out)),
         (Version::Tiled2, Dtype::F32) => launch_tiled_v2::<f32>(client, x, w, y, &d),
         (Version::Tiled2, Dtype::F16) => launch_tiled_v2::<half::f16>(client, x, w, y, &d),
         (Version::Tiled2, Dtype::BF16) => launch_tiled_v2::<half::bf16>(client, x, w, y, &d),
@@ -471,36 +404,6 @@ pub fn interleave_row_pairs<T: Copy>(a: &[T], b: &[T], rows: usize) -> Result<Ve
     }
     let n = a.len() / rows;
     Ok(a.chunks(n).zip(b.chunks(n)).flat_map(|(ra, rb)| ra.iter().chain(rb).copied()).collect())
-}
-
-fn launch_tiled<W: Float>(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &DeviceTensor, d: &Dims) -> Result<(), Error> {
-    let hw = &client.properties().hardware;
-    if TILE * TILE > hw.max_units_per_cube || TILE > hw.max_cube_dim.0 || TILE > hw.max_cube_dim.1 {
-        return Err(Error::Unsupported(format!("matmul tiled v1 needs {TILE}×{TILE} units per cube ({} allowed)", hw.max_units_per_cube)));
-    }
-    let tile = TILE as usize;
-    let tiles_out = d.n_out.div_ceil(tile);
-    let tiles_total = tiles_out * d.t.div_ceil(tile);
-    let too_many = || Error::Shape(format!("linear: {tiles_total} output tiles exceed u32"));
-    let tiles_total_u32 = u32::try_from(tiles_total).map_err(|_| too_many())?;
-    let count = CubeCountSelection::new(client, tiles_total_u32).cube_count();
-    unsafe {
-        matmul_tiled_v1::launch::<W>(
-            client,
-            count,
-            CubeDim::new_2d(TILE, TILE),
-            x.as_arg(1),
-            w.as_arg(1),
-            y.as_arg(1),
-            d.t as u32,
-            d.n_in as u32,
-            d.n_out as u32,
-            tiles_out as u32,
-            tiles_total_u32,
-            tile,
-        );
-    }
-    Ok(())
 }
 
 fn launch_tiled_v2<W: Float>(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &DeviceTensor, d: &Dims) -> Result<(), Error> {

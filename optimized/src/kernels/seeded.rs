@@ -3,27 +3,18 @@
 //! sequence instead of a row of logits.
 //!
 //! Versions:
-//! - v1 ([`seeded_v1`], launched as [`Launch::V1`]): one cube of [`BLOCK`] units per row. Pass 1 finds the greedy id (and,
-//!   with a temperature, `m = max y`); top-k's τ_k is found by bisection over the f32 order keys
-//!   (32 counting passes: the largest key t with `#{z ⪰ t} ≥ k`), `D` by one summing pass,
-//!   top-p's τ_p by 32 summing passes (the largest t with `Σ_{z ⪰ t} e ≥ p·D`), and a final
-//!   pass takes the allowed id with the largest `y + g`. Rows without top-k / top-p skip those
-//!   passes; a greedy row stops after pass 1. Reductions are shared-memory trees (every
-//!   backend, lavapipe included). Ties and NaN as the reference. Every pass after the first
-//!   reads the row again: from global memory (L2) in v1 — a latency-bound loop of V / 256
-//!   dependent loads per unit and pass, ~21 µs a pass at V = 32,000 on an H200, so top-p's 65
-//!   passes cost ~1.9 ms a token (generate ran at 35% of bench's decode speed).
-//! - cached launch ([`Launch::Bisect`]): the same kernel with [`BLOCK_CACHED`] units and,
-//!   where the row fits in the cube's shared memory next to the reductions (V ≤ ~54,000 on an
-//!   H100/H200: Llama, Mistral, SmolLM2), pass 1 keeping the row there, so the bisection
-//!   passes read shared memory; same equations and the same sum structure (per-unit partial
-//!   sums, then a tree), so only the unit count changes the rounding. Measured (H200,
-//!   TinyLlama F16): generate at 81% of bench with top-k 40, 62% with top-p 0.95 — still ~9 µs
-//!   a pass, 65 passes for top-p.
-//! - radix launch ([`Launch::Radix`]; the default where the split launch does not run): the cached launch with τ_k and τ_p found
-//!   by radix select (`seeded/radix.rs`): four rounds of 8 key bits, each one pass into a
+//! - v1 and the cached launch ([`Launch::V1`], [`Launch::Bisect`]): τ_k and τ_p by bisection
+//!   over the f32 order keys, 32 passes over the row each — lab kernels
+//!   (`lab/seeded_bisect.rs`, which keeps their measurements).
+//! - radix launch ([`Launch::Radix`], [`seeded_draw`]; the default where the split launch does
+//!   not run): one cube of [`BLOCK_CACHED`] units per row. Pass 1 finds the greedy id (and,
+//!   with a temperature, `m = max y`), keeping the row in shared memory where it fits next to
+//!   the reductions (V ≤ ~54,000 on an H100/H200: Llama, Mistral, SmolLM2); τ_k and τ_p come
+//!   from radix select (`seeded/radix.rs`): four rounds of 8 key bits, each one pass into a
 //!   256-bin shared-memory histogram of integer counts or fixed-point masses, so ≤ 10 passes
-//!   in all instead of 66, and sums that are exact whatever order the units add in.
+//!   in all, and sums that are exact whatever order the units add in; a final pass takes the
+//!   allowed id with the largest `y + g`. Rows without top-k / top-p skip those passes; a
+//!   greedy row stops after pass 1. Ties and NaN as the reference.
 //! - split launch ([`Launch::Split`], the default where it runs: CUDA, rows × 2 ≤ SMs): the
 //!   radix launch with each row over up to 64 cubes that meet at device-scope barriers
 //!   (`seeded/split.rs`); the same ids bit for bit. H200, V = 32,000, one row: top-p 107 →
@@ -40,16 +31,15 @@ use cubecl::server::CubeCountSelection;
 use super::pdl::await_predecessor;
 use radix::Radix;
 
-mod bisect;
 mod parts;
 mod radix;
 mod split;
 
 use super::prev_pow2;
 use crate::{Client, DeviceTensor, Dtype, Error};
+pub(crate) use parts::{block_best, block_sum_u32, draw_best, hash32, order_key, pass1, row_at, row_end, row_params, row_start, weight};
 use engine::sampling::seeded::{row_key, TokenCount};
 use engine::sampling::SamplingParams;
-pub(crate) use parts::{block_best, block_sum_f32, block_sum_u32, draw_best, hash32, order_key, pass1, row_at, row_params, weight};
 
 /// u32 words per row of the parameter buffer: temperature (f32 bits), top_k, top_p (bits),
 /// min_p (bits), the row key of seed and counter, the logits row to read, repetition,
@@ -67,10 +57,11 @@ pub const BLOCK_CACHED: u32 = 1024;
 /// How [`seeded_with`] launches the draw (`draw=` in the kernel configuration).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Launch {
-    /// [`BLOCK`] units, every pass from global memory, thresholds by bisection.
+    /// [`BLOCK`] units, every pass from global memory, thresholds by bisection (a lab kernel:
+    /// `lab/seeded_bisect.rs`).
     V1,
     /// [`BLOCK_CACHED`] units, the row kept in shared memory where it fits (else as v1 but
-    /// with the larger cube), thresholds by bisection.
+    /// with the larger cube), thresholds by bisection (a lab kernel).
     Bisect,
     /// As [`Launch::Bisect`], thresholds by radix select.
     Radix,
@@ -122,12 +113,12 @@ pub fn penalty_words(row: usize, counts: &[TokenCount], out: &mut Vec<u32>) {
     }
 }
 
-/// v1 kernel: row `r` of `params` samples logits row `params[r·PARAMS + 5]` into `out[r]`.
-/// `cache` > 0 (= V): pass 1 copies the row into shared memory and the later passes read it
-/// there.
+/// The draw's kernel (radix launch; the split launch is `seeded/split.rs`): row `r` of
+/// `params` samples logits row `params[r·PARAMS + 5]` into `out[r]`. `cache` > 0 (= V): pass 1
+/// copies the row into shared memory and the later passes read it there.
 #[allow(clippy::too_many_arguments)]
 #[cube(launch)]
-pub fn seeded_v1(
+pub fn seeded_draw(
     z: &[f32],
     params: &[u32],
     out: &mut [u32],
@@ -135,7 +126,6 @@ pub fn seeded_v1(
     v: u32,
     #[comptime] block: usize,
     #[comptime] cache: usize,
-    #[comptime] radix: bool,
     #[comptime] pdl: bool,
 ) {
     await_predecessor(pdl);
@@ -144,53 +134,27 @@ pub fn seeded_v1(
         let tid = UNIT_POS_X as usize;
         let units = CUBE_DIM_X as usize;
         let n = v as usize;
-        let none = 4294967295u32;
         let (temp, top_k, top_p, min_p, key, row) = row_params(params, r);
         let base = row * n;
-        let neg = f32::new(-3.4028235e38);
         let mut zs = Shared::<[f32]>::new_slice(comptime!(if cache > 0 { cache } else { 1 }));
-        let mut st = Radix::new(comptime!(if radix { radix::BINS } else { 1 }));
+        let mut st = Radix::new(radix::BINS);
         // The reductions' one scratch pair (each leaves it free when it returns).
         let mut sf = Shared::<[f32]>::new_slice(block);
         let mut su = Shared::<[u32]>::new_slice(block);
-
-        // Pass 1: the greedy id; the non-NaN count; max y (and the row into `zs`).
-        let (bv, bi, valid, my, my_i) = pass1(z, &mut zs, base, n, 0u32, tid, units, temp, cache);
-        let (_gv, greedy) = block_best(bv, bi, tid, units, &mut sf, &mut su);
-        let (m, _mi) = block_best(my, my_i, tid, units, &mut sf, &mut su);
-        let valid = block_sum_u32(valid, tid, units, &mut su);
-        // A row of NaN only: the last id (as the reference's argmax).
+        let (greedy, m, valid) = row_start(z, &mut zs, base, n, v, tid, units, temp, &mut sf, &mut su, cache);
         let mut choice = greedy;
-        if greedy == none {
-            choice = v - 1u32;
-        }
-        let has_y = m > neg;
-        if temp > f32::new(0.0) && has_y {
+        if temp > f32::new(0.0) && m > f32::new(-3.4028235e38) {
             // τ_k: the largest key t with #{z ⪰ t} ≥ k; τ_p: the largest key t with
             // Σ_{K, z ⪰ t} e ≥ p·D.
             let mut tk = 0u32;
             if top_k > 0u32 && top_k < valid {
-                if comptime!(radix) {
-                    tk = radix::tau_k(z, &zs, &mut st, base, n, tid, units, top_k, cache);
-                } else {
-                    tk = bisect::tau_k(z, &zs, base, n, tid, units, top_k, &mut su, cache);
-                }
+                tk = radix::tau_k(z, &zs, &mut st, base, n, tid, units, top_k, cache);
             }
             let mut tp = 0u32;
             if top_p < f32::new(1.0) {
-                if comptime!(radix) {
-                    tp = radix::tau_p(z, &zs, &mut st, base, n, tid, units, tk, top_p, temp, m, cache);
-                } else {
-                    tp = bisect::tau_p(z, &zs, base, n, tid, units, tk, top_p, temp, m, &mut sf, cache);
-                }
+                tp = radix::tau_p(z, &zs, &mut st, base, n, tid, units, tk, top_p, temp, m, cache);
             }
-            let thr = max(tk, tp);
-            // The draw: argmax of y + g over the allowed ids.
-            let (sv, si) = draw_best(z, &zs, base, n, 0u32, tid, units, thr, temp, m, min_p, key, cache);
-            let (_s, drawn) = block_best(sv, si, tid, units, &mut sf, &mut su);
-            if drawn != none {
-                choice = drawn;
-            }
+            choice = row_end(z, &zs, base, n, tid, units, max(tk, tp), temp, m, min_p, key, greedy, &mut sf, &mut su, cache);
         }
         if tid == 0 {
             out[r] = choice;
@@ -237,7 +201,7 @@ const SCRATCH_WORDS: usize = 2;
 /// (units, cached elements) of a launch: v1 as given; otherwise the largest cube (≤ `units`,
 /// ≥ 256 units) whose reductions (and the radix select's histogram) leave room for the whole
 /// row in `shared` bytes, else `units` (or fewer, to fit the reductions) without the cache.
-fn launch_shape(units: u32, v: usize, launch: Launch, shared: usize) -> (u32, usize) {
+pub(crate) fn launch_shape(units: u32, v: usize, launch: Launch, shared: usize) -> (u32, usize) {
     let fixed = if matches!(launch, Launch::Radix | Launch::Split) { 2 * radix::BINS + radix::WORDS } else { 0 };
     let fits = |b: u32, cached: usize| (SCRATCH_WORDS * b as usize + fixed + cached) * 4 + 1024 <= shared;
     if launch != Launch::V1 {
@@ -394,13 +358,15 @@ pub fn seeded_with(
             }
         }
     }
-    let pdl = super::pdl::enabled(client);
+    if matches!(launch, Launch::V1 | Launch::Bisect) {
+        return super::lab::seeded_bisect_into(client, logits, params, out, launch, (rows, v));
+    }
     let hw = &client.properties().hardware;
-    let units = prev_pow2(if launch == Launch::V1 { BLOCK } else { BLOCK_CACHED }.min(hw.max_units_per_cube).min(hw.max_cube_dim.0));
+    let units = prev_pow2(BLOCK_CACHED.min(hw.max_units_per_cube).min(hw.max_cube_dim.0));
     let (block, cache) = launch_shape(units, v, launch, hw.max_shared_memory_size);
     let count = CubeCountSelection::new(client, rows as u32).cube_count();
     unsafe {
-        seeded_v1::launch(
+        seeded_draw::launch(
             client,
             count,
             CubeDim::new_1d(block),
@@ -411,8 +377,7 @@ pub fn seeded_with(
             v32,
             block as usize,
             cache,
-            matches!(launch, Launch::Radix | Launch::Split),
-            pdl,
+            super::pdl::enabled(client),
         );
     }
     Ok(())

@@ -1,16 +1,17 @@
-//! SwiGLU gate: `h = silu(g) ⊙ u` with `silu(z) = z / (1 + e^(−z))`, g, u `[T, F]` f32.
+//! SwiGLU gate: `h = silu(g) ⊙ u` with `silu(z) = z / (1 + e^(−z))`, f32.
 //!
 //! Versions:
-//! - v1: elementwise, one unit per vector of 4/2/1 f32 (the widest that divides the element
-//!   count), 256 units per cube, cubes spread over x/y/z so any size fits the grid limits.
-//!   Same expression as the reference (`z / (1 + exp(−z))`, then `· u`): large negative z gives
-//!   `exp(−z) = ∞` and `−0`, like the reference.
-//! - v2: the same expression over one stacked input `gu [T, 2F]` (g = columns `..F`, u = columns
-//!   `F..`), the output of one GEMV over the stacked gate|up weights — one launch less per block.
-//! - v3 (pairs): the same expression over `gu [T, 2F]` whose columns interleave g and u
-//!   (g_j = column 2j, u_j = column 2j + 1): what a tiled matmul over interleaved gate/up rows
-//!   writes. Decode does not launch it: the gemv applies SwiGLU in its epilogue
-//!   (`matmul::linear_glu_into`); prefill (T > 8) runs the tiled matmul, then v3.
+//! - v1 (g and u apart) and v2 (one stacked `gu [T, 2F]`, g = columns `..F`): lab kernels
+//!   (`lab/swiglu_v1_v2.rs`), retired when the decode gemv took SwiGLU into its epilogue.
+//! - v3 (pairs, [`swiglu_pairs_into`]): the same expression over `gu [T, 2F]` whose columns
+//!   interleave g and u (g_j = column 2j, u_j = column 2j + 1): what a tiled matmul over
+//!   interleaved gate/up rows writes. Decode does not launch it: the gemv applies SwiGLU in its
+//!   epilogue (`matmul::linear_glu_into`); prefill (T > 8) runs the tiled matmul, then v3.
+//!   Same expression as the reference (`z / (1 + exp(−z))`, then `· u`): large negative z
+//!   gives `exp(−z) = ∞` and `−0`, like the reference.
+//!
+//! [`Elementwise`] sizes the grids of this and the other elementwise kernels: 256 units per
+//! cube, cubes spread over x/y/z so any size fits the grid limits.
 
 use cubecl::prelude::*;
 
@@ -18,33 +19,7 @@ use super::vector_size_for;
 use crate::{Client, DeviceTensor, Error};
 
 /// Units per cube of the elementwise kernels (capped by the device).
-const V1_BLOCK: u32 = 256;
-
-/// v1 kernel: `h[i] = g[i] / (1 + exp(−g[i])) · u[i]` for the first `len` vectors.
-#[cube(launch)]
-pub fn swiglu_v1<N: Size>(g: &[Vector<f32, N>], u: &[Vector<f32, N>], h: &mut [Vector<f32, N>], len: u32) {
-    let i = ABSOLUTE_POS;
-    if i < len as usize {
-        let z = g[i];
-        let one = Vector::<f32, N>::new(1.0);
-        h[i] = z / (one + (-z).exp()) * u[i];
-    }
-}
-
-/// v2 kernel: `h[t, j] = silu(gu[t, j]) · gu[t, F + j]` for vector j of row t (`fv` = F / N
-/// vectors per half row), the first `len` = T · fv vectors of h.
-#[cube(launch)]
-pub fn swiglu_v2<N: Size>(gu: &[Vector<f32, N>], h: &mut [Vector<f32, N>], fv: u32, len: u32) {
-    let i = ABSOLUTE_POS;
-    if i < len as usize {
-        let f = fv as usize;
-        let t = i / f;
-        let j = i - t * f;
-        let z = gu[2 * t * f + j];
-        let one = Vector::<f32, N>::new(1.0);
-        h[i] = z / (one + (-z).exp()) * gu[2 * t * f + f + j];
-    }
-}
+const BLOCK: u32 = 256;
 
 /// `silu(z) · u` of one (gate, up) pair in the reference's form `z / (1 + e^(−z)) · u`: what
 /// v3 and the gemv's SwiGLU epilogue (`matmul::store_row_sums`) compute per output.
@@ -81,7 +56,7 @@ impl Elementwise {
     pub(crate) fn with_vec(client: &Client, op: &str, len: usize, vec: usize) -> Result<Self, Error> {
         let n = u32::try_from(len / vec).map_err(|_| Error::Shape(format!("{op}: {len} elements exceed the u32 index range")))?;
         let hw = &client.properties().hardware;
-        let block = V1_BLOCK.min(hw.max_units_per_cube).min(hw.max_cube_dim.0).max(1);
+        let block = BLOCK.min(hw.max_units_per_cube).min(hw.max_cube_dim.0).max(1);
         let dim = CubeDim::new_1d(block);
         let count = cubecl::calculate_cube_count_elemwise(client, n as usize, dim);
         Ok(Self { vec, n, count, dim })
@@ -100,53 +75,6 @@ pub(crate) fn check_same_shape(op: &str, what: &str, a: &DeviceTensor, b: &Devic
         return Err(Error::Shape(format!("{op}: {what} shape {:?}, expected {:?}", b.shape, a.shape)));
     }
     Ok(())
-}
-
-/// `out = silu(g) ⊙ u`; g, u and out f32 of one shape. `out` must not alias g or u.
-pub fn swiglu_into(client: &Client, g: &DeviceTensor, u: &DeviceTensor, out: &DeviceTensor) -> Result<(), Error> {
-    for (what, t) in [("g", g), ("u", u), ("out", out)] {
-        check_f32("swiglu", what, t)?;
-    }
-    check_same_shape("swiglu", "u", g, u)?;
-    check_same_shape("swiglu", "out", g, out)?;
-    let e = Elementwise::new(client, "swiglu", g.numel())?;
-    if e.n == 0 {
-        return Ok(());
-    }
-    unsafe {
-        swiglu_v1::launch(client, e.count, e.dim, e.vec, g.as_arg(e.vec), u.as_arg(e.vec), out.as_arg(e.vec), e.n);
-    }
-    Ok(())
-}
-
-/// `silu(g) ⊙ u` into a new tensor of g's shape.
-pub fn swiglu(client: &Client, g: &DeviceTensor, u: &DeviceTensor) -> Result<DeviceTensor, Error> {
-    let out = DeviceTensor::empty_f32(client, &g.shape);
-    swiglu_into(client, g, u, &out)?;
-    Ok(out)
-}
-
-/// v2: `silu(g) ⊙ u` from one stacked `gu [T, 2F]` (g = the first F columns) into a new
-/// `[T, F]` tensor.
-pub fn swiglu_stacked(client: &Client, gu: &DeviceTensor) -> Result<DeviceTensor, Error> {
-    check_f32("swiglu_stacked", "gu", gu)?;
-    let [t, f2] = gu.shape[..] else {
-        return Err(Error::Shape(format!("swiglu_stacked: gu shape {:?}, expected [T, 2F]", gu.shape)));
-    };
-    if f2 % 2 != 0 {
-        return Err(Error::Shape(format!("swiglu_stacked: gu has {f2} columns, expected an even 2F")));
-    }
-    let f = f2 / 2;
-    let out = DeviceTensor::empty_f32(client, &[t, f]);
-    // Vectors must not straddle the g|u split: their width divides F.
-    let e = Elementwise::with_vec(client, "swiglu_stacked", t * f, vector_size_for(client, f))?;
-    if e.n == 0 {
-        return Ok(out);
-    }
-    unsafe {
-        swiglu_v2::launch(client, e.count, e.dim, e.vec, gu.as_arg(e.vec), out.as_arg(e.vec), (f / e.vec) as u32, e.n);
-    }
-    Ok(out)
 }
 
 /// v3: `silu(g) ⊙ u` from `gu [T, 2F]` with g and u columns interleaved (g_j = column 2j) into

@@ -52,7 +52,8 @@ use cubecl::server::CubeCountSelection;
 
 pub use super::tc_config::TcConfig;
 pub(crate) use super::tc_config::{one_cube_splits, splits_with};
-use super::tc_kernel::{tc_convert, tc_dense, tc_reduce, BK};
+use super::tc_kernel::{tc_dense, BK};
+use super::tc_passes::{tc_convert, tc_reduce};
 use super::tc_quant::{nibble_fmt, tc_quant, FMT_INT8, FMT_INT8_GROUPS};
 use super::tc_wg::WG_MIN_ROWS;
 use crate::kernels::qmatmul::{v2, QFormat, QLayout, QWeight};

@@ -17,7 +17,8 @@
 
 use cubecl::prelude::*;
 
-use super::tc_kernel::{block_mma, commit, epilogue, stage_a, tile_quad, wait_pending, BK, EMU_SCRATCH, SA};
+use super::tc_kernel::{block_mma, commit, epilogue, stage_a, wait_pending, BK, EMU_SCRATCH, SA};
+use super::tc_passes::tile_quad;
 use crate::kernels::qmatmul::e2m1;
 use crate::kernels::qmatmul::v2::{mx_chunk_scale_index, q4_entry, q4_entry_word, scale_words_per_lane};
 

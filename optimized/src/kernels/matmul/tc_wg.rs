@@ -1,5 +1,6 @@
-//! tc v2: the dense linear layer `y[M, N] = x[M, K] · W[N, K]ᵀ` on Hopper's warpgroup MMAs
-//! (`wgmma.mma_async`, sm_90a only), for prefill and batched steps with 16-bit weights.
+//! tc v3 (and the parts tc v2 / v4 share): the dense linear layer `y[M, N] = x[M, K] · W[N, K]ᵀ`
+//! on Hopper's warpgroup MMAs (`wgmma.mma_async`, sm_90a only), for prefill and batched steps
+//! with 16-bit weights.
 //!
 //! - x (f32) becomes x16 `[Mp, Kp]` of the weight's type first, as in tc v1 (`tc.rs`).
 //! - One cube of two warpgroups (256 units) computes a 128 × 128 tile of y; each warpgroup a
@@ -10,10 +11,11 @@
 //!   group per block, one cube barrier per block), written in the 128-byte swizzle the
 //!   descriptors name (16-byte chunk c of row r at chunk c ⊕ (r mod 8); 1024-byte aligned
 //!   groups of 8 rows).
-//! - cubecl's inline PTX takes one result and no in-out operands, so each k-block's four
-//!   `wgmma`s start from zero (the first with scale-d = 0) into a fresh 64-register result,
-//!   waited on inside the same `asm` statement (no accumulator is in flight between
-//!   statements), and the unit adds it to its running sums: 64 adds per k-block.
+//! - Each k-block's four `wgmma`s accumulate into the unit's sums, tied in and out of the `asm`
+//!   statement (`vendor/cubecl-cpp`), and stay in flight while the next k-block is issued: the
+//!   warpgroup waits only for the k-block before. tc v2 (`gemm=wgmma-v2`, a lab kernel:
+//!   `lab/tc_wg_v2.rs`) started each k-block from zero, waited inside the statement and added
+//!   the result to its sums.
 //! - The 128-byte-swizzled stores come from `cp.async` and plain stores (zeros past N and K),
 //!   which the tensor cores' async proxy sees only after `fence.proxy.async` (every unit, after
 //!   its copies land, before the barrier).
@@ -27,9 +29,9 @@
 use cubecl::features::Tma;
 use cubecl::prelude::*;
 
-use super::tc::{convert, dense_dims, dense_dims_any, grid, one_cube_splits, reduce, sms, splits_with, target, u32_of};
+use super::tc::{convert, dense_dims, dense_dims_any, grid, one_cube_splits, reduce, sms, splits_with, target, u32_of, Grid};
 use super::tc_kernel::{commit, copy16, store_pair, wait_pending, zero8, BK};
-use super::wgmma::{desc, proxy_fence, smem_addr, wgmma_k64, wgmma_k64_acc, wgmma_pin, wgmma_wait, Acc};
+use super::wgmma::{desc, proxy_fence, smem_addr, wgmma_k64_acc, wgmma_pin, wgmma_wait, Acc};
 use crate::config::Gemm;
 use crate::{Client, DeviceTensor, Dtype, Error};
 
@@ -43,7 +45,7 @@ pub const WG_BN: usize = 128;
 /// 139 / 157, 64 × 4096 × 14336 107 / 137, 64 × 6144 × 4096 68 / 87, 64 × 11264 × 2048 68 / 92).
 pub const WG_MIN_ROWS: usize = 32;
 /// Units of a cube: two warpgroups of four warps.
-pub(super) const THREADS: usize = 256;
+pub(crate) const THREADS: usize = 256;
 
 /// Tile rows, pipeline depth and split-K of one tc v2 launch (the tile is 128·mb × 128).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -70,6 +72,8 @@ pub struct WgConfig {
 }
 
 impl WgConfig {
+    /// tc v2 (each k-block waited on; a lab kernel, `lab/tc_wg_v2.rs`): 4 and 3 stages of 128
+    /// and 256 rows.
     pub const S4: Self = Self { mb: 1, stages: 4, splits: 1, inflight: false, tma: false, wgs: 2 };
     pub const S3: Self = Self { mb: 1, stages: 3, splits: 1, inflight: false, tma: false, wgs: 2 };
     pub const M2S4: Self = Self { mb: 2, stages: 4, splits: 1, inflight: false, tma: false, wgs: 2 };
@@ -123,7 +127,8 @@ impl WgConfig {
     /// vs 333, 4096³ 343 vs 313; 256-row tiles in flight were 2–25% slower. K split where the
     /// tiles leave over half the SMs idle, as many ways (≤ 8) as keep ≤ one cube per SM and ≥ 8
     /// k-blocks a slice (128 × 2560 × 2048: ~40–44 at splits 1–8, occupancy-bound).
-    /// `gemm=wgmma-v2` takes [`Self::pick_v2`].
+    /// `gemm=wgmma-v2` takes tc v2's pick (`lab/tc_wg_v2.rs`; a lab build only: elsewhere
+    /// the spec is refused).
     ///
     /// tc v4 (`gemm=tma`, the default) takes 256-row tiles where they still cover ⅔ of the SMs
     /// and M > 256, else 128 rows at 6 stages, split as above but keeping ≥ 32 k-blocks a
@@ -139,8 +144,9 @@ impl WgConfig {
     /// Called directly (benches) under `gemm=mma`, it picks tc v3's tile.
     pub fn pick(m: usize, n: usize, k: usize, sms: usize) -> Self {
         let gemm = crate::config::current().gemm;
+        #[cfg(feature = "lab")]
         if gemm == Gemm::WgmmaV2 {
-            return Self::pick_v2(m, n, k, sms);
+            return crate::kernels::lab::tc_wg_v2::pick(m, n, k, sms);
         }
         let sms = sms.max(1);
         let tiles = |c: Self| m.div_ceil(c.bm()) * n.div_ceil(WG_BN);
@@ -156,21 +162,6 @@ impl WgConfig {
         };
         let min_kb = if base.wgs == 1 { 64 } else { 32 };
         base.with_splits(splits_with(tiles(base), k.div_ceil(BK), sms, min_kb))
-    }
-
-    /// tc v2's pick (H200
-    /// sweep, `tandem bench --kernel matmul --shapes`): 4 stages (one cube per SM:
-    /// the two warpgroups' registers fill it); 256-row tiles for m > 256 where they still
-    /// number ≥ 2 per SM or K is long (≥ 8192: split below), else 128 rows — 2048 × 14336 ×
-    /// 4096 327 vs 269 TFLOP/s, 4096³ 302 vs 253, 512 × 4096 × 14336 285 (split 2) vs 254, but
-    /// 512 × 11264 × 2048 180 vs 195 and 512 × 2560 × 2048 71 vs 98. K split where the tiles
-    /// leave over half the SMs idle, as many ways (≤ 8) as keep ≤ one cube per SM and ≥ 8
-    /// k-blocks a slice (512 × 2048 × 5632: 169 at split 2 vs 118 unsplit).
-    pub fn pick_v2(m: usize, n: usize, k: usize, sms: usize) -> Self {
-        let sms = sms.max(1);
-        let tiles = |c: Self| m.div_ceil(c.bm()) * n.div_ceil(WG_BN);
-        let base = if m > 256 && (tiles(Self::M2S4) >= 2 * sms || k >= 8192) { Self::M2S4 } else { Self::S4 };
-        base.with_splits(one_cube_splits(tiles(base), k.div_ceil(BK), sms))
     }
 }
 
@@ -191,9 +182,10 @@ pub fn require(client: &Client, e: Dtype) -> Result<(), Error> {
     Ok(())
 }
 
-/// tc v2 over a dense 16-bit weight: `y = x · Wᵀ` (x `[.., K]` f32, W `[N, K]` f16/bf16, K % 8
+/// tc v3 over a dense 16-bit weight: `y = x · Wᵀ` (x `[.., K]` f32, W `[N, K]` f16/bf16, K % 8
 /// = 0, y `[.., N]` f32, or with `glu` `[.., N / 2]` of `silu(x·W_{2j}) · x·W_{2j+1}`). `cfg`:
-/// `None` for [`WgConfig::pick`].
+/// `None` for [`WgConfig::pick`]; a TMA one runs tc v4 (`tc_wg_tma.rs`), one not in flight tc v2
+/// (a lab kernel: `lab/tc_wg_v2.rs`).
 pub fn linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &DeviceTensor, glu: bool, cfg: Option<WgConfig>) -> Result<(), Error> {
     let (t, n, k) = dense_dims_any("tc v2", x, w, y, glu)?;
     require(client, w.dtype)?;
@@ -204,60 +196,35 @@ pub fn linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &Devi
     if cfg.tma {
         return super::tc_wg_tma::linear_into(client, x, w, y, glu, cfg);
     }
-    dense_dims("tc v2", x, w, y, glu)?;
-    if cfg.wgs != 2 {
-        return Err(Error::Unsupported(format!("tc v2 / v3 {}: two consumer warpgroups a cube (one only with TMA, tc v4)", cfg.name())));
+    if !cfg.inflight {
+        return crate::kernels::lab::tc_wg_v2_into(client, x, w, y, glu, cfg);
     }
-    let hw = &client.properties().hardware;
-    if cfg.stages < 2
-        || (cfg.inflight && cfg.stages < 3)
-        || cfg.splits == 0
-        || !(1..=2).contains(&cfg.mb)
-        || cfg.shared_bytes() > hw.max_shared_memory_size
-        || (hw.max_units_per_cube as usize) < THREADS
-    {
-        return Err(Error::Unsupported(format!(
-            "tc v2 {}: {THREADS} units and {} B of shared memory per cube (mb 1 or 2, stages ≥ 2, splits ≥ 1); the device allows {} and {} B",
-            cfg.name(),
-            cfg.shared_bytes(),
-            hw.max_units_per_cube,
-            hw.max_shared_memory_size
-        )));
-    }
-    if t == 0 || n == 0 {
+    let Some(l) = WgLaunch::new(client, x, w, y, glu, cfg)? else {
         return Ok(());
-    }
-    let kp = k.div_ceil(BK) * BK;
-    let x16 = convert(client, x, w.dtype, t, k, t.div_ceil(cfg.bm()) * cfg.bm(), kp, 0)?;
-    let g = grid(client, (cfg.bm(), WG_BN, cfg.splits), t, n, kp)?;
-    let out = target(client, &g, y, t, n);
-    let dim = CubeDim::new_1d(THREADS as u32);
-    let s = (u32_of("T", t)?, u32_of("out", n)?, u32_of("in", k)?, u32_of("Kp", kp)?);
-    let partial = g.splits > 1;
+    };
     macro_rules! go {
         ($e:ty, $bf16:expr) => {
             unsafe {
                 tc_wgmma::launch_unchecked::<$e>(
                     client,
-                    g.count.clone(),
-                    dim,
-                    x16.as_arg(1),
+                    l.g.count.clone(),
+                    CubeDim::new_1d(THREADS as u32),
+                    l.x16.as_arg(1),
                     w.as_arg(1),
-                    out.as_arg(1),
-                    s.0,
-                    s.1,
-                    s.2,
-                    s.3,
-                    g.mtiles,
-                    g.tiles,
-                    g.tiles_mn,
-                    g.kps,
+                    l.out.as_arg(1),
+                    l.s.0,
+                    l.s.1,
+                    l.s.2,
+                    l.s.3,
+                    l.g.mtiles,
+                    l.g.tiles,
+                    l.g.tiles_mn,
+                    l.g.kps,
                     cfg.mb,
                     cfg.stages,
                     $bf16,
                     glu,
-                    partial,
-                    cfg.inflight,
+                    l.g.splits > 1,
                 )
             }
         };
@@ -266,7 +233,66 @@ pub fn linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &Devi
         Dtype::F16 => go!(half::f16, false),
         _ => go!(half::bf16, true),
     }
-    reduce(client, &g, &out, y, x, t, n, false, glu)
+    l.finish(client, y, x, glu)
+}
+
+/// What a tc v2 / v3 launch is handed, checked: x as x16 in W's type, the grid, the target of
+/// the sums (y, or split-K's partial sums) and (T, N, K, Kp) as u32.
+pub(crate) struct WgLaunch {
+    pub x16: DeviceTensor,
+    pub g: Grid,
+    pub out: DeviceTensor,
+    pub s: (u32, u32, u32, u32),
+    t: usize,
+    n: usize,
+}
+
+impl WgLaunch {
+    /// The launch of `cfg` (two warpgroups, no TMA) for `y = x · Wᵀ`, or `None` when y is
+    /// empty; an `Unsupported` error names what the device lacks.
+    pub(crate) fn new(
+        client: &Client,
+        x: &DeviceTensor,
+        w: &DeviceTensor,
+        y: &DeviceTensor,
+        glu: bool,
+        cfg: WgConfig,
+    ) -> Result<Option<Self>, Error> {
+        let (t, n, k) = dense_dims("tc v2", x, w, y, glu)?;
+        if cfg.wgs != 2 {
+            return Err(Error::Unsupported(format!("tc v2 / v3 {}: two consumer warpgroups a cube (one only with TMA, tc v4)", cfg.name())));
+        }
+        let hw = &client.properties().hardware;
+        if cfg.stages < 2
+            || (cfg.inflight && cfg.stages < 3)
+            || cfg.splits == 0
+            || !(1..=2).contains(&cfg.mb)
+            || cfg.shared_bytes() > hw.max_shared_memory_size
+            || (hw.max_units_per_cube as usize) < THREADS
+        {
+            return Err(Error::Unsupported(format!(
+                "tc v2 {}: {THREADS} units and {} B of shared memory per cube (mb 1 or 2, stages ≥ 2, splits ≥ 1); the device allows {} and {} B",
+                cfg.name(),
+                cfg.shared_bytes(),
+                hw.max_units_per_cube,
+                hw.max_shared_memory_size
+            )));
+        }
+        if t == 0 || n == 0 {
+            return Ok(None);
+        }
+        let kp = k.div_ceil(BK) * BK;
+        let x16 = convert(client, x, w.dtype, t, k, t.div_ceil(cfg.bm()) * cfg.bm(), kp, 0)?;
+        let g = grid(client, (cfg.bm(), WG_BN, cfg.splits), t, n, kp)?;
+        let out = target(client, &g, y, t, n);
+        let s = (u32_of("T", t)?, u32_of("out", n)?, u32_of("in", k)?, u32_of("Kp", kp)?);
+        Ok(Some(WgLaunch { x16, g, out, s, t, n }))
+    }
+
+    /// After the kernel: split-K's partial sums added into `y` (with `glu`'s SwiGLU).
+    pub(crate) fn finish(&self, client: &Client, y: &DeviceTensor, x: &DeviceTensor, glu: bool) -> Result<(), Error> {
+        reduce(client, &self.g, &self.out, y, x, self.t, self.n, false, glu)
+    }
 }
 
 /// The copies of k-block `kb` of the cube's K slice (from block `kb0`): x16's rows `m0 ..+
@@ -274,7 +300,7 @@ pub fn linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &Devi
 /// slots from `bstart`); not committed.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn stage_block<E: Float>(
+pub(crate) fn stage_block<E: Float>(
     x16: &[E],
     w: &[E],
     smem: &mut [E],
@@ -300,7 +326,7 @@ fn stage_block<E: Float>(
 /// The matrix descriptors of k-block `kb`'s slot: warpgroup `wg`'s first m64 block of A (its
 /// second is 64 rows on) and B, from the slots' 1024-byte-aligned shared address `sbase`.
 #[cube]
-fn slot_descs(sbase: u32, kb: usize, wg: usize, #[comptime] mb: usize, #[comptime] stages: usize) -> (u64, u64) {
+pub(crate) fn slot_descs(sbase: u32, kb: usize, wg: usize, #[comptime] mb: usize, #[comptime] stages: usize) -> (u64, u64) {
     let a_elems = comptime!(WG_BM * mb * BK);
     let slot = kb % stages;
     let da = desc(sbase + ((slot * a_elems + wg * mb * 64 * BK) * 2) as u32);
@@ -370,9 +396,56 @@ pub(crate) fn wg_epilogue<Y: Float>(
     }
 }
 
-/// tc v2's kernel: cube `CUBE_POS` computes the (128·mb) × 128 output tile (CUBE_POS %
-/// mtiles, CUBE_POS / mtiles) of its K slice; warpgroup `UNIT_POS / 128` rows 64·mb·wg ..+
-/// 64·mb of it, as `mb` m64 blocks with their own accumulators.
+/// The cube's tile of a tc v2 / v3 launch: (m0, n0, split) — cube `CUBE_POS` computes the
+/// `bm` × 128 output tile (CUBE_POS % mtiles, CUBE_POS / mtiles) of its K slice.
+#[cube]
+pub(crate) fn tile_of(mtiles: u32, tiles_mn: u32, #[comptime] bm: usize) -> (usize, usize, usize) {
+    let tile = CUBE_POS % tiles_mn as usize;
+    let split = CUBE_POS / tiles_mn as usize;
+    ((tile % mtiles as usize) * bm, (tile / mtiles as usize) * WG_BN, split)
+}
+
+/// The first slot's offset in elements (`pad`) and shared address (1024-byte aligned, whatever
+/// alignment the allocation `smem` got).
+#[cube]
+pub(crate) fn aligned_slots<E: Float>(smem: &[E]) -> (usize, u32) {
+    let raw = smem_addr(smem);
+    let pad = (((1024u32 - raw % 1024u32) % 1024u32) / 2u32) as usize;
+    (pad, raw + (pad * 2) as u32)
+}
+
+/// The copies of the first `stages − 1` k-blocks (of `nk`), one commit group each.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn prime<E: Float>(
+    x16: &[E],
+    w: &[E],
+    smem: &mut [E],
+    nk: usize,
+    kb0: usize,
+    pad: usize,
+    bstart: usize,
+    m0: usize,
+    n0: usize,
+    n: usize,
+    k: usize,
+    kp: usize,
+    tid: usize,
+    #[comptime] bm: usize,
+    #[comptime] stages: usize,
+) {
+    #[unroll]
+    for s in 0..stages - 1 {
+        if s < nk {
+            stage_block(x16, w, smem, s, kb0, pad, bstart, m0, n0, n, k, kp, tid, bm, stages);
+        }
+        commit(false);
+    }
+}
+
+/// tc v3's kernel: cube `CUBE_POS` computes the (128·mb) × 128 output tile of its K slice
+/// ([`tile_of`]); warpgroup `UNIT_POS / 128` rows 64·mb·wg ..+ 64·mb of it, as `mb` m64 blocks
+/// with their own accumulators, in flight across k-blocks.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub fn tc_wgmma<E: Float>(
@@ -392,7 +465,6 @@ pub fn tc_wgmma<E: Float>(
     #[comptime] bf16: bool,
     #[comptime] glu: bool,
     #[comptime] partial: bool,
-    #[comptime] inflight: bool,
 ) {
     if CUBE_POS < tiles as usize {
         let bm = comptime!(WG_BM * mb);
@@ -403,81 +475,47 @@ pub fn tc_wgmma<E: Float>(
         let warp = (tid % 128) / 32;
         let lane = tid % 32;
         let (m, n, k, kp) = (m as usize, n as usize, k as usize, kp as usize);
-        let tile = CUBE_POS % tiles_mn as usize;
-        let split = CUBE_POS / tiles_mn as usize;
-        let m0 = (tile % mtiles as usize) * bm;
-        let n0 = (tile / mtiles as usize) * WG_BN;
+        let (m0, n0, split) = tile_of(mtiles, tiles_mn, bm);
         let mut smem = Shared::<[E]>::new_aligned_slice(comptime!(stages * (a_elems + b_elems) + 512), 1024usize);
-        // The first slot 1024-byte aligned whatever alignment the allocation got.
-        let raw = smem_addr(&smem);
-        let pad = (((1024u32 - raw % 1024u32) % 1024u32) / 2u32) as usize;
-        let sbase = raw + (pad * 2) as u32;
+        let (pad, sbase) = aligned_slots(&smem);
         let bstart = pad + stages * a_elems;
         let mut acc0 = Acc::empty().fill(0.0f32);
         let mut acc1 = Acc::empty().fill(0.0f32);
         let kb0 = split * kps as usize;
         let nk = min(kp / BK - kb0, kps as usize);
-        #[unroll]
-        for s in 0..stages - 1 {
-            if s < nk {
-                stage_block(x16, w, &mut smem, s, kb0, pad, bstart, m0, n0, n, k, kp, tid, bm, stages);
-            }
-            commit(false);
-        }
+        prime(x16, w, &mut smem, nk, kb0, pad, bstart, m0, n0, n, k, kp, tid, bm, stages);
+        // Block kb's wgmma issued while block kb − 1's may still run; once this warpgroup has
+        // waited for kb − 1 and the cube has met, kb − 1's slot takes the copies of block
+        // kb + stages − 1 (the same depth as tc v2).
+        let groups = comptime!(mb);
         let mut kb = 0usize;
-        if comptime!(inflight) {
-            // tc v3: block kb's wgmma issued while block kb − 1's may still run; once this
-            // warpgroup has waited for kb − 1 and the cube has met, kb − 1's slot takes the
-            // copies of block kb + stages − 1 (the same depth as tc v2).
-            let groups = comptime!(mb);
-            while kb < nk {
-                // k-block kb has landed for every unit and is visible to the async proxy.
-                wait_pending(comptime!(stages - 2), false);
-                proxy_fence();
-                sync_cube();
-                let (da, db) = slot_descs(sbase, kb, wg, mb, stages);
-                acc0 = wgmma_k64_acc(acc0, da, db, bf16);
-                if comptime!(mb == 2) {
-                    acc1 = wgmma_k64_acc(acc1, da + comptime!((64 * BK * 2 / 16) as u64), db, bf16);
-                }
-                // This warpgroup's block kb − 1 done (block kb's groups may run on); then
-                // every warpgroup's, before its slot is overwritten.
-                acc0 = wgmma_wait(acc0, groups);
-                if comptime!(mb == 2) {
-                    acc1 = wgmma_pin(acc1);
-                }
-                sync_cube();
-                let nxt = kb + stages - 1;
-                if nxt < nk {
-                    stage_block(x16, w, &mut smem, nxt, kb0, pad, bstart, m0, n0, n, k, kp, tid, bm, stages);
-                }
-                commit(false);
-                kb += 1;
+        while kb < nk {
+            // k-block kb has landed for every unit and is visible to the async proxy.
+            wait_pending(comptime!(stages - 2), false);
+            proxy_fence();
+            sync_cube();
+            let (da, db) = slot_descs(sbase, kb, wg, mb, stages);
+            acc0 = wgmma_k64_acc(acc0, da, db, bf16);
+            if comptime!(mb == 2) {
+                acc1 = wgmma_k64_acc(acc1, da + comptime!((64 * BK * 2 / 16) as u64), db, bf16);
             }
-            acc0 = wgmma_wait(acc0, 0usize);
+            // This warpgroup's block kb − 1 done (block kb's groups may run on); then every
+            // warpgroup's, before its slot is overwritten.
+            acc0 = wgmma_wait(acc0, groups);
             if comptime!(mb == 2) {
                 acc1 = wgmma_pin(acc1);
             }
-        }
-        if comptime!(!inflight) {
-            while kb < nk {
-                // k-block kb has landed for every unit and is visible to the async proxy; every
-                // warpgroup is past block kb − 1, whose slot the next copies overwrite.
-                wait_pending(comptime!(stages - 2), false);
-                proxy_fence();
-                sync_cube();
-                let nxt = kb + stages - 1;
-                if nxt < nk {
-                    stage_block(x16, w, &mut smem, nxt, kb0, pad, bstart, m0, n0, n, k, kp, tid, bm, stages);
-                }
-                commit(false);
-                let (da, db) = slot_descs(sbase, kb, wg, mb, stages);
-                acc0 += wgmma_k64(da, db, bf16);
-                if comptime!(mb == 2) {
-                    acc1 += wgmma_k64(da + comptime!((64 * BK * 2 / 16) as u64), db, bf16);
-                }
-                kb += 1;
+            sync_cube();
+            let nxt = kb + stages - 1;
+            if nxt < nk {
+                stage_block(x16, w, &mut smem, nxt, kb0, pad, bstart, m0, n0, n, k, kp, tid, bm, stages);
             }
+            commit(false);
+            kb += 1;
+        }
+        acc0 = wgmma_wait(acc0, 0usize);
+        if comptime!(mb == 2) {
+            acc1 = wgmma_pin(acc1);
         }
         let yoff = select(partial, split * m * n, 0usize);
         let glu_here = comptime!(glu && !partial);
@@ -501,16 +539,6 @@ mod tests {
 
     #[test]
     fn pick_follows_the_sweep() {
-        assert_eq!(WgConfig::pick_v2(2048, 14336, 4096, 132), WgConfig::M2S4);
-        assert_eq!(WgConfig::pick_v2(4096, 4096, 4096, 132), WgConfig::M2S4);
-        assert_eq!(WgConfig::pick_v2(512, 28672, 4096, 132), WgConfig::M2S4);
-        assert_eq!(WgConfig::pick_v2(512, 4096, 14336, 132), WgConfig::M2S4.with_splits(2));
-        assert_eq!(WgConfig::pick_v2(512, 11264, 2048, 132), WgConfig::S4);
-        assert_eq!(WgConfig::pick_v2(512, 2560, 2048, 132), WgConfig::S4);
-        assert_eq!(WgConfig::pick_v2(512, 2048, 5632, 132), WgConfig::S4.with_splits(2));
-        assert_eq!(WgConfig::pick_v2(128, 11264, 2048, 132), WgConfig::S4);
-        assert_eq!(WgConfig::pick_v2(128, 4096, 14336, 132).splits, 4);
-        assert_eq!(WgConfig::pick_v2(9, 64, 64, 132).splits, 1);
         // tc v4 (the default): 256-row tiles where they cover ⅔ of the SMs, 64-row tiles where
         // 128-row ones fill at most half of them (or M ≤ 64), else 128 rows at 6 stages.
         assert_eq!(WgConfig::pick(2048, 14336, 4096, 132), WgConfig::M2T4);

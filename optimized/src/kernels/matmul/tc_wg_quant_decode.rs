@@ -4,7 +4,7 @@
 
 use cubecl::prelude::*;
 
-use super::tc_kernel::tile_quad;
+use super::tc_passes::tile_quad;
 use super::tc_quant::{chunk_scale_words, FMT_INT8_GROUPS, FMT_MXFP4, FMT_Q4_0, FMT_Q4_1};
 use super::tc_wg::WG_BN;
 use super::tc_wg_quant::{chunks_per_block, SLOT_V};

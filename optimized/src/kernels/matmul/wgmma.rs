@@ -1,7 +1,8 @@
 //! The PTX of Hopper's warpgroup MMAs for tc v2 / v3 / v4 (`tc_wg.rs`, `tc_wg_quant.rs`,
 //! `tc_wg_tma.rs`): shared addresses, matrix descriptors of 128-byte-swizzled K-major tiles,
-//! the async-proxy fence, and `wgmma.mma_async` over one 64-wide k-block (from zero and waited
-//! on: tc v2; accumulating into tied in-out sums and left in flight: tc v3 / v4).
+//! the async-proxy fence, and `wgmma.mma_async` over one 64-wide k-block accumulating into tied
+//! in-out sums and left in flight (tc v3 / v4; tc v2's, from zero and waited on, is in the lab:
+//! `lab/tc_wg_v2.rs`).
 
 use cubecl::prelude::*;
 
@@ -38,39 +39,6 @@ pub(crate) fn desc(addr: u32) -> u64 {
 #[cube]
 pub(crate) fn proxy_fence() {
     gpu_asm!("fence.proxy.async.shared::cta;");
-}
-
-/// The k-steps 1..4 of [`wgmma_k64`]: descriptors advanced by 32 bytes (2 in the address
-/// field) each, accumulating (scale-d = 1). `$0` is the result, `$1` / `$2` the descriptors.
-fn later_steps(ty: &str) -> String {
-    (1..4)
-        .map(|s| {
-            format!(
-                "add.s64 da, $1, {o};\nadd.s64 db, $2, {o};\nwgmma.mma_async.sync.aligned.m64n128k16.f32.{ty}.{ty} $0, da, db, p1, 1, 1, 0, 0;\n",
-                o = 2 * s
-            )
-        })
-        .collect()
-}
-
-/// A warpgroup's 64 × 128 block over one 64-wide k-block: four `wgmma.m64n128k16` from the A
-/// tile at descriptor `da` and the B tile at `db`, from zero, waited on before returning.
-#[cube]
-pub(crate) fn wgmma_k64(da: u64, db: u64, #[comptime] bf16: bool) -> Acc {
-    let ty = comptime![if bf16 { "bf16" } else { "f16" }];
-    let rest = comptime![later_steps(ty)];
-    let out: Acc;
-    gpu_asm!(
-        "{{\n.reg .pred p0, p1;\n.reg .b32 zr;\n.reg .b64 da, db;\nmov.b32 zr, 0;\nsetp.ne.b32 p0, zr, 0;\nsetp.eq.b32 p1, zr, 0;",
-        "wgmma.fence.sync.aligned;",
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.{ty}.{ty} {d}, {a}, {b}, p0, 1, 1, 0, 0;",
-        "{rest}wgmma.commit_group.sync.aligned;",
-        "wgmma.wait_group.sync.aligned 0;\n}}",
-        d = out(_) out,
-        a = in(_) da,
-        b = in(_) db,
-    );
-    out
 }
 
 /// The four k16 steps of a k-block accumulating into the tied sums `$0` (= `$1`), from the
@@ -136,12 +104,5 @@ mod tests {
         assert_eq!((d >> 16) & 0x3FFF, 1);
         assert_eq!((d >> 32) & 0x3FFF, 64);
         assert_eq!(d >> 62, 1);
-    }
-
-    #[test]
-    fn later_steps_name_the_operands() {
-        let s = later_steps("bf16");
-        assert_eq!(s.matches("wgmma.mma_async").count(), 3);
-        assert!(s.contains("add.s64 da, $1, 6;") && s.contains("$0, da, db, p1"));
     }
 }

@@ -1,7 +1,7 @@
-//! The seeded draw's building blocks shared by its launches (v1 in `seeded.rs`, `bisect`,
-//! `radix`, `split`): the counter hash, the order-preserving key of a logit, block sums and
-//! the block's best, a row's parameters and its pass 1, the final draw. Moved out of
-//! `seeded.rs`, unchanged.
+//! The seeded draw's building blocks shared by its launches (`seeded.rs`, `radix`, `split`,
+//! and the lab's bisection, `lab/seeded_bisect.rs`): the counter hash, the order-preserving key
+//! of a logit, block sums and the block's best, a row's parameters and its pass 1, the final
+//! draw; a one-cube row's start ([`row_start`]) and end ([`row_end`]).
 
 use cubecl::prelude::*;
 
@@ -28,24 +28,6 @@ pub(crate) fn order_key(x: f32) -> u32 {
         k = !b;
     }
     k
-}
-
-/// The cube's sum of `x` through the kernel's scratch `sh` (`units` words; free again on return).
-#[cube]
-pub(crate) fn block_sum_f32(x: f32, tid: usize, units: usize, sh: &mut [f32]) -> f32 {
-    sh[tid] = x;
-    sync_cube();
-    let mut stride = units / 2;
-    while stride > 0 {
-        if tid < stride {
-            sh[tid] = sh[tid] + sh[tid + stride];
-        }
-        sync_cube();
-        stride /= 2;
-    }
-    let r = sh[0];
-    sync_cube();
-    r
 }
 
 /// [`block_sum_f32`] of u32s.
@@ -225,4 +207,63 @@ pub(crate) fn draw_best(
         i += units;
     }
     (sv, si)
+}
+
+/// A one-cube row's start: pass 1 over its `n` logits from `base` (copied into `zs` with
+/// `cache` > 0) and its reductions — the greedy id (the last id, `v − 1`, for a row of NaN
+/// only, as the reference's argmax), max y (−f32::MAX: no finite y) and the non-NaN count.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+pub(crate) fn row_start(
+    z: &[f32],
+    zs: &mut Shared<[f32]>,
+    base: usize,
+    n: usize,
+    v: u32,
+    tid: usize,
+    units: usize,
+    temp: f32,
+    sf: &mut [f32],
+    su: &mut [u32],
+    #[comptime] cache: usize,
+) -> (u32, f32, u32) {
+    let (bv, bi, valid, my, my_i) = pass1(z, zs, base, n, 0u32, tid, units, temp, cache);
+    let (_gv, greedy) = block_best(bv, bi, tid, units, sf, su);
+    let (m, _mi) = block_best(my, my_i, tid, units, sf, su);
+    let valid = block_sum_u32(valid, tid, units, su);
+    let mut choice = greedy;
+    if greedy == 4294967295u32 {
+        choice = v - 1u32;
+    }
+    (choice, m, valid)
+}
+
+/// A one-cube row's end: the argmax of `y + g` over the ids allowed by the threshold key
+/// `thr` and `min_p`, or `choice` (the greedy id) where none is.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+pub(crate) fn row_end(
+    z: &[f32],
+    zs: &Shared<[f32]>,
+    base: usize,
+    n: usize,
+    tid: usize,
+    units: usize,
+    thr: u32,
+    temp: f32,
+    m: f32,
+    min_p: f32,
+    key: u32,
+    choice: u32,
+    sf: &mut [f32],
+    su: &mut [u32],
+    #[comptime] cache: usize,
+) -> u32 {
+    let (sv, si) = draw_best(z, zs, base, n, 0u32, tid, units, thr, temp, m, min_p, key, cache);
+    let (_s, drawn) = block_best(sv, si, tid, units, sf, su);
+    let mut out = choice;
+    if drawn != 4294967295u32 {
+        out = drawn;
+    }
+    out
 }

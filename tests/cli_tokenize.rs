@@ -143,7 +143,7 @@ fn full_gguf_matches_the_oracle() {
     };
     let p = oracle.join("tokenizer_cases.json");
     let cases: Json = serde_json::from_str(&std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))).unwrap();
-    let model = reference::fetch::default_model(&mut |m| eprintln!("{m}")).expect("default model (fetched on first use)");
+    let model = tandem_fetch::default_model(&mut |m| eprintln!("{m}")).expect("default model (fetched on first use)");
     let m = model.to_str().unwrap();
     for c in cases.as_array().unwrap() {
         let text = c["text"].as_str().unwrap();

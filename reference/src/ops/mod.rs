@@ -4,9 +4,12 @@
 pub mod attention;
 pub mod embedding;
 pub mod matmul;
+pub mod mlp;
+pub mod moe;
 pub mod qmatmul;
 pub mod residual;
 pub mod rmsnorm;
 pub mod rope;
+pub mod softcap;
 pub mod softmax;
 pub mod swiglu;

@@ -10,28 +10,17 @@
 //! MoE(h)   = Σ_k w_k · y_{e_k}
 //! ```
 
-use ndarray::{Array1, Array2, ArrayView1, ArrayView2, Zip};
+use ndarray::{Array2, ArrayView1, ArrayView2, Zip};
 
 use super::linear_bias;
 use crate::gpt_oss::weights::DenseExpert;
-use crate::ops::softmax::softmax;
 
-/// Indices of the `k` largest values of `z`, largest first; equal values rank the lower index
-/// first (a stable sort on descending value).
-pub fn top_k(z: &[f32], k: usize) -> Vec<usize> {
-    let mut idx: Vec<usize> = (0..z.len()).collect();
-    idx.sort_by(|&a, &b| z[b].total_cmp(&z[a]));
-    idx.truncate(k);
-    idx
-}
+pub use crate::ops::moe::{top_k, weighted_sum};
 
 /// Routing of one token from its router logits `z [E]`: `[(e_k, w_k); K]` in rank order, with
 /// `w = softmax(z_{e_1}, …, z_{e_K})` (the other E − K logits take no part).
 pub fn route(z: &[f32], k: usize) -> Vec<(usize, f32)> {
-    let experts = top_k(z, k);
-    let mut w: Vec<f32> = experts.iter().map(|&e| z[e]).collect();
-    softmax(&mut w);
-    experts.into_iter().zip(w).collect()
+    crate::ops::moe::route_topk_softmax(z, k)
 }
 
 /// How far one token's routing is from a tie: `z₍K₎ − z₍K+1₎`, the gap between its K-th and
@@ -78,14 +67,4 @@ pub fn expert_ffn(h: ArrayView2<f32>, e: &DenseExpert, limit: f32, alpha: f32) -
     let u = linear_bias(h, e.up.view(), e.up_bias.view())?;
     let a = Zip::from(&g).and(&u).map_collect(|&g, &u| clamped_swiglu(g, u, limit, alpha));
     linear_bias(a.view(), e.down.view(), e.down_bias.view())
-}
-
-/// `out = Σ_k w_k · y_k` over the `(w_k, y_k)` of one token, in the order given (rank order),
-/// starting from zeros of width `c`.
-pub fn weighted_sum(terms: &[(f32, ArrayView1<f32>)], c: usize) -> Array1<f32> {
-    let mut out = Array1::zeros(c);
-    for (w, y) in terms {
-        out.scaled_add(*w, y);
-    }
-    out
 }

@@ -13,6 +13,7 @@ pub mod gguf;
 pub mod kquants;
 
 pub use error::{Error, Result};
+pub mod arch;
 pub mod chat;
 pub mod config;
 pub mod engine;

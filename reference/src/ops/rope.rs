@@ -62,9 +62,10 @@ pub enum RopeScaling {
     Yarn { factor: f64, beta_fast: f64, beta_slow: f64, original_max_pos: f64, truncate: bool, attention_factor: f64 },
 }
 
-/// `ω_i = θ^(−2i/R)`, i < R/2 (`_compute_default_rope_parameters`, R the rotated width).
+/// `ω_i = θ^(−2i/R)`, i < R/2 (`_compute_default_rope_parameters`, R the rotated width),
+/// rounded to f32 as HF's table is (and as [`freq`] is).
 pub fn inv_freq_default(rot: usize, theta: f64) -> Vec<f64> {
-    (0..rot / 2).map(|i| 1.0 / theta.powf(2.0 * i as f64 / rot as f64)).collect()
+    (0..rot / 2).map(|i| theta.powf(-2.0 * i as f64 / rot as f64) as f32 as f64).collect()
 }
 
 /// `ω_i = θ^(−2i/R) / s` (`_compute_linear_scaling_rope_parameters`).

@@ -47,7 +47,7 @@ impl Model {
     /// Returns logits `[T, V]` for every input position. The forward pass is the one every
     /// architecture runs ([`crate::arch::model::forward`]) on the spec of this config.
     pub fn forward(&self, ids: &[u32], cache: &mut KvCache, trace: Option<&mut Trace>) -> Result<Array2<f32>> {
-        forward(&crate::arch::llama::from_config(&self.config), &self.weights, ids, cache, trace)
+        forward(&crate::arch::llama::from_config(&self.config), &self.weights, ids, cache, trace, None)
     }
 
     /// Logits of the last position of a `[T, V]` block.
@@ -69,9 +69,9 @@ impl WeightsRef for Weights {
     fn n_layers(&self) -> usize {
         self.layers.len()
     }
-    fn layer(&self, l: usize) -> LayerRef<'_> {
-        let w: &LayerWeights = &self.layers[l];
-        LayerRef {
+    fn layer(&self, l: usize) -> Result<LayerRef<'_>> {
+        let w: &LayerWeights = self.layers.get(l).ok_or_else(|| crate::Error::Input(format!("layer {l} does not exist")))?;
+        Ok(LayerRef {
             attn_norm: w.attn_norm.view(),
             wq: w.wq.view(),
             wk: w.wk.view(),
@@ -88,6 +88,6 @@ impl WeightsRef for Weights {
             ffn_norm: w.ffn_norm.view(),
             ffn: FfnRef::Dense(MlpRef { gate: w.w_gate.view(), up: w.w_up.view(), down: w.w_down.view() }),
             post_ffn_norm: None,
-        }
+        })
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod common;
 pub mod gemma3;
+pub mod gpt_oss;
 pub mod llama;
 pub mod model;
 pub mod phi3;

@@ -27,7 +27,7 @@ use crate::ops::attention::{attention_with, Scores};
 use crate::ops::embedding::embedding;
 use crate::ops::matmul::{linear, linear_opt};
 use crate::ops::mlp::{gated_mlp, Activation};
-use crate::ops::moe::{weighted_sum, Routing};
+use crate::ops::moe::{route_margin, weighted_sum, Routing};
 use crate::ops::residual::residual_add;
 use crate::ops::rmsnorm::{rmsnorm, rmsnorm_1p, rmsnorm_heads};
 use crate::ops::rope::rope_partial;
@@ -51,7 +51,7 @@ impl ArchModel {
 
     /// [`forward`] of this model.
     pub fn forward(&self, ids: &[u32], cache: &mut KvCache, trace: Option<&mut Trace>) -> Result<Array2<f32>> {
-        forward(&self.spec, &self.weights, ids, cache, trace)
+        forward(&self.spec, &self.weights, ids, cache, trace, None)
     }
 }
 
@@ -72,7 +72,30 @@ pub struct MlpRef<'a> {
 /// A layer's FFN weights, borrowed.
 pub enum FfnRef<'a> {
     Dense(MlpRef<'a>),
-    Moe { router: ArrayView2<'a, f32>, experts: &'a [Mlp] },
+    /// Router `[E, C]` (+ bias `[E]`) and the E experts.
+    Moe {
+        router: ArrayView2<'a, f32>,
+        router_bias: Option<ArrayView1<'a, f32>>,
+        experts: &'a dyn Experts,
+    },
+}
+
+/// A layer's E experts, however they are stored (f32, or MXFP4 dequantized when used).
+pub trait Experts: Sync {
+    /// E
+    fn count(&self) -> usize;
+    /// Expert `e` on the rows of `h [T, C]` → `[T, C]`.
+    fn run(&self, e: usize, h: ArrayView2<f32>, act: Activation) -> Result<Array2<f32>>;
+}
+
+impl Experts for Vec<Mlp> {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn run(&self, e: usize, h: ArrayView2<f32>, act: Activation) -> Result<Array2<f32>> {
+        let m = self.get(e).ok_or_else(|| Error::Input(format!("expert {e} of {}", self.len())))?;
+        mlp(h, m.view(), act)
+    }
 }
 
 /// One block's weights, borrowed (see [`Layer`] for shapes).
@@ -105,7 +128,7 @@ pub trait WeightsRef {
     fn head(&self) -> ArrayView2<'_, f32>;
     fn n_layers(&self) -> usize;
     /// Block `l` (`l < n_layers`).
-    fn layer(&self, l: usize) -> LayerRef<'_>;
+    fn layer(&self, l: usize) -> Result<LayerRef<'_>>;
 }
 
 fn opt(a: &Option<Array1<f32>>) -> Option<ArrayView1<'_, f32>> {
@@ -131,9 +154,9 @@ impl WeightsRef for ArchWeights {
     fn n_layers(&self) -> usize {
         self.layers.len()
     }
-    fn layer(&self, l: usize) -> LayerRef<'_> {
-        let w: &Layer = &self.layers[l];
-        LayerRef {
+    fn layer(&self, l: usize) -> Result<LayerRef<'_>> {
+        let w: &Layer = self.layers.get(l).ok_or_else(|| Error::Input(format!("layer {l} does not exist")))?;
+        Ok(LayerRef {
             attn_norm: w.attn_norm.view(),
             wq: w.wq.view(),
             wk: w.wk.view(),
@@ -150,16 +173,25 @@ impl WeightsRef for ArchWeights {
             ffn_norm: w.ffn_norm.view(),
             ffn: match &w.ffn {
                 Ffn::Dense(m) => FfnRef::Dense(m.view()),
-                Ffn::Moe { router, experts } => FfnRef::Moe { router: router.view(), experts },
+                Ffn::Moe { router, experts } => FfnRef::Moe { router: router.view(), router_bias: None, experts },
             },
             post_ffn_norm: opt(&w.post_ffn_norm),
-        }
+        })
     }
 }
 
 /// Run `ids` (positions `cache.len() ..`) through the model `spec` with weights `w`, appending
-/// to `cache`. Returns logits `[T, V]` for every input position.
-pub fn forward(spec: &ModelSpec, w: &dyn WeightsRef, ids: &[u32], cache: &mut KvCache, mut trace: Option<&mut Trace>) -> Result<Array2<f32>> {
+/// to `cache`. Returns logits `[T, V]` for every input position. `margins` (`[T]`, filled with
+/// ∞ by the caller), if given, is lowered per token to its smallest [`route_margin`] over the
+/// MoE layers: how close its routing came to a tie (not part of the forward pass).
+pub fn forward(
+    spec: &ModelSpec,
+    w: &dyn WeightsRef,
+    ids: &[u32],
+    cache: &mut KvCache,
+    mut trace: Option<&mut Trace>,
+    mut margins: Option<&mut [f32]>,
+) -> Result<Array2<f32>> {
     let pos0 = cache.len();
     if ids.is_empty() {
         return Err(Error::Input("no tokens to run".into()));
@@ -175,10 +207,10 @@ pub fn forward(spec: &ModelSpec, w: &dyn WeightsRef, ids: &[u32], cache: &mut Kv
         x *= scale;
     }
     for (l, ls) in spec.layers.iter().enumerate() {
-        let lw = w.layer(l);
+        let lw = w.layer(l)?;
         let a = attention_block(spec, l, ls, &lw, x.view(), pos0, cache)?;
         add_residual(spec, &mut x, a, lw.post_attn_norm);
-        let m = ffn_block(spec, ls, &lw, x.view())?;
+        let m = ffn_block(spec, ls, &lw, x.view(), margins.as_deref_mut())?;
         add_residual(spec, &mut x, m, lw.post_ffn_norm);
         if let Some(tr) = trace.as_deref_mut() {
             tr.hidden.push(x.clone());
@@ -242,11 +274,19 @@ fn attention_block(
 }
 
 /// The FFN of block `l` on `Norm(x)`: a gated MLP, or the MoE.
-fn ffn_block(spec: &ModelSpec, ls: &LayerSpec, w: &LayerRef, x: ArrayView2<f32>) -> Result<Array2<f32>> {
+fn ffn_block(spec: &ModelSpec, ls: &LayerSpec, w: &LayerRef, x: ArrayView2<f32>, margins: Option<&mut [f32]>) -> Result<Array2<f32>> {
     let h = norm(spec, x, w.ffn_norm);
     match (&ls.ffn, &w.ffn) {
         (FfnSpec::Dense { act, .. }, FfnRef::Dense(m)) => mlp(h.view(), *m, *act),
-        (FfnSpec::Moe { k, act, routing, .. }, FfnRef::Moe { router, experts }) => moe(h.view(), *router, experts, *k, *routing, *act),
+        (FfnSpec::Moe { k, act, routing, .. }, FfnRef::Moe { router, router_bias, experts }) => {
+            let z = linear_opt(h.view(), *router, *router_bias)?;
+            if let Some(m) = margins {
+                for (m, row) in m.iter_mut().zip(z.rows()) {
+                    *m = m.min(route_margin(&row.to_vec(), *k));
+                }
+            }
+            moe(h.view(), z.view(), *experts, *k, *routing, *act)
+        }
         _ => Err(Error::Input("layer weights do not match the layer's FFN kind".into())),
     }
 }
@@ -255,22 +295,21 @@ fn mlp(h: ArrayView2<f32>, m: MlpRef, act: Activation) -> Result<Array2<f32>> {
     gated_mlp(h, m.gate, m.up, m.down, act)
 }
 
-/// `MoE(h)`: route every token (`z = h Wrᵀ`), run each chosen expert on the tokens that chose
-/// it, then `Σ_k w_k · y_{e_k}` per token in rank order.
-fn moe(h: ArrayView2<f32>, router: ArrayView2<f32>, experts: &[Mlp], k: usize, routing: Routing, act: Activation) -> Result<Array2<f32>> {
-    let z = linear(h, router)?;
+/// `MoE(h)` from router logits `z [T, E]`: route every token, run each chosen expert on the
+/// tokens that chose it, then `Σ_k w_k · y_{e_k}` per token in rank order.
+fn moe(h: ArrayView2<f32>, z: ArrayView2<f32>, experts: &dyn Experts, k: usize, routing: Routing, act: Activation) -> Result<Array2<f32>> {
     let routes: Vec<Vec<(usize, f32)>> = z.rows().into_iter().map(|row| routing.route(&row.to_vec(), k)).collect();
     let c = h.ncols();
     // y[t][k] = Expert_{e_k}(h_t), filled expert by expert.
     let mut y: Vec<Vec<Option<Array1<f32>>>> = routes.iter().map(|r| vec![None; r.len()]).collect();
-    for (e, expert) in experts.iter().enumerate() {
+    for e in 0..experts.count() {
         let users: Vec<(usize, usize)> =
             routes.iter().enumerate().flat_map(|(t, r)| r.iter().position(|&(ek, _)| ek == e).map(|kk| (t, kk))).collect();
         if users.is_empty() {
             continue;
         }
         let rows: Vec<usize> = users.iter().map(|&(t, _)| t).collect();
-        let out = mlp(h.select(Axis(0), &rows).view(), expert.view(), act)?;
+        let out = experts.run(e, h.select(Axis(0), &rows).view(), act)?;
         for (&(t, kk), row) in users.iter().zip(out.rows()) {
             y[t][kk] = Some(row.to_owned());
         }

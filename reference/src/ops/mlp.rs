@@ -6,13 +6,15 @@ use super::matmul::linear;
 use super::swiglu::silu;
 use crate::error::Result;
 
-/// The gate's activation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+/// How the gate and up projections combine.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub enum Activation {
-    /// `silu(z) = z·σ(z)` (Llama, Qwen, Phi-3, Mistral).
+    /// `silu(g) · u` (Llama, Qwen, Phi-3, Mistral).
     Silu,
-    /// `gelu_pytorch_tanh` (Gemma): [`gelu_tanh`].
+    /// `gelu_pytorch_tanh(g) · u` (Gemma): [`gelu_tanh`].
     GeluTanh,
+    /// GPT-OSS's clamped SwiGLU: `min(g, ℓ) · σ(α · min(g, ℓ)) · (clamp(u, −ℓ, ℓ) + 1)`.
+    ClampedSwiglu { limit: f32, alpha: f32 },
 }
 
 /// `gelu(z) ≈ ½ z (1 + tanh(√(2/π) (z + 0.044715 z³)))`.
@@ -22,20 +24,22 @@ pub fn gelu_tanh(z: f32) -> f32 {
 }
 
 impl Activation {
-    pub fn apply(self, z: f32) -> f32 {
+    /// One feature's gated value from its gate `g` and up `u`.
+    pub fn apply(self, g: f32, u: f32) -> f32 {
         match self {
-            Activation::Silu => silu(z),
-            Activation::GeluTanh => gelu_tanh(z),
+            Activation::Silu => silu(g) * u,
+            Activation::GeluTanh => gelu_tanh(g) * u,
+            Activation::ClampedSwiglu { limit, alpha } => crate::gpt_oss::ops::moe::clamped_swiglu(g, u, limit, alpha),
         }
     }
 }
 
-/// `a = act(g) ⊙ u` — g, u `[T, F]`.
+/// `a = act(g, u)` elementwise (`act(g) ⊙ u` for SiLU / GELU) — g, u `[T, F]`.
 pub fn gated(g: ArrayView2<f32>, u: ArrayView2<f32>, act: Activation) -> Array2<f32> {
-    Zip::from(&g).and(&u).map_collect(|&g, &u| act.apply(g) * u)
+    Zip::from(&g).and(&u).map_collect(|&g, &u| act.apply(g, u))
 }
 
-/// `MLP(h) = (act(h Wgᵀ) ⊙ h Wuᵀ) Wdᵀ` — h `[T, C]`, Wg, Wu `[F, C]`, Wd `[C, F]` → `[T, C]`.
+/// `MLP(h) = act(h Wgᵀ, h Wuᵀ) Wdᵀ` — h `[T, C]`, Wg, Wu `[F, C]`, Wd `[C, F]` → `[T, C]`.
 pub fn gated_mlp(h: ArrayView2<f32>, wg: ArrayView2<f32>, wu: ArrayView2<f32>, wd: ArrayView2<f32>, act: Activation) -> Result<Array2<f32>> {
     let g = linear(h, wg)?;
     let u = linear(h, wu)?;

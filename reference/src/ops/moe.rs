@@ -47,6 +47,18 @@ pub fn route_topk_softmax(z: &[f32], k: usize) -> Vec<(usize, f32)> {
     experts.into_iter().zip(w).collect()
 }
 
+/// How far one token's routing is from a tie: `z₍K₎ − z₍K+1₎`, the gap between its K-th and
+/// (K+1)-th largest router logits (∞ when all E ≤ K experts are chosen). A perturbation of
+/// every logit by less than half of it leaves the chosen experts unchanged.
+pub fn route_margin(z: &[f32], k: usize) -> f32 {
+    let mut s = z.to_vec();
+    s.sort_by(|a, b| b.total_cmp(a));
+    match (k.checked_sub(1).and_then(|i| s.get(i)), s.get(k)) {
+        (Some(a), Some(b)) => a - b,
+        _ => f32::INFINITY,
+    }
+}
+
 impl Routing {
     /// `[(e_k, w_k); K]` in rank order for one token's router logits `z [E]`.
     pub fn route(self, z: &[f32], k: usize) -> Vec<(usize, f32)> {

@@ -126,7 +126,14 @@ pub fn chat_literal_spans(
     let with_marks: Vec<Message> = messages
         .iter()
         .enumerate()
-        .map(|(i, m)| if marked.contains(&i) { Message::new(m.role.clone(), placeholder(i)) } else { m.clone() })
+        .map(|(i, m)| {
+            if !marked.contains(&i) {
+                return m.clone();
+            }
+            // Content given as parts becomes one part: a template that writes parts apart gives
+            // a prompt unlike the first render, and the check below refuses it.
+            Message { content: placeholder(i), parts: m.parts.as_ref().map(|_| vec![placeholder(i)]), ..m.clone() }
+        })
         .collect();
     let ph = render(&with_marks)?;
     let (mut out, mut spans, mut rest) = (String::with_capacity(text.len()), Vec::new(), ph.as_str());

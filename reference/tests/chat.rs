@@ -97,6 +97,12 @@ fn hostile() -> Vec<(&'static str, String)> {
         // vendored minijinja charges fuel for the slots before that copy).
         ("list doubling", "{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}{% endfor %}{{ ns.l|length }}".into()),
         ("list doubling printed", "{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}{% endfor %}{{ ns.l }}".into()),
+        // A safe string `+` a plain one escapes the plain one (as Python's Markup): up to five
+        // bytes a byte, charged so before the copy.
+        (
+            "markup escaping doubling",
+            "{% set ns = namespace(s='\"') %}{% for i in range(40) %}{% set ns.s = ('x'|safe + (ns.s ~ ns.s)) ~ '' %}{% endfor %}{{ ns.s }}".into(),
+        ),
         // 10^10 iterations, with and without output.
         ("nested range", "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}".into()),
         ("nested range output", "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}".into()),

@@ -539,6 +539,19 @@ pub fn add(lhs: &Value, rhs: &Value) -> Result<Value, Error> {
 
         return Ok(Value::from_object(MergeSeq::new_iterable(values)));
     }
+    // tandem patch: `+` of a safe string and a plain one escapes the plain one and stays safe,
+    // as Python's `Markup.__add__` / `__radd__` do whatever the auto escape mode (chat templates
+    // write `"..."|safe + text`; upstream concatenates unescaped).
+    if lhs.is_safe() != rhs.is_safe() {
+        if let (Some(a), Some(b)) = (lhs.as_str(), rhs.as_str()) {
+            let (a, b) = if lhs.is_safe() {
+                (a.to_string(), markup_escape(b))
+            } else {
+                (markup_escape(a), b.to_string())
+            };
+            return Ok(Value::from_safe_string(a + &b));
+        }
+    }
     match coerce(lhs, rhs, true) {
         Some(CoerceResult::I128(a, b)) => match a.checked_add(b) {
             Some(val) => Ok(int_as_value(val)),
@@ -811,6 +824,22 @@ pub fn string_concat(left: Value, right: &Value) -> Value {
     Value::from(format!("{left}{right}"))
 }
 
+/// markupsafe's `escape`: `&`, `<`, `>`, `'` and `"` as HTML entities (tandem patch, for `add`).
+fn markup_escape(s: &str) -> String {
+    let mut rv = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => rv.push_str("&amp;"),
+            '<' => rv.push_str("&lt;"),
+            '>' => rv.push_str("&gt;"),
+            '\'' => rv.push_str("&#39;"),
+            '"' => rv.push_str("&#34;"),
+            c => rv.push(c),
+        }
+    }
+    rv
+}
+
 /// Wraps the result of a concatenation, keeping it safe if both sides are.
 fn concat_result(rv: String, left: &Value, right: &Value) -> Value {
     if left.is_safe() && right.is_safe() {
@@ -895,6 +924,11 @@ pub(crate) fn binop_alloc_estimate(op: &str, lhs: &Value, rhs: &Value) -> u64 {
             }
         }
         "add" | "string_concat" => match (str_len(lhs), str_len(rhs)) {
+            // tandem patch: a safe string `+` a plain one escapes the plain one (`add`), at most
+            // five bytes (`&#34;`) a byte.
+            (Some(a), Some(b)) if op == "add" && lhs.is_safe() != rhs.is_safe() => {
+                a.saturating_add(b).saturating_mul(5)
+            }
             (Some(a), Some(b)) => a.saturating_add(b),
             (Some(a), None) if op == "string_concat" => a,
             (None, Some(b)) if op == "string_concat" => b,

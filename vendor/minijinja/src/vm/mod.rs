@@ -1401,6 +1401,15 @@ impl<'env> Executor<'env> {
                 .entry(instructions_addr(state.instructions))
                 .or_insert(state.instructions);
         }
+        // tandem patch: a for loop over none fails, as in Jinja2 (Python cannot iterate None);
+        // upstream loops zero times. Chat templates that loop over `tools` when HF passes none
+        // fail under transformers, and so they do here.
+        if iterable.is_none() {
+            return Err(Error::new(
+                ErrorKind::InvalidOperation,
+                "cannot iterate over none ('NoneType' object is not iterable)",
+            ));
+        }
         let iter = ok!(state
             .undefined_behavior()
             .try_iter(iterable)

@@ -4,12 +4,16 @@
 //! `trim_blocks` and `lstrip_blocks` on (as HF sets them), variables `messages`,
 //! `add_generation_prompt`, `bos_token`, `eos_token`, a `raise_exception(msg)` function, and
 //! Python string/dict methods (`.strip()`, `.startswith()`, `.items()`, ...) via
-//! minijinja-contrib's `pycompat`.
+//! minijinja-contrib's `pycompat`, plus what transformers adds: `tools`, `documents`,
+//! `strftime_now`, its `tojson`, and Python's `str` of printed values ([`python`]).
+
+mod message;
+mod python;
 
 use std::path::Path;
 
+pub use message::{Message, RenderOptions, ToolCall};
 use minijinja::{context, Environment, ErrorKind, Value};
-use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
@@ -17,38 +21,12 @@ use crate::gguf::GgufFile;
 /// GGUF key holding the default chat template.
 const K_TEMPLATE: &str = "tokenizer.chat_template";
 
-/// One chat message.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Message {
-    /// `system`, `user`, `assistant`, ...
-    pub role: String,
-    /// The message text.
-    pub content: String,
-}
-
-impl Message {
-    /// A message with any role.
-    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        Message { role: role.into(), content: content.into() }
-    }
-    /// A `system` message.
-    pub fn system(content: impl Into<String>) -> Self {
-        Self::new("system", content)
-    }
-    /// A `user` message.
-    pub fn user(content: impl Into<String>) -> Self {
-        Self::new("user", content)
-    }
-    /// An `assistant` message.
-    pub fn assistant(content: impl Into<String>) -> Self {
-        Self::new("assistant", content)
-    }
-}
-
 /// A compiled-on-demand chat template plus the special-token strings it may reference.
 pub struct ChatTemplate {
     /// Template source (Jinja).
     source: String,
+    /// The source as minijinja parses it ([`python::rewrite_generation_tags`]).
+    jinja: String,
     /// Where the template came from, used as its name in error messages.
     origin: String,
     /// Value of the `bos_token` variable ("" if unknown).
@@ -101,9 +79,15 @@ pub struct RenderLimits {
 }
 
 impl RenderLimits {
-    /// The limits for rendering `messages`.
+    /// The limits for rendering `messages` with no tools or other options.
     pub fn for_messages(messages: &[Message]) -> Self {
-        let input = messages.iter().fold(0usize, |n, m| n.saturating_add(m.role.len()).saturating_add(m.content.len()));
+        Self::for_render(messages, &RenderOptions::default())
+    }
+
+    /// The limits for rendering `messages` with `opts` (tools and extra variables count as
+    /// message text).
+    pub fn for_render(messages: &[Message], opts: &RenderOptions) -> Self {
+        let input = messages.iter().fold(opts.text_len(), |n, m| n.saturating_add(m.text_len()));
         let fuel = FUEL_BASE.saturating_add(FUEL_PER_INPUT_BYTE.saturating_mul(input as u64));
         let output = OUTPUT_BASE.saturating_add(OUTPUT_PER_INPUT_BYTE.saturating_mul(input));
         RenderLimits { input, fuel, output }
@@ -149,6 +133,11 @@ fn make_env(origin: &str) -> Result<Environment<'static>> {
     let syntax = minijinja::syntax::SyntaxConfig::builder().trim_blocks(true).lstrip_blocks(true).build().map_err(|e| template_err(origin, &e))?;
     env.set_syntax(syntax);
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.add_filter("tojson", python::tojson);
+    env.add_test("iterable", |v: &Value| python::is_iterable(v));
+    env.add_test("sequence", |v: &Value| python::is_sequence(v));
+    env.add_test("number", |v: &Value| python::is_number(v));
+    env.set_formatter(python::format);
     env.add_function("raise_exception", |msg: String| -> std::result::Result<String, minijinja::Error> {
         Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg))
     });
@@ -170,11 +159,12 @@ impl ChatTemplate {
         let source = source.into();
         let origin = origin.into();
         let env = make_env(&origin)?;
-        env.template_from_str(&source).map_err(|e| template_err(&origin, &e))?;
-        let t = ChatTemplate { source, origin, bos_token: bos_token.into(), eos_token: eos_token.into(), env };
+        let jinja = python::rewrite_generation_tags(&source);
+        env.template_from_str(&jinja).map_err(|e| template_err(&origin, &e))?;
+        let t = ChatTemplate { source, jinja, origin, bos_token: bos_token.into(), eos_token: eos_token.into(), env };
         let trivial = [vec![Message::system("You are a helpful assistant."), Message::user("Hello.")], vec![Message::user("Hello.")]];
         for msgs in &trivial {
-            if let Ok(Err(limit)) = t.render_bounded(msgs, true) {
+            if let Ok(Err(limit)) = t.render_bounded(msgs, &RenderOptions::generation(true)) {
                 return Err(Error::TemplateLimit(format!(
                     "{}: refused at load: even a trivial conversation passes the render limits: {limit}",
                     t.origin
@@ -261,22 +251,38 @@ impl ChatTemplate {
     /// The render is bounded (see [`RenderLimits`]): a template that spends more fuel or writes
     /// more output than the conversation allows fails with [`Error::TemplateLimit`].
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
-        self.render_bounded(messages, add_generation_prompt)?.map_err(|limit| Error::TemplateLimit(format!("{}: {limit}", self.origin)))
+        self.render_with(messages, &RenderOptions::generation(add_generation_prompt))
     }
 
-    /// [`Self::render`], with a limit that stopped the render as `Ok(Err(what))`.
-    fn render_bounded(&self, messages: &[Message], add_generation_prompt: bool) -> Result<std::result::Result<String, String>> {
-        let limits = RenderLimits::for_messages(messages);
-        let mut env = self.env.clone();
-        env.set_fuel(Some(limits.fuel));
-        let tmpl = env.template_from_str(&self.source).map_err(|e| template_err(&self.origin, &e))?;
-        let msgs: Vec<Value> = messages.iter().map(|m| context! { role => &m.role, content => &m.content }).collect();
-        let ctx = context! {
-            messages => msgs,
-            add_generation_prompt => add_generation_prompt,
+    /// [`Self::render`] with tools, documents, extra variables and a clock ([`RenderOptions`]).
+    pub fn render_with(&self, messages: &[Message], opts: &RenderOptions) -> Result<String> {
+        self.render_bounded(messages, opts)?.map_err(|limit| Error::TemplateLimit(format!("{}: {limit}", self.origin)))
+    }
+
+    /// The variables of a render, as HF's `apply_chat_template` passes them.
+    fn context(&self, messages: &[Message], opts: &RenderOptions) -> Result<Value> {
+        let extra = opts.extra.iter().map(|(name, json)| Ok((name.as_str(), RenderOptions::json(name, json)?))).collect::<Result<Vec<_>>>()?;
+        let list = |what: &str, text: &Option<String>| text.as_ref().map_or(Ok(Value::from(())), |t| RenderOptions::json(what, t));
+        Ok(context! {
+            messages => messages.iter().map(Message::to_value).collect::<Vec<_>>(),
+            tools => list("tools", &opts.tools)?,
+            documents => list("documents", &opts.documents)?,
+            add_generation_prompt => opts.add_generation_prompt,
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
-        };
+            ..Value::from_pairs(extra)
+        })
+    }
+
+    /// [`Self::render_with`], with a limit that stopped the render as `Ok(Err(what))`.
+    fn render_bounded(&self, messages: &[Message], opts: &RenderOptions) -> Result<std::result::Result<String, String>> {
+        let limits = RenderLimits::for_render(messages, opts);
+        let mut env = self.env.clone();
+        env.set_fuel(Some(limits.fuel));
+        let now = chrono::DateTime::<chrono::Utc>::from(opts.now.unwrap_or_else(std::time::SystemTime::now));
+        env.add_function("strftime_now", move |fmt: &str| python::strftime(now, fmt));
+        let tmpl = env.template_from_str(&self.jinja).map_err(|e| template_err(&self.origin, &e))?;
+        let ctx = self.context(messages, opts)?;
         let mut out = CappedWriter { buf: Vec::new(), cap: limits.output, over: false };
         let size = format!("the limit for {} message(s) of {} bytes", messages.len(), limits.input);
         match tmpl.render_captured_to(ctx, &mut out) {

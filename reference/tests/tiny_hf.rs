@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use reference::arch;
 
-const NAMES: [&str; 7] = ["llama3", "mistral_hd", "qwen2", "qwen3", "qwen3_moe", "gemma3", "phi3"];
+const NAMES: [&str; 8] = ["llama3", "mistral_hd", "qwen2", "qwen3", "qwen3_moe", "gemma3", "phi3", "qwen3_yarn"];
 const TOL: f32 = 1e-3;
 
 fn dir(name: &str) -> PathBuf {
@@ -79,4 +79,54 @@ fn gemma3() {
 #[test]
 fn phi3() {
     check(NAMES[6]);
+}
+#[test]
+fn qwen3_yarn() {
+    check(NAMES[7]);
+}
+
+/// Max |Δ| of `m` with its spec changed by `edit`, against transformers' logits.
+fn edited_delta(name: &str, gguf: bool, edit: impl Fn(&mut arch::ModelSpec)) -> f32 {
+    let want = expected(name);
+    let path = if gguf { dir(name).join("model.gguf") } else { dir(name) };
+    let mut m = arch::load(&path).unwrap();
+    edit(&mut m.spec);
+    let got = m.forward(&want.ids, &mut m.new_cache(), None).unwrap();
+    got.rows().into_iter().zip(&want.logits).flat_map(|(r, w)| r.iter().zip(w).map(|(a, b)| (a - b).abs()).collect::<Vec<_>>()).fold(0f32, f32::max)
+}
+
+/// The fixtures exercise each feature: running without it misses transformers' logits.
+#[test]
+fn each_feature_matters() {
+    use reference::arch::{FfnSpec, Norm};
+    use reference::ops::moe::Routing;
+    use reference::ops::rope::RopeScaling;
+    let no_scaling = |s: &mut arch::ModelSpec| s.layers.iter_mut().for_each(|l| l.attn.rope.scaling = RopeScaling::None);
+    let cases: Vec<(&str, bool, Box<dyn Fn(&mut arch::ModelSpec)>)> = vec![
+        ("llama3", false, Box::new(no_scaling)),
+        ("llama3", true, Box::new(|s| s.layers.iter_mut().for_each(|l| l.attn.rope.freq_factors = None))),
+        ("qwen3_yarn", false, Box::new(no_scaling)),
+        ("qwen3_yarn", true, Box::new(no_scaling)),
+        ("phi3", false, Box::new(|s| s.layers.iter_mut().for_each(|l| l.attn.rope.rot = l.attn.head_dim))),
+        ("gemma3", false, Box::new(|s| s.layers.iter_mut().for_each(|l| l.attn.window = None))),
+        ("gemma3", false, Box::new(|s| s.norm = Norm::Rms)),
+        ("gemma3", false, Box::new(|s| s.embed_scale = None)),
+        ("gemma3", false, Box::new(|s| s.layers.iter_mut().for_each(|l| l.attn.rope.theta = 10_000.0))),
+        (
+            "qwen3_moe",
+            false,
+            Box::new(|s| {
+                s.layers.iter_mut().for_each(|l| {
+                    if let FfnSpec::Moe { routing, .. } = &mut l.ffn {
+                        *routing = Routing::SoftmaxTopK { renorm: !matches!(routing, Routing::SoftmaxTopK { renorm: true }) };
+                    }
+                })
+            }),
+        ),
+    ];
+    for (i, (name, gguf, edit)) in cases.iter().enumerate() {
+        let d = edited_delta(name, *gguf, edit);
+        eprintln!("case {i} ({name}, gguf {gguf}): max |Δ| {d:.2e}");
+        assert!(d > 1e-2, "case {i} ({name}): the edited spec still matches transformers (max |Δ| {d})");
+    }
 }

@@ -95,6 +95,9 @@ fn edited_delta(name: &str, gguf: bool, edit: impl Fn(&mut arch::ModelSpec)) -> 
     got.rows().into_iter().zip(&want.logits).flat_map(|(r, w)| r.iter().zip(w).map(|(a, b)| (a - b).abs()).collect::<Vec<_>>()).fold(0f32, f32::max)
 }
 
+/// A change to a spec.
+type Edit = dyn Fn(&mut arch::ModelSpec);
+
 /// The fixtures exercise each feature: running without it misses transformers' logits.
 #[test]
 fn each_feature_matters() {
@@ -102,7 +105,7 @@ fn each_feature_matters() {
     use reference::ops::moe::Routing;
     use reference::ops::rope::RopeScaling;
     let no_scaling = |s: &mut arch::ModelSpec| s.layers.iter_mut().for_each(|l| l.attn.rope.scaling = RopeScaling::None);
-    let cases: Vec<(&str, bool, Box<dyn Fn(&mut arch::ModelSpec)>)> = vec![
+    let cases: Vec<(&str, bool, Box<Edit>)> = vec![
         ("llama3", false, Box::new(no_scaling)),
         ("llama3", true, Box::new(|s| s.layers.iter_mut().for_each(|l| l.attn.rope.freq_factors = None))),
         ("qwen3_yarn", false, Box::new(no_scaling)),

@@ -183,3 +183,22 @@ fn unknown_architectures_and_scalings_are_refused_by_name() {
     let e = gguf("empty.gguf", "qwen2", &[]);
     assert!(e.contains("token_embd.weight") && e.contains("missing"), "{e}");
 }
+
+/// A checkpoint whose tensors do not fit its config is refused, naming the file and tensor.
+#[test]
+fn tensors_that_do_not_fit_the_config_are_named() {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny/qwen3");
+    let dir = tmp("qwen3-bad");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(src.join("model.safetensors"), dir.join("model.safetensors")).unwrap();
+    let mut j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
+    j["num_key_value_heads"] = 1.into();
+    std::fs::write(dir.join("config.json"), j.to_string()).unwrap();
+    let e = arch::load(&dir).err().expect("a k_proj of 2 heads under a config of 1 must be refused").to_string();
+    assert!(e.contains("model.layers.0.self_attn.k_proj.weight") && e.contains("shape"), "{e}");
+    j["num_key_value_heads"] = 2.into();
+    j["model_type"] = "qwen3_moe".into();
+    std::fs::write(dir.join("config.json"), j.to_string()).unwrap();
+    let e = arch::load(&dir).err().expect("a dense checkpoint under a MoE config must be refused").to_string();
+    assert!(e.contains("num_experts") && e.contains("missing"), "{e}");
+}

@@ -202,3 +202,25 @@ fn tensors_that_do_not_fit_the_config_are_named() {
     let e = arch::load(&dir).err().expect("a dense checkpoint under a MoE config must be refused").to_string();
     assert!(e.contains("num_experts") && e.contains("missing"), "{e}");
 }
+
+/// The llama `Config` (what the GPU backend runs) refuses what only `arch` runs: the tiny
+/// Llama-3 with llama3 RoPE scaling from its HF directory and from its GGUF (`rope_freqs`), and
+/// every other architecture; the same files load through `arch`.
+#[test]
+fn the_plain_llama_path_refuses_what_it_cannot_run() {
+    let tiny = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny");
+    let refused = |p: &Path| loader::load(p).err().map(|e| e.to_string()).unwrap_or_default();
+    let e = refused(&tiny.join("llama3"));
+    assert!(e.contains("rope_scaling"), "{e}");
+    let e = refused(&tiny.join("llama3/model.gguf"));
+    assert!(e.contains("rope_freqs.weight"), "{e}");
+    for name in ["qwen2", "qwen3", "qwen3_moe", "gemma3", "phi3"] {
+        let e = refused(&tiny.join(name));
+        assert!(e.contains("model_type"), "{name}: {e}");
+        let e = refused(&tiny.join(name).join("model.gguf"));
+        assert!(e.contains("general.architecture"), "{name}: {e}");
+        assert!(arch::load(&tiny.join(name)).is_ok() && arch::load(&tiny.join(name).join("model.gguf")).is_ok());
+    }
+    // mistral_hd (plain RoPE, explicit head_dim) is one the plain path runs.
+    assert!(loader::load(&tiny.join("mistral_hd")).is_ok());
+}

@@ -125,6 +125,15 @@ impl Config {
         if !matches!(model_type, "llama" | "mistral") {
             return Err(Error::key(path, "model_type", format!("`{model_type}` is not a llama-family model")));
         }
+        // Parts of the llama family this plain path does not run (crate::arch runs them).
+        for k in ["attention_bias", "mlp_bias"] {
+            if get(k).and_then(Json::as_bool) == Some(true) {
+                return Err(Error::key(path, k, "true: biases are not supported on this path"));
+            }
+        }
+        if let Some(act) = get("hidden_act").and_then(Json::as_str).filter(|a| *a != "silu") {
+            return Err(Error::key(path, "hidden_act", format!("`{act}` is not supported (silu is)")));
+        }
         if let Some(rs) = get("rope_scaling") {
             return Err(Error::key(path, "rope_scaling", format!("{rs} is not supported yet (only plain RoPE)")));
         }
@@ -266,8 +275,17 @@ pub fn json_token_ids(path: &Path, key: &str, v: Option<&Json>, vocab: usize) ->
 /// `llama.rope.scale_linear`): tandem applies plain RoPE only, and running a model trained with
 /// scaled positions without it gives wrong answers. Plain values are accepted: type `none`,
 /// factor 1 (or 0, llama.cpp's "unset"), attn_factor 1; any other scaling key is refused.
+///
+/// Llama 3.1+ GGUFs carry their scaling as a `rope_freqs.weight` tensor of frequency divisors
+/// instead: refused too unless every factor is 1 (only `crate::arch` applies them).
 fn check_gguf_rope_scaling(g: &GgufFile) -> Result<()> {
     const PREFIX: &str = "llama.rope.scaling.";
+    if g.tensor_info("rope_freqs.weight").is_some() {
+        let (_, f) = g.tensor_f32("rope_freqs.weight", None)?;
+        if f.iter().any(|&v| v != 1.0) {
+            return Err(Error::tensor(&g.path, "rope_freqs.weight", "llama3 RoPE scaling (frequency factors) is not supported on this path"));
+        }
+    }
     for (key, v) in g.metadata.iter().filter(|(k, _)| k.starts_with("llama.rope.scal")) {
         let plain = match key.strip_prefix(PREFIX) {
             Some("type") => v.as_str() == Some("none"),

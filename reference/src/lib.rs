@@ -1,8 +1,9 @@
 //! # tandem reference
 //!
-//! A plain CPU transformer (Llama family) in f32 that defines ground truth for tandem.
-//! It reads like the paper on purpose: one function per equation, naive attention with
-//! materialized scores, no fusion. Shape letters: B batch, T tokens, C model width,
+//! A plain CPU transformer in f32 that defines ground truth for tandem. It reads like the paper
+//! on purpose: one function per equation ([`ops`]), naive attention with materialized scores,
+//! no fusion. [`arch`] describes every architecture (Llama, Mistral, Qwen2/3, Qwen3-MoE,
+//! Gemma-3, Phi-3, GPT-OSS) layer by layer and runs them all with one forward pass. Shape letters: B batch, T tokens, C model width,
 //! H query heads, Hkv key/value heads, D head dim, F MLP width, V vocab, L layers.
 
 pub mod dequant;
@@ -12,6 +13,7 @@ pub mod gguf;
 pub mod kquants;
 
 pub use error::{Error, Result};
+pub mod arch;
 pub mod chat;
 pub mod config;
 pub mod gpt_oss;

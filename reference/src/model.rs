@@ -12,12 +12,12 @@
 //! logits = RMSNorm(x)·g_out · Headᵀ                     [T, V]
 //! ```
 
-use ndarray::{Array2, ArrayView2, Axis};
+use ndarray::{Array2, ArrayView1, ArrayView2, Axis};
 
+use crate::arch::model::{forward, FfnRef, LayerRef, MlpRef, WeightsRef};
 use crate::config::Config;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::kv_cache::KvCache;
-use crate::ops::{attention::attention, embedding::embedding, matmul::linear, residual::residual_add, rmsnorm::rmsnorm, rope::rope, swiglu::swiglu};
 use crate::weights::{LayerWeights, Weights};
 
 /// A model ready to run.
@@ -44,57 +44,50 @@ impl Model {
     }
 
     /// Run `ids` (positions `cache.len() ..`) through the model, appending to `cache`.
-    /// Returns logits `[T, V]` for every input position.
-    pub fn forward(&self, ids: &[u32], cache: &mut KvCache, mut trace: Option<&mut Trace>) -> Result<Array2<f32>> {
-        let cfg = &self.config;
-        let pos0 = cache.len();
-        if ids.is_empty() {
-            return Err(Error::Input("no tokens to run".into()));
-        }
-        if pos0 + ids.len() > cfg.max_ctx {
-            return Err(Error::Input(format!("{} tokens at position {pos0} exceed the context length {}", ids.len(), cfg.max_ctx)));
-        }
-        let mut x = embedding(self.weights.tok_embd.view(), ids)?;
-        for (l, w) in self.weights.layers.iter().enumerate() {
-            let a = self.attention_block(l, w, x.view(), pos0, cache)?;
-            residual_add(x.view_mut(), a.view());
-            let m = self.mlp_block(w, x.view())?;
-            residual_add(x.view_mut(), m.view());
-            if let Some(tr) = trace.as_deref_mut() {
-                tr.hidden.push(x.clone());
-            }
-        }
-        let h = rmsnorm(x.view(), self.weights.out_norm.view(), cfg.rms_eps);
-        linear(h.view(), self.weights.head().view())
-    }
-
-    /// `Attention(RMSNorm(x)) Woᵀ` for block `l`; appends this step's k, v to the cache.
-    fn attention_block(&self, l: usize, w: &LayerWeights, x: ArrayView2<f32>, pos0: usize, cache: &mut KvCache) -> Result<Array2<f32>> {
-        let cfg = &self.config;
-        let (t, d) = (x.nrows(), cfg.head_dim);
-        let h = rmsnorm(x, w.attn_norm.view(), cfg.rms_eps);
-        let heads = |y: Array2<f32>, n: usize| y.into_shape_with_order((t, n, d)).map_err(|e| Error::Input(format!("block {l}: {e}")));
-        let mut q = heads(linear(h.view(), w.wq.view())?, cfg.n_heads)?;
-        let mut k = heads(linear(h.view(), w.wk.view())?, cfg.n_kv_heads)?;
-        let v = heads(linear(h.view(), w.wv.view())?, cfg.n_kv_heads)?;
-        rope(q.view_mut(), pos0, cfg.rope_theta, cfg.rope_layout);
-        rope(k.view_mut(), pos0, cfg.rope_theta, cfg.rope_layout);
-        cache.append(l, k.view(), v.view())?;
-        let o = attention(q.view(), cache.keys(l), cache.values(l), pos0, cfg.sliding_window);
-        let o = o.into_shape_with_order((t, cfg.n_heads * d)).map_err(|e| Error::Input(format!("block {l}: {e}")))?;
-        linear(o.view(), w.wo.view())
-    }
-
-    /// `(silu(h Wgᵀ) ⊙ h Wuᵀ) Wdᵀ` with `h = RMSNorm(x)`.
-    fn mlp_block(&self, w: &LayerWeights, x: ArrayView2<f32>) -> Result<Array2<f32>> {
-        let h = rmsnorm(x, w.ffn_norm.view(), self.config.rms_eps);
-        let g = linear(h.view(), w.w_gate.view())?;
-        let u = linear(h.view(), w.w_up.view())?;
-        linear(swiglu(g.view(), u.view()).view(), w.w_down.view())
+    /// Returns logits `[T, V]` for every input position. The forward pass is the one every
+    /// architecture runs ([`crate::arch::model::forward`]) on the spec of this config.
+    pub fn forward(&self, ids: &[u32], cache: &mut KvCache, trace: Option<&mut Trace>) -> Result<Array2<f32>> {
+        forward(&crate::arch::llama::from_config(&self.config), &self.weights, ids, cache, trace, None)
     }
 
     /// Logits of the last position of a `[T, V]` block.
     pub fn last_row(logits: &Array2<f32>) -> Vec<f32> {
         logits.index_axis(Axis(0), logits.nrows().saturating_sub(1)).to_vec()
+    }
+}
+
+impl WeightsRef for Weights {
+    fn tok_embd(&self) -> ArrayView2<'_, f32> {
+        self.tok_embd.view()
+    }
+    fn out_norm(&self) -> ArrayView1<'_, f32> {
+        self.out_norm.view()
+    }
+    fn head(&self) -> ArrayView2<'_, f32> {
+        Weights::head(self).view()
+    }
+    fn n_layers(&self) -> usize {
+        self.layers.len()
+    }
+    fn layer(&self, l: usize) -> Result<LayerRef<'_>> {
+        let w: &LayerWeights = self.layers.get(l).ok_or_else(|| crate::Error::Input(format!("layer {l} does not exist")))?;
+        Ok(LayerRef {
+            attn_norm: w.attn_norm.view(),
+            wq: w.wq.view(),
+            wk: w.wk.view(),
+            wv: w.wv.view(),
+            wo: w.wo.view(),
+            bq: None,
+            bk: None,
+            bv: None,
+            bo: None,
+            q_norm: None,
+            k_norm: None,
+            sinks: None,
+            post_attn_norm: None,
+            ffn_norm: w.ffn_norm.view(),
+            ffn: FfnRef::Dense(MlpRef { gate: w.w_gate.view(), up: w.w_up.view(), down: w.w_down.view() }),
+            post_ffn_norm: None,
+        })
     }
 }

@@ -1,6 +1,6 @@
 //! Linear layer.
 
-use ndarray::{s, Array2, ArrayView2, Axis};
+use ndarray::{s, Array2, ArrayView1, ArrayView2, Axis};
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
@@ -43,4 +43,23 @@ pub fn linear(x: ArrayView2<f32>, w: ArrayView2<f32>) -> Result<Array2<f32>> {
         }
     });
     Ok(yt.reversed_axes().as_standard_layout().into_owned())
+}
+
+/// Affine layer: `y = x Wᵀ + b`, i.e. `y[t, o] = Σ_i x[t, i] · W[o, i] + b[o]` — x `[T, in]`,
+/// W `[out, in]`, b `[out]` → y `[T, out]`.
+pub fn linear_bias(x: ArrayView2<f32>, w: ArrayView2<f32>, b: ArrayView1<f32>) -> Result<Array2<f32>> {
+    let mut y = linear(x, w)?;
+    if b.len() != y.ncols() {
+        return Err(Error::Input(format!("linear_bias: bias of {} for {} outputs", b.len(), y.ncols())));
+    }
+    y += &b;
+    Ok(y)
+}
+
+/// [`linear`] or [`linear_bias`]: `y = x Wᵀ (+ b)`.
+pub fn linear_opt(x: ArrayView2<f32>, w: ArrayView2<f32>, b: Option<ArrayView1<f32>>) -> Result<Array2<f32>> {
+    match b {
+        Some(b) => linear_bias(x, w, b),
+        None => linear(x, w),
+    }
 }

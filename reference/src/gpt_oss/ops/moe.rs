@@ -10,40 +10,18 @@
 //! MoE(h)   = Σ_k w_k · y_{e_k}
 //! ```
 
-use ndarray::{Array1, Array2, ArrayView1, ArrayView2, Zip};
+use ndarray::{Array2, ArrayView1, ArrayView2};
 
 use super::linear_bias;
 use crate::gpt_oss::weights::DenseExpert;
-use crate::ops::softmax::softmax;
+use crate::ops::mlp::{gated, Activation};
 
-/// Indices of the `k` largest values of `z`, largest first; equal values rank the lower index
-/// first (a stable sort on descending value).
-pub fn top_k(z: &[f32], k: usize) -> Vec<usize> {
-    let mut idx: Vec<usize> = (0..z.len()).collect();
-    idx.sort_by(|&a, &b| z[b].total_cmp(&z[a]));
-    idx.truncate(k);
-    idx
-}
+pub use crate::ops::moe::{route_margin, top_k, weighted_sum};
 
 /// Routing of one token from its router logits `z [E]`: `[(e_k, w_k); K]` in rank order, with
 /// `w = softmax(z_{e_1}, …, z_{e_K})` (the other E − K logits take no part).
 pub fn route(z: &[f32], k: usize) -> Vec<(usize, f32)> {
-    let experts = top_k(z, k);
-    let mut w: Vec<f32> = experts.iter().map(|&e| z[e]).collect();
-    softmax(&mut w);
-    experts.into_iter().zip(w).collect()
-}
-
-/// How far one token's routing is from a tie: `z₍K₎ − z₍K+1₎`, the gap between its K-th and
-/// (K+1)-th largest router logits (∞ when all E ≤ K experts are chosen). A perturbation of
-/// every logit by less than half of it leaves the chosen experts unchanged.
-pub fn route_margin(z: &[f32], k: usize) -> f32 {
-    let mut s = z.to_vec();
-    s.sort_by(|a, b| b.total_cmp(a));
-    match (k.checked_sub(1).and_then(|i| s.get(i)), s.get(k)) {
-        (Some(a), Some(b)) => a - b,
-        _ => f32::INFINITY,
-    }
+    crate::ops::moe::route_topk_softmax(z, k)
 }
 
 /// Router logits of a block of tokens: `z = h Wrᵀ + br` (h `[T, C]`, Wr `[E, C]`, br `[E]`).
@@ -76,16 +54,6 @@ pub fn clamped_swiglu(g: f32, u: f32, limit: f32, alpha: f32) -> f32 {
 pub fn expert_ffn(h: ArrayView2<f32>, e: &DenseExpert, limit: f32, alpha: f32) -> crate::Result<Array2<f32>> {
     let g = linear_bias(h, e.gate.view(), e.gate_bias.view())?;
     let u = linear_bias(h, e.up.view(), e.up_bias.view())?;
-    let a = Zip::from(&g).and(&u).map_collect(|&g, &u| clamped_swiglu(g, u, limit, alpha));
+    let a = gated(g.view(), u.view(), Activation::ClampedSwiglu { limit, alpha });
     linear_bias(a.view(), e.down.view(), e.down_bias.view())
-}
-
-/// `out = Σ_k w_k · y_k` over the `(w_k, y_k)` of one token, in the order given (rank order),
-/// starting from zeros of width `c`.
-pub fn weighted_sum(terms: &[(f32, ArrayView1<f32>)], c: usize) -> Array1<f32> {
-    let mut out = Array1::zeros(c);
-    for (w, y) in terms {
-        out.scaled_add(*w, y);
-    }
-    out
 }

@@ -345,7 +345,7 @@ impl Opened {
     /// (blocks of [`KV_BLOCK`]).
     pub fn runner(&mut self, device: Device, dtype: Option<&str>, kv_tokens: usize) -> Result<Box<dyn ModelRunner + Send>> {
         if let Arch::GptOss(g) = &mut self.arch {
-            return gpt_oss::runner(g, &self.label, device, dtype, kv_tokens);
+            return gpt_oss::runner(g, &self.label, device, dtype, kv_tokens, &self.kernels);
         }
         let blocks = kv_tokens.div_ceil(KV_BLOCK).max(1);
         match resolve(device) {

@@ -127,7 +127,7 @@ fn runners(
     let backend = if client.name().contains("cuda") { optimized::Backend::Cuda } else { optimized::Backend::Wgpu };
     let mut m = GptOssGpu::load(client.clone(), backend, &mut InMemory(&w), &cfg, dd).map_err(|e| e.to_string())?;
     m.moe_path = moe;
-    let gpu = GptOssRunner::new(m, BS, blocks).map_err(|e| e.to_string())?;
+    let gpu = GptOssRunner::new(m, BS, blocks, optimized::config::current()).map_err(|e| e.to_string())?;
     let reference = RefRunner::new(GptOssModel::new(cfg.clone(), w), BS, blocks).map_err(|e| e.to_string())?;
     Ok((reference, gpu, cfg))
 }
@@ -366,6 +366,39 @@ impl Case for GptOssGraphCase {
     }
 }
 
+/// The runner launches with the kernel choices it is built with, not the ones its caller's
+/// thread has installed: GPT-OSS `generate` / `serve` / `bench` hand it `--kernels` /
+/// `TANDEM_KERNELS` (it used to read the thread's and so ignored them).
+pub struct GptOssKernelsCase;
+
+impl Case for GptOssKernelsCase {
+    fn op(&self) -> Op {
+        Op::GptOss
+    }
+    fn name(&self) -> String {
+        "gpt_oss_runner(kernels given: graphs=off, the caller's graphs=on)".into()
+    }
+    fn run(&self, client: &Client) -> Outcome {
+        let body = || -> Result<Outcome, String> {
+            let (cfg, w) = load(Weights::Synthetic("tiny-gpt-oss"))?;
+            let backend = if client.name().contains("cuda") { optimized::Backend::Cuda } else { optimized::Backend::Wgpu };
+            let m = GptOssGpu::load(client.clone(), backend, &mut InMemory(&w), &cfg, Dtype::F32.device()).map_err(|e| e.to_string())?;
+            let callers = optimized::KernelConfig { graphs: true, ..optimized::config::current() };
+            let given = optimized::KernelConfig { graphs: false, ..callers };
+            let status = optimized::config::scoped(&callers, || -> Result<Option<String>, String> {
+                let mut g = GptOssRunner::new(m, BS, 16, given).map_err(|e| e.to_string())?;
+                g.prepare_decode(1, 8, false).map_err(|e| e.to_string())?;
+                Ok(g.status())
+            })?;
+            match status {
+                Some(s) if s.contains("decode graphs off") => Ok(Outcome::Pass(Metrics { max_abs: 0.0, nmse: 0.0, n: 1 })),
+                other => Ok(Outcome::Fail(format!("built with graphs=off, the runner says {other:?}"))),
+            }
+        };
+        body().unwrap_or_else(Outcome::Fail)
+    }
+}
+
 /// YaRN RoPE through rope v4 (`qkv_rope_ragged` over a `RopeTable::from_freqs` table): rotated
 /// q, rotated k and copied v in their pool rows vs `rope_yarn` (`Op::Rope`).
 #[derive(Debug, Clone)]
@@ -501,5 +534,6 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     for (sampled, dtype) in [(false, Dtype::F32), (true, Dtype::F32), (false, Dtype::BF16)] {
         v.push(Box::new(GptOssGraphCase { weights: Synthetic("tiny-gpt-oss"), sampled, dtype }));
     }
+    v.push(Box::new(GptOssKernelsCase));
     v
 }

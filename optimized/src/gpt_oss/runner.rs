@@ -35,23 +35,15 @@ pub struct GptOssRunner {
     rope: rope::RopeTable,
     /// Decode graphs by batch bucket.
     graphs: Graphs,
-    /// The kernel configuration the graphs were recorded under (`crate::config::current` when
-    /// a step starts): a step under another drops them.
-    recorded_with: crate::config::KernelConfig,
+    /// The kernel choices every step of this runner launches with (`--kernels` /
+    /// `TANDEM_KERNELS`, given at construction).
+    kernels: crate::config::KernelConfig,
 }
 
 impl GptOssRunner {
-    /// Drops the recordings when the kernel configuration changed since they were made.
-    fn sync_config(&mut self) {
-        let cfg = crate::config::current();
-        if cfg != self.recorded_with {
-            self.graphs = Graphs::new(cfg.graphs);
-            self.recorded_with = cfg;
-        }
-    }
-
-    /// A runner over `model`'s weights with pools of `num_blocks` blocks of `block_size`.
-    pub fn new(model: GptOssGpu, block_size: usize, num_blocks: usize) -> Result<Self, Error> {
+    /// A runner over `model`'s weights with pools of `num_blocks` blocks of `block_size`,
+    /// launching every step with `kernels`.
+    pub fn new(model: GptOssGpu, block_size: usize, num_blocks: usize, kernels: crate::config::KernelConfig) -> Result<Self, Error> {
         let cfg = &model.config;
         // One block past the engine's: the padding rows of decode graphs write there.
         let rows = block_size
@@ -63,16 +55,20 @@ impl GptOssRunner {
         if rows == 0 {
             return Err(Error::KvCache("a KV pool of 0 positions".into()));
         }
-        let kv_dtype = crate::config::current().kv_dtype(&model.client, model.dtype != crate::Dtype::F32)?;
+        let kv_dtype = kernels.kv_dtype(&model.client, model.dtype != crate::Dtype::F32)?;
         let (k, v) = crate::kv_cache::pools(&model.client, cfg.n_layers, [rows, cfg.n_kv_heads, cfg.head_dim], kv_dtype)?;
         // Positions past the engine's blocks can never be reached: the table stops there.
         let max_pos = cfg.max_ctx.min(rows - block_size);
         let omega = inv_freq(cfg.head_dim, cfg.rope_theta, cfg.yarn.as_ref());
         let rope = rope::RopeTable::from_freqs(&model.client, max_pos, &omega, concentration(cfg.yarn.as_ref()), cfg.rope_theta as f32)?;
         let info = ModelInfo { vocab: cfg.vocab, max_ctx: cfg.max_ctx, bos_id: cfg.bos_id, eos_id: cfg.eos_ids.first().copied() };
-        let recorded_with = crate::config::current();
-        let graphs = Graphs::new(recorded_with.graphs);
-        Ok(GptOssRunner { info, layout: KvLayout { block_size, num_blocks }, k, v, rope, model, graphs, recorded_with })
+        let graphs = Graphs::new(kernels.graphs);
+        Ok(GptOssRunner { info, layout: KvLayout { block_size, num_blocks }, k, v, rope, model, graphs, kernels })
+    }
+
+    /// The kernel choices this runner launches with.
+    pub fn kernels(&self) -> &crate::config::KernelConfig {
+        &self.kernels
     }
 
     /// Bytes of the KV pools.
@@ -112,7 +108,7 @@ impl GptOssRunner {
             flash_decode(c, &qd, &self.k[l], &self.v[l], tb, &mask, &od)?;
         }
         if let Some((tb, seqs)) = pre {
-            let version = crate::config::current().prefill_version(c, m.dtype != crate::Dtype::F32, false, n, d);
+            let version = self.kernels.prefill_version(c, m.dtype != crate::Dtype::F32, false, n, d);
             flash_prefill_varlen(c, &q, &self.k[l], &self.v[l], tb, seqs, &mask, &o, version)?;
         }
         Ok(o)
@@ -152,8 +148,8 @@ impl ModelRunner for GptOssRunner {
     }
     fn step(&mut self, plan: &StepPlan) -> reference::Result<Vec<SeqResult>> {
         validate_plan(plan, &self.info, self.layout)?;
-        self.sync_config();
-        self.run(plan).map_err(|e| RefError::Backend(e.to_string()))
+        let kernels = self.kernels;
+        crate::config::scoped(&kernels, || self.run(plan)).map_err(|e| RefError::Backend(e.to_string()))
     }
     fn name(&self) -> String {
         format!("{}-{}+mxfp4-experts", self.model.backend, self.model.dtype.name())
@@ -162,8 +158,8 @@ impl ModelRunner for GptOssRunner {
         self.graphs.ahead_line()
     }
     fn prepare_decode(&mut self, rows: usize, max_len: usize, sampled: bool) -> reference::Result<usize> {
-        self.sync_config();
-        graphs::prepare(self, rows, max_len, !sampled).map_err(|e| RefError::Backend(e.to_string()))
+        let kernels = self.kernels;
+        crate::config::scoped(&kernels, || graphs::prepare(self, rows, max_len, !sampled)).map_err(|e| RefError::Backend(e.to_string()))
     }
     fn status(&self) -> Option<String> {
         let graphs = match self.graphs.refused() {

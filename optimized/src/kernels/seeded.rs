@@ -37,9 +37,9 @@ mod split;
 
 use super::prev_pow2;
 use crate::{Client, DeviceTensor, Dtype, Error};
-pub(crate) use parts::{block_best, block_sum_u32, draw_best, hash32, order_key, pass1, row_at, row_end, row_params, row_start, weight};
 use engine::sampling::seeded::{row_key, TokenCount};
 use engine::sampling::SamplingParams;
+pub(crate) use parts::{block_best, block_sum_u32, draw_best, hash32, order_key, pass1, row_at, row_end, row_params, row_start, weight};
 
 /// u32 words per row of the parameter buffer: temperature (f32 bits), top_k, top_p (bits),
 /// min_p (bits), the row key of seed and counter, the logits row to read, repetition,

@@ -193,8 +193,15 @@ pub fn weight_bytes(c: &GptOssConfig, dtype_size: usize) -> usize {
 }
 
 /// The batched-engine runner of a GPT-OSS model on `device`, KV pools of at least
-/// `kv_tokens` positions.
-pub fn runner(g: &mut GptOss, label: &str, device: Device, dtype: Option<&str>, kv_tokens: usize) -> Result<Box<dyn ModelRunner + Send>> {
+/// `kv_tokens` positions, launching with `kernels` on a GPU.
+pub fn runner(
+    g: &mut GptOss,
+    label: &str,
+    device: Device,
+    dtype: Option<&str>,
+    kv_tokens: usize,
+    kernels: &optimized::KernelConfig,
+) -> Result<Box<dyn ModelRunner + Send>> {
     let blocks = kv_tokens.div_ceil(KV_BLOCK).max(1);
     let cfg = g.config.clone();
     match resolve(device) {
@@ -211,7 +218,7 @@ pub fn runner(g: &mut GptOss, label: &str, device: Device, dtype: Option<&str>, 
             let t0 = std::time::Instant::now();
             let m = optimized::gpt_oss::GptOssGpu::load(client, backend, &mut g.files, &cfg, dtype)?;
             eprintln!("{label}: {:.2} GB of weights on the device in {:.1} s", m.weight_bytes as f64 / 1e9, t0.elapsed().as_secs_f64());
-            Ok(Box::new(optimized::gpt_oss::GptOssRunner::new(m, KV_BLOCK, blocks)?))
+            Ok(Box::new(optimized::gpt_oss::GptOssRunner::new(m, KV_BLOCK, blocks, *kernels)?))
         }
     }
 }

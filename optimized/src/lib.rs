@@ -82,6 +82,15 @@ pub enum Backend {
 impl Backend {
     pub const ALL: [Backend; 3] = [Backend::Cuda, Backend::Wgpu, Backend::Cpu];
 
+    /// The runtime `client` runs on (the clients [`client`] makes: CUDA or wgpu).
+    pub fn of(client: &Client) -> Backend {
+        if client.name().contains("cuda") {
+            Backend::Cuda
+        } else {
+            Backend::Wgpu
+        }
+    }
+
     /// Lower-case name, as accepted by [`std::str::FromStr`].
     pub fn as_str(self) -> &'static str {
         match self {

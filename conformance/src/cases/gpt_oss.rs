@@ -124,7 +124,7 @@ fn runners(
     if boost {
         w.layers.iter_mut().for_each(|l| l.sinks += SINK_BOOST);
     }
-    let backend = if client.name().contains("cuda") { optimized::Backend::Cuda } else { optimized::Backend::Wgpu };
+    let backend = optimized::Backend::of(client);
     let mut m = GptOssGpu::load(client.clone(), backend, &mut InMemory(&w), &cfg, dd).map_err(|e| e.to_string())?;
     m.moe_path = moe;
     let gpu = GptOssRunner::new(m, BS, blocks, optimized::config::current()).map_err(|e| e.to_string())?;
@@ -381,7 +381,7 @@ impl Case for GptOssKernelsCase {
     fn run(&self, client: &Client) -> Outcome {
         let body = || -> Result<Outcome, String> {
             let (cfg, w) = load(Weights::Synthetic("tiny-gpt-oss"))?;
-            let backend = if client.name().contains("cuda") { optimized::Backend::Cuda } else { optimized::Backend::Wgpu };
+            let backend = optimized::Backend::of(client);
             let m = GptOssGpu::load(client.clone(), backend, &mut InMemory(&w), &cfg, Dtype::F32.device()).map_err(|e| e.to_string())?;
             let callers = optimized::KernelConfig { graphs: true, ..optimized::config::current() };
             let given = optimized::KernelConfig { graphs: false, ..callers };

@@ -141,7 +141,7 @@ impl GptOssLoadCase {
             Format::Hf => Opened::Hf(SafetensorsDir::open(&path).map_err(err)?),
             Format::Gguf => Opened::Gguf(GgufFile::open(&path).map_err(err)?),
         };
-        let backend = if client.name().contains("cuda") { optimized::Backend::Cuda } else { optimized::Backend::Wgpu };
+        let backend = optimized::Backend::of(client);
         let dd = self.dtype.device();
         let stored = GptOssGpu::load(client.clone(), backend, opened.source(), &cfg, dd);
         if self.check == Check::NanScale {

@@ -130,7 +130,7 @@ impl ModelCase {
         };
         let ids: Vec<u32> = (0..(self.prompt + self.decode) as u32).map(|i| (i * 7919 + 11) % cfg.vocab as u32).collect();
         let (prompt, rest) = ids.split_at(self.prompt);
-        let backend = if client.name().contains("cuda") { optimized::Backend::Cuda } else { optimized::Backend::Wgpu };
+        let backend = optimized::Backend::of(client);
         let mut gpu = match (&base, self.quant, &self.weights) {
             (Some(b), Some(scheme), _) => {
                 GpuModel::load_with(client.clone(), backend, &mut QuantizeOnLoad { inner: InMemory(b), scheme }, &cfg, dd, ids.len(), self.attention)
@@ -281,7 +281,7 @@ impl Case for GraphCase {
     fn run(&self, client: &Client) -> Outcome {
         (|| -> Result<Outcome, String> {
             let (cfg, w) = load(&Weightset::Tiny(self.weights))?;
-            let backend = if client.name().contains("cuda") { optimized::Backend::Cuda } else { optimized::Backend::Wgpu };
+            let backend = optimized::Backend::of(client);
             let cap = self.prompt + self.decode + 1;
             // Tiny configs declare 256 positions; the weights do not depend on it.
             let cfg = Config { max_ctx: cfg.max_ctx.max(cap), ..cfg };

@@ -32,7 +32,7 @@ pub(super) fn runners(client: &Client, name: &str, dtype: Dtype) -> Result<(RefR
     let cfg = synthetic::tiny_configs().into_iter().find(|(n, _)| *n == name).map(|(_, c)| c).ok_or(format!("no tiny config {name}"))?;
     let dd = dtype.device();
     let w = synthetic::weights(&cfg, 0).map_err(|e| e.to_string())?.map_matrices(|x| dd.round(&[x])[0]);
-    let backend = if client.name().contains("cuda") { optimized::Backend::Cuda } else { optimized::Backend::Wgpu };
+    let backend = optimized::Backend::of(client);
     let m = GpuModel::load_with(client.clone(), backend, &mut InMemory(&w), &cfg, dd, 1, AttentionImpl::Flash).map_err(|e| e.to_string())?;
     let gpu = GpuRunner::new(m, BS, BLOCKS).map_err(|e| e.to_string())?;
     let reference = RefRunner::new(Model::new(cfg.clone(), w), BS, BLOCKS).map_err(|e| e.to_string())?;

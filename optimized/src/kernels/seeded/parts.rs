@@ -30,7 +30,7 @@ pub(crate) fn order_key(x: f32) -> u32 {
     k
 }
 
-/// [`block_sum_f32`] of u32s.
+/// The cube's sum of `x` through the kernel's scratch `sh` (`units` words; free again on return).
 #[cube]
 pub(crate) fn block_sum_u32(x: u32, tid: usize, units: usize, sh: &mut [u32]) -> u32 {
     sh[tid] = x;

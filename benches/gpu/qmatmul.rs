@@ -71,9 +71,9 @@ pub fn pairs(s: &Setup) -> bool {
 }
 
 /// The gemv's default launch choices for a quantized setup's weight.
-pub fn default_tune(s: &Setup) -> Result<optimized::kernels::qmatmul::GemvTune, Error> {
+pub fn default_tune(client: &Client, s: &Setup) -> Result<optimized::kernels::qmatmul::GemvTune, Error> {
     let w = s.quant.first().ok_or_else(|| Error::Unsupported("launch choices: a dense setup".into()))?;
-    Ok(optimized::kernels::qmatmul::GemvTune::default_for(w))
+    Ok(optimized::kernels::qmatmul::GemvTune::default_for(client, w))
 }
 
 pub fn run(client: &Client, s: &mut Setup) -> Result<(), Error> {

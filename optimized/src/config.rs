@@ -1,12 +1,12 @@
 //! One typed kernel configuration: every choice of the GPU path that a benchmark or an audit
 //! may want to change, in one struct with one parser.
 //!
-//! [`KernelConfig::default`] is the production choice. A model holds its configuration (given
-//! when it is loaded) and installs it for the duration of each forward pass, step or graph
-//! capture ([`scoped`]); the launchers read [`current`]. So two models in one process (a server
-//! holding a draft and a target) each run with their own, and no environment variable is read
-//! by a kernel. Outside any scope — the conformance cases calling launchers directly — the
-//! default applies.
+//! [`KernelConfig::default`] is the production choice. It travels with the device handle every
+//! launcher takes ([`crate::Client`]): a model's client carries the configuration given when it
+//! was loaded, so two models in one process (a server holding a draft and a target) each run
+//! with their own, and no launcher reads an environment variable or process-wide state. A
+//! client from [`crate::client`] carries the default ([`crate::Client::with_kernels`] makes one
+//! with other choices).
 //!
 //! Spec (`TANDEM_KERNELS`, `--kernels`, `tandem audit`): comma-separated `key=value`, keys
 //! - `attention=flash|naive` — paged cache + flash attention, or the v1 contiguous cache +
@@ -45,6 +45,9 @@
 //!   ([`GEMV_ROWS_DEFAULT`]; the naive configuration keeps the gemvs up to 8 rows);
 //! - `qgemv-rows=N` (1..=8) — the same crossover for quantized weights
 //!   ([`QGEMV_ROWS_DEFAULT`]);
+//! - `gemv-split=auto|1|2|4|8` — planes per row of the dense decode gemv (`auto`: more planes
+//!   while too few row groups would keep the SMs busy; `tandem bench --kernel qmatmul`'s audit
+//!   sweeps it);
 //! - `prefill=tc|v2` — prefill attention on the tensor cores (v3, in steps whose matmuls run
 //!   there: 16-bit or quantized weights, more rows than the gemvs take) or always v2;
 //! - `gemm=mma|wgmma|wgmma-v2|tma` — the dense 16-bit GEMMs of prefill and batched steps: tc v1
@@ -65,8 +68,6 @@
 //! `default` resets every key. [`KernelConfig::name`] writes only what differs from the default
 //! (`default` when nothing does) and parses back to the same value. A bad spec is an error
 //! naming the part.
-
-use std::cell::Cell;
 
 use crate::kernels::attention::PrefillVersion;
 use crate::kernels::matmul::tc::TcMode;
@@ -189,6 +190,8 @@ pub struct KernelConfig {
     pub gemv_rows_auto: bool,
     /// Steps of at most this many rows take the quantized gemvs (≤ [`GEMV_ROWS_MAX`]).
     pub qgemv_rows: usize,
+    /// Planes per row of the dense gemv, `None`: sized by the SM count (`matmul::gemv`).
+    pub gemv_split: Option<u32>,
     /// Prefill attention v3 on the tensor cores where a step's matmuls run there (`true`), or
     /// v2 always.
     pub prefill_tc: bool,
@@ -246,6 +249,7 @@ impl Default for KernelConfig {
             gemv_rows: GEMV_ROWS_DEFAULT,
             gemv_rows_auto: true,
             qgemv_rows: QGEMV_ROWS_DEFAULT,
+            gemv_split: None,
             prefill_tc: true,
             gemm: Gemm::Tma,
             qgemm: QGemm::Wgmma,
@@ -282,6 +286,7 @@ impl KernelConfig {
             gemv_rows: GEMV_ROWS_MAX,
             gemv_rows_auto: false,
             qgemv_rows: GEMV_ROWS_MAX,
+            gemv_split: None,
             prefill_tc: false,
             gemm: Gemm::Mma,
             qgemm: QGemm::Mma,
@@ -333,28 +338,6 @@ impl KernelConfig {
             None => Ok(Dtype::F32),
         }
     }
-}
-
-thread_local! {
-    static CURRENT: Cell<Option<KernelConfig>> = const { Cell::new(None) };
-}
-
-/// The configuration launchers on this thread use now: the innermost [`scoped`] one, else the
-/// default.
-pub fn current() -> KernelConfig {
-    CURRENT.with(Cell::get).unwrap_or_default()
-}
-
-/// Run `f` with `cfg` as [`current`] on this thread (restored afterwards, also when `f` panics).
-pub fn scoped<T>(cfg: &KernelConfig, f: impl FnOnce() -> T) -> T {
-    struct Restore(Option<KernelConfig>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            CURRENT.with(|c| c.set(self.0));
-        }
-    }
-    let _restore = Restore(CURRENT.with(|c| c.replace(Some(*cfg))));
-    f()
 }
 
 mod spec;

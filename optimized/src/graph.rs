@@ -77,7 +77,7 @@ pub enum Output {
 /// work instead of idling it. A call that asks for anything else runs its own step at that
 /// position: the step ahead wrote the same cache slot, which the new step rewrites.
 pub fn step(model: &mut GpuModel, id: u32, want: Want) -> Result<Option<Output>, Error> {
-    if !model.kernels.graphs || model.graph_refused.is_some() || model.attention != crate::model::AttentionImpl::Flash {
+    if !model.kernels().graphs || model.graph_refused.is_some() || model.attention != crate::model::AttentionImpl::Flash {
         model.ahead = None;
         return Ok(None);
     }
@@ -123,7 +123,7 @@ pub fn step(model: &mut GpuModel, id: u32, want: Want) -> Result<Option<Output>,
     // fence. (Wrapping the call in an owned future polled once would not do: that poll waits
     // for the step, so the step ahead would be launched only after it had ended.)
     let read = c.read_async(vec![next.handle.clone()]);
-    let ahead = model.kernels.ahead && launch_ahead(model)?;
+    let ahead = model.kernels().ahead && launch_ahead(model)?;
     let bytes = cubecl::future::block_on(read)?;
     // As `DeviceTensor::to_u32` reads it.
     let tok = bytes.first().and_then(|b| u32::from_bytes(b).first().copied());

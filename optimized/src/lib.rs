@@ -10,6 +10,7 @@
 //! lavapipe comes from `scripts/setup-build-deps.sh`. See `docs/gpu-build.md`.
 
 pub mod bandwidth;
+pub mod client;
 pub mod config;
 pub mod gpt_oss;
 pub mod graph;
@@ -21,9 +22,9 @@ pub mod runner;
 pub mod tensor;
 pub mod upload;
 
+pub use client::Client;
 pub use config::KernelConfig;
 pub use cubecl;
-pub use cubecl::client::Client;
 pub use tensor::{DeviceTensor, Dtype};
 
 use cubecl::device::{Device, WgpuDeviceKind};
@@ -147,7 +148,9 @@ pub fn client(backend: Backend) -> Result<Client, Error> {
         Backend::Cpu => Device::cpu(),
     }
     .map_err(|e| Error::Unavailable { backend, reason: e.to_string() })?;
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| device.client())).map_err(|p| Error::InitPanicked { backend, message: panic_message(p) })
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| device.client()))
+        .map(Client::new)
+        .map_err(|p| Error::InitPanicked { backend, message: panic_message(p) })
 }
 
 /// Free and total device memory in bytes, where the runtime can tell (CUDA: the driver's

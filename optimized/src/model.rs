@@ -130,11 +130,6 @@ pub struct GpuModel {
     pub stream_bytes: usize,
     /// The linear weights' quantization (`int8`, `int8-g128`, `mxfp4`), if any.
     pub quant: Option<String>,
-    /// Every kernel choice this model runs with (`crate::config`): installed for each forward
-    /// pass, step and graph capture. `graphs`: one-token steps as captured graphs (where the
-    /// backend can); `fused_norms`: decode (T ≤ 8) with the RMSNorms fused into the gemvs
-    /// (`matmul::Fuse`), else the add + RMSNorm kernels between them.
-    pub kernels: crate::config::KernelConfig,
     pub(crate) graph: Option<DecodeGraph>,
     /// The greedy step replayed ahead of its call, if one is in flight (`graph::step`).
     pub(crate) ahead: Option<crate::graph::Ahead>,
@@ -177,8 +172,7 @@ impl GpuModel {
         // A greedy step launched ahead is not this step (this one rewrites its cache slot).
         self.ahead = None;
         self.reserve(t)?;
-        let kernels = self.kernels;
-        let logits = crate::config::scoped(&kernels, || self.body(Ids::Host(ids), t, trace, rows))?;
+        let logits = self.body(Ids::Host(ids), t, trace, rows)?;
         self.pos += t;
         Ok(logits)
     }
@@ -189,7 +183,7 @@ impl GpuModel {
     /// decode graph is dropped (it keeps the launches it was made with).
     pub fn set_kernels(&mut self, spec: &str) -> Result<(), Error> {
         let k = crate::config::KernelConfig::parse(spec)?;
-        let old = self.kernels;
+        let old = *self.kernels();
         for (what, same) in [
             ("attention", k.attention == old.attention),
             ("kv", k.kv == old.kv),
@@ -204,10 +198,25 @@ impl GpuModel {
                 )));
             }
         }
-        self.kernels = k.for_hidden(self.config.hidden);
+        self.set_kernel_config(k.for_hidden(self.config.hidden));
+        Ok(())
+    }
+
+    /// Every kernel choice this model runs with (`crate::config`), carried by its client to
+    /// each launch. `graphs`: one-token steps as captured graphs (where the backend can);
+    /// `fused_norms`: decode (T ≤ 8) with the RMSNorms fused into the gemvs (`matmul::Fuse`),
+    /// else the add + RMSNorm kernels between them.
+    pub fn kernels(&self) -> &crate::config::KernelConfig {
+        self.client.kernels()
+    }
+
+    /// Run with `k` from the next launch on, choices made at load included (the caller knows
+    /// they fit: [`Self::set_kernels`] checks). The recorded decode graph is dropped (it keeps
+    /// the launches it was made with).
+    pub fn set_kernel_config(&mut self, k: crate::config::KernelConfig) {
+        self.client = self.client.with_kernels(k);
         self.graph = None;
         self.ahead = None;
-        Ok(())
     }
 
     /// Room in the KV cache for `t` positions at `pos`; with the paged cache, the sequence's
@@ -289,7 +298,7 @@ impl GpuModel {
     /// The prefill attention of a step of `rows` rows ([`crate::config::KernelConfig::prefill_version`]).
     pub(crate) fn prefill_version(&self, rows: usize) -> crate::kernels::attention::PrefillVersion {
         let act16 = self.dtype != Dtype::F32 || self.quant.is_some();
-        self.kernels.prefill_version(&self.client, act16, self.quant.is_some(), rows, self.config.head_dim)
+        self.kernels().prefill_version(&self.client, act16, self.quant.is_some(), rows, self.config.head_dim)
     }
 
     /// The type block `l`'s attention writes its `t` output rows in: the one its o projection
@@ -300,7 +309,8 @@ impl GpuModel {
 
     /// Whether a forward pass of `t` rows fuses the RMSNorms into the decode gemvs.
     pub(crate) fn fused_for(&self, t: usize) -> bool {
-        self.kernels.fused_norms && t <= self.kernels.gemv_rows.min(self.kernels.qgemv_rows) && t <= matmul::GEMV_MAX_T && t <= QGEMV_MAX_T
+        let k = self.kernels();
+        k.fused_norms && t <= k.gemv_rows.min(k.qgemv_rows) && t <= matmul::GEMV_MAX_T && t <= QGEMV_MAX_T
     }
 
     /// Attention of block `l` over this model's own cache (one sequence at `self.pos`): RoPE +
@@ -450,12 +460,23 @@ impl Engine for GpuEngine {
         self.0.pos()
     }
     fn step(&mut self, ids: &[u32]) -> reference::Result<Vec<f32>> {
-        let kernels = self.0.kernels;
-        crate::config::scoped(&kernels, || self.step_in_scope(ids))
+        if let [id] = ids {
+            if let Some(crate::graph::Output::Logits(l)) = crate::graph::step(&mut self.0, *id, crate::graph::Want::Logits).map_err(to_ref)? {
+                return Ok(l);
+            }
+        }
+        let l = self.0.forward_last(ids).map_err(to_ref)?;
+        self.0.last_row(&l).map_err(to_ref)
     }
     fn step_greedy(&mut self, ids: &[u32]) -> reference::Result<u32> {
-        let kernels = self.0.kernels;
-        crate::config::scoped(&kernels, || self.step_greedy_in_scope(ids))
+        if let [id] = ids {
+            if let Some(crate::graph::Output::Token(next)) = crate::graph::step(&mut self.0, *id, crate::graph::Want::Greedy).map_err(to_ref)? {
+                return Ok(next);
+            }
+        }
+        let l = self.0.forward_last(ids).map_err(to_ref)?;
+        let ids = argmax::argmax(&self.0.client, &l).map_err(to_ref)?.to_u32(&self.0.client).map_err(to_ref)?;
+        ids.last().copied().ok_or_else(|| RefError::Backend("argmax returned no id".into()))
     }
     fn name(&self) -> String {
         match &self.0.quant {
@@ -467,7 +488,8 @@ impl Engine for GpuEngine {
         Some(self.0.stream_bytes)
     }
     fn set_graphs(&mut self, on: bool) -> bool {
-        self.0.kernels.graphs = on;
+        let k = crate::config::KernelConfig { graphs: on, ..*self.0.kernels() };
+        self.0.set_kernel_config(k);
         true
     }
     fn set_kernels(&mut self, spec: &str) -> reference::Result<()> {
@@ -477,30 +499,7 @@ impl Engine for GpuEngine {
         Some(self.0.status())
     }
     fn replay_cost(&mut self, n: usize) -> Option<(f64, f64)> {
-        let kernels = self.0.kernels;
-        crate::config::scoped(&kernels, || crate::graph::replay_cost(&mut self.0, n)).ok().flatten()
-    }
-}
-
-impl GpuEngine {
-    fn step_in_scope(&mut self, ids: &[u32]) -> reference::Result<Vec<f32>> {
-        if let [id] = ids {
-            if let Some(crate::graph::Output::Logits(l)) = crate::graph::step(&mut self.0, *id, crate::graph::Want::Logits).map_err(to_ref)? {
-                return Ok(l);
-            }
-        }
-        let l = self.0.forward_last(ids).map_err(to_ref)?;
-        self.0.last_row(&l).map_err(to_ref)
-    }
-    fn step_greedy_in_scope(&mut self, ids: &[u32]) -> reference::Result<u32> {
-        if let [id] = ids {
-            if let Some(crate::graph::Output::Token(next)) = crate::graph::step(&mut self.0, *id, crate::graph::Want::Greedy).map_err(to_ref)? {
-                return Ok(next);
-            }
-        }
-        let l = self.0.forward_last(ids).map_err(to_ref)?;
-        let ids = argmax::argmax(&self.0.client, &l).map_err(to_ref)?.to_u32(&self.0.client).map_err(to_ref)?;
-        ids.last().copied().ok_or_else(|| RefError::Backend("argmax returned no id".into()))
+        crate::graph::replay_cost(&mut self.0, n).ok().flatten()
     }
 }
 
@@ -508,13 +507,13 @@ impl GpuModel {
     /// How this model runs its steps (graphs, norms, the int8 gemv, PDL, launch geometry).
     pub fn status(&self) -> String {
         let m = self;
-        let graphs = match (&m.graph_refused, m.kernels.graphs, m.attention) {
+        let graphs = match (&m.graph_refused, m.kernels().graphs, m.attention) {
             (Some(why), _, _) => format!("decode graphs refused by the backend ({why}): eager launches"),
             (None, false, _) => "decode graphs off: eager launches".into(),
             (None, true, AttentionImpl::Naive) => "decode graphs need the paged cache: eager launches".into(),
             (None, true, AttentionImpl::Flash) => "one-token steps (greedy and sampling) replayed as captured graphs".into(),
         };
-        let norms = if m.kernels.fused_norms {
+        let norms = if m.kernels().fused_norms {
             "RMSNorms fused into the decode gemvs"
         } else {
             "add + RMSNorm kernels between the decode gemvs (norms=kernels)"
@@ -545,7 +544,8 @@ impl GpuModel {
             (true, Mode::Off) => "; programmatic dependent launch off (pdl=off)",
         };
         let has_quant = m.layers.iter().any(|l| matches!(l.wqkv, Weight::Quant(_))) || matches!(m.lm_head, Weight::Quant(_));
-        let launch = if has_quant { format!("; quantized gemv launch {}", crate::kernels::qmatmul::knobs::current().name()) } else { String::new() };
+        let launch =
+            if has_quant { format!("; quantized gemv launch {}", crate::kernels::qmatmul::knobs::of(&m.client).name()) } else { String::new() };
         format!("{graphs}; {norms}{int8}{pdl}{launch}")
     }
 }

@@ -145,24 +145,24 @@ fn coverage(client: &optimized::Client, step: &Step, max_cases: usize) -> (f64, 
     let stride = matched.div_ceil(max_cases.max(1)).max(1);
     let order = (0..stride).flat_map(|o| (o..matched).step_by(stride));
     let (mut worst, mut p, mut f, mut k, mut fails) = (0f64, 0, 0, 0, vec![]);
-    optimized::config::scoped(&step.config, || {
-        for c in order.map(|i| &all[i]) {
-            if p + f >= max_cases.max(1) {
-                break;
-            }
-            match c.run(client) {
-                Outcome::Pass(m) => {
-                    p += 1;
-                    worst = worst.max(m.nmse);
-                }
-                Outcome::Fail(why) => {
-                    f += 1;
-                    fails.push(format!("{}: {why}", c.name()));
-                }
-                Outcome::Skip(_) => k += 1,
-            }
+    // The cases launch with the step's kernel choices.
+    let client = client.with_kernels(step.config);
+    for c in order.map(|i| &all[i]) {
+        if p + f >= max_cases.max(1) {
+            break;
         }
-    });
+        match c.run(&client) {
+            Outcome::Pass(m) => {
+                p += 1;
+                worst = worst.max(m.nmse);
+            }
+            Outcome::Fail(why) => {
+                f += 1;
+                fails.push(format!("{}: {why}", c.name()));
+            }
+            Outcome::Skip(_) => k += 1,
+        }
+    }
     (worst, p, f, k, matched, fails)
 }
 

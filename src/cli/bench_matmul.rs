@@ -211,7 +211,9 @@ pub fn run_shapes(backend: Option<Backend>, reps: usize, shapes: &[(usize, usize
                 .into_iter()
                 .chain(lab.into_iter().filter(|_| optimized::kernels::lab::ENABLED))
                 .collect();
-            wg_sweep("tc v3", tc_wg_quant::pick(m, n, kk, sms), &cfgs, &|c| tc_wg_quant::qlinear_into(&client, &x, q, &y, false, c))?;
+            wg_sweep("tc v3", tc_wg_quant::pick(m, n, kk, sms, client.kernels().qgemm), &cfgs, &|c| {
+                tc_wg_quant::qlinear_into(&client, &x, q, &y, false, c)
+            })?;
         } else if let Weight::Dense(wd) = &w {
             // tc v2's tiles (the lab's) in a lab build.
             let lab = [WgConfig::S4, WgConfig::M2S4];
@@ -230,7 +232,7 @@ pub fn run_shapes(backend: Option<Backend>, reps: usize, shapes: &[(usize, usize
                     WgConfig::H6.with_stages(4),
                 ])
                 .collect();
-            wg_sweep("wgmma", WgConfig::pick(m, n, kk, sms), &cfgs, &|c| tc_wg::linear_into(&client, &x, wd, &y, false, c))?;
+            wg_sweep("wgmma", WgConfig::pick(m, n, kk, sms, client.kernels().gemm), &cfgs, &|c| tc_wg::linear_into(&client, &x, wd, &y, false, c))?;
         }
         println!("    best {} {:.1} TFLOP/s", best.1, best.0);
     }

@@ -7,7 +7,7 @@
 //! grouped GEMMs of many tokens (64: a batch of 64 sequences; 512: a prefill), moe gemm v1
 //! (CUDA cores, f32) and v2 (tensor cores), in TFLOP/s of the pairs' `2·P·N·K`.
 
-use optimized::config::{scoped, KernelConfig};
+use optimized::config::KernelConfig;
 use optimized::kernels::matmul::tc::TcMode;
 use optimized::kernels::moe::{self, MoeGemv, MoeWeights, Mxfp4Experts, RouteVersion, Routes};
 use optimized::{Backend, Client, DeviceTensor, Error};
@@ -61,13 +61,19 @@ fn weights(client: &Client) -> Result<MoeWeights> {
     })
 }
 
-/// Seconds per call of `f` under `cfg`: from a replayed graph, else eagerly.
-fn time(client: &Client, cfg: &KernelConfig, reps: usize, mut f: impl FnMut() -> std::result::Result<(), Error>) -> Result<(f64, &'static str)> {
-    scoped(cfg, || -> Result<(f64, &'static str)> {
-        Ok(match seconds_per_call_graph(client, 20 * reps, &mut f)? {
-            Some(t) => (t, "graph"),
-            None => (seconds_per_call(client, 1, 5 * reps, &mut f)?, "eager"),
-        })
+/// Seconds per call of `f` on `client` with `cfg`'s kernel choices: from a replayed graph,
+/// else eagerly.
+fn time(
+    client: &Client,
+    cfg: &KernelConfig,
+    reps: usize,
+    mut f: impl FnMut(&Client) -> std::result::Result<(), Error>,
+) -> Result<(f64, &'static str)> {
+    let c = client.with_kernels(*cfg);
+    let mut f = || f(&c);
+    Ok(match seconds_per_call_graph(&c, 20 * reps, &mut f)? {
+        Some(t) => (t, "graph"),
+        None => (seconds_per_call(&c, 1, 5 * reps, &mut f)?, "eager"),
     })
 }
 
@@ -98,16 +104,16 @@ pub fn run(backend: Backend, gate: &str, reps: usize) -> Result<()> {
         };
         for (name, route) in [("route v2", RouteVersion::V2), ("route v3", RouteVersion::V3)] {
             let cfg = KernelConfig { moe_route: route, ..KernelConfig::default() };
-            line(name, (E * C * 4) as f64, time(&client, &cfg, reps, || moe::route_tokens(&client, &h, &w).map(|_| ()))?);
+            line(name, (E * C * 4) as f64, time(&client, &cfg, reps, |c| moe::route_tokens(c, &h, &w).map(|_| ()))?);
         }
         for (v, gemv) in [("v1", MoeGemv::V1), ("v2", MoeGemv::V2)] {
             let cfg = KernelConfig { moe_gemv: gemv, ..KernelConfig::default() };
             line(
                 &format!("gemv {v} gate|up"),
                 glu_b,
-                time(&client, &cfg, reps, || moe::moe_gemv_glu_into(&client, &h, &routes, &w.gate_up, 7.0, 1.702, &a))?,
+                time(&client, &cfg, reps, |c| moe::moe_gemv_glu_into(c, &h, &routes, &w.gate_up, 7.0, 1.702, &a))?,
             );
-            line(&format!("gemv {v} down"), down_b, time(&client, &cfg, reps, || moe::moe_gemv_down_into(&client, &a, &routes, &w.down, &x))?);
+            line(&format!("gemv {v} down"), down_b, time(&client, &cfg, reps, |c| moe::moe_gemv_down_into(c, &a, &routes, &w.down, &x))?);
         }
         // moe gemv v3 (tensor cores; x rounded to 16 bits), where the device has them.
         match moe::gemv_tc::require(&client, TcMode::Tensor, C.max(F)) {
@@ -116,14 +122,12 @@ pub fn run(backend: Backend, gate: &str, reps: usize) -> Result<()> {
                 line(
                     "gemv v3 gate|up",
                     glu_b,
-                    time(&client, &cfg, reps, || {
-                        moe::gemv_tc::moe_gemv_glu_tc_into(&client, &h, &routes, &w.gate_up, 7.0, 1.702, &a, TcMode::Tensor)
-                    })?,
+                    time(&client, &cfg, reps, |c| moe::gemv_tc::moe_gemv_glu_tc_into(c, &h, &routes, &w.gate_up, 7.0, 1.702, &a, TcMode::Tensor))?,
                 );
                 line(
                     "gemv v3 down",
                     down_b,
-                    time(&client, &cfg, reps, || moe::gemv_tc::moe_gemv_down_tc_into(&client, &a, &routes, &w.down, &x, TcMode::Tensor))?,
+                    time(&client, &cfg, reps, |c| moe::gemv_tc::moe_gemv_down_tc_into(c, &a, &routes, &w.down, &x, TcMode::Tensor))?,
                 );
             }
             Err(why) => println!("{t:>6} gemv v3 not timed: {why}"),
@@ -153,23 +157,21 @@ fn gemms(client: &Client, w: &MoeWeights, reps: usize) -> Result<()> {
         let line = |name: &str, n: usize, k: usize, s: f64| {
             println!("{t:>6} {name:>28} {:>9.1} {:>9.1} {:>7}", s * 1e6, 2.0 * (p * n * k) as f64 / s / 1e12, "eager");
         };
-        let eager =
-            |cfg: &KernelConfig, f: &mut dyn FnMut() -> std::result::Result<(), Error>| scoped(cfg, || seconds_per_call(client, 1, 3 * reps, f));
+        // Seconds per call of `f` on `client` with `cfg`'s kernel choices.
+        let eager = |cfg: &KernelConfig, f: &mut dyn FnMut(&Client) -> std::result::Result<(), Error>| {
+            let c = client.with_kernels(*cfg);
+            seconds_per_call(&c, 1, 3 * reps, || f(&c))
+        };
         let v1 = KernelConfig::default();
         let sorted = moe::sort_by_expert(client, &routes, E, moe::gemm::BM)?;
-        line(
-            "gemm v1 gate|up",
-            2 * F,
-            C,
-            eager(&v1, &mut || moe::moe_gemm_glu_into(client, &h, &sorted, &routes, &w.gate_up, 7.0, 1.702, &a, None))?,
-        );
-        line("gemm v1 down", C, F, eager(&v1, &mut || moe::moe_gemm_down_into(client, &a, &sorted, &routes, &w.down, &y, None))?);
+        line("gemm v1 gate|up", 2 * F, C, eager(&v1, &mut |c| moe::moe_gemm_glu_into(c, &h, &sorted, &routes, &w.gate_up, 7.0, 1.702, &a, None))?);
+        line("gemm v1 down", C, F, eager(&v1, &mut |c| moe::moe_gemm_down_into(c, &a, &sorted, &routes, &w.down, &y, None))?);
         if tc.is_err() {
             continue;
         }
         for spec in TILES {
             let cfg = KernelConfig::parse(&format!("moe-tile={spec}")).map_err(|e| super::CliError::Usage(e.to_string()))?;
-            let tile = scoped(&cfg, || MoeTc::pick(TcMode::Tensor, p, E));
+            let tile = MoeTc::pick(TcMode::Tensor, p, E, cfg.moe_tile);
             let sorted = moe::sort_by_expert(client, &routes, E, tile.bm())?;
             let m = TcMode::Tensor;
             let name = |what: &str| format!("v2 {spec} ({}) {what}", tile.name());
@@ -177,9 +179,9 @@ fn gemms(client: &Client, w: &MoeWeights, reps: usize) -> Result<()> {
                 &name("gate|up"),
                 2 * F,
                 C,
-                eager(&cfg, &mut || moe::moe_gemm_glu_into(client, &h, &sorted, &routes, &w.gate_up, 7.0, 1.702, &a, Some(m)))?,
+                eager(&cfg, &mut |c| moe::moe_gemm_glu_into(c, &h, &sorted, &routes, &w.gate_up, 7.0, 1.702, &a, Some(m)))?,
             );
-            line(&name("down"), C, F, eager(&cfg, &mut || moe::moe_gemm_down_into(client, &a, &sorted, &routes, &w.down, &y, Some(m)))?);
+            line(&name("down"), C, F, eager(&cfg, &mut |c| moe::moe_gemm_down_into(c, &a, &sorted, &routes, &w.down, &y, Some(m)))?);
         }
     }
     Ok(())

@@ -81,7 +81,7 @@ pub fn run(backend: Backend, gate: &str, reps: usize, shapes: Option<Vec<(usize,
             };
             if audit_v4 && *layout == Some(QLayout::Mma) {
                 // gemv v4's launch choices: row blocks per plane, chunks in flight, planes per row.
-                let base = fx::default_tune(&s)?;
+                let base = fx::default_tune(&client, &s)?;
                 let mut audit = String::new();
                 let mut tunes = Vec::new();
                 for blocks in [1usize, 4] {
@@ -105,15 +105,12 @@ pub fn run(backend: Backend, gate: &str, reps: usize, shapes: Option<Vec<(usize,
                 println!("{:>24} audit (defaults {:?}):{audit}", "", base.mma);
             }
             if matches!(f, Format::Dense(_)) {
-                // The dense gemv's planes per row (`matmul::tuning::SPLIT`; 0 = its own choice,
-                // which sizes the grid by the SM count where the runtime reports one).
-                use optimized::kernels::matmul::tuning::SPLIT;
-                use std::sync::atomic::Ordering::Relaxed;
+                // The dense gemv's planes per row (`gemv-split=`; by default it sizes the grid by
+                // the SM count where the runtime reports one).
                 let mut audit = String::new();
                 for split in [1u32, 2, 4, 8] {
-                    SPLIT.store(split, Relaxed);
-                    let tr = seconds_per_call(&client, 3, 50 * reps.max(1), || fx::run(&client, &mut s));
-                    SPLIT.store(0, Relaxed);
+                    let c = client.with_kernels(optimized::KernelConfig { gemv_split: Some(split), ..*client.kernels() });
+                    let tr = seconds_per_call(&c, 3, 50 * reps.max(1), || fx::run(&c, &mut s));
                     audit += &format!(" split {split}: {:.1}%", 100.0 * s.w_bytes as f64 / tr? / rate);
                 }
                 println!(
@@ -125,7 +122,7 @@ pub fn run(backend: Backend, gate: &str, reps: usize, shapes: Option<Vec<(usize,
             if audit_on && matches!(f, Format::Quant(_)) && !name.ends_with("v1") && !name.ends_with("v4") {
                 // Audit of each launch choice against the defaults, in % of the copy rate:
                 // rows per unit group, planes per row, prefetch (none, W, W + x), fp4 / int8 decode.
-                let base = fx::default_tune(&s)?;
+                let base = fx::default_tune(&client, &s)?;
                 let mut audit = String::new();
                 // Choices that measured slower (rows per group other than 4, the x prefetch,
                 // gemv v3, v5 rings beyond 2 slots) are timed only by a lab build, where their

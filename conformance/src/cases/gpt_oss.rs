@@ -127,7 +127,7 @@ fn runners(
     let backend = optimized::Backend::of(client);
     let mut m = GptOssGpu::load(client.clone(), backend, &mut InMemory(&w), &cfg, dd).map_err(|e| e.to_string())?;
     m.moe_path = moe;
-    let gpu = GptOssRunner::new(m, BS, blocks, optimized::config::current()).map_err(|e| e.to_string())?;
+    let gpu = GptOssRunner::new(m, BS, blocks, *client.kernels()).map_err(|e| e.to_string())?;
     let reference = RefRunner::new(GptOssModel::new(cfg.clone(), w), BS, blocks).map_err(|e| e.to_string())?;
     Ok((reference, gpu, cfg))
 }
@@ -382,14 +382,15 @@ impl Case for GptOssKernelsCase {
         let body = || -> Result<Outcome, String> {
             let (cfg, w) = load(Weights::Synthetic("tiny-gpt-oss"))?;
             let backend = optimized::Backend::of(client);
-            let m = GptOssGpu::load(client.clone(), backend, &mut InMemory(&w), &cfg, Dtype::F32.device()).map_err(|e| e.to_string())?;
-            let callers = optimized::KernelConfig { graphs: true, ..optimized::config::current() };
+            // The model is loaded on a client whose choices say graphs=on; the runner is given
+            // graphs=off and must run with that.
+            let callers = optimized::KernelConfig { graphs: true, ..*client.kernels() };
             let given = optimized::KernelConfig { graphs: false, ..callers };
-            let status = optimized::config::scoped(&callers, || -> Result<Option<String>, String> {
-                let mut g = GptOssRunner::new(m, BS, 16, given).map_err(|e| e.to_string())?;
-                g.prepare_decode(1, 8, false).map_err(|e| e.to_string())?;
-                Ok(g.status())
-            })?;
+            let m =
+                GptOssGpu::load(client.with_kernels(callers), backend, &mut InMemory(&w), &cfg, Dtype::F32.device()).map_err(|e| e.to_string())?;
+            let mut g = GptOssRunner::new(m, BS, 16, given).map_err(|e| e.to_string())?;
+            g.prepare_decode(1, 8, false).map_err(|e| e.to_string())?;
+            let status = g.status();
             match status {
                 Some(s) if s.contains("decode graphs off") => Ok(Outcome::Pass(Metrics { max_abs: 0.0, nmse: 0.0, n: 1 })),
                 other => Ok(Outcome::Fail(format!("built with graphs=off, the runner says {other:?}"))),

@@ -174,7 +174,7 @@ impl Case for MatmulCase {
         // reference gets the same rounded x (`tolerance::tc_tolerance`).
         let tc_path = match self.version {
             Version::Tc => true,
-            Version::Auto => t > GEMV_AUTO_MAX_T.min(optimized::config::current().gemv_rows) && tc::dense_applies(client, dd, n_in),
+            Version::Auto => t > GEMV_AUTO_MAX_T.min(client.kernels().gemv_rows) && tc::dense_applies(client, dd, n_in),
             _ => false,
         };
         let x = rand_vec(t * n_in, 11);

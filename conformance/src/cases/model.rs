@@ -142,7 +142,7 @@ impl ModelCase {
             _ => GpuModel::load_with(client.clone(), backend, &mut InMemory(&reference.weights), &cfg, dd, ids.len(), self.attention),
         }
         .map_err(|e| e.to_string())?;
-        gpu.kernels.fused_norms = self.fused_norms;
+        gpu.set_kernel_config(optimized::KernelConfig { fused_norms: self.fused_norms, ..*gpu.kernels() });
         if kept.is_some() && gpu.quant.as_deref() != kept {
             return Ok(Outcome::Fail(format!("{:?}: the device model holds {:?}, expected {kept:?} weights", self.weights, gpu.quant)));
         }
@@ -288,7 +288,7 @@ impl Case for GraphCase {
             let load = |graphs: bool| -> Result<GpuModel, String> {
                 let mut m = GpuModel::load_with(client.clone(), backend, &mut InMemory(&w), &cfg, DevDtype::F32, cap, AttentionImpl::Flash)
                     .map_err(|e| e.to_string())?;
-                m.kernels.graphs = graphs;
+                m.set_kernel_config(optimized::KernelConfig { graphs, ..*m.kernels() });
                 Ok(m)
             };
             let (eager, eager_rows, _) = self.greedy(load(false)?, &cfg)?;

@@ -208,7 +208,9 @@ impl MoeCase {
             MoeGemv::V1 => optimized::config::KernelConfig { moe_gemv: MoeGemv::V1, moe_route: RouteVersion::V2, ..Default::default() },
             MoeGemv::V2 | MoeGemv::V3 => optimized::config::KernelConfig::default(),
         };
-        let routes = optimized::config::scoped(&cfg, || moe::route_tokens(client, &h, &w)).map_err(dev)?;
+        // The routing and the gemvs launch with the variant's choices.
+        let variant = client.with_kernels(cfg);
+        let routes = moe::route_tokens(&variant, &h, &w).map_err(dev)?;
         let want_ids: Vec<u32> = want.routes.iter().flatten().map(|&(e, _)| e as u32).collect();
         compare_ids(&routes.ids.to_u32(client).map_err(dev)?, &want_ids).map_err(|e| format!("expert ids: {e}"))?;
         let mut worst = Metrics::default();
@@ -220,9 +222,9 @@ impl MoeCase {
             _ if self.gemv == MoeGemv::V3 => self.gemv_tc_stages(client, &fx, e16, &h, &x, &w, &routes, &want, &mut worst)?,
             _ => {
                 let a = poisoned(client, &[t * k, f])?;
-                optimized::config::scoped(&cfg, || moe::moe_gemv_glu_into(client, &h, &routes, &w.gate_up, LIMIT, ALPHA, &a)).map_err(dev)?;
+                moe::moe_gemv_glu_into(&variant, &h, &routes, &w.gate_up, LIMIT, ALPHA, &a).map_err(dev)?;
                 check(&a.to_f32(client).map_err(dev)?, &want.a, Op::Moe, "activations", &mut worst)?;
-                optimized::config::scoped(&cfg, || moe::moe_gemv_down_into(client, &a, &routes, &w.down, &x)).map_err(dev)?;
+                moe::moe_gemv_down_into(&variant, &a, &routes, &w.down, &x).map_err(dev)?;
             }
         }
         // moe gemm v2 also rounds the activations before down (relative u once: one layer's
@@ -253,7 +255,7 @@ impl MoeCase {
     ) -> Result<(), String> {
         let (c, f) = (self.c, self.f);
         // moe gemm v2 sorts into its tile's rows (16 or 64 by the pairs per expert).
-        let bm = self.tc.map_or(BM, |mode| gemm_tc::MoeTc::pick(mode, self.t * self.k, self.e).bm());
+        let bm = self.tc.map_or(BM, |mode| gemm_tc::MoeTc::pick(mode, self.t * self.k, self.e, client.kernels().moe_tile).bm());
         let sorted = moe::sort_by_expert(client, routes, self.e, bm).map_err(dev)?;
         let ids: Vec<usize> = want.routes.iter().flatten().map(|&(e, _)| e).collect();
         let p = ids.len();

@@ -180,7 +180,7 @@ impl Case for QMatmulCase {
         // multiplies the same rounded values (`tolerance::tc_tolerance`).
         // So does an unfused step of more rows than the configured crossover (`qgemv-rows`).
         let unfused = matches!(self.fusion, Fusion::None | Fusion::Glu);
-        let gemm = t > QGEMV_MAX_T || (unfused && t > optimized::config::current().qgemv_rows);
+        let gemm = t > QGEMV_MAX_T || (unfused && t > client.kernels().qgemv_rows);
         let tc_path = gemm && tc::quant_applies(client, &w);
         let e = match tc::quant_dtype(client, TcMode::Tensor) {
             optimized::Dtype::F16 => Dtype::F16,
@@ -226,7 +226,7 @@ impl Case for QMatmulCase {
         let finish = if fixed { outcome_or_skip } else { outcome };
         finish((|| {
             let tune = if self.device {
-                let d = GemvTune::default_for(&w);
+                let d = GemvTune::default_for(client, &w);
                 GemvTune { rpg: self.rpg.unwrap_or(d.rpg), split: self.split, ..d }
             } else {
                 GemvTune {

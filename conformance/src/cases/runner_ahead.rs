@@ -60,7 +60,7 @@ impl AheadCase {
         let (_, mut eager, cfg) = runners(client, self.weights, Dtype::F32)?;
         let (_, mut ahead, _) = runners(client, self.weights, Dtype::F32)?;
         eager.set_graphs(false);
-        ahead.model.kernels.advance_device = self.device;
+        ahead.model.set_kernel_config(optimized::KernelConfig { advance_device: self.device, ..*ahead.model.kernels() });
         let mut runs: [GpuRunner; 2] = [eager, ahead];
         if self.prepare {
             let made = runs[1].prepare_decode(2, 6 + STEPS + 1, true).map_err(|e| format!("prepare_decode: {e}"))?;

@@ -178,6 +178,8 @@ impl KernelConfig {
                     k.gemv_rows = val.parse().ok().filter(|n| (1..=GEMV_ROWS_MAX).contains(n)).ok_or_else(no)?;
                     k.gemv_rows_auto = false;
                 }
+                "gemv-split" if val == "auto" => k.gemv_split = None,
+                "gemv-split" => k.gemv_split = Some(val.parse().ok().filter(|n: &u32| n.is_power_of_two() && *n <= 8).ok_or_else(no)?),
                 "qgemv-rows" => k.qgemv_rows = val.parse().ok().filter(|n| (1..=GEMV_ROWS_MAX).contains(n)).ok_or_else(no)?,
                 "prefill" => {
                     k.prefill_tc = match val {
@@ -277,6 +279,9 @@ impl KernelConfig {
         }
         if self.qgemv_rows != d.qgemv_rows {
             parts.push(format!("qgemv-rows={}", self.qgemv_rows));
+        }
+        if let Some(s) = self.gemv_split {
+            parts.push(format!("gemv-split={s}"));
         }
         if self.prefill_tc != d.prefill_tc {
             parts.push(format!("prefill={}", if self.prefill_tc { "tc" } else { "v2" }));

@@ -27,6 +27,7 @@ fn specs_round_trip() {
         "gemv-rows=1",
         "gemv-rows=8",
         "qgemv-rows=8,gemv-rows=1",
+        "gemv-split=4",
         "gemv-rows=4,graphs=off",
         "ahead=off",
         "advance=host",
@@ -112,21 +113,10 @@ fn bad_specs_name_the_part() {
         ("gemv-rows=0", "gemv-rows=0"),
         ("gemv-rows=9", "gemv-rows=9"),
         ("qgemv-rows=0", "qgemv-rows=0"),
+        ("gemv-split=3", "gemv-split=3"),
+        ("gemv-split=16", "gemv-split=16"),
     ] {
         let e = KernelConfig::parse(s).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(e.contains(part), "{s}: {e}");
     }
-}
-
-#[test]
-fn scopes_nest_and_restore() {
-    let a = KernelConfig { graphs: false, ..KernelConfig::default() };
-    let b = KernelConfig { argmax: ArgmaxVersion::V1, ..KernelConfig::default() };
-    assert_eq!(current(), KernelConfig::default());
-    scoped(&a, || {
-        assert_eq!(current(), a);
-        scoped(&b, || assert_eq!(current(), b));
-        assert_eq!(current(), a);
-    });
-    assert_eq!(current(), KernelConfig::default());
 }

@@ -35,15 +35,14 @@ pub struct GptOssRunner {
     rope: rope::RopeTable,
     /// Decode graphs by batch bucket.
     graphs: Graphs,
-    /// The kernel choices every step of this runner launches with (`--kernels` /
-    /// `TANDEM_KERNELS`, given at construction).
-    kernels: crate::config::KernelConfig,
 }
 
 impl GptOssRunner {
     /// A runner over `model`'s weights with pools of `num_blocks` blocks of `block_size`,
     /// launching every step with `kernels`.
-    pub fn new(model: GptOssGpu, block_size: usize, num_blocks: usize, kernels: crate::config::KernelConfig) -> Result<Self, Error> {
+    pub fn new(mut model: GptOssGpu, block_size: usize, num_blocks: usize, kernels: crate::config::KernelConfig) -> Result<Self, Error> {
+        // Every step's launches make these choices (the model's client carries them).
+        model.client = model.client.with_kernels(kernels);
         let cfg = &model.config;
         // One block past the engine's: the padding rows of decode graphs write there.
         let rows = block_size
@@ -63,12 +62,12 @@ impl GptOssRunner {
         let rope = rope::RopeTable::from_freqs(&model.client, max_pos, &omega, concentration(cfg.yarn.as_ref()), cfg.rope_theta as f32)?;
         let info = ModelInfo { vocab: cfg.vocab, max_ctx: cfg.max_ctx, bos_id: cfg.bos_id, eos_id: cfg.eos_ids.first().copied() };
         let graphs = Graphs::new(kernels.graphs);
-        Ok(GptOssRunner { info, layout: KvLayout { block_size, num_blocks }, k, v, rope, model, graphs, kernels })
+        Ok(GptOssRunner { info, layout: KvLayout { block_size, num_blocks }, k, v, rope, model, graphs })
     }
 
     /// The kernel choices this runner launches with.
     pub fn kernels(&self) -> &crate::config::KernelConfig {
-        &self.kernels
+        self.model.client.kernels()
     }
 
     /// Bytes of the KV pools.
@@ -108,7 +107,7 @@ impl GptOssRunner {
             flash_decode(c, &qd, &self.k[l], &self.v[l], tb, &mask, &od)?;
         }
         if let Some((tb, seqs)) = pre {
-            let version = self.kernels.prefill_version(c, m.dtype != crate::Dtype::F32, false, n, d);
+            let version = self.kernels().prefill_version(c, m.dtype != crate::Dtype::F32, false, n, d);
             flash_prefill_varlen(c, &q, &self.k[l], &self.v[l], tb, seqs, &mask, &o, version)?;
         }
         Ok(o)
@@ -148,8 +147,7 @@ impl ModelRunner for GptOssRunner {
     }
     fn step(&mut self, plan: &StepPlan) -> reference::Result<Vec<SeqResult>> {
         validate_plan(plan, &self.info, self.layout)?;
-        let kernels = self.kernels;
-        crate::config::scoped(&kernels, || self.run(plan)).map_err(|e| RefError::Backend(e.to_string()))
+        self.run(plan).map_err(|e| RefError::Backend(e.to_string()))
     }
     fn name(&self) -> String {
         format!("{}-{}+mxfp4-experts", self.model.backend, self.model.dtype.name())
@@ -158,8 +156,7 @@ impl ModelRunner for GptOssRunner {
         self.graphs.ahead_line()
     }
     fn prepare_decode(&mut self, rows: usize, max_len: usize, sampled: bool) -> reference::Result<usize> {
-        let kernels = self.kernels;
-        crate::config::scoped(&kernels, || graphs::prepare(self, rows, max_len, !sampled)).map_err(|e| RefError::Backend(e.to_string()))
+        graphs::prepare(self, rows, max_len, !sampled).map_err(|e| RefError::Backend(e.to_string()))
     }
     fn status(&self) -> Option<String> {
         let graphs = match self.graphs.refused() {

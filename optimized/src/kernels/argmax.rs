@@ -173,7 +173,7 @@ pub fn argmax_v2<N: Size>(
 /// e.g. made by [`DeviceTensor::from_u32`] or [`DeviceTensor::empty_f32`]), by the version of
 /// the kernel configuration in force (`crate::config`; v2 by default).
 pub fn argmax_into(client: &Client, x: &DeviceTensor, out: &DeviceTensor) -> Result<(), Error> {
-    argmax_into_with(client, x, out, crate::config::current().argmax)
+    argmax_into_with(client, x, out, client.kernels().argmax)
 }
 
 /// [`argmax_into`] by a chosen version.

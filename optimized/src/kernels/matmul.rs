@@ -61,7 +61,7 @@ pub(crate) mod tc_wg_quant_decode;
 pub mod tc_wg_tma;
 pub(crate) mod wgmma;
 use gemv::launch_gemv;
-pub use gemv::{gemv_v1, tuning, GEMV_MAX_T, GEMV_RPG};
+pub use gemv::{gemv_v1, GEMV_MAX_T, GEMV_RPG};
 #[cfg(feature = "lab")]
 pub(crate) use gemv_fuse::store_row;
 pub(crate) use gemv_fuse::{inv_rms, scale_rows, store_row_sums};
@@ -251,7 +251,7 @@ pub fn version_for(t: usize) -> Version {
 pub fn auto_version(client: &Client, t: usize, w: &DeviceTensor) -> Version {
     let k = w.shape.last().copied().unwrap_or(0);
     // The configured crossover (`gemv-rows`) moves steps of more rows to the GEMMs.
-    let v = if t > crate::config::current().gemv_rows { Version::Tiled2 } else { version_for(t) };
+    let v = if t > client.kernels().gemv_rows { Version::Tiled2 } else { version_for(t) };
     match v {
         Version::Tiled2 if tc::dense_applies(client, w.dtype, k) => Version::Tc,
         v => v,
@@ -389,7 +389,7 @@ pub fn linear_glu_as(client: &Client, x: &DeviceTensor, w: &DeviceTensor, out: D
 /// else f32. A producer of x (a norm, a SwiGLU epilogue) writes this type, saving the GEMM its
 /// pass over x (x read as f32, written as 16 bits, read again).
 pub fn x_dtype(client: &Client, t: usize, w: &DeviceTensor) -> Dtype {
-    if crate::config::current().x16_fused && w.dtype != Dtype::F32 && auto_version(client, t, w) == Version::Tc && tc::tma_runs(client, t, w) {
+    if client.kernels().x16_fused && w.dtype != Dtype::F32 && auto_version(client, t, w) == Version::Tc && tc::tma_runs(client, t, w) {
         w.dtype
     } else {
         Dtype::F32

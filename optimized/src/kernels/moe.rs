@@ -268,14 +268,14 @@ pub enum MoeGemm {
 
 /// Whether the GEMM path runs moe gemm v2 (tensor cores) for `w` on `client`'s device now.
 pub fn gemm_on_tensor_cores(client: &Client, w: &MoeWeights) -> bool {
-    w.tc && crate::config::current().moe_gemm == MoeGemm::V2 && gemm_tc::require(client, TcMode::Tensor, w.gate_up.in_dim.max(w.down.in_dim)).is_ok()
+    w.tc && client.kernels().moe_gemm == MoeGemm::V2 && gemm_tc::require(client, TcMode::Tensor, w.gate_up.in_dim.max(w.down.in_dim)).is_ok()
 }
 
 /// Whether the gemv path runs moe gemv v3 (tensor cores) for `w` on `client`'s device now:
 /// a 16-bit model (`w.tc`, which rounds the MoE's inputs to 16 bits on the GEMM path too),
 /// `moe-gemv=v3` (the default) and `mma.sync`.
 pub fn gemv_on_tensor_cores(client: &Client, w: &MoeWeights) -> bool {
-    w.tc && crate::config::current().moe_gemv == MoeGemv::V3 && gemv_tc::require(client, TcMode::Tensor, w.gate_up.in_dim.max(w.down.in_dim)).is_ok()
+    w.tc && client.kernels().moe_gemv == MoeGemv::V3 && gemv_tc::require(client, TcMode::Tensor, w.gate_up.in_dim.max(w.down.in_dim)).is_ok()
 }
 
 /// `x ← x + MoE(h)` for `h [T, C]` (the block's normed input) and `x [T, C]` the residual
@@ -296,7 +296,8 @@ pub fn moe_into(client: &Client, h: &DeviceTensor, w: &MoeWeights, x: &DeviceTen
         gemv::moe_gemv_down_into(client, &a, &routes, &w.down, x)?;
     } else {
         let kernel = gemm_on_tensor_cores(client, w).then_some(TcMode::Tensor);
-        let bm = kernel.map_or(gemm::BM, |mode| gemm_tc::MoeTc::pick(mode, routes.tokens * routes.k, w.gate_up.n_experts).bm());
+        let bm =
+            kernel.map_or(gemm::BM, |mode| gemm_tc::MoeTc::pick(mode, routes.tokens * routes.k, w.gate_up.n_experts, client.kernels().moe_tile).bm());
         let sorted = sort::sort_by_expert(client, &routes, w.gate_up.n_experts, bm)?;
         let a = gemm::moe_gemm_glu(client, h, &sorted, &routes, &w.gate_up, w.limit, w.alpha, kernel)?;
         let y = gemm::moe_gemm_down(client, &a, &sorted, &routes, &w.down, kernel)?;

@@ -78,12 +78,6 @@ impl Mode {
     }
 }
 
-/// The mode of the configuration in force (`crate::config`: the running model's, else the
-/// default, [`Mode::Early`]).
-fn current() -> Mode {
-    crate::config::current().pdl
-}
-
 /// Whether `client`'s device can launch kernels that wait on their predecessor: CUDA with
 /// thread-block clusters (sm_90+, like `griddepcontrol`).
 pub fn supported(client: &Client) -> bool {
@@ -93,7 +87,7 @@ pub fn supported(client: &Client) -> bool {
 /// The mode launchers on `client` use: [`Mode::Off`] where unsupported.
 pub fn mode(client: &Client) -> Mode {
     if supported(client) {
-        current()
+        client.kernels().pdl
     } else {
         Mode::Off
     }

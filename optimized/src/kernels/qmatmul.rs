@@ -222,7 +222,7 @@ pub fn dequant(client: &Client, w: &QWeight) -> Result<DeviceTensor, Error> {
 /// `y [T, out] = x [T, in] · dequant(W)ᵀ` into `y`: gemv (v2 for the tiled order, v1 for
 /// input order) for T ≤ [`QGEMV_MAX_T`], else dequant + tiled GEMM.
 pub fn qlinear_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor) -> Result<(), Error> {
-    qlinear_into_tuned(client, x, w, y, &GemvTune::default_for(w))
+    qlinear_into_tuned(client, x, w, y, &GemvTune::default_for(client, w))
 }
 
 /// How a 4-bit value (mxfp4, Q4) becomes an f32 in gemv v2.
@@ -272,13 +272,13 @@ pub struct GemvTune {
 }
 
 impl GemvTune {
-    /// The defaults for `w` (on the device it was uploaded to).
-    pub fn default_for(w: &QWeight) -> Self {
+    /// The defaults for `w` on `client` (the device it was uploaded to; the launch knobs of
+    /// the client's kernel configuration).
+    pub fn default_for(client: &Client, w: &QWeight) -> Self {
         // The f16 pairs where the probe passed (Q4 too: the mantissa decode measured slower).
         let fp4 = if w.pairs { Fp4Decode::Pairs } else { Fp4Decode::Table };
         let int8 = if w.subnormal { Int8Decode::Subnormal } else { Int8Decode::Magic };
-        // The process's launch knobs (`knobs`: defaults unless an audit set them).
-        let k = knobs::current();
+        let k = knobs::of(client);
         let prefetch = match w.prefetch {
             Prefetch::Async(s) => Prefetch::Async(k.stages_for(w.bytes(), s)),
             p => p,
@@ -295,7 +295,7 @@ pub fn qlinear_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, y: &De
 /// The quantized gemv (T ≤ [`QGEMV_MAX_T`], default choices) with `fuse`'s prologue /
 /// epilogue (see `matmul::gemv_fused_into`).
 pub fn qgemv_fused_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor, fuse: &Fuse) -> Result<(), Error> {
-    qlinear_fused_into_tuned(client, x, w, y, &GemvTune::default_for(w), fuse)
+    qlinear_fused_into_tuned(client, x, w, y, &GemvTune::default_for(client, w), fuse)
 }
 
 /// `y [T, F] = silu(x · Gᵀ) ⊙ (x · Uᵀ)` for a weight from [`QWeight::upload_glu`] (rows
@@ -303,7 +303,7 @@ pub fn qgemv_fused_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &Devi
 /// epilogue (T ≤ [`QGEMV_MAX_T`]), dequant + GEMM + `swiglu_pairs_into` above.
 pub fn qlinear_glu(client: &Client, x: &DeviceTensor, w: &QWeight) -> Result<DeviceTensor, Error> {
     let y = DeviceTensor::empty_f32(client, &[x.shape.first().copied().unwrap_or(0), w.out / 2]);
-    qlinear_fused_into_tuned(client, x, w, &y, &GemvTune::default_for(w), &Fuse::glu())?;
+    qlinear_fused_into_tuned(client, x, w, &y, &GemvTune::default_for(client, w), &Fuse::glu())?;
     Ok(y)
 }
 
@@ -355,7 +355,7 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
     // Above the configured crossover (`qgemv-rows`) an unfused step takes the tensor-core GEMM
     // where it applies; the gemvs take up to QGEMV_MAX_T rows otherwise.
     let unfused = fuse.norm.is_none() && fuse.residual.is_none();
-    let crossover = t > crate::config::current().qgemv_rows && unfused && super::matmul::tc::quant_applies(client, w);
+    let crossover = t > client.kernels().qgemv_rows && unfused && super::matmul::tc::quant_applies(client, w);
     if t > QGEMV_MAX_T || crossover {
         if fuse.norm.is_some() || fuse.residual.is_some() {
             return Err(Error::Shape(format!("qlinear: the fused norm / residual gemv takes T ≤ {QGEMV_MAX_T}, got T = {t}")));
@@ -382,7 +382,7 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
     // Enough unit groups to keep every SM busy (`knobs::GROUPS_PER_SM`). Rows per group stay
     // at `rpg` (each x vector serves that many rows); few rows are split over more planes
     // instead, while each plane keeps ≥ 2 tiles (v2) or each unit ≥ 4 chunks (v1) of its row.
-    let want_groups = hw.num_streaming_multiprocessors.unwrap_or(16) as usize * knobs::current().groups_per_sm;
+    let want_groups = hw.num_streaming_multiprocessors.unwrap_or(16) as usize * knobs::of(client).groups_per_sm;
     let cpr = w.chunks_per_row();
     let tiled = w.layout == QLayout::Tiles;
     let split = match split {

@@ -231,7 +231,7 @@ pub fn seeded_into(
     out: &DeviceTensor,
     scratch: Option<&DeviceTensor>,
 ) -> Result<(), Error> {
-    seeded_with(client, logits, params, penalties, out, crate::config::current().draw, scratch)
+    seeded_with(client, logits, params, penalties, out, client.kernels().draw, scratch)
 }
 
 /// How many cubes the split launch gives each of `rows` rows of `v` logits on `client` (1: the
@@ -269,7 +269,7 @@ pub fn split_scratch_ready(words: &[u32]) -> bool {
 /// before its first launch and leaves it after each), where the configuration and the device
 /// take the split launch for that many rows; `None` elsewhere.
 pub fn split_scratch(client: &Client, rows: usize) -> Result<Option<DeviceTensor>, Error> {
-    if crate::config::current().draw != Launch::Split || !matches!(split_cubes(client, rows, 32 * split::MIN_SLICE), Ok(c) if c >= 2) {
+    if client.kernels().draw != Launch::Split || !matches!(split_cubes(client, rows, 32 * split::MIN_SLICE), Ok(c) if c >= 2) {
         return Ok(None);
     }
     DeviceTensor::from_u32(client, &vec![0; rows * split::ROW_WORDS], &[rows, split::ROW_WORDS]).map(Some)

@@ -169,10 +169,12 @@ impl GpuModel {
     /// Upload every tensor of `cfg` from `src` (matrices as `dtype`, norms as f32) and allocate
     /// a KV cache of `capacity` positions (at most the context length).
     pub fn load(client: Client, backend: Backend, src: &mut dyn TensorSource, cfg: &Config, dtype: Dtype, capacity: usize) -> Result<Self, Error> {
-        Self::load_with(client, backend, src, cfg, dtype, capacity, AttentionImpl::default())
+        let attention = client.kernels().attention;
+        Self::load_with(client, backend, src, cfg, dtype, capacity, attention)
     }
 
-    /// [`GpuModel::load`] with a choice of KV cache and attention.
+    /// [`GpuModel::load`] with a choice of KV cache and attention (every other kernel choice:
+    /// the client's).
     pub fn load_with(
         client: Client,
         backend: Backend,
@@ -182,7 +184,7 @@ impl GpuModel {
         capacity: usize,
         attention: AttentionImpl,
     ) -> Result<Self, Error> {
-        let kernels = crate::config::KernelConfig { attention, ..Default::default() };
+        let kernels = crate::config::KernelConfig { attention, ..*client.kernels() };
         Self::load_observed(client, backend, src, cfg, dtype, capacity, &kernels, &mut |_, _| {})
     }
 
@@ -204,6 +206,8 @@ impl GpuModel {
             return Err(Error::Unsupported(format!("{} weights: the {} device has no {} arithmetic", dtype.name(), backend, dtype.name())));
         }
         use crate::config::{Int8Decoding, QgemvOrder};
+        // Every launch of this model, its uploads included, makes the configuration's choices.
+        let client = client.with_kernels(kernels.for_hidden(cfg.hidden));
         let int8_magic = kernels.int8_decode == Int8Decoding::Magic;
         let prefetch = kernels.prefetch;
         let mma_order = kernels.qgemv == QgemvOrder::V4;
@@ -290,7 +294,6 @@ impl GpuModel {
             weight_bytes: bytes,
             stream_bytes,
             quant,
-            kernels: kernels.for_hidden(cfg.hidden),
             graph: None,
             ahead: None,
             graph_refused: None,

@@ -440,7 +440,7 @@ pub(crate) fn try_step<R: GraphStep>(r: &mut R, plan: &StepPlan) -> Result<Optio
     // waits for the copy's fence (`graph::step`).
     let read = c.read_async(vec![out.handle.clone()]);
     let t_read = std::time::Instant::now();
-    let next = if plan.continues && crate::config::current().ahead { launch_ahead(r, &x)? } else { None };
+    let next = if plan.continues && r.client().kernels().ahead { launch_ahead(r, &x)? } else { None };
     let t_wait = std::time::Instant::now();
     let bytes = cubecl::future::block_on(read)?;
     let waited = t_wait.elapsed();
@@ -533,7 +533,7 @@ fn capture<R: GraphStep>(r: &mut R, x: &Inputs) -> Result<Option<DeviceTensor>, 
         r.graphs().refused = Some(format!("graph_prepare: {e}"));
         return Ok(None);
     }
-    let advance = crate::config::current().advance_device;
+    let advance = c.kernels().advance_device;
     if let Err(e) = launches(r, &bufs, b, x.key.greedy, advance) {
         let _ = c.stop_capture();
         return Err(e);

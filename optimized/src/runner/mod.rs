@@ -72,7 +72,7 @@ impl GpuRunner {
         }
         let (k, v) = crate::kv_cache::pools(&model.client, cfg.n_layers, [rows, cfg.n_kv_heads, cfg.head_dim], model.kv_dtype)?;
         let rope = rope::RopeTable::new(&model.client, cfg.max_ctx, cfg.head_dim, cfg.rope_theta)?;
-        let graphs = graphs::Graphs::new(model.kernels.graphs);
+        let graphs = graphs::Graphs::new(model.kernels().graphs);
         Ok(GpuRunner { info: ModelInfo::of(cfg), layout: KvLayout { block_size, num_blocks }, k, v, rope, model, graphs })
     }
 
@@ -187,15 +187,13 @@ impl ModelRunner for GpuRunner {
     }
     fn step(&mut self, plan: &StepPlan) -> reference::Result<Vec<SeqResult>> {
         validate_plan(plan, &self.info, self.layout)?;
-        let kernels = self.model.kernels;
-        crate::config::scoped(&kernels, || self.run(plan)).map_err(to_ref)
+        self.run(plan).map_err(to_ref)
     }
     fn steps_ahead(&self) -> Option<String> {
         self.graphs.ahead_line()
     }
     fn prepare_decode(&mut self, rows: usize, max_len: usize, sampled: bool) -> reference::Result<usize> {
-        let kernels = self.model.kernels;
-        crate::config::scoped(&kernels, || graphs::prepare(self, rows, max_len, !sampled)).map_err(to_ref)
+        graphs::prepare(self, rows, max_len, !sampled).map_err(to_ref)
     }
     fn status(&self) -> Option<String> {
         Some(match self.graphs.refused() {

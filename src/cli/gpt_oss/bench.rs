@@ -39,6 +39,15 @@ pub fn run(a: &BenchArgs) -> Result<()> {
     if longest > opened.config.max_ctx {
         return Err(CliError::Usage(format!("prompt + decode tokens reach {longest}, past the context {}", opened.config.max_ctx)));
     }
+    let base = a.model.kernel_config()?;
+    let sweep: Vec<optimized::KernelConfig> = match &a.sweep {
+        Some(s) => {
+            s.split(';').map(|k| optimized::KernelConfig::parse(k).map_err(|e| CliError::Usage(format!("--sweep: {e}")))).collect::<Result<_>>()?
+        }
+        None => vec![base],
+    };
+    // A runner launches with the kernel choices it was made with: one runner per swept config.
+    opened.kernels = sweep.first().copied().unwrap_or(base);
     let mut runner = opened.runner(a.model.device, a.model.dtype.as_deref(), longest)?;
     let (vocab, name) = (runner.info().vocab as u32, runner.name());
     let blocks = blocks_for(longest);
@@ -53,49 +62,39 @@ pub fn run(a: &BenchArgs) -> Result<()> {
         hardware: super::super::results::hardware(backend),
     };
     let mut rows = vec![];
-    let base = a.model.kernel_config()?;
-    let sweep: Vec<optimized::KernelConfig> = match &a.sweep {
-        Some(s) => {
-            s.split(';').map(|k| optimized::KernelConfig::parse(k).map_err(|e| CliError::Usage(format!("--sweep: {e}")))).collect::<Result<_>>()?
-        }
-        None => vec![base],
-    };
-    for cfg in &sweep {
+    for (i, cfg) in sweep.iter().enumerate() {
         if sweep.len() > 1 {
             println!("kernels {}", cfg.name());
         }
-        optimized::config::scoped(cfg, || -> Result<()> {
-            for &len in &lens {
-                let prompt: Vec<u32> = (0..len as u32).map(|i| (i * 7919 + 13) % vocab).collect();
-                let (mut ttft, mut tps) = (vec![], vec![]);
-                for _ in 0..reps {
-                    let t0 = Instant::now();
-                    let r = runner.step(&one_seq(&prompt, 0, &blocks, 1, &greedy, false))?;
-                    ttft.push(t0.elapsed().as_secs_f64());
-                    let mut next = r.first().and_then(|r| r.tokens.first().copied()).ok_or_else(|| CliError::Gpu("prefill drew no token".into()))?;
-                    let t1 = Instant::now();
-                    for i in 0..decode {
-                        let step = [next];
-                        let r = runner.step(&one_seq(&step, len + i, &blocks, 1, &greedy, false))?;
-                        next =
-                            r.first().and_then(|r| r.tokens.first().copied()).ok_or_else(|| CliError::Gpu("a decode step drew no token".into()))?;
-                    }
-                    tps.push(decode as f64 / t1.elapsed().as_secs_f64().max(1e-9));
+        if i > 0 {
+            opened.kernels = *cfg;
+            // One model on the device at a time.
+            drop(runner);
+            runner = opened.runner(a.model.device, a.model.dtype.as_deref(), longest)?;
+        }
+        for &len in &lens {
+            let prompt: Vec<u32> = (0..len as u32).map(|i| (i * 7919 + 13) % vocab).collect();
+            let (mut ttft, mut tps) = (vec![], vec![]);
+            for _ in 0..reps {
+                let t0 = Instant::now();
+                let r = runner.step(&one_seq(&prompt, 0, &blocks, 1, &greedy, false))?;
+                ttft.push(t0.elapsed().as_secs_f64());
+                let mut next = r.first().and_then(|r| r.tokens.first().copied()).ok_or_else(|| CliError::Gpu("prefill drew no token".into()))?;
+                let t1 = Instant::now();
+                for i in 0..decode {
+                    let step = [next];
+                    let r = runner.step(&one_seq(&step, len + i, &blocks, 1, &greedy, false))?;
+                    next = r.first().and_then(|r| r.tokens.first().copied()).ok_or_else(|| CliError::Gpu("a decode step drew no token".into()))?;
                 }
-                let t = median(ttft);
-                let tps = median(tps);
-                let k = cfg.name();
-                rows.push(info.row(json!({"kernels": k, "prompt": len}), "prefill_tokens_per_s", len as f64 / t.max(1e-9), "tokens/s", None, None));
-                rows.push(info.row(json!({"kernels": k, "prompt": len, "decode": decode}), "decode_tokens_per_s", tps, "tokens/s", None, None));
-                println!(
-                    "prompt {len:>6}: TTFT {:>9.1} ms ({:>9.1} tokens/s prefill); decode {:>8.1} tokens/s",
-                    t * 1e3,
-                    len as f64 / t.max(1e-9),
-                    tps
-                );
+                tps.push(decode as f64 / t1.elapsed().as_secs_f64().max(1e-9));
             }
-            Ok(())
-        })?;
+            let t = median(ttft);
+            let tps = median(tps);
+            let k = cfg.name();
+            rows.push(info.row(json!({"kernels": k, "prompt": len}), "prefill_tokens_per_s", len as f64 / t.max(1e-9), "tokens/s", None, None));
+            rows.push(info.row(json!({"kernels": k, "prompt": len, "decode": decode}), "decode_tokens_per_s", tps, "tokens/s", None, None));
+            println!("prompt {len:>6}: TTFT {:>9.1} ms ({:>9.1} tokens/s prefill); decode {:>8.1} tokens/s", t * 1e3, len as f64 / t.max(1e-9), tps);
+        }
     }
     if let Some(p) = &a.json_out {
         super::super::results::append(p, &rows)?;

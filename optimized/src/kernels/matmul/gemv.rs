@@ -33,16 +33,6 @@ pub const GEMV_RPG: u32 = 2;
 /// Split a gemv row over more planes only while each unit keeps this many vectors.
 const GEMV_MIN_VECS: usize = 2;
 
-/// Benchmark-only overrides of the gemv launch parameters, process-wide (0 = the default
-/// choice): planes per group, rows per group, groups per cube. Not for production use.
-#[doc(hidden)]
-pub mod tuning {
-    use std::sync::atomic::AtomicU32;
-    pub static SPLIT: AtomicU32 = AtomicU32::new(0);
-    pub static RPG: AtomicU32 = AtomicU32::new(0);
-    pub static ROWS: AtomicU32 = AtomicU32::new(0);
-}
-
 /// gemv v1. `x`: [tn, kv] vectors, `w`: [n_out, kv] vectors, `y`: [tn, n_out] f32 (with
 /// `glu`: [tn, n_out / 2], see [`store_row_sums`]).
 /// Cube dim (group, groups): unit (lane, g) of cube c works on output rows
@@ -244,12 +234,7 @@ pub(crate) fn launch_gemv<W: Float>(
     let max_units = hw.max_units_per_cube.min(hw.max_cube_dim.0.max(1) * hw.max_cube_dim.1.max(1));
     let vec = gemv_vector_size(client, d.n_in, std::mem::size_of::<W>());
     let kv = d.n_in / vec;
-    use std::sync::atomic::Ordering::Relaxed;
-    let knob = |a: &std::sync::atomic::AtomicU32, default: u32| match a.load(Relaxed) {
-        0 => default,
-        v => v,
-    };
-    let rpg = knob(&tuning::RPG, GEMV_RPG).max(1) as usize;
+    let rpg = GEMV_RPG as usize;
     // A (gate, up) pair of rows is reduced by one group.
     let rpg = if glu { rpg.next_multiple_of(2) } else { rpg };
     let n_groups = d.n_out.div_ceil(rpg);
@@ -266,10 +251,10 @@ pub(crate) fn launch_gemv<W: Float>(
         {
             split *= 2;
         }
-        split = knob(&tuning::SPLIT, split);
+        split = client.kernels().gemv_split.unwrap_or(split);
     }
     let group = if plane { plane_size * split } else { prev_pow2(GEMV_GROUP_SHARED.min(hw.max_cube_dim.0).min(max_units)) };
-    let groups_pref = knob(&tuning::ROWS, (GEMV_UNITS / group).max(1));
+    let groups_pref = (GEMV_UNITS / group).max(1);
     let mut groups = prev_pow2(groups_pref.min(max_units / group.max(1)).min(hw.max_cube_dim.1).max(1));
     if let Some(sms) = hw.num_streaming_multiprocessors {
         while groups > 1 && n_groups.div_ceil(groups as usize) < 2 * sms as usize {

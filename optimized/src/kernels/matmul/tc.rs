@@ -274,14 +274,14 @@ pub(crate) fn target(client: &Client, g: &Grid, y: &DeviceTensor, m: usize, n: u
 /// `WG_MIN_ROWS` (their tiles are 64 rows and more: at 8 / 32 rows tc v1's 32-row tiles win —
 /// TinyLlama batched decode 4,492 vs 3,745 and 14,480 vs 12,635 tokens/s against tc v2, H200).
 fn wg_runs(client: &Client, t: usize, w: &DeviceTensor) -> bool {
-    t > WG_MIN_ROWS && crate::config::current().gemm != crate::config::Gemm::Mma && super::tc_wg::require(client, w.dtype).is_ok()
+    t > WG_MIN_ROWS && client.kernels().gemm != crate::config::Gemm::Mma && super::tc_wg::require(client, w.dtype).is_ok()
 }
 
 /// Whether [`linear_into`] of `t` rows over the dense `w` (no forced tile, on the tensor cores)
 /// runs tc v4, which reads x and writes y in `w`'s 16-bit type as readily as in f32.
 pub(crate) fn tma_runs(client: &Client, t: usize, w: &DeviceTensor) -> bool {
     let [n, k] = w.shape[..] else { return false };
-    wg_runs(client, t, w) && k % 8 == 0 && super::tc_wg::WgConfig::pick(t, n, k, sms(client)).tma
+    wg_runs(client, t, w) && k % 8 == 0 && super::tc_wg::WgConfig::pick(t, n, k, sms(client), client.kernels().gemm).tma
 }
 
 /// Split-K's sum of the parts into y (scales with `col_scale`, SwiGLU with `glu`).
@@ -431,7 +431,7 @@ pub fn qlinear_into(
     if cfg.is_none()
         && mode == TcMode::Tensor
         && t > WG_MIN_ROWS
-        && crate::config::current().qgemm != crate::config::QGemm::Mma
+        && client.kernels().qgemm != crate::config::QGemm::Mma
         && super::tc_wg_quant::refusal(w).is_none()
         && super::tc_wg::require(client, Dtype::BF16).is_ok()
     {

@@ -141,9 +141,9 @@ impl WgConfig {
     /// 128-row tiles at the 128-sequence shapes: 128 × 2560 × 2048 68 vs 58, 128 × 2048 × 2048
     /// 61 vs 48, 128 × 2048 × 5632 101 vs 90 (2 slices), 128 × 6144 × 4096 217 vs 178 (2
     /// slices), 128 × 4096 × 14336 279 (2 slices) vs 265 (4).
-    /// Called directly (benches) under `gemm=mma`, it picks tc v3's tile.
-    pub fn pick(m: usize, n: usize, k: usize, sms: usize) -> Self {
-        let gemm = crate::config::current().gemm;
+    /// `gemm` is the configuration's choice (`Gemm::Mma`, from a bench calling this directly,
+    /// picks tc v3's tile).
+    pub fn pick(m: usize, n: usize, k: usize, sms: usize, gemm: Gemm) -> Self {
         #[cfg(feature = "lab")]
         if gemm == Gemm::WgmmaV2 {
             return crate::kernels::lab::tc_wg_v2::pick(m, n, k, sms);
@@ -192,7 +192,7 @@ pub fn linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &Devi
     if k % 8 != 0 {
         return Err(Error::Unsupported(format!("tc v2 copies W rows in 16-byte chunks: in = {k} (w {:?}) is not a multiple of 8", w.shape)));
     }
-    let cfg = cfg.unwrap_or_else(|| WgConfig::pick(t, n, k, sms(client)));
+    let cfg = cfg.unwrap_or_else(|| WgConfig::pick(t, n, k, sms(client), client.kernels().gemm));
     if cfg.tma {
         return super::tc_wg_tma::linear_into(client, x, w, y, glu, cfg);
     }
@@ -541,16 +541,16 @@ mod tests {
     fn pick_follows_the_sweep() {
         // tc v4 (the default): 256-row tiles where they cover ⅔ of the SMs, 64-row tiles where
         // 128-row ones fill at most half of them (or M ≤ 64), else 128 rows at 6 stages.
-        assert_eq!(WgConfig::pick(2048, 14336, 4096, 132), WgConfig::M2T4);
-        assert_eq!(WgConfig::pick(512, 28672, 4096, 132), WgConfig::M2T4);
-        assert_eq!(WgConfig::pick(512, 6144, 4096, 132), WgConfig::M2T4);
-        assert_eq!(WgConfig::pick(512, 4096, 14336, 132), WgConfig::T6);
-        assert_eq!(WgConfig::pick(128, 2560, 2048, 132), WgConfig::H6);
-        assert_eq!(WgConfig::pick(128, 6144, 4096, 132), WgConfig::H6);
-        assert_eq!(WgConfig::pick(128, 2048, 5632, 132), WgConfig::H6);
-        assert_eq!(WgConfig::pick(128, 4096, 14336, 132), WgConfig::H6.with_splits(2));
-        assert_eq!(WgConfig::pick(128, 28672, 4096, 132), WgConfig::T6);
-        assert_eq!(WgConfig::pick(512, 2048, 5632, 132), WgConfig::H6);
-        assert_eq!(WgConfig::pick(64, 28672, 4096, 132), WgConfig::H6);
+        assert_eq!(WgConfig::pick(2048, 14336, 4096, 132, Gemm::Tma), WgConfig::M2T4);
+        assert_eq!(WgConfig::pick(512, 28672, 4096, 132, Gemm::Tma), WgConfig::M2T4);
+        assert_eq!(WgConfig::pick(512, 6144, 4096, 132, Gemm::Tma), WgConfig::M2T4);
+        assert_eq!(WgConfig::pick(512, 4096, 14336, 132, Gemm::Tma), WgConfig::T6);
+        assert_eq!(WgConfig::pick(128, 2560, 2048, 132, Gemm::Tma), WgConfig::H6);
+        assert_eq!(WgConfig::pick(128, 6144, 4096, 132, Gemm::Tma), WgConfig::H6);
+        assert_eq!(WgConfig::pick(128, 2048, 5632, 132, Gemm::Tma), WgConfig::H6);
+        assert_eq!(WgConfig::pick(128, 4096, 14336, 132, Gemm::Tma), WgConfig::H6.with_splits(2));
+        assert_eq!(WgConfig::pick(128, 28672, 4096, 132, Gemm::Tma), WgConfig::T6);
+        assert_eq!(WgConfig::pick(512, 2048, 5632, 132, Gemm::Tma), WgConfig::H6);
+        assert_eq!(WgConfig::pick(64, 28672, 4096, 132, Gemm::Tma), WgConfig::H6);
     }
 }

@@ -118,9 +118,9 @@ fn cube_bytes(stages: usize, cpb: usize) -> usize {
 /// ≤ two cubes per SM and ≥ 32 k-blocks a slice (H200, `tandem bench --kernel matmul
 /// --shapes … --formats int8-g32,int8,mxfp4`, TFLOP/s: 512 × 4096 × 14336 int8-g32 238 at 2
 /// slices vs 189 unsplit; 128 × 11264 × 2048 int8 148 unsplit vs 128 at 3).
-pub fn pick(m: usize, n: usize, k: usize, sms: usize) -> WgConfig {
+pub fn pick(m: usize, n: usize, k: usize, sms: usize, qgemm: crate::config::QGemm) -> WgConfig {
     let sms = sms.max(1);
-    if crate::config::current().qgemm == crate::config::QGemm::Tma {
+    if qgemm == crate::config::QGemm::Tma {
         let tiles = m.div_ceil(WG_BM) * n.div_ceil(WG_BN);
         return WgConfig::T4.with_splits(splits_with(tiles, k.div_ceil(BK), sms, 32));
     }
@@ -145,7 +145,7 @@ pub fn qlinear_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTe
     }
     let t = quant_dims("tc v3", x, w, y, glu)?;
     super::tc_wg::require(client, Dtype::BF16)?;
-    let cfg = cfg.unwrap_or_else(|| pick(t, n, k, sms(client)));
+    let cfg = cfg.unwrap_or_else(|| pick(t, n, k, sms(client), client.kernels().qgemm));
     if cfg.tma {
         return crate::kernels::lab::tc_wg_quant_tma_into(client, x, w, y, glu, Some(cfg));
     }
@@ -436,11 +436,11 @@ mod tests {
     #[test]
     fn pick_follows_the_sweep() {
         let s3 = WgConfig::F4.with_stages(3);
-        assert_eq!(pick(512, 14336, 4096, 132), s3);
-        assert_eq!(pick(512, 5632, 2048, 132), s3);
-        assert_eq!(pick(512, 4096, 14336, 132), s3.with_splits(2));
-        assert_eq!(pick(128, 11264, 2048, 132), s3);
-        assert_eq!(pick(128, 4096, 14336, 132), s3.with_splits(7));
-        assert_eq!(pick(9, 64, 64, 132).splits, 1);
+        assert_eq!(pick(512, 14336, 4096, 132, crate::config::KernelConfig::default().qgemm), s3);
+        assert_eq!(pick(512, 5632, 2048, 132, crate::config::KernelConfig::default().qgemm), s3);
+        assert_eq!(pick(512, 4096, 14336, 132, crate::config::KernelConfig::default().qgemm), s3.with_splits(2));
+        assert_eq!(pick(128, 11264, 2048, 132, crate::config::KernelConfig::default().qgemm), s3);
+        assert_eq!(pick(128, 4096, 14336, 132, crate::config::KernelConfig::default().qgemm), s3.with_splits(7));
+        assert_eq!(pick(9, 64, 64, 132, crate::config::KernelConfig::default().qgemm).splits, 1);
     }
 }

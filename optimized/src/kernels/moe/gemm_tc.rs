@@ -56,13 +56,13 @@ impl MoeTc {
 
     /// The tile for `pairs` (token, expert) pairs over `n_exp` experts: 16 rows where the
     /// experts average at most 16 pairs, else 64 — unless `moe-tile=` (the kernel
-    /// configuration) names one.
-    pub fn pick(mode: TcMode, pairs: usize, n_exp: usize) -> Self {
-        Self::of_rows(mode, if pairs <= 16 * n_exp.max(1) { 16 } else { 64 }, true)
+    /// configuration, passed as `tile`) names one.
+    pub fn pick(mode: TcMode, pairs: usize, n_exp: usize, tile: Option<Self>) -> Self {
+        Self::of_rows(mode, if pairs <= 16 * n_exp.max(1) { 16 } else { 64 }, true, tile)
     }
     /// The tile of `bm` rows in `mode` (the sort's padding tells the launch which it sorted for).
-    fn for_rows(mode: TcMode, bm: usize) -> Result<Self, Error> {
-        let t = Self::of_rows(mode, bm, false);
+    fn for_rows(mode: TcMode, bm: usize, tile: Option<Self>) -> Result<Self, Error> {
+        let t = Self::of_rows(mode, bm, false, tile);
         if t.bm() != bm {
             return Err(Error::Shape(format!("moe gemm v2: pairs sorted in tiles of {bm} rows; its tiles take {}", t.bm())));
         }
@@ -70,8 +70,8 @@ impl MoeTc {
     }
     /// The `moe-tile=` override on the tensor cores (any rows when `any`, else only one of
     /// `bm` rows), else the mode's preset of 16 rows (`bm` = 16) or 64.
-    fn of_rows(mode: TcMode, bm: usize, any: bool) -> Self {
-        match (mode, crate::config::current().moe_tile) {
+    fn of_rows(mode: TcMode, bm: usize, any: bool, tile: Option<Self>) -> Self {
+        match (mode, tile) {
             (TcMode::Tensor, Some(t)) if any || t.bm() == bm => t,
             (TcMode::Tensor, _) if bm == 16 => Self::TENSOR16,
             (TcMode::Tensor, _) => Self::TENSOR,
@@ -118,7 +118,8 @@ impl MoeTc {
 pub fn require(client: &Client, mode: TcMode, k: usize) -> Result<Dtype, Error> {
     let e = tc::quant_dtype(client, mode);
     tc::require(client, e, mode)?;
-    for cfg in [MoeTc::pick(mode, 1, 1), MoeTc::pick(mode, usize::MAX, 1)] {
+    let tile = client.kernels().moe_tile;
+    for cfg in [MoeTc::pick(mode, 1, 1, tile), MoeTc::pick(mode, usize::MAX, 1, tile)] {
         fits(client, &cfg, k, mode)?;
     }
     Ok(e)
@@ -454,7 +455,7 @@ pub(super) fn launch(
 ) -> Result<(), Error> {
     let e = tc::quant_dtype(client, mode);
     tc::require(client, e, mode)?;
-    let cfg = MoeTc::for_rows(mode, sorted.bm)?;
+    let cfg = MoeTc::for_rows(mode, sorted.bm, client.kernels().moe_tile)?;
     fits(client, &cfg, w.in_dim, mode)?;
     if !w.in_dim.is_multiple_of(32) {
         return Err(Error::Shape(format!("{op}: input width {} is not whole MXFP4 blocks of 32", w.in_dim)));

@@ -481,7 +481,7 @@ pub fn moe_gemv_v2<N: Size>(
 /// row (and the reductions) fit in a cube's shared memory on `client`'s device.
 fn v2_runs(client: &Client, w: &Mxfp4Experts) -> bool {
     let hw = &client.properties().hardware;
-    crate::config::current().moe_gemv != MoeGemv::V1 && w.in_dim % 32 == 0 && (w.in_dim + 16 + GROUP * GROUPS) * 4 + 1024 <= hw.max_shared_memory_size
+    client.kernels().moe_gemv != MoeGemv::V1 && w.in_dim % 32 == 0 && (w.in_dim + 16 + GROUP * GROUPS) * 4 + 1024 <= hw.max_shared_memory_size
 }
 
 /// One moe gemv v2 launch over `items` pairs into `y` (module doc of [`moe_gemv_v2`]).

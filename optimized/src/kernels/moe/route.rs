@@ -347,7 +347,7 @@ pub fn route_tokens(client: &Client, h: &DeviceTensor, w: &MoeWeights) -> Result
         return Ok(routes);
     }
     let plane = crate::kernels::uniform_plane_size(client) == Some(GROUP as u32);
-    if crate::config::current().moe_route == RouteVersion::V3
+    if client.kernels().moe_route == RouteVersion::V3
         && v3_supported(client)
         && w.arrivals.numel() >= t
         && (GROUP * V3_PLANES) as u32 <= hw.max_units_per_cube

@@ -13,7 +13,7 @@
 //! - `default`: all three at their defaults.
 
 use super::v5::MAX_STAGES;
-use crate::Error;
+use crate::{Client, Error};
 
 /// Unit groups per SM the gemv's planes-per-row choice aims at (~16 per SM; ncu on an H100
 /// showed 0.68 waves and 39% achieved occupancy for 4096×14336 int8 with v1, but ~48 per SM
@@ -106,10 +106,9 @@ impl Knobs {
     }
 }
 
-/// The knobs of the configuration in force (`crate::config`: the running model's, else the
-/// defaults).
-pub fn current() -> Knobs {
-    crate::config::current().launch
+/// The knobs launches on `client` use (its kernel configuration's).
+pub fn of(client: &Client) -> Knobs {
+    client.kernels().launch
 }
 
 #[cfg(test)]

@@ -184,6 +184,8 @@ fn gpu_devices_refuse_spec_models_in_one_line() {
     fails(&["logits", "--model", &q, "--device", "cuda", "--ids", "1,2"], 2, &words);
     fails(&["serve", "--model", &q, "--device", "wgpu", "--port", "0"], 2, &words);
     fails(&["bench", "--model", &q, "--device", "wgpu"], 2, &words);
+    fails(&["bench", "--model", &q, "--device", "wgpu", "--batches", "1"], 2, &words);
+    fails(&["audit", "--model", &q, "--device", "wgpu"], 2, &words);
     // The HF directories have no tokenizer.json: ids.
     let hf = fixture("gemma3");
     fails(&["logits", "--model", hf.to_str().unwrap(), "--device", "wgpu", "--ids", "1,2"], 2, &["gemma3_text:", "GPU path"]);

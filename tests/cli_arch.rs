@@ -211,6 +211,27 @@ fn llama_only_commands_name_the_architecture() {
     fails(&["quantize", "--model", &q, "--format", "int8", "--out", out.to_str().unwrap()], 2, &["qwen3 model", "llama-family"]);
 }
 
+const TEMPLATE: &str = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}";
+
+/// An HF directory of a spec model with tokenizer.json and tokenizer_config.json's template
+/// chats as its GGUF with the same template does (same weights, tokenizer and prompt).
+#[test]
+fn hf_dir_tokenizer_and_chat_template_are_read() {
+    let dir = tmp("qwen3-hf");
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(fixture("qwen3").join(f), dir.join(f)).unwrap();
+    }
+    Tokenizer::from_gguf(&GgufFile::open(gguf("qwen3")).unwrap()).unwrap().save(dir.join("tokenizer.json")).unwrap();
+    std::fs::write(dir.join("tokenizer_config.json"), json!({"chat_template": TEMPLATE}).to_string()).unwrap();
+    let model = tmp("qwen3-hf-chat.gguf");
+    with_chat_template(&PathBuf::from(gguf("qwen3")), &model, TEMPLATE);
+    let run = |m: &Path| ok(&["generate", "--model", m.to_str().unwrap(), "--device", "cpu", "--chat", "Hi", "--max-tokens", "6"]).0;
+    let (hf, g) = (run(&dir), run(&model));
+    assert!(!hf.trim().is_empty(), "a reply");
+    assert_eq!(hf, g, "HF directory vs GGUF, the same chat");
+}
+
 /// A copy of the GGUF at `src` with `tokenizer.chat_template` set to `tmpl`.
 fn with_chat_template(src: &Path, dst: &Path, tmpl: &str) {
     let g = GgufFile::open(src).unwrap();
@@ -288,8 +309,7 @@ fn serve(model: &Path) -> Served {
 #[test]
 fn serve_qwen3_completions_and_chat() {
     let model = tmp("qwen3-chat.gguf");
-    let tmpl = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}";
-    with_chat_template(&PathBuf::from(gguf("qwen3")), &model, tmpl);
+    with_chat_template(&PathBuf::from(gguf("qwen3")), &model, TEMPLATE);
     let s = serve(&model);
     let (code, body) = http(s.port, "POST", "/v1/completions", Some(&json!({"model": "qwen3-chat", "prompt": "Hello there", "max_tokens": 5})));
     assert_eq!(code, 200, "/v1/completions: {body}");

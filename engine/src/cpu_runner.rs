@@ -8,6 +8,7 @@
 //! by construction here — which is what makes "batched equals sequential" checkable on the GPU.
 
 use ndarray::{s, Array2, Array3};
+use reference::arch::ArchModel;
 use reference::gpt_oss::GptOssModel;
 use reference::kv_cache::KvCache;
 use reference::{Error, Model, Result, Trace};
@@ -64,6 +65,28 @@ impl RefForward for GptOssModel {
     }
     fn forward(&self, ids: &[u32], cache: &mut KvCache, trace: Option<&mut Trace>) -> Result<Array2<f32>> {
         GptOssModel::forward(self, ids, cache, trace)
+    }
+}
+
+/// Any architecture of `reference::arch` behind the batched engine's CPU runner: its
+/// [`ArchModel::new_cache`] keeps every position of every layer (windows mask by position), so
+/// the prefix gathered from the pools is exactly the cache it expects. Every layer has the
+/// same `[Hkv, D]` (`ModelSpec::validate`).
+impl RefForward for ArchModel {
+    fn n_layers(&self) -> usize {
+        self.spec.n_layers()
+    }
+    fn n_kv_heads(&self) -> usize {
+        self.spec.layers.first().map_or(1, |l| l.attn.n_kv_heads)
+    }
+    fn head_dim(&self) -> usize {
+        self.spec.layers.first().map_or(1, |l| l.attn.head_dim)
+    }
+    fn info(&self) -> ModelInfo {
+        ModelInfo::of_spec(&self.spec)
+    }
+    fn forward(&self, ids: &[u32], cache: &mut KvCache, trace: Option<&mut Trace>) -> Result<Array2<f32>> {
+        ArchModel::forward(self, ids, cache, trace)
     }
 }
 

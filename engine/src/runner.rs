@@ -11,6 +11,7 @@
 //!
 //! [`BlockManager`]: crate::kv_blocks::BlockManager
 
+use reference::arch::ModelSpec;
 use reference::{Config, Error, Result};
 
 use crate::sampling::seeded::TokenCount;
@@ -30,6 +31,13 @@ pub struct ModelInfo {
 impl ModelInfo {
     pub fn of(cfg: &Config) -> Self {
         ModelInfo { vocab: cfg.vocab, max_ctx: cfg.max_ctx, bos_id: cfg.bos_id, eos_id: cfg.eos_id }
+    }
+
+    /// The engine's view of a [`ModelSpec`] (any architecture of `reference::arch`). The engine
+    /// stops on one EOS id, the first of `eos_ids`; front ends add the tokenizer's other
+    /// end-of-generation ids as stop tokens.
+    pub fn of_spec(spec: &ModelSpec) -> Self {
+        ModelInfo { vocab: spec.vocab, max_ctx: spec.max_ctx, bos_id: spec.bos_id, eos_id: spec.eos_ids.first().copied() }
     }
 }
 

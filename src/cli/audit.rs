@@ -181,8 +181,10 @@ struct Row {
 
 pub fn run(a: AuditArgs) -> Result<()> {
     let backend = resolve(a.model.device).ok_or_else(|| CliError::Usage("tandem audit needs a GPU device (--device cuda|wgpu)".into()))?;
-    let client = optimized::client(backend)?;
     let mut opened = a.model.open()?;
+    // A model the GPU path does not run is refused before the device opens.
+    opened.check_device(a.model.device)?;
+    let client = optimized::client(backend)?;
     // Quantized weights are compared against their exact dequantized values: the dense ones
     // (embeddings) then stay f32 too, so nothing else is rounded.
     let dtype = match a.model.weights {

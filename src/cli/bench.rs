@@ -257,6 +257,10 @@ pub fn run(a: BenchArgs) -> Result<()> {
         let batches = a.batches.as_deref().map(|s| usize_list(s, "--batches")).transpose()?;
         return super::bench_attn::run(b, &cfg, &gate, a.reps, kv_lens, batches);
     }
+    // A spec model on a GPU is refused before the gate opens the device.
+    if backend.is_some() && super::source::spec::wants(&a.model) {
+        a.model.open()?.check_device(a.model.device)?;
+    }
     let gate = match backend {
         Some(b) => conformance_gate(b)?,
         None => "cpu reference: ground truth, no gate".to_string(),

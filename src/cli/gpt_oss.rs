@@ -26,7 +26,7 @@ pub fn wants(args: &ModelArgs) -> Result<bool> {
 pub fn parts(o: &mut Opened) -> Result<&mut GptOss> {
     match &mut o.arch {
         Arch::GptOss(g) => Ok(g),
-        Arch::Llama => Err(CliError::Usage(format!("{} is not a GPT-OSS model", o.label))),
+        Arch::Llama | Arch::Spec(_) => Err(CliError::Usage(format!("{} is not a GPT-OSS model", o.label))),
     }
 }
 

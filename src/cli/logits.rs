@@ -7,8 +7,8 @@
 use engine::single::{Engine, RefEngine};
 use reference::ops::argmax::argmax;
 
-use super::logits_contract::{print_json, LogitsArgs};
-use super::source::{parse_ids, pick_dtype, resolve};
+use super::logits_contract::{print_json, through_runner, LogitsArgs};
+use super::source::{parse_ids, pick_dtype, resolve, Arch};
 use super::{CliError, Result};
 
 pub fn run(a: LogitsArgs) -> Result<()> {
@@ -40,6 +40,20 @@ pub fn run(a: LogitsArgs) -> Result<()> {
         );
     }
     let k = a.top_k.min(cfg.vocab);
+    let tok = opened.tokenizer.take();
+    let decode = |greedy: &[u32]| -> Result<String> {
+        Ok(match &tok {
+            Some(t) => t.decode(greedy)?,
+            None => String::new(),
+        })
+    };
+    // A spec model: through its batched runner, as GPT-OSS (the CPU reference; a GPU refuses).
+    if matches!(opened.arch, Arch::Spec(_)) {
+        let mut runner = opened.runner(a.model.device, a.model.dtype.as_deref(), ids.len() + a.greedy)?;
+        let (rows, greedy) = through_runner(runner.as_mut(), &ids, a.greedy)?;
+        print_json(&ids, &rows, k, &greedy, &decode(&greedy)?, &runner.name());
+        return Ok(());
+    }
     // Every prompt position's logits, then an engine positioned after the prompt.
     let (rows, mut engine): (Vec<Vec<f32>>, Box<dyn Engine>) = match resolve(a.model.device) {
         None => {
@@ -66,10 +80,6 @@ pub fn run(a: LogitsArgs) -> Result<()> {
             next = engine.step_greedy(&[next])?;
         }
     }
-    let greedy_text = match &opened.tokenizer {
-        Some(t) => t.decode(&greedy)?,
-        None => String::new(),
-    };
-    print_json(&ids, &rows, k, &greedy, &greedy_text, &engine.name());
+    print_json(&ids, &rows, k, &greedy, &decode(&greedy)?, &engine.name());
     Ok(())
 }

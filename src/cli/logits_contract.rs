@@ -1,9 +1,14 @@
-//! The contract of `tandem logits` that the llama and GPT-OSS paths share: its arguments and
-//! the one JSON object it prints (`super::logits`).
+//! The contract of `tandem logits` that the llama, GPT-OSS and spec paths share: its
+//! arguments, the one JSON object it prints (`super::logits`), and the logits through a batched
+//! runner ([`through_runner`]).
 
 use clap::Args;
+use engine::runner::ModelRunner;
+use engine::sampling::SamplingParams;
+use reference::ops::argmax::argmax;
 
-use super::ModelArgs;
+use super::gpt_oss::{blocks_for, one_seq};
+use super::{CliError, ModelArgs, Result};
 
 #[derive(Args, Debug)]
 pub struct LogitsArgs {
@@ -49,4 +54,29 @@ pub fn print_json(ids: &[u32], rows: &[Vec<f32>], k: usize, greedy: &[u32], gree
     println!("{j}");
     // The JSON object is the stable contract: the engine that produced it goes to stderr.
     eprintln!("[{engine}]");
+}
+
+/// Every prompt position's logits and `greedy` greedy tokens after the prompt (not stopping
+/// at EOS), through `runner`: one step over the prompt drawing (greedy) at every position with
+/// its logits, then one-token greedy steps. The runner's pools must hold `ids.len() + greedy`
+/// positions.
+pub fn through_runner(runner: &mut dyn ModelRunner, ids: &[u32], greedy: usize) -> Result<(Vec<Vec<f32>>, Vec<u32>)> {
+    let blocks = blocks_for(ids.len() + greedy);
+    let params = SamplingParams::default();
+    let first = runner.step(&one_seq(ids, 0, &blocks, ids.len(), &params, true))?;
+    let rows: Vec<Vec<f32>> = first.first().map(|r| r.logits.iter().flatten().cloned().collect()).unwrap_or_default();
+    if rows.len() != ids.len() {
+        return Err(CliError::Gpu(format!("{}: {} logits rows for {} prompt positions", runner.name(), rows.len(), ids.len())));
+    }
+    let mut out = vec![];
+    let mut next = rows.last().map(|r| argmax(r)).unwrap_or(0);
+    for i in 0..greedy {
+        out.push(next);
+        if i + 1 < greedy {
+            let step = [next];
+            let r = runner.step(&one_seq(&step, ids.len() + i, &blocks, 1, &params, false))?;
+            next = r.first().and_then(|r| r.tokens.first().copied()).ok_or_else(|| CliError::Gpu("a decode step drew no token".into()))?;
+        }
+    }
+    Ok((rows, out))
 }

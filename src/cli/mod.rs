@@ -234,7 +234,8 @@ pub fn run(cli: Cli) -> Result<()> {
         Cmd::Generate(a) => generate::run(a),
         Cmd::Logits(a) => logits::run(a),
         // `--batches` is the batched engine bench of every model (`bench_batch`).
-        Cmd::Bench(a) if a.batches.is_none() && gpt_oss::wants(&a.model)? => gpt_oss::bench::run(&a),
+        // GPT-OSS and spec models (`source::spec`) bench through their batched runner.
+        Cmd::Bench(a) if a.batches.is_none() && (gpt_oss::wants(&a.model)? || source::spec::wants(&a.model)) => gpt_oss::bench::run(&a),
         Cmd::Bench(a) => bench::run(a),
         Cmd::Conformance(a) => conformance_cmd(a),
         Cmd::Quantize(a) => quantize::run(a),

@@ -121,13 +121,15 @@ pub fn run(a: ServeArgs) -> Result<()> {
     }
     let spec = a.spec.parsed()?;
     let mut opened = a.model.open()?;
+    // Before the server starts: the runner is built on the engine thread.
+    opened.check_device(a.model.device)?;
     let ctx = opened.config.max_ctx;
     let kv = a.kv_tokens.unwrap_or(ctx.max(16384));
     if kv == 0 {
         return Err(CliError::Usage("--kv-tokens must be at least 1".into()));
     }
     // GPT-OSS: o200k_harmony and the harmony chat format (the reply split by channel); the
-    // llama family: its tokenizer and chat template.
+    // llama family and spec models: the file's tokenizer and Jinja chat template.
     // The llama tokenizer also checks a draft model's (`--speculate draft:`).
     let llama_tok = opened.tokenizer.take().map(Arc::new);
     type Text = (Option<Arc<dyn server::TextCodec>>, Option<Arc<dyn server::ChatFormat>>);
@@ -136,7 +138,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
             Some(t) => (Some(Arc::new(engine::harmony::HarmonyDetok(t.clone()))), Some(Arc::new(server::Harmony(t.clone())))),
             None => (None, None),
         },
-        Arch::Llama => {
+        Arch::Llama | Arch::Spec(_) => {
             (llama_tok.clone().map(|t| t as Arc<dyn server::TextCodec>), opened.chat.take().map(|c| Arc::new(c) as Arc<dyn server::ChatFormat>))
         }
     };

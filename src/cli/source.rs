@@ -1,7 +1,10 @@
 //! Choosing and opening a model (`--model PATH`, `--synthetic NAME`, or the default real model)
-//! and the engine that runs it (`--device`, `--dtype`). GPT-OSS opens through [`gpt_oss`].
+//! and the engine that runs it (`--device`, `--dtype`). GPT-OSS opens through [`gpt_oss`],
+//! the other architectures of `reference::arch` that the llama path does not take through
+//! [`spec`].
 
 pub mod gpt_oss;
+pub mod spec;
 
 use std::path::PathBuf;
 
@@ -123,7 +126,7 @@ pub enum Source {
     Quantized(Box<QuantizeOnLoad<Source>>),
     /// Another source whose quantized tensors are only offered dequantized (`--weights dense`).
     Dense(Box<Source>),
-    /// A GPT-OSS model, whose tensors are in [`Opened::arch`]: llama loads get an error.
+    /// A GPT-OSS or spec model, whose tensors are in [`Opened::arch`]: llama loads get an error.
     NotLlama(gpt_oss::NotLlama),
 }
 
@@ -162,6 +165,11 @@ pub enum Arch {
     /// GPT-OSS: its config, tensors and o200k_harmony tokenizer (`Opened::config` is then a
     /// summary of it and `Opened::source` refuses llama loads; see `super::gpt_oss`).
     GptOss(Box<gpt_oss::GptOss>),
+    /// Another architecture of `reference::arch` (a file the llama `Config` refuses but
+    /// `spec_from_hf` / `spec_from_gguf` accept): its spec and tensors (`Opened::config` is a
+    /// summary, `Opened::source` refuses llama loads; tokenizer and chat template are in
+    /// `Opened` as for llama). It runs on the CPU reference (see [`spec`]).
+    Spec(Box<spec::SpecModel>),
 }
 
 /// A model's config, tensors, tokenizer (when it has one) and chat template.
@@ -218,6 +226,12 @@ impl ModelArgs {
                 o.label
             )));
         }
+        if let (Some(scheme), Arch::Spec(s)) = (scheme, &o.arch) {
+            return Err(CliError::Usage(format!(
+                "--weights {scheme}: {} is a {} model, which runs in f32 on the CPU reference (quantized loading is llama-family and GPT-OSS only)",
+                o.label, s.spec.arch
+            )));
+        }
         if self.dense() && matches!(o.arch, Arch::GptOss(_)) {
             return Err(CliError::Usage(format!(
                 "--weights dense: {} is GPT-OSS, whose experts stay MXFP4 (the other weights follow --dtype)",
@@ -269,23 +283,31 @@ impl ModelArgs {
             None => tandem_fetch::default_model(&mut |m| eprintln!("{m}"))?,
         };
         let md = std::fs::metadata(&path).map_err(|e| reference::Error::io(&path, e))?;
-        let (config, source, tokenizer, chat) = if md.is_dir() {
+        let mut label = path.display().to_string();
+        let (config, source, arch, tokenizer, chat) = if md.is_dir() {
             if gpt_oss::dir_is_gpt_oss(&path)? {
                 return gpt_oss::open_hf(&path, self.allow_nonfinite);
             }
-            let config = Config::from_hf_json(&path.join("config.json"))?;
+            let family = spec::family_hf(&path)?;
             let mut st = SafetensorsDir::open(&path)?;
             st.allow_nonfinite = self.allow_nonfinite;
+            let (config, source, arch) = match family {
+                spec::Family::Llama(config) => (config, Source::Hf(st), Arch::Llama),
+                spec::Family::Spec(s) => {
+                    label = spec::label(&path, &s);
+                    spec::parts(s, spec::SpecFiles::Hf(st), &label)
+                }
+            };
             let tj = path.join("tokenizer.json");
             let tok = if tj.exists() { Some(Tokenizer::from_file(&tj)?) } else { None };
-            (config, Source::Hf(st), tok, reference::chat::ChatTemplate::from_hf_dir(&path)?)
+            (config, source, arch, tok, reference::chat::ChatTemplate::from_hf_dir(&path)?)
         } else {
             let mut g = GgufFile::open(&path)?;
             g.allow_nonfinite = self.allow_nonfinite;
             if gpt_oss::gguf_is_gpt_oss(&g) {
                 return gpt_oss::open_gguf(g, &path);
             }
-            let config = Config::from_gguf(&g)?;
+            let family = spec::family_gguf(&g)?;
             // Without tokenizer metadata the model still runs on --ids (like an HF dir
             // without tokenizer.json); a present but broken tokenizer is an error.
             let tok = match g.get("tokenizer.ggml.model") {
@@ -293,7 +315,14 @@ impl ModelArgs {
                 None => None,
             };
             let chat = reference::chat::ChatTemplate::from_gguf(&g)?;
-            (config, Source::Gguf(g), tok, chat)
+            let (config, source, arch) = match family {
+                spec::Family::Llama(config) => (config, Source::Gguf(g), Arch::Llama),
+                spec::Family::Spec(s) => {
+                    label = spec::label(&path, &s);
+                    spec::parts(s, spec::SpecFiles::Gguf(g), &label)
+                }
+            };
+            (config, source, arch, tok, chat)
         };
         if let Some(t) = &tokenizer {
             if t.vocab_size() > config.vocab {
@@ -305,7 +334,7 @@ impl ModelArgs {
                 .into());
             }
         }
-        Ok(Opened { config, source, tokenizer, chat, label: path.display().to_string(), arch: Arch::Llama, kernels: Default::default() })
+        Ok(Opened { config, source, tokenizer, chat, label, arch, kernels: Default::default() })
     }
 }
 
@@ -313,19 +342,30 @@ impl Opened {
     /// A GPT-OSS model as an [`Opened`]: `config` is its summary (`gpt_oss::summary_config`),
     /// the llama tensor paths refuse it, its own parts are in `arch`.
     pub fn gpt_oss(config: Config, label: String, g: gpt_oss::GptOss) -> Opened {
-        let source = Source::NotLlama(gpt_oss::NotLlama { label: label.clone() });
+        let source = Source::NotLlama(gpt_oss::NotLlama { label: label.clone(), arch: "GPT-OSS".into() });
         Opened { config, source, tokenizer: None, chat: None, label, arch: Arch::GptOss(Box::new(g)), kernels: Default::default() }
     }
 
-    /// An error for GPT-OSS on the llama-only paths (the reference `Model`, the single-sequence
-    /// engine): GPT-OSS runs through [`Opened::runner`].
+    /// An error for GPT-OSS and spec models on the llama-only paths (the reference `Model`,
+    /// the single-sequence engine): they run through [`Opened::runner`].
     fn llama_only(&self) -> Result<()> {
-        match self.arch {
-            Arch::Llama => Ok(()),
-            Arch::GptOss(_) => Err(CliError::Usage(format!(
-                "{} is a GPT-OSS model: this path runs llama-family models (GPT-OSS runs through the batched runner: generate, logits, serve, bench)",
-                self.label
-            ))),
+        let arch = match &self.arch {
+            Arch::Llama => return Ok(()),
+            Arch::GptOss(_) => "GPT-OSS",
+            Arch::Spec(s) => &s.spec.arch,
+        };
+        Err(CliError::Usage(format!(
+            "{} is a {arch} model: this path runs llama-family models ({arch} runs through the batched runner: generate, logits, serve, bench)",
+            self.label
+        )))
+    }
+
+    /// Refuse `device` early where the model's architecture does not run there (a spec model
+    /// on a GPU: `spec::gpu_check`), before the device is opened; `Ok` for every other model.
+    pub fn check_device(&self, device: Device) -> Result<()> {
+        match &self.arch {
+            Arch::Spec(s) => spec::check_device(&s.spec, device),
+            Arch::Llama | Arch::GptOss(_) => Ok(()),
         }
     }
 
@@ -344,8 +384,10 @@ impl Opened {
     /// A batched-engine runner for `device` with KV pools of at least `kv_tokens` positions
     /// (blocks of [`KV_BLOCK`]).
     pub fn runner(&mut self, device: Device, dtype: Option<&str>, kv_tokens: usize) -> Result<Box<dyn ModelRunner + Send>> {
-        if let Arch::GptOss(g) = &mut self.arch {
-            return gpt_oss::runner(g, &self.label, device, dtype, kv_tokens, &self.kernels);
+        match &mut self.arch {
+            Arch::GptOss(g) => return gpt_oss::runner(g, &self.label, device, dtype, kv_tokens, &self.kernels),
+            Arch::Spec(s) => return spec::runner(s, device, kv_tokens),
+            Arch::Llama => {}
         }
         let blocks = kv_tokens.div_ceil(KV_BLOCK).max(1);
         match resolve(device) {

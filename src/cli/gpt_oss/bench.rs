@@ -1,4 +1,4 @@
-//! `tandem bench` for GPT-OSS, minimal (the bench harness is being reworked separately): for
+//! `tandem bench` for GPT-OSS and the spec models of `reference::arch`, minimal (the bench harness is being reworked separately): for
 //! each `--prompt-lens` length, `--reps` times, a prefill of that many tokens through the
 //! batched runner (one step, one greedy draw: TTFT) and `--decode-tokens` one-token greedy
 //! steps (decode tokens/s); medians printed, one line per length — under `--kernels`, or under
@@ -29,12 +29,14 @@ pub fn run(a: &BenchArgs) -> Result<()> {
         .collect::<Result<_>>()?;
     let decode = a.decode_tokens.unwrap_or(64);
     let reps = a.reps.max(1);
+    let mut opened = a.model.open()?;
+    // A device the model does not run on is refused before the gate opens it.
+    opened.check_device(a.model.device)?;
     let backend = super::super::source::resolve(a.model.device);
     let gate = match backend {
         Some(b) => super::super::gate::conformance_gate(b)?,
         None => "cpu reference: ground truth, no gate".to_string(),
     };
-    let mut opened = a.model.open()?;
     let longest = lens.iter().max().copied().unwrap_or(1) + decode + 1;
     if longest > opened.config.max_ctx {
         return Err(CliError::Usage(format!("prompt + decode tokens reach {longest}, past the context {}", opened.config.max_ctx)));

@@ -1,14 +1,10 @@
 //! `tandem logits` for GPT-OSS: the same JSON contract (`super::super::logits_contract`), computed
-//! through the model's batched runner on any device — one step over the prompt drawing (greedy)
-//! at every position with its logits, then one-token greedy steps (not stopping at EOS).
+//! through the model's batched runner on any device (`logits_contract::through_runner`).
 
-use engine::sampling::SamplingParams;
-use reference::ops::argmax::argmax;
-
-use super::super::logits_contract::{print_json, LogitsArgs};
+use super::super::logits_contract::{print_json, through_runner, LogitsArgs};
 use super::super::source::parse_ids;
 use super::super::{CliError, Result};
-use super::{blocks_for, one_seq, parts};
+use super::parts;
 
 pub fn run(a: LogitsArgs) -> Result<()> {
     let mut opened = a.model.open()?;
@@ -34,23 +30,7 @@ pub fn run(a: LogitsArgs) -> Result<()> {
         return Err(reference::Error::Input(format!("{} prompt + {} greedy tokens exceed the context length {ctx}", ids.len(), a.greedy)).into());
     }
     let mut runner = opened.runner(a.model.device, a.model.dtype.as_deref(), positions)?;
-    let blocks = blocks_for(positions);
-    let greedy_params = SamplingParams::default();
-    let first = runner.step(&one_seq(&ids, 0, &blocks, ids.len(), &greedy_params, true))?;
-    let rows: Vec<Vec<f32>> = first.first().map(|r| r.logits.iter().flatten().cloned().collect()).unwrap_or_default();
-    if rows.len() != ids.len() {
-        return Err(CliError::Gpu(format!("{}: {} logits rows for {} prompt positions", runner.name(), rows.len(), ids.len())));
-    }
-    let mut greedy = vec![];
-    let mut next = rows.last().map(|r| argmax(r)).unwrap_or(0);
-    for i in 0..a.greedy {
-        greedy.push(next);
-        if i + 1 < a.greedy {
-            let step = [next];
-            let r = runner.step(&one_seq(&step, ids.len() + i, &blocks, 1, &greedy_params, false))?;
-            next = r.first().and_then(|r| r.tokens.first().copied()).ok_or_else(|| CliError::Gpu("a decode step drew no token".into()))?;
-        }
-    }
+    let (rows, greedy) = through_runner(runner.as_mut(), &ids, a.greedy)?;
     let greedy_text = match &tok {
         Some(t) => t.decode_lossy(&greedy)?,
         None => String::new(),

@@ -67,17 +67,20 @@ pub struct GptOss {
     pub tokenizer: Option<Arc<GptOssTokenizer>>,
 }
 
-/// What `Opened::source` holds for a GPT-OSS model: the llama tensor paths (quantize,
-/// drift, the single-sequence engine) get an error naming the model instead of tensors.
+/// What `Opened::source` holds for a model that is not llama's (GPT-OSS, a spec model of
+/// `reference::arch`): the llama tensor paths (quantize, drift, the single-sequence engine)
+/// get an error naming the model and its architecture instead of tensors.
 pub struct NotLlama {
     pub label: String,
+    /// The architecture, as the error names it (`GPT-OSS`, `qwen3`, ...).
+    pub arch: String,
 }
 
 impl TensorSource for NotLlama {
     fn load(&mut self, t: Tensor, _cfg: &Config) -> reference::Result<Vec<f32>> {
         Err(reference::Error::Input(format!(
-            "{} is a GPT-OSS model: this command runs llama-family models ({t:?} asked for); generate, logits, serve and bench run GPT-OSS",
-            self.label
+            "{} is a {} model: this command runs llama-family models ({t:?} asked for); generate, logits, serve and bench run it",
+            self.label, self.arch
         )))
     }
 }

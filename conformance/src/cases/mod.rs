@@ -55,6 +55,7 @@ pub fn every() -> Vec<Box<dyn Case>> {
     let mut v: Vec<Box<dyn Case>> = Vec::new();
     v.extend(rmsnorm::cases());
     v.extend(rmsnorm::fused_cases());
+    v.extend(rmsnorm::heads_cases());
     v.extend(model::cases());
     v.extend(matmul::cases());
     v.extend(qmatmul::cases());

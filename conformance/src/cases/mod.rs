@@ -62,6 +62,7 @@ pub fn every() -> Vec<Box<dyn Case>> {
     v.extend(embedding::cases());
     v.extend(rope::cases());
     v.extend(rope::fused_cases());
+    v.extend(rope::spec_cases());
     v.extend(attention::cases());
     v.extend(swiglu::cases());
     v.extend(residual::cases());

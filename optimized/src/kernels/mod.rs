@@ -71,7 +71,7 @@ pub mod swiglu;
 
 pub use argmax::{argmax, argmax_into, argmax_into_with, ArgmaxVersion};
 pub use attention::{attention, attention_into, flash_decode, flash_prefill, kv_append, kv_write_paged, Masking};
-pub use embedding::{embedding, embedding_device_ids_into, embedding_into};
+pub use embedding::{embedding, embedding_device_ids_into, embedding_device_ids_scaled_into, embedding_into, embedding_scaled_into};
 pub use matmul::{linear, linear_into, linear_with};
 pub use residual::{residual_add, residual_add_into};
 pub use rmsnorm::{rmsnorm, rmsnorm_device};

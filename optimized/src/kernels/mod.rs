@@ -76,7 +76,7 @@ pub use matmul::{linear, linear_into, linear_with};
 pub use residual::{residual_add, residual_add_into};
 pub use rmsnorm::{rmsnorm, rmsnorm_device};
 pub use rope::{qkv_rope_paged, rope, rope_inplace, rope_into, RopeTable};
-pub use swiglu::swiglu_pairs_into;
+pub use swiglu::{glu_pairs_into, swiglu_pairs_into, GluAct};
 
 /// Widest vector size in {4, 2, 1} that divides `len` and the device accepts.
 pub(crate) fn vector_size_for(client: &crate::Client, len: usize) -> usize {

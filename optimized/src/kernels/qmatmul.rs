@@ -50,6 +50,7 @@ use cubecl::prelude::*;
 use cubecl::server::CubeCountSelection;
 
 use super::matmul::{interleave_row_pairs, linear_into, Fuse, Version};
+use super::swiglu::GluAct;
 use crate::{Client, DeviceTensor, Dtype, Error};
 use reference::quant::{Granularity, QuantTensor};
 
@@ -302,8 +303,15 @@ pub fn qgemv_fused_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &Devi
 /// interleaved gate, up), default choices, into a new tensor: the gemv applies SwiGLU in its
 /// epilogue (T ≤ [`QGEMV_MAX_T`]), dequant + GEMM + `swiglu_pairs_into` above.
 pub fn qlinear_glu(client: &Client, x: &DeviceTensor, w: &QWeight) -> Result<DeviceTensor, Error> {
+    qlinear_glu_act(client, x, w, GluAct::Silu)
+}
+
+/// [`qlinear_glu`] with the gate's activation `act` (`act(x · Gᵀ) ⊙ (x · Uᵀ)`): SiLU in the
+/// kernels' epilogues; GELU-tanh as the gemv / GEMM into `[T, out]`, then
+/// `swiglu::glu_pairs_into` (the quantized epilogues are SiLU's only).
+pub fn qlinear_glu_act(client: &Client, x: &DeviceTensor, w: &QWeight, act: GluAct) -> Result<DeviceTensor, Error> {
     let y = DeviceTensor::empty_f32(client, &[x.shape.first().copied().unwrap_or(0), w.out / 2]);
-    qlinear_fused_into_tuned(client, x, w, &y, &GemvTune::default_for(w), &Fuse::glu())?;
+    qlinear_fused_into_tuned(client, x, w, &y, &GemvTune::default_for(w), &Fuse::glu_act(act))?;
     Ok(y)
 }
 
@@ -350,6 +358,13 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
     fuse.refuse_bias("qlinear")?;
     if t == 0 {
         return Ok(());
+    }
+    if fuse.gelu() {
+        // The quantized epilogues are SiLU's only: the gate / up sums (with the norm prologue
+        // if asked), then the pairs kernel.
+        let gu = DeviceTensor::empty_f32(client, &[t, w.out]);
+        qlinear_fused_into_tuned(client, x, w, &gu, tune, &Fuse { glu: false, act: GluAct::Silu, ..*fuse })?;
+        return super::swiglu::glu_pairs_into(client, &gu, y, fuse.act);
     }
     check_vec4(client)?;
     // Above the configured crossover (`qgemv-rows`) an unfused step takes the tensor-core GEMM

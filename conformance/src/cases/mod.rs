@@ -17,6 +17,7 @@ pub mod rope;
 pub mod runner;
 pub mod runner_ahead;
 pub mod seeded;
+pub mod softcap;
 pub mod swiglu;
 
 use crate::Case;
@@ -65,6 +66,7 @@ pub fn every() -> Vec<Box<dyn Case>> {
     v.extend(rope::spec_cases());
     v.extend(attention::cases());
     v.extend(swiglu::cases());
+    v.extend(softcap::cases());
     v.extend(residual::cases());
     v.extend(argmax::cases());
     v.extend(seeded::cases());

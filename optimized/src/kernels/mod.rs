@@ -67,6 +67,7 @@ pub mod residual;
 pub mod rmsnorm;
 pub mod rope;
 pub mod seeded;
+pub mod softcap;
 pub mod swiglu;
 
 pub use argmax::{argmax, argmax_into, argmax_into_with, ArgmaxVersion};
@@ -76,6 +77,7 @@ pub use matmul::{linear, linear_into, linear_with};
 pub use residual::{residual_add, residual_add_into};
 pub use rmsnorm::{rmsnorm, rmsnorm_device};
 pub use rope::{qkv_rope_paged, rope, rope_inplace, rope_into, RopeTable};
+pub use softcap::softcap_inplace;
 pub use swiglu::{glu_pairs_into, swiglu_pairs_into, GluAct};
 
 /// Widest vector size in {4, 2, 1} that divides `len` and the device accepts.

@@ -306,9 +306,9 @@ pub fn qlinear_glu(client: &Client, x: &DeviceTensor, w: &QWeight) -> Result<Dev
     qlinear_glu_act(client, x, w, GluAct::Silu)
 }
 
-/// [`qlinear_glu`] with the gate's activation `act` (`act(x · Gᵀ) ⊙ (x · Uᵀ)`): SiLU in the
-/// kernels' epilogues; GELU-tanh as the gemv / GEMM into `[T, out]`, then
-/// `swiglu::glu_pairs_into` (the quantized epilogues are SiLU's only).
+/// [`qlinear_glu`] with the gate's activation `act` (`act(x · Gᵀ) ⊙ (x · Uᵀ)`): either in the
+/// epilogue of the decode gemvs (v1, v2, v5); GELU-tanh above them (tensor-core GEMM, dequant +
+/// tiled) and on the mma gemv as the sums into `[T, out]`, then `swiglu::glu_pairs_into`.
 pub fn qlinear_glu_act(client: &Client, x: &DeviceTensor, w: &QWeight, act: GluAct) -> Result<DeviceTensor, Error> {
     let y = DeviceTensor::empty_f32(client, &[x.shape.first().copied().unwrap_or(0), w.out / 2]);
     qlinear_fused_into_tuned(client, x, w, &y, &GemvTune::default_for(w), &Fuse::glu_act(act))?;
@@ -359,18 +359,18 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
     if t == 0 {
         return Ok(());
     }
-    if fuse.gelu() {
-        // The quantized epilogues are SiLU's only: the gate / up sums (with the norm prologue
-        // if asked), then the pairs kernel.
-        let gu = DeviceTensor::empty_f32(client, &[t, w.out]);
-        qlinear_fused_into_tuned(client, x, w, &gu, tune, &Fuse { glu: false, act: GluAct::Silu, ..*fuse })?;
-        return super::swiglu::glu_pairs_into(client, &gu, y, fuse.act);
-    }
     check_vec4(client)?;
     // Above the configured crossover (`qgemv-rows`) an unfused step takes the tensor-core GEMM
     // where it applies; the gemvs take up to QGEMV_MAX_T rows otherwise.
     let unfused = fuse.norm.is_none() && fuse.residual.is_none();
     let crossover = t > crate::config::current().qgemv_rows && unfused && super::matmul::tc::quant_applies(client, w);
+    let gelu = fuse.gelu();
+    if gelu && (t > QGEMV_MAX_T || crossover || w.layout == QLayout::Mma) {
+        // SiLU-only epilogues (GEMMs, mma gemv): the sums (norm prologue kept), then the pairs.
+        let gu = DeviceTensor::empty_f32(client, &[t, w.out]);
+        qlinear_fused_into_tuned(client, x, w, &gu, tune, &Fuse { glu: false, act: GluAct::Silu, ..*fuse })?;
+        return super::swiglu::glu_pairs_into(client, &gu, y, fuse.act);
+    }
     if t > QGEMV_MAX_T || crossover {
         if fuse.norm.is_some() || fuse.residual.is_some() {
             return Err(Error::Shape(format!("qlinear: the fused norm / residual gemv takes T ≤ {QGEMV_MAX_T}, got T = {t}")));
@@ -463,6 +463,7 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
                         norm,
                         resid,
                         glu,
+                        gelu,
                         pdl,
                         early,
                     );
@@ -499,6 +500,7 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
                     norm,
                     resid,
                     glu,
+                    gelu,
                 );
             },
             #[cfg(not(feature = "lab"))]
@@ -548,6 +550,7 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
                     norm,
                     resid,
                     glu,
+                    gelu,
                     pdl,
                     early,
                 );
@@ -584,6 +587,7 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
             norm,
             resid,
             glu,
+            gelu,
         );
     }
     Ok(())

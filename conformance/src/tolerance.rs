@@ -101,6 +101,8 @@ pub enum Op {
     Moe,
     /// GPT-OSS through its GPU runner vs `RefRunner<GptOssModel>` (logits, tokens).
     GptOss,
+    /// Logit soft-cap `c·tanh(z/c)` in place.
+    Softcap,
 }
 
 /// The tolerance of `op` when its inputs are stored as `dtype`, and why.
@@ -137,6 +139,7 @@ pub fn tolerance(op: Op, dtype: Dtype) -> (Tolerance, &'static str) {
             Tolerance::Elementwise { atol: 1e-6, rtol: 4.0 * u },
             "cos/sin from a host table rounded like the reference (f64 angle); only a·cos − b·sin in f32 differs (FMA contraction): ~1 ulp",
         ),
+        Op::Softcap => softcap(1.0),
         Op::RmsNorm => (
             Tolerance::Nmse { max: (1e-10f64).max(u * u * 16.0) },
             "a row reduction in another order: relative error ~√C·u per element, NMSE ~u²",
@@ -202,6 +205,17 @@ pub fn out16(base: Tolerance, out: Dtype) -> (Tolerance, &'static str) {
         }
         t => (t, "elementwise bound kept: the output rounding is within it"),
     }
+}
+
+/// The bound of the logit soft-cap `c·tanh(z/c)` (f32) for a cap `c`, and why: a device's tanh
+/// may go through exp (lavapipe's does), which is accurate to a few 2⁻²⁴ in absolute terms, not
+/// relative, near 0 — seen up to 1.5e-7 (≈ 2⁻²²·⁶) on lavapipe — and the multiply by c scales
+/// that absolute error: atol `c·2⁻²¹` (3× the seen error), plus a few ulps relative.
+pub fn softcap(c: f32) -> (Tolerance, &'static str) {
+    (
+        Tolerance::Elementwise { atol: c as f64 * 2f64.powi(-21), rtol: 8.0 * Dtype::F32.unit_roundoff() },
+        "divide, tanh, multiply in f32: the device's tanh is within a few 2^-24 absolute of libm's (not relative near 0), times c",
+    )
 }
 
 pub fn tc_tolerance() -> (Tolerance, &'static str) {

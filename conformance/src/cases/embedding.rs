@@ -1,6 +1,7 @@
 //! `embedding(V, C, T, dtype)`: `optimized::kernels::embedding_into` vs
 //! `reference::ops::embedding::embedding` on the same (dtype-rounded) table. Exact. The output
-//! is NaN-poisoned before the launch.
+//! is NaN-poisoned before the launch. With a scale (Gemma's `√C`): the `*_scaled_into` launchers
+//! vs the reference's gather times the scale in f32 (`reference::arch::model`'s order), exact.
 
 use ndarray::Array2;
 use optimized::{Client, DeviceTensor};
@@ -16,6 +17,8 @@ pub struct EmbeddingCase {
     pub dtype: Dtype,
     /// Pass the ids through a device buffer (`embedding_device_ids_into`) instead of a host slice.
     pub device_ids: bool,
+    /// Each gathered value times this (1: the unscaled launchers).
+    pub scale: f32,
 }
 
 /// `Skip` when the device cannot do arithmetic in `d`.
@@ -51,7 +54,8 @@ impl Case for EmbeddingCase {
         Op::Embedding
     }
     fn name(&self) -> String {
-        format!("embedding(V={},C={},T={},{}{})", self.v, self.c, self.t, self.dtype.name(), if self.device_ids { ",device-ids" } else { "" })
+        let scale = if self.scale == 1.0 { String::new() } else { format!(",scale={}", self.scale) };
+        format!("embedding(V={},C={},T={},{}{}{scale})", self.v, self.c, self.t, self.dtype.name(), if self.device_ids { ",device-ids" } else { "" })
     }
     fn run(&self, client: &Client) -> Outcome {
         if let Some(s) = skip_unsupported(client, self.dtype) {
@@ -64,17 +68,19 @@ impl Case for EmbeddingCase {
             return Outcome::Fail("bad case shape".into());
         };
         let want = match reference::ops::embedding::embedding(ta.view(), &ids) {
-            Ok(w) => w.iter().copied().collect::<Vec<f32>>(),
+            Ok(w) => w.iter().map(|&x| if self.scale == 1.0 { x } else { x * self.scale }).collect::<Vec<f32>>(),
             Err(e) => return Outcome::Fail(format!("reference: {e}")),
         };
         outcome((|| {
             let td = DeviceTensor::from_f32_as(client, &table, &[v, c], self.dtype.device())?;
             let out = DeviceTensor::from_f32(client, &vec![f32::NAN; t * c], &[t, c])?;
-            if self.device_ids {
-                let idd = DeviceTensor::from_u32(client, &ids, &[t])?;
-                optimized::kernels::embedding_device_ids_into(client, &td, &idd, &out)?;
-            } else {
-                optimized::kernels::embedding_into(client, &td, &ids, &out)?;
+            match (self.device_ids, self.scale == 1.0) {
+                (true, true) => optimized::kernels::embedding_device_ids_into(client, &td, &DeviceTensor::from_u32(client, &ids, &[t])?, &out)?,
+                (true, false) => {
+                    optimized::kernels::embedding_device_ids_scaled_into(client, &td, &DeviceTensor::from_u32(client, &ids, &[t])?, self.scale, &out)?
+                }
+                (false, true) => optimized::kernels::embedding_into(client, &td, &ids, &out)?,
+                (false, false) => optimized::kernels::embedding_scaled_into(client, &td, &ids, self.scale, &out)?,
             }
             // An out-of-range id must be refused on the host, naming it.
             match optimized::kernels::embedding_into(client, &td, &[0, v as u32], &DeviceTensor::empty_f32(client, &[2, c])) {
@@ -90,9 +96,15 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     let mut v: Vec<Box<dyn Case>> = Vec::new();
     for dtype in [Dtype::F32, Dtype::F16, Dtype::BF16] {
         for (vocab, c, t) in [(1000, 64, 7), (37, 577, 13), (32003, 128, 1), (5, 1, 3), (257, 2, 300), (49152, 96, 17)] {
-            v.push(Box::new(EmbeddingCase { v: vocab, c, t, dtype, device_ids: false }));
+            v.push(Box::new(EmbeddingCase { v: vocab, c, t, dtype, device_ids: false, scale: 1.0 }));
         }
-        v.push(Box::new(EmbeddingCase { v: 101, c: 96, t: 9, dtype, device_ids: true }));
+        v.push(Box::new(EmbeddingCase { v: 101, c: 96, t: 9, dtype, device_ids: true, scale: 1.0 }));
+        // Gemma's √C (C = 1152: Gemma-3 1B; C = 577 odd: vectors of 1), host and device ids.
+        for (vocab, c, t) in [(1000, 1152, 5), (37, 577, 13)] {
+            for device_ids in [false, true] {
+                v.push(Box::new(EmbeddingCase { v: vocab, c, t, dtype, device_ids, scale: (c as f32).sqrt() }));
+            }
+        }
     }
     v
 }

@@ -4,7 +4,8 @@
 //! NaN before the launch: an element the kernel does not write fails the comparison.
 //! `fusion` (gemv only, plus the tiled + SwiGLU v3 path for `glu`): what the decode gemv fuses
 //! ([`Fusion`], `optimized::kernels::matmul::Fuse`), each checked against the reference ops it
-//! replaces — `glu`: W's rows are interleaved gate/up pairs, want `swiglu(even, odd columns)`;
+//! replaces — `glu`: W's rows are interleaved gate/up pairs, want `swiglu(even, odd columns)`
+//! (`gelu-glu`: `mlp::gated(even, odd, GeluTanh)`, Gemma's MLP);
 //! `norm`: the input is `x ⊙ w`, want `linear(rmsnorm(x, w))`; `residual`: want `y₀ + x·Wᵀ`
 //! and the next norm's input `(y₀ + x·Wᵀ) ⊙ w` (both compared).
 
@@ -12,7 +13,9 @@ use ndarray::Array2;
 use optimized::kernels::matmul::tc::{self, TcConfig, TcMode};
 use optimized::kernels::matmul::tc_wg::{self, WgConfig};
 use optimized::kernels::matmul::tc_wg_quant;
-use optimized::kernels::matmul::{gemv_fused_into, linear_glu_into, linear_into, Fuse, Norm, Residual, Version, GEMV_AUTO_MAX_T, GEMV_MAX_T};
+use optimized::kernels::matmul::{
+    gemv_fused_into, linear_glu_act_into, linear_glu_into, linear_into, Fuse, GluAct, Norm, Residual, Version, GEMV_AUTO_MAX_T, GEMV_MAX_T,
+};
 use optimized::kernels::qmatmul::{QLayout, QWeight};
 use optimized::{Client, DeviceTensor};
 use reference::quant::{QuantTensor, Scheme};
@@ -41,6 +44,10 @@ pub enum Fusion {
     Norm,
     /// The RMSNorm prologue and SwiGLU (the model's gate|up gemv).
     NormGlu,
+    /// GELU-tanh gating of interleaved gate/up rows (Gemma).
+    GeluGlu,
+    /// The RMSNorm prologue and GELU-tanh gating.
+    NormGeluGlu,
     /// The residual epilogue writing the next norm's input.
     Residual,
     /// `+ b` in the epilogue (GPT-OSS's q|k|v and o projections).
@@ -57,12 +64,23 @@ impl Fusion {
             Fusion::Glu => ",glu",
             Fusion::Norm => ",norm",
             Fusion::NormGlu => ",norm+glu",
+            Fusion::GeluGlu => ",gelu-glu",
+            Fusion::NormGeluGlu => ",norm+gelu-glu",
             Fusion::Residual => ",residual",
             Fusion::Bias => ",bias",
         }
     }
     pub fn glu(self) -> bool {
-        matches!(self, Fusion::Glu | Fusion::NormGlu)
+        matches!(self, Fusion::Glu | Fusion::NormGlu | Fusion::GeluGlu | Fusion::NormGeluGlu)
+    }
+
+    /// The gate's activation of a gated fusion.
+    pub fn act(self) -> GluAct {
+        if matches!(self, Fusion::GeluGlu | Fusion::NormGeluGlu) {
+            GluAct::GeluTanh
+        } else {
+            GluAct::Silu
+        }
     }
 
     /// The kernel's input and the expected result for raw input `x` `[t, n_in]`, with `lin`
@@ -76,19 +94,27 @@ impl Fusion {
         lin: impl Fn(&[f32]) -> Result<Array2<f32>, String>,
     ) -> Result<FusedIo, String> {
         let shape = |v: Vec<f32>, r, c| Array2::from_shape_vec((r, c), v).map_err(|e| e.to_string());
+        let act = match self.act() {
+            GluAct::Silu => reference::ops::mlp::Activation::Silu,
+            GluAct::GeluTanh => reference::ops::mlp::Activation::GeluTanh,
+        };
         let glu = |y: Array2<f32>| -> Vec<f32> {
-            reference::ops::swiglu::swiglu(y.slice(ndarray::s![.., ..;2]), y.slice(ndarray::s![.., 1..;2])).iter().copied().collect()
+            if act == reference::ops::mlp::Activation::Silu {
+                reference::ops::swiglu::swiglu(y.slice(ndarray::s![.., ..;2]), y.slice(ndarray::s![.., 1..;2])).iter().copied().collect()
+            } else {
+                reference::ops::mlp::gated(y.slice(ndarray::s![.., ..;2]), y.slice(ndarray::s![.., 1..;2]), act).iter().copied().collect()
+            }
         };
         let gain = |n: usize, salt| -> Vec<f32> { rand_vec(n, salt).iter().map(|v| 1.0 + 0.5 * v).collect() };
         Ok(match self {
             Fusion::None => FusedIo { input: x.to_vec(), want: lin(x)?.iter().copied().collect(), nw: vec![], y0: vec![] },
-            Fusion::Glu => FusedIo { input: x.to_vec(), want: glu(lin(x)?), nw: vec![], y0: vec![] },
-            Fusion::Norm | Fusion::NormGlu => {
+            Fusion::Glu | Fusion::GeluGlu => FusedIo { input: x.to_vec(), want: glu(lin(x)?), nw: vec![], y0: vec![] },
+            Fusion::Norm | Fusion::NormGlu | Fusion::NormGeluGlu => {
                 let nw = gain(n_in, 13);
                 let input: Vec<f32> = x.chunks(n_in).flat_map(|r| r.iter().zip(&nw).map(|(a, b)| a * b)).collect();
                 let normed = reference::ops::rmsnorm::rmsnorm(shape(x.to_vec(), t, n_in)?.view(), ndarray::ArrayView1::from(&nw), EPS);
                 let y = lin(normed.as_slice().ok_or("rmsnorm output not contiguous")?)?;
-                let want = if self == Fusion::NormGlu { glu(y) } else { y.iter().copied().collect() };
+                let want = if self.glu() { glu(y) } else { y.iter().copied().collect() };
                 FusedIo { input, want, nw, y0: vec![] }
             }
             Fusion::Residual => {
@@ -131,8 +157,10 @@ impl Fusion {
         let fuse = match self {
             Fusion::None => Fuse::default(),
             Fusion::Glu => Fuse::glu(),
+            Fusion::GeluGlu => Fuse::glu_act(GluAct::GeluTanh),
             Fusion::Norm => Fuse { norm, ..Fuse::default() },
             Fusion::NormGlu => Fuse { norm, glu: true, ..Fuse::default() },
+            Fusion::NormGeluGlu => Fuse { norm, ..Fuse::glu_act(GluAct::GeluTanh) },
             Fusion::Residual => Fuse { residual: Some(Residual { next_norm: &nwd, xw: &xwd }), ..Fuse::default() },
             Fusion::Bias => Fuse { bias: Some(&nwd), ..Fuse::default() },
         };
@@ -199,6 +227,7 @@ impl Case for MatmulCase {
             let y = self.fusion.run_device(client, t, n_in, n_out, &x, &io, |xd, yd, fuse| match (version, self.fusion) {
                 (_, Fusion::None) => linear_into(client, xd, &wd, yd, version),
                 (_, Fusion::Glu) => linear_glu_into(client, xd, &wd, yd, version),
+                (_, Fusion::GeluGlu) => linear_glu_act_into(client, xd, &wd, yd, version, GluAct::GeluTanh),
                 (Version::Gemv, _) => gemv_fused_into(client, xd, &wd, yd, fuse),
                 _ => Err(optimized::Error::Shape("norm / residual fusion is gemv only".into())),
             })?;
@@ -390,9 +419,12 @@ pub fn tc_cases() -> Vec<Box<dyn Case>> {
         for t in [2usize, 3, 8, 9] {
             v.push(mm(t, 584, 1031, Version::Auto, Fusion::None));
             v.push(mm(t, 576, 1030, Version::Auto, Fusion::Glu));
+            v.push(mm(t, 576, 1030, Version::Auto, Fusion::GeluGlu));
         }
         v.push(mm(17, 584, 1030, Version::Tc, Fusion::Glu));
         v.push(mm(130, 264, 258, Version::Tc, Fusion::Glu));
+        // GELU-tanh on the tensor cores: the GEMM, then the pairs kernel.
+        v.push(mm(17, 584, 1030, Version::Tc, Fusion::GeluGlu));
         for config in TcConfig::ALL.iter().chain(&TcConfig::VARIANTS).copied() {
             v.push(Box::new(TcCase { config: Some(config), ..TcCase::new(300, 328, 520, TcWeight::Dense(dtype), TcMode::Tensor) }));
         }
@@ -523,7 +555,7 @@ pub fn cases() -> Vec<Box<dyn Case>> {
         // The decode gemv's fusions (T ≤ 8; 2048 × 11264: rows split over several planes;
         // small layers at T > 1 in token slices: one token a slice at 3 × 3072 and 8 × 1030,
         // two at 8 × 2600 — 1,300 planes), and the tiled + SwiGLU v3 path (prefill).
-        for fusion in [Fusion::Glu, Fusion::Norm, Fusion::NormGlu, Fusion::Residual] {
+        for fusion in [Fusion::Glu, Fusion::Norm, Fusion::NormGlu, Fusion::Residual, Fusion::GeluGlu, Fusion::NormGeluGlu] {
             for (t, n_in, n_out) in [(1, 64, 64), (3, 576, 3072), (8, 577, 1030), (8, 576, 2600), (1, 13, 2), (1, 2048, 11264)] {
                 v.push(Box::new(MatmulCase { t, n_in, n_out, dtype, version: Version::Gemv, fusion }));
             }
@@ -533,6 +565,7 @@ pub fn cases() -> Vec<Box<dyn Case>> {
         }
         for t in [9, 33] {
             v.push(Box::new(MatmulCase { t, n_in: 577, n_out: 1030, dtype, version: Version::Tiled2, fusion: Fusion::Glu }));
+            v.push(Box::new(MatmulCase { t, n_in: 577, n_out: 1030, dtype, version: Version::Tiled2, fusion: Fusion::GeluGlu }));
         }
     }
     v.extend(tc_cases());

@@ -17,6 +17,7 @@ pub mod rope;
 pub mod runner;
 pub mod runner_ahead;
 pub mod seeded;
+pub mod softcap;
 pub mod swiglu;
 
 use crate::Case;
@@ -55,14 +56,17 @@ pub fn every() -> Vec<Box<dyn Case>> {
     let mut v: Vec<Box<dyn Case>> = Vec::new();
     v.extend(rmsnorm::cases());
     v.extend(rmsnorm::fused_cases());
+    v.extend(rmsnorm::heads_cases());
     v.extend(model::cases());
     v.extend(matmul::cases());
     v.extend(qmatmul::cases());
     v.extend(embedding::cases());
     v.extend(rope::cases());
     v.extend(rope::fused_cases());
+    v.extend(rope::spec_cases());
     v.extend(attention::cases());
     v.extend(swiglu::cases());
+    v.extend(softcap::cases());
     v.extend(residual::cases());
     v.extend(argmax::cases());
     v.extend(seeded::cases());

@@ -179,7 +179,7 @@ impl Case for QMatmulCase {
         // rounds x (and int8-group / mxfp4 weights) to its 16-bit type, and the reference
         // multiplies the same rounded values (`tolerance::tc_tolerance`).
         // So does an unfused step of more rows than the configured crossover (`qgemv-rows`).
-        let unfused = matches!(self.fusion, Fusion::None | Fusion::Glu);
+        let unfused = matches!(self.fusion, Fusion::None | Fusion::Glu | Fusion::GeluGlu);
         let gemm = t > QGEMV_MAX_T || (unfused && t > client.kernels().qgemv_rows);
         let tc_path = gemm && tc::quant_applies(client, &w);
         let e = match tc::quant_dtype(client, TcMode::Tensor) {
@@ -299,9 +299,10 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             }
             // The decode gemv's fusions (T ≤ 8; 8192 inputs: rows split over planes); SwiGLU
             // after dequant + GEMM too (T = 9).
-            for fusion in [Fusion::Glu, Fusion::Norm, Fusion::NormGlu, Fusion::Residual] {
+            // GELU-tanh gating (Gemma): the sums, then the pairs kernel.
+            for fusion in [Fusion::Glu, Fusion::Norm, Fusion::NormGlu, Fusion::Residual, Fusion::GeluGlu, Fusion::NormGeluGlu] {
                 for (t, n_in, n_out) in [(1usize, 256usize, 96usize), (3, 1536, 577), (2, 8192, 20), (9, 256, 40)] {
-                    if t <= 8 || fusion == Fusion::Glu {
+                    if t <= 8 || matches!(fusion, Fusion::Glu | Fusion::GeluGlu) {
                         push_grid(&mut v, QMatmulCase { fusion, ..QMatmulCase::new(t, n_in, n_out, scheme, 1, layout) });
                     }
                 }

@@ -179,3 +179,65 @@ pub fn fused_cases() -> Vec<Box<dyn Case>> {
     }
     v
 }
+
+/// `rmsnorm_heads_qkv(T, H, Hkv, D)`: the per-head norm of q and k in place inside the fused
+/// q|k|v rows vs `reference::ops::rmsnorm::rmsnorm_heads` on q (q gain) and on k (k gain). The
+/// v heads must come back bit-identical (the kernel writes only q and k).
+#[derive(Debug, Clone)]
+pub struct RmsNormHeadsCase {
+    pub t: usize,
+    pub h: usize,
+    pub hkv: usize,
+    pub d: usize,
+}
+
+impl Case for RmsNormHeadsCase {
+    fn op(&self) -> Op {
+        Op::RmsNorm
+    }
+    fn name(&self) -> String {
+        format!("rmsnorm_heads(T={},H={},Hkv={},D={},f32)", self.t, self.h, self.hkv, self.d)
+    }
+    fn run(&self, client: &Client) -> Outcome {
+        let (t, h, hkv, d) = (self.t, self.h, self.hkv, self.d);
+        let width = (h + 2 * hkv) * d;
+        let qkv = rand_vec(t * width, 7);
+        let (wq, wk) = (rand_vec(d, 8), rand_vec(d, 9));
+        let eps = 1e-6;
+        // The reference on q and k apart, laid back into the rows.
+        let mut want = qkv.clone();
+        for (lo, n, w) in [(0, h, &wq), (h, hkv, &wk)] {
+            let part: Vec<f32> = qkv.chunks(width).flat_map(|row| row[lo * d..(lo + n) * d].iter().copied()).collect();
+            let mut a = ndarray::Array3::from_shape_vec((t, n, d), part).expect("shape");
+            reference::ops::rmsnorm::rmsnorm_heads(a.view_mut(), Array1::from_vec(w.clone()).view(), eps, 0.0);
+            for (row, got) in want.chunks_mut(width).zip(a.as_slice().unwrap_or(&[]).chunks(n * d)) {
+                row[lo * d..(lo + n) * d].copy_from_slice(got);
+            }
+        }
+        outcome_or_skip((|| {
+            let xd = DeviceTensor::from_f32(client, &qkv, &[t, width])?;
+            let wqd = DeviceTensor::from_f32(client, &wq, &[d])?;
+            let wkd = DeviceTensor::from_f32(client, &wk, &[d])?;
+            optimized::kernels::rmsnorm::rmsnorm_heads_qkv(client, &xd, h, hkv, &wqd, &wkd, eps)?;
+            let got = xd.to_f32(client)?;
+            let v_of = |x: &[f32]| -> Vec<u32> { x.chunks(width).flat_map(|row| row[(h + hkv) * d..].iter().map(|v| v.to_bits())).collect() };
+            if v_of(&got) != v_of(&qkv) {
+                return Ok(Outcome::Fail("rmsnorm_heads changed a v head".into()));
+            }
+            let (tol, _) = tolerance(Op::RmsNorm, Dtype::F32);
+            Ok(match compare(&got, &want, tol) {
+                Ok(m) => Outcome::Pass(m),
+                Err(e) => Outcome::Fail(e),
+            })
+        })())
+    }
+}
+
+/// Head shapes: T = 1 decode, the models' D (64, 128, 256) and GQA ratios (Qwen3: 32/8 at
+/// D = 128, Gemma-3 1B: 4/1 at D = 256), odd D (vectors of 1), one head each.
+pub fn heads_cases() -> Vec<Box<dyn Case>> {
+    [(1, 32, 8, 128), (5, 4, 1, 256), (3, 9, 3, 64), (7, 3, 1, 13), (2, 1, 1, 1), (17, 2, 2, 130)]
+        .into_iter()
+        .map(|(t, h, hkv, d)| Box::new(RmsNormHeadsCase { t, h, hkv, d }) as Box<dyn Case>)
+        .collect()
+}

@@ -174,3 +174,209 @@ pub fn fused_cases() -> Vec<Box<dyn Case>> {
     }
     v
 }
+
+/// The RoPE configurations of the architectures, for [`RopeSpecCase`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeKind {
+    /// Llama 3.1's by-wavelength scaling (θ = 500000, factor 8).
+    Llama3,
+    /// YaRN (Qwen long-context configs): scaled ω and cos / sin times its attention factor.
+    Yarn,
+    /// Positions divided by 2.
+    Linear,
+    /// GGUF `rope_freqs.weight`: ω divided by per-pair factors.
+    FreqFactors,
+    /// Partial rotary, R = D/2 (Phi-3-style `partial_rotary_factor` 0.5).
+    Half,
+    /// Partial rotary, R = D/4.
+    Quarter,
+}
+
+impl RopeKind {
+    pub const ALL: [RopeKind; 6] = [RopeKind::Llama3, RopeKind::Yarn, RopeKind::Linear, RopeKind::FreqFactors, RopeKind::Half, RopeKind::Quarter];
+
+    fn name(self) -> &'static str {
+        match self {
+            RopeKind::Llama3 => "llama3",
+            RopeKind::Yarn => "yarn",
+            RopeKind::Linear => "linear",
+            RopeKind::FreqFactors => "freq-factors",
+            RopeKind::Half => "rot=1/2",
+            RopeKind::Quarter => "rot=1/4",
+        }
+    }
+
+    /// The spec for heads of width `d`.
+    pub fn spec(self, d: usize, layout: RopeLayout) -> reference::arch::RopeSpec {
+        use reference::ops::rope::{yarn_attention_factor, RopeScaling};
+        let (mut theta, mut rot, mut scaling, mut freq_factors) = (10_000.0, d, RopeScaling::None, None);
+        match self {
+            RopeKind::Llama3 => {
+                theta = 500_000.0;
+                scaling = RopeScaling::Llama3 { factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original_max_pos: 8192.0 };
+            }
+            RopeKind::Yarn => {
+                theta = 1_000_000.0;
+                scaling = RopeScaling::Yarn {
+                    factor: 4.0,
+                    beta_fast: 32.0,
+                    beta_slow: 1.0,
+                    original_max_pos: 4096.0,
+                    truncate: true,
+                    attention_factor: yarn_attention_factor(4.0, None, None),
+                };
+            }
+            RopeKind::Linear => scaling = RopeScaling::Linear { factor: 2.0 },
+            RopeKind::FreqFactors => {
+                theta = 500_000.0;
+                freq_factors = Some((0..d / 2).map(|i| 1.0 + (i % 5) as f32 * 1.5).collect());
+            }
+            RopeKind::Half => rot = d / 2,
+            RopeKind::Quarter => rot = d / 4,
+        }
+        reference::arch::RopeSpec { theta, rot, scaling, layout, freq_factors }
+    }
+}
+
+/// Which launch a [`RopeSpecCase`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopePath {
+    /// `rope_into` (v1, into a NaN-poisoned buffer).
+    Into,
+    /// `rope_inplace` (v1).
+    InPlace,
+    /// `qkv_rope_cache` (v2, contiguous caches).
+    Cache,
+    /// `qkv_rope_paged` (v3, through a block table).
+    Paged,
+    /// `qkv_rope_ragged` (v4, a position and pool row per token).
+    Ragged,
+}
+
+/// RoPE from an architecture's spec (`RopeTable::from_spec`) through each launch vs
+/// `reference::ops::rope::rope_partial` with `spec.inv_freq()` and the attention factor (as
+/// `reference::arch::model` calls it): q and k rotated on their first R features, the rest and
+/// v passed through. Outputs and pools are NaN-poisoned; pool rows no token owns must stay NaN.
+#[derive(Debug, Clone)]
+pub struct RopeSpecCase {
+    pub t: usize,
+    pub h: usize,
+    pub hkv: usize,
+    pub d: usize,
+    pub pos0: usize,
+    pub kind: RopeKind,
+    pub layout: RopeLayout,
+    pub path: RopePath,
+}
+
+impl Case for RopeSpecCase {
+    fn op(&self) -> Op {
+        Op::Rope
+    }
+    fn name(&self) -> String {
+        format!(
+            "rope_spec(T={},H={},Hkv={},D={},pos0={},{},{:?},{:?},f32)",
+            self.t,
+            self.h,
+            self.hkv,
+            self.d,
+            self.pos0,
+            self.kind.name(),
+            self.layout,
+            self.path
+        )
+    }
+    fn run(&self, client: &Client) -> Outcome {
+        let (t, h, hkv, d, p0) = (self.t, self.h, self.hkv, self.d, self.pos0);
+        let spec = self.kind.spec(d, self.layout);
+        let (omega, m) = (spec.inv_freq(), spec.scaling.attention_factor());
+        let width = (h + 2 * hkv) * d;
+        let qkv = rand_vec(t * width, 71);
+        let part = |lo: usize, n: usize| -> Array3<f32> {
+            let v: Vec<f32> = qkv.chunks(width).flat_map(|row| row[lo * d..(lo + n) * d].iter().copied()).collect();
+            Array3::from_shape_vec((t, n, d), v).unwrap_or_else(|_| Array3::zeros((t, n, d)))
+        };
+        let (q_in, mut k, v) = (part(0, h), part(h, hkv), part(h + hkv, hkv));
+        let mut q = q_in.clone();
+        reference::ops::rope::rope_partial(q.view_mut(), p0, &omega, m, self.layout);
+        reference::ops::rope::rope_partial(k.view_mut(), p0, &omega, m, self.layout);
+        let q_in: Vec<f32> = q_in.iter().copied().collect();
+        let mut want: Vec<f32> = q.iter().copied().collect();
+        outcome((|| {
+            let table = RopeTable::from_spec(client, p0 + t + 3, d, &spec)?;
+            let nan = |n: usize, shape: &[usize]| DeviceTensor::from_f32(client, &vec![f32::NAN; n], shape);
+            // Pool rows of the tokens and the pools' row count, for the k / v writing paths.
+            let (rows_of, pool_rows): (Vec<usize>, usize) = match self.path {
+                RopePath::Into | RopePath::InPlace => {
+                    let xd = DeviceTensor::from_f32(client, &q_in, &[t, h, d])?;
+                    let got = if self.path == RopePath::InPlace {
+                        optimized::kernels::rope_inplace(client, &xd, &table, p0, self.layout)?;
+                        xd.to_f32(client)?
+                    } else {
+                        let out = nan(t * h * d, &[t, h, d])?;
+                        rope_into(client, &xd, &table, p0, self.layout, &out)?;
+                        out.to_f32(client)?
+                    };
+                    return Ok(judge(&got, &want, Op::Rope, Dtype::F32));
+                }
+                RopePath::Cache => ((p0..p0 + t).collect(), p0 + t + 2),
+                // Blocks of 16 taken in reverse order (block 0 unused): rows follow the table.
+                RopePath::Paged => {
+                    let blocks = (p0 + t).div_ceil(16);
+                    ((p0..p0 + t).map(|p| (blocks - p / 16) * 16 + p % 16).collect(), (blocks + 1) * 16)
+                }
+                // Token i's k / v go to pool row (3i + 1) mod rows: not the positions' order.
+                RopePath::Ragged => ((0..t).map(|i| (3 * i + 1) % (3 * t + 2)).collect(), 3 * t + 2),
+            };
+            let n = pool_rows * hkv * d;
+            let (kp, vp) = (nan(n, &[pool_rows, hkv, d])?, nan(n, &[pool_rows, hkv, d])?);
+            let qkv_d = DeviceTensor::from_f32(client, &qkv, &[t, width])?;
+            let qd = match self.path {
+                RopePath::Cache => optimized::kernels::rope::qkv_rope_cache(client, &qkv_d, h, hkv, &table, p0, self.layout, &kp, &vp)?,
+                RopePath::Paged => {
+                    let blocks = (p0 + t).div_ceil(16);
+                    let ids: Vec<u32> = (0..blocks).map(|j| (blocks - j) as u32).collect();
+                    let tables = optimized::kv_cache::BlockTables::upload(client, &[&ids], &[p0 + t], 16, blocks + 1)?;
+                    optimized::kernels::rope::qkv_rope_paged(client, &qkv_d, h, hkv, &table, p0, self.layout, &kp, &vp, &tables)?
+                }
+                _ => {
+                    let pos: Vec<u32> = (0..t).map(|i| (p0 + i) as u32).collect();
+                    let slots: Vec<u32> = rows_of.iter().map(|&r| r as u32).collect();
+                    let (pos, slots) = (DeviceTensor::from_u32(client, &pos, &[t])?, DeviceTensor::from_u32(client, &slots, &[t])?);
+                    optimized::kernels::rope::qkv_rope_ragged(client, &qkv_d, h, hkv, &table, self.layout, &kp, &vp, &pos, &slots)?
+                }
+            };
+            let (kh, vh) = (kp.to_f32(client)?, vp.to_f32(client)?);
+            let row_len = hkv * d;
+            let untouched =
+                |pool: &[f32]| pool.chunks(row_len).enumerate().filter(|(r, _)| !rows_of.contains(r)).all(|(_, row)| row.iter().all(|x| x.is_nan()));
+            if !untouched(&kh) || !untouched(&vh) {
+                return Ok(Outcome::Fail("wrote a pool row no token owns".into()));
+            }
+            let mut got = qd.to_f32(client)?;
+            for (i, &r) in rows_of.iter().enumerate() {
+                got.extend_from_slice(&kh[r * row_len..(r + 1) * row_len]);
+                got.extend_from_slice(&vh[r * row_len..(r + 1) * row_len]);
+                want.extend(k.slice(ndarray::s![i, .., ..]).iter());
+                want.extend(v.slice(ndarray::s![i, .., ..]).iter());
+            }
+            Ok(judge(&got, &want, Op::Rope, Dtype::F32))
+        })())
+    }
+}
+
+/// Every spec kind × layout × launch, at a decode step far into the sequence (D = 64) and a
+/// short prefill with D = 24 (R/4 = 6: three rotated pairs).
+pub fn spec_cases() -> Vec<Box<dyn Case>> {
+    let mut v: Vec<Box<dyn Case>> = Vec::new();
+    for path in [RopePath::Into, RopePath::InPlace, RopePath::Cache, RopePath::Paged, RopePath::Ragged] {
+        for kind in RopeKind::ALL {
+            for layout in [RopeLayout::HalfSplit, RopeLayout::Adjacent] {
+                for (t, h, hkv, d, pos0) in [(5, 3, 1, 24, 300), (1, 4, 2, 64, 1000)] {
+                    v.push(Box::new(RopeSpecCase { t, h, hkv, d, pos0, kind, layout, path }));
+                }
+            }
+        }
+    }
+    v
+}

@@ -1,6 +1,6 @@
 //! `swiglu(T, F)`: the lab's `swiglu_into` (v1) and `swiglu_stacked` (v2, one `[T, 2F]` input:
 //! g | u; both `lab` cases) and `swiglu_pairs_into` (v3, `[T, 2F]` with g and u columns interleaved) vs
-//! `reference::ops::swiglu::swiglu`, output NaN-poisoned (v1, v3). `scale` widens the gate's range so `exp(−z)` overflows (z ≪ 0) and vanishes.
+//! `reference::ops::swiglu::swiglu` (v3 with GELU-tanh: vs `reference::ops::mlp::gated`), output NaN-poisoned (v1, v3). `scale` widens the gate's range so `exp(−z)` overflows (z ≪ 0) and vanishes.
 
 use ndarray::Array2;
 use optimized::{Client, DeviceTensor};
@@ -16,6 +16,8 @@ pub struct SwigluCase {
     /// The gate is `scale · U[-1, 1)`.
     pub scale: f32,
     pub input: SwigluInput,
+    /// GELU-tanh gating (`glu_pairs_into` with `GluAct::GeluTanh` vs `mlp::gated`; pairs only).
+    pub gelu: bool,
 }
 
 /// How the kernel under test takes g and u.
@@ -39,7 +41,8 @@ impl Case for SwigluCase {
             SwigluInput::Stacked => "stacked,",
             SwigluInput::Pairs => "pairs,",
         };
-        format!("swiglu(T={},F={},scale={},{input}f32)", self.t, self.f, self.scale)
+        let gelu = if self.gelu { "gelu-tanh," } else { "" };
+        format!("swiglu(T={},F={},scale={},{input}{gelu}f32)", self.t, self.f, self.scale)
     }
     /// v1 and v2 are lab kernels (`optimized/src/lab/swiglu_v1_v2.rs`).
     fn lab(&self) -> bool {
@@ -52,7 +55,14 @@ impl Case for SwigluCase {
         let (Ok(ga), Ok(ua)) = (Array2::from_shape_vec((t, f), g.clone()), Array2::from_shape_vec((t, f), u.clone())) else {
             return Outcome::Fail("bad case shape".into());
         };
-        let want: Vec<f32> = reference::ops::swiglu::swiglu(ga.view(), ua.view()).iter().copied().collect();
+        let want: Vec<f32> = if self.gelu {
+            reference::ops::mlp::gated(ga.view(), ua.view(), reference::ops::mlp::Activation::GeluTanh).iter().copied().collect()
+        } else {
+            reference::ops::swiglu::swiglu(ga.view(), ua.view()).iter().copied().collect()
+        };
+        if self.gelu && self.input != SwigluInput::Pairs {
+            return Outcome::Fail("GELU-tanh gating is the pairs kernel's only".into());
+        }
         outcome((|| {
             match self.input {
                 SwigluInput::Stacked => {
@@ -65,7 +75,11 @@ impl Case for SwigluCase {
                     let gu: Vec<f32> = g.iter().zip(&u).flat_map(|(&a, &b)| [a, b]).collect();
                     let gud = DeviceTensor::from_f32(client, &gu, &[t, 2 * f])?;
                     let out = DeviceTensor::from_f32(client, &vec![f32::NAN; t * f], &[t, f])?;
-                    optimized::kernels::swiglu::swiglu_pairs_into(client, &gud, &out)?;
+                    if self.gelu {
+                        optimized::kernels::swiglu::glu_pairs_into(client, &gud, &out, optimized::kernels::GluAct::GeluTanh)?;
+                    } else {
+                        optimized::kernels::swiglu::swiglu_pairs_into(client, &gud, &out)?;
+                    }
                     return Ok(judge(&out.to_f32(client)?, &want, Op::Swiglu, Dtype::F32));
                 }
                 SwigluInput::Separate => {}
@@ -83,8 +97,9 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     let mut v: Vec<Box<dyn Case>> = Vec::new();
     for (t, f, scale) in [(1, 1, 1.0), (1, 8192, 8.0), (7, 577, 1.0), (17, 1531, 4.0), (3, 5, 200.0), (2, 1536, 100.0), (64, 2048, 10.0)] {
         for input in [SwigluInput::Separate, SwigluInput::Stacked, SwigluInput::Pairs] {
-            v.push(Box::new(SwigluCase { t, f, scale, input }));
+            v.push(Box::new(SwigluCase { t, f, scale, input, gelu: false }));
         }
+        v.push(Box::new(SwigluCase { t, f, scale, input: SwigluInput::Pairs, gelu: true }));
     }
     v
 }

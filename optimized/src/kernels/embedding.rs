@@ -7,6 +7,10 @@
 //!   (exact: f16 and bf16 values are all representable in f32). The launch is dispatched on
 //!   the table's dtype.
 //!
+//! A scale on the gathered rows (Gemma: `√C`; [`embedding_scaled_into`],
+//! [`embedding_device_ids_scaled_into`]): `x[t, :] = E[ids[t], :] · s`, one f32 multiply after
+//! the conversion (the reference's order). A comptime switch: scale 1 runs the unscaled kernel.
+//!
 //! Ids are checked against V on the host ([`embedding`], [`embedding_into`]: an id ≥ V is an
 //! [`Error::Shape`] naming it). [`embedding_device_ids_into`] takes ids already on the device
 //! (e.g. from [`super::argmax`]) without a host round trip; there an id ≥ V yields a row of
@@ -20,7 +24,8 @@ use super::vector_size_for;
 use crate::{Client, DeviceTensor, Dtype, Error};
 
 /// v1 kernel. `table`: `V * vecs_per_row` vectors; `out`: `T * vecs_per_row` vectors, of which
-/// the first `len` are written. `pdl`: [`await_predecessor`] first.
+/// the first `len` are written, times `scale` when `scaled`. `pdl`: [`await_predecessor`] first.
+#[allow(clippy::too_many_arguments)]
 #[cube(launch)]
 pub fn embedding_v1<W: Float, N: Size>(
     table: &[Vector<W, N>],
@@ -29,6 +34,8 @@ pub fn embedding_v1<W: Float, N: Size>(
     vecs_per_row: u32,
     vocab: u32,
     len: u32,
+    scale: f32,
+    #[comptime] scaled: bool,
     #[comptime] pdl: bool,
 ) {
     await_predecessor(pdl);
@@ -39,7 +46,11 @@ pub fn embedding_v1<W: Float, N: Size>(
         let col = i - t * vpr;
         let id = ids[t];
         if id < vocab {
-            out[i] = Vector::<f32, N>::cast_from(table[id as usize * vpr + col]);
+            let mut v = Vector::<f32, N>::cast_from(table[id as usize * vpr + col]);
+            if scaled {
+                v = v * Vector::<f32, N>::new(scale);
+            }
+            out[i] = v;
         } else {
             out[i] = Vector::<f32, N>::new(0.0);
         }
@@ -59,7 +70,10 @@ fn check(client: &Client, table: &DeviceTensor, t_len: usize, out: &DeviceTensor
     Ok((v, c))
 }
 
-fn launch(client: &Client, table: &DeviceTensor, ids: &DeviceTensor, out: &DeviceTensor, v: usize, c: usize) -> Result<(), Error> {
+fn launch(client: &Client, table: &DeviceTensor, ids: &DeviceTensor, out: &DeviceTensor, v: usize, c: usize, scale: f32) -> Result<(), Error> {
+    if !scale.is_finite() {
+        return Err(Error::Shape(format!("embedding: scale {scale} is not finite")));
+    }
     let t_len = ids.numel();
     if t_len == 0 || c == 0 {
         return Ok(());
@@ -82,6 +96,8 @@ fn launch(client: &Client, table: &DeviceTensor, ids: &DeviceTensor, out: &Devic
                     vpr,
                     vocab,
                     e.n,
+                    scale,
+                    scale != 1.0,
                     super::pdl::enabled(client),
                 )
             }
@@ -97,6 +113,12 @@ fn launch(client: &Client, table: &DeviceTensor, ids: &DeviceTensor, out: &Devic
 
 /// Gathers rows `ids` (host slice, each checked `< V`) of `table [V, C]` into `out [T, C]` f32.
 pub fn embedding_into(client: &Client, table: &DeviceTensor, ids: &[u32], out: &DeviceTensor) -> Result<(), Error> {
+    embedding_scaled_into(client, table, ids, 1.0, out)
+}
+
+/// [`embedding_into`] with each gathered value times `scale` (finite; Gemma: `√C`, 1 elsewhere:
+/// the unscaled kernel).
+pub fn embedding_scaled_into(client: &Client, table: &DeviceTensor, ids: &[u32], scale: f32, out: &DeviceTensor) -> Result<(), Error> {
     let (v, c) = check(client, table, ids.len(), out)?;
     if let Some((t, &id)) = ids.iter().enumerate().find(|(_, &id)| id as usize >= v) {
         return Err(Error::Shape(format!("embedding: token id {id} at position {t} is outside the vocabulary (V = {v})")));
@@ -105,7 +127,7 @@ pub fn embedding_into(client: &Client, table: &DeviceTensor, ids: &[u32], out: &
         return Ok(());
     }
     let idd = DeviceTensor::from_u32(client, ids, &[ids.len()])?;
-    launch(client, table, &idd, out, v, c)
+    launch(client, table, &idd, out, v, c, scale)
 }
 
 /// [`embedding_into`] into a new `[T, C]` f32 tensor.
@@ -119,9 +141,21 @@ pub fn embedding(client: &Client, table: &DeviceTensor, ids: &[u32]) -> Result<D
 /// Like [`embedding_into`] with ids `[T]` (u32) already on the device. Not checked against V
 /// on the host: a row whose id is ≥ V is written as zeros.
 pub fn embedding_device_ids_into(client: &Client, table: &DeviceTensor, ids: &DeviceTensor, out: &DeviceTensor) -> Result<(), Error> {
+    embedding_device_ids_scaled_into(client, table, ids, 1.0, out)
+}
+
+/// [`embedding_device_ids_into`] with each gathered value times `scale` (see
+/// [`embedding_scaled_into`]; rows of ids ≥ V stay zeros).
+pub fn embedding_device_ids_scaled_into(
+    client: &Client,
+    table: &DeviceTensor,
+    ids: &DeviceTensor,
+    scale: f32,
+    out: &DeviceTensor,
+) -> Result<(), Error> {
     if ids.shape.len() != 1 {
         return Err(Error::Shape(format!("embedding: ids shape {:?}, expected [T]", ids.shape)));
     }
     let (v, c) = check(client, table, ids.numel(), out)?;
-    launch(client, table, ids, out, v, c)
+    launch(client, table, ids, out, v, c, scale)
 }

@@ -60,6 +60,7 @@ pub mod tc_wg_quant;
 pub(crate) mod tc_wg_quant_decode;
 pub mod tc_wg_tma;
 pub(crate) mod wgmma;
+pub use super::swiglu::GluAct;
 use gemv::launch_gemv;
 pub use gemv::{gemv_v1, GEMV_MAX_T, GEMV_RPG};
 #[cfg(feature = "lab")]
@@ -337,11 +338,26 @@ pub fn linear_bias(client: &Client, x: &DeviceTensor, w: &DeviceTensor, b: &Devi
 /// `[.., F]` f32. Gemv does the SwiGLU in its epilogue (one launch); the tiled versions write
 /// `[.., 2F]` and [`swiglu_pairs`](super::swiglu::swiglu_pairs) follows.
 pub fn linear_glu_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &DeviceTensor, version: Version) -> Result<(), Error> {
+    linear_glu_act_into(client, x, w, y, version, GluAct::Silu)
+}
+
+/// [`linear_glu_into`] with the gate's activation `act`: `y = act(x · W_gateᵀ) ⊙ (x · W_upᵀ)`.
+/// Gemv applies either in its epilogue; the tensor-core GEMM's epilogue is SiLU's only, so
+/// GELU-tanh there (and in the tiled versions) is the GEMM into `[.., 2F]`, then
+/// [`glu_pairs_into`](super::swiglu::glu_pairs_into).
+pub fn linear_glu_act_into(
+    client: &Client,
+    x: &DeviceTensor,
+    w: &DeviceTensor,
+    y: &DeviceTensor,
+    version: Version,
+    act: GluAct,
+) -> Result<(), Error> {
     let version = if version == Version::Auto { auto_version(client, dims(x, w)?.t, w) } else { version };
     if version == Version::Gemv {
-        return gemv_fused_into(client, x, w, y, &Fuse::glu());
+        return gemv_fused_into(client, x, w, y, &Fuse::glu_act(act));
     }
-    if version == Version::Tc {
+    if version == Version::Tc && act == GluAct::Silu {
         // SwiGLU in the GEMM's epilogue (the pair of columns a unit holds).
         return tc::linear_into(client, x, w, y, true, None, tc::TcMode::Tensor);
     }
@@ -358,7 +374,7 @@ pub fn linear_glu_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &
         )));
     }
     let gu = linear_with(client, x, w, version)?;
-    super::swiglu::swiglu_pairs_into(client, &gu, y)
+    super::swiglu::glu_pairs_into(client, &gu, y, act)
 }
 
 /// gemv v1 (T ≤ [`GEMV_MAX_T`]) with `fuse`'s prologue / epilogue: y `[T, out]`
@@ -376,11 +392,17 @@ pub fn linear_glu(client: &Client, x: &DeviceTensor, w: &DeviceTensor) -> Result
 /// [`linear_glu`] into a tensor of type `out` where the GEMM can write it (tc v4 and `out` W's
 /// type: the next GEMM's [`x_dtype`]), else f32. Callers read the result's `dtype`.
 pub fn linear_glu_as(client: &Client, x: &DeviceTensor, w: &DeviceTensor, out: Dtype) -> Result<DeviceTensor, Error> {
+    linear_glu_act(client, x, w, out, GluAct::Silu)
+}
+
+/// [`linear_glu_as`] with the gate's activation `act` ([`linear_glu_act_into`]); GELU-tanh
+/// writes f32 (its GEMM path ends in the f32 pairs kernel).
+pub fn linear_glu_act(client: &Client, x: &DeviceTensor, w: &DeviceTensor, out: Dtype, act: GluAct) -> Result<DeviceTensor, Error> {
     let d = dims(x, w)?;
     // x_dtype is W's type exactly where tc v4 runs this GEMM, else f32.
-    let out = if out != Dtype::F32 && x_dtype(client, d.t, w) == out { out } else { Dtype::F32 };
+    let out = if out != Dtype::F32 && act == GluAct::Silu && x_dtype(client, d.t, w) == out { out } else { Dtype::F32 };
     let y = DeviceTensor::empty(client, &d.shape_with_cols(d.n_out / 2), out);
-    linear_glu_into(client, x, w, &y, Version::Auto)?;
+    linear_glu_act_into(client, x, w, &y, Version::Auto, act)?;
     Ok(y)
 }
 

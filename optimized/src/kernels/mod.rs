@@ -67,16 +67,18 @@ pub mod residual;
 pub mod rmsnorm;
 pub mod rope;
 pub mod seeded;
+pub mod softcap;
 pub mod swiglu;
 
 pub use argmax::{argmax, argmax_into, argmax_into_with, ArgmaxVersion};
 pub use attention::{attention, attention_into, flash_decode, flash_prefill, kv_append, kv_write_paged, Masking};
-pub use embedding::{embedding, embedding_device_ids_into, embedding_into};
+pub use embedding::{embedding, embedding_device_ids_into, embedding_device_ids_scaled_into, embedding_into, embedding_scaled_into};
 pub use matmul::{linear, linear_into, linear_with};
 pub use residual::{residual_add, residual_add_into};
 pub use rmsnorm::{rmsnorm, rmsnorm_device};
 pub use rope::{qkv_rope_paged, rope, rope_inplace, rope_into, RopeTable};
-pub use swiglu::swiglu_pairs_into;
+pub use softcap::softcap_inplace;
+pub use swiglu::{glu_pairs_into, swiglu_pairs_into, GluAct};
 
 /// Widest vector size in {4, 2, 1} that divides `len` and the device accepts.
 pub(crate) fn vector_size_for(client: &crate::Client, len: usize) -> usize {

@@ -50,6 +50,7 @@ use cubecl::prelude::*;
 use cubecl::server::CubeCountSelection;
 
 use super::matmul::{interleave_row_pairs, linear_into, Fuse, Version};
+use super::swiglu::GluAct;
 use crate::{Client, DeviceTensor, Dtype, Error};
 use reference::quant::{Granularity, QuantTensor};
 
@@ -302,8 +303,15 @@ pub fn qgemv_fused_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &Devi
 /// interleaved gate, up), default choices, into a new tensor: the gemv applies SwiGLU in its
 /// epilogue (T ≤ [`QGEMV_MAX_T`]), dequant + GEMM + `swiglu_pairs_into` above.
 pub fn qlinear_glu(client: &Client, x: &DeviceTensor, w: &QWeight) -> Result<DeviceTensor, Error> {
+    qlinear_glu_act(client, x, w, GluAct::Silu)
+}
+
+/// [`qlinear_glu`] with the gate's activation `act` (`act(x · Gᵀ) ⊙ (x · Uᵀ)`): either in the
+/// epilogue of the decode gemvs (v1, v2, v5); GELU-tanh above them (tensor-core GEMM, dequant +
+/// tiled) and on the mma gemv as the sums into `[T, out]`, then `swiglu::glu_pairs_into`.
+pub fn qlinear_glu_act(client: &Client, x: &DeviceTensor, w: &QWeight, act: GluAct) -> Result<DeviceTensor, Error> {
     let y = DeviceTensor::empty_f32(client, &[x.shape.first().copied().unwrap_or(0), w.out / 2]);
-    qlinear_fused_into_tuned(client, x, w, &y, &GemvTune::default_for(client, w), &Fuse::glu())?;
+    qlinear_fused_into_tuned(client, x, w, &y, &GemvTune::default_for(client, w), &Fuse::glu_act(act))?;
     Ok(y)
 }
 
@@ -356,6 +364,13 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
     // where it applies; the gemvs take up to QGEMV_MAX_T rows otherwise.
     let unfused = fuse.norm.is_none() && fuse.residual.is_none();
     let crossover = t > client.kernels().qgemv_rows && unfused && super::matmul::tc::quant_applies(client, w);
+    let gelu = fuse.gelu();
+    if gelu && (t > QGEMV_MAX_T || crossover || w.layout == QLayout::Mma) {
+        // SiLU-only epilogues (GEMMs, mma gemv): the sums (norm prologue kept), then the pairs.
+        let gu = DeviceTensor::empty_f32(client, &[t, w.out]);
+        qlinear_fused_into_tuned(client, x, w, &gu, tune, &Fuse { glu: false, act: GluAct::Silu, ..*fuse })?;
+        return super::swiglu::glu_pairs_into(client, &gu, y, fuse.act);
+    }
     if t > QGEMV_MAX_T || crossover {
         if fuse.norm.is_some() || fuse.residual.is_some() {
             return Err(Error::Shape(format!("qlinear: the fused norm / residual gemv takes T ≤ {QGEMV_MAX_T}, got T = {t}")));
@@ -448,6 +463,7 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
                         norm,
                         resid,
                         glu,
+                        gelu,
                         pdl,
                         early,
                     );
@@ -484,6 +500,7 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
                     norm,
                     resid,
                     glu,
+                    gelu,
                 );
             },
             #[cfg(not(feature = "lab"))]
@@ -533,6 +550,7 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
                     norm,
                     resid,
                     glu,
+                    gelu,
                     pdl,
                     early,
                 );
@@ -569,6 +587,7 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
             norm,
             resid,
             glu,
+            gelu,
         );
     }
     Ok(())

@@ -17,9 +17,13 @@
 //!   a shared tree where the device has no plane ops), and scales its registers. The block
 //!   is sized for ~4 vectors per unit (`per_unit` ≤ 16, comptime). The residual add is a
 //!   comptime switch, so the plain norm runs the same kernel.
+//! - per head ([`heads::rmsnorm_heads_qkv`]): q and k heads of the fused q|k|v rows, in place.
 
 use cubecl::prelude::*;
 use cubecl::server::CubeCountSelection;
+
+pub mod heads;
+pub use heads::rmsnorm_heads_qkv;
 
 use super::pdl::await_predecessor;
 use super::{prev_pow2, uniform_plane_size, vector_size_for};

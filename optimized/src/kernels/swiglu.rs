@@ -10,6 +10,10 @@
 //!   Same expression as the reference (`z / (1 + exp(−z))`, then `· u`): large negative z
 //!   gives `exp(−z) = ∞` and `−0`, like the reference.
 //!
+//! GELU-tanh gating (Gemma: `gelu_tanh(g) · u`, [`GluAct::GeluTanh`]) is a comptime switch of
+//! v3 and of the gemv epilogue ([`glu_pairs_into`], `matmul::linear_glu_act`): the SiLU
+//! launches compile the same code as before.
+//!
 //! [`Elementwise`] sizes the grids of this and the other elementwise kernels: 256 units per
 //! cube, cubes spread over x/y/z so any size fits the grid limits.
 
@@ -28,14 +32,51 @@ pub(crate) fn silu_mul(z: f32, u: f32) -> f32 {
     z / (1.0f32 + (-z).exp()) * u
 }
 
-/// v3 kernel: `h[i] = silu(gu[2i]) · gu[2i + 1]` for the first `len` outputs (one (g, u) pair
-/// per unit, read as one vector: launched with N = 2).
+/// `gelu_tanh(z) · u` in the reference's form (`reference::ops::mlp::gelu_tanh`:
+/// `½·z·(1 + tanh(√(2/π)·(z + 0.044715·z³)))`, then `· u`, the same order of operations).
+#[cube]
+pub(crate) fn gelu_mul(z: f32, u: f32) -> f32 {
+    0.5f32 * z * (1.0f32 + (0.797_884_6f32 * (z + 0.044_715f32 * z * z * z)).tanh()) * u
+}
+
+/// The gate's activation of a gated MLP on the GPU: `reference::ops::mlp::Activation`'s SiLU
+/// and GELU-tanh (GPT-OSS's clamped SwiGLU is the MoE kernels' own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum GluAct {
+    /// `silu(g) · u` (Llama, Qwen, Phi-3, Mistral).
+    #[default]
+    Silu,
+    /// `gelu_tanh(g) · u` (Gemma).
+    GeluTanh,
+}
+
+impl GluAct {
+    /// The kernels' activation for the reference's, or an error naming one they do not take.
+    pub fn of(a: reference::ops::mlp::Activation) -> Result<Self, Error> {
+        match a {
+            reference::ops::mlp::Activation::Silu => Ok(GluAct::Silu),
+            reference::ops::mlp::Activation::GeluTanh => Ok(GluAct::GeluTanh),
+            other => Err(Error::Unsupported(format!("gated MLP activation {other:?}: the dense kernels take SiLU or GELU-tanh"))),
+        }
+    }
+    /// The kernels' comptime switch.
+    pub(crate) fn gelu(self) -> bool {
+        self == GluAct::GeluTanh
+    }
+}
+
+/// v3 kernel: `h[i] = act(gu[2i]) · gu[2i + 1]` for the first `len` outputs (one (g, u) pair
+/// per unit, read as one vector: launched with N = 2); act SiLU, or GELU-tanh with `gelu`.
 #[cube(launch)]
-pub fn swiglu_v3<N: Size>(gu: &[Vector<f32, N>], h: &mut [f32], len: u32) {
+pub fn swiglu_v3<N: Size>(gu: &[Vector<f32, N>], h: &mut [f32], len: u32, #[comptime] gelu: bool) {
     let i = ABSOLUTE_POS;
     if i < len as usize {
         let p = gu[i];
-        h[i] = silu_mul(p.extract(0usize), p.extract(1usize));
+        if gelu {
+            h[i] = gelu_mul(p.extract(0usize), p.extract(1usize));
+        } else {
+            h[i] = silu_mul(p.extract(0usize), p.extract(1usize));
+        }
     }
 }
 
@@ -80,6 +121,11 @@ pub(crate) fn check_same_shape(op: &str, what: &str, a: &DeviceTensor, b: &Devic
 /// v3: `silu(g) ⊙ u` from `gu [T, 2F]` with g and u columns interleaved (g_j = column 2j) into
 /// `out [T, F]` (must not alias gu).
 pub fn swiglu_pairs_into(client: &Client, gu: &DeviceTensor, out: &DeviceTensor) -> Result<(), Error> {
+    glu_pairs_into(client, gu, out, GluAct::Silu)
+}
+
+/// [`swiglu_pairs_into`] with the gate's activation `act`: `act(g) ⊙ u`.
+pub fn glu_pairs_into(client: &Client, gu: &DeviceTensor, out: &DeviceTensor, act: GluAct) -> Result<(), Error> {
     check_f32("swiglu_pairs", "gu", gu)?;
     check_f32("swiglu_pairs", "out", out)?;
     let [t, f2] = gu.shape[..] else {
@@ -102,7 +148,7 @@ pub fn swiglu_pairs_into(client: &Client, gu: &DeviceTensor, out: &DeviceTensor)
         return Err(Error::Unsupported("swiglu_pairs reads (g, u) as vectors of 2".into()));
     }
     unsafe {
-        swiglu_v3::launch(client, e.count, e.dim, 2, gu.as_arg(2), out.as_arg(1), e.n);
+        swiglu_v3::launch(client, e.count, e.dim, 2, gu.as_arg(2), out.as_arg(1), e.n, act.gelu());
     }
     Ok(())
 }

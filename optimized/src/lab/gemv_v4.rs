@@ -149,10 +149,10 @@ fn store_pair(
     #[comptime] glu: bool,
 ) {
     if glu {
-        store_row(y, nw, xw, t, row, n_out, s0, s1, resid, glu, false);
+        store_row(y, nw, xw, t, row, n_out, s0, s1, resid, glu, false, false);
     } else {
-        store_row(y, nw, xw, t, row, n_out, s0, 0.0f32, resid, glu, false);
-        store_row(y, nw, xw, t, row + 1, n_out, s1, 0.0f32, resid, glu, false);
+        store_row(y, nw, xw, t, row, n_out, s0, 0.0f32, resid, glu, false, false);
+        store_row(y, nw, xw, t, row + 1, n_out, s1, 0.0f32, resid, glu, false, false);
     }
 }
 

@@ -64,6 +64,7 @@ pub fn gemv_v1<W: Float, N: Size>(
     #[comptime] norm: bool,
     #[comptime] resid: bool,
     #[comptime] glu: bool,
+    #[comptime] gelu: bool,
     #[comptime] bias: bool,
     #[comptime] pdl: bool,
     #[comptime] early: bool,
@@ -187,7 +188,7 @@ pub fn gemv_v1<W: Float, N: Size>(
     if norm {
         scale_rows(&mut acc, &rn, tn, rpg);
     }
-    store_row_sums(&acc, y, nw, xw, t0, row0, n_out, lane, g, group, tn, rpg, plane, plane_size, split, block, resid, glu, bias);
+    store_row_sums(&acc, y, nw, xw, t0, row0, n_out, lane, g, group, tn, rpg, plane, plane_size, split, block, resid, glu, gelu, bias);
 }
 
 /// W vector `i` of rows `row0 ..+ rpg` (rows past `n_out` read the last row) into `wv`.
@@ -302,6 +303,7 @@ pub(crate) fn launch_gemv<W: Float>(
             fuse.norm.is_some(),
             fuse.residual.is_some(),
             glu,
+            fuse.gelu(),
             fuse.bias.is_some(),
             pdl,
             early,

@@ -1,11 +1,11 @@
 //! What the decode gemvs fuse around their dot products ([`Fuse`]: an RMSNorm prologue, a
-//! residual epilogue, SwiGLU, a bias) and the end they share with the quantized gemvs: the
+//! residual epilogue, SwiGLU or GELU-tanh gating, a bias) and the end they share with the quantized gemvs: the
 //! norm prologue's 1 / rms ([`inv_rms`]), each group's per-unit partial sums reduced and stored
 //! ([`store_row_sums`], [`store_row`]). Moved out of `gemv.rs`, unchanged.
 
 use cubecl::prelude::*;
 
-use crate::kernels::swiglu::silu_mul;
+use crate::kernels::swiglu::{gelu_mul, silu_mul, GluAct};
 use crate::{Client, DeviceTensor, Dtype, Error};
 
 /// What a decode gemv fuses around its dot products (T ≤ 8): nothing ([`Fuse::default`]),
@@ -17,8 +17,10 @@ pub struct Fuse<'a> {
     pub norm: Option<Norm<'a>>,
     /// `y` is the residual stream, updated in place, and the next norm's input written.
     pub residual: Option<Residual<'a>>,
-    /// Rows interleave gate and up: `y [T, out / 2] = silu(gate) · up`.
+    /// Rows interleave gate and up: `y [T, out / 2] = act(gate) · up`.
     pub glu: bool,
+    /// The gate's activation with `glu` (SiLU by default).
+    pub act: GluAct,
     /// `y = sums + b` for `b [out]` f32 (GPT-OSS's q|k|v and o biases: one launch fewer
     /// each). Neither with the residual epilogue nor SwiGLU; the quantized gemvs refuse it.
     pub bias: Option<&'a DeviceTensor>,
@@ -44,7 +46,17 @@ pub struct Residual<'a> {
 impl<'a> Fuse<'a> {
     /// SwiGLU only.
     pub fn glu() -> Self {
-        Self { glu: true, ..Self::default() }
+        Self::glu_act(GluAct::Silu)
+    }
+
+    /// The gated activation `act` only.
+    pub fn glu_act(act: GluAct) -> Self {
+        Self { glu: true, act, ..Self::default() }
+    }
+
+    /// The kernels' comptime GELU switch: GELU-tanh gating asked.
+    pub(crate) fn gelu(&self) -> bool {
+        self.glu && self.act.gelu()
     }
 
     /// Columns of y for `n_out` weight rows.
@@ -105,7 +117,8 @@ impl<'a> Fuse<'a> {
 /// Token t's sum `s` of row `row` into y: `y[t, row] = s`; with `resid` (y the residual
 /// stream) `y[t, row] += s` and `xw[t, row] = y[t, row] · nw[row]` (the next RMSNorm's weight
 /// applied: the next gemv's input); with `glu` (`row` even, rows interleaved gate j = 2j,
-/// up j = 2j + 1, `u` the up row's sum) `y[t, row / 2] = silu(s) · u` ([`silu_mul`]).
+/// up j = 2j + 1, `u` the up row's sum) `y[t, row / 2] = silu(s) · u` ([`silu_mul`]), or
+/// `gelu_tanh(s) · u` with `gelu` ([`gelu_mul`]).
 #[allow(clippy::too_many_arguments)]
 #[cube]
 pub(crate) fn store_row(
@@ -119,10 +132,15 @@ pub(crate) fn store_row(
     u: f32,
     #[comptime] resid: bool,
     #[comptime] glu: bool,
+    #[comptime] gelu: bool,
     #[comptime] bias: bool,
 ) {
     if glu {
-        y[t * (n_out / 2) + row / 2] = silu_mul(s, u);
+        if gelu {
+            y[t * (n_out / 2) + row / 2] = gelu_mul(s, u);
+        } else {
+            y[t * (n_out / 2) + row / 2] = silu_mul(s, u);
+        }
     } else if resid {
         let i = t * n_out + row;
         let v = y[i] + s;
@@ -258,6 +276,7 @@ pub(crate) fn store_row_sums(
     #[comptime] block: usize,
     #[comptime] resid: bool,
     #[comptime] glu: bool,
+    #[comptime] gelu: bool,
     #[comptime] bias: bool,
 ) {
     if plane {
@@ -269,7 +288,7 @@ pub(crate) fn store_row_sums(
                     let u = plane_sum(acc[2 * a + 1]);
                     let row = row0 + (2 * a) % rpg;
                     if lane == 0 && row < n_out {
-                        store_row(y, nw, xw, t0 + (2 * a) / rpg, row, n_out, s, u, resid, glu, bias);
+                        store_row(y, nw, xw, t0 + (2 * a) / rpg, row, n_out, s, u, resid, glu, gelu, bias);
                     }
                 }
             } else {
@@ -278,7 +297,7 @@ pub(crate) fn store_row_sums(
                     let s = plane_sum(acc[a]);
                     let row = row0 + a % rpg;
                     if lane == 0 && row < n_out {
-                        store_row(y, nw, xw, t0 + a / rpg, row, n_out, s, 0.0f32, resid, glu, bias);
+                        store_row(y, nw, xw, t0 + a / rpg, row, n_out, s, 0.0f32, resid, glu, gelu, bias);
                     }
                 }
             }
@@ -312,7 +331,7 @@ pub(crate) fn store_row_sums(
                             up += sh[base + (q + 1) * split + j];
                         }
                     }
-                    store_row(y, nw, xw, t0 + t, row0 + q, n_out, tot, up, resid, glu, bias);
+                    store_row(y, nw, xw, t0 + t, row0 + q, n_out, tot, up, resid, glu, gelu, bias);
                 }
                 sync_cube();
             }
@@ -332,10 +351,10 @@ pub(crate) fn store_row_sums(
                 if a % 2 == 0 {
                     gate = sh[off];
                 } else if lane == 0 && row < n_out {
-                    store_row(y, nw, xw, t0 + a / rpg, row - 1, n_out, gate, sh[off], resid, glu, bias);
+                    store_row(y, nw, xw, t0 + a / rpg, row - 1, n_out, gate, sh[off], resid, glu, gelu, bias);
                 }
             } else if lane == 0 && row < n_out {
-                store_row(y, nw, xw, t0 + a / rpg, row, n_out, sh[off], 0.0f32, resid, glu, bias);
+                store_row(y, nw, xw, t0 + a / rpg, row, n_out, sh[off], 0.0f32, resid, glu, gelu, bias);
             }
             sync_cube();
         }

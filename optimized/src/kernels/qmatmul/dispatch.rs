@@ -1,8 +1,9 @@
 //! [`Weight`]: a linear weight on the device, dense or quantized, and the one place that picks
 //! the kernel for its storage (matmul's for dense, this module's for quantized).
 
-use super::{qgemv_fused_into, qlinear, qlinear_glu, QWeight};
+use super::{qgemv_fused_into, qlinear, qlinear_glu_act, QWeight};
 use crate::kernels::matmul::{self, Fuse};
+use crate::kernels::swiglu::GluAct;
 use crate::{Client, DeviceTensor, Dtype, Error};
 
 /// A linear weight on the device: dense (bf16/f16/f32) or quantized. (A handful per model
@@ -30,9 +31,14 @@ impl Weight {
     /// [`Weight::linear_glu`] into `out` where the GEMM can write it (`matmul::linear_glu_as`),
     /// else f32.
     pub fn linear_glu_as(&self, client: &Client, x: &DeviceTensor, out: Dtype) -> Result<DeviceTensor, Error> {
+        self.linear_glu_act(client, x, out, GluAct::Silu)
+    }
+    /// [`Weight::linear_glu_as`] with the gate's activation `act` (`act(x · Gᵀ) ⊙ (x · Uᵀ)`:
+    /// `matmul::linear_glu_act`, `qlinear_glu_act`).
+    pub fn linear_glu_act(&self, client: &Client, x: &DeviceTensor, out: Dtype, act: GluAct) -> Result<DeviceTensor, Error> {
         match self {
-            Weight::Dense(w) => matmul::linear_glu_as(client, x, w, out),
-            Weight::Quant(q) => qlinear_glu(client, x, q),
+            Weight::Dense(w) => matmul::linear_glu_act(client, x, w, out, act),
+            Weight::Quant(q) => qlinear_glu_act(client, x, q, act),
         }
     }
     /// The type [`Weight::linear`] of `t` rows reads x in without a conversion pass

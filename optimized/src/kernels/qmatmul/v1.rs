@@ -112,6 +112,7 @@ pub fn qgemv_v1<N: Size>(
     #[comptime] norm: bool,
     #[comptime] resid: bool,
     #[comptime] glu: bool,
+    #[comptime] gelu: bool,
 ) {
     let lane = UNIT_POS_X as usize;
     let group = CUBE_DIM_X as usize;
@@ -169,7 +170,7 @@ pub fn qgemv_v1<N: Size>(
         scale_rows(&mut acc, &rn, tn, rpg);
     }
     // Planes are 32 units here (the launcher checks the device's plane size).
-    store_row_sums(&acc, y, nw, xw, 0, row0, n_out, lane, gi, group, tn, rpg, plane, GROUP as usize, split, block, resid, glu, false);
+    store_row_sums(&acc, y, nw, xw, 0, row0, n_out, lane, gi, group, tn, rpg, plane, GROUP as usize, split, block, resid, glu, gelu, false);
 }
 
 /// Dequant v1: chunk `i` (16 int8 or 32 fp4 weights) → `out [out, in]` f32.

@@ -222,6 +222,7 @@ pub fn qgemv_v2<N: Size>(
     #[comptime] norm: bool,
     #[comptime] resid: bool,
     #[comptime] glu: bool,
+    #[comptime] gelu: bool,
     #[comptime] pdl: bool,
     #[comptime] early: bool,
 ) {
@@ -401,7 +402,7 @@ pub fn qgemv_v2<N: Size>(
     if norm {
         scale_rows(&mut acc, &rn, tn, rpg);
     }
-    store_row_sums(&acc, y, nw, xw, 0, row0, n_out, unit, gi, group, tn, rpg, plane, TILE_CHUNKS, split, block, resid, glu, false);
+    store_row_sums(&acc, y, nw, xw, 0, row0, n_out, unit, gi, group, tn, rpg, plane, TILE_CHUNKS, split, block, resid, glu, gelu, false);
 }
 
 /// Dequant v2: chunk `i` of the tiled order → its weights at their input positions in

@@ -222,6 +222,7 @@ pub fn qgemv_v5<N: Size>(
     #[comptime] norm: bool,
     #[comptime] resid: bool,
     #[comptime] glu: bool,
+    #[comptime] gelu: bool,
     #[comptime] pdl: bool,
     #[comptime] early: bool,
 ) {
@@ -328,5 +329,5 @@ pub fn qgemv_v5<N: Size>(
     if norm {
         scale_rows(&mut acc, &rn, tn, rpg);
     }
-    store_row_sums(&acc, y, nw, xw, 0, row0, n_out, unit, gi, group, tn, rpg, plane, TILE_CHUNKS, split, block, resid, glu, false);
+    store_row_sums(&acc, y, nw, xw, 0, row0, n_out, unit, gi, group, tn, rpg, plane, TILE_CHUNKS, split, block, resid, glu, gelu, false);
 }

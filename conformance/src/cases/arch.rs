@@ -7,8 +7,11 @@
 //! lengths (prefill together, then two decode steps of both), each drawing row's logits
 //! against the reference run of that sequence alone. An architecture the GPU does not run yet
 //! is a skip carrying `optimized::model::gpu_unsupported`'s reason. [`Tweak`]s change the spec
-//! on both sides to run what the GPU folds into the weights at load (a query scale other than
-//! 1/√D, `(1 + w)` norm gains) on checkpoints that have neither.
+//! on both sides: to run what the GPU folds into the weights at load (a query scale other than
+//! 1/√D, `(1 + w)` norm gains) on checkpoints that have neither, and to run the checkpoints
+//! whose only missing GPU feature is their RoPE (Phi-3's partial rotary, Llama 3's scaling)
+//! with plain RoPE, so their weights' layout (fused q|k|v and gate|up, a tied head, GGUF's
+//! permuted rows) is checked now.
 
 use std::path::PathBuf;
 
@@ -20,6 +23,7 @@ use optimized::Client;
 use reference::arch::{ArchModel, ModelSpec, Norm};
 use reference::gguf::GgufFile;
 use reference::loader::SafetensorsDir;
+use reference::ops::rope::RopeScaling;
 use reference::weights::TensorSource;
 
 use crate::{compare, Case, Dtype, Metrics, Op, Outcome};
@@ -52,6 +56,8 @@ pub enum Tweak {
     QueryScale,
     /// Gemma's `x̂ · (1 + w)` norms: the gains uploaded as `w + 1`.
     Rms1p,
+    /// Plain full-rotary RoPE in every layer (no scaling, no frequency factors).
+    PlainRope,
 }
 
 impl Tweak {
@@ -60,6 +66,10 @@ impl Tweak {
             Tweak::None => {}
             Tweak::QueryScale => spec.layers.iter_mut().for_each(|l| l.attn.scale *= 0.5),
             Tweak::Rms1p => spec.norm = Norm::Rms1p,
+            Tweak::PlainRope => spec.layers.iter_mut().for_each(|l| {
+                let r = &mut l.attn.rope;
+                (r.rot, r.scaling, r.freq_factors) = (l.attn.head_dim, RopeScaling::None, None);
+            }),
         }
     }
     fn mark(self) -> &'static str {
@@ -67,6 +77,7 @@ impl Tweak {
             Tweak::None => "",
             Tweak::QueryScale => ",scale=half",
             Tweak::Rms1p => ",norm=1+w",
+            Tweak::PlainRope => ",rope=plain",
         }
     }
 }
@@ -148,12 +159,13 @@ impl Case for ArchModelCase {
 pub struct ArchRunnerCase {
     pub fixture: &'static str,
     pub gguf: bool,
+    pub tweak: Tweak,
 }
 
 impl ArchRunnerCase {
     fn body(&self, client: &Client) -> Result<Outcome, String> {
         let ids = ids(self.fixture)?;
-        let (reference, gpu) = match models(client, self.fixture, self.gguf, Tweak::None, 1)? {
+        let (reference, gpu) = match models(client, self.fixture, self.gguf, self.tweak, 1)? {
             Ok(m) => m,
             Err(why) => return Ok(Outcome::Skip(why)),
         };
@@ -200,7 +212,7 @@ impl Case for ArchRunnerCase {
         Op::Arch
     }
     fn name(&self) -> String {
-        format!("arch({},{},runner)", self.fixture, if self.gguf { "gguf" } else { "hf" })
+        format!("arch({},{},runner{})", self.fixture, if self.gguf { "gguf" } else { "hf" }, self.tweak.mark())
     }
     fn run(&self, client: &Client) -> Outcome {
         self.body(client).unwrap_or_else(Outcome::Fail)
@@ -212,7 +224,13 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     for fixture in FIXTURES {
         for gguf in [false, true] {
             v.push(Box::new(ArchModelCase { fixture, gguf, tweak: Tweak::None }));
-            v.push(Box::new(ArchRunnerCase { fixture, gguf }));
+            v.push(Box::new(ArchRunnerCase { fixture, gguf, tweak: Tweak::None }));
+        }
+    }
+    for fixture in ["phi3", "llama3"] {
+        for gguf in [false, true] {
+            v.push(Box::new(ArchModelCase { fixture, gguf, tweak: Tweak::PlainRope }));
+            v.push(Box::new(ArchRunnerCase { fixture, gguf, tweak: Tweak::PlainRope }));
         }
     }
     // Qwen2 has q|k|v biases: the query scale folds into bq too.

@@ -58,6 +58,8 @@ pub enum Tweak {
     Rms1p,
     /// Plain full-rotary RoPE in every layer (no scaling, no frequency factors).
     PlainRope,
+    /// A sliding window of 4 positions in the even layers, full attention in the odd ones.
+    Windows,
 }
 
 impl Tweak {
@@ -70,6 +72,7 @@ impl Tweak {
                 let r = &mut l.attn.rope;
                 (r.rot, r.scaling, r.freq_factors) = (l.attn.head_dim, RopeScaling::None, None);
             }),
+            Tweak::Windows => spec.layers.iter_mut().enumerate().for_each(|(i, l)| l.attn.window = (i % 2 == 0).then_some(4)),
         }
     }
     fn mark(self) -> &'static str {
@@ -78,6 +81,7 @@ impl Tweak {
             Tweak::QueryScale => ",scale=half",
             Tweak::Rms1p => ",norm=1+w",
             Tweak::PlainRope => ",rope=plain",
+            Tweak::Windows => ",window=4/full",
         }
     }
 }
@@ -227,10 +231,10 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             v.push(Box::new(ArchRunnerCase { fixture, gguf, tweak: Tweak::None }));
         }
     }
-    for fixture in ["phi3", "llama3"] {
+    for (fixture, tweak) in [("phi3", Tweak::PlainRope), ("llama3", Tweak::PlainRope), ("qwen2", Tweak::Windows)] {
         for gguf in [false, true] {
-            v.push(Box::new(ArchModelCase { fixture, gguf, tweak: Tweak::PlainRope }));
-            v.push(Box::new(ArchRunnerCase { fixture, gguf, tweak: Tweak::PlainRope }));
+            v.push(Box::new(ArchModelCase { fixture, gguf, tweak }));
+            v.push(Box::new(ArchRunnerCase { fixture, gguf, tweak }));
         }
     }
     // Qwen2 has q|k|v biases: the query scale folds into bq too.

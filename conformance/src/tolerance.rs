@@ -103,6 +103,8 @@ pub enum Op {
     GptOss,
     /// Logit soft-cap `c·tanh(z/c)` in place.
     Softcap,
+    /// Each architecture's tiny checkpoint: the GPU model and runner vs `reference::arch`.
+    Arch,
 }
 
 /// The tolerance of `op` when its inputs are stored as `dtype`, and why.
@@ -126,6 +128,9 @@ pub fn tolerance(op: Op, dtype: Dtype) -> (Tolerance, &'static str) {
             "MXFP4 weights decode exactly; two dot products of length C / F per expert in another order, the clamped SwiGLU (exp) and a K-term weighted sum",
         ),
         Op::GptOss => tolerance(Op::Model, dtype),
+        // The same whole-model arithmetic as the llama cases (the architecture's extra parts on
+        // the GPU so far are a bias add, exact, and weights scaled at load, one rounding each).
+        Op::Arch => tolerance(Op::Model, dtype),
         Op::Residual | Op::Swiglu => match dtype {
             // f32: one add (or exp + div + mul) in f32: a few ulps.
             Dtype::F32 => (Tolerance::Elementwise { atol: 1e-6, rtol: 8.0 * u }, "f32 elementwise: a few ulps of f32 (exp/div in silu differ by ≤ 2 ulp between libms)"),

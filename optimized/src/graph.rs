@@ -81,7 +81,7 @@ pub fn step(model: &mut GpuModel, id: u32, want: Want) -> Result<Option<Output>,
         model.ahead = None;
         return Ok(None);
     }
-    let v = model.config.vocab;
+    let v = model.dims().vocab;
     if id as usize >= v {
         return Err(Error::Shape(format!("embedding: token id {id} is outside the vocabulary (V = {v})")));
     }

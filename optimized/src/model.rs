@@ -18,11 +18,13 @@
 //! (token id, lengths, block table) rewritten in place between replays — see [`graph`].
 
 use engine::single::Engine;
+use reference::arch::spec::ModelSpec;
 use reference::weights::{Tensor, TensorSource};
 use reference::{Config, Error as RefError};
 
 use crate::graph::DecodeGraph;
 use crate::kernels::attention::{flash_decode, flash_prefill, Masking};
+use crate::kernels::bias::bias_add;
 use crate::kernels::matmul::{Fuse, Norm, Residual};
 use crate::kernels::qmatmul::v4::MmaTune;
 use crate::kernels::qmatmul::{Prefetch, QLayout, QWeight, Weight, QGEMV_MAX_T};
@@ -92,6 +94,8 @@ pub struct GpuLayer {
     pub attn_norm: DeviceTensor,
     /// `[(H + 2·Hkv)·D, C]`: Wq, Wk, Wv stacked by rows, so one GEMV computes q, k and v.
     pub wqkv: Weight,
+    /// `[(H + 2·Hkv)·D]` f32: bq, bk, bv stacked likewise, added after the q|k|v projection.
+    pub bqkv: Option<DeviceTensor>,
     pub wo: Weight,
     pub ffn_norm: DeviceTensor,
     /// `[2F, C]`: W_gate and W_up rows interleaved (row 2j = gate j, row 2j + 1 = up j), so
@@ -104,7 +108,10 @@ pub struct GpuLayer {
 pub struct GpuModel {
     pub client: Client,
     pub backend: Backend,
-    pub config: Config,
+    /// The model this runs: every layer's attention, RoPE and FFN.
+    pub spec: ModelSpec,
+    /// The widths every layer shares ([`ModelSpec::dims`]).
+    pub(crate) dims: Config,
     pub dtype: Dtype,
     /// `[V, C]`
     pub tok_embd: DeviceTensor,
@@ -114,7 +121,7 @@ pub struct GpuModel {
     /// `[V, C]`: aliases `tok_embd` when tied; quantized when the source holds it so (an
     /// untied lm_head under int8: `reference::quant::quantizes`).
     pub lm_head: Weight,
-    rope: rope::RopeTable,
+    ropes: arch::RopeTables,
     kv: KvStore,
     /// The paged pools' element type (the engine runner's too): `KernelConfig::kv_dtype` at
     /// load. The contiguous cache of naive attention is f32.
@@ -139,10 +146,19 @@ pub struct GpuModel {
     pub load_times: LoadTimes,
 }
 
+mod arch;
 mod load;
+pub use arch::gpu_unsupported;
+pub(crate) use arch::RopeTables;
 pub use load::LoadTimes;
 
 impl GpuModel {
+    /// The widths every layer shares, as a llama `Config` ([`ModelSpec::dims`]): what a
+    /// single-sequence engine reports and the tensor sources check shapes against.
+    pub fn dims(&self) -> &Config {
+        &self.dims
+    }
+
     /// Bytes of the KV cache allocation.
     pub fn kv_bytes(&self) -> usize {
         match &self.kv {
@@ -198,7 +214,7 @@ impl GpuModel {
                 )));
             }
         }
-        self.set_kernel_config(k.for_hidden(self.config.hidden));
+        self.set_kernel_config(k.for_hidden(self.dims.hidden));
         Ok(())
     }
 
@@ -288,7 +304,7 @@ impl GpuModel {
         Ok(match ids {
             Ids::Host(ids) => embedding::embedding(c, &self.tok_embd, ids)?,
             Ids::Device(ids) => {
-                let x = DeviceTensor::empty_f32(c, &[t, self.config.hidden]);
+                let x = DeviceTensor::empty_f32(c, &[t, self.dims.hidden]);
                 embedding::embedding_device_ids_into(c, &self.tok_embd, ids, &x)?;
                 x
             }
@@ -298,7 +314,7 @@ impl GpuModel {
     /// The prefill attention of a step of `rows` rows ([`crate::config::KernelConfig::prefill_version`]).
     pub(crate) fn prefill_version(&self, rows: usize) -> crate::kernels::attention::PrefillVersion {
         let act16 = self.dtype != Dtype::F32 || self.quant.is_some();
-        self.kernels().prefill_version(&self.client, act16, self.quant.is_some(), rows, self.config.head_dim)
+        self.kernels().prefill_version(&self.client, act16, self.quant.is_some(), rows, self.dims.head_dim)
     }
 
     /// The type block `l`'s attention writes its `t` output rows in: the one its o projection
@@ -313,16 +329,22 @@ impl GpuModel {
         k.fused_norms && t <= k.gemv_rows.min(k.qgemv_rows) && t <= matmul::GEMV_MAX_T && t <= QGEMV_MAX_T
     }
 
+    /// Layer `l`'s attention spec.
+    pub(crate) fn attn_spec(&self, l: usize) -> Result<&reference::arch::spec::AttnSpec, Error> {
+        self.spec.layers.get(l).map(|ls| &ls.attn).ok_or_else(|| Error::Shape(format!("layer {l} does not exist")))
+    }
+
     /// Attention of block `l` over this model's own cache (one sequence at `self.pos`): RoPE +
     /// KV write, then flash (paged) or naive (contiguous) attention; `[T, H, D]`.
     fn attend_own(&self, l: usize, qkv: &DeviceTensor, t: usize) -> Result<DeviceTensor, Error> {
-        let cfg = &self.config;
+        let a = self.attn_spec(l)?;
         let c = &self.client;
-        let (h_n, kv_n, pos0) = (cfg.n_heads, cfg.n_kv_heads, self.pos);
-        let mask = Masking { window: cfg.sliding_window, sinks: None };
+        let (h_n, kv_n, pos0) = (a.n_heads, a.n_kv_heads, self.pos);
+        let (rope, layout) = (self.ropes.of(l)?, a.rope.layout);
+        let mask = Masking { window: a.window, sinks: None };
         match &self.kv {
             KvStore::Paged { cache, tables: Some(tb), .. } => {
-                let q = rope::qkv_rope_paged(c, qkv, h_n, kv_n, &self.rope, pos0, cfg.rope_layout, &cache.k[l], &cache.v[l], tb)?;
+                let q = rope::qkv_rope_paged(c, qkv, h_n, kv_n, rope, pos0, layout, &cache.k[l], &cache.v[l], tb)?;
                 // o in the type the o projection reads (16 bits where tc v4 runs it).
                 let o = DeviceTensor::empty(c, &q.shape, self.o_dtype(l, t));
                 if t == 1 {
@@ -333,8 +355,8 @@ impl GpuModel {
                 Ok(o)
             }
             KvStore::Contiguous { k, v } => {
-                let q = rope::qkv_rope_cache(c, qkv, h_n, kv_n, &self.rope, pos0, cfg.rope_layout, &k[l], &v[l])?;
-                attention::attention(c, &q, &k[l], &v[l], pos0 + t, pos0, cfg.sliding_window)
+                let q = rope::qkv_rope_cache(c, qkv, h_n, kv_n, rope, pos0, layout, &k[l], &v[l])?;
+                attention::attention(c, &q, &k[l], &v[l], pos0 + t, pos0, a.window)
             }
             KvStore::Paged { tables: None, .. } => Err(Error::KvCache("paged cache without tables".into())),
         }
@@ -355,10 +377,8 @@ impl GpuModel {
         attend: &mut dyn FnMut(usize, &DeviceTensor) -> Result<DeviceTensor, Error>,
         mut trace: Option<&mut Vec<Vec<f32>>>,
     ) -> Result<Final, Error> {
-        let cfg = &self.config;
-        let d = cfg.head_dim;
+        let cfg = &self.dims;
         let c = &self.client;
-        let h_n = cfg.n_heads;
         let first = self.layers.first().ok_or_else(|| Error::Shape("model has no layers".into()))?;
         let fused = self.fused_for(t);
         let xw = if fused { DeviceTensor::empty_f32(c, &[t, cfg.hidden]) } else { DeviceTensor::empty_f32(c, &[1]) };
@@ -375,7 +395,13 @@ impl GpuModel {
             } else {
                 w.wqkv.linear(c, &h)?
             };
-            let o = attend(l, &qkv)?.reshape(&[t, h_n * d])?;
+            // The q|k|v bias (Qwen2). The per-head q/k RMSNorm (Qwen3, Gemma-3) belongs here too,
+            // before RoPE; `gpu_unsupported` refuses it at load until its kernel is wired in.
+            if let Some(b) = &w.bqkv {
+                bias_add(c, &qkv, b)?;
+            }
+            let a = self.attn_spec(l)?;
+            let o = attend(l, &qkv)?.reshape(&[t, a.n_heads * a.head_dim])?;
             let next_norm = self.layers.get(l + 1).map_or(&self.out_norm, |n| &n.attn_norm);
             if fused {
                 // x ← x + Wo·o (xw for the MLP's norm); the MLP: gate|up with the norm prologue
@@ -407,8 +433,8 @@ impl GpuModel {
         let c = &self.client;
         match fin {
             Final::Fused { xw } => {
-                let logits = DeviceTensor::empty_f32(c, &[xw.shape[0], self.config.vocab]);
-                let normed = Fuse { norm: Some(Norm { x, eps: self.config.rms_eps }), ..Fuse::default() };
+                let logits = DeviceTensor::empty_f32(c, &[xw.shape[0], self.dims.vocab]);
+                let normed = Fuse { norm: Some(Norm { x, eps: self.dims.rms_eps }), ..Fuse::default() };
                 self.lm_head.gemv_fused_into(c, xw, &logits, &normed)?;
                 Ok(logits)
             }
@@ -418,7 +444,7 @@ impl GpuModel {
 
     /// The last row of a `[T, V]` device tensor as a `[1, V]` view-copy on the device.
     fn last_row(&self, logits: &DeviceTensor) -> Result<Vec<f32>, Error> {
-        let v = self.config.vocab;
+        let v = self.dims.vocab;
         let all = logits.to_f32(&self.client)?;
         Ok(all[all.len() - v..].to_vec())
     }
@@ -451,7 +477,7 @@ fn to_ref(e: Error) -> RefError {
 
 impl Engine for GpuEngine {
     fn config(&self) -> &Config {
-        &self.0.config
+        &self.0.dims
     }
     fn reset(&mut self) {
         self.0.reset();

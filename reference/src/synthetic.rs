@@ -25,9 +25,12 @@ pub fn hash(mut x: u32) -> u32 {
     x
 }
 
-/// Stable id of a tensor: 0..3 for global tensors, `16 + 16·l + k` for kind k of block l.
+/// Stable id of a tensor: 0..3 for global tensors, `16 + 16·l + k` for llama kind k of block l,
+/// `2²⁴ + 16·l + k` for the parts other architectures add.
 pub fn tensor_id(t: Tensor) -> u32 {
     use Tensor::*;
+    const EXTRA: u32 = 1 << 24;
+    let extra = |l: usize, k: u32| EXTRA + 16 * l as u32 + k;
     let (l, k) = match t {
         TokEmbd => return 0,
         OutNorm => return 1,
@@ -41,6 +44,18 @@ pub fn tensor_id(t: Tensor) -> u32 {
         WGate(l) => (l, 6),
         WUp(l) => (l, 7),
         WDown(l) => (l, 8),
+        Bq(l) => return extra(l, 0),
+        Bk(l) => return extra(l, 1),
+        Bv(l) => return extra(l, 2),
+        Bo(l) => return extra(l, 3),
+        QNorm(l) => return extra(l, 4),
+        KNorm(l) => return extra(l, 5),
+        PostAttnNorm(l) => return extra(l, 6),
+        PostFfnNorm(l) => return extra(l, 7),
+        PreFfnNorm(l) => return extra(l, 8),
+        Wqkv(l) => return extra(l, 9),
+        WGateUp(l) => return extra(l, 10),
+        Sinks(l) => return extra(l, 11),
     };
     16 + 16 * l as u32 + k
 }
@@ -49,8 +64,9 @@ pub fn tensor_id(t: Tensor) -> u32 {
 pub fn affine(t: Tensor, cfg: &Config) -> (f32, f32) {
     use Tensor::*;
     match t {
-        OutNorm | AttnNorm(_) | FfnNorm(_) => (0.1, 1.0),
-        TokEmbd => (1.0, 0.0),
+        OutNorm | AttnNorm(_) | FfnNorm(_) | PreFfnNorm(_) | PostAttnNorm(_) | PostFfnNorm(_) | QNorm(_) | KNorm(_) => (0.1, 1.0),
+        TokEmbd | Sinks(_) => (1.0, 0.0),
+        Bq(_) | Bk(_) | Bv(_) | Bo(_) => (0.1, 0.0),
         _ => {
             let fan_in = t.shape(cfg)[1] as f32;
             (3f32.sqrt() / fan_in.sqrt(), 0.0)

@@ -2,6 +2,7 @@
 
 use ndarray::{Array1, Array2};
 
+use crate::arch::spec::{FfnSpec, ModelSpec};
 use crate::config::Config;
 use crate::error::{Error, Result};
 
@@ -41,7 +42,8 @@ pub struct Weights {
     pub lm_head: Option<Array2<f32>>,
 }
 
-/// Every tensor of the model, independent of file format.
+/// Every tensor of the model, independent of file format: the llama set, and the parts other
+/// architectures add (which a model has follows from its [`ModelSpec`]: [`Tensor::of_layer`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tensor {
     TokEmbd,
@@ -56,6 +58,27 @@ pub enum Tensor {
     WGate(usize),
     WUp(usize),
     WDown(usize),
+    /// `[H·D]`, `[Hkv·D]` ×2: q, k, v biases (Qwen2, GPT-OSS).
+    Bq(usize),
+    Bk(usize),
+    Bv(usize),
+    /// `[C]`: the output projection's bias (GPT-OSS).
+    Bo(usize),
+    /// `[D]`: per-head RMSNorm gains of q and k (Qwen3, Gemma-3).
+    QNorm(usize),
+    KNorm(usize),
+    /// `[C]`: Gemma's sandwich norms after the attention and after the FFN.
+    PostAttnNorm(usize),
+    PostFfnNorm(usize),
+    /// `[C]`: the FFN's norm where the model also has post-norms (Gemma: HF names it
+    /// `pre_feedforward_layernorm`, since its `post_attention_layernorm` is [`Tensor::PostAttnNorm`]).
+    PreFfnNorm(usize),
+    /// `[(H + 2Hkv)·D, C]`: q|k|v in one matrix (Phi-3).
+    Wqkv(usize),
+    /// `[2F, C]`: gate|up in one matrix, gate rows first (Phi-3).
+    WGateUp(usize),
+    /// `[H]`: one sink logit per head (GPT-OSS).
+    Sinks(usize),
 }
 
 /// Naming scheme of a checkpoint format.
@@ -65,49 +88,170 @@ pub enum Naming {
     Hf,
 }
 
+/// The widths shapes are made of, from a [`Config`] or one layer of a [`ModelSpec`].
+#[derive(Debug, Clone, Copy)]
+struct Dims {
+    c: usize,
+    f: usize,
+    v: usize,
+    h: usize,
+    hkv: usize,
+    d: usize,
+}
+
+impl Dims {
+    fn of_config(cfg: &Config) -> Self {
+        Dims { c: cfg.hidden, f: cfg.ffn, v: cfg.vocab, h: cfg.n_heads, hkv: cfg.n_kv_heads, d: cfg.head_dim }
+    }
+
+    /// Layer `l`'s widths (the first layer's for the tensors outside the layers; F is the
+    /// expert width in an MoE layer).
+    fn of_spec(spec: &ModelSpec, l: Option<usize>) -> Self {
+        let ls = l.and_then(|l| spec.layers.get(l)).or(spec.layers.first());
+        let (h, hkv, d, f) = ls.map_or((0, 0, 0, 0), |ls| {
+            let f = match ls.ffn {
+                FfnSpec::Dense { ffn, .. } => ffn,
+                FfnSpec::Moe { expert_ffn, .. } => expert_ffn,
+            };
+            (ls.attn.n_heads, ls.attn.n_kv_heads, ls.attn.head_dim, f)
+        });
+        Dims { c: spec.hidden, f, v: spec.vocab, h, hkv, d }
+    }
+}
+
 impl Tensor {
-    /// The per-layer tensors of block `l`, in file order.
+    /// The per-layer tensors of block `l` of a llama model, in file order.
     pub fn layer(l: usize) -> [Tensor; 9] {
         use Tensor::*;
         [AttnNorm(l), Wq(l), Wk(l), Wv(l), Wo(l), FfnNorm(l), WGate(l), WUp(l), WDown(l)]
     }
 
+    /// Block `l`'s tensors under `spec` (dense FFN parts only: an MoE layer's experts are not
+    /// listed), in file order: fused q|k|v and gate|up where the checkpoint stores them so,
+    /// the optional parts where the layer's spec has them.
+    pub fn of_layer(spec: &ModelSpec, l: usize) -> Vec<Tensor> {
+        use Tensor::*;
+        let Some(ls) = spec.layers.get(l) else { return Vec::new() };
+        let a = &ls.attn;
+        let mut v = vec![AttnNorm(l)];
+        if spec.fused.qkv {
+            v.push(Wqkv(l));
+        } else {
+            v.extend([Wq(l), Wk(l), Wv(l)]);
+        }
+        if a.qkv_bias {
+            v.extend([Bq(l), Bk(l), Bv(l)]);
+        }
+        if a.qk_norm {
+            v.extend([QNorm(l), KNorm(l)]);
+        }
+        if a.sinks {
+            v.push(Sinks(l));
+        }
+        v.push(Wo(l));
+        if a.o_bias {
+            v.push(Bo(l));
+        }
+        if ls.post_norms {
+            v.push(PostAttnNorm(l));
+        }
+        v.push(Tensor::ffn_norm(spec, l));
+        if matches!(ls.ffn, FfnSpec::Dense { .. }) {
+            if spec.fused.gate_up {
+                v.push(WGateUp(l));
+            } else {
+                v.extend([WGate(l), WUp(l)]);
+            }
+            v.push(WDown(l));
+        }
+        if ls.post_norms {
+            v.push(PostFfnNorm(l));
+        }
+        v
+    }
+
+    /// The FFN's norm of block `l`: [`Tensor::PreFfnNorm`] where the layer has post-norms.
+    pub fn ffn_norm(spec: &ModelSpec, l: usize) -> Tensor {
+        match spec.layers.get(l).is_some_and(|ls| ls.post_norms) {
+            true => Tensor::PreFfnNorm(l),
+            false => Tensor::FfnNorm(l),
+        }
+    }
+
     /// Row-major shape under `cfg`.
     pub fn shape(self, cfg: &Config) -> Vec<usize> {
-        let (c, f, v) = (cfg.hidden, cfg.ffn, cfg.vocab);
-        let (qd, kvd) = (cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim);
+        self.shape_of(Dims::of_config(cfg))
+    }
+
+    /// Row-major shape under `spec` (its layer's widths).
+    pub fn spec_shape(self, spec: &ModelSpec) -> Vec<usize> {
+        self.shape_of(Dims::of_spec(spec, self.layer_index()))
+    }
+
+    /// The block the tensor belongs to (`None`: embedding, final norm, head).
+    pub fn layer_index(self) -> Option<usize> {
+        use Tensor::*;
+        match self {
+            TokEmbd | OutNorm | LmHead => None,
+            AttnNorm(l) | Wq(l) | Wk(l) | Wv(l) | Wo(l) | FfnNorm(l) | WGate(l) | WUp(l) | WDown(l) | Bq(l) | Bk(l) | Bv(l) | Bo(l) | QNorm(l)
+            | KNorm(l) | PostAttnNorm(l) | PostFfnNorm(l) | PreFfnNorm(l) | Wqkv(l) | WGateUp(l) | Sinks(l) => Some(l),
+        }
+    }
+
+    fn shape_of(self, d: Dims) -> Vec<usize> {
+        let Dims { c, f, v, h, hkv, d } = d;
+        let (qd, kvd) = (h * d, hkv * d);
         use Tensor::*;
         match self {
             TokEmbd | LmHead => vec![v, c],
-            OutNorm | AttnNorm(_) | FfnNorm(_) => vec![c],
+            OutNorm | AttnNorm(_) | FfnNorm(_) | PreFfnNorm(_) | PostAttnNorm(_) | PostFfnNorm(_) | Bo(_) => vec![c],
             Wq(_) => vec![qd, c],
             Wk(_) | Wv(_) => vec![kvd, c],
             Wo(_) => vec![c, qd],
             WGate(_) | WUp(_) => vec![f, c],
             WDown(_) => vec![c, f],
+            Bq(_) => vec![qd],
+            Bk(_) | Bv(_) => vec![kvd],
+            QNorm(_) | KNorm(_) => vec![d],
+            Wqkv(_) => vec![qd + 2 * kvd, c],
+            WGateUp(_) => vec![2 * f, c],
+            Sinks(_) => vec![h],
         }
     }
 
-    /// The tensor's name in a checkpoint.
+    /// The tensor's name in a checkpoint: the one table of names every loader uses.
     pub fn name(self, naming: Naming) -> String {
         use Tensor::*;
         let (l, gguf, hf) = match self {
             TokEmbd => return if naming == Naming::Gguf { "token_embd.weight" } else { "model.embed_tokens.weight" }.into(),
             OutNorm => return if naming == Naming::Gguf { "output_norm.weight" } else { "model.norm.weight" }.into(),
             LmHead => return if naming == Naming::Gguf { "output.weight" } else { "lm_head.weight" }.into(),
-            AttnNorm(l) => (l, "attn_norm", "input_layernorm"),
-            Wq(l) => (l, "attn_q", "self_attn.q_proj"),
-            Wk(l) => (l, "attn_k", "self_attn.k_proj"),
-            Wv(l) => (l, "attn_v", "self_attn.v_proj"),
-            Wo(l) => (l, "attn_output", "self_attn.o_proj"),
-            FfnNorm(l) => (l, "ffn_norm", "post_attention_layernorm"),
-            WGate(l) => (l, "ffn_gate", "mlp.gate_proj"),
-            WUp(l) => (l, "ffn_up", "mlp.up_proj"),
-            WDown(l) => (l, "ffn_down", "mlp.down_proj"),
+            AttnNorm(l) => (l, "attn_norm.weight", "input_layernorm.weight"),
+            Wq(l) => (l, "attn_q.weight", "self_attn.q_proj.weight"),
+            Wk(l) => (l, "attn_k.weight", "self_attn.k_proj.weight"),
+            Wv(l) => (l, "attn_v.weight", "self_attn.v_proj.weight"),
+            Wo(l) => (l, "attn_output.weight", "self_attn.o_proj.weight"),
+            FfnNorm(l) => (l, "ffn_norm.weight", "post_attention_layernorm.weight"),
+            WGate(l) => (l, "ffn_gate.weight", "mlp.gate_proj.weight"),
+            WUp(l) => (l, "ffn_up.weight", "mlp.up_proj.weight"),
+            WDown(l) => (l, "ffn_down.weight", "mlp.down_proj.weight"),
+            Bq(l) => (l, "attn_q.bias", "self_attn.q_proj.bias"),
+            Bk(l) => (l, "attn_k.bias", "self_attn.k_proj.bias"),
+            Bv(l) => (l, "attn_v.bias", "self_attn.v_proj.bias"),
+            Bo(l) => (l, "attn_output.bias", "self_attn.o_proj.bias"),
+            QNorm(l) => (l, "attn_q_norm.weight", "self_attn.q_norm.weight"),
+            KNorm(l) => (l, "attn_k_norm.weight", "self_attn.k_norm.weight"),
+            PostAttnNorm(l) => (l, "post_attention_norm.weight", "post_attention_layernorm.weight"),
+            PostFfnNorm(l) => (l, "post_ffw_norm.weight", "post_feedforward_layernorm.weight"),
+            PreFfnNorm(l) => (l, "ffn_norm.weight", "pre_feedforward_layernorm.weight"),
+            Wqkv(l) => (l, "attn_qkv.weight", "self_attn.qkv_proj.weight"),
+            // llama.cpp's converter stores Phi-3's gate|up as `ffn_up` of twice the rows.
+            WGateUp(l) => (l, "ffn_up.weight", "mlp.gate_up_proj.weight"),
+            Sinks(l) => (l, "attn_sinks.weight", "self_attn.sinks"),
         };
         match naming {
-            Naming::Gguf => format!("blk.{l}.{gguf}.weight"),
-            Naming::Hf => format!("model.layers.{l}.{hf}.weight"),
+            Naming::Gguf => format!("blk.{l}.{gguf}"),
+            Naming::Hf => format!("model.layers.{l}.{hf}"),
         }
     }
 }
@@ -293,6 +437,7 @@ impl TensorSource for InMemory<'_> {
             Tensor::WGate(i) => s(l(i)?.w_gate.as_slice())?,
             Tensor::WUp(i) => s(l(i)?.w_up.as_slice())?,
             Tensor::WDown(i) => s(l(i)?.w_down.as_slice())?,
+            other => return Err(Error::Input(format!("{other:?}: a llama model's weights have no such tensor"))),
         };
         let want: usize = t.shape(cfg).iter().product();
         if v.len() != want {

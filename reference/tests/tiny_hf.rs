@@ -147,3 +147,30 @@ fn each_feature_matters() {
         assert!(d > 1e-2, "case {i} ({name}): the edited spec still matches transformers (max |Δ| {d})");
     }
 }
+
+/// Every tensor `Tensor::of_layer` lists for a fixture (what the GPU model uploads, named by the
+/// one table `Tensor::name`) is in its HF directory and its GGUF with `Tensor::spec_shape`.
+#[test]
+fn tensor_table_names_every_fixture_tensor() {
+    use reference::gguf::GgufFile;
+    use reference::loader::SafetensorsDir;
+    use reference::weights::{Naming, Tensor};
+    for name in NAMES {
+        let st = SafetensorsDir::open(&dir(name)).unwrap();
+        let g = GgufFile::open(dir(name).join("model.gguf")).unwrap();
+        let hf = arch::spec_from_hf(&dir(name).join("config.json")).unwrap();
+        let gg = arch::spec_from_gguf(&g).unwrap();
+        for l in 0..hf.n_layers() {
+            for t in Tensor::of_layer(&hf, l) {
+                let n = t.name(Naming::Hf);
+                let (shape, _) = st.get(&n).unwrap_or_else(|e| panic!("{name}: {e}"));
+                assert_eq!(shape, t.spec_shape(&hf), "{name}: {n}");
+            }
+            for t in Tensor::of_layer(&gg, l) {
+                let n = t.name(Naming::Gguf);
+                let info = g.tensor_info(&n).unwrap_or_else(|| panic!("{name}: {n} missing from the GGUF"));
+                assert_eq!(info.shape, t.spec_shape(&gg), "{name}: {n}");
+            }
+        }
+    }
+}

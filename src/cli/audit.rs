@@ -227,7 +227,8 @@ pub fn run(a: AuditArgs) -> Result<()> {
             println!("{:<44} not covered by a conformance case that runs here ({matched} matched, {k} skipped): no row", step.name);
             continue;
         }
-        let mut m = GpuModel::load_observed(client.clone(), backend, opened.source_mut(), &cfg, dtype, n, &step.config, &mut |_, _| {})?;
+        let spec = reference::arch::llama::from_config(&cfg);
+        let mut m = GpuModel::load_observed(client.clone(), backend, opened.source_mut(), &spec, dtype, n, &step.config, &mut |_, _| {})?;
         // Accuracy: every prompt position, then teacher-forced decode steps.
         let got_prefill = m.forward(&prompt, None)?.to_f32(&client)?;
         let mut got_rows: Vec<Vec<f32>> = got_prefill.chunks(cfg.vocab).map(<[f32]>::to_vec).collect();

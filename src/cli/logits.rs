@@ -66,7 +66,8 @@ pub fn run(a: LogitsArgs) -> Result<()> {
         Some(backend) => {
             let client = optimized::client(backend)?;
             let dtype = pick_dtype(&client, a.model.dtype.as_deref())?;
-            let mut m = optimized::model::GpuModel::load(client, backend, opened.source_mut(), &cfg, dtype, ids.len() + a.greedy)?;
+            let spec = reference::arch::llama::from_config(&cfg);
+            let mut m = optimized::model::GpuModel::load(client, backend, opened.source_mut(), &spec, dtype, ids.len() + a.greedy)?;
             let all = m.forward(&ids, None)?.to_f32(&m.client)?;
             let rows = all.chunks(cfg.vocab).map(|r| r.to_vec()).collect();
             (rows, Box::new(optimized::model::GpuEngine(m)))

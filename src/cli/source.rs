@@ -423,7 +423,7 @@ impl Opened {
             client,
             backend,
             &mut self.source,
-            &self.config,
+            &reference::arch::llama::from_config(&self.config),
             dtype,
             capacity,
             kernels,

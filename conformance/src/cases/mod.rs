@@ -2,6 +2,7 @@
 //! Each module exposes `cases() -> Vec<Box<dyn Case>>`: a fixed grid of shapes (odd and prime
 //! sizes, T = 1) over dtypes; the `tests/X.rs` proptests add random shapes on top.
 
+pub mod arch;
 pub mod argmax;
 pub mod attention;
 pub mod embedding;
@@ -75,6 +76,7 @@ pub fn every() -> Vec<Box<dyn Case>> {
     v.extend(moe::cases());
     v.extend(gpt_oss::cases());
     v.extend(gpt_oss_load::cases());
+    v.extend(arch::cases());
     v
 }
 

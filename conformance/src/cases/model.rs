@@ -131,15 +131,16 @@ impl ModelCase {
         let ids: Vec<u32> = (0..(self.prompt + self.decode) as u32).map(|i| (i * 7919 + 11) % cfg.vocab as u32).collect();
         let (prompt, rest) = ids.split_at(self.prompt);
         let backend = optimized::Backend::of(client);
+        let spec = reference::arch::llama::from_config(&cfg);
         let mut gpu = match (&base, self.quant, &self.weights) {
             (Some(b), Some(scheme), _) => {
-                GpuModel::load_with(client.clone(), backend, &mut QuantizeOnLoad { inner: InMemory(b), scheme }, &cfg, dd, ids.len(), self.attention)
+                GpuModel::load_with(client.clone(), backend, &mut QuantizeOnLoad { inner: InMemory(b), scheme }, &spec, dd, ids.len(), self.attention)
             }
             (_, _, Weightset::TinyGguf(name, ty)) => {
                 let mut g = reference::gguf::GgufFile::open(&tiny_gguf(name, *ty)?).map_err(|e| e.to_string())?;
-                GpuModel::load_with(client.clone(), backend, &mut g, &cfg, dd, ids.len(), self.attention)
+                GpuModel::load_with(client.clone(), backend, &mut g, &spec, dd, ids.len(), self.attention)
             }
-            _ => GpuModel::load_with(client.clone(), backend, &mut InMemory(&reference.weights), &cfg, dd, ids.len(), self.attention),
+            _ => GpuModel::load_with(client.clone(), backend, &mut InMemory(&reference.weights), &spec, dd, ids.len(), self.attention),
         }
         .map_err(|e| e.to_string())?;
         gpu.set_kernel_config(optimized::KernelConfig { fused_norms: self.fused_norms, ..*gpu.kernels() });
@@ -286,8 +287,16 @@ impl Case for GraphCase {
             // Tiny configs declare 256 positions; the weights do not depend on it.
             let cfg = Config { max_ctx: cfg.max_ctx.max(cap), ..cfg };
             let load = |graphs: bool| -> Result<GpuModel, String> {
-                let mut m = GpuModel::load_with(client.clone(), backend, &mut InMemory(&w), &cfg, DevDtype::F32, cap, AttentionImpl::Flash)
-                    .map_err(|e| e.to_string())?;
+                let mut m = GpuModel::load_with(
+                    client.clone(),
+                    backend,
+                    &mut InMemory(&w),
+                    &reference::arch::llama::from_config(&cfg),
+                    DevDtype::F32,
+                    cap,
+                    AttentionImpl::Flash,
+                )
+                .map_err(|e| e.to_string())?;
                 m.set_kernel_config(optimized::KernelConfig { graphs, ..*m.kernels() });
                 Ok(m)
             };

@@ -16,7 +16,24 @@ pub struct LoadTimes {
     pub staging: crate::upload::StagingTimes,
 }
 
+use reference::weights::RawDense;
+
 use crate::upload::Part;
+
+/// Tensor `$t` of the uploader `$u` as it uploads (a [`Part`]): folded values
+/// ([`folded`]), else its stored bytes where the source has them, else its f32 values. A macro,
+/// not a method: the part borrows the source field only, while the staging buffers are used.
+macro_rules! part {
+    ($u:expr, $t:expr) => {
+        match folded(&mut *$u.src, $u.cfg, $u.spec, $t)? {
+            Some(v) => Part::Values(v),
+            None => match $u.src.load_raw($t, $u.cfg).map_err(Error::from)? {
+                Some(raw) => Part::Raw(raw),
+                None => Part::Values($u.src.load($t, $u.cfg).map_err(Error::from)?),
+            },
+        }
+    };
+}
 
 /// Uploads tensors from a source, counting bytes.
 struct Uploader<'a> {
@@ -26,7 +43,10 @@ struct Uploader<'a> {
     /// The gate weight's stored bytes while the up weight is read (`dense_interleaved`).
     scratch: Vec<u8>,
     src: &'a mut dyn TensorSource,
+    /// The spec's dimensions: the shapes `src` checks.
     cfg: &'a Config,
+    /// What is folded into which tensor ([`super::arch::fold_of`]).
+    spec: &'a ModelSpec,
     bytes: usize,
     /// The first quantized weight's scheme.
     quant: Option<String>,
@@ -60,10 +80,7 @@ impl Uploader<'_> {
         let mut at = 0;
         for &t in ts {
             let n = t.shape(self.cfg).iter().product::<usize>() * ds;
-            let part = match self.src.load_raw(t, self.cfg).map_err(Error::from)? {
-                Some(raw) => Part::Raw(raw),
-                None => Part::Values(self.src.load(t, self.cfg).map_err(Error::from)?),
-            };
+            let part = part!(self, t);
             self.staging.write_part(self.client, &handle, at, n, total, dtype, &part)?;
             at += n;
         }
@@ -85,9 +102,35 @@ impl Uploader<'_> {
         self.linear_rows(&[gate, up], dtype, true)
     }
 
+    /// [`Uploader::linear_glu`] of a checkpoint's fused `[2F, C]` gate|up (gate rows first,
+    /// Phi-3): dense in `dtype`, its halves' rows interleaved (a quantized source gives its
+    /// dequantized values).
+    fn linear_glu_fused(&mut self, gate_up: Tensor, dtype: Dtype) -> Result<Weight, Error> {
+        let [f2, c] = gate_up.shape(self.cfg)[..] else {
+            return Err(Error::Shape(format!("{gate_up:?}: expected a matrix, shape {:?}", gate_up.shape(self.cfg))));
+        };
+        let f = f2 / 2;
+        let whole = part!(self, gate_up);
+        let raw = whole.raw();
+        let half = raw.dtype.bytes_for(f * c).filter(|&h| 2 * h == raw.bytes.len());
+        let Some(half) = half else {
+            return Err(Error::Shape(format!("{gate_up:?}: its stored {} bytes do not split into two halves of {f} rows", raw.bytes.len())));
+        };
+        let (g, u) = raw.bytes.split_at(half);
+        let (g, u) = (RawDense { dtype: raw.dtype, bytes: g }, RawDense { dtype: raw.dtype, bytes: u });
+        let t = write_interleaved(self.client, &self.staging, g, u, f, c, dtype)?;
+        self.bytes += t.bytes();
+        Ok(Weight::Dense(t))
+    }
+
     /// `ts` stacked by rows, or with `interleave` (two tensors of one shape) row by row.
     fn linear_rows(&mut self, ts: &[Tensor], dtype: Dtype, interleave: bool) -> Result<Weight, Error> {
-        let qs: Vec<_> = ts.iter().map(|&t| self.src.load_quantized(t, self.cfg).map_err(Error::from)).collect::<Result<_, _>>()?;
+        // A tensor with values folded in at load goes dense (its stored form is not what runs).
+        let folded = ts.iter().any(|&t| super::arch::fold_of(self.spec, t).is_some());
+        let qs: Vec<_> = match folded {
+            true => vec![None],
+            false => ts.iter().map(|&t| self.src.load_quantized(t, self.cfg).map_err(Error::from)).collect::<Result<_, _>>()?,
+        };
         if qs.iter().all(Option::is_some) {
             let parts: Vec<_> = qs.iter().flatten().collect();
             let upload = |layout: Option<QLayout>| QWeight::upload_staged(self.client, &parts, layout, interleave, &self.staging);
@@ -134,28 +177,46 @@ impl Uploader<'_> {
         }
         // The gate's stored bytes wait in a reused buffer while the up weight is read: each
         // chunk of row pairs then takes rows from both.
-        let part = match self.src.load_raw(gate, self.cfg).map_err(Error::from)? {
-            Some(raw) => Part::Raw(raw),
-            None => Part::Values(self.src.load(gate, self.cfg).map_err(Error::from)?),
-        };
-        let gate_dtype = part.raw().dtype;
-        stash(&mut self.scratch, part.raw().bytes);
-        let part = match self.src.load_raw(up, self.cfg).map_err(Error::from)? {
-            Some(raw) => Part::Raw(raw),
-            None => Part::Values(self.src.load(up, self.cfg).map_err(Error::from)?),
-        };
-        let (g, u) = (reference::weights::RawDense { dtype: gate_dtype, bytes: &self.scratch }, part.raw());
-        let pair = 2 * c * dtype.size();
-        let total = f * pair;
-        let handle = self.client.empty(total);
-        self.staging.write(self.client, &handle, 0, total, total, pair, |off, out| {
-            let (first, rows) = (off / pair, out.len() / pair);
-            crate::upload::interleave_into(0, crate::upload::rows(g, c, first, rows)?, rows, dtype, out)?;
-            crate::upload::interleave_into(1, crate::upload::rows(u, c, first, rows)?, rows, dtype, out)
-        })?;
-        self.bytes += total;
-        Ok(DeviceTensor { handle, shape: vec![2 * f, c], dtype, read_only: true })
+        let part_g = part!(self, gate);
+        let gate_dtype = part_g.raw().dtype;
+        stash(&mut self.scratch, part_g.raw().bytes);
+        let part_u = part!(self, up);
+        let g = RawDense { dtype: gate_dtype, bytes: &self.scratch };
+        let t = write_interleaved(self.client, &self.staging, g, part_u.raw(), f, c, dtype)?;
+        self.bytes += t.bytes();
+        Ok(t)
     }
+}
+
+/// Tensor `t`'s values with the fold of `spec` applied, where it has one
+/// ([`super::arch::fold_of`]); `None`: upload it as stored.
+fn folded(src: &mut dyn TensorSource, cfg: &Config, spec: &ModelSpec, t: Tensor) -> Result<Option<Vec<f32>>, Error> {
+    let Some(f) = super::arch::fold_of(spec, t) else { return Ok(None) };
+    let mut v = src.load(t, cfg).map_err(Error::from)?;
+    v.iter_mut().for_each(|x| *x = f.add + f.mul * *x);
+    Ok(Some(v))
+}
+
+/// `g` and `u` (`[F, C]` each) as one dense `[2F, C]` tensor, row 2j = g's row j and row
+/// 2j + 1 = u's, converted to `dtype` through the staging buffers.
+fn write_interleaved(
+    client: &Client,
+    staging: &crate::upload::Staging,
+    g: RawDense<'_>,
+    u: RawDense<'_>,
+    f: usize,
+    c: usize,
+    dtype: Dtype,
+) -> Result<DeviceTensor, Error> {
+    let pair = 2 * c * dtype.size();
+    let total = f * pair;
+    let handle = client.empty(total);
+    staging.write(client, &handle, 0, total, total, pair, |off, out| {
+        let (first, rows) = (off / pair, out.len() / pair);
+        crate::upload::interleave_into(0, crate::upload::rows(g, c, first, rows)?, rows, dtype, out)?;
+        crate::upload::interleave_into(1, crate::upload::rows(u, c, first, rows)?, rows, dtype, out)
+    })?;
+    Ok(DeviceTensor { handle, shape: vec![2 * f, c], dtype, read_only: true })
 }
 
 /// `bytes` copied into `scratch` (kept between tensors: its pages are touched once), in parallel.
@@ -166,11 +227,19 @@ fn stash(scratch: &mut Vec<u8>, bytes: &[u8]) {
 }
 
 impl GpuModel {
-    /// Upload every tensor of `cfg` from `src` (matrices as `dtype`, norms as f32) and allocate
-    /// a KV cache of `capacity` positions (at most the context length).
-    pub fn load(client: Client, backend: Backend, src: &mut dyn TensorSource, cfg: &Config, dtype: Dtype, capacity: usize) -> Result<Self, Error> {
+    /// Upload every tensor of `spec` from `src` (matrices as `dtype`, norms and biases as f32)
+    /// and allocate a KV cache of `capacity` positions (at most the context length). A spec
+    /// the GPU cannot run yet is refused before any upload ([`super::gpu_unsupported`]).
+    pub fn load(
+        client: Client,
+        backend: Backend,
+        src: &mut dyn TensorSource,
+        spec: &ModelSpec,
+        dtype: Dtype,
+        capacity: usize,
+    ) -> Result<Self, Error> {
         let attention = client.kernels().attention;
-        Self::load_with(client, backend, src, cfg, dtype, capacity, attention)
+        Self::load_with(client, backend, src, spec, dtype, capacity, attention)
     }
 
     /// [`GpuModel::load`] with a choice of KV cache and attention (every other kernel choice:
@@ -179,29 +248,33 @@ impl GpuModel {
         client: Client,
         backend: Backend,
         src: &mut dyn TensorSource,
-        cfg: &Config,
+        spec: &ModelSpec,
         dtype: Dtype,
         capacity: usize,
         attention: AttentionImpl,
     ) -> Result<Self, Error> {
         let kernels = crate::config::KernelConfig { attention, ..*client.kernels() };
-        Self::load_observed(client, backend, src, cfg, dtype, capacity, &kernels, &mut |_, _| {})
+        Self::load_observed(client, backend, src, spec, dtype, capacity, &kernels, &mut |_, _| {})
     }
 
     /// [`GpuModel::load`] with every kernel choice given (`crate::config`), calling
     /// `progress(bytes uploaded, bytes expected)` after each block (the expectation is the
-    /// config's parameter count at `dtype`: quantized weights arrive sooner).
+    /// spec's parameter count at `dtype`: quantized weights arrive sooner).
     #[allow(clippy::too_many_arguments)]
     pub fn load_observed(
         client: Client,
         backend: Backend,
         src: &mut dyn TensorSource,
-        cfg: &Config,
+        spec: &ModelSpec,
         dtype: Dtype,
         capacity: usize,
         kernels: &crate::config::KernelConfig,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<Self, Error> {
+        if let Some(why) = super::gpu_unsupported(spec) {
+            return Err(Error::Unsupported(why));
+        }
+        let cfg = &spec.dims().map_err(Error::from)?;
         if !dtype.supported(&client) {
             return Err(Error::Unsupported(format!("{} weights: the {} device has no {} arithmetic", dtype.name(), backend, dtype.name())));
         }
@@ -221,6 +294,7 @@ impl GpuModel {
             scratch: Vec::new(),
             src,
             cfg,
+            spec,
             bytes: 0,
             quant: None,
             int8_magic,
@@ -230,19 +304,25 @@ impl GpuModel {
             rows_order,
         };
         let tok_embd = up.dense(&[Tensor::TokEmbd], dtype)?;
-        let lm_head = if cfg.tied_embeddings { Weight::Dense(tok_embd.clone()) } else { up.linear(&[Tensor::LmHead], dtype)? };
-        let mut layers = Vec::with_capacity(cfg.n_layers);
+        let lm_head = if spec.tied { Weight::Dense(tok_embd.clone()) } else { up.linear(&[Tensor::LmHead], dtype)? };
+        let mut layers = Vec::with_capacity(spec.n_layers());
         let expected = cfg.n_params() * dtype.size();
         progress(up.bytes, expected);
-        for l in 0..cfg.n_layers {
-            let [an, q, k, v, o, fnm, g, u, d] = Tensor::layer(l);
+        for (l, ls) in spec.layers.iter().enumerate() {
+            use Tensor::*;
+            // q|k|v stacked by rows (Phi-3 stores them so), their biases likewise.
+            let qkv: &[Tensor] = if spec.fused.qkv { &[Wqkv(l)] } else { &[Wq(l), Wk(l), Wv(l)] };
+            let wqkv = up.linear(qkv, dtype)?;
+            let bqkv = if ls.attn.qkv_bias { Some(up.dense(&[Bq(l), Bk(l), Bv(l)], Dtype::F32)?) } else { None };
+            let w_gate_up = if spec.fused.gate_up { up.linear_glu_fused(WGateUp(l), dtype)? } else { up.linear_glu(WGate(l), WUp(l), dtype)? };
             layers.push(GpuLayer {
-                attn_norm: up.dense(&[an], Dtype::F32)?,
-                wqkv: up.linear(&[q, k, v], dtype)?,
-                wo: up.linear(&[o], dtype)?,
-                ffn_norm: up.dense(&[fnm], Dtype::F32)?,
-                w_gate_up: up.linear_glu(g, u, dtype)?,
-                w_down: up.linear(&[d], dtype)?,
+                attn_norm: up.dense(&[AttnNorm(l)], Dtype::F32)?,
+                wqkv,
+                bqkv,
+                wo: up.linear(&[Wo(l)], dtype)?,
+                ffn_norm: up.dense(&[Tensor::ffn_norm(spec, l)], Dtype::F32)?,
+                w_gate_up,
+                w_down: up.linear(&[WDown(l)], dtype)?,
             });
             progress(up.bytes, expected);
         }
@@ -257,7 +337,7 @@ impl GpuModel {
         let stream_bytes =
             layers.iter().map(|l| l.wqkv.bytes() + l.wo.bytes() + l.w_gate_up.bytes() + l.w_down.bytes()).sum::<usize>() + lm_head.bytes();
         let capacity = capacity.clamp(1, cfg.max_ctx);
-        let rope = rope::RopeTable::new(&client, capacity, cfg.head_dim, cfg.rope_theta)?;
+        let ropes = super::arch::RopeTables::new(&client, spec, capacity)?;
         // f16 pools where the matmuls already round activations to 16 bits (config::kv_dtype).
         let kv_dtype = kernels.kv_dtype(&client, dtype != Dtype::F32 || quant.is_some())?;
         let kv = match attention {
@@ -279,13 +359,14 @@ impl GpuModel {
             load_times,
             client,
             backend,
-            config: cfg.clone(),
+            spec: spec.clone(),
+            dims: cfg.clone(),
             dtype,
             tok_embd,
             layers,
             out_norm,
             lm_head,
-            rope,
+            ropes,
             kv,
             kv_dtype,
             attention,

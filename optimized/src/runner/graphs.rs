@@ -571,7 +571,7 @@ impl GraphStep for GpuRunner {
         usize::MAX
     }
     fn max_positions(&self) -> usize {
-        self.rope.max_pos
+        self.ropes.max_pos()
     }
     fn logits(&self, b: &StepBufs, rows: usize) -> Result<DeviceTensor, Error> {
         let m = &self.model;

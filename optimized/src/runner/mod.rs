@@ -46,8 +46,8 @@ pub struct GpuRunner {
     /// Per layer `[blocks · bs, Hkv, D]`, f32 or f16 (the model's `kv_dtype`).
     k: Vec<DeviceTensor>,
     v: Vec<DeviceTensor>,
-    /// cos / sin for every position of the context.
-    rope: rope::RopeTable,
+    /// cos / sin for every position of the context, per layer (shared where layers share RoPE).
+    ropes: crate::model::RopeTables,
     /// Decode graphs by batch bucket; `None` where graphs are off or the backend refused.
     graphs: graphs::Graphs,
 }
@@ -59,7 +59,7 @@ fn to_ref(e: Error) -> RefError {
 impl GpuRunner {
     /// A runner over `model`'s weights with pools of `num_blocks` blocks of `block_size`.
     pub fn new(model: GpuModel, block_size: usize, num_blocks: usize) -> Result<Self, Error> {
-        let cfg = &model.config;
+        let cfg = model.dims();
         // One block past the engine's: the padding rows of decode graphs write there.
         let rows = block_size
             .checked_mul(num_blocks + 1)
@@ -71,9 +71,9 @@ impl GpuRunner {
             return Err(Error::KvCache("a KV pool of 0 positions".into()));
         }
         let (k, v) = crate::kv_cache::pools(&model.client, cfg.n_layers, [rows, cfg.n_kv_heads, cfg.head_dim], model.kv_dtype)?;
-        let rope = rope::RopeTable::new(&model.client, cfg.max_ctx, cfg.head_dim, cfg.rope_theta)?;
+        let ropes = crate::model::RopeTables::new(&model.client, &model.spec, cfg.max_ctx)?;
         let graphs = graphs::Graphs::new(model.kernels().graphs);
-        Ok(GpuRunner { info: ModelInfo::of(cfg), layout: KvLayout { block_size, num_blocks }, k, v, rope, model, graphs })
+        Ok(GpuRunner { info: ModelInfo::of(cfg), layout: KvLayout { block_size, num_blocks }, k, v, ropes, model, graphs })
     }
 
     /// Bytes of the KV pools.
@@ -127,10 +127,10 @@ impl GpuRunner {
         pre: Option<(&BlockTables, &[VarlenSeq])>,
     ) -> Result<DeviceTensor, Error> {
         let c = &self.model.client;
-        let cfg = &self.model.config;
-        let (h_n, kv_n, d) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim);
-        let mask = Masking { window: cfg.sliding_window, sinks: None };
-        let q = rope::qkv_rope_ragged(c, qkv, h_n, kv_n, &self.rope, cfg.rope_layout, &self.k[l], &self.v[l], positions, slots)?;
+        let a = self.model.attn_spec(l)?;
+        let (h_n, kv_n, d) = (a.n_heads, a.n_kv_heads, a.head_dim);
+        let mask = Masking { window: a.window, sinks: None };
+        let q = rope::qkv_rope_ragged(c, qkv, h_n, kv_n, self.ropes.of(l)?, a.rope.layout, &self.k[l], &self.v[l], positions, slots)?;
         let o = DeviceTensor::empty(c, &[n, h_n, d], self.model.o_dtype(l, n));
         if let Some((tb, n_dec)) = dec {
             let qd = q.clone().view_rows(n_dec)?;
@@ -171,8 +171,8 @@ impl GpuRunner {
         };
         let logits = match &fin {
             _ if r == n => m.head(&x, &fin)?,
-            Final::Fused { .. } => gather(&m.head(&x, &fin)?, self.model.config.vocab)?,
-            Final::Plain { h } => m.head(&x, &Final::Plain { h: gather(h, self.model.config.hidden)? })?,
+            Final::Fused { .. } => gather(&m.head(&x, &fin)?, self.model.dims().vocab)?,
+            Final::Plain { h } => m.head(&x, &Final::Plain { h: gather(h, self.model.dims().hidden)? })?,
         };
         b.draw(&c, plan, &logits)
     }

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::config::RopeLayout;
+use crate::config::{Config, RopeLayout};
 use crate::error::{Error, Result};
 use crate::ops::mlp::Activation;
 use crate::ops::moe::Routing;
@@ -132,6 +132,45 @@ impl ModelSpec {
     /// L
     pub fn n_layers(&self) -> usize {
         self.layers.len()
+    }
+
+    /// The widths every layer shares, as a llama [`Config`]: what
+    /// [`crate::weights::TensorSource`] checks shapes against and a single-sequence engine
+    /// reports. The first layer's RoPE θ and layout and its window stand for every layer's;
+    /// an error names the first layer whose heads, head dim or FFN width differ from the first
+    /// one's, or that is MoE.
+    pub fn dims(&self) -> Result<Config> {
+        let first = self.layers.first().ok_or_else(|| Error::Input("the model has no layers".into()))?;
+        let widths = |ls: &LayerSpec| match ls.ffn {
+            FfnSpec::Dense { ffn, .. } => Some((ls.attn.n_heads, ls.attn.n_kv_heads, ls.attn.head_dim, ffn)),
+            FfnSpec::Moe { .. } => None,
+        };
+        let w0 = widths(first);
+        for (l, ls) in self.layers.iter().enumerate() {
+            match widths(ls) {
+                None => return Err(Error::Input(format!("{}: layer {l} is a mixture of experts, not a dense FFN", self.arch))),
+                w if w != w0 => return Err(Error::Input(format!("{}: layer {l}'s heads or widths {w:?} differ from layer 0's {w0:?}", self.arch))),
+                _ => {}
+            }
+        }
+        let (n_heads, n_kv_heads, head_dim, ffn) = w0.unwrap_or_default();
+        Ok(Config {
+            n_layers: self.layers.len(),
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            hidden: self.hidden,
+            ffn,
+            vocab: self.vocab,
+            rope_theta: first.attn.rope.theta as f32,
+            rope_layout: first.attn.rope.layout,
+            rms_eps: self.rms_eps,
+            max_ctx: self.max_ctx,
+            sliding_window: first.attn.window,
+            tied_embeddings: self.tied,
+            bos_id: self.bos_id,
+            eos_id: self.eos_ids.first().copied(),
+        })
     }
 
     /// Check the invariants the forward pass relies on; `src` names the file for errors.

@@ -1,5 +1,7 @@
 //! The weights of a [`ModelSpec`], loaded by name from an HF directory or a GGUF, each tensor's
-//! shape checked (errors name the file and tensor). Fused Phi-3 projections are split here.
+//! shape checked (errors name the file and tensor). Names and shapes come from
+//! [`Tensor::name`] / [`Tensor::spec_shape`] (the MoE experts', not yet tensors of that table,
+//! from [`load_experts`]). Fused Phi-3 projections are split here.
 
 use std::path::Path;
 
@@ -8,6 +10,7 @@ use ndarray::{Array1, Array2, Axis};
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
 use crate::loader::SafetensorsDir;
+use crate::weights::{Naming, Tensor};
 
 use super::spec::{FfnSpec, LayerSpec, ModelSpec};
 
@@ -78,9 +81,8 @@ impl ArchWeights {
 pub trait Named {
     fn path(&self) -> &Path;
     fn tensor(&self, name: &str) -> Result<Option<(Vec<usize>, Vec<f32>)>>;
-    /// The tensor's name in this format for a role spelled `(hf, gguf)` in layer `l` (or
-    /// outside the layers when `l` is `None`).
-    fn name(&self, l: Option<usize>, hf: &str, gguf: &str) -> String;
+    /// The naming scheme of the format.
+    fn naming(&self) -> Naming;
 }
 
 impl Named for GgufFile {
@@ -93,8 +95,8 @@ impl Named for GgufFile {
         }
         self.tensor_f32(name, None).map(Some)
     }
-    fn name(&self, l: Option<usize>, _hf: &str, gguf: &str) -> String {
-        l.map_or_else(|| format!("{gguf}.weight"), |l| format!("blk.{l}.{gguf}"))
+    fn naming(&self) -> Naming {
+        Naming::Gguf
     }
 }
 
@@ -108,14 +110,15 @@ impl Named for SafetensorsDir {
         }
         self.get(name).map(Some)
     }
-    fn name(&self, l: Option<usize>, hf: &str, _gguf: &str) -> String {
-        l.map_or_else(|| hf.to_string(), |l| format!("model.layers.{l}.{hf}"))
+    fn naming(&self) -> Naming {
+        Naming::Hf
     }
 }
 
 /// Reads tensors of one file with shape checks.
 struct Reader<'a> {
     src: &'a dyn Named,
+    spec: &'a ModelSpec,
 }
 
 impl Reader<'_> {
@@ -131,15 +134,23 @@ impl Reader<'_> {
         }
         Ok(Some(data))
     }
-    fn mat(&self, name: &str, r: usize, c: usize) -> Result<Array2<f32>> {
+    fn mat_named(&self, name: &str, r: usize, c: usize) -> Result<Array2<f32>> {
         Array2::from_shape_vec((r, c), self.need(name, &[r, c])?).map_err(|e| Error::tensor(self.src.path(), name, e.to_string()))
     }
-    fn vec(&self, name: &str, n: usize) -> Result<Array1<f32>> {
-        Ok(Array1::from_vec(self.need(name, &[n])?))
+    /// Matrix `t` of the table, its shape from the spec.
+    fn mat(&self, t: Tensor) -> Result<Array2<f32>> {
+        match t.spec_shape(self.spec)[..] {
+            [r, c] => self.mat_named(&t.name(self.src.naming()), r, c),
+            ref s => Err(Error::Input(format!("{t:?}: shape {s:?} is not a matrix"))),
+        }
     }
-    /// Per-layer tensor `(hf, gguf)` names with `.weight` / `.bias` appended.
-    fn lname(&self, l: usize, hf: &str, gguf: &str, suffix: &str) -> String {
-        self.src.name(Some(l), &format!("{hf}.{suffix}"), &format!("{gguf}.{suffix}"))
+    /// Vector `t` of the table.
+    fn vec(&self, t: Tensor) -> Result<Array1<f32>> {
+        Ok(Array1::from_vec(self.need(&t.name(self.src.naming()), &t.spec_shape(self.spec))?))
+    }
+    /// Vector `t` where `on`.
+    fn vec_if(&self, on: bool, t: Tensor) -> Result<Option<Array1<f32>>> {
+        on.then(|| self.vec(t)).transpose()
     }
 }
 
@@ -156,77 +167,67 @@ fn split_rows(m: Array2<f32>, rows: &[usize]) -> Vec<Array2<f32>> {
 
 /// Load every tensor `spec` needs from `src`.
 pub fn load(spec: &ModelSpec, src: &dyn Named) -> Result<ArchWeights> {
-    let rd = Reader { src };
-    let (v, c) = (spec.vocab, spec.hidden);
-    let top = |hf: &str, gguf: &str| src.name(None, hf, gguf);
-    let tok_embd = rd.mat(&top("model.embed_tokens.weight", "token_embd"), v, c)?;
-    let lm_head = if spec.tied { None } else { Some(rd.mat(&top("lm_head.weight", "output"), v, c)?) };
-    let out_norm = rd.vec(&top("model.norm.weight", "output_norm"), c)?;
+    let rd = Reader { src, spec };
+    let tok_embd = rd.mat(Tensor::TokEmbd)?;
+    let lm_head = if spec.tied { None } else { Some(rd.mat(Tensor::LmHead)?) };
+    let out_norm = rd.vec(Tensor::OutNorm)?;
     let layers = spec.layers.iter().enumerate().map(|(l, ls)| load_layer(&rd, spec, l, ls)).collect::<Result<_>>()?;
     Ok(ArchWeights { tok_embd, layers, out_norm, lm_head })
 }
 
 fn load_layer(rd: &Reader, spec: &ModelSpec, l: usize, ls: &LayerSpec) -> Result<Layer> {
     let a = &ls.attn;
-    let c = spec.hidden;
     let (qd, kvd) = (a.n_heads * a.head_dim, a.n_kv_heads * a.head_dim);
-    let w = |hf: &str, gguf: &str| rd.lname(l, hf, gguf, "weight");
-    let b = |hf: &str, gguf: &str| rd.lname(l, hf, gguf, "bias");
-    let vec_if = |on: bool, name: String, n: usize| on.then(|| rd.vec(&name, n)).transpose();
     let (wq, wk, wv) = if spec.fused.qkv {
-        let m = rd.mat(&w("self_attn.qkv_proj", "attn_qkv"), qd + 2 * kvd, c)?;
-        let mut p = split_rows(m, &[qd, kvd, kvd]).into_iter();
+        let mut p = split_rows(rd.mat(Tensor::Wqkv(l))?, &[qd, kvd, kvd]).into_iter();
         (p.next(), p.next(), p.next())
     } else {
-        (
-            Some(rd.mat(&w("self_attn.q_proj", "attn_q"), qd, c)?),
-            Some(rd.mat(&w("self_attn.k_proj", "attn_k"), kvd, c)?),
-            Some(rd.mat(&w("self_attn.v_proj", "attn_v"), kvd, c)?),
-        )
+        (Some(rd.mat(Tensor::Wq(l))?), Some(rd.mat(Tensor::Wk(l))?), Some(rd.mat(Tensor::Wv(l))?))
     };
     let missing = || Error::Input(format!("layer {l}: q/k/v split failed"));
-    // Gemma's sandwich names its pre-FFN norm `pre_feedforward_layernorm`; llama-style models
-    // call it `post_attention_layernorm`.
-    let ffn_norm = if ls.post_norms { w("pre_feedforward_layernorm", "ffn_norm") } else { w("post_attention_layernorm", "ffn_norm") };
     Ok(Layer {
-        attn_norm: rd.vec(&w("input_layernorm", "attn_norm"), c)?,
+        attn_norm: rd.vec(Tensor::AttnNorm(l))?,
         wq: wq.ok_or_else(missing)?,
         wk: wk.ok_or_else(missing)?,
         wv: wv.ok_or_else(missing)?,
-        wo: rd.mat(&w("self_attn.o_proj", "attn_output"), c, qd)?,
-        bq: vec_if(a.qkv_bias, b("self_attn.q_proj", "attn_q"), qd)?,
-        bk: vec_if(a.qkv_bias, b("self_attn.k_proj", "attn_k"), kvd)?,
-        bv: vec_if(a.qkv_bias, b("self_attn.v_proj", "attn_v"), kvd)?,
-        bo: vec_if(a.o_bias, b("self_attn.o_proj", "attn_output"), c)?,
-        q_norm: vec_if(a.qk_norm, w("self_attn.q_norm", "attn_q_norm"), a.head_dim)?,
-        k_norm: vec_if(a.qk_norm, w("self_attn.k_norm", "attn_k_norm"), a.head_dim)?,
-        sinks: vec_if(a.sinks, rd.src.name(Some(l), "self_attn.sinks", "attn_sinks.weight"), a.n_heads)?.map(|s| s.to_vec()),
-        post_attn_norm: vec_if(ls.post_norms, w("post_attention_layernorm", "post_attention_norm"), c)?,
-        ffn_norm: rd.vec(&ffn_norm, c)?,
+        wo: rd.mat(Tensor::Wo(l))?,
+        bq: rd.vec_if(a.qkv_bias, Tensor::Bq(l))?,
+        bk: rd.vec_if(a.qkv_bias, Tensor::Bk(l))?,
+        bv: rd.vec_if(a.qkv_bias, Tensor::Bv(l))?,
+        bo: rd.vec_if(a.o_bias, Tensor::Bo(l))?,
+        q_norm: rd.vec_if(a.qk_norm, Tensor::QNorm(l))?,
+        k_norm: rd.vec_if(a.qk_norm, Tensor::KNorm(l))?,
+        sinks: rd.vec_if(a.sinks, Tensor::Sinks(l))?.map(|s| s.to_vec()),
+        post_attn_norm: rd.vec_if(ls.post_norms, Tensor::PostAttnNorm(l))?,
+        ffn_norm: rd.vec(Tensor::ffn_norm(spec, l))?,
         ffn: load_ffn(rd, spec, l, &ls.ffn)?,
-        post_ffn_norm: vec_if(ls.post_norms, w("post_feedforward_layernorm", "post_ffw_norm"), c)?,
+        post_ffn_norm: rd.vec_if(ls.post_norms, Tensor::PostFfnNorm(l))?,
     })
 }
 
 fn load_ffn(rd: &Reader, spec: &ModelSpec, l: usize, f: &FfnSpec) -> Result<Ffn> {
     let c = spec.hidden;
-    let w = |hf: &str, gguf: &str| rd.lname(l, hf, gguf, "weight");
     match *f {
         FfnSpec::Dense { ffn, .. } if spec.fused.gate_up => {
-            let m = rd.mat(&w("mlp.gate_up_proj", "ffn_up"), 2 * ffn, c)?;
-            let mut p = split_rows(m, &[ffn, ffn]).into_iter();
+            let mut p = split_rows(rd.mat(Tensor::WGateUp(l))?, &[ffn, ffn]).into_iter();
             let (gate, up) = p.next().zip(p.next()).ok_or_else(|| Error::Input(format!("layer {l}: gate/up split failed")))?;
-            Ok(Ffn::Dense(Mlp { gate, up, down: rd.mat(&w("mlp.down_proj", "ffn_down"), c, ffn)? }))
+            Ok(Ffn::Dense(Mlp { gate, up, down: rd.mat(Tensor::WDown(l))? }))
         }
-        FfnSpec::Dense { ffn, .. } => Ok(Ffn::Dense(Mlp {
-            gate: rd.mat(&w("mlp.gate_proj", "ffn_gate"), ffn, c)?,
-            up: rd.mat(&w("mlp.up_proj", "ffn_up"), ffn, c)?,
-            down: rd.mat(&w("mlp.down_proj", "ffn_down"), c, ffn)?,
-        })),
+        FfnSpec::Dense { .. } => {
+            Ok(Ffn::Dense(Mlp { gate: rd.mat(Tensor::WGate(l))?, up: rd.mat(Tensor::WUp(l))?, down: rd.mat(Tensor::WDown(l))? }))
+        }
         FfnSpec::Moe { n_experts, expert_ffn, .. } => {
-            let router = rd.mat(&w("mlp.gate", "ffn_gate_inp"), n_experts, c)?;
+            let router = rd.mat_named(&moe_name(rd.src.naming(), l, "mlp.gate.weight", "ffn_gate_inp.weight"), n_experts, c)?;
             Ok(Ffn::Moe { router, experts: load_experts(rd, l, n_experts, expert_ffn, c)? })
         }
+    }
+}
+
+/// An MoE part's name in layer `l`, spelled `(hf, gguf)` (not yet in [`Tensor`]'s table).
+fn moe_name(naming: Naming, l: usize, hf: &str, gguf: &str) -> String {
+    match naming {
+        Naming::Gguf => format!("blk.{l}.{gguf}"),
+        Naming::Hf => format!("model.layers.{l}.{hf}"),
     }
 }
 
@@ -234,18 +235,22 @@ fn load_ffn(rd: &Reader, spec: &ModelSpec, l: usize, f: &FfnSpec) -> Result<Ffn>
 /// `mlp.experts.{e}.{gate,up,down}_proj.weight`, or transformers 5's fused
 /// `mlp.experts.gate_up_proj [E, 2F, C]` + `mlp.experts.down_proj [E, C, F]`.
 fn load_experts(rd: &Reader, l: usize, e: usize, f: usize, c: usize) -> Result<Vec<Mlp>> {
-    let name = |hf: &str, gguf: &str| rd.src.name(Some(l), hf, gguf);
+    let name = |hf: &str, gguf: &str| moe_name(rd.src.naming(), l, hf, gguf);
     let stack = |n: String, r: usize, k: usize| -> Result<Option<Vec<Array2<f32>>>> {
         let Some(d) = rd.opt(&n, &[e, r, k])? else { return Ok(None) };
         let a = ndarray::Array3::from_shape_vec((e, r, k), d).map_err(|x| Error::tensor(rd.src.path(), &n, x.to_string()))?;
         Ok(Some(a.axis_iter(Axis(0)).map(|m| m.to_owned()).collect()))
     };
-    let per_expert = rd.src.name(Some(l), "mlp.experts.0.gate_proj.weight", "");
+    let per_expert = name("mlp.experts.0.gate_proj.weight", "");
     if rd.src.tensor(&per_expert)?.is_some() {
         return (0..e)
             .map(|x| {
                 let w = |p: &str| name(&format!("mlp.experts.{x}.{p}.weight"), "");
-                Ok(Mlp { gate: rd.mat(&w("gate_proj"), f, c)?, up: rd.mat(&w("up_proj"), f, c)?, down: rd.mat(&w("down_proj"), c, f)? })
+                Ok(Mlp {
+                    gate: rd.mat_named(&w("gate_proj"), f, c)?,
+                    up: rd.mat_named(&w("up_proj"), f, c)?,
+                    down: rd.mat_named(&w("down_proj"), c, f)?,
+                })
             })
             .collect();
     }

@@ -47,7 +47,7 @@ pub enum QuantTensor {
 /// Whether `t` is one of the linear weights that a quantized model stores quantized.
 pub fn is_linear(t: Tensor) -> bool {
     use Tensor::*;
-    matches!(t, Wq(_) | Wk(_) | Wv(_) | Wo(_) | WGate(_) | WUp(_) | WDown(_))
+    matches!(t, Wq(_) | Wk(_) | Wv(_) | Wo(_) | WGate(_) | WUp(_) | WDown(_) | Wqkv(_) | WGateUp(_))
 }
 
 /// Whether a model quantized by `scheme` stores `t` quantized: every [`is_linear`] weight, and

@@ -1,0 +1,245 @@
+//! Every architecture's tiny checkpoint on the GPU model and runner: the random models that
+//! transformers made (`reference/tests/fixtures/tiny/`: an HF directory and the converter's
+//! GGUF, f32), loaded by `GpuModel::load` from the file itself, against
+//! `reference::arch::ArchModel` on the same weights. [`ArchModelCase`]: a prefill of 9 of the
+//! stored ids (the GEMMs) and 3 one-token decode steps (the fused gemvs), every logit row.
+//! [`ArchRunnerCase`]: the batched runner on a ragged batch of two sequences of different
+//! lengths (prefill together, then two decode steps of both), each drawing row's logits
+//! against the reference run of that sequence alone. An architecture the GPU does not run yet
+//! is a skip carrying `optimized::model::gpu_unsupported`'s reason. [`Tweak`]s change the spec
+//! on both sides: to run what the GPU folds into the weights at load (a query scale other than
+//! 1/√D, `(1 + w)` norm gains) on checkpoints that have neither, and to run the checkpoints
+//! whose only missing GPU feature is their RoPE (Phi-3's partial rotary, Llama 3's scaling)
+//! with plain RoPE, so their weights' layout (fused q|k|v and gate|up, a tied head, GGUF's
+//! permuted rows) is checked now.
+
+use std::path::PathBuf;
+
+use engine::runner::{ModelRunner, SampleSpec, SeqStep, StepPlan};
+use engine::sampling::SamplingParams;
+use optimized::model::{gpu_unsupported, GpuModel};
+use optimized::runner::GpuRunner;
+use optimized::Client;
+use reference::arch::{ArchModel, ModelSpec, Norm};
+use reference::gguf::GgufFile;
+use reference::loader::SafetensorsDir;
+use reference::ops::rope::RopeScaling;
+use reference::weights::TensorSource;
+
+use crate::{compare, Case, Dtype, Metrics, Op, Outcome};
+
+/// The fixtures, by directory name.
+const FIXTURES: [&str; 8] = ["llama3", "mistral_hd", "qwen2", "qwen3", "qwen3_moe", "gemma3", "phi3", "qwen3_yarn"];
+/// Prefill length of the model case (> 8 rows: the GEMM path); the rest of the ids decode.
+const PREFILL: usize = 9;
+/// Positions per block of the runner's pools, and blocks.
+const BS: usize = 4;
+const BLOCKS: usize = 16;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../reference/tests/fixtures/tiny").join(name)
+}
+
+/// The stored ids of fixture `name` (`logits.json`).
+fn ids(name: &str) -> Result<Vec<u32>, String> {
+    let p = fixture(name).join("logits.json");
+    let text = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+    let j: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))?;
+    serde_json::from_value(j["ids"].clone()).map_err(|e| format!("{}: ids: {e}", p.display()))
+}
+
+/// A change to a fixture's spec, made on both sides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tweak {
+    None,
+    /// Every layer's query scale halved (`0.5/√D`): Wq's rows and bq scaled at load.
+    QueryScale,
+    /// Gemma's `x̂ · (1 + w)` norms: the gains uploaded as `w + 1`.
+    Rms1p,
+    /// Plain full-rotary RoPE in every layer (no scaling, no frequency factors).
+    PlainRope,
+    /// A sliding window of 4 positions in the even layers, full attention in the odd ones.
+    Windows,
+}
+
+impl Tweak {
+    fn apply(self, spec: &mut ModelSpec) {
+        match self {
+            Tweak::None => {}
+            Tweak::QueryScale => spec.layers.iter_mut().for_each(|l| l.attn.scale *= 0.5),
+            Tweak::Rms1p => spec.norm = Norm::Rms1p,
+            Tweak::PlainRope => spec.layers.iter_mut().for_each(|l| {
+                let r = &mut l.attn.rope;
+                (r.rot, r.scaling, r.freq_factors) = (l.attn.head_dim, RopeScaling::None, None);
+            }),
+            Tweak::Windows => spec.layers.iter_mut().enumerate().for_each(|(i, l)| l.attn.window = (i % 2 == 0).then_some(4)),
+        }
+    }
+    fn mark(self) -> &'static str {
+        match self {
+            Tweak::None => "",
+            Tweak::QueryScale => ",scale=half",
+            Tweak::Rms1p => ",norm=1+w",
+            Tweak::PlainRope => ",rope=plain",
+            Tweak::Windows => ",window=4/full",
+        }
+    }
+}
+
+/// Fixture `name` from its HF directory or GGUF (its spec changed by `tweak`): the reference
+/// model, and the GPU model of `capacity` positions loaded from the same file — or the reason
+/// the GPU refuses it.
+fn models(client: &Client, name: &str, gguf: bool, tweak: Tweak, capacity: usize) -> Result<Result<(ArchModel, GpuModel), String>, String> {
+    let dir = fixture(name);
+    let path = if gguf { dir.join("model.gguf") } else { dir.clone() };
+    let mut reference = reference::arch::load(&path).map_err(|e| e.to_string())?;
+    tweak.apply(&mut reference.spec);
+    if let Some(why) = gpu_unsupported(&reference.spec) {
+        return Ok(Err(why));
+    }
+    let mut src: Box<dyn TensorSource> = match gguf {
+        true => Box::new(GgufFile::open(&path).map_err(|e| e.to_string())?),
+        false => Box::new(SafetensorsDir::open(&dir).map_err(|e| e.to_string())?),
+    };
+    let backend = optimized::Backend::of(client);
+    let m = GpuModel::load(client.clone(), backend, src.as_mut(), &reference.spec, optimized::Dtype::F32, capacity).map_err(|e| e.to_string())?;
+    Ok(Ok((reference, m)))
+}
+
+/// Folds `compare`'s metrics into `worst`.
+fn check(worst: &mut Metrics, got: &[f32], want: &[f32], tol: crate::Tolerance, at: &str) -> Result<(), String> {
+    let m = compare(got, want, tol).map_err(|e| format!("{at}: {e}"))?;
+    worst.nmse = worst.nmse.max(m.nmse);
+    worst.max_abs = worst.max_abs.max(m.max_abs);
+    worst.n += m.n;
+    Ok(())
+}
+
+/// The GPU model vs the reference: prefill then one-token decodes.
+#[derive(Debug, Clone)]
+pub struct ArchModelCase {
+    pub fixture: &'static str,
+    pub gguf: bool,
+    pub tweak: Tweak,
+}
+
+impl ArchModelCase {
+    fn body(&self, client: &Client) -> Result<Outcome, String> {
+        let ids = ids(self.fixture)?;
+        let (reference, mut gpu) = match models(client, self.fixture, self.gguf, self.tweak, ids.len())? {
+            Ok(m) => m,
+            Err(why) => return Ok(Outcome::Skip(why)),
+        };
+        let tol = super::model_tolerance(client, Op::Arch, Dtype::F32, false, PREFILL, reference.spec.n_layers());
+        let mut cache = reference.new_cache();
+        let mut worst = Metrics::default();
+        let split = PREFILL.min(ids.len());
+        let mut steps = vec![&ids[..split]];
+        steps.extend(ids[split..].chunks(1));
+        for (k, step) in steps.into_iter().enumerate() {
+            let want = reference.forward(step, &mut cache, None).map_err(|e| format!("reference step {k}: {e}"))?;
+            let got = gpu.forward(step, None).and_then(|l| l.to_f32(&gpu.client)).map_err(|e| format!("gpu step {k}: {e}"))?;
+            let want = want.as_slice().ok_or("reference logits not contiguous")?;
+            check(&mut worst, &got, want, tol, &format!("step {k} ({} tokens) logits", step.len()))?;
+        }
+        Ok(Outcome::Pass(worst))
+    }
+}
+
+impl Case for ArchModelCase {
+    fn op(&self) -> Op {
+        Op::Arch
+    }
+    fn name(&self) -> String {
+        format!("arch({},{},model{})", self.fixture, if self.gguf { "gguf" } else { "hf" }, self.tweak.mark())
+    }
+    fn run(&self, client: &Client) -> Outcome {
+        self.body(client).unwrap_or_else(Outcome::Fail)
+    }
+}
+
+/// The GPU runner on a ragged batch vs the reference run of each sequence alone.
+#[derive(Debug, Clone)]
+pub struct ArchRunnerCase {
+    pub fixture: &'static str,
+    pub gguf: bool,
+    pub tweak: Tweak,
+}
+
+impl ArchRunnerCase {
+    fn body(&self, client: &Client) -> Result<Outcome, String> {
+        let ids = ids(self.fixture)?;
+        let (reference, gpu) = match models(client, self.fixture, self.gguf, self.tweak, 1)? {
+            Ok(m) => m,
+            Err(why) => return Ok(Outcome::Skip(why)),
+        };
+        let mut gpu = GpuRunner::new(gpu, BS, BLOCKS).map_err(|e| e.to_string())?;
+        // Two prompts of different lengths: the first 10 stored ids, and 5 of them reversed.
+        let mut tokens: Vec<Vec<u32>> = vec![ids.iter().take(10).copied().collect(), ids.iter().rev().take(5).copied().collect()];
+        let blocks: Vec<Vec<u32>> = (0..2u32).map(|s| (0..BLOCKS as u32 / 2).map(|b| 2 * b + s).collect()).collect();
+        let rows = tokens.iter().map(Vec::len).sum::<usize>();
+        let tol = super::model_tolerance(client, Op::Arch, Dtype::F32, false, rows, reference.spec.n_layers());
+        let mut caches = [reference.new_cache(), reference.new_cache()];
+        let params = SamplingParams::default();
+        let mut worst = Metrics::default();
+        // Step 0 prefills both prompts; steps 1 and 2 decode one token of each.
+        for k in 0..3 {
+            let fed: Vec<usize> = tokens.iter().map(|t| if k == 0 { 0 } else { t.len() - 1 }).collect();
+            let mut want = Vec::new();
+            for (s, t) in tokens.iter().enumerate() {
+                let l = reference.forward(&t[fed[s]..], &mut caches[s], None).map_err(|e| format!("reference step {k} seq {s}: {e}"))?;
+                want.push(l.row(l.nrows() - 1).to_vec());
+            }
+            let mut plan = StepPlan::default();
+            for (s, t) in tokens.iter().enumerate() {
+                let samples = vec![SampleSpec { params: &params, counter: k as u64, counts: &[], want_logits: true }];
+                plan.seqs.push(SeqStep { tokens: &t[fed[s]..], pos0: fed[s], blocks: &blocks[s], samples });
+            }
+            let got = gpu.step(&plan).map_err(|e| format!("gpu step {k}: {e}"))?;
+            for (s, (g, w)) in got.iter().zip(&want).enumerate() {
+                let Some(Some(gl)) = g.logits.first() else {
+                    return Ok(Outcome::Fail(format!("step {k} seq {s}: logits not returned")));
+                };
+                check(&mut worst, gl, w, tol, &format!("step {k} seq {s} logits"))?;
+            }
+            // Both sides continue with the reference's greedy pick.
+            for (t, w) in tokens.iter_mut().zip(&want) {
+                t.push(reference::ops::argmax::argmax(w));
+            }
+        }
+        Ok(Outcome::Pass(worst))
+    }
+}
+
+impl Case for ArchRunnerCase {
+    fn op(&self) -> Op {
+        Op::Arch
+    }
+    fn name(&self) -> String {
+        format!("arch({},{},runner{})", self.fixture, if self.gguf { "gguf" } else { "hf" }, self.tweak.mark())
+    }
+    fn run(&self, client: &Client) -> Outcome {
+        self.body(client).unwrap_or_else(Outcome::Fail)
+    }
+}
+
+pub fn cases() -> Vec<Box<dyn Case>> {
+    let mut v: Vec<Box<dyn Case>> = Vec::new();
+    for fixture in FIXTURES {
+        for gguf in [false, true] {
+            v.push(Box::new(ArchModelCase { fixture, gguf, tweak: Tweak::None }));
+            v.push(Box::new(ArchRunnerCase { fixture, gguf, tweak: Tweak::None }));
+        }
+    }
+    for (fixture, tweak) in [("phi3", Tweak::PlainRope), ("llama3", Tweak::PlainRope), ("qwen2", Tweak::Windows)] {
+        for gguf in [false, true] {
+            v.push(Box::new(ArchModelCase { fixture, gguf, tweak }));
+            v.push(Box::new(ArchRunnerCase { fixture, gguf, tweak }));
+        }
+    }
+    // Qwen2 has q|k|v biases: the query scale folds into bq too.
+    for tweak in [Tweak::QueryScale, Tweak::Rms1p] {
+        v.push(Box::new(ArchModelCase { fixture: "qwen2", gguf: false, tweak }));
+    }
+    v
+}

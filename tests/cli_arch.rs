@@ -1,8 +1,9 @@
 //! Every architecture of `reference::arch` through the CLI on `--device cpu`: `tandem logits`
 //! on each tiny checkpoint (GGUF and HF directory) gives transformers' logits
 //! (`reference/tests/fixtures/tiny/*/logits.json`) within 1e-3; `tandem generate` greedy gives
-//! the reference's argmax chain (computed here through `reference::arch`); a GPU device is
-//! refused with one line naming the architecture before any device opens; `tandem serve`
+//! the reference's argmax chain (computed here through `reference::arch`); on a GPU device
+//! (wgpu, f32) the GPU model gives the same logits for what it runs, and refuses the rest with
+//! one line naming the architecture and the missing feature before any device opens; `tandem serve`
 //! answers `/v1/completions` and `/v1/chat/completions` on the tiny qwen3 GGUF. Run with
 //! `--release`.
 
@@ -178,8 +179,9 @@ fn generate_gemma3_greedy_is_the_argmax_chain() {
 /// (wgpu here: on a machine without a GPU opening it would fail differently, or find lavapipe).
 #[test]
 fn gpu_devices_refuse_spec_models_in_one_line() {
-    let words = ["qwen3:", "the GPU path does not run this architecture yet", "--device cpu"];
-    let q = gguf("qwen3");
+    // qwen3_moe's MoE FFN is not on the GPU yet (`optimized::model::gpu_unsupported`).
+    let words = ["qwen3moe:", "not on the GPU yet", "mixture-of-experts", "--device cpu"];
+    let q = gguf("qwen3_moe");
     fails(&["generate", "--model", &q, "--device", "wgpu", "--prompt", "hi"], 2, &words);
     fails(&["logits", "--model", &q, "--device", "cuda", "--ids", "1,2"], 2, &words);
     fails(&["serve", "--model", &q, "--device", "wgpu", "--port", "0"], 2, &words);
@@ -188,17 +190,40 @@ fn gpu_devices_refuse_spec_models_in_one_line() {
     fails(&["audit", "--model", &q, "--device", "wgpu"], 2, &words);
     // The HF directories have no tokenizer.json: ids.
     let hf = fixture("gemma3");
-    fails(&["logits", "--model", hf.to_str().unwrap(), "--device", "wgpu", "--ids", "1,2"], 2, &["gemma3_text:", "GPU path"]);
+    fails(&["logits", "--model", hf.to_str().unwrap(), "--device", "wgpu", "--ids", "1,2"], 2, &["gemma3_text:", "post-attention / post-FFN norms"]);
+}
+
+/// Max |Δ| of `tandem logits --device wgpu --dtype f32` on `model` against transformers'
+/// logits (the GPU model over the spec, through the batched runner).
+fn gpu_logits_delta(name: &str, model: &str) -> f32 {
+    let (ids, want) = expected(name);
+    let ids_arg: Vec<String> = ids.iter().map(u32::to_string).collect();
+    let v = want[0].len().to_string();
+    let (out, err) = ok(&["logits", "--model", model, "--device", "wgpu", "--dtype", "f32", "--ids", &ids_arg.join(","), "--top-k", &v]);
+    assert!(err.contains("wgpu"), "{name}: ran on {err}");
+    let j: Json = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{name}: not JSON ({e}): {out}"));
+    let mut d = 0f32;
+    for ((ti, tl), w) in j["top_ids"].as_array().unwrap().iter().zip(j["top_logits"].as_array().unwrap()).zip(&want) {
+        for (i, l) in ti.as_array().unwrap().iter().zip(tl.as_array().unwrap()) {
+            d = d.max((l.as_f64().unwrap() as f32 - w[i.as_u64().unwrap() as usize]).abs());
+        }
+    }
+    d
 }
 
 /// Llama-3.x RoPE scaling (a hub GGUF's `rope_freqs.weight`, an HF `rope_scaling` of type
-/// llama3), which the llama `Config` refuses, takes the spec path: the GPU refusal names it.
+/// llama3), which the llama `Config` refuses, takes the spec path; so do Qwen3's q/k norms and
+/// Phi-3's partial rotary and fused projections. On the GPU (wgpu, f32) they give
+/// transformers' logits within 1e-3, from the GGUF and the HF directory.
 #[test]
-fn llama3_rope_scaling_takes_the_spec_path() {
-    let hf = fixture("llama3");
+fn spec_models_run_on_the_gpu() {
     assert!(GgufFile::open(gguf("llama3")).unwrap().tensor_info("rope_freqs.weight").is_some(), "the fixture has rope_freqs");
-    for m in [gguf("llama3"), hf.to_str().unwrap().to_string()] {
-        fails(&["logits", "--model", &m, "--device", "wgpu", "--ids", "1,2"], 2, &["llama:", "GPU path"]);
+    for name in ["llama3", "qwen3", "phi3"] {
+        for m in [gguf(name), fixture(name).to_str().unwrap().to_string()] {
+            let d = gpu_logits_delta(name, &m);
+            eprintln!("{name} {m}: tandem logits --device wgpu vs transformers, max |Δ| {d:.2e}");
+            assert!(d <= TOL, "{name} {m}: max |Δ| {d} > {TOL}");
+        }
     }
 }
 

@@ -28,7 +28,9 @@ use crate::kernels::bias::bias_add;
 use crate::kernels::matmul::{Fuse, Norm, Residual};
 use crate::kernels::qmatmul::v4::MmaTune;
 use crate::kernels::qmatmul::{Prefetch, QLayout, QWeight, Weight, QGEMV_MAX_T};
-use crate::kernels::rmsnorm::{add_rmsnorm_device_as, rmsnorm_device_as};
+use crate::kernels::rmsnorm::{add_rmsnorm_device_as, rmsnorm_device_as, rmsnorm_heads_qkv};
+use crate::kernels::softcap::softcap_inplace;
+use crate::kernels::GluAct;
 use crate::kernels::{argmax, attention, embedding, matmul, rope};
 use crate::kv_cache::{BlockTables, PagedKvCache, SeqId};
 use crate::{Backend, Client, DeviceTensor, Dtype, Error};
@@ -96,6 +98,8 @@ pub struct GpuLayer {
     pub wqkv: Weight,
     /// `[(H + 2·Hkv)·D]` f32: bq, bk, bv stacked likewise, added after the q|k|v projection.
     pub bqkv: Option<DeviceTensor>,
+    /// `[D]` gains of the per-head q and k RMSNorms (Qwen3, Gemma-3), f32.
+    pub qk_norm: Option<(DeviceTensor, DeviceTensor)>,
     pub wo: Weight,
     pub ffn_norm: DeviceTensor,
     /// `[2F, C]`: W_gate and W_up rows interleaved (row 2j = gate j, row 2j + 1 = up j), so
@@ -302,13 +306,31 @@ impl GpuModel {
     pub(crate) fn embed(&self, ids: Ids, t: usize) -> Result<DeviceTensor, Error> {
         let c = &self.client;
         Ok(match ids {
-            Ids::Host(ids) => embedding::embedding(c, &self.tok_embd, ids)?,
+            Ids::Host(ids) => match self.spec.embed_scale {
+                None => embedding::embedding(c, &self.tok_embd, ids)?,
+                Some(s) => {
+                    let x = DeviceTensor::empty_f32(c, &[t, self.dims.hidden]);
+                    embedding::embedding_scaled_into(c, &self.tok_embd, ids, s, &x)?;
+                    x
+                }
+            },
             Ids::Device(ids) => {
                 let x = DeviceTensor::empty_f32(c, &[t, self.dims.hidden]);
-                embedding::embedding_device_ids_into(c, &self.tok_embd, ids, &x)?;
+                match self.spec.embed_scale {
+                    None => embedding::embedding_device_ids_into(c, &self.tok_embd, ids, &x)?,
+                    Some(s) => embedding::embedding_device_ids_scaled_into(c, &self.tok_embd, ids, s, &x)?,
+                }
                 x
             }
         })
+    }
+
+    /// The gate's activation of layer `l`'s dense MLP.
+    fn glu_act(&self, l: usize) -> Result<GluAct, Error> {
+        match self.spec.layers.get(l).map(|ls| &ls.ffn) {
+            Some(reference::arch::spec::FfnSpec::Dense { act, .. }) => GluAct::of(*act),
+            _ => Err(Error::Unsupported(format!("layer {l}: the GPU model runs dense MLPs only"))),
+        }
     }
 
     /// The prefill attention of a step of `rows` rows ([`crate::config::KernelConfig::prefill_version`]).
@@ -395,12 +417,14 @@ impl GpuModel {
             } else {
                 w.wqkv.linear(c, &h)?
             };
-            // The q|k|v bias (Qwen2). The per-head q/k RMSNorm (Qwen3, Gemma-3) belongs here too,
-            // before RoPE; `gpu_unsupported` refuses it at load until its kernel is wired in.
+            // The q|k|v bias (Qwen2), then the per-head q/k RMSNorm (Qwen3, Gemma-3), before RoPE.
             if let Some(b) = &w.bqkv {
                 bias_add(c, &qkv, b)?;
             }
             let a = self.attn_spec(l)?;
+            if let Some((qn, kn)) = &w.qk_norm {
+                rmsnorm_heads_qkv(c, &qkv, a.n_heads, a.n_kv_heads, qn, kn, cfg.rms_eps)?;
+            }
             let o = attend(l, &qkv)?.reshape(&[t, a.n_heads * a.head_dim])?;
             let next_norm = self.layers.get(l + 1).map_or(&self.out_norm, |n| &n.attn_norm);
             if fused {
@@ -408,14 +432,14 @@ impl GpuModel {
                 // and SwiGLU epilogue; x ← x + W_down·h (xw for the next norm).
                 w.wo.gemv_fused_into(c, &o, x, &into_x(&w.ffn_norm))?;
                 let hm = DeviceTensor::empty_f32(c, &[t, w.w_gate_up.rows() / 2]);
-                w.w_gate_up.gemv_fused_into(c, &xw, &hm, &Fuse { glu: true, ..normed })?;
+                w.w_gate_up.gemv_fused_into(c, &xw, &hm, &Fuse { glu: true, act: self.glu_act(l)?, ..normed })?;
                 w.w_down.gemv_fused_into(c, &hm, x, &into_x(next_norm))?;
             } else {
                 let a = w.wo.linear(c, &o)?;
                 // x ← x + a, then the MLP's norm, in one launch.
                 let hm = add_rmsnorm_device_as(c, x, &a, &w.ffn_norm, cfg.rms_eps, w.w_gate_up.x_dtype(c, t))?;
                 // gate|up GEMM, SwiGLU v3, down.
-                let m = w.w_down.linear(c, &w.w_gate_up.linear_glu_as(c, &hm, w.w_down.x_dtype(c, t))?)?;
+                let m = w.w_down.linear(c, &w.w_gate_up.linear_glu_act(c, &hm, w.w_down.x_dtype(c, t), self.glu_act(l)?)?)?;
                 // x ← x + m, then the next block's attention norm (or the final norm, f32: the
                 // lm_head may read only some of its rows).
                 let next = self.layers.get(l + 1).map_or(Dtype::F32, |n| n.wqkv.x_dtype(c, t));
@@ -431,15 +455,20 @@ impl GpuModel {
     /// Logits `[T, V]` of every row after [`GpuModel::blocks`] (`x`: the residual stream).
     pub(crate) fn head(&self, x: &DeviceTensor, fin: &Final) -> Result<DeviceTensor, Error> {
         let c = &self.client;
-        match fin {
+        let logits = match fin {
             Final::Fused { xw } => {
                 let logits = DeviceTensor::empty_f32(c, &[xw.shape[0], self.dims.vocab]);
                 let normed = Fuse { norm: Some(Norm { x, eps: self.dims.rms_eps }), ..Fuse::default() };
                 self.lm_head.gemv_fused_into(c, xw, &logits, &normed)?;
-                Ok(logits)
+                logits
             }
-            Final::Plain { h } => self.lm_head.linear(c, h),
+            Final::Plain { h } => self.lm_head.linear(c, h)?,
+        };
+        // The final logit soft-cap (Gemma-2 style), in place.
+        if let Some(cap) = self.spec.final_softcap {
+            softcap_inplace(c, &logits, cap)?;
         }
+        Ok(logits)
     }
 
     /// The last row of a `[T, V]` device tensor as a `[1, V]` view-copy on the device.

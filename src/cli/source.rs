@@ -384,24 +384,23 @@ impl Opened {
     /// A batched-engine runner for `device` with KV pools of at least `kv_tokens` positions
     /// (blocks of [`KV_BLOCK`]).
     pub fn runner(&mut self, device: Device, dtype: Option<&str>, kv_tokens: usize) -> Result<Box<dyn ModelRunner + Send>> {
-        match &mut self.arch {
-            Arch::GptOss(g) => return gpt_oss::runner(g, &self.label, device, dtype, kv_tokens, &self.kernels),
-            Arch::Spec(s) => return spec::runner(s, device, kv_tokens),
-            Arch::Llama => {}
-        }
         let blocks = kv_tokens.div_ceil(KV_BLOCK).max(1);
-        match resolve(device) {
-            None => Ok(Box::new(RefRunner::new(self.reference_model()?, KV_BLOCK, blocks)?)),
-            Some(backend) => {
-                let client = optimized::client(backend)?;
-                let dtype = pick_dtype(&client, dtype)?;
-                let kv = blocks * KV_BLOCK * 2 * self.config.n_layers * self.config.n_kv_heads * self.config.head_dim * 4;
-                // The runner pages its own KV cache: flash attention whatever the config says.
-                let kernels = optimized::KernelConfig { attention: optimized::model::AttentionImpl::Flash, ..self.kernels };
-                let m = self.upload(client, backend, dtype, 1, kv, &kernels)?;
-                Ok(Box::new(optimized::runner::GpuRunner::new(m, KV_BLOCK, blocks)?))
-            }
+        let backend = resolve(device);
+        match (&mut self.arch, backend) {
+            (Arch::GptOss(g), _) => return gpt_oss::runner(g, &self.label, device, dtype, kv_tokens, &self.kernels),
+            (Arch::Spec(s), None) => return spec::cpu_runner(s, kv_tokens),
+            (Arch::Spec(s), Some(_)) => spec::gpu_check(&s.spec)?,
+            (Arch::Llama, None) => return Ok(Box::new(RefRunner::new(self.reference_model()?, KV_BLOCK, blocks)?)),
+            (Arch::Llama, Some(_)) => {}
         }
+        let Some(backend) = backend else { return Err(CliError::Usage("no GPU backend resolved".into())) };
+        let client = optimized::client(backend)?;
+        let dtype = pick_dtype(&client, dtype)?;
+        let kv = blocks * KV_BLOCK * 2 * self.config.n_layers * self.config.n_kv_heads * self.config.head_dim * 4;
+        // The runner pages its own KV cache: flash attention whatever the config says.
+        let kernels = optimized::KernelConfig { attention: optimized::model::AttentionImpl::Flash, ..self.kernels };
+        let m = self.upload(client, backend, dtype, 1, kv, &kernels)?;
+        Ok(Box::new(optimized::runner::GpuRunner::new(m, KV_BLOCK, blocks)?))
     }
 
     /// The weights on the GPU: the memory estimate (checked against the free memory first),
@@ -419,16 +418,13 @@ impl Opened {
         super::progress::check_memory(&client, &self.label, expected, kv_bytes)?;
         super::progress::compile_notice(&client);
         let bar = super::progress::Upload::start(&self.label, expected);
-        let m = optimized::model::GpuModel::load_observed(
-            client,
-            backend,
-            &mut self.source,
-            &reference::arch::llama::from_config(&self.config),
-            dtype,
-            capacity,
-            kernels,
-            &mut |done, exp| bar.update(done, exp),
-        )?;
+        // A spec model's own spec and files; the llama family's from its config and source.
+        let (spec, src): (std::borrow::Cow<reference::arch::ModelSpec>, &mut dyn TensorSource) = match &mut self.arch {
+            Arch::Spec(s) => (std::borrow::Cow::Borrowed(&s.spec), s.files.tensors()),
+            _ => (std::borrow::Cow::Owned(reference::arch::llama::from_config(&self.config)), &mut self.source),
+        };
+        let m =
+            optimized::model::GpuModel::load_observed(client, backend, src, &spec, dtype, capacity, kernels, &mut |done, exp| bar.update(done, exp))?;
         bar.finish(m.weight_bytes);
         let t = m.load_times;
         eprintln!(

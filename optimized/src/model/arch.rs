@@ -3,12 +3,11 @@
 //! the weights instead of running a kernel ([`fold_of`]), and the RoPE tables of the layers
 //! ([`RopeTables`]: one per distinct table).
 
-use reference::arch::spec::{FfnSpec, ModelSpec, Norm};
-use reference::ops::mlp::Activation;
-use reference::ops::rope::RopeScaling;
+use reference::arch::spec::{FfnSpec, ModelSpec, Norm, RopeSpec};
 use reference::weights::Tensor;
 
 use crate::kernels::rope::RopeTable;
+use crate::kernels::GluAct;
 use crate::{Client, Error};
 
 /// Why the GPU model cannot run `spec` yet (`None`: it can): every feature it lacks, each
@@ -22,19 +21,9 @@ pub fn gpu_unsupported(spec: &ModelSpec) -> Option<String> {
             missing.push((what, l));
         }
     };
-    if spec.embed_scale.is_some() {
-        add("the embedding scale".into(), None);
-    }
-    if spec.final_softcap.is_some() {
-        add("the final logit soft-cap".into(), None);
-    }
     for (l, ls) in spec.layers.iter().enumerate() {
         let a = &ls.attn;
         let checks = [
-            (a.qk_norm, "per-head q/k RMSNorm".to_string()),
-            (a.rope.rot != a.head_dim, format!("partial rotary RoPE ({} of {} features)", a.rope.rot, a.head_dim)),
-            (a.rope.scaling != RopeScaling::None, format!("RoPE scaling {:?}", a.rope.scaling)),
-            (a.rope.freq_factors.is_some(), "RoPE frequency factors".into()),
             // The fold scales q's rows only; a fused q|k|v is uploaded as one tensor.
             (spec.fused.qkv && fold_of(spec, Tensor::Wq(l)).is_some(), "a query scale other than 1/√D with a fused q|k|v".into()),
             (a.softcap.is_some(), "the attention logit soft-cap".into()),
@@ -49,7 +38,7 @@ pub fn gpu_unsupported(spec: &ModelSpec) -> Option<String> {
             }
         }
         if let FfnSpec::Dense { act, .. } = ls.ffn {
-            if act != Activation::Silu {
+            if GluAct::of(act).is_err() {
                 add(format!("the {act:?} activation"), Some(l));
             }
         }
@@ -98,8 +87,8 @@ pub(crate) fn fold_of(spec: &ModelSpec, t: Tensor) -> Option<Fold> {
     (f != Fold { mul: 1.0, add: 0.0 }).then_some(f)
 }
 
-/// The cos / sin tables of every layer, one per distinct (θ, D): layers that share a RoPE
-/// share its table.
+/// The cos / sin tables of every layer, one per distinct (RoPE spec, D): layers that share a
+/// RoPE share its table.
 pub(crate) struct RopeTables {
     tables: Vec<RopeTable>,
     /// Per layer, its table's index.
@@ -107,18 +96,18 @@ pub(crate) struct RopeTables {
 }
 
 impl RopeTables {
-    /// Tables of `max_pos` positions for the layers of `spec` (plain full-rotary RoPE: what
-    /// [`gpu_unsupported`] lets through).
+    /// Tables of `max_pos` positions for the layers of `spec` (any scaling, frequency factors,
+    /// partial rotary: `RopeTable::from_spec`).
     pub fn new(client: &Client, spec: &ModelSpec, max_pos: usize) -> Result<Self, Error> {
-        let mut keys: Vec<(u64, usize)> = Vec::new();
+        let mut keys: Vec<(&RopeSpec, usize)> = Vec::new();
         let mut tables = Vec::new();
         let mut of_layer = Vec::with_capacity(spec.layers.len());
         for ls in &spec.layers {
-            let key = (ls.attn.rope.theta.to_bits(), ls.attn.head_dim);
+            let key = (&ls.attn.rope, ls.attn.head_dim);
             let i = match keys.iter().position(|k| *k == key) {
                 Some(i) => i,
                 None => {
-                    tables.push(RopeTable::new(client, max_pos, ls.attn.head_dim, ls.attn.rope.theta as f32)?);
+                    tables.push(RopeTable::from_spec(client, max_pos, ls.attn.head_dim, &ls.attn.rope)?);
                     keys.push(key);
                     keys.len() - 1
                 }

@@ -314,11 +314,13 @@ impl GpuModel {
             let qkv: &[Tensor] = if spec.fused.qkv { &[Wqkv(l)] } else { &[Wq(l), Wk(l), Wv(l)] };
             let wqkv = up.linear(qkv, dtype)?;
             let bqkv = if ls.attn.qkv_bias { Some(up.dense(&[Bq(l), Bk(l), Bv(l)], Dtype::F32)?) } else { None };
+            let qk_norm = if ls.attn.qk_norm { Some((up.dense(&[QNorm(l)], Dtype::F32)?, up.dense(&[KNorm(l)], Dtype::F32)?)) } else { None };
             let w_gate_up = if spec.fused.gate_up { up.linear_glu_fused(WGateUp(l), dtype)? } else { up.linear_glu(WGate(l), WUp(l), dtype)? };
             layers.push(GpuLayer {
                 attn_norm: up.dense(&[AttnNorm(l)], Dtype::F32)?,
                 wqkv,
                 bqkv,
+                qk_norm,
                 wo: up.linear(&[Wo(l)], dtype)?,
                 ffn_norm: up.dense(&[Tensor::ffn_norm(spec, l)], Dtype::F32)?,
                 w_gate_up,

@@ -34,6 +34,14 @@ impl SpecFiles {
             SpecFiles::Hf(h) => h,
         }
     }
+
+    /// The tensors, for a GPU upload (served by `reference::weights::Tensor` names).
+    pub fn tensors(&mut self) -> &mut dyn reference::weights::TensorSource {
+        match self {
+            SpecFiles::Gguf(g) => g,
+            SpecFiles::Hf(h) => h,
+        }
+    }
 }
 
 /// A spec model's own parts (`Opened::arch`): its layer-wise spec and its tensors (not read yet).
@@ -142,10 +150,14 @@ pub fn label(path: &Path, spec: &ModelSpec) -> String {
     format!("{} ({})", path.display(), spec.arch)
 }
 
-/// Whether the GPU path runs `spec`: not yet, for any of them — one line naming the
-/// architecture, given before any device is opened or weight uploaded.
+/// Whether the GPU path runs `spec` (`optimized::model::gpu_unsupported`): else one line naming
+/// the architecture and what the GPU lacks, given before any device is opened or weight
+/// uploaded.
 pub fn gpu_check(spec: &ModelSpec) -> Result<()> {
-    Err(CliError::Usage(format!("{}: the GPU path does not run this architecture yet; use --device cpu", spec.arch)))
+    match optimized::model::gpu_unsupported(spec) {
+        None => Ok(()),
+        Some(why) => Err(CliError::Usage(format!("{why}; use --device cpu"))),
+    }
 }
 
 /// Refuse `device` where it is a GPU and the GPU path does not run `spec` ([`gpu_check`]).
@@ -167,10 +179,9 @@ pub fn load(s: &SpecModel) -> Result<ArchModel> {
     Ok(ArchModel::new(s.spec.clone(), w))
 }
 
-/// The batched-engine runner of a spec model on `device`, KV pools of at least `kv_tokens`
-/// positions: the CPU reference; GPU devices are refused ([`check_device`]).
-pub fn runner(s: &SpecModel, device: Device, kv_tokens: usize) -> Result<Box<dyn ModelRunner + Send>> {
-    check_device(&s.spec, device)?;
+/// The CPU reference's batched-engine runner of a spec model, KV pools of at least
+/// `kv_tokens` positions (GPU devices: `Opened::runner`).
+pub fn cpu_runner(s: &SpecModel, kv_tokens: usize) -> Result<Box<dyn ModelRunner + Send>> {
     let blocks = kv_tokens.div_ceil(KV_BLOCK).max(1);
     Ok(Box::new(RefRunner::new(load(s)?, KV_BLOCK, blocks)?))
 }

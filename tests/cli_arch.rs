@@ -189,8 +189,8 @@ fn gpu_devices_refuse_spec_models_in_one_line() {
     fails(&["bench", "--model", &q, "--device", "wgpu", "--batches", "1"], 2, &words);
     fails(&["audit", "--model", &q, "--device", "wgpu"], 2, &words);
     // The HF directories have no tokenizer.json: ids.
-    let hf = fixture("gemma3");
-    fails(&["logits", "--model", hf.to_str().unwrap(), "--device", "wgpu", "--ids", "1,2"], 2, &["gemma3_text:", "post-attention / post-FFN norms"]);
+    let hf = fixture("qwen3_moe");
+    fails(&["logits", "--model", hf.to_str().unwrap(), "--device", "wgpu", "--ids", "1,2"], 2, &["qwen3_moe:", "mixture-of-experts"]);
 }
 
 /// Max |Δ| of `tandem logits --device wgpu --dtype f32` on `model` against transformers'
@@ -212,13 +212,14 @@ fn gpu_logits_delta(name: &str, model: &str) -> f32 {
 }
 
 /// Llama-3.x RoPE scaling (a hub GGUF's `rope_freqs.weight`, an HF `rope_scaling` of type
-/// llama3), which the llama `Config` refuses, takes the spec path; so do Qwen3's q/k norms and
-/// Phi-3's partial rotary and fused projections. On the GPU (wgpu, f32) they give
-/// transformers' logits within 1e-3, from the GGUF and the HF directory.
+/// llama3), which the llama `Config` refuses, takes the spec path; so do Qwen3's q/k norms,
+/// Phi-3's partial rotary and fused projections and Gemma-3 (sandwich norms, GELU-tanh,
+/// embedding scale, local / global layers). On the GPU (wgpu, f32) they give transformers'
+/// logits within 1e-3, from the GGUF and the HF directory.
 #[test]
 fn spec_models_run_on_the_gpu() {
     assert!(GgufFile::open(gguf("llama3")).unwrap().tensor_info("rope_freqs.weight").is_some(), "the fixture has rope_freqs");
-    for name in ["llama3", "qwen3", "phi3"] {
+    for name in ["llama3", "qwen3", "phi3", "gemma3"] {
         for m in [gguf(name), fixture(name).to_str().unwrap().to_string()] {
             let d = gpu_logits_delta(name, &m);
             eprintln!("{name} {m}: tandem logits --device wgpu vs transformers, max |Δ| {d:.2e}");

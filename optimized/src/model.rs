@@ -106,6 +106,10 @@ pub struct GpuLayer {
     /// one GEMV computes both and applies SwiGLU in its epilogue.
     pub w_gate_up: Weight,
     pub w_down: Weight,
+    /// `[C]` f32 each: Gemma's sandwich norms of the attention and the FFN outputs, before the
+    /// residual add (a model with them runs the add + RMSNorm kernels, never the fused decode).
+    pub post_attn_norm: Option<DeviceTensor>,
+    pub post_ffn_norm: Option<DeviceTensor>,
 }
 
 /// A model resident on one device, with its KV cache.
@@ -345,10 +349,12 @@ impl GpuModel {
         self.layers.get(l).map_or(Dtype::F32, |w| w.wo.x_dtype(&self.client, t))
     }
 
-    /// Whether a forward pass of `t` rows fuses the RMSNorms into the decode gemvs.
+    /// Whether a forward pass of `t` rows fuses the RMSNorms into the decode gemvs (never with
+    /// post-norms: their residual adds are not a gemv epilogue).
     pub(crate) fn fused_for(&self, t: usize) -> bool {
         let k = self.kernels();
-        k.fused_norms && t <= k.gemv_rows.min(k.qgemv_rows) && t <= matmul::GEMV_MAX_T && t <= QGEMV_MAX_T
+        let post_norms = self.layers.iter().any(|w| w.post_attn_norm.is_some() || w.post_ffn_norm.is_some());
+        !post_norms && k.fused_norms && t <= k.gemv_rows.min(k.qgemv_rows) && t <= matmul::GEMV_MAX_T && t <= QGEMV_MAX_T
     }
 
     /// Layer `l`'s attention spec.
@@ -436,10 +442,19 @@ impl GpuModel {
                 w.w_down.gemv_fused_into(c, &hm, x, &into_x(next_norm))?;
             } else {
                 let a = w.wo.linear(c, &o)?;
+                // Gemma's sandwich: the attention output normed before the residual add.
+                let a = match &w.post_attn_norm {
+                    Some(pn) => rmsnorm_device_as(c, &a, pn, cfg.rms_eps, Dtype::F32)?,
+                    None => a,
+                };
                 // x ← x + a, then the MLP's norm, in one launch.
                 let hm = add_rmsnorm_device_as(c, x, &a, &w.ffn_norm, cfg.rms_eps, w.w_gate_up.x_dtype(c, t))?;
                 // gate|up GEMM, SwiGLU v3, down.
                 let m = w.w_down.linear(c, &w.w_gate_up.linear_glu_act(c, &hm, w.w_down.x_dtype(c, t), self.glu_act(l)?)?)?;
+                let m = match &w.post_ffn_norm {
+                    Some(pn) => rmsnorm_device_as(c, &m, pn, cfg.rms_eps, Dtype::F32)?,
+                    None => m,
+                };
                 // x ← x + m, then the next block's attention norm (or the final norm, f32: the
                 // lm_head may read only some of its rows).
                 let next = self.layers.get(l + 1).map_or(Dtype::F32, |n| n.wqkv.x_dtype(c, t));

@@ -29,7 +29,6 @@ pub fn gpu_unsupported(spec: &ModelSpec) -> Option<String> {
             (a.softcap.is_some(), "the attention logit soft-cap".into()),
             (a.sinks, "attention sinks".into()),
             (a.o_bias, "the output projection's bias".into()),
-            (ls.post_norms, "post-attention / post-FFN norms".into()),
             (matches!(ls.ffn, FfnSpec::Moe { .. }), "a mixture-of-experts FFN".into()),
         ];
         for (on, what) in checks {

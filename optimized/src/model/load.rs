@@ -325,6 +325,8 @@ impl GpuModel {
                 ffn_norm: up.dense(&[Tensor::ffn_norm(spec, l)], Dtype::F32)?,
                 w_gate_up,
                 w_down: up.linear(&[WDown(l)], dtype)?,
+                post_attn_norm: if ls.post_norms { Some(up.dense(&[PostAttnNorm(l)], Dtype::F32)?) } else { None },
+                post_ffn_norm: if ls.post_norms { Some(up.dense(&[PostFfnNorm(l)], Dtype::F32)?) } else { None },
             });
             progress(up.bytes, expected);
         }

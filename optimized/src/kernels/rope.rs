@@ -93,6 +93,51 @@ pub(crate) fn rotate_pair(a: f32, b: f32, c: f32, s: f32, rotate: bool, #[compti
     (ra, rb)
 }
 
+/// The pair (`oa`, `ob`) of fused q|k|v row `th` (token `t`, head `head` of H + 2·Hkv) stored
+/// where it goes: a q head rotated into `q [T, H, D]`, a k head rotated into cache row `row` of
+/// `kc`, a v head copied into row `row` of `vc` (`[rows, Hkv, D]`). Shared by rope v2 / v3
+/// (`qkv.rs`) and v4 (`ragged.rs`).
+#[allow(clippy::too_many_arguments)]
+#[cube]
+pub(crate) fn store_pair<K: Float>(
+    qkv: &[f32],
+    q: &mut [f32],
+    kc: &mut [K],
+    vc: &mut [K],
+    th: usize,
+    t: usize,
+    head: usize,
+    row: usize,
+    h: usize,
+    hk: usize,
+    d: usize,
+    oa: usize,
+    ob: usize,
+    c: f32,
+    s: f32,
+    rotate: bool,
+    #[comptime] partial: bool,
+) {
+    let src = th * d;
+    let a = qkv[src + oa];
+    let b = qkv[src + ob];
+    if head < h {
+        let dst = (t * h + head) * d;
+        let (ra, rb) = rotate_pair(a, b, c, s, rotate, partial);
+        q[dst + oa] = ra;
+        q[dst + ob] = rb;
+    } else if head < h + hk {
+        let dst = (row * hk + (head - h)) * d;
+        let (ra, rb) = rotate_pair(a, b, c, s, rotate, partial);
+        kc[dst + oa] = K::cast_from(ra);
+        kc[dst + ob] = K::cast_from(rb);
+    } else {
+        let dst = (row * hk + (head - h - hk)) * d;
+        vc[dst + oa] = K::cast_from(a);
+        vc[dst + ob] = K::cast_from(b);
+    }
+}
+
 /// Pair `p` (of T·H·D/2) → (element a, element b, table index, whether it rotates: see
 /// [`pair_offsets`]).
 #[cube]

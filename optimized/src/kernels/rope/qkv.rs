@@ -4,7 +4,7 @@
 
 use cubecl::prelude::*;
 
-use super::{pair_offsets, rotate_pair, table_width, RopeTable};
+use super::{pair_offsets, store_pair, table_width, RopeTable};
 use crate::kernels::attention::paged::pool_row;
 use crate::kernels::pdl::await_predecessor;
 use crate::kernels::swiglu::Elementwise;
@@ -70,26 +70,7 @@ pub fn qkv_rope_cache_v2<K: Float>(
     // they load while the previous kernel (the q|k|v gemv) ends.
     await_predecessor(comptime!(pdl && early));
     if live {
-        let src = th * d;
-        let a = qkv[src + oa];
-        let b = qkv[src + ob];
-        let h = heads as usize;
-        let hk = kv_heads as usize;
-        if head < h {
-            let dst = (t * h + head) * d;
-            let (ra, rb) = rotate_pair(a, b, c, s, rotate, partial);
-            q[dst + oa] = ra;
-            q[dst + ob] = rb;
-        } else if head < h + hk {
-            let dst = (row * hk + (head - h)) * d;
-            let (ra, rb) = rotate_pair(a, b, c, s, rotate, partial);
-            kc[dst + oa] = K::cast_from(ra);
-            kc[dst + ob] = K::cast_from(rb);
-        } else {
-            let dst = (row * hk + (head - h - hk)) * d;
-            vc[dst + oa] = K::cast_from(a);
-            vc[dst + ob] = K::cast_from(b);
-        }
+        store_pair(qkv, q, kc, vc, th, t, head, row, heads as usize, kv_heads as usize, d, oa, ob, c, s, rotate, partial);
     }
 }
 

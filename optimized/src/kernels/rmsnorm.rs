@@ -34,6 +34,26 @@ const V1_BLOCK: u32 = 256;
 
 /// v1 kernel. `x`, `y`: `rows * vecs_per_row` vectors; `w`: `vecs_per_row` vectors.
 /// `block` (comptime, a power of two) must equal the cube's unit count along x.
+/// The sum of `x` over the cube's `block` units (unit `tid`; CUBE_DIM_X == `block`, a power
+/// of two) by a tree in shared memory; every unit gets it. The reduction of the RMSNorms whose
+/// rows a cube shares without plane operations.
+#[cube]
+pub(crate) fn block_sum<F: Float>(x: F, tid: usize, #[comptime] block: usize) -> F {
+    let mut partial = Shared::<[F]>::new_slice(block);
+    partial[tid] = x;
+    sync_cube();
+    // A run-time stride: a comptime one cannot be a loop variable.
+    let mut stride = CUBE_DIM_X as usize / 2;
+    while stride > 0 {
+        if tid < stride {
+            partial[tid] = partial[tid] + partial[tid + stride];
+        }
+        sync_cube();
+        stride /= 2;
+    }
+    partial[0]
+}
+
 #[cube(launch)]
 pub fn rmsnorm_v1<F: Float, N: Size>(
     x: &[Vector<F, N>],
@@ -61,20 +81,7 @@ pub fn rmsnorm_v1<F: Float, N: Size>(
             i += units;
         }
 
-        let mut partial = Shared::<[F]>::new_slice(block);
-        partial[tid] = acc;
-        sync_cube();
-
-        let mut stride = units / 2;
-        while stride > 0 {
-            if tid < stride {
-                partial[tid] = partial[tid] + partial[tid + stride];
-            }
-            sync_cube();
-            stride /= 2;
-        }
-
-        let inv_rms = F::inverse_sqrt(partial[0] * F::cast_from(inv_c) + F::cast_from(eps));
+        let inv_rms = F::inverse_sqrt(block_sum::<F>(acc, tid, block) * F::cast_from(inv_c) + F::cast_from(eps));
         let scale = Vector::<F, N>::new(inv_rms);
         let mut j = tid;
         while j < n {
@@ -162,19 +169,7 @@ pub fn rmsnorm_v3<F: Float, O: Float, N: Size>(
                 }
             }
         } else {
-            let mut partial = Shared::<[F]>::new_slice(block);
-            partial[tid] = acc;
-            sync_cube();
-            // A run-time stride (CUBE_DIM_X == block): a comptime one cannot be a loop variable.
-            let mut stride = CUBE_DIM_X as usize / 2;
-            while stride > 0 {
-                if tid < stride {
-                    partial[tid] = partial[tid] + partial[tid + stride];
-                }
-                sync_cube();
-                stride /= 2;
-            }
-            total = partial[0];
+            total = block_sum::<F>(acc, tid, block);
         }
 
         let scale = Vector::<F, N>::new(F::inverse_sqrt(total * F::cast_from(inv_c) + F::cast_from(eps)));
@@ -425,20 +420,7 @@ pub fn add_rmsnorm_v2<F: Float, N: Size>(
             i += units;
         }
 
-        let mut partial = Shared::<[F]>::new_slice(block);
-        partial[tid] = acc;
-        sync_cube();
-
-        let mut stride = units / 2;
-        while stride > 0 {
-            if tid < stride {
-                partial[tid] = partial[tid] + partial[tid + stride];
-            }
-            sync_cube();
-            stride /= 2;
-        }
-
-        let inv_rms = F::inverse_sqrt(partial[0] * F::cast_from(inv_c) + F::cast_from(eps));
+        let inv_rms = F::inverse_sqrt(block_sum::<F>(acc, tid, block) * F::cast_from(inv_c) + F::cast_from(eps));
         let scale = Vector::<F, N>::new(inv_rms);
         let mut j = tid;
         while j < n {

@@ -14,6 +14,7 @@ use cubecl::prelude::*;
 use cubecl::server::CubeCountSelection;
 
 use super::super::{prev_pow2, vector_size_for};
+use super::block_sum;
 use crate::{Client, DeviceTensor, Dtype, Error};
 
 /// Most units per cube (capped by the device).
@@ -54,18 +55,7 @@ pub fn rmsnorm_heads_v1<N: Size>(
             acc += v.dot(v);
             i += units;
         }
-        let mut partial = Shared::<[f32]>::new_slice(block);
-        partial[tid] = acc;
-        sync_cube();
-        let mut stride = units / 2;
-        while stride > 0 {
-            if tid < stride {
-                partial[tid] = partial[tid] + partial[tid + stride];
-            }
-            sync_cube();
-            stride /= 2;
-        }
-        let scale = Vector::<f32, N>::new(f32::inverse_sqrt(partial[0] * inv_d + eps));
+        let scale = Vector::<f32, N>::new(f32::inverse_sqrt(block_sum::<f32>(acc, tid, block) * inv_d + eps));
         let is_q = head < heads as usize;
         let mut j = tid;
         while j < n {

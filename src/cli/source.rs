@@ -385,15 +385,16 @@ impl Opened {
     /// (blocks of [`KV_BLOCK`]).
     pub fn runner(&mut self, device: Device, dtype: Option<&str>, kv_tokens: usize) -> Result<Box<dyn ModelRunner + Send>> {
         let blocks = kv_tokens.div_ceil(KV_BLOCK).max(1);
-        let backend = resolve(device);
-        match (&mut self.arch, backend) {
+        let backend = match (&mut self.arch, resolve(device)) {
             (Arch::GptOss(g), _) => return gpt_oss::runner(g, &self.label, device, dtype, kv_tokens, &self.kernels),
             (Arch::Spec(s), None) => return spec::cpu_runner(s, kv_tokens),
-            (Arch::Spec(s), Some(_)) => spec::gpu_check(&s.spec)?,
+            (Arch::Spec(s), Some(b)) => {
+                spec::gpu_check(&s.spec)?;
+                b
+            }
             (Arch::Llama, None) => return Ok(Box::new(RefRunner::new(self.reference_model()?, KV_BLOCK, blocks)?)),
-            (Arch::Llama, Some(_)) => {}
-        }
-        let Some(backend) = backend else { return Err(CliError::Usage("no GPU backend resolved".into())) };
+            (Arch::Llama, Some(b)) => b,
+        };
         let client = optimized::client(backend)?;
         let dtype = pick_dtype(&client, dtype)?;
         let kv = blocks * KV_BLOCK * 2 * self.config.n_layers * self.config.n_kv_heads * self.config.head_dim * 4;

@@ -40,7 +40,12 @@ fn tmp(name: &str) -> PathBuf {
 
 /// The ids and transformers' logits `[T][V]` of a fixture.
 fn expected(name: &str) -> (Vec<u32>, Vec<Vec<f32>>) {
-    let p = fixture(name).join("logits.json");
+    expected_in(name, "logits.json")
+}
+
+/// The ids and logits `[T][V]` of the oracle file `file` of a fixture.
+fn expected_in(name: &str, file: &str) -> (Vec<u32>, Vec<Vec<f32>>) {
+    let p = fixture(name).join(file);
     let j: Json = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
     (serde_json::from_value(j["ids"].clone()).unwrap(), serde_json::from_value(j["logits"].clone()).unwrap())
 }
@@ -196,7 +201,12 @@ fn gpu_devices_refuse_spec_models_in_one_line() {
 /// Max |Δ| of `tandem logits --device wgpu --dtype f32` on `model` against transformers'
 /// logits (the GPU model over the spec, through the batched runner).
 fn gpu_logits_delta(name: &str, model: &str) -> f32 {
-    let (ids, want) = expected(name);
+    gpu_delta_vs(name, "logits.json", model)
+}
+
+/// [`gpu_logits_delta`] against the fixture's oracle file `oracle`.
+fn gpu_delta_vs(name: &str, oracle: &str, model: &str) -> f32 {
+    let (ids, want) = expected_in(name, oracle);
     let ids_arg: Vec<String> = ids.iter().map(u32::to_string).collect();
     let v = want[0].len().to_string();
     let (out, err) = ok(&["logits", "--model", model, "--device", "wgpu", "--dtype", "f32", "--ids", &ids_arg.join(","), "--top-k", &v]);
@@ -225,6 +235,21 @@ fn spec_models_run_on_the_gpu() {
             eprintln!("{name} {m}: tandem logits --device wgpu vs transformers, max |Δ| {d:.2e}");
             assert!(d <= TOL, "{name} {m}: max |Δ| {d} > {TOL}");
         }
+    }
+}
+
+/// The k-quant mixes llama-quantize writes (`<name>_k/model.<TYPE>.gguf`: Q4_K / Q5_K / Q6_K
+/// matrices, `reference/tests/tiny_kquants.rs`) load on the GPU (wgpu, f32) and give the logits
+/// transformers gives for the same file (`logits.<TYPE>.json`) within 1e-3.
+#[test]
+fn kquant_files_run_on_the_gpu() {
+    let files =
+        [("llama3_k", "Q4_K_M"), ("llama3_k", "Q6_K"), ("qwen3_k", "Q5_K_M"), ("qwen2_k", "Q4_K_M"), ("gemma3_k", "Q4_K_M"), ("phi3_k", "Q4_K_M")];
+    for (name, q) in files {
+        let m = fixture(name).join(format!("model.{q}.gguf")).to_str().expect("UTF-8 path").to_string();
+        let d = gpu_delta_vs(name, &format!("logits.{q}.json"), &m);
+        eprintln!("{name}/{q}: tandem logits --device wgpu vs transformers on the file, max |Δ| {d:.2e}");
+        assert!(d <= TOL, "{name}/{q}: max |Δ| {d} > {TOL}");
     }
 }
 

@@ -1,0 +1,118 @@
+//! The k-quant GGUFs people download, at tiny scale: every architecture's tiny checkpoint widened
+//! to rows of 256 (`tests/fixtures/tiny/<name>_k/`, `make.py --kquants`) and quantized by
+//! llama.cpp's own `llama-quantize` to Q4_K_M (and Q5_K_M / Q6_K for llama3 and qwen3). Each file
+//! holds the k-quant mix llama-quantize chose (checked: every matrix is Q4_K, Q5_K or Q6_K, so
+//! the test exercises k-quants and nothing else), loads, and gives the logits transformers gives
+//! for the same file (`logits.<TYPE>.json`: its GGUF reader, eager fp32) within 1e-3. Run with
+//! `--release`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use reference::arch;
+use reference::gguf::GgufFile;
+
+/// Max |Δlogit| against transformers' logits for the same file: both run the same dequantized
+/// weights (transformers' GGUF reader decodes them with gguf-py), so this is the f32 arithmetic
+/// bound of the f32 checkpoints (`tiny_hf.rs`).
+const TOL: f32 = 1e-3;
+
+/// How far the k-quant files sit from the f32 checkpoint they were made from, as a sanity
+/// bound on the fixtures themselves (logits of std ≈ 1–5 here): the weights' quantization
+/// error, measured 0.86–3.07 for Q4_K_M, 1.58–1.71 for Q5_K_M, 0.87–1.13 for Q6_K.
+const QUANT_SPREAD: f32 = 4.0;
+
+fn dir(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny").join(format!("{name}_k"))
+}
+
+fn files(name: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir(name))
+        .unwrap_or_else(|e| panic!("{name}_k: {e}"))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "gguf"))
+        .collect();
+    v.sort();
+    assert!(!v.is_empty(), "{name}_k: no GGUF");
+    v
+}
+
+/// `(ids, logits)` of `file` in `name`'s directory.
+fn expected(name: &str, file: &str) -> (Vec<u32>, Vec<Vec<f32>>) {
+    let text = std::fs::read_to_string(dir(name).join(file)).unwrap_or_else(|e| panic!("{name}_k/{file}: {e}"));
+    let j: serde_json::Value = serde_json::from_str(&text).unwrap();
+    (serde_json::from_value(j["ids"].clone()).unwrap(), serde_json::from_value(j["logits"].clone()).unwrap())
+}
+
+/// The ggml type names of the file's matrices (2-D and 3-D tensors), with counts; MoE routers
+/// (`ffn_gate_inp`) are left out: llama-quantize keeps them f32.
+fn matrix_types(path: &std::path::Path) -> BTreeMap<String, usize> {
+    let g = GgufFile::open(path).unwrap();
+    let mut m = BTreeMap::new();
+    for t in &g.tensors {
+        if t.shape.len() >= 2 && !t.name.contains("ffn_gate_inp") {
+            *m.entry(t.ty.name().to_string()).or_insert(0) += 1;
+        }
+    }
+    m
+}
+
+fn max_delta(m: &arch::ArchModel, ids: &[u32], want: &[Vec<f32>]) -> f32 {
+    let got = m.forward(ids, &mut m.new_cache(), None).unwrap();
+    assert_eq!(got.nrows(), want.len());
+    let mut d = 0f32;
+    for (row, w) in got.rows().into_iter().zip(want) {
+        for (a, b) in row.iter().zip(w) {
+            assert!(a.is_finite(), "non-finite logit");
+            d = d.max((a - b).abs());
+        }
+    }
+    d
+}
+
+fn check(name: &str) {
+    let (ids, f32_logits) = expected(name, "logits.json");
+    for path in files(name) {
+        let file = path.file_name().unwrap().to_string_lossy().into_owned();
+        let q = file.trim_start_matches("model.").trim_end_matches(".gguf").to_string();
+        let types = matrix_types(&path);
+        assert!(types.keys().all(|t| matches!(t.as_str(), "Q4_K" | "Q5_K" | "Q6_K")), "{name}_k/{file}: matrices of {types:?}");
+        let (oracle_ids, want) = expected(name, &format!("logits.{q}.json"));
+        assert_eq!(oracle_ids, ids, "{name}_k: the oracles ran different ids");
+        let m = arch::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let d = max_delta(&m, &ids, &want);
+        let spread = max_delta(&m, &ids, &f32_logits);
+        eprintln!("{name}_k/{file} ({types:?}): max |Δlogit| vs transformers on the file {d:.2e}, vs the f32 checkpoint {spread:.2}");
+        assert!(d <= TOL, "{name}_k/{file}: max |Δ| {d} > {TOL}");
+        assert!(spread <= QUANT_SPREAD, "{name}_k/{file}: {spread} from the f32 checkpoint");
+    }
+}
+
+#[test]
+fn llama3() {
+    check("llama3");
+}
+#[test]
+fn mistral_hd() {
+    check("mistral_hd");
+}
+#[test]
+fn qwen2() {
+    check("qwen2");
+}
+#[test]
+fn qwen3() {
+    check("qwen3");
+}
+#[test]
+fn qwen3_moe() {
+    check("qwen3_moe");
+}
+#[test]
+fn gemma3() {
+    check("gemma3");
+}
+#[test]
+fn phi3() {
+    check("phi3");
+}

@@ -1,6 +1,6 @@
 //! One sequence at a time: what a generation loop needs from a backend, and the loop itself.
-//! `tandem logits`, `bench` (without `--batches`) and `audit` run through it, for the
-//! per-position logits and hidden states a batched [`crate::Engine`] does not expose.
+//! `tandem logits`, `bench` (without `--batches`) and `audit` run through it (on a GPU: one
+//! sequence on the batched runner, `optimized::runner::single`).
 
 use std::time::{Duration, Instant};
 
@@ -10,7 +10,7 @@ use reference::{Config, Error, Model, Result};
 
 use crate::sampling::Sampler;
 
-/// A model with its own cache: the reference here, cubecl engines in `optimized`.
+/// A model with its own cache: the reference here, one sequence on a GPU runner in `optimized`.
 pub trait Engine {
     fn config(&self) -> &Config;
     /// Forget every cached position.
@@ -37,12 +37,6 @@ pub trait Engine {
     /// Bytes of weights one forward pass streams, when the engine knows them exactly (a GPU
     /// engine with quantized weights); `None`: derive them from the config.
     fn weight_bytes(&self) -> Option<usize> {
-        None
-    }
-    /// Seconds per replay of the engine's recorded decode step, `n` times: (host encode and
-    /// submit, back to back with no read-back between), for the bench's audit line; `None`
-    /// where the engine replays nothing.
-    fn replay_cost(&mut self, _n: usize) -> Option<(f64, f64)> {
         None
     }
     /// Run `ids` and return the greedy next token. Backends override this to pick the token

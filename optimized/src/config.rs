@@ -13,7 +13,7 @@
 //!   naive attention;
 //! - `graphs=on|off` — decode steps replayed as captured graphs;
 //! - `ahead=on|off` — a replayed greedy step launches the next one (its token fed on the device)
-//!   before reading its own token back (`graph::step`, and the engine runner's graphed steps:
+//!   before reading its own token back (the engine runner's graphed steps:
 //!   `runner::graphs`);
 //! - `advance=host|device` — the engine runner's step ahead gets its inputs (positions, slots,
 //!   lengths, draw keys) written by the host before its replay, or advanced on the device at the
@@ -159,7 +159,7 @@ impl QGemm {
 pub struct KernelConfig {
     pub attention: AttentionImpl,
     pub graphs: bool,
-    /// Greedy graph steps run one step ahead (`graph::step`).
+    /// Graphed greedy steps launch the next step ahead of its call (`runner::graphs`).
     pub ahead: bool,
     /// The engine runner's step ahead: inputs advanced on the device (`kernels::advance`)
     /// instead of written by the host.

@@ -13,7 +13,6 @@ pub mod bandwidth;
 pub mod client;
 pub mod config;
 pub mod gpt_oss;
-pub mod graph;
 pub mod kernel_cache;
 pub mod kernels;
 pub mod kv_cache;

@@ -13,17 +13,14 @@
 //! between them and SwiGLU v3 after gate|up. The unfused kernels (rope v1, kv_append,
 //! residual_add, rmsnorm v1/v2/v3, swiglu v1/v2) stay tested in `conformance`.
 //!
-//! Decode steps of one token (`step_greedy`) run as a captured graph where the backend has
-//! them (CUDA): the launch sequence of one step is recorded once and replayed, its inputs
-//! (token id, lengths, block table) rewritten in place between replays — see [`graph`].
+//! The model holds weights and kernel choices only: the KV cache, its block tables and the
+//! decode graphs are the batched runner's (`crate::runner`), which every user drives — the
+//! engine, and one sequence at a time through `runner::single`.
 
-use engine::single::Engine;
 use reference::arch::spec::ModelSpec;
 use reference::weights::{Tensor, TensorSource};
-use reference::{Config, Error as RefError};
+use reference::Config;
 
-use crate::graph::DecodeGraph;
-use crate::kernels::attention::{flash_decode, flash_prefill, Masking};
 use crate::kernels::bias::bias_add;
 use crate::kernels::matmul::{Fuse, Norm, Residual};
 use crate::kernels::qmatmul::v4::MmaTune;
@@ -31,11 +28,12 @@ use crate::kernels::qmatmul::{Prefetch, QLayout, QWeight, Weight, QGEMV_MAX_T};
 use crate::kernels::rmsnorm::{add_rmsnorm_device_as, rmsnorm_device_as, rmsnorm_heads_qkv};
 use crate::kernels::softcap::softcap_inplace;
 use crate::kernels::GluAct;
-use crate::kernels::{argmax, attention, embedding, matmul, rope};
-use crate::kv_cache::{BlockTables, PagedKvCache, SeqId};
+use crate::kernels::{embedding, matmul};
 use crate::{Backend, Client, DeviceTensor, Dtype, Error};
 
-/// Which KV cache and attention kernels a [`GpuModel`] runs.
+/// Which KV cache and attention kernels a configuration names (`attention=`): the runners
+/// page their cache and run flash attention; `Naive` (the v1 contiguous cache + naive
+/// attention) is refused where a runner is made, its kernel kept in conformance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum AttentionImpl {
     /// Paged KV cache (blocks of `block_size` positions) + flash attention v2.
@@ -65,29 +63,11 @@ pub(crate) enum Ids<'a> {
     Device(&'a DeviceTensor),
 }
 
-/// Which rows' logits a forward pass computes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Rows {
-    All,
-    /// The last (prefill steps that draw one token).
-    Last,
-}
-
 /// What the lm_head reads after the blocks: `xw = x ⊙ w_out` (fused decode: the lm_head
 /// gemv applies `1 / rms(x)` itself) or `h = RMSNorm(x) · w_out`.
 pub(crate) enum Final {
     Fused { xw: DeviceTensor },
     Plain { h: DeviceTensor },
-}
-
-/// The KV cache of a [`GpuModel`] (one per model: variant sizes do not matter).
-#[allow(clippy::large_enum_variant)]
-enum KvStore {
-    /// Per layer `[cap, Hkv, D]` f32.
-    Contiguous { k: Vec<DeviceTensor>, v: Vec<DeviceTensor> },
-    /// Pools per layer, one sequence, and its block table on the device (re-uploaded only when
-    /// its blocks change: every `block_size` tokens).
-    Paged { cache: PagedKvCache, seq: SeqId, tables: Option<BlockTables> },
 }
 
 /// One block's weights on the device. Linear weights `[out, in]` in the model dtype, or
@@ -112,7 +92,8 @@ pub struct GpuLayer {
     pub post_ffn_norm: Option<DeviceTensor>,
 }
 
-/// A model resident on one device, with its KV cache.
+/// A model resident on one device: its weights and kernel choices (the runner owns the KV
+/// cache).
 pub struct GpuModel {
     pub client: Client,
     pub backend: Backend,
@@ -129,27 +110,14 @@ pub struct GpuModel {
     /// `[V, C]`: aliases `tok_embd` when tied; quantized when the source holds it so (an
     /// untied lm_head under int8: `reference::quant::quantizes`).
     pub lm_head: Weight,
-    ropes: arch::RopeTables,
-    kv: KvStore,
-    /// The paged pools' element type (the engine runner's too): `KernelConfig::kv_dtype` at
-    /// load. The contiguous cache of naive attention is f32.
+    /// The element type of the runners' paged pools: `KernelConfig::kv_dtype` at load.
     pub kv_dtype: Dtype,
-    pub attention: AttentionImpl,
-    /// Positions the cache can hold.
-    pub capacity: usize,
-    /// Positions cached.
-    pub(crate) pos: usize,
     /// Bytes of weights uploaded.
     pub weight_bytes: usize,
     /// Bytes one decode step streams: every layer weight and the lm_head.
     pub stream_bytes: usize,
     /// The linear weights' quantization (`int8`, `int8-g128`, `mxfp4`), if any.
     pub quant: Option<String>,
-    pub(crate) graph: Option<DecodeGraph>,
-    /// The greedy step replayed ahead of its call, if one is in flight (`graph::step`).
-    pub(crate) ahead: Option<crate::graph::Ahead>,
-    /// Why graphs are not used, once a capture was refused (then steps run eagerly).
-    pub graph_refused: Option<String>,
     /// Where [`GpuModel::load_observed`]'s time went.
     pub load_times: LoadTimes,
 }
@@ -167,44 +135,10 @@ impl GpuModel {
         &self.dims
     }
 
-    /// Bytes of the KV cache allocation.
-    pub fn kv_bytes(&self) -> usize {
-        match &self.kv {
-            KvStore::Contiguous { k, v } => k.iter().chain(v).map(|t| t.numel() * 4).sum(),
-            KvStore::Paged { cache, .. } => cache.bytes(),
-        }
-    }
-
-    /// Run `ids` at positions `pos ..`; returns the final hidden states normalized and projected:
-    /// logits `[T, V]` on the device. With `trace`, each block's output `[T, C]` is read back.
-    pub fn forward(&mut self, ids: &[u32], trace: Option<&mut Vec<Vec<f32>>>) -> Result<DeviceTensor, Error> {
-        self.forward_rows(ids, trace, Rows::All)
-    }
-
-    /// [`Self::forward`] with the lm_head over the last row only where the step ends unfused
-    /// (prefill): logits `[1, V]`, or `[T, V]` of a fused decode step of T ≤ 2 rows (where a
-    /// row costs what T do). What a step that draws one token needs.
-    pub fn forward_last(&mut self, ids: &[u32]) -> Result<DeviceTensor, Error> {
-        self.forward_rows(ids, None, Rows::Last)
-    }
-
-    fn forward_rows(&mut self, ids: &[u32], trace: Option<&mut Vec<Vec<f32>>>, rows: Rows) -> Result<DeviceTensor, Error> {
-        let t = ids.len();
-        if t == 0 {
-            return Err(Error::Shape("no tokens to run".into()));
-        }
-        // A greedy step launched ahead is not this step (this one rewrites its cache slot).
-        self.ahead = None;
-        self.reserve(t)?;
-        let logits = self.body(Ids::Host(ids), t, trace, rows)?;
-        self.pos += t;
-        Ok(logits)
-    }
-
     /// Change the kernel choices that need no reload (graphs, norms, PDL, launch geometry,
     /// argmax) to those of `spec` (`crate::config`); a spec that changes a choice made at load
-    /// (attention, qgemv order, prefetch, int8 decode, mma) is refused, naming it. The recorded
-    /// decode graph is dropped (it keeps the launches it was made with).
+    /// (attention, qgemv order, prefetch, int8 decode, mma) is refused, naming it. A runner's
+    /// recorded graphs keep the launches they were made with: its owner records them again.
     pub fn set_kernels(&mut self, spec: &str) -> Result<(), Error> {
         let k = crate::config::KernelConfig::parse(spec)?;
         let old = *self.kernels();
@@ -235,75 +169,10 @@ impl GpuModel {
     }
 
     /// Run with `k` from the next launch on, choices made at load included (the caller knows
-    /// they fit: [`Self::set_kernels`] checks). The recorded decode graph is dropped (it keeps
-    /// the launches it was made with).
+    /// they fit: [`Self::set_kernels`] checks). A runner's recorded graphs keep the launches
+    /// they were made with: its owner records them again.
     pub fn set_kernel_config(&mut self, k: crate::config::KernelConfig) {
         self.client = self.client.with_kernels(k);
-        self.graph = None;
-        self.ahead = None;
-    }
-
-    /// Room in the KV cache for `t` positions at `pos`; with the paged cache, the sequence's
-    /// block table on the device (rewritten in place when the tables can hold it).
-    pub(crate) fn reserve(&mut self, t: usize) -> Result<(), Error> {
-        let pos0 = self.pos;
-        if pos0 + t > self.capacity {
-            return Err(Error::Shape(format!("{t} tokens at position {pos0} exceed the KV cache capacity {}", self.capacity)));
-        }
-        if let KvStore::Paged { cache, seq, tables } = &mut self.kv {
-            // Drop positions a failed earlier call may have reserved, then make room.
-            cache.blocks.truncate(*seq, pos0)?;
-            let p = cache.blocks.grow(*seq, t)?;
-            if p != pos0 {
-                return Err(Error::KvCache(format!("cache holds {p} positions, the model {pos0}")));
-            }
-            let blocks = &cache.blocks.table(*seq)?.blocks;
-            match tables {
-                Some(tb) if tb.holds_single(blocks) => tb.set_single_len(&self.client, pos0 + t)?,
-                Some(tb) if tb.device_lens && blocks.len() <= tb.max_blocks => tb.rewrite(&self.client, &[blocks], &[pos0 + t])?,
-                _ => {
-                    *tables = Some(cache.upload_tables(&self.client, &[*seq])?);
-                    // A captured graph reads the old tables' buffers.
-                    self.graph = None;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// The paged cache's tables, made `device_lens` and at least `min_blocks` wide (new tables,
-    /// and no graph, when they were not).
-    pub(crate) fn graph_tables(&mut self) -> Result<Option<usize>, Error> {
-        let KvStore::Paged { cache, seq, tables } = &mut self.kv else {
-            return Ok(None);
-        };
-        let t = cache.blocks.table(*seq)?;
-        if let Some(tb) = tables {
-            if tb.device_lens && t.blocks.len() <= tb.max_blocks {
-                return Ok(Some(tb.max_blocks));
-            }
-        }
-        // Powers of two from 16 blocks: a graph is captured once per doubling of the context.
-        let width = t.blocks.len().next_power_of_two().max(16).min(cache.blocks.num_blocks()).max(t.blocks.len());
-        let mut tb = BlockTables::upload_padded(&self.client, &[&t.blocks], &[t.len], cache.blocks.block_size, cache.blocks.num_blocks(), width)?;
-        tb.device_lens = true;
-        *tables = Some(tb);
-        self.graph = None;
-        Ok(Some(width))
-    }
-
-    /// Every launch of a forward pass over `t` tokens at `self.pos` (the KV cache already
-    /// reserved): logits `[T, V]`. Uploads nothing when `ids` are on the device and the cache is
-    /// paged, so a graph can record it.
-    pub(crate) fn body(&self, ids: Ids, t: usize, trace: Option<&mut Vec<Vec<f32>>>, rows: Rows) -> Result<DeviceTensor, Error> {
-        let x = self.embed(ids, t)?;
-        let fin = self.blocks(&x, t, &mut |l, qkv| self.attend_own(l, qkv, t), trace)?;
-        let fin = match fin {
-            // The last row of the final norm's output, gathered: the lm_head reads 1 row, not T.
-            Final::Plain { h } if rows == Rows::Last && t > 1 => Final::Plain { h: embedding::embedding(&self.client, &h, &[(t - 1) as u32])? },
-            f => f,
-        };
-        self.head(&x, &fin)
     }
 
     /// `x [T, C]`: the embedding rows of `ids`.
@@ -360,34 +229,6 @@ impl GpuModel {
     /// Layer `l`'s attention spec.
     pub(crate) fn attn_spec(&self, l: usize) -> Result<&reference::arch::spec::AttnSpec, Error> {
         self.spec.layers.get(l).map(|ls| &ls.attn).ok_or_else(|| Error::Shape(format!("layer {l} does not exist")))
-    }
-
-    /// Attention of block `l` over this model's own cache (one sequence at `self.pos`): RoPE +
-    /// KV write, then flash (paged) or naive (contiguous) attention; `[T, H, D]`.
-    fn attend_own(&self, l: usize, qkv: &DeviceTensor, t: usize) -> Result<DeviceTensor, Error> {
-        let a = self.attn_spec(l)?;
-        let c = &self.client;
-        let (h_n, kv_n, pos0) = (a.n_heads, a.n_kv_heads, self.pos);
-        let (rope, layout) = (self.ropes.of(l)?, a.rope.layout);
-        let mask = Masking { window: a.window, sinks: None };
-        match &self.kv {
-            KvStore::Paged { cache, tables: Some(tb), .. } => {
-                let q = rope::qkv_rope_paged(c, qkv, h_n, kv_n, rope, pos0, layout, &cache.k[l], &cache.v[l], tb)?;
-                // o in the type the o projection reads (16 bits where tc v4 runs it).
-                let o = DeviceTensor::empty(c, &q.shape, self.o_dtype(l, t));
-                if t == 1 {
-                    flash_decode(c, &q, &cache.k[l], &cache.v[l], tb, &mask, &o)?;
-                } else {
-                    flash_prefill(c, &q, &cache.k[l], &cache.v[l], tb, pos0, &mask, &o, self.prefill_version(t))?;
-                }
-                Ok(o)
-            }
-            KvStore::Contiguous { k, v } => {
-                let q = rope::qkv_rope_cache(c, qkv, h_n, kv_n, rope, pos0, layout, &k[l], &v[l])?;
-                attention::attention(c, &q, &k[l], &v[l], pos0 + t, pos0, a.window)
-            }
-            KvStore::Paged { tables: None, .. } => Err(Error::KvCache("paged cache without tables".into())),
-        }
     }
 
     /// The transformer blocks over `x [T, C]` (updated in place: the residual stream), with
@@ -486,103 +327,10 @@ impl GpuModel {
         Ok(logits)
     }
 
-    /// The last row of a `[T, V]` device tensor as a `[1, V]` view-copy on the device.
-    fn last_row(&self, logits: &DeviceTensor) -> Result<Vec<f32>, Error> {
-        let v = self.dims.vocab;
-        let all = logits.to_f32(&self.client)?;
-        Ok(all[all.len() - v..].to_vec())
-    }
-
-    pub fn reset(&mut self) {
-        self.pos = 0;
-        self.ahead = None;
-        // The graph stays valid: it reads lengths and tables from buffers rewritten in place.
-        if let KvStore::Paged { cache, seq, .. } = &mut self.kv {
-            // Truncating an unshared sequence to 0 cannot fail; if it ever did, start afresh.
-            if cache.blocks.truncate(*seq, 0).is_err() {
-                if let Ok(m) = crate::kv_cache::BlockManager::new(cache.blocks.block_size, cache.blocks.num_blocks()) {
-                    cache.blocks = m;
-                    *seq = cache.blocks.add_sequence();
-                }
-            }
-        }
-    }
-    pub fn pos(&self) -> usize {
-        self.pos
-    }
-}
-
-/// A [`GpuModel`] behind the reference's [`Engine`] trait (what `tandem generate` drives).
-pub struct GpuEngine(pub GpuModel);
-
-fn to_ref(e: Error) -> RefError {
-    RefError::Backend(e.to_string())
-}
-
-impl Engine for GpuEngine {
-    fn config(&self) -> &Config {
-        &self.0.dims
-    }
-    fn reset(&mut self) {
-        self.0.reset();
-    }
-    fn pos(&self) -> usize {
-        self.0.pos()
-    }
-    fn step(&mut self, ids: &[u32]) -> reference::Result<Vec<f32>> {
-        if let [id] = ids {
-            if let Some(crate::graph::Output::Logits(l)) = crate::graph::step(&mut self.0, *id, crate::graph::Want::Logits).map_err(to_ref)? {
-                return Ok(l);
-            }
-        }
-        let l = self.0.forward_last(ids).map_err(to_ref)?;
-        self.0.last_row(&l).map_err(to_ref)
-    }
-    fn step_greedy(&mut self, ids: &[u32]) -> reference::Result<u32> {
-        if let [id] = ids {
-            if let Some(crate::graph::Output::Token(next)) = crate::graph::step(&mut self.0, *id, crate::graph::Want::Greedy).map_err(to_ref)? {
-                return Ok(next);
-            }
-        }
-        let l = self.0.forward_last(ids).map_err(to_ref)?;
-        let ids = argmax::argmax(&self.0.client, &l).map_err(to_ref)?.to_u32(&self.0.client).map_err(to_ref)?;
-        ids.last().copied().ok_or_else(|| RefError::Backend("argmax returned no id".into()))
-    }
-    fn name(&self) -> String {
-        match &self.0.quant {
-            Some(q) => format!("{}-{q}+{}", self.0.backend, self.0.dtype.name()),
-            None => format!("{}-{}", self.0.backend, self.0.dtype.name()),
-        }
-    }
-    fn weight_bytes(&self) -> Option<usize> {
-        Some(self.0.stream_bytes)
-    }
-    fn set_graphs(&mut self, on: bool) -> bool {
-        let k = crate::config::KernelConfig { graphs: on, ..*self.0.kernels() };
-        self.0.set_kernel_config(k);
-        true
-    }
-    fn set_kernels(&mut self, spec: &str) -> reference::Result<()> {
-        self.0.set_kernels(spec).map_err(to_ref)
-    }
-    fn status(&self) -> Option<String> {
-        Some(self.0.status())
-    }
-    fn replay_cost(&mut self, n: usize) -> Option<(f64, f64)> {
-        crate::graph::replay_cost(&mut self.0, n).ok().flatten()
-    }
-}
-
-impl GpuModel {
-    /// How this model runs its steps (graphs, norms, the int8 gemv, PDL, launch geometry).
+    /// How this model runs its steps (norms, the int8 gemv, PDL, launch geometry); a runner
+    /// tells of its graphs.
     pub fn status(&self) -> String {
         let m = self;
-        let graphs = match (&m.graph_refused, m.kernels().graphs, m.attention) {
-            (Some(why), _, _) => format!("decode graphs refused by the backend ({why}): eager launches"),
-            (None, false, _) => "decode graphs off: eager launches".into(),
-            (None, true, AttentionImpl::Naive) => "decode graphs need the paged cache: eager launches".into(),
-            (None, true, AttentionImpl::Flash) => "one-token steps (greedy and sampling) replayed as captured graphs".into(),
-        };
         let norms = if m.kernels().fused_norms {
             "RMSNorms fused into the decode gemvs"
         } else {
@@ -616,6 +364,6 @@ impl GpuModel {
         let has_quant = m.layers.iter().any(|l| matches!(l.wqkv, Weight::Quant(_))) || matches!(m.lm_head, Weight::Quant(_));
         let launch =
             if has_quant { format!("; quantized gemv launch {}", crate::kernels::qmatmul::knobs::of(&m.client).name()) } else { String::new() };
-        format!("{graphs}; {norms}{int8}{pdl}{launch}")
+        format!("{norms}{int8}{pdl}{launch}")
     }
 }

@@ -1,6 +1,6 @@
 //! `tandem audit`: the GPU path's optimizations one at a time, in the order they were built,
-//! starting from the all-naive configuration (v1 kernels, contiguous cache + naive attention,
-//! no graphs, no fusion, no PDL) — a row per step with
+//! starting from the all-naive configuration (v1 kernels, no graphs, no fusion, no PDL; the
+//! paged cache + flash attention, the only cache the runner has) — a row per step with
 //! - the conformance cases that cover what the step turned on (run here, on this device, under
 //!   the step's configuration): how many passed, and their worst NMSE against the reference;
 //! - the whole model against the reference on the same dtype-rounded weights: the largest
@@ -20,6 +20,7 @@ use engine::single::Engine;
 use optimized::config::{Gemm, Int8Decoding, QGemm, QgemvOrder};
 use optimized::kernels::ArgmaxVersion;
 use optimized::model::{AttentionImpl, GpuModel};
+use optimized::runner::single::SingleSeq;
 use optimized::KernelConfig;
 use serde_json::json;
 
@@ -56,27 +57,26 @@ struct Step {
 /// The optimizations in the order they were built (docs/perf-journal.md), each on top of the
 /// previous ones; the last is the production default.
 fn steps() -> Vec<Step> {
-    let mut k = KernelConfig::naive();
+    // The model runs on the batched runner, whose cache is paged: the first row has flash
+    // attention (the v1 contiguous cache + naive attention is no model path any more; its
+    // kernel's cases are still this row's).
+    let mut k = KernelConfig { attention: AttentionImpl::Flash, ..KernelConfig::naive() };
     let mut out = vec![Step {
-        name: "naive (v1 kernels)",
+        name: "naive (v1 kernels; paged cache + flash attention)",
         config: k,
         covers: vec![
             (Op::Attention, "attention("),
+            (Op::Attention, "flash_attn"),
             (Op::Matmul, "rows/v1"),
             (Op::Matmul, ",tiled2)"),
             (Op::Argmax, ",v1)"),
-            (Op::Model, "contiguous+naive"),
+            (Op::Model, "paged+flash,f32)"),
         ],
     }];
     let mut push = |name, f: &dyn Fn(&mut KernelConfig), covers: Vec<(Op, &'static str)>| {
         f(&mut k);
         out.push(Step { name, config: k, covers });
     };
-    push(
-        "paged cache + flash attention",
-        &|k| k.attention = AttentionImpl::Flash,
-        vec![(Op::Attention, "flash_attn"), (Op::Model, "paged+flash,f32)")],
-    );
     push("quantized gemv v2 (tiled order)", &|k| k.qgemv = QgemvOrder::V2, vec![(Op::Matmul, "tiles/v2,no-prefetch,int8-magic")]);
     push("gemv weight prefetch (v2 W / v5 cp.async)", &|k| k.prefetch = None, vec![(Op::Matmul, "prefetch-w,"), (Op::Matmul, "cp.async×2")]);
     push("int8 subnormal decode", &|k| k.int8_decode = Int8Decoding::Subnormal, vec![(Op::Matmul, "int8-subnormal")]);
@@ -228,20 +228,21 @@ pub fn run(a: AuditArgs) -> Result<()> {
             continue;
         }
         let spec = reference::arch::llama::from_config(&cfg);
-        let mut m = GpuModel::load_observed(client.clone(), backend, opened.source_mut(), &spec, dtype, n, &step.config, &mut |_, _| {})?;
-        // Accuracy: every prompt position, then teacher-forced decode steps.
-        let got_prefill = m.forward(&prompt, None)?.to_f32(&client)?;
+        let m = GpuModel::load_observed(client.clone(), backend, opened.source_mut(), &spec, dtype, &step.config, &mut |_, _| {})?;
+        // One sequence on the batched runner (the path of `generate`). Accuracy: every prompt
+        // position, then teacher-forced decode steps.
+        let mut e = SingleSeq::new(m, n)?;
+        let got_prefill = e.forward(&prompt, None)?.to_f32(&client)?;
         let mut got_rows: Vec<Vec<f32>> = got_prefill.chunks(cfg.vocab).map(<[f32]>::to_vec).collect();
         for &t in &forced {
-            got_rows.push(m.forward(&[t], None)?.to_f32(&client)?);
+            got_rows.push(e.forward(&[t], None)?.to_f32(&client)?);
         }
         let (mut dmax, mut agree) = (0f64, 0usize);
         for (g, w) in got_rows.iter().zip(&want_rows) {
             dmax = g.iter().zip(w).map(|(x, y)| (x - y).abs() as f64).fold(dmax, f64::max);
             agree += usize::from(reference::ops::argmax::argmax(g) == reference::ops::argmax::argmax(w));
         }
-        // Speed through the single-sequence engine (graphs where configured).
-        let mut e = optimized::model::GpuEngine(m);
+        // Speed through the single-sequence engine (graphs and steps ahead where configured).
         let mut prefill = f64::MAX;
         for _ in 0..3 {
             e.reset();

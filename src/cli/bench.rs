@@ -28,8 +28,9 @@ pub struct BenchArgs {
     /// Repetitions; the median is reported.
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
-    /// GPU KV cache + attention: flash (paged cache, flash attention v2) or naive (v1:
-    /// contiguous cache, naive attention), to compare the two.
+    /// GPU KV cache + attention: flash (paged cache, flash attention v2: the runner's, the only
+    /// model path). naive (v1: contiguous cache, naive attention) is refused: its kernel is
+    /// measured by `--kernel attention` and checked in conformance.
     #[arg(long, default_value = "flash")]
     pub attention: String,
     /// GPU decode steps replayed as captured graphs (`on`, where the backend can) or launched
@@ -257,6 +258,9 @@ pub fn run(a: BenchArgs) -> Result<()> {
         let batches = a.batches.as_deref().map(|s| usize_list(s, "--batches")).transpose()?;
         return super::bench_attn::run(b, &cfg, &gate, a.reps, kv_lens, batches);
     }
+    // The model runs on the batched runner (batch 1 included), whose cache is paged: refused
+    // before the gate.
+    optimized::runner::single::check_kernels(&base).map_err(|e| CliError::Usage(e.to_string()))?;
     // A spec model on a GPU is refused before the gate opens the device.
     if backend.is_some() && super::source::spec::wants(&a.model) {
         a.model.open()?.check_device(a.model.device)?;
@@ -415,16 +419,6 @@ pub fn run(a: BenchArgs) -> Result<()> {
         ));
         if let Some(st) = engine.status() {
             println!("  decode: {st}");
-        }
-        if k.graphs {
-            if let Some((host, b2b)) = engine.replay_cost(decode_tokens) {
-                println!(
-                    "  replayed step: host {:.1} µs to encode + submit; back to back (no token read back) {:.3} ms/step; read-back and host turn-around {:.3} ms/token",
-                    host * 1e6,
-                    b2b * 1e3,
-                    (m - b2b) * 1e3
-                );
-            }
         }
     }
     if let Some(p) = &a.json_out {

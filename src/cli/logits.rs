@@ -67,10 +67,13 @@ pub fn run(a: LogitsArgs) -> Result<()> {
             let client = optimized::client(backend)?;
             let dtype = pick_dtype(&client, a.model.dtype.as_deref())?;
             let spec = reference::arch::llama::from_config(&cfg);
-            let mut m = optimized::model::GpuModel::load(client, backend, opened.source_mut(), &spec, dtype, ids.len() + a.greedy)?;
-            let all = m.forward(&ids, None)?.to_f32(&m.client)?;
+            let m = optimized::model::GpuModel::load(client, backend, opened.source_mut(), &spec, dtype)?;
+            // One sequence on the batched runner: every prompt row from its forward pass, then
+            // greedy steps as `generate` runs them.
+            let mut seq = optimized::runner::single::SingleSeq::new(m, ids.len() + a.greedy)?;
+            let all = seq.forward(&ids, None)?.to_f32(&seq.model().client)?;
             let rows = all.chunks(cfg.vocab).map(|r| r.to_vec()).collect();
-            (rows, Box::new(optimized::model::GpuEngine(m)))
+            (rows, Box::new(seq))
         }
     };
     let mut greedy = vec![];

@@ -400,7 +400,7 @@ impl Opened {
         let kv = blocks * KV_BLOCK * 2 * self.config.n_layers * self.config.n_kv_heads * self.config.head_dim * 4;
         // The runner pages its own KV cache: flash attention whatever the config says.
         let kernels = optimized::KernelConfig { attention: optimized::model::AttentionImpl::Flash, ..self.kernels };
-        let m = self.upload(client, backend, dtype, 1, kv, &kernels)?;
+        let m = self.upload(client, backend, dtype, kv, &kernels)?;
         Ok(Box::new(optimized::runner::GpuRunner::new(m, KV_BLOCK, blocks)?))
     }
 
@@ -411,7 +411,6 @@ impl Opened {
         client: optimized::Client,
         backend: optimized::Backend,
         dtype: optimized::Dtype,
-        capacity: usize,
         kv_bytes: usize,
         kernels: &optimized::KernelConfig,
     ) -> Result<optimized::model::GpuModel> {
@@ -424,19 +423,19 @@ impl Opened {
             Arch::Spec(s) => (std::borrow::Cow::Borrowed(&s.spec), s.files.tensors()),
             _ => (std::borrow::Cow::Owned(reference::arch::llama::from_config(&self.config)), &mut self.source),
         };
-        let m =
-            optimized::model::GpuModel::load_observed(client, backend, src, &spec, dtype, capacity, kernels, &mut |done, exp| bar.update(done, exp))?;
+        let m = optimized::model::GpuModel::load_observed(client, backend, src, &spec, dtype, kernels, &mut |done, exp| bar.update(done, exp))?;
         bar.finish(m.weight_bytes);
         let t = m.load_times;
         eprintln!(
-            "  load: weights read, converted and queued {:.2} s (dense chunks: waiting for a buffer {:.2} s, reading + converting {:.2} s, client write {:.2} s), copies drained {:.2} s, RoPE tables + KV cache {:.2} s",
-            t.submitted, t.staging.wait, t.staging.fill, t.staging.write, t.drained, t.cache
+            "  load: weights read, converted and queued {:.2} s (dense chunks: waiting for a buffer {:.2} s, reading + converting {:.2} s, client write {:.2} s), copies drained {:.2} s",
+            t.submitted, t.staging.wait, t.staging.fill, t.staging.write, t.drained
         );
         Ok(m)
     }
 
     /// The single-sequence engine (`tandem bench`, `tandem logits`) for `device` with a KV cache
-    /// of `capacity` positions, running with `kernels` on a GPU (ignored on cpu).
+    /// of `capacity` positions, running with `kernels` on a GPU (ignored on cpu): there, one
+    /// sequence on the batched runner (`optimized::runner::single`), the path of `generate`.
     pub fn engine_with(
         &mut self,
         device: Device,
@@ -449,12 +448,13 @@ impl Opened {
             None => return Ok(Box::new(RefEngine::new(self.reference_model()?))),
             Some(b) => b,
         };
+        optimized::runner::single::check_kernels(kernels).map_err(|e| CliError::Usage(e.to_string()))?;
         let client = optimized::client(backend)?;
         let dtype = pick_dtype(&client, dtype)?;
         let cap = capacity.clamp(1, self.config.max_ctx);
         let kv = cap * 2 * self.config.n_layers * self.config.n_kv_heads * self.config.head_dim * 4;
-        let m = self.upload(client, backend, dtype, capacity, kv, kernels)?;
-        Ok(Box::new(optimized::model::GpuEngine(m)))
+        let m = self.upload(client, backend, dtype, kv, kernels)?;
+        Ok(Box::new(optimized::runner::single::SingleSeq::new(m, cap)?))
     }
 }
 

@@ -2,7 +2,8 @@
 //! transformers made (`reference/tests/fixtures/tiny/`: an HF directory and the converter's
 //! GGUF, f32), loaded by `GpuModel::load` from the file itself, against
 //! `reference::arch::ArchModel` on the same weights. [`ArchModelCase`]: a prefill of 9 of the
-//! stored ids (the GEMMs) and 3 one-token decode steps (the fused gemvs), every logit row.
+//! stored ids (the GEMMs) and 3 one-token decode steps (the fused gemvs), every logit row, one
+//! sequence on the runner (`optimized::runner::single`).
 //! [`ArchRunnerCase`]: the batched runner on a ragged batch of two sequences of different
 //! lengths (prefill together, then two decode steps of both), each drawing row's logits
 //! against the reference run of that sequence alone. An architecture the GPU does not run yet
@@ -18,6 +19,7 @@ use std::path::PathBuf;
 use engine::runner::{ModelRunner, SampleSpec, SeqStep, StepPlan};
 use engine::sampling::SamplingParams;
 use optimized::model::{gpu_unsupported, GpuModel};
+use optimized::runner::single::SingleSeq;
 use optimized::runner::GpuRunner;
 use optimized::Client;
 use reference::arch::{ArchModel, ModelSpec, Norm};
@@ -87,9 +89,8 @@ impl Tweak {
 }
 
 /// Fixture `name` from its HF directory or GGUF (its spec changed by `tweak`): the reference
-/// model, and the GPU model of `capacity` positions loaded from the same file — or the reason
-/// the GPU refuses it.
-fn models(client: &Client, name: &str, gguf: bool, tweak: Tweak, capacity: usize) -> Result<Result<(ArchModel, GpuModel), String>, String> {
+/// model, and the GPU model loaded from the same file — or the reason the GPU refuses it.
+fn models(client: &Client, name: &str, gguf: bool, tweak: Tweak) -> Result<Result<(ArchModel, GpuModel), String>, String> {
     let dir = fixture(name);
     let path = if gguf { dir.join("model.gguf") } else { dir.clone() };
     let mut reference = reference::arch::load(&path).map_err(|e| e.to_string())?;
@@ -102,7 +103,7 @@ fn models(client: &Client, name: &str, gguf: bool, tweak: Tweak, capacity: usize
         false => Box::new(SafetensorsDir::open(&dir).map_err(|e| e.to_string())?),
     };
     let backend = optimized::Backend::of(client);
-    let m = GpuModel::load(client.clone(), backend, src.as_mut(), &reference.spec, optimized::Dtype::F32, capacity).map_err(|e| e.to_string())?;
+    let m = GpuModel::load(client.clone(), backend, src.as_mut(), &reference.spec, optimized::Dtype::F32).map_err(|e| e.to_string())?;
     Ok(Ok((reference, m)))
 }
 
@@ -126,10 +127,11 @@ pub struct ArchModelCase {
 impl ArchModelCase {
     fn body(&self, client: &Client) -> Result<Outcome, String> {
         let ids = ids(self.fixture)?;
-        let (reference, mut gpu) = match models(client, self.fixture, self.gguf, self.tweak, ids.len())? {
+        let (reference, m) = match models(client, self.fixture, self.gguf, self.tweak)? {
             Ok(m) => m,
             Err(why) => return Ok(Outcome::Skip(why)),
         };
+        let mut gpu = SingleSeq::new(m, ids.len()).map_err(|e| e.to_string())?;
         let tol = super::model_tolerance(client, Op::Arch, Dtype::F32, false, PREFILL, reference.spec.n_layers());
         let mut cache = reference.new_cache();
         let mut worst = Metrics::default();
@@ -138,7 +140,7 @@ impl ArchModelCase {
         steps.extend(ids[split..].chunks(1));
         for (k, step) in steps.into_iter().enumerate() {
             let want = reference.forward(step, &mut cache, None).map_err(|e| format!("reference step {k}: {e}"))?;
-            let got = gpu.forward(step, None).and_then(|l| l.to_f32(&gpu.client)).map_err(|e| format!("gpu step {k}: {e}"))?;
+            let got = gpu.forward(step, None).and_then(|l| l.to_f32(&gpu.model().client)).map_err(|e| format!("gpu step {k}: {e}"))?;
             let want = want.as_slice().ok_or("reference logits not contiguous")?;
             check(&mut worst, &got, want, tol, &format!("step {k} ({} tokens) logits", step.len()))?;
         }
@@ -169,7 +171,7 @@ pub struct ArchRunnerCase {
 impl ArchRunnerCase {
     fn body(&self, client: &Client) -> Result<Outcome, String> {
         let ids = ids(self.fixture)?;
-        let (reference, gpu) = match models(client, self.fixture, self.gguf, self.tweak, 1)? {
+        let (reference, gpu) = match models(client, self.fixture, self.gguf, self.tweak)? {
             Ok(m) => m,
             Err(why) => return Ok(Outcome::Skip(why)),
         };

@@ -1,10 +1,13 @@
 //! Whole-model conformance: the GPU model vs the reference on the same (dtype-rounded)
 //! weights — every block's hidden states, the logits of a prefill, then decode steps through
-//! the KV cache, and greedy agreement where the reference's top-1 margin allows.
-//! [`GraphCase`]: greedy decoding through captured graphs gives the tokens eager steps give.
+//! the KV cache, and greedy agreement where the reference's top-1 margin allows. The GPU side
+//! is one sequence on the batched runner (`optimized::runner::single`): the path `generate`
+//! and `serve` run. [`GraphCase`]: greedy decoding through captured graphs gives the tokens
+//! eager steps give.
 
 use ndarray::Axis;
-use optimized::model::{AttentionImpl, GpuModel};
+use optimized::model::GpuModel;
+use optimized::runner::single::SingleSeq;
 use optimized::{Client, Dtype as DevDtype};
 use reference::dequant::GgmlType;
 use reference::quant::{quantized_weights, Granularity, QuantizeOnLoad, Scheme};
@@ -34,8 +37,6 @@ pub struct ModelCase {
     /// Prompt length, then this many single-token decode steps.
     pub prompt: usize,
     pub decode: usize,
-    /// Paged cache + flash attention (default) or the v1 contiguous cache + naive attention.
-    pub attention: AttentionImpl,
     /// Linear weights quantized (the reference runs on their exact dequantized values; the GPU
     /// keeps them quantized), or dense.
     pub quant: Option<Scheme>,
@@ -95,7 +96,7 @@ impl ModelCase {
     /// The production path: 13 prompt tokens then 6 decode steps, paged cache + flash
     /// attention, dense weights, fused norms.
     fn standard(weights: Weightset, dtype: Dtype) -> Self {
-        ModelCase { weights, dtype, prompt: 13, decode: 6, attention: AttentionImpl::Flash, quant: None, fused_norms: true }
+        ModelCase { weights, dtype, prompt: 13, decode: 6, quant: None, fused_norms: true }
     }
 
     fn body(&self, client: &Client) -> Result<Outcome, String> {
@@ -132,25 +133,24 @@ impl ModelCase {
         let (prompt, rest) = ids.split_at(self.prompt);
         let backend = optimized::Backend::of(client);
         let spec = reference::arch::llama::from_config(&cfg);
-        let mut gpu = match (&base, self.quant, &self.weights) {
-            (Some(b), Some(scheme), _) => {
-                GpuModel::load_with(client.clone(), backend, &mut QuantizeOnLoad { inner: InMemory(b), scheme }, &spec, dd, ids.len(), self.attention)
-            }
+        let mut m = match (&base, self.quant, &self.weights) {
+            (Some(b), Some(scheme), _) => GpuModel::load(client.clone(), backend, &mut QuantizeOnLoad { inner: InMemory(b), scheme }, &spec, dd),
             (_, _, Weightset::TinyGguf(name, ty)) => {
                 let mut g = reference::gguf::GgufFile::open(&tiny_gguf(name, *ty)?).map_err(|e| e.to_string())?;
-                GpuModel::load_with(client.clone(), backend, &mut g, &spec, dd, ids.len(), self.attention)
+                GpuModel::load(client.clone(), backend, &mut g, &spec, dd)
             }
-            _ => GpuModel::load_with(client.clone(), backend, &mut InMemory(&reference.weights), &spec, dd, ids.len(), self.attention),
+            _ => GpuModel::load(client.clone(), backend, &mut InMemory(&reference.weights), &spec, dd),
         }
         .map_err(|e| e.to_string())?;
-        gpu.set_kernel_config(optimized::KernelConfig { fused_norms: self.fused_norms, ..*gpu.kernels() });
-        if kept.is_some() && gpu.quant.as_deref() != kept {
-            return Ok(Outcome::Fail(format!("{:?}: the device model holds {:?}, expected {kept:?} weights", self.weights, gpu.quant)));
+        m.set_kernel_config(optimized::KernelConfig { fused_norms: self.fused_norms, ..*m.kernels() });
+        if kept.is_some() && m.quant.as_deref() != kept {
+            return Ok(Outcome::Fail(format!("{:?}: the device model holds {:?}, expected {kept:?} weights", self.weights, m.quant)));
         }
-        if self.quant.is_some() && gpu.quant.is_none() {
+        if self.quant.is_some() && m.quant.is_none() {
             return Ok(Outcome::Fail("quantized source, but the device model holds no quantized weight".into()));
         }
         let quantized = self.quant.is_some() || kept.is_some();
+        let mut gpu = SingleSeq::new(m, ids.len()).map_err(|e| e.to_string())?;
         let tol = super::model_tolerance(client, Op::Model, self.dtype, quantized, self.prompt, cfg.n_layers);
 
         let mut cache = reference.new_cache();
@@ -205,20 +205,17 @@ impl Case for ModelCase {
             Weightset::SmolLm2 => "smollm2-135m-gguf".into(),
             Weightset::TinyGguf(n, ty) => format!("{n}-{}-gguf", ty.name().to_lowercase()),
         };
-        let a = match self.attention {
-            AttentionImpl::Flash => "paged+flash",
-            AttentionImpl::Naive => "contiguous+naive",
-        };
         let q = self.quant.map_or(String::new(), |s| format!(",{s}"));
         let n = if self.fused_norms { "" } else { ",unfused-norms" };
-        format!("model({w},T={},decode={},{a}{q}{n},{})", self.prompt, self.decode, self.dtype.name())
+        format!("model({w},T={},decode={},paged+flash{q}{n},{})", self.prompt, self.decode, self.dtype.name())
     }
     fn run(&self, client: &Client) -> Outcome {
         self.body(client).unwrap_or_else(Outcome::Fail)
     }
 }
 
-/// Greedy decode with captured graphs (`optimized::graph`) vs eager steps on the same model:
+/// Greedy decode with the runner's captured graphs (and steps ahead) vs eager steps on the
+/// same model, one sequence (`optimized::runner::single`):
 /// the same tokens. `decode` steps after a `prompt`; then a reset and a second, shorter run
 /// (the graph survives: its tables are rewritten in place). Past 16 blocks of 16 positions the
 /// tables are widened and the graph captured again. A backend that refuses capture is a skip.
@@ -234,9 +231,8 @@ impl GraphCase {
     /// mixes in logit steps, then the logits of a fourth run through the sampling path
     /// (`step`, feeding back each row's argmax).
     #[allow(clippy::type_complexity)]
-    fn greedy(&self, gpu: GpuModel, cfg: &Config) -> Result<(Vec<u32>, Vec<Vec<f32>>, GpuModel), String> {
+    fn greedy(&self, mut e: SingleSeq, cfg: &Config) -> Result<(Vec<u32>, Vec<Vec<f32>>, SingleSeq), String> {
         use engine::single::Engine;
-        let mut e = optimized::model::GpuEngine(gpu);
         let mut out = Vec::new();
         let prompt = |p: usize, run: u32| -> Vec<u32> { (0..p as u32).map(|i| (i * 7919 + 11 + run) % cfg.vocab as u32).collect() };
         for (run, (p, n)) in [(self.prompt, self.decode), (3, 20.min(self.decode))].into_iter().enumerate() {
@@ -248,7 +244,7 @@ impl GraphCase {
                 out.push(next);
             }
         }
-        // Steps a greedy step launched ahead did not foresee (`graph::step`): every third
+        // Steps a greedy step launched ahead did not foresee (`runner::graphs`): every third
         // token fed is not the one returned, and every fifth step reads logits instead.
         e.reset();
         let v = cfg.vocab as u32;
@@ -268,7 +264,7 @@ impl GraphCase {
             let next = reference::ops::argmax::argmax(rows.last().map_or(&[][..], |r| &r[..]));
             rows.push(e.step(&[next]).map_err(|e| e.to_string())?);
         }
-        Ok((out, rows, e.0))
+        Ok((out, rows, e))
     }
 }
 
@@ -286,24 +282,22 @@ impl Case for GraphCase {
             let cap = self.prompt + self.decode + 1;
             // Tiny configs declare 256 positions; the weights do not depend on it.
             let cfg = Config { max_ctx: cfg.max_ctx.max(cap), ..cfg };
-            let load = |graphs: bool| -> Result<GpuModel, String> {
-                let mut m = GpuModel::load_with(
-                    client.clone(),
-                    backend,
-                    &mut InMemory(&w),
-                    &reference::arch::llama::from_config(&cfg),
-                    DevDtype::F32,
-                    cap,
-                    AttentionImpl::Flash,
-                )
-                .map_err(|e| e.to_string())?;
+            let load = |graphs: bool| -> Result<SingleSeq, String> {
+                let spec = reference::arch::llama::from_config(&cfg);
+                let mut m = GpuModel::load(client.clone(), backend, &mut InMemory(&w), &spec, DevDtype::F32).map_err(|e| e.to_string())?;
                 m.set_kernel_config(optimized::KernelConfig { graphs, ..*m.kernels() });
-                Ok(m)
+                SingleSeq::new(m, cap).map_err(|e| e.to_string())
             };
             let (eager, eager_rows, _) = self.greedy(load(false)?, &cfg)?;
             let (graphed, graph_rows, m) = self.greedy(load(true)?, &cfg)?;
-            if let Some(why) = &m.graph_refused {
+            if let Some(why) = m.runner.graph_refused() {
                 return Ok(Outcome::Skip(format!("graph capture refused: {why}")));
+            }
+            // Consecutive one-token greedy steps (what `tandem bench` times at batch 1) are
+            // replayed ahead of their call: most of them must find their step launched.
+            let (hits, misses) = m.runner.steps_ahead_counts();
+            if m.model().kernels().ahead && hits <= misses {
+                return Ok(Outcome::Fail(format!("greedy steps found their step ahead launched {hits} times, {misses} not")));
             }
             if let Some(s) = eager.iter().zip(&graphed).position(|(a, b)| a != b) {
                 return Ok(Outcome::Fail(format!("greedy token {s}: graph {} != eager {}", graphed[s], eager[s])));
@@ -336,44 +330,22 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     // Captured decode graphs: across a table widening (> 256 positions), and with a window.
     v.push(Box::new(GraphCase { weights: "tiny-gqa", prompt: 5, decode: 270 }));
     v.push(Box::new(GraphCase { weights: "tiny-sliding", prompt: 9, decode: 30 }));
-    let (flash, naive) = (AttentionImpl::Flash, AttentionImpl::Naive);
     for (name, _) in synthetic::tiny_configs() {
         for dtype in [Dtype::F32, Dtype::F16, Dtype::BF16] {
             v.push(Box::new(ModelCase::standard(Weightset::Tiny(name), dtype)));
         }
-        // The v1 path stays covered (f32).
-        v.push(Box::new(ModelCase {
-            weights: Weightset::Tiny(name),
-            dtype: Dtype::F32,
-            prompt: 13,
-            decode: 6,
-            attention: naive,
-            quant: None,
-            fused_norms: true,
-        }));
     }
     // The sliding config with a prompt longer than its window (7) and decode past it; a
     // prompt of 37 spans three KV blocks of 16 and decode crosses into a fourth.
-    for attention in [flash, naive] {
-        v.push(Box::new(ModelCase {
-            weights: Weightset::Tiny("tiny-sliding"),
-            dtype: Dtype::F32,
-            prompt: 1,
-            decode: 20,
-            attention,
-            quant: None,
-            fused_norms: true,
-        }));
-    }
     v.push(Box::new(ModelCase {
-        weights: Weightset::Tiny("tiny-gqa"),
+        weights: Weightset::Tiny("tiny-sliding"),
         dtype: Dtype::F32,
-        prompt: 37,
-        decode: 13,
-        attention: flash,
+        prompt: 1,
+        decode: 20,
         quant: None,
         fused_norms: true,
     }));
+    v.push(Box::new(ModelCase { weights: Weightset::Tiny("tiny-gqa"), dtype: Dtype::F32, prompt: 37, decode: 13, quant: None, fused_norms: true }));
     // Quantized linear weights (int8 per channel, int8 groups of 32, mxfp4) on the device.
     for name in ["tiny-mha", "tiny-gqa", "tiny-sliding", "tiny-untied"] {
         for scheme in [Scheme::Int8(Granularity::PerChannel), Scheme::Int8(Granularity::Group(32)), Scheme::Mxfp4] {
@@ -382,7 +354,6 @@ pub fn cases() -> Vec<Box<dyn Case>> {
                 dtype: Dtype::F32,
                 prompt: 13,
                 decode: 6,
-                attention: flash,
                 quant: Some(scheme),
                 fused_norms: true,
             }));
@@ -390,21 +361,12 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     }
     // Decode with the add + RMSNorm kernels instead of the fused gemvs (prompts ≤ 8 tokens run
     // the fused path in prefill too).
+    v.push(Box::new(ModelCase { weights: Weightset::Tiny("tiny-gqa"), dtype: Dtype::F32, prompt: 5, decode: 6, quant: None, fused_norms: false }));
     v.push(Box::new(ModelCase {
         weights: Weightset::Tiny("tiny-gqa"),
         dtype: Dtype::F32,
         prompt: 5,
         decode: 6,
-        attention: flash,
-        quant: None,
-        fused_norms: false,
-    }));
-    v.push(Box::new(ModelCase {
-        weights: Weightset::Tiny("tiny-gqa"),
-        dtype: Dtype::F32,
-        prompt: 5,
-        decode: 6,
-        attention: flash,
         quant: Some(Scheme::Int8(Granularity::PerChannel)),
         fused_norms: false,
     }));
@@ -413,7 +375,6 @@ pub fn cases() -> Vec<Box<dyn Case>> {
         dtype: Dtype::F32,
         prompt: 5,
         decode: 6,
-        attention: flash,
         quant: Some(Scheme::Mxfp4),
         fused_norms: true,
     }));
@@ -425,7 +386,6 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             dtype: Dtype::F32,
             prompt: 13,
             decode: 6,
-            attention: flash,
             quant: None,
             fused_norms: true,
         }));
@@ -443,7 +403,7 @@ pub fn cases() -> Vec<Box<dyn Case>> {
         v.push(Box::new(ModelCase { prompt: 40, decode: 3, ..ModelCase::standard(Weightset::Tiny("tiny-gqa"), dtype) }));
     }
     for dtype in [Dtype::F32, Dtype::BF16] {
-        v.push(Box::new(ModelCase { weights: Weightset::SmolLm2, dtype, prompt: 9, decode: 3, attention: flash, quant: None, fused_norms: true }));
+        v.push(Box::new(ModelCase { weights: Weightset::SmolLm2, dtype, prompt: 9, decode: 3, quant: None, fused_norms: true }));
     }
     v
 }

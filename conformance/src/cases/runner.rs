@@ -13,7 +13,7 @@ use engine::cpu_runner::RefRunner;
 use engine::runner::{ModelRunner, SampleSpec, SeqStep, StepPlan};
 use engine::sampling::SamplingParams;
 use engine::{Engine, EngineConfig, Request, SpecConfig, SpecMethod};
-use optimized::model::{AttentionImpl, GpuModel};
+use optimized::model::GpuModel;
 use optimized::runner::GpuRunner;
 use optimized::Client;
 use reference::weights::InMemory;
@@ -33,8 +33,7 @@ pub(super) fn runners(client: &Client, name: &str, dtype: Dtype) -> Result<(RefR
     let dd = dtype.device();
     let w = synthetic::weights(&cfg, 0).map_err(|e| e.to_string())?.map_matrices(|x| dd.round(&[x])[0]);
     let backend = optimized::Backend::of(client);
-    let m = GpuModel::load_with(client.clone(), backend, &mut InMemory(&w), &reference::arch::llama::from_config(&cfg), dd, 1, AttentionImpl::Flash)
-        .map_err(|e| e.to_string())?;
+    let m = GpuModel::load(client.clone(), backend, &mut InMemory(&w), &reference::arch::llama::from_config(&cfg), dd).map_err(|e| e.to_string())?;
     let gpu = GpuRunner::new(m, BS, BLOCKS).map_err(|e| e.to_string())?;
     let reference = RefRunner::new(Model::new(cfg.clone(), w), BS, BLOCKS).map_err(|e| e.to_string())?;
     Ok((reference, gpu, cfg))

@@ -228,33 +228,11 @@ fn stash(scratch: &mut Vec<u8>, bytes: &[u8]) {
 
 impl GpuModel {
     /// Upload every tensor of `spec` from `src` (matrices as `dtype`, norms and biases as f32)
-    /// and allocate a KV cache of `capacity` positions (at most the context length). A spec
-    /// the GPU cannot run yet is refused before any upload ([`super::gpu_unsupported`]).
-    pub fn load(
-        client: Client,
-        backend: Backend,
-        src: &mut dyn TensorSource,
-        spec: &ModelSpec,
-        dtype: Dtype,
-        capacity: usize,
-    ) -> Result<Self, Error> {
-        let attention = client.kernels().attention;
-        Self::load_with(client, backend, src, spec, dtype, capacity, attention)
-    }
-
-    /// [`GpuModel::load`] with a choice of KV cache and attention (every other kernel choice:
-    /// the client's).
-    pub fn load_with(
-        client: Client,
-        backend: Backend,
-        src: &mut dyn TensorSource,
-        spec: &ModelSpec,
-        dtype: Dtype,
-        capacity: usize,
-        attention: AttentionImpl,
-    ) -> Result<Self, Error> {
-        let kernels = crate::config::KernelConfig { attention, ..*client.kernels() };
-        Self::load_observed(client, backend, src, spec, dtype, capacity, &kernels, &mut |_, _| {})
+    /// with the client's kernel choices. A spec the GPU cannot run yet is refused before any
+    /// upload ([`super::gpu_unsupported`]). The KV cache is a runner's (`crate::runner`).
+    pub fn load(client: Client, backend: Backend, src: &mut dyn TensorSource, spec: &ModelSpec, dtype: Dtype) -> Result<Self, Error> {
+        let kernels = *client.kernels();
+        Self::load_observed(client, backend, src, spec, dtype, &kernels, &mut |_, _| {})
     }
 
     /// [`GpuModel::load`] with every kernel choice given (`crate::config`), calling
@@ -267,7 +245,6 @@ impl GpuModel {
         src: &mut dyn TensorSource,
         spec: &ModelSpec,
         dtype: Dtype,
-        capacity: usize,
         kernels: &crate::config::KernelConfig,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<Self, Error> {
@@ -286,7 +263,6 @@ impl GpuModel {
         let mma_order = kernels.qgemv == QgemvOrder::V4;
         let rows_order = kernels.qgemv == QgemvOrder::V1;
         let mma = mma_order.then_some(kernels.mma);
-        let attention = kernels.attention;
         let t0 = std::time::Instant::now();
         let mut up = Uploader {
             client: &client,
@@ -340,24 +316,8 @@ impl GpuModel {
         let drained = t0.elapsed().as_secs_f64();
         let stream_bytes =
             layers.iter().map(|l| l.wqkv.bytes() + l.wo.bytes() + l.w_gate_up.bytes() + l.w_down.bytes()).sum::<usize>() + lm_head.bytes();
-        let capacity = capacity.clamp(1, cfg.max_ctx);
-        let ropes = super::arch::RopeTables::new(&client, spec, capacity)?;
         // f16 pools where the matmuls already round activations to 16 bits (config::kv_dtype).
         let kv_dtype = kernels.kv_dtype(&client, dtype != Dtype::F32 || quant.is_some())?;
-        let kv = match attention {
-            AttentionImpl::Naive => {
-                let kv_shape = [capacity, cfg.n_kv_heads, cfg.head_dim];
-                let k = (0..cfg.n_layers).map(|_| DeviceTensor::empty_f32(&client, &kv_shape)).collect();
-                let v = (0..cfg.n_layers).map(|_| DeviceTensor::empty_f32(&client, &kv_shape)).collect();
-                KvStore::Contiguous { k, v }
-            }
-            AttentionImpl::Flash => {
-                let mut cache =
-                    PagedKvCache::new(&client, cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, BLOCK_SIZE, capacity.div_ceil(BLOCK_SIZE), kv_dtype)?;
-                let seq = cache.blocks.add_sequence();
-                KvStore::Paged { cache, seq, tables: None }
-            }
-        };
         let load_times = LoadTimes { submitted, drained: drained - submitted, cache: t0.elapsed().as_secs_f64() - drained, staging };
         Ok(GpuModel {
             load_times,
@@ -370,18 +330,10 @@ impl GpuModel {
             layers,
             out_norm,
             lm_head,
-            ropes,
-            kv,
             kv_dtype,
-            attention,
-            capacity,
-            pos: 0,
             weight_bytes: bytes,
             stream_bytes,
             quant,
-            graph: None,
-            ahead: None,
-            graph_refused: None,
         })
     }
 }

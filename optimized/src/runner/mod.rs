@@ -27,6 +27,7 @@
 
 pub mod batch;
 pub(crate) mod graphs;
+pub mod single;
 
 use engine::runner::{validate_plan, KvLayout, ModelInfo, ModelRunner, SeqResult, StepPlan};
 use reference::Error as RefError;

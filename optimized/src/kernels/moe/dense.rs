@@ -43,6 +43,9 @@ impl MoeAct {
     }
 }
 
+/// One f32 slice per expert (a matrix, row-major, or a bias).
+pub type ExpertRows<'a> = &'a [&'a [f32]];
+
 /// Every expert's `[out, in]` matrix of one projection as stored values, on the device.
 #[derive(Debug, Clone)]
 pub struct DenseExperts {
@@ -82,7 +85,7 @@ impl DenseExperts {
         in_dim: usize,
         gate: &[&[f32]],
         up: &[&[f32]],
-        biases: Option<(&[&[f32]], &[&[f32]])>,
+        biases: Option<(ExpertRows<'_>, ExpertRows<'_>)>,
         dtype: Dtype,
     ) -> Result<Self, Error> {
         if gate.len() != up.len() || biases.is_some_and(|(g, u)| g.len() != gate.len() || u.len() != gate.len()) {

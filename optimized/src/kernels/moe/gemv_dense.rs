@@ -1,8 +1,8 @@
 //! moe gemv d1: the experts of a few tokens ([`super::GEMV_MAX_T`]) stored as 16-bit (or f32)
 //! values, ONE grouped gemv per projection over every (token, rank) pair — moe gemv v1's
 //! structure (`gemv.rs`) without the MXFP4 decode: groups of 32 lanes along the input, each
-//! lane's W vectors of its `rpg` rows loaded before they are used, x read once per step for
-//! those rows; gate|up with the gating in its epilogue, down by pair (biased), then combine v1
+//! lane's W vectors of its `rpg` rows for [`UN`] steps loaded before they are used, x read
+//! once per step for those rows; gate|up with the gating in its epilogue, down by pair (biased), then combine v1
 //! in rank order. CUDA cores, f32 accumulation; the expert of each pair read on the device.
 
 use cubecl::prelude::*;
@@ -17,6 +17,48 @@ const GROUPS: usize = 4;
 const RPG: usize = 4;
 /// Vector width of x and W (x is f32; 16-bit W loads 8 bytes).
 const VEC: usize = 4;
+
+/// Steps along the input a lane takes at once: `UN · rpg` W vectors (and `UN` x vectors) all
+/// loaded before any is used, so that many loads are in flight.
+const UN: usize = 4;
+
+/// `un` steps of a lane from input vector `c` (stride [`GROUP`]): the W vectors of rows
+/// `row0 ..+ rpg` (rows past `n_out` read the last) of the expert whose rows start at row
+/// `erow`, and the x vectors at `xbase`, all loaded, then `acc[q] += x · W_q`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn steps<W: Float, N: Size>(
+    x: &[Vector<f32, N>],
+    w: &[Vector<W, N>],
+    acc: &mut Array<f32>,
+    xbase: usize,
+    erow: usize,
+    row0: usize,
+    n_out: usize,
+    kv: usize,
+    c: usize,
+    #[comptime] rpg: usize,
+    #[comptime] un: usize,
+) {
+    let mut wv = Array::<Vector<W, N>>::new(un * rpg);
+    let mut xv = Array::<Vector<f32, N>>::new(un);
+    #[unroll]
+    for u in 0..un {
+        #[unroll]
+        for q in 0..rpg {
+            let row = min(row0 + q, n_out - 1);
+            wv[u * rpg + q] = w[(erow + row) * kv + c + u * GROUP];
+        }
+        xv[u] = x[xbase + c + u * GROUP];
+    }
+    #[unroll]
+    for u in 0..un {
+        #[unroll]
+        for q in 0..rpg {
+            acc[q] += xv[u].dot(Vector::<f32, N>::cast_from(wv[u * rpg + q]));
+        }
+    }
+}
 
 /// moe gemv d1. Cube `CUBE_POS` takes pair `CUBE_POS / row_blocks` and rows
 /// `((CUBE_POS % row_blocks)·groups + group)·rpg ..+ rpg` of its expert `e = ids[pair]`.
@@ -57,23 +99,17 @@ pub fn moe_gemv_dense_v1<W: Float, N: Size>(
         }
         let mut sh = Shared::<[f32]>::new_slice(block);
         let mut acc = Array::<f32>::new(rpg);
-        let mut wv = Array::<Vector<W, N>>::new(rpg);
         #[unroll]
         for q in 0..rpg {
             acc[q] = 0.0f32;
         }
         let mut c = lane;
+        while c + (UN - 1) * GROUP < kv {
+            steps(x, w, &mut acc, xr * kv, e * n_out, row0, n_out, kv, c, rpg, UN);
+            c += UN * GROUP;
+        }
         while c < kv {
-            #[unroll]
-            for q in 0..rpg {
-                let row = min(row0 + q, n_out - 1);
-                wv[q] = w[(e * n_out + row) * kv + c];
-            }
-            let xv = x[xr * kv + c];
-            #[unroll]
-            for q in 0..rpg {
-                acc[q] += xv.dot(Vector::<f32, N>::cast_from(wv[q]));
-            }
+            steps(x, w, &mut acc, xr * kv, e * n_out, row0, n_out, kv, c, rpg, 1usize);
             c += GROUP;
         }
         let off = gi * GROUP;

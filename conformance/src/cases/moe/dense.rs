@@ -207,8 +207,63 @@ impl Case for DenseMoeCase {
     }
 }
 
+/// Bad 16-bit expert weights: each is refused with an error naming what is wrong (no panic,
+/// nothing launched).
+#[derive(Debug, Clone)]
+pub struct DenseBadInputCase;
+
+/// `Ok(())` when `r` is an error whose text holds `needle`.
+fn refused<T>(what: &str, r: Result<T, optimized::Error>, needle: &str) -> Result<(), String> {
+    match r {
+        Ok(_) => Err(format!("{what}: accepted")),
+        Err(err) if err.to_string().contains(needle) => Ok(()),
+        Err(err) => Err(format!("{what}: error `{err}` does not name `{needle}`")),
+    }
+}
+
+impl DenseBadInputCase {
+    fn body(&self, client: &Client) -> Result<(), String> {
+        let (c, f, e) = (8usize, 4usize, 3usize);
+        let dt = optimized::Dtype::F32;
+        let m = |n: usize| vec![0.5f32; n];
+        let (g, d, b) = (m(f * c), m(c * f), m(c - 1));
+        let up = |n: usize| DenseExperts::upload_glu(client, "gate_up", f, c, &vec![g.as_slice(); n], &vec![g.as_slice(); e], None, dt);
+        let down = || DenseExperts::upload(client, "down", c, f, &vec![d.as_slice(); e], None, dt);
+        let dense = |gu, dn, k| -> Result<MoeWeights, optimized::Error> {
+            let router = DeviceTensor::from_f32(client, &m(e * c), &[e, c])?;
+            MoeWeights::dense(client, router, None, gu, dn, k, GluAct::Silu, Routing::SoftmaxTopK { renorm: true })
+        };
+        // A short matrix, more gates than ups, a bias of the wrong length.
+        refused(
+            "short expert matrix",
+            DenseExperts::upload(client, "down", c, f, &[d.as_slice(), &d[1..], d.as_slice()], None, dt),
+            "down: expert 1",
+        )?;
+        refused("gates without ups", up(e + 1), "gate_up: as many gates as ups")?;
+        refused("short bias", DenseExperts::upload(client, "down", c, f, &vec![d.as_slice(); e], Some(&vec![b.as_slice(); e]), dt), "down: biases")?;
+        // Shapes that disagree, and K outside 1 ..= min(E, MAX_K).
+        refused("gate|up and down swapped", dense(down().map_err(dev)?, up(e).map_err(dev)?, 2), "moe weights: router")?;
+        for k in [0, e + 1] {
+            refused(&format!("top-{k}"), dense(up(e).map_err(dev)?, down().map_err(dev)?, k), &format!("top-{k} of {e} experts"))?;
+        }
+        Ok(())
+    }
+}
+
+impl Case for DenseBadInputCase {
+    fn op(&self) -> Op {
+        Op::Moe
+    }
+    fn name(&self) -> String {
+        "moe_dense(bad input)".into()
+    }
+    fn run(&self, client: &Client) -> Outcome {
+        self.body(client).map_or_else(Outcome::Fail, |()| Outcome::Pass(Metrics::default()))
+    }
+}
+
 pub fn cases() -> Vec<Box<dyn Case>> {
-    let mut v: Vec<Box<dyn Case>> = Vec::new();
+    let mut v: Vec<Box<dyn Case>> = vec![Box::new(DenseBadInputCase)];
     let routings = [Routing::SoftmaxTopK { renorm: true }, Routing::SoftmaxTopK { renorm: false }, Routing::TopKSoftmax];
     let case = |t, c, f, e, k, routing, path, dtype, act, bias, route| DenseMoeCase { t, c, f, e, k, routing, path, dtype, act, bias, route };
     // Qwen3-MoE's block in small: no biases, SiLU, each routing × both paths × rows 1, 3, 8

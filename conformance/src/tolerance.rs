@@ -97,7 +97,7 @@ pub enum Op {
     /// The MoE router's choice (ids, exact) and weights (softmax over the top K), and the
     /// sort of (token, rank) pairs by expert (exact).
     MoeRoute,
-    /// The MoE experts: grouped MXFP4 gemv / GEMM, clamped SwiGLU, weighted sum.
+    /// The MoE experts: grouped MXFP4 or 16-bit gemv / GEMM, the gating, weighted sum.
     Moe,
     /// GPT-OSS through its GPU runner vs `RefRunner<GptOssModel>` (logits, tokens).
     GptOss,
@@ -125,7 +125,7 @@ pub fn tolerance(op: Op, dtype: Dtype) -> (Tolerance, &'static str) {
         ),
         Op::Moe => (
             Tolerance::Nmse { max: (1e-9f64).max(u * u * 64.0) },
-            "MXFP4 weights decode exactly; two dot products of length C / F per expert in another order, the clamped SwiGLU (exp) and a K-term weighted sum",
+            "MXFP4 weights decode exactly and 16-bit experts widen exactly (the reference reads the same rounded values); two dot products of length C / F per expert in another order, the gating (exp, tanh), the router softmax over K or all E, and a K-term weighted sum",
         ),
         Op::GptOss => tolerance(Op::Model, dtype),
         // The same whole-model arithmetic as the llama cases (the architecture's extra parts on

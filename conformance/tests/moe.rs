@@ -1,4 +1,5 @@
-//! Conformance of GPT-OSS's MoE kernels and the bias add (see `conformance/src/cases/moe.rs`).
+//! Conformance of the MoE kernels (MXFP4 and 16-bit experts, every routing) and the bias add
+//! (see `conformance/src/cases/moe.rs`, `moe/dense.rs`).
 use conformance::{assert_conformance, Op};
 
 #[test]

@@ -5,7 +5,10 @@
 //! µs per call from a replayed graph (eagerly timed where the backend cannot capture), GB/s of
 //! the expert bytes the routes select, % of the copy rate measured in the same run. Then the
 //! grouped GEMMs of many tokens (64: a batch of 64 sequences; 512: a prefill), moe gemm v1
-//! (CUDA cores, f32) and v2 (tensor cores), in TFLOP/s of the pairs' `2·P·N·K`.
+//! (CUDA cores, f32) and v2 (tensor cores), in TFLOP/s of the pairs' `2·P·N·K`. Then the
+//! same for 16-bit experts at Qwen3-30B-A3B's shape ([`dense`]).
+
+mod dense;
 
 use optimized::config::KernelConfig;
 use optimized::kernels::matmul::tc::TcMode;
@@ -48,17 +51,17 @@ fn weights(client: &Client) -> Result<MoeWeights> {
     let g: Vec<_> = gate.iter().zip(&bg).map(|(m, b)| (m, b.as_slice())).collect();
     let u: Vec<_> = up.iter().zip(&bu).map(|(m, b)| (m, b.as_slice())).collect();
     let router: Vec<f32> = bytes(E * C, 700).iter().map(|&b| (b as f32 - 128.0) / 4096.0).collect();
-    Ok(MoeWeights {
-        router: DeviceTensor::from_f32(client, &router, &[E, C])?,
-        router_bias: DeviceTensor::from_f32(client, &bias(E, 800), &[E])?,
-        gate_up: Mxfp4Experts::upload_glu(client, "gate_up", &g, &u)?,
-        down: Mxfp4Experts::upload(client, "down", &down.iter().collect::<Vec<_>>(), &bd.iter().map(Vec::as_slice).collect::<Vec<_>>())?,
-        k: K,
-        limit: 7.0,
-        alpha: 1.702,
-        arrivals: MoeWeights::arrival_counters(client)?,
-        tc: true,
-    })
+    Ok(MoeWeights::mxfp4(
+        client,
+        DeviceTensor::from_f32(client, &router, &[E, C])?,
+        DeviceTensor::from_f32(client, &bias(E, 800), &[E])?,
+        Mxfp4Experts::upload_glu(client, "gate_up", &g, &u)?,
+        Mxfp4Experts::upload(client, "down", &down.iter().collect::<Vec<_>>(), &bd.iter().map(Vec::as_slice).collect::<Vec<_>>())?,
+        K,
+        7.0,
+        1.702,
+        true,
+    )?)
 }
 
 /// Seconds per call of `f` on `client` with `cfg`'s kernel choices: from a replayed graph,
@@ -83,6 +86,7 @@ pub fn run(backend: Backend, gate: &str, reps: usize) -> Result<()> {
     println!("tandem bench --kernel moe — {backend} — gpt-oss-20b's MoE (C = F = {C}, E = {E}, K = {K}), random MXFP4 experts — {gate}");
     println!("device copy rate {:.1} GB/s (read+write); GB/s of the selected experts' bytes (nibbles + scales)", rate / 1e9);
     let w = weights(&client)?;
+    let (gu, dn) = (w.gate_up.mxfp4()?, w.down.mxfp4()?);
     let per_row = |inp: usize| inp / 2 + inp / 32;
     println!("{:>6} {:>22} {:>9} {:>9} {:>8} {:>7}", "tokens", "kernel", "µs/call", "GB/s", "% copy", "timing");
     for &t in &TOKENS {
@@ -108,12 +112,8 @@ pub fn run(backend: Backend, gate: &str, reps: usize) -> Result<()> {
         }
         for (v, gemv) in [("v1", MoeGemv::V1), ("v2", MoeGemv::V2)] {
             let cfg = KernelConfig { moe_gemv: gemv, ..KernelConfig::default() };
-            line(
-                &format!("gemv {v} gate|up"),
-                glu_b,
-                time(&client, &cfg, reps, |c| moe::moe_gemv_glu_into(c, &h, &routes, &w.gate_up, 7.0, 1.702, &a))?,
-            );
-            line(&format!("gemv {v} down"), down_b, time(&client, &cfg, reps, |c| moe::moe_gemv_down_into(c, &a, &routes, &w.down, &x))?);
+            line(&format!("gemv {v} gate|up"), glu_b, time(&client, &cfg, reps, |c| moe::moe_gemv_glu_into(c, &h, &routes, gu, 7.0, 1.702, &a))?);
+            line(&format!("gemv {v} down"), down_b, time(&client, &cfg, reps, |c| moe::moe_gemv_down_into(c, &a, &routes, dn, &x))?);
         }
         // moe gemv v3 (tensor cores; x rounded to 16 bits), where the device has them.
         match moe::gemv_tc::require(&client, TcMode::Tensor, C.max(F)) {
@@ -122,19 +122,21 @@ pub fn run(backend: Backend, gate: &str, reps: usize) -> Result<()> {
                 line(
                     "gemv v3 gate|up",
                     glu_b,
-                    time(&client, &cfg, reps, |c| moe::gemv_tc::moe_gemv_glu_tc_into(c, &h, &routes, &w.gate_up, 7.0, 1.702, &a, TcMode::Tensor))?,
+                    time(&client, &cfg, reps, |c| moe::gemv_tc::moe_gemv_glu_tc_into(c, &h, &routes, gu, 7.0, 1.702, &a, TcMode::Tensor))?,
                 );
                 line(
                     "gemv v3 down",
                     down_b,
-                    time(&client, &cfg, reps, |c| moe::gemv_tc::moe_gemv_down_tc_into(c, &a, &routes, &w.down, &x, TcMode::Tensor))?,
+                    time(&client, &cfg, reps, |c| moe::gemv_tc::moe_gemv_down_tc_into(c, &a, &routes, dn, &x, TcMode::Tensor))?,
                 );
             }
             Err(why) => println!("{t:>6} gemv v3 not timed: {why}"),
         }
         println!("{t:>6} {:>22} {distinct} distinct of {} pairs", "experts", t * K);
     }
-    gemms(&client, &w, reps)
+    gemms(&client, &w, reps)?;
+    drop(w);
+    dense::run(&client, rate, reps)
 }
 
 /// moe gemm v2's tiles the bench sweeps (`moe-tile=` specs; `auto` the production pick).
@@ -144,6 +146,7 @@ const TILES: [&str; 9] = ["auto", "1.8.1.2.4", "1.8.1.2.4p", "1.4.1.4.4p", "2.4.
 /// tensor cores) under each of [`TILES`]; µs per call and TFLOP/s of the pairs' work.
 fn gemms(client: &Client, w: &MoeWeights, reps: usize) -> Result<()> {
     use optimized::kernels::moe::gemm_tc::MoeTc;
+    let (gu, dn) = (w.gate_up.mxfp4()?, w.down.mxfp4()?);
     let tc = moe::gemm_tc::require(client, TcMode::Tensor, C.max(F));
     if let Err(why) = &tc {
         println!("moe gemm v2 not timed: {why}");
@@ -164,8 +167,8 @@ fn gemms(client: &Client, w: &MoeWeights, reps: usize) -> Result<()> {
         };
         let v1 = KernelConfig::default();
         let sorted = moe::sort_by_expert(client, &routes, E, moe::gemm::BM)?;
-        line("gemm v1 gate|up", 2 * F, C, eager(&v1, &mut |c| moe::moe_gemm_glu_into(c, &h, &sorted, &routes, &w.gate_up, 7.0, 1.702, &a, None))?);
-        line("gemm v1 down", C, F, eager(&v1, &mut |c| moe::moe_gemm_down_into(c, &a, &sorted, &routes, &w.down, &y, None))?);
+        line("gemm v1 gate|up", 2 * F, C, eager(&v1, &mut |c| moe::moe_gemm_glu_into(c, &h, &sorted, &routes, gu, 7.0, 1.702, &a, None))?);
+        line("gemm v1 down", C, F, eager(&v1, &mut |c| moe::moe_gemm_down_into(c, &a, &sorted, &routes, dn, &y, None))?);
         if tc.is_err() {
             continue;
         }
@@ -175,13 +178,8 @@ fn gemms(client: &Client, w: &MoeWeights, reps: usize) -> Result<()> {
             let sorted = moe::sort_by_expert(client, &routes, E, tile.bm())?;
             let m = TcMode::Tensor;
             let name = |what: &str| format!("v2 {spec} ({}) {what}", tile.name());
-            line(
-                &name("gate|up"),
-                2 * F,
-                C,
-                eager(&cfg, &mut |c| moe::moe_gemm_glu_into(c, &h, &sorted, &routes, &w.gate_up, 7.0, 1.702, &a, Some(m)))?,
-            );
-            line(&name("down"), C, F, eager(&cfg, &mut |c| moe::moe_gemm_down_into(c, &a, &sorted, &routes, &w.down, &y, Some(m)))?);
+            line(&name("gate|up"), 2 * F, C, eager(&cfg, &mut |c| moe::moe_gemm_glu_into(c, &h, &sorted, &routes, gu, 7.0, 1.702, &a, Some(m)))?);
+            line(&name("down"), C, F, eager(&cfg, &mut |c| moe::moe_gemm_down_into(c, &a, &sorted, &routes, dn, &y, Some(m)))?);
         }
     }
     Ok(())

@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use optimized::gpt_oss::GptOssGpu;
-use optimized::kernels::moe::Mxfp4Experts;
+use optimized::kernels::moe::Experts;
 use optimized::{Client, DeviceTensor};
 use reference::gguf::GgufFile;
 use reference::gpt_oss::weights::{gguf_expert_names, GptOssSource, InMemory};
@@ -89,9 +89,8 @@ fn pairs<'a>(a: &'a GptOssGpu, b: &'a GptOssGpu) -> Vec<(String, &'a DeviceTenso
             ("router_bias", &x.moe.router_bias, &y.moe.router_bias),
         ];
         v.extend(dense.into_iter().map(|(n, p, q)| (format!("layer {l} {n}"), p, q)));
-        let experts = |n: &str, p: &'a Mxfp4Experts, q: &'a Mxfp4Experts| {
-            [("data", &p.data, &q.data), ("scales", &p.scales, &q.scales), ("bias", &p.bias, &q.bias)]
-                .map(|(k, p, q)| (format!("layer {l} {n} {k}"), p, q))
+        let experts = |n: &str, p: &'a Experts, q: &'a Experts| {
+            p.tensors().into_iter().zip(q.tensors()).map(|((k, p), (_, q))| (format!("layer {l} {n} {k}"), p, q)).collect::<Vec<_>>()
         };
         v.extend(experts("gate|up", &x.moe.gate_up, &y.moe.gate_up));
         v.extend(experts("down", &x.moe.down, &y.moe.down));

@@ -2,7 +2,10 @@
 //! stage by stage: the router's routes (ids exact, weights), the grouped MXFP4 gemvs (decode)
 //! or the sort by expert (exact) and the grouped GEMMs (prefill) with their intermediate
 //! activations, and the residual stream after the block. Intermediate outputs are NaN-poisoned
-//! first. Also `route` alone on given logits (ties ranked by lower expert id) and `bias_add`.
+//! first. Also `route` alone on given logits (ties ranked by lower expert id) by each routing,
+//! and `bias_add`. Experts stored as 16-bit values (Qwen3-MoE): [`dense`].
+
+mod dense;
 
 use ndarray::{Array2, Axis, Zip};
 use optimized::kernels::matmul::tc::TcMode;
@@ -109,17 +112,17 @@ impl MoeCase {
         let up: Vec<_> = fx.experts.iter().map(|x| (&x.up, s(&x.up_bias))).collect();
         let down: Vec<_> = fx.experts.iter().map(|x| &x.down).collect();
         let down_b: Vec<&[f32]> = fx.experts.iter().map(|x| s(&x.down_bias)).collect();
-        Ok(MoeWeights {
-            router: DeviceTensor::from_f32(client, fx.router.as_slice().unwrap_or(&[]), &[self.e, self.c])?,
-            router_bias: DeviceTensor::from_f32(client, &fx.router_bias.to_vec(), &[self.e])?,
-            gate_up: Mxfp4Experts::upload_glu(client, "gate_up", &gate, &up)?,
-            down: Mxfp4Experts::upload(client, "down", &down, &down_b)?,
-            k: self.k,
-            limit: LIMIT,
-            alpha: ALPHA,
-            arrivals: MoeWeights::arrival_counters(client)?,
-            tc: false,
-        })
+        MoeWeights::mxfp4(
+            client,
+            DeviceTensor::from_f32(client, fx.router.as_slice().unwrap_or(&[]), &[self.e, self.c])?,
+            DeviceTensor::from_f32(client, &fx.router_bias.to_vec(), &[self.e])?,
+            Mxfp4Experts::upload_glu(client, "gate_up", &gate, &up)?,
+            Mxfp4Experts::upload(client, "down", &down, &down_b)?,
+            self.k,
+            LIMIT,
+            ALPHA,
+            false,
+        )
     }
 }
 
@@ -222,9 +225,9 @@ impl MoeCase {
             _ if self.gemv == MoeGemv::V3 => self.gemv_tc_stages(client, &fx, e16, &h, &x, &w, &routes, &want, &mut worst)?,
             _ => {
                 let a = poisoned(client, &[t * k, f])?;
-                moe::moe_gemv_glu_into(&variant, &h, &routes, &w.gate_up, LIMIT, ALPHA, &a).map_err(dev)?;
+                moe::moe_gemv_glu_into(&variant, &h, &routes, w.gate_up.mxfp4().map_err(dev)?, LIMIT, ALPHA, &a).map_err(dev)?;
                 check(&a.to_f32(client).map_err(dev)?, &want.a, Op::Moe, "activations", &mut worst)?;
-                moe::moe_gemv_down_into(&variant, &a, &routes, &w.down, &x).map_err(dev)?;
+                moe::moe_gemv_down_into(&variant, &a, &routes, w.down.mxfp4().map_err(dev)?, &x).map_err(dev)?;
             }
         }
         // moe gemm v2 also rounds the activations before down (relative u once: one layer's
@@ -287,18 +290,18 @@ impl MoeCase {
         let y = poisoned(client, &[p, c])?;
         match (self.tc, e16) {
             (Some(mode), Some(e)) => {
-                moe::moe_gemm_glu_into(client, h, &sorted, routes, &w.gate_up, LIMIT, ALPHA, &a, Some(mode)).map_err(dev)?;
+                moe::moe_gemm_glu_into(client, h, &sorted, routes, w.gate_up.mxfp4().map_err(dev)?, LIMIT, ALPHA, &a, Some(mode)).map_err(dev)?;
                 let got_a = a.to_f32(client).map_err(dev)?;
                 check_tol(&got_a, &by_sorted(&want.a, f), tc_tolerance().0, "activations (sorted, tensor cores)", worst)?;
-                moe::moe_gemm_down_into(client, &a, &sorted, routes, &w.down, &y, Some(mode)).map_err(dev)?;
+                moe::moe_gemm_down_into(client, &a, &sorted, routes, w.down.mxfp4().map_err(dev)?, &y, Some(mode)).map_err(dev)?;
                 // down's reference: the device's activations rounded as the kernel rounds them.
                 let want_y = down_reference(fx, &round_to(&got_a, e), order.iter().map(|&i| ids[i]), f)?;
                 check_tol(&y.to_f32(client).map_err(dev)?, &want_y, tc_tolerance().0, "expert outputs (sorted, tensor cores)", worst)?;
             }
             _ => {
-                moe::moe_gemm_glu_into(client, h, &sorted, routes, &w.gate_up, LIMIT, ALPHA, &a, None).map_err(dev)?;
+                moe::moe_gemm_glu_into(client, h, &sorted, routes, w.gate_up.mxfp4().map_err(dev)?, LIMIT, ALPHA, &a, None).map_err(dev)?;
                 check(&a.to_f32(client).map_err(dev)?, &by_sorted(&want.a, f), Op::Moe, "activations (sorted)", worst)?;
-                moe::moe_gemm_down_into(client, &a, &sorted, routes, &w.down, &y, None).map_err(dev)?;
+                moe::moe_gemm_down_into(client, &a, &sorted, routes, w.down.mxfp4().map_err(dev)?, &y, None).map_err(dev)?;
                 check(&y.to_f32(client).map_err(dev)?, &by_sorted(&want.y, c), Op::Moe, "expert outputs (sorted)", worst)?;
             }
         }
@@ -326,11 +329,11 @@ impl MoeCase {
         let (Some(mode), Some(e)) = (self.tc, e16) else { return Err("moe gemv v3 runs only as a tensor-core case".into()) };
         let (c, f, p) = (self.c, self.f, self.t * self.k);
         let a = poisoned(client, &[p, f])?;
-        moe::gemv_tc::moe_gemv_glu_tc_into(client, h, routes, &w.gate_up, LIMIT, ALPHA, &a, mode).map_err(dev)?;
+        moe::gemv_tc::moe_gemv_glu_tc_into(client, h, routes, w.gate_up.mxfp4().map_err(dev)?, LIMIT, ALPHA, &a, mode).map_err(dev)?;
         let got_a = a.to_f32(client).map_err(dev)?;
         check_tol(&got_a, &want.a, tc_tolerance().0, "activations (gemv v3)", worst)?;
         let yp = poisoned(client, &[p, c])?;
-        moe::gemv_tc::moe_gemv_down_tc_pairs(client, &a, routes, &w.down, &yp, mode).map_err(dev)?;
+        moe::gemv_tc::moe_gemv_down_tc_pairs(client, &a, routes, w.down.mxfp4().map_err(dev)?, &yp, mode).map_err(dev)?;
         let ids = want.routes.iter().flatten().map(|&(e, _)| e);
         let want_y = down_reference(fx, &round_to(&got_a, e), ids, f)?;
         check_tol(&yp.to_f32(client).map_err(dev)?, &want_y, tc_tolerance().0, "expert outputs (gemv v3)", worst)?;
@@ -376,12 +379,14 @@ impl Case for MoeCase {
     }
 }
 
-/// route v1 alone on given logits `z [T, E]` (with ties), against `reference … route`.
+/// route v1 alone on given logits `z [T, E]` (with ties), against the reference's routing
+/// (`reference … route` for GPT-OSS's, `ops::moe::Routing::route` for the others).
 #[derive(Debug, Clone)]
 pub struct RouteCase {
     pub t: usize,
     pub e: usize,
     pub k: usize,
+    pub routing: reference::ops::moe::Routing,
 }
 
 impl Case for RouteCase {
@@ -389,7 +394,12 @@ impl Case for RouteCase {
         Op::MoeRoute
     }
     fn name(&self) -> String {
-        format!("moe_route(T={},E={},K={},ties)", self.t, self.e, self.k)
+        let routing = match self.routing {
+            reference::ops::moe::Routing::TopKSoftmax => "",
+            reference::ops::moe::Routing::SoftmaxTopK { renorm: true } => ",softmax-topk-renorm",
+            reference::ops::moe::Routing::SoftmaxTopK { renorm: false } => ",softmax-topk",
+        };
+        format!("moe_route(T={},E={},K={},ties{routing})", self.t, self.e, self.k)
     }
     fn run(&self, client: &Client) -> Outcome {
         let (t, e, k) = (self.t, self.e, self.k);
@@ -398,10 +408,13 @@ impl Case for RouteCase {
         for i in (0..z.len()).filter(|i| i % 3 == 2 && i % e != 0) {
             z[i] = z[i - 1];
         }
-        let want: Vec<(usize, f32)> = z.chunks(e).flat_map(|row| route(row, k)).collect();
+        let want: Vec<(usize, f32)> = match self.routing {
+            reference::ops::moe::Routing::TopKSoftmax => z.chunks(e).flat_map(|row| route(row, k)).collect(),
+            r => z.chunks(e).flat_map(|row| r.route(row, k)).collect(),
+        };
         outcome((|| {
             let zd = DeviceTensor::from_f32(client, &z, &[t, e])?;
-            let r = moe::route(client, &zd, k)?;
+            let r = moe::route_with(client, &zd, k, self.routing)?;
             let want_ids: Vec<u32> = want.iter().map(|&(e, _)| e as u32).collect();
             if let Err(e) = compare_ids(&r.ids.to_u32(client)?, &want_ids) {
                 return Ok(Outcome::Fail(format!("ids: {e}")));
@@ -442,8 +455,14 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     for (t, n) in [(1, 4), (3, 7), (5, 576), (17, 4096 + 1024)] {
         v.push(Box::new(BiasCase { t, n }));
     }
-    for (t, e, k) in [(1, 4, 2), (5, 32, 4), (33, 8, 8), (7, 128, 4), (3, 3, 3)] {
-        v.push(Box::new(RouteCase { t, e, k }));
+    for routing in [
+        reference::ops::moe::Routing::TopKSoftmax,
+        reference::ops::moe::Routing::SoftmaxTopK { renorm: true },
+        reference::ops::moe::Routing::SoftmaxTopK { renorm: false },
+    ] {
+        for (t, e, k) in [(1, 4, 2), (5, 32, 4), (33, 8, 8), (7, 128, 4), (3, 3, 3)] {
+            v.push(Box::new(RouteCase { t, e, k, routing }));
+        }
     }
     let mut add = |t, c, f, e, k, routing, path| {
         v.push(Box::new(MoeCase { t, c, f, e, k, routing, path, gemv: MoeGemv::V2, tc: None }) as Box<dyn Case>);
@@ -486,5 +505,6 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     // moe gemv v3's indexing without tensor cores (8 warps a tile here: the sums meet in
     // shared memory). One small case: an emulated MMA costs a barrier per 256 products.
     v.push(Box::new(MoeCase { t: 1, c: 64, f: 64, e: 4, k: 2, routing: Random, path: Gemv, gemv: MoeGemv::V3, tc: Some(TcMode::Emulated) }));
+    v.extend(dense::cases());
     v
 }

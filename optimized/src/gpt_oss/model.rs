@@ -138,17 +138,17 @@ impl GptOssGpu {
                 bo: up.dense(&[bo], Dtype::F32)?,
                 sinks: up.dense(&[sinks], Dtype::F32)?,
                 ffn_norm: up.dense(&[fnm], Dtype::F32)?,
-                moe: MoeWeights {
-                    router: up.dense(&[r], Dtype::F32)?,
-                    router_bias: up.dense(&[br], Dtype::F32)?,
+                moe: MoeWeights::mxfp4(
+                    &client,
+                    up.dense(&[r], Dtype::F32)?,
+                    up.dense(&[br], Dtype::F32)?,
                     gate_up,
                     down,
-                    k: cfg.n_experts_used,
-                    limit: cfg.swiglu_limit,
-                    alpha: cfg.swiglu_alpha,
-                    arrivals: MoeWeights::arrival_counters(&client)?,
-                    tc: dtype != Dtype::F32,
-                },
+                    cfg.n_experts_used,
+                    cfg.swiglu_limit,
+                    cfg.swiglu_alpha,
+                    dtype != Dtype::F32,
+                )?,
                 window: cfg.layer_window(l),
             });
         }
@@ -158,7 +158,7 @@ impl GptOssGpu {
         up.staging.finish()?;
         cubecl::future::block_on(client.sync())?;
         let weight_bytes = up.bytes;
-        let expert_share = |w: &Mxfp4Experts| w.bytes() / w.n_experts.max(1) * cfg.n_experts_used;
+        let expert_share = |w: &moe::Experts| w.bytes() / w.n_experts().max(1) * cfg.n_experts_used;
         let dense = |t: &DeviceTensor| t.numel() * t.dtype.size();
         let stream_bytes = layers
             .iter()

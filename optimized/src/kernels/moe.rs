@@ -1,4 +1,5 @@
-//! Mixture of experts (GPT-OSS), against `reference::gpt_oss::ops::moe`:
+//! Mixture of experts (GPT-OSS, Qwen3-MoE), against `reference::gpt_oss::ops::moe` and
+//! `reference::ops::moe`. GPT-OSS's block:
 //!
 //! ```text
 //! z = h Wrᵀ + br;  (e_k, w_k) = top-K of z, softmax over those K       route
@@ -6,6 +7,12 @@
 //! x  += Σ_k w_k (Wd_{e_k} a_k + bd_{e_k})                                 down + combine
 //! clamped_swiglu(g, u) = min(g, ℓ) · σ(α·min(g, ℓ)) · (clamp(u, −ℓ, ℓ) + 1)
 //! ```
+//! Other blocks ([`MoeWeights::dense`]) differ in three places: the experts are stored values
+//! in the model's dtype ([`DenseExperts`], gate|up interleaved as below; biases optional), the
+//! gating is `silu(g)·u` or `gelu_tanh(g)·u` ([`MoeAct`]), and the routing is any of
+//! `reference::ops::moe::Routing` (Qwen3-MoE: softmax over all E, then the top K, renormalised
+//! with `norm_topk_prob`) — a comptime switch of every route version.
+//!
 //! Expert weights stay MXFP4 on the device ([`Mxfp4Experts`]: all E experts of a projection in
 //! one buffer, rows in input order — the OCP layout of `reference::quant::mxfp4` as u32 words —
 //! gate and up rows interleaved). Routing never leaves the device: expert ids are read by the
@@ -57,21 +64,31 @@
 //!   the blocks decoded two values a register into the B tile; v1's epilogues. H200,
 //!   gpt-oss-20b, one layer's gate|up + down: 417 µs at 64 tokens (v1 4,767), 983 µs at 512
 //!   (v1 7,219) — the journal.
+//! - moe gemv d1 ([`gemv_dense`], decode over stored-value experts): v1's grouped structure
+//!   with each lane's W vectors of its rows loaded together, widened to f32; down by pairs,
+//!   then combine v1. CUDA cores.
+//! - moe gemm v1 over stored-value experts ([`dense`]): the same kernel, its W tile filled from
+//!   the 16-bit values (a `dense` comptime switch) instead of decoded MXFP4. CUDA cores: no
+//!   tensor-core variant over 16-bit experts yet.
 
+pub mod dense;
 pub mod gemm;
 pub mod gemm_tc;
 pub mod gemv;
+pub mod gemv_dense;
 pub mod gemv_tc;
 pub mod route;
 pub mod sort;
 
 use cubecl::prelude::*;
 use rayon::prelude::*;
+use reference::ops::moe::Routing;
 use reference::quant::mxfp4::Mxfp4Weight;
 
+pub use dense::{DenseExperts, Experts, MoeAct};
 pub use gemm::{moe_combine_into, moe_combine_pairs_into, moe_gemm_down, moe_gemm_down_into, moe_gemm_glu, moe_gemm_glu_into};
 pub use gemv::{moe_gemv_down_into, moe_gemv_glu, moe_gemv_glu_into, MoeGemv};
-pub use route::{route, route_tokens, RouteVersion};
+pub use route::{route, route_tokens, route_with, RouteVersion};
 pub use sort::sort_by_expert;
 
 use crate::kernels::matmul::tc::TcMode;
@@ -88,6 +105,19 @@ pub(crate) fn clamped_swiglu(g: f32, u: f32, limit: f32, alpha: f32) -> f32 {
     let g = min(g, limit);
     let u = min(max(u, -limit), limit);
     g * (1.0f32 / (1.0f32 + (-(alpha * g)).exp())) * (u + 1.0f32)
+}
+
+/// The experts' gating of `(g, u)` for [`MoeAct::code`] `act`: GPT-OSS's clamped SwiGLU
+/// (`limit`, `alpha`), `silu(g) · u` or `gelu_tanh(g) · u` (the dense MLP's expressions).
+#[cube]
+pub(crate) fn expert_glu(g: f32, u: f32, limit: f32, alpha: f32, #[comptime] act: u32) -> f32 {
+    if act == 1 {
+        crate::kernels::swiglu::silu_mul(g, u)
+    } else if act == 2 {
+        crate::kernels::swiglu::gelu_mul(g, u)
+    } else {
+        clamped_swiglu(g, u, limit, alpha)
+    }
 }
 
 /// Every expert's `[out, in]` MXFP4 matrix of one projection, on the device.
@@ -218,25 +248,32 @@ pub struct Sorted {
     pub bm: usize,
 }
 
-/// One MoE block's weights on the device.
+/// One MoE block's weights on the device. Build with [`MoeWeights::mxfp4`] (GPT-OSS) or
+/// [`MoeWeights::dense`] (16-bit experts: Qwen3-MoE), which check the shapes against each other.
 #[derive(Debug, Clone)]
 pub struct MoeWeights {
-    /// `[E, C]` f32 and `[E]`.
+    /// `[E, C]` f32 and `[E]` (zeros where the model's router has no bias).
     pub router: DeviceTensor,
     pub router_bias: DeviceTensor,
     /// `[E, 2F, C]`, gate and up rows interleaved.
-    pub gate_up: Mxfp4Experts,
+    pub gate_up: Experts,
     /// `[E, C, F]`.
-    pub down: Mxfp4Experts,
+    pub down: Experts,
     pub k: usize,
+    /// GPT-OSS's clamp ℓ and slope α ([`MoeAct::ClampedSwiglu`]; unread otherwise).
     pub limit: f32,
     pub alpha: f32,
+    /// The experts' gating `act(gate, up)`.
+    pub act: MoeAct,
+    /// How router logits become each token's K (expert, weight) pairs.
+    pub routing: Routing,
     /// Route v3's arrival counters, one per token of a decode step (`[GEMV_MAX_T]` u32,
     /// zero between launches): [`MoeWeights::arrival_counters`].
     pub arrivals: DeviceTensor,
     /// Steps of many tokens may run moe gemm v2, which rounds the activations to 16 bits for
     /// the tensor cores: set where the model's own matrices are 16-bit (an f32 model keeps f32
-    /// activations, as its dense GEMMs do).
+    /// activations, as its dense GEMMs do). MXFP4 experts only (16-bit experts run on the CUDA
+    /// cores whatever it says).
     pub tc: bool,
 }
 
@@ -244,6 +281,110 @@ impl MoeWeights {
     /// Zeroed arrival counters for route v3 (one per token of a decode step).
     pub fn arrival_counters(client: &Client) -> Result<DeviceTensor, Error> {
         DeviceTensor::from_u32(client, &[0; GEMV_MAX_T], &[GEMV_MAX_T])
+    }
+
+    /// GPT-OSS's block: MXFP4 experts with biases, the clamped SwiGLU (`limit`, `alpha`), top-K
+    /// then softmax; `router [E, C]`, `router_bias [E]` f32.
+    #[allow(clippy::too_many_arguments)]
+    pub fn mxfp4(
+        client: &Client,
+        router: DeviceTensor,
+        router_bias: DeviceTensor,
+        gate_up: Mxfp4Experts,
+        down: Mxfp4Experts,
+        k: usize,
+        limit: f32,
+        alpha: f32,
+        tc: bool,
+    ) -> Result<Self, Error> {
+        let w = MoeWeights {
+            router,
+            router_bias,
+            gate_up: Experts::Mxfp4(gate_up),
+            down: Experts::Mxfp4(down),
+            k,
+            limit,
+            alpha,
+            act: MoeAct::ClampedSwiglu,
+            routing: Routing::TopKSoftmax,
+            arrivals: Self::arrival_counters(client)?,
+            tc,
+        };
+        w.check()?;
+        Ok(w)
+    }
+
+    /// A block of 16-bit (or f32) experts ([`DenseExperts`]): `router [E, C]` f32, its bias
+    /// `[E]` f32 if the model has one (zeros uploaded otherwise), `act` the experts' gating,
+    /// `routing` the model's (Qwen3-MoE: `SoftmaxTopK { renorm: norm_topk_prob }`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn dense(
+        client: &Client,
+        router: DeviceTensor,
+        router_bias: Option<DeviceTensor>,
+        gate_up: DenseExperts,
+        down: DenseExperts,
+        k: usize,
+        act: crate::kernels::swiglu::GluAct,
+        routing: Routing,
+    ) -> Result<Self, Error> {
+        let router_bias = match router_bias {
+            Some(b) => b,
+            None => DeviceTensor::from_f32(client, &vec![0.0; gate_up.n_experts], &[gate_up.n_experts])?.into_read_only(),
+        };
+        let w = MoeWeights {
+            router,
+            router_bias,
+            gate_up: Experts::Dense(gate_up),
+            down: Experts::Dense(down),
+            k,
+            limit: 0.0,
+            alpha: 0.0,
+            act: MoeAct::from(act),
+            routing,
+            arrivals: Self::arrival_counters(client)?,
+            tc: false,
+        };
+        w.check()?;
+        Ok(w)
+    }
+
+    /// The shapes agree: router `[E, C]` f32, bias `[E]`, gate|up `[E, 2F, C]`, down `[E, C, F]`
+    /// of one kind, 1 ≤ K ≤ min(E, [`MAX_K`]).
+    pub fn check(&self) -> Result<(), Error> {
+        let bad = |m: String| Err(Error::Shape(format!("moe weights: {m}")));
+        let (gu, d) = (&self.gate_up, &self.down);
+        let [e, c] = self.router.shape[..] else { return bad(format!("router {:?}, expected [E, C]", self.router.shape)) };
+        if self.router.dtype != crate::Dtype::F32 || self.router_bias.shape != [e] || self.router_bias.dtype != crate::Dtype::F32 {
+            return bad(format!(
+                "router {:?} {} with bias {:?}, expected [E, C] f32 and [E] f32",
+                self.router.shape,
+                self.router.dtype.name(),
+                self.router_bias.shape
+            ));
+        }
+        if matches!((gu, d), (Experts::Mxfp4(_), Experts::Dense(_)) | (Experts::Dense(_), Experts::Mxfp4(_))) {
+            return bad("gate|up and down experts of different kinds".into());
+        }
+        let f = gu.out() / 2;
+        if gu.n_experts() != e || d.n_experts() != e || gu.in_dim() != c || !gu.out().is_multiple_of(2) || d.out() != c || d.in_dim() != f {
+            return bad(format!(
+                "router [{e}, {c}], gate|up [{}, {}, {}], down [{}, {}, {}]: expected [E, 2F, C] and [E, C, F]",
+                gu.n_experts(),
+                gu.out(),
+                gu.in_dim(),
+                d.n_experts(),
+                d.out(),
+                d.in_dim()
+            ));
+        }
+        if self.k == 0 || self.k > e || self.k > MAX_K {
+            return bad(format!("top-{} of {e} experts (1 ≤ K ≤ min(E, {MAX_K}))", self.k));
+        }
+        if matches!(gu, Experts::Mxfp4(_)) && self.act != MoeAct::ClampedSwiglu {
+            return bad(format!("MXFP4 experts run GPT-OSS's clamped SwiGLU, not {:?}", self.act));
+        }
+        Ok(())
     }
 }
 
@@ -266,20 +407,28 @@ pub enum MoeGemm {
     V2,
 }
 
-/// Whether the GEMM path runs moe gemm v2 (tensor cores) for `w` on `client`'s device now.
+/// Whether the GEMM path runs moe gemm v2 (tensor cores) for `w` on `client`'s device now
+/// (MXFP4 experts of a 16-bit model).
 pub fn gemm_on_tensor_cores(client: &Client, w: &MoeWeights) -> bool {
-    w.tc && client.kernels().moe_gemm == MoeGemm::V2 && gemm_tc::require(client, TcMode::Tensor, w.gate_up.in_dim.max(w.down.in_dim)).is_ok()
+    matches!(w.gate_up, Experts::Mxfp4(_))
+        && w.tc
+        && client.kernels().moe_gemm == MoeGemm::V2
+        && gemm_tc::require(client, TcMode::Tensor, w.gate_up.in_dim().max(w.down.in_dim())).is_ok()
 }
 
 /// Whether the gemv path runs moe gemv v3 (tensor cores) for `w` on `client`'s device now:
-/// a 16-bit model (`w.tc`, which rounds the MoE's inputs to 16 bits on the GEMM path too),
-/// `moe-gemv=v3` (the default) and `mma.sync`.
+/// MXFP4 experts of a 16-bit model (`w.tc`, which rounds the MoE's inputs to 16 bits on the
+/// GEMM path too), `moe-gemv=v3` (the default) and `mma.sync`.
 pub fn gemv_on_tensor_cores(client: &Client, w: &MoeWeights) -> bool {
-    w.tc && client.kernels().moe_gemv == MoeGemv::V3 && gemv_tc::require(client, TcMode::Tensor, w.gate_up.in_dim.max(w.down.in_dim)).is_ok()
+    matches!(w.gate_up, Experts::Mxfp4(_))
+        && w.tc
+        && client.kernels().moe_gemv == MoeGemv::V3
+        && gemv_tc::require(client, TcMode::Tensor, w.gate_up.in_dim().max(w.down.in_dim())).is_ok()
 }
 
 /// `x ← x + MoE(h)` for `h [T, C]` (the block's normed input) and `x [T, C]` the residual
-/// stream; returns the routes (for inspection).
+/// stream; returns the routes (for inspection). Nothing here waits on the device (graphs
+/// capture it whole).
 pub fn moe_into(client: &Client, h: &DeviceTensor, w: &MoeWeights, x: &DeviceTensor, path: MoePath) -> Result<Routes, Error> {
     let routes = route::route_tokens(client, h, w)?;
     let gemv = match path {
@@ -287,20 +436,37 @@ pub fn moe_into(client: &Client, h: &DeviceTensor, w: &MoeWeights, x: &DeviceTen
         MoePath::Gemv => true,
         MoePath::Gemm => false,
     };
+    let (gu, dn) = match (&w.gate_up, &w.down) {
+        (Experts::Dense(gu), Experts::Dense(dn)) => {
+            if gemv {
+                let a = DeviceTensor::empty_f32(client, &[routes.tokens * routes.k, gu.out / 2]);
+                gemv_dense::moe_gemv_dense_glu_into(client, h, &routes, gu, w.act, &a)?;
+                gemv_dense::moe_gemv_dense_down_into(client, &a, &routes, dn, x)?;
+            } else {
+                let sorted = sort::sort_by_expert(client, &routes, gu.n_experts, gemm::BM)?;
+                let a = DeviceTensor::empty_f32(client, &[sorted.pairs, gu.out / 2]);
+                dense::moe_gemm_dense_glu_into(client, h, &sorted, &routes, gu, w.act, &a)?;
+                let y = DeviceTensor::empty_f32(client, &[sorted.pairs, dn.out]);
+                dense::moe_gemm_dense_down_into(client, &a, &sorted, &routes, dn, &y)?;
+                gemm::moe_combine_into(client, &y, &sorted, &routes, x)?;
+            }
+            return Ok(routes);
+        }
+        (gu, dn) => (gu.mxfp4()?, dn.mxfp4()?),
+    };
     if gemv && gemv_on_tensor_cores(client, w) {
-        let a = DeviceTensor::empty_f32(client, &[routes.tokens * routes.k, w.gate_up.out / 2]);
-        gemv_tc::moe_gemv_glu_tc_into(client, h, &routes, &w.gate_up, w.limit, w.alpha, &a, TcMode::Tensor)?;
-        gemv_tc::moe_gemv_down_tc_into(client, &a, &routes, &w.down, x, TcMode::Tensor)?;
+        let a = DeviceTensor::empty_f32(client, &[routes.tokens * routes.k, gu.out / 2]);
+        gemv_tc::moe_gemv_glu_tc_into(client, h, &routes, gu, w.limit, w.alpha, &a, TcMode::Tensor)?;
+        gemv_tc::moe_gemv_down_tc_into(client, &a, &routes, dn, x, TcMode::Tensor)?;
     } else if gemv {
-        let a = gemv::moe_gemv_glu(client, h, &routes, &w.gate_up, w.limit, w.alpha)?;
-        gemv::moe_gemv_down_into(client, &a, &routes, &w.down, x)?;
+        let a = gemv::moe_gemv_glu(client, h, &routes, gu, w.limit, w.alpha)?;
+        gemv::moe_gemv_down_into(client, &a, &routes, dn, x)?;
     } else {
         let kernel = gemm_on_tensor_cores(client, w).then_some(TcMode::Tensor);
-        let bm =
-            kernel.map_or(gemm::BM, |mode| gemm_tc::MoeTc::pick(mode, routes.tokens * routes.k, w.gate_up.n_experts, client.kernels().moe_tile).bm());
-        let sorted = sort::sort_by_expert(client, &routes, w.gate_up.n_experts, bm)?;
-        let a = gemm::moe_gemm_glu(client, h, &sorted, &routes, &w.gate_up, w.limit, w.alpha, kernel)?;
-        let y = gemm::moe_gemm_down(client, &a, &sorted, &routes, &w.down, kernel)?;
+        let bm = kernel.map_or(gemm::BM, |mode| gemm_tc::MoeTc::pick(mode, routes.tokens * routes.k, gu.n_experts, client.kernels().moe_tile).bm());
+        let sorted = sort::sort_by_expert(client, &routes, gu.n_experts, bm)?;
+        let a = gemm::moe_gemm_glu(client, h, &sorted, &routes, gu, w.limit, w.alpha, kernel)?;
+        let y = gemm::moe_gemm_down(client, &a, &sorted, &routes, dn, kernel)?;
         gemm::moe_combine_into(client, &y, &sorted, &routes, x)?;
     }
     Ok(routes)

@@ -1,10 +1,11 @@
 //! moe gemm v1: the experts of many tokens as grouped GEMMs over the pairs sorted by expert
-//! (`sort.rs`), MXFP4 decoded as the W tiles load; then the weighted combine per token.
+//! (`sort.rs`), MXFP4 decoded (or 16-bit experts widened: [`super::dense`]) as the W tiles
+//! load; then the weighted combine per token.
 
 use cubecl::prelude::*;
 use cubecl::server::CubeCountSelection;
 
-use super::{clamped_swiglu, Mxfp4Experts, Routes, Sorted};
+use super::{expert_glu, MoeAct, Mxfp4Experts, Routes, Sorted};
 use crate::kernels::matmul::tc::TcMode;
 use crate::kernels::pdl::await_predecessor;
 use crate::kernels::qmatmul::v1::{e2m1, e8m0};
@@ -25,19 +26,24 @@ const SROW: usize = 33;
 /// known on the device). 16×16 units, 4×4 outputs each: rows `ty + 16i`, columns
 /// `2tx + 32⌊j/2⌋ + j mod 2` (so a unit holds (gate, up) column pairs). Along the input, steps
 /// of 32 = one MXFP4 block per row: the x tile gathered through the sorted order, the W tile
-/// decoded (one word = 8 nibbles per unit, one scale per row) into shared memory as f32.
+/// decoded (one word = 8 nibbles per unit, one scale per row) into shared memory as f32 —
+/// with `dense`, 8 consecutive values of `wf` (`[E, out, in]`, 16-bit or f32) per unit
+/// widened to f32 instead (`w`, `scales` unread).
 /// - `glu`: x = h `[T, in]` (sorted row s reads token `sorted[s] / K`); W `[E, 2F, in]`
-///   interleaved gate, up; `y[s, j] = clamped_swiglu(gate_j + bg_j, up_j + bu_j)` `[P, F]`.
+///   interleaved gate, up; `y[s, j] = act(gate_j + bg_j, up_j + bu_j)` `[P, F]`
+///   ([`expert_glu`] of `act`).
 /// - down: x `[P, in]` in sorted order; `y[s, r] = (W_e x_s)[r] + b_e[r]` `[P, out]`.
+/// Without `has_bias` the biases are zero (`bias` unread).
 #[allow(clippy::too_many_arguments)]
 #[cube(launch)]
-pub fn moe_gemm_v1(
+pub fn moe_gemm_v1<W: Float>(
     x: &[f32],
     sorted: &[u32],
     offsets: &[u32],
     tile_offsets: &[u32],
     w: &[u32],
     scales: &[u32],
+    wf: &[W],
     bias: &[f32],
     y: &mut [f32],
     n_out: u32,
@@ -48,6 +54,9 @@ pub fn moe_gemm_v1(
     limit: f32,
     alpha: f32,
     #[comptime] glu: bool,
+    #[comptime] dense: bool,
+    #[comptime] has_bias: bool,
+    #[comptime] act: u32,
 ) {
     let mt = (CUBE_POS / tiles_n as usize) as u32;
     let nt = CUBE_POS % tiles_n as usize;
@@ -112,14 +121,25 @@ pub fn moe_gemm_v1(
                 }
                 xs[(lr + 8 * l) * SROW + lc] = xv;
             }
-            let word = w[(wbase * cpr + kb) * 4 + wd];
-            let mut sc = e8m0(scales, wbase * cpr + kb);
-            if o0 + wr >= n_out {
-                sc = 0.0f32;
-            }
-            #[unroll]
-            for n in 0..8usize {
-                ws[wr * SROW + wd * 8 + n] = sc * lut[((word >> (4 * n) as u32) & 15u32) as usize];
+            if dense {
+                #[unroll]
+                for n in 0..8usize {
+                    let mut v = f32::cast_from(wf[wbase * k + k0 + wd * 8 + n]);
+                    if o0 + wr >= n_out {
+                        v = 0.0f32;
+                    }
+                    ws[wr * SROW + wd * 8 + n] = v;
+                }
+            } else {
+                let word = w[(wbase * cpr + kb) * 4 + wd];
+                let mut sc = e8m0(scales, wbase * cpr + kb);
+                if o0 + wr >= n_out {
+                    sc = 0.0f32;
+                }
+                #[unroll]
+                for n in 0..8usize {
+                    ws[wr * SROW + wd * 8 + n] = sc * lut[((word >> (4 * n) as u32) & 15u32) as usize];
+                }
             }
             sync_cube();
             for c in 0..32usize {
@@ -147,15 +167,23 @@ pub fn moe_gemm_v1(
                     let col = o0 + 2 * tx + 32 * jj;
                     if glu {
                         if col + 1 < n_out {
-                            let g = acc[i * 4 + 2 * jj] + bias[e * n_out + col];
-                            let u = acc[i * 4 + 2 * jj + 1] + bias[e * n_out + col + 1];
-                            y[s * (n_out / 2) + col / 2] = clamped_swiglu(g, u, limit, alpha);
+                            let mut g = acc[i * 4 + 2 * jj];
+                            let mut u = acc[i * 4 + 2 * jj + 1];
+                            if has_bias {
+                                g += bias[e * n_out + col];
+                                u += bias[e * n_out + col + 1];
+                            }
+                            y[s * (n_out / 2) + col / 2] = expert_glu(g, u, limit, alpha, act);
                         }
                     } else {
                         #[unroll]
                         for h in 0..2usize {
                             if col + h < n_out {
-                                y[s * n_out + col + h] = acc[i * 4 + 2 * jj + h] + bias[e * n_out + col + h];
+                                let mut v = acc[i * 4 + 2 * jj + h];
+                                if has_bias {
+                                    v += bias[e * n_out + col + h];
+                                }
+                                y[s * n_out + col + h] = v;
                             }
                         }
                     }
@@ -218,33 +246,54 @@ fn launch(
     glu: bool,
     kernel: Option<TcMode>,
 ) -> Result<(), Error> {
-    if sorted.n_exp != w.n_experts {
-        return Err(Error::Shape(format!("{op}: pairs sorted for {} experts, W has {}", sorted.n_exp, w.n_experts)));
-    }
-    let pairs = sorted.pairs;
-    if pairs == 0 {
-        return Ok(());
-    }
-    // Σ_e ⌈count_e / bm⌉ ≤ ⌈P / bm⌉ + (experts holding a pair).
-    let max_tiles = pairs.div_ceil(sorted.bm.max(1)) + w.n_experts.min(pairs);
+    let Some(max_tiles) = max_tiles(op, sorted, w.n_experts)? else { return Ok(()) };
     match kernel {
         Some(mode) => super::gemm_tc::launch(client, op, x, sorted, routes, w, y, limit, alpha, glu, mode, max_tiles),
-        None => launch_v1(client, op, x, sorted, routes, w, y, limit, alpha, glu, max_tiles),
+        None => {
+            let v1 = V1Weights { w: &w.data, scales: &w.scales, wf: None, bias: Some(&w.bias), out: w.out, in_dim: w.in_dim, n_experts: w.n_experts };
+            launch_v1(client, op, x, sorted, routes, &v1, y, limit, alpha, MoeAct::ClampedSwiglu, glu, max_tiles)
+        }
     }
 }
 
-/// moe gemm v1's launch ([`moe_gemm_v1`]).
+/// The row tiles the grid covers for `sorted` (`None`: no pairs, nothing to launch).
+pub(super) fn max_tiles(op: &str, sorted: &Sorted, n_experts: usize) -> Result<Option<usize>, Error> {
+    if sorted.n_exp != n_experts {
+        return Err(Error::Shape(format!("{op}: pairs sorted for {} experts, W has {n_experts}", sorted.n_exp)));
+    }
+    if sorted.pairs == 0 {
+        return Ok(None);
+    }
+    // Σ_e ⌈count_e / bm⌉ ≤ ⌈P / bm⌉ + (experts holding a pair).
+    Ok(Some(sorted.pairs.div_ceil(sorted.bm.max(1)) + n_experts.min(sorted.pairs)))
+}
+
+/// The experts moe gemm v1 reads: MXFP4 (`w`, `scales`) or, with `wf`, dense values
+/// `[E, out, in]`; biases `[E, out]` f32 if any.
+pub(super) struct V1Weights<'a> {
+    pub w: &'a DeviceTensor,
+    pub scales: &'a DeviceTensor,
+    pub wf: Option<&'a DeviceTensor>,
+    pub bias: Option<&'a DeviceTensor>,
+    pub out: usize,
+    pub in_dim: usize,
+    pub n_experts: usize,
+}
+
+/// moe gemm v1's launch ([`moe_gemm_v1`]). Buffers a variant leaves unread are bound to
+/// `routes`' (never written by the kernel).
 #[allow(clippy::too_many_arguments)]
-fn launch_v1(
+pub(super) fn launch_v1(
     client: &Client,
     op: &str,
     x: &DeviceTensor,
     sorted: &Sorted,
     routes: &Routes,
-    w: &Mxfp4Experts,
+    w: &V1Weights<'_>,
     y: &DeviceTensor,
     limit: f32,
     alpha: f32,
+    act: MoeAct,
     glu: bool,
     max_tiles: usize,
 ) -> Result<(), Error> {
@@ -255,36 +304,49 @@ fn launch_v1(
     if sorted.bm != BM {
         return Err(Error::Shape(format!("{op}: pairs sorted in tiles of {}, moe gemm v1 tiles of {BM}", sorted.bm)));
     }
+    if !w.in_dim.is_multiple_of(32) {
+        return Err(Error::Shape(format!("{op}: input width {} is not a multiple of 32 (moe gemm v1's k step)", w.in_dim)));
+    }
     let tiles_n = w.out.div_ceil(BN);
     let cubes = u32::try_from(max_tiles * tiles_n).map_err(|_| Error::Shape(format!("{op}: {max_tiles} × {tiles_n} tiles exceed u32")))?;
     crate::kernels::attention::naive::u32_of("moe gemm output", y.numel())?;
-    unsafe {
-        moe_gemm_v1::launch(
-            client,
-            CubeCountSelection::new(client, cubes).cube_count(),
-            CubeDim::new_2d(16, 16),
-            x.as_arg(1),
-            sorted.sorted.as_arg(1),
-            sorted.offsets.as_arg(1),
-            sorted.tile_offsets.as_arg(1),
-            w.data.as_arg(1),
-            w.scales.as_arg(1),
-            w.bias.as_arg(1),
-            y.as_arg(1),
-            w.out as u32,
-            w.in_dim as u32,
-            routes.k as u32,
-            w.n_experts as u32,
-            tiles_n as u32,
-            limit,
-            alpha,
-            glu,
-        );
+    let wf = w.wf.unwrap_or(&routes.weights);
+    macro_rules! go {
+        ($w:ty) => {
+            unsafe {
+                moe_gemm_v1::launch::<$w>(
+                    client,
+                    CubeCountSelection::new(client, cubes).cube_count(),
+                    CubeDim::new_2d(16, 16),
+                    x.as_arg(1),
+                    sorted.sorted.as_arg(1),
+                    sorted.offsets.as_arg(1),
+                    sorted.tile_offsets.as_arg(1),
+                    w.w.as_arg(1),
+                    w.scales.as_arg(1),
+                    wf.as_arg(1),
+                    w.bias.unwrap_or(&routes.weights).as_arg(1),
+                    y.as_arg(1),
+                    w.out as u32,
+                    w.in_dim as u32,
+                    routes.k as u32,
+                    w.n_experts as u32,
+                    tiles_n as u32,
+                    limit,
+                    alpha,
+                    glu,
+                    w.wf.is_some(),
+                    w.bias.is_some(),
+                    act.code(),
+                )
+            }
+        };
     }
+    with_float!(wf.dtype, go);
     Ok(())
 }
 
-fn check(op: &str, what: &str, t: &DeviceTensor, shape: [usize; 2]) -> Result<(), Error> {
+pub(super) fn check(op: &str, what: &str, t: &DeviceTensor, shape: [usize; 2]) -> Result<(), Error> {
     if t.dtype != Dtype::F32 || t.shape != shape {
         return Err(Error::Shape(format!("{op}: {what} {:?} {}, expected {shape:?} f32", t.shape, t.dtype.name())));
     }

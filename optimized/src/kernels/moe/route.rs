@@ -1,11 +1,15 @@
-//! The router on the device: logits, the top-K and the softmax over the K chosen logits
-//! (route v1 on given logits; route v2 fused with the router's matmul and bias, one cube per
-//! token; route v3 one cube per router row, the last of a token to finish ranking).
+//! The router on the device: logits, the top-K and the weights (route v1 on given logits;
+//! route v2 fused with the router's matmul and bias, one cube per token; route v3 one cube per
+//! router row, the last of a token to finish ranking). Every version takes the reference's
+//! `Routing` as a comptime switch ([`routing_code`]): GPT-OSS's softmax over the K chosen
+//! logits, or Qwen3-MoE's softmax over all E with the K largest kept (renormalised or not).
 
 use cubecl::prelude::*;
 use cubecl::server::CubeCountSelection;
 
 use super::gemv::{group_sum, GROUP};
+use reference::ops::moe::Routing;
+
 use super::{MoeWeights, Routes};
 use crate::kernels::pdl::await_predecessor;
 use crate::kernels::swiglu::{check_f32, Elementwise};
@@ -21,13 +25,30 @@ const V2_GROUPS: usize = 32;
 /// for a prefill's thousands of tokens the matmul of v1 does far better.
 const V2_MAX_T: usize = super::GEMV_MAX_T;
 
+/// The kernels' comptime switch for `r`: 0 top-K then softmax over the K, 1 softmax over all
+/// then top-K renormalised, 2 the same not renormalised.
+pub(crate) fn routing_code(r: Routing) -> u32 {
+    match r {
+        Routing::TopKSoftmax => 0,
+        Routing::SoftmaxTopK { renorm: true } => 1,
+        Routing::SoftmaxTopK { renorm: false } => 2,
+    }
+}
+
 /// The routes of one token from its logits `z[base .. base + E]`: rank r takes the largest
 /// logit among those ranked after rank r − 1 in (value descending, index ascending) order —
-/// the reference's stable sort — so equal logits rank the lower expert first; then
-/// `w_r = e^(z_r − z_0) / Σ e^(z_r' − z_0)` in rank order (z_0 is the maximum), the reference
-/// softmax's arithmetic. Writes `ids[out ..+ K]`, `w[out ..+ K]`.
+/// the reference's stable sort — so equal logits rank the lower expert first. Then, by
+/// `routing` ([`routing_code`]), in the reference's order of operations (z_0 is the maximum):
+/// - 0: `w_r = e^(z_r − z_0) / Σ_r' e^(z_r' − z_0)` (the K in rank order);
+/// - 1, 2: `p_r = e^(z_r − z_0) / S` with `S = Σ_j e^(z_j − z_0)` over all E in index order,
+///   and with 1 `w_r = p_r / Σ_r' p_r'`, with 2 `w_r = p_r`.
+///
+/// The reference ranks softmax-first routing by p, not z: the same order (exp is monotone)
+/// except where two different logits round to the same p, a tie it breaks by index.
+/// Writes `ids[out ..+ K]`, `w[out ..+ K]`.
 #[cube]
-fn top_k_softmax(z: &[f32], base: usize, e_n: usize, ids: &mut [u32], w: &mut [f32], out: usize, #[comptime] k: usize) {
+#[allow(clippy::too_many_arguments)]
+fn top_k_softmax(z: &[f32], base: usize, e_n: usize, ids: &mut [u32], w: &mut [f32], out: usize, #[comptime] k: usize, #[comptime] routing: u32) {
     let mut sel = Array::<f32>::new(k);
     let mut prev_v = f32::new(0.0);
     let mut prev_i = 0usize;
@@ -54,11 +75,28 @@ fn top_k_softmax(z: &[f32], base: usize, e_n: usize, ids: &mut [u32], w: &mut [f
     }
     let m = sel[0];
     let mut s = f32::new(0.0);
-    #[unroll]
-    for r in 0..k {
-        let e = (sel[r] - m).exp();
-        sel[r] = e;
-        s += e;
+    if routing == 0 {
+        #[unroll]
+        for r in 0..k {
+            let e = (sel[r] - m).exp();
+            sel[r] = e;
+            s += e;
+        }
+    } else {
+        for j in 0..e_n {
+            s += (z[base + j] - m).exp();
+        }
+        let mut ps = f32::new(0.0);
+        #[unroll]
+        for r in 0..k {
+            let p = (sel[r] - m).exp() / s;
+            sel[r] = p;
+            ps += p;
+        }
+        s = f32::new(1.0);
+        if routing == 1 {
+            s = ps;
+        }
     }
     #[unroll]
     for r in 0..k {
@@ -68,11 +106,11 @@ fn top_k_softmax(z: &[f32], base: usize, e_n: usize, ids: &mut [u32], w: &mut [f
 
 /// route v1: one unit per token over given logits `z [T, E]`; `ids` / `w` `[T, K]`.
 #[cube(launch)]
-pub fn moe_route_v1(z: &[f32], ids: &mut [u32], w: &mut [f32], n_tok: u32, n_exp: u32, #[comptime] k: usize) {
+pub fn moe_route_v1(z: &[f32], ids: &mut [u32], w: &mut [f32], n_tok: u32, n_exp: u32, #[comptime] k: usize, #[comptime] routing: u32) {
     let t = ABSOLUTE_POS;
     if t < n_tok as usize {
         let e_n = n_exp as usize;
-        top_k_softmax(z, t * e_n, e_n, ids, w, t * k, k);
+        top_k_softmax(z, t * e_n, e_n, ids, w, t * k, k, routing);
     }
 }
 
@@ -185,6 +223,7 @@ pub fn moe_route_v2<N: Size>(
     #[comptime] k: usize,
     #[comptime] plane: bool,
     #[comptime] max_e: usize,
+    #[comptime] routing: u32,
 ) {
     let t = min(CUBE_POS, n_tok as usize - 1);
     let lane = UNIT_POS_X as usize;
@@ -211,7 +250,7 @@ pub fn moe_route_v2<N: Size>(
     // Cubes past the last token (the grid is spread over x/y/z) recompute its routes and
     // store nothing.
     if lane == 0 && g == 0 && CUBE_POS < n_tok as usize {
-        top_k_softmax(&z, 0usize, e_n, ids, w, t * k, k);
+        top_k_softmax(&z, 0usize, e_n, ids, w, t * k, k, routing);
     }
 }
 
@@ -245,6 +284,7 @@ pub fn moe_route_v3<N: Size>(
     #[comptime] max_e: usize,
     #[comptime] pdl: bool,
     #[comptime] early: bool,
+    #[comptime] routing: u32,
 ) {
     let e_n = n_exp as usize;
     let t = CUBE_POS / e_n;
@@ -285,7 +325,7 @@ pub fn moe_route_v3<N: Size>(
             }
             sync_cube();
             if tid == 0 {
-                top_k_softmax(&zs, 0usize, e_n, ids, w, t * k, k);
+                top_k_softmax(&zs, 0usize, e_n, ids, w, t * k, k, routing);
                 arrivals[t].store(0u32);
             }
         }
@@ -300,8 +340,14 @@ fn check_k(op: &str, k: usize, e: usize) -> Result<(), Error> {
 }
 
 /// The routes of `z [T, E]` (router logits, f32): each token's `k` largest logits, their
-/// experts and softmax weights (route v1).
+/// experts and softmax weights (route v1, GPT-OSS's routing).
 pub fn route(client: &Client, z: &DeviceTensor, k: usize) -> Result<Routes, Error> {
+    route_with(client, z, k, Routing::TopKSoftmax)
+}
+
+/// [`route`] by `routing`: each token's K experts and weights as `reference::ops::moe`'s
+/// `Routing::route` makes them.
+pub fn route_with(client: &Client, z: &DeviceTensor, k: usize, routing: Routing) -> Result<Routes, Error> {
     check_f32("moe_route", "z", z)?;
     let [t, e] = z.shape[..] else {
         return Err(Error::Shape(format!("moe_route: z {:?}, expected [T, E]", z.shape)));
@@ -314,7 +360,18 @@ pub fn route(client: &Client, z: &DeviceTensor, k: usize) -> Result<Routes, Erro
     }
     let g = Elementwise::with_vec(client, "moe_route", t, 1)?;
     unsafe {
-        moe_route_v1::launch(client, g.count, g.dim, z.as_arg(1), routes.ids.as_arg(1), routes.weights.as_arg(1), t as u32, e as u32, k);
+        moe_route_v1::launch(
+            client,
+            g.count,
+            g.dim,
+            z.as_arg(1),
+            routes.ids.as_arg(1),
+            routes.weights.as_arg(1),
+            t as u32,
+            e as u32,
+            k,
+            routing_code(routing),
+        );
     }
     Ok(routes)
 }
@@ -339,7 +396,7 @@ pub fn route_tokens(client: &Client, h: &DeviceTensor, w: &MoeWeights) -> Result
     if !fits || w.router.dtype != Dtype::F32 || h.dtype != Dtype::F32 || rc != c || c == 0 || !c.is_multiple_of(4) || w.router_bias.shape != [e] {
         let z = crate::kernels::matmul::linear(client, h, &w.router)?;
         crate::kernels::bias::bias_add(client, &z, &w.router_bias)?;
-        return route(client, &z, w.k);
+        return route_with(client, &z, w.k, w.routing);
     }
     check_k("moe_route", w.k, e)?;
     let routes = Routes { ids: DeviceTensor::empty_f32(client, &[t * w.k]), weights: DeviceTensor::empty_f32(client, &[t * w.k]), tokens: t, k: w.k };
@@ -378,6 +435,7 @@ pub fn route_tokens(client: &Client, h: &DeviceTensor, w: &MoeWeights) -> Result
                 V2_MAX_EXPERTS,
                 pdl,
                 early,
+                routing_code(w.routing),
             );
         }
         return Ok(routes);
@@ -399,6 +457,7 @@ pub fn route_tokens(client: &Client, h: &DeviceTensor, w: &MoeWeights) -> Result
             w.k,
             plane,
             V2_MAX_EXPERTS,
+            routing_code(w.routing),
         );
     }
     Ok(routes)

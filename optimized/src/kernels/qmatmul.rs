@@ -307,8 +307,9 @@ pub fn qlinear_glu(client: &Client, x: &DeviceTensor, w: &QWeight) -> Result<Dev
 }
 
 /// [`qlinear_glu`] with the gate's activation `act` (`act(x · Gᵀ) ⊙ (x · Uᵀ)`): either in the
-/// epilogue of the decode gemvs (v1, v2, v5); GELU-tanh above them (tensor-core GEMM, dequant +
-/// tiled) and on the mma gemv as the sums into `[T, out]`, then `swiglu::glu_pairs_into`.
+/// epilogue of the decode gemvs (v1, v2, v5) and of the tensor-core GEMMs (tc v1, tc v3);
+/// dequant + tiled and the mma gemv (v4) write the sums into `[T, out]`, then
+/// `swiglu::glu_pairs_into`.
 pub fn qlinear_glu_act(client: &Client, x: &DeviceTensor, w: &QWeight, act: GluAct) -> Result<DeviceTensor, Error> {
     let y = DeviceTensor::empty_f32(client, &[x.shape.first().copied().unwrap_or(0), w.out / 2]);
     qlinear_fused_into_tuned(client, x, w, &y, &GemvTune::default_for(client, w), &Fuse::glu_act(act))?;
@@ -364,31 +365,32 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
     // where it applies; the gemvs take up to QGEMV_MAX_T rows otherwise.
     let unfused = fuse.norm.is_none() && fuse.residual.is_none();
     let crossover = t > client.kernels().qgemv_rows && unfused && super::matmul::tc::quant_applies(client, w);
-    let gelu = fuse.gelu();
-    if gelu && (t > QGEMV_MAX_T || crossover || w.layout == QLayout::Mma) {
-        // SiLU-only epilogues (GEMMs, mma gemv): the sums (norm prologue kept), then the pairs.
-        let gu = DeviceTensor::empty_f32(client, &[t, w.out]);
-        qlinear_fused_into_tuned(client, x, w, &gu, tune, &Fuse { glu: false, act: GluAct::Silu, ..*fuse })?;
-        return super::swiglu::glu_pairs_into(client, &gu, y, fuse.act);
-    }
     if t > QGEMV_MAX_T || crossover {
         if fuse.norm.is_some() || fuse.residual.is_some() {
             return Err(Error::Shape(format!("qlinear: the fused norm / residual gemv takes T ≤ {QGEMV_MAX_T}, got T = {t}")));
         }
         // tc v1 where it applies (tensor cores; int8, or mxfp4 in the tiled order): the
-        // dequantization in the GEMM's tile loads, SwiGLU in its epilogue.
+        // dequantization in the GEMM's tile loads, the gating in its epilogue.
         if super::matmul::tc::quant_applies(client, w) {
-            return super::matmul::tc::qlinear_into(client, x, w, y, glu, None, super::matmul::tc::TcMode::Tensor);
+            return super::matmul::tc::qlinear_into(client, x, w, y, glu.then_some(fuse.act), None, super::matmul::tc::TcMode::Tensor);
         }
         let wf = dequant(client, w)?;
         if glu {
             let gu = DeviceTensor::empty_f32(client, &[t, w.out]);
             linear_into(client, x, &wf, &gu, Version::Tiled2)?;
-            return super::swiglu::swiglu_pairs_into(client, &gu, y);
+            return super::swiglu::glu_pairs_into(client, &gu, y, fuse.act);
         }
         return linear_into(client, x, &wf, y, Version::Tiled2);
     }
+    let gelu = fuse.gelu();
     if w.layout == QLayout::Mma {
+        if gelu {
+            // The mma gemv's epilogue is SiLU's only: the sums (norm prologue kept), then the
+            // pairs.
+            let gu = DeviceTensor::empty_f32(client, &[t, w.out]);
+            qlinear_fused_into_tuned(client, x, w, &gu, tune, &Fuse { glu: false, act: GluAct::Silu, ..*fuse })?;
+            return super::swiglu::glu_pairs_into(client, &gu, y, fuse.act);
+        }
         return v4::launch(client, x, w, y, t, &mma, fuse);
     }
     let props = client.properties();

@@ -54,6 +54,7 @@ use super::swiglu::GluAct;
 use crate::{Client, DeviceTensor, Dtype, Error};
 use reference::quant::{Granularity, QuantTensor};
 
+mod dequant;
 mod dispatch;
 pub mod knobs;
 pub mod v1;
@@ -61,6 +62,7 @@ pub mod v2;
 pub mod v4;
 pub mod v5;
 mod weight;
+pub use dequant::dequant;
 pub use dispatch::Weight;
 pub(crate) use v1::{e2m1, int8_word_dot};
 pub use v1::{qdequant_v1, qgemv_v1, INT8_MAGIC};
@@ -161,63 +163,6 @@ fn check_vec4(client: &Client) -> Result<(), Error> {
         return Err(Error::Unsupported("quantized matmul reads 16-byte vectors".into()));
     }
     Ok(())
-}
-
-/// The f32 weight `[out, in]` (dequant v1, v2 or v4 by layout).
-pub fn dequant(client: &Client, w: &QWeight) -> Result<DeviceTensor, Error> {
-    check_vec4(client)?;
-    let out = DeviceTensor::empty_f32(client, &[w.out, w.in_dim]);
-    let cpr = w.chunks_per_row();
-    let n = u32::try_from(w.out * cpr).map_err(|_| Error::Shape("qdequant: too many chunks".into()))?;
-    crate::kernels::attention::naive::u32_of("dequant size", w.out * w.in_dim)?;
-    let dim = CubeDim::new_1d(256.min(client.properties().hardware.max_units_per_cube));
-    let count = cubecl::calculate_cube_count_elemwise(client, n as usize, dim);
-    if w.layout == QLayout::Mma {
-        v4::dequant_into(client, w, &out)?;
-        return Ok(out);
-    }
-    if w.layout == QLayout::Tiles {
-        let (cols, gshift) = w.tile_scale_geometry();
-        unsafe {
-            v2::qdequant_v2::launch_unchecked(
-                client,
-                count,
-                dim,
-                4,
-                w.data.as_arg(4),
-                w.scales.as_arg(1),
-                out.as_arg(1),
-                n,
-                cpr as u32,
-                w.in_dim as u32,
-                cols,
-                gshift,
-                w.format.nibbles(),
-                w.format.q4_flags().0,
-                w.format.q4_flags().1,
-                w.grouped(),
-            );
-        }
-        return Ok(out);
-    }
-    let (gc, cols) = scale_geometry(w);
-    unsafe {
-        qdequant_v1::launch_unchecked(
-            client,
-            count,
-            dim,
-            4,
-            w.data.as_arg(4),
-            w.scales.as_arg(1),
-            out.as_arg(1),
-            n,
-            cpr as u32,
-            gc,
-            cols,
-            w.format == QFormat::Mxfp4,
-        );
-    }
-    Ok(out)
 }
 
 /// `y [T, out] = x [T, in] · dequant(W)ᵀ` into `y`: gemv (v2 for the tiled order, v1 for

@@ -93,8 +93,8 @@ fn upload(client: &Client, f: Format, n: usize, k: usize) -> Result<Weight> {
 /// tc v1 on `w` with `cfg` (`None`: its default).
 fn tc_call(client: &Client, x: &DeviceTensor, w: &Weight, y: &DeviceTensor, cfg: Option<TcConfig>) -> std::result::Result<(), optimized::Error> {
     match w {
-        Weight::Dense(w) => tc::linear_into(client, x, w, y, false, cfg, TcMode::Tensor),
-        Weight::Quant(w) => tc::qlinear_into(client, x, w, y, false, cfg, TcMode::Tensor),
+        Weight::Dense(w) => tc::linear_into(client, x, w, y, None, cfg, TcMode::Tensor),
+        Weight::Quant(w) => tc::qlinear_into(client, x, w, y, None, cfg, TcMode::Tensor),
     }
 }
 
@@ -212,7 +212,7 @@ pub fn run_shapes(backend: Option<Backend>, reps: usize, shapes: &[(usize, usize
                 .chain(lab.into_iter().filter(|_| optimized::kernels::lab::ENABLED))
                 .collect();
             wg_sweep("tc v3", tc_wg_quant::pick(m, n, kk, sms, client.kernels().qgemm), &cfgs, &|c| {
-                tc_wg_quant::qlinear_into(&client, &x, q, &y, false, c)
+                tc_wg_quant::qlinear_into(&client, &x, q, &y, None, c)
             })?;
         } else if let Weight::Dense(wd) = &w {
             // tc v2's tiles (the lab's) in a lab build.
@@ -232,7 +232,7 @@ pub fn run_shapes(backend: Option<Backend>, reps: usize, shapes: &[(usize, usize
                     WgConfig::H6.with_stages(4),
                 ])
                 .collect();
-            wg_sweep("wgmma", WgConfig::pick(m, n, kk, sms, client.kernels().gemm), &cfgs, &|c| tc_wg::linear_into(&client, &x, wd, &y, false, c))?;
+            wg_sweep("wgmma", WgConfig::pick(m, n, kk, sms, client.kernels().gemm), &cfgs, &|c| tc_wg::linear_into(&client, &x, wd, &y, None, c))?;
         }
         println!("    best {} {:.1} TFLOP/s", best.1, best.0);
     }

@@ -94,17 +94,7 @@ impl Fusion {
         lin: impl Fn(&[f32]) -> Result<Array2<f32>, String>,
     ) -> Result<FusedIo, String> {
         let shape = |v: Vec<f32>, r, c| Array2::from_shape_vec((r, c), v).map_err(|e| e.to_string());
-        let act = match self.act() {
-            GluAct::Silu => reference::ops::mlp::Activation::Silu,
-            GluAct::GeluTanh => reference::ops::mlp::Activation::GeluTanh,
-        };
-        let glu = |y: Array2<f32>| -> Vec<f32> {
-            if act == reference::ops::mlp::Activation::Silu {
-                reference::ops::swiglu::swiglu(y.slice(ndarray::s![.., ..;2]), y.slice(ndarray::s![.., 1..;2])).iter().copied().collect()
-            } else {
-                reference::ops::mlp::gated(y.slice(ndarray::s![.., ..;2]), y.slice(ndarray::s![.., 1..;2]), act).iter().copied().collect()
-            }
-        };
+        let glu = |y: Array2<f32>| gated_pairs(&y, self.act());
         let gain = |n: usize, salt| -> Vec<f32> { rand_vec(n, salt).iter().map(|v| 1.0 + 0.5 * v).collect() };
         Ok(match self {
             Fusion::None => FusedIo { input: x.to_vec(), want: lin(x)?.iter().copied().collect(), nw: vec![], y0: vec![] },
@@ -170,6 +160,16 @@ impl Fusion {
             out.extend(xwd.to_f32(client)?);
         }
         Ok(out)
+    }
+}
+
+/// The reference's gating of `y`'s interleaved (gate, up) columns (gate = even column):
+/// `swiglu(g, u)` for SiLU, `mlp::gated(g, u, GeluTanh)` for GELU-tanh.
+pub(crate) fn gated_pairs(y: &Array2<f32>, act: GluAct) -> Vec<f32> {
+    let (g, u) = (y.slice(ndarray::s![.., ..;2]), y.slice(ndarray::s![.., 1..;2]));
+    match act {
+        GluAct::Silu => reference::ops::swiglu::swiglu(g, u).iter().copied().collect(),
+        GluAct::GeluTanh => reference::ops::mlp::gated(g, u, reference::ops::mlp::Activation::GeluTanh).iter().copied().collect(),
     }
 }
 
@@ -241,7 +241,8 @@ impl Case for MatmulCase {
 }
 
 /// tc v1, the tensor-core GEMM (`optimized::kernels::matmul::tc`), called directly with a
-/// tile shape and a mode: `y = x · Wᵀ` (with `glu`: SwiGLU of interleaved gate/up columns)
+/// tile shape and a mode: `y = x · Wᵀ` (with `glu`: SwiGLU of interleaved gate/up columns, or
+/// with `act` GELU-tanh the reference's `mlp::gated(even, odd, GeluTanh)`: `gelu-glu`)
 /// for a dense 16-bit or a quantized weight. The reference runs on the values the kernel
 /// multiplies: x rounded to the kernel's 16-bit type, the dequantized int8-group / mxfp4
 /// weight rounded to it too (`tolerance::tc_tolerance`). `TcMode::Tensor` is skipped, with the
@@ -258,6 +259,8 @@ pub struct TcCase {
     pub weight: TcWeight,
     pub mode: TcMode,
     pub glu: bool,
+    /// The gate's activation with `glu`.
+    pub act: GluAct,
     pub config: Option<TcConfig>,
     pub wg: Option<WgConfig>,
     /// int8 scales rounded to f16, as GGUF Q8_0 stores them.
@@ -276,7 +279,17 @@ pub enum TcWeight {
 
 impl TcCase {
     pub fn new(t: usize, n_in: usize, n_out: usize, weight: TcWeight, mode: TcMode) -> Self {
-        Self { t, n_in, n_out, weight, mode, glu: false, config: None, wg: None, f16_scales: false, io16: false }
+        Self { t, n_in, n_out, weight, mode, glu: false, act: GluAct::Silu, config: None, wg: None, f16_scales: false, io16: false }
+    }
+
+    /// This case gated by `act` (GELU-tanh: named `gelu-glu`).
+    pub fn gated(self, act: GluAct) -> Self {
+        Self { glu: true, act, ..self }
+    }
+
+    /// The GEMM's gating argument.
+    fn gating(&self) -> Option<GluAct> {
+        self.glu.then_some(self.act)
     }
 
     /// The 16-bit type the kernel multiplies in on `client`.
@@ -337,7 +350,11 @@ impl Case for TcCase {
         };
         let mode = if self.mode == TcMode::Emulated { ",emu" } else { "" };
         let cfg = self.config.map_or(String::new(), |c| format!(",{}", c.name())) + &self.wg.map_or(String::new(), |c| format!(",{}", c.name()));
-        let glu = if self.glu { ",glu" } else { "" };
+        let glu = match self.gating() {
+            None => "",
+            Some(GluAct::Silu) => ",glu",
+            Some(GluAct::GeluTanh) => ",gelu-glu",
+        };
         let f16 = if self.f16_scales { ",f16-scales" } else { "" };
         let io = if self.io16 { ",x16-y16" } else { "" };
         format!("matmul-tc(T={},in={},out={},{w}{f16}{glu}{cfg}{io}{mode})", self.t, self.n_in, self.n_out)
@@ -372,9 +389,7 @@ impl Case for TcCase {
             .map_err(|e| e.to_string())
             .and_then(|(x, w)| reference::ops::matmul::linear(x.view(), w.view()).map_err(|e| e.to_string()))
         {
-            Ok(y) if self.glu => {
-                reference::ops::swiglu::swiglu(y.slice(ndarray::s![.., ..;2]), y.slice(ndarray::s![.., 1..;2])).iter().copied().collect::<Vec<f32>>()
-            }
+            Ok(y) if self.glu => gated_pairs(&y, self.act),
             Ok(y) => y.iter().copied().collect(),
             Err(e) => return Outcome::Fail(format!("reference: {e}")),
         };
@@ -384,10 +399,10 @@ impl Case for TcCase {
             let xd = DeviceTensor::from_f32_as(client, &x, &[t, n_in], io)?;
             let yd = DeviceTensor::from_f32_as(client, &vec![f32::NAN; t * cols], &[t, cols], io)?;
             match dev? {
-                TcDevWeight::Dense(w) if self.wg.is_some() => tc_wg::linear_into(client, &xd, &w, &yd, self.glu, self.wg)?,
-                TcDevWeight::Quant(w) if self.wg.is_some() => tc_wg_quant::qlinear_into(client, &xd, &w, &yd, self.glu, self.wg)?,
-                TcDevWeight::Dense(w) => tc::linear_into(client, &xd, &w, &yd, self.glu, self.config, self.mode)?,
-                TcDevWeight::Quant(w) => tc::qlinear_into(client, &xd, &w, &yd, self.glu, self.config, self.mode)?,
+                TcDevWeight::Dense(w) if self.wg.is_some() => tc_wg::linear_into(client, &xd, &w, &yd, self.gating(), self.wg)?,
+                TcDevWeight::Quant(w) if self.wg.is_some() => tc_wg_quant::qlinear_into(client, &xd, &w, &yd, self.gating(), self.wg)?,
+                TcDevWeight::Dense(w) => tc::linear_into(client, &xd, &w, &yd, self.gating(), self.config, self.mode)?,
+                TcDevWeight::Quant(w) => tc::qlinear_into(client, &xd, &w, &yd, self.gating(), self.config, self.mode)?,
             }
             let y = yd.to_f32(client)?;
             let (want, tol) = if self.io16 { (io.round(&want), crate::tolerance::out16(tc_tolerance().0, e).0) } else { (want, tc_tolerance().0) };
@@ -423,8 +438,10 @@ pub fn tc_cases() -> Vec<Box<dyn Case>> {
         }
         v.push(mm(17, 584, 1030, Version::Tc, Fusion::Glu));
         v.push(mm(130, 264, 258, Version::Tc, Fusion::Glu));
-        // GELU-tanh on the tensor cores: the GEMM, then the pairs kernel.
+        // GELU-tanh on the tensor cores, in the GEMM's epilogue (tc v1 at 17 rows; at 130 the
+        // pick's tc v4 where the device has wgmma, else tc v1).
         v.push(mm(17, 584, 1030, Version::Tc, Fusion::GeluGlu));
+        v.push(mm(130, 264, 258, Version::Tc, Fusion::GeluGlu));
         for config in TcConfig::ALL.iter().chain(&TcConfig::VARIANTS).copied() {
             v.push(Box::new(TcCase { config: Some(config), ..TcCase::new(300, 328, 520, TcWeight::Dense(dtype), TcMode::Tensor) }));
         }
@@ -435,6 +452,20 @@ pub fn tc_cases() -> Vec<Box<dyn Case>> {
             v.push(Box::new(TcCase { config: Some(TcConfig::T32X32), ..TcCase::new(t, n_in, n_out, TcWeight::Dense(dtype), TcMode::Emulated) }));
         }
         v.push(Box::new(TcCase { config: Some(TcConfig::T32X32), glu: true, ..TcCase::new(17, 136, 40, TcWeight::Dense(dtype), TcMode::Emulated) }));
+        // GELU-tanh gating in the epilogue, emulated and on the tensor cores, and in split-K's
+        // reduce (an uneven last slice).
+        v.push(Box::new(
+            TcCase { config: Some(TcConfig::T32X32), ..TcCase::new(17, 136, 40, TcWeight::Dense(dtype), TcMode::Emulated) }.gated(GluAct::GeluTanh),
+        ));
+        v.push(Box::new(TcCase::new(130, 264, 258, TcWeight::Dense(dtype), TcMode::Tensor).gated(GluAct::GeluTanh)));
+        v.push(Box::new(
+            TcCase { config: Some(TcConfig::T32X32.with_splits(3)), ..TcCase::new(40, 520, 72, TcWeight::Dense(dtype), TcMode::Emulated) }
+                .gated(GluAct::GeluTanh),
+        ));
+        v.push(Box::new(
+            TcCase { config: Some(TcConfig::T128X128S3.with_splits(4)), ..TcCase::new(127, 4040, 200, TcWeight::Dense(dtype), TcMode::Tensor) }
+                .gated(GluAct::GeluTanh),
+        ));
         // Split-K (partial sums added by the reduce kernel; an uneven last slice), with and
         // without the SwiGLU, emulated and on the tensor cores.
         for glu in [false, true] {
@@ -492,6 +523,13 @@ pub fn tc_cases() -> Vec<Box<dyn Case>> {
         for glu in [false, true] {
             v.push(wg(300, 4040, 200, glu, WgConfig::F4.with_splits(3)));
         }
+        // GELU-tanh gating: tc v3's epilogue, and split-K's reduce.
+        let gelu = |t, n_in, n_out, cfg: WgConfig| {
+            Box::new(TcCase { wg: Some(cfg), ..TcCase::new(t, n_in, n_out, TcWeight::Dense(dtype), TcMode::Tensor) }.gated(GluAct::GeluTanh))
+                as Box<dyn Case>
+        };
+        v.push(gelu(130, 264, 258, WgConfig::F4));
+        v.push(gelu(300, 4040, 200, WgConfig::F4.with_splits(3)));
         // tc v4: the operands by TMA (boxes past M, N and K zero-filled by the copy engine),
         // stages handed over by mbarriers; rounds of the stage ring wrap (K up to 64 blocks).
         for (t, n_in, n_out) in [(1usize, 136usize, 72usize), (17, 584, 1031), (300, 328, 520), (513, 264, 130), (200, 4096, 384), (130, 1000, 258)] {
@@ -525,6 +563,20 @@ pub fn tc_cases() -> Vec<Box<dyn Case>> {
         for glu in [false, true] {
             v.push(wg(300, 4040, 200, glu, WgConfig::T4.with_splits(3)));
         }
+        // GELU-tanh gating: tc v4's epilogue at every tile height, split-K's reduce, and y in
+        // the weight's type.
+        for (t, n_in, n_out, cfg) in [
+            (130usize, 264usize, 258usize, WgConfig::T4),
+            (257, 584, 1030, WgConfig::M2T4),
+            (130, 264, 258, WgConfig::H6),
+            (300, 4040, 200, WgConfig::T4.with_splits(3)),
+        ] {
+            v.push(gelu(t, n_in, n_out, cfg));
+        }
+        v.push(Box::new(
+            TcCase { wg: Some(WgConfig::M2T4), io16: true, ..TcCase::new(257, 584, 1030, TcWeight::Dense(dtype), TcMode::Tensor) }
+                .gated(GluAct::GeluTanh),
+        ));
     }
     // f32 weights stay on the CUDA cores: reported skipped, with the reason.
     v.push(Box::new(MatmulCase { t: 17, n_in: 64, n_out: 64, dtype: Dtype::F32, version: Version::Tc, fusion: Fusion::None }));

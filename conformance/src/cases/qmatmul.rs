@@ -10,6 +10,7 @@
 use ndarray::Array2;
 use optimized::kernels::matmul::tc::{self, TcConfig, TcMode};
 use optimized::kernels::matmul::tc_wg::WgConfig;
+use optimized::kernels::matmul::GluAct;
 use optimized::kernels::qmatmul::v4::MmaTune;
 use optimized::kernels::qmatmul::v5;
 use optimized::kernels::qmatmul::{
@@ -299,7 +300,8 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             }
             // The decode gemv's fusions (T ≤ 8; 8192 inputs: rows split over planes); SwiGLU
             // after dequant + GEMM too (T = 9).
-            // GELU-tanh gating (Gemma): the sums, then the pairs kernel.
+            // GELU-tanh gating (Gemma): in the gemvs' and (T = 9 where the device has tensor
+            // cores) the GEMM's epilogue; the sums, then the pairs kernel, elsewhere.
             for fusion in [Fusion::Glu, Fusion::Norm, Fusion::NormGlu, Fusion::Residual, Fusion::GeluGlu, Fusion::NormGeluGlu] {
                 for (t, n_in, n_out) in [(1usize, 256usize, 96usize), (3, 1536, 577), (2, 8192, 20), (9, 256, 40)] {
                     if t <= 8 || matches!(fusion, Fusion::Glu | Fusion::GeluGlu) {
@@ -461,6 +463,8 @@ pub fn tc_cases() -> Vec<Box<dyn Case>> {
                 v.push(Box::new(q(t, n_in, n_out, TcMode::Tensor)));
             }
             v.push(Box::new(TcCase { glu: true, ..q(33, 512, 258, TcMode::Tensor) }));
+            // GELU-tanh gating in the epilogue (after the per-channel scales).
+            v.push(Box::new(q(33, 512, 258, TcMode::Tensor).gated(GluAct::GeluTanh)));
             // Emulated (lavapipe-sized tiles): a partial last tile of the tiled order.
             v.push(Box::new(TcCase {
                 config: Some(TcConfig::T32X32),
@@ -478,6 +482,7 @@ pub fn tc_cases() -> Vec<Box<dyn Case>> {
                 )
             }));
             v.push(Box::new(TcCase { config: Some(TcConfig::T32X32), glu: true, ..q(9, 256, 40, TcMode::Emulated) }));
+            v.push(Box::new(TcCase { config: Some(TcConfig::T32X32), ..q(9, 256, 40, TcMode::Emulated) }.gated(GluAct::GeluTanh)));
         }
         for config in TcConfig::ALL {
             v.push(Box::new(TcCase { config: Some(config), ..TcCase::new(300, 512, 520, TcWeight::Quant(scheme, QLayout::Tiles), TcMode::Tensor) }));
@@ -489,18 +494,21 @@ pub fn tc_cases() -> Vec<Box<dyn Case>> {
             config: Some(TcConfig::T32X32.with_pipe()),
             ..TcCase::new(20, 640, 40, TcWeight::Quant(scheme, QLayout::Tiles), TcMode::Emulated)
         }));
-        // Split-K (per-channel scales and SwiGLU applied after the partial sums are added).
-        for glu in [false, true] {
-            v.push(Box::new(TcCase {
+        // Split-K (per-channel scales and SwiGLU or GELU-tanh gating applied after the partial
+        // sums are added).
+        for act in [None, Some(GluAct::Silu), Some(GluAct::GeluTanh)] {
+            let gate = |c: TcCase| match act {
+                Some(a) => c.gated(a),
+                None => c,
+            };
+            v.push(Box::new(gate(TcCase {
                 config: Some(TcConfig::T32X32.with_splits(3)),
-                glu,
                 ..TcCase::new(20, 640, 40, TcWeight::Quant(scheme, QLayout::Tiles), TcMode::Emulated)
-            }));
-            v.push(Box::new(TcCase {
+            })));
+            v.push(Box::new(gate(TcCase {
                 config: Some(TcConfig::T128X128.with_splits(3)),
-                glu,
                 ..TcCase::new(127, 2048, 200, TcWeight::Quant(scheme, QLayout::Tiles), TcMode::Tensor)
-            }));
+            })));
         }
     }
     // tc v3 over quantized weights (`wgmma`, sm_90a; skipped elsewhere with the reason): one
@@ -534,6 +542,13 @@ pub fn tc_cases() -> Vec<Box<dyn Case>> {
             v.push(wg(200, 1024, 136, false, WgConfig::F4.with_stages(3)));
             for glu in [false, true] {
                 v.push(wg(127, 2048, 200, glu, WgConfig::F4.with_splits(3)));
+            }
+            // GELU-tanh gating: tc v3's epilogue (after the per-channel scales) and split-K's
+            // reduce.
+            for (t, n_in, n_out, cfg) in [(130usize, 512usize, 258usize, WgConfig::F4), (127, 2048, 200, WgConfig::F4.with_splits(3))] {
+                v.push(Box::new(
+                    TcCase { wg: Some(cfg), ..TcCase::new(t, n_in, n_out, TcWeight::Quant(scheme, layout), TcMode::Tensor) }.gated(GluAct::GeluTanh),
+                ));
             }
             // tc v4 (decoder warps, A by TMA, mbarriers): the same edges, 2 and 4 stages.
             for (t, n_in, n_out) in [(1usize, 256usize, 72usize), (33, odd_k, 130), (300, 512, 520), (513, if g128 { 384 } else { 320 }, 1031)] {

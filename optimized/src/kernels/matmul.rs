@@ -314,7 +314,7 @@ fn launch_checked(
         (Version::Tiled2, Dtype::F32) => launch_tiled_v2::<f32>(client, x, w, y, &d),
         (Version::Tiled2, Dtype::F16) => launch_tiled_v2::<half::f16>(client, x, w, y, &d),
         (Version::Tiled2, Dtype::BF16) => launch_tiled_v2::<half::bf16>(client, x, w, y, &d),
-        (Version::Tc, _) => tc::linear_into(client, x, w, y, false, None, tc::TcMode::Tensor),
+        (Version::Tc, _) => tc::linear_into(client, x, w, y, None, None, tc::TcMode::Tensor),
         (Version::Auto, _) => Err(Error::Shape(format!("{op}: no version for T = {}", d.t))),
     }
 }
@@ -342,8 +342,8 @@ pub fn linear_glu_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &
 }
 
 /// [`linear_glu_into`] with the gate's activation `act`: `y = act(x · W_gateᵀ) ⊙ (x · W_upᵀ)`.
-/// Gemv applies either in its epilogue; the tensor-core GEMM's epilogue is SiLU's only, so
-/// GELU-tanh there (and in the tiled versions) is the GEMM into `[.., 2F]`, then
+/// Gemv and the tensor-core GEMMs (tc v1 – v4) apply either in their epilogue (a comptime
+/// switch); the tiled versions write the GEMM into `[.., 2F]`, then
 /// [`glu_pairs_into`](super::swiglu::glu_pairs_into).
 pub fn linear_glu_act_into(
     client: &Client,
@@ -357,9 +357,9 @@ pub fn linear_glu_act_into(
     if version == Version::Gemv {
         return gemv_fused_into(client, x, w, y, &Fuse::glu_act(act));
     }
-    if version == Version::Tc && act == GluAct::Silu {
-        // SwiGLU in the GEMM's epilogue (the pair of columns a unit holds).
-        return tc::linear_into(client, x, w, y, true, None, tc::TcMode::Tensor);
+    if version == Version::Tc {
+        // The gating in the GEMM's epilogue (the pair of columns a unit holds).
+        return tc::linear_into(client, x, w, y, Some(act), None, tc::TcMode::Tensor);
     }
     // The SwiGLU's shapes before the GEMM runs.
     let d = dims(x, w)?;
@@ -395,12 +395,12 @@ pub fn linear_glu_as(client: &Client, x: &DeviceTensor, w: &DeviceTensor, out: D
     linear_glu_act(client, x, w, out, GluAct::Silu)
 }
 
-/// [`linear_glu_as`] with the gate's activation `act` ([`linear_glu_act_into`]); GELU-tanh
-/// writes f32 (its GEMM path ends in the f32 pairs kernel).
+/// [`linear_glu_as`] with the gate's activation `act` ([`linear_glu_act_into`]).
 pub fn linear_glu_act(client: &Client, x: &DeviceTensor, w: &DeviceTensor, out: Dtype, act: GluAct) -> Result<DeviceTensor, Error> {
     let d = dims(x, w)?;
-    // x_dtype is W's type exactly where tc v4 runs this GEMM, else f32.
-    let out = if out != Dtype::F32 && act == GluAct::Silu && x_dtype(client, d.t, w) == out { out } else { Dtype::F32 };
+    // x_dtype is W's type exactly where tc v4 runs this GEMM (either gating in its epilogue),
+    // else f32.
+    let out = if out != Dtype::F32 && x_dtype(client, d.t, w) == out { out } else { Dtype::F32 };
     let y = DeviceTensor::empty(client, &d.shape_with_cols(d.n_out / 2), out);
     linear_glu_act_into(client, x, w, &y, Version::Auto, act)?;
     Ok(y)

@@ -54,6 +54,7 @@ use super::swiglu::GluAct;
 use crate::{Client, DeviceTensor, Dtype, Error};
 use reference::quant::{Granularity, QuantTensor};
 
+mod dequant;
 mod dispatch;
 pub mod knobs;
 pub mod v1;
@@ -61,6 +62,7 @@ pub mod v2;
 pub mod v4;
 pub mod v5;
 mod weight;
+pub use dequant::dequant;
 pub use dispatch::Weight;
 pub(crate) use v1::{e2m1, int8_word_dot};
 pub use v1::{qdequant_v1, qgemv_v1, INT8_MAGIC};
@@ -163,63 +165,6 @@ fn check_vec4(client: &Client) -> Result<(), Error> {
     Ok(())
 }
 
-/// The f32 weight `[out, in]` (dequant v1, v2 or v4 by layout).
-pub fn dequant(client: &Client, w: &QWeight) -> Result<DeviceTensor, Error> {
-    check_vec4(client)?;
-    let out = DeviceTensor::empty_f32(client, &[w.out, w.in_dim]);
-    let cpr = w.chunks_per_row();
-    let n = u32::try_from(w.out * cpr).map_err(|_| Error::Shape("qdequant: too many chunks".into()))?;
-    crate::kernels::attention::naive::u32_of("dequant size", w.out * w.in_dim)?;
-    let dim = CubeDim::new_1d(256.min(client.properties().hardware.max_units_per_cube));
-    let count = cubecl::calculate_cube_count_elemwise(client, n as usize, dim);
-    if w.layout == QLayout::Mma {
-        v4::dequant_into(client, w, &out)?;
-        return Ok(out);
-    }
-    if w.layout == QLayout::Tiles {
-        let (cols, gshift) = w.tile_scale_geometry();
-        unsafe {
-            v2::qdequant_v2::launch_unchecked(
-                client,
-                count,
-                dim,
-                4,
-                w.data.as_arg(4),
-                w.scales.as_arg(1),
-                out.as_arg(1),
-                n,
-                cpr as u32,
-                w.in_dim as u32,
-                cols,
-                gshift,
-                w.format.nibbles(),
-                w.format.q4_flags().0,
-                w.format.q4_flags().1,
-                w.grouped(),
-            );
-        }
-        return Ok(out);
-    }
-    let (gc, cols) = scale_geometry(w);
-    unsafe {
-        qdequant_v1::launch_unchecked(
-            client,
-            count,
-            dim,
-            4,
-            w.data.as_arg(4),
-            w.scales.as_arg(1),
-            out.as_arg(1),
-            n,
-            cpr as u32,
-            gc,
-            cols,
-            w.format == QFormat::Mxfp4,
-        );
-    }
-    Ok(out)
-}
-
 /// `y [T, out] = x [T, in] · dequant(W)ᵀ` into `y`: gemv (v2 for the tiled order, v1 for
 /// input order) for T ≤ [`QGEMV_MAX_T`], else dequant + tiled GEMM.
 pub fn qlinear_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor) -> Result<(), Error> {
@@ -307,8 +252,9 @@ pub fn qlinear_glu(client: &Client, x: &DeviceTensor, w: &QWeight) -> Result<Dev
 }
 
 /// [`qlinear_glu`] with the gate's activation `act` (`act(x · Gᵀ) ⊙ (x · Uᵀ)`): either in the
-/// epilogue of the decode gemvs (v1, v2, v5); GELU-tanh above them (tensor-core GEMM, dequant +
-/// tiled) and on the mma gemv as the sums into `[T, out]`, then `swiglu::glu_pairs_into`.
+/// epilogue of the decode gemvs (v1, v2, v5) and of the tensor-core GEMMs (tc v1, tc v3);
+/// dequant + tiled and the mma gemv (v4) write the sums into `[T, out]`, then
+/// `swiglu::glu_pairs_into`.
 pub fn qlinear_glu_act(client: &Client, x: &DeviceTensor, w: &QWeight, act: GluAct) -> Result<DeviceTensor, Error> {
     let y = DeviceTensor::empty_f32(client, &[x.shape.first().copied().unwrap_or(0), w.out / 2]);
     qlinear_fused_into_tuned(client, x, w, &y, &GemvTune::default_for(client, w), &Fuse::glu_act(act))?;
@@ -364,31 +310,32 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
     // where it applies; the gemvs take up to QGEMV_MAX_T rows otherwise.
     let unfused = fuse.norm.is_none() && fuse.residual.is_none();
     let crossover = t > client.kernels().qgemv_rows && unfused && super::matmul::tc::quant_applies(client, w);
-    let gelu = fuse.gelu();
-    if gelu && (t > QGEMV_MAX_T || crossover || w.layout == QLayout::Mma) {
-        // SiLU-only epilogues (GEMMs, mma gemv): the sums (norm prologue kept), then the pairs.
-        let gu = DeviceTensor::empty_f32(client, &[t, w.out]);
-        qlinear_fused_into_tuned(client, x, w, &gu, tune, &Fuse { glu: false, act: GluAct::Silu, ..*fuse })?;
-        return super::swiglu::glu_pairs_into(client, &gu, y, fuse.act);
-    }
     if t > QGEMV_MAX_T || crossover {
         if fuse.norm.is_some() || fuse.residual.is_some() {
             return Err(Error::Shape(format!("qlinear: the fused norm / residual gemv takes T ≤ {QGEMV_MAX_T}, got T = {t}")));
         }
         // tc v1 where it applies (tensor cores; int8, or mxfp4 in the tiled order): the
-        // dequantization in the GEMM's tile loads, SwiGLU in its epilogue.
+        // dequantization in the GEMM's tile loads, the gating in its epilogue.
         if super::matmul::tc::quant_applies(client, w) {
-            return super::matmul::tc::qlinear_into(client, x, w, y, glu, None, super::matmul::tc::TcMode::Tensor);
+            return super::matmul::tc::qlinear_into(client, x, w, y, glu.then_some(fuse.act), None, super::matmul::tc::TcMode::Tensor);
         }
         let wf = dequant(client, w)?;
         if glu {
             let gu = DeviceTensor::empty_f32(client, &[t, w.out]);
             linear_into(client, x, &wf, &gu, Version::Tiled2)?;
-            return super::swiglu::swiglu_pairs_into(client, &gu, y);
+            return super::swiglu::glu_pairs_into(client, &gu, y, fuse.act);
         }
         return linear_into(client, x, &wf, y, Version::Tiled2);
     }
+    let gelu = fuse.gelu();
     if w.layout == QLayout::Mma {
+        if gelu {
+            // The mma gemv's epilogue is SiLU's only: the sums (norm prologue kept), then the
+            // pairs.
+            let gu = DeviceTensor::empty_f32(client, &[t, w.out]);
+            qlinear_fused_into_tuned(client, x, w, &gu, tune, &Fuse { glu: false, act: GluAct::Silu, ..*fuse })?;
+            return super::swiglu::glu_pairs_into(client, &gu, y, fuse.act);
+        }
         return v4::launch(client, x, w, y, t, &mma, fuse);
     }
     let props = client.properties();

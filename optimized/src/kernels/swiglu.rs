@@ -10,9 +10,10 @@
 //!   Same expression as the reference (`z / (1 + exp(−z))`, then `· u`): large negative z
 //!   gives `exp(−z) = ∞` and `−0`, like the reference.
 //!
-//! GELU-tanh gating (Gemma: `gelu_tanh(g) · u`, [`GluAct::GeluTanh`]) is a comptime switch of
-//! v3 and of the gemv epilogue ([`glu_pairs_into`], `matmul::linear_glu_act`): the SiLU
-//! launches compile the same code as before.
+//! GELU-tanh gating (Gemma: `gelu_tanh(g) · u`, [`GluAct::GeluTanh`]) is a comptime switch
+//! ([`glu_mul`]'s `gelu`) of v3, of the gemvs' epilogue and of the tensor-core GEMMs' epilogue
+//! and split-K reduce ([`glu_pairs_into`], `matmul::linear_glu_act`, `qlinear_glu_act`): the
+//! SiLU launches compile the same code as before.
 //!
 //! [`Elementwise`] sizes the grids of this and the other elementwise kernels: 256 units per
 //! cube, cubes spread over x/y/z so any size fits the grid limits.
@@ -39,6 +40,18 @@ pub(crate) fn gelu_mul(z: f32, u: f32) -> f32 {
     0.5f32 * z * (1.0f32 + (0.797_884_6f32 * (z + 0.044_715f32 * z * z * z)).tanh()) * u
 }
 
+/// `act(z) · u` of one (gate, up) pair: [`gelu_mul`] with `gelu`, else [`silu_mul`] — the
+/// comptime switch every GLU epilogue (v3, the gemvs, the tensor-core GEMMs and their split-K
+/// reduce) goes through.
+#[cube]
+pub(crate) fn glu_mul(z: f32, u: f32, #[comptime] gelu: bool) -> f32 {
+    if gelu {
+        gelu_mul(z, u)
+    } else {
+        silu_mul(z, u)
+    }
+}
+
 /// The gate's activation of a gated MLP on the GPU: `reference::ops::mlp::Activation`'s SiLU
 /// and GELU-tanh (GPT-OSS's clamped SwiGLU is the MoE kernels' own).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -63,6 +76,10 @@ impl GluAct {
     pub(crate) fn gelu(self) -> bool {
         self == GluAct::GeluTanh
     }
+    /// A GEMM epilogue's comptime switches for an optional gating `glu`: (gated, GELU-tanh).
+    pub(crate) fn flags(glu: Option<GluAct>) -> (bool, bool) {
+        (glu.is_some(), glu.is_some_and(GluAct::gelu))
+    }
 }
 
 /// v3 kernel: `h[i] = act(gu[2i]) · gu[2i + 1]` for the first `len` outputs (one (g, u) pair
@@ -72,11 +89,7 @@ pub fn swiglu_v3<N: Size>(gu: &[Vector<f32, N>], h: &mut [f32], len: u32, #[comp
     let i = ABSOLUTE_POS;
     if i < len as usize {
         let p = gu[i];
-        if gelu {
-            h[i] = gelu_mul(p.extract(0usize), p.extract(1usize));
-        } else {
-            h[i] = silu_mul(p.extract(0usize), p.extract(1usize));
-        }
+        h[i] = glu_mul(p.extract(0usize), p.extract(1usize), gelu);
     }
 }
 

@@ -75,7 +75,7 @@ pub fn tc_wg_quant_tma_into(
     x: &DeviceTensor,
     w: &crate::kernels::qmatmul::QWeight,
     y: &DeviceTensor,
-    glu: bool,
+    glu: Option<crate::kernels::GluAct>,
     cfg: Option<crate::kernels::matmul::tc_wg::WgConfig>,
 ) -> Result<(), Error> {
     #[cfg(feature = "lab")]
@@ -95,7 +95,7 @@ pub fn tc_wg_v2_into(
     x: &DeviceTensor,
     w: &DeviceTensor,
     y: &DeviceTensor,
-    glu: bool,
+    glu: Option<crate::kernels::GluAct>,
     cfg: crate::kernels::matmul::tc_wg::WgConfig,
 ) -> Result<(), Error> {
     #[cfg(feature = "lab")]

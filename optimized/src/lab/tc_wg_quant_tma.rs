@@ -40,6 +40,7 @@ use crate::kernels::matmul::tc_wg_quant_decode::{decode, load_scales};
 use crate::kernels::matmul::tc_wg_tma::{mbar_arrive, mbar_expect, mbar_init, mbar_init_fence, mbar_wait, tile_map, tma_load, CONSUMER_WARPS};
 use crate::kernels::matmul::wgmma::{desc, proxy_fence, smem_addr, wgmma_k64_acc, wgmma_wait, Acc};
 use crate::kernels::qmatmul::{QLayout, QWeight};
+use crate::kernels::swiglu::GluAct;
 use crate::{Client, DeviceTensor, Dtype, Error};
 
 /// Units of a cube: consumers, decoders (two warpgroups each) and the producer warp.
@@ -57,14 +58,22 @@ pub fn shared_bytes(stages: usize, w: &QWeight) -> usize {
 /// tc v4 over a quantized weight (shapes, formats and refusals as
 /// [`crate::kernels::matmul::tc_wg_quant::qlinear_into`], which calls it for configurations
 /// with `tma`).
-pub fn qlinear_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor, glu: bool, cfg: Option<WgConfig>) -> Result<(), Error> {
+pub fn qlinear_into(
+    client: &Client,
+    x: &DeviceTensor,
+    w: &QWeight,
+    y: &DeviceTensor,
+    glu: Option<GluAct>,
+    cfg: Option<WgConfig>,
+) -> Result<(), Error> {
     let (n, k) = (w.out, w.in_dim);
     if let Some(why) = refusal(w) {
         return Err(Error::Unsupported(why));
     }
-    let t = quant_dims("tc v4", x, w, y, glu)?;
+    let t = quant_dims("tc v4", x, w, y, glu.is_some())?;
+    let (gated, gelu) = GluAct::flags(glu);
     crate::kernels::matmul::tc_wg::require(client, Dtype::BF16)?;
-    let cfg = cfg.unwrap_or_else(|| pick(t, n, k, sms(client)));
+    let cfg = cfg.unwrap_or_else(|| pick(t, n, k, sms(client), crate::config::QGemm::Tma));
     let hw = &client.properties().hardware;
     let bytes = shared_bytes(cfg.stages, w);
     if cfg.mb != 1 || cfg.stages < 2 || cfg.splits == 0 || bytes > hw.max_shared_memory_size || (hw.max_units_per_cube as usize) < QTMA_THREADS {
@@ -112,7 +121,8 @@ pub fn qlinear_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTe
             fmt,
             tiled,
             cfg.stages,
-            glu,
+            gated,
+            gelu,
             g.splits > 1,
         );
     }
@@ -143,6 +153,7 @@ pub fn tc_wgmma_quant_tma<N: Size>(
     #[comptime] tiled: bool,
     #[comptime] stages: usize,
     #[comptime] glu: bool,
+    #[comptime] gelu: bool,
     #[comptime] partial: bool,
 ) {
     if CUBE_POS < tiles as usize {
@@ -210,7 +221,7 @@ pub fn tc_wgmma_quant_tma<N: Size>(
                 acc = col_scaled(acc, scales, n0, n, lane);
             }
             let yoff = select(partial, split * m * n, 0usize);
-            wg_epilogue(&acc, y, m, n, m0 + wg * 64, n0, warp, lane, yoff, comptime!(glu && !partial));
+            wg_epilogue(&acc, y, m, n, m0 + wg * 64, n0, warp, lane, yoff, comptime!(glu && !partial), gelu);
         } else if tid < 512 {
             // A decoder: W row r of the tile, chunk half h (tc v3's ownership).
             let u = tid - 256;

@@ -22,6 +22,7 @@ use crate::kernels::matmul::tc::one_cube_splits;
 use crate::kernels::matmul::tc_kernel::{commit, wait_pending, BK};
 use crate::kernels::matmul::tc_wg::{aligned_slots, prime, slot_descs, stage_block, tile_of, wg_epilogue, WgConfig, WgLaunch, THREADS, WG_BM, WG_BN};
 use crate::kernels::matmul::wgmma::{proxy_fence, Acc};
+use crate::kernels::swiglu::GluAct;
 use crate::{Client, DeviceTensor, Dtype, Error};
 
 /// tc v2's tile, depth and split for an (m, n, k) product on `sms` multiprocessors (H200
@@ -41,10 +42,11 @@ pub fn pick(m: usize, n: usize, k: usize, sms: usize) -> WgConfig {
 
 /// tc v2 over a dense 16-bit weight with `cfg` (not in flight, no TMA), as `tc_wg::linear_into`
 /// (which checked the device, the shapes and K % 8).
-pub fn linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &DeviceTensor, glu: bool, cfg: WgConfig) -> Result<(), Error> {
-    let Some(l) = WgLaunch::new(client, x, w, y, glu, cfg)? else {
+pub fn linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &DeviceTensor, glu: Option<GluAct>, cfg: WgConfig) -> Result<(), Error> {
+    let Some(l) = WgLaunch::new(client, x, w, y, glu.is_some(), cfg)? else {
         return Ok(());
     };
+    let (gated, gelu) = GluAct::flags(glu);
     macro_rules! go {
         ($e:ty, $bf16:expr) => {
             unsafe {
@@ -66,7 +68,8 @@ pub fn linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &Devi
                     cfg.mb,
                     cfg.stages,
                     $bf16,
-                    glu,
+                    gated,
+                    gelu,
                     l.g.splits > 1,
                 )
             }
@@ -133,6 +136,7 @@ pub fn tc_wgmma_v2<E: Float>(
     #[comptime] stages: usize,
     #[comptime] bf16: bool,
     #[comptime] glu: bool,
+    #[comptime] gelu: bool,
     #[comptime] partial: bool,
 ) {
     if CUBE_POS < tiles as usize {
@@ -174,9 +178,9 @@ pub fn tc_wgmma_v2<E: Float>(
         }
         let yoff = select(partial, split * m * n, 0usize);
         let glu_here = comptime!(glu && !partial);
-        wg_epilogue(&acc0, y, m, n, m0 + wg * mb * 64, n0, warp, lane, yoff, glu_here);
+        wg_epilogue(&acc0, y, m, n, m0 + wg * mb * 64, n0, warp, lane, yoff, glu_here, gelu);
         if comptime!(mb == 2) {
-            wg_epilogue(&acc1, y, m, n, m0 + wg * mb * 64 + 64, n0, warp, lane, yoff, glu_here);
+            wg_epilogue(&acc1, y, m, n, m0 + wg * mb * 64 + 64, n0, warp, lane, yoff, glu_here, gelu);
         }
     }
 }

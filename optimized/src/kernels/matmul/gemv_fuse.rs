@@ -5,7 +5,7 @@
 
 use cubecl::prelude::*;
 
-use crate::kernels::swiglu::{gelu_mul, silu_mul, GluAct};
+use crate::kernels::swiglu::{glu_mul, GluAct};
 use crate::{Client, DeviceTensor, Dtype, Error};
 
 /// What a decode gemv fuses around its dot products (T ≤ 8): nothing ([`Fuse::default`]),
@@ -117,8 +117,8 @@ impl<'a> Fuse<'a> {
 /// Token t's sum `s` of row `row` into y: `y[t, row] = s`; with `resid` (y the residual
 /// stream) `y[t, row] += s` and `xw[t, row] = y[t, row] · nw[row]` (the next RMSNorm's weight
 /// applied: the next gemv's input); with `glu` (`row` even, rows interleaved gate j = 2j,
-/// up j = 2j + 1, `u` the up row's sum) `y[t, row / 2] = silu(s) · u` ([`silu_mul`]), or
-/// `gelu_tanh(s) · u` with `gelu` ([`gelu_mul`]).
+/// up j = 2j + 1, `u` the up row's sum) `y[t, row / 2] = silu(s) · u`, or `gelu_tanh(s) · u`
+/// with `gelu` ([`glu_mul`]).
 #[allow(clippy::too_many_arguments)]
 #[cube]
 pub(crate) fn store_row(
@@ -136,11 +136,7 @@ pub(crate) fn store_row(
     #[comptime] bias: bool,
 ) {
     if glu {
-        if gelu {
-            y[t * (n_out / 2) + row / 2] = gelu_mul(s, u);
-        } else {
-            y[t * (n_out / 2) + row / 2] = silu_mul(s, u);
-        }
+        y[t * (n_out / 2) + row / 2] = glu_mul(s, u, gelu);
     } else if resid {
         let i = t * n_out + row;
         let v = y[i] + s;

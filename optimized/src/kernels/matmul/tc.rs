@@ -11,8 +11,8 @@
 //!   from 144-byte shared rows (conflict-free). K in blocks of 64; A (x16) and dense B (W)
 //!   blocks stream through `stages` shared slots by `cp.async` (16-byte copies, one commit
 //!   group per block, one cube barrier per block). Quantized B: `tc_quant.rs` (dequantized in
-//!   the tile loads). Epilogue from the accumulators: per-channel int8 scales, the SwiGLU of
-//!   interleaved gate/up columns (`glu`), bounds.
+//!   the tile loads). Epilogue from the accumulators: per-channel int8 scales, the gating of
+//!   interleaved gate/up columns (`glu`: SiLU or GELU-tanh, a comptime switch), bounds.
 //! - Tile shapes ([`TcConfig`]) and split-K chosen per call by [`TcConfig::pick`] (rules from
 //!   the sweep below); split-K writes `[splits, M, N]` partial sums that `tc_reduce` adds in
 //!   slice order (deterministic) before the epilogue.
@@ -57,6 +57,7 @@ use super::tc_passes::{tc_convert, tc_reduce};
 use super::tc_quant::{nibble_fmt, tc_quant, FMT_INT8, FMT_INT8_GROUPS};
 use super::tc_wg::WG_MIN_ROWS;
 use crate::kernels::qmatmul::{v2, QFormat, QLayout, QWeight};
+use crate::kernels::swiglu::GluAct;
 use crate::{Client, DeviceTensor, Dtype, Error};
 
 /// x `[.., K]` f32, W `[N, K]` and y `[.., N]` f32 (with `glu` `[.., N / 2]`, N even) of a
@@ -284,7 +285,7 @@ pub(crate) fn tma_runs(client: &Client, t: usize, w: &DeviceTensor) -> bool {
     wg_runs(client, t, w) && k % 8 == 0 && super::tc_wg::WgConfig::pick(t, n, k, sms(client), client.kernels().gemm).tma
 }
 
-/// Split-K's sum of the parts into y (scales with `col_scale`, SwiGLU with `glu`).
+/// Split-K's sum of the parts into y (scales with `col_scale`, the gating with `glu`).
 pub(crate) fn reduce(
     client: &Client,
     g: &Grid,
@@ -294,11 +295,12 @@ pub(crate) fn reduce(
     m: usize,
     n: usize,
     col_scale: bool,
-    glu: bool,
+    glu: Option<GluAct>,
 ) -> Result<(), Error> {
     if g.splits == 1 {
         return Ok(());
     }
+    let (gated, gelu) = GluAct::flags(glu);
     let total = y.numel();
     let dim = CubeDim::new_1d(256.min(client.properties().hardware.max_units_per_cube));
     let count = cubecl::calculate_cube_count_elemwise(client, total, dim);
@@ -317,7 +319,8 @@ pub(crate) fn reduce(
                     g.splits as u32,
                     u32_of("outputs", total)?,
                     col_scale,
-                    glu,
+                    gated,
+                    gelu,
                     crate::kernels::pdl::enabled(client),
                 );
             }
@@ -328,22 +331,23 @@ pub(crate) fn reduce(
 }
 
 /// tc v1 over a dense 16-bit weight: `y = x · Wᵀ` (x `[.., K]` f32, W `[N, K]` f16/bf16, y
-/// `[.., N]` f32, or with `glu` `[.., N / 2]` of `silu(x·W_{2j}) · x·W_{2j+1}`). `cfg`: the
-/// tile shape (`None`: [`TcConfig::pick`]).
+/// `[.., N]` f32, or with `glu` `[.., N / 2]` of `act(x·W_{2j}) · x·W_{2j+1}`, act SiLU or
+/// GELU-tanh). `cfg`: the tile shape (`None`: [`TcConfig::pick`]).
 pub fn linear_into(
     client: &Client,
     x: &DeviceTensor,
     w: &DeviceTensor,
     y: &DeviceTensor,
-    glu: bool,
+    glu: Option<GluAct>,
     cfg: Option<TcConfig>,
     mode: TcMode,
 ) -> Result<(), Error> {
-    let (t, n, k) = dense_dims_any("tc", x, w, y, glu)?;
+    let (t, n, k) = dense_dims_any("tc", x, w, y, glu.is_some())?;
     if cfg.is_none() && mode == TcMode::Tensor && wg_runs(client, t, w) {
         return super::tc_wg::linear_into(client, x, w, y, glu, None);
     }
-    dense_dims("tc v1", x, w, y, glu)?;
+    dense_dims("tc v1", x, w, y, glu.is_some())?;
+    let (gated, gelu) = GluAct::flags(glu);
     require(client, w.dtype, mode)?;
     if k % 8 != 0 {
         return Err(Error::Unsupported(format!("tc v1 copies W rows in 16-byte chunks: in = {k} (w {:?}) is not a multiple of 8", w.shape)));
@@ -389,7 +393,8 @@ pub fn linear_into(
                     tn,
                     stages,
                     pipe,
-                    glu,
+                    gated,
+                    gelu,
                     partial,
                     emu,
                 )
@@ -416,7 +421,7 @@ pub fn qlinear_into(
     x: &DeviceTensor,
     w: &QWeight,
     y: &DeviceTensor,
-    glu: bool,
+    glu: Option<GluAct>,
     cfg: Option<TcConfig>,
     mode: TcMode,
 ) -> Result<(), Error> {
@@ -424,7 +429,8 @@ pub fn qlinear_into(
     if let Some(why) = quant_refusal(w) {
         return Err(Error::Unsupported(why));
     }
-    let t = quant_dims("tc", x, w, y, glu)?;
+    let t = quant_dims("tc", x, w, y, glu.is_some())?;
+    let (gated, gelu) = GluAct::flags(glu);
     // tc v3 over quantized weights (`wgmma`) where the configuration asks for it, the device
     // has it, the weight's format allows it and M > `WG_MIN_ROWS`, as for dense weights; an
     // explicit tile shape or the emulation stays on tc v1.
@@ -494,7 +500,8 @@ pub fn qlinear_into(
                     tn,
                     stages,
                     pipe,
-                    glu,
+                    gated,
+                    gelu,
                     partial,
                     emu,
                 )

@@ -16,7 +16,7 @@ use cubecl::cmma::MatrixIdent;
 use cubecl::frontend::barrier::copy_async;
 use cubecl::prelude::*;
 
-use super::super::swiglu::silu_mul;
+use super::super::swiglu::glu_mul;
 
 /// Row stride of a shared tile, in 16-bit values.
 pub const SA: usize = 72;
@@ -325,9 +325,9 @@ pub(crate) fn stage_a<E: Float>(
 }
 
 /// The accumulators into y (`[m, n]`, or with `glu` `[m, n / 2]` of `silu(even) · odd`
-/// columns), each column times `scales[col]` (f32 bits) with `col_scale`. A split-K part
-/// passes `y` offset to its slice of the partial sums, neither scales nor `glu` ([`tc_reduce`]
-/// applies them).
+/// columns, `gelu_tanh(even) · odd` with `gelu`), each column times `scales[col]` (f32 bits)
+/// with `col_scale`. A split-K part passes `y` offset to its slice of the partial sums,
+/// neither scales nor `glu` ([`tc_reduce`] applies them).
 #[cube]
 pub(crate) fn epilogue(
     acc: &Array<Vector<f32, Const<2>>>,
@@ -343,6 +343,7 @@ pub(crate) fn epilogue(
     #[comptime] tn: usize,
     #[comptime] col_scale: bool,
     #[comptime] glu: bool,
+    #[comptime] gelu: bool,
 ) {
     let g = lane / 4;
     let c = lane % 4;
@@ -361,23 +362,35 @@ pub(crate) fn epilogue(
             for h in 0..2usize {
                 let row = m0 + 16 * i + g + 8 * h;
                 let v = acc[(i * tn + j) * 2 + h];
-                store_pair(y, row, col, m, n, yoff, v.extract(0usize) * s0, v.extract(1usize) * s1, glu);
+                store_pair(y, row, col, m, n, yoff, v.extract(0usize) * s0, v.extract(1usize) * s1, glu, gelu);
             }
         }
     }
 }
 
 /// Columns `col` and `col + 1` of output row `row` (nothing past m or n): y `[m, n]` at `yoff`
-/// (a split-K part's slice), or with `glu` `silu(v0) · v1` into y `[m, n / 2]` (col even).
+/// (a split-K part's slice), or with `glu` `silu(v0) · v1` (`gelu_tanh(v0) · v1` with `gelu`:
+/// [`glu_mul`]) into y `[m, n / 2]` (col even).
 /// Every tc version's epilogue; y f32, or (tc v4) the 16-bit type the next GEMM reads, each
 /// value rounded once.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn store_pair<Y: Float>(y: &mut [Y], row: usize, col: usize, m: usize, n: usize, yoff: usize, v0: f32, v1: f32, #[comptime] glu: bool) {
+pub(crate) fn store_pair<Y: Float>(
+    y: &mut [Y],
+    row: usize,
+    col: usize,
+    m: usize,
+    n: usize,
+    yoff: usize,
+    v0: f32,
+    v1: f32,
+    #[comptime] glu: bool,
+    #[comptime] gelu: bool,
+) {
     if row < m {
         if glu {
             if col + 1 < n {
-                y[row * (n / 2) + col / 2] = Y::cast_from(silu_mul(v0, v1));
+                y[row * (n / 2) + col / 2] = Y::cast_from(glu_mul(v0, v1, gelu));
             }
         } else {
             if col < n {
@@ -415,6 +428,7 @@ pub fn tc_dense<E: Float>(
     #[comptime] stages: usize,
     #[comptime] pipe: bool,
     #[comptime] glu: bool,
+    #[comptime] gelu: bool,
     #[comptime] partial: bool,
     #[comptime] emu: bool,
 ) {
@@ -469,9 +483,9 @@ pub fn tc_dense<E: Float>(
             kb += 1;
         }
         if partial {
-            epilogue(&acc, y, scales, m, n, m0 + wrow, n0 + wcol, lane, split * m * n, tm, tn, false, false);
+            epilogue(&acc, y, scales, m, n, m0 + wrow, n0 + wcol, lane, split * m * n, tm, tn, false, false, false);
         } else {
-            epilogue(&acc, y, scales, m, n, m0 + wrow, n0 + wcol, lane, 0usize, tm, tn, false, glu);
+            epilogue(&acc, y, scales, m, n, m0 + wrow, n0 + wcol, lane, 0usize, tm, tn, false, glu, gelu);
         }
     }
 }

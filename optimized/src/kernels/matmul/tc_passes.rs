@@ -5,7 +5,7 @@
 
 use cubecl::prelude::*;
 
-use super::super::swiglu::silu_mul;
+use super::super::swiglu::glu_mul;
 
 /// Storage quad `sq` of a row of `nq` quads in the tiled order ([`QLayout::Tiles`], `qpc`
 /// quads per 16-byte chunk): the input quad it holds (`qmatmul::v2::tile_order`).
@@ -44,7 +44,8 @@ pub fn tc_convert<E: Float, N: Size>(x: &[Vector<f32, N>], out: &mut [Vector<E, 
 
 /// Split-K: y (`[m, n]`, or with `glu` `[m, n / 2]`) from the `splits` partial sums `part`
 /// `[splits, m, n]`, added in split order (deterministic), times `scales[col]` with
-/// `col_scale`, SwiGLU of column pairs with `glu`. One output per unit.
+/// `col_scale`, SwiGLU of column pairs with `glu` (GELU-tanh gating with `gelu`: [`glu_mul`]).
+/// One output per unit.
 /// `pdl`: waits first thing for the GEMM before it (programmatic dependent launch).
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked)]
@@ -58,6 +59,7 @@ pub fn tc_reduce<Y: Float>(
     total: u32,
     #[comptime] col_scale: bool,
     #[comptime] glu: bool,
+    #[comptime] gelu: bool,
     #[comptime] pdl: bool,
 ) {
     crate::kernels::pdl::await_predecessor(pdl);
@@ -92,7 +94,7 @@ pub fn tc_reduce<Y: Float>(
             }
         }
         if glu {
-            y[i] = Y::cast_from(silu_mul(a, b));
+            y[i] = Y::cast_from(glu_mul(a, b, gelu));
         } else {
             y[i] = Y::cast_from(a);
         }

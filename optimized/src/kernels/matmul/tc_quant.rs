@@ -212,6 +212,7 @@ pub fn tc_quant<E: Float, N: Size>(
     #[comptime] stages: usize,
     #[comptime] pipe: bool,
     #[comptime] glu: bool,
+    #[comptime] gelu: bool,
     #[comptime] partial: bool,
     #[comptime] emu: bool,
 ) {
@@ -278,9 +279,9 @@ pub fn tc_quant<E: Float, N: Size>(
             kb += 1;
         }
         if partial {
-            epilogue(&acc, y, scales, m, n, m0 + wrow, n0 + wcol, lane, split * m * n, tm, tn, false, false);
+            epilogue(&acc, y, scales, m, n, m0 + wrow, n0 + wcol, lane, split * m * n, tm, tn, false, false, false);
         } else {
-            epilogue(&acc, y, scales, m, n, m0 + wrow, n0 + wcol, lane, 0usize, tm, tn, comptime!(fmt == FMT_INT8), glu);
+            epilogue(&acc, y, scales, m, n, m0 + wrow, n0 + wcol, lane, 0usize, tm, tn, comptime!(fmt == FMT_INT8), glu, gelu);
         }
     }
 }

@@ -33,6 +33,7 @@ use super::tc::{convert, dense_dims, dense_dims_any, grid, one_cube_splits, redu
 use super::tc_kernel::{commit, copy16, store_pair, wait_pending, zero8, BK};
 use super::wgmma::{desc, proxy_fence, smem_addr, wgmma_k64_acc, wgmma_pin, wgmma_wait, Acc};
 use crate::config::Gemm;
+use crate::kernels::swiglu::GluAct;
 use crate::{Client, DeviceTensor, Dtype, Error};
 
 /// Rows of an output tile per m-block: two warpgroups of 64.
@@ -183,11 +184,18 @@ pub fn require(client: &Client, e: Dtype) -> Result<(), Error> {
 }
 
 /// tc v3 over a dense 16-bit weight: `y = x · Wᵀ` (x `[.., K]` f32, W `[N, K]` f16/bf16, K % 8
-/// = 0, y `[.., N]` f32, or with `glu` `[.., N / 2]` of `silu(x·W_{2j}) · x·W_{2j+1}`). `cfg`:
+/// = 0, y `[.., N]` f32, or with `glu` `[.., N / 2]` of `act(x·W_{2j}) · x·W_{2j+1}`). `cfg`:
 /// `None` for [`WgConfig::pick`]; a TMA one runs tc v4 (`tc_wg_tma.rs`), one not in flight tc v2
 /// (a lab kernel: `lab/tc_wg_v2.rs`).
-pub fn linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &DeviceTensor, glu: bool, cfg: Option<WgConfig>) -> Result<(), Error> {
-    let (t, n, k) = dense_dims_any("tc v2", x, w, y, glu)?;
+pub fn linear_into(
+    client: &Client,
+    x: &DeviceTensor,
+    w: &DeviceTensor,
+    y: &DeviceTensor,
+    glu: Option<GluAct>,
+    cfg: Option<WgConfig>,
+) -> Result<(), Error> {
+    let (t, n, k) = dense_dims_any("tc v2", x, w, y, glu.is_some())?;
     require(client, w.dtype)?;
     if k % 8 != 0 {
         return Err(Error::Unsupported(format!("tc v2 copies W rows in 16-byte chunks: in = {k} (w {:?}) is not a multiple of 8", w.shape)));
@@ -199,9 +207,10 @@ pub fn linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &Devi
     if !cfg.inflight {
         return crate::kernels::lab::tc_wg_v2_into(client, x, w, y, glu, cfg);
     }
-    let Some(l) = WgLaunch::new(client, x, w, y, glu, cfg)? else {
+    let Some(l) = WgLaunch::new(client, x, w, y, glu.is_some(), cfg)? else {
         return Ok(());
     };
+    let (gated, gelu) = GluAct::flags(glu);
     macro_rules! go {
         ($e:ty, $bf16:expr) => {
             unsafe {
@@ -223,7 +232,8 @@ pub fn linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &Devi
                     cfg.mb,
                     cfg.stages,
                     $bf16,
-                    glu,
+                    gated,
+                    gelu,
                     l.g.splits > 1,
                 )
             }
@@ -289,8 +299,8 @@ impl WgLaunch {
         Ok(Some(WgLaunch { x16, g, out, s, t, n }))
     }
 
-    /// After the kernel: split-K's partial sums added into `y` (with `glu`'s SwiGLU).
-    pub(crate) fn finish(&self, client: &Client, y: &DeviceTensor, x: &DeviceTensor, glu: bool) -> Result<(), Error> {
+    /// After the kernel: split-K's partial sums added into `y` (with `glu`'s gating).
+    pub(crate) fn finish(&self, client: &Client, y: &DeviceTensor, x: &DeviceTensor, glu: Option<GluAct>) -> Result<(), Error> {
         reduce(client, &self.g, &self.out, y, x, self.t, self.n, false, glu)
     }
 }
@@ -367,8 +377,8 @@ fn stage_swizzled<E: Float>(
 }
 
 /// The accumulators of m-block rows `row0 ..+ 64` (this unit's: rows 16·warp + g + 8h) into y
-/// (`[m, n]`, or with `glu` `[m, n / 2]` of `silu(even) · odd` columns; a split-K part at
-/// `yoff`, without the SwiGLU).
+/// (`[m, n]`, or with `glu` `[m, n / 2]` of `silu(even) · odd` columns, `gelu_tanh(even) · odd`
+/// with `gelu`; a split-K part at `yoff`, without the gating).
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn wg_epilogue<Y: Float>(
@@ -382,6 +392,7 @@ pub(crate) fn wg_epilogue<Y: Float>(
     lane: usize,
     yoff: usize,
     #[comptime] glu: bool,
+    #[comptime] gelu: bool,
 ) {
     let g = lane / 4;
     let c = lane % 4;
@@ -391,7 +402,7 @@ pub(crate) fn wg_epilogue<Y: Float>(
         #[unroll]
         for h in 0..2usize {
             let row = row0 + 16 * warp + g + 8 * h;
-            store_pair(y, row, col, m, n, yoff, acc.extract(4 * j + 2 * h), acc.extract(4 * j + 2 * h + 1), glu);
+            store_pair(y, row, col, m, n, yoff, acc.extract(4 * j + 2 * h), acc.extract(4 * j + 2 * h + 1), glu, gelu);
         }
     }
 }
@@ -464,6 +475,7 @@ pub fn tc_wgmma<E: Float>(
     #[comptime] stages: usize,
     #[comptime] bf16: bool,
     #[comptime] glu: bool,
+    #[comptime] gelu: bool,
     #[comptime] partial: bool,
 ) {
     if CUBE_POS < tiles as usize {
@@ -519,9 +531,9 @@ pub fn tc_wgmma<E: Float>(
         }
         let yoff = select(partial, split * m * n, 0usize);
         let glu_here = comptime!(glu && !partial);
-        wg_epilogue(&acc0, y, m, n, m0 + wg * mb * 64, n0, warp, lane, yoff, glu_here);
+        wg_epilogue(&acc0, y, m, n, m0 + wg * mb * 64, n0, warp, lane, yoff, glu_here, gelu);
         if comptime!(mb == 2) {
-            wg_epilogue(&acc1, y, m, n, m0 + wg * mb * 64 + 64, n0, warp, lane, yoff, glu_here);
+            wg_epilogue(&acc1, y, m, n, m0 + wg * mb * 64 + 64, n0, warp, lane, yoff, glu_here, gelu);
         }
     }
 }

@@ -61,6 +61,7 @@ use super::tc_wg_quant_decode::{decode, load_scales};
 use super::wgmma::{desc, proxy_fence, smem_addr, wgmma_k64_acc, wgmma_wait, Acc};
 use crate::kernels::qmatmul::v2;
 use crate::kernels::qmatmul::{QFormat, QLayout, QWeight};
+use crate::kernels::swiglu::GluAct;
 use crate::{Client, DeviceTensor, Dtype, Error};
 
 /// 16-byte vectors in one A or B slot: 128 rows of one 128-byte k-block row.
@@ -136,14 +137,23 @@ pub fn pick(m: usize, n: usize, k: usize, sms: usize, qgemm: crate::config::QGem
 }
 
 /// tc v3 over a quantized weight: `y = x · dequant(W)ᵀ` (x `[.., K]` f32, y `[.., N]` f32, or
-/// with `glu` `[.., N / 2]` of `silu(x·W_{2j}) · x·W_{2j+1}`), in bf16 on the tensor cores.
+/// with `glu` `[.., N / 2]` of `act(x·W_{2j}) · x·W_{2j+1}`, act SiLU or GELU-tanh), in bf16 on
+/// the tensor cores.
 /// `cfg`: `None` for [`pick`]; tiles of 128 rows with the accumulators in flight only.
-pub fn qlinear_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor, glu: bool, cfg: Option<WgConfig>) -> Result<(), Error> {
+pub fn qlinear_into(
+    client: &Client,
+    x: &DeviceTensor,
+    w: &QWeight,
+    y: &DeviceTensor,
+    glu: Option<GluAct>,
+    cfg: Option<WgConfig>,
+) -> Result<(), Error> {
     let (n, k) = (w.out, w.in_dim);
     if let Some(why) = refusal(w) {
         return Err(Error::Unsupported(why));
     }
-    let t = quant_dims("tc v3", x, w, y, glu)?;
+    let t = quant_dims("tc v3", x, w, y, glu.is_some())?;
+    let (gated, gelu) = GluAct::flags(glu);
     super::tc_wg::require(client, Dtype::BF16)?;
     let cfg = cfg.unwrap_or_else(|| pick(t, n, k, sms(client), client.kernels().qgemm));
     if cfg.tma {
@@ -200,7 +210,8 @@ pub fn qlinear_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTe
             fmt,
             tiled,
             cfg.stages,
-            glu,
+            gated,
+            gelu,
             g.splits > 1,
         );
     }
@@ -317,6 +328,7 @@ pub fn tc_wgmma_quant<N: Size>(
     #[comptime] tiled: bool,
     #[comptime] stages: usize,
     #[comptime] glu: bool,
+    #[comptime] gelu: bool,
     #[comptime] partial: bool,
 ) {
     if CUBE_POS < tiles as usize {
@@ -396,7 +408,7 @@ pub fn tc_wgmma_quant<N: Size>(
             acc = col_scaled(acc, scales, n0, n, lane);
         }
         let yoff = select(partial, split * m * n, 0usize);
-        wg_epilogue(&acc, y, m, n, m0 + wg * 64, n0, warp, lane, yoff, comptime!(glu && !partial));
+        wg_epilogue(&acc, y, m, n, m0 + wg * 64, n0, warp, lane, yoff, comptime!(glu && !partial), gelu);
     }
 }
 

@@ -32,6 +32,7 @@ use super::tc_kernel::BK;
 use super::tc_wg::{wg_epilogue, WgConfig, WG_BN};
 use super::wgmma::{desc, smem_addr, wgmma_k64_acc, wgmma_pin, wgmma_wait, Acc};
 use crate::kernels::pdl::await_predecessor;
+use crate::kernels::swiglu::GluAct;
 use crate::{Client, DeviceTensor, Dtype, Error};
 
 /// Units of a tc v4 cube: `wgs` consumer warpgroups and one producer warp.
@@ -67,8 +68,16 @@ pub(crate) fn x16_ok(x: &DeviceTensor, w: &DeviceTensor) -> bool {
 
 /// tc v4 over a dense 16-bit weight (shapes, `glu` and checks as [`super::tc_wg::linear_into`],
 /// which calls it for configurations with `tma`); x f32 or W's type, y f32 or W's type.
-pub(super) fn linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &DeviceTensor, glu: bool, cfg: WgConfig) -> Result<(), Error> {
-    let (t, n, k) = dense_dims_any("tc v4", x, w, y, glu)?;
+pub(super) fn linear_into(
+    client: &Client,
+    x: &DeviceTensor,
+    w: &DeviceTensor,
+    y: &DeviceTensor,
+    glu: Option<GluAct>,
+    cfg: WgConfig,
+) -> Result<(), Error> {
+    let (t, n, k) = dense_dims_any("tc v4", x, w, y, glu.is_some())?;
+    let (gated, gelu) = GluAct::flags(glu);
     let hw = &client.properties().hardware;
     let units = threads(cfg.wgs);
     if cfg.stages < 2
@@ -131,7 +140,8 @@ pub(super) fn linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y
                     cfg.wgs,
                     cfg.stages,
                     $bf16,
-                    glu,
+                    gated,
+                    gelu,
                     partial,
                     pdl,
                     early,
@@ -221,6 +231,7 @@ pub fn tc_wgmma_tma<E: Float, Y: Float>(
     #[comptime] stages: usize,
     #[comptime] bf16: bool,
     #[comptime] glu: bool,
+    #[comptime] gelu: bool,
     #[comptime] partial: bool,
     #[comptime] pdl: bool,
     #[comptime] early: bool,
@@ -326,9 +337,9 @@ pub fn tc_wgmma_tma<E: Float, Y: Float>(
             }
             let yoff = select(partial, split * m * n, 0usize);
             let glu_here = comptime!(glu && !partial);
-            wg_epilogue(&acc0, y, m, n, m0 + wg * mb * 64, n0, warp, lane, yoff, glu_here);
+            wg_epilogue(&acc0, y, m, n, m0 + wg * mb * 64, n0, warp, lane, yoff, glu_here, gelu);
             if comptime!(mb == 2) {
-                wg_epilogue(&acc1, y, m, n, m0 + wg * mb * 64 + 64, n0, warp, lane, yoff, glu_here);
+                wg_epilogue(&acc1, y, m, n, m0 + wg * mb * 64 + 64, n0, warp, lane, yoff, glu_here, gelu);
             }
         }
     }

@@ -16,6 +16,9 @@ pub struct LoadTimes {
     pub staging: crate::upload::StagingTimes,
 }
 
+use reference::arch::spec::{FfnSpec, LayerSpec};
+use reference::gpt_oss::weights::Mxfp4Experts as Mxfp4Source;
+use reference::ops::mlp::Activation;
 use reference::weights::RawDense;
 
 use crate::upload::Part;
@@ -69,9 +72,10 @@ impl Uploader<'_> {
     /// converted from the stored bytes where the source has them, else from the f32 values it
     /// loads, chunk by chunk through reused host buffers (`crate::upload`).
     fn dense(&mut self, ts: &[Tensor], dtype: Dtype) -> Result<DeviceTensor, Error> {
-        let mut shape = ts.first().map(|t| t.shape(self.cfg)).unwrap_or_default();
+        // The spec's shapes: an MoE router's expert count is not in the Config.
+        let mut shape = ts.first().map(|t| t.spec_shape(self.spec)).unwrap_or_default();
         for t in ts.iter().skip(1) {
-            shape[0] += t.shape(self.cfg)[0];
+            shape[0] += t.spec_shape(self.spec)[0];
         }
         let ds = dtype.size();
         let total = shape.iter().product::<usize>() * ds;
@@ -79,7 +83,7 @@ impl Uploader<'_> {
         let handle = self.client.empty(total);
         let mut at = 0;
         for &t in ts {
-            let n = t.shape(self.cfg).iter().product::<usize>() * ds;
+            let n = t.spec_shape(self.spec).iter().product::<usize>() * ds;
             let part = part!(self, t);
             self.staging.write_part(self.client, &handle, at, n, total, dtype, &part)?;
             at += n;
@@ -167,6 +171,65 @@ impl Uploader<'_> {
         }
     }
 
+    /// MoE block `l`: the router and its bias f32 (a rounded router would move expert choices
+    /// near ties), the experts from [`Uploader::experts`].
+    fn moe(&mut self, l: usize, ls: &LayerSpec, dtype: Dtype) -> Result<MoeWeights, Error> {
+        let FfnSpec::Moe { k, act: Activation::ClampedSwiglu { limit, alpha }, .. } = ls.ffn else {
+            return Err(Error::Unsupported(format!("layer {l}: the GPU runs GPT-OSS's MoE only (clamped SwiGLU, MXFP4 experts)")));
+        };
+        let (gate_up, down) = self.experts(l, ls)?;
+        Ok(MoeWeights {
+            router: self.dense(&[Tensor::Router(l)], Dtype::F32)?,
+            router_bias: self.dense(&[Tensor::RouterBias(l)], Dtype::F32)?,
+            gate_up,
+            down,
+            k,
+            limit,
+            alpha,
+            arrivals: MoeWeights::arrival_counters(self.client)?,
+            tc: dtype != Dtype::F32,
+        })
+    }
+
+    /// MoE block `l`'s experts, gate|up interleaved `[E, 2F, C]` and down `[E, C, F]`: the one
+    /// place experts come from. MXFP4 only (GPT-OSS): the stored bytes repacked through the
+    /// staging buffers where the source lends them, else its built experts; a source without
+    /// MXFP4 experts (16-bit experts: Qwen3-MoE) is refused here.
+    fn experts(&mut self, l: usize, ls: &LayerSpec) -> Result<(Mxfp4Experts, Mxfp4Experts), Error> {
+        let FfnSpec::Moe { n_experts, expert_ffn, .. } = ls.ffn else {
+            return Err(Error::Shape(format!("layer {l} is not a mixture of experts")));
+        };
+        let (gu, dn) = match self.src.mxfp4_experts(l).map_err(Error::from)? {
+            Some(Mxfp4Source::Stored([gu, dn])) => {
+                (Mxfp4Experts::upload_stored(self.client, &self.staging, &gu)?, Mxfp4Experts::upload_stored(self.client, &self.staging, &dn)?)
+            }
+            Some(Mxfp4Source::Built(ex)) => {
+                // Biases are built contiguous; a view that is not would fail the upload's length check.
+                let gate: Vec<_> = ex.iter().map(|x| (&x.gate, x.gate_bias.as_slice().unwrap_or(&[]))).collect();
+                let up: Vec<_> = ex.iter().map(|x| (&x.up, x.up_bias.as_slice().unwrap_or(&[]))).collect();
+                let (dm, db): (Vec<_>, Vec<_>) = ex.iter().map(|x| (&x.down, x.down_bias.as_slice().unwrap_or(&[]))).unzip();
+                let gu = Mxfp4Experts::upload_glu(self.client, &format!("layer {l} gate|up experts"), &gate, &up)?;
+                (gu, Mxfp4Experts::upload(self.client, &format!("layer {l} down experts"), &dm, &db)?)
+            }
+            None => {
+                return Err(Error::Unsupported(format!(
+                    "layer {l}: the source holds no MXFP4 experts (the GPU's MoE kernels take GPT-OSS's MXFP4 experts only)"
+                )))
+            }
+        };
+        let c = self.spec.hidden;
+        for (what, w, want) in [("gate|up", &gu, (2 * expert_ffn, c)), ("down", &dn, (c, expert_ffn))] {
+            if (w.n_experts, w.out, w.in_dim) != (n_experts, want.0, want.1) {
+                return Err(Error::Shape(format!(
+                    "layer {l} {what} experts: [{}, {}, {}], the model wants [{n_experts}, {}, {}]",
+                    w.n_experts, w.out, w.in_dim, want.0, want.1
+                )));
+            }
+        }
+        self.bytes += gu.bytes() + dn.bytes();
+        Ok((gu, dn))
+    }
+
     /// Two `[F, C]` tensors as one dense `[2F, C]` tensor, their rows interleaved.
     fn dense_interleaved(&mut self, gate: Tensor, up: Tensor, dtype: Dtype) -> Result<DeviceTensor, Error> {
         let [f, c] = gate.shape(self.cfg)[..] else {
@@ -242,6 +305,23 @@ impl GpuModel {
         Self::load_with(client, backend, src, spec, dtype, capacity, attention)
     }
 
+    /// GPT-OSS from one of its sources (a checkpoint, synthetic or in-memory weights) through
+    /// its spec (`reference::arch::gpt_oss`), launching with `kernels` (flash attention: sinks
+    /// run there only), a KV cache of one position (runners page their own).
+    pub fn load_gpt_oss(
+        client: Client,
+        backend: Backend,
+        src: &mut dyn reference::gpt_oss::weights::GptOssSource,
+        cfg: &reference::gpt_oss::GptOssConfig,
+        dtype: Dtype,
+        kernels: &crate::config::KernelConfig,
+    ) -> Result<Self, Error> {
+        let spec = reference::arch::gpt_oss::from_config(cfg);
+        let kernels = crate::config::KernelConfig { attention: AttentionImpl::Flash, ..*kernels };
+        let mut tensors = reference::gpt_oss::weights::GptOssTensors { src, cfg };
+        Self::load_observed(client, backend, &mut tensors, &spec, dtype, 1, &kernels, &mut |_, _| {})
+    }
+
     /// [`GpuModel::load`] with a choice of KV cache and attention (every other kernel choice:
     /// the client's).
     pub fn load_with(
@@ -287,6 +367,9 @@ impl GpuModel {
         let rows_order = kernels.qgemv == QgemvOrder::V1;
         let mma = mma_order.then_some(kernels.mma);
         let attention = kernels.attention;
+        if attention == AttentionImpl::Naive && spec.layers.iter().any(|ls| ls.attn.sinks) {
+            return Err(Error::Unsupported(format!("{}: attention sinks run in flash attention only (attention=naive was asked for)", spec.arch)));
+        }
         let t0 = std::time::Instant::now();
         let mut up = Uploader {
             client: &client,
@@ -315,16 +398,23 @@ impl GpuModel {
             let wqkv = up.linear(qkv, dtype)?;
             let bqkv = if ls.attn.qkv_bias { Some(up.dense(&[Bq(l), Bk(l), Bv(l)], Dtype::F32)?) } else { None };
             let qk_norm = if ls.attn.qk_norm { Some((up.dense(&[QNorm(l)], Dtype::F32)?, up.dense(&[KNorm(l)], Dtype::F32)?)) } else { None };
-            let w_gate_up = if spec.fused.gate_up { up.linear_glu_fused(WGateUp(l), dtype)? } else { up.linear_glu(WGate(l), WUp(l), dtype)? };
+            let ffn = match &ls.ffn {
+                FfnSpec::Dense { .. } => {
+                    let gate_up = if spec.fused.gate_up { up.linear_glu_fused(WGateUp(l), dtype)? } else { up.linear_glu(WGate(l), WUp(l), dtype)? };
+                    GpuFfn::Dense { gate_up, down: up.linear(&[WDown(l)], dtype)? }
+                }
+                FfnSpec::Moe { .. } => GpuFfn::Moe(up.moe(l, ls, dtype)?),
+            };
             layers.push(GpuLayer {
                 attn_norm: up.dense(&[AttnNorm(l)], Dtype::F32)?,
                 wqkv,
                 bqkv,
                 qk_norm,
                 wo: up.linear(&[Wo(l)], dtype)?,
+                bo: if ls.attn.o_bias { Some(up.dense(&[Bo(l)], Dtype::F32)?) } else { None },
+                sinks: if ls.attn.sinks { Some(up.dense(&[Sinks(l)], Dtype::F32)?) } else { None },
                 ffn_norm: up.dense(&[Tensor::ffn_norm(spec, l)], Dtype::F32)?,
-                w_gate_up,
-                w_down: up.linear(&[WDown(l)], dtype)?,
+                ffn,
                 post_attn_norm: if ls.post_norms { Some(up.dense(&[PostAttnNorm(l)], Dtype::F32)?) } else { None },
                 post_ffn_norm: if ls.post_norms { Some(up.dense(&[PostFfnNorm(l)], Dtype::F32)?) } else { None },
             });
@@ -338,8 +428,7 @@ impl GpuModel {
         // surfaces now, not in the first step).
         cubecl::future::block_on(client.sync())?;
         let drained = t0.elapsed().as_secs_f64();
-        let stream_bytes =
-            layers.iter().map(|l| l.wqkv.bytes() + l.wo.bytes() + l.w_gate_up.bytes() + l.w_down.bytes()).sum::<usize>() + lm_head.bytes();
+        let stream_bytes = layers.iter().map(|l| l.wqkv.bytes() + l.wo.bytes() + l.ffn.stream_bytes()).sum::<usize>() + lm_head.bytes();
         let capacity = capacity.clamp(1, cfg.max_ctx);
         let ropes = super::arch::RopeTables::new(&client, spec, capacity)?;
         // f16 pools where the matmuls already round activations to 16 bits (config::kv_dtype).
@@ -382,6 +471,7 @@ impl GpuModel {
             graph: None,
             ahead: None,
             graph_refused: None,
+            moe_path: MoePath::Auto,
         })
     }
 }

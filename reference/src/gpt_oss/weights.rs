@@ -181,7 +181,9 @@ impl Dense {
         }
     }
 
-    /// The same tensor in the table every architecture shares ([`Tensor`]).
+    /// The tensor of the table every architecture shares ([`Tensor`]) whose names this one
+    /// has: the FFN norm is stored under the post-attention norm's names (HF
+    /// `post_attention_layernorm`, llama.cpp `post_attention_norm`).
     pub fn tensor(self) -> Tensor {
         use Dense::*;
         match self {
@@ -198,7 +200,7 @@ impl Dense {
             Wo(l) => Tensor::Wo(l),
             Bo(l) => Tensor::Bo(l),
             Sinks(l) => Tensor::Sinks(l),
-            FfnNorm(l) => Tensor::FfnNorm(l),
+            FfnNorm(l) => Tensor::PostAttnNorm(l),
             Router(l) => Tensor::Router(l),
             RouterBias(l) => Tensor::RouterBias(l),
         }
@@ -221,7 +223,7 @@ impl Dense {
             Tensor::Wo(l) => Wo(l),
             Tensor::Bo(l) => Bo(l),
             Tensor::Sinks(l) => Sinks(l),
-            Tensor::FfnNorm(l) => FfnNorm(l),
+            Tensor::FfnNorm(l) | Tensor::PostAttnNorm(l) => FfnNorm(l),
             Tensor::Router(l) => Router(l),
             Tensor::RouterBias(l) => RouterBias(l),
             _ => return None,

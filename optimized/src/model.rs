@@ -26,7 +26,7 @@ use crate::graph::DecodeGraph;
 use crate::kernels::attention::{flash_decode, flash_prefill, Masking};
 use crate::kernels::bias::bias_add;
 use crate::kernels::matmul::{Fuse, Norm, Residual};
-use crate::kernels::moe::{self, MoePath, MoeWeights, Mxfp4Experts};
+use crate::kernels::moe::{self, MoePath};
 use crate::kernels::qmatmul::v4::MmaTune;
 use crate::kernels::qmatmul::{Prefetch, QLayout, QWeight, Weight, QGEMV_MAX_T};
 use crate::kernels::rmsnorm::{add_rmsnorm_device_as, rmsnorm_device_as, rmsnorm_heads_qkv};
@@ -114,40 +114,6 @@ pub struct GpuLayer {
     pub post_ffn_norm: Option<DeviceTensor>,
 }
 
-/// The feed-forward part of a [`GpuLayer`].
-#[derive(Debug, Clone)]
-#[allow(clippy::large_enum_variant)]
-pub enum GpuFfn {
-    /// `gate_up [2F, C]`: W_gate and W_up rows interleaved (row 2j = gate j, row 2j + 1 = up
-    /// j), so one GEMV computes both and applies the GLU in its epilogue; `down [C, F]`.
-    Dense { gate_up: Weight, down: Weight },
-    /// A mixture of experts (`kernels::moe`: router f32, MXFP4 experts), adding into the
-    /// residual stream itself.
-    Moe(MoeWeights),
-}
-
-impl GpuFfn {
-    /// The dense weights (none for an MoE).
-    pub fn dense(&self) -> Option<(&Weight, &Weight)> {
-        match self {
-            GpuFfn::Dense { gate_up, down } => Some((gate_up, down)),
-            GpuFfn::Moe(_) => None,
-        }
-    }
-
-    /// Bytes one decode step of one token reads: both dense weights, or the router and K of
-    /// the E experts of each projection.
-    pub fn stream_bytes(&self) -> usize {
-        match self {
-            GpuFfn::Dense { gate_up, down } => gate_up.bytes() + down.bytes(),
-            GpuFfn::Moe(m) => {
-                let share = |w: &Mxfp4Experts| w.bytes() / w.n_experts.max(1) * m.k;
-                m.router.bytes() + share(&m.gate_up) + share(&m.down)
-            }
-        }
-    }
-}
-
 /// A model resident on one device, with its KV cache.
 pub struct GpuModel {
     pub client: Client,
@@ -193,9 +159,12 @@ pub struct GpuModel {
 }
 
 mod arch;
+mod ffn;
 mod load;
 pub use arch::gpu_unsupported;
 pub(crate) use arch::RopeTables;
+use ffn::linear_bias;
+pub use ffn::GpuFfn;
 pub use load::LoadTimes;
 
 impl GpuModel {
@@ -393,7 +362,8 @@ impl GpuModel {
         let k = self.kernels();
         // The fused chain has no o bias and no MoE (which adds into x itself): GPT-OSS runs
         // the add + norm kernels, its biases in the gemvs' bias epilogue.
-        let unfusable = self.layers.iter().any(|w| w.post_attn_norm.is_some() || w.post_ffn_norm.is_some() || w.bo.is_some() || w.ffn.dense().is_none());
+        let unfusable =
+            self.layers.iter().any(|w| w.post_attn_norm.is_some() || w.post_ffn_norm.is_some() || w.bo.is_some() || w.ffn.dense().is_none());
         !unfusable && k.fused_norms && t <= k.gemv_rows.min(k.qgemv_rows) && t <= matmul::GEMV_MAX_T && t <= QGEMV_MAX_T
     }
 
@@ -570,20 +540,6 @@ impl GpuModel {
     }
 }
 
-/// `x · Wᵀ + b` (`b` where given): for a dense weight the bias in the decode gemv's epilogue
-/// (one launch, `matmul::linear_bias`), else added after the matmul.
-fn linear_bias(c: &Client, w: &Weight, x: &DeviceTensor, b: Option<&DeviceTensor>) -> Result<DeviceTensor, Error> {
-    match (w, b) {
-        (Weight::Dense(d), Some(b)) => matmul::linear_bias(c, x, d, b),
-        (_, Some(b)) => {
-            let y = w.linear(c, x)?;
-            bias_add(c, &y, b)?;
-            Ok(y)
-        }
-        (_, None) => w.linear(c, x),
-    }
-}
-
 /// A [`GpuModel`] behind the reference's [`Engine`] trait (what `tandem generate` drives).
 pub struct GpuEngine(pub GpuModel);
 
@@ -661,10 +617,13 @@ impl GpuModel {
             "add + RMSNorm kernels between the decode gemvs (norms=kernels)"
         };
         // The decode the int8 gemvs take (every int8 weight of a model is uploaded alike).
-        let int8 = m.layers.iter().flat_map(|l| [Some(&l.wqkv), Some(&l.wo), l.ffn.dense().map(|d| d.0), l.ffn.dense().map(|d| d.1)]).flatten().find_map(|w| match w {
-            Weight::Quant(q) if !q.format.nibbles() && q.layout != QLayout::Rows => Some((q.layout, q.subnormal, q.prefetch, q.mma)),
-            _ => None,
-        });
+        let int8 =
+            m.layers.iter().flat_map(|l| [Some(&l.wqkv), Some(&l.wo), l.ffn.dense().map(|d| d.0), l.ffn.dense().map(|d| d.1)]).flatten().find_map(
+                |w| match w {
+                    Weight::Quant(q) if !q.format.nibbles() && q.layout != QLayout::Rows => Some((q.layout, q.subnormal, q.prefetch, q.mma)),
+                    _ => None,
+                },
+            );
         let int8 = match int8 {
             Some((QLayout::Mma, _, _, mma)) => format!("; int8: gemv v4 (tensor-core mma, x as f16 hi + lo; {mma:?})"),
             Some((_, sub, pre, _)) => {

@@ -76,7 +76,8 @@ fn gpt_oss_tensors_serve_a_source_by_the_shared_table() {
     let dims = spec.dims().unwrap();
     let mut src = Synthetic { seed: 3 };
     let mut t = GptOssTensors { src: &mut src, cfg: &cfg };
-    for (tensor, dense) in [(Tensor::Router(1), Dense::Router(1)), (Tensor::RouterBias(0), Dense::RouterBias(0)), (Tensor::Sinks(1), Dense::Sinks(1))] {
+    for (tensor, dense) in [(Tensor::Router(1), Dense::Router(1)), (Tensor::RouterBias(0), Dense::RouterBias(0)), (Tensor::Sinks(1), Dense::Sinks(1))]
+    {
         let got = t.load(tensor, &dims).unwrap();
         assert_eq!(got, direct.dense(dense, &cfg).unwrap(), "{tensor:?}");
         assert_eq!(vec![got.len()], vec![tensor.spec_shape(&spec).iter().product::<usize>()], "{tensor:?}");

@@ -85,7 +85,9 @@ fn dense(w: &Weight) -> Option<&DeviceTensor> {
 /// `(what, got, want)` tensors of two models, in one order.
 #[allow(clippy::type_complexity)]
 fn pairs<'a>(a: &'a GpuModel, b: &'a GpuModel) -> Result<Vec<(String, &'a DeviceTensor, &'a DeviceTensor)>, String> {
-    let both = |what: String, p: Option<&'a DeviceTensor>, q: Option<&'a DeviceTensor>| Ok::<_, String>((what.clone(), need(what.clone(), p)?, need(what, q)?));
+    let both = |what: String, p: Option<&'a DeviceTensor>, q: Option<&'a DeviceTensor>| {
+        Ok::<_, String>((what.clone(), need(what.clone(), p)?, need(what, q)?))
+    };
     let mut v = vec![
         ("tok_embd".to_string(), &a.tok_embd, &b.tok_embd),
         both("lm_head".into(), dense(&a.lm_head), dense(&b.lm_head))?,

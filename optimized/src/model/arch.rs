@@ -33,7 +33,10 @@ pub fn gpu_unsupported(spec: &ModelSpec) -> Option<String> {
             // SwiGLU with biases, MXFP4 experts: `kernels::moe`). 16-bit experts and other
             // routings (Qwen3-MoE) are not wired in; the experts come from one place in the load
             // (`Uploader::experts`), which refuses a source without MXFP4 experts.
-            (matches!(ls.ffn, FfnSpec::Moe { .. }) && !gpt_oss_moe(&ls.ffn), "a mixture-of-experts FFN other than GPT-OSS's (16-bit experts, softmax-then-top-k routing)".into()),
+            (
+                matches!(ls.ffn, FfnSpec::Moe { .. }) && !gpt_oss_moe(&ls.ffn),
+                "a mixture-of-experts FFN other than GPT-OSS's (16-bit experts, softmax-then-top-k routing)".into(),
+            ),
             // The MoE adds into the residual stream itself: no norm after it.
             (matches!(ls.ffn, FfnSpec::Moe { .. }) && ls.post_norms, "a post-FFN norm after a mixture of experts".into()),
         ];

@@ -21,6 +21,8 @@ use reference::gpt_oss::weights::Mxfp4Experts as Mxfp4Source;
 use reference::ops::mlp::Activation;
 use reference::weights::RawDense;
 
+use crate::kernels::moe::{MoeWeights, Mxfp4Experts};
+
 use crate::upload::Part;
 
 /// Tensor `$t` of the uploader `$u` as it uploads (a [`Part`]): folded values

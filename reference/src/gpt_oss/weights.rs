@@ -5,9 +5,9 @@
 use ndarray::{Array1, Array2};
 
 use super::config::GptOssConfig;
+use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::quant::mxfp4::{self, Mxfp4Weight};
-use crate::config::Config;
 use crate::weights::{Naming, RawDense, Tensor, TensorSource};
 
 /// One expert. Matrices `[out, in]` in MXFP4 (OCP layout, [`crate::quant::mxfp4`]), biases f32.

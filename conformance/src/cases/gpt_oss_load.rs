@@ -71,7 +71,7 @@ fn bytes_of(client: &Client, t: &DeviceTensor) -> Result<Vec<u8>, String> {
 }
 
 /// A tensor a GPT-OSS layer must hold (`None`: absent, or a weight stored otherwise than dense).
-fn need<'a>(what: String, t: Option<&'a DeviceTensor>) -> Result<&'a DeviceTensor, String> {
+fn need(what: String, t: Option<&DeviceTensor>) -> Result<&DeviceTensor, String> {
     t.ok_or(format!("{what}: missing, or not a dense tensor"))
 }
 

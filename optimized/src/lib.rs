@@ -12,7 +12,6 @@
 pub mod bandwidth;
 pub mod client;
 pub mod config;
-pub mod gpt_oss;
 pub mod kernel_cache;
 pub mod kernels;
 pub mod kv_cache;

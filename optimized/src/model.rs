@@ -23,6 +23,7 @@ use reference::Config;
 
 use crate::kernels::bias::bias_add;
 use crate::kernels::matmul::{Fuse, Norm, Residual};
+use crate::kernels::moe::{self, MoePath};
 use crate::kernels::qmatmul::v4::MmaTune;
 use crate::kernels::qmatmul::{Prefetch, QLayout, QWeight, Weight, QGEMV_MAX_T};
 use crate::kernels::rmsnorm::{add_rmsnorm_device_as, rmsnorm_device_as, rmsnorm_heads_qkv};
@@ -81,11 +82,12 @@ pub struct GpuLayer {
     /// `[D]` gains of the per-head q and k RMSNorms (Qwen3, Gemma-3), f32.
     pub qk_norm: Option<(DeviceTensor, DeviceTensor)>,
     pub wo: Weight,
+    /// `[C]` f32: the output projection's bias (GPT-OSS), added after Wo.
+    pub bo: Option<DeviceTensor>,
+    /// `[H]` f32: one sink logit per query head (GPT-OSS), in the flash kernels' softmax.
+    pub sinks: Option<DeviceTensor>,
     pub ffn_norm: DeviceTensor,
-    /// `[2F, C]`: W_gate and W_up rows interleaved (row 2j = gate j, row 2j + 1 = up j), so
-    /// one GEMV computes both and applies SwiGLU in its epilogue.
-    pub w_gate_up: Weight,
-    pub w_down: Weight,
+    pub ffn: GpuFfn,
     /// `[C]` f32 each: Gemma's sandwich norms of the attention and the FFN outputs, before the
     /// residual add (a model with them runs the add + RMSNorm kernels, never the fused decode).
     pub post_attn_norm: Option<DeviceTensor>,
@@ -120,12 +122,17 @@ pub struct GpuModel {
     pub quant: Option<String>,
     /// Where [`GpuModel::load_observed`]'s time went.
     pub load_times: LoadTimes,
+    /// How MoE layers run their experts (`Auto` unless a test or benchmark forces a path).
+    pub moe_path: MoePath,
 }
 
 mod arch;
+mod ffn;
 mod load;
 pub use arch::gpu_unsupported;
 pub(crate) use arch::RopeTables;
+use ffn::linear_bias;
+pub use ffn::GpuFfn;
 pub use load::LoadTimes;
 
 impl GpuModel {
@@ -219,11 +226,14 @@ impl GpuModel {
     }
 
     /// Whether a forward pass of `t` rows fuses the RMSNorms into the decode gemvs (never with
-    /// post-norms: their residual adds are not a gemv epilogue).
+    /// post-norms, an o bias or an MoE: their residual adds are not a gemv epilogue).
     pub(crate) fn fused_for(&self, t: usize) -> bool {
         let k = self.kernels();
-        let post_norms = self.layers.iter().any(|w| w.post_attn_norm.is_some() || w.post_ffn_norm.is_some());
-        !post_norms && k.fused_norms && t <= k.gemv_rows.min(k.qgemv_rows) && t <= matmul::GEMV_MAX_T && t <= QGEMV_MAX_T
+        // The fused chain has no o bias and no MoE (which adds into x itself): GPT-OSS runs
+        // the add + norm kernels, its biases in the gemvs' bias epilogue.
+        let unfusable =
+            self.layers.iter().any(|w| w.post_attn_norm.is_some() || w.post_ffn_norm.is_some() || w.bo.is_some() || w.ffn.dense().is_none());
+        !unfusable && k.fused_norms && t <= k.gemv_rows.min(k.qgemv_rows) && t <= matmul::GEMV_MAX_T && t <= QGEMV_MAX_T
     }
 
     /// Layer `l`'s attention spec.
@@ -260,46 +270,64 @@ impl GpuModel {
             let qkv = if fused && l > 0 {
                 let qkv = DeviceTensor::empty_f32(c, &[t, w.wqkv.rows()]);
                 w.wqkv.gemv_fused_into(c, &xw, &qkv, &normed)?;
+                // The q|k|v bias (Qwen2) after the fused gemv.
+                if let Some(b) = &w.bqkv {
+                    bias_add(c, &qkv, b)?;
+                }
                 qkv
             } else {
-                w.wqkv.linear(c, &h)?
+                // The q|k|v bias (Qwen2, GPT-OSS) in the decode gemv's epilogue, else after.
+                linear_bias(c, &w.wqkv, &h, w.bqkv.as_ref())?
             };
-            // The q|k|v bias (Qwen2), then the per-head q/k RMSNorm (Qwen3, Gemma-3), before RoPE.
-            if let Some(b) = &w.bqkv {
-                bias_add(c, &qkv, b)?;
-            }
+            // The per-head q/k RMSNorm (Qwen3, Gemma-3), before RoPE.
             let a = self.attn_spec(l)?;
             if let Some((qn, kn)) = &w.qk_norm {
                 rmsnorm_heads_qkv(c, &qkv, a.n_heads, a.n_kv_heads, qn, kn, cfg.rms_eps)?;
             }
             let o = attend(l, &qkv)?.reshape(&[t, a.n_heads * a.head_dim])?;
             let next_norm = self.layers.get(l + 1).map_or(&self.out_norm, |n| &n.attn_norm);
-            if fused {
-                // x ← x + Wo·o (xw for the MLP's norm); the MLP: gate|up with the norm prologue
-                // and SwiGLU epilogue; x ← x + W_down·h (xw for the next norm).
-                w.wo.gemv_fused_into(c, &o, x, &into_x(&w.ffn_norm))?;
-                let hm = DeviceTensor::empty_f32(c, &[t, w.w_gate_up.rows() / 2]);
-                w.w_gate_up.gemv_fused_into(c, &xw, &hm, &Fuse { glu: true, act: self.glu_act(l)?, ..normed })?;
-                w.w_down.gemv_fused_into(c, &hm, x, &into_x(next_norm))?;
-            } else {
-                let a = w.wo.linear(c, &o)?;
-                // Gemma's sandwich: the attention output normed before the residual add.
-                let a = match &w.post_attn_norm {
-                    Some(pn) => rmsnorm_device_as(c, &a, pn, cfg.rms_eps, Dtype::F32)?,
-                    None => a,
-                };
-                // x ← x + a, then the MLP's norm, in one launch.
-                let hm = add_rmsnorm_device_as(c, x, &a, &w.ffn_norm, cfg.rms_eps, w.w_gate_up.x_dtype(c, t))?;
-                // gate|up GEMM, SwiGLU v3, down.
-                let m = w.w_down.linear(c, &w.w_gate_up.linear_glu_act(c, &hm, w.w_down.x_dtype(c, t), self.glu_act(l)?)?)?;
-                let m = match &w.post_ffn_norm {
-                    Some(pn) => rmsnorm_device_as(c, &m, pn, cfg.rms_eps, Dtype::F32)?,
-                    None => m,
-                };
-                // x ← x + m, then the next block's attention norm (or the final norm, f32: the
-                // lm_head may read only some of its rows).
-                let next = self.layers.get(l + 1).map_or(Dtype::F32, |n| n.wqkv.x_dtype(c, t));
-                h = add_rmsnorm_device_as(c, x, &m, next_norm, cfg.rms_eps, next)?;
+            // The next block's attention norm (or the final norm, f32: the lm_head may read
+            // only some of its rows) in the type its GEMM reads.
+            let next = self.layers.get(l + 1).map_or(Dtype::F32, |n| n.wqkv.x_dtype(c, t));
+            match (&w.ffn, fused) {
+                (GpuFfn::Dense { gate_up, down }, true) => {
+                    // x ← x + Wo·o (xw for the MLP's norm); the MLP: gate|up with the norm
+                    // prologue and SwiGLU epilogue; x ← x + W_down·h (xw for the next norm).
+                    w.wo.gemv_fused_into(c, &o, x, &into_x(&w.ffn_norm))?;
+                    let hm = DeviceTensor::empty_f32(c, &[t, gate_up.rows() / 2]);
+                    gate_up.gemv_fused_into(c, &xw, &hm, &Fuse { glu: true, act: self.glu_act(l)?, ..normed })?;
+                    down.gemv_fused_into(c, &hm, x, &into_x(next_norm))?;
+                }
+                (ffn, _) => {
+                    // Wo (with its bias: GPT-OSS).
+                    let a = linear_bias(c, &w.wo, &o, w.bo.as_ref())?;
+                    // Gemma's sandwich: the attention output normed before the residual add.
+                    let a = match &w.post_attn_norm {
+                        Some(pn) => rmsnorm_device_as(c, &a, pn, cfg.rms_eps, Dtype::F32)?,
+                        None => a,
+                    };
+                    match ffn {
+                        GpuFfn::Dense { gate_up, down } => {
+                            // x ← x + a, then the MLP's norm, in one launch.
+                            let hm = add_rmsnorm_device_as(c, x, &a, &w.ffn_norm, cfg.rms_eps, gate_up.x_dtype(c, t))?;
+                            // gate|up GEMM, SwiGLU v3, down.
+                            let m = down.linear(c, &gate_up.linear_glu_act(c, &hm, down.x_dtype(c, t), self.glu_act(l)?)?)?;
+                            let m = match &w.post_ffn_norm {
+                                Some(pn) => rmsnorm_device_as(c, &m, pn, cfg.rms_eps, Dtype::F32)?,
+                                None => m,
+                            };
+                            // x ← x + m, then the next norm.
+                            h = add_rmsnorm_device_as(c, x, &m, next_norm, cfg.rms_eps, next)?;
+                        }
+                        GpuFfn::Moe(moe) => {
+                            // x ← x + a, then the MoE's norm (f32: the router and experts read
+                            // f32), in one launch; the MoE adds into x; then the next norm.
+                            let hm = add_rmsnorm_device_as(c, x, &a, &w.ffn_norm, cfg.rms_eps, Dtype::F32)?;
+                            moe::moe_into(c, &hm, moe, x, self.moe_path)?;
+                            h = rmsnorm_device_as(c, x, next_norm, cfg.rms_eps, next)?;
+                        }
+                    }
+                }
             }
             if let Some(tr) = trace.as_deref_mut() {
                 tr.push(x.to_f32(c)?);
@@ -337,10 +365,13 @@ impl GpuModel {
             "add + RMSNorm kernels between the decode gemvs (norms=kernels)"
         };
         // The decode the int8 gemvs take (every int8 weight of a model is uploaded alike).
-        let int8 = m.layers.iter().flat_map(|l| [&l.wqkv, &l.wo, &l.w_gate_up, &l.w_down]).find_map(|w| match w {
-            Weight::Quant(q) if !q.format.nibbles() && q.layout != QLayout::Rows => Some((q.layout, q.subnormal, q.prefetch, q.mma)),
-            _ => None,
-        });
+        let int8 =
+            m.layers.iter().flat_map(|l| [Some(&l.wqkv), Some(&l.wo), l.ffn.dense().map(|d| d.0), l.ffn.dense().map(|d| d.1)]).flatten().find_map(
+                |w| match w {
+                    Weight::Quant(q) if !q.format.nibbles() && q.layout != QLayout::Rows => Some((q.layout, q.subnormal, q.prefetch, q.mma)),
+                    _ => None,
+                },
+            );
         let int8 = match int8 {
             Some((QLayout::Mma, _, _, mma)) => format!("; int8: gemv v4 (tensor-core mma, x as f16 hi + lo; {mma:?})"),
             Some((_, sub, pre, _)) => {

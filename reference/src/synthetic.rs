@@ -56,6 +56,8 @@ pub fn tensor_id(t: Tensor) -> u32 {
         Wqkv(l) => return extra(l, 9),
         WGateUp(l) => return extra(l, 10),
         Sinks(l) => return extra(l, 11),
+        Router(l) => return extra(l, 12),
+        RouterBias(l) => return extra(l, 13),
     };
     16 + 16 * l as u32 + k
 }
@@ -66,7 +68,7 @@ pub fn affine(t: Tensor, cfg: &Config) -> (f32, f32) {
     match t {
         OutNorm | AttnNorm(_) | FfnNorm(_) | PreFfnNorm(_) | PostAttnNorm(_) | PostFfnNorm(_) | QNorm(_) | KNorm(_) => (0.1, 1.0),
         TokEmbd | Sinks(_) => (1.0, 0.0),
-        Bq(_) | Bk(_) | Bv(_) | Bo(_) => (0.1, 0.0),
+        Bq(_) | Bk(_) | Bv(_) | Bo(_) | RouterBias(_) => (0.1, 0.0),
         _ => {
             let fan_in = t.shape(cfg)[1] as f32;
             (3f32.sqrt() / fan_in.sqrt(), 0.0)

@@ -79,6 +79,10 @@ pub enum Tensor {
     WGateUp(usize),
     /// `[H]`: one sink logit per head (GPT-OSS).
     Sinks(usize),
+    /// `[E, C]`, `[E]`: an MoE layer's router and its bias (GPT-OSS; the experts themselves
+    /// come from [`TensorSource::mxfp4_experts`]).
+    Router(usize),
+    RouterBias(usize),
 }
 
 /// Naming scheme of a checkpoint format.
@@ -97,25 +101,27 @@ struct Dims {
     h: usize,
     hkv: usize,
     d: usize,
+    /// E: experts of an MoE layer (0 where dense, and under a [`Config`], which has none).
+    e: usize,
 }
 
 impl Dims {
     fn of_config(cfg: &Config) -> Self {
-        Dims { c: cfg.hidden, f: cfg.ffn, v: cfg.vocab, h: cfg.n_heads, hkv: cfg.n_kv_heads, d: cfg.head_dim }
+        Dims { c: cfg.hidden, f: cfg.ffn, v: cfg.vocab, h: cfg.n_heads, hkv: cfg.n_kv_heads, d: cfg.head_dim, e: 0 }
     }
 
     /// Layer `l`'s widths (the first layer's for the tensors outside the layers; F is the
     /// expert width in an MoE layer).
     fn of_spec(spec: &ModelSpec, l: Option<usize>) -> Self {
         let ls = l.and_then(|l| spec.layers.get(l)).or(spec.layers.first());
-        let (h, hkv, d, f) = ls.map_or((0, 0, 0, 0), |ls| {
-            let f = match ls.ffn {
-                FfnSpec::Dense { ffn, .. } => ffn,
-                FfnSpec::Moe { expert_ffn, .. } => expert_ffn,
+        let (h, hkv, d, f, e) = ls.map_or((0, 0, 0, 0, 0), |ls| {
+            let (f, e) = match ls.ffn {
+                FfnSpec::Dense { ffn, .. } => (ffn, 0),
+                FfnSpec::Moe { expert_ffn, n_experts, .. } => (expert_ffn, n_experts),
             };
-            (ls.attn.n_heads, ls.attn.n_kv_heads, ls.attn.head_dim, f)
+            (ls.attn.n_heads, ls.attn.n_kv_heads, ls.attn.head_dim, f, e)
         });
-        Dims { c: spec.hidden, f, v: spec.vocab, h, hkv, d }
+        Dims { c: spec.hidden, f, v: spec.vocab, h, hkv, d, e }
     }
 }
 
@@ -126,8 +132,8 @@ impl Tensor {
         [AttnNorm(l), Wq(l), Wk(l), Wv(l), Wo(l), FfnNorm(l), WGate(l), WUp(l), WDown(l)]
     }
 
-    /// Block `l`'s tensors under `spec` (dense FFN parts only: an MoE layer's experts are not
-    /// listed), in file order: fused q|k|v and gate|up where the checkpoint stores them so,
+    /// Block `l`'s tensors under `spec` (dense FFN parts only: an MoE layer's router and
+    /// experts are not listed), in file order: fused q|k|v and gate|up where the checkpoint stores them so,
     /// the optional parts where the layer's spec has them.
     pub fn of_layer(spec: &ModelSpec, l: usize) -> Vec<Tensor> {
         use Tensor::*;
@@ -194,12 +200,12 @@ impl Tensor {
         match self {
             TokEmbd | OutNorm | LmHead => None,
             AttnNorm(l) | Wq(l) | Wk(l) | Wv(l) | Wo(l) | FfnNorm(l) | WGate(l) | WUp(l) | WDown(l) | Bq(l) | Bk(l) | Bv(l) | Bo(l) | QNorm(l)
-            | KNorm(l) | PostAttnNorm(l) | PostFfnNorm(l) | PreFfnNorm(l) | Wqkv(l) | WGateUp(l) | Sinks(l) => Some(l),
+            | KNorm(l) | PostAttnNorm(l) | PostFfnNorm(l) | PreFfnNorm(l) | Wqkv(l) | WGateUp(l) | Sinks(l) | Router(l) | RouterBias(l) => Some(l),
         }
     }
 
     fn shape_of(self, d: Dims) -> Vec<usize> {
-        let Dims { c, f, v, h, hkv, d } = d;
+        let Dims { c, f, v, h, hkv, d, e } = d;
         let (qd, kvd) = (h * d, hkv * d);
         use Tensor::*;
         match self {
@@ -216,6 +222,8 @@ impl Tensor {
             Wqkv(_) => vec![qd + 2 * kvd, c],
             WGateUp(_) => vec![2 * f, c],
             Sinks(_) => vec![h],
+            Router(_) => vec![e, c],
+            RouterBias(_) => vec![e],
         }
     }
 
@@ -248,6 +256,9 @@ impl Tensor {
             // llama.cpp's converter stores Phi-3's gate|up as `ffn_up` of twice the rows.
             WGateUp(l) => (l, "ffn_up.weight", "mlp.gate_up_proj.weight"),
             Sinks(l) => (l, "attn_sinks.weight", "self_attn.sinks"),
+            // GPT-OSS's spelling (Qwen3-MoE's HF router is `mlp.gate.weight`: `arch::weights`).
+            Router(l) => (l, "ffn_gate_inp.weight", "mlp.router.weight"),
+            RouterBias(l) => (l, "ffn_gate_inp.bias", "mlp.router.bias"),
         };
         match naming {
             Naming::Gguf => format!("blk.{l}.{gguf}"),
@@ -332,6 +343,13 @@ pub trait TensorSource {
     fn load_raw(&mut self, _t: Tensor, _cfg: &Config) -> Result<Option<RawDense<'_>>> {
         Ok(None)
     }
+
+    /// Block `l`'s MoE experts in MXFP4 (GPT-OSS's: gate|up interleaved and down, with their
+    /// biases), as the file stores them where it can lend them, else built; `None` where the
+    /// source holds no MXFP4 experts for the block.
+    fn mxfp4_experts(&mut self, _l: usize) -> Result<Option<crate::gpt_oss::weights::Mxfp4Experts<'_>>> {
+        Ok(None)
+    }
 }
 
 impl<T: TensorSource + ?Sized> TensorSource for &mut T {
@@ -343,6 +361,9 @@ impl<T: TensorSource + ?Sized> TensorSource for &mut T {
     }
     fn load_raw(&mut self, t: Tensor, cfg: &Config) -> Result<Option<RawDense<'_>>> {
         (**self).load_raw(t, cfg)
+    }
+    fn mxfp4_experts(&mut self, l: usize) -> Result<Option<crate::gpt_oss::weights::Mxfp4Experts<'_>>> {
+        (**self).mxfp4_experts(l)
     }
 }
 

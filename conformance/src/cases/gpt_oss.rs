@@ -1,4 +1,4 @@
-//! GPT-OSS on the GPU (`optimized::gpt_oss::GptOssRunner`) vs the CPU reference runner
+//! GPT-OSS on the GPU (`optimized::runner::GpuRunner` over `GpuModel::load_gpt_oss`) vs the CPU reference runner
 //! (`RefRunner<GptOssModel>`) on the same dtype-rounded weights and the SAME step plans:
 //! ragged batches of prefill chunks (continuing cached prefixes) and one-token decodes, N ≤ 8
 //! rows (MoE by the grouped gemvs) and N > 8 (sort + grouped GEMMs, one step of 150 tokens:
@@ -19,10 +19,11 @@ use engine::cpu_runner::RefRunner;
 use engine::runner::{ModelRunner, SampleSpec, SeqStep, StepPlan};
 use engine::sampling::SamplingParams;
 use ndarray::Array3;
-use optimized::gpt_oss::{GptOssGpu, GptOssRunner};
 use optimized::kernels::attention::{DecodeVersion, PrefillVersion, ScoreStep};
 use optimized::kernels::matmul::tc::TcMode;
 use optimized::kernels::moe::MoePath;
+use optimized::model::GpuModel;
+use optimized::runner::GpuRunner;
 use optimized::{Client, DeviceTensor};
 use reference::gpt_oss::ops::rope::{concentration, inv_freq, rope_yarn};
 use reference::gpt_oss::weights::InMemory;
@@ -117,7 +118,7 @@ fn runners(
     boost: bool,
     blocks: usize,
     moe: MoePath,
-) -> Result<(RefRunner<GptOssModel>, GptOssRunner, GptOssConfig), String> {
+) -> Result<(RefRunner<GptOssModel>, GpuRunner, GptOssConfig), String> {
     let (cfg, w) = load(w)?;
     let dd = dtype.device();
     let mut w = w.map_matrices(|x| dd.round(&[x])[0]);
@@ -125,9 +126,9 @@ fn runners(
         w.layers.iter_mut().for_each(|l| l.sinks += SINK_BOOST);
     }
     let backend = optimized::Backend::of(client);
-    let mut m = GptOssGpu::load(client.clone(), backend, &mut InMemory(&w), &cfg, dd).map_err(|e| e.to_string())?;
+    let mut m = GpuModel::load_gpt_oss(client.clone(), backend, &mut InMemory(&w), &cfg, dd, client.kernels()).map_err(|e| e.to_string())?;
     m.moe_path = moe;
-    let gpu = GptOssRunner::new(m, BS, blocks, *client.kernels()).map_err(|e| e.to_string())?;
+    let gpu = GpuRunner::new(m, BS, blocks).map_err(|e| e.to_string())?;
     let reference = RefRunner::new(GptOssModel::new(cfg.clone(), w), BS, blocks).map_err(|e| e.to_string())?;
     Ok((reference, gpu, cfg))
 }
@@ -386,9 +387,9 @@ impl Case for GptOssKernelsCase {
             // graphs=off and must run with that.
             let callers = optimized::KernelConfig { graphs: true, ..*client.kernels() };
             let given = optimized::KernelConfig { graphs: false, ..callers };
-            let m =
-                GptOssGpu::load(client.with_kernels(callers), backend, &mut InMemory(&w), &cfg, Dtype::F32.device()).map_err(|e| e.to_string())?;
-            let mut g = GptOssRunner::new(m, BS, 16, given).map_err(|e| e.to_string())?;
+            let m = GpuModel::load_gpt_oss(client.with_kernels(callers), backend, &mut InMemory(&w), &cfg, Dtype::F32.device(), &given)
+                .map_err(|e| e.to_string())?;
+            let mut g = GpuRunner::new(m, BS, 16).map_err(|e| e.to_string())?;
             g.prepare_decode(1, 8, false).map_err(|e| e.to_string())?;
             let status = g.status();
             match status {

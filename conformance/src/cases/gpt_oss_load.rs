@@ -9,8 +9,9 @@
 
 use std::path::{Path, PathBuf};
 
-use optimized::gpt_oss::GptOssGpu;
 use optimized::kernels::moe::Experts;
+use optimized::kernels::qmatmul::Weight;
+use optimized::model::{GpuFfn, GpuModel};
 use optimized::{Client, DeviceTensor};
 use reference::gguf::GgufFile;
 use reference::gpt_oss::weights::{gguf_expert_names, GptOssSource, InMemory};
@@ -69,33 +70,54 @@ fn bytes_of(client: &Client, t: &DeviceTensor) -> Result<Vec<u8>, String> {
     b.get(..t.bytes()).map(<[u8]>::to_vec).ok_or(format!("{} bytes read back, {} expected", b.len(), t.bytes()))
 }
 
+/// A tensor a GPT-OSS layer must hold (`None`: absent, or a weight stored otherwise than dense).
+fn need(what: String, t: Option<&DeviceTensor>) -> Result<&DeviceTensor, String> {
+    t.ok_or(format!("{what}: missing, or not a dense tensor"))
+}
+
+fn dense(w: &Weight) -> Option<&DeviceTensor> {
+    match w {
+        Weight::Dense(t) => Some(t),
+        Weight::Quant(_) => None,
+    }
+}
+
 /// `(what, got, want)` tensors of two models, in one order.
-fn pairs<'a>(a: &'a GptOssGpu, b: &'a GptOssGpu) -> Vec<(String, &'a DeviceTensor, &'a DeviceTensor)> {
+#[allow(clippy::type_complexity)]
+fn pairs<'a>(a: &'a GpuModel, b: &'a GpuModel) -> Result<Vec<(String, &'a DeviceTensor, &'a DeviceTensor)>, String> {
+    let both = |what: String, p: Option<&'a DeviceTensor>, q: Option<&'a DeviceTensor>| {
+        Ok::<_, String>((what.clone(), need(what.clone(), p)?, need(what, q)?))
+    };
     let mut v = vec![
         ("tok_embd".to_string(), &a.tok_embd, &b.tok_embd),
-        ("lm_head".into(), &a.lm_head, &b.lm_head),
+        both("lm_head".into(), dense(&a.lm_head), dense(&b.lm_head))?,
         ("out_norm".into(), &a.out_norm, &b.out_norm),
     ];
     for (l, (x, y)) in a.layers.iter().zip(&b.layers).enumerate() {
+        let (GpuFfn::Moe(xm), GpuFfn::Moe(ym)) = (&x.ffn, &y.ffn) else {
+            return Err(format!("layer {l}: not a mixture of experts"));
+        };
         let dense = [
-            ("attn_norm", &x.attn_norm, &y.attn_norm),
-            ("wqkv", &x.wqkv, &y.wqkv),
-            ("bqkv", &x.bqkv, &y.bqkv),
-            ("wo", &x.wo, &y.wo),
-            ("bo", &x.bo, &y.bo),
-            ("sinks", &x.sinks, &y.sinks),
-            ("ffn_norm", &x.ffn_norm, &y.ffn_norm),
-            ("router", &x.moe.router, &y.moe.router),
-            ("router_bias", &x.moe.router_bias, &y.moe.router_bias),
+            ("attn_norm", Some(&x.attn_norm), Some(&y.attn_norm)),
+            ("wqkv", dense(&x.wqkv), dense(&y.wqkv)),
+            ("bqkv", x.bqkv.as_ref(), y.bqkv.as_ref()),
+            ("wo", dense(&x.wo), dense(&y.wo)),
+            ("bo", x.bo.as_ref(), y.bo.as_ref()),
+            ("sinks", x.sinks.as_ref(), y.sinks.as_ref()),
+            ("ffn_norm", Some(&x.ffn_norm), Some(&y.ffn_norm)),
+            ("router", Some(&xm.router), Some(&ym.router)),
+            ("router_bias", Some(&xm.router_bias), Some(&ym.router_bias)),
         ];
-        v.extend(dense.into_iter().map(|(n, p, q)| (format!("layer {l} {n}"), p, q)));
+        for (n, p, q) in dense {
+            v.push(both(format!("layer {l} {n}"), p, q)?);
+        }
         let experts = |n: &str, p: &'a Experts, q: &'a Experts| {
             p.tensors().into_iter().zip(q.tensors()).map(|((k, p), (_, q))| (format!("layer {l} {n} {k}"), p, q)).collect::<Vec<_>>()
         };
-        v.extend(experts("gate|up", &x.moe.gate_up, &y.moe.gate_up));
-        v.extend(experts("down", &x.moe.down, &y.moe.down));
+        v.extend(experts("gate|up", &xm.gate_up, &ym.gate_up));
+        v.extend(experts("down", &xm.down, &ym.down));
     }
-    v
+    Ok(v)
 }
 
 /// Sets the scale byte of block 0 of expert 1 of `blk.0.ffn_down_exps.weight` to 255.
@@ -142,7 +164,7 @@ impl GptOssLoadCase {
         };
         let backend = optimized::Backend::of(client);
         let dd = self.dtype.device();
-        let stored = GptOssGpu::load(client.clone(), backend, opened.source(), &cfg, dd);
+        let stored = GpuModel::load_gpt_oss(client.clone(), backend, opened.source(), &cfg, dd, client.kernels());
         if self.check == Check::NanScale {
             let e = match stored {
                 Ok(_) => return Ok(Outcome::Fail("a scale of 255 loaded".into())),
@@ -157,7 +179,7 @@ impl GptOssLoadCase {
         }
         let stored = stored.map_err(err)?;
         let w = GptOssWeights::load(opened.source(), &cfg).map_err(err)?;
-        let mem = GptOssGpu::load(client.clone(), backend, &mut InMemory(&w), &cfg, dd).map_err(err)?;
+        let mem = GpuModel::load_gpt_oss(client.clone(), backend, &mut InMemory(&w), &cfg, dd, client.kernels()).map_err(err)?;
         if (stored.weight_bytes, stored.stream_bytes) != (mem.weight_bytes, mem.stream_bytes) {
             return Ok(Outcome::Fail(format!(
                 "bytes {:?} vs {:?}",
@@ -166,7 +188,7 @@ impl GptOssLoadCase {
             )));
         }
         let mut n = 0;
-        for (what, got, want) in pairs(&stored, &mem) {
+        for (what, got, want) in pairs(&stored, &mem)? {
             if (&got.shape, got.dtype) != (&want.shape, want.dtype) {
                 return Ok(Outcome::Fail(format!("{what}: {:?} {:?} vs {:?} {:?}", got.shape, got.dtype, want.shape, want.dtype)));
             }

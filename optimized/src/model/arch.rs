@@ -4,6 +4,8 @@
 //! ([`RopeTables`]: one per distinct table).
 
 use reference::arch::spec::{FfnSpec, ModelSpec, Norm, RopeSpec};
+use reference::ops::mlp::Activation;
+use reference::ops::moe::Routing;
 use reference::weights::Tensor;
 
 use crate::kernels::rope::RopeTable;
@@ -27,9 +29,16 @@ pub fn gpu_unsupported(spec: &ModelSpec) -> Option<String> {
             // The fold scales q's rows only; a fused q|k|v is uploaded as one tensor.
             (spec.fused.qkv && fold_of(spec, Tensor::Wq(l)).is_some(), "a query scale other than 1/√D with a fused q|k|v".into()),
             (a.softcap.is_some(), "the attention logit soft-cap".into()),
-            (a.sinks, "attention sinks".into()),
-            (a.o_bias, "the output projection's bias".into()),
-            (matches!(ls.ffn, FfnSpec::Moe { .. }), "a mixture-of-experts FFN".into()),
+            // The MoE kernels: GPT-OSS's (router with bias, top-k then softmax, clamped
+            // SwiGLU with biases, MXFP4 experts: `kernels::moe`). 16-bit experts and other
+            // routings (Qwen3-MoE) are not wired in; the experts come from one place in the load
+            // (`Uploader::experts`), which refuses a source without MXFP4 experts.
+            (
+                matches!(ls.ffn, FfnSpec::Moe { .. }) && !gpt_oss_moe(&ls.ffn),
+                "a mixture-of-experts FFN other than GPT-OSS's (16-bit experts, softmax-then-top-k routing)".into(),
+            ),
+            // The MoE adds into the residual stream itself: no norm after it.
+            (matches!(ls.ffn, FfnSpec::Moe { .. }) && ls.post_norms, "a post-FFN norm after a mixture of experts".into()),
         ];
         for (on, what) in checks {
             if on {
@@ -48,6 +57,12 @@ pub fn gpu_unsupported(spec: &ModelSpec) -> Option<String> {
     }
     // Layers of different widths (one Config shape for every layer's tensors).
     spec.dims().err().map(|e| e.to_string())
+}
+
+/// Whether `f` is the MoE the GPU's kernels run: GPT-OSS's top-k-then-softmax routing and
+/// clamped SwiGLU (over MXFP4 experts, which the load checks).
+fn gpt_oss_moe(f: &FfnSpec) -> bool {
+    matches!(f, FfnSpec::Moe { routing: Routing::TopKSoftmax, act: Activation::ClampedSwiglu { .. }, k, .. } if *k <= crate::kernels::moe::MAX_K)
 }
 
 /// `v ← add + mul · v`, applied to a tensor's values as it uploads.

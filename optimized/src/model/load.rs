@@ -16,7 +16,12 @@ pub struct LoadTimes {
     pub staging: crate::upload::StagingTimes,
 }
 
+use reference::arch::spec::{FfnSpec, LayerSpec};
+use reference::gpt_oss::weights::Mxfp4Experts as Mxfp4Source;
+use reference::ops::mlp::Activation;
 use reference::weights::RawDense;
+
+use crate::kernels::moe::{MoeWeights, Mxfp4Experts};
 
 use crate::upload::Part;
 
@@ -69,9 +74,10 @@ impl Uploader<'_> {
     /// converted from the stored bytes where the source has them, else from the f32 values it
     /// loads, chunk by chunk through reused host buffers (`crate::upload`).
     fn dense(&mut self, ts: &[Tensor], dtype: Dtype) -> Result<DeviceTensor, Error> {
-        let mut shape = ts.first().map(|t| t.shape(self.cfg)).unwrap_or_default();
+        // The spec's shapes: an MoE router's expert count is not in the Config.
+        let mut shape = ts.first().map(|t| t.spec_shape(self.spec)).unwrap_or_default();
         for t in ts.iter().skip(1) {
-            shape[0] += t.shape(self.cfg)[0];
+            shape[0] += t.spec_shape(self.spec)[0];
         }
         let ds = dtype.size();
         let total = shape.iter().product::<usize>() * ds;
@@ -79,7 +85,7 @@ impl Uploader<'_> {
         let handle = self.client.empty(total);
         let mut at = 0;
         for &t in ts {
-            let n = t.shape(self.cfg).iter().product::<usize>() * ds;
+            let n = t.spec_shape(self.spec).iter().product::<usize>() * ds;
             let part = part!(self, t);
             self.staging.write_part(self.client, &handle, at, n, total, dtype, &part)?;
             at += n;
@@ -167,6 +173,57 @@ impl Uploader<'_> {
         }
     }
 
+    /// MoE block `l`: the router and its bias f32 (a rounded router would move expert choices
+    /// near ties), the experts from [`Uploader::experts`].
+    fn moe(&mut self, l: usize, ls: &LayerSpec, dtype: Dtype) -> Result<MoeWeights, Error> {
+        let FfnSpec::Moe { k, act: Activation::ClampedSwiglu { limit, alpha }, .. } = ls.ffn else {
+            return Err(Error::Unsupported(format!("layer {l}: the GPU runs GPT-OSS's MoE only (clamped SwiGLU, MXFP4 experts)")));
+        };
+        let (gate_up, down) = self.experts(l, ls)?;
+        let router = self.dense(&[Tensor::Router(l)], Dtype::F32)?;
+        let router_bias = self.dense(&[Tensor::RouterBias(l)], Dtype::F32)?;
+        MoeWeights::mxfp4(self.client, router, router_bias, gate_up, down, k, limit, alpha, dtype != Dtype::F32)
+    }
+
+    /// MoE block `l`'s experts, gate|up interleaved `[E, 2F, C]` and down `[E, C, F]`: the one
+    /// place experts come from. MXFP4 only (GPT-OSS): the stored bytes repacked through the
+    /// staging buffers where the source lends them, else its built experts; a source without
+    /// MXFP4 experts (16-bit experts: Qwen3-MoE) is refused here.
+    fn experts(&mut self, l: usize, ls: &LayerSpec) -> Result<(Mxfp4Experts, Mxfp4Experts), Error> {
+        let FfnSpec::Moe { n_experts, expert_ffn, .. } = ls.ffn else {
+            return Err(Error::Shape(format!("layer {l} is not a mixture of experts")));
+        };
+        let (gu, dn) = match self.src.mxfp4_experts(l).map_err(Error::from)? {
+            Some(Mxfp4Source::Stored([gu, dn])) => {
+                (Mxfp4Experts::upload_stored(self.client, &self.staging, &gu)?, Mxfp4Experts::upload_stored(self.client, &self.staging, &dn)?)
+            }
+            Some(Mxfp4Source::Built(ex)) => {
+                // Biases are built contiguous; a view that is not would fail the upload's length check.
+                let gate: Vec<_> = ex.iter().map(|x| (&x.gate, x.gate_bias.as_slice().unwrap_or(&[]))).collect();
+                let up: Vec<_> = ex.iter().map(|x| (&x.up, x.up_bias.as_slice().unwrap_or(&[]))).collect();
+                let (dm, db): (Vec<_>, Vec<_>) = ex.iter().map(|x| (&x.down, x.down_bias.as_slice().unwrap_or(&[]))).unzip();
+                let gu = Mxfp4Experts::upload_glu(self.client, &format!("layer {l} gate|up experts"), &gate, &up)?;
+                (gu, Mxfp4Experts::upload(self.client, &format!("layer {l} down experts"), &dm, &db)?)
+            }
+            None => {
+                return Err(Error::Unsupported(format!(
+                    "layer {l}: the source holds no MXFP4 experts (the GPU's MoE kernels take GPT-OSS's MXFP4 experts only)"
+                )))
+            }
+        };
+        let c = self.spec.hidden;
+        for (what, w, want) in [("gate|up", &gu, (2 * expert_ffn, c)), ("down", &dn, (c, expert_ffn))] {
+            if (w.n_experts, w.out, w.in_dim) != (n_experts, want.0, want.1) {
+                return Err(Error::Shape(format!(
+                    "layer {l} {what} experts: [{}, {}, {}], the model wants [{n_experts}, {}, {}]",
+                    w.n_experts, w.out, w.in_dim, want.0, want.1
+                )));
+            }
+        }
+        self.bytes += gu.bytes() + dn.bytes();
+        Ok((gu, dn))
+    }
+
     /// Two `[F, C]` tensors as one dense `[2F, C]` tensor, their rows interleaved.
     fn dense_interleaved(&mut self, gate: Tensor, up: Tensor, dtype: Dtype) -> Result<DeviceTensor, Error> {
         let [f, c] = gate.shape(self.cfg)[..] else {
@@ -235,6 +292,21 @@ impl GpuModel {
         Self::load_observed(client, backend, src, spec, dtype, &kernels, &mut |_, _| {})
     }
 
+    /// GPT-OSS from one of its sources (a checkpoint, synthetic or in-memory weights) through
+    /// its spec (`reference::arch::gpt_oss`), launching with `kernels`.
+    pub fn load_gpt_oss(
+        client: Client,
+        backend: Backend,
+        src: &mut dyn reference::gpt_oss::weights::GptOssSource,
+        cfg: &reference::gpt_oss::GptOssConfig,
+        dtype: Dtype,
+        kernels: &crate::config::KernelConfig,
+    ) -> Result<Self, Error> {
+        let spec = reference::arch::gpt_oss::from_config(cfg);
+        let mut tensors = reference::gpt_oss::weights::GptOssTensors { src, cfg };
+        Self::load_observed(client, backend, &mut tensors, &spec, dtype, kernels, &mut |_, _| {})
+    }
+
     /// [`GpuModel::load`] with every kernel choice given (`crate::config`), calling
     /// `progress(bytes uploaded, bytes expected)` after each block (the expectation is the
     /// spec's parameter count at `dtype`: quantized weights arrive sooner).
@@ -291,16 +363,23 @@ impl GpuModel {
             let wqkv = up.linear(qkv, dtype)?;
             let bqkv = if ls.attn.qkv_bias { Some(up.dense(&[Bq(l), Bk(l), Bv(l)], Dtype::F32)?) } else { None };
             let qk_norm = if ls.attn.qk_norm { Some((up.dense(&[QNorm(l)], Dtype::F32)?, up.dense(&[KNorm(l)], Dtype::F32)?)) } else { None };
-            let w_gate_up = if spec.fused.gate_up { up.linear_glu_fused(WGateUp(l), dtype)? } else { up.linear_glu(WGate(l), WUp(l), dtype)? };
+            let ffn = match &ls.ffn {
+                FfnSpec::Dense { .. } => {
+                    let gate_up = if spec.fused.gate_up { up.linear_glu_fused(WGateUp(l), dtype)? } else { up.linear_glu(WGate(l), WUp(l), dtype)? };
+                    GpuFfn::Dense { gate_up, down: up.linear(&[WDown(l)], dtype)? }
+                }
+                FfnSpec::Moe { .. } => GpuFfn::Moe(up.moe(l, ls, dtype)?),
+            };
             layers.push(GpuLayer {
                 attn_norm: up.dense(&[AttnNorm(l)], Dtype::F32)?,
                 wqkv,
                 bqkv,
                 qk_norm,
                 wo: up.linear(&[Wo(l)], dtype)?,
+                bo: if ls.attn.o_bias { Some(up.dense(&[Bo(l)], Dtype::F32)?) } else { None },
+                sinks: if ls.attn.sinks { Some(up.dense(&[Sinks(l)], Dtype::F32)?) } else { None },
                 ffn_norm: up.dense(&[Tensor::ffn_norm(spec, l)], Dtype::F32)?,
-                w_gate_up,
-                w_down: up.linear(&[WDown(l)], dtype)?,
+                ffn,
                 post_attn_norm: if ls.post_norms { Some(up.dense(&[PostAttnNorm(l)], Dtype::F32)?) } else { None },
                 post_ffn_norm: if ls.post_norms { Some(up.dense(&[PostFfnNorm(l)], Dtype::F32)?) } else { None },
             });
@@ -314,8 +393,7 @@ impl GpuModel {
         // surfaces now, not in the first step).
         cubecl::future::block_on(client.sync())?;
         let drained = t0.elapsed().as_secs_f64();
-        let stream_bytes =
-            layers.iter().map(|l| l.wqkv.bytes() + l.wo.bytes() + l.w_gate_up.bytes() + l.w_down.bytes()).sum::<usize>() + lm_head.bytes();
+        let stream_bytes = layers.iter().map(|l| l.wqkv.bytes() + l.wo.bytes() + l.ffn.stream_bytes()).sum::<usize>() + lm_head.bytes();
         // f16 pools where the matmuls already round activations to 16 bits (config::kv_dtype).
         let kv_dtype = kernels.kv_dtype(&client, dtype != Dtype::F32 || quant.is_some())?;
         let load_times = LoadTimes { submitted, drained: drained - submitted, cache: t0.elapsed().as_secs_f64() - drained, staging };
@@ -334,6 +412,7 @@ impl GpuModel {
             weight_bytes: bytes,
             stream_bytes,
             quant,
+            moe_path: MoePath::Auto,
         })
     }
 }

@@ -2,8 +2,7 @@
 //! execution order (decode rows first: flash decode needs their q rows contiguous), the token
 //! ids, each token's position and pool row, the block tables of the decode and prefill parts,
 //! and the draw from the drawing rows' logits (argmax when every draw is greedy, else the
-//! seeded draw, penalties first) with the results in plan order. Shared by the llama
-//! `runner::GpuRunner` and `gpt_oss::GptOssRunner`.
+//! seeded draw, penalties first) with the results in plan order (`runner::GpuRunner`).
 //!
 //! Decode rows: one-token steps, and the few positions of a sequence that each draw (a
 //! speculative verification: the last token and k proposals, [`decode_rows`]). Each such row

@@ -1,4 +1,4 @@
-//! Decode steps of the GPU runners (llama [`GpuRunner`], `gpt_oss::GptOssRunner`) as captured
+//! Decode steps of the GPU runner ([`GpuRunner`], every architecture) as captured
 //! graphs, one per (batch bucket, table width, draw kind); a runner implements [`GraphStep`].
 //!
 //! A step of decode rows only (`runner::batch::decode_rows`: one-token decodes, and the k + 1
@@ -586,6 +586,8 @@ impl GraphStep for GpuRunner {
     fn scratch_block(&self) -> u32 {
         GpuRunner::scratch_block(self)
     }
+    /// Every decode step: an MoE's sort and grouped GEMMs (steps above `moe::GEMV_MAX_T` rows)
+    /// upload nothing either.
     fn max_rows(&self) -> usize {
         usize::MAX
     }

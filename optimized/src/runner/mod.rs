@@ -109,6 +109,11 @@ impl GpuRunner {
         self.graphs.recordings()
     }
 
+    /// Whether any layer is a mixture of experts.
+    fn has_moe(&self) -> bool {
+        self.model.layers.iter().any(|w| matches!(w.ffn, crate::model::GpuFfn::Moe(_)))
+    }
+
     /// The block of the pools no sequence owns (padding rows of decode graphs).
     pub(crate) fn scratch_block(&self) -> u32 {
         self.layout.num_blocks as u32
@@ -130,7 +135,8 @@ impl GpuRunner {
         let c = &self.model.client;
         let a = self.model.attn_spec(l)?;
         let (h_n, kv_n, d) = (a.n_heads, a.n_kv_heads, a.head_dim);
-        let mask = Masking { window: a.window, sinks: None };
+        let sinks = self.model.layers.get(l).and_then(|w| w.sinks.as_ref());
+        let mask = Masking { window: a.window, sinks };
         let q = rope::qkv_rope_ragged(c, qkv, h_n, kv_n, self.ropes.of(l)?, a.rope.layout, &self.k[l], &self.v[l], positions, slots)?;
         let o = DeviceTensor::empty(c, &[n, h_n, d], self.model.o_dtype(l, n));
         if let Some((tb, n_dec)) = dec {
@@ -197,17 +203,28 @@ impl ModelRunner for GpuRunner {
         graphs::prepare(self, rows, max_len, !sampled).map_err(to_ref)
     }
     fn status(&self) -> Option<String> {
-        Some(match self.graphs.refused() {
+        let graphs = match self.graphs.refused() {
             Some(why) => format!("decode graphs refused by the backend ({why}): eager launches"),
             None if self.graphs.enabled() => "decode steps and n-gram verifications replayed as captured graphs per bucket of rows".into(),
             None => "decode graphs off: eager launches".into(),
+        };
+        Some(match self.has_moe() {
+            true => format!(
+                "{}: MoE {:?} (grouped MXFP4 gemvs for ≤ {} rows, sort + grouped GEMMs above); {graphs}",
+                self.model.spec.arch,
+                self.model.moe_path,
+                crate::kernels::moe::GEMV_MAX_T
+            ),
+            false => graphs,
         })
     }
     fn name(&self) -> String {
         let m = &self.model;
+        // MoE experts stay MXFP4 whatever the dense weights' type (GPT-OSS).
+        let experts = if self.has_moe() { "+mxfp4-experts" } else { "" };
         match &m.quant {
-            Some(q) => format!("{}-{q}+{}", m.backend, m.dtype.name()),
-            None => format!("{}-{}", m.backend, m.dtype.name()),
+            Some(q) => format!("{}-{q}+{}{experts}", m.backend, m.dtype.name()),
+            None => format!("{}-{}{experts}", m.backend, m.dtype.name()),
         }
     }
 }

@@ -137,23 +137,30 @@ impl ModelSpec {
     /// The widths every layer shares, as a llama [`Config`]: what
     /// [`crate::weights::TensorSource`] checks shapes against and a single-sequence engine
     /// reports. The first layer's RoPE θ and layout and its window stand for every layer's;
-    /// an error names the first layer whose heads, head dim or FFN width differ from the first
-    /// one's, or that is MoE.
+    /// F is an MoE layer's expert width. An error names the first layer whose heads, head dim
+    /// or FFN width differ from the first one's, or whose FFN is dense where the first one's
+    /// is MoE (or the reverse).
     pub fn dims(&self) -> Result<Config> {
         let first = self.layers.first().ok_or_else(|| Error::Input("the model has no layers".into()))?;
-        let widths = |ls: &LayerSpec| match ls.ffn {
-            FfnSpec::Dense { ffn, .. } => Some((ls.attn.n_heads, ls.attn.n_kv_heads, ls.attn.head_dim, ffn)),
-            FfnSpec::Moe { .. } => None,
+        let widths = |ls: &LayerSpec| {
+            let (moe, ffn) = match ls.ffn {
+                FfnSpec::Dense { ffn, .. } => (false, ffn),
+                FfnSpec::Moe { expert_ffn, .. } => (true, expert_ffn),
+            };
+            (ls.attn.n_heads, ls.attn.n_kv_heads, ls.attn.head_dim, ffn, moe)
         };
         let w0 = widths(first);
         for (l, ls) in self.layers.iter().enumerate() {
-            match widths(ls) {
-                None => return Err(Error::Input(format!("{}: layer {l} is a mixture of experts, not a dense FFN", self.arch))),
-                w if w != w0 => return Err(Error::Input(format!("{}: layer {l}'s heads or widths {w:?} differ from layer 0's {w0:?}", self.arch))),
-                _ => {}
+            let w = widths(ls);
+            if w.4 != w0.4 {
+                let kind = |moe: bool| if moe { "a mixture of experts" } else { "a dense FFN" };
+                return Err(Error::Input(format!("{}: layer {l} is {}, layer 0 {}", self.arch, kind(w.4), kind(w0.4))));
+            }
+            if w != w0 {
+                return Err(Error::Input(format!("{}: layer {l}'s heads or widths {w:?} differ from layer 0's {w0:?}", self.arch)));
             }
         }
-        let (n_heads, n_kv_heads, head_dim, ffn) = w0.unwrap_or_default();
+        let (n_heads, n_kv_heads, head_dim, ffn, _) = w0;
         Ok(Config {
             n_layers: self.layers.len(),
             n_heads,

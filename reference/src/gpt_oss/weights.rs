@@ -5,9 +5,10 @@
 use ndarray::{Array1, Array2};
 
 use super::config::GptOssConfig;
+use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::quant::mxfp4::{self, Mxfp4Weight};
-use crate::weights::RawDense;
+use crate::weights::{Naming, RawDense, Tensor, TensorSource};
 
 /// One expert. Matrices `[out, in]` in MXFP4 (OCP layout, [`crate::quant::mxfp4`]), biases f32.
 /// Gate and up are kept apart (GGUF's layout); HF interleaves them in one `gate_up_proj`
@@ -180,52 +181,63 @@ impl Dense {
         }
     }
 
-    /// Name in an HF safetensors checkpoint.
-    pub fn hf_name(self) -> String {
+    /// The tensor of the table every architecture shares ([`Tensor`]) whose names this one
+    /// has: the FFN norm is stored under the post-attention norm's names (HF
+    /// `post_attention_layernorm`, llama.cpp `post_attention_norm`).
+    pub fn tensor(self) -> Tensor {
         use Dense::*;
-        let (l, s) = match self {
-            TokEmbd => return "model.embed_tokens.weight".into(),
-            OutNorm => return "model.norm.weight".into(),
-            LmHead => return "lm_head.weight".into(),
-            AttnNorm(l) => (l, "input_layernorm.weight"),
-            Wq(l) => (l, "self_attn.q_proj.weight"),
-            Bq(l) => (l, "self_attn.q_proj.bias"),
-            Wk(l) => (l, "self_attn.k_proj.weight"),
-            Bk(l) => (l, "self_attn.k_proj.bias"),
-            Wv(l) => (l, "self_attn.v_proj.weight"),
-            Bv(l) => (l, "self_attn.v_proj.bias"),
-            Wo(l) => (l, "self_attn.o_proj.weight"),
-            Bo(l) => (l, "self_attn.o_proj.bias"),
-            Sinks(l) => (l, "self_attn.sinks"),
-            FfnNorm(l) => (l, "post_attention_layernorm.weight"),
-            Router(l) => (l, "mlp.router.weight"),
-            RouterBias(l) => (l, "mlp.router.bias"),
-        };
-        format!("model.layers.{l}.{s}")
+        match self {
+            TokEmbd => Tensor::TokEmbd,
+            OutNorm => Tensor::OutNorm,
+            LmHead => Tensor::LmHead,
+            AttnNorm(l) => Tensor::AttnNorm(l),
+            Wq(l) => Tensor::Wq(l),
+            Bq(l) => Tensor::Bq(l),
+            Wk(l) => Tensor::Wk(l),
+            Bk(l) => Tensor::Bk(l),
+            Wv(l) => Tensor::Wv(l),
+            Bv(l) => Tensor::Bv(l),
+            Wo(l) => Tensor::Wo(l),
+            Bo(l) => Tensor::Bo(l),
+            Sinks(l) => Tensor::Sinks(l),
+            FfnNorm(l) => Tensor::PostAttnNorm(l),
+            Router(l) => Tensor::Router(l),
+            RouterBias(l) => Tensor::RouterBias(l),
+        }
     }
 
-    /// Name in a llama.cpp GGUF.
-    pub fn gguf_name(self) -> String {
+    /// The GPT-OSS tensor `t` of the shared table is (`None`: GPT-OSS has no such tensor).
+    pub fn of_tensor(t: Tensor) -> Option<Dense> {
         use Dense::*;
-        let (l, s) = match self {
-            TokEmbd => return "token_embd.weight".into(),
-            OutNorm => return "output_norm.weight".into(),
-            LmHead => return "output.weight".into(),
-            AttnNorm(l) => (l, "attn_norm.weight"),
-            Wq(l) => (l, "attn_q.weight"),
-            Bq(l) => (l, "attn_q.bias"),
-            Wk(l) => (l, "attn_k.weight"),
-            Bk(l) => (l, "attn_k.bias"),
-            Wv(l) => (l, "attn_v.weight"),
-            Bv(l) => (l, "attn_v.bias"),
-            Wo(l) => (l, "attn_output.weight"),
-            Bo(l) => (l, "attn_output.bias"),
-            Sinks(l) => (l, "attn_sinks.weight"),
-            FfnNorm(l) => (l, "post_attention_norm.weight"),
-            Router(l) => (l, "ffn_gate_inp.weight"),
-            RouterBias(l) => (l, "ffn_gate_inp.bias"),
-        };
-        format!("blk.{l}.{s}")
+        Some(match t {
+            Tensor::TokEmbd => TokEmbd,
+            Tensor::OutNorm => OutNorm,
+            Tensor::LmHead => LmHead,
+            Tensor::AttnNorm(l) => AttnNorm(l),
+            Tensor::Wq(l) => Wq(l),
+            Tensor::Bq(l) => Bq(l),
+            Tensor::Wk(l) => Wk(l),
+            Tensor::Bk(l) => Bk(l),
+            Tensor::Wv(l) => Wv(l),
+            Tensor::Bv(l) => Bv(l),
+            Tensor::Wo(l) => Wo(l),
+            Tensor::Bo(l) => Bo(l),
+            Tensor::Sinks(l) => Sinks(l),
+            Tensor::FfnNorm(l) | Tensor::PostAttnNorm(l) => FfnNorm(l),
+            Tensor::Router(l) => Router(l),
+            Tensor::RouterBias(l) => RouterBias(l),
+            _ => return None,
+        })
+    }
+
+    /// Name in an HF safetensors checkpoint ([`Tensor::name`]).
+    pub fn hf_name(self) -> String {
+        self.tensor().name(Naming::Hf)
+    }
+
+    /// Name in a llama.cpp GGUF ([`Tensor::name`]).
+    pub fn gguf_name(self) -> String {
+        self.tensor().name(Naming::Gguf)
     }
 }
 
@@ -489,5 +501,55 @@ impl GptOssSource for InMemory<'_> {
     }
     fn experts(&mut self, l: usize, _cfg: &GptOssConfig) -> Result<Vec<ExpertWeights>> {
         self.0.layers.get(l).map(|w| w.experts.clone()).ok_or_else(|| Error::Input(format!("experts of layer {l}: the layer does not exist")))
+    }
+}
+
+/// A block's MXFP4 experts from a source ([`TensorSource::mxfp4_experts`]): `[gate|up, down]`
+/// as the file stores them (borrowed), or built per expert.
+#[derive(Debug, Clone)]
+pub enum Mxfp4Experts<'a> {
+    Stored([StoredExperts<'a>; 2]),
+    Built(Vec<ExpertWeights>),
+}
+
+/// A GPT-OSS source seen through the shared tensor table: what a backend loading any
+/// architecture by [`Tensor`] (`optimized::model::GpuModel`) reads GPT-OSS from. Shapes are
+/// checked by the source against `cfg` (the [`Config`] a loader passes is not consulted: it has
+/// no expert count).
+pub struct GptOssTensors<'a> {
+    pub src: &'a mut dyn GptOssSource,
+    pub cfg: &'a GptOssConfig,
+}
+
+impl GptOssTensors<'_> {
+    fn dense_of(t: Tensor) -> Result<Dense> {
+        Dense::of_tensor(t).ok_or_else(|| Error::Input(format!("{t:?}: GPT-OSS has no such tensor")))
+    }
+}
+
+impl TensorSource for GptOssTensors<'_> {
+    fn load(&mut self, t: Tensor, _cfg: &Config) -> Result<Vec<f32>> {
+        self.src.dense(Self::dense_of(t)?, self.cfg)
+    }
+    fn load_raw(&mut self, t: Tensor, _cfg: &Config) -> Result<Option<RawDense<'_>>> {
+        self.src.dense_raw(Self::dense_of(t)?, self.cfg)
+    }
+    fn mxfp4_experts(&mut self, l: usize) -> Result<Option<Mxfp4Experts<'_>>> {
+        if l >= self.cfg.n_layers {
+            return Err(Error::Input(format!("experts of layer {l}: the model has {} layers", self.cfg.n_layers)));
+        }
+        // Two calls where the source has no stored form: a borrow returned from the first
+        // would outlive the branch otherwise.
+        if self.src.experts_stored(l, self.cfg)?.is_none() {
+            let ex = self.src.experts(l, self.cfg)?;
+            if ex.len() != self.cfg.n_experts {
+                return Err(Error::Input(format!("layer {l}: {} experts, config wants {}", ex.len(), self.cfg.n_experts)));
+            }
+            for (e, x) in ex.iter().enumerate() {
+                x.check(self.cfg, &format!("layer {l} expert {e}"))?;
+            }
+            return Ok(Some(Mxfp4Experts::Built(ex)));
+        }
+        Ok(self.src.experts_stored(l, self.cfg)?.map(Mxfp4Experts::Stored))
     }
 }

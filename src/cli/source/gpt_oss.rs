@@ -2,7 +2,8 @@
 //! or a GGUF with `general.architecture = gpt-oss`; `--synthetic tiny-gpt-oss…|gpt-oss-20b|
 //! gpt-oss-120b`), its tensors and o200k_harmony tokenizer ([`GptOss`], kept in
 //! `Opened::arch`), and its batched-engine runner on every device (the CPU reference
-//! `RefRunner<GptOssModel>`, or `optimized::gpt_oss::GptOssRunner`). Its commands live in
+//! `RefRunner<GptOssModel>`, or `optimized::runner::GpuRunner` over its `reference::arch`
+//! spec). Its commands live in
 //! `cli::gpt_oss`.
 
 use std::path::Path;
@@ -219,9 +220,10 @@ pub fn runner(
             super::super::progress::check_memory(&client, label, weight_bytes(&cfg, dtype.size()), kv)?;
             super::super::progress::compile_notice(&client);
             let t0 = std::time::Instant::now();
-            let m = optimized::gpt_oss::GptOssGpu::load(client, backend, &mut g.files, &cfg, dtype)?;
+            // The one GPU model over GPT-OSS's spec, every launch with `kernels`.
+            let m = optimized::model::GpuModel::load_gpt_oss(client, backend, &mut g.files, &cfg, dtype, kernels)?;
             eprintln!("{label}: {:.2} GB of weights on the device in {:.1} s", m.weight_bytes as f64 / 1e9, t0.elapsed().as_secs_f64());
-            Ok(Box::new(optimized::gpt_oss::GptOssRunner::new(m, KV_BLOCK, blocks, *kernels)?))
+            Ok(Box::new(optimized::runner::GpuRunner::new(m, KV_BLOCK, blocks)?))
         }
     }
 }

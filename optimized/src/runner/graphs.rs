@@ -34,10 +34,9 @@ use cubecl::CubeElement;
 use engine::runner::{KvLayout, SeqResult, StepPlan};
 use engine::sampling::seeded::row_key;
 
-use super::{batch, GpuRunner};
+use super::batch;
 use crate::kernels::{advance, argmax, seeded};
 use crate::kv_cache::BlockTables;
-use crate::model::Ids;
 use crate::{Client, DeviceTensor, Error};
 
 /// Batch sizes a decode step is padded to: every size up to 8 (a verification of k
@@ -574,33 +573,4 @@ fn capture<R: GraphStep>(r: &mut R, x: &Inputs) -> Result<Option<DeviceTensor>, 
         (_, Err(e)) => r.graphs().refused = Some(format!("stop_capture: {e}")),
     }
     Ok(Some(out))
-}
-
-impl GraphStep for GpuRunner {
-    fn client(&self) -> &Client {
-        &self.model.client
-    }
-    fn layout(&self) -> KvLayout {
-        self.layout
-    }
-    fn scratch_block(&self) -> u32 {
-        GpuRunner::scratch_block(self)
-    }
-    /// Every decode step: an MoE's sort and grouped GEMMs (steps above `moe::GEMV_MAX_T` rows)
-    /// upload nothing either.
-    fn max_rows(&self) -> usize {
-        usize::MAX
-    }
-    fn max_positions(&self) -> usize {
-        self.ropes.max_pos()
-    }
-    fn logits(&self, b: &StepBufs, rows: usize) -> Result<DeviceTensor, Error> {
-        let m = &self.model;
-        let xs = m.embed(Ids::Device(&b.ids), rows)?;
-        let fin = m.blocks(&xs, rows, &mut |l, qkv| self.attend(l, qkv, rows, &b.positions, &b.slots, Some((&b.tables, rows)), None), None)?;
-        m.head(&xs, &fin)
-    }
-    fn graphs(&mut self) -> &mut Graphs {
-        &mut self.graphs
-    }
 }

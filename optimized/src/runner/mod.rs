@@ -36,8 +36,9 @@ use crate::kernels::attention::{flash_decode, flash_prefill_varlen, Masking, Var
 use crate::kernels::{embedding, rope};
 use crate::kv_cache::BlockTables;
 use crate::model::{Final, GpuModel, Ids};
-use crate::{DeviceTensor, Error};
+use crate::{Client, DeviceTensor, Error};
 use batch::RaggedBatch;
+use graphs::{GraphStep, Graphs, StepBufs};
 
 /// The batched engine's runner on a GPU.
 pub struct GpuRunner {
@@ -226,5 +227,34 @@ impl ModelRunner for GpuRunner {
             Some(q) => format!("{}-{q}+{}{experts}", m.backend, m.dtype.name()),
             None => format!("{}-{}{experts}", m.backend, m.dtype.name()),
         }
+    }
+}
+
+impl GraphStep for GpuRunner {
+    fn client(&self) -> &Client {
+        &self.model.client
+    }
+    fn layout(&self) -> KvLayout {
+        self.layout
+    }
+    fn scratch_block(&self) -> u32 {
+        GpuRunner::scratch_block(self)
+    }
+    /// Every decode step: an MoE's sort and grouped GEMMs (steps above `moe::GEMV_MAX_T` rows)
+    /// upload nothing either.
+    fn max_rows(&self) -> usize {
+        usize::MAX
+    }
+    fn max_positions(&self) -> usize {
+        self.ropes.max_pos()
+    }
+    fn logits(&self, b: &StepBufs, rows: usize) -> Result<DeviceTensor, Error> {
+        let m = &self.model;
+        let xs = m.embed(Ids::Device(&b.ids), rows)?;
+        let fin = m.blocks(&xs, rows, &mut |l, qkv| self.attend(l, qkv, rows, &b.positions, &b.slots, Some((&b.tables, rows)), None), None)?;
+        m.head(&xs, &fin)
+    }
+    fn graphs(&mut self) -> &mut Graphs {
+        &mut self.graphs
     }
 }

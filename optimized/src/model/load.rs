@@ -5,12 +5,11 @@
 use super::*;
 
 /// Seconds of a load: reading, converting and handing every weight to the device; waiting for
-/// the copies still queued; the RoPE tables and the KV cache.
+/// the copies still queued (the KV pools and RoPE tables are the runner's).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct LoadTimes {
     pub submitted: f64,
     pub drained: f64,
-    pub cache: f64,
     /// Of `submitted`, the dense weights' chunks: waiting for host buffers, filling them,
     /// handing them to the client.
     pub staging: crate::upload::StagingTimes,
@@ -396,7 +395,7 @@ impl GpuModel {
         let stream_bytes = layers.iter().map(|l| l.wqkv.bytes() + l.wo.bytes() + l.ffn.stream_bytes()).sum::<usize>() + lm_head.bytes();
         // f16 pools where the matmuls already round activations to 16 bits (config::kv_dtype).
         let kv_dtype = kernels.kv_dtype(&client, dtype != Dtype::F32 || quant.is_some())?;
-        let load_times = LoadTimes { submitted, drained: drained - submitted, cache: t0.elapsed().as_secs_f64() - drained, staging };
+        let load_times = LoadTimes { submitted, drained: drained - submitted, staging };
         Ok(GpuModel {
             load_times,
             client,

@@ -151,6 +151,18 @@ impl GpuRunner {
         Ok(o)
     }
 
+    /// The embedding and every block over the batch `b` (decode rows by flash decode, prefill
+    /// chunks by varlen flash prefill): the residual stream and what the lm_head reads. With
+    /// `trace`, each block's output is read back.
+    pub(crate) fn forward(&self, b: &RaggedBatch, trace: Option<&mut Vec<Vec<f32>>>) -> Result<(DeviceTensor, Final), Error> {
+        let (m, n) = (&self.model, b.rows());
+        let x = m.embed(Ids::Host(&b.ids), n)?;
+        let dec = b.dec_tables.as_ref().map(|tb| (tb, b.n_dec));
+        let pre = b.pre_tables.as_ref().map(|tb| (tb, &b.varlen[..]));
+        let fin = m.blocks(&x, n, &mut |l, qkv| self.attend(l, qkv, n, &b.positions, &b.slots, dec, pre), trace)?;
+        Ok((x, fin))
+    }
+
     fn run(&mut self, plan: &StepPlan) -> Result<Vec<SeqResult>, Error> {
         if let Some(out) = graphs::try_step(self, plan)? {
             return Ok(out);
@@ -159,12 +171,8 @@ impl GpuRunner {
         let Some(b) = RaggedBatch::new(&c, plan, self.layout)? else {
             return Ok(vec![SeqResult::default(); plan.seqs.len()]);
         };
-        let m = &self.model;
-        let n = b.rows();
-        let x = m.embed(Ids::Host(&b.ids), n)?;
-        let dec = b.dec_tables.as_ref().map(|tb| (tb, b.n_dec));
-        let pre = b.pre_tables.as_ref().map(|tb| (tb, &b.varlen[..]));
-        let fin = m.blocks(&x, n, &mut |l, qkv| self.attend(l, qkv, n, &b.positions, &b.slots, dec, pre), None)?;
+        let (m, n) = (&self.model, b.rows());
+        let (x, fin) = self.forward(&b, None)?;
         let rows = b.draw_rows(plan);
         if rows.is_empty() {
             return Ok(vec![SeqResult::default(); plan.seqs.len()]);

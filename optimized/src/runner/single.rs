@@ -18,7 +18,7 @@ use reference::{Config, Error as RefError};
 
 use super::batch::RaggedBatch;
 use super::GpuRunner;
-use crate::model::{AttentionImpl, GpuModel, Ids, BLOCK_SIZE};
+use crate::model::{AttentionImpl, GpuModel, BLOCK_SIZE};
 use crate::{DeviceTensor, Error, KernelConfig};
 
 impl GpuRunner {
@@ -33,12 +33,8 @@ impl GpuRunner {
         self.graphs.forget_ahead();
         let c = self.model.client.clone();
         let b = RaggedBatch::new(&c, &plan, self.layout)?.ok_or_else(|| Error::Shape("no tokens to run".into()))?;
-        let (m, n) = (&self.model, b.rows());
-        let x = m.embed(Ids::Host(&b.ids), n)?;
-        let dec = b.dec_tables.as_ref().map(|tb| (tb, b.n_dec));
-        let pre = b.pre_tables.as_ref().map(|tb| (tb, &b.varlen[..]));
-        let fin = m.blocks(&x, n, &mut |l, qkv| self.attend(l, qkv, n, &b.positions, &b.slots, dec, pre), trace)?;
-        m.head(&x, &fin)
+        let (x, fin) = self.forward(&b, trace)?;
+        self.model.head(&x, &fin)
     }
 }
 

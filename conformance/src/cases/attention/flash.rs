@@ -255,7 +255,7 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     let mut add = |phase, d, h, kv, lens: &[usize], t, block_size, window, sinks, shuffled| {
         let versions: &[DecodeVersion] = if phase == Decode { &[DecodeVersion::V2, DecodeVersion::V3] } else { &[DecodeVersion::V3] };
         let scores: &[ScoreStep] = if phase == Decode { &[ScoreStep::PerUnit, ScoreStep::Plane] } else { &[ScoreStep::PerUnit] };
-        let prefills: &[PrefillVersion] = if phase != Prefill {
+        let prefills: &[PrefillVersion] = if phase != Prefill || d > optimized::kernels::attention::prefill_tc::D_MAX {
             &[PrefillVersion::V2]
         } else if t * lens[0] * h <= EMU_MAX_WORK {
             &[PrefillVersion::V2, PrefillVersion::Tc(TcMode::Tensor), PrefillVersion::Tc(TcMode::Emulated)]
@@ -300,6 +300,9 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     // The tiny GPT-OSS fixtures' heads (D = 16, G = 2, windows of 4–8, sinks).
     add(Decode, 16, 4, 2, &[174, 9], 1, 16, Some(8), true, true);
     add(Decode, 16, 6, 2, &[174, 9], 1, 16, None, true, false);
+    // Gemma-3 4B / 12B heads (D = 256, G = 2), local layers' window of 1024.
+    add(Decode, 256, 16, 8, &[1030, 5], 1, 16, Some(1024), false, true);
+    add(Decode, 256, 4, 2, &[300], 1, 16, None, false, false);
     // Prefill: full and chunked (queries after cached keys), windows, sinks, T = 1, odd D,
     // block size 1 and 7.
     add(Prefill, 64, 9, 3, &[40], 17, 16, Some(8), true, true);
@@ -308,6 +311,8 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     add(Prefill, 128, 8, 1, &[1100], 1100, 16, None, true, true);
     add(Prefill, 33, 4, 4, &[15], 15, 7, Some(3), false, true);
     add(Prefill, 64, 8, 1, &[16], 1, 16, None, false, false);
+    // D = 256 (Gemma-3 4B / 12B): prefill v3 takes D ≤ 128, so v2 only.
+    add(Prefill, 256, 8, 4, &[200], 72, 16, Some(64), false, true);
     add(Prefill, 96, 12, 4, &[257], 57, 16, None, true, false);
     add(Prefill, 64, 4, 2, &[257], 257, 1, None, false, true);
     // v3's tile edges: 64 query rows and 64 keys per tile (32 / 32 emulated): T of 63, 65, 129

@@ -84,6 +84,7 @@ pub fn cases() -> Vec<Box<dyn Case>> {
         (16, 2, 64, 1000, None),
         (8, 1, 128, 1000, Some(256)),
         (32, 8, 64, 4096, None),
+        (16, 8, 256, 1030, Some(1024)),
     ] {
         add(h, kv, d, 1, s, s - 1, window);
     }
@@ -95,6 +96,7 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     add(8, 2, 64, 9, 9, 0, Some(1));
     add(16, 2, 128, 64, 300, 236, Some(100));
     add(12, 4, 96, 31, 131, 100, None);
+    add(8, 4, 256, 40, 90, 50, Some(32));
     // Keys past the queries (masked by causality), too few keys, none visible, none at all.
     add(4, 2, 64, 5, 30, 10, None);
     add(2, 2, 20, 6, 3, 0, None);

@@ -9,9 +9,9 @@ mod common;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use common::{base, config, post, post_stream, rt, wait_ready};
+use common::{base, config, post, post_stream, rt, wait_ready, Scripted};
 use engine::harmony::HarmonyDetok;
-use engine::runner::{KvLayout, ModelInfo, ModelRunner, SeqResult, StepPlan};
+use engine::runner::ModelInfo;
 use reference::chat::Message;
 use reference::gpt_oss::harmony::{render_prompt, Reasoning, SystemContent};
 use reference::gpt_oss::tokenizer::VOCAB;
@@ -20,44 +20,6 @@ use serde_json::json;
 use server::{Harmony, ModelFront, Server};
 
 const REPLY: &str = "<|channel|>analysis<|message|>The user greets me. Answer «kindly» 👋.<|end|><|start|>assistant<|channel|>final<|message|>Hello there! How can I help?<|return|>";
-
-/// Draws the script's tokens in order after each sequence's prompt (sequences told apart by
-/// their first block; a sequence's prompt length is learnt at its first step).
-struct Scripted {
-    info: ModelInfo,
-    script: Vec<u32>,
-    prompts: HashMap<u32, usize>,
-    /// Every prompt run (its first step's tokens), for the test to read.
-    seen: Arc<Mutex<Vec<Vec<u32>>>>,
-}
-
-impl ModelRunner for Scripted {
-    fn info(&self) -> &ModelInfo {
-        &self.info
-    }
-    fn kv_layout(&self) -> KvLayout {
-        KvLayout { block_size: 16, num_blocks: 256 }
-    }
-    fn step(&mut self, plan: &StepPlan) -> reference::Result<Vec<SeqResult>> {
-        let mut out = vec![];
-        for s in &plan.seqs {
-            let key = s.blocks.first().copied().unwrap_or(0);
-            if s.pos0 == 0 {
-                self.prompts.insert(key, s.tokens.len());
-                self.seen.lock().unwrap().push(s.tokens.to_vec());
-            }
-            let p = self.prompts.get(&key).copied().unwrap_or(0);
-            let end = s.pos0 + s.tokens.len();
-            let n = s.samples.len();
-            let tokens = (0..n).map(|j| self.script.get(end + j + 1 - n - p).copied().unwrap_or(0)).collect();
-            out.push(SeqResult { tokens, logits: vec![None; n] });
-        }
-        Ok(out)
-    }
-    fn name(&self) -> String {
-        "scripted".into()
-    }
-}
 
 #[test]
 fn chat_replies_split_by_channel() {

@@ -18,6 +18,7 @@ mod hermes;
 pub mod json;
 mod llama3_json;
 mod mistral;
+pub mod request;
 
 use std::collections::HashSet;
 

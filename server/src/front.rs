@@ -122,6 +122,10 @@ pub struct Harmony(pub Arc<GptOssTokenizer>);
 impl ChatFormat for Harmony {
     fn render(&self, messages: &[Message], opts: &ChatOptions) -> reference::Result<String> {
         let system = SystemContent { reasoning: opts.reasoning.unwrap_or_default(), ..SystemContent::default() };
+        let tooled = opts.tools.is_some() || messages.iter().any(|m| m.role == "tool" || !m.tool_calls.is_empty());
+        if tooled {
+            return crate::tools::harmony_prompt::render(&system, messages, opts.tools.as_deref());
+        }
         harmony::render_prompt(&system, messages)
     }
     fn reply(&self) -> Option<Box<dyn ReplySplit>> {
@@ -130,9 +134,9 @@ impl ChatFormat for Harmony {
     fn tool_family(&self) -> Option<Family> {
         Some(Family::Harmony)
     }
-    /// Not yet: the harmony prompt has no `functions` namespace of the request's tools.
+    /// As a `functions` namespace in the developer message ([`crate::tools::harmony_prompt`]).
     fn renders_tools(&self) -> bool {
-        false
+        true
     }
 }
 

@@ -14,6 +14,7 @@
 //! `content` with [`Parsed::malformed`] saying why.
 
 mod harmony;
+pub mod harmony_prompt;
 mod hermes;
 pub mod json;
 mod llama3_json;

@@ -288,6 +288,12 @@ fn choice(job: &Job, front: &ModelFront, p: &Piece, chunk: bool, first_chat_chun
                 delta["reasoning_content"] = p.reasoning.into();
             }
             if let Some(calls) = p.tool_calls.as_ref().filter(|c| c.as_array().is_some_and(|a| !a.is_empty())) {
+                // A chunk of calls alone carries no content, as OpenAI's.
+                if p.text.is_empty() && !first_chat_chunk {
+                    if let Some(d) = delta.as_object_mut() {
+                        d.remove("content");
+                    }
+                }
                 delta["tool_calls"] = calls.clone();
             }
             if let Some(e) = p.tool_error {

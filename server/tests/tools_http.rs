@@ -127,6 +127,12 @@ fn a_tool_call_comes_back_as_tool_calls_whole_and_streamed() {
         let deltas: Vec<Value> =
             s.chunks().iter().flat_map(|c| c["choices"][0]["delta"]["tool_calls"].as_array().cloned().unwrap_or_default()).collect();
         assert!(deltas.len() > 2, "the arguments arrive in pieces: {deltas:?}");
+        for c in s.chunks() {
+            let d = &c["choices"][0]["delta"];
+            if d.get("tool_calls").is_some() {
+                assert!(d.get("content").is_none_or(|t| t.as_str().is_some_and(|t| !t.is_empty())), "a chunk of calls alone has no content: {c}");
+            }
+        }
         assert_eq!(deltas[0]["index"], 0);
         assert_eq!(deltas[0]["function"]["name"], "get_weather");
         assert!(deltas[0]["id"].is_string());

@@ -165,9 +165,9 @@ pub struct Incremental<G> {
     tools: Option<HashSet<String>>,
     text: String,
     sent_content: String,
-    sent_reasoning: usize,
-    /// Started calls: their id and the arguments bytes sent.
-    started: Vec<(String, usize)>,
+    sent_reasoning: String,
+    /// Started calls: their id and the arguments sent.
+    started: Vec<(String, String)>,
 }
 
 impl<G: Grammar> Incremental<G> {
@@ -177,7 +177,7 @@ impl<G: Grammar> Incremental<G> {
             tools: tools.map(|t| t.into_iter().collect()),
             text: String::new(),
             sent_content: String::new(),
-            sent_reasoning: 0,
+            sent_reasoning: String::new(),
             started: Vec::new(),
         }
     }
@@ -190,13 +190,11 @@ impl<G: Grammar> Incremental<G> {
     /// (a family that went back on its reading) is not sent; [`Parsed`] holds the final word.
     fn grow(&mut self, snap: &Snap) -> Vec<ToolEvent> {
         let mut ev = Vec::new();
-        if snap.content.len() > self.sent_content.len() && snap.content.starts_with(self.sent_content.as_str()) {
-            ev.push(ToolEvent::Content(snap.content[self.sent_content.len()..].to_string()));
-            self.sent_content.clone_from(&snap.content);
+        if let Some(more) = extend(&mut self.sent_content, &snap.content) {
+            ev.push(ToolEvent::Content(more));
         }
-        if snap.reasoning.len() > self.sent_reasoning && snap.reasoning.is_char_boundary(self.sent_reasoning) {
-            ev.push(ToolEvent::Reasoning(snap.reasoning[self.sent_reasoning..].to_string()));
-            self.sent_reasoning = snap.reasoning.len();
+        if let Some(more) = extend(&mut self.sent_reasoning, &snap.reasoning) {
+            ev.push(ToolEvent::Reasoning(more));
         }
         for (index, c) in snap.calls.iter().enumerate() {
             if index == self.started.len() {
@@ -205,12 +203,10 @@ impl<G: Grammar> Incremental<G> {
                 }
                 let id = c.id.clone().unwrap_or_else(new_id);
                 ev.push(ToolEvent::CallStart { index, id: id.clone(), name: c.name.clone() });
-                self.started.push((id, 0));
+                self.started.push((id, String::new()));
             }
-            let sent = &mut self.started[index].1;
-            if c.args.len() > *sent && c.args.is_char_boundary(*sent) {
-                ev.push(ToolEvent::CallArgs { index, delta: c.args[*sent..].to_string() });
-                *sent = c.args.len();
+            if let Some(delta) = extend(&mut self.started[index].1, &c.args) {
+                ev.push(ToolEvent::CallArgs { index, delta });
             }
         }
         ev
@@ -252,7 +248,7 @@ impl<G: Grammar> ToolParser for Incremental<G> {
             // The raw text as content: what was sent as content, when it is the text's start,
             // is not sent again.
             let tail = match self.text.strip_prefix(self.sent_content.as_str()) {
-                Some(t) if self.started.is_empty() && self.sent_reasoning == 0 => t,
+                Some(t) if self.started.is_empty() && self.sent_reasoning.is_empty() => t,
                 _ => self.text.as_str(),
             };
             let ev = if tail.is_empty() { vec![] } else { vec![ToolEvent::Content(tail.to_string())] };
@@ -263,6 +259,14 @@ impl<G: Grammar> ToolParser for Incremental<G> {
             snap.calls.into_iter().zip(&self.started).map(|(c, (id, _))| ToolCall { id: id.clone(), name: c.name, arguments: c.args }).collect();
         (ev, Parsed { content: snap.content, reasoning: snap.reasoning, calls, malformed: None })
     }
+}
+
+/// What `now` adds to `sent` (then `sent` becomes `now`); `None` if it adds nothing or does
+/// not extend it.
+fn extend(sent: &mut String, now: &str) -> Option<String> {
+    let more = now.strip_prefix(sent.as_str()).filter(|m| !m.is_empty())?.to_string();
+    sent.push_str(&more);
+    Some(more)
 }
 
 /// A fresh call id, as OpenAI's look.

@@ -270,6 +270,9 @@ fn check(c: &Case, r: &Run, how: &str) -> Vec<String> {
             match id {
                 Some(id) if got.id != *id => fail(format!("call id {:?}, expected {id:?}", got.id)),
                 None if got.id.is_empty() => fail("a call without an id".into()),
+                None if c.family == Family::Mistral && !(got.id.len() == 9 && got.id.chars().all(|c| c.is_ascii_alphanumeric())) => {
+                    fail(format!("Mistral call id {:?} is not 9 letters or digits (its templates refuse it)", got.id))
+                }
                 _ => {}
             }
         }
@@ -434,4 +437,21 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn mistral_call_ids_go_back_through_mistral_nemo_s_template() {
+    use reference::chat::{ChatTemplate, Message, ToolCall};
+    let path = format!("{}/../reference/tests/fixtures/templates/mistralai-Mistral-Nemo-Instruct-2407.jinja", env!("CARGO_MANIFEST_DIR"));
+    let src = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let t = ChatTemplate::new(src, path, "<s>", "</s>").unwrap();
+    let r = run(Family::Mistral, &[r#"[TOOL_CALLS]special_function[ARGS]{"arg1": 1}"#]);
+    let call = &r.parsed.calls[0];
+    let msgs = [
+        Message::user("Call it."),
+        Message::tool_calls("", vec![ToolCall::new(Some(call.id.clone()), call.name.clone(), call.arguments.clone())]),
+        Message::tool_result(call.id.clone(), call.name.clone(), "2"),
+    ];
+    let out = t.render(&msgs, true).unwrap_or_else(|e| panic!("id {:?}: {e}", call.id));
+    assert!(out.contains(&format!("\"call_id\": \"{}\"", call.id)), "{out}");
 }

@@ -78,7 +78,9 @@ impl Family {
             Family::Harmony => Box::new(Incremental::new(Harmony, tools)),
             Family::Llama3Json => Box::new(Incremental::new(Llama3Json, tools)),
             Family::Hermes => Box::new(Incremental::new(Hermes, tools)),
-            Family::Mistral => Box::new(Incremental::new(Mistral, tools)),
+            // Mistral's templates refuse call ids other than 9 letters or digits when the
+            // conversation comes back with them.
+            Family::Mistral => Box::new(Incremental { new_id: mistral_id, ..Incremental::new(Mistral, tools) }),
         }
     }
 }
@@ -168,6 +170,8 @@ pub struct Incremental<G> {
     sent_reasoning: String,
     /// Started calls: their id and the arguments sent.
     started: Vec<(String, String)>,
+    /// An id for a call the model gave none.
+    new_id: fn() -> String,
 }
 
 impl<G: Grammar> Incremental<G> {
@@ -179,6 +183,7 @@ impl<G: Grammar> Incremental<G> {
             sent_content: String::new(),
             sent_reasoning: String::new(),
             started: Vec::new(),
+            new_id,
         }
     }
 
@@ -201,7 +206,7 @@ impl<G: Grammar> Incremental<G> {
                 if !(c.ready && self.known(&c.name)) {
                     break;
                 }
-                let id = c.id.clone().unwrap_or_else(new_id);
+                let id = c.id.clone().unwrap_or_else(self.new_id);
                 ev.push(ToolEvent::CallStart { index, id: id.clone(), name: c.name.clone() });
                 self.started.push((id, String::new()));
             }
@@ -272,6 +277,12 @@ fn extend(sent: &mut String, now: &str) -> Option<String> {
 /// A fresh call id, as OpenAI's look.
 fn new_id() -> String {
     format!("call_{:024x}", rand::random::<u128>() >> 32)
+}
+
+/// A call id as Mistral's: 9 letters and digits.
+fn mistral_id() -> String {
+    use rand::distr::{Alphanumeric, SampleString};
+    Alphanumeric.sample_string(&mut rand::rng(), 9)
 }
 
 /// At most 80 characters of `s`, for a reason.

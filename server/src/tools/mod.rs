@@ -125,7 +125,10 @@ pub struct Parsed {
 /// Turns a reply's text, delta by delta, into events; never fails.
 pub trait ToolParser: Send {
     fn feed(&mut self, delta: &str) -> Vec<ToolEvent>;
-    /// The reply ended: the events of what was held back, and the whole reply parsed.
+    /// The reply ended: the events of what was held back, and the whole reply parsed. For
+    /// malformed output the events end with the raw text as content: the part not yet sent as
+    /// content, or all of it when reasoning or calls were already streamed (a client then has
+    /// call deltas that [`Parsed`] disowns: the reason says why).
     fn finish(&mut self) -> (Vec<ToolEvent>, Parsed);
 }
 

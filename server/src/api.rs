@@ -4,13 +4,14 @@
 
 use engine::sampling::SamplingParams;
 use engine::Request;
-use reference::chat::Message;
+use reference::chat::{Message, ToolCall};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
 
 use crate::error::ApiError;
 use crate::front::ChatOptions;
+use crate::tools::request::ToolSpec;
 use crate::ModelFront;
 
 /// Which endpoint a request came to.
@@ -81,6 +82,7 @@ struct ChatFields {
     logprobs: Option<bool>,
     top_logprobs: Option<u32>,
     tools: Option<Vec<Value>>,
+    tool_choice: Option<Value>,
     response_format: Option<ResponseFormat>,
 }
 
@@ -94,6 +96,24 @@ struct ResponseFormat {
 struct ChatMessage {
     role: String,
     content: Option<Content>,
+    /// An assistant message's calls (a conversation going on after them).
+    tool_calls: Option<Vec<MessageCall>>,
+    /// The call a `tool` message answers.
+    tool_call_id: Option<String>,
+    name: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct MessageCall {
+    id: Option<String>,
+    function: MessageFunction,
+}
+
+#[derive(Debug, Deserialize)]
+struct MessageFunction {
+    name: String,
+    /// JSON text, as OpenAI sends it (an object is taken too).
+    arguments: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -121,6 +141,8 @@ pub struct Job {
     pub token_ids: bool,
     /// The field the prompt came from (`prompt` or `messages`), for errors about it.
     pub prompt_param: &'static str,
+    /// The request's tools, when its reply is parsed for calls.
+    pub tools: Option<ToolSpec>,
 }
 
 /// Most alternatives a logprobs request may ask for (the engine's limit).
@@ -178,6 +200,7 @@ pub fn parse(endpoint: Endpoint, body: &[u8], front: &ModelFront, served: &str) 
     check(c.logit_bias.as_ref().is_none_or(|m| m.is_empty()), "logit_bias", || "is not supported".into())?;
     let stream = c.stream.unwrap_or(false);
     check(c.stream_options.is_none() || stream, "stream_options", || "is only allowed with `stream: true`".into())?;
+    let mut tools = None;
     let (ids, logprobs, prompt_param, default_max) = match endpoint {
         Endpoint::Completions => {
             let f: CompletionFields = fields(&v)?;
@@ -191,7 +214,7 @@ pub fn parse(endpoint: Endpoint, body: &[u8], front: &ModelFront, served: &str) 
         }
         Endpoint::Chat => {
             let f: ChatFields = fields(&v)?;
-            check(f.tools.as_ref().is_none_or(|t| t.is_empty()), "tools", || "are not supported".into())?;
+            tools = crate::tools::request::check(f.tools.as_deref(), f.tool_choice.as_ref(), front.chat.as_deref())?;
             check(f.response_format.as_ref().is_none_or(|r| r.kind == "text"), "response_format", || {
                 "only `{\"type\": \"text\"}` is supported".into()
             })?;
@@ -208,7 +231,8 @@ pub fn parse(endpoint: Endpoint, body: &[u8], front: &ModelFront, served: &str) 
                         .ok_or_else(|| ApiError::invalid("reasoning_effort", format!("`reasoning_effort` must be low, medium or high, got `{o}`")))?,
                 ),
             };
-            (chat_prompt(&msgs, front, &ChatOptions { reasoning })?, lp, "messages", None)
+            let opts = ChatOptions { reasoning, tools: tools.as_ref().map(|t| t.json.clone()) };
+            (chat_prompt(&msgs, front, &opts)?, lp, "messages", None)
         }
     };
     let ctx = front.info.max_ctx;
@@ -250,7 +274,8 @@ pub fn parse(endpoint: Endpoint, body: &[u8], front: &ModelFront, served: &str) 
         logprobs,
     };
     let include_usage = c.stream_options.and_then(|o| o.include_usage).unwrap_or(false);
-    Ok(Job { endpoint, request, stream, include_usage, token_ids: c.return_token_ids.unwrap_or(false) || front.tokenizer.is_none(), prompt_param })
+    let token_ids = c.return_token_ids.unwrap_or(false) || front.tokenizer.is_none();
+    Ok(Job { endpoint, request, stream, include_usage, token_ids, prompt_param, tools })
 }
 
 /// Sampling settings with OpenAI's defaults (temperature 1), range-checked per field.
@@ -351,7 +376,20 @@ fn chat_prompt(msgs: &[ChatMessage], front: &ModelFront, opts: &ChatOptions) -> 
                 s
             }
         };
-        out.push(Message::new(m.role.clone(), content));
+        let calls = m.tool_calls.iter().flatten().map(|c| {
+            let arguments = match &c.function.arguments {
+                None => "{}".to_string(),
+                Some(Value::String(s)) => s.clone(),
+                Some(v) => v.to_string(),
+            };
+            ToolCall::new(c.id.clone(), c.function.name.clone(), arguments)
+        });
+        out.push(Message {
+            tool_calls: calls.collect(),
+            tool_call_id: m.tool_call_id.clone(),
+            name: m.name.clone(),
+            ..Message::new(m.role.clone(), content)
+        });
     }
     let tmpl =
         front.chat.as_ref().ok_or_else(|| ApiError::invalid("messages", "`messages`: this model has no chat template; use /v1/completions"))?;

@@ -10,12 +10,14 @@ use std::sync::Arc;
 
 use engine::harmony::{ChannelEvent, ChannelStream, HarmonyDetok};
 use engine::Detokenizer;
-use reference::chat::{ChatTemplate, Message};
+use reference::chat::{ChatTemplate, Message, RenderOptions};
 use reference::gpt_oss::harmony::{self, Reasoning, SystemContent};
 use reference::gpt_oss::tokenizer::STOP_TOKENS;
 use reference::gpt_oss::GptOssTokenizer;
 use reference::special_text::Specials;
 use reference::tokenizer::Tokenizer;
+
+use crate::tools::Family;
 
 /// A model's tokenizer as the server uses it (and the engine's detokenizer).
 pub trait TextCodec: Detokenizer {
@@ -63,11 +65,13 @@ impl TextCodec for HarmonyDetok {
 }
 
 /// What a chat request asks of the format beyond its messages.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct ChatOptions {
     /// `reasoning_effort` (`low` / `medium` / `high`): harmony's `Reasoning:` line; a format
     /// without one ignores it, as vLLM does.
     pub reasoning: Option<Reasoning>,
+    /// The request's `tools` (JSON text of the list), for the template's `tools` variable.
+    pub tools: Option<String>,
 }
 
 /// How chat messages become a prompt, and how the reply becomes the answer.
@@ -80,6 +84,14 @@ pub trait ChatFormat: Send + Sync {
     fn reply(&self) -> Option<Box<dyn ReplySplit>> {
         None
     }
+    /// The format of tool calls in this model's replies (`None`: none this server parses).
+    fn tool_family(&self) -> Option<Family> {
+        None
+    }
+    /// Whether [`Self::render`] writes the request's tools into the prompt.
+    fn renders_tools(&self) -> bool {
+        false
+    }
 }
 
 /// One reply's tokens → `(content, reasoning)` text, as they arrive.
@@ -90,8 +102,15 @@ pub trait ReplySplit: Send {
 }
 
 impl ChatFormat for ChatTemplate {
-    fn render(&self, messages: &[Message], _opts: &ChatOptions) -> reference::Result<String> {
-        ChatTemplate::render(self, messages, true)
+    fn render(&self, messages: &[Message], opts: &ChatOptions) -> reference::Result<String> {
+        self.render_with(messages, &RenderOptions { tools: opts.tools.clone(), ..RenderOptions::generation(true) })
+    }
+    /// From the template's markers (`<tool_call>`, `[TOOL_CALLS]`, ...: [`Family::detect`]).
+    fn tool_family(&self) -> Option<Family> {
+        Family::detect("", Some(self.source()))
+    }
+    fn renders_tools(&self) -> bool {
+        true
     }
 }
 
@@ -103,10 +122,21 @@ pub struct Harmony(pub Arc<GptOssTokenizer>);
 impl ChatFormat for Harmony {
     fn render(&self, messages: &[Message], opts: &ChatOptions) -> reference::Result<String> {
         let system = SystemContent { reasoning: opts.reasoning.unwrap_or_default(), ..SystemContent::default() };
+        let tooled = opts.tools.is_some() || messages.iter().any(|m| m.role == "tool" || !m.tool_calls.is_empty());
+        if tooled {
+            return crate::tools::harmony_prompt::render(&system, messages, opts.tools.as_deref());
+        }
         harmony::render_prompt(&system, messages)
     }
     fn reply(&self) -> Option<Box<dyn ReplySplit>> {
         Some(Box::new(Channels(ChannelStream::new(self.0.clone()))))
+    }
+    fn tool_family(&self) -> Option<Family> {
+        Some(Family::Harmony)
+    }
+    /// As a `functions` namespace in the developer message ([`crate::tools::harmony_prompt`]).
+    fn renders_tools(&self) -> bool {
+        true
     }
 }
 

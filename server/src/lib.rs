@@ -30,6 +30,7 @@ mod guard;
 mod metrics;
 mod response;
 mod routes;
+pub mod tools;
 mod worker;
 
 use std::net::SocketAddr;

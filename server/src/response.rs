@@ -6,6 +6,7 @@ use engine::{RequestOutput, TokenLogprob};
 use serde::Serialize;
 
 use crate::api::{Endpoint, Job};
+use crate::tools::{Parsed, ToolCall, ToolEvent, ToolParser};
 use crate::{ApiError, ModelFront, ReplySplit};
 
 /// What every body of one request repeats.
@@ -44,6 +45,10 @@ pub struct Accum {
     pub logprobs: Vec<TokenLogprob>,
     pub prompt_tokens: usize,
     pub output_tokens: usize,
+    /// The reply's tool calls (a request with tools).
+    pub calls: Vec<ToolCall>,
+    /// Why the reply's calls could not be read (then `text` is the raw reply).
+    pub tool_error: Option<String>,
 }
 
 impl Accum {
@@ -56,23 +61,86 @@ impl Accum {
         self.prompt_tokens = o.prompt_tokens;
         self.output_tokens = o.output_tokens;
     }
+    /// The reply as its tool-call parser read it whole (content, reasoning, calls).
+    pub fn set_parsed(&mut self, p: Parsed) {
+        self.text = p.content;
+        self.reasoning = p.reasoning;
+        self.calls = p.calls;
+        self.tool_error = p.malformed;
+    }
     pub fn usage(&self) -> Usage {
         Usage { prompt_tokens: self.prompt_tokens, completion_tokens: self.output_tokens, total_tokens: self.prompt_tokens + self.output_tokens }
     }
 }
 
-/// The client's view of one reply's text: as detokenized, or split by the chat format
-/// ([`crate::ChatFormat::reply`]: harmony's answer and reasoning).
-pub struct Reply(Option<Box<dyn ReplySplit>>);
+/// The client's view of one reply's text: as detokenized, split by the chat format
+/// ([`crate::ChatFormat::reply`]: harmony's answer and reasoning), or read for tool calls by
+/// the request's tool-call parser ([`crate::tools`]).
+pub struct Reply {
+    split: Option<Box<dyn ReplySplit>>,
+    tools: Option<Box<dyn ToolParser>>,
+    /// The tool-call events of the last output.
+    calls: Vec<ToolEvent>,
+    /// Whether a call has started.
+    called: bool,
+    /// The whole reply, parsed, once it ended (with tools).
+    pub parsed: Option<Parsed>,
+}
 
 impl Reply {
     pub fn new(job: &Job, front: &ModelFront) -> Self {
-        Reply(if job.endpoint == Endpoint::Chat { front.chat.as_ref().and_then(|c| c.reply()) } else { None })
+        let tools = job.tools.as_ref().map(|t| t.family.parser(Some(t.names.clone())));
+        let split = match (job.endpoint, &tools) {
+            (Endpoint::Chat, None) => front.chat.as_ref().and_then(|c| c.reply()),
+            _ => None,
+        };
+        Reply { split, tools, calls: vec![], called: false, parsed: None }
+    }
+
+    /// The tool-call events of the last output, as OpenAI's streamed `tool_calls` deltas.
+    pub fn take_calls(&mut self) -> Vec<serde_json::Value> {
+        crate::tools::request::call_deltas(&std::mem::take(&mut self.calls))
+    }
+
+    /// The finish reason to report: `tool_calls` when the reply made well-formed calls.
+    pub fn finish_reason(&self, engine: &'static str) -> &'static str {
+        match &self.parsed {
+            Some(p) if p.malformed.is_none() && !p.calls.is_empty() => "tool_calls",
+            None if self.called => "tool_calls",
+            _ => engine,
+        }
+    }
+
+    /// `(text, reasoning)` of one output read for tool calls (the calls kept for
+    /// [`Self::take_calls`]).
+    fn parse(&mut self, o: &RequestOutput) -> Option<(String, String)> {
+        let parser = self.tools.as_mut()?;
+        let mut events = parser.feed(&o.new_text);
+        if o.finished.is_some() {
+            let (tail, parsed) = parser.finish();
+            events.extend(tail);
+            self.parsed = Some(parsed);
+        }
+        let (mut text, mut reasoning) = (String::new(), String::new());
+        for e in events {
+            match e {
+                ToolEvent::Content(t) => text.push_str(&t),
+                ToolEvent::Reasoning(r) => reasoning.push_str(&r),
+                e => {
+                    self.called |= matches!(e, ToolEvent::CallStart { .. });
+                    self.calls.push(e);
+                }
+            }
+        }
+        Some((text, reasoning))
     }
 
     /// `(text, reasoning)` of one output (with what was held back, at the reply's end).
     pub fn of<'o>(&mut self, o: &'o RequestOutput) -> Result<(Cow<'o, str>, Cow<'o, str>), ApiError> {
-        let Some(split) = &mut self.0 else { return Ok((Cow::Borrowed(&o.new_text), Cow::Borrowed(""))) };
+        if let Some((text, reasoning)) = self.parse(o) {
+            return Ok((Cow::Owned(text), Cow::Owned(reasoning)));
+        }
+        let Some(split) = &mut self.split else { return Ok((Cow::Borrowed(&o.new_text), Cow::Borrowed(""))) };
         let bad = |e: reference::Error| ApiError::internal(format!("splitting the reply: {e}"));
         let (mut text, mut reasoning) = split.push(&o.new_tokens).map_err(bad)?;
         if o.finished.is_some() {
@@ -171,6 +239,18 @@ pub struct Piece<'a> {
     /// Where `text` starts in the whole output (completions' `text_offset`).
     pub offset: usize,
     pub finish: Option<&'static str>,
+    /// Chat: the message's `tool_calls` (whole, or a chunk's deltas); `None` or empty: none.
+    pub tool_calls: Option<serde_json::Value>,
+    /// Chat: why the reply's tool calls could not be read (`tool_parse_error`, beside the raw
+    /// reply as content).
+    pub tool_error: Option<&'a str>,
+}
+
+impl<'a> Piece<'a> {
+    /// A piece with text only (no token ids, logprobs, calls).
+    pub fn text(text: &'a str, reasoning: &'a str, offset: usize, finish: Option<&'static str>) -> Self {
+        Piece { text, reasoning, token_ids: &[], logprobs: &[], offset, finish, tool_calls: None, tool_error: None }
+    }
 }
 
 fn choice(job: &Job, front: &ModelFront, p: &Piece, chunk: bool, first_chat_chunk: bool) -> serde_json::Value {
@@ -186,6 +266,16 @@ fn choice(job: &Job, front: &ModelFront, p: &Piece, chunk: bool, first_chat_chun
             if !p.reasoning.is_empty() {
                 message["reasoning_content"] = p.reasoning.into();
             }
+            if let Some(calls) = p.tool_calls.as_ref().filter(|c| c.as_array().is_some_and(|a| !a.is_empty())) {
+                // OpenAI: a message that only calls has null content.
+                if p.text.is_empty() {
+                    message["content"] = serde_json::Value::Null;
+                }
+                message["tool_calls"] = calls.clone();
+            }
+            if let Some(e) = p.tool_error {
+                message["tool_parse_error"] = e.into();
+            }
             serde_json::json!({"index": 0, "message": message, "logprobs": logprobs, "finish_reason": p.finish})
         }
         (Endpoint::Chat, true) => {
@@ -196,6 +286,18 @@ fn choice(job: &Job, front: &ModelFront, p: &Piece, chunk: bool, first_chat_chun
             };
             if !p.reasoning.is_empty() {
                 delta["reasoning_content"] = p.reasoning.into();
+            }
+            if let Some(calls) = p.tool_calls.as_ref().filter(|c| c.as_array().is_some_and(|a| !a.is_empty())) {
+                // A chunk of calls alone carries no content, as OpenAI's.
+                if p.text.is_empty() && !first_chat_chunk {
+                    if let Some(d) = delta.as_object_mut() {
+                        d.remove("content");
+                    }
+                }
+                delta["tool_calls"] = calls.clone();
+            }
+            if let Some(e) = p.tool_error {
+                delta["tool_parse_error"] = e.into();
             }
             serde_json::json!({"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": p.finish})
         }
@@ -216,7 +318,13 @@ fn object(endpoint: Endpoint, chunk: bool) -> &'static str {
 
 /// The whole (non-streamed) response.
 pub fn full(job: &Job, front: &ModelFront, meta: &Meta, acc: &Accum, finish: &'static str) -> serde_json::Value {
-    let p = Piece { text: &acc.text, reasoning: &acc.reasoning, token_ids: &acc.token_ids, logprobs: &acc.logprobs, offset: 0, finish: Some(finish) };
+    let p = Piece {
+        token_ids: &acc.token_ids,
+        logprobs: &acc.logprobs,
+        tool_calls: Some(crate::tools::request::calls_json(&acc.calls)),
+        tool_error: acc.tool_error.as_deref(),
+        ..Piece::text(&acc.text, &acc.reasoning, 0, Some(finish))
+    };
     serde_json::json!({
         "id": meta.id,
         "object": object(job.endpoint, false),

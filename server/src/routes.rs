@@ -189,7 +189,11 @@ async fn collect(s: &Shared, job: &Job, mut ticket: Ticket, mut rx: UnboundedRec
                 acc.push(&o, (text.as_ref(), reasoning.as_ref()));
                 if let Some(f) = o.finished {
                     ticket.done = true;
-                    return Ok(Json(response::full(job, &s.front, &meta, &acc, finish_name(f))).into_response());
+                    let finish = reply.finish_reason(finish_name(f));
+                    if let Some(p) = reply.parsed.take() {
+                        acc.set_parsed(p);
+                    }
+                    return Ok(Json(response::full(job, &s.front, &meta, &acc, finish)).into_response());
                 }
             }
             Event::Failed(e) => {
@@ -241,14 +245,21 @@ impl Streaming {
         self.usage.push(&o, ("", ""));
         let (s, job, meta) = (&self.s, &self.job, &self.meta);
         let show_tokens = job.token_ids || job.request.logprobs.is_some();
-        if !text.is_empty() || !reasoning.is_empty() || (show_tokens && !o.new_tokens.is_empty()) {
-            let p = Piece { text: &text, reasoning: &reasoning, token_ids: &o.new_tokens, logprobs: &o.logprobs, offset: self.sent, finish: None };
+        let calls = self.reply.take_calls();
+        if !text.is_empty() || !reasoning.is_empty() || !calls.is_empty() || (show_tokens && !o.new_tokens.is_empty()) {
+            let p = Piece {
+                token_ids: &o.new_tokens,
+                logprobs: &o.logprobs,
+                tool_calls: Some(serde_json::Value::Array(calls)),
+                ..Piece::text(&text, &reasoning, self.sent, None)
+            };
             self.queue.push_back(data(&response::chunk(job, &s.front, meta, &p, false)));
             self.sent += text.len();
         }
         if let Some(f) = o.finished {
             self.ticket.done = true;
-            let p = Piece { text: "", reasoning: "", token_ids: &[], logprobs: &[], offset: self.sent, finish: Some(finish_name(f)) };
+            let tool_error = self.reply.parsed.as_ref().and_then(|p| p.malformed.as_deref());
+            let p = Piece { tool_error, ..Piece::text("", "", self.sent, Some(self.reply.finish_reason(finish_name(f)))) };
             self.queue.push_back(data(&response::chunk(job, &s.front, meta, &p, false)));
             if job.include_usage {
                 self.queue.push_back(data(&response::usage_chunk(job, meta, self.usage.usage())));
@@ -290,7 +301,7 @@ fn stream(s: Arc<Shared>, job: Job, ticket: Ticket, rx: UnboundedReceiver<Event>
     let reply = Reply::new(&job, &s.front);
     let mut st = Streaming { s, job, meta, ticket, rx, queue: VecDeque::new(), sent: 0, usage: Accum::default(), reply, ended: false };
     if st.job.endpoint == Endpoint::Chat {
-        let p = Piece { text: "", reasoning: "", token_ids: &[], logprobs: &[], offset: 0, finish: None };
+        let p = Piece::text("", "", 0, None);
         let first = data(&response::chunk(&st.job, &st.s.front, &st.meta, &p, true));
         st.queue.push_back(first);
     }

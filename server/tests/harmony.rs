@@ -9,9 +9,9 @@ mod common;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use common::{base, config, post, post_stream, rt, wait_ready};
+use common::{base, config, post, post_stream, rt, wait_ready, Scripted};
 use engine::harmony::HarmonyDetok;
-use engine::runner::{KvLayout, ModelInfo, ModelRunner, SeqResult, StepPlan};
+use engine::runner::ModelInfo;
 use reference::chat::Message;
 use reference::gpt_oss::harmony::{render_prompt, Reasoning, SystemContent};
 use reference::gpt_oss::tokenizer::VOCAB;
@@ -21,48 +21,9 @@ use server::{Harmony, ModelFront, Server};
 
 const REPLY: &str = "<|channel|>analysis<|message|>The user greets me. Answer «kindly» 👋.<|end|><|start|>assistant<|channel|>final<|message|>Hello there! How can I help?<|return|>";
 
-/// Draws the script's tokens in order after each sequence's prompt (sequences told apart by
-/// their first block; a sequence's prompt length is learnt at its first step).
-struct Scripted {
-    info: ModelInfo,
-    script: Vec<u32>,
-    prompts: HashMap<u32, usize>,
-    /// Every prompt run (its first step's tokens), for the test to read.
-    seen: Arc<Mutex<Vec<Vec<u32>>>>,
-}
-
-impl ModelRunner for Scripted {
-    fn info(&self) -> &ModelInfo {
-        &self.info
-    }
-    fn kv_layout(&self) -> KvLayout {
-        KvLayout { block_size: 16, num_blocks: 256 }
-    }
-    fn step(&mut self, plan: &StepPlan) -> reference::Result<Vec<SeqResult>> {
-        let mut out = vec![];
-        for s in &plan.seqs {
-            let key = s.blocks.first().copied().unwrap_or(0);
-            if s.pos0 == 0 {
-                self.prompts.insert(key, s.tokens.len());
-                self.seen.lock().unwrap().push(s.tokens.to_vec());
-            }
-            let p = self.prompts.get(&key).copied().unwrap_or(0);
-            let end = s.pos0 + s.tokens.len();
-            let n = s.samples.len();
-            let tokens = (0..n).map(|j| self.script.get(end + j + 1 - n - p).copied().unwrap_or(0)).collect();
-            out.push(SeqResult { tokens, logits: vec![None; n] });
-        }
-        Ok(out)
-    }
-    fn name(&self) -> String {
-        "scripted".into()
-    }
-}
-
-#[test]
-fn chat_replies_split_by_channel() {
-    let tok = Arc::new(GptOssTokenizer::o200k_harmony().unwrap());
-    let script = tok.encode(REPLY).unwrap();
+/// A GPT-OSS server whose model answers every request with `reply`; the prompts it ran.
+fn start(tok: &Arc<GptOssTokenizer>, reply: &str) -> (Server, Arc<Mutex<Vec<Vec<u32>>>>) {
+    let script = tok.encode(reply).unwrap();
     let info = ModelInfo { vocab: VOCAB, max_ctx: 4096, bos_id: None, eos_id: None };
     let front = ModelFront {
         tokenizer: Some(Arc::new(HarmonyDetok(tok.clone()))),
@@ -71,13 +32,21 @@ fn chat_replies_split_by_channel() {
         parse_special: false,
     };
     let seen = Arc::new(Mutex::new(vec![]));
-    let runner = Scripted { info, script: script.clone(), prompts: HashMap::new(), seen: seen.clone() };
+    let runner = Scripted { info, script, prompts: HashMap::new(), seen: seen.clone() };
     // No prefix caching: every prompt runs from position 0, so the runner sees it whole.
     let mut cfg = config(4);
     cfg.engine.prefix_caching = false;
     let server = Server::start(cfg, front, move || Ok(runner)).expect("server starts");
+    wait_ready(&base(&server));
+    (server, seen)
+}
+
+#[test]
+fn chat_replies_split_by_channel() {
+    let tok = Arc::new(GptOssTokenizer::o200k_harmony().unwrap());
+    let (server, seen) = start(&tok, REPLY);
+    let script = tok.encode(REPLY).unwrap();
     let b = base(&server);
-    wait_ready(&b);
     let messages = json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]);
     let want_prompt =
         tok.encode(&render_prompt(&SystemContent::default(), &[Message::system("Be brief."), Message::user("hi")]).unwrap()).unwrap().len();
@@ -131,4 +100,51 @@ fn chat_replies_split_by_channel() {
         assert!(v["choices"][0]["text"].as_str().unwrap().contains("Hello there!"), "{v}");
     });
     drop(server);
+}
+
+#[test]
+fn tools_reach_the_prompt_and_a_commentary_call_comes_back_as_tool_calls() {
+    let tok = Arc::new(GptOssTokenizer::o200k_harmony().unwrap());
+    let reply = "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}<|call|>";
+    let (server, seen) = start(&tok, reply);
+    let url = format!("{}/v1/chat/completions", base(&server));
+    let tools = json!([{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]);
+    let messages = json!([{"role": "user", "content": "Weather in Paris?"}]);
+    rt().block_on(async {
+        let c = reqwest::Client::new();
+        let (st, v) = post(&c, &url, &json!({"model": "tiny", "messages": messages, "tools": tools, "max_tokens": 200})).await;
+        assert_eq!(st, 200, "{v}");
+        let choice = &v["choices"][0];
+        assert_eq!(choice["finish_reason"], "tool_calls", "{v}");
+        assert_eq!(choice["message"]["reasoning_content"], "Need the weather.", "{v}");
+        assert!(choice["message"]["content"].is_null(), "{v}");
+        let call = &choice["message"]["tool_calls"][0];
+        assert_eq!(call["function"]["name"], "get_weather", "{v}");
+        assert_eq!(call["function"]["arguments"], "{\"city\": \"Paris\"}", "{v}");
+        let prompt = tok.decode_lossy(seen.lock().unwrap().last().unwrap()).unwrap();
+        assert!(prompt.contains("namespace functions {") && prompt.contains("type get_weather = (_: {\ncity: string,\n}) => any;"), "{prompt}");
+
+        let (st, s) = post_stream(&c, &url, &json!({"model": "tiny", "messages": messages, "tools": tools, "stream": true})).await;
+        assert_eq!(st, 200);
+        assert_eq!(s.finish_reason().as_deref(), Some("tool_calls"));
+        let args: String = s
+            .chunks()
+            .iter()
+            .flat_map(|c| c["choices"][0]["delta"]["tool_calls"].as_array().cloned().unwrap_or_default())
+            .map(|d| d["function"]["arguments"].as_str().unwrap_or_default().to_string())
+            .collect();
+        assert_eq!(args, "{\"city\": \"Paris\"}");
+
+        // The call and its result go back into the prompt.
+        let history = json!([
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "21 C"},
+        ]);
+        let (st, v) = post(&c, &url, &json!({"model": "tiny", "messages": history, "tools": tools, "max_tokens": 200})).await;
+        assert_eq!(st, 200, "{v}");
+        let prompt = tok.decode_lossy(seen.lock().unwrap().last().unwrap()).unwrap();
+        assert!(prompt.contains("<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>21 C<|end|>"), "{prompt}");
+    });
 }

@@ -263,7 +263,7 @@ fn malformed() -> Vec<(&'static str, String, u16, Option<&'static str>)> {
         (ch, r#"{"messages": [{"role": "user", "content": [{"type": "text"}]}]}"#.into(), 400, Some("messages[0].content[0].text")),
         (ch, r#"{"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}"#.into(), 400, Some("top_logprobs")),
         (ch, r#"{"messages": [{"role": "user", "content": "hi"}], "logprobs": 3}"#.into(), 400, Some("logprobs")),
-        (ch, r#"{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}"#.into(), 400, Some("tools")),
+        (ch, r#"{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}"#.into(), 400, Some("tools[0].function")),
         (ch, r#"{"messages": [{"role": "user", "content": "hi"}]}"#.into(), 400, Some("messages")),
     ]
 }

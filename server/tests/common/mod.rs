@@ -2,8 +2,9 @@
 //! on demand, servers, HTTP and SSE.
 #![allow(dead_code)]
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use engine::cpu_runner::RefRunner;
@@ -305,4 +306,42 @@ pub fn closed_within(c: &mut std::net::TcpStream, limit: Duration) -> Option<Dur
 /// The descriptors this process holds.
 pub fn open_descriptors() -> usize {
     std::fs::read_dir("/proc/self/fd").expect("/proc/self/fd").count()
+}
+
+/// Draws the script's tokens in order after each sequence's prompt (sequences told apart by
+/// their first block; a sequence's prompt length is learnt at its first step).
+pub struct Scripted {
+    pub info: ModelInfo,
+    pub script: Vec<u32>,
+    pub prompts: HashMap<u32, usize>,
+    /// Every prompt run (its first step's tokens), for the test to read.
+    pub seen: Arc<Mutex<Vec<Vec<u32>>>>,
+}
+
+impl ModelRunner for Scripted {
+    fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+    fn kv_layout(&self) -> KvLayout {
+        KvLayout { block_size: 16, num_blocks: 256 }
+    }
+    fn step(&mut self, plan: &StepPlan) -> reference::Result<Vec<SeqResult>> {
+        let mut out = vec![];
+        for s in &plan.seqs {
+            let key = s.blocks.first().copied().unwrap_or(0);
+            if s.pos0 == 0 {
+                self.prompts.insert(key, s.tokens.len());
+                self.seen.lock().unwrap().push(s.tokens.to_vec());
+            }
+            let p = self.prompts.get(&key).copied().unwrap_or(0);
+            let end = s.pos0 + s.tokens.len();
+            let n = s.samples.len();
+            let tokens = (0..n).map(|j| self.script.get(end + j + 1 - n - p).copied().unwrap_or(0)).collect();
+            out.push(SeqResult { tokens, logits: vec![None; n] });
+        }
+        Ok(out)
+    }
+    fn name(&self) -> String {
+        "scripted".into()
+    }
 }

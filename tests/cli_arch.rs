@@ -239,12 +239,17 @@ fn spec_models_run_on_the_gpu() {
 }
 
 /// The k-quant mixes llama-quantize writes (`<name>_k/model.<TYPE>.gguf`: Q4_K / Q5_K / Q6_K
-/// matrices, `reference/tests/tiny_kquants.rs`) load on the GPU (wgpu, f32) and give the logits
-/// transformers gives for the same file (`logits.<TYPE>.json`) within 1e-3.
+/// matrices; `<name>/model.<MIX>.gguf`: the fallback types, `reference/tests/tiny_kquants.rs`)
+/// load on the GPU (wgpu, f32) and give the logits transformers gives for the same file
+/// (`logits.<TYPE>.json`) within 1e-3.
 #[test]
 fn kquant_files_run_on_the_gpu() {
     let files =
         [("llama3_k", "Q4_K_M"), ("llama3_k", "Q6_K"), ("qwen3_k", "Q5_K_M"), ("qwen2_k", "Q4_K_M"), ("gemma3_k", "Q4_K_M"), ("phi3_k", "Q4_K_M")];
+    // llama-quantize's fallbacks for rows that are no whole number of super-blocks (the tiny
+    // checkpoints' own rows of 64 / 128): Q5_0 (Q4_K_M), Q5_1 (Q5_K_M), IQ4_NL (IQ4_XS).
+    let mixes = [("llama3", "Q4_K_M"), ("qwen3", "Q5_K_M"), ("llama3", "IQ4_XS"), ("gemma3", "Q4_K_M"), ("phi3", "Q4_K_M")];
+    let files = files.into_iter().chain(mixes);
     for (name, q) in files {
         let m = fixture(name).join(format!("model.{q}.gguf")).to_str().expect("UTF-8 path").to_string();
         let d = gpu_delta_vs(name, &format!("logits.{q}.json"), &m);

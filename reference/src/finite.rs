@@ -11,24 +11,11 @@ use std::path::Path;
 
 use rayon::prelude::*;
 
-use crate::dequant::GgmlType;
 use crate::error::{Error, Result};
 use crate::weights::RawDtype;
 
 /// Storage units (values or blocks) per parallel piece of the scan.
 const UNITS: usize = 1 << 16;
-
-/// Byte offsets of a ggml block's f16 scales (`ggml-common.h`); empty for the plain types.
-fn scale_offsets(t: GgmlType) -> &'static [usize] {
-    match t {
-        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => &[],
-        GgmlType::Q4_0 | GgmlType::Q8_0 => &[0],
-        // Q4_1: d, m; Q4_K / Q5_K: d, dmin.
-        GgmlType::Q4_1 | GgmlType::Q4K | GgmlType::Q5K => &[0, 2],
-        // Q6_K: ql[128], qh[64], scales[16] (int8), then d.
-        GgmlType::Q6K => &[208],
-    }
-}
 
 /// Whether one storage unit (a value, or a block) of `dtype` holds a non-finite number.
 fn unit_bad(dtype: RawDtype, u: &[u8]) -> bool {
@@ -37,7 +24,7 @@ fn unit_bad(dtype: RawDtype, u: &[u8]) -> bool {
         RawDtype::F32 => u32::from_le_bytes([u[0], u[1], u[2], u[3]]) & 0x7F80_0000 == 0x7F80_0000,
         RawDtype::BF16 => h(0) & 0x7F80 == 0x7F80,
         RawDtype::F16 => h(0) & 0x7C00 == 0x7C00,
-        RawDtype::Block(t) => scale_offsets(t).iter().any(|&o| h(o) & 0x7C00 == 0x7C00),
+        RawDtype::Block(t) => t.traits().f16_scales.iter().any(|&o| h(o) & 0x7C00 == 0x7C00),
     }
 }
 

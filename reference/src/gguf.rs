@@ -412,7 +412,7 @@ fn parse(buf: &[u8], path: &Path) -> Result<Parsed> {
         let (ty, block_elems, block_bytes, ty_name) = match GgmlType::from_id(ty_id) {
             Some(t) => (Some(t), t.block_elems(), t.block_bytes(), t.name()),
             None if ty_id == GGML_TYPE_MXFP4 => (None, crate::quant::mxfp4::BLOCK, crate::quant::mxfp4::GGML_BLOCK_BYTES, "MXFP4"),
-            None => return Err(Error::tensor(path, &name, format!("unsupported ggml type id {ty_id}"))),
+            None => return Err(Error::tensor(path, &name, crate::ggml::unsupported_type(ty_id))),
         };
         // ggml quantizes row by row: a row (ne0) must be a whole number of blocks.
         if ne[0] % block_elems as u64 != 0 {

@@ -6,11 +6,13 @@
 //! Gemma-3, Phi-3, GPT-OSS) layer by layer and runs them all with one forward pass. Shape letters: B batch, T tokens, C model width,
 //! H query heads, Hkv key/value heads, D head dim, F MLP width, V vocab, L layers.
 
-pub mod dequant;
+/// The ggml types under the name tandem first gave them ([`ggml`]).
+pub use ggml as dequant;
 pub mod error;
 pub mod finite;
+pub mod ggml;
 pub mod gguf;
-pub mod kquants;
+pub use ggml::kquants;
 
 pub use error::{Error, Result};
 pub mod arch;

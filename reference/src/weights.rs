@@ -273,7 +273,7 @@ pub enum RawDtype {
     F32,
     F16,
     BF16,
-    /// ggml blocks (Q8_0, Q4_0, Q4_1: 32 values each), decoded by
+    /// ggml blocks (any block type of [`crate::ggml`]), decoded by
     /// [`crate::dequant::dequantize_into`] — exactly what a GGUF's `load` returns.
     Block(crate::dequant::GgmlType),
 }

@@ -294,11 +294,35 @@ fn tensor_offset_beyond_file() {
 
 #[test]
 fn unknown_ggml_type() {
-    // 11: Q3_K (the k-quants read are Q4_K, Q5_K, Q6_K).
-    for ty in [11u32, 99] {
+    // Every ggml type tandem does not read is refused by its ggml name and id; an id ggml never
+    // had, by its id. (MXFP4, 39, is read: GPT-OSS's experts.)
+    for ty in (0..45u32).filter(|&t| GgmlType::from_id(t).is_none() && t != 39) {
         let mut r = Raw::header(3, 1, 0);
-        r.tensor("token_embd.weight", &[32], ty, 0).data(256);
-        load_err(&r.write("type.gguf"), &["token_embd.weight", &format!("ggml type id {ty}")]);
+        r.tensor("token_embd.weight", &[256], ty, 0).data(1024);
+        let name = reference::ggml::ggml_type_name(ty);
+        let msg = match name {
+            Some(n) => format!("ggml type {n} (id {ty}) is not supported"),
+            None => format!("unknown ggml type id {ty}"),
+        };
+        load_err(&r.write("type.gguf"), &["token_embd.weight", &msg]);
+    }
+    for (ty, name) in [(16, "IQ2_XXS"), (15, "Q8_K"), (9, "Q8_1"), (34, "TQ1_0")] {
+        assert_eq!(reference::ggml::ggml_type_name(ty), Some(name));
+    }
+}
+
+#[test]
+fn new_block_types_check_rows_and_lengths() {
+    // Rows of 48 are not a whole number of blocks of 32 (Q5_0, Q5_1, IQ4_NL) nor of 256.
+    for ty in [GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::IQ4NL, GgmlType::IQ4XS, GgmlType::Q2K, GgmlType::Q3K] {
+        let mut r = Raw::header(3, 1, 0);
+        r.tensor("blk.0.ffn_down.weight", &[48, 2], ty.id(), 0).data(1024);
+        load_err(&r.write("rows.gguf"), &["blk.0.ffn_down.weight", "rows of 48", ty.name()]);
+        // Whole rows, but one byte short of the data they need: the file is truncated.
+        let need = ty.bytes_for(512).unwrap() as usize;
+        let mut r = Raw::header(3, 1, 0);
+        r.tensor("blk.0.ffn_down.weight", &[256, 2], ty.id(), 0).data(need - 1);
+        load_err(&r.write("short.gguf"), &["blk.0.ffn_down.weight", &format!("+{need})"), "past the end"]);
     }
 }
 

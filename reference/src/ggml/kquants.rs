@@ -1,7 +1,8 @@
 //! ggml's k-quants Q4_K, Q5_K and Q6_K (`ggml-common.h`, `dequantize_row_q{4,5,6}_K` in
 //! `ggml-quants.c`): super-blocks of [`QK_K`] = 256 values, the arithmetic of the C reference
 //! in f32 (no fused multiply-add), checked against gguf-py's numpy dequantizers
-//! (`tests/fixtures/kquants/`).
+//! (`tests/fixtures/kquants/`). Q2_K and Q3_K, the same super-blocks at 2 and 3 bits, are
+//! in [`super::klow`].
 //!
 //! ```text
 //! Q4_K  d: f16, dmin: f16, scales: [u8; 12], qs: [u8; 128]          (144 B)
@@ -15,7 +16,7 @@
 
 use half::f16;
 
-use crate::dequant::GgmlType;
+use super::{f16_at, BlockFormat};
 
 /// Values per super-block.
 pub const QK_K: usize = 256;
@@ -23,12 +24,12 @@ pub const Q4K_BYTES: usize = 2 + 2 + 12 + QK_K / 2;
 pub const Q5K_BYTES: usize = 2 + 2 + 12 + QK_K / 8 + QK_K / 2;
 pub const Q6K_BYTES: usize = QK_K / 2 + QK_K / 4 + QK_K / 16 + 2;
 
-fn f16_at(b: &[u8], i: usize) -> f32 {
-    f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
-}
+pub struct Q4K;
+pub struct Q5K;
+pub struct Q6K;
 
 /// Sub-block `j`'s 6-bit scale and min from the 12 packed bytes (`get_scale_min_k4`).
-fn scale_min(j: usize, q: &[u8]) -> (u8, u8) {
+pub(crate) fn scale_min(j: usize, q: &[u8]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {
@@ -38,49 +39,70 @@ fn scale_min(j: usize, q: &[u8]) -> (u8, u8) {
 
 /// Q4_K and Q5_K: `x = (d·sc)·q − (dmin·m)` per sub-block of 32, `q(c, l, hi)` the value of
 /// byte `l` of 64-chunk `c` (its low or high nibble, plus Q5_K's fifth bit).
-fn dequant_k(bytes: &[u8], size: usize, out: &mut Vec<f32>, q: impl Fn(&[u8], usize, usize, bool) -> u8) {
-    for blk in bytes.chunks_exact(size) {
-        let (d, dmin, scales) = (f16_at(blk, 0), f16_at(blk, 2), &blk[4..16]);
-        for c in 0..QK_K / 64 {
-            for (half, hi) in [(0, false), (1, true)] {
-                let (sc, m) = scale_min(2 * c + half, scales);
-                let (d1, m1) = (d * sc as f32, dmin * m as f32);
-                out.extend((0..32).map(|l| d1 * q(blk, c, l, hi) as f32 - m1));
+fn dequant_k(blk: &[u8], y: &mut [f32], q: impl Fn(usize, usize, bool) -> u8) {
+    let (d, dmin, scales) = (f16_at(blk, 0), f16_at(blk, 2), &blk[4..16]);
+    for c in 0..QK_K / 64 {
+        for (half, hi) in [(0, false), (1, true)] {
+            let (sc, m) = scale_min(2 * c + half, scales);
+            let (d1, m1) = (d * sc as f32, dmin * m as f32);
+            for (l, y) in y[64 * c + 32 * half..][..32].iter_mut().enumerate() {
+                *y = d1 * q(c, l, hi) as f32 - m1;
             }
         }
     }
 }
 
-/// Q4_K (144-byte super-blocks).
-pub fn dequant_q4_k(bytes: &[u8], out: &mut Vec<f32>) {
-    dequant_k(bytes, Q4K_BYTES, out, |b, c, l, hi| {
-        let byte = b[16 + 32 * c + l];
-        if hi {
-            byte >> 4
-        } else {
-            byte & 0xF
-        }
-    });
+impl BlockFormat for Q4K {
+    const ID: u32 = 12;
+    const NAME: &'static str = "Q4_K";
+    const BLOCK_ELEMS: usize = QK_K;
+    const BLOCK_BYTES: usize = Q4K_BYTES;
+    const F16_SCALES: &'static [usize] = &[0, 2];
+    fn dequantize_block(b: &[u8], y: &mut [f32]) {
+        dequant_k(b, y, |c, l, hi| {
+            let byte = b[16 + 32 * c + l];
+            if hi {
+                byte >> 4
+            } else {
+                byte & 0xF
+            }
+        });
+    }
+    fn quantize_block(x: &[f32], out: &mut Vec<u8>) {
+        quantize_q45_k(x, false, out)
+    }
 }
 
-/// Q5_K (176-byte super-blocks).
-pub fn dequant_q5_k(bytes: &[u8], out: &mut Vec<f32>) {
-    dequant_k(bytes, Q5K_BYTES, out, |b, c, l, hi| {
-        let byte = b[48 + 32 * c + l];
-        let low = if hi { byte >> 4 } else { byte & 0xF };
-        let bit = (b[16 + l] >> (2 * c + hi as usize)) & 1;
-        low | (bit << 4)
-    });
+impl BlockFormat for Q5K {
+    const ID: u32 = 13;
+    const NAME: &'static str = "Q5_K";
+    const BLOCK_ELEMS: usize = QK_K;
+    const BLOCK_BYTES: usize = Q5K_BYTES;
+    const F16_SCALES: &'static [usize] = &[0, 2];
+    fn dequantize_block(b: &[u8], y: &mut [f32]) {
+        dequant_k(b, y, |c, l, hi| {
+            let byte = b[48 + 32 * c + l];
+            let low = if hi { byte >> 4 } else { byte & 0xF };
+            let bit = (b[16 + l] >> (2 * c + hi as usize)) & 1;
+            low | (bit << 4)
+        });
+    }
+    fn quantize_block(x: &[f32], out: &mut Vec<u8>) {
+        quantize_q45_k(x, true, out)
+    }
 }
 
-/// Q6_K (210-byte super-blocks): `x = (d·sc_s)·(q − 32)`.
-pub fn dequant_q6_k(bytes: &[u8], out: &mut Vec<f32>) {
-    for blk in bytes.chunks_exact(Q6K_BYTES) {
+impl BlockFormat for Q6K {
+    const ID: u32 = 14;
+    const NAME: &'static str = "Q6_K";
+    const BLOCK_ELEMS: usize = QK_K;
+    const BLOCK_BYTES: usize = Q6K_BYTES;
+    /// ql[128], qh[64], scales[16] (int8), then d.
+    const F16_SCALES: &'static [usize] = &[208];
+    /// `x = (d·sc_s)·(q − 32)`.
+    fn dequantize_block(blk: &[u8], y: &mut [f32]) {
         let (ql, qh, sc) = (&blk[..128], &blk[128..192], &blk[192..208]);
         let d = f16_at(blk, 208);
-        let at = out.len();
-        out.resize(at + QK_K, 0.0);
-        let y = &mut out[at..];
         for n in 0..2 {
             let (ql, qh, sc, y) = (&ql[64 * n..], &qh[32 * n..], &sc[8 * n..], &mut y[128 * n..]);
             for l in 0..32 {
@@ -97,21 +119,15 @@ pub fn dequant_q6_k(bytes: &[u8], out: &mut Vec<f32>) {
             }
         }
     }
-}
-
-/// Valid k-quant blocks of `x` (a whole number of super-blocks), for test files: each
-/// sub-block's scale (and, for Q4_K / Q5_K, its offset of at most `−min(x)`) rounded to the
-/// 6- or 8-bit grid of the super-block's f16 scales, then values rounded to the nearest level.
-/// Not ggml's search for the best scales (`make_qkx2_quants`): a decoder reads both alike.
-pub fn quantize(ty: GgmlType, x: &[f32], out: &mut Vec<u8>) {
-    for blk in x.chunks(QK_K) {
-        match ty {
-            GgmlType::Q6K => quantize_q6_k(blk, out),
-            _ => quantize_q45_k(blk, ty == GgmlType::Q5K, out),
-        }
+    fn quantize_block(x: &[f32], out: &mut Vec<u8>) {
+        quantize_q6_k(x, out)
     }
 }
 
+/// Valid k-quant blocks (the quantizers below, for test files): each sub-block's scale (and,
+/// for Q4_K / Q5_K, its offset of at most `−min(x)`) rounded to the 6- or 8-bit grid of the
+/// super-block's f16 scales, then values rounded to the nearest level. Not ggml's search for
+/// the best scales (`make_qkx2_quants`): a decoder reads both alike.
 fn quantize_q45_k(x: &[f32], five: bool, out: &mut Vec<u8>) {
     let top = if five { 31.0 } else { 15.0 };
     let subs: Vec<(f32, f32)> = x

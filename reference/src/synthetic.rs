@@ -33,7 +33,8 @@ pub fn tensor_id(t: Tensor) -> u32 {
     let extra = |l: usize, k: u32| EXTRA + 16 * l as u32 + k;
     // MoE tensors above the extras: stacked per layer, then per (layer, expert).
     let moe = |l: usize, k: u32| (EXTRA << 1).wrapping_add(8u32.wrapping_mul(l as u32)) + k;
-    let expert = |l: usize, e: usize, k: u32| (EXTRA << 2).wrapping_add(4u32.wrapping_mul((l as u32).wrapping_mul(1 << 14).wrapping_add(e as u32))) + k;
+    let expert =
+        |l: usize, e: usize, k: u32| (EXTRA << 2).wrapping_add(4u32.wrapping_mul((l as u32).wrapping_mul(1 << 14).wrapping_add(e as u32))) + k;
     let (l, k) = match t {
         TokEmbd => return 0,
         OutNorm => return 1,

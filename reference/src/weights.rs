@@ -216,9 +216,37 @@ impl Tensor {
         use Tensor::*;
         match self {
             TokEmbd | OutNorm | LmHead => None,
-            AttnNorm(l) | Wq(l) | Wk(l) | Wv(l) | Wo(l) | FfnNorm(l) | WGate(l) | WUp(l) | WDown(l) | Bq(l) | Bk(l) | Bv(l) | Bo(l) | QNorm(l)
-            | KNorm(l) | PostAttnNorm(l) | PostFfnNorm(l) | PreFfnNorm(l) | Wqkv(l) | WGateUp(l) | Sinks(l) | Router(l) | RouterBias(l) | MoeGate(l)
-            | ExpsGate(l) | ExpsUp(l) | ExpsDown(l) | ExpsGateUp(l) | ExpertGate(l, _) | ExpertUp(l, _) | ExpertDown(l, _) => Some(l),
+            AttnNorm(l)
+            | Wq(l)
+            | Wk(l)
+            | Wv(l)
+            | Wo(l)
+            | FfnNorm(l)
+            | WGate(l)
+            | WUp(l)
+            | WDown(l)
+            | Bq(l)
+            | Bk(l)
+            | Bv(l)
+            | Bo(l)
+            | QNorm(l)
+            | KNorm(l)
+            | PostAttnNorm(l)
+            | PostFfnNorm(l)
+            | PreFfnNorm(l)
+            | Wqkv(l)
+            | WGateUp(l)
+            | Sinks(l)
+            | Router(l)
+            | RouterBias(l)
+            | MoeGate(l)
+            | ExpsGate(l)
+            | ExpsUp(l)
+            | ExpsDown(l)
+            | ExpsGateUp(l)
+            | ExpertGate(l, _)
+            | ExpertUp(l, _)
+            | ExpertDown(l, _) => Some(l),
         }
     }
 

@@ -49,6 +49,10 @@ SHAPES = {
                  {"theta": 1000000.0, "ctx": 40960, "qk_norm": True}),
     "qwen3-30b-a3b": ("qwen3_moe", "qwen3moe", 2048, 6144, 48, 32, 4, 128, 151936,
                       {"theta": 1000000.0, "ctx": 40960, "qk_norm": True, "experts": (128, 8, 768)}),
+    # Qwen3-30B-A3B's structure (128 experts, top 8, q/k norms, GQA 8:1, untied head) at a
+    # width a CPU runs: the load and MoE paths of the real shape, checked on wgpu over lavapipe.
+    "qwen3-moe-narrow": ("qwen3_moe", "qwen3moe", 256, 768, 4, 8, 1, 32, 49152,
+                         {"theta": 1000000.0, "ctx": 4096, "qk_norm": True, "experts": (128, 8, 128)}),
     "gemma3-12b": ("gemma3", "gemma3", 3840, 15360, 48, 16, 8, 256, 262208,
                    {"theta": 1000000.0, "ctx": 131072, "qk_norm": True, "post_norms": True,
                     "window": 1024, "tied": True}),
@@ -179,7 +183,8 @@ def main() -> None:
         add(b + "ffn_norm.weight", f32(C, value=1.0))
         if "experts" in x:
             e, _, fm = x["experts"]
-            add(b + "ffn_gate_inp.weight", ((rng.standard_normal((e, C), dtype=np.float32) / np.sqrt(C)), None))
+            # f32 as the converter writes routers (NumPy 2 would promote `/ np.sqrt` to f64).
+            add(b + "ffn_gate_inp.weight", ((rng.standard_normal((e, C), dtype=np.float32) / np.sqrt(C)).astype(np.float32), None))
             add(b + "ffn_gate_exps.weight", mat(e, fm, C))
             add(b + "ffn_up_exps.weight", mat(e, fm, C))
             add(b + "ffn_down_exps.weight", mat(e, C, fm))

@@ -181,21 +181,70 @@ fn generate_gemma3_greedy_is_the_argmax_chain() {
 }
 
 /// A GPU device is refused with one line naming the architecture, before the device opens
-/// (wgpu here: on a machine without a GPU opening it would fail differently, or find lavapipe).
+/// (wgpu here: on a machine without a GPU opening it would fail differently, or find lavapipe):
+/// Qwen3-MoE with more experts a token than the MoE kernels take
+/// (`optimized::model::gpu_unsupported`), read from the metadata only.
 #[test]
 fn gpu_devices_refuse_spec_models_in_one_line() {
-    // qwen3_moe's MoE FFN is not on the GPU yet (`optimized::model::gpu_unsupported`).
-    let words = ["qwen3moe:", "not on the GPU yet", "mixture-of-experts", "--device cpu"];
-    let q = gguf("qwen3_moe");
-    fails(&["generate", "--model", &q, "--device", "wgpu", "--prompt", "hi"], 2, &words);
-    fails(&["logits", "--model", &q, "--device", "cuda", "--ids", "1,2"], 2, &words);
-    fails(&["serve", "--model", &q, "--device", "wgpu", "--port", "0"], 2, &words);
-    fails(&["bench", "--model", &q, "--device", "wgpu"], 2, &words);
-    fails(&["bench", "--model", &q, "--device", "wgpu", "--batches", "1"], 2, &words);
-    fails(&["audit", "--model", &q, "--device", "wgpu"], 2, &words);
+    let k = optimized::kernels::moe::MAX_K + 1;
+    let words = ["qwen3moe:", "not on the GPU yet", &format!("more than {} experts a token", k - 1), "--device cpu"];
+    let q = tmp("qwen3_moe-k17.gguf");
+    let keys = [("qwen3moe.expert_count", Value::U32(2 * k as u32)), ("qwen3moe.expert_used_count", Value::U32(k as u32))];
+    with_keys(&PathBuf::from(gguf("qwen3_moe")), &q, &keys);
+    let q = q.to_str().unwrap();
+    fails(&["generate", "--model", q, "--device", "wgpu", "--prompt", "hi"], 2, &words);
+    fails(&["logits", "--model", q, "--device", "cuda", "--ids", "1,2"], 2, &words);
+    fails(&["serve", "--model", q, "--device", "wgpu", "--port", "0"], 2, &words);
+    fails(&["bench", "--model", q, "--device", "wgpu"], 2, &words);
+    fails(&["bench", "--model", q, "--device", "wgpu", "--batches", "1"], 2, &words);
+    fails(&["audit", "--model", q, "--device", "wgpu"], 2, &words);
     // The HF directories have no tokenizer.json: ids.
-    let hf = fixture("qwen3_moe");
-    fails(&["logits", "--model", hf.to_str().unwrap(), "--device", "wgpu", "--ids", "1,2"], 2, &["qwen3_moe:", "mixture-of-experts"]);
+    let hf = tmp("qwen3_moe-k17-hf");
+    std::fs::create_dir_all(&hf).unwrap();
+    std::fs::copy(fixture("qwen3_moe").join("model.safetensors"), hf.join("model.safetensors")).unwrap();
+    let mut j: Json = serde_json::from_str(&std::fs::read_to_string(fixture("qwen3_moe").join("config.json")).unwrap()).unwrap();
+    (j["num_experts"], j["num_experts_per_tok"]) = ((2 * k).into(), k.into());
+    std::fs::write(hf.join("config.json"), j.to_string()).unwrap();
+    fails(&["logits", "--model", hf.to_str().unwrap(), "--device", "wgpu", "--ids", "1,2"], 2, &["qwen3_moe:", "more than", "experts a token"]);
+}
+
+/// transformers 5 stores each MoE layer's experts stacked — `mlp.experts.gate_up_proj`
+/// `[E, 2F, C]` (each expert's gate rows, then its up rows) and `mlp.experts.down_proj`
+/// `[E, C, F]` — where earlier versions wrote one tensor per expert. The Qwen3-MoE fixture
+/// rewritten so gives transformers' logits on the CPU reference and on the GPU (wgpu, f32).
+#[test]
+fn stacked_hf_experts_run_on_cpu_and_gpu() {
+    let (src, dir) = (fixture("qwen3_moe"), tmp("qwen3_moe-stacked"));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(src.join("config.json"), dir.join("config.json")).unwrap();
+    let cfg: Json = serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
+    let (e, layers) = (cfg["num_experts"].as_u64().unwrap() as usize, cfg["num_hidden_layers"].as_u64().unwrap() as usize);
+    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut ts: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = st
+        .tensors()
+        .into_iter()
+        .filter(|(n, _)| !n.contains(".mlp.experts."))
+        .map(|(n, v)| (n, v.dtype(), v.shape().to_vec(), v.data().to_vec()))
+        .collect();
+    for l in 0..layers {
+        let get = |x: usize, p: &str| st.tensor(&format!("model.layers.{l}.mlp.experts.{x}.{p}.weight")).unwrap();
+        let (mut gu, mut dn) = (Vec::new(), Vec::new());
+        for x in 0..e {
+            gu.extend_from_slice(get(x, "gate_proj").data());
+            gu.extend_from_slice(get(x, "up_proj").data());
+            dn.extend_from_slice(get(x, "down_proj").data());
+        }
+        let (g, d) = (get(0, "gate_proj"), get(0, "down_proj"));
+        ts.push((format!("model.layers.{l}.mlp.experts.gate_up_proj"), g.dtype(), vec![e, 2 * g.shape()[0], g.shape()[1]], gu));
+        ts.push((format!("model.layers.{l}.mlp.experts.down_proj"), d.dtype(), vec![e, d.shape()[0], d.shape()[1]], dn));
+    }
+    let views: Vec<_> = ts.iter().map(|(n, d, s, b)| (n.clone(), safetensors::tensor::TensorView::new(*d, s.clone(), b).unwrap())).collect();
+    safetensors::serialize_to_file(views, None, &dir.join("model.safetensors")).unwrap();
+    let m = dir.to_str().unwrap();
+    let (cpu, gpu) = (logits_delta("qwen3_moe", m), gpu_logits_delta("qwen3_moe", m));
+    eprintln!("qwen3_moe, stacked experts: max |Δ| vs transformers: cpu {cpu:.2e}, wgpu {gpu:.2e}");
+    assert!(cpu <= TOL && gpu <= TOL, "stacked experts: max |Δ| cpu {cpu}, wgpu {gpu} > {TOL}");
 }
 
 /// Max |Δ| of `tandem logits --device wgpu --dtype f32` on `model` against transformers'
@@ -224,12 +273,13 @@ fn gpu_delta_vs(name: &str, oracle: &str, model: &str) -> f32 {
 /// Llama-3.x RoPE scaling (a hub GGUF's `rope_freqs.weight`, an HF `rope_scaling` of type
 /// llama3), which the llama `Config` refuses, takes the spec path; so do Qwen3's q/k norms,
 /// Phi-3's partial rotary and fused projections and Gemma-3 (sandwich norms, GELU-tanh,
-/// embedding scale, local / global layers). On the GPU (wgpu, f32) they give transformers'
+/// embedding scale, local / global layers) and Qwen3-MoE (experts routed softmax-then-top-k,
+/// renormalised). On the GPU (wgpu, f32) they give transformers'
 /// logits within 1e-3, from the GGUF and the HF directory.
 #[test]
 fn spec_models_run_on_the_gpu() {
     assert!(GgufFile::open(gguf("llama3")).unwrap().tensor_info("rope_freqs.weight").is_some(), "the fixture has rope_freqs");
-    for name in ["llama3", "qwen3", "phi3", "gemma3"] {
+    for name in ["llama3", "qwen3", "phi3", "gemma3", "qwen3_moe"] {
         for m in [gguf(name), fixture(name).to_str().unwrap().to_string()] {
             let d = gpu_logits_delta(name, &m);
             eprintln!("{name} {m}: tandem logits --device wgpu vs transformers, max |Δ| {d:.2e}");
@@ -244,11 +294,19 @@ fn spec_models_run_on_the_gpu() {
 /// (`logits.<TYPE>.json`) within 1e-3.
 #[test]
 fn kquant_files_run_on_the_gpu() {
-    let files =
-        [("llama3_k", "Q4_K_M"), ("llama3_k", "Q6_K"), ("qwen3_k", "Q5_K_M"), ("qwen2_k", "Q4_K_M"), ("gemma3_k", "Q4_K_M"), ("phi3_k", "Q4_K_M")];
+    let files = [
+        ("llama3_k", "Q4_K_M"),
+        ("llama3_k", "Q6_K"),
+        ("qwen3_k", "Q5_K_M"),
+        ("qwen2_k", "Q4_K_M"),
+        ("gemma3_k", "Q4_K_M"),
+        ("phi3_k", "Q4_K_M"),
+        ("qwen3_moe_k", "Q4_K_M"),
+    ];
     // llama-quantize's fallbacks for rows that are no whole number of super-blocks (the tiny
-    // checkpoints' own rows of 64 / 128): Q5_0 (Q4_K_M), Q5_1 (Q5_K_M), IQ4_NL (IQ4_XS).
-    let mixes = [("llama3", "Q4_K_M"), ("qwen3", "Q5_K_M"), ("llama3", "IQ4_XS"), ("gemma3", "Q4_K_M"), ("phi3", "Q4_K_M")];
+    // checkpoints' own rows of 64 / 128): Q5_0 (Q4_K_M), Q5_1 (Q5_K_M; Qwen3-MoE's Q4_K_M too),
+    // IQ4_NL (IQ4_XS).
+    let mixes = [("llama3", "Q4_K_M"), ("qwen3", "Q5_K_M"), ("llama3", "IQ4_XS"), ("gemma3", "Q4_K_M"), ("phi3", "Q4_K_M"), ("qwen3_moe", "Q4_K_M")];
     let files = files.into_iter().chain(mixes);
     for (name, q) in files {
         let m = fixture(name).join(format!("model.{q}.gguf")).to_str().expect("UTF-8 path").to_string();
@@ -290,12 +348,19 @@ fn hf_dir_tokenizer_and_chat_template_are_read() {
 
 /// A copy of the GGUF at `src` with `tokenizer.chat_template` set to `tmpl`.
 fn with_chat_template(src: &Path, dst: &Path, tmpl: &str) {
+    with_keys(src, dst, &[("tokenizer.chat_template", Value::String(tmpl.into()))]);
+}
+
+/// A copy of the GGUF at `src` with the metadata `keys` set.
+fn with_keys(src: &Path, dst: &Path, keys: &[(&str, Value)]) {
     let g = GgufFile::open(src).unwrap();
     let mut w = GgufWriter::new();
-    for (k, v) in g.metadata.iter().filter(|(k, _)| k.as_str() != "general.alignment") {
+    for (k, v) in g.metadata.iter().filter(|(k, _)| k.as_str() != "general.alignment" && !keys.iter().any(|(n, _)| n == k)) {
         w.kv(k, v.clone());
     }
-    w.kv("tokenizer.chat_template", Value::String(tmpl.into()));
+    for (k, v) in keys {
+        w.kv(k, v.clone());
+    }
     for t in &g.tensors {
         w.tensor_raw(&t.name, &t.shape, t.ty.id(), g.tensor_bytes(t).to_vec());
     }

@@ -133,7 +133,7 @@ pub use arch::gpu_unsupported;
 pub(crate) use arch::RopeTables;
 use ffn::linear_bias;
 pub use ffn::GpuFfn;
-pub use load::LoadTimes;
+pub use load::{n_params, LoadTimes};
 
 impl GpuModel {
     /// The widths every layer shares, as a llama `Config` ([`ModelSpec::dims`]): what a

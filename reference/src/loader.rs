@@ -24,6 +24,10 @@ impl TensorSource for GgufFile {
         self.raw_dense(&t.name(Naming::Gguf), &t.shape(cfg))
     }
 
+    fn load_raw_as(&mut self, t: Tensor, _cfg: &Config, want: &[usize]) -> Result<Option<RawDense<'_>>> {
+        self.raw_dense(&t.name(Naming::Gguf), want)
+    }
+
     /// A quantized linear weight (or untied `output.weight`) as the file stores it, so a backend
     /// keeps the file's weights without requantizing: Q8_0 as INT8 with groups of 32 (`q` as
     /// stored, the f16 block scale widened to f32: `d · q`); Q4_0 / Q4_1 as
@@ -209,10 +213,14 @@ impl TensorSource for SafetensorsDir {
     }
 
     fn load_raw(&mut self, t: Tensor, cfg: &Config) -> Result<Option<RawDense<'_>>> {
+        self.load_raw_as(t, cfg, &t.shape(cfg))
+    }
+
+    fn load_raw_as(&mut self, t: Tensor, _cfg: &Config, want: &[usize]) -> Result<Option<RawDense<'_>>> {
         if self.quant.is_some_and(|scheme| quant::store::stored_quantized(self, t, scheme)) {
             return Ok(None);
         }
-        self.raw_dense(&t.name(Naming::Hf), &t.shape(cfg))
+        self.raw_dense(&t.name(Naming::Hf), want)
     }
 }
 

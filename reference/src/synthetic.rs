@@ -31,6 +31,10 @@ pub fn tensor_id(t: Tensor) -> u32 {
     use Tensor::*;
     const EXTRA: u32 = 1 << 24;
     let extra = |l: usize, k: u32| EXTRA + 16 * l as u32 + k;
+    // MoE tensors above the extras: stacked per layer, then per (layer, expert).
+    let moe = |l: usize, k: u32| (EXTRA << 1).wrapping_add(8u32.wrapping_mul(l as u32)) + k;
+    let expert =
+        |l: usize, e: usize, k: u32| (EXTRA << 2).wrapping_add(4u32.wrapping_mul((l as u32).wrapping_mul(1 << 14).wrapping_add(e as u32))) + k;
     let (l, k) = match t {
         TokEmbd => return 0,
         OutNorm => return 1,
@@ -58,6 +62,14 @@ pub fn tensor_id(t: Tensor) -> u32 {
         Sinks(l) => return extra(l, 11),
         Router(l) => return extra(l, 12),
         RouterBias(l) => return extra(l, 13),
+        MoeGate(l) => return moe(l, 0),
+        ExpsGate(l) => return moe(l, 1),
+        ExpsUp(l) => return moe(l, 2),
+        ExpsDown(l) => return moe(l, 3),
+        ExpsGateUp(l) => return moe(l, 4),
+        ExpertGate(l, e) => return expert(l, e, 0),
+        ExpertUp(l, e) => return expert(l, e, 1),
+        ExpertDown(l, e) => return expert(l, e, 2),
     };
     16 + 16 * l as u32 + k
 }
@@ -70,7 +82,8 @@ pub fn affine(t: Tensor, cfg: &Config) -> (f32, f32) {
         TokEmbd | Sinks(_) => (1.0, 0.0),
         Bq(_) | Bk(_) | Bv(_) | Bo(_) | RouterBias(_) => (0.1, 0.0),
         _ => {
-            let fan_in = t.shape(cfg)[1] as f32;
+            // The inputs are a matrix's last axis (stacked experts have three).
+            let fan_in = t.shape(cfg).last().copied().unwrap_or(1) as f32;
             (3f32.sqrt() / fan_in.sqrt(), 0.0)
         }
     }

@@ -83,6 +83,23 @@ pub enum Tensor {
     /// come from [`TensorSource::mxfp4_experts`]).
     Router(usize),
     RouterBias(usize),
+    /// `[E, C]`: the router of a softmax-routed MoE layer without bias (Qwen3-MoE: HF
+    /// `mlp.gate`; llama.cpp names every router `ffn_gate_inp`).
+    MoeGate(usize),
+    /// `[E, F, C]`, `[E, F, C]`, `[E, C, F]`: an MoE layer's experts stacked (llama.cpp's
+    /// `ffn_{gate,up,down}_exps`; HF `mlp.experts.{gate,up,down}_proj`).
+    ExpsGate(usize),
+    ExpsUp(usize),
+    ExpsDown(usize),
+    /// `[E, 2F, C]`: each expert's gate|up stacked, gate rows first (transformers 5's
+    /// `mlp.experts.gate_up_proj`, with [`Tensor::ExpsDown`]).
+    ExpsGateUp(usize),
+    /// `[F, C]`, `[F, C]`, `[C, F]`: expert `e` (second index) of layer `l` on its own (HF
+    /// `mlp.experts.{e}.{gate,up,down}_proj.weight`; llama.cpp's older Mixtral files
+    /// `ffn_{gate,up,down}.{e}.weight`).
+    ExpertGate(usize, usize),
+    ExpertUp(usize, usize),
+    ExpertDown(usize, usize),
 }
 
 /// Naming scheme of a checkpoint format.
@@ -199,8 +216,37 @@ impl Tensor {
         use Tensor::*;
         match self {
             TokEmbd | OutNorm | LmHead => None,
-            AttnNorm(l) | Wq(l) | Wk(l) | Wv(l) | Wo(l) | FfnNorm(l) | WGate(l) | WUp(l) | WDown(l) | Bq(l) | Bk(l) | Bv(l) | Bo(l) | QNorm(l)
-            | KNorm(l) | PostAttnNorm(l) | PostFfnNorm(l) | PreFfnNorm(l) | Wqkv(l) | WGateUp(l) | Sinks(l) | Router(l) | RouterBias(l) => Some(l),
+            AttnNorm(l)
+            | Wq(l)
+            | Wk(l)
+            | Wv(l)
+            | Wo(l)
+            | FfnNorm(l)
+            | WGate(l)
+            | WUp(l)
+            | WDown(l)
+            | Bq(l)
+            | Bk(l)
+            | Bv(l)
+            | Bo(l)
+            | QNorm(l)
+            | KNorm(l)
+            | PostAttnNorm(l)
+            | PostFfnNorm(l)
+            | PreFfnNorm(l)
+            | Wqkv(l)
+            | WGateUp(l)
+            | Sinks(l)
+            | Router(l)
+            | RouterBias(l)
+            | MoeGate(l)
+            | ExpsGate(l)
+            | ExpsUp(l)
+            | ExpsDown(l)
+            | ExpsGateUp(l)
+            | ExpertGate(l, _)
+            | ExpertUp(l, _)
+            | ExpertDown(l, _) => Some(l),
         }
     }
 
@@ -214,16 +260,19 @@ impl Tensor {
             Wq(_) => vec![qd, c],
             Wk(_) | Wv(_) => vec![kvd, c],
             Wo(_) => vec![c, qd],
-            WGate(_) | WUp(_) => vec![f, c],
-            WDown(_) => vec![c, f],
+            WGate(_) | WUp(_) | ExpertGate(..) | ExpertUp(..) => vec![f, c],
+            WDown(_) | ExpertDown(..) => vec![c, f],
             Bq(_) => vec![qd],
             Bk(_) | Bv(_) => vec![kvd],
             QNorm(_) | KNorm(_) => vec![d],
             Wqkv(_) => vec![qd + 2 * kvd, c],
             WGateUp(_) => vec![2 * f, c],
             Sinks(_) => vec![h],
-            Router(_) => vec![e, c],
+            Router(_) | MoeGate(_) => vec![e, c],
             RouterBias(_) => vec![e],
+            ExpsGate(_) | ExpsUp(_) => vec![e, f, c],
+            ExpsDown(_) => vec![e, c, f],
+            ExpsGateUp(_) => vec![e, 2 * f, c],
         }
     }
 
@@ -256,9 +305,25 @@ impl Tensor {
             // llama.cpp's converter stores Phi-3's gate|up as `ffn_up` of twice the rows.
             WGateUp(l) => (l, "ffn_up.weight", "mlp.gate_up_proj.weight"),
             Sinks(l) => (l, "attn_sinks.weight", "self_attn.sinks"),
-            // GPT-OSS's spelling (Qwen3-MoE's HF router is `mlp.gate.weight`: `arch::weights`).
+            // GPT-OSS's spelling (Qwen3-MoE's HF router is `mlp.gate.weight`: MoeGate).
             Router(l) => (l, "ffn_gate_inp.weight", "mlp.router.weight"),
             RouterBias(l) => (l, "ffn_gate_inp.bias", "mlp.router.bias"),
+            MoeGate(l) => (l, "ffn_gate_inp.weight", "mlp.gate.weight"),
+            ExpsGate(l) => (l, "ffn_gate_exps.weight", "mlp.experts.gate_proj"),
+            ExpsUp(l) => (l, "ffn_up_exps.weight", "mlp.experts.up_proj"),
+            ExpsDown(l) => (l, "ffn_down_exps.weight", "mlp.experts.down_proj"),
+            ExpsGateUp(l) => (l, "ffn_gate_up_exps.weight", "mlp.experts.gate_up_proj"),
+            ExpertGate(l, e) | ExpertUp(l, e) | ExpertDown(l, e) => {
+                let p = match self {
+                    ExpertGate(..) => ("gate", "gate_proj"),
+                    ExpertUp(..) => ("up", "up_proj"),
+                    _ => ("down", "down_proj"),
+                };
+                return match naming {
+                    Naming::Gguf => format!("blk.{l}.ffn_{}.{e}.weight", p.0),
+                    Naming::Hf => format!("model.layers.{l}.mlp.experts.{e}.{}.weight", p.1),
+                };
+            }
         };
         match naming {
             Naming::Gguf => format!("blk.{l}.{gguf}"),
@@ -344,6 +409,15 @@ pub trait TensorSource {
         Ok(None)
     }
 
+    /// [`TensorSource::load_raw`] with the shape checked against `want` (what a
+    /// [`ModelSpec`] gives: [`Tensor::spec_shape`]) instead of `t.shape(cfg)` — the way to the
+    /// tensors whose shape a [`Config`] cannot give (an MoE layer's router and experts: E is
+    /// the spec's). Sources that do not override it check `cfg`'s shape.
+    fn load_raw_as(&mut self, t: Tensor, cfg: &Config, want: &[usize]) -> Result<Option<RawDense<'_>>> {
+        let _ = want;
+        self.load_raw(t, cfg)
+    }
+
     /// Block `l`'s MoE experts in MXFP4 (GPT-OSS's: gate|up interleaved and down, with their
     /// biases), as the file stores them where it can lend them, else built; `None` where the
     /// source holds no MXFP4 experts for the block.
@@ -361,6 +435,9 @@ impl<T: TensorSource + ?Sized> TensorSource for &mut T {
     }
     fn load_raw(&mut self, t: Tensor, cfg: &Config) -> Result<Option<RawDense<'_>>> {
         (**self).load_raw(t, cfg)
+    }
+    fn load_raw_as(&mut self, t: Tensor, cfg: &Config, want: &[usize]) -> Result<Option<RawDense<'_>>> {
+        (**self).load_raw_as(t, cfg, want)
     }
     fn mxfp4_experts(&mut self, l: usize) -> Result<Option<crate::gpt_oss::weights::Mxfp4Experts<'_>>> {
         (**self).mxfp4_experts(l)

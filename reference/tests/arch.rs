@@ -224,3 +224,29 @@ fn the_plain_llama_path_refuses_what_it_cannot_run() {
     // mistral_hd (plain RoPE, explicit head_dim) is one the plain path runs.
     assert!(loader::load(&tiny.join("mistral_hd")).is_ok());
 }
+
+/// Qwen3-MoE's router and experts are tensors of the one table: each layout's names in both
+/// formats (what `arch::weights` and the GPU load read), and shapes from the spec.
+#[test]
+fn moe_tensors_are_in_the_one_table() {
+    use reference::weights::{Naming, Tensor};
+    let s = arch::spec_from_hf(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny/qwen3_moe/config.json")).unwrap();
+    let (e, f, c) = (8, 32, 64);
+    let cases = [
+        (Tensor::MoeGate(1), "model.layers.1.mlp.gate.weight", "blk.1.ffn_gate_inp.weight", vec![e, c]),
+        (Tensor::ExpsGate(1), "model.layers.1.mlp.experts.gate_proj", "blk.1.ffn_gate_exps.weight", vec![e, f, c]),
+        (Tensor::ExpsUp(1), "model.layers.1.mlp.experts.up_proj", "blk.1.ffn_up_exps.weight", vec![e, f, c]),
+        (Tensor::ExpsDown(1), "model.layers.1.mlp.experts.down_proj", "blk.1.ffn_down_exps.weight", vec![e, c, f]),
+        (Tensor::ExpsGateUp(0), "model.layers.0.mlp.experts.gate_up_proj", "blk.0.ffn_gate_up_exps.weight", vec![e, 2 * f, c]),
+        (Tensor::ExpertGate(1, 7), "model.layers.1.mlp.experts.7.gate_proj.weight", "blk.1.ffn_gate.7.weight", vec![f, c]),
+        (Tensor::ExpertUp(0, 3), "model.layers.0.mlp.experts.3.up_proj.weight", "blk.0.ffn_up.3.weight", vec![f, c]),
+        (Tensor::ExpertDown(1, 0), "model.layers.1.mlp.experts.0.down_proj.weight", "blk.1.ffn_down.0.weight", vec![c, f]),
+    ];
+    for (t, hf, gguf, shape) in cases {
+        assert_eq!((t.name(Naming::Hf).as_str(), t.name(Naming::Gguf).as_str()), (hf, gguf), "{t:?}");
+        assert_eq!(t.spec_shape(&s), shape, "{t:?}");
+        assert_eq!(t.layer_index(), Some(if hf.contains("layers.1") { 1 } else { 0 }), "{t:?}");
+    }
+    // GPT-OSS's router keeps its own HF name.
+    assert_eq!(Tensor::Router(1).name(Naming::Hf), "model.layers.1.mlp.router.weight");
+}

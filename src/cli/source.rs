@@ -414,7 +414,12 @@ impl Opened {
         kv_bytes: usize,
         kernels: &optimized::KernelConfig,
     ) -> Result<optimized::model::GpuModel> {
-        let expected = self.config.n_params() * dtype.size();
+        // A spec model's MoE experts are not in its summary config's count.
+        let params = match &self.arch {
+            Arch::Spec(s) => optimized::model::n_params(&s.spec, &self.config),
+            _ => self.config.n_params(),
+        };
+        let expected = params * dtype.size();
         super::progress::check_memory(&client, &self.label, expected, kv_bytes)?;
         super::progress::compile_notice(&client);
         let bar = super::progress::Upload::start(&self.label, expected);

@@ -29,13 +29,9 @@ pub fn gpu_unsupported(spec: &ModelSpec) -> Option<String> {
             // The fold scales q's rows only; a fused q|k|v is uploaded as one tensor.
             (spec.fused.qkv && fold_of(spec, Tensor::Wq(l)).is_some(), "a query scale other than 1/√D with a fused q|k|v".into()),
             (a.softcap.is_some(), "the attention logit soft-cap".into()),
-            // The MoE kernels: GPT-OSS's (router with bias, top-k then softmax, clamped
-            // SwiGLU with biases, MXFP4 experts: `kernels::moe`). 16-bit experts and other
-            // routings (Qwen3-MoE) are not wired in; the experts come from one place in the load
-            // (`Uploader::experts`), which refuses a source without MXFP4 experts.
             (
-                matches!(ls.ffn, FfnSpec::Moe { .. }) && !gpt_oss_moe(&ls.ffn),
-                "a mixture-of-experts FFN other than GPT-OSS's (16-bit experts, softmax-then-top-k routing)".into(),
+                matches!(ls.ffn, FfnSpec::Moe { k, .. } if k > crate::kernels::moe::MAX_K),
+                format!("more than {} experts a token", crate::kernels::moe::MAX_K),
             ),
             // The MoE adds into the residual stream itself: no norm after it.
             (matches!(ls.ffn, FfnSpec::Moe { .. }) && ls.post_norms, "a post-FFN norm after a mixture of experts".into()),
@@ -45,10 +41,12 @@ pub fn gpu_unsupported(spec: &ModelSpec) -> Option<String> {
                 add(what, Some(l));
             }
         }
-        if let FfnSpec::Dense { act, .. } = ls.ffn {
-            if GluAct::of(act).is_err() {
-                add(format!("the {act:?} activation"), Some(l));
+        match ls.ffn {
+            FfnSpec::Dense { act, .. } if GluAct::of(act).is_err() => add(format!("the {act:?} activation"), Some(l)),
+            FfnSpec::Moe { act, routing, .. } if !moe_runs(act, routing) => {
+                add(format!("a mixture of experts gated by {act:?} with {routing:?} routing"), Some(l))
             }
+            _ => {}
         }
     }
     if !missing.is_empty() {
@@ -59,10 +57,16 @@ pub fn gpu_unsupported(spec: &ModelSpec) -> Option<String> {
     spec.dims().err().map(|e| e.to_string())
 }
 
-/// Whether `f` is the MoE the GPU's kernels run: GPT-OSS's top-k-then-softmax routing and
-/// clamped SwiGLU (over MXFP4 experts, which the load checks).
-fn gpt_oss_moe(f: &FfnSpec) -> bool {
-    matches!(f, FfnSpec::Moe { routing: Routing::TopKSoftmax, act: Activation::ClampedSwiglu { .. }, k, .. } if *k <= crate::kernels::moe::MAX_K)
+/// Whether the MoE kernels (`kernels::moe`) run experts gated by `act` under `routing`:
+/// GPT-OSS's clamped SwiGLU with its top-k-then-softmax (over MXFP4 experts, with router and
+/// expert biases), and SiLU or GELU-tanh gating under any routing (over 16-bit experts:
+/// Qwen3-MoE's softmax-then-top-k, renormalised or not). Which experts a source holds is the
+/// load's check (`Uploader::moe`).
+fn moe_runs(act: Activation, routing: Routing) -> bool {
+    match act {
+        Activation::ClampedSwiglu { .. } => routing == Routing::TopKSoftmax,
+        act => GluAct::of(act).is_ok(),
+    }
 }
 
 /// `v ← add + mul · v`, applied to a tensor's values as it uploads.

@@ -1,5 +1,6 @@
-//! The feed-forward part of a GPU layer ([`GpuFfn`]: dense, or GPT-OSS's mixture of MXFP4
-//! experts) and the biased projection the blocks share ([`linear_bias`]).
+//! The feed-forward part of a GPU layer ([`GpuFfn`]: dense, or a mixture of experts — GPT-OSS's
+//! MXFP4 experts, Qwen3-MoE's 16-bit ones) and the biased projection the blocks share
+//! ([`linear_bias`]).
 
 use crate::kernels::bias::bias_add;
 use crate::kernels::matmul;
@@ -14,7 +15,7 @@ pub enum GpuFfn {
     /// `gate_up [2F, C]`: W_gate and W_up rows interleaved (row 2j = gate j, row 2j + 1 = up
     /// j), so one GEMV computes both and applies the GLU in its epilogue; `down [C, F]`.
     Dense { gate_up: Weight, down: Weight },
-    /// A mixture of experts (`kernels::moe`: router f32, MXFP4 experts), adding into the
+    /// A mixture of experts (`kernels::moe`: router f32, MXFP4 or stored-value experts), adding into the
     /// residual stream itself.
     Moe(MoeWeights),
 }

@@ -20,18 +20,21 @@ use reference::gpt_oss::weights::Mxfp4Experts as Mxfp4Source;
 use reference::ops::mlp::Activation;
 use reference::weights::RawDense;
 
-use crate::kernels::moe::{MoeWeights, Mxfp4Experts};
+use cubecl::server::Handle;
+
+use crate::kernels::moe::{DenseExperts, Experts, MoeWeights, Mxfp4Experts};
 
 use crate::upload::Part;
 
 /// Tensor `$t` of the uploader `$u` as it uploads (a [`Part`]): folded values
-/// ([`folded`]), else its stored bytes where the source has them, else its f32 values. A macro,
+/// ([`folded`]), else its stored bytes where the source has them (the shape checked is the
+/// spec's: an MoE tensor's expert count is not in the Config), else its f32 values. A macro,
 /// not a method: the part borrows the source field only, while the staging buffers are used.
 macro_rules! part {
     ($u:expr, $t:expr) => {
         match folded(&mut *$u.src, $u.cfg, $u.spec, $t)? {
             Some(v) => Part::Values(v),
-            None => match $u.src.load_raw($t, $u.cfg).map_err(Error::from)? {
+            None => match $u.src.load_raw_as($t, $u.cfg, &$t.spec_shape($u.spec)).map_err(Error::from)? {
                 Some(raw) => Part::Raw(raw),
                 None => Part::Values($u.src.load($t, $u.cfg).map_err(Error::from)?),
             },
@@ -172,29 +175,46 @@ impl Uploader<'_> {
         }
     }
 
-    /// MoE block `l`: the router and its bias f32 (a rounded router would move expert choices
-    /// near ties), the experts from [`Uploader::experts`].
+    /// MoE block `l`: the experts from [`Uploader::experts`], then the router (and GPT-OSS's
+    /// bias) f32 — a rounded router would move expert choices near ties. GPT-OSS's clamped
+    /// SwiGLU runs over MXFP4 experts, SiLU / GELU-tanh gating over stored values.
     fn moe(&mut self, l: usize, ls: &LayerSpec, dtype: Dtype) -> Result<MoeWeights, Error> {
-        let FfnSpec::Moe { k, act: Activation::ClampedSwiglu { limit, alpha }, .. } = ls.ffn else {
-            return Err(Error::Unsupported(format!("layer {l}: the GPU runs GPT-OSS's MoE only (clamped SwiGLU, MXFP4 experts)")));
+        let FfnSpec::Moe { k, act, routing, .. } = ls.ffn else {
+            return Err(Error::Shape(format!("layer {l} is not a mixture of experts")));
         };
-        let (gate_up, down) = self.experts(l, ls)?;
-        let router = self.dense(&[Tensor::Router(l)], Dtype::F32)?;
-        let router_bias = self.dense(&[Tensor::RouterBias(l)], Dtype::F32)?;
-        MoeWeights::mxfp4(self.client, router, router_bias, gate_up, down, k, limit, alpha, dtype != Dtype::F32)
+        match (act, self.experts(l, ls, dtype)?) {
+            (Activation::ClampedSwiglu { limit, alpha }, (Experts::Mxfp4(gate_up), Experts::Mxfp4(down))) => {
+                let router = self.dense(&[Tensor::Router(l)], Dtype::F32)?;
+                let router_bias = self.dense(&[Tensor::RouterBias(l)], Dtype::F32)?;
+                MoeWeights::mxfp4(self.client, router, router_bias, gate_up, down, k, limit, alpha, dtype != Dtype::F32)
+            }
+            (act, (Experts::Dense(gate_up), Experts::Dense(down))) => {
+                let glu = GluAct::of(act)?;
+                let router = self.dense(&[Tensor::MoeGate(l)], Dtype::F32)?;
+                MoeWeights::dense(self.client, router, None, gate_up, down, k, glu, routing)
+            }
+            (act, (gu, _)) => Err(Error::Unsupported(format!(
+                "layer {l}: experts gated by {act:?} stored as {} (the GPU runs GPT-OSS's clamped SwiGLU over MXFP4 experts, SiLU or GELU-tanh over 16-bit ones)",
+                match gu {
+                    Experts::Mxfp4(_) => "MXFP4",
+                    Experts::Dense(_) => "values",
+                }
+            ))),
+        }
     }
 
     /// MoE block `l`'s experts, gate|up interleaved `[E, 2F, C]` and down `[E, C, F]`: the one
-    /// place experts come from. MXFP4 only (GPT-OSS): the stored bytes repacked through the
-    /// staging buffers where the source lends them, else its built experts; a source without
-    /// MXFP4 experts (16-bit experts: Qwen3-MoE) is refused here.
-    fn experts(&mut self, l: usize, ls: &LayerSpec) -> Result<(Mxfp4Experts, Mxfp4Experts), Error> {
+    /// place experts come from. MXFP4 where the source holds them so (GPT-OSS: the stored bytes
+    /// repacked through the staging buffers where the source lends them, else its built
+    /// experts), else stored values in `dtype` ([`Uploader::dense_experts`]).
+    fn experts(&mut self, l: usize, ls: &LayerSpec, dtype: Dtype) -> Result<(Experts, Experts), Error> {
         let FfnSpec::Moe { n_experts, expert_ffn, .. } = ls.ffn else {
             return Err(Error::Shape(format!("layer {l} is not a mixture of experts")));
         };
-        let (gu, dn) = match self.src.mxfp4_experts(l).map_err(Error::from)? {
+        // The source's borrow ends with this statement (the stored-value path needs it again).
+        let mxfp4 = match self.src.mxfp4_experts(l).map_err(Error::from)? {
             Some(Mxfp4Source::Stored([gu, dn])) => {
-                (Mxfp4Experts::upload_stored(self.client, &self.staging, &gu)?, Mxfp4Experts::upload_stored(self.client, &self.staging, &dn)?)
+                Some((Mxfp4Experts::upload_stored(self.client, &self.staging, &gu)?, Mxfp4Experts::upload_stored(self.client, &self.staging, &dn)?))
             }
             Some(Mxfp4Source::Built(ex)) => {
                 // Biases are built contiguous; a view that is not would fail the upload's length check.
@@ -202,25 +222,96 @@ impl Uploader<'_> {
                 let up: Vec<_> = ex.iter().map(|x| (&x.up, x.up_bias.as_slice().unwrap_or(&[]))).collect();
                 let (dm, db): (Vec<_>, Vec<_>) = ex.iter().map(|x| (&x.down, x.down_bias.as_slice().unwrap_or(&[]))).unzip();
                 let gu = Mxfp4Experts::upload_glu(self.client, &format!("layer {l} gate|up experts"), &gate, &up)?;
-                (gu, Mxfp4Experts::upload(self.client, &format!("layer {l} down experts"), &dm, &db)?)
+                Some((gu, Mxfp4Experts::upload(self.client, &format!("layer {l} down experts"), &dm, &db)?))
             }
+            None => None,
+        };
+        let (gu, dn): (Experts, Experts) = match mxfp4 {
+            Some((gu, dn)) => (gu.into(), dn.into()),
             None => {
-                return Err(Error::Unsupported(format!(
-                    "layer {l}: the source holds no MXFP4 experts (the GPU's MoE kernels take GPT-OSS's MXFP4 experts only)"
-                )))
+                let (gu, dn) = self.dense_experts(l, n_experts, expert_ffn, dtype)?;
+                (gu.into(), dn.into())
             }
         };
         let c = self.spec.hidden;
         for (what, w, want) in [("gate|up", &gu, (2 * expert_ffn, c)), ("down", &dn, (c, expert_ffn))] {
-            if (w.n_experts, w.out, w.in_dim) != (n_experts, want.0, want.1) {
+            if (w.n_experts(), w.out(), w.in_dim()) != (n_experts, want.0, want.1) {
                 return Err(Error::Shape(format!(
                     "layer {l} {what} experts: [{}, {}, {}], the model wants [{n_experts}, {}, {}]",
-                    w.n_experts, w.out, w.in_dim, want.0, want.1
+                    w.n_experts(),
+                    w.out(),
+                    w.in_dim(),
+                    want.0,
+                    want.1
                 )));
             }
         }
         self.bytes += gu.bytes() + dn.bytes();
         Ok((gu, dn))
+    }
+
+    /// MoE block `l`'s `e` experts (`f` wide) as stored values in `dtype` (Qwen3-MoE's), from
+    /// whichever layout the source holds (as `reference::arch::weights` reads them): one expert
+    /// at a time ([`Tensor::ExpertGate`] …), each expert's gate|up stacked
+    /// ([`Tensor::ExpsGateUp`]), or gate, up and down stacked ([`Tensor::ExpsGate`] …). The
+    /// stored bytes (F32 / F16 / BF16, ggml blocks dequantized) are converted chunk by chunk
+    /// through the staging buffers, a tensor at a time: no f32 copy of a layer's experts.
+    fn dense_experts(&mut self, l: usize, e: usize, f: usize, dtype: Dtype) -> Result<(DenseExperts, DenseExperts), Error> {
+        use Tensor::*;
+        let (c, ds) = (self.spec.hidden, dtype.size());
+        // The kernels index the experts' values with u32.
+        crate::kernels::attention::naive::u32_of("expert values", e * 2 * f * c)?;
+        let (gu_total, dn_total) = (e * 2 * f * c * ds, e * c * f * ds);
+        let (gu, dn) = (self.client.empty(gu_total), self.client.empty(dn_total));
+        let (expert_gu, expert_dn) = (2 * f * c * ds, c * f * ds);
+        let shape = ExpertGate(l, 0).spec_shape(self.spec);
+        if self.src.load_raw_as(ExpertGate(l, 0), self.cfg, &shape).map_err(Error::from)?.is_some() {
+            for x in 0..e {
+                self.interleaved_at(ExpertGate(l, x), ExpertUp(l, x), &gu, x * expert_gu, gu_total, f, dtype)?;
+                self.write_at(ExpertDown(l, x), &dn, x * expert_dn, dn_total, dtype)?;
+            }
+        } else if let Some(raw) = self.src.load_raw_as(ExpsGateUp(l), self.cfg, &ExpsGateUp(l).spec_shape(self.spec)).map_err(Error::from)? {
+            // Expert x's gate rows, then its up rows.
+            for x in 0..e {
+                let (g, u) = (crate::upload::rows(raw, c, 2 * f * x, f)?, crate::upload::rows(raw, c, 2 * f * x + f, f)?);
+                write_interleaved_at(self.client, &self.staging, &gu, x * expert_gu, gu_total, g, u, f, c, dtype)?;
+            }
+            self.write_at(ExpsDown(l), &dn, 0, dn_total, dtype)?;
+        } else {
+            // Stacked [E, F, C]: row r of gate|up's E·F row pairs is row r of each.
+            self.interleaved_at(ExpsGate(l), ExpsUp(l), &gu, 0, gu_total, e * f, dtype)?;
+            self.write_at(ExpsDown(l), &dn, 0, dn_total, dtype)?;
+        }
+        let t = |handle, out, in_dim| DenseExperts {
+            n_experts: e,
+            out,
+            in_dim,
+            data: DeviceTensor { handle, shape: vec![e, out, in_dim], dtype, read_only: true },
+            bias: None,
+        };
+        Ok((t(gu, 2 * f, c), t(dn, c, f)))
+    }
+
+    /// Tensor `t` converted to `dtype` into bytes `at ..` of `handle` (a buffer of `total`).
+    fn write_at(&mut self, t: Tensor, handle: &Handle, at: usize, total: usize, dtype: Dtype) -> Result<(), Error> {
+        let n = t.spec_shape(self.spec).iter().product::<usize>() * dtype.size();
+        let part = part!(self, t);
+        self.staging.write_part(self.client, handle, at, n, total, dtype, &part)
+    }
+
+    /// Two tensors of `rows` rows each (the model's width C) into bytes `at ..` of `handle` (a
+    /// buffer of `total`) as `2·rows` rows interleaving them, converted to `dtype`: the gate's
+    /// stored bytes wait in a reused buffer while the up tensor is read, then each chunk of row
+    /// pairs takes rows from both.
+    #[allow(clippy::too_many_arguments)]
+    fn interleaved_at(&mut self, gate: Tensor, up: Tensor, handle: &Handle, at: usize, total: usize, rows: usize, dtype: Dtype) -> Result<(), Error> {
+        let c = self.spec.hidden;
+        let part_g = part!(self, gate);
+        let gate_dtype = part_g.raw().dtype;
+        stash(&mut self.scratch, part_g.raw().bytes);
+        let part_u = part!(self, up);
+        let g = RawDense { dtype: gate_dtype, bytes: &self.scratch };
+        write_interleaved_at(self.client, &self.staging, handle, at, total, g, part_u.raw(), rows, c, dtype)
     }
 
     /// Two `[F, C]` tensors as one dense `[2F, C]` tensor, their rows interleaved.
@@ -231,16 +322,11 @@ impl Uploader<'_> {
         if up.shape(self.cfg) != [f, c] {
             return Err(Error::Shape(format!("{up:?} shape {:?} differs from {gate:?}'s [{f}, {c}]", up.shape(self.cfg))));
         }
-        // The gate's stored bytes wait in a reused buffer while the up weight is read: each
-        // chunk of row pairs then takes rows from both.
-        let part_g = part!(self, gate);
-        let gate_dtype = part_g.raw().dtype;
-        stash(&mut self.scratch, part_g.raw().bytes);
-        let part_u = part!(self, up);
-        let g = RawDense { dtype: gate_dtype, bytes: &self.scratch };
-        let t = write_interleaved(self.client, &self.staging, g, part_u.raw(), f, c, dtype)?;
-        self.bytes += t.bytes();
-        Ok(t)
+        let total = 2 * f * c * dtype.size();
+        let handle = self.client.empty(total);
+        self.interleaved_at(gate, up, &handle, 0, total, f, dtype)?;
+        self.bytes += total;
+        Ok(DeviceTensor { handle, shape: vec![2 * f, c], dtype, read_only: true })
     }
 }
 
@@ -264,15 +350,42 @@ fn write_interleaved(
     c: usize,
     dtype: Dtype,
 ) -> Result<DeviceTensor, Error> {
-    let pair = 2 * c * dtype.size();
-    let total = f * pair;
+    let total = 2 * f * c * dtype.size();
     let handle = client.empty(total);
-    staging.write(client, &handle, 0, total, total, pair, |off, out| {
+    write_interleaved_at(client, staging, &handle, 0, total, g, u, f, c, dtype)?;
+    Ok(DeviceTensor { handle, shape: vec![2 * f, c], dtype, read_only: true })
+}
+
+/// [`write_interleaved`] into bytes `at ..` of `handle`, a buffer of `total` bytes.
+#[allow(clippy::too_many_arguments)]
+fn write_interleaved_at(
+    client: &Client,
+    staging: &crate::upload::Staging,
+    handle: &Handle,
+    at: usize,
+    total: usize,
+    g: RawDense<'_>,
+    u: RawDense<'_>,
+    f: usize,
+    c: usize,
+    dtype: Dtype,
+) -> Result<(), Error> {
+    let pair = 2 * c * dtype.size();
+    staging.write(client, handle, at, f * pair, total, pair, |off, out| {
         let (first, rows) = (off / pair, out.len() / pair);
         crate::upload::interleave_into(0, crate::upload::rows(g, c, first, rows)?, rows, dtype, out)?;
         crate::upload::interleave_into(1, crate::upload::rows(u, c, first, rows)?, rows, dtype, out)
-    })?;
-    Ok(DeviceTensor { handle, shape: vec![2 * f, c], dtype, read_only: true })
+    })
+}
+
+/// Weights of `spec`: `cfg`'s count (one FFN of the expert width a layer), plus each MoE
+/// layer's other E − 1 experts and its router.
+pub fn n_params(spec: &ModelSpec, cfg: &Config) -> usize {
+    let moe = |ls: &LayerSpec| match ls.ffn {
+        FfnSpec::Moe { n_experts, expert_ffn, .. } => (n_experts.saturating_sub(1) * 3 * expert_ffn + n_experts) * spec.hidden,
+        FfnSpec::Dense { .. } => 0,
+    };
+    cfg.n_params() + spec.layers.iter().map(moe).sum::<usize>()
 }
 
 /// `bytes` copied into `scratch` (kept between tensors: its pages are touched once), in parallel.
@@ -353,7 +466,7 @@ impl GpuModel {
         let tok_embd = up.dense(&[Tensor::TokEmbd], dtype)?;
         let lm_head = if spec.tied { Weight::Dense(tok_embd.clone()) } else { up.linear(&[Tensor::LmHead], dtype)? };
         let mut layers = Vec::with_capacity(spec.n_layers());
-        let expected = cfg.n_params() * dtype.size();
+        let expected = n_params(spec, cfg) * dtype.size();
         progress(up.bytes, expected);
         for (l, ls) in spec.layers.iter().enumerate() {
             use Tensor::*;

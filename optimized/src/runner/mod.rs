@@ -112,7 +112,18 @@ impl GpuRunner {
 
     /// Whether any layer is a mixture of experts.
     fn has_moe(&self) -> bool {
-        self.model.layers.iter().any(|w| matches!(w.ffn, crate::model::GpuFfn::Moe(_)))
+        self.experts().is_some()
+    }
+
+    /// How the first MoE layer stores its experts (`mxfp4`, or the values' type), if any.
+    fn experts(&self) -> Option<&'static str> {
+        self.model.layers.iter().find_map(|w| match &w.ffn {
+            crate::model::GpuFfn::Moe(m) => Some(match &m.gate_up {
+                crate::kernels::moe::Experts::Mxfp4(_) => "mxfp4",
+                crate::kernels::moe::Experts::Dense(d) => d.data.dtype.name(),
+            }),
+            crate::model::GpuFfn::Dense { .. } => None,
+        })
     }
 
     /// The block of the pools no sequence owns (padding rows of decode graphs).
@@ -219,9 +230,10 @@ impl ModelRunner for GpuRunner {
         };
         Some(match self.has_moe() {
             true => format!(
-                "{}: MoE {:?} (grouped MXFP4 gemvs for ≤ {} rows, sort + grouped GEMMs above); {graphs}",
+                "{}: MoE {:?} over {} experts (grouped gemvs for ≤ {} rows, sort + grouped GEMMs above); {graphs}",
                 self.model.spec.arch,
                 self.model.moe_path,
+                self.experts().unwrap_or("no"),
                 crate::kernels::moe::GEMV_MAX_T
             ),
             false => graphs,
@@ -229,8 +241,9 @@ impl ModelRunner for GpuRunner {
     }
     fn name(&self) -> String {
         let m = &self.model;
-        // MoE experts stay MXFP4 whatever the dense weights' type (GPT-OSS).
-        let experts = if self.has_moe() { "+mxfp4-experts" } else { "" };
+        // MoE experts keep their own storage: MXFP4 (GPT-OSS) whatever the dense weights'
+        // type, or values (Qwen3-MoE: a GGUF's quantized experts dequantized at load).
+        let experts = self.experts().map(|e| format!("+{e}-experts")).unwrap_or_default();
         match &m.quant {
             Some(q) => format!("{}-{q}+{}{experts}", m.backend, m.dtype.name()),
             None => format!("{}-{}{experts}", m.backend, m.dtype.name()),

@@ -1,7 +1,7 @@
 //! The weights of a [`ModelSpec`], loaded by name from an HF directory or a GGUF, each tensor's
 //! shape checked (errors name the file and tensor). Names and shapes come from
-//! [`Tensor::name`] / [`Tensor::spec_shape`] (the MoE experts', not yet tensors of that table,
-//! from [`load_experts`]). Fused Phi-3 projections are split here.
+//! [`Tensor::name`] / [`Tensor::spec_shape`], the MoE router and experts included. Fused Phi-3
+//! projections (and transformers 5's stacked gate|up experts) are split here.
 
 use std::path::Path;
 
@@ -81,6 +81,8 @@ impl ArchWeights {
 pub trait Named {
     fn path(&self) -> &Path;
     fn tensor(&self, name: &str) -> Result<Option<(Vec<usize>, Vec<f32>)>>;
+    /// Whether the source holds tensor `name` (without reading it).
+    fn has(&self, name: &str) -> bool;
     /// The naming scheme of the format.
     fn naming(&self) -> Naming;
 }
@@ -94,6 +96,9 @@ impl Named for GgufFile {
             return Ok(None);
         }
         self.tensor_f32(name, None).map(Some)
+    }
+    fn has(&self, name: &str) -> bool {
+        self.tensor_info(name).is_some()
     }
     fn naming(&self) -> Naming {
         Naming::Gguf
@@ -109,6 +114,9 @@ impl Named for SafetensorsDir {
             return Ok(None);
         }
         self.get(name).map(Some)
+    }
+    fn has(&self, name: &str) -> bool {
+        self.contains(name)
     }
     fn naming(&self) -> Naming {
         Naming::Hf
@@ -143,6 +151,19 @@ impl Reader<'_> {
             [r, c] => self.mat_named(&t.name(self.src.naming()), r, c),
             ref s => Err(Error::Input(format!("{t:?}: shape {s:?} is not a matrix"))),
         }
+    }
+    /// Stacked experts `t` (`[E, rows, cols]` under the spec) as E matrices; `None` where absent.
+    fn stack_opt(&self, t: Tensor) -> Result<Option<Vec<Array2<f32>>>> {
+        let name = t.name(self.src.naming());
+        let shape = t.spec_shape(self.spec);
+        let Some(d) = self.opt(&name, &shape)? else { return Ok(None) };
+        let [e, r, k] = shape[..] else { return Err(Error::tensor(self.src.path(), &name, format!("shape {shape:?} is not [E, rows, cols]"))) };
+        let a = ndarray::Array3::from_shape_vec((e, r, k), d).map_err(|x| Error::tensor(self.src.path(), &name, x.to_string()))?;
+        Ok(Some(a.axis_iter(Axis(0)).map(|m| m.to_owned()).collect()))
+    }
+    /// [`Reader::stack_opt`] of a tensor that must be there.
+    fn stack(&self, t: Tensor) -> Result<Vec<Array2<f32>>> {
+        self.stack_opt(t)?.ok_or_else(|| Error::tensor(self.src.path(), t.name(self.src.naming()), "missing"))
     }
     /// Vector `t` of the table.
     fn vec(&self, t: Tensor) -> Result<Array1<f32>> {
@@ -206,7 +227,6 @@ fn load_layer(rd: &Reader, spec: &ModelSpec, l: usize, ls: &LayerSpec) -> Result
 }
 
 fn load_ffn(rd: &Reader, spec: &ModelSpec, l: usize, f: &FfnSpec) -> Result<Ffn> {
-    let c = spec.hidden;
     match *f {
         FfnSpec::Dense { ffn, .. } if spec.fused.gate_up => {
             let mut p = split_rows(rd.mat(Tensor::WGateUp(l))?, &[ffn, ffn]).into_iter();
@@ -217,62 +237,31 @@ fn load_ffn(rd: &Reader, spec: &ModelSpec, l: usize, f: &FfnSpec) -> Result<Ffn>
             Ok(Ffn::Dense(Mlp { gate: rd.mat(Tensor::WGate(l))?, up: rd.mat(Tensor::WUp(l))?, down: rd.mat(Tensor::WDown(l))? }))
         }
         FfnSpec::Moe { n_experts, expert_ffn, .. } => {
-            let router = rd.mat_named(&moe_name(rd.src.naming(), l, "mlp.gate.weight", "ffn_gate_inp.weight"), n_experts, c)?;
-            Ok(Ffn::Moe { router, experts: load_experts(rd, l, n_experts, expert_ffn, c)? })
+            Ok(Ffn::Moe { router: rd.mat(Tensor::MoeGate(l))?, experts: load_experts(rd, l, n_experts, expert_ffn)? })
         }
     }
 }
 
-/// An MoE part's name in layer `l`, spelled `(hf, gguf)` (not yet in [`Tensor`]'s table).
-fn moe_name(naming: Naming, l: usize, hf: &str, gguf: &str) -> String {
-    match naming {
-        Naming::Gguf => format!("blk.{l}.{gguf}"),
-        Naming::Hf => format!("model.layers.{l}.{hf}"),
+/// E experts of layer `l` (F wide), in the first layout the source holds: one expert at a time
+/// ([`Tensor::ExpertGate`] …), stacked gate|up ([`Tensor::ExpsGateUp`], transformers 5), or
+/// stacked gate, up and down ([`Tensor::ExpsGate`] …, llama.cpp's `ffn_*_exps`).
+fn load_experts(rd: &Reader, l: usize, e: usize, f: usize) -> Result<Vec<Mlp>> {
+    use Tensor::*;
+    if rd.src.has(&ExpertGate(l, 0).name(rd.src.naming())) {
+        return (0..e).map(|x| Ok(Mlp { gate: rd.mat(ExpertGate(l, x))?, up: rd.mat(ExpertUp(l, x))?, down: rd.mat(ExpertDown(l, x))? })).collect();
     }
-}
-
-/// E experts: stacked `[E, F, C]` / `[E, C, F]` (GGUF `ffn_{gate,up,down}_exps`), or HF's
-/// `mlp.experts.{e}.{gate,up,down}_proj.weight`, or transformers 5's fused
-/// `mlp.experts.gate_up_proj [E, 2F, C]` + `mlp.experts.down_proj [E, C, F]`.
-fn load_experts(rd: &Reader, l: usize, e: usize, f: usize, c: usize) -> Result<Vec<Mlp>> {
-    let name = |hf: &str, gguf: &str| moe_name(rd.src.naming(), l, hf, gguf);
-    let stack = |n: String, r: usize, k: usize| -> Result<Option<Vec<Array2<f32>>>> {
-        let Some(d) = rd.opt(&n, &[e, r, k])? else { return Ok(None) };
-        let a = ndarray::Array3::from_shape_vec((e, r, k), d).map_err(|x| Error::tensor(rd.src.path(), &n, x.to_string()))?;
-        Ok(Some(a.axis_iter(Axis(0)).map(|m| m.to_owned()).collect()))
-    };
-    let per_expert = name("mlp.experts.0.gate_proj.weight", "");
-    if rd.src.tensor(&per_expert)?.is_some() {
-        return (0..e)
-            .map(|x| {
-                let w = |p: &str| name(&format!("mlp.experts.{x}.{p}.weight"), "");
-                Ok(Mlp {
-                    gate: rd.mat_named(&w("gate_proj"), f, c)?,
-                    up: rd.mat_named(&w("up_proj"), f, c)?,
-                    down: rd.mat_named(&w("down_proj"), c, f)?,
-                })
-            })
-            .collect();
-    }
-    if let Some(gu) = stack(name("mlp.experts.gate_up_proj", "ffn_gate_up_exps.weight"), 2 * f, c)? {
-        let down = stack(name("mlp.experts.down_proj", "ffn_down_exps.weight"), c, f)?
-            .ok_or_else(|| Error::tensor(rd.src.path(), name("mlp.experts.down_proj", "ffn_down_exps.weight"), "missing"))?;
-        return Ok(gu
+    if let Some(gu) = rd.stack_opt(ExpsGateUp(l))? {
+        let down = rd.stack(ExpsDown(l))?;
+        return gu
             .into_iter()
             .zip(down)
             .map(|(m, down)| {
                 let mut p = split_rows(m, &[f, f]).into_iter();
-                let (gate, up) = (p.next().unwrap_or_default(), p.next().unwrap_or_default());
-                Mlp { gate, up, down }
+                let (gate, up) = p.next().zip(p.next()).ok_or_else(|| Error::Input(format!("layer {l}: expert gate/up split failed")))?;
+                Ok(Mlp { gate, up, down })
             })
-            .collect());
+            .collect();
     }
-    let need = |hf: &str, gguf: &str, r: usize, k: usize| -> Result<Vec<Array2<f32>>> {
-        let n = name(hf, gguf);
-        stack(n.clone(), r, k)?.ok_or_else(|| Error::tensor(rd.src.path(), n, "missing"))
-    };
-    let gate = need("mlp.experts.gate_proj", "ffn_gate_exps.weight", f, c)?;
-    let up = need("mlp.experts.up_proj", "ffn_up_exps.weight", f, c)?;
-    let down = need("mlp.experts.down_proj", "ffn_down_exps.weight", c, f)?;
+    let (gate, up, down) = (rd.stack(ExpsGate(l))?, rd.stack(ExpsUp(l))?, rd.stack(ExpsDown(l))?);
     Ok(gate.into_iter().zip(up).zip(down).map(|((gate, up), down)| Mlp { gate, up, down }).collect())
 }

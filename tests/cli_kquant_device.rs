@@ -2,13 +2,11 @@
 //! `--weights dense` still forces dense copies — for the llama family and for a spec model
 //! alike (wgpu; the logits of these files are checked by `cli_arch.rs`).
 
-mod common;
-
 /// The "bits a parameter" the GPU load reports for `model` (with `extra` flags).
 fn device_bits(model: &str, extra: &[&str]) -> f64 {
     let mut args = vec!["generate", "--model", model, "--device", "wgpu", "--prompt", "hi", "--max-tokens", "2"];
     args.extend_from_slice(extra);
-    let out = common::tandem(&args);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tandem")).args(&args).output().expect("run the tandem binary");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "tandem {args:?}: {err}");
     let line = err.lines().find(|l| l.contains("weights on the device")).unwrap_or_else(|| panic!("no device weights line: {err}"));

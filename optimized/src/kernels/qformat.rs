@@ -164,7 +164,7 @@ pub(crate) fn upload(client: &Client, parts: &[&QuantTensor], layout: Option<QLa
     let (be, bb, words) = (ty.block_elems(), ty.block_bytes(), kind.words());
     let bpr = in_dim / be;
     for &(_, o, i, b) in &blocks {
-        if i % be != 0 || b.len() != o * bpr * bb {
+        if !i.is_multiple_of(be) || b.len() != o * bpr * bb {
             return Err(Error::Shape(format!("qweight: {} [{o}, {i}]: {} bytes, expected {}", ty.name(), b.len(), o * bpr * bb)));
         }
     }

@@ -176,7 +176,7 @@ impl QuantTensor {
     pub fn ggml(name: &str, ty: GgmlType, out: usize, in_dim: usize, bytes: Vec<u8>) -> Result<QuantTensor> {
         let (be, bb) = (ty.block_elems(), ty.block_bytes());
         let want = out.checked_mul(in_dim / be.max(1)).and_then(|n| n.checked_mul(bb));
-        if be == 0 || in_dim % be != 0 || want != Some(bytes.len()) {
+        if be == 0 || !in_dim.is_multiple_of(be) || want != Some(bytes.len()) {
             return Err(Error::Input(format!(
                 "{name}: {} [{out}, {in_dim}] needs rows of whole {be}-element blocks ({bb} bytes each); {} bytes given",
                 ty.name(),

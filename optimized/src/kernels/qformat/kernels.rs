@@ -161,7 +161,7 @@ pub(crate) struct GemvLaunch {
 /// `fuse`'s prologue / epilogue.
 pub(crate) fn gemv_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor, fuse: &Fuse, l: GemvLaunch) -> Result<(), Error> {
     let kind = kind_of(w)?;
-    if w.in_dim % (SUB * kind.subs()) != 0 {
+    if !w.in_dim.is_multiple_of(SUB * kind.subs()) {
         return Err(Error::Shape(format!("qformat gemv: in {} is not whole {:?} blocks", w.in_dim, kind)));
     }
     let (xr, nw, xw, eps) = fuse.operands(client);

@@ -229,3 +229,19 @@ pub fn tc_tolerance() -> (Tolerance, &'static str) {
         "x (and int8-group / mxfp4 weights) rounded to the 16-bit type on both sides: only the f32 accumulation differs (tensor cores add 16 products per step); NMSE ~(K/16)·2^-46 ≪ 1e-8",
     )
 }
+
+/// The dequantize pass of ggml blocks (`optimized::kernels::qformat`) against
+/// `reference::dequant::dequantize_into`, element by element. Q6_K and Q8_0 decode by products
+/// of exact values (f16 scales widened by bits, codes as small integers): bit-identical. Q4_K /
+/// Q5_K compute `(d·sc)·q − dmin·m` as the reference does, but a compiler may contract it into
+/// one fused multiply-add (NVRTC does by default), which skips the rounding of `(d·sc)·q`: at
+/// most half an ulp of that product (`product`, the value with dmin zeroed) plus half an ulp of
+/// the result apart. Anything more is a decoding bug.
+pub fn ggml_dequant_ok(got: f32, want: f32, product: f32) -> bool {
+    let bound = 2f64.powi(-24) * (product.abs() as f64 + want.abs() as f64);
+    got == want || (got.is_finite() && ((got as f64) - (want as f64)).abs() <= bound)
+}
+
+/// Why [`ggml_dequant_ok`] bounds as it does (reported with the cases).
+pub const GGML_DEQUANT_REASON: &str =
+    "Q6_K / Q8_0 exact; Q4_K / Q5_K exact unless the device contracts (d·sc)·q − dmin·m into an FMA: ≤ ½ ulp of (d·sc)·q + ½ ulp of the value";

@@ -31,7 +31,8 @@ impl TensorSource for GgufFile {
     /// A quantized linear weight (or untied `output.weight`) as the file stores it, so a backend
     /// keeps the file's weights without requantizing: Q8_0 as INT8 with groups of 32 (`q` as
     /// stored, the f16 block scale widened to f32: `d · q`); Q4_0 / Q4_1 as
-    /// [`crate::quant::Q4Weight`] (4-bit codes, the f16 d and m as stored). Each is exactly what
+    /// [`crate::quant::Q4Weight`] (4-bit codes, the f16 d and m as stored); Q4_K / Q5_K / Q6_K
+    /// as their blocks ([`QuantTensor::Ggml`]). Each is exactly what
     /// [`TensorSource::load`] dequantizes. Other types (and a Q8_0 block scale that is negative,
     /// or any d or m that is not finite, legal in ggml but not here) give `None`.
     fn load_quantized(&mut self, t: Tensor, cfg: &Config) -> Result<Option<crate::quant::QuantTensor>> {
@@ -43,11 +44,16 @@ impl TensorSource for GgufFile {
         let name = t.name(Naming::Gguf);
         let want = t.shape(cfg);
         let info = self.tensor_info(&name).ok_or_else(|| Error::tensor(&self.path, &name, "missing"))?;
-        if !matches!(info.ty, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1) {
+        if !matches!(info.ty, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K) {
             return Ok(None);
         }
         if info.shape != want {
             return Err(Error::tensor(&self.path, &name, format!("shape {:?}, expected {:?}", info.shape, want)));
+        }
+        if matches!(info.ty, GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K) {
+            // The k-quants as stored: the GPU decodes their blocks in its kernels.
+            let bytes = self.tensor_bytes(info).to_vec();
+            return QuantTensor::ggml(&name, info.ty, want[0], want[1], bytes).map(Some).map_err(|e| Error::tensor(&self.path, &name, e.to_string()));
         }
         if matches!(info.ty, GgmlType::Q4_0 | GgmlType::Q4_1) {
             // Kept at 4 bits (`crate::quant::q4`): nibbles repacked, d and m as stored.

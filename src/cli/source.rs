@@ -242,6 +242,9 @@ impl ModelArgs {
             let inner = std::mem::replace(&mut o.source, Source::Synthetic(Synthetic { seed: 0 }));
             o.source = Source::Quantized(Box::new(QuantizeOnLoad { inner, scheme }));
             o.label = format!("{} (weights {scheme})", o.label);
+        } else if let (true, Arch::Spec(s)) = (self.dense(), &mut o.arch) {
+            s.dense = true;
+            o.label = format!("{} (weights dense)", o.label);
         } else if self.dense() {
             let inner = std::mem::replace(&mut o.source, Source::Synthetic(Synthetic { seed: 0 }));
             o.source = Source::Dense(Box::new(inner));
@@ -424,12 +427,20 @@ impl Opened {
         super::progress::compile_notice(&client);
         let bar = super::progress::Upload::start(&self.label, expected);
         // A spec model's own spec and files; the llama family's from its config and source.
+        let mut dense_only;
         let (spec, src): (std::borrow::Cow<reference::arch::ModelSpec>, &mut dyn TensorSource) = match &mut self.arch {
+            Arch::Spec(s) if s.dense => {
+                dense_only = spec::DenseOnly(s.files.tensors());
+                (std::borrow::Cow::Borrowed(&s.spec), &mut dense_only)
+            }
             Arch::Spec(s) => (std::borrow::Cow::Borrowed(&s.spec), s.files.tensors()),
             _ => (std::borrow::Cow::Owned(reference::arch::llama::from_config(&self.config)), &mut self.source),
         };
         let m = optimized::model::GpuModel::load_observed(client, backend, src, &spec, dtype, kernels, &mut |done, exp| bar.update(done, exp))?;
         bar.finish(m.weight_bytes);
+        // What the weights take on the device: quantized ones as stored (k-quants ~4.5–6.6 bits).
+        let bits = m.weight_bytes as f64 * 8.0 / self.config.n_params().max(1) as f64;
+        eprintln!("  weights on the device: {:.1} MB, {bits:.2} bits a parameter (embeddings and norms included)", m.weight_bytes as f64 / 1e6);
         let t = m.load_times;
         eprintln!(
             "  load: weights read, converted and queued {:.2} s (dense chunks: waiting for a buffer {:.2} s, reading + converting {:.2} s, client write {:.2} s), copies drained {:.2} s",

@@ -62,6 +62,7 @@ pub mod lab;
 pub mod matmul;
 pub mod moe;
 pub mod pdl;
+pub mod qformat;
 pub mod qmatmul;
 pub mod residual;
 pub mod rmsnorm;

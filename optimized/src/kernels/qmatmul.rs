@@ -45,6 +45,9 @@
 //!   above 32 rows).
 //! GGUF Q8_0 weights are INT8 with groups of 32 (f16 scales widen exactly); `tandem` keeps
 //! them that way on the GPU ([`QWeight::upload`] of a converted tensor).
+//! GGUF k-quants (Q4_K, Q5_K, Q6_K; and Q8_0 blocks as stored) are [`QFormat::Ggml`]: their
+//! blocks kept as the file holds them, decoded in the kernels of `kernels::qformat` (a gemv
+//! for T ≤ [`QGEMV_MAX_T`], dequant + the dense GEMM above), which are generic over the format.
 
 use cubecl::prelude::*;
 use cubecl::server::CubeCountSelection;
@@ -84,7 +87,7 @@ pub const QGEMV_RPG_MXFP4: usize = 4;
 pub fn default_prefetch(format: QFormat, in_dim: usize) -> Prefetch {
     match format {
         QFormat::Int8 { group } if group == in_dim => Prefetch::W,
-        QFormat::Int8 { .. } => Prefetch::Off,
+        QFormat::Int8 { .. } | QFormat::Ggml(_) => Prefetch::Off,
         QFormat::Mxfp4 | QFormat::Q4 { .. } => Prefetch::W,
     }
 }
@@ -141,7 +144,7 @@ impl Prefetch {
 /// Rows per unit group [`qlinear_into`] uses for `format`.
 pub fn default_rpg(format: QFormat) -> usize {
     match format {
-        QFormat::Int8 { .. } => QGEMV_RPG,
+        QFormat::Int8 { .. } | QFormat::Ggml(_) => QGEMV_RPG,
         QFormat::Mxfp4 | QFormat::Q4 { .. } => QGEMV_RPG_MXFP4,
     }
 }
@@ -154,7 +157,7 @@ const GROUP: u32 = 32;
 fn scale_geometry(w: &QWeight) -> (u32, u32) {
     match w.format {
         QFormat::Int8 { group } => ((group / 16) as u32, (w.in_dim / group) as u32),
-        QFormat::Mxfp4 | QFormat::Q4 { .. } => (1, 0),
+        QFormat::Mxfp4 | QFormat::Q4 { .. } | QFormat::Ggml(_) => (1, 0),
     }
 }
 
@@ -318,6 +321,9 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
         // dequantization in the GEMM's tile loads, the gating in its epilogue.
         if super::matmul::tc::quant_applies(client, w) {
             return super::matmul::tc::qlinear_into(client, x, w, y, glu.then_some(fuse.act), None, super::matmul::tc::TcMode::Tensor);
+        }
+        if let QFormat::Ggml(_) = w.format {
+            return crate::kernels::qformat::kernels::linear_dense(client, x, w, y, fuse);
         }
         let wf = dequant(client, w)?;
         if glu {
@@ -504,6 +510,10 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
             },
         }
         return Ok(());
+    }
+    if let QFormat::Ggml(_) = w.format {
+        let l = crate::kernels::qformat::GemvLaunch { count, dim, t, rpg, plane, plane_size: GROUP as usize, split, block };
+        return crate::kernels::qformat::gemv_into(client, x, w, y, fuse, l);
     }
     let (gc, cols) = scale_geometry(w);
     unsafe {

@@ -161,7 +161,7 @@ impl Uploader<'_> {
                     }
                     self.bytes += w.bytes();
                     if self.quant.is_none() {
-                        self.quant = parts.first().map(|p| p.scheme().to_string());
+                        self.quant = parts.first().map(|p| p.label());
                     }
                     return Ok(Weight::Quant(w));
                 }

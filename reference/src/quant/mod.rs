@@ -1,5 +1,6 @@
-//! Quantized weights: INT8 weight-only (W8A16, [`int8`]), OCP MXFP4 ([`mxfp4`]) and GGUF's
-//! Q4_0 / Q4_1 ([`q4`]).
+//! Quantized weights: INT8 weight-only (W8A16, [`int8`]), OCP MXFP4 ([`mxfp4`]), GGUF's
+//! Q4_0 / Q4_1 ([`q4`]), and ggml blocks kept as a GGUF stores them ([`QuantTensor::Ggml`]:
+//! the k-quants, which the GPU decodes block by block).
 //!
 //! The seven linear weights of each block are quantized (q, k, v, o, gate, up, down;
 //! [`is_linear`]), and under INT8 also an untied lm_head ([`quantizes`]); embeddings, MXFP4's
@@ -18,6 +19,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::config::Config;
+use crate::dequant::GgmlType;
 use crate::error::{Error, Result};
 use crate::weights::{Naming, Tensor, TensorSource};
 
@@ -42,6 +44,16 @@ pub enum QuantTensor {
     Int8(Int8Weight),
     Mxfp4(Mxfp4Weight),
     Q4(Q4Weight),
+    /// ggml blocks as stored (`ty` a block type, e.g. Q4_K): `out` rows of
+    /// `in_dim / ty.block_elems()` blocks each, `bytes` row-major. What it stands for is
+    /// `dequant::dequantize_into` of the bytes. Built by [`QuantTensor::ggml`], which checks
+    /// the lengths; loaded from GGUF files only (never quantized to, never stored).
+    Ggml {
+        ty: GgmlType,
+        out: usize,
+        in_dim: usize,
+        bytes: Vec<u8>,
+    },
 }
 
 /// Whether `t` is one of the linear weights that a quantized model stores quantized.
@@ -155,7 +167,23 @@ impl QuantTensor {
             QuantTensor::Int8(x) => (x.out(), x.in_dim()),
             QuantTensor::Mxfp4(x) => (x.out(), x.in_dim()),
             QuantTensor::Q4(x) => (x.out(), x.in_dim()),
+            QuantTensor::Ggml { out, in_dim, .. } => (*out, *in_dim),
         }
+    }
+
+    /// `[out, in_dim]` ggml blocks of `ty` (`name` for the error): `in_dim` a whole number of
+    /// blocks and `bytes` exactly the `out` rows.
+    pub fn ggml(name: &str, ty: GgmlType, out: usize, in_dim: usize, bytes: Vec<u8>) -> Result<QuantTensor> {
+        let (be, bb) = (ty.block_elems(), ty.block_bytes());
+        let want = out.checked_mul(in_dim / be.max(1)).and_then(|n| n.checked_mul(bb));
+        if be == 0 || !in_dim.is_multiple_of(be) || want != Some(bytes.len()) {
+            return Err(Error::Input(format!(
+                "{name}: {} [{out}, {in_dim}] needs rows of whole {be}-element blocks ({bb} bytes each); {} bytes given",
+                ty.name(),
+                bytes.len()
+            )));
+        }
+        Ok(QuantTensor::Ggml { ty, out, in_dim, bytes })
     }
 
     /// The f32 weight `[out, in]` it stands for.
@@ -164,15 +192,32 @@ impl QuantTensor {
             QuantTensor::Int8(x) => int8::dequant(x),
             QuantTensor::Mxfp4(x) => mxfp4::dequant(x),
             QuantTensor::Q4(x) => q4::dequant(x),
+            QuantTensor::Ggml { ty, bytes, .. } => {
+                let mut out = Vec::new();
+                crate::dequant::dequantize_into(*ty, bytes, &mut out);
+                out
+            }
         }
     }
 
-    pub fn scheme(&self) -> Scheme {
+    /// The scheme that quantizes to it; `None` for ggml blocks (no scheme writes them).
+    pub fn scheme(&self) -> Option<Scheme> {
         match self {
-            QuantTensor::Int8(x) => Scheme::Int8(x.granularity()),
-            QuantTensor::Mxfp4(_) => Scheme::Mxfp4,
-            QuantTensor::Q4(x) if x.offset() => Scheme::Q4_1,
-            QuantTensor::Q4(_) => Scheme::Q4_0,
+            QuantTensor::Int8(x) => Some(Scheme::Int8(x.granularity())),
+            QuantTensor::Mxfp4(_) => Some(Scheme::Mxfp4),
+            QuantTensor::Q4(x) if x.offset() => Some(Scheme::Q4_1),
+            QuantTensor::Q4(_) => Some(Scheme::Q4_0),
+            QuantTensor::Ggml { .. } => None,
+        }
+    }
+
+    /// What a report calls its format: the scheme (`int8-g32`, `q4_0`, ...) or the ggml type
+    /// name (`Q4_K`).
+    pub fn label(&self) -> String {
+        match (self, self.scheme()) {
+            (QuantTensor::Ggml { ty, .. }, _) => ty.name().to_string(),
+            (_, Some(s)) => s.to_string(),
+            (_, None) => String::new(),
         }
     }
 
@@ -182,6 +227,7 @@ impl QuantTensor {
             QuantTensor::Int8(x) => x.storage_bytes(),
             QuantTensor::Mxfp4(x) => x.storage_bytes(),
             QuantTensor::Q4(x) => x.storage_bytes(),
+            QuantTensor::Ggml { bytes, .. } => bytes.len(),
         }
     }
 }

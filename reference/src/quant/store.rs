@@ -238,6 +238,8 @@ pub fn write_quantized_hf_dir(dir: &Path, cfg: &Config, src: &mut dyn TensorSour
                     bufs.push((q4_mins_key(&name), Dtype::F16, x.scales_shape(), halves(m)));
                 }
             }
+            // `quantize_tensor` writes no ggml blocks (they come from GGUF files only).
+            QuantTensor::Ggml { ty, .. } => return Err(Error::Input(format!("{name}: {} blocks are not stored in safetensors", ty.name()))),
         }
     }
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;

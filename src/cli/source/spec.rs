@@ -48,6 +48,20 @@ impl SpecFiles {
 pub struct SpecModel {
     pub spec: ModelSpec,
     pub files: SpecFiles,
+    /// `--weights dense`: the GPU upload takes dense copies of quantized tensors ([`DenseOnly`]).
+    pub dense: bool,
+}
+
+/// A source with its quantized forms hidden: every tensor loads dense (`--weights dense`).
+pub struct DenseOnly<'a>(pub &'a mut dyn reference::weights::TensorSource);
+
+impl reference::weights::TensorSource for DenseOnly<'_> {
+    fn load(&mut self, t: reference::weights::Tensor, cfg: &Config) -> reference::Result<Vec<f32>> {
+        self.0.load(t, cfg)
+    }
+    fn load_raw(&mut self, t: reference::weights::Tensor, cfg: &Config) -> reference::Result<Option<reference::weights::RawDense<'_>>> {
+        self.0.load_raw(t, cfg)
+    }
 }
 
 /// Which path a model file takes.
@@ -142,7 +156,7 @@ pub fn summary_config(s: &ModelSpec) -> Config {
 pub fn parts(spec: ModelSpec, files: SpecFiles, label: &str) -> (Config, Source, Arch) {
     let config = summary_config(&spec);
     let source = Source::NotLlama(NotLlama { label: label.to_string(), arch: spec.arch.clone() });
-    (config, source, Arch::Spec(Box::new(SpecModel { spec, files })))
+    (config, source, Arch::Spec(Box::new(SpecModel { spec, files, dense: false })))
 }
 
 /// The model's label: its path and architecture.

@@ -10,6 +10,9 @@ use crate::{Client, DeviceTensor, Error};
 /// The f32 weight `[out, in]` (dequant v1, v2 or v4 by layout).
 pub fn dequant(client: &Client, w: &QWeight) -> Result<DeviceTensor, Error> {
     check_vec4(client)?;
+    if let QFormat::Ggml(_) = w.format {
+        return crate::kernels::qformat::dequant(client, w, crate::Dtype::F32);
+    }
     let out = DeviceTensor::empty_f32(client, &[w.out, w.in_dim]);
     let cpr = w.chunks_per_row();
     let n = u32::try_from(w.out * cpr).map_err(|_| Error::Shape("qdequant: too many chunks".into()))?;

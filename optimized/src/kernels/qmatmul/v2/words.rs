@@ -55,7 +55,7 @@ pub(crate) fn q4_mant(word: u32, #[comptime] i: usize) -> f32 {
 /// The f16 in the low 16 bits of `h` as an f32, by integer operations (any device; exact,
 /// subnormals included, without an f32 subnormal on the way; `h` finite).
 #[cube]
-fn f16_bits(h: u32) -> f32 {
+pub(crate) fn f16_bits(h: u32) -> f32 {
     let sign = (h & 0x8000u32) << 16u32;
     let mag = h & 0x7FFFu32;
     // Normal: exponent rebased by 127 − 15; subnormal: its mantissa · 2^−24.

@@ -1,0 +1,250 @@
+//! ggml blocks kept as stored on the device (`optimized::kernels::qformat`: Q4_K, Q5_K, Q6_K,
+//! Q8_0), every format through every kernel it runs: the decode gemv (T ≤ 8, with the fused
+//! epilogues) and dequant + the dense GEMM (T above), via `qlinear_fused_into_tuned`, against
+//! `reference_linear(dequant(W), x)`; and the dequantize pass alone against
+//! `reference::dequant::dequantize_into` on random blocks (any finite f16 scales, every code
+//! and scale byte), bounded by `tolerance::ggml_dequant_ok`. The blocks are random bytes with
+//! their f16 scales set (small for the matmuls, so that outputs stay moderate); the reference
+//! reads the same bytes. Outputs are NaN-poisoned.
+
+use ndarray::Array2;
+use optimized::kernels::qformat::{self, GgmlKind};
+use optimized::kernels::qmatmul::{default_rpg, qlinear_fused_into_tuned, GemvTune, QLayout, QWeight, QGEMV_MAX_T};
+use optimized::{Client, DeviceTensor};
+use reference::dequant::{dequantize_into, GgmlType};
+use reference::quant::QuantTensor;
+
+use super::matmul::Fusion;
+use super::outcome;
+use crate::tolerance::{ggml_dequant_ok, tc_tolerance, GGML_DEQUANT_REASON};
+use crate::{compare, rand_vec, round_to, tolerance, Case, Dtype, Metrics, Op, Outcome};
+
+/// Byte offsets of a block's f16 scales (d, and Q4_K / Q5_K's dmin): ggml's layouts.
+fn scale_offsets(ty: GgmlType) -> &'static [usize] {
+    match ty {
+        GgmlType::Q4K | GgmlType::Q5K => &[0, 2],
+        GgmlType::Q6K => &[208],
+        _ => &[0],
+    }
+}
+
+/// `n` random blocks of `ty` (salt `salt`): random bytes, then each f16 scale set by `scale`
+/// (block index, scale index, a random unit) — finite f16 bits.
+fn random_blocks(ty: GgmlType, n: usize, salt: u32, scale: impl Fn(usize, usize, f32) -> u16) -> Vec<u8> {
+    let bb = ty.block_bytes();
+    let r = rand_vec(n * bb, salt);
+    let mut b: Vec<u8> = r.iter().map(|v| ((v * 1.0e4) as i64 & 255) as u8).collect();
+    let u = rand_vec(n * 2, salt + 1);
+    for (i, blk) in b.chunks_mut(bb).enumerate() {
+        for (k, &o) in scale_offsets(ty).iter().enumerate() {
+            blk[o..o + 2].copy_from_slice(&scale(i, k, u[2 * i + k]).to_le_bytes());
+        }
+    }
+    b
+}
+
+/// Moderate scales for a matmul: d about 2^-10 (Q6_K 2^-12, Q8_0 2^-7), dmin half of it, signs
+/// mixed, so that outputs are O(1).
+fn matmul_scale(ty: GgmlType) -> impl Fn(usize, usize, f32) -> u16 {
+    let e = match ty {
+        GgmlType::Q6K => -12,
+        GgmlType::Q8_0 => -7,
+        _ => -10,
+    };
+    move |_, k, u| half::f16::from_f32(2f32.powi(e - k as i32) * (0.5 + u.abs()) * if u < -0.5 { -1.0 } else { 1.0 }).to_bits()
+}
+
+fn ggml(ty: GgmlType, out: usize, in_dim: usize, salt: u32, scale: impl Fn(usize, usize, f32) -> u16) -> Result<QuantTensor, String> {
+    let bytes = random_blocks(ty, out * in_dim / ty.block_elems(), salt, scale);
+    QuantTensor::ggml("w", ty, out, in_dim, bytes).map_err(|e| e.to_string())
+}
+
+/// `qlinear` of a ggml weight: `parts` stacked (or, with SwiGLU, two interleaved).
+#[derive(Debug, Clone)]
+pub struct GgmlMatmulCase {
+    pub t: usize,
+    pub n_in: usize,
+    pub n_out: usize,
+    pub kind: GgmlKind,
+    pub parts: usize,
+    pub fusion: Fusion,
+}
+
+impl Case for GgmlMatmulCase {
+    fn op(&self) -> Op {
+        Op::Matmul
+    }
+    fn name(&self) -> String {
+        let p = if self.parts > 1 && !self.fusion.glu() { format!(",stacked×{}", self.parts) } else { String::new() };
+        let path = if self.t <= QGEMV_MAX_T { "gemv" } else { "dequant+gemm" };
+        format!("qmatmul(T={},in={},out={},{}{p}{},{path})", self.t, self.n_in, self.n_out, self.kind.ty().name(), self.fusion.tag())
+    }
+    fn run(&self, client: &Client) -> Outcome {
+        let (t, n_in, n_out, ty) = (self.t, self.n_in, self.n_out, self.kind.ty());
+        let glu = self.fusion.glu();
+        let nparts = if glu { 2 } else { self.parts.max(1) };
+        let parts: Result<Vec<QuantTensor>, String> = (0..nparts).map(|p| ggml(ty, n_out, n_in, 40 + 3 * p as u32, matmul_scale(ty))).collect();
+        let parts = match parts {
+            Ok(p) => p,
+            Err(e) => return Outcome::Fail(format!("reference blocks: {e}")),
+        };
+        let refs: Vec<&QuantTensor> = parts.iter().collect();
+        let uploaded = match (glu, &refs[..]) {
+            (true, [g, u]) => QWeight::upload_glu(client, g, u, None),
+            _ => QWeight::upload(client, &refs),
+        };
+        let w = match uploaded {
+            Ok(w) => w,
+            Err(e) => return Outcome::Fail(format!("upload: {e}")),
+        };
+        if w.layout != QLayout::Rows {
+            return Outcome::Fail(format!("upload: {:?} order, expected the input order", w.layout));
+        }
+        let rows = n_out * parts.len();
+        // Above the gemv, the dense GEMM reads the dequantized scratch: in the tensor cores'
+        // 16-bit type where they apply (x rounded to it too), the reference multiplying the same
+        // rounded values (`tc_tolerance`); f32 elsewhere (exact).
+        let dense = t > QGEMV_MAX_T;
+        let e = match qformat::dense_dtype(client, n_in) {
+            optimized::Dtype::F32 => None,
+            d => Some(Dtype::from(d)),
+        };
+        let tc_path = dense && e.is_some();
+        let x = rand_vec(t * n_in, 21);
+        let lin = |inp: &[f32]| -> Result<Array2<f32>, String> {
+            let inp = match (tc_path, e) {
+                (true, Some(e)) => round_to(inp, e),
+                _ => inp.to_vec(),
+            };
+            let xa = Array2::from_shape_vec((t, n_in), inp).map_err(|e| e.to_string())?;
+            let mut y = Array2::<f32>::zeros((t, rows));
+            for (pi, p) in parts.iter().enumerate() {
+                let deq = match (tc_path, e) {
+                    (true, Some(e)) => round_to(&p.dequant(), e),
+                    _ => p.dequant(),
+                };
+                let wa = Array2::from_shape_vec((n_out, n_in), deq).map_err(|e| e.to_string())?;
+                let yp = reference::ops::matmul::linear(xa.view(), wa.view()).map_err(|e| e.to_string())?;
+                for ti in 0..t {
+                    for o in 0..n_out {
+                        let col = if glu { 2 * o + pi } else { pi * n_out + o };
+                        y[[ti, col]] = yp[[ti, o]];
+                    }
+                }
+            }
+            Ok(y)
+        };
+        let io = match self.fusion.io(t, n_in, rows, &x, lin) {
+            Ok(io) => io,
+            Err(e) => return Outcome::Fail(format!("reference: {e}")),
+        };
+        outcome((|| {
+            let tune = GemvTune { rpg: default_rpg(w.format), ..GemvTune::default_for(client, &w) };
+            let y =
+                self.fusion.run_device(client, t, n_in, rows, &x, &io, |xd, yd, fuse| qlinear_fused_into_tuned(client, xd, &w, yd, &tune, fuse))?;
+            let (tol, _) = if tc_path { tc_tolerance() } else { tolerance(Op::Matmul, Dtype::F32) };
+            Ok(match compare(&y, &io.want, tol) {
+                Ok(m) => Outcome::Pass(m),
+                Err(e) => Outcome::Fail(e),
+            })
+        })())
+    }
+}
+
+/// The dequantize pass alone on random blocks (seed `seed`): any finite f16 scales (normal,
+/// subnormal, zero, negative; Q4_K / Q5_K's dmin too), every code and scale byte.
+#[derive(Debug, Clone)]
+pub struct GgmlDequantCase {
+    pub kind: GgmlKind,
+    pub rows: usize,
+    pub blocks: usize,
+    pub seed: u32,
+}
+
+/// Random finite f16 bits (exponent 31 — ∞ and NaN — moved to 30).
+fn any_finite_f16(u: f32) -> u16 {
+    let b = ((u * 1.0e6) as i64 & 0xFFFF) as u16;
+    if (b >> 10) & 31 == 31 {
+        b & !(1 << 10)
+    } else {
+        b
+    }
+}
+
+impl Case for GgmlDequantCase {
+    fn op(&self) -> Op {
+        Op::Matmul
+    }
+    fn name(&self) -> String {
+        format!("qdequant(rows={},blocks={},{},seed={})", self.rows, self.blocks, self.kind.ty().name(), self.seed)
+    }
+    fn run(&self, client: &Client) -> Outcome {
+        let ty = self.kind.ty();
+        let (out, in_dim) = (self.rows, self.blocks * ty.block_elems());
+        let q = match ggml(ty, out, in_dim, 1000 + self.seed, |_, _, u| any_finite_f16(u)) {
+            Ok(q) => q,
+            Err(e) => return Outcome::Fail(format!("reference blocks: {e}")),
+        };
+        let QuantTensor::Ggml { bytes, .. } = &q else {
+            return Outcome::Fail("reference blocks: not ggml".into());
+        };
+        let want = q.dequant();
+        // The products (d·sc)·q alone: the same blocks with dmin zeroed (Q4_K / Q5_K).
+        let mut no_min = bytes.clone();
+        if let [_, m] = scale_offsets(ty) {
+            no_min.chunks_mut(ty.block_bytes()).for_each(|b| b[*m..*m + 2].fill(0));
+        }
+        let mut product = Vec::new();
+        dequantize_into(ty, &no_min, &mut product);
+        outcome((|| {
+            let w = QWeight::upload(client, &[&q])?;
+            let dst = DeviceTensor::from_f32(client, &vec![f32::NAN; out * in_dim], &[out, in_dim])?;
+            qformat::dequant_into(client, &w, &dst)?;
+            let got = dst.to_f32(client)?;
+            if got.len() != want.len() {
+                return Ok(Outcome::Fail(format!("length {} != {}", got.len(), want.len())));
+            }
+            let mut max_abs = 0f64;
+            for (i, ((&g, &wv), &p)) in got.iter().zip(&want).zip(&product).enumerate() {
+                if !ggml_dequant_ok(g, wv, p) {
+                    return Ok(Outcome::Fail(format!("element {i}: {g} vs the reference's {wv} ({GGML_DEQUANT_REASON})")));
+                }
+                max_abs = max_abs.max(((g as f64) - (wv as f64)).abs());
+            }
+            Ok(Outcome::Pass(Metrics { max_abs, nmse: 0.0, n: got.len() }))
+        })())
+    }
+}
+
+pub fn cases() -> Vec<Box<dyn Case>> {
+    let mut v: Vec<Box<dyn Case>> = Vec::new();
+    for kind in GgmlKind::ALL {
+        // in: one block, two, 17 (4352: a row of an odd count of blocks); out: 1, odd, not a
+        // multiple of the 4 rows per group; Q8_0 also at 32 (one block).
+        let mut shapes = vec![(256usize, 1usize), (256, 7), (512, 33), (4352, 5), (1024, 130)];
+        if kind == GgmlKind::Q8_0 {
+            shapes.push((32, 3));
+        }
+        for t in [1usize, 2, 8, 9, 64, 300] {
+            for &(n_in, n_out) in &shapes {
+                if t > 64 && n_in > 1024 {
+                    continue;
+                }
+                v.push(Box::new(GgmlMatmulCase { t, n_in, n_out, kind, parts: 1, fusion: Fusion::None }));
+            }
+        }
+        // Stacked like q|k|v; the gemv's fusions (T ≤ 8) and SwiGLU after dequant + GEMM.
+        v.push(Box::new(GgmlMatmulCase { t: 1, n_in: 512, n_out: 48, kind, parts: 3, fusion: Fusion::None }));
+        for fusion in [Fusion::Glu, Fusion::Norm, Fusion::NormGlu, Fusion::Residual, Fusion::GeluGlu] {
+            for (t, n_in, n_out) in [(1usize, 512usize, 37usize), (3, 4352, 9), (9, 256, 20)] {
+                if t <= QGEMV_MAX_T || fusion.glu() && fusion != Fusion::NormGlu {
+                    v.push(Box::new(GgmlMatmulCase { t, n_in, n_out, kind, parts: 1, fusion }));
+                }
+            }
+        }
+        for seed in 0..4u32 {
+            v.push(Box::new(GgmlDequantCase { kind, rows: 3 + seed as usize, blocks: 1 + 2 * seed as usize, seed }));
+        }
+    }
+    v
+}

@@ -1,0 +1,210 @@
+//! ggml block formats kept as stored on the device, behind one abstraction: a format is one
+//! module (`q4k.rs`, `q5k.rs`, `q6k.rs`, `q8_0.rs`) that says how its blocks are laid into
+//! u32 words on upload ([`GgmlKind::pack`]) and how a kernel decodes 32 consecutive values of a
+//! block from those words ([`BlockFormat::decode_sub`], a `#[cube]` trait: the kernels are
+//! generic over it and monomorphize per format). The kernels (`kernels.rs`) are written once:
+//! - the decode gemv (T ≤ [`QGEMV_MAX_T`](super::qmatmul::QGEMV_MAX_T)), gemv v1's scheme: a
+//!   group of 32·split units (planes where plane ops exist) per `rpg` rows; unit `lane` takes
+//!   the row's 32-value sub-blocks `lane, lane + group, ..`, decodes each once into registers
+//!   and dots it with every token's x; `matmul::store_row_sums` reduces, with the fused RMSNorm
+//!   prologue and residual / SwiGLU / GELU epilogues of `matmul::Fuse`;
+//! - the dequantize pass (one unit per sub-block) into a dense `[out, in]` scratch, then the
+//!   dense matmul (tensor cores where they apply, the scratch in their 16-bit type): what
+//!   prefill and batches above the gemv run. It costs a write and a read of a dense copy per
+//!   call (2 + 2 bytes a weight in bf16, 4 + 4 in f32) on top of the quantized read, and the
+//!   scratch's memory while the call runs; a GEMM decoding blocks in its tile loads (as tc v1
+//!   does for int8 / mxfp4 / Q4) is the later step.
+//!
+//! Device layout: each stored block as its own run of whole u32 words, rows of blocks in input
+//! order (`QLayout::Rows`), block `b` of row `r` at word `(r · blocks_per_row + b) · words`.
+//! The blocks keep ggml's byte order, padded to whole words — Q4_K 144 bytes = 36 words, Q5_K
+//! 176 = 44, Q6_K 210 + 2 = 53 — except Q8_0, whose f16 d is widened to a word of its own so
+//! that its 32 codes start on a word (2 + 2 + 32 bytes = 9 words). Why blocks whole rather
+//! than scales and codes split in two arrays: a unit decoding a sub-block reads its scale
+//! bytes and its 8 code words from one block, and the 32 units of a plane read 4 (k-quants) or
+//! 32 (Q8_0) consecutive blocks — one contiguous run of memory per plane and instruction, the
+//! same bytes the file holds (4.5 / 5.5 / 6.56 / 9 bits a weight for Q4_K / Q5_K / Q6_K / Q8_0).
+//!
+//! Decoding is exact where the reference's arithmetic is products only (Q6_K: `(d·sc)·(q − 32)`,
+//! Q8_0: `d·q`; the f16 scales widened by bits): bit-equal to `reference::dequant`. Q4_K / Q5_K
+//! compute `(d·sc)·q − dmin·m` as the reference does; a compiler may contract that into one
+//! fused multiply-add (NVRTC does by default), which rounds once instead of twice: at most half
+//! an ulp of `(d·sc)·q` from the reference's value (conformance bounds it so).
+//!
+//! Porting the older formats onto this trait: INT8 groups of 32 are [`GgmlKind::Q8_0`] with f32
+//! instead of f16 scales (a 36-byte block: scale word + 8 code words); MXFP4 a 17-byte block
+//! padded to 20 (e8m0 word + 4 nibble words); Q4_0 / Q4_1 an 18 / 20-byte block padded to 20 /
+//! 24 — each a `pack` and a `decode_sub`. Their tuned kernels (the tiled order of gemv v2, v5's
+//! ring, tc v1's tile loads) then become generic over `BlockFormat` in turn; until measured no
+//! slower they stay as they are.
+
+use cubecl::prelude::*;
+use reference::dequant::GgmlType;
+use reference::quant::QuantTensor;
+
+use super::qmatmul::{QFormat, QLayout, QWeight};
+use crate::{Client, DeviceTensor, Error};
+
+pub mod kernels;
+mod q4k;
+mod q5k;
+mod q6k;
+mod q8_0;
+
+pub(crate) use kernels::gemv_into;
+pub(crate) use kernels::GemvLaunch;
+pub use kernels::{dense_dtype, dequant, dequant_into, linear_dense};
+pub use q4k::Q4K;
+pub use q5k::Q5K;
+pub use q6k::Q6K;
+pub use q8_0::Q8_0;
+
+/// Values a unit decodes at once: one sub-block (a k-quant's scale group, a Q8_0 block).
+pub const SUB: usize = 32;
+
+/// A block format's in-kernel decode (see the module doc).
+#[cube]
+pub trait BlockFormat: 'static + Send + Sync {
+    /// Values `32·sub .. 32·sub + 32` of the block whose words start at `w[base]`, into
+    /// `vals[0..32]` in order.
+    fn decode_sub(w: &[u32], base: usize, sub: usize, vals: &mut Array<f32>);
+}
+
+/// Byte `b` of the block whose words start at `w[base]` (little-endian words).
+#[cube]
+pub(crate) fn block_byte(w: &[u32], base: usize, b: usize) -> u32 {
+    (w[base + b / 4] >> ((b % 4) * 8) as u32) & 255u32
+}
+
+/// A signed byte (`i8` stored as `b`) as an f32, exactly.
+#[cube]
+pub(crate) fn signed_byte(b: u32) -> f32 {
+    f32::cast_from(b) - select(b >= 128u32, 256.0f32, 0.0f32)
+}
+
+/// The ggml block formats the device keeps as stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GgmlKind {
+    Q4K,
+    Q5K,
+    Q6K,
+    Q8_0,
+}
+
+impl GgmlKind {
+    pub const ALL: [GgmlKind; 4] = [GgmlKind::Q4K, GgmlKind::Q5K, GgmlKind::Q6K, GgmlKind::Q8_0];
+
+    /// The device format of a stored ggml type, `None` where it has none (yet).
+    pub fn of(ty: GgmlType) -> Option<Self> {
+        match ty {
+            GgmlType::Q4K => Some(GgmlKind::Q4K),
+            GgmlType::Q5K => Some(GgmlKind::Q5K),
+            GgmlType::Q6K => Some(GgmlKind::Q6K),
+            GgmlType::Q8_0 => Some(GgmlKind::Q8_0),
+            _ => None,
+        }
+    }
+
+    pub fn ty(self) -> GgmlType {
+        match self {
+            GgmlKind::Q4K => GgmlType::Q4K,
+            GgmlKind::Q5K => GgmlType::Q5K,
+            GgmlKind::Q6K => GgmlType::Q6K,
+            GgmlKind::Q8_0 => GgmlType::Q8_0,
+        }
+    }
+
+    /// u32 words of one block on the device.
+    pub fn words(self) -> usize {
+        match self {
+            GgmlKind::Q8_0 => 9,
+            k => k.ty().block_bytes().div_ceil(4),
+        }
+    }
+
+    /// 32-value sub-blocks per block.
+    pub fn subs(self) -> usize {
+        self.ty().block_elems() / SUB
+    }
+
+    /// One stored block (`ty().block_bytes()` bytes) into its device words' bytes
+    /// (`4 · words()`, zero-filled by the caller).
+    fn pack(self, src: &[u8], dst: &mut [u8]) {
+        match self {
+            GgmlKind::Q8_0 => {
+                dst[..2].copy_from_slice(&src[..2]);
+                dst[4..36].copy_from_slice(&src[2..34]);
+            }
+            _ => dst[..src.len()].copy_from_slice(src),
+        }
+    }
+}
+
+/// `parts` (ggml blocks of one type and `in`) stacked by rows, or with `interleave` (gate,
+/// up) row by row, as a [`QWeight`] of [`QFormat::Ggml`] in the input order. Unsupported (the
+/// caller keeps a dense copy) for parts of different types, a type without a device format,
+/// or another order.
+pub(crate) fn upload(client: &Client, parts: &[&QuantTensor], layout: Option<QLayout>, interleave: bool) -> Result<QWeight, Error> {
+    use rayon::prelude::*;
+    let mut blocks = Vec::with_capacity(parts.len());
+    for p in parts {
+        match p {
+            QuantTensor::Ggml { ty, out, in_dim, bytes } => blocks.push((*ty, *out, *in_dim, bytes.as_slice())),
+            _ => return Err(Error::Unsupported("qweight: ggml blocks stacked with another format".into())),
+        }
+    }
+    let &(ty, _, in_dim, _) = blocks.first().ok_or_else(|| Error::Shape("qweight: nothing to upload".into()))?;
+    let kind = GgmlKind::of(ty).ok_or_else(|| Error::Unsupported(format!("qweight: no device format for {} blocks", ty.name())))?;
+    if let Some(&(t, _, i, _)) = blocks.iter().find(|b| b.0 != ty || b.2 != in_dim) {
+        return Err(Error::Unsupported(format!("qweight: stacking {} [_, {i}] with {} [_, {in_dim}]", t.name(), ty.name())));
+    }
+    if layout.is_some_and(|l| l != QLayout::Rows) {
+        return Err(Error::Unsupported(format!("qweight: {} blocks are kept in the input order only", ty.name())));
+    }
+    let (be, bb, words) = (ty.block_elems(), ty.block_bytes(), kind.words());
+    let bpr = in_dim / be;
+    for &(_, o, i, b) in &blocks {
+        if !i.is_multiple_of(be) || b.len() != o * bpr * bb {
+            return Err(Error::Shape(format!("qweight: {} [{o}, {i}]: {} bytes, expected {}", ty.name(), b.len(), o * bpr * bb)));
+        }
+    }
+    if interleave && (blocks.len() != 2 || blocks[0].1 != blocks[1].1) {
+        return Err(Error::Shape("qweight: interleaving needs two parts of one shape".into()));
+    }
+    let out: usize = blocks.iter().map(|b| b.1).sum();
+    let starts: Vec<usize> = blocks.iter().scan(0, |acc, b| Some(std::mem::replace(acc, *acc + b.1))).collect();
+    let row_in = bpr * bb;
+    let row_dev = bpr * words * 4;
+    let mut data = vec![0u8; out * row_dev];
+    data.par_chunks_mut(row_dev.max(1)).enumerate().for_each(|(r, o)| {
+        let (k, j) = match interleave {
+            true => (r % 2, r / 2),
+            false => {
+                let k = starts.partition_point(|&s| s <= r) - 1;
+                (k, r - starts[k])
+            }
+        };
+        let src = &blocks[k].3[j * row_in..(j + 1) * row_in];
+        o.chunks_mut(words * 4).zip(src.chunks(bb)).for_each(|(d, s)| kind.pack(s, d));
+    });
+    let w: Vec<u32> = data.par_chunks(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    if w.is_empty() {
+        return Err(Error::Shape("qweight: an empty ggml weight".into()));
+    }
+    // Uploaded once and never written by a kernel.
+    let data = DeviceTensor::from_u32(client, &w, &[w.len()])?.into_read_only();
+    // No scale array: the scales live in the blocks (one word, never read, for the field).
+    let scales = DeviceTensor::from_u32(client, &[0], &[1])?.into_read_only();
+    Ok(QWeight {
+        format: QFormat::Ggml(kind),
+        layout: QLayout::Rows,
+        out,
+        in_dim,
+        data,
+        scales,
+        pairs: false,
+        subnormal: false,
+        prefetch: super::qmatmul::Prefetch::Off,
+        mma: super::qmatmul::v4::MmaTune::default(),
+    })
+}

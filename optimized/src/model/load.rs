@@ -160,8 +160,8 @@ impl Uploader<'_> {
                         w.prefetch = p;
                     }
                     self.bytes += w.bytes();
-                    if self.quant.is_none() {
-                        self.quant = parts.first().map(|p| p.label());
+                    if let Some(l) = parts.first().map(|p| p.label()) {
+                        self.quant = Some(add_label(self.quant.take(), l));
                     }
                     return Ok(Weight::Quant(w));
                 }
@@ -526,5 +526,31 @@ impl GpuModel {
             quant,
             moe_path: MoePath::Auto,
         })
+    }
+}
+
+/// The kept formats' label with `l` added: each distinct label once, sorted, joined by `/` — a
+/// GGUF mix names every format it keeps (`Q4_K/Q6_K`, not whichever tensor loaded first).
+fn add_label(have: Option<String>, l: String) -> String {
+    let mut all: Vec<String> = have.iter().flat_map(|h| h.split('/')).map(str::to_string).collect();
+    if !all.contains(&l) {
+        all.push(l);
+    }
+    all.sort();
+    all.join("/")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::add_label;
+
+    #[test]
+    fn a_mix_names_each_kept_format_once() {
+        let mut q = None;
+        for l in ["Q6_K", "Q4_K", "Q6_K", "Q4_K"] {
+            q = Some(add_label(q, l.to_string()));
+        }
+        assert_eq!(q.as_deref(), Some("Q4_K/Q6_K"));
+        assert_eq!(add_label(None, "int8-g32".into()), "int8-g32");
     }
 }

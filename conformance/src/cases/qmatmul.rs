@@ -200,12 +200,7 @@ impl Case for QMatmulCase {
                 } else {
                     reference::ops::qmatmul::qlinear(xa.view(), p).map_err(|e| e.to_string())?
                 };
-                for ti in 0..t {
-                    for o in 0..n_out {
-                        let col = if glu { 2 * o + pi } else { pi * n_out + o };
-                        y[[ti, col]] = yp[[ti, o]];
-                    }
-                }
+                place_part(&mut y, &yp, pi, glu);
             }
             Ok(y)
         };
@@ -589,4 +584,14 @@ pub fn tc_cases() -> Vec<Box<dyn Case>> {
     v.push(Box::new(TcCase::new(17, 256, 72, TcWeight::Quant(Scheme::Q4_1, QLayout::Rows), TcMode::Tensor)));
     v.push(Box::new(TcCase::new(17, 256, 64, TcWeight::Quant(Scheme::Int8(Granularity::PerChannel), QLayout::Mma), TcMode::Tensor)));
     v
+}
+
+/// Part `pi`'s outputs `yp [T, n_out]` into the stacked weight's `y [T, rows]`: its own block of
+/// columns (q|k|v), or every other column from `pi` (gate|up interleaved, `glu`).
+pub(crate) fn place_part(y: &mut Array2<f32>, yp: &Array2<f32>, pi: usize, glu: bool) {
+    let n_out = yp.ncols();
+    for ((ti, o), &v) in yp.indexed_iter() {
+        let col = if glu { 2 * o + pi } else { pi * n_out + o };
+        y[[ti, col]] = v;
+    }
 }

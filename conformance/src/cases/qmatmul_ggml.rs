@@ -125,12 +125,7 @@ impl Case for GgmlMatmulCase {
                 };
                 let wa = Array2::from_shape_vec((n_out, n_in), deq).map_err(|e| e.to_string())?;
                 let yp = reference::ops::matmul::linear(xa.view(), wa.view()).map_err(|e| e.to_string())?;
-                for ti in 0..t {
-                    for o in 0..n_out {
-                        let col = if glu { 2 * o + pi } else { pi * n_out + o };
-                        y[[ti, col]] = yp[[ti, o]];
-                    }
-                }
+                super::qmatmul::place_part(&mut y, &yp, pi, glu);
             }
             Ok(y)
         };

@@ -3,8 +3,12 @@
 //! requests/s, TTFT, TPOT (time per output token after the first), ITL (time between
 //! streamed chunks), p50 / p99 — for one concurrency level at a time.
 //!
-//! Every request streams (`stream_options.include_usage`) with `ignore_eos` and
-//! `max_tokens = output_len`, so every request generates the same length.
+//! Every request streams (`stream_options.include_usage`) with `ignore_eos` and its own
+//! `max_tokens` ([`BenchRequest`]; [`run`]: `output_len` for all), so every request generates
+//! exactly that many tokens. Around each level the server's `/metrics` is read ([`scrape`]):
+//! the row carries the level's prefix-cache hit tokens, preemptions and peak KV use.
+
+pub mod scrape;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,6 +24,13 @@ use tokio::sync::Semaphore;
 pub enum BenchPrompt {
     Ids(Vec<u32>),
     Text(String),
+}
+
+/// One request of a level: its prompt and how many tokens it generates.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BenchRequest {
+    pub prompt: BenchPrompt,
+    pub max_tokens: usize,
 }
 
 /// One benchmark run.
@@ -64,6 +75,17 @@ pub struct BenchRow {
     pub mean_e2el_ms: f64,
     /// The first error seen, if any (the rest are counted).
     pub first_error: Option<String>,
+    /// Prompt tokens the server served from its prefix cache during the level (`/metrics`;
+    /// `None`: the server does not say).
+    #[serde(default)]
+    pub prefix_cache_hit_tokens: Option<u64>,
+    /// Sequences the server preempted during the level (`/metrics`).
+    #[serde(default)]
+    pub preemptions: Option<u64>,
+    /// The highest share of KV cache blocks in use seen while the level ran (0..1, sampled
+    /// every [`scrape::KV_POLL`]).
+    #[serde(default)]
+    pub kv_use_peak: Option<f64>,
 }
 
 /// What the server says about its model (`/v1/models`).
@@ -149,9 +171,9 @@ fn stats_ms(mut v: Vec<f64>) -> (f64, f64, f64) {
 }
 
 /// Send one streamed completion and time its chunks.
-async fn one(client: &reqwest::Client, url: &str, model: &str, prompt: &BenchPrompt, output_len: usize) -> Result<Sample, String> {
+async fn one(client: &reqwest::Client, url: &str, model: &str, req: &BenchRequest) -> Result<Sample, String> {
     let body = serde_json::json!({
-        "model": model, "prompt": prompt, "max_tokens": output_len, "ignore_eos": true,
+        "model": model, "prompt": req.prompt, "max_tokens": req.max_tokens, "ignore_eos": true,
         "temperature": 0.0, "stream": true, "stream_options": {"include_usage": true},
     });
     let t0 = Instant::now();
@@ -204,29 +226,54 @@ async fn one(client: &reqwest::Client, url: &str, model: &str, prompt: &BenchPro
     Err("the stream ended without `data: [DONE]`".into())
 }
 
-/// Run `prompts` against the server at one concurrency level.
+/// Run `prompts` against the server at one concurrency level, `cfg.output_len` tokens each.
 pub fn run(cfg: &BenchConfig, prompts: &[BenchPrompt]) -> Result<BenchRow, String> {
+    let reqs: Vec<BenchRequest> = prompts.iter().map(|p| BenchRequest { prompt: p.clone(), max_tokens: cfg.output_len }).collect();
+    run_requests(cfg, &reqs)
+}
+
+/// Sample the KV gauges until `stop` fires; the highest use seen.
+async fn kv_peak(client: reqwest::Client, base: String, mut stop: tokio::sync::oneshot::Receiver<()>) -> Option<f64> {
+    let mut peak: Option<f64> = None;
+    loop {
+        if let Some(u) = scrape::scrape(&client, &base).await.as_ref().and_then(scrape::kv_use) {
+            peak = Some(peak.map_or(u, |p| p.max(u)));
+        }
+        tokio::select! {
+            _ = &mut stop => return peak,
+            _ = tokio::time::sleep(scrape::KV_POLL) => {}
+        }
+    }
+}
+
+/// Run `reqs` against the server at one concurrency level (each with its own `max_tokens`;
+/// `cfg.output_len` is not used).
+pub fn run_requests(cfg: &BenchConfig, reqs: &[BenchRequest]) -> Result<BenchRow, String> {
     if cfg.concurrency == 0 {
         return Err("--concurrency: values must be at least 1".into());
     }
-    let url = format!("{}/v1/completions", cfg.url.trim_end_matches('/'));
+    let base = cfg.url.trim_end_matches('/').to_string();
+    let url = format!("{base}/v1/completions");
     let rt = runtime()?;
     rt.block_on(async {
         let client = client(cfg.api_key.as_deref())?;
+        let before = scrape::scrape(&client, &base).await;
+        let (stop_kv, stopped) = tokio::sync::oneshot::channel();
+        let kv = tokio::spawn(kv_peak(client.clone(), base.clone(), stopped));
         let sem = Arc::new(Semaphore::new(cfg.concurrency));
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(cfg.seed);
         let t0 = Instant::now();
-        let mut tasks = Vec::with_capacity(prompts.len());
-        for p in prompts {
+        let mut tasks = Vec::with_capacity(reqs.len());
+        for p in reqs {
             if let Some(rate) = cfg.rate.filter(|r| *r > 0.0 && r.is_finite()) {
                 // Exponential gaps: a Poisson process of `rate` requests per second.
                 let u: f64 = rng.random_range(f64::EPSILON..1.0);
                 tokio::time::sleep(Duration::from_secs_f64(-u.ln() / rate)).await;
             }
             let permit = sem.clone().acquire_owned().await.map_err(|e| format!("semaphore: {e}"))?;
-            let (client, url, model, p, n) = (client.clone(), url.clone(), cfg.model.clone(), p.clone(), cfg.output_len);
+            let (client, url, model, p) = (client.clone(), url.clone(), cfg.model.clone(), p.clone());
             tasks.push(tokio::spawn(async move {
-                let r = one(&client, &url, &model, &p, n).await;
+                let r = one(&client, &url, &model, &p).await;
                 drop(permit);
                 r
             }));
@@ -243,7 +290,14 @@ pub fn run(cfg: &BenchConfig, prompts: &[BenchPrompt]) -> Result<BenchRow, Strin
             }
         }
         let duration = t0.elapsed().as_secs_f64();
-        Ok(summarize(cfg, prompts.len(), samples, errors, first_error, duration))
+        let _ = stop_kv.send(());
+        let kv_use_peak = kv.await.ok().flatten();
+        let after = scrape::scrape(&client, &base).await;
+        let mut row = summarize(cfg, reqs.len(), samples, errors, first_error, duration);
+        row.prefix_cache_hit_tokens = scrape::delta(before.as_ref(), after.as_ref(), scrape::PREFIX_HITS);
+        row.preemptions = scrape::delta(before.as_ref(), after.as_ref(), scrape::PREEMPTIONS);
+        row.kv_use_peak = kv_use_peak;
+        Ok(row)
     })
 }
 
@@ -278,28 +332,49 @@ fn summarize(cfg: &BenchConfig, n: usize, samples: Vec<Sample>, errors: usize, f
         p99_itl_ms: itl.2,
         mean_e2el_ms: e2el.0,
         first_error,
+        prefix_cache_hit_tokens: None,
+        preemptions: None,
+        kv_use_peak: None,
     }
 }
 
-/// The rows as a short table.
+/// The rows as a short table (`-`: the server's `/metrics` did not say).
 pub fn table(rows: &[BenchRow]) -> String {
     let mut s = format!(
-        "{:>5} {:>8} {:>6} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}   (times in ms)\n",
-        "conc", "done/err", "req/s", "out tok/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "ITL p50", "ITL p99"
+        "{:>5} {:>8} {:>6} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7}   (times in ms)\n",
+        "conc",
+        "done/err",
+        "req/s",
+        "out tok/s",
+        "tot tok/s",
+        "TTFT p50",
+        "TTFT p99",
+        "TPOT p50",
+        "TPOT p99",
+        "ITL p50",
+        "ITL p99",
+        "cached",
+        "preempt",
+        "KV peak"
     );
+    let opt = |v: Option<u64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
     for r in rows {
         s += &format!(
-            "{:>5} {:>8} {:>6.2} {:>10.1} {:>9.1} {:>9.1} {:>9.2} {:>9.2} {:>9.2} {:>9.2}\n",
+            "{:>5} {:>8} {:>6.2} {:>10.1} {:>10.1} {:>9.1} {:>9.1} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9} {:>7} {:>7}\n",
             r.concurrency,
             format!("{}/{}", r.completed, r.errors),
             r.request_throughput,
             r.output_throughput,
+            r.total_token_throughput,
             r.p50_ttft_ms,
             r.p99_ttft_ms,
             r.p50_tpot_ms,
             r.p99_tpot_ms,
             r.p50_itl_ms,
-            r.p99_itl_ms
+            r.p99_itl_ms,
+            opt(r.prefix_cache_hit_tokens),
+            opt(r.preemptions),
+            r.kv_use_peak.map_or_else(|| "-".to_string(), |k| format!("{:.0}%", k * 100.0)),
         );
     }
     s
@@ -316,6 +391,22 @@ mod tests {
         assert!((percentile(&v, 99.0) - 3.97).abs() < 1e-12);
         assert_eq!(percentile(&[], 50.0), 0.0);
         assert_eq!(percentile(&[7.0], 99.0), 7.0);
+    }
+
+    /// TPOT is (end − first token) / (tokens − 1) per request; ITL pools every gap of every
+    /// request; throughput counts prompt and output tokens over the level's wall time.
+    #[test]
+    fn summary_arithmetic() {
+        let cfg = BenchConfig { url: String::new(), model: String::new(), concurrency: 2, rate: None, output_len: 0, seed: 0, api_key: None };
+        let a = Sample { ttft: 0.1, e2e: 0.4, itl: vec![0.1, 0.2], prompt_tokens: 10, output_tokens: 3 };
+        let b = Sample { ttft: 0.3, e2e: 0.3, itl: vec![], prompt_tokens: 6, output_tokens: 1 };
+        let r = summarize(&cfg, 3, vec![a, b], 1, Some("x".into()), 2.0);
+        assert_eq!((r.completed, r.errors, r.num_prompts, r.input_tokens, r.output_tokens), (2, 1, 3, 16, 4));
+        assert!((r.mean_tpot_ms - 150.0).abs() < 1e-9, "only the request with two tokens or more: (0.4 - 0.1) / 2");
+        assert!((r.mean_itl_ms - 150.0).abs() < 1e-9 && (r.p50_itl_ms - 150.0).abs() < 1e-9 && (r.p99_itl_ms - 199.0).abs() < 1e-9, "{r:?}");
+        assert!((r.p50_ttft_ms - 200.0).abs() < 1e-9 && (r.p99_ttft_ms - 298.0).abs() < 1e-9, "{r:?}");
+        assert_eq!((r.output_throughput, r.total_token_throughput, r.request_throughput), (2.0, 10.0, 1.0));
+        assert_eq!((r.prefix_cache_hit_tokens, r.preemptions, r.kv_use_peak), (None, None, None), "filled from /metrics by run_requests");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use plotters::coord::Shift;
 use plotters::prelude::*;
 
 /// Register a system sans-serif font for plotters; false when none is found.
@@ -51,15 +52,35 @@ pub fn lines(path: &Path, labels: &Labels, series: &[Series]) -> Result<&'static
     draw(path, labels, series, font())
 }
 
+/// Charts side by side in one PNG (900 × 600 pixels each), each its own labels and series
+/// against a log₂ x axis. Returns a note for the caller ("" or why there are no labels).
+pub fn panels(path: &Path, charts: &[(&Labels, &[Series])]) -> Result<&'static str, String> {
+    draw_panels(path, charts, font())
+}
+
+fn draw_panels(path: &Path, charts: &[(&Labels, &[Series])], text: bool) -> Result<&'static str, String> {
+    let n = charts.len().max(1);
+    let root = BitMapBackend::new(path, (900 * n as u32, 600)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    for (area, (labels, series)) in root.split_evenly((1, n)).iter().zip(charts) {
+        chart(area, labels, series, text)?;
+    }
+    root.present().map_err(|e| e.to_string())?;
+    Ok(if text { "" } else { NO_FONT })
+}
+
 /// The plot, with or without text (`text`: a font is registered).
 fn draw(path: &Path, labels: &Labels, series: &[Series], text: bool) -> Result<&'static str, String> {
-    let root = BitMapBackend::new(path, (900, 600)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    draw_panels(path, &[(labels, series)], text)
+}
+
+/// One chart on `root`.
+fn chart<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, labels: &Labels, series: &[Series], text: bool) -> Result<(), String> {
     let all = || series.iter().flat_map(|s| s.points.iter()).filter(|p| p.0 > 0.0);
     let xmin = all().map(|p| p.0.log2()).fold(f64::INFINITY, f64::min).min(0.0).floor() - 0.5;
     let xmax = all().map(|p| p.0.log2()).fold(0.0, f64::max).ceil() + 0.5;
     let ymax = all().map(|p| p.1).fold(0.0, f64::max) * 1.15 + 1.0;
-    let mut b = ChartBuilder::on(&root);
+    let mut b = ChartBuilder::on(root);
     b.margin(20).x_label_area_size(50).y_label_area_size(90);
     if text {
         b.caption(labels.title, ("sans-serif", 24));
@@ -98,8 +119,7 @@ fn draw(path: &Path, labels: &Labels, series: &[Series], text: bool) -> Result<&
             .draw()
             .map_err(|e| e.to_string())?;
     }
-    root.present().map_err(|e| e.to_string())?;
-    Ok(if text { "" } else { NO_FONT })
+    Ok(())
 }
 
 #[cfg(test)]
@@ -118,6 +138,22 @@ mod tests {
         let p = dir.join("plain.png");
         assert_eq!(draw(&p, &Labels { title: "t", x: "x", y: "y" }, &series(), false), Ok(NO_FONT));
         assert!(std::fs::metadata(&p).map(|m| m.len() > 0).unwrap_or(false));
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn draws_panels_side_by_side() {
+        let dir = std::env::temp_dir().join(format!("tandem-plot-panels-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).ok();
+        let p = dir.join("panels.png");
+        let (a, b, s) = (Labels { title: "a", x: "x", y: "y" }, Labels { title: "b", x: "x", y: "y" }, series());
+        let charts: [(&Labels, &[Series]); 2] = [(&a, &s), (&b, &s)];
+        assert_eq!(draw_panels(&p, &charts, false), Ok(NO_FONT));
+        let note = panels(&p, &charts);
+        assert!(note == Ok("") || note == Ok(NO_FONT), "{note:?}");
+        let png = std::fs::read(&p).unwrap_or_default();
+        // The IHDR chunk's width: two 900-pixel charts.
+        assert_eq!(png.get(16..20), Some(&1800u32.to_be_bytes()[..]));
         std::fs::remove_dir_all(&dir).ok();
     }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the TESTS need on a fresh Debian 12 machine: the Vulkan loader and lavapipe
-# (Mesa's software Vulkan), on which CI runs the cubecl kernels through wgpu. Building tandem
+# (Mesa's software Vulkan), on which CI runs the cubecl kernels through wgpu, and nginx. Building tandem
 # needs nothing but a Rust toolchain: the vendored cubecl-cuda carries no LLVM dependency
 # (vendor/README.md) and CUDA is dlopened at run time. Idempotent; apt-get needs root.
 #
@@ -11,6 +11,7 @@ log() { printf '[setup-build-deps] %s\n' "$*"; }
 
 PKGS=(
   libvulkan1 mesa-vulkan-drivers   # Vulkan loader + lavapipe for the wgpu conformance cases
+  nginx-light                      # tests/scale_out.rs: the load balancer in front of two replicas
 )
 
 if [[ "${SKIP_APT:-0}" != 1 ]]; then

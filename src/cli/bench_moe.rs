@@ -5,8 +5,8 @@
 //! µs per call from a replayed graph (eagerly timed where the backend cannot capture), GB/s of
 //! the expert bytes the routes select, % of the copy rate measured in the same run. Then the
 //! grouped GEMMs of many tokens (64: a batch of 64 sequences; 512: a prefill), moe gemm v1
-//! (CUDA cores, f32) and v2 (tensor cores), in TFLOP/s of the pairs' `2·P·N·K`. Then the
-//! same for 16-bit experts at Qwen3-30B-A3B's shape ([`dense`]).
+//! (CUDA cores, f32) and v2 (tensor cores), in TFLOP/s of the pairs' `2·P·N·K`. The same for
+//! 16-bit experts at Qwen3-30B-A3B's shape ([`dense`]) runs first.
 
 mod dense;
 
@@ -85,6 +85,8 @@ pub fn run(backend: Backend, gate: &str, reps: usize) -> Result<()> {
     let rate = optimized::bandwidth::copy_rate(&client, 1 << 30, 10)?;
     println!("tandem bench --kernel moe — {backend} — gpt-oss-20b's MoE (C = F = {C}, E = {E}, K = {K}), random MXFP4 experts — {gate}");
     println!("device copy rate {:.1} GB/s (read+write); GB/s of the selected experts' bytes (nibbles + scales)", rate / 1e9);
+    // The 16-bit experts first: their weights are freed before GPT-OSS's are made.
+    dense::run(&client, rate, reps)?;
     let w = weights(&client)?;
     let (gu, dn) = (w.gate_up.mxfp4()?, w.down.mxfp4()?);
     let per_row = |inp: usize| inp / 2 + inp / 32;
@@ -134,9 +136,7 @@ pub fn run(backend: Backend, gate: &str, reps: usize) -> Result<()> {
         }
         println!("{t:>6} {:>22} {distinct} distinct of {} pairs", "experts", t * K);
     }
-    gemms(&client, &w, reps)?;
-    drop(w);
-    dense::run(&client, rate, reps)
+    gemms(&client, &w, reps)
 }
 
 /// moe gemm v2's tiles the bench sweeps (`moe-tile=` specs; `auto` the production pick).

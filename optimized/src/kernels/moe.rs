@@ -68,8 +68,12 @@
 //!   with each lane's W vectors of its rows loaded together, widened to f32; down by pairs,
 //!   then combine v1. CUDA cores.
 //! - moe gemm v1 over stored-value experts ([`dense`]): the same kernel, its W tile filled from
-//!   the 16-bit values (a `dense` comptime switch) instead of decoded MXFP4. CUDA cores: no
-//!   tensor-core variant over 16-bit experts yet.
+//!   the 16-bit values (a `dense` comptime switch) instead of decoded MXFP4; f32 experts, and
+//!   16-bit ones where the device has no `mma.sync` (or `moe-gemm=v1`).
+//! - moe gemm v2 over 16-bit experts ([`gemm_tc`]'s `dense` switch, the default where the
+//!   device has tc v1's instructions): v2's kernel with the B tile copied from the experts'
+//!   f16 / bf16 values by `cp.async` (tc v1's dense fill) instead of decoded, x rounded to
+//!   the experts' type, the gating [`MoeAct`] and the biases if any in the epilogue.
 
 pub mod dense;
 pub mod gemm;
@@ -272,8 +276,8 @@ pub struct MoeWeights {
     pub arrivals: DeviceTensor,
     /// Steps of many tokens may run moe gemm v2, which rounds the activations to 16 bits for
     /// the tensor cores: set where the model's own matrices are 16-bit (an f32 model keeps f32
-    /// activations, as its dense GEMMs do). MXFP4 experts only (16-bit experts run on the CUDA
-    /// cores whatever it says).
+    /// activations, as its dense GEMMs do). MXFP4 experts only: 16-bit experts take moe gemm v2
+    /// where they are f16 / bf16 (the model's type), whatever it says.
     pub tc: bool,
 }
 
@@ -407,13 +411,24 @@ pub enum MoeGemm {
     V2,
 }
 
-/// Whether the GEMM path runs moe gemm v2 (tensor cores) for `w` on `client`'s device now
-/// (MXFP4 experts of a 16-bit model).
+/// Whether the GEMM path runs moe gemm v2 (tensor cores) for `w` on `client`'s device now:
+/// MXFP4 experts of a 16-bit model, or 16-bit experts (f32 ones keep v1).
 pub fn gemm_on_tensor_cores(client: &Client, w: &MoeWeights) -> bool {
-    matches!(w.gate_up, Experts::Mxfp4(_))
-        && w.tc
-        && client.kernels().moe_gemm == MoeGemm::V2
-        && gemm_tc::require(client, TcMode::Tensor, w.gate_up.in_dim().max(w.down.in_dim())).is_ok()
+    if client.kernels().moe_gemm != MoeGemm::V2 {
+        return false;
+    }
+    match (&w.gate_up, &w.down) {
+        (Experts::Dense(gu), Experts::Dense(dn)) => {
+            [gu, dn].iter().all(|d| gemm_tc::require_dense(client, TcMode::Tensor, d.in_dim, d.data.dtype).is_ok())
+        }
+        _ => w.tc && gemm_tc::require(client, TcMode::Tensor, w.gate_up.in_dim().max(w.down.in_dim())).is_ok(),
+    }
+}
+
+/// The rows of the grouped GEMMs' tiles (the sort's padding unit) for `routes` over `n_exp`
+/// experts: moe gemm v2's pick on the tensor cores (`kernel`), else v1's.
+fn gemm_rows(client: &Client, kernel: Option<TcMode>, routes: &Routes, n_exp: usize) -> usize {
+    kernel.map_or(gemm::BM, |mode| gemm_tc::MoeTc::pick(mode, routes.tokens * routes.k, n_exp, client.kernels().moe_tile).bm())
 }
 
 /// Whether the gemv path runs moe gemv v3 (tensor cores) for `w` on `client`'s device now:
@@ -443,11 +458,12 @@ pub fn moe_into(client: &Client, h: &DeviceTensor, w: &MoeWeights, x: &DeviceTen
                 gemv_dense::moe_gemv_dense_glu_into(client, h, &routes, gu, w.act, &a)?;
                 gemv_dense::moe_gemv_dense_down_into(client, &a, &routes, dn, x)?;
             } else {
-                let sorted = sort::sort_by_expert(client, &routes, gu.n_experts, gemm::BM)?;
+                let kernel = gemm_on_tensor_cores(client, w).then_some(TcMode::Tensor);
+                let sorted = sort::sort_by_expert(client, &routes, gu.n_experts, gemm_rows(client, kernel, &routes, gu.n_experts))?;
                 let a = DeviceTensor::empty_f32(client, &[sorted.pairs, gu.out / 2]);
-                dense::moe_gemm_dense_glu_into(client, h, &sorted, &routes, gu, w.act, &a)?;
+                dense::moe_gemm_dense_glu_into(client, h, &sorted, &routes, gu, w.act, &a, kernel)?;
                 let y = DeviceTensor::empty_f32(client, &[sorted.pairs, dn.out]);
-                dense::moe_gemm_dense_down_into(client, &a, &sorted, &routes, dn, &y)?;
+                dense::moe_gemm_dense_down_into(client, &a, &sorted, &routes, dn, &y, kernel)?;
                 gemm::moe_combine_into(client, &y, &sorted, &routes, x)?;
             }
             return Ok(routes);
@@ -463,8 +479,7 @@ pub fn moe_into(client: &Client, h: &DeviceTensor, w: &MoeWeights, x: &DeviceTen
         gemv::moe_gemv_down_into(client, &a, &routes, dn, x)?;
     } else {
         let kernel = gemm_on_tensor_cores(client, w).then_some(TcMode::Tensor);
-        let bm = kernel.map_or(gemm::BM, |mode| gemm_tc::MoeTc::pick(mode, routes.tokens * routes.k, gu.n_experts, client.kernels().moe_tile).bm());
-        let sorted = sort::sort_by_expert(client, &routes, gu.n_experts, bm)?;
+        let sorted = sort::sort_by_expert(client, &routes, gu.n_experts, gemm_rows(client, kernel, &routes, gu.n_experts))?;
         let a = gemm::moe_gemm_glu(client, h, &sorted, &routes, gu, w.limit, w.alpha, kernel)?;
         let y = gemm::moe_gemm_down(client, &a, &sorted, &routes, dn, kernel)?;
         gemm::moe_combine_into(client, &y, &sorted, &routes, x)?;

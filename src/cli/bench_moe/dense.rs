@@ -2,11 +2,13 @@
 //! shape (C = 2048, F = 768, E = 128, K = 8; random bf16 experts, f16 where the device has no
 //! bf16; no biases, SiLU, softmax-then-top-K renormalised): route v2 / v3, moe gemv d1
 //! gate|up and down (with its combine) for 1 and 8 tokens, in GB/s of the selected experts'
-//! bytes; moe gemm v1 over them at 64 / 512 / 2048 tokens (sort excluded) in TFLOP/s; and
-//! `moe_into` whole for each.
+//! bytes; moe gemm v1 and v2 (tensor cores, where the device has them) over them at 64 / 256 /
+//! 512 / 2048 tokens (sort excluded) in TFLOP/s; and `moe_into` whole for each (v1 and v2).
 
 use optimized::config::KernelConfig;
-use optimized::kernels::moe::{self, gemv_dense, DenseExperts, MoePath, MoeWeights, RouteVersion};
+use optimized::kernels::matmul::tc::TcMode;
+use optimized::kernels::moe::gemm_tc::{self, MoeTc};
+use optimized::kernels::moe::{self, gemv_dense, DenseExperts, MoeGemm, MoePath, MoeWeights, RouteVersion};
 use optimized::kernels::swiglu::GluAct;
 use optimized::{Client, DeviceTensor, Dtype};
 use rayon::prelude::*;
@@ -72,31 +74,36 @@ pub(super) fn run(client: &Client, rate: f64, reps: usize) -> Result<()> {
         line("moe_into", glu_b + down_b, time(client, &cfg, reps, |c| moe::moe_into(c, &h, &w, &x, MoePath::Auto).map(|_| ()))?);
         println!("{t:>6} {:>22} {distinct} distinct of {} pairs", "experts", t * K);
     }
+    let tc = [C, F].iter().try_for_each(|&k| gemm_tc::require_dense(client, TcMode::Tensor, k, dtype).map(|_| ()));
+    if let Err(why) = &tc {
+        println!("moe gemm v2 not timed: {why}");
+    }
     println!("{:>6} {:>28} {:>9} {:>9} {:>7}", "tokens", "kernel", "µs/call", "TFLOP/s", "timing");
-    for t in [64usize, 512, 2048] {
+    for t in [64usize, 256, 512, 2048] {
         let h = DeviceTensor::from_f32(client, &values(t * C, 901).iter().map(|v| v * 256.0).collect::<Vec<_>>(), &[t, C])?;
         let x = DeviceTensor::from_f32(client, &vec![0.0; t * C], &[t, C])?;
         let routes = moe::route_tokens(client, &h, &w)?;
         let p = t * K;
         let (a, y) = (DeviceTensor::empty_f32(client, &[p, F]), DeviceTensor::empty_f32(client, &[p, C]));
-        let sorted = moe::sort_by_expert(client, &routes, E, moe::gemm::BM)?;
         let line = |name: &str, flop: f64, s: f64| println!("{t:>6} {name:>28} {:>9.1} {:>9.1} {:>7}", s * 1e6, flop / s / 1e12, "eager");
         let (glu_f, down_f) = (2.0 * (p * 2 * F * C) as f64, 2.0 * (p * C * F) as f64);
-        line(
-            "gemm v1 gate|up",
-            glu_f,
-            seconds_per_call(client, 1, 3 * reps, || moe::dense::moe_gemm_dense_glu_into(client, &h, &sorted, &routes, gu, w.act, &a))?,
-        );
-        line(
-            "gemm v1 down",
-            down_f,
-            seconds_per_call(client, 1, 3 * reps, || moe::dense::moe_gemm_dense_down_into(client, &a, &sorted, &routes, dn, &y))?,
-        );
-        line(
-            "moe_into (route+sort+gemms)",
-            glu_f + down_f,
-            seconds_per_call(client, 1, 3 * reps, || moe::moe_into(client, &h, &w, &x, MoePath::Auto).map(|_| ()))?,
-        );
+        // moe gemm v1, then v2 in the tile the production pick takes (its own sort).
+        let mut kernels = vec![(None, moe::gemm::BM, "v1".to_string())];
+        if tc.is_ok() {
+            let tile = MoeTc::pick(TcMode::Tensor, p, E, client.kernels().moe_tile);
+            kernels.push((Some(TcMode::Tensor), tile.bm(), format!("v2 {}", tile.name())));
+        }
+        for (kernel, bm, name) in kernels {
+            let sorted = moe::sort_by_expert(client, &routes, E, bm)?;
+            let glu = || moe::dense::moe_gemm_dense_glu_into(client, &h, &sorted, &routes, gu, w.act, &a, kernel);
+            line(&format!("gemm {name} gate|up"), glu_f, seconds_per_call(client, 1, 3 * reps, glu)?);
+            let down = || moe::dense::moe_gemm_dense_down_into(client, &a, &sorted, &routes, dn, &y, kernel);
+            line(&format!("gemm {name} down"), down_f, seconds_per_call(client, 1, 3 * reps, down)?);
+        }
+        for (name, moe_gemm) in [("moe_into v1 (route+sort+gemms)", MoeGemm::V1), ("moe_into (route+sort+gemms)", MoeGemm::V2)] {
+            let c = client.with_kernels(KernelConfig { moe_gemm, ..KernelConfig::default() });
+            line(name, glu_f + down_f, seconds_per_call(&c, 1, 3 * reps, || moe::moe_into(&c, &h, &w, &x, MoePath::Auto).map(|_| ()))?);
+        }
     }
     Ok(())
 }

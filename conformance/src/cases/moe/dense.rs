@@ -2,18 +2,25 @@
 //! reference's ops (`reference::ops::moe::Routing::route`, `ops::mlp` gating, `weighted_sum`)
 //! on the same rounded weights, stage by stage: routes (ids exact), the grouped gemvs (decode)
 //! or the sort + grouped GEMMs (many tokens) with their NaN-poisoned intermediates, the
-//! combine into the residual stream; then `moe_into` whole on a fresh residual.
+//! combine into the residual stream; then `moe_into` whole on a fresh residual. The GEMMs are
+//! moe gemm v1 (f32 CUDA cores), or v2 on the tensor cores (`tc`: real or emulated), which
+//! rounds each GEMM's input to the experts' 16-bit type: h is rounded in the fixture, and
+//! down's reference reads the device's activations rounded, so each GEMM is held to tc v1's
+//! accumulation bound.
 
-use ndarray::{Array1, Array2, Axis};
-use optimized::kernels::moe::{self, gemm::BM, gemv_dense, DenseExperts, MoePath, MoeWeights, RouteVersion};
+use ndarray::{Array1, Array2, ArrayView2, Axis};
+use optimized::kernels::matmul::tc::TcMode;
+use optimized::kernels::moe::gemm_tc::{self, MoeTc};
+use optimized::kernels::moe::{self, gemm::BM, gemv_dense, DenseExperts, MoeGemm, MoePath, MoeWeights, RouteVersion};
 use optimized::kernels::swiglu::GluAct;
 use optimized::{Client, DeviceTensor};
 use reference::ops::matmul::linear;
 use reference::ops::mlp::{gated, Activation};
 use reference::ops::moe::{weighted_sum, Routing};
 
-use super::{check, dev, poisoned, rand_array};
-use crate::{compare_ids, rand_vec, round_to, Case, Dtype, Metrics, Op, Outcome};
+use super::{check, check_tol, dev, poisoned, rand_array};
+use crate::tolerance::{model_with_tc, tc_tolerance};
+use crate::{compare_ids, rand_vec, round_to, tolerance, Case, Dtype, Metrics, Op, Outcome};
 
 /// One block: T tokens of width C, E experts of width F, K per token.
 #[derive(Debug, Clone)]
@@ -32,6 +39,9 @@ pub struct DenseMoeCase {
     pub bias: bool,
     /// The fused router of steps of ≤ 8 tokens.
     pub route: RouteVersion,
+    /// The GEMM path's kernels: moe gemm v1 (`None`) or v2 on the tensor cores (or their
+    /// emulation); 16-bit experts only.
+    pub tc: Option<TcMode>,
 }
 
 /// The block's inputs and weights (expert matrices already rounded to the case's dtype).
@@ -74,14 +84,13 @@ impl DenseMoeCase {
             .map(|x| [rounded(f, c, 100 + 8 * x, 2.0 * fan(c)), rounded(f, c, 101 + 8 * x, 2.0 * fan(c)), rounded(c, f, 102 + 8 * x, fan(f))])
             .collect();
         let biases = self.bias.then(|| (0..e as u32).map(|x| [vec1(f, 103 + 8 * x), vec1(f, 104 + 8 * x), vec1(c, 105 + 8 * x)]).collect());
-        Fixture {
-            h: rand_array(t, c, 1, 2.0),
-            x0: rand_vec(t * c, 7),
-            router: rand_array(e, c, 2, fan(c)),
-            router_bias: self.bias.then(|| vec1(e, 3)),
-            mats,
-            biases,
-        }
+        // moe gemm v2 rounds h to the experts' type: the reference reads the same values.
+        let h = rand_array(t, c, 1, 2.0);
+        let h = match self.tc {
+            Some(_) => Array2::from_shape_vec((t, c), round_to(h.as_slice().unwrap_or(&[]), self.dtype)).unwrap_or(h),
+            None => h,
+        };
+        Fixture { h, x0: rand_vec(t * c, 7), router: rand_array(e, c, 2, fan(c)), router_bias: self.bias.then(|| vec1(e, 3)), mats, biases }
     }
 
     fn reference(&self, fx: &Fixture) -> Result<Want, String> {
@@ -112,6 +121,18 @@ impl DenseMoeCase {
         Ok(Want { routes, a, y, out })
     }
 
+    /// `W_down a_s (+ b_down)` of expert `experts[s]` for each row `a_s` of `a16` (`[_, F]`).
+    fn down_reference(&self, fx: &Fixture, a16: &[f32], experts: impl Iterator<Item = usize>) -> Result<Vec<f32>, String> {
+        let f = self.f;
+        let mut out = Vec::new();
+        for (s, e) in experts.enumerate() {
+            let xs = ArrayView2::from_shape((1, f), &a16[s * f..(s + 1) * f]).map_err(|e| e.to_string())?;
+            let y = plus(linear(xs, fx.mats[e][2].view()).map_err(|e| e.to_string())?, fx.biases.as_ref().map(|b| &b[e][2]));
+            out.extend(y.iter());
+        }
+        Ok(out)
+    }
+
     fn upload(&self, client: &Client, fx: &Fixture) -> Result<MoeWeights, optimized::Error> {
         fn s<D: ndarray::Dimension>(a: &ndarray::Array<f32, D>) -> &[f32] {
             a.as_slice().unwrap_or(&[])
@@ -132,7 +153,9 @@ impl DenseMoeCase {
         let want = self.reference(&fx)?;
         let w = self.upload(client, &fx).map_err(dev)?;
         let (t, c, f, k) = (self.t, self.c, self.f, self.k);
-        let variant = client.with_kernels(optimized::config::KernelConfig { moe_route: self.route, ..Default::default() });
+        // Without `tc` moe_into keeps moe gemm v1 (the tensor cores would round h).
+        let moe_gemm = if self.tc.is_some() { MoeGemm::V2 } else { MoeGemm::V1 };
+        let variant = client.with_kernels(optimized::config::KernelConfig { moe_route: self.route, moe_gemm, ..Default::default() });
         let h = DeviceTensor::from_f32(client, fx.h.as_slice().unwrap_or(&[]), &[t, c]).map_err(dev)?;
         let x = DeviceTensor::from_f32(client, &fx.x0, &[t, c]).map_err(dev)?;
         let routes = moe::route_tokens(&variant, &h, &w).map_err(dev)?;
@@ -145,15 +168,26 @@ impl DenseMoeCase {
         let p = t * k;
         match self.path {
             MoePath::Gemm => {
-                let sorted = moe::sort_by_expert(client, &routes, self.e, BM).map_err(dev)?;
+                // moe gemm v2 sorts into its tile's rows (16 or 64 by the pairs per expert).
+                let bm = self.tc.map_or(BM, |mode| MoeTc::pick(mode, p, self.e, client.kernels().moe_tile).bm());
+                let sorted = moe::sort_by_expert(client, &routes, self.e, bm).map_err(dev)?;
                 let mut order: Vec<usize> = (0..p).collect();
                 order.sort_by_key(|&i| want_ids[i]);
                 let by_sorted = |v: &[f32], n: usize| -> Vec<f32> { order.iter().flat_map(|&i| v[i * n..(i + 1) * n].iter().copied()).collect() };
                 let (a, y) = (poisoned(client, &[p, f])?, poisoned(client, &[p, c])?);
-                moe::dense::moe_gemm_dense_glu_into(client, &h, &sorted, &routes, gu, w.act, &a).map_err(dev)?;
-                check(&a.to_f32(client).map_err(dev)?, &by_sorted(&want.a, f), Op::Moe, "activations (sorted)", &mut worst)?;
-                moe::dense::moe_gemm_dense_down_into(client, &a, &sorted, &routes, dn, &y).map_err(dev)?;
-                check(&y.to_f32(client).map_err(dev)?, &by_sorted(&want.y, c), Op::Moe, "expert outputs (sorted)", &mut worst)?;
+                moe::dense::moe_gemm_dense_glu_into(client, &h, &sorted, &routes, gu, w.act, &a, self.tc).map_err(dev)?;
+                let got_a = a.to_f32(client).map_err(dev)?;
+                moe::dense::moe_gemm_dense_down_into(client, &a, &sorted, &routes, dn, &y, self.tc).map_err(dev)?;
+                let got_y = y.to_f32(client).map_err(dev)?;
+                if self.tc.is_some() {
+                    check_tol(&got_a, &by_sorted(&want.a, f), tc_tolerance().0, "activations (sorted, tensor cores)", &mut worst)?;
+                    // down's reference: the device's activations rounded as the kernel rounds them.
+                    let want_y = self.down_reference(&fx, &round_to(&got_a, self.dtype), order.iter().map(|&i| want_ids[i] as usize))?;
+                    check_tol(&got_y, &want_y, tc_tolerance().0, "expert outputs (sorted, tensor cores)", &mut worst)?;
+                } else {
+                    check(&got_a, &by_sorted(&want.a, f), Op::Moe, "activations (sorted)", &mut worst)?;
+                    check(&got_y, &by_sorted(&want.y, c), Op::Moe, "expert outputs (sorted)", &mut worst)?;
+                }
                 moe::moe_combine_into(client, &y, &sorted, &routes, &x).map_err(dev)?;
             }
             _ => {
@@ -165,11 +199,17 @@ impl DenseMoeCase {
                 moe::moe_combine_pairs_into(client, &yp, &routes, &x).map_err(dev)?;
             }
         }
-        check(&x.to_f32(client).map_err(dev)?, &want.out, Op::Moe, "x + MoE(h)", &mut worst)?;
+        // moe gemm v2 also rounds the activations before down (relative u once: one layer's
+        // share of the whole-model bound with tensor cores).
+        let final_tol = match self.tc {
+            Some(_) => model_with_tc(tolerance(Op::Moe, Dtype::F32).0, self.dtype, 1).0,
+            None => tolerance(Op::Moe, Dtype::F32).0,
+        };
+        check_tol(&x.to_f32(client).map_err(dev)?, &want.out, final_tol, "x + MoE(h)", &mut worst)?;
         // The dispatcher end to end, on a fresh residual stream.
         let x2 = DeviceTensor::from_f32(client, &fx.x0, &[t, c]).map_err(dev)?;
         moe::moe_into(&variant, &h, &w, &x2, self.path).map_err(dev)?;
-        check(&x2.to_f32(client).map_err(dev)?, &want.out, Op::Moe, "moe_into", &mut worst)?;
+        check_tol(&x2.to_f32(client).map_err(dev)?, &want.out, final_tol, "moe_into", &mut worst)?;
         Ok(worst)
     }
 }
@@ -186,8 +226,13 @@ impl Case for DenseMoeCase {
         };
         let route = if self.route == RouteVersion::V2 { ",route-v2" } else { "" };
         let bias = if self.bias { ",bias" } else { "" };
+        let tc = match self.tc {
+            Some(TcMode::Tensor) => ",tc",
+            Some(TcMode::Emulated) => ",tc-emu",
+            None => "",
+        };
         format!(
-            "moe_dense(T={},C={},F={},E={},K={},{routing},{:?},{:?}{bias}{route},{})",
+            "moe_dense(T={},C={},F={},E={},K={},{routing},{:?},{:?}{bias}{route}{tc},{})",
             self.t,
             self.c,
             self.f,
@@ -202,6 +247,15 @@ impl Case for DenseMoeCase {
     fn run(&self, client: &Client) -> Outcome {
         if !self.dtype.device().supported(client) {
             return Outcome::Skip(format!("{} experts: the device has no {} arithmetic", self.dtype.name(), self.dtype.name()));
+        }
+        if let Some(mode) = self.tc {
+            for k in [self.c, self.f] {
+                match gemm_tc::require_dense(client, mode, k, self.dtype.device()) {
+                    Ok(_) => {}
+                    Err(optimized::Error::Unsupported(why)) => return Outcome::Skip(why),
+                    Err(e) => return Outcome::Fail(dev(e)),
+                }
+            }
         }
         self.body(client).map_or_else(Outcome::Fail, Outcome::Pass)
     }
@@ -265,7 +319,8 @@ impl Case for DenseBadInputCase {
 pub fn cases() -> Vec<Box<dyn Case>> {
     let mut v: Vec<Box<dyn Case>> = vec![Box::new(DenseBadInputCase)];
     let routings = [Routing::SoftmaxTopK { renorm: true }, Routing::SoftmaxTopK { renorm: false }, Routing::TopKSoftmax];
-    let case = |t, c, f, e, k, routing, path, dtype, act, bias, route| DenseMoeCase { t, c, f, e, k, routing, path, dtype, act, bias, route };
+    let case =
+        |t, c, f, e, k, routing, path, dtype, act, bias, route| DenseMoeCase { t, c, f, e, k, routing, path, dtype, act, bias, route, tc: None };
     // Qwen3-MoE's block in small: no biases, SiLU, each routing × both paths × rows 1, 3, 8
     // (gemvs) and 9, 40 (sort + GEMMs; 40 · 4 pairs over 8 experts: segments past one tile).
     for dtype in [Dtype::F32, Dtype::F16, Dtype::BF16] {
@@ -298,5 +353,31 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             RouteVersion::V3,
         )));
     }
+    // moe gemm v2 over 16-bit experts, Qwen3-MoE's block scaled down (SiLU, softmax-top-K
+    // renormalised, no biases): 16-row tiles (pairs ≤ 16 an expert on average) and 64-row
+    // ones with segments past a tile; experts without a token (E = 128, few pairs); an input
+    // width that ends inside a k-block (F = 96, 192). Then biases with GELU-tanh.
+    let renorm = Routing::SoftmaxTopK { renorm: true };
+    let tc = |t, c, f, e, k, dtype, mode| DenseMoeCase {
+        tc: Some(mode),
+        ..case(t, c, f, e, k, renorm, MoePath::Gemm, dtype, Activation::Silu, false, RouteVersion::V3)
+    };
+    let biased = |t, c, f, mode| DenseMoeCase {
+        tc: Some(mode),
+        ..case(t, c, f, 8, 2, Routing::SoftmaxTopK { renorm: false }, MoePath::Gemm, Dtype::F16, Activation::GeluTanh, true, RouteVersion::V3)
+    };
+    // Emulated (lavapipe: an MMA through shared memory costs a barrier per 256 products).
+    for (t, c, f, e, k) in [(9, 64, 96, 8, 4), (70, 64, 32, 8, 8), (5, 64, 32, 128, 8)] {
+        v.push(Box::new(tc(t, c, f, e, k, Dtype::F16, TcMode::Emulated)));
+    }
+    v.push(Box::new(biased(9, 96, 64, TcMode::Emulated)));
+    // On the tensor cores, both 16-bit types; Qwen3-30B-A3B's widths (C = 2048, F = 768).
+    for dtype in [Dtype::F16, Dtype::BF16] {
+        for (t, c, f, e, k) in [(67, 512, 192, 128, 8), (301, 256, 96, 8, 8), (9, 2048, 768, 16, 8)] {
+            v.push(Box::new(tc(t, c, f, e, k, dtype, TcMode::Tensor)));
+        }
+    }
+    v.push(Box::new(tc(130, 2048, 768, 16, 8, Dtype::F16, TcMode::Tensor)));
+    v.push(Box::new(biased(33, 128, 64, TcMode::Tensor)));
     v
 }

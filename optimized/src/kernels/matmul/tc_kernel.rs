@@ -493,7 +493,7 @@ pub fn tc_dense<E: Float>(
 /// Copies k-block `kb` of W rows `n0 ..+ bn` into B slot `slot` (rows past n and chunks past k
 /// are zeros).
 #[cube]
-fn stage_w<E: Float>(
+pub(crate) fn stage_w<E: Float>(
     w: &[E],
     tb: &mut [E],
     slot: usize,

@@ -1,14 +1,17 @@
 //! Experts stored as plain 16-bit (or f32) matrices — Qwen3-MoE's, in the model's dtype — and
 //! what picks between them and MXFP4 ([`Experts`], [`MoeAct`]); the grouped GEMMs over them
-//! (moe gemm v1 with its `dense` W-tile fill: [`moe_gemm_dense_glu_into`],
-//! [`moe_gemm_dense_down_into`]). Their grouped gemvs are `gemv_dense.rs`.
+//! ([`moe_gemm_dense_glu_into`], [`moe_gemm_dense_down_into`]): moe gemm v1 with its `dense`
+//! W-tile fill, or v2 on the tensor cores with its `dense` B-tile copy (`gemm_tc.rs`). Their
+//! grouped gemvs are `gemv_dense.rs`.
 
 use cubecl::prelude::*;
 use rayon::prelude::*;
 use reference::weights::{RawDense, RawDtype};
 
 use super::gemm::{check, launch_v1, max_tiles, V1Weights};
+use super::gemm_tc::{self, TcExperts};
 use super::{Mxfp4Experts, Routes, Sorted};
+use crate::kernels::matmul::tc::TcMode;
 use crate::kernels::swiglu::GluAct;
 use crate::{Client, DeviceTensor, Dtype, Error};
 
@@ -223,7 +226,8 @@ impl Experts {
     }
 }
 
-/// moe gemm v1 over `w`'s stored values.
+/// moe gemm v1 over `w`'s stored values, or v2 on the tensor cores in `kernel`'s mode (the
+/// pairs sorted in its tile's rows, `MoeTc::pick`).
 #[allow(clippy::too_many_arguments)]
 fn launch(
     client: &Client,
@@ -235,8 +239,12 @@ fn launch(
     y: &DeviceTensor,
     act: MoeAct,
     glu: bool,
+    kernel: Option<TcMode>,
 ) -> Result<(), Error> {
     let Some(tiles) = max_tiles(op, sorted, w.n_experts)? else { return Ok(()) };
+    if let Some(mode) = kernel {
+        return gemm_tc::launch(client, op, x, sorted, routes, TcExperts::Dense(w), y, 0.0, 0.0, act, glu, mode, tiles);
+    }
     // The MXFP4 buffers are bound to the routes' and sort's (unread with `dense`).
     let v1 = V1Weights {
         w: &routes.ids,
@@ -250,9 +258,10 @@ fn launch(
     launch_v1(client, op, x, sorted, routes, &v1, y, 0.0, 0.0, act, glu, tiles)
 }
 
-/// gate|up of every sorted pair over stored-value experts (moe gemm v1): `h [T, C]` →
-/// `a [P, F]` in sorted order, `a = act(W_gate h (+ b_gate), W_up h (+ b_up))`; `act` not the
-/// clamped SwiGLU (GPT-OSS's experts are MXFP4).
+/// gate|up of every sorted pair over stored-value experts: `h [T, C]` → `a [P, F]` in sorted
+/// order, `a = act(W_gate h (+ b_gate), W_up h (+ b_up))`; `act` not the clamped SwiGLU
+/// (GPT-OSS's experts are MXFP4). moe gemm v1, or v2 with `kernel` (h rounded to the
+/// experts' 16-bit type).
 #[allow(clippy::too_many_arguments)]
 pub fn moe_gemm_dense_glu_into(
     client: &Client,
@@ -262,6 +271,7 @@ pub fn moe_gemm_dense_glu_into(
     w: &DenseExperts,
     act: MoeAct,
     a: &DeviceTensor,
+    kernel: Option<TcMode>,
 ) -> Result<(), Error> {
     let op = "moe_gemm_glu";
     check(op, "h", h, [routes.tokens, w.in_dim])?;
@@ -269,11 +279,12 @@ pub fn moe_gemm_dense_glu_into(
     if !w.out.is_multiple_of(2) || act == MoeAct::ClampedSwiglu {
         return Err(Error::Shape(format!("{op}: {} rows with {act:?}: (gate, up) pairs with SiLU or GELU-tanh expected", w.out)));
     }
-    launch(client, op, h, sorted, routes, w, a, act, true)
+    launch(client, op, h, sorted, routes, w, a, act, true, kernel)
 }
 
 /// down of every sorted pair over stored-value experts: `a [P, F]` (sorted order) →
-/// `y [P, C]` (sorted order, bias added if any); then `moe_combine_into`.
+/// `y [P, C]` (sorted order, bias added if any); then `moe_combine_into`. moe gemm v1, or v2
+/// with `kernel` (a rounded to the experts' 16-bit type).
 pub fn moe_gemm_dense_down_into(
     client: &Client,
     a: &DeviceTensor,
@@ -281,9 +292,10 @@ pub fn moe_gemm_dense_down_into(
     routes: &Routes,
     w: &DenseExperts,
     y: &DeviceTensor,
+    kernel: Option<TcMode>,
 ) -> Result<(), Error> {
     let op = "moe_gemm_down";
     check(op, "a", a, [sorted.pairs, w.in_dim])?;
     check(op, "y", y, [sorted.pairs, w.out])?;
-    launch(client, op, a, sorted, routes, w, y, MoeAct::Silu, false)
+    launch(client, op, a, sorted, routes, w, y, MoeAct::Silu, false, kernel)
 }

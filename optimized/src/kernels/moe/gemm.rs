@@ -248,7 +248,10 @@ fn launch(
 ) -> Result<(), Error> {
     let Some(max_tiles) = max_tiles(op, sorted, w.n_experts)? else { return Ok(()) };
     match kernel {
-        Some(mode) => super::gemm_tc::launch(client, op, x, sorted, routes, w, y, limit, alpha, glu, mode, max_tiles),
+        Some(mode) => {
+            let w = super::gemm_tc::TcExperts::Mxfp4(w);
+            super::gemm_tc::launch(client, op, x, sorted, routes, w, y, limit, alpha, MoeAct::ClampedSwiglu, glu, mode, max_tiles)
+        }
         None => {
             let v1 = V1Weights { w: &w.data, scales: &w.scales, wf: None, bias: Some(&w.bias), out: w.out, in_dim: w.in_dim, n_experts: w.n_experts };
             launch_v1(client, op, x, sorted, routes, &v1, y, limit, alpha, MoeAct::ClampedSwiglu, glu, max_tiles)

@@ -18,15 +18,20 @@
 //!   (gate, up) pair) biased and through the clamped SwiGLU into `a [P, F]`; down biased into
 //!   `y [P, C]`; both in sorted order, then combine v1 as before.
 //!
+//! - 16-bit experts ([`TcExperts::Dense`], Qwen3-MoE's, in the model's f16 / bf16): the same
+//!   kernel with its B tile filled by tc v1's dense copy (`cp.async` of 16-byte chunks into a
+//!   ring of `stages` B slots, no decode), x rounded to the experts' own type; the epilogue's
+//!   gating any [`MoeAct`], biases optional (the `dense` comptime switch).
+//!
 //! `emu` (tc v1's test mode): plain loads and an MMA through shared memory, so lavapipe checks
 //! the indexing.
 
 use cubecl::prelude::*;
 use cubecl::server::CubeCountSelection;
 
-use super::{clamped_swiglu, Mxfp4Experts, Routes, Sorted};
+use super::{expert_glu, DenseExperts, MoeAct, Mxfp4Experts, Routes, Sorted};
 use crate::kernels::matmul::tc::{self, TcMode};
-use crate::kernels::matmul::tc_kernel::{block_mma, commit, copy16, copy_n, wait_pending, zero8, BK, EMU_SCRATCH, SA};
+use crate::kernels::matmul::tc_kernel::{block_mma, commit, copy16, copy_n, stage_w, wait_pending, zero8, BK, EMU_SCRATCH, SA};
 use crate::kernels::qmatmul::e2m1;
 use crate::{Client, DeviceTensor, Dtype, Error};
 
@@ -105,9 +110,13 @@ impl MoeTc {
     fn scale_words(&self, k: usize) -> usize {
         (3 + self.bn() * (k / 32)).div_ceil(4)
     }
-    /// A and B tiles, the raw W ring, the rows' scales, the emulated MMA's scratch.
-    fn shared_bytes(&self, k: usize, emu: bool) -> usize {
+    /// A and B tiles, the raw W ring, the rows' scales, the emulated MMA's scratch; `dense`:
+    /// A and a ring of `stages` B tiles (no raw ring, no scales).
+    fn shared_bytes(&self, k: usize, emu: bool, dense: bool) -> usize {
         let scratch = if emu { self.wm * self.wn * EMU_SCRATCH * 4 } else { 0 };
+        if dense {
+            return self.stages * (self.bm() + self.bn()) * SA * 2 + scratch;
+        }
         (self.stages * self.bm() + 2 * self.bn()) * SA * 2 + self.stages * self.bn() * 32 + self.scale_words(k) * 4 + scratch
     }
 }
@@ -116,18 +125,30 @@ impl MoeTc {
 /// of input width up to `k` (in every tile [`MoeTc::pick`] may take), and why not; the 16-bit
 /// type it multiplies in.
 pub fn require(client: &Client, mode: TcMode, k: usize) -> Result<Dtype, Error> {
-    let e = tc::quant_dtype(client, mode);
+    require_of(client, mode, k, tc::quant_dtype(client, mode), false)
+}
+
+/// [`require`] for 16-bit experts of `dtype` (multiplied in their own type; f32 experts stay
+/// on moe gemm v1) of input width `k` (whole 16-byte chunks: k % 8 = 0).
+pub fn require_dense(client: &Client, mode: TcMode, k: usize, dtype: Dtype) -> Result<Dtype, Error> {
+    if !k.is_multiple_of(8) {
+        return Err(Error::Unsupported(format!("moe gemm v2: 16-bit experts of input width {k} (not whole 16-byte chunks)")));
+    }
+    require_of(client, mode, k, dtype, true)
+}
+
+fn require_of(client: &Client, mode: TcMode, k: usize, e: Dtype, dense: bool) -> Result<Dtype, Error> {
     tc::require(client, e, mode)?;
     let tile = client.kernels().moe_tile;
     for cfg in [MoeTc::pick(mode, 1, 1, tile), MoeTc::pick(mode, usize::MAX, 1, tile)] {
-        fits(client, &cfg, k, mode)?;
+        fits(client, &cfg, k, mode, dense)?;
     }
     Ok(e)
 }
 
-fn fits(client: &Client, cfg: &MoeTc, k: usize, mode: TcMode) -> Result<(), Error> {
+fn fits(client: &Client, cfg: &MoeTc, k: usize, mode: TcMode, dense: bool) -> Result<(), Error> {
     let hw = &client.properties().hardware;
-    let bytes = cfg.shared_bytes(k, mode == TcMode::Emulated);
+    let bytes = cfg.shared_bytes(k, mode == TcMode::Emulated, dense);
     if cfg.threads() > hw.max_units_per_cube as usize || bytes > hw.max_shared_memory_size {
         return Err(Error::Unsupported(format!("moe gemm v2 {}: {} units and {bytes} B of shared memory per cube", cfg.name(), cfg.threads())));
     }
@@ -279,7 +300,9 @@ fn stage_rows<E: Float>(
 }
 
 /// moe gemm v2 (module doc). `x16` `[rows, kp]`; `wq` the experts' 16-byte blocks `[E, n, k /
-/// 32]`, `scales` their bytes; `bias [E, n]`; y `[P, n]` (glu: `[P, n / 2]`).
+/// 32]`, `scales` their bytes, or with `dense` `wd` the experts' values `[E, n, k]` (the other
+/// unread); `bias [E, n]` (unread without `has_bias`); y `[P, n]` (glu: `[P, n / 2]` of
+/// [`expert_glu`] of `act`).
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub fn moe_gemm_tc<E: Float>(
@@ -289,6 +312,7 @@ pub fn moe_gemm_tc<E: Float>(
     tile_offsets: &[u32],
     wq: &[u32],
     scales: &[u32],
+    wd: &[E],
     bias: &[f32],
     y: &mut [f32],
     scale_words: u32,
@@ -310,6 +334,9 @@ pub fn moe_gemm_tc<E: Float>(
     #[comptime] packed: bool,
     #[comptime] sc_cap: usize,
     #[comptime] pipe: bool,
+    #[comptime] dense: bool,
+    #[comptime] has_bias: bool,
+    #[comptime] act: u32,
 ) {
     let mt = (CUBE_POS % max_tiles as usize) as u32;
     let nt = CUBE_POS / max_tiles as usize;
@@ -349,8 +376,9 @@ pub fn moe_gemm_tc<E: Float>(
             src[r] = row;
         }
         let mut ta = Shared::<[E]>::new_aligned_slice(stages * bm * SA, 16usize);
-        let mut tb = Shared::<[E]>::new_aligned_slice(2 * bn * SA, 16usize);
-        let mut raw = Shared::<[u32]>::new_aligned_slice(stages * bn * 8, 16usize);
+        // B slots: a ring of `stages` copied tiles (dense), or two decoded from the raw ring.
+        let mut tb = Shared::<[E]>::new_aligned_slice(comptime!(if dense { stages } else { 2 }) * bn * SA, 16usize);
+        let mut raw = Shared::<[u32]>::new_aligned_slice(comptime!(if dense { 4 } else { stages * bn * 8 }), 16usize);
         let mut scs = Shared::<[u32]>::new_slice(sc_cap);
         let mut scratch = Shared::<[f32]>::new_slice(comptime!(if emu { wm * wn * EMU_SCRATCH } else { 1 }));
         let sb = warp * EMU_SCRATCH;
@@ -363,10 +391,12 @@ pub fn moe_gemm_tc<E: Float>(
         let s0 = (wbase + n0) * cpr;
         let s_off = s0 % 4;
         let nw = (s_off + bn * cpr).div_ceil(4);
-        let mut j = tid;
-        while j < nw {
-            scs[j] = scales[min(s0 / 4 + j, scale_words as usize - 1)];
-            j += threads;
+        if comptime!(!dense) {
+            let mut j = tid;
+            while j < nw {
+                scs[j] = scales[min(s0 / 4 + j, scale_words as usize - 1)];
+                j += threads;
+            }
         }
         let nk = kp / BK;
         // Group g: A block g and W block g (cp.async), `stages − 1` ahead.
@@ -374,13 +404,19 @@ pub fn moe_gemm_tc<E: Float>(
         for s in 0..stages - 1 {
             if s < nk {
                 stage_rows(x16, &mut ta, &src, s, s, kp, tid, bm, threads, emu);
-                stage_blocks(wq, &mut raw, s, s, wbase, n0, n, cpr, tid, bn, threads, emu);
+                if dense {
+                    stage_w(wd, &mut tb, s, s, wbase + n0, wbase + n, n_in as usize, tid, bn, threads, emu);
+                } else {
+                    stage_blocks(wq, &mut raw, s, s, wbase, n0, n, cpr, tid, bn, threads, emu);
+                }
             }
             commit(emu);
         }
-        wait_pending(comptime!(stages - 2), emu);
-        sync_cube();
-        decode_blocks(&raw, &scs, &mut tb, 0usize, 0usize, 0usize, n0, n, cpr, s_off, tid, bn, threads, packed);
+        if comptime!(!dense) {
+            wait_pending(comptime!(stages - 2), emu);
+            sync_cube();
+            decode_blocks(&raw, &scs, &mut tb, 0usize, 0usize, 0usize, n0, n, cpr, s_off, tid, bn, threads, packed);
+        }
         let mut kb = 0usize;
         while kb < nk {
             // A block kb landed and B slot kb % 2 was decoded by every unit; every warp is
@@ -390,14 +426,24 @@ pub fn moe_gemm_tc<E: Float>(
             let nxt = kb + stages - 1;
             if nxt < nk {
                 stage_rows(x16, &mut ta, &src, nxt % stages, nxt, kp, tid, bm, threads, emu);
-                stage_blocks(wq, &mut raw, nxt % stages, nxt, wbase, n0, n, cpr, tid, bn, threads, emu);
+                if dense {
+                    stage_w(wd, &mut tb, nxt % stages, nxt, wbase + n0, wbase + n, n_in as usize, tid, bn, threads, emu);
+                } else {
+                    stage_blocks(wq, &mut raw, nxt % stages, nxt, wbase, n0, n, cpr, tid, bn, threads, emu);
+                }
             }
             commit(emu);
-            block_mma(&ta, (kb % stages) * bm * SA, &tb, (kb % 2) * bn * SA, &mut acc, wrow, wcol, lane, &mut scratch, sb, tm, tn, pipe, emu);
-            if kb + 1 < nk {
-                // W block kb + 1 (this unit's own copies) landed: decode it into the other slot.
-                wait_pending(comptime!(stages - 2), emu);
-                decode_blocks(&raw, &scs, &mut tb, (kb + 1) % stages, (kb + 1) % 2, kb + 1, n0, n, cpr, s_off, tid, bn, threads, packed);
+            let mut bslot = kb % 2;
+            if dense {
+                bslot = kb % stages;
+            }
+            block_mma(&ta, (kb % stages) * bm * SA, &tb, bslot * bn * SA, &mut acc, wrow, wcol, lane, &mut scratch, sb, tm, tn, pipe, emu);
+            if comptime!(!dense) {
+                if kb + 1 < nk {
+                    // W block kb + 1 (this unit's own copies) landed: decode it into the other slot.
+                    wait_pending(comptime!(stages - 2), emu);
+                    decode_blocks(&raw, &scs, &mut tb, (kb + 1) % stages, (kb + 1) % 2, kb + 1, n0, n, cpr, s_off, tid, bn, threads, packed);
+                }
             }
             kb += 1;
         }
@@ -414,18 +460,22 @@ pub fn moe_gemm_tc<E: Float>(
                     for j in 0..tn {
                         let col = n0 + wcol + 8 * j + 2 * c;
                         let v = acc[(i * tn + j) * 2 + h];
+                        let mut v0 = v.extract(0usize);
+                        let mut v1 = v.extract(1usize);
+                        if has_bias {
+                            v0 += bias[wbase + min(col, n - 1)];
+                            v1 += bias[wbase + min(col + 1, n - 1)];
+                        }
                         if glu {
                             if col + 1 < n {
-                                let gt = v.extract(0usize) + bias[wbase + col];
-                                let up = v.extract(1usize) + bias[wbase + col + 1];
-                                y[s * (n / 2) + col / 2] = clamped_swiglu(gt, up, limit, alpha);
+                                y[s * (n / 2) + col / 2] = expert_glu(v0, v1, limit, alpha, act);
                             }
                         } else {
                             if col < n {
-                                y[s * n + col] = v.extract(0usize) + bias[wbase + col];
+                                y[s * n + col] = v0;
                             }
                             if col + 1 < n {
-                                y[s * n + col + 1] = v.extract(1usize) + bias[wbase + col + 1];
+                                y[s * n + col + 1] = v1;
                             }
                         }
                     }
@@ -435,9 +485,28 @@ pub fn moe_gemm_tc<E: Float>(
     }
 }
 
+/// The experts one moe gemm v2 launch reads.
+#[derive(Debug, Clone, Copy)]
+pub enum TcExperts<'a> {
+    /// MXFP4 blocks, decoded as the B tile loads (biases always).
+    Mxfp4(&'a Mxfp4Experts),
+    /// 16-bit values, copied into the B tile (biases where present).
+    Dense(&'a DenseExperts),
+}
+
+impl TcExperts<'_> {
+    fn shape(&self) -> (usize, usize, usize) {
+        match self {
+            TcExperts::Mxfp4(w) => (w.n_experts, w.out, w.in_dim),
+            TcExperts::Dense(w) => (w.n_experts, w.out, w.in_dim),
+        }
+    }
+}
+
 /// One grouped GEMM (`gemm::launch` checked the pairs against W and that there are some, and
 /// bounds the m tiles by `max_tiles`): x `[rows, K]` f32 (glu: the tokens; down: the pairs in
-/// sorted order) rounded to 16 bits, then [`moe_gemm_tc`] into y.
+/// sorted order) rounded to 16 bits (MXFP4: bf16 where the device multiplies it; 16-bit
+/// experts: their own type), then [`moe_gemm_tc`] into y; `act` gates gate|up.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn launch(
     client: &Client,
@@ -445,33 +514,47 @@ pub(super) fn launch(
     x: &DeviceTensor,
     sorted: &Sorted,
     routes: &Routes,
-    w: &Mxfp4Experts,
+    w: TcExperts<'_>,
     y: &DeviceTensor,
     limit: f32,
     alpha: f32,
+    act: MoeAct,
     glu: bool,
     mode: TcMode,
     max_tiles: usize,
 ) -> Result<(), Error> {
-    let e = tc::quant_dtype(client, mode);
+    let (n_experts, out, in_dim) = w.shape();
+    let (e, dense) = match w {
+        TcExperts::Mxfp4(_) => (tc::quant_dtype(client, mode), false),
+        TcExperts::Dense(d) => (d.data.dtype, true),
+    };
     tc::require(client, e, mode)?;
     let cfg = MoeTc::for_rows(mode, sorted.bm, client.kernels().moe_tile)?;
-    fits(client, &cfg, w.in_dim, mode)?;
-    if !w.in_dim.is_multiple_of(32) {
-        return Err(Error::Shape(format!("{op}: input width {} is not whole MXFP4 blocks of 32", w.in_dim)));
+    fits(client, &cfg, in_dim, mode, dense)?;
+    let step = if dense { 8 } else { 32 };
+    if !in_dim.is_multiple_of(step) {
+        return Err(Error::Shape(format!("{op}: input width {in_dim} is not whole {step}-value chunks of {}", e.name())));
     }
     let rows = x.shape.first().copied().unwrap_or(0);
-    let kp = w.in_dim.div_ceil(BK) * BK;
-    let x16 = tc::convert(client, x, e, rows, w.in_dim, rows, kp, 0)?;
-    let tiles_n = w.out.div_ceil(cfg.bn());
+    let kp = in_dim.div_ceil(BK) * BK;
+    let x16 = tc::convert(client, x, e, rows, in_dim, rows, kp, 0)?;
+    let tiles_n = out.div_ceil(cfg.bn());
     let u = |what: &str, v: usize| u32::try_from(v).map_err(|_| Error::Shape(format!("{op}: {what} = {v} exceeds u32")));
     let cubes = u("cubes", max_tiles * tiles_n)?;
     u("output", y.numel())?;
-    u("experts' blocks", w.data.numel())?;
+    // Buffers a variant leaves unread are bound to the routes' and the sort's (never written,
+    // no buffer bound twice), MXFP4's 16-bit values to 16 unread bytes.
+    let unread = DeviceTensor::empty_f32(client, &[4]);
+    let (wq, scales, wd, bias) = match w {
+        TcExperts::Mxfp4(m) => (&m.data, &m.scales, &unread, Some(&m.bias)),
+        TcExperts::Dense(d) => (&routes.ids, &sorted.counts, &d.data, d.bias.as_ref()),
+    };
+    u("experts' values", wq.numel().max(wd.numel()))?;
     let (count, dim) = (CubeCountSelection::new(client, cubes).cube_count(), CubeDim::new_1d(cfg.threads() as u32));
     let emu = mode == TcMode::Emulated;
     let (n_out, n_in, kp32, k_used, n_exp, mt32) =
-        (u("N", w.out)?, u("K", w.in_dim)?, u("Kp", kp)?, u("K used", routes.k)?, u("E", w.n_experts)?, u("m tiles", max_tiles)?);
+        (u("N", out)?, u("K", in_dim)?, u("Kp", kp)?, u("K used", routes.k)?, u("E", n_experts)?, u("m tiles", max_tiles)?);
+    let sc_cap = if dense { 1 } else { cfg.scale_words(in_dim) };
     macro_rules! go {
         ($t:ty) => {
             moe_gemm_tc::launch_unchecked::<$t>(
@@ -482,11 +565,12 @@ pub(super) fn launch(
                 sorted.sorted.as_arg(1),
                 sorted.offsets.as_arg(1),
                 sorted.tile_offsets.as_arg(1),
-                w.data.as_arg(1),
-                w.scales.as_arg(1),
-                w.bias.as_arg(1),
+                wq.as_arg(1),
+                scales.as_arg(1),
+                wd.as_arg(1),
+                bias.unwrap_or(&routes.weights).as_arg(1),
                 y.as_arg(1),
-                u("scale words", w.scales.numel())?,
+                u("scale words", scales.numel())?,
                 n_out,
                 n_in,
                 kp32,
@@ -502,9 +586,12 @@ pub(super) fn launch(
                 cfg.tn,
                 cfg.stages,
                 emu,
-                e == Dtype::BF16 && !emu,
-                cfg.scale_words(w.in_dim),
+                e == Dtype::BF16 && !emu && !dense,
+                sc_cap,
                 cfg.pipe,
+                dense,
+                bias.is_some(),
+                act.code(),
             )
         };
     }

@@ -1,6 +1,6 @@
-//! ggml blocks kept as stored on the device (Q4_K, Q5_K, Q6_K, Q8_0): the fixed grid (every
-//! format × the gemv and dequant + GEMM, block-edge shapes, fusions, the dequantize pass on
-//! random blocks), then random shapes and random blocks per format.
+//! ggml blocks kept as stored on the device (Q4_K, Q5_K, Q6_K, Q8_0, Q5_0, Q5_1, IQ4_NL): the
+//! fixed grid (every format × the gemv and dequant + GEMM, block-edge shapes, fusions, the
+//! dequantize pass on random blocks), then random shapes and random blocks per format.
 use conformance::cases::matmul::Fusion;
 use conformance::cases::qmatmul_ggml::{GgmlDequantCase, GgmlMatmulCase};
 use conformance::{backends_from_env, run_cases, Case};

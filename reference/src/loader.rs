@@ -32,7 +32,8 @@ impl TensorSource for GgufFile {
     /// keeps the file's weights without requantizing: Q8_0 as INT8 with groups of 32 (`q` as
     /// stored, the f16 block scale widened to f32: `d · q`); Q4_0 / Q4_1 as
     /// [`crate::quant::Q4Weight`] (4-bit codes, the f16 d and m as stored); Q4_K / Q5_K / Q6_K
-    /// as their blocks ([`QuantTensor::Ggml`]). Each is exactly what
+    /// and Q5_0 / Q5_1 / IQ4_NL as their blocks ([`QuantTensor::Ggml`]). Q8_0 stays INT8
+    /// groups: the same bytes a weight, and the tensor-core GEMMs already decode that format. Each is exactly what
     /// [`TensorSource::load`] dequantizes. Other types (and a Q8_0 block scale that is negative,
     /// or any d or m that is not finite, legal in ggml but not here) give `None`.
     fn load_quantized(&mut self, t: Tensor, cfg: &Config) -> Result<Option<crate::quant::QuantTensor>> {
@@ -44,14 +45,16 @@ impl TensorSource for GgufFile {
         let name = t.name(Naming::Gguf);
         let want = t.shape(cfg);
         let info = self.tensor_info(&name).ok_or_else(|| Error::tensor(&self.path, &name, "missing"))?;
-        if !matches!(info.ty, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K) {
+        // The types kept as stored (the GPU decodes their blocks in its kernels): the k-quants
+        // and llama-quantize's fallbacks for rows that are no whole number of super-blocks.
+        let kept = matches!(info.ty, GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::IQ4NL);
+        if !kept && !matches!(info.ty, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1) {
             return Ok(None);
         }
         if info.shape != want {
             return Err(Error::tensor(&self.path, &name, format!("shape {:?}, expected {:?}", info.shape, want)));
         }
-        if matches!(info.ty, GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K) {
-            // The k-quants as stored: the GPU decodes their blocks in its kernels.
+        if kept {
             let bytes = self.tensor_bytes(info).to_vec();
             return QuantTensor::ggml(&name, info.ty, want[0], want[1], bytes).map(Some).map_err(|e| Error::tensor(&self.path, &name, e.to_string()));
         }

@@ -63,7 +63,8 @@ pub struct BenchArgs {
     /// llama-batched-bench's workload (B sequences of the first `--prompt-lens` tokens, each
     /// generating `--decode-tokens`, default 128): aggregate decode tokens/s, prefill tokens/s,
     /// TTFT and per-token latency per batch size. With `--kernel attention`: its decode batch
-    /// sizes.
+    /// sizes. With `--kernel qmatmul`: the GEMMs' row counts M over ggml weights
+    /// (`--formats Q4_K,Q5_0,…`), beside the dense bf16 GEMM.
     #[arg(long)]
     pub batches: Option<String>,
     /// Append the results as JSON rows (commit, binary, device, model, configuration,
@@ -224,6 +225,15 @@ pub fn run(a: BenchArgs) -> Result<()> {
         if k == "copy" {
             return copy_sweep(b, a.reps);
         }
+        if let (true, Some(ms)) = (k == "qmatmul", &a.batches) {
+            return super::bench_qmatmul_gemm::run(
+                b,
+                a.reps,
+                &usize_list(ms, "--batches")?,
+                qmatmul_shapes(a.shapes.as_deref())?,
+                a.formats.as_deref(),
+            );
+        }
         let gate = conformance_gate(b)?;
         if k == "rmsnorm" {
             return super::bench_norm::run(b, &gate, a.reps);
@@ -235,21 +245,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
             return super::bench_moe::run(b, &gate, a.reps);
         }
         if k == "qmatmul" {
-            let shapes = a
-                .shapes
-                .as_deref()
-                .map(|s| {
-                    s.split(',')
-                        .map(|p| {
-                            let v = usize_list(&p.replace('×', "x").replace('x', ","), "--shapes")?;
-                            match v[..] {
-                                [i, o] => Ok((i, o)),
-                                _ => Err(CliError::Usage(format!("--shapes: `{p}` is not IN×OUT"))),
-                            }
-                        })
-                        .collect::<Result<Vec<_>>>()
-                })
-                .transpose()?;
+            let shapes = qmatmul_shapes(a.shapes.as_deref())?;
             let formats = a.formats.as_deref().map(|s| s.split(',').map(|f| f.trim().to_string()).collect());
             return super::bench_qmatmul::run(b, &gate, a.reps, shapes, formats);
         }
@@ -437,4 +433,21 @@ pub fn run(a: BenchArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `--shapes IN×OUT,…` of `--kernel qmatmul`.
+fn qmatmul_shapes(shapes: Option<&str>) -> Result<Option<Vec<(usize, usize)>>> {
+    shapes
+        .map(|s| {
+            s.split(',')
+                .map(|p| {
+                    let v = usize_list(&p.replace('×', "x").replace('x', ","), "--shapes")?;
+                    match v[..] {
+                        [i, o] => Ok((i, o)),
+                        _ => Err(CliError::Usage(format!("--shapes: `{p}` is not IN×OUT"))),
+                    }
+                })
+                .collect::<Result<Vec<_>>>()
+        })
+        .transpose()
 }

@@ -11,6 +11,7 @@ mod bench_norm;
 // `tandem bench --kernel matmul` (issue 22: tensor-core GEMMs).
 mod bench_matmul;
 mod bench_qmatmul;
+mod bench_qmatmul_gemm;
 // `tandem bench serve` and `tandem serve` (issue 24).
 mod bench_serve;
 // Speculative decoding flags and `tandem bench-spec` (issue 26).

@@ -1,5 +1,5 @@
 //! ggml blocks kept as stored on the device (`optimized::kernels::qformat`: Q4_K, Q5_K, Q6_K,
-//! Q8_0), every format through every kernel it runs: the decode gemv (T ≤ 8, with the fused
+//! Q8_0, Q5_0, Q5_1, IQ4_NL), every format through every kernel it runs: the decode gemv (T ≤ 8, with the fused
 //! epilogues) and dequant + the dense GEMM (T above), via `qlinear_fused_into_tuned`, against
 //! `reference_linear(dequant(W), x)`; and the dequantize pass alone against
 //! `reference::dequant::dequantize_into` on random blocks (any finite f16 scales, every code
@@ -19,13 +19,9 @@ use super::outcome;
 use crate::tolerance::{ggml_dequant_ok, tc_tolerance, GGML_DEQUANT_REASON};
 use crate::{compare, rand_vec, round_to, tolerance, Case, Dtype, Metrics, Op, Outcome};
 
-/// Byte offsets of a block's f16 scales (d, and Q4_K / Q5_K's dmin): ggml's layouts.
+/// Byte offsets of a block's f16 scales (d, and Q4_K / Q5_K's dmin, Q5_1's m): ggml's layouts.
 fn scale_offsets(ty: GgmlType) -> &'static [usize] {
-    match ty {
-        GgmlType::Q4K | GgmlType::Q5K => &[0, 2],
-        GgmlType::Q6K => &[208],
-        _ => &[0],
-    }
+    ty.traits().f16_scales
 }
 
 /// `n` random blocks of `ty` (salt `salt`): random bytes, then each f16 scale set by `scale`
@@ -43,12 +39,12 @@ fn random_blocks(ty: GgmlType, n: usize, salt: u32, scale: impl Fn(usize, usize,
     b
 }
 
-/// Moderate scales for a matmul: d about 2^-10 (Q6_K 2^-12, Q8_0 2^-7), dmin half of it, signs
-/// mixed, so that outputs are O(1).
+/// Moderate scales for a matmul: d about 2^-10 (Q6_K 2^-12, Q8_0 and IQ4_NL — codes to ±127 —
+/// 2^-7), dmin / m half of it, signs mixed, so that outputs are O(1).
 fn matmul_scale(ty: GgmlType) -> impl Fn(usize, usize, f32) -> u16 {
     let e = match ty {
         GgmlType::Q6K => -12,
-        GgmlType::Q8_0 => -7,
+        GgmlType::Q8_0 | GgmlType::IQ4NL => -7,
         _ => -10,
     };
     move |_, k, u| half::f16::from_f32(2f32.powi(e - k as i32) * (0.5 + u.abs()) * if u < -0.5 { -1.0 } else { 1.0 }).to_bits()
@@ -215,10 +211,10 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     let mut v: Vec<Box<dyn Case>> = Vec::new();
     for kind in GgmlKind::ALL {
         // in: one block, two, 17 (4352: a row of an odd count of blocks); out: 1, odd, not a
-        // multiple of the 4 rows per group; Q8_0 also at 32 (one block).
+        // multiple of the 4 rows per group; the 32-value formats also at one block and three.
         let mut shapes = vec![(256usize, 1usize), (256, 7), (512, 33), (4352, 5), (1024, 130)];
-        if kind == GgmlKind::Q8_0 {
-            shapes.push((32, 3));
+        if kind.ty().block_elems() == 32 {
+            shapes.extend([(32, 3), (96, 5)]);
         }
         for t in [1usize, 2, 8, 9, 64, 300] {
             for &(n_in, n_out) in &shapes {

@@ -1,5 +1,5 @@
 //! ggml block formats kept as stored on the device, behind one abstraction: a format is one
-//! module (`q4k.rs`, `q5k.rs`, `q6k.rs`, `q8_0.rs`) that says how its blocks are laid into
+//! module (`q4k.rs`, `q5k.rs`, `q6k.rs`, `q8_0.rs`, `q5_0.rs`, `q5_1.rs`, `iq4_nl.rs`) that says how its blocks are laid into
 //! u32 words on upload ([`GgmlKind::pack`]) and how a kernel decodes 32 consecutive values of a
 //! block from those words ([`BlockFormat::decode_sub`], a `#[cube]` trait: the kernels are
 //! generic over it and monomorphize per format). The kernels (`kernels.rs`) are written once:
@@ -18,18 +18,20 @@
 //! Device layout: each stored block as its own run of whole u32 words, rows of blocks in input
 //! order (`QLayout::Rows`), block `b` of row `r` at word `(r · blocks_per_row + b) · words`.
 //! The blocks keep ggml's byte order, padded to whole words — Q4_K 144 bytes = 36 words, Q5_K
-//! 176 = 44, Q6_K 210 + 2 = 53 — except Q8_0, whose f16 d is widened to a word of its own so
-//! that its 32 codes start on a word (2 + 2 + 32 bytes = 9 words). Why blocks whole rather
+//! 176 = 44, Q6_K 210 + 2 = 53, Q5_1 24 = 6 — except the 32-value blocks of one f16 d (Q8_0,
+//! Q5_0, IQ4_NL), whose d is widened to a word of its own so that what follows starts on a
+//! word (Q8_0 2 + 2 + 32 bytes = 9 words, Q5_0 2 + 2 + 4 + 16 = 6, IQ4_NL 2 + 2 + 16 = 5). Why blocks whole rather
 //! than scales and codes split in two arrays: a unit decoding a sub-block reads its scale
 //! bytes and its 8 code words from one block, and the 32 units of a plane read 4 (k-quants) or
 //! 32 (Q8_0) consecutive blocks — one contiguous run of memory per plane and instruction, the
 //! same bytes the file holds (4.5 / 5.5 / 6.56 / 9 bits a weight for Q4_K / Q5_K / Q6_K / Q8_0).
 //!
 //! Decoding is exact where the reference's arithmetic is products only (Q6_K: `(d·sc)·(q − 32)`,
-//! Q8_0: `d·q`; the f16 scales widened by bits): bit-equal to `reference::dequant`. Q4_K / Q5_K
-//! compute `(d·sc)·q − dmin·m` as the reference does; a compiler may contract that into one
-//! fused multiply-add (NVRTC does by default), which rounds once instead of twice: at most half
-//! an ulp of `(d·sc)·q` from the reference's value (conformance bounds it so).
+//! Q8_0: `d·q`, IQ4_NL: `d·K[q]`, Q5_0: `d·(q − 16)`; the f16 scales widened by bits):
+//! bit-equal to `reference::dequant`. Q4_K / Q5_K compute `(d·sc)·q − dmin·m`, Q5_1 `d·q + m`,
+//! as the reference does; a compiler may contract that into one fused multiply-add (NVRTC does
+//! by default), which rounds once instead of twice: at most half an ulp of the product from the
+//! reference's value (conformance bounds it so).
 //!
 //! Porting the older formats onto this trait: INT8 groups of 32 are [`GgmlKind::Q8_0`] with f32
 //! instead of f16 scales (a 36-byte block: scale word + 8 code words); MXFP4 a 17-byte block
@@ -45,16 +47,22 @@ use reference::quant::QuantTensor;
 use super::qmatmul::{QFormat, QLayout, QWeight};
 use crate::{Client, DeviceTensor, Error};
 
+mod iq4_nl;
 pub mod kernels;
 mod q4k;
+mod q5_0;
+mod q5_1;
 mod q5k;
 mod q6k;
 mod q8_0;
 
+pub use iq4_nl::IQ4NL;
 pub(crate) use kernels::gemv_into;
 pub(crate) use kernels::GemvLaunch;
 pub use kernels::{dense_dtype, dequant, dequant_into, linear_dense};
 pub use q4k::Q4K;
+pub use q5_0::Q5_0;
+pub use q5_1::Q5_1;
 pub use q5k::Q5K;
 pub use q6k::Q6K;
 pub use q8_0::Q8_0;
@@ -89,10 +97,13 @@ pub enum GgmlKind {
     Q5K,
     Q6K,
     Q8_0,
+    Q5_0,
+    Q5_1,
+    IQ4NL,
 }
 
 impl GgmlKind {
-    pub const ALL: [GgmlKind; 4] = [GgmlKind::Q4K, GgmlKind::Q5K, GgmlKind::Q6K, GgmlKind::Q8_0];
+    pub const ALL: [GgmlKind; 7] = [GgmlKind::Q4K, GgmlKind::Q5K, GgmlKind::Q6K, GgmlKind::Q8_0, GgmlKind::Q5_0, GgmlKind::Q5_1, GgmlKind::IQ4NL];
 
     /// The device format of a stored ggml type, `None` where it has none (yet).
     pub fn of(ty: GgmlType) -> Option<Self> {
@@ -101,6 +112,9 @@ impl GgmlKind {
             GgmlType::Q5K => Some(GgmlKind::Q5K),
             GgmlType::Q6K => Some(GgmlKind::Q6K),
             GgmlType::Q8_0 => Some(GgmlKind::Q8_0),
+            GgmlType::Q5_0 => Some(GgmlKind::Q5_0),
+            GgmlType::Q5_1 => Some(GgmlKind::Q5_1),
+            GgmlType::IQ4NL => Some(GgmlKind::IQ4NL),
             _ => None,
         }
     }
@@ -111,14 +125,24 @@ impl GgmlKind {
             GgmlKind::Q5K => GgmlType::Q5K,
             GgmlKind::Q6K => GgmlType::Q6K,
             GgmlKind::Q8_0 => GgmlType::Q8_0,
+            GgmlKind::Q5_0 => GgmlType::Q5_0,
+            GgmlKind::Q5_1 => GgmlType::Q5_1,
+            GgmlKind::IQ4NL => GgmlType::IQ4NL,
         }
+    }
+
+    /// Whether the block's leading f16 d is widened to a word of its own on the device (the
+    /// 32-value blocks with one scale: their codes then start on a word).
+    fn widened_d(self) -> bool {
+        matches!(self, GgmlKind::Q8_0 | GgmlKind::Q5_0 | GgmlKind::IQ4NL)
     }
 
     /// u32 words of one block on the device.
     pub fn words(self) -> usize {
-        match self {
-            GgmlKind::Q8_0 => 9,
-            k => k.ty().block_bytes().div_ceil(4),
+        let bb = self.ty().block_bytes();
+        match self.widened_d() {
+            true => (bb + 2).div_ceil(4),
+            false => bb.div_ceil(4),
         }
     }
 
@@ -130,12 +154,12 @@ impl GgmlKind {
     /// One stored block (`ty().block_bytes()` bytes) into its device words' bytes
     /// (`4 · words()`, zero-filled by the caller).
     fn pack(self, src: &[u8], dst: &mut [u8]) {
-        match self {
-            GgmlKind::Q8_0 => {
+        match self.widened_d() {
+            true => {
                 dst[..2].copy_from_slice(&src[..2]);
-                dst[4..36].copy_from_slice(&src[2..34]);
+                dst[4..src.len() + 2].copy_from_slice(&src[2..]);
             }
-            _ => dst[..src.len()].copy_from_slice(src),
+            false => dst[..src.len()].copy_from_slice(src),
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use cubecl::prelude::*;
 
-use super::{BlockFormat, GgmlKind, Q4K, Q5K, Q6K, Q8_0, SUB};
+use super::{BlockFormat, GgmlKind, IQ4NL, Q4K, Q5K, Q5_0, Q5_1, Q6K, Q8_0, SUB};
 use crate::kernels::matmul::{self, inv_rms, scale_rows, store_row_sums, tc, Fuse, Version};
 use crate::kernels::qmatmul::{QFormat, QWeight};
 use crate::{Client, DeviceTensor, Dtype, Error};
@@ -26,6 +26,18 @@ macro_rules! with_format {
             }
             GgmlKind::Q8_0 => {
                 type $f = Q8_0;
+                $body
+            }
+            GgmlKind::Q5_0 => {
+                type $f = Q5_0;
+                $body
+            }
+            GgmlKind::Q5_1 => {
+                type $f = Q5_1;
+                $body
+            }
+            GgmlKind::IQ4NL => {
+                type $f = IQ4NL;
                 $body
             }
         }

@@ -8,6 +8,7 @@ use ndarray::{concatenate, s, Array2, Axis};
 use super::loopback::Loopback;
 use super::plan::{ExpertCut, RankShard, ShardPlan};
 use super::shard::ShardWeights;
+use super::Communicator;
 use crate::arch::model::{forward_with, new_cache, Par, WeightsRef};
 use crate::arch::spec::ModelSpec;
 use crate::error::{Error, Result};
@@ -59,19 +60,13 @@ impl LoopbackGroup {
         }
         let comms = Loopback::group(self.ranks.len());
         let results: Vec<Result<Array2<f32>>> = std::thread::scope(|sc| {
-            let handles: Vec<_> = self
-                .ranks
-                .iter()
-                .zip(caches.iter_mut())
+            let handles: Vec<_> = caches
+                .iter_mut()
                 .zip(&comms)
-                .map(|((rank, cache), comm)| {
+                .enumerate()
+                .map(|(r, (cache, comm))| {
                     sc.spawn(move || {
-                        let experts = match &rank.shard.experts {
-                            Some(ExpertCut::Whole(r)) => Some(r.clone()),
-                            _ => None,
-                        };
-                        let par = Par { comm, vocab: rank.shard.vocab.clone(), vocab_part: self.plan.vocab_part, experts };
-                        let out = forward_with(&rank.spec, &rank.weights, ids, cache, None, None, Some(&par));
+                        let out = self.forward_rank(r, comm, ids, cache);
                         if let Err(e) = &out {
                             comm.fail(&e.to_string());
                         }
@@ -95,6 +90,21 @@ impl LoopbackGroup {
             }
         }
         first.unwrap_or_else(|| Err(Error::Input("a tensor-parallel group of no ranks".into())))
+    }
+
+    /// Rank `r`'s part of [`LoopbackGroup::forward`] over any communicator of the group (each
+    /// rank calls it on its own thread, as NCCL ranks do): the whole logits `[T, V]`.
+    pub fn forward_rank(&self, r: usize, comm: &dyn Communicator, ids: &[u32], cache: &mut KvCache) -> Result<Array2<f32>> {
+        let rank = self.ranks.get(r).ok_or_else(|| Error::Input(format!("rank {r} of {}", self.ranks.len())))?;
+        if (comm.rank(), comm.world()) != (r, self.ranks.len()) {
+            return Err(Error::Input(format!("rank {r} of {} given the communicator of rank {} of {}", self.ranks.len(), comm.rank(), comm.world())));
+        }
+        let experts = match &rank.shard.experts {
+            Some(ExpertCut::Whole(e)) => Some(e.clone()),
+            _ => None,
+        };
+        let par = Par { comm, vocab: rank.shard.vocab.clone(), vocab_part: self.plan.vocab_part, experts };
+        forward_with(&rank.spec, &rank.weights, ids, cache, None, None, Some(&par))
     }
 
     /// KV heads of the joined cache ([`LoopbackGroup::forward_joined`]): every rank's, side by

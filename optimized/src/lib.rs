@@ -16,6 +16,7 @@ pub mod kernel_cache;
 pub mod kernels;
 pub mod kv_cache;
 pub mod model;
+pub mod nccl;
 pub mod runner;
 pub mod tensor;
 pub mod upload;

@@ -23,6 +23,7 @@ pub mod kv_cache;
 pub mod loader;
 pub mod model;
 pub mod ops;
+pub mod parallel;
 pub mod quant;
 pub mod special_text;
 pub mod synthetic;

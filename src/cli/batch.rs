@@ -259,7 +259,7 @@ pub fn run(a: GenerateArgs, path: &Path, base: SamplingParams) -> Result<()> {
     });
     let mut sink = Sink::open(a.out.as_deref())?;
     let tok = opened.tokenizer.take().map(Arc::new);
-    let runner = opened.runner(a.model.device, a.model.dtype.as_deref(), kv)?;
+    let runner = super::tensor_parallel::runner(&a, &mut opened, kv)?;
     let detok = tok.clone().map(|t| t as Arc<dyn Detokenizer>);
     let cfg = EngineConfig { max_num_seqs: a.max_seqs.max(1), ..EngineConfig::default() };
     // Speculative decoding (issue 26): `--speculate` picks the engine.

@@ -26,7 +26,14 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         (Some(prompts), Some(out)) => super::batch::check_out(prompts, out)?,
         _ => {}
     }
+    let tp = a.tensor_parallel;
+    if tp != 1 {
+        super::tensor_parallel::check_device(tp, a.model.device)?;
+    }
     if super::gpt_oss::wants(&a.model)? {
+        if tp != 1 {
+            return Err(CliError::Usage(format!("--tensor-parallel {tp}: GPT-OSS's CLI path is not sharded yet")));
+        }
         return super::gpt_oss::chat::run(a, params);
     }
     if a.reasoning_effort.is_some() {
@@ -62,7 +69,7 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         return Err(CliError::Usage("--max-tokens must be at least 1".into()));
     }
     let kv = a.kv_tokens.unwrap_or(ids.len() + max_tokens);
-    let mut runner = opened.runner(a.model.device, a.model.dtype.as_deref(), kv)?;
+    let mut runner = super::tensor_parallel::runner(&a, &mut opened, kv)?;
     let name = runner.name();
     prepare(runner.as_mut(), &name, ids.len() + max_tokens, &params)?;
     let tok = Arc::new(tok);

@@ -53,6 +53,11 @@ pub struct GenerateArgs {
     /// level (default medium); a --prompts line's `reasoning_effort` overrides it.
     #[arg(long, value_parser = ["low", "medium", "high"])]
     pub reasoning_effort: Option<String>,
+    /// Shard the model over N ranks (tensor parallelism: heads, FFN rows, experts and vocabulary
+    /// split, one all-reduce after attention and one after the FFN). `--device cpu` runs the N
+    /// ranks as threads of the reference; other devices refuse it for now (and GPT-OSS).
+    #[arg(long, default_value_t = 1)]
+    pub tensor_parallel: usize,
     /// Speculative decoding (issue 26): --speculate, --spec-k, ...
     #[command(flatten)]
     pub spec: super::spec::SpecArgs,

@@ -38,6 +38,7 @@ mod spec;
 // `tandem results`: the tables a reader takes in (issue 48).
 mod summary;
 // `tandem tokenize` (issue 50).
+mod tensor_parallel;
 mod tokenize;
 
 use clap::{Parser, Subcommand, ValueEnum};

@@ -5,16 +5,17 @@
 //! `gpt_oss`, GGUF `gpt-oss`); this file turns it into a [`ModelSpec`] and lends the weights
 //! to the one forward pass.
 
-use ndarray::{Array2, ArrayView2};
+use ndarray::{s, Array1, Array2, ArrayView2};
 
 use crate::config::RopeLayout;
 use crate::error::{Error, Result};
 use crate::gpt_oss::config::GptOssConfig;
-use crate::gpt_oss::weights::{ExpertWeights, GptOssWeights};
+use crate::gpt_oss::weights::{DenseExpert, ExpertWeights, GptOssWeights};
 use crate::ops::matmul::linear_bias;
 use crate::ops::mlp::{gated, Activation};
 use crate::ops::moe::Routing;
 use crate::ops::rope::{yarn_attention_factor, RopeScaling};
+use crate::parallel::ExpertCut;
 
 use super::model::{Experts, FfnRef, LayerRef, WeightsRef};
 use super::spec::{AttnSpec, FfnSpec, Fused, LayerSpec, ModelSpec, Norm, RopeSpec};
@@ -76,16 +77,62 @@ pub fn from_config(c: &GptOssConfig) -> ModelSpec {
     }
 }
 
-/// MXFP4 experts: dequantized when used, then `act(h Wgᵀ + bg, h Wuᵀ + bu) Wdᵀ + bd`.
+/// `act(h Wgᵀ + bg, h Wuᵀ + bu) Wdᵀ + bd` of one dense expert.
+fn run_dense(x: &DenseExpert, h: ArrayView2<f32>, act: Activation) -> Result<Array2<f32>> {
+    let g = linear_bias(h, x.gate.view(), x.gate_bias.view())?;
+    let u = linear_bias(h, x.up.view(), x.up_bias.view())?;
+    linear_bias(gated(g.view(), u.view(), act).view(), x.down.view(), x.down_bias.view())
+}
+
+fn get<T>(v: &[T], e: usize) -> Result<&T> {
+    v.get(e).ok_or_else(|| Error::Input(format!("expert {e} of {}", v.len())))
+}
+
+/// MXFP4 experts: dequantized when used, then [`run_dense`]. A tensor-parallel rank keeps its
+/// experts MXFP4 (expert parallelism) or its rows of every expert dequantized (an MXFP4 block
+/// of 32 runs along a row, so down's columns would cut blocks).
 impl Experts for Vec<ExpertWeights> {
     fn count(&self) -> usize {
         self.len()
     }
     fn run(&self, e: usize, h: ArrayView2<f32>, act: Activation) -> Result<Array2<f32>> {
-        let x = self.get(e).ok_or_else(|| Error::Input(format!("expert {e} of {}", self.len())))?.dequant()?;
-        let g = linear_bias(h, x.gate.view(), x.gate_bias.view())?;
-        let u = linear_bias(h, x.up.view(), x.up_bias.view())?;
-        linear_bias(gated(g.view(), u.view(), act).view(), x.down.view(), x.down_bias.view())
+        run_dense(&get(self, e)?.dequant()?, h, act)
+    }
+    fn cut(&self, cut: &ExpertCut) -> Result<Box<dyn Experts + Send>> {
+        match cut {
+            ExpertCut::Whole(r) => {
+                Ok(Box::new(self.get(r.clone()).ok_or_else(|| Error::Input(format!("experts {r:?} of {}", self.len())))?.to_vec()))
+            }
+            ExpertCut::Rows { .. } => self.iter().map(|x| x.dequant()).collect::<Result<Vec<_>>>()?.cut(cut),
+        }
+    }
+}
+
+/// Dense experts with biases (GPT-OSS's dequantized, as a tensor-parallel rank keeps them).
+impl Experts for Vec<DenseExpert> {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn run(&self, e: usize, h: ArrayView2<f32>, act: Activation) -> Result<Array2<f32>> {
+        run_dense(get(self, e)?, h, act)
+    }
+    fn cut(&self, cut: &ExpertCut) -> Result<Box<dyn Experts + Send>> {
+        let cut: Vec<DenseExpert> = match cut {
+            ExpertCut::Whole(r) => self.get(r.clone()).ok_or_else(|| Error::Input(format!("experts {r:?} of {}", self.len())))?.to_vec(),
+            ExpertCut::Rows { rows, bias } => self
+                .iter()
+                .map(|x| DenseExpert {
+                    gate: x.gate.slice(s![rows.clone(), ..]).to_owned(),
+                    gate_bias: x.gate_bias.slice(s![rows.clone()]).to_owned(),
+                    up: x.up.slice(s![rows.clone(), ..]).to_owned(),
+                    up_bias: x.up_bias.slice(s![rows.clone()]).to_owned(),
+                    down: x.down.slice(s![.., rows.clone()]).to_owned(),
+                    // Added once, by the rank that keeps it.
+                    down_bias: if *bias { x.down_bias.clone() } else { Array1::zeros(x.down_bias.len()) },
+                })
+                .collect(),
+        };
+        Ok(Box::new(cut))
     }
 }
 

@@ -15,8 +15,14 @@
 //! logits = cap(Norm(x) · Headᵀ)                                       [T, V]
 //! ```
 //! Norm is `x̂·w` or Gemma's `x̂·(1 + w)` ([`Norm`]).
+//!
+//! One rank of a tensor-parallel group ([`crate::parallel`]) runs the same pass on its slices
+//! with its local spec, and [`Par`] adds the collectives: the embedding's rows all-reduced, one
+//! all-reduce after o and one after down (or the MoE combine), the logits all-gathered.
 
-use ndarray::{Array1, Array2, ArrayView1, ArrayView2, Axis};
+use std::ops::Range;
+
+use ndarray::{s, Array1, Array2, ArrayView1, ArrayView2, Axis};
 
 use super::spec::{AttnSpec, FfnSpec, LayerSpec, ModelSpec, Norm};
 use super::weights::{ArchWeights, Ffn, Layer, Mlp};
@@ -32,6 +38,7 @@ use crate::ops::residual::residual_add;
 use crate::ops::rmsnorm::{rmsnorm, rmsnorm_1p, rmsnorm_heads};
 use crate::ops::rope::rope_partial;
 use crate::ops::softcap::softcap;
+use crate::parallel::{Communicator, ExpertCut};
 
 /// A model of any supported architecture, ready to run.
 pub struct ArchModel {
@@ -86,6 +93,8 @@ pub trait Experts: Sync {
     fn count(&self) -> usize;
     /// Expert `e` on the rows of `h [T, C]` → `[T, C]`.
     fn run(&self, e: usize, h: ArrayView2<f32>, act: Activation) -> Result<Array2<f32>>;
+    /// What one tensor-parallel rank keeps of these experts ([`ExpertCut`]).
+    fn cut(&self, cut: &ExpertCut) -> Result<Box<dyn Experts + Send>>;
 }
 
 impl Experts for Vec<Mlp> {
@@ -95,6 +104,20 @@ impl Experts for Vec<Mlp> {
     fn run(&self, e: usize, h: ArrayView2<f32>, act: Activation) -> Result<Array2<f32>> {
         let m = self.get(e).ok_or_else(|| Error::Input(format!("expert {e} of {}", self.len())))?;
         mlp(h, m.view(), act)
+    }
+    fn cut(&self, cut: &ExpertCut) -> Result<Box<dyn Experts + Send>> {
+        let cut: Vec<Mlp> = match cut {
+            ExpertCut::Whole(r) => self.get(r.clone()).ok_or_else(|| Error::Input(format!("experts {r:?} of {}", self.len())))?.to_vec(),
+            ExpertCut::Rows { rows, .. } => self
+                .iter()
+                .map(|m| Mlp {
+                    gate: m.gate.slice(s![rows.clone(), ..]).to_owned(),
+                    up: m.up.slice(s![rows.clone(), ..]).to_owned(),
+                    down: m.down.slice(s![.., rows.clone()]).to_owned(),
+                })
+                .collect(),
+        };
+        Ok(Box::new(cut))
     }
 }
 
@@ -189,8 +212,75 @@ pub fn forward(
     w: &dyn WeightsRef,
     ids: &[u32],
     cache: &mut KvCache,
+    trace: Option<&mut Trace>,
+    margins: Option<&mut [f32]>,
+) -> Result<Array2<f32>> {
+    forward_with(spec, w, ids, cache, trace, margins, None)
+}
+
+/// One rank of a tensor-parallel group: its communicator and what it owns beyond its local
+/// spec's heads and widths.
+pub struct Par<'a> {
+    pub comm: &'a dyn Communicator,
+    /// Token rows of the embedding and head this rank holds.
+    pub vocab: Range<usize>,
+    /// ⌈V/N⌉: each rank's part of the all-gathered logits (the last ones padded).
+    pub vocab_part: usize,
+    /// The experts this rank holds whole (expert parallelism); `None`: every expert (sliced
+    /// or not).
+    pub experts: Option<Range<usize>>,
+}
+
+impl Par<'_> {
+    /// `y ← Σ_ranks y`.
+    fn reduce(&self, y: &mut Array2<f32>) -> Result<()> {
+        let buf = y.as_slice_mut().ok_or_else(|| Error::Input("all-reduce of a non-contiguous array".into()))?;
+        self.comm.all_reduce_sum(buf)
+    }
+
+    /// The rows of `ids` this rank holds (zero rows for the others' tokens), summed over the
+    /// ranks: every row comes from exactly one rank.
+    fn embed(&self, table: ArrayView2<f32>, ids: &[u32], vocab: usize) -> Result<Array2<f32>> {
+        let mut x = Array2::zeros((ids.len(), table.ncols()));
+        for (t, &id) in ids.iter().enumerate() {
+            let id = id as usize;
+            if id >= vocab {
+                return Err(Error::Input(format!("token id {id} at position {t} is outside the vocabulary (V = {vocab})")));
+            }
+            if self.vocab.contains(&id) {
+                x.row_mut(t).assign(&table.row(id - self.vocab.start));
+            }
+        }
+        self.reduce(&mut x)?;
+        Ok(x)
+    }
+
+    /// The whole `[T, V]` from every rank's `[T, |vocab|]` logits.
+    fn gather_logits(&self, part: Array2<f32>, vocab: usize) -> Result<Array2<f32>> {
+        let (t, p) = (part.nrows(), self.vocab_part);
+        let mut padded = Array2::zeros((t, p));
+        padded.slice_mut(s![.., ..part.ncols()]).assign(&part);
+        let all = self.comm.all_gather(padded.as_slice().ok_or_else(|| Error::Input("logits are not contiguous".into()))?)?;
+        let n = self.comm.world();
+        let all = Array2::from_shape_vec((n * t, p), all).map_err(|e| Error::Input(format!("gathered logits: {e}")))?;
+        let mut out = Array2::zeros((t, n * p));
+        for r in 0..n {
+            out.slice_mut(s![.., r * p..(r + 1) * p]).assign(&all.slice(s![r * t..(r + 1) * t, ..]));
+        }
+        Ok(out.slice(s![.., ..vocab]).to_owned())
+    }
+}
+
+/// [`forward`], as one rank of a tensor-parallel group when `par` is given (`spec` is then the
+/// rank's local spec, `w` its slices).
+pub fn forward_with(
+    spec: &ModelSpec,
+    w: &dyn WeightsRef,
+    ids: &[u32],
+    cache: &mut KvCache,
     mut trace: Option<&mut Trace>,
     mut margins: Option<&mut [f32]>,
+    par: Option<&Par>,
 ) -> Result<Array2<f32>> {
     let pos0 = cache.len();
     if ids.is_empty() {
@@ -202,15 +292,24 @@ pub fn forward(
     if w.n_layers() != spec.n_layers() {
         return Err(Error::Input(format!("{} layers of weights for {} layers", w.n_layers(), spec.n_layers())));
     }
-    let mut x = embedding(w.tok_embd(), ids)?;
+    let mut x = match par {
+        Some(p) => p.embed(w.tok_embd(), ids, spec.vocab)?,
+        None => embedding(w.tok_embd(), ids)?,
+    };
     if let Some(scale) = spec.embed_scale {
         x *= scale;
     }
     for (l, ls) in spec.layers.iter().enumerate() {
         let lw = w.layer(l)?;
-        let a = attention_block(spec, l, ls, &lw, x.view(), pos0, cache)?;
+        let mut a = attention_block(spec, l, ls, &lw, x.view(), pos0, cache)?;
+        if let Some(p) = par {
+            p.reduce(&mut a)?;
+        }
         add_residual(spec, &mut x, a, lw.post_attn_norm);
-        let m = ffn_block(spec, ls, &lw, x.view(), margins.as_deref_mut())?;
+        let mut m = ffn_block(spec, ls, &lw, x.view(), margins.as_deref_mut(), par.and_then(|p| p.experts.clone()))?;
+        if let Some(p) = par {
+            p.reduce(&mut m)?;
+        }
         add_residual(spec, &mut x, m, lw.post_ffn_norm);
         if let Some(tr) = trace.as_deref_mut() {
             tr.hidden.push(x.clone());
@@ -221,7 +320,10 @@ pub fn forward(
     if let Some(c) = spec.final_softcap {
         logits.mapv_inplace(|z| softcap(z, c));
     }
-    Ok(logits)
+    match par {
+        Some(p) => p.gather_logits(logits, spec.vocab),
+        None => Ok(logits),
+    }
 }
 
 /// RMSNorm of the model's kind over rows of `x [T, C]`.
@@ -273,8 +375,16 @@ fn attention_block(
     linear_opt(o.view(), w.wo, w.bo)
 }
 
-/// The FFN of block `l` on `Norm(x)`: a gated MLP, or the MoE.
-fn ffn_block(spec: &ModelSpec, ls: &LayerSpec, w: &LayerRef, x: ArrayView2<f32>, margins: Option<&mut [f32]>) -> Result<Array2<f32>> {
+/// The FFN of block `l` on `Norm(x)`: a gated MLP, or the MoE (of the experts `owned` where
+/// given: an expert-parallel rank's, the others' terms left to the other ranks).
+fn ffn_block(
+    spec: &ModelSpec,
+    ls: &LayerSpec,
+    w: &LayerRef,
+    x: ArrayView2<f32>,
+    margins: Option<&mut [f32]>,
+    owned: Option<Range<usize>>,
+) -> Result<Array2<f32>> {
     let h = norm(spec, x, w.ffn_norm);
     match (&ls.ffn, &w.ffn) {
         (FfnSpec::Dense { act, .. }, FfnRef::Dense(m)) => mlp(h.view(), *m, *act),
@@ -285,7 +395,8 @@ fn ffn_block(spec: &ModelSpec, ls: &LayerSpec, w: &LayerRef, x: ArrayView2<f32>,
                     *m = m.min(route_margin(&row.to_vec(), *k));
                 }
             }
-            moe(h.view(), z.view(), *experts, *k, *routing, *act)
+            let owned = owned.unwrap_or(0..experts.count());
+            moe(h.view(), z.view(), *experts, owned, *k, *routing, *act)
         }
         _ => Err(Error::Input("layer weights do not match the layer's FFN kind".into())),
     }
@@ -296,20 +407,29 @@ fn mlp(h: ArrayView2<f32>, m: MlpRef, act: Activation) -> Result<Array2<f32>> {
 }
 
 /// `MoE(h)` from router logits `z [T, E]`: route every token, run each chosen expert on the
-/// tokens that chose it, then `Σ_k w_k · y_{e_k}` per token in rank order.
-fn moe(h: ArrayView2<f32>, z: ArrayView2<f32>, experts: &dyn Experts, k: usize, routing: Routing, act: Activation) -> Result<Array2<f32>> {
+/// tokens that chose it, then `Σ_k w_k · y_{e_k}` per token in rank order. Only the experts
+/// `owned` (global ids; `experts` holds them from index 0) run and add their terms.
+fn moe(
+    h: ArrayView2<f32>,
+    z: ArrayView2<f32>,
+    experts: &dyn Experts,
+    owned: Range<usize>,
+    k: usize,
+    routing: Routing,
+    act: Activation,
+) -> Result<Array2<f32>> {
     let routes: Vec<Vec<(usize, f32)>> = z.rows().into_iter().map(|row| routing.route(&row.to_vec(), k)).collect();
     let c = h.ncols();
     // y[t][k] = Expert_{e_k}(h_t), filled expert by expert.
     let mut y: Vec<Vec<Option<Array1<f32>>>> = routes.iter().map(|r| vec![None; r.len()]).collect();
-    for e in 0..experts.count() {
+    for e in owned.clone() {
         let users: Vec<(usize, usize)> =
             routes.iter().enumerate().flat_map(|(t, r)| r.iter().position(|&(ek, _)| ek == e).map(|kk| (t, kk))).collect();
         if users.is_empty() {
             continue;
         }
         let rows: Vec<usize> = users.iter().map(|&(t, _)| t).collect();
-        let out = experts.run(e, h.select(Axis(0), &rows).view(), act)?;
+        let out = experts.run(e - owned.start, h.select(Axis(0), &rows).view(), act)?;
         for (&(t, kk), row) in users.iter().zip(out.rows()) {
             y[t][kk] = Some(row.to_owned());
         }
@@ -319,6 +439,7 @@ fn moe(h: ArrayView2<f32>, z: ArrayView2<f32>, experts: &dyn Experts, k: usize, 
         let terms = r
             .iter()
             .zip(ys)
+            .filter(|(&(e, _), _)| owned.contains(&e))
             .map(|(&(e, wk), yk)| {
                 yk.as_ref().map(|v| (wk, v.view())).ok_or_else(|| Error::Input(format!("token {t}: expert {e} was routed to but not run")))
             })

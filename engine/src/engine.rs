@@ -28,11 +28,15 @@ pub struct EngineConfig {
     pub prefix_caching: bool,
     /// Speculative decoding (`None`: off). A draft model comes with [`Engine::with_draft`].
     pub speculation: Option<SpecConfig>,
+    /// Priority aging: a waiting request ranks one priority level sooner for every this many
+    /// steps since it arrived, so that a stream of more urgent requests delays it a bounded
+    /// time, never forever (0: no aging, vLLM's behaviour). See `engine::priority`.
+    pub priority_aging_steps: u64,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { max_num_seqs: 256, max_batched_tokens: 2048, prefill_chunk: 2048, prefix_caching: true, speculation: None }
+        EngineConfig { max_num_seqs: 256, max_batched_tokens: 2048, prefill_chunk: 2048, prefix_caching: true, speculation: None, priority_aging_steps: 1024 }
     }
 }
 
@@ -282,7 +286,9 @@ impl<R: ModelRunner> Engine<R> {
         self.next_id += 1;
         let stream = self.detok.clone().map(TextStream::new);
         self.stats.prompt_tokens += req.prompt.len() as u64;
-        self.seqs.insert(id, Sequence::new(id, req, params, max_output, stream));
+        let mut seq = Sequence::new(id, req, params, max_output, stream);
+        seq.arrival_step = self.step_no;
+        self.seqs.insert(id, seq);
         self.waiting.push_back(id);
         Ok(id)
     }

@@ -36,7 +36,14 @@ pub struct EngineConfig {
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { max_num_seqs: 256, max_batched_tokens: 2048, prefill_chunk: 2048, prefix_caching: true, speculation: None, priority_aging_steps: 1024 }
+        EngineConfig {
+            max_num_seqs: 256,
+            max_batched_tokens: 2048,
+            prefill_chunk: 2048,
+            prefix_caching: true,
+            speculation: None,
+            priority_aging_steps: 1024,
+        }
     }
 }
 
@@ -67,6 +74,9 @@ pub struct EngineStats {
     pub decode_tokens: u64,
     /// Draft model steps (rounds), all steps.
     pub draft_rounds: u64,
+    /// Decode graphs the target runner recorded inside steps (a step shape first seen in the
+    /// request path, not prepared ahead: `ModelRunner::prepare_decode`).
+    pub graph_recordings_in_steps: u64,
     /// Decode steps by the rows the target ran (`tokens`): how many, and the target's time in
     /// them (ns) — where a verification's cost comes from (`tandem bench-spec`).
     pub decode_by_rows: std::collections::BTreeMap<usize, (u64, u64)>,
@@ -348,6 +358,9 @@ impl<R: ModelRunner> Engine<R> {
             (self.runner.step(&plan)?, plan.num_tokens())
         };
         let run_ns = t_run.elapsed();
+        if let Some((_, in_steps)) = self.runner.recordings() {
+            self.stats.graph_recordings_in_steps = in_steps;
+        }
         let produced0 = self.stats.generated_tokens;
         for ((it, r), c) in schedule.items.iter().zip(results).zip(&counts) {
             let out = if it.k > 0 { self.advance_spec(it.id, it.k, r, c)? } else { self.advance(it.id, it.n, r)? };

@@ -305,7 +305,9 @@ fn malformed_requests_get_openai_errors_naming_the_field_and_the_server_stays_up
         let r = c.get(format!("{b}/v1/models/other")).send().await.expect("get");
         assert_eq!(r.status().as_u16(), 404);
         // Still serving; every refusal counted.
-        let (st, v) = post(&c, &format!("{b}/v1/completions"), &completion(&prompt(5, 1), 3, json!({"unknown_field": {"x": 1}, "user": "u", "priority": -7}))).await;
+        let (st, v) =
+            post(&c, &format!("{b}/v1/completions"), &completion(&prompt(5, 1), 3, json!({"unknown_field": {"x": 1}, "user": "u", "priority": -7})))
+                .await;
         assert_eq!(st, 200, "unknown fields are ignored, a priority is taken: {v}");
         let m = metrics(&c, &b).await;
         let refused = metric(&m, "tandem_requests_total{outcome=\"invalid\"}");

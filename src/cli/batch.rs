@@ -46,7 +46,10 @@ fn field_u64(o: &serde_json::Map<String, Value>, k: &str) -> std::result::Result
 pub(super) fn field_priority(o: &serde_json::Map<String, Value>) -> std::result::Result<i32, String> {
     match o.get("priority") {
         None | Some(Value::Null) => Ok(0),
-        Some(v) => v.as_i64().and_then(|p| i32::try_from(p).ok()).ok_or_else(|| format!("`priority` must be an integer from {} to {}: {v}", i32::MIN, i32::MAX)),
+        Some(v) => v
+            .as_i64()
+            .and_then(|p| i32::try_from(p).ok())
+            .ok_or_else(|| format!("`priority` must be an integer from {} to {}: {v}", i32::MIN, i32::MAX)),
     }
 }
 

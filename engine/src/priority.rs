@@ -22,7 +22,7 @@ use crate::runner::ModelRunner;
 
 /// `priority` aged by `waited` steps at one level per `aging` steps (0: no aging).
 pub(crate) fn effective(priority: i32, waited: u64, aging: u64) -> i64 {
-    let levels = if aging == 0 { 0 } else { waited / aging };
+    let levels = waited.checked_div(aging).unwrap_or(0);
     i64::from(priority).saturating_sub(i64::try_from(levels).unwrap_or(i64::MAX))
 }
 

@@ -7,8 +7,7 @@
 //! answers `/v1/completions` and `/v1/chat/completions` on the tiny qwen3 GGUF. Run with
 //! `--release`.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -19,7 +18,7 @@ use reference::tokenizer::Tokenizer;
 use serde_json::{json, Value as Json};
 
 mod common;
-use common::{fails, tandem};
+use common::{fails, http_text, tandem};
 
 const NAMES: [&str; 8] = ["llama3", "mistral_hd", "qwen2", "qwen3", "qwen3_moe", "gemma3", "phi3", "qwen3_yarn"];
 const TOL: f32 = 1e-3;
@@ -382,19 +381,8 @@ impl Drop for Served {
 
 /// One HTTP/1.1 request to the server (`Connection: close`); (status, body as JSON).
 fn http(port: u16, method: &str, path: &str, body: Option<&Json>) -> (u16, Json) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
-    let body = body.map(|b| b.to_string()).unwrap_or_default();
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(req.as_bytes()).unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
-    let status = resp.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("no status line: {resp:?}"));
-    let text = resp.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    (status, serde_json::from_str(text).unwrap_or(Json::Null))
+    let (status, text) = http_text(port, method, path, &body.map(|b| b.to_string()).unwrap_or_default());
+    (status, serde_json::from_str(&text).unwrap_or(Json::Null))
 }
 
 fn serve(model: &Path) -> Served {

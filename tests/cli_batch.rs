@@ -243,3 +243,28 @@ fn jsonl_fields_not_flags_in_gpt_oss_batch_errors_too() {
     assert_eq!(by_id(&rows, 3)["finish_reason"], "length", "{text}");
     fails(&["generate", "--model", m.to_str().unwrap(), "--prompts", p.to_str().unwrap(), "--out", p.to_str().unwrap()], 2, &["--out", "--prompts"]);
 }
+
+#[test]
+fn prompts_lines_run_by_priority_and_a_bad_priority_is_that_lines_error() {
+    let m = tiny("tiny-priority");
+    let p = tmp("priority.jsonl");
+    let lines = [
+        r#"{"id": "a", "prompt": "one", "max_tokens": 2, "priority": 2}"#,
+        r#"{"id": "b", "prompt": "two", "max_tokens": 2}"#,
+        r#"{"id": "c", "prompt": "three", "max_tokens": 2, "priority": -1}"#,
+        r#"{"id": "d", "prompt": "four", "max_tokens": 2, "priority": 1.5}"#,
+        r#"{"id": "e", "prompt": "five", "max_tokens": 2, "priority": 2147483648}"#,
+    ];
+    std::fs::write(&p, lines.join("\n")).unwrap();
+    // One seat: requests finish in the order they are admitted.
+    let out = tandem(&["generate", "--model", m.to_str().unwrap(), "--prompts", p.to_str().unwrap(), "--max-seqs", "1"]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    let rows = rows(&stdout);
+    let done: Vec<&str> = rows.iter().filter(|r| r["error"].is_null()).map(|r| r["id"].as_str().unwrap()).collect();
+    assert_eq!(done, ["c", "b", "a"], "{stdout}");
+    for (id, line) in [("d", "line 4"), ("e", "line 5")] {
+        let e = rows.iter().find(|r| r["id"] == id).unwrap()["error"].as_str().unwrap_or_default().to_string();
+        assert!(e.contains(line) && e.contains("`priority`"), "{id}: {e}");
+    }
+}

@@ -28,11 +28,22 @@ pub struct EngineConfig {
     pub prefix_caching: bool,
     /// Speculative decoding (`None`: off). A draft model comes with [`Engine::with_draft`].
     pub speculation: Option<SpecConfig>,
+    /// Priority aging: a waiting request ranks one priority level sooner for every this many
+    /// steps since it arrived, so that a stream of more urgent requests delays it a bounded
+    /// time, never forever (0: no aging, vLLM's behaviour). See `engine::priority`.
+    pub priority_aging_steps: u64,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { max_num_seqs: 256, max_batched_tokens: 2048, prefill_chunk: 2048, prefix_caching: true, speculation: None }
+        EngineConfig {
+            max_num_seqs: 256,
+            max_batched_tokens: 2048,
+            prefill_chunk: 2048,
+            prefix_caching: true,
+            speculation: None,
+            priority_aging_steps: 1024,
+        }
     }
 }
 
@@ -63,6 +74,9 @@ pub struct EngineStats {
     pub decode_tokens: u64,
     /// Draft model steps (rounds), all steps.
     pub draft_rounds: u64,
+    /// Decode graphs the target runner recorded inside steps (a step shape first seen in the
+    /// request path, not prepared ahead: `ModelRunner::prepare_decode`).
+    pub graph_recordings_in_steps: u64,
     /// Decode steps by the rows the target ran (`tokens`): how many, and the target's time in
     /// them (ns) — where a verification's cost comes from (`tandem bench-spec`).
     pub decode_by_rows: std::collections::BTreeMap<usize, (u64, u64)>,
@@ -282,7 +296,9 @@ impl<R: ModelRunner> Engine<R> {
         self.next_id += 1;
         let stream = self.detok.clone().map(TextStream::new);
         self.stats.prompt_tokens += req.prompt.len() as u64;
-        self.seqs.insert(id, Sequence::new(id, req, params, max_output, stream));
+        let mut seq = Sequence::new(id, req, params, max_output, stream);
+        seq.arrival_step = self.step_no;
+        self.seqs.insert(id, seq);
         self.waiting.push_back(id);
         Ok(id)
     }
@@ -342,6 +358,9 @@ impl<R: ModelRunner> Engine<R> {
             (self.runner.step(&plan)?, plan.num_tokens())
         };
         let run_ns = t_run.elapsed();
+        if let Some((_, in_steps)) = self.runner.recordings() {
+            self.stats.graph_recordings_in_steps = in_steps;
+        }
         let produced0 = self.stats.generated_tokens;
         for ((it, r), c) in schedule.items.iter().zip(results).zip(&counts) {
             let out = if it.k > 0 { self.advance_spec(it.id, it.k, r, c)? } else { self.advance(it.id, it.n, r)? };

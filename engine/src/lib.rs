@@ -33,6 +33,7 @@ pub mod detok;
 mod engine;
 pub mod harmony;
 pub mod kv_blocks;
+mod priority;
 pub mod request;
 pub mod runner;
 pub mod sampling;

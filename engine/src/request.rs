@@ -27,6 +27,10 @@ pub struct Request {
     pub ignore_eos: bool,
     /// Report each sampled token's log-probability and this many alternatives (`None`: none).
     pub logprobs: Option<usize>,
+    /// Scheduling priority: lower is served sooner (vLLM's convention); 0 by default. The
+    /// engine admits by (priority, arrival) and preempts the lowest priority first (see
+    /// `engine::priority`).
+    pub priority: i32,
 }
 
 impl Request {
@@ -42,6 +46,7 @@ impl Request {
             stop: vec![],
             ignore_eos: false,
             logprobs: None,
+            priority: 0,
         }
     }
     pub fn with_max_tokens(mut self, n: usize) -> Self {
@@ -50,6 +55,10 @@ impl Request {
     }
     pub fn with_params(mut self, params: SamplingParams) -> Self {
         self.params = params;
+        self
+    }
+    pub fn with_priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
         self
     }
 }

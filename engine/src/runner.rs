@@ -128,6 +128,11 @@ pub trait ModelRunner {
     fn prepare_decode(&mut self, _rows: usize, _max_len: usize, _sampled: bool) -> Result<usize> {
         Ok(0)
     }
+    /// Recordings (decode graphs) made ahead of the requests by [`ModelRunner::prepare_decode`]
+    /// and by steps (in the request path), where the runner records any.
+    fn recordings(&self) -> Option<(u64, u64)> {
+        None
+    }
     /// The most token positions one step should compute, where the runner is slow enough per
     /// position that a step must be kept short (the CPU reference): the engine caps its token
     /// budget (and so its prompt chunks and its seats) to this, so that one step — the time
@@ -186,6 +191,9 @@ impl<T: ModelRunner + ?Sized> ModelRunner for Box<T> {
     }
     fn prepare_decode(&mut self, rows: usize, max_len: usize, sampled: bool) -> Result<usize> {
         (**self).prepare_decode(rows, max_len, sampled)
+    }
+    fn recordings(&self) -> Option<(u64, u64)> {
+        (**self).recordings()
     }
     fn max_step_tokens(&self) -> Option<usize> {
         (**self).max_step_tokens()

@@ -1,13 +1,15 @@
 //! The iteration-level scheduler: which sequences compute how many tokens this step.
 //!
 //! Policy (vLLM v1's, simplified), per step with a budget of `max_batched_tokens`:
-//! 1. **Running sequences first**, oldest first: a decoding sequence takes 1 token, one still in
+//! 1. **Running sequences first**, most urgent first (lowest `priority`, then admission order:
+//!    [`crate::priority`]): a decoding sequence takes 1 token, one still in
 //!    its prompt a chunk of at most `prefill_chunk` tokens (chunked prefill) — both within what
 //!    is left of the budget. When the pool has too few free blocks for a sequence's tokens, the
-//!    **newest** running sequence is preempted (its blocks freed, its KV to be recomputed from
+//!    **last** running sequence (lowest priority, then newest) is preempted (its blocks freed, its KV to be recomputed from
 //!    prompt + output when it is resumed, which gives identical output: the draw depends only
 //!    on the logits, the seed and the output index); if that is the sequence itself, it waits.
-//! 2. **Then waiting sequences, first come first served**, while the budget, the seats
+//! 2. **Then waiting sequences by (priority, arrival)** (priorities aged; first come first
+//!    served among equals), while the budget, the seats
 //!    (`max_num_seqs`) and the free blocks last: a sequence admitted takes its longest cached
 //!    prefix from the prefix cache and its first chunk. Nothing is admitted in a step that
 //!    preempted, and a sequence that does not fit stops admission (no overtaking).
@@ -56,6 +58,8 @@ impl<R: ModelRunner> Engine<R> {
         let mut preempted = false;
         // Running prompts whose chunk the cap cut short (or to nothing).
         let mut capped = Vec::new();
+        // Most urgent first; the preemption victim is the last (`crate::priority`).
+        self.order_running()?;
         let mut i = 0;
         while i < self.running.len() && budget > 0 {
             let id = self.running[i];
@@ -105,14 +109,14 @@ impl<R: ModelRunner> Engine<R> {
             i += 1;
         }
         while !preempted && budget > 0 && self.running.len() < self.cfg.max_num_seqs {
-            let Some(&id) = self.waiting.front() else { break };
+            let Some((at, id)) = self.next_waiting()? else { break };
             // Others still waiting for a seat: this prompt's first chunk leaves them room.
             let queue = self.waiting.len() > 1 && self.running.len() + 1 < self.cfg.max_num_seqs;
             let cap = chunk_cap(budget, 0, queue);
             if !self.admit(id, cap)? {
                 break;
             }
-            self.waiting.pop_front();
+            self.waiting.remove(at);
             self.running.push(id);
             let (n, full) = {
                 let s = self.seq(id)?;

@@ -48,6 +48,8 @@ pub struct Sequence {
     /// Prompt positions the prefix cache supplied at the last admission.
     pub cached_tokens: usize,
     pub preemptions: usize,
+    /// The engine step at which the request arrived (priority aging counts from it).
+    pub arrival_step: u64,
     /// Speculative decoding state (proposals, acceptance, the draft model's KV).
     pub(crate) spec: SeqSpec,
 }
@@ -74,6 +76,7 @@ impl Sequence {
             text_sent: 0,
             cached_tokens: 0,
             preemptions: 0,
+            arrival_step: 0,
             spec: SeqSpec::default(),
         };
         if s.params.has_penalties() {

@@ -44,6 +44,8 @@ struct Common {
     n: Option<i64>,
     best_of: Option<i64>,
     logit_bias: Option<serde_json::Map<String, Value>>,
+    /// Scheduling priority, lower sooner (vLLM's `priority`); a 32-bit integer, 0 by default.
+    priority: Option<i32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -272,6 +274,7 @@ pub fn parse(endpoint: Endpoint, body: &[u8], front: &ModelFront, served: &str) 
         stop,
         ignore_eos,
         logprobs,
+        priority: c.priority.unwrap_or(0),
     };
     let include_usage = c.stream_options.and_then(|o| o.include_usage).unwrap_or(false);
     let token_ids = c.return_token_ids.unwrap_or(false) || front.tokenizer.is_none();

@@ -131,12 +131,15 @@ pub struct ModelFront {
 pub struct Runners<R> {
     pub target: R,
     pub draft: Option<Box<dyn ModelRunner + Send>>,
+    /// The engine's seats where they follow from the loaded runner (a memory-sized KV pool),
+    /// in place of `ServerConfig::engine.max_num_seqs`.
+    pub max_num_seqs: Option<usize>,
 }
 
 impl<R> Runners<R> {
     /// The target alone (no draft model).
     pub fn target(target: R) -> Self {
-        Runners { target, draft: None }
+        Runners { target, draft: None, max_num_seqs: None }
     }
 }
 

@@ -149,7 +149,7 @@ impl Metrics {
         }
         let l = &self.load;
         let s = &self.stats;
-        let rows: [(&str, &str, &str, u64); 14] = [
+        let rows: [(&str, &str, &str, u64); 15] = [
             ("tandem_model_ready", "1 once the model has loaded.", "gauge", self.ready as u64),
             ("tandem_queue_depth", "Requests waiting for a sequence slot or KV blocks.", "gauge", l.waiting as u64),
             ("tandem_running_sequences", "Sequences in the running batch.", "gauge", l.running as u64),
@@ -161,6 +161,12 @@ impl Metrics {
             ("tandem_prefix_cache_hit_tokens_total", "Prompt tokens served from the prefix cache.", "counter", s.cached_tokens),
             ("tandem_engine_steps_total", "Engine steps run.", "counter", s.steps),
             ("tandem_preemptions_total", "Sequences preempted (KV recomputed later).", "counter", s.preemptions),
+            (
+                "tandem_graph_recordings_in_steps_total",
+                "Decode graphs recorded inside a request's step (not at start-up).",
+                "counter",
+                s.graph_recordings_in_steps,
+            ),
             ("tandem_spec_verifications_total", "Speculative decoding: sequence-steps that verified proposals.", "counter", s.spec_verifies),
             ("tandem_spec_proposed_tokens_total", "Speculative decoding: tokens proposed.", "counter", s.spec_proposed),
             ("tandem_spec_accepted_tokens_total", "Speculative decoding: proposed tokens accepted.", "counter", s.spec_accepted),

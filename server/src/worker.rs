@@ -69,8 +69,11 @@ where
     let t0 = Instant::now();
     let built = catch_unwind(AssertUnwindSafe(factory)).unwrap_or_else(|p| Err(format!("loading the model panicked: {}", panic_text(p.as_ref()))));
     let detok = shared.front.tokenizer.clone().map(|t| t as Arc<dyn Detokenizer>);
-    let cfg = shared.cfg.engine;
-    let engine = built.and_then(|r| Engine::with_runners(r.target, r.draft, cfg, detok).map_err(|e| format!("engine: {e}")));
+    let mut cfg = shared.cfg.engine;
+    let engine = built.and_then(|r| {
+        cfg.max_num_seqs = r.max_num_seqs.unwrap_or(cfg.max_num_seqs);
+        Engine::with_runners(r.target, r.draft, cfg, detok).map_err(|e| format!("engine: {e}"))
+    });
     let engine = match engine {
         Ok(e) => e,
         Err(msg) => {
@@ -89,9 +92,10 @@ where
         None => String::new(),
     };
     eprintln!(
-        "tandem serve: model ready ({}, {} KV blocks{spec}) in {:.1} s",
+        "tandem serve: model ready ({}, {} KV blocks, up to {} sequences{spec}) in {:.1} s",
         engine.runner().name(),
         engine.load().kv_blocks_total,
+        engine.config().max_num_seqs,
         t0.elapsed().as_secs_f64()
     );
     let mut w = Worker { engine, shared, live: HashMap::new(), tickets: HashMap::new() };

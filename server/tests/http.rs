@@ -249,6 +249,11 @@ fn malformed() -> Vec<(&'static str, String, u16, Option<&'static str>)> {
         (c, j(r#""logit_bias": {"5": 10}"#), 400, Some("logit_bias")),
         (c, j(r#""model": "gpt-4""#), 404, Some("model")),
         (c, j(r#""model": 7"#), 400, Some("model")),
+        (c, j(r#""priority": "high""#), 400, Some("priority")),
+        (c, j(r#""priority": 1.5"#), 400, Some("priority")),
+        (c, j(r#""priority": 2147483648"#), 400, Some("priority")),
+        (c, j(r#""priority": -2147483649"#), 400, Some("priority")),
+        (ch, r#"{"messages": [{"role": "user", "content": "hi"}], "priority": "1"}"#.into(), 400, Some("priority")),
         (ch, r#"{"model": "tiny"}"#.into(), 400, Some("messages")),
         (ch, r#"{"messages": "hi"}"#.into(), 400, Some("messages")),
         (ch, r#"{"messages": []}"#.into(), 400, Some("messages")),
@@ -300,8 +305,10 @@ fn malformed_requests_get_openai_errors_naming_the_field_and_the_server_stays_up
         let r = c.get(format!("{b}/v1/models/other")).send().await.expect("get");
         assert_eq!(r.status().as_u16(), 404);
         // Still serving; every refusal counted.
-        let (st, v) = post(&c, &format!("{b}/v1/completions"), &completion(&prompt(5, 1), 3, json!({"unknown_field": {"x": 1}, "user": "u"}))).await;
-        assert_eq!(st, 200, "unknown fields are ignored: {v}");
+        let (st, v) =
+            post(&c, &format!("{b}/v1/completions"), &completion(&prompt(5, 1), 3, json!({"unknown_field": {"x": 1}, "user": "u", "priority": -7})))
+                .await;
+        assert_eq!(st, 200, "unknown fields are ignored, a priority is taken: {v}");
         let m = metrics(&c, &b).await;
         let refused = metric(&m, "tandem_requests_total{outcome=\"invalid\"}");
         assert_eq!(refused as usize, corpus.len());

@@ -42,6 +42,17 @@ fn field_u64(o: &serde_json::Map<String, Value>, k: &str) -> std::result::Result
     }
 }
 
+/// `priority`: an integer in i32's range (lower sooner, as the server's field), 0 if absent.
+pub(super) fn field_priority(o: &serde_json::Map<String, Value>) -> std::result::Result<i32, String> {
+    match o.get("priority") {
+        None | Some(Value::Null) => Ok(0),
+        Some(v) => v
+            .as_i64()
+            .and_then(|p| i32::try_from(p).ok())
+            .ok_or_else(|| format!("`priority` must be an integer from {} to {}: {v}", i32::MIN, i32::MAX)),
+    }
+}
+
 /// Parse one line (`n`: its index from 0, the default `id`) against the model's tokenizer and
 /// template; errors name the line as an editor numbers it (`n + 1`).
 fn parse_line(n: usize, text: &str, opened: &super::source::Opened, a: &GenerateArgs, base: &SamplingParams) -> Line {
@@ -99,7 +110,7 @@ fn parse_line(n: usize, text: &str, opened: &super::source::Opened, a: &Generate
             Some(m) => m as usize,
             None => a.max_tokens,
         };
-        let mut r = Request::new(ids).with_max_tokens(max_tokens).with_params(params);
+        let mut r = Request::new(ids).with_max_tokens(max_tokens).with_params(params).with_priority(field_priority(o)?);
         r.stop = stop;
         r.stop_token_ids = tok.eog_ids();
         Ok(r)

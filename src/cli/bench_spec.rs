@@ -145,6 +145,7 @@ fn stats_delta(after: &EngineStats, before: &EngineStats) -> EngineStats {
         draft_ns: after.draft_ns - before.draft_ns,
         decode_tokens: after.decode_tokens - before.decode_tokens,
         draft_rounds: after.draft_rounds - before.draft_rounds,
+        graph_recordings_in_steps: after.graph_recordings_in_steps - before.graph_recordings_in_steps,
         decode_by_rows: after
             .decode_by_rows
             .iter()

@@ -10,6 +10,7 @@ use clap::Args;
 use engine::runner::ModelInfo;
 use engine::EngineConfig;
 
+use super::kv_pool::{self, KvSize};
 use super::source::Arch;
 use super::spec::{draft_runner, SpecArgs};
 use super::{CliError, ModelArgs, Result};
@@ -23,15 +24,24 @@ pub struct ServeArgs {
     /// 0: any free port (the listening line on stderr names it).
     #[arg(long, default_value_t = 8080)]
     pub port: u16,
-    /// Most sequences the engine runs at once.
-    #[arg(long, default_value_t = 32)]
-    pub max_seqs: usize,
+    /// Most sequences the engine runs at once. Default: as many 2048-position sequences (or
+    /// whole contexts, if shorter) as a memory-sized KV pool holds, at least 1, at most 512
+    /// (the largest decode-graph bucket); 32 where the pool has the fixed size.
+    #[arg(long)]
+    pub max_seqs: Option<usize>,
     /// Requests that may wait for a slot beyond the free ones; one more is answered 429.
     #[arg(long, default_value_t = 256)]
     pub max_queue: usize,
-    /// KV cache positions, all sequences together (default: the context, at least 16384).
+    /// KV cache positions, all sequences together. Default: sized by
+    /// --gpu-memory-utilization where the device reports its memory (CUDA), else the context,
+    /// at least 16384.
     #[arg(long)]
     pub kv_tokens: Option<usize>,
+    /// The share of the device's memory tandem may take (vLLM's flag): the KV pool is what it
+    /// leaves after the weights and a reserve for activations and decode graphs. Ignored with
+    /// --kv-tokens, and where the device cannot report its memory (wgpu, cpu).
+    #[arg(long, default_value_t = kv_pool::DEFAULT_UTILIZATION)]
+    pub gpu_memory_utilization: f64,
     /// The model's name in /v1/models and requests (default: the model file's name).
     #[arg(long)]
     pub served_model_name: Option<String>,
@@ -100,10 +110,36 @@ fn seconds(flag: &str, v: f64, zero_ok: bool) -> Result<Duration> {
     Err(CliError::Usage(format!("{flag} {v} must be a number of seconds {}", if zero_ok { ">= 0" } else { "> 0" })))
 }
 
+/// `--max-seqs` where the pool has a fixed size (`--kv-tokens`, or a device that cannot report
+/// its memory).
+const FIXED_POOL_SEQS: usize = 32;
+
+/// Record the decode graphs of every bucket of rows up to `seats` (the runner's buckets:
+/// `optimized::runner::BUCKETS`), greedy and sampled, for every table width up to the context,
+/// so that no request's step records one; a line saying what it recorded and how long it took.
+fn record_graphs(r: &mut (dyn engine::runner::ModelRunner + Send), seats: usize, ctx: usize) -> reference::Result<String> {
+    let t0 = std::time::Instant::now();
+    let top = optimized::runner::BUCKETS.iter().copied().find(|&b| b >= seats).unwrap_or(seats);
+    let mut made = 0;
+    for &rows in optimized::runner::BUCKETS.iter().filter(|&&b| b <= top) {
+        for sampled in [false, true] {
+            made += r.prepare_decode(rows, ctx, sampled)?;
+        }
+    }
+    Ok(match made {
+        0 => "decode graphs: none to record (this runner does not record them)".into(),
+        n => format!(
+            "decode graphs: {n} recorded in {:.1} s (batches of 1 to {top} rows, greedy and sampled, block tables up to the {ctx}-token context)",
+            t0.elapsed().as_secs_f64()
+        ),
+    })
+}
+
 pub fn run(a: ServeArgs) -> Result<()> {
-    if a.max_seqs == 0 {
+    if a.max_seqs == Some(0) {
         return Err(CliError::Usage("--max-seqs must be at least 1".into()));
     }
+    let utilization = kv_pool::utilization(a.gpu_memory_utilization)?;
     let shutdown_timeout = seconds("--shutdown-timeout", a.shutdown_timeout, true)?;
     let header_timeout = seconds("--header-timeout", a.header_timeout, false)?;
     let body_timeout = seconds("--body-timeout", a.body_timeout, false)?;
@@ -124,10 +160,21 @@ pub fn run(a: ServeArgs) -> Result<()> {
     // Before the server starts: the runner is built on the engine thread.
     opened.check_device(a.model.device)?;
     let ctx = opened.config.max_ctx;
-    let kv = a.kv_tokens.unwrap_or(ctx.max(16384));
-    if kv == 0 {
+    if a.kv_tokens == Some(0) {
         return Err(CliError::Usage("--kv-tokens must be at least 1".into()));
     }
+    // The fixed size where the pool is not sized from memory (and the draft model's pool).
+    let kv = a.kv_tokens.unwrap_or(ctx.max(16384));
+    let engine_defaults = EngineConfig::default();
+    let size = match a.kv_tokens {
+        Some(n) => KvSize::Tokens(n),
+        None => KvSize::Memory {
+            utilization,
+            fallback: kv,
+            step_tokens: engine_defaults.max_batched_tokens,
+            max_seqs: a.max_seqs.unwrap_or(kv_pool::MAX_DEFAULT_SEQS),
+        },
+    };
     // GPT-OSS: o200k_harmony and the harmony chat format (the reply split by channel); the
     // llama family and spec models: the file's tokenizer and Jinja chat template.
     // The llama tokenizer also checks a draft model's (`--speculate draft:`).
@@ -148,7 +195,8 @@ pub fn run(a: ServeArgs) -> Result<()> {
         port: a.port,
         served_model_name: a.served_model_name.clone().unwrap_or_else(|| default_name(&a.model)),
         max_queue: a.max_queue,
-        engine: EngineConfig { max_num_seqs: a.max_seqs, speculation: spec.as_ref().map(|(_, c)| *c), ..EngineConfig::default() },
+        // The seats are set once the pool is sized (`server::Runners::max_num_seqs`).
+        engine: EngineConfig { max_num_seqs: a.max_seqs.unwrap_or(FIXED_POOL_SEQS), speculation: spec.as_ref().map(|(_, c)| *c), ..engine_defaults },
         shutdown_timeout,
         keep_alive: Duration::from_secs(15),
         api_key,
@@ -161,18 +209,31 @@ pub fn run(a: ServeArgs) -> Result<()> {
         body_timeout,
         idle_timeout,
     };
-    eprintln!("tandem serve: {} ({ctx}-token context, {kv} KV positions, up to {} sequences)", opened.label, a.max_seqs);
-    let (device, dtype) = (a.model.device, a.model.dtype.clone());
+    eprintln!("tandem serve: {} ({ctx}-token context)", opened.label);
+    let (device, dtype, max_seqs) = (a.model.device, a.model.dtype.clone(), a.max_seqs);
     let (model, tok, draft_kv) = (a.model.clone(), llama_tok, a.spec.draft_kv_tokens(kv));
     // Both runners are built on the engine thread; a draft (`draft:PATH`, `self:…`) loads after
-    // the target, sharing its device.
+    // the target, sharing its device. The decode graphs are recorded before the server
+    // accepts a connection.
     let factory = move || {
-        let target = opened.runner(device, dtype.as_deref(), kv).map_err(|e| e.to_string())?;
+        let (mut target, pool) = opened.runner_sized(device, dtype.as_deref(), size).map_err(|e| e.to_string())?;
+        let seats = match (max_seqs, pool.from_memory) {
+            (Some(n), _) => n,
+            (None, true) => kv_pool::default_max_seqs(pool.positions, ctx),
+            (None, false) => FIXED_POOL_SEQS,
+        };
+        let rule = match (max_seqs, pool.from_memory) {
+            (Some(_), _) => "--max-seqs",
+            (None, true) => "the pool's 2048-position sequences, at most 512",
+            (None, false) => "the default for a fixed pool",
+        };
+        eprintln!("tandem serve: {}; up to {seats} sequences ({rule})", pool.line());
+        eprintln!("tandem serve: {}", record_graphs(target.as_mut(), seats, ctx).map_err(|e| format!("recording decode graphs: {e}"))?);
         let draft = match &spec {
             Some((what, _)) => draft_runner(what, &model, tok.as_deref(), draft_kv).map_err(|e| format!("--speculate: {e}"))?,
             None => None,
         };
-        Ok(server::Runners { target, draft })
+        Ok(server::Runners { target, draft, max_num_seqs: Some(seats) })
     };
     server::run_runners(cfg, front, factory).map_err(|e| CliError::Lib(reference::Error::Backend(e)))
 }

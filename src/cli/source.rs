@@ -20,6 +20,7 @@ use reference::tokenizer::Tokenizer;
 use reference::weights::{TensorSource, Weights};
 use reference::{Config, Model};
 
+use super::kv_pool::{self, KvPool, KvSize};
 use super::{CliError, Device, Result};
 
 /// Positions per KV block of the batched engine's pools (CPU and GPU alike).
@@ -387,24 +388,36 @@ impl Opened {
     /// A batched-engine runner for `device` with KV pools of at least `kv_tokens` positions
     /// (blocks of [`KV_BLOCK`]).
     pub fn runner(&mut self, device: Device, dtype: Option<&str>, kv_tokens: usize) -> Result<Box<dyn ModelRunner + Send>> {
-        let blocks = kv_tokens.div_ceil(KV_BLOCK).max(1);
+        Ok(self.runner_sized(device, dtype, KvSize::Tokens(kv_tokens))?.0)
+    }
+
+    /// A batched-engine runner for `device` whose KV pools are sized by `size` (from the
+    /// device's memory once the weights are loaded, where it can tell: [`super::kv_pool`]),
+    /// and what the pool came to.
+    pub fn runner_sized(&mut self, device: Device, dtype: Option<&str>, size: KvSize) -> Result<(Box<dyn ModelRunner + Send>, KvPool)> {
         let backend = match (&mut self.arch, resolve(device)) {
-            (Arch::GptOss(g), _) => return gpt_oss::runner(g, &self.label, device, dtype, kv_tokens, &self.kernels),
-            (Arch::Spec(s), None) => return spec::cpu_runner(s, kv_tokens),
+            (Arch::GptOss(g), _) => return gpt_oss::runner(g, &self.label, device, dtype, size, &self.kernels),
+            (Arch::Spec(s), None) => {
+                let (blocks, pool) = cpu_pool(size, &self.config)?;
+                return Ok((spec::cpu_runner(s, blocks * KV_BLOCK)?, pool));
+            }
             (Arch::Spec(s), Some(b)) => {
                 spec::gpu_check(&s.spec)?;
                 b
             }
-            (Arch::Llama, None) => return Ok(Box::new(RefRunner::new(self.reference_model()?, KV_BLOCK, blocks)?)),
+            (Arch::Llama, None) => {
+                let (blocks, pool) = cpu_pool(size, &self.config)?;
+                return Ok((Box::new(RefRunner::new(self.reference_model()?, KV_BLOCK, blocks)?), pool));
+            }
             (Arch::Llama, Some(b)) => b,
         };
         let client = optimized::client(backend)?;
         let dtype = pick_dtype(&client, dtype)?;
-        let kv = blocks * KV_BLOCK * 2 * self.config.n_layers * self.config.n_kv_heads * self.config.head_dim * 4;
+        let kv = fixed_kv_bytes(size, &self.config);
         // The runner pages its own KV cache: flash attention whatever the config says.
         let kernels = optimized::KernelConfig { attention: optimized::model::AttentionImpl::Flash, ..self.kernels };
         let m = self.upload(client, backend, dtype, kv, &kernels)?;
-        Ok(Box::new(optimized::runner::GpuRunner::new(m, KV_BLOCK, blocks)?))
+        gpu_runner(m, size)
     }
 
     /// The weights on the GPU: the memory estimate (checked against the free memory first),
@@ -472,6 +485,32 @@ impl Opened {
         let m = self.upload(client, backend, dtype, kv, kernels)?;
         Ok(Box::new(optimized::runner::single::SingleSeq::new(m, cap)?))
     }
+}
+
+/// The KV bytes the memory check before an upload counts: a pool of fixed size (f32, as the
+/// largest KV type); a memory-sized one is sized (and checked) once the weights are in.
+fn fixed_kv_bytes(size: KvSize, c: &Config) -> usize {
+    match size {
+        KvSize::Tokens(n) => n.div_ceil(KV_BLOCK).max(1) * KV_BLOCK * 2 * c.n_layers * c.n_kv_heads * c.head_dim * 4,
+        KvSize::Memory { .. } => 0,
+    }
+}
+
+/// The blocks of a pool sized by `size` on the CPU (which cannot report its memory: a
+/// memory-sized pool keeps the fixed default).
+fn cpu_pool(size: KvSize, c: &Config) -> Result<(usize, KvPool)> {
+    let per_position = (2 * c.n_layers * c.n_kv_heads * c.head_dim * 4) as u64;
+    kv_pool::blocks(size, None, c, per_position, KV_BLOCK, &[])
+}
+
+/// The batched runner over the loaded `m`, its pools sized by `size` from what the device
+/// has left now that the weights are in.
+pub fn gpu_runner(m: optimized::model::GpuModel, size: KvSize) -> Result<(Box<dyn ModelRunner + Send>, KvPool)> {
+    let c = m.dims().clone();
+    let per_position = (2 * c.n_layers * c.n_kv_heads * c.head_dim * m.kv_dtype.size()) as u64;
+    let memory = optimized::memory_free(&m.client);
+    let (blocks, pool) = kv_pool::blocks(size, memory, &c, per_position, KV_BLOCK, &optimized::runner::BUCKETS)?;
+    Ok((Box::new(optimized::runner::GpuRunner::new(m, KV_BLOCK, blocks)?), pool))
 }
 
 /// `--dtype` or the best the device supports: bf16, else f16, else f32.

@@ -38,6 +38,7 @@ use crate::kv_cache::BlockTables;
 use crate::model::{Final, GpuModel, Ids};
 use crate::{Client, DeviceTensor, Error};
 use batch::RaggedBatch;
+pub use graphs::BUCKETS;
 use graphs::{GraphStep, Graphs, StepBufs};
 
 /// The batched engine's runner on a GPU.
@@ -221,6 +222,9 @@ impl ModelRunner for GpuRunner {
     }
     fn prepare_decode(&mut self, rows: usize, max_len: usize, sampled: bool) -> reference::Result<usize> {
         graphs::prepare(self, rows, max_len, !sampled).map_err(to_ref)
+    }
+    fn recordings(&self) -> Option<(u64, u64)> {
+        Some(self.graphs.recordings())
     }
     fn status(&self) -> Option<String> {
         let graphs = match self.graphs.refused() {

@@ -225,7 +225,7 @@ fn parse_line(text: &str, tok: &GptOssTokenizer, a: &GenerateArgs, base: &Sampli
         Some(_) => return Err("`stop` must be a string or an array of strings".into()),
     };
     let max_tokens = field(o, "max_tokens", "a non-negative integer", Value::as_u64)?.map_or(a.max_tokens, |m| m as usize);
-    let mut r = Request::new(ids).with_max_tokens(max_tokens).with_params(params);
+    let mut r = Request::new(ids).with_max_tokens(max_tokens).with_params(params).with_priority(batch::field_priority(o)?);
     r.stop = stop;
     r.stop_token_ids = STOP_TOKENS.to_vec();
     Ok((r, chat))

@@ -18,6 +18,7 @@ use reference::loader::SafetensorsDir;
 use reference::weights::{RawDense, Tensor, TensorSource};
 use reference::{Config, RopeLayout};
 
+use super::super::kv_pool::{KvPool, KvSize};
 use super::super::{Device, Result};
 use super::{pick_dtype, resolve, Opened, KV_BLOCK};
 
@@ -196,34 +197,34 @@ pub fn weight_bytes(c: &GptOssConfig, dtype_size: usize) -> usize {
     (c.n_params() - experts) * dtype_size + experts / 32 * 17
 }
 
-/// The batched-engine runner of a GPT-OSS model on `device`, KV pools of at least
-/// `kv_tokens` positions, launching with `kernels` on a GPU.
+/// The batched-engine runner of a GPT-OSS model on `device`, KV pools sized by `size`,
+/// launching with `kernels` on a GPU; and what the pool came to.
 pub fn runner(
     g: &mut GptOss,
     label: &str,
     device: Device,
     dtype: Option<&str>,
-    kv_tokens: usize,
+    size: KvSize,
     kernels: &optimized::KernelConfig,
-) -> Result<Box<dyn ModelRunner + Send>> {
-    let blocks = kv_tokens.div_ceil(KV_BLOCK).max(1);
+) -> Result<(Box<dyn ModelRunner + Send>, KvPool)> {
     let cfg = g.config.clone();
     match resolve(device) {
         None => {
+            let (blocks, pool) = super::cpu_pool(size, &summary_config(&cfg))?;
             let w = GptOssWeights::load(&mut g.files, &cfg)?;
-            Ok(Box::new(RefRunner::new(GptOssModel::new(cfg, w), KV_BLOCK, blocks)?))
+            Ok((Box::new(RefRunner::new(GptOssModel::new(cfg, w), KV_BLOCK, blocks)?), pool))
         }
         Some(backend) => {
             let client = optimized::client(backend)?;
             let dtype = pick_dtype(&client, dtype)?;
-            let kv = blocks * KV_BLOCK * 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * 4;
+            let kv = super::fixed_kv_bytes(size, &summary_config(&cfg));
             super::super::progress::check_memory(&client, label, weight_bytes(&cfg, dtype.size()), kv)?;
             super::super::progress::compile_notice(&client);
             let t0 = std::time::Instant::now();
             // The one GPU model over GPT-OSS's spec, every launch with `kernels`.
             let m = optimized::model::GpuModel::load_gpt_oss(client, backend, &mut g.files, &cfg, dtype, kernels)?;
             eprintln!("{label}: {:.2} GB of weights on the device in {:.1} s", m.weight_bytes as f64 / 1e9, t0.elapsed().as_secs_f64());
-            Ok(Box::new(optimized::runner::GpuRunner::new(m, KV_BLOCK, blocks)?))
+            super::gpu_runner(m, size)
         }
     }
 }

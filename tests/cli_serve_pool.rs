@@ -84,9 +84,13 @@ fn on_the_cpu_the_pool_keeps_its_fixed_size_and_the_start_line_says_so() {
     let s = serve(&["--device", "cpu"]);
     let pool = line(&s, "KV pool");
     // The context is 256: the fixed default is 16384 positions, 32 seats.
-    assert!(pool.contains("16384 positions") && pool.contains("cannot report its free memory"), "{pool}");
+    assert!(pool.contains("16384 positions") && pool.contains("the default size"), "{pool}");
     assert!(pool.contains("up to 32 sequences"), "{pool}");
     assert!(line(&s, "model ready").contains("up to 32 sequences"), "{:?}", s.lines);
+    // Asked to size from memory, a device that cannot report it says so and keeps the size.
+    let s = serve(&["--device", "cpu", "--gpu-memory-utilization", "0.9"]);
+    let pool = line(&s, "KV pool");
+    assert!(pool.contains("16384 positions") && pool.contains("cannot report its free memory"), "{pool}");
     let s = serve(&["--device", "cpu", "--kv-tokens", "100", "--max-seqs", "3"]);
     let pool = line(&s, "KV pool");
     assert!(pool.contains("112 positions") && pool.contains("--kv-tokens") && pool.contains("up to 3 sequences (--max-seqs)"), "{pool}");
@@ -99,7 +103,7 @@ fn decode_graphs_are_recorded_before_the_server_is_ready_and_never_in_a_request(
     // Buckets of 1 and 2 rows, greedy and sampled, one table width (a 256-token context).
     let graphs = line(&s, "decode graphs");
     assert!(graphs.contains("4 recorded") && graphs.contains("1 to 2 rows"), "{graphs}");
-    assert!(line(&s, "KV pool").contains("cannot report"), "wgpu: {:?}", s.lines);
+    assert!(line(&s, "KV pool").contains("the default size"), "wgpu: {:?}", s.lines);
     assert_eq!(metric(s.port, "tandem_graph_recordings_in_steps_total"), 0.0);
     for body in
         [r#"{"prompt": [5, 6, 7], "max_tokens": 6, "temperature": 0}"#, r#"{"prompt": [8, 9], "max_tokens": 6, "temperature": 0.8, "seed": 3}"#]

@@ -18,8 +18,6 @@ use reference::Config;
 
 use super::{CliError, Result};
 
-/// vLLM's default `--gpu-memory-utilization`.
-pub const DEFAULT_UTILIZATION: f64 = 0.9;
 /// Positions of a typical sequence for the default `--max-seqs`: a 1k-token prompt and a
 /// 1k-token answer (the shape of vLLM's and this project's serving benchmarks).
 pub const TYPICAL_SEQ: usize = 2048;
@@ -34,6 +32,11 @@ const SLACK: u64 = 512 << 20;
 pub enum KvSize {
     /// At least this many positions (whole blocks).
     Tokens(usize),
+    /// The default without `--gpu-memory-utilization`: this many positions (the context, at
+    /// least 16384). Memory sizing is opt-in until its reserve is measured: on an H100 80GB
+    /// HBM3, GPT-OSS-20B at 0.9 left a 38 GB pool whose first 256-request step ran out of
+    /// device memory (a 1.16 GB allocation) with the estimated 23.9 GB reserve.
+    Fixed(usize),
     /// From the device's memory: `utilization` of its total, less what is in use after the
     /// weights and the reserve for a step of `step_tokens` rows and the decode graphs of up to
     /// `max_seqs` rows; `fallback` positions where the device cannot report its memory.
@@ -116,6 +119,10 @@ pub fn blocks(size: KvSize, memory: Option<(u64, u64)>, c: &Config, per_position
     };
     match (size, memory) {
         (KvSize::Tokens(n), _) => Ok(fixed(n, "sized by --kv-tokens".into())),
+        (KvSize::Fixed(n), _) => Ok(fixed(
+            n,
+            "the default size (the context, at least 16384 positions); --gpu-memory-utilization F sizes it from the device's memory, --kv-tokens sets it".into(),
+        )),
         (KvSize::Memory { fallback, .. }, None) => Ok(fixed(
             fallback,
             "the default size (the context, at least 16384 positions): this device cannot report its free memory, so --gpu-memory-utilization does not apply; --kv-tokens sets it".into(),

@@ -491,7 +491,7 @@ impl Opened {
 /// largest KV type); a memory-sized one is sized (and checked) once the weights are in.
 fn fixed_kv_bytes(size: KvSize, c: &Config) -> usize {
     match size {
-        KvSize::Tokens(n) => n.div_ceil(KV_BLOCK).max(1) * KV_BLOCK * 2 * c.n_layers * c.n_kv_heads * c.head_dim * 4,
+        KvSize::Tokens(n) | KvSize::Fixed(n) => n.div_ceil(KV_BLOCK).max(1) * KV_BLOCK * 2 * c.n_layers * c.n_kv_heads * c.head_dim * 4,
         KvSize::Memory { .. } => 0,
     }
 }

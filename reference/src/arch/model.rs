@@ -154,7 +154,7 @@ pub trait WeightsRef {
     fn layer(&self, l: usize) -> Result<LayerRef<'_>>;
 }
 
-fn opt(a: &Option<Array1<f32>>) -> Option<ArrayView1<'_, f32>> {
+pub(crate) fn opt(a: &Option<Array1<f32>>) -> Option<ArrayView1<'_, f32>> {
     a.as_ref().map(|a| a.view())
 }
 

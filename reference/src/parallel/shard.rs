@@ -7,7 +7,7 @@ use std::ops::Range;
 use ndarray::{s, Array1, Array2, ArrayView1, ArrayView2};
 
 use super::plan::RankShard;
-use crate::arch::model::{Experts, FfnRef, LayerRef, MlpRef, WeightsRef};
+use crate::arch::model::{opt, Experts, FfnRef, LayerRef, MlpRef, WeightsRef};
 use crate::arch::weights::Mlp;
 use crate::error::{Error, Result};
 
@@ -132,10 +132,6 @@ impl ShardWeights {
 /// Gate / up rows `r`, down columns `r`.
 fn cut_mlp(m: &MlpRef, r: Range<usize>) -> Mlp {
     Mlp { gate: rows(m.gate, r.clone()), up: rows(m.up, r.clone()), down: cols(m.down, r) }
-}
-
-fn opt(a: &Option<Array1<f32>>) -> Option<ArrayView1<'_, f32>> {
-    a.as_ref().map(|a| a.view())
 }
 
 impl WeightsRef for ShardWeights {

@@ -10,6 +10,7 @@
 //! next-token distribution and [`store`] for the safetensors layout.
 
 pub mod drift;
+pub mod fp8;
 pub mod int8;
 pub mod mxfp4;
 pub mod q4;

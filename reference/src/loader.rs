@@ -110,6 +110,9 @@ pub struct SafetensorsDir {
     /// `quantization_config` of the directory's config.json: linear weights are stored
     /// quantized in this scheme (see [`crate::quant::store`]).
     pub quant: Option<Scheme>,
+    /// `quantization_config` of an FP8 checkpoint (`fp8` / `compressed-tensors`): how its
+    /// F8_E4M3 weights' scales are laid out ([`crate::quant::fp8_hf`]).
+    pub fp8: Option<quant::fp8_hf::Fp8Config>,
     /// Hand out tensors holding NaN or ±Inf (`--allow-nonfinite`); by default loading one is an
     /// error naming it ([`crate::finite`]).
     pub allow_nonfinite: bool,
@@ -150,7 +153,8 @@ impl SafetensorsDir {
             maps.push((p, m));
         }
         let quant = quant::store::read_quant_config(&dir.join("config.json"))?;
-        Ok(SafetensorsDir { dir: dir.to_path_buf(), maps, index, quant, allow_nonfinite: false })
+        let fp8 = quant::store::read_fp8_config(&dir.join("config.json"))?;
+        Ok(SafetensorsDir { dir: dir.to_path_buf(), maps, index, quant, fp8, allow_nonfinite: false })
     }
 
     /// Whether some file holds tensor `name`.
@@ -178,7 +182,8 @@ impl SafetensorsDir {
             Dtype::F32 => RawDtype::F32,
             Dtype::F16 => RawDtype::F16,
             Dtype::BF16 => RawDtype::BF16,
-            d => return Err(Error::tensor(p, name, format!("dtype {d:?} is not supported (F32, F16, BF16 are)"))),
+            Dtype::F8_E4M3 => return Ok((v.shape().to_vec(), quant::fp8::dequant(&self.fp8_weight(p, name, v.shape(), v.data())?))),
+            d => return Err(Error::tensor(p, name, format!("dtype {d:?} is not supported (F32, F16, BF16, F8_E4M3 are)"))),
         };
         self.check_finite(p, name, dtype, v.data())?;
         match dtype {
@@ -187,6 +192,19 @@ impl SafetensorsDir {
             _ => dequant_bf16(v.data(), &mut out),
         }
         Ok((v.shape().to_vec(), out))
+    }
+
+    /// FP8 weight `name` (codes `data` of `shape`, in file `path`) with its scale tensor
+    /// (`name_scale_inv` or `name_scale`).
+    pub fn fp8_weight(&self, path: &Path, name: &str, shape: &[usize], data: &[u8]) -> Result<quant::fp8::Fp8Weight> {
+        let key = quant::fp8_hf::scale_key(name, |k| self.contains(k))
+            .ok_or_else(|| Error::tensor(path, name, format!("F8_E4M3 weight without its scales ({name}_scale_inv or {name}_scale is missing)")))?;
+        let (scale_shape, scales) = self.get(&key)?;
+        let w = quant::fp8_hf::weight(self.fp8.unwrap_or_default(), name, shape, data, &scale_shape, scales).map_err(|e| match e {
+            Error::Input(m) => Error::tensor(path, name, m.trim_start_matches(&format!("{name}: "))),
+            e => e,
+        })?;
+        Ok(w)
     }
 
     /// An error naming file `path` and tensor `name` if its stored `bytes` hold a NaN or

@@ -67,7 +67,13 @@ pub fn encode_f64(x: f64) -> u8 {
     // Normal: 3 mantissa bits under exponent e, i.e. a grid 2^(e−3) apart.
     let e = a.log2().floor() as i32;
     // log2 of an f64 can land one off near powers of two: fix e so that 2^e ≤ a < 2^(e+1).
-    let e = if (2f64).powi(e) > a { e - 1 } else if (2f64).powi(e + 1) <= a { e + 1 } else { e };
+    let e = if (2f64).powi(e) > a {
+        e - 1
+    } else if (2f64).powi(e + 1) <= a {
+        e + 1
+    } else {
+        e
+    };
     let mut q = (a / (2f64).powi(e - 3)).round_ties_even() as i32; // 8 ..= 16
     let mut e = e;
     if q == 16 {

@@ -11,6 +11,7 @@
 
 pub mod drift;
 pub mod fp8;
+pub mod fp8_hf;
 pub mod int8;
 pub mod mxfp4;
 pub mod q4;

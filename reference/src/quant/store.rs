@@ -67,6 +67,10 @@ pub fn read_quant_config(path: &Path) -> Result<Option<Scheme>> {
     let Some(q) = j.get("quantization_config").filter(|v| !v.is_null()) else { return Ok(None) };
     let key = |k: &str| format!("quantization_config.{k}");
     let method = q.get("quant_method").and_then(Json::as_str).ok_or_else(|| Error::key(path, key("quant_method"), "missing or not a string"))?;
+    if super::fp8_hf::is_fp8_method(method) {
+        // FP8 checkpoints carry their format in each tensor's dtype: `super::fp8_hf`.
+        return Ok(None);
+    }
     let group = match q.get("group_size") {
         None | Some(Json::Null) => None,
         Some(v) => Some(
@@ -79,6 +83,19 @@ pub fn read_quant_config(path: &Path) -> Result<Option<Scheme>> {
         Error::Input(m) => Error::key(path, key("quant_method"), m),
         e => e,
     })
+}
+
+/// The FP8 settings of config.json's `quantization_config` (`super::fp8_hf`); `None` when the
+/// file or key is absent or names another method.
+pub fn read_fp8_config(path: &Path) -> Result<Option<super::fp8_hf::Fp8Config>> {
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let j = crate::config::read_json_object(path)?;
+    match j.get("quantization_config").filter(|v| !v.is_null()) {
+        Some(q) => super::fp8_hf::parse(path, q),
+        None => Ok(None),
+    }
 }
 
 /// A stored tensor that must exist with `dtype` and `shape`; errors name file, key and shape.

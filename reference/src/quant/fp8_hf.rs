@@ -1,0 +1,130 @@
+//! FP8 checkpoints as the hub ships them, read into [`Fp8Weight`]s and from there to the f32
+//! weights they stand for.
+//!
+//! Two `quantization_config`s write them:
+//! ```text
+//! {"quant_method": "fp8", "weight_block_size": [128, 128], ...}      transformers' fine-grained
+//!     X.weight            F8_E4M3 [out, in]                          FP8 (DeepSeek-V3, Qwen3-FP8)
+//!     X.weight_scale_inv  F32     [⌈out/128⌉, ⌈in/128⌉]  (or [1] / [] without a block size)
+//! {"quant_method": "compressed-tensors", "format": "float-quantized",  llm-compressor's FP8 /
+//!  "config_groups": {"g": {"weights": {"num_bits": 8, "type": "float",   FP8_DYNAMIC / FP8_BLOCK
+//!                                      "strategy": "tensor" | "channel" | "block",
+//!                                      "block_structure": [128, 128]}}}}
+//!     X.weight            F8_E4M3 [out, in]
+//!     X.weight_scale      F32 / BF16 / F16: [1] (tensor), [out, 1] (channel), [⌈out/b⌉, ⌈in/b⌉]
+//!     X.input_scale       (static activation scales: not needed for the weights, not read)
+//! ```
+//! In both, `w = decode(q) · s` (DeepSeek's "scale_inv" is the multiplier, like
+//! compressed-tensors' "scale"). Which scale a weight has is read from the scale tensor's shape
+//! and checked against the config's block size; any mismatch is an error naming the tensor.
+
+use std::path::Path;
+
+use serde_json::Value as Json;
+
+use super::fp8::{Fp8Scales, Fp8Weight};
+use crate::error::{Error, Result};
+
+/// What config.json says about an FP8 checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Fp8Config {
+    /// The `[rows, cols]` of a scale block, when the config names one.
+    pub block: Option<(usize, usize)>,
+}
+
+/// Whether `quant_method` is one this module reads (the caller's own schemes do not apply).
+pub fn is_fp8_method(method: &str) -> bool {
+    matches!(method, "fp8" | "compressed-tensors")
+}
+
+fn pair(path: &Path, key: &str, v: &Json) -> Result<(usize, usize)> {
+    match v.as_array().map(|a| a.iter().map(Json::as_u64).collect::<Vec<_>>()).as_deref() {
+        Some([Some(r), Some(c)]) if *r > 0 && *c > 0 => Ok((*r as usize, *c as usize)),
+        _ => Err(Error::key(path, key, format!("{v} is not a pair of positive integers"))),
+    }
+}
+
+/// The FP8 settings of `quantization_config` `q` (from `path`), or an error naming the key
+/// for a compressed-tensors scheme that is not 8-bit float weights.
+pub fn parse(path: &Path, q: &Json) -> Result<Option<Fp8Config>> {
+    let key = |k: &str| format!("quantization_config.{k}");
+    match q.get("quant_method").and_then(Json::as_str) {
+        Some("fp8") => {
+            if let Some(f) = q.get("fmt").and_then(Json::as_str).filter(|f| *f != "e4m3") {
+                return Err(Error::key(path, key("fmt"), format!("FP8 format `{f}` is not supported (e4m3 is)")));
+            }
+            let block = match q.get("weight_block_size").filter(|v| !v.is_null()) {
+                Some(v) => Some(pair(path, &key("weight_block_size"), v)?),
+                None => None,
+            };
+            Ok(Some(Fp8Config { block }))
+        }
+        Some("compressed-tensors") => {
+            let groups =
+                q.get("config_groups").and_then(Json::as_object).ok_or_else(|| Error::key(path, key("config_groups"), "missing or not an object"))?;
+            let mut block = None;
+            for (g, v) in groups {
+                let k = |s: &str| key(&format!("config_groups.{g}.weights.{s}"));
+                let w = v.get("weights").ok_or_else(|| Error::key(path, key(&format!("config_groups.{g}.weights")), "missing"))?;
+                let (bits, ty) = (w.get("num_bits").and_then(Json::as_u64), w.get("type").and_then(Json::as_str));
+                if bits != Some(8) || ty != Some("float") {
+                    return Err(Error::key(
+                        path,
+                        k("type"),
+                        format!(
+                            "compressed-tensors weights of {} bits, type {}: only 8-bit float (FP8) is supported",
+                            bits.map_or("?".into(), |b| b.to_string()),
+                            ty.unwrap_or("?")
+                        ),
+                    ));
+                }
+                match w.get("strategy").and_then(Json::as_str) {
+                    Some("tensor" | "channel") => {}
+                    Some("block") => block = Some(pair(path, &k("block_structure"), w.get("block_structure").unwrap_or(&Json::Null))?),
+                    s => {
+                        return Err(Error::key(path, k("strategy"), format!("{s:?}: FP8 weights with tensor, channel or block scales are supported")))
+                    }
+                }
+            }
+            Ok(Some(Fp8Config { block }))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// The scale key of FP8 weight `name` in a checkpoint holding `has`: `X.weight_scale_inv` or
+/// `X.weight_scale`.
+pub fn scale_key(name: &str, has: impl Fn(&str) -> bool) -> Option<String> {
+    [format!("{name}_scale_inv"), format!("{name}_scale")].into_iter().find(|k| has(k))
+}
+
+/// The granularity of scales of shape `scale_shape` for a `[out, in_dim]` weight.
+pub fn granularity(cfg: Fp8Config, out: usize, in_dim: usize, scale_shape: &[usize]) -> std::result::Result<Fp8Scales, String> {
+    let n: usize = scale_shape.iter().product();
+    match (scale_shape, cfg.block) {
+        (_, None) if n == 1 => Ok(Fp8Scales::Tensor),
+        ([o] | [o, 1], None) if *o == out => Ok(Fp8Scales::Channel),
+        ([a, b], Some((r, c))) if *a == out.div_ceil(r) && *b == in_dim.div_ceil(c) => Ok(Fp8Scales::Block { rows: r, cols: c }),
+        (_, Some((r, c))) if n == 1 && out <= r && in_dim <= c => Ok(Fp8Scales::Block { rows: r, cols: c }),
+        (s, b) => Err(match b {
+            Some((r, c)) => format!(
+                "scales of shape {s:?} do not fit a [{out}, {in_dim}] weight in {r} × {c} blocks (want [{}, {}])",
+                out.div_ceil(r),
+                in_dim.div_ceil(c)
+            ),
+            None => {
+                format!("scales of shape {s:?} are neither per tensor ([1]) nor per channel ([{out}] / [{out}, 1]) for a [{out}, {in_dim}] weight")
+            }
+        }),
+    }
+}
+
+/// The [`Fp8Weight`] of stored codes `codes` (`[out, in_dim]`) with scales `scales` of shape
+/// `scale_shape`; `name` names the tensor in every error.
+pub fn weight(cfg: Fp8Config, name: &str, shape: &[usize], codes: &[u8], scale_shape: &[usize], scales: Vec<f32>) -> Result<Fp8Weight> {
+    let [out, in_dim] = shape else {
+        return Err(Error::Input(format!("{name}: FP8 tensor of shape {shape:?} is not a matrix")));
+    };
+    let g = granularity(cfg, *out, *in_dim, scale_shape).map_err(|m| Error::Input(format!("{name}: {m}")))?;
+    Fp8Weight::from_parts(name, *out, *in_dim, codes.to_vec(), scales, g)
+}

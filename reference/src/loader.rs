@@ -14,6 +14,10 @@ use crate::quant::{self, QuantTensor, Scheme};
 use crate::weights::{Naming, RawDense, RawDtype, Tensor, TensorSource, Weights};
 
 impl TensorSource for GgufFile {
+    fn holds(&self, t: Tensor) -> Option<bool> {
+        Some(self.tensor_info(&t.name(Naming::Gguf)).is_some())
+    }
+
     fn load(&mut self, t: Tensor, cfg: &Config) -> Result<Vec<f32>> {
         let name = t.name(Naming::Gguf);
         let (_, data) = self.tensor_f32(&name, Some(&t.shape(cfg)))?;
@@ -218,6 +222,10 @@ impl SafetensorsDir {
 }
 
 impl TensorSource for SafetensorsDir {
+    fn holds(&self, t: Tensor) -> Option<bool> {
+        Some(self.contains(&t.name(Naming::Hf)))
+    }
+
     fn load(&mut self, t: Tensor, cfg: &Config) -> Result<Vec<f32>> {
         if let Some(q) = self.load_quantized(t, cfg)? {
             return Ok(q.dequant());

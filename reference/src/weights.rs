@@ -418,6 +418,14 @@ pub trait TensorSource {
         self.load_raw(t, cfg)
     }
 
+    /// Whether the file stores `t` under its own name (whatever its dtype); `None` where the
+    /// source cannot tell (generated or wrapped sources). Lets a loader choose between layouts
+    /// (one tensor per expert or stacked) without depending on [`TensorSource::load_raw`],
+    /// which is `None` for stored types it does not lend (FP8).
+    fn holds(&self, _t: Tensor) -> Option<bool> {
+        None
+    }
+
     /// Block `l`'s MoE experts in MXFP4 (GPT-OSS's: gate|up interleaved and down, with their
     /// biases), as the file stores them where it can lend them, else built; `None` where the
     /// source holds no MXFP4 experts for the block.
@@ -429,6 +437,9 @@ pub trait TensorSource {
 impl<T: TensorSource + ?Sized> TensorSource for &mut T {
     fn load(&mut self, t: Tensor, cfg: &Config) -> Result<Vec<f32>> {
         (**self).load(t, cfg)
+    }
+    fn holds(&self, t: Tensor) -> Option<bool> {
+        (**self).holds(t)
     }
     fn load_quantized(&mut self, t: Tensor, cfg: &Config) -> Result<Option<crate::quant::QuantTensor>> {
         (**self).load_quantized(t, cfg)

@@ -32,6 +32,8 @@ use crate::{compare, Case, Dtype, Metrics, Op, Outcome};
 
 /// The fixtures, by directory name.
 const FIXTURES: [&str; 8] = ["llama3", "mistral_hd", "qwen2", "qwen3", "qwen3_moe", "gemma3", "phi3", "qwen3_yarn"];
+/// The FP8 checkpoints of three of them (block scales, partial blocks, compressed-tensors).
+const FP8_FIXTURES: [&str; 3] = ["llama3_fp8", "qwen3_moe_fp8", "qwen3_fp8"];
 /// Prefill length of the model case (> 8 rows: the GEMM path); the rest of the ids decode.
 const PREFILL: usize = 9;
 /// Positions per block of the runner's pools, and blocks.
@@ -232,6 +234,11 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             v.push(Box::new(ArchModelCase { fixture, gguf, tweak: Tweak::None }));
             v.push(Box::new(ArchRunnerCase { fixture, gguf, tweak: Tweak::None }));
         }
+    }
+    // FP8 checkpoints (`make_fp8.py`): their weights dequantized at load, HF directories only.
+    for fixture in FP8_FIXTURES {
+        v.push(Box::new(ArchModelCase { fixture, gguf: false, tweak: Tweak::None }));
+        v.push(Box::new(ArchRunnerCase { fixture, gguf: false, tweak: Tweak::None }));
     }
     for (fixture, tweak) in [("phi3", Tweak::PlainRope), ("llama3", Tweak::PlainRope), ("qwen2", Tweak::Windows)] {
         for gguf in [false, true] {

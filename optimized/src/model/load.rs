@@ -265,7 +265,11 @@ impl Uploader<'_> {
         let (gu, dn) = (self.client.empty(gu_total), self.client.empty(dn_total));
         let (expert_gu, expert_dn) = (2 * f * c * ds, c * f * ds);
         let shape = ExpertGate(l, 0).spec_shape(self.spec);
-        if self.src.load_raw_as(ExpertGate(l, 0), self.cfg, &shape).map_err(Error::from)?.is_some() {
+        let per_expert = match self.src.holds(ExpertGate(l, 0)) {
+            Some(held) => held,
+            None => self.src.load_raw_as(ExpertGate(l, 0), self.cfg, &shape).map_err(Error::from)?.is_some(),
+        };
+        if per_expert {
             for x in 0..e {
                 self.interleaved_at(ExpertGate(l, x), ExpertUp(l, x), &gu, x * expert_gu, gu_total, f, dtype)?;
                 self.write_at(ExpertDown(l, x), &dn, x * expert_dn, dn_total, dtype)?;

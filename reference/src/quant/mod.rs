@@ -256,6 +256,10 @@ pub struct QuantizeOnLoad<S> {
 }
 
 impl<S: TensorSource> TensorSource for QuantizeOnLoad<S> {
+    fn holds(&self, t: Tensor) -> Option<bool> {
+        self.inner.holds(t)
+    }
+
     fn load(&mut self, t: Tensor, cfg: &Config) -> Result<Vec<f32>> {
         match self.load_quantized(t, cfg)? {
             Some(q) => Ok(q.dequant()),

@@ -171,7 +171,7 @@ impl Constraint {
         self.mask.clear();
         self.mask.extend(m.as_slice().iter().take(words).copied());
         self.mask.resize(words, 0);
-        if let Some(last) = self.mask.last_mut().filter(|_| self.vocab % 32 != 0) {
+        if let Some(last) = self.mask.last_mut().filter(|_| !self.vocab.is_multiple_of(32)) {
             *last &= (1u32 << (self.vocab % 32)) - 1;
         }
         if self.mask.iter().all(|&w| w == 0) {

@@ -268,3 +268,28 @@ fn prompts_lines_run_by_priority_and_a_bad_priority_is_that_lines_error() {
         assert!(e.contains(line) && e.contains("`priority`"), "{id}: {e}");
     }
 }
+
+#[test]
+fn a_lines_response_format_constrains_its_output_and_a_bad_schema_is_that_lines_error() {
+    let (_, base) = synthetic::tiny_configs().into_iter().find(|(n, _)| *n == "tiny-gqa").unwrap();
+    // EOS 0 (a control byte no grammar text uses): constrained decoding ends on it.
+    let m = model_dir("tiny-json", &Config { vocab: 256, eos_id: Some(0), ..base });
+    let schema = json!({"type": "object", "properties": {"k": {"type": "string", "enum": ["ab", "cd"]}, "n": {"type": "integer", "minimum": 1, "maximum": 9}}, "required": ["k", "n"], "additionalProperties": false});
+    let p = tmp("json.jsonl");
+    let lines = [
+        json!({"id": 1, "prompt": "x", "max_tokens": 60, "temperature": 1, "seed": 3, "response_format": {"type": "json_schema", "json_schema": {"name": "t", "schema": schema}}}),
+        json!({"id": 2, "prompt": "y", "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "nonsense"}}}}),
+    ];
+    std::fs::write(&p, lines.iter().map(|l| format!("{l}\n")).collect::<String>()).unwrap();
+    let out = tandem(&["generate", "--model", m.to_str().unwrap(), "--prompts", p.to_str().unwrap()]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    let rows = rows(&stdout);
+    let text = by_id(&rows, 1)["text"].as_str().unwrap_or_else(|| panic!("{stdout}")).to_string();
+    let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text:?}"));
+    assert!(v["k"] == "ab" || v["k"] == "cd", "{v}");
+    assert!((1..=9).contains(&v["n"].as_i64().unwrap()), "{v}");
+    assert_eq!(v.as_object().unwrap().len(), 2, "{v}");
+    let e = by_id(&rows, 2)["error"].as_str().unwrap_or_else(|| panic!("{stdout}")).to_string();
+    assert!(e.contains("line 2") && e.contains("JSON schema"), "{e}");
+}

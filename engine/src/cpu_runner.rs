@@ -186,7 +186,7 @@ impl<M: RefForward> ModelRunner for RefRunner<M> {
             let mut r = SeqResult::default();
             for (j, spec) in s.samples.iter().enumerate() {
                 let row = logits.row(t - s.samples.len() + j).to_vec();
-                r.tokens.push(seeded::sample(&row, spec.params, spec.counts, spec.counter)?);
+                r.tokens.push(seeded::sample(&row, spec.params, spec.counts, spec.counter, spec.allowed)?);
                 r.logits.push(spec.want_logits.then_some(row));
             }
             out.push(r);

@@ -14,11 +14,36 @@ use reference::tokenizer::Tokenizer;
 /// Token ids → text.
 pub trait Detokenizer: Send + Sync {
     fn decode(&self, ids: &[u32]) -> reference::Result<String>;
+
+    /// Whether `id` is a control token (its text is not output text), for
+    /// [`Detokenizer::token_bytes`]. Default: none is.
+    fn is_special(&self, _id: u32) -> bool {
+        false
+    }
+
+    /// The bytes of each id of a vocabulary of `vocab` ids, as constrained decoding's token
+    /// trie takes them (`constraint::ConstraintFactory`): each id decoded alone; control
+    /// tokens prefixed with 0xFF (llguidance's marker: never matched by grammar text); ids
+    /// whose text alone is an incomplete character (U+FFFD) or that do not decode left empty
+    /// (never allowed by a grammar).
+    fn token_bytes(&self, vocab: usize) -> reference::Result<Vec<Vec<u8>>> {
+        Ok((0..vocab as u32)
+            .map(|id| match self.decode(&[id]) {
+                Ok(t) if self.is_special(id) => [&[0xFF][..], t.as_bytes()].concat(),
+                Ok(t) if !t.contains('\u{FFFD}') => t.into_bytes(),
+                _ => Vec::new(),
+            })
+            .collect())
+    }
 }
 
 impl Detokenizer for Tokenizer {
     fn decode(&self, ids: &[u32]) -> reference::Result<String> {
         Tokenizer::decode(self, ids)
+    }
+    /// A token whose whole text is one of the tokenizer's special tokens.
+    fn is_special(&self, id: u32) -> bool {
+        Tokenizer::decode(self, &[id]).is_ok_and(|t| !t.is_empty() && self.specials().find(&t) == Some(t.as_str()))
     }
 }
 

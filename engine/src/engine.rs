@@ -5,6 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::constraint::ConstraintFactory;
 use crate::kv_blocks::{BlockManager, SeqId};
 use crate::runner::{ModelRunner, SeqResult, StepPlan};
 use crate::sampling::seeded::TokenCount;
@@ -114,6 +115,9 @@ pub struct Engine<R: ModelRunner> {
     pub(crate) spec: Option<SpecState>,
     /// Steps run (the clock of speculation probes).
     pub(crate) step_no: u64,
+    /// The tokenizer as constrained decoding sees it: given ([`Engine::set_constraints`]) or
+    /// built from the detokenizer at the first request with a grammar.
+    constraints: Option<Arc<ConstraintFactory>>,
 }
 
 impl<R: ModelRunner> Engine<R> {
@@ -162,6 +166,7 @@ impl<R: ModelRunner> Engine<R> {
             stats: EngineStats::default(),
             spec,
             step_no: 0,
+            constraints: None,
         })
     }
 
@@ -239,6 +244,23 @@ impl<R: ModelRunner> Engine<R> {
     pub fn draft_runner(&self) -> Option<&(dyn ModelRunner + Send)> {
         self.spec.as_ref().and_then(|s| s.drafter.as_ref()).map(|d| d.runner.as_ref())
     }
+    /// Share a model's constrained-decoding tokenizer state (built once per model, e.g. by a
+    /// server that also checks grammars before queueing them).
+    pub fn set_constraints(&mut self, f: Arc<ConstraintFactory>) {
+        self.constraints = Some(f);
+    }
+
+    /// The constrained-decoding tokenizer state, built from the detokenizer when first needed.
+    pub fn constraints(&mut self) -> Result<Arc<ConstraintFactory>> {
+        if let Some(f) = &self.constraints {
+            return Ok(f.clone());
+        }
+        let detok = self.detok.as_ref().ok_or_else(|| Error::Input("constrained decoding needs a tokenizer; this model has none".into()))?;
+        let f = Arc::new(ConstraintFactory::from_detokenizer(detok.as_ref(), self.runner.info())?);
+        self.constraints = Some(f.clone());
+        Ok(f)
+    }
+
     /// Whether a step would do anything.
     pub fn has_work(&self) -> bool {
         !self.running.is_empty() || !self.waiting.is_empty() || !self.pending.is_empty()
@@ -284,6 +306,10 @@ impl<R: ModelRunner> Engine<R> {
                 self.blocks.num_blocks()
             )));
         }
+        let constraint = match &req.grammar {
+            Some(g) => Some(self.constraints()?.compile(g)?),
+            None => None,
+        };
         let mut params = req.params.clone();
         params.seed = match (req.seed, req.random_seed) {
             (Some(s), _) => s,
@@ -298,6 +324,7 @@ impl<R: ModelRunner> Engine<R> {
         self.stats.prompt_tokens += req.prompt.len() as u64;
         let mut seq = Sequence::new(id, req, params, max_output, stream);
         seq.arrival_step = self.step_no;
+        seq.constraint = constraint;
         self.seqs.insert(id, seq);
         self.waiting.push_back(id);
         Ok(id)
@@ -333,8 +360,10 @@ impl<R: ModelRunner> Engine<R> {
         // The next step continues this one unless speculation may verify, a waiting request
         // may be admitted (a sequence slot is free), or a sequence ends by length here (EOS,
         // stop strings and preemptions cannot be foreseen: the runner checks the step it is
-        // asked for).
+        // asked for), or a sequence is constrained (its next draw needs the mask of the token
+        // drawn here, which the runner cannot know ahead).
         let continues = self.spec.is_none()
+            && schedule.items.iter().all(|it| self.seqs.get(&it.id).is_some_and(|s| s.constraint.is_none()))
             && (self.waiting.is_empty() || self.running.len() >= self.cfg.max_num_seqs)
             && schedule.items.iter().all(|it| it.decode && it.k == 0 && self.seqs.get(&it.id).is_some_and(|s| s.output_len() + 1 < s.max_output));
         if continues {
@@ -491,6 +520,12 @@ pub(crate) fn push_tokens(s: &mut Sequence, eos: Option<u32>, toks: &[u32], rows
     for (i, &tok) in toks.iter().enumerate() {
         s.push(tok);
         p.tokens.push(tok);
+        // The grammar takes the token; a complete grammar (or one the token broke, which a
+        // runner honouring the mask never does) ends the request after it.
+        let grammar_done = match s.constraint.as_mut() {
+            Some(c) => c.advance(tok).is_err() || c.is_done(),
+            None => false,
+        };
         if let (Some(top), Some(Some(row))) = (s.req.logprobs, rows.get(i)) {
             p.logprobs.push(logprob_of(row, tok, top));
         }
@@ -508,6 +543,9 @@ pub(crate) fn push_tokens(s: &mut Sequence, eos: Option<u32>, toks: &[u32], rows
                 st.text.truncate(at);
                 p.finish = Some(FinishReason::Stop);
             }
+        }
+        if p.finish.is_none() && grammar_done {
+            p.finish = Some(FinishReason::Stop);
         }
         if p.finish.is_none() && s.output_len() >= s.max_output {
             p.finish = Some(FinishReason::Length);

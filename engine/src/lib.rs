@@ -28,6 +28,7 @@
 //! [`RefRunner`]: cpu_runner::RefRunner
 //! [`StepPlan`]: runner::StepPlan
 
+pub mod constraint;
 pub mod cpu_runner;
 pub mod detok;
 mod engine;

@@ -1,5 +1,6 @@
 //! What a client asks for and what it gets back.
 
+use crate::constraint::Grammar;
 use crate::sampling::SamplingParams;
 
 /// The engine's name for a request (unique for the engine's life).
@@ -31,6 +32,9 @@ pub struct Request {
     /// engine admits by (priority, arrival) and preempts the lowest priority first (see
     /// `engine::priority`).
     pub priority: i32,
+    /// Constrained decoding: every output token is drawn from the tokens this grammar allows
+    /// next, and the request ends when the grammar is complete (`engine::constraint`).
+    pub grammar: Option<Grammar>,
 }
 
 impl Request {
@@ -47,6 +51,7 @@ impl Request {
             ignore_eos: false,
             logprobs: None,
             priority: 0,
+            grammar: None,
         }
     }
     pub fn with_max_tokens(mut self, n: usize) -> Self {
@@ -59,6 +64,10 @@ impl Request {
     }
     pub fn with_priority(mut self, priority: i32) -> Self {
         self.priority = priority;
+        self
+    }
+    pub fn with_grammar(mut self, grammar: Grammar) -> Self {
+        self.grammar = Some(grammar);
         self
     }
 }

@@ -60,6 +60,11 @@ pub struct SampleSpec<'a> {
     pub counts: &'a [TokenCount],
     /// Also hand back this position's logits row (log-probabilities, speculative checks).
     pub want_logits: bool,
+    /// Constrained decoding: the tokens this draw may pick, a bitset of `ceil(V / 32)` words
+    /// (bit `i % 32` of word `i / 32` for token `i`; `None`: every token). The draw sets the
+    /// logits of the others to −∞ after the penalties, before temperature and the filters
+    /// ([`crate::sampling::seeded`]).
+    pub allowed: Option<&'a [u32]>,
 }
 
 /// One sequence's part of a step.
@@ -164,6 +169,14 @@ pub fn validate_plan(plan: &StepPlan, info: &ModelInfo, kv: KvLayout) -> Result<
         }
         if s.samples.len() > s.tokens.len() {
             return Err(Error::Input(format!("step: sequence {i} asks for {} samples from {} positions", s.samples.len(), s.tokens.len())));
+        }
+        if let Some(m) = s.samples.iter().filter_map(|d| d.allowed).find(|m| m.len() != info.vocab.div_ceil(32)) {
+            return Err(Error::Input(format!(
+                "step: sequence {i}: a token mask of {} words for V = {} (needs {})",
+                m.len(),
+                info.vocab,
+                info.vocab.div_ceil(32)
+            )));
         }
     }
     Ok(())

@@ -7,6 +7,7 @@ use crate::runner::{SampleSpec, SeqStep};
 use crate::sampling::seeded::TokenCount;
 use crate::sampling::SamplingParams;
 
+use crate::constraint::Constraint;
 use crate::detok::TextStream;
 use crate::request::{Request, RequestId};
 use crate::spec::SeqSpec;
@@ -52,6 +53,9 @@ pub struct Sequence {
     pub arrival_step: u64,
     /// Speculative decoding state (proposals, acceptance, the draft model's KV).
     pub(crate) spec: SeqSpec,
+    /// Constrained decoding: the grammar's state and the mask of the next draw (kept across
+    /// preemptions: the tokens it has taken stay in the sequence).
+    pub constraint: Option<Constraint>,
 }
 
 impl Sequence {
@@ -78,6 +82,7 @@ impl Sequence {
             preemptions: 0,
             arrival_step: 0,
             spec: SeqSpec::default(),
+            constraint: None,
         };
         if s.params.has_penalties() {
             for i in 0..prompt_len {
@@ -136,6 +141,7 @@ impl Sequence {
                 counter: self.output_len() as u64,
                 counts: &self.counts,
                 want_logits: self.req.logprobs.is_some(),
+                allowed: self.constraint.as_ref().map(Constraint::mask),
             }]
         } else {
             vec![]
@@ -154,6 +160,9 @@ impl Sequence {
                 counter: out + j as u64,
                 counts: counts.get(j).map_or(&self.counts[..], Vec::as_slice),
                 want_logits: self.req.logprobs.is_some() || j < self.spec.q.len(),
+                // Constrained sequences do not speculate (`Engine::propose`); were one to, its
+                // first draw still keeps to the grammar.
+                allowed: self.constraint.as_ref().filter(|_| j == 0).map(Constraint::mask),
             })
             .collect();
         SeqStep { tokens: &self.spec.verify, pos0: self.computed, blocks, samples }

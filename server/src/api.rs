@@ -2,6 +2,7 @@
 //! of a field that fails names it in the error), checked, and turned into an engine
 //! [`Request`]. Fields this server does not know are ignored, as OpenAI does.
 
+use engine::constraint::Grammar;
 use engine::sampling::SamplingParams;
 use engine::Request;
 use reference::chat::{Message, ToolCall};
@@ -92,6 +93,52 @@ struct ChatFields {
 struct ResponseFormat {
     #[serde(rename = "type")]
     kind: String,
+    json_schema: Option<JsonSchemaFormat>,
+}
+
+/// `response_format.json_schema`: OpenAI's structured outputs (`strict` accepted: the output
+/// always follows the schema).
+#[derive(Debug, Deserialize)]
+struct JsonSchemaFormat {
+    #[allow(dead_code)]
+    name: Option<String>,
+    schema: Option<Value>,
+    #[allow(dead_code)]
+    strict: Option<bool>,
+}
+
+/// The grammar a chat's `response_format` asks for (`text`: none).
+fn response_grammar(r: Option<&ResponseFormat>) -> Result<Option<Grammar>, ApiError> {
+    let Some(r) = r else { return Ok(None) };
+    match r.kind.as_str() {
+        "text" => Ok(None),
+        "json_object" => Ok(Some(Grammar::JsonObject)),
+        "json_schema" => {
+            let f = r.json_schema.as_ref().ok_or_else(|| {
+                ApiError::invalid("response_format.json_schema", "`response_format.json_schema` is required with `type: json_schema`")
+            })?;
+            match &f.schema {
+                Some(s @ Value::Object(_)) => Ok(Some(Grammar::JsonSchema(s.clone()))),
+                Some(Value::Bool(true)) | None => Ok(Some(Grammar::JsonSchema(serde_json::json!({})))),
+                Some(other) => Err(ApiError::invalid(
+                    "response_format.json_schema.schema",
+                    format!("`response_format.json_schema.schema` must be a JSON schema object, got {other}"),
+                )),
+            }
+        }
+        other => {
+            Err(ApiError::invalid("response_format.type", format!("`response_format.type` must be text, json_object or json_schema, got `{other}`")))
+        }
+    }
+}
+
+/// The field a request's grammar came from, for an error compiling it (the engine's).
+pub fn grammar_param(g: &Grammar) -> &'static str {
+    match g {
+        Grammar::JsonSchema(_) => "response_format.json_schema.schema",
+        Grammar::JsonObject => "response_format",
+        Grammar::Regex(_) | Grammar::Lark(_) => "tool_choice",
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -203,6 +250,7 @@ pub fn parse(endpoint: Endpoint, body: &[u8], front: &ModelFront, served: &str) 
     let stream = c.stream.unwrap_or(false);
     check(c.stream_options.is_none() || stream, "stream_options", || "is only allowed with `stream: true`".into())?;
     let mut tools = None;
+    let mut grammar = None;
     let (ids, logprobs, prompt_param, default_max) = match endpoint {
         Endpoint::Completions => {
             let f: CompletionFields = fields(&v)?;
@@ -217,9 +265,8 @@ pub fn parse(endpoint: Endpoint, body: &[u8], front: &ModelFront, served: &str) 
         Endpoint::Chat => {
             let f: ChatFields = fields(&v)?;
             tools = crate::tools::request::check(f.tools.as_deref(), f.tool_choice.as_ref(), front.chat.as_deref())?;
-            check(f.response_format.as_ref().is_none_or(|r| r.kind == "text"), "response_format", || {
-                "only `{\"type\": \"text\"}` is supported".into()
-            })?;
+            grammar = response_grammar(f.response_format.as_ref())?;
+            check(grammar.is_none() || tools.is_none(), "response_format", || "cannot be combined with `tools` in this server".into())?;
             if let Some(n) = f.top_logprobs {
                 check(n <= MAX_LOGPROBS, "top_logprobs", || format!("must be in [0, {MAX_LOGPROBS}], got {n}"))?;
                 check(f.logprobs == Some(true), "top_logprobs", || "needs `logprobs: true`".into())?;
@@ -275,6 +322,7 @@ pub fn parse(endpoint: Endpoint, body: &[u8], front: &ModelFront, served: &str) 
         ignore_eos,
         logprobs,
         priority: c.priority.unwrap_or(0),
+        grammar,
     };
     let include_usage = c.stream_options.and_then(|o| o.include_usage).unwrap_or(false);
     let token_ids = c.return_token_ids.unwrap_or(false) || front.tokenizer.is_none();

@@ -162,6 +162,8 @@ impl<R: ModelRunner> Worker<R> {
         let refusal = if load.waiting >= max_queue + free_slots {
             Some(ApiError::queue_full(max_queue))
         } else {
+            // A grammar the engine cannot compile (or use) is the fault of the field it came from.
+            let grammar_param = request.grammar.as_ref().map(|g| (crate::api::grammar_param(g), g.kind()));
             match self.engine.add_request(request) {
                 Ok(id) => {
                     if events.send(Event::Accepted).is_err() {
@@ -171,6 +173,12 @@ impl<R: ModelRunner> Worker<R> {
                     self.live.insert(id, Live { ticket, events: events.clone(), arrival, last_token: None });
                     self.tickets.insert(ticket, id);
                     None
+                }
+                Err(reference::Error::Input(m))
+                    if grammar_param.is_some_and(|(_, kind)| m.starts_with(kind) || m.starts_with("constrained decoding")) =>
+                {
+                    let param = grammar_param.map_or(prompt_param, |(p, _)| p);
+                    Some(ApiError::invalid(param, format!("`{param}`: {m}")))
                 }
                 Err(e) => Some(ApiError::invalid(prompt_param, format!("`{prompt_param}`: {e}"))),
             }

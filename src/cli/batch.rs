@@ -11,6 +11,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use engine::constraint::Grammar;
 use engine::sampling::SamplingParams;
 use engine::{Detokenizer, EngineConfig, Request, RequestId};
 use reference::chat::Message;
@@ -50,6 +51,22 @@ pub(super) fn field_priority(o: &serde_json::Map<String, Value>) -> std::result:
             .as_i64()
             .and_then(|p| i32::try_from(p).ok())
             .ok_or_else(|| format!("`priority` must be an integer from {} to {}: {v}", i32::MIN, i32::MAX)),
+    }
+}
+
+/// A line's `response_format`, as chat completions take it: `{"type": "json_object"}`, or
+/// `{"type": "json_schema", "json_schema": {"schema": {...}}}` (the engine compiles the schema:
+/// its errors are the line's).
+fn field_response_format(o: &serde_json::Map<String, Value>) -> std::result::Result<Option<Grammar>, String> {
+    let Some(rf) = o.get("response_format").filter(|v| !v.is_null()) else { return Ok(None) };
+    match rf.get("type").and_then(Value::as_str) {
+        Some("text") => Ok(None),
+        Some("json_object") => Ok(Some(Grammar::JsonObject)),
+        Some("json_schema") => match rf.get("json_schema").and_then(|j| j.get("schema")) {
+            Some(s @ Value::Object(_)) => Ok(Some(Grammar::JsonSchema(s.clone()))),
+            _ => Err("`response_format.json_schema.schema` must be a JSON schema object".into()),
+        },
+        _ => Err(format!("`response_format.type` must be text, json_object or json_schema: {rf}")),
     }
 }
 
@@ -113,6 +130,7 @@ fn parse_line(n: usize, text: &str, opened: &super::source::Opened, a: &Generate
         let mut r = Request::new(ids).with_max_tokens(max_tokens).with_params(params).with_priority(field_priority(o)?);
         r.stop = stop;
         r.stop_token_ids = tok.eog_ids();
+        r.grammar = field_response_format(o)?;
         Ok(r)
     })()
     .map_err(|e| format!("line {}: {e}", n + 1));

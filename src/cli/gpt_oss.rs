@@ -41,7 +41,7 @@ pub fn one_seq<'a>(
     want_logits: bool,
 ) -> engine::runner::StepPlan<'a> {
     use engine::runner::{SampleSpec, SeqStep, StepPlan};
-    let samples = (0..draws).map(|j| SampleSpec { params, counter: (pos0 + j) as u64, counts: &[], want_logits }).collect();
+    let samples = (0..draws).map(|j| SampleSpec { params, counter: (pos0 + j) as u64, counts: &[], want_logits, allowed: None }).collect();
     StepPlan { seqs: vec![SeqStep { tokens, pos0, blocks, samples }], continues: false }
 }
 

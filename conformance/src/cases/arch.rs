@@ -196,7 +196,7 @@ impl ArchRunnerCase {
             }
             let mut plan = StepPlan::default();
             for (s, t) in tokens.iter().enumerate() {
-                let samples = vec![SampleSpec { params: &params, counter: k as u64, counts: &[], want_logits: true }];
+                let samples = vec![SampleSpec { params: &params, counter: k as u64, counts: &[], want_logits: true, allowed: None }];
                 plan.seqs.push(SeqStep { tokens: &t[fed[s]..], pos0: fed[s], blocks: &blocks[s], samples });
             }
             let got = gpu.step(&plan).map_err(|e| format!("gpu step {k}: {e}"))?;

@@ -121,7 +121,7 @@ impl RunnerCase {
             let mut plan = StepPlan::default();
             for part in step {
                 let samples = (0..part.draws)
-                    .map(|j| SampleSpec { params: &params[part.seq], counter: (k * 8 + j) as u64, counts: &[], want_logits: true })
+                    .map(|j| SampleSpec { params: &params[part.seq], counter: (k * 8 + j) as u64, counts: &[], want_logits: true, allowed: None })
                     .collect();
                 plan.seqs.push(SeqStep {
                     tokens: &tokens[part.seq][part.pos0..part.pos0 + part.len],

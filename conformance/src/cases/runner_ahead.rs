@@ -50,7 +50,7 @@ impl Seq {
             tokens,
             pos0,
             blocks: &self.blocks,
-            samples: vec![SampleSpec { params: &self.params, counter: self.drawn, counts: &[], want_logits: false }],
+            samples: vec![SampleSpec { params: &self.params, counter: self.drawn, counts: &[], want_logits: false, allowed: None }],
         }
     }
 }

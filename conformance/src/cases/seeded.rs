@@ -64,7 +64,7 @@ impl Case for SeededCase {
         let want: Result<Vec<u32>, String> = (0..rows)
             .map(|r| {
                 let (p, n) = spec(r);
-                engine::sampling::seeded::sample(&x[r * v..(r + 1) * v], &p, &row_counts[r], n).map_err(|e| e.to_string())
+                engine::sampling::seeded::sample(&x[r * v..(r + 1) * v], &p, &row_counts[r], n, None).map_err(|e| e.to_string())
             })
             .collect();
         let want = match want {

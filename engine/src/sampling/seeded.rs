@@ -9,6 +9,7 @@
 //! ```text
 //! penalties   z_i ← z_i / r if z_i > 0 else z_i · r      (i seen in prompt or output; r = repetition)
 //!             z_i ← z_i − f · c_i − π · [c_i > 0]       (c_i = count of i in the output)
+//! mask        z_i ← −∞ if bit i of the allowed set is 0  (constrained decoding; no mask: none)
 //! greedy      T = 0: argmax_i z_i                        (ties: lowest id)
 //! scaled      y_i = z_i / T ;  m = max_i y_i ;  e_i = exp(y_i − m)
 //! top-k       τ_k = the k-th largest z (k = 0 or k ≥ V: −∞) ;  K = { i : z_i ⪰ τ_k }
@@ -153,13 +154,30 @@ pub fn draw(z: &[f32], p: &SamplingParams, counter: u64) -> u32 {
     best.map_or_else(|| argmax(z), |(i, _)| i)
 }
 
-/// Penalties, then [`draw`]: the whole sampling step of one row.
-pub fn sample(z: &[f32], p: &SamplingParams, counts: &[TokenCount], counter: u64) -> Result<u32> {
-    if counts.is_empty() || !p.has_penalties() {
+/// The mask line of the module doc in place: `z_i ← −∞` where bit `i % 32` of `allowed[i / 32]`
+/// is 0 (ids past the words count as 0).
+pub fn apply_mask(z: &mut [f32], allowed: &[u32]) {
+    for (i, v) in z.iter_mut().enumerate() {
+        if !crate::constraint::allowed(allowed, i as u32) {
+            *v = f32::NEG_INFINITY;
+        }
+    }
+}
+
+/// Penalties, the mask (`allowed`, constrained decoding), then [`draw`]: the whole sampling
+/// step of one row.
+pub fn sample(z: &[f32], p: &SamplingParams, counts: &[TokenCount], counter: u64, allowed: Option<&[u32]>) -> Result<u32> {
+    let penalties = !counts.is_empty() && p.has_penalties();
+    if !penalties && allowed.is_none() {
         return Ok(draw(z, p, counter));
     }
     let mut z = z.to_vec();
-    apply_penalties(&mut z, p, counts)?;
+    if penalties {
+        apply_penalties(&mut z, p, counts)?;
+    }
+    if let Some(m) = allowed {
+        apply_mask(&mut z, m);
+    }
     Ok(draw(&z, p, counter))
 }
 

@@ -168,7 +168,7 @@ mod tests {
                 let n = 4000;
                 let mut f = vec![0usize; z.len()];
                 for c in 0..n {
-                    let t = sample(&z, &p, &[], c).expect("draw") as usize;
+                    let t = sample(&z, &p, &[], c, None).expect("draw") as usize;
                     assert!(pr[t] > 0.0, "drew {t} outside the support {pr:?} ({p:?})");
                     f[t] += 1;
                 }
@@ -188,7 +188,7 @@ mod tests {
         let counts = [TokenCount { id: 0, output: 1, in_prompt: false }];
         let pr = probs(&z, &p, &counts).expect("ids in range");
         assert_eq!(pr, vec![0.0, 1.0, 0.0, 0.0]);
-        assert_eq!(sample(&z, &p, &counts, 0).expect("draw"), 1);
+        assert_eq!(sample(&z, &p, &counts, 0, None).expect("draw"), 1);
     }
 
     #[test]

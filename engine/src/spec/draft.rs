@@ -114,7 +114,8 @@ impl<R: ModelRunner> Engine<R> {
                         ))
                     })?;
                     let want_logits = a.params.temperature > 0.0 || threshold > 0.0;
-                    let spec = SampleSpec { params: &a.params, counter: (s.output_len() + round) as u64, counts: &a.counts, want_logits };
+                    let spec =
+                        SampleSpec { params: &a.params, counter: (s.output_len() + round) as u64, counts: &a.counts, want_logits, allowed: None };
                     plan.seqs.push(SeqStep { tokens, pos0: s.spec.draft_computed, blocks: &dr.blocks.table(kv)?.blocks, samples: vec![spec] });
                 }
                 (dr.runner.step(&plan)?, plan.num_tokens())

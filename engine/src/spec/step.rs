@@ -97,6 +97,17 @@ impl<R: ModelRunner> Engine<R> {
     /// each item's k and its block reservation to what was proposed, and build the tokens
     /// the target verifies. Returns the draft model's time.
     pub(crate) fn propose(&mut self, items: &mut [Item]) -> Result<Duration> {
+        // Constrained sequences do not speculate: each draw needs the grammar's mask after the
+        // tokens before it, known only once they are drawn. Their extra positions go back.
+        for it in items.iter_mut().filter(|it| it.k > 0) {
+            let s = self.seqs.get_mut(&it.id).ok_or_else(|| Error::Input(format!("unknown request {}", it.id)))?;
+            if s.constraint.is_some() {
+                let kv = s.kv.ok_or_else(|| Error::KvCache(format!("request {} holds no blocks", it.id)))?;
+                it.k = 0;
+                s.spec.proposal.clear();
+                self.blocks.truncate(kv, s.computed + it.n)?;
+            }
+        }
         let drafted = match self.spec.as_ref() {
             Some(sp) if sp.drafter.is_some() && items.iter().any(|it| it.k > 0) => self.draft_proposals(items)?,
             _ => Duration::ZERO,

@@ -143,7 +143,23 @@ impl RaggedBatch {
             return Ok(results);
         }
         let greedy = specs.iter().all(|s| s.params.temperature == 0.0 && (s.counts.is_empty() || !s.params.has_penalties()));
-        let drawn = if greedy {
+        let masked = specs.iter().any(|s| s.allowed.is_some());
+        let drawn = if masked {
+            // Constrained rows (a token mask): the reference draw on the host over the logits
+            // read back, for the whole step — the same tokens as the device draw would give
+            // with the mask, never one the grammar refuses. The device draw of masks is left
+            // to do.
+            let all = logits.to_f32(client)?;
+            let mut ids = Vec::with_capacity(r);
+            for (k, spec) in specs.iter().enumerate() {
+                let row = all.get(k * v..(k + 1) * v).ok_or_else(|| Error::Shape(format!("draw: logits row {k} of {r}")))?;
+                ids.push(
+                    engine::sampling::seeded::sample(row, spec.params, spec.counts, spec.counter, spec.allowed)
+                        .map_err(|e| Error::Shape(format!("draw: row {k}: {e}")))?,
+                );
+            }
+            ids
+        } else if greedy {
             argmax::argmax(client, logits)?.to_u32(client)?
         } else {
             let mut words = Vec::with_capacity(r * seeded::PARAMS);

@@ -296,7 +296,7 @@ fn inputs(layout: KvLayout, scratch: u32, max_rows: usize, plan: &StepPlan) -> O
     let eligible = plan.seqs.iter().all(|s| {
         batch::decode_rows(s)
             && s.samples.len() == s.tokens.len()
-            && s.samples.iter().all(|d| !d.want_logits && (d.counts.is_empty() || !d.params.has_penalties()))
+            && s.samples.iter().all(|d| !d.want_logits && d.allowed.is_none() && (d.counts.is_empty() || !d.params.has_penalties()))
     });
     let rows: usize = plan.seqs.iter().map(|s| s.tokens.len()).sum();
     let bucket = *BUCKETS.iter().find(|&&x| x >= rows)?;

@@ -116,7 +116,7 @@ impl SingleSeq {
     fn draw(&mut self, ids: &[u32], want_logits: bool) -> Result<SeqResult, Error> {
         self.room(ids.len())?;
         // The draw counter follows the position, so a foreseen step's draw key is the next one.
-        let spec = SampleSpec { params: &self.greedy, counter: self.pos as u64, counts: &[], want_logits };
+        let spec = SampleSpec { params: &self.greedy, counter: self.pos as u64, counts: &[], want_logits, allowed: None };
         let seq = SeqStep { tokens: ids, pos0: self.pos, blocks: &self.blocks, samples: vec![spec] };
         let plan = StepPlan { seqs: vec![seq], continues: !want_logits };
         let out = self.runner.step(&plan)?.pop().ok_or_else(|| Error::Shape("the runner returned no result for the sequence".into()))?;

@@ -1,0 +1,151 @@
+//! Constrained decoding on a tiny model with random weights: whatever the weights, every output
+//! parses as JSON and validates against its schema (checked by the `jsonschema` crate, not by
+//! llguidance), greedy and sampled; an unconstrained request sharing the batch gets the tokens
+//! it gets alone; bad schemas are the request's error. Token `3 + c` of the tiny vocabulary is
+//! the ASCII character `0x20 + c` (space to `}`), BOS / EOS / 0 are control tokens.
+
+mod common;
+
+use std::sync::Arc;
+
+use engine::constraint::{ConstraintFactory, Grammar};
+use engine::sampling::SamplingParams;
+use engine::{Detokenizer, Engine, EngineConfig, FinishReason, Request};
+use serde_json::{json, Value};
+
+struct Ascii;
+
+impl Detokenizer for Ascii {
+    fn decode(&self, ids: &[u32]) -> reference::Result<String> {
+        Ok(ids.iter().filter(|&&i| (3..97).contains(&i)).map(|&i| char::from(0x20 + (i - 3) as u8)).collect())
+    }
+    fn is_special(&self, id: u32) -> bool {
+        id < 3
+    }
+}
+
+fn engine(max_seqs: usize, blocks: usize) -> Engine<engine::cpu_runner::RefRunner> {
+    let cfg = EngineConfig { max_num_seqs: max_seqs, ..EngineConfig::default() };
+    Engine::new(common::runner(common::model("tiny-mha", 3), blocks), cfg, Some(Arc::new(Ascii))).expect("engine")
+}
+
+/// Run `reqs` together; each request's text and finish reason, in order.
+fn run(e: &mut Engine<engine::cpu_runner::RefRunner>, reqs: Vec<Request>) -> Vec<(String, Vec<u32>, Option<FinishReason>)> {
+    let ids: Vec<u64> = reqs.into_iter().map(|r| e.add_request(r).expect("queued")).collect();
+    let outs = e.run_to_completion().expect("steps");
+    ids.iter()
+        .map(|id| {
+            let mine: Vec<_> = outs.iter().filter(|o| o.id == *id).collect();
+            (
+                mine.iter().map(|o| o.new_text.as_str()).collect(),
+                mine.iter().flat_map(|o| o.new_tokens.clone()).collect(),
+                mine.last().and_then(|o| o.finished),
+            )
+        })
+        .collect()
+}
+
+fn schemas() -> Vec<Value> {
+    vec![
+        json!({"type": "object", "properties": {"name": {"type": "string", "maxLength": 6}, "age": {"type": "integer", "minimum": 0, "maximum": 120}}, "required": ["name", "age"], "additionalProperties": false}),
+        json!({"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string", "enum": ["a", "bb", "ccc"]}, "minItems": 1, "maxItems": 3}}, "required": ["tags"], "additionalProperties": false}),
+        json!({"type": "object", "properties": {"inner": {"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer", "minimum": -5, "maximum": 5}}, "required": ["ok", "n"], "additionalProperties": false}}, "required": ["inner"], "additionalProperties": false}),
+        json!({"type": "object", "properties": {"v": {"anyOf": [{"type": "integer", "minimum": 10, "maximum": 99}, {"type": "string", "enum": ["none"]}]}}, "required": ["v"], "additionalProperties": false}),
+        json!({"type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]{2}[0-9]{3}$"}, "opt": {"type": "boolean"}}, "required": ["code"], "additionalProperties": false}),
+    ]
+}
+
+fn check(text: &str, schema: &Value, fin: Option<FinishReason>) {
+    assert_eq!(fin, Some(FinishReason::Stop), "the grammar completes before max_tokens: {text:?}");
+    let v: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text:?}"));
+    let validator = jsonschema::validator_for(schema).expect("schema compiles");
+    let errors: Vec<String> = validator.iter_errors(&v).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{text} against {schema}: {errors:?}");
+}
+
+#[test]
+fn every_output_validates_greedy_and_sampled() {
+    let mut e = engine(8, 256);
+    for (k, schema) in schemas().into_iter().enumerate() {
+        let mut reqs = vec![Request::new(common::prompt(5, k as u32)).with_max_tokens(120).with_grammar(Grammar::JsonSchema(schema.clone()))];
+        for seed in 0..3 {
+            let p = SamplingParams { temperature: 1.0, seed, ..SamplingParams::default() };
+            reqs.push(
+                Request::new(common::prompt(5, k as u32)).with_max_tokens(120).with_params(p).with_grammar(Grammar::JsonSchema(schema.clone())),
+            );
+        }
+        for (text, _, fin) in run(&mut e, reqs) {
+            check(&text, &schema, fin);
+        }
+    }
+}
+
+#[test]
+fn an_unconstrained_request_is_unchanged_by_a_constrained_neighbour() {
+    let plain = || {
+        Request::new(common::prompt(6, 9)).with_max_tokens(12).with_params(SamplingParams { temperature: 0.8, seed: 4, ..SamplingParams::default() })
+    };
+    let alone = run(&mut engine(8, 256), vec![plain()]);
+    let schema = schemas().remove(0);
+    let both = run(
+        &mut engine(8, 256),
+        vec![Request::new(common::prompt(5, 1)).with_max_tokens(120).with_grammar(Grammar::JsonSchema(schema.clone())), plain()],
+    );
+    assert_eq!(both[1].1, alone[0].1);
+    check(&both[0].0, &schema, both[0].2);
+}
+
+#[test]
+fn preempted_constrained_requests_still_validate() {
+    // A pool of 12 blocks of 16 for 6 requests of up to ~100 positions: preemptions happen.
+    let mut e = engine(6, 12);
+    let schema = schemas().remove(1);
+    let reqs = (0..6)
+        .map(|i| {
+            let p = SamplingParams { temperature: 1.0, seed: i, ..SamplingParams::default() };
+            Request::new(common::prompt(20, i as u32)).with_max_tokens(120).with_params(p).with_grammar(Grammar::JsonSchema(schema.clone()))
+        })
+        .collect();
+    for (text, _, fin) in run(&mut e, reqs) {
+        check(&text, &schema, fin);
+    }
+    assert!(e.stats().preemptions > 0, "the test must preempt");
+}
+
+#[test]
+fn regex_and_lark_grammars_hold() {
+    let mut e = engine(4, 64);
+    let out = run(&mut e, vec![Request::new(common::prompt(4, 2)).with_max_tokens(40).with_grammar(Grammar::Regex("[a-c]{3}-[0-9]{2}".into()))]);
+    let t = &out[0].0;
+    assert!(t.len() == 6 && t[..3].chars().all(|c| "abc".contains(c)) && &t[3..4] == "-" && t[4..].chars().all(|c| c.is_ascii_digit()), "{t:?}");
+    let out = run(
+        &mut e,
+        vec![Request::new(common::prompt(4, 3)).with_max_tokens(40).with_grammar(Grammar::Lark("start: (\"yes\" | \"no\") \"!\"".into()))],
+    );
+    assert!(out[0].0 == "yes!" || out[0].0 == "no!", "{:?}", out[0].0);
+}
+
+#[test]
+fn a_bad_schema_is_the_requests_error_naming_the_problem() {
+    let mut e = engine(4, 64);
+    let err = e.add_request(Request::new(vec![5, 6]).with_grammar(Grammar::JsonSchema(json!({"type": "nonsense"})))).expect_err("refused");
+    assert!(err.to_string().contains("JSON schema"), "{err}");
+    assert!(!e.has_work(), "nothing queued");
+    let f = ConstraintFactory::from_detokenizer(&Ascii, &engine::runner::ModelInfo { vocab: 97, max_ctx: 64, bos_id: None, eos_id: None });
+    assert!(f.is_err_and(|e| e.to_string().contains("EOS")));
+}
+
+#[test]
+fn the_reference_draw_keeps_to_the_mask() {
+    let z: Vec<f32> = (0..70).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
+    let mut mask = vec![0u32; 3];
+    mask[1] |= 1 << 7; // token 39
+    mask[2] |= 1 << 2; // token 66
+    for c in 0..200 {
+        let p = SamplingParams { temperature: 1.5, seed: 3, ..SamplingParams::default() };
+        let t = engine::sampling::seeded::sample(&z, &p, &[], c, Some(&mask)).expect("draw");
+        assert!(t == 39 || t == 66, "{t}");
+    }
+    let greedy = engine::sampling::seeded::sample(&z, &SamplingParams::default(), &[], 0, Some(&mask)).expect("draw");
+    assert_eq!(greedy, if z[39] >= z[66] { 39 } else { 66 });
+}

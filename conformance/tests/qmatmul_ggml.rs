@@ -1,6 +1,7 @@
 //! ggml blocks kept as stored on the device (Q4_K, Q5_K, Q6_K, Q8_0, Q5_0, Q5_1, IQ4_NL): the
 //! fixed grid (every format × the gemv and dequant + GEMM, block-edge shapes, fusions, the
-//! dequantize pass on random blocks), then random shapes and random blocks per format.
+//! dequantize pass on random blocks), the GEMM's 16–512-row steps on their own, then random
+//! shapes and random blocks per format.
 use conformance::cases::matmul::Fusion;
 use conformance::cases::qmatmul_ggml::{GgmlDequantCase, GgmlMatmulCase};
 use conformance::{backends_from_env, run_cases, Case};
@@ -10,6 +11,16 @@ use proptest::prelude::*;
 #[test]
 fn ggml_grid() {
     let cases = conformance::cases::qmatmul_ggml::cases();
+    let r = run_cases(&cases, &backends_from_env());
+    println!("{}", r.table());
+    let (p, f, _) = r.count();
+    assert!(f == 0 && p > 0, "{}", r.table());
+}
+
+/// The quantized GEMM's step sizes alone (16–512 rows, every format, block and tile edges).
+#[test]
+fn ggml_gemm_steps() {
+    let cases = conformance::cases::qmatmul_ggml::gemm_step_cases();
     let r = run_cases(&cases, &backends_from_env());
     println!("{}", r.table());
     let (p, f, _) = r.count();

@@ -207,8 +207,30 @@ impl Case for GgmlDequantCase {
     }
 }
 
-pub fn cases() -> Vec<Box<dyn Case>> {
+/// Step sizes of the quantized GEMM (issue 51's 16–512 rows) the grid covers beyond the gemv.
+pub const GEMM_STEPS: [usize; 4] = [16, 64, 128, 512];
+
+/// The quantized GEMM's steps (16, 64, 128, 512 rows) for every format, K and N at block and
+/// tile edges: K one block, three, 17 (an odd count); N one past a 64-wide tile, one past a
+/// 128-wide one, a whole tile. 512 rows only at the smaller K (software runtimes stay quick).
+pub fn gemm_step_cases() -> Vec<Box<dyn Case>> {
     let mut v: Vec<Box<dyn Case>> = Vec::new();
+    for kind in GgmlKind::ALL {
+        let b = kind.ty().block_elems();
+        for t in GEMM_STEPS {
+            for (n_in, n_out) in [(b, 65usize), (3 * b, 129), (17 * b, 64)] {
+                if t > 128 && n_in > 3 * b {
+                    continue;
+                }
+                v.push(Box::new(GgmlMatmulCase { t, n_in, n_out, kind, parts: 1, fusion: Fusion::None }));
+            }
+        }
+    }
+    v
+}
+
+pub fn cases() -> Vec<Box<dyn Case>> {
+    let mut v = gemm_step_cases();
     for kind in GgmlKind::ALL {
         // in: one block, two, 17 (4352: a row of an odd count of blocks); out: 1, odd, not a
         // multiple of the 4 rows per group; the 32-value formats also at one block and three.

@@ -17,6 +17,7 @@ pub mod kernels;
 pub mod kv_cache;
 pub mod model;
 pub mod nccl;
+pub mod parallel;
 pub mod runner;
 pub mod tensor;
 pub mod upload;

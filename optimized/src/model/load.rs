@@ -525,6 +525,7 @@ impl GpuModel {
             stream_bytes,
             quant,
             moe_path: MoePath::Auto,
+            tp: None,
         })
     }
 }

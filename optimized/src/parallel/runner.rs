@@ -11,12 +11,13 @@
 //! [`super::NcclDevice`]).
 
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use engine::runner::{validate_plan, KvLayout, ModelInfo, ModelRunner, SeqResult, StepPlan};
 
 use super::{DeviceComm, HostStaged, NcclDevice};
+use crate::model::GpuModel;
 use crate::runner::GpuRunner;
 use crate::Error;
 
@@ -104,6 +105,22 @@ impl TpRunner {
         };
         (runner.name, runner.comms) = (name, comms);
         Ok(runner)
+    }
+
+    /// [`TpRunner::spawn`] over models already loaded (`super::load_rank`, rank r at index r,
+    /// each with its communicator), each moved to its rank's thread and given pools of
+    /// `layout`.
+    pub fn from_models(models: Vec<GpuModel>, info: ModelInfo, layout: KvLayout) -> Result<Self, Error> {
+        let comms = models
+            .iter()
+            .enumerate()
+            .map(|(r, m)| m.tp.as_ref().map(|t| t.comm.clone()).ok_or_else(|| Error::Shape(format!("model {r} is no tensor-parallel rank"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        let slots: Vec<Mutex<Option<GpuModel>>> = models.into_iter().map(|m| Mutex::new(Some(m))).collect();
+        Self::spawn(comms, info, layout, move |r, _| {
+            let m = slots.get(r).and_then(|s| s.lock().ok()?.take()).ok_or_else(|| Error::Shape(format!("rank {r}'s model was taken")))?;
+            GpuRunner::new(m, layout.block_size, layout.num_blocks)
+        })
     }
 
     /// N

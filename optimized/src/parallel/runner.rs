@@ -87,7 +87,8 @@ impl TpRunner {
         drop(ready_tx);
         let mut names = vec![None; ranks.len()];
         let mut first_err = None;
-        for (r, res) in ready_rx.iter() {
+        // One report a rank (each thread keeps its sender while it serves steps).
+        for (r, res) in ready_rx.iter().take(ranks.len()) {
             match res {
                 Ok(n) => names[r] = Some(n),
                 Err(e) => {
@@ -138,7 +139,10 @@ fn rank_thread(
     plans: &Receiver<PlanPtr>,
     results: &Sender<Result<Vec<SeqResult>, String>>,
 ) {
-    let mut runner = match build(r, comm.clone()) {
+    // A panic (cubecl's device init unwraps) is this rank's error, so no rank waits for it.
+    let caught = |p: Box<dyn std::any::Any + Send>| Error::Unsupported(format!("rank {r} panicked: {}", crate::panic_message(p)));
+    let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| build(r, comm.clone()))).unwrap_or_else(|p| Err(caught(p)));
+    let mut runner = match built {
         Ok(runner) => runner,
         Err(e) => {
             comm.fail(&e.to_string());
@@ -152,7 +156,8 @@ fn rank_thread(
     for PlanPtr(p) in plans.iter() {
         // SAFETY: `TpRunner::step` sent a live `&StepPlan` and waits for this answer.
         let plan = unsafe { &*(p as *const StepPlan) };
-        let out = runner.run(plan).map_err(|e| e.to_string());
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| runner.run(plan)));
+        let out = run.unwrap_or_else(|p| Err(caught(p))).map_err(|e| e.to_string());
         if let Err(e) = &out {
             comm.fail(e);
         }

@@ -105,6 +105,9 @@ pub enum Op {
     Softcap,
     /// Each architecture's tiny checkpoint: the GPU model and runner vs `reference::arch`.
     Arch,
+    /// Tensor parallelism on the GPU: a sharded runner's logits vs one runner's and the
+    /// reference's.
+    Tp,
 }
 
 /// The tolerance of `op` when its inputs are stored as `dtype`, and why.
@@ -131,6 +134,16 @@ pub fn tolerance(op: Op, dtype: Dtype) -> (Tolerance, &'static str) {
         // The same whole-model arithmetic as the llama cases (the architecture's extra parts on
         // the GPU so far are a bias add, exact, and weights scaled at load, one rounding each).
         Op::Arch => tolerance(Op::Model, dtype),
+        // Every rank computes the same products as one runner; only the order of the sums
+        // changes: a row-parallel matmul's K-sum (o, down) becomes N partial sums added by the
+        // all-reduce (in rank order), and the unfused add + RMSNorm kernels replace the fused
+        // decode chain (its own order). A few f32 ulps per reduction, carried through L layers:
+        // the whole-model bound (a wrong slice, a missing bias or a dropped vocabulary part
+        // gives NMSE ≳ 1e-4).
+        Op::Tp => (
+            tolerance(Op::Model, dtype).0,
+            "the same products as one runner, summed in another order (row-parallel partial sums added by the all-reduce, the unfused add + norm kernels): the whole-model bound",
+        ),
         Op::Residual | Op::Swiglu => match dtype {
             // f32: one add (or exp + div + mul) in f32: a few ulps.
             Dtype::F32 => (Tolerance::Elementwise { atol: 1e-6, rtol: 8.0 * u }, "f32 elementwise: a few ulps of f32 (exp/div in silu differ by ≤ 2 ulp between libms)"),

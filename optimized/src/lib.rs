@@ -17,6 +17,7 @@ pub mod kernels;
 pub mod kv_cache;
 pub mod model;
 pub mod nccl;
+pub mod parallel;
 pub mod runner;
 pub mod tensor;
 pub mod upload;
@@ -119,7 +120,7 @@ impl std::str::FromStr for Backend {
     }
 }
 
-fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+pub(crate) fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {
         (*s).to_owned()
     } else if let Some(s) = payload.downcast_ref::<String>() {
@@ -138,11 +139,17 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
 /// call), so that step runs under `catch_unwind` and a panic becomes [`Error::InitPanicked`]
 /// (the default panic hook still prints the message to stderr).
 pub fn client(backend: Backend) -> Result<Client, Error> {
+    client_on(backend, 0)
+}
+
+/// [`client`] of CUDA device `index` (a tensor-parallel rank's); other backends have their
+/// default device only and ignore it.
+pub fn client_on(backend: Backend, index: usize) -> Result<Client, Error> {
     if backend == Backend::Cuda {
         kernel_cache::enable();
     }
     let device = match backend {
-        Backend::Cuda => Device::cuda(0),
+        Backend::Cuda => Device::cuda(index),
         Backend::Wgpu => Device::wgpu(WgpuDeviceKind::default()),
         Backend::Cpu => Device::cpu(),
     }

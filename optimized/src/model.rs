@@ -124,6 +124,9 @@ pub struct GpuModel {
     pub load_times: LoadTimes,
     /// How MoE layers run their experts (`Auto` unless a test or benchmark forces a path).
     pub moe_path: MoePath,
+    /// This model's rank in a tensor-parallel group (`crate::parallel`), its weights the
+    /// rank's slices; `None`: the whole model on one device.
+    pub tp: Option<crate::parallel::TpRank>,
 }
 
 mod arch;
@@ -182,8 +185,30 @@ impl GpuModel {
         self.client = self.client.with_kernels(k);
     }
 
-    /// `x [T, C]`: the embedding rows of `ids`.
+    /// `x [T, C]`: the embedding rows of `ids` (a rank's: its own rows, zeros for the others'
+    /// tokens, summed over the ranks).
     pub(crate) fn embed(&self, ids: Ids, t: usize) -> Result<DeviceTensor, Error> {
+        let Some(tp) = &self.tp else { return self.embed_rows(ids, t) };
+        let local = match ids {
+            Ids::Host(ids) => tp.local_ids(ids)?,
+            Ids::Device(_) => return Err(Error::Unsupported("a tensor-parallel rank embeds token ids from the host only".into())),
+        };
+        let x = self.embed_rows(Ids::Host(&local), t)?;
+        tp.comm.all_reduce_sum(&self.client, &x)?;
+        Ok(x)
+    }
+
+    /// `t ← Σ_ranks t` on a tensor-parallel rank (a row-parallel matmul's partial output);
+    /// nothing on one device.
+    fn reduce(&self, t: &DeviceTensor) -> Result<(), Error> {
+        match &self.tp {
+            Some(tp) => tp.comm.all_reduce_sum(&self.client, t),
+            None => Ok(()),
+        }
+    }
+
+    /// The rows of this model's embedding table that `ids` name.
+    fn embed_rows(&self, ids: Ids, t: usize) -> Result<DeviceTensor, Error> {
         let c = &self.client;
         Ok(match ids {
             Ids::Host(ids) => match self.spec.embed_scale {
@@ -233,7 +258,8 @@ impl GpuModel {
         // the add + norm kernels, its biases in the gemvs' bias epilogue.
         let unfusable =
             self.layers.iter().any(|w| w.post_attn_norm.is_some() || w.post_ffn_norm.is_some() || w.bo.is_some() || w.ffn.dense().is_none());
-        !unfusable && k.fused_norms && t <= k.gemv_rows.min(k.qgemv_rows) && t <= matmul::GEMV_MAX_T && t <= QGEMV_MAX_T
+        // A tensor-parallel rank reduces o's and down's partial sums before the residual add.
+        !unfusable && self.tp.is_none() && k.fused_norms && t <= k.gemv_rows.min(k.qgemv_rows) && t <= matmul::GEMV_MAX_T && t <= QGEMV_MAX_T
     }
 
     /// Layer `l`'s attention spec.
@@ -301,6 +327,7 @@ impl GpuModel {
                 (ffn, _) => {
                     // Wo (with its bias: GPT-OSS).
                     let a = linear_bias(c, &w.wo, &o, w.bo.as_ref())?;
+                    self.reduce(&a)?;
                     // Gemma's sandwich: the attention output normed before the residual add.
                     let a = match &w.post_attn_norm {
                         Some(pn) => rmsnorm_device_as(c, &a, pn, cfg.rms_eps, Dtype::F32)?,
@@ -312,6 +339,7 @@ impl GpuModel {
                             let hm = add_rmsnorm_device_as(c, x, &a, &w.ffn_norm, cfg.rms_eps, gate_up.x_dtype(c, t))?;
                             // gate|up GEMM, SwiGLU v3, down.
                             let m = down.linear(c, &gate_up.linear_glu_act(c, &hm, down.x_dtype(c, t), self.glu_act(l)?)?)?;
+                            self.reduce(&m)?;
                             let m = match &w.post_ffn_norm {
                                 Some(pn) => rmsnorm_device_as(c, &m, pn, cfg.rms_eps, Dtype::F32)?,
                                 None => m,
@@ -352,7 +380,10 @@ impl GpuModel {
         if let Some(cap) = self.spec.final_softcap {
             softcap_inplace(c, &logits, cap)?;
         }
-        Ok(logits)
+        match &self.tp {
+            Some(tp) => tp.gather_logits(c, &logits),
+            None => Ok(logits),
+        }
     }
 
     /// How this model runs its steps (norms, the int8 gemv, PDL, launch geometry); a runner

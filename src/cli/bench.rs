@@ -67,6 +67,10 @@ pub struct BenchArgs {
     /// (`--formats Q4_K,Q5_0,…`), beside the dense bf16 GEMM.
     #[arg(long)]
     pub batches: Option<String>,
+    /// With `--batches`: shard the model over N ranks (tensor parallelism; as `generate
+    /// --tensor-parallel`: NCCL on cuda, NCCL_NVLS_ENABLE=0 set unless set).
+    #[arg(long, default_value_t = 1)]
+    pub tensor_parallel: usize,
     /// Append the results as JSON rows (commit, binary, device, model, configuration,
     /// metric, value, gate) to this file.
     #[arg(long)]
@@ -277,7 +281,11 @@ pub fn run(a: BenchArgs) -> Result<()> {
             json_out: a.json_out.clone(),
             csv_out: a.csv_out.clone(),
             plot: a.plot.clone(),
+            tensor_parallel: a.tensor_parallel,
         });
+    }
+    if a.tensor_parallel != 1 {
+        return Err(CliError::Usage(format!("--tensor-parallel {}: bench shards the model with --batches only", a.tensor_parallel)));
     }
     let decode_tokens = a.decode_tokens.unwrap_or(32);
     let mut opened = a.model.open()?;

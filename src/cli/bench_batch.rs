@@ -43,6 +43,8 @@ pub struct BatchBench<'a> {
     pub json_out: Option<std::path::PathBuf>,
     pub csv_out: Option<std::path::PathBuf>,
     pub plot: Option<std::path::PathBuf>,
+    /// Ranks the model is sharded over (`--tensor-parallel`).
+    pub tensor_parallel: usize,
 }
 
 pub fn run(b: BatchBench) -> Result<()> {
@@ -68,7 +70,7 @@ pub fn run(b: BatchBench) -> Result<()> {
     // Every sequence's whole context fits at once: nothing is preempted in the measurement.
     let kv = max_b * need.next_multiple_of(super::source::KV_BLOCK);
     let t_load = Instant::now();
-    let runner = opened.runner(b.model.device, b.model.dtype.as_deref(), kv)?;
+    let runner = super::tensor_parallel::sharded(&mut opened, b.tensor_parallel, b.model.device, b.model.dtype.as_deref(), kv)?;
     let load_s = t_load.elapsed().as_secs_f64();
     let name = runner.name();
     let status_before = runner.status();

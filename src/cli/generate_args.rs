@@ -55,7 +55,9 @@ pub struct GenerateArgs {
     pub reasoning_effort: Option<String>,
     /// Shard the model over N ranks (tensor parallelism: heads, FFN rows, experts and vocabulary
     /// split, one all-reduce after attention and one after the FFN). `--device cpu` runs the N
-    /// ranks as threads of the reference; other devices refuse it for now (and GPT-OSS).
+    /// ranks as threads of the reference; `--device cuda` one rank a GPU with NCCL (sets
+    /// NCCL_NVLS_ENABLE=0 unless set); `--device wgpu` N ranks on one adapter, collectives
+    /// through the host (tests). GPU ranks run dense models; GPT-OSS is not sharded yet.
     #[arg(long, default_value_t = 1)]
     pub tensor_parallel: usize,
     /// Speculative decoding (issue 26): --speculate, --spec-k, ...

@@ -43,6 +43,9 @@ pub struct ServeArgs {
     /// report its memory (wgpu, cpu).
     #[arg(long)]
     pub gpu_memory_utilization: Option<f64>,
+    /// Shard the model over N ranks (tensor parallelism; as `generate --tensor-parallel`).
+    #[arg(long, default_value_t = 1)]
+    pub tensor_parallel: usize,
     /// The model's name in /v1/models and requests (default: the model file's name).
     #[arg(long)]
     pub served_model_name: Option<String>,
@@ -235,13 +238,13 @@ pub fn run(a: ServeArgs) -> Result<()> {
         idle_timeout,
     };
     eprintln!("tandem serve: {} ({ctx}-token context)", opened.label);
-    let (device, dtype, max_seqs) = (a.model.device, a.model.dtype.clone(), a.max_seqs);
+    let (device, dtype, max_seqs, tp) = (a.model.device, a.model.dtype.clone(), a.max_seqs, a.tensor_parallel);
     let (model, tok, draft_kv) = (a.model.clone(), llama_tok, a.spec.draft_kv_tokens(kv));
     // Both runners are built on the engine thread; a draft (`draft:PATH`, `self:…`) loads after
     // the target, sharing its device. The decode graphs are recorded before the server
     // accepts a connection.
     let factory = move || {
-        let (mut target, pool) = opened.runner_sized(device, dtype.as_deref(), size).map_err(|e| e.to_string())?;
+        let (mut target, pool) = super::tensor_parallel::sharded_sized(&mut opened, tp, device, dtype.as_deref(), size).map_err(|e| e.to_string())?;
         let seats = match (max_seqs, pool.from_memory) {
             (Some(n), _) => n,
             (None, true) => kv_pool::default_max_seqs(pool.positions, ctx),

@@ -420,6 +420,21 @@ impl Opened {
         gpu_runner(m, size)
     }
 
+    /// The spec a GPU model of this file runs and its tensors: a spec model's own spec and
+    /// files, the llama family's from its config and source. GPT-OSS loads by its own path.
+    pub fn gpu_tensors(&mut self) -> Result<(std::borrow::Cow<'_, reference::arch::ModelSpec>, Box<dyn TensorSource + '_>)> {
+        Ok(match &mut self.arch {
+            Arch::Spec(s) => {
+                let s = &mut **s;
+                let (dense, t) = (s.dense, s.files.tensors());
+                let src: Box<dyn TensorSource + '_> = if dense { Box::new(spec::DenseOnly(t)) } else { Box::new(t) };
+                (std::borrow::Cow::Borrowed(&s.spec), src)
+            }
+            Arch::Llama => (std::borrow::Cow::Owned(reference::arch::llama::from_config(&self.config)), Box::new(&mut self.source)),
+            Arch::GptOss(_) => return Err(CliError::Usage(format!("{}: GPT-OSS loads through its own path", self.label))),
+        })
+    }
+
     /// The weights on the GPU: the memory estimate (checked against the free memory first),
     /// a progress bar while they upload, and a line when kernels will be compiled.
     fn upload(
@@ -439,17 +454,10 @@ impl Opened {
         super::progress::check_memory(&client, &self.label, expected, kv_bytes)?;
         super::progress::compile_notice(&client);
         let bar = super::progress::Upload::start(&self.label, expected);
-        // A spec model's own spec and files; the llama family's from its config and source.
-        let mut dense_only;
-        let (spec, src): (std::borrow::Cow<reference::arch::ModelSpec>, &mut dyn TensorSource) = match &mut self.arch {
-            Arch::Spec(s) if s.dense => {
-                dense_only = spec::DenseOnly(s.files.tensors());
-                (std::borrow::Cow::Borrowed(&s.spec), &mut dense_only)
-            }
-            Arch::Spec(s) => (std::borrow::Cow::Borrowed(&s.spec), s.files.tensors()),
-            _ => (std::borrow::Cow::Owned(reference::arch::llama::from_config(&self.config)), &mut self.source),
-        };
-        let m = optimized::model::GpuModel::load_observed(client, backend, src, &spec, dtype, kernels, &mut |done, exp| bar.update(done, exp))?;
+        let (spec, mut src) = self.gpu_tensors()?;
+        let m =
+            optimized::model::GpuModel::load_observed(client, backend, src.as_mut(), &spec, dtype, kernels, &mut |done, exp| bar.update(done, exp))?;
+        drop((spec, src));
         bar.finish(m.weight_bytes);
         // What the weights take on the device: quantized ones as stored (k-quants ~4.5–6.6 bits).
         let bits = m.weight_bytes as f64 * 8.0 / self.config.n_params().max(1) as f64;

@@ -40,12 +40,12 @@ const PREFILL: usize = 9;
 const BS: usize = 4;
 const BLOCKS: usize = 16;
 
-fn fixture(name: &str) -> PathBuf {
+pub(crate) fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../reference/tests/fixtures/tiny").join(name)
 }
 
 /// The stored ids of fixture `name` (`logits.json`).
-fn ids(name: &str) -> Result<Vec<u32>, String> {
+pub(crate) fn ids(name: &str) -> Result<Vec<u32>, String> {
     let p = fixture(name).join("logits.json");
     let text = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
     let j: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))?;
@@ -67,7 +67,7 @@ pub enum Tweak {
 }
 
 impl Tweak {
-    fn apply(self, spec: &mut ModelSpec) {
+    pub(crate) fn apply(self, spec: &mut ModelSpec) {
         match self {
             Tweak::None => {}
             Tweak::QueryScale => spec.layers.iter_mut().for_each(|l| l.attn.scale *= 0.5),
@@ -79,7 +79,7 @@ impl Tweak {
             Tweak::Windows => spec.layers.iter_mut().enumerate().for_each(|(i, l)| l.attn.window = (i % 2 == 0).then_some(4)),
         }
     }
-    fn mark(self) -> &'static str {
+    pub(crate) fn mark(self) -> &'static str {
         match self {
             Tweak::None => "",
             Tweak::QueryScale => ",scale=half",
@@ -110,7 +110,7 @@ fn models(client: &Client, name: &str, gguf: bool, tweak: Tweak) -> Result<Resul
 }
 
 /// Folds `compare`'s metrics into `worst`.
-fn check(worst: &mut Metrics, got: &[f32], want: &[f32], tol: crate::Tolerance, at: &str) -> Result<(), String> {
+pub(crate) fn check(worst: &mut Metrics, got: &[f32], want: &[f32], tol: crate::Tolerance, at: &str) -> Result<(), String> {
     let m = compare(got, want, tol).map_err(|e| format!("{at}: {e}"))?;
     worst.nmse = worst.nmse.max(m.nmse);
     worst.max_abs = worst.max_abs.max(m.max_abs);

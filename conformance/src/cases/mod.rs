@@ -21,6 +21,7 @@ pub mod runner_ahead;
 pub mod seeded;
 pub mod softcap;
 pub mod swiglu;
+pub mod tensor_parallel;
 
 use crate::Case;
 
@@ -79,6 +80,7 @@ pub fn every() -> Vec<Box<dyn Case>> {
     v.extend(gpt_oss::cases());
     v.extend(gpt_oss_load::cases());
     v.extend(arch::cases());
+    v.extend(tensor_parallel::cases());
     v
 }
 

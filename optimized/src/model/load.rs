@@ -529,6 +529,7 @@ impl GpuModel {
             stream_bytes,
             quant,
             moe_path: MoePath::Auto,
+            tp: None,
         })
     }
 }

@@ -175,7 +175,7 @@ impl GpuRunner {
         Ok((x, fin))
     }
 
-    fn run(&mut self, plan: &StepPlan) -> Result<Vec<SeqResult>, Error> {
+    pub(crate) fn run(&mut self, plan: &StepPlan) -> Result<Vec<SeqResult>, Error> {
         if let Some(out) = graphs::try_step(self, plan)? {
             return Ok(out);
         }

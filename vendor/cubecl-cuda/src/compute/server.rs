@@ -1364,6 +1364,10 @@ impl ServerStorage for CudaServer {
         // whatever was there before.
         self.streams.ensure_written([&binding].into_iter())?;
         let mut command = self.command(stream_id, [&binding].into_iter())?;
-        Ok(command.managed_resource(binding)?)
+        // tandem patch: hand out the compute stream with the address (`GpuResource::stream`).
+        let stream = command.stream().sys;
+        let mut res = command.managed_resource(binding)?;
+        res.resource_mut().stream = stream;
+        Ok(res)
     }
 }

@@ -40,12 +40,17 @@ pub struct GpuResource {
     pub binding: *mut std::ffi::c_void,
     /// The size of the resource.
     pub size: u64,
+    /// tandem patch: the CUDA stream of the command that handed the resource out
+    /// (`ComputeServer::get_resource`), so work enqueued on it by the application (NCCL
+    /// collectives) orders with the kernels cubecl launched on that stream and is captured
+    /// with them; null where the storage made the resource outside a command.
+    pub stream: cudarc::driver::sys::CUstream,
 }
 
 impl GpuResource {
     /// Creates a new [`GpuResource`].
     pub fn new(ptr: u64, binding: *mut std::ffi::c_void, size: u64) -> Self {
-        Self { ptr, binding, size }
+        Self { ptr, binding, size, stream: std::ptr::null_mut() }
     }
 }
 

@@ -1,0 +1,171 @@
+//! Tensor parallelism on the GPU (`optimized::parallel`): every tiny dense architecture's
+//! checkpoint (`reference/tests/fixtures/tiny/`, as the `arch` cases load them) sharded over
+//! N ranks of a `TpRunner` — each rank a `GpuRunner` holding its slices, the collectives
+//! host-staged (`comm=host`, every backend: the ranks share one device) or NCCL (`comm=nccl`:
+//! CUDA with N GPUs visible, rank r on device r; a skip naming what is missing elsewhere) —
+//! against one `GpuRunner` of the whole model on the same backend and against the reference
+//! run of each sequence alone: a ragged batch of two prompts of different lengths prefilled
+//! together, then two decode steps of both, every drawing row's logits compared. A model whose
+//! heads do not split into N ranks, or one the GPU does not shard yet (a mixture of experts),
+//! is a skip carrying the reason.
+
+use engine::runner::{ModelRunner, SampleSpec, SeqStep, StepPlan};
+use engine::sampling::SamplingParams;
+use optimized::model::{gpu_unsupported, GpuModel};
+use optimized::parallel::{load_rank, local_spec, TpComms, TpRunner};
+use optimized::runner::GpuRunner;
+use optimized::{Backend, Client};
+use reference::loader::SafetensorsDir;
+use reference::parallel::ShardPlan;
+
+use super::arch::{check, fixture, ids, Tweak};
+use crate::{Case, Dtype, Metrics, Op, Outcome};
+
+/// The fixtures with the tweak their `arch` cases run on the GPU (plain RoPE where only the
+/// RoPE is missing there).
+const FIXTURES: [(&str, Tweak); 8] = [
+    ("llama3", Tweak::PlainRope),
+    ("mistral_hd", Tweak::None),
+    ("qwen2", Tweak::None),
+    ("qwen3", Tweak::None),
+    ("gemma3", Tweak::None),
+    ("phi3", Tweak::PlainRope),
+    ("qwen3_yarn", Tweak::None),
+    ("qwen3_moe", Tweak::None),
+];
+/// Positions per block of the pools, and blocks.
+const BS: usize = 4;
+const BLOCKS: usize = 16;
+
+/// How the ranks exchange partial sums.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Comm {
+    Host,
+    Nccl,
+}
+
+/// The sharded runner vs one runner and the reference.
+#[derive(Debug, Clone)]
+pub struct TpCase {
+    pub fixture: &'static str,
+    pub tweak: Tweak,
+    pub world: usize,
+    pub comm: Comm,
+}
+
+impl TpCase {
+    /// Why this machine cannot run the NCCL ranks (`None`: it can).
+    fn nccl_missing(&self, backend: Backend) -> Option<String> {
+        if backend != Backend::Cuda {
+            return Some(format!("NCCL ranks run on CUDA (this is {backend})"));
+        }
+        if let Err(e) = optimized::nccl::available() {
+            return Some(e.to_string());
+        }
+        let have = optimized::nccl::device_count();
+        (have < self.world).then(|| format!("{} NCCL ranks need {} GPUs; {have} visible", self.world, self.world))
+    }
+
+    fn body(&self, client: &Client) -> Result<Outcome, String> {
+        let err = |e: optimized::Error| e.to_string();
+        let backend = Backend::of(client);
+        if self.comm == Comm::Nccl {
+            if let Some(why) = self.nccl_missing(backend) {
+                return Ok(Outcome::Skip(why));
+            }
+        }
+        let dir = fixture(self.fixture);
+        let ids = ids(self.fixture)?;
+        let mut reference = reference::arch::load(&dir).map_err(|e| e.to_string())?;
+        self.tweak.apply(&mut reference.spec);
+        let spec = reference.spec.clone();
+        if let Some(why) = gpu_unsupported(&spec) {
+            return Ok(Outcome::Skip(why));
+        }
+        let plan = match ShardPlan::new(&spec, self.world).and_then(|p| local_spec(&spec, &p, 0).map(|_| p)) {
+            Ok(p) => p,
+            Err(e) => return Ok(Outcome::Skip(e.to_string())),
+        };
+        let mut src = SafetensorsDir::open(&dir).map_err(|e| e.to_string())?;
+        let whole = GpuModel::load(client.clone(), backend, &mut src, &spec, optimized::Dtype::F32).map_err(err)?;
+        let mut one = GpuRunner::new(whole, BS, BLOCKS).map_err(err)?;
+        let comms = match self.comm {
+            Comm::Host => TpComms::Host,
+            Comm::Nccl => TpComms::Nccl,
+        };
+        let (base, nccl, spec2) = (client.clone(), self.comm == Comm::Nccl, spec.clone());
+        let build = move |r: usize, comm| {
+            let c = if nccl { optimized::client_on(Backend::Cuda, r)? } else { base.clone() };
+            let mut src = SafetensorsDir::open(&dir)?;
+            let k = *base.kernels();
+            GpuRunner::new(load_rank(c, &mut src, &spec2, &plan, r, comm, optimized::Dtype::F32, &k)?, BS, BLOCKS)
+        };
+        let mut tp = TpRunner::spawn(comms.make(self.world).map_err(err)?, one.info().clone(), one.kv_layout(), build).map_err(err)?;
+
+        // Two prompts of different lengths: the first 10 stored ids, and 5 of them reversed.
+        let mut tokens: Vec<Vec<u32>> = vec![ids.iter().take(10).copied().collect(), ids.iter().rev().take(5).copied().collect()];
+        let blocks: Vec<Vec<u32>> = (0..2u32).map(|s| (0..BLOCKS as u32 / 2).map(|b| 2 * b + s).collect()).collect();
+        let rows = tokens.iter().map(Vec::len).sum::<usize>();
+        let tol_ref = super::model_tolerance(client, Op::Tp, Dtype::F32, false, rows, spec.n_layers());
+        let tol_one = crate::tolerance(Op::Tp, Dtype::F32).0;
+        let mut caches = [reference.new_cache(), reference.new_cache()];
+        let params = SamplingParams::default();
+        let mut worst = Metrics::default();
+        // Step 0 prefills both prompts; steps 1 and 2 decode one token of each.
+        for k in 0..3 {
+            let fed: Vec<usize> = tokens.iter().map(|t| if k == 0 { 0 } else { t.len() - 1 }).collect();
+            let mut want = Vec::new();
+            for (s, t) in tokens.iter().enumerate() {
+                let l = reference.forward(&t[fed[s]..], &mut caches[s], None).map_err(|e| format!("reference step {k} seq {s}: {e}"))?;
+                want.push(l.row(l.nrows() - 1).to_vec());
+            }
+            let mut plan = StepPlan::default();
+            for (s, t) in tokens.iter().enumerate() {
+                let samples = vec![SampleSpec { params: &params, counter: k as u64, counts: &[], want_logits: true }];
+                plan.seqs.push(SeqStep { tokens: &t[fed[s]..], pos0: fed[s], blocks: &blocks[s], samples });
+            }
+            let got = tp.step(&plan).map_err(|e| format!("tp{} step {k}: {e}", self.world))?;
+            let base = one.step(&plan).map_err(|e| format!("one runner step {k}: {e}"))?;
+            for (s, ((g, b), w)) in got.iter().zip(&base).zip(&want).enumerate() {
+                let (Some(Some(gl)), Some(Some(bl))) = (g.logits.first(), b.logits.first()) else {
+                    return Ok(Outcome::Fail(format!("step {k} seq {s}: logits not returned")));
+                };
+                check(&mut worst, gl, w, tol_ref, &format!("step {k} seq {s} logits vs the reference"))?;
+                check(&mut worst, gl, bl, tol_one, &format!("step {k} seq {s} logits vs one runner"))?;
+            }
+            // Both sides continue with the reference's greedy pick.
+            for (t, w) in tokens.iter_mut().zip(&want) {
+                t.push(reference::ops::argmax::argmax(w));
+            }
+        }
+        Ok(Outcome::Pass(worst))
+    }
+}
+
+impl Case for TpCase {
+    fn op(&self) -> Op {
+        Op::Tp
+    }
+    fn name(&self) -> String {
+        let comm = match self.comm {
+            Comm::Host => "host",
+            Comm::Nccl => "nccl",
+        };
+        format!("tp({},hf,tp={},comm={comm}{})", self.fixture, self.world, self.tweak.mark())
+    }
+    fn run(&self, client: &Client) -> Outcome {
+        self.body(client).unwrap_or_else(Outcome::Fail)
+    }
+}
+
+pub fn cases() -> Vec<Box<dyn Case>> {
+    let mut v: Vec<Box<dyn Case>> = Vec::new();
+    for (fixture, tweak) in FIXTURES {
+        for world in [2, 4] {
+            for comm in [Comm::Host, Comm::Nccl] {
+                v.push(Box::new(TpCase { fixture, tweak, world, comm }));
+            }
+        }
+    }
+    v
+}

@@ -1,0 +1,82 @@
+//! [`NcclDevice`]: a rank's collectives through NCCL ([`crate::nccl::NcclComm`]) on the CUDA
+//! stream cubecl launches the rank's kernels on. The stream and the buffer's address come
+//! from the client together (`get_resource`, whose `GpuResource::stream` is the vendored
+//! cubecl-cuda's accessor: vendor/README.md), so the collective is enqueued after the kernels
+//! that wrote the buffer and before those that read it, with no host sync, and a graph
+//! captured on that stream records it.
+
+use std::sync::Mutex;
+
+use cubecl_cuda::CudaServer;
+
+use super::DeviceComm;
+use crate::nccl::NcclComm;
+use crate::{Client, DeviceTensor, Error};
+
+/// One rank's NCCL communicator as a [`DeviceComm`].
+pub struct NcclDevice {
+    /// One call at a time on a communicator.
+    comm: Mutex<NcclComm>,
+    rank: usize,
+    world: usize,
+}
+
+impl NcclDevice {
+    pub fn new(comm: NcclComm) -> Self {
+        let (rank, world) = (comm.rank(), comm.world());
+        NcclDevice { comm: Mutex::new(comm), rank, world }
+    }
+
+    /// One for each of the devices `0 .. world` of this process, rank r on device r.
+    pub fn all_devices(world: usize) -> Result<Vec<NcclDevice>, Error> {
+        Ok(NcclComm::all_devices(world)?.into_iter().map(NcclDevice::new).collect())
+    }
+
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, NcclComm>, Error> {
+        self.comm.lock().map_err(|_| Error::Shape(format!("NCCL rank {}: an earlier collective panicked", self.rank)))
+    }
+}
+
+/// `f(address, stream)` of `t`'s buffer and the stream the client launches on, the buffer
+/// kept in place meanwhile.
+fn with_ptr<T>(c: &Client, t: &DeviceTensor, f: impl FnOnce(u64, cudarc::driver::sys::CUstream) -> Result<T, Error>) -> Result<T, Error> {
+    let res = c.get_resource::<CudaServer>(t.handle.clone())?;
+    let r = res.resource();
+    if r.stream.is_null() {
+        return Err(Error::Unsupported("NCCL: the client handed out no CUDA stream (not a CUDA client?)".into()));
+    }
+    if (r.size as usize) < t.bytes() {
+        return Err(Error::Shape(format!("NCCL: a device buffer of {} bytes for a tensor of {}", r.size, t.bytes())));
+    }
+    f(r.ptr, r.stream)
+}
+
+impl DeviceComm for NcclDevice {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn world(&self) -> usize {
+        self.world
+    }
+    fn all_reduce_sum(&self, c: &Client, t: &DeviceTensor) -> Result<(), Error> {
+        let comm = self.lock()?;
+        // SAFETY: `ptr` holds `t.numel()` elements of `t.dtype` on this rank's device (checked
+        // by `with_ptr`), kept alive by `t`'s handle, whose later uses the stream orders after
+        // the reduction; calls on the communicator are serialised by the mutex.
+        with_ptr(c, t, |ptr, stream| unsafe { comm.all_reduce_sum(ptr, t.numel(), t.dtype, stream) })
+    }
+    fn all_gather(&self, c: &Client, part: &DeviceTensor) -> Result<DeviceTensor, Error> {
+        let mut shape = vec![self.world];
+        shape.extend(&part.shape);
+        let out = DeviceTensor::empty(c, &shape, part.dtype);
+        let comm = self.lock()?;
+        // SAFETY: `send` holds `part.numel()`, `recv` `world ·` that many elements of
+        // `part.dtype` on this device (checked by `with_ptr`), alive through their handles;
+        // the stream orders the gather after the writes of `part` and before reads of `out`.
+        with_ptr(c, part, |send, stream| with_ptr(c, &out, |recv, _| unsafe { comm.all_gather(send, recv, part.numel(), part.dtype, stream) }))?;
+        Ok(out)
+    }
+    fn describe(&self) -> String {
+        format!("NCCL on the compute stream (rank {} of {})", self.rank, self.world)
+    }
+}

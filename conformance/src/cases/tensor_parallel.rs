@@ -121,7 +121,7 @@ impl TpCase {
             }
             let mut plan = StepPlan::default();
             for (s, t) in tokens.iter().enumerate() {
-                let samples = vec![SampleSpec { params: &params, counter: k as u64, counts: &[], want_logits: true }];
+                let samples = vec![SampleSpec { params: &params, counter: k as u64, counts: &[], want_logits: true, allowed: None }];
                 plan.seqs.push(SeqStep { tokens: &t[fed[s]..], pos0: fed[s], blocks: &blocks[s], samples });
             }
             let got = tp.step(&plan).map_err(|e| format!("tp{} step {k}: {e}", self.world))?;

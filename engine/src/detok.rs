@@ -21,17 +21,41 @@ pub trait Detokenizer: Send + Sync {
         false
     }
 
+    /// The single byte id `id` stands for when it is a byte-fallback token (SentencePiece's
+    /// `<0xNN>`); `None` otherwise. Default: none is.
+    fn byte_token(&self, _id: u32) -> Option<u8> {
+        None
+    }
+
     /// The bytes of each id of a vocabulary of `vocab` ids, as constrained decoding's token
-    /// trie takes them (`constraint::ConstraintFactory`): each id decoded alone; control
+    /// trie takes them (`constraint::ConstraintFactory`): a byte-fallback token its byte;
+    /// every other id decoded after an anchor id (one whose text alone is one ASCII letter or
+    /// digit) with the anchor's text cut off — decoded alone, a SentencePiece token loses the
+    /// space it starts with, and a grammar needing a space would find no token for it; control
     /// tokens prefixed with 0xFF (llguidance's marker: never matched by grammar text); ids
-    /// whose text alone is an incomplete character (U+FFFD) or that do not decode left empty
-    /// (never allowed by a grammar).
+    /// whose text is an incomplete character (U+FFFD) or that do not decode left empty (never
+    /// allowed by a grammar).
     fn token_bytes(&self, vocab: usize) -> reference::Result<Vec<Vec<u8>>> {
+        let anchor = (0..vocab as u32).find_map(|id| match self.decode(&[id]) {
+            Ok(t) if !self.is_special(id) && t.len() == 1 && t.as_bytes()[0].is_ascii_alphanumeric() => Some((id, t)),
+            _ => None,
+        });
+        let text = |id: u32| match &anchor {
+            Some((a, at)) => self.decode(&[*a, id]).ok().and_then(|t| t.strip_prefix(at.as_str()).map(str::to_owned)),
+            None => self.decode(&[id]).ok(),
+        };
         Ok((0..vocab as u32)
-            .map(|id| match self.decode(&[id]) {
-                Ok(t) if self.is_special(id) => [&[0xFF][..], t.as_bytes()].concat(),
-                Ok(t) if !t.contains('\u{FFFD}') => t.into_bytes(),
-                _ => Vec::new(),
+            .map(|id| {
+                if let Some(b) = self.byte_token(id) {
+                    return vec![b];
+                }
+                if self.is_special(id) {
+                    return self.decode(&[id]).map_or_else(|_| Vec::new(), |t| [&[0xFF][..], t.as_bytes()].concat());
+                }
+                match text(id) {
+                    Some(t) if !t.contains('\u{FFFD}') => t.into_bytes(),
+                    _ => Vec::new(),
+                }
             })
             .collect())
     }
@@ -40,6 +64,12 @@ pub trait Detokenizer: Send + Sync {
 impl Detokenizer for Tokenizer {
     fn decode(&self, ids: &[u32]) -> reference::Result<String> {
         Tokenizer::decode(self, ids)
+    }
+    /// A SentencePiece byte-fallback piece `<0xNN>`.
+    fn byte_token(&self, id: u32) -> Option<u8> {
+        let p = self.token_str(id)?;
+        let hex = p.strip_prefix("<0x")?.strip_suffix('>')?;
+        (hex.len() == 2).then(|| u8::from_str_radix(hex, 16).ok()).flatten()
     }
     /// A token whose whole text is one of the tokenizer's special tokens.
     fn is_special(&self, id: u32) -> bool {

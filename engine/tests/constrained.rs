@@ -149,3 +149,28 @@ fn the_reference_draw_keeps_to_the_mask() {
     let greedy = engine::sampling::seeded::sample(&z, &SamplingParams::default(), &[], 0, Some(&mask)).expect("draw");
     assert_eq!(greedy, if z[39] >= z[66] { 39 } else { 66 });
 }
+
+/// A SentencePiece vocabulary (llama.cpp's llama-spm, the first 256 entries, as the tiny
+/// llama3 GGUF holds it: the control tokens and the byte tokens): decoded alone, `<0x20>`
+/// loses its space (SentencePiece strips a leading one) and `<0xE5>` is half a character, so
+/// the token trie must take each `<0xNN>` as byte NN — else a grammar needing `": "` finds no
+/// token and the output stops mid-JSON (`{"name":`, what it did before).
+#[test]
+fn sentencepiece_spaces_and_byte_tokens_reach_the_grammar() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../reference/tests/fixtures/tiny/llama3/model.gguf");
+    let g = reference::gguf::GgufFile::open(&path).expect("gguf");
+    let tok = reference::tokenizer::Tokenizer::from_gguf(&g).expect("tokenizer");
+    let bytes = tok.token_bytes(256).expect("bytes");
+    let id = |p: &str| tok.token_id(p).unwrap_or_else(|| panic!("{p} not in the vocabulary")) as usize;
+    assert_eq!(bytes[id("<0x22>")], b"\"");
+    assert_eq!(bytes[id("<0xE5>")], [0xE5]);
+    assert_eq!(bytes[id("<0x20>")], b" ");
+    let f = Arc::new(ConstraintFactory::new(bytes.clone(), 256, tok.eos_id().expect("eos")).expect("factory"));
+    let schema = json!({"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}, "age": {"type": "integer"}}, "required": ["name", "age"]});
+    let mut c = f.compile(&Grammar::JsonSchema(schema)).expect("compile");
+    // `{"name": ` needs the space token after the colon.
+    for p in ["<0x7B>", "<0x22>", "<0x6E>", "<0x61>", "<0x6D>", "<0x65>", "<0x22>", "<0x3A>"] {
+        c.advance(id(p) as u32).expect(p);
+    }
+    assert!(!c.is_done() && c.allows(id("<0x20>") as u32), "no space after the colon");
+}

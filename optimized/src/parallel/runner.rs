@@ -72,7 +72,7 @@ impl TpRunner {
         F: Fn(usize, Arc<dyn DeviceComm>) -> Result<GpuRunner, Error> + Send + Sync + 'static,
     {
         let build = Arc::new(build);
-        let (ready_tx, ready_rx) = channel::<(usize, Result<(String, String), String>)>();
+        let (ready_tx, ready_rx) = channel::<Ready>();
         let mut ranks = Vec::with_capacity(comms.len());
         for (r, comm) in comms.into_iter().enumerate() {
             let (to, plans) = channel::<PlanPtr>();
@@ -130,12 +130,16 @@ impl TpRunner {
     }
 }
 
+/// What a rank reports once built: its index, and its runner's name and status line (or why
+/// it could not be built).
+type Ready = (usize, Result<(String, String), String>);
+
 /// Rank `r`: build its runner, report, then run each plan it is sent until the channel closes.
 fn rank_thread(
     r: usize,
     comm: Arc<dyn DeviceComm>,
     build: &dyn Fn(usize, Arc<dyn DeviceComm>) -> Result<GpuRunner, Error>,
-    ready: &Sender<(usize, Result<(String, String), String>)>,
+    ready: &Sender<Ready>,
     plans: &Receiver<PlanPtr>,
     results: &Sender<Result<Vec<SeqResult>, String>>,
 ) {

@@ -156,8 +156,7 @@ impl SafetensorsDir {
             }
             maps.push((p, m));
         }
-        let quant = quant::store::read_quant_config(&dir.join("config.json"))?;
-        let fp8 = quant::store::read_fp8_config(&dir.join("config.json"))?;
+        let (quant, fp8) = quant::store::read_quant_configs(&dir.join("config.json"))?;
         Ok(SafetensorsDir { dir: dir.to_path_buf(), maps, index, quant, fp8, allow_nonfinite: false })
     }
 

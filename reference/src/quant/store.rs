@@ -58,18 +58,24 @@ pub fn config_json(scheme: Scheme) -> Json {
 
 /// The scheme of config.json's `quantization_config`; `None` when the file or key is absent.
 pub fn read_quant_config(path: &Path) -> Result<Option<Scheme>> {
+    read_quant_configs(path).map(|(scheme, _)| scheme)
+}
+
+/// config.json's `quantization_config`, read once: tandem's own scheme, or the FP8 settings of
+/// a hub FP8 checkpoint (`super::fp8_hf`: those carry their format in each tensor's dtype);
+/// both `None` when the file or key is absent.
+pub fn read_quant_configs(path: &Path) -> Result<(Option<Scheme>, Option<super::fp8_hf::Fp8Config>)> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((None, None)),
         Err(e) => return Err(Error::io(path, e)),
     };
     let j: Json = serde_json::from_str(&text).map_err(|e| Error::format(path, format!("invalid JSON: {e}")))?;
-    let Some(q) = j.get("quantization_config").filter(|v| !v.is_null()) else { return Ok(None) };
+    let Some(q) = j.get("quantization_config").filter(|v| !v.is_null()) else { return Ok((None, None)) };
     let key = |k: &str| format!("quantization_config.{k}");
     let method = q.get("quant_method").and_then(Json::as_str).ok_or_else(|| Error::key(path, key("quant_method"), "missing or not a string"))?;
     if super::fp8_hf::is_fp8_method(method) {
-        // FP8 checkpoints carry their format in each tensor's dtype: `super::fp8_hf`.
-        return Ok(None);
+        return Ok((None, super::fp8_hf::parse(path, q)?));
     }
     let group = match q.get("group_size") {
         None | Some(Json::Null) => None,
@@ -79,23 +85,11 @@ pub fn read_quant_config(path: &Path) -> Result<Option<Scheme>> {
                 .ok_or_else(|| Error::key(path, key("group_size"), format!("{v} is not a non-negative integer or null")))?,
         ),
     };
-    Scheme::from_method(method, group).map(Some).map_err(|e| match e {
+    let scheme = Scheme::from_method(method, group).map_err(|e| match e {
         Error::Input(m) => Error::key(path, key("quant_method"), m),
         e => e,
-    })
-}
-
-/// The FP8 settings of config.json's `quantization_config` (`super::fp8_hf`); `None` when the
-/// file or key is absent or names another method.
-pub fn read_fp8_config(path: &Path) -> Result<Option<super::fp8_hf::Fp8Config>> {
-    if !path.is_file() {
-        return Ok(None);
-    }
-    let j = crate::config::read_json_object(path)?;
-    match j.get("quantization_config").filter(|v| !v.is_null()) {
-        Some(q) => super::fp8_hf::parse(path, q),
-        None => Ok(None),
-    }
+    })?;
+    Ok((Some(scheme), None))
 }
 
 /// A stored tensor that must exist with `dtype` and `shape`; errors name file, key and shape.

@@ -8,23 +8,24 @@ use conformance::{backends_from_env, run_cases, Case};
 use optimized::kernels::qformat::GgmlKind;
 use proptest::prelude::*;
 
-#[test]
-fn ggml_grid() {
-    let cases = conformance::cases::qmatmul_ggml::cases();
+/// `cases` on the backends of the environment: none fails and some pass.
+fn all_pass(cases: Vec<Box<dyn Case>>) {
     let r = run_cases(&cases, &backends_from_env());
     println!("{}", r.table());
     let (p, f, _) = r.count();
     assert!(f == 0 && p > 0, "{}", r.table());
 }
 
+/// The grid but the GEMM's step sizes (the next test runs those: together, `cases()` once).
+#[test]
+fn ggml_grid() {
+    all_pass(conformance::cases::qmatmul_ggml::grid_cases());
+}
+
 /// The quantized GEMM's step sizes alone (16–512 rows, every format, block and tile edges).
 #[test]
 fn ggml_gemm_steps() {
-    let cases = conformance::cases::qmatmul_ggml::gemm_step_cases();
-    let r = run_cases(&cases, &backends_from_env());
-    println!("{}", r.table());
-    let (p, f, _) = r.count();
-    assert!(f == 0 && p > 0, "{}", r.table());
+    all_pass(conformance::cases::qmatmul_ggml::gemm_step_cases());
 }
 
 proptest! {

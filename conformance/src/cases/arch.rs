@@ -178,38 +178,22 @@ impl ArchRunnerCase {
             Err(why) => return Ok(Outcome::Skip(why)),
         };
         let mut gpu = GpuRunner::new(gpu, BS, BLOCKS).map_err(|e| e.to_string())?;
-        // Two prompts of different lengths: the first 10 stored ids, and 5 of them reversed.
-        let mut tokens: Vec<Vec<u32>> = vec![ids.iter().take(10).copied().collect(), ids.iter().rev().take(5).copied().collect()];
-        let blocks: Vec<Vec<u32>> = (0..2u32).map(|s| (0..BLOCKS as u32 / 2).map(|b| 2 * b + s).collect()).collect();
+        let tokens = ragged_prompts(&ids);
         let rows = tokens.iter().map(Vec::len).sum::<usize>();
         let tol = super::model_tolerance(client, Op::Arch, Dtype::F32, false, rows, reference.spec.n_layers());
-        let mut caches = [reference.new_cache(), reference.new_cache()];
-        let params = SamplingParams::default();
         let mut worst = Metrics::default();
-        // Step 0 prefills both prompts; steps 1 and 2 decode one token of each.
-        for k in 0..3 {
-            let fed: Vec<usize> = tokens.iter().map(|t| if k == 0 { 0 } else { t.len() - 1 }).collect();
-            let mut want = Vec::new();
-            for (s, t) in tokens.iter().enumerate() {
-                let l = reference.forward(&t[fed[s]..], &mut caches[s], None).map_err(|e| format!("reference step {k} seq {s}: {e}"))?;
-                want.push(l.row(l.nrows() - 1).to_vec());
-            }
-            let mut plan = StepPlan::default();
-            for (s, t) in tokens.iter().enumerate() {
-                let samples = vec![SampleSpec { params: &params, counter: k as u64, counts: &[], want_logits: true, allowed: None }];
-                plan.seqs.push(SeqStep { tokens: &t[fed[s]..], pos0: fed[s], blocks: &blocks[s], samples });
-            }
-            let got = gpu.step(&plan).map_err(|e| format!("gpu step {k}: {e}"))?;
-            for (s, (g, w)) in got.iter().zip(&want).enumerate() {
+        let failed = ragged_steps(&reference, tokens, |k, plan, want| {
+            let got = gpu.step(plan).map_err(|e| format!("gpu step {k}: {e}"))?;
+            for (s, (g, w)) in got.iter().zip(want).enumerate() {
                 let Some(Some(gl)) = g.logits.first() else {
-                    return Ok(Outcome::Fail(format!("step {k} seq {s}: logits not returned")));
+                    return Ok(Some(format!("step {k} seq {s}: logits not returned")));
                 };
                 check(&mut worst, gl, w, tol, &format!("step {k} seq {s} logits"))?;
             }
-            // Both sides continue with the reference's greedy pick.
-            for (t, w) in tokens.iter_mut().zip(&want) {
-                t.push(reference::ops::argmax::argmax(w));
-            }
+            Ok(None)
+        })?;
+        if let Some(why) = failed {
+            return Ok(Outcome::Fail(why));
         }
         Ok(Outcome::Pass(worst))
     }
@@ -225,6 +209,48 @@ impl Case for ArchRunnerCase {
     fn run(&self, client: &Client) -> Outcome {
         self.body(client).unwrap_or_else(Outcome::Fail)
     }
+}
+
+/// Two prompts of different lengths from a fixture's stored ids: the first 10, and 5 of them
+/// reversed — the ragged batch of the runner cases.
+pub(crate) fn ragged_prompts(ids: &[u32]) -> Vec<Vec<u32>> {
+    vec![ids.iter().take(10).copied().collect(), ids.iter().rev().take(5).copied().collect()]
+}
+
+/// A runner under test against the reference on `tokens` (two sequences) as one ragged batch:
+/// step 0 prefills both, steps 1 and 2 decode one token of each (blocks interleaved between
+/// the two sequences), every sequence going on with the reference's greedy pick. `step(k,
+/// plan, want)` runs step k's plan (each row greedy, its logits asked for) with `want` the
+/// reference's logits at each sequence's last position, run alone; it returns a failure that
+/// ends the walk, which this returns.
+pub(crate) fn ragged_steps(
+    reference: &ArchModel,
+    mut tokens: Vec<Vec<u32>>,
+    mut step: impl FnMut(usize, &StepPlan, &[Vec<f32>]) -> Result<Option<String>, String>,
+) -> Result<Option<String>, String> {
+    let blocks: Vec<Vec<u32>> = (0..2u32).map(|s| (0..BLOCKS as u32 / 2).map(|b| 2 * b + s).collect()).collect();
+    let mut caches = [reference.new_cache(), reference.new_cache()];
+    let params = SamplingParams::default();
+    for k in 0..3 {
+        let fed: Vec<usize> = tokens.iter().map(|t| if k == 0 { 0 } else { t.len() - 1 }).collect();
+        let mut want = Vec::new();
+        for (s, t) in tokens.iter().enumerate() {
+            let l = reference.forward(&t[fed[s]..], &mut caches[s], None).map_err(|e| format!("reference step {k} seq {s}: {e}"))?;
+            want.push(l.row(l.nrows() - 1).to_vec());
+        }
+        let mut plan = StepPlan::default();
+        for (s, t) in tokens.iter().enumerate() {
+            let samples = vec![SampleSpec { params: &params, counter: k as u64, counts: &[], want_logits: true, allowed: None }];
+            plan.seqs.push(SeqStep { tokens: &t[fed[s]..], pos0: fed[s], blocks: &blocks[s], samples });
+        }
+        if let Some(why) = step(k, &plan, &want)? {
+            return Ok(Some(why));
+        }
+        for (t, w) in tokens.iter_mut().zip(&want) {
+            t.push(reference::ops::argmax::argmax(w));
+        }
+    }
+    Ok(None)
 }
 
 pub fn cases() -> Vec<Box<dyn Case>> {

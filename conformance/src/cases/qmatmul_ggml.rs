@@ -229,8 +229,17 @@ pub fn gemm_step_cases() -> Vec<Box<dyn Case>> {
     v
 }
 
+/// The whole grid: [`gemm_step_cases`], then [`grid_cases`].
 pub fn cases() -> Vec<Box<dyn Case>> {
     let mut v = gemm_step_cases();
+    v.extend(grid_cases());
+    v
+}
+
+/// Every format through the gemv and dequantize + GEMM at block-edge shapes, the fusions, and
+/// the dequantize pass on random blocks (the grid without the GEMM's step sizes).
+pub fn grid_cases() -> Vec<Box<dyn Case>> {
+    let mut v: Vec<Box<dyn Case>> = Vec::new();
     for kind in GgmlKind::ALL {
         // in: one block, two, 17 (4352: a row of an odd count of blocks); out: 1, odd, not a
         // multiple of the 4 rows per group; the 32-value formats also at one block and three.

@@ -9,8 +9,7 @@
 //! heads do not split into N ranks, or one the GPU does not shard yet (a mixture of experts),
 //! is a skip carrying the reason.
 
-use engine::runner::{ModelRunner, SampleSpec, SeqStep, StepPlan};
-use engine::sampling::SamplingParams;
+use engine::runner::ModelRunner;
 use optimized::model::{gpu_unsupported, GpuModel};
 use optimized::parallel::{load_rank, local_spec, TpComms, TpRunner};
 use optimized::runner::GpuRunner;
@@ -18,7 +17,7 @@ use optimized::{Backend, Client};
 use reference::loader::SafetensorsDir;
 use reference::parallel::ShardPlan;
 
-use super::arch::{check, fixture, ids, Tweak};
+use super::arch::{check, fixture, ids, ragged_prompts, ragged_steps, Tweak};
 use crate::{Case, Dtype, Metrics, Op, Outcome};
 
 /// The fixtures with the tweak their `arch` cases run on the GPU (plain RoPE where only the
@@ -102,41 +101,25 @@ impl TpCase {
         };
         let mut tp = TpRunner::spawn(comms.make(self.world).map_err(err)?, one.info().clone(), one.kv_layout(), build).map_err(err)?;
 
-        // Two prompts of different lengths: the first 10 stored ids, and 5 of them reversed.
-        let mut tokens: Vec<Vec<u32>> = vec![ids.iter().take(10).copied().collect(), ids.iter().rev().take(5).copied().collect()];
-        let blocks: Vec<Vec<u32>> = (0..2u32).map(|s| (0..BLOCKS as u32 / 2).map(|b| 2 * b + s).collect()).collect();
+        let tokens = ragged_prompts(&ids);
         let rows = tokens.iter().map(Vec::len).sum::<usize>();
         let tol_ref = super::model_tolerance(client, Op::Tp, Dtype::F32, false, rows, spec.n_layers());
         let tol_one = crate::tolerance(Op::Tp, Dtype::F32).0;
-        let mut caches = [reference.new_cache(), reference.new_cache()];
-        let params = SamplingParams::default();
         let mut worst = Metrics::default();
-        // Step 0 prefills both prompts; steps 1 and 2 decode one token of each.
-        for k in 0..3 {
-            let fed: Vec<usize> = tokens.iter().map(|t| if k == 0 { 0 } else { t.len() - 1 }).collect();
-            let mut want = Vec::new();
-            for (s, t) in tokens.iter().enumerate() {
-                let l = reference.forward(&t[fed[s]..], &mut caches[s], None).map_err(|e| format!("reference step {k} seq {s}: {e}"))?;
-                want.push(l.row(l.nrows() - 1).to_vec());
-            }
-            let mut plan = StepPlan::default();
-            for (s, t) in tokens.iter().enumerate() {
-                let samples = vec![SampleSpec { params: &params, counter: k as u64, counts: &[], want_logits: true, allowed: None }];
-                plan.seqs.push(SeqStep { tokens: &t[fed[s]..], pos0: fed[s], blocks: &blocks[s], samples });
-            }
-            let got = tp.step(&plan).map_err(|e| format!("tp{} step {k}: {e}", self.world))?;
-            let base = one.step(&plan).map_err(|e| format!("one runner step {k}: {e}"))?;
-            for (s, ((g, b), w)) in got.iter().zip(&base).zip(&want).enumerate() {
+        let failed = ragged_steps(&reference, tokens, |k, plan, want| {
+            let got = tp.step(plan).map_err(|e| format!("tp{} step {k}: {e}", self.world))?;
+            let base = one.step(plan).map_err(|e| format!("one runner step {k}: {e}"))?;
+            for (s, ((g, b), w)) in got.iter().zip(&base).zip(want).enumerate() {
                 let (Some(Some(gl)), Some(Some(bl))) = (g.logits.first(), b.logits.first()) else {
-                    return Ok(Outcome::Fail(format!("step {k} seq {s}: logits not returned")));
+                    return Ok(Some(format!("step {k} seq {s}: logits not returned")));
                 };
                 check(&mut worst, gl, w, tol_ref, &format!("step {k} seq {s} logits vs the reference"))?;
                 check(&mut worst, gl, bl, tol_one, &format!("step {k} seq {s} logits vs one runner"))?;
             }
-            // Both sides continue with the reference's greedy pick.
-            for (t, w) in tokens.iter_mut().zip(&want) {
-                t.push(reference::ops::argmax::argmax(w));
-            }
+            Ok(None)
+        })?;
+        if let Some(why) = failed {
+            return Ok(Outcome::Fail(why));
         }
         Ok(Outcome::Pass(worst))
     }

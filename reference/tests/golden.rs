@@ -59,7 +59,23 @@ fn stored(name: &str) -> Option<Value> {
     serde_json::from_str(body).ok()
 }
 
-fn check(name: &str, mut v: Value) {
+/// `v` with every object's keys in sorted order. serde_json keeps insertion order when any
+/// crate of the build enables its `preserve_order` feature (llguidance does, in a workspace
+/// build), so the snapshot's key order must not depend on which crates were built with it.
+fn sorted(v: Value) -> Value {
+    match v {
+        Value::Object(m) => {
+            let mut entries: Vec<(String, Value)> = m.into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            Value::Object(entries.into_iter().map(|(k, v)| (k, sorted(v))).collect())
+        }
+        Value::Array(a) => Value::Array(a.into_iter().map(sorted).collect()),
+        other => other,
+    }
+}
+
+fn check(name: &str, v: Value) {
+    let mut v = sorted(v);
     if let Some(old) = stored(name) {
         absorb(&mut v, &old);
     }

@@ -242,6 +242,10 @@ impl TensorSource for SafetensorsDir {
     fn load_quantized(&mut self, t: Tensor, cfg: &Config) -> Result<Option<QuantTensor>> {
         match self.quant {
             Some(scheme) if quant::store::stored_quantized(self, t, scheme) => quant::store::read_quantized(self, t, cfg, scheme).map(Some),
+            // A hub FP8 checkpoint: its F8_E4M3 linear weights kept as stored, with their scales.
+            None if quant::is_linear(t) && quant::store::stored_quantized(self, t, Scheme::Fp8) => {
+                quant::store::read_quantized(self, t, cfg, Scheme::Fp8).map(Some)
+            }
             _ => Ok(None),
         }
     }

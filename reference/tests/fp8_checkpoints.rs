@@ -99,3 +99,65 @@ fn broken_fp8_checkpoints_name_the_problem() {
         assert!(e.contains(want), "case {i}: {e}");
     }
 }
+
+/// The checkpoints' linear weights are offered as stored (`load_quantized`: codes and scales,
+/// the granularity their scale tensors have) and stand for exactly what `load` dequantizes;
+/// embeddings and norms are not offered.
+#[test]
+fn fp8_checkpoints_keep_their_weights_as_stored() {
+    use reference::loader::SafetensorsDir;
+    use reference::quant::{Fp8Scales, QuantTensor, QuantizeOnLoad, Scheme};
+    use reference::weights::{Tensor, TensorSource};
+    for (name, want) in [("llama3_fp8", Fp8Scales::Block { rows: 32, cols: 32 }), ("qwen3_fp8", Fp8Scales::Channel)] {
+        let cfg = arch::spec_from_hf(&dir(name).join("config.json")).and_then(|s| s.dims()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let mut st = SafetensorsDir::open(&dir(name)).unwrap();
+        for t in [Tensor::Wq(0), Tensor::WDown(1), Tensor::WGate(0)] {
+            let q = st.load_quantized(t, &cfg).unwrap().unwrap_or_else(|| panic!("{name} {t:?}: not offered quantized"));
+            let QuantTensor::Fp8(x) = &q else { panic!("{name} {t:?}: {q:?}") };
+            assert_eq!(x.granularity, want, "{name} {t:?}");
+            assert_eq!(q.label(), format!("fp8-{}", want.label()));
+            let dense = st.load(t, &cfg).unwrap();
+            assert_eq!(q.dequant().iter().map(|v| v.to_bits()).collect::<Vec<_>>(), dense.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+            // `--weights fp8` keeps them as stored rather than requantizing per channel.
+            let mut on = QuantizeOnLoad { inner: SafetensorsDir::open(&dir(name)).unwrap(), scheme: Scheme::Fp8 };
+            assert_eq!(on.load_quantized(t, &cfg).unwrap().as_ref(), Some(&q), "{name} {t:?}");
+        }
+        assert!(st.load_quantized(Tensor::TokEmbd, &cfg).unwrap().is_none());
+        assert!(st.load_quantized(Tensor::AttnNorm(0), &cfg).unwrap().is_none());
+    }
+}
+
+/// `--weights fp8` from an unquantized source: per-channel scales, `dequant(quantize(W))`
+/// within E4M3's half step of W; `tandem quantize --format fp8` writes a hub `fp8` checkpoint
+/// that loads back to the same codes and scales.
+#[test]
+fn weights_fp8_quantizes_per_channel_and_round_trips() {
+    use reference::loader::SafetensorsDir;
+    use reference::quant::store::write_quantized_hf_dir;
+    use reference::quant::{Fp8Scales, QuantTensor, QuantizeOnLoad, Scheme};
+    use reference::synthetic::{self, Synthetic};
+    use reference::weights::{Tensor, TensorSource};
+    assert_eq!("fp8".parse::<Scheme>().unwrap(), Scheme::Fp8);
+    assert_eq!(Scheme::Fp8.to_string(), "fp8");
+    let e = Scheme::from_method("fp8", Some(32)).unwrap_err().to_string();
+    assert!(e.contains("group size 32"), "{e}");
+    let cfg = synthetic::tiny_configs().into_iter().find(|(n, _)| *n == "tiny-gqa").unwrap().1;
+    let mut on = QuantizeOnLoad { inner: Synthetic { seed: 7 }, scheme: Scheme::Fp8 };
+    let d = std::env::temp_dir().join(format!("tandem-fp8-write-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    let rep = write_quantized_hf_dir(&d, &cfg, &mut Synthetic { seed: 7 }, Scheme::Fp8).unwrap();
+    assert_eq!(rep.quantized, 7 * cfg.n_layers);
+    let mut st = SafetensorsDir::open(&d).unwrap();
+    for t in [Tensor::Wq(0), Tensor::Wv(1), Tensor::WDown(0)] {
+        let q = on.load_quantized(t, &cfg).unwrap().expect("quantized");
+        let QuantTensor::Fp8(x) = &q else { panic!("{q:?}") };
+        assert_eq!(x.granularity, Fp8Scales::Channel);
+        let w = Synthetic { seed: 7 }.load(t, &cfg).unwrap();
+        for (i, (a, b)) in w.iter().zip(q.dequant()).enumerate() {
+            let s = x.scales[i / x.in_dim()];
+            assert!((a - b).abs() <= (a.abs() / 16.0).max(s / 1024.0), "{t:?} {i}: {a} vs {b}");
+        }
+        assert_eq!(st.load_quantized(t, &cfg).unwrap().as_ref(), Some(&q), "{t:?}: written and read back");
+    }
+    std::fs::remove_dir_all(&d).unwrap();
+}

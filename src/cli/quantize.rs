@@ -22,6 +22,9 @@ pub enum Format {
     /// GGUF Q4_1: 4-bit codes in blocks of 32 with an f16 scale and offset (`d · n + m`).
     #[value(name = "q4_1")]
     Q4_1,
+    /// FP8 E4M3 with an f32 scale per output channel, stored as a hub `fp8` checkpoint is
+    /// (F8_E4M3 weights, `weight_scale_inv`).
+    Fp8,
 }
 
 #[derive(Args, Debug)]
@@ -54,6 +57,8 @@ fn scheme(a: &QuantizeArgs) -> Result<Scheme> {
         (Format::Mxfp4, None) => Ok(Scheme::Mxfp4),
         (Format::Q4_0, None) => Ok(Scheme::Q4_0),
         (Format::Q4_1, None) => Ok(Scheme::Q4_1),
+        (Format::Fp8, None) => Ok(Scheme::Fp8),
+        (Format::Fp8, Some(g)) => Err(CliError::Usage(format!("--group {g}: fp8 takes a scale per output channel; --group applies to int8 only"))),
         (f @ (Format::Mxfp4 | Format::Q4_0 | Format::Q4_1), Some(g)) => {
             Err(CliError::Usage(format!("--group {g}: {f:?} has fixed blocks of 32; --group applies to int8 only")))
         }

@@ -205,7 +205,7 @@ impl ModelArgs {
     /// The `--weights` scheme, if given.
     /// The quantization `--weights` asks for (`None` for `dense` or no flag).
     pub fn scheme(&self) -> Result<Option<Scheme>> {
-        let bad = |s: &str| CliError::Usage(format!("--weights {s}: expected int8, int8-g<N> (e.g. int8-g128), mxfp4, q4_0, q4_1 or dense"));
+        let bad = |s: &str| CliError::Usage(format!("--weights {s}: expected int8, int8-g<N> (e.g. int8-g128), mxfp4, q4_0, q4_1, fp8 or dense"));
         self.weights.as_deref().filter(|&s| s != "dense").map(|s| s.parse::<Scheme>().map_err(|_| bad(s))).transpose()
     }
 

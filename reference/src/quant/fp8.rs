@@ -98,6 +98,15 @@ pub enum Fp8Scales {
 }
 
 impl Fp8Scales {
+    /// `tensor`, `channel` or `block<R>x<C>` (what a report names it by).
+    pub fn label(self) -> String {
+        match self {
+            Fp8Scales::Tensor => "tensor".into(),
+            Fp8Scales::Channel => "channel".into(),
+            Fp8Scales::Block { rows, cols } => format!("block{rows}x{cols}"),
+        }
+    }
+
     /// Shape of the scales of a `[out, in_dim]` weight.
     pub fn shape(self, out: usize, in_dim: usize) -> Vec<usize> {
         match self {

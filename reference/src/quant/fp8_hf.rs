@@ -92,10 +92,16 @@ pub fn parse(path: &Path, q: &Json) -> Result<Option<Fp8Config>> {
     }
 }
 
+/// `X.weight_scale_inv`: where an `fp8` checkpoint (and `tandem quantize --format fp8`) stores the
+/// scales of FP8 weight `name`.
+pub fn scale_inv_key(name: &str) -> String {
+    format!("{name}_scale_inv")
+}
+
 /// The scale key of FP8 weight `name` in a checkpoint holding `has`: `X.weight_scale_inv` or
 /// `X.weight_scale`.
 pub fn scale_key(name: &str, has: impl Fn(&str) -> bool) -> Option<String> {
-    [format!("{name}_scale_inv"), format!("{name}_scale")].into_iter().find(|k| has(k))
+    [scale_inv_key(name), format!("{name}_scale")].into_iter().find(|k| has(k))
 }
 
 /// The granularity of scales of shape `scale_shape` for a `[out, in_dim]` weight.

@@ -1,5 +1,6 @@
 //! Quantized weights: INT8 weight-only (W8A16, [`int8`]), OCP MXFP4 ([`mxfp4`]), GGUF's
-//! Q4_0 / Q4_1 ([`q4`]), and ggml blocks kept as a GGUF stores them ([`QuantTensor::Ggml`]:
+//! Q4_0 / Q4_1 ([`q4`]), FP8 E4M3 ([`fp8`]; hub FP8 checkpoints kept as stored, [`fp8_hf`]),
+//! and ggml blocks kept as a GGUF stores them ([`QuantTensor::Ggml`]:
 //! the k-quants, which the GPU decodes block by block).
 //!
 //! The seven linear weights of each block are quantized (q, k, v, o, gate, up, down;
@@ -25,6 +26,7 @@ use crate::dequant::GgmlType;
 use crate::error::{Error, Result};
 use crate::weights::{Naming, Tensor, TensorSource};
 
+pub use fp8::{Fp8Scales, Fp8Weight};
 pub use int8::{Granularity, Int8Weight};
 pub use mxfp4::Mxfp4Weight;
 pub use q4::Q4Weight;
@@ -38,6 +40,13 @@ pub enum Scheme {
     Q4_0,
     /// GGUF Q4_1: 4-bit codes, an f16 scale and offset per 32 (`d · n + m`).
     Q4_1,
+    /// FP8 E4M3 codes with an f32 scale per output channel ([`fp8`]). Per channel rather than
+    /// vLLM's dynamic per-tensor scale: E4M3's 2¹⁵ normal range already covers most of a
+    /// tensor, but one outlier row sets a per-tensor scale for every row, pushing the small
+    /// weights of quiet rows into the subnormals (2⁻⁹·s apart, a few significant bits or
+    /// none); a scale per row keeps each row's largest weights at the top of the grid, for 4
+    /// bytes a row, and the gemv applies it once per 32 weights as it would a tensor's.
+    Fp8,
 }
 
 /// A quantized `[out, in]` linear weight in one of the supported formats.
@@ -46,6 +55,9 @@ pub enum QuantTensor {
     Int8(Int8Weight),
     Mxfp4(Mxfp4Weight),
     Q4(Q4Weight),
+    /// FP8 E4M3 codes with tensor, channel or block scales (`--weights fp8`, hub FP8
+    /// checkpoints as stored).
+    Fp8(Fp8Weight),
     /// ggml blocks as stored (`ty` a block type, e.g. Q4_K): `out` rows of
     /// `in_dim / ty.block_elems()` blocks each, `bytes` row-major. What it stands for is
     /// `dequant::dequantize_into` of the bytes. Built by [`QuantTensor::ggml`], which checks
@@ -83,6 +95,7 @@ impl Scheme {
             Scheme::Int8(g) => QuantTensor::Int8(int8::quantize(w, out, in_dim, *g)?),
             Scheme::Mxfp4 => QuantTensor::Mxfp4(mxfp4::quantize(w, out, in_dim)?),
             Scheme::Q4_0 | Scheme::Q4_1 => QuantTensor::Q4(q4::quantize(w, out, in_dim, *self == Scheme::Q4_1)?),
+            Scheme::Fp8 => QuantTensor::Fp8(fp8::quantize(w, out, in_dim, Fp8Scales::Channel)?),
         })
     }
 
@@ -93,14 +106,15 @@ impl Scheme {
             Scheme::Mxfp4 => "mxfp4",
             Scheme::Q4_0 => "q4_0",
             Scheme::Q4_1 => "q4_1",
+            Scheme::Fp8 => "fp8",
         }
     }
 
-    /// `group_size` of `quantization_config`: the int8 group, null per channel, 32 for MXFP4
-    /// and Q4.
+    /// `group_size` of `quantization_config`: the int8 group, null per channel (FP8's scales
+    /// too), 32 for MXFP4 and Q4.
     pub fn group_size(&self) -> Option<usize> {
         match self {
-            Scheme::Int8(Granularity::PerChannel) => None,
+            Scheme::Int8(Granularity::PerChannel) | Scheme::Fp8 => None,
             Scheme::Int8(Granularity::Group(g)) => Some(*g),
             Scheme::Mxfp4 => Some(mxfp4::BLOCK),
             Scheme::Q4_0 | Scheme::Q4_1 => Some(q4::BLOCK),
@@ -119,7 +133,9 @@ impl Scheme {
             ("q4_0", None) | ("q4_0", Some(q4::BLOCK)) => Ok(Scheme::Q4_0),
             ("q4_1", None) | ("q4_1", Some(q4::BLOCK)) => Ok(Scheme::Q4_1),
             (m @ ("q4_0" | "q4_1"), Some(g)) => Err(Error::Input(format!("{m} blocks are {} elements; group size {g} is not supported", q4::BLOCK))),
-            (m, _) => Err(Error::Input(format!("quantization `{m}` is not supported (int8, mxfp4, q4_0, q4_1 are)"))),
+            ("fp8", None) => Ok(Scheme::Fp8),
+            ("fp8", Some(g)) => Err(Error::Input(format!("fp8 weights take a scale per output channel; group size {g} is not supported"))),
+            (m, _) => Err(Error::Input(format!("quantization `{m}` is not supported (int8, mxfp4, q4_0, q4_1, fp8 are)"))),
         }
     }
 
@@ -130,11 +146,12 @@ impl Scheme {
             Scheme::Mxfp4 => 4.0 + 8.0 / mxfp4::BLOCK as f64,
             Scheme::Q4_0 => 4.0 + 16.0 / q4::BLOCK as f64,
             Scheme::Q4_1 => 4.0 + 32.0 / q4::BLOCK as f64,
+            Scheme::Fp8 => 8.0 + 32.0 / in_dim.max(1) as f64,
         }
     }
 }
 
-/// `int8` (per channel), `int8-g<N>` (groups of N inputs), `mxfp4`, `q4_0`, `q4_1`.
+/// `int8` (per channel), `int8-g<N>` (groups of N inputs), `mxfp4`, `q4_0`, `q4_1`, `fp8`.
 impl fmt::Display for Scheme {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -143,6 +160,7 @@ impl fmt::Display for Scheme {
             Scheme::Mxfp4 => write!(f, "mxfp4"),
             Scheme::Q4_0 => write!(f, "q4_0"),
             Scheme::Q4_1 => write!(f, "q4_1"),
+            Scheme::Fp8 => write!(f, "fp8"),
         }
     }
 }
@@ -151,9 +169,9 @@ impl FromStr for Scheme {
     type Err = Error;
     /// Parses what [`Display`](fmt::Display) prints.
     fn from_str(s: &str) -> Result<Scheme> {
-        let bad = || Error::Input(format!("weights `{s}`: expected int8, int8-g<N> (e.g. int8-g128), mxfp4, q4_0 or q4_1"));
+        let bad = || Error::Input(format!("weights `{s}`: expected int8, int8-g<N> (e.g. int8-g128), mxfp4, q4_0, q4_1 or fp8"));
         match s {
-            "int8" | "mxfp4" | "q4_0" | "q4_1" => Scheme::from_method(s, None),
+            "int8" | "mxfp4" | "q4_0" | "q4_1" | "fp8" => Scheme::from_method(s, None),
             _ => {
                 let g = s.strip_prefix("int8-g").ok_or_else(bad)?.parse::<usize>().map_err(|_| bad())?;
                 Scheme::from_method("int8", Some(g))
@@ -169,6 +187,7 @@ impl QuantTensor {
             QuantTensor::Int8(x) => (x.out(), x.in_dim()),
             QuantTensor::Mxfp4(x) => (x.out(), x.in_dim()),
             QuantTensor::Q4(x) => (x.out(), x.in_dim()),
+            QuantTensor::Fp8(x) => (x.out(), x.in_dim()),
             QuantTensor::Ggml { out, in_dim, .. } => (*out, *in_dim),
         }
     }
@@ -194,6 +213,7 @@ impl QuantTensor {
             QuantTensor::Int8(x) => int8::dequant(x),
             QuantTensor::Mxfp4(x) => mxfp4::dequant(x),
             QuantTensor::Q4(x) => q4::dequant(x),
+            QuantTensor::Fp8(x) => fp8::dequant(x),
             QuantTensor::Ggml { ty, bytes, .. } => {
                 let mut out = Vec::new();
                 crate::dequant::dequantize_into(*ty, bytes, &mut out);
@@ -202,22 +222,25 @@ impl QuantTensor {
         }
     }
 
-    /// The scheme that quantizes to it; `None` for ggml blocks (no scheme writes them).
+    /// The scheme that quantizes to it (FP8 of any scale granularity: `fp8`); `None` for ggml
+    /// blocks (no scheme writes them).
     pub fn scheme(&self) -> Option<Scheme> {
         match self {
             QuantTensor::Int8(x) => Some(Scheme::Int8(x.granularity())),
             QuantTensor::Mxfp4(_) => Some(Scheme::Mxfp4),
             QuantTensor::Q4(x) if x.offset() => Some(Scheme::Q4_1),
             QuantTensor::Q4(_) => Some(Scheme::Q4_0),
+            QuantTensor::Fp8(_) => Some(Scheme::Fp8),
             QuantTensor::Ggml { .. } => None,
         }
     }
 
-    /// What a report calls its format: the scheme (`int8-g32`, `q4_0`, ...) or the ggml type
-    /// name (`Q4_K`).
+    /// What a report calls its format: the scheme (`int8-g32`, `q4_0`, ...; FP8 with its
+    /// scales: `fp8-channel`, `fp8-block128x128`) or the ggml type name (`Q4_K`).
     pub fn label(&self) -> String {
         match (self, self.scheme()) {
             (QuantTensor::Ggml { ty, .. }, _) => ty.name().to_string(),
+            (QuantTensor::Fp8(x), _) => format!("fp8-{}", x.granularity.label()),
             (_, Some(s)) => s.to_string(),
             (_, None) => String::new(),
         }
@@ -229,6 +252,7 @@ impl QuantTensor {
             QuantTensor::Int8(x) => x.storage_bytes(),
             QuantTensor::Mxfp4(x) => x.storage_bytes(),
             QuantTensor::Q4(x) => x.storage_bytes(),
+            QuantTensor::Fp8(x) => x.storage_bytes(),
             QuantTensor::Ggml { bytes, .. } => bytes.len(),
         }
     }
@@ -249,7 +273,8 @@ pub fn quantize_tensor(scheme: Scheme, t: Tensor, cfg: &Config, w: &[f32]) -> Re
 
 /// A [`TensorSource`] that quantizes the linear weights of another one as they load:
 /// `load` gives `dequant(quantize(W))`, `load_quantized` the quantized form. What
-/// `--weights int8|mxfp4` runs.
+/// `--weights int8|mxfp4|…` runs. Under [`Scheme::Fp8`] a weight the inner source already holds
+/// in FP8 (a hub FP8 checkpoint) is kept as stored, its own scales included, not requantized.
 pub struct QuantizeOnLoad<S> {
     pub inner: S,
     pub scheme: Scheme,
@@ -270,6 +295,11 @@ impl<S: TensorSource> TensorSource for QuantizeOnLoad<S> {
     fn load_quantized(&mut self, t: Tensor, cfg: &Config) -> Result<Option<QuantTensor>> {
         if !quantizes(self.scheme, t) {
             return Ok(None);
+        }
+        if self.scheme == Scheme::Fp8 {
+            if let Some(q @ QuantTensor::Fp8(_)) = self.inner.load_quantized(t, cfg)? {
+                return Ok(Some(q));
+            }
         }
         let w = self.inner.load(t, cfg)?;
         quantize_tensor(self.scheme, t, cfg, &w).map(Some)

@@ -9,6 +9,8 @@
 //! q4_0  : X.weight_blocks  U8  [out, in/32, 16]   (nibbles as mxfp4's; `super::q4`)
 //!         X.weight_scales  F16 [out, in/32]
 //! q4_1  : as q4_0, and X.weight_mins F16 [out, in/32]
+//! fp8   : X.weight            F8_E4M3 [out, in]   (a hub `fp8` checkpoint: `super::fp8_hf`)
+//!         X.weight_scale_inv  F32 [out]           (per channel)
 //! ```
 //! An untied `lm_head.weight` is stored the same way under int8 (`super::quantizes`; a
 //! directory written before that holds it in F32, and still loads: the lm_head is read
@@ -121,6 +123,7 @@ pub fn stored_quantized(st: &SafetensorsDir, t: Tensor, scheme: Scheme) -> bool 
     match scheme {
         Scheme::Int8(_) => st.raw(&name).is_ok_and(|r| r.dtype == Dtype::I8),
         Scheme::Mxfp4 | Scheme::Q4_0 | Scheme::Q4_1 => st.contains(&mxfp4_blocks_key(&name)),
+        Scheme::Fp8 => st.raw(&name).is_ok_and(|r| r.dtype == Dtype::F8_E4M3),
     }
 }
 
@@ -137,6 +140,13 @@ pub fn read_quantized(st: &SafetensorsDir, t: Tensor, cfg: &Config, scheme: Sche
         e => e,
     };
     match scheme {
+        Scheme::Fp8 => {
+            let r = st.raw(&name)?;
+            if r.shape != [out, in_dim] {
+                return Err(Error::tensor(r.path, &name, format!("shape {:?}, expected [{out}, {in_dim}]", r.shape)));
+            }
+            st.fp8_weight(r.path, &name, &r.shape, r.data).map(QuantTensor::Fp8)
+        }
         Scheme::Int8(g) => {
             let why = format!("quantization_config {scheme}");
             g.check(out, in_dim).map_err(|e| at(&name, e))?;
@@ -248,6 +258,11 @@ pub fn write_quantized_hf_dir(dir: &Path, cfg: &Config, src: &mut dyn TensorSour
                 if let Some(m) = x.m() {
                     bufs.push((q4_mins_key(&name), Dtype::F16, x.scales_shape(), halves(m)));
                 }
+            }
+            QuantTensor::Fp8(x) => {
+                // A hub `fp8` checkpoint: codes as F8_E4M3, a scale per output channel.
+                bufs.push((super::fp8_hf::scale_inv_key(&name), Dtype::F32, x.granularity.shape(x.out(), x.in_dim()), le_bytes(&x.scales)));
+                bufs.push((name, Dtype::F8_E4M3, shape, x.codes));
             }
             // `quantize_tensor` writes no ggml blocks (they come from GGUF files only).
             QuantTensor::Ggml { ty, .. } => return Err(Error::Input(format!("{name}: {} blocks are not stored in safetensors", ty.name()))),

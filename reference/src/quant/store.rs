@@ -110,9 +110,13 @@ fn expect<'a>(st: &'a SafetensorsDir, key: &str, dtype: Dtype, shape: &[usize], 
 }
 
 /// Whether `t` is stored quantized in a directory whose config declares `scheme`: every
-/// [`super::is_linear`] weight must be; an lm_head is when its key holds I8 (int8) or its
+/// [`super::is_linear`] weight must be (FP8: those stored as F8_E4M3); an lm_head is when its key holds I8 (int8) or its
 /// `_blocks` key exists (mxfp4, q4) — directories written before int8 quantized it hold F32.
 pub fn stored_quantized(st: &SafetensorsDir, t: Tensor, scheme: Scheme) -> bool {
+    if scheme == Scheme::Fp8 {
+        // A hub checkpoint may leave some linear weights unquantized (its `ignore` list).
+        return super::is_linear(t) && st.raw(&t.name(Naming::Hf)).is_ok_and(|r| r.dtype == Dtype::F8_E4M3);
+    }
     if super::is_linear(t) {
         return true;
     }
@@ -123,7 +127,7 @@ pub fn stored_quantized(st: &SafetensorsDir, t: Tensor, scheme: Scheme) -> bool 
     match scheme {
         Scheme::Int8(_) => st.raw(&name).is_ok_and(|r| r.dtype == Dtype::I8),
         Scheme::Mxfp4 | Scheme::Q4_0 | Scheme::Q4_1 => st.contains(&mxfp4_blocks_key(&name)),
-        Scheme::Fp8 => st.raw(&name).is_ok_and(|r| r.dtype == Dtype::F8_E4M3),
+        Scheme::Fp8 => false,
     }
 }
 

@@ -1,4 +1,4 @@
-//! `tandem drift`: how far `--weights int8|int8-g<N>|mxfp4|q4_0|q4_1` moves the CPU reference's
+//! `tandem drift`: how far `--weights int8|int8-g<N>|mxfp4|q4_0|q4_1|fp8` moves the CPU reference's
 //! next-token distributions from the full-precision weights. A report, not a pass/fail check;
 //! the figures are defined in `reference::quant::drift`.
 
@@ -34,7 +34,7 @@ const DEFAULT_PROMPTS: [&str; 4] = [
 ];
 
 pub fn run(a: DriftArgs) -> Result<()> {
-    let scheme = a.model.scheme()?.ok_or_else(|| CliError::Usage("drift needs --weights int8, int8-g<N>, mxfp4, q4_0 or q4_1".into()))?;
+    let scheme = a.model.scheme()?.ok_or_else(|| CliError::Usage("drift needs --weights int8, int8-g<N>, mxfp4, q4_0, q4_1 or fp8".into()))?;
     if matches!(a.model.device, Device::Cuda | Device::Wgpu) {
         return Err(CliError::Usage("drift runs on the CPU reference only: use --device cpu (or leave it out)".into()));
     }

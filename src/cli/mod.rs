@@ -109,9 +109,9 @@ pub enum Cmd {
     Bench(bench::BenchArgs),
     /// Run the conformance suite (every kernel and whole models vs the reference) on GPU runtimes.
     Conformance(ConformanceArgs),
-    /// Write a quantized HF directory (int8, mxfp4, q4_0 or q4_1 linear weights) that generate loads.
+    /// Write a quantized HF directory (int8, mxfp4, q4_0, q4_1 or fp8 linear weights) that generate loads.
     Quantize(quantize::QuantizeArgs),
-    /// Report how far --weights int8|mxfp4|q4_0|q4_1 moves next-token distributions (CPU reference).
+    /// Report how far --weights int8|mxfp4|q4_0|q4_1|fp8 moves next-token distributions (CPU reference).
     Drift(drift::DriftArgs),
     /// Step through the GPU path's optimizations from the all-naive configuration: per step its
     /// covering conformance cases, accuracy against the reference, prefill and decode speed.
@@ -137,7 +137,8 @@ pub struct ConformanceArgs {
     /// Runtimes: cuda, wgpu (comma-separated).
     #[arg(long, default_value = "cuda,wgpu")]
     pub backends: String,
-    /// Only these ops (e.g. matmul attention model); all when empty.
+    /// Only these ops (e.g. matmul attention model), and `name:TEXT` the cases whose name
+    /// contains TEXT (e.g. `name:fp8`); all when empty.
     pub ops: Vec<String>,
     /// Print the selected cases' names (op, name) instead of running them.
     #[arg(long)]
@@ -159,11 +160,17 @@ pub struct ConformanceArgs {
     pub results: Option<std::path::PathBuf>,
 }
 
+/// Whether the case of op `op` named `name` is one `want` (lowercase ops and `name:TEXT`) selects.
+fn selected(want: &[String], op: &str, name: &str) -> bool {
+    let name = name.to_lowercase();
+    want.iter().any(|w| w == op || w.strip_prefix("name:").is_some_and(|t| name.contains(t)))
+}
+
 fn conformance_cmd(a: ConformanceArgs) -> Result<()> {
     let backends: Vec<optimized::Backend> = a.backends.split(',').map(|b| b.trim().parse().map_err(CliError::Usage)).collect::<Result<_>>()?;
     let want: Vec<String> = a.ops.iter().map(|s| s.to_lowercase()).collect();
     let cases: Vec<Box<dyn conformance::Case>> =
-        conformance::cases::all().into_iter().filter(|c| want.is_empty() || want.contains(&format!("{:?}", c.op()).to_lowercase())).collect();
+        conformance::cases::all().into_iter().filter(|c| want.is_empty() || selected(&want, &format!("{:?}", c.op()).to_lowercase(), &c.name())).collect();
     if cases.is_empty() {
         return Err(CliError::Usage(format!("no conformance cases for ops {:?}", a.ops)));
     }

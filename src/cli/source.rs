@@ -52,7 +52,9 @@ pub struct ModelArgs {
     pub dtype: Option<String>,
     /// Quantize the linear weights as they load: int8 (one scale per output channel),
     /// int8-g<N> (one per N inputs, e.g. int8-g128), mxfp4 (OCP, blocks of 32), q4_0 or q4_1
-    /// (GGUF's 4-bit blocks of 32, ggml's quantizers); int8 also quantizes an untied lm_head.
+    /// (GGUF's 4-bit blocks of 32, ggml's quantizers), fp8 (E4M3, a scale per output channel;
+    /// an FP8 checkpoint's weights are kept as stored); int8 also quantizes an untied lm_head.
+    /// An FP8 checkpoint loads FP8 without the flag.
     /// The CPU reference runs on dequant(quantize(W)) in f32; GPU devices keep them quantized
     /// and run the fused dequant kernels (embeddings, mxfp4's / q4's lm_head and norms stay in
     /// --dtype / f32). `dense`: a GGUF's Q8_0 / Q4_0 / Q4_1 weights (kept quantized by default) dequantized at load to --dtype instead — 1.8–3.5× the memory,

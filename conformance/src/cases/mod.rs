@@ -12,6 +12,7 @@ pub mod matmul;
 pub mod model;
 pub mod moe;
 pub mod qmatmul;
+pub mod qmatmul_fp8;
 pub mod qmatmul_ggml;
 pub mod residual;
 pub mod rmsnorm;
@@ -64,6 +65,7 @@ pub fn every() -> Vec<Box<dyn Case>> {
     v.extend(matmul::cases());
     v.extend(qmatmul::cases());
     v.extend(qmatmul_ggml::cases());
+    v.extend(qmatmul_fp8::cases());
     v.extend(embedding::cases());
     v.extend(rope::cases());
     v.extend(rope::fused_cases());

@@ -88,6 +88,8 @@ impl QMatmulCase {
             Scheme::Mxfp4 => QFormat::Mxfp4,
             Scheme::Q4_0 => QFormat::Q4 { offset: false },
             Scheme::Q4_1 => QFormat::Q4 { offset: true },
+            // FP8's cases are `qmatmul_fp8`'s (per-channel scales: a scale per row).
+            Scheme::Fp8 => QFormat::Fp8 { srows: 1, scols: self.n_in },
         }
     }
 }
@@ -322,7 +324,7 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             let fp4s: &[Fp4Decode] = match scheme {
                 Scheme::Q4_0 | Scheme::Q4_1 => &[Fp4Decode::Table, Fp4Decode::Pairs, Fp4Decode::Mantissa],
                 Scheme::Mxfp4 => &[Fp4Decode::Table, Fp4Decode::Pairs],
-                Scheme::Int8(_) => &[Fp4Decode::Pairs],
+                Scheme::Int8(_) | Scheme::Fp8 => &[Fp4Decode::Pairs],
             };
             for &fp4 in fp4s {
                 // gemv v3 (pipelined) and v5 (cp.async ring, other slot counts) are int8 only.

@@ -47,6 +47,7 @@ use reference::quant::QuantTensor;
 use super::qmatmul::{QFormat, QLayout, QWeight};
 use crate::{Client, DeviceTensor, Error};
 
+pub mod fp8;
 mod iq4_nl;
 pub mod kernels;
 mod q4k;

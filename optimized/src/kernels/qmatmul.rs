@@ -87,7 +87,7 @@ pub const QGEMV_RPG_MXFP4: usize = 4;
 pub fn default_prefetch(format: QFormat, in_dim: usize) -> Prefetch {
     match format {
         QFormat::Int8 { group } if group == in_dim => Prefetch::W,
-        QFormat::Int8 { .. } | QFormat::Ggml(_) => Prefetch::Off,
+        QFormat::Int8 { .. } | QFormat::Ggml(_) | QFormat::Fp8 { .. } => Prefetch::Off,
         QFormat::Mxfp4 | QFormat::Q4 { .. } => Prefetch::W,
     }
 }
@@ -144,7 +144,7 @@ impl Prefetch {
 /// Rows per unit group [`qlinear_into`] uses for `format`.
 pub fn default_rpg(format: QFormat) -> usize {
     match format {
-        QFormat::Int8 { .. } | QFormat::Ggml(_) => QGEMV_RPG,
+        QFormat::Int8 { .. } | QFormat::Ggml(_) | QFormat::Fp8 { .. } => QGEMV_RPG,
         QFormat::Mxfp4 | QFormat::Q4 { .. } => QGEMV_RPG_MXFP4,
     }
 }
@@ -157,7 +157,7 @@ const GROUP: u32 = 32;
 fn scale_geometry(w: &QWeight) -> (u32, u32) {
     match w.format {
         QFormat::Int8 { group } => ((group / 16) as u32, (w.in_dim / group) as u32),
-        QFormat::Mxfp4 | QFormat::Q4 { .. } | QFormat::Ggml(_) => (1, 0),
+        QFormat::Mxfp4 | QFormat::Q4 { .. } | QFormat::Ggml(_) | QFormat::Fp8 { .. } => (1, 0),
     }
 }
 
@@ -324,6 +324,9 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
         }
         if let QFormat::Ggml(_) = w.format {
             return crate::kernels::qformat::kernels::linear_dense(client, x, w, y, fuse);
+        }
+        if let QFormat::Fp8 { .. } = w.format {
+            return crate::kernels::qformat::fp8::linear_dense(client, x, w, y, fuse);
         }
         let wf = dequant(client, w)?;
         if glu {
@@ -514,6 +517,10 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
     if let QFormat::Ggml(_) = w.format {
         let l = crate::kernels::qformat::GemvLaunch { count, dim, t, rpg, plane, plane_size: GROUP as usize, split, block };
         return crate::kernels::qformat::gemv_into(client, x, w, y, fuse, l);
+    }
+    if let QFormat::Fp8 { .. } = w.format {
+        let l = crate::kernels::qformat::GemvLaunch { count, dim, t, rpg, plane, plane_size: GROUP as usize, split, block };
+        return crate::kernels::qformat::fp8::gemv_into(client, x, w, y, fuse, l);
     }
     let (gc, cols) = scale_geometry(w);
     unsafe {

@@ -13,6 +13,9 @@ pub fn dequant(client: &Client, w: &QWeight) -> Result<DeviceTensor, Error> {
     if let QFormat::Ggml(_) = w.format {
         return crate::kernels::qformat::dequant(client, w, crate::Dtype::F32);
     }
+    if let QFormat::Fp8 { .. } = w.format {
+        return crate::kernels::qformat::fp8::dequant(client, w, crate::Dtype::F32);
+    }
     let out = DeviceTensor::empty_f32(client, &[w.out, w.in_dim]);
     let cpr = w.chunks_per_row();
     let n = u32::try_from(w.out * cpr).map_err(|_| Error::Shape("qdequant: too many chunks".into()))?;

@@ -19,6 +19,12 @@ pub enum QFormat {
     /// ggml blocks as a GGUF stores them (`kernels::qformat`: one module per format, the
     /// kernels generic over it), in the input order only.
     Ggml(crate::kernels::qformat::GgmlKind),
+    /// FP8 E4M3 codes as stored, f32 scales `[⌈out/srows⌉, ⌈in/scols⌉]`
+    /// (`kernels::qformat::fp8`), in the input order only.
+    Fp8 {
+        srows: usize,
+        scols: usize,
+    },
 }
 
 impl QFormat {
@@ -38,7 +44,7 @@ impl QFormat {
     /// int8 0 (its scales are f32 words, indexed apart).
     pub fn scale_entry_bytes(self) -> usize {
         match self {
-            QFormat::Int8 { .. } | QFormat::Ggml(_) => 0,
+            QFormat::Int8 { .. } | QFormat::Ggml(_) | QFormat::Fp8 { .. } => 0,
             f => {
                 let (q4, offset) = f.q4_flags();
                 v2::scale_words_per_lane(q4, offset) / 2
@@ -66,7 +72,7 @@ impl QLayout {
     pub fn supports(self, format: QFormat, out: usize, in_dim: usize) -> bool {
         match (self, format) {
             (QLayout::Rows, QFormat::Q4 { .. }) => false,
-            (QLayout::Tiles, QFormat::Ggml(_)) => false,
+            (QLayout::Tiles, QFormat::Ggml(_) | QFormat::Fp8 { .. }) => false,
             (QLayout::Rows, _) | (QLayout::Tiles, QFormat::Mxfp4 | QFormat::Q4 { .. }) => true,
             (QLayout::Tiles, QFormat::Int8 { group }) => group == in_dim || group.is_power_of_two(),
             (QLayout::Mma, _) => v4::refusal(format, out, in_dim).is_none(),
@@ -166,6 +172,9 @@ impl QWeight {
         if parts.iter().any(|p| matches!(p, QuantTensor::Ggml { .. })) {
             return crate::kernels::qformat::upload(client, parts, layout, interleave);
         }
+        if parts.iter().any(|p| matches!(p, QuantTensor::Fp8(_))) {
+            return crate::kernels::qformat::fp8::upload(client, parts, layout, interleave);
+        }
         let (_, in_dim) = first.dims();
         let mut out = 0;
         let (mut sbytes, mut sbits) = (Vec::<u8>::new(), Vec::<u32>::new());
@@ -180,6 +189,7 @@ impl QWeight {
                 QuantTensor::Mxfp4(_) => QFormat::Mxfp4,
                 QuantTensor::Q4(x) => QFormat::Q4 { offset: x.offset() },
                 QuantTensor::Ggml { .. } => return Err(Error::Shape("qweight: ggml blocks reach qformat::upload".into())),
+                QuantTensor::Fp8(_) => return Err(Error::Shape("qweight: FP8 weights reach qformat::fp8::upload".into())),
             };
             if format.is_some_and(|g| g != f) {
                 return Err(Error::Shape(format!("qweight: stacking {f:?} with {format:?}")));
@@ -235,7 +245,7 @@ impl QWeight {
             }
             QuantTensor::Mxfp4(x) => nibble_row(x.blocks(), j, o),
             QuantTensor::Q4(x) => nibble_row(x.blocks(), j, o),
-            QuantTensor::Ggml { .. } => {}
+            QuantTensor::Ggml { .. } | QuantTensor::Fp8(_) => {}
         };
         // Row r of the buffer: part k's row j.
         let starts: Vec<usize> = parts.iter().scan(0, |acc, p| Some(std::mem::replace(acc, *acc + p.dims().0))).collect();
@@ -260,7 +270,7 @@ impl QWeight {
                 }
                 QuantTensor::Mxfp4(x) if tiled => x.scales().chunks(in_dim / 32).for_each(|row| sbytes.extend(v2::tile_scales(row, in_dim))),
                 QuantTensor::Mxfp4(x) => sbytes.extend_from_slice(x.scales()),
-                QuantTensor::Ggml { .. } => {}
+                QuantTensor::Ggml { .. } | QuantTensor::Fp8(_) => {}
                 QuantTensor::Q4(x) => {
                     // Entries (d, or d | m << 16) in the tiled order, as words. (This loop over
                     // all cores by rayon, with the loader's d / m finiteness checks also made
@@ -295,7 +305,7 @@ impl QWeight {
             && match format {
                 QFormat::Mxfp4 => v2::pairs_supported(client),
                 QFormat::Q4 { .. } => v2::q4_pairs_supported(client),
-                QFormat::Int8 { .. } | QFormat::Ggml(_) => false,
+                QFormat::Int8 { .. } | QFormat::Ggml(_) | QFormat::Fp8 { .. } => false,
             };
         let subnormal = tiled && !format.nibbles() && v2::subnormal_supported(client);
         // Uploaded once and never written by a kernel (the gemvs may read them ahead of their
@@ -366,7 +376,7 @@ impl QWeight {
     pub(crate) fn chunks_per_row(&self) -> usize {
         match self.format {
             QFormat::Int8 { .. } => self.in_dim / 16,
-            QFormat::Mxfp4 | QFormat::Q4 { .. } | QFormat::Ggml(_) => self.in_dim / 32,
+            QFormat::Mxfp4 | QFormat::Q4 { .. } | QFormat::Ggml(_) | QFormat::Fp8 { .. } => self.in_dim / 32,
         }
     }
 
@@ -376,7 +386,7 @@ impl QWeight {
             QFormat::Int8 { group } if group == self.in_dim => (1, 0),
             QFormat::Int8 { group } => ((self.in_dim / group) as u32, (group / 4).trailing_zeros()),
             QFormat::Mxfp4 | QFormat::Q4 { .. } => ((self.format.scale_entry_bytes() * v2::tile_scale_words(self.in_dim)) as u32, 0),
-            QFormat::Ggml(_) => (0, 0),
+            QFormat::Ggml(_) | QFormat::Fp8 { .. } => (0, 0),
         }
     }
 

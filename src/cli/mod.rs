@@ -169,8 +169,10 @@ fn selected(want: &[String], op: &str, name: &str) -> bool {
 fn conformance_cmd(a: ConformanceArgs) -> Result<()> {
     let backends: Vec<optimized::Backend> = a.backends.split(',').map(|b| b.trim().parse().map_err(CliError::Usage)).collect::<Result<_>>()?;
     let want: Vec<String> = a.ops.iter().map(|s| s.to_lowercase()).collect();
-    let cases: Vec<Box<dyn conformance::Case>> =
-        conformance::cases::all().into_iter().filter(|c| want.is_empty() || selected(&want, &format!("{:?}", c.op()).to_lowercase(), &c.name())).collect();
+    let cases: Vec<Box<dyn conformance::Case>> = conformance::cases::all()
+        .into_iter()
+        .filter(|c| want.is_empty() || selected(&want, &format!("{:?}", c.op()).to_lowercase(), &c.name()))
+        .collect();
     if cases.is_empty() {
         return Err(CliError::Usage(format!("no conformance cases for ops {:?}", a.ops)));
     }

@@ -159,7 +159,12 @@ impl Case for Fp8DequantCase {
             }
             if let Some(i) = got.iter().zip(&want).position(|(a, b)| a.to_bits() != b.to_bits()) {
                 let c = i % in_dim;
-                return Ok(Outcome::Fail(format!("element {i} (row {}, column {c}): {} vs the reference's {} (decode(q)·s is one f32 rounding on both sides)", i / in_dim, got[i], want[i])));
+                return Ok(Outcome::Fail(format!(
+                    "element {i} (row {}, column {c}): {} vs the reference's {} (decode(q)·s is one f32 rounding on both sides)",
+                    i / in_dim,
+                    got[i],
+                    want[i]
+                )));
             }
             Ok(Outcome::Pass(Metrics { max_abs: 0.0, nmse: 0.0, n: got.len() }))
         })())

@@ -211,10 +211,14 @@ pub fn fp8_dequant<O: Float, N: Size>(
 fn geometry(parts: &[&Fp8Weight], interleave: bool) -> Result<(usize, usize), Error> {
     use reference::quant::Fp8Scales::*;
     let in_dim = parts.first().map_or(0, |p| p.in_dim());
-    let blocks: Vec<(usize, usize)> = parts.iter().filter_map(|p| if let Block { rows, cols } = p.granularity { Some((rows, cols)) } else { None }).collect();
+    let blocks: Vec<(usize, usize)> =
+        parts.iter().filter_map(|p| if let Block { rows, cols } = p.granularity { Some((rows, cols)) } else { None }).collect();
     let Some(&(rows, cols)) = blocks.first() else { return Ok((1, in_dim.max(1))) };
     if blocks.iter().any(|b| b.1 != cols) {
-        return Err(Error::Unsupported(format!("qweight: FP8 parts with scale blocks {cols} and {} columns wide", blocks.iter().map(|b| b.1).max().unwrap_or(0))));
+        return Err(Error::Unsupported(format!(
+            "qweight: FP8 parts with scale blocks {cols} and {} columns wide",
+            blocks.iter().map(|b| b.1).max().unwrap_or(0)
+        )));
     }
     let aligned = parts.split_last().is_some_and(|(_, init)| init.iter().all(|p| p.out() % rows == 0));
     let on_grid = !interleave && blocks.len() == parts.len() && blocks.iter().all(|&b| b == (rows, cols)) && aligned;

@@ -32,7 +32,8 @@ use crate::{compare, Case, Dtype, Metrics, Op, Outcome};
 
 /// The fixtures, by directory name.
 const FIXTURES: [&str; 8] = ["llama3", "mistral_hd", "qwen2", "qwen3", "qwen3_moe", "gemma3", "phi3", "qwen3_yarn"];
-/// The FP8 checkpoints of three of them (block scales, partial blocks, compressed-tensors).
+/// The FP8 checkpoints of three of them (block scales, partial blocks, compressed-tensors),
+/// run with their linear weights kept FP8 on the device.
 const FP8_FIXTURES: [&str; 3] = ["llama3_fp8", "qwen3_moe_fp8", "qwen3_fp8"];
 /// Prefill length of the model case (> 8 rows: the GEMM path); the rest of the ids decode.
 const PREFILL: usize = 9;
@@ -106,6 +107,10 @@ fn models(client: &Client, name: &str, gguf: bool, tweak: Tweak) -> Result<Resul
     };
     let backend = optimized::Backend::of(client);
     let m = GpuModel::load(client.clone(), backend, src.as_mut(), &reference.spec, optimized::Dtype::F32).map_err(|e| e.to_string())?;
+    // The FP8 checkpoints run with their linear weights kept FP8 on the device, not a dense copy.
+    if FP8_FIXTURES.contains(&name) && !m.quant.as_deref().is_some_and(|q| q.contains("fp8")) {
+        return Err(format!("{name}: linear weights on the device as {:?}, expected FP8 kept as stored", m.quant));
+    }
     Ok(Ok((reference, m)))
 }
 
@@ -261,7 +266,8 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             v.push(Box::new(ArchRunnerCase { fixture, gguf, tweak: Tweak::None }));
         }
     }
-    // FP8 checkpoints (`make_fp8.py`): their weights dequantized at load, HF directories only.
+    // FP8 checkpoints (`make_fp8.py`), HF directories only: their linear weights kept FP8 on
+    // the device (`qformat::fp8`: the decode gemv, dequant + GEMM for the 9-row prefill).
     for fixture in FP8_FIXTURES {
         v.push(Box::new(ArchModelCase { fixture, gguf: false, tweak: Tweak::None }));
         v.push(Box::new(ArchRunnerCase { fixture, gguf: false, tweak: Tweak::None }));

@@ -3,18 +3,20 @@
 //! flag and default), else `--kv-tokens`; and the default `--max-seqs` that pool holds.
 //!
 //! Memory-sized pool, measured as vLLM's `profile_run` / `determine_available_memory` do:
-//! once the weights are loaded, a runner with a minimal pool runs the worst step a step can
-//! be (`optimized::runner::profile::worst_step`: `max_batched_tokens` rows, as many drawing
-//! as `--max-seqs` allows, decode rows as long as the decode kernels take) and records every
-//! decode graph serving will record (the buckets up to `--max-seqs` rows, greedy and sampled,
-//! every table width up to the context). The device's memory in use then (the CUDA driver's
-//! `cuMemGetInfo`) counts the weights, the step's activations, the graphs and what they pin:
-//! cubecl's memory pools keep the pages a step allocated after its buffers drop (sliced pools
-//! hold their pages; exact-size reservations are returned to the driver only under memory
-//! pressure or `Client::memory_cleanup`), which is what the next step reuses. The runner is
-//! then dropped and its pages released (cubecl's explicit cleanup), and the pool is
+//! once the weights are loaded, a runner with a minimal pool records every decode graph
+//! serving will record (the buckets up to `--max-seqs` rows, greedy and sampled, every table
+//! width up to the context; their activations in one arena all recordings share,
+//! `optimized::arena`), then runs the worst step a step can be
+//! (`optimized::runner::profile::worst_step`: `max_batched_tokens` rows, as many drawing as
+//! `--max-seqs` allows, decode rows as long as the decode kernels take) — in serving's order:
+//! a recording guards the pages it touches, so the order decides which pages a step can
+//! reuse. The device's memory in use then (the CUDA driver's `cuMemGetInfo`) counts the
+//! weights, the graphs and what they pin, and the step's activations: cubecl's memory pools
+//! keep the pages a step allocated after its buffers drop, which is what the next step reuses.
+//! The runner is then dropped and its pages released (cubecl's explicit cleanup; the arena's
+//! buffers stay with the model's client for the serving runner's recordings), and the pool is
 //!
-//!   `utilization × total − (in use after the step and the graphs − the profile's own pool)`
+//!   `utilization × total − (in use after the graphs and the step − the profile's own pool)`
 //!
 //! rounded down to whole blocks; the serving runner records the same graphs again with its
 //! final pool (a recording holds the pools' buffers, so graphs recorded over the profile's
@@ -54,10 +56,11 @@ pub struct Measured {
     pub total: u64,
     /// In use once the weights were loaded.
     pub weights: u64,
-    /// In use after the worst step ran (its pages kept).
-    pub step: u64,
-    /// In use after the decode graphs were recorded too.
+    /// In use after the decode graphs were recorded.
     pub graphs: u64,
+    /// In use after the worst step ran too (its pages kept): what serving needs besides its
+    /// pool.
+    pub step: u64,
     /// The decode rows' length the worst step ran (the widest the decode kernels take).
     pub decode_len: usize,
     /// The graph recording's line.
@@ -122,14 +125,14 @@ pub fn blocks(size: KvSize, measured: Option<&Measured>, c: &Config, per_positio
             "the fixed size (the context, at least 16384 positions): this device cannot report its memory, so --gpu-memory-utilization does not apply; --kv-tokens sets it".into(),
         )),
         (KvSize::Memory { utilization, step_tokens, max_seqs, .. }, Some(m)) => {
-            let positions = positions_for(m.total, m.graphs, utilization, per_position, block);
+            let positions = positions_for(m.total, m.step.max(m.graphs), utilization, per_position, block);
             let gb = |b: u64| b as f64 / 1e9;
             let account = format!(
-                "{:.1} GB in use after the weights, {:+.2} GB the worst step ({step_tokens} rows, up to {max_seqs} drawing, decode rows of {} positions), {:+.2} GB the decode graphs of up to {max_seqs} rows",
+                "{:.1} GB in use after the weights, {:+.2} GB the decode graphs of up to {max_seqs} rows, {:+.2} GB the worst step ({step_tokens} rows, up to {max_seqs} drawing, decode rows of {} positions)",
                 gb(m.weights),
-                gb(m.step) - gb(m.weights),
-                m.decode_len,
-                gb(m.graphs) - gb(m.step)
+                gb(m.graphs) - gb(m.weights),
+                gb(m.step) - gb(m.graphs),
+                m.decode_len
             );
             if positions < c.max_ctx {
                 return Err(CliError::Gpu(format!(
@@ -158,6 +161,13 @@ pub fn profile(
     let ctx = m.dims().max_ctx;
     let mut r = optimized::runner::GpuRunner::new(m, block, p::blocks_needed(step_tokens, ctx, block))?;
     let pool = r.kv_bytes() as u64;
+    // The graphs first, as serving records them before its first step: a recording guards the
+    // pages it touches, so one recorded after an eager step would take that step's free pages
+    // out of the next step's reach (`optimized::runner::graphs`, its notes on memory).
+    let recorded = record_graphs(&mut r, max_seqs, ctx).map_err(|e| CliError::Gpu(format!("KV pool: recording the profile's decode graphs: {e}")))?;
+    let arena = r.model.client.arena().stats();
+    let recorded = format!("{recorded}; their activations: {:.2} GB in {} buffers every recording shares", arena.bytes as f64 / 1e9, arena.slots);
+    let graphs = p::in_use(&r.model.client).map_or(weights, |(u, _)| u);
     // Decode rows as long as the context where the decode kernels take it; where they refuse
     // (flash decode's combine caps the positions a step reads), the longest they take, as the
     // graphs' recording does: a step past it fails whatever the pool.
@@ -169,14 +179,12 @@ pub fn profile(
             Err(e) => return Err(CliError::Gpu(format!("KV pool: the profile step ({step_tokens} rows, up to {max_seqs} drawing): {e}"))),
         }
     }
-    let step = p::in_use(&r.model.client).map_or(weights, |(u, _)| u);
-    let recorded = record_graphs(&mut r, max_seqs, ctx).map_err(|e| CliError::Gpu(format!("KV pool: recording the profile's decode graphs: {e}")))?;
-    let graphs = p::in_use(&r.model.client).map_or(step, |(u, _)| u);
+    let step = p::in_use(&r.model.client).map_or(graphs, |(u, _)| u);
     let m = r.into_model();
     p::release(&m.client)?;
     // The profile's own pool is not part of what serving needs besides its pool.
-    let (step, graphs) = (step.saturating_sub(pool).max(weights), graphs.saturating_sub(pool).max(weights));
-    Ok((m, Some(Measured { total, weights, step, graphs, decode_len, recorded })))
+    let (graphs, step) = (graphs.saturating_sub(pool).max(weights), step.saturating_sub(pool).max(weights));
+    Ok((m, Some(Measured { total, weights, graphs, step, decode_len, recorded })))
 }
 
 /// Whether the decode kernels refused a width (not a failure of the step itself).
@@ -214,14 +222,14 @@ pub fn record_graphs(r: &mut (dyn engine::runner::ModelRunner + Send), seats: us
     })
 }
 
-/// Record every decode bucket up to `top` rows, greedy and sampled, at block tables of up to
-/// `width` positions; returns how many recordings were made.
+/// Record every decode bucket up to `top` rows (`prepare_decode` of `top` rows: the largest
+/// first), sampled and greedy, at block tables of up to `width` positions; returns how many
+/// recordings were made. Sampled first (the seeded draw's temporaries are the larger): the
+/// recordings share one arena of activations (`optimized::arena`), which the first sizes.
 fn record_buckets(r: &mut (dyn engine::runner::ModelRunner + Send), top: usize, width: usize) -> reference::Result<usize> {
     let mut made = 0;
-    for &rows in optimized::runner::BUCKETS.iter().filter(|&&b| b <= top) {
-        for sampled in [false, true] {
-            made += r.prepare_decode(rows, width, sampled)?;
-        }
+    for sampled in [true, false] {
+        made += r.prepare_decode(top, width, sampled)?;
     }
     Ok(made)
 }
@@ -271,16 +279,17 @@ mod tests {
         c
     }
 
-    fn measured(weights: u64, step: u64, graphs: u64) -> Measured {
-        Measured { total: 80 * GB, weights, step, graphs, decode_len: 8192, recorded: String::new() }
+    /// In use after the weights, then the graphs, then the worst step.
+    fn measured(weights: u64, graphs: u64, step: u64) -> Measured {
+        Measured { total: 80 * GB, weights, graphs, step, decode_len: 8192, recorded: String::new() }
     }
 
     #[test]
     fn the_measured_pool_leaves_out_the_step_and_the_graphs_and_says_each() {
         let c = cfg(8192);
         let size = KvSize::Memory { utilization: 0.9, fallback: 16384, step_tokens: 2048, max_seqs: 512 };
-        // 14 GB of weights, the step +3, the graphs +5: 72 − 22 = 50 GB of pool.
-        let m = measured(14 * GB, 17 * GB, 22 * GB);
+        // 14 GB of weights, the graphs +5, the step +3: 72 − 22 = 50 GB of pool.
+        let m = measured(14 * GB, 19 * GB, 22 * GB);
         let (b, pool) = blocks(size, Some(&m), &c, 100_000, 16).expect("memory");
         assert!(pool.from_memory);
         assert_eq!(pool.positions, b * 16);
@@ -296,7 +305,7 @@ mod tests {
             assert!(pool.how.contains(part), "{part}: {}", pool.how);
         }
         // More in use after the profile: a smaller pool, by whole blocks.
-        let (b2, _) = blocks(size, Some(&measured(14 * GB, 17 * GB, 30 * GB)), &c, 100_000, 16).expect("memory");
+        let (b2, _) = blocks(size, Some(&measured(14 * GB, 19 * GB, 30 * GB)), &c, 100_000, 16).expect("memory");
         assert_eq!(b - b2, (8 * GB / 1_600_000) as usize);
     }
 

@@ -8,7 +8,7 @@
 //! last one prefill chunk of the rest of the `step_tokens` rows (every row's activations, the
 //! MoE's sort and grouped GEMMs at the most rows a step runs). The decode rows' tables all
 //! name block 0 (their values do not matter, only the shapes). The pool still holds a whole
-//! context ([`blocks_needed`]): the decode graphs recorded after the step pad their tables to
+//! context ([`blocks_needed`]): the decode graphs recorded on it (before the step) pad their tables to
 //! powers of two capped by the pool, so a smaller pool would record one graph per width past
 //! it; the caller counts the pool's bytes out of what it measures and releases them
 //! ([`release`]) before the final pool is allocated.
@@ -54,10 +54,10 @@ pub fn worst_step(r: &mut GpuRunner, step_tokens: usize, max_seqs: usize, decode
             tokens: &decode_tokens,
             pos0: decode_len - 1,
             blocks: &decode_table,
-            samples: vec![SampleSpec { params: &sampled, counter: 0, counts: &[], want_logits: false }],
+            samples: vec![SampleSpec { params: &sampled, counter: 0, counts: &[], want_logits: false, allowed: None }],
         });
     }
-    let last = SampleSpec { params: &penalised, counter: 0, counts: &counts, want_logits: false };
+    let last = SampleSpec { params: &penalised, counter: 0, counts: &counts, want_logits: false, allowed: None };
     plan.seqs.push(SeqStep { tokens: &chunk_tokens, pos0: 0, blocks: &chunk_table, samples: vec![last] });
     r.step(&plan).map(|_| ())
 }

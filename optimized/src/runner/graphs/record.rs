@@ -79,7 +79,7 @@ fn launches<R: GraphStep>(r: &R, b: &StepBufs, rows: usize, greedy: bool, advanc
 }
 
 /// The input buffers of a recording of `x`'s key, holding `x`'s inputs.
-fn step_bufs(c: &Client, layout: KvLayout, x: &Inputs) -> Result<StepBufs, Error> {
+pub(super) fn step_bufs(c: &Client, layout: KvLayout, x: &Inputs) -> Result<StepBufs, Error> {
     let b = x.key.bucket;
     let rows: Vec<&[u32]> = x.tables.iter().map(Vec::as_slice).collect();
     let mut tables = BlockTables::upload_padded(c, &rows, &x.lens, layout.block_size, layout.num_blocks + 1, x.key.width)?;
@@ -96,7 +96,7 @@ fn step_bufs(c: &Client, layout: KvLayout, x: &Inputs) -> Result<StepBufs, Error
 
 /// Record the step of `x` over its input buffers `bufs` (holding `x`'s inputs); returns its
 /// (warm-up) output, or `None` when the backend refused before anything ran.
-fn capture<R: GraphStep>(r: &mut R, x: &Inputs, bufs: StepBufs) -> Result<Option<DeviceTensor>, Error> {
+pub(super) fn capture<R: GraphStep>(r: &mut R, x: &Inputs, bufs: StepBufs) -> Result<Option<DeviceTensor>, Error> {
     let c = r.client().clone();
     let b = x.key.bucket;
     let out = bufs.ids.clone();

@@ -7,9 +7,11 @@
 //! it), two models in one process run with their own, and a conformance case or a benchmark
 //! that wants other choices for one call makes a handle with them ([`Client::with_kernels`]).
 //! It dereferences to cubecl's client for everything else (memory, properties, launches).
+//! Its clones share one [`Arena`], which serves the activations of recorded decode graphs.
 
 use std::ops::Deref;
 
+use crate::arena::Arena;
 use crate::config::KernelConfig;
 
 /// A cubecl client and the kernel configuration its launches use. Cheap to clone.
@@ -17,12 +19,13 @@ use crate::config::KernelConfig;
 pub struct Client {
     raw: cubecl::client::Client,
     kernels: KernelConfig,
+    arena: Arena,
 }
 
 impl Client {
     /// `raw` with the production choices ([`KernelConfig::default`]).
     pub fn new(raw: cubecl::client::Client) -> Self {
-        Self { raw, kernels: KernelConfig::default() }
+        Self { raw, kernels: KernelConfig::default(), arena: Arena::default() }
     }
 
     /// The choices launches on this handle make.
@@ -30,9 +33,14 @@ impl Client {
         &self.kernels
     }
 
-    /// The same device with other kernel choices.
+    /// The same device with other kernel choices (and the same arena).
     pub fn with_kernels(&self, kernels: KernelConfig) -> Self {
-        Self { raw: self.raw.clone(), kernels }
+        Self { raw: self.raw.clone(), kernels, arena: self.arena.clone() }
+    }
+
+    /// The arena recorded graphs take their activations from ([`crate::arena`]).
+    pub fn arena(&self) -> &Arena {
+        &self.arena
     }
 
     /// cubecl's client.

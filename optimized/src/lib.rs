@@ -9,6 +9,7 @@
 //! Building needs only a Rust toolchain (the vendored cubecl-cuda has no LLVM backend); the tests'
 //! lavapipe comes from `scripts/setup-build-deps.sh`. See `docs/gpu-build.md`.
 
+pub mod arena;
 pub mod bandwidth;
 pub mod client;
 pub mod config;
@@ -173,6 +174,14 @@ pub fn memory_free(client: &Client) -> Option<(u64, u64)> {
     // cubecl retained for the client) and ask again.
     upload::cuda_primary_current()?;
     cu::mem_get_info().ok().map(|(f, t)| (f as u64, t as u64))
+}
+
+/// Bytes cubecl's pools hold on `client`'s device (every stream's pages, in use or free), once
+/// its queued work has ended: what tandem's own allocations take, on any backend (wgpu and
+/// cubecl's CPU runtime included, which cannot say what the device has free).
+pub fn memory_reserved(client: &Client) -> u64 {
+    let _ = cubecl::future::block_on(client.sync());
+    client.memory_report(cubecl::MemoryScope::Device).usage().bytes_reserved
 }
 
 /// What a kernel author needs to know about a device.

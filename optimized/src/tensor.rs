@@ -2,9 +2,12 @@
 //! Activations are always f32; weights may be stored as f32, f16 or bf16 (kernels read them
 //! with `W: Float` generics and accumulate in f32).
 
+use std::sync::Arc;
+
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
+use crate::arena::Lease;
 use crate::{Client, Error};
 
 /// Storage type of a device tensor's elements.
@@ -73,6 +76,9 @@ pub struct DeviceTensor {
     /// (`kernels::pdl`) may read such a tensor before the kernel ahead of it has ended;
     /// the gemvs do so only for read-only weights.
     pub read_only: bool,
+    /// The arena slot the buffer is leased from (`crate::arena`: activations of a decode
+    /// graph's recording), held by every clone and view; `None`: the buffer is cubecl's own.
+    pub(crate) lease: Option<Arc<Lease>>,
 }
 
 impl DeviceTensor {
@@ -82,7 +88,7 @@ impl DeviceTensor {
         if numel != data.len() {
             return Err(Error::Shape(format!("{} values for shape {shape:?} ({numel} elements)", data.len())));
         }
-        Ok(Self { handle: client.create_from_slice(f32::as_bytes(data)), shape: shape.to_vec(), dtype: Dtype::F32, read_only: false })
+        Ok(Self { handle: client.create_from_slice(f32::as_bytes(data)), shape: shape.to_vec(), dtype: Dtype::F32, read_only: false, lease: None })
     }
 
     /// Copies `data` to the device stored as `dtype` (rounded to nearest even on the host).
@@ -109,7 +115,7 @@ impl DeviceTensor {
             return Err(Error::Shape(format!("{} bytes for shape {shape:?} of {}", bytes.len(), dtype.name())));
         }
         let handle = client.create(crate::upload::bytes_of(bytes));
-        Ok(Self { handle, shape: shape.to_vec(), dtype, read_only: false })
+        Ok(Self { handle, shape: shape.to_vec(), dtype, read_only: false, lease: None })
     }
 
     /// Copies u32 values (token ids, positions) to the device; `dtype` is reported as F32-sized.
@@ -118,7 +124,7 @@ impl DeviceTensor {
         if numel != data.len() {
             return Err(Error::Shape(format!("{} values for shape {shape:?} ({numel} elements)", data.len())));
         }
-        Ok(Self { handle: client.create_from_slice(u32::as_bytes(data)), shape: shape.to_vec(), dtype: Dtype::F32, read_only: false })
+        Ok(Self { handle: client.create_from_slice(u32::as_bytes(data)), shape: shape.to_vec(), dtype: Dtype::F32, read_only: false, lease: None })
     }
 
     /// Overwrites the tensor's first `data.len()` u32 values in place (same device buffer, so a
@@ -144,14 +150,26 @@ impl DeviceTensor {
 
     /// Allocates an uninitialised tensor.
     pub fn empty_f32(client: &Client, shape: &[usize]) -> Self {
-        let numel: usize = shape.iter().product();
-        Self { handle: client.empty(numel * std::mem::size_of::<f32>()), shape: shape.to_vec(), dtype: Dtype::F32, read_only: false }
+        Self::empty(client, shape, Dtype::F32)
     }
 
-    /// Allocates an uninitialised tensor of `dtype` elements.
+    /// Allocates an uninitialised tensor of `dtype` elements: from the client's arena while it
+    /// is on (a decode graph's recording, `crate::arena`: the buffer may be larger than the
+    /// tensor), else from cubecl.
     pub fn empty(client: &Client, shape: &[usize], dtype: Dtype) -> Self {
         let numel: usize = shape.iter().product();
-        Self { handle: client.empty(numel * dtype.size()), shape: shape.to_vec(), dtype, read_only: false }
+        let bytes = numel * dtype.size();
+        let (handle, lease) = match client.arena().take(bytes, |b| client.empty(b)) {
+            Some((h, l)) => (h, Some(l)),
+            None => (client.empty(bytes), None),
+        };
+        Self { handle, shape: shape.to_vec(), dtype, read_only: false, lease }
+    }
+
+    /// Whether the buffer is leased from the client's arena (`crate::arena`): held by the tensor
+    /// and its clones for the lease's drop, which frees the slot.
+    pub fn is_leased(&self) -> bool {
+        self.lease.is_some()
     }
 
     /// Bytes of the tensor's elements.

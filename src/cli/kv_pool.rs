@@ -1,18 +1,30 @@
-//! The batched engine's KV pool size: by default what the device has left after the weights
-//! (`--gpu-memory-utilization`, vLLM's flag and default), else `--kv-tokens`; and the default
-//! `--max-seqs` that pool holds.
+//! The batched engine's KV pool size: by default what the device has left after the weights,
+//! the worst step's activations and the decode graphs (`--gpu-memory-utilization`, vLLM's
+//! flag and default), else `--kv-tokens`; and the default `--max-seqs` that pool holds.
 //!
-//! Memory-sized pool = F × device total − (memory in use once the weights are loaded + a
-//! reserve for activations and decode graphs), rounded down to whole blocks. The device's
-//! total and free memory come from the CUDA driver (`optimized::memory_free`); wgpu cannot
-//! report them, so there (and on the CPU) the pool keeps the fixed default (the context, at
-//! least 16384 positions) and the start line says so.
+//! Memory-sized pool, measured as vLLM's `profile_run` / `determine_available_memory` do:
+//! once the weights are loaded, a runner with a minimal pool records every decode graph
+//! serving will record (the buckets up to `--max-seqs` rows, greedy and sampled, every table
+//! width up to the context; their activations in one arena all recordings share,
+//! `optimized::arena`), then runs the worst step a step can be
+//! (`optimized::runner::profile::worst_step`: `max_batched_tokens` rows, as many drawing as
+//! `--max-seqs` allows, decode rows as long as the decode kernels take) — in serving's order:
+//! a recording guards the pages it touches, so the order decides which pages a step can
+//! reuse. The device's memory in use then (the CUDA driver's `cuMemGetInfo`) counts the
+//! weights, the graphs and what they pin, and the step's activations: cubecl's memory pools
+//! keep the pages a step allocated after its buffers drop, which is what the next step reuses.
+//! The runner is then dropped and its pages released (cubecl's explicit cleanup; the arena's
+//! buffers stay with the model's client for the serving runner's recordings), and the pool is
 //!
-//! The reserve is an estimate from the model's widths, not a measurement: an eager step of
-//! `max_batched_tokens` rows (every row's hidden, q|k|v and FFN activations, the logits of
-//! the rows that draw) plus every decode graph recorded at start — a recording keeps the
-//! buffers it touched, so each (bucket, table width, greedy/sampled) holds its own bucket's
-//! rows of activations and logits — plus 512 MiB of allocator slack.
+//!   `utilization × total − (in use after the graphs and the step − the profile's own pool)`
+//!
+//! rounded down to whole blocks; the serving runner records the same graphs again with its
+//! final pool (a recording holds the pools' buffers, so graphs recorded over the profile's
+//! pool cannot serve the final one), allocating again what the profile's recordings held.
+//! The profile's pool holds one context (the graphs' tables pad to powers of two capped by
+//! the pool: a smaller pool would record one graph per width past it).
+//! wgpu cannot report its memory, so there (and on the CPU) the pool keeps the fixed default
+//! (the context, at least 16384 positions) and the start line says so.
 
 use reference::Config;
 
@@ -22,25 +34,39 @@ use super::{CliError, Result};
 /// 1k-token answer (the shape of vLLM's and this project's serving benchmarks).
 pub const TYPICAL_SEQ: usize = 2048;
 /// The most sequences `--max-seqs` defaults to: the largest decode-graph bucket (steps of
-/// more rows run eagerly), twice vLLM's default of 256 on H100-class cards.
+/// more rows run eagerly). vLLM defaults to 256, and to 1,024 in its API server on cards of
+/// 70 GB and more, whose CUDA graphs still stop at 512 rows; on an H100 GPT-OSS-20B served
+/// 1,024 sequences 2% faster than 512 at a third more TPOT (issue 52).
 pub const MAX_DEFAULT_SEQS: usize = 512;
-/// Allocator slack kept free beyond the estimate (cubecl's pools, RoPE tables).
-const SLACK: u64 = 512 << 20;
+/// `--gpu-memory-utilization`'s default (vLLM's).
+pub const DEFAULT_UTILIZATION: f64 = 0.9;
 
 /// How a runner's KV pool is sized.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum KvSize {
     /// At least this many positions (whole blocks).
     Tokens(usize),
-    /// The default without `--gpu-memory-utilization`: this many positions (the context, at
-    /// least 16384). Memory sizing is opt-in until its reserve is measured: on an H100 80GB
-    /// HBM3, GPT-OSS-20B at 0.9 left a 38 GB pool whose first 256-request step ran out of
-    /// device memory (a 1.16 GB allocation) with the estimated 23.9 GB reserve.
-    Fixed(usize),
     /// From the device's memory: `utilization` of its total, less what is in use after the
-    /// weights and the reserve for a step of `step_tokens` rows and the decode graphs of up to
-    /// `max_seqs` rows; `fallback` positions where the device cannot report its memory.
+    /// weights load and the worst step of `step_tokens` rows and the decode graphs of up to
+    /// `max_seqs` rows ran; `fallback` positions where the device cannot report its memory.
     Memory { utilization: f64, fallback: usize, step_tokens: usize, max_seqs: usize },
+}
+
+/// What the device held at each point of the profile, in bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Measured {
+    pub total: u64,
+    /// In use once the weights were loaded.
+    pub weights: u64,
+    /// In use after the decode graphs were recorded.
+    pub graphs: u64,
+    /// In use after the worst step ran too (its pages kept): what serving needs besides its
+    /// pool.
+    pub step: u64,
+    /// The decode rows' length the worst step ran (the widest the decode kernels take).
+    pub decode_len: usize,
+    /// The graph recording's line.
+    pub recorded: String,
 }
 
 /// What a pool was sized to, for the start line.
@@ -69,12 +95,12 @@ pub fn utilization(f: f64) -> Result<f64> {
     Err(CliError::Usage(format!("--gpu-memory-utilization {f}: must be in (0, 1]")))
 }
 
-/// Positions of a pool of `utilization × total − used − reserve` bytes at `per_position`
-/// bytes each, rounded down to whole blocks of `block` (0 when nothing is left); the runner
-/// adds one spare block itself, which comes out of the same bytes.
-pub fn positions_for(total: u64, used: u64, utilization: f64, reserve: u64, per_position: u64, block: usize) -> usize {
+/// Positions of a pool of `utilization × total − in_use` bytes at `per_position` bytes each,
+/// rounded down to whole blocks of `block` (0 when nothing is left); the runner adds one spare
+/// block itself, which comes out of the same bytes.
+pub fn positions_for(total: u64, in_use: u64, utilization: f64, per_position: u64, block: usize) -> usize {
     let budget = (total as f64 * utilization) as u64;
-    let left = budget.saturating_sub(used).saturating_sub(reserve);
+    let left = budget.saturating_sub(in_use);
     let block_bytes = per_position.max(1).saturating_mul(block.max(1) as u64);
     let blocks = (left / block_bytes) as usize;
     blocks.saturating_sub(1) * block
@@ -86,71 +112,128 @@ pub fn default_max_seqs(positions: usize, ctx: usize) -> usize {
     (positions / TYPICAL_SEQ.min(ctx).max(1)).clamp(1, MAX_DEFAULT_SEQS)
 }
 
-/// Bytes of one row's activations in a step, logits excluded (f32).
-fn row_bytes(c: &Config) -> u64 {
-    let qkv = (c.n_heads + 2 * c.n_kv_heads) * c.head_dim;
-    (4 * (8 * c.hidden + 2 * qkv + 4 * c.ffn)) as u64
-}
-
-/// Table widths (in blocks of `block`) the decode graphs pass through up to `ctx`: powers
-/// of two, at least 16 (`optimized::runner::graphs`).
-fn widths(ctx: usize, block: usize) -> u64 {
-    let blocks = ctx.div_ceil(block.max(1)).max(1).next_power_of_two().max(16);
-    u64::from(blocks.trailing_zeros() - 16usize.trailing_zeros() + 1)
-}
-
-/// The bytes kept free for activations and graphs (see the module's notes).
-pub fn reserve(c: &Config, step_tokens: usize, max_seqs: usize, block: usize, buckets: &[usize]) -> u64 {
-    let logits_row = 4 * c.vocab as u64;
-    let eager = step_tokens as u64 * row_bytes(c) + 2 * max_seqs.min(step_tokens) as u64 * logits_row;
-    let top = buckets.iter().copied().find(|&b| b >= max_seqs).unwrap_or(usize::MAX);
-    let rows: u64 = buckets.iter().filter(|&&b| b <= top).map(|&b| b as u64).sum();
-    let graphs = 2 * widths(c.max_ctx, block) * rows * (row_bytes(c) + logits_row);
-    eager + graphs + SLACK
-}
-
-/// Blocks of `block` positions for a pool sized by `size`, on a device that reports
-/// `memory` = (free, total) bytes (`None`: it cannot), for a model of widths `c` whose KV
-/// takes `per_position` bytes a position; graph `buckets` as the runner records them.
-pub fn blocks(size: KvSize, memory: Option<(u64, u64)>, c: &Config, per_position: u64, block: usize, buckets: &[usize]) -> Result<(usize, KvPool)> {
+/// Blocks of `block` positions for a pool sized by `size`, with the profile's `measured`
+/// bytes (`None`: the device cannot report its memory, or the size is not from memory), for
+/// a model of widths `c` whose KV takes `per_position` bytes a position.
+pub fn blocks(size: KvSize, measured: Option<&Measured>, c: &Config, per_position: u64, block: usize) -> Result<(usize, KvPool)> {
     let fixed = |positions: usize, how: String| {
         let blocks = positions.div_ceil(block).max(1);
         (blocks, KvPool { positions: blocks * block, bytes: (blocks * block) as u64 * per_position, from_memory: false, how })
     };
-    match (size, memory) {
+    match (size, measured) {
         (KvSize::Tokens(n), _) => Ok(fixed(n, "sized by --kv-tokens".into())),
-        (KvSize::Fixed(n), _) => Ok(fixed(
-            n,
-            "the default size (the context, at least 16384 positions); --gpu-memory-utilization F sizes it from the device's memory, --kv-tokens sets it".into(),
-        )),
         (KvSize::Memory { fallback, .. }, None) => Ok(fixed(
             fallback,
-            "the default size (the context, at least 16384 positions): this device cannot report its free memory, so --gpu-memory-utilization does not apply; --kv-tokens sets it".into(),
+            "the fixed size (the context, at least 16384 positions): this device cannot report its memory, so --gpu-memory-utilization does not apply; --kv-tokens sets it".into(),
         )),
-        (KvSize::Memory { utilization, step_tokens, max_seqs, .. }, Some((free, total))) => {
-            let used = total.saturating_sub(free);
-            let reserve = reserve(c, step_tokens, max_seqs, block, buckets);
-            let positions = positions_for(total, used, utilization, reserve, per_position, block);
+        (KvSize::Memory { utilization, step_tokens, max_seqs, .. }, Some(m)) => {
+            let positions = positions_for(m.total, m.step.max(m.graphs), utilization, per_position, block);
             let gb = |b: u64| b as f64 / 1e9;
+            let account = format!(
+                "{:.1} GB in use after the weights, {:+.2} GB the decode graphs of up to {max_seqs} rows, {:+.2} GB the worst step ({step_tokens} rows, up to {max_seqs} drawing, decode rows of {} positions)",
+                gb(m.weights),
+                gb(m.graphs) - gb(m.weights),
+                gb(m.step) - gb(m.graphs),
+                m.decode_len
+            );
             if positions < c.max_ctx {
                 return Err(CliError::Gpu(format!(
-                    "KV pool: --gpu-memory-utilization {utilization} of {:.1} GB leaves room for {positions} positions ({:.1} GB in use after the weights, {:.1} GB kept for activations and graphs of up to {max_seqs} sequences), less than one {}-token context: raise --gpu-memory-utilization, lower --max-seqs, or set --kv-tokens",
-                    gb(total),
-                    gb(used),
-                    gb(reserve),
+                    "KV pool: --gpu-memory-utilization {utilization} of {:.1} GB leaves room for {positions} positions ({account}), less than one {}-token context: raise --gpu-memory-utilization, lower --max-seqs, or set --kv-tokens",
+                    gb(m.total),
                     c.max_ctx
                 )));
             }
             let bytes = positions as u64 * per_position;
-            let how = format!(
-                "sized by --gpu-memory-utilization {utilization} of {:.1} GB ({:.1} GB in use after the weights, {:.1} GB kept for activations and the decode graphs of up to {max_seqs} sequences)",
-                gb(total),
-                gb(used),
-                gb(reserve)
-            );
+            let how = format!("sized by --gpu-memory-utilization {utilization} of {:.1} GB, measured: {account}", gb(m.total));
             Ok((positions / block, KvPool { positions, bytes, from_memory: true, how }))
         }
     }
+}
+
+/// The profile of [`blocks`]' memory sizing on `m`'s device (see the module's notes), the
+/// model handed back with it; `None` where the device cannot report its memory.
+pub fn profile(
+    m: optimized::model::GpuModel,
+    block: usize,
+    step_tokens: usize,
+    max_seqs: usize,
+) -> Result<(optimized::model::GpuModel, Option<Measured>)> {
+    use optimized::runner::profile as p;
+    let Some((weights, total)) = p::in_use(&m.client) else { return Ok((m, None)) };
+    let ctx = m.dims().max_ctx;
+    let mut r = optimized::runner::GpuRunner::new(m, block, p::blocks_needed(step_tokens, ctx, block))?;
+    let pool = r.kv_bytes() as u64;
+    // The graphs first, as serving records them before its first step: a recording guards the
+    // pages it touches, so one recorded after an eager step would take that step's free pages
+    // out of the next step's reach (`optimized::runner::graphs`, its notes on memory).
+    let recorded = record_graphs(&mut r, max_seqs, ctx).map_err(|e| CliError::Gpu(format!("KV pool: recording the profile's decode graphs: {e}")))?;
+    let arena = r.model.client.arena().stats();
+    let recorded = format!("{recorded}; their activations: {:.2} GB in {} buffers every recording shares", arena.bytes as f64 / 1e9, arena.slots);
+    let graphs = p::in_use(&r.model.client).map_or(weights, |(u, _)| u);
+    // Decode rows as long as the context where the decode kernels take it; where they refuse
+    // (flash decode's combine caps the positions a step reads), the longest they take, as the
+    // graphs' recording does: a step past it fails whatever the pool.
+    let mut decode_len = ctx;
+    loop {
+        match p::worst_step(&mut r, step_tokens, max_seqs, decode_len) {
+            Ok(()) => break,
+            Err(e) if refused(&e) && decode_len > 1024 => decode_len /= 2,
+            Err(e) => return Err(CliError::Gpu(format!("KV pool: the profile step ({step_tokens} rows, up to {max_seqs} drawing): {e}"))),
+        }
+    }
+    let step = p::in_use(&r.model.client).map_or(graphs, |(u, _)| u);
+    let m = r.into_model();
+    p::release(&m.client)?;
+    // The profile's own pool is not part of what serving needs besides its pool.
+    let (graphs, step) = (graphs.saturating_sub(pool).max(weights), step.saturating_sub(pool).max(weights));
+    Ok((m, Some(Measured { total, weights, graphs, step, decode_len, recorded })))
+}
+
+/// Whether the decode kernels refused a width (not a failure of the step itself).
+fn refused(e: &reference::Error) -> bool {
+    e.to_string().contains("unsupported on this device")
+}
+
+/// Record the decode graphs of every bucket of rows up to `seats` (the runner's buckets:
+/// `optimized::runner::BUCKETS`), greedy and sampled, for every table width up to the context,
+/// so that no request's step records one; a line saying what it recorded and how long it took.
+pub fn record_graphs(r: &mut (dyn engine::runner::ModelRunner + Send), seats: usize, ctx: usize) -> reference::Result<String> {
+    let t0 = std::time::Instant::now();
+    let top = optimized::runner::BUCKETS.iter().copied().find(|&b| b >= seats).unwrap_or(seats);
+    // Block tables as wide as the context where the device's decode kernels take them; where
+    // they refuse (flash decode's combine caps the positions a step reads), the widest they
+    // take, said in the start line: a step past it fails as it would without the recording.
+    let (mut width, mut refusal) = (ctx, None);
+    let made = loop {
+        match record_buckets(r, top, width) {
+            Ok(n) => break n,
+            Err(e) if refused(&e) && width > 1024 => {
+                refusal.get_or_insert(e.to_string());
+                width /= 2;
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    let cap = refusal.map_or(String::new(), |e| format!("; wider refused: {e}"));
+    Ok(match made {
+        0 => "decode graphs: none to record (this runner does not record them)".into(),
+        n => format!(
+            "decode graphs: {n} recorded in {:.1} s (batches of 1 to {top} rows, greedy and sampled, block tables up to {width} of the {ctx}-token context{cap})",
+            t0.elapsed().as_secs_f64()
+        ),
+    })
+}
+
+/// Record every decode bucket up to `top` rows (`prepare_decode` of `top` rows: the largest
+/// first), sampled and greedy, at block tables of up to `width` positions; returns how many
+/// recordings were made. Sampled first (the seeded draw's temporaries are the larger): the
+/// recordings share one arena of activations (`optimized::arena`), which the first sizes.
+fn record_buckets(r: &mut (dyn engine::runner::ModelRunner + Send), top: usize, width: usize) -> reference::Result<usize> {
+    let mut made = 0;
+    for sampled in [true, false] {
+        made += r.prepare_decode(top, width, sampled)?;
+    }
+    Ok(made)
 }
 
 #[cfg(test)]
@@ -161,16 +244,16 @@ mod tests {
 
     #[test]
     fn the_pool_is_what_the_utilization_leaves_in_whole_blocks_less_the_spare() {
-        // 80 GB × 0.9 = 72; 14 in use, 8 reserved: 50 GB at 100 kB a position, blocks of 16.
-        let p = positions_for(80 * GB, 14 * GB, 0.9, 8 * GB, 100_000, 16);
+        // 80 GB × 0.9 = 72; 22 in use after the profile: 50 GB at 100 kB a position, blocks of 16.
+        let p = positions_for(80 * GB, 22 * GB, 0.9, 100_000, 16);
         assert_eq!(p, (50 * GB / 1_600_000 - 1) as usize * 16);
         assert_eq!(p % 16, 0);
         // Nothing left: 0, never an underflow.
-        assert_eq!(positions_for(80 * GB, 75 * GB, 0.9, 0, 100_000, 16), 0);
-        assert_eq!(positions_for(80 * GB, 10 * GB, 0.9, 70 * GB, 100_000, 16), 0);
+        assert_eq!(positions_for(80 * GB, 75 * GB, 0.9, 100_000, 16), 0);
+        assert_eq!(positions_for(80 * GB, 80 * GB, 1.0, 100_000, 16), 0);
         // Exactly one block's bytes: the spare takes it.
-        assert_eq!(positions_for(1_600_000, 0, 1.0, 0, 100_000, 16), 0);
-        assert_eq!(positions_for(3_200_000, 0, 1.0, 0, 100_000, 16), 16);
+        assert_eq!(positions_for(1_600_000, 0, 1.0, 100_000, 16), 0);
+        assert_eq!(positions_for(3_200_000, 0, 1.0, 100_000, 16), 16);
     }
 
     #[test]
@@ -198,43 +281,53 @@ mod tests {
         c
     }
 
-    #[test]
-    fn graph_widths_double_from_16_blocks_to_the_context() {
-        assert_eq!(widths(256, 16), 1);
-        assert_eq!(widths(16 * 16, 16), 1);
-        assert_eq!(widths(16 * 17, 16), 2);
-        assert_eq!(widths(131_072, 16), 10);
+    /// In use after the weights, then the graphs, then the worst step.
+    fn measured(weights: u64, graphs: u64, step: u64) -> Measured {
+        Measured { total: 80 * GB, weights, graphs, step, decode_len: 8192, recorded: String::new() }
     }
 
     #[test]
-    fn the_reserve_grows_with_the_graph_buckets_recorded() {
-        let buckets = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512];
+    fn the_measured_pool_leaves_out_the_step_and_the_graphs_and_says_each() {
         let c = cfg(8192);
-        let small = reserve(&c, 2048, 8, 16, &buckets);
-        let big = reserve(&c, 2048, 512, 16, &buckets);
-        assert!(big > small && small > SLACK);
-        // Up to bucket 8: rows 1 + 2 + 4 + 8, two kinds, 6 widths (16 … 512 blocks).
-        let per = row_bytes(&c) + 4 * c.vocab as u64;
-        let eager = 2048 * row_bytes(&c) + 2 * 8 * 4 * c.vocab as u64;
-        assert_eq!(small, eager + 2 * 6 * 15 * per + SLACK);
+        let size = KvSize::Memory { utilization: 0.9, fallback: 16384, step_tokens: 2048, max_seqs: 512 };
+        // 14 GB of weights, the graphs +5, the step +3: 72 − 22 = 50 GB of pool.
+        let m = measured(14 * GB, 19 * GB, 22 * GB);
+        let (b, pool) = blocks(size, Some(&m), &c, 100_000, 16).expect("memory");
+        assert!(pool.from_memory);
+        assert_eq!(pool.positions, b * 16);
+        assert_eq!(pool.positions, positions_for(80 * GB, 22 * GB, 0.9, 100_000, 16));
+        assert_eq!(pool.bytes, pool.positions as u64 * 100_000);
+        for part in [
+            "--gpu-memory-utilization 0.9 of 80.0 GB",
+            "14.0 GB in use after the weights",
+            "+3.00 GB the worst step",
+            "+5.00 GB the decode graphs",
+            "decode rows of 8192",
+        ] {
+            assert!(pool.how.contains(part), "{part}: {}", pool.how);
+        }
+        // More in use after the profile: a smaller pool, by whole blocks.
+        let (b2, _) = blocks(size, Some(&measured(14 * GB, 19 * GB, 30 * GB)), &c, 100_000, 16).expect("memory");
+        assert_eq!(b - b2, (8 * GB / 1_600_000) as usize);
     }
 
     #[test]
     fn a_device_that_cannot_tell_keeps_the_fixed_size_and_a_short_pool_is_an_error() {
         let c = cfg(8192);
         let size = KvSize::Memory { utilization: 0.9, fallback: 16384, step_tokens: 2048, max_seqs: 32 };
-        let (blocks_, pool) = blocks(size, None, &c, 1000, 16, &[1, 2]).expect("fallback");
+        let (blocks_, pool) = blocks(size, None, &c, 1000, 16).expect("fallback");
         assert_eq!((blocks_, pool.positions, pool.from_memory), (1024, 16384, false));
         assert!(pool.how.contains("cannot report"), "{}", pool.how);
-        let (b, pool) = blocks(KvSize::Tokens(100), Some((GB, 80 * GB)), &c, 1000, 16, &[1]).expect("tokens");
-        assert_eq!((b, pool.positions), (7, 112));
-        // 80 GB, 70 free: the pool of 0.9 × 80 − 10 − reserve.
-        let (b, pool) = blocks(size, Some((70 * GB, 80 * GB)), &c, 1000, 16, &[1, 2]).expect("memory");
-        assert!(pool.from_memory && pool.how.contains("--gpu-memory-utilization 0.9"), "{}", pool.how);
-        assert_eq!(pool.positions, b * 16);
-        assert_eq!(pool.positions, positions_for(80 * GB, 10 * GB, 0.9, reserve(&c, 2048, 32, 16, &[1, 2]), 1000, 16));
-        // Too little for one context: the error names what to change.
-        let e = blocks(size, Some((GB, 80 * GB)), &c, 1000, 16, &[1, 2]).err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(e.contains("--gpu-memory-utilization") && e.contains("--kv-tokens") && e.contains("8192-token context"), "{e}");
+        let (b, pool) = blocks(KvSize::Tokens(100), Some(&measured(GB, GB, GB)), &c, 1000, 16).expect("tokens");
+        assert_eq!((b, pool.positions, pool.from_memory), (7, 112, false));
+        // Too little for one context: the error names what to change and what the profile saw.
+        let e = blocks(size, Some(&measured(70 * GB, 71 * GB, 72 * GB)), &c, 1000, 16).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            e.contains("--gpu-memory-utilization")
+                && e.contains("--kv-tokens")
+                && e.contains("8192-token context")
+                && e.contains("the decode graphs"),
+            "{e}"
+        );
     }
 }

@@ -32,17 +32,18 @@ pub struct ServeArgs {
     /// Requests that may wait for a slot beyond the free ones; one more is answered 429.
     #[arg(long, default_value_t = 256)]
     pub max_queue: usize,
-    /// KV cache positions, all sequences together. Default: the context, at least 16384 (or
-    /// sized by --gpu-memory-utilization when it is given).
+    /// KV cache positions, all sequences together. Default: sized by
+    /// --gpu-memory-utilization where the device reports its memory (CUDA), else the context,
+    /// at least 16384.
     #[arg(long)]
     pub kv_tokens: Option<usize>,
-    /// The share of the device's memory tandem may take (vLLM's flag, e.g. 0.9): the KV pool
-    /// is what it leaves after the weights and a reserve for activations and decode graphs.
-    /// Not the default yet (the reserve is an estimate, too small for GPT-OSS-20B at 256
-    /// concurrent requests on an H100). Ignored with --kv-tokens, and where the device cannot
-    /// report its memory (wgpu, cpu).
-    #[arg(long)]
-    pub gpu_memory_utilization: Option<f64>,
+    /// The share of the device's memory tandem may take (vLLM's flag and default): the KV pool
+    /// is what it leaves after the weights, the worst step's activations and the decode
+    /// graphs, all measured at start (a profile step and the graphs' recording). Ignored with
+    /// --kv-tokens, and where the device cannot report its memory (wgpu, cpu: the pool is the
+    /// context, at least 16384 positions).
+    #[arg(long, default_value_t = kv_pool::DEFAULT_UTILIZATION)]
+    pub gpu_memory_utilization: f64,
     /// Shard the model over N ranks (tensor parallelism; as `generate --tensor-parallel`).
     #[arg(long, default_value_t = 1)]
     pub tensor_parallel: usize,
@@ -118,53 +119,11 @@ fn seconds(flag: &str, v: f64, zero_ok: bool) -> Result<Duration> {
 /// its memory).
 const FIXED_POOL_SEQS: usize = 32;
 
-/// Record the decode graphs of every bucket of rows up to `seats` (the runner's buckets:
-/// `optimized::runner::BUCKETS`), greedy and sampled, for every table width up to the context,
-/// so that no request's step records one; a line saying what it recorded and how long it took.
-fn record_graphs(r: &mut (dyn engine::runner::ModelRunner + Send), seats: usize, ctx: usize) -> reference::Result<String> {
-    let t0 = std::time::Instant::now();
-    let top = optimized::runner::BUCKETS.iter().copied().find(|&b| b >= seats).unwrap_or(seats);
-    // Block tables as wide as the context where the device's decode kernels take them; where
-    // they refuse (flash decode's combine caps the positions a step reads), the widest they
-    // take, said in the start line: a step past it fails as it would without the recording.
-    let (mut width, mut refused) = (ctx, None);
-    let made = loop {
-        match record_buckets(r, top, width) {
-            Ok(n) => break n,
-            Err(e) if e.to_string().contains("unsupported on this device") && width > 1024 => {
-                refused.get_or_insert(e.to_string());
-                width /= 2;
-            }
-            Err(e) => return Err(e),
-        }
-    };
-    let cap = refused.map_or(String::new(), |e| format!("; wider refused: {e}"));
-    Ok(match made {
-        0 => "decode graphs: none to record (this runner does not record them)".into(),
-        n => format!(
-            "decode graphs: {n} recorded in {:.1} s (batches of 1 to {top} rows, greedy and sampled, block tables up to {width} of the {ctx}-token context{cap})",
-            t0.elapsed().as_secs_f64()
-        ),
-    })
-}
-
-/// Record every decode bucket up to `top` rows, greedy and sampled, at block tables of up to
-/// `width` positions; returns how many recordings were made.
-fn record_buckets(r: &mut (dyn engine::runner::ModelRunner + Send), top: usize, width: usize) -> reference::Result<usize> {
-    let mut made = 0;
-    for &rows in optimized::runner::BUCKETS.iter().filter(|&&b| b <= top) {
-        for sampled in [false, true] {
-            made += r.prepare_decode(rows, width, sampled)?;
-        }
-    }
-    Ok(made)
-}
-
 pub fn run(a: ServeArgs) -> Result<()> {
     if a.max_seqs == Some(0) {
         return Err(CliError::Usage("--max-seqs must be at least 1".into()));
     }
-    let utilization = a.gpu_memory_utilization.map(kv_pool::utilization).transpose()?;
+    let utilization = kv_pool::utilization(a.gpu_memory_utilization)?;
     let shutdown_timeout = seconds("--shutdown-timeout", a.shutdown_timeout, true)?;
     let header_timeout = seconds("--header-timeout", a.header_timeout, false)?;
     let body_timeout = seconds("--body-timeout", a.body_timeout, false)?;
@@ -193,14 +152,11 @@ pub fn run(a: ServeArgs) -> Result<()> {
     let engine_defaults = EngineConfig::default();
     let size = match a.kv_tokens {
         Some(n) => KvSize::Tokens(n),
-        None => match utilization {
-            None => KvSize::Fixed(kv),
-            Some(utilization) => KvSize::Memory {
-                utilization,
-                fallback: kv,
-                step_tokens: engine_defaults.max_batched_tokens,
-                max_seqs: a.max_seqs.unwrap_or(kv_pool::MAX_DEFAULT_SEQS),
-            },
+        None => KvSize::Memory {
+            utilization,
+            fallback: kv,
+            step_tokens: engine_defaults.max_batched_tokens,
+            max_seqs: a.max_seqs.unwrap_or(kv_pool::MAX_DEFAULT_SEQS),
         },
     };
     // GPT-OSS: o200k_harmony and the harmony chat format (the reply split by channel); the
@@ -256,7 +212,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
             (None, false) => "the default for a fixed pool",
         };
         eprintln!("tandem serve: {}; up to {seats} sequences ({rule})", pool.line());
-        eprintln!("tandem serve: {}", record_graphs(target.as_mut(), seats, ctx).map_err(|e| format!("recording decode graphs: {e}"))?);
+        eprintln!("tandem serve: {}", kv_pool::record_graphs(target.as_mut(), seats, ctx).map_err(|e| format!("recording decode graphs: {e}"))?);
         let draft = match &spec {
             Some((what, _)) => draft_runner(what, &model, tok.as_deref(), draft_kv).map_err(|e| format!("--speculate: {e}"))?,
             None => None,

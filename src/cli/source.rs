@@ -501,7 +501,7 @@ impl Opened {
 /// largest KV type); a memory-sized one is sized (and checked) once the weights are in.
 fn fixed_kv_bytes(size: KvSize, c: &Config) -> usize {
     match size {
-        KvSize::Tokens(n) | KvSize::Fixed(n) => n.div_ceil(KV_BLOCK).max(1) * KV_BLOCK * 2 * c.n_layers * c.n_kv_heads * c.head_dim * 4,
+        KvSize::Tokens(n) => n.div_ceil(KV_BLOCK).max(1) * KV_BLOCK * 2 * c.n_layers * c.n_kv_heads * c.head_dim * 4,
         KvSize::Memory { .. } => 0,
     }
 }
@@ -510,16 +510,23 @@ fn fixed_kv_bytes(size: KvSize, c: &Config) -> usize {
 /// memory-sized pool keeps the fixed default).
 fn cpu_pool(size: KvSize, c: &Config) -> Result<(usize, KvPool)> {
     let per_position = (2 * c.n_layers * c.n_kv_heads * c.head_dim * 4) as u64;
-    kv_pool::blocks(size, None, c, per_position, KV_BLOCK, &[])
+    kv_pool::blocks(size, None, c, per_position, KV_BLOCK)
 }
 
-/// The batched runner over the loaded `m`, its pools sized by `size` from what the device
-/// has left now that the weights are in.
+/// The batched runner over the loaded `m`, its pools sized by `size`: a memory-sized pool
+/// from what the device holds once the weights are in and the worst step and the decode
+/// graphs have run ([`kv_pool::profile`]).
 pub fn gpu_runner(m: optimized::model::GpuModel, size: KvSize) -> Result<(Box<dyn ModelRunner + Send>, KvPool)> {
     let c = m.dims().clone();
     let per_position = (2 * c.n_layers * c.n_kv_heads * c.head_dim * m.kv_dtype.size()) as u64;
-    let memory = optimized::memory_free(&m.client);
-    let (blocks, pool) = kv_pool::blocks(size, memory, &c, per_position, KV_BLOCK, &optimized::runner::BUCKETS)?;
+    let (m, measured) = match size {
+        KvSize::Memory { step_tokens, max_seqs, .. } => kv_pool::profile(m, KV_BLOCK, step_tokens, max_seqs)?,
+        KvSize::Tokens(_) => (m, None),
+    };
+    let (blocks, pool) = kv_pool::blocks(size, measured.as_ref(), &c, per_position, KV_BLOCK)?;
+    if let Some(m) = &measured {
+        eprintln!("  KV pool profile: {}", m.recorded);
+    }
     Ok((Box::new(optimized::runner::GpuRunner::new(m, KV_BLOCK, blocks)?), pool))
 }
 

@@ -100,7 +100,7 @@ pub fn sharded_sized(
     let c = opened.config.clone();
     // Every rank's pools together, f32 (the widest KV type).
     let per_position = (2 * c.n_layers * c.n_kv_heads * c.head_dim * 4) as u64;
-    let (blocks, pool) = super::kv_pool::blocks(size, None, &c, per_position, KV_BLOCK, &[])?;
+    let (blocks, pool) = super::kv_pool::blocks(size, None, &c, per_position, KV_BLOCK)?;
     let runner = match resolve(device) {
         None => cpu_runner(opened, n, blocks * KV_BLOCK)?,
         Some(b) => gpu_runner(opened, n, b, dtype, blocks * KV_BLOCK)?,

@@ -93,7 +93,7 @@ impl Uploader<'_> {
             at += n;
         }
         // Weights: no kernel writes them (the gemvs may read them ahead: `kernels::pdl`).
-        Ok(DeviceTensor { handle, shape, dtype, read_only: true })
+        Ok(DeviceTensor { handle, shape, dtype, read_only: true, lease: None })
     }
 
     /// A linear weight (`ts` stacked by rows): quantized on the device when the source holds
@@ -290,7 +290,7 @@ impl Uploader<'_> {
             n_experts: e,
             out,
             in_dim,
-            data: DeviceTensor { handle, shape: vec![e, out, in_dim], dtype, read_only: true },
+            data: DeviceTensor { handle, shape: vec![e, out, in_dim], dtype, read_only: true, lease: None },
             bias: None,
         };
         Ok((t(gu, 2 * f, c), t(dn, c, f)))
@@ -330,7 +330,7 @@ impl Uploader<'_> {
         let handle = self.client.empty(total);
         self.interleaved_at(gate, up, &handle, 0, total, f, dtype)?;
         self.bytes += total;
-        Ok(DeviceTensor { handle, shape: vec![2 * f, c], dtype, read_only: true })
+        Ok(DeviceTensor { handle, shape: vec![2 * f, c], dtype, read_only: true, lease: None })
     }
 }
 
@@ -357,7 +357,7 @@ fn write_interleaved(
     let total = 2 * f * c * dtype.size();
     let handle = client.empty(total);
     write_interleaved_at(client, staging, &handle, 0, total, g, u, f, c, dtype)?;
-    Ok(DeviceTensor { handle, shape: vec![2 * f, c], dtype, read_only: true })
+    Ok(DeviceTensor { handle, shape: vec![2 * f, c], dtype, read_only: true, lease: None })
 }
 
 /// [`write_interleaved`] into bytes `at ..` of `handle`, a buffer of `total` bytes.

@@ -27,6 +27,7 @@
 
 pub mod batch;
 pub(crate) mod graphs;
+pub mod profile;
 pub mod single;
 
 use engine::runner::{validate_plan, KvLayout, ModelInfo, ModelRunner, SeqResult, StepPlan};
@@ -77,6 +78,28 @@ impl GpuRunner {
         let ropes = crate::model::RopeTables::new(&model.client, &model.spec, cfg.max_ctx)?;
         let graphs = graphs::Graphs::new(model.kernels().graphs);
         Ok(GpuRunner { info: ModelInfo::of(cfg), layout: KvLayout { block_size, num_blocks }, k, v, ropes, model, graphs })
+    }
+
+    /// The model back, its pools and recorded graphs dropped (their pages stay in cubecl's
+    /// pools for the next runner's allocations of the same sizes).
+    pub fn into_model(self) -> GpuModel {
+        self.model
+    }
+
+    /// `e` with what the KV pools take where the device ran out of memory: a step that does is
+    /// a sizing bug (the pool is sized after the worst step ran: [`profile`]).
+    fn oom_context(&self, e: Error) -> Error {
+        let msg = e.to_string();
+        if !(msg.contains("out of device memory") || msg.contains("out-of-memory")) {
+            return e;
+        }
+        let first = msg.lines().next().unwrap_or_default();
+        Error::KvCache(format!(
+            "{first} (the KV pools take {:.2} GB: {} blocks of {} positions; the memory-sized pool left too little for this step)",
+            self.kv_bytes() as f64 / 1e9,
+            self.layout.num_blocks,
+            self.layout.block_size
+        ))
     }
 
     /// Bytes of the KV pools.
@@ -215,7 +238,7 @@ impl ModelRunner for GpuRunner {
     }
     fn step(&mut self, plan: &StepPlan) -> reference::Result<Vec<SeqResult>> {
         validate_plan(plan, &self.info, self.layout)?;
-        self.run(plan).map_err(to_ref)
+        self.run(plan).map_err(|e| to_ref(self.oom_context(e)))
     }
     fn steps_ahead(&self) -> Option<String> {
         self.graphs.ahead_line()

@@ -39,8 +39,8 @@ impl Mxfp4Experts {
             n_experts: n,
             out,
             in_dim,
-            data: DeviceTensor { handle: data, shape: vec![len / 4], dtype: Dtype::F32, read_only: true },
-            scales: DeviceTensor { handle: scale_words, shape: vec![scales.len().div_ceil(4)], dtype: Dtype::F32, read_only: true },
+            data: DeviceTensor { handle: data, shape: vec![len / 4], dtype: Dtype::F32, read_only: true, lease: None },
+            scales: DeviceTensor { handle: scale_words, shape: vec![scales.len().div_ceil(4)], dtype: Dtype::F32, read_only: true, lease: None },
             bias: DeviceTensor::from_f32(client, &s.bias, &[n, out])?.into_read_only(),
             pairs: crate::kernels::qmatmul::v2::pairs_supported(client),
         })

@@ -185,7 +185,8 @@ pub(crate) fn convert(
         return Err(Error::Unsupported(format!("tc convert: x [{m}, {k}] is read in quads of f32 (in % 4 = 0, vectors of 4)")));
     }
     let total = mp * kp;
-    let out = DeviceTensor { handle: client.empty(total * 2), shape: vec![mp, kp], dtype: e, read_only: false };
+    // Through `DeviceTensor::empty`: a decode graph's recording takes it from the arena.
+    let out = DeviceTensor::empty(client, &[mp, kp], e);
     let dim = CubeDim::new_1d(256.min(client.properties().hardware.max_units_per_cube));
     let count = cubecl::calculate_cube_count_elemwise(client, total / 4, dim);
     let (m32, k32, kp32, t32) = (u32_of("M", m)?, u32_of("K", k)?, u32_of("Kp", kp)?, u32_of("Mp·Kp / 4", total / 4)?);

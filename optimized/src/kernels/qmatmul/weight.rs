@@ -342,14 +342,14 @@ impl QWeight {
             }
         };
         let n_words = total / 4;
-        let data = DeviceTensor { handle, shape: vec![n_words], dtype: crate::Dtype::F32, read_only: true };
+        let data = DeviceTensor { handle, shape: vec![n_words], dtype: crate::Dtype::F32, read_only: true, lease: None };
         let s = if format == QFormat::Mxfp4 { words(&sbytes) } else { sbits };
         let scales = match staging {
             // Through the load's page-locked chunks, as the values (not a pageable copy).
             Some(st) => {
                 use cubecl::CubeElement;
                 let handle = st.upload_words(client, u32::as_bytes(&s))?;
-                DeviceTensor { handle, shape: vec![s.len()], dtype: crate::Dtype::F32, read_only: true }
+                DeviceTensor { handle, shape: vec![s.len()], dtype: crate::Dtype::F32, read_only: true, lease: None }
             }
             None => DeviceTensor::from_u32(client, &s, &[s.len()])?.into_read_only(),
         };

@@ -15,6 +15,31 @@
 //! a power of two of blocks (≥ 16): a new recording once per doubling of the longest context.
 //! A backend that refuses capture is remembered and steps run eagerly from then on.
 //!
+//! Memory. cubecl allocates nothing inside a capture window (`graph_prepare` starts a warm-up
+//! run that leaves its pools holding what the recording asks for; a recording that allocated
+//! is refused), and when the window closes it guards every page the recorded launches touched
+//! for the graph's life (`PageGuard`, cubecl-server's `command::capture`): a guarded page is
+//! never released, never relocated, and nothing new is carved from it — not even from its free
+//! slices. A recording's temporaries (every layer's activations, the MoE's sort and GEMM
+//! buffers, flash decode's split scratch, the logits) are freed after the capture but stay on
+//! guarded pages, out of reach of every later allocation: each recording held one step's
+//! activations of its own, and the graphs of every (bucket, width, draw kind) summed to
+//! 123 GB on an H200 with GPT-OSS-20B. So the recordings take their temporaries from the
+//! client's arena instead (`crate::arena`, on for the warm-up and the capture): live buffers
+//! that the next recording leases again, which a guard leaves writable in place. [`prepare`]
+//! records the largest bucket and the widest table first, so the first recording's buffers
+//! serve the smaller ones. What a recording holds of its own: its input buffers
+//! ([`StepBufs`]: ids, positions, slots, params, the draw's scratch, and a block table of
+//! `bucket × width` entries — the width being the power of two of blocks its longest sequence
+//! needs, not the context) and cubecl's launch metadata (kernel shapes and scalars, cached per
+//! graph on cubecl's small-allocation pages). [`prepare`] allocates every input buffer of its
+//! recordings before the first capture: cubecl's pages are sized to the largest allocation
+//! served so far (hundreds of MB once a large step ran), and a buffer allocated after a capture
+//! cannot go on the pages it guarded, so each recording would start such a page of its own.
+//! For the same reason the graphs are recorded before any eager step runs (`tandem serve`, and
+//! the KV pool's profile in the same order): the free pages an eager step leaves would be
+//! guarded by the recordings that carve from them, and the next eager step would need new ones.
+//!
 //! Steps ahead (`ahead=on`, the default): the draw writes the drawn ids over the step's own
 //! token buffer, so a replay without a host write of the ids runs each row's drawn token.
 //! When the engine says the next step continues this one ([`StepPlan::continues`]) and it
@@ -35,9 +60,13 @@ use engine::runner::{KvLayout, SeqResult, StepPlan};
 use engine::sampling::seeded::row_key;
 
 use super::batch;
-use crate::kernels::{advance, argmax, seeded};
+use crate::kernels::seeded;
 use crate::kv_cache::BlockTables;
 use crate::{Client, DeviceTensor, Error};
+
+mod record;
+pub(crate) use record::prepare;
+use record::{capture, step_bufs};
 
 /// Batch sizes a decode step is padded to: every size up to 8 (a verification of k
 /// proposals is k + 1 rows: padded to a power of two, SmolLM2's k = 4 ran 8 rows), then
@@ -91,6 +120,8 @@ pub(crate) struct Graphs {
     on: bool,
     refused: Option<String>,
     map: HashMap<Key, Recorded>,
+    /// Input buffers [`prepare`] allocated for recordings not made yet (the other draw kind's).
+    spare: HashMap<Key, StepBufs>,
     /// Steps run through a graph with a sequence of more than one row (verifications).
     multi_row: u64,
     /// The step replayed ahead of its call, with the inputs it ran.
@@ -131,6 +162,7 @@ impl Graphs {
             on,
             refused: None,
             map: HashMap::new(),
+            spare: HashMap::new(),
             multi_row: 0,
             ahead: None,
             ahead_hits: 0,
@@ -367,36 +399,6 @@ impl Inputs {
     }
 }
 
-/// Records, ahead of the requests, the decode steps of up to `rows` sequences whose lengths
-/// stay within `max_len` tokens (one recording per table width they will pass through), drawn
-/// greedily or sampled — so that no step pays a recording (a warm-up run, the capture and its
-/// instantiation: milliseconds) in the middle of decoding. Returns how many it recorded.
-pub(crate) fn prepare<R: GraphStep>(r: &mut R, rows: usize, max_len: usize, greedy: bool) -> Result<usize, Error> {
-    let Some(&bucket) = BUCKETS.iter().find(|&&b| b >= rows.max(1)) else { return Ok(0) };
-    if !r.graphs().enabled() || bucket > r.max_rows() {
-        return Ok(0);
-    }
-    let layout = r.layout();
-    let mut widths: Vec<usize> = (1..=max_len.max(1).div_ceil(layout.block_size)).map(|l| width(layout, l)).collect();
-    widths.dedup();
-    let mut made = 0;
-    for w in widths {
-        let key = Key { bucket, width: w, greedy };
-        if r.graphs().map.contains_key(&key) {
-            continue;
-        }
-        let mut x = Inputs::empty(key, 0);
-        x.pad(r.scratch_block(), layout.block_size);
-        if capture(r, &x)?.is_none() || !r.graphs().map.contains_key(&key) {
-            // Refused by the backend (remembered): steps run eagerly.
-            break;
-        }
-        made += 1;
-    }
-    r.graphs().recorded_prepared += made as u64;
-    Ok(made)
-}
-
 /// The step of `plan` through a graph: `Ok(None)` when it is not a decode-only step of at
 /// most `r.max_rows()` sequences, or graphs are off or refused (the caller runs it eagerly).
 pub(crate) fn try_step<R: GraphStep>(r: &mut R, plan: &StepPlan) -> Result<Option<Vec<SeqResult>>, Error> {
@@ -429,7 +431,16 @@ pub(crate) fn try_step<R: GraphStep>(r: &mut R, plan: &StepPlan) -> Result<Optio
         }
         None => {
             let t = std::time::Instant::now();
-            let out = capture(r, &x)?;
+            // A prepared recording's buffers hold padding rows: this step's inputs go in first
+            // (the warm-up run's answer is this step's).
+            let bufs = match r.graphs().spare.remove(&x.key) {
+                Some(mut b) => {
+                    x.write(&c, &mut b, true)?;
+                    b
+                }
+                None => step_bufs(&c, r.layout(), &x)?,
+            };
+            let out = capture(r, &x, bufs)?;
             let g = r.graphs();
             g.recorded_in_steps += 1;
             g.recording_in_steps_ns += t.elapsed().as_nanos() as u64;
@@ -513,64 +524,4 @@ fn submit_ahead(client: &Client) -> Result<(), Error> {
         client.flush()?;
     }
     Ok(())
-}
-
-/// The launches of a recorded step: the runner's logits, then argmax or the seeded draw.
-fn launches<R: GraphStep>(r: &R, b: &StepBufs, rows: usize, greedy: bool, advance: bool) -> Result<(), Error> {
-    let logits = r.logits(b, rows)?;
-    if greedy {
-        argmax::argmax_into(r.client(), &logits, &b.ids)?;
-    } else {
-        seeded::seeded_into(r.client(), &logits, &b.params, None, &b.ids, b.draw.as_ref())?;
-    }
-    if advance {
-        advance::advance(r.client(), &b.positions, &b.slots, &b.tables.lens_dev, &b.params)?;
-    }
-    Ok(())
-}
-
-/// Record the step of `x`; returns its (warm-up) output, or `None` when the backend refused
-/// before anything ran.
-fn capture<R: GraphStep>(r: &mut R, x: &Inputs) -> Result<Option<DeviceTensor>, Error> {
-    let c = r.client().clone();
-    let b = x.key.bucket;
-    let rows: Vec<&[u32]> = x.tables.iter().map(Vec::as_slice).collect();
-    let layout = r.layout();
-    let mut tables = BlockTables::upload_padded(&c, &rows, &x.lens, layout.block_size, layout.num_blocks + 1, x.key.width)?;
-    tables.device_lens = true;
-    let bufs = StepBufs {
-        ids: DeviceTensor::from_u32(&c, &x.ids, &[b])?,
-        positions: DeviceTensor::from_u32(&c, &x.positions, &[b])?,
-        slots: DeviceTensor::from_u32(&c, &x.slots, &[b])?,
-        tables,
-        params: DeviceTensor::from_u32(&c, &x.params, &[b, seeded::PARAMS])?,
-        draw: if x.key.greedy { None } else { seeded::split_scratch(&c, b)? },
-    };
-    let out = bufs.ids.clone();
-    if let Err(e) = c.graph_prepare() {
-        r.graphs().refused = Some(format!("graph_prepare: {e}"));
-        return Ok(None);
-    }
-    let advance = c.kernels().advance_device;
-    if let Err(e) = launches(r, &bufs, b, x.key.greedy, advance) {
-        let _ = c.stop_capture();
-        return Err(e);
-    }
-    if let Err(e) = c.start_capture() {
-        let _ = c.stop_capture();
-        r.graphs().refused = Some(format!("start_capture: {e}"));
-        return Ok(Some(out));
-    }
-    let recorded = launches(r, &bufs, b, x.key.greedy, advance);
-    match (recorded, c.stop_capture()) {
-        (Ok(()), Ok(graph)) => {
-            let mut rec = Recorded { graph, bufs, advance };
-            // The warm-up ran the advance.
-            rec.ran(x);
-            r.graphs().map.insert(x.key, rec);
-        }
-        (Err(e), _) => r.graphs().refused = Some(format!("recording a decode step: {e}")),
-        (_, Err(e)) => r.graphs().refused = Some(format!("stop_capture: {e}")),
-    }
-    Ok(Some(out))
 }

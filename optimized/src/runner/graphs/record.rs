@@ -1,0 +1,132 @@
+//! Recording decode graphs: ahead of the requests ([`prepare`]) and by a step that meets a
+//! key first (`try_step`): the input buffers ([`step_bufs`]), the warm-up run and the capture
+//! with the temporaries leased from the client's arena ([`capture`]; the parent module's
+//! notes say why).
+
+use engine::runner::KvLayout;
+
+use super::{width, GraphStep, Inputs, Key, Recorded, StepBufs, BUCKETS};
+use crate::kernels::{advance, argmax, seeded};
+use crate::kv_cache::BlockTables;
+use crate::{Client, DeviceTensor, Error};
+
+/// Records, ahead of the requests, the decode steps of up to `rows` sequences — every bucket
+/// up to `rows`'s, the largest first — whose lengths stay within `max_len` tokens (one
+/// recording per table width they will pass through, the widest first), drawn greedily or
+/// sampled — so that no step pays a recording (a warm-up run, the capture and its
+/// instantiation: milliseconds) in the middle of decoding. Returns how many it recorded.
+///
+/// The input buffers of every recording it makes, and of the other draw kind's (kept for a
+/// later call), are allocated before its first capture: a capture guards the pages it
+/// touched, so a buffer allocated after it starts a page of its own (see the module's notes).
+pub(crate) fn prepare<R: GraphStep>(r: &mut R, rows: usize, max_len: usize, greedy: bool) -> Result<usize, Error> {
+    let Some(&top) = BUCKETS.iter().find(|&&b| b >= rows.max(1)) else { return Ok(0) };
+    if !r.graphs().enabled() {
+        return Ok(0);
+    }
+    let layout = r.layout();
+    let mut widths: Vec<usize> = (1..=max_len.max(1).div_ceil(layout.block_size)).map(|l| width(layout, l)).collect();
+    widths.dedup();
+    let max_rows = r.max_rows();
+    let keys = |greedy: bool| -> Vec<Key> {
+        let buckets = BUCKETS.iter().rev().filter(|&&b| b <= top && b <= max_rows);
+        buckets.flat_map(|&bucket| widths.iter().rev().map(move |&width| Key { bucket, width, greedy })).collect()
+    };
+    let (mine, other) = (keys(greedy), keys(!greedy));
+    let (c, scratch) = (r.client().clone(), r.scratch_block());
+    for &key in mine.iter().chain(&other) {
+        let g = r.graphs();
+        if !g.map.contains_key(&key) && !g.spare.contains_key(&key) {
+            let bufs = step_bufs(&c, layout, &padded(key, scratch, layout))?;
+            r.graphs().spare.insert(key, bufs);
+        }
+    }
+    let mut made = 0;
+    for key in mine {
+        if r.graphs().map.contains_key(&key) {
+            continue;
+        }
+        let Some(bufs) = r.graphs().spare.remove(&key) else { continue };
+        if capture(r, &padded(key, scratch, layout), bufs)?.is_none() || !r.graphs().map.contains_key(&key) {
+            // Refused by the backend (remembered): steps run eagerly.
+            break;
+        }
+        made += 1;
+    }
+    r.graphs().recorded_prepared += made as u64;
+    Ok(made)
+}
+
+/// The inputs of a prepared recording of `key`: padding rows only.
+fn padded(key: Key, scratch: u32, layout: KvLayout) -> Inputs {
+    let mut x = Inputs::empty(key, 0);
+    x.pad(scratch, layout.block_size);
+    x
+}
+
+/// The launches of a recorded step: the runner's logits, then argmax or the seeded draw.
+fn launches<R: GraphStep>(r: &R, b: &StepBufs, rows: usize, greedy: bool, advance: bool) -> Result<(), Error> {
+    let logits = r.logits(b, rows)?;
+    if greedy {
+        argmax::argmax_into(r.client(), &logits, &b.ids)?;
+    } else {
+        seeded::seeded_into(r.client(), &logits, &b.params, None, &b.ids, b.draw.as_ref())?;
+    }
+    if advance {
+        advance::advance(r.client(), &b.positions, &b.slots, &b.tables.lens_dev, &b.params)?;
+    }
+    Ok(())
+}
+
+/// The input buffers of a recording of `x`'s key, holding `x`'s inputs.
+pub(super) fn step_bufs(c: &Client, layout: KvLayout, x: &Inputs) -> Result<StepBufs, Error> {
+    let b = x.key.bucket;
+    let rows: Vec<&[u32]> = x.tables.iter().map(Vec::as_slice).collect();
+    let mut tables = BlockTables::upload_padded(c, &rows, &x.lens, layout.block_size, layout.num_blocks + 1, x.key.width)?;
+    tables.device_lens = true;
+    Ok(StepBufs {
+        ids: DeviceTensor::from_u32(c, &x.ids, &[b])?,
+        positions: DeviceTensor::from_u32(c, &x.positions, &[b])?,
+        slots: DeviceTensor::from_u32(c, &x.slots, &[b])?,
+        tables,
+        params: DeviceTensor::from_u32(c, &x.params, &[b, seeded::PARAMS])?,
+        draw: if x.key.greedy { None } else { seeded::split_scratch(c, b)? },
+    })
+}
+
+/// Record the step of `x` over its input buffers `bufs` (holding `x`'s inputs); returns its
+/// (warm-up) output, or `None` when the backend refused before anything ran.
+pub(super) fn capture<R: GraphStep>(r: &mut R, x: &Inputs, bufs: StepBufs) -> Result<Option<DeviceTensor>, Error> {
+    let c = r.client().clone();
+    let b = x.key.bucket;
+    let out = bufs.ids.clone();
+    if let Err(e) = c.graph_prepare() {
+        r.graphs().refused = Some(format!("graph_prepare: {e}"));
+        return Ok(None);
+    }
+    let advance = c.kernels().advance_device;
+    // The warm-up's and the recording's temporaries from the arena (see the module's notes);
+    // its input buffers (`bufs`) are the recording's own.
+    let _arena = c.arena().on();
+    if let Err(e) = launches(r, &bufs, b, x.key.greedy, advance) {
+        let _ = c.stop_capture();
+        return Err(e);
+    }
+    if let Err(e) = c.start_capture() {
+        let _ = c.stop_capture();
+        r.graphs().refused = Some(format!("start_capture: {e}"));
+        return Ok(Some(out));
+    }
+    let recorded = launches(r, &bufs, b, x.key.greedy, advance);
+    match (recorded, c.stop_capture()) {
+        (Ok(()), Ok(graph)) => {
+            let mut rec = Recorded { graph, bufs, advance };
+            // The warm-up ran the advance.
+            rec.ran(x);
+            r.graphs().map.insert(x.key, rec);
+        }
+        (Err(e), _) => r.graphs().refused = Some(format!("recording a decode step: {e}")),
+        (_, Err(e)) => r.graphs().refused = Some(format!("stop_capture: {e}")),
+    }
+    Ok(Some(out))
+}

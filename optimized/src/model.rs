@@ -189,11 +189,16 @@ impl GpuModel {
     /// tokens, summed over the ranks).
     pub(crate) fn embed(&self, ids: Ids, t: usize) -> Result<DeviceTensor, Error> {
         let Some(tp) = &self.tp else { return self.embed_rows(ids, t) };
-        let local = match ids {
-            Ids::Host(ids) => tp.local_ids(ids)?,
-            Ids::Device(_) => return Err(Error::Unsupported("a tensor-parallel rank embeds token ids from the host only".into())),
+        let x = match ids {
+            // Mapped to the rank's rows on the device, as a decode graph's ids are.
+            Ids::Host(ids) => {
+                tp.check_ids(ids)?;
+                let ids = DeviceTensor::from_u32(&self.client, ids, &[ids.len()])?;
+                self.embed_rows(Ids::Device(&tp.local_ids_device(&self.client, &ids)?), t)?
+            }
+            // A decode graph's ids (nothing of the step on the host).
+            Ids::Device(ids) => self.embed_rows(Ids::Device(&tp.local_ids_device(&self.client, ids)?), t)?,
         };
-        let x = self.embed_rows(Ids::Host(&local), t)?;
         tp.comm.all_reduce_sum(&self.client, &x)?;
         Ok(x)
     }

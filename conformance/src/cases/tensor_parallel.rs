@@ -8,8 +8,16 @@
 //! together, then two decode steps of both, every drawing row's logits compared. A model whose
 //! heads do not split into N ranks, or one the GPU does not shard yet (a mixture of experts),
 //! is a skip carrying the reason.
+//!
+//! The `decode` cases run the steps a served sequence runs: greedy draws with no logits asked
+//! for, each step saying the next continues it — the steps the ranks record as decode graphs and
+//! launch ahead (CUDA), or run eagerly with the ids and logits on the device (wgpu). Every
+//! sequence goes on with the sharded runner's token, which must be the greedy pick of the one
+//! runner's logits for the same step (up to [`MARGIN`]); on CUDA the ranks must have replayed
+//! graphs (a refused or missing recording fails, naming why).
 
-use engine::runner::ModelRunner;
+use engine::runner::{ModelRunner, SampleSpec, SeqStep, StepPlan};
+use engine::sampling::SamplingParams;
 use optimized::model::{gpu_unsupported, GpuModel};
 use optimized::parallel::{load_rank, local_spec, TpComms, TpRunner};
 use optimized::runner::GpuRunner;
@@ -35,6 +43,11 @@ const FIXTURES: [(&str, Tweak); 8] = [
 /// Positions per block of the pools, and blocks.
 const BS: usize = 4;
 const BLOCKS: usize = 16;
+/// Decode steps of the `decode` cases (after the prefill): blocks of [`BS`] are crossed.
+const DECODE_STEPS: usize = 9;
+/// The sharded runner's token may trail the one runner's best logit by this much, relative
+/// to that logit's size (sums in another order: a few f32 ulps through the layers).
+const MARGIN: f32 = 1e-4;
 
 /// How the ranks exchange partial sums.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +63,8 @@ pub struct TpCase {
     pub tweak: Tweak,
     pub world: usize,
     pub comm: Comm,
+    /// Greedy decode steps without logits (the graphed path) instead of the logits walk.
+    pub decode: bool,
 }
 
 impl TpCase {
@@ -102,6 +117,9 @@ impl TpCase {
         let mut tp = TpRunner::spawn(comms.make(self.world).map_err(err)?, one.info().clone(), one.kv_layout(), build).map_err(err)?;
 
         let tokens = ragged_prompts(&ids);
+        if self.decode {
+            return decode_walk(&mut tp, &mut one, tokens, backend);
+        }
         let rows = tokens.iter().map(Vec::len).sum::<usize>();
         let tol_ref = super::model_tolerance(client, Op::Tp, Dtype::F32, false, rows, spec.n_layers());
         let tol_one = crate::tolerance(Op::Tp, Dtype::F32).0;
@@ -134,11 +152,60 @@ impl Case for TpCase {
             Comm::Host => "host",
             Comm::Nccl => "nccl",
         };
-        format!("tp({},hf,tp={},comm={comm}{})", self.fixture, self.world, self.tweak.mark())
+        let decode = if self.decode { ",decode" } else { "" };
+        format!("tp({},hf,tp={},comm={comm}{}{decode})", self.fixture, self.world, self.tweak.mark())
     }
     fn run(&self, client: &Client) -> Outcome {
         self.body(client).unwrap_or_else(Outcome::Fail)
     }
+}
+
+/// `tokens` (two prompts) prefilled by `tp` and `one`, then [`DECODE_STEPS`] greedy steps of
+/// both sequences: `tp`'s without logits, each continuing the last (`StepPlan::continues`),
+/// `one`'s the same step with the logits its token is checked against. Both go on with `tp`'s
+/// tokens.
+fn decode_walk(tp: &mut TpRunner, one: &mut GpuRunner, mut tokens: Vec<Vec<u32>>, backend: Backend) -> Result<Outcome, String> {
+    let blocks: Vec<Vec<u32>> = (0..2u32).map(|s| (0..BLOCKS as u32 / 2).map(|b| 2 * b + s).collect()).collect();
+    let params = SamplingParams::default();
+    let mut worst = Metrics::default();
+    for k in 0..=DECODE_STEPS {
+        let plan = |want_logits: bool| {
+            let mut plan = StepPlan { continues: !want_logits && k < DECODE_STEPS, ..StepPlan::default() };
+            for (t, b) in tokens.iter().zip(&blocks) {
+                let fed = if k == 0 { 0 } else { t.len() - 1 };
+                // The draw counter follows the position, as a sequence's does.
+                let samples = vec![SampleSpec { params: &params, counter: (t.len() - 1) as u64, counts: &[], want_logits, allowed: None }];
+                plan.seqs.push(SeqStep { tokens: &t[fed..], pos0: fed, blocks: b, samples });
+            }
+            plan
+        };
+        let got = tp.step(&plan(false)).map_err(|e| format!("tp step {k}: {e}"))?;
+        let base = one.step(&plan(true)).map_err(|e| format!("one runner step {k}: {e}"))?;
+        let mut drawn = vec![];
+        for (s, (g, b)) in got.iter().zip(&base).enumerate() {
+            let (Some(&id), Some(Some(logits))) = (g.tokens.first(), b.logits.first()) else {
+                return Ok(Outcome::Fail(format!("step {k} seq {s}: no token or logits returned")));
+            };
+            let best = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let Some(&mine) = logits.get(id as usize) else {
+                return Ok(Outcome::Fail(format!("step {k} seq {s}: token {id} outside the vocabulary {}", logits.len())));
+            };
+            let gap = best - mine;
+            if gap.is_nan() || gap > MARGIN * best.abs().max(1.0) {
+                return Ok(Outcome::Fail(format!("step {k} seq {s}: the sharded runner drew {id} (logit {mine}), the one runner's best is {best}")));
+            }
+            worst.max_abs = worst.max_abs.max(f64::from(gap));
+            worst.n += 1;
+            drawn.push(id);
+        }
+        for (t, id) in tokens.iter_mut().zip(drawn) {
+            t.push(id);
+        }
+    }
+    if backend == Backend::Cuda && tp.steps_ahead().is_none() {
+        return Ok(Outcome::Fail(format!("no decode step ran as a graph on the ranks: {}", tp.status().unwrap_or_default())));
+    }
+    Ok(Outcome::Pass(worst))
 }
 
 pub fn cases() -> Vec<Box<dyn Case>> {
@@ -146,7 +213,9 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     for (fixture, tweak) in FIXTURES {
         for world in [2, 4] {
             for comm in [Comm::Host, Comm::Nccl] {
-                v.push(Box::new(TpCase { fixture, tweak, world, comm }));
+                for decode in [false, true] {
+                    v.push(Box::new(TpCase { fixture, tweak, world, comm, decode }));
+                }
             }
         }
     }

@@ -9,14 +9,23 @@
 //! vocabulary-parallel embedding's all-reduce (each rank holds `⌈V/N⌉` token rows and one zero
 //! row, the row every other rank's token reads), one all-reduce after o and one after down,
 //! and the all-gather of the vocabulary-parallel logits before the draw (every rank draws from
-//! the same whole logits, so every rank draws the same tokens). A sharded model never takes
-//! the fused decode chain (residual add + RMSNorm in the gemv epilogues): the partial sums
-//! must be reduced before the residual add, so it runs the add + RMSNorm kernels around the
-//! all-reduce. The fused form — the all-reduce's result added into x and normed in one
-//! kernel after the collective — would replace `add_rmsnorm_device_as` after each reduce in
-//! `GpuModel::blocks`.
+//! the same whole logits, so every rank draws the same tokens).
+//!
+//! A rank's step needs nothing from the host beyond a single GPU's: the ids' mapping to the
+//! rank's rows and the logits' reassembly after the gather are kernels ([`kernels`]), and the
+//! NCCL collectives are enqueued on the compute stream, so a decode step is recorded into the
+//! rank's decode graphs (`runner::graphs`) and replayed like a single GPU's — collectives
+//! included (NCCL records into a stream capture).
+//!
+//! The residual add and the RMSNorm after each reduce: a sharded model never takes the fused
+//! decode chain (the residual add + the next norm in the gemv epilogue): that epilogue would add
+//! a rank's partial sum into x, and x must see the sum of every rank's. After the all-reduce the
+//! add and the next RMSNorm are one kernel (`add_rmsnorm_device_as`, v2/v3: the same one the
+//! single GPU's prefill runs), so a TP block runs as many launches as a single GPU's fused decode
+//! block plus its two collectives.
 
 mod host;
+pub mod kernels;
 mod nccl_device;
 mod runner;
 mod source;
@@ -54,6 +63,11 @@ pub trait DeviceComm: Send + Sync {
     fn fail(&self, _why: &str) {}
     /// How the collectives run (for the runner's status line).
     fn describe(&self) -> String;
+    /// Called once on the thread that will run this rank's steps, before its first launch
+    /// (NCCL: that thread's graph captures stop holding the other ranks' threads back).
+    fn on_rank_thread(&self) -> Result<(), Error> {
+        Ok(())
+    }
 }
 
 /// One rank's place in a tensor-parallel group, held by its model.
@@ -69,41 +83,30 @@ pub struct TpRank {
 }
 
 impl TpRank {
-    /// The row of this rank's embedding table `id` reads: its own, or the zero row at
-    /// `vocab_part` for a token another rank holds. An id outside the vocabulary is an error.
-    pub fn local_ids(&self, ids: &[u32]) -> Result<Vec<u32>, Error> {
-        ids.iter()
-            .enumerate()
-            .map(|(t, &id)| {
-                let i = id as usize;
-                if i >= self.vocab_total {
-                    return Err(Error::Shape(format!("token id {id} at position {t} is outside the vocabulary (V = {})", self.vocab_total)));
-                }
-                Ok(if self.vocab.contains(&i) { (i - self.vocab.start) as u32 } else { self.vocab_part as u32 })
-            })
-            .collect()
+    /// An error naming the first of `ids` outside the vocabulary.
+    pub fn check_ids(&self, ids: &[u32]) -> Result<(), Error> {
+        match ids.iter().position(|&id| id as usize >= self.vocab_total) {
+            Some(t) => Err(Error::Shape(format!("token id {} at position {t} is outside the vocabulary (V = {})", ids[t], self.vocab_total))),
+            None => Ok(()),
+        }
+    }
+
+    /// The rows of this rank's embedding table that `ids [T]` (u32, ids of the whole
+    /// vocabulary: a step's, checked by [`TpRank::check_ids`], or drawn) read: its own row
+    /// `id − vocab.start`, or the zero row at `vocab_part` for a token another rank holds.
+    pub fn local_ids_device(&self, c: &Client, ids: &DeviceTensor) -> Result<DeviceTensor, Error> {
+        kernels::local_ids(c, ids, &self.vocab, self.vocab_part)
     }
 
     /// The whole logits `[T, V]` (f32) from every rank's `[T, vocab_part + 1]` (the last column
-    /// the zero row's, and the last rank's padding, dropped).
+    /// the zero row's, and the last rank's padding, dropped): gathered and reassembled on the
+    /// device, the same bits on every rank.
     pub fn gather_logits(&self, c: &Client, part: &DeviceTensor) -> Result<DeviceTensor, Error> {
-        let (t, w) = match part.shape[..] {
-            [t, w] if w == self.vocab_part + 1 => (t, w),
-            _ => return Err(Error::Shape(format!("rank logits of shape {:?}, expected [T, {}]", part.shape, self.vocab_part + 1))),
-        };
-        let all = self.comm.all_gather(c, part)?.to_f32(c)?;
-        let n = self.comm.world();
-        let v = self.vocab_total;
-        let mut out = vec![0f32; t * v];
-        for (row, o) in out.chunks_exact_mut(v).enumerate() {
-            for r in 0..n {
-                let lo = (r * self.vocab_part).min(v);
-                let hi = ((r + 1) * self.vocab_part).min(v);
-                let src = (r * t + row) * w;
-                o[lo..hi].copy_from_slice(&all[src..src + (hi - lo)]);
-            }
+        if !matches!(part.shape[..], [_, w] if w == self.vocab_part + 1) {
+            return Err(Error::Shape(format!("rank logits of shape {:?}, expected [T, {}]", part.shape, self.vocab_part + 1)));
         }
-        DeviceTensor::from_f32(c, &out, &[t, v])
+        let all = self.comm.all_gather(c, part)?;
+        kernels::vocab_gather(c, &all, self.vocab_part, self.vocab_total)
     }
 }
 

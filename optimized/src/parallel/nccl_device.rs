@@ -4,6 +4,14 @@
 //! cubecl-cuda's accessor: vendor/README.md), so the collective is enqueued after the kernels
 //! that wrote the buffer and before those that read it, with no host sync, and a graph
 //! captured on that stream records it.
+//!
+//! Capture and the other ranks: cubecl begins a capture in CUDA's global mode, under which a
+//! thread whose own mode is global may not make a "potentially unsafe" call (an allocation, a
+//! synchronous copy) while any thread of the process captures. The ranks are threads of one
+//! process, each recording its decode graphs while the others may still allocate (a warm-up
+//! run's buffers), so every rank thread sets its own mode to thread-local first
+//! ([`DeviceComm::on_rank_thread`]): its own capture still guards its own calls, and the other
+//! ranks' captures no longer fail them.
 
 use std::sync::Mutex;
 
@@ -78,5 +86,16 @@ impl DeviceComm for NcclDevice {
     }
     fn describe(&self) -> String {
         format!("NCCL on the compute stream (rank {} of {})", self.rank, self.world)
+    }
+    fn on_rank_thread(&self) -> Result<(), Error> {
+        use cudarc::driver::sys::{cuThreadExchangeStreamCaptureMode, CUresult, CUstreamCaptureMode};
+        let mut mode = CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+        // SAFETY: sets this thread's capture interaction mode; `mode` is a valid place for the
+        // previous one.
+        let status = unsafe { cuThreadExchangeStreamCaptureMode(&mut mode) };
+        if status != CUresult::CUDA_SUCCESS {
+            return Err(Error::Unsupported(format!("NCCL rank {}: cuThreadExchangeStreamCaptureMode: {status:?}", self.rank)));
+        }
+        Ok(())
     }
 }

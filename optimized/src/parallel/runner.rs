@@ -5,21 +5,25 @@
 //! `GpuModel::blocks` / `head`), every rank draws from the same gathered logits, and rank 0's
 //! results are returned (debug builds check the ranks drew the same tokens).
 //!
-//! Decode graphs are off on the ranks: a captured step embeds ids already on the device, and
-//! a rank maps ids to its vocabulary part on the host (`TpRank::local_ids`). Capturing them
-//! needs that mapping as a kernel and the collectives on the captured stream (NCCL's are:
-//! [`super::NcclDevice`]).
+//! Decode graphs on the ranks: each rank's `GpuRunner` records and replays its decode steps as
+//! a single GPU's does (`runner::graphs`: buckets, steps ahead), the collectives inside the
+//! recording (NCCL's are enqueued on the captured stream: [`super::NcclDevice`]). The ranks
+//! take the same decisions from the same plans — which bucket, whether to record, whether a
+//! step ahead is foreseen — so their recordings, and the collectives in them, match up; every
+//! rank draws the same ids from the same gathered logits into its own graph's id buffer.
+//! Where the backend does not capture (wgpu) every rank runs eagerly, as before.
 
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use engine::runner::{validate_plan, KvLayout, ModelInfo, ModelRunner, SeqResult, StepPlan};
 
 use super::{DeviceComm, HostStaged, NcclDevice};
 use crate::model::GpuModel;
 use crate::runner::GpuRunner;
-use crate::Error;
+use crate::{DeviceTensor, Error};
 
 /// The communicators of a group, one a rank.
 pub enum TpComms {
@@ -46,10 +50,37 @@ struct PlanPtr(*const ());
 // rank's answer, or its thread's end, before returning).
 unsafe impl Send for PlanPtr {}
 
-/// One rank's thread: plans in, results out.
+/// What a rank thread is asked to do.
+enum Msg {
+    Step(PlanPtr),
+    /// `ModelRunner::prepare_decode`'s arguments.
+    Prepare {
+        rows: usize,
+        max_len: usize,
+        sampled: bool,
+    },
+    /// The runner's counters, for the `ModelRunner` queries.
+    Report,
+}
+
+/// A rank thread's answer to a [`Msg`], of the same kind.
+enum Reply {
+    Step(Result<Vec<SeqResult>, String>),
+    Prepared(Result<usize, String>),
+    Report(Report),
+}
+
+/// A rank's runner's counters.
+struct Report {
+    steps_ahead: Option<String>,
+    recordings: (u64, u64),
+    status: Option<String>,
+}
+
+/// One rank's thread: messages in, replies out.
 struct Rank {
-    to: Option<Sender<PlanPtr>>,
-    from: Receiver<Result<Vec<SeqResult>, String>>,
+    to: Option<Sender<Msg>>,
+    from: Receiver<Reply>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -58,10 +89,15 @@ pub struct TpRunner {
     info: ModelInfo,
     layout: KvLayout,
     ranks: Vec<Rank>,
-    /// Rank 0's runner name and how its collectives run.
+    /// Rank 0's runner name, how its collectives run and what they cost.
     name: String,
     comms: String,
+    timing: String,
 }
+
+/// Rows of the residual stream whose all-reduce (and logits whose all-gather) a group times
+/// when it starts: a decode step of one sequence, and of the batches the benchmarks run.
+const TIMED_ROWS: [usize; 3] = [1, 64, 128];
 
 impl TpRunner {
     /// `comms.len()` ranks, rank r's runner made by `build(r, comms[r])` on rank r's thread
@@ -75,12 +111,12 @@ impl TpRunner {
         let (ready_tx, ready_rx) = channel::<Ready>();
         let mut ranks = Vec::with_capacity(comms.len());
         for (r, comm) in comms.into_iter().enumerate() {
-            let (to, plans) = channel::<PlanPtr>();
-            let (results, from) = channel();
+            let (to, msgs) = channel::<Msg>();
+            let (replies, from) = channel();
             let (build, ready) = (build.clone(), ready_tx.clone());
             let thread = std::thread::Builder::new()
                 .name(format!("tp-rank-{r}"))
-                .spawn(move || rank_thread(r, comm, &*build, &ready, &plans, &results))
+                .spawn(move || rank_thread(r, comm, &*build, &ready, &msgs, &replies))
                 .map_err(|e| Error::Unsupported(format!("tensor-parallel rank {r}: no thread: {e}")))?;
             ranks.push(Rank { to: Some(to), from, thread: Some(thread) });
         }
@@ -97,14 +133,14 @@ impl TpRunner {
             }
         }
         // Dropped on an error: the rank threads end with their channels.
-        let mut runner = TpRunner { info, layout, ranks, name: String::new(), comms: String::new() };
+        let mut runner = TpRunner { info, layout, ranks, name: String::new(), comms: String::new(), timing: String::new() };
         if let Some(e) = first_err {
             return Err(Error::Unsupported(e));
         }
-        let Some(Some((name, comms))) = names.into_iter().next() else {
+        let Some(Some(ready)) = names.into_iter().next() else {
             return Err(Error::Unsupported("a tensor-parallel group of no ranks".into()));
         };
-        (runner.name, runner.comms) = (name, comms);
+        (runner.name, runner.comms, runner.timing) = (ready.name, ready.comms, ready.timing);
         Ok(runner)
     }
 
@@ -128,44 +164,143 @@ impl TpRunner {
     pub fn world(&self) -> usize {
         self.ranks.len()
     }
+
+    /// `msg()` sent to every rank, and every rank's reply (or why it gave none), rank r at
+    /// index r; every rank that took a message answers (or ends) before this returns.
+    fn all(&self, msg: impl Fn() -> Msg) -> Vec<Result<Reply, String>> {
+        let sent: Vec<bool> = self.ranks.iter().map(|rank| rank.to.as_ref().is_some_and(|to| to.send(msg()).is_ok())).collect();
+        self.ranks
+            .iter()
+            .zip(sent)
+            .map(|(rank, sent)| match sent {
+                true => rank.from.recv().map_err(|_| "its thread ended".to_string()),
+                false => Err("its thread ended".into()),
+            })
+            .collect()
+    }
+
+    /// Rank 0's counters (`None` when its thread is gone).
+    fn report(&self) -> Option<Report> {
+        let to = self.ranks.first()?.to.as_ref()?;
+        to.send(Msg::Report).ok()?;
+        match self.ranks.first()?.from.recv().ok()? {
+            Reply::Report(r) => Some(r),
+            _ => None,
+        }
+    }
 }
 
-/// What a rank reports once built: its index, and its runner's name and status line (or why
-/// it could not be built).
-type Ready = (usize, Result<(String, String), String>);
+/// What a rank reports once built: its runner's name, its collectives' status line and what
+/// they were timed at.
+#[derive(Clone)]
+struct Built {
+    name: String,
+    comms: String,
+    timing: String,
+}
 
-/// Rank `r`: build its runner, report, then run each plan it is sent until the channel closes.
+/// A rank's index with what it reports once built (or why it could not be built).
+type Ready = (usize, Result<Built, String>);
+
+/// The all-reduce of the residual stream `[rows, C]` (f32) and the all-gather of the logits
+/// `[rows, vocab_part + 1]` timed on `runner`'s rank for each of [`TIMED_ROWS`] (every rank
+/// runs the same collectives), as a status line: what a decode step's `2L + 1` all-reduces
+/// and one gather cost, outside the step.
+fn time_collectives(runner: &GpuRunner) -> Result<String, Error> {
+    const RUNS: u32 = 20;
+    let m = &runner.model;
+    let Some(tp) = m.tp.as_ref() else { return Ok(String::new()) };
+    let c = &m.client;
+    let (hidden, layers) = (m.dims().hidden, m.dims().n_layers);
+    let reduces = 2 * layers + 1;
+    let sync = || cubecl::future::block_on(c.sync()).map_err(Error::from);
+    let mut parts = vec![];
+    for rows in TIMED_ROWS {
+        let x = DeviceTensor::from_f32(c, &vec![0.0; rows * hidden], &[rows, hidden])?;
+        let logits = DeviceTensor::from_f32(c, &vec![0.0; rows * (tp.vocab_part + 1)], &[rows, tp.vocab_part + 1])?;
+        // Warm-up: NCCL sets up its channels on a size's first call.
+        tp.comm.all_reduce_sum(c, &x)?;
+        tp.gather_logits(c, &logits)?;
+        sync()?;
+        let t = Instant::now();
+        for _ in 0..RUNS {
+            tp.comm.all_reduce_sum(c, &x)?;
+        }
+        sync()?;
+        let reduce = t.elapsed().as_secs_f64() / f64::from(RUNS);
+        let t = Instant::now();
+        for _ in 0..RUNS {
+            tp.gather_logits(c, &logits)?;
+        }
+        sync()?;
+        let gather = t.elapsed().as_secs_f64() / f64::from(RUNS);
+        parts.push(format!(
+            "{rows} rows: all-reduce {:.1} µs, logits gather {:.1} µs, a step's {reduces} + 1 = {:.3} ms",
+            reduce * 1e6,
+            gather * 1e6,
+            (reduce * reduces as f64 + gather) * 1e3
+        ));
+    }
+    Ok(format!("collectives timed alone, back to back, {RUNS} runs each: {}", parts.join("; ")))
+}
+
+/// Rank `r`: build its runner, report, then answer each message it is sent until the channel
+/// closes.
 fn rank_thread(
     r: usize,
     comm: Arc<dyn DeviceComm>,
     build: &dyn Fn(usize, Arc<dyn DeviceComm>) -> Result<GpuRunner, Error>,
     ready: &Sender<Ready>,
-    plans: &Receiver<PlanPtr>,
-    results: &Sender<Result<Vec<SeqResult>, String>>,
+    msgs: &Receiver<Msg>,
+    replies: &Sender<Reply>,
 ) {
     // A panic (cubecl's device init unwraps) is this rank's error, so no rank waits for it.
     let caught = |p: Box<dyn std::any::Any + Send>| Error::Unsupported(format!("rank {r} panicked: {}", crate::panic_message(p)));
-    let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| build(r, comm.clone()))).unwrap_or_else(|p| Err(caught(p)));
+    let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<(GpuRunner, String), Error> {
+        comm.on_rank_thread()?;
+        let runner = build(r, comm.clone())?;
+        let timing = time_collectives(&runner)?;
+        Ok((runner, timing))
+    }))
+    .unwrap_or_else(|p| Err(caught(p)));
     let mut runner = match built {
-        Ok(runner) => runner,
+        Ok((runner, timing)) => {
+            let _ = ready.send((r, Ok(Built { name: runner.name(), comms: comm.describe(), timing })));
+            runner
+        }
         Err(e) => {
             comm.fail(&e.to_string());
             let _ = ready.send((r, Err(e.to_string())));
             return;
         }
     };
-    // A captured step embeds device ids; a rank maps ids on the host (module doc).
-    runner.set_graphs(false);
-    let _ = ready.send((r, Ok((runner.name(), comm.describe()))));
-    for PlanPtr(p) in plans.iter() {
-        // SAFETY: `TpRunner::step` sent a live `&StepPlan` and waits for this answer.
-        let plan = unsafe { &*(p as *const StepPlan) };
-        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| runner.run(plan)));
-        let out = run.unwrap_or_else(|p| Err(caught(p))).map_err(|e| e.to_string());
-        if let Err(e) = &out {
-            comm.fail(e);
-        }
-        if results.send(out).is_err() {
+    for msg in msgs.iter() {
+        let reply = match msg {
+            Msg::Step(PlanPtr(p)) => {
+                // SAFETY: `TpRunner::step` sent a live `&StepPlan` and waits for this answer.
+                let plan = unsafe { &*(p as *const StepPlan) };
+                let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| runner.run(plan)));
+                let out = run.unwrap_or_else(|p| Err(caught(p))).map_err(|e| e.to_string());
+                if let Err(e) = &out {
+                    comm.fail(e);
+                }
+                Reply::Step(out)
+            }
+            Msg::Prepare { rows, max_len, sampled } => {
+                let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| runner.prepare_decode(rows, max_len, sampled)));
+                let out = run.unwrap_or_else(|p| Err(reference::Error::Backend(caught(p).to_string()))).map_err(|e| e.to_string());
+                if let Err(e) = &out {
+                    comm.fail(e);
+                }
+                Reply::Prepared(out)
+            }
+            Msg::Report => Reply::Report(Report {
+                steps_ahead: runner.steps_ahead(),
+                recordings: runner.graph_recordings(),
+                status: ModelRunner::status(&runner),
+            }),
+        };
+        if replies.send(reply).is_err() {
             return;
         }
     }
@@ -194,20 +329,11 @@ impl ModelRunner for TpRunner {
     fn step(&mut self, plan: &StepPlan) -> reference::Result<Vec<SeqResult>> {
         validate_plan(plan, &self.info, self.layout)?;
         let p = plan as *const StepPlan as *const ();
-        let mut sent = Vec::with_capacity(self.ranks.len());
-        for rank in &self.ranks {
-            sent.push(rank.to.as_ref().is_some_and(|to| to.send(PlanPtr(p)).is_ok()));
-        }
-        // Every rank that took the plan answers (or ends) before the plan may go.
-        let mut outs = Vec::with_capacity(self.ranks.len());
-        for (r, (rank, sent)) in self.ranks.iter().zip(sent).enumerate() {
-            let out = match sent {
-                true => rank.from.recv().unwrap_or_else(|_| Err("its thread ended".into())),
-                false => Err("its thread ended".into()),
-            };
-            outs.push(out.map_err(|e| reference::Error::Backend(format!("tensor-parallel rank {r}: {e}"))));
-        }
-        let mut outs = outs.into_iter();
+        let mut outs = self.all(|| Msg::Step(PlanPtr(p))).into_iter().enumerate().map(|(r, reply)| match reply {
+            Ok(Reply::Step(Ok(out))) => Ok(out),
+            Ok(Reply::Step(Err(e))) | Err(e) => Err(reference::Error::Backend(format!("tensor-parallel rank {r}: {e}"))),
+            Ok(_) => Err(reference::Error::Backend(format!("tensor-parallel rank {r}: answered a step with something else"))),
+        });
         let first = outs.next().unwrap_or_else(|| Err(reference::Error::Backend("a tensor-parallel group of no ranks".into())))?;
         for (r, other) in outs.enumerate() {
             let other = other?;
@@ -223,6 +349,26 @@ impl ModelRunner for TpRunner {
         format!("{}×tp{}", self.name, self.ranks.len())
     }
     fn status(&self) -> Option<String> {
-        Some(format!("tensor parallel over {} ranks ({}); decode graphs off on the ranks", self.ranks.len(), self.comms))
+        let ranks = self.report().and_then(|r| r.status).unwrap_or_default();
+        Some(format!("tensor parallel over {} ranks ({}); rank 0: {ranks}; {}", self.ranks.len(), self.comms, self.timing))
+    }
+    fn steps_ahead(&self) -> Option<String> {
+        self.report().and_then(|r| r.steps_ahead).map(|s| format!("rank 0: {s}"))
+    }
+    fn recordings(&self) -> Option<(u64, u64)> {
+        self.report().map(|r| r.recordings)
+    }
+    /// Every rank records the same graphs (their collectives meet in the warm-up runs).
+    fn prepare_decode(&mut self, rows: usize, max_len: usize, sampled: bool) -> reference::Result<usize> {
+        let mut made = None;
+        for (r, reply) in self.all(|| Msg::Prepare { rows, max_len, sampled }).into_iter().enumerate() {
+            let n = match reply {
+                Ok(Reply::Prepared(Ok(n))) => n,
+                Ok(Reply::Prepared(Err(e))) | Err(e) => return Err(reference::Error::Backend(format!("tensor-parallel rank {r}: {e}"))),
+                Ok(_) => return Err(reference::Error::Backend(format!("tensor-parallel rank {r}: answered a prepare with something else"))),
+            };
+            made.get_or_insert(n);
+        }
+        Ok(made.unwrap_or(0))
     }
 }

@@ -11,7 +11,7 @@
 //!
 //! The embedding and the head: rows `vocab` of the whole table, then zero rows up to
 //! `vocab_part + 1` — the padding of a short last part, and the zero row every other rank's
-//! token embeds to ([`super::TpRank::local_ids`]); its logit column is dropped when the logits
+//! token embeds to ([`super::TpRank::local_ids_device`]); its logit column is dropped when the logits
 //! are gathered. A tied head stays tied.
 
 use std::ops::Range;

@@ -46,7 +46,7 @@ proptest! {
         let n_in = blocks * kind.ty().block_elems();
         let cases: Vec<Box<dyn Case>> = vec![
             Box::new(GgmlDequantCase { kind, rows, blocks, seed }),
-            Box::new(GgmlMatmulCase { t, n_in, n_out, kind, parts: 1, fusion }),
+            Box::new(GgmlMatmulCase { t, n_in, n_out, kind, parts: 1, fusion, fused: false }),
         ];
         let r = run_cases(&cases, &backends_from_env());
         let (_, f, _) = r.count();

@@ -138,6 +138,9 @@ pub enum QGemm {
     Mma,
     /// tc v3 (`kernels::matmul::tc_wg_quant`, sm_90a, the formats it takes).
     Wgmma,
+    /// tc v3, and ggml blocks (`QFormat::Ggml`) by the GEMM decoding them in its B tile
+    /// (`kernels::qformat::gemm`, sm_90a) instead of the dequantize pass + the dense GEMM.
+    Fused,
     /// The lab's tc v4 over quantized weights (`lab/tc_wg_quant_tma.rs`: decoder warps, A by
     /// TMA; slower than tc v3).
     Tma,
@@ -149,6 +152,7 @@ impl QGemm {
         match self {
             QGemm::Mma => "mma",
             QGemm::Wgmma => "wgmma",
+            QGemm::Fused => "fused",
             QGemm::Tma => "tma",
         }
     }

@@ -1,12 +1,16 @@
 //! `tandem bench --kernel qmatmul --batches M,…`: the GEMMs of batched steps and prefill (M
 //! rows) over ggml weights kept as stored, at Llama-3.1-8B's layer shapes (or `--shapes`), per
-//! format: the production path (`qmatmul::qlinear_into`, which picks the kernel for M), the
-//! dequantize pass alone (`qformat::dequant_into` into the scratch type the dense GEMM takes),
-//! and the dense bf16 GEMM of the same shape (`matmul::linear_into`, `Version::Auto`) — µs per
-//! call and the ratio dense / format (the target: at least 0.85). Each weight rotates
-//! through copies of at least 256 MiB together, so that no format runs out of L2.
+//! format: `qmatmul::qlinear_into` as a model runs it with `--kernels qgemm=fused` (`fused`:
+//! on Hopper the GEMM decoding the blocks in its B tile, `qformat::gemm`), that GEMM with its L2
+//! prefetch 2 and 4 k-blocks ahead (`pf2`, `pf4`), the same call with `qgemm=wgmma`
+//! (`deq+gemm`: the dequantize pass + the dense GEMM), and the dense bf16 GEMM of the same shape
+//! (`matmul::linear_into`, `Version::Auto`) — µs per call and the ratio dense / format (the
+//! issue's target: at least 0.85). Each weight rotates through copies of at least 256 MiB
+//! together, so that no format runs out of L2.
 
+use optimized::config::{KernelConfig, QGemm};
 use optimized::kernels::matmul::{linear_into, Version};
+use optimized::kernels::qformat::gemm::GgmlGemm;
 use optimized::kernels::qformat::{self, GgmlKind};
 use optimized::kernels::qmatmul::{qlinear_into, QWeight};
 use optimized::{Backend, Client, DeviceTensor, Dtype};
@@ -89,7 +93,9 @@ pub fn run(backend: Backend, reps: usize, ms: &[usize], shapes: Option<Vec<(usiz
     let info = optimized::device_info(&client);
     let reps = 10 * reps.max(1);
     println!("tandem bench --kernel qmatmul --batches — {backend}: {} — M-row GEMMs over ggml blocks — {gate}", info.name);
-    println!("(path: qlinear_into as a model runs it; dequant: the dequantize pass alone; ×: dense bf16 µs / the row's µs)");
+    println!("(fused: qlinear_into with qgemm=fused; pfN: its ggml GEMM with the L2 prefetch N k-blocks ahead; deq+gemm: qlinear_into with qgemm=wgmma, the dequantize pass + the dense GEMM; ×: dense bf16 µs / the row's µs)");
+    let fused = client.with_kernels(KernelConfig { qgemm: QGemm::Fused, ..*client.kernels() });
+    let deq = client.with_kernels(KernelConfig { qgemm: QGemm::Wgmma, ..*client.kernels() });
     println!("{:>11} {:>5} {:>18} {:>10} {:>10}", "in×out", "M", "format", "µs/call", "vs bf16");
     for (n_in, n_out) in shapes.unwrap_or(SHAPES.to_vec()) {
         let shape = format!("{n_in}×{n_out}");
@@ -111,7 +117,6 @@ pub fn run(backend: Backend, reps: usize, ms: &[usize], shapes: Option<Vec<(usiz
             }
             quant.push((kind, ws));
         }
-        let scratch = DeviceTensor::empty(&client, &[n_out, n_in], qformat::dense_dtype(&client, n_in));
         for &m in ms {
             let x = DeviceTensor::from_f32(&client, &vec![0.5; m * n_in], &[m, n_in])?;
             let y = DeviceTensor::empty_f32(&client, &[m, n_out]);
@@ -124,16 +129,24 @@ pub fn run(backend: Backend, reps: usize, ms: &[usize], shapes: Option<Vec<(usiz
             let d = d.ok();
             for (kind, ws) in &quant {
                 let name = kind.ty().name();
-                let p = micros(&client, reps, || {
+                let p = micros(&fused, reps, || {
                     i += 1;
-                    qlinear_into(&client, &x, &ws[i % ws.len()], &y)
+                    qlinear_into(&fused, &x, &ws[i % ws.len()], &y)
                 });
-                row(&shape, m, &format!("{name} path"), &p, d);
-                let q = micros(&client, reps, || {
+                row(&shape, m, &format!("{name} fused"), &p, d);
+                for ahead in [2usize, 4] {
+                    let cfg = GgmlGemm { ahead, ..GgmlGemm::default() };
+                    let q = micros(&client, reps, || {
+                        i += 1;
+                        qformat::gemm::linear_into(&client, &x, &ws[i % ws.len()], &y, None, Some(cfg))
+                    });
+                    row(&shape, m, &format!("{name} pf{ahead}"), &q, d);
+                }
+                let q = micros(&deq, reps, || {
                     i += 1;
-                    qformat::dequant_into(&client, &ws[i % ws.len()], &scratch)
+                    qlinear_into(&deq, &x, &ws[i % ws.len()], &y)
                 });
-                row(&shape, m, &format!("{name} dequant"), &q, d);
+                row(&shape, m, &format!("{name} deq+gemm"), &q, d);
             }
         }
     }

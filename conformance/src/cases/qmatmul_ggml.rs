@@ -8,6 +8,7 @@
 //! reads the same bytes. Outputs are NaN-poisoned.
 
 use ndarray::Array2;
+use optimized::config::{KernelConfig, QGemm};
 use optimized::kernels::qformat::{self, GgmlKind};
 use optimized::kernels::qmatmul::{default_rpg, qlinear_fused_into_tuned, GemvTune, QLayout, QWeight, QGEMV_MAX_T};
 use optimized::{Client, DeviceTensor};
@@ -64,6 +65,9 @@ pub struct GgmlMatmulCase {
     pub kind: GgmlKind,
     pub parts: usize,
     pub fusion: Fusion,
+    /// Above the gemv: the GEMM decoding the blocks in its B tile (`qgemm=fused`,
+    /// `qformat::gemm`; skipped where the device has no `wgmma`), not dequant + the GEMM.
+    pub fused: bool,
 }
 
 impl Case for GgmlMatmulCase {
@@ -72,11 +76,19 @@ impl Case for GgmlMatmulCase {
     }
     fn name(&self) -> String {
         let p = if self.parts > 1 && !self.fusion.glu() { format!(",stacked×{}", self.parts) } else { String::new() };
-        let path = if self.t <= QGEMV_MAX_T { "gemv" } else { "dequant+gemm" };
+        let path = match (self.t <= QGEMV_MAX_T, self.fused) {
+            (true, _) => "gemv",
+            (false, false) => "dequant+gemm",
+            (false, true) => "fused gemm",
+        };
         format!("qmatmul(T={},in={},out={},{}{p}{},{path})", self.t, self.n_in, self.n_out, self.kind.ty().name(), self.fusion.tag())
     }
     fn run(&self, client: &Client) -> Outcome {
         let (t, n_in, n_out, ty) = (self.t, self.n_in, self.n_out, self.kind.ty());
+        // The kernel choice this case names: `qgemm=fused` for the fused GEMM, `qgemm=wgmma`
+        // (dequant + the GEMM) otherwise, whatever the default.
+        let qgemm = if self.fused { QGemm::Fused } else { QGemm::Wgmma };
+        let client = &client.with_kernels(KernelConfig { qgemm, ..*client.kernels() });
         let glu = self.fusion.glu();
         let nparts = if glu { 2 } else { self.parts.max(1) };
         let parts: Result<Vec<QuantTensor>, String> = (0..nparts).map(|p| ggml(ty, n_out, n_in, 40 + 3 * p as u32, matmul_scale(ty))).collect();
@@ -95,6 +107,11 @@ impl Case for GgmlMatmulCase {
         };
         if w.layout != QLayout::Rows {
             return Outcome::Fail(format!("upload: {:?} order, expected the input order", w.layout));
+        }
+        if self.fused && t > QGEMV_MAX_T {
+            if let Some(why) = qformat::gemm::refusal(client, &w) {
+                return Outcome::Skip(format!("the fused ggml GEMM: {why}"));
+            }
         }
         let rows = n_out * parts.len();
         // Above the gemv, the dense GEMM reads the dequantized scratch: in the tensor cores'
@@ -222,9 +239,16 @@ pub fn gemm_step_cases() -> Vec<Box<dyn Case>> {
                 if t > 128 && n_in > 3 * b {
                     continue;
                 }
-                v.push(Box::new(GgmlMatmulCase { t, n_in, n_out, kind, parts: 1, fusion: Fusion::None }));
+                for fused in [false, true] {
+                    v.push(Box::new(GgmlMatmulCase { t, n_in, n_out, kind, parts: 1, fusion: Fusion::None, fused }));
+                }
             }
         }
+        // The fused GEMM's SwiGLU / GELU epilogues and its split-K sum (a long K over few tiles).
+        for fusion in [Fusion::Glu, Fusion::GeluGlu] {
+            v.push(Box::new(GgmlMatmulCase { t: 16, n_in: 256, n_out: 20, kind, parts: 1, fusion, fused: true }));
+        }
+        v.push(Box::new(GgmlMatmulCase { t: 64, n_in: 32 * 256, n_out: 64, kind, parts: 1, fusion: Fusion::None, fused: true }));
     }
     v
 }
@@ -252,15 +276,15 @@ pub fn grid_cases() -> Vec<Box<dyn Case>> {
                 if t > 64 && n_in > 1024 {
                     continue;
                 }
-                v.push(Box::new(GgmlMatmulCase { t, n_in, n_out, kind, parts: 1, fusion: Fusion::None }));
+                v.push(Box::new(GgmlMatmulCase { t, n_in, n_out, kind, parts: 1, fusion: Fusion::None, fused: false }));
             }
         }
         // Stacked like q|k|v; the gemv's fusions (T ≤ 8) and SwiGLU after dequant + GEMM.
-        v.push(Box::new(GgmlMatmulCase { t: 1, n_in: 512, n_out: 48, kind, parts: 3, fusion: Fusion::None }));
+        v.push(Box::new(GgmlMatmulCase { t: 1, n_in: 512, n_out: 48, kind, parts: 3, fusion: Fusion::None, fused: false }));
         for fusion in [Fusion::Glu, Fusion::Norm, Fusion::NormGlu, Fusion::Residual, Fusion::GeluGlu] {
             for (t, n_in, n_out) in [(1usize, 512usize, 37usize), (3, 4352, 9), (9, 256, 20)] {
                 if t <= QGEMV_MAX_T || fusion.glu() && fusion != Fusion::NormGlu {
-                    v.push(Box::new(GgmlMatmulCase { t, n_in, n_out, kind, parts: 1, fusion }));
+                    v.push(Box::new(GgmlMatmulCase { t, n_in, n_out, kind, parts: 1, fusion, fused: false }));
                 }
             }
         }

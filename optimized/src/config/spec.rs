@@ -189,7 +189,7 @@ impl KernelConfig {
                     }
                 }
                 "qgemm" => {
-                    k.qgemm = [QGemm::Mma, QGemm::Wgmma, QGemm::Tma].into_iter().find(|q| q.name() == val).ok_or_else(no)?;
+                    k.qgemm = [QGemm::Mma, QGemm::Wgmma, QGemm::Fused, QGemm::Tma].into_iter().find(|q| q.name() == val).ok_or_else(no)?;
                 }
                 "gemm" => {
                     k.gemm = [Gemm::Mma, Gemm::WgmmaV2, Gemm::Wgmma, Gemm::Tma].into_iter().find(|g| g.name() == val).ok_or_else(no)?;

@@ -47,7 +47,8 @@
 //! them that way on the GPU ([`QWeight::upload`] of a converted tensor).
 //! GGUF k-quants (Q4_K, Q5_K, Q6_K; and Q8_0 blocks as stored) are [`QFormat::Ggml`]: their
 //! blocks kept as the file holds them, decoded in the kernels of `kernels::qformat` (a gemv
-//! for T ≤ [`QGEMV_MAX_T`], dequant + the dense GEMM above), which are generic over the format.
+//! for T ≤ [`QGEMV_MAX_T`], dequant + the dense GEMM above, or with `qgemm=fused` on Hopper the
+//! GEMM decoding the blocks in its B tile), which are generic over the format.
 
 use cubecl::prelude::*;
 use cubecl::server::CubeCountSelection;
@@ -323,7 +324,7 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
             return super::matmul::tc::qlinear_into(client, x, w, y, glu.then_some(fuse.act), None, super::matmul::tc::TcMode::Tensor);
         }
         if let QFormat::Ggml(_) = w.format {
-            return crate::kernels::qformat::kernels::linear_dense(client, x, w, y, fuse);
+            return crate::kernels::qformat::linear_gemm(client, x, w, y, fuse);
         }
         if let QFormat::Fp8 { .. } = w.format {
             return crate::kernels::qformat::fp8::linear_dense(client, x, w, y, fuse);

@@ -253,6 +253,25 @@ fn stage<N: Size>(
     #[comptime] stages: usize,
     #[comptime] fmt: usize,
 ) {
+    stage_a(x16, smem, kb, kb0, pad, m0, kpv, tid, stages);
+    stage_raw(wq, raw, kb, kb0, wrow, r, h, n, cpr, stages, fmt);
+}
+
+/// x16's rows `m0 ..+ 128` of k-block `kb` (of the cube's slice from `kb0`) into A slot
+/// `kb % stages` (128-byte swizzle, 16-byte chunks shared over the cube's units); not committed.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn stage_a<N: Size>(
+    x16: &[Vector<u32, N>],
+    smem: &mut [Vector<u32, N>],
+    kb: usize,
+    kb0: usize,
+    pad: usize,
+    m0: usize,
+    kpv: usize,
+    tid: usize,
+    #[comptime] stages: usize,
+) {
     let slot = kb % stages;
     let kbg = kb0 + kb;
     let abase = pad + slot * SLOT_V;
@@ -265,7 +284,6 @@ fn stage<N: Size>(
         let di = abase + row * 8 + (ch ^ (row % 8));
         copy_async(&x16[si..si + 1], &mut smem[di..di + 1], 4u32);
     }
-    stage_raw(wq, raw, kb, kb0, wrow, r, h, n, cpr, stages, fmt);
 }
 
 /// This unit's own raw chunks of k-block `kb` of W row `wrow` (zeros past N and past the row)

@@ -13,7 +13,7 @@ use crate::kernels::qmatmul::v2::{e2m1_pair, f16_pair, mx_chunk_scale_index, q4_
 
 /// `lo`, `hi` rounded to bf16 and packed (lo in the low half): `cvt.rn.bf16x2.f32`.
 #[cube]
-fn bf16x2(lo: f32, hi: f32) -> u32 {
+pub(crate) fn bf16x2(lo: f32, hi: f32) -> u32 {
     let out: u32;
     gpu_asm!("cvt.rn.bf16x2.f32 {o}, {h}, {l};", o = out(_) out, h = in(_) hi, l = in(_) lo);
     out

@@ -43,6 +43,7 @@ macro_rules! with_format {
         }
     };
 }
+pub(crate) use with_format;
 
 /// The decode gemv. x `[tn, in/4]` vectors of 4; w the blocks (`words` u32 words each, `subs`
 /// sub-blocks of 32 values, rows of `in / (32·subs)` blocks); y `[tn, out]` (with `glu`:
@@ -280,6 +281,15 @@ pub fn dequant_into(client: &Client, w: &QWeight, out: &DeviceTensor) -> Result<
         Dtype::BF16 => go!(half::bf16),
     }
     Ok(())
+}
+
+/// `y = x · dequant(W)ᵀ` (T above the gemv): the tensor-core GEMM decoding the blocks in its B
+/// tile (`gemm.rs`) where it is chosen (`qgemm=fused`) and applies, else [`linear_dense`].
+pub fn linear_gemm(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor, fuse: &Fuse) -> Result<(), Error> {
+    if super::gemm::chosen(client, w) {
+        return super::gemm::linear_into(client, x, w, y, fuse.glu.then_some(fuse.act), None);
+    }
+    linear_dense(client, x, w, y, fuse)
 }
 
 /// `y = x · dequant(W)ᵀ` (T above the gemv) by the dequantize pass into a scratch of

@@ -13,8 +13,9 @@
 //! for, each step saying the next continues it — the steps the ranks record as decode graphs and
 //! launch ahead (CUDA), or run eagerly with the ids and logits on the device (wgpu). Every
 //! sequence goes on with the sharded runner's token, which must be the greedy pick of the one
-//! runner's logits for the same step (up to [`MARGIN`]); on CUDA the ranks must have replayed
-//! graphs (a refused or missing recording fails, naming why).
+//! runner's logits for the same step (up to [`MARGIN`]); on CUDA over NCCL the ranks must have
+//! replayed graphs (a refused or missing recording fails, naming why); host-staged ranks run
+//! eagerly (their copies cannot be captured).
 
 use engine::runner::{ModelRunner, SampleSpec, SeqStep, StepPlan};
 use engine::sampling::SamplingParams;
@@ -108,6 +109,7 @@ impl TpCase {
             Comm::Nccl => TpComms::Nccl,
         };
         let (base, nccl, spec2) = (client.clone(), self.comm == Comm::Nccl, spec.clone());
+        let nccl_ranks = nccl;
         let build = move |r: usize, comm| {
             let c = if nccl { optimized::client_on(Backend::Cuda, r)? } else { base.clone() };
             let mut src = SafetensorsDir::open(&dir)?;
@@ -118,7 +120,7 @@ impl TpCase {
 
         let tokens = ragged_prompts(&ids);
         if self.decode {
-            return decode_walk(&mut tp, &mut one, tokens, backend);
+            return decode_walk(&mut tp, &mut one, tokens, backend == Backend::Cuda && nccl_ranks);
         }
         let rows = tokens.iter().map(Vec::len).sum::<usize>();
         let tol_ref = super::model_tolerance(client, Op::Tp, Dtype::F32, false, rows, spec.n_layers());
@@ -164,7 +166,7 @@ impl Case for TpCase {
 /// both sequences: `tp`'s without logits, each continuing the last (`StepPlan::continues`),
 /// `one`'s the same step with the logits its token is checked against. Both go on with `tp`'s
 /// tokens.
-fn decode_walk(tp: &mut TpRunner, one: &mut GpuRunner, mut tokens: Vec<Vec<u32>>, backend: Backend) -> Result<Outcome, String> {
+fn decode_walk(tp: &mut TpRunner, one: &mut GpuRunner, mut tokens: Vec<Vec<u32>>, graphs_required: bool) -> Result<Outcome, String> {
     let blocks: Vec<Vec<u32>> = (0..2u32).map(|s| (0..BLOCKS as u32 / 2).map(|b| 2 * b + s).collect()).collect();
     let params = SamplingParams::default();
     let mut worst = Metrics::default();
@@ -202,7 +204,7 @@ fn decode_walk(tp: &mut TpRunner, one: &mut GpuRunner, mut tokens: Vec<Vec<u32>>
             t.push(id);
         }
     }
-    if backend == Backend::Cuda && tp.steps_ahead().is_none() {
+    if graphs_required && tp.steps_ahead().is_none() {
         return Ok(Outcome::Fail(format!("no decode step ran as a graph on the ranks: {}", tp.status().unwrap_or_default())));
     }
     Ok(Outcome::Pass(worst))

@@ -57,6 +57,12 @@ pub trait DeviceComm: Send + Sync {
     /// Every rank's `part` (one shape on every rank) stacked along a new leading axis in rank
     /// order: `[N, part…]`, f32.
     fn all_gather(&self, c: &Client, part: &DeviceTensor) -> Result<DeviceTensor, Error>;
+    /// Whether its collectives can be recorded into a captured graph (enqueued on the
+    /// step's stream with no host work). Host-staged copies cannot: a rank whose communicator
+    /// does not capture runs its decode steps eagerly.
+    fn captures(&self) -> bool {
+        false
+    }
     /// Stop the group after this rank failed: the others' collectives return an error instead
     /// of waiting for it (where the implementation can; NCCL ranks would need
     /// `ncclCommAbort`, not wired yet).

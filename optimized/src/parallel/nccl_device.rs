@@ -60,6 +60,9 @@ fn with_ptr<T>(c: &Client, t: &DeviceTensor, f: impl FnOnce(u64, cudarc::driver:
 }
 
 impl DeviceComm for NcclDevice {
+    fn captures(&self) -> bool {
+        true
+    }
     fn rank(&self) -> usize {
         self.rank
     }

@@ -258,7 +258,12 @@ fn rank_thread(
     let caught = |p: Box<dyn std::any::Any + Send>| Error::Unsupported(format!("rank {r} panicked: {}", crate::panic_message(p)));
     let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<(GpuRunner, String), Error> {
         comm.on_rank_thread()?;
-        let runner = build(r, comm.clone())?;
+        let mut runner = build(r, comm.clone())?;
+        if !comm.captures() {
+            // A capture over host-staged copies is invalidated by the driver
+            // (CUDA_ERROR_STREAM_CAPTURE_INVALIDATED): those ranks run eagerly.
+            runner.set_graphs(false);
+        }
         let timing = time_collectives(&runner)?;
         Ok((runner, timing))
     }))

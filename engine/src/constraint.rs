@@ -12,6 +12,12 @@
 //! Mask words: bit `i % 32` of word `i / 32` is set when token `i` may be drawn; a row has
 //! `ceil(V / 32)` words. The model's EOS is allowed exactly when the grammar accepts what was
 //! generated so far; once the grammar can take no other token the engine ends the request.
+//!
+//! A grammar can also reach a dead end: no token of the vocabulary spells what it needs next
+//! (a pattern asking for a character the vocabulary lacks), or llguidance fails. The request
+//! then ends with the text so far and a reason of its own ([`Constraint::dead_end`],
+//! `FinishReason::GrammarDeadEnd`), never as a completed output; a grammar dead before its
+//! first token is the request's error.
 
 use std::sync::Arc;
 
@@ -110,10 +116,24 @@ impl ConstraintFactory {
     /// Compile `grammar` into a fresh constraint; llguidance's message when it cannot.
     pub fn compile(&self, grammar: &Grammar) -> Result<Constraint> {
         let parser = self.factory.create_parser(grammar.top_level()).map_err(|e| Error::Input(format!("{}: {e}", grammar.kind())))?;
-        let mut c = Constraint { matcher: Matcher::new(Ok(parser)), mask: Vec::new(), vocab: self.vocab, done: false };
-        c.refresh()?;
-        Ok(c)
+        let mut c = Constraint { matcher: Matcher::new(Ok(parser)), mask: Vec::new(), vocab: self.vocab, state: State::Open };
+        c.refresh();
+        match c.state {
+            State::DeadEnd(e) => Err(Error::Input(format!("{}: {e} before the first token", grammar.kind()))),
+            _ => Ok(c),
+        }
     }
+}
+
+/// Where a constraint stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum State {
+    /// The grammar takes more tokens.
+    Open,
+    /// The grammar is complete and takes no further token.
+    Complete,
+    /// The grammar cannot go on: why.
+    DeadEnd(String),
 }
 
 /// One request's grammar state and the mask of its next draw.
@@ -121,8 +141,7 @@ pub struct Constraint {
     matcher: Matcher,
     mask: Vec<u32>,
     vocab: usize,
-    /// The grammar takes no further token (or failed): the request ends.
-    done: bool,
+    state: State,
 }
 
 impl Constraint {
@@ -131,9 +150,17 @@ impl Constraint {
         &self.mask
     }
 
-    /// Whether the grammar is complete and takes no further token.
+    /// Whether the grammar takes no further token: complete, or at a dead end.
     pub fn is_done(&self) -> bool {
-        self.done
+        self.state != State::Open
+    }
+
+    /// Why the grammar cannot go on, when it reached a dead end.
+    pub fn dead_end(&self) -> Option<&str> {
+        match &self.state {
+            State::DeadEnd(e) => Some(e),
+            _ => None,
+        }
     }
 
     /// Whether `tok` is allowed by the current mask.
@@ -142,42 +169,50 @@ impl Constraint {
     }
 
     /// Take `tok` (a drawn token) and compute the next mask. A token the grammar refuses (only
-    /// possible when a runner ignored the mask) ends the constraint with an error naming it.
-    pub fn advance(&mut self, tok: u32) -> Result<()> {
-        if self.done {
-            return Ok(());
+    /// possible when a runner ignored the mask), a failing grammar, or a mask with no token
+    /// left is a dead end ([`Self::dead_end`] says why).
+    pub fn advance(&mut self, tok: u32) {
+        if self.is_done() {
+            return;
         }
         if !self.allows(tok) {
-            self.done = true;
-            return Err(Error::Backend(format!("constrained decoding: token {tok} was drawn outside its grammar's mask")));
+            self.state = State::DeadEnd(format!("token {tok} was drawn outside the grammar's mask"));
+            return;
         }
         if let Err(e) = self.matcher.consume_token(tok) {
-            self.done = true;
-            return Err(Error::Backend(format!("constrained decoding: the grammar refused token {tok}: {e}")));
+            self.state = State::DeadEnd(format!("the grammar refused token {tok}: {e}"));
+            return;
         }
-        self.refresh()
+        self.refresh();
     }
 
-    /// Recompute the mask; marks the constraint done when the grammar has stopped or allows
-    /// nothing.
-    fn refresh(&mut self) -> Result<()> {
-        if self.matcher.is_stopped() {
-            self.done = true;
-            self.mask.clear();
-            return Ok(());
-        }
-        let m = self.matcher.compute_mask().map_err(|e| Error::Backend(format!("constrained decoding: the next token mask: {e}")))?;
-        let words = self.vocab.div_ceil(32);
+    /// Recompute the mask; marks the constraint complete when the grammar has stopped, dead
+    /// when it fails or allows nothing.
+    fn refresh(&mut self) {
         self.mask.clear();
+        if self.matcher.is_stopped() {
+            self.state = match self.matcher.is_error() {
+                true => State::DeadEnd(format!("the grammar failed: {}", self.matcher.get_error().unwrap_or_default())),
+                false => State::Complete,
+            };
+            return;
+        }
+        let m = match self.matcher.compute_mask() {
+            Ok(m) => m,
+            Err(e) => {
+                self.state = State::DeadEnd(format!("the next token's mask: {e}"));
+                return;
+            }
+        };
+        let words = self.vocab.div_ceil(32);
         self.mask.extend(m.as_slice().iter().take(words).copied());
         self.mask.resize(words, 0);
         if let Some(last) = self.mask.last_mut().filter(|_| !self.vocab.is_multiple_of(32)) {
             *last &= (1u32 << (self.vocab % 32)) - 1;
         }
         if self.mask.iter().all(|&w| w == 0) {
-            self.done = true;
+            self.state = State::DeadEnd("no token of the vocabulary spells what the grammar needs next".into());
         }
-        Ok(())
     }
 
     /// How many of `tokens` (proposals) the grammar accepts in order from its current state,

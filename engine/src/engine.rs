@@ -520,12 +520,12 @@ pub(crate) fn push_tokens(s: &mut Sequence, eos: Option<u32>, toks: &[u32], rows
     for (i, &tok) in toks.iter().enumerate() {
         s.push(tok);
         p.tokens.push(tok);
-        // The grammar takes the token; a complete grammar (or one the token broke, which a
-        // runner honouring the mask never does) ends the request after it.
-        let grammar_done = match s.constraint.as_mut() {
-            Some(c) => c.advance(tok).is_err() || c.is_done(),
-            None => false,
-        };
+        // The grammar takes the token; a complete grammar ends the request after it as a stop,
+        // a dead end (nothing left to draw, or a token the grammar refused) with its own reason.
+        let grammar_end = s.constraint.as_mut().and_then(|c| {
+            c.advance(tok);
+            c.is_done().then(|| if c.dead_end().is_some() { FinishReason::GrammarDeadEnd } else { FinishReason::Stop })
+        });
         if let (Some(top), Some(Some(row))) = (s.req.logprobs, rows.get(i)) {
             p.logprobs.push(logprob_of(row, tok, top));
         }
@@ -544,8 +544,8 @@ pub(crate) fn push_tokens(s: &mut Sequence, eos: Option<u32>, toks: &[u32], rows
                 p.finish = Some(FinishReason::Stop);
             }
         }
-        if p.finish.is_none() && grammar_done {
-            p.finish = Some(FinishReason::Stop);
+        if p.finish.is_none() {
+            p.finish = grammar_end;
         }
         if p.finish.is_none() && s.output_len() >= s.max_output {
             p.finish = Some(FinishReason::Length);

@@ -21,6 +21,11 @@ impl Detokenizer for HarmonyDetok {
     fn decode(&self, ids: &[u32]) -> reference::Result<String> {
         self.0.decode_lossy(ids)
     }
+    /// Every id from `<|startoftext|>` on is a harmony control token (or a reserved one): a
+    /// grammar names them as tokens, never matches their text.
+    fn is_special(&self, id: u32) -> bool {
+        id >= reference::gpt_oss::tokenizer::START_OF_TEXT
+    }
 }
 
 /// What one token of a harmony reply did.

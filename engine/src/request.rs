@@ -81,15 +81,20 @@ pub enum FinishReason {
     Length,
     /// Aborted by the client.
     Abort,
+    /// Constrained decoding reached a dead end: the grammar allows no token of the vocabulary
+    /// (the output is the text so far, incomplete for its grammar).
+    GrammarDeadEnd,
 }
 
 impl FinishReason {
-    /// OpenAI's name (`stop`, `length`; an abort reports `abort`).
+    /// OpenAI's name (`stop`, `length`; an abort reports `abort`, a grammar's dead end
+    /// `grammar_dead_end`: a server answers OpenAI's `stop` with the reason beside it).
     pub fn as_str(self) -> &'static str {
         match self {
             FinishReason::Stop => "stop",
             FinishReason::Length => "length",
             FinishReason::Abort => "abort",
+            FinishReason::GrammarDeadEnd => "grammar_dead_end",
         }
     }
 }

@@ -170,7 +170,29 @@ fn sentencepiece_spaces_and_byte_tokens_reach_the_grammar() {
     let mut c = f.compile(&Grammar::JsonSchema(schema)).expect("compile");
     // `{"name": ` needs the space token after the colon.
     for p in ["<0x7B>", "<0x22>", "<0x6E>", "<0x61>", "<0x6D>", "<0x65>", "<0x22>", "<0x3A>"] {
-        c.advance(id(p) as u32).expect(p);
+        c.advance(id(p) as u32);
+        assert!(c.dead_end().is_none(), "{p}: {:?}", c.dead_end());
     }
     assert!(!c.is_done() && c.allows(id("<0x20>") as u32), "no space after the colon");
+}
+
+/// A grammar that needs a character no token spells (`~` is not in the tiny vocabulary) ends
+/// its request with the text so far as `GrammarDeadEnd`, not as a stop (what it did before: a
+/// client could not tell the incomplete output from a complete one); a grammar dead before its
+/// first token is the request's error; the engine keeps serving either way.
+#[test]
+fn a_dead_end_is_its_own_finish_reason_and_the_engine_keeps_serving() {
+    let mut e = engine(4, 64);
+    let schema = json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9}}, "required": ["n"], "additionalProperties": false});
+    let reqs = vec![
+        Request::new(common::prompt(5, 1)).with_max_tokens(20).with_grammar(Grammar::Regex("ab~c".into())),
+        Request::new(common::prompt(5, 2)).with_max_tokens(40).with_grammar(Grammar::JsonSchema(schema.clone())),
+    ];
+    let out = run(&mut e, reqs);
+    assert_eq!((out[0].0.as_str(), out[0].2), ("ab", Some(FinishReason::GrammarDeadEnd)), "{out:?}");
+    check(&out[1].0, &schema, out[1].2);
+    let err = e.add_request(Request::new(common::prompt(5, 3)).with_grammar(Grammar::Regex("~".into()))).expect_err("dead from the start");
+    assert!(err.to_string().contains("regex") && err.to_string().contains("before the first token"), "{err}");
+    let out = run(&mut e, vec![Request::new(common::prompt(5, 4)).with_max_tokens(40).with_grammar(Grammar::JsonSchema(schema.clone()))]);
+    check(&out[0].0, &schema, out[0].2);
 }

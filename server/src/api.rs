@@ -86,6 +86,7 @@ struct ChatFields {
     top_logprobs: Option<u32>,
     tools: Option<Vec<Value>>,
     tool_choice: Option<Value>,
+    parallel_tool_calls: Option<bool>,
     response_format: Option<ResponseFormat>,
 }
 
@@ -129,6 +130,15 @@ fn response_grammar(r: Option<&ResponseFormat>) -> Result<Option<Grammar>, ApiEr
         other => {
             Err(ApiError::invalid("response_format.type", format!("`response_format.type` must be text, json_object or json_schema, got `{other}`")))
         }
+    }
+}
+
+/// The id of `marker` when the vocabulary has it as one control token.
+pub fn control_token(front: &ModelFront, marker: &str) -> Option<u32> {
+    let specials = front.tokenizer.as_ref()?.specials().ok()?;
+    match specials.split(marker, &[]).as_slice() {
+        [reference::special_text::Piece::Special(id)] => Some(*id),
+        _ => None,
     }
 }
 
@@ -264,9 +274,12 @@ pub fn parse(endpoint: Endpoint, body: &[u8], front: &ModelFront, served: &str) 
         }
         Endpoint::Chat => {
             let f: ChatFields = fields(&v)?;
-            tools = crate::tools::request::check(f.tools.as_deref(), f.tool_choice.as_ref(), front.chat.as_deref())?;
+            tools = crate::tools::request::check(f.tools.as_deref(), f.tool_choice.as_ref(), f.parallel_tool_calls, front.chat.as_deref(), &|m| {
+                control_token(front, m)
+            })?;
             grammar = response_grammar(f.response_format.as_ref())?;
             check(grammar.is_none() || tools.is_none(), "response_format", || "cannot be combined with `tools` in this server".into())?;
+            grammar = grammar.or_else(|| tools.as_ref().and_then(|t| t.grammar.clone()));
             if let Some(n) = f.top_logprobs {
                 check(n <= MAX_LOGPROBS, "top_logprobs", || format!("must be in [0, {MAX_LOGPROBS}], got {n}"))?;
                 check(f.logprobs == Some(true), "top_logprobs", || "needs `logprobs: true`".into())?;

@@ -92,6 +92,10 @@ pub trait ChatFormat: Send + Sync {
     fn renders_tools(&self) -> bool {
         false
     }
+    /// The chat template's source, where the format is one (a forced call's layout reads it).
+    fn template_source(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// One reply's tokens → `(content, reasoning)` text, as they arrive.
@@ -111,6 +115,9 @@ impl ChatFormat for ChatTemplate {
     }
     fn renders_tools(&self) -> bool {
         true
+    }
+    fn template_source(&self) -> Option<&str> {
+        Some(self.source())
     }
 }
 

@@ -29,6 +29,7 @@ pub mod front;
 mod guard;
 mod metrics;
 mod response;
+mod responses;
 mod routes;
 pub mod tools;
 mod worker;

@@ -42,7 +42,7 @@ impl Outcome {
     }
     pub fn of(f: FinishReason) -> Self {
         match f {
-            FinishReason::Stop => Outcome::Stop,
+            FinishReason::Stop | FinishReason::GrammarDeadEnd => Outcome::Stop,
             FinishReason::Length => Outcome::Length,
             FinishReason::Abort => Outcome::Abort,
         }

@@ -49,6 +49,8 @@ pub struct Accum {
     pub calls: Vec<ToolCall>,
     /// Why the reply's calls could not be read (then `text` is the raw reply).
     pub tool_error: Option<String>,
+    /// Why the reply does not complete its grammar ([`crate::worker::grammar_error`]).
+    pub grammar_error: Option<&'static str>,
 }
 
 impl Accum {
@@ -99,7 +101,12 @@ impl Reply {
 
     /// The tool-call events of the last output, as OpenAI's streamed `tool_calls` deltas.
     pub fn take_calls(&mut self) -> Vec<serde_json::Value> {
-        crate::tools::request::call_deltas(&std::mem::take(&mut self.calls))
+        crate::tools::request::call_deltas(&self.take_events())
+    }
+
+    /// The tool-call events of the last output.
+    pub fn take_events(&mut self) -> Vec<ToolEvent> {
+        std::mem::take(&mut self.calls)
     }
 
     /// The finish reason to report: `tool_calls` when the reply made well-formed calls.
@@ -244,12 +251,14 @@ pub struct Piece<'a> {
     /// Chat: why the reply's tool calls could not be read (`tool_parse_error`, beside the raw
     /// reply as content).
     pub tool_error: Option<&'a str>,
+    /// Why the reply does not complete its grammar (the choice's `grammar_error`).
+    pub grammar_error: Option<&'a str>,
 }
 
 impl<'a> Piece<'a> {
     /// A piece with text only (no token ids, logprobs, calls).
     pub fn text(text: &'a str, reasoning: &'a str, offset: usize, finish: Option<&'static str>) -> Self {
-        Piece { text, reasoning, token_ids: &[], logprobs: &[], offset, finish, tool_calls: None, tool_error: None }
+        Piece { text, reasoning, token_ids: &[], logprobs: &[], offset, finish, tool_calls: None, tool_error: None, grammar_error: None }
     }
 }
 
@@ -305,6 +314,9 @@ fn choice(job: &Job, front: &ModelFront, p: &Piece, chunk: bool, first_chat_chun
     if job.token_ids {
         c["token_ids"] = serde_json::json!(p.token_ids);
     }
+    if let Some(e) = p.grammar_error {
+        c["grammar_error"] = e.into();
+    }
     c
 }
 
@@ -323,6 +335,7 @@ pub fn full(job: &Job, front: &ModelFront, meta: &Meta, acc: &Accum, finish: &'s
         logprobs: &acc.logprobs,
         tool_calls: Some(crate::tools::request::calls_json(&acc.calls)),
         tool_error: acc.tool_error.as_deref(),
+        grammar_error: acc.grammar_error,
         ..Piece::text(&acc.text, &acc.reasoning, 0, Some(finish))
     };
     serde_json::json!({

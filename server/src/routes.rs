@@ -23,18 +23,21 @@ use crate::api::{self, Endpoint, Job};
 use crate::error::ApiError;
 use crate::metrics::Outcome;
 use crate::response::{self, Accum, Meta, Piece, Reply};
-use crate::worker::{finish_name, Command, Event};
+use crate::worker::{finish_name, grammar_error, Command, Event};
 use crate::{Shared, State};
 
 pub fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat))
+        .route("/v1/responses", post(crate::responses::handle))
         .route("/v1/models", get(models))
         .route("/v1/models/{id}", get(model))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
-        .fallback(|| async { ApiError::not_found("no such route; see /v1/completions, /v1/chat/completions, /v1/models, /health, /metrics") })
+        .fallback(|| async {
+            ApiError::not_found("no such route; see /v1/completions, /v1/chat/completions, /v1/responses, /v1/models, /health, /metrics")
+        })
         .method_not_allowed_fallback(|| async { ApiError::with_status(StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this route") })
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| ApiError::internal("the request handler panicked").into_response()))
         .with_state(shared)
@@ -91,10 +94,10 @@ async fn metrics(AxState(s): AxState<Arc<Shared>>) -> Response {
 
 /// A request in the engine; dropped before its last output (the client went away), it
 /// aborts the request.
-struct Ticket {
+pub(crate) struct Ticket {
     id: u64,
     shared: Arc<Shared>,
-    done: bool,
+    pub(crate) done: bool,
 }
 
 impl Drop for Ticket {
@@ -105,30 +108,49 @@ impl Drop for Ticket {
     }
 }
 
+/// Parses a request body into a job (the model's front and the served name at hand).
+pub(crate) type Parse<T> = fn(&[u8], &crate::ModelFront, &str) -> Result<T, ApiError>;
+
+fn job_itself(j: &Job) -> &Job {
+    j
+}
+
+/// A refusal, counted.
+pub(crate) fn refused(s: &Shared, e: ApiError) -> Response {
+    if let Ok(mut m) = s.metrics.lock() {
+        m.count(Outcome::of_status(e.status.as_u16()));
+    }
+    e.into_response()
+}
+
 async fn generate(s: Arc<Shared>, endpoint: Endpoint, body: Result<Bytes, BytesRejection>) -> Response {
     let arrival = Instant::now();
-    match start(&s, endpoint, body, arrival).await {
+    let parse: Parse<Job> = match endpoint {
+        Endpoint::Completions => |b, f, m| api::parse(Endpoint::Completions, b, f, m),
+        Endpoint::Chat => |b, f, m| api::parse(Endpoint::Chat, b, f, m),
+    };
+    match start(&s, body, arrival, parse, job_itself).await {
         Ok((job, ticket, rx)) if job.stream => stream(s, job, ticket, rx),
-        Ok((job, ticket, rx)) => match collect(&s, &job, ticket, rx).await {
-            Ok(r) => r,
+        Ok((job, ticket, rx)) => match gather(&s, &job, ticket, rx).await {
+            Ok((acc, finish)) => {
+                let meta = Meta::new(job.endpoint, &s.cfg.served_model_name);
+                Json(response::full(&job, &s.front, &meta, &acc, finish)).into_response()
+            }
             Err(e) => e.into_response(),
         },
-        Err(e) => {
-            if let Ok(mut m) = s.metrics.lock() {
-                m.count(Outcome::of_status(e.status.as_u16()));
-            }
-            e.into_response()
-        }
+        Err(e) => refused(&s, e),
     }
 }
 
-/// Check the request and queue it; errors are refusals (nothing runs).
-async fn start(
+/// Check the request (`parse`; `job` finds the engine job in what it gives) and queue it;
+/// errors are refusals (nothing runs).
+pub(crate) async fn start<T: Send + 'static>(
     s: &Arc<Shared>,
-    endpoint: Endpoint,
     body: Result<Bytes, BytesRejection>,
     arrival: Instant,
-) -> Result<(Job, Ticket, UnboundedReceiver<Event>), ApiError> {
+    parse: Parse<T>,
+    job: fn(&T) -> &Job,
+) -> Result<(T, Ticket, UnboundedReceiver<Event>), ApiError> {
     let state = s.state.borrow().clone();
     match state {
         State::Ready => {}
@@ -139,16 +161,17 @@ async fn start(
     let body = body.map_err(|e| ApiError::with_status(e.status(), format!("reading the request body: {}", e.body_text())))?;
     // Tokenizing and templating a long prompt is CPU work: off the async workers.
     let s2 = s.clone();
-    let job = tokio::task::spawn_blocking(move || api::parse(endpoint, &body, &s2.front, &s2.cfg.served_model_name))
+    let parsed = tokio::task::spawn_blocking(move || parse(&body, &s2.front, &s2.cfg.served_model_name))
         .await
         .map_err(|e| ApiError::internal(format!("parsing the request: {e}")))??;
     let (tx, mut rx) = unbounded_channel();
     let id = s.next_ticket.fetch_add(1, Ordering::Relaxed);
-    let cmd = Command::Add { ticket: id, request: Box::new(job.request.clone()), events: tx, arrival, prompt_param: job.prompt_param };
+    let j = job(&parsed);
+    let cmd = Command::Add { ticket: id, request: Box::new(j.request.clone()), events: tx, arrival, prompt_param: j.prompt_param };
     s.commands.send(cmd).map_err(|_| ApiError::unavailable("the engine has stopped"))?;
     let mut ticket = Ticket { id, shared: s.clone(), done: false };
     match rx.recv().await {
-        Some(Event::Accepted) => Ok((job, ticket, rx)),
+        Some(Event::Accepted) => Ok((parsed, ticket, rx)),
         Some(Event::Failed(e)) => {
             ticket.done = true;
             Err(e)
@@ -161,13 +184,12 @@ async fn start(
 }
 
 /// The answer of a request the engine did not end within the shutdown timeout.
-fn halted() -> ApiError {
+pub(crate) fn halted() -> ApiError {
     ApiError::unavailable("the server shut down before the request finished")
 }
 
-/// Wait for the whole output and answer it as one JSON body.
-async fn collect(s: &Shared, job: &Job, mut ticket: Ticket, mut rx: UnboundedReceiver<Event>) -> Result<Response, ApiError> {
-    let meta = Meta::new(job.endpoint, &s.cfg.served_model_name);
+/// Wait for the whole output: the reply as the client sees it, and the finish reason.
+pub(crate) async fn gather(s: &Shared, job: &Job, mut ticket: Ticket, mut rx: UnboundedReceiver<Event>) -> Result<(Accum, &'static str), ApiError> {
     let mut acc = Accum::default();
     let mut reply = Reply::new(job, &s.front);
     loop {
@@ -193,7 +215,8 @@ async fn collect(s: &Shared, job: &Job, mut ticket: Ticket, mut rx: UnboundedRec
                     if let Some(p) = reply.parsed.take() {
                         acc.set_parsed(p);
                     }
-                    return Ok(Json(response::full(job, &s.front, &meta, &acc, finish)).into_response());
+                    acc.grammar_error = grammar_error(f);
+                    return Ok((acc, finish));
                 }
             }
             Event::Failed(e) => {
@@ -259,7 +282,11 @@ impl Streaming {
         if let Some(f) = o.finished {
             self.ticket.done = true;
             let tool_error = self.reply.parsed.as_ref().and_then(|p| p.malformed.as_deref());
-            let p = Piece { tool_error, ..Piece::text("", "", self.sent, Some(self.reply.finish_reason(finish_name(f)))) };
+            let p = Piece {
+                tool_error,
+                grammar_error: grammar_error(f),
+                ..Piece::text("", "", self.sent, Some(self.reply.finish_reason(finish_name(f))))
+            };
             self.queue.push_back(data(&response::chunk(job, &s.front, meta, &p, false)));
             if job.include_usage {
                 self.queue.push_back(data(&response::usage_chunk(job, meta, self.usage.usage())));

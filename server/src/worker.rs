@@ -234,6 +234,12 @@ impl<R: ModelRunner> Worker<R> {
         }
         match finished {
             Some(f) => {
+                if f == FinishReason::GrammarDeadEnd {
+                    eprintln!(
+                        "tandem serve: request {id}: constrained decoding reached a dead end after {} tokens; it ends with the text so far",
+                        o.output_tokens
+                    );
+                }
                 if let Some(l) = self.retire(id, Outcome::of(f)) {
                     let _ = l.events.send(Event::Output(o));
                 }
@@ -276,7 +282,19 @@ impl<R: ModelRunner> Worker<R> {
     }
 }
 
-/// A finish reason as OpenAI names it.
+/// A finish reason as OpenAI names it: a grammar's dead end is OpenAI's `stop`, with
+/// [`grammar_error`] beside it.
 pub fn finish_name(f: FinishReason) -> &'static str {
-    f.as_str()
+    match f {
+        FinishReason::GrammarDeadEnd => "stop",
+        f => f.as_str(),
+    }
+}
+
+/// Why a reply that ended as `f` is not what its grammar asked for (a choice's
+/// `grammar_error`, an extra field OpenAI clients keep): a grammar's dead end.
+pub fn grammar_error(f: FinishReason) -> Option<&'static str> {
+    (f == FinishReason::GrammarDeadEnd).then_some(
+        "grammar_dead_end: constrained decoding reached a point where the grammar allows no token of the vocabulary; the reply is the text so far and does not complete its grammar",
+    )
 }

@@ -1,12 +1,23 @@
 """The official `openai` Python client against a running `tandem serve` (SmolLM2 on the CPU).
 
-Usage: python3 openai_client.py BASE_URL MODEL   (BASE_URL: http://HOST:PORT)
-Run by server/tests/smollm2.rs; exits non-zero on the first failed check.
+Usage: python3 openai_client.py BASE_URL MODEL [--tools]   (BASE_URL: http://HOST:PORT)
+With --tools, against a model whose template has a tool-call format: function tools forced by
+`tool_choice` through chat completions and `responses.create`, arguments checked against the
+schema; then a suite of schemas (nested objects, arrays, enums, anyOf, bounded numbers, string
+patterns, optional keys) through `response_format` and `text.format`, every output validated. Run by server/tests/smollm2.rs; exits non-zero on the first failed check.
 """
 
+import json
 import sys
 
 import openai
+
+WEATHER = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 8}, "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+    "required": ["city", "days"],
+    "additionalProperties": False,
+}
 
 
 def check(cond, what):
@@ -14,9 +25,118 @@ def check(cond, what):
         raise AssertionError(what)
 
 
+def weather_args(text):
+    """The arguments text of a get_weather call, valid against WEATHER."""
+    a = json.loads(text)
+    check(set(a) == {"city", "days"} and isinstance(a["city"], str) and len(a["city"]) <= 8, f"arguments {text!r}")
+    check(isinstance(a["days"], int) and 1 <= a["days"] <= 7, f"arguments {text!r}")
+
+
+def responses(client, model):
+    """`responses.create`: a text reply whole and streamed (the same text, the events in order)."""
+    r = client.responses.create(model=model, input="What is the capital of France?", instructions="Be brief.", max_output_tokens=12, temperature=0)
+    check(r.object == "response" and r.status in ("completed", "incomplete") and r.output[0].type == "message", f"response: {r}")
+    check(r.output_text and r.usage.output_tokens >= 1, f"response: {r}")
+    check(r.usage.total_tokens == r.usage.input_tokens + r.usage.output_tokens, f"usage: {r.usage}")
+    events = list(client.responses.create(model=model, input="What is the capital of France?", instructions="Be brief.", max_output_tokens=12, temperature=0, stream=True))
+    kinds = [e.type for e in events]
+    check(kinds[0] == "response.created" and kinds[-1] in ("response.completed", "response.incomplete"), f"events: {kinds}")
+    streamed = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    check(streamed == r.output_text, f"streamed response {streamed!r} != {r.output_text!r}")
+    check(events[-1].response.output_text == r.output_text, f"last event: {events[-1]}")
+    try:
+        client.responses.create(model=model, input="hi", max_output_tokens=0)
+        check(False, "max_output_tokens=0 was accepted")
+    except openai.BadRequestError as e:
+        check(e.status_code == 400 and e.param == "max_output_tokens", f"bad max_output_tokens: {e}")
+
+
+def tools(client, model):
+    """Forced function calls through chat completions and `responses.create`, whole and streamed."""
+    chat_tool = {"type": "function", "function": {"name": "get_weather", "description": "Weather", "parameters": WEATHER}}
+    msgs = [{"role": "user", "content": "Weather in Paris?"}]
+    for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
+        chat = client.chat.completions.create(model=model, messages=msgs, tools=[chat_tool], tool_choice=choice, parallel_tool_calls=False, max_tokens=200, seed=1)
+        c = chat.choices[0]
+        check(c.finish_reason == "tool_calls" and len(c.message.tool_calls) == 1, f"chat: {chat}")
+        check(c.message.tool_calls[0].function.name == "get_weather", f"chat: {chat}")
+        weather_args(c.message.tool_calls[0].function.arguments)
+        chunks = list(client.chat.completions.create(model=model, messages=msgs, tools=[chat_tool], tool_choice=choice, parallel_tool_calls=False, max_tokens=200, seed=1, stream=True))
+        args = "".join(tc.function.arguments or "" for ch in chunks if ch.choices for tc in (ch.choices[0].delta.tool_calls or []))
+        check(args == c.message.tool_calls[0].function.arguments, f"streamed arguments {args!r}")
+    flat = {"type": "function", "name": "get_weather", "description": "Weather", "parameters": WEATHER}
+    r = client.responses.create(model=model, input="Weather in Paris?", tools=[flat], tool_choice="required", parallel_tool_calls=False, max_output_tokens=200, extra_body={"seed": 2})
+    calls = [o for o in r.output if o.type == "function_call"]
+    check(len(calls) == 1 and calls[0].name == "get_weather" and calls[0].call_id, f"response: {r}")
+    weather_args(calls[0].arguments)
+    events = list(client.responses.create(model=model, input="Weather in Paris?", tools=[flat], tool_choice="required", parallel_tool_calls=False, max_output_tokens=200, extra_body={"seed": 2}, stream=True))
+    args = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
+    check(args == calls[0].arguments, f"streamed arguments {args!r} != {calls[0].arguments!r}")
+    follow = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"type": "function_call", "call_id": calls[0].call_id, "name": "get_weather", "arguments": calls[0].arguments},
+        {"type": "function_call_output", "call_id": calls[0].call_id, "output": "{\"temp\": 21}"},
+    ]
+    r = client.responses.create(model=model, input=follow, tools=[flat], max_output_tokens=4)
+    check(r.object == "response", f"after the call: {r}")
+
+
+SCHEMAS = [
+    # Nested objects, required and optional keys.
+    {"type": "object", "properties": {"inner": {"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer", "minimum": -5, "maximum": 5}},
+     "required": ["ok"], "additionalProperties": False}, "note": {"type": "string", "maxLength": 4}}, "required": ["inner"], "additionalProperties": False},
+    # Arrays of enums.
+    {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string", "enum": ["a", "bb", "ccc"]}, "minItems": 1, "maxItems": 3}},
+     "required": ["tags"], "additionalProperties": False},
+    # anyOf.
+    {"type": "object", "properties": {"v": {"anyOf": [{"type": "integer", "minimum": 10, "maximum": 99}, {"type": "string", "enum": ["none"]}]}},
+     "required": ["v"], "additionalProperties": False},
+    # Numbers with bounds (integers: random weights write fractions without end).
+    {"type": "object", "properties": {"x": {"type": "integer", "minimum": -30, "maximum": 30}, "k": {"type": "integer", "exclusiveMinimum": 0, "maximum": 3}},
+     "required": ["x", "k"], "additionalProperties": False},
+    # String patterns.
+    {"type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]{2}[0-9]{3}$"}, "opt": {"type": "boolean"}}, "required": ["code"], "additionalProperties": False},
+]
+
+
+def schemas(client, model):
+    """Every schema of SCHEMAS through chat's `response_format` and the Responses API's
+    `text.format`, whole and streamed: each output is valid against its schema (checked by
+    `jsonschema` when installed, else parsed as a JSON object)."""
+    try:
+        import jsonschema
+    except ImportError:
+        jsonschema = None
+
+    def valid(text, schema):
+        v = json.loads(text)
+        if jsonschema:
+            jsonschema.validate(v, schema)
+        else:
+            check(isinstance(v, dict), f"not an object: {text!r}")
+
+    msgs = [{"role": "user", "content": "Answer in JSON."}]
+    for i, schema in enumerate(SCHEMAS):
+        rf = {"type": "json_schema", "json_schema": {"name": f"s{i}", "schema": schema, "strict": True}}
+        chat = client.chat.completions.create(model=model, messages=msgs, response_format=rf, max_tokens=200, seed=i)
+        check(chat.choices[0].finish_reason == "stop", f"schema {i}: {chat}")
+        valid(chat.choices[0].message.content, schema)
+        chunks = list(client.chat.completions.create(model=model, messages=msgs, response_format=rf, max_tokens=200, seed=i, stream=True))
+        valid("".join(c.choices[0].delta.content or "" for c in chunks if c.choices), schema)
+        fmt = {"format": {"type": "json_schema", "name": f"s{i}", "schema": schema, "strict": True}}
+        r = client.responses.create(model=model, input="Answer in JSON.", text=fmt, max_output_tokens=200, extra_body={"seed": i})
+        check(r.status == "completed", f"schema {i}: {r}")
+        valid(r.output_text, schema)
+
+
 def main():
     base, model = sys.argv[1], sys.argv[2]
     client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
+    if sys.argv[3:] == ["--tools"]:
+        tools(client, model)
+        schemas(client, model)
+        print("openai client: every tool and schema check passed")
+        return
 
     models = client.models.list()
     check([m.id for m in models.data] == [model], f"models: {models}")
@@ -61,6 +181,8 @@ def main():
         check(False, "top_p=5 was accepted")
     except openai.BadRequestError as e:
         check(e.status_code == 400 and e.param == "top_p" and e.type == "invalid_request_error", f"bad top_p: {e}")
+
+    responses(client, model)
 
     print("openai client: every check passed")
 

@@ -234,6 +234,20 @@ fn openai_python_client() -> Result<(), Failed> {
     Ok(())
 }
 
+/// The official client's tool calls (chat completions and `responses.create`) against a tiny
+/// random-weight model under Qwen2.5's template, its calls forced by `tool_choice` (SmolLM2's
+/// template has no tool-call format).
+fn openai_python_client_tools() -> Result<(), Failed> {
+    let server = common::text::tiny("../reference/tests/fixtures/templates/Qwen-Qwen2.5-7B-Instruct.jinja");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/openai_client.py");
+    let out =
+        std::process::Command::new("python3").args([script, &base(&server), "tiny", "--tools"]).output().map_err(|e| format!("python3: {e}"))?;
+    let log = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    check(out.status.success(), || format!("openai_client.py --tools failed:\n{log}"))?;
+    eprintln!("{}", log.trim());
+    Ok(())
+}
+
 /// Why the openai client case cannot run here, if it cannot (and may be skipped).
 fn openai_missing() -> Option<String> {
     let probe = std::process::Command::new("python3").args(["-c", "import openai"]).output();
@@ -264,10 +278,10 @@ fn main() -> ExitCode {
     };
     let fetch_error = model.err().filter(|_| skip_model.is_none());
     let require_openai = std::env::var_os("TANDEM_REQUIRE_OPENAI").is_some_and(|v| !v.is_empty() && v != "0");
-    let skip_openai = skip_model
-        .clone()
-        .or_else(|| openai_missing().filter(|_| !require_openai).map(|w| format!("{w} (set TANDEM_REQUIRE_OPENAI=1 to make this a failure)")));
+    let no_openai = openai_missing().filter(|_| !require_openai).map(|w| format!("{w} (set TANDEM_REQUIRE_OPENAI=1 to make this a failure)"));
+    let skip_openai = skip_model.clone().or_else(|| no_openai.clone());
     type Case = fn() -> Result<(), Failed>;
+    let tools_case = ("openai_python_client_tools", openai_python_client_tools as Case, no_openai);
     let cases: [(&str, Case, Option<String>); 5] = [
         ("completions_equal_the_engine_streamed_or_not", completions_equal_the_engine, skip_model.clone()),
         ("chat_equals_the_engine_through_the_template", chat_equals_the_engine_through_the_template, skip_model.clone()),
@@ -275,7 +289,7 @@ fn main() -> ExitCode {
         ("user_special_text_stays_text", user_special_text_stays_text, skip_model.clone()),
         ("openai_python_client", openai_python_client, skip_openai),
     ];
-    let trials = cases
+    let mut trials: Vec<Trial> = cases
         .into_iter()
         .map(|(name, f, skip)| {
             if let Some(why) = &skip {
@@ -289,5 +303,11 @@ fn main() -> ExitCode {
             .with_ignored_flag(skip.is_some())
         })
         .collect();
+    // The tiny model needs no fetch.
+    let (name, f, skip) = tools_case;
+    if let Some(why) = &skip {
+        eprintln!("SKIPPED {name}: {why}");
+    }
+    trials.push(Trial::test(name, f).with_ignored_flag(skip.is_some()));
     libtest_mimic::run(&args, trials).exit_code()
 }

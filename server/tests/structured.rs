@@ -97,3 +97,35 @@ fn json_schema_replies_validate_whole_and_streamed_and_bad_schemas_are_400() {
         assert_eq!(v["error"]["param"], "response_format.type", "{v}");
     });
 }
+
+/// A schema whose pattern needs a character the vocabulary lacks (`~`): the reply ends at the
+/// dead end with the text so far, `finish_reason: "stop"` and a `grammar_error` naming the dead
+/// end beside it (before, a plain `stop`: the client took the cut output for a complete one),
+/// whole and streamed; the server keeps serving.
+#[test]
+fn a_grammar_dead_end_ends_the_reply_with_a_reason() {
+    let server = start();
+    let url = format!("{}/v1/chat/completions", base(&server));
+    rt().block_on(async {
+        let client = reqwest::Client::new();
+        let rf = json!({"type": "json_schema", "json_schema": {"name": "t", "schema": {"type": "string", "pattern": "^ab~$"}}});
+        let body = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 50, "response_format": rf});
+        let (status, v) = post(&client, &url, &body).await;
+        assert_eq!(status, 200, "{v}");
+        let ch = &v["choices"][0];
+        assert_eq!((ch["finish_reason"].as_str(), ch["message"]["content"].as_str()), (Some("stop"), Some("\"ab")), "{v}");
+        assert!(ch["grammar_error"].as_str().is_some_and(|e| e.starts_with("grammar_dead_end")), "{v}");
+        let mut body = body.clone();
+        body["stream"] = json!(true);
+        let (status, s) = post_stream(&client, &url, &body).await;
+        assert_eq!(status, 200);
+        assert_eq!((s.text().as_str(), s.finish_reason().as_deref()), ("\"ab", Some("stop")));
+        let last = s.chunks().into_iter().find(|c| c["choices"][0]["finish_reason"].is_string()).expect("a last chunk");
+        assert!(last["choices"][0]["grammar_error"].is_string(), "{last}");
+        let body = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 150, "seed": 1, "response_format": {"type": "json_schema", "json_schema": {"name": "t", "schema": schema()}}});
+        let (status, v) = post(&client, &url, &body).await;
+        assert_eq!(status, 200, "{v}");
+        assert!(v["choices"][0]["grammar_error"].is_null(), "{v}");
+        valid(v["choices"][0]["message"]["content"].as_str().expect("content"));
+    });
+}

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::Instant;
 
-use engine::{Detokenizer, EngineConfig, Request};
+use engine::{Detokenizer, EngineConfig, FinishReason, Request};
 use reference::chat::Message;
 
 use super::generate_args::{prepare, prompt_ids, GenerateArgs};
@@ -30,7 +30,13 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     if tp != 1 {
         super::tensor_parallel::check_device(tp, a.model.device)?;
     }
+    let grammar = a.constrain.grammar()?;
     if super::gpt_oss::wants(&a.model)? {
+        if let Some((_, flag)) = &grammar {
+            return Err(CliError::Usage(format!(
+                "{flag}: GPT-OSS's CLI chat does not constrain its output yet (use `tandem serve` with response_format)"
+            )));
+        }
         if tp != 1 {
             return Err(CliError::Usage(format!("--tensor-parallel {tp}: GPT-OSS's CLI path is not sharded yet")));
         }
@@ -78,7 +84,13 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     let mut engine = super::bench_spec::engine_for(&a.spec, &a.model, runner, EngineConfig::default(), Some(detok), Some(tok.as_ref()), kv)?;
     let mut req = Request::new(ids.clone()).with_max_tokens(max_tokens).with_params(params);
     req.stop_token_ids = tok.eog_ids();
-    engine.add_request(req)?;
+    if let Some((g, flag)) = grammar {
+        req.grammar = Some(g);
+        // A grammar llguidance cannot compile is the flag's error.
+        engine.add_request(req).map_err(|e| CliError::Usage(format!("{flag}: {e}")))?;
+    } else {
+        engine.add_request(req)?;
+    }
     let mut out = std::io::stdout().lock();
     let t0 = Instant::now();
     let (mut ttft, mut generated, mut t_first) = (None, 0usize, t0);
@@ -91,6 +103,9 @@ pub fn run(a: GenerateArgs) -> Result<()> {
             generated = o.output_tokens;
             out.write_all(o.new_text.as_bytes())?;
             out.flush()?;
+            if o.finished == Some(FinishReason::GrammarDeadEnd) {
+                eprintln!("\n[{name}] constrained decoding reached a dead end: the grammar allows no token of the vocabulary next; the output stops there, incomplete");
+            }
         }
     }
     let decode = t_first.elapsed();

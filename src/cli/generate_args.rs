@@ -5,6 +5,7 @@
 use std::time::Instant;
 
 use clap::Args;
+use engine::constraint::Grammar;
 use engine::runner::ModelRunner;
 use engine::sampling::SamplingParams;
 use engine::FinishReason;
@@ -63,6 +64,48 @@ pub struct GenerateArgs {
     /// Speculative decoding (issue 26): --speculate, --spec-k, ...
     #[command(flatten)]
     pub spec: super::spec::SpecArgs,
+    /// Constrain the output (--prompt, --chat): a JSON schema file, a regex, or a Lark grammar
+    /// file (llguidance's dialect).
+    #[command(flatten)]
+    pub constrain: ConstrainArgs,
+}
+
+/// Constrained decoding for one prompt (`--prompts` lines carry their own `response_format`).
+#[derive(Args, Debug, Clone, Default)]
+pub struct ConstrainArgs {
+    /// The output is JSON valid against the JSON schema in FILE.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["regex", "grammar", "prompts"])]
+    pub json_schema: Option<std::path::PathBuf>,
+    /// The whole output matches this regex.
+    #[arg(long, conflicts_with_all = ["grammar", "prompts"])]
+    pub regex: Option<String>,
+    /// The output follows the Lark grammar in FILE (llguidance's dialect; `%json { schema }`
+    /// embeds a JSON schema).
+    #[arg(long, value_name = "FILE", conflicts_with = "prompts")]
+    pub grammar: Option<std::path::PathBuf>,
+}
+
+impl ConstrainArgs {
+    /// The grammar asked for, and the flag it came from; a file that does not read or parse is
+    /// an error naming the flag and the file.
+    pub fn grammar(&self) -> Result<Option<(Grammar, &'static str)>> {
+        let read = |flag: &str, p: &std::path::Path| std::fs::read_to_string(p).map_err(|e| CliError::Usage(format!("{flag} {}: {e}", p.display())));
+        if let Some(p) = &self.json_schema {
+            let v: serde_json::Value = serde_json::from_str(&read("--json-schema", p)?)
+                .map_err(|e| CliError::Usage(format!("--json-schema {}: not JSON: {e}", p.display())))?;
+            if !v.is_object() {
+                return Err(CliError::Usage(format!("--json-schema {}: a JSON schema must be an object", p.display())));
+            }
+            return Ok(Some((Grammar::JsonSchema(v), "--json-schema")));
+        }
+        if let Some(r) = &self.regex {
+            return Ok(Some((Grammar::Regex(r.clone()), "--regex")));
+        }
+        match &self.grammar {
+            Some(p) => Ok(Some((Grammar::Lark(read("--grammar", p)?), "--grammar"))),
+            None => Ok(None),
+        }
+    }
 }
 
 /// Sampling flags shared by `generate` and `serve`.

@@ -13,6 +13,7 @@
 //! an unterminated call, a function not among the request's tools) ends as the raw text in
 //! `content` with [`Parsed::malformed`] saying why.
 
+pub mod forced;
 mod harmony;
 pub mod harmony_prompt;
 mod hermes;

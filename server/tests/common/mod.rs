@@ -14,6 +14,8 @@ use reference::{synthetic, Config, Model};
 use serde_json::{json, Value};
 use server::{ModelFront, Server, ServerConfig};
 
+pub mod text;
+
 pub const BLOCK: usize = 16;
 
 pub fn tiny_config(name: &str) -> Config {

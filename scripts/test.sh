@@ -12,8 +12,9 @@ export INSTA_UPDATE=no
 # The cubecl kernels must run on lavapipe here: a missing Vulkan adapter fails, never skips.
 export TANDEM_REQUIRE_WGPU=1
 export TANDEM_BACKENDS="${TANDEM_BACKENDS:-wgpu,cuda}"
-# tandem serve's tests drive the official `openai` Python client: here it is required, never skipped.
-PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet --disable-pip-version-check openai
+# tandem serve's tests drive the official `openai` Python client (and check schema outputs with
+# `jsonschema`): here they are required, never skipped.
+PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet --disable-pip-version-check openai jsonschema
 export TANDEM_REQUIRE_OPENAI=1
 # Formatting and lints first (cheap; warnings are errors).
 cargo fmt --all -- --check

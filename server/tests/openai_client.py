@@ -102,18 +102,12 @@ SCHEMAS = [
 def schemas(client, model):
     """Every schema of SCHEMAS through chat's `response_format` and the Responses API's
     `text.format`, whole and streamed: each output is valid against its schema (checked by
-    `jsonschema` when installed, else parsed as a JSON object)."""
-    try:
-        import jsonschema
-    except ImportError:
-        jsonschema = None
+    `jsonschema`, installed beside `openai` by scripts/test.sh; its absence is an error)."""
+    import jsonschema
 
     def valid(text, schema):
         v = json.loads(text)
-        if jsonschema:
-            jsonschema.validate(v, schema)
-        else:
-            check(isinstance(v, dict), f"not an object: {text!r}")
+        jsonschema.validate(v, schema)
 
     msgs = [{"role": "user", "content": "Answer in JSON."}]
     for i, schema in enumerate(SCHEMAS):

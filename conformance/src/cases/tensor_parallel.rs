@@ -13,7 +13,7 @@
 //! for, each step saying the next continues it — the steps the ranks record as decode graphs and
 //! launch ahead (CUDA), or run eagerly with the ids and logits on the device (wgpu). Every
 //! sequence goes on with the sharded runner's token, which must be the greedy pick of the one
-//! runner's logits for the same step (up to [`MARGIN`]); on CUDA the ranks must have replayed
+//! runner's logits for the same step (up to [`MARGIN`]); NCCL ranks on CUDA must have replayed
 //! graphs (a refused or missing recording fails, naming why).
 
 use engine::runner::{ModelRunner, SampleSpec, SeqStep, StepPlan};
@@ -118,7 +118,8 @@ impl TpCase {
 
         let tokens = ragged_prompts(&ids);
         if self.decode {
-            return decode_walk(&mut tp, &mut one, tokens, backend);
+            // NCCL ranks on CUDA must replay graphs; host-staged collectives run eagerly.
+            return decode_walk(&mut tp, &mut one, tokens, backend == Backend::Cuda && nccl);
         }
         let rows = tokens.iter().map(Vec::len).sum::<usize>();
         let tol_ref = super::model_tolerance(client, Op::Tp, Dtype::F32, false, rows, spec.n_layers());
@@ -163,8 +164,8 @@ impl Case for TpCase {
 /// `tokens` (two prompts) prefilled by `tp` and `one`, then [`DECODE_STEPS`] greedy steps of
 /// both sequences: `tp`'s without logits, each continuing the last (`StepPlan::continues`),
 /// `one`'s the same step with the logits its token is checked against. Both go on with `tp`'s
-/// tokens.
-fn decode_walk(tp: &mut TpRunner, one: &mut GpuRunner, mut tokens: Vec<Vec<u32>>, backend: Backend) -> Result<Outcome, String> {
+/// tokens. With `graphed`, the ranks must have replayed decode graphs.
+fn decode_walk(tp: &mut TpRunner, one: &mut GpuRunner, mut tokens: Vec<Vec<u32>>, graphed: bool) -> Result<Outcome, String> {
     let blocks: Vec<Vec<u32>> = (0..2u32).map(|s| (0..BLOCKS as u32 / 2).map(|b| 2 * b + s).collect()).collect();
     let params = SamplingParams::default();
     let mut worst = Metrics::default();
@@ -202,7 +203,7 @@ fn decode_walk(tp: &mut TpRunner, one: &mut GpuRunner, mut tokens: Vec<Vec<u32>>
             t.push(id);
         }
     }
-    if backend == Backend::Cuda && tp.steps_ahead().is_none() {
+    if graphed && tp.steps_ahead().is_none() {
         return Ok(Outcome::Fail(format!("no decode step ran as a graph on the ranks: {}", tp.status().unwrap_or_default())));
     }
     Ok(Outcome::Pass(worst))

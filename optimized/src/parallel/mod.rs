@@ -63,6 +63,12 @@ pub trait DeviceComm: Send + Sync {
     fn fail(&self, _why: &str) {}
     /// How the collectives run (for the runner's status line).
     fn describe(&self) -> String;
+    /// Whether a collective may be recorded into a graph captured on the client's stream
+    /// (NCCL's are; a host-staged one reads back, which a capture refuses): without it the
+    /// rank's decode steps run eagerly.
+    fn captures(&self) -> bool {
+        false
+    }
     /// Called once on the thread that will run this rank's steps, before its first launch
     /// (NCCL: that thread's graph captures stop holding the other ranks' threads back).
     fn on_rank_thread(&self) -> Result<(), Error> {

@@ -11,7 +11,8 @@
 //! take the same decisions from the same plans — which bucket, whether to record, whether a
 //! step ahead is foreseen — so their recordings, and the collectives in them, match up; every
 //! rank draws the same ids from the same gathered logits into its own graph's id buffer.
-//! Where the backend does not capture (wgpu) every rank runs eagerly, as before.
+//! Where the backend does not capture (wgpu), or the collectives cannot be recorded
+//! (host-staged: [`DeviceComm::captures`]), every rank runs eagerly.
 
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
@@ -274,6 +275,10 @@ fn rank_thread(
             return;
         }
     };
+    // A host-staged collective reads back: a capture would fail on it (every rank alike).
+    if !comm.captures() {
+        runner.set_graphs(false);
+    }
     for msg in msgs.iter() {
         let reply = match msg {
             Msg::Step(PlanPtr(p)) => {

@@ -184,6 +184,34 @@ pub(crate) async fn start<T: Send + 'static>(
 }
 
 /// The answer of a request the engine did not end within the shutdown timeout.
+/// A streamed reply's state: the events queued for the client, whether it has ended, and
+/// what the engine sends; `absorb` turns one engine event (or a halt) into queued events.
+pub(crate) trait SseSource {
+    fn parts(&mut self) -> (&mut VecDeque<Sse>, bool, &mut UnboundedReceiver<Event>, &Shared);
+    fn absorb(&mut self, ev: Option<Event>);
+}
+
+/// The next event of a streamed reply: a queued one, else (until it ended) the engine's next
+/// event or the server's halt, absorbed.
+pub(crate) async fn next_sse<T: SseSource>(st: &mut T) -> Option<Sse> {
+    loop {
+        let ev = {
+            let (queue, ended, rx, s) = st.parts();
+            if let Some(e) = queue.pop_front() {
+                return Some(e);
+            }
+            if ended {
+                return None;
+            }
+            tokio::select! {
+                ev = rx.recv() => ev,
+                _ = s.halted() => Some(Event::Failed(halted())),
+            }
+        };
+        st.absorb(ev);
+    }
+}
+
 pub(crate) fn halted() -> ApiError {
     ApiError::unavailable("the server shut down before the request finished")
 }
@@ -302,21 +330,14 @@ impl Streaming {
         self.queue.push_back(Sse::default().data("[DONE]"));
         self.ended = true;
     }
+}
 
-    async fn next(&mut self) -> Option<Sse> {
-        loop {
-            if let Some(e) = self.queue.pop_front() {
-                return Some(e);
-            }
-            if self.ended {
-                return None;
-            }
-            let ev = tokio::select! {
-                ev = self.rx.recv() => ev,
-                _ = self.s.halted() => Some(Event::Failed(halted())),
-            };
-            self.absorb(ev);
-        }
+impl SseSource for Streaming {
+    fn parts(&mut self) -> (&mut VecDeque<Sse>, bool, &mut UnboundedReceiver<Event>, &Shared) {
+        (&mut self.queue, self.ended, &mut self.rx, &self.s)
+    }
+    fn absorb(&mut self, ev: Option<Event>) {
+        Streaming::absorb(self, ev);
     }
 }
 
@@ -332,6 +353,6 @@ fn stream(s: Arc<Shared>, job: Job, ticket: Ticket, rx: UnboundedReceiver<Event>
         let first = data(&response::chunk(&st.job, &st.s.front, &st.meta, &p, true));
         st.queue.push_back(first);
     }
-    let events = futures_util::stream::unfold(st, |mut st| async move { st.next().await.map(|e| (Ok::<_, Infallible>(e), st)) });
+    let events = futures_util::stream::unfold(st, |mut st| async move { next_sse(&mut st).await.map(|e| (Ok::<_, Infallible>(e), st)) });
     axum::response::Sse::new(events).keep_alive(KeepAlive::new().interval(keep_alive).text("keep-alive")).into_response()
 }

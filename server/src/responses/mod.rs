@@ -24,7 +24,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use crate::api::Job;
 use crate::error::ApiError;
 use crate::response::{Accum, Reply};
-use crate::routes::{gather, halted, refused, start, Ticket};
+use crate::routes::{gather, next_sse, refused, start, SseSource, Ticket};
 use crate::tools::ToolEvent;
 use crate::worker::{finish_name, grammar_error, Event};
 use crate::Shared;
@@ -119,21 +119,14 @@ impl Streaming {
         self.queue.push_back(Sse::default().event("error").data(v.to_string()));
         self.ended = true;
     }
+}
 
-    async fn next(&mut self) -> Option<Sse> {
-        loop {
-            if let Some(e) = self.queue.pop_front() {
-                return Some(e);
-            }
-            if self.ended {
-                return None;
-            }
-            let ev = tokio::select! {
-                ev = self.rx.recv() => ev,
-                _ = self.s.halted() => Some(Event::Failed(halted())),
-            };
-            self.absorb(ev);
-        }
+impl SseSource for Streaming {
+    fn parts(&mut self) -> (&mut VecDeque<Sse>, bool, &mut UnboundedReceiver<Event>, &Shared) {
+        (&mut self.queue, self.ended, &mut self.rx, &self.s)
+    }
+    fn absorb(&mut self, ev: Option<Event>) {
+        Streaming::absorb(self, ev);
     }
 }
 
@@ -144,6 +137,6 @@ fn streamed(s: Arc<Shared>, job: Job, head: Head, ticket: Ticket, rx: UnboundedR
     events.start();
     let mut st = Streaming { s, ticket, rx, reply, events, usage: Accum::default(), queue: VecDeque::new(), ended: false };
     st.queue_events();
-    let body = futures_util::stream::unfold(st, |mut st| async move { st.next().await.map(|e| (Ok::<_, Infallible>(e), st)) });
+    let body = futures_util::stream::unfold(st, |mut st| async move { next_sse(&mut st).await.map(|e| (Ok::<_, Infallible>(e), st)) });
     axum::response::Sse::new(body).keep_alive(KeepAlive::new().interval(keep_alive).text("keep-alive")).into_response()
 }

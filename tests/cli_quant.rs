@@ -117,9 +117,10 @@ fn bad_quantization_input() {
     fails(&["drift", "--synthetic", "tiny-mha"], 2, &["--weights"]);
     fails(&["drift", "--synthetic", "tiny-mha", "--weights", "int8", "--ids", "1,999"], 2, &["999"]);
     let o2 = tmp("bad-format");
-    let bad_fmt = tandem(&["quantize", "--synthetic", "tiny-mha", "--format", "fp8", "--out", o2.to_str().unwrap()]);
+    let bad_fmt = tandem(&["quantize", "--synthetic", "tiny-mha", "--format", "nf4", "--out", o2.to_str().unwrap()]);
     assert_eq!(bad_fmt.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&bad_fmt.stderr).contains("fp8"));
+    let err = String::from_utf8_lossy(&bad_fmt.stderr);
+    assert!(err.contains("nf4") && err.contains("fp8"), "names the value and the formats there are: {err}");
     // --out must be a directory without other safetensors files.
     let file = tmp("a-file");
     std::fs::write(&file, "x").unwrap();

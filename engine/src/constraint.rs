@@ -37,8 +37,8 @@ use crate::detok::Detokenizer;
 use crate::runner::ModelInfo;
 
 mod next;
-pub use next::{Allowed, NextMask};
 use next::Computed;
+pub use next::{Allowed, NextMask};
 
 /// What a constrained request's output must match.
 #[derive(Debug, Clone, PartialEq)]

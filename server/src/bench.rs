@@ -252,7 +252,8 @@ async fn one(client: &reqwest::Client, url: &str, model: &str, req: &BenchReques
 
 /// Run `prompts` against the server at one concurrency level, `cfg.output_len` tokens each.
 pub fn run(cfg: &BenchConfig, prompts: &[BenchPrompt]) -> Result<BenchRow, String> {
-    let reqs: Vec<BenchRequest> = prompts.iter().map(|p| BenchRequest { prompt: p.clone(), max_tokens: cfg.output_len, response_format: None }).collect();
+    let reqs: Vec<BenchRequest> =
+        prompts.iter().map(|p| BenchRequest { prompt: p.clone(), max_tokens: cfg.output_len, response_format: None }).collect();
     run_requests(cfg, &reqs)
 }
 
@@ -330,7 +331,8 @@ fn summarize(cfg: &BenchConfig, n: usize, samples: Vec<Sample>, errors: usize, f
     let output_tokens: usize = samples.iter().map(|s| s.output_tokens).sum();
     let ttft = stats_ms(samples.iter().map(|s| s.ttft).collect());
     let tpot_of = |keep: &dyn Fn(&Sample) -> bool| {
-        let v: Vec<f64> = samples.iter().filter(|s| s.output_tokens > 1 && keep(s)).map(|s| (s.e2e - s.ttft) / (s.output_tokens - 1) as f64).collect();
+        let v: Vec<f64> =
+            samples.iter().filter(|s| s.output_tokens > 1 && keep(s)).map(|s| (s.e2e - s.ttft) / (s.output_tokens - 1) as f64).collect();
         (v.len(), stats_ms(v))
     };
     let (_, tpot) = tpot_of(&|_| true);

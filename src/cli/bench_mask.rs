@@ -61,9 +61,12 @@ fn classes(tok: &Tokenizer) -> Vec<Class> {
     let js = |name, schema: Value, output: &str| Class { name, grammar: Grammar::JsonSchema(schema), output: output.to_string() };
     let tool = vec![server::tools::forced::Function {
         name: "get_weather".into(),
-        parameters: Some(json!({"type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}}, "required": ["city", "unit"], "additionalProperties": false})),
+        parameters: Some(
+            json!({"type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}}, "required": ["city", "unit"], "additionalProperties": false}),
+        ),
     }];
-    let hermes = server::tools::forced::lark(server::tools::Family::Hermes, server::tools::forced::MistralLayout::Array, &tool, false, &|m| tok.token_id(m));
+    let hermes =
+        server::tools::forced::lark(server::tools::Family::Hermes, server::tools::forced::MistralLayout::Array, &tool, false, &|m| tok.token_id(m));
     vec![
         js(
             "flat-object",
@@ -186,7 +189,10 @@ pub fn run(a: BenchMaskArgs) -> Result<()> {
     }
     let batches: Vec<usize> = match a.batch.trim() {
         "" => vec![],
-        s => s.split(',').map(|x| x.trim().parse().ok().filter(|&n: &usize| n > 0).ok_or_else(|| CliError::Usage(format!("--batch: `{x}` is not a count >= 1")))).collect::<Result<_>>()?,
+        s => s
+            .split(',')
+            .map(|x| x.trim().parse().ok().filter(|&n: &usize| n > 0).ok_or_else(|| CliError::Usage(format!("--batch: `{x}` is not a count >= 1"))))
+            .collect::<Result<_>>()?,
     };
     let vocabs = match a.vocabs.is_empty() {
         true => vec![tandem_fetch::default_model(&mut |m| eprintln!("{m}"))?],
@@ -195,13 +201,18 @@ pub fn run(a: BenchMaskArgs) -> Result<()> {
     let threads = std::thread::available_parallelism().map_or(1, usize::from).min(engine::constraint::MASK_THREADS);
     eprintln!("tandem bench mask: {} mask threads, {} passes a class", threads, a.reps);
     let mut rows: Vec<Value> = Vec::new();
-    let mut table = format!("{:<34} {:>7} {:<18} {:>6} {:>10} {:>9} {:>9} {:>9}\n", "tokenizer", "V", "class", "tokens", "compile µs", "p50 µs", "p99 µs", "mean µs");
+    let mut table = format!(
+        "{:<34} {:>7} {:<18} {:>6} {:>10} {:>9} {:>9} {:>9}\n",
+        "tokenizer", "V", "class", "tokens", "compile µs", "p50 µs", "p99 µs", "mean µs"
+    );
     let mut steps = String::new();
     for path in &vocabs {
         let tok = open(path)?;
         let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
         let v = tok.vocab_size();
-        let eos = tok.eos_id().ok_or_else(|| CliError::Usage(format!("{}: the tokenizer has no EOS id (constrained decoding needs one)", path.display())))?;
+        let eos = tok
+            .eos_id()
+            .ok_or_else(|| CliError::Usage(format!("{}: the tokenizer has no EOS id (constrained decoding needs one)", path.display())))?;
         let t = Instant::now();
         let f = Arc::new(ConstraintFactory::new(tok.token_bytes(v)?, v, eos)?);
         eprintln!("{name}: V = {v}, the token trie built in {:.0} ms", t.elapsed().as_secs_f64() * 1e3);
@@ -221,10 +232,12 @@ pub fn run(a: BenchMaskArgs) -> Result<()> {
                 "compile_us": m.compile_us, "p50_us": p50, "p99_us": p99, "mean_us": mean, "max_us": m.us.last().copied().unwrap_or(0.0)});
             println!("{row}");
             rows.push(row);
-            table += &format!("{name:<34} {v:>7} {:<18} {:>6} {:>10.0} {:>9.1} {:>9.1} {:>9.1}\n", class.name, m.tokens, m.compile_us, p50, p99, mean);
+            table +=
+                &format!("{name:<34} {v:>7} {:<18} {:>6} {:>10.0} {:>9.1} {:>9.1} {:>9.1}\n", class.name, m.tokens, m.compile_us, p50, p99, mean);
             if class.name == "nested-arrays" {
                 for &b in &batches {
-                    let (all, waited) = step_view(&f, &ids, &class, b, Duration::from_secs_f64(a.forward_ms / 1e3)).map_err(|e| CliError::Usage(format!("{name}: {e}")))?;
+                    let (all, waited) = step_view(&f, &ids, &class, b, Duration::from_secs_f64(a.forward_ms / 1e3))
+                        .map_err(|e| CliError::Usage(format!("{name}: {e}")))?;
                     let row = json!({"bench": "mask", "tokenizer": name, "vocab": v, "class": class.name, "batch": b, "forward_ms": a.forward_ms,
                         "masks_wall_ms": all, "wait_after_forward_ms": waited});
                     println!("{row}");
@@ -241,14 +254,28 @@ pub fn run(a: BenchMaskArgs) -> Result<()> {
     }
     print!("{table}{steps}");
     if let Some(p) = &a.json_out {
-        let info = RunInfo { bench: "mask", device: "cpu".into(), model: String::new(), format: "host".into(), gate: "none: host code".into(), hardware: a.hardware.clone() };
+        let info = RunInfo {
+            bench: "mask",
+            device: "cpu".into(),
+            model: String::new(),
+            format: "host".into(),
+            gate: "none: host code".into(),
+            hardware: a.hardware.clone(),
+        };
         let mut out = vec![];
         for r in &rows {
             let mut config = r.clone();
             for k in ["bench", "compile_us", "p50_us", "p99_us", "mean_us", "max_us", "masks_wall_ms", "wait_after_forward_ms", "samples"] {
                 config.as_object_mut().map(|o| o.remove(k));
             }
-            for (metric, unit) in [("p50_us", "µs"), ("p99_us", "µs"), ("mean_us", "µs"), ("compile_us", "µs"), ("masks_wall_ms", "ms"), ("wait_after_forward_ms", "ms")] {
+            for (metric, unit) in [
+                ("p50_us", "µs"),
+                ("p99_us", "µs"),
+                ("mean_us", "µs"),
+                ("compile_us", "µs"),
+                ("masks_wall_ms", "ms"),
+                ("wait_after_forward_ms", "ms"),
+            ] {
                 if let Some(x) = r[metric].as_f64() {
                     out.push(info.row(config.clone(), metric, x, unit, None, None));
                 }

@@ -134,7 +134,8 @@ fn response_format(a: &BenchServeArgs) -> Result<Option<serde_json::Value>> {
         None => default_schema(),
         Some(p) => {
             let text = std::fs::read_to_string(p).map_err(|e| reference::Error::io(p, e))?;
-            let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| CliError::Usage(format!("--schema {}: not JSON: {e}", p.display())))?;
+            let v: serde_json::Value =
+                serde_json::from_str(&text).map_err(|e| CliError::Usage(format!("--schema {}: not JSON: {e}", p.display())))?;
             if !v.is_object() {
                 return Err(CliError::Usage(format!("--schema {}: a JSON schema must be an object", p.display())));
             }
@@ -304,7 +305,8 @@ mod tests {
     fn the_constrained_share_is_spread_evenly() {
         let f = serde_json::json!({"type": "json_schema"});
         for (share, n, want) in [(0.5, 8, 4), (1.0, 5, 5), (0.25, 8, 2), (0.3, 10, 3)] {
-            let mut reqs: Vec<BenchRequest> = (0..n).map(|_| BenchRequest { prompt: BenchPrompt::Ids(vec![1]), max_tokens: 4, response_format: None }).collect();
+            let mut reqs: Vec<BenchRequest> =
+                (0..n).map(|_| BenchRequest { prompt: BenchPrompt::Ids(vec![1]), max_tokens: 4, response_format: None }).collect();
             constrain(&mut reqs, share, &f);
             assert_eq!(reqs.iter().filter(|r| r.response_format.is_some()).count(), want, "share {share} of {n}");
         }

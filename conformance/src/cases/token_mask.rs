@@ -201,7 +201,19 @@ pub fn cases() -> Vec<Box<dyn Case>> {
         ("t=1", SamplingParams { temperature: 1.0, seed: 1, ..d.clone() }, false),
         ("t=0.7,k=40", SamplingParams { temperature: 0.7, top_k: 40, seed: 2, ..d.clone() }, false),
         ("t=0.9,k=50,p=0.95,minp=0.01", SamplingParams { temperature: 0.9, top_k: 50, top_p: 0.95, min_p: 0.01, seed: 5, ..d.clone() }, false),
-        ("t=0.9,k=20", SamplingParams { temperature: 0.9, top_k: 20, repetition_penalty: 1.3, presence_penalty: 0.4, frequency_penalty: 0.3, seed: 9, ..d.clone() }, true),
+        (
+            "t=0.9,k=20",
+            SamplingParams {
+                temperature: 0.9,
+                top_k: 20,
+                repetition_penalty: 1.3,
+                presence_penalty: 0.4,
+                frequency_penalty: 0.3,
+                seed: 9,
+                ..d.clone()
+            },
+            true,
+        ),
         ("greedy", SamplingParams { repetition_penalty: 2.0, frequency_penalty: 0.5, ..d }, true),
     ];
     for (name, params, penalties) in settings {

@@ -145,9 +145,8 @@ impl ConstraintFactory {
             None => (State::Open, compute(&mut matcher, self.vocab)),
             Some(s) => (s, dead(self.vocab, "the grammar takes no token".into())),
         };
-        match (&state, &first.dead) {
-            (State::DeadEnd(e), _) | (State::Open, Some(e)) => return Err(Error::Input(format!("{}: {e} before the first token", grammar.kind()))),
-            _ => {}
+        if let (State::DeadEnd(e), _) | (State::Open, Some(e)) = (&state, &first.dead) {
+            return Err(Error::Input(format!("{}: {e} before the first token", grammar.kind())));
         }
         Ok(Constraint {
             matcher: Arc::new(Mutex::new(matcher)),

@@ -266,7 +266,9 @@ pub fn run(a: BenchMaskArgs) -> Result<()> {
         for r in &rows {
             let mut config = r.clone();
             for k in ["bench", "compile_us", "p50_us", "p99_us", "mean_us", "max_us", "masks_wall_ms", "wait_after_forward_ms", "samples"] {
-                config.as_object_mut().map(|o| o.remove(k));
+                if let Some(o) = config.as_object_mut() {
+                    o.remove(k);
+                }
             }
             for (metric, unit) in [
                 ("p50_us", "µs"),

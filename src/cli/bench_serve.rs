@@ -275,11 +275,10 @@ pub fn run(a: BenchServeArgs) -> Result<()> {
             WorkloadKind::SharegptLike => (serde_json::json!("sharegpt-like"), serde_json::json!("sharegpt-like")),
             WorkloadKind::Random => (serde_json::json!(a.input_len), serde_json::json!(a.output_len)),
         };
-        let settings = serde_json::json!({
+        let mut settings = serde_json::json!({
             "workload": workload, "input": input, "output": output, "rate": rate,
             "same_prompts": a.same_prompts, "seed": a.seed, "url": a.url,
         });
-        let mut settings = settings;
         if format.is_some() {
             settings["constrained_share"] = serde_json::json!(a.constrained_share);
             settings["schema"] = serde_json::json!(a.schema.as_ref().map_or("default".to_string(), |p| p.display().to_string()));

@@ -55,8 +55,8 @@ pub fn mask_words(v: usize, m: Masks, row: usize) -> Vec<u32> {
     let bit = |i: usize| -> bool {
         let h = reference::synthetic::hash((i as u32).wrapping_mul(0x9E37_79B9) ^ (row as u32 + 1).wrapping_mul(0x85EB_CA6B));
         match m {
-            Masks::Sparse => h % 8 == 0,
-            Masks::Dense => h % 8 != 0,
+            Masks::Sparse => h.is_multiple_of(8),
+            Masks::Dense => !h.is_multiple_of(8),
             Masks::One => i == (row * 7919 + 13) % v,
             Masks::None => false,
             Masks::All => true,

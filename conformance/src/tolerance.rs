@@ -90,6 +90,8 @@ pub enum Op {
     Model,
     /// The batched engine's draw on the device (ids).
     Seeded,
+    /// Constrained decoding's token mask on the logits (in place), and the draw with masks.
+    TokenMask,
     /// The batched engine's GPU runner and the engine over it (logits, tokens).
     Runner,
     /// An affine layer's `+ b` (GPT-OSS).
@@ -120,6 +122,7 @@ pub fn tolerance(op: Op, dtype: Dtype) -> (Tolerance, &'static str) {
         Op::Embedding => (Tolerance::Exact, "a gather copies values: any difference is a bug"),
         Op::Argmax => (Tolerance::Exact, "ids must be identical (ties resolved to the lowest id on both sides)"),
         Op::Seeded => (Tolerance::Exact, "the draw is a function of the logits, seed and counter: the same ids (a near-tie decided by an f32 rounding of z/T, exp or ln is the only legitimate difference)"),
+        Op::TokenMask => (Tolerance::Exact, "the mask writes −∞ or leaves a logit as it is, and the draw after it is the seeded draw's: identical logits and ids"),
         Op::Runner => tolerance(Op::Model, dtype),
         Op::Bias => (Tolerance::Exact, "one f32 add per element, the reference's own operation: bit-identical"),
         Op::MoeRoute => (

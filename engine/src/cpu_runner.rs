@@ -13,6 +13,7 @@ use reference::gpt_oss::GptOssModel;
 use reference::kv_cache::KvCache;
 use reference::{Error, Model, Result, Trace};
 
+use crate::constraint::Allowed;
 use crate::runner::{validate_plan, KvLayout, ModelInfo, ModelRunner, SeqResult, StepPlan};
 use crate::sampling::seeded;
 
@@ -186,7 +187,7 @@ impl<M: RefForward> ModelRunner for RefRunner<M> {
             let mut r = SeqResult::default();
             for (j, spec) in s.samples.iter().enumerate() {
                 let row = logits.row(t - s.samples.len() + j).to_vec();
-                r.tokens.push(seeded::sample(&row, spec.params, spec.counts, spec.counter, spec.allowed)?);
+                r.tokens.push(seeded::sample(&row, spec.params, spec.counts, spec.counter, spec.allowed.map(Allowed::words))?);
                 r.logits.push(spec.want_logits.then_some(row));
             }
             out.push(r);

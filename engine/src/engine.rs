@@ -5,7 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::constraint::ConstraintFactory;
+use crate::constraint::{Constraint, ConstraintFactory};
 use crate::kv_blocks::{BlockManager, SeqId};
 use crate::runner::{ModelRunner, SeqResult, StepPlan};
 use crate::sampling::seeded::TokenCount;
@@ -81,6 +81,12 @@ pub struct EngineStats {
     /// Decode steps by the rows the target ran (`tokens`): how many, and the target's time in
     /// them (ns) — where a verification's cost comes from (`tandem bench-spec`).
     pub decode_by_rows: std::collections::BTreeMap<usize, (u64, u64)>,
+    /// Constrained decoding, of the requests finished so far: masks computed, their compute
+    /// time on the mask threads, and the time draws waited for them (what the step did not
+    /// hide), ns.
+    pub masks: u64,
+    pub mask_compute_ns: u64,
+    pub mask_wait_ns: u64,
 }
 
 /// A snapshot of the engine's load.
@@ -482,6 +488,11 @@ impl<R: ModelRunner> Engine<R> {
             self.blocks.free_sequence(kv)?;
         }
         crate::spec::release_draft(&mut self.spec, &mut s)?;
+        if let Some(t) = s.constraint.as_ref().map(|c| c.mask_time()) {
+            self.stats.masks += t.masks;
+            self.stats.mask_compute_ns += t.compute_ns;
+            self.stats.mask_wait_ns += t.wait_ns;
+        }
         self.running.retain(|&r| r != id);
         self.waiting.retain(|&r| r != id);
         if reason != FinishReason::Abort {
@@ -518,6 +529,14 @@ pub(crate) struct Pushed {
 pub(crate) fn push_tokens(s: &mut Sequence, eos: Option<u32>, toks: &[u32], rows: &[Option<Vec<f32>>]) -> Result<Pushed> {
     let mut p = Pushed { tokens: Vec::with_capacity(toks.len()), logprobs: Vec::new(), finish: None };
     for (i, &tok) in toks.iter().enumerate() {
+        // The mask this token was drawn with was computed while the step ran: a grammar it
+        // found at a dead end (or complete before its first token) takes no token, and the
+        // one drawn from its empty mask is none.
+        if s.constraint.as_mut().is_some_and(Constraint::settle) {
+            let dead = s.constraint.as_ref().is_some_and(|c| c.dead_end().is_some());
+            p.finish = Some(if dead { FinishReason::GrammarDeadEnd } else { FinishReason::Stop });
+            break;
+        }
         s.push(tok);
         p.tokens.push(tok);
         // The grammar takes the token; a complete grammar ends the request after it as a stop,

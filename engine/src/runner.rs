@@ -14,6 +14,7 @@
 use reference::arch::ModelSpec;
 use reference::{Config, Error, Result};
 
+use crate::constraint::Allowed;
 use crate::sampling::seeded::TokenCount;
 use crate::sampling::SamplingParams;
 
@@ -63,8 +64,10 @@ pub struct SampleSpec<'a> {
     /// Constrained decoding: the tokens this draw may pick, a bitset of `ceil(V / 32)` words
     /// (bit `i % 32` of word `i / 32` for token `i`; `None`: every token). The draw sets the
     /// logits of the others to −∞ after the penalties, before temperature and the filters
-    /// ([`crate::sampling::seeded`]).
-    pub allowed: Option<&'a [u32]>,
+    /// ([`crate::sampling::seeded`]). A constraint's mask may still be computing when the step
+    /// starts: a runner resolves it ([`Allowed::words`]) at the draw, after it has launched
+    /// the forward pass, so the two overlap.
+    pub allowed: Option<Allowed<'a>>,
 }
 
 /// One sequence's part of a step.

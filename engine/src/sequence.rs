@@ -141,7 +141,7 @@ impl Sequence {
                 counter: self.output_len() as u64,
                 counts: &self.counts,
                 want_logits: self.req.logprobs.is_some(),
-                allowed: self.constraint.as_ref().map(Constraint::mask),
+                allowed: self.constraint.as_ref().map(Constraint::allowed),
             }]
         } else {
             vec![]
@@ -162,7 +162,7 @@ impl Sequence {
                 want_logits: self.req.logprobs.is_some() || j < self.spec.q.len(),
                 // Constrained sequences do not speculate (`Engine::propose`); were one to, its
                 // first draw still keeps to the grammar.
-                allowed: self.constraint.as_ref().filter(|_| j == 0).map(Constraint::mask),
+                allowed: self.constraint.as_ref().filter(|_| j == 0).map(Constraint::allowed),
             })
             .collect();
         SeqStep { tokens: &self.spec.verify, pos0: self.computed, blocks, samples }

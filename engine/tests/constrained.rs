@@ -196,3 +196,16 @@ fn a_dead_end_is_its_own_finish_reason_and_the_engine_keeps_serving() {
     let out = run(&mut e, vec![Request::new(common::prompt(5, 4)).with_max_tokens(40).with_grammar(Grammar::JsonSchema(schema.clone()))]);
     check(&out[0].0, &schema, out[0].2);
 }
+
+/// Each draw's mask is settled once and counted: compute time from the mask threads, and how
+/// long the draws waited for them (the CPU reference runner waits at once, so no more than
+/// the compute time).
+#[test]
+fn masks_are_counted_with_their_compute_and_wait_times() {
+    let mut e = engine(4, 64);
+    let out = run(&mut e, vec![Request::new(common::prompt(4, 2)).with_max_tokens(40).with_grammar(Grammar::Regex("[a-c]{3}-[0-9]{2}".into()))]);
+    assert_eq!(out[0].0.len(), 6, "{out:?}");
+    let st = e.stats();
+    assert!(st.masks >= 6 && st.masks <= 7, "one mask a draw: {st:?}");
+    assert!(st.mask_compute_ns > 0, "{st:?}");
+}

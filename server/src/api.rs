@@ -67,6 +67,8 @@ struct CompletionFields {
     logprobs: Option<u32>,
     echo: Option<bool>,
     suffix: Option<String>,
+    /// Structured outputs on a completion, as vLLM takes them (the chat's field).
+    response_format: Option<ResponseFormat>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -260,12 +262,13 @@ pub fn parse(endpoint: Endpoint, body: &[u8], front: &ModelFront, served: &str) 
     let stream = c.stream.unwrap_or(false);
     check(c.stream_options.is_none() || stream, "stream_options", || "is only allowed with `stream: true`".into())?;
     let mut tools = None;
-    let mut grammar = None;
+    let mut grammar;
     let (ids, logprobs, prompt_param, default_max) = match endpoint {
         Endpoint::Completions => {
             let f: CompletionFields = fields(&v)?;
             check(!f.echo.unwrap_or(false), "echo", || "is not supported".into())?;
             check(f.suffix.as_deref().is_none_or(str::is_empty), "suffix", || "is not supported".into())?;
+            grammar = response_grammar(f.response_format.as_ref())?;
             if let Some(n) = f.logprobs {
                 check(n <= MAX_LOGPROBS, "logprobs", || format!("must be in [0, {MAX_LOGPROBS}], got {n}"))?;
             }

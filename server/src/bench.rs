@@ -26,11 +26,14 @@ pub enum BenchPrompt {
     Text(String),
 }
 
-/// One request of a level: its prompt and how many tokens it generates.
+/// One request of a level: its prompt, how many tokens it generates, and the
+/// `response_format` it sends (a constrained request: `tandem bench serve
+/// --constrained-share`; its TPOT is reported apart).
 #[derive(Debug, Clone, PartialEq)]
 pub struct BenchRequest {
     pub prompt: BenchPrompt,
     pub max_tokens: usize,
+    pub response_format: Option<serde_json::Value>,
 }
 
 /// One benchmark run.
@@ -86,6 +89,23 @@ pub struct BenchRow {
     /// every [`scrape::KV_POLL`]).
     #[serde(default)]
     pub kv_use_peak: Option<f64>,
+    /// Where some requests carried a `response_format`: TPOT of those and of the others
+    /// apart (`None`: no request was constrained).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub constrained: Option<SplitTpot>,
+}
+
+/// TPOT of a level's constrained requests and of the unconstrained ones sharing the batch, ms.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SplitTpot {
+    pub constrained_completed: usize,
+    pub mean_tpot_constrained_ms: f64,
+    pub p50_tpot_constrained_ms: f64,
+    pub p99_tpot_constrained_ms: f64,
+    pub unconstrained_completed: usize,
+    pub mean_tpot_unconstrained_ms: f64,
+    pub p50_tpot_unconstrained_ms: f64,
+    pub p99_tpot_unconstrained_ms: f64,
 }
 
 /// What the server says about its model (`/v1/models`).
@@ -104,6 +124,7 @@ struct Sample {
     itl: Vec<f64>,
     prompt_tokens: usize,
     output_tokens: usize,
+    constrained: bool,
 }
 
 fn client(api_key: Option<&str>) -> Result<reqwest::Client, String> {
@@ -172,10 +193,13 @@ fn stats_ms(mut v: Vec<f64>) -> (f64, f64, f64) {
 
 /// Send one streamed completion and time its chunks.
 async fn one(client: &reqwest::Client, url: &str, model: &str, req: &BenchRequest) -> Result<Sample, String> {
-    let body = serde_json::json!({
+    let mut body = serde_json::json!({
         "model": model, "prompt": req.prompt, "max_tokens": req.max_tokens, "ignore_eos": true,
         "temperature": 0.0, "stream": true, "stream_options": {"include_usage": true},
     });
+    if let Some(f) = &req.response_format {
+        body["response_format"] = f.clone();
+    }
     let t0 = Instant::now();
     let resp = client.post(url).json(&body).send().await.map_err(|e| format!("POST {url}: {e}"))?;
     let status = resp.status();
@@ -183,7 +207,7 @@ async fn one(client: &reqwest::Client, url: &str, model: &str, req: &BenchReques
         let text = resp.text().await.unwrap_or_default();
         return Err(format!("POST {url}: {status}: {}", text.trim()));
     }
-    let mut s = Sample::default();
+    let mut s = Sample { constrained: req.response_format.is_some(), ..Sample::default() };
     let mut last: Option<Instant> = None;
     let mut buf: Vec<u8> = Vec::new();
     let mut chunks = 0usize;
@@ -228,7 +252,8 @@ async fn one(client: &reqwest::Client, url: &str, model: &str, req: &BenchReques
 
 /// Run `prompts` against the server at one concurrency level, `cfg.output_len` tokens each.
 pub fn run(cfg: &BenchConfig, prompts: &[BenchPrompt]) -> Result<BenchRow, String> {
-    let reqs: Vec<BenchRequest> = prompts.iter().map(|p| BenchRequest { prompt: p.clone(), max_tokens: cfg.output_len }).collect();
+    let reqs: Vec<BenchRequest> =
+        prompts.iter().map(|p| BenchRequest { prompt: p.clone(), max_tokens: cfg.output_len, response_format: None }).collect();
     run_requests(cfg, &reqs)
 }
 
@@ -305,7 +330,25 @@ fn summarize(cfg: &BenchConfig, n: usize, samples: Vec<Sample>, errors: usize, f
     let input_tokens: usize = samples.iter().map(|s| s.prompt_tokens).sum();
     let output_tokens: usize = samples.iter().map(|s| s.output_tokens).sum();
     let ttft = stats_ms(samples.iter().map(|s| s.ttft).collect());
-    let tpot = stats_ms(samples.iter().filter(|s| s.output_tokens > 1).map(|s| (s.e2e - s.ttft) / (s.output_tokens - 1) as f64).collect());
+    let tpot_of = |keep: &dyn Fn(&Sample) -> bool| {
+        let v: Vec<f64> =
+            samples.iter().filter(|s| s.output_tokens > 1 && keep(s)).map(|s| (s.e2e - s.ttft) / (s.output_tokens - 1) as f64).collect();
+        (v.len(), stats_ms(v))
+    };
+    let (_, tpot) = tpot_of(&|_| true);
+    let constrained = samples.iter().any(|s| s.constrained).then(|| {
+        let ((cn, c), (un, u)) = (tpot_of(&|s| s.constrained), tpot_of(&|s| !s.constrained));
+        SplitTpot {
+            constrained_completed: cn,
+            mean_tpot_constrained_ms: c.0,
+            p50_tpot_constrained_ms: c.1,
+            p99_tpot_constrained_ms: c.2,
+            unconstrained_completed: un,
+            mean_tpot_unconstrained_ms: u.0,
+            p50_tpot_unconstrained_ms: u.1,
+            p99_tpot_unconstrained_ms: u.2,
+        }
+    });
     let itl = stats_ms(samples.iter().flat_map(|s| s.itl.iter().copied()).collect());
     let e2el = stats_ms(samples.iter().map(|s| s.e2e).collect());
     let per_s = |x: usize| if duration > 0.0 { x as f64 / duration } else { 0.0 };
@@ -335,6 +378,7 @@ fn summarize(cfg: &BenchConfig, n: usize, samples: Vec<Sample>, errors: usize, f
         prefix_cache_hit_tokens: None,
         preemptions: None,
         kv_use_peak: None,
+        constrained,
     }
 }
 
@@ -377,6 +421,20 @@ pub fn table(rows: &[BenchRow]) -> String {
             r.kv_use_peak.map_or_else(|| "-".to_string(), |k| format!("{:.0}%", k * 100.0)),
         );
     }
+    for (r, c) in rows.iter().filter_map(|r| r.constrained.as_ref().map(|c| (r, c))) {
+        s += &format!(
+            "conc {:>4}: TPOT p50 / p99 / mean: constrained ({} requests) {:.2} / {:.2} / {:.2}, unconstrained ({}) {:.2} / {:.2} / {:.2}\n",
+            r.concurrency,
+            c.constrained_completed,
+            c.p50_tpot_constrained_ms,
+            c.p99_tpot_constrained_ms,
+            c.mean_tpot_constrained_ms,
+            c.unconstrained_completed,
+            c.p50_tpot_unconstrained_ms,
+            c.p99_tpot_unconstrained_ms,
+            c.mean_tpot_unconstrained_ms,
+        );
+    }
     s
 }
 
@@ -398,8 +456,8 @@ mod tests {
     #[test]
     fn summary_arithmetic() {
         let cfg = BenchConfig { url: String::new(), model: String::new(), concurrency: 2, rate: None, output_len: 0, seed: 0, api_key: None };
-        let a = Sample { ttft: 0.1, e2e: 0.4, itl: vec![0.1, 0.2], prompt_tokens: 10, output_tokens: 3 };
-        let b = Sample { ttft: 0.3, e2e: 0.3, itl: vec![], prompt_tokens: 6, output_tokens: 1 };
+        let a = Sample { ttft: 0.1, e2e: 0.4, itl: vec![0.1, 0.2], prompt_tokens: 10, output_tokens: 3, constrained: false };
+        let b = Sample { ttft: 0.3, e2e: 0.3, itl: vec![], prompt_tokens: 6, output_tokens: 1, constrained: false };
         let r = summarize(&cfg, 3, vec![a, b], 1, Some("x".into()), 2.0);
         assert_eq!((r.completed, r.errors, r.num_prompts, r.input_tokens, r.output_tokens), (2, 1, 3, 16, 4));
         assert!((r.mean_tpot_ms - 150.0).abs() < 1e-9, "only the request with two tokens or more: (0.4 - 0.1) / 2");
@@ -407,6 +465,20 @@ mod tests {
         assert!((r.p50_ttft_ms - 200.0).abs() < 1e-9 && (r.p99_ttft_ms - 298.0).abs() < 1e-9, "{r:?}");
         assert_eq!((r.output_throughput, r.total_token_throughput, r.request_throughput), (2.0, 10.0, 1.0));
         assert_eq!((r.prefix_cache_hit_tokens, r.preemptions, r.kv_use_peak), (None, None, None), "filled from /metrics by run_requests");
+        assert_eq!(r.constrained, None, "no request carried a response_format");
+    }
+
+    /// With constrained requests in the level, their TPOT and the others' apart.
+    #[test]
+    fn constrained_and_unconstrained_tpot_apart() {
+        let cfg = BenchConfig { url: String::new(), model: String::new(), concurrency: 2, rate: None, output_len: 0, seed: 0, api_key: None };
+        let a = Sample { ttft: 0.1, e2e: 0.5, itl: vec![], prompt_tokens: 1, output_tokens: 5, constrained: true };
+        let b = Sample { ttft: 0.1, e2e: 0.3, itl: vec![], prompt_tokens: 1, output_tokens: 5, constrained: false };
+        let r = summarize(&cfg, 2, vec![a, b], 0, None, 1.0);
+        let c = r.constrained.clone().expect("split");
+        assert_eq!((c.constrained_completed, c.unconstrained_completed), (1, 1));
+        assert!((c.mean_tpot_constrained_ms - 100.0).abs() < 1e-9 && (c.mean_tpot_unconstrained_ms - 50.0).abs() < 1e-9, "{c:?}");
+        assert!(table(&[r]).contains("constrained (1 requests) 100.00"));
     }
 
     #[test]

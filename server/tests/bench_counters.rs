@@ -19,8 +19,9 @@ fn a_level_reports_prefix_hits_preemptions_and_kv_use() {
     let server = start_tiny("tiny-mha", config(4), Duration::ZERO, Arc::new(Control::default()));
     let url = base(&server);
     // Three blocks of prompt each, distinct from one another: nothing to reuse the first time.
-    let reqs: Vec<BenchRequest> =
-        (0..6).map(|i| BenchRequest { prompt: BenchPrompt::Ids(prompt(3 * BLOCK + 1, 100 + i)), max_tokens: 2 + i as usize }).collect();
+    let reqs: Vec<BenchRequest> = (0..6)
+        .map(|i| BenchRequest { prompt: BenchPrompt::Ids(prompt(3 * BLOCK + 1, 100 + i)), max_tokens: 2 + i as usize, response_format: None })
+        .collect();
     let fresh = bench::run_requests(&cfg(&url, 3), &reqs).expect("bench");
     assert_eq!((fresh.completed, fresh.errors), (6, 0), "{fresh:?}");
     assert_eq!(fresh.output_tokens, (2..8).sum::<usize>(), "each request generates its own max_tokens");
@@ -41,6 +42,7 @@ fn a_server_without_metrics_leaves_the_counters_empty() {
     // The counters are read from /metrics at the URL given; a URL path that has none (404)
     // stands for a server without them.
     let url = format!("{}/no-such-prefix", base(&server));
-    let r = bench::run_requests(&cfg(&url, 1), &[BenchRequest { prompt: BenchPrompt::Ids(prompt(5, 1)), max_tokens: 2 }]).expect("bench");
+    let r = bench::run_requests(&cfg(&url, 1), &[BenchRequest { prompt: BenchPrompt::Ids(prompt(5, 1)), max_tokens: 2, response_format: None }])
+        .expect("bench");
     assert_eq!((r.prefix_cache_hit_tokens, r.preemptions, r.kv_use_peak), (None, None, None));
 }

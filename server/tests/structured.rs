@@ -129,3 +129,24 @@ fn a_grammar_dead_end_ends_the_reply_with_a_reason() {
         valid(v["choices"][0]["message"]["content"].as_str().expect("content"));
     });
 }
+
+/// `/v1/completions` takes `response_format` as vLLM does (what `tandem bench serve
+/// --constrained-share` sends): the text validates; a bad schema is the same 400.
+#[test]
+fn completions_take_response_format() {
+    let server = start();
+    let url = format!("{}/v1/completions", base(&server));
+    rt().block_on(async {
+        let client = reqwest::Client::new();
+        let rf = json!({"type": "json_schema", "json_schema": {"name": "t", "schema": schema()}});
+        let body = json!({"prompt": "hi", "max_tokens": 150, "seed": 1, "temperature": 1.0, "response_format": rf});
+        let (status, v) = post(&client, &url, &body).await;
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+        valid(v["choices"][0]["text"].as_str().expect("text"));
+        let bad = json!({"prompt": "hi", "response_format": {"type": "json_schema", "json_schema": {"name": "t", "schema": {"type": "nonsense"}}}});
+        let (status, v) = post(&client, &url, &bad).await;
+        assert_eq!(status, 400, "{v}");
+        assert_eq!(v["error"]["param"], "response_format.json_schema.schema", "{v}");
+    });
+}

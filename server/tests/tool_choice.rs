@@ -40,7 +40,7 @@ impl ModelRunner for Drawn {
                 .iter()
                 .enumerate()
                 .map(|(j, d)| {
-                    let Some(mask) = d.allowed else { return 0 };
+                    let Some(mask) = d.allowed.map(engine::constraint::Allowed::words) else { return 0 };
                     let ids: Vec<u32> = (0..self.info.vocab as u32).filter(|&t| engine::constraint::allowed(mask, t)).collect();
                     let h = reference::synthetic::hash((s.pos0 + s.tokens.len() + j) as u32 ^ (d.counter as u32).wrapping_mul(0x9E37));
                     let special: Vec<u32> = ids.iter().copied().filter(|&t| t >= reference::gpt_oss::tokenizer::START_OF_TEXT).collect();

@@ -98,6 +98,9 @@ pub struct BenchArgs {
 pub enum BenchMode {
     /// Load a running OpenAI-compatible server: throughput, TTFT, TPOT, ITL per concurrency.
     Serve(super::bench_serve::BenchServeArgs),
+    /// Constrained decoding's host cost: µs per token mask for each schema class, under real
+    /// tokenizers (bench_mask.rs).
+    Mask(super::bench_mask::BenchMaskArgs),
 }
 
 /// A comma-separated list of positive integers (`what` names the flag in errors).
@@ -178,8 +181,10 @@ fn peak_rss_mib() -> Option<f64> {
 }
 
 pub fn run(a: BenchArgs) -> Result<()> {
-    if let Some(BenchMode::Serve(s)) = a.mode {
-        return super::bench_serve::run(s);
+    match a.mode {
+        Some(BenchMode::Serve(s)) => return super::bench_serve::run(s),
+        Some(BenchMode::Mask(m)) => return super::bench_mask::run(m),
+        None => {}
     }
     let lens = usize_list(&a.prompt_lens, "--prompt-lens")?;
     if a.reps == 0 {

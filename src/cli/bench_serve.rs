@@ -89,10 +89,70 @@ pub struct BenchServeArgs {
     /// Seed of the prompts, lengths and arrival times.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Share of each level's requests (0 to 1, spread evenly) sent with a `response_format`
+    /// of type `json_schema` (`--schema`; by default an array of at least 64 objects, longer
+    /// than any `--output-len`): the rows report their TPOT apart from the others' (issue 54's
+    /// target: constrained decoding costs ≤ 10% TPOT, ≤ 3% for the unconstrained requests
+    /// sharing the batch).
+    #[arg(long, default_value_t = 0.0)]
+    pub constrained_share: f64,
+    /// The JSON schema the constrained requests carry (a file holding the schema object).
+    #[arg(long)]
+    pub schema: Option<PathBuf>,
     /// The key of a server started with `--api-key` (sent as `Authorization: Bearer KEY`).
     /// Default: the TANDEM_API_KEY environment variable, as `tandem serve` reads it.
     #[arg(long)]
     pub api_key: Option<String>,
+}
+
+/// The schema of `--constrained-share` without `--schema`: an array of at least 64 objects, so
+/// the grammar never completes before `--output-len` tokens and every constrained request
+/// generates as many as the others.
+fn default_schema() -> serde_json::Value {
+    serde_json::json!({
+        "type": "object",
+        "properties": {"items": {"type": "array", "minItems": 64, "items": {
+            "type": "object",
+            "properties": {"id": {"type": "integer"}, "name": {"type": "string", "maxLength": 12}, "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}}},
+            "required": ["id", "name", "tags"], "additionalProperties": false}}},
+        "required": ["items"], "additionalProperties": false
+    })
+}
+
+/// The `response_format` of the constrained requests (`None` without `--constrained-share`).
+fn response_format(a: &BenchServeArgs) -> Result<Option<serde_json::Value>> {
+    if !(0.0..=1.0).contains(&a.constrained_share) {
+        return Err(CliError::Usage(format!("--constrained-share {} must be in [0, 1]", a.constrained_share)));
+    }
+    if a.constrained_share == 0.0 {
+        return match &a.schema {
+            Some(_) => Err(CliError::Usage("--schema needs --constrained-share > 0".into())),
+            None => Ok(None),
+        };
+    }
+    let schema = match &a.schema {
+        None => default_schema(),
+        Some(p) => {
+            let text = std::fs::read_to_string(p).map_err(|e| reference::Error::io(p, e))?;
+            let v: serde_json::Value =
+                serde_json::from_str(&text).map_err(|e| CliError::Usage(format!("--schema {}: not JSON: {e}", p.display())))?;
+            if !v.is_object() {
+                return Err(CliError::Usage(format!("--schema {}: a JSON schema must be an object", p.display())));
+            }
+            v
+        }
+    };
+    Ok(Some(serde_json::json!({"type": "json_schema", "json_schema": {"name": "bench", "strict": true, "schema": schema}})))
+}
+
+/// Request `j` of a level is constrained when `j · share` crosses an integer: `share` of them,
+/// spread evenly.
+fn constrain(reqs: &mut [server::bench::BenchRequest], share: f64, format: &serde_json::Value) {
+    for (j, r) in reqs.iter_mut().enumerate() {
+        if ((j + 1) as f64 * share).floor() > (j as f64 * share).floor() {
+            r.response_format = Some(format.clone());
+        }
+    }
 }
 
 fn read_dataset(path: &Path) -> Result<Vec<DatasetLine>> {
@@ -147,6 +207,7 @@ pub fn run(a: BenchServeArgs) -> Result<()> {
     let rate = a.rate.filter(|r| r.is_finite());
     let api_key = a.api_key.clone().or_else(|| std::env::var("TANDEM_API_KEY").ok()).filter(|k| !k.trim().is_empty());
     let dataset = a.dataset.as_deref().map(read_dataset).transpose()?;
+    let format = response_format(&a)?;
     let served = bench::served_model(&a.url, api_key.as_deref()).map_err(failed)?;
     let model = a.model_name.clone().unwrap_or(served.id.clone());
     if let Some(ctx) = served.max_model_len.filter(|&c| random && a.input_len + a.output_len > c) {
@@ -166,11 +227,18 @@ pub fn run(a: BenchServeArgs) -> Result<()> {
     // Ids below the vocabulary the server reports (a server that does not: below 1000).
     let mut plan = Plan::new(source, a.seed, served.vocab_size.unwrap_or(1000), served.max_model_len, a.same_prompts);
     let prompts_note = if a.same_prompts { "the same prompts at every level" } else { "fresh prompts at every level" };
-    eprintln!("tandem bench serve: {} model `{model}`, workload {workload}, {prompts_note}", a.url);
+    let constrained_note = match &format {
+        Some(_) => format!(", {:.0}% of requests constrained by a JSON schema", 100.0 * a.constrained_share),
+        None => String::new(),
+    };
+    eprintln!("tandem bench serve: {} model `{model}`, workload {workload}, {prompts_note}{constrained_note}", a.url);
     let mut rows: Vec<BenchRow> = Vec::new();
     for (i, &c) in levels.iter().enumerate() {
         let n = a.requests.unwrap_or((4 * c).max(8));
-        let reqs = plan.level(i, n);
+        let mut reqs = plan.level(i, n);
+        if let Some(f) = &format {
+            constrain(&mut reqs, a.constrained_share, f);
+        }
         let cfg = BenchConfig {
             url: a.url.clone(),
             model: model.clone(),
@@ -207,10 +275,14 @@ pub fn run(a: BenchServeArgs) -> Result<()> {
             WorkloadKind::SharegptLike => (serde_json::json!("sharegpt-like"), serde_json::json!("sharegpt-like")),
             WorkloadKind::Random => (serde_json::json!(a.input_len), serde_json::json!(a.output_len)),
         };
-        let settings = serde_json::json!({
+        let mut settings = serde_json::json!({
             "workload": workload, "input": input, "output": output, "rate": rate,
             "same_prompts": a.same_prompts, "seed": a.seed, "url": a.url,
         });
+        if format.is_some() {
+            settings["constrained_share"] = serde_json::json!(a.constrained_share);
+            settings["schema"] = serde_json::json!(a.schema.as_ref().map_or("default".to_string(), |p| p.display().to_string()));
+        }
         super::results::append(p, &rows::result_rows(&info, &settings, &rows)).map_err(|e| reference::Error::io(p, e))?;
     }
     if let Some(p) = &a.plot {
@@ -221,4 +293,24 @@ pub fn run(a: BenchServeArgs) -> Result<()> {
         return Err(failed(format!("concurrency {}: every request failed: {}", r.concurrency, r.first_error.clone().unwrap_or_default())));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use server::bench::{BenchPrompt, BenchRequest};
+
+    #[test]
+    fn the_constrained_share_is_spread_evenly() {
+        let f = serde_json::json!({"type": "json_schema"});
+        for (share, n, want) in [(0.5, 8, 4), (1.0, 5, 5), (0.25, 8, 2), (0.3, 10, 3)] {
+            let mut reqs: Vec<BenchRequest> =
+                (0..n).map(|_| BenchRequest { prompt: BenchPrompt::Ids(vec![1]), max_tokens: 4, response_format: None }).collect();
+            constrain(&mut reqs, share, &f);
+            assert_eq!(reqs.iter().filter(|r| r.response_format.is_some()).count(), want, "share {share} of {n}");
+        }
+        let mut reqs = vec![BenchRequest { prompt: BenchPrompt::Ids(vec![1]), max_tokens: 4, response_format: None }; 4];
+        constrain(&mut reqs, 0.5, &f);
+        assert!(reqs[0].response_format.is_none() && reqs[1].response_format.is_some(), "alternating");
+    }
 }

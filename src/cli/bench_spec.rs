@@ -155,6 +155,9 @@ fn stats_delta(after: &EngineStats, before: &EngineStats) -> EngineStats {
             })
             .filter(|(_, (n, _))| *n > 0)
             .collect(),
+        masks: after.masks - before.masks,
+        mask_compute_ns: after.mask_compute_ns - before.mask_compute_ns,
+        mask_wait_ns: after.mask_wait_ns - before.mask_wait_ns,
     }
 }
 

@@ -6,6 +6,7 @@ mod bench;
 mod bench_argmax;
 mod bench_attn;
 mod bench_batch;
+mod bench_mask;
 mod bench_moe;
 mod bench_norm;
 // `tandem bench --kernel matmul` (issue 22: tensor-core GEMMs).

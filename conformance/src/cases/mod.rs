@@ -23,6 +23,7 @@ pub mod seeded;
 pub mod softcap;
 pub mod swiglu;
 pub mod tensor_parallel;
+pub mod token_mask;
 
 use crate::Case;
 
@@ -76,6 +77,7 @@ pub fn every() -> Vec<Box<dyn Case>> {
     v.extend(residual::cases());
     v.extend(argmax::cases());
     v.extend(seeded::cases());
+    v.extend(token_mask::cases());
     v.extend(runner::cases());
     v.extend(runner_ahead::cases());
     v.extend(moe::cases());

@@ -154,7 +154,7 @@ impl ModelRunner for ToyRunner {
                 let p = end - s.samples.len() + j;
                 let history: Vec<u32> = (0..=p).map(|q| self.rows[row(s.blocks, q)]).collect();
                 let z = self.logits(&history);
-                r.tokens.push(seeded::sample(&z, spec.params, spec.counts, spec.counter, spec.allowed)?);
+                r.tokens.push(seeded::sample(&z, spec.params, spec.counts, spec.counter, spec.allowed.map(engine::constraint::Allowed::words))?);
                 r.logits.push(spec.want_logits.then_some(z));
             }
             out.push(r);

@@ -70,6 +70,7 @@ pub mod rope;
 pub mod seeded;
 pub mod softcap;
 pub mod swiglu;
+pub mod token_mask;
 
 pub use argmax::{argmax, argmax_into, argmax_into_with, ArgmaxVersion};
 pub use attention::{attention, attention_into, flash_decode, flash_prefill, kv_append, kv_write_paged, Masking};

@@ -1,8 +1,9 @@
 //! A ragged step on the device, independent of the model family: the plan's sequences in
 //! execution order (decode rows first: flash decode needs their q rows contiguous), the token
 //! ids, each token's position and pool row, the block tables of the decode and prefill parts,
-//! and the draw from the drawing rows' logits (argmax when every draw is greedy, else the
-//! seeded draw, penalties first) with the results in plan order (`runner::GpuRunner`).
+//! and the draw from the drawing rows' logits (constrained rows' token masks first,
+//! `kernels::token_mask`; then argmax when every draw is greedy, else the seeded draw,
+//! penalties first) with the results in plan order (`runner::GpuRunner`).
 //!
 //! Decode rows: one-token steps, and the few positions of a sequence that each draw (a
 //! speculative verification: the last token and k proposals, [`decode_rows`]). Each such row
@@ -12,10 +13,11 @@
 //! same kernel a plain decode step runs (which is also what makes verification steps graphs:
 //! `runner::graphs`).
 
-use engine::runner::{KvLayout, SeqResult, SeqStep, StepPlan};
+use engine::constraint::Allowed;
+use engine::runner::{KvLayout, SampleSpec, SeqResult, SeqStep, StepPlan};
 
 use crate::kernels::attention::VarlenSeq;
-use crate::kernels::{argmax, seeded};
+use crate::kernels::{argmax, seeded, token_mask};
 use crate::kv_cache::BlockTables;
 use crate::{Client, DeviceTensor, Error};
 
@@ -142,44 +144,13 @@ impl RaggedBatch {
         if r == 0 {
             return Ok(results);
         }
-        let greedy = specs.iter().all(|s| s.params.temperature == 0.0 && (s.counts.is_empty() || !s.params.has_penalties()));
-        let masked = specs.iter().any(|s| s.allowed.is_some());
-        let drawn = if masked {
-            // Constrained rows (a token mask): the reference draw on the host over the logits
-            // read back, for the whole step — the same tokens as the device draw would give
-            // with the mask, never one the grammar refuses. The device draw of masks is left
-            // to do.
-            let all = logits.to_f32(client)?;
-            let mut ids = Vec::with_capacity(r);
-            for (k, spec) in specs.iter().enumerate() {
-                let row = all.get(k * v..(k + 1) * v).ok_or_else(|| Error::Shape(format!("draw: logits row {k} of {r}")))?;
-                ids.push(
-                    engine::sampling::seeded::sample(row, spec.params, spec.counts, spec.counter, spec.allowed)
-                        .map_err(|e| Error::Shape(format!("draw: row {k}: {e}")))?,
-                );
-            }
-            ids
-        } else if greedy {
-            argmax::argmax(client, logits)?.to_u32(client)?
-        } else {
-            let mut words = Vec::with_capacity(r * seeded::PARAMS);
-            let mut pen = vec![];
-            for (k, spec) in specs.iter().enumerate() {
-                words.extend(seeded::param_words(spec.params, spec.counter, k));
-                if spec.params.has_penalties() {
-                    seeded::penalty_words(k, spec.counts, &mut pen);
-                }
-            }
-            let params = DeviceTensor::from_u32(client, &words, &[r, seeded::PARAMS])?;
-            let entries = if pen.is_empty() { None } else { Some(DeviceTensor::from_u32(client, &pen, &[pen.len()])?) };
-            let out = DeviceTensor::from_u32(client, &vec![0; r], &[r])?;
-            seeded::seeded_into(client, logits, &params, entries.as_ref().map(|e| (e, pen.len() / 3)), &out, None)?;
-            out.to_u32(client)?
-        };
+        // The rows asked for are the logits as computed (the reference runner's), read before
+        // the mask and the penalties change them in place.
+        let all = if specs.iter().any(|s| s.want_logits) { Some(logits.to_f32(client)?) } else { None };
+        let drawn = draw_ids(client, &specs, logits)?;
         if drawn.len() < r {
             return Err(Error::Shape(format!("draw: {} ids for {r} rows", drawn.len())));
         }
-        let all = if specs.iter().any(|s| s.want_logits) { Some(logits.to_f32(client)?) } else { None };
         let mut k = 0;
         for it in &self.items {
             let res = &mut results[it.plan];
@@ -194,4 +165,45 @@ impl RaggedBatch {
         }
         Ok(results)
     }
+}
+
+/// One id per row of `logits [R, V]` (row k drawn as `specs[k]` says), on the device:
+/// constrained rows' masks first (computed on the host while the forward pass ran: waited for
+/// here, after its launches), setting the logits they refuse to −∞ in place; then argmax when
+/// every row is greedy without penalties, else the seeded draw (penalties first, in place) —
+/// `engine::sampling::seeded::sample` row by row. The logits are changed in place.
+pub fn draw_ids(client: &Client, specs: &[&SampleSpec], logits: &DeviceTensor) -> Result<Vec<u32>, Error> {
+    let r = specs.len();
+    if logits.shape.first() != Some(&r) {
+        return Err(Error::Shape(format!("draw: logits {:?} for {r} drawing rows", logits.shape)));
+    }
+    if r == 0 {
+        return Ok(vec![]);
+    }
+    // Masks still computing: the forward pass's launches go to the device before the host
+    // waits for them. wgpu holds launches in its encoder until a flush; CUDA's are in the
+    // stream already (a flush there would wait for the previous one's fence: `graphs`).
+    let pending = specs.iter().any(|s| matches!(s.allowed, Some(Allowed::Next(m)) if !m.is_ready()));
+    if pending && !client.name().contains("cuda") {
+        client.flush()?;
+    }
+    let masks: Vec<(usize, &[u32])> = specs.iter().enumerate().filter_map(|(k, s)| s.allowed.map(|a| (k, a.words()))).collect();
+    token_mask::token_mask_rows(client, logits, &masks)?;
+    let greedy = specs.iter().all(|s| s.params.temperature == 0.0 && (s.counts.is_empty() || !s.params.has_penalties()));
+    if greedy {
+        return argmax::argmax(client, logits)?.to_u32(client);
+    }
+    let mut words = Vec::with_capacity(r * seeded::PARAMS);
+    let mut pen = vec![];
+    for (k, spec) in specs.iter().enumerate() {
+        words.extend(seeded::param_words(spec.params, spec.counter, k));
+        if spec.params.has_penalties() {
+            seeded::penalty_words(k, spec.counts, &mut pen);
+        }
+    }
+    let params = DeviceTensor::from_u32(client, &words, &[r, seeded::PARAMS])?;
+    let entries = if pen.is_empty() { None } else { Some(DeviceTensor::from_u32(client, &pen, &[pen.len()])?) };
+    let out = DeviceTensor::from_u32(client, &vec![0; r], &[r])?;
+    seeded::seeded_into(client, logits, &params, entries.as_ref().map(|e| (e, pen.len() / 3)), &out, None)?;
+    out.to_u32(client)
 }

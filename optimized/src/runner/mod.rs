@@ -13,16 +13,18 @@
 //!   flash prefill over the prefill chunks (one launch, each chunk reading its sequence's
 //!   cached prefix through its block table);
 //! - the lm_head on the rows that draw a token only (gathered first when N > 8), then the
-//!   seeded draw on the device (`kernels::seeded`, penalties first) — or argmax v2 when every
-//!   row is greedy — and one read-back of the drawn ids.
+//!   constrained rows' token masks (`kernels::token_mask`: their masks computed on the host
+//!   while the forward pass ran), the seeded draw on the device (`kernels::seeded`, penalties
+//!   first) — or argmax v2 when every row is greedy — and one read-back of the drawn ids.
 //!
 //! Every draw follows `engine::sampling::seeded`, so the same logits give the same tokens
 //! as the CPU reference runner (conformance checks both the logits and the draws).
 //!
-//! Steps of decode rows only (no penalties, no logits asked for: plain decoding, and n-gram
-//! verification) run as captured graphs, one per bucket of rows ([`graphs`]): a step's
-//! launches are recorded once and replayed, their per-step inputs (ids, positions, pool rows,
-//! block tables, lengths, draw parameters) rewritten in place in device buffers. The pools
+//! Steps of decode rows only (no penalties, no logits asked for, no token mask: plain
+//! decoding, and n-gram verification) run as captured graphs, one per bucket of rows
+//! ([`graphs`]): a step's launches are recorded once and replayed, their per-step inputs (ids,
+//! positions, pool rows, block tables, lengths, draw parameters) rewritten in place in device
+//! buffers. The pools
 //! hold one block more than the engine manages: padded rows of a bucket compute into it.
 
 pub mod batch;

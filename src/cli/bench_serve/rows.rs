@@ -38,6 +38,18 @@ pub fn metrics(r: &BenchRow) -> Vec<(&'static str, f64, &'static str)> {
         ("kv_use_peak", r.kv_use_peak, "fraction"),
     ];
     m.extend(server.into_iter().filter_map(|(k, v, u)| Some((k, v?, u))));
+    if let Some(c) = &r.constrained {
+        m.extend([
+            ("constrained_completed", c.constrained_completed as f64, "requests"),
+            ("mean_tpot_constrained_ms", c.mean_tpot_constrained_ms, "ms"),
+            ("p50_tpot_constrained_ms", c.p50_tpot_constrained_ms, "ms"),
+            ("p99_tpot_constrained_ms", c.p99_tpot_constrained_ms, "ms"),
+            ("unconstrained_completed", c.unconstrained_completed as f64, "requests"),
+            ("mean_tpot_unconstrained_ms", c.mean_tpot_unconstrained_ms, "ms"),
+            ("p50_tpot_unconstrained_ms", c.p50_tpot_unconstrained_ms, "ms"),
+            ("p99_tpot_unconstrained_ms", c.p99_tpot_unconstrained_ms, "ms"),
+        ]);
+    }
     m
 }
 

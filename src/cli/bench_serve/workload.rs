@@ -133,7 +133,7 @@ impl Plan {
                     (tagged(&line.prompt, round, k, self.vocab), line.max_tokens.unwrap_or(*output))
                 }
             };
-            out.push(BenchRequest { prompt, max_tokens });
+            out.push(BenchRequest { prompt, max_tokens, response_format: None });
         }
         out
     }

@@ -3,7 +3,8 @@
 //!
 //! A step of decode rows only (`runner::batch::decode_rows`: one-token decodes, and the k + 1
 //! positions of a verification, each position one row; every row draws, no penalties, no
-//! logits asked for) is padded to the next bucket of rows (1, 2, 4, … 512) and run from
+//! logits asked for, no token mask — a constrained step runs eagerly: its masks are computed
+//! while its forward pass runs, and a replay would need them before it starts) is padded to the next bucket of rows (1, 2, 4, … 512) and run from
 //! device buffers only: token ids, positions, pool rows, the block tables and lengths
 //! (`device_lens`: flash decode sizes its grid for the tables' width and reads lengths on the
 //! device) and the draw parameters. The rows' arrangement into sequences is not part of the

@@ -14,6 +14,7 @@ pub mod moe;
 pub mod qmatmul;
 pub mod qmatmul_fp8;
 pub mod qmatmul_ggml;
+mod qmatmul_kept;
 pub mod residual;
 pub mod rmsnorm;
 pub mod rope;

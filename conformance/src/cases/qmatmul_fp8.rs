@@ -8,17 +8,16 @@
 //! scales of any bits). K and N at the scale blocks' edges: K = 160 (a partial 128-column block),
 //! N = 129 (a partial 128-row block). Outputs are NaN-poisoned.
 
-use ndarray::Array2;
-use optimized::kernels::qformat::{self, fp8 as dev};
-use optimized::kernels::qmatmul::{default_rpg, qlinear_fused_into_tuned, GemvTune, QFormat, QLayout, QWeight, QGEMV_MAX_T};
+use optimized::kernels::qformat;
+use optimized::kernels::qmatmul::{QFormat, QLayout, QWeight, QGEMV_MAX_T};
 use optimized::{Client, DeviceTensor};
 use reference::quant::fp8::{self, Fp8Scales};
 use reference::quant::{Fp8Weight, QuantTensor};
 
 use super::matmul::Fusion;
 use super::outcome;
-use crate::tolerance::tc_tolerance;
-use crate::{compare, rand_vec, round_to, tolerance, Case, Dtype, Metrics, Op, Outcome};
+use super::qmatmul_kept::run_kept;
+use crate::{rand_vec, Case, Metrics, Op, Outcome};
 
 /// The scale granularities the grid covers.
 pub const SCALES: [Fp8Scales; 4] =
@@ -57,63 +56,11 @@ impl Case for Fp8MatmulCase {
     }
     fn run(&self, client: &Client) -> Outcome {
         let (t, n_in, n_out) = (self.t, self.n_in, self.n_out);
-        let glu = self.fusion.glu();
-        let nparts = if glu { 2 } else { self.parts.max(1) };
-        let parts: Result<Vec<QuantTensor>, String> = (0..nparts).map(|p| weight(n_out, n_in, self.scales, 60 + 3 * p as u32)).collect();
-        let parts = match parts {
-            Ok(p) => p,
-            Err(e) => return Outcome::Fail(format!("reference weights: {e}")),
-        };
-        let refs: Vec<&QuantTensor> = parts.iter().collect();
-        let uploaded = match (glu, &refs[..]) {
-            (true, [g, u]) => QWeight::upload_glu(client, g, u, None),
-            _ => QWeight::upload(client, &refs),
-        };
-        let w = match uploaded {
-            Ok(w) => w,
-            Err(e) => return Outcome::Fail(format!("upload: {e}")),
-        };
-        if !matches!(w.format, QFormat::Fp8 { .. }) || w.layout != QLayout::Rows {
-            return Outcome::Fail(format!("upload: {:?} in the {:?} order, expected FP8 in the input order", w.format, w.layout));
-        }
-        let rows = n_out * parts.len();
-        // Above the gemv the dense GEMM reads the dequantized scratch, in the tensor cores'
-        // 16-bit type where they apply (x rounded to it too; the reference multiplies the same
-        // rounded values: `tc_tolerance`), f32 elsewhere (exact).
-        let e = match qformat::dense_dtype(client, n_in) {
-            optimized::Dtype::F32 => None,
-            d => Some(Dtype::from(d)),
-        };
-        let tc_path = t > QGEMV_MAX_T && e.is_some();
-        let rounded = |v: &[f32]| match (tc_path, e) {
-            (true, Some(e)) => round_to(v, e),
-            _ => v.to_vec(),
-        };
-        let x = rand_vec(t * n_in, 23);
-        let lin = |inp: &[f32]| -> Result<Array2<f32>, String> {
-            let xa = Array2::from_shape_vec((t, n_in), rounded(inp)).map_err(|e| e.to_string())?;
-            let mut y = Array2::<f32>::zeros((t, rows));
-            for (pi, p) in parts.iter().enumerate() {
-                let wa = Array2::from_shape_vec((n_out, n_in), rounded(&p.dequant())).map_err(|e| e.to_string())?;
-                let yp = reference::ops::matmul::linear(xa.view(), wa.view()).map_err(|e| e.to_string())?;
-                super::qmatmul::place_part(&mut y, &yp, pi, glu);
-            }
-            Ok(y)
-        };
-        let io = match self.fusion.io(t, n_in, rows, &x, lin) {
-            Ok(io) => io,
-            Err(e) => return Outcome::Fail(format!("reference: {e}")),
-        };
-        outcome((|| {
-            let tune = GemvTune { rpg: default_rpg(w.format), ..GemvTune::default_for(client, &w) };
-            let y =
-                self.fusion.run_device(client, t, n_in, rows, &x, &io, |xd, yd, fuse| qlinear_fused_into_tuned(client, xd, &w, yd, &tune, fuse))?;
-            let (tol, _) = if tc_path { tc_tolerance() } else { tolerance(Op::Matmul, Dtype::F32) };
-            Ok(match compare(&y, &io.want, tol) {
-                Ok(m) => Outcome::Pass(m),
-                Err(e) => Outcome::Fail(e),
-            })
-        })())
+        let part = |p: usize| weight(n_out, n_in, self.scales, 60 + 3 * p as u32);
+        run_kept(client, t, n_in, n_out, self.parts, self.fusion, 23, part, |w| {
+            (!matches!(w.format, QFormat::Fp8 { .. }) || w.layout != QLayout::Rows)
+                .then(|| Outcome::Fail(format!("upload: {:?} in the {:?} order, expected FP8 in the input order", w.format, w.layout)))
+        })
     }
 }
 
@@ -152,7 +99,7 @@ impl Case for Fp8DequantCase {
         outcome((|| {
             let w = QWeight::upload(client, &[&q])?;
             let dst = DeviceTensor::from_f32(client, &vec![f32::NAN; out * in_dim], &[out, in_dim])?;
-            dev::dequant_into(client, &w, &dst)?;
+            qformat::dequant_into(client, &w, &dst)?;
             let got = dst.to_f32(client)?;
             if got.len() != want.len() {
                 return Ok(Outcome::Fail(format!("length {} != {}", got.len(), want.len())));

@@ -7,18 +7,18 @@
 //! their f16 scales set (small for the matmuls, so that outputs stay moderate); the reference
 //! reads the same bytes. Outputs are NaN-poisoned.
 
-use ndarray::Array2;
 use optimized::config::{KernelConfig, QGemm};
 use optimized::kernels::qformat::{self, GgmlKind};
-use optimized::kernels::qmatmul::{default_rpg, qlinear_fused_into_tuned, GemvTune, QLayout, QWeight, QGEMV_MAX_T};
+use optimized::kernels::qmatmul::{QLayout, QWeight, QGEMV_MAX_T};
 use optimized::{Client, DeviceTensor};
 use reference::dequant::{dequantize_into, GgmlType};
 use reference::quant::QuantTensor;
 
 use super::matmul::Fusion;
 use super::outcome;
-use crate::tolerance::{ggml_dequant_ok, tc_tolerance, GGML_DEQUANT_REASON};
-use crate::{compare, rand_vec, round_to, tolerance, Case, Dtype, Metrics, Op, Outcome};
+use super::qmatmul_kept::run_kept;
+use crate::tolerance::{ggml_dequant_ok, GGML_DEQUANT_REASON};
+use crate::{rand_vec, Case, Metrics, Op, Outcome};
 
 /// Byte offsets of a block's f16 scales (d, and Q4_K / Q5_K's dmin, Q5_1's m): ggml's layouts.
 fn scale_offsets(ty: GgmlType) -> &'static [usize] {
@@ -89,73 +89,18 @@ impl Case for GgmlMatmulCase {
         // (dequant + the GEMM) otherwise, whatever the default.
         let qgemm = if self.fused { QGemm::Fused } else { QGemm::Wgmma };
         let client = &client.with_kernels(KernelConfig { qgemm, ..*client.kernels() });
-        let glu = self.fusion.glu();
-        let nparts = if glu { 2 } else { self.parts.max(1) };
-        let parts: Result<Vec<QuantTensor>, String> = (0..nparts).map(|p| ggml(ty, n_out, n_in, 40 + 3 * p as u32, matmul_scale(ty))).collect();
-        let parts = match parts {
-            Ok(p) => p,
-            Err(e) => return Outcome::Fail(format!("reference blocks: {e}")),
-        };
-        let refs: Vec<&QuantTensor> = parts.iter().collect();
-        let uploaded = match (glu, &refs[..]) {
-            (true, [g, u]) => QWeight::upload_glu(client, g, u, None),
-            _ => QWeight::upload(client, &refs),
-        };
-        let w = match uploaded {
-            Ok(w) => w,
-            Err(e) => return Outcome::Fail(format!("upload: {e}")),
-        };
-        if w.layout != QLayout::Rows {
-            return Outcome::Fail(format!("upload: {:?} order, expected the input order", w.layout));
-        }
-        if self.fused && t > QGEMV_MAX_T {
-            if let Some(why) = qformat::gemm::refusal(client, &w) {
-                return Outcome::Skip(format!("the fused ggml GEMM: {why}"));
+        let part = |p: usize| ggml(ty, n_out, n_in, 40 + 3 * p as u32, matmul_scale(ty));
+        run_kept(client, t, n_in, n_out, self.parts, self.fusion, 21, part, |w| {
+            if w.layout != QLayout::Rows {
+                return Some(Outcome::Fail(format!("upload: {:?} order, expected the input order", w.layout)));
             }
-        }
-        let rows = n_out * parts.len();
-        // Above the gemv, the dense GEMM reads the dequantized scratch: in the tensor cores'
-        // 16-bit type where they apply (x rounded to it too), the reference multiplying the same
-        // rounded values (`tc_tolerance`); f32 elsewhere (exact).
-        let dense = t > QGEMV_MAX_T;
-        let e = match qformat::dense_dtype(client, n_in) {
-            optimized::Dtype::F32 => None,
-            d => Some(Dtype::from(d)),
-        };
-        let tc_path = dense && e.is_some();
-        let x = rand_vec(t * n_in, 21);
-        let lin = |inp: &[f32]| -> Result<Array2<f32>, String> {
-            let inp = match (tc_path, e) {
-                (true, Some(e)) => round_to(inp, e),
-                _ => inp.to_vec(),
-            };
-            let xa = Array2::from_shape_vec((t, n_in), inp).map_err(|e| e.to_string())?;
-            let mut y = Array2::<f32>::zeros((t, rows));
-            for (pi, p) in parts.iter().enumerate() {
-                let deq = match (tc_path, e) {
-                    (true, Some(e)) => round_to(&p.dequant(), e),
-                    _ => p.dequant(),
-                };
-                let wa = Array2::from_shape_vec((n_out, n_in), deq).map_err(|e| e.to_string())?;
-                let yp = reference::ops::matmul::linear(xa.view(), wa.view()).map_err(|e| e.to_string())?;
-                super::qmatmul::place_part(&mut y, &yp, pi, glu);
+            if self.fused && t > QGEMV_MAX_T {
+                if let Some(why) = qformat::gemm::refusal(client, w) {
+                    return Some(Outcome::Skip(format!("the fused ggml GEMM: {why}")));
+                }
             }
-            Ok(y)
-        };
-        let io = match self.fusion.io(t, n_in, rows, &x, lin) {
-            Ok(io) => io,
-            Err(e) => return Outcome::Fail(format!("reference: {e}")),
-        };
-        outcome((|| {
-            let tune = GemvTune { rpg: default_rpg(w.format), ..GemvTune::default_for(client, &w) };
-            let y =
-                self.fusion.run_device(client, t, n_in, rows, &x, &io, |xd, yd, fuse| qlinear_fused_into_tuned(client, xd, &w, yd, &tune, fuse))?;
-            let (tol, _) = if tc_path { tc_tolerance() } else { tolerance(Op::Matmul, Dtype::F32) };
-            Ok(match compare(&y, &io.want, tol) {
-                Ok(m) => Outcome::Pass(m),
-                Err(e) => Outcome::Fail(e),
-            })
-        })())
+            None
+        })
     }
 }
 

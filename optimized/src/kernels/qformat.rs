@@ -2,13 +2,16 @@
 //! module (`q4k.rs`, `q5k.rs`, `q6k.rs`, `q8_0.rs`, `q5_0.rs`, `q5_1.rs`, `iq4_nl.rs`) that says how its blocks are laid into
 //! u32 words on upload ([`GgmlKind::pack`]) and how a kernel decodes 32 consecutive values of a
 //! block from those words ([`BlockFormat::decode_sub`], a `#[cube]` trait: the kernels are
-//! generic over it and monomorphize per format). The kernels (`kernels.rs`) are written once:
+//! generic over it and monomorphize per format). The decode gemv and the dequantize pass are
+//! generic over [`RowFormat`] — a chunk of 32 weights of a row, decoded and scaled — which
+//! every block format is and FP8 (`fp8.rs`: codes and a separate scale array) is too. The
+//! kernels (`kernels.rs`) are written once:
 //! - the decode gemv (T ≤ [`QGEMV_MAX_T`](super::qmatmul::QGEMV_MAX_T)), gemv v1's scheme: a
 //!   group of 32·split units (planes where plane ops exist) per `rpg` rows; unit `lane` takes
-//!   the row's 32-value sub-blocks `lane, lane + group, ..`, decodes each once into registers
+//!   the row's 32-value chunks `lane, lane + group, ..`, decodes each once into registers
 //!   and dots it with every token's x; `matmul::store_row_sums` reduces, with the fused RMSNorm
 //!   prologue and residual / SwiGLU / GELU epilogues of `matmul::Fuse`;
-//! - the dequantize pass (one unit per sub-block) into a dense `[out, in]` scratch, then the
+//! - the dequantize pass (one unit per chunk) into a dense `[out, in]` scratch, then the
 //!   dense matmul (tensor cores where they apply, the scratch in their 16-bit type): what
 //!   prefill and batches above the gemv run. It costs a write and a read of a dense copy per
 //!   call (2 + 2 bytes a weight in bf16, 4 + 4 in f32) on top of the quantized read, and the
@@ -79,6 +82,62 @@ pub trait BlockFormat: 'static + Send + Sync {
     /// Values `32·sub .. 32·sub + 32` of the block whose words start at `w[base]`, into
     /// `vals[0..32]` in order.
     fn decode_sub(w: &[u32], base: usize, sub: usize, vals: &mut Array<f32>);
+}
+
+/// What the kernels written once over formats (`kernels.rs`: the decode gemv, the dequantize
+/// pass) ask of a format: the element they read its data as, and the decode of one chunk —
+/// [`SUB`] consecutive weights of a row — scaled. Every [`BlockFormat`] is one (below: one
+/// sub-block of a block); FP8 ([`fp8::Fp8`]) another (codes and a separate scale array).
+#[cube]
+pub trait RowFormat: 'static + Send + Sync {
+    /// What the kernels read the weight's data as: ggml blocks by single u32 words (a block is
+    /// not a whole number of 16-byte vectors), FP8 codes by vectors of 4 words.
+    type Word: CubePrimitive;
+
+    /// Weights `32·c .. 32·c + 32` of row `row` (`n_in` weights a row) into `vals[0..32]`;
+    /// returns the factor the caller multiplies them (or their dot products) by, 1 where
+    /// `vals` are final. Geometry: `srows`, `scols`, `per_word` a scale array's (FP8),
+    /// `words`, `subs` a block's (ggml); each format reads its own and is passed 0 for the
+    /// others ([`kernels::Geometry`]).
+    #[allow(clippy::too_many_arguments)]
+    fn decode_chunk(
+        w: &[Self::Word],
+        scales: &[u32],
+        row: usize,
+        c: usize,
+        n_in: usize,
+        srows: usize,
+        scols: usize,
+        vals: &mut Array<f32>,
+        #[comptime] words: usize,
+        #[comptime] subs: usize,
+        #[comptime] per_word: bool,
+    ) -> f32;
+}
+
+/// A ggml block format as a [`RowFormat`]: chunk `c` of a row is sub-block `c % subs` of its
+/// block `c / subs` (rows of `n_in / (32·subs)` blocks, `words` words each), already scaled.
+#[cube]
+impl<F: BlockFormat> RowFormat for F {
+    type Word = u32;
+
+    #[allow(clippy::too_many_arguments)]
+    fn decode_chunk(
+        w: &[u32],
+        _scales: &[u32],
+        row: usize,
+        c: usize,
+        n_in: usize,
+        _srows: usize,
+        _scols: usize,
+        vals: &mut Array<f32>,
+        #[comptime] words: usize,
+        #[comptime] subs: usize,
+        #[comptime] _per_word: bool,
+    ) -> f32 {
+        F::decode_sub(w, (row * (n_in / (SUB * subs)) + c / subs) * words, c % subs, vals);
+        1.0f32
+    }
 }
 
 /// Byte `b` of the block whose words start at `w[base]` (little-endian words).

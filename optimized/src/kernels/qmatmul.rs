@@ -45,10 +45,11 @@
 //!   above 32 rows).
 //! GGUF Q8_0 weights are INT8 with groups of 32 (f16 scales widen exactly); `tandem` keeps
 //! them that way on the GPU ([`QWeight::upload`] of a converted tensor).
-//! GGUF k-quants (Q4_K, Q5_K, Q6_K; and Q8_0 blocks as stored) are [`QFormat::Ggml`]: their
-//! blocks kept as the file holds them, decoded in the kernels of `kernels::qformat` (a gemv
-//! for T ≤ [`QGEMV_MAX_T`], dequant + the dense GEMM above, or with `qgemm=fused` on Hopper the
-//! GEMM decoding the blocks in its B tile), which are generic over the format.
+//! GGUF k-quants (Q4_K, Q5_K, Q6_K; and Q8_0 blocks as stored) are [`QFormat::Ggml`], FP8
+//! E4M3 codes [`QFormat::Fp8`] ([`QFormat::row_format`]): kept as the file holds them, decoded
+//! in the kernels of `kernels::qformat` (a gemv for T ≤ [`QGEMV_MAX_T`], dequant + the dense
+//! GEMM above, or with `qgemm=fused` on Hopper the GEMM decoding ggml blocks in its B tile),
+//! which are generic over the format.
 
 use cubecl::prelude::*;
 use cubecl::server::CubeCountSelection;
@@ -323,11 +324,8 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
         if super::matmul::tc::quant_applies(client, w) {
             return super::matmul::tc::qlinear_into(client, x, w, y, glu.then_some(fuse.act), None, super::matmul::tc::TcMode::Tensor);
         }
-        if let QFormat::Ggml(_) = w.format {
+        if w.format.row_format() {
             return crate::kernels::qformat::linear_gemm(client, x, w, y, fuse);
-        }
-        if let QFormat::Fp8 { .. } = w.format {
-            return crate::kernels::qformat::fp8::linear_dense(client, x, w, y, fuse);
         }
         let wf = dequant(client, w)?;
         if glu {
@@ -515,13 +513,9 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
         }
         return Ok(());
     }
-    if let QFormat::Ggml(_) = w.format {
+    if w.format.row_format() {
         let l = crate::kernels::qformat::GemvLaunch { count, dim, t, rpg, plane, plane_size: GROUP as usize, split, block };
         return crate::kernels::qformat::gemv_into(client, x, w, y, fuse, l);
-    }
-    if let QFormat::Fp8 { .. } = w.format {
-        let l = crate::kernels::qformat::GemvLaunch { count, dim, t, rpg, plane, plane_size: GROUP as usize, split, block };
-        return crate::kernels::qformat::fp8::gemv_into(client, x, w, y, fuse, l);
     }
     let (gc, cols) = scale_geometry(w);
     unsafe {

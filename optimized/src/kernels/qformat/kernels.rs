@@ -1,14 +1,16 @@
-//! The kernels over [`BlockFormat`], written once (see the module doc of `qformat`): the decode
-//! gemv ([`ggml_gemv`]), the dequantize pass ([`ggml_dequant`]) and their launchers.
+//! The kernels over [`RowFormat`], written once for the ggml block formats and FP8 alike (see
+//! the module doc of `qformat`): the decode gemv ([`qgemv`]), the dequantize pass
+//! ([`qdequant`]) and their launchers.
 
 use cubecl::prelude::*;
 
-use super::{BlockFormat, GgmlKind, IQ4NL, Q4K, Q5K, Q5_0, Q5_1, Q6K, Q8_0, SUB};
+use super::fp8::Fp8;
+use super::{GgmlKind, RowFormat, IQ4NL, Q4K, Q5K, Q5_0, Q5_1, Q6K, Q8_0, SUB};
 use crate::kernels::matmul::{self, inv_rms, scale_rows, store_row_sums, tc, Fuse, Version};
 use crate::kernels::qmatmul::{QFormat, QWeight};
 use crate::{Client, DeviceTensor, Dtype, Error};
 
-/// Runs `$body` with `$f` the [`BlockFormat`] type of `$kind`.
+/// Runs `$body` with `$f` the [`BlockFormat`](super::BlockFormat) type of the [`GgmlKind`] `$kind`.
 macro_rules! with_format {
     ($kind:expr, $f:ident => $body:expr) => {
         match $kind {
@@ -45,26 +47,31 @@ macro_rules! with_format {
 }
 pub(crate) use with_format;
 
-/// The decode gemv. x `[tn, in/4]` vectors of 4; w the blocks (`words` u32 words each, `subs`
-/// sub-blocks of 32 values, rows of `in / (32·subs)` blocks); y `[tn, out]` (with `glu`:
-/// `[tn, out / 2]`; `norm` / `resid` / `gelu`: `matmul::Fuse`'s prologue and epilogues, as
-/// gemv v1). Cube dim (group, groups): group `gi` of `group` = 32·split units takes rows
-/// `(CUBE_POS·groups + gi)·rpg ..+ rpg`; unit `lane` their sub-blocks `lane, lane + group, ..`,
-/// each decoded once per row and dotted with every token's 32 x values.
+/// The decode gemv. x `[tn, in/4]` vectors of 4; w, scales the weight's data and scales as
+/// `F` reads them (rows of `in / 32` chunks; the geometry: [`RowFormat::decode_chunk`]); y
+/// `[tn, out]` (with `glu`: `[tn, out / 2]`; `norm` / `resid` / `gelu`: `matmul::Fuse`'s
+/// prologue and epilogues, as gemv v1). Cube dim (group, groups): group `gi` of `group` =
+/// 32·split units takes rows `(CUBE_POS·groups + gi)·rpg ..+ rpg`; unit `lane` their chunks
+/// `lane, lane + group, ..`, each decoded once per row and dotted with every token's 32 x
+/// values, the dot product times the chunk's factor.
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked)]
-pub fn ggml_gemv<F: BlockFormat, N: Size>(
+pub fn qgemv<F: RowFormat, N: Size>(
     x: &[Vector<f32, N>],
-    w: &[u32],
+    w: &[F::Word],
+    scales: &[u32],
     y: &mut [f32],
     xr: &[Vector<f32, N>],
     nw: &[f32],
     xw: &mut [f32],
     n_out: u32,
     n_in: u32,
+    srows: u32,
+    scols: u32,
     eps: f32,
     #[comptime] words: usize,
     #[comptime] subs: usize,
+    #[comptime] per_word: bool,
     #[comptime] tn: usize,
     #[comptime] rpg: usize,
     #[comptime] plane: bool,
@@ -82,23 +89,21 @@ pub fn ggml_gemv<F: BlockFormat, N: Size>(
     let row0 = (CUBE_POS * CUBE_DIM_Y as usize + gi) * rpg;
     let n_out = n_out as usize;
     let xrow = n_in as usize / 4;
-    // Sub-blocks and blocks per row.
-    let spr = n_in as usize / 32;
-    let bpr = spr / subs;
+    let cpr = n_in as usize / SUB;
     let mut acc = Array::<f32>::new(tn * rpg);
     #[unroll]
     for a in 0..tn * rpg {
         acc[a] = 0.0f32;
     }
     let mut xs = Array::<Vector<f32, N>>::new(tn * 8);
-    let mut vals = Array::<f32>::new(32usize);
+    let mut vals = Array::<f32>::new(SUB);
     let mut rn = Array::<f32>::new(tn);
     if norm {
         inv_rms(xr, &mut rn, 0, xrow, n_in as f32, eps, tn, plane, plane_size, block);
     }
     if row0 < n_out {
         let mut c = lane;
-        while c < spr {
+        while c < cpr {
             #[unroll]
             for t in 0..tn {
                 #[unroll]
@@ -106,12 +111,10 @@ pub fn ggml_gemv<F: BlockFormat, N: Size>(
                     xs[t * 8 + i] = x[t * xrow + c * 8 + i];
                 }
             }
-            let blk = c / subs;
-            let sub = c % subs;
             #[unroll]
             for q in 0..rpg {
                 let row = select(row0 + q < n_out, row0 + q, n_out - 1);
-                F::decode_sub(w, (row * bpr + blk) * words, sub, &mut vals);
+                let s = F::decode_chunk(w, scales, row, c, n_in as usize, srows as usize, scols as usize, &mut vals, words, subs, per_word);
                 #[unroll]
                 for t in 0..tn {
                     let mut part = 0.0f32;
@@ -123,7 +126,7 @@ pub fn ggml_gemv<F: BlockFormat, N: Size>(
                             part += vals[i * 4 + e] * xv.extract(e);
                         }
                     }
-                    acc[t * rpg + q] += part;
+                    acc[t * rpg + q] += part * s;
                 }
             }
             c += group;
@@ -135,44 +138,91 @@ pub fn ggml_gemv<F: BlockFormat, N: Size>(
     store_row_sums(&acc, y, nw, xw, 0, row0, n_out, lane, gi, group, tn, rpg, plane, plane_size, split, block, resid, glu, gelu, false);
 }
 
-/// The dequantize pass: sub-block `i` (of `n`, row-major over the whole weight) → `out[32i ..+ 32]`
-/// in `O`.
+/// The dequantize pass: chunk `i` (of `n`, row-major over the whole weight) → `out[32i ..+ 32]`
+/// in `O`, each weight its decoded value times the chunk's factor, rounded once in f32.
+#[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked)]
-pub fn ggml_dequant<F: BlockFormat, O: Float, N: Size>(
-    w: &[u32],
+pub fn qdequant<F: RowFormat, O: Float, N: Size>(
+    w: &[F::Word],
+    scales: &[u32],
     out: &mut [Vector<O, N>],
     n: u32,
+    n_in: u32,
+    srows: u32,
+    scols: u32,
     #[comptime] words: usize,
     #[comptime] subs: usize,
+    #[comptime] per_word: bool,
     #[comptime] nv: usize,
 ) {
     let i = ABSOLUTE_POS;
     if i < n as usize {
-        let mut vals = Array::<f32>::new(32usize);
-        F::decode_sub(w, (i / subs) * words, i % subs, &mut vals);
+        let cpr = n_in as usize / SUB;
+        let mut vals = Array::<f32>::new(SUB);
+        let s = F::decode_chunk(w, scales, i / cpr, i % cpr, n_in as usize, srows as usize, scols as usize, &mut vals, words, subs, per_word);
         // The unit's 32 values as vectors of `nv`: scalar stores 32 values apart from the
         // neighbouring unit's cost one transaction each (H100, Llama-3.1-8B Q4_K_M: ~0.6 ms a
         // gate|up pass as 2-byte stores).
         #[unroll]
-        for v in 0..32 / nv {
+        for v in 0..SUB / nv {
             let mut o = Vector::<f32, N>::new(0.0f32);
             #[unroll]
             for e in 0..nv {
-                o.insert(e, vals[v * nv + e]);
+                o.insert(e, vals[v * nv + e] * s);
             }
-            out[i * (32 / nv) + v] = Vector::<O, N>::cast_from(o);
+            out[i * (SUB / nv) + v] = Vector::<O, N>::cast_from(o);
         }
     }
 }
 
-fn kind_of(w: &QWeight) -> Result<GgmlKind, Error> {
-    match w.format {
-        QFormat::Ggml(k) => Ok(k),
-        f => Err(Error::Shape(format!("qformat: a {f:?} weight is not ggml blocks"))),
+/// A weight's geometry as the [`RowFormat`] kernels take it (each format reads its own fields,
+/// the others are 0: [`RowFormat::decode_chunk`]).
+pub(crate) struct Geometry {
+    /// u32 words the kernels read as one [`RowFormat::Word`]: ggml 1, FP8 4.
+    width: usize,
+    /// FP8: rows and columns a scale covers, and whether a chunk takes a scale per word
+    /// (scale blocks narrower than a chunk).
+    srows: u32,
+    scols: u32,
+    per_word: bool,
+    /// ggml: u32 words a block, 32-value sub-blocks a block.
+    words: usize,
+    subs: usize,
+}
+
+impl Geometry {
+    pub(crate) fn of(w: &QWeight) -> Result<Self, Error> {
+        match w.format {
+            QFormat::Ggml(kind) => {
+                if !w.in_dim.is_multiple_of(SUB * kind.subs()) {
+                    return Err(Error::Shape(format!("qformat: in {} is not whole {:?} blocks", w.in_dim, kind)));
+                }
+                Ok(Self { width: 1, srows: 0, scols: 0, per_word: false, words: kind.words(), subs: kind.subs() })
+            }
+            QFormat::Fp8 { srows, scols } => {
+                Ok(Self { width: 4, srows: srows as u32, scols: scols as u32, per_word: !scols.is_multiple_of(SUB), words: 0, subs: 0 })
+            }
+            f => Err(Error::Shape(format!("qformat: a {f:?} weight is neither ggml blocks nor FP8"))),
+        }
     }
 }
 
-/// The launch shape of [`ggml_gemv`] (what `qmatmul::qlinear_fused_into_tuned` chose for the
+/// Runs `$body` with `$f` the [`RowFormat`] type of the [`QFormat`] `$format` (a ggml kind's
+/// block format, or FP8); returns an error for another format.
+macro_rules! with_row_format {
+    ($format:expr, $f:ident => $body:expr) => {
+        match $format {
+            QFormat::Ggml(kind) => with_format!(kind, $f => $body),
+            QFormat::Fp8 { .. } => {
+                type $f = Fp8;
+                $body
+            }
+            f => return Err(Error::Shape(format!("qformat: a {f:?} weight is neither ggml blocks nor FP8"))),
+        }
+    };
+}
+
+/// The launch shape of [`qgemv`] (what `qmatmul::qlinear_fused_into_tuned` chose for the
 /// weight: the same grid as gemv v1).
 pub(crate) struct GemvLaunch {
     pub count: CubeCount,
@@ -185,32 +235,33 @@ pub(crate) struct GemvLaunch {
     pub block: usize,
 }
 
-/// [`ggml_gemv`] of `w` (T ≤ the gemv's max, shapes checked by the caller) into `y`, with
-/// `fuse`'s prologue / epilogue.
+/// [`qgemv`] of `w` (ggml blocks or FP8; T ≤ the gemv's max, shapes checked by the caller)
+/// into `y`, with `fuse`'s prologue / epilogue.
 pub(crate) fn gemv_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor, fuse: &Fuse, l: GemvLaunch) -> Result<(), Error> {
-    let kind = kind_of(w)?;
-    if !w.in_dim.is_multiple_of(SUB * kind.subs()) {
-        return Err(Error::Shape(format!("qformat gemv: in {} is not whole {:?} blocks", w.in_dim, kind)));
-    }
+    let g = Geometry::of(w)?;
     let (xr, nw, xw, eps) = fuse.operands(client);
     let (norm, resid, glu, gelu) = (fuse.norm.is_some(), fuse.residual.is_some(), fuse.glu, fuse.gelu());
-    with_format!(kind, F => unsafe {
-        ggml_gemv::launch_unchecked::<F>(
+    with_row_format!(w.format, F => unsafe {
+        qgemv::launch_unchecked::<F>(
             client,
             l.count,
             l.dim,
             4,
             x.as_arg(4),
-            w.data.as_arg(1),
+            w.data.as_arg(g.width),
+            w.scales.as_arg(1),
             y.as_arg(1),
             xr.as_arg(4),
             nw.as_arg(1),
             xw.as_arg(1),
             w.out as u32,
             w.in_dim as u32,
+            g.srows,
+            g.scols,
             eps,
-            kind.words(),
-            kind.subs(),
+            g.words,
+            g.subs,
+            g.per_word,
             l.t,
             l.rpg,
             l.plane,
@@ -244,9 +295,11 @@ pub fn dequant(client: &Client, w: &QWeight, dtype: Dtype) -> Result<DeviceTenso
     Ok(out)
 }
 
-/// The weight dequantized into `out` (`[out, in]`, f32, f16 or bf16; every element written).
+/// The weight dequantized into `out` (`[out, in]`, f32, f16 or bf16; every element written):
+/// [`qdequant`], each weight `decode(q) · s` rounded once in f32 (FP8: bit-equal to
+/// `reference::quant::fp8::dequant`).
 pub fn dequant_into(client: &Client, w: &QWeight, out: &DeviceTensor) -> Result<(), Error> {
-    let kind = kind_of(w)?;
+    let g = Geometry::of(w)?;
     if out.shape != [w.out, w.in_dim] {
         return Err(Error::Shape(format!("qformat dequant: into {:?}, the weight is [{}, {}]", out.shape, w.out, w.in_dim)));
     }
@@ -254,22 +307,34 @@ pub fn dequant_into(client: &Client, w: &QWeight, out: &DeviceTensor) -> Result<
     crate::kernels::attention::naive::u32_of("qformat dequant size", w.out * w.in_dim)?;
     let dim = CubeDim::new_1d(256.min(client.properties().hardware.max_units_per_cube));
     let count = cubecl::calculate_cube_count_elemwise(client, n, dim);
-    // 16-byte stores where the device takes vectors that wide (32 values per unit divide by each).
     let max = client.properties().hardware.max_vector_size as usize;
-    let nv = [16 / out.dtype.size(), 4, 2, 1].into_iter().find(|&v| v <= max.max(1)).unwrap_or(1);
+    if max < g.width {
+        return Err(Error::Unsupported(format!("qformat dequant reads {}-byte vectors", 4 * g.width)));
+    }
+    // 16-byte stores where the device takes vectors that wide (32 values per unit divide by
+    // each); FP8's as wide as its code reads (4 values), the width its pass was measured at.
+    let nv = match g.width {
+        1 => [16 / out.dtype.size(), 4, 2, 1].into_iter().find(|&v| v <= max.max(1)).unwrap_or(1),
+        wide => wide,
+    };
     macro_rules! go {
         ($o:ty) => {
-            with_format!(kind, F => unsafe {
-                ggml_dequant::launch_unchecked::<F, $o>(
+            with_row_format!(w.format, F => unsafe {
+                qdequant::launch_unchecked::<F, $o>(
                     client,
                     count,
                     dim,
                     nv,
-                    w.data.as_arg(1),
+                    w.data.as_arg(g.width),
+                    w.scales.as_arg(1),
                     out.as_arg(nv),
                     n as u32,
-                    kind.words(),
-                    kind.subs(),
+                    w.in_dim as u32,
+                    g.srows,
+                    g.scols,
+                    g.words,
+                    g.subs,
+                    g.per_word,
                     nv,
                 );
             })
@@ -284,7 +349,8 @@ pub fn dequant_into(client: &Client, w: &QWeight, out: &DeviceTensor) -> Result<
 }
 
 /// `y = x · dequant(W)ᵀ` (T above the gemv): the tensor-core GEMM decoding the blocks in its B
-/// tile (`gemm.rs`) where it is chosen (`qgemm=fused`) and applies, else [`linear_dense`].
+/// tile (`gemm.rs`) where it is chosen (`qgemm=fused`) and applies (ggml blocks), else
+/// [`linear_dense`] (FP8 always).
 pub fn linear_gemm(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor, fuse: &Fuse) -> Result<(), Error> {
     if super::gemm::chosen(client, w) {
         return super::gemm::linear_into(client, x, w, y, fuse.glu.then_some(fuse.act), None);

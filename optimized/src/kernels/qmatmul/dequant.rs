@@ -10,11 +10,8 @@ use crate::{Client, DeviceTensor, Error};
 /// The f32 weight `[out, in]` (dequant v1, v2 or v4 by layout).
 pub fn dequant(client: &Client, w: &QWeight) -> Result<DeviceTensor, Error> {
     check_vec4(client)?;
-    if let QFormat::Ggml(_) = w.format {
+    if w.format.row_format() {
         return crate::kernels::qformat::dequant(client, w, crate::Dtype::F32);
-    }
-    if let QFormat::Fp8 { .. } = w.format {
-        return crate::kernels::qformat::fp8::dequant(client, w, crate::Dtype::F32);
     }
     let out = DeviceTensor::empty_f32(client, &[w.out, w.in_dim]);
     let cpr = w.chunks_per_row();

@@ -28,6 +28,12 @@ pub enum QFormat {
 }
 
 impl QFormat {
+    /// Kept as the file stores it and run by `kernels::qformat`'s kernels, written once over
+    /// its `RowFormat` (ggml blocks, FP8): the decode gemv, the dequantize pass and the GEMMs
+    /// over it.
+    pub fn row_format(self) -> bool {
+        matches!(self, QFormat::Ggml(_) | QFormat::Fp8 { .. })
+    }
     /// 4-bit values, 32 to a 16-byte chunk (mxfp4, Q4): 8 quads per chunk.
     pub fn nibbles(self) -> bool {
         matches!(self, QFormat::Mxfp4 | QFormat::Q4 { .. })

@@ -29,7 +29,8 @@ fn generate_on(model: &str, tp: usize, extra: &[&str]) -> (Vec<Vec<u32>>, String
     let (prompts, out) = (dir.join(format!("{tag}.jsonl")), dir.join(format!("{tag}-out.jsonl")));
     std::fs::write(&prompts, "{\"prompt\": \"Once upon\", \"max_tokens\": 12}\n{\"prompt\": \"the cat sat\", \"max_tokens\": 12}\n").unwrap();
     let tp = tp.to_string();
-    let mut args = vec!["generate", "--model", model, "--prompts", prompts.to_str().unwrap(), "--out", out.to_str().unwrap(), "--tensor-parallel", &tp];
+    let mut args =
+        vec!["generate", "--model", model, "--prompts", prompts.to_str().unwrap(), "--out", out.to_str().unwrap(), "--tensor-parallel", &tp];
     args.extend(extra);
     let o = tandem(&args);
     assert!(o.status.success(), "TP {tp} {extra:?}: {}", String::from_utf8_lossy(&o.stderr));

@@ -197,7 +197,8 @@ pub fn run(a: ServeArgs) -> Result<()> {
         idle_timeout,
     };
     eprintln!("tandem serve: {} ({ctx}-token context)", opened.label);
-    let (device, dtype, max_seqs, tp) = (a.model.device, a.model.dtype.clone(), a.max_seqs, super::tensor_parallel::Tp::of(a.tensor_parallel, a.expert_parallel));
+    let (device, dtype, max_seqs, tp) =
+        (a.model.device, a.model.dtype.clone(), a.max_seqs, super::tensor_parallel::Tp::of(a.tensor_parallel, a.expert_parallel));
     let (model, tok, draft_kv) = (a.model.clone(), llama_tok, a.spec.draft_kv_tokens(kv));
     // Both runners are built on the engine thread; a draft (`draft:PATH`, `self:…`) loads after
     // the target, sharing its device. The decode graphs are recorded before the server

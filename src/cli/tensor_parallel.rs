@@ -16,8 +16,8 @@ use engine::cpu_runner::{RefForward, RefRunner};
 use engine::runner::{ModelInfo, ModelRunner};
 use ndarray::Array2;
 use reference::arch::model::WeightsRef;
-use reference::kv_cache::KvCache;
 use reference::arch::spec::FfnSpec;
+use reference::kv_cache::KvCache;
 use reference::parallel::{LoopbackGroup, MoeSplit, ShardPlan};
 
 use reference::Trace;

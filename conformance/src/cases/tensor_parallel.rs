@@ -178,18 +178,26 @@ impl Case for TpCase {
 /// experts (expert parallelism: no rank uploads them all), or F/N rows of every expert.
 fn holds_its_experts(m: &GpuModel, plan: &ShardPlan, r: usize) -> Result<(), optimized::Error> {
     use optimized::model::GpuFfn;
+    use reference::arch::spec::FfnSpec;
     use reference::parallel::ExpertCut;
     let cut = plan.rank(r).map_err(|e| optimized::Error::Shape(e.to_string()))?.experts.clone();
     for (l, layer) in m.layers.iter().enumerate() {
         let GpuFfn::Moe(w) = &layer.ffn else { continue };
         let (e, f2) = (w.gate_up.n_experts(), w.gate_up.out());
+        // The local spec's expert width: the whole one, or the rank's rows padded with zero rows
+        // (`optimized::parallel::EXPERT_ROWS`).
         let ok = match (&cut, m.spec.layers.get(l).map(|s| &s.ffn)) {
-            (Some(ExpertCut::Whole(x)), Some(reference::arch::spec::FfnSpec::Moe { expert_ffn, .. })) => w.held == *x && e == x.len() && f2 == 2 * expert_ffn,
-            (Some(ExpertCut::Rows { rows, .. }), Some(reference::arch::spec::FfnSpec::Moe { n_experts, .. })) => e == *n_experts && f2 == 2 * rows.len(),
+            (Some(ExpertCut::Whole(x)), Some(FfnSpec::Moe { expert_ffn, .. })) => w.held == *x && e == x.len() && f2 == 2 * expert_ffn,
+            (Some(ExpertCut::Rows { rows, .. }), Some(FfnSpec::Moe { n_experts, expert_ffn, .. })) => {
+                e == *n_experts && f2 == 2 * expert_ffn && *expert_ffn == rows.len().next_multiple_of(optimized::parallel::EXPERT_ROWS)
+            }
             _ => false,
         };
         if !ok {
-            return Err(optimized::Error::Shape(format!("rank {r} layer {l}: experts {:?} held ({e} uploaded, gate|up {f2} rows), the plan's cut {cut:?}", w.held)));
+            return Err(optimized::Error::Shape(format!(
+                "rank {r} layer {l}: experts {:?} held ({e} uploaded, gate|up {f2} rows), the plan's cut {cut:?}",
+                w.held
+            )));
         }
     }
     Ok(())

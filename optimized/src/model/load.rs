@@ -328,7 +328,17 @@ impl Uploader<'_> {
     /// the gate's stored bytes wait in a reused buffer while the up tensor is read, then each
     /// chunk of row pairs takes rows from both.
     #[allow(clippy::too_many_arguments)]
-    fn interleaved_at(&mut self, gate: Tensor, up: Tensor, handle: &Handle, at: usize, total: usize, first: usize, rows: usize, dtype: Dtype) -> Result<(), Error> {
+    fn interleaved_at(
+        &mut self,
+        gate: Tensor,
+        up: Tensor,
+        handle: &Handle,
+        at: usize,
+        total: usize,
+        first: usize,
+        rows: usize,
+        dtype: Dtype,
+    ) -> Result<(), Error> {
         let c = self.spec.hidden;
         let part_g = part!(self, gate);
         let g = crate::upload::rows(part_g.raw(), c, first, rows)?;

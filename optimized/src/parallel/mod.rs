@@ -15,10 +15,10 @@
 //! routes every token over all E experts (the router is replicated); expert-parallel, a rank
 //! holds experts `r·E/N ..` whole and runs only the pairs routed to them (the others weighted
 //! 0: `kernels::moe::route::routes_local`); per-expert, a rank holds rows `r·F/N ..` of every
-//! expert. Either way its share of the MoE output is summed into zeros, all-reduced, and added
-//! to the residual stream with the next RMSNorm in one launch. An expert-parallel rank still
-//! runs the kernels over all T·K pairs (those of other ranks' experts on its first expert,
-//! weighted 0): the memory is split, the work not yet.
+//! expert (zero-padded to [`EXPERT_ROWS`]). Either way its share of the MoE output is summed
+//! into zeros, all-reduced, and added to the residual stream with the next RMSNorm in one
+//! launch. An expert-parallel rank still runs the kernels over all T·K pairs (those of other
+//! ranks' experts on its first expert, weighted 0): the memory is split, the work not yet.
 //!
 //! A rank's step needs nothing from the host beyond a single GPU's: the ids' mapping to the
 //! rank's rows and the logits' reassembly after the gather are kernels ([`kernels`]), and the
@@ -45,7 +45,7 @@ use std::sync::Arc;
 pub use host::HostStaged;
 pub use nccl_device::NcclDevice;
 pub use runner::{TpComms, TpRunner};
-pub use source::{local_spec, rank_experts, ShardSource};
+pub use source::{local_spec, rank_experts, ShardSource, EXPERT_ROWS};
 
 use reference::arch::spec::ModelSpec;
 use reference::parallel::ShardPlan;

@@ -14,7 +14,10 @@
 //! rank's experts of them ([`rank_experts`]: `GpuModel::load_experts`); per-expert tensor
 //! parallelism cuts every expert's gate / up rows and down columns here, as f32 values (the
 //! stored values exactly: the loader rounds them to the model's type as it would the stored
-//! bytes). GPT-OSS's MXFP4 experts are not cut yet: its plan is refused ([`local_spec`]).
+//! bytes), padded with zero rows (and down columns) to a multiple of [`EXPERT_ROWS`] — the
+//! grouped GEMMs' k step; a zero gate and up row gives `act(0)·0 = 0`, which a zero down
+//! column adds nowhere, so the padding changes no sum. GPT-OSS's MXFP4 experts are not cut
+//! yet: its plan is refused ([`local_spec`]).
 //!
 //! The embedding and the head: rows `vocab` of the whole table, then zero rows up to
 //! `vocab_part + 1` — the padding of a short last part, and the zero row every other rank's
@@ -30,10 +33,15 @@ use reference::parallel::{ExpertCut, MoeSplit, RankShard, ShardPlan};
 use reference::weights::{RawDense, RawDtype, Tensor, TensorSource};
 use reference::{Config, Error, Result};
 
+/// The per-expert width of a rank's cut experts is padded to a multiple of this: the k step of
+/// moe gemm v1 (`kernels::moe::gemm`), which reads down's inputs (the expert width) 32 at a
+/// time. Real models' widths split into multiples already (Qwen3-30B-A3B: 768 / 8 = 96).
+pub const EXPERT_ROWS: usize = 32;
+
 /// Rank `r`'s spec on the GPU: the plan's local spec ([`ShardPlan::local_spec`]: its heads and
-/// FFN or per-expert width; experts keep their global count, the router being whole) with
-/// `vocab_part + 1` token rows. GPT-OSS's MXFP4 experts (gated by its clamped SwiGLU) are
-/// refused, under either split.
+/// FFN or per-expert width, that padded to [`EXPERT_ROWS`]; experts keep their global count,
+/// the router being whole) with `vocab_part + 1` token rows. GPT-OSS's MXFP4 experts (gated by
+/// its clamped SwiGLU) are refused, under either split.
 pub fn local_spec(spec: &ModelSpec, plan: &ShardPlan, r: usize) -> Result<ModelSpec> {
     if spec.layers.iter().any(|l| matches!(l.ffn, FfnSpec::Moe { act: Activation::ClampedSwiglu { .. }, .. })) {
         let split = match plan.moe {
@@ -47,6 +55,13 @@ pub fn local_spec(spec: &ModelSpec, plan: &ShardPlan, r: usize) -> Result<ModelS
     }
     let mut s = plan.local_spec(spec, r)?;
     s.vocab = plan.vocab_part + 1;
+    if plan.moe == Some(MoeSplit::PerExpert) {
+        for l in &mut s.layers {
+            if let FfnSpec::Moe { expert_ffn, .. } = &mut l.ffn {
+                *expert_ffn = expert_ffn.next_multiple_of(EXPERT_ROWS);
+            }
+        }
+    }
     Ok(s)
 }
 
@@ -83,15 +98,16 @@ impl<'a> ShardSource<'a> {
     fn expert_rows(&self, t: Tensor) -> Option<Range<usize>> {
         use Tensor::*;
         match (t, &self.rs.experts) {
-            (ExpsGate(_) | ExpsUp(_) | ExpsDown(_) | ExpsGateUp(_) | ExpertGate(..) | ExpertUp(..) | ExpertDown(..), Some(ExpertCut::Rows { rows, .. })) => {
-                Some(rows.clone())
-            }
+            (
+                ExpsGate(_) | ExpsUp(_) | ExpsDown(_) | ExpsGateUp(_) | ExpertGate(..) | ExpertUp(..) | ExpertDown(..),
+                Some(ExpertCut::Rows { rows, .. }),
+            ) => Some(rows.clone()),
             _ => None,
         }
     }
 
     /// Expert tensor `t`'s values `v` (its whole shape) cut to `rows` of every expert: gate and
-    /// up rows, down columns.
+    /// up rows, down columns, each padded with zeros to a multiple of [`EXPERT_ROWS`].
     fn cut_experts(&self, t: Tensor, v: &[f32], r: Range<usize>) -> Result<Vec<f32>> {
         use Tensor::*;
         let (c, f) = match t.spec_shape(&self.spec)[..] {
@@ -104,13 +120,22 @@ impl<'a> ShardSource<'a> {
         if v.len() != n || r.end > f {
             return Err(Error::Input(format!("rank {}: {t:?} has {} values of {n}, rows {r:?} of {f}", self.rs.rank, v.len())));
         }
+        let fp = r.len().next_multiple_of(EXPERT_ROWS);
+        // Rows `r` of a `[F, C]` matrix, then zero rows up to `fp`.
+        let padded_rows = |x: &[f32], r: Range<usize>| {
+            let mut out = rows(x, c, r);
+            out.resize(fp * c, 0.0);
+            out
+        };
         Ok(match t {
-            ExpertGate(..) | ExpertUp(..) => rows(v, c, r),
+            ExpertGate(..) | ExpertUp(..) => padded_rows(v, r),
             // Each expert's gate rows, then its up rows.
-            ExpsGate(_) | ExpsUp(_) => v.chunks_exact(f * c).flat_map(|x| rows(x, c, r.clone())).collect(),
-            ExpsGateUp(_) => v.chunks_exact(2 * f * c).flat_map(|x| [rows(x, c, r.clone()), rows(x, c, f + r.start..f + r.end)].concat()).collect(),
-            // [C, F] or [E, C, F]: columns `r` of every row.
-            _ => cols(v, f, r),
+            ExpsGate(_) | ExpsUp(_) => v.chunks_exact(f * c).flat_map(|x| padded_rows(x, r.clone())).collect(),
+            ExpsGateUp(_) => {
+                v.chunks_exact(2 * f * c).flat_map(|x| [padded_rows(x, r.clone()), padded_rows(x, f + r.start..f + r.end)].concat()).collect()
+            }
+            // [C, F] or [E, C, F]: columns `r` of every row, then zero columns up to `fp`.
+            _ => v.chunks_exact(f).flat_map(|row| row[r.clone()].iter().copied().chain(std::iter::repeat_n(0.0, fp - r.len()))).collect(),
         })
     }
 

@@ -483,7 +483,16 @@ pub fn v3_supported(client: &Client) -> bool {
 /// weight 0, so it adds `0 · y = 0` to the token's sum — the rank's share of the MoE output is
 /// its own experts' terms, and the all-reduce after the FFN adds the other ranks' shares.
 #[cube(launch)]
-pub fn moe_routes_local_v1(ids: &[u32], weights: &[f32], ids_out: &mut [u32], weights_out: &mut [f32], lo: u32, hi: u32, pairs: u32, #[comptime] pdl: bool) {
+pub fn moe_routes_local_v1(
+    ids: &[u32],
+    weights: &[f32],
+    ids_out: &mut [u32],
+    weights_out: &mut [f32],
+    lo: u32,
+    hi: u32,
+    pairs: u32,
+    #[comptime] pdl: bool,
+) {
     await_predecessor(pdl);
     let i = ABSOLUTE_POS;
     if i < pairs as usize {

@@ -1,6 +1,8 @@
 //! `tandem generate --tensor-parallel N --device cpu`: the model sharded over N reference ranks
 //! gives TP 1's greedy tokens (`--prompts`) and text (`--prompt`) on tiny checkpoints (a llama
-//! GGUF, a Qwen3-MoE GGUF); shapes that do not split and other devices are one-line errors. Run with `--release`.
+//! GGUF, a Qwen3-MoE GGUF, its experts split both ways: `--expert-parallel [false]`); so does
+//! `--device wgpu` (N GPU ranks on one adapter, host-staged collectives) on the Qwen3-MoE GGUF;
+//! shapes that do not split and other devices are one-line errors. Run with `--release`.
 
 use std::path::Path;
 
@@ -13,33 +15,32 @@ fn gguf(name: &str) -> String {
 }
 
 /// The token ids of a greedy `generate --prompts` of 12 tokens over `tp` ranks (two requests
-/// batched), and the text of the same `--prompt`.
+/// batched), and the text of the same `--prompt`, on `--device cpu`.
 fn generate(model: &str, tp: usize) -> (Vec<Vec<u32>>, String) {
+    generate_on(model, tp, &["--device", "cpu"])
+}
+
+/// [`generate`] with `extra` arguments (the device, `--expert-parallel`).
+fn generate_on(model: &str, tp: usize, extra: &[&str]) -> (Vec<Vec<u32>>, String) {
     let dir = std::env::temp_dir().join(format!("tandem-cli-tp-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let name = Path::new(model).parent().unwrap().file_name().unwrap().to_str().unwrap().to_string();
-    let (prompts, out) = (dir.join(format!("{name}-{tp}.jsonl")), dir.join(format!("{name}-{tp}-out.jsonl")));
+    let tag = format!("{name}-{tp}-{}", extra.join("_"));
+    let (prompts, out) = (dir.join(format!("{tag}.jsonl")), dir.join(format!("{tag}-out.jsonl")));
     std::fs::write(&prompts, "{\"prompt\": \"Once upon\", \"max_tokens\": 12}\n{\"prompt\": \"the cat sat\", \"max_tokens\": 12}\n").unwrap();
     let tp = tp.to_string();
-    let o = tandem(&[
-        "generate",
-        "--model",
-        model,
-        "--device",
-        "cpu",
-        "--prompts",
-        prompts.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--tensor-parallel",
-        &tp,
-    ]);
-    assert!(o.status.success(), "TP {tp}: {}", String::from_utf8_lossy(&o.stderr));
+    let mut args =
+        vec!["generate", "--model", model, "--prompts", prompts.to_str().unwrap(), "--out", out.to_str().unwrap(), "--tensor-parallel", &tp];
+    args.extend(extra);
+    let o = tandem(&args);
+    assert!(o.status.success(), "TP {tp} {extra:?}: {}", String::from_utf8_lossy(&o.stderr));
     let mut rows: Vec<serde_json::Value> = std::fs::read_to_string(&out).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     rows.sort_by_key(|r| r["id"].as_u64());
     let ids = rows.iter().map(|r| serde_json::from_value(r["token_ids"].clone()).unwrap()).collect();
-    let o = tandem(&["generate", "--model", model, "--device", "cpu", "--prompt", "Once upon", "--max-tokens", "12", "--tensor-parallel", &tp]);
-    assert!(o.status.success(), "TP {tp}: {}", String::from_utf8_lossy(&o.stderr));
+    let mut args = vec!["generate", "--model", model, "--prompt", "Once upon", "--max-tokens", "12", "--tensor-parallel", &tp];
+    args.extend(extra);
+    let o = tandem(&args);
+    assert!(o.status.success(), "TP {tp} {extra:?}: {}", String::from_utf8_lossy(&o.stderr));
     (ids, String::from_utf8_lossy(&o.stdout).into_owned())
 }
 
@@ -55,6 +56,26 @@ fn sharded_generate_gives_the_unsharded_greedy_tokens() {
             assert_eq!(got_text, text, "{name}: TP {tp} vs TP 1 text");
         }
     }
+    // Qwen3-MoE's experts split the other way (8 experts of 4 ranks: whole experts by default).
+    let m = gguf("qwen3_moe");
+    let want = generate(&m, 1);
+    assert_eq!(generate_on(&m, 4, &["--device", "cpu", "--expert-parallel", "false"]), want, "qwen3_moe: TP 4 per-expert vs TP 1");
+}
+
+/// The GPU ranks (wgpu: host-staged collectives on one adapter, f32 weights) give the one GPU's
+/// greedy tokens and text on the Qwen3-MoE GGUF (stacked experts) under both splits.
+#[test]
+fn sharded_moe_on_the_gpu_gives_the_unsharded_greedy_tokens() {
+    let m = gguf("qwen3_moe");
+    let gpu = ["--device", "wgpu", "--dtype", "f32"];
+    let want = generate_on(&m, 1, &gpu);
+    assert!(want.0.iter().all(|t| t.len() > 1), "{want:?}");
+    for split in ["true", "false"] {
+        let args = [&gpu[..], &["--expert-parallel", split]].concat();
+        assert_eq!(generate_on(&m, 2, &args), want, "qwen3_moe: wgpu TP 2 --expert-parallel {split} vs TP 1");
+    }
+    // The plan's choice (whole experts: 8 split into 4).
+    assert_eq!(generate_on(&m, 4, &gpu), want, "qwen3_moe: wgpu TP 4 vs TP 1");
 }
 
 #[test]
@@ -65,6 +86,12 @@ fn tensor_parallel_errors_are_one_line() {
     };
     refused("3", "cpu", &["--tensor-parallel 3: 4 query heads do not split into 3 ranks"]);
     refused("0", "cpu", &["--tensor-parallel 0: needs at least 1 rank"]);
+    fails(
+        &["generate", "--model", &m, "--device", "cpu", "--prompt", "hi", "--tensor-parallel", "2", "--expert-parallel"],
+        2,
+        &["--expert-parallel:", "has no mixture of experts"],
+    );
+    fails(&["generate", "--model", &gguf("qwen3_moe"), "--device", "cpu", "--prompt", "hi", "--expert-parallel"], 2, &["--tensor-parallel N > 1"]);
     // On a machine without NCCL or without two GPUs (this test's machines) cuda refuses, in one line
     // naming the flag and what is missing; wgpu runs host-staged ranks (conformance op `tp`).
     refused("2", "cuda", &["--tensor-parallel 2:"]);

@@ -356,8 +356,21 @@ impl GpuModel {
                             // x ← x + a, then the MoE's norm (f32: the router and experts read
                             // f32), in one launch; the MoE adds into x; then the next norm.
                             let hm = add_rmsnorm_device_as(c, x, &a, &w.ffn_norm, cfg.rms_eps, Dtype::F32)?;
-                            moe::moe_into(c, &hm, moe, x, self.moe_path)?;
-                            h = rmsnorm_device_as(c, x, next_norm, cfg.rms_eps, next)?;
+                            match &self.tp {
+                                None => {
+                                    moe::moe_into(c, &hm, moe, x, self.moe_path)?;
+                                    h = rmsnorm_device_as(c, x, next_norm, cfg.rms_eps, next)?;
+                                }
+                                Some(tp) => {
+                                    // A rank's share (its experts' terms, or its rows of every
+                                    // expert) into zeros, summed over the ranks, then x ← x + m
+                                    // and the next norm in one launch.
+                                    let m = crate::parallel::kernels::zeros(c, &[t, cfg.hidden])?;
+                                    moe::moe_into(c, &hm, moe, &m, self.moe_path)?;
+                                    tp.comm.all_reduce_sum(c, &m)?;
+                                    h = add_rmsnorm_device_as(c, x, &m, next_norm, cfg.rms_eps, next)?;
+                                }
+                            }
                         }
                     }
                 }

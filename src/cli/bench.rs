@@ -71,6 +71,10 @@ pub struct BenchArgs {
     /// --tensor-parallel`: NCCL on cuda, NCCL_NVLS_ENABLE=0 set unless set).
     #[arg(long, default_value_t = 1)]
     pub tensor_parallel: usize,
+    /// With `--batches --tensor-parallel`: how a mixture of experts splits (as `generate
+    /// --expert-parallel`).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub expert_parallel: Option<bool>,
     /// Append the results as JSON rows (commit, binary, device, model, configuration,
     /// metric, value, gate) to this file.
     #[arg(long)]
@@ -286,10 +290,10 @@ pub fn run(a: BenchArgs) -> Result<()> {
             json_out: a.json_out.clone(),
             csv_out: a.csv_out.clone(),
             plot: a.plot.clone(),
-            tensor_parallel: a.tensor_parallel,
+            tensor_parallel: super::tensor_parallel::Tp::of(a.tensor_parallel, a.expert_parallel),
         });
     }
-    if a.tensor_parallel != 1 {
+    if a.tensor_parallel != 1 || a.expert_parallel.is_some() {
         return Err(CliError::Usage(format!("--tensor-parallel {}: bench shards the model with --batches only", a.tensor_parallel)));
     }
     let decode_tokens = a.decode_tokens.unwrap_or(32);

@@ -43,8 +43,9 @@ pub struct BatchBench<'a> {
     pub json_out: Option<std::path::PathBuf>,
     pub csv_out: Option<std::path::PathBuf>,
     pub plot: Option<std::path::PathBuf>,
-    /// Ranks the model is sharded over (`--tensor-parallel`).
-    pub tensor_parallel: usize,
+    /// Ranks the model is sharded over and how its experts split (`--tensor-parallel`,
+    /// `--expert-parallel`).
+    pub tensor_parallel: super::tensor_parallel::Tp,
 }
 
 pub fn run(b: BatchBench) -> Result<()> {

@@ -58,9 +58,14 @@ pub struct GenerateArgs {
     /// split, one all-reduce after attention and one after the FFN). `--device cpu` runs the N
     /// ranks as threads of the reference; `--device cuda` one rank a GPU with NCCL (sets
     /// NCCL_NVLS_ENABLE=0 unless set); `--device wgpu` N ranks on one adapter, collectives
-    /// through the host (tests). GPU ranks run dense models; GPT-OSS is not sharded yet.
+    /// through the host (tests). GPT-OSS is not sharded yet.
     #[arg(long, default_value_t = 1)]
     pub tensor_parallel: usize,
+    /// With --tensor-parallel: how a mixture of experts splits. `--expert-parallel` (or
+    /// `true`): each rank holds E/N whole experts; `false`: every expert's FFN rows split N
+    /// ways. Default: whole experts where E divides by N.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub expert_parallel: Option<bool>,
     /// Speculative decoding (issue 26): --speculate, --spec-k, ...
     #[command(flatten)]
     pub spec: super::spec::SpecArgs,

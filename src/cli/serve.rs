@@ -47,6 +47,9 @@ pub struct ServeArgs {
     /// Shard the model over N ranks (tensor parallelism; as `generate --tensor-parallel`).
     #[arg(long, default_value_t = 1)]
     pub tensor_parallel: usize,
+    /// How a mixture of experts splits over the ranks (as `generate --expert-parallel`).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub expert_parallel: Option<bool>,
     /// The model's name in /v1/models and requests (default: the model file's name).
     #[arg(long)]
     pub served_model_name: Option<String>,
@@ -194,7 +197,8 @@ pub fn run(a: ServeArgs) -> Result<()> {
         idle_timeout,
     };
     eprintln!("tandem serve: {} ({ctx}-token context)", opened.label);
-    let (device, dtype, max_seqs, tp) = (a.model.device, a.model.dtype.clone(), a.max_seqs, a.tensor_parallel);
+    let (device, dtype, max_seqs, tp) =
+        (a.model.device, a.model.dtype.clone(), a.max_seqs, super::tensor_parallel::Tp::of(a.tensor_parallel, a.expert_parallel));
     let (model, tok, draft_kv) = (a.model.clone(), llama_tok, a.spec.draft_kv_tokens(kv));
     // Both runners are built on the engine thread; a draft (`draft:PATH`, `self:…`) loads after
     // the target, sharing its device. The decode graphs are recorded before the server

@@ -4,14 +4,21 @@
 //! `GpuRunner`s in lock-step behind one `TpRunner` (`optimized::parallel`): on `cuda` rank r on
 //! device r with NCCL (`NCCL_NVLS_ENABLE=0` set in the process environment unless already set:
 //! NVLink multicast stays off), on `wgpu` N ranks on the one adapter with host-staged
-//! collectives (slow: for tests). Dense models only on the GPU so far.
+//! collectives (slow: for tests).
+//!
+//! A mixture of experts (Qwen3-MoE) is split as `--expert-parallel` says: `true` (or the bare
+//! flag), each rank holds E/N whole experts; `false`, every expert's FFN rows are split N ways;
+//! absent, the plan's choice (experts where E divides by N: `ShardPlan::new`). The router is
+//! replicated on every rank; each rank's share of the MoE output is all-reduced. GPT-OSS is
+//! not sharded on the GPU (its MXFP4 experts) nor through this CLI path on the CPU.
 
 use engine::cpu_runner::{RefForward, RefRunner};
 use engine::runner::{ModelInfo, ModelRunner};
 use ndarray::Array2;
 use reference::arch::model::WeightsRef;
+use reference::arch::spec::FfnSpec;
 use reference::kv_cache::KvCache;
-use reference::parallel::{LoopbackGroup, ShardPlan};
+use reference::parallel::{LoopbackGroup, MoeSplit, ShardPlan};
 
 use reference::Trace;
 
@@ -45,6 +52,33 @@ impl RefForward for Sharded {
     }
 }
 
+/// The ranks a model is sharded over and how its experts are split (`--tensor-parallel`,
+/// `--expert-parallel`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tp {
+    pub ranks: usize,
+    /// `None`: the plan's choice.
+    pub moe: Option<MoeSplit>,
+}
+
+impl Tp {
+    /// `--tensor-parallel ranks` with `--expert-parallel` (`Some(true)`: whole experts a rank,
+    /// `Some(false)`: every expert split, `None`: the plan's choice).
+    pub fn of(ranks: usize, expert_parallel: Option<bool>) -> Self {
+        let moe = expert_parallel.map(|ep| if ep { MoeSplit::Experts } else { MoeSplit::PerExpert });
+        Tp { ranks, moe }
+    }
+
+    /// The plan of `spec` over these ranks; `--expert-parallel` on a model without experts is
+    /// refused.
+    fn plan(&self, spec: &reference::arch::ModelSpec) -> Result<ShardPlan> {
+        if self.moe.is_some() && !spec.layers.iter().any(|l| matches!(l.ffn, FfnSpec::Moe { .. })) {
+            return Err(CliError::Usage(format!("--expert-parallel: {} has no mixture of experts to split", spec.arch)));
+        }
+        Ok(ShardPlan::with_moe(spec, self.ranks, self.moe)?)
+    }
+}
+
 /// An error unless `device` can run `n` ranks: CUDA needs libnccl and `n` GPUs (and gets
 /// `NCCL_NVLS_ENABLE=0` unless the environment sets it); the CPU and wgpu run any `n`.
 pub fn check_device(n: usize, device: Device) -> Result<()> {
@@ -75,24 +109,28 @@ fn nvls_off() {
 /// The runner `generate` asks for: `opened`'s on `--device`, or sharded over
 /// `--tensor-parallel` ranks.
 pub fn runner(a: &GenerateArgs, opened: &mut Opened, kv_tokens: usize) -> Result<Box<dyn ModelRunner + Send>> {
-    sharded(opened, a.tensor_parallel, a.model.device, a.model.dtype.as_deref(), kv_tokens)
+    sharded(opened, Tp::of(a.tensor_parallel, a.expert_parallel), a.model.device, a.model.dtype.as_deref(), kv_tokens)
 }
 
-/// `opened`'s runner on `device` over `n` ranks (`n` = 1: the one-device runner), KV pools of
+/// `opened`'s runner on `device` over `tp`'s ranks (1: the one-device runner), KV pools of
 /// at least `kv_tokens` positions.
-pub fn sharded(opened: &mut Opened, n: usize, device: Device, dtype: Option<&str>, kv_tokens: usize) -> Result<Box<dyn ModelRunner + Send>> {
-    Ok(sharded_sized(opened, n, device, dtype, KvSize::Tokens(kv_tokens))?.0)
+pub fn sharded(opened: &mut Opened, tp: Tp, device: Device, dtype: Option<&str>, kv_tokens: usize) -> Result<Box<dyn ModelRunner + Send>> {
+    Ok(sharded_sized(opened, tp, device, dtype, KvSize::Tokens(kv_tokens))?.0)
 }
 
-/// [`sharded`] with the pools sized by `size` (`n` = 1: `Opened::runner_sized`). Sharded pools
+/// [`sharded`] with the pools sized by `size` (1 rank: `Opened::runner_sized`). Sharded pools
 /// are not sized from the device's memory yet: a memory-sized request takes its fallback.
 pub fn sharded_sized(
     opened: &mut Opened,
-    n: usize,
+    tp: Tp,
     device: Device,
     dtype: Option<&str>,
     size: KvSize,
 ) -> Result<(Box<dyn ModelRunner + Send>, KvPool)> {
+    let n = tp.ranks;
+    if n == 1 && tp.moe.is_some() {
+        return Err(CliError::Usage("--expert-parallel splits experts over ranks: give --tensor-parallel N > 1".into()));
+    }
     if n == 1 {
         return opened.runner_sized(device, dtype, size);
     }
@@ -102,17 +140,18 @@ pub fn sharded_sized(
     let per_position = (2 * c.n_layers * c.n_kv_heads * c.head_dim * 4) as u64;
     let (blocks, pool) = super::kv_pool::blocks(size, None, &c, per_position, KV_BLOCK)?;
     let runner = match resolve(device) {
-        None => cpu_runner(opened, n, blocks * KV_BLOCK)?,
-        Some(b) => gpu_runner(opened, n, b, dtype, blocks * KV_BLOCK)?,
+        None => cpu_runner(opened, tp, blocks * KV_BLOCK)?,
+        Some(b) => gpu_runner(opened, tp, b, dtype, blocks * KV_BLOCK)?,
     };
     Ok((runner, pool))
 }
 
 /// N `GpuRunner`s of `opened`'s slices (`optimized::parallel::load_rank`: each rank reads the
-/// whole file once and uploads its slices) behind one `TpRunner`.
+/// whole file once and uploads its slices, an expert-parallel rank only its experts) behind
+/// one `TpRunner`.
 fn gpu_runner(
     opened: &mut Opened,
-    n: usize,
+    tp: Tp,
     backend: optimized::Backend,
     dtype: Option<&str>,
     kv_tokens: usize,
@@ -122,12 +161,13 @@ fn gpu_runner(
         optimized::Backend::Cuda => TpComms::Nccl,
         _ => TpComms::Host,
     };
+    let n = tp.ranks;
     let comms = comms.make(n)?;
     // The runner pages its own KV cache: flash attention whatever the config says.
     let kernels = optimized::KernelConfig { attention: optimized::model::AttentionImpl::Flash, ..opened.kernels };
     let label = opened.label.clone();
     let (spec, mut src) = opened.gpu_tensors()?;
-    let plan = ShardPlan::new(&spec, n)?;
+    let plan = tp.plan(&spec)?;
     let mut models = Vec::with_capacity(n);
     for (r, comm) in comms.into_iter().enumerate() {
         let client = optimized::client_on(backend, r)?;
@@ -148,16 +188,17 @@ fn gpu_runner(
 
 /// The CPU runner of `opened` sharded over `n` ranks, KV pools of at least `kv_tokens`
 /// positions. The whole model is read, sliced per rank, and dropped.
-pub fn cpu_runner(opened: &mut Opened, n: usize, kv_tokens: usize) -> Result<Box<dyn ModelRunner + Send>> {
+pub fn cpu_runner(opened: &mut Opened, tp: Tp, kv_tokens: usize) -> Result<Box<dyn ModelRunner + Send>> {
+    let n = tp.ranks;
     let blocks = kv_tokens.div_ceil(KV_BLOCK).max(1);
     let group = match &opened.arch {
         Arch::Spec(s) => {
             let m = super::source::spec::load(s)?;
-            shard(&m.spec, &m.weights, n)?
+            shard(&m.spec, &m.weights, tp)?
         }
         Arch::Llama => {
             let m = opened.reference_model()?;
-            shard(&reference::arch::llama::from_config(&m.config), &m.weights, n)?
+            shard(&reference::arch::llama::from_config(&m.config), &m.weights, tp)?
         }
         Arch::GptOss(_) => return Err(CliError::Usage(format!("--tensor-parallel {n}: GPT-OSS's CLI path is not sharded yet"))),
     };
@@ -165,6 +206,6 @@ pub fn cpu_runner(opened: &mut Opened, n: usize, kv_tokens: usize) -> Result<Box
     Ok(Box::new(RefRunner::new(Sharded { group, info }, KV_BLOCK, blocks)?))
 }
 
-fn shard(spec: &reference::arch::ModelSpec, w: &dyn WeightsRef, n: usize) -> Result<LoopbackGroup> {
-    Ok(LoopbackGroup::new(spec, w, ShardPlan::new(spec, n)?)?)
+fn shard(spec: &reference::arch::ModelSpec, w: &dyn WeightsRef, tp: Tp) -> Result<LoopbackGroup> {
+    Ok(LoopbackGroup::new(spec, w, tp.plan(spec)?)?)
 }

@@ -5,9 +5,10 @@
 //! CUDA with N GPUs visible, rank r on device r; a skip naming what is missing elsewhere) —
 //! against one `GpuRunner` of the whole model on the same backend and against the reference
 //! run of each sequence alone: a ragged batch of two prompts of different lengths prefilled
-//! together, then two decode steps of both, every drawing row's logits compared. A model whose
-//! heads do not split into N ranks, or one the GPU does not shard yet (a mixture of experts),
-//! is a skip carrying the reason.
+//! together, then two decode steps of both, every drawing row's logits compared. A mixture of
+//! experts (Qwen3-MoE) runs under both of the plan's splits (`moe=experts`: E/N whole experts a
+//! rank; `moe=per-expert`: every expert's rows split N ways). A model whose heads do not split
+//! into N ranks is a skip carrying the reason.
 //!
 //! The `decode` cases run the steps a served sequence runs: greedy draws with no logits asked
 //! for, each step saying the next continues it — the steps the ranks record as decode graphs and
@@ -24,7 +25,7 @@ use optimized::parallel::{load_rank, local_spec, TpComms, TpRunner};
 use optimized::runner::GpuRunner;
 use optimized::{Backend, Client};
 use reference::loader::SafetensorsDir;
-use reference::parallel::ShardPlan;
+use reference::parallel::{MoeSplit, ShardPlan};
 
 use super::arch::{check, fixture, ids, ragged_prompts, ragged_steps, Tweak};
 use crate::{Case, Dtype, Metrics, Op, Outcome};
@@ -41,6 +42,8 @@ const FIXTURES: [(&str, Tweak); 8] = [
     ("qwen3_yarn", Tweak::None),
     ("qwen3_moe", Tweak::None),
 ];
+/// The fixtures with a mixture of experts: their cases run once per [`MoeSplit`].
+const MOE_FIXTURES: [&str; 1] = ["qwen3_moe"];
 /// Positions per block of the pools, and blocks.
 const BS: usize = 4;
 const BLOCKS: usize = 16;
@@ -66,6 +69,8 @@ pub struct TpCase {
     pub comm: Comm,
     /// Greedy decode steps without logits (the graphed path) instead of the logits walk.
     pub decode: bool,
+    /// How a mixture of experts is split (`None`: a dense model).
+    pub moe: Option<MoeSplit>,
 }
 
 impl TpCase {
@@ -97,7 +102,7 @@ impl TpCase {
         if let Some(why) = gpu_unsupported(&spec) {
             return Ok(Outcome::Skip(why));
         }
-        let plan = match ShardPlan::new(&spec, self.world).and_then(|p| local_spec(&spec, &p, 0).map(|_| p)) {
+        let plan = match ShardPlan::with_moe(&spec, self.world, self.moe).and_then(|p| local_spec(&spec, &p, 0).map(|_| p)) {
             Ok(p) => p,
             Err(e) => return Ok(Outcome::Skip(e.to_string())),
         };
@@ -114,7 +119,9 @@ impl TpCase {
             let c = if nccl { optimized::client_on(Backend::Cuda, r)? } else { base.clone() };
             let mut src = SafetensorsDir::open(&dir)?;
             let k = *base.kernels();
-            GpuRunner::new(load_rank(c, &mut src, &spec2, &plan, r, comm, optimized::Dtype::F32, &k)?, BS, BLOCKS)
+            let m = load_rank(c, &mut src, &spec2, &plan, r, comm, optimized::Dtype::F32, &k)?;
+            holds_its_experts(&m, &plan, r)?;
+            GpuRunner::new(m, BS, BLOCKS)
         };
         let mut tp = TpRunner::spawn(comms.make(self.world).map_err(err)?, one.info().clone(), one.kv_layout(), build).map_err(err)?;
 
@@ -155,11 +162,45 @@ impl Case for TpCase {
             Comm::Nccl => "nccl",
         };
         let decode = if self.decode { ",decode" } else { "" };
-        format!("tp({},hf,tp={},comm={comm}{}{decode})", self.fixture, self.world, self.tweak.mark())
+        let moe = match self.moe {
+            None => "",
+            Some(MoeSplit::Experts) => ",moe=experts",
+            Some(MoeSplit::PerExpert) => ",moe=per-expert",
+        };
+        format!("tp({},hf,tp={},comm={comm}{moe}{}{decode})", self.fixture, self.world, self.tweak.mark())
     }
     fn run(&self, client: &Client) -> Outcome {
         self.body(client).unwrap_or_else(Outcome::Fail)
     }
+}
+
+/// An error unless every MoE layer of rank `r`'s model holds what the plan gives it: E/N whole
+/// experts (expert parallelism: no rank uploads them all), or F/N rows of every expert.
+fn holds_its_experts(m: &GpuModel, plan: &ShardPlan, r: usize) -> Result<(), optimized::Error> {
+    use optimized::model::GpuFfn;
+    use reference::arch::spec::FfnSpec;
+    use reference::parallel::ExpertCut;
+    let cut = plan.rank(r).map_err(|e| optimized::Error::Shape(e.to_string()))?.experts.clone();
+    for (l, layer) in m.layers.iter().enumerate() {
+        let GpuFfn::Moe(w) = &layer.ffn else { continue };
+        let (e, f2) = (w.gate_up.n_experts(), w.gate_up.out());
+        // The local spec's expert width: the whole one, or the rank's rows padded with zero rows
+        // (`optimized::parallel::EXPERT_ROWS`).
+        let ok = match (&cut, m.spec.layers.get(l).map(|s| &s.ffn)) {
+            (Some(ExpertCut::Whole(x)), Some(FfnSpec::Moe { expert_ffn, .. })) => w.held == *x && e == x.len() && f2 == 2 * expert_ffn,
+            (Some(ExpertCut::Rows { rows, .. }), Some(FfnSpec::Moe { n_experts, expert_ffn, .. })) => {
+                e == *n_experts && f2 == 2 * expert_ffn && *expert_ffn == rows.len().next_multiple_of(optimized::parallel::EXPERT_ROWS)
+            }
+            _ => false,
+        };
+        if !ok {
+            return Err(optimized::Error::Shape(format!(
+                "rank {r} layer {l}: experts {:?} held ({e} uploaded, gate|up {f2} rows), the plan's cut {cut:?}",
+                w.held
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// `tokens` (two prompts) prefilled by `tp` and `one`, then [`DECODE_STEPS`] greedy steps of
@@ -213,10 +254,16 @@ fn decode_walk(tp: &mut TpRunner, one: &mut GpuRunner, mut tokens: Vec<Vec<u32>>
 pub fn cases() -> Vec<Box<dyn Case>> {
     let mut v: Vec<Box<dyn Case>> = Vec::new();
     for (fixture, tweak) in FIXTURES {
+        let splits = match MOE_FIXTURES.contains(&fixture) {
+            true => vec![Some(MoeSplit::Experts), Some(MoeSplit::PerExpert)],
+            false => vec![None],
+        };
         for world in [2, 4] {
             for comm in [Comm::Host, Comm::Nccl] {
-                for decode in [false, true] {
-                    v.push(Box::new(TpCase { fixture, tweak, world, comm, decode }));
+                for &moe in &splits {
+                    for decode in [false, true] {
+                        v.push(Box::new(TpCase { fixture, tweak, world, comm, decode, moe }));
+                    }
                 }
             }
         }

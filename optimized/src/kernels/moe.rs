@@ -279,6 +279,9 @@ pub struct MoeWeights {
     /// activations, as its dense GEMMs do). MXFP4 experts only: 16-bit experts take moe gemm v2
     /// where they are f16 / bf16 (the model's type), whatever it says.
     pub tc: bool,
+    /// The global ids of the experts held (`gate_up` / `down`'s experts `0 ..` in order): all E
+    /// of the router, or an expert-parallel rank's share ([`MoeWeights::dense_holding`]).
+    pub held: std::ops::Range<usize>,
 }
 
 impl MoeWeights {
@@ -301,6 +304,7 @@ impl MoeWeights {
         alpha: f32,
         tc: bool,
     ) -> Result<Self, Error> {
+        let held = 0..router.shape.first().copied().unwrap_or(0);
         let w = MoeWeights {
             router,
             router_bias,
@@ -313,6 +317,7 @@ impl MoeWeights {
             routing: Routing::TopKSoftmax,
             arrivals: Self::arrival_counters(client)?,
             tc,
+            held,
         };
         w.check()?;
         Ok(w)
@@ -320,7 +325,8 @@ impl MoeWeights {
 
     /// A block of 16-bit (or f32) experts ([`DenseExperts`]): `router [E, C]` f32, its bias
     /// `[E]` f32 if the model has one (zeros uploaded otherwise), `act` the experts' gating,
-    /// `routing` the model's (Qwen3-MoE: `SoftmaxTopK { renorm: norm_topk_prob }`).
+    /// `routing` the model's (Qwen3-MoE: `SoftmaxTopK { renorm: norm_topk_prob }`). All E
+    /// experts: [`MoeWeights::dense_holding`] takes an expert-parallel rank's share.
     #[allow(clippy::too_many_arguments)]
     pub fn dense(
         client: &Client,
@@ -332,9 +338,32 @@ impl MoeWeights {
         act: crate::kernels::swiglu::GluAct,
         routing: Routing,
     ) -> Result<Self, Error> {
+        Self::dense_holding(client, router, router_bias, gate_up, down, k, act, routing, None)
+    }
+
+    /// [`MoeWeights::dense`] of the experts `first ..` (global ids) of the router's E, as an
+    /// expert-parallel rank holds them (`None`: all E). [`moe_into`] routes every token over all
+    /// E and runs only the pairs of the experts held ([`route::routes_local`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn dense_holding(
+        client: &Client,
+        router: DeviceTensor,
+        router_bias: Option<DeviceTensor>,
+        gate_up: DenseExperts,
+        down: DenseExperts,
+        k: usize,
+        act: crate::kernels::swiglu::GluAct,
+        routing: Routing,
+        first: Option<usize>,
+    ) -> Result<Self, Error> {
+        let e = router.shape.first().copied().unwrap_or(0);
         let router_bias = match router_bias {
             Some(b) => b,
-            None => DeviceTensor::from_f32(client, &vec![0.0; gate_up.n_experts], &[gate_up.n_experts])?.into_read_only(),
+            None => DeviceTensor::from_f32(client, &vec![0.0; e], &[e])?.into_read_only(),
+        };
+        let held = match first {
+            Some(f) => f..f + gate_up.n_experts,
+            None => 0..e,
         };
         let w = MoeWeights {
             router,
@@ -348,13 +377,20 @@ impl MoeWeights {
             routing,
             arrivals: Self::arrival_counters(client)?,
             tc: false,
+            held,
         };
         w.check()?;
         Ok(w)
     }
 
-    /// The shapes agree: router `[E, C]` f32, bias `[E]`, gate|up `[E, 2F, C]`, down `[E, C, F]`
-    /// of one kind, 1 ≤ K ≤ min(E, [`MAX_K`]).
+    /// Whether some of the router's experts are another rank's.
+    pub fn sharded(&self) -> bool {
+        self.held.len() != self.router.shape.first().copied().unwrap_or(0)
+    }
+
+    /// The shapes agree: router `[E, C]` f32, bias `[E]`, gate|up `[E', 2F, C]`, down
+    /// `[E', C, F]` of one kind for the E' experts held (global ids `held` within E: all of
+    /// them, or an expert-parallel rank's), 1 ≤ K ≤ min(E, [`MAX_K`]).
     pub fn check(&self) -> Result<(), Error> {
         let bad = |m: String| Err(Error::Shape(format!("moe weights: {m}")));
         let (gu, d) = (&self.gate_up, &self.down);
@@ -371,7 +407,10 @@ impl MoeWeights {
             return bad("gate|up and down experts of different kinds".into());
         }
         let f = gu.out() / 2;
-        if gu.n_experts() != e || d.n_experts() != e || gu.in_dim() != c || !gu.out().is_multiple_of(2) || d.out() != c || d.in_dim() != f {
+        if self.held.len() != gu.n_experts() || self.held.end > e {
+            return bad(format!("experts {:?} held ({} uploaded) of the router's {e}", self.held, gu.n_experts()));
+        }
+        if d.n_experts() != gu.n_experts() || gu.in_dim() != c || !gu.out().is_multiple_of(2) || d.out() != c || d.in_dim() != f {
             return bad(format!(
                 "router [{e}, {c}], gate|up [{}, {}, {}], down [{}, {}, {}]: expected [E, 2F, C] and [E, C, F]",
                 gu.n_experts(),
@@ -444,8 +483,13 @@ pub fn gemv_on_tensor_cores(client: &Client, w: &MoeWeights) -> bool {
 /// `x ← x + MoE(h)` for `h [T, C]` (the block's normed input) and `x [T, C]` the residual
 /// stream; returns the routes (for inspection). Nothing here waits on the device (graphs
 /// capture it whole).
+///
+/// An expert-parallel rank's weights ([`MoeWeights::dense_holding`]) add their experts' terms only:
+/// the routes (over all E) are mapped to the experts held, the other pairs weighted 0, and the
+/// routes returned are those local ones.
 pub fn moe_into(client: &Client, h: &DeviceTensor, w: &MoeWeights, x: &DeviceTensor, path: MoePath) -> Result<Routes, Error> {
     let routes = route::route_tokens(client, h, w)?;
+    let routes = if w.sharded() { route::routes_local(client, &routes, &w.held)? } else { routes };
     let gemv = match path {
         MoePath::Auto => routes.tokens <= GEMV_MAX_T,
         MoePath::Gemv => true,

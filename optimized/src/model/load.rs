@@ -69,6 +69,9 @@ struct Uploader<'a> {
     mma: Option<MmaTune>,
     /// Quantized weights in input order (gemv v1: `qgemv=v1`).
     rows_order: bool,
+    /// The experts of every MoE layer to upload (global ids): an expert-parallel rank's share
+    /// (`crate::parallel::load_rank`); `None`: all of them.
+    expert_share: Option<std::ops::Range<usize>>,
 }
 
 impl Uploader<'_> {
@@ -191,7 +194,8 @@ impl Uploader<'_> {
             (act, (Experts::Dense(gate_up), Experts::Dense(down))) => {
                 let glu = GluAct::of(act)?;
                 let router = self.dense(&[Tensor::MoeGate(l)], Dtype::F32)?;
-                MoeWeights::dense(self.client, router, None, gate_up, down, k, glu, routing)
+                let first = self.expert_share.as_ref().map(|r| r.start);
+                MoeWeights::dense_holding(self.client, router, None, gate_up, down, k, glu, routing, first)
             }
             (act, (gu, _)) => Err(Error::Unsupported(format!(
                 "layer {l}: experts gated by {act:?} stored as {} (the GPU runs GPT-OSS's clamped SwiGLU over MXFP4 experts, SiLU or GELU-tanh over 16-bit ones)",
@@ -211,8 +215,18 @@ impl Uploader<'_> {
         let FfnSpec::Moe { n_experts, expert_ffn, .. } = ls.ffn else {
             return Err(Error::Shape(format!("layer {l} is not a mixture of experts")));
         };
+        let held = self.expert_share.clone().unwrap_or(0..n_experts);
+        if held.end > n_experts || held.is_empty() {
+            return Err(Error::Shape(format!("layer {l}: experts {held:?} of {n_experts}")));
+        }
+        let mxfp4 = match self.expert_share.is_some() {
+            // MXFP4 experts are not cut by expert yet: such a rank is refused where its plan is
+            // made (`crate::parallel::local_spec`), and here a source that has them errs.
+            true => None,
+            false => self.src.mxfp4_experts(l).map_err(Error::from)?,
+        };
         // The source's borrow ends with this statement (the stored-value path needs it again).
-        let mxfp4 = match self.src.mxfp4_experts(l).map_err(Error::from)? {
+        let mxfp4 = match mxfp4 {
             Some(Mxfp4Source::Stored([gu, dn])) => {
                 Some((Mxfp4Experts::upload_stored(self.client, &self.staging, &gu)?, Mxfp4Experts::upload_stored(self.client, &self.staging, &dn)?))
             }
@@ -229,10 +243,11 @@ impl Uploader<'_> {
         let (gu, dn): (Experts, Experts) = match mxfp4 {
             Some((gu, dn)) => (gu.into(), dn.into()),
             None => {
-                let (gu, dn) = self.dense_experts(l, n_experts, expert_ffn, dtype)?;
+                let (gu, dn) = self.dense_experts(l, held.clone(), expert_ffn, dtype)?;
                 (gu.into(), dn.into())
             }
         };
+        let n_experts = held.len();
         let c = self.spec.hidden;
         for (what, w, want) in [("gate|up", &gu, (2 * expert_ffn, c)), ("down", &dn, (c, expert_ffn))] {
             if (w.n_experts(), w.out(), w.in_dim()) != (n_experts, want.0, want.1) {
@@ -250,15 +265,16 @@ impl Uploader<'_> {
         Ok((gu, dn))
     }
 
-    /// MoE block `l`'s `e` experts (`f` wide) as stored values in `dtype` (Qwen3-MoE's), from
+    /// MoE block `l`'s experts `held` (global ids; `f` wide) as stored values in `dtype`
+    /// (Qwen3-MoE's; an expert-parallel rank's share of them, or all), from
     /// whichever layout the source holds (as `reference::arch::weights` reads them): one expert
     /// at a time ([`Tensor::ExpertGate`] …), each expert's gate|up stacked
     /// ([`Tensor::ExpsGateUp`]), or gate, up and down stacked ([`Tensor::ExpsGate`] …). The
     /// stored bytes (F32 / F16 / BF16, ggml blocks dequantized) are converted chunk by chunk
     /// through the staging buffers, a tensor at a time: no f32 copy of a layer's experts.
-    fn dense_experts(&mut self, l: usize, e: usize, f: usize, dtype: Dtype) -> Result<(DenseExperts, DenseExperts), Error> {
+    fn dense_experts(&mut self, l: usize, held: std::ops::Range<usize>, f: usize, dtype: Dtype) -> Result<(DenseExperts, DenseExperts), Error> {
         use Tensor::*;
-        let (c, ds) = (self.spec.hidden, dtype.size());
+        let (c, ds, e, x0) = (self.spec.hidden, dtype.size(), held.len(), held.start);
         // The kernels index the experts' values with u32.
         crate::kernels::attention::naive::u32_of("expert values", e * 2 * f * c)?;
         let (gu_total, dn_total) = (e * 2 * f * c * ds, e * c * f * ds);
@@ -270,21 +286,22 @@ impl Uploader<'_> {
             None => self.src.load_raw_as(ExpertGate(l, 0), self.cfg, &shape).map_err(Error::from)?.is_some(),
         };
         if per_expert {
-            for x in 0..e {
-                self.interleaved_at(ExpertGate(l, x), ExpertUp(l, x), &gu, x * expert_gu, gu_total, f, dtype)?;
-                self.write_at(ExpertDown(l, x), &dn, x * expert_dn, dn_total, dtype)?;
+            for (i, x) in held.enumerate() {
+                self.interleaved_at(ExpertGate(l, x), ExpertUp(l, x), &gu, i * expert_gu, gu_total, 0, f, dtype)?;
+                self.write_at(ExpertDown(l, x), &dn, i * expert_dn, dn_total, 0, c, dtype)?;
             }
         } else if let Some(raw) = self.src.load_raw_as(ExpsGateUp(l), self.cfg, &ExpsGateUp(l).spec_shape(self.spec)).map_err(Error::from)? {
             // Expert x's gate rows, then its up rows.
-            for x in 0..e {
+            for (i, x) in held.enumerate() {
                 let (g, u) = (crate::upload::rows(raw, c, 2 * f * x, f)?, crate::upload::rows(raw, c, 2 * f * x + f, f)?);
-                write_interleaved_at(self.client, &self.staging, &gu, x * expert_gu, gu_total, g, u, f, c, dtype)?;
+                write_interleaved_at(self.client, &self.staging, &gu, i * expert_gu, gu_total, g, u, f, c, dtype)?;
             }
-            self.write_at(ExpsDown(l), &dn, 0, dn_total, dtype)?;
+            // Stacked [E, C, F]: the experts' rows `x0·C ..`.
+            self.write_at(ExpsDown(l), &dn, 0, dn_total, x0 * c, e * c, dtype)?;
         } else {
             // Stacked [E, F, C]: row r of gate|up's E·F row pairs is row r of each.
-            self.interleaved_at(ExpsGate(l), ExpsUp(l), &gu, 0, gu_total, e * f, dtype)?;
-            self.write_at(ExpsDown(l), &dn, 0, dn_total, dtype)?;
+            self.interleaved_at(ExpsGate(l), ExpsUp(l), &gu, 0, gu_total, x0 * f, e * f, dtype)?;
+            self.write_at(ExpsDown(l), &dn, 0, dn_total, x0 * c, e * c, dtype)?;
         }
         let t = |handle, out, in_dim| DenseExperts {
             n_experts: e,
@@ -296,26 +313,41 @@ impl Uploader<'_> {
         Ok((t(gu, 2 * f, c), t(dn, c, f)))
     }
 
-    /// Tensor `t` converted to `dtype` into bytes `at ..` of `handle` (a buffer of `total`).
-    fn write_at(&mut self, t: Tensor, handle: &Handle, at: usize, total: usize, dtype: Dtype) -> Result<(), Error> {
-        let n = t.spec_shape(self.spec).iter().product::<usize>() * dtype.size();
+    /// Rows `first .. first + rows` of tensor `t` (rows along its last axis) converted to
+    /// `dtype` into bytes `at ..` of `handle` (a buffer of `total`).
+    #[allow(clippy::too_many_arguments)]
+    fn write_at(&mut self, t: Tensor, handle: &Handle, at: usize, total: usize, first: usize, rows: usize, dtype: Dtype) -> Result<(), Error> {
+        let width = t.spec_shape(self.spec).last().copied().unwrap_or(1);
         let part = part!(self, t);
-        self.staging.write_part(self.client, handle, at, n, total, dtype, &part)
+        let part = Part::Raw(crate::upload::rows(part.raw(), width, first, rows)?);
+        self.staging.write_part(self.client, handle, at, rows * width * dtype.size(), total, dtype, &part)
     }
 
-    /// Two tensors of `rows` rows each (the model's width C) into bytes `at ..` of `handle` (a
-    /// buffer of `total`) as `2·rows` rows interleaving them, converted to `dtype`: the gate's
-    /// stored bytes wait in a reused buffer while the up tensor is read, then each chunk of row
-    /// pairs takes rows from both.
+    /// Rows `first .. first + rows` of two tensors (the model's width C) into bytes `at ..` of
+    /// `handle` (a buffer of `total`) as `2·rows` rows interleaving them, converted to `dtype`:
+    /// the gate's stored bytes wait in a reused buffer while the up tensor is read, then each
+    /// chunk of row pairs takes rows from both.
     #[allow(clippy::too_many_arguments)]
-    fn interleaved_at(&mut self, gate: Tensor, up: Tensor, handle: &Handle, at: usize, total: usize, rows: usize, dtype: Dtype) -> Result<(), Error> {
+    fn interleaved_at(
+        &mut self,
+        gate: Tensor,
+        up: Tensor,
+        handle: &Handle,
+        at: usize,
+        total: usize,
+        first: usize,
+        rows: usize,
+        dtype: Dtype,
+    ) -> Result<(), Error> {
         let c = self.spec.hidden;
         let part_g = part!(self, gate);
-        let gate_dtype = part_g.raw().dtype;
-        stash(&mut self.scratch, part_g.raw().bytes);
+        let g = crate::upload::rows(part_g.raw(), c, first, rows)?;
+        let gate_dtype = g.dtype;
+        stash(&mut self.scratch, g.bytes);
         let part_u = part!(self, up);
         let g = RawDense { dtype: gate_dtype, bytes: &self.scratch };
-        write_interleaved_at(self.client, &self.staging, handle, at, total, g, part_u.raw(), rows, c, dtype)
+        let u = crate::upload::rows(part_u.raw(), c, first, rows)?;
+        write_interleaved_at(self.client, &self.staging, handle, at, total, g, u, rows, c, dtype)
     }
 
     /// Two `[F, C]` tensors as one dense `[2F, C]` tensor, their rows interleaved.
@@ -328,7 +360,7 @@ impl Uploader<'_> {
         }
         let total = 2 * f * c * dtype.size();
         let handle = self.client.empty(total);
-        self.interleaved_at(gate, up, &handle, 0, total, f, dtype)?;
+        self.interleaved_at(gate, up, &handle, 0, total, 0, f, dtype)?;
         self.bytes += total;
         Ok(DeviceTensor { handle, shape: vec![2 * f, c], dtype, read_only: true, lease: None })
     }
@@ -436,6 +468,22 @@ impl GpuModel {
         kernels: &crate::config::KernelConfig,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<Self, Error> {
+        Self::load_experts(client, backend, src, spec, dtype, kernels, progress, None)
+    }
+
+    /// [`GpuModel::load_observed`] holding only the experts `experts` (global ids) of every
+    /// MoE layer: an expert-parallel rank's (`None`: all).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn load_experts(
+        client: Client,
+        backend: Backend,
+        src: &mut dyn TensorSource,
+        spec: &ModelSpec,
+        dtype: Dtype,
+        kernels: &crate::config::KernelConfig,
+        progress: &mut dyn FnMut(usize, usize),
+        experts: Option<std::ops::Range<usize>>,
+    ) -> Result<Self, Error> {
         if let Some(why) = super::gpu_unsupported(spec) {
             return Err(Error::Unsupported(why));
         }
@@ -466,6 +514,7 @@ impl GpuModel {
             mma_order,
             mma,
             rows_order,
+            expert_share: experts,
         };
         let tok_embd = up.dense(&[Tensor::TokEmbd], dtype)?;
         let lm_head = if spec.tied { Weight::Dense(tok_embd.clone()) } else { up.linear(&[Tensor::LmHead], dtype)? };

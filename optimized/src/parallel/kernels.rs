@@ -1,11 +1,14 @@
-//! The two device kernels that keep a tensor-parallel rank's decode step off the host, so that
+//! The device kernels that keep a tensor-parallel rank's decode step off the host, so that
 //! it can be recorded into a decode graph (`runner::graphs`) like a single GPU's:
 //! - [`local_ids`]: token ids (the step's, or those the previous step drew, on the device) to
 //!   the rows of this rank's vocabulary part of the embedding table — `id − lo` for an id the
 //!   rank holds, the zero row `vocab_part` for any other (`TpRank::local_ids` on the host);
 //! - [`vocab_gather`]: the all-gathered `[N, T, vocab_part + 1]` parts of the logits to the
 //!   whole `[T, V]` (the zero row's column and the last rank's padding dropped), which every
-//!   rank then draws from alike.
+//!   rank then draws from alike;
+//! - [`zeros`]: the buffer a rank's share of a MoE output is summed into before the all-reduce
+//!   (the experts' kernels add into their output, as they add into the residual stream on one
+//!   device).
 
 use cubecl::prelude::*;
 
@@ -41,6 +44,31 @@ pub fn vocab_gather_v1(all: &[f32], out: &mut [f32], t_rows: u32, width: u32, pa
         let j = v % part as usize;
         out[i] = all[(r * t_rows as usize + row) * width as usize + j];
     }
+}
+
+/// v1: one unit per element.
+#[cube(launch)]
+pub fn zeros_v1(out: &mut [f32], len: u32, #[comptime] pdl: bool) {
+    await_predecessor(pdl);
+    let i = ABSOLUTE_POS;
+    if i < len as usize {
+        out[i] = 0.0;
+    }
+}
+
+/// A `shape` f32 tensor of zeros, written on the device (a launch: recorded into a decode
+/// graph like the rest of the step).
+pub fn zeros(client: &Client, shape: &[usize]) -> Result<DeviceTensor, Error> {
+    let out = DeviceTensor::empty_f32(client, shape);
+    let n = out.numel();
+    if n == 0 {
+        return Ok(out);
+    }
+    let e = Elementwise::with_vec(client, "zeros", n, 1)?;
+    unsafe {
+        zeros_v1::launch(client, e.count, e.dim, out.as_arg(1), e.n, pdl::enabled(client));
+    }
+    Ok(out)
 }
 
 fn u32_of(op: &str, what: &str, n: usize) -> Result<u32, Error> {

@@ -7,9 +7,18 @@
 //!
 //! Where the collectives go (`GpuModel::blocks`, the reference's `Par` hooks): the
 //! vocabulary-parallel embedding's all-reduce (each rank holds `⌈V/N⌉` token rows and one zero
-//! row, the row every other rank's token reads), one all-reduce after o and one after down,
-//! and the all-gather of the vocabulary-parallel logits before the draw (every rank draws from
-//! the same whole logits, so every rank draws the same tokens).
+//! row, the row every other rank's token reads), one all-reduce after o and one after down (or
+//! the MoE), and the all-gather of the vocabulary-parallel logits before the draw (every rank
+//! draws from the same whole logits, so every rank draws the same tokens).
+//!
+//! A mixture of experts, split as the plan says (`reference::parallel::MoeSplit`): every rank
+//! routes every token over all E experts (the router is replicated); expert-parallel, a rank
+//! holds experts `r·E/N ..` whole and runs only the pairs routed to them (the others weighted
+//! 0: `kernels::moe::route::routes_local`); per-expert, a rank holds rows `r·F/N ..` of every
+//! expert (zero-padded to [`EXPERT_ROWS`]). Either way its share of the MoE output is summed
+//! into zeros, all-reduced, and added to the residual stream with the next RMSNorm in one
+//! launch. An expert-parallel rank still runs the kernels over all T·K pairs (those of other
+//! ranks' experts on its first expert, weighted 0): the memory is split, the work not yet.
 //!
 //! A rank's step needs nothing from the host beyond a single GPU's: the ids' mapping to the
 //! rank's rows and the logits' reassembly after the gather are kernels ([`kernels`]), and the
@@ -36,7 +45,7 @@ use std::sync::Arc;
 pub use host::HostStaged;
 pub use nccl_device::NcclDevice;
 pub use runner::{TpComms, TpRunner};
-pub use source::{local_spec, ShardSource};
+pub use source::{local_spec, rank_experts, ShardSource, EXPERT_ROWS};
 
 use reference::arch::spec::ModelSpec;
 use reference::parallel::ShardPlan;
@@ -135,9 +144,10 @@ pub fn load_rank(
     }
     let local = local_spec(spec, plan, r)?;
     let rs = plan.rank(r)?.clone();
+    let experts = rank_experts(plan, r)?;
     let mut shard = ShardSource::new(src, spec, plan, r)?;
     let backend = Backend::of(&client);
-    let mut m = GpuModel::load_observed(client, backend, &mut shard, &local, dtype, kernels, &mut |_, _| {})?;
+    let mut m = GpuModel::load_experts(client, backend, &mut shard, &local, dtype, kernels, &mut |_, _| {}, experts)?;
     m.tp = Some(TpRank { comm, vocab: rs.vocab, vocab_part: plan.vocab_part, vocab_total: spec.vocab });
     Ok(m)
 }

@@ -476,3 +476,65 @@ pub enum RouteVersion {
 pub fn v3_supported(client: &Client) -> bool {
     crate::kernels::attention::DecodeVersion::V3.supported(client)
 }
+
+/// local v1: one unit per (token, rank) pair. An expert-parallel rank holds experts
+/// `lo .. hi` (global ids) as its experts `0 .. hi − lo`: a pair routed to one of them keeps its
+/// weight under the local id; any other pair (another rank's expert) gets local expert 0 and
+/// weight 0, so it adds `0 · y = 0` to the token's sum — the rank's share of the MoE output is
+/// its own experts' terms, and the all-reduce after the FFN adds the other ranks' shares.
+#[cube(launch)]
+pub fn moe_routes_local_v1(
+    ids: &[u32],
+    weights: &[f32],
+    ids_out: &mut [u32],
+    weights_out: &mut [f32],
+    lo: u32,
+    hi: u32,
+    pairs: u32,
+    #[comptime] pdl: bool,
+) {
+    await_predecessor(pdl);
+    let i = ABSOLUTE_POS;
+    if i < pairs as usize {
+        let id = ids[i];
+        let mut local = 0u32;
+        let mut w = 0.0f32;
+        if id >= lo && id < hi {
+            local = id - lo;
+            w = weights[i];
+        }
+        ids_out[i] = local;
+        weights_out[i] = w;
+    }
+}
+
+/// `routes` (global expert ids) as the routes of the experts `held` (global ids) of an
+/// expert-parallel rank ([`moe_routes_local_v1`]): ids `0 .. |held|`, weight 0 for the pairs of
+/// other ranks' experts. The ranks' routes are the same (the router is replicated), so every
+/// pair is counted on exactly one rank.
+pub fn routes_local(client: &Client, routes: &Routes, held: &std::ops::Range<usize>) -> Result<Routes, Error> {
+    let pairs = routes.tokens * routes.k;
+    let out = Routes { ids: DeviceTensor::empty_f32(client, &[pairs]), weights: DeviceTensor::empty_f32(client, &[pairs]), ..routes.clone() };
+    if pairs == 0 {
+        return Ok(out);
+    }
+    let u32_of = |what: &str, n: usize| u32::try_from(n).map_err(|_| Error::Shape(format!("moe_routes_local: {what} = {n} exceeds the u32 range")));
+    let (lo, hi, n) = (u32_of("first expert", held.start)?, u32_of("last expert", held.end)?, u32_of("pairs", pairs)?);
+    let g = Elementwise::with_vec(client, "moe_routes_local", pairs, 1)?;
+    unsafe {
+        moe_routes_local_v1::launch(
+            client,
+            g.count,
+            g.dim,
+            routes.ids.as_arg(1),
+            routes.weights.as_arg(1),
+            out.ids.as_arg(1),
+            out.weights.as_arg(1),
+            lo,
+            hi,
+            n,
+            crate::kernels::pdl::enabled(client),
+        );
+    }
+    Ok(out)
+}

@@ -16,7 +16,7 @@ use reference::quant::{Fp8Weight, QuantTensor};
 
 use super::matmul::Fusion;
 use super::outcome;
-use super::qmatmul_kept::run_kept;
+use super::qmatmul_kept::{kept_name, run_kept};
 use crate::{rand_vec, Case, Metrics, Op, Outcome};
 
 /// The scale granularities the grid covers.
@@ -50,9 +50,8 @@ impl Case for Fp8MatmulCase {
         Op::Matmul
     }
     fn name(&self) -> String {
-        let p = if self.parts > 1 && !self.fusion.glu() { format!(",stacked×{}", self.parts) } else { String::new() };
         let path = if self.t <= QGEMV_MAX_T { "gemv" } else { "dequant+gemm" };
-        format!("qmatmul(T={},in={},out={},{}{p}{},{path})", self.t, self.n_in, self.n_out, tag(self.scales), self.fusion.tag())
+        kept_name(self.t, self.n_in, self.n_out, &tag(self.scales), self.parts, self.fusion, path)
     }
     fn run(&self, client: &Client) -> Outcome {
         let (t, n_in, n_out) = (self.t, self.n_in, self.n_out);

@@ -16,7 +16,7 @@ use reference::quant::QuantTensor;
 
 use super::matmul::Fusion;
 use super::outcome;
-use super::qmatmul_kept::run_kept;
+use super::qmatmul_kept::{kept_name, run_kept};
 use crate::tolerance::{ggml_dequant_ok, GGML_DEQUANT_REASON};
 use crate::{rand_vec, Case, Metrics, Op, Outcome};
 
@@ -75,13 +75,12 @@ impl Case for GgmlMatmulCase {
         Op::Matmul
     }
     fn name(&self) -> String {
-        let p = if self.parts > 1 && !self.fusion.glu() { format!(",stacked×{}", self.parts) } else { String::new() };
         let path = match (self.t <= QGEMV_MAX_T, self.fused) {
             (true, _) => "gemv",
             (false, false) => "dequant+gemm",
             (false, true) => "fused gemm",
         };
-        format!("qmatmul(T={},in={},out={},{}{p}{},{path})", self.t, self.n_in, self.n_out, self.kind.ty().name(), self.fusion.tag())
+        kept_name(self.t, self.n_in, self.n_out, self.kind.ty().name(), self.parts, self.fusion, path)
     }
     fn run(&self, client: &Client) -> Outcome {
         let (t, n_in, n_out, ty) = (self.t, self.n_in, self.n_out, self.kind.ty());

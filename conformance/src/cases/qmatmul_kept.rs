@@ -13,6 +13,12 @@ use super::outcome;
 use crate::tolerance::tc_tolerance;
 use crate::{compare, rand_vec, round_to, tolerance, Dtype, Op, Outcome};
 
+/// A kept-format matmul case's name: `qmatmul(T=…,in=…,out=…,FORMAT[,stacked×P]FUSION,PATH)`.
+pub(crate) fn kept_name(t: usize, n_in: usize, n_out: usize, format: &str, parts: usize, fusion: Fusion, path: &str) -> String {
+    let p = if parts > 1 && !fusion.glu() { format!(",stacked×{parts}") } else { String::new() };
+    format!("qmatmul(T={t},in={n_in},out={n_out},{format}{p}{},{path})", fusion.tag())
+}
+
 /// `qlinear` of `parts` weights `[n_out, n_in]` (part `p` made by `part(p)`) stacked, or with
 /// SwiGLU two interleaved, against
 /// `reference_linear(dequant(W), x)` (x random from `x_salt`, outputs NaN-poisoned by

@@ -281,16 +281,5 @@ pub(crate) fn upload(client: &Client, parts: &[&QuantTensor], layout: Option<QLa
     let data = DeviceTensor::from_u32(client, &w, &[w.len()])?.into_read_only();
     // No scale array: the scales live in the blocks (one word, never read, for the field).
     let scales = DeviceTensor::from_u32(client, &[0], &[1])?.into_read_only();
-    Ok(QWeight {
-        format: QFormat::Ggml(kind),
-        layout: QLayout::Rows,
-        out,
-        in_dim,
-        data,
-        scales,
-        pairs: false,
-        subnormal: false,
-        prefetch: super::qmatmul::Prefetch::Off,
-        mma: super::qmatmul::v4::MmaTune::default(),
-    })
+    Ok(QWeight::kept_rows(QFormat::Ggml(kind), out, in_dim, data, scales))
 }

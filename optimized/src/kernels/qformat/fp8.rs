@@ -25,7 +25,7 @@ use cubecl::prelude::*;
 use reference::quant::{Fp8Weight, QuantTensor};
 
 use super::{RowFormat, SUB};
-use crate::kernels::qmatmul::{Prefetch, QFormat, QLayout, QWeight};
+use crate::kernels::qmatmul::{QFormat, QLayout, QWeight};
 use crate::{Client, DeviceTensor, Error};
 
 /// E4M3 code `b` (the low byte) → f32, exactly: `e ≥ 1`: `(1 + m/8)·2^(e−7)` by placing
@@ -174,16 +174,5 @@ pub(crate) fn upload(client: &Client, parts: &[&QuantTensor], layout: Option<QLa
     // Uploaded once and never written by a kernel.
     let data = DeviceTensor::from_u32(client, &words, &[words.len()])?.into_read_only();
     let scales = DeviceTensor::from_u32(client, &scales, &[scales.len()])?.into_read_only();
-    Ok(QWeight {
-        format: QFormat::Fp8 { srows, scols },
-        layout: QLayout::Rows,
-        out,
-        in_dim,
-        data,
-        scales,
-        pairs: false,
-        subnormal: false,
-        prefetch: Prefetch::Off,
-        mma: crate::kernels::qmatmul::v4::MmaTune::default(),
-    })
+    Ok(QWeight::kept_rows(QFormat::Fp8 { srows, scols }, out, in_dim, data, scales))
 }

@@ -373,6 +373,23 @@ impl QWeight {
         })
     }
 
+    /// A weight kept as stored in row order (the ggml formats, FP8), decoded by the
+    /// `RowFormat` kernels: no tiling, no nibble pairs, no prefetch, the default MMA tune.
+    pub(crate) fn kept_rows(format: QFormat, out: usize, in_dim: usize, data: DeviceTensor, scales: DeviceTensor) -> Self {
+        QWeight {
+            format,
+            layout: QLayout::Rows,
+            out,
+            in_dim,
+            data,
+            scales,
+            pairs: false,
+            subnormal: false,
+            prefetch: Prefetch::Off,
+            mma: v4::MmaTune::default(),
+        }
+    }
+
     /// Bytes read by one pass over the weight (values + scales).
     pub fn bytes(&self) -> usize {
         (self.data.numel() + self.scales.numel()) * 4

@@ -181,11 +181,9 @@ pub fn draw_ids(client: &Client, specs: &[&SampleSpec], logits: &DeviceTensor) -
         return Ok(vec![]);
     }
     // Masks still computing: the forward pass's launches go to the device before the host
-    // waits for them. wgpu holds launches in its encoder until a flush; CUDA's are in the
-    // stream already (a flush there would wait for the previous one's fence: `graphs`).
-    let pending = specs.iter().any(|s| matches!(s.allowed, Some(Allowed::Next(m)) if !m.is_ready()));
-    if pending && !client.name().contains("cuda") {
-        client.flush()?;
+    // waits for them.
+    if specs.iter().any(|s| matches!(s.allowed, Some(Allowed::Next(m)) if !m.is_ready())) {
+        super::graphs::submit_ahead(client)?;
     }
     let masks: Vec<(usize, &[u32])> = specs.iter().enumerate().filter_map(|(k, s)| s.allowed.map(|a| (k, a.words()))).collect();
     token_mask::token_mask_rows(client, logits, &masks)?;

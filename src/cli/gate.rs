@@ -47,9 +47,13 @@ fn launch_label(client: &optimized::Client) -> String {
     format!("kernels {}, {pdl}", optimized::KernelConfig::default().name())
 }
 
+/// A gate case with no result after this long is a failure naming it (`conformance
+/// --case-timeout`): the slowest cases take ~30 s on a busy device with cold kernels.
+const GATE_CASE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(180);
+
 fn run_gate(backend: optimized::Backend) -> Result<String> {
     let t = Instant::now();
-    let report = super::run_conformance(&conformance::cases::all(), &[], &[backend], None, &mut super::progress::cases(t))?;
+    let report = super::run_conformance(&conformance::cases::all(), &[], &[backend], None, GATE_CASE_TIMEOUT, &mut super::progress::cases(t))?;
     let (p, f, k) = report.count();
     // Case time per op and the slowest cases: what to cut when the gate is too long.
     print!("{}", report.timing(8));

@@ -153,9 +153,18 @@ pub struct ConformanceArgs {
     /// runtime does not skip). For software runtimes in CI; the full grid is the GPU gate.
     #[arg(long, conflicts_with_all = ["jobs", "list"])]
     pub cover: bool,
+    /// In a run spread over processes (`--jobs` > 1, CUDA's default): a case with no result
+    /// after this many seconds is a failure saying it timed out, its process is killed and a
+    /// new one goes on with the rest of its shard, so a hang names its case instead of hanging
+    /// the run.
+    #[arg(long, default_value_t = 300, value_name = "SECONDS")]
+    pub case_timeout: u64,
     /// Internal (a child of a sharded run): run only case I, I + N, … of the list.
     #[arg(long, hide = true, requires = "results")]
     pub shard: Option<String>,
+    /// Internal: the shard's first case index (a replacement for a process killed in a hung case).
+    #[arg(long, hide = true, requires = "shard", default_value_t = 0)]
+    pub from: usize,
     /// Internal: where a shard writes its result lines.
     #[arg(long, hide = true, requires = "shard")]
     pub results: Option<std::path::PathBuf>,
@@ -187,7 +196,7 @@ fn conformance_cmd(a: ConformanceArgs) -> Result<()> {
         let [backend] = backends[..] else {
             return Err(CliError::Usage("--shard takes one runtime in --backends".into()));
         };
-        return shards::run_shard(&cases, backend, shards::parse_shard(shard)?, out);
+        return shards::run_shard(&cases, backend, shards::parse_shard(shard)?, a.from, out);
     }
     if a.jobs == Some(0) {
         return Err(CliError::Usage("--jobs must be at least 1".into()));
@@ -208,7 +217,7 @@ fn conformance_cmd(a: ConformanceArgs) -> Result<()> {
         println!("covering share: {} groups of the grid's {} cases per runtime", conformance::cover::groups(&cases).len(), cases.len());
         report
     } else {
-        run_conformance(&cases, &a.ops, &backends, a.jobs, &mut progress::cases(t0))?
+        run_conformance(&cases, &a.ops, &backends, a.jobs, std::time::Duration::from_secs(a.case_timeout.max(1)), &mut progress::cases(t0))?
     };
     println!("ran in {:.1} s", t0.elapsed().as_secs_f64());
     print!("{}", report.table());
@@ -226,6 +235,7 @@ pub fn run_conformance(
     ops: &[String],
     backends: &[optimized::Backend],
     jobs: Option<usize>,
+    case_timeout: std::time::Duration,
     progress: &mut dyn FnMut(&conformance::Report, usize),
 ) -> Result<conformance::Report> {
     let mut report = conformance::Report::default();
@@ -233,7 +243,7 @@ pub fn run_conformance(
         let jobs = jobs.unwrap_or_else(|| shards::default_jobs(b));
         // Without the runtime every case is a skip: no processes for that.
         let r = if jobs > 1 && optimized::client(b).is_ok() {
-            shards::run(cases, ops, b, jobs, progress)?
+            shards::run(cases, ops, b, jobs, case_timeout, progress)?
         } else {
             conformance::run_cases_with(cases, &[b], progress)
         };

@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use conformance::{CaseResult, Outcome, Report};
 
@@ -35,13 +35,14 @@ pub fn parse_shard(s: &str) -> Result<(usize, usize)> {
     Ok((i, n))
 }
 
-/// The child's side: run shard `i` of `n` of `cases` on `backend`, a result line per case in
-/// `out` (flushed as each case ends, so the parent can follow progress).
-pub fn run_shard(cases: &[Box<dyn conformance::Case>], backend: optimized::Backend, (i, n): (usize, usize), out: &Path) -> Result<()> {
+/// The child's side: run shard `i` of `n` of `cases` on `backend` from case index `from` on (a
+/// replacement for a process killed in a hung case), a result line per case in `out` (flushed
+/// as each case ends, so the parent can follow progress).
+pub fn run_shard(cases: &[Box<dyn conformance::Case>], backend: optimized::Backend, (i, n): (usize, usize), from: usize, out: &Path) -> Result<()> {
     use std::io::Write;
     let mut f = std::fs::File::create(out).map_err(|e| reference::Error::io(out, e))?;
     let mut err = None;
-    conformance::run_indexed(cases, backend, |k| k % n == i, &mut |k, r| {
+    conformance::run_indexed(cases, backend, |k| k % n == i && k >= from, &mut |k, r| {
         if err.is_none() {
             err = writeln!(f, "{}", conformance::result_line(k, &r)).and_then(|_| f.flush()).err();
         }
@@ -53,21 +54,24 @@ pub fn run_shard(cases: &[Box<dyn conformance::Case>], backend: optimized::Backe
 }
 
 /// The parent's side: `cases` (the list `ops` selects, as the children select it) on `backend`
-/// in `jobs` child processes; `progress` as for an in-process run.
+/// in `jobs` child processes; `progress` as for an in-process run. A shard that reports nothing
+/// for `case_timeout` is stuck in its next case (a hang, e.g. a collective waiting for a rank
+/// that never comes): that case is a failure saying so, the child is killed, and a new one runs
+/// the rest of the shard — one hung case never hangs the gate.
 pub fn run(
     cases: &[Box<dyn conformance::Case>],
     ops: &[String],
     backend: optimized::Backend,
     jobs: usize,
+    case_timeout: Duration,
     progress: &mut dyn FnMut(&Report, usize),
 ) -> Result<Report> {
     let jobs = jobs.clamp(1, cases.len().max(1));
     let exe = std::env::current_exe().map_err(|e| CliError::Gpu(format!("conformance shards: this binary's path: {e}")))?;
     let dir = std::env::temp_dir().join(format!("tandem-shards-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| reference::Error::io(&dir, e))?;
-    let mut children: Vec<(Child, PathBuf, PathBuf)> = Vec::new();
-    for i in 0..jobs {
-        let (out, log) = (dir.join(format!("shard-{i}.tsv")), dir.join(format!("shard-{i}.log")));
+    let spawn = |i: usize, from: usize, outs: &[PathBuf]| -> Result<(Child, PathBuf, PathBuf)> {
+        let (out, log) = (dir.join(format!("shard-{i}-{}.tsv", outs.len())), dir.join(format!("shard-{i}-{}.log", outs.len())));
         let log_file = std::fs::File::create(&log).map_err(|e| reference::Error::io(&log, e))?;
         let child = Command::new(&exe)
             .arg("conformance")
@@ -75,58 +79,99 @@ pub fn run(
             .arg(backend.to_string())
             .arg("--shard")
             .arg(format!("{i}/{jobs}"))
+            .arg("--from")
+            .arg(from.to_string())
             .arg("--results")
             .arg(&out)
             .args(ops)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log_file)
-            .spawn();
-        let child = match child {
-            Ok(c) => c,
+            .spawn()
+            .map_err(|e| CliError::Gpu(format!("conformance shard {i}/{jobs}: cannot start {}: {e}", exe.display())))?;
+        Ok((child, out, log))
+    };
+    let mut shards: Vec<Shard> = Vec::new();
+    for i in 0..jobs {
+        match spawn(i, 0, &[]) {
+            Ok((child, out, log)) => shards.push(Shard { child, outs: vec![out], log, status: None, seen: 0, since: Instant::now() }),
             Err(e) => {
                 // No orphans: the shards already started stop with the run.
-                for (c, _, _) in &mut children {
-                    let _ = c.kill();
-                    let _ = c.wait();
+                for s in &mut shards {
+                    let _ = s.child.kill();
+                    let _ = s.child.wait();
                 }
-                return Err(CliError::Gpu(format!("conformance shard {i}/{jobs}: cannot start {}: {e}", exe.display())));
-            }
-        };
-        children.push((child, out, log));
-    }
-    let mut statuses = vec![None; jobs];
-    let mut last_count = usize::MAX;
-    loop {
-        for (k, (child, _, _)) in children.iter_mut().enumerate() {
-            if statuses[k].is_none() {
-                statuses[k] = child.try_wait().map_err(|e| CliError::Gpu(format!("conformance shard {k}/{jobs}: {e}")))?;
+                return Err(e);
             }
         }
-        let report = collect(cases, backend, &children);
+    }
+    let mut hung: Vec<(usize, CaseResult)> = Vec::new();
+    let mut last_count = usize::MAX;
+    loop {
+        for (k, s) in shards.iter_mut().enumerate() {
+            if s.status.is_some() {
+                continue;
+            }
+            s.status = s.child.try_wait().map_err(|e| CliError::Gpu(format!("conformance shard {k}/{jobs}: {e}")))?;
+            let done: Vec<usize> = s.outs.iter().flat_map(|o| read_lines(o)).map(|(i, _, _)| i).collect();
+            if done.len() != s.seen {
+                (s.seen, s.since) = (done.len(), Instant::now());
+            }
+            if s.status.is_none() && s.since.elapsed() >= case_timeout {
+                // The shard's next case: the first of its indices with no result yet.
+                let next = (k..cases.len()).step_by(jobs).find(|i| !done.contains(i) && !hung.iter().any(|h| h.0 == *i));
+                let _ = s.child.kill();
+                let _ = s.child.wait();
+                let Some(next) = next else {
+                    s.status = s.child.try_wait().ok().flatten();
+                    continue;
+                };
+                let c = &cases[next];
+                let why = format!(
+                    "timed out: no result after {:.0} s (a hang?); the shard's process was killed and the shard went on with its next case",
+                    case_timeout.as_secs_f64()
+                );
+                hung.push((
+                    next,
+                    CaseResult {
+                        backend: backend.to_string(),
+                        op: c.op(),
+                        name: c.name(),
+                        outcome: Outcome::Fail(why),
+                        millis: case_timeout.as_secs_f64() * 1e3,
+                    },
+                ));
+                let (child, out, log) = spawn(k, next + 1, &s.outs)?;
+                (s.child, s.log, s.since) = (child, log, Instant::now());
+                s.outs.push(out);
+            }
+        }
+        let mut report = collect(cases, backend, &shards);
+        report.results.extend(hung.iter().map(|h| h.1.clone()));
         if report.results.len() != last_count {
             last_count = report.results.len();
             progress(&report, cases.len());
         }
-        if statuses.iter().all(Option::is_some) {
+        if shards.iter().all(|s| s.status.is_some()) {
             break;
         }
         std::thread::sleep(Duration::from_millis(250));
     }
     // Cases no child reported: failures that say which shard and why.
     let mut got: Vec<Option<CaseResult>> = vec![None; cases.len()];
-    for r in collect_indexed(cases, backend, &children) {
+    for r in collect_indexed(cases, backend, &shards).into_iter().chain(hung) {
         got[r.0] = Some(r.1);
     }
     let mut report = Report::default();
     for (k, (c, r)) in cases.iter().zip(got).enumerate() {
         report.results.push(r.unwrap_or_else(|| {
-            let s = k % jobs;
-            let tail = std::fs::read_to_string(&children[s].2).unwrap_or_default();
+            let s = &shards[k % jobs];
+            let tail = std::fs::read_to_string(&s.log).unwrap_or_default();
             let tail: Vec<&str> = tail.lines().rev().take(3).collect();
             let why = format!(
-                "not run: conformance shard {s}/{jobs} exited ({}) before this case reported{}",
-                statuses[s].map_or("unknown status".into(), |st| st.to_string()),
+                "not run: conformance shard {}/{jobs} exited ({}) before this case reported{}",
+                k % jobs,
+                s.status.map_or("unknown status".into(), |st| st.to_string()),
                 if tail.is_empty() {
                     String::new()
                 } else {
@@ -140,22 +185,34 @@ pub fn run(
     Ok(report)
 }
 
+/// One child process of a sharded run, and the ones that replaced it after a timeout.
+struct Shard {
+    child: Child,
+    /// The result files of this shard's processes, oldest first.
+    outs: Vec<PathBuf>,
+    /// The current process's stderr.
+    log: PathBuf,
+    status: Option<std::process::ExitStatus>,
+    /// Results seen so far, and since when that count has not changed.
+    seen: usize,
+    since: Instant,
+}
+
+fn read_lines(out: &Path) -> Vec<(usize, Outcome, f64)> {
+    std::fs::read_to_string(out).unwrap_or_default().lines().filter_map(conformance::parse_result_line).collect()
+}
+
 /// The results the children have written so far, in case order.
-fn collect(cases: &[Box<dyn conformance::Case>], backend: optimized::Backend, children: &[(Child, PathBuf, PathBuf)]) -> Report {
-    let mut v = collect_indexed(cases, backend, children);
+fn collect(cases: &[Box<dyn conformance::Case>], backend: optimized::Backend, shards: &[Shard]) -> Report {
+    let mut v = collect_indexed(cases, backend, shards);
     v.sort_by_key(|r| r.0);
     Report { results: v.into_iter().map(|r| r.1).collect() }
 }
 
-fn collect_indexed(
-    cases: &[Box<dyn conformance::Case>],
-    backend: optimized::Backend,
-    children: &[(Child, PathBuf, PathBuf)],
-) -> Vec<(usize, CaseResult)> {
+fn collect_indexed(cases: &[Box<dyn conformance::Case>], backend: optimized::Backend, shards: &[Shard]) -> Vec<(usize, CaseResult)> {
     let mut v = Vec::new();
-    for (_, out, _) in children {
-        let text = std::fs::read_to_string(out).unwrap_or_default();
-        for (i, outcome, millis) in text.lines().filter_map(conformance::parse_result_line) {
+    for out in shards.iter().flat_map(|s| &s.outs) {
+        for (i, outcome, millis) in read_lines(out) {
             if let Some(c) = cases.get(i) {
                 v.push((i, CaseResult { backend: backend.to_string(), op: c.op(), name: c.name(), outcome, millis }));
             }

@@ -128,8 +128,9 @@ pub fn run(
                 };
                 let c = &cases[next];
                 let why = format!(
-                    "timed out: no result after {:.0} s (a hang?); the shard's process was killed and the shard went on with its next case",
-                    case_timeout.as_secs_f64()
+                    "timed out: no result after {:.0} s (a hang?); the shard's process was killed and the shard went on with its next case{}",
+                    case_timeout.as_secs_f64(),
+                    stderr_tail(&s.log)
                 );
                 hung.push((
                     next,
@@ -166,17 +167,11 @@ pub fn run(
     for (k, (c, r)) in cases.iter().zip(got).enumerate() {
         report.results.push(r.unwrap_or_else(|| {
             let s = &shards[k % jobs];
-            let tail = std::fs::read_to_string(&s.log).unwrap_or_default();
-            let tail: Vec<&str> = tail.lines().rev().take(3).collect();
             let why = format!(
                 "not run: conformance shard {}/{jobs} exited ({}) before this case reported{}",
                 k % jobs,
                 s.status.map_or("unknown status".into(), |st| st.to_string()),
-                if tail.is_empty() {
-                    String::new()
-                } else {
-                    format!("; its stderr ended: {}", tail.into_iter().rev().collect::<Vec<_>>().join(" | "))
-                }
+                stderr_tail(&s.log)
             );
             CaseResult { backend: backend.to_string(), op: c.op(), name: c.name(), outcome: Outcome::Fail(why), millis: 0.0 }
         }));
@@ -196,6 +191,16 @@ struct Shard {
     /// Results seen so far, and since when that count has not changed.
     seen: usize,
     since: Instant,
+}
+
+/// "; its stderr ended: …" with the last lines a shard's process wrote, or nothing.
+fn stderr_tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let tail: Vec<&str> = text.lines().rev().take(3).collect();
+    match tail.is_empty() {
+        true => String::new(),
+        false => format!("; its stderr ended: {}", tail.into_iter().rev().collect::<Vec<_>>().join(" | ")),
+    }
 }
 
 fn read_lines(out: &Path) -> Vec<(usize, Outcome, f64)> {

@@ -265,7 +265,7 @@ impl MaskedEngineCase {
             Request::new(prompt(3, 4)).with_max_tokens(10),
             Request::new(prompt(6, 5)).with_max_tokens(20).with_params(sampled(7)).with_grammar(Grammar::Regex("[a-f]{2}-[0-9]{3}".into())),
         ];
-        let run = |runner: Box<dyn engine::runner::ModelRunner>| -> Result<Vec<(Vec<u32>, String)>, String> {
+        let run = |runner: Box<dyn engine::runner::ModelRunner>| -> Result<(Vec<(Vec<u32>, String)>, Option<String>), String> {
             let mut e = Engine::new(runner, EngineConfig::default(), Some(std::sync::Arc::new(Ascii))).map_err(|e| e.to_string())?;
             for r in &reqs {
                 e.add_request(r.clone()).map_err(|e| e.to_string())?;
@@ -276,10 +276,18 @@ impl MaskedEngineCase {
                 slot.0.extend(o.new_tokens);
                 slot.1.push_str(&o.new_text);
             }
-            Ok(out)
+            Ok((out, e.runner().steps_ahead()))
         };
-        let want = run(Box::new(reference))?;
-        let got = run(Box::new(gpu))?;
+        let (want, _) = run(Box::new(reference))?;
+        let (got, graphs) = run(Box::new(gpu))?;
+        // On CUDA the constrained steps (≤ 5 rows here) replay the forward pass's recording.
+        if client.name().contains("cuda") {
+            let replayed =
+                graphs.as_deref().and_then(|l| l.split("; ").find_map(|p| p.strip_suffix(" constrained steps replayed")?.parse::<u64>().ok()));
+            if !replayed.is_some_and(|n| n > 0) {
+                return Ok(Outcome::Fail(format!("no constrained step replayed a decode graph on CUDA: {graphs:?}")));
+            }
+        }
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
             if g.0 != w.0 {
                 return Ok(Outcome::Fail(format!("request {i}: tokens {:?} != reference {:?}", g.0, w.0)));

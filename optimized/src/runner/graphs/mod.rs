@@ -3,8 +3,7 @@
 //!
 //! A step of decode rows only (`runner::batch::decode_rows`: one-token decodes, and the k + 1
 //! positions of a verification, each position one row; every row draws, no penalties, no
-//! logits asked for, no token mask — a constrained step runs eagerly: its masks are computed
-//! while its forward pass runs, and a replay would need them before it starts) is padded to the next bucket of rows (1, 2, 4, … 512) and run from
+//! logits asked for, no token mask) is padded to the next bucket of rows (1, 2, 4, … 512) and run from
 //! device buffers only: token ids, positions, pool rows, the block tables and lengths
 //! (`device_lens`: flash decode sizes its grid for the tables' width and reads lengths on the
 //! device) and the draw parameters. The rows' arrangement into sequences is not part of the
@@ -15,6 +14,14 @@
 //! dispatch. Padding rows run token 0 at position 0 into the pools' spare block. The width is
 //! a power of two of blocks (≥ 16): a new recording once per doubling of the longest context.
 //! A backend that refuses capture is remembered and steps run eagerly from then on.
+//!
+//! Constrained steps of up to [`MASKED_MAX_BUCKET`] rows (where launches, not the weights'
+//! bytes, are the step's time: eagerly, a constrained GPT-OSS-20B step took 3.65 ms where a
+//! graphed one took 1.98) replay a recording of the forward pass alone (key `masked`), which
+//! keeps its logits `[bucket, V]` as its own buffer; the draw then runs eagerly
+//! (`batch::draw_ids`: the masks — computed on the host while the replay runs —, penalties,
+//! argmax or the seeded draw). Larger constrained steps run eagerly: their launches are a small
+//! share of the step, and the logits a recording would keep grow with the bucket.
 //!
 //! Memory. cubecl allocates nothing inside a capture window (`graph_prepare` starts a warm-up
 //! run that leaves its pools holding what the recording asks for; a recording that allocated
@@ -74,11 +81,16 @@ use record::{capture, step_bufs};
 /// steps of about 1.5× up to 64, then powers of two.
 pub const BUCKETS: [usize; 17] = [1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 128, 256, 512];
 
+/// The largest bucket a constrained step replays (the module's notes).
+pub const MASKED_MAX_BUCKET: usize = 8;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Key {
     bucket: usize,
     width: usize,
     greedy: bool,
+    /// The forward pass only, its logits kept for an eager masked draw.
+    masked: bool,
 }
 
 /// The device buffers a recorded step reads (rewritten in place before each replay) and
@@ -101,6 +113,8 @@ struct Recorded {
     bufs: StepBufs,
     /// The recording ends by advancing its inputs to the next step (`advance=device`).
     advance: bool,
+    /// A `masked` recording's logits `[bucket, V]`, which its replays overwrite.
+    logits: Option<DeviceTensor>,
 }
 
 impl Recorded {
@@ -125,6 +139,8 @@ pub(crate) struct Graphs {
     spare: HashMap<Key, StepBufs>,
     /// Steps run through a graph with a sequence of more than one row (verifications).
     multi_row: u64,
+    /// Constrained steps run through a `masked` recording.
+    masked_steps: u64,
     /// The step replayed ahead of its call, with the inputs it ran.
     ahead: Option<Inputs>,
     /// Steps ahead that the next call was (`hits`) and was not (`misses`).
@@ -165,6 +181,7 @@ impl Graphs {
             map: HashMap::new(),
             spare: HashMap::new(),
             multi_row: 0,
+            masked_steps: 0,
             ahead: None,
             ahead_hits: 0,
             ahead_misses: 0,
@@ -201,9 +218,9 @@ impl Graphs {
         let (h, m) = (self.ahead_hits, self.ahead_misses);
         let t = &self.time;
         let us = |ns: u64, n: u64| ns as f64 / n.max(1) as f64 / 1e3;
-        (t.steps > 0).then(|| {
+        (t.steps > 0 || self.masked_steps > 0).then(|| {
             format!(
-                "steps ahead: {h} were the next call, {m} were not ({:.1}% hit); a graphed step's host time: {:.1} µs waiting for the device's ids, {:.1} µs in the runner besides (its own launch {:.1}, queueing the read-back {:.1}, the step ahead {:.1}), {:.1} µs outside it (engine, caller); {} recordings made by steps ({:.1} ms of the steps' time), {} prepared before them",
+                "steps ahead: {h} were the next call, {m} were not ({:.1}% hit); a graphed step's host time: {:.1} µs waiting for the device's ids, {:.1} µs in the runner besides (its own launch {:.1}, queueing the read-back {:.1}, the step ahead {:.1}), {:.1} µs outside it (engine, caller); {} recordings made by steps ({:.1} ms of the steps' time), {} prepared before them; {} constrained steps replayed",
                 100.0 * h as f64 / (h + m).max(1) as f64,
                 us(t.wait, t.steps),
                 us(t.inside, t.steps),
@@ -213,7 +230,8 @@ impl Graphs {
                 us(t.outside, t.between),
                 self.recorded_in_steps,
                 self.recording_in_steps_ns as f64 / 1e6,
-                self.recorded_prepared
+                self.recorded_prepared,
+                self.masked_steps
             )
         })
     }
@@ -326,20 +344,23 @@ impl Inputs {
 }
 
 fn inputs(layout: KvLayout, scratch: u32, max_rows: usize, plan: &StepPlan) -> Option<Inputs> {
+    // A constrained step draws eagerly from the replay's logits: penalties are drawn there too.
+    let masked = plan.seqs.iter().any(|s| s.samples.iter().any(|d| d.allowed.is_some()));
     let eligible = plan.seqs.iter().all(|s| {
         batch::decode_rows(s)
             && s.samples.len() == s.tokens.len()
-            && s.samples.iter().all(|d| !d.want_logits && d.allowed.is_none() && (d.counts.is_empty() || !d.params.has_penalties()))
+            && s.samples.iter().all(|d| !d.want_logits && (masked || d.counts.is_empty() || !d.params.has_penalties()))
     });
     let rows: usize = plan.seqs.iter().map(|s| s.tokens.len()).sum();
     let bucket = *BUCKETS.iter().find(|&&x| x >= rows)?;
-    if rows == 0 || !eligible || bucket > max_rows {
+    if rows == 0 || !eligible || bucket > max_rows || (masked && bucket > MASKED_MAX_BUCKET) {
         return None;
     }
     let bs = layout.block_size;
     let longest = plan.seqs.iter().map(|s| (s.pos0 + s.tokens.len()).div_ceil(bs)).max().unwrap_or(1);
-    let greedy = plan.seqs.iter().all(|s| s.samples.iter().all(|d| d.params.temperature == 0.0));
-    let mut x = Inputs::empty(Key { bucket, width: width(layout, longest), greedy }, rows);
+    // A masked recording draws nothing: one recording serves greedy and sampled rows.
+    let greedy = masked || plan.seqs.iter().all(|s| s.samples.iter().all(|d| d.params.temperature == 0.0));
+    let mut x = Inputs::empty(Key { bucket, width: width(layout, longest), greedy, masked }, rows);
     // Each position a row of its own (a verification's k + 1 rows: `runner::batch`).
     for s in &plan.seqs {
         for (j, (&t, d)) in s.tokens.iter().zip(&s.samples).enumerate() {
@@ -411,6 +432,9 @@ pub(crate) fn try_step<R: GraphStep>(r: &mut R, plan: &StepPlan) -> Result<Optio
         return Ok(None);
     }
     let Some(x) = inputs(r.layout(), r.scratch_block(), r.max_rows(), plan) else { return Ok(None) };
+    if x.key.masked {
+        return masked_step(r, plan, &x);
+    }
     let c = r.client().clone();
     let launched = ahead.map(|a| a.same(&x));
     match launched {
@@ -485,6 +509,13 @@ pub(crate) fn try_step<R: GraphStep>(r: &mut R, plan: &StepPlan) -> Result<Optio
     if plan.seqs.iter().any(|s| s.tokens.len() > 1) {
         r.graphs().multi_row += 1;
     }
+    let results = per_seq(plan, &ids)?;
+    r.graphs().time.last_return = Some(std::time::Instant::now());
+    Ok(Some(results))
+}
+
+/// The drawn `ids` (one per row, in plan order) as each sequence's result.
+fn per_seq(plan: &StepPlan, ids: &[u32]) -> Result<Vec<SeqResult>, Error> {
     let mut row = 0;
     let mut results = Vec::with_capacity(plan.seqs.len());
     for s in &plan.seqs {
@@ -493,8 +524,44 @@ pub(crate) fn try_step<R: GraphStep>(r: &mut R, plan: &StepPlan) -> Result<Optio
         results.push(SeqResult { tokens, logits: vec![None; n] });
         row += n;
     }
-    r.graphs().time.last_return = Some(std::time::Instant::now());
-    Ok(Some(results))
+    Ok(results)
+}
+
+/// A constrained step of `x` (a `masked` key): the forward pass replayed (recorded first if
+/// new), then the masked draw eagerly from its logits. No step ahead: the next step's masks
+/// are not known until this step's tokens are.
+fn masked_step<R: GraphStep>(r: &mut R, plan: &StepPlan, x: &Inputs) -> Result<Option<Vec<SeqResult>>, Error> {
+    let c = r.client().clone();
+    let logits = match r.graphs().map.get_mut(&x.key) {
+        Some(g) => {
+            x.write(&c, &mut g.bufs, true)?;
+            // SAFETY: as in `try_step`; the kept logits are the recording's own buffer.
+            unsafe { g.graph.replay() }?;
+            g.logits.clone().ok_or_else(|| Error::Shape("a masked recording without its logits".into()))?
+        }
+        None => {
+            let t = std::time::Instant::now();
+            let bufs = match r.graphs().spare.remove(&x.key) {
+                Some(mut b) => {
+                    x.write(&c, &mut b, true)?;
+                    b
+                }
+                None => step_bufs(&c, r.layout(), x)?,
+            };
+            let out = capture(r, x, bufs)?;
+            let g = r.graphs();
+            g.recorded_in_steps += 1;
+            g.recording_in_steps_ns += t.elapsed().as_nanos() as u64;
+            match out {
+                Some(out) => out,
+                None => return Ok(None),
+            }
+        }
+    };
+    let specs: Vec<&engine::runner::SampleSpec> = plan.seqs.iter().flat_map(|s| &s.samples).collect();
+    let ids = batch::draw_ids(&c, &specs, &logits.view_rows(x.rows)?)?;
+    r.graphs().masked_steps += 1;
+    per_seq(plan, &ids).map(Some)
 }
 
 /// Replays the step after `x` (its ids: those `x` draws, on the device) and submits it;

@@ -30,7 +30,7 @@ pub(crate) fn prepare<R: GraphStep>(r: &mut R, rows: usize, max_len: usize, gree
     let max_rows = r.max_rows();
     let keys = |greedy: bool| -> Vec<Key> {
         let buckets = BUCKETS.iter().rev().filter(|&&b| b <= top && b <= max_rows);
-        buckets.flat_map(|&bucket| widths.iter().rev().map(move |&width| Key { bucket, width, greedy })).collect()
+        buckets.flat_map(|&bucket| widths.iter().rev().map(move |&width| Key { bucket, width, greedy, masked: false })).collect()
     };
     let (mine, other) = (keys(greedy), keys(!greedy));
     let (c, scratch) = (r.client().clone(), r.scratch_block());
@@ -64,9 +64,14 @@ fn padded(key: Key, scratch: u32, layout: KvLayout) -> Inputs {
     x
 }
 
-/// The launches of a recorded step: the runner's logits, then argmax or the seeded draw.
-fn launches<R: GraphStep>(r: &R, b: &StepBufs, rows: usize, greedy: bool, advance: bool) -> Result<(), Error> {
+/// The launches of a recorded step: the runner's logits, then argmax or the seeded draw — or,
+/// for a `masked` key, the logits alone, returned.
+fn launches<R: GraphStep>(r: &R, b: &StepBufs, key: Key, advance: bool) -> Result<Option<DeviceTensor>, Error> {
+    let (rows, greedy) = (key.bucket, key.greedy);
     let logits = r.logits(b, rows)?;
+    if key.masked {
+        return Ok(Some(logits));
+    }
     if greedy {
         argmax::argmax_into(r.client(), &logits, &b.ids)?;
     } else {
@@ -75,7 +80,7 @@ fn launches<R: GraphStep>(r: &R, b: &StepBufs, rows: usize, greedy: bool, advanc
     if advance {
         advance::advance(r.client(), &b.positions, &b.slots, &b.tables.lens_dev, &b.params)?;
     }
-    Ok(())
+    Ok(None)
 }
 
 /// The input buffers of a recording of `x`'s key, holding `x`'s inputs.
@@ -95,32 +100,37 @@ pub(super) fn step_bufs(c: &Client, layout: KvLayout, x: &Inputs) -> Result<Step
 }
 
 /// Record the step of `x` over its input buffers `bufs` (holding `x`'s inputs); returns its
-/// (warm-up) output, or `None` when the backend refused before anything ran.
+/// (warm-up) output — the drawn ids, or a `masked` key's logits `[bucket, V]` —, or `None`
+/// when the backend refused before anything ran.
 pub(super) fn capture<R: GraphStep>(r: &mut R, x: &Inputs, bufs: StepBufs) -> Result<Option<DeviceTensor>, Error> {
     let c = r.client().clone();
-    let b = x.key.bucket;
-    let out = bufs.ids.clone();
+    let ids = bufs.ids.clone();
     if let Err(e) = c.graph_prepare() {
         r.graphs().refused = Some(format!("graph_prepare: {e}"));
         return Ok(None);
     }
-    let advance = c.kernels().advance_device;
+    // A masked recording ends at the logits: the eager draw after it reads the step's inputs.
+    let advance = c.kernels().advance_device && !x.key.masked;
     // The warm-up's and the recording's temporaries from the arena (see the module's notes);
-    // its input buffers (`bufs`) are the recording's own.
+    // its input buffers (`bufs`) are the recording's own, and so are a masked recording's
+    // logits (the lease held by `Recorded::logits` keeps the slot from other recordings).
     let _arena = c.arena().on();
-    if let Err(e) = launches(r, &bufs, b, x.key.greedy, advance) {
-        let _ = c.stop_capture();
-        return Err(e);
-    }
+    let out = match launches(r, &bufs, x.key, advance) {
+        Ok(logits) => logits.unwrap_or(ids),
+        Err(e) => {
+            let _ = c.stop_capture();
+            return Err(e);
+        }
+    };
     if let Err(e) = c.start_capture() {
         let _ = c.stop_capture();
         r.graphs().refused = Some(format!("start_capture: {e}"));
         return Ok(Some(out));
     }
-    let recorded = launches(r, &bufs, b, x.key.greedy, advance);
+    let recorded = launches(r, &bufs, x.key, advance);
     match (recorded, c.stop_capture()) {
-        (Ok(()), Ok(graph)) => {
-            let mut rec = Recorded { graph, bufs, advance };
+        (Ok(logits), Ok(graph)) => {
+            let mut rec = Recorded { graph, bufs, advance, logits };
             // The warm-up ran the advance.
             rec.ran(x);
             r.graphs().map.insert(x.key, rec);

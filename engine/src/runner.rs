@@ -43,7 +43,7 @@ impl ModelInfo {
 }
 
 /// Geometry of a runner's paged KV pools.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct KvLayout {
     /// Positions per block.
     pub block_size: usize,

@@ -12,8 +12,9 @@ use rand_chacha::ChaCha8Rng;
 use reference::ops::argmax::argmax;
 use reference::{Error, Result};
 
-/// Sampling settings. `temperature == 0` means greedy.
-#[derive(Debug, Clone, PartialEq)]
+/// Sampling settings. `temperature == 0` means greedy. Serde: a step's plan travels to the
+/// processes of a tensor-parallel group ([`crate::ranks`]).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SamplingParams {
     pub temperature: f32,
     /// Keep the k most likely tokens; 0 = off.

@@ -48,6 +48,15 @@ pub fn available() -> Result<()> {
     }
 }
 
+/// A new group's unique id (`ncclGetUniqueId`, on rank 0): the bytes every rank passes to
+/// [`NcclComm::init_rank`]. It holds rank 0's bootstrap address (NCCL_SOCKET_IFNAME picks the
+/// interface).
+pub fn unique_id() -> Result<Vec<u8>> {
+    available()?;
+    let id = result::get_uniqueid().map_err(|e| nccl_err("ncclGetUniqueId", e))?;
+    Ok(id.internal.iter().map(|&c| c as u8).collect())
+}
+
 /// CUDA devices visible (0 without a driver).
 pub fn device_count() -> usize {
     // SAFETY: only tries to open the library.
@@ -108,6 +117,30 @@ impl NcclComm {
         // SAFETY: `comms` has room for `world` communicators, `ordinals` names `world` devices.
         unsafe { result::comm_init_all(comms.as_mut_ptr(), world as i32, ordinals.as_ptr()) }.map_err(|e| nccl_err("ncclCommInitAll", e))?;
         Ok(comms.into_iter().enumerate().map(|(rank, comm)| NcclComm { comm, rank, world }).collect())
+    }
+
+    /// Rank `rank` of `world` processes (`ncclCommInitRank`) on this host's device `ordinal`,
+    /// joining the group whose [`unique_id`] rank 0 minted and sent to every rank. Blocks until
+    /// every rank has called it.
+    pub fn init_rank(id: &[u8], rank: usize, world: usize, ordinal: usize) -> Result<NcclComm> {
+        available()?;
+        let mut uid = sys::ncclUniqueId { internal: [0; 128] };
+        if id.len() != uid.internal.len() {
+            return Err(Error::Unavailable {
+                backend: Backend::Cuda,
+                reason: format!("an NCCL unique id of {} bytes (NCCL's are {})", id.len(), uid.internal.len()),
+            });
+        }
+        for (d, &b) in uid.internal.iter_mut().zip(id) {
+            *d = b as std::ffi::c_char;
+        }
+        let ctx = CudaContext::new(ordinal).map_err(|e| cuda_err(&format!("CUDA device {ordinal}"), e))?;
+        // ncclCommInitRank joins on the calling thread's current device.
+        ctx.bind_to_thread().map_err(|e| cuda_err(&format!("CUDA device {ordinal}"), e))?;
+        let mut comm = std::ptr::null_mut();
+        // SAFETY: `comm` is a valid place for the new communicator; `uid` is rank 0's id.
+        unsafe { result::comm_init_rank(&mut comm, world as i32, uid, rank as i32) }.map_err(|e| nccl_err("ncclCommInitRank", e))?;
+        Ok(NcclComm { comm, rank, world })
     }
 
     pub fn rank(&self) -> usize {

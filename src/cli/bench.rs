@@ -75,6 +75,9 @@ pub struct BenchArgs {
     /// --expert-parallel`).
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub expert_parallel: Option<bool>,
+    /// With `--tensor-parallel`: the ranks as processes (--master-addr): docs/multi-host.md.
+    #[command(flatten)]
+    pub dist: super::ranks::DistArgs,
     /// Append the results as JSON rows (commit, binary, device, model, configuration,
     /// metric, value, gate) to this file.
     #[arg(long)]
@@ -291,6 +294,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
             csv_out: a.csv_out.clone(),
             plot: a.plot.clone(),
             tensor_parallel: super::tensor_parallel::Tp::of(a.tensor_parallel, a.expert_parallel),
+            lead: a.dist.lead(&a.model)?,
         });
     }
     if a.tensor_parallel != 1 || a.expert_parallel.is_some() {

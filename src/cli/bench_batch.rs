@@ -46,6 +46,8 @@ pub struct BatchBench<'a> {
     /// Ranks the model is sharded over and how its experts split (`--tensor-parallel`,
     /// `--expert-parallel`).
     pub tensor_parallel: super::tensor_parallel::Tp,
+    /// The ranks as processes under this rank 0 (`--master-addr`); threads without.
+    pub lead: Option<super::ranks::Lead>,
 }
 
 pub fn run(b: BatchBench) -> Result<()> {
@@ -71,7 +73,7 @@ pub fn run(b: BatchBench) -> Result<()> {
     // Every sequence's whole context fits at once: nothing is preempted in the measurement.
     let kv = max_b * need.next_multiple_of(super::source::KV_BLOCK);
     let t_load = Instant::now();
-    let runner = super::tensor_parallel::sharded(&mut opened, b.tensor_parallel, b.model.device, b.model.dtype.as_deref(), kv)?;
+    let runner = super::tensor_parallel::sharded(&mut opened, b.tensor_parallel, b.model.device, b.model.dtype.as_deref(), kv, b.lead.as_ref())?;
     let load_s = t_load.elapsed().as_secs_f64();
     let name = runner.name();
     let status_before = runner.status();

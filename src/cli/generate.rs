@@ -28,7 +28,7 @@ pub fn run(a: GenerateArgs) -> Result<()> {
     }
     let tp = a.tensor_parallel;
     if tp != 1 {
-        super::tensor_parallel::check_device(tp, a.model.device)?;
+        super::tensor_parallel::check_device(tp, a.model.device, a.dist.processes())?;
     }
     let grammar = a.constrain.grammar()?;
     if super::gpt_oss::wants(&a.model)? {

@@ -66,6 +66,9 @@ pub struct GenerateArgs {
     /// ways. Default: whole experts where E divides by N.
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub expert_parallel: Option<bool>,
+    /// The ranks as processes (--master-addr): docs/multi-host.md.
+    #[command(flatten)]
+    pub dist: super::ranks::DistArgs,
     /// Speculative decoding (issue 26): --speculate, --spec-k, ...
     #[command(flatten)]
     pub spec: super::spec::SpecArgs,

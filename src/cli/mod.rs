@@ -30,6 +30,8 @@ mod logits_contract;
 mod plot;
 mod progress;
 mod quantize;
+// Tensor-parallel ranks as processes: `tandem rank`, `--master-addr` (issue 53).
+mod ranks;
 mod report;
 mod results;
 mod serve;
@@ -131,6 +133,10 @@ pub enum Cmd {
     /// GGUF, vocabulary-only ones included, an HF directory or a tokenizer.json); `--pieces`
     /// adds each token's vocabulary entry, `--json` prints one JSON object.
     Tokenize(tokenize::TokenizeArgs),
+    /// One worker rank (1 .. N−1) of a tensor-parallel group whose rank 0 is a `generate`,
+    /// `serve` or `bench --batches` run with `--tensor-parallel N --master-addr HOST:PORT`:
+    /// loads its shard of the same model and runs every step rank 0 sends (docs/multi-host.md).
+    Rank(ranks::RankArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -268,5 +274,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Cmd::Serve(a) => serve::run(a),
         Cmd::BenchSpec(a) => bench_spec::run(a),
         Cmd::Tokenize(a) => tokenize::run(a),
+        Cmd::Rank(a) => ranks::run(a),
     }
 }

@@ -50,6 +50,9 @@ pub struct ServeArgs {
     /// How a mixture of experts splits over the ranks (as `generate --expert-parallel`).
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub expert_parallel: Option<bool>,
+    /// The ranks as processes (--master-addr): docs/multi-host.md.
+    #[command(flatten)]
+    pub dist: super::ranks::DistArgs,
     /// The model's name in /v1/models and requests (default: the model file's name).
     #[arg(long)]
     pub served_model_name: Option<String>,
@@ -200,11 +203,13 @@ pub fn run(a: ServeArgs) -> Result<()> {
     let (device, dtype, max_seqs, tp) =
         (a.model.device, a.model.dtype.clone(), a.max_seqs, super::tensor_parallel::Tp::of(a.tensor_parallel, a.expert_parallel));
     let (model, tok, draft_kv) = (a.model.clone(), llama_tok, a.spec.draft_kv_tokens(kv));
+    let lead = a.dist.lead(&a.model)?;
     // Both runners are built on the engine thread; a draft (`draft:PATH`, `self:…`) loads after
     // the target, sharing its device. The decode graphs are recorded before the server
     // accepts a connection.
     let factory = move || {
-        let (mut target, pool) = super::tensor_parallel::sharded_sized(&mut opened, tp, device, dtype.as_deref(), size).map_err(|e| e.to_string())?;
+        let (mut target, pool) =
+            super::tensor_parallel::sharded_sized(&mut opened, tp, device, dtype.as_deref(), size, lead.as_ref()).map_err(|e| e.to_string())?;
         let seats = match (max_seqs, pool.from_memory) {
             (Some(n), _) => n,
             (None, true) => kv_pool::default_max_seqs(pool.positions, ctx),

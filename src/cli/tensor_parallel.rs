@@ -11,11 +11,12 @@
 //! absent, the plan's choice (experts where E divides by N: `ShardPlan::new`). The router is
 //! replicated on every rank; each rank's share of the MoE output is all-reduced. GPT-OSS is
 //! not sharded on the GPU (its MXFP4 experts) nor through this CLI path on the CPU.
+//! With `--master-addr` the ranks are processes instead, possibly on other hosts
+//! ([`super::ranks`]).
 
 use engine::cpu_runner::{RefForward, RefRunner};
 use engine::runner::{ModelInfo, ModelRunner};
 use ndarray::Array2;
-use reference::arch::model::WeightsRef;
 use reference::arch::spec::FfnSpec;
 use reference::kv_cache::KvCache;
 use reference::parallel::{LoopbackGroup, MoeSplit, ShardPlan};
@@ -24,7 +25,8 @@ use reference::Trace;
 
 use super::generate_args::GenerateArgs;
 use super::kv_pool::{KvPool, KvSize};
-use super::source::{resolve, Arch, Opened, KV_BLOCK};
+use super::ranks::Lead;
+use super::source::{resolve, Opened, KV_BLOCK};
 use super::{CliError, Device, Result};
 
 /// A sharded model as the CPU runner's forward pass.
@@ -71,7 +73,7 @@ impl Tp {
 
     /// The plan of `spec` over these ranks; `--expert-parallel` on a model without experts is
     /// refused.
-    fn plan(&self, spec: &reference::arch::ModelSpec) -> Result<ShardPlan> {
+    pub fn plan(&self, spec: &reference::arch::ModelSpec) -> Result<ShardPlan> {
         if self.moe.is_some() && !spec.layers.iter().any(|l| matches!(l.ffn, FfnSpec::Moe { .. })) {
             return Err(CliError::Usage(format!("--expert-parallel: {} has no mixture of experts to split", spec.arch)));
         }
@@ -79,9 +81,10 @@ impl Tp {
     }
 }
 
-/// An error unless `device` can run `n` ranks: CUDA needs libnccl and `n` GPUs (and gets
-/// `NCCL_NVLS_ENABLE=0` unless the environment sets it); the CPU and wgpu run any `n`.
-pub fn check_device(n: usize, device: Device) -> Result<()> {
+/// An error unless `device` can run `n` ranks: CUDA needs libnccl and `n` GPUs (one when the
+/// ranks are `processes`, each on its host's GPUs) and gets `NCCL_NVLS_ENABLE=0` unless the
+/// environment sets it; the CPU and wgpu run any `n`.
+pub fn check_device(n: usize, device: Device, processes: bool) -> Result<()> {
     if n == 0 {
         return Err(CliError::Usage("--tensor-parallel 0: needs at least 1 rank".into()));
     }
@@ -90,32 +93,33 @@ pub fn check_device(n: usize, device: Device) -> Result<()> {
     }
     optimized::nccl::available().map_err(|e| CliError::Usage(format!("--tensor-parallel {n}: {e}")))?;
     let have = optimized::nccl::device_count();
-    if have < n {
-        return Err(CliError::Usage(format!("--tensor-parallel {n}: {n} ranks need {n} GPUs; {have} visible")));
+    let need = if processes { 1 } else { n };
+    if have < need {
+        return Err(CliError::Usage(format!("--tensor-parallel {n}: {n} ranks need {need} GPUs here; {have} visible")));
     }
-    nvls_off();
+    super::ranks::nvls_off();
     Ok(())
-}
-
-/// `NCCL_NVLS_ENABLE=0` unless set: NVLink multicast (NVLS) stays off on the GPU machines.
-fn nvls_off() {
-    if std::env::var_os("NCCL_NVLS_ENABLE").is_none() {
-        // SAFETY: called before NCCL starts and before the rank threads exist: no other thread
-        // of this process reads the environment concurrently at this point of start-up.
-        unsafe { std::env::set_var("NCCL_NVLS_ENABLE", "0") };
-    }
 }
 
 /// The runner `generate` asks for: `opened`'s on `--device`, or sharded over
 /// `--tensor-parallel` ranks.
 pub fn runner(a: &GenerateArgs, opened: &mut Opened, kv_tokens: usize) -> Result<Box<dyn ModelRunner + Send>> {
-    sharded(opened, Tp::of(a.tensor_parallel, a.expert_parallel), a.model.device, a.model.dtype.as_deref(), kv_tokens)
+    let lead = a.dist.lead(&a.model)?;
+    sharded(opened, Tp::of(a.tensor_parallel, a.expert_parallel), a.model.device, a.model.dtype.as_deref(), kv_tokens, lead.as_ref())
 }
 
 /// `opened`'s runner on `device` over `tp`'s ranks (1: the one-device runner), KV pools of
-/// at least `kv_tokens` positions.
-pub fn sharded(opened: &mut Opened, tp: Tp, device: Device, dtype: Option<&str>, kv_tokens: usize) -> Result<Box<dyn ModelRunner + Send>> {
-    Ok(sharded_sized(opened, tp, device, dtype, KvSize::Tokens(kv_tokens))?.0)
+/// at least `kv_tokens` positions; the ranks are processes under `lead` where given, threads of
+/// this one otherwise.
+pub fn sharded(
+    opened: &mut Opened,
+    tp: Tp,
+    device: Device,
+    dtype: Option<&str>,
+    kv_tokens: usize,
+    lead: Option<&Lead>,
+) -> Result<Box<dyn ModelRunner + Send>> {
+    Ok(sharded_sized(opened, tp, device, dtype, KvSize::Tokens(kv_tokens), lead)?.0)
 }
 
 /// [`sharded`] with the pools sized by `size` (1 rank: `Opened::runner_sized`). Sharded pools
@@ -126,6 +130,7 @@ pub fn sharded_sized(
     device: Device,
     dtype: Option<&str>,
     size: KvSize,
+    lead: Option<&Lead>,
 ) -> Result<(Box<dyn ModelRunner + Send>, KvPool)> {
     let n = tp.ranks;
     if n == 1 && tp.moe.is_some() {
@@ -134,14 +139,15 @@ pub fn sharded_sized(
     if n == 1 {
         return opened.runner_sized(device, dtype, size);
     }
-    check_device(n, device)?;
+    check_device(n, device, lead.is_some())?;
     let c = opened.config.clone();
     // Every rank's pools together, f32 (the widest KV type).
     let per_position = (2 * c.n_layers * c.n_kv_heads * c.head_dim * 4) as u64;
     let (blocks, pool) = super::kv_pool::blocks(size, None, &c, per_position, KV_BLOCK)?;
-    let runner = match resolve(device) {
-        None => cpu_runner(opened, tp, blocks * KV_BLOCK)?,
-        Some(b) => gpu_runner(opened, tp, b, dtype, blocks * KV_BLOCK)?,
+    let runner = match (lead, resolve(device)) {
+        (Some(lead), _) => super::ranks::lead_runner(opened, tp, device, dtype, blocks, lead)?,
+        (None, None) => cpu_runner(opened, tp, blocks * KV_BLOCK)?,
+        (None, Some(b)) => gpu_runner(opened, tp, b, dtype, blocks * KV_BLOCK)?,
     };
     Ok((runner, pool))
 }
@@ -163,8 +169,7 @@ fn gpu_runner(
     };
     let n = tp.ranks;
     let comms = comms.make(n)?;
-    // The runner pages its own KV cache: flash attention whatever the config says.
-    let kernels = optimized::KernelConfig { attention: optimized::model::AttentionImpl::Flash, ..opened.kernels };
+    let kernels = super::ranks::rank_kernels(opened);
     let label = opened.label.clone();
     let (spec, mut src) = opened.gpu_tensors()?;
     let plan = tp.plan(&spec)?;
@@ -191,21 +196,7 @@ fn gpu_runner(
 pub fn cpu_runner(opened: &mut Opened, tp: Tp, kv_tokens: usize) -> Result<Box<dyn ModelRunner + Send>> {
     let n = tp.ranks;
     let blocks = kv_tokens.div_ceil(KV_BLOCK).max(1);
-    let group = match &opened.arch {
-        Arch::Spec(s) => {
-            let m = super::source::spec::load(s)?;
-            shard(&m.spec, &m.weights, tp)?
-        }
-        Arch::Llama => {
-            let m = opened.reference_model()?;
-            shard(&reference::arch::llama::from_config(&m.config), &m.weights, tp)?
-        }
-        Arch::GptOss(_) => return Err(CliError::Usage(format!("--tensor-parallel {n}: GPT-OSS's CLI path is not sharded yet"))),
-    };
+    let group = super::ranks::with_weights(opened, n, |spec, w| Ok(LoopbackGroup::new(spec, w, tp.plan(spec)?)?))?;
     let info = ModelInfo::of_spec(&group.spec);
     Ok(Box::new(RefRunner::new(Sharded { group, info }, KV_BLOCK, blocks)?))
-}
-
-fn shard(spec: &reference::arch::ModelSpec, w: &dyn WeightsRef, tp: Tp) -> Result<LoopbackGroup> {
-    Ok(LoopbackGroup::new(spec, w, tp.plan(spec)?)?)
 }

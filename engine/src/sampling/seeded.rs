@@ -37,7 +37,7 @@ use reference::{Error, Result};
 use crate::sampling::SamplingParams;
 
 /// Occurrences of one token id in a request: in its output, and whether it is in its prompt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TokenCount {
     pub id: u32,
     /// Times the id occurs in the output so far.

@@ -10,15 +10,21 @@ use reference::parallel::{Communicator, Loopback};
 use super::DeviceComm;
 use crate::{Client, DeviceTensor, Dtype, Error};
 
-/// A [`DeviceComm`] over one rank of a [`Loopback`] group.
+/// A [`DeviceComm`] over one rank of a host [`Communicator`]: a [`Loopback`] group's (ranks
+/// as threads) or a `TcpComm` (ranks as processes).
 pub struct HostStaged {
-    comm: Loopback,
+    comm: Box<dyn Communicator>,
 }
 
 impl HostStaged {
     /// The `world` ranks of one group, rank r at index r.
     pub fn group(world: usize) -> Vec<HostStaged> {
-        Loopback::group(world).into_iter().map(|comm| HostStaged { comm }).collect()
+        Loopback::group(world).into_iter().map(|comm| HostStaged { comm: Box::new(comm) }).collect()
+    }
+
+    /// One rank over `comm`.
+    pub fn over(comm: Box<dyn Communicator>) -> HostStaged {
+        HostStaged { comm }
     }
 }
 

@@ -109,6 +109,12 @@ impl GpuRunner {
         self.k.iter().chain(&self.v).map(DeviceTensor::bytes).sum()
     }
 
+    /// Answer for `info` instead of the model's own: a tensor-parallel rank running as its own
+    /// process (`tandem rank`) takes steps over the whole model's vocabulary, not its shard's.
+    pub fn set_info(&mut self, info: ModelInfo) {
+        self.info = info;
+    }
+
     /// Turn decode graphs on or off (on by default where the backend captures).
     pub fn set_graphs(&mut self, on: bool) {
         self.graphs = graphs::Graphs::new(on);

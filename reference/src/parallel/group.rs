@@ -14,11 +14,51 @@ use crate::arch::spec::ModelSpec;
 use crate::error::{Error, Result};
 use crate::kv_cache::KvCache;
 
-/// One rank: its local spec, its slices and what it owns.
-struct Rank {
-    spec: ModelSpec,
+/// One rank of a sharded model: its local spec, its slices, what it owns. A rank process
+/// holds one (its shard alone); a [`LoopbackGroup`] holds all N.
+pub struct RankModel {
+    pub spec: ModelSpec,
     weights: ShardWeights,
-    shard: RankShard,
+    pub shard: RankShard,
+    /// ⌈V/N⌉ ([`ShardPlan::vocab_part`]).
+    vocab_part: usize,
+    world: usize,
+}
+
+impl RankModel {
+    /// Rank `r` of `plan` over `w` (the weights of `spec`); `w` may be dropped afterwards.
+    pub fn new(spec: &ModelSpec, w: &dyn WeightsRef, plan: &ShardPlan, r: usize) -> Result<Self> {
+        let rs = plan.rank(r)?;
+        let head_dim = spec.dims()?.head_dim;
+        Ok(RankModel {
+            spec: plan.local_spec(spec, r)?,
+            weights: ShardWeights::new(w, rs, head_dim)?,
+            shard: rs.clone(),
+            vocab_part: plan.vocab_part,
+            world: plan.world,
+        })
+    }
+
+    /// This rank's KV heads.
+    pub fn n_kv_heads(&self) -> usize {
+        self.shard.kv_heads.len()
+    }
+
+    /// The whole logits `[T, V]` of `ids` at positions `cache.len() ..` (this rank's KV heads,
+    /// appended to), with the other ranks running the same call through `comm` (this rank's
+    /// communicator in a group of N).
+    pub fn forward(&self, comm: &dyn Communicator, ids: &[u32], cache: &mut KvCache) -> Result<Array2<f32>> {
+        let r = self.shard.rank;
+        if (comm.rank(), comm.world()) != (r, self.world) {
+            return Err(Error::Input(format!("rank {r} of {} given the communicator of rank {} of {}", self.world, comm.rank(), comm.world())));
+        }
+        let experts = match &self.shard.experts {
+            Some(ExpertCut::Whole(e)) => Some(e.clone()),
+            _ => None,
+        };
+        let par = Par { comm, vocab: self.shard.vocab.clone(), vocab_part: self.vocab_part, experts };
+        forward_with(&self.spec, &self.weights, ids, cache, None, None, Some(&par))
+    }
 }
 
 /// A model over N loopback ranks.
@@ -26,18 +66,13 @@ pub struct LoopbackGroup {
     /// The whole model's spec.
     pub spec: ModelSpec,
     pub plan: ShardPlan,
-    ranks: Vec<Rank>,
+    ranks: Vec<RankModel>,
 }
 
 impl LoopbackGroup {
     /// Shard `w` (the weights of `spec`) by `plan`; `w` may be dropped afterwards.
     pub fn new(spec: &ModelSpec, w: &dyn WeightsRef, plan: ShardPlan) -> Result<Self> {
-        let head_dim = spec.dims()?.head_dim;
-        let ranks = plan
-            .ranks
-            .iter()
-            .map(|rs| Ok(Rank { spec: plan.local_spec(spec, rs.rank)?, weights: ShardWeights::new(w, rs, head_dim)?, shard: rs.clone() }))
-            .collect::<Result<_>>()?;
+        let ranks = (0..plan.world).map(|r| RankModel::new(spec, w, &plan, r)).collect::<Result<_>>()?;
         Ok(LoopbackGroup { spec: spec.clone(), plan, ranks })
     }
 
@@ -96,15 +131,7 @@ impl LoopbackGroup {
     /// rank calls it on its own thread, as NCCL ranks do): the whole logits `[T, V]`.
     pub fn forward_rank(&self, r: usize, comm: &dyn Communicator, ids: &[u32], cache: &mut KvCache) -> Result<Array2<f32>> {
         let rank = self.ranks.get(r).ok_or_else(|| Error::Input(format!("rank {r} of {}", self.ranks.len())))?;
-        if (comm.rank(), comm.world()) != (r, self.ranks.len()) {
-            return Err(Error::Input(format!("rank {r} of {} given the communicator of rank {} of {}", self.ranks.len(), comm.rank(), comm.world())));
-        }
-        let experts = match &rank.shard.experts {
-            Some(ExpertCut::Whole(e)) => Some(e.clone()),
-            _ => None,
-        };
-        let par = Par { comm, vocab: rank.shard.vocab.clone(), vocab_part: self.plan.vocab_part, experts };
-        forward_with(&rank.spec, &rank.weights, ids, cache, None, None, Some(&par))
+        rank.forward(comm, ids, cache)
     }
 
     /// KV heads of the joined cache ([`LoopbackGroup::forward_joined`]): every rank's, side by

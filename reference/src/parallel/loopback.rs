@@ -127,4 +127,7 @@ impl Communicator for Loopback {
     fn all_to_all(&self, send: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>> {
         self.exchange(send)
     }
+    fn fail(&self, why: &str) {
+        Loopback::fail(self, why);
+    }
 }

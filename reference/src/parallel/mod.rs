@@ -1,7 +1,8 @@
 //! Tensor and expert parallelism on the reference: a [`Communicator`] (the collectives a
 //! sharded forward pass needs, each the NCCL call it maps to), [`Loopback`] (N ranks as N
 //! threads of one process), the [`ShardPlan`] (which slice of every weight a rank owns), a
-//! rank's [`ShardWeights`] and the group of ranks that runs them ([`LoopbackGroup`]).
+//! rank's [`ShardWeights`] and the group of ranks that runs them ([`LoopbackGroup`]); ranks as
+//! processes, possibly on other hosts: [`TcpComm`] over the links [`rendezvous`] makes.
 //!
 //! The sharded forward pass is the one of [`crate::arch::model`] with a rank's local spec
 //! ([`ShardPlan::local_spec`]) and three hooks ([`crate::arch::model::Par`]): the
@@ -19,14 +20,17 @@
 pub mod group;
 pub mod loopback;
 pub mod plan;
+pub mod rendezvous;
 pub mod shard;
+pub mod tcp;
 
 use crate::error::Result;
 
-pub use group::LoopbackGroup;
+pub use group::{LoopbackGroup, RankModel};
 pub use loopback::Loopback;
 pub use plan::{ExpertCut, MoeSplit, RankShard, ShardPlan};
 pub use shard::ShardWeights;
+pub use tcp::TcpComm;
 
 /// Sharded logits against unsharded ones: NMSE `Σ(tp − one)² / Σ one²` at most this. Every
 /// rank computes the same products as the unsharded pass; only the order of the sums changes
@@ -51,4 +55,7 @@ pub trait Communicator: Send + Sync {
     /// (`ncclSend` / `ncclRecv` pairs in one `ncclGroupStart` / `ncclGroupEnd`): the token
     /// exchange of expert parallelism that moves tokens to their experts' ranks.
     fn all_to_all(&self, send: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>>;
+    /// Stop the group after this rank failed, where the implementation can: the others'
+    /// collectives return an error naming `why` instead of waiting for this rank.
+    fn fail(&self, _why: &str) {}
 }

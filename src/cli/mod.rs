@@ -44,6 +44,7 @@ mod summary;
 // `tandem tokenize` (issue 50).
 mod tensor_parallel;
 mod tokenize;
+mod tp;
 
 use clap::{Parser, Subcommand, ValueEnum};
 

@@ -29,7 +29,7 @@ use reference::Trace;
 use sha2::{Digest, Sha256};
 
 use super::source::{resolve, Arch, Opened, KV_BLOCK};
-use super::tensor_parallel::Tp;
+use super::tp::Tp;
 use super::{CliError, Device, ModelArgs, Result};
 
 /// Seconds a rank waits for the others to connect and introduce themselves.

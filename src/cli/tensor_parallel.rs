@@ -17,9 +17,8 @@
 use engine::cpu_runner::{RefForward, RefRunner};
 use engine::runner::{ModelInfo, ModelRunner};
 use ndarray::Array2;
-use reference::arch::spec::FfnSpec;
 use reference::kv_cache::KvCache;
-use reference::parallel::{LoopbackGroup, MoeSplit, ShardPlan};
+use reference::parallel::LoopbackGroup;
 
 use reference::Trace;
 
@@ -27,6 +26,7 @@ use super::generate_args::GenerateArgs;
 use super::kv_pool::{KvPool, KvSize};
 use super::ranks::Lead;
 use super::source::{resolve, Opened, KV_BLOCK};
+pub use super::tp::Tp;
 use super::{CliError, Device, Result};
 
 /// A sharded model as the CPU runner's forward pass.
@@ -51,33 +51,6 @@ impl RefForward for Sharded {
     /// The ranks keep no hidden states: `trace` stays empty.
     fn forward(&self, ids: &[u32], cache: &mut KvCache, _trace: Option<&mut Trace>) -> reference::Result<Array2<f32>> {
         self.group.forward_joined(ids, cache)
-    }
-}
-
-/// The ranks a model is sharded over and how its experts are split (`--tensor-parallel`,
-/// `--expert-parallel`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Tp {
-    pub ranks: usize,
-    /// `None`: the plan's choice.
-    pub moe: Option<MoeSplit>,
-}
-
-impl Tp {
-    /// `--tensor-parallel ranks` with `--expert-parallel` (`Some(true)`: whole experts a rank,
-    /// `Some(false)`: every expert split, `None`: the plan's choice).
-    pub fn of(ranks: usize, expert_parallel: Option<bool>) -> Self {
-        let moe = expert_parallel.map(|ep| if ep { MoeSplit::Experts } else { MoeSplit::PerExpert });
-        Tp { ranks, moe }
-    }
-
-    /// The plan of `spec` over these ranks; `--expert-parallel` on a model without experts is
-    /// refused.
-    pub fn plan(&self, spec: &reference::arch::ModelSpec) -> Result<ShardPlan> {
-        if self.moe.is_some() && !spec.layers.iter().any(|l| matches!(l.ffn, FfnSpec::Moe { .. })) {
-            return Err(CliError::Usage(format!("--expert-parallel: {} has no mixture of experts to split", spec.arch)));
-        }
-        Ok(ShardPlan::with_moe(spec, self.ranks, self.moe)?)
     }
 }
 

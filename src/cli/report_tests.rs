@@ -125,3 +125,14 @@ fn committed_rows_fit_the_line_budget() {
     assert!(md.lines().count() <= 150, "{} lines", md.lines().count());
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn constrained_and_soak_serve_rows_stay_out_of_the_serving_column() {
+    let serve = |cfg: Value| row("H", "g.gguf", "serve", cfg, "output_throughput", 100.0, 1);
+    let plain = serve(json!({"concurrency": 8}));
+    assert!(summary::observe(&plain, "s", 0).is_some());
+    for cfg in [json!({"concurrency": 8, "constrained_share": 0.5}), json!({"concurrency": 8, "soak": true})] {
+        assert!(summary::observe(&serve(cfg.clone()), "s", 0).is_none(), "{cfg}");
+    }
+    assert!(summary::observe(&serve(json!({"concurrency": 8, "constrained_share": 0.0})), "s", 0).is_some());
+}

@@ -79,6 +79,11 @@ fn num(cfg: &Value, k: &str) -> Option<u64> {
 }
 
 /// The workload a row measures, or None for rows the table does not show.
+/// Whether a serve row's requests were partly constrained by a JSON schema.
+fn constrained(cfg: &Value) -> bool {
+    cfg.get("constrained_share").and_then(Value::as_f64).is_some_and(|s| s > 0.0)
+}
+
 fn workload(r: &Value, peer: bool) -> Option<Workload> {
     let cfg = r.get("config")?;
     let metric = r.get("metric")?.as_str()?;
@@ -93,7 +98,8 @@ fn workload(r: &Value, peer: bool) -> Option<Workload> {
         (true, _, "serve_output_throughput") => Some(Workload::Serve(num(cfg, "serve_concurrency")?)),
         (false, "single", "decode_tokens_per_s") => Some(Workload::Decode1),
         (false, "batched", "decode_tokens_per_s") => Some(Workload::Batch(num(cfg, "batch")?)),
-        (false, "serve", "output_throughput") if cfg.get("soak").is_none() => Some(Workload::Serve(num(cfg, "concurrency")?)),
+        // Soak runs and runs with constrained requests (`--constrained-share`) are other workloads.
+        (false, "serve", "output_throughput") if cfg.get("soak").is_none() && !constrained(cfg) => Some(Workload::Serve(num(cfg, "concurrency")?)),
         _ => None,
     }
 }

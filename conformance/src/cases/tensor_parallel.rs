@@ -268,5 +268,87 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             }
         }
     }
+    v.push(Box::new(BuildFailureCase));
     v
+}
+
+/// A communicator whose collectives do not complete, as an NCCL peer waits for a rank that is
+/// gone (NCCL has no abort wired here): each call gives up after [`STUCK_S`] seconds.
+struct Stuck {
+    rank: usize,
+}
+
+const STUCK_S: u64 = 5;
+
+impl optimized::parallel::DeviceComm for Stuck {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn world(&self) -> usize {
+        2
+    }
+    fn all_reduce_sum(&self, _: &Client, _: &optimized::DeviceTensor) -> Result<(), optimized::Error> {
+        std::thread::sleep(std::time::Duration::from_secs(STUCK_S));
+        Err(optimized::Error::Shape("entered a collective although a rank failed to build".into()))
+    }
+    fn all_gather(&self, c: &Client, t: &optimized::DeviceTensor) -> Result<optimized::DeviceTensor, optimized::Error> {
+        self.all_reduce_sum(c, t).map(|_| t.clone())
+    }
+    fn describe(&self) -> String {
+        "collectives that never complete (a test stand-in)".into()
+    }
+}
+
+/// A group whose rank 1 fails to build, over communicators that would wait forever: the
+/// start returns rank 1's error at once — no rank enters a collective (`TpRunner::spawn`
+/// waits for every rank's build before any times its collectives).
+#[derive(Debug, Clone)]
+pub struct BuildFailureCase;
+
+impl BuildFailureCase {
+    fn body(&self, client: &Client) -> Result<Outcome, String> {
+        let err = |e: optimized::Error| e.to_string();
+        let backend = Backend::of(client);
+        let dir = fixture("llama3");
+        let mut spec = reference::arch::load(&dir).map_err(|e| e.to_string())?.spec;
+        Tweak::PlainRope.apply(&mut spec);
+        if let Some(why) = gpu_unsupported(&spec) {
+            return Ok(Outcome::Skip(why));
+        }
+        let plan = ShardPlan::with_moe(&spec, 2, None).map_err(|e| e.to_string())?;
+        let mut src = SafetensorsDir::open(&dir).map_err(|e| e.to_string())?;
+        let one =
+            GpuRunner::new(GpuModel::load(client.clone(), backend, &mut src, &spec, optimized::Dtype::F32).map_err(err)?, BS, BLOCKS).map_err(err)?;
+        let comms: Vec<std::sync::Arc<dyn optimized::parallel::DeviceComm>> = (0..2).map(|rank| std::sync::Arc::new(Stuck { rank }) as _).collect();
+        let (base, spec2) = (client.clone(), spec.clone());
+        let build = move |r: usize, comm| {
+            if r == 1 {
+                return Err(optimized::Error::Unsupported("rank 1 fails to build (on purpose)".into()));
+            }
+            let mut src = SafetensorsDir::open(&dir)?;
+            let k = *base.kernels();
+            GpuRunner::new(load_rank(base.clone(), &mut src, &spec2, &plan, r, comm, optimized::Dtype::F32, &k)?, BS, BLOCKS)
+        };
+        let t = std::time::Instant::now();
+        let started = TpRunner::spawn(comms, one.info().clone(), one.kv_layout(), build);
+        let took = t.elapsed();
+        match started {
+            Ok(_) => Ok(Outcome::Fail("the group started although rank 1 failed to build".into())),
+            Err(e) if !e.to_string().contains("rank 1 fails to build") => Ok(Outcome::Fail(format!("the error does not name rank 1's failure: {e}"))),
+            Err(_) if took.as_secs() >= STUCK_S => Ok(Outcome::Fail(format!("the start took {took:?}: a rank entered a collective"))),
+            Err(_) => Ok(Outcome::Pass(Metrics::default())),
+        }
+    }
+}
+
+impl Case for BuildFailureCase {
+    fn op(&self) -> Op {
+        Op::Tp
+    }
+    fn name(&self) -> String {
+        "tp(llama3,hf,tp=2,comm=stuck,rank 1 fails to build)".into()
+    }
+    fn run(&self, client: &Client) -> Outcome {
+        self.body(client).unwrap_or_else(Outcome::Fail)
+    }
 }

@@ -108,21 +108,39 @@ impl TpRunner {
         F: Fn(usize, Arc<dyn DeviceComm>) -> Result<GpuRunner, Error> + Send + Sync + 'static,
     {
         let build = Arc::new(build);
+        let (built_tx, built_rx) = channel::<(usize, Result<(), String>)>();
         let (ready_tx, ready_rx) = channel::<Ready>();
         let mut ranks = Vec::with_capacity(comms.len());
+        let mut gos = Vec::with_capacity(comms.len());
         for (r, comm) in comms.into_iter().enumerate() {
             let (to, msgs) = channel::<Msg>();
             let (replies, from) = channel();
-            let (build, ready) = (build.clone(), ready_tx.clone());
+            let (go_tx, go) = channel::<()>();
+            let (build, built, ready) = (build.clone(), built_tx.clone(), ready_tx.clone());
             let thread = std::thread::Builder::new()
                 .name(format!("tp-rank-{r}"))
-                .spawn(move || rank_thread(r, comm, &*build, &ready, &msgs, &replies))
+                .spawn(move || rank_thread(r, comm, &*build, Start { built: &built, go: &go, ready: &ready }, &msgs, &replies))
                 .map_err(|e| Error::Unsupported(format!("tensor-parallel rank {r}: no thread: {e}")))?;
             ranks.push(Rank { to: Some(to), from, thread: Some(thread) });
+            gos.push(go_tx);
         }
-        drop(ready_tx);
-        let mut names = vec![None; ranks.len()];
+        drop((built_tx, ready_tx));
+        // Every rank built before any enters a collective: a rank that failed to build would
+        // leave the others waiting in NCCL forever (no abort is wired), so on any failure the
+        // others are not let go, and end.
         let mut first_err = None;
+        for (r, res) in built_rx.iter().take(ranks.len()) {
+            if let Err(e) = res {
+                first_err.get_or_insert(format!("tensor-parallel rank {r}: {e}"));
+            }
+        }
+        if first_err.is_none() {
+            for go in &gos {
+                let _ = go.send(());
+            }
+        }
+        drop(gos);
+        let mut names = vec![None; ranks.len()];
         // One report a rank (each thread keeps its sender while it serves steps).
         for (r, res) in ready_rx.iter().take(ranks.len()) {
             match res {
@@ -246,17 +264,27 @@ fn time_collectives(runner: &GpuRunner) -> Result<String, Error> {
 
 /// Rank `r`: build its runner, report, then answer each message it is sent until the channel
 /// closes.
+/// A rank thread's start: it reports its build on `built`, waits for `go` (sent once every
+/// rank built; closed instead when one failed), then times its collectives and reports on
+/// `ready`.
+struct Start<'a> {
+    built: &'a Sender<(usize, Result<(), String>)>,
+    go: &'a Receiver<()>,
+    ready: &'a Sender<Ready>,
+}
+
 fn rank_thread(
     r: usize,
     comm: Arc<dyn DeviceComm>,
     build: &dyn Fn(usize, Arc<dyn DeviceComm>) -> Result<GpuRunner, Error>,
-    ready: &Sender<Ready>,
+    start: Start,
     msgs: &Receiver<Msg>,
     replies: &Sender<Reply>,
 ) {
+    let ready = start.ready;
     // A panic (cubecl's device init unwraps) is this rank's error, so no rank waits for it.
     let caught = |p: Box<dyn std::any::Any + Send>| Error::Unsupported(format!("rank {r} panicked: {}", crate::panic_message(p)));
-    let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<(GpuRunner, String), Error> {
+    let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<GpuRunner, Error> {
         comm.on_rank_thread()?;
         let mut runner = build(r, comm.clone())?;
         if !comm.captures() {
@@ -264,10 +292,23 @@ fn rank_thread(
             // (CUDA_ERROR_STREAM_CAPTURE_INVALIDATED): those ranks run eagerly.
             runner.set_graphs(false);
         }
-        let timing = time_collectives(&runner)?;
-        Ok((runner, timing))
+        Ok(runner)
     }))
     .unwrap_or_else(|p| Err(caught(p)));
+    let runner = match built {
+        Ok(runner) => runner,
+        Err(e) => {
+            comm.fail(&e.to_string());
+            let _ = start.built.send((r, Err(e.to_string())));
+            return;
+        }
+    };
+    if start.built.send((r, Ok(()))).is_err() || start.go.recv().is_err() {
+        // Another rank failed to build: no collective is entered.
+        return;
+    }
+    let timed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| time_collectives(&runner))).unwrap_or_else(|p| Err(caught(p)));
+    let built = timed.map(|timing| (runner, timing));
     let mut runner = match built {
         Ok((runner, timing)) => {
             let _ = ready.send((r, Ok(Built { name: runner.name(), comms: comm.describe(), timing })));

@@ -454,26 +454,10 @@ pub(crate) fn try_step<R: GraphStep>(r: &mut R, plan: &StepPlan) -> Result<Optio
             g.ran(&x);
             g.bufs.ids.clone()
         }
-        None => {
-            let t = std::time::Instant::now();
-            // A prepared recording's buffers hold padding rows: this step's inputs go in first
-            // (the warm-up run's answer is this step's).
-            let bufs = match r.graphs().spare.remove(&x.key) {
-                Some(mut b) => {
-                    x.write(&c, &mut b, true)?;
-                    b
-                }
-                None => step_bufs(&c, r.layout(), &x)?,
-            };
-            let out = capture(r, &x, bufs)?;
-            let g = r.graphs();
-            g.recorded_in_steps += 1;
-            g.recording_in_steps_ns += t.elapsed().as_nanos() as u64;
-            match out {
-                Some(out) => out,
-                None => return Ok(None),
-            }
-        }
+        None => match record_in_step(r, &x)? {
+            Some(out) => out,
+            None => return Ok(None),
+        },
     };
     let t_launched = std::time::Instant::now();
     // The ids' read-back, enqueued now (before a step ahead overwrites them); its future only
@@ -514,6 +498,27 @@ pub(crate) fn try_step<R: GraphStep>(r: &mut R, plan: &StepPlan) -> Result<Optio
     Ok(Some(results))
 }
 
+/// Records the step of `x` (a key met first in a step) and returns its warm-up's output
+/// (`capture`'s), counting the recording and its time against the steps.
+fn record_in_step<R: GraphStep>(r: &mut R, x: &Inputs) -> Result<Option<DeviceTensor>, Error> {
+    let t = std::time::Instant::now();
+    let c = r.client().clone();
+    // A prepared recording's buffers hold padding rows: this step's inputs go in first
+    // (the warm-up run's answer is this step's).
+    let bufs = match r.graphs().spare.remove(&x.key) {
+        Some(mut b) => {
+            x.write(&c, &mut b, true)?;
+            b
+        }
+        None => step_bufs(&c, r.layout(), x)?,
+    };
+    let out = capture(r, x, bufs)?;
+    let g = r.graphs();
+    g.recorded_in_steps += 1;
+    g.recording_in_steps_ns += t.elapsed().as_nanos() as u64;
+    Ok(out)
+}
+
 /// The drawn `ids` (one per row, in plan order) as each sequence's result.
 fn per_seq(plan: &StepPlan, ids: &[u32]) -> Result<Vec<SeqResult>, Error> {
     let mut row = 0;
@@ -539,24 +544,10 @@ fn masked_step<R: GraphStep>(r: &mut R, plan: &StepPlan, x: &Inputs) -> Result<O
             unsafe { g.graph.replay() }?;
             g.logits.clone().ok_or_else(|| Error::Shape("a masked recording without its logits".into()))?
         }
-        None => {
-            let t = std::time::Instant::now();
-            let bufs = match r.graphs().spare.remove(&x.key) {
-                Some(mut b) => {
-                    x.write(&c, &mut b, true)?;
-                    b
-                }
-                None => step_bufs(&c, r.layout(), x)?,
-            };
-            let out = capture(r, x, bufs)?;
-            let g = r.graphs();
-            g.recorded_in_steps += 1;
-            g.recording_in_steps_ns += t.elapsed().as_nanos() as u64;
-            match out {
-                Some(out) => out,
-                None => return Ok(None),
-            }
-        }
+        None => match record_in_step(r, x)? {
+            Some(out) => out,
+            None => return Ok(None),
+        },
     };
     let specs: Vec<&engine::runner::SampleSpec> = plan.seqs.iter().flat_map(|s| &s.samples).collect();
     let ids = batch::draw_ids(&c, &specs, &logits.view_rows(x.rows)?)?;

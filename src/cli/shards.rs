@@ -107,19 +107,27 @@ pub fn run(
     }
     let mut hung: Vec<(usize, CaseResult)> = Vec::new();
     let mut last_count = usize::MAX;
+    // Every result so far: the children's lines, read once a poll, and the cases that hung.
+    let mut results: Vec<(usize, CaseResult)>;
     loop {
+        results = Vec::new();
         for (k, s) in shards.iter_mut().enumerate() {
+            // The exit status before the results: a process seen exited has written all of its own.
+            if s.status.is_none() {
+                s.status = s.child.try_wait().map_err(|e| CliError::Gpu(format!("conformance shard {k}/{jobs}: {e}")))?;
+            }
+            let done = shard_results(cases, backend, s);
+            let indices: Vec<usize> = done.iter().map(|r| r.0).collect();
+            results.extend(done);
             if s.status.is_some() {
                 continue;
             }
-            s.status = s.child.try_wait().map_err(|e| CliError::Gpu(format!("conformance shard {k}/{jobs}: {e}")))?;
-            let done: Vec<usize> = s.outs.iter().flat_map(|o| read_lines(o)).map(|(i, _, _)| i).collect();
-            if done.len() != s.seen {
-                (s.seen, s.since) = (done.len(), Instant::now());
+            if indices.len() != s.seen {
+                (s.seen, s.since) = (indices.len(), Instant::now());
             }
             if s.status.is_none() && s.since.elapsed() >= case_timeout {
                 // The shard's next case: the first of its indices with no result yet.
-                let next = (k..cases.len()).step_by(jobs).find(|i| !done.contains(i) && !hung.iter().any(|h| h.0 == *i));
+                let next = (k..cases.len()).step_by(jobs).find(|i| !indices.contains(i) && !hung.iter().any(|h| h.0 == *i));
                 let _ = s.child.kill();
                 let _ = s.child.wait();
                 let Some(next) = next else {
@@ -147,11 +155,11 @@ pub fn run(
                 s.outs.push(out);
             }
         }
-        let mut report = collect(cases, backend, &shards);
-        report.results.extend(hung.iter().map(|h| h.1.clone()));
-        if report.results.len() != last_count {
-            last_count = report.results.len();
-            progress(&report, cases.len());
+        results.extend(hung.iter().cloned());
+        if results.len() != last_count {
+            last_count = results.len();
+            results.sort_by_key(|r| r.0);
+            progress(&Report { results: results.iter().map(|r| r.1.clone()).collect() }, cases.len());
         }
         if shards.iter().all(|s| s.status.is_some()) {
             break;
@@ -160,7 +168,7 @@ pub fn run(
     }
     // Cases no child reported: failures that say which shard and why.
     let mut got: Vec<Option<CaseResult>> = vec![None; cases.len()];
-    for r in collect_indexed(cases, backend, &shards).into_iter().chain(hung) {
+    for r in results {
         got[r.0] = Some(r.1);
     }
     let mut report = Report::default();
@@ -203,27 +211,18 @@ fn stderr_tail(log: &Path) -> String {
     }
 }
 
-fn read_lines(out: &Path) -> Vec<(usize, Outcome, f64)> {
-    std::fs::read_to_string(out).unwrap_or_default().lines().filter_map(conformance::parse_result_line).collect()
-}
-
-/// The results the children have written so far, in case order.
-fn collect(cases: &[Box<dyn conformance::Case>], backend: optimized::Backend, shards: &[Shard]) -> Report {
-    let mut v = collect_indexed(cases, backend, shards);
-    v.sort_by_key(|r| r.0);
-    Report { results: v.into_iter().map(|r| r.1).collect() }
-}
-
-fn collect_indexed(cases: &[Box<dyn conformance::Case>], backend: optimized::Backend, shards: &[Shard]) -> Vec<(usize, CaseResult)> {
-    let mut v = Vec::new();
-    for out in shards.iter().flat_map(|s| &s.outs) {
-        for (i, outcome, millis) in read_lines(out) {
-            if let Some(c) = cases.get(i) {
-                v.push((i, CaseResult { backend: backend.to_string(), op: c.op(), name: c.name(), outcome, millis }));
-            }
-        }
-    }
-    v
+/// The results a shard's processes have written so far, with their case indices.
+fn shard_results(cases: &[Box<dyn conformance::Case>], backend: optimized::Backend, s: &Shard) -> Vec<(usize, CaseResult)> {
+    let lines = s
+        .outs
+        .iter()
+        .flat_map(|out| std::fs::read_to_string(out).unwrap_or_default().lines().filter_map(conformance::parse_result_line).collect::<Vec<_>>());
+    lines
+        .filter_map(|(i, outcome, millis)| {
+            let c = cases.get(i)?;
+            Some((i, CaseResult { backend: backend.to_string(), op: c.op(), name: c.name(), outcome, millis }))
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -43,6 +43,14 @@ fn worker(rank: usize, world: usize, addr: &str, model: &[&str]) -> Child {
     spawn(&args)
 }
 
+/// `tandem generate --model MODEL --device cpu --tensor-parallel 2 --master-addr ADDR EXTRA`:
+/// rank 0 of two processes.
+fn spawn_rank0(model: &str, addr: &str, extra: &[&str]) -> Child {
+    let mut args = vec!["generate", "--model", model, "--device", "cpu", "--tensor-parallel", "2", "--master-addr", addr];
+    args.extend(extra);
+    spawn(&args)
+}
+
 /// The child's output once it ends, killing it (and failing) after `limit`.
 fn wait(mut c: Child, limit: Duration, what: &str) -> Output {
     let t = Instant::now();
@@ -132,21 +140,7 @@ fn error_line(o: &Output, code: i32, words: &[&str]) -> String {
 fn a_rank_that_never_comes_ends_rank_0_in_time() {
     let m = gguf("llama3");
     let t = Instant::now();
-    let rank0 = spawn(&[
-        "generate",
-        "--model",
-        &m,
-        "--device",
-        "cpu",
-        "--prompt",
-        "hi",
-        "--tensor-parallel",
-        "2",
-        "--master-addr",
-        &free_addr(),
-        "--rank-timeout",
-        "2",
-    ]);
+    let rank0 = spawn_rank0(&m, &free_addr(), &["--prompt", "hi", "--rank-timeout", "2"]);
     let o = wait(rank0, Duration::from_secs(60), "rank 0 without its worker");
     error_line(&o, 1, &["tensor-parallel rank 1 did not connect", "within 2 s"]);
     assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
@@ -181,21 +175,7 @@ fn mismatched_ranks_are_refused_on_both_sides() {
         let mut args = vec!["rank", "--rank", "1", "--master-addr", &addr, "--device", "cpu"];
         args.extend(worker_args);
         let w = spawn(&args);
-        let rank0 = spawn(&[
-            "generate",
-            "--model",
-            &m,
-            "--device",
-            "cpu",
-            "--prompt",
-            "hi",
-            "--tensor-parallel",
-            "2",
-            "--master-addr",
-            &addr,
-            "--rank-timeout",
-            "60",
-        ]);
+        let rank0 = spawn_rank0(&m, &addr, &["--prompt", "hi", "--rank-timeout", "60"]);
         let o = wait(rank0, Duration::from_secs(90), "rank 0");
         error_line(&o, 2, words);
         let o = wait(w, Duration::from_secs(30), "the refused worker");
@@ -214,21 +194,7 @@ fn a_worker_killed_mid_run_ends_rank_0_naming_it() {
     let mut w = worker(1, 2, &addr, &["--model", &m]);
     // One request at a time, each result line on stdout as it finishes: after the first, 63
     // requests are still to come when the worker dies.
-    let mut rank0 = spawn(&[
-        "generate",
-        "--model",
-        &m,
-        "--device",
-        "cpu",
-        "--tensor-parallel",
-        "2",
-        "--master-addr",
-        &addr,
-        "--max-seqs",
-        "1",
-        "--prompts",
-        prompts.to_str().unwrap(),
-    ]);
+    let mut rank0 = spawn_rank0(&m, &addr, &["--max-seqs", "1", "--prompts", prompts.to_str().unwrap()]);
     let mut out = BufReader::new(rank0.stdout.take().unwrap()).lines();
     let first = out.next().expect("a first result").unwrap();
     assert!(first.contains("token_ids"), "{first}");

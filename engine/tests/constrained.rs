@@ -9,24 +9,15 @@ mod common;
 use std::sync::Arc;
 
 use engine::constraint::{ConstraintFactory, Grammar};
+use engine::detok::TinyAscii;
 use engine::sampling::SamplingParams;
-use engine::{Detokenizer, Engine, EngineConfig, FinishReason, Request};
+use engine::Detokenizer;
+use engine::{Engine, EngineConfig, FinishReason, Request};
 use serde_json::{json, Value};
-
-struct Ascii;
-
-impl Detokenizer for Ascii {
-    fn decode(&self, ids: &[u32]) -> reference::Result<String> {
-        Ok(ids.iter().filter(|&&i| (3..97).contains(&i)).map(|&i| char::from(0x20 + (i - 3) as u8)).collect())
-    }
-    fn is_special(&self, id: u32) -> bool {
-        id < 3
-    }
-}
 
 fn engine(max_seqs: usize, blocks: usize) -> Engine<engine::cpu_runner::RefRunner> {
     let cfg = EngineConfig { max_num_seqs: max_seqs, ..EngineConfig::default() };
-    Engine::new(common::runner(common::model("tiny-mha", 3), blocks), cfg, Some(Arc::new(Ascii))).expect("engine")
+    Engine::new(common::runner(common::model("tiny-mha", 3), blocks), cfg, Some(Arc::new(TinyAscii))).expect("engine")
 }
 
 /// Run `reqs` together; each request's text and finish reason, in order.
@@ -131,7 +122,7 @@ fn a_bad_schema_is_the_requests_error_naming_the_problem() {
     let err = e.add_request(Request::new(vec![5, 6]).with_grammar(Grammar::JsonSchema(json!({"type": "nonsense"})))).expect_err("refused");
     assert!(err.to_string().contains("JSON schema"), "{err}");
     assert!(!e.has_work(), "nothing queued");
-    let f = ConstraintFactory::from_detokenizer(&Ascii, &engine::runner::ModelInfo { vocab: 97, max_ctx: 64, bos_id: None, eos_id: None });
+    let f = ConstraintFactory::from_detokenizer(&TinyAscii, &engine::runner::ModelInfo { vocab: 97, max_ctx: 64, bos_id: None, eos_id: None });
     assert!(f.is_err_and(|e| e.to_string().contains("EOS")));
 }
 

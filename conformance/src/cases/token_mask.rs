@@ -225,19 +225,6 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     v
 }
 
-/// The ASCII vocabulary of the tiny configs for grammars: token `3 + c` is the character
-/// `0x20 + c` (space to `~`), 0 to 2 are control tokens (2: EOS).
-struct Ascii;
-
-impl engine::Detokenizer for Ascii {
-    fn decode(&self, ids: &[u32]) -> reference::Result<String> {
-        Ok(ids.iter().filter(|&&i| (3..97).contains(&i)).map(|&i| char::from(0x20 + (i - 3) as u8)).collect())
-    }
-    fn is_special(&self, id: u32) -> bool {
-        id < 3
-    }
-}
-
 /// The whole engine over the GPU runner and over the CPU reference runner on one batch mixing
 /// constrained requests (a JSON schema greedy and sampled with penalties, a regex) with
 /// unconstrained ones (greedy, sampled): the same tokens per request, and the constrained
@@ -268,7 +255,8 @@ impl MaskedEngineCase {
         // Per request its tokens and text, and the runner's graph counters.
         type Run = (Vec<(Vec<u32>, String)>, Option<String>);
         let run = |runner: Box<dyn engine::runner::ModelRunner>| -> Result<Run, String> {
-            let mut e = Engine::new(runner, EngineConfig::default(), Some(std::sync::Arc::new(Ascii))).map_err(|e| e.to_string())?;
+            let mut e =
+                Engine::new(runner, EngineConfig::default(), Some(std::sync::Arc::new(engine::detok::TinyAscii))).map_err(|e| e.to_string())?;
             for r in &reqs {
                 e.add_request(r.clone()).map_err(|e| e.to_string())?;
             }

@@ -100,6 +100,7 @@ impl Drop for NcclComm {
         // SAFETY: `comm` came from a successful init and is destroyed once. A failure leaves
         // nothing to do in a destructor.
         let _ = unsafe { result::comm_destroy(self.comm) };
+        crate::parallel::trace(|| format!("NCCL rank {}: communicator destroyed", self.rank));
     }
 }
 

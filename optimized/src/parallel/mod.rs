@@ -54,6 +54,17 @@ use reference::weights::TensorSource;
 use crate::model::GpuModel;
 use crate::{Backend, Client, DeviceTensor, Dtype, Error, KernelConfig};
 
+/// `TANDEM_TRACE_TP` set: `what()` on stderr, prefixed by the thread's name and the time
+/// since the first trace — each rank thread's messages, graph replays and teardown, so the
+/// last line a hung group printed says where each rank stopped.
+pub fn trace(what: impl FnOnce() -> String) {
+    static START: std::sync::OnceLock<Option<std::time::Instant>> = std::sync::OnceLock::new();
+    if let Some(t0) = START.get_or_init(|| std::env::var_os("TANDEM_TRACE_TP").map(|_| std::time::Instant::now())) {
+        let thread = std::thread::current();
+        eprintln!("[tp {:>9.3} ms {}] {}", t0.elapsed().as_secs_f64() * 1e3, thread.name().unwrap_or("?"), what());
+    }
+}
+
 /// The collectives of a tensor-parallel group on device buffers, each ordered with the
 /// kernels the rank's client launched before it.
 pub trait DeviceComm: Send + Sync {

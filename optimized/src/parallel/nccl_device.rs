@@ -11,9 +11,20 @@
 //! process, each recording its decode graphs while the others may still allocate (a warm-up
 //! run's buffers), so every rank thread sets its own mode to thread-local first
 //! ([`DeviceComm::on_rank_thread`]): its own capture still guards its own calls, and the other
-//! ranks' captures no longer fail them.
+//! ranks' captures no longer fail them. cubecl's device servers run on threads of their own,
+//! so the vendored cubecl-cuda begins its captures in thread-local mode too (vendor/README.md):
+//! in global mode one device's recording made another device's allocations fail, a rank's
+//! step became an error, and its peers waited in NCCL for it.
+//!
+//! Teardown: `ncclCommDestroy` waits until every CUDA graph holding one of the
+//! communicator's collectives is destroyed (NCCL's `commDestroySync` polls until the graphs'
+//! destructors ran), and cubecl destroys a graph on its device's server, queued unflushed when
+//! the handle drops. So a rank's graphs go before its communicator (`GpuRunner` drops its
+//! graphs first) and [`NcclDevice`]'s drop flushes that queue (a sync of the client its
+//! collectives ran with) before destroying the communicator: without it the destroy waited
+//! forever for graphs whose release sat in the queue.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 use cubecl_cuda::CudaServer;
 
@@ -27,12 +38,25 @@ pub struct NcclDevice {
     comm: Mutex<NcclComm>,
     rank: usize,
     world: usize,
+    /// The client of the first collective: synced before the communicator is destroyed.
+    client: OnceLock<Client>,
+}
+
+impl Drop for NcclDevice {
+    fn drop(&mut self) {
+        if let Some(c) = self.client.get() {
+            // Runs the graph destructions queued on the device's server before NCCL waits for
+            // them (see the module's notes). A failed sync leaves nothing to wait for.
+            let _ = cubecl::future::block_on(c.sync());
+        }
+        super::trace(|| format!("NCCL rank {}: synced, destroying the communicator", self.rank));
+    }
 }
 
 impl NcclDevice {
     pub fn new(comm: NcclComm) -> Self {
         let (rank, world) = (comm.rank(), comm.world());
-        NcclDevice { comm: Mutex::new(comm), rank, world }
+        NcclDevice { comm: Mutex::new(comm), rank, world, client: OnceLock::new() }
     }
 
     /// One for each of the devices `0 .. world` of this process, rank r on device r.
@@ -70,6 +94,7 @@ impl DeviceComm for NcclDevice {
         self.world
     }
     fn all_reduce_sum(&self, c: &Client, t: &DeviceTensor) -> Result<(), Error> {
+        self.client.get_or_init(|| c.clone());
         let comm = self.lock()?;
         // SAFETY: `ptr` holds `t.numel()` elements of `t.dtype` on this rank's device (checked
         // by `with_ptr`), kept alive by `t`'s handle, whose later uses the stream orders after
@@ -80,6 +105,7 @@ impl DeviceComm for NcclDevice {
         let mut shape = vec![self.world];
         shape.extend(&part.shape);
         let out = DeviceTensor::empty(c, &shape, part.dtype);
+        self.client.get_or_init(|| c.clone());
         let comm = self.lock()?;
         // SAFETY: `send` holds `part.numel()`, `recv` `world ·` that many elements of
         // `part.dtype` on this device (checked by `with_ptr`), alive through their handles;

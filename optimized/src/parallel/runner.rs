@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use engine::runner::{validate_plan, KvLayout, ModelInfo, ModelRunner, SeqResult, StepPlan};
 
-use super::{DeviceComm, HostStaged, NcclDevice};
+use super::{trace, DeviceComm, HostStaged, NcclDevice};
 use crate::model::GpuModel;
 use crate::runner::GpuRunner;
 use crate::{DeviceTensor, Error};
@@ -320,19 +320,23 @@ fn rank_thread(
             return;
         }
     };
+    trace(|| format!("rank {r} ready"));
     for msg in msgs.iter() {
         let reply = match msg {
             Msg::Step(PlanPtr(p)) => {
                 // SAFETY: `TpRunner::step` sent a live `&StepPlan` and waits for this answer.
                 let plan = unsafe { &*(p as *const StepPlan) };
+                trace(|| format!("rank {r} step of {} seqs, {} rows", plan.seqs.len(), plan.seqs.iter().map(|s| s.tokens.len()).sum::<usize>()));
                 let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| runner.run(plan)));
                 let out = run.unwrap_or_else(|p| Err(caught(p))).map_err(|e| e.to_string());
                 if let Err(e) = &out {
+                    trace(|| format!("rank {r} step failed: {e}"));
                     comm.fail(e);
                 }
                 Reply::Step(out)
             }
             Msg::Prepare { rows, max_len, sampled } => {
+                trace(|| format!("rank {r} prepare {rows} rows, {max_len} tokens"));
                 let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| runner.prepare_decode(rows, max_len, sampled)));
                 let out = run.unwrap_or_else(|p| Err(reference::Error::Backend(caught(p).to_string()))).map_err(|e| e.to_string());
                 if let Err(e) = &out {
@@ -346,14 +350,19 @@ fn rank_thread(
                 status: ModelRunner::status(&runner),
             }),
         };
+        trace(|| format!("rank {r} answered"));
         if replies.send(reply).is_err() {
             return;
         }
     }
+    trace(|| format!("rank {r} releases its runner"));
+    drop(runner);
+    trace(|| format!("rank {r} released its runner; its communicator next"));
 }
 
 impl Drop for TpRunner {
     fn drop(&mut self) {
+        trace(|| "the group ends".into());
         for rank in &mut self.ranks {
             rank.to = None;
         }

@@ -47,6 +47,10 @@ use graphs::{GraphStep, Graphs, StepBufs};
 
 /// The batched engine's runner on a GPU.
 pub struct GpuRunner {
+    /// Decode graphs by batch bucket. Declared first, so dropped first: before the buffers
+    /// they pin and before the model's communicator, which NCCL will not destroy while a graph
+    /// holding its collectives lives (`parallel::nccl_device`'s notes).
+    graphs: graphs::Graphs,
     pub model: GpuModel,
     info: ModelInfo,
     layout: KvLayout,
@@ -55,8 +59,6 @@ pub struct GpuRunner {
     v: Vec<DeviceTensor>,
     /// cos / sin for every position of the context, per layer (shared where layers share RoPE).
     ropes: crate::model::RopeTables,
-    /// Decode graphs by batch bucket; `None` where graphs are off or the backend refused.
-    graphs: graphs::Graphs,
 }
 
 fn to_ref(e: Error) -> RefError {

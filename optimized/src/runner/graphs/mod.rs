@@ -442,6 +442,7 @@ pub(crate) fn try_step<R: GraphStep>(r: &mut R, plan: &StepPlan) -> Result<Optio
         Some(false) => r.graphs().ahead_misses += 1,
         None => {}
     }
+    crate::parallel::trace(|| format!("graph step {:?}: ahead {launched:?}, recorded {}", x.key, r.graphs().map.contains_key(&x.key)));
     let out = match r.graphs().map.get_mut(&x.key) {
         Some(g) if launched == Some(true) => g.bufs.ids.clone(),
         Some(g) => {
@@ -468,7 +469,9 @@ pub(crate) fn try_step<R: GraphStep>(r: &mut R, plan: &StepPlan) -> Result<Optio
     let t_read = std::time::Instant::now();
     let next = if plan.continues && r.client().kernels().ahead { launch_ahead(r, &x)? } else { None };
     let t_wait = std::time::Instant::now();
+    crate::parallel::trace(|| format!("graph step: ahead launched {}; reading the ids", next.is_some()));
     let bytes = cubecl::future::block_on(read)?;
+    crate::parallel::trace(|| "graph step: ids read".into());
     let waited = t_wait.elapsed();
     let mut ids: Vec<u32> = bytes.first().map(|b| u32::from_bytes(b).to_vec()).unwrap_or_default();
     // The bytes hold the staging buffer mapped: given back before anything else is submitted.

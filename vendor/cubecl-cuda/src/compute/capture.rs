@@ -30,12 +30,20 @@ impl GraphDriver for Cuda {
     type Executable = Executable;
 
     fn begin(stream: &mut Stream) -> Result<(), ServerError> {
-        // SAFETY: `stream.sys` is a valid CUDA stream; global capture mode
-        // records every launch issued on it until `cuStreamEndCapture`.
+        // SAFETY: `stream.sys` is a valid CUDA stream; the capture records
+        // every launch issued on it until `cuStreamEndCapture`.
+        //
+        // tandem patch: thread-local mode, not global. Each device's server
+        // runs on a thread of its own; a global capture on one device's
+        // thread made every other thread's "potentially unsafe" call (an
+        // allocation, a synchronous copy) fail — another device's server
+        // allocating while this one recorded (tensor-parallel ranks record
+        // their decode graphs at the same time). Thread-local mode still
+        // forbids those calls on this thread during its own capture.
         let status = unsafe {
             cudarc::driver::sys::cuStreamBeginCapture_v2(
                 stream.sys,
-                cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+                cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
             )
         };
         checked("cuStreamBeginCapture", status)

@@ -88,6 +88,9 @@ pub struct NcclComm {
     comm: sys::ncclComm_t,
     rank: usize,
     world: usize,
+    /// [`NcclComm::abort`] ran (or runs): NCCL frees the communicator, so no call follows and
+    /// the drop destroys nothing.
+    aborted: std::sync::atomic::AtomicBool,
 }
 
 // SAFETY: an NCCL communicator may be used from any thread, one call at a time: `&self`
@@ -97,6 +100,9 @@ unsafe impl Sync for NcclComm {}
 
 impl Drop for NcclComm {
     fn drop(&mut self) {
+        if self.is_aborted() {
+            return;
+        }
         // SAFETY: `comm` came from a successful init and is destroyed once. A failure leaves
         // nothing to do in a destructor.
         let _ = unsafe { result::comm_destroy(self.comm) };
@@ -117,7 +123,7 @@ impl NcclComm {
         let mut comms = vec![std::ptr::null_mut(); world];
         // SAFETY: `comms` has room for `world` communicators, `ordinals` names `world` devices.
         unsafe { result::comm_init_all(comms.as_mut_ptr(), world as i32, ordinals.as_ptr()) }.map_err(|e| nccl_err("ncclCommInitAll", e))?;
-        Ok(comms.into_iter().enumerate().map(|(rank, comm)| NcclComm { comm, rank, world }).collect())
+        Ok(comms.into_iter().enumerate().map(|(rank, comm)| NcclComm::wrap(comm, rank, world)).collect())
     }
 
     /// Rank `rank` of `world` processes (`ncclCommInitRank`) on this host's device `ordinal`,
@@ -141,7 +147,32 @@ impl NcclComm {
         let mut comm = std::ptr::null_mut();
         // SAFETY: `comm` is a valid place for the new communicator; `uid` is rank 0's id.
         unsafe { result::comm_init_rank(&mut comm, world as i32, uid, rank as i32) }.map_err(|e| nccl_err("ncclCommInitRank", e))?;
-        Ok(NcclComm { comm, rank, world })
+        Ok(NcclComm::wrap(comm, rank, world))
+    }
+
+    fn wrap(comm: sys::ncclComm_t, rank: usize, world: usize) -> NcclComm {
+        NcclComm { comm, rank, world, aborted: std::sync::atomic::AtomicBool::new(false) }
+    }
+
+    /// `ncclCommAbort`: the collectives of this communicator still running on the device stop
+    /// (their kernels see NCCL's abort flag and return, leaving their buffers unfinished), and
+    /// the communicator is freed once every graph holding one of its collectives is destroyed —
+    /// this call blocks until then, so a runner's graphs must be able to go meanwhile (call it
+    /// from a thread of its own). Once only; no collective may be enqueued on it afterwards.
+    pub fn abort(&self) {
+        if self.aborted.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        crate::parallel::trace(|| format!("NCCL rank {}: aborting the communicator", self.rank));
+        // SAFETY: `comm` came from a successful init; the flag makes this the only abort and
+        // keeps the drop from destroying it again.
+        let _ = unsafe { result::comm_abort(self.comm) };
+        crate::parallel::trace(|| format!("NCCL rank {}: communicator aborted", self.rank));
+    }
+
+    /// Whether [`NcclComm::abort`] was called.
+    pub fn is_aborted(&self) -> bool {
+        self.aborted.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     pub fn rank(&self) -> usize {

@@ -166,6 +166,16 @@ impl DeviceTensor {
         Self { handle, shape: shape.to_vec(), dtype, read_only: false, lease }
     }
 
+    /// The same buffer without its arena lease: the slot goes back to the arena when the leased
+    /// tensor drops, while this alias still addresses it (the arena keeps the allocation for
+    /// the client's life). Only for a buffer that is written and then read in the order of the
+    /// client's one stream with no other arena user between — a masked decode recording's
+    /// logits, which its replay writes and the eager draw right after it reads (`runner::graphs`):
+    /// the recordings then share one slot for them instead of each holding its own.
+    pub(crate) fn unleased(&self) -> DeviceTensor {
+        DeviceTensor { lease: None, ..self.clone() }
+    }
+
     /// Whether the buffer is leased from the client's arena (`crate::arena`): held by the tensor
     /// and its clones for the lease's drop, which frees the slot.
     pub fn is_leased(&self) -> bool {

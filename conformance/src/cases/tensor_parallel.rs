@@ -73,24 +73,24 @@ pub struct TpCase {
     pub moe: Option<MoeSplit>,
 }
 
-impl TpCase {
-    /// Why this machine cannot run the NCCL ranks (`None`: it can).
-    fn nccl_missing(&self, backend: Backend) -> Option<String> {
-        if backend != Backend::Cuda {
-            return Some(format!("NCCL ranks run on CUDA (this is {backend})"));
-        }
-        if let Err(e) = optimized::nccl::available() {
-            return Some(e.to_string());
-        }
-        let have = optimized::nccl::device_count();
-        (have < self.world).then(|| format!("{} NCCL ranks need {} GPUs; {have} visible", self.world, self.world))
+/// Why this machine cannot run `world` NCCL ranks (`None`: it can).
+fn nccl_missing(backend: Backend, world: usize) -> Option<String> {
+    if backend != Backend::Cuda {
+        return Some(format!("NCCL ranks run on CUDA (this is {backend})"));
     }
+    if let Err(e) = optimized::nccl::available() {
+        return Some(e.to_string());
+    }
+    let have = optimized::nccl::device_count();
+    (have < world).then(|| format!("{world} NCCL ranks need {world} GPUs; {have} visible"))
+}
 
+impl TpCase {
     fn body(&self, client: &Client) -> Result<Outcome, String> {
         let err = |e: optimized::Error| e.to_string();
         let backend = Backend::of(client);
         if self.comm == Comm::Nccl {
-            if let Some(why) = self.nccl_missing(backend) {
+            if let Some(why) = nccl_missing(backend, self.world) {
                 return Ok(Outcome::Skip(why));
             }
         }
@@ -269,6 +269,9 @@ pub fn cases() -> Vec<Box<dyn Case>> {
         }
     }
     v.push(Box::new(BuildFailureCase));
+    for comm in [Comm::Host, Comm::Nccl] {
+        v.push(Box::new(MidStepFailureCase { comm }));
+    }
     v
 }
 
@@ -347,6 +350,140 @@ impl Case for BuildFailureCase {
     }
     fn name(&self) -> String {
         "tp(llama3,hf,tp=2,comm=stuck,rank 1 fails to build)".into()
+    }
+    fn run(&self, client: &Client) -> Outcome {
+        self.body(client).unwrap_or_else(Outcome::Fail)
+    }
+}
+
+/// Rank 1's collectives fail once armed (a rank whose step errors half-way); everything else
+/// goes to `inner`.
+struct FailsMidStep {
+    inner: std::sync::Arc<dyn optimized::parallel::DeviceComm>,
+    armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl FailsMidStep {
+    fn check(&self) -> Result<(), optimized::Error> {
+        match self.inner.rank() == 1 && self.armed.load(std::sync::atomic::Ordering::SeqCst) {
+            true => Err(optimized::Error::Shape("rank 1 fails mid-step (on purpose)".into())),
+            false => Ok(()),
+        }
+    }
+}
+
+impl optimized::parallel::DeviceComm for FailsMidStep {
+    fn rank(&self) -> usize {
+        self.inner.rank()
+    }
+    fn world(&self) -> usize {
+        self.inner.world()
+    }
+    fn all_reduce_sum(&self, c: &Client, t: &optimized::DeviceTensor) -> Result<(), optimized::Error> {
+        self.check()?;
+        self.inner.all_reduce_sum(c, t)
+    }
+    fn all_gather(&self, c: &Client, t: &optimized::DeviceTensor) -> Result<optimized::DeviceTensor, optimized::Error> {
+        self.check()?;
+        self.inner.all_gather(c, t)
+    }
+    fn captures(&self) -> bool {
+        self.inner.captures()
+    }
+    fn fail(&self, why: &str) {
+        self.inner.fail(why)
+    }
+    fn describe(&self) -> String {
+        format!("{} (rank 1 fails once armed)", self.inner.describe())
+    }
+    fn on_rank_thread(&self) -> Result<(), optimized::Error> {
+        self.inner.on_rank_thread()
+    }
+}
+
+/// A group of two whose rank 1 errors in the middle of a prefill step, while rank 0 is already
+/// in (or about to enter) the collective it waits in for rank 1: the step returns rank 1's
+/// error, the next step an error too, and the group ends — none of them hangs (host-staged:
+/// the exchange wakes the waiting rank; NCCL: the group's communicators are aborted). A hang
+/// is this case's failure through the run's case timeout.
+#[derive(Debug, Clone)]
+pub struct MidStepFailureCase {
+    pub comm: Comm,
+}
+
+impl MidStepFailureCase {
+    fn body(&self, client: &Client) -> Result<Outcome, String> {
+        let err = |e: optimized::Error| e.to_string();
+        let backend = Backend::of(client);
+        let nccl = self.comm == Comm::Nccl;
+        if nccl {
+            if let Some(why) = nccl_missing(backend, 2) {
+                return Ok(Outcome::Skip(why));
+            }
+        }
+        let dir = fixture("llama3");
+        let ids = ids("llama3")?;
+        let mut spec = reference::arch::load(&dir).map_err(|e| e.to_string())?.spec;
+        Tweak::PlainRope.apply(&mut spec);
+        if let Some(why) = gpu_unsupported(&spec) {
+            return Ok(Outcome::Skip(why));
+        }
+        let plan = ShardPlan::with_moe(&spec, 2, None).map_err(|e| e.to_string())?;
+        let mut src = SafetensorsDir::open(&dir).map_err(|e| e.to_string())?;
+        let one =
+            GpuRunner::new(GpuModel::load(client.clone(), backend, &mut src, &spec, optimized::Dtype::F32).map_err(err)?, BS, BLOCKS).map_err(err)?;
+        let armed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let inner = match self.comm {
+            Comm::Host => TpComms::Host,
+            Comm::Nccl => TpComms::Nccl,
+        }
+        .make(2)
+        .map_err(err)?;
+        let comms: Vec<std::sync::Arc<dyn optimized::parallel::DeviceComm>> =
+            inner.into_iter().map(|inner| std::sync::Arc::new(FailsMidStep { inner, armed: armed.clone() }) as _).collect();
+        let (base, spec2) = (client.clone(), spec.clone());
+        let build = move |r: usize, comm| {
+            let c = if nccl { optimized::client_on(Backend::Cuda, r)? } else { base.clone() };
+            let mut src = SafetensorsDir::open(&dir)?;
+            let k = *base.kernels();
+            GpuRunner::new(load_rank(c, &mut src, &spec2, &plan, r, comm, optimized::Dtype::F32, &k)?, BS, BLOCKS)
+        };
+        let mut tp = TpRunner::spawn(comms, one.info().clone(), one.kv_layout(), build).map_err(err)?;
+        armed.store(true, std::sync::atomic::Ordering::SeqCst);
+        let tokens = ragged_prompts(&ids);
+        let params = SamplingParams::default();
+        let blocks: Vec<[u32; 3]> = (0..tokens.len() as u32).map(|s| [3 * s, 3 * s + 1, 3 * s + 2]).collect();
+        let step = |tp: &mut TpRunner| {
+            let mut plan = StepPlan::default();
+            for (t, b) in tokens.iter().zip(&blocks) {
+                let samples = vec![SampleSpec { params: &params, counter: 0, counts: &[], want_logits: false, allowed: None }];
+                plan.seqs.push(SeqStep { tokens: t, pos0: 0, blocks: b, samples });
+            }
+            tp.step(&plan).map(|_| ()).map_err(|e| e.to_string())
+        };
+        match step(&mut tp) {
+            Ok(()) => return Ok(Outcome::Fail("the step succeeded although rank 1 failed".into())),
+            Err(e) if !e.contains("rank 1 fails mid-step") => return Ok(Outcome::Fail(format!("the step's error does not name rank 1's: {e}"))),
+            Err(_) => {}
+        }
+        if step(&mut tp).is_ok() {
+            return Ok(Outcome::Fail("a step after the failure succeeded".into()));
+        }
+        drop(tp);
+        Ok(Outcome::Pass(Metrics::default()))
+    }
+}
+
+impl Case for MidStepFailureCase {
+    fn op(&self) -> Op {
+        Op::Tp
+    }
+    fn name(&self) -> String {
+        let comm = match self.comm {
+            Comm::Host => "host",
+            Comm::Nccl => "nccl",
+        };
+        format!("tp(llama3,hf,tp=2,comm={comm},rank 1 fails mid-step)")
     }
     fn run(&self, client: &Client) -> Outcome {
         self.body(client).unwrap_or_else(Outcome::Fail)

@@ -221,7 +221,12 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             v.push(Box::new(MaskedDrawCase { rows, v: vocab, name, params: params.clone(), penalties }));
         }
     }
-    v.push(Box::new(MaskedEngineCase { weights: "tiny-gqa" }));
+    // Five requests (constrained steps of ≤ 8 rows), and the same mix three times over: steps
+    // of 9–15 rows, then fewer as requests end, so masked recordings of several buckets and
+    // plain ones take turns on the arena slot the masked logits share.
+    for copies in [1, 3] {
+        v.push(Box::new(MaskedEngineCase { weights: "tiny-gqa", copies }));
+    }
     v
 }
 
@@ -232,6 +237,8 @@ pub fn cases() -> Vec<Box<dyn Case>> {
 #[derive(Debug, Clone)]
 pub struct MaskedEngineCase {
     pub weights: &'static str,
+    /// The five requests' mix, this many times (each copy with prompts of its own).
+    pub copies: usize,
 }
 
 impl MaskedEngineCase {
@@ -242,16 +249,22 @@ impl MaskedEngineCase {
         let prompt = |len: usize, salt: u32| -> Vec<u32> { (0..len as u32).map(|i| 3 + (i * 7919 + salt * 31) % 90).collect() };
         let schema = serde_json::json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 99}, "tag": {"enum": ["ab", "cd"]}}, "required": ["n", "tag"], "additionalProperties": false});
         let sampled = |seed: u64| SamplingParams { temperature: 1.0, top_k: 20, seed, ..SamplingParams::default() };
-        let reqs: Vec<Request> = vec![
-            Request::new(prompt(5, 1)).with_max_tokens(40).with_grammar(Grammar::JsonSchema(schema.clone())),
-            Request::new(prompt(9, 2)).with_max_tokens(12).with_params(sampled(3)),
-            Request::new(prompt(7, 3))
-                .with_max_tokens(40)
-                .with_params(SamplingParams { repetition_penalty: 1.3, presence_penalty: 0.2, ..sampled(5) })
-                .with_grammar(Grammar::JsonSchema(schema.clone())),
-            Request::new(prompt(3, 4)).with_max_tokens(10),
-            Request::new(prompt(6, 5)).with_max_tokens(20).with_params(sampled(7)).with_grammar(Grammar::Regex("[a-f]{2}-[0-9]{3}".into())),
-        ];
+        let mix = |c: u32| -> Vec<Request> {
+            vec![
+                Request::new(prompt(5, 1 + 5 * c)).with_max_tokens(40).with_grammar(Grammar::JsonSchema(schema.clone())),
+                Request::new(prompt(9, 2 + 5 * c)).with_max_tokens(12).with_params(sampled(3 + u64::from(c))),
+                Request::new(prompt(7, 3 + 5 * c))
+                    .with_max_tokens(40)
+                    .with_params(SamplingParams { repetition_penalty: 1.3, presence_penalty: 0.2, ..sampled(5 + u64::from(c)) })
+                    .with_grammar(Grammar::JsonSchema(schema.clone())),
+                Request::new(prompt(3, 4 + 5 * c)).with_max_tokens(10),
+                Request::new(prompt(6, 5 + 5 * c))
+                    .with_max_tokens(20)
+                    .with_params(sampled(7 + u64::from(c)))
+                    .with_grammar(Grammar::Regex("[a-f]{2}-[0-9]{3}".into())),
+            ]
+        };
+        let reqs: Vec<Request> = (0..self.copies as u32).flat_map(mix).collect();
         // Per request its tokens and text, and the runner's graph counters.
         type Run = (Vec<(Vec<u32>, String)>, Option<String>);
         let run = |runner: Box<dyn engine::runner::ModelRunner>| -> Result<Run, String> {
@@ -270,7 +283,7 @@ impl MaskedEngineCase {
         };
         let (want, _) = run(Box::new(reference))?;
         let (got, graphs) = run(Box::new(gpu))?;
-        // On CUDA the constrained steps (≤ 5 rows here) replay the forward pass's recording.
+        // On CUDA the constrained steps replay the forward pass's recording.
         if client.name().contains("cuda") {
             let replayed =
                 graphs.as_deref().and_then(|l| l.split("; ").find_map(|p| p.strip_suffix(" constrained steps replayed")?.parse::<u64>().ok()));
@@ -283,15 +296,17 @@ impl MaskedEngineCase {
                 return Ok(Outcome::Fail(format!("request {i}: tokens {:?} != reference {:?}", g.0, w.0)));
             }
         }
-        for i in [0, 2] {
-            let v: serde_json::Value = serde_json::from_str(&got[i].1).map_err(|e| format!("request {i}: not JSON ({e}): {:?}", got[i].1))?;
-            if !(v["n"].is_u64() && (v["tag"] == "ab" || v["tag"] == "cd")) {
-                return Ok(Outcome::Fail(format!("request {i}: {v} does not match its schema")));
+        for c in 0..self.copies {
+            for i in [5 * c, 5 * c + 2] {
+                let v: serde_json::Value = serde_json::from_str(&got[i].1).map_err(|e| format!("request {i}: not JSON ({e}): {:?}", got[i].1))?;
+                if !(v["n"].is_u64() && (v["tag"] == "ab" || v["tag"] == "cd")) {
+                    return Ok(Outcome::Fail(format!("request {i}: {v} does not match its schema")));
+                }
             }
-        }
-        let t = &got[4].1;
-        if !(t.len() == 6 && t[..2].chars().all(|c| ('a'..='f').contains(&c)) && &t[2..3] == "-" && t[3..].chars().all(|c| c.is_ascii_digit())) {
-            return Ok(Outcome::Fail(format!("request 4: {t:?} does not match its regex")));
+            let (i, t) = (5 * c + 4, &got[5 * c + 4].1);
+            if !(t.len() == 6 && t[..2].chars().all(|c| ('a'..='f').contains(&c)) && &t[2..3] == "-" && t[3..].chars().all(|c| c.is_ascii_digit())) {
+                return Ok(Outcome::Fail(format!("request {i}: {t:?} does not match its regex")));
+            }
         }
         Ok(Outcome::Pass(crate::Metrics { n: got.iter().map(|g| g.0.len()).sum(), ..crate::Metrics::default() }))
     }
@@ -302,7 +317,7 @@ impl Case for MaskedEngineCase {
         Op::TokenMask
     }
     fn name(&self) -> String {
-        format!("token_mask_engine({},mixed,f32)", self.weights)
+        format!("token_mask_engine({},mixed,requests={},f32)", self.weights, 5 * self.copies)
     }
     fn run(&self, client: &Client) -> Outcome {
         self.body(client).unwrap_or_else(Outcome::Fail)

@@ -84,8 +84,8 @@ pub trait DeviceComm: Send + Sync {
         false
     }
     /// Stop the group after this rank failed: the others' collectives return an error instead
-    /// of waiting for it (where the implementation can; NCCL ranks would need
-    /// `ncclCommAbort`, not wired yet).
+    /// of waiting for it (host-staged: the exchange wakes them; NCCL: `ncclCommAbort` of every
+    /// rank of this process).
     fn fail(&self, _why: &str) {}
     /// How the collectives run (for the runner's status line).
     fn describe(&self) -> String;

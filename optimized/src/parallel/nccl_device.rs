@@ -24,7 +24,8 @@
 //! collectives ran with) before destroying the communicator: without it the destroy waited
 //! forever for graphs whose release sat in the queue.
 
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use cubecl_cuda::CudaServer;
 
@@ -32,10 +33,23 @@ use super::DeviceComm;
 use crate::nccl::NcclComm;
 use crate::{Client, DeviceTensor, Error};
 
+/// One call at a time on a communicator; `true` once its group is aborted (no call after).
+type Calls = Arc<Mutex<bool>>;
+
+/// The ranks of one process's group ([`NcclDevice::all_devices`]; a rank of its own for a
+/// process rank): the first rank that fails aborts every member (`ncclCommAbort`), so the
+/// others' collectives waiting for it on the device return instead of waiting forever.
+struct Group {
+    members: Vec<(Weak<NcclComm>, Calls)>,
+    failed: AtomicBool,
+    why: OnceLock<String>,
+}
+
 /// One rank's NCCL communicator as a [`DeviceComm`].
 pub struct NcclDevice {
-    /// One call at a time on a communicator.
-    comm: Mutex<NcclComm>,
+    comm: Arc<NcclComm>,
+    calls: Calls,
+    group: Arc<Group>,
     rank: usize,
     world: usize,
     /// The client of the first collective: synced before the communicator is destroyed.
@@ -54,18 +68,47 @@ impl Drop for NcclDevice {
 }
 
 impl NcclDevice {
+    /// A group of one (a rank of its own process).
     pub fn new(comm: NcclComm) -> Self {
+        let (comm, calls) = (Arc::new(comm), Arc::new(Mutex::new(false)));
+        let group = Arc::new(Group { members: vec![(Arc::downgrade(&comm), calls.clone())], failed: AtomicBool::new(false), why: OnceLock::new() });
         let (rank, world) = (comm.rank(), comm.world());
-        NcclDevice { comm: Mutex::new(comm), rank, world, client: OnceLock::new() }
+        NcclDevice { comm, calls, group, rank, world, client: OnceLock::new() }
     }
 
     /// One for each of the devices `0 .. world` of this process, rank r on device r.
     pub fn all_devices(world: usize) -> Result<Vec<NcclDevice>, Error> {
-        Ok(NcclComm::all_devices(world)?.into_iter().map(NcclDevice::new).collect())
+        Ok(Self::group(NcclComm::all_devices(world)?))
     }
 
-    fn lock(&self) -> Result<std::sync::MutexGuard<'_, NcclComm>, Error> {
-        self.comm.lock().map_err(|_| Error::Shape(format!("NCCL rank {}: an earlier collective panicked", self.rank)))
+    /// `comms` as one group: a failure of any aborts them all.
+    fn group(comms: Vec<NcclComm>) -> Vec<NcclDevice> {
+        let comms: Vec<(Arc<NcclComm>, Calls)> = comms.into_iter().map(|c| (Arc::new(c), Arc::new(Mutex::new(false)))).collect();
+        let group = Arc::new(Group {
+            members: comms.iter().map(|(c, calls)| (Arc::downgrade(c), calls.clone())).collect(),
+            failed: AtomicBool::new(false),
+            why: OnceLock::new(),
+        });
+        comms
+            .into_iter()
+            .map(|(comm, calls)| {
+                let (rank, world) = (comm.rank(), comm.world());
+                NcclDevice { comm, calls, group: group.clone(), rank, world, client: OnceLock::new() }
+            })
+            .collect()
+    }
+
+    /// The communicator for one call (the guard serialises calls), or why the group stopped.
+    fn lock(&self) -> Result<(std::sync::MutexGuard<'_, bool>, &NcclComm), Error> {
+        let calls = self.calls.lock().map_err(|_| Error::Shape(format!("NCCL rank {}: an earlier collective panicked", self.rank)))?;
+        if *calls {
+            let why = self.group.why.get().map_or("a rank failed", String::as_str);
+            return Err(Error::Unavailable {
+                backend: crate::Backend::Cuda,
+                reason: format!("NCCL rank {}: the group was aborted ({why})", self.rank),
+            });
+        }
+        Ok((calls, &self.comm))
     }
 }
 
@@ -95,7 +138,7 @@ impl DeviceComm for NcclDevice {
     }
     fn all_reduce_sum(&self, c: &Client, t: &DeviceTensor) -> Result<(), Error> {
         self.client.get_or_init(|| c.clone());
-        let comm = self.lock()?;
+        let (_calls, comm) = self.lock()?;
         // SAFETY: `ptr` holds `t.numel()` elements of `t.dtype` on this rank's device (checked
         // by `with_ptr`), kept alive by `t`'s handle, whose later uses the stream orders after
         // the reduction; calls on the communicator are serialised by the mutex.
@@ -106,12 +149,37 @@ impl DeviceComm for NcclDevice {
         shape.extend(&part.shape);
         let out = DeviceTensor::empty(c, &shape, part.dtype);
         self.client.get_or_init(|| c.clone());
-        let comm = self.lock()?;
+        let (_calls, comm) = self.lock()?;
         // SAFETY: `send` holds `part.numel()`, `recv` `world ·` that many elements of
         // `part.dtype` on this device (checked by `with_ptr`), alive through their handles;
         // the stream orders the gather after the writes of `part` and before reads of `out`.
         with_ptr(c, part, |send, stream| with_ptr(c, &out, |recv, _| unsafe { comm.all_gather(send, recv, part.numel(), part.dtype, stream) }))?;
         Ok(out)
+    }
+    /// Aborts every communicator of the group, once, from a thread of its own: each member is
+    /// first marked (under its call lock, so no collective is being enqueued on it and none is
+    /// after), then `ncclCommAbort`ed — its collectives waiting on the device for this rank
+    /// return, and NCCL frees it once the ranks' graphs are gone (which the abort waits for:
+    /// hence the thread). Ranks in other processes are not reached: their rank 0 ends them.
+    fn fail(&self, why: &str) {
+        if self.group.failed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let _ = self.group.why.set(format!("rank {} failed: {why}", self.rank));
+        super::trace(|| format!("NCCL rank {}: failed, aborting the group: {why}", self.rank));
+        let members: Vec<(Arc<NcclComm>, Calls)> = self.group.members.iter().filter_map(|(c, calls)| Some((c.upgrade()?, calls.clone()))).collect();
+        let abort = move || {
+            for (_, calls) in &members {
+                // A poisoned lock still marks: the flag is what matters.
+                *calls.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = true;
+            }
+            for (comm, _) in &members {
+                comm.abort();
+            }
+        };
+        if std::thread::Builder::new().name("nccl-abort".into()).spawn(abort).is_err() {
+            super::trace(|| "no thread for the NCCL abort".into());
+        }
     }
     fn describe(&self) -> String {
         format!("NCCL on the compute stream (rank {} of {})", self.rank, self.world)

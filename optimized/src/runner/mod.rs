@@ -24,8 +24,8 @@
 //! decoding, and n-gram verification) run as captured graphs, one per bucket of rows
 //! ([`graphs`]): a step's launches are recorded once and replayed, their per-step inputs (ids,
 //! positions, pool rows, block tables, lengths, draw parameters) rewritten in place in device
-//! buffers. Constrained steps of up to `graphs::MASKED_MAX_BUCKET` rows replay a recording of
-//! the forward pass alone and draw eagerly with their masks. The pools
+//! buffers. Constrained steps replay a recording of the forward pass alone and draw eagerly
+//! with their masks. The pools
 //! hold one block more than the engine manages: padded rows of a bucket compute into it.
 
 pub mod batch;

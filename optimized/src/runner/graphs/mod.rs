@@ -15,13 +15,13 @@
 //! a power of two of blocks (≥ 16): a new recording once per doubling of the longest context.
 //! A backend that refuses capture is remembered and steps run eagerly from then on.
 //!
-//! Constrained steps of up to [`MASKED_MAX_BUCKET`] rows (where launches, not the weights'
-//! bytes, are the step's time: eagerly, a constrained GPT-OSS-20B step took 3.65 ms where a
-//! graphed one took 1.98) replay a recording of the forward pass alone (key `masked`), which
-//! keeps its logits `[bucket, V]` as its own buffer; the draw then runs eagerly
-//! (`batch::draw_ids`: the masks — computed on the host while the replay runs —, penalties,
-//! argmax or the seeded draw). Larger constrained steps run eagerly: their launches are a small
-//! share of the step, and the logits a recording would keep grow with the bucket.
+//! Constrained steps (a token mask on some row) replay a recording of the forward pass alone
+//! (key `masked`; eagerly, a constrained GPT-OSS-20B step of one row took 3.65 ms where a
+//! graphed one took 1.98), whose logits `[bucket, V]` stay where the replay writes them; the
+//! draw then runs eagerly (`batch::draw_ids`: the masks — computed on the host while the
+//! replay runs —, penalties, argmax or the seeded draw). The logits buffer is an arena slot
+//! that the recordings of a size share (see Memory), so a masked recording holds no more than
+//! a plain one, at every bucket.
 //!
 //! Memory. cubecl allocates nothing inside a capture window (`graph_prepare` starts a warm-up
 //! run that leaves its pools holding what the recording asks for; a recording that allocated
@@ -81,9 +81,6 @@ use record::{capture, step_bufs};
 /// steps of about 1.5× up to 64, then powers of two.
 pub const BUCKETS: [usize; 17] = [1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 128, 256, 512];
 
-/// The largest bucket a constrained step replays (the module's notes).
-pub const MASKED_MAX_BUCKET: usize = 8;
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Key {
     bucket: usize,
@@ -113,7 +110,10 @@ struct Recorded {
     bufs: StepBufs,
     /// The recording ends by advancing its inputs to the next step (`advance=device`).
     advance: bool,
-    /// A `masked` recording's logits `[bucket, V]`, which its replays overwrite.
+    /// A `masked` recording's logits `[bucket, V]`, which its replays overwrite: an arena slot
+    /// held without its lease (`DeviceTensor::unleased`), so every recording of the same size
+    /// shares it — sound because a masked step's draw reads them right after the replay, on the
+    /// same stream, before any other replay writes the slot.
     logits: Option<DeviceTensor>,
 }
 
@@ -353,7 +353,7 @@ fn inputs(layout: KvLayout, scratch: u32, max_rows: usize, plan: &StepPlan) -> O
     });
     let rows: usize = plan.seqs.iter().map(|s| s.tokens.len()).sum();
     let bucket = *BUCKETS.iter().find(|&&x| x >= rows)?;
-    if rows == 0 || !eligible || bucket > max_rows || (masked && bucket > MASKED_MAX_BUCKET) {
+    if rows == 0 || !eligible || bucket > max_rows {
         return None;
     }
     let bs = layout.block_size;

@@ -112,8 +112,8 @@ pub(super) fn capture<R: GraphStep>(r: &mut R, x: &Inputs, bufs: StepBufs) -> Re
     // A masked recording ends at the logits: the eager draw after it reads the step's inputs.
     let advance = c.kernels().advance_device && !x.key.masked;
     // The warm-up's and the recording's temporaries from the arena (see the module's notes);
-    // its input buffers (`bufs`) are the recording's own, and so are a masked recording's
-    // logits (the lease held by `Recorded::logits` keeps the slot from other recordings).
+    // its input buffers (`bufs`) are the recording's own. A masked recording keeps its logits
+    // without their lease (`Recorded::logits`): other recordings may lease that slot again.
     let _arena = c.arena().on();
     let out = match launches(r, &bufs, x.key, advance) {
         Ok(logits) => logits.unwrap_or(ids),
@@ -130,6 +130,7 @@ pub(super) fn capture<R: GraphStep>(r: &mut R, x: &Inputs, bufs: StepBufs) -> Re
     let recorded = launches(r, &bufs, x.key, advance);
     match (recorded, c.stop_capture()) {
         (Ok(logits), Ok(graph)) => {
+            let logits = logits.map(|l| l.unleased());
             let mut rec = Recorded { graph, bufs, advance, logits };
             // The warm-up ran the advance.
             rec.ran(x);

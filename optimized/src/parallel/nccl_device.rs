@@ -33,22 +33,37 @@ use super::DeviceComm;
 use crate::nccl::NcclComm;
 use crate::{Client, DeviceTensor, Error};
 
-/// One call at a time on a communicator; `true` once its group is aborted (no call after).
-type Calls = Arc<Mutex<bool>>;
+/// A communicator's gate: one call at a time, none once its group is aborted.
+#[derive(Default)]
+struct Gate {
+    calls: Mutex<()>,
+    aborted: AtomicBool,
+}
+
+/// How long an abort waits for a collective being enqueued (NCCL may block in a call that sets
+/// up a connection with the failed rank) before aborting under it — which NCCL allows.
+const ENQUEUE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The ranks of one process's group ([`NcclDevice::all_devices`]; a rank of its own for a
 /// process rank): the first rank that fails aborts every member (`ncclCommAbort`), so the
 /// others' collectives waiting for it on the device return instead of waiting forever.
 struct Group {
-    members: Vec<(Weak<NcclComm>, Calls)>,
+    members: Vec<(Weak<NcclComm>, Arc<Gate>)>,
     failed: AtomicBool,
     why: OnceLock<String>,
+}
+
+impl Group {
+    fn of(members: &[(Arc<NcclComm>, Arc<Gate>)]) -> Arc<Group> {
+        let members = members.iter().map(|(c, gate)| (Arc::downgrade(c), gate.clone())).collect();
+        Arc::new(Group { members, failed: AtomicBool::new(false), why: OnceLock::new() })
+    }
 }
 
 /// One rank's NCCL communicator as a [`DeviceComm`].
 pub struct NcclDevice {
     comm: Arc<NcclComm>,
-    calls: Calls,
+    gate: Arc<Gate>,
     group: Arc<Group>,
     rank: usize,
     world: usize,
@@ -68,47 +83,53 @@ impl Drop for NcclDevice {
 }
 
 impl NcclDevice {
-    /// A group of one (a rank of its own process).
+    /// A rank of its own process: a group of one.
     pub fn new(comm: NcclComm) -> Self {
-        let (comm, calls) = (Arc::new(comm), Arc::new(Mutex::new(false)));
-        let group = Arc::new(Group { members: vec![(Arc::downgrade(&comm), calls.clone())], failed: AtomicBool::new(false), why: OnceLock::new() });
-        let (rank, world) = (comm.rank(), comm.world());
-        NcclDevice { comm, calls, group, rank, world, client: OnceLock::new() }
+        let (comm, gate) = (Arc::new(comm), Arc::<Gate>::default());
+        let group = Group::of(&[(comm.clone(), gate.clone())]);
+        Self::member(comm, gate, group)
     }
 
-    /// One for each of the devices `0 .. world` of this process, rank r on device r.
+    /// One for each of the devices `0 .. world` of this process, rank r on device r, as one
+    /// group: a failure of any aborts them all.
     pub fn all_devices(world: usize) -> Result<Vec<NcclDevice>, Error> {
-        Ok(Self::group(NcclComm::all_devices(world)?))
+        let comms: Vec<(Arc<NcclComm>, Arc<Gate>)> = NcclComm::all_devices(world)?.into_iter().map(|c| (Arc::new(c), Arc::default())).collect();
+        let group = Group::of(&comms);
+        Ok(comms.into_iter().map(|(comm, gate)| Self::member(comm, gate, group.clone())).collect())
     }
 
-    /// `comms` as one group: a failure of any aborts them all.
-    fn group(comms: Vec<NcclComm>) -> Vec<NcclDevice> {
-        let comms: Vec<(Arc<NcclComm>, Calls)> = comms.into_iter().map(|c| (Arc::new(c), Arc::new(Mutex::new(false)))).collect();
-        let group = Arc::new(Group {
-            members: comms.iter().map(|(c, calls)| (Arc::downgrade(c), calls.clone())).collect(),
-            failed: AtomicBool::new(false),
-            why: OnceLock::new(),
-        });
-        comms
-            .into_iter()
-            .map(|(comm, calls)| {
-                let (rank, world) = (comm.rank(), comm.world());
-                NcclDevice { comm, calls, group: group.clone(), rank, world, client: OnceLock::new() }
-            })
-            .collect()
+    fn member(comm: Arc<NcclComm>, gate: Arc<Gate>, group: Arc<Group>) -> Self {
+        let (rank, world) = (comm.rank(), comm.world());
+        NcclDevice { comm, gate, group, rank, world, client: OnceLock::new() }
     }
 
-    /// The communicator for one call (the guard serialises calls), or why the group stopped.
-    fn lock(&self) -> Result<(std::sync::MutexGuard<'_, bool>, &NcclComm), Error> {
-        let calls = self.calls.lock().map_err(|_| Error::Shape(format!("NCCL rank {}: an earlier collective panicked", self.rank)))?;
-        if *calls {
+    /// `f` on the communicator, one call at a time, or why the group stopped. Held only around
+    /// the enqueue (the buffers' addresses are taken before).
+    fn call<T>(&self, f: impl FnOnce(&NcclComm) -> Result<T, Error>) -> Result<T, Error> {
+        let _one = self.gate.calls.lock().map_err(|_| Error::Shape(format!("NCCL rank {}: an earlier collective panicked", self.rank)))?;
+        if self.gate.aborted.load(Ordering::SeqCst) {
             let why = self.group.why.get().map_or("a rank failed", String::as_str);
             return Err(Error::Unavailable {
                 backend: crate::Backend::Cuda,
                 reason: format!("NCCL rank {}: the group was aborted ({why})", self.rank),
             });
         }
-        Ok((calls, &self.comm))
+        f(&self.comm)
+    }
+}
+
+/// Aborts `members`: each marked first (no call starts after), then each `ncclCommAbort`ed once
+/// a call being enqueued on it has returned, or [`ENQUEUE_WAIT`] has passed.
+fn abort_all(members: Vec<(Arc<NcclComm>, Arc<Gate>)>) {
+    for (_, gate) in &members {
+        gate.aborted.store(true, Ordering::SeqCst);
+    }
+    for (comm, gate) in &members {
+        let t = std::time::Instant::now();
+        while matches!(gate.calls.try_lock(), Err(std::sync::TryLockError::WouldBlock)) && t.elapsed() < ENQUEUE_WAIT {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        comm.abort();
     }
 }
 
@@ -138,46 +159,37 @@ impl DeviceComm for NcclDevice {
     }
     fn all_reduce_sum(&self, c: &Client, t: &DeviceTensor) -> Result<(), Error> {
         self.client.get_or_init(|| c.clone());
-        let (_calls, comm) = self.lock()?;
         // SAFETY: `ptr` holds `t.numel()` elements of `t.dtype` on this rank's device (checked
         // by `with_ptr`), kept alive by `t`'s handle, whose later uses the stream orders after
-        // the reduction; calls on the communicator are serialised by the mutex.
-        with_ptr(c, t, |ptr, stream| unsafe { comm.all_reduce_sum(ptr, t.numel(), t.dtype, stream) })
+        // the reduction; calls on the communicator are serialised by `call`.
+        with_ptr(c, t, |ptr, stream| self.call(|comm| unsafe { comm.all_reduce_sum(ptr, t.numel(), t.dtype, stream) }))
     }
     fn all_gather(&self, c: &Client, part: &DeviceTensor) -> Result<DeviceTensor, Error> {
         let mut shape = vec![self.world];
         shape.extend(&part.shape);
         let out = DeviceTensor::empty(c, &shape, part.dtype);
         self.client.get_or_init(|| c.clone());
-        let (_calls, comm) = self.lock()?;
         // SAFETY: `send` holds `part.numel()`, `recv` `world ·` that many elements of
         // `part.dtype` on this device (checked by `with_ptr`), alive through their handles;
         // the stream orders the gather after the writes of `part` and before reads of `out`.
-        with_ptr(c, part, |send, stream| with_ptr(c, &out, |recv, _| unsafe { comm.all_gather(send, recv, part.numel(), part.dtype, stream) }))?;
+        with_ptr(c, part, |send, stream| {
+            with_ptr(c, &out, |recv, _| self.call(|comm| unsafe { comm.all_gather(send, recv, part.numel(), part.dtype, stream) }))
+        })?;
         Ok(out)
     }
-    /// Aborts every communicator of the group, once, from a thread of its own: each member is
-    /// first marked (under its call lock, so no collective is being enqueued on it and none is
-    /// after), then `ncclCommAbort`ed — its collectives waiting on the device for this rank
-    /// return, and NCCL frees it once the ranks' graphs are gone (which the abort waits for:
-    /// hence the thread). Ranks in other processes are not reached: their rank 0 ends them.
+    /// Aborts every communicator of the group, once, from a thread of its own ([`abort_all`]):
+    /// the collectives waiting on the device for this rank return, and NCCL frees each
+    /// communicator once the ranks' graphs holding its collectives are gone (which the abort
+    /// waits for: hence the thread). Ranks in other processes are not reached: their rank 0
+    /// ends them.
     fn fail(&self, why: &str) {
         if self.group.failed.swap(true, Ordering::SeqCst) {
             return;
         }
         let _ = self.group.why.set(format!("rank {} failed: {why}", self.rank));
         super::trace(|| format!("NCCL rank {}: failed, aborting the group: {why}", self.rank));
-        let members: Vec<(Arc<NcclComm>, Calls)> = self.group.members.iter().filter_map(|(c, calls)| Some((c.upgrade()?, calls.clone()))).collect();
-        let abort = move || {
-            for (_, calls) in &members {
-                // A poisoned lock still marks: the flag is what matters.
-                *calls.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = true;
-            }
-            for (comm, _) in &members {
-                comm.abort();
-            }
-        };
-        if std::thread::Builder::new().name("nccl-abort".into()).spawn(abort).is_err() {
+        let members = self.group.members.iter().filter_map(|(c, gate)| Some((c.upgrade()?, gate.clone()))).collect();
+        if std::thread::Builder::new().name("nccl-abort".into()).spawn(move || abort_all(members)).is_err() {
             super::trace(|| "no thread for the NCCL abort".into());
         }
     }

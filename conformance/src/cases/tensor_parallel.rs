@@ -18,12 +18,16 @@
 //! replayed graphs (a refused or missing recording fails, naming why); host-staged ranks run
 //! eagerly (their copies cannot be captured).
 
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
 use engine::runner::{ModelRunner, SampleSpec, SeqStep, StepPlan};
 use engine::sampling::SamplingParams;
 use optimized::model::{gpu_unsupported, GpuModel};
-use optimized::parallel::{load_rank, local_spec, TpComms, TpRunner};
+use optimized::parallel::{load_rank, local_spec, DeviceComm, TpComms, TpRunner};
 use optimized::runner::GpuRunner;
 use optimized::{Backend, Client};
+use reference::arch::spec::ModelSpec;
 use reference::loader::SafetensorsDir;
 use reference::parallel::{MoeSplit, ShardPlan};
 
@@ -58,6 +62,64 @@ const MARGIN: f32 = 1e-4;
 pub enum Comm {
     Host,
     Nccl,
+}
+
+impl Comm {
+    fn comms(self) -> TpComms {
+        match self {
+            Comm::Host => TpComms::Host,
+            Comm::Nccl => TpComms::Nccl,
+        }
+    }
+    /// Its name in a case's name.
+    fn name(self) -> &'static str {
+        match self {
+            Comm::Host => "host",
+            Comm::Nccl => "nccl",
+        }
+    }
+}
+
+/// Rank `r`'s model of `spec` as `plan` cuts it, loaded from `dir` over `comm`: on GPU r
+/// (`nccl`) or on `base`'s device.
+fn rank_model(
+    base: &Client,
+    nccl: bool,
+    dir: &Path,
+    spec: &ModelSpec,
+    plan: &ShardPlan,
+    r: usize,
+    comm: Arc<dyn DeviceComm>,
+) -> Result<GpuModel, optimized::Error> {
+    let c = if nccl { optimized::client_on(Backend::Cuda, r)? } else { base.clone() };
+    let mut src = SafetensorsDir::open(dir)?;
+    load_rank(c, &mut src, spec, plan, r, comm, optimized::Dtype::F32, base.kernels())
+}
+
+/// The failure cases' group: the `llama3` fixture (plain RoPE) cut for two ranks, and one
+/// runner of the whole model (for the pools' layout).
+struct Pair {
+    dir: PathBuf,
+    spec: ModelSpec,
+    plan: ShardPlan,
+    one: GpuRunner,
+}
+
+/// [`Pair`] on `client`, or the case's outcome when it cannot be built (a skip where the
+/// runtime cannot run the model, a failure otherwise).
+fn llama3_pair(client: &Client) -> Result<Pair, Outcome> {
+    let fail = |e: String| Outcome::Fail(e);
+    let dir = fixture("llama3");
+    let mut spec = reference::arch::load(&dir).map_err(|e| fail(e.to_string()))?.spec;
+    Tweak::PlainRope.apply(&mut spec);
+    if let Some(why) = gpu_unsupported(&spec) {
+        return Err(Outcome::Skip(why));
+    }
+    let plan = ShardPlan::with_moe(&spec, 2, None).map_err(|e| fail(e.to_string()))?;
+    let mut src = SafetensorsDir::open(&dir).map_err(|e| fail(e.to_string()))?;
+    let whole = GpuModel::load(client.clone(), Backend::of(client), &mut src, &spec, optimized::Dtype::F32).map_err(|e| fail(e.to_string()))?;
+    let one = GpuRunner::new(whole, BS, BLOCKS).map_err(|e| fail(e.to_string()))?;
+    Ok(Pair { dir, spec, plan, one })
 }
 
 /// The sharded runner vs one runner and the reference.
@@ -109,25 +171,17 @@ impl TpCase {
         let mut src = SafetensorsDir::open(&dir).map_err(|e| e.to_string())?;
         let whole = GpuModel::load(client.clone(), backend, &mut src, &spec, optimized::Dtype::F32).map_err(err)?;
         let mut one = GpuRunner::new(whole, BS, BLOCKS).map_err(err)?;
-        let comms = match self.comm {
-            Comm::Host => TpComms::Host,
-            Comm::Nccl => TpComms::Nccl,
-        };
         let (base, nccl, spec2) = (client.clone(), self.comm == Comm::Nccl, spec.clone());
-        let nccl_ranks = nccl;
         let build = move |r: usize, comm| {
-            let c = if nccl { optimized::client_on(Backend::Cuda, r)? } else { base.clone() };
-            let mut src = SafetensorsDir::open(&dir)?;
-            let k = *base.kernels();
-            let m = load_rank(c, &mut src, &spec2, &plan, r, comm, optimized::Dtype::F32, &k)?;
+            let m = rank_model(&base, nccl, &dir, &spec2, &plan, r, comm)?;
             holds_its_experts(&m, &plan, r)?;
             GpuRunner::new(m, BS, BLOCKS)
         };
-        let mut tp = TpRunner::spawn(comms.make(self.world).map_err(err)?, one.info().clone(), one.kv_layout(), build).map_err(err)?;
+        let mut tp = TpRunner::spawn(self.comm.comms().make(self.world).map_err(err)?, one.info().clone(), one.kv_layout(), build).map_err(err)?;
 
         let tokens = ragged_prompts(&ids);
         if self.decode {
-            return decode_walk(&mut tp, &mut one, tokens, backend == Backend::Cuda && nccl_ranks);
+            return decode_walk(&mut tp, &mut one, tokens, backend == Backend::Cuda && self.comm == Comm::Nccl);
         }
         let rows = tokens.iter().map(Vec::len).sum::<usize>();
         let tol_ref = super::model_tolerance(client, Op::Tp, Dtype::F32, false, rows, spec.n_layers());
@@ -157,10 +211,7 @@ impl Case for TpCase {
         Op::Tp
     }
     fn name(&self) -> String {
-        let comm = match self.comm {
-            Comm::Host => "host",
-            Comm::Nccl => "nccl",
-        };
+        let comm = self.comm.name();
         let decode = if self.decode { ",decode" } else { "" };
         let moe = match self.moe {
             None => "",
@@ -283,7 +334,7 @@ struct Stuck {
 
 const STUCK_S: u64 = 5;
 
-impl optimized::parallel::DeviceComm for Stuck {
+impl DeviceComm for Stuck {
     fn rank(&self) -> usize {
         self.rank
     }
@@ -310,27 +361,17 @@ pub struct BuildFailureCase;
 
 impl BuildFailureCase {
     fn body(&self, client: &Client) -> Result<Outcome, String> {
-        let err = |e: optimized::Error| e.to_string();
-        let backend = Backend::of(client);
-        let dir = fixture("llama3");
-        let mut spec = reference::arch::load(&dir).map_err(|e| e.to_string())?.spec;
-        Tweak::PlainRope.apply(&mut spec);
-        if let Some(why) = gpu_unsupported(&spec) {
-            return Ok(Outcome::Skip(why));
-        }
-        let plan = ShardPlan::with_moe(&spec, 2, None).map_err(|e| e.to_string())?;
-        let mut src = SafetensorsDir::open(&dir).map_err(|e| e.to_string())?;
-        let one =
-            GpuRunner::new(GpuModel::load(client.clone(), backend, &mut src, &spec, optimized::Dtype::F32).map_err(err)?, BS, BLOCKS).map_err(err)?;
-        let comms: Vec<std::sync::Arc<dyn optimized::parallel::DeviceComm>> = (0..2).map(|rank| std::sync::Arc::new(Stuck { rank }) as _).collect();
-        let (base, spec2) = (client.clone(), spec.clone());
+        let Pair { dir, spec, plan, one } = match llama3_pair(client) {
+            Ok(p) => p,
+            Err(outcome) => return Ok(outcome),
+        };
+        let comms: Vec<Arc<dyn DeviceComm>> = (0..2).map(|rank| Arc::new(Stuck { rank }) as _).collect();
+        let base = client.clone();
         let build = move |r: usize, comm| {
             if r == 1 {
                 return Err(optimized::Error::Unsupported("rank 1 fails to build (on purpose)".into()));
             }
-            let mut src = SafetensorsDir::open(&dir)?;
-            let k = *base.kernels();
-            GpuRunner::new(load_rank(base.clone(), &mut src, &spec2, &plan, r, comm, optimized::Dtype::F32, &k)?, BS, BLOCKS)
+            GpuRunner::new(rank_model(&base, false, &dir, &spec, &plan, r, comm)?, BS, BLOCKS)
         };
         let t = std::time::Instant::now();
         let started = TpRunner::spawn(comms, one.info().clone(), one.kv_layout(), build);
@@ -359,7 +400,7 @@ impl Case for BuildFailureCase {
 /// Rank 1's collectives fail once armed (a rank whose step errors half-way); everything else
 /// goes to `inner`.
 struct FailsMidStep {
-    inner: std::sync::Arc<dyn optimized::parallel::DeviceComm>,
+    inner: Arc<dyn DeviceComm>,
     armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
@@ -372,7 +413,7 @@ impl FailsMidStep {
     }
 }
 
-impl optimized::parallel::DeviceComm for FailsMidStep {
+impl DeviceComm for FailsMidStep {
     fn rank(&self) -> usize {
         self.inner.rank()
     }
@@ -421,33 +462,16 @@ impl MidStepFailureCase {
                 return Ok(Outcome::Skip(why));
             }
         }
-        let dir = fixture("llama3");
         let ids = ids("llama3")?;
-        let mut spec = reference::arch::load(&dir).map_err(|e| e.to_string())?.spec;
-        Tweak::PlainRope.apply(&mut spec);
-        if let Some(why) = gpu_unsupported(&spec) {
-            return Ok(Outcome::Skip(why));
-        }
-        let plan = ShardPlan::with_moe(&spec, 2, None).map_err(|e| e.to_string())?;
-        let mut src = SafetensorsDir::open(&dir).map_err(|e| e.to_string())?;
-        let one =
-            GpuRunner::new(GpuModel::load(client.clone(), backend, &mut src, &spec, optimized::Dtype::F32).map_err(err)?, BS, BLOCKS).map_err(err)?;
-        let armed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let inner = match self.comm {
-            Comm::Host => TpComms::Host,
-            Comm::Nccl => TpComms::Nccl,
-        }
-        .make(2)
-        .map_err(err)?;
-        let comms: Vec<std::sync::Arc<dyn optimized::parallel::DeviceComm>> =
-            inner.into_iter().map(|inner| std::sync::Arc::new(FailsMidStep { inner, armed: armed.clone() }) as _).collect();
-        let (base, spec2) = (client.clone(), spec.clone());
-        let build = move |r: usize, comm| {
-            let c = if nccl { optimized::client_on(Backend::Cuda, r)? } else { base.clone() };
-            let mut src = SafetensorsDir::open(&dir)?;
-            let k = *base.kernels();
-            GpuRunner::new(load_rank(c, &mut src, &spec2, &plan, r, comm, optimized::Dtype::F32, &k)?, BS, BLOCKS)
+        let Pair { dir, spec, plan, one } = match llama3_pair(client) {
+            Ok(p) => p,
+            Err(outcome) => return Ok(outcome),
         };
+        let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let inner = self.comm.comms().make(2).map_err(err)?;
+        let comms: Vec<Arc<dyn DeviceComm>> = inner.into_iter().map(|inner| Arc::new(FailsMidStep { inner, armed: armed.clone() }) as _).collect();
+        let base = client.clone();
+        let build = move |r: usize, comm| GpuRunner::new(rank_model(&base, nccl, &dir, &spec, &plan, r, comm)?, BS, BLOCKS);
         let mut tp = TpRunner::spawn(comms, one.info().clone(), one.kv_layout(), build).map_err(err)?;
         armed.store(true, std::sync::atomic::Ordering::SeqCst);
         let tokens = ragged_prompts(&ids);
@@ -479,11 +503,7 @@ impl Case for MidStepFailureCase {
         Op::Tp
     }
     fn name(&self) -> String {
-        let comm = match self.comm {
-            Comm::Host => "host",
-            Comm::Nccl => "nccl",
-        };
-        format!("tp(llama3,hf,tp=2,comm={comm},rank 1 fails mid-step)")
+        format!("tp(llama3,hf,tp=2,comm={},rank 1 fails mid-step)", self.comm.name())
     }
     fn run(&self, client: &Client) -> Outcome {
         self.body(client).unwrap_or_else(Outcome::Fail)

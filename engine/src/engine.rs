@@ -366,10 +366,9 @@ impl<R: ModelRunner> Engine<R> {
         // The next step continues this one unless speculation may verify, a waiting request
         // may be admitted (a sequence slot is free), or a sequence ends by length here (EOS,
         // stop strings and preemptions cannot be foreseen: the runner checks the step it is
-        // asked for), or a sequence is constrained (its next draw needs the mask of the token
-        // drawn here, which the runner cannot know ahead).
+        // asked for). A constrained sequence continues too: its next draw needs the mask of the
+        // token drawn here, so a runner starts only that step's forward pass ahead.
         let continues = self.spec.is_none()
-            && schedule.items.iter().all(|it| self.seqs.get(&it.id).is_some_and(|s| s.constraint.is_none()))
             && (self.waiting.is_empty() || self.running.len() >= self.cfg.max_num_seqs)
             && schedule.items.iter().all(|it| it.decode && it.k == 0 && self.seqs.get(&it.id).is_some_and(|s| s.output_len() + 1 < s.max_output));
         if continues {

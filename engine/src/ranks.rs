@@ -267,6 +267,9 @@ impl<R: ModelRunner> ModelRunner for LeadRunner<R> {
     fn steps_ahead(&self) -> Option<String> {
         self.inner.steps_ahead()
     }
+    fn masked_steps(&self) -> Option<crate::runner::MaskedSteps> {
+        self.inner.masked_steps()
+    }
     fn prepare_decode(&mut self, rows: usize, max_len: usize, sampled: bool) -> Result<usize> {
         self.check()?;
         self.lead_prepare(rows, max_len, sampled).map_err(|e| self.stop(e))

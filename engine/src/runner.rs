@@ -112,6 +112,15 @@ pub struct SeqResult {
     pub logits: Vec<Option<Vec<f32>>>,
 }
 
+/// Constrained steps (a token mask on some row) that a runner ran through recorded graphs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MaskedSteps {
+    /// Steps whose forward pass replayed a recording before the masked draw.
+    pub replayed: u64,
+    /// Of those, steps whose forward pass the call before had launched ahead.
+    pub ahead: u64,
+}
+
 /// A model that runs [`StepPlan`]s: the CPU reference, a GPU.
 pub trait ModelRunner {
     fn info(&self) -> &ModelInfo;
@@ -127,6 +136,10 @@ pub trait ModelRunner {
     /// Steps started ahead of their call ([`StepPlan::continues`]) so far, where the runner
     /// does that: how many the next call was, and how many it was not.
     fn steps_ahead(&self) -> Option<String> {
+        None
+    }
+    /// Constrained steps run through recorded graphs so far, where the runner records them.
+    fn masked_steps(&self) -> Option<MaskedSteps> {
         None
     }
     /// Prepares, before any request, what decode steps of up to `rows` sequences, each at most
@@ -204,6 +217,9 @@ impl<T: ModelRunner + ?Sized> ModelRunner for Box<T> {
     }
     fn steps_ahead(&self) -> Option<String> {
         (**self).steps_ahead()
+    }
+    fn masked_steps(&self) -> Option<MaskedSteps> {
+        (**self).masked_steps()
     }
     fn prepare_decode(&mut self, rows: usize, max_len: usize, sampled: bool) -> Result<usize> {
         (**self).prepare_decode(rows, max_len, sampled)

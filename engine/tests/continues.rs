@@ -2,7 +2,7 @@
 //! its call): a step marked `continues` is followed by exactly its continuation — the same
 //! sequences in the same order, each running the token it drew at the next position with its
 //! draw counter one on — wherever nothing unforeseeable happens (no EOS, no preemption); steps
-//! that admit, finish by length or speculate are not marked.
+//! that admit, finish by length or speculate are not marked; constrained steps are.
 
 mod common;
 
@@ -95,4 +95,27 @@ fn a_step_marked_continues_is_followed_by_its_continuation() {
 fn speculating_engines_mark_no_step() {
     let log = run(EngineConfig { speculation: fixed(SpecConfig::ngram(3)), ..EngineConfig::default() }, &[(12, 10), (9, 8)]);
     assert!(!log.is_empty() && log.iter().all(|s| !s.1), "a speculating engine cannot foresee its next step");
+}
+
+#[test]
+fn constrained_steps_are_marked_too() {
+    // A runner starts only the forward pass of a constrained step ahead (its draw waits for the
+    // mask of the token drawn before), so constrained sequences continue like the others.
+    use engine::constraint::Grammar;
+    let rec = Recorder { inner: runner(model("tiny-gqa", 3), 256), log: Vec::new() };
+    let mut e = Engine::new(rec, EngineConfig::default(), Some(std::sync::Arc::new(engine::detok::TinyAscii))).expect("engine");
+    let reqs = [
+        req(prompt(5, 1), 12, SamplingParams::default()).with_grammar(Grammar::Regex("[a-f]{40}".into())),
+        req(prompt(7, 2), 12, SamplingParams { temperature: 0.8, seed: 4, ..SamplingParams::default() }),
+        req(prompt(4, 3), 12, SamplingParams { temperature: 0.8, seed: 5, ..SamplingParams::default() }).with_grammar(Grammar::Regex("[0-9]{40}".into())),
+    ];
+    run_all(&mut e, &reqs);
+    let log = std::mem::take(&mut e.runner_mut().log);
+    let marked = log.iter().filter(|s| s.1).count();
+    assert!(marked * 2 > log.len(), "only {marked} of {} steps marked", log.len());
+    for (i, w) in log.windows(2).enumerate() {
+        if w[0].1 {
+            assert!(continues(&w[0].0, &w[1].0), "step {i} was marked but step {} is not its continuation", i + 1);
+        }
+    }
 }

@@ -260,6 +260,9 @@ impl ModelRunner for GpuRunner {
     fn recordings(&self) -> Option<(u64, u64)> {
         Some(self.graphs.recordings())
     }
+    fn masked_steps(&self) -> Option<engine::runner::MaskedSteps> {
+        Some(self.graphs.masked_steps())
+    }
     fn status(&self) -> Option<String> {
         let graphs = match self.graphs.refused() {
             Some(why) => format!("decode graphs refused by the backend ({why}): eager launches"),

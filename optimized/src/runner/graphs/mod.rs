@@ -19,7 +19,8 @@
 //! (key `masked`; eagerly, a constrained GPT-OSS-20B step of one row took 3.65 ms where a
 //! graphed one took 1.98), whose logits `[bucket, V]` stay where the replay writes them; the
 //! draw then runs eagerly (`batch::draw_ids`: the masks — computed on the host while the
-//! replay runs —, penalties, argmax or the seeded draw). The logits buffer is an arena slot
+//! replay runs —, penalties, argmax or the seeded draw); the step after it goes ahead as below,
+//! from the drawn ids the host writes (its masks are computed while it runs). The logits buffer is an arena slot
 //! that the recordings of a size share (see Memory), so a masked recording holds no more than
 //! a plain one, at every bucket.
 //!
@@ -113,7 +114,8 @@ struct Recorded {
     /// A `masked` recording's logits `[bucket, V]`, which its replays overwrite: an arena slot
     /// held without its lease (`DeviceTensor::unleased`), so every recording of the same size
     /// shares it — sound because a masked step's draw reads them right after the replay, on the
-    /// same stream, before any other replay writes the slot.
+    /// same stream, before any other replay writes the slot (a step launched ahead replays
+    /// after that draw; a call that is not that step replays its own before its draw).
     logits: Option<DeviceTensor>,
 }
 
@@ -139,8 +141,9 @@ pub(crate) struct Graphs {
     spare: HashMap<Key, StepBufs>,
     /// Steps run through a graph with a sequence of more than one row (verifications).
     multi_row: u64,
-    /// Constrained steps run through a `masked` recording.
+    /// Constrained steps run through a `masked` recording, and those launched ahead.
     masked_steps: u64,
+    masked_ahead: u64,
     /// The step replayed ahead of its call, with the inputs it ran.
     ahead: Option<Inputs>,
     /// Steps ahead that the next call was (`hits`) and was not (`misses`).
@@ -182,6 +185,7 @@ impl Graphs {
             spare: HashMap::new(),
             multi_row: 0,
             masked_steps: 0,
+            masked_ahead: 0,
             ahead: None,
             ahead_hits: 0,
             ahead_misses: 0,
@@ -209,6 +213,9 @@ impl Graphs {
     pub(crate) fn forget_ahead(&mut self) {
         self.ahead = None;
     }
+    pub(crate) fn masked_steps(&self) -> engine::runner::MaskedSteps {
+        engine::runner::MaskedSteps { replayed: self.masked_steps, ahead: self.masked_ahead }
+    }
     /// Steps ahead that the next call was, and that it was not.
     pub(crate) fn ahead_counts(&self) -> (u64, u64) {
         (self.ahead_hits, self.ahead_misses)
@@ -220,7 +227,7 @@ impl Graphs {
         let us = |ns: u64, n: u64| ns as f64 / n.max(1) as f64 / 1e3;
         (t.steps > 0 || self.masked_steps > 0).then(|| {
             format!(
-                "steps ahead: {h} were the next call, {m} were not ({:.1}% hit); a graphed step's host time: {:.1} µs waiting for the device's ids, {:.1} µs in the runner besides (its own launch {:.1}, queueing the read-back {:.1}, the step ahead {:.1}), {:.1} µs outside it (engine, caller); {} recordings made by steps ({:.1} ms of the steps' time), {} prepared before them; {} constrained steps replayed",
+                "steps ahead: {h} were the next call, {m} were not ({:.1}% hit); a graphed step's host time: {:.1} µs waiting for the device's ids, {:.1} µs in the runner besides (its own launch {:.1}, queueing the read-back {:.1}, the step ahead {:.1}), {:.1} µs outside it (engine, caller); {} recordings made by steps ({:.1} ms of the steps' time), {} prepared before them; {} constrained steps replayed ({} launched ahead)",
                 100.0 * h as f64 / (h + m).max(1) as f64,
                 us(t.wait, t.steps),
                 us(t.inside, t.steps),
@@ -231,7 +238,8 @@ impl Graphs {
                 self.recorded_in_steps,
                 self.recording_in_steps_ns as f64 / 1e6,
                 self.recorded_prepared,
-                self.masked_steps
+                self.masked_steps,
+                self.masked_ahead
             )
         })
     }
@@ -432,16 +440,16 @@ pub(crate) fn try_step<R: GraphStep>(r: &mut R, plan: &StepPlan) -> Result<Optio
         return Ok(None);
     }
     let Some(x) = inputs(r.layout(), r.scratch_block(), r.max_rows(), plan) else { return Ok(None) };
-    if x.key.masked {
-        return masked_step(r, plan, &x);
-    }
-    let c = r.client().clone();
     let launched = ahead.map(|a| a.same(&x));
     match launched {
         Some(true) => r.graphs().ahead_hits += 1,
         Some(false) => r.graphs().ahead_misses += 1,
         None => {}
     }
+    if x.key.masked {
+        return masked_step(r, plan, &x, launched);
+    }
+    let c = r.client().clone();
     crate::parallel::trace(|| format!("graph step {:?}: ahead {launched:?}, recorded {}", x.key, r.graphs().map.contains_key(&x.key)));
     let out = match r.graphs().map.get_mut(&x.key) {
         Some(g) if launched == Some(true) => g.bufs.ids.clone(),
@@ -536,15 +544,19 @@ fn per_seq(plan: &StepPlan, ids: &[u32]) -> Result<Vec<SeqResult>, Error> {
 }
 
 /// A constrained step of `x` (a `masked` key): the forward pass replayed (recorded first if
-/// new), then the masked draw eagerly from its logits. No step ahead: the next step's masks
-/// are not known until this step's tokens are.
-fn masked_step<R: GraphStep>(r: &mut R, plan: &StepPlan, x: &Inputs) -> Result<Option<Vec<SeqResult>>, Error> {
+/// new; nothing to launch where the previous call launched it ahead), then the masked draw
+/// eagerly from its logits. The step after it is launched ahead once its ids are back on the
+/// host, as `x`'s are: its forward pass needs no mask (the masks of its draw are computed while
+/// it runs), so the engine's turn-around overlaps the device's work here too.
+fn masked_step<R: GraphStep>(r: &mut R, plan: &StepPlan, x: &Inputs, launched: Option<bool>) -> Result<Option<Vec<SeqResult>>, Error> {
     let c = r.client().clone();
     let logits = match r.graphs().map.get_mut(&x.key) {
         Some(g) => {
-            x.write(&c, &mut g.bufs, true)?;
-            // SAFETY: as in `try_step`; the kept logits are the recording's own buffer.
-            unsafe { g.graph.replay() }?;
+            if launched != Some(true) {
+                x.write(&c, &mut g.bufs, true)?;
+                // SAFETY: as in `try_step`; the kept logits are the recording's own buffer.
+                unsafe { g.graph.replay() }?;
+            }
             g.logits.clone().ok_or_else(|| Error::Shape("a masked recording without its logits".into()))?
         }
         None => match record_in_step(r, x)? {
@@ -555,7 +567,27 @@ fn masked_step<R: GraphStep>(r: &mut R, plan: &StepPlan, x: &Inputs) -> Result<O
     let specs: Vec<&engine::runner::SampleSpec> = plan.seqs.iter().flat_map(|s| &s.samples).collect();
     let ids = batch::draw_ids(&c, &specs, &logits.view_rows(x.rows)?)?;
     r.graphs().masked_steps += 1;
+    r.graphs().masked_ahead += u64::from(launched == Some(true));
+    if plan.continues && c.kernels().ahead {
+        r.graphs().ahead = launch_masked_ahead(r, x, &ids)?;
+    }
     per_seq(plan, &ids).map(Some)
+}
+
+/// Replays the forward pass of the step after the constrained step `x`, whose drawn `ids` the
+/// host holds (written with the step's other inputs); `None` where it cannot be foreseen or
+/// has no recording yet. The replay overwrites the logits slot `x`'s draw has already read.
+fn launch_masked_ahead<R: GraphStep>(r: &mut R, x: &Inputs, ids: &[u32]) -> Result<Option<Inputs>, Error> {
+    let Some((mut n, _)) = x.next(r.layout(), r.max_positions()) else { return Ok(None) };
+    let drawn = ids.get(..x.rows).ok_or_else(|| Error::Shape(format!("masked step: {} ids for {} rows", ids.len(), x.rows)))?;
+    n.ids[..x.rows].copy_from_slice(drawn);
+    let c = r.client().clone();
+    let Some(g) = r.graphs().map.get_mut(&n.key) else { return Ok(None) };
+    n.write(&c, &mut g.bufs, true)?;
+    // SAFETY: as in `try_step`.
+    unsafe { g.graph.replay() }?;
+    submit_ahead(&c)?;
+    Ok(Some(n))
 }
 
 /// Replays the step after `x` (its ids: those `x` draws, on the device) and submits it;

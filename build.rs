@@ -13,4 +13,8 @@ fn main() {
     }
     println!("cargo:rerun-if-changed=.git/HEAD");
     println!("cargo:rerun-if-changed=.git/index");
+    // An edit makes the tree dirty without touching the index: the sources count too.
+    for dir in ["src", "reference/src", "optimized/src", "engine/src", "server/src", "conformance/src", "vendor"] {
+        println!("cargo:rerun-if-changed={dir}");
+    }
 }

@@ -36,6 +36,7 @@ use serde_json::Value;
 use crate::detok::Detokenizer;
 use crate::runner::ModelInfo;
 
+mod ahead;
 mod next;
 use next::Computed;
 pub use next::{Allowed, NextMask};
@@ -156,6 +157,7 @@ impl ConstraintFactory {
             pool: self.pool.clone(),
             seen: MaskTime::default(),
             counted: false,
+            ahead: Vec::new(),
         })
     }
 }
@@ -191,6 +193,9 @@ pub struct Constraint {
     /// Masks settled so far ([`Constraint::settle`]), and whether `next` is counted there.
     seen: MaskTime,
     counted: bool,
+    /// A verification's proposals the grammar accepts, each with the mask of the draw after it
+    /// ([`Constraint::speculate`]).
+    ahead: Vec<(u32, Arc<NextMask>)>,
 }
 
 impl Constraint {
@@ -255,6 +260,8 @@ impl Constraint {
     /// grammar, or a mask with no token left is a dead end ([`Self::dead_end`] says why; a
     /// mask with no token is found by the next [`Self::settle`]).
     pub fn advance(&mut self, tok: u32) {
+        // The masks computed for proposals must be done with the matcher before it moves on.
+        let ahead = self.join_ahead();
         if self.settle() {
             return;
         }
@@ -276,6 +283,13 @@ impl Constraint {
                 return;
             }
         }
+        // The token a verification proposed and kept: its mask was computed during the step.
+        if let Some(((_, m), rest)) = ahead.split_first().filter(|((t, _), _)| *t == tok) {
+            self.next = m.clone();
+            self.ahead = rest.to_vec();
+            self.counted = false;
+            return;
+        }
         let next = Arc::new(NextMask::pending(self.vocab.div_ceil(32)));
         let (matcher, out, vocab) = (self.matcher.clone(), next.clone(), self.vocab);
         self.pool.spawn(move || {
@@ -292,6 +306,7 @@ impl Constraint {
     /// How many of `tokens` (proposals) the grammar accepts in order from its current state,
     /// without taking them.
     pub fn valid_prefix(&mut self, tokens: &[u32]) -> usize {
+        self.join_ahead();
         if self.settle() {
             return 0;
         }

@@ -160,9 +160,9 @@ impl Sequence {
                 counter: out + j as u64,
                 counts: counts.get(j).map_or(&self.counts[..], Vec::as_slice),
                 want_logits: self.req.logprobs.is_some() || j < self.spec.q.len(),
-                // Constrained sequences do not speculate (`Engine::propose`); were one to, its
-                // first draw still keeps to the grammar.
-                allowed: self.constraint.as_ref().filter(|_| j == 0).map(Constraint::allowed),
+                // Draw j's mask: the grammar after the proposals before it (`Engine::propose`
+                // kept only proposals it accepts).
+                allowed: self.constraint.as_ref().and_then(|c| c.allowed_at(j)),
             })
             .collect();
         SeqStep { tokens: &self.spec.verify, pos0: self.computed, blocks, samples }

@@ -200,3 +200,81 @@ fn masks_are_counted_with_their_compute_and_wait_times() {
     assert!(st.masks >= 6 && st.masks <= 7, "one mask a draw: {st:?}");
     assert!(st.mask_compute_ns > 0, "{st:?}");
 }
+
+/// An engine of `engine`'s model that speculates: n-gram proposals (`draft` false) or the
+/// same shape with other weights as its draft (`draft` true: the rejection rule against the
+/// masked target; the draft's proposals are often rejected, so the residual draws are tested).
+fn spec_engine(draft: bool) -> Engine<engine::cpu_runner::RefRunner> {
+    use engine::SpecConfig;
+    let target = common::runner(common::model("tiny-mha", 3), 256);
+    let det: Option<Arc<dyn Detokenizer>> = Some(Arc::new(TinyAscii));
+    if draft {
+        let cfg = EngineConfig { max_num_seqs: 8, speculation: common::fixed(SpecConfig::draft(3)), ..EngineConfig::default() };
+        return Engine::with_draft(target, Box::new(common::runner(common::model("tiny-mha", 5), 256)), cfg, det).expect("engine");
+    }
+    let cfg = EngineConfig { max_num_seqs: 8, speculation: common::fixed(SpecConfig::ngram(4)), ..EngineConfig::default() };
+    Engine::new(target, cfg, det).expect("engine")
+}
+
+#[test]
+fn speculation_checks_proposals_against_the_grammar() {
+    // A grammar that repeats (proposals from the n-gram table are often right) and schemas
+    // (proposals often refused): n-gram verification draws with the masks the grammar gives
+    // after the proposals before each draw, so the tokens equal the plain engine's, greedy and
+    // sampled; and proposals were kept.
+    let reqs = |salt: u32| -> Vec<Request> {
+        let mut v = vec![Request::new(common::prompt(6, salt)).with_max_tokens(60).with_grammar(Grammar::Regex("(abc|abd){15}".into()))];
+        for (k, schema) in schemas().into_iter().enumerate() {
+            let params = if k % 2 == 0 {
+                SamplingParams::default()
+            } else {
+                SamplingParams { temperature: 0.9, top_k: 20, seed: k as u64, ..SamplingParams::default() }
+            };
+            v.push(
+                Request::new(common::prompt(5 + k, salt + k as u32))
+                    .with_max_tokens(80)
+                    .with_params(params)
+                    .with_grammar(Grammar::JsonSchema(schema)),
+            );
+        }
+        v
+    };
+    let mut plain = engine(8, 256);
+    let mut spec = spec_engine(false);
+    for salt in [1, 7] {
+        let want = run(&mut plain, reqs(salt));
+        let got = run(&mut spec, reqs(salt));
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g.1, w.1, "salt {salt}, request {i}: speculating {:?} != plain {:?}", g.0, w.0);
+        }
+        for ((text, _, fin), schema) in got.iter().skip(1).zip(schemas()) {
+            check(text, &schema, *fin);
+        }
+    }
+    let st = spec.stats();
+    assert!(st.spec_accepted > 0 && st.spec_proposed > st.spec_accepted, "proposals kept and refused: {st:?}");
+}
+
+#[test]
+fn a_draft_models_proposals_keep_to_the_grammar() {
+    // The rejection rule weighs each proposal against the masked target: every output still
+    // validates (a residual drawn from the unmasked target would leave the grammar), and the
+    // draft has proposals accepted.
+    let mut e = spec_engine(true);
+    for (k, schema) in schemas().into_iter().enumerate() {
+        let reqs: Vec<Request> = (0..3)
+            .map(|s| {
+                let params = SamplingParams { temperature: 0.8, seed: 10 * k as u64 + s, ..SamplingParams::default() };
+                Request::new(common::prompt(6, 40 + s as u32))
+                    .with_max_tokens(80)
+                    .with_params(params)
+                    .with_grammar(Grammar::JsonSchema(schema.clone()))
+            })
+            .collect();
+        for (text, _, fin) in run(&mut e, reqs) {
+            check(&text, &schema, fin);
+        }
+    }
+    let st = e.stats();
+    assert!(st.spec_accepted > 0, "the draft's proposals: {st:?}");
+}

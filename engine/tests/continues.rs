@@ -107,7 +107,8 @@ fn constrained_steps_are_marked_too() {
     let reqs = [
         req(prompt(5, 1), 12, SamplingParams::default()).with_grammar(Grammar::Regex("[a-f]{40}".into())),
         req(prompt(7, 2), 12, SamplingParams { temperature: 0.8, seed: 4, ..SamplingParams::default() }),
-        req(prompt(4, 3), 12, SamplingParams { temperature: 0.8, seed: 5, ..SamplingParams::default() }).with_grammar(Grammar::Regex("[0-9]{40}".into())),
+        req(prompt(4, 3), 12, SamplingParams { temperature: 0.8, seed: 5, ..SamplingParams::default() })
+            .with_grammar(Grammar::Regex("[0-9]{40}".into())),
     ];
     run_all(&mut e, &reqs);
     let log = std::mem::take(&mut e.runner_mut().log);

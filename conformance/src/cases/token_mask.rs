@@ -225,8 +225,11 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     // of 9–15 rows, then fewer as requests end, so masked recordings of several buckets and
     // plain ones take turns on the arena slot the masked logits share.
     for copies in [1, 3] {
-        v.push(Box::new(MaskedEngineCase { weights: "tiny-gqa", copies }));
+        v.push(Box::new(MaskedEngineCase { weights: "tiny-gqa", copies, ngram: false }));
     }
+    // n-gram speculation: verifications of k + 1 rows, each draw masked by the grammar after
+    // the proposals before it.
+    v.push(Box::new(MaskedEngineCase { weights: "tiny-gqa", copies: 1, ngram: true }));
     v
 }
 
@@ -239,6 +242,8 @@ pub struct MaskedEngineCase {
     pub weights: &'static str,
     /// The five requests' mix, this many times (each copy with prompts of its own).
     pub copies: usize,
+    /// The engine speculates with n-gram proposals (the grammar checks them).
+    pub ngram: bool,
 }
 
 impl MaskedEngineCase {
@@ -268,8 +273,9 @@ impl MaskedEngineCase {
         // Per request its tokens and text, and the runner's graph counters.
         type Run = (Vec<(Vec<u32>, String)>, Option<engine::runner::MaskedSteps>);
         let run = |runner: Box<dyn engine::runner::ModelRunner>| -> Result<Run, String> {
-            let mut e =
-                Engine::new(runner, EngineConfig::default(), Some(std::sync::Arc::new(engine::detok::TinyAscii))).map_err(|e| e.to_string())?;
+            let speculation = self.ngram.then(|| engine::SpecConfig { adaptive: false, ..engine::SpecConfig::ngram(4) });
+            let cfg = EngineConfig { speculation, ..EngineConfig::default() };
+            let mut e = Engine::new(runner, cfg, Some(std::sync::Arc::new(engine::detok::TinyAscii))).map_err(|e| e.to_string())?;
             for r in &reqs {
                 e.add_request(r.clone()).map_err(|e| e.to_string())?;
             }
@@ -279,13 +285,16 @@ impl MaskedEngineCase {
                 slot.0.extend(o.new_tokens);
                 slot.1.push_str(&o.new_text);
             }
+            if self.ngram && e.stats().spec_accepted == 0 {
+                return Err(format!("no proposal accepted: {:?}", e.stats()));
+            }
             Ok((out, e.runner().masked_steps()))
         };
         let (want, _) = run(Box::new(reference))?;
         let (got, graphs) = run(Box::new(gpu))?;
-        // On CUDA the constrained steps replay the forward pass's recording, most of them
-        // launched by the call before.
-        if client.name().contains("cuda") && graphs.is_none_or(|m| m.replayed == 0 || m.ahead == 0) {
+        // On CUDA the constrained steps replay the forward pass's recording, without
+        // speculation some of them launched by the call before.
+        if client.name().contains("cuda") && graphs.is_none_or(|m| m.replayed == 0 || (m.ahead == 0 && !self.ngram)) {
             return Ok(Outcome::Fail(format!("constrained steps on CUDA: {graphs:?} (want replays, some launched ahead)")));
         }
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
@@ -314,7 +323,8 @@ impl Case for MaskedEngineCase {
         Op::TokenMask
     }
     fn name(&self) -> String {
-        format!("token_mask_engine({},mixed,requests={},f32)", self.weights, 5 * self.copies)
+        let spec = if self.ngram { ",ngram" } else { "" };
+        format!("token_mask_engine({},mixed,requests={}{spec},f32)", self.weights, 5 * self.copies)
     }
     fn run(&self, client: &Client) -> Outcome {
         self.body(client).unwrap_or_else(Outcome::Fail)

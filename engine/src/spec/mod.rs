@@ -57,7 +57,7 @@ mod verify;
 
 pub(crate) use draft::Drafter;
 pub(crate) use step::release_draft;
-pub use verify::{verify, Verdict};
+pub use verify::{verify, Step, Verdict};
 
 use crate::kv_blocks::SeqId;
 use reference::{Error, Result};

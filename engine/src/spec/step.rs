@@ -8,7 +8,7 @@ use crate::sampling::seeded::TokenCount;
 use reference::{Error, Result};
 
 use super::cost::{EXPLORE_EVERY, MIN_GAIN};
-use super::{ngram, verify, SpecMethod};
+use super::{ngram, verify, SpecMethod, Step};
 use crate::engine::{push_tokens, register_prefix, Engine, SpecState};
 use crate::request::{RequestId, RequestOutput};
 use crate::scheduler::Item;
@@ -97,17 +97,6 @@ impl<R: ModelRunner> Engine<R> {
     /// each item's k and its block reservation to what was proposed, and build the tokens
     /// the target verifies. Returns the draft model's time.
     pub(crate) fn propose(&mut self, items: &mut [Item]) -> Result<Duration> {
-        // Constrained sequences do not speculate: each draw needs the grammar's mask after the
-        // tokens before it, known only once they are drawn. Their extra positions go back.
-        for it in items.iter_mut().filter(|it| it.k > 0) {
-            let s = self.seqs.get_mut(&it.id).ok_or_else(|| Error::Input(format!("unknown request {}", it.id)))?;
-            if s.constraint.is_some() {
-                let kv = s.kv.ok_or_else(|| Error::KvCache(format!("request {} holds no blocks", it.id)))?;
-                it.k = 0;
-                s.spec.proposal.clear();
-                self.blocks.truncate(kv, s.computed + it.n)?;
-            }
-        }
         let drafted = match self.spec.as_ref() {
             Some(sp) if sp.drafter.is_some() && items.iter().any(|it| it.k > 0) => self.draft_proposals(items)?,
             _ => Duration::ZERO,
@@ -116,6 +105,19 @@ impl<R: ModelRunner> Engine<R> {
             let s = self.seqs.get_mut(&it.id).ok_or_else(|| Error::Input(format!("unknown request {}", it.id)))?;
             let kv = s.kv.ok_or_else(|| Error::KvCache(format!("request {} holds no blocks", it.id)))?;
             s.spec.proposal.truncate(it.k);
+            // A constrained sequence's proposals end at the first its grammar refuses; the
+            // masks of the draws after the first are computed while the step runs.
+            if let Some(c) = s.constraint.as_mut() {
+                let n = c.speculate(&s.spec.proposal);
+                s.spec.proposal.truncate(n);
+                // None left: a plain step, so no verification rolls the draft back from the
+                // proposals it was fed.
+                if n == 0 {
+                    if let Some(dr) = self.spec.as_mut().and_then(|sp| sp.drafter.as_mut()) {
+                        dr.rollback(s)?;
+                    }
+                }
+            }
             it.k = s.spec.proposal.len();
             self.blocks.truncate(kv, s.computed + it.n + it.k)?;
             let last = *s.tokens.last().ok_or_else(|| Error::Input(format!("request {} has no tokens", it.id)))?;
@@ -143,7 +145,11 @@ impl<R: ModelRunner> Engine<R> {
         let eos = self.runner.info().eos_id;
         let s = self.seqs.get_mut(&id).ok_or_else(|| Error::Input(format!("unknown request {id}")))?;
         let kv = s.kv.ok_or_else(|| Error::KvCache(format!("request {id} holds no blocks")))?;
-        let v = verify(&s.spec.proposal, &r.tokens, &r.logits, &s.spec.q, &s.params, counts, s.output_len() as u64)?;
+        // The masks the draws were made with (a constrained sequence's): the rejection rule
+        // weighs the proposals against the masked target.
+        let masks: Vec<Option<&[u32]>> = (0..=k).map(|j| s.constraint.as_ref().and_then(|c| c.allowed_at(j)).map(|a| a.words())).collect();
+        let step = Step { draws: &r.tokens, rows: &r.logits, counts, masks: &masks };
+        let v = verify(&s.spec.proposal, &s.spec.q, &s.params, &step, s.output_len() as u64)?;
         let pushed = push_tokens(s, eos, &v.tokens, &r.logits)?;
         // KV holds the last token and the accepted proposals kept: everything but the newest.
         s.computed = s.tokens.len() - 1;

@@ -93,29 +93,18 @@ pub fn shared_exponent(amax: f32) -> i32 {
 /// the even nibble, saturating at 6; sign bit 8 when `x` is negative (−0 included).
 pub fn encode_e2m1(x: f64) -> u8 {
     let m = x.abs();
-    // Midpoints between neighbours; `<=` sends a tie to the even code, `<` to the next one up.
-    let code = if m <= 0.25 {
-        0 // 0.25: tie 0 | 0.5 → 0
-    } else if m < 0.75 {
-        1
-    } else if m <= 1.25 {
-        2 // 0.75 → 1 (code 2), 1.25 → 1
-    } else if m < 1.75 {
-        3
-    } else if m <= 2.5 {
-        4 // 1.75 → 2, 2.5 → 2
-    } else if m < 3.5 {
-        5
-    } else if m <= 5.0 {
-        6 // 3.5 → 4, 5 → 4
-    } else {
-        7 // saturate at 6
-    };
-    if x.is_sign_negative() {
-        code | 8
-    } else {
-        code
-    }
+    // The code is how many midpoints between neighbours lie below m: `>` leaves a tie on the
+    // even code below it, `>=` takes it to the even code above (0.25 → 0, 0.75 → 1 (code 2),
+    // 1.25 → 1, 1.75 → 2, 2.5 → 2, 3.5 → 4, 5 → 4); past 5 it saturates at 6 (code 7). A sum
+    // of comparisons, not a chain of branches: random weights mispredict every branch.
+    let code = u8::from(m > 0.25)
+        + u8::from(m >= 0.75)
+        + u8::from(m > 1.25)
+        + u8::from(m >= 1.75)
+        + u8::from(m > 2.5)
+        + u8::from(m >= 3.5)
+        + u8::from(m > 5.0);
+    code | u8::from(x.is_sign_negative()) << 3
 }
 
 /// Half the e2m1 grid spacing around a magnitude `m ≤ 6`: the largest rounding error there.

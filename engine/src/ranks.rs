@@ -20,8 +20,11 @@
 //! workers before running its own shard, and checks every rank drew rank 0's tokens (lock-step:
 //! the same plan, the same gathered logits, the same counter-based draws). A worker that fails
 //! or dies makes the step an error naming its rank; rank 0 then closes every link, so no rank
-//! waits on a collective forever, and every later step returns the same error. [`serve_rank`]
-//! is a worker's loop.
+//! waits on a collective forever, and every later step returns the same error. Where the
+//! collectives run on the device (NCCL), a rank waiting in one would not see a dead peer at
+//! all: there every rank watches its links while its part of a step runs, and a failure on
+//! one (a worker's, rank 0's stop, a closed connection) aborts its collectives
+//! ([`ModelRunner::collectives_abort`]). [`serve_rank`] is a worker's loop.
 
 use std::time::Duration;
 
@@ -29,7 +32,7 @@ use reference::parallel::tcp::{lock, SharedLink};
 use reference::{Error, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::runner::{KvLayout, ModelInfo, ModelRunner, SampleSpec, SeqResult, SeqStep, StepPlan};
+use crate::runner::{AbortCollectives, KvLayout, ModelInfo, ModelRunner, SampleSpec, SeqResult, SeqStep, StepPlan};
 use crate::sampling::seeded::TokenCount;
 use crate::sampling::SamplingParams;
 
@@ -205,13 +208,16 @@ impl<R: ModelRunner> LeadRunner<R> {
 
     fn lead_step(&mut self, plan: &StepPlan) -> Result<Vec<SeqResult>> {
         self.send(&Control::Step(WirePlan::of(plan)))?;
-        let out = self.inner.step(plan)?;
-        for l in &self.links {
-            let mut l = lock(l)?;
-            let got = match l.recv()? {
-                Reply::Stepped(t) => t,
-                r => return Err(Error::Backend(format!("tensor-parallel rank {}: expected its step's tokens, got {r:?}", l.peer()))),
-            };
+        let (out, replies) = match self.inner.collectives_abort() {
+            Some(abort) => watched(&self.links, &abort, || self.inner.step(plan), stepped)?,
+            None => {
+                let out = self.inner.step(plan)?;
+                let replies = self.links.iter().map(stepped).collect::<Result<Vec<_>>>()?;
+                (out, replies)
+            }
+        };
+        for (l, got) in self.links.iter().zip(replies) {
+            let l = lock(l)?;
             if !got.iter().eq(out.iter().map(|r| &r.tokens)) {
                 return Err(Error::Backend(format!(
                     "tensor-parallel rank {} drew {got:?}, rank 0 {:?}: the ranks are out of step",
@@ -225,14 +231,14 @@ impl<R: ModelRunner> LeadRunner<R> {
 
     fn lead_prepare(&mut self, rows: usize, max_len: usize, sampled: bool) -> Result<usize> {
         self.send(&Control::Prepare { rows, max_len, sampled })?;
-        let n = self.inner.prepare_decode(rows, max_len, sampled)?;
-        for l in &self.links {
-            let mut l = lock(l)?;
-            if let r @ (Reply::Ready(_) | Reply::Stepped(_)) = l.recv()? {
-                return Err(Error::Backend(format!("tensor-parallel rank {}: expected its prepared count, got {r:?}", l.peer())));
+        match self.inner.collectives_abort() {
+            Some(abort) => watched(&self.links, &abort, || self.inner.prepare_decode(rows, max_len, sampled), prepared).map(|(n, _)| n),
+            None => {
+                let n = self.inner.prepare_decode(rows, max_len, sampled)?;
+                self.links.iter().try_for_each(prepared)?;
+                Ok(n)
             }
         }
-        Ok(n)
     }
 }
 
@@ -282,6 +288,91 @@ impl<R: ModelRunner> ModelRunner for LeadRunner<R> {
     }
 }
 
+/// A worker's answer to a preparation, from its link.
+fn prepared(l: &SharedLink) -> Result<()> {
+    let mut l = lock(l)?;
+    match l.recv()? {
+        Reply::Prepared(_) => Ok(()),
+        r => Err(Error::Backend(format!("tensor-parallel rank {}: expected its prepared count, got {r:?}", l.peer()))),
+    }
+}
+
+/// A worker's tokens of a step, from its link.
+fn stepped(l: &SharedLink) -> Result<Vec<Vec<u32>>> {
+    let mut l = lock(l)?;
+    match l.recv()? {
+        Reply::Stepped(t) => Ok(t),
+        r => Err(Error::Backend(format!("tensor-parallel rank {}: expected its step's tokens, got {r:?}", l.peer()))),
+    }
+}
+
+/// Rank 0's part of a step (or a preparation: `run`) where its collectives wait forever for a
+/// dead peer (NCCL): a thread a worker takes that worker's answer (`answer`) while `run` runs,
+/// and a failure (the worker's, or its connection closing) aborts rank 0's collectives at once;
+/// a failure of rank 0's own part closes every link, so the workers stop theirs
+/// ([`watched_worker`]). Returns the first worker's failure before rank 0's own (the cause,
+/// not its echo).
+fn watched<T, U: Send>(
+    links: &[SharedLink],
+    abort: &AbortCollectives,
+    run: impl FnOnce() -> Result<T>,
+    answer: impl Fn(&SharedLink) -> Result<U> + Sync,
+) -> Result<(T, Vec<U>)> {
+    let closers = links.iter().map(|l| lock(l)?.closer()).collect::<Result<Vec<_>>>()?;
+    std::thread::scope(|sc| {
+        let answer = &answer;
+        let watchers: Vec<_> = links
+            .iter()
+            .map(|l| {
+                sc.spawn(move || {
+                    let r = answer(l);
+                    if let Err(e) = &r {
+                        abort(&e.to_string());
+                    }
+                    r
+                })
+            })
+            .collect();
+        let out = run();
+        if out.is_err() {
+            for c in &closers {
+                let _ = c.shutdown(std::net::Shutdown::Both);
+            }
+        }
+        let answers: Vec<Result<U>> = watchers
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(Error::Backend("a tensor-parallel link's watcher panicked".into()))))
+            .collect();
+        if let Some(e) = answers.iter().find_map(|r| r.as_ref().err()) {
+            return Err(Error::Backend(e.to_string()));
+        }
+        Ok((out?, answers.into_iter().collect::<Result<Vec<_>>>()?))
+    })
+}
+
+/// A worker's part of a step (or a preparation: `run`) where its collectives wait forever for
+/// a dead peer (NCCL): a thread watches the link while it runs, and rank 0 closing it or
+/// sending anything (a failure) aborts them.
+fn watched_worker<T>(link: &SharedLink, abort: &AbortCollectives, run: impl FnOnce() -> Result<T>) -> Result<T> {
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|sc| {
+        let watcher = sc.spawn(|| {
+            let l = lock(link)?;
+            if let Some(why) = l.watch(&done, WATCH_EVERY) {
+                abort(&why);
+            }
+            Ok::<(), Error>(())
+        });
+        let out = run();
+        done.store(true, std::sync::atomic::Ordering::Release);
+        let watched = watcher.join().unwrap_or_else(|_| Err(Error::Backend("the tensor-parallel link's watcher panicked".into())));
+        watched.and(out)
+    })
+}
+
+/// How often a worker's watcher looks at its link during a step.
+const WATCH_EVERY: Duration = Duration::from_millis(20);
+
 /// A worker rank: tell rank 0 `runner` is ready, then run every step it sends until it says
 /// shut down (`Ok`) or its link closes (an error naming rank 0). A step that fails is reported
 /// to rank 0 and ends the loop with its error.
@@ -291,8 +382,19 @@ pub fn serve_rank(runner: &mut dyn ModelRunner, link: &SharedLink) -> Result<()>
         let msg: Control = lock(link)?.recv()?;
         let reply = match msg {
             Control::Shutdown => return Ok(()),
-            Control::Step(p) => runner.step(&p.plan()).map(|r| Reply::Stepped(r.into_iter().map(|r| r.tokens).collect())),
-            Control::Prepare { rows, max_len, sampled } => runner.prepare_decode(rows, max_len, sampled).map(Reply::Prepared),
+            Control::Step(p) => {
+                let plan = p.plan();
+                let out = match runner.collectives_abort() {
+                    Some(abort) => watched_worker(link, &abort, || runner.step(&plan)),
+                    None => runner.step(&plan),
+                };
+                out.map(|r| Reply::Stepped(r.into_iter().map(|r| r.tokens).collect()))
+            }
+            Control::Prepare { rows, max_len, sampled } => match runner.collectives_abort() {
+                Some(abort) => watched_worker(link, &abort, || runner.prepare_decode(rows, max_len, sampled)),
+                None => runner.prepare_decode(rows, max_len, sampled),
+            }
+            .map(Reply::Prepared),
         };
         match reply {
             Ok(r) => lock(link)?.send(&r)?,

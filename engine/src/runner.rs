@@ -112,6 +112,9 @@ pub struct SeqResult {
     pub logits: Vec<Option<Vec<f32>>>,
 }
 
+/// Aborts a runner's collectives, given why ([`ModelRunner::collectives_abort`]).
+pub type AbortCollectives = std::sync::Arc<dyn Fn(&str) + Send + Sync>;
+
 /// Constrained steps (a token mask on some row) that a runner ran through recorded graphs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MaskedSteps {
@@ -140,6 +143,13 @@ pub trait ModelRunner {
     }
     /// Constrained steps run through recorded graphs so far, where the runner records them.
     fn masked_steps(&self) -> Option<MaskedSteps> {
+        None
+    }
+    /// A handle that aborts this runner's collectives from another thread, where a step's
+    /// collectives would wait forever for a peer that died (NCCL on the device): a step then
+    /// waiting in them returns an error. `None` where a dead peer is an error already (the
+    /// collectives over TCP links), or the runner has no peers.
+    fn collectives_abort(&self) -> Option<AbortCollectives> {
         None
     }
     /// Prepares, before any request, what decode steps of up to `rows` sequences, each at most
@@ -220,6 +230,9 @@ impl<T: ModelRunner + ?Sized> ModelRunner for Box<T> {
     }
     fn masked_steps(&self) -> Option<MaskedSteps> {
         (**self).masked_steps()
+    }
+    fn collectives_abort(&self) -> Option<AbortCollectives> {
+        (**self).collectives_abort()
     }
     fn prepare_decode(&mut self, rows: usize, max_len: usize, sampled: bool) -> Result<usize> {
         (**self).prepare_decode(rows, max_len, sampled)

@@ -87,6 +87,12 @@ pub trait DeviceComm: Send + Sync {
     /// of waiting for it (host-staged: the exchange wakes them; NCCL: `ncclCommAbort` of every
     /// rank of this process).
     fn fail(&self, _why: &str) {}
+    /// Whether a collective waits forever for a peer that died (NCCL on the device), so that
+    /// only [`DeviceComm::fail`] from another thread ends it; host-staged collectives over
+    /// links see a dead peer as an error.
+    fn waits_on_dead_peers(&self) -> bool {
+        false
+    }
     /// How the collectives run (for the runner's status line).
     fn describe(&self) -> String;
     /// Called once on the thread that will run this rank's steps, before its first launch

@@ -196,6 +196,9 @@ impl DeviceComm for NcclDevice {
     fn describe(&self) -> String {
         format!("NCCL on the compute stream (rank {} of {})", self.rank, self.world)
     }
+    fn waits_on_dead_peers(&self) -> bool {
+        true
+    }
     fn on_rank_thread(&self) -> Result<(), Error> {
         use cudarc::driver::sys::{cuThreadExchangeStreamCaptureMode, CUresult, CUstreamCaptureMode};
         let mut mode = CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;

@@ -263,6 +263,10 @@ impl ModelRunner for GpuRunner {
     fn masked_steps(&self) -> Option<engine::runner::MaskedSteps> {
         Some(self.graphs.masked_steps())
     }
+    fn collectives_abort(&self) -> Option<engine::runner::AbortCollectives> {
+        let comm = self.model.tp.as_ref().map(|t| t.comm.clone()).filter(|c| c.waits_on_dead_peers())?;
+        Some(std::sync::Arc::new(move |why: &str| comm.fail(why)))
+    }
     fn status(&self) -> Option<String> {
         let graphs = match self.graphs.refused() {
             Some(why) => format!("decode graphs refused by the backend ({why}): eager launches"),

@@ -164,6 +164,39 @@ impl Link {
         let _ = self.send_frame(&Frame::Failed(why.to_string()));
     }
 
+    /// Watches the connection from another thread while neither end sends on it (a step
+    /// whose collectives run on the device): returns why once the other end closes it or sends
+    /// anything (between its control messages it sends only a failure), or `None` once `done`
+    /// is set, looking every `every`. The link's read timeout is the same after.
+    pub fn watch(&self, done: &std::sync::atomic::AtomicBool, every: Duration) -> Option<String> {
+        use std::sync::atomic::Ordering;
+        let s = match self.read.get_ref().try_clone() {
+            Ok(s) => s,
+            Err(e) => return Some(format!("{}: watching its connection: {e}", who(self.peer, &self.addr))),
+        };
+        let before = s.read_timeout().ok().flatten();
+        let _ = s.set_read_timeout(Some(every));
+        let mut byte = [0u8; 1];
+        let why = loop {
+            if done.load(Ordering::Acquire) {
+                break None;
+            }
+            match s.peek(&mut byte) {
+                Ok(0) => break Some(format!("{} closed the connection (its process ended?)", who(self.peer, &self.addr))),
+                Ok(_) => break Some(format!("{} stopped the group", who(self.peer, &self.addr))),
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {}
+                Err(e) => break Some(closed(self.peer, &self.addr, &e).to_string()),
+            }
+        };
+        let _ = s.set_read_timeout(before);
+        why
+    }
+
+    /// A handle on the connection that closes it ([`Link::close`]) without the link's lock.
+    pub fn closer(&self) -> Result<TcpStream> {
+        self.write.get_ref().try_clone().map_err(|e| self.io(&e))
+    }
+
     /// Close both directions: the other end's reads end at once.
     pub fn close(&self) {
         let _ = self.write.get_ref().shutdown(Shutdown::Both);

@@ -77,6 +77,7 @@ fn a_bad_utilization_or_size_is_refused_naming_the_flag() {
     }
     fails(&["serve", "--synthetic", "tiny-gqa", "--device", "cpu", "--max-seqs", "0"], 2, &["--max-seqs"]);
     fails(&["serve", "--synthetic", "tiny-gqa", "--device", "cpu", "--kv-tokens", "0"], 2, &["--kv-tokens"]);
+    fails(&["serve", "--synthetic", "tiny-gqa", "--device", "cpu", "--max-batched-tokens", "0"], 2, &["--max-batched-tokens"]);
 }
 
 #[test]

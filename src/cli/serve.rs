@@ -29,6 +29,13 @@ pub struct ServeArgs {
     /// (the largest decode-graph bucket); 32 where the pool has the fixed size.
     #[arg(long)]
     pub max_seqs: Option<usize>,
+    /// Tokens one step computes at most, every sequence's together (vLLM's
+    /// --max-num-batched-tokens): a decode takes one, a prompt a chunk of what is left. Running
+    /// sequences are served first, so this bounds how long a prompt's prefill can hold up
+    /// their next tokens (ITL), at some throughput and TTFT; the worst step's activations
+    /// (measured at start for the KV pool) grow with it.
+    #[arg(long, default_value_t = EngineConfig::default().max_batched_tokens)]
+    pub max_batched_tokens: usize,
     /// Requests that may wait for a slot beyond the free ones; one more is answered 429.
     #[arg(long, default_value_t = 256)]
     pub max_queue: usize,
@@ -129,6 +136,9 @@ pub fn run(a: ServeArgs) -> Result<()> {
     if a.max_seqs == Some(0) {
         return Err(CliError::Usage("--max-seqs must be at least 1".into()));
     }
+    if a.max_batched_tokens == 0 {
+        return Err(CliError::Usage("--max-batched-tokens must be at least 1".into()));
+    }
     let utilization = kv_pool::utilization(a.gpu_memory_utilization)?;
     let shutdown_timeout = seconds("--shutdown-timeout", a.shutdown_timeout, true)?;
     let header_timeout = seconds("--header-timeout", a.header_timeout, false)?;
@@ -155,7 +165,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
     }
     // The fixed size where the pool is not sized from memory (and the draft model's pool).
     let kv = a.kv_tokens.unwrap_or(ctx.max(16384));
-    let engine_defaults = EngineConfig::default();
+    let engine_defaults = EngineConfig { max_batched_tokens: a.max_batched_tokens, ..EngineConfig::default() };
     let size = match a.kv_tokens {
         Some(n) => KvSize::Tokens(n),
         None => KvSize::Memory {

@@ -310,8 +310,9 @@ fn stepped(l: &SharedLink) -> Result<Vec<Vec<u32>>> {
 /// dead peer (NCCL): a thread a worker takes that worker's answer (`answer`) while `run` runs,
 /// and a failure (the worker's, or its connection closing) aborts rank 0's collectives at once;
 /// a failure of rank 0's own part closes every link, so the workers stop theirs
-/// ([`watched_worker`]). Returns the first worker's failure before rank 0's own (the cause,
-/// not its echo).
+/// ([`watched_worker`]). Returns whichever failure came first: a worker's before rank 0's part
+/// ended (rank 0's is then the abort's echo), else rank 0's own (the workers' are then the
+/// closed links' echo).
 fn watched<T, U: Send>(
     links: &[SharedLink],
     abort: &AbortCollectives,
@@ -319,14 +320,16 @@ fn watched<T, U: Send>(
     answer: impl Fn(&SharedLink) -> Result<U> + Sync,
 ) -> Result<(T, Vec<U>)> {
     let closers = links.iter().map(|l| lock(l)?.closer()).collect::<Result<Vec<_>>>()?;
+    let worker_failed = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|sc| {
-        let answer = &answer;
+        let (answer, worker_failed) = (&answer, &worker_failed);
         let watchers: Vec<_> = links
             .iter()
             .map(|l| {
                 sc.spawn(move || {
                     let r = answer(l);
                     if let Err(e) = &r {
+                        worker_failed.store(true, std::sync::atomic::Ordering::SeqCst);
                         abort(&e.to_string());
                     }
                     r
@@ -334,6 +337,7 @@ fn watched<T, U: Send>(
             })
             .collect();
         let out = run();
+        let workers_first = worker_failed.load(std::sync::atomic::Ordering::SeqCst);
         if out.is_err() {
             for c in &closers {
                 let _ = c.shutdown(std::net::Shutdown::Both);
@@ -343,6 +347,10 @@ fn watched<T, U: Send>(
             .into_iter()
             .map(|h| h.join().unwrap_or_else(|_| Err(Error::Backend("a tensor-parallel link's watcher panicked".into()))))
             .collect();
+        let out = match out {
+            Err(e) if !workers_first => return Err(e),
+            out => out,
+        };
         if let Some(e) = answers.iter().find_map(|r| r.as_ref().err()) {
             return Err(Error::Backend(e.to_string()));
         }

@@ -84,10 +84,13 @@ fn hello(rank: usize, world: usize) -> Hello {
     Hello { protocol: PROTOCOL, rank, world, model: "m".into(), device: "cuda".into() }
 }
 
+/// A step's outcome on rank 0: nothing, or its error.
+type Outcome = std::result::Result<(), String>;
+
 /// Rank 0's outcome of two steps (`Ok(())` or its error), and each worker's `serve_rank`
 /// outcome, every one within the deadline (`None`: it hung), with rank `fail.0` failing in
 /// step `fail.1`.
-fn run(world: usize, fail: (usize, usize)) -> (Vec<Option<std::result::Result<(), String>>>, Vec<Option<String>>) {
+fn run(world: usize, fail: (usize, usize)) -> (Vec<Option<Outcome>>, Vec<Option<String>>) {
     let barrier = Arc::new(Barrier::default());
     let l = TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = l.local_addr().expect("addr").to_string();

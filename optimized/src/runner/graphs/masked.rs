@@ -4,7 +4,7 @@
 
 use engine::runner::{SeqResult, StepPlan};
 
-use super::{per_seq, record_in_step, submit_ahead, GraphStep, Inputs};
+use super::{launch_ahead, per_seq, record_in_step, GraphStep, Inputs};
 use crate::runner::batch;
 use crate::Error;
 
@@ -34,23 +34,8 @@ pub(super) fn masked_step<R: GraphStep>(r: &mut R, plan: &StepPlan, x: &Inputs, 
     r.graphs().masked_steps += 1;
     r.graphs().masked_ahead += u64::from(launched == Some(true));
     if plan.continues && c.kernels().ahead {
-        r.graphs().ahead = launch_masked_ahead(r, x, &ids)?;
+        // The replay overwrites the logits slot this draw has already read.
+        r.graphs().ahead = launch_ahead(r, x, Some(&ids))?;
     }
     per_seq(plan, &ids).map(Some)
-}
-
-/// Replays the forward pass of the step after the constrained step `x`, whose drawn `ids` the
-/// host holds (written with the step's other inputs); `None` where it cannot be foreseen or
-/// has no recording yet. The replay overwrites the logits slot `x`'s draw has already read.
-fn launch_masked_ahead<R: GraphStep>(r: &mut R, x: &Inputs, ids: &[u32]) -> Result<Option<Inputs>, Error> {
-    let Some((mut n, _)) = x.next(r.layout(), r.max_positions()) else { return Ok(None) };
-    let drawn = ids.get(..x.rows).ok_or_else(|| Error::Shape(format!("masked step: {} ids for {} rows", ids.len(), x.rows)))?;
-    n.ids[..x.rows].copy_from_slice(drawn);
-    let c = r.client().clone();
-    let Some(g) = r.graphs().map.get_mut(&n.key) else { return Ok(None) };
-    n.write(&c, &mut g.bufs, true)?;
-    // SAFETY: as in `try_step`.
-    unsafe { g.graph.replay() }?;
-    submit_ahead(&c)?;
-    Ok(Some(n))
 }

@@ -20,9 +20,9 @@
 //! graphed one took 1.98), whose logits `[bucket, V]` stay where the replay writes them; the
 //! draw then runs eagerly (`batch::draw_ids`: the masks — computed on the host while the
 //! replay runs —, penalties, argmax or the seeded draw); the step after it goes ahead as below,
-//! from the drawn ids the host writes (its masks are computed while it runs). The logits buffer is an arena slot
-//! that the recordings of a size share (see Memory), so a masked recording holds no more than
-//! a plain one, at every bucket.
+//! from the drawn ids the host writes (its masks are computed while it runs). The logits
+//! buffer is an arena slot that the recordings of a size share (see Memory), so a masked
+//! recording holds no more than a plain one, at every bucket.
 //!
 //! Memory. cubecl allocates nothing inside a capture window (`graph_prepare` starts a warm-up
 //! run that leaves its pools holding what the recording asks for; a recording that allocated
@@ -477,7 +477,7 @@ pub(crate) fn try_step<R: GraphStep>(r: &mut R, plan: &StepPlan) -> Result<Optio
     // after it had ended.)
     let read = c.read_async(vec![out.handle.clone()]);
     let t_read = std::time::Instant::now();
-    let next = if plan.continues && r.client().kernels().ahead { launch_ahead(r, &x)? } else { None };
+    let next = if plan.continues && r.client().kernels().ahead { launch_ahead(r, &x, None)? } else { None };
     let t_wait = std::time::Instant::now();
     crate::parallel::trace(|| format!("graph step: ahead launched {}; reading the ids", next.is_some()));
     let bytes = cubecl::future::block_on(read)?;
@@ -545,16 +545,22 @@ fn per_seq(plan: &StepPlan, ids: &[u32]) -> Result<Vec<SeqResult>, Error> {
     Ok(results)
 }
 
-/// Replays the step after `x` (its ids: those `x` draws, on the device) and submits it;
-/// `None`, launching nothing, where it cannot be foreseen or has no recording yet.
-fn launch_ahead<R: GraphStep>(r: &mut R, x: &Inputs) -> Result<Option<Inputs>, Error> {
-    let Some((n, crossed)) = x.next(r.layout(), r.max_positions()) else { return Ok(None) };
+/// Replays the step after `x` and submits it; `None`, launching nothing, where it cannot be
+/// foreseen or has no recording yet. Its ids are those `x` drew: on the device (`drawn` is
+/// `None`: the recorded draw wrote them over the step's token buffer), or on the host (`drawn`:
+/// a masked step's eager draw), written with the step's other inputs.
+fn launch_ahead<R: GraphStep>(r: &mut R, x: &Inputs, drawn: Option<&[u32]>) -> Result<Option<Inputs>, Error> {
+    let Some((mut n, crossed)) = x.next(r.layout(), r.max_positions()) else { return Ok(None) };
+    if let Some(d) = drawn {
+        let d = d.get(..x.rows).ok_or_else(|| Error::Shape(format!("step ahead: {} ids for {} rows", d.len(), x.rows)))?;
+        n.ids[..x.rows].copy_from_slice(d);
+    }
     let c = r.client().clone();
     let Some(g) = r.graphs().map.get_mut(&n.key) else { return Ok(None) };
     // With the advance recorded, the step before left exactly `n`'s inputs on the device,
     // unless a row moved into a new block (written after the advance, in stream order).
-    if !g.advance || crossed {
-        n.write(&c, &mut g.bufs, false)?;
+    if drawn.is_some() || !g.advance || crossed {
+        n.write(&c, &mut g.bufs, drawn.is_some())?;
     }
     // SAFETY: as in `try_step`.
     unsafe { g.graph.replay() }?;

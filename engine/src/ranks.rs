@@ -208,14 +208,7 @@ impl<R: ModelRunner> LeadRunner<R> {
 
     fn lead_step(&mut self, plan: &StepPlan) -> Result<Vec<SeqResult>> {
         self.send(&Control::Step(WirePlan::of(plan)))?;
-        let (out, replies) = match self.inner.collectives_abort() {
-            Some(abort) => watched(&self.links, &abort, || self.inner.step(plan), stepped)?,
-            None => {
-                let out = self.inner.step(plan)?;
-                let replies = self.links.iter().map(stepped).collect::<Result<Vec<_>>>()?;
-                (out, replies)
-            }
-        };
+        let (out, replies) = answered(&self.links, self.inner.collectives_abort(), || self.inner.step(plan), stepped)?;
         for (l, got) in self.links.iter().zip(replies) {
             let l = lock(l)?;
             if !got.iter().eq(out.iter().map(|r| &r.tokens)) {
@@ -231,14 +224,7 @@ impl<R: ModelRunner> LeadRunner<R> {
 
     fn lead_prepare(&mut self, rows: usize, max_len: usize, sampled: bool) -> Result<usize> {
         self.send(&Control::Prepare { rows, max_len, sampled })?;
-        match self.inner.collectives_abort() {
-            Some(abort) => watched(&self.links, &abort, || self.inner.prepare_decode(rows, max_len, sampled), prepared).map(|(n, _)| n),
-            None => {
-                let n = self.inner.prepare_decode(rows, max_len, sampled)?;
-                self.links.iter().try_for_each(prepared)?;
-                Ok(n)
-            }
-        }
+        answered(&self.links, self.inner.collectives_abort(), || self.inner.prepare_decode(rows, max_len, sampled), prepared).map(|(n, _)| n)
     }
 }
 
@@ -306,23 +292,28 @@ fn stepped(l: &SharedLink) -> Result<Vec<Vec<u32>>> {
     }
 }
 
-/// Rank 0's part of a step (or a preparation: `run`) where its collectives wait forever for a
-/// dead peer (NCCL): a thread a worker takes that worker's answer (`answer`) while `run` runs,
-/// and a failure (the worker's, or its connection closing) aborts rank 0's collectives at once;
+/// Rank 0's part of a step (or a preparation: `run`), then every worker's answer (`answer`).
+/// Where its collectives wait forever for a dead peer (NCCL: `abort` given), a thread a worker
+/// takes that worker's answer while `run` runs, and a failure (the worker's, or its
+/// connection closing) aborts rank 0's collectives at once;
 /// a failure of rank 0's own part closes every link, so the workers stop theirs
 /// ([`watched_worker`]). Returns whichever failure came first: a worker's before rank 0's part
 /// ended (rank 0's is then the abort's echo), else rank 0's own (the workers' are then the
 /// closed links' echo).
-fn watched<T, U: Send>(
+fn answered<T, U: Send>(
     links: &[SharedLink],
-    abort: &AbortCollectives,
+    abort: Option<AbortCollectives>,
     run: impl FnOnce() -> Result<T>,
     answer: impl Fn(&SharedLink) -> Result<U> + Sync,
 ) -> Result<(T, Vec<U>)> {
+    let Some(abort) = abort else {
+        let out = run()?;
+        return Ok((out, links.iter().map(answer).collect::<Result<Vec<_>>>()?));
+    };
     let closers = links.iter().map(|l| lock(l)?.closer()).collect::<Result<Vec<_>>>()?;
     let worker_failed = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|sc| {
-        let (answer, worker_failed) = (&answer, &worker_failed);
+        let (answer, worker_failed, abort) = (&answer, &worker_failed, &abort);
         let watchers: Vec<_> = links
             .iter()
             .map(|l| {
@@ -358,10 +349,11 @@ fn watched<T, U: Send>(
     })
 }
 
-/// A worker's part of a step (or a preparation: `run`) where its collectives wait forever for
-/// a dead peer (NCCL): a thread watches the link while it runs, and rank 0 closing it or
-/// sending anything (a failure) aborts them.
-fn watched_worker<T>(link: &SharedLink, abort: &AbortCollectives, run: impl FnOnce() -> Result<T>) -> Result<T> {
+/// A worker's part of a step (or a preparation: `run`). Where its collectives wait forever for
+/// a dead peer (NCCL: `abort` given), a thread watches the link while it runs, and rank 0
+/// closing it or sending anything (a failure) aborts them.
+fn watched_worker<T>(link: &SharedLink, abort: Option<AbortCollectives>, run: impl FnOnce() -> Result<T>) -> Result<T> {
+    let Some(abort) = abort else { return run() };
     let done = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|sc| {
         let watcher = sc.spawn(|| {
@@ -392,17 +384,12 @@ pub fn serve_rank(runner: &mut dyn ModelRunner, link: &SharedLink) -> Result<()>
             Control::Shutdown => return Ok(()),
             Control::Step(p) => {
                 let plan = p.plan();
-                let out = match runner.collectives_abort() {
-                    Some(abort) => watched_worker(link, &abort, || runner.step(&plan)),
-                    None => runner.step(&plan),
-                };
-                out.map(|r| Reply::Stepped(r.into_iter().map(|r| r.tokens).collect()))
+                watched_worker(link, runner.collectives_abort(), || runner.step(&plan))
+                    .map(|r| Reply::Stepped(r.into_iter().map(|r| r.tokens).collect()))
             }
-            Control::Prepare { rows, max_len, sampled } => match runner.collectives_abort() {
-                Some(abort) => watched_worker(link, &abort, || runner.prepare_decode(rows, max_len, sampled)),
-                None => runner.prepare_decode(rows, max_len, sampled),
+            Control::Prepare { rows, max_len, sampled } => {
+                watched_worker(link, runner.collectives_abort(), || runner.prepare_decode(rows, max_len, sampled)).map(Reply::Prepared)
             }
-            .map(Reply::Prepared),
         };
         match reply {
             Ok(r) => lock(link)?.send(&r)?,

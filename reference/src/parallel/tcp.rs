@@ -182,7 +182,7 @@ impl Link {
                 break None;
             }
             match s.peek(&mut byte) {
-                Ok(0) => break Some(format!("{} closed the connection (its process ended?)", who(self.peer, &self.addr))),
+                Ok(0) => break Some(closed(self.peer, &self.addr, &ErrorKind::UnexpectedEof.into()).to_string()),
                 Ok(_) => break Some(format!("{} stopped the group", who(self.peer, &self.addr))),
                 Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {}
                 Err(e) => break Some(closed(self.peer, &self.addr, &e).to_string()),

@@ -61,6 +61,7 @@ fn weights(client: &Client) -> Result<MoeWeights> {
         7.0,
         1.702,
         true,
+        None,
     )?)
 }
 

@@ -22,6 +22,7 @@ use optimized::model::{gpu_unsupported, GpuModel};
 use optimized::runner::single::SingleSeq;
 use optimized::runner::GpuRunner;
 use optimized::Client;
+use reference::arch::model::{forward, new_cache, WeightsRef};
 use reference::arch::{ArchModel, ModelSpec, Norm};
 use reference::gguf::GgufFile;
 use reference::loader::SafetensorsDir;
@@ -193,7 +194,7 @@ impl ArchRunnerCase {
         let rows = tokens.iter().map(Vec::len).sum::<usize>();
         let tol = super::model_tolerance(client, Op::Arch, Dtype::F32, fp8_kept(self.fixture), rows, reference.spec.n_layers());
         let mut worst = Metrics::default();
-        let failed = ragged_steps(&reference, tokens, |k, plan, want| {
+        let failed = ragged_steps((&reference.spec, &reference.weights), tokens, |k, plan, want| {
             let got = gpu.step(plan).map_err(|e| format!("gpu step {k}: {e}"))?;
             for (s, (g, w)) in got.iter().zip(want).enumerate() {
                 let Some(Some(gl)) = g.logits.first() else {
@@ -235,18 +236,19 @@ pub(crate) fn ragged_prompts(ids: &[u32]) -> Vec<Vec<u32>> {
 /// reference's logits at each sequence's last position, run alone; it returns a failure that
 /// ends the walk, which this returns.
 pub(crate) fn ragged_steps(
-    reference: &ArchModel,
+    reference: (&ModelSpec, &dyn WeightsRef),
     mut tokens: Vec<Vec<u32>>,
     mut step: impl FnMut(usize, &StepPlan, &[Vec<f32>]) -> Result<Option<String>, String>,
 ) -> Result<Option<String>, String> {
     let blocks: Vec<Vec<u32>> = (0..2u32).map(|s| (0..BLOCKS as u32 / 2).map(|b| 2 * b + s).collect()).collect();
-    let mut caches = [reference.new_cache(), reference.new_cache()];
+    let (spec, weights) = reference;
+    let mut caches = [new_cache(spec), new_cache(spec)];
     let params = SamplingParams::default();
     for k in 0..3 {
         let fed: Vec<usize> = tokens.iter().map(|t| if k == 0 { 0 } else { t.len() - 1 }).collect();
         let mut want = Vec::new();
         for (s, t) in tokens.iter().enumerate() {
-            let l = reference.forward(&t[fed[s]..], &mut caches[s], None).map_err(|e| format!("reference step {k} seq {s}: {e}"))?;
+            let l = forward(spec, weights, &t[fed[s]..], &mut caches[s], None, None).map_err(|e| format!("reference step {k} seq {s}: {e}"))?;
             want.push(l.row(l.nrows() - 1).to_vec());
         }
         let mut plan = StepPlan::default();

@@ -122,6 +122,7 @@ impl MoeCase {
             LIMIT,
             ALPHA,
             false,
+            None,
         )
     }
 }

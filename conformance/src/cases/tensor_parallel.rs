@@ -18,7 +18,7 @@
 //! replayed graphs (a refused or missing recording fails, naming why); host-staged ranks run
 //! eagerly (their copies cannot be captured).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use engine::runner::{ModelRunner, SampleSpec, SeqStep, StepPlan};
@@ -27,9 +27,14 @@ use optimized::model::{gpu_unsupported, GpuModel};
 use optimized::parallel::{load_rank, local_spec, DeviceComm, TpComms, TpRunner};
 use optimized::runner::GpuRunner;
 use optimized::{Backend, Client};
+use reference::arch::model::WeightsRef;
 use reference::arch::spec::ModelSpec;
+use reference::gguf::GgufFile;
+use reference::gpt_oss::weights::{GptOssTensors, InMemory};
+use reference::gpt_oss::{GptOssConfig, GptOssWeights};
 use reference::loader::SafetensorsDir;
 use reference::parallel::{MoeSplit, ShardPlan};
+use reference::weights::TensorSource;
 
 use super::arch::{check, fixture, ids, ragged_prompts, ragged_steps, Tweak};
 use crate::{Case, Dtype, Metrics, Op, Outcome};
@@ -48,6 +53,11 @@ const FIXTURES: [(&str, Tweak); 8] = [
 ];
 /// The fixtures with a mixture of experts: their cases run once per [`MoeSplit`].
 const MOE_FIXTURES: [&str; 1] = ["qwen3_moe"];
+/// The tiny synthetic GPT-OSS models (MXFP4 experts: split by expert only on the GPU, a
+/// per-expert plan a skip naming why).
+const GPT_OSS: [&str; 2] = ["tiny-gpt-oss", "tiny-gpt-oss-wide"];
+/// GPT-OSS checkpoints whose experts upload as stored: safetensors blocks and scales, ggml blocks.
+const GPT_OSS_FILES: [&str; 2] = ["tiny-gpt-oss-a", "tiny-gpt-oss-b.gguf"];
 /// Positions per block of the pools, and blocks.
 const BS: usize = 4;
 const BLOCKS: usize = 16;
@@ -80,20 +90,70 @@ impl Comm {
     }
 }
 
-/// Rank `r`'s model of `spec` as `plan` cuts it, loaded from `dir` over `comm`: on GPU r
+/// What a case's model is read from, shared with the rank threads.
+#[derive(Clone)]
+enum Files {
+    /// A tiny HF fixture's directory.
+    Dir(PathBuf),
+    /// A tiny synthetic GPT-OSS (MXFP4 experts), built in memory.
+    GptOss(Arc<(GptOssConfig, GptOssWeights)>),
+    /// A tiny GPT-OSS file (an HF directory or a GGUF): its MXFP4 experts as stored.
+    GptOssFile(PathBuf, Arc<GptOssConfig>),
+}
+
+impl Files {
+    /// `spec`'s model in f32 on `c`, launching with `kernels`: whole (`rank` `None`), or rank r
+    /// of `plan` over `comm`.
+    fn load(
+        &self,
+        c: Client,
+        spec: &ModelSpec,
+        kernels: &optimized::KernelConfig,
+        rank: Option<(&ShardPlan, usize, Arc<dyn DeviceComm>)>,
+    ) -> Result<GpuModel, optimized::Error> {
+        let (mut dir, mut held, mut gguf);
+        let mut tensors;
+        let src: &mut dyn TensorSource = match self {
+            Files::Dir(d) => {
+                dir = SafetensorsDir::open(d)?;
+                &mut dir
+            }
+            Files::GptOss(m) => {
+                held = InMemory(&m.1);
+                tensors = GptOssTensors { src: &mut held, cfg: &m.0 };
+                &mut tensors
+            }
+            Files::GptOssFile(p, cfg) if p.is_dir() => {
+                dir = SafetensorsDir::open(p)?;
+                tensors = GptOssTensors { src: &mut dir, cfg };
+                &mut tensors
+            }
+            Files::GptOssFile(p, cfg) => {
+                gguf = GgufFile::open(p)?;
+                tensors = GptOssTensors { src: &mut gguf, cfg };
+                &mut tensors
+            }
+        };
+        match rank {
+            None => GpuModel::load_observed(c.clone(), Backend::of(&c), src, spec, optimized::Dtype::F32, kernels, &mut |_, _| {}),
+            Some((plan, r, comm)) => load_rank(c, src, spec, plan, r, comm, optimized::Dtype::F32, kernels),
+        }
+    }
+}
+
+/// Rank `r`'s model of `spec` as `plan` cuts it, loaded from `files` over `comm`: on GPU r
 /// (`nccl`) or on `base`'s device.
 fn rank_model(
     base: &Client,
     nccl: bool,
-    dir: &Path,
+    files: &Files,
     spec: &ModelSpec,
     plan: &ShardPlan,
     r: usize,
     comm: Arc<dyn DeviceComm>,
 ) -> Result<GpuModel, optimized::Error> {
     let c = if nccl { optimized::client_on(Backend::Cuda, r)? } else { base.clone() };
-    let mut src = SafetensorsDir::open(dir)?;
-    load_rank(c, &mut src, spec, plan, r, comm, optimized::Dtype::F32, base.kernels())
+    files.load(c, spec, base.kernels(), Some((plan, r, comm)))
 }
 
 /// The failure cases' group: the `llama3` fixture (plain RoPE) cut for two ranks, and one
@@ -122,11 +182,50 @@ fn llama3_pair(client: &Client) -> Result<Pair, Outcome> {
     Ok(Pair { dir, spec, plan, one })
 }
 
+/// A case's model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TpModel {
+    /// A tiny HF fixture, with the tweak its `arch` cases run on the GPU.
+    Fixture(&'static str, Tweak),
+    /// A tiny synthetic GPT-OSS by name (`reference::gpt_oss::synthetic::tiny_configs`, seed 0).
+    GptOss(&'static str),
+    /// A tiny GPT-OSS checkpoint of `reference/tests/fixtures/gpt_oss/` (transformers' HF
+    /// directory, or its GGUF conversion) by name: the stored MXFP4 experts' path.
+    GptOssFile(&'static str),
+}
+
+impl TpModel {
+    /// Its spec, the reference's weights, the ids its prompts are cut from, and its files.
+    fn open(self) -> Result<(ModelSpec, Box<dyn WeightsRef>, Vec<u32>, Files), String> {
+        match self {
+            TpModel::Fixture(name, tweak) => {
+                let dir = fixture(name);
+                let mut m = reference::arch::load(&dir).map_err(|e| e.to_string())?;
+                tweak.apply(&mut m.spec);
+                Ok((m.spec, Box::new(m.weights), ids(name)?, Files::Dir(dir)))
+            }
+            TpModel::GptOss(name) => {
+                let (cfg, w) = super::gpt_oss::load(super::gpt_oss::Weights::Synthetic(name))?;
+                let spec = reference::arch::gpt_oss::from_config(&cfg);
+                // Ids spread over the vocabulary, as a fixture's prompts are.
+                let ids = (0..16).map(|i| ((i * 37 + 11) % cfg.vocab) as u32).collect();
+                Ok((spec, Box::new(w.clone()), ids, Files::GptOss(Arc::new((cfg, w)))))
+            }
+            TpModel::GptOssFile(name) => {
+                let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../reference/tests/fixtures/gpt_oss").join(name);
+                let m = reference::gpt_oss::loader::load(&path).map_err(|e| e.to_string())?;
+                let spec = reference::arch::gpt_oss::from_config(&m.config);
+                let ids = (0..16).map(|i| ((i * 37 + 11) % m.config.vocab) as u32).collect();
+                Ok((spec, Box::new(m.weights), ids, Files::GptOssFile(path, Arc::new(m.config))))
+            }
+        }
+    }
+}
+
 /// The sharded runner vs one runner and the reference.
 #[derive(Debug, Clone)]
 pub struct TpCase {
-    pub fixture: &'static str,
-    pub tweak: Tweak,
+    pub model: TpModel,
     pub world: usize,
     pub comm: Comm,
     /// Greedy decode steps without logits (the graphed path) instead of the logits walk.
@@ -156,11 +255,7 @@ impl TpCase {
                 return Ok(Outcome::Skip(why));
             }
         }
-        let dir = fixture(self.fixture);
-        let ids = ids(self.fixture)?;
-        let mut reference = reference::arch::load(&dir).map_err(|e| e.to_string())?;
-        self.tweak.apply(&mut reference.spec);
-        let spec = reference.spec.clone();
+        let (spec, weights, ids, files) = self.model.open()?;
         if let Some(why) = gpu_unsupported(&spec) {
             return Ok(Outcome::Skip(why));
         }
@@ -168,12 +263,11 @@ impl TpCase {
             Ok(p) => p,
             Err(e) => return Ok(Outcome::Skip(e.to_string())),
         };
-        let mut src = SafetensorsDir::open(&dir).map_err(|e| e.to_string())?;
-        let whole = GpuModel::load(client.clone(), backend, &mut src, &spec, optimized::Dtype::F32).map_err(err)?;
+        let whole = files.load(client.clone(), &spec, client.kernels(), None).map_err(err)?;
         let mut one = GpuRunner::new(whole, BS, BLOCKS).map_err(err)?;
         let (base, nccl, spec2) = (client.clone(), self.comm == Comm::Nccl, spec.clone());
         let build = move |r: usize, comm| {
-            let m = rank_model(&base, nccl, &dir, &spec2, &plan, r, comm)?;
+            let m = rank_model(&base, nccl, &files, &spec2, &plan, r, comm)?;
             holds_its_experts(&m, &plan, r)?;
             GpuRunner::new(m, BS, BLOCKS)
         };
@@ -187,7 +281,7 @@ impl TpCase {
         let tol_ref = super::model_tolerance(client, Op::Tp, Dtype::F32, false, rows, spec.n_layers());
         let tol_one = crate::tolerance(Op::Tp, Dtype::F32).0;
         let mut worst = Metrics::default();
-        let failed = ragged_steps(&reference, tokens, |k, plan, want| {
+        let failed = ragged_steps((&spec, weights.as_ref()), tokens, |k, plan, want| {
             let got = tp.step(plan).map_err(|e| format!("tp{} step {k}: {e}", self.world))?;
             let base = one.step(plan).map_err(|e| format!("one runner step {k}: {e}"))?;
             for (s, ((g, b), w)) in got.iter().zip(&base).zip(want).enumerate() {
@@ -218,7 +312,11 @@ impl Case for TpCase {
             Some(MoeSplit::Experts) => ",moe=experts",
             Some(MoeSplit::PerExpert) => ",moe=per-expert",
         };
-        format!("tp({},hf,tp={},comm={comm}{moe}{}{decode})", self.fixture, self.world, self.tweak.mark())
+        match self.model {
+            TpModel::Fixture(name, tweak) => format!("tp({name},hf,tp={},comm={comm}{moe}{}{decode})", self.world, tweak.mark()),
+            TpModel::GptOss(name) => format!("tp({name},synthetic,tp={},comm={comm}{moe}{decode})", self.world),
+            TpModel::GptOssFile(name) => format!("tp({name},file,tp={},comm={comm}{moe}{decode})", self.world),
+        }
     }
     fn run(&self, client: &Client) -> Outcome {
         self.body(client).unwrap_or_else(Outcome::Fail)
@@ -304,16 +402,18 @@ fn decode_walk(tp: &mut TpRunner, one: &mut GpuRunner, mut tokens: Vec<Vec<u32>>
 
 pub fn cases() -> Vec<Box<dyn Case>> {
     let mut v: Vec<Box<dyn Case>> = Vec::new();
-    for (fixture, tweak) in FIXTURES {
-        let splits = match MOE_FIXTURES.contains(&fixture) {
-            true => vec![Some(MoeSplit::Experts), Some(MoeSplit::PerExpert)],
-            false => vec![None],
+    let models =
+        FIXTURES.iter().map(|&(f, t)| TpModel::Fixture(f, t)).chain(GPT_OSS.map(TpModel::GptOss)).chain(GPT_OSS_FILES.map(TpModel::GptOssFile));
+    for model in models {
+        let splits = match model {
+            TpModel::Fixture(f, _) if !MOE_FIXTURES.contains(&f) => vec![None],
+            _ => vec![Some(MoeSplit::Experts), Some(MoeSplit::PerExpert)],
         };
         for world in [2, 4] {
             for comm in [Comm::Host, Comm::Nccl] {
                 for &moe in &splits {
                     for decode in [false, true] {
-                        v.push(Box::new(TpCase { fixture, tweak, world, comm, decode, moe }));
+                        v.push(Box::new(TpCase { model, world, comm, decode, moe }));
                     }
                 }
             }
@@ -371,7 +471,7 @@ impl BuildFailureCase {
             if r == 1 {
                 return Err(optimized::Error::Unsupported("rank 1 fails to build (on purpose)".into()));
             }
-            GpuRunner::new(rank_model(&base, false, &dir, &spec, &plan, r, comm)?, BS, BLOCKS)
+            GpuRunner::new(rank_model(&base, false, &Files::Dir(dir.clone()), &spec, &plan, r, comm)?, BS, BLOCKS)
         };
         let t = std::time::Instant::now();
         let started = TpRunner::spawn(comms, one.info().clone(), one.kv_layout(), build);
@@ -471,7 +571,7 @@ impl MidStepFailureCase {
         let inner = self.comm.comms().make(2).map_err(err)?;
         let comms: Vec<Arc<dyn DeviceComm>> = inner.into_iter().map(|inner| Arc::new(FailsMidStep { inner, armed: armed.clone() }) as _).collect();
         let base = client.clone();
-        let build = move |r: usize, comm| GpuRunner::new(rank_model(&base, nccl, &dir, &spec, &plan, r, comm)?, BS, BLOCKS);
+        let build = move |r: usize, comm| GpuRunner::new(rank_model(&base, nccl, &Files::Dir(dir.clone()), &spec, &plan, r, comm)?, BS, BLOCKS);
         let mut tp = TpRunner::spawn(comms, one.info().clone(), one.kv_layout(), build).map_err(err)?;
         armed.store(true, std::sync::atomic::Ordering::SeqCst);
         let tokens = ragged_prompts(&ids);

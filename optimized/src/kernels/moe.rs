@@ -280,7 +280,8 @@ pub struct MoeWeights {
     /// where they are f16 / bf16 (the model's type), whatever it says.
     pub tc: bool,
     /// The global ids of the experts held (`gate_up` / `down`'s experts `0 ..` in order): all E
-    /// of the router, or an expert-parallel rank's share ([`MoeWeights::dense_holding`]).
+    /// of the router, or an expert-parallel rank's share (`first` of [`MoeWeights::dense_holding`] /
+    /// [`MoeWeights::mxfp4`]).
     pub held: std::ops::Range<usize>,
 }
 
@@ -291,7 +292,8 @@ impl MoeWeights {
     }
 
     /// GPT-OSS's block: MXFP4 experts with biases, the clamped SwiGLU (`limit`, `alpha`), top-K
-    /// then softmax; `router [E, C]`, `router_bias [E]` f32.
+    /// then softmax; `router [E, C]`, `router_bias [E]` f32; the experts `first ..` (global ids)
+    /// of the router's E, as an expert-parallel rank holds them (`None`: all E).
     #[allow(clippy::too_many_arguments)]
     pub fn mxfp4(
         client: &Client,
@@ -303,8 +305,12 @@ impl MoeWeights {
         limit: f32,
         alpha: f32,
         tc: bool,
+        first: Option<usize>,
     ) -> Result<Self, Error> {
-        let held = 0..router.shape.first().copied().unwrap_or(0);
+        let held = match first {
+            Some(f) => f..f + gate_up.n_experts,
+            None => 0..router.shape.first().copied().unwrap_or(0),
+        };
         let w = MoeWeights {
             router,
             router_bias,
@@ -484,7 +490,8 @@ pub fn gemv_on_tensor_cores(client: &Client, w: &MoeWeights) -> bool {
 /// stream; returns the routes (for inspection). Nothing here waits on the device (graphs
 /// capture it whole).
 ///
-/// An expert-parallel rank's weights ([`MoeWeights::dense_holding`]) add their experts' terms only:
+/// An expert-parallel rank's weights (`first` of [`MoeWeights::dense_holding`] /
+/// [`MoeWeights::mxfp4`]) add their experts' terms only:
 /// the routes (over all E) are mapped to the experts held, the other pairs weighted 0, and the
 /// routes returned are those local ones.
 pub fn moe_into(client: &Client, h: &DeviceTensor, w: &MoeWeights, x: &DeviceTensor, path: MoePath) -> Result<Routes, Error> {

@@ -185,16 +185,16 @@ impl Uploader<'_> {
         let FfnSpec::Moe { k, act, routing, .. } = ls.ffn else {
             return Err(Error::Shape(format!("layer {l} is not a mixture of experts")));
         };
+        let first = self.expert_share.as_ref().map(|r| r.start);
         match (act, self.experts(l, ls, dtype)?) {
             (Activation::ClampedSwiglu { limit, alpha }, (Experts::Mxfp4(gate_up), Experts::Mxfp4(down))) => {
                 let router = self.dense(&[Tensor::Router(l)], Dtype::F32)?;
                 let router_bias = self.dense(&[Tensor::RouterBias(l)], Dtype::F32)?;
-                MoeWeights::mxfp4(self.client, router, router_bias, gate_up, down, k, limit, alpha, dtype != Dtype::F32)
+                MoeWeights::mxfp4(self.client, router, router_bias, gate_up, down, k, limit, alpha, dtype != Dtype::F32, first)
             }
             (act, (Experts::Dense(gate_up), Experts::Dense(down))) => {
                 let glu = GluAct::of(act)?;
                 let router = self.dense(&[Tensor::MoeGate(l)], Dtype::F32)?;
-                let first = self.expert_share.as_ref().map(|r| r.start);
                 MoeWeights::dense_holding(self.client, router, None, gate_up, down, k, glu, routing, first)
             }
             (act, (gu, _)) => Err(Error::Unsupported(format!(
@@ -219,18 +219,14 @@ impl Uploader<'_> {
         if held.end > n_experts || held.is_empty() {
             return Err(Error::Shape(format!("layer {l}: experts {held:?} of {n_experts}")));
         }
-        let mxfp4 = match self.expert_share.is_some() {
-            // MXFP4 experts are not cut by expert yet: such a rank is refused where its plan is
-            // made (`crate::parallel::local_spec`), and here a source that has them errs.
-            true => None,
-            false => self.src.mxfp4_experts(l).map_err(Error::from)?,
-        };
         // The source's borrow ends with this statement (the stored-value path needs it again).
-        let mxfp4 = match mxfp4 {
-            Some(Mxfp4Source::Stored([gu, dn])) => {
-                Some((Mxfp4Experts::upload_stored(self.client, &self.staging, &gu)?, Mxfp4Experts::upload_stored(self.client, &self.staging, &dn)?))
-            }
+        let mxfp4 = match self.src.mxfp4_experts(l).map_err(Error::from)? {
+            Some(Mxfp4Source::Stored([gu, dn])) => Some((
+                Mxfp4Experts::upload_stored(self.client, &self.staging, &gu, held.clone())?,
+                Mxfp4Experts::upload_stored(self.client, &self.staging, &dn, held.clone())?,
+            )),
             Some(Mxfp4Source::Built(ex)) => {
+                let ex = ex.get(held.clone()).ok_or_else(|| Error::Shape(format!("layer {l}: experts {held:?} of {} built", ex.len())))?;
                 // Biases are built contiguous; a view that is not would fail the upload's length check.
                 let gate: Vec<_> = ex.iter().map(|x| (&x.gate, x.gate_bias.as_slice().unwrap_or(&[]))).collect();
                 let up: Vec<_> = ex.iter().map(|x| (&x.up, x.up_bias.as_slice().unwrap_or(&[]))).collect();

@@ -16,8 +16,9 @@
 //! stored values exactly: the loader rounds them to the model's type as it would the stored
 //! bytes), padded with zero rows (and down columns) to a multiple of [`EXPERT_ROWS`] — the
 //! grouped GEMMs' k step; a zero gate and up row gives `act(0)·0 = 0`, which a zero down
-//! column adds nowhere, so the padding changes no sum. GPT-OSS's MXFP4 experts are not cut
-//! yet: its plan is refused ([`local_spec`]).
+//! column adds nowhere, so the padding changes no sum. GPT-OSS's MXFP4 experts are split by expert
+//! only, lent as the source holds them ([`TensorSource::mxfp4_experts`]) for the loader to
+//! upload the rank's; a per-expert plan is refused ([`local_spec`]).
 //!
 //! The embedding and the head: rows `vocab` of the whole table, then zero rows up to
 //! `vocab_part + 1` — the padding of a short last part, and the zero row every other rank's
@@ -41,15 +42,12 @@ pub const EXPERT_ROWS: usize = 32;
 /// Rank `r`'s spec on the GPU: the plan's local spec ([`ShardPlan::local_spec`]: its heads and
 /// FFN or per-expert width, that padded to [`EXPERT_ROWS`]; experts keep their global count,
 /// the router being whole) with `vocab_part + 1` token rows. GPT-OSS's MXFP4 experts (gated by
-/// its clamped SwiGLU) are refused, under either split.
+/// its clamped SwiGLU) are split by expert only: a per-expert plan is refused.
 pub fn local_spec(spec: &ModelSpec, plan: &ShardPlan, r: usize) -> Result<ModelSpec> {
-    if spec.layers.iter().any(|l| matches!(l.ffn, FfnSpec::Moe { act: Activation::ClampedSwiglu { .. }, .. })) {
-        let split = match plan.moe {
-            Some(MoeSplit::Experts) => "expert-parallel",
-            _ => "per-expert tensor-parallel",
-        };
+    let mxfp4 = spec.layers.iter().any(|l| matches!(l.ffn, FfnSpec::Moe { act: Activation::ClampedSwiglu { .. }, .. }));
+    if mxfp4 && plan.moe != Some(MoeSplit::Experts) {
         return Err(Error::Input(format!(
-            "--tensor-parallel {}: {}'s MXFP4 experts are not sharded on the GPU yet ({split}; Qwen3-MoE's are; --device cpu shards it)",
+            "--tensor-parallel {}: {}'s MXFP4 experts are split by expert on the GPU (--expert-parallel), not by rows (--device cpu does both)",
             plan.world, spec.arch
         )));
     }
@@ -179,6 +177,17 @@ impl TensorSource for ShardSource<'_> {
         };
         self.cut = self.cut_experts(t, &v, r)?;
         Ok(Some(RawDense { dtype: RawDtype::F32, bytes: f32::as_bytes(&self.cut) }))
+    }
+
+    /// Whole, for the loader to upload the rank's experts of (expert parallelism); refused
+    /// under a per-expert cut, which [`local_spec`] refuses first.
+    fn mxfp4_experts(&mut self, l: usize) -> Result<Option<reference::gpt_oss::weights::Mxfp4Experts<'_>>> {
+        match &self.rs.experts {
+            Some(ExpertCut::Rows { .. }) => {
+                Err(Error::Input(format!("rank {}: layer {l}'s MXFP4 experts are not cut by rows on the GPU", self.rs.rank)))
+            }
+            _ => self.inner.mxfp4_experts(l),
+        }
     }
 
     fn load(&mut self, t: Tensor, cfg: &Config) -> Result<Vec<f32>> {

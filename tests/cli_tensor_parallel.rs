@@ -2,7 +2,8 @@
 //! gives TP 1's greedy tokens (`--prompts`) and text (`--prompt`) on tiny checkpoints (a llama
 //! GGUF, a Qwen3-MoE GGUF, its experts split both ways: `--expert-parallel [false]`); so does
 //! `--device wgpu` (N GPU ranks on one adapter, host-staged collectives) on the Qwen3-MoE GGUF;
-//! shapes that do not split and other devices are one-line errors. Run with `--release`.
+//! GPT-OSS's sharded logits (`logits --tensor-parallel N`) equal TP 1's on the CPU and on wgpu
+//! ranks; shapes that do not split and other devices are one-line errors. Run with `--release`.
 
 use std::path::Path;
 
@@ -95,9 +96,45 @@ fn tensor_parallel_errors_are_one_line() {
     // On a machine without NCCL or without two GPUs (this test's machines) cuda refuses, in one line
     // naming the flag and what is missing; wgpu runs host-staged ranks (conformance op `tp`).
     refused("2", "cuda", &["--tensor-parallel 2:"]);
+    // GPT-OSS's MXFP4 experts split by expert on a GPU, not by rows.
     fails(
-        &["generate", "--synthetic", "tiny-gpt-oss", "--device", "cpu", "--prompt", "hi", "--tensor-parallel", "2"],
+        &["logits", "--synthetic", "tiny-gpt-oss", "--device", "wgpu", "--ids", "1,2", "--tensor-parallel", "2", "--expert-parallel", "false"],
         2,
-        &["--tensor-parallel 2: GPT-OSS's CLI path is not sharded yet"],
+        &["--tensor-parallel 2: gpt_oss's MXFP4 experts are split by expert on the GPU (--expert-parallel), not by rows"],
     );
+}
+
+/// `tandem logits` of the tiny synthetic GPT-OSS with `extra` arguments: its greedy ids, and
+/// the top-3 (id, logit) pairs of every prompt position.
+fn gpt_oss_logits(extra: &[&str]) -> (Vec<u32>, Vec<Vec<(u32, f32)>>) {
+    let mut args = vec!["logits", "--synthetic", "tiny-gpt-oss", "--ids", "5,17,42,99,120,7,3,200,150,77,31", "--greedy", "6", "--top-k", "3"];
+    args.extend(extra);
+    let o = tandem(&args);
+    assert!(o.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let ids: Vec<Vec<u32>> = serde_json::from_value(j["top_ids"].clone()).unwrap();
+    let logits: Vec<Vec<f32>> = serde_json::from_value(j["top_logits"].clone()).unwrap();
+    let top = ids.into_iter().zip(logits).map(|(i, l)| i.into_iter().zip(l).collect()).collect();
+    (serde_json::from_value(j["greedy_ids"].clone()).unwrap(), top)
+}
+
+/// GPT-OSS sharded (`logits --tensor-parallel N`) gives TP 1's greedy tokens and its logits up
+/// to summation order: on the CPU reference under both expert splits, and on GPU ranks (wgpu,
+/// f32, host-staged collectives) with its MXFP4 experts split by expert.
+#[test]
+fn sharded_gpt_oss_gives_the_unsharded_logits() {
+    for device in [&["--device", "cpu"][..], &["--device", "wgpu", "--dtype", "f32"]] {
+        let (want_ids, want_top) = gpt_oss_logits(device);
+        let splits: &[&str] = if device[1] == "cpu" { &["true", "false"] } else { &["true"] };
+        for (tp, split) in ["2", "4"].iter().flat_map(|tp| splits.iter().map(move |s| (tp, s))) {
+            let (ids, top) = gpt_oss_logits(&[device, &["--tensor-parallel", tp, "--expert-parallel", split]].concat());
+            let at = format!("{device:?} TP {tp} --expert-parallel {split}");
+            assert_eq!(ids, want_ids, "{at}: greedy ids");
+            for (p, (got, want)) in top.iter().zip(&want_top).enumerate() {
+                for (&(gi, gl), &(wi, wl)) in got.iter().zip(want) {
+                    assert!(gi == wi && (gl - wl).abs() <= 1e-4 * wl.abs().max(1.0), "{at}: position {p}: {got:?} vs TP 1's {want:?}");
+                }
+            }
+        }
+    }
 }

@@ -37,9 +37,6 @@ pub fn run(a: GenerateArgs) -> Result<()> {
                 "{flag}: GPT-OSS's CLI chat does not constrain its output yet (use `tandem serve` with response_format)"
             )));
         }
-        if tp != 1 || a.expert_parallel.is_some() {
-            return Err(CliError::Usage(format!("--tensor-parallel {tp}: GPT-OSS's CLI path is not sharded yet")));
-        }
         return super::gpt_oss::chat::run(a, params);
     }
     if a.reasoning_effort.is_some() {

@@ -58,7 +58,7 @@ pub struct GenerateArgs {
     /// split, one all-reduce after attention and one after the FFN). `--device cpu` runs the N
     /// ranks as threads of the reference; `--device cuda` one rank a GPU with NCCL (sets
     /// NCCL_NVLS_ENABLE=0 unless set); `--device wgpu` N ranks on one adapter, collectives
-    /// through the host (tests). GPT-OSS is not sharded yet.
+    /// through the host (tests). GPT-OSS's MXFP4 experts split by expert on a GPU.
     #[arg(long, default_value_t = 1)]
     pub tensor_parallel: usize,
     /// With --tensor-parallel: how a mixture of experts splits. `--expert-parallel` (or

@@ -47,9 +47,9 @@ pub fn run(a: LogitsArgs) -> Result<()> {
             None => String::new(),
         })
     };
-    // A spec model: through its batched runner, as GPT-OSS (the CPU reference; a GPU refuses).
-    if matches!(opened.arch, Arch::Spec(_)) {
-        let mut runner = opened.runner(a.model.device, a.model.dtype.as_deref(), ids.len() + a.greedy)?;
+    // A spec model or a sharded one: through its batched runner, as GPT-OSS.
+    if matches!(opened.arch, Arch::Spec(_)) || a.sharded() {
+        let mut runner = super::tensor_parallel::sharded(&mut opened, a.tp(), a.model.device, a.model.dtype.as_deref(), ids.len() + a.greedy, None)?;
         let (rows, greedy) = through_runner(runner.as_mut(), &ids, a.greedy)?;
         print_json(&ids, &rows, k, &greedy, &decode(&greedy)?, &runner.name());
         return Ok(());

@@ -25,6 +25,25 @@ pub struct LogitsArgs {
     /// Greedy tokens to continue with (not stopping at EOS).
     #[arg(long, default_value_t = 0)]
     pub greedy: usize,
+    /// Shard the model over N ranks, as `generate --tensor-parallel` does: the logits of a
+    /// sharded model, to set beside TP 1's.
+    #[arg(long, default_value_t = 1)]
+    pub tensor_parallel: usize,
+    /// With --tensor-parallel: how a mixture of experts splits (as `generate`'s).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub expert_parallel: Option<bool>,
+}
+
+impl LogitsArgs {
+    /// The ranks asked for.
+    pub fn tp(&self) -> super::tp::Tp {
+        super::tp::Tp::of(self.tensor_parallel, self.expert_parallel)
+    }
+
+    /// Whether the model is sharded (or `--expert-parallel` was given, which a single rank refuses).
+    pub fn sharded(&self) -> bool {
+        self.tensor_parallel != 1 || self.expert_parallel.is_some()
+    }
 }
 
 /// The `k` largest `(id, logit)` pairs, descending; ties by lower id.

@@ -199,7 +199,7 @@ fn rank_runner(
     let Some(backend) = resolve(device) else {
         let Comms::Links(links) = comms else { return Err(CliError::Usage("a CPU rank's collectives run over its links".into())) };
         let comm = TcpComm::new(r, world, links)?;
-        let (model, info) = with_weights(opened, world, |spec, w| Ok((RankModel::new(spec, w, &tp.plan(spec)?, r)?, ModelInfo::of_spec(spec))))?;
+        let (model, info) = with_weights(opened, |spec, w| Ok((RankModel::new(spec, w, &tp.plan(spec)?, r)?, ModelInfo::of_spec(spec))))?;
         return Ok(Box::new(RefRunner::new(RankForward { model, comm, info }, kv.block_size, kv.num_blocks)?));
     };
     use optimized::parallel::{load_rank, DeviceComm, HostStaged, NcclDevice};
@@ -234,9 +234,6 @@ pub fn lead_runner(
     lead: &Lead,
 ) -> Result<Box<dyn ModelRunner + Send>> {
     let n = tp.ranks;
-    if matches!(opened.arch, Arch::GptOss(_)) {
-        return Err(CliError::Usage(format!("--tensor-parallel {n}: GPT-OSS's CLI path is not sharded yet")));
-    }
     let hello = Hello { protocol: PROTOCOL, rank: 0, world: n, model: lead.model.clone(), device: device_name(device) };
     eprintln!("  rank 0 of {n}: waiting for ranks 1 .. {} at {} (at most {} s)", n - 1, lead.addr, lead.timeout.as_secs());
     let links = rendezvous::accept_ranks(&lead.addr, &hello, lead.timeout)?;
@@ -312,9 +309,9 @@ pub fn rank_kernels(opened: &Opened) -> optimized::KernelConfig {
 }
 
 /// `f` of `opened`'s whole spec and f32 weights, read for the CPU reference (to be sharded
-/// over `n` ranks: the weights are dropped once `f` has sliced them).
-pub fn with_weights<T>(opened: &mut Opened, n: usize, f: impl FnOnce(&reference::arch::ModelSpec, &dyn WeightsRef) -> Result<T>) -> Result<T> {
-    match &opened.arch {
+/// over ranks: the weights are dropped once `f` has sliced them).
+pub fn with_weights<T>(opened: &mut Opened, f: impl FnOnce(&reference::arch::ModelSpec, &dyn WeightsRef) -> Result<T>) -> Result<T> {
+    match &mut opened.arch {
         Arch::Spec(s) => {
             let m = super::source::spec::load(s)?;
             f(&m.spec, &m.weights)
@@ -323,6 +320,9 @@ pub fn with_weights<T>(opened: &mut Opened, n: usize, f: impl FnOnce(&reference:
             let m = opened.reference_model()?;
             f(&reference::arch::llama::from_config(&m.config), &m.weights)
         }
-        Arch::GptOss(_) => Err(CliError::Usage(format!("--tensor-parallel {n}: GPT-OSS's CLI path is not sharded yet"))),
+        Arch::GptOss(g) => {
+            let w = reference::gpt_oss::GptOssWeights::load(&mut g.files, &g.config)?;
+            f(&reference::arch::gpt_oss::from_config(&g.config), &w)
+        }
     }
 }

@@ -423,7 +423,8 @@ impl Opened {
     }
 
     /// The spec a GPU model of this file runs and its tensors: a spec model's own spec and
-    /// files, the llama family's from its config and source. GPT-OSS loads by its own path.
+    /// files, the llama family's from its config and source, GPT-OSS's from its config and
+    /// files (its MXFP4 experts lent as stored).
     pub fn gpu_tensors(&mut self) -> Result<(std::borrow::Cow<'_, reference::arch::ModelSpec>, Box<dyn TensorSource + '_>)> {
         Ok(match &mut self.arch {
             Arch::Spec(s) => {
@@ -433,7 +434,11 @@ impl Opened {
                 (std::borrow::Cow::Borrowed(&s.spec), src)
             }
             Arch::Llama => (std::borrow::Cow::Owned(reference::arch::llama::from_config(&self.config)), Box::new(&mut self.source)),
-            Arch::GptOss(_) => return Err(CliError::Usage(format!("{}: GPT-OSS loads through its own path", self.label))),
+            Arch::GptOss(g) => {
+                let gpt_oss::GptOss { config, files, .. } = &mut **g;
+                let src = reference::gpt_oss::weights::GptOssTensors { src: files, cfg: config };
+                (std::borrow::Cow::Owned(reference::arch::gpt_oss::from_config(config)), Box::new(src))
+            }
         })
     }
 

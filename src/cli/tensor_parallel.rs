@@ -9,8 +9,9 @@
 //! A mixture of experts (Qwen3-MoE) is split as `--expert-parallel` says: `true` (or the bare
 //! flag), each rank holds E/N whole experts; `false`, every expert's FFN rows are split N ways;
 //! absent, the plan's choice (experts where E divides by N: `ShardPlan::new`). The router is
-//! replicated on every rank; each rank's share of the MoE output is all-reduced. GPT-OSS is
-//! not sharded on the GPU (its MXFP4 experts) nor through this CLI path on the CPU.
+//! replicated on every rank; each rank's share of the MoE output is all-reduced. GPT-OSS's
+//! MXFP4 experts split by expert on a GPU (a per-expert split is refused there); the CPU
+//! reference runs both splits.
 //! With `--master-addr` the ranks are processes instead, possibly on other hosts
 //! ([`super::ranks`]).
 
@@ -146,6 +147,13 @@ fn gpu_runner(
     let label = opened.label.clone();
     let (spec, mut src) = opened.gpu_tensors()?;
     let plan = tp.plan(&spec)?;
+    // A split the GPU does not run (GPT-OSS's MXFP4 experts by rows) is refused before any load.
+    if let Err(e) = optimized::parallel::local_spec(&spec, &plan, 0) {
+        return Err(CliError::Usage(match e {
+            reference::Error::Input(m) => m,
+            e => e.to_string(),
+        }));
+    }
     let mut models = Vec::with_capacity(n);
     for (r, comm) in comms.into_iter().enumerate() {
         let client = optimized::client_on(backend, r)?;
@@ -167,9 +175,8 @@ fn gpu_runner(
 /// The CPU runner of `opened` sharded over `n` ranks, KV pools of at least `kv_tokens`
 /// positions. The whole model is read, sliced per rank, and dropped.
 pub fn cpu_runner(opened: &mut Opened, tp: Tp, kv_tokens: usize) -> Result<Box<dyn ModelRunner + Send>> {
-    let n = tp.ranks;
     let blocks = kv_tokens.div_ceil(KV_BLOCK).max(1);
-    let group = super::ranks::with_weights(opened, n, |spec, w| Ok(LoopbackGroup::new(spec, w, tp.plan(spec)?)?))?;
+    let group = super::ranks::with_weights(opened, |spec, w| Ok(LoopbackGroup::new(spec, w, tp.plan(spec)?)?))?;
     let info = ModelInfo::of_spec(&group.spec);
     Ok(Box::new(RefRunner::new(Sharded { group, info }, KV_BLOCK, blocks)?))
 }

@@ -126,7 +126,7 @@ pub fn run(a: GenerateArgs, params: SamplingParams) -> Result<()> {
     if max_tokens == 0 {
         return Err(CliError::Usage("--max-tokens must be at least 1".into()));
     }
-    let mut runner = opened.runner(a.model.device, a.model.dtype.as_deref(), a.kv_tokens.unwrap_or(ids.len() + max_tokens))?;
+    let mut runner = super::super::tensor_parallel::runner(&a, &mut opened, a.kv_tokens.unwrap_or(ids.len() + max_tokens))?;
     let name = runner.name();
     super::super::generate_args::prepare(runner.as_mut(), &name, ids.len() + max_tokens, &params)?;
     let mut engine = Engine::new(runner, EngineConfig::default(), Some(Arc::new(HarmonyDetok(tok.clone())) as Arc<dyn Detokenizer>))?;
@@ -254,7 +254,7 @@ fn run_batch(a: GenerateArgs, path: &Path, base: SamplingParams, mut opened: sup
         want.clamp(1, 64 * ctx)
     });
     let mut sink = batch::Sink::open(a.out.as_deref())?;
-    let runner = opened.runner(a.model.device, a.model.dtype.as_deref(), kv)?;
+    let runner = super::super::tensor_parallel::runner(&a, &mut opened, kv)?;
     let cfg = EngineConfig { max_num_seqs: a.max_seqs.max(1), ..EngineConfig::default() };
     let mut engine = Engine::new(runner, cfg, Some(Arc::new(HarmonyDetok(tok.clone())) as Arc<dyn Detokenizer>))?;
     let mut live: HashMap<RequestId, (Value, bool, Vec<u32>, String)> = HashMap::new();

@@ -29,7 +29,7 @@ pub fn run(a: LogitsArgs) -> Result<()> {
     if positions > ctx {
         return Err(reference::Error::Input(format!("{} prompt + {} greedy tokens exceed the context length {ctx}", ids.len(), a.greedy)).into());
     }
-    let mut runner = opened.runner(a.model.device, a.model.dtype.as_deref(), positions)?;
+    let mut runner = super::super::tensor_parallel::sharded(&mut opened, a.tp(), a.model.device, a.model.dtype.as_deref(), positions, None)?;
     let (rows, greedy) = through_runner(runner.as_mut(), &ids, a.greedy)?;
     let greedy_text = match &tok {
         Some(t) => t.decode_lossy(&greedy)?,

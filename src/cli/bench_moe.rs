@@ -6,9 +6,11 @@
 //! the expert bytes the routes select, % of the copy rate measured in the same run. Then the
 //! grouped GEMMs of many tokens (64: a batch of 64 sequences; 512: a prefill), moe gemm v1
 //! (CUDA cores, f32) and v2 (tensor cores), in TFLOP/s of the pairs' `2·P·N·K`. The same for
-//! 16-bit experts at Qwen3-30B-A3B's shape ([`dense`]) runs first.
+//! 16-bit experts at Qwen3-30B-A3B's shape ([`dense`]) runs first; an expert-parallel rank's
+//! share of the whole MoE of many tokens ([`ranks`]) last.
 
 mod dense;
+mod ranks;
 
 use optimized::config::KernelConfig;
 use optimized::kernels::matmul::tc::TcMode;
@@ -40,13 +42,20 @@ fn matrix(out: usize, in_dim: usize, salt: u32) -> Result<Mxfp4Weight> {
 }
 
 fn weights(client: &Client) -> Result<MoeWeights> {
-    let mats = |salt: u32, out: usize, inp: usize| (0..E as u32).into_par_iter().map(|e| matrix(out, inp, salt + e)).collect::<Result<Vec<_>>>();
+    weights_holding(client, 0..E)
+}
+
+/// The bench's MoE block holding the experts `held` of its E (an expert-parallel rank's share,
+/// or all): the router whole, each expert the same bytes whatever share holds it.
+fn weights_holding(client: &Client, held: std::ops::Range<usize>) -> Result<MoeWeights> {
+    let mats =
+        |salt: u32, out: usize, inp: usize| held.clone().into_par_iter().map(|e| matrix(out, inp, salt + e as u32)).collect::<Result<Vec<_>>>();
     let (gate, up, down) = (mats(100, F, C)?, mats(200, F, C)?, mats(300, C, F)?);
     let bias = |n: usize, salt: u32| -> Vec<f32> { bytes(n, salt).iter().map(|&b| (b as f32 - 128.0) / 1024.0).collect() };
     let (bg, bu, bd) = (
-        (0..E).map(|e| bias(F, 400 + e as u32)).collect::<Vec<_>>(),
-        (0..E).map(|e| bias(F, 500 + e as u32)).collect::<Vec<_>>(),
-        (0..E).map(|e| bias(C, 600 + e as u32)).collect::<Vec<_>>(),
+        held.clone().map(|e| bias(F, 400 + e as u32)).collect::<Vec<_>>(),
+        held.clone().map(|e| bias(F, 500 + e as u32)).collect::<Vec<_>>(),
+        held.clone().map(|e| bias(C, 600 + e as u32)).collect::<Vec<_>>(),
     );
     let g: Vec<_> = gate.iter().zip(&bg).map(|(m, b)| (m, b.as_slice())).collect();
     let u: Vec<_> = up.iter().zip(&bu).map(|(m, b)| (m, b.as_slice())).collect();
@@ -61,7 +70,7 @@ fn weights(client: &Client) -> Result<MoeWeights> {
         7.0,
         1.702,
         true,
-        None,
+        Some(held.start),
     )?)
 }
 
@@ -137,7 +146,9 @@ pub fn run(backend: Backend, gate: &str, reps: usize) -> Result<()> {
         }
         println!("{t:>6} {:>22} {distinct} distinct of {} pairs", "experts", t * K);
     }
-    gemms(&client, &w, reps)
+    gemms(&client, &w, reps)?;
+    drop(w);
+    ranks::run(&client, reps)
 }
 
 /// moe gemm v2's tiles the bench sweeps (`moe-tile=` specs; `auto` the production pick).

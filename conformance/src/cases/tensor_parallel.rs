@@ -194,9 +194,12 @@ pub enum TpModel {
     GptOssFile(&'static str),
 }
 
+/// A case's model opened: its spec, the reference's weights, the ids its prompts are cut from,
+/// and its files.
+type Opened = (ModelSpec, Box<dyn WeightsRef>, Vec<u32>, Files);
+
 impl TpModel {
-    /// Its spec, the reference's weights, the ids its prompts are cut from, and its files.
-    fn open(self) -> Result<(ModelSpec, Box<dyn WeightsRef>, Vec<u32>, Files), String> {
+    fn open(self) -> Result<Opened, String> {
         match self {
             TpModel::Fixture(name, tweak) => {
                 let dir = fixture(name);

@@ -491,17 +491,19 @@ pub fn gemv_on_tensor_cores(client: &Client, w: &MoeWeights) -> bool {
 /// capture it whole).
 ///
 /// An expert-parallel rank's weights (`first` of [`MoeWeights::dense_holding`] /
-/// [`MoeWeights::mxfp4`]) add their experts' terms only:
-/// the routes (over all E) are mapped to the experts held, the other pairs weighted 0, and the
-/// routes returned are those local ones.
+/// [`MoeWeights::mxfp4`]) add their experts' terms only: the routes (over all E) are mapped to
+/// the experts held, the other pairs weighted 0 (and, on the grouped GEMMs' path, left out of
+/// the sort: the rank runs only its own pairs), and the routes returned are those local ones.
 pub fn moe_into(client: &Client, h: &DeviceTensor, w: &MoeWeights, x: &DeviceTensor, path: MoePath) -> Result<Routes, Error> {
     let routes = route::route_tokens(client, h, w)?;
-    let routes = if w.sharded() { route::routes_local(client, &routes, &w.held)? } else { routes };
     let gemv = match path {
         MoePath::Auto => routes.tokens <= GEMV_MAX_T,
         MoePath::Gemv => true,
         MoePath::Gemm => false,
     };
+    // The grouped GEMMs run only the rank's own pairs (the others left out of the sort); the
+    // gemvs run every pair, the others' weighted 0 on the rank's first expert.
+    let routes = if w.sharded() { route::routes_local(client, &routes, &w.held, !gemv)? } else { routes };
     let (gu, dn) = match (&w.gate_up, &w.down) {
         (Experts::Dense(gu), Experts::Dense(dn)) => {
             if gemv {

@@ -17,8 +17,9 @@
 //! 0: `kernels::moe::route::routes_local`); per-expert, a rank holds rows `r·F/N ..` of every
 //! expert (zero-padded to [`EXPERT_ROWS`]). Either way its share of the MoE output is summed
 //! into zeros, all-reduced, and added to the residual stream with the next RMSNorm in one
-//! launch. An expert-parallel rank still runs the kernels over all T·K pairs (those of other
-//! ranks' experts on its first expert, weighted 0): the memory is split, the work not yet.
+//! launch. An expert-parallel rank's grouped GEMMs (steps over `moe::GEMV_MAX_T` tokens) run
+//! only its own pairs: the others are left out of the sort. Its decode gemvs still run all T·K
+//! pairs (those of other ranks' experts on its first expert, weighted 0).
 //!
 //! A rank's step needs nothing from the host beyond a single GPU's: the ids' mapping to the
 //! rank's rows and the logits' reassembly after the gather are kernels ([`kernels`]), and the

@@ -194,7 +194,8 @@ pub fn moe_gemm_v1<W: Float>(
 }
 
 /// combine v1: `out[t, c] += Σ_k w_{tK+k} · y[slot[tK+k], c]` in rank order (one unit per
-/// element of `out [T, C]`); `identity`: `y` by pair (slot p = p; `slot` unread). `pdl`: waits
+/// element of `out [T, C]`), pairs of weight 0 skipped; `identity`: `y` by pair (slot p = p;
+/// `slot` unread). `pdl`: waits
 /// for the kernel before it first thing (everything it reads was written by kernels), so that
 /// it and the kernel after it may launch early.
 #[allow(clippy::too_many_arguments)]
@@ -220,11 +221,16 @@ pub fn moe_combine_v1(
         let mut s = f32::new(0.0);
         for r in 0..k {
             let p = t * k + r;
-            let mut sp = p;
-            if !identity {
-                sp = slot[p] as usize;
+            let wp = route_w[p];
+            // A weight-0 pair adds nothing, and may have no row: another rank's pair, left
+            // out of the sort (`route::routes_local`).
+            if wp != 0.0 {
+                let mut sp = p;
+                if !identity {
+                    sp = slot[p] as usize;
+                }
+                s += wp * y[sp * c + col];
             }
-            s += route_w[p] * y[sp * c + col];
         }
         out[i] += s;
     }

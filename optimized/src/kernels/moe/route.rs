@@ -479,9 +479,11 @@ pub fn v3_supported(client: &Client) -> bool {
 
 /// local v1: one unit per (token, rank) pair. An expert-parallel rank holds experts
 /// `lo .. hi` (global ids) as its experts `0 .. hi − lo`: a pair routed to one of them keeps its
-/// weight under the local id; any other pair (another rank's expert) gets local expert 0 and
-/// weight 0, so it adds `0 · y = 0` to the token's sum — the rank's share of the MoE output is
-/// its own experts' terms, and the all-reduce after the FFN adds the other ranks' shares.
+/// weight under the local id; any other pair (another rank's expert) gets local expert `other`
+/// and weight 0 — the rank's share of the MoE output is its own experts' terms, and the
+/// all-reduce after the FFN adds the other ranks' shares. `other` = 0 (an expert the rank holds:
+/// the pair adds `0 · y = 0`, for kernels that run every pair) or `hi − lo` (no expert: the sort
+/// leaves the pair out, so the grouped GEMMs never run it).
 #[cube(launch)]
 pub fn moe_routes_local_v1(
     ids: &[u32],
@@ -490,6 +492,7 @@ pub fn moe_routes_local_v1(
     weights_out: &mut [f32],
     lo: u32,
     hi: u32,
+    other: u32,
     pairs: u32,
     #[comptime] pdl: bool,
 ) {
@@ -497,7 +500,7 @@ pub fn moe_routes_local_v1(
     let i = ABSOLUTE_POS;
     if i < pairs as usize {
         let id = ids[i];
-        let mut local = 0u32;
+        let mut local = other;
         let mut w = 0.0f32;
         if id >= lo && id < hi {
             local = id - lo;
@@ -510,9 +513,11 @@ pub fn moe_routes_local_v1(
 
 /// `routes` (global expert ids) as the routes of the experts `held` (global ids) of an
 /// expert-parallel rank ([`moe_routes_local_v1`]): ids `0 .. |held|`, weight 0 for the pairs of
-/// other ranks' experts. The ranks' routes are the same (the router is replicated), so every
-/// pair is counted on exactly one rank.
-pub fn routes_local(client: &Client, routes: &Routes, held: &std::ops::Range<usize>) -> Result<Routes, Error> {
+/// other ranks' experts, which get id `|held|` where `drop` (the sort leaves them out: only the
+/// grouped GEMMs' path, whose combine skips weight-0 pairs) and id 0 otherwise (the gemvs run
+/// every pair). The ranks' routes are the same (the router is replicated), so every pair is
+/// counted on exactly one rank.
+pub fn routes_local(client: &Client, routes: &Routes, held: &std::ops::Range<usize>, drop: bool) -> Result<Routes, Error> {
     let pairs = routes.tokens * routes.k;
     let out = Routes { ids: DeviceTensor::empty_f32(client, &[pairs]), weights: DeviceTensor::empty_f32(client, &[pairs]), ..routes.clone() };
     if pairs == 0 {
@@ -520,6 +525,7 @@ pub fn routes_local(client: &Client, routes: &Routes, held: &std::ops::Range<usi
     }
     let u32_of = |what: &str, n: usize| u32::try_from(n).map_err(|_| Error::Shape(format!("moe_routes_local: {what} = {n} exceeds the u32 range")));
     let (lo, hi, n) = (u32_of("first expert", held.start)?, u32_of("last expert", held.end)?, u32_of("pairs", pairs)?);
+    let other = if drop { hi - lo } else { 0 };
     let g = Elementwise::with_vec(client, "moe_routes_local", pairs, 1)?;
     unsafe {
         moe_routes_local_v1::launch(
@@ -532,6 +538,7 @@ pub fn routes_local(client: &Client, routes: &Routes, held: &std::ops::Range<usi
             out.weights.as_arg(1),
             lo,
             hi,
+            other,
             n,
             crate::kernels::pdl::enabled(client),
         );

@@ -427,9 +427,10 @@ pub trait TensorSource {
     }
 
     /// Block `l`'s MoE experts in MXFP4 (GPT-OSS's: gate|up interleaved and down, with their
-    /// biases), as the file stores them where it can lend them, else built; `None` where the
-    /// source holds no MXFP4 experts for the block.
-    fn mxfp4_experts(&mut self, _l: usize) -> Result<Option<crate::gpt_oss::weights::Mxfp4Experts<'_>>> {
+    /// biases), as the file stores them where it can lend them (all E), else built (only the
+    /// experts `held`: an expert-parallel rank's share, or all); `None` where the source holds
+    /// no MXFP4 experts for the block.
+    fn mxfp4_experts(&mut self, _l: usize, _held: std::ops::Range<usize>) -> Result<Option<crate::gpt_oss::weights::Mxfp4Experts<'_>>> {
         Ok(None)
     }
 }
@@ -450,8 +451,8 @@ impl<T: TensorSource + ?Sized> TensorSource for &mut T {
     fn load_raw_as(&mut self, t: Tensor, cfg: &Config, want: &[usize]) -> Result<Option<RawDense<'_>>> {
         (**self).load_raw_as(t, cfg, want)
     }
-    fn mxfp4_experts(&mut self, l: usize) -> Result<Option<crate::gpt_oss::weights::Mxfp4Experts<'_>>> {
-        (**self).mxfp4_experts(l)
+    fn mxfp4_experts(&mut self, l: usize, held: std::ops::Range<usize>) -> Result<Option<crate::gpt_oss::weights::Mxfp4Experts<'_>>> {
+        (**self).mxfp4_experts(l, held)
     }
 }
 

@@ -84,10 +84,18 @@ fn gpt_oss_tensors_serve_a_source_by_the_shared_table() {
     }
     let e = t.load(Tensor::WGate(0), &dims).unwrap_err().to_string();
     assert!(e.contains("WGate(0)") && e.contains("GPT-OSS"), "{e}");
-    match t.mxfp4_experts(0).unwrap() {
+    match t.mxfp4_experts(0, 0..cfg.n_experts).unwrap() {
         Some(Mxfp4Experts::Built(ex)) => assert_eq!(ex, direct.experts(0, &cfg).unwrap()),
         other => panic!("synthetic experts: {other:?}"),
     }
-    let e = t.mxfp4_experts(cfg.n_layers).unwrap_err().to_string();
+    // An expert-parallel rank's share: the same experts, only those.
+    let all = direct.experts(1, &cfg).unwrap();
+    match t.mxfp4_experts(1, 1..3).unwrap() {
+        Some(Mxfp4Experts::Built(ex)) => assert_eq!(ex, all[1..3]),
+        other => panic!("synthetic experts 1..3: {other:?}"),
+    }
+    let e = t.mxfp4_experts(0, 2..cfg.n_experts + 1).unwrap_err().to_string();
+    assert!(e.contains(&format!("of layer 0: the model has {}", cfg.n_experts)), "{e}");
+    let e = t.mxfp4_experts(cfg.n_layers, 0..1).unwrap_err().to_string();
     assert!(e.contains(&format!("layer {}", cfg.n_layers)), "{e}");
 }

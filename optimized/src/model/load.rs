@@ -220,13 +220,15 @@ impl Uploader<'_> {
             return Err(Error::Shape(format!("layer {l}: experts {held:?} of {n_experts}")));
         }
         // The source's borrow ends with this statement (the stored-value path needs it again).
-        let mxfp4 = match self.src.mxfp4_experts(l).map_err(Error::from)? {
+        let mxfp4 = match self.src.mxfp4_experts(l, held.clone()).map_err(Error::from)? {
             Some(Mxfp4Source::Stored([gu, dn])) => Some((
                 Mxfp4Experts::upload_stored(self.client, &self.staging, &gu, held.clone())?,
                 Mxfp4Experts::upload_stored(self.client, &self.staging, &dn, held.clone())?,
             )),
             Some(Mxfp4Source::Built(ex)) => {
-                let ex = ex.get(held.clone()).ok_or_else(|| Error::Shape(format!("layer {l}: experts {held:?} of {} built", ex.len())))?;
+                if ex.len() != held.len() {
+                    return Err(Error::Shape(format!("layer {l}: {} experts built for the {held:?} held", ex.len())));
+                }
                 // Biases are built contiguous; a view that is not would fail the upload's length check.
                 let gate: Vec<_> = ex.iter().map(|x| (&x.gate, x.gate_bias.as_slice().unwrap_or(&[]))).collect();
                 let up: Vec<_> = ex.iter().map(|x| (&x.up, x.up_bias.as_slice().unwrap_or(&[]))).collect();

@@ -181,9 +181,9 @@ impl TensorSource for ShardSource<'_> {
 
     /// Whole, for the loader to upload the rank's experts of (expert parallelism); refused
     /// under a per-expert cut, which [`local_spec`] refuses first.
-    fn mxfp4_experts(&mut self, l: usize) -> Result<Option<reference::gpt_oss::weights::Mxfp4Experts<'_>>> {
+    fn mxfp4_experts(&mut self, l: usize, held: Range<usize>) -> Result<Option<reference::gpt_oss::weights::Mxfp4Experts<'_>>> {
         let (rank, rows) = (self.rs.rank, matches!(self.rs.experts, Some(ExpertCut::Rows { .. })));
-        match self.inner.mxfp4_experts(l)? {
+        match self.inner.mxfp4_experts(l, held)? {
             Some(_) if rows => Err(Error::Input(format!("rank {rank}: layer {l}'s MXFP4 experts are not cut by rows on the GPU"))),
             x => Ok(x),
         }

@@ -70,6 +70,11 @@ impl GptOssSource for Synthetic {
     }
 
     fn experts(&mut self, l: usize, cfg: &GptOssConfig) -> Result<Vec<ExpertWeights>> {
+        self.experts_in(l, 0..cfg.n_experts, cfg)
+    }
+
+    /// Only the experts `held` are built (each expert's values depend on its id alone).
+    fn experts_in(&mut self, l: usize, held: std::ops::Range<usize>, cfg: &GptOssConfig) -> Result<Vec<ExpertWeights>> {
         let (c, f) = (cfg.hidden, cfg.expert_ffn);
         let seed = self.seed;
         let matrix = |e: usize, part: u32, out: usize, in_dim: usize| {
@@ -77,18 +82,17 @@ impl GptOssSource for Synthetic {
             mxfp4::quantize(&w, out, in_dim)
         };
         let bias = |e: usize, part: u32, n: usize| Array1::from_vec(values(seed, expert_id(cfg, l, e, part), n, (0.1, 0.0)));
-        (0..cfg.n_experts)
-            .map(|e| {
-                Ok(ExpertWeights {
-                    gate: matrix(e, 0, f, c)?,
-                    gate_bias: bias(e, 1, f),
-                    up: matrix(e, 2, f, c)?,
-                    up_bias: bias(e, 3, f),
-                    down: matrix(e, 4, c, f)?,
-                    down_bias: bias(e, 5, c),
-                })
+        held.map(|e| {
+            Ok(ExpertWeights {
+                gate: matrix(e, 0, f, c)?,
+                gate_bias: bias(e, 1, f),
+                up: matrix(e, 2, f, c)?,
+                up_bias: bias(e, 3, f),
+                down: matrix(e, 4, c, f)?,
+                down_bias: bias(e, 5, c),
             })
-            .collect()
+        })
+        .collect()
     }
 }
 

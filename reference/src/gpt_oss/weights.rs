@@ -2,6 +2,8 @@
 //! when a token is routed to them (gpt-oss-20b has 19.1 billion expert weights: 76 GB in f32,
 //! 10.2 GB in MXFP4).
 
+use std::ops::Range;
+
 use ndarray::{Array1, Array2};
 
 use super::config::GptOssConfig;
@@ -261,6 +263,17 @@ pub trait GptOssSource {
     /// The E experts of block `l`.
     fn experts(&mut self, l: usize, cfg: &GptOssConfig) -> Result<Vec<ExpertWeights>>;
 
+    /// The experts `held` of block `l` (an expert-parallel rank's share): those of
+    /// [`GptOssSource::experts`]; a source that builds experts builds only these.
+    fn experts_in(&mut self, l: usize, held: Range<usize>, cfg: &GptOssConfig) -> Result<Vec<ExpertWeights>> {
+        let mut ex = self.experts(l, cfg)?;
+        if held.end > ex.len() {
+            return Err(Error::Input(format!("experts {held:?} of layer {l}: it has {}", ex.len())));
+        }
+        ex.truncate(held.end);
+        Ok(ex.split_off(held.start))
+    }
+
     /// `t`'s stored bytes when the source holds it dense (F32 / F16 / BF16) with the shape
     /// `t.shape(cfg)`, so that [`GptOssSource::dense`] would return exactly their values; `None`
     /// otherwise (then `dense` is the way). A backend converts them straight to its own type.
@@ -505,7 +518,7 @@ impl GptOssSource for InMemory<'_> {
 }
 
 /// A block's MXFP4 experts from a source ([`TensorSource::mxfp4_experts`]): `[gate|up, down]`
-/// as the file stores them (borrowed), or built per expert.
+/// as the file stores them (borrowed: all E), or built per expert (only those asked for).
 #[derive(Debug, Clone)]
 pub enum Mxfp4Experts<'a> {
     Stored([StoredExperts<'a>; 2]),
@@ -534,18 +547,21 @@ impl TensorSource for GptOssTensors<'_> {
     fn load_raw(&mut self, t: Tensor, _cfg: &Config) -> Result<Option<RawDense<'_>>> {
         self.src.dense_raw(Self::dense_of(t)?, self.cfg)
     }
-    fn mxfp4_experts(&mut self, l: usize) -> Result<Option<Mxfp4Experts<'_>>> {
+    fn mxfp4_experts(&mut self, l: usize, held: Range<usize>) -> Result<Option<Mxfp4Experts<'_>>> {
         if l >= self.cfg.n_layers {
             return Err(Error::Input(format!("experts of layer {l}: the model has {} layers", self.cfg.n_layers)));
+        }
+        if held.is_empty() || held.end > self.cfg.n_experts {
+            return Err(Error::Input(format!("experts {held:?} of layer {l}: the model has {}", self.cfg.n_experts)));
         }
         // Two calls where the source has no stored form: a borrow returned from the first
         // would outlive the branch otherwise.
         if self.src.experts_stored(l, self.cfg)?.is_none() {
-            let ex = self.src.experts(l, self.cfg)?;
-            if ex.len() != self.cfg.n_experts {
-                return Err(Error::Input(format!("layer {l}: {} experts, config wants {}", ex.len(), self.cfg.n_experts)));
+            let ex = self.src.experts_in(l, held.clone(), self.cfg)?;
+            if ex.len() != held.len() {
+                return Err(Error::Input(format!("layer {l}: {} experts built, {held:?} asked for", ex.len())));
             }
-            for (e, x) in ex.iter().enumerate() {
+            for (e, x) in held.zip(&ex) {
                 x.check(self.cfg, &format!("layer {l} expert {e}"))?;
             }
             return Ok(Some(Mxfp4Experts::Built(ex)));

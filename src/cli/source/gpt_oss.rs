@@ -44,6 +44,13 @@ impl GptOssSource for GptOssFiles {
             GptOssFiles::Synthetic(s) => s.experts(l, cfg),
         }
     }
+    fn experts_in(&mut self, l: usize, held: std::ops::Range<usize>, cfg: &GptOssConfig) -> reference::Result<Vec<ExpertWeights>> {
+        match self {
+            GptOssFiles::Hf(s) => s.experts_in(l, held, cfg),
+            GptOssFiles::Gguf(g) => g.experts_in(l, held, cfg),
+            GptOssFiles::Synthetic(s) => s.experts_in(l, held, cfg),
+        }
+    }
     fn dense_raw(&mut self, t: Dense, cfg: &GptOssConfig) -> reference::Result<Option<RawDense<'_>>> {
         match self {
             GptOssFiles::Hf(s) => s.dense_raw(t, cfg),

@@ -124,6 +124,22 @@ fn mxfp4_quantize_known_block() {
     assert!(zero.blocks().iter().all(|&b| b == 0) && zero.scales() == [0, 0]);
 }
 
+#[test]
+fn mxfp4_quantize_with_is_quantize_of_the_values() {
+    // Mixed magnitudes, signed zeros, a zero block and a subnormal one, over 3 rows of 64.
+    let f = |i: usize| match i {
+        32..=63 => 0.0,
+        64..=95 => (i as f32 - 80.0) * 1e-40,
+        _ if i.is_multiple_of(7) => -0.0,
+        _ => ((i * 2_654_435_761) % 1000) as f32 / 37.0 - 13.0,
+    };
+    let w: Vec<f32> = (0..3 * 64).map(f).collect();
+    assert_eq!(mxfp4::quantize_with(3, 64, f).unwrap(), mxfp4::quantize(&w, 3, 64).unwrap());
+    let e = mxfp4::quantize_with(2, 32, |i| if i == 37 { f32::NAN } else { 1.0 }).unwrap_err().to_string();
+    assert!(e.contains("element [1, 5] = NaN is not finite"), "{e}");
+    assert!(mxfp4::quantize_with(1, 33, |_| 1.0).is_err());
+}
+
 // ---------------------------------------------------------------- proptest
 
 /// Rows of mixed magnitudes: some all zero, some huge, tiny or subnormal, and within a row

@@ -77,9 +77,10 @@ impl GptOssSource for Synthetic {
     fn experts_in(&mut self, l: usize, held: std::ops::Range<usize>, cfg: &GptOssConfig) -> Result<Vec<ExpertWeights>> {
         let (c, f) = (cfg.hidden, cfg.expert_ffn);
         let seed = self.seed;
+        // `values(…)` quantized block by block, as made (no f32 copy of the matrix).
         let matrix = |e: usize, part: u32, out: usize, in_dim: usize| {
-            let w = values(seed, expert_id(cfg, l, e, part), out * in_dim, (3f32.sqrt() / (in_dim as f32).sqrt(), 0.0));
-            mxfp4::quantize(&w, out, in_dim)
+            let (id, scale) = (expert_id(cfg, l, e, part), 3f32.sqrt() / (in_dim as f32).sqrt());
+            mxfp4::quantize_with(out, in_dim, |i| 0.0 + scale * unit(seed, id, i as u32))
         };
         let bias = |e: usize, part: u32, n: usize| Array1::from_vec(values(seed, expert_id(cfg, l, e, part), n, (0.1, 0.0)));
         held.map(|e| {

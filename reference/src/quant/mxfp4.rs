@@ -176,6 +176,30 @@ pub fn quantize(w: &[f32], out: usize, in_dim: usize) -> Result<Mxfp4Weight> {
     Ok(Mxfp4Weight { out, in_dim, blocks, scales })
 }
 
+/// [`quantize`] of the values `f(i)` (row-major element `i`) with no f32 copy of the matrix:
+/// each block's 32 values are made where the block is quantized — the same bytes as
+/// `quantize(&(0..n).map(f).collect(), out, in_dim)`. For generated weights (synthetic models),
+/// whose f32 copies would cost more than the quantizing.
+pub fn quantize_with(out: usize, in_dim: usize, f: impl Fn(usize) -> f32 + Sync) -> Result<Mxfp4Weight> {
+    let n = check_shape("mxfp4", out, in_dim)?;
+    let nb = n / BLOCK;
+    let mut blocks = vec![0u8; nb * BLOCK_BYTES];
+    let mut scales = vec![0u8; nb];
+    blocks.par_chunks_mut(BLOCK_BYTES).zip(scales.par_iter_mut()).enumerate().try_for_each(|(k, (b, s))| {
+        let mut w = [0f32; BLOCK];
+        for (j, v) in w.iter_mut().enumerate() {
+            *v = f(k * BLOCK + j);
+        }
+        if let Some(j) = w.iter().position(|v| !v.is_finite()) {
+            let i = k * BLOCK + j;
+            return Err(Error::Input(format!("mxfp4: shape [{out}, {in_dim}]: element [{}, {}] = {} is not finite", i / in_dim, i % in_dim, w[j])));
+        }
+        *s = quantize_block(&w, b);
+        Ok(())
+    })?;
+    Ok(Mxfp4Weight { out, in_dim, blocks, scales })
+}
+
 /// `w' = E2M1[nibble] · 2^(scale − 127)`, row-major `[out, in]`.
 pub fn dequant(x: &Mxfp4Weight) -> Vec<f32> {
     let mut w = vec![0f32; x.scales.len() * BLOCK];

@@ -179,8 +179,9 @@ impl TensorSource for ShardSource<'_> {
         Ok(Some(RawDense { dtype: RawDtype::F32, bytes: f32::as_bytes(&self.cut) }))
     }
 
-    /// Whole, for the loader to upload the rank's experts of (expert parallelism); refused
-    /// under a per-expert cut, which [`local_spec`] refuses first.
+    /// The inner source's: stored experts whole (the loader uploads the rank's `held` of
+    /// them), built ones only those `held` (expert parallelism); refused under a per-expert
+    /// cut, which [`local_spec`] refuses first.
     fn mxfp4_experts(&mut self, l: usize, held: Range<usize>) -> Result<Option<reference::gpt_oss::weights::Mxfp4Experts<'_>>> {
         let (rank, rows) = (self.rs.rank, matches!(self.rs.experts, Some(ExpertCut::Rows { .. })));
         match self.inner.mxfp4_experts(l, held)? {

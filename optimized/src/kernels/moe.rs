@@ -288,6 +288,14 @@ pub struct MoeWeights {
     pub held: std::ops::Range<usize>,
 }
 
+/// The global ids of `n` experts held from `first` (`None`: all `e` of the router).
+fn held_from(first: Option<usize>, n: usize, e: usize) -> std::ops::Range<usize> {
+    match first {
+        Some(f) => f..f + n,
+        None => 0..e,
+    }
+}
+
 impl MoeWeights {
     /// Zeroed arrival counters for route v3 (one per token of a decode step).
     pub fn arrival_counters(client: &Client) -> Result<DeviceTensor, Error> {
@@ -310,10 +318,7 @@ impl MoeWeights {
         tc: bool,
         first: Option<usize>,
     ) -> Result<Self, Error> {
-        let held = match first {
-            Some(f) => f..f + gate_up.n_experts,
-            None => 0..router.shape.first().copied().unwrap_or(0),
-        };
+        let held = held_from(first, gate_up.n_experts, router.shape.first().copied().unwrap_or(0));
         let w = MoeWeights {
             router,
             router_bias,
@@ -370,10 +375,7 @@ impl MoeWeights {
             Some(b) => b,
             None => DeviceTensor::from_f32(client, &vec![0.0; e], &[e])?.into_read_only(),
         };
-        let held = match first {
-            Some(f) => f..f + gate_up.n_experts,
-            None => 0..e,
-        };
+        let held = held_from(first, gate_up.n_experts, e);
         let w = MoeWeights {
             router,
             router_bias,
@@ -507,38 +509,46 @@ pub fn moe_into(client: &Client, h: &DeviceTensor, w: &MoeWeights, x: &DeviceTen
     // The grouped GEMMs run only the rank's own pairs (the others left out of the sort); the
     // gemvs run every pair, the others' weighted 0 on the rank's first expert.
     let routes = if w.sharded() { route::routes_local(client, &routes, &w.held, !gemv)? } else { routes };
+    experts_into(client, h, w, &routes, x, gemv)?;
+    Ok(routes)
+}
+
+/// `x ← x + Σ_pairs w_p · expert_p(h)` over `routes` (ids of the experts `w` holds): the
+/// grouped gemvs where `gemv`, else sort + grouped GEMMs + combine — [`moe_into`] after its
+/// routing.
+pub fn experts_into(client: &Client, h: &DeviceTensor, w: &MoeWeights, routes: &Routes, x: &DeviceTensor, gemv: bool) -> Result<(), Error> {
     let (gu, dn) = match (&w.gate_up, &w.down) {
         (Experts::Dense(gu), Experts::Dense(dn)) => {
             if gemv {
                 let a = DeviceTensor::empty_f32(client, &[routes.tokens * routes.k, gu.out / 2]);
-                gemv_dense::moe_gemv_dense_glu_into(client, h, &routes, gu, w.act, &a)?;
-                gemv_dense::moe_gemv_dense_down_into(client, &a, &routes, dn, x)?;
+                gemv_dense::moe_gemv_dense_glu_into(client, h, routes, gu, w.act, &a)?;
+                gemv_dense::moe_gemv_dense_down_into(client, &a, routes, dn, x)?;
             } else {
                 let kernel = gemm_on_tensor_cores(client, w).then_some(TcMode::Tensor);
-                let sorted = sort::sort_by_expert(client, &routes, gu.n_experts, gemm_rows(client, kernel, &routes, gu.n_experts))?;
+                let sorted = sort::sort_by_expert(client, routes, gu.n_experts, gemm_rows(client, kernel, routes, gu.n_experts))?;
                 let a = DeviceTensor::empty_f32(client, &[sorted.pairs, gu.out / 2]);
-                dense::moe_gemm_dense_glu_into(client, h, &sorted, &routes, gu, w.act, &a, kernel)?;
+                dense::moe_gemm_dense_glu_into(client, h, &sorted, routes, gu, w.act, &a, kernel)?;
                 let y = DeviceTensor::empty_f32(client, &[sorted.pairs, dn.out]);
-                dense::moe_gemm_dense_down_into(client, &a, &sorted, &routes, dn, &y, kernel)?;
-                gemm::moe_combine_into(client, &y, &sorted, &routes, x)?;
+                dense::moe_gemm_dense_down_into(client, &a, &sorted, routes, dn, &y, kernel)?;
+                gemm::moe_combine_into(client, &y, &sorted, routes, x)?;
             }
-            return Ok(routes);
+            return Ok(());
         }
         (gu, dn) => (gu.mxfp4()?, dn.mxfp4()?),
     };
     if gemv && gemv_on_tensor_cores(client, w) {
         let a = DeviceTensor::empty_f32(client, &[routes.tokens * routes.k, gu.out / 2]);
-        gemv_tc::moe_gemv_glu_tc_into(client, h, &routes, gu, w.limit, w.alpha, &a, TcMode::Tensor)?;
-        gemv_tc::moe_gemv_down_tc_into(client, &a, &routes, dn, x, TcMode::Tensor)?;
+        gemv_tc::moe_gemv_glu_tc_into(client, h, routes, gu, w.limit, w.alpha, &a, TcMode::Tensor)?;
+        gemv_tc::moe_gemv_down_tc_into(client, &a, routes, dn, x, TcMode::Tensor)?;
     } else if gemv {
-        let a = gemv::moe_gemv_glu(client, h, &routes, gu, w.limit, w.alpha)?;
-        gemv::moe_gemv_down_into(client, &a, &routes, dn, x)?;
+        let a = gemv::moe_gemv_glu(client, h, routes, gu, w.limit, w.alpha)?;
+        gemv::moe_gemv_down_into(client, &a, routes, dn, x)?;
     } else {
         let kernel = gemm_on_tensor_cores(client, w).then_some(TcMode::Tensor);
-        let sorted = sort::sort_by_expert(client, &routes, gu.n_experts, gemm_rows(client, kernel, &routes, gu.n_experts))?;
-        let a = gemm::moe_gemm_glu(client, h, &sorted, &routes, gu, w.limit, w.alpha, kernel)?;
-        let y = gemm::moe_gemm_down(client, &a, &sorted, &routes, dn, kernel)?;
-        gemm::moe_combine_into(client, &y, &sorted, &routes, x)?;
+        let sorted = sort::sort_by_expert(client, routes, gu.n_experts, gemm_rows(client, kernel, routes, gu.n_experts))?;
+        let a = gemm::moe_gemm_glu(client, h, &sorted, routes, gu, w.limit, w.alpha, kernel)?;
+        let y = gemm::moe_gemm_down(client, &a, &sorted, routes, dn, kernel)?;
+        gemm::moe_combine_into(client, &y, &sorted, routes, x)?;
     }
-    Ok(routes)
+    Ok(())
 }

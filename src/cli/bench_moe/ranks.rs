@@ -4,27 +4,18 @@
 //! of the sort (what runs), and — the way it ran before — kept in, weighted 0, on the rank's
 //! first expert. µs per call, eagerly timed; a rank's share of the work is ideally 1/N.
 
-use optimized::kernels::matmul::tc::TcMode;
-use optimized::kernels::moe::{self, gemm_tc, route, MoePath, MoeWeights};
+use optimized::kernels::moe::{self, route, MoePath, MoeWeights};
 use optimized::{Client, DeviceTensor, Error};
 use tandem_benches::gpu::attention::seconds_per_call;
 
 use super::{bytes, weights_holding, Result, C, E, GEMM_TOKENS};
 
 /// The block of `w` over `h` with the other ranks' pairs kept in the sort, weighted 0 on the
-/// rank's first expert (moe gemm v2 where the device has it).
+/// rank's first expert: [`moe::experts_into`] on the grouped GEMMs' path over routes that do
+/// not drop them.
 fn kept_in(c: &Client, h: &DeviceTensor, w: &MoeWeights, x: &DeviceTensor) -> std::result::Result<(), Error> {
     let routes = route::routes_local(c, &moe::route_tokens(c, h, w)?, &w.held, false)?;
-    let (gu, dn) = (w.gate_up.mxfp4()?, w.down.mxfp4()?);
-    let kernel = moe::gemm_on_tensor_cores(c, w).then_some(TcMode::Tensor);
-    let bm = match kernel {
-        Some(mode) => gemm_tc::MoeTc::pick(mode, routes.tokens * routes.k, gu.n_experts, c.kernels().moe_tile).bm(),
-        None => moe::gemm::BM,
-    };
-    let sorted = moe::sort_by_expert(c, &routes, gu.n_experts, bm)?;
-    let a = moe::moe_gemm_glu(c, h, &sorted, &routes, gu, w.limit, w.alpha, kernel)?;
-    let y = moe::moe_gemm_down(c, &a, &sorted, &routes, dn, kernel)?;
-    moe::moe_combine_into(c, &y, &sorted, &routes, x)
+    moe::experts_into(c, h, w, &routes, x, false)
 }
 
 pub fn run(client: &Client, reps: usize) -> Result<()> {

@@ -164,22 +164,18 @@ pub fn quantize(w: &[f32], out: usize, in_dim: usize) -> Result<Mxfp4Weight> {
     if w.len() != n {
         return Err(Error::Input(format!("mxfp4: {} values for shape [{out}, {in_dim}] ({n} expected)", w.len())));
     }
+    // The first non-finite element by position is the one named (the blocks below run in
+    // parallel and would name any of them).
     if let Some(i) = w.iter().position(|v| !v.is_finite()) {
         return Err(Error::Input(format!("mxfp4: shape [{out}, {in_dim}]: element [{}, {}] = {} is not finite", i / in_dim, i % in_dim, w[i])));
     }
-    let nb = n / BLOCK;
-    let mut blocks = vec![0u8; nb * BLOCK_BYTES];
-    let mut scales = vec![0u8; nb];
-    blocks.par_chunks_mut(BLOCK_BYTES).zip(scales.par_iter_mut()).zip(w.par_chunks(BLOCK)).for_each(|((b, s), wb)| {
-        *s = quantize_block(wb, b);
-    });
-    Ok(Mxfp4Weight { out, in_dim, blocks, scales })
+    quantize_with(out, in_dim, |i| w[i])
 }
 
 /// [`quantize`] of the values `f(i)` (row-major element `i`) with no f32 copy of the matrix:
 /// each block's 32 values are made where the block is quantized — the same bytes as
-/// `quantize(&(0..n).map(f).collect(), out, in_dim)`. For generated weights (synthetic models),
-/// whose f32 copies would cost more than the quantizing.
+/// `quantize(&(0..n).map(f).collect(), out, in_dim)`, which runs through here. For generated
+/// weights (synthetic models), whose f32 copies would cost more than the quantizing.
 pub fn quantize_with(out: usize, in_dim: usize, f: impl Fn(usize) -> f32 + Sync) -> Result<Mxfp4Weight> {
     let n = check_shape("mxfp4", out, in_dim)?;
     let nb = n / BLOCK;

@@ -14,7 +14,7 @@ mod ranks;
 
 use optimized::config::KernelConfig;
 use optimized::kernels::matmul::tc::TcMode;
-use optimized::kernels::moe::{self, MoeGemv, MoeWeights, Mxfp4Experts, RouteVersion, Routes};
+use optimized::kernels::moe::{self, MoeGemm, MoeGemv, MoeWeights, Mxfp4Experts, RouteVersion, Routes};
 use optimized::{Backend, Client, DeviceTensor, Error};
 use rayon::prelude::*;
 use reference::quant::mxfp4::Mxfp4Weight;
@@ -27,7 +27,7 @@ const F: usize = 2880;
 const E: usize = 32;
 const K: usize = 4;
 const TOKENS: [usize; 2] = [1, 8];
-const GEMM_TOKENS: [usize; 3] = [64, 512, 2048];
+const GEMM_TOKENS: [usize; 5] = [64, 256, 512, 1024, 2048];
 
 /// Deterministic bytes (lowbias32 of the index and a salt).
 fn bytes(n: usize, salt: u32) -> Vec<u8> {
@@ -152,7 +152,8 @@ pub fn run(backend: Backend, gate: &str, reps: usize) -> Result<()> {
 }
 
 /// moe gemm v2's tiles the bench sweeps (`moe-tile=` specs; `auto` the production pick).
-const TILES: [&str; 9] = ["auto", "1.8.1.2.4", "1.8.1.2.4p", "1.4.1.4.4p", "2.4.2.4.4", "2.4.2.4.4p", "2.4.2.4.3p", "2.2.2.8.3p", "4.2.1.4.3p"];
+/// (H200: the seven others of the earlier sweep were never ahead of these three's best.)
+const TILES: [&str; 3] = ["auto", "1.8.1.2.4p", "2.4.2.4.4p"];
 
 /// The grouped GEMMs (sort excluded) at [`GEMM_TOKENS`]: v1, and v2 (where the device has
 /// tensor cores) under each of [`TILES`]; µs per call and TFLOP/s of the pairs' work.
@@ -192,6 +193,22 @@ fn gemms(client: &Client, w: &MoeWeights, reps: usize) -> Result<()> {
             let name = |what: &str| format!("v2 {spec} ({}) {what}", tile.name());
             line(&name("gate|up"), 2 * F, C, eager(&cfg, &mut |c| moe::moe_gemm_glu_into(c, &h, &sorted, &routes, gu, 7.0, 1.702, &a, Some(m)))?);
             line(&name("down"), C, F, eager(&cfg, &mut |c| moe::moe_gemm_down_into(c, &a, &sorted, &routes, dn, &y, Some(m)))?);
+        }
+        // moe gemm v3 (warpgroup MMAs) where the device has them.
+        if let Err(why) = moe::gemm_wg::require(client) {
+            println!("{t:>6} moe gemm v3 not timed: {why}");
+            continue;
+        }
+        let sorted = moe::sort_by_expert(client, &routes, E, moe::gemm_wg::BM)?;
+        let v3 = KernelConfig::default();
+        let wg = moe::GemmKernel::Wg;
+        line("v3 gate|up", 2 * F, C, eager(&v3, &mut |c| moe::moe_gemm_glu_into(c, &h, &sorted, &routes, gu, 7.0, 1.702, &a, wg))?);
+        line("v3 down", C, F, eager(&v3, &mut |c| moe::moe_gemm_down_into(c, &a, &sorted, &routes, dn, &y, wg))?);
+        // The whole block (route, sort, both GEMMs, combine) under each choice.
+        let x = DeviceTensor::from_f32(client, &vec![0.0; t * C], &[t, C])?;
+        for (name, moe_gemm) in [("moe_into v2", MoeGemm::V2), ("moe_into v3-always", MoeGemm::V3Always), ("moe_into v3 (default)", MoeGemm::V3)] {
+            let cfg = KernelConfig { moe_gemm, ..KernelConfig::default() };
+            line(name, 3 * F, C, eager(&cfg, &mut |c| moe::moe_into(c, &h, w, &x, moe::MoePath::Gemm).map(|_| ()))?);
         }
     }
     Ok(())

@@ -48,6 +48,9 @@ pub struct MoeCase {
     /// The GEMM path's kernels: moe gemm v1 (`None`) or v2 on the tensor cores (or their
     /// emulation), which rounds each GEMM's input to 16 bits.
     pub tc: Option<TcMode>,
+    /// The GEMM path on moe gemm v3 (warpgroup MMAs, pairs sorted in 128-row tiles) instead
+    /// of v2 (with `tc: Some(Tensor)`: it rounds the same way).
+    pub wg: bool,
 }
 
 const LIMIT: f32 = 7.0;
@@ -188,6 +191,9 @@ impl MoeCase {
     /// The 16-bit type moe gemm v2 rounds its inputs to (`None`: v1, f32), or why it cannot run.
     fn tc_dtype(&self, client: &Client) -> Result<Option<Dtype>, optimized::Error> {
         let Some(mode) = self.tc else { return Ok(None) };
+        if self.wg {
+            moe::gemm_wg::require(client)?;
+        }
         let e = match self.path {
             MoePath::Gemm => gemm_tc::require(client, mode, self.c.max(self.f))?,
             _ => moe::gemv_tc::require(client, mode, self.c.max(self.f))?,
@@ -259,7 +265,12 @@ impl MoeCase {
     ) -> Result<(), String> {
         let (c, f) = (self.c, self.f);
         // moe gemm v2 sorts into its tile's rows (16 or 64 by the pairs per expert).
-        let bm = self.tc.map_or(BM, |mode| gemm_tc::MoeTc::pick(mode, self.t * self.k, self.e, client.kernels().moe_tile).bm());
+        let bm = match self.tc {
+            _ if self.wg => moe::gemm_wg::BM,
+            Some(mode) => gemm_tc::MoeTc::pick(mode, self.t * self.k, self.e, client.kernels().moe_tile).bm(),
+            None => BM,
+        };
+        let kernel = if self.wg { moe::GemmKernel::Wg } else { self.tc.into() };
         let sorted = moe::sort_by_expert(client, routes, self.e, bm).map_err(dev)?;
         let ids: Vec<usize> = want.routes.iter().flatten().map(|&(e, _)| e).collect();
         let p = ids.len();
@@ -290,11 +301,11 @@ impl MoeCase {
         let a = poisoned(client, &[p, f])?;
         let y = poisoned(client, &[p, c])?;
         match (self.tc, e16) {
-            (Some(mode), Some(e)) => {
-                moe::moe_gemm_glu_into(client, h, &sorted, routes, w.gate_up.mxfp4().map_err(dev)?, LIMIT, ALPHA, &a, Some(mode)).map_err(dev)?;
+            (Some(_), Some(e)) => {
+                moe::moe_gemm_glu_into(client, h, &sorted, routes, w.gate_up.mxfp4().map_err(dev)?, LIMIT, ALPHA, &a, kernel).map_err(dev)?;
                 let got_a = a.to_f32(client).map_err(dev)?;
                 check_tol(&got_a, &by_sorted(&want.a, f), tc_tolerance().0, "activations (sorted, tensor cores)", worst)?;
-                moe::moe_gemm_down_into(client, &a, &sorted, routes, w.down.mxfp4().map_err(dev)?, &y, Some(mode)).map_err(dev)?;
+                moe::moe_gemm_down_into(client, &a, &sorted, routes, w.down.mxfp4().map_err(dev)?, &y, kernel).map_err(dev)?;
                 // down's reference: the device's activations rounded as the kernel rounds them.
                 let want_y = down_reference(fx, &round_to(&got_a, e), order.iter().map(|&i| ids[i]), f)?;
                 check_tol(&y.to_f32(client).map_err(dev)?, &want_y, tc_tolerance().0, "expert outputs (sorted, tensor cores)", worst)?;
@@ -365,6 +376,7 @@ impl Case for MoeCase {
             MoeGemv::V3 => ",v3",
         };
         let tc = match self.tc {
+            Some(TcMode::Tensor) if self.wg => ",wg",
             Some(TcMode::Tensor) => ",tc",
             Some(TcMode::Emulated) => ",tc-emu",
             None => "",
@@ -466,14 +478,14 @@ pub fn cases() -> Vec<Box<dyn Case>> {
         }
     }
     let mut add = |t, c, f, e, k, routing, path| {
-        v.push(Box::new(MoeCase { t, c, f, e, k, routing, path, gemv: MoeGemv::V2, tc: None }) as Box<dyn Case>);
+        v.push(Box::new(MoeCase { t, c, f, e, k, routing, path, gemv: MoeGemv::V2, tc: None, wg: false }) as Box<dyn Case>);
         if path == MoePath::Gemv || t <= moe::GEMV_MAX_T {
-            v.push(Box::new(MoeCase { t, c, f, e, k, routing, path, gemv: MoeGemv::V1, tc: None }) as Box<dyn Case>);
+            v.push(Box::new(MoeCase { t, c, f, e, k, routing, path, gemv: MoeGemv::V1, tc: None, wg: false }) as Box<dyn Case>);
         }
         if path == MoePath::Gemm {
-            v.push(Box::new(MoeCase { t, c, f, e, k, routing, path, gemv: MoeGemv::V2, tc: Some(TcMode::Tensor) }) as Box<dyn Case>);
+            v.push(Box::new(MoeCase { t, c, f, e, k, routing, path, gemv: MoeGemv::V2, tc: Some(TcMode::Tensor), wg: false }) as Box<dyn Case>);
         } else {
-            v.push(Box::new(MoeCase { t, c, f, e, k, routing, path, gemv: MoeGemv::V3, tc: Some(TcMode::Tensor) }) as Box<dyn Case>);
+            v.push(Box::new(MoeCase { t, c, f, e, k, routing, path, gemv: MoeGemv::V3, tc: Some(TcMode::Tensor), wg: false }) as Box<dyn Case>);
         }
     };
     use MoePath::{Gemm, Gemv};
@@ -501,11 +513,24 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     // costs seconds a case on lavapipe): a tile edge inside an MXFP4 k-block pair (F = 160)
     // and odd N, and segments past one tile.
     for (t, c, f, e, k, routing) in [(9, 96, 160, 8, 4, Random), (130, 96, 64, 6, 2, Skewed)] {
-        v.push(Box::new(MoeCase { t, c, f, e, k, routing, path: Gemm, gemv: MoeGemv::V2, tc: Some(TcMode::Emulated) }));
+        v.push(Box::new(MoeCase { t, c, f, e, k, routing, path: Gemm, gemv: MoeGemv::V2, tc: Some(TcMode::Emulated), wg: false }));
+    }
+    // moe gemm v3 (warpgroup MMAs: sm_90 only, skipped elsewhere): segments of several 128-row
+    // tiles with a partial last one (skewed), experts without a pair, K past whole 64-value
+    // k-blocks (C = 96, F = 160), a partial last 128-column tile (C = 2880 and 96 for down),
+    // and GPT-OSS's width at ~100 pairs an expert.
+    for (t, c, f, e, k, routing) in [
+        (9, 96, 160, 8, 4, Random),
+        (300, 96, 64, 6, 2, Skewed),
+        (200, 288, 160, 40, 4, Random),
+        (20, 64, 64, 6, 3, Ties),
+        (100, 2880, 2880, 4, 4, Random),
+    ] {
+        v.push(Box::new(MoeCase { t, c, f, e, k, routing, path: Gemm, gemv: MoeGemv::V2, tc: Some(TcMode::Tensor), wg: true }));
     }
     // moe gemv v3's indexing without tensor cores (8 warps a tile here: the sums meet in
     // shared memory). One small case: an emulated MMA costs a barrier per 256 products.
-    v.push(Box::new(MoeCase { t: 1, c: 64, f: 64, e: 4, k: 2, routing: Random, path: Gemv, gemv: MoeGemv::V3, tc: Some(TcMode::Emulated) }));
+    v.push(Box::new(MoeCase { t: 1, c: 64, f: 64, e: 4, k: 2, routing: Random, path: Gemv, gemv: MoeGemv::V3, tc: Some(TcMode::Emulated), wg: false }));
     v.extend(dense::cases());
     v
 }

@@ -162,6 +162,8 @@ impl KernelConfig {
                     k.moe_gemm = match val {
                         "v1" => MoeGemm::V1,
                         "v2" => MoeGemm::V2,
+                        "v3" => MoeGemm::V3,
+                        "v3-always" => MoeGemm::V3Always,
                         _ => return Err(no()),
                     }
                 }
@@ -266,7 +268,13 @@ impl KernelConfig {
             parts.push(format!("moe-gemv={}", format!("{:?}", self.moe_gemv).to_lowercase()));
         }
         if self.moe_gemm != d.moe_gemm {
-            parts.push(format!("moe-gemm={}", if self.moe_gemm == MoeGemm::V1 { "v1" } else { "v2" }));
+            let v = match self.moe_gemm {
+                MoeGemm::V1 => "v1",
+                MoeGemm::V2 => "v2",
+                MoeGemm::V3 => "v3",
+                MoeGemm::V3Always => "v3-always",
+            };
+            parts.push(format!("moe-gemm={v}"));
         }
         if let Some(t) = self.moe_tile {
             parts.push(format!("moe-tile={}", t.name()));

@@ -78,6 +78,7 @@
 pub mod dense;
 pub mod gemm;
 pub mod gemm_tc;
+pub mod gemm_wg;
 pub mod gemv;
 pub mod gemv_dense;
 pub mod gemv_tc;
@@ -90,7 +91,7 @@ use reference::ops::moe::Routing;
 use reference::quant::mxfp4::Mxfp4Weight;
 
 pub use dense::{DenseExperts, Experts, MoeAct};
-pub use gemm::{moe_combine_into, moe_combine_pairs_into, moe_gemm_down, moe_gemm_down_into, moe_gemm_glu, moe_gemm_glu_into};
+pub use gemm::{GemmKernel, moe_combine_into, moe_combine_pairs_into, moe_gemm_down, moe_gemm_down_into, moe_gemm_glu, moe_gemm_glu_into};
 pub use gemv::{moe_gemv_down_into, moe_gemv_glu, moe_gemv_glu_into, MoeGemv};
 pub use route::{route, route_tokens, route_with, RouteVersion};
 pub use sort::sort_by_expert;
@@ -457,14 +458,34 @@ pub enum MoeGemm {
     /// moe gemm v1 on the CUDA cores (f32).
     V1,
     /// moe gemm v2 on the tensor cores where the device has them, else v1.
-    #[default]
     V2,
+    /// moe gemm v3 (warpgroup MMAs, `gemm_wg`) for MXFP4 experts where the pairs average at
+    /// least [`WG_MIN_PAIRS`] per expert and the device has `wgmma`, else v2.
+    #[default]
+    V3,
+    /// moe gemm v3 for MXFP4 experts at every step where the device has `wgmma` (tests,
+    /// benchmarks), else v2.
+    V3Always,
+}
+
+/// moe gemm v3 runs where the pairs of a step average at least this many per expert
+/// (`MoeGemm::V3`): its 128-row tiles waste less than they gain above it.
+pub const WG_MIN_PAIRS: usize = 64;
+
+/// Whether the GEMM path runs moe gemm v3 for `w` over `pairs` pairs on `client`'s device now.
+pub fn gemm_on_wgmma(client: &Client, w: &MoeWeights, pairs: usize) -> bool {
+    let wanted = match client.kernels().moe_gemm {
+        MoeGemm::V3 => pairs >= WG_MIN_PAIRS * w.gate_up.n_experts().max(1),
+        MoeGemm::V3Always => true,
+        MoeGemm::V1 | MoeGemm::V2 => false,
+    };
+    wanted && w.tc && matches!(w.gate_up, Experts::Mxfp4(_)) && gemm_wg::require(client).is_ok()
 }
 
 /// Whether the GEMM path runs moe gemm v2 (tensor cores) for `w` on `client`'s device now:
 /// MXFP4 experts of a 16-bit model, or 16-bit experts (f32 ones keep v1).
 pub fn gemm_on_tensor_cores(client: &Client, w: &MoeWeights) -> bool {
-    if client.kernels().moe_gemm != MoeGemm::V2 {
+    if client.kernels().moe_gemm == MoeGemm::V1 {
         return false;
     }
     match (&w.gate_up, &w.down) {
@@ -544,8 +565,13 @@ pub fn experts_into(client: &Client, h: &DeviceTensor, w: &MoeWeights, routes: &
         let a = gemv::moe_gemv_glu(client, h, routes, gu, w.limit, w.alpha)?;
         gemv::moe_gemv_down_into(client, &a, routes, dn, x)?;
     } else {
-        let kernel = gemm_on_tensor_cores(client, w).then_some(TcMode::Tensor);
-        let sorted = sort::sort_by_expert(client, routes, gu.n_experts, gemm_rows(client, kernel, routes, gu.n_experts))?;
+        let (kernel, bm) = if gemm_on_wgmma(client, w, routes.tokens * routes.k) {
+            (GemmKernel::Wg, gemm_wg::BM)
+        } else {
+            let tc = gemm_on_tensor_cores(client, w).then_some(TcMode::Tensor);
+            (tc.into(), gemm_rows(client, tc, routes, gu.n_experts))
+        };
+        let sorted = sort::sort_by_expert(client, routes, gu.n_experts, bm)?;
         let a = gemm::moe_gemm_glu(client, h, &sorted, routes, gu, w.limit, w.alpha, kernel)?;
         let y = gemm::moe_gemm_down(client, &a, &sorted, routes, dn, kernel)?;
         gemm::moe_combine_into(client, &y, &sorted, routes, x)?;

@@ -236,8 +236,25 @@ pub fn moe_combine_v1(
     }
 }
 
-/// One grouped GEMM over the sorted pairs: moe gemm v1 (`kernel` `None`), or v2 on the tensor
-/// cores in `mode` ([`super::gemm_tc`]); `x` rows as the mode reads them.
+/// Which kernel runs a grouped GEMM over MXFP4 experts (`None` / `Some(mode)` convert to v1 /
+/// v2, the GEMMs' long-standing argument).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GemmKernel {
+    /// moe gemm v1 on the CUDA cores (f32).
+    V1,
+    /// moe gemm v2: tc v1's `mma.sync` tiles ([`super::gemm_tc`]), or their emulation.
+    Tc(TcMode),
+    /// moe gemm v3: tc v3's warpgroup MMAs ([`super::gemm_wg`]; pairs sorted in 128-row tiles).
+    Wg,
+}
+
+impl From<Option<TcMode>> for GemmKernel {
+    fn from(k: Option<TcMode>) -> Self {
+        k.map_or(GemmKernel::V1, GemmKernel::Tc)
+    }
+}
+
+/// One grouped GEMM over the sorted pairs by `kernel`; `x` rows as it reads them.
 #[allow(clippy::too_many_arguments)]
 fn launch(
     client: &Client,
@@ -250,15 +267,16 @@ fn launch(
     limit: f32,
     alpha: f32,
     glu: bool,
-    kernel: Option<TcMode>,
+    kernel: GemmKernel,
 ) -> Result<(), Error> {
     let Some(max_tiles) = max_tiles(op, sorted, w.n_experts)? else { return Ok(()) };
     match kernel {
-        Some(mode) => {
+        GemmKernel::Wg => super::gemm_wg::launch(client, op, x, sorted, routes, w, y, limit, alpha, glu, max_tiles),
+        GemmKernel::Tc(mode) => {
             let w = super::gemm_tc::TcExperts::Mxfp4(w);
             super::gemm_tc::launch(client, op, x, sorted, routes, w, y, limit, alpha, MoeAct::ClampedSwiglu, glu, mode, max_tiles)
         }
-        None => {
+        GemmKernel::V1 => {
             let v1 = V1Weights { w: &w.data, scales: &w.scales, wf: None, bias: Some(&w.bias), out: w.out, in_dim: w.in_dim, n_experts: w.n_experts };
             launch_v1(client, op, x, sorted, routes, &v1, y, limit, alpha, MoeAct::ClampedSwiglu, glu, max_tiles)
         }
@@ -373,7 +391,7 @@ pub fn moe_gemm_glu(
     w: &Mxfp4Experts,
     limit: f32,
     alpha: f32,
-    kernel: Option<TcMode>,
+    kernel: impl Into<GemmKernel>,
 ) -> Result<DeviceTensor, Error> {
     let a = DeviceTensor::empty_f32(client, &[sorted.pairs, w.out / 2]);
     moe_gemm_glu_into(client, h, sorted, routes, w, limit, alpha, &a, kernel)?;
@@ -391,14 +409,14 @@ pub fn moe_gemm_glu_into(
     limit: f32,
     alpha: f32,
     a: &DeviceTensor,
-    kernel: Option<TcMode>,
+    kernel: impl Into<GemmKernel>,
 ) -> Result<(), Error> {
     check("moe_gemm_glu", "h", h, [routes.tokens, w.in_dim])?;
     check("moe_gemm_glu", "a", a, [sorted.pairs, w.out / 2])?;
     if !w.out.is_multiple_of(2) {
         return Err(Error::Shape(format!("moe_gemm_glu: {} rows are not (gate, up) pairs", w.out)));
     }
-    launch(client, "moe_gemm_glu", h, sorted, routes, w, a, limit, alpha, true, kernel)
+    launch(client, "moe_gemm_glu", h, sorted, routes, w, a, limit, alpha, true, kernel.into())
 }
 
 /// down of every sorted pair: `a [P, F]` (sorted order) → `y [P, C]` (sorted order, bias
@@ -409,7 +427,7 @@ pub fn moe_gemm_down(
     sorted: &Sorted,
     routes: &Routes,
     w: &Mxfp4Experts,
-    kernel: Option<TcMode>,
+    kernel: impl Into<GemmKernel>,
 ) -> Result<DeviceTensor, Error> {
     let y = DeviceTensor::empty_f32(client, &[sorted.pairs, w.out]);
     moe_gemm_down_into(client, a, sorted, routes, w, &y, kernel)?;
@@ -424,11 +442,11 @@ pub fn moe_gemm_down_into(
     routes: &Routes,
     w: &Mxfp4Experts,
     y: &DeviceTensor,
-    kernel: Option<TcMode>,
+    kernel: impl Into<GemmKernel>,
 ) -> Result<(), Error> {
     check("moe_gemm_down", "a", a, [sorted.pairs, w.in_dim])?;
     check("moe_gemm_down", "y", y, [sorted.pairs, w.out])?;
-    launch(client, "moe_gemm_down", a, sorted, routes, w, y, 0.0, 0.0, false, kernel)
+    launch(client, "moe_gemm_down", a, sorted, routes, w, y, 0.0, 0.0, false, kernel.into())
 }
 
 /// `out[t] += Σ_k w_k · y[slot(t, k)]` (combine v1): `y [P, C]` in sorted order, `out [T, C]`.

@@ -9,8 +9,8 @@
 //! - m tile `mt` belongs to the expert e with `tile_offsets[e] ≤ mt < tile_offsets[e + 1]`; its
 //!   rows are sorted rows `offsets[e] + 128·(mt − tile_offsets[e]) ..` up to the segment's end.
 //!   Each unit's four A rows are found once: gate|up reads x16 row `sorted[s] / K` (the pair's
-//!   token), down the activations' row s; rows past the segment copy the segment's last row
-//!   (finite, never stored).
+//!   token), down the activations' row s; rows past the segment are not copied (an output
+//!   row reads only its own A row, and those are never stored).
 //! - B is expert e's rows `e·N + n0 ..` of the experts' plain layout (16-byte blocks of 32
 //!   values in input order, one e8m0 byte each): the k-block's two blocks of a row are chunks
 //!   `2·kb`, `2·kb + 1` of the row, and a nibble's place in its word is its place in the block,
@@ -34,8 +34,8 @@ use crate::kernels::matmul::tc_wg_quant_decode::decode;
 use crate::kernels::matmul::wgmma::{desc, proxy_fence, smem_addr, wgmma_k64_acc, wgmma_wait, Acc};
 use crate::{Client, DeviceTensor, Dtype, Error};
 
-/// k-blocks in flight (tc v3's quantized pick: two cubes share an SM at 95 KB each).
-const STAGES: usize = 3;
+/// k-blocks in flight: two cubes still share an SM at 113 KB each.
+const STAGES: usize = 4;
 /// A chunks a unit copies a k-block: 128 rows × 8 chunks over 256 units.
 const A_PER_UNIT: usize = SLOT_V / THREADS;
 
@@ -75,7 +75,8 @@ fn plain_scales(scales: &[u32], sc: &mut Array<u32>, kbg: usize, wrow: usize, h:
 }
 
 /// x16 rows `src[i]` (the unit's four A rows) of k-block `kb` into A slot `kb % STAGES`
-/// (128-byte swizzle); not committed.
+/// (128-byte swizzle); not committed. Rows past the segment (`u32::MAX`) are not copied: their
+/// slot rows hold whatever they held, and only their own output rows (never stored) read them.
 #[cube]
 fn stage_rows<N: Size>(x16: &[Vector<u32, N>], smem: &mut [Vector<u32, N>], src: &Array<u32>, kb: usize, pad: usize, kpv: usize, tid: usize) {
     let abase = pad + (kb % STAGES) * SLOT_V;
@@ -84,9 +85,11 @@ fn stage_rows<N: Size>(x16: &[Vector<u32, N>], smem: &mut [Vector<u32, N>], src:
         let c = tid + i * THREADS;
         let row = c / 8;
         let ch = c % 8;
-        let si = src[i] as usize * kpv + kb * 8 + ch;
-        let di = abase + row * 8 + (ch ^ (row % 8));
-        copy_async(&x16[si..si + 1], &mut smem[di..di + 1], 4u32);
+        if src[i] != 4294967295u32 {
+            let si = src[i] as usize * kpv + kb * 8 + ch;
+            let di = abase + row * 8 + (ch ^ (row % 8));
+            copy_async(&x16[si..si + 1], &mut smem[di..di + 1], 4u32);
+        }
     }
 }
 
@@ -138,14 +141,18 @@ pub fn moe_gemm_wg<N: Size>(
         let r = tid / 2;
         let h = tid % 2;
         let wrow = select(n0 + r < n, wbase + n0 + r, n_end);
-        // The x16 row of each A chunk this unit copies, once for all k-blocks.
+        // The x16 row of each A chunk this unit copies (none past the segment), once for all
+        // k-blocks.
         let mut src = Array::<u32>::new(A_PER_UNIT);
         #[unroll]
         for i in 0..A_PER_UNIT {
-            let s = min(seg0 + (tid + i * THREADS) / 8, seg_end - 1);
-            let mut row = s as u32;
-            if glu {
-                row = sorted[s] / k_used;
+            let s = seg0 + (tid + i * THREADS) / 8;
+            let mut row = 4294967295u32;
+            if s < seg_end {
+                row = s as u32;
+                if glu {
+                    row = sorted[s] / k_used;
+                }
             }
             src[i] = row;
         }

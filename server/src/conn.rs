@@ -192,6 +192,34 @@ impl AsyncWrite for Watched {
     }
 }
 
+/// Descriptors kept for everything but the connections (model files, the engine's pipes and
+/// sockets, the device driver's).
+pub const RESERVED_FILES: u64 = 256;
+
+/// The connections the process can keep open: `want`, with the soft open-file limit raised
+/// toward the hard one to make room for them and [`RESERVED_FILES`] more; fewer where the
+/// hard limit is lower (the caller says so). Elsewhere than Unix: `want`.
+pub fn open_files_for(want: usize) -> usize {
+    #[cfg(unix)]
+    {
+        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: getrlimit / setrlimit read and write only the struct passed.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+            return want;
+        }
+        let need = (want as u64).saturating_add(RESERVED_FILES);
+        if lim.rlim_cur < need {
+            let raised = libc::rlimit { rlim_cur: need.min(lim.rlim_max), rlim_max: lim.rlim_max };
+            if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+                lim.rlim_cur = raised.rlim_cur;
+            }
+        }
+        want.min(lim.rlim_cur.saturating_sub(RESERVED_FILES).max(1) as usize)
+    }
+    #[cfg(not(unix))]
+    want
+}
+
 /// Serve `app` on `listener` until `stop` turns true; then stop accepting and return once every
 /// connection has closed (idle ones at once, busy ones after their response).
 pub async fn serve(listener: TcpListener, app: Router, limits: Limits, mut stop: watch::Receiver<bool>) {
@@ -281,4 +309,27 @@ async fn refuse(mut stream: TcpStream, max: usize) {
         Ok::<_, io::Error>(())
     };
     let _ = tokio::time::timeout(REFUSAL_TIME, answer).await;
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+
+    fn soft_limit() -> u64 {
+        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
+        lim.rlim_cur
+    }
+
+    #[test]
+    fn the_open_file_limit_makes_room_for_the_connections() {
+        assert_eq!(open_files_for(8), 8);
+        // More than any hard limit: as many as the raised soft limit leaves room for.
+        let most = open_files_for(usize::MAX / 2);
+        assert_eq!(most as u64, soft_limit().saturating_sub(RESERVED_FILES).max(1));
+        // What fits is kept whole, the limit having been raised for it where it was lower.
+        let fits = most.min(4096);
+        assert_eq!(open_files_for(fits), fits);
+        assert!(soft_limit() >= fits as u64 + RESERVED_FILES);
+    }
 }

@@ -96,7 +96,7 @@ impl Default for ServerConfig {
             host: "127.0.0.1".into(),
             port: 8080,
             served_model_name: "model".into(),
-            max_queue: 256,
+            max_queue: 4096,
             engine: EngineConfig::default(),
             shutdown_timeout: Duration::from_secs(30),
             keep_alive: Duration::from_secs(15),
@@ -105,7 +105,7 @@ impl Default for ServerConfig {
             allowed_hosts: Vec::new(),
             cors_origins: Vec::new(),
             max_body_bytes: 8 << 20,
-            max_connections: 512,
+            max_connections: 4096,
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(30),
@@ -421,7 +421,14 @@ async fn serve(
 ) -> Result<(), String> {
     let listener = tokio::net::TcpListener::from_std(listener).map_err(|e| format!("listener: {e}"))?;
     let c = &s.cfg;
-    let limits = conn::Limits { max_connections: c.max_connections, header_timeout: c.header_timeout, idle_timeout: c.idle_timeout };
+    let max_connections = conn::open_files_for(c.max_connections);
+    if max_connections < c.max_connections {
+        eprintln!(
+            "tandem serve: --max-connections {} cut to {max_connections}: the open-file limit (ulimit -n) leaves room for no more",
+            c.max_connections
+        );
+    }
+    let limits = conn::Limits { max_connections, header_timeout: c.header_timeout, idle_timeout: c.idle_timeout };
     let (closing, closing_rx) = watch::channel(false);
     let mut http = tokio::spawn(conn::serve(listener, app, limits, closing_rx));
     stopped(stop, signals, &s).await;

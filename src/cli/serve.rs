@@ -39,7 +39,7 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = SERVE_STEP_TOKENS)]
     pub max_batched_tokens: usize,
     /// Requests that may wait for a slot beyond the free ones; one more is answered 429.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 4096)]
     pub max_queue: usize,
     /// KV cache positions, all sequences together. Default: sized by
     /// --gpu-memory-utilization where the device reports its memory (CUDA), else the context,
@@ -90,9 +90,10 @@ pub struct ServeArgs {
     /// tokenized.
     #[arg(long, default_value_t = 8 << 20)]
     pub max_body_bytes: usize,
-    /// Connections served at once; one more is answered 503 and closed. Keep it under the
-    /// process's open-file limit (`ulimit -n`).
-    #[arg(long, default_value_t = 512)]
+    /// Connections served at once; one more is answered 503 and closed. The open-file limit is
+    /// raised to make room for them (up to the hard limit of `ulimit -Hn`; fewer where it is
+    /// lower, said at start). Requests past `--max-seqs` wait in the engine's queue.
+    #[arg(long, default_value_t = 4096)]
     pub max_connections: usize,
     /// Seconds a request head may take from its first byte; the connection closes after.
     #[arg(long, default_value_t = 10.0)]

@@ -234,6 +234,10 @@ pub fn lead_runner(
     lead: &Lead,
 ) -> Result<Box<dyn ModelRunner + Send>> {
     let n = tp.ranks;
+    if resolve(device).is_some() {
+        let (spec, _) = opened.gpu_tensors()?;
+        super::tensor_parallel::check_gpu_split(&spec, &tp.plan(&spec)?)?;
+    }
     let hello = Hello { protocol: PROTOCOL, rank: 0, world: n, model: lead.model.clone(), device: device_name(device) };
     eprintln!("  rank 0 of {n}: waiting for ranks 1 .. {} at {} (at most {} s)", n - 1, lead.addr, lead.timeout.as_secs());
     let links = rendezvous::accept_ranks(&lead.addr, &hello, lead.timeout)?;

@@ -530,7 +530,18 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     }
     // moe gemv v3's indexing without tensor cores (8 warps a tile here: the sums meet in
     // shared memory). One small case: an emulated MMA costs a barrier per 256 products.
-    v.push(Box::new(MoeCase { t: 1, c: 64, f: 64, e: 4, k: 2, routing: Random, path: Gemv, gemv: MoeGemv::V3, tc: Some(TcMode::Emulated), wg: false }));
+    v.push(Box::new(MoeCase {
+        t: 1,
+        c: 64,
+        f: 64,
+        e: 4,
+        k: 2,
+        routing: Random,
+        path: Gemv,
+        gemv: MoeGemv::V3,
+        tc: Some(TcMode::Emulated),
+        wg: false,
+    }));
     v.extend(dense::cases());
     v
 }

@@ -91,7 +91,7 @@ use reference::ops::moe::Routing;
 use reference::quant::mxfp4::Mxfp4Weight;
 
 pub use dense::{DenseExperts, Experts, MoeAct};
-pub use gemm::{GemmKernel, moe_combine_into, moe_combine_pairs_into, moe_gemm_down, moe_gemm_down_into, moe_gemm_glu, moe_gemm_glu_into};
+pub use gemm::{moe_combine_into, moe_combine_pairs_into, moe_gemm_down, moe_gemm_down_into, moe_gemm_glu, moe_gemm_glu_into, GemmKernel};
 pub use gemv::{moe_gemv_down_into, moe_gemv_glu, moe_gemv_glu_into, MoeGemv};
 pub use route::{route, route_tokens, route_with, RouteVersion};
 pub use sort::sort_by_expert;

@@ -223,6 +223,18 @@ fn rank_runner(
     Ok(Box::new(runner))
 }
 
+/// A split of `spec` under `plan` that GPU ranks do not run (GPT-OSS's MXFP4 experts by rows)
+/// as a usage error: checked before any load, by rank threads and by rank 0 of rank processes
+/// before it waits for its workers.
+pub(super) fn check_gpu_split(spec: &reference::arch::ModelSpec, plan: &reference::parallel::ShardPlan) -> Result<()> {
+    optimized::parallel::local_spec(spec, plan, 0).map(|_| ()).map_err(|e| {
+        CliError::Usage(match e {
+            reference::Error::Input(m) => m,
+            e => e.to_string(),
+        })
+    })
+}
+
 /// Rank 0 of `n` processes: wait for the workers, send them the setup, build this rank's
 /// runner (pools of `blocks` blocks) and wrap it to drive theirs.
 pub fn lead_runner(
@@ -236,7 +248,7 @@ pub fn lead_runner(
     let n = tp.ranks;
     if resolve(device).is_some() {
         let (spec, _) = opened.gpu_tensors()?;
-        super::tensor_parallel::check_gpu_split(&spec, &tp.plan(&spec)?)?;
+        check_gpu_split(&spec, &tp.plan(&spec)?)?;
     }
     let hello = Hello { protocol: PROTOCOL, rank: 0, world: n, model: lead.model.clone(), device: device_name(device) };
     eprintln!("  rank 0 of {n}: waiting for ranks 1 .. {} at {} (at most {} s)", n - 1, lead.addr, lead.timeout.as_secs());

@@ -147,7 +147,7 @@ fn gpu_runner(
     let label = opened.label.clone();
     let (spec, mut src) = opened.gpu_tensors()?;
     let plan = tp.plan(&spec)?;
-    check_gpu_split(&spec, &plan)?;
+    super::ranks::check_gpu_split(&spec, &plan)?;
     let mut models = Vec::with_capacity(n);
     for (r, comm) in comms.into_iter().enumerate() {
         let client = optimized::client_on(backend, r)?;
@@ -164,18 +164,6 @@ fn gpu_runner(
     let info = ModelInfo::of(&spec.dims()?);
     let layout = engine::runner::KvLayout { block_size: KV_BLOCK, num_blocks: kv_tokens.div_ceil(KV_BLOCK).max(1) };
     Ok(Box::new(TpRunner::from_models(models, info, layout)?))
-}
-
-/// A split of `spec` under `plan` that GPU ranks do not run (GPT-OSS's MXFP4 experts by rows)
-/// as a usage error: checked before any load, by rank threads and by rank 0 of rank processes
-/// before it waits for its workers.
-pub(super) fn check_gpu_split(spec: &reference::arch::ModelSpec, plan: &reference::parallel::ShardPlan) -> Result<()> {
-    optimized::parallel::local_spec(spec, plan, 0).map(|_| ()).map_err(|e| {
-        CliError::Usage(match e {
-            reference::Error::Input(m) => m,
-            e => e.to_string(),
-        })
-    })
 }
 
 /// The CPU runner of `opened` sharded over `n` ranks, KV pools of at least `kv_tokens`

@@ -71,3 +71,19 @@ fn smaller_recordings_lease_the_largest_ones_activations() {
     assert!(rest.bytes < first.bytes * 2, "{first:?} then {rest:?}");
     assert!(rest.reused > 10 * first.reused.max(1), "{first:?} then {rest:?}");
 }
+
+/// Seats past the largest bucket (`serve --max-seqs 1024`) record every bucket: steps of up to
+/// 512 rows replay, larger ones run eagerly — none is recorded in the request path, where the
+/// pool sized around the recordings has no room for another.
+#[test]
+fn seats_past_the_largest_bucket_record_every_bucket() {
+    let Some(c) = wgpu() else { return };
+    let (_, cfg) = synthetic::tiny_configs().into_iter().find(|(n, _)| *n == "tiny-gqa").expect("tiny-gqa");
+    let w = synthetic::weights(&cfg, 0).expect("weights");
+    let m = GpuModel::load(c, Backend::Wgpu, &mut InMemory(&w), &reference::arch::llama::from_config(&cfg), Dtype::F32).expect("load");
+    let largest = *BUCKETS.last().expect("buckets");
+    let mut r = GpuRunner::new(m, 4, 16).expect("runner");
+    let made = r.prepare_decode(2 * largest, 4, false).expect("record");
+    assert_eq!(made, BUCKETS.len(), "one recording a bucket at the one table width");
+    assert_eq!(r.graph_recordings(), (made as u64, 0));
+}

@@ -199,7 +199,8 @@ fn refused(e: &reference::Error) -> bool {
 /// so that no request's step records one; a line saying what it recorded and how long it took.
 pub fn record_graphs(r: &mut (dyn engine::runner::ModelRunner + Send), seats: usize, ctx: usize) -> reference::Result<String> {
     let t0 = std::time::Instant::now();
-    let top = optimized::runner::BUCKETS.iter().copied().find(|&b| b >= seats).unwrap_or(seats);
+    let buckets = optimized::runner::BUCKETS;
+    let top = buckets.iter().copied().find(|&b| b >= seats).or(buckets.last().copied()).unwrap_or(seats);
     // Block tables as wide as the context where the device's decode kernels take them; where
     // they refuse (flash decode's combine caps the positions a step reads), the widest they
     // take, said in the start line: a step past it fails as it would without the recording.

@@ -20,7 +20,8 @@ use crate::{Client, DeviceTensor, Error};
 /// later call), are allocated before its first capture: a capture guards the pages it
 /// touched, so a buffer allocated after it starts a page of its own (see the module's notes).
 pub(crate) fn prepare<R: GraphStep>(r: &mut R, rows: usize, max_len: usize, greedy: bool) -> Result<usize, Error> {
-    let Some(&top) = BUCKETS.iter().find(|&&b| b >= rows.max(1)) else { return Ok(0) };
+    // Past the largest bucket, every bucket (steps of more rows run eagerly).
+    let Some(&top) = BUCKETS.iter().find(|&&b| b >= rows.max(1)).or(BUCKETS.last()) else { return Ok(0) };
     if !r.graphs().enabled() {
         return Ok(0);
     }

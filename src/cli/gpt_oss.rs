@@ -42,7 +42,7 @@ pub fn one_seq<'a>(
 ) -> engine::runner::StepPlan<'a> {
     use engine::runner::{SampleSpec, SeqStep, StepPlan};
     let samples = (0..draws).map(|j| SampleSpec { params, counter: (pos0 + j) as u64, counts: &[], want_logits, allowed: None }).collect();
-    StepPlan { seqs: vec![SeqStep { tokens, pos0, blocks, samples }], continues: false }
+    StepPlan { seqs: vec![SeqStep { tokens, pos0, blocks, local_blocks: &[], samples }], continues: false }
 }
 
 /// Block ids `0 ..` covering `positions`.

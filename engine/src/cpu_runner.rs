@@ -6,6 +6,10 @@
 //! another family's, through [`RefForward`]) on the new tokens, scatters their k / v back into
 //! the pools, and samples. Sequences never interact, so a batched step equals sequential steps
 //! by construction here — which is what makes "batched equals sequential" checkable on the GPU.
+//!
+//! [`RefRunner::windowed`] keeps the layers with a sliding window in pools of their own (the
+//! local group, `engine::kv_blocks::groups`), read and written through each sequence's local
+//! table: a [`DROPPED`] block gathers as zeros, which the reference masks out by position.
 
 use ndarray::{s, Array2, Array3};
 use reference::arch::ArchModel;
@@ -14,7 +18,7 @@ use reference::kv_cache::KvCache;
 use reference::{Error, Model, Result, Trace};
 
 use crate::constraint::Allowed;
-use crate::runner::{validate_plan, KvLayout, ModelInfo, ModelRunner, SeqResult, StepPlan};
+use crate::runner::{validate_plan, KvLayout, LocalKv, ModelInfo, ModelRunner, SeqResult, StepPlan, DROPPED};
 use crate::sampling::seeded;
 
 /// A reference forward pass over a contiguous cache (the llama [`Model`], or another family).
@@ -25,6 +29,11 @@ pub trait RefForward: Send + Sync {
     fn info(&self) -> ModelInfo;
     /// Logits `[T, V]` of `ids` at positions `cache.len() ..`, appending their k / v to `cache`.
     fn forward(&self, ids: &[u32], cache: &mut KvCache, trace: Option<&mut Trace>) -> Result<Array2<f32>>;
+    /// Each layer's sliding window W (`None`: full causal attention), which decides the layers
+    /// of [`RefRunner::windowed`]'s local group. Default: no window.
+    fn windows(&self) -> Vec<Option<usize>> {
+        vec![None; self.n_layers()]
+    }
 }
 
 impl RefForward for Model {
@@ -42,6 +51,9 @@ impl RefForward for Model {
     }
     fn forward(&self, ids: &[u32], cache: &mut KvCache, trace: Option<&mut Trace>) -> Result<Array2<f32>> {
         Model::forward(self, ids, cache, trace)
+    }
+    fn windows(&self) -> Vec<Option<usize>> {
+        vec![self.config.sliding_window; self.config.n_layers]
     }
 }
 
@@ -67,6 +79,9 @@ impl RefForward for GptOssModel {
     fn forward(&self, ids: &[u32], cache: &mut KvCache, trace: Option<&mut Trace>) -> Result<Array2<f32>> {
         GptOssModel::forward(self, ids, cache, trace)
     }
+    fn windows(&self) -> Vec<Option<usize>> {
+        (0..self.config.n_layers).map(|l| self.config.layer_window(l)).collect()
+    }
 }
 
 /// Any architecture of `reference::arch` behind the batched engine's CPU runner: its
@@ -89,6 +104,9 @@ impl RefForward for ArchModel {
     fn forward(&self, ids: &[u32], cache: &mut KvCache, trace: Option<&mut Trace>) -> Result<Array2<f32>> {
         ArchModel::forward(self, ids, cache, trace)
     }
+    fn windows(&self) -> Vec<Option<usize>> {
+        self.spec.layers.iter().map(|l| l.attn.window).collect()
+    }
 }
 
 /// The token budget of one CPU reference step ([`ModelRunner::max_step_tokens`]): the naive
@@ -97,34 +115,65 @@ impl RefForward for ArchModel {
 /// shutdown) for the minute its prefill takes.
 pub const CPU_STEP_TOKENS: usize = 128;
 
-/// The CPU reference behind [`ModelRunner`]: f32 pools `[blocks · bs, Hkv, D]` per layer.
+/// The CPU reference behind [`ModelRunner`]: f32 pools `[blocks · bs, Hkv, D]` per layer
+/// (blocks of the local group for its layers, [`RefRunner::windowed`]).
 pub struct RefRunner<M: RefForward = Model> {
     pub model: M,
     info: ModelInfo,
     layout: KvLayout,
     k: Vec<Array3<f32>>,
     v: Vec<Array3<f32>>,
+    /// `local[l]`: layer l's pools are the local group's (read through the local tables).
+    local: Vec<bool>,
     step_tokens: usize,
 }
 
 impl<M: RefForward> RefRunner<M> {
-    /// Pools of `num_blocks` blocks of `block_size` positions.
+    /// Pools of `num_blocks` blocks of `block_size` positions for every layer.
     pub fn new(model: M, block_size: usize, num_blocks: usize) -> Result<Self> {
-        if block_size == 0 || num_blocks == 0 {
-            return Err(Error::KvCache(format!("block size {block_size} and block count {num_blocks} must be > 0")));
+        let n = model.n_layers();
+        Self::with_groups(model, KvLayout::new(block_size, num_blocks), vec![false; n])
+    }
+
+    /// Pools of `num_blocks` blocks for the layers without a sliding window and of
+    /// `local_blocks` blocks (the local group, [`KvLayout::local`], whose window is the largest
+    /// of the model's) for the layers with one. Errors when no layer has a window.
+    pub fn windowed(model: M, block_size: usize, num_blocks: usize, local_blocks: usize) -> Result<Self> {
+        let windows = model.windows();
+        let window = windows
+            .iter()
+            .flatten()
+            .copied()
+            .max()
+            .ok_or_else(|| Error::Input("a local KV group for a model without sliding-window layers".into()))?;
+        let local = windows.iter().map(Option::is_some).collect();
+        let layout = KvLayout { block_size, num_blocks, local: Some(LocalKv { num_blocks: local_blocks, window }) };
+        Self::with_groups(model, layout, local)
+    }
+
+    /// A runner of `layout`: [`RefRunner::windowed`] where it has a local group (whose window
+    /// must be the model's), else [`RefRunner::new`] (tensor-parallel ranks build theirs from
+    /// rank 0's layout).
+    pub fn with_layout(model: M, layout: KvLayout) -> Result<Self> {
+        let Some(l) = layout.local else { return Self::new(model, layout.block_size, layout.num_blocks) };
+        let r = Self::windowed(model, layout.block_size, layout.num_blocks, l.num_blocks)?;
+        if r.layout != layout {
+            return Err(Error::KvCache(format!("a KV layout of window {}, the model's is {:?}", l.window, r.layout.local.map(|l| l.window))));
         }
-        let rows = block_size * num_blocks;
-        let shape = (rows, model.n_kv_heads(), model.head_dim());
+        Ok(r)
+    }
+
+    fn with_groups(model: M, layout: KvLayout, local: Vec<bool>) -> Result<Self> {
+        let bs = layout.block_size;
+        let local_blocks = layout.local.map_or(0, |l| l.num_blocks);
+        if bs == 0 || layout.num_blocks == 0 || (layout.local.is_some() && local_blocks == 0) {
+            return Err(Error::KvCache(format!("block size {bs} and block counts {} (local {local_blocks}) must be > 0", layout.num_blocks)));
+        }
+        let (hkv, d) = (model.n_kv_heads(), model.head_dim());
+        let pool = |l: usize| Array3::zeros((bs * if local[l] { local_blocks } else { layout.num_blocks }, hkv, d));
         let n = model.n_layers();
         let info = model.info();
-        Ok(RefRunner {
-            k: vec![Array3::zeros(shape); n],
-            v: vec![Array3::zeros(shape); n],
-            model,
-            info,
-            layout: KvLayout { block_size, num_blocks },
-            step_tokens: CPU_STEP_TOKENS,
-        })
+        Ok(RefRunner { k: (0..n).map(pool).collect(), v: (0..n).map(pool).collect(), model, info, layout, local, step_tokens: CPU_STEP_TOKENS })
     }
 
     /// The same runner asking for steps of at most `tokens` positions (default
@@ -134,38 +183,45 @@ impl<M: RefForward> RefRunner<M> {
         self
     }
 
-    /// Pool row of position `pos` of a sequence with table `blocks`.
-    fn row(&self, blocks: &[u32], pos: usize) -> usize {
+    /// Layer `l`'s pool row of position `pos` of a sequence with tables `full` and `local`
+    /// (`None` for a dropped block).
+    fn row(&self, l: usize, full: &[u32], local: &[u32], pos: usize) -> Option<usize> {
         let bs = self.layout.block_size;
-        blocks[pos / bs] as usize * bs + pos % bs
+        let table = if self.local[l] { local } else { full };
+        let b = table[pos / bs];
+        (b != DROPPED).then(|| b as usize * bs + pos % bs)
     }
 
-    /// A contiguous cache holding positions `0 .. len` of a sequence, gathered from the pools.
-    fn gather(&self, blocks: &[u32], len: usize) -> Result<KvCache> {
+    /// A contiguous cache holding positions `0 .. len` of a sequence, gathered from the pools
+    /// (zeros for positions in dropped blocks: out of every query's window).
+    fn gather(&self, full: &[u32], local: &[u32], len: usize) -> Result<KvCache> {
         let (hkv, d) = (self.model.n_kv_heads(), self.model.head_dim());
         let mut cache = KvCache::new(self.model.n_layers(), hkv, d);
         for l in 0..self.model.n_layers() {
             let mut k = Array3::zeros((len, hkv, d));
             let mut v = Array3::zeros((len, hkv, d));
             for j in 0..len {
-                let r = self.row(blocks, j);
-                k.slice_mut(s![j, .., ..]).assign(&self.k[l].slice(s![r, .., ..]));
-                v.slice_mut(s![j, .., ..]).assign(&self.v[l].slice(s![r, .., ..]));
+                if let Some(r) = self.row(l, full, local, j) {
+                    k.slice_mut(s![j, .., ..]).assign(&self.k[l].slice(s![r, .., ..]));
+                    v.slice_mut(s![j, .., ..]).assign(&self.v[l].slice(s![r, .., ..]));
+                }
             }
             cache.append(l, k.view(), v.view())?;
         }
         Ok(cache)
     }
 
-    /// Write positions `pos0 .. len` of `cache` into the pools.
-    fn scatter(&mut self, blocks: &[u32], cache: &KvCache, pos0: usize) {
+    /// Write positions `pos0 .. len` of `cache` into the pools (`validate_plan` made sure no
+    /// written block is dropped).
+    fn scatter(&mut self, full: &[u32], local: &[u32], cache: &KvCache, pos0: usize) -> Result<()> {
         for l in 0..self.model.n_layers() {
             for j in pos0..cache.len() {
-                let r = self.row(blocks, j);
+                let r = self.row(l, full, local, j).ok_or_else(|| Error::KvCache(format!("layer {l}: position {j} is in a dropped block")))?;
                 self.k[l].slice_mut(s![r, .., ..]).assign(&cache.keys(l).slice(s![j, .., ..]));
                 self.v[l].slice_mut(s![r, .., ..]).assign(&cache.values(l).slice(s![j, .., ..]));
             }
         }
+        Ok(())
     }
 }
 
@@ -180,9 +236,9 @@ impl<M: RefForward> ModelRunner for RefRunner<M> {
         validate_plan(plan, &self.info, self.layout)?;
         let mut out = Vec::with_capacity(plan.seqs.len());
         for s in &plan.seqs {
-            let mut cache = self.gather(s.blocks, s.pos0)?;
+            let mut cache = self.gather(s.blocks, s.local_blocks, s.pos0)?;
             let logits = self.model.forward(s.tokens, &mut cache, None)?;
-            self.scatter(s.blocks, &cache, s.pos0);
+            self.scatter(s.blocks, s.local_blocks, &cache, s.pos0)?;
             let t = s.tokens.len();
             let mut r = SeqResult::default();
             for (j, spec) in s.samples.iter().enumerate() {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::constraint::{Constraint, ConstraintFactory};
-use crate::kv_blocks::{BlockManager, SeqId};
+use crate::kv_blocks::{KvBlocks, SeqId};
 use crate::runner::{ModelRunner, SeqResult, StepPlan};
 use crate::sampling::seeded::TokenCount;
 use reference::{Error, Result};
@@ -109,7 +109,7 @@ pub(crate) struct SpecState {
 pub struct Engine<R: ModelRunner> {
     pub(crate) runner: R,
     pub(crate) cfg: EngineConfig,
-    pub(crate) blocks: BlockManager,
+    pub(crate) blocks: KvBlocks,
     pub(crate) seqs: HashMap<RequestId, Sequence>,
     pub(crate) waiting: VecDeque<RequestId>,
     pub(crate) running: Vec<RequestId>,
@@ -157,8 +157,7 @@ impl<R: ModelRunner> Engine<R> {
                 Some(SpecState { cfg: sc, drafter: None, cost: CostModel::new(false) })
             }
         };
-        let kv = runner.kv_layout();
-        let blocks = BlockManager::new(kv.block_size, kv.num_blocks)?;
+        let blocks = KvBlocks::new(runner.kv_layout())?;
         Ok(Engine {
             runner,
             cfg,
@@ -204,10 +203,10 @@ impl<R: ModelRunner> Engine<R> {
         let mut e = Engine::new(runner, EngineConfig { speculation: None, ..cfg }, detok)?;
         sc.validate()?;
         let kv = draft.kv_layout();
-        let blocks = BlockManager::new(kv.block_size, kv.num_blocks)?;
+        let blocks = KvBlocks::new(kv)?;
         // The limits as Engine::new capped them to the runner's step limit.
         e.cfg.speculation = cfg.speculation;
-        let caching = cfg.prefix_caching && kv.block_size == e.blocks.block_size;
+        let caching = cfg.prefix_caching && kv.block_size == e.blocks.block_size();
         e.spec = Some(SpecState { cfg: sc, drafter: Some(Drafter { runner: draft, blocks, caching }), cost: CostModel::new(true) });
         Ok(e)
     }
@@ -238,12 +237,12 @@ impl<R: ModelRunner> Engine<R> {
             kv_blocks_total: self.blocks.num_blocks(),
         }
     }
-    /// The block manager (for invariant checks in tests).
-    pub fn blocks(&self) -> &BlockManager {
+    /// The KV block groups (for invariant checks in tests).
+    pub fn blocks(&self) -> &KvBlocks {
         &self.blocks
     }
     /// The draft model's block manager, when speculating with one.
-    pub fn draft_blocks(&self) -> Option<&BlockManager> {
+    pub fn draft_blocks(&self) -> Option<&KvBlocks> {
         self.spec.as_ref().and_then(|s| s.drafter.as_ref()).map(|d| &d.blocks)
     }
     /// The draft model's runner, when speculating with one.
@@ -304,7 +303,7 @@ impl<R: ModelRunner> Engine<R> {
         if req.logprobs.is_some_and(|n| n > 20) {
             return Err(Error::Input("logprobs: at most 20 alternatives".into()));
         }
-        let bs = self.blocks.block_size;
+        let bs = self.blocks.block_size();
         if (req.prompt.len() + 1).div_ceil(bs) > self.blocks.num_blocks() {
             return Err(Error::Input(format!(
                 "the prompt is {} tokens; the KV cache holds {} blocks of {bs}",
@@ -386,7 +385,8 @@ impl<R: ModelRunner> Engine<R> {
                 let s = self.seqs.get(&it.id).ok_or_else(|| Error::Input(format!("unknown request {}", it.id)))?;
                 let kv = s.kv.ok_or_else(|| Error::KvCache(format!("scheduled request {} holds no blocks", it.id)))?;
                 let blocks = &self.blocks.table(kv)?.blocks;
-                plan.seqs.push(if it.k > 0 { s.verify_step(it.k, c, blocks) } else { s.plain_step(it.n, blocks) });
+                let local = self.blocks.local_table(kv)?;
+                plan.seqs.push(if it.k > 0 { s.verify_step(it.k, c, blocks, local) } else { s.plain_step(it.n, blocks, local) });
             }
             plan.continues = continues;
             (self.runner.step(&plan)?, plan.num_tokens())
@@ -577,8 +577,8 @@ pub(crate) fn push_tokens(s: &mut Sequence, eos: Option<u32>, toks: &[u32], rows
 
 /// Register the full blocks of `s`'s first `upto` positions (held by `kv` of `blocks`) in the
 /// prefix cache, from block `registered` on; returns the new count of registered blocks.
-pub(crate) fn register_prefix(blocks: &mut BlockManager, s: &mut Sequence, kv: SeqId, upto: usize, registered: usize) -> Result<usize> {
-    let bs = blocks.block_size;
+pub(crate) fn register_prefix(blocks: &mut KvBlocks, s: &mut Sequence, kv: SeqId, upto: usize, registered: usize) -> Result<usize> {
+    let bs = blocks.block_size();
     let full = upto / bs;
     if full > registered {
         let id = s.id;

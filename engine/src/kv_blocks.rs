@@ -11,14 +11,20 @@
 //!   registered (prefix caching); it can be taken back by a sequence with the same prefix, or
 //!   evicted (least recently released first) when no free block is left.
 //!
-//! Invariants: every block is in exactly one state; a sequence of `len` positions holds exactly
-//! `ceil(len / bs)` blocks; a block with refcount > 1 (shared) or a registered hash is full and
+//! Invariants: every block is in exactly one state; a sequence of `len` positions holds
+//! `ceil(len / bs)` table entries (and any blocks [`BlockManager::reserve`] held past them), each a block or (only in a local group, [`groups`]) the
+//! sentinel [`DROPPED`] of a block released because it fell out of the window; a block with refcount > 1 (shared) or a registered hash is full and
 //! is never written again (appends go to a block the sequence owns alone); allocation and free
 //! are O(1) amortized; a request for n blocks succeeds iff n ≤ free + cached (no fragmentation).
 
 use std::collections::{BTreeMap, HashMap};
 
 use reference::{Error, Result};
+
+pub use crate::runner::DROPPED;
+
+pub mod groups;
+pub use groups::KvBlocks;
 
 /// Which sequence of a [`BlockManager`].
 pub type SeqId = usize;
@@ -297,6 +303,26 @@ impl BlockManager {
         self.append_blocks(s, need)?;
         Ok(true)
     }
+    /// Whether [`BlockManager::truncate`] of `s` to `len` positions would be refused (an error
+    /// saying why), changing nothing.
+    pub fn check_truncate(&self, s: SeqId, len: usize) -> Result<()> {
+        let t = self.seq(s)?;
+        if len >= t.len || len.is_multiple_of(self.block_size) {
+            return Ok(());
+        }
+        let last = t.blocks[len.div_ceil(self.block_size) - 1];
+        if last != DROPPED && (self.alloc.refcount(last) > 1 || self.alloc.hash_of(last).is_some()) {
+            return Err(kv(format!("sequence {s}: truncating to {len} would leave shared block {last} partial")));
+        }
+        Ok(())
+    }
+    /// Release every block of `blocks` ([`DROPPED`] entries hold none).
+    fn release_all(&mut self, blocks: &[u32]) -> Result<()> {
+        for &b in blocks.iter().filter(|&&b| b != DROPPED) {
+            self.alloc.release(b)?;
+        }
+        Ok(())
+    }
     /// Keep the first `len` positions of `s`, releasing blocks wholly past them. Refused when
     /// the kept last block would be partial and shared or hash-registered (a later append would
     /// write into it).
@@ -306,17 +332,10 @@ impl BlockManager {
         if len >= t.len {
             return Ok(());
         }
+        self.check_truncate(s, len)?;
         let keep = len.div_ceil(bs);
-        if !len.is_multiple_of(bs) {
-            let last = t.blocks[keep - 1];
-            if self.alloc.refcount(last) > 1 || self.alloc.hash_of(last).is_some() {
-                return Err(kv(format!("sequence {s}: truncating to {len} would leave shared block {last} partial")));
-            }
-        }
-        let dropped: Vec<u32> = t.blocks[keep..].to_vec();
-        for b in dropped {
-            self.alloc.release(b)?;
-        }
+        let released: Vec<u32> = t.blocks[keep..].to_vec();
+        self.release_all(&released)?;
         let t = self.seq_mut(s)?;
         t.blocks.truncate(keep);
         t.len = len;
@@ -329,31 +348,45 @@ impl BlockManager {
             return Err(kv(format!("sequence {s} has {} positions: {n_blocks} full blocks of {} do not exist", t.len, self.block_size)));
         }
         let blocks = t.blocks[..n_blocks].to_vec();
-        for &b in &blocks {
-            self.alloc.retain(b)?;
-        }
-        let id = self.add_sequence();
-        self.seqs[id] = Some(BlockTable { blocks, len: n_blocks * self.block_size });
-        Ok(id)
+        self.add_sequence_with(blocks, n_blocks * self.block_size)
     }
     /// A new sequence starting with the cached blocks of the longest prefix of `hashes` (the
     /// chained content hashes of a prompt's full blocks) that the cache holds; returns it and
     /// the number of positions it already holds (a multiple of the block size).
     pub fn add_sequence_cached(&mut self, hashes: &[u64]) -> Result<(SeqId, usize)> {
-        let mut blocks = Vec::new();
-        for &h in hashes {
-            match self.alloc.lookup(h) {
-                Some(b) => blocks.push(b),
-                None => break,
+        let blocks: Vec<u32> = hashes.iter().map_while(|&h| self.alloc.lookup(h)).collect();
+        let len = blocks.len() * self.block_size;
+        Ok((self.add_sequence_with(blocks, len)?, len))
+    }
+    /// How many leading hashes of `hashes` the cache holds blocks for (in use or cached).
+    pub fn cached_prefix(&self, hashes: &[u64]) -> usize {
+        hashes.iter().take_while(|&&h| self.alloc.lookup(h).is_some()).count()
+    }
+    /// A new sequence of `len` positions with table `blocks` (blocks in use or cached, or
+    /// [`DROPPED`]), taking a reference to each block.
+    pub(crate) fn add_sequence_with(&mut self, blocks: Vec<u32>, len: usize) -> Result<SeqId> {
+        if blocks.len() != len.div_ceil(self.block_size) {
+            return Err(kv(format!("a sequence of {len} positions with {} blocks of {}", blocks.len(), self.block_size)));
+        }
+        for (i, &b) in blocks.iter().enumerate().filter(|(_, &b)| b != DROPPED) {
+            if let Err(e) = self.alloc.retain(b) {
+                // Nothing taken: give back the references taken so far.
+                self.release_all(&blocks[..i])?;
+                return Err(e);
             }
         }
-        for &b in &blocks {
-            self.alloc.retain(b)?;
-        }
-        let len = blocks.len() * self.block_size;
         let id = self.add_sequence();
         self.seqs[id] = Some(BlockTable { blocks, len });
-        Ok((id, len))
+        Ok(id)
+    }
+    /// Release `s`'s blocks `0 .. k`, their entries becoming [`DROPPED`] (blocks of a local
+    /// group out of every later query's window; a block with a registered hash stays cached).
+    pub(crate) fn drop_below(&mut self, s: SeqId, k: usize) -> Result<()> {
+        let t = self.seq_mut(s)?;
+        let k = k.min(t.blocks.len());
+        let released = t.blocks[..k].to_vec();
+        t.blocks[..k].fill(DROPPED);
+        self.release_all(&released)
     }
     /// Register the content hashes of `s`'s full blocks `first ..` (`hashes[i]` for block
     /// `first + i`), so later sequences with the same prefix can reuse them. Only blocks whose
@@ -364,7 +397,7 @@ impl BlockManager {
             return Err(kv(format!("sequence {s}: blocks {first}..{} registered, {} positions", first + hashes.len(), t.len)));
         }
         let blocks: Vec<u32> = t.blocks[first..first + hashes.len()].to_vec();
-        for (b, &h) in blocks.into_iter().zip(hashes) {
+        for (b, &h) in blocks.into_iter().zip(hashes).filter(|(b, _)| *b != DROPPED) {
             self.alloc.register(b, h)?;
         }
         Ok(())
@@ -372,9 +405,7 @@ impl BlockManager {
     /// End `s`, releasing its references.
     pub fn free_sequence(&mut self, s: SeqId) -> Result<()> {
         let t = self.seq(s)?.clone();
-        for b in t.blocks {
-            self.alloc.release(b)?;
-        }
+        self.release_all(&t.blocks)?;
         self.seqs[s] = None;
         Ok(())
     }
@@ -384,13 +415,14 @@ impl BlockManager {
         let mut refs = vec![0u32; self.num_blocks()];
         for (s, t) in self.seqs.iter().enumerate() {
             let Some(t) = t else { continue };
-            if t.blocks.len() != t.len.div_ceil(self.block_size) {
+            // Blocks past the length are held a step early (`reserve`).
+            if t.blocks.len() < t.len.div_ceil(self.block_size) {
                 return Err(format!("sequence {s}: {} positions in {} blocks of {}", t.len, t.blocks.len(), self.block_size));
             }
-            for &b in &t.blocks {
+            for &b in t.blocks.iter().filter(|&&b| b != DROPPED) {
                 *refs.get_mut(b as usize).ok_or(format!("sequence {s} holds block {b}, outside the pool"))? += 1;
             }
-            if let Some(&last) = t.blocks.last() {
+            if let Some(&last) = t.len.checked_sub(1).and_then(|p| t.blocks.get(p / self.block_size)).filter(|&&b| b != DROPPED) {
                 if t.len % self.block_size != 0 && (self.alloc.refcount(last) > 1 || self.alloc.hash_of(last).is_some()) {
                     return Err(format!("sequence {s}: partial last block {last} is shared or registered"));
                 }

@@ -56,6 +56,7 @@ struct WireSeq {
     tokens: Vec<u32>,
     pos0: usize,
     blocks: Vec<u32>,
+    local_blocks: Vec<u32>,
     samples: Vec<WireSample>,
 }
 
@@ -80,7 +81,13 @@ impl WirePlan {
         let seqs = plan
             .seqs
             .iter()
-            .map(|s| WireSeq { tokens: s.tokens.to_vec(), pos0: s.pos0, blocks: s.blocks.to_vec(), samples: s.samples.iter().map(sample).collect() })
+            .map(|s| WireSeq {
+                tokens: s.tokens.to_vec(),
+                pos0: s.pos0,
+                blocks: s.blocks.to_vec(),
+                local_blocks: s.local_blocks.to_vec(),
+                samples: s.samples.iter().map(sample).collect(),
+            })
             .collect();
         WirePlan { seqs, continues: plan.continues }
     }
@@ -90,7 +97,13 @@ impl WirePlan {
         let seqs = self
             .seqs
             .iter()
-            .map(|s| SeqStep { tokens: &s.tokens, pos0: s.pos0, blocks: &s.blocks, samples: s.samples.iter().map(WireSample::spec).collect() })
+            .map(|s| SeqStep {
+                tokens: &s.tokens,
+                pos0: s.pos0,
+                blocks: &s.blocks,
+                local_blocks: &s.local_blocks,
+                samples: s.samples.iter().map(WireSample::spec).collect(),
+            })
             .collect();
         StepPlan { seqs, continues: self.continues }
     }

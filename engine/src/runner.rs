@@ -1,6 +1,6 @@
 //! What a batched engine asks of a model once per step.
 //!
-//! The split follows vLLM v1: the engine (scheduler, requests, the [`BlockManager`]) decides
+//! The split follows vLLM v1: the engine (scheduler, requests, the [`KvBlocks`]) decides
 //! what every sequence computes this step and where its KV lives (block ids), and hands the
 //! runner plain data — a [`StepPlan`]. The runner owns the KV pools (rows `block · bs + j`) and
 //! whatever else lives on its device, runs the forward pass over the ragged batch, and draws
@@ -9,7 +9,7 @@
 //! The CPU reference's runner, the ground truth of every other, is
 //! [`RefRunner`](crate::cpu_runner::RefRunner).
 //!
-//! [`BlockManager`]: crate::kv_blocks::BlockManager
+//! [`KvBlocks`]: crate::kv_blocks::KvBlocks
 
 use reference::arch::ModelSpec;
 use reference::{Config, Error, Result};
@@ -42,13 +42,41 @@ impl ModelInfo {
     }
 }
 
+/// A table entry of the local group whose block was released: every position in it is out of
+/// the window of every query the sequence will still run ([`KvLayout::local`]).
+pub const DROPPED: u32 = u32::MAX;
+
 /// Geometry of a runner's paged KV pools.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct KvLayout {
     /// Positions per block.
     pub block_size: usize,
-    /// Blocks in each layer's pool.
+    /// Blocks in each pool of the full group (every layer without a sliding window; every
+    /// layer when there is no local group).
     pub num_blocks: usize,
+    /// The local group: pools of their own for the layers with a sliding window, which keep
+    /// only the blocks inside the window (`None`: every layer in the full group).
+    pub local: Option<LocalKv>,
+}
+
+/// The local group of a [`KvLayout`]: the pools of the sliding-window layers. A sequence's
+/// local table has as many entries as its full table, but entries of blocks that fell out of
+/// every later query's window are [`DROPPED`] (their block released), so the group holds about
+/// a window per sequence instead of every position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LocalKv {
+    /// Blocks in each pool of the local group.
+    pub num_blocks: usize,
+    /// W: the largest window of the layers in the group (a query at i reads keys j with
+    /// `i − W < j ≤ i`; layers with a smaller window read less).
+    pub window: usize,
+}
+
+impl KvLayout {
+    /// Pools of `num_blocks` blocks of `block_size` for every layer (no local group).
+    pub fn new(block_size: usize, num_blocks: usize) -> Self {
+        KvLayout { block_size, num_blocks, local: None }
+    }
 }
 
 /// How to draw one token from one position's logits.
@@ -79,6 +107,10 @@ pub struct SeqStep<'a> {
     pub pos0: usize,
     /// The sequence's block table, covering at least `pos0 + tokens.len()` positions.
     pub blocks: &'a [u32],
+    /// Its table in the local group ([`KvLayout::local`]; empty without one): as long as
+    /// `blocks`, [`DROPPED`] where the block fell out of the window of every query from
+    /// `pos0` on.
+    pub local_blocks: &'a [u32],
     /// Draws from the logits of the LAST `samples.len()` positions, in order (empty: a prefill
     /// chunk that does not end its prompt; one: the usual next token; k + 1: verification of k
     /// speculated tokens).
@@ -190,6 +222,7 @@ pub fn validate_plan(plan: &StepPlan, info: &ModelInfo, kv: KvLayout) -> Result<
         if let Some(&b) = s.blocks.iter().find(|&&b| b as usize >= kv.num_blocks) {
             return Err(Error::KvCache(format!("step: sequence {i}: block id {b} is outside the pool of {}", kv.num_blocks)));
         }
+        validate_local(i, s, kv)?;
         if let Some(&t) = s.tokens.iter().find(|&&t| t as usize >= info.vocab) {
             return Err(Error::Input(format!("step: sequence {i}: token id {t} is outside the vocabulary (V = {})", info.vocab)));
         }
@@ -204,6 +237,39 @@ pub fn validate_plan(plan: &StepPlan, info: &ModelInfo, kv: KvLayout) -> Result<
                 info.vocab.div_ceil(32)
             )));
         }
+    }
+    Ok(())
+}
+
+/// The local table of sequence `i` of a step: empty without a local group; with one, as many
+/// entries as the full table, each a block of the local pools or [`DROPPED`], and none
+/// [`DROPPED`] from the block of the lowest key the step's first query sees
+/// (`pos0 + 1 − W`) to the block of its last position (what the step reads or writes).
+fn validate_local(i: usize, s: &SeqStep, kv: KvLayout) -> Result<()> {
+    let Some(local) = kv.local else {
+        if s.local_blocks.is_empty() {
+            return Ok(());
+        }
+        return Err(Error::KvCache(format!("step: sequence {i} has a local block table, the runner no local group")));
+    };
+    if s.local_blocks.len() != s.blocks.len() {
+        return Err(Error::KvCache(format!(
+            "step: sequence {i}: its local table has {} entries, its full table {}",
+            s.local_blocks.len(),
+            s.blocks.len()
+        )));
+    }
+    if let Some(&b) = s.local_blocks.iter().find(|&&b| b != DROPPED && b as usize >= local.num_blocks) {
+        return Err(Error::KvCache(format!("step: sequence {i}: local block id {b} is outside the local pool of {}", local.num_blocks)));
+    }
+    let bs = kv.block_size;
+    let first = (s.pos0 + 1).saturating_sub(local.window) / bs;
+    let last = (s.pos0 + s.tokens.len()).div_ceil(bs);
+    if let Some(k) = (first..last.min(s.local_blocks.len())).find(|&k| s.local_blocks[k] == DROPPED) {
+        return Err(Error::KvCache(format!(
+            "step: sequence {i}: local block {k} was dropped, but the step from position {} reads or writes it (window {})",
+            s.pos0, local.window
+        )));
     }
     Ok(())
 }

@@ -82,9 +82,15 @@ impl<R: ModelRunner> Engine<R> {
                 }
                 n
             };
-            let kv = self.seq(id)?.kv.ok_or_else(|| reference::Error::KvCache(format!("running request {id} holds no blocks")))?;
+            let (kv, pos0) = {
+                let s = self.seq(id)?;
+                (s.kv.ok_or_else(|| reference::Error::KvCache(format!("running request {id} holds no blocks")))?, s.computed)
+            };
+            // The local group's blocks out of the window of this step's queries and every
+            // later one go first (`KvBlocks::slide`): their room counts for this step.
+            self.blocks.slide(kv, pos0)?;
             let mut self_preempted = false;
-            while self.blocks.blocks_needed(kv, n)? > self.blocks.num_free() {
+            while !self.blocks.fits(kv, n)? {
                 let victim = *self.running.last().ok_or_else(|| reference::Error::KvCache("no running sequence to preempt".into()))?;
                 if victim == id && self.running.len() == 1 {
                     // Alone and still too big: the pool cannot hold this request at all.
@@ -134,8 +140,7 @@ impl<R: ModelRunner> Engine<R> {
             let batch = out.items.iter().filter(|it| it.decode).count();
             for it in out.items.iter_mut().filter(|it| it.decode) {
                 let kv = self.seq(it.id)?.kv.ok_or_else(|| reference::Error::KvCache(format!("running request {} holds no blocks", it.id)))?;
-                let t = self.blocks.table(kv)?;
-                let room = (t.blocks.len() * self.blocks.block_size - t.len) + self.blocks.num_free() * self.blocks.block_size;
+                let room = self.blocks.room(kv)?;
                 let k = self.plan_depth(it.id, batch, room.min(budget))?;
                 if k > 0 {
                     self.blocks.grow(kv, k)?;
@@ -159,7 +164,7 @@ impl<R: ModelRunner> Engine<R> {
             // A sequence preempted or finished since it was capped holds nothing to top up.
             let Some((s, kv)) = self.seqs.get(&id).and_then(|s| Some((s, s.kv?))) else { continue };
             let extra = s.pending().min(self.cfg.prefill_chunk).saturating_sub(scheduled).min(*budget);
-            if extra == 0 || self.blocks.blocks_needed(kv, extra)? > self.blocks.num_free() {
+            if extra == 0 || !self.blocks.fits(kv, extra)? {
                 continue;
             }
             self.blocks.grow(kv, extra)?;
@@ -175,7 +180,7 @@ impl<R: ModelRunner> Engine<R> {
     /// Give waiting `id` blocks: its cached prefix and room for its first chunk (of at most
     /// `budget` tokens). Returns false, holding nothing, when the pool cannot take the chunk.
     fn admit(&mut self, id: RequestId, budget: usize) -> Result<bool> {
-        let bs = self.blocks.block_size;
+        let bs = self.blocks.block_size();
         let prefix_caching = self.cfg.prefix_caching;
         let chunk = self.cfg.prefill_chunk;
         let s = self.seqs.get_mut(&id).ok_or_else(|| reference::Error::Input(format!("unknown request {id}")))?;
@@ -183,7 +188,7 @@ impl<R: ModelRunner> Engine<R> {
         let lookup = if prefix_caching { s.hashes_upto(s.tokens.len() - 1, bs).to_vec() } else { Vec::new() };
         let (kv, cached) = self.blocks.add_sequence_cached(&lookup)?;
         let n = (s.tokens.len() - cached).min(chunk).min(budget);
-        if self.blocks.blocks_needed(kv, n)? > self.blocks.num_free() {
+        if !self.blocks.fits(kv, n)? {
             self.blocks.free_sequence(kv)?;
             return Ok(false);
         }

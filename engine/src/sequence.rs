@@ -134,7 +134,7 @@ impl Sequence {
 
     /// This step's plan entry for `n` positions from `computed`, drawing the next token when
     /// they reach the end.
-    pub fn plain_step<'a>(&'a self, n: usize, blocks: &'a [u32]) -> SeqStep<'a> {
+    pub fn plain_step<'a>(&'a self, n: usize, blocks: &'a [u32], local_blocks: &'a [u32]) -> SeqStep<'a> {
         let samples = if self.computed + n == self.tokens.len() {
             vec![SampleSpec {
                 params: &self.params,
@@ -146,13 +146,13 @@ impl Sequence {
         } else {
             vec![]
         };
-        SeqStep { tokens: &self.tokens[self.computed..self.computed + n], pos0: self.computed, blocks, samples }
+        SeqStep { tokens: &self.tokens[self.computed..self.computed + n], pos0: self.computed, blocks, local_blocks, samples }
     }
 
     /// The verification of `k` proposals: the last token and the proposals, k + 1 draws with
     /// counters `output_len ..= output_len + k`; `counts[j]` (when given) is what draw j sees.
     /// Logits rows where the rejection rule needs them (a draft's `q`) or logprobs are asked.
-    pub fn verify_step<'a>(&'a self, k: usize, counts: &'a [Vec<TokenCount>], blocks: &'a [u32]) -> SeqStep<'a> {
+    pub fn verify_step<'a>(&'a self, k: usize, counts: &'a [Vec<TokenCount>], blocks: &'a [u32], local_blocks: &'a [u32]) -> SeqStep<'a> {
         let out = self.output_len() as u64;
         let samples = (0..=k)
             .map(|j| SampleSpec {
@@ -165,7 +165,7 @@ impl Sequence {
                 allowed: self.constraint.as_ref().and_then(|c| c.allowed_at(j)),
             })
             .collect();
-        SeqStep { tokens: &self.spec.verify, pos0: self.computed, blocks, samples }
+        SeqStep { tokens: &self.spec.verify, pos0: self.computed, blocks, local_blocks, samples }
     }
 
     /// Chained hashes of the full blocks of `tokens[.. upto]`, computed as far as needed.

@@ -182,11 +182,36 @@ pub fn pool_dtype_ok(d: Dtype) -> bool {
 /// K and V pools of `shape` (`[rows, Hkv, D]`) for `n_layers` layers, elements of `dtype`: f32,
 /// or f16 (the writers round to nearest even; the attention kernels widen to f32 as they read).
 pub fn pools(client: &Client, n_layers: usize, shape: [usize; 3], dtype: Dtype) -> Result<(Vec<DeviceTensor>, Vec<DeviceTensor>), Error> {
+    pools_by_layer(client, &vec![shape[0]; n_layers], [shape[1], shape[2]], dtype, 0)
+}
+
+/// K and V pools of `[rows[l], Hkv, D]` for each layer l (`kv`: `[Hkv, D]`), elements of
+/// `dtype`, with the last `spare_rows` rows of each zeroed: the spare block no sequence owns,
+/// which a runner's tables name for a block the engine dropped (the local group's) and where
+/// the decode graphs' padding rows write. Attention reads such rows only masked (weight 0), and
+/// 0 × NaN would still be NaN: a freshly allocated pool holds whatever was there.
+pub fn pools_by_layer(
+    client: &Client,
+    rows: &[usize],
+    kv: [usize; 2],
+    dtype: Dtype,
+    spare_rows: usize,
+) -> Result<(Vec<DeviceTensor>, Vec<DeviceTensor>), Error> {
     if !pool_dtype_ok(dtype) {
         return Err(Error::KvCache(format!("KV pools of {}: the kernels read f32 or f16", dtype.name())));
     }
-    let one = || (0..n_layers).map(|_| DeviceTensor::empty(client, &shape, dtype)).collect();
-    Ok((one(), one()))
+    let row_bytes = kv[0] * kv[1] * dtype.size();
+    let one = |&r: &usize| -> Result<DeviceTensor, Error> {
+        let t = DeviceTensor::empty(client, &[r, kv[0], kv[1]], dtype);
+        let n = spare_rows.min(r) * row_bytes;
+        if n > 0 {
+            let total = r * row_bytes;
+            let dest = t.handle.clone().offset_start((total - n) as u64).offset_end(0);
+            client.write(&dest, cubecl::bytes::Bytes::from_bytes_vec(vec![0u8; n]));
+        }
+        Ok(t)
+    };
+    Ok((rows.iter().map(one).collect::<Result<_, _>>()?, rows.iter().map(one).collect::<Result<_, _>>()?))
 }
 
 /// A paged KV cache on the device: pools per layer plus the host-side [`BlockManager`].

@@ -44,6 +44,7 @@ fn smaller_recordings_lease_the_largest_ones_activations() {
                 tokens: &tokens[i],
                 pos0: 0,
                 blocks: &blocks[i],
+                local_blocks: &[],
                 samples: vec![SampleSpec { params: &greedy, counter: 0, counts: &[], want_logits: false, allowed: None }],
             })
             .collect(),

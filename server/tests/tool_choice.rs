@@ -29,7 +29,7 @@ impl ModelRunner for Drawn {
         &self.info
     }
     fn kv_layout(&self) -> KvLayout {
-        KvLayout { block_size: 16, num_blocks: 512 }
+        KvLayout::new(16, 512)
     }
     fn step(&mut self, plan: &StepPlan) -> reference::Result<Vec<SeqResult>> {
         let mut out = vec![];

@@ -288,6 +288,7 @@ pub fn run(a: GenerateArgs, path: &Path, base: SamplingParams) -> Result<()> {
     });
     let mut sink = Sink::open(a.out.as_deref())?;
     let tok = opened.tokenizer.take().map(Arc::new);
+    opened.window_pools.seats = a.max_seqs.min(lines.len()).max(1);
     let runner = super::tensor_parallel::runner(&a, &mut opened, kv)?;
     let detok = tok.clone().map(|t| t as Arc<dyn Detokenizer>);
     let cfg = EngineConfig { max_num_seqs: a.max_seqs.max(1), ..EngineConfig::default() };

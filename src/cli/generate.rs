@@ -72,6 +72,8 @@ pub fn run(a: GenerateArgs) -> Result<()> {
         return Err(CliError::Usage("--max-tokens must be at least 1".into()));
     }
     let kv = a.kv_tokens.unwrap_or(ids.len() + max_tokens);
+    // One sequence: the sliding-window layers' local group holds its window.
+    opened.window_pools.seats = 1;
     let mut runner = super::tensor_parallel::runner(&a, &mut opened, kv)?;
     let name = runner.name();
     prepare(runner.as_mut(), &name, ids.len() + max_tokens, &params)?;

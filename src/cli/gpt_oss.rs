@@ -9,7 +9,7 @@ pub mod logits;
 use reference::gguf::GgufFile;
 
 use super::source::gpt_oss::{dir_is_gpt_oss, gguf_is_gpt_oss, synthetic_config, GptOss};
-use super::source::{Arch, ModelArgs, Opened, KV_BLOCK};
+use super::source::{Arch, ModelArgs, Opened};
 use super::{CliError, Result};
 
 /// Whether `--model` / `--synthetic` name a GPT-OSS model (without loading it).
@@ -30,22 +30,39 @@ pub fn parts(o: &mut Opened) -> Result<&mut GptOss> {
     }
 }
 
-/// A step of one sequence (blocks `blocks`): `tokens` from `pos0`, greedy-or-`params` draws
-/// at the last `draws` positions, with their logits when `want_logits`.
-pub fn one_seq<'a>(
-    tokens: &'a [u32],
-    pos0: usize,
-    blocks: &'a [u32],
-    draws: usize,
-    params: &'a engine::sampling::SamplingParams,
-    want_logits: bool,
-) -> engine::runner::StepPlan<'a> {
-    use engine::runner::{SampleSpec, SeqStep, StepPlan};
-    let samples = (0..draws).map(|j| SampleSpec { params, counter: (pos0 + j) as u64, counts: &[], want_logits, allowed: None }).collect();
-    StepPlan { seqs: vec![SeqStep { tokens, pos0, blocks, samples }], continues: false }
+/// One sequence driven by hand-made steps through a batched runner (`logits`, GPT-OSS's
+/// `bench`): its KV blocks in the runner's pools, kept as the engine keeps them (the engine's
+/// `KvBlocks`, so a runner with a local group for its sliding-window layers gets local tables
+/// that drop what fell out of the window).
+pub struct OneSeq {
+    kv: engine::kv_blocks::KvBlocks,
+    id: engine::kv_blocks::SeqId,
 }
 
-/// Block ids `0 ..` covering `positions`.
-pub fn blocks_for(positions: usize) -> Vec<u32> {
-    (0..positions.div_ceil(KV_BLOCK).max(1) as u32).collect()
+impl OneSeq {
+    /// An empty sequence in pools of `layout` (a runner's).
+    pub fn new(layout: engine::runner::KvLayout) -> Result<Self> {
+        let mut kv = engine::kv_blocks::KvBlocks::new(layout)?;
+        let id = kv.add_sequence()?;
+        Ok(OneSeq { kv, id })
+    }
+
+    /// The step of `tokens` at the sequence's next positions, greedy-or-`params` draws at the
+    /// last `draws` positions, with their logits when `want_logits`.
+    pub fn step<'a>(
+        &'a mut self,
+        tokens: &'a [u32],
+        draws: usize,
+        params: &'a engine::sampling::SamplingParams,
+        want_logits: bool,
+    ) -> Result<engine::runner::StepPlan<'a>> {
+        use engine::runner::{SampleSpec, SeqStep, StepPlan};
+        let pos0 = self.kv.len(self.id)?;
+        self.kv.slide(self.id, pos0)?;
+        self.kv.grow(self.id, tokens.len())?;
+        let this: &'a Self = self;
+        let samples = (0..draws).map(|j| SampleSpec { params, counter: (pos0 + j) as u64, counts: &[], want_logits, allowed: None }).collect();
+        let (blocks, local_blocks) = (&this.kv.table(this.id)?.blocks, this.kv.local_table(this.id)?);
+        Ok(StepPlan { seqs: vec![SeqStep { tokens, pos0, blocks, local_blocks, samples }], continues: false })
+    }
 }

@@ -78,12 +78,16 @@ pub struct KvPool {
     pub from_memory: bool,
     /// How it was sized, in words.
     pub how: String,
+    /// How it is split between the KV groups, where the model has sliding-window layers
+    /// (`super::kv_groups`).
+    pub groups: Option<String>,
 }
 
 impl KvPool {
     /// The start line's account of the pool.
     pub fn line(&self) -> String {
-        format!("KV pool {:.2} GB, {} positions; {}", self.bytes as f64 / 1e9, self.positions, self.how)
+        let groups = self.groups.as_ref().map_or(String::new(), |g| format!("; {g}"));
+        format!("KV pool {:.2} GB, {} positions; {}{groups}", self.bytes as f64 / 1e9, self.positions, self.how)
     }
 }
 
@@ -118,7 +122,7 @@ pub fn default_max_seqs(positions: usize, ctx: usize) -> usize {
 pub fn blocks(size: KvSize, measured: Option<&Measured>, c: &Config, per_position: u64, block: usize) -> Result<(usize, KvPool)> {
     let fixed = |positions: usize, how: String| {
         let blocks = positions.div_ceil(block).max(1);
-        (blocks, KvPool { positions: blocks * block, bytes: (blocks * block) as u64 * per_position, from_memory: false, how })
+        (blocks, KvPool { positions: blocks * block, bytes: (blocks * block) as u64 * per_position, from_memory: false, how, groups: None })
     };
     match (size, measured) {
         (KvSize::Tokens(n), _) => Ok(fixed(n, "sized by --kv-tokens".into())),
@@ -145,7 +149,7 @@ pub fn blocks(size: KvSize, measured: Option<&Measured>, c: &Config, per_positio
             }
             let bytes = positions as u64 * per_position;
             let how = format!("sized by --gpu-memory-utilization {utilization} of {:.1} GB, measured: {account}", gb(m.total));
-            Ok((positions / block, KvPool { positions, bytes, from_memory: true, how }))
+            Ok((positions / block, KvPool { positions, bytes, from_memory: true, how, groups: None }))
         }
     }
 }

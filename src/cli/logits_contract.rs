@@ -7,7 +7,7 @@ use engine::runner::ModelRunner;
 use engine::sampling::SamplingParams;
 use reference::ops::argmax::argmax;
 
-use super::gpt_oss::{blocks_for, one_seq};
+use super::gpt_oss::OneSeq;
 use super::{CliError, ModelArgs, Result};
 
 #[derive(Args, Debug)]
@@ -80,9 +80,9 @@ pub fn print_json(ids: &[u32], rows: &[Vec<f32>], k: usize, greedy: &[u32], gree
 /// its logits, then one-token greedy steps. The runner's pools must hold `ids.len() + greedy`
 /// positions.
 pub fn through_runner(runner: &mut dyn ModelRunner, ids: &[u32], greedy: usize) -> Result<(Vec<Vec<f32>>, Vec<u32>)> {
-    let blocks = blocks_for(ids.len() + greedy);
+    let mut seq = OneSeq::new(runner.kv_layout())?;
     let params = SamplingParams::default();
-    let first = runner.step(&one_seq(ids, 0, &blocks, ids.len(), &params, true))?;
+    let first = runner.step(&seq.step(ids, ids.len(), &params, true)?)?;
     let rows: Vec<Vec<f32>> = first.first().map(|r| r.logits.iter().flatten().cloned().collect()).unwrap_or_default();
     if rows.len() != ids.len() {
         return Err(CliError::Gpu(format!("{}: {} logits rows for {} prompt positions", runner.name(), rows.len(), ids.len())));
@@ -93,7 +93,7 @@ pub fn through_runner(runner: &mut dyn ModelRunner, ids: &[u32], greedy: usize) 
         out.push(next);
         if i + 1 < greedy {
             let step = [next];
-            let r = runner.step(&one_seq(&step, ids.len() + i, &blocks, 1, &params, false))?;
+            let r = runner.step(&seq.step(&step, 1, &params, false)?)?;
             next = r.first().and_then(|r| r.tokens.first().copied()).ok_or_else(|| CliError::Gpu("a decode step drew no token".into()))?;
         }
     }

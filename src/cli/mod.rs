@@ -22,6 +22,7 @@ mod drift;
 mod gate;
 mod generate;
 mod generate_args;
+mod kv_groups;
 mod kv_pool;
 // GPT-OSS (issue 25): open, runner, generate / logits / bench paths.
 mod gpt_oss;

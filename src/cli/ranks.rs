@@ -28,7 +28,7 @@ use reference::parallel::{RankModel, TcpComm};
 use reference::Trace;
 use sha2::{Digest, Sha256};
 
-use super::source::{resolve, Arch, Opened, KV_BLOCK};
+use super::source::{resolve, Arch, Opened};
 use super::tp::Tp;
 use super::{CliError, Device, ModelArgs, Result};
 
@@ -176,6 +176,9 @@ impl RefForward for RankForward {
     fn forward(&self, ids: &[u32], cache: &mut KvCache, _trace: Option<&mut Trace>) -> reference::Result<Array2<f32>> {
         self.model.forward(&self.comm, ids, cache)
     }
+    fn windows(&self) -> Vec<Option<usize>> {
+        self.model.spec.layers.iter().map(|l| l.attn.window).collect()
+    }
 }
 
 /// How a rank's collectives run: over its links (CPU, wgpu), or NCCL under rank 0's id on the
@@ -200,7 +203,7 @@ fn rank_runner(
         let Comms::Links(links) = comms else { return Err(CliError::Usage("a CPU rank's collectives run over its links".into())) };
         let comm = TcpComm::new(r, world, links)?;
         let (model, info) = with_weights(opened, |spec, w| Ok((RankModel::new(spec, w, &tp.plan(spec)?, r)?, ModelInfo::of_spec(spec))))?;
-        return Ok(Box::new(RefRunner::new(RankForward { model, comm, info }, kv.block_size, kv.num_blocks)?));
+        return Ok(Box::new(RefRunner::with_layout(RankForward { model, comm, info }, kv)?));
     };
     use optimized::parallel::{load_rank, DeviceComm, HostStaged, NcclDevice};
     let (comm, ordinal): (Arc<dyn DeviceComm>, usize) = match comms {
@@ -213,7 +216,7 @@ fn rank_runner(
     let (spec, mut src) = opened.gpu_tensors()?;
     let plan = tp.plan(&spec)?;
     let m = load_rank(client, src.as_mut(), &spec, &plan, r, comm.clone(), dtype, &kernels)?;
-    let mut runner = optimized::runner::GpuRunner::new(m, kv.block_size, kv.num_blocks)?;
+    let mut runner = optimized::runner::GpuRunner::with_layout(m, kv)?;
     // The shard's model knows its own rows of the vocabulary; the steps range over the whole.
     runner.set_info(ModelInfo::of(&spec.dims()?));
     if !comm.captures() {
@@ -236,13 +239,13 @@ pub(super) fn check_gpu_split(spec: &reference::arch::ModelSpec, plan: &referenc
 }
 
 /// Rank 0 of `n` processes: wait for the workers, send them the setup, build this rank's
-/// runner (pools of `blocks` blocks) and wrap it to drive theirs.
+/// runner (pools of `kv`, every rank's) and wrap it to drive theirs.
 pub fn lead_runner(
     opened: &mut Opened,
     tp: Tp,
     device: Device,
     dtype: Option<&str>,
-    blocks: usize,
+    kv: KvLayout,
     lead: &Lead,
 ) -> Result<Box<dyn ModelRunner + Send>> {
     let n = tp.ranks;
@@ -255,7 +258,6 @@ pub fn lead_runner(
     let links = rendezvous::accept_ranks(&lead.addr, &hello, lead.timeout)?;
     let cuda = resolve(device) == Some(optimized::Backend::Cuda);
     let nccl_id = if cuda { Some(optimized::nccl::unique_id()?) } else { None };
-    let kv = KvLayout { block_size: KV_BLOCK, num_blocks: blocks };
     let expert_parallel = tp.moe.map(|m| m == reference::parallel::MoeSplit::Experts);
     ranks::send_setup(&links, &Setup { kv, nccl_id: nccl_id.clone(), expert_parallel })?;
     let comms = match nccl_id {

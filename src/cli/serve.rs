@@ -164,6 +164,11 @@ pub fn run(a: ServeArgs) -> Result<()> {
     }
     let spec = a.spec.parsed()?;
     let mut opened = a.model.open()?;
+    // The sliding-window layers' local group holds a window for each seat the pool may get
+    // (a memory-sized pool's default seats are at most 512) and a step's prompt chunks.
+    let fixed = a.kv_tokens.is_some() || matches!(a.model.device, super::Device::Cpu | super::Device::Wgpu);
+    opened.window_pools.seats = a.max_seqs.unwrap_or(if fixed { FIXED_POOL_SEQS } else { kv_pool::MAX_DEFAULT_SEQS });
+    opened.window_pools.step_tokens = a.max_batched_tokens;
     // Before the server starts: the runner is built on the engine thread.
     opened.check_device(a.model.device)?;
     let ctx = opened.config.max_ctx;

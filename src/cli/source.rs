@@ -4,7 +4,11 @@
 //! [`spec`].
 
 pub mod gpt_oss;
+mod sized;
 pub mod spec;
+
+pub use sized::gpu_runner;
+use sized::{cpu_layout, fixed_kv_bytes};
 
 use std::path::PathBuf;
 
@@ -20,7 +24,8 @@ use reference::tokenizer::Tokenizer;
 use reference::weights::{TensorSource, Weights};
 use reference::{Config, Model};
 
-use super::kv_pool::{self, KvPool, KvSize};
+use super::kv_groups::WindowPools;
+use super::kv_pool::{KvPool, KvSize};
 use super::{CliError, Device, Result};
 
 /// Positions per KV block of the batched engine's pools (CPU and GPU alike).
@@ -81,6 +86,18 @@ pub struct ModelArgs {
     /// role's (as HF's `split_special_tokens` and llama.cpp's server do).
     #[arg(long)]
     pub parse_special: bool,
+    /// Layers with a sliding window (GPT-OSS, Gemma-3, Mistral-style) keep their KV in a local
+    /// pool group that drops what fell out of the window (`on`, the default: the bytes go to
+    /// the other layers' positions), or every position as the other layers do (`off`).
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    pub window_pools: OnOff,
+}
+
+/// A switch given as `on` or `off`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnOff {
+    On,
+    Off,
 }
 
 /// A prompt's text and the byte ranges of it that are user text: special-token text there is
@@ -185,6 +202,9 @@ pub struct Opened {
     pub arch: Arch,
     /// The GPU kernel choices (`--kernels`, else `TANDEM_KERNELS`, else the production default).
     pub kernels: optimized::KernelConfig,
+    /// The sliding-window layers' local KV group (`--window-pools`; its seats and step tokens
+    /// set by the command that builds the runner).
+    pub window_pools: WindowPools,
 }
 
 /// The config of a synthetic name.
@@ -223,6 +243,7 @@ impl ModelArgs {
         let kernels = self.kernel_config()?;
         let mut o = self.open_full()?;
         o.kernels = kernels;
+        o.window_pools.on = self.window_pools == OnOff::On;
         if let (Some(scheme), Arch::GptOss(_)) = (scheme, &o.arch) {
             return Err(CliError::Usage(format!(
                 "--weights {scheme}: {} is GPT-OSS, whose experts are MXFP4 already (the other weights follow --dtype)",
@@ -282,6 +303,7 @@ impl ModelArgs {
                 label,
                 arch: Arch::Llama,
                 kernels: Default::default(),
+                window_pools: Default::default(),
             });
         }
         let path = match &self.model {
@@ -340,7 +362,7 @@ impl ModelArgs {
                 .into());
             }
         }
-        Ok(Opened { config, source, tokenizer, chat, label, arch, kernels: Default::default() })
+        Ok(Opened { config, source, tokenizer, chat, label, arch, kernels: Default::default(), window_pools: Default::default() })
     }
 }
 
@@ -349,7 +371,16 @@ impl Opened {
     /// the llama tensor paths refuse it, its own parts are in `arch`.
     pub fn gpt_oss(config: Config, label: String, g: gpt_oss::GptOss) -> Opened {
         let source = Source::NotLlama(gpt_oss::NotLlama { label: label.clone(), arch: "GPT-OSS".into() });
-        Opened { config, source, tokenizer: None, chat: None, label, arch: Arch::GptOss(Box::new(g)), kernels: Default::default() }
+        Opened {
+            config,
+            source,
+            tokenizer: None,
+            chat: None,
+            label,
+            arch: Arch::GptOss(Box::new(g)),
+            kernels: Default::default(),
+            window_pools: Default::default(),
+        }
     }
 
     /// An error for GPT-OSS and spec models on the llama-only paths (the reference `Model`,
@@ -397,19 +428,20 @@ impl Opened {
     /// device's memory once the weights are loaded, where it can tell: [`super::kv_pool`]),
     /// and what the pool came to.
     pub fn runner_sized(&mut self, device: Device, dtype: Option<&str>, size: KvSize) -> Result<(Box<dyn ModelRunner + Send>, KvPool)> {
+        let (windows, wp) = (self.windows(), self.window_pools);
         let backend = match (&mut self.arch, resolve(device)) {
-            (Arch::GptOss(g), _) => return gpt_oss::runner(g, &self.label, device, dtype, size, &self.kernels),
+            (Arch::GptOss(g), _) => return gpt_oss::runner(g, &self.label, device, dtype, size, &self.kernels, wp),
             (Arch::Spec(s), None) => {
-                let (blocks, pool) = cpu_pool(size, &self.config)?;
-                return Ok((spec::cpu_runner(s, blocks * KV_BLOCK)?, pool));
+                let (layout, pool) = cpu_layout(size, &self.config, &windows, wp)?;
+                return Ok((spec::cpu_runner(s, layout)?, pool));
             }
             (Arch::Spec(s), Some(b)) => {
                 spec::gpu_check(&s.spec)?;
                 b
             }
             (Arch::Llama, None) => {
-                let (blocks, pool) = cpu_pool(size, &self.config)?;
-                return Ok((Box::new(RefRunner::new(self.reference_model()?, KV_BLOCK, blocks)?), pool));
+                let (layout, pool) = cpu_layout(size, &self.config, &windows, wp)?;
+                return Ok((Box::new(RefRunner::with_layout(self.reference_model()?, layout)?), pool));
             }
             (Arch::Llama, Some(b)) => b,
         };
@@ -419,7 +451,16 @@ impl Opened {
         // The runner pages its own KV cache: flash attention whatever the config says.
         let kernels = optimized::KernelConfig { attention: optimized::model::AttentionImpl::Flash, ..self.kernels };
         let m = self.upload(client, backend, dtype, kv, &kernels)?;
-        gpu_runner(m, size)
+        gpu_runner(m, size, wp)
+    }
+
+    /// Each layer's sliding window (`None`: full attention), which decides the KV groups.
+    pub fn windows(&self) -> Vec<Option<usize>> {
+        match &self.arch {
+            Arch::GptOss(g) => (0..g.config.n_layers).map(|l| g.config.layer_window(l)).collect(),
+            Arch::Spec(s) => s.spec.layers.iter().map(|l| l.attn.window).collect(),
+            Arch::Llama => vec![self.config.sliding_window; self.config.n_layers],
+        }
     }
 
     /// The spec a GPU model of this file runs and its tensors: a spec model's own spec and
@@ -500,39 +541,6 @@ impl Opened {
         let m = self.upload(client, backend, dtype, kv, kernels)?;
         Ok(Box::new(optimized::runner::single::SingleSeq::new(m, cap)?))
     }
-}
-
-/// The KV bytes the memory check before an upload counts: a pool of fixed size (f32, as the
-/// largest KV type); a memory-sized one is sized (and checked) once the weights are in.
-fn fixed_kv_bytes(size: KvSize, c: &Config) -> usize {
-    match size {
-        KvSize::Tokens(n) => n.div_ceil(KV_BLOCK).max(1) * KV_BLOCK * 2 * c.n_layers * c.n_kv_heads * c.head_dim * 4,
-        KvSize::Memory { .. } => 0,
-    }
-}
-
-/// The blocks of a pool sized by `size` on the CPU (which cannot report its memory: a
-/// memory-sized pool keeps the fixed default).
-fn cpu_pool(size: KvSize, c: &Config) -> Result<(usize, KvPool)> {
-    let per_position = (2 * c.n_layers * c.n_kv_heads * c.head_dim * 4) as u64;
-    kv_pool::blocks(size, None, c, per_position, KV_BLOCK)
-}
-
-/// The batched runner over the loaded `m`, its pools sized by `size`: a memory-sized pool
-/// from what the device holds once the weights are in and the worst step and the decode
-/// graphs have run ([`kv_pool::profile`]).
-pub fn gpu_runner(m: optimized::model::GpuModel, size: KvSize) -> Result<(Box<dyn ModelRunner + Send>, KvPool)> {
-    let c = m.dims().clone();
-    let per_position = (2 * c.n_layers * c.n_kv_heads * c.head_dim * m.kv_dtype.size()) as u64;
-    let (m, measured) = match size {
-        KvSize::Memory { step_tokens, max_seqs, .. } => kv_pool::profile(m, KV_BLOCK, step_tokens, max_seqs)?,
-        KvSize::Tokens(_) => (m, None),
-    };
-    let (blocks, pool) = kv_pool::blocks(size, measured.as_ref(), &c, per_position, KV_BLOCK)?;
-    if let Some(m) = &measured {
-        eprintln!("  KV pool profile: {}", m.recorded);
-    }
-    Ok((Box::new(optimized::runner::GpuRunner::new(m, KV_BLOCK, blocks)?), pool))
 }
 
 /// `--dtype` or the best the device supports: bf16, else f16, else f32.

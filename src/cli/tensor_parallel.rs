@@ -16,7 +16,7 @@
 //! ([`super::ranks`]).
 
 use engine::cpu_runner::{RefForward, RefRunner};
-use engine::runner::{ModelInfo, ModelRunner};
+use engine::runner::{KvLayout, ModelInfo, ModelRunner};
 use ndarray::Array2;
 use reference::kv_cache::KvCache;
 use reference::parallel::LoopbackGroup;
@@ -52,6 +52,9 @@ impl RefForward for Sharded {
     /// The ranks keep no hidden states: `trace` stays empty.
     fn forward(&self, ids: &[u32], cache: &mut KvCache, _trace: Option<&mut Trace>) -> reference::Result<Array2<f32>> {
         self.group.forward_joined(ids, cache)
+    }
+    fn windows(&self) -> Vec<Option<usize>> {
+        self.group.spec.layers.iter().map(|l| l.attn.window).collect()
     }
 }
 
@@ -118,10 +121,12 @@ pub fn sharded_sized(
     // Every rank's pools together, f32 (the widest KV type).
     let per_position = (2 * c.n_layers * c.n_kv_heads * c.head_dim * 4) as u64;
     let (blocks, pool) = super::kv_pool::blocks(size, None, &c, per_position, KV_BLOCK)?;
+    // Every rank's pools of the same layout (the same groups as one rank's).
+    let (layout, pool) = super::kv_groups::layout(blocks, pool, &opened.windows(), opened.window_pools, c.max_ctx, KV_BLOCK, per_position);
     let runner = match (lead, resolve(device)) {
-        (Some(lead), _) => super::ranks::lead_runner(opened, tp, device, dtype, blocks, lead)?,
-        (None, None) => cpu_runner(opened, tp, blocks * KV_BLOCK)?,
-        (None, Some(b)) => gpu_runner(opened, tp, b, dtype, blocks * KV_BLOCK)?,
+        (Some(lead), _) => super::ranks::lead_runner(opened, tp, device, dtype, layout, lead)?,
+        (None, None) => cpu_runner(opened, tp, layout)?,
+        (None, Some(b)) => gpu_runner(opened, tp, b, dtype, layout)?,
     };
     Ok((runner, pool))
 }
@@ -134,7 +139,7 @@ fn gpu_runner(
     tp: Tp,
     backend: optimized::Backend,
     dtype: Option<&str>,
-    kv_tokens: usize,
+    layout: KvLayout,
 ) -> Result<Box<dyn ModelRunner + Send>> {
     use optimized::parallel::{load_rank, TpComms, TpRunner};
     let comms = match backend {
@@ -162,15 +167,13 @@ fn gpu_runner(
         models.push(m);
     }
     let info = ModelInfo::of(&spec.dims()?);
-    let layout = engine::runner::KvLayout { block_size: KV_BLOCK, num_blocks: kv_tokens.div_ceil(KV_BLOCK).max(1) };
     Ok(Box::new(TpRunner::from_models(models, info, layout)?))
 }
 
-/// The CPU runner of `opened` sharded over `n` ranks, KV pools of at least `kv_tokens`
-/// positions. The whole model is read, sliced per rank, and dropped.
-pub fn cpu_runner(opened: &mut Opened, tp: Tp, kv_tokens: usize) -> Result<Box<dyn ModelRunner + Send>> {
-    let blocks = kv_tokens.div_ceil(KV_BLOCK).max(1);
+/// The CPU runner of `opened` sharded over `n` ranks, KV pools of `layout`. The whole model
+/// is read, sliced per rank, and dropped.
+pub fn cpu_runner(opened: &mut Opened, tp: Tp, layout: KvLayout) -> Result<Box<dyn ModelRunner + Send>> {
     let group = super::ranks::with_weights(opened, |spec, w| Ok(LoopbackGroup::new(spec, w, tp.plan(spec)?)?))?;
     let info = ModelInfo::of_spec(&group.spec);
-    Ok(Box::new(RefRunner::new(Sharded { group, info }, KV_BLOCK, blocks)?))
+    Ok(Box::new(RefRunner::with_layout(Sharded { group, info }, layout)?))
 }

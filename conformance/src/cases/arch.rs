@@ -254,7 +254,7 @@ pub(crate) fn ragged_steps(
         let mut plan = StepPlan::default();
         for (s, t) in tokens.iter().enumerate() {
             let samples = vec![SampleSpec { params: &params, counter: k as u64, counts: &[], want_logits: true, allowed: None }];
-            plan.seqs.push(SeqStep { tokens: &t[fed[s]..], pos0: fed[s], blocks: &blocks[s], samples });
+            plan.seqs.push(SeqStep { tokens: &t[fed[s]..], pos0: fed[s], blocks: &blocks[s], local_blocks: &[], samples });
         }
         if let Some(why) = step(k, &plan, &want)? {
             return Ok(Some(why));

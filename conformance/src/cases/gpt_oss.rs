@@ -111,7 +111,7 @@ pub(super) fn load(w: Weights) -> Result<(GptOssConfig, GptOssWeights), String> 
 
 /// The reference and GPU runners of `w` rounded to `dtype` (sinks raised by [`SINK_BOOST`]
 /// with `boost`), with pools of `blocks` blocks.
-fn runners(
+pub(super) fn runners(
     client: &Client,
     w: Weights,
     dtype: Dtype,
@@ -233,6 +233,7 @@ impl GptOssCase {
                     tokens: &tokens[part.seq][part.pos0..part.pos0 + part.len],
                     pos0: part.pos0,
                     blocks: &blocks[part.seq],
+                    local_blocks: &[],
                     samples,
                 });
             }

@@ -25,6 +25,7 @@ pub mod softcap;
 pub mod swiglu;
 pub mod tensor_parallel;
 pub mod token_mask;
+pub mod window;
 
 use crate::Case;
 
@@ -86,6 +87,7 @@ pub fn every() -> Vec<Box<dyn Case>> {
     v.extend(gpt_oss_load::cases());
     v.extend(arch::cases());
     v.extend(tensor_parallel::cases());
+    v.extend(window::cases());
     v
 }
 

@@ -127,6 +127,7 @@ impl RunnerCase {
                     tokens: &tokens[part.seq][part.pos0..part.pos0 + part.len],
                     pos0: part.pos0,
                     blocks: &blocks[part.seq],
+                    local_blocks: &[],
                     samples,
                 });
             }
@@ -202,7 +203,7 @@ impl EngineCase {
 
 /// Run `reqs` (ids 0 ..) to completion on `e`: each request's tokens, in id order; an error
 /// when a KV block is still in use afterwards.
-fn run_requests<R: ModelRunner>(e: &mut Engine<R>, reqs: &[Request]) -> Result<Vec<Vec<u32>>, String> {
+pub(super) fn run_requests<R: ModelRunner>(e: &mut Engine<R>, reqs: &[Request]) -> Result<Vec<Vec<u32>>, String> {
     for r in reqs {
         e.add_request(r.clone()).map_err(|e| e.to_string())?;
     }

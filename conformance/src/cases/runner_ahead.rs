@@ -50,6 +50,7 @@ impl Seq {
             tokens,
             pos0,
             blocks: &self.blocks,
+            local_blocks: &[],
             samples: vec![SampleSpec { params: &self.params, counter: self.drawn, counts: &[], want_logits: false, allowed: None }],
         }
     }

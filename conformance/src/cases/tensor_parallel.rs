@@ -370,7 +370,7 @@ fn decode_walk(tp: &mut TpRunner, one: &mut GpuRunner, mut tokens: Vec<Vec<u32>>
                 let fed = if k == 0 { 0 } else { t.len() - 1 };
                 // The draw counter follows the position, as a sequence's does.
                 let samples = vec![SampleSpec { params: &params, counter: (t.len() - 1) as u64, counts: &[], want_logits, allowed: None }];
-                plan.seqs.push(SeqStep { tokens: &t[fed..], pos0: fed, blocks: b, samples });
+                plan.seqs.push(SeqStep { tokens: &t[fed..], pos0: fed, blocks: b, local_blocks: &[], samples });
             }
             plan
         };
@@ -584,7 +584,7 @@ impl MidStepFailureCase {
             let mut plan = StepPlan::default();
             for (t, b) in tokens.iter().zip(&blocks) {
                 let samples = vec![SampleSpec { params: &params, counter: 0, counts: &[], want_logits: false, allowed: None }];
-                plan.seqs.push(SeqStep { tokens: t, pos0: 0, blocks: b, samples });
+                plan.seqs.push(SeqStep { tokens: t, pos0: 0, blocks: b, local_blocks: &[], samples });
             }
             tp.step(&plan).map(|_| ()).map_err(|e| e.to_string())
         };

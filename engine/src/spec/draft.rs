@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::kv_blocks::BlockManager;
+use crate::kv_blocks::KvBlocks;
 use crate::runner::{ModelRunner, SampleSpec, SeqStep, StepPlan};
 use crate::sampling::seeded::TokenCount;
 use crate::sampling::SamplingParams;
@@ -17,7 +17,7 @@ use crate::sequence::Sequence;
 /// A draft model and its KV blocks (one block-manager sequence per target sequence).
 pub(crate) struct Drafter {
     pub runner: Box<dyn ModelRunner + Send>,
-    pub blocks: BlockManager,
+    pub blocks: KvBlocks,
     /// Prefix caching for the draft: on when the engine's is and the block sizes agree (the
     /// sequence's block hashes are the target's).
     pub caching: bool,
@@ -27,7 +27,7 @@ impl Drafter {
     /// Give `s` a draft sequence (its cached prefix from the draft's prefix cache) and room to catch up on every token it has not computed; false,
     /// changing nothing else, when the draft's pool cannot take them.
     fn prepare(&mut self, s: &mut Sequence) -> Result<bool> {
-        let bs = self.blocks.block_size;
+        let bs = self.blocks.block_size();
         let kv = match s.spec.draft_kv {
             Some(kv) => kv,
             None => {
@@ -40,7 +40,9 @@ impl Drafter {
             }
         };
         let n = s.tokens.len() - s.spec.draft_computed;
-        if self.blocks.blocks_needed(kv, n)? > self.blocks.num_free() {
+        // Round 0's queries start at what the draft has computed (`KvBlocks::slide`).
+        self.blocks.slide(kv, s.spec.draft_computed)?;
+        if !self.blocks.fits(kv, n)? {
             return Ok(false);
         }
         self.blocks.grow(kv, n)?;
@@ -116,7 +118,13 @@ impl<R: ModelRunner> Engine<R> {
                     let want_logits = a.params.temperature > 0.0 || threshold > 0.0;
                     let spec =
                         SampleSpec { params: &a.params, counter: (s.output_len() + round) as u64, counts: &a.counts, want_logits, allowed: None };
-                    plan.seqs.push(SeqStep { tokens, pos0: s.spec.draft_computed, blocks: &dr.blocks.table(kv)?.blocks, samples: vec![spec] });
+                    plan.seqs.push(SeqStep {
+                        tokens,
+                        pos0: s.spec.draft_computed,
+                        blocks: &dr.blocks.table(kv)?.blocks,
+                        local_blocks: dr.blocks.local_table(kv)?,
+                        samples: vec![spec],
+                    });
                 }
                 (dr.runner.step(&plan)?, plan.num_tokens())
             };
@@ -142,7 +150,7 @@ impl<R: ModelRunner> Engine<R> {
                 }
                 s.spec.proposal.push(d);
                 let kv = s.spec.draft_kv.ok_or_else(|| Error::KvCache(format!("request {} holds no draft blocks", it.id)))?;
-                if s.spec.proposal.len() < it.k && dr.blocks.blocks_needed(kv, 1)? <= dr.blocks.num_free() {
+                if s.spec.proposal.len() < it.k && dr.blocks.fits(kv, 1)? {
                     dr.blocks.grow(kv, 1)?;
                     next.push(a);
                 }

@@ -25,11 +25,11 @@
 //!
 //! **Rollback**: positions `0 .. computed` hold KV of accepted tokens only. A step that keeps
 //! `m` of its tokens leaves `computed = len − 1` and truncates the sequence's blocks there
-//! (`BlockManager::truncate`); the rejected positions' KV is overwritten when those positions
+//! (`KvBlocks::truncate`); the rejected positions' KV is overwritten when those positions
 //! are computed again. Blocks are registered in the prefix cache only up to `computed`, so
 //! only ever with accepted tokens, and a truncation never cuts into a registered block.
 //!
-//! **Draft KV**: a second [`BlockManager`] over the draft runner's pools, one sequence per
+//! **Draft KV**: a second [`KvBlocks`] over the draft runner's pools, one sequence per
 //! target sequence, kept in step with it (`draft_computed ≤ computed + 1`): each step the
 //! draft first catches up on the tokens it has not seen (after admission: the prompt), then
 //! drafts one token per round; afterwards it rolls back to the accepted prefix like the
@@ -46,7 +46,7 @@
 //!
 //! [`Engine::with_draft`]: crate::Engine::with_draft
 //! [`ModelRunner`]: crate::runner::ModelRunner
-//! [`BlockManager`]: crate::kv_blocks::BlockManager
+//! [`KvBlocks`]: crate::kv_blocks::KvBlocks
 
 pub mod cost;
 pub mod dist;

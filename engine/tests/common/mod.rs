@@ -63,10 +63,10 @@ pub fn run_all<R: ModelRunner>(e: &mut Engine<R>, reqs: &[Request]) -> Vec<Reque
         e.add_request(r.clone()).expect("valid request");
     }
     let outs = e.run_to_completion().expect("steps");
-    assert_eq!(e.blocks().num_used(), 0, "target blocks leaked");
+    assert_eq!(e.blocks().num_used_all(), 0, "target blocks leaked");
     e.blocks().check().expect("target block invariants");
     if let Some(d) = e.draft_blocks() {
-        assert_eq!(d.num_used(), 0, "draft blocks leaked");
+        assert_eq!(d.num_used_all(), 0, "draft blocks leaked");
         d.check().expect("draft block invariants");
     }
     outs
@@ -113,7 +113,7 @@ impl ToyRunner {
         let info = ModelInfo { vocab, max_ctx, bos_id: None, eos_id: None };
         ToyRunner {
             info,
-            layout: KvLayout { block_size: 4, num_blocks: blocks },
+            layout: KvLayout::new(4, blocks),
             rows: vec![u32::MAX; 4 * blocks],
             salt,
             mix,

@@ -174,7 +174,7 @@ impl TpRunner {
         let slots: Vec<Mutex<Option<GpuModel>>> = models.into_iter().map(|m| Mutex::new(Some(m))).collect();
         Self::spawn(comms, info, layout, move |r, _| {
             let m = slots.get(r).and_then(|s| s.lock().ok()?.take()).ok_or_else(|| Error::Shape(format!("rank {r}'s model was taken")))?;
-            GpuRunner::new(m, layout.block_size, layout.num_blocks)
+            GpuRunner::with_layout(m, layout)
         })
     }
 

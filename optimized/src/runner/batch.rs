@@ -1,6 +1,8 @@
 //! A ragged step on the device, independent of the model family: the plan's sequences in
 //! execution order (decode rows first: flash decode needs their q rows contiguous), the token
-//! ids, each token's position and pool row, the block tables of the decode and prefill parts,
+//! ids, each token's position, and per KV group (the full one; the local group of the
+//! sliding-window layers where the runner has one) each token's pool row and the block tables
+//! of the decode and prefill parts,
 //! and the draw from the drawing rows' logits (constrained rows' token masks first,
 //! `kernels::token_mask`; then argmax when every draw is greedy, else the seeded draw,
 //! penalties first) with the results in plan order (`runner::GpuRunner`).
@@ -14,7 +16,7 @@
 //! `runner::graphs`).
 
 use engine::constraint::Allowed;
-use engine::runner::{KvLayout, SampleSpec, SeqResult, SeqStep, StepPlan};
+use engine::runner::{KvLayout, SampleSpec, SeqResult, SeqStep, StepPlan, DROPPED};
 
 use crate::kernels::attention::VarlenSeq;
 use crate::kernels::{argmax, seeded, token_mask};
@@ -40,6 +42,17 @@ pub struct Item {
     pub row0: usize,
 }
 
+/// One KV group's part of a step (`engine::runner::KvLayout`: the full group, or the local
+/// group of the sliding-window layers): each token's pool row, and the tables of the decode
+/// rows (one per row, up to its position) and of the prefill chunks (one per chunk, up to its
+/// last new token).
+pub struct GroupKv {
+    /// `[N]` u32: each token's pool row (`block · bs + offset`).
+    pub slots: DeviceTensor,
+    pub dec_tables: Option<BlockTables>,
+    pub pre_tables: Option<BlockTables>,
+}
+
 /// A step's tokens laid out for one forward pass over N rows.
 pub struct RaggedBatch {
     /// Token ids, execution order.
@@ -50,14 +63,55 @@ pub struct RaggedBatch {
     pub n_dec: usize,
     /// `[N]` u32: each token's position.
     pub positions: DeviceTensor,
-    /// `[N]` u32: each token's pool row (`block · bs + offset`).
-    pub slots: DeviceTensor,
-    /// Tables of the decode rows (one per row, up to its position) and of the prefill chunks
-    /// (one per chunk, up to its last new token).
-    pub dec_tables: Option<BlockTables>,
-    pub pre_tables: Option<BlockTables>,
+    /// The full group's slots and tables.
+    pub full: GroupKv,
+    /// The local group's, where the layout has one (a dropped block's entries name the local
+    /// pools' spare block: outside every window of the step, never read unmasked).
+    pub local: Option<GroupKv>,
     /// The prefill chunks for varlen flash prefill.
     pub varlen: Vec<VarlenSeq>,
+}
+
+/// A sequence's local table with every [`DROPPED`] entry naming the pools' `spare` block.
+pub fn local_table(blocks: &[u32], spare: u32) -> Vec<u32> {
+    blocks.iter().map(|&b| if b == DROPPED { spare } else { b }).collect()
+}
+
+impl GroupKv {
+    /// The group of `tables` (one per plan sequence) for the sequences of `order` (its first
+    /// `n_dec_items` decode rows), over pools of `pool_blocks` blocks (the spare included).
+    fn new(
+        client: &Client,
+        plan: &StepPlan,
+        order: &[usize],
+        n_dec_items: usize,
+        bs: usize,
+        pool_blocks: usize,
+        tables: &[&[u32]],
+    ) -> Result<Self, Error> {
+        let mut slots = Vec::with_capacity(plan.num_tokens());
+        for &i in order {
+            let s = &plan.seqs[i];
+            for p in s.pos0..s.pos0 + s.tokens.len() {
+                let block = tables[i].get(p / bs).ok_or_else(|| Error::KvCache(format!("sequence {i}: no block for position {p}")))?;
+                slots.push((*block as usize * bs + p % bs) as u32);
+            }
+        }
+        let upload = |t: Vec<&[u32]>, l: Vec<usize>| -> Result<Option<BlockTables>, Error> {
+            if t.is_empty() {
+                return Ok(None);
+            }
+            BlockTables::upload(client, &t, &l, bs, pool_blocks).map(Some)
+        };
+        let dec = order[..n_dec_items].iter().flat_map(|&i| {
+            let s = &plan.seqs[i];
+            (0..s.tokens.len()).map(move |j| (tables[i], s.pos0 + j + 1))
+        });
+        let (dt, dl): (Vec<&[u32]>, Vec<usize>) = dec.unzip();
+        let pre = order[n_dec_items..].iter().map(|&i| (tables[i], plan.seqs[i].pos0 + plan.seqs[i].tokens.len()));
+        let (pt, pl): (Vec<&[u32]>, Vec<usize>) = pre.unzip();
+        Ok(GroupKv { slots: DeviceTensor::from_u32(client, &slots, &[slots.len()])?, dec_tables: upload(dt, dl)?, pre_tables: upload(pt, pl)? })
+    }
 }
 
 impl RaggedBatch {
@@ -67,51 +121,35 @@ impl RaggedBatch {
         let mut order: Vec<usize> = (0..plan.seqs.len()).filter(|&i| decode_rows(&plan.seqs[i])).collect();
         let n_dec_items = order.len();
         order.extend((0..plan.seqs.len()).filter(|&i| !decode_rows(&plan.seqs[i])));
-        let (mut ids, mut pos, mut slots, mut items) = (vec![], vec![], vec![], vec![]);
+        let (mut ids, mut pos, mut items) = (vec![], vec![], vec![]);
         for &i in &order {
             let s = &plan.seqs[i];
             items.push(Item { plan: i, row0: ids.len() });
-            for (j, &t) in s.tokens.iter().enumerate() {
-                let p = s.pos0 + j;
-                let block = s.blocks.get(p / bs).ok_or_else(|| Error::KvCache(format!("sequence {i}: no block for position {p}")))?;
-                ids.push(t);
-                pos.push(p as u32);
-                slots.push((*block as usize * bs + p % bs) as u32);
-            }
+            ids.extend_from_slice(s.tokens);
+            pos.extend((s.pos0..s.pos0 + s.tokens.len()).map(|p| p as u32));
         }
         let n = ids.len();
         if n == 0 {
             return Ok(None);
         }
         let n_dec = items.get(n_dec_items).map_or(n, |it| it.row0);
-        // The pools hold one block past the engine's (padding rows of decode graphs).
-        let upload = |t: Vec<&[u32]>, l: Vec<usize>| -> Result<Option<BlockTables>, Error> {
-            if t.is_empty() {
-                return Ok(None);
+        // The pools hold one block past the engine's (padding rows of decode graphs; the
+        // local group's dropped blocks).
+        let full_tables: Vec<&[u32]> = plan.seqs.iter().map(|s| s.blocks).collect();
+        let full = GroupKv::new(client, plan, &order, n_dec_items, bs, layout.num_blocks + 1, &full_tables)?;
+        let local = match layout.local {
+            None => None,
+            Some(l) => {
+                let mapped: Vec<Vec<u32>> = plan.seqs.iter().map(|s| local_table(s.local_blocks, l.num_blocks as u32)).collect();
+                let tables: Vec<&[u32]> = mapped.iter().map(Vec::as_slice).collect();
+                Some(GroupKv::new(client, plan, &order, n_dec_items, bs, l.num_blocks + 1, &tables)?)
             }
-            BlockTables::upload(client, &t, &l, bs, layout.num_blocks + 1).map(Some)
         };
-        let dec = order[..n_dec_items].iter().flat_map(|&i| {
-            let s = &plan.seqs[i];
-            (0..s.tokens.len()).map(move |j| (s.blocks, s.pos0 + j + 1))
-        });
-        let (dt, dl): (Vec<&[u32]>, Vec<usize>) = dec.unzip();
-        let pre = order[n_dec_items..].iter().map(|&i| (plan.seqs[i].blocks, plan.seqs[i].pos0 + plan.seqs[i].tokens.len()));
-        let (pt, pl): (Vec<&[u32]>, Vec<usize>) = pre.unzip();
         let varlen = items[n_dec_items..]
             .iter()
             .map(|it| VarlenSeq { q_start: it.row0, q_len: plan.seqs[it.plan].tokens.len(), pos0: plan.seqs[it.plan].pos0 })
             .collect();
-        Ok(Some(RaggedBatch {
-            positions: DeviceTensor::from_u32(client, &pos, &[n])?,
-            slots: DeviceTensor::from_u32(client, &slots, &[n])?,
-            dec_tables: upload(dt, dl)?,
-            pre_tables: upload(pt, pl)?,
-            varlen,
-            ids,
-            items,
-            n_dec,
-        }))
+        Ok(Some(RaggedBatch { positions: DeviceTensor::from_u32(client, &pos, &[n])?, full, local, varlen, ids, items, n_dec }))
     }
 
     /// Rows N of the step.

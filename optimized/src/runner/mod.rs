@@ -27,13 +27,20 @@
 //! buffers. Constrained steps replay a recording of the forward pass alone and draw eagerly
 //! with their masks. The pools
 //! hold one block more than the engine manages: padded rows of a bucket compute into it.
+//!
+//! [`GpuRunner::windowed`] keeps the layers with a sliding window in pools of their own, the
+//! local group (`engine::runner::KvLayout::local`): much smaller, since the engine's local
+//! tables drop the blocks that fell out of the window. Each step then carries a second set of
+//! pool rows and tables ([`batch::GroupKv`]), which a windowed layer's attention reads; a
+//! dropped entry names the local pools' spare block, which attention reads only masked (the
+//! prefill tiles start at the tile of the lowest visible key, which may begin before it).
 
 pub mod batch;
 pub(crate) mod graphs;
 pub mod profile;
 pub mod single;
 
-use engine::runner::{validate_plan, KvLayout, ModelInfo, ModelRunner, SeqResult, StepPlan};
+use engine::runner::{validate_plan, KvLayout, LocalKv, ModelInfo, ModelRunner, SeqResult, StepPlan};
 use reference::Error as RefError;
 
 use crate::kernels::attention::{flash_decode, flash_prefill_varlen, Masking, VarlenSeq};
@@ -45,6 +52,22 @@ use batch::RaggedBatch;
 pub use graphs::BUCKETS;
 use graphs::{GraphStep, Graphs, StepBufs};
 
+/// One KV group's inputs of a layer's attention: each token's pool row, the decode rows'
+/// tables and how many rows they are, the prefill chunks' tables and chunks.
+#[derive(Clone, Copy)]
+pub(crate) struct KvIn<'a> {
+    pub slots: &'a DeviceTensor,
+    pub dec: Option<(&'a BlockTables, usize)>,
+    pub pre: Option<(&'a BlockTables, &'a [VarlenSeq])>,
+}
+
+impl<'a> KvIn<'a> {
+    /// Group `g` of batch `b`.
+    fn of(g: &'a batch::GroupKv, b: &'a RaggedBatch) -> Self {
+        KvIn { slots: &g.slots, dec: g.dec_tables.as_ref().map(|tb| (tb, b.n_dec)), pre: g.pre_tables.as_ref().map(|tb| (tb, &b.varlen[..])) }
+    }
+}
+
 /// The batched engine's runner on a GPU.
 pub struct GpuRunner {
     /// Decode graphs by batch bucket. Declared first, so dropped first: before the buffers
@@ -54,9 +77,12 @@ pub struct GpuRunner {
     pub model: GpuModel,
     info: ModelInfo,
     layout: KvLayout,
-    /// Per layer `[blocks · bs, Hkv, D]`, f32 or f16 (the model's `kv_dtype`).
+    /// Per layer `[(blocks + 1) · bs, Hkv, D]` (the blocks of the layer's group), f32 or f16
+    /// (the model's `kv_dtype`).
     k: Vec<DeviceTensor>,
     v: Vec<DeviceTensor>,
+    /// `local[l]`: layer l's pools are the local group's.
+    local: Vec<bool>,
     /// cos / sin for every position of the context, per layer (shared where layers share RoPE).
     ropes: crate::model::RopeTables,
 }
@@ -66,23 +92,61 @@ fn to_ref(e: Error) -> RefError {
 }
 
 impl GpuRunner {
-    /// A runner over `model`'s weights with pools of `num_blocks` blocks of `block_size`.
+    /// A runner over `model`'s weights with pools of `num_blocks` blocks of `block_size` for
+    /// every layer.
     pub fn new(model: GpuModel, block_size: usize, num_blocks: usize) -> Result<Self, Error> {
-        let cfg = model.dims();
-        // One block past the engine's: the padding rows of decode graphs write there.
-        let rows = block_size
-            .checked_mul(num_blocks + 1)
-            .filter(|r| r.checked_mul(cfg.n_kv_heads * cfg.head_dim).is_some_and(|n| u32::try_from(n).is_ok()))
-            .ok_or_else(|| {
-                Error::KvCache(format!("{num_blocks} blocks × {block_size} × {} × {} exceed the u32 index range", cfg.n_kv_heads, cfg.head_dim))
-            })?;
-        if rows == 0 {
-            return Err(Error::KvCache("a KV pool of 0 positions".into()));
+        let n = model.dims().n_layers;
+        Self::with_groups(model, KvLayout::new(block_size, num_blocks), vec![false; n])
+    }
+
+    /// A runner whose layers with a sliding window keep their KV in a local group of
+    /// `local_blocks` blocks (window: the largest of the model's), the other layers in pools of
+    /// `num_blocks` (see the module doc). Errors when no layer has a window.
+    pub fn windowed(model: GpuModel, block_size: usize, num_blocks: usize, local_blocks: usize) -> Result<Self, Error> {
+        let windows = (0..model.dims().n_layers).map(|l| Ok(model.attn_spec(l)?.window)).collect::<Result<Vec<_>, Error>>()?;
+        let window = windows
+            .iter()
+            .flatten()
+            .copied()
+            .max()
+            .ok_or_else(|| Error::Config("a local KV group for a model without sliding-window layers".into()))?;
+        let layout = KvLayout { block_size, num_blocks, local: Some(LocalKv { num_blocks: local_blocks, window }) };
+        Self::with_groups(model, layout, windows.iter().map(Option::is_some).collect())
+    }
+
+    /// A runner of `layout`: [`GpuRunner::windowed`] where it has a local group (whose window
+    /// must be the model's), else [`GpuRunner::new`] (tensor-parallel ranks build theirs from
+    /// rank 0's layout).
+    pub fn with_layout(model: GpuModel, layout: KvLayout) -> Result<Self, Error> {
+        let Some(l) = layout.local else { return Self::new(model, layout.block_size, layout.num_blocks) };
+        let r = Self::windowed(model, layout.block_size, layout.num_blocks, l.num_blocks)?;
+        if r.layout != layout {
+            return Err(Error::KvCache(format!("a KV layout of window {}, the model's is {:?}", l.window, r.layout.local.map(|l| l.window))));
         }
-        let (k, v) = crate::kv_cache::pools(&model.client, cfg.n_layers, [rows, cfg.n_kv_heads, cfg.head_dim], model.kv_dtype)?;
+        Ok(r)
+    }
+
+    fn with_groups(model: GpuModel, layout: KvLayout, local: Vec<bool>) -> Result<Self, Error> {
+        let cfg = model.dims();
+        let (bs, hkv, d) = (layout.block_size, cfg.n_kv_heads, cfg.head_dim);
+        // One block past the engine's: the padding rows of decode graphs write there, and a
+        // local table's dropped entries name it.
+        let rows = |blocks: usize| -> Result<usize, Error> {
+            let rows = bs
+                .checked_mul(blocks + 1)
+                .filter(|r| r.checked_mul(hkv * d).is_some_and(|n| u32::try_from(n).is_ok()))
+                .ok_or_else(|| Error::KvCache(format!("{blocks} blocks × {bs} × {hkv} × {d} exceed the u32 index range")))?;
+            if bs == 0 || blocks == 0 {
+                return Err(Error::KvCache(format!("a KV pool of {blocks} blocks of {bs} positions")));
+            }
+            Ok(rows)
+        };
+        let (full_rows, local_rows) = (rows(layout.num_blocks)?, layout.local.map(|l| rows(l.num_blocks)).transpose()?);
+        let per_layer: Vec<usize> = local.iter().map(|&w| if w { local_rows.unwrap_or(full_rows) } else { full_rows }).collect();
+        let (k, v) = crate::kv_cache::pools_by_layer(&model.client, &per_layer, [hkv, d], model.kv_dtype, bs)?;
         let ropes = crate::model::RopeTables::new(&model.client, &model.spec, cfg.max_ctx)?;
         let graphs = graphs::Graphs::new(model.kernels().graphs);
-        Ok(GpuRunner { info: ModelInfo::of(cfg), layout: KvLayout { block_size, num_blocks }, k, v, ropes, model, graphs })
+        Ok(GpuRunner { info: ModelInfo::of(cfg), layout, k, v, local, ropes, model, graphs })
     }
 
     /// The model back, its pools and recorded graphs dropped (their pages stay in cubecl's
@@ -161,24 +225,32 @@ impl GpuRunner {
         })
     }
 
-    /// The block of the pools no sequence owns (padding rows of decode graphs).
+    /// The block of the full group's pools no sequence owns (padding rows of decode graphs).
     pub(crate) fn scratch_block(&self) -> u32 {
         self.layout.num_blocks as u32
     }
 
+    /// Whether layer `l`'s KV lives in the local group.
+    pub fn is_local_layer(&self, l: usize) -> bool {
+        self.local.get(l).copied().unwrap_or(false)
+    }
+
     /// Attention of layer `l` over a ragged batch: RoPE + KV write (v4), flash decode over the
-    /// first `n_dec` rows, varlen flash prefill over the rest.
-    #[allow(clippy::too_many_arguments)]
+    /// first `n_dec` rows, varlen flash prefill over the rest — through the pool rows and tables
+    /// of `l`'s group: `local` for a layer in the local group, else `full`.
     pub(crate) fn attend(
         &self,
         l: usize,
         qkv: &DeviceTensor,
         n: usize,
         positions: &DeviceTensor,
-        slots: &DeviceTensor,
-        dec: Option<(&BlockTables, usize)>,
-        pre: Option<(&BlockTables, &[VarlenSeq])>,
+        full: KvIn,
+        local: Option<KvIn>,
     ) -> Result<DeviceTensor, Error> {
+        let KvIn { slots, dec, pre } = match self.local.get(l) {
+            Some(true) => local.ok_or_else(|| Error::KvCache(format!("layer {l} is in the local KV group, the step has no local tables")))?,
+            _ => full,
+        };
         let c = &self.model.client;
         let a = self.model.attn_spec(l)?;
         let (h_n, kv_n, d) = (a.n_heads, a.n_kv_heads, a.head_dim);
@@ -203,9 +275,8 @@ impl GpuRunner {
     pub(crate) fn forward(&self, b: &RaggedBatch, trace: Option<&mut Vec<Vec<f32>>>) -> Result<(DeviceTensor, Final), Error> {
         let (m, n) = (&self.model, b.rows());
         let x = m.embed(Ids::Host(&b.ids), n)?;
-        let dec = b.dec_tables.as_ref().map(|tb| (tb, b.n_dec));
-        let pre = b.pre_tables.as_ref().map(|tb| (tb, &b.varlen[..]));
-        let fin = m.blocks(&x, n, &mut |l, qkv| self.attend(l, qkv, n, &b.positions, &b.slots, dec, pre), trace)?;
+        let (full, local) = (KvIn::of(&b.full, b), b.local.as_ref().map(|g| KvIn::of(g, b)));
+        let fin = m.blocks(&x, n, &mut |l, qkv| self.attend(l, qkv, n, &b.positions, full, local), trace)?;
         Ok((x, fin))
     }
 
@@ -317,7 +388,9 @@ impl GraphStep for GpuRunner {
     fn logits(&self, b: &StepBufs, rows: usize) -> Result<DeviceTensor, Error> {
         let m = &self.model;
         let xs = m.embed(Ids::Device(&b.ids), rows)?;
-        let fin = m.blocks(&xs, rows, &mut |l, qkv| self.attend(l, qkv, rows, &b.positions, &b.slots, Some((&b.tables, rows)), None), None)?;
+        let full = KvIn { slots: &b.slots, dec: Some((&b.tables, rows)), pre: None };
+        let local = b.local.as_ref().map(|g| KvIn { slots: &g.slots, dec: Some((&g.tables, rows)), pre: None });
+        let fin = m.blocks(&xs, rows, &mut |l, qkv| self.attend(l, qkv, rows, &b.positions, full, local), None)?;
         m.head(&xs, &fin)
     }
     fn graphs(&mut self) -> &mut Graphs {

@@ -54,11 +54,12 @@ pub fn worst_step(r: &mut GpuRunner, step_tokens: usize, max_seqs: usize, decode
             tokens: &decode_tokens,
             pos0: decode_len - 1,
             blocks: &decode_table,
+            local_blocks: &[],
             samples: vec![SampleSpec { params: &sampled, counter: 0, counts: &[], want_logits: false, allowed: None }],
         });
     }
     let last = SampleSpec { params: &penalised, counter: 0, counts: &counts, want_logits: false, allowed: None };
-    plan.seqs.push(SeqStep { tokens: &chunk_tokens, pos0: 0, blocks: &chunk_table, samples: vec![last] });
+    plan.seqs.push(SeqStep { tokens: &chunk_tokens, pos0: 0, blocks: &chunk_table, local_blocks: &[], samples: vec![last] });
     r.step(&plan).map(|_| ())
 }
 

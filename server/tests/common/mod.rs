@@ -325,7 +325,7 @@ impl ModelRunner for Scripted {
         &self.info
     }
     fn kv_layout(&self) -> KvLayout {
-        KvLayout { block_size: 16, num_blocks: 256 }
+        KvLayout::new(16, 256)
     }
     fn step(&mut self, plan: &StepPlan) -> reference::Result<Vec<SeqResult>> {
         let mut out = vec![];

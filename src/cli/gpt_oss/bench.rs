@@ -14,7 +14,7 @@ use serde_json::json;
 
 use super::super::bench::BenchArgs;
 use super::super::{CliError, Result};
-use super::{blocks_for, one_seq};
+use super::OneSeq;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -52,7 +52,6 @@ pub fn run(a: &BenchArgs) -> Result<()> {
     opened.kernels = sweep.first().copied().unwrap_or(base);
     let mut runner = opened.runner(a.model.device, a.model.dtype.as_deref(), longest)?;
     let (vocab, name) = (runner.info().vocab as u32, runner.name());
-    let blocks = blocks_for(longest);
     let greedy = SamplingParams::default();
     println!("{} on {name}: prefill, then {decode} one-token greedy steps; medians of {reps} — {gate}", opened.label);
     let info = super::super::results::RunInfo {
@@ -78,14 +77,15 @@ pub fn run(a: &BenchArgs) -> Result<()> {
             let prompt: Vec<u32> = (0..len as u32).map(|i| (i * 7919 + 13) % vocab).collect();
             let (mut ttft, mut tps) = (vec![], vec![]);
             for _ in 0..reps {
+                let mut seq = OneSeq::new(runner.kv_layout())?;
                 let t0 = Instant::now();
-                let r = runner.step(&one_seq(&prompt, 0, &blocks, 1, &greedy, false))?;
+                let r = runner.step(&seq.step(&prompt, 1, &greedy, false)?)?;
                 ttft.push(t0.elapsed().as_secs_f64());
                 let mut next = r.first().and_then(|r| r.tokens.first().copied()).ok_or_else(|| CliError::Gpu("prefill drew no token".into()))?;
                 let t1 = Instant::now();
-                for i in 0..decode {
+                for _ in 0..decode {
                     let step = [next];
-                    let r = runner.step(&one_seq(&step, len + i, &blocks, 1, &greedy, false))?;
+                    let r = runner.step(&seq.step(&step, 1, &greedy, false)?)?;
                     next = r.first().and_then(|r| r.tokens.first().copied()).ok_or_else(|| CliError::Gpu("a decode step drew no token".into()))?;
                 }
                 tps.push(decode as f64 / t1.elapsed().as_secs_f64().max(1e-9));

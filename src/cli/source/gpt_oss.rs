@@ -18,9 +18,10 @@ use reference::loader::SafetensorsDir;
 use reference::weights::{RawDense, Tensor, TensorSource};
 use reference::{Config, RopeLayout};
 
+use super::super::kv_groups::WindowPools;
 use super::super::kv_pool::{KvPool, KvSize};
 use super::super::{Device, Result};
-use super::{pick_dtype, resolve, Opened, KV_BLOCK};
+use super::{pick_dtype, resolve, Opened};
 
 /// Where a GPT-OSS model's tensors come from.
 pub enum GptOssFiles {
@@ -213,13 +214,15 @@ pub fn runner(
     dtype: Option<&str>,
     size: KvSize,
     kernels: &optimized::KernelConfig,
+    wp: WindowPools,
 ) -> Result<(Box<dyn ModelRunner + Send>, KvPool)> {
     let cfg = g.config.clone();
     match resolve(device) {
         None => {
-            let (blocks, pool) = super::cpu_pool(size, &summary_config(&cfg))?;
+            let windows: Vec<Option<usize>> = (0..cfg.n_layers).map(|l| cfg.layer_window(l)).collect();
+            let (layout, pool) = super::cpu_layout(size, &summary_config(&cfg), &windows, wp)?;
             let w = GptOssWeights::load(&mut g.files, &cfg)?;
-            Ok((Box::new(RefRunner::new(GptOssModel::new(cfg, w), KV_BLOCK, blocks)?), pool))
+            Ok((Box::new(RefRunner::with_layout(GptOssModel::new(cfg, w), layout)?), pool))
         }
         Some(backend) => {
             let client = optimized::client(backend)?;
@@ -231,7 +234,7 @@ pub fn runner(
             // The one GPU model over GPT-OSS's spec, every launch with `kernels`.
             let m = optimized::model::GpuModel::load_gpt_oss(client, backend, &mut g.files, &cfg, dtype, kernels)?;
             eprintln!("{label}: {:.2} GB of weights on the device in {:.1} s", m.weight_bytes as f64 / 1e9, t0.elapsed().as_secs_f64());
-            super::gpu_runner(m, size)
+            super::gpu_runner(m, size, wp)
         }
     }
 }

@@ -19,7 +19,7 @@ use reference::Config;
 
 use super::super::{CliError, Device, Result};
 use super::gpt_oss::NotLlama;
-use super::{resolve, Arch, Source, KV_BLOCK};
+use super::{resolve, Arch, Source};
 
 /// Where a spec model's tensors come from.
 pub enum SpecFiles {
@@ -193,9 +193,8 @@ pub fn load(s: &SpecModel) -> Result<ArchModel> {
     Ok(ArchModel::new(s.spec.clone(), w))
 }
 
-/// The CPU reference's batched-engine runner of a spec model, KV pools of at least
-/// `kv_tokens` positions (GPU devices: `Opened::runner`).
-pub fn cpu_runner(s: &SpecModel, kv_tokens: usize) -> Result<Box<dyn ModelRunner + Send>> {
-    let blocks = kv_tokens.div_ceil(KV_BLOCK).max(1);
-    Ok(Box::new(RefRunner::new(load(s)?, KV_BLOCK, blocks)?))
+/// The CPU reference's batched-engine runner of a spec model, KV pools of `layout` (GPU
+/// devices: `Opened::runner`).
+pub fn cpu_runner(s: &SpecModel, layout: engine::runner::KvLayout) -> Result<Box<dyn ModelRunner + Send>> {
+    Ok(Box::new(RefRunner::with_layout(load(s)?, layout)?))
 }

@@ -60,21 +60,29 @@
 //! rows) and only reads its ids; otherwise it runs its own step. The step ahead wrote only
 //! its rows' next cache slots, inside blocks those sequences hold and past their lengths,
 //! which a step that reaches them writes again before reading.
+//!
+//! A runner with a local KV group (the sliding-window layers' pools, `GpuRunner::windowed`)
+//! records a second set of pool rows and tables ([`LocalBufs`]; a dropped block's entries name
+//! the local pools' spare block), rewritten and advanced on the device with the full group's.
+//! A step launched ahead still is the next call when the engine dropped local blocks in
+//! between: those entries are out of the window of every row of that step, so its launch read
+//! nothing of them (`inputs::LocalRows::same`); otherwise every step that crossed the window's edge
+//! of a block would miss.
 
 use std::collections::HashMap;
 
 use cubecl::client::Graph;
 use cubecl::CubeElement;
 use engine::runner::{KvLayout, SeqResult, StepPlan};
-use engine::sampling::seeded::row_key;
 
 use super::batch;
-use crate::kernels::seeded;
 use crate::kv_cache::BlockTables;
 use crate::{Client, DeviceTensor, Error};
 
+mod inputs;
 mod masked;
 mod record;
+use inputs::{inputs, Inputs};
 use masked::masked_step;
 pub(crate) use record::prepare;
 use record::{capture, step_bufs};
@@ -104,6 +112,20 @@ pub(crate) struct StepBufs {
     pub params: DeviceTensor,
     /// The split draw's scratch (`seeded::split_scratch`), for sampled steps where it runs.
     pub draw: Option<DeviceTensor>,
+    /// The local group's (a runner with one).
+    pub local: Option<LocalBufs>,
+}
+
+/// The local group's buffers of a recorded step: its pool rows and tables (the lengths are the
+/// full group's), and the copies of the positions and the draw parameters that the device's
+/// advance of the local rows moves in step with the step's own (the advance kernel moves a
+/// row's position, slot, length and parameters together; these copies are its scratch,
+/// rewritten with the step's own, read by nothing else).
+pub(crate) struct LocalBufs {
+    pub slots: DeviceTensor,
+    pub tables: BlockTables,
+    positions: DeviceTensor,
+    params: DeviceTensor,
 }
 
 /// A recorded step.
@@ -127,8 +149,11 @@ impl Recorded {
     /// later rewrite of the same lengths is not skipped).
     fn ran(&mut self, x: &Inputs) {
         if self.advance {
-            for (r, len) in self.bufs.tables.lens.iter_mut().enumerate().take(x.rows) {
-                *len = x.lens[r] + 1;
+            let local = self.bufs.local.as_mut().map(|l| &mut l.tables);
+            for t in std::iter::once(&mut self.bufs.tables).chain(local) {
+                for (r, len) in t.lens.iter_mut().enumerate().take(x.rows) {
+                    *len = x.lens[r] + 1;
+                }
             }
         }
     }
@@ -262,173 +287,6 @@ pub(crate) trait GraphStep {
     /// Logits `[rows, V]` of the decode step whose inputs are in `b` (`rows` = the bucket).
     fn logits(&self, b: &StepBufs, rows: usize) -> Result<DeviceTensor, Error>;
     fn graphs(&mut self) -> &mut Graphs;
-}
-
-/// One step's inputs, padded to its bucket.
-#[derive(Debug, Clone)]
-struct Inputs {
-    key: Key,
-    /// Rows of the plan (the rest pad the bucket).
-    rows: usize,
-    ids: Vec<u32>,
-    positions: Vec<u32>,
-    slots: Vec<u32>,
-    tables: Vec<Vec<u32>>,
-    lens: Vec<usize>,
-    params: Vec<u32>,
-    /// Per row of the plan: the seed and counter its draw key came from.
-    draws: Vec<(u64, u64)>,
-    /// Per row of the plan: the block its next position falls in where that is a new block
-    /// the sequence already holds (the engine reserves it a step early,
-    /// `StepPlan::continues`). Not an input of this step: [`Inputs::same`] leaves it out.
-    next_block: Vec<Option<u32>>,
-}
-
-impl Inputs {
-    /// Whether `o` is this step: every input but `next_block`.
-    fn same(&self, o: &Inputs) -> bool {
-        self.key == o.key
-            && self.rows == o.rows
-            && self.ids == o.ids
-            && self.positions == o.positions
-            && self.slots == o.slots
-            && self.tables == o.tables
-            && self.lens == o.lens
-            && self.params == o.params
-            && self.draws == o.draws
-    }
-
-    /// The step after this one, where it can be foreseen: every row the one token of its
-    /// sequence at the next position — in the block it is in, or in the next block where the
-    /// sequence holds it already —, none past the runner's `max_pos` positions nor past the
-    /// recorded table width, its draw counter one on. The ids are left for the caller (the ids
-    /// this step draws). The flag: a row moved into a new block (the device's `advance` cannot
-    /// do that: the host writes the step's inputs).
-    fn next(&self, layout: KvLayout, max_pos: usize) -> Option<(Inputs, bool)> {
-        let bs = layout.block_size;
-        let mut n = self.clone();
-        let mut crossed = false;
-        for r in 0..self.rows {
-            let p = self.positions[r] as usize + 1;
-            if p >= max_pos {
-                return None;
-            }
-            n.positions[r] = p as u32;
-            if p.is_multiple_of(bs) {
-                let b = self.next_block.get(r).copied().flatten()?;
-                n.tables[r].push(b);
-                n.slots[r] = b * bs as u32;
-                crossed = true;
-            } else {
-                n.slots[r] += 1;
-            }
-            n.lens[r] += 1;
-            let (seed, counter) = self.draws[r];
-            // The device's advance keeps counters in 32 bits.
-            if counter + 2 >= u64::from(u32::MAX) {
-                return None;
-            }
-            n.draws[r] = (seed, counter + 1);
-            n.params[r * seeded::PARAMS + seeded::KEY_WORD] = row_key(seed, counter + 1);
-            n.params[r * seeded::PARAMS + seeded::SEED_WORDS + 2] = (counter + 2) as u32;
-        }
-        let longest = n.tables.iter().take(n.rows).map(Vec::len).max().unwrap_or(1);
-        if crossed && width(layout, longest) != n.key.width {
-            return None;
-        }
-        n.next_block = vec![None; n.rows];
-        Some((n, crossed))
-    }
-
-    /// Writes the per-step buffers of `b` (`ids`: the token ids too).
-    fn write(&self, c: &Client, b: &mut StepBufs, ids: bool) -> Result<(), Error> {
-        if ids {
-            b.ids.write_u32(c, &self.ids)?;
-        }
-        b.positions.write_u32(c, &self.positions)?;
-        b.slots.write_u32(c, &self.slots)?;
-        b.params.write_u32(c, &self.params)?;
-        let rows: Vec<&[u32]> = self.tables.iter().map(Vec::as_slice).collect();
-        b.tables.rewrite(c, &rows, &self.lens)
-    }
-}
-
-fn inputs(layout: KvLayout, scratch: u32, max_rows: usize, plan: &StepPlan) -> Option<Inputs> {
-    // A constrained step draws eagerly from the replay's logits: penalties are drawn there too.
-    let masked = plan.seqs.iter().any(|s| s.samples.iter().any(|d| d.allowed.is_some()));
-    let eligible = plan.seqs.iter().all(|s| {
-        batch::decode_rows(s)
-            && s.samples.len() == s.tokens.len()
-            && s.samples.iter().all(|d| !d.want_logits && (masked || d.counts.is_empty() || !d.params.has_penalties()))
-    });
-    let rows: usize = plan.seqs.iter().map(|s| s.tokens.len()).sum();
-    let bucket = *BUCKETS.iter().find(|&&x| x >= rows)?;
-    if rows == 0 || !eligible || bucket > max_rows {
-        return None;
-    }
-    let bs = layout.block_size;
-    let longest = plan.seqs.iter().map(|s| (s.pos0 + s.tokens.len()).div_ceil(bs)).max().unwrap_or(1);
-    // A masked recording draws nothing: one recording serves greedy and sampled rows.
-    let greedy = masked || plan.seqs.iter().all(|s| s.samples.iter().all(|d| d.params.temperature == 0.0));
-    let mut x = Inputs::empty(Key { bucket, width: width(layout, longest), greedy, masked }, rows);
-    // Each position a row of its own (a verification's k + 1 rows: `runner::batch`).
-    for s in &plan.seqs {
-        for (j, (&t, d)) in s.tokens.iter().zip(&s.samples).enumerate() {
-            let p = s.pos0 + j;
-            let row = x.ids.len();
-            x.ids.push(t);
-            x.positions.push(p as u32);
-            x.slots.push((*s.blocks.get(p / bs)? as usize * bs + p % bs) as u32);
-            x.tables.push(s.blocks[..(p + 1).div_ceil(bs)].to_vec());
-            x.lens.push(p + 1);
-            x.params.extend(seeded::param_words(d.params, d.counter, row));
-            x.draws.push((d.params.seed, d.counter));
-            x.next_block.push(if (p + 1).is_multiple_of(bs) { s.blocks.get((p + 1) / bs).copied() } else { None });
-        }
-    }
-    x.pad(scratch, bs);
-    Some(x)
-}
-
-/// The table width (blocks) of a step whose longest sequence spans `longest` blocks: a power
-/// of two ≥ 16, capped by the pools.
-fn width(layout: KvLayout, longest: usize) -> usize {
-    longest.next_power_of_two().max(16).min(layout.num_blocks + 1).max(longest)
-}
-
-impl Inputs {
-    /// No rows yet (`rows`: how many the plan will give).
-    fn empty(key: Key, rows: usize) -> Self {
-        Inputs {
-            key,
-            rows,
-            ids: vec![],
-            positions: vec![],
-            slots: vec![],
-            tables: vec![],
-            lens: vec![],
-            params: vec![],
-            draws: vec![],
-            next_block: vec![],
-        }
-    }
-
-    /// Padding rows up to the bucket: token 0 at position 0 into the spare block `scratch`,
-    /// drawn greedily, never advanced.
-    fn pad(&mut self, scratch: u32, block_size: usize) {
-        let greedy_params = engine::sampling::SamplingParams::default();
-        for i in self.ids.len()..self.key.bucket {
-            self.ids.push(0);
-            self.positions.push(0);
-            self.slots.push(scratch * block_size as u32);
-            self.tables.push(vec![scratch]);
-            self.lens.push(1);
-            let mut words = seeded::param_words(&greedy_params, 0, i);
-            // A padding row: nothing advances it (`kernels::advance`).
-            words[seeded::SEED_WORDS + 2] = 0;
-            self.params.extend(words);
-        }
-    }
 }
 
 /// The step of `plan` through a graph: `Ok(None)` when it is not a decode-only step of at

@@ -5,7 +5,8 @@
 
 use engine::runner::KvLayout;
 
-use super::{width, GraphStep, Inputs, Key, Recorded, StepBufs, BUCKETS};
+use super::inputs::width;
+use super::{GraphStep, Inputs, Key, LocalBufs, Recorded, StepBufs, BUCKETS};
 use crate::kernels::{advance, argmax, seeded};
 use crate::kv_cache::BlockTables;
 use crate::{Client, DeviceTensor, Error};
@@ -60,7 +61,7 @@ pub(crate) fn prepare<R: GraphStep>(r: &mut R, rows: usize, max_len: usize, gree
 
 /// The inputs of a prepared recording of `key`: padding rows only.
 fn padded(key: Key, scratch: u32, layout: KvLayout) -> Inputs {
-    let mut x = Inputs::empty(key, 0);
+    let mut x = Inputs::empty(key, 0, layout.local.map(|l| l.num_blocks as u32));
     x.pad(scratch, layout.block_size);
     x
 }
@@ -80,6 +81,9 @@ fn launches<R: GraphStep>(r: &R, b: &StepBufs, key: Key, advance: bool) -> Resul
     }
     if advance {
         advance::advance(r.client(), &b.positions, &b.slots, &b.tables.lens_dev, &b.params)?;
+        if let Some(l) = &b.local {
+            advance::advance(r.client(), &l.positions, &l.slots, &l.tables.lens_dev, &l.params)?;
+        }
     }
     Ok(None)
 }
@@ -90,6 +94,20 @@ pub(super) fn step_bufs(c: &Client, layout: KvLayout, x: &Inputs) -> Result<Step
     let rows: Vec<&[u32]> = x.tables.iter().map(Vec::as_slice).collect();
     let mut tables = BlockTables::upload_padded(c, &rows, &x.lens, layout.block_size, layout.num_blocks + 1, x.key.width)?;
     tables.device_lens = true;
+    let local = match (&x.local, layout.local) {
+        (Some(l), Some(lk)) => {
+            let rows: Vec<&[u32]> = l.tables.iter().map(Vec::as_slice).collect();
+            let mut tables = BlockTables::upload_padded(c, &rows, &x.lens, layout.block_size, lk.num_blocks + 1, x.key.width)?;
+            tables.device_lens = true;
+            Some(LocalBufs {
+                slots: DeviceTensor::from_u32(c, &l.slots, &[b])?,
+                tables,
+                positions: DeviceTensor::from_u32(c, &x.positions, &[b])?,
+                params: DeviceTensor::from_u32(c, &x.params, &[b, seeded::PARAMS])?,
+            })
+        }
+        _ => None,
+    };
     Ok(StepBufs {
         ids: DeviceTensor::from_u32(c, &x.ids, &[b])?,
         positions: DeviceTensor::from_u32(c, &x.positions, &[b])?,
@@ -97,6 +115,7 @@ pub(super) fn step_bufs(c: &Client, layout: KvLayout, x: &Inputs) -> Result<Step
         tables,
         params: DeviceTensor::from_u32(c, &x.params, &[b, seeded::PARAMS])?,
         draw: if x.key.greedy { None } else { seeded::split_scratch(c, b)? },
+        local,
     })
 }
 

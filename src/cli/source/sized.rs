@@ -1,0 +1,48 @@
+//! The batched runner's pools of a loaded model, sized: by `--kv-tokens` or the device's memory
+//! ([`kv_pool`]), split between the KV groups of a model with sliding-window layers
+//! ([`kv_groups`]).
+
+use engine::runner::{KvLayout, ModelRunner};
+use reference::Config;
+
+use super::super::kv_groups::{self, WindowPools};
+use super::super::kv_pool::{self, KvPool, KvSize};
+use super::super::Result;
+use super::KV_BLOCK;
+
+/// The KV bytes the memory check before an upload counts: a pool of fixed size (f32, as the
+/// largest KV type); a memory-sized one is sized (and checked) once the weights are in.
+pub(super) fn fixed_kv_bytes(size: KvSize, c: &Config) -> usize {
+    match size {
+        KvSize::Tokens(n) => n.div_ceil(KV_BLOCK).max(1) * KV_BLOCK * 2 * c.n_layers * c.n_kv_heads * c.head_dim * 4,
+        KvSize::Memory { .. } => 0,
+    }
+}
+
+/// The layout of a pool sized by `size` on the CPU (which cannot report its memory: a
+/// memory-sized pool keeps the fixed default), split between the KV groups of a model with
+/// sliding-window layers (`windows`, one per layer) as `wp` says.
+pub(super) fn cpu_layout(size: KvSize, c: &Config, windows: &[Option<usize>], wp: WindowPools) -> Result<(KvLayout, KvPool)> {
+    let per_position = (2 * c.n_layers * c.n_kv_heads * c.head_dim * 4) as u64;
+    let (blocks, pool) = kv_pool::blocks(size, None, c, per_position, KV_BLOCK)?;
+    Ok(kv_groups::layout(blocks, pool, windows, wp, c.max_ctx, KV_BLOCK, per_position))
+}
+
+/// The batched runner over the loaded `m`, its pools sized by `size`: a memory-sized pool
+/// from what the device holds once the weights are in and the worst step and the decode
+/// graphs have run ([`kv_pool::profile`]).
+pub fn gpu_runner(m: optimized::model::GpuModel, size: KvSize, wp: WindowPools) -> Result<(Box<dyn ModelRunner + Send>, KvPool)> {
+    let c = m.dims().clone();
+    let windows: Vec<Option<usize>> = m.spec.layers.iter().map(|l| l.attn.window).collect();
+    let per_position = (2 * c.n_layers * c.n_kv_heads * c.head_dim * m.kv_dtype.size()) as u64;
+    let (m, measured) = match size {
+        KvSize::Memory { step_tokens, max_seqs, .. } => kv_pool::profile(m, KV_BLOCK, step_tokens, max_seqs)?,
+        KvSize::Tokens(_) => (m, None),
+    };
+    let (blocks, pool) = kv_pool::blocks(size, measured.as_ref(), &c, per_position, KV_BLOCK)?;
+    if let Some(m) = &measured {
+        eprintln!("  KV pool profile: {}", m.recorded);
+    }
+    let (layout, pool) = kv_groups::layout(blocks, pool, &windows, wp, c.max_ctx, KV_BLOCK, per_position);
+    Ok((Box::new(optimized::runner::GpuRunner::with_layout(m, layout)?), pool))
+}

@@ -221,7 +221,11 @@ pub fn record_graphs(r: &mut (dyn engine::runner::ModelRunner + Send), seats: us
     };
     let cap = refusal.map_or(String::new(), |e| format!("; wider refused: {e}"));
     Ok(match made {
-        0 => "decode graphs: none to record (this runner does not record them)".into(),
+        0 => match r.status().filter(|s| s.contains("refused")) {
+            // The backend refused the first capture: say why (steps run eagerly).
+            Some(status) => format!("decode graphs: none recorded: {status}"),
+            None => "decode graphs: none to record (this runner does not record them)".into(),
+        },
         n => format!(
             "decode graphs: {n} recorded in {:.1} s (batches of 1 to {top} rows, greedy and sampled, block tables up to {width} of the {ctx}-token context{cap})",
             t0.elapsed().as_secs_f64()

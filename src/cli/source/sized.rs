@@ -44,5 +44,14 @@ pub fn gpu_runner(m: optimized::model::GpuModel, size: KvSize, wp: WindowPools) 
         eprintln!("  KV pool profile: {}", m.recorded);
     }
     let (layout, pool) = kv_groups::layout(blocks, pool, &windows, wp, c.max_ctx, KV_BLOCK, per_position);
-    Ok((Box::new(optimized::runner::GpuRunner::with_layout(m, layout)?), pool))
+    let r = optimized::runner::GpuRunner::with_layout(m, layout)?;
+    if measured.is_some() {
+        // What the step and the recordings have to work in (the profile's account assumes the
+        // pages it released went back to the driver).
+        if let Some((used, total)) = optimized::runner::profile::in_use(&r.model.client) {
+            let gb = |b: u64| b as f64 / 1e9;
+            eprintln!("  KV pools allocated: {:.2} GB in use, {:.2} GB free", gb(used), gb(total.saturating_sub(used)));
+        }
+    }
+    Ok((Box::new(r), pool))
 }

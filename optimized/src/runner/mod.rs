@@ -149,8 +149,8 @@ impl GpuRunner {
         Ok(GpuRunner { info: ModelInfo::of(cfg), layout, k, v, local, ropes, model, graphs })
     }
 
-    /// The model back, its pools and recorded graphs dropped (their pages stay in cubecl's
-    /// pools for the next runner's allocations of the same sizes).
+    /// The model back, its pools (dedicated allocations: back to the driver) and recorded
+    /// graphs (their activations' pages stay in cubecl's pools for the next runner) dropped.
     pub fn into_model(self) -> GpuModel {
         self.model
     }

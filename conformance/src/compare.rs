@@ -11,6 +11,15 @@ pub struct Metrics {
     pub n: usize,
 }
 
+impl Metrics {
+    /// Takes `m` in: the worst of each bound, the elements added up.
+    pub fn fold(&mut self, m: Metrics) {
+        self.nmse = self.nmse.max(m.nmse);
+        self.max_abs = self.max_abs.max(m.max_abs);
+        self.n += m.n;
+    }
+}
+
 /// Compare `got` with `want`. Fails on a length mismatch, on NaN/∞ where the reference is
 /// finite (so a poisoned, unwritten element fails), and when the tolerance is exceeded.
 pub fn compare(got: &[f32], want: &[f32], tol: Tolerance) -> Result<Metrics, String> {

@@ -124,9 +124,7 @@ fn models(client: &Client, name: &str, gguf: bool, tweak: Tweak) -> Result<Resul
 /// Folds `compare`'s metrics into `worst`.
 pub(crate) fn check(worst: &mut Metrics, got: &[f32], want: &[f32], tol: crate::Tolerance, at: &str) -> Result<(), String> {
     let m = compare(got, want, tol).map_err(|e| format!("{at}: {e}"))?;
-    worst.nmse = worst.nmse.max(m.nmse);
-    worst.max_abs = worst.max_abs.max(m.max_abs);
-    worst.n += m.n;
+    worst.fold(m);
     Ok(())
 }
 

@@ -7,7 +7,7 @@
 //! made with transformers (`reference/tests/fixtures/gpt_oss/`, embedded in the binary so the
 //! GPU machine runs them too). Every drawing position's logits are compared under the model
 //! tolerance; greedy draws must agree except where the reference's top-2 margin is below
-//! [`GREEDY_MARGIN`]. A routing near-tie ends a case: where a drawing position's router
+//! [`super::GREEDY_MARGIN`]. A routing near-tie ends a case: where a drawing position's router
 //! logits had their K-th and (K+1)-th largest closer than [`route_margin_bound`] in the
 //! reference (`GptOssModel::take_route_margins`), the two sides may legitimately choose
 //! different experts, so that step and the ones after it (whose attention reads the token's
@@ -32,10 +32,8 @@ use reference::gpt_oss::{synthetic, GptOssConfig, GptOssModel, GptOssWeights, Ya
 use super::attention::flash::{FlashCase, Phase};
 use super::embedding::judge;
 use super::outcome;
-use crate::{compare, rand_vec, Case, Dtype, Metrics, Op, Outcome};
+use crate::{rand_vec, Case, Dtype, Metrics, Op, Outcome};
 
-/// Draws must agree where the reference's top-1 beats top-2 by more than this.
-const GREEDY_MARGIN: f32 = 0.05;
 /// The route margin below which a drawing position's routing may flip between the two sides:
 /// f32 models differ by accumulation order only (~1e-6 of a logit of O(1)); 16-bit models
 /// round every matmul input to 16 bits and (with f16 KV pools) K and V, which moves a router
@@ -131,19 +129,6 @@ pub(super) fn runners(
     let gpu = GpuRunner::new(m, BS, blocks).map_err(|e| e.to_string())?;
     let reference = RefRunner::new(GptOssModel::new(cfg.clone(), w), BS, blocks).map_err(|e| e.to_string())?;
     Ok((reference, gpu, cfg))
-}
-
-fn top2_margin(row: &[f32]) -> f32 {
-    let (mut a, mut b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
-    for &v in row {
-        if v > a {
-            b = a;
-            a = v;
-        } else if v > b {
-            b = v;
-        }
-    }
-    a - b
 }
 
 /// One sequence's part of a scripted step: `len` tokens from `pos0`, the last `draws` draw.
@@ -253,25 +238,7 @@ impl GptOssCase {
                     Outcome::Pass(worst)
                 });
             }
-            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                for (j, (gl, wl)) in g.logits.iter().zip(&w.logits).enumerate() {
-                    let (Some(gl), Some(wl)) = (gl, wl) else {
-                        return Ok(Outcome::Fail(format!("step {k} part {i} draw {j}: logits not returned")));
-                    };
-                    let m = compare(gl, wl, tol).map_err(|e| format!("step {k} part {i} draw {j} logits: {e}"))?;
-                    worst.nmse = worst.nmse.max(m.nmse);
-                    worst.max_abs = worst.max_abs.max(m.max_abs);
-                    worst.n += m.n;
-                    if g.tokens[j] != w.tokens[j] && top2_margin(wl) > GREEDY_MARGIN && !self.sampled {
-                        return Ok(Outcome::Fail(format!(
-                            "step {k} part {i} draw {j}: token {} != reference {} (margin {:.3})",
-                            g.tokens[j],
-                            w.tokens[j],
-                            top2_margin(wl)
-                        )));
-                    }
-                }
-            }
+            super::check_step(k, &got, &want, tol, !self.sampled, &mut worst)?;
             // The reference's last draw of each part becomes the sequence's next token.
             for (part, w) in step.iter().zip(&want) {
                 if let Some(&t) = w.tokens.last() {

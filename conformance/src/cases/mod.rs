@@ -29,6 +29,51 @@ pub mod window;
 
 use crate::Case;
 
+/// Greedy draws must agree where the reference's top-1 beats its top-2 by more than this (a
+/// nearer tie may flip under the model tolerance: a legitimate difference in 16-bit weights).
+pub(crate) const GREEDY_MARGIN: f32 = 0.05;
+
+/// The reference's top-1 logit less its top-2.
+pub(crate) fn top2_margin(row: &[f32]) -> f32 {
+    let (mut a, mut b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+    for &v in row {
+        if v > a {
+            b = a;
+            a = v;
+        } else if v > b {
+            b = v;
+        }
+    }
+    a - b
+}
+
+/// Step `k` of a runner against the reference's: every drawing position's logits under `tol`
+/// (folded into `worst`) and, where `greedy`, each draw where [`top2_margin`] decides it.
+pub(crate) fn check_step(
+    k: usize,
+    got: &[engine::runner::SeqResult],
+    want: &[engine::runner::SeqResult],
+    tol: crate::Tolerance,
+    greedy: bool,
+    worst: &mut crate::Metrics,
+) -> Result<(), String> {
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        for (j, (gl, wl)) in g.logits.iter().zip(&w.logits).enumerate() {
+            let (Some(gl), Some(wl)) = (gl, wl) else { return Err(format!("step {k} part {i} draw {j}: logits not returned")) };
+            worst.fold(crate::compare(gl, wl, tol).map_err(|e| format!("step {k} part {i} draw {j} logits: {e}"))?);
+            if greedy && g.tokens.get(j) != w.tokens.get(j) && top2_margin(wl) > GREEDY_MARGIN {
+                return Err(format!(
+                    "step {k} part {i} draw {j}: token {:?} != reference {:?} (margin {:.3})",
+                    g.tokens.get(j),
+                    w.tokens.get(j),
+                    top2_margin(wl)
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Kernel choices that lost their measurement and stay only as audited options (the `lab`
 /// feature; docs/perf-journal.md has each measurement), by the mark their cases carry:
 /// - `pipelined/v3`: gemv v3 — 54.1% of the copy rate vs 76.7% for v2 (H200, 4096×14336),

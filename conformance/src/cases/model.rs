@@ -45,10 +45,6 @@ pub struct ModelCase {
     pub fused_norms: bool,
 }
 
-/// Greedy steps are only required to agree where the reference's top-1 beats top-2 by more
-/// than this: a 16-bit model may legitimately swap near-ties.
-const GREEDY_MARGIN: f32 = 0.05;
-
 fn load(w: &Weightset) -> Result<(Config, Weights), String> {
     match w {
         Weightset::TinyGguf(name, ty) => {
@@ -77,19 +73,6 @@ fn tiny_gguf(name: &str, ty: GgmlType) -> Result<std::path::PathBuf, String> {
         reference::loader::write_gguf(&p, &cfg, &w, ty).map_err(|e| e.to_string())?;
     }
     Ok(p)
-}
-
-fn top2_margin(row: &[f32]) -> f32 {
-    let (mut a, mut b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
-    for &v in row {
-        if v > a {
-            b = a;
-            a = v;
-        } else if v > b {
-            b = v;
-        }
-    }
-    a - b
 }
 
 impl ModelCase {
@@ -161,9 +144,7 @@ impl ModelCase {
         let mut worst = crate::Metrics::default();
         let mut keep = |what: String, m: Result<crate::Metrics, String>| -> Result<(), String> {
             let m = m.map_err(|e| format!("{what}: {e}"))?;
-            worst.nmse = worst.nmse.max(m.nmse);
-            worst.max_abs = worst.max_abs.max(m.max_abs);
-            worst.n += m.n;
+            worst.fold(m);
             Ok(())
         };
         for (l, (h, g)) in trace.hidden.iter().zip(&gtrace).enumerate() {
@@ -181,8 +162,8 @@ impl ModelCase {
         let mut last_gpu = got[got.len() - cfg.vocab..].to_vec();
         for (s, &id) in rest.iter().enumerate() {
             let (r, g) = (reference::ops::argmax::argmax(&last_ref), reference::ops::argmax::argmax(&last_gpu));
-            if r != g && top2_margin(&last_ref) > GREEDY_MARGIN {
-                return Ok(Outcome::Fail(format!("decode step {s}: greedy {g} != reference {r} with margin {:.3}", top2_margin(&last_ref))));
+            if r != g && super::top2_margin(&last_ref) > super::GREEDY_MARGIN {
+                return Ok(Outcome::Fail(format!("decode step {s}: greedy {g} != reference {r} with margin {:.3}", super::top2_margin(&last_ref))));
             }
             let want = reference.forward(&[id], &mut cache, None).map_err(|e| e.to_string())?;
             last_ref = want.row(0).to_vec();
@@ -311,11 +292,7 @@ impl Case for GraphCase {
             let mut worst = crate::Metrics { max_abs: 0.0, nmse: 0.0, n: eager.len() };
             for (s, (g, w)) in graph_rows.iter().zip(&eager_rows).enumerate() {
                 match compare(g, w, tol) {
-                    Ok(m) => {
-                        worst.nmse = worst.nmse.max(m.nmse);
-                        worst.max_abs = worst.max_abs.max(m.max_abs);
-                        worst.n += m.n;
-                    }
+                    Ok(m) => worst.fold(m),
                     Err(e) => return Ok(Outcome::Fail(format!("sampling step {s}: graph logits vs eager: {e}"))),
                 }
             }

@@ -19,7 +19,7 @@ use reference::quant::mxfp4;
 use super::embedding::judge;
 use super::outcome;
 use crate::tolerance::{model_with_tc, tc_tolerance};
-use crate::{compare, compare_ids, rand_vec, round_to, tolerance, Case, Dtype, Metrics, Op, Outcome, Tolerance};
+use crate::{compare_ids, rand_vec, round_to, tolerance, Case, Dtype, Metrics, Op, Outcome, Tolerance};
 
 /// How the router's logits are made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,11 +172,7 @@ fn check(got: &[f32], want: &[f32], op: Op, what: &str, worst: &mut Metrics) -> 
 
 /// [`check`] under a given bound.
 fn check_tol(got: &[f32], want: &[f32], tol: Tolerance, what: &str, worst: &mut Metrics) -> Result<(), String> {
-    let m = compare(got, want, tol).map_err(|e| format!("{what}: {e}"))?;
-    worst.nmse = worst.nmse.max(m.nmse);
-    worst.max_abs = worst.max_abs.max(m.max_abs);
-    worst.n += m.n;
-    Ok(())
+    super::arch::check(worst, got, want, tol, what)
 }
 
 fn dev(e: optimized::Error) -> String {

@@ -4,7 +4,7 @@
 //! one-token decodes and multi-position draws, with N ≤ 8 rows (the fused decode gemvs) and
 //! N > 8 (GEMMs, gathered lm_head rows). Every drawing position's logits are compared under the
 //! model tolerance; greedy and seeded draws must agree except where the reference's top-2
-//! margin is below [`GREEDY_MARGIN`] (a legitimate near-tie flip in 16-bit weights).
+//! margin is below [`super::GREEDY_MARGIN`] (a legitimate near-tie flip in 16-bit weights).
 //! [`EngineCase`]: the whole engine (scheduler, preemption, prefix cache) on both runners gives
 //! the same tokens per request. [`GraphEngineCase`]: decode graphs give the tokens of eager
 //! launches. [`SpecEngineCase`]: n-gram speculation gives the tokens of plain decoding.
@@ -19,10 +19,8 @@ use optimized::Client;
 use reference::weights::InMemory;
 use reference::{synthetic, Config, Model};
 
-use crate::{compare, Case, Dtype, Metrics, Op, Outcome};
+use crate::{Case, Dtype, Metrics, Op, Outcome};
 
-/// Draws must agree where the reference's top-1 beats top-2 by more than this.
-const GREEDY_MARGIN: f32 = 0.05;
 /// Positions per block in these cases: small, so chunks cross block boundaries.
 pub(super) const BS: usize = 4;
 const BLOCKS: usize = 96;
@@ -37,19 +35,6 @@ pub(super) fn runners(client: &Client, name: &str, dtype: Dtype) -> Result<(RefR
     let gpu = GpuRunner::new(m, BS, BLOCKS).map_err(|e| e.to_string())?;
     let reference = RefRunner::new(Model::new(cfg.clone(), w), BS, BLOCKS).map_err(|e| e.to_string())?;
     Ok((reference, gpu, cfg))
-}
-
-fn top2_margin(row: &[f32]) -> f32 {
-    let (mut a, mut b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
-    for &v in row {
-        if v > a {
-            b = a;
-            a = v;
-        } else if v > b {
-            b = v;
-        }
-    }
-    a - b
 }
 
 /// One sequence of a scripted step: its tokens start at `pos0`; `draws` positions at the end
@@ -133,29 +118,7 @@ impl RunnerCase {
             }
             let want = reference.step(&plan).map_err(|e| format!("reference step {k}: {e}"))?;
             let got = gpu.step(&plan).map_err(|e| format!("gpu step {k}: {e}"))?;
-            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                for (j, (gl, wl)) in g.logits.iter().zip(&w.logits).enumerate() {
-                    let (Some(gl), Some(wl)) = (gl, wl) else {
-                        return Ok(Outcome::Fail(format!("step {k} part {i} draw {j}: logits not returned")));
-                    };
-                    match compare(gl, wl, tol) {
-                        Ok(m) => {
-                            worst.nmse = worst.nmse.max(m.nmse);
-                            worst.max_abs = worst.max_abs.max(m.max_abs);
-                            worst.n += m.n;
-                        }
-                        Err(e) => return Ok(Outcome::Fail(format!("step {k} part {i} draw {j} logits: {e}"))),
-                    }
-                    if g.tokens[j] != w.tokens[j] && top2_margin(wl) > GREEDY_MARGIN && !self.sampled {
-                        return Ok(Outcome::Fail(format!(
-                            "step {k} part {i} draw {j}: token {} != reference {} (margin {:.3})",
-                            g.tokens[j],
-                            w.tokens[j],
-                            top2_margin(wl)
-                        )));
-                    }
-                }
-            }
+            super::check_step(k, &got, &want, tol, !self.sampled, &mut worst)?;
             // Feed the reference's last draw of each part back as the sequence's next token,
             // where the script continues it (both runners then see the same inputs).
             for (part, w) in step.iter().zip(&want) {

@@ -22,10 +22,7 @@ use optimized::Client;
 
 use super::gpt_oss::{self, Weights};
 use super::runner::{self as llama, BS};
-use crate::{compare, Case, Dtype, Metrics, Op, Outcome};
-
-/// Draws must agree where the reference's top-1 beats top-2 by more than this.
-const GREEDY_MARGIN: f32 = 0.05;
+use crate::{Case, Dtype, Metrics, Op, Outcome};
 
 /// A tiny model with sliding-window layers.
 #[derive(Debug, Clone, Copy)]
@@ -59,12 +56,6 @@ impl Windowed {
             }
         })
     }
-}
-
-fn top2_margin(row: &[f32]) -> f32 {
-    let mut v: Vec<f32> = row.to_vec();
-    v.sort_by(|a, b| b.total_cmp(a));
-    v.first().copied().unwrap_or(0.0) - v.get(1).copied().unwrap_or(0.0)
 }
 
 /// Scripted ragged steps through a windowed GPU runner and the one-group reference.
@@ -155,22 +146,7 @@ impl WindowStepsCase {
             }
             let want = reference.step(&plans[0]).map_err(|e| format!("reference step {k}: {e}"))?;
             let got = gpu.step(&plans[1]).map_err(|e| format!("gpu step {k}: {e}"))?;
-            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                for (j, (gl, wl)) in g.logits.iter().zip(&w.logits).enumerate() {
-                    let (Some(gl), Some(wl)) = (gl, wl) else { return Ok(Outcome::Fail(format!("step {k} part {i} draw {j}: logits not returned"))) };
-                    match compare(gl, wl, tol) {
-                        Ok(m) => {
-                            worst.nmse = worst.nmse.max(m.nmse);
-                            worst.max_abs = worst.max_abs.max(m.max_abs);
-                            worst.n += m.n;
-                        }
-                        Err(e) => return Ok(Outcome::Fail(format!("step {k} part {i} draw {j} logits: {e}"))),
-                    }
-                    if g.tokens[j] != w.tokens[j] && top2_margin(wl) > GREEDY_MARGIN {
-                        return Ok(Outcome::Fail(format!("step {k} part {i} draw {j}: token {} != reference {}", g.tokens[j], w.tokens[j])));
-                    }
-                }
-            }
+            super::check_step(k, &got, &want, tol, true, &mut worst)?;
             for (part, w) in step.iter().zip(&want) {
                 fed[part.seq] += part.len;
                 if let Some(&t) = w.tokens.last() {

@@ -12,7 +12,7 @@ use crate::sampling::seeded::TokenCount;
 use reference::{Error, Result};
 
 use crate::detok::{find_stop, Detokenizer, TextStream};
-use crate::request::{FinishReason, Request, RequestId, RequestOutput, TokenLogprob};
+use crate::request::{logprob_of, FinishReason, Request, RequestId, RequestOutput, TokenLogprob};
 use crate::sequence::{Sequence, Status};
 use crate::spec::{cost::CostModel, Drafter, SpecConfig, SpecMethod};
 
@@ -604,20 +604,5 @@ fn output_of(s: &Sequence, new_tokens: Vec<u32>, new_text: String, logprobs: Vec
         output_tokens: s.output_len(),
         cached_tokens: s.cached_tokens,
         seed: s.params.seed,
-    }
-}
-
-/// `log softmax(row)[tok]` and the `top` most likely ids, computed in f64.
-pub fn logprob_of(row: &[f32], tok: u32, top: usize) -> TokenLogprob {
-    let m = row.iter().copied().filter(|v| !v.is_nan()).fold(f32::NEG_INFINITY, f32::max) as f64;
-    let lse = m + row.iter().filter(|v| !v.is_nan()).map(|&v| (v as f64 - m).exp()).sum::<f64>().ln();
-    let lp = |v: f32| (v as f64 - lse) as f32;
-    let mut ids: Vec<u32> = (0..row.len() as u32).filter(|&i| !row[i as usize].is_nan()).collect();
-    ids.sort_by(|&a, &b| row[b as usize].total_cmp(&row[a as usize]).then(a.cmp(&b)));
-    ids.truncate(top);
-    TokenLogprob {
-        id: tok,
-        logprob: row.get(tok as usize).map_or(f32::NEG_INFINITY, |&v| lp(v)),
-        top: ids.into_iter().map(|i| (i, lp(row[i as usize]))).collect(),
     }
 }

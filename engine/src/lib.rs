@@ -45,6 +45,7 @@ pub mod single;
 pub mod spec;
 
 pub use detok::Detokenizer;
-pub use engine::{logprob_of, Engine, EngineConfig, EngineLoad, EngineStats};
+pub use engine::{Engine, EngineConfig, EngineLoad, EngineStats};
+pub use request::logprob_of;
 pub use request::{FinishReason, Request, RequestId, RequestOutput, TokenLogprob};
 pub use spec::{SpecConfig, SpecMethod};

@@ -128,3 +128,18 @@ pub struct RequestOutput {
     /// The seed the draw used.
     pub seed: u64,
 }
+
+/// `log softmax(row)[tok]` and the `top` most likely ids, computed in f64.
+pub fn logprob_of(row: &[f32], tok: u32, top: usize) -> TokenLogprob {
+    let m = row.iter().copied().filter(|v| !v.is_nan()).fold(f32::NEG_INFINITY, f32::max) as f64;
+    let lse = m + row.iter().filter(|v| !v.is_nan()).map(|&v| (v as f64 - m).exp()).sum::<f64>().ln();
+    let lp = |v: f32| (v as f64 - lse) as f32;
+    let mut ids: Vec<u32> = (0..row.len() as u32).filter(|&i| !row[i as usize].is_nan()).collect();
+    ids.sort_by(|&a, &b| row[b as usize].total_cmp(&row[a as usize]).then(a.cmp(&b)));
+    ids.truncate(top);
+    TokenLogprob {
+        id: tok,
+        logprob: row.get(tok as usize).map_or(f32::NEG_INFINITY, |&v| lp(v)),
+        top: ids.into_iter().map(|i| (i, lp(row[i as usize]))).collect(),
+    }
+}

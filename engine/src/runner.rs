@@ -203,6 +203,12 @@ pub trait ModelRunner {
     fn max_step_tokens(&self) -> Option<usize> {
         None
     }
+    /// Bytes in use on the runner's device and the device's total, where it can say (CUDA: the
+    /// driver's count, every allocation on the device). Read at every step, so it must not wait
+    /// for the device's queued work. `None`: the runner cannot say (the CPU, wgpu).
+    fn device_memory(&self) -> Option<(u64, u64)> {
+        None
+    }
 }
 
 /// Checks shared by every runner: tables cover the tokens, ids are in the vocabulary and the
@@ -308,5 +314,8 @@ impl<T: ModelRunner + ?Sized> ModelRunner for Box<T> {
     }
     fn max_step_tokens(&self) -> Option<usize> {
         (**self).max_step_tokens()
+    }
+    fn device_memory(&self) -> Option<(u64, u64)> {
+        (**self).device_memory()
     }
 }

@@ -89,10 +89,31 @@ pub struct BenchRow {
     /// every [`scrape::KV_POLL`]).
     #[serde(default)]
     pub kv_use_peak: Option<f64>,
+    /// Bytes in use on the server's device while the level ran, and the server's resident
+    /// memory (`/metrics`, sampled with the KV use): a soak's memory is flat when `last` stays
+    /// near `first`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_memory: Option<MemoryTrack>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resident_memory: Option<MemoryTrack>,
     /// Where some requests carried a `response_format`: TPOT of those and of the others
     /// apart (`None`: no request was constrained).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub constrained: Option<SplitTpot>,
+}
+
+/// A memory gauge over a level: its first and last samples and its peak, bytes.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct MemoryTrack {
+    pub first: u64,
+    pub last: u64,
+    pub peak: u64,
+}
+
+impl MemoryTrack {
+    fn of(t: scrape::Track) -> Self {
+        MemoryTrack { first: t.first as u64, last: t.last as u64, peak: t.peak as u64 }
+    }
 }
 
 /// TPOT of a level's constrained requests and of the unconstrained ones sharing the batch, ms.
@@ -258,14 +279,27 @@ pub fn run(cfg: &BenchConfig, prompts: &[BenchPrompt]) -> Result<BenchRow, Strin
 }
 
 /// Sample the KV gauges until `stop` fires; the highest use seen.
-async fn kv_peak(client: reqwest::Client, base: String, mut stop: tokio::sync::oneshot::Receiver<()>) -> Option<f64> {
-    let mut peak: Option<f64> = None;
+/// What the gauges showed while a level ran.
+#[derive(Debug, Default)]
+struct Gauges {
+    kv_use_peak: Option<f64>,
+    device: Option<scrape::Track>,
+    resident: Option<scrape::Track>,
+}
+
+/// Sample the server's gauges every [`scrape::KV_POLL`] until `stop`.
+async fn watch(client: reqwest::Client, base: String, mut stop: tokio::sync::oneshot::Receiver<()>) -> Gauges {
+    let mut g = Gauges::default();
     loop {
-        if let Some(u) = scrape::scrape(&client, &base).await.as_ref().and_then(scrape::kv_use) {
-            peak = Some(peak.map_or(u, |p| p.max(u)));
+        if let Some(m) = scrape::scrape(&client, &base).await {
+            if let Some(u) = scrape::kv_use(&m) {
+                g.kv_use_peak = Some(g.kv_use_peak.map_or(u, |p| p.max(u)));
+            }
+            g.device = scrape::Track::take(g.device, &m, scrape::DEVICE_MEMORY);
+            g.resident = scrape::Track::take(g.resident, &m, scrape::RESIDENT);
         }
         tokio::select! {
-            _ = &mut stop => return peak,
+            _ = &mut stop => return g,
             _ = tokio::time::sleep(scrape::KV_POLL) => {}
         }
     }
@@ -284,7 +318,7 @@ pub fn run_requests(cfg: &BenchConfig, reqs: &[BenchRequest]) -> Result<BenchRow
         let client = client(cfg.api_key.as_deref())?;
         let before = scrape::scrape(&client, &base).await;
         let (stop_kv, stopped) = tokio::sync::oneshot::channel();
-        let kv = tokio::spawn(kv_peak(client.clone(), base.clone(), stopped));
+        let kv = tokio::spawn(watch(client.clone(), base.clone(), stopped));
         let sem = Arc::new(Semaphore::new(cfg.concurrency));
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(cfg.seed);
         let t0 = Instant::now();
@@ -316,12 +350,14 @@ pub fn run_requests(cfg: &BenchConfig, reqs: &[BenchRequest]) -> Result<BenchRow
         }
         let duration = t0.elapsed().as_secs_f64();
         let _ = stop_kv.send(());
-        let kv_use_peak = kv.await.ok().flatten();
+        let gauges = kv.await.unwrap_or_default();
         let after = scrape::scrape(&client, &base).await;
         let mut row = summarize(cfg, reqs.len(), samples, errors, first_error, duration);
         row.prefix_cache_hit_tokens = scrape::delta(before.as_ref(), after.as_ref(), scrape::PREFIX_HITS);
         row.preemptions = scrape::delta(before.as_ref(), after.as_ref(), scrape::PREEMPTIONS);
-        row.kv_use_peak = kv_use_peak;
+        row.kv_use_peak = gauges.kv_use_peak;
+        row.device_memory = gauges.device.map(MemoryTrack::of);
+        row.resident_memory = gauges.resident.map(MemoryTrack::of);
         Ok(row)
     })
 }
@@ -378,6 +414,8 @@ fn summarize(cfg: &BenchConfig, n: usize, samples: Vec<Sample>, errors: usize, f
         prefix_cache_hit_tokens: None,
         preemptions: None,
         kv_use_peak: None,
+        device_memory: None,
+        resident_memory: None,
         constrained,
     }
 }
@@ -434,6 +472,12 @@ pub fn table(rows: &[BenchRow]) -> String {
             c.p99_tpot_unconstrained_ms,
             c.mean_tpot_unconstrained_ms,
         );
+    }
+    let gb = |t: &MemoryTrack| format!("{:.2} → {:.2} GB (peak {:.2})", t.first as f64 / 1e9, t.last as f64 / 1e9, t.peak as f64 / 1e9);
+    for r in rows.iter().filter(|r| r.device_memory.is_some() || r.resident_memory.is_some()) {
+        let part = |what: &str, t: &Option<MemoryTrack>| t.as_ref().map(|t| format!("{what} {}", gb(t)));
+        let parts: Vec<String> = [part("device", &r.device_memory), part("server resident", &r.resident_memory)].into_iter().flatten().collect();
+        s += &format!("conc {:>4}: memory over the level: {}\n", r.concurrency, parts.join(", "));
     }
     s
 }

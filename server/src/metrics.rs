@@ -114,11 +114,21 @@ impl Default for Metrics {
             outcomes: [0; OUTCOMES.len()],
             ttft: Histogram::new(TTFT_BOUNDS),
             tpot: Histogram::new(TPOT_BOUNDS),
-            load: EngineLoad { running: 0, waiting: 0, kv_blocks_used: 0, kv_blocks_cached: 0, kv_blocks_total: 0 },
+            load: EngineLoad { running: 0, waiting: 0, kv_blocks_used: 0, kv_blocks_cached: 0, kv_blocks_total: 0, device_memory_used: None },
             stats: EngineStats::default(),
             ready: false,
         }
     }
+}
+
+/// The process's resident set in bytes (`/proc/self/statm`'s second field, in pages); `None`
+/// where the system has no such file.
+pub fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf reads a system constant; no memory is touched.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(page).ok().filter(|&p| p > 0).map(|p| pages * p)
 }
 
 fn header(out: &mut String, name: &str, help: &str, kind: &str) {
@@ -174,8 +184,37 @@ impl Metrics {
         for (name, help, kind, v) in rows {
             scalar(&mut out, name, help, kind, v);
         }
+        // Memory, where it can be read: a soak's flat line (or its leak) shows in these.
+        if let Some(b) = l.device_memory_used {
+            scalar(&mut out, "tandem_device_memory_used_bytes", "Bytes in use on the model's device (the driver's count).", "gauge", b);
+        }
+        if let Some(b) = resident_bytes() {
+            scalar(&mut out, "process_resident_memory_bytes", "Resident memory of the server process.", "gauge", b);
+        }
         self.ttft.render(&mut out, "tandem_time_to_first_token_seconds", "Time from a request's arrival at the engine to its first token.");
         self.tpot.render(&mut out, "tandem_time_per_output_token_seconds", "Time between consecutive output tokens of a request.");
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_gauges_appear_where_they_can_be_read() {
+        let mut m = Metrics::default();
+        let text = m.render();
+        assert!(!text.contains("tandem_device_memory_used_bytes"), "a runner that cannot say has no device gauge");
+        if cfg!(target_os = "linux") {
+            let rss = scrape_value(&text, "process_resident_memory_bytes").expect("the resident set on Linux");
+            assert!(rss > 1e6, "a process holds more than a megabyte: {rss}");
+        }
+        m.load.device_memory_used = Some(123_456_789);
+        assert_eq!(scrape_value(&m.render(), "tandem_device_memory_used_bytes"), Some(123_456_789.0));
+    }
+
+    fn scrape_value(text: &str, name: &str) -> Option<f64> {
+        text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
     }
 }

@@ -28,6 +28,13 @@ fn a_level_reports_prefix_hits_preemptions_and_kv_use() {
     assert_eq!(fresh.prefix_cache_hit_tokens, Some(0), "fresh prompts: no prefix-cache hits");
     assert_eq!(fresh.preemptions, Some(0));
     assert!(fresh.kv_use_peak.is_some_and(|k| (0.0..=1.0).contains(&k)), "{:?}", fresh.kv_use_peak);
+    // Memory over the level: the server's resident set (Linux), no device gauge on the CPU.
+    assert_eq!(fresh.device_memory, None, "the CPU runner cannot say what a device holds");
+    if cfg!(target_os = "linux") {
+        let rss = fresh.resident_memory.expect("the server's resident set, sampled during the level");
+        assert!(rss.first > 1_000_000 && rss.first <= rss.peak && rss.last <= rss.peak, "{rss:?}");
+        assert!(bench::table(std::slice::from_ref(&fresh)).contains("memory over the level: server resident"), "the table says it");
+    }
     // The same prompts again: their full blocks come from the cache, and the row says so.
     let again = bench::run_requests(&cfg(&url, 3), &reqs).expect("bench");
     assert_eq!((again.completed, again.errors), (6, 0));
@@ -45,4 +52,5 @@ fn a_server_without_metrics_leaves_the_counters_empty() {
     let r = bench::run_requests(&cfg(&url, 1), &[BenchRequest { prompt: BenchPrompt::Ids(prompt(5, 1)), max_tokens: 2, response_format: None }])
         .expect("bench");
     assert_eq!((r.prefix_cache_hit_tokens, r.preemptions, r.kv_use_peak), (None, None, None));
+    assert_eq!((r.device_memory, r.resident_memory), (None, None));
 }

@@ -315,6 +315,9 @@ impl ModelRunner for GpuRunner {
     fn info(&self) -> &ModelInfo {
         &self.info
     }
+    fn device_memory(&self) -> Option<(u64, u64)> {
+        crate::memory_free(&self.model.client).map(|(free, total)| (total.saturating_sub(free), total))
+    }
     fn kv_layout(&self) -> KvLayout {
         self.layout
     }

@@ -15,6 +15,10 @@ pub const PREEMPTIONS: &str = "tandem_preemptions_total";
 pub const KV_USED: &str = "tandem_kv_blocks_used";
 pub const KV_TOTAL: &str = "tandem_kv_blocks_total";
 
+/// Bytes in use on the server's device, and the server process's resident memory (gauges).
+pub const DEVICE_MEMORY: &str = "tandem_device_memory_used_bytes";
+pub const RESIDENT: &str = "process_resident_memory_bytes";
+
 /// How often the KV gauges are sampled while a level runs.
 pub const KV_POLL: Duration = Duration::from_millis(100);
 
@@ -56,6 +60,25 @@ pub fn kv_use(m: &BTreeMap<String, f64>) -> Option<f64> {
     (*total > 0.0).then(|| used / total)
 }
 
+/// A gauge's first and last samples while a level ran, and its peak.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Track {
+    pub first: f64,
+    pub last: f64,
+    pub peak: f64,
+}
+
+impl Track {
+    /// `track` with the sample `v` of `name` in `m` taken in (`None` until a sample has one).
+    pub fn take(track: Option<Track>, m: &BTreeMap<String, f64>, name: &str) -> Option<Track> {
+        let Some(&v) = m.get(name) else { return track };
+        Some(match track {
+            None => Track { first: v, last: v, peak: v },
+            Some(t) => Track { last: v, peak: t.peak.max(v), ..t },
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -74,5 +97,17 @@ mod tests {
         assert_eq!(delta(Some(&m), Some(&later), PREEMPTIONS), None, "absent from both");
         assert_eq!(delta(None, Some(&later), PREFIX_HITS), None);
         assert_eq!(kv_use(&parse("tandem_kv_blocks_used 0\ntandem_kv_blocks_total 0\n")), None);
+    }
+
+    #[test]
+    fn a_track_keeps_the_first_last_and_peak_samples() {
+        let at = |v: f64| parse(&format!("{RESIDENT} {v}\n"));
+        let mut t = Track::take(None, &parse(TEXT), RESIDENT);
+        assert_eq!(t, None, "no sample yet");
+        for v in [5.0, 9.0, 7.0] {
+            t = Track::take(t, &at(v), RESIDENT);
+        }
+        assert_eq!(t, Some(Track { first: 5.0, last: 7.0, peak: 9.0 }));
+        assert_eq!(Track::take(t, &parse(TEXT), RESIDENT), t, "a scrape without the gauge changes nothing");
     }
 }

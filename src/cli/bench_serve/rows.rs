@@ -38,6 +38,15 @@ pub fn metrics(r: &BenchRow) -> Vec<(&'static str, f64, &'static str)> {
         ("kv_use_peak", r.kv_use_peak, "fraction"),
     ];
     m.extend(server.into_iter().filter_map(|(k, v, u)| Some((k, v?, u))));
+    let tracks = [
+        (["device_memory_first", "device_memory_last", "device_memory_peak"], &r.device_memory),
+        (["resident_memory_first", "resident_memory_last", "resident_memory_peak"], &r.resident_memory),
+    ];
+    for (names, t) in tracks {
+        if let Some(t) = t {
+            m.extend(names.into_iter().zip([t.first, t.last, t.peak]).map(|(n, b)| (n, b as f64, "bytes")));
+        }
+    }
     if let Some(c) = &r.constrained {
         m.extend([
             ("constrained_completed", c.constrained_completed as f64, "requests"),

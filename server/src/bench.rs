@@ -473,7 +473,11 @@ pub fn table(rows: &[BenchRow]) -> String {
             c.mean_tpot_unconstrained_ms,
         );
     }
-    let gb = |t: &MemoryTrack| format!("{:.2} → {:.2} GB (peak {:.2})", t.first as f64 / 1e9, t.last as f64 / 1e9, t.peak as f64 / 1e9);
+    // GB where the peak is, MB below 10 GB (a small server's growth shows).
+    let gb = |t: &MemoryTrack| {
+        let (unit, div) = if t.peak >= 10_000_000_000 { ("GB", 1e9) } else { ("MB", 1e6) };
+        format!("{:.2} → {:.2} {unit} (peak {:.2})", t.first as f64 / div, t.last as f64 / div, t.peak as f64 / div)
+    };
     for r in rows.iter().filter(|r| r.device_memory.is_some() || r.resident_memory.is_some()) {
         let part = |what: &str, t: &Option<MemoryTrack>| t.as_ref().map(|t| format!("{what} {}", gb(t)));
         let parts: Vec<String> = [part("device", &r.device_memory), part("server resident", &r.resident_memory)].into_iter().flatten().collect();

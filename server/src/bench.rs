@@ -96,6 +96,10 @@ pub struct BenchRow {
     pub device_memory: Option<MemoryTrack>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resident_memory: Option<MemoryTrack>,
+    /// The server's running batch averaged over the level's samples (`/metrics`): how many of
+    /// the level's concurrent requests the server ran at once, the rest queued or draining.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running_mean: Option<f64>,
     /// Where some requests carried a `response_format`: TPOT of those and of the others
     /// apart (`None`: no request was constrained).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -285,6 +289,8 @@ struct Gauges {
     kv_use_peak: Option<f64>,
     device: Option<scrape::Track>,
     resident: Option<scrape::Track>,
+    /// The running batch's size: the sum of the samples and their count.
+    running: (f64, usize),
 }
 
 /// Sample the server's gauges every [`scrape::KV_POLL`] until `stop`.
@@ -297,6 +303,9 @@ async fn watch(client: reqwest::Client, base: String, mut stop: tokio::sync::one
             }
             g.device = scrape::Track::take(g.device, &m, scrape::DEVICE_MEMORY);
             g.resident = scrape::Track::take(g.resident, &m, scrape::RESIDENT);
+            if let Some(&r) = m.get(scrape::RUNNING) {
+                g.running = (g.running.0 + r, g.running.1 + 1);
+            }
         }
         tokio::select! {
             _ = &mut stop => return g,
@@ -358,6 +367,7 @@ pub fn run_requests(cfg: &BenchConfig, reqs: &[BenchRequest]) -> Result<BenchRow
         row.kv_use_peak = gauges.kv_use_peak;
         row.device_memory = gauges.device.map(MemoryTrack::of);
         row.resident_memory = gauges.resident.map(MemoryTrack::of);
+        row.running_mean = (gauges.running.1 > 0).then(|| gauges.running.0 / gauges.running.1 as f64);
         Ok(row)
     })
 }
@@ -416,6 +426,7 @@ fn summarize(cfg: &BenchConfig, n: usize, samples: Vec<Sample>, errors: usize, f
         kv_use_peak: None,
         device_memory: None,
         resident_memory: None,
+        running_mean: None,
         constrained,
     }
 }
@@ -423,7 +434,7 @@ fn summarize(cfg: &BenchConfig, n: usize, samples: Vec<Sample>, errors: usize, f
 /// The rows as a short table (`-`: the server's `/metrics` did not say).
 pub fn table(rows: &[BenchRow]) -> String {
     let mut s = format!(
-        "{:>5} {:>8} {:>6} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7}   (times in ms)\n",
+        "{:>5} {:>8} {:>6} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7} {:>7}   (times in ms)\n",
         "conc",
         "done/err",
         "req/s",
@@ -437,12 +448,13 @@ pub fn table(rows: &[BenchRow]) -> String {
         "ITL p99",
         "cached",
         "preempt",
-        "KV peak"
+        "KV peak",
+        "running"
     );
     let opt = |v: Option<u64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
     for r in rows {
         s += &format!(
-            "{:>5} {:>8} {:>6.2} {:>10.1} {:>10.1} {:>9.1} {:>9.1} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9} {:>7} {:>7}\n",
+            "{:>5} {:>8} {:>6.2} {:>10.1} {:>10.1} {:>9.1} {:>9.1} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9} {:>7} {:>7} {:>7}\n",
             r.concurrency,
             format!("{}/{}", r.completed, r.errors),
             r.request_throughput,
@@ -457,6 +469,7 @@ pub fn table(rows: &[BenchRow]) -> String {
             opt(r.prefix_cache_hit_tokens),
             opt(r.preemptions),
             r.kv_use_peak.map_or_else(|| "-".to_string(), |k| format!("{:.0}%", k * 100.0)),
+            r.running_mean.map_or_else(|| "-".to_string(), |m| format!("{m:.0}")),
         );
     }
     for (r, c) in rows.iter().filter_map(|r| r.constrained.as_ref().map(|c| (r, c))) {

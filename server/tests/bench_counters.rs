@@ -28,6 +28,8 @@ fn a_level_reports_prefix_hits_preemptions_and_kv_use() {
     assert_eq!(fresh.prefix_cache_hit_tokens, Some(0), "fresh prompts: no prefix-cache hits");
     assert_eq!(fresh.preemptions, Some(0));
     assert!(fresh.kv_use_peak.is_some_and(|k| (0.0..=1.0).contains(&k)), "{:?}", fresh.kv_use_peak);
+    // The running batch, averaged over the level: at most the 3 requests in flight.
+    assert!(fresh.running_mean.is_some_and(|m| (0.0..=3.0).contains(&m)), "{:?}", fresh.running_mean);
     // Memory over the level: the server's resident set (Linux), no device gauge on the CPU.
     assert_eq!(fresh.device_memory, None, "the CPU runner cannot say what a device holds");
     if cfg!(target_os = "linux") {
@@ -52,5 +54,5 @@ fn a_server_without_metrics_leaves_the_counters_empty() {
     let r = bench::run_requests(&cfg(&url, 1), &[BenchRequest { prompt: BenchPrompt::Ids(prompt(5, 1)), max_tokens: 2, response_format: None }])
         .expect("bench");
     assert_eq!((r.prefix_cache_hit_tokens, r.preemptions, r.kv_use_peak), (None, None, None));
-    assert_eq!((r.device_memory, r.resident_memory), (None, None));
+    assert_eq!((r.device_memory, r.resident_memory, r.running_mean), (None, None, None));
 }

@@ -14,6 +14,8 @@ pub const PREEMPTIONS: &str = "tandem_preemptions_total";
 /// KV cache blocks held by sequences, and in the pool (gauges).
 pub const KV_USED: &str = "tandem_kv_blocks_used";
 pub const KV_TOTAL: &str = "tandem_kv_blocks_total";
+/// Sequences in the running batch (gauge).
+pub const RUNNING: &str = "tandem_running_sequences";
 
 /// Bytes in use on the server's device, and the server process's resident memory (gauges).
 pub const DEVICE_MEMORY: &str = "tandem_device_memory_used_bytes";

@@ -36,6 +36,7 @@ pub fn metrics(r: &BenchRow) -> Vec<(&'static str, f64, &'static str)> {
         ("prefix_cache_hit_tokens", r.prefix_cache_hit_tokens.map(|v| v as f64), "tokens"),
         ("preemptions", r.preemptions.map(|v| v as f64), "sequences"),
         ("kv_use_peak", r.kv_use_peak, "fraction"),
+        ("running_mean", r.running_mean, "sequences"),
     ];
     m.extend(server.into_iter().filter_map(|(k, v, u)| Some((k, v?, u))));
     let tracks = [

@@ -69,6 +69,14 @@ pub struct Measured {
     pub recorded: String,
 }
 
+/// What the decode graphs and the worst step took in the profile beyond their `arena` (its
+/// buffers outlive the profile), and by how much the `free` bytes left once the serving pools
+/// are allocated fall short of it; `None` where it fits.
+pub fn headroom_short(m: &Measured, free: u64, arena: u64) -> Option<(u64, u64)> {
+    let need = m.step.saturating_sub(m.weights).saturating_sub(arena);
+    (free < need).then_some((need, need - free))
+}
+
 /// What a pool was sized to, for the start line.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KvPool {
@@ -250,6 +258,14 @@ mod tests {
     use super::*;
 
     const GB: u64 = 1_000_000_000;
+
+    #[test]
+    fn a_pool_that_leaves_less_than_the_step_and_graphs_took_is_flagged() {
+        let m = Measured { total: 150 * GB, weights: 14 * GB, graphs: 20 * GB, step: 30 * GB, decode_len: 1, recorded: String::new() };
+        assert_eq!(headroom_short(&m, 16 * GB, 0), None, "16 GB free holds the 16 GB the graphs and the step took");
+        assert_eq!(headroom_short(&m, 15 * GB, 0), Some((16 * GB, GB)));
+        assert_eq!(headroom_short(&m, 14 * GB, 2 * GB), None, "the arena is allocated already");
+    }
 
     #[test]
     fn the_pool_is_what_the_utilization_leaves_in_whole_blocks_less_the_spare() {

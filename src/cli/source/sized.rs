@@ -45,12 +45,23 @@ pub fn gpu_runner(m: optimized::model::GpuModel, size: KvSize, wp: WindowPools) 
     }
     let (layout, pool) = kv_groups::layout(blocks, pool, &windows, wp, c.max_ctx, KV_BLOCK, per_position);
     let r = optimized::runner::GpuRunner::with_layout(m, layout)?;
-    if measured.is_some() {
+    if let Some(m) = &measured {
         // What the step and the recordings have to work in (the profile's account assumes the
-        // pages it released went back to the driver).
+        // pages it released went back to the driver): said, and where it is less than the
+        // profile measured for them, said as a warning before any request fails.
         if let Some((used, total)) = optimized::runner::profile::in_use(&r.model.client) {
             let gb = |b: u64| b as f64 / 1e9;
-            eprintln!("  KV pools allocated: {:.2} GB in use, {:.2} GB free", gb(used), gb(total.saturating_sub(used)));
+            let free = total.saturating_sub(used);
+            eprintln!("  KV pools allocated: {:.2} GB in use, {:.2} GB free", gb(used), gb(free));
+            // The recordings' arena is allocated already (it stays with the model's client).
+            let arena = r.model.client.arena().stats().bytes as u64;
+            if let Some(short) = kv_pool::headroom_short(m, free, arena) {
+                eprintln!(
+                    "  warning: the decode graphs and the worst step measured {:.2} GB; {:.2} GB are free: steps may run out of memory (lower --gpu-memory-utilization or --max-seqs, or set --kv-tokens)",
+                    gb(short.0),
+                    gb(free)
+                );
+            }
         }
     }
     Ok((Box::new(r), pool))

@@ -53,6 +53,9 @@ pub fn compare(got: &[f32], want: &[f32], tol: Tolerance) -> Result<Metrics, Str
             _ => {}
         }
     }
+    if let Tolerance::NmseOfTerms { scale, .. } = tol {
+        den = den.max(got.len() as f64 * scale * scale);
+    }
     let nmse = if den > 0.0 {
         num / den
     } else if num == 0.0 {
@@ -60,7 +63,7 @@ pub fn compare(got: &[f32], want: &[f32], tol: Tolerance) -> Result<Metrics, Str
     } else {
         f64::INFINITY
     };
-    if let Tolerance::Nmse { max } = tol {
+    if let Tolerance::Nmse { max } | Tolerance::NmseOfTerms { max, .. } = tol {
         if nmse > max || nmse.is_nan() {
             return Err(format!("NMSE {nmse:.3e} > {max:.1e} (max |Δ| {max_abs:.3e})"));
         }

@@ -73,6 +73,11 @@ pub enum Tolerance {
     Elementwise { atol: f64, rtol: f64 },
     /// `Σ(got − want)² / Σ want² ≤ max`.
     Nmse { max: f64 },
+    /// `Σ(got − want)² / max(Σ want², n·scale²) ≤ max` over n elements: the NMSE of results
+    /// that are weighted means of terms of RMS `scale` (attention's rows of V), whose rounding
+    /// error is relative to the terms: a mean that cancels toward 0 (one row of head dim 1) is
+    /// judged against the terms' scale, not its own. A wrong term still moves it by ~`scale`.
+    NmseOfTerms { max: f64, scale: f64 },
 }
 
 /// The operations the suite knows.
@@ -224,7 +229,17 @@ pub fn out16(base: Tolerance, out: Dtype) -> (Tolerance, &'static str) {
         Tolerance::Nmse { max } => {
             (Tolerance::Nmse { max: max + u * u }, "the kernel's own bound, plus one rounding of the output to the 16-bit type on each side (≤ u²)")
         }
+        Tolerance::NmseOfTerms { max, scale } => (Tolerance::NmseOfTerms { max: max + u * u, scale }, "as for the NMSE: plus one output rounding"),
         t => (t, "elementwise bound kept: the output rounding is within it"),
+    }
+}
+
+/// `base` (an NMSE bound) as [`Tolerance::NmseOfTerms`] over terms of RMS `scale`; other
+/// bounds unchanged.
+pub fn of_terms(base: Tolerance, scale: f64) -> Tolerance {
+    match base {
+        Tolerance::Nmse { max } => Tolerance::NmseOfTerms { max, scale },
+        t => t,
     }
 }
 

@@ -54,7 +54,7 @@ pub fn gpu_runner(m: optimized::model::GpuModel, size: KvSize, wp: WindowPools) 
             let free = total.saturating_sub(used);
             eprintln!("  KV pools allocated: {:.2} GB in use, {:.2} GB free", gb(used), gb(free));
             // The recordings' arena is allocated already (it stays with the model's client).
-            let arena = r.model.client.arena().stats().bytes as u64;
+            let arena = r.model.client.arena().stats().bytes;
             if let Some(short) = kv_pool::headroom_short(m, free, arena) {
                 eprintln!(
                     "  warning: the decode graphs and the worst step measured {:.2} GB; {:.2} GB are free: steps may run out of memory (lower --gpu-memory-utilization or --max-seqs, or set --kv-tokens)",

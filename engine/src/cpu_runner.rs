@@ -18,7 +18,7 @@ use reference::kv_cache::KvCache;
 use reference::{Error, Model, Result, Trace};
 
 use crate::constraint::Allowed;
-use crate::runner::{validate_plan, KvLayout, LocalKv, ModelInfo, ModelRunner, SeqResult, StepPlan, DROPPED};
+use crate::runner::{validate_plan, KvLayout, ModelInfo, ModelRunner, SeqResult, StepPlan, DROPPED};
 use crate::sampling::seeded;
 
 /// A reference forward pass over a contiguous cache (the llama [`Model`], or another family).
@@ -139,15 +139,8 @@ impl<M: RefForward> RefRunner<M> {
     /// `local_blocks` blocks (the local group, [`KvLayout::local`], whose window is the largest
     /// of the model's) for the layers with one. Errors when no layer has a window.
     pub fn windowed(model: M, block_size: usize, num_blocks: usize, local_blocks: usize) -> Result<Self> {
-        let windows = model.windows();
-        let window = windows
-            .iter()
-            .flatten()
-            .copied()
-            .max()
+        let (layout, local) = KvLayout::windowed(block_size, num_blocks, local_blocks, &model.windows())
             .ok_or_else(|| Error::Input("a local KV group for a model without sliding-window layers".into()))?;
-        let local = windows.iter().map(Option::is_some).collect();
-        let layout = KvLayout { block_size, num_blocks, local: Some(LocalKv { num_blocks: local_blocks, window }) };
         Self::with_groups(model, layout, local)
     }
 

@@ -97,8 +97,6 @@ pub struct EngineLoad {
     pub kv_blocks_used: usize,
     pub kv_blocks_cached: usize,
     pub kv_blocks_total: usize,
-    /// Bytes in use on the target runner's device, where it says (`ModelRunner::device_memory`).
-    pub device_memory_used: Option<u64>,
 }
 
 /// The engine's speculation: settings, the draft model, measured costs.
@@ -237,7 +235,6 @@ impl<R: ModelRunner> Engine<R> {
             kv_blocks_used: self.blocks.num_used(),
             kv_blocks_cached: self.blocks.num_cached(),
             kv_blocks_total: self.blocks.num_blocks(),
-            device_memory_used: self.runner.device_memory().map(|(used, _)| used),
         }
     }
     /// The KV block groups (for invariant checks in tests).

@@ -77,6 +77,14 @@ impl KvLayout {
     pub fn new(block_size: usize, num_blocks: usize) -> Self {
         KvLayout { block_size, num_blocks, local: None }
     }
+    /// Pools of `num_blocks` blocks for the layers whose `windows` entry is `None` and a local
+    /// group of `local_blocks` (its window the largest) for the others, with which layers are
+    /// the local group's; `None` when no layer has a window.
+    pub fn windowed(block_size: usize, num_blocks: usize, local_blocks: usize, windows: &[Option<usize>]) -> Option<(Self, Vec<bool>)> {
+        let window = windows.iter().flatten().copied().max()?;
+        let layout = KvLayout { block_size, num_blocks, local: Some(LocalKv { num_blocks: local_blocks, window }) };
+        Some((layout, windows.iter().map(Option::is_some).collect()))
+    }
 }
 
 /// How to draw one token from one position's logits.

@@ -201,7 +201,7 @@ pub fn pools_by_layer(
         return Err(Error::KvCache(format!("KV pools of {}: the kernels read f32 or f16", dtype.name())));
     }
     let row_bytes = kv[0] * kv[1] * dtype.size();
-    let one = |&r: &usize| -> Result<DeviceTensor, Error> {
+    let one = |&r: &usize| -> DeviceTensor {
         // Each pool its own device allocation of its exact size, outside cubecl's pools: a pool
         // page holds one such buffer and as much waste as its page size exceeds it (24 GB of
         // GPT-OSS-20B's 104.6 GB of pools at 1,024 seats on an H200, which the memory-sized pool
@@ -213,9 +213,9 @@ pub fn pools_by_layer(
             let dest = t.handle.clone().offset_start((total - n) as u64).offset_end(0);
             client.write(&dest, cubecl::bytes::Bytes::from_bytes_vec(vec![0u8; n]));
         }
-        Ok(t)
+        t
     };
-    Ok((rows.iter().map(one).collect::<Result<_, _>>()?, rows.iter().map(one).collect::<Result<_, _>>()?))
+    Ok((rows.iter().map(one).collect(), rows.iter().map(one).collect()))
 }
 
 /// A paged KV cache on the device: pools per layer plus the host-side [`BlockManager`].

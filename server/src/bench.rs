@@ -93,9 +93,9 @@ pub struct BenchRow {
     /// memory (`/metrics`, sampled with the KV use): a soak's memory is flat when `last` stays
     /// near `first`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub device_memory: Option<MemoryTrack>,
+    pub device_memory: Option<scrape::Track>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resident_memory: Option<MemoryTrack>,
+    pub resident_memory: Option<scrape::Track>,
     /// The server's running batch averaged over the level's samples (`/metrics`): how many of
     /// the level's concurrent requests the server ran at once, the rest queued or draining.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -104,20 +104,6 @@ pub struct BenchRow {
     /// apart (`None`: no request was constrained).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub constrained: Option<SplitTpot>,
-}
-
-/// A memory gauge over a level: its first and last samples and its peak, bytes.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
-pub struct MemoryTrack {
-    pub first: u64,
-    pub last: u64,
-    pub peak: u64,
-}
-
-impl MemoryTrack {
-    fn of(t: scrape::Track) -> Self {
-        MemoryTrack { first: t.first as u64, last: t.last as u64, peak: t.peak as u64 }
-    }
 }
 
 /// TPOT of a level's constrained requests and of the unconstrained ones sharing the batch, ms.
@@ -282,7 +268,6 @@ pub fn run(cfg: &BenchConfig, prompts: &[BenchPrompt]) -> Result<BenchRow, Strin
     run_requests(cfg, &reqs)
 }
 
-/// Sample the KV gauges until `stop` fires; the highest use seen.
 /// What the gauges showed while a level ran.
 #[derive(Debug, Default)]
 struct Gauges {
@@ -365,8 +350,8 @@ pub fn run_requests(cfg: &BenchConfig, reqs: &[BenchRequest]) -> Result<BenchRow
         row.prefix_cache_hit_tokens = scrape::delta(before.as_ref(), after.as_ref(), scrape::PREFIX_HITS);
         row.preemptions = scrape::delta(before.as_ref(), after.as_ref(), scrape::PREEMPTIONS);
         row.kv_use_peak = gauges.kv_use_peak;
-        row.device_memory = gauges.device.map(MemoryTrack::of);
-        row.resident_memory = gauges.resident.map(MemoryTrack::of);
+        row.device_memory = gauges.device;
+        row.resident_memory = gauges.resident;
         row.running_mean = (gauges.running.1 > 0).then(|| gauges.running.0 / gauges.running.1 as f64);
         Ok(row)
     })
@@ -487,12 +472,12 @@ pub fn table(rows: &[BenchRow]) -> String {
         );
     }
     // GB where the peak is, MB below 10 GB (a small server's growth shows).
-    let gb = |t: &MemoryTrack| {
-        let (unit, div) = if t.peak >= 10_000_000_000 { ("GB", 1e9) } else { ("MB", 1e6) };
-        format!("{:.2} → {:.2} {unit} (peak {:.2})", t.first as f64 / div, t.last as f64 / div, t.peak as f64 / div)
+    let gb = |t: &scrape::Track| {
+        let (unit, div) = if t.peak >= 1e10 { ("GB", 1e9) } else { ("MB", 1e6) };
+        format!("{:.2} → {:.2} {unit} (peak {:.2})", t.first / div, t.last / div, t.peak / div)
     };
     for r in rows.iter().filter(|r| r.device_memory.is_some() || r.resident_memory.is_some()) {
-        let part = |what: &str, t: &Option<MemoryTrack>| t.as_ref().map(|t| format!("{what} {}", gb(t)));
+        let part = |what: &str, t: &Option<scrape::Track>| t.as_ref().map(|t| format!("{what} {}", gb(t)));
         let parts: Vec<String> = [part("device", &r.device_memory), part("server resident", &r.resident_memory)].into_iter().flatten().collect();
         s += &format!("conc {:>4}: memory over the level: {}\n", r.concurrency, parts.join(", "));
     }

@@ -105,8 +105,15 @@ pub struct Metrics {
     pub tpot: Histogram,
     pub load: EngineLoad,
     pub stats: EngineStats,
+    /// Bytes in use on the model's device, where the runner says (`ModelRunner::device_memory`),
+    /// read at most every [`MEMORY_EVERY`].
+    pub device_memory_used: Option<u64>,
     pub ready: bool,
 }
+
+/// How often the engine thread reads the device's memory for `/metrics` (a driver call: not at
+/// every step).
+pub const MEMORY_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -114,7 +121,8 @@ impl Default for Metrics {
             outcomes: [0; OUTCOMES.len()],
             ttft: Histogram::new(TTFT_BOUNDS),
             tpot: Histogram::new(TPOT_BOUNDS),
-            load: EngineLoad { running: 0, waiting: 0, kv_blocks_used: 0, kv_blocks_cached: 0, kv_blocks_total: 0, device_memory_used: None },
+            load: EngineLoad { running: 0, waiting: 0, kv_blocks_used: 0, kv_blocks_cached: 0, kv_blocks_total: 0 },
+            device_memory_used: None,
             stats: EngineStats::default(),
             ready: false,
         }
@@ -185,7 +193,7 @@ impl Metrics {
             scalar(&mut out, name, help, kind, v);
         }
         // Memory, where it can be read: a soak's flat line (or its leak) shows in these.
-        if let Some(b) = l.device_memory_used {
+        if let Some(b) = self.device_memory_used {
             scalar(&mut out, "tandem_device_memory_used_bytes", "Bytes in use on the model's device (the driver's count).", "gauge", b);
         }
         if let Some(b) = resident_bytes() {
@@ -210,7 +218,7 @@ mod tests {
             let rss = scrape_value(&text, "process_resident_memory_bytes").expect("the resident set on Linux");
             assert!(rss > 1e6, "a process holds more than a megabyte: {rss}");
         }
-        m.load.device_memory_used = Some(123_456_789);
+        m.device_memory_used = Some(123_456_789);
         assert_eq!(scrape_value(&m.render(), "tandem_device_memory_used_bytes"), Some(123_456_789.0));
     }
 

@@ -52,6 +52,8 @@ struct Worker<R: ModelRunner> {
     shared: Arc<Shared>,
     live: HashMap<RequestId, Live>,
     tickets: HashMap<u64, RequestId>,
+    /// When `publish` last read the device's memory.
+    memory_read: Option<Instant>,
 }
 
 /// A panic's message.
@@ -98,7 +100,7 @@ where
         engine.config().max_num_seqs,
         t0.elapsed().as_secs_f64()
     );
-    let mut w = Worker { engine, shared, live: HashMap::new(), tickets: HashMap::new() };
+    let mut w = Worker { engine, shared, live: HashMap::new(), tickets: HashMap::new(), memory_read: None };
     w.publish();
     w.shared.state.send_if_modified(|s| {
         let loading = *s == State::Loading;
@@ -273,8 +275,18 @@ impl<R: ModelRunner> Worker<R> {
         }
     }
 
-    fn publish(&self) {
+    fn publish(&mut self) {
+        let memory = match self.memory_read {
+            Some(t) if t.elapsed() < crate::metrics::MEMORY_EVERY => None,
+            _ => {
+                self.memory_read = Some(Instant::now());
+                Some(self.engine.runner().device_memory().map(|(used, _)| used))
+            }
+        };
         if let Ok(mut m) = self.shared.metrics.lock() {
+            if let Some(used) = memory {
+                m.device_memory_used = used;
+            }
             m.load = self.engine.load();
             m.stats = self.engine.stats().clone();
             m.ready = true;

@@ -34,7 +34,7 @@ fn a_level_reports_prefix_hits_preemptions_and_kv_use() {
     assert_eq!(fresh.device_memory, None, "the CPU runner cannot say what a device holds");
     if cfg!(target_os = "linux") {
         let rss = fresh.resident_memory.expect("the server's resident set, sampled during the level");
-        assert!(rss.first > 1_000_000 && rss.first <= rss.peak && rss.last <= rss.peak, "{rss:?}");
+        assert!(rss.first > 1e6 && rss.first <= rss.peak && rss.last <= rss.peak, "{rss:?}");
         assert!(bench::table(std::slice::from_ref(&fresh)).contains("memory over the level: server resident"), "the table says it");
     }
     // The same prompts again: their full blocks come from the cache, and the row says so.

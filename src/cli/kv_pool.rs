@@ -70,11 +70,11 @@ pub struct Measured {
 }
 
 /// What the decode graphs and the worst step took in the profile beyond their `arena` (its
-/// buffers outlive the profile), and by how much the `free` bytes left once the serving pools
-/// are allocated fall short of it; `None` where it fits.
-pub fn headroom_short(m: &Measured, free: u64, arena: u64) -> Option<(u64, u64)> {
+/// buffers outlive the profile), where the `free` bytes left once the serving pools are
+/// allocated are less; `None` where it fits.
+pub fn headroom_short(m: &Measured, free: u64, arena: u64) -> Option<u64> {
     let need = m.step.saturating_sub(m.weights).saturating_sub(arena);
-    (free < need).then_some((need, need - free))
+    (free < need).then_some(need)
 }
 
 /// What a pool was sized to, for the start line.
@@ -263,7 +263,7 @@ mod tests {
     fn a_pool_that_leaves_less_than_the_step_and_graphs_took_is_flagged() {
         let m = Measured { total: 150 * GB, weights: 14 * GB, graphs: 20 * GB, step: 30 * GB, decode_len: 1, recorded: String::new() };
         assert_eq!(headroom_short(&m, 16 * GB, 0), None, "16 GB free holds the 16 GB the graphs and the step took");
-        assert_eq!(headroom_short(&m, 15 * GB, 0), Some((16 * GB, GB)));
+        assert_eq!(headroom_short(&m, 15 * GB, 0), Some(16 * GB));
         assert_eq!(headroom_short(&m, 14 * GB, 2 * GB), None, "the arena is allocated already");
     }
 

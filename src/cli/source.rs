@@ -7,8 +7,8 @@ pub mod gpt_oss;
 mod sized;
 pub mod spec;
 
-pub use sized::gpu_runner;
 use sized::{cpu_layout, fixed_kv_bytes};
+pub use sized::{gpu_runner, kv_bytes_per_position};
 
 use std::path::PathBuf;
 

@@ -26,7 +26,7 @@ use reference::Trace;
 use super::generate_args::GenerateArgs;
 use super::kv_pool::{KvPool, KvSize};
 use super::ranks::Lead;
-use super::source::{resolve, Opened, KV_BLOCK};
+use super::source::{kv_bytes_per_position, resolve, Opened, KV_BLOCK};
 pub use super::tp::Tp;
 use super::{CliError, Device, Result};
 
@@ -119,7 +119,7 @@ pub fn sharded_sized(
     check_device(n, device, lead.is_some())?;
     let c = opened.config.clone();
     // Every rank's pools together, f32 (the widest KV type).
-    let per_position = (2 * c.n_layers * c.n_kv_heads * c.head_dim * 4) as u64;
+    let per_position = kv_bytes_per_position(&c, 4);
     let (blocks, pool) = super::kv_pool::blocks(size, None, &c, per_position, KV_BLOCK)?;
     // Every rank's pools of the same layout (the same groups as one rank's).
     let (layout, pool) = super::kv_groups::layout(blocks, pool, &opened.windows(), opened.window_pools, c.max_ctx, KV_BLOCK, per_position);

@@ -40,7 +40,7 @@ pub(crate) mod graphs;
 pub mod profile;
 pub mod single;
 
-use engine::runner::{validate_plan, KvLayout, LocalKv, ModelInfo, ModelRunner, SeqResult, StepPlan};
+use engine::runner::{validate_plan, KvLayout, ModelInfo, ModelRunner, SeqResult, StepPlan};
 use reference::Error as RefError;
 
 use crate::kernels::attention::{flash_decode, flash_prefill_varlen, Masking, VarlenSeq};
@@ -104,14 +104,9 @@ impl GpuRunner {
     /// `num_blocks` (see the module doc). Errors when no layer has a window.
     pub fn windowed(model: GpuModel, block_size: usize, num_blocks: usize, local_blocks: usize) -> Result<Self, Error> {
         let windows = (0..model.dims().n_layers).map(|l| Ok(model.attn_spec(l)?.window)).collect::<Result<Vec<_>, Error>>()?;
-        let window = windows
-            .iter()
-            .flatten()
-            .copied()
-            .max()
+        let (layout, local) = KvLayout::windowed(block_size, num_blocks, local_blocks, &windows)
             .ok_or_else(|| Error::Config("a local KV group for a model without sliding-window layers".into()))?;
-        let layout = KvLayout { block_size, num_blocks, local: Some(LocalKv { num_blocks: local_blocks, window }) };
-        Self::with_groups(model, layout, windows.iter().map(Option::is_some).collect())
+        Self::with_groups(model, layout, local)
     }
 
     /// A runner of `layout`: [`GpuRunner::windowed`] where it has a local group (whose window

@@ -62,8 +62,8 @@ pub fn kv_use(m: &BTreeMap<String, f64>) -> Option<f64> {
     (*total > 0.0).then(|| used / total)
 }
 
-/// A gauge's first and last samples while a level ran, and its peak.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+/// A gauge's first and last samples while a level ran, and its peak (for memory: bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct Track {
     pub first: f64,
     pub last: f64,

@@ -45,7 +45,7 @@ pub fn metrics(r: &BenchRow) -> Vec<(&'static str, f64, &'static str)> {
     ];
     for (names, t) in tracks {
         if let Some(t) = t {
-            m.extend(names.into_iter().zip([t.first, t.last, t.peak]).map(|(n, b)| (n, b as f64, "bytes")));
+            m.extend(names.into_iter().zip([t.first, t.last, t.peak]).map(|(n, b)| (n, b, "bytes")));
         }
     }
     if let Some(c) = &r.constrained {

@@ -10,11 +10,16 @@ use super::super::kv_pool::{self, KvPool, KvSize};
 use super::super::Result;
 use super::KV_BLOCK;
 
+/// K and V bytes of one position over every layer, elements of `elem` bytes.
+pub fn kv_bytes_per_position(c: &Config, elem: usize) -> u64 {
+    (2 * c.n_layers * c.n_kv_heads * c.head_dim * elem) as u64
+}
+
 /// The KV bytes the memory check before an upload counts: a pool of fixed size (f32, as the
 /// largest KV type); a memory-sized one is sized (and checked) once the weights are in.
 pub(super) fn fixed_kv_bytes(size: KvSize, c: &Config) -> usize {
     match size {
-        KvSize::Tokens(n) => n.div_ceil(KV_BLOCK).max(1) * KV_BLOCK * 2 * c.n_layers * c.n_kv_heads * c.head_dim * 4,
+        KvSize::Tokens(n) => n.div_ceil(KV_BLOCK).max(1) * KV_BLOCK * kv_bytes_per_position(c, 4) as usize,
         KvSize::Memory { .. } => 0,
     }
 }
@@ -23,7 +28,7 @@ pub(super) fn fixed_kv_bytes(size: KvSize, c: &Config) -> usize {
 /// memory-sized pool keeps the fixed default), split between the KV groups of a model with
 /// sliding-window layers (`windows`, one per layer) as `wp` says.
 pub(super) fn cpu_layout(size: KvSize, c: &Config, windows: &[Option<usize>], wp: WindowPools) -> Result<(KvLayout, KvPool)> {
-    let per_position = (2 * c.n_layers * c.n_kv_heads * c.head_dim * 4) as u64;
+    let per_position = kv_bytes_per_position(c, 4);
     let (blocks, pool) = kv_pool::blocks(size, None, c, per_position, KV_BLOCK)?;
     Ok(kv_groups::layout(blocks, pool, windows, wp, c.max_ctx, KV_BLOCK, per_position))
 }
@@ -34,7 +39,7 @@ pub(super) fn cpu_layout(size: KvSize, c: &Config, windows: &[Option<usize>], wp
 pub fn gpu_runner(m: optimized::model::GpuModel, size: KvSize, wp: WindowPools) -> Result<(Box<dyn ModelRunner + Send>, KvPool)> {
     let c = m.dims().clone();
     let windows: Vec<Option<usize>> = m.spec.layers.iter().map(|l| l.attn.window).collect();
-    let per_position = (2 * c.n_layers * c.n_kv_heads * c.head_dim * m.kv_dtype.size()) as u64;
+    let per_position = kv_bytes_per_position(&c, m.kv_dtype.size());
     let (m, measured) = match size {
         KvSize::Memory { step_tokens, max_seqs, .. } => kv_pool::profile(m, KV_BLOCK, step_tokens, max_seqs)?,
         KvSize::Tokens(_) => (m, None),
@@ -55,10 +60,10 @@ pub fn gpu_runner(m: optimized::model::GpuModel, size: KvSize, wp: WindowPools) 
             eprintln!("  KV pools allocated: {:.2} GB in use, {:.2} GB free", gb(used), gb(free));
             // The recordings' arena is allocated already (it stays with the model's client).
             let arena = r.model.client.arena().stats().bytes;
-            if let Some(short) = kv_pool::headroom_short(m, free, arena) {
+            if let Some(need) = kv_pool::headroom_short(m, free, arena) {
                 eprintln!(
                     "  warning: the decode graphs and the worst step measured {:.2} GB; {:.2} GB are free: steps may run out of memory (lower --gpu-memory-utilization or --max-seqs, or set --kv-tokens)",
-                    gb(short.0),
+                    gb(need),
                     gb(free)
                 );
             }

@@ -126,6 +126,9 @@ pub struct RefRunner<M: RefForward = Model> {
     /// `local[l]`: layer l's pools are the local group's (read through the local tables).
     local: Vec<bool>,
     step_tokens: usize,
+    /// The host swap space of each group (full, local): slot → its layers' K then V rows of one
+    /// block, layer by layer ([`crate::swap`]).
+    host: [Vec<Option<Vec<f32>>>; 2],
 }
 
 impl<M: RefForward> RefRunner<M> {
@@ -166,7 +169,16 @@ impl<M: RefForward> RefRunner<M> {
         let pool = |l: usize| Array3::zeros((bs * if local[l] { local_blocks } else { layout.num_blocks }, hkv, d));
         let n = model.n_layers();
         let info = model.info();
-        Ok(RefRunner { k: (0..n).map(pool).collect(), v: (0..n).map(pool).collect(), model, info, layout, local, step_tokens: CPU_STEP_TOKENS })
+        Ok(RefRunner {
+            k: (0..n).map(pool).collect(),
+            v: (0..n).map(pool).collect(),
+            model,
+            info,
+            layout,
+            local,
+            step_tokens: CPU_STEP_TOKENS,
+            host: Default::default(),
+        })
     }
 
     /// The same runner asking for steps of at most `tokens` positions (default
@@ -174,6 +186,44 @@ impl<M: RefForward> RefRunner<M> {
     pub fn with_step_tokens(mut self, tokens: usize) -> Self {
         self.step_tokens = tokens.max(1);
         self
+    }
+
+    /// The layers whose pools are the local group's (`local`) or the full group's.
+    fn group_layers(&self, local: bool) -> Vec<usize> {
+        (0..self.local.len()).filter(|&l| self.local[l] == local).collect()
+    }
+
+    /// The plan's block copies: out to the host swap space, then back in.
+    fn swap(&mut self, plan: &StepPlan) -> Result<()> {
+        let bs = self.layout.block_size;
+        for c in &plan.swap_out {
+            let r = c.block as usize * bs;
+            let mut data = Vec::new();
+            for l in self.group_layers(c.local) {
+                data.extend(self.k[l].slice(s![r..r + bs, .., ..]).iter());
+                data.extend(self.v[l].slice(s![r..r + bs, .., ..]).iter());
+            }
+            let store = &mut self.host[c.local as usize];
+            if store.len() <= c.slot as usize {
+                store.resize(c.slot as usize + 1, None);
+            }
+            store[c.slot as usize] = Some(data);
+        }
+        for c in &plan.swap_in {
+            let data = self.host[c.local as usize]
+                .get_mut(c.slot as usize)
+                .and_then(Option::take)
+                .ok_or_else(|| Error::KvCache(format!("swap-in from host slot {} (local: {}), which holds nothing", c.slot, c.local)))?;
+            let r = c.block as usize * bs;
+            let mut rows = data.chunks_exact(bs * self.model.n_kv_heads() * self.model.head_dim());
+            for l in self.group_layers(c.local) {
+                for pool in [&mut self.k[l], &mut self.v[l]] {
+                    let src = rows.next().ok_or_else(|| Error::KvCache(format!("host slot {}: too few rows", c.slot)))?;
+                    pool.slice_mut(s![r..r + bs, .., ..]).iter_mut().zip(src).for_each(|(d, &x)| *d = x);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Layer `l`'s pool row of position `pos` of a sequence with tables `full` and `local`
@@ -227,6 +277,7 @@ impl<M: RefForward> ModelRunner for RefRunner<M> {
     }
     fn step(&mut self, plan: &StepPlan) -> Result<Vec<SeqResult>> {
         validate_plan(plan, &self.info, self.layout)?;
+        self.swap(plan)?;
         let mut out = Vec::with_capacity(plan.seqs.len());
         for s in &plan.seqs {
             let mut cache = self.gather(s.blocks, s.local_blocks, s.pos0)?;
@@ -248,5 +299,9 @@ impl<M: RefForward> ModelRunner for RefRunner<M> {
     }
     fn max_step_tokens(&self) -> Option<usize> {
         Some(self.step_tokens)
+    }
+    fn swap_block_bytes(&self) -> Option<(usize, usize)> {
+        let block = self.layout.block_size * self.model.n_kv_heads() * self.model.head_dim() * 2 * std::mem::size_of::<f32>();
+        Some((block * self.group_layers(false).len(), block * self.group_layers(true).len()))
     }
 }

@@ -33,6 +33,10 @@ pub struct EngineConfig {
     /// steps since it arrived, so that a stream of more urgent requests delays it a bounded
     /// time, never forever (0: no aging, vLLM's behaviour). See `engine::priority`.
     pub priority_aging_steps: u64,
+    /// Host slots per KV group for preemption by swapping ([`crate::swap`]; the runner must
+    /// say it can, [`ModelRunner::swap_block_bytes`]); 0: a preempted sequence's KV is always
+    /// recomputed.
+    pub swap_blocks: usize,
 }
 
 impl Default for EngineConfig {
@@ -44,6 +48,7 @@ impl Default for EngineConfig {
             prefix_caching: true,
             speculation: None,
             priority_aging_steps: 1024,
+            swap_blocks: 0,
         }
     }
 }
@@ -53,6 +58,12 @@ impl Default for EngineConfig {
 pub struct EngineStats {
     pub steps: u64,
     pub preemptions: u64,
+    /// Preemptions that copied the sequence's KV to the host (the others recompute it), the
+    /// sequences copied back, and the blocks copied each way.
+    pub swapped_out: u64,
+    pub swapped_in: u64,
+    pub swap_blocks_out: u64,
+    pub swap_blocks_in: u64,
     /// Prompt tokens served from the prefix cache.
     pub cached_tokens: u64,
     pub prompt_tokens: u64,
@@ -124,6 +135,8 @@ pub struct Engine<R: ModelRunner> {
     /// The tokenizer as constrained decoding sees it: given ([`Engine::set_constraints`]) or
     /// built from the detokenizer at the first request with a grammar.
     constraints: Option<Arc<ConstraintFactory>>,
+    /// Host slots of preemption by swapping, and the copies for the next step.
+    pub(crate) swap: crate::swap::SwapSpace,
 }
 
 impl<R: ModelRunner> Engine<R> {
@@ -158,6 +171,14 @@ impl<R: ModelRunner> Engine<R> {
             }
         };
         let blocks = KvBlocks::new(runner.kv_layout())?;
+        if cfg.swap_blocks > 0 && runner.swap_block_bytes().is_none() {
+            return Err(Error::Input(format!(
+                "a swap space of {} blocks, but the runner {} cannot swap KV to the host",
+                cfg.swap_blocks,
+                runner.name()
+            )));
+        }
+        let swap = crate::swap::SwapSpace::new(cfg.swap_blocks)?;
         Ok(Engine {
             runner,
             cfg,
@@ -172,6 +193,7 @@ impl<R: ModelRunner> Engine<R> {
             spec,
             step_no: 0,
             constraints: None,
+            swap,
         })
     }
 
@@ -240,6 +262,10 @@ impl<R: ModelRunner> Engine<R> {
     /// The KV block groups (for invariant checks in tests).
     pub fn blocks(&self) -> &KvBlocks {
         &self.blocks
+    }
+    /// Free host slots of the swap space, full group and local group ([`crate::swap`]).
+    pub fn swap_slots_free(&self) -> (usize, usize) {
+        self.swap.free_slots()
     }
     /// The draft model's block manager, when speculating with one.
     pub fn draft_blocks(&self) -> Option<&KvBlocks> {
@@ -380,7 +406,11 @@ impl<R: ModelRunner> Engine<R> {
             }
         }
         let (results, tokens) = {
-            let mut plan = StepPlan::default();
+            // Copies of preemptions (swap-outs, possibly from a step that ran nothing) and
+            // admissions (swap-ins) go before this step's forward pass.
+            let mut plan =
+                StepPlan { swap_out: std::mem::take(&mut self.swap.out), swap_in: std::mem::take(&mut self.swap.into), ..StepPlan::default() };
+            self.stats.swap_blocks_in += plan.swap_in.len() as u64;
             for (it, c) in schedule.items.iter().zip(&counts) {
                 let s = self.seqs.get(&it.id).ok_or_else(|| Error::Input(format!("unknown request {}", it.id)))?;
                 let kv = s.kv.ok_or_else(|| Error::KvCache(format!("scheduled request {} holds no blocks", it.id)))?;
@@ -487,6 +517,9 @@ impl<R: ModelRunner> Engine<R> {
             self.blocks.free_sequence(kv)?;
         }
         crate::spec::release_draft(&mut self.spec, &mut s)?;
+        if let Some(sw) = s.swapped.take() {
+            self.swap.release(&sw);
+        }
         if let Some(t) = s.constraint.as_ref().map(|c| c.mask_time()) {
             self.stats.masks += t.masks;
             self.stats.mask_compute_ns += t.compute_ns;

@@ -379,6 +379,23 @@ impl BlockManager {
         self.seqs[id] = Some(BlockTable { blocks, len });
         Ok(id)
     }
+    /// A new sequence of `len` positions in fresh blocks (a swapped-out sequence coming back),
+    /// its first `dropped` entries [`DROPPED`]; `None`, taking nothing, where the pool lacks
+    /// the blocks.
+    pub(crate) fn add_fresh(&mut self, dropped: usize, len: usize) -> Result<Option<SeqId>> {
+        let n = len.div_ceil(self.block_size);
+        let dropped = dropped.min(n);
+        if n - dropped > self.alloc.num_free() {
+            return Ok(None);
+        }
+        let mut blocks = vec![DROPPED; dropped];
+        for _ in dropped..n {
+            blocks.push(self.alloc.allocate()?);
+        }
+        let id = self.add_sequence();
+        self.seqs[id] = Some(BlockTable { blocks, len });
+        Ok(Some(id))
+    }
     /// Release `s`'s blocks `0 .. k`, their entries becoming [`DROPPED`] (blocks of a local
     /// group out of every later query's window; a block with a registered hash stays cached).
     pub(crate) fn drop_below(&mut self, s: SeqId, k: usize) -> Result<()> {

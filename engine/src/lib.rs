@@ -2,7 +2,7 @@
 //!
 //! The serving engine, device-free: requests, sequences, the KV block manager with prefix
 //! caching ([`kv_blocks`]) and an iteration-level scheduler (continuous batching, chunked
-//! prefill, preemption by recompute), driving any [`ModelRunner`] — the CPU reference
+//! prefill, preemption by recompute or by swapping KV to host memory: [`swap`]), driving any [`ModelRunner`] — the CPU reference
 //! ([`RefRunner`]) or a GPU runner — one [`StepPlan`] at a time. The interfaces every backend
 //! implements live here: the runner trait ([`runner`]), the sampling definitions with the
 //! counter-based draw ([`sampling`]), and the single-sequence generation loop ([`single`]).
@@ -12,7 +12,7 @@
 //! ```text
 //! add_request ─▶ waiting ─admit─▶ running ─step─▶ RequestOutput (tokens, text, finish)
 //!                   ▲                 │
-//!                   └──── preempt ────┘   (newest first, KV recomputed on resume)
+//!                   └──── preempt ────┘   (newest first, KV recomputed or swapped back on resume)
 //! ```
 //!
 //! Every draw is the counter-based sampler of [`sampling::seeded`], so a request's
@@ -43,6 +43,7 @@ mod scheduler;
 mod sequence;
 pub mod single;
 pub mod spec;
+pub mod swap;
 
 pub use detok::Detokenizer;
 pub use engine::{Engine, EngineConfig, EngineLoad, EngineStats};

@@ -32,7 +32,7 @@ use reference::parallel::tcp::{lock, SharedLink};
 use reference::{Error, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::runner::{AbortCollectives, KvLayout, ModelInfo, ModelRunner, SampleSpec, SeqResult, SeqStep, StepPlan};
+use crate::runner::{AbortCollectives, BlockCopy, KvLayout, ModelInfo, ModelRunner, SampleSpec, SeqResult, SeqStep, StepPlan};
 use crate::sampling::seeded::TokenCount;
 use crate::sampling::SamplingParams;
 
@@ -63,6 +63,8 @@ struct WireSeq {
 /// A [`StepPlan`] that owns its data: what travels to the workers.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WirePlan {
+    swap_out: Vec<BlockCopy>,
+    swap_in: Vec<BlockCopy>,
     seqs: Vec<WireSeq>,
     continues: bool,
 }
@@ -89,7 +91,7 @@ impl WirePlan {
                 samples: s.samples.iter().map(sample).collect(),
             })
             .collect();
-        WirePlan { seqs, continues: plan.continues }
+        WirePlan { swap_out: plan.swap_out.clone(), swap_in: plan.swap_in.clone(), seqs, continues: plan.continues }
     }
 
     /// The plan it carries.
@@ -105,7 +107,7 @@ impl WirePlan {
                 samples: s.samples.iter().map(WireSample::spec).collect(),
             })
             .collect();
-        StepPlan { seqs, continues: self.continues }
+        StepPlan { swap_out: self.swap_out.clone(), swap_in: self.swap_in.clone(), seqs, continues: self.continues }
     }
 }
 
@@ -284,6 +286,10 @@ impl<R: ModelRunner> ModelRunner for LeadRunner<R> {
     }
     fn max_step_tokens(&self) -> Option<usize> {
         self.inner.max_step_tokens()
+    }
+    /// Every rank's runner swaps its own shard of each block (the plan carries the copies).
+    fn swap_block_bytes(&self) -> Option<(usize, usize)> {
+        self.inner.swap_block_bytes()
     }
 }
 

@@ -125,9 +125,25 @@ pub struct SeqStep<'a> {
     pub samples: Vec<SampleSpec<'a>>,
 }
 
+/// One KV block copied between a runner's device pools and its host swap space: every layer's
+/// K and V rows of pool block `block` of the group (`local`: the local group's pools, else the
+/// full group's) to or from host slot `slot` of that group's swap space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct BlockCopy {
+    pub local: bool,
+    pub block: u32,
+    pub slot: u32,
+}
+
 /// Everything one step computes.
 #[derive(Debug, Clone, Default)]
 pub struct StepPlan<'a> {
+    /// Blocks of preempted sequences to copy to the host swap space before anything else of
+    /// the step (their pool blocks may be this step's blocks of other sequences), in order.
+    pub swap_out: Vec<BlockCopy>,
+    /// Then blocks of resumed sequences to copy back from the host into the pools (before the
+    /// forward pass reads them). A slot is never both in one plan.
+    pub swap_in: Vec<BlockCopy>,
     pub seqs: Vec<SeqStep<'a>>,
     /// A hint from the engine: it expects its next step to continue this one (the same
     /// sequences, each running the token drawn here at the next position). A runner may start
@@ -217,11 +233,27 @@ pub trait ModelRunner {
     fn device_memory(&self) -> Option<(u64, u64)> {
         None
     }
+    /// Host bytes one block of each KV group takes in the runner's swap space (full group,
+    /// local group: 0 without one), where the runner can swap ([`StepPlan::swap_out`]); `None`:
+    /// it cannot, and the engine preempts by recompute only.
+    fn swap_block_bytes(&self) -> Option<(usize, usize)> {
+        None
+    }
 }
 
 /// Checks shared by every runner: tables cover the tokens, ids are in the vocabulary and the
 /// pool, positions stay inside the context, samples fit.
 pub fn validate_plan(plan: &StepPlan, info: &ModelInfo, kv: KvLayout) -> Result<()> {
+    for c in plan.swap_out.iter().chain(&plan.swap_in) {
+        let blocks = match (c.local, kv.local) {
+            (false, _) => kv.num_blocks,
+            (true, Some(l)) => l.num_blocks,
+            (true, None) => return Err(Error::KvCache(format!("step: a swap of local block {}, the runner has no local group", c.block))),
+        };
+        if c.block as usize >= blocks {
+            return Err(Error::KvCache(format!("step: a swap of block {} outside the pool of {blocks}", c.block)));
+        }
+    }
     for (i, s) in plan.seqs.iter().enumerate() {
         let end = s.pos0 + s.tokens.len();
         if s.tokens.is_empty() {
@@ -325,5 +357,8 @@ impl<T: ModelRunner + ?Sized> ModelRunner for Box<T> {
     }
     fn device_memory(&self) -> Option<(u64, u64)> {
         (**self).device_memory()
+    }
+    fn swap_block_bytes(&self) -> Option<(usize, usize)> {
+        (**self).swap_block_bytes()
     }
 }

@@ -5,14 +5,17 @@
 //!    [`crate::priority`]): a decoding sequence takes 1 token, one still in
 //!    its prompt a chunk of at most `prefill_chunk` tokens (chunked prefill) — both within what
 //!    is left of the budget. When the pool has too few free blocks for a sequence's tokens, the
-//!    **last** running sequence (lowest priority, then newest) is preempted (its blocks freed, its KV to be recomputed from
-//!    prompt + output when it is resumed, which gives identical output: the draw depends only
-//!    on the logits, the seed and the output index); if that is the sequence itself, it waits.
+//!    **last** running sequence (lowest priority, then newest) is preempted (its blocks freed;
+//!    its KV copied to the host swap space where that holds it ([`crate::swap`]), else
+//!    recomputed from prompt + output when it is resumed, which gives identical output: the
+//!    draw depends only on the logits, the seed and the output index); if that is the
+//!    sequence itself, it waits.
 //! 2. **Then waiting sequences by (priority, arrival)** (priorities aged; first come first
 //!    served among equals), while the budget, the seats
 //!    (`max_num_seqs`) and the free blocks last: a sequence admitted takes its longest cached
-//!    prefix from the prefix cache and its first chunk. Nothing is admitted in a step that
-//!    preempted, and a sequence that does not fit stops admission (no overtaking).
+//!    prefix from the prefix cache (a swapped one, fresh blocks for its KV, copied back) and its
+//!    first chunk. Nothing is admitted in a step that preempted — so a step never copies a
+//!    block both ways —, and a sequence that does not fit stops admission (no overtaking).
 //! 3. **Then speculative positions** (when on): each decoding sequence may add k proposed
 //!    tokens from what is left of the budget and of the free blocks — never preempting, never
 //!    in a step that preempted, never delaying an admission.
@@ -180,6 +183,9 @@ impl<R: ModelRunner> Engine<R> {
     /// Give waiting `id` blocks: its cached prefix and room for its first chunk (of at most
     /// `budget` tokens). Returns false, holding nothing, when the pool cannot take the chunk.
     fn admit(&mut self, id: RequestId, budget: usize) -> Result<bool> {
+        if self.seq(id)?.swapped.is_some() {
+            return self.admit_swapped(id, budget);
+        }
         let bs = self.blocks.block_size();
         let prefix_caching = self.cfg.prefix_caching;
         let chunk = self.cfg.prefill_chunk;
@@ -203,16 +209,45 @@ impl<R: ModelRunner> Engine<R> {
         Ok(true)
     }
 
-    /// Move running `id` back to the front of the queue, freeing its blocks (its KV is
-    /// recomputed when it is admitted again).
+    /// [`Engine::admit`] of a sequence whose KV waits in the host swap space: fresh blocks for
+    /// it (copied back before the step's forward pass) and its next chunk.
+    fn admit_swapped(&mut self, id: RequestId, budget: usize) -> Result<bool> {
+        let queued = self.swap.into.len();
+        let Some(kv) = self.swap_in(id)? else { return Ok(false) };
+        let chunk = self.cfg.prefill_chunk;
+        let s = self.seqs.get_mut(&id).ok_or_else(|| reference::Error::Input(format!("unknown request {id}")))?;
+        let n = s.pending().min(chunk).min(budget);
+        if !self.blocks.fits(kv, n)? {
+            self.blocks.free_sequence(kv)?;
+            // Its copies back were queued with the blocks: take them back too.
+            self.swap.into.truncate(queued);
+            return Ok(false);
+        }
+        self.blocks.grow(kv, n)?;
+        s.kv = Some(kv);
+        s.status = Status::Running;
+        // The copies run before any later step could swap into these slots again: this step
+        // admits, so it preempted nothing.
+        if let Some(sw) = s.swapped.take() {
+            self.swap.release(&sw);
+        }
+        self.stats.swapped_in += 1;
+        Ok(true)
+    }
+
+    /// Move running `id` back to the front of the queue, freeing its blocks (its KV is copied
+    /// to the host where the swap space holds it, else recomputed when it is admitted again).
     pub(crate) fn preempt(&mut self, id: RequestId) -> Result<()> {
+        let swapped = self.swap_out(id)?;
         let s = self.seqs.get_mut(&id).ok_or_else(|| reference::Error::Input(format!("unknown request {id}")))?;
         if let Some(kv) = s.kv.take() {
             self.blocks.free_sequence(kv)?;
         }
         crate::spec::release_draft(&mut self.spec, s)?;
-        s.computed = 0;
-        s.registered = 0;
+        if !swapped {
+            s.computed = 0;
+            s.registered = 0;
+        }
         s.status = Status::Waiting;
         s.preemptions += 1;
         self.running.retain(|&r| r != id);

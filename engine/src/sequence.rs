@@ -15,7 +15,8 @@ use crate::spec::SeqSpec;
 /// Where a sequence is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
-    /// Not holding KV blocks: new, or preempted (its KV will be recomputed).
+    /// Not holding KV blocks: new, or preempted (its KV recomputed, or copied back from the
+    /// host swap space, when it is admitted again).
     Waiting,
     /// Holding blocks; scheduled every step while the token budget lasts.
     Running,
@@ -49,6 +50,8 @@ pub struct Sequence {
     /// Prompt positions the prefix cache supplied at the last admission.
     pub cached_tokens: usize,
     pub preemptions: usize,
+    /// Where its KV is while it waits after a preemption that swapped it to the host.
+    pub swapped: Option<crate::swap::Swapped>,
     /// The engine step at which the request arrived (priority aging counts from it).
     pub arrival_step: u64,
     /// Speculative decoding state (proposals, acceptance, the draft model's KV).
@@ -80,6 +83,7 @@ impl Sequence {
             text_sent: 0,
             cached_tokens: 0,
             preemptions: 0,
+            swapped: None,
             arrival_step: 0,
             spec: SeqSpec::default(),
             constraint: None,

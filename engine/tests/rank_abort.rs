@@ -113,7 +113,11 @@ fn run(world: usize, fail: (usize, usize)) -> (Vec<Option<Outcome>>, Vec<Option<
         let params = SamplingParams::default();
         for _ in 0..2 {
             let samples = vec![SampleSpec { params: &params, counter: 0, counts: &[], want_logits: false, allowed: None }];
-            let plan = StepPlan { seqs: vec![SeqStep { tokens: &[1], pos0: 0, blocks: &[0], local_blocks: &[], samples }], continues: false };
+            let plan = StepPlan {
+                seqs: vec![SeqStep { tokens: &[1], pos0: 0, blocks: &[0], local_blocks: &[], samples }],
+                continues: false,
+                ..StepPlan::default()
+            };
             let _ = tx.send(lead.step(&plan).map(|_| ()).map_err(|e| e.to_string()));
         }
         drop(lead);

@@ -49,6 +49,7 @@ fn smaller_recordings_lease_the_largest_ones_activations() {
             })
             .collect(),
         continues: false,
+        ..StepPlan::default()
     };
     let out = r.step(&plan).expect("step");
     assert_eq!(out.len(), top);

@@ -135,12 +135,15 @@ pub struct Runners<R> {
     /// The engine's seats where they follow from the loaded runner (a memory-sized KV pool),
     /// in place of `ServerConfig::engine.max_num_seqs`.
     pub max_num_seqs: Option<usize>,
+    /// Host slots for preemption by swapping where they follow from the loaded runner (the
+    /// swap space over its block size), in place of `ServerConfig::engine.swap_blocks`.
+    pub swap_blocks: Option<usize>,
 }
 
 impl<R> Runners<R> {
     /// The target alone (no draft model).
     pub fn target(target: R) -> Self {
-        Runners { target, draft: None, max_num_seqs: None }
+        Runners { target, draft: None, max_num_seqs: None, swap_blocks: None }
     }
 }
 

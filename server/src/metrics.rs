@@ -167,7 +167,7 @@ impl Metrics {
         }
         let l = &self.load;
         let s = &self.stats;
-        let rows: [(&str, &str, &str, u64); 15] = [
+        let rows: [(&str, &str, &str, u64); 17] = [
             ("tandem_model_ready", "1 once the model has loaded.", "gauge", self.ready as u64),
             ("tandem_queue_depth", "Requests waiting for a sequence slot or KV blocks.", "gauge", l.waiting as u64),
             ("tandem_running_sequences", "Sequences in the running batch.", "gauge", l.running as u64),
@@ -178,7 +178,9 @@ impl Metrics {
             ("tandem_generation_tokens_total", "Tokens generated.", "counter", s.generated_tokens),
             ("tandem_prefix_cache_hit_tokens_total", "Prompt tokens served from the prefix cache.", "counter", s.cached_tokens),
             ("tandem_engine_steps_total", "Engine steps run.", "counter", s.steps),
-            ("tandem_preemptions_total", "Sequences preempted (KV recomputed later).", "counter", s.preemptions),
+            ("tandem_preemptions_total", "Sequences preempted (KV recomputed, or swapped to the host and back).", "counter", s.preemptions),
+            ("tandem_swapped_out_total", "Preemptions that copied the sequence's KV to host memory.", "counter", s.swapped_out),
+            ("tandem_swapped_in_total", "Swapped sequences whose KV was copied back to the device.", "counter", s.swapped_in),
             (
                 "tandem_graph_recordings_in_steps_total",
                 "Decode graphs recorded inside a request's step (not at start-up).",

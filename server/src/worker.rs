@@ -74,6 +74,7 @@ where
     let mut cfg = shared.cfg.engine;
     let engine = built.and_then(|r| {
         cfg.max_num_seqs = r.max_num_seqs.unwrap_or(cfg.max_num_seqs);
+        cfg.swap_blocks = r.swap_blocks.unwrap_or(cfg.swap_blocks);
         Engine::with_runners(r.target, r.draft, cfg, detok).map_err(|e| format!("engine: {e}"))
     });
     let engine = match engine {

@@ -21,7 +21,7 @@ fn spec_server(spec: SpecConfig, with_draft: bool) -> Server {
     let server = Server::start_runners(cfg, tiny_front("tiny-gqa"), move || {
         // The target as its own draft: every greedy proposal is accepted.
         let draft = with_draft.then(|| Box::new(tiny_runner("tiny-gqa", 4096 + BLOCK)) as Box<dyn ModelRunner + Send>);
-        Ok(Runners { target: tiny_runner("tiny-gqa", 4096), draft, max_num_seqs: None })
+        Ok(Runners { target: tiny_runner("tiny-gqa", 4096), draft, max_num_seqs: None, swap_blocks: None })
     })
     .expect("server starts");
     wait_ready(&base(&server));

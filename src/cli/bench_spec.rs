@@ -130,6 +130,10 @@ fn stats_delta(after: &EngineStats, before: &EngineStats) -> EngineStats {
     EngineStats {
         steps: after.steps - before.steps,
         preemptions: after.preemptions - before.preemptions,
+        swapped_out: after.swapped_out - before.swapped_out,
+        swapped_in: after.swapped_in - before.swapped_in,
+        swap_blocks_out: after.swap_blocks_out - before.swap_blocks_out,
+        swap_blocks_in: after.swap_blocks_in - before.swap_blocks_in,
         cached_tokens: after.cached_tokens - before.cached_tokens,
         prompt_tokens: after.prompt_tokens - before.prompt_tokens,
         generated_tokens: after.generated_tokens - before.generated_tokens,

@@ -63,6 +63,6 @@ impl OneSeq {
         let this: &'a Self = self;
         let samples = (0..draws).map(|j| SampleSpec { params, counter: (pos0 + j) as u64, counts: &[], want_logits, allowed: None }).collect();
         let (blocks, local_blocks) = (&this.kv.table(this.id)?.blocks, this.kv.local_table(this.id)?);
-        Ok(StepPlan { seqs: vec![SeqStep { tokens, pos0, blocks, local_blocks, samples }], continues: false })
+        Ok(StepPlan { seqs: vec![SeqStep { tokens, pos0, blocks, local_blocks, samples }], continues: false, ..StepPlan::default() })
     }
 }

@@ -100,6 +100,25 @@ impl KvPool {
 }
 
 /// `--gpu-memory-utilization`, checked.
+/// `--swap-space` in bytes (GB, ≥ 0).
+pub fn swap_space(gb: f64) -> Result<u64> {
+    if gb.is_finite() && (0.0..=1e6).contains(&gb) {
+        return Ok((gb * 1e9) as u64);
+    }
+    Err(CliError::Usage(format!("--swap-space {gb} must be a number of GB, at least 0")))
+}
+
+/// Host slots per KV group a swap space of `bytes` holds, for a runner whose blocks take
+/// `per_block` (full group, local group; `None`: it cannot swap) bytes on the host — one slot
+/// of each group a block of the full group's tables takes at most.
+pub fn swap_blocks(bytes: u64, per_block: Option<(usize, usize)>, runner: &str) -> std::result::Result<usize, String> {
+    match per_block {
+        _ if bytes == 0 => Ok(0),
+        None => Err(format!("--swap-space: the runner {runner} cannot swap KV to the host")),
+        Some((full, local)) => Ok((bytes / (full + local).max(1) as u64) as usize),
+    }
+}
+
 pub fn utilization(f: f64) -> Result<f64> {
     if f.is_finite() && f > 0.0 && f <= 1.0 {
         return Ok(f);

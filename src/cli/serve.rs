@@ -53,6 +53,11 @@ pub struct ServeArgs {
     /// context, at least 16384 positions).
     #[arg(long, default_value_t = kv_pool::DEFAULT_UTILIZATION)]
     pub gpu_memory_utilization: f64,
+    /// Host memory in GB for preemption by swapping (vLLM's --swap-space): a preempted
+    /// sequence's KV is copied there and back instead of recomputed, where it fits. 0: always
+    /// recompute (with prefix-cache hits). docs/serving.md measures both.
+    #[arg(long, default_value_t = 0.0)]
+    pub swap_space: f64,
     /// Shard the model over N ranks (tensor parallelism; as `generate --tensor-parallel`).
     #[arg(long, default_value_t = 1)]
     pub tensor_parallel: usize,
@@ -163,6 +168,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         return Err(CliError::Usage("--protect-metrics needs --api-key (or TANDEM_API_KEY)".into()));
     }
     let spec = a.spec.parsed()?;
+    let swap_space = kv_pool::swap_space(a.swap_space)?;
     let mut opened = a.model.open()?;
     // The sliding-window layers' local group holds a window for each seat the pool may get
     // (a memory-sized pool's default seats are at most 512) and a step's prompt chunks.
@@ -243,12 +249,16 @@ pub fn run(a: ServeArgs) -> Result<()> {
             (None, false) => "the default for a fixed pool",
         };
         eprintln!("tandem serve: {}; up to {seats} sequences ({rule})", pool.line());
+        let swap_blocks = kv_pool::swap_blocks(swap_space, target.swap_block_bytes(), &target.name())?;
+        if swap_blocks > 0 {
+            eprintln!("tandem serve: preemption swaps KV to host memory: {swap_blocks} blocks of each group ({:.2} GB)", swap_space as f64 / 1e9);
+        }
         eprintln!("tandem serve: {}", kv_pool::record_graphs(target.as_mut(), seats, ctx).map_err(|e| format!("recording decode graphs: {e}"))?);
         let draft = match &spec {
             Some((what, _)) => draft_runner(what, &model, tok.as_deref(), draft_kv).map_err(|e| format!("--speculate: {e}"))?,
             None => None,
         };
-        Ok(server::Runners { target, draft, max_num_seqs: Some(seats) })
+        Ok(server::Runners { target, draft, max_num_seqs: Some(seats), swap_blocks: Some(swap_blocks) })
     };
     server::run_runners(cfg, front, factory).map_err(|e| CliError::Lib(reference::Error::Backend(e)))
 }

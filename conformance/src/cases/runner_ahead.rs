@@ -89,7 +89,7 @@ impl AheadCase {
                 20 => vec![0],
                 _ => vec![0, 1],
             };
-            let plan = StepPlan { seqs: order.iter().map(|&i| seqs[i].step(step == 0)).collect(), continues: step != 25 };
+            let plan = StepPlan { seqs: order.iter().map(|&i| seqs[i].step(step == 0)).collect(), continues: step != 25, ..StepPlan::default() };
             let mut got = Vec::new();
             for r in runs.iter_mut() {
                 got.push(r.step(&plan).map_err(|e| format!("step {step}: {e}"))?);

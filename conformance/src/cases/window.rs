@@ -10,7 +10,8 @@
 //!   prefill, a shared prefix through the prefix cache, a local group small enough to
 //!   preempt), with decode graphs and steps ahead (inputs written by the host or advanced on
 //!   the device): the steps ahead must be taken as often as without a local group (a dropped
-//!   block is no reason to miss one).
+//!   block is no reason to miss one). With a swap space, the preempted sequences' blocks of
+//!   both groups go to host memory and come back (`engine::swap`): the tokens stay the same.
 
 use engine::cpu_runner::RefRunner;
 use engine::kv_blocks::{KvBlocks, SeqId};
@@ -187,11 +188,16 @@ pub struct WindowEngineCase {
     pub local: usize,
     /// `advance=device` (else the host writes a step ahead's inputs).
     pub device: bool,
+    /// Preempt by swapping KV to host memory (a swap space of [`SWAP_BLOCKS`] blocks).
+    pub swap: bool,
 }
 
-/// What one engine run gives: tokens per request, steps ahead taken and missed, preemptions,
-/// the runner's status line.
-type Run = (Vec<Vec<u32>>, (u64, u64), u64, String);
+/// The swap space of a [`WindowEngineCase`] with `swap`: every preempted sequence fits.
+const SWAP_BLOCKS: usize = 256;
+
+/// What one engine run gives: tokens per request, steps ahead taken and missed, preemptions
+/// and of those swapped, the runner's status line.
+type Run = (Vec<Vec<u32>>, (u64, u64), (u64, u64), String);
 
 impl WindowEngineCase {
     fn body(&self, client: &Client) -> Result<Outcome, String> {
@@ -211,7 +217,8 @@ impl WindowEngineCase {
             .map_err(|e| e.to_string())
         };
         let reqs = requests(vocab);
-        let cfg = EngineConfig { max_batched_tokens: 24, prefill_chunk: 16, max_num_seqs: 6, ..EngineConfig::default() };
+        let swap_blocks = if self.swap { SWAP_BLOCKS } else { 0 };
+        let cfg = EngineConfig { max_batched_tokens: 24, prefill_chunk: 16, max_num_seqs: 6, swap_blocks, ..EngineConfig::default() };
         let run = |runner: Box<dyn ModelRunner>| -> Result<Run, String> {
             let mut e = Engine::new(runner, cfg, None).map_err(|e| e.to_string())?;
             let out = super::runner::run_requests(&mut e, &reqs)?;
@@ -220,14 +227,18 @@ impl WindowEngineCase {
             }
             e.blocks().check()?;
             let ahead = e.runner().steps_ahead().unwrap_or_default();
-            Ok((out, parse_ahead(&ahead), e.stats().preemptions, e.runner().status().unwrap_or_default()))
+            let st = e.stats();
+            if st.swapped_in != st.swapped_out {
+                return Err(format!("{} sequences swapped out, {} back in", st.swapped_out, st.swapped_in));
+            }
+            Ok((out, parse_ahead(&ahead), (st.preemptions, st.swapped_out), e.runner().status().unwrap_or_default()))
         };
         let (want, ..) = run(reference)?;
         let windowed = make(Some(self.local))?;
         if windowed.kv_layout().local.is_none_or(|l: LocalKv| l.num_blocks != self.local) {
             return Err("the windowed runner has no local group".into());
         }
-        let (got, ahead, preempted, status) = run(Box::new(windowed))?;
+        let (got, ahead, (preempted, swapped), status) = run(Box::new(windowed))?;
         let (_, plain_ahead, ..) = run(Box::new(make(None)?))?;
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
             if g != w {
@@ -239,6 +250,9 @@ impl WindowEngineCase {
         }
         if self.local < PREEMPTS && preempted == 0 {
             return Ok(Outcome::Fail(format!("{} local blocks were meant to preempt", self.local)));
+        }
+        if self.swap && swapped != preempted {
+            return Ok(Outcome::Fail(format!("{preempted} preemptions, {swapped} swapped: the swap space holds every one")));
         }
         if ahead.0 == 0 || (preempted == 0 && ahead.1 > plain_ahead.1) {
             return Ok(Outcome::Fail(format!(
@@ -285,7 +299,8 @@ impl Case for WindowEngineCase {
     }
     fn name(&self) -> String {
         let how = if self.device { "advanced on the device" } else { "written by the host" };
-        format!("engine({},local KV group of {}x{BS},graphs + steps ahead {how},f32)", self.model.name(), self.local)
+        let swap = if self.swap { ",preemption by swap" } else { "" };
+        format!("engine({},local KV group of {}x{BS},graphs + steps ahead {how}{swap},f32)", self.model.name(), self.local)
     }
     fn run(&self, client: &Client) -> Outcome {
         self.body(client).unwrap_or_else(Outcome::Fail)
@@ -298,8 +313,8 @@ pub fn cases() -> Vec<Box<dyn Case>> {
         for dtype in [Dtype::F32, Dtype::F16] {
             v.push(Box::new(WindowStepsCase { model, dtype }));
         }
-        for (local, device) in [(64, true), (64, false), (10, true)] {
-            v.push(Box::new(WindowEngineCase { model, local, device }));
+        for (local, device, swap) in [(64, true, false), (64, false, false), (10, true, false), (10, true, true)] {
+            v.push(Box::new(WindowEngineCase { model, local, device, swap }));
         }
     }
     v

@@ -166,6 +166,36 @@ impl KvBlocks {
         l.floor[id] = len;
         Ok(id)
     }
+    /// The first local-table entry a query at `pos` reads (0 without a local group): a
+    /// sequence that has computed `pos` positions needs none before it.
+    pub fn first_live(&self, pos: usize) -> usize {
+        self.local.as_ref().map_or(0, |l| l.first_needed(pos))
+    }
+    /// A new sequence of `len` positions in fresh blocks of both groups (the local group's only
+    /// from the first its next query reads), for KV copied back from the host; `None`, taking
+    /// nothing, where a group lacks the blocks.
+    pub fn add_restored(&mut self, len: usize) -> Result<Option<SeqId>> {
+        let first = self.first_live(len);
+        if let Some(l) = &self.local {
+            if len.div_ceil(l.blocks.block_size).saturating_sub(first) > l.blocks.num_free() {
+                return Ok(None);
+            }
+        }
+        let Some(id) = self.full.add_fresh(0, len)? else { return Ok(None) };
+        let Some(l) = self.local.as_mut() else { return Ok(Some(id)) };
+        let Some(lid) = l.blocks.add_fresh(first, len)? else {
+            self.full.free_sequence(id)?;
+            return Ok(None);
+        };
+        if lid != id {
+            return Err(kv(format!("KV groups out of step: sequence {id} in the full group is {lid} in the local group")));
+        }
+        if l.floor.len() <= id {
+            l.floor.resize(id + 1, 0);
+        }
+        l.floor[id] = len;
+        Ok(Some(id))
+    }
     /// Release the local blocks of `s` that no query from `pos0` on reads (`pos0`: the
     /// positions `s` has computed; at most its length). Nothing without a local group.
     pub fn slide(&mut self, s: SeqId, pos0: usize) -> Result<()> {

@@ -75,6 +75,7 @@ struct Report {
     steps_ahead: Option<String>,
     recordings: (u64, u64),
     status: Option<String>,
+    swap_block_bytes: Option<(usize, usize)>,
 }
 
 /// One rank's thread: messages in, replies out.
@@ -348,6 +349,7 @@ fn rank_thread(
                 steps_ahead: runner.steps_ahead(),
                 recordings: runner.graph_recordings(),
                 status: ModelRunner::status(&runner),
+                swap_block_bytes: runner.swap_block_bytes(),
             }),
         };
         trace(|| format!("rank {r} answered"));
@@ -412,6 +414,10 @@ impl ModelRunner for TpRunner {
     }
     fn recordings(&self) -> Option<(u64, u64)> {
         self.report().map(|r| r.recordings)
+    }
+    /// Each rank swaps its own shard of every block (each gets the plan's copies).
+    fn swap_block_bytes(&self) -> Option<(usize, usize)> {
+        self.report().and_then(|r| r.swap_block_bytes)
     }
     /// Every rank records the same graphs (their collectives meet in the warm-up runs).
     fn prepare_decode(&mut self, rows: usize, max_len: usize, sampled: bool) -> reference::Result<usize> {

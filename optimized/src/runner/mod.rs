@@ -39,6 +39,7 @@ pub mod batch;
 pub(crate) mod graphs;
 pub mod profile;
 pub mod single;
+mod swap;
 
 use engine::runner::{validate_plan, KvLayout, ModelInfo, ModelRunner, SeqResult, StepPlan};
 use reference::Error as RefError;
@@ -85,6 +86,8 @@ pub struct GpuRunner {
     local: Vec<bool>,
     /// cos / sin for every position of the context, per layer (shared where layers share RoPE).
     ropes: crate::model::RopeTables,
+    /// Blocks of preempted sequences held in host memory (`engine::swap`).
+    host: swap::HostSwap,
 }
 
 fn to_ref(e: Error) -> RefError {
@@ -141,7 +144,7 @@ impl GpuRunner {
         let (k, v) = crate::kv_cache::pools_by_layer(&model.client, &per_layer, [hkv, d], model.kv_dtype, bs)?;
         let ropes = crate::model::RopeTables::new(&model.client, &model.spec, cfg.max_ctx)?;
         let graphs = graphs::Graphs::new(model.kernels().graphs);
-        Ok(GpuRunner { info: ModelInfo::of(cfg), layout, k, v, local, ropes, model, graphs })
+        Ok(GpuRunner { info: ModelInfo::of(cfg), layout, k, v, local, ropes, model, graphs, host: swap::HostSwap::default() })
     }
 
     /// The model back, its pools (dedicated allocations: back to the driver) and recorded
@@ -318,7 +321,11 @@ impl ModelRunner for GpuRunner {
     }
     fn step(&mut self, plan: &StepPlan) -> reference::Result<Vec<SeqResult>> {
         validate_plan(plan, &self.info, self.layout)?;
+        self.swap(plan).map_err(to_ref)?;
         self.run(plan).map_err(|e| to_ref(self.oom_context(e)))
+    }
+    fn swap_block_bytes(&self) -> Option<(usize, usize)> {
+        Some(self.swap_bytes())
     }
     fn steps_ahead(&self) -> Option<String> {
         self.graphs.ahead_line()

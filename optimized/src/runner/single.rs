@@ -28,7 +28,11 @@ impl GpuRunner {
     /// each block's output `[T, C]` (the residual stream) is read back. A step launched ahead
     /// is dropped: this call may rewrite the cache slots it wrote.
     pub fn forward_all(&mut self, ids: &[u32], pos0: usize, blocks: &[u32], trace: Option<&mut Vec<Vec<f32>>>) -> Result<DeviceTensor, Error> {
-        let plan = StepPlan { seqs: vec![SeqStep { tokens: ids, pos0, blocks, local_blocks: &[], samples: vec![] }], continues: false };
+        let plan = StepPlan {
+            seqs: vec![SeqStep { tokens: ids, pos0, blocks, local_blocks: &[], samples: vec![] }],
+            continues: false,
+            ..StepPlan::default()
+        };
         validate_plan(&plan, &self.info, self.layout)?;
         self.graphs.forget_ahead();
         let c = self.model.client.clone();
@@ -118,7 +122,7 @@ impl SingleSeq {
         // The draw counter follows the position, so a foreseen step's draw key is the next one.
         let spec = SampleSpec { params: &self.greedy, counter: self.pos as u64, counts: &[], want_logits, allowed: None };
         let seq = SeqStep { tokens: ids, pos0: self.pos, blocks: &self.blocks, local_blocks: &[], samples: vec![spec] };
-        let plan = StepPlan { seqs: vec![seq], continues: !want_logits };
+        let plan = StepPlan { seqs: vec![seq], continues: !want_logits, ..StepPlan::default() };
         let out = self.runner.step(&plan)?.pop().ok_or_else(|| Error::Shape("the runner returned no result for the sequence".into()))?;
         self.pos += ids.len();
         Ok(out)

@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 
 /// The version of the messages between ranks (this module's, `tcp`'s and `engine::ranks`'):
 /// processes of different builds refuse each other instead of misreading a step.
-pub const PROTOCOL: u32 = 1;
+pub const PROTOCOL: u32 = 2;
 
 /// What a rank tells rank 0 when it connects.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,0 +1,145 @@
+//! The GPU runner's host swap space (`engine::swap`): one host slot holds one block of a KV
+//! group — every layer's K and V rows of that block, layer by layer — and the step's copies run
+//! before its forward pass: the swap-outs read in one batch (one wait for the device, after the
+//! work already queued), the swap-ins written on the stream the step then runs on. Blocks with
+//! consecutive ids move as one range per pool.
+
+use engine::runner::{BlockCopy, StepPlan};
+
+use super::GpuRunner;
+use crate::{DeviceTensor, Error};
+
+/// Slots of the full group (`[0]`) and of the local group (`[1]`): `None` while empty.
+#[derive(Default)]
+pub(crate) struct HostSwap {
+    slots: [Vec<Option<Vec<u8>>>; 2],
+}
+
+/// The copies of `list` in runs of consecutive block ids of one group: `(first copy, count)`
+/// over `list` sorted by (group, block).
+fn runs(list: &mut [BlockCopy]) -> Vec<(usize, usize)> {
+    list.sort_by_key(|c| (c.local, c.block));
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    for (i, c) in list.iter().enumerate() {
+        match out.last_mut() {
+            Some((s, n)) if list[*s].local == c.local && list[*s].block as usize + *n == c.block as usize => *n += 1,
+            _ => out.push((i, 1)),
+        }
+    }
+    out
+}
+
+/// Bytes `[first · block, (first + n) · block)` of pool `t`.
+fn range(t: &DeviceTensor, first: u32, n: usize, block: usize) -> cubecl::server::Handle {
+    let (a, b) = (first as usize * block, (first as usize + n) * block);
+    t.handle.clone().offset_start(a as u64).offset_end((t.bytes() - b) as u64)
+}
+
+impl GpuRunner {
+    /// Bytes of one block of one layer's K (or V) pool.
+    pub(crate) fn block_bytes(&self) -> usize {
+        let d = self.model.dims();
+        self.layout.block_size * d.n_kv_heads * d.head_dim * self.model.kv_dtype.size()
+    }
+
+    /// The layers whose pools are the local group's (`local`) or the full group's.
+    pub(crate) fn group_layers(&self, local: bool) -> Vec<usize> {
+        (0..self.local.len()).filter(|&l| self.local[l] == local).collect()
+    }
+
+    /// The plan's block copies: out to the host, then back in ([`StepPlan::swap_out`]).
+    pub(crate) fn swap(&mut self, plan: &StepPlan) -> Result<(), Error> {
+        if !plan.swap_out.is_empty() {
+            self.swap_out(plan.swap_out.clone())?;
+        }
+        if !plan.swap_in.is_empty() {
+            self.swap_in(plan.swap_in.clone())?;
+        }
+        Ok(())
+    }
+
+    fn swap_out(&mut self, mut list: Vec<BlockCopy>) -> Result<(), Error> {
+        let blk = self.block_bytes();
+        let runs = runs(&mut list);
+        let mut handles = Vec::new();
+        for &(s, n) in &runs {
+            for l in self.group_layers(list[s].local) {
+                handles.push(range(&self.k[l], list[s].block, n, blk));
+                handles.push(range(&self.v[l], list[s].block, n, blk));
+            }
+        }
+        let mut read = self.model.client.read(handles)?.into_iter();
+        for &(s, n) in &runs {
+            let layers = self.group_layers(list[s].local).len();
+            let mut data = vec![Vec::with_capacity(2 * layers * blk); n];
+            for _ in 0..2 * layers {
+                let bytes = read.next().ok_or_else(|| Error::KvCache("swap-out: fewer reads than ranges".into()))?;
+                for (j, chunk) in bytes.chunks_exact(blk).enumerate() {
+                    data[j].extend_from_slice(chunk);
+                }
+            }
+            for (c, d) in list[s..s + n].iter().zip(data) {
+                let store = &mut self.host.slots[c.local as usize];
+                if store.len() <= c.slot as usize {
+                    store.resize(c.slot as usize + 1, None);
+                }
+                store[c.slot as usize] = Some(d);
+            }
+        }
+        Ok(())
+    }
+
+    fn swap_in(&mut self, mut list: Vec<BlockCopy>) -> Result<(), Error> {
+        let blk = self.block_bytes();
+        for (s, n) in runs(&mut list) {
+            let layers = self.group_layers(list[s].local);
+            let mut data = Vec::with_capacity(n);
+            for c in &list[s..s + n] {
+                let d = self.host.slots[c.local as usize]
+                    .get_mut(c.slot as usize)
+                    .and_then(Option::take)
+                    .ok_or_else(|| Error::KvCache(format!("swap-in from host slot {} (local: {}), which holds nothing", c.slot, c.local)))?;
+                if d.len() != 2 * layers.len() * blk {
+                    return Err(Error::KvCache(format!(
+                        "host slot {}: {} bytes, a block of this group takes {}",
+                        c.slot,
+                        d.len(),
+                        2 * layers.len() * blk
+                    )));
+                }
+                data.push(d);
+            }
+            for (i, &l) in layers.iter().enumerate() {
+                for (p, pool) in [&self.k[l], &self.v[l]].into_iter().enumerate() {
+                    let at = (2 * i + p) * blk;
+                    let bytes: Vec<u8> = data.iter().flat_map(|d| &d[at..at + blk]).copied().collect();
+                    self.model.client.write(&range(pool, list[s].block, n, blk), cubecl::bytes::Bytes::from_bytes_vec(bytes));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Host bytes of one block of each group ([`engine::runner::ModelRunner::swap_block_bytes`]).
+    pub(crate) fn swap_bytes(&self) -> (usize, usize) {
+        let blk = 2 * self.block_bytes();
+        (blk * self.group_layers(false).len(), blk * self.group_layers(true).len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_join_consecutive_blocks_of_one_group() {
+        let c = |local, block, slot| BlockCopy { local, block, slot };
+        let mut list = vec![c(false, 5, 0), c(false, 3, 1), c(true, 4, 2), c(false, 4, 3), c(false, 9, 4), c(true, 5, 5)];
+        let r = runs(&mut list);
+        assert_eq!(
+            list.iter().map(|c| (c.local, c.block)).collect::<Vec<_>>(),
+            [(false, 3), (false, 4), (false, 5), (false, 9), (true, 4), (true, 5)]
+        );
+        assert_eq!(r, [(0, 3), (3, 1), (4, 2)]);
+    }
+}

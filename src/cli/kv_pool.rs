@@ -287,6 +287,17 @@ mod tests {
     }
 
     #[test]
+    fn the_swap_space_is_whole_blocks_of_both_groups() {
+        assert_eq!(swap_space(4.0).expect("4 GB"), 4 * GB);
+        assert!(swap_space(-1.0).is_err() && swap_space(f64::NAN).is_err());
+        // 786 kB a block of each group (GPT-OSS-20B's 12 + 12 layers in f16, blocks of 16).
+        assert_eq!(swap_blocks(4 * GB, Some((393_216, 393_216)), "cuda"), Ok(5086));
+        assert_eq!(swap_blocks(0, None, "wgpu"), Ok(0), "no swap space asks nothing of the runner");
+        let err = swap_blocks(GB, None, "cuda-tp2").expect_err("a runner that cannot swap");
+        assert!(err.contains("cuda-tp2 cannot swap"), "{err}");
+    }
+
+    #[test]
     fn the_pool_is_what_the_utilization_leaves_in_whole_blocks_less_the_spare() {
         // 80 GB × 0.9 = 72; 22 in use after the profile: 50 GB at 100 kB a position, blocks of 16.
         let p = positions_for(80 * GB, 22 * GB, 0.9, 100_000, 16);

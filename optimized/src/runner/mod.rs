@@ -322,7 +322,11 @@ impl ModelRunner for GpuRunner {
     fn step(&mut self, plan: &StepPlan) -> reference::Result<Vec<SeqResult>> {
         validate_plan(plan, &self.info, self.layout)?;
         self.swap(plan).map_err(to_ref)?;
-        self.run(plan).map_err(|e| to_ref(self.oom_context(e)))
+        let out = self.run(plan).map_err(|e| to_ref(self.oom_context(e)));
+        // Always landed (also after a failed step): its buffers are the device's until then.
+        let landed = self.land_swap_out().map_err(to_ref);
+        let out = out?;
+        landed.map(|()| out)
     }
     fn swap_block_bytes(&self) -> Option<(usize, usize)> {
         Some(self.swap_bytes())

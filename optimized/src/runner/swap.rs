@@ -1,18 +1,39 @@
 //! The GPU runner's host swap space (`engine::swap`): one host slot holds one block of a KV
 //! group — every layer's K and V rows of that block, layer by layer — and the step's copies run
-//! before its forward pass: the swap-outs read in one batch (one wait for the device, after the
-//! work already queued), the swap-ins written on the stream the step then runs on. Blocks with
-//! consecutive ids move as one range per pool.
+//! before its forward pass. The swap-outs are one batch of reads enqueued on the step's stream
+//! ahead of the forward pass (which may write the freed blocks) and landed in their slots after
+//! it, when the step's own read-back has waited for the device anyway: a swap adds copies to
+//! the stream, not a wait. The swap-ins are written on the same stream. Blocks with consecutive
+//! ids move as one range per pool.
 
+use std::future::Future;
+use std::pin::Pin;
+
+use cubecl::bytes::Bytes;
+use cubecl::server::ServerError;
 use engine::runner::{BlockCopy, StepPlan};
 
 use super::GpuRunner;
 use crate::{DeviceTensor, Error};
 
+/// Reads enqueued on the device's stream; awaiting waits for their fence only.
+type Reads = Pin<Box<dyn Future<Output = Result<Vec<Bytes>, ServerError>> + Send>>;
+
+/// Swap-outs enqueued, not yet in their slots: the reads, the client they were enqueued
+/// through (the reads' future is typed as borrowing it: declared after them, so dropped after
+/// them, and boxed, so it does not move), and the copies they serve in the order of [`runs`].
+struct InFlight {
+    reads: Reads,
+    _client: Box<crate::Client>,
+    list: Vec<BlockCopy>,
+    runs: Vec<(usize, usize)>,
+}
+
 /// Slots of the full group (`[0]`) and of the local group (`[1]`): `None` while empty.
 #[derive(Default)]
 pub(crate) struct HostSwap {
     slots: [Vec<Option<Vec<u8>>>; 2],
+    in_flight: Option<InFlight>,
 }
 
 /// The copies of `list` in runs of consecutive block ids of one group: `(first copy, count)`
@@ -59,6 +80,7 @@ impl GpuRunner {
     }
 
     fn swap_out(&mut self, mut list: Vec<BlockCopy>) -> Result<(), Error> {
+        self.land_swap_out()?;
         let blk = self.block_bytes();
         let runs = runs(&mut list);
         let mut handles = Vec::new();
@@ -68,7 +90,23 @@ impl GpuRunner {
                 handles.push(range(&self.v[l], list[s].block, n, blk));
             }
         }
-        let mut read = self.model.client.read(handles)?.into_iter();
+        // Enqueued now, before anything of the step can write the blocks.
+        let client = Box::new(self.model.client.clone());
+        let reads = Box::pin(client.read_async(handles));
+        // SAFETY: the future is typed as borrowing `client` (`read_async`'s `impl Future`
+        // captures `&self`); it lives in the same `InFlight` as the box, which is declared
+        // after it (dropped after it) and is never moved out of its heap allocation.
+        let reads: Reads = unsafe { std::mem::transmute::<Pin<Box<dyn Future<Output = Result<Vec<Bytes>, ServerError>> + Send + '_>>, Reads>(reads) };
+        self.host.in_flight = Some(InFlight { reads, _client: client, list, runs });
+        Ok(())
+    }
+
+    /// Put the swap-outs in flight into their slots (waiting for their copies, which a step's
+    /// read-back has usually waited for already). Nothing when none is in flight.
+    pub(crate) fn land_swap_out(&mut self) -> Result<(), Error> {
+        let Some(InFlight { reads, _client, list, runs }) = self.host.in_flight.take() else { return Ok(()) };
+        let blk = self.block_bytes();
+        let mut read = cubecl::future::block_on(reads)?.into_iter();
         for &(s, n) in &runs {
             let layers = self.group_layers(list[s].local).len();
             let mut data = vec![Vec::with_capacity(2 * layers * blk); n];
@@ -90,6 +128,8 @@ impl GpuRunner {
     }
 
     fn swap_in(&mut self, mut list: Vec<BlockCopy>) -> Result<(), Error> {
+        // A slot read back in may be one a swap-out still in flight fills.
+        self.land_swap_out()?;
         let blk = self.block_bytes();
         for (s, n) in runs(&mut list) {
             let layers = self.group_layers(list[s].local);

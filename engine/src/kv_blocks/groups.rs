@@ -42,6 +42,18 @@ impl Local {
     fn first_needed(&self, pos: usize) -> usize {
         (pos + 1).saturating_sub(self.window) / self.blocks.block_size
     }
+    /// Sequence `lid` of this group, made for `id` of the full group at `len` positions: they
+    /// must be the same id; its floor starts at `len`.
+    fn joined(&mut self, id: SeqId, lid: SeqId, len: usize) -> Result<SeqId> {
+        if lid != id {
+            return Err(kv(format!("KV groups out of step: sequence {id} in the full group is {lid} in the local group")));
+        }
+        if self.floor.len() <= id {
+            self.floor.resize(id + 1, 0);
+        }
+        self.floor[id] = len;
+        Ok(id)
+    }
 }
 
 /// The full group and the optional local group, kept in lock-step (see the module doc).
@@ -157,14 +169,7 @@ impl KvBlocks {
                 return Err(e);
             }
         };
-        if lid != id {
-            return Err(kv(format!("KV groups out of step: sequence {id} in the full group is {lid} in the local group")));
-        }
-        if l.floor.len() <= id {
-            l.floor.resize(id + 1, 0);
-        }
-        l.floor[id] = len;
-        Ok(id)
+        l.joined(id, lid, len)
     }
     /// The first local-table entry a query at `pos` reads (0 without a local group): a
     /// sequence that has computed `pos` positions needs none before it.
@@ -187,14 +192,7 @@ impl KvBlocks {
             self.full.free_sequence(id)?;
             return Ok(None);
         };
-        if lid != id {
-            return Err(kv(format!("KV groups out of step: sequence {id} in the full group is {lid} in the local group")));
-        }
-        if l.floor.len() <= id {
-            l.floor.resize(id + 1, 0);
-        }
-        l.floor[id] = len;
-        Ok(Some(id))
+        l.joined(id, lid, len).map(Some)
     }
     /// Release the local blocks of `s` that no query from `pos0` on reads (`pos0`: the
     /// positions `s` has computed; at most its length). Nothing without a local group.

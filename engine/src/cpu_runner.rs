@@ -18,7 +18,7 @@ use reference::kv_cache::KvCache;
 use reference::{Error, Model, Result, Trace};
 
 use crate::constraint::Allowed;
-use crate::runner::{validate_plan, KvLayout, ModelInfo, ModelRunner, SeqResult, StepPlan, DROPPED};
+use crate::runner::{group_layers, swap_block_bytes_of, validate_plan, KvLayout, ModelInfo, ModelRunner, SeqResult, StepPlan, DROPPED};
 use crate::sampling::seeded;
 
 /// A reference forward pass over a contiguous cache (the llama [`Model`], or another family).
@@ -188,18 +188,13 @@ impl<M: RefForward> RefRunner<M> {
         self
     }
 
-    /// The layers whose pools are the local group's (`local`) or the full group's.
-    fn group_layers(&self, local: bool) -> Vec<usize> {
-        (0..self.local.len()).filter(|&l| self.local[l] == local).collect()
-    }
-
     /// The plan's block copies: out to the host swap space, then back in.
     fn swap(&mut self, plan: &StepPlan) -> Result<()> {
         let bs = self.layout.block_size;
         for c in &plan.swap_out {
             let r = c.block as usize * bs;
             let mut data = Vec::new();
-            for l in self.group_layers(c.local) {
+            for l in group_layers(&self.local, c.local) {
                 data.extend(self.k[l].slice(s![r..r + bs, .., ..]).iter());
                 data.extend(self.v[l].slice(s![r..r + bs, .., ..]).iter());
             }
@@ -216,7 +211,7 @@ impl<M: RefForward> RefRunner<M> {
                 .ok_or_else(|| Error::KvCache(format!("swap-in from host slot {} (local: {}), which holds nothing", c.slot, c.local)))?;
             let r = c.block as usize * bs;
             let mut rows = data.chunks_exact(bs * self.model.n_kv_heads() * self.model.head_dim());
-            for l in self.group_layers(c.local) {
+            for l in group_layers(&self.local, c.local) {
                 for pool in [&mut self.k[l], &mut self.v[l]] {
                     let src = rows.next().ok_or_else(|| Error::KvCache(format!("host slot {}: too few rows", c.slot)))?;
                     pool.slice_mut(s![r..r + bs, .., ..]).iter_mut().zip(src).for_each(|(d, &x)| *d = x);
@@ -301,7 +296,7 @@ impl<M: RefForward> ModelRunner for RefRunner<M> {
         Some(self.step_tokens)
     }
     fn swap_block_bytes(&self) -> Option<(usize, usize)> {
-        let block = self.layout.block_size * self.model.n_kv_heads() * self.model.head_dim() * 2 * std::mem::size_of::<f32>();
-        Some((block * self.group_layers(false).len(), block * self.group_layers(true).len()))
+        let pool_block = self.layout.block_size * self.model.n_kv_heads() * self.model.head_dim() * std::mem::size_of::<f32>();
+        Some(swap_block_bytes_of(&self.local, pool_block))
     }
 }

@@ -410,7 +410,6 @@ impl<R: ModelRunner> Engine<R> {
             // admissions (swap-ins) go before this step's forward pass.
             let mut plan =
                 StepPlan { swap_out: std::mem::take(&mut self.swap.out), swap_in: std::mem::take(&mut self.swap.into), ..StepPlan::default() };
-            self.stats.swap_blocks_in += plan.swap_in.len() as u64;
             for (it, c) in schedule.items.iter().zip(&counts) {
                 let s = self.seqs.get(&it.id).ok_or_else(|| Error::Input(format!("unknown request {}", it.id)))?;
                 let kv = s.kv.ok_or_else(|| Error::KvCache(format!("scheduled request {} holds no blocks", it.id)))?;

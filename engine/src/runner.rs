@@ -87,6 +87,19 @@ impl KvLayout {
     }
 }
 
+/// The layers of one KV group, by `local[l]` (whether layer l's pools are the local group's,
+/// as [`KvLayout::windowed`] returns it): the local group's (`in_local`) or the full group's.
+pub fn group_layers(local: &[bool], in_local: bool) -> Vec<usize> {
+    (0..local.len()).filter(|&l| local[l] == in_local).collect()
+}
+
+/// Host bytes of one block of each group (full, local) for [`ModelRunner::swap_block_bytes`],
+/// where one layer's K (or V) rows of a block take `pool_block` bytes.
+pub fn swap_block_bytes_of(local: &[bool], pool_block: usize) -> (usize, usize) {
+    let per_layer = 2 * pool_block;
+    (per_layer * group_layers(local, false).len(), per_layer * group_layers(local, true).len())
+}
+
 /// How to draw one token from one position's logits.
 #[derive(Debug, Clone, Copy)]
 pub struct SampleSpec<'a> {

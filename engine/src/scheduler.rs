@@ -212,18 +212,9 @@ impl<R: ModelRunner> Engine<R> {
     /// [`Engine::admit`] of a sequence whose KV waits in the host swap space: fresh blocks for
     /// it (copied back before the step's forward pass) and its next chunk.
     fn admit_swapped(&mut self, id: RequestId, budget: usize) -> Result<bool> {
-        let queued = self.swap.into.len();
-        let Some(kv) = self.swap_in(id)? else { return Ok(false) };
-        let chunk = self.cfg.prefill_chunk;
+        let n = self.seq(id)?.pending().min(self.cfg.prefill_chunk).min(budget);
+        let Some(kv) = self.swap_in(id, n)? else { return Ok(false) };
         let s = self.seqs.get_mut(&id).ok_or_else(|| reference::Error::Input(format!("unknown request {id}")))?;
-        let n = s.pending().min(chunk).min(budget);
-        if !self.blocks.fits(kv, n)? {
-            self.blocks.free_sequence(kv)?;
-            // Its copies back were queued with the blocks: take them back too.
-            self.swap.into.truncate(queued);
-            return Ok(false);
-        }
-        self.blocks.grow(kv, n)?;
         s.kv = Some(kv);
         s.status = Status::Running;
         // The copies run before any later step could swap into these slots again: this step

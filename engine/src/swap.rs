@@ -79,14 +79,13 @@ impl<R: ModelRunner> Engine<R> {
         let (Some(kv), len) = (s.kv, s.computed) else { return Ok(false) };
         let n = len.div_ceil(bs);
         let first = self.blocks.first_live(len).min(n);
-        if len == 0 || self.swap.free[0].len() < n || self.swap.free[1].len() < if self.blocks.local().is_some() { n - first } else { 0 } {
+        let full = &self.blocks.table(kv)?.blocks[..n];
+        // Empty without a local group.
+        let local = self.blocks.local_table(kv)?.get(first..n).unwrap_or_default();
+        if len == 0 || self.swap.free[0].len() < full.len() || self.swap.free[1].len() < local.len() {
             return Ok(false);
         }
-        let full = self.blocks.table(kv)?.blocks[..n].to_vec();
-        let local = match self.blocks.local() {
-            Some(_) => self.blocks.local_table(kv)?[first..n].to_vec(),
-            None => Vec::new(),
-        };
+        let (full, local) = (full.to_vec(), local.to_vec());
         if local.contains(&DROPPED) {
             return Err(Error::KvCache(format!("request {id}: a local block its next query reads was dropped")));
         }
@@ -96,18 +95,22 @@ impl<R: ModelRunner> Engine<R> {
         }
         self.stats.swapped_out += 1;
         self.stats.swap_blocks_out += (full.len() + local.len()) as u64;
-        if let Some(s) = self.seqs.get_mut(&id) {
-            s.swapped = Some(slots);
-        }
+        self.seqs.get_mut(&id).ok_or_else(|| Error::Input(format!("unknown request {id}")))?.swapped = Some(slots);
         Ok(true)
     }
 
-    /// Give swapped `id` fresh blocks for its KV, queueing the copies back; its sequence in the
-    /// block groups, or `None` (nothing taken) where the groups lack the blocks.
-    pub(crate) fn swap_in(&mut self, id: RequestId) -> Result<Option<crate::kv_blocks::SeqId>> {
+    /// Give swapped `id` fresh blocks for its KV and room for `chunk` more positions, queueing
+    /// the copies back; its sequence in the block groups, or `None` (nothing taken, nothing
+    /// queued) where the groups lack the blocks.
+    pub(crate) fn swap_in(&mut self, id: RequestId, chunk: usize) -> Result<Option<crate::kv_blocks::SeqId>> {
         let s = self.seqs.get(&id).ok_or_else(|| Error::Input(format!("unknown request {id}")))?;
         let Some(sw) = s.swapped.clone() else { return Err(Error::KvCache(format!("request {id} is not swapped out"))) };
         let Some(kv) = self.blocks.add_restored(sw.len)? else { return Ok(None) };
+        if !self.blocks.fits(kv, chunk)? {
+            self.blocks.free_sequence(kv)?;
+            return Ok(None);
+        }
+        self.blocks.grow(kv, chunk)?;
         let n = sw.full.len();
         let first = self.blocks.first_live(sw.len).min(n);
         let full = &self.blocks.table(kv)?.blocks[..n];
@@ -119,6 +122,7 @@ impl<R: ModelRunner> Engine<R> {
             }
             self.swap.into.extend(local.iter().zip(&sw.local).map(|(&block, &slot)| BlockCopy { local: true, block, slot }));
         }
+        self.stats.swap_blocks_in += (sw.full.len() + sw.local.len()) as u64;
         Ok(Some(kv))
     }
 }

@@ -99,7 +99,6 @@ impl KvPool {
     }
 }
 
-/// `--gpu-memory-utilization`, checked.
 /// `--swap-space` in bytes (GB, ≥ 0).
 pub fn swap_space(gb: f64) -> Result<u64> {
     if gb.is_finite() && (0.0..=1e6).contains(&gb) {
@@ -119,6 +118,7 @@ pub fn swap_blocks(bytes: u64, per_block: Option<(usize, usize)>, runner: &str) 
     }
 }
 
+/// `--gpu-memory-utilization`, checked.
 pub fn utilization(f: f64) -> Result<f64> {
     if f.is_finite() && f > 0.0 && f <= 1.0 {
         return Ok(f);

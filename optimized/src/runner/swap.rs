@@ -11,7 +11,7 @@ use std::pin::Pin;
 
 use cubecl::bytes::Bytes;
 use cubecl::server::ServerError;
-use engine::runner::{BlockCopy, StepPlan};
+use engine::runner::{group_layers, swap_block_bytes_of, BlockCopy, StepPlan};
 
 use super::GpuRunner;
 use crate::{DeviceTensor, Error};
@@ -63,11 +63,6 @@ impl GpuRunner {
         self.layout.block_size * d.n_kv_heads * d.head_dim * self.model.kv_dtype.size()
     }
 
-    /// The layers whose pools are the local group's (`local`) or the full group's.
-    pub(crate) fn group_layers(&self, local: bool) -> Vec<usize> {
-        (0..self.local.len()).filter(|&l| self.local[l] == local).collect()
-    }
-
     /// The plan's block copies: out to the host, then back in ([`StepPlan::swap_out`]).
     pub(crate) fn swap(&mut self, plan: &StepPlan) -> Result<(), Error> {
         if !plan.swap_out.is_empty() {
@@ -85,7 +80,7 @@ impl GpuRunner {
         let runs = runs(&mut list);
         let mut handles = Vec::new();
         for &(s, n) in &runs {
-            for l in self.group_layers(list[s].local) {
+            for l in group_layers(&self.local, list[s].local) {
                 handles.push(range(&self.k[l], list[s].block, n, blk));
                 handles.push(range(&self.v[l], list[s].block, n, blk));
             }
@@ -108,7 +103,7 @@ impl GpuRunner {
         let blk = self.block_bytes();
         let mut read = cubecl::future::block_on(reads)?.into_iter();
         for &(s, n) in &runs {
-            let layers = self.group_layers(list[s].local).len();
+            let layers = group_layers(&self.local, list[s].local).len();
             let mut data = vec![Vec::with_capacity(2 * layers * blk); n];
             for _ in 0..2 * layers {
                 let bytes = read.next().ok_or_else(|| Error::KvCache("swap-out: fewer reads than ranges".into()))?;
@@ -132,7 +127,7 @@ impl GpuRunner {
         self.land_swap_out()?;
         let blk = self.block_bytes();
         for (s, n) in runs(&mut list) {
-            let layers = self.group_layers(list[s].local);
+            let layers = group_layers(&self.local, list[s].local);
             let mut data = Vec::with_capacity(n);
             for c in &list[s..s + n] {
                 let d = self.host.slots[c.local as usize]
@@ -162,8 +157,7 @@ impl GpuRunner {
 
     /// Host bytes of one block of each group ([`engine::runner::ModelRunner::swap_block_bytes`]).
     pub(crate) fn swap_bytes(&self) -> (usize, usize) {
-        let blk = 2 * self.block_bytes();
-        (blk * self.group_layers(false).len(), blk * self.group_layers(true).len())
+        swap_block_bytes_of(&self.local, self.block_bytes())
     }
 }
 

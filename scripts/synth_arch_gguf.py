@@ -8,7 +8,7 @@ llama.cpp and tandem both load, for side-by-side speed runs on the GPU machine.
     tandem bench --model /tmp/qwen3-8b-q8_0.gguf --device cuda
 
 SHAPE is one of SHAPES below (hyper-parameters from each model's HF config.json); TYPE is f16,
-q8_0 or q4_0 for the linear weights (the token embedding stays f16, norms / biases / routers
+q8_0, q4_0 or q4_k_m (random k-quant blocks in llama-quantize's Q4_K_M mix) for the linear weights (the token embedding stays f16, norms / biases / routers
 f32, as the converter writes them). Qwen3-30B-A3B in f16 is 61 GB: use q8_0 or q4_0.
 
 The metadata is the converter's own: every non-tokenizer key of the tiny checkpoint of the same
@@ -58,7 +58,29 @@ SHAPES = {
                     "window": 1024, "tied": True}),
 }
 
-TYPES = {"f16": (Q.F16, 1), "q8_0": (Q.Q8_0, 7), "q4_0": (Q.Q4_0, 2)}
+TYPES = {"f16": (Q.F16, 1), "q8_0": (Q.Q8_0, 7), "q4_0": (Q.Q4_0, 2), "q4_k_m": (Q.Q4_K, 15)}
+
+
+def use_more_bits(i: int, n: int) -> bool:
+    """llama-quantize's choice of the layers whose attn_v / ffn_down a Q4_K_M keeps in Q6_K."""
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def kquant_blocks(rng, qt, rows: int, cols: int) -> np.ndarray:
+    """Random Q4_K / Q6_K blocks (`rows` × `cols` values; random codes and sub-block scales, a
+    fixed f16 d sized so that weights are about N(0, 1/cols)): gguf-py has no k-quant
+    quantizer, and a Q4_K_M's speed depends on its types and shapes, not on its values."""
+    nb = rows * (cols // 256)
+    if qt == Q.Q4_K:
+        b = rng.integers(0, 256, size=(nb, 144), dtype=np.uint8)
+        d = np.float16(0.9 / np.sqrt(cols) / (31 * 7.5))
+        hdr = np.array([d, d * np.float16(4)], dtype=np.float16).view(np.uint8)
+        b[:, 0:4] = hdr
+    else:  # Q6_K: ql, qh, int8 scales in [-16, 16), d
+        b = rng.integers(0, 256, size=(nb, 210), dtype=np.uint8)
+        b[:, 192:208] = rng.integers(-16, 16, size=(nb, 16), dtype=np.int8).view(np.uint8)
+        b[:, 208:210] = np.array([np.float16(1.7 / np.sqrt(cols) / (8 * 18))], dtype=np.float16).view(np.uint8)
+    return b.reshape(rows, -1)
 
 
 def copy_template_keys(w, arch_dir: str, overrides: dict) -> None:
@@ -130,10 +152,22 @@ def main() -> None:
     def mat(*dims):
         """A weight `dims` (out last-but-one, in last) of N(0, 1/in), quantized to TYPE;
         one draw per shape."""
-        if dims not in cache:
-            a = rng.standard_normal(dims, dtype=np.float32) / np.sqrt(dims[-1])
-            cache[dims] = (a.astype(np.float16), None) if qt == Q.F16 else (gguf.quants.quantize(a, qt), qt)
-        return cache[dims]
+        return typed(qt, *dims)
+
+    def typed(t, *dims):
+        """`mat` in type `t` (a Q4_K_M mixes Q4_K and Q6_K)."""
+        if (t, dims) not in cache:
+            if t in (Q.Q4_K, Q.Q6_K):
+                rows = int(np.prod(dims[:-1]))
+                cache[(t, dims)] = (kquant_blocks(rng, t, rows, dims[-1]).reshape(*dims[:-1], -1), t)
+            else:
+                a = rng.standard_normal(dims, dtype=np.float32) / np.sqrt(dims[-1])
+                cache[(t, dims)] = (a.astype(np.float16), None) if t == Q.F16 else (gguf.quants.quantize(a, t), t)
+        return cache[(t, dims)]
+
+    def mixed(i, *dims):
+        """attn_v / ffn_down of layer `i`: Q6_K in a Q4_K_M's `use_more_bits` layers."""
+        return typed(Q.Q6_K if typ == "q4_k_m" and use_more_bits(i, L) else qt, *dims)
 
     w = gguf.GGUFWriter(out, arch)
     p = f"{arch}."
@@ -163,13 +197,14 @@ def main() -> None:
                                        else (0.1 * rng.standard_normal(dims)).astype(np.float32)), None)
     if "llama3" in x:
         add("rope_freqs.weight", (llama3_rope_freqs(D, x["theta"], *x["llama3"]), None))
-    add("token_embd.weight", ((rng.standard_normal((V, C), dtype=np.float32) * 0.02).astype(np.float16), None))
+    add("token_embd.weight", typed(Q.Q4_K, V, C) if typ == "q4_k_m" else
+        ((rng.standard_normal((V, C), dtype=np.float32) * 0.02).astype(np.float16), None))
     for i in range(L):
         b = f"blk.{i}."
         add(b + "attn_norm.weight", f32(C, value=1.0))
         add(b + "attn_q.weight", mat(H * D, C))
         add(b + "attn_k.weight", mat(Hkv * D, C))
-        add(b + "attn_v.weight", mat(Hkv * D, C))
+        add(b + "attn_v.weight", mixed(i, Hkv * D, C))
         if x.get("bias"):
             for n, rows in (("q", H * D), ("k", Hkv * D), ("v", Hkv * D)):
                 add(b + f"attn_{n}.bias", f32(rows))
@@ -191,10 +226,10 @@ def main() -> None:
         else:
             add(b + "ffn_gate.weight", mat(F, C))
             add(b + "ffn_up.weight", mat(F, C))
-            add(b + "ffn_down.weight", mat(C, F))
+            add(b + "ffn_down.weight", mixed(i, C, F))
     add("output_norm.weight", f32(C, value=1.0))
     if not x.get("tied"):
-        add("output.weight", mat(V, C))
+        add("output.weight", typed(Q.Q6_K, V, C) if typ == "q4_k_m" else mat(V, C))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file(progress=False)

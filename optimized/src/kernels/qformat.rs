@@ -66,7 +66,7 @@ pub use iq4_nl::IQ4NL;
 pub(crate) use kernels::gemv_into;
 pub(crate) use kernels::GemvLaunch;
 pub use kernels::{dense_dtype, dequant, dequant_into, linear_dense, linear_gemm};
-pub use q4k::Q4K;
+pub use q4k::{Q4KWide, Q4K};
 pub use q5_0::Q5_0;
 pub use q5_1::Q5_1;
 pub use q5k::Q5K;
@@ -146,10 +146,23 @@ pub(crate) fn block_byte(w: &[u32], base: usize, b: usize) -> u32 {
     (w[base + b / 4] >> ((b % 4) * 8) as u32) & 255u32
 }
 
+/// `2^23` as f32 bits: a small unsigned `q` or'd under it reads as `2^23 + q`.
+const MAGIC: u32 = 0x4B00_0000;
+
+/// A small unsigned integer (`q < 2^23`) as an f32, exactly, minus `offset` (an integer below
+/// 2^23 too): `(2^23 + q) − (2^23 + offset)`, one or and one add, both exact. Not
+/// `f32::cast_from`: an integer-to-float conversion issues at 16 a clock on an SM (sm_90; FP32
+/// adds at 128), and the decoders convert every code, so the gemvs over k-quants were bound
+/// by it (one conversion per weight).
+#[cube]
+pub(crate) fn code_f32(q: u32, offset: f32) -> f32 {
+    f32::reinterpret(q | MAGIC) - (8388608.0f32 + offset)
+}
+
 /// A signed byte (`i8` stored as `b`) as an f32, exactly.
 #[cube]
 pub(crate) fn signed_byte(b: u32) -> f32 {
-    f32::cast_from(b) - select(b >= 128u32, 256.0f32, 0.0f32)
+    f32::reinterpret(b | MAGIC) - select(b >= 128u32, 8388864.0f32, 8388608.0f32)
 }
 
 /// The ggml block formats the device keeps as stored.

@@ -24,7 +24,7 @@
 use cubecl::prelude::*;
 use reference::quant::{Fp8Weight, QuantTensor};
 
-use super::{RowFormat, SUB};
+use super::{code_f32, RowFormat, SUB};
 use crate::kernels::qmatmul::{QFormat, QLayout, QWeight};
 use crate::{Client, DeviceTensor, Error};
 
@@ -34,7 +34,7 @@ use crate::{Client, DeviceTensor, Error};
 #[cube]
 pub(crate) fn e4m3(b: u32) -> f32 {
     let normal = f32::reinterpret(((b & 0x7Fu32) << 20u32) + 0x3C00_0000u32);
-    let sub = f32::cast_from(b & 7u32) * 0.001953125f32;
+    let sub = code_f32(b & 7u32, 0.0f32) * 0.001953125f32;
     let mag = select((b & 0x78u32) == 0u32, sub, normal);
     select((b & 0x80u32) != 0u32, -mag, mag)
 }

@@ -5,7 +5,7 @@
 
 use cubecl::prelude::*;
 
-use super::{block_byte, BlockFormat};
+use super::{block_byte, code_f32, BlockFormat, RowFormat};
 use crate::kernels::qmatmul::v2::f16_bits;
 
 pub struct Q4K;
@@ -32,13 +32,13 @@ pub(crate) fn min_k4(w: &[u32], base: usize, sub: usize) -> u32 {
 /// `d·sc` of sub-block `sub` of a Q4_K / Q5_K block, rounded as the reference rounds it.
 #[cube]
 pub(crate) fn d_scale_k4(w: &[u32], base: usize, sub: usize) -> f32 {
-    f16_bits(w[base] & 0xFFFFu32) * f32::cast_from(scale_k4(w, base, sub))
+    f16_bits(w[base] & 0xFFFFu32) * code_f32(scale_k4(w, base, sub), 0.0f32)
 }
 
 /// `dmin·m` of sub-block `sub` of a Q4_K / Q5_K block.
 #[cube]
 pub(crate) fn dmin_min_k4(w: &[u32], base: usize, sub: usize) -> f32 {
-    f16_bits(w[base] >> 16u32) * f32::cast_from(min_k4(w, base, sub))
+    f16_bits(w[base] >> 16u32) * code_f32(min_k4(w, base, sub), 0.0f32)
 }
 
 #[cube]
@@ -54,8 +54,68 @@ impl BlockFormat for Q4K {
             #[unroll]
             for e in 0..4usize {
                 let q = (word >> (8 * e) as u32) & 15u32;
-                vals[wi * 4 + e] = d1 * f32::cast_from(q) - m1;
+                vals[wi * 4 + e] = d1 * code_f32(q, 0.0f32) - m1;
             }
         }
+    }
+}
+
+/// Q4_K as the gemv and the dequantize pass read it: by 16-byte vectors. A block is 144
+/// bytes = 9 vectors (rows of whole blocks, so every block starts on one): vector 0 holds d,
+/// dmin and the twelve scale bytes, vectors 1..9 the codes, sub-blocks 2j and 2j + 1 in
+/// vectors 1 + 2j and 2 + 2j. A chunk (sub-block) is three vector loads where
+/// [`Q4K::decode_sub`] issues fourteen word loads; the values are the same.
+pub struct Q4KWide;
+
+/// Sixteen bytes of a Q4_K block.
+type Vec4 = Vector<u32, Const<4>>;
+
+#[cube]
+impl RowFormat for Q4KWide {
+    type Word = Vec4;
+
+    #[allow(clippy::too_many_arguments)]
+    fn decode_chunk(
+        w: &[Vec4],
+        _scales: &[u32],
+        row: usize,
+        c: usize,
+        n_in: usize,
+        _srows: usize,
+        _scols: usize,
+        vals: &mut Array<f32>,
+        #[comptime] _words: usize,
+        #[comptime] _subs: usize,
+        #[comptime] _per_word: bool,
+    ) -> f32 {
+        let sub = c % 8;
+        let base = (row * (n_in / 256) + c / 8) * 9;
+        let hdr = w[base];
+        let lo = w[base + 1 + 2 * (sub / 2)];
+        let hi = w[base + 2 + 2 * (sub / 2)];
+        // `get_scale_min_k4` from the header's bytes 4..16 (words 1..3): the bytes it reads for
+        // sub-block `sub` all sit at position sub % 4 of their word.
+        let at = ((sub % 4) * 8) as u32;
+        let (h1, h2, h3) = (hdr.extract(1usize), hdr.extract(2usize), hdr.extract(3usize));
+        let b = (select(sub < 4, h1, h2) >> at) & 255u32;
+        let b4 = (select(sub < 4, h2, h3) >> at) & 255u32;
+        let bm = (h1 >> at) & 255u32;
+        let sc = select(sub < 4, b & 63u32, (b4 & 15u32) | ((bm >> 6u32) << 4u32));
+        let m = select(sub < 4, b4 & 63u32, (b4 >> 4u32) | ((b >> 6u32) << 4u32));
+        let h0 = hdr.extract(0usize);
+        let d1 = f16_bits(h0 & 0xFFFFu32) * code_f32(sc, 0.0f32);
+        let m1 = f16_bits(h0 >> 16u32) * code_f32(m, 0.0f32);
+        let shift = ((sub % 2) * 4) as u32;
+        #[unroll]
+        for wi in 0..8usize {
+            let v = if comptime!(wi < 4) { lo } else { hi };
+            let word = v.extract(wi % 4) >> shift;
+            #[unroll]
+            for e in 0..4usize {
+                let q = (word >> (8 * e) as u32) & 15u32;
+                vals[wi * 4 + e] = d1 * code_f32(q, 0.0f32) - m1;
+            }
+        }
+        1.0f32
     }
 }

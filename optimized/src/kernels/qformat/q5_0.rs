@@ -6,7 +6,7 @@
 
 use cubecl::prelude::*;
 
-use super::BlockFormat;
+use super::{code_f32, BlockFormat};
 use crate::kernels::qmatmul::v2::f16_bits;
 
 pub struct Q5_0;
@@ -25,8 +25,8 @@ pub(crate) fn decode5(w: &[u32], base: usize, d: f32, m: f32, vals: &mut Array<f
             let b = word >> (8 * e) as u32;
             let lo = (b & 15u32) | (((qh >> j as u32) & 1u32) << 4u32);
             let hi = ((b >> 4u32) & 15u32) | (((qh >> (j + 16) as u32) & 1u32) << 4u32);
-            vals[j] = d * f32::cast_from(lo) + m;
-            vals[j + 16] = d * f32::cast_from(hi) + m;
+            vals[j] = d * code_f32(lo, 0.0f32) + m;
+            vals[j + 16] = d * code_f32(hi, 0.0f32) + m;
         }
     }
 }

@@ -5,7 +5,7 @@
 use cubecl::prelude::*;
 
 use super::q4k::{d_scale_k4, dmin_min_k4};
-use super::BlockFormat;
+use super::{code_f32, BlockFormat};
 
 pub struct Q5K;
 
@@ -23,7 +23,7 @@ impl BlockFormat for Q5K {
             #[unroll]
             for e in 0..4usize {
                 let q = ((word >> (8 * e) as u32) & 15u32) | (((high >> (8 * e) as u32) & 1u32) << 4u32);
-                vals[wi * 4 + e] = d1 * f32::cast_from(q) - m1;
+                vals[wi * 4 + e] = d1 * code_f32(q, 0.0f32) - m1;
             }
         }
     }

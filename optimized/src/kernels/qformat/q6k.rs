@@ -6,7 +6,7 @@
 
 use cubecl::prelude::*;
 
-use super::{block_byte, signed_byte, BlockFormat};
+use super::{block_byte, code_f32, signed_byte, BlockFormat};
 use crate::kernels::qmatmul::v2::f16_bits;
 
 pub struct Q6K;
@@ -33,7 +33,7 @@ impl BlockFormat for Q6K {
             #[unroll]
             for e in 0..4usize {
                 let q = ((lw >> (8 * e) as u32) & 15u32) | (((hw >> (8 * e) as u32) & 3u32) << 4u32);
-                vals[wi * 4 + e] = ds * (f32::cast_from(q) - 32.0f32);
+                vals[wi * 4 + e] = ds * code_f32(q, 32.0f32);
             }
         }
     }

@@ -60,7 +60,7 @@ pub(crate) fn f16_bits(h: u32) -> f32 {
     let mag = h & 0x7FFFu32;
     // Normal: exponent rebased by 127 − 15; subnormal: its mantissa · 2^−24.
     let normal = f32::reinterpret(sign | ((mag << 13u32) + 0x3800_0000u32));
-    let sub = f32::cast_from(mag) * f32::reinterpret(0x3380_0000u32);
+    let sub = crate::kernels::qformat::code_f32(mag, 0.0f32) * f32::reinterpret(0x3380_0000u32);
     select(mag < 0x0400u32, select(sign != 0u32, -sub, sub), normal)
 }
 

@@ -53,6 +53,7 @@ use crate::{Client, DeviceTensor, Error};
 
 pub mod fp8;
 pub mod gemm;
+pub mod gemv_k;
 mod iq4_nl;
 pub mod kernels;
 mod q4k;

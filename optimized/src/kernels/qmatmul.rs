@@ -355,11 +355,18 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
     let want_groups = hw.num_streaming_multiprocessors.unwrap_or(16) as usize * knobs::of(client).groups_per_sm;
     let cpr = w.chunks_per_row();
     let tiled = w.layout == QLayout::Tiles;
+    let kunits = matches!(w.format, QFormat::Ggml(k) if crate::kernels::qformat::gemv_k::applies(k));
     let split = match split {
         Some(s) => s,
         None => {
             let mut s = 1usize;
-            let enough = |s: usize| if tiled { cpr >= GROUP as usize * s * 2 } else { cpr >= GROUP as usize * s * 2 * 4 };
+            // The k-quant gemv (`qformat::gemv_k`) shares a block between 16 units: each keeps
+            // ≥ 2 blocks of its row.
+            let enough = |s: usize| match (tiled, kunits) {
+                (true, _) => cpr >= GROUP as usize * s * 2,
+                (false, true) => cpr >= GROUP as usize * s,
+                (false, false) => cpr >= GROUP as usize * s * 2 * 4,
+            };
             while s < 4 && w.out.div_ceil(rpg) * s < want_groups && enough(s) {
                 s *= 2;
             }
@@ -515,6 +522,9 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
     }
     if w.format.row_format() {
         let l = crate::kernels::qformat::GemvLaunch { count, dim, t, rpg, plane, plane_size: GROUP as usize, split, block };
+        if kunits {
+            return crate::kernels::qformat::gemv_k::gemv_into(client, x, w, y, fuse, l);
+        }
         return crate::kernels::qformat::gemv_into(client, x, w, y, fuse, l);
     }
     let (gc, cols) = scale_geometry(w);

@@ -60,7 +60,21 @@ impl BlockFormat for Q4K {
     }
 }
 
-/// Q4_K as the gemv and the dequantize pass read it: by 16-byte vectors. A block is 144
+/// `(d·sc, dmin·m)` of sub-block `sub` from a Q4_K / Q5_K block's first four words (`h0`: d and
+/// dmin; `h1..h3`: the twelve scale bytes), as [`d_scale_k4`] / [`dmin_min_k4`] compute them:
+/// the bytes `get_scale_min_k4` reads for `sub` all sit at position sub % 4 of their word.
+#[cube]
+pub(crate) fn scale_min_words(h0: u32, h1: u32, h2: u32, h3: u32, sub: usize) -> (f32, f32) {
+    let at = ((sub % 4) * 8) as u32;
+    let b = (select(sub < 4, h1, h2) >> at) & 255u32;
+    let b4 = (select(sub < 4, h2, h3) >> at) & 255u32;
+    let bm = (h1 >> at) & 255u32;
+    let sc = select(sub < 4, b & 63u32, (b4 & 15u32) | ((bm >> 6u32) << 4u32));
+    let m = select(sub < 4, b4 & 63u32, (b4 >> 4u32) | ((b >> 6u32) << 4u32));
+    (f16_bits(h0 & 0xFFFFu32) * code_f32(sc, 0.0f32), f16_bits(h0 >> 16u32) * code_f32(m, 0.0f32))
+}
+
+/// Q4_K as the dequantize pass reads it: by 16-byte vectors. A block is 144
 /// bytes = 9 vectors (rows of whole blocks, so every block starts on one): vector 0 holds d,
 /// dmin and the twelve scale bytes, vectors 1..9 the codes, sub-blocks 2j and 2j + 1 in
 /// vectors 1 + 2j and 2 + 2j. A chunk (sub-block) is three vector loads where
@@ -93,18 +107,7 @@ impl RowFormat for Q4KWide {
         let hdr = w[base];
         let lo = w[base + 1 + 2 * (sub / 2)];
         let hi = w[base + 2 + 2 * (sub / 2)];
-        // `get_scale_min_k4` from the header's bytes 4..16 (words 1..3): the bytes it reads for
-        // sub-block `sub` all sit at position sub % 4 of their word.
-        let at = ((sub % 4) * 8) as u32;
-        let (h1, h2, h3) = (hdr.extract(1usize), hdr.extract(2usize), hdr.extract(3usize));
-        let b = (select(sub < 4, h1, h2) >> at) & 255u32;
-        let b4 = (select(sub < 4, h2, h3) >> at) & 255u32;
-        let bm = (h1 >> at) & 255u32;
-        let sc = select(sub < 4, b & 63u32, (b4 & 15u32) | ((bm >> 6u32) << 4u32));
-        let m = select(sub < 4, b4 & 63u32, (b4 >> 4u32) | ((b >> 6u32) << 4u32));
-        let h0 = hdr.extract(0usize);
-        let d1 = f16_bits(h0 & 0xFFFFu32) * code_f32(sc, 0.0f32);
-        let m1 = f16_bits(h0 >> 16u32) * code_f32(m, 0.0f32);
+        let (d1, m1) = scale_min_words(hdr.extract(0usize), hdr.extract(1usize), hdr.extract(2usize), hdr.extract(3usize), sub);
         let shift = ((sub % 2) * 4) as u32;
         #[unroll]
         for wi in 0..8usize {

@@ -295,5 +295,9 @@ pub(crate) fn upload(client: &Client, parts: &[&QuantTensor], layout: Option<QLa
     let data = DeviceTensor::from_u32(client, &w, &[w.len()])?.into_read_only();
     // No scale array: the scales live in the blocks (one word, never read, for the field).
     let scales = DeviceTensor::from_u32(client, &[0], &[1])?.into_read_only();
-    Ok(QWeight::kept_rows(QFormat::Ggml(kind), out, in_dim, data, scales))
+    let mut w = QWeight::kept_rows(QFormat::Ggml(kind), out, in_dim, data, scales);
+    // The k-quant gemv decodes f16 scales by the f16×2 bitcast where it is exact here (probed
+    // now, outside any graph capture).
+    w.pairs = gemv_k::applies(kind) && crate::kernels::qmatmul::v2::q4_pairs_supported(client);
+    Ok(w)
 }

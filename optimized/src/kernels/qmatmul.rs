@@ -364,7 +364,7 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
             // ≥ 2 blocks of its row.
             let enough = |s: usize| match (tiled, kunits) {
                 (true, _) => cpr >= GROUP as usize * s * 2,
-                (false, true) => cpr >= GROUP as usize * s,
+                (false, true) => cpr >= GROUP as usize * s * 2,
                 (false, false) => cpr >= GROUP as usize * s * 2 * 4,
             };
             while s < 4 && w.out.div_ceil(rpg) * s < want_groups && enough(s) {

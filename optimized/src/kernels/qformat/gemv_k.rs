@@ -4,80 +4,93 @@
 //! Why its own kernel: [`qgemv`] gives each unit a whole 32-value chunk, so the 32 units of a
 //! plane read x 128 bytes apart — 32 cache lines per vector load, eight loads a chunk. ncu on
 //! an H200 (Llama-3.1-8B Q4_K_M, gate|up): L1 at 77% of its throughput, DRAM at 7%, 1.05 TB/s
-//! of weights. Here 16 units share a 256-value block, each taking 16 of its values: 8 of one
-//! sub-block and the 8 at the same positions of another, which the format stores in the same
+//! of weights. Here 8 units share a 256-value block, each taking 32 of its values: 16 of one
+//! sub-block and the 16 at the same positions of another, which the format stores in the same
 //! bytes (Q4_K's low and high nibbles; Q6_K's too, with the same `qh` bytes). Neighbouring
-//! units read neighbouring code bytes (the 16 read a block's codes in one run) and
-//! neighbouring runs of 8 x values; the scales are loads the 16 units share.
+//! units read neighbouring code bytes (the 8 read a block's codes in one run) and
+//! neighbouring runs of 16 x values; the scales are loads the 8 units share. The codes are
+//! decoded without a conversion instruction (see [`UnitDecode`]): the kernel is bound by its
+//! instruction issue, not by memory, when it converts.
 //!
 //! [`qgemv`]: super::kernels::qgemv
 
 use cubecl::prelude::*;
 
-use super::q4k::scale_min_words;
+use super::q4k::scale_min_codes;
 use super::{block_byte, code_f32, signed_byte, GemvLaunch, GgmlKind};
 use crate::kernels::matmul::{inv_rms, scale_rows, store_row_sums, Fuse};
-use crate::kernels::qmatmul::v2::f16_bits;
+use crate::kernels::qmatmul::v2::{f16_pair, q4_mant};
 use crate::kernels::qmatmul::QWeight;
 use crate::{Client, DeviceTensor, Error};
 
 /// Units that share one block.
-pub const UNITS_PER_BLOCK: usize = 16;
+pub const UNITS_PER_BLOCK: usize = 8;
 
-/// A k-quant block as [`qgemv_k`]'s units read it: unit `l` (0..16) of a block takes 8 "low"
-/// values and 8 "high" ones.
+/// A k-quant block as [`qgemv_k`]'s units read it: unit `l` (0..8) of a block takes 16 "low"
+/// values and the 16 "high" ones stored in the same bytes, each as the f32 mantissa
+/// `M = 1 + q/2^bits` (the code under 1.0's top mantissa bits: a shift and a masked or, no
+/// conversion), and the weights are `A·M − B` with one `(A, B)` for each half. The kernel sums
+/// `Σ M·x` and `Σ x` of each half and adds `A·ΣMx − B·Σx` (`Σ x` once for all its rows).
 #[cube]
 pub trait UnitDecode: 'static + Send + Sync {
     /// What the kernel reads the blocks as.
     type Word: CubePrimitive;
 
     /// The first x vector (of 4) of unit `l`'s low values in block `b` of a row, and of its
-    /// high values (each two vectors).
+    /// high values (each four vectors).
     fn x_at(b: usize, l: usize) -> (usize, usize);
 
-    /// Unit `l`'s 16 weights of the block at `w[base]` into `vals` (low 8, then high 8).
-    fn decode16(w: &[Self::Word], base: usize, l: usize, vals: &mut Array<f32>);
+    /// Unit `l`'s 32 mantissas of the block at `w[base]` into `vals` (low 16, then high 16);
+    /// returns `(A_low, B_low, A_high, B_high)`. `pairs`: the f16 scales by the f16×2 bitcast.
+    fn decode(w: &[Self::Word], base: usize, l: usize, vals: &mut Array<f32>, #[comptime] pairs: bool) -> (f32, f32, f32, f32);
 }
 
-/// Q4_K (144 bytes, 18 word pairs a block): unit `l` takes code bytes `8l ..+ 8` = values
-/// `p ..+ 8` (p = 8·(l % 4)) of sub-block 2j (low nibbles) and 2j + 1 (high), j = l / 4.
+/// 1.0's f32 bits.
+const ONE: u32 = 0x3F80_0000;
+
+/// Q4_K (144 bytes, 9 vectors of 16 a block): unit `l` takes code vector 1 + l = values
+/// `p ..+ 16` (p = 16·(l % 2)) of sub-block 2j (low nibbles) and 2j + 1 (high), j = l / 2.
+/// `x = d·sc·q − dmin·m = (16·d·sc)·M − (16·d·sc + dmin·m)`.
 pub struct Q4KUnits;
 
-/// Two words.
-type Pair = Vector<u32, Const<2>>;
+/// Four words.
+type Quad = Vector<u32, Const<4>>;
 
 #[cube]
 impl UnitDecode for Q4KUnits {
-    type Word = Pair;
+    type Word = Quad;
 
     fn x_at(b: usize, l: usize) -> (usize, usize) {
-        let lo = b * 64 + (l / 4) * 16 + (l % 4) * 2;
+        let lo = b * 64 + (l / 2) * 16 + (l % 2) * 4;
         (lo, lo + 8)
     }
 
-    fn decode16(w: &[Pair], base: usize, l: usize, vals: &mut Array<f32>) {
-        let j = l / 4;
-        let h01 = w[base];
-        let h23 = w[base + 1];
-        let codes = w[base + 2 + l];
-        let (h0, h1, h2, h3) = (h01.extract(0usize), h01.extract(1usize), h23.extract(0usize), h23.extract(1usize));
-        let (dl, ml) = scale_min_words(h0, h1, h2, h3, 2 * j);
-        let (dh, mh) = scale_min_words(h0, h1, h2, h3, 2 * j + 1);
+    fn decode(w: &[Quad], base: usize, l: usize, vals: &mut Array<f32>, #[comptime] pairs: bool) -> (f32, f32, f32, f32) {
+        let j = l / 2;
+        let hdr = w[base];
+        let codes = w[base + 1 + l];
+        let (d, dmin) = f16_pair(hdr.extract(0usize), pairs);
+        let (scl, ml) = scale_min_bytes(hdr.extract(1usize), hdr.extract(2usize), hdr.extract(3usize), 2 * j);
+        let (sch, mh) = scale_min_bytes(hdr.extract(1usize), hdr.extract(2usize), hdr.extract(3usize), 2 * j + 1);
         #[unroll]
-        for k in 0..2usize {
+        for k in 0..4usize {
             let word = codes.extract(k);
             #[unroll]
             for e in 0..4usize {
-                vals[k * 4 + e] = dl * code_f32((word >> (8 * e) as u32) & 15u32, 0.0f32) - ml;
-                vals[8 + k * 4 + e] = dh * code_f32((word >> (8 * e + 4) as u32) & 15u32, 0.0f32) - mh;
+                vals[k * 4 + e] = q4_mant(word, 2 * e);
+                vals[16 + k * 4 + e] = q4_mant(word, 2 * e + 1);
             }
         }
+        let al = 16.0f32 * (d * scl);
+        let ah = 16.0f32 * (d * sch);
+        (al, al + dmin * ml, ah, ah + dmin * mh)
     }
 }
 
-/// Q6_K (210 bytes as 53 words a block, see `q6k.rs`): unit `l` takes `ql` bytes `8l ..+ 8` =
-/// values `l0 ..+ 8` (l0 = 8·(l % 4)) of sub-block 4h + c (low nibbles) and 4h + c + 2 (high),
-/// h = l / 8, c = (l / 4) % 2, their top two bits from `qh` bytes `32h + l0 ..+ 8`.
+/// Q6_K (210 bytes as 53 words a block, see `q6k.rs`): unit `l` takes `ql` bytes `16l ..+ 16`
+/// = values `l0 ..+ 16` (l0 = 16·(l % 2)) of sub-block 4h + c (low nibbles) and 4h + c + 2
+/// (high), h = l / 4, c = (l / 2) % 2, their top two bits from `qh` bytes `32h + l0 ..+ 16`;
+/// each half one scale byte. `x = d·sc·(q − 32) = (64·d·sc)·M − 96·d·sc`.
 pub struct Q6KUnits;
 
 #[cube]
@@ -85,38 +98,59 @@ impl UnitDecode for Q6KUnits {
     type Word = u32;
 
     fn x_at(b: usize, l: usize) -> (usize, usize) {
-        let lo = b * 64 + (l / 8) * 32 + ((l / 4) % 2) * 8 + (l % 4) * 2;
+        let lo = b * 64 + (l / 4) * 32 + ((l / 2) % 2) * 8 + (l % 2) * 4;
         (lo, lo + 16)
     }
 
-    fn decode16(w: &[u32], base: usize, l: usize, vals: &mut Array<f32>) {
-        let h = l / 8;
-        let c = (l / 4) % 2;
-        let d = f16_bits(w[base + 52] & 0xFFFFu32);
+    fn decode(w: &[u32], base: usize, l: usize, vals: &mut Array<f32>, #[comptime] pairs: bool) -> (f32, f32, f32, f32) {
+        let h = l / 4;
+        let c = (l / 2) % 2;
+        let (d, _) = f16_pair(w[base + 52] & 0xFFFFu32, pairs);
         // The 16-value scale groups: `sc[8h + 2k + l0 / 16]`, k = c (low) and c + 2 (high).
-        let s = 192 + 8 * h + 2 * c + (l % 4) / 2;
+        let s = 192 + 8 * h + 2 * c + l % 2;
         let dl = d * signed_byte(block_byte(w, base, s));
         let dh = d * signed_byte(block_byte(w, base, s + 4));
-        let qh0 = base + 32 + 8 * h + 2 * (l % 4);
+        let qh0 = base + 32 + 8 * h + 4 * (l % 2);
         #[unroll]
-        for k in 0..2usize {
-            let word = w[base + 2 * l + k];
+        for k in 0..4usize {
+            let word = w[base + 4 * l + k];
             let high = w[qh0 + k] >> (2 * c) as u32;
             #[unroll]
             for e in 0..4usize {
-                let b = word >> (8 * e) as u32;
-                let hb = high >> (8 * e) as u32;
-                vals[k * 4 + e] = dl * code_f32((b & 15u32) | ((hb & 3u32) << 4u32), 32.0f32);
-                vals[8 + k * 4 + e] = dh * code_f32(((b >> 4u32) & 15u32) | (((hb >> 4u32) & 3u32) << 4u32), 32.0f32);
+                // Low nibble to mantissa bits 17..21, its two high bits to 21..23; likewise
+                // the high nibble with the bits four above.
+                let lo = (shifted(word, 17usize, 8 * e) & 0x001E_0000u32) | (shifted(high, 21usize, 8 * e) & 0x0060_0000u32);
+                let hi = (shifted(word, 17usize, 8 * e + 4) & 0x001E_0000u32) | (shifted(high, 21usize, 8 * e + 4) & 0x0060_0000u32);
+                vals[k * 4 + e] = f32::reinterpret(lo | ONE);
+                vals[16 + k * 4 + e] = f32::reinterpret(hi | ONE);
             }
         }
+        (64.0f32 * dl, 96.0f32 * dl, 64.0f32 * dh, 96.0f32 * dh)
     }
+}
+
+/// `v` with its bit `from` moved to bit `to` (one shift either way).
+#[cube]
+fn shifted(v: u32, #[comptime] to: usize, #[comptime] from: usize) -> u32 {
+    if comptime!(to >= from) {
+        v << comptime!((to - from) as u32)
+    } else {
+        v >> comptime!((from - to) as u32)
+    }
+}
+
+/// The 6-bit scale and min of sub-block `sub` from a Q4_K / Q5_K block's twelve scale bytes
+/// (words `h1..h3`) as f32s, as `get_scale_min_k4` reads them.
+#[cube]
+fn scale_min_bytes(h1: u32, h2: u32, h3: u32, sub: usize) -> (f32, f32) {
+    let (sc, m) = scale_min_codes(h1, h2, h3, sub);
+    (code_f32(sc, 0.0f32), code_f32(m, 0.0f32))
 }
 
 /// x `[tn, in/4]` vectors of 4; w the blocks as `F` reads them (`words` of them a block, rows
 /// of `in / 256` blocks); y, `norm`, `resid`, `glu`, `gelu` as [`qgemv`](super::kernels::qgemv).
 /// Cube dim (group, groups): group `gi` takes rows `(CUBE_POS·groups + gi)·rpg ..+ rpg`, `group /
-/// 16` blocks of each at a time; each unit decodes its 16 weights of a row once and dots them
+/// 8` blocks of each at a time; each unit decodes its 32 weights of a row once and dots them
 /// with every token's x.
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked)]
@@ -131,6 +165,7 @@ pub fn qgemv_k<F: UnitDecode, N: Size>(
     n_in: u32,
     eps: f32,
     #[comptime] words: usize,
+    #[comptime] pairs: bool,
     #[comptime] tn: usize,
     #[comptime] rpg: usize,
     #[comptime] plane: bool,
@@ -159,35 +194,50 @@ pub fn qgemv_k<F: UnitDecode, N: Size>(
         inv_rms(xr, &mut rn, 0, xrow, n_in as f32, eps, tn, plane, plane_size, block);
     }
     let l = lane % UNITS_PER_BLOCK;
-    let mut xs = Array::<Vector<f32, N>>::new(tn * 4);
-    let mut vals = Array::<f32>::new(16usize);
+    let mut xs = Array::<Vector<f32, N>>::new(tn * 8);
+    let mut sx = Array::<f32>::new(tn * 2);
+    let mut vals = Array::<f32>::new(32usize);
     if row0 < n_out {
         let mut b = lane / UNITS_PER_BLOCK;
         while b < bpr {
             let (xl, xh) = F::x_at(b, l);
             #[unroll]
             for t in 0..tn {
-                xs[t * 4] = x[t * xrow + xl];
-                xs[t * 4 + 1] = x[t * xrow + xl + 1];
-                xs[t * 4 + 2] = x[t * xrow + xh];
-                xs[t * 4 + 3] = x[t * xrow + xh + 1];
+                #[unroll]
+                for v in 0..4usize {
+                    xs[t * 8 + v] = x[t * xrow + xl + v];
+                    xs[t * 8 + 4 + v] = x[t * xrow + xh + v];
+                }
+                #[unroll]
+                for half in 0..2usize {
+                    let mut s = 0.0f32;
+                    #[unroll]
+                    for v in 0..4usize {
+                        let xv = xs[t * 8 + half * 4 + v];
+                        s += (xv.extract(0usize) + xv.extract(1usize)) + (xv.extract(2usize) + xv.extract(3usize));
+                    }
+                    sx[t * 2 + half] = s;
+                }
             }
             #[unroll]
             for q in 0..rpg {
                 let row = select(row0 + q < n_out, row0 + q, n_out - 1);
-                F::decode16(w, (row * bpr + b) * words, l, &mut vals);
+                let (al, bl, ah, bh) = F::decode(w, (row * bpr + b) * words, l, &mut vals, pairs);
                 #[unroll]
                 for t in 0..tn {
-                    let mut part = 0.0f32;
+                    let mut ml = 0.0f32;
+                    let mut mh = 0.0f32;
                     #[unroll]
                     for v in 0..4usize {
-                        let xv = xs[t * 4 + v];
+                        let xl = xs[t * 8 + v];
+                        let xh = xs[t * 8 + 4 + v];
                         #[unroll]
                         for e in 0..4usize {
-                            part += vals[v * 4 + e] * xv.extract(e);
+                            ml += vals[v * 4 + e] * xl.extract(e);
+                            mh += vals[16 + v * 4 + e] * xh.extract(e);
                         }
                     }
-                    acc[t * rpg + q] += part;
+                    acc[t * rpg + q] += (al * ml - bl * sx[t * 2]) + (ah * mh - bh * sx[t * 2 + 1]);
                 }
             }
             b += group / UNITS_PER_BLOCK;
@@ -227,6 +277,7 @@ pub(crate) fn gemv_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &Devi
                     w.in_dim as u32,
                     eps,
                     $words,
+                    w.pairs,
                     l.t,
                     l.rpg,
                     l.plane,
@@ -242,7 +293,7 @@ pub(crate) fn gemv_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &Devi
         };
     }
     match w.format {
-        crate::kernels::qmatmul::QFormat::Ggml(GgmlKind::Q4K) => go!(Q4KUnits, 2, 18),
+        crate::kernels::qmatmul::QFormat::Ggml(GgmlKind::Q4K) => go!(Q4KUnits, 4, 9),
         crate::kernels::qmatmul::QFormat::Ggml(GgmlKind::Q6K) => go!(Q6KUnits, 1, 53),
         f => return Err(Error::Shape(format!("qformat gemv_k: a {f:?} weight is not Q4_K or Q6_K"))),
     }

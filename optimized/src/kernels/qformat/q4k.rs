@@ -65,13 +65,21 @@ impl BlockFormat for Q4K {
 /// the bytes `get_scale_min_k4` reads for `sub` all sit at position sub % 4 of their word.
 #[cube]
 pub(crate) fn scale_min_words(h0: u32, h1: u32, h2: u32, h3: u32, sub: usize) -> (f32, f32) {
+    let (sc, m) = scale_min_codes(h1, h2, h3, sub);
+    (f16_bits(h0 & 0xFFFFu32) * code_f32(sc, 0.0f32), f16_bits(h0 >> 16u32) * code_f32(m, 0.0f32))
+}
+
+/// The 6-bit scale and min codes of sub-block `sub` from the twelve scale bytes of a Q4_K /
+/// Q5_K block (words `h1..h3`).
+#[cube]
+pub(crate) fn scale_min_codes(h1: u32, h2: u32, h3: u32, sub: usize) -> (u32, u32) {
     let at = ((sub % 4) * 8) as u32;
     let b = (select(sub < 4, h1, h2) >> at) & 255u32;
     let b4 = (select(sub < 4, h2, h3) >> at) & 255u32;
     let bm = (h1 >> at) & 255u32;
     let sc = select(sub < 4, b & 63u32, (b4 & 15u32) | ((bm >> 6u32) << 4u32));
     let m = select(sub < 4, b4 & 63u32, (b4 >> 4u32) | ((b >> 6u32) << 4u32));
-    (f16_bits(h0 & 0xFFFFu32) * code_f32(sc, 0.0f32), f16_bits(h0 >> 16u32) * code_f32(m, 0.0f32))
+    (sc, m)
 }
 
 /// Q4_K as the dequantize pass reads it: by 16-byte vectors. A block is 144

@@ -28,7 +28,7 @@ mod words;
 pub use probe::{pairs_supported, q4_pairs_supported, subnormal_supported};
 pub(crate) use words::{
     e2m1_pair, e8m0_of, f16_bits, f16_pair, finish_per_channel, finish_per_channel_with, fp4_word_dot, int8_quad_acc, load_row_scales, mx_chunk_dot,
-    mx_chunk_scale_index, mx_scale_index, q4_chunk_dot, q4_entry, q4_entry_word, q4_pair, sub_prescale, sub_word_dot, SUB_SHIFT_BITS,
+    mx_chunk_scale_index, mx_scale_index, q4_chunk_dot, q4_entry, q4_entry_word, q4_mant, q4_pair, sub_prescale, sub_word_dot, SUB_SHIFT_BITS,
 };
 
 /// Chunks (one per lane) per tile.

@@ -101,7 +101,8 @@ pub struct QWeight {
     /// entries in the tiled order, `[out, entry bytes · v2::tile_scale_words(in)]` words.
     pub scales: DeviceTensor,
     /// mxfp4 (Q4) in the tiled order on a device where [`v2::pairs_supported`]
-    /// ([`v2::q4_pairs_supported`]): gemv v2 may decode it by [`Fp4Decode::Pairs`] (decided
+    /// ([`v2::q4_pairs_supported`]): gemv v2 may decode it by [`Fp4Decode::Pairs`]; Q4_K /
+    /// Q6_K where the latter holds: `qformat::gemv_k` decodes their f16 scales so (decided
     /// once, at upload, outside any graph capture).
     pub pairs: bool,
     /// int8 in the tiled order on a device where [`v2::subnormal_supported`]: gemv v2 may

@@ -1,5 +1,6 @@
 //! The decode gemv over k-quant blocks with coalesced loads (the Q4_K and Q6_K arm of
-//! `qmatmul::qlinear_fused_into_tuned`; the other ggml formats and FP8 take [`qgemv`]).
+//! `qmatmul::qlinear_fused_into_tuned` for Q4_K, Q5_K and Q6_K; the other ggml formats and FP8
+//! take [`qgemv`]).
 //!
 //! Why its own kernel: [`qgemv`] gives each unit a whole 32-value chunk, so the 32 units of a
 //! plane read x 128 bytes apart — 32 cache lines per vector load, eight loads a chunk. ncu on
@@ -83,6 +84,47 @@ impl UnitDecode for Q4KUnits {
         }
         let al = 16.0f32 * (d * scl);
         let ah = 16.0f32 * (d * sch);
+        (al, al + dmin * ml, ah, ah + dmin * mh)
+    }
+}
+
+/// Q5_K (176 bytes, 11 vectors of 16 a block: Q4_K's header, `qh` in vectors 1..3, the nibbles
+/// in 3..11): unit `l` takes nibble vector 3 + l, as [`Q4KUnits`] takes its, and the fifth bits
+/// of its values from `qh` vector 1 + l % 2 (bit s of byte i: value i of sub-block s).
+/// `x = (32·d·sc)·M − (32·d·sc + dmin·m)`.
+pub struct Q5KUnits;
+
+#[cube]
+impl UnitDecode for Q5KUnits {
+    type Word = Quad;
+
+    fn x_at(b: usize, l: usize) -> (usize, usize) {
+        Q4KUnits::x_at(b, l)
+    }
+
+    fn decode(w: &[Quad], base: usize, l: usize, vals: &mut Array<f32>, #[comptime] pairs: bool) -> (f32, f32, f32, f32) {
+        let j = l / 2;
+        let hdr = w[base];
+        let high = w[base + 1 + l % 2];
+        let codes = w[base + 3 + l];
+        let (d, dmin) = f16_pair(hdr.extract(0usize), pairs);
+        let (scl, ml) = scale_min_bytes(hdr.extract(1usize), hdr.extract(2usize), hdr.extract(3usize), 2 * j);
+        let (sch, mh) = scale_min_bytes(hdr.extract(1usize), hdr.extract(2usize), hdr.extract(3usize), 2 * j + 1);
+        #[unroll]
+        for k in 0..4usize {
+            let word = codes.extract(k);
+            // The fifth bits of sub-blocks 2j and 2j + 1 moved to bits 0 and 1 of each byte.
+            let hb = high.extract(k) >> (2 * j) as u32;
+            #[unroll]
+            for e in 0..4usize {
+                let lo = (shifted(word, 18usize, 8 * e) & 0x003C_0000u32) | (shifted(hb, 22usize, 8 * e) & 0x0040_0000u32);
+                let hi = (shifted(word, 18usize, 8 * e + 4) & 0x003C_0000u32) | (shifted(hb, 22usize, 8 * e + 1) & 0x0040_0000u32);
+                vals[k * 4 + e] = f32::reinterpret(lo | ONE);
+                vals[16 + k * 4 + e] = f32::reinterpret(hi | ONE);
+            }
+        }
+        let al = 32.0f32 * (d * scl);
+        let ah = 32.0f32 * (d * sch);
         (al, al + dmin * ml, ah, ah + dmin * mh)
     }
 }
@@ -251,10 +293,10 @@ pub fn qgemv_k<F: UnitDecode, N: Size>(
 
 /// Whether `kind` takes [`qgemv_k`].
 pub(crate) fn applies(kind: GgmlKind) -> bool {
-    matches!(kind, GgmlKind::Q4K | GgmlKind::Q6K)
+    matches!(kind, GgmlKind::Q4K | GgmlKind::Q5K | GgmlKind::Q6K)
 }
 
-/// [`qgemv_k`] of `w` (Q4_K or Q6_K blocks; shapes checked by the caller) into `y` with
+/// [`qgemv_k`] of `w` (Q4_K, Q5_K or Q6_K blocks; shapes checked by the caller) into `y` with
 /// `fuse`'s prologue / epilogue, on the launch `qmatmul` chose.
 pub(crate) fn gemv_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor, fuse: &Fuse, l: GemvLaunch) -> Result<(), Error> {
     let (xr, nw, xw, eps) = fuse.operands(client);
@@ -294,8 +336,9 @@ pub(crate) fn gemv_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &Devi
     }
     match w.format {
         crate::kernels::qmatmul::QFormat::Ggml(GgmlKind::Q4K) => go!(Q4KUnits, 4, 9),
+        crate::kernels::qmatmul::QFormat::Ggml(GgmlKind::Q5K) => go!(Q5KUnits, 4, 11),
         crate::kernels::qmatmul::QFormat::Ggml(GgmlKind::Q6K) => go!(Q6KUnits, 1, 53),
-        f => return Err(Error::Shape(format!("qformat gemv_k: a {f:?} weight is not Q4_K or Q6_K"))),
+        f => return Err(Error::Shape(format!("qformat gemv_k: a {f:?} weight is not Q4_K, Q5_K or Q6_K"))),
     }
     Ok(())
 }

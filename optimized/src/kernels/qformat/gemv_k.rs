@@ -18,7 +18,7 @@
 use cubecl::prelude::*;
 
 use super::q4k::scale_min_codes;
-use super::{block_byte, code_f32, signed_byte, GemvLaunch, GgmlKind};
+use super::{code_f32, signed_byte, GemvLaunch, GgmlKind};
 use crate::kernels::matmul::{inv_rms, scale_rows, store_row_sums, Fuse};
 use crate::kernels::qmatmul::v2::{f16_pair, q4_mant};
 use crate::kernels::qmatmul::QWeight;
@@ -41,9 +41,14 @@ pub trait UnitDecode: 'static + Send + Sync {
     /// high values (each four vectors).
     fn x_at(b: usize, l: usize) -> (usize, usize);
 
-    /// Unit `l`'s 32 mantissas of the block at `w[base]` into `vals` (low 16, then high 16);
-    /// returns `(A_low, B_low, A_high, B_high)`. `pairs`: the f16 scales by the f16×2 bitcast.
-    fn decode(w: &[Self::Word], base: usize, l: usize, vals: &mut Array<f32>, #[comptime] pairs: bool) -> (f32, f32, f32, f32);
+    /// Unit `l`'s words of the block at `w[base]` into `raw[at ..]` (the kernel's `raw`
+    /// comptime count of them): every row's loads are issued before any is decoded.
+    fn load(w: &[Self::Word], base: usize, l: usize, raw: &mut Array<Self::Word>, #[comptime] at: usize);
+
+    /// Unit `l`'s 32 mantissas from its words at `raw[at ..]` into `vals` (low 16, then high
+    /// 16); returns `(A_low, B_low, A_high, B_high)`. `pairs`: the f16 scales by the f16×2
+    /// bitcast.
+    fn decode(raw: &Array<Self::Word>, #[comptime] at: usize, l: usize, vals: &mut Array<f32>, #[comptime] pairs: bool) -> (f32, f32, f32, f32);
 }
 
 /// 1.0's f32 bits.
@@ -66,10 +71,15 @@ impl UnitDecode for Q4KUnits {
         (lo, lo + 8)
     }
 
-    fn decode(w: &[Quad], base: usize, l: usize, vals: &mut Array<f32>, #[comptime] pairs: bool) -> (f32, f32, f32, f32) {
+    fn load(w: &[Quad], base: usize, l: usize, raw: &mut Array<Quad>, #[comptime] at: usize) {
+        raw[at] = w[base];
+        raw[at + 1] = w[base + 1 + l];
+    }
+
+    fn decode(raw: &Array<Quad>, #[comptime] at: usize, l: usize, vals: &mut Array<f32>, #[comptime] pairs: bool) -> (f32, f32, f32, f32) {
         let j = l / 2;
-        let hdr = w[base];
-        let codes = w[base + 1 + l];
+        let hdr = raw[at];
+        let codes = raw[at + 1];
         let (d, dmin) = f16_pair(hdr.extract(0usize), pairs);
         let (scl, ml) = scale_min_bytes(hdr.extract(1usize), hdr.extract(2usize), hdr.extract(3usize), 2 * j);
         let (sch, mh) = scale_min_bytes(hdr.extract(1usize), hdr.extract(2usize), hdr.extract(3usize), 2 * j + 1);
@@ -102,11 +112,17 @@ impl UnitDecode for Q5KUnits {
         Q4KUnits::x_at(b, l)
     }
 
-    fn decode(w: &[Quad], base: usize, l: usize, vals: &mut Array<f32>, #[comptime] pairs: bool) -> (f32, f32, f32, f32) {
+    fn load(w: &[Quad], base: usize, l: usize, raw: &mut Array<Quad>, #[comptime] at: usize) {
+        raw[at] = w[base];
+        raw[at + 1] = w[base + 1 + l % 2];
+        raw[at + 2] = w[base + 3 + l];
+    }
+
+    fn decode(raw: &Array<Quad>, #[comptime] at: usize, l: usize, vals: &mut Array<f32>, #[comptime] pairs: bool) -> (f32, f32, f32, f32) {
         let j = l / 2;
-        let hdr = w[base];
-        let high = w[base + 1 + l % 2];
-        let codes = w[base + 3 + l];
+        let hdr = raw[at];
+        let high = raw[at + 1];
+        let codes = raw[at + 2];
         let (d, dmin) = f16_pair(hdr.extract(0usize), pairs);
         let (scl, ml) = scale_min_bytes(hdr.extract(1usize), hdr.extract(2usize), hdr.extract(3usize), 2 * j);
         let (sch, mh) = scale_min_bytes(hdr.extract(1usize), hdr.extract(2usize), hdr.extract(3usize), 2 * j + 1);
@@ -144,19 +160,31 @@ impl UnitDecode for Q6KUnits {
         (lo, lo + 16)
     }
 
-    fn decode(w: &[u32], base: usize, l: usize, vals: &mut Array<f32>, #[comptime] pairs: bool) -> (f32, f32, f32, f32) {
+    /// `ql` words `4l ..+ 4`, `qh` words `32 + 8h + 4·(l % 2) ..+ 4`, the scale words of its
+    /// two halves (48 + 2h, 49 + 2h: `sc[8h + 2k + l % 2]`, k = c and c + 2), the d word (52).
+    fn load(w: &[u32], base: usize, l: usize, raw: &mut Array<u32>, #[comptime] at: usize) {
         let h = l / 4;
-        let c = (l / 2) % 2;
-        let (d, _) = f16_pair(w[base + 52] & 0xFFFFu32, pairs);
-        // The 16-value scale groups: `sc[8h + 2k + l0 / 16]`, k = c (low) and c + 2 (high).
-        let s = 192 + 8 * h + 2 * c + l % 2;
-        let dl = d * signed_byte(block_byte(w, base, s));
-        let dh = d * signed_byte(block_byte(w, base, s + 4));
         let qh0 = base + 32 + 8 * h + 4 * (l % 2);
         #[unroll]
         for k in 0..4usize {
-            let word = w[base + 4 * l + k];
-            let high = w[qh0 + k] >> (2 * c) as u32;
+            raw[at + k] = w[base + 4 * l + k];
+            raw[at + 4 + k] = w[qh0 + k];
+        }
+        raw[at + 8] = w[base + 48 + 2 * h];
+        raw[at + 9] = w[base + 49 + 2 * h];
+        raw[at + 10] = w[base + 52];
+    }
+
+    fn decode(raw: &Array<u32>, #[comptime] at: usize, l: usize, vals: &mut Array<f32>, #[comptime] pairs: bool) -> (f32, f32, f32, f32) {
+        let c = (l / 2) % 2;
+        let (d, _) = f16_pair(raw[at + 10] & 0xFFFFu32, pairs);
+        let sb = ((2 * c + l % 2) * 8) as u32;
+        let dl = d * signed_byte((raw[at + 8] >> sb) & 255u32);
+        let dh = d * signed_byte((raw[at + 9] >> sb) & 255u32);
+        #[unroll]
+        for k in 0..4usize {
+            let word = raw[at + k];
+            let high = raw[at + 4 + k] >> (2 * c) as u32;
             #[unroll]
             for e in 0..4usize {
                 // Low nibble to mantissa bits 17..21, its two high bits to 21..23; likewise
@@ -207,6 +235,7 @@ pub fn qgemv_k<F: UnitDecode, N: Size>(
     n_in: u32,
     eps: f32,
     #[comptime] words: usize,
+    #[comptime] nraw: usize,
     #[comptime] pairs: bool,
     #[comptime] tn: usize,
     #[comptime] rpg: usize,
@@ -239,6 +268,7 @@ pub fn qgemv_k<F: UnitDecode, N: Size>(
     let mut xs = Array::<Vector<f32, N>>::new(tn * 8);
     let mut sx = Array::<f32>::new(tn * 2);
     let mut vals = Array::<f32>::new(32usize);
+    let mut raw = Array::<F::Word>::new(rpg * nraw);
     if row0 < n_out {
         let mut b = lane / UNITS_PER_BLOCK;
         while b < bpr {
@@ -264,7 +294,11 @@ pub fn qgemv_k<F: UnitDecode, N: Size>(
             #[unroll]
             for q in 0..rpg {
                 let row = select(row0 + q < n_out, row0 + q, n_out - 1);
-                let (al, bl, ah, bh) = F::decode(w, (row * bpr + b) * words, l, &mut vals, pairs);
+                F::load(w, (row * bpr + b) * words, l, &mut raw, q * nraw);
+            }
+            #[unroll]
+            for q in 0..rpg {
+                let (al, bl, ah, bh) = F::decode(&raw, q * nraw, l, &mut vals, pairs);
                 #[unroll]
                 for t in 0..tn {
                     let mut ml = 0.0f32;
@@ -302,7 +336,7 @@ pub(crate) fn gemv_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &Devi
     let (xr, nw, xw, eps) = fuse.operands(client);
     let (norm, resid, glu, gelu) = (fuse.norm.is_some(), fuse.residual.is_some(), fuse.glu, fuse.gelu());
     macro_rules! go {
-        ($f:ty, $width:expr, $words:expr) => {
+        ($f:ty, $width:expr, $words:expr, $raw:expr) => {
             unsafe {
                 qgemv_k::launch_unchecked::<$f>(
                     client,
@@ -319,6 +353,7 @@ pub(crate) fn gemv_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &Devi
                     w.in_dim as u32,
                     eps,
                     $words,
+                    $raw,
                     w.pairs,
                     l.t,
                     l.rpg,
@@ -335,9 +370,9 @@ pub(crate) fn gemv_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &Devi
         };
     }
     match w.format {
-        crate::kernels::qmatmul::QFormat::Ggml(GgmlKind::Q4K) => go!(Q4KUnits, 4, 9),
-        crate::kernels::qmatmul::QFormat::Ggml(GgmlKind::Q5K) => go!(Q5KUnits, 4, 11),
-        crate::kernels::qmatmul::QFormat::Ggml(GgmlKind::Q6K) => go!(Q6KUnits, 1, 53),
+        crate::kernels::qmatmul::QFormat::Ggml(GgmlKind::Q4K) => go!(Q4KUnits, 4, 9, 2),
+        crate::kernels::qmatmul::QFormat::Ggml(GgmlKind::Q5K) => go!(Q5KUnits, 4, 11, 3),
+        crate::kernels::qmatmul::QFormat::Ggml(GgmlKind::Q6K) => go!(Q6KUnits, 1, 53, 11),
         f => return Err(Error::Shape(format!("qformat gemv_k: a {f:?} weight is not Q4_K, Q5_K or Q6_K"))),
     }
     Ok(())

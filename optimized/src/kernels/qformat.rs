@@ -11,6 +11,9 @@
 //!   the row's 32-value chunks `lane, lane + group, ..`, decodes each once into registers
 //!   and dots it with every token's x; `matmul::store_row_sums` reduces, with the fused RMSNorm
 //!   prologue and residual / SwiGLU / GELU epilogues of `matmul::Fuse`;
+//! - for Q4_K, Q5_K and Q6_K the decode gemv of `gemv_k.rs` instead: 8 units share a block
+//!   (neighbouring units read neighbouring code bytes and x runs), codes decoded as f32
+//!   mantissas without a conversion instruction, every row's loads issued before any decode;
 //! - the dequantize pass (one unit per chunk) into a dense `[out, in]` scratch, then the
 //!   dense matmul (tensor cores where they apply, the scratch in their 16-bit type): what
 //!   prefill and batches above the gemv run. It costs a write and a read of a dense copy per

@@ -441,7 +441,7 @@ impl GpuModel {
             (true, Mode::Top) => "; programmatic dependent launch, each kernel waiting first thing (pdl=top)",
             (true, Mode::Off) => "; programmatic dependent launch off (pdl=off)",
         };
-        let has_quant = m.layers.iter().any(|l| matches!(l.wqkv, Weight::Quant(_))) || matches!(m.lm_head, Weight::Quant(_));
+        let has_quant = m.layers.iter().any(|l| matches!(l.wqkv, Weight::Quant(_) | Weight::Parts(_))) || matches!(m.lm_head, Weight::Quant(_));
         let launch =
             if has_quant { format!("; quantized gemv launch {}", crate::kernels::qmatmul::knobs::of(&m.client).name()) } else { String::new() };
         format!("{norms}{int8}{pdl}{launch}")

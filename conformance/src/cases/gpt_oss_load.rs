@@ -78,7 +78,7 @@ fn need(what: String, t: Option<&DeviceTensor>) -> Result<&DeviceTensor, String>
 fn dense(w: &Weight) -> Option<&DeviceTensor> {
     match w {
         Weight::Dense(t) => Some(t),
-        Weight::Quant(_) => None,
+        Weight::Quant(_) | Weight::Parts(_) => None,
     }
 }
 

@@ -103,6 +103,34 @@ impl Case for GgmlMatmulCase {
     }
 }
 
+/// A q|k|v stack whose parts differ in format, as a llama-quantize mix writes it (`kinds`:
+/// the parts' formats, e.g. Q4_K_M's Q4_K q and k with a Q6_K v): each part kept as stored
+/// (`Weight::Parts`), against the reference over the same blocks.
+#[derive(Debug, Clone)]
+pub struct GgmlPartsCase {
+    pub t: usize,
+    pub kinds: [GgmlKind; 3],
+    pub fusion: Fusion,
+}
+
+impl Case for GgmlPartsCase {
+    fn op(&self) -> Op {
+        Op::Matmul
+    }
+    fn name(&self) -> String {
+        let names: Vec<&str> = self.kinds.iter().map(|k| k.ty().name()).collect();
+        let path = if self.t <= QGEMV_MAX_T { "gemv" } else { "dequant+gemm" };
+        kept_name(self.t, 512, 40, &names.join("|"), 3, self.fusion, path)
+    }
+    fn run(&self, client: &Client) -> Outcome {
+        let client = &client.with_kernels(KernelConfig { qgemm: QGemm::Wgmma, ..*client.kernels() });
+        let part = |p: usize| ggml(self.kinds[p].ty(), 40, 512, 60 + 5 * p as u32, matmul_scale(self.kinds[p].ty()));
+        run_kept(client, self.t, 512, 40, 3, self.fusion, 23, part, |w| {
+            (w.layout != QLayout::Rows).then(|| Outcome::Fail(format!("upload: {:?} order, expected the input order", w.layout)))
+        })
+    }
+}
+
 /// The dequantize pass alone on random blocks (seed `seed`): any finite f16 scales (normal,
 /// subnormal, zero, negative; Q4_K / Q5_K's dmin too), every code and scale byte.
 #[derive(Debug, Clone)]
@@ -234,6 +262,13 @@ pub fn grid_cases() -> Vec<Box<dyn Case>> {
         }
         for seed in 0..4u32 {
             v.push(Box::new(GgmlDequantCase { kind, rows: 3 + seed as usize, blocks: 1 + 2 * seed as usize, seed }));
+        }
+    }
+    // Mixed stacks: Q4_K_M's and Q5_K_M's q|k|v, and the 32-value fallbacks of a small width's.
+    use GgmlKind::*;
+    for kinds in [[Q4K, Q4K, Q6K], [Q5K, Q5K, Q6K], [Q5_0, Q5_0, Q8_0]] {
+        for (t, fusion) in [(1, Fusion::None), (1, Fusion::Norm), (3, Fusion::Norm), (9, Fusion::None), (64, Fusion::None)] {
+            v.push(Box::new(GgmlPartsCase { t, kinds, fusion }));
         }
     }
     v

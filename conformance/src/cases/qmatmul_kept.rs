@@ -4,6 +4,7 @@
 
 use ndarray::Array2;
 use optimized::kernels::qformat;
+use optimized::kernels::qmatmul::parts::parts_into;
 use optimized::kernels::qmatmul::{default_rpg, qlinear_fused_into_tuned, GemvTune, QWeight, QGEMV_MAX_T};
 use optimized::Client;
 use reference::quant::QuantTensor;
@@ -24,8 +25,8 @@ pub(crate) fn kept_name(t: usize, n_in: usize, n_out: usize, format: &str, parts
 /// `reference_linear(dequant(W), x)` (x random from `x_salt`, outputs NaN-poisoned by
 /// `fusion.run_device`): the decode gemv for T ≤ 8 (with `fusion`'s prologue / epilogues), the
 /// GEMMs above, via `qlinear_fused_into_tuned` at the format's default rows per group. `check`
-/// sees the uploaded weight first; an outcome it returns (a wrong format or order, a skip) is
-/// the case's.
+/// sees each uploaded weight first; an outcome it returns (a wrong format or order, a skip) is
+/// the case's. Parts of different formats go through `qmatmul::parts` (`Weight::Parts`).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run_kept(
     client: &Client,
@@ -36,7 +37,7 @@ pub(crate) fn run_kept(
     fusion: Fusion,
     x_salt: u32,
     part: impl Fn(usize) -> Result<QuantTensor, String>,
-    check: impl FnOnce(&QWeight) -> Option<Outcome>,
+    check: impl FnMut(&QWeight) -> Option<Outcome>,
 ) -> Outcome {
     let glu = fusion.glu();
     let parts = match (0..if glu { 2 } else { parts.max(1) }).map(part).collect::<Result<Vec<_>, _>>() {
@@ -44,15 +45,19 @@ pub(crate) fn run_kept(
         Err(e) => return Outcome::Fail(format!("reference weights: {e}")),
     };
     let refs: Vec<&QuantTensor> = parts.iter().collect();
+    // Parts of different formats (a llama-quantize mix's q|k|v) stay apart, as the loader
+    // keeps them (`Weight::Parts`).
+    let mixed = !glu && refs.iter().any(|p| p.label() != refs[0].label());
     let uploaded = match (glu, &refs[..]) {
-        (true, [g, u]) => QWeight::upload_glu(client, g, u, None),
-        _ => QWeight::upload(client, &refs),
+        (true, [g, u]) => QWeight::upload_glu(client, g, u, None).map(|w| vec![w]),
+        _ if mixed => refs.iter().map(|p| QWeight::upload(client, &[*p])).collect(),
+        _ => QWeight::upload(client, &refs).map(|w| vec![w]),
     };
-    let w = match uploaded {
-        Ok(w) => w,
+    let ws = match uploaded {
+        Ok(ws) => ws,
         Err(e) => return Outcome::Fail(format!("upload: {e}")),
     };
-    if let Some(o) = check(&w) {
+    if let Some(o) = ws.iter().find_map(check) {
         return o;
     }
     let rows = n_out * parts.len();
@@ -84,8 +89,10 @@ pub(crate) fn run_kept(
         Err(e) => return Outcome::Fail(format!("reference: {e}")),
     };
     outcome((|| {
-        let tune = GemvTune { rpg: default_rpg(w.format), ..GemvTune::default_for(client, &w) };
-        let y = fusion.run_device(client, t, n_in, rows, &x, &io, |xd, yd, fuse| qlinear_fused_into_tuned(client, xd, &w, yd, &tune, fuse))?;
+        let y = fusion.run_device(client, t, n_in, rows, &x, &io, |xd, yd, fuse| match &ws[..] {
+            [w] => qlinear_fused_into_tuned(client, xd, w, yd, &GemvTune { rpg: default_rpg(w.format), ..GemvTune::default_for(client, w) }, fuse),
+            _ => parts_into(client, xd, &ws, yd, fuse),
+        })?;
         let (tol, _) = if tc_path { tc_tolerance() } else { tolerance(Op::Matmul, Dtype::F32) };
         Ok(match compare(&y, &io.want, tol) {
             Ok(m) => Outcome::Pass(m),

@@ -62,6 +62,7 @@ use reference::quant::{Granularity, QuantTensor};
 mod dequant;
 mod dispatch;
 pub mod knobs;
+pub mod parts;
 pub mod v1;
 pub mod v2;
 pub mod v4;

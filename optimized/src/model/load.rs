@@ -168,6 +168,25 @@ impl Uploader<'_> {
                     }
                     return Ok(Weight::Quant(w));
                 }
+                // Parts of mixed formats (a llama-quantize mix's q|k|v): each run of one format
+                // kept as stored, stacked (Q4_K_M: q|k in Q4_K, v in Q6_K — two calls).
+                Err(Error::Unsupported(_)) if !interleave && parts.len() > 1 => {
+                    let each: Result<Vec<QWeight>, Error> = parts
+                        .chunk_by(|a, b| a.label() == b.label())
+                        .map(|run| QWeight::upload_staged(self.client, run, None, false, &self.staging))
+                        .collect();
+                    match each {
+                        Ok(ws) => {
+                            self.bytes += ws.iter().map(|w| w.bytes()).sum::<usize>();
+                            for p in &parts {
+                                self.quant = Some(add_label(self.quant.take(), p.label()));
+                            }
+                            return Ok(Weight::Parts(ws));
+                        }
+                        Err(Error::Unsupported(_)) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
                 Err(Error::Unsupported(_)) => {}
                 Err(e) => return Err(e),
             }

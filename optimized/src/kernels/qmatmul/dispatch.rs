@@ -13,6 +13,9 @@ use crate::{Client, DeviceTensor, Dtype, Error};
 pub enum Weight {
     Dense(DeviceTensor),
     Quant(QWeight),
+    /// Quantized parts stacked by rows whose formats differ, each kept as stored
+    /// (`qmatmul::parts`): q|k|v only — no gating, no residual epilogue.
+    Parts(Vec<QWeight>),
 }
 
 impl Weight {
@@ -21,6 +24,11 @@ impl Weight {
         match self {
             Weight::Dense(w) => matmul::linear(client, x, w),
             Weight::Quant(q) => qlinear(client, x, q),
+            Weight::Parts(ps) => {
+                let y = DeviceTensor::empty_f32(client, &[x.shape.first().copied().unwrap_or(0), self.rows()]);
+                super::parts::parts_into(client, x, ps, &y, &Fuse::default())?;
+                Ok(y)
+            }
         }
     }
     /// `silu(x · Gᵀ) ⊙ (x · Uᵀ)` for a weight whose rows interleave gate and up (row 2j =
@@ -39,6 +47,7 @@ impl Weight {
         match self {
             Weight::Dense(w) => matmul::linear_glu_act(client, x, w, out, act),
             Weight::Quant(q) => qlinear_glu_act(client, x, q, act),
+            Weight::Parts(_) => Err(Error::Unsupported("a gated linear over a stack of quantized parts of mixed formats".into())),
         }
     }
     /// The type [`Weight::linear`] of `t` rows reads x in without a conversion pass
@@ -46,7 +55,7 @@ impl Weight {
     pub fn x_dtype(&self, client: &Client, t: usize) -> Dtype {
         match self {
             Weight::Dense(w) => matmul::x_dtype(client, t, w),
-            Weight::Quant(_) => Dtype::F32,
+            Weight::Quant(_) | Weight::Parts(_) => Dtype::F32,
         }
     }
     /// The decode gemv (T ≤ 8) with `fuse`'s prologue / epilogue into `y`.
@@ -54,6 +63,7 @@ impl Weight {
         match self {
             Weight::Dense(w) => matmul::gemv_fused_into(client, x, w, y, fuse),
             Weight::Quant(q) => qgemv_fused_into(client, x, q, y, fuse),
+            Weight::Parts(ps) => super::parts::parts_into(client, x, ps, y, fuse),
         }
     }
     /// Output rows (`out`).
@@ -61,6 +71,7 @@ impl Weight {
         match self {
             Weight::Dense(w) => w.shape.first().copied().unwrap_or(0),
             Weight::Quant(q) => q.out,
+            Weight::Parts(ps) => ps.iter().map(|p| p.out).sum(),
         }
     }
     /// Bytes one pass over the weight reads.
@@ -68,6 +79,7 @@ impl Weight {
         match self {
             Weight::Dense(w) => w.numel() * w.dtype.size(),
             Weight::Quant(q) => q.bytes(),
+            Weight::Parts(ps) => ps.iter().map(|p| p.bytes()).sum(),
         }
     }
 }

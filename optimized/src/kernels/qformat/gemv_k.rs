@@ -80,9 +80,6 @@ impl UnitDecode for Q4KUnits {
         let j = l / 2;
         let hdr = raw[at];
         let codes = raw[at + 1];
-        let (d, dmin) = f16_pair(hdr.extract(0usize), pairs);
-        let (scl, ml) = scale_min_bytes(hdr.extract(1usize), hdr.extract(2usize), hdr.extract(3usize), 2 * j);
-        let (sch, mh) = scale_min_bytes(hdr.extract(1usize), hdr.extract(2usize), hdr.extract(3usize), 2 * j + 1);
         #[unroll]
         for k in 0..4usize {
             let word = codes.extract(k);
@@ -92,9 +89,7 @@ impl UnitDecode for Q4KUnits {
                 vals[16 + k * 4 + e] = q4_mant(word, 2 * e + 1);
             }
         }
-        let al = 16.0f32 * (d * scl);
-        let ah = 16.0f32 * (d * sch);
-        (al, al + dmin * ml, ah, ah + dmin * mh)
+        k4_ab(hdr, j, 16.0f32, pairs)
     }
 }
 
@@ -123,9 +118,6 @@ impl UnitDecode for Q5KUnits {
         let hdr = raw[at];
         let high = raw[at + 1];
         let codes = raw[at + 2];
-        let (d, dmin) = f16_pair(hdr.extract(0usize), pairs);
-        let (scl, ml) = scale_min_bytes(hdr.extract(1usize), hdr.extract(2usize), hdr.extract(3usize), 2 * j);
-        let (sch, mh) = scale_min_bytes(hdr.extract(1usize), hdr.extract(2usize), hdr.extract(3usize), 2 * j + 1);
         #[unroll]
         for k in 0..4usize {
             let word = codes.extract(k);
@@ -139,9 +131,7 @@ impl UnitDecode for Q5KUnits {
                 vals[16 + k * 4 + e] = f32::reinterpret(hi | ONE);
             }
         }
-        let al = 32.0f32 * (d * scl);
-        let ah = 32.0f32 * (d * sch);
-        (al, al + dmin * ml, ah, ah + dmin * mh)
+        k4_ab(hdr, j, 32.0f32, pairs)
     }
 }
 
@@ -207,6 +197,18 @@ fn shifted(v: u32, #[comptime] to: usize, #[comptime] from: usize) -> u32 {
     } else {
         v >> comptime!((from - to) as u32)
     }
+}
+
+/// `(A, B)` of sub-blocks 2j (low) and 2j + 1 (high) of a Q4_K / Q5_K block from its header
+/// vector, for mantissas `1 + q/unit`: `A = unit·d·sc`, `B = A + dmin·m`.
+#[cube]
+fn k4_ab(hdr: Quad, j: usize, unit: f32, #[comptime] pairs: bool) -> (f32, f32, f32, f32) {
+    let (d, dmin) = f16_pair(hdr.extract(0usize), pairs);
+    let (scl, ml) = scale_min_bytes(hdr.extract(1usize), hdr.extract(2usize), hdr.extract(3usize), 2 * j);
+    let (sch, mh) = scale_min_bytes(hdr.extract(1usize), hdr.extract(2usize), hdr.extract(3usize), 2 * j + 1);
+    let al = unit * (d * scl);
+    let ah = unit * (d * sch);
+    (al, al + dmin * ml, ah, ah + dmin * mh)
 }
 
 /// The 6-bit scale and min of sub-block `sub` from a Q4_K / Q5_K block's twelve scale bytes

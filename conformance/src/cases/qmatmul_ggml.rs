@@ -125,9 +125,34 @@ impl Case for GgmlPartsCase {
     fn run(&self, client: &Client) -> Outcome {
         let client = &client.with_kernels(KernelConfig { qgemm: QGemm::Wgmma, ..*client.kernels() });
         let part = |p: usize| ggml(self.kinds[p].ty(), 40, 512, 60 + 5 * p as u32, matmul_scale(self.kinds[p].ty()));
+        if self.t == 1 && self.fusion == Fusion::None {
+            if let Some(o) = parts_refusals(client, &part) {
+                return o;
+            }
+        }
         run_kept(client, self.t, 512, 40, 3, self.fusion, 23, part, |w| {
             (w.layout != QLayout::Rows).then(|| Outcome::Fail(format!("upload: {:?} order, expected the input order", w.layout)))
         })
+    }
+}
+
+/// What a stack of parts does not take is refused by name, never computed wrong: a gating
+/// epilogue, an output of another shape. `None` where both are.
+fn parts_refusals(client: &Client, part: &dyn Fn(usize) -> Result<QuantTensor, String>) -> Option<Outcome> {
+    use optimized::kernels::matmul::Fuse;
+    use optimized::kernels::qmatmul::parts::parts_into;
+    let ws: Vec<QWeight> = match (0..3).map(|p| part(p).map_err(optimized::Error::Shape).and_then(|q| QWeight::upload(client, &[&q]))).collect() {
+        Ok(ws) => ws,
+        Err(e) => return Some(Outcome::Fail(format!("upload: {e}"))),
+    };
+    let x = DeviceTensor::empty_f32(client, &[1, 512]);
+    match parts_into(client, &x, &ws, &DeviceTensor::empty_f32(client, &[1, 60]), &Fuse { glu: true, ..Fuse::default() }) {
+        Err(optimized::Error::Unsupported(m)) if m.contains("gating") => {}
+        other => return Some(Outcome::Fail(format!("a gated stack of parts not refused: {other:?}"))),
+    }
+    match parts_into(client, &x, &ws, &DeviceTensor::empty_f32(client, &[1, 119]), &Fuse::default()) {
+        Err(optimized::Error::Shape(m)) if m.contains("120") => None,
+        other => Some(Outcome::Fail(format!("an output of 119 columns for 120 rows not refused: {other:?}"))),
     }
 }
 

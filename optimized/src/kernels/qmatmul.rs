@@ -361,13 +361,9 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
         Some(s) => s,
         None => {
             let mut s = 1usize;
-            // The k-quant gemv (`qformat::gemv_k`) shares a block between 16 units: each keeps
-            // ≥ 2 blocks of its row.
-            let enough = |s: usize| match (tiled, kunits) {
-                (true, _) => cpr >= GROUP as usize * s * 2,
-                (false, true) => cpr >= GROUP as usize * s * 2,
-                (false, false) => cpr >= GROUP as usize * s * 2 * 4,
-            };
+            // Each plane keeps ≥ 2 tiles (v2) or its units ≥ 2 blocks each (`qformat::gemv_k`,
+            // 8 units a block of 8 chunks), or each unit ≥ 4 chunks (v1).
+            let enough = |s: usize| if tiled || kunits { cpr >= GROUP as usize * s * 2 } else { cpr >= GROUP as usize * s * 2 * 4 };
             while s < 4 && w.out.div_ceil(rpg) * s < want_groups && enough(s) {
                 s *= 2;
             }

@@ -5,7 +5,7 @@
 use cubecl::prelude::*;
 
 use super::fp8::Fp8;
-use super::{GgmlKind, Q4KWide, RowFormat, IQ4NL, Q4K, Q5K, Q5_0, Q5_1, Q6K, Q8_0, SUB};
+use super::{GgmlKind, RowFormat, IQ4NL, Q4K, Q5K, Q5_0, Q5_1, Q6K, Q8_0, SUB};
 use crate::kernels::matmul::{self, inv_rms, scale_rows, store_row_sums, tc, Fuse, Version};
 use crate::kernels::qmatmul::{QFormat, QWeight};
 use crate::{Client, DeviceTensor, Dtype, Error};
@@ -197,9 +197,7 @@ impl Geometry {
                 if !w.in_dim.is_multiple_of(SUB * kind.subs()) {
                     return Err(Error::Shape(format!("qformat: in {} is not whole {:?} blocks", w.in_dim, kind)));
                 }
-                // Q4_K is read by 16-byte vectors (`Q4KWide`), the others by words.
-                let width = if kind == GgmlKind::Q4K { 4 } else { 1 };
-                Ok(Self { width, srows: 0, scols: 0, per_word: false, words: kind.words(), subs: kind.subs() })
+                Ok(Self { width: 1, srows: 0, scols: 0, per_word: false, words: kind.words(), subs: kind.subs() })
             }
             QFormat::Fp8 { srows, scols } => {
                 Ok(Self { width: 4, srows: srows as u32, scols: scols as u32, per_word: !scols.is_multiple_of(SUB), words: 0, subs: 0 })
@@ -214,12 +212,6 @@ impl Geometry {
 macro_rules! with_row_format {
     ($format:expr, $f:ident => $body:expr) => {
         match $format {
-            // Q4_K by 16-byte vectors (its blocks are whole vectors); the other ggml formats
-            // by words.
-            QFormat::Ggml(GgmlKind::Q4K) => {
-                type $f = Q4KWide;
-                $body
-            }
             QFormat::Ggml(kind) => with_format!(kind, $f => $body),
             QFormat::Fp8 { .. } => {
                 type $f = Fp8;
@@ -321,9 +313,9 @@ pub fn dequant_into(client: &Client, w: &QWeight, out: &DeviceTensor) -> Result<
     }
     // 16-byte stores where the device takes vectors that wide (32 values per unit divide by
     // each); FP8's as wide as its code reads (4 values), the width its pass was measured at.
-    let nv = match w.format {
-        QFormat::Fp8 { .. } => g.width,
-        _ => [16 / out.dtype.size(), 4, 2, 1].into_iter().find(|&v| v <= max.max(1)).unwrap_or(1),
+    let nv = match g.width {
+        1 => [16 / out.dtype.size(), 4, 2, 1].into_iter().find(|&v| v <= max.max(1)).unwrap_or(1),
+        wide => wide,
     };
     macro_rules! go {
         ($o:ty) => {

@@ -4,7 +4,7 @@
 
 use cubecl::prelude::*;
 
-use super::q4k::{d_scale_k4, dmin_min_k4};
+use super::q4k::scale_min_k4;
 use super::{code_f32, BlockFormat};
 
 pub struct Q5K;
@@ -12,8 +12,7 @@ pub struct Q5K;
 #[cube]
 impl BlockFormat for Q5K {
     fn decode_sub(w: &[u32], base: usize, sub: usize, vals: &mut Array<f32>) {
-        let d1 = d_scale_k4(w, base, sub);
-        let m1 = dmin_min_k4(w, base, sub);
+        let (d1, m1) = scale_min_k4(w, base, sub);
         let q0 = base + 12 + (sub / 2) * 8;
         let shift = ((sub % 2) * 4) as u32;
         #[unroll]

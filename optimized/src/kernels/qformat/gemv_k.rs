@@ -1,4 +1,4 @@
-//! The decode gemv over k-quant blocks with coalesced loads (the Q4_K and Q6_K arm of
+//! The decode gemv over k-quant blocks with coalesced loads (the arm of
 //! `qmatmul::qlinear_fused_into_tuned` for Q4_K, Q5_K and Q6_K; the other ggml formats and FP8
 //! take [`qgemv`]).
 //!

@@ -201,10 +201,35 @@ pub fn real_config(name: &str) -> Option<Config> {
             bos_id: Some(1),
             eos_id: Some(2),
         },
+        "llama3.1-8b" => llama31(32, 32, 4096, 14336),
+        "llama3.1-70b" => llama31(80, 64, 8192, 28672),
         _ => return None,
     };
     Some(c)
 }
 
+/// Llama-3.1's shape with `L` layers, `H` heads of 128, width `C`, FFN `F` (8 KV heads, the
+/// 128,256-token vocabulary, θ = 500,000). Its RoPE frequency scaling is left out: it changes
+/// no launch, so the shape measures the same; a real file's scaling is the GGUF loader's.
+fn llama31(n_layers: usize, n_heads: usize, hidden: usize, ffn: usize) -> Config {
+    Config {
+        n_layers,
+        n_heads,
+        n_kv_heads: 8,
+        head_dim: 128,
+        hidden,
+        ffn,
+        vocab: 128_256,
+        rope_theta: 500_000.0,
+        rope_layout: RopeLayout::HalfSplit,
+        rms_eps: 1e-5,
+        max_ctx: 131_072,
+        sliding_window: None,
+        tied_embeddings: false,
+        bos_id: Some(128_000),
+        eos_id: Some(128_001),
+    }
+}
+
 /// Names accepted by [`real_config`].
-pub const REAL_CONFIGS: [&str; 3] = ["smollm2-135m", "tinyllama-1.1b", "mistral-7b"];
+pub const REAL_CONFIGS: [&str; 5] = ["smollm2-135m", "tinyllama-1.1b", "mistral-7b", "llama3.1-8b", "llama3.1-70b"];

@@ -39,7 +39,7 @@ pub struct ModelArgs {
     pub model: Option<PathBuf>,
     /// A deterministic synthetic model instead of a file: a tiny test config
     /// (tiny-mha, tiny-gqa, tiny-sliding, tiny-untied, tiny-odd-head) or a real shape
-    /// (smollm2-135m, tinyllama-1.1b, mistral-7b). It has no tokenizer: use --ids. GPT-OSS:
+    /// (smollm2-135m, tinyllama-1.1b, mistral-7b, llama3.1-8b, llama3.1-70b). It has no tokenizer: use --ids. GPT-OSS:
     /// tiny-gpt-oss, tiny-gpt-oss-wide, tiny-gpt-oss-tied, gpt-oss-20b, gpt-oss-120b (the
     /// real shapes take text through o200k_harmony).
     #[arg(long)]

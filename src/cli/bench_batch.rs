@@ -80,7 +80,7 @@ pub fn run(b: BatchBench) -> Result<()> {
     let cfg = EngineConfig { max_num_seqs: max_b, max_batched_tokens: 8192, prefill_chunk: 8192, prefix_caching: false, ..EngineConfig::default() };
     let mut engine = Engine::new(runner, cfg, None)?;
     println!("tandem bench --batches — {name} — model {label} — {} — load {load_s:.1} s", b.gate);
-    if let Some(s) = status_before {
+    if let Some(s) = &status_before {
         println!("  runner: {s}");
     }
     println!("{:>6} {:>8} {:>8} {:>14} {:>14} {:>10} {:>10}", "batch", "prompt", "gen", "decode tok/s", "prefill tok/s", "TTFT ms", "TPOT ms");
@@ -95,6 +95,11 @@ pub fn run(b: BatchBench) -> Result<()> {
             r.batch, r.prompt, r.generated, r.decode_tps, r.prefill_tps, r.ttft_ms, r.tpot_ms
         );
         rows.push(r);
+    }
+    // A backend that refused the decode graphs mid-run ran the rest eagerly: say so beside the
+    // numbers it changed.
+    if let Some(s) = engine.runner().status().filter(|s| Some(s) != status_before.as_ref()) {
+        println!("  runner after the runs: {s}");
     }
     let info = RunInfo { bench: "batched", device: name.clone(), model: label, format: name, gate: b.gate.clone(), hardware: b.hardware.clone() };
     if let Some(p) = &b.json_out {

@@ -16,7 +16,9 @@
 //! sequence goes on with the sharded runner's token, which must be the greedy pick of the one
 //! runner's logits for the same step (up to [`MARGIN`]); on CUDA over NCCL the ranks must have
 //! replayed graphs (a refused or missing recording fails, naming why); host-staged ranks run
-//! eagerly (their copies cannot be captured).
+//! eagerly (their copies cannot be captured). The `decode` cases load every rank on the case's
+//! thread and hand the models to the rank threads (`TpRunner::from_models`, as the CLI does);
+//! the others load each rank on its own thread (`TpRunner::spawn`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -269,12 +271,26 @@ impl TpCase {
         let whole = files.load(client.clone(), &spec, client.kernels(), None).map_err(err)?;
         let mut one = GpuRunner::new(whole, BS, BLOCKS).map_err(err)?;
         let (base, nccl, spec2) = (client.clone(), self.comm == Comm::Nccl, spec.clone());
-        let build = move |r: usize, comm| {
-            let m = rank_model(&base, nccl, &files, &spec2, &plan, r, comm)?;
-            holds_its_experts(&m, &plan, r)?;
-            GpuRunner::new(m, BS, BLOCKS)
+        let comms = self.comm.comms().make(self.world).map_err(err)?;
+        let mut tp = if self.decode {
+            // The CLI's way: every rank loaded on this thread, then moved to its own (whose
+            // launches must still meet the buffers' stream, or its graphs are refused).
+            let mut models = Vec::with_capacity(self.world);
+            for (r, comm) in comms.into_iter().enumerate() {
+                let m = rank_model(&base, nccl, &files, &spec2, &plan, r, comm).map_err(err)?;
+                holds_its_experts(&m, &plan, r).map_err(err)?;
+                models.push(m);
+            }
+            TpRunner::from_models(models, one.info().clone(), one.kv_layout()).map_err(err)?
+        } else {
+            // Each rank loaded on its own thread.
+            let build = move |r: usize, comm| {
+                let m = rank_model(&base, nccl, &files, &spec2, &plan, r, comm)?;
+                holds_its_experts(&m, &plan, r)?;
+                GpuRunner::new(m, BS, BLOCKS)
+            };
+            TpRunner::spawn(comms, one.info().clone(), one.kv_layout(), build).map_err(err)?
         };
-        let mut tp = TpRunner::spawn(self.comm.comms().make(self.world).map_err(err)?, one.info().clone(), one.kv_layout(), build).map_err(err)?;
 
         let tokens = ragged_prompts(&ids);
         if self.decode {

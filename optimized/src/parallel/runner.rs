@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+use cubecl_environment::stream::StreamId;
 use engine::runner::{validate_plan, KvLayout, ModelInfo, ModelRunner, SeqResult, StepPlan};
 
 use super::{trace, DeviceComm, HostStaged, NcclDevice};
@@ -108,6 +109,15 @@ impl TpRunner {
     where
         F: Fn(usize, Arc<dyn DeviceComm>) -> Result<GpuRunner, Error> + Send + Sync + 'static,
     {
+        Self::spawn_on(comms, info, layout, None, build)
+    }
+
+    /// [`TpRunner::spawn`] with every rank thread launching on `stream` where given (the
+    /// stream its model's buffers were made on: [`TpRunner::from_models`]), else on its own.
+    fn spawn_on<F>(comms: Vec<Arc<dyn DeviceComm>>, info: ModelInfo, layout: KvLayout, stream: Option<StreamId>, build: F) -> Result<Self, Error>
+    where
+        F: Fn(usize, Arc<dyn DeviceComm>) -> Result<GpuRunner, Error> + Send + Sync + 'static,
+    {
         let build = Arc::new(build);
         let (built_tx, built_rx) = channel::<(usize, Result<(), String>)>();
         let (ready_tx, ready_rx) = channel::<Ready>();
@@ -120,7 +130,13 @@ impl TpRunner {
             let (build, built, ready) = (build.clone(), built_tx.clone(), ready_tx.clone());
             let thread = std::thread::Builder::new()
                 .name(format!("tp-rank-{r}"))
-                .spawn(move || rank_thread(r, comm, &*build, Start { built: &built, go: &go, ready: &ready }, &msgs, &replies))
+                .spawn(move || {
+                    let run = || rank_thread(r, comm, &*build, Start { built: &built, go: &go, ready: &ready }, &msgs, &replies);
+                    match stream {
+                        Some(s) => s.executes(run),
+                        None => run(),
+                    }
+                })
                 .map_err(|e| Error::Unsupported(format!("tensor-parallel rank {r}: no thread: {e}")))?;
             ranks.push(Rank { to: Some(to), from, thread: Some(thread) });
             gos.push(go_tx);
@@ -163,9 +179,9 @@ impl TpRunner {
         Ok(runner)
     }
 
-    /// [`TpRunner::spawn`] over models already loaded (`super::load_rank`, rank r at index r,
-    /// each with its communicator), each moved to its rank's thread and given pools of
-    /// `layout`.
+    /// [`TpRunner::spawn`] over models already loaded on this thread (`super::load_rank`, rank
+    /// r at index r, each with its communicator), each moved to its rank's thread — which
+    /// launches on this thread's stream — and given pools of `layout`.
     pub fn from_models(models: Vec<GpuModel>, info: ModelInfo, layout: KvLayout) -> Result<Self, Error> {
         let comms = models
             .iter()
@@ -173,7 +189,13 @@ impl TpRunner {
             .map(|(r, m)| m.tp.as_ref().map(|t| t.comm.clone()).ok_or_else(|| Error::Shape(format!("model {r} is no tensor-parallel rank"))))
             .collect::<Result<Vec<_>, _>>()?;
         let slots: Vec<Mutex<Option<GpuModel>>> = models.into_iter().map(|m| Mutex::new(Some(m))).collect();
-        Self::spawn(comms, info, layout, move |r, _| {
+        // cubecl gives each thread a stream of its own and ties a buffer to the stream that made
+        // it. Launched from another thread, every kernel reading a weight made here would be
+        // synchronised with this thread's stream (an event and a wait per launch, the buffers
+        // pinned through a side stream) — the eager steps pay that, and a decode-graph capture
+        // is invalidated by it. The ranks launch on this thread's stream instead.
+        let stream = StreamId::current();
+        Self::spawn_on(comms, info, layout, Some(stream), move |r, _| {
             let m = slots.get(r).and_then(|s| s.lock().ok()?.take()).ok_or_else(|| Error::Shape(format!("rank {r}'s model was taken")))?;
             GpuRunner::with_layout(m, layout)
         })

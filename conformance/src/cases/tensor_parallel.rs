@@ -53,6 +53,10 @@ const FIXTURES: [(&str, Tweak); 8] = [
     ("qwen3_yarn", Tweak::None),
     ("qwen3_moe", Tweak::None),
 ];
+/// Tiny GGUF fixtures in ggml blocks (directory, file): each rank keeps its rows of q / k / v /
+/// gate / up as stored, and its columns of o / down where they are whole blocks (here they
+/// are not — 128 of a 256-value k-quant block —, so those load as values).
+const GGUF_FIXTURES: [(&str, &str); 1] = [("qwen3_k", "model.Q4_K_M.gguf")];
 /// The fixtures with a mixture of experts: their cases run once per [`MoeSplit`].
 const MOE_FIXTURES: [&str; 1] = ["qwen3_moe"];
 /// The tiny synthetic GPT-OSS models (MXFP4 experts: split by expert only on the GPU, a
@@ -97,6 +101,8 @@ impl Comm {
 enum Files {
     /// A tiny HF fixture's directory.
     Dir(PathBuf),
+    /// A tiny GGUF fixture (ggml blocks kept as stored).
+    Gguf(PathBuf),
     /// A tiny synthetic GPT-OSS (MXFP4 experts), built in memory.
     GptOss(Arc<(GptOssConfig, GptOssWeights)>),
     /// A tiny GPT-OSS file (an HF directory or a GGUF): its MXFP4 experts as stored.
@@ -124,6 +130,10 @@ impl Files {
                 held = InMemory(&m.1);
                 tensors = GptOssTensors { src: &mut held, cfg: &m.0 };
                 &mut tensors
+            }
+            Files::Gguf(p) => {
+                gguf = GgufFile::open(p)?;
+                &mut gguf
             }
             Files::GptOssFile(p, cfg) if p.is_dir() => {
                 dir = SafetensorsDir::open(p)?;
@@ -194,6 +204,8 @@ pub enum TpModel {
     /// A tiny GPT-OSS checkpoint of `reference/tests/fixtures/gpt_oss/` (transformers' HF
     /// directory, or its GGUF conversion) by name: the stored MXFP4 experts' path.
     GptOssFile(&'static str),
+    /// A tiny fixture's GGUF file in ggml blocks (directory, file name).
+    Gguf(&'static str, &'static str),
 }
 
 /// A case's model opened: its spec, the reference's weights, the ids its prompts are cut from,
@@ -208,6 +220,11 @@ impl TpModel {
                 let mut m = reference::arch::load(&dir).map_err(|e| e.to_string())?;
                 tweak.apply(&mut m.spec);
                 Ok((m.spec, Box::new(m.weights), ids(name)?, Files::Dir(dir)))
+            }
+            TpModel::Gguf(dir, file) => {
+                let path = fixture(dir).join(file);
+                let m = reference::arch::load(&path).map_err(|e| e.to_string())?;
+                Ok((m.spec, Box::new(m.weights), ids(dir)?, Files::Gguf(path)))
             }
             TpModel::GptOss(name) => {
                 let (cfg, w) = super::gpt_oss::load(super::gpt_oss::Weights::Synthetic(name))?;
@@ -270,7 +287,7 @@ impl TpCase {
         };
         let whole = files.load(client.clone(), &spec, client.kernels(), None).map_err(err)?;
         let mut one = GpuRunner::new(whole, BS, BLOCKS).map_err(err)?;
-        let (base, nccl, spec2) = (client.clone(), self.comm == Comm::Nccl, spec.clone());
+        let (base, nccl, spec2, ggml) = (client.clone(), self.comm == Comm::Nccl, spec.clone(), matches!(self.model, TpModel::Gguf(..)));
         let comms = self.comm.comms().make(self.world).map_err(err)?;
         let mut tp = if self.decode {
             // The CLI's way: every rank loaded on this thread, then moved to its own (whose
@@ -279,6 +296,7 @@ impl TpCase {
             for (r, comm) in comms.into_iter().enumerate() {
                 let m = rank_model(&base, nccl, &files, &spec2, &plan, r, comm).map_err(err)?;
                 holds_its_experts(&m, &plan, r).map_err(err)?;
+                keeps_its_blocks(&m, ggml, r).map_err(err)?;
                 models.push(m);
             }
             TpRunner::from_models(models, one.info().clone(), one.kv_layout()).map_err(err)?
@@ -287,6 +305,7 @@ impl TpCase {
             let build = move |r: usize, comm| {
                 let m = rank_model(&base, nccl, &files, &spec2, &plan, r, comm)?;
                 holds_its_experts(&m, &plan, r)?;
+                keeps_its_blocks(&m, ggml, r)?;
                 GpuRunner::new(m, BS, BLOCKS)
             };
             TpRunner::spawn(comms, one.info().clone(), one.kv_layout(), build).map_err(err)?
@@ -297,8 +316,15 @@ impl TpCase {
             return decode_walk(&mut tp, &mut one, tokens, backend == Backend::Cuda && self.comm == Comm::Nccl);
         }
         let rows = tokens.iter().map(Vec::len).sum::<usize>();
-        let tol_ref = super::model_tolerance(client, Op::Tp, Dtype::F32, false, rows, spec.n_layers());
-        let tol_one = crate::tolerance(Op::Tp, Dtype::F32).0;
+        // A model in ggml blocks runs the quantized kernels (bf16 activations on the tensor
+        // cores for longer steps), the ranks' o / down maybe as values: the quantized bound
+        // against one runner too.
+        let quantized = matches!(self.model, TpModel::Gguf(..));
+        let tol_ref = super::model_tolerance(client, Op::Tp, Dtype::F32, quantized, rows, spec.n_layers());
+        let tol_one = match quantized {
+            true => tol_ref,
+            false => crate::tolerance(Op::Tp, Dtype::F32).0,
+        };
         let mut worst = Metrics::default();
         let failed = ragged_steps((&spec, weights.as_ref()), tokens, |k, plan, want| {
             let got = tp.step(plan).map_err(|e| format!("tp{} step {k}: {e}", self.world))?;
@@ -335,6 +361,7 @@ impl Case for TpCase {
             TpModel::Fixture(name, tweak) => format!("tp({name},hf,tp={},comm={comm}{moe}{}{decode})", self.world, tweak.mark()),
             TpModel::GptOss(name) => format!("tp({name},synthetic,tp={},comm={comm}{moe}{decode})", self.world),
             TpModel::GptOssFile(name) => format!("tp({name},file,tp={},comm={comm}{moe}{decode})", self.world),
+            TpModel::Gguf(dir, file) => format!("tp({dir},{file},tp={},comm={comm}{moe}{decode})", self.world),
         }
     }
     fn run(&self, client: &Client) -> Outcome {
@@ -344,6 +371,27 @@ impl Case for TpCase {
 
 /// An error unless every MoE layer of rank `r`'s model holds what the plan gives it: E/N whole
 /// experts (expert parallelism: no rank uploads them all), or F/N rows of every expert.
+/// Where the file holds ggml blocks (`ggml`), rank `r` keeps its q|k|v and gate|up rows as
+/// stored (a cut by rows never needs a block's values); an error naming the weight otherwise.
+fn keeps_its_blocks(m: &GpuModel, ggml: bool, r: usize) -> Result<(), optimized::Error> {
+    use optimized::kernels::qmatmul::Weight;
+    use optimized::model::GpuFfn;
+    if !ggml {
+        return Ok(());
+    }
+    let quantized = |w: &Weight| matches!(w, Weight::Quant(_) | Weight::Parts(_));
+    for (l, layer) in m.layers.iter().enumerate() {
+        let gate_up = match &layer.ffn {
+            GpuFfn::Dense { gate_up, .. } => Some(gate_up),
+            _ => None,
+        };
+        if !quantized(&layer.wqkv) || gate_up.is_some_and(|w| !quantized(w)) {
+            return Err(optimized::Error::Shape(format!("rank {r}: layer {l}'s q|k|v or gate|up rows loaded as values, not as the file's blocks")));
+        }
+    }
+    Ok(())
+}
+
 fn holds_its_experts(m: &GpuModel, plan: &ShardPlan, r: usize) -> Result<(), optimized::Error> {
     use optimized::model::GpuFfn;
     use reference::arch::spec::FfnSpec;
@@ -422,10 +470,12 @@ fn decode_walk(tp: &mut TpRunner, one: &mut GpuRunner, mut tokens: Vec<Vec<u32>>
 pub fn cases() -> Vec<Box<dyn Case>> {
     let mut v: Vec<Box<dyn Case>> = Vec::new();
     let models =
-        FIXTURES.iter().map(|&(f, t)| TpModel::Fixture(f, t)).chain(GPT_OSS.map(TpModel::GptOss)).chain(GPT_OSS_FILES.map(TpModel::GptOssFile));
+        FIXTURES.iter().map(|&(f, t)| TpModel::Fixture(f, t)).chain(GPT_OSS.map(TpModel::GptOss)).chain(GPT_OSS_FILES.map(TpModel::GptOssFile))
+            .chain(GGUF_FIXTURES.map(|(d, f)| TpModel::Gguf(d, f)));
     for model in models {
         let splits = match model {
             TpModel::Fixture(f, _) if !MOE_FIXTURES.contains(&f) => vec![None],
+            TpModel::Gguf(..) => vec![None],
             _ => vec![Some(MoeSplit::Experts), Some(MoeSplit::PerExpert)],
         };
         for world in [2, 4] {

@@ -4,10 +4,13 @@
 //! split: `reference::parallel::plan`).
 //!
 //! Host memory: each tensor is read whole as f32 values (one at a time: the largest is the
-//! embedding or the head, `V · C · 4` bytes) and only the rank's slice goes on to the device;
-//! stored bytes and quantized forms are not lent (a quantized source's weights upload as their
-//! dequantized values in the model's type). Every rank reads the whole file once; reading only
-//! a shard's byte ranges is the reference's `parallel` module doc's next step.
+//! embedding or the head, `V · C · 4` bytes) and only the rank's slice goes on to the device.
+//! A linear weight held in ggml blocks (a GGUF's Q4_K, Q6_K, Q8_0, …) is lent quantized
+//! instead ([`TensorSource::load_quantized`]): its rank's rows as stored, or its rank's columns
+//! where they are whole blocks of every row (row-parallel o and down; a cut inside a block
+//! falls back to the f32 slice, uploaded in the model's type). Every rank reads the whole file
+//! once; reading only a shard's byte ranges is the reference's `parallel` module doc's next
+//! step.
 //!
 //! A mixture of experts, by the plan's [`MoeSplit`]: the router whole on every rank; with
 //! expert parallelism the experts' tensors are lent as stored and the loader reads only the
@@ -31,6 +34,8 @@ use cubecl::CubeElement;
 use reference::arch::spec::{FfnSpec, ModelSpec};
 use reference::ops::mlp::Activation;
 use reference::parallel::{ExpertCut, MoeSplit, RankShard, ShardPlan};
+use reference::ggml::GgmlType;
+use reference::quant::QuantTensor;
 use reference::weights::{RawDense, RawDtype, Tensor, TensorSource};
 use reference::{Config, Error, Result};
 
@@ -143,6 +148,38 @@ impl<'a> ShardSource<'a> {
     }
 }
 
+/// What a rank keeps of a `[out, in]` weight: runs of its rows (column-parallel), or a range
+/// of its columns (row-parallel).
+enum Cut {
+    Rows(Vec<Range<usize>>),
+    Cols(Range<usize>),
+}
+
+/// `cut` of the ggml `ty` weight `[out, in_dim]` held as `bytes` (rows of whole blocks), as
+/// stored; `None` where the columns cut a block (`name` names the tensor in errors).
+fn ggml_cut(name: &str, ty: GgmlType, out: usize, in_dim: usize, bytes: &[u8], cut: &Cut) -> Result<Option<QuantTensor>> {
+    let (be, bb) = (ty.block_elems(), ty.block_bytes());
+    let row = (in_dim / be.max(1)) * bb;
+    if be == 0 || row * out != bytes.len() {
+        return Err(Error::Input(format!("{name}: {} [{out}, {in_dim}] held in {} bytes", ty.name(), bytes.len())));
+    }
+    match cut {
+        Cut::Rows(runs) => {
+            if let Some(r) = runs.iter().find(|r| r.end > out) {
+                return Err(Error::Input(format!("{name}: rows {r:?} of {out}")));
+            }
+            let kept: Vec<u8> = runs.iter().flat_map(|r| &bytes[r.start * row..r.end * row]).copied().collect();
+            QuantTensor::ggml(name, ty, runs.iter().map(|r| r.len()).sum(), in_dim, kept).map(Some)
+        }
+        Cut::Cols(c) if c.start % be == 0 && c.end % be == 0 && c.end <= in_dim => {
+            let (a, b) = (c.start / be * bb, c.end / be * bb);
+            let kept: Vec<u8> = bytes.chunks_exact(row).flat_map(|r| &r[a..b]).copied().collect();
+            QuantTensor::ggml(name, ty, out, c.len(), kept).map(Some)
+        }
+        Cut::Cols(_) => Ok(None),
+    }
+}
+
 /// Rows `r` of the row-major `[.., cols]` values `v`.
 fn rows(v: &[f32], cols: usize, r: Range<usize>) -> Vec<f32> {
     v[r.start * cols..r.end * cols].to_vec()
@@ -187,6 +224,32 @@ impl TensorSource for ShardSource<'_> {
         match self.inner.mxfp4_experts(l, held)? {
             Some(_) if rows => Err(Error::Input(format!("rank {rank}: layer {l}'s MXFP4 experts are not cut by rows on the GPU"))),
             x => Ok(x),
+        }
+    }
+
+    /// A dense layer's linear weight held in ggml blocks, cut for the rank as [`ShardSource::load`]
+    /// cuts its values — rows as stored, columns where whole blocks —, else `None` (the f32
+    /// slice then).
+    fn load_quantized(&mut self, t: Tensor, _cfg: &Config) -> Result<Option<QuantTensor>> {
+        use Tensor::*;
+        if self.expert_rows(t).is_some() {
+            return Ok(None);
+        }
+        let (q, kv, ffn) = (self.features(&self.rs.q_heads), self.features(&self.rs.kv_heads), self.rs.ffn.clone());
+        let (qd, kvd, f) = (self.whole.n_heads * self.whole.head_dim, self.whole.n_kv_heads * self.whole.head_dim, self.whole.ffn);
+        let cut = match t {
+            Wq(_) => Cut::Rows(vec![q]),
+            Wk(_) | Wv(_) => Cut::Rows(vec![kv]),
+            Wqkv(_) => Cut::Rows(vec![q, qd + kv.start..qd + kv.end, qd + kvd + kv.start..qd + kvd + kv.end]),
+            WGate(_) | WUp(_) => Cut::Rows(vec![ffn]),
+            WGateUp(_) => Cut::Rows(vec![ffn.clone(), f + ffn.start..f + ffn.end]),
+            Wo(_) => Cut::Cols(q),
+            WDown(_) => Cut::Cols(ffn),
+            _ => return Ok(None),
+        };
+        match self.inner.load_quantized(t, &self.whole)? {
+            Some(QuantTensor::Ggml { ty, out, in_dim, bytes }) => ggml_cut(&format!("rank {}: {t:?}", self.rs.rank), ty, out, in_dim, &bytes, &cut),
+            _ => Ok(None),
         }
     }
 
@@ -236,5 +299,57 @@ impl TensorSource for ShardSource<'_> {
             )));
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `out` rows of `blocks` ggml blocks of `ty` with random bytes and finite f16 scales of
+    /// about 1/64 at the byte offsets `scales` of each block.
+    fn blocks(ty: GgmlType, out: usize, blocks: usize, scales: &[usize]) -> Vec<u8> {
+        let bb = ty.block_bytes();
+        let mut bytes: Vec<u8> = (0..out * blocks * bb).map(|i| (reference::synthetic::hash(i as u32) >> 7) as u8).collect();
+        for b in bytes.chunks_exact_mut(bb) {
+            for (k, &at) in scales.iter().enumerate() {
+                b[at..at + 2].copy_from_slice(&half::f16::from_f32(0.015625 * (1 + k) as f32).to_le_bytes());
+            }
+        }
+        bytes
+    }
+
+    fn values(ty: GgmlType, out: usize, in_dim: usize, bytes: Vec<u8>) -> Vec<f32> {
+        QuantTensor::ggml("w", ty, out, in_dim, bytes).map(|q| q.dequant()).unwrap_or_default()
+    }
+
+    /// A cut keeps exactly the rank's values of the dequantized weight: runs of rows as
+    /// [`rows`] gives them, whole-block columns as [`cols`]; a cut inside a block is `None`.
+    #[test]
+    fn ggml_cut_is_the_values_cut() {
+        // Q8_0: d first; Q4_K: d, dmin first; Q6_K: d last.
+        for (ty, scales) in [(GgmlType::Q8_0, &[0][..]), (GgmlType::Q4K, &[0, 2]), (GgmlType::Q6K, &[208])] {
+            let be = ty.block_elems();
+            let (out, in_dim) = (12, 4 * be);
+            let bytes = blocks(ty, out, 4, scales);
+            let all = values(ty, out, in_dim, bytes.clone());
+            assert!(all.iter().all(|v| v.is_finite()), "{}", ty.name());
+            let runs = vec![2..5, 8..12];
+            let Ok(Some(QuantTensor::Ggml { out: o, in_dim: i, bytes: b, .. })) = ggml_cut("w", ty, out, in_dim, &bytes, &Cut::Rows(runs.clone())) else {
+                panic!("{}: rows not cut", ty.name())
+            };
+            let want: Vec<f32> = runs.iter().flat_map(|r| rows(&all, in_dim, r.clone())).collect();
+            assert_eq!((o, i), (7, in_dim));
+            assert_eq!(values(ty, o, i, b), want, "{} rows", ty.name());
+            let c = be..3 * be;
+            let Ok(Some(QuantTensor::Ggml { out: o, in_dim: i, bytes: b, .. })) = ggml_cut("w", ty, out, in_dim, &bytes, &Cut::Cols(c.clone())) else {
+                panic!("{}: columns not cut", ty.name())
+            };
+            assert_eq!((o, i), (out, 2 * be));
+            assert_eq!(values(ty, o, i, b), cols(&all, in_dim, c.clone()), "{} columns", ty.name());
+            assert!(matches!(ggml_cut("w", ty, out, in_dim, &bytes, &Cut::Cols(be / 2..be)), Ok(None)), "{}: a cut inside a block", ty.name());
+            assert!(ggml_cut("w", ty, out, in_dim, &bytes[1..], &Cut::Cols(c)).is_err(), "{}: a short tensor", ty.name());
+            assert!(ggml_cut("w", ty, out, in_dim, &bytes, &Cut::Rows(vec![10..13])).is_err(), "{}: rows past the end", ty.name());
+        }
     }
 }

@@ -108,6 +108,27 @@ impl TensorSource for Synthetic {
         // Parallel: real shapes (7B values) are generated on the GPU machine's host.
         Ok((0..n as u32).into_par_iter().map(|i| offset + scale * unit(self.seed, id, i)).collect())
     }
+
+    /// Only the values of the cut, each from its index in the whole tensor.
+    fn load_cut(&mut self, t: Tensor, cfg: &Config, rows: &[std::ops::Range<usize>], cols: std::ops::Range<usize>) -> Result<Option<Vec<f32>>> {
+        let shape = t.shape(cfg);
+        let (h, w) = (shape.first().copied().unwrap_or(1), shape.get(1).copied().unwrap_or(1));
+        if shape.len() > 2 || cols.end > w || rows.iter().any(|r| r.end > h) || u32::try_from(h * w).is_err() {
+            return Err(crate::Error::Input(format!("synthetic {t:?} {shape:?}: no cut of rows {rows:?}, columns {cols:?}")));
+        }
+        let id = tensor_id(t);
+        let (scale, offset) = affine(t, cfg);
+        let at: Vec<usize> = rows.iter().flat_map(|r| r.clone()).collect();
+        let mut out = vec![0.0f32; at.len() * cols.len()];
+        if !out.is_empty() {
+            out.par_chunks_mut(cols.len()).zip(at.par_iter()).for_each(|(o, &r)| {
+                for (v, c) in o.iter_mut().zip(cols.clone()) {
+                    *v = offset + scale * unit(self.seed, id, (r * w + c) as u32);
+                }
+            });
+        }
+        Ok(Some(out))
+    }
 }
 
 /// Weights of `cfg` under `seed`.
@@ -233,3 +254,28 @@ fn llama31(n_layers: usize, n_heads: usize, hidden: usize, ffn: usize) -> Config
 
 /// Names accepted by [`real_config`].
 pub const REAL_CONFIGS: [&str; 5] = ["smollm2-135m", "tinyllama-1.1b", "mistral-7b", "llama3.1-8b", "llama3.1-70b"];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cut is exactly those values of the whole tensor: rows in the runs' order, columns
+    /// within each row; vectors as `[n, 1]`; a cut past the shape is an error.
+    #[test]
+    fn load_cut_is_the_whole_tensors_values() {
+        let Some((_, cfg)) = tiny_configs().into_iter().next() else { panic!("no tiny config") };
+        let mut s = Synthetic { seed: 3 };
+        for t in [Tensor::Wq(1), Tensor::WDown(0), Tensor::TokEmbd] {
+            let whole = s.load(t, &cfg).unwrap_or_default();
+            let w = t.shape(&cfg)[1];
+            let runs = [1..3, 5..6];
+            let got = s.load_cut(t, &cfg, &runs, 2..w - 1).ok().flatten().unwrap_or_default();
+            let want: Vec<f32> = runs.iter().flat_map(|r| r.clone()).flat_map(|r| whole[r * w + 2..r * w + w - 1].to_vec()).collect();
+            assert_eq!(got, want, "{t:?}");
+            assert!(s.load_cut(t, &cfg, &[0..1], 0..w + 1).is_err(), "{t:?}: columns past the end");
+        }
+        let v = s.load(Tensor::AttnNorm(0), &cfg).unwrap_or_default();
+        let got = s.load_cut(Tensor::AttnNorm(0), &cfg, &[2..4], 0..1).ok().flatten().unwrap_or_default();
+        assert_eq!(got, v[2..4].to_vec());
+    }
+}

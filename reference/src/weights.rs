@@ -418,6 +418,14 @@ pub trait TensorSource {
         self.load_raw(t, cfg)
     }
 
+    /// [`TensorSource::load`]'s values cut to the row runs `rows` (in order) of the row-major
+    /// `[rows, cols]` tensor (a vector: `[n, 1]`) and, within each row, to the columns `cols`
+    /// — a tensor-parallel rank's slice — where the source makes them without the whole tensor
+    /// (a synthetic model: each value from its index); `None`: the caller cuts `load`'s values.
+    fn load_cut(&mut self, _t: Tensor, _cfg: &Config, _rows: &[std::ops::Range<usize>], _cols: std::ops::Range<usize>) -> Result<Option<Vec<f32>>> {
+        Ok(None)
+    }
+
     /// Whether the file stores `t` under its own name (whatever its dtype); `None` where the
     /// source cannot tell (generated or wrapped sources). Lets a loader choose between layouts
     /// (one tensor per expert or stacked) without depending on [`TensorSource::load_raw`],
@@ -450,6 +458,9 @@ impl<T: TensorSource + ?Sized> TensorSource for &mut T {
     }
     fn load_raw_as(&mut self, t: Tensor, cfg: &Config, want: &[usize]) -> Result<Option<RawDense<'_>>> {
         (**self).load_raw_as(t, cfg, want)
+    }
+    fn load_cut(&mut self, t: Tensor, cfg: &Config, rows: &[std::ops::Range<usize>], cols: std::ops::Range<usize>) -> Result<Option<Vec<f32>>> {
+        (**self).load_cut(t, cfg, rows, cols)
     }
     fn mxfp4_experts(&mut self, l: usize, held: std::ops::Range<usize>) -> Result<Option<crate::gpt_oss::weights::Mxfp4Experts<'_>>> {
         (**self).mxfp4_experts(l, held)

@@ -176,6 +176,15 @@ impl TensorSource for Source {
     fn load_raw(&mut self, t: reference::weights::Tensor, cfg: &Config) -> reference::Result<Option<reference::weights::RawDense<'_>>> {
         self.tensors().load_raw(t, cfg)
     }
+    fn load_cut(
+        &mut self,
+        t: reference::weights::Tensor,
+        cfg: &Config,
+        rows: &[std::ops::Range<usize>],
+        cols: std::ops::Range<usize>,
+    ) -> reference::Result<Option<Vec<f32>>> {
+        self.tensors().load_cut(t, cfg, rows, cols)
+    }
 }
 
 /// The model family of an opened model.

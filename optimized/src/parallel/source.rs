@@ -146,6 +146,28 @@ impl<'a> ShardSource<'a> {
     fn features(&self, h: &Range<usize>) -> Range<usize> {
         h.start * self.whole.head_dim..h.end * self.whole.head_dim
     }
+
+    /// What the rank keeps of `t` (as a row-major `[rows, cols]` matrix, a vector `[n, 1]`):
+    /// column-parallel weights and their biases by rows (q / k / v heads, FFN rows, the
+    /// vocabulary), row-parallel o and down by columns; `None` where it keeps `t` whole or
+    /// zero (norms, o's bias, MoE tensors).
+    fn cut_of(&self, t: Tensor) -> Option<Cut> {
+        use Tensor::*;
+        let (q, kv, ffn) = (self.features(&self.rs.q_heads), self.features(&self.rs.kv_heads), self.rs.ffn.clone());
+        let (qd, kvd, f) = (self.whole.n_heads * self.whole.head_dim, self.whole.n_kv_heads * self.whole.head_dim, self.whole.ffn);
+        Some(match t {
+            TokEmbd | LmHead => Cut::Rows(vec![self.rs.vocab.clone()]),
+            Wq(_) | Bq(_) => Cut::Rows(vec![q]),
+            Wk(_) | Wv(_) | Bk(_) | Bv(_) => Cut::Rows(vec![kv]),
+            Wqkv(_) => Cut::Rows(vec![q, qd + kv.start..qd + kv.end, qd + kvd + kv.start..qd + kvd + kv.end]),
+            Sinks(_) => Cut::Rows(vec![self.rs.q_heads.clone()]),
+            WGate(_) | WUp(_) => Cut::Rows(vec![ffn]),
+            WGateUp(_) => Cut::Rows(vec![ffn.clone(), f + ffn.start..f + ffn.end]),
+            Wo(_) => Cut::Cols(q),
+            WDown(_) => Cut::Cols(ffn),
+            _ => return None,
+        })
+    }
 }
 
 /// What a rank keeps of a `[out, in]` weight: runs of its rows (column-parallel), or a range
@@ -231,22 +253,10 @@ impl TensorSource for ShardSource<'_> {
     /// cuts its values — rows as stored, columns where whole blocks —, else `None` (the f32
     /// slice then).
     fn load_quantized(&mut self, t: Tensor, _cfg: &Config) -> Result<Option<QuantTensor>> {
-        use Tensor::*;
-        if self.expert_rows(t).is_some() {
+        if !reference::quant::is_linear(t) || self.expert_rows(t).is_some() {
             return Ok(None);
         }
-        let (q, kv, ffn) = (self.features(&self.rs.q_heads), self.features(&self.rs.kv_heads), self.rs.ffn.clone());
-        let (qd, kvd, f) = (self.whole.n_heads * self.whole.head_dim, self.whole.n_kv_heads * self.whole.head_dim, self.whole.ffn);
-        let cut = match t {
-            Wq(_) => Cut::Rows(vec![q]),
-            Wk(_) | Wv(_) => Cut::Rows(vec![kv]),
-            Wqkv(_) => Cut::Rows(vec![q, qd + kv.start..qd + kv.end, qd + kvd + kv.start..qd + kvd + kv.end]),
-            WGate(_) | WUp(_) => Cut::Rows(vec![ffn]),
-            WGateUp(_) => Cut::Rows(vec![ffn.clone(), f + ffn.start..f + ffn.end]),
-            Wo(_) => Cut::Cols(q),
-            WDown(_) => Cut::Cols(ffn),
-            _ => return Ok(None),
-        };
+        let Some(cut) = self.cut_of(t) else { return Ok(None) };
         match self.inner.load_quantized(t, &self.whole)? {
             Some(QuantTensor::Ggml { ty, out, in_dim, bytes }) => ggml_cut(&format!("rank {}: {t:?}", self.rs.rank), ty, out, in_dim, &bytes, &cut),
             _ => Ok(None),
@@ -259,35 +269,43 @@ impl TensorSource for ShardSource<'_> {
             let v = self.inner.load(t, &self.whole)?;
             return self.cut_experts(t, &v, r);
         }
-        let v = self.inner.load(t, &self.whole)?;
         let shape = t.shape(&self.whole);
-        let width = shape.get(1).copied().unwrap_or(1);
-        let (q, kv, ffn) = (self.features(&self.rs.q_heads), self.features(&self.rs.kv_heads), self.rs.ffn.clone());
-        let (qd, kvd, f) = (self.whole.n_heads * self.whole.head_dim, self.whole.n_kv_heads * self.whole.head_dim, self.whole.ffn);
-        let out = match t {
-            TokEmbd | LmHead => {
-                let mut out = rows(&v, width, self.rs.vocab.clone());
-                out.resize((self.vocab_part + 1) * width, 0.0);
+        let (height, width) = (shape.first().copied().unwrap_or(1), shape.get(1).copied().unwrap_or(1));
+        let out = match self.cut_of(t) {
+            Some(cut) => {
+                let (runs, cs) = match &cut {
+                    Cut::Rows(runs) => (runs.clone(), 0..width),
+                    Cut::Cols(c) => (vec![0..height], c.clone()),
+                };
+                // The slice alone where the source makes it so (a synthetic model), else cut
+                // from the whole tensor's values.
+                let mut out = match self.inner.load_cut(t, &self.whole, &runs, cs)? {
+                    Some(v) => v,
+                    None => {
+                        let v = self.inner.load(t, &self.whole)?;
+                        match cut {
+                            Cut::Rows(runs) => runs.into_iter().flat_map(|r| rows(&v, width, r)).collect(),
+                            Cut::Cols(c) => cols(&v, width, c),
+                        }
+                    }
+                };
+                if matches!(t, TokEmbd | LmHead) {
+                    out.resize((self.vocab_part + 1) * width, 0.0);
+                }
                 out
             }
-            Wq(_) | Bq(_) => rows(&v, width, q),
-            Wk(_) | Wv(_) | Bk(_) | Bv(_) => rows(&v, width, kv),
-            Wqkv(_) => {
-                [rows(&v, width, q), rows(&v, width, qd + kv.start..qd + kv.end), rows(&v, width, qd + kvd + kv.start..qd + kvd + kv.end)].concat()
+            None => {
+                let v = self.inner.load(t, &self.whole)?;
+                match t {
+                    // Added once, by rank 0, to the sum of the ranks' partial outputs.
+                    Bo(_) if self.rs.rank != 0 => vec![0.0; v.len()],
+                    Bo(_) | OutNorm | AttnNorm(_) | FfnNorm(_) | QNorm(_) | KNorm(_) | PostAttnNorm(_) | PostFfnNorm(_) | PreFfnNorm(_) => v,
+                    // The router whole; experts lent whole (expert parallelism: the loader
+                    // reads the rank's), their shapes the spec's (a `Config` has no expert
+                    // count).
+                    _ => return Ok(v),
+                }
             }
-            Wo(_) => cols(&v, width, q),
-            // Added once, by rank 0, to the sum of the ranks' partial outputs.
-            Bo(_) if self.rs.rank == 0 => v,
-            Bo(_) => vec![0.0; v.len()],
-            Sinks(_) => v[self.rs.q_heads.clone()].to_vec(),
-            WGate(_) | WUp(_) => rows(&v, width, ffn),
-            WGateUp(_) => [rows(&v, width, ffn.clone()), rows(&v, width, f + ffn.start..f + ffn.end)].concat(),
-            WDown(_) => cols(&v, width, ffn),
-            // The router whole; experts lent whole (expert parallelism: the loader reads the
-            // rank's), their shapes the spec's (a `Config` has no expert count).
-            Router(_) | RouterBias(_) | MoeGate(_) | ExpsGate(_) | ExpsUp(_) | ExpsDown(_) | ExpsGateUp(_) | ExpertGate(..) | ExpertUp(..)
-            | ExpertDown(..) => return Ok(v),
-            OutNorm | AttnNorm(_) | FfnNorm(_) | QNorm(_) | KNorm(_) | PostAttnNorm(_) | PostFfnNorm(_) | PreFfnNorm(_) => v,
         };
         let want: usize = t.shape(cfg).iter().product();
         if out.len() != want {

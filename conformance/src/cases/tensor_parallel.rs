@@ -469,9 +469,12 @@ fn decode_walk(tp: &mut TpRunner, one: &mut GpuRunner, mut tokens: Vec<Vec<u32>>
 
 pub fn cases() -> Vec<Box<dyn Case>> {
     let mut v: Vec<Box<dyn Case>> = Vec::new();
-    let models =
-        FIXTURES.iter().map(|&(f, t)| TpModel::Fixture(f, t)).chain(GPT_OSS.map(TpModel::GptOss)).chain(GPT_OSS_FILES.map(TpModel::GptOssFile))
-            .chain(GGUF_FIXTURES.map(|(d, f)| TpModel::Gguf(d, f)));
+    let models = FIXTURES
+        .iter()
+        .map(|&(f, t)| TpModel::Fixture(f, t))
+        .chain(GPT_OSS.map(TpModel::GptOss))
+        .chain(GPT_OSS_FILES.map(TpModel::GptOssFile))
+        .chain(GGUF_FIXTURES.map(|(d, f)| TpModel::Gguf(d, f)));
     for model in models {
         let splits = match model {
             TpModel::Fixture(f, _) if !MOE_FIXTURES.contains(&f) => vec![None],

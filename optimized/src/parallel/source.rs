@@ -32,9 +32,9 @@ use std::ops::Range;
 
 use cubecl::CubeElement;
 use reference::arch::spec::{FfnSpec, ModelSpec};
+use reference::ggml::GgmlType;
 use reference::ops::mlp::Activation;
 use reference::parallel::{ExpertCut, MoeSplit, RankShard, ShardPlan};
-use reference::ggml::GgmlType;
 use reference::quant::QuantTensor;
 use reference::weights::{RawDense, RawDtype, Tensor, TensorSource};
 use reference::{Config, Error, Result};
@@ -353,14 +353,16 @@ mod tests {
             let all = values(ty, out, in_dim, bytes.clone());
             assert!(all.iter().all(|v| v.is_finite()), "{}", ty.name());
             let runs = vec![2..5, 8..12];
-            let Ok(Some(QuantTensor::Ggml { out: o, in_dim: i, bytes: b, .. })) = ggml_cut("w", ty, out, in_dim, &bytes, &Cut::Rows(runs.clone())) else {
+            let Ok(Some(QuantTensor::Ggml { out: o, in_dim: i, bytes: b, .. })) = ggml_cut("w", ty, out, in_dim, &bytes, &Cut::Rows(runs.clone()))
+            else {
                 panic!("{}: rows not cut", ty.name())
             };
             let want: Vec<f32> = runs.iter().flat_map(|r| rows(&all, in_dim, r.clone())).collect();
             assert_eq!((o, i), (7, in_dim));
             assert_eq!(values(ty, o, i, b), want, "{} rows", ty.name());
             let c = be..3 * be;
-            let Ok(Some(QuantTensor::Ggml { out: o, in_dim: i, bytes: b, .. })) = ggml_cut("w", ty, out, in_dim, &bytes, &Cut::Cols(c.clone())) else {
+            let Ok(Some(QuantTensor::Ggml { out: o, in_dim: i, bytes: b, .. })) = ggml_cut("w", ty, out, in_dim, &bytes, &Cut::Cols(c.clone()))
+            else {
                 panic!("{}: columns not cut", ty.name())
             };
             assert_eq!((o, i), (out, 2 * be));

@@ -272,10 +272,12 @@ mod tests {
             let got = s.load_cut(t, &cfg, &runs, 2..w - 1).ok().flatten().unwrap_or_default();
             let want: Vec<f32> = runs.iter().flat_map(|r| r.clone()).flat_map(|r| whole[r * w + 2..r * w + w - 1].to_vec()).collect();
             assert_eq!(got, want, "{t:?}");
-            assert!(s.load_cut(t, &cfg, &[0..1], 0..w + 1).is_err(), "{t:?}: columns past the end");
+            let first = 0..1;
+            assert!(s.load_cut(t, &cfg, std::slice::from_ref(&first), 0..w + 1).is_err(), "{t:?}: columns past the end");
         }
         let v = s.load(Tensor::AttnNorm(0), &cfg).unwrap_or_default();
-        let got = s.load_cut(Tensor::AttnNorm(0), &cfg, &[2..4], 0..1).ok().flatten().unwrap_or_default();
+        let rows = 2..4;
+        let got = s.load_cut(Tensor::AttnNorm(0), &cfg, std::slice::from_ref(&rows), 0..1).ok().flatten().unwrap_or_default();
         assert_eq!(got, v[2..4].to_vec());
     }
 }

@@ -275,7 +275,7 @@ impl TensorSource for ShardSource<'_> {
             Some(cut) => {
                 let (runs, cs) = match &cut {
                     Cut::Rows(runs) => (runs.clone(), 0..width),
-                    Cut::Cols(c) => (vec![0..height], c.clone()),
+                    Cut::Cols(c) => (std::iter::once(0..height).collect(), c.clone()),
                 };
                 // The slice alone where the source makes it so (a synthetic model), else cut
                 // from the whole tensor's values.
@@ -369,7 +369,8 @@ mod tests {
             assert_eq!(values(ty, o, i, b), cols(&all, in_dim, c.clone()), "{} columns", ty.name());
             assert!(matches!(ggml_cut("w", ty, out, in_dim, &bytes, &Cut::Cols(be / 2..be)), Ok(None)), "{}: a cut inside a block", ty.name());
             assert!(ggml_cut("w", ty, out, in_dim, &bytes[1..], &Cut::Cols(c)).is_err(), "{}: a short tensor", ty.name());
-            assert!(ggml_cut("w", ty, out, in_dim, &bytes, &Cut::Rows(vec![10..13])).is_err(), "{}: rows past the end", ty.name());
+            let past = 10..13;
+            assert!(ggml_cut("w", ty, out, in_dim, &bytes, &Cut::Rows(vec![past])).is_err(), "{}: rows past the end", ty.name());
         }
     }
 }

@@ -39,7 +39,7 @@ bench() { # FILE TP MODEL-FLAGS...
   local f=$1 tp=$2; shift 2
   echo "== tp $tp: $*"
   "$T" bench --device cuda --batches "$B" --tensor-parallel "$tp" --json-out "$OUT/$f" "$@" 2>&1 | grep -v "^conformance:" \
-    | grep -E "passed|runner|load|^ +[0-9]+ |error" | sed 's/collectives timed alone, back to back, 20 runs each: //' | cut -c1-400
+    | grep -E "passed|runner|load|all-reduces|^ +[0-9]+ |error" | sed 's/collectives timed alone, back to back, 20 runs each: //' | cut -c1-400
 }
 M70=/tmp/m/llama3.1-70b-q4_k_m.gguf
 for step in ${STEPS[@]}; do

@@ -246,6 +246,14 @@ pub trait ModelRunner {
     fn device_memory(&self) -> Option<(u64, u64)> {
         None
     }
+
+    /// A tensor-parallel runner's collectives of one decode step — the all-reduces of the
+    /// residual stream, `2·L + 1` — recorded in a graph and replayed, timed alone per row count:
+    /// `(rows, seconds a step)`. `None` where there are none or its backend records none.
+    /// Runs collectives on every rank: for benchmarks, between steps.
+    fn time_step_collectives(&mut self) -> Result<Option<Vec<(usize, f64)>>> {
+        Ok(None)
+    }
     /// Host bytes one block of each KV group takes in the runner's swap space (full group,
     /// local group: 0 without one), where the runner can swap ([`StepPlan::swap_out`]); `None`:
     /// it cannot, and the engine preempts by recompute only.
@@ -373,5 +381,8 @@ impl<T: ModelRunner + ?Sized> ModelRunner for Box<T> {
     }
     fn swap_block_bytes(&self) -> Option<(usize, usize)> {
         (**self).swap_block_bytes()
+    }
+    fn time_step_collectives(&mut self) -> Result<Option<Vec<(usize, f64)>>> {
+        (**self).time_step_collectives()
     }
 }

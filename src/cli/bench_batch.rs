@@ -113,6 +113,27 @@ pub fn run(b: BatchBench) -> Result<()> {
         }
         super::results::append(p, &out)?;
     }
+    // The collectives of a step recorded in a graph (tensor-parallel ranks whose backend
+    // records them), timed alone after the runs: their time and its share of each TPOT.
+    if let Some(times) = engine.runner_mut().time_step_collectives()? {
+        let mut out = vec![];
+        for r in &rows {
+            let Some(&(_, s)) = times.iter().find(|&&(n, _)| n == r.batch) else { continue };
+            let share = s * 1e3 / r.tpot_ms;
+            println!(
+                "  batch {}: the step's all-reduces in a graph, timed alone: {:.3} ms, {:.1}% of its TPOT (the logits gather not counted)",
+                r.batch,
+                s * 1e3,
+                100.0 * share
+            );
+            let cfg = json!({"batch": r.batch, "prompt": r.prompt, "generated": r.generated, "kernels": b.kernels.name()});
+            out.push(info.row(cfg.clone(), "allreduce_ms_per_step", s * 1e3, "ms", None, None));
+            out.push(info.row(cfg, "allreduce_share_of_tpot", share, "fraction", None, None));
+        }
+        if let Some(p) = &b.json_out {
+            super::results::append(p, &out)?;
+        }
+    }
     if let Some(p) = &b.csv_out {
         let mut s = String::from("batch,prompt,generated,decode_tokens_per_s,prefill_tokens_per_s,ttft_ms,tpot_ms\n");
         for r in &rows {

@@ -62,6 +62,8 @@ enum Msg {
     },
     /// The runner's counters, for the `ModelRunner` queries.
     Report,
+    /// `ModelRunner::time_step_collectives`.
+    TimeCollectives,
 }
 
 /// A rank thread's answer to a [`Msg`], of the same kind.
@@ -69,6 +71,7 @@ enum Reply {
     Step(Result<Vec<SeqResult>, String>),
     Prepared(Result<usize, String>),
     Report(Report),
+    TimedCollectives(Result<Option<Vec<(usize, f64)>>, String>),
 }
 
 /// A rank's runner's counters.
@@ -99,7 +102,7 @@ pub struct TpRunner {
 
 /// Rows of the residual stream whose all-reduce (and logits whose all-gather) a group times
 /// when it starts: a decode step of one sequence, and of the batches the benchmarks run.
-const TIMED_ROWS: [usize; 3] = [1, 64, 128];
+const TIMED_ROWS: [usize; 4] = [1, 64, 128, 256];
 
 impl TpRunner {
     /// `comms.len()` ranks, rank r's runner made by `build(r, comms[r])` on rank r's thread
@@ -285,6 +288,43 @@ fn time_collectives(runner: &GpuRunner) -> Result<String, Error> {
     Ok(format!("collectives timed alone, back to back, {RUNS} runs each: {}", parts.join("; ")))
 }
 
+/// The residual stream's all-reduces of one decode step (`2·L + 1`) for each of
+/// [`TIMED_ROWS`], recorded in a graph and replayed alone: `(rows, seconds a step)`, what they
+/// cost inside a decode graph (no launch each). `None` where the communicator is not recorded
+/// (host-staged). Every rank runs the same sequence, so the collectives meet.
+fn time_collectives_graphed(runner: &GpuRunner) -> Result<Option<Vec<(usize, f64)>>, Error> {
+    const RUNS: u32 = 20;
+    let m = &runner.model;
+    let Some(tp) = m.tp.as_ref().filter(|tp| tp.comm.captures()) else { return Ok(None) };
+    let c = &m.client;
+    let (hidden, reduces) = (m.dims().hidden, 2 * m.dims().n_layers + 1);
+    let sync = || cubecl::future::block_on(c.sync()).map_err(Error::from);
+    let mut out = Vec::with_capacity(TIMED_ROWS.len());
+    for rows in TIMED_ROWS {
+        let x = DeviceTensor::from_f32(c, &vec![0.0; rows * hidden], &[rows, hidden])?;
+        sync()?;
+        c.graph_prepare().map_err(Error::from)?;
+        // The warm-up run (NCCL sets a size up on its first call), then the recording.
+        tp.comm.all_reduce_sum(c, &x)?;
+        c.start_capture().map_err(Error::from)?;
+        let recorded = (0..reduces).try_for_each(|_| tp.comm.all_reduce_sum(c, &x));
+        let graph = c.stop_capture().map_err(Error::from);
+        recorded?;
+        let graph = graph?;
+        // SAFETY: the recording's one buffer, `x`, outlives every replay (synced below).
+        unsafe { graph.replay() }.map_err(Error::from)?;
+        sync()?;
+        let t = Instant::now();
+        for _ in 0..RUNS {
+            // SAFETY: as above.
+            unsafe { graph.replay() }.map_err(Error::from)?;
+        }
+        sync()?;
+        out.push((rows, t.elapsed().as_secs_f64() / f64::from(RUNS)));
+    }
+    Ok(Some(out))
+}
+
 /// Rank `r`: build its runner, report, then answer each message it is sent until the channel
 /// closes.
 /// A rank thread's start: it reports its build on `built`, waits for `go` (sent once every
@@ -367,6 +407,15 @@ fn rank_thread(
                 }
                 Reply::Prepared(out)
             }
+            Msg::TimeCollectives => {
+                trace(|| format!("rank {r} times its collectives in a graph"));
+                let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| time_collectives_graphed(&runner)));
+                let out = run.unwrap_or_else(|p| Err(caught(p))).map_err(|e| e.to_string());
+                if let Err(e) = &out {
+                    comm.fail(e);
+                }
+                Reply::TimedCollectives(out)
+            }
             Msg::Report => Reply::Report(Report {
                 steps_ahead: runner.steps_ahead(),
                 recordings: runner.graph_recordings(),
@@ -436,6 +485,20 @@ impl ModelRunner for TpRunner {
     }
     fn recordings(&self) -> Option<(u64, u64)> {
         self.report().map(|r| r.recordings)
+    }
+    /// Every rank records and replays the same collectives; rank 0's times.
+    fn time_step_collectives(&mut self) -> reference::Result<Option<Vec<(usize, f64)>>> {
+        let mut first = None;
+        for (r, reply) in self.all(|| Msg::TimeCollectives).into_iter().enumerate() {
+            match reply {
+                Ok(Reply::TimedCollectives(Ok(t))) => {
+                    first.get_or_insert(t);
+                }
+                Ok(Reply::TimedCollectives(Err(e))) | Err(e) => return Err(reference::Error::Backend(format!("tensor-parallel rank {r}: {e}"))),
+                Ok(_) => return Err(reference::Error::Backend(format!("tensor-parallel rank {r}: answered a timing with something else"))),
+            }
+        }
+        Ok(first.flatten())
     }
     /// Each rank swaps its own shard of every block (each gets the plan's copies).
     fn swap_block_bytes(&self) -> Option<(usize, usize)> {

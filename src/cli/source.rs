@@ -214,6 +214,9 @@ pub struct Opened {
     /// The sliding-window layers' local KV group (`--window-pools`; its seats and step tokens
     /// set by the command that builds the runner).
     pub window_pools: WindowPools,
+    /// The arguments it was opened with (`ModelArgs::open`): tensor-parallel ranks open the
+    /// model again from them, each for a source of its own, and load at once.
+    pub args: Option<ModelArgs>,
 }
 
 /// The config of a synthetic name.
@@ -283,6 +286,7 @@ impl ModelArgs {
             o.source = Source::Dense(Box::new(inner));
             o.label = format!("{} (weights dense)", o.label);
         }
+        o.args = Some(self.clone());
         Ok(o)
     }
 
@@ -313,6 +317,7 @@ impl ModelArgs {
                 arch: Arch::Llama,
                 kernels: Default::default(),
                 window_pools: Default::default(),
+                args: None,
             });
         }
         let path = match &self.model {
@@ -371,7 +376,7 @@ impl ModelArgs {
                 .into());
             }
         }
-        Ok(Opened { config, source, tokenizer, chat, label, arch, kernels: Default::default(), window_pools: Default::default() })
+        Ok(Opened { config, source, tokenizer, chat, label, arch, kernels: Default::default(), window_pools: Default::default(), args: None })
     }
 }
 
@@ -389,6 +394,7 @@ impl Opened {
             arch: Arch::GptOss(Box::new(g)),
             kernels: Default::default(),
             window_pools: Default::default(),
+            args: None,
         }
     }
 

@@ -133,7 +133,9 @@ pub fn sharded_sized(
 
 /// N `GpuRunner`s of `opened`'s slices (`optimized::parallel::load_rank`: each rank reads the
 /// whole file once and uploads its slices, an expert-parallel rank only its experts) behind
-/// one `TpRunner`.
+/// one `TpRunner`. The ranks load at once, each on a thread of its own from the model opened
+/// again from its arguments (rank 0 from `opened`); one after another here where `opened`
+/// keeps no arguments.
 fn gpu_runner(
     opened: &mut Opened,
     tp: Tp,
@@ -141,7 +143,7 @@ fn gpu_runner(
     dtype: Option<&str>,
     layout: KvLayout,
 ) -> Result<Box<dyn ModelRunner + Send>> {
-    use optimized::parallel::{load_rank, TpComms, TpRunner};
+    use optimized::parallel::{StreamId, TpComms, TpRunner};
     let comms = match backend {
         optimized::Backend::Cuda => TpComms::Nccl,
         _ => TpComms::Host,
@@ -149,25 +151,49 @@ fn gpu_runner(
     let n = tp.ranks;
     let comms = comms.make(n)?;
     let kernels = super::ranks::rank_kernels(opened);
-    let label = opened.label.clone();
-    let (spec, mut src) = opened.gpu_tensors()?;
-    let plan = tp.plan(&spec)?;
-    super::ranks::check_gpu_split(&spec, &plan)?;
-    let mut models = Vec::with_capacity(n);
-    for (r, comm) in comms.into_iter().enumerate() {
+    {
+        let (spec, _) = opened.gpu_tensors()?;
+        super::ranks::check_gpu_split(&spec, &tp.plan(&spec)?)?;
+    }
+    let info = {
+        let (spec, _) = opened.gpu_tensors()?;
+        ModelInfo::of(&spec.dims()?)
+    };
+    let mut others = Vec::with_capacity(n.saturating_sub(1));
+    if let Some(args) = opened.args.clone() {
+        for _ in 1..n {
+            others.push(args.open()?);
+        }
+    }
+    let load = |o: &mut Opened, r: usize, comm| -> Result<(optimized::model::GpuModel, StreamId)> {
+        let label = o.label.clone();
+        let (spec, mut src) = o.gpu_tensors()?;
+        let plan = tp.plan(&spec)?;
         let client = optimized::client_on(backend, r)?;
         let dtype = super::source::pick_dtype(&client, dtype)?;
         let t0 = std::time::Instant::now();
-        let m = load_rank(client, src.as_mut(), &spec, &plan, r, comm, dtype, &kernels)?;
+        let m = optimized::parallel::load_rank(client, src.as_mut(), &spec, &plan, r, comm, dtype, &kernels)?;
         eprintln!(
             "  {label}: rank {r} of {n}: {:.1} MB of weights on the device in {:.1} s",
             m.weight_bytes as f64 / 1e6,
             t0.elapsed().as_secs_f64()
         );
-        models.push(m);
-    }
-    let info = ModelInfo::of(&spec.dims()?);
-    Ok(Box::new(TpRunner::from_models(models, info, layout)?))
+        Ok((m, StreamId::current()))
+    };
+    let models = if others.len() + 1 == n {
+        let all = std::iter::once(opened).chain(others.iter_mut());
+        std::thread::scope(|s| {
+            let loads: Vec<_> = all.zip(comms).enumerate().map(|(r, (o, comm))| s.spawn(move || load(o, r, comm))).collect();
+            loads
+                .into_iter()
+                .enumerate()
+                .map(|(r, h)| h.join().unwrap_or_else(|_| Err(CliError::Gpu(format!("tensor-parallel rank {r}: its load panicked")))))
+                .collect::<Result<Vec<_>>>()
+        })?
+    } else {
+        comms.into_iter().enumerate().map(|(r, comm)| load(opened, r, comm)).collect::<Result<Vec<_>>>()?
+    };
+    Ok(Box::new(TpRunner::from_models_on(models, info, layout)?))
 }
 
 /// The CPU runner of `opened` sharded over `n` ranks, KV pools of `layout`. The whole model

@@ -45,7 +45,7 @@ use std::sync::Arc;
 
 pub use host::HostStaged;
 pub use nccl_device::NcclDevice;
-pub use runner::{TpComms, TpRunner};
+pub use runner::{StreamId, TpComms, TpRunner};
 pub use source::{local_spec, rank_experts, ShardSource, EXPERT_ROWS};
 
 use reference::arch::spec::ModelSpec;

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use cubecl_environment::stream::StreamId;
+pub use cubecl_environment::stream::StreamId;
 use engine::runner::{validate_plan, KvLayout, ModelInfo, ModelRunner, SeqResult, StepPlan};
 
 use super::{trace, DeviceComm, HostStaged, NcclDevice};
@@ -112,12 +112,12 @@ impl TpRunner {
     where
         F: Fn(usize, Arc<dyn DeviceComm>) -> Result<GpuRunner, Error> + Send + Sync + 'static,
     {
-        Self::spawn_on(comms, info, layout, None, build)
+        Self::spawn_on(comms, info, layout, vec![], build)
     }
 
-    /// [`TpRunner::spawn`] with every rank thread launching on `stream` where given (the
-    /// stream its model's buffers were made on: [`TpRunner::from_models`]), else on its own.
-    fn spawn_on<F>(comms: Vec<Arc<dyn DeviceComm>>, info: ModelInfo, layout: KvLayout, stream: Option<StreamId>, build: F) -> Result<Self, Error>
+    /// [`TpRunner::spawn`] with rank r's thread launching on `streams[r]` where given (the
+    /// stream its model's buffers were made on: [`TpRunner::from_models_on`]), else on its own.
+    fn spawn_on<F>(comms: Vec<Arc<dyn DeviceComm>>, info: ModelInfo, layout: KvLayout, streams: Vec<StreamId>, build: F) -> Result<Self, Error>
     where
         F: Fn(usize, Arc<dyn DeviceComm>) -> Result<GpuRunner, Error> + Send + Sync + 'static,
     {
@@ -131,6 +131,7 @@ impl TpRunner {
             let (replies, from) = channel();
             let (go_tx, go) = channel::<()>();
             let (build, built, ready) = (build.clone(), built_tx.clone(), ready_tx.clone());
+            let stream = streams.get(r).copied();
             let thread = std::thread::Builder::new()
                 .name(format!("tp-rank-{r}"))
                 .spawn(move || {
@@ -186,6 +187,15 @@ impl TpRunner {
     /// r at index r, each with its communicator), each moved to its rank's thread — which
     /// launches on this thread's stream — and given pools of `layout`.
     pub fn from_models(models: Vec<GpuModel>, info: ModelInfo, layout: KvLayout) -> Result<Self, Error> {
+        let stream = StreamId::current();
+        Self::from_models_on(models.into_iter().map(|m| (m, stream)).collect(), info, layout)
+    }
+
+    /// [`TpRunner::from_models`] over models each loaded on a thread of its own, with that
+    /// thread's stream (`StreamId::current()` there): rank r's thread launches on it.
+    pub fn from_models_on(models: Vec<(GpuModel, StreamId)>, info: ModelInfo, layout: KvLayout) -> Result<Self, Error> {
+        let streams: Vec<StreamId> = models.iter().map(|(_, s)| *s).collect();
+        let models: Vec<GpuModel> = models.into_iter().map(|(m, _)| m).collect();
         let comms = models
             .iter()
             .enumerate()
@@ -193,12 +203,11 @@ impl TpRunner {
             .collect::<Result<Vec<_>, _>>()?;
         let slots: Vec<Mutex<Option<GpuModel>>> = models.into_iter().map(|m| Mutex::new(Some(m))).collect();
         // cubecl gives each thread a stream of its own and ties a buffer to the stream that made
-        // it. Launched from another thread, every kernel reading a weight made here would be
-        // synchronised with this thread's stream (an event and a wait per launch, the buffers
-        // pinned through a side stream) — the eager steps pay that, and a decode-graph capture
-        // is invalidated by it. The ranks launch on this thread's stream instead.
-        let stream = StreamId::current();
-        Self::spawn_on(comms, info, layout, Some(stream), move |r, _| {
+        // it. Launched from another thread, every kernel reading a weight would be synchronised
+        // with the loading thread's stream (an event and a wait per launch, the buffers pinned
+        // through a side stream) — the eager steps pay that, and a decode-graph capture is
+        // invalidated by it. Each rank launches on its loading thread's stream instead.
+        Self::spawn_on(comms, info, layout, streams, move |r, _| {
             let m = slots.get(r).and_then(|s| s.lock().ok()?.take()).ok_or_else(|| Error::Shape(format!("rank {r}'s model was taken")))?;
             GpuRunner::with_layout(m, layout)
         })

@@ -19,15 +19,9 @@ cd "$(dirname "$0")/.."
 export TANDEM_OFFLINE=1 NCCL_NVLS_ENABLE=0 XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
 export TANDEM_GATE_STAMP="${TANDEM_GATE_STAMP:-/tmp/gate.stamp}"
 export PYTHONPATH="$PEERS/llama.cpp/gguf-py" TOK_JSON="$PEERS/smollm2_tokenizer.json"
-mkdir -p "$OUT" /tmp/m /tmp/peers
-W=/tmp/peers
-if [ "${PEER:-1}" = 1 ] && [ ! -f $W/build.started ]; then
-  touch $W/build.started
-  setsid nohup bash -c "cmake -S '$PEERS/llama.cpp' -B $W/build -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
-    -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_UI=OFF \
-    -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF > $W/cfg.log 2>&1 && \
-    nice cmake --build $W/build -j 10 --target llama-bench llama-batched-bench > $W/build.log 2>&1; echo \$? > $W/build.done" > /dev/null 2>&1 &
-fi
+mkdir -p "$OUT" /tmp/m
+source scripts/peer_build.sh
+[ "${PEER:-1}" = 1 ] && peer_build_start "$PEERS"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 for shape in "${SHAPES[@]}"; do
   m=/tmp/m/$shape-q4_k_m.gguf
@@ -37,9 +31,7 @@ for shape in "${SHAPES[@]}"; do
 done
 "$T" bench --device cuda --kernel qmatmul --batches 1,4 --formats Q4_K,Q5_K,Q6_K 2>&1 | grep -v "^conformance:" | grep -v " pf[24] " | tail -40
 [ "${PEER:-1}" = 1 ] || exit 0
-for i in $(seq 1 100); do [ -f $W/build.done ] && break; sleep 5; done
-echo "llama.cpp build: $(cat $W/build.done 2>/dev/null || echo 'still running') $(tail -1 $W/build.log)"
-[ -f $W/build.done ] || exit 1
+peer_build_wait || exit 1
 for shape in "${SHAPES[@]}"; do
-  python3 scripts/peer_rows.py $W/build/bin "/tmp/m/$shape-q4_k_m.gguf" "$OUT/$shape-q4_k_m.jsonl" --batches 64,128,256 2>&1 | tail -5
+  python3 scripts/peer_rows.py $PEER_W/build/bin "/tmp/m/$shape-q4_k_m.gguf" "$OUT/$shape-q4_k_m.jsonl" --batches 64,128,256 2>&1 | tail -5
 done

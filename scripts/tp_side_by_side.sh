@@ -22,19 +22,13 @@ cd "$(dirname "$0")/.."
 export TANDEM_OFFLINE=1 NCCL_NVLS_ENABLE=0 XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
 export TANDEM_GATE_STAMP="${TANDEM_GATE_STAMP:-/tmp/gate.stamp}"
 export PYTHONPATH="$PEERS/llama.cpp/gguf-py" TOK_JSON="$PEERS/smollm2_tokenizer.json"
-mkdir -p "$OUT" /tmp/m /tmp/peers
-W=/tmp/peers
+mkdir -p "$OUT" /tmp/m
 NGPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
 TPS=""; for tp in 1 2 4 8; do [ "$tp" -le "$NGPU" ] && TPS="$TPS $tp"; done
 B=${BATCHES:-1,64,128,256}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-if [ ! -f $W/build.started ]; then
-  touch $W/build.started
-  setsid nohup bash -c "cmake -S '$PEERS/llama.cpp' -B $W/build -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
-    -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_UI=OFF \
-    -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF > $W/cfg.log 2>&1 && \
-    nice cmake --build $W/build -j 10 --target llama-bench llama-batched-bench > $W/build.log 2>&1; echo \$? > $W/build.done" > /dev/null 2>&1 &
-fi
+source scripts/peer_build.sh
+peer_build_start "$PEERS"
 bench() { # FILE TP MODEL-FLAGS...
   local f=$1 tp=$2; shift 2
   echo "== tp $tp: $*"
@@ -50,12 +44,10 @@ for step in ${STEPS[@]}; do
       [ -f $M70 ] || python3 scripts/synth_arch_gguf.py llama3.1-70b q4_k_m $M70 | tail -1
       for tp in $TPS; do bench tp-70b-q4km.jsonl "$tp" --model $M70; done ;;
     peer)
-      for i in $(seq 1 100); do [ -f $W/build.done ] && break; sleep 5; done
-      echo "llama.cpp build: $(cat $W/build.done 2>/dev/null || echo 'still running') $(tail -1 $W/build.log)"
-      [ -f $W/build.done ] || exit 1
-      CUDA_VISIBLE_DEVICES=0 python3 scripts/peer_rows.py $W/build/bin $M70 "$OUT/tp-70b-q4km.jsonl" --batches 64,128,256 2>&1 | tail -4
+      peer_build_wait || exit 1
+      CUDA_VISIBLE_DEVICES=0 python3 scripts/peer_rows.py $PEER_W/build/bin $M70 "$OUT/tp-70b-q4km.jsonl" --batches 64,128,256 2>&1 | tail -4
       for sm in layer row; do
-        python3 scripts/peer_rows.py $W/build/bin $M70 "$OUT/tp-70b-q4km.jsonl" --batches 64,128,256 --split-mode $sm 2>&1 | tail -4
+        python3 scripts/peer_rows.py $PEER_W/build/bin $M70 "$OUT/tp-70b-q4km.jsonl" --batches 64,128,256 --split-mode $sm 2>&1 | tail -4
       done ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac

@@ -101,11 +101,13 @@ pub fn run(b: BatchBench) -> Result<()> {
     if let Some(s) = engine.runner().status().filter(|s| Some(s) != status_before.as_ref()) {
         println!("  runner after the runs: {s}");
     }
+    // A row's configuration: its batch and the kernels it ran.
+    let cfg_of = |r: &BatchRow| json!({"batch": r.batch, "prompt": r.prompt, "generated": r.generated, "kernels": b.kernels.name()});
     let info = RunInfo { bench: "batched", device: name.clone(), model: label, format: name, gate: b.gate.clone(), hardware: b.hardware.clone() };
     if let Some(p) = &b.json_out {
         let mut out = vec![];
         for r in &rows {
-            let cfg = json!({"batch": r.batch, "prompt": r.prompt, "generated": r.generated, "kernels": b.kernels.name()});
+            let cfg = cfg_of(r);
             out.push(info.row(cfg.clone(), "decode_tokens_per_s", r.decode_tps, "tokens/s", None, None));
             out.push(info.row(cfg.clone(), "prefill_tokens_per_s", r.prefill_tps, "tokens/s", None, None));
             out.push(info.row(cfg.clone(), "ttft_ms", r.ttft_ms, "ms", None, None));
@@ -126,7 +128,7 @@ pub fn run(b: BatchBench) -> Result<()> {
                 s * 1e3,
                 100.0 * share
             );
-            let cfg = json!({"batch": r.batch, "prompt": r.prompt, "generated": r.generated, "kernels": b.kernels.name()});
+            let cfg = cfg_of(r);
             out.push(info.row(cfg.clone(), "allreduce_ms_per_step", s * 1e3, "ms", None, None));
             out.push(info.row(cfg, "allreduce_share_of_tpot", share, "fraction", None, None));
         }

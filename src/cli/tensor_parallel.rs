@@ -151,12 +151,9 @@ fn gpu_runner(
     let n = tp.ranks;
     let comms = comms.make(n)?;
     let kernels = super::ranks::rank_kernels(opened);
-    {
-        let (spec, _) = opened.gpu_tensors()?;
-        super::ranks::check_gpu_split(&spec, &tp.plan(&spec)?)?;
-    }
     let info = {
         let (spec, _) = opened.gpu_tensors()?;
+        super::ranks::check_gpu_split(&spec, &tp.plan(&spec)?)?;
         ModelInfo::of(&spec.dims()?)
     };
     let mut others = Vec::with_capacity(n.saturating_sub(1));

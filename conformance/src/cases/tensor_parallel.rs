@@ -264,27 +264,19 @@ impl TpCase {
         };
         let whole = files.load(client.clone(), &spec, client.kernels(), None).map_err(err)?;
         let mut one = GpuRunner::new(whole, BS, BLOCKS).map_err(err)?;
-        let (base, nccl, spec2, ggml) = (client.clone(), self.comm == Comm::Nccl, spec.clone(), matches!(self.model, TpModel::Gguf(..)));
+        let (base, nccl, spec2) = (client.clone(), self.comm == Comm::Nccl, spec.clone());
         let comms = self.comm.comms().make(self.world).map_err(err)?;
         let mut tp = if self.decode {
             // The CLI's way: every rank loaded on this thread, then moved to its own (whose
             // launches must still meet the buffers' stream, or its graphs are refused).
             let mut models = Vec::with_capacity(self.world);
             for (r, comm) in comms.into_iter().enumerate() {
-                let m = rank_model(&base, nccl, &files, &spec2, &plan, r, comm).map_err(err)?;
-                holds_its_experts(&m, &plan, r).map_err(err)?;
-                keeps_its_blocks(&m, ggml, r).map_err(err)?;
-                models.push(m);
+                models.push(checked_rank_model(&base, nccl, &files, &spec2, &plan, r, comm).map_err(err)?);
             }
             TpRunner::from_models(models, one.info().clone(), one.kv_layout()).map_err(err)?
         } else {
             // Each rank loaded on its own thread.
-            let build = move |r: usize, comm| {
-                let m = rank_model(&base, nccl, &files, &spec2, &plan, r, comm)?;
-                holds_its_experts(&m, &plan, r)?;
-                keeps_its_blocks(&m, ggml, r)?;
-                GpuRunner::new(m, BS, BLOCKS)
-            };
+            let build = move |r: usize, comm| GpuRunner::new(checked_rank_model(&base, nccl, &files, &spec2, &plan, r, comm)?, BS, BLOCKS);
             TpRunner::spawn(comms, one.info().clone(), one.kv_layout(), build).map_err(err)?
         };
 
@@ -346,14 +338,30 @@ impl Case for TpCase {
     }
 }
 
-/// Where the file holds ggml blocks (`ggml`), rank `r` keeps its q|k|v and gate|up rows as
-/// stored (a cut by rows never needs a block's values); an error naming the weight otherwise.
-fn keeps_its_blocks(m: &GpuModel, ggml: bool, r: usize) -> Result<(), optimized::Error> {
+/// [`rank_model`], checked: its experts as the plan gives them ([`holds_its_experts`]), and a
+/// GGUF's rows as the file's blocks ([`keeps_its_blocks`]).
+fn checked_rank_model(
+    base: &Client,
+    nccl: bool,
+    files: &Files,
+    spec: &ModelSpec,
+    plan: &ShardPlan,
+    r: usize,
+    comm: Arc<dyn DeviceComm>,
+) -> Result<GpuModel, optimized::Error> {
+    let m = rank_model(base, nccl, files, spec, plan, r, comm)?;
+    holds_its_experts(&m, plan, r)?;
+    if matches!(files, Files::Gguf(_)) {
+        keeps_its_blocks(&m, r)?;
+    }
+    Ok(m)
+}
+
+/// Rank `r` of a file in ggml blocks keeps its q|k|v and gate|up rows as stored (a cut by rows
+/// never needs a block's values); an error naming the weight otherwise.
+fn keeps_its_blocks(m: &GpuModel, r: usize) -> Result<(), optimized::Error> {
     use optimized::kernels::qmatmul::Weight;
     use optimized::model::GpuFfn;
-    if !ggml {
-        return Ok(());
-    }
     let quantized = |w: &Weight| matches!(w, Weight::Quant(_) | Weight::Parts(_));
     for (l, layer) in m.layers.iter().enumerate() {
         let gate_up = match &layer.ffn {

@@ -206,6 +206,8 @@ impl Server {
         Self::launch(cfg, front, factory, false)
     }
 
+    /// `signals`: the CLI's server, which stops on SIGTERM / SIGINT and announces its port on
+    /// stderr.
     fn launch<R, F>(cfg: ServerConfig, front: ModelFront, factory: F, signals: bool) -> Result<Server, String>
     where
         R: ModelRunner + 'static,
@@ -215,6 +217,10 @@ impl Server {
             .map_err(|e| format!("--host {} --port {}: cannot listen: {e}", cfg.host, cfg.port))?;
         listener.set_nonblocking(true).map_err(|e| format!("listener: {e}"))?;
         let addr = listener.local_addr().map_err(|e| format!("listener: {e}"))?;
+        if signals {
+            // Before the engine thread starts, so the line always precedes `model ready`.
+            eprintln!("tandem serve: listening on http://{addr} (port {}), model `{}` loading", addr.port(), cfg.served_model_name);
+        }
         let rt =
             tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("tandem-http").build().map_err(|e| format!("tokio runtime: {e}"))?;
         let (tx, rx) = std::sync::mpsc::channel();
@@ -309,11 +315,7 @@ where
     R: ModelRunner + 'static,
     F: FnOnce() -> Result<Runners<R>, String> + Send + 'static,
 {
-    let model = cfg.served_model_name.clone();
-    let server = Server::launch(cfg, front, factory, true)?;
-    let addr = server.addr();
-    eprintln!("tandem serve: listening on http://{addr} (port {}), model `{model}` loading", addr.port());
-    server.join()
+    Server::launch(cfg, front, factory, true)?.join()
 }
 
 /// SIGTERM or SIGINT.

@@ -3,12 +3,11 @@
 # `tandem serve` fresh, loaded by `bench serve --workload sharegpt-like` with fresh prompts
 # (a distinct seed per level and per TP), rows appended to a JSONL file.
 #
-#   scripts/tp_serve_bench.sh TANDEM OUT.jsonl "NVIDIA H200" "1 2" --synthetic gpt-oss-120b --kv-tokens 524288
+#   scripts/tp_serve_bench.sh TANDEM OUT.jsonl "NVIDIA H200" "1 2" --synthetic gpt-oss-120b
 #
-# Give --kv-tokens: sharded pools are not sized from the device's memory yet, so without it a
-# TP > 1 server takes the fixed fallback (the context, 131,072 positions for GPT-OSS), which
-# queues a 256-client sharegpt-like load; 524,288 positions of GPT-OSS-120B take ~19 GB a rank
-# at TP 2.
+# Without --kv-tokens the pools are sized from the devices' memory (`--gpu-memory-utilization`,
+# every rank profiled, the tightest rank setting the blocks); --kv-tokens 524288 (GPT-OSS-120B:
+# ~19 GB a rank at TP 2) gives every TP the same pool for an A/B.
 #
 # TANDEM: the binary (on the GPU machine: unpacked from dist/); the model flags follow the TP
 # list. NCCL_NVLS_ENABLE=0 stays set (NVLink multicast off). Concurrency levels and requests:

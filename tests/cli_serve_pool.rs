@@ -115,3 +115,25 @@ fn decode_graphs_are_recorded_before_the_server_is_ready_and_never_in_a_request(
     assert!(metric(s.port, "tandem_generation_tokens_total") >= 12.0);
     assert_eq!(metric(s.port, "tandem_graph_recordings_in_steps_total"), 0.0, "a request's step recorded a graph");
 }
+
+/// GPU ranks in this process (`--tensor-parallel 2` on wgpu: host-staged collectives) are
+/// built on a profile's pools and then given the serving ones (`TpRunner::relayout`); where the
+/// device cannot report its memory those take the fixed size, and the group serves what one
+/// device serves.
+#[test]
+fn tensor_parallel_ranks_take_their_pools_after_the_profile_and_serve() {
+    let body = r#"{"prompt": [5, 6, 7], "max_tokens": 8, "temperature": 0}"#;
+    let one = serve(&["--device", "wgpu", "--dtype", "f32", "--max-seqs", "2"]);
+    let (code, want) = http_text(one.port, "POST", "/v1/completions", body);
+    assert_eq!(code, 200, "{want}");
+    drop(one);
+    let s = serve(&["--device", "wgpu", "--dtype", "f32", "--max-seqs", "2", "--tensor-parallel", "2"]);
+    let pool = line(&s, "KV pool");
+    assert!(pool.contains("16384 positions") && pool.contains("cannot report its memory"), "{pool}");
+    assert!(line(&s, "model ready").contains("1024 KV blocks"), "not the profile's pools: {:?}", s.lines);
+    let (code, got) = http_text(s.port, "POST", "/v1/completions", body);
+    assert_eq!(code, 200, "{got}");
+    let text = |t: &str| t.split("\"text\":").nth(1).and_then(|r| r.split('"').nth(1)).map(str::to_string);
+    assert!(text(&want).is_some(), "{want}");
+    assert_eq!(text(&got), text(&want), "TP 2 vs one device");
+}

@@ -221,7 +221,7 @@ pub fn profile(
 }
 
 /// Whether the decode kernels refused a width (not a failure of the step itself).
-fn refused(e: &reference::Error) -> bool {
+pub(super) fn refused(e: &reference::Error) -> bool {
     e.to_string().contains("unsupported on this device")
 }
 

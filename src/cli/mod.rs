@@ -24,6 +24,7 @@ mod generate;
 mod generate_args;
 mod kv_groups;
 mod kv_pool;
+mod kv_pool_tp;
 // GPT-OSS (issue 25): open, runner, generate / logits / bench paths.
 mod gpt_oss;
 mod logits;

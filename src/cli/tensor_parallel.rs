@@ -26,7 +26,8 @@ use reference::Trace;
 use super::generate_args::GenerateArgs;
 use super::kv_pool::{KvPool, KvSize};
 use super::ranks::Lead;
-use super::source::{kv_bytes_per_position, resolve, Opened, KV_BLOCK};
+use super::kv_pool_tp;
+use super::source::{resolve, Opened};
 pub use super::tp::Tp;
 use super::{CliError, Device, Result};
 
@@ -99,8 +100,9 @@ pub fn sharded(
     Ok(sharded_sized(opened, tp, device, dtype, KvSize::Tokens(kv_tokens), lead)?.0)
 }
 
-/// [`sharded`] with the pools sized by `size` (1 rank: `Opened::runner_sized`). Sharded pools
-/// are not sized from the device's memory yet: a memory-sized request takes its fallback.
+/// [`sharded`] with the pools sized by `size` (1 rank: `Opened::runner_sized`). In-process
+/// GPU ranks size a memory-sized pool from their devices ([`super::kv_pool_tp`]); ranks as
+/// processes and the CPU's take its fallback.
 pub fn sharded_sized(
     opened: &mut Opened,
     tp: Tp,
@@ -118,17 +120,25 @@ pub fn sharded_sized(
     }
     check_device(n, device, lead.is_some())?;
     let c = opened.config.clone();
-    // Every rank's pools together, f32 (the widest KV type).
-    let per_position = kv_bytes_per_position(&c, 4);
-    let (blocks, pool) = super::kv_pool::blocks(size, None, &c, per_position, KV_BLOCK)?;
+    let windows = opened.windows();
+    let wp = opened.window_pools;
+    if let (None, Some(b), Some(profile)) = (lead, resolve(device), kv_pool_tp::profile_layout(size, c.max_ctx)) {
+        let mut g = gpu_runner(opened, tp, b, dtype, profile)?;
+        let sized = kv_pool_tp::size(&mut g, size, &c, &windows, wp)?;
+        g.relayout(sized.layout).map_err(|e| CliError::Gpu(e.to_string()))?;
+        for w in kv_pool_tp::headroom_warnings(&g, &sized.ranks)? {
+            eprintln!("  warning: {w}");
+        }
+        return Ok((Box::new(g), sized.pool));
+    }
     // Every rank's pools of the same layout (the same groups as one rank's).
-    let (layout, pool) = super::kv_groups::layout(blocks, pool, &opened.windows(), opened.window_pools, c.max_ctx, KV_BLOCK, per_position);
-    let runner = match (lead, resolve(device)) {
-        (Some(lead), _) => super::ranks::lead_runner(opened, tp, device, dtype, layout, lead)?,
-        (None, None) => cpu_runner(opened, tp, layout)?,
-        (None, Some(b)) => gpu_runner(opened, tp, b, dtype, layout)?,
+    let fixed = kv_pool_tp::fixed(size, &c, &windows, wp)?;
+    let runner: Box<dyn ModelRunner + Send> = match (lead, resolve(device)) {
+        (Some(lead), _) => super::ranks::lead_runner(opened, tp, device, dtype, fixed.layout, lead)?,
+        (None, None) => cpu_runner(opened, tp, fixed.layout)?,
+        (None, Some(b)) => Box::new(gpu_runner(opened, tp, b, dtype, fixed.layout)?),
     };
-    Ok((runner, pool))
+    Ok((runner, fixed.pool))
 }
 
 /// N `GpuRunner`s of `opened`'s slices (`optimized::parallel::load_rank`: each rank reads the
@@ -142,7 +152,7 @@ fn gpu_runner(
     backend: optimized::Backend,
     dtype: Option<&str>,
     layout: KvLayout,
-) -> Result<Box<dyn ModelRunner + Send>> {
+) -> Result<optimized::parallel::TpRunner> {
     use optimized::parallel::{StreamId, TpComms, TpRunner};
     let comms = match backend {
         optimized::Backend::Cuda => TpComms::Nccl,
@@ -190,7 +200,7 @@ fn gpu_runner(
     } else {
         comms.into_iter().enumerate().map(|(r, comm)| load(opened, r, comm)).collect::<Result<Vec<_>>>()?
     };
-    Ok(Box::new(TpRunner::from_models_on(models, info, layout)?))
+    Ok(TpRunner::from_models_on(models, info, layout)?)
 }
 
 /// The CPU runner of `opened` sharded over `n` ranks, KV pools of `layout`. The whole model

@@ -39,13 +39,14 @@ pub mod kernels;
 mod nccl_device;
 mod runner;
 mod source;
+mod timing;
 
 use std::ops::Range;
 use std::sync::Arc;
 
 pub use host::HostStaged;
 pub use nccl_device::NcclDevice;
-pub use runner::{StreamId, TpComms, TpRunner};
+pub use runner::{RankMemory, StreamId, TpComms, TpRunner};
 pub use source::{local_spec, rank_experts, ShardSource, EXPERT_ROWS};
 
 use reference::arch::spec::ModelSpec;

@@ -16,7 +16,6 @@
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Instant;
 
 pub use cubecl_environment::stream::StreamId;
 use engine::runner::{validate_plan, KvLayout, ModelInfo, ModelRunner, SeqResult, StepPlan};
@@ -24,7 +23,8 @@ use engine::runner::{validate_plan, KvLayout, ModelInfo, ModelRunner, SeqResult,
 use super::{trace, DeviceComm, HostStaged, NcclDevice};
 use crate::model::GpuModel;
 use crate::runner::GpuRunner;
-use crate::{DeviceTensor, Error};
+use super::timing::{time_collectives, time_collectives_graphed};
+use crate::Error;
 
 /// The communicators of a group, one a rank.
 pub enum TpComms {
@@ -64,6 +64,10 @@ enum Msg {
     Report,
     /// `ModelRunner::time_step_collectives`.
     TimeCollectives,
+    /// What the rank's device holds ([`TpRunner::memory`]).
+    Memory,
+    /// New pools of this layout ([`TpRunner::relayout`]).
+    Relayout(KvLayout),
 }
 
 /// A rank thread's answer to a [`Msg`], of the same kind.
@@ -72,6 +76,18 @@ enum Reply {
     Prepared(Result<usize, String>),
     Report(Report),
     TimedCollectives(Result<Option<Vec<(usize, f64)>>, String>),
+    Memory(RankMemory),
+    Relayout(Result<(), String>),
+}
+
+/// What a rank's device holds: bytes in use and the total (`None` where the device cannot
+/// report its memory), its KV pools' bytes (its share of the KV heads) and the bytes of its
+/// decode recordings' arena (which outlives its runner: `crate::arena`).
+#[derive(Debug, Clone, Copy)]
+pub struct RankMemory {
+    pub in_use: Option<(u64, u64)>,
+    pub kv_bytes: usize,
+    pub arena: u64,
 }
 
 /// A rank's runner's counters.
@@ -99,10 +115,6 @@ pub struct TpRunner {
     comms: String,
     timing: String,
 }
-
-/// Rows of the residual stream whose all-reduce (and logits whose all-gather) a group times
-/// when it starts: a decode step of one sequence, and of the batches the benchmarks run.
-const TIMED_ROWS: [usize; 4] = [1, 64, 128, 256];
 
 impl TpRunner {
     /// `comms.len()` ranks, rank r's runner made by `build(r, comms[r])` on rank r's thread
@@ -218,6 +230,35 @@ impl TpRunner {
         self.ranks.len()
     }
 
+    /// What each rank's device holds (rank r at index r), measured on its thread once its
+    /// queued work has ended.
+    pub fn memory(&self) -> Result<Vec<RankMemory>, Error> {
+        self.all(|| Msg::Memory)
+            .into_iter()
+            .enumerate()
+            .map(|(r, reply)| match reply {
+                Ok(Reply::Memory(m)) => Ok(m),
+                Ok(_) => Err(Error::Unsupported(format!("tensor-parallel rank {r}: answered a memory query with something else"))),
+                Err(e) => Err(Error::Unsupported(format!("tensor-parallel rank {r}: {e}"))),
+            })
+            .collect()
+    }
+
+    /// Every rank's pools replaced by pools of `layout` (its recorded decode graphs dropped with
+    /// the old ones): a memory-sized pool is allocated once a smaller one has run the profile's
+    /// worst step and graphs. On an error the group is unusable (a rank that failed has ended).
+    pub fn relayout(&mut self, layout: KvLayout) -> Result<(), Error> {
+        for (r, reply) in self.all(|| Msg::Relayout(layout)).into_iter().enumerate() {
+            match reply {
+                Ok(Reply::Relayout(Ok(()))) => {}
+                Ok(Reply::Relayout(Err(e))) | Err(e) => return Err(Error::KvCache(format!("tensor-parallel rank {r}: new KV pools: {e}"))),
+                Ok(_) => return Err(Error::Unsupported(format!("tensor-parallel rank {r}: answered a relayout with something else"))),
+            }
+        }
+        self.layout = layout;
+        Ok(())
+    }
+
     /// `msg()` sent to every rank, and every rank's reply (or why it gave none), rank r at
     /// index r; every rank that took a message answers (or ends) before this returns.
     fn all(&self, msg: impl Fn() -> Msg) -> Vec<Result<Reply, String>> {
@@ -254,85 +295,6 @@ struct Built {
 
 /// A rank's index with what it reports once built (or why it could not be built).
 type Ready = (usize, Result<Built, String>);
-
-/// The all-reduce of the residual stream `[rows, C]` (f32) and the all-gather of the logits
-/// `[rows, vocab_part + 1]` timed on `runner`'s rank for each of [`TIMED_ROWS`] (every rank
-/// runs the same collectives), as a status line: what a decode step's `2L + 1` all-reduces
-/// and one gather cost, outside the step.
-fn time_collectives(runner: &GpuRunner) -> Result<String, Error> {
-    const RUNS: u32 = 20;
-    let m = &runner.model;
-    let Some(tp) = m.tp.as_ref() else { return Ok(String::new()) };
-    let c = &m.client;
-    let (hidden, layers) = (m.dims().hidden, m.dims().n_layers);
-    let reduces = 2 * layers + 1;
-    let sync = || cubecl::future::block_on(c.sync()).map_err(Error::from);
-    let mut parts = vec![];
-    for rows in TIMED_ROWS {
-        let x = DeviceTensor::from_f32(c, &vec![0.0; rows * hidden], &[rows, hidden])?;
-        let logits = DeviceTensor::from_f32(c, &vec![0.0; rows * (tp.vocab_part + 1)], &[rows, tp.vocab_part + 1])?;
-        // Warm-up: NCCL sets up its channels on a size's first call.
-        tp.comm.all_reduce_sum(c, &x)?;
-        tp.gather_logits(c, &logits)?;
-        sync()?;
-        let t = Instant::now();
-        for _ in 0..RUNS {
-            tp.comm.all_reduce_sum(c, &x)?;
-        }
-        sync()?;
-        let reduce = t.elapsed().as_secs_f64() / f64::from(RUNS);
-        let t = Instant::now();
-        for _ in 0..RUNS {
-            tp.gather_logits(c, &logits)?;
-        }
-        sync()?;
-        let gather = t.elapsed().as_secs_f64() / f64::from(RUNS);
-        parts.push(format!(
-            "{rows} rows: all-reduce {:.1} µs, logits gather {:.1} µs, a step's {reduces} + 1 = {:.3} ms",
-            reduce * 1e6,
-            gather * 1e6,
-            (reduce * reduces as f64 + gather) * 1e3
-        ));
-    }
-    Ok(format!("collectives timed alone, back to back, {RUNS} runs each: {}", parts.join("; ")))
-}
-
-/// The residual stream's all-reduces of one decode step (`2·L + 1`) for each of
-/// [`TIMED_ROWS`], recorded in a graph and replayed alone: `(rows, seconds a step)`, what they
-/// cost inside a decode graph (no launch each). `None` where the communicator is not recorded
-/// (host-staged). Every rank runs the same sequence, so the collectives meet.
-fn time_collectives_graphed(runner: &GpuRunner) -> Result<Option<Vec<(usize, f64)>>, Error> {
-    const RUNS: u32 = 20;
-    let m = &runner.model;
-    let Some(tp) = m.tp.as_ref().filter(|tp| tp.comm.captures()) else { return Ok(None) };
-    let c = &m.client;
-    let (hidden, reduces) = (m.dims().hidden, 2 * m.dims().n_layers + 1);
-    let sync = || cubecl::future::block_on(c.sync()).map_err(Error::from);
-    let mut out = Vec::with_capacity(TIMED_ROWS.len());
-    for rows in TIMED_ROWS {
-        let x = DeviceTensor::from_f32(c, &vec![0.0; rows * hidden], &[rows, hidden])?;
-        sync()?;
-        c.graph_prepare().map_err(Error::from)?;
-        // The warm-up run (NCCL sets a size up on its first call), then the recording.
-        tp.comm.all_reduce_sum(c, &x)?;
-        c.start_capture().map_err(Error::from)?;
-        let recorded = (0..reduces).try_for_each(|_| tp.comm.all_reduce_sum(c, &x));
-        let graph = c.stop_capture().map_err(Error::from);
-        recorded?;
-        let graph = graph?;
-        // SAFETY: the recording's one buffer, `x`, outlives every replay (synced below).
-        unsafe { graph.replay() }.map_err(Error::from)?;
-        sync()?;
-        let t = Instant::now();
-        for _ in 0..RUNS {
-            // SAFETY: as above.
-            unsafe { graph.replay() }.map_err(Error::from)?;
-        }
-        sync()?;
-        out.push((rows, t.elapsed().as_secs_f64() / f64::from(RUNS)));
-    }
-    Ok(Some(out))
-}
 
 /// Rank `r`: build its runner, report, then answer each message it is sent until the channel
 /// closes.
@@ -425,6 +387,27 @@ fn rank_thread(
                 }
                 Reply::TimedCollectives(out)
             }
+            Msg::Memory => Reply::Memory(RankMemory {
+                in_use: crate::runner::profile::in_use(&runner.model.client),
+                kv_bytes: runner.kv_bytes(),
+                arena: runner.model.client.arena().stats().bytes,
+            }),
+            Msg::Relayout(layout) => {
+                trace(|| format!("rank {r} relayout to {} blocks", layout.num_blocks));
+                let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| relayout(runner, layout, comm.captures())));
+                match run.unwrap_or_else(|p| Err(caught(p))) {
+                    Ok(new) => {
+                        runner = new;
+                        Reply::Relayout(Ok(()))
+                    }
+                    Err(e) => {
+                        // The old runner is gone: this rank ends, and the group with it.
+                        comm.fail(&e.to_string());
+                        let _ = replies.send(Reply::Relayout(Err(e.to_string())));
+                        return;
+                    }
+                }
+            }
             Msg::Report => Reply::Report(Report {
                 steps_ahead: runner.steps_ahead(),
                 recordings: runner.graph_recordings(),
@@ -440,6 +423,19 @@ fn rank_thread(
     trace(|| format!("rank {r} releases its runner"));
     drop(runner);
     trace(|| format!("rank {r} released its runner; its communicator next"));
+}
+
+/// `runner`'s model with pools of `layout` instead: the old pools and recorded graphs dropped,
+/// the pages nothing holds given back to the driver first (so the new pools' allocations find
+/// them), graphs off where the communicator does not record.
+fn relayout(runner: GpuRunner, layout: KvLayout, captures: bool) -> Result<GpuRunner, Error> {
+    let model = runner.into_model();
+    crate::runner::profile::release(&model.client)?;
+    let mut runner = GpuRunner::with_layout(model, layout)?;
+    if !captures {
+        runner.set_graphs(false);
+    }
+    Ok(runner)
 }
 
 impl Drop for TpRunner {

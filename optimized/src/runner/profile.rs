@@ -17,8 +17,6 @@ use engine::runner::{ModelRunner, SampleSpec, SeqStep, StepPlan};
 use engine::sampling::seeded::TokenCount;
 use engine::sampling::SamplingParams;
 
-use super::GpuRunner;
-
 /// Blocks of `block_size` a pool needs for [`worst_step`] of `step_tokens` rows and for the
 /// decode graphs' tables up to a context of `ctx` positions.
 pub fn blocks_needed(step_tokens: usize, ctx: usize, block_size: usize) -> usize {
@@ -34,8 +32,8 @@ pub fn release(client: &crate::Client) -> Result<(), crate::Error> {
 
 /// Runs the worst step of `step_tokens` rows, `max_seqs` sequences at most, decode rows
 /// `decode_len` positions long (at most the context), on `r` (a pool of at least
-/// [`blocks_needed`] blocks).
-pub fn worst_step(r: &mut GpuRunner, step_tokens: usize, max_seqs: usize, decode_len: usize) -> reference::Result<()> {
+/// [`blocks_needed`] blocks): a GPU runner, or a tensor-parallel group of them.
+pub fn worst_step<R: ModelRunner + ?Sized>(r: &mut R, step_tokens: usize, max_seqs: usize, decode_len: usize) -> reference::Result<()> {
     let bs = r.kv_layout().block_size;
     let ctx = r.info().max_ctx;
     let seqs = max_seqs.min(step_tokens).max(1);

@@ -33,7 +33,8 @@ pub fn size(g: &mut TpRunner, size: KvSize, c: &Config, windows: &[Option<usize>
         return fixed(size, c, windows, wp);
     }
     let ctx = c.max_ctx;
-    let recorded = kv_pool::record_graphs(g, max_seqs, ctx).map_err(|e| CliError::Gpu(format!("KV pool: recording the profile's decode graphs: {e}")))?;
+    let recorded =
+        kv_pool::record_graphs(g, max_seqs, ctx).map_err(|e| CliError::Gpu(format!("KV pool: recording the profile's decode graphs: {e}")))?;
     let graphs = g.memory().map_err(gpu)?;
     let mut decode_len = ctx;
     loop {

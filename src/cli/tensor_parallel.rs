@@ -25,8 +25,8 @@ use reference::Trace;
 
 use super::generate_args::GenerateArgs;
 use super::kv_pool::{KvPool, KvSize};
-use super::ranks::Lead;
 use super::kv_pool_tp;
+use super::ranks::Lead;
 use super::source::{resolve, Opened};
 pub use super::tp::Tp;
 use super::{CliError, Device, Result};

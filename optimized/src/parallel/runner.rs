@@ -20,10 +20,10 @@ use std::thread::JoinHandle;
 pub use cubecl_environment::stream::StreamId;
 use engine::runner::{validate_plan, KvLayout, ModelInfo, ModelRunner, SeqResult, StepPlan};
 
+use super::timing::{time_collectives, time_collectives_graphed};
 use super::{trace, DeviceComm, HostStaged, NcclDevice};
 use crate::model::GpuModel;
 use crate::runner::GpuRunner;
-use super::timing::{time_collectives, time_collectives_graphed};
 use crate::Error;
 
 /// The communicators of a group, one a rank.

@@ -138,3 +138,49 @@ fn sharded_gpt_oss_gives_the_unsharded_logits() {
         }
     }
 }
+
+/// `tandem tp-agree`: the sharded model against one device on random prompts and on a text
+/// prompt, teacher-forced — on the CPU reference ranks and on wgpu ranks every position's top-1
+/// agrees, the logits differ only by summation order, and every greedy continuation is TP 1's.
+/// TP 1 against itself is refused by name.
+#[test]
+fn tp_agree_reports_the_sharded_model_against_one_device() {
+    let m = gguf("qwen3_moe");
+    for device in [&["--device", "cpu"][..], &["--device", "wgpu", "--dtype", "f32"]] {
+        let mut args = vec!["tp-agree", "--model", &m, "--tensor-parallel", "2", "--random-prompts", "3", "--prompt-len", "6", "--tokens", "5"];
+        args.extend(["--prompt", "Once upon a time"]);
+        args.extend(device);
+        let o = tandem(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{device:?}: {err}");
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
+        // The text prompt only: --prompt given, no random ones.
+        assert_eq!(j["prompts"].as_array().map(Vec::len), Some(1), "{j}");
+        let positions = j["positions"].as_u64().expect("positions");
+        assert!(positions > 5, "{j}");
+        assert_eq!(j["top1_agreement_pct"].as_f64(), Some(100.0), "{device:?}: {j}");
+        assert_eq!(j["greedy_identical_prompts"].as_u64(), Some(1), "{device:?}: {j}");
+        let d = j["max_abs_logit_diff"].as_f64().expect("a number");
+        assert!(d < 1e-3, "{device:?}: max |Δlogit| {d}");
+        assert!(err.contains("TP 2 (") && err.contains("TP 1 ("), "{err}");
+    }
+    let o = tandem(&[
+        "tp-agree",
+        "--model",
+        &m,
+        "--device",
+        "cpu",
+        "--tensor-parallel",
+        "2",
+        "--random-prompts",
+        "3",
+        "--prompt-len",
+        "4",
+        "--tokens",
+        "3",
+    ]);
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
+    assert_eq!(j["prompts"].as_array().map(Vec::len), Some(3), "{j}");
+    assert_eq!(j["positions"].as_u64(), Some(3 * (4 + 3)), "{j}");
+    fails(&["tp-agree", "--model", &m, "--device", "cpu", "--tensor-parallel", "1"], 2, &["--tensor-parallel N ≥ 2"]);
+}

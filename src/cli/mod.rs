@@ -47,6 +47,7 @@ mod summary;
 mod tensor_parallel;
 mod tokenize;
 mod tp;
+mod tp_agree;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -119,6 +120,9 @@ pub enum Cmd {
     Quantize(quantize::QuantizeArgs),
     /// Report how far --weights int8|mxfp4|q4_0|q4_1|fp8 moves next-token distributions (CPU reference).
     Drift(drift::DriftArgs),
+    /// A model sharded over --tensor-parallel N ranks against one device on many prompts: max
+    /// |Δlogit|, top-1 agreement, the margin where they disagree, the greedy prefix.
+    TpAgree(tp_agree::TpAgreeArgs),
     /// Step through the GPU path's optimizations from the all-naive configuration: per step its
     /// covering conformance cases, accuracy against the reference, prefill and decode speed.
     Audit(audit::AuditArgs),
@@ -272,6 +276,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Cmd::Conformance(a) => conformance_cmd(a),
         Cmd::Quantize(a) => quantize::run(a),
         Cmd::Drift(a) => drift::run(a),
+        Cmd::TpAgree(a) => tp_agree::run(a),
         Cmd::Results(a) => report::run(a),
         Cmd::Audit(a) => audit::run(a),
         Cmd::Serve(a) => serve::run(a),

@@ -8,6 +8,8 @@
 # STEP (default: all, in this order; each fits one device call of ≤ 600 s on 2 GPUs):
 #   8b     the gate (first bench: TANDEM_GATE_STAMP, default /tmp/gate.stamp), then
 #          --synthetic llama3.1-8b bf16 at every TP up to the GPU count: tp-8b.jsonl
+#   agree  `tp-agree` on the 8B shape at every TP ≥ 2 against TP 1 (16 random prompts of 64
+#          tokens + 32 teacher-forced): agree-8b-tpN.json
 #   70b    --synthetic llama3.1-70b bf16 at TP ≥ 2 (141 GB of weights: TP 1 does not fit an
 #          H200 with a KV pool): tp-70b.jsonl
 #   q4km   a Q4_K_M of the 70B shape (synth_arch_gguf.py, 42 GB in /tmp/m) at every TP:
@@ -17,7 +19,7 @@
 # Batches: BATCHES (default 1,64,128,256). NCCL_NVLS_ENABLE=0 stays set.
 set -uo pipefail
 T=$1; PEERS=$2; OUT=$3; shift 3
-STEPS=("${@:-8b 70b q4km peer}")
+STEPS=("${@:-8b agree 70b q4km peer}")
 cd "$(dirname "$0")/.."
 export TANDEM_OFFLINE=1 NCCL_NVLS_ENABLE=0 XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
 export TANDEM_GATE_STAMP="${TANDEM_GATE_STAMP:-/tmp/gate.stamp}"
@@ -39,6 +41,10 @@ M70=/tmp/m/llama3.1-70b-q4_k_m.gguf
 for step in ${STEPS[@]}; do
   case $step in
     8b) for tp in $TPS; do bench tp-8b.jsonl "$tp" --synthetic llama3.1-8b; done ;;
+    agree) for tp in $TPS; do
+        [ "$tp" -ge 2 ] && "$T" tp-agree --device cuda --synthetic llama3.1-8b --tensor-parallel "$tp" --random-prompts 16 \
+          --prompt-len 64 --tokens 32 --json-out "$OUT/agree-8b-tp$tp.json" 2>&1 >/dev/null | tail -2 | cut -c1-400
+      done ;;
     70b) for tp in $TPS; do [ "$tp" -ge 2 ] && bench tp-70b.jsonl "$tp" --synthetic llama3.1-70b; done ;;
     q4km)
       [ -f $M70 ] || python3 scripts/synth_arch_gguf.py llama3.1-70b q4_k_m $M70 | tail -1

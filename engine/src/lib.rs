@@ -35,6 +35,7 @@ mod engine;
 pub mod harmony;
 pub mod kv_blocks;
 mod priority;
+mod push;
 pub mod ranks;
 pub mod request;
 pub mod runner;

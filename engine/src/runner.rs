@@ -254,6 +254,13 @@ pub trait ModelRunner {
     fn time_step_collectives(&mut self) -> Result<Option<Vec<(usize, f64)>>> {
         Ok(None)
     }
+    /// The longest sequence a decode step takes (the device's decode kernels cap the positions
+    /// one query reads); `None`: the context. Callers that record or profile decode steps size
+    /// their tables by it instead of meeting the refusal: a tensor-parallel group cannot go on
+    /// after a failed step.
+    fn max_decode_len(&self) -> Option<usize> {
+        None
+    }
     /// Host bytes one block of each KV group takes in the runner's swap space (full group,
     /// local group: 0 without one), where the runner can swap ([`StepPlan::swap_out`]); `None`:
     /// it cannot, and the engine preempts by recompute only.
@@ -384,5 +391,8 @@ impl<T: ModelRunner + ?Sized> ModelRunner for Box<T> {
     }
     fn time_step_collectives(&mut self) -> Result<Option<Vec<(usize, f64)>>> {
         (**self).time_step_collectives()
+    }
+    fn max_decode_len(&self) -> Option<usize> {
+        (**self).max_decode_len()
     }
 }

@@ -204,7 +204,7 @@ pub fn profile(
     // Decode rows as long as the context where the decode kernels take it; where they refuse
     // (flash decode's combine caps the positions a step reads), the longest they take, as the
     // graphs' recording does: a step past it fails whatever the pool.
-    let mut decode_len = ctx;
+    let mut decode_len = decode_cap(&r, ctx).unwrap_or(ctx);
     loop {
         match p::worst_step(&mut r, step_tokens, max_seqs, decode_len) {
             Ok(()) => break,
@@ -220,6 +220,13 @@ pub fn profile(
     Ok((m, Some(Measured { total, weights, graphs, step, decode_len, recorded })))
 }
 
+/// The positions a decode row may hold where the runner's decode kernels take fewer than the
+/// context (`ModelRunner::max_decode_len`): tables are sized by it rather than meeting the
+/// refusal, which a tensor-parallel group does not survive.
+pub(super) fn decode_cap(r: &(impl engine::runner::ModelRunner + ?Sized), ctx: usize) -> Option<usize> {
+    r.max_decode_len().filter(|&m| m > 0 && m < ctx)
+}
+
 /// Whether the decode kernels refused a width (not a failure of the step itself).
 pub(super) fn refused(e: &reference::Error) -> bool {
     e.to_string().contains("unsupported on this device")
@@ -232,10 +239,14 @@ pub fn record_graphs(r: &mut (dyn engine::runner::ModelRunner + Send), seats: us
     let t0 = std::time::Instant::now();
     let buckets = optimized::runner::BUCKETS;
     let top = buckets.iter().copied().find(|&b| b >= seats).or(buckets.last().copied()).unwrap_or(seats);
-    // Block tables as wide as the context where the device's decode kernels take them; where
-    // they refuse (flash decode's combine caps the positions a step reads), the widest they
-    // take, said in the start line: a step past it fails as it would without the recording.
-    let (mut width, mut refusal) = (ctx, None);
+    // Block tables as wide as the context where the device's decode kernels take them; else as
+    // wide as the runner says they take (flash decode's combine caps the positions a step
+    // reads), or, where a runner cannot say, the widest that did not refuse: said in the start
+    // line, and a step past it fails as it would without the recording.
+    let (mut width, mut refusal) = match decode_cap(r, ctx) {
+        Some(m) => (m, Some(format!("the decode kernels take up to {m} positions on this device"))),
+        None => (ctx, None),
+    };
     let made = loop {
         match record_buckets(r, top, width) {
             Ok(n) => break n,

@@ -36,7 +36,7 @@ pub fn size(g: &mut TpRunner, size: KvSize, c: &Config, windows: &[Option<usize>
     let recorded =
         kv_pool::record_graphs(g, max_seqs, ctx).map_err(|e| CliError::Gpu(format!("KV pool: recording the profile's decode graphs: {e}")))?;
     let graphs = g.memory().map_err(gpu)?;
-    let mut decode_len = ctx;
+    let mut decode_len = kv_pool::decode_cap(g, ctx).unwrap_or(ctx);
     loop {
         match p::worst_step(g, step_tokens, max_seqs, decode_len) {
             Ok(()) => break,

@@ -96,6 +96,7 @@ struct Report {
     recordings: (u64, u64),
     status: Option<String>,
     swap_block_bytes: Option<(usize, usize)>,
+    max_decode_len: Option<usize>,
 }
 
 /// One rank's thread: messages in, replies out.
@@ -413,6 +414,7 @@ fn rank_thread(
                 recordings: runner.graph_recordings(),
                 status: ModelRunner::status(&runner),
                 swap_block_bytes: runner.swap_block_bytes(),
+                max_decode_len: runner.max_decode_len(),
             }),
         };
         trace(|| format!("rank {r} answered"));
@@ -504,6 +506,10 @@ impl ModelRunner for TpRunner {
             }
         }
         Ok(first.flatten())
+    }
+    /// Every rank's shard has the same heads a KV head: rank 0's.
+    fn max_decode_len(&self) -> Option<usize> {
+        self.report().and_then(|r| r.max_decode_len)
     }
     /// Each rank swaps its own shard of every block (each gets the plan's copies).
     fn swap_block_bytes(&self) -> Option<(usize, usize)> {

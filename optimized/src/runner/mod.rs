@@ -337,6 +337,14 @@ impl ModelRunner for GpuRunner {
     fn prepare_decode(&mut self, rows: usize, max_len: usize, sampled: bool) -> reference::Result<usize> {
         graphs::prepare(self, rows, max_len, !sampled).map_err(to_ref)
     }
+    /// The least of every layer's (`kernels::attention::max_decode_len`).
+    fn max_decode_len(&self) -> Option<usize> {
+        let m = &self.model;
+        (0..m.dims().n_layers)
+            .filter_map(|l| m.attn_spec(l).ok())
+            .map(|a| crate::kernels::attention::max_decode_len(&m.client, a.n_heads, a.n_kv_heads, a.head_dim))
+            .min()
+    }
     fn recordings(&self) -> Option<(u64, u64)> {
         Some(self.graphs.recordings())
     }

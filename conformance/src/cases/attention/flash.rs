@@ -250,9 +250,59 @@ impl Case for OutOfPoolCase {
     }
 }
 
+/// `max_decode_len` is the decode kernels' own limit, exactly: one sequence of that many
+/// positions decodes (finite output), one block more is refused as unsupported — so the
+/// callers that size tables by it (serving's graphs and profile) never meet the refusal.
+#[derive(Debug, Clone)]
+pub struct MaxLenCase {
+    pub h: usize,
+    pub kv: usize,
+    pub d: usize,
+}
+
+impl Case for MaxLenCase {
+    fn op(&self) -> Op {
+        Op::Attention
+    }
+    fn name(&self) -> String {
+        format!("flash_attn(decode at max_decode_len,d={},h={},kv={}: runs; one block more → unsupported)", self.d, self.h, self.kv)
+    }
+    fn run(&self, client: &Client) -> Outcome {
+        let (h, kv, d, bs) = (self.h, self.kv, self.d, 16);
+        let cap = optimized::kernels::attention::max_decode_len(client, h, kv, d);
+        if cap == 0 {
+            return Outcome::Skip(format!("no decode chunk fits this device's shared memory for {h} heads over {kv} × {d}"));
+        }
+        let decode = |len: usize| -> Result<Vec<f32>, optimized::Error> {
+            let blocks = len.div_ceil(bs);
+            let table: Vec<u32> = (0..blocks as u32).collect();
+            let tables = BlockTables::upload(client, &[&table], &[len], bs, blocks)?;
+            let pool = || DeviceTensor::from_f32(client, &rand_vec(blocks * bs * kv * d, 7), &[blocks * bs, kv, d]);
+            let (kp, vp) = (pool()?, pool()?);
+            let q = DeviceTensor::from_f32(client, &rand_vec(h * d, 8), &[1, h, d])?;
+            let out = DeviceTensor::from_f32(client, &vec![f32::NAN; h * d], &[1, h, d])?;
+            let mask = Masking { window: None, sinks: None };
+            optimized::kernels::attention::flash_decode(client, &q, &kp, &vp, &tables, &mask, &out)?;
+            out.to_f32(client)
+        };
+        match decode(cap) {
+            Ok(o) if o.iter().all(|x| x.is_finite()) => {}
+            Ok(_) => return Outcome::Fail(format!("{cap} positions (the cap): a non-finite output")),
+            Err(e) => return Outcome::Fail(format!("{cap} positions (the cap) refused: {e}")),
+        }
+        match decode(cap + bs) {
+            Err(optimized::Error::Unsupported(_)) => Outcome::Pass(Metrics::default()),
+            Err(e) => Outcome::Fail(format!("{} positions: refused otherwise than unsupported: {e}", cap + bs)),
+            Ok(_) => Outcome::Fail(format!("{} positions, past the cap of {cap}, ran: the cap is too low", cap + bs)),
+        }
+    }
+}
+
 pub fn cases() -> Vec<Box<dyn Case>> {
     use Phase::{Decode, Prefill};
-    let mut v: Vec<Box<dyn Case>> = vec![Box::new(OutOfPoolCase)];
+    // GPT-OSS's 8 heads a KV head of 64: the cap is under its 131,072-token context (a Llama's
+    // 4 of 128 reach 262,144 positions: pools past what lavapipe allocates).
+    let mut v: Vec<Box<dyn Case>> = vec![Box::new(OutOfPoolCase), Box::new(MaxLenCase { h: 64, kv: 8, d: 64 })];
     let mut add = |phase, d, h, kv, lens: &[usize], t, block_size, window, sinks, shuffled| {
         let versions: &[DecodeVersion] = if phase == Decode { &[DecodeVersion::V2, DecodeVersion::V3] } else { &[DecodeVersion::V3] };
         let scores: &[ScoreStep] = if phase == Decode { &[ScoreStep::PerUnit, ScoreStep::Plane] } else { &[ScoreStep::PerUnit] };

@@ -20,6 +20,29 @@ fn chunk_for(max_len: usize, batch: usize, hkv: usize, sms: usize) -> usize {
     per.max(root).next_power_of_two().clamp(32, 512)
 }
 
+/// Shared memory of a decode cube: q of the G heads, their scores and weights over a chunk,
+/// the units' partial outputs, the chunk's pool rows and the G heads' sums (f32 / u32 words).
+fn shared_bytes(g: usize, d: usize, chunk: usize, units: usize, nv: usize) -> usize {
+    4 * (g * d + 2 * g * chunk + units * g * nv + chunk + g)
+}
+
+/// The longest sequence [`flash_decode`] takes for `h` query heads over `hkv` KV heads of
+/// width `d` on `client`'s device: the combine takes at most as many splits as a chunk holds
+/// keys, and the shared memory caps the chunk (GPT-OSS's 8 heads a KV head of 64 on an H200:
+/// chunks of 128, so 16,384 positions). 0 where no chunk fits.
+pub fn max_decode_len(client: &Client, h: usize, hkv: usize, d: usize) -> usize {
+    let hw = &client.properties().hardware;
+    let (g, units, nv) = (h / hkv.max(1), 128usize.max(d.next_power_of_two()), crate::kernels::vector_size_for(client, d));
+    let mut chunk = 512;
+    while chunk > 32 && shared_bytes(g, d, chunk, units, nv) > hw.max_shared_memory_size.min(48 << 10) {
+        chunk /= 2;
+    }
+    match shared_bytes(g, d, chunk, units, nv) <= hw.max_shared_memory_size {
+        true => chunk * chunk,
+        false => 0,
+    }
+}
+
 /// One query per sequence: `q [B, H, D]`, sequence b at position `tables.lens[b] − 1` over its
 /// `lens[b]` positions in the pools; into `out [B, H, D]`, by [`DecodeVersion::Auto`].
 pub fn flash_decode(
@@ -146,7 +169,7 @@ pub fn flash_decode_tuned(
     let mut chunk = chunk.map_or_else(|| chunk_for(max_len, bsz, hkv, sms), |c| c.next_power_of_two().clamp(32, 512));
     // Vectors of 4 (or 2, 1) floats along D for the K/V loads.
     let nv = crate::kernels::vector_size_for(client, d);
-    let shared = |chunk: usize| 4 * (g * d + 2 * g * chunk + units * g * nv + chunk + g);
+    let shared = |chunk: usize| shared_bytes(g, d, chunk, units, nv);
     while chunk > 32 && shared(chunk) > hw.max_shared_memory_size.min(48 << 10) {
         chunk /= 2;
     }

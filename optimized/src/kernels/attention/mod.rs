@@ -43,7 +43,7 @@ mod prefill_tc_tiles;
 mod scores;
 mod softmax;
 
-pub use decode_launch::{flash_decode, flash_decode_tuned, flash_decode_with, DecodeVersion, ScoreStep};
+pub use decode_launch::{flash_decode, flash_decode_tuned, flash_decode_with, max_decode_len, DecodeVersion, ScoreStep};
 pub use naive::{attention, attention_into, kv_append};
 pub use paged::kv_write_paged;
 pub use prefill::{flash_prefill, flash_prefill_varlen, PrefillVersion, VarlenSeq};

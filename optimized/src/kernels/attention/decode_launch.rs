@@ -28,8 +28,9 @@ fn shared_bytes(g: usize, d: usize, chunk: usize, units: usize, nv: usize) -> us
 
 /// The longest sequence [`flash_decode`] takes for `h` query heads over `hkv` KV heads of
 /// width `d` on `client`'s device: the combine takes at most as many splits as a chunk holds
-/// keys, and the shared memory caps the chunk (GPT-OSS's 8 heads a KV head of 64 on an H200:
-/// chunks of 128, so 16,384 positions). 0 where no chunk fits.
+/// keys, and the shared memory caps the chunk (GPT-OSS's 8 heads a KV head of 64 in 48 KB:
+/// chunks of 256, so 65,536 positions; lavapipe's 32 KB: 128, so 16,384). 0 where no chunk
+/// fits.
 pub fn max_decode_len(client: &Client, h: usize, hkv: usize, d: usize) -> usize {
     let hw = &client.properties().hardware;
     let (g, units, nv) = (h / hkv.max(1), 128usize.max(d.next_power_of_two()), crate::kernels::vector_size_for(client, d));

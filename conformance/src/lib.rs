@@ -252,5 +252,6 @@ pub fn round_to(v: &[f32], dtype: Dtype) -> Vec<f32> {
         Dtype::F32 => v.to_vec(),
         Dtype::F16 => v.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect(),
         Dtype::BF16 => v.iter().map(|&x| half::bf16::from_f32(x).to_f32()).collect(),
+        Dtype::E4M3 => v.iter().map(|&x| reference::quant::fp8::decode(reference::quant::fp8::encode(x))).collect(),
     }
 }

@@ -15,6 +15,8 @@ pub enum Dtype {
     F32,
     F16,
     BF16,
+    /// E4M3 KV pools (`kv=e4m3`): K and V as their codes' values.
+    E4M3,
 }
 
 impl Dtype {
@@ -23,6 +25,7 @@ impl Dtype {
             Dtype::F32 => "f32",
             Dtype::F16 => "f16",
             Dtype::BF16 => "bf16",
+            Dtype::E4M3 => "e4m3",
         }
     }
     /// Unit roundoff u = 2^-(mantissa bits + 1).
@@ -31,6 +34,7 @@ impl Dtype {
             Dtype::F32 => 2f64.powi(-24),
             Dtype::F16 => 2f64.powi(-11),
             Dtype::BF16 => 2f64.powi(-8),
+            Dtype::E4M3 => 2f64.powi(-4),
         }
     }
 }
@@ -42,6 +46,7 @@ impl From<Dtype> for optimized::Dtype {
             Dtype::F32 => optimized::Dtype::F32,
             Dtype::F16 => optimized::Dtype::F16,
             Dtype::BF16 => optimized::Dtype::BF16,
+            Dtype::E4M3 => optimized::Dtype::E4M3,
         }
     }
 }
@@ -60,6 +65,7 @@ impl From<optimized::Dtype> for Dtype {
             optimized::Dtype::F32 => Dtype::F32,
             optimized::Dtype::F16 => Dtype::F16,
             optimized::Dtype::BF16 => Dtype::BF16,
+            optimized::Dtype::E4M3 => Dtype::E4M3,
         }
     }
 }

@@ -173,10 +173,11 @@ impl BlockTables {
 }
 
 /// Whether K/V pools (or contiguous caches) may hold `d`: f32, or f16 (the writers round to
-/// nearest even; the attention kernels widen to f32 as they read). Every writer and reader
-/// checks its pools with this.
+/// nearest even; the attention kernels widen to f32 as they read), or E4M3 codes (encoded as
+/// written, decoded as read: `kernels::attention::kv_elem`; the batched runner's writer and
+/// readers, not the single-sequence caches). Every writer and reader checks its pools with this.
 pub fn pool_dtype_ok(d: Dtype) -> bool {
-    matches!(d, Dtype::F32 | Dtype::F16)
+    matches!(d, Dtype::F32 | Dtype::F16 | Dtype::E4M3)
 }
 
 /// K and V pools of `shape` (`[rows, Hkv, D]`) for `n_layers` layers, elements of `dtype`: f32,
@@ -198,7 +199,7 @@ pub fn pools_by_layer(
     spare_rows: usize,
 ) -> Result<(Vec<DeviceTensor>, Vec<DeviceTensor>), Error> {
     if !pool_dtype_ok(dtype) {
-        return Err(Error::KvCache(format!("KV pools of {}: the kernels read f32 or f16", dtype.name())));
+        return Err(Error::KvCache(format!("KV pools of {}: the kernels read f32, f16 or e4m3", dtype.name())));
     }
     let row_bytes = kv[0] * kv[1] * dtype.size();
     let one = |&r: &usize| -> DeviceTensor {

@@ -80,6 +80,8 @@ pub fn nccl_type(d: Dtype) -> sys::ncclDataType_t {
         Dtype::F32 => sys::ncclDataType_t::ncclFloat32,
         Dtype::F16 => sys::ncclDataType_t::ncclFloat16,
         Dtype::BF16 => sys::ncclDataType_t::ncclBfloat16,
+        // Codes moved as bytes (never summed).
+        Dtype::E4M3 => sys::ncclDataType_t::ncclUint8,
     }
 }
 

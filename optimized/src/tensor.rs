@@ -16,6 +16,8 @@ pub enum Dtype {
     F32,
     F16,
     BF16,
+    /// OCP E4M3FN codes, four to a u32 word: KV pools only (`kernels::attention::kv_elem`).
+    E4M3,
 }
 
 impl Dtype {
@@ -23,6 +25,7 @@ impl Dtype {
         match self {
             Dtype::F32 => 4,
             Dtype::F16 | Dtype::BF16 => 2,
+            Dtype::E4M3 => 1,
         }
     }
     pub fn name(self) -> &'static str {
@@ -30,6 +33,7 @@ impl Dtype {
             Dtype::F32 => "f32",
             Dtype::F16 => "f16",
             Dtype::BF16 => "bf16",
+            Dtype::E4M3 => "e4m3",
         }
     }
     /// Whether `client` can do arithmetic in this type.
@@ -39,6 +43,8 @@ impl Dtype {
             Dtype::F32 => true,
             Dtype::F16 => info.f16,
             Dtype::BF16 => info.bf16,
+            // Decoded and encoded by integer bit operations.
+            Dtype::E4M3 => true,
         }
     }
     /// Round `v` through this type, as an upload would (what the reference must compare against).
@@ -47,6 +53,7 @@ impl Dtype {
             Dtype::F32 => v.to_vec(),
             Dtype::F16 => v.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect(),
             Dtype::BF16 => v.iter().map(|&x| half::bf16::from_f32(x).to_f32()).collect(),
+            Dtype::E4M3 => v.iter().map(|&x| reference::quant::fp8::decode(reference::quant::fp8::encode(x))).collect(),
         }
     }
 }
@@ -58,7 +65,8 @@ impl std::str::FromStr for Dtype {
             "f32" => Ok(Dtype::F32),
             "f16" => Ok(Dtype::F16),
             "bf16" => Ok(Dtype::BF16),
-            o => Err(format!("unknown dtype `{o}` (f32, f16, bf16)")),
+            "e4m3" | "fp8" => Ok(Dtype::E4M3),
+            o => Err(format!("unknown dtype `{o}` (f32, f16, bf16; e4m3 for KV pools)")),
         }
     }
 }
@@ -225,6 +233,7 @@ impl DeviceTensor {
         if self.dtype != Dtype::F32 {
             let mut v: Vec<f32> = match self.dtype {
                 Dtype::F16 => bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
+                Dtype::E4M3 => bytes.iter().map(|&b| reference::quant::fp8::decode(b)).collect(),
                 _ => bytes.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
             };
             v.truncate(self.numel());

@@ -91,6 +91,12 @@ pub struct ModelArgs {
     /// the other layers' positions), or every position as the other layers do (`off`).
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub window_pools: OnOff,
+    /// The KV pools' element type on the GPU: `auto` (f16 where the model's matmuls round to
+    /// 16 bits, else f32), `f16`, `f32`, or `fp8` (E4M3 codes, no scale: half f16's bytes, so
+    /// twice the positions in the same memory; prefill attention then runs v2). Sets
+    /// `--kernels kv=…`.
+    #[arg(long)]
+    pub kv_dtype: Option<String>,
 }
 
 /// A switch given as `on` or `off`.
@@ -295,9 +301,22 @@ impl ModelArgs {
         let (spec, from) = match (&self.kernels, std::env::var("TANDEM_KERNELS")) {
             (Some(s), _) => (s.clone(), "--kernels"),
             (None, Ok(s)) => (s, "TANDEM_KERNELS"),
-            (None, Err(_)) => return Ok(optimized::KernelConfig::default()),
+            (None, Err(_)) => (String::new(), ""),
         };
-        optimized::KernelConfig::parse(&spec).map_err(|e| CliError::Usage(format!("{from}: {e}")))
+        let mut k = match from {
+            "" => optimized::KernelConfig::default(),
+            _ => optimized::KernelConfig::parse(&spec).map_err(|e| CliError::Usage(format!("{from}: {e}")))?,
+        };
+        if let Some(d) = &self.kv_dtype {
+            k.kv = match d.as_str() {
+                "auto" => None,
+                "f16" => Some(optimized::Dtype::F16),
+                "f32" => Some(optimized::Dtype::F32),
+                "fp8" | "e4m3" => Some(optimized::Dtype::E4M3),
+                o => return Err(CliError::Usage(format!("--kv-dtype {o}: auto, f16, f32 or fp8"))),
+            };
+        }
+        Ok(k)
     }
 
     /// Open the model ignoring `--weights`.

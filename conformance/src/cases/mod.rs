@@ -145,6 +145,7 @@ pub fn tc_activation(client: &optimized::Client, dtype: crate::Dtype, quantized:
         optimized::Dtype::F16 => crate::Dtype::F16,
         optimized::Dtype::BF16 => crate::Dtype::BF16,
         optimized::Dtype::F32 => crate::Dtype::F32,
+        optimized::Dtype::E4M3 => crate::Dtype::E4M3,
     };
     let e = if quantized {
         quant_dtype(client, TcMode::Tensor)
@@ -153,6 +154,7 @@ pub fn tc_activation(client: &optimized::Client, dtype: crate::Dtype, quantized:
             crate::Dtype::F32 => return None,
             crate::Dtype::F16 => optimized::Dtype::F16,
             crate::Dtype::BF16 => optimized::Dtype::BF16,
+            crate::Dtype::E4M3 => return None,
         }
     };
     require(client, e, TcMode::Tensor).ok().map(|_| conv(e))

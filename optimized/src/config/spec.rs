@@ -208,6 +208,7 @@ impl KernelConfig {
                         "auto" => None,
                         "f16" => Some(crate::Dtype::F16),
                         "f32" => Some(crate::Dtype::F32),
+                        "e4m3" | "fp8" => Some(crate::Dtype::E4M3),
                         _ => return Err(no()),
                     }
                 }

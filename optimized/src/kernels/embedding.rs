@@ -107,6 +107,7 @@ fn launch(client: &Client, table: &DeviceTensor, ids: &DeviceTensor, out: &Devic
         Dtype::F32 => go!(f32),
         Dtype::F16 => go!(half::f16),
         Dtype::BF16 => go!(half::bf16),
+        Dtype::E4M3 => return Err(Error::Unsupported("embedding: an e4m3 table (e4m3 is a KV pool type)".into())),
     }
     Ok(())
 }

@@ -28,6 +28,7 @@ macro_rules! with_float {
             $crate::Dtype::F16 => $go!(half::f16),
             $crate::Dtype::BF16 => $go!(half::bf16),
             $crate::Dtype::F32 => $go!(f32),
+            $crate::Dtype::E4M3 => return Err($crate::Error::Unsupported("e4m3 holds KV pools only".into())),
         }
     };
 }
@@ -46,6 +47,19 @@ macro_rules! with_kv_out {
             $crate::Dtype::F16 => $go!($k, half::f16),
             $crate::Dtype::BF16 => $go!($k, half::bf16),
             $crate::Dtype::F32 => $go!($k, f32),
+            $crate::Dtype::E4M3 => return Err($crate::Error::Unsupported("an e4m3 attention output".into())),
+        }
+    };
+}
+
+/// [`with_kv_out!`] for the attention kernels that read E4M3 pools too (`attention::kv_elem`):
+/// `$go!(K, O)` with K = u32 (the codes' words) for an E4M3 pool.
+macro_rules! with_kv_elem_out {
+    ($k:expr, $o:expr, $go:ident) => {
+        match $k {
+            $crate::Dtype::F16 => with_kv_out!(@out half::f16, $o, $go),
+            $crate::Dtype::E4M3 => with_kv_out!(@out u32, $o, $go),
+            _ => with_kv_out!(@out f32, $o, $go),
         }
     };
 }

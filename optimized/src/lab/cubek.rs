@@ -65,6 +65,7 @@ pub fn linear_into(client: &Client, x: &DeviceTensor, w: &DeviceTensor, y: &Devi
         Dtype::F16 => ElemType::Float(FloatKind::F16),
         Dtype::BF16 => ElemType::Float(FloatKind::BF16),
         Dtype::F32 => return Err(Error::Unsupported("cubek linear: f32 weights stay on the CUDA-core kernel".into())),
+        Dtype::E4M3 => return Err(Error::Unsupported("cubek linear: e4m3 is a KV pool type".into())),
     };
     let f32t = ElemType::Float(FloatKind::F32);
     let strategy = strategy(name)?;

@@ -267,6 +267,7 @@ fn encode(dtype: Dtype, x: f32, out: &mut [u8]) {
         Dtype::F32 => out.copy_from_slice(&x.to_le_bytes()),
         Dtype::F16 => out.copy_from_slice(&half::f16::from_f32(x).to_le_bytes()),
         Dtype::BF16 => out.copy_from_slice(&half::bf16::from_f32(x).to_le_bytes()),
+        Dtype::E4M3 => out[0] = reference::quant::fp8::encode(x),
     }
 }
 

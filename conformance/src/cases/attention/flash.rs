@@ -8,8 +8,8 @@
 //! with `kv_write_paged` in two pieces (positions `0..S/2`, then `S/2..S`). Output is NaN-poisoned.
 //!
 //! Pools of f16 (`kv=f16`, the production choice for 16-bit models) hold K and V rounded to
-//! nearest even as written; the reference gets the same rounded K and V, so the tolerance is
-//! the kernel's own arithmetic, as for f32 pools.
+//! nearest even as written, pools of E4M3 (`kv=e4m3`) their nearest codes; the reference gets
+//! the same rounded K and V, so the tolerance is the kernel's own arithmetic, as for f32 pools.
 
 use ndarray::Array3;
 use optimized::kernels::attention::{flash_decode_tuned, DecodeVersion, PrefillVersion, ScoreStep};
@@ -316,7 +316,9 @@ pub fn cases() -> Vec<Box<dyn Case>> {
         for &version in versions {
             for &score in scores {
                 for &prefill in prefills {
-                    for kv_dtype in [optimized::Dtype::F32, optimized::Dtype::F16] {
+                    // E4M3 pools: decode and prefill v2 (prefill v3 reads 16-bit pools).
+                    let e4m3 = (matches!(prefill, PrefillVersion::V2) && d % 4 == 0).then_some(optimized::Dtype::E4M3);
+                    for kv_dtype in [optimized::Dtype::F32, optimized::Dtype::F16].into_iter().chain(e4m3) {
                         let lens = lens.to_vec();
                         v.push(Box::new(FlashCase {
                             phase,

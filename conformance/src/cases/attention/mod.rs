@@ -5,6 +5,7 @@
 //! NaN-poisoned.
 
 pub mod flash;
+pub mod kv_e4m3;
 
 use ndarray::Array3;
 use optimized::kernels::{attention_into, kv_append};
@@ -103,5 +104,6 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     add(4, 1, 48, 8, 4, 6, Some(3));
     add(4, 2, 64, 2, 0, 0, None);
     v.extend(flash::cases());
+    v.push(Box::new(kv_e4m3::E4m3CodesCase));
     v
 }

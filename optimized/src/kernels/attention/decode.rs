@@ -22,6 +22,7 @@
 
 use cubecl::prelude::*;
 
+use super::kv_elem::widen;
 use super::naive::visible_range;
 use super::paged::pool_row;
 use super::scores::scores_by_plane;
@@ -44,10 +45,10 @@ fn add_key<N: Size>(o: &mut Array<f32>, sc: &[f32], cl: usize, x: usize, vv: Vec
 
 #[allow(clippy::too_many_arguments)]
 #[cube(launch, launch_unchecked)]
-pub fn flash_decode_v2<K: Float, O: Float, N: Size>(
+pub fn flash_decode_v2<K: Scalar, NK: Size, O: Float, N: Size>(
     q: &[f32],
-    k: &[Vector<K, N>],
-    v: &[Vector<K, N>],
+    k: &[Vector<K, NK>],
+    v: &[Vector<K, NK>],
     tables: &[u32],
     lens: &[u32],
     part_o: &mut [Vector<f32, N>],
@@ -86,9 +87,11 @@ pub fn flash_decode_v2<K: Float, O: Float, N: Size>(
     #[comptime] cpre: usize,
     #[comptime] pdl: bool,
     #[comptime] early: bool,
+    #[comptime] fp8: bool,
 ) {
     await_predecessor(comptime!(pdl && !early));
-    // K/V rows are D / nv vectors of nv floats (nv = N).
+    // K/V rows are D / nv vectors of nv floats (nv = N); E4M3 pools hold them as nv / 4 words
+    // a vector (`kv_elem`).
     let dv = d / nv;
     let s = CUBE_POS_X as usize;
     let kvh = CUBE_POS_Y as usize;
@@ -167,7 +170,7 @@ pub fn flash_decode_v2<K: Float, O: Float, N: Size>(
         let x = ks + i * ns;
         let mut vv = Vector::<f32, N>::new(0.0f32);
         if ks < ns && x < nkeys {
-            vv = Vector::<f32, N>::cast_from(v[(srow[off + x] as usize * hkv + kvh) * dv + c4]);
+            vv = widen::<K, NK, N>(v[(srow[off + x] as usize * hkv + kvh) * dv + c4], fp8, nv);
         }
         vp[i] = vv;
     }
@@ -178,7 +181,7 @@ pub fn flash_decode_v2<K: Float, O: Float, N: Size>(
         if plane {
             bound = nkeys;
         }
-        scores_by_plane(k, &sq, &mut sc, &srow, &mut red, off, nkeys, bound, hkv, kvh, dv, cl, scale, tid, nu, d, g, nv, lk, kpp, steps, cnt, plane);
+        scores_by_plane(k, &sq, &mut sc, &srow, &mut red, off, nkeys, bound, hkv, kvh, dv, cl, scale, tid, nu, d, g, nv, lk, kpp, steps, cnt, plane, fp8);
     } else {
         // 1. Scores. Unit `tid` takes keys tid + j·nu for j < kpu (= chunk / units, comptime: no
         //    loop over key passes) and, per column vector c4, applies the G query vectors of c4 to
@@ -209,7 +212,7 @@ pub fn flash_decode_v2<K: Float, O: Float, N: Size>(
                     #[unroll]
                     for i in 0..cb {
                         let c4 = blk * cb + i;
-                        let kv = Vector::<f32, N>::cast_from(k[kb[j] + c4]);
+                        let kv = widen::<K, NK, N>(k[kb[j] + c4], fp8, nv);
                         #[unroll]
                         for e in 0..nv {
                             let kx = kv.extract(e);
@@ -262,10 +265,10 @@ pub fn flash_decode_v2<K: Float, O: Float, N: Size>(
         // Then four keys per iteration: their V loads are issued together.
         let mut x = ks + vpre * ns;
         while x + 3 * ns < nkeys {
-            let v0 = Vector::<f32, N>::cast_from(v[(srow[off + x] as usize * hkv + kvh) * dv + c4]);
-            let v1 = Vector::<f32, N>::cast_from(v[(srow[off + x + ns] as usize * hkv + kvh) * dv + c4]);
-            let v2 = Vector::<f32, N>::cast_from(v[(srow[off + x + 2 * ns] as usize * hkv + kvh) * dv + c4]);
-            let v3 = Vector::<f32, N>::cast_from(v[(srow[off + x + 3 * ns] as usize * hkv + kvh) * dv + c4]);
+            let v0 = widen::<K, NK, N>(v[(srow[off + x] as usize * hkv + kvh) * dv + c4], fp8, nv);
+            let v1 = widen::<K, NK, N>(v[(srow[off + x + ns] as usize * hkv + kvh) * dv + c4], fp8, nv);
+            let v2 = widen::<K, NK, N>(v[(srow[off + x + 2 * ns] as usize * hkv + kvh) * dv + c4], fp8, nv);
+            let v3 = widen::<K, NK, N>(v[(srow[off + x + 3 * ns] as usize * hkv + kvh) * dv + c4], fp8, nv);
             #[unroll]
             for gg in 0..g {
                 let p0 = sc[gg * cl + x];
@@ -280,7 +283,7 @@ pub fn flash_decode_v2<K: Float, O: Float, N: Size>(
             x += 4 * ns;
         }
         while x < nkeys {
-            add_key(&mut o, &sc, cl, x, Vector::<f32, N>::cast_from(v[(srow[off + x] as usize * hkv + kvh) * dv + c4]), g, nv);
+            add_key(&mut o, &sc, cl, x, widen::<K, NK, N>(v[(srow[off + x] as usize * hkv + kvh) * dv + c4], fp8, nv), g, nv);
             x += ns;
         }
     }

@@ -8,7 +8,7 @@ use super::decode::{flash_decode_combine_v2, flash_decode_v2};
 use super::{check_paged, Masking};
 use crate::kernels::prev_pow2;
 use crate::kv_cache::BlockTables;
-use crate::{Client, DeviceTensor, Error};
+use crate::{Client, DeviceTensor, Dtype, Error};
 
 /// Keys per chunk: enough chunks that the grid has ≥ ~1 cube per SM, between 32 and 512
 /// (H200, 16k keys: 256–512 keys per chunk ran 25% faster than 128).
@@ -231,6 +231,12 @@ pub fn flash_decode_tuned(
     if fused && tables.counters.numel() < bsz * hkv {
         return Err(Error::Shape(format!("flash_decode: {bsz}×{hkv} arrival counters, the tables hold {}", tables.counters.numel())));
     }
+    // E4M3 pools: each vector of nv codes is nv / 4 words.
+    let fp8 = k.dtype == Dtype::E4M3;
+    if fp8 && nv % 4 != 0 {
+        return Err(Error::Unsupported(format!("flash_decode: e4m3 pools are read 4 codes a word; D {d} is read {nv} at a time")));
+    }
+    let nk = if fp8 { nv / 4 } else { nv };
     // Block tables are written by the host only.
     let (pdl, early) = crate::kernels::pdl::mode(client).flags(true);
     let part_o = DeviceTensor::empty_f32(client, &[bsz * h * splits, d]);
@@ -243,6 +249,7 @@ pub fn flash_decode_tuned(
                     client,
                     CubeCount::Static(splits as u32, hkv as u32, bsz as u32),
                     CubeDim::new_1d(units as u32),
+                    nk,
                     nv,
                     q.as_arg(1),
                     k.as_arg(nv),
@@ -285,11 +292,12 @@ pub fn flash_decode_tuned(
                     cpre,
                     pdl,
                     early,
+                    fp8,
                 );
             }
         };
     }
-    with_kv_out!(k.dtype, out.dtype, go);
+    with_kv_elem_out!(k.dtype, out.dtype, go);
     if fused {
         return Ok(());
     }

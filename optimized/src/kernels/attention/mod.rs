@@ -34,6 +34,7 @@
 //!   (the model fuses it with RoPE instead: `rope::qkv_rope_paged`).
 
 pub mod decode;
+mod kv_elem;
 mod decode_launch;
 pub mod naive;
 pub mod paged;

@@ -11,13 +11,14 @@
 
 use cubecl::prelude::*;
 
+use super::kv_elem::widen_one;
 use super::naive::{u32_of, visible_range};
 use super::paged::pool_row;
 use super::{check_paged, Masking};
 use crate::kernels::matmul::tc::TcMode;
 use crate::kernels::prev_pow2;
 use crate::kv_cache::BlockTables;
-use crate::{Client, DeviceTensor, Error};
+use crate::{Client, DeviceTensor, Dtype, Error};
 
 /// Largest tiles tried (halved until the shared memory fits).
 const BR_MAX: usize = 16;
@@ -91,7 +92,7 @@ pub(crate) fn out_scale(m: f32, l: f32, sinks: &[f32], h: usize, #[comptime] has
 
 #[allow(clippy::too_many_arguments)]
 #[cube(launch, launch_unchecked)]
-pub fn flash_prefill_v2<K: Float, O: Float>(
+pub fn flash_prefill_v2<K: Scalar, O: Float>(
     q: &[f32],
     k: &[K],
     v: &[K],
@@ -119,6 +120,7 @@ pub fn flash_prefill_v2<K: Float, O: Float>(
     #[comptime] bc: usize,
     #[comptime] has_sinks: bool,
     #[comptime] varlen: bool,
+    #[comptime] fp8: bool,
 ) {
     let (tile, q_base, t_len, pos0, s_len, table_off) = cube_sequence(seqs, n_seqs, max_blocks, t_len, s_len, pos0, varlen);
     let h = CUBE_POS_Y as usize;
@@ -183,8 +185,8 @@ pub fn flash_prefill_v2<K: Float, O: Float>(
             let mut vval = f32::new(0.0);
             if j < t_hi as usize {
                 let off = (pool_row(tables, table_off, j, block_size) * hkv + kvh) * dd + c;
-                kval = f32::cast_from(k[off]);
-                vval = f32::cast_from(v[off]);
+                kval = widen_one(k, off, fp8);
+                vval = widen_one(v, off, fp8);
             }
             sk[jj * dp + c] = kval;
             sv[jj * dp + c] = vval;
@@ -311,6 +313,8 @@ pub fn flash_prefill(
         return Err(Error::Unsupported(format!("flash_prefill: grid {n_tiles}×{h} exceeds the device's {:?}", hw.max_cube_count)));
     }
     let sinks = mask.sinks.unwrap_or(&tables.unused);
+    // E4M3 pools are read as words of 4 codes.
+    let ke = if k.dtype == Dtype::E4M3 { 4 } else { 1 };
     macro_rules! go {
         ($k:ty, $o:ty) => {
             unsafe {
@@ -319,8 +323,8 @@ pub fn flash_prefill(
                     CubeCount::Static(n_tiles as u32, h as u32, 1),
                     CubeDim::new_1d((br * lanes) as u32),
                     q.as_arg(1),
-                    k.as_arg(1),
-                    v.as_arg(1),
+                    k.as_arg(ke),
+                    v.as_arg(ke),
                     tables.tensor.as_arg(1),
                     sinks.as_arg(1),
                     out.as_arg(1),
@@ -346,11 +350,12 @@ pub fn flash_prefill(
                     bc,
                     mask.sinks.is_some(),
                     false,
+                    k.dtype == Dtype::E4M3,
                 );
             }
         };
     }
-    with_kv_out!(k.dtype, out.dtype, go);
+    with_kv_elem_out!(k.dtype, out.dtype, go);
     Ok(())
 }
 
@@ -421,6 +426,8 @@ pub fn flash_prefill_varlen(
     }
     let info = DeviceTensor::from_u32(client, &words, &[seqs.len(), 5])?;
     let sinks = mask.sinks.unwrap_or(&tables.unused);
+    // E4M3 pools are read as words of 4 codes.
+    let ke = if k.dtype == Dtype::E4M3 { 4 } else { 1 };
     macro_rules! go {
         ($k:ty, $o:ty) => {
             unsafe {
@@ -429,8 +436,8 @@ pub fn flash_prefill_varlen(
                     CubeCount::Static(tiles_total as u32, h as u32, 1),
                     CubeDim::new_1d((br * lanes) as u32),
                     q.as_arg(1),
-                    k.as_arg(1),
-                    v.as_arg(1),
+                    k.as_arg(ke),
+                    v.as_arg(ke),
                     tables.tensor.as_arg(1),
                     sinks.as_arg(1),
                     out.as_arg(1),
@@ -455,10 +462,11 @@ pub fn flash_prefill_varlen(
                     bc,
                     mask.sinks.is_some(),
                     true,
+                    k.dtype == Dtype::E4M3,
                 );
             }
         };
     }
-    with_kv_out!(k.dtype, out.dtype, go);
+    with_kv_elem_out!(k.dtype, out.dtype, go);
     Ok(())
 }

@@ -405,6 +405,9 @@ fn launch(
 ) -> Result<(), Error> {
     let (h, hkv, d) = (q.shape[1], k.shape[1], q.shape[2]);
     supported(client, d, mode)?;
+    if k.dtype == Dtype::E4M3 {
+        return Err(Error::Unsupported("flash prefill v3 reads f32 or f16 pools (e4m3 pools: v2)".into()));
+    }
     let (warps, bc) = tiles(d, mode);
     let br = 16 * warps;
     let (grid, t, pos0, s_len, info, n_seqs, varlen) = match queries {

@@ -14,6 +14,8 @@
 
 use cubecl::prelude::*;
 
+use super::kv_elem::widen;
+
 /// The value lane `tid ^ m` holds (`m` < lk: within the lane group).
 #[cube]
 fn xor_lane(v: f32, m: u32, tid: usize, xbuf: &mut [f32], #[comptime] plane: bool) -> f32 {
@@ -74,8 +76,8 @@ fn reduce_scatter(
 /// plane ops (the shuffles sync): the caller passes the chunk length there.
 #[allow(clippy::too_many_arguments)]
 #[cube]
-pub(crate) fn scores_by_plane<K: Float, N: Size>(
-    k: &[Vector<K, N>],
+pub(crate) fn scores_by_plane<K: Scalar, NK: Size, N: Size>(
+    k: &[Vector<K, NK>],
     sq: &[f32],
     sc: &mut [f32],
     srow: &[u32],
@@ -98,6 +100,7 @@ pub(crate) fn scores_by_plane<K: Float, N: Size>(
     #[comptime] steps: usize,
     #[comptime] cnt: usize,
     #[comptime] plane: bool,
+    #[comptime] fp8: bool,
 ) {
     let r = tid % lk;
     let slot = tid / lk;
@@ -121,7 +124,7 @@ pub(crate) fn scores_by_plane<K: Float, N: Size>(
             let x = base + j * slots + slot;
             let mut kv = Vector::<f32, N>::new(0.0f32);
             if x < nkeys {
-                kv = Vector::<f32, N>::cast_from(k[(srow[off + x] as usize * hkv + kvh) * dv + r]);
+                kv = widen::<K, NK, N>(k[(srow[off + x] as usize * hkv + kvh) * dv + r], fp8, nv);
             }
             #[unroll]
             for gg in 0..g {

@@ -104,6 +104,7 @@ fn elem(d: Dtype) -> ElemType {
         Dtype::F16 => ElemType::Float(FloatKind::F16),
         Dtype::BF16 => ElemType::Float(FloatKind::BF16),
         Dtype::F32 => ElemType::Float(FloatKind::F32),
+        Dtype::E4M3 => ElemType::Float(FloatKind::E4M3),
     }
 }
 

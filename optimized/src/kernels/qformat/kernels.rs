@@ -344,6 +344,7 @@ pub fn dequant_into(client: &Client, w: &QWeight, out: &DeviceTensor) -> Result<
         Dtype::F32 => go!(f32),
         Dtype::F16 => go!(half::f16),
         Dtype::BF16 => go!(half::bf16),
+        Dtype::E4M3 => return Err(Error::Unsupported("dequantize into e4m3 (a KV pool type)".into())),
     }
     Ok(())
 }

@@ -31,6 +31,7 @@ pub fn qkv_rope_ragged_v4<K: Float>(
     #[comptime] adjacent: bool,
     #[comptime] partial: bool,
     #[comptime] pdl: bool,
+    #[comptime] direct: bool,
 ) {
     await_predecessor(pdl);
     let p = ABSOLUTE_POS;
@@ -46,7 +47,11 @@ pub fn qkv_rope_ragged_v4<K: Float>(
         let k = positions[t] as usize * table_width(hf, rot_half, partial) + col;
         let c = cos[k];
         let s = sin[k];
-        let row = slots[t] as usize;
+        // `direct`: into row t of `[T, Hkv, D]` buffers (what an E4M3 pool's packing reads).
+        let mut row = t;
+        if !direct {
+            row = slots[t] as usize;
+        }
         store_pair(qkv, q, kc, vc, th, t, head, row, heads as usize, kv_heads as usize, d, oa, ob, c, s, rotate, partial);
     }
 }
@@ -97,6 +102,13 @@ pub fn qkv_rope_ragged(
     let e = Elementwise::with_vec(client, op, pairs, 1)?;
     let pdl = crate::kernels::pdl::enabled(client);
     let (partial, rot_half) = table.partial();
+    // E4M3 pools: k / v rows written f32 into `[T, Hkv, D]` first, then packed into their slots.
+    let fp8 = k_pool.dtype == Dtype::E4M3;
+    let staged = match fp8 {
+        true => Some((DeviceTensor::empty_f32(client, &[t, kv_heads, d]), DeviceTensor::empty_f32(client, &[t, kv_heads, d]))),
+        false => None,
+    };
+    let (kw, vw) = staged.as_ref().map_or((k_pool, v_pool), |(k, v)| (k, v));
     macro_rules! go {
         ($k:ty) => {
             unsafe {
@@ -106,8 +118,8 @@ pub fn qkv_rope_ragged(
                     e.dim,
                     qkv.as_arg(1),
                     q.as_arg(1),
-                    k_pool.as_arg(1),
-                    v_pool.as_arg(1),
+                    kw.as_arg(1),
+                    vw.as_arg(1),
                     table.cos.as_arg(1),
                     table.sin.as_arg(1),
                     positions.as_arg(1),
@@ -120,10 +132,16 @@ pub fn qkv_rope_ragged(
                     layout == RopeLayout::Adjacent,
                     partial,
                     pdl,
+                    fp8,
                 )
             }
         };
     }
-    with_float!(k_pool.dtype, go);
+    with_float!(kw.dtype, go);
+    if let Some((k, v)) = &staged {
+        for (pool, new) in [(k_pool, k), (v_pool, v)] {
+            crate::kernels::attention::paged::pack_e4m3(client, pool, new, Some(slots), slots, 0, 0, 1)?;
+        }
+    }
     Ok(q)
 }

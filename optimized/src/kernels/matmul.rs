@@ -304,6 +304,7 @@ fn launch_checked(
         return Ok(());
     }
     match (version, w.dtype) {
+        (_, Dtype::E4M3) => Err(Error::Unsupported(format!("{op}: e4m3 weights here are KV pool codes (FP8 weights: qmatmul)"))),
         (Version::Gemv, Dtype::F32) => launch_gemv::<f32>(client, x, w, y, &d, fuse),
         (Version::Gemv, Dtype::F16) => launch_gemv::<half::f16>(client, x, w, y, &d, fuse),
         (Version::Gemv, Dtype::BF16) => launch_gemv::<half::bf16>(client, x, w, y, &d, fuse),

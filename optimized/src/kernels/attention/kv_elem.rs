@@ -40,14 +40,12 @@ pub fn widen<K: Scalar, NK: Size, N: Size>(x: Vector<K, NK>, #[comptime] fp8: bo
 /// Element `i` of pool `k` as f32: a float pool's own, or, with `fp8`, code `i` of the words.
 #[cube]
 pub fn widen_one<K: Scalar>(k: &[K], i: usize, #[comptime] fp8: bool) -> f32 {
-    let mut out = 0.0f32;
     if comptime![fp8] {
         let word = u32::cast_from(k[i / 4]);
-        out = code_value((word >> (((i % 4) * 8) as u32)) & 0xFFu32);
+        code_value((word >> (((i % 4) * 8) as u32)) & 0xFFu32)
     } else {
-        out = f32::cast_from(k[i]);
+        f32::cast_from(k[i])
     }
-    out
 }
 
 /// The E4M3 code nearest `x` — ties to the even code, saturated to ±448, NaN → 0x7F —

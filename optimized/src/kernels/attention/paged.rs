@@ -51,12 +51,7 @@ pub fn kv_pack_e4m3(
     if w < n as usize {
         let rw = row_words as usize;
         let t = w / rw;
-        let mut row = 0usize;
-        if by_table {
-            row = pool_row(tables, table_off as usize, pos0 as usize + t, block_size);
-        } else {
-            row = rows[t] as usize;
-        }
+        let row = if by_table { pool_row(tables, table_off as usize, pos0 as usize + t, block_size) } else { rows[t] as usize };
         let src = w * 4;
         let word = e4m3_code(new[src]) | (e4m3_code(new[src + 1]) << 8u32) | (e4m3_code(new[src + 2]) << 16u32) | (e4m3_code(new[src + 3]) << 24u32);
         pool[row * rw + (w - t * rw)] = word;

@@ -63,6 +63,11 @@ pub fn run(a: LogitsArgs) -> Result<()> {
             let rows = logits.rows().into_iter().map(|r| r.to_vec()).collect();
             (rows, Box::new(RefEngine { model, cache }))
         }
+        Some(_) if a.model.kv_dtype.as_deref().is_some_and(|d| d != "auto") => {
+            return Err(CliError::Usage(
+                "--kv-dtype: `logits` runs one sequence on the single-sequence caches (f32 / f16), not the batched runner's pools; `tp-agree --tensor-parallel 1 --kv-dtype fp8 --baseline-kv-dtype auto` compares KV types".into(),
+            ))
+        }
         Some(backend) => {
             let client = optimized::client(backend)?;
             let dtype = pick_dtype(&client, a.model.dtype.as_deref())?;

@@ -259,6 +259,9 @@ impl ModelArgs {
     pub fn open(&self) -> Result<Opened> {
         let scheme = self.scheme()?;
         let kernels = self.kernel_config()?;
+        if self.device == Device::Cpu && kernels.kv.is_some() && self.kv_dtype.is_some() {
+            return Err(CliError::Usage("--kv-dtype sets the GPU's KV pools; the CPU reference keeps f32".into()));
+        }
         let mut o = self.open_full()?;
         o.kernels = kernels;
         o.window_pools.on = self.window_pools == OnOff::On;

@@ -8,6 +8,10 @@
 //! - the greedy prefix: the continuation tokens both would generate before they first part
 //!   (free-running greedy decoding is the teacher-forced run up to its first disagreement).
 //!
+//! With `--baseline-kv-dtype`, TP 1 runs its KV pools in that type instead of `--kv-dtype`'s:
+//! `--tensor-parallel 1 --kv-dtype fp8 --baseline-kv-dtype auto` reports what E4M3 KV pools
+//! change against 16-bit ones (the same figures).
+//!
 //! A report, not a check (the conformance `tp` cases are the checks): a table on stderr, one
 //! JSON object on stdout, and with `--json-out` the same object written to a file.
 
@@ -53,6 +57,10 @@ pub struct TpAgreeArgs {
     /// Also write the JSON object here.
     #[arg(long)]
     pub json_out: Option<std::path::PathBuf>,
+    /// The KV pools' type of the TP 1 baseline (auto, f16, f32, fp8), where it is to differ
+    /// from `--kv-dtype`'s (then `--tensor-parallel 1` is allowed).
+    #[arg(long)]
+    pub baseline_kv_dtype: Option<String>,
 }
 
 /// One position's comparison.
@@ -112,8 +120,10 @@ pub fn agree_on(one: &mut dyn ModelRunner, sharded: &mut dyn ModelRunner, ids: &
 }
 
 pub fn run(a: TpAgreeArgs) -> Result<()> {
-    if a.tensor_parallel < 2 {
-        return Err(CliError::Usage("tp-agree compares a sharded model with TP 1: give --tensor-parallel N ≥ 2".into()));
+    if a.tensor_parallel < 2 && a.baseline_kv_dtype.is_none() {
+        return Err(CliError::Usage(
+            "tp-agree compares a sharded model with TP 1: give --tensor-parallel N ≥ 2 (or --baseline-kv-dtype to compare KV types)".into(),
+        ));
     }
     let mut opened = a.model.open()?;
     let cfg = opened.config.clone();
@@ -142,8 +152,18 @@ pub fn run(a: TpAgreeArgs) -> Result<()> {
     let (device, dtype) = (a.model.device, a.model.dtype.as_deref());
     let tp = Tp::of(a.tensor_parallel, a.expert_parallel);
     let mut sharded = super::tensor_parallel::sharded(&mut opened, tp, device, dtype, need, None)?;
+    let base_kv = match &a.baseline_kv_dtype {
+        Some(d) => {
+            // The baseline's pools: the same parse as --kv-dtype's.
+            let args = super::ModelArgs { kv_dtype: Some(d.clone()), ..a.model.clone() };
+            opened.kernels.kv = args.kernel_config()?.kv;
+            format!(", KV {d}")
+        }
+        None => String::new(),
+    };
     let mut one = super::tensor_parallel::sharded(&mut opened, Tp::of(1, None), device, dtype, need, None)?;
-    let (name_one, name_sharded) = (format!("TP 1 ({})", one.name()), format!("TP {} ({})", a.tensor_parallel, sharded.name()));
+    let kv = a.model.kv_dtype.as_ref().map_or(String::new(), |d| format!(", KV {d}"));
+    let (name_one, name_sharded) = (format!("TP 1 ({}{base_kv})", one.name()), format!("TP {} ({}{kv})", a.tensor_parallel, sharded.name()));
     eprintln!(
         "tandem tp-agree: {} — {name_sharded} against {name_one}, {} prompts, {} continuation tokens each",
         opened.label,

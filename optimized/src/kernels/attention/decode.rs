@@ -181,7 +181,9 @@ pub fn flash_decode_v2<K: Scalar, NK: Size, O: Float, N: Size>(
         if plane {
             bound = nkeys;
         }
-        scores_by_plane::<K, NK, N>(k, &sq, &mut sc, &srow, &mut red, off, nkeys, bound, hkv, kvh, dv, cl, scale, tid, nu, d, g, nv, lk, kpp, steps, cnt, plane, fp8);
+        scores_by_plane::<K, NK, N>(
+            k, &sq, &mut sc, &srow, &mut red, off, nkeys, bound, hkv, kvh, dv, cl, scale, tid, nu, d, g, nv, lk, kpp, steps, cnt, plane, fp8,
+        );
     } else {
         // 1. Scores. Unit `tid` takes keys tid + j·nu for j < kpu (= chunk / units, comptime: no
         //    loop over key passes) and, per column vector c4, applies the G query vectors of c4 to

@@ -34,8 +34,8 @@
 //!   (the model fuses it with RoPE instead: `rope::qkv_rope_paged`).
 
 pub mod decode;
-mod kv_elem;
 mod decode_launch;
+mod kv_elem;
 pub mod naive;
 pub mod paged;
 pub mod prefill;

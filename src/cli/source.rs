@@ -259,7 +259,7 @@ impl ModelArgs {
     pub fn open(&self) -> Result<Opened> {
         let scheme = self.scheme()?;
         let kernels = self.kernel_config()?;
-        if self.device == Device::Cpu && kernels.kv.is_some() && self.kv_dtype.is_some() {
+        if self.device == Device::Cpu && self.kv_dtype.is_some() && kernels.kv.is_some_and(|d| d != optimized::Dtype::F32) {
             return Err(CliError::Usage("--kv-dtype sets the GPU's KV pools; the CPU reference keeps f32".into()));
         }
         let mut o = self.open_full()?;

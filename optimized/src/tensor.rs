@@ -65,8 +65,8 @@ impl std::str::FromStr for Dtype {
             "f32" => Ok(Dtype::F32),
             "f16" => Ok(Dtype::F16),
             "bf16" => Ok(Dtype::BF16),
-            "e4m3" | "fp8" => Ok(Dtype::E4M3),
-            o => Err(format!("unknown dtype `{o}` (f32, f16, bf16; e4m3 for KV pools)")),
+            // E4M3 holds KV pools only (`--kv-dtype fp8`, `kv=e4m3`), never a tensor's type here.
+            o => Err(format!("unknown dtype `{o}` (f32, f16, bf16)")),
         }
     }
 }

@@ -222,4 +222,6 @@ fn e4m3_kv_pools_run_the_batched_runner() {
         2,
         &["--kv-dtype f8", "auto, f16, f32 or fp8"],
     );
+    // E4M3 is a KV pool type only: never the weights' --dtype.
+    fails(&["logits", "--synthetic", "tiny-gqa", "--device", "wgpu", "--dtype", "fp8", "--ids", "1"], 2, &["unknown dtype `fp8`", "f32, f16, bf16"]);
 }

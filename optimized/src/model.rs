@@ -245,10 +245,6 @@ impl GpuModel {
 
     /// The prefill attention of a step of `rows` rows ([`crate::config::KernelConfig::prefill_version`]).
     pub(crate) fn prefill_version(&self, rows: usize) -> crate::kernels::attention::PrefillVersion {
-        // Prefill v3 reads 16-bit (or f32) pools; E4M3 pools take v2.
-        if self.kv_dtype == Dtype::E4M3 {
-            return crate::kernels::attention::PrefillVersion::V2;
-        }
         let act16 = self.dtype != Dtype::F32 || self.quant.is_some();
         self.kernels().prefill_version(&self.client, act16, self.quant.is_some(), rows, self.dims.head_dim)
     }

@@ -21,8 +21,9 @@
 //! [`TcMode::Emulated`] runs the same indexing with plain loads and an MMA through shared
 //! memory (lavapipe in CI), with smaller tiles (lavapipe has 32 KiB of shared memory).
 //!
-//! The pools may hold K and V as f32 or f16 (`K`). f32 pools: the tile in flight stays in the
-//! registers and is rounded to f16 as it is stored (V transposed). f16 pools on the tensor cores
+//! The pools may hold K and V as f32, f16 or E4M3 codes (`K`). f32 and E4M3 pools: the tile in
+//! flight stays in the registers and is rounded to f16 as it is stored (V transposed; codes
+//! decoded first: `kv_elem::widen`). f16 pools on the tensor cores
 //! (where a tile's 16-byte chunks split evenly over the units): each tile is copied by
 //! `cp.async` straight into one of two stages while the previous one is multiplied — no
 //! registers, no conversion, no transposed stores — K and V both as rows `[BC, D]`, V's B
@@ -86,10 +87,10 @@ fn quad_sum(x: f32, lane: usize, scratch: &mut [f32], sb: usize, #[comptime] emu
 
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked)]
-pub fn flash_prefill_tc<K: Float, E: Float, O: Float, N: Size>(
+pub fn flash_prefill_tc<K: Scalar, NK: Size, E: Float, O: Float, N: Size>(
     q: &[f32],
-    k: &[Vector<K, N>],
-    v: &[Vector<K, N>],
+    k: &[Vector<K, NK>],
+    v: &[Vector<K, NK>],
     k16: &[E],
     v16: &[E],
     tables: &[u32],
@@ -115,6 +116,7 @@ pub fn flash_prefill_tc<K: Float, E: Float, O: Float, N: Size>(
     #[comptime] has_sinks: bool,
     #[comptime] varlen: bool,
     #[comptime] emu: bool,
+    #[comptime] fp8: bool,
 ) {
     let br = comptime!(16 * warps);
     let sd = comptime!(d + 8);
@@ -191,8 +193,8 @@ pub fn flash_prefill_tc<K: Float, E: Float, O: Float, N: Size>(
     // into shared memory at the top of the next iteration.
     let cd = comptime!(d / vw);
     let nper = comptime!(bc * cd / threads);
-    let mut kr = Array::<Vector<K, N>>::new(nper);
-    let mut vr = Array::<Vector<K, N>>::new(nper);
+    let mut kr = Array::<Vector<K, NK>>::new(nper);
+    let mut vr = Array::<Vector<K, NK>>::new(nper);
     let th = t_hi as usize;
     let stage = comptime!(bc * sd);
     if comptime!(async_kv) {
@@ -220,7 +222,7 @@ pub fn flash_prefill_tc<K: Float, E: Float, O: Float, N: Size>(
         } else {
             // Every warp is done with the previous tile's K and V.
             sync_cube();
-            store(&mut sk, &mut svt, &kr, &vr, tid, cd, bc, threads, sd, sv, vw, emu);
+            store::<K, NK, E, N>(&mut sk, &mut svt, &kr, &vr, tid, cd, bc, threads, sd, sv, vw, emu, fp8);
             sync_cube();
             if j0 + bc < th {
                 fetch(k, v, tables, table_off, block_size, hkv, kvh, j0 + bc, th, tid, &mut kr, &mut vr, cd, bc, threads, emu);
@@ -405,9 +407,8 @@ fn launch(
 ) -> Result<(), Error> {
     let (h, hkv, d) = (q.shape[1], k.shape[1], q.shape[2]);
     supported(client, d, mode)?;
-    if k.dtype == Dtype::E4M3 {
-        return Err(Error::Unsupported("flash prefill v3 reads f32 or f16 pools (e4m3 pools: v2)".into()));
-    }
+    // E4M3 pools: vectors of 4 codes, one word each (through the registers, decoded as stored).
+    let fp8 = k.dtype == Dtype::E4M3;
     let (warps, bc) = tiles(d, mode);
     let br = 16 * warps;
     let (grid, t, pos0, s_len, info, n_seqs, varlen) = match queries {
@@ -431,13 +432,15 @@ fn launch(
                     client,
                     CubeCount::Static(grid as u32, h as u32, 1),
                     CubeDim::new_1d((32 * warps) as u32),
+                    if fp8 { vw / 4 } else { vw },
                     vw,
                     q.as_arg(1),
                     k.as_arg(vw),
                     v.as_arg(vw),
-                    // The pools as f16 values for the asynchronous copies (unread otherwise).
-                    k.as_arg(1),
-                    v.as_arg(1),
+                    // The pools as f16 values for the asynchronous copies (unread otherwise; an
+                    // E4M3 pool's bytes as half as many).
+                    k.as_arg(if fp8 { 2 } else { 1 }),
+                    v.as_arg(if fp8 { 2 } else { 1 }),
                     tables.tensor.as_arg(1),
                     sinks.as_arg(1),
                     out.as_arg(1),
@@ -461,11 +464,12 @@ fn launch(
                     mask.sinks.is_some(),
                     varlen,
                     mode == TcMode::Emulated,
+                    fp8,
                 );
             }
         };
     }
-    with_kv_out!(k.dtype, out.dtype, go);
+    with_kv_elem_out!(k.dtype, out.dtype, go);
     Ok(())
 }
 

@@ -5,6 +5,7 @@
 use cubecl::cmma::MatrixIdent;
 use cubecl::prelude::*;
 
+use super::kv_elem::widen;
 use super::paged::pool_row;
 use crate::kernels::matmul::tc_kernel::{copy16, ldsm4, zero8};
 
@@ -16,9 +17,9 @@ type V2<E> = Vector<E, Const<2>>;
 /// so the transposed stores to shared memory hit distinct banks).
 #[cube]
 #[allow(clippy::too_many_arguments)]
-pub(super) fn fetch<K: Float, N: Size>(
-    k: &[Vector<K, N>],
-    v: &[Vector<K, N>],
+pub(super) fn fetch<K: Scalar, NK: Size>(
+    k: &[Vector<K, NK>],
+    v: &[Vector<K, NK>],
     tables: &[u32],
     table_off: usize,
     block_size: u32,
@@ -27,8 +28,8 @@ pub(super) fn fetch<K: Float, N: Size>(
     j0: usize,
     t_hi: usize,
     tid: usize,
-    kr: &mut Array<Vector<K, N>>,
-    vr: &mut Array<Vector<K, N>>,
+    kr: &mut Array<Vector<K, NK>>,
+    vr: &mut Array<Vector<K, NK>>,
     #[comptime] cd: usize,
     #[comptime] bc: usize,
     #[comptime] threads: usize,
@@ -44,12 +45,12 @@ pub(super) fn fetch<K: Float, N: Size>(
     for i in 0..nper {
         let f = tid + i * threads;
         let j = j0 + f / cd;
-        let mut kx = Vector::<K, N>::empty().fill(K::cast_from(0.0f32));
+        let mut kx = Vector::<K, NK>::empty().fill(K::cast_from(0.0f32));
         if j < t_hi {
             kx = k[(pool_row(tables, table_off, j, block_size) * hkv + kvh) * cd + f % cd];
         }
         kr[i] = kx;
-        let mut vx = Vector::<K, N>::empty().fill(K::cast_from(0.0f32));
+        let mut vx = Vector::<K, NK>::empty().fill(K::cast_from(0.0f32));
         if jv < t_hi {
             vx = v[rowv + f / bc];
         }
@@ -58,14 +59,14 @@ pub(super) fn fetch<K: Float, N: Size>(
 }
 
 /// The registers of [`fetch`] into shared memory as E: K rows `[BC, sd]`, V transposed
-/// `[D, sv]`.
+/// `[D, sv]` (E4M3 pools' codes decoded: `kv_elem::widen`).
 #[cube]
 #[allow(clippy::too_many_arguments)]
-pub(super) fn store<K: Float, E: Float, N: Size>(
+pub(super) fn store<K: Scalar, NK: Size, E: Float, N: Size>(
     sk: &mut [E],
     svt: &mut [E],
-    kr: &Array<Vector<K, N>>,
-    vr: &Array<Vector<K, N>>,
+    kr: &Array<Vector<K, NK>>,
+    vr: &Array<Vector<K, NK>>,
     tid: usize,
     #[comptime] cd: usize,
     #[comptime] bc: usize,
@@ -74,14 +75,15 @@ pub(super) fn store<K: Float, E: Float, N: Size>(
     #[comptime] sv: usize,
     #[comptime] vw: usize,
     #[comptime] emu: bool,
+    #[comptime] fp8: bool,
 ) {
     let nper = comptime!(bc * cd / threads);
     #[unroll(!emu)]
     for i in 0..nper {
         let f = tid + i * threads;
-        let kx = kr[i];
+        let kx = widen::<K, NK, N>(kr[i], fp8, vw);
         let kb = (f / cd) * sd + vw * (f % cd);
-        let vx = vr[i];
+        let vx = widen::<K, NK, N>(vr[i], fp8, vw);
         let vb = vw * (f / bc) * sv + f % bc;
         #[unroll]
         for e in 0..vw {

@@ -16,11 +16,8 @@ set -uo pipefail
 T=$1; PEERS=$2; OUT=$3; shift 3
 SHAPES=("${@:-llama3.1-8b}")
 cd "$(dirname "$0")/.."
-export TANDEM_OFFLINE=1 NCCL_NVLS_ENABLE=0 XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
-export TANDEM_GATE_STAMP="${TANDEM_GATE_STAMP:-/tmp/gate.stamp}"
-export PYTHONPATH="$PEERS/llama.cpp/gguf-py" TOK_JSON="$PEERS/smollm2_tokenizer.json"
-mkdir -p "$OUT" /tmp/m
 source scripts/peer_build.sh
+side_by_side_env "$PEERS" "$OUT"
 [ "${PEER:-1}" = 1 ] && peer_build_start "$PEERS"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 for shape in "${SHAPES[@]}"; do

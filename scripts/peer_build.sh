@@ -4,9 +4,17 @@
 #   source scripts/peer_build.sh
 #   peer_build_start PEERS_DIR   # cmake + ninja of llama-bench, llama-batched-bench into /tmp/peers/build
 #   peer_build_wait || exit 1    # up to ~8 min more; says how it ended
+#   side_by_side_env PEERS_DIR OUT_DIR  # the environment both scripts run in; OUT_DIR, /tmp/m made
 #
 # PEERS_DIR: a copy of ../shared/peers (llama.cpp's source). The build lives in /tmp/peers.
 PEER_W=/tmp/peers
+
+side_by_side_env() {
+  export TANDEM_OFFLINE=1 NCCL_NVLS_ENABLE=0 XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
+  export TANDEM_GATE_STAMP="${TANDEM_GATE_STAMP:-/tmp/gate.stamp}"
+  export PYTHONPATH="$1/llama.cpp/gguf-py" TOK_JSON="$1/smollm2_tokenizer.json"
+  mkdir -p "$2" /tmp/m
+}
 
 peer_build_start() {
   mkdir -p $PEER_W

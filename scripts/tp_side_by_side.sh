@@ -21,15 +21,12 @@ set -uo pipefail
 T=$1; PEERS=$2; OUT=$3; shift 3
 STEPS=("${@:-8b agree 70b q4km peer}")
 cd "$(dirname "$0")/.."
-export TANDEM_OFFLINE=1 NCCL_NVLS_ENABLE=0 XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
-export TANDEM_GATE_STAMP="${TANDEM_GATE_STAMP:-/tmp/gate.stamp}"
-export PYTHONPATH="$PEERS/llama.cpp/gguf-py" TOK_JSON="$PEERS/smollm2_tokenizer.json"
-mkdir -p "$OUT" /tmp/m
+source scripts/peer_build.sh
+side_by_side_env "$PEERS" "$OUT"
 NGPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
 TPS=""; for tp in 1 2 4 8; do [ "$tp" -le "$NGPU" ] && TPS="$TPS $tp"; done
 B=${BATCHES:-1,64,128,256}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-source scripts/peer_build.sh
 peer_build_start "$PEERS"
 bench() { # FILE TP MODEL-FLAGS...
   local f=$1 tp=$2; shift 2

@@ -248,10 +248,5 @@ pub fn rand_vec(n: usize, salt: u32) -> Vec<f32> {
 
 /// Round through a storage dtype (so the reference sees exactly what the kernel reads).
 pub fn round_to(v: &[f32], dtype: Dtype) -> Vec<f32> {
-    match dtype {
-        Dtype::F32 => v.to_vec(),
-        Dtype::F16 => v.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect(),
-        Dtype::BF16 => v.iter().map(|&x| half::bf16::from_f32(x).to_f32()).collect(),
-        Dtype::E4M3 => v.iter().map(|&x| reference::quant::fp8::decode(reference::quant::fp8::encode(x))).collect(),
-    }
+    dtype.device().round(v)
 }

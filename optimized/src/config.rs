@@ -328,6 +328,19 @@ impl KernelConfig {
 }
 
 impl KernelConfig {
+    /// The KV pools' type a `kv=` value (and `--kv-dtype`) names: `auto` (`None`: [`Self::kv_dtype`]'s
+    /// choice), `f16`, `f32`, `e4m3` or `fp8`; `None` for any other.
+    pub fn kv_of(val: &str) -> Option<Option<crate::Dtype>> {
+        use crate::Dtype;
+        match val {
+            "auto" => Some(None),
+            "f16" => Some(Some(Dtype::F16)),
+            "f32" => Some(Some(Dtype::F32)),
+            "e4m3" | "fp8" => Some(Some(Dtype::E4M3)),
+            _ => None,
+        }
+    }
+
     /// The KV pools' element type for a model whose weights are 16-bit or quantized (`act16`)
     /// on `client`: the configured one, else f16 where `act16` and the device has f16 MMAs
     /// (its GEMMs round activations to 16 bits and prefill v3 reads K and V rounded to f16),

@@ -201,23 +201,40 @@ pub fn profile(
     let arena = r.model.client.arena().stats();
     let recorded = format!("{recorded}; their activations: {:.2} GB in {} buffers every recording shares", arena.bytes as f64 / 1e9, arena.slots);
     let graphs = p::in_use(&r.model.client).map_or(weights, |(u, _)| u);
-    // Decode rows as long as the context where the decode kernels take it; where they refuse
-    // (flash decode's combine caps the positions a step reads), the longest they take, as the
-    // graphs' recording does: a step past it fails whatever the pool.
-    let mut decode_len = decode_cap(&r, ctx).unwrap_or(ctx);
-    loop {
-        match p::worst_step(&mut r, step_tokens, max_seqs, decode_len) {
-            Ok(()) => break,
-            Err(e) if refused(&e) && decode_len > 1024 => decode_len /= 2,
-            Err(e) => return Err(CliError::Gpu(format!("KV pool: the profile step ({step_tokens} rows, up to {max_seqs} drawing): {e}"))),
-        }
-    }
+    let decode_len = worst_step(&mut r, step_tokens, max_seqs, ctx)?;
     let step = p::in_use(&r.model.client).map_or(graphs, |(u, _)| u);
     let m = r.into_model();
     p::release(&m.client)?;
     // The profile's own pool is not part of what serving needs besides its pool.
     let (graphs, step) = (graphs.saturating_sub(pool).max(weights), step.saturating_sub(pool).max(weights));
     Ok((m, Some(Measured { total, weights, graphs, step, decode_len, recorded })))
+}
+
+/// The profile's worst step on `r` (`optimized::runner::profile::worst_step`), its decode rows
+/// as long as the context where the decode kernels take it; where they do not (flash decode's
+/// combine caps the positions a step reads), the longest they take, as the graphs' recording
+/// does: a step past it fails whatever the pool. Returns the decode rows' length.
+pub(super) fn worst_step<R: engine::runner::ModelRunner + ?Sized>(r: &mut R, step_tokens: usize, max_seqs: usize, ctx: usize) -> Result<usize> {
+    let mut decode_len = decode_cap(r, ctx).unwrap_or(ctx);
+    loop {
+        match optimized::runner::profile::worst_step(r, step_tokens, max_seqs, decode_len) {
+            Ok(()) => return Ok(decode_len),
+            Err(e) if refused(&e) && decode_len > 1024 => decode_len /= 2,
+            Err(e) => return Err(CliError::Gpu(format!("KV pool: the profile step ({step_tokens} rows, up to {max_seqs} drawing): {e}"))),
+        }
+    }
+}
+
+/// [`headroom_short`] as the start's warning, where the `free` bytes fall short.
+pub fn headroom_warning(m: &Measured, free: u64, arena: u64) -> Option<String> {
+    let gb = |b: u64| b as f64 / 1e9;
+    headroom_short(m, free, arena).map(|need| {
+        format!(
+            "the decode graphs and the worst step measured {:.2} GB; {:.2} GB are free: steps may run out of memory (lower --gpu-memory-utilization or --max-seqs, or set --kv-tokens)",
+            gb(need),
+            gb(free)
+        )
+    })
 }
 
 /// The positions a decode row may hold where the runner's decode kernels take fewer than the
@@ -228,7 +245,7 @@ pub(super) fn decode_cap(r: &(impl engine::runner::ModelRunner + ?Sized), ctx: u
 }
 
 /// Whether the decode kernels refused a width (not a failure of the step itself).
-pub(super) fn refused(e: &reference::Error) -> bool {
+fn refused(e: &reference::Error) -> bool {
     e.to_string().contains("unsupported on this device")
 }
 

@@ -36,14 +36,7 @@ pub fn size(g: &mut TpRunner, size: KvSize, c: &Config, windows: &[Option<usize>
     let recorded =
         kv_pool::record_graphs(g, max_seqs, ctx).map_err(|e| CliError::Gpu(format!("KV pool: recording the profile's decode graphs: {e}")))?;
     let graphs = g.memory().map_err(gpu)?;
-    let mut decode_len = kv_pool::decode_cap(g, ctx).unwrap_or(ctx);
-    loop {
-        match p::worst_step(g, step_tokens, max_seqs, decode_len) {
-            Ok(()) => break,
-            Err(e) if kv_pool::refused(&e) && decode_len > 1024 => decode_len /= 2,
-            Err(e) => return Err(CliError::Gpu(format!("KV pool: the profile step ({step_tokens} rows, up to {max_seqs} drawing): {e}"))),
-        }
-    }
+    let decode_len = kv_pool::worst_step(g, step_tokens, max_seqs, ctx)?;
     let step = g.memory().map_err(gpu)?;
     let blocks = g.kv_layout().num_blocks;
     let ranks: Vec<(Measured, u64)> = (0..before.len())
@@ -69,7 +62,6 @@ pub fn size(g: &mut TpRunner, size: KvSize, c: &Config, windows: &[Option<usize>
 /// outlives the profile), as one GPU's start says; empty where every rank fits.
 pub fn headroom_warnings(g: &TpRunner, ranks: &[Measured]) -> Result<Vec<String>> {
     let now = g.memory().map_err(|e| CliError::Gpu(format!("KV pool: {e}")))?;
-    let gb = |b: u64| b as f64 / 1e9;
     Ok(ranks
         .iter()
         .zip(&now)
@@ -77,12 +69,7 @@ pub fn headroom_warnings(g: &TpRunner, ranks: &[Measured]) -> Result<Vec<String>
         .filter_map(|(r, (m, now))| {
             let (used, total) = now.in_use?;
             let free = total.saturating_sub(used);
-            let need = kv_pool::headroom_short(m, free, now.arena)?;
-            Some(format!(
-                "rank {r}: the decode graphs and the worst step measured {:.2} GB; {:.2} GB are free: steps may run out of memory (lower --gpu-memory-utilization or --max-seqs, or set --kv-tokens)",
-                gb(need),
-                gb(free)
-            ))
+            kv_pool::headroom_warning(m, free, now.arena).map(|w| format!("rank {r}: {w}"))
         })
         .collect())
 }

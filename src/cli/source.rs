@@ -3,9 +3,12 @@
 //! the other architectures of `reference::arch` that the llama path does not take through
 //! [`spec`].
 
+mod args;
 pub mod gpt_oss;
 mod sized;
 pub mod spec;
+
+pub use args::{kv_dtype, parse_ids, pick_dtype, resolve};
 
 use sized::{cpu_layout, fixed_kv_bytes};
 pub use sized::{gpu_runner, kv_bytes_per_position};
@@ -311,13 +314,7 @@ impl ModelArgs {
             _ => optimized::KernelConfig::parse(&spec).map_err(|e| CliError::Usage(format!("{from}: {e}")))?,
         };
         if let Some(d) = &self.kv_dtype {
-            k.kv = match d.as_str() {
-                "auto" => None,
-                "f16" => Some(optimized::Dtype::F16),
-                "f32" => Some(optimized::Dtype::F32),
-                "fp8" | "e4m3" => Some(optimized::Dtype::E4M3),
-                o => return Err(CliError::Usage(format!("--kv-dtype {o}: auto, f16, f32 or fp8"))),
-            };
+            k.kv = kv_dtype(d)?;
         }
         Ok(k)
     }
@@ -578,49 +575,4 @@ impl Opened {
         let m = self.upload(client, backend, dtype, kv, kernels)?;
         Ok(Box::new(optimized::runner::single::SingleSeq::new(m, cap)?))
     }
-}
-
-/// `--dtype` or the best the device supports: bf16, else f16, else f32.
-pub fn pick_dtype(client: &optimized::Client, dtype: Option<&str>) -> Result<optimized::Dtype> {
-    use optimized::Dtype;
-    match dtype {
-        Some(s) => s.parse::<Dtype>().map_err(CliError::Usage),
-        None if Dtype::BF16.supported(client) => Ok(Dtype::BF16),
-        // wgpu adapters with shader-f16 (Vulkan on NVIDIA / AMD, Metal) have no bf16: half the
-        // bytes of f32 per weight, f32 accumulation as everywhere.
-        None if Dtype::F16.supported(client) => Ok(Dtype::F16),
-        None => Ok(Dtype::F32),
-    }
-}
-
-/// The GPU runtime for `device`, or `None` for the CPU reference.
-pub fn resolve(device: Device) -> Option<optimized::Backend> {
-    use optimized::Backend;
-    match device {
-        Device::Cpu => None,
-        Device::Cuda => Some(Backend::Cuda),
-        Device::Wgpu => Some(Backend::Wgpu),
-        Device::Auto => {
-            if optimized::client(Backend::Cuda).is_ok() {
-                return Some(Backend::Cuda);
-            }
-            // A software adapter (lavapipe/llvmpipe) is slower than the CPU reference.
-            match optimized::client(Backend::Wgpu) {
-                Ok(c) => {
-                    let name = optimized::device_info(&c).name.to_lowercase();
-                    (!(name.contains("llvmpipe") || name.contains("lavapipe"))).then_some(Backend::Wgpu)
-                }
-                Err(_) => None,
-            }
-        }
-    }
-}
-
-/// Parse `--ids 1,2,3`.
-pub fn parse_ids(s: &str) -> Result<Vec<u32>> {
-    s.split(',')
-        .map(|x| x.trim())
-        .filter(|x| !x.is_empty())
-        .map(|x| x.parse::<u32>().map_err(|_| CliError::Usage(format!("--ids: `{x}` is not a token id"))))
-        .collect()
 }

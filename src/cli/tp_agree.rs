@@ -74,10 +74,15 @@ pub struct Position {
 
 /// `a` (TP 1's logits) against `b` (the sharded model's) at one position.
 pub fn compare(a: &[f32], b: &[f32]) -> Position {
-    let max_abs = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0f32, |m, d| if d.is_nan() || m.is_nan() { f32::NAN } else { m.max(d) });
+    let max_abs = nan_max(a.iter().zip(b).map(|(x, y)| (x - y).abs()));
     let top = argmax(a) as usize;
     let second = a.iter().enumerate().filter(|&(i, _)| i != top).map(|(_, &x)| x).fold(f32::NEG_INFINITY, f32::max);
     Position { max_abs, agree: argmax(b) as usize == top, margin: a.get(top).map_or(0.0, |&t| t - second) }
+}
+
+/// The largest of `v` (0 when empty), NaN where any is: a NaN is never hidden by `max`.
+fn nan_max(v: impl Iterator<Item = f32>) -> f32 {
+    v.fold(0.0f32, |m, d| if d.is_nan() || m.is_nan() { f32::NAN } else { m.max(d) })
 }
 
 /// One prompt's figures: its positions (the prompt's, then the continuation's) and the
@@ -154,9 +159,7 @@ pub fn run(a: TpAgreeArgs) -> Result<()> {
     let mut sharded = super::tensor_parallel::sharded(&mut opened, tp, device, dtype, need, None)?;
     let base_kv = match &a.baseline_kv_dtype {
         Some(d) => {
-            // The baseline's pools: the same parse as --kv-dtype's.
-            let args = super::ModelArgs { kv_dtype: Some(d.clone()), ..a.model.clone() };
-            opened.kernels.kv = args.kernel_config()?.kv;
+            opened.kernels.kv = super::source::kv_dtype(d)?;
             format!(", KV {d}")
         }
         None => String::new(),
@@ -227,7 +230,7 @@ struct Summary {
 impl Summary {
     fn of(p: &[Position]) -> Summary {
         let agree = p.iter().filter(|x| x.agree).count();
-        let max_abs = p.iter().map(|x| x.max_abs).fold(0.0f32, |m, d| if d.is_nan() || m.is_nan() { f32::NAN } else { m.max(d) });
+        let max_abs = nan_max(p.iter().map(|x| x.max_abs));
         let worst_margin = p.iter().filter(|x| !x.agree).map(|x| x.margin).reduce(f32::max);
         Summary { positions: p.len(), top1: 100.0 * agree as f64 / p.len().max(1) as f64, max_abs, worst_margin }
     }

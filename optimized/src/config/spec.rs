@@ -203,15 +203,7 @@ impl KernelConfig {
                         _ => return Err(no()),
                     }
                 }
-                "kv" => {
-                    k.kv = match val {
-                        "auto" => None,
-                        "f16" => Some(crate::Dtype::F16),
-                        "f32" => Some(crate::Dtype::F32),
-                        "e4m3" | "fp8" => Some(crate::Dtype::E4M3),
-                        _ => return Err(no()),
-                    }
-                }
+                "kv" => k.kv = super::KernelConfig::kv_of(val).ok_or_else(no)?,
                 _ => return Err(bad(part, "has an unknown key")),
             }
         }

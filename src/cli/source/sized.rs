@@ -60,12 +60,8 @@ pub fn gpu_runner(m: optimized::model::GpuModel, size: KvSize, wp: WindowPools) 
             eprintln!("  KV pools allocated: {:.2} GB in use, {:.2} GB free", gb(used), gb(free));
             // The recordings' arena is allocated already (it stays with the model's client).
             let arena = r.model.client.arena().stats().bytes;
-            if let Some(need) = kv_pool::headroom_short(m, free, arena) {
-                eprintln!(
-                    "  warning: the decode graphs and the worst step measured {:.2} GB; {:.2} GB are free: steps may run out of memory (lower --gpu-memory-utilization or --max-seqs, or set --kv-tokens)",
-                    gb(need),
-                    gb(free)
-                );
+            if let Some(w) = kv_pool::headroom_warning(m, free, arena) {
+                eprintln!("  warning: {w}");
             }
         }
     }

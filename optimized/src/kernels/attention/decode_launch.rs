@@ -26,19 +26,30 @@ fn shared_bytes(g: usize, d: usize, chunk: usize, units: usize, nv: usize) -> us
     4 * (g * d + 2 * g * chunk + units * g * nv + chunk + g)
 }
 
+/// Units of a decode cube for head dim `d`.
+fn units_for(d: usize) -> usize {
+    128usize.max(d.next_power_of_two())
+}
+
+/// `chunk` halved (not below 32) until a cube's shared memory fits 48 KB or the device's
+/// less (more would cut the blocks an SM holds at once).
+fn fit_chunk(client: &Client, g: usize, d: usize, units: usize, nv: usize, mut chunk: usize) -> usize {
+    let cap = client.properties().hardware.max_shared_memory_size.min(48 << 10);
+    while chunk > 32 && shared_bytes(g, d, chunk, units, nv) > cap {
+        chunk /= 2;
+    }
+    chunk
+}
+
 /// The longest sequence [`flash_decode`] takes for `h` query heads over `hkv` KV heads of
 /// width `d` on `client`'s device: the combine takes at most as many splits as a chunk holds
 /// keys, and the shared memory caps the chunk (GPT-OSS's 8 heads a KV head of 64 in 48 KB:
 /// chunks of 256, so 65,536 positions; lavapipe's 32 KB: 128, so 16,384). 0 where no chunk
 /// fits.
 pub fn max_decode_len(client: &Client, h: usize, hkv: usize, d: usize) -> usize {
-    let hw = &client.properties().hardware;
-    let (g, units, nv) = (h / hkv.max(1), 128usize.max(d.next_power_of_two()), crate::kernels::vector_size_for(client, d));
-    let mut chunk = 512;
-    while chunk > 32 && shared_bytes(g, d, chunk, units, nv) > hw.max_shared_memory_size.min(48 << 10) {
-        chunk /= 2;
-    }
-    match shared_bytes(g, d, chunk, units, nv) <= hw.max_shared_memory_size {
+    let (g, units, nv) = (h / hkv.max(1), units_for(d), crate::kernels::vector_size_for(client, d));
+    let chunk = fit_chunk(client, g, d, units, nv, 512);
+    match shared_bytes(g, d, chunk, units, nv) <= client.properties().hardware.max_shared_memory_size {
         true => chunk * chunk,
         false => 0,
     }
@@ -159,7 +170,7 @@ pub fn flash_decode_tuned(
     let g = h / hkv;
     let hw = &client.properties().hardware;
     let max_units = hw.max_units_per_cube.min(hw.max_cube_dim.0) as usize;
-    let units = 128usize.max(d.next_power_of_two());
+    let units = units_for(d);
     if units > max_units {
         return Err(Error::Unsupported(format!("flash_decode: head dim {d} needs {units} units per cube, the device allows {max_units}")));
     }
@@ -167,13 +178,11 @@ pub fn flash_decode_tuned(
     // past a sequence's length see no key and drop out of the combine).
     let max_len = tables.grid_len().max(1);
     let sms = hw.num_streaming_multiprocessors.unwrap_or(8) as usize;
-    let mut chunk = chunk.map_or_else(|| chunk_for(max_len, bsz, hkv, sms), |c| c.next_power_of_two().clamp(32, 512));
+    let chunk = chunk.map_or_else(|| chunk_for(max_len, bsz, hkv, sms), |c| c.next_power_of_two().clamp(32, 512));
     // Vectors of 4 (or 2, 1) floats along D for the K/V loads.
     let nv = crate::kernels::vector_size_for(client, d);
     let shared = |chunk: usize| shared_bytes(g, d, chunk, units, nv);
-    while chunk > 32 && shared(chunk) > hw.max_shared_memory_size.min(48 << 10) {
-        chunk /= 2;
-    }
+    let chunk = fit_chunk(client, g, d, units, nv, chunk);
     if shared(chunk) > hw.max_shared_memory_size {
         return Err(Error::Unsupported(format!("flash_decode: {g} heads per KV head × D {d} need {} B of shared memory", shared(chunk))));
     }

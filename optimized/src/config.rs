@@ -35,8 +35,11 @@
 //!   16-bit models where the device has them (`kernels::moe::gemv_tc`), else v2
 //!   (`kernels::moe::gemv`);
 //! - `moe-route=v3|v2` — GPT-OSS's fused router of a decode step (`kernels::moe::route`);
-//! - `moe-gemm=v3|v3-always|v2|v1` — GPT-OSS's grouped expert GEMMs of many tokens: v3 on
-//!   Hopper's warpgroup MMAs where the pairs average `moe::WG_MIN_PAIRS` an expert or more
+//! - `moe-gemm=v4|v4-always|v3|v3-always|v2|v1` — GPT-OSS's grouped expert GEMMs of many
+//!   tokens: v4 (the default) runs v3's choice and, where the pairs average at most
+//!   `moe::CHUNK_MAX_PAIRS` an expert, moe gemv v3's tensor-core body over chunks of 8 sorted
+//!   pairs (`kernels::moe::gemv_tc`; `v4-always`: at every step); v3 on Hopper's warpgroup
+//!   MMAs where the pairs average `moe::WG_MIN_PAIRS` an expert or more
 //!   (`kernels::moe::gemm_wg`; `v3-always`: at every step), v2 on the tensor cores where the
 //!   device has them (`kernels::moe::gemm_tc`), or v1 on the CUDA cores;
 //! - `moe-tile=WM.WN.TM.TN.S[p]|auto` — moe gemm v2's tile (warps, MMA tiles a warp, stages,
@@ -250,7 +253,7 @@ impl Default for KernelConfig {
             draw: DrawLaunch::Split,
             moe_gemv: MoeGemv::V3,
             moe_route: RouteVersion::V3,
-            moe_gemm: MoeGemm::V3,
+            moe_gemm: MoeGemm::V4,
             moe_tile: None,
             gemv_rows: GEMV_ROWS_DEFAULT,
             gemv_rows_auto: true,

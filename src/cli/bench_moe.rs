@@ -194,6 +194,14 @@ fn gemms(client: &Client, w: &MoeWeights, reps: usize) -> Result<()> {
             line(&name("gate|up"), 2 * F, C, eager(&cfg, &mut |c| moe::moe_gemm_glu_into(c, &h, &sorted, &routes, gu, 7.0, 1.702, &a, Some(m)))?);
             line(&name("down"), C, F, eager(&cfg, &mut |c| moe::moe_gemm_down_into(c, &a, &sorted, &routes, dn, &y, Some(m)))?);
         }
+        // moe gemm v4 (moe gemv v3's body over chunks of 8 sorted pairs).
+        if moe::gemv_tc::require(client, TcMode::Tensor, C.max(F)).is_ok() {
+            let sorted = moe::sort_by_expert(client, &routes, E, moe::gemv_tc::CHUNK)?;
+            let v4 = moe::GemmKernel::Chunks(TcMode::Tensor);
+            let d = KernelConfig::default();
+            line("v4 gate|up", 2 * F, C, eager(&d, &mut |c| moe::moe_gemm_glu_into(c, &h, &sorted, &routes, gu, 7.0, 1.702, &a, v4))?);
+            line("v4 down", C, F, eager(&d, &mut |c| moe::moe_gemm_down_into(c, &a, &sorted, &routes, dn, &y, v4))?);
+        }
         // moe gemm v3 (warpgroup MMAs) where the device has them.
         if let Err(why) = moe::gemm_wg::require(client) {
             println!("{t:>6} moe gemm v3 not timed: {why}");
@@ -206,7 +214,13 @@ fn gemms(client: &Client, w: &MoeWeights, reps: usize) -> Result<()> {
         line("v3 down", C, F, eager(&v3, &mut |c| moe::moe_gemm_down_into(c, &a, &sorted, &routes, dn, &y, wg))?);
         // The whole block (route, sort, both GEMMs, combine) under each choice.
         let x = DeviceTensor::from_f32(client, &vec![0.0; t * C], &[t, C])?;
-        for (name, moe_gemm) in [("moe_into v2", MoeGemm::V2), ("moe_into v3-always", MoeGemm::V3Always), ("moe_into v3 (default)", MoeGemm::V3)] {
+        for (name, moe_gemm) in [
+            ("moe_into v2", MoeGemm::V2),
+            ("moe_into v3-always", MoeGemm::V3Always),
+            ("moe_into v3", MoeGemm::V3),
+            ("moe_into v4-always", MoeGemm::V4Always),
+            ("moe_into v4 (default)", MoeGemm::V4),
+        ] {
             let cfg = KernelConfig { moe_gemm, ..KernelConfig::default() };
             line(name, 3 * F, C, eager(&cfg, &mut |c| moe::moe_into(c, &h, w, &x, moe::MoePath::Gemm).map(|_| ()))?);
         }

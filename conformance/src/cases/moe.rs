@@ -51,6 +51,9 @@ pub struct MoeCase {
     /// The GEMM path on moe gemm v3 (warpgroup MMAs, pairs sorted in 128-row tiles) instead
     /// of v2 (with `tc: Some(Tensor)`: it rounds the same way).
     pub wg: bool,
+    /// The GEMM path on moe gemm v4 (moe gemv v3's body over chunks of 8 sorted pairs) in
+    /// `tc`'s mode instead of v2 (it rounds the same way).
+    pub chunks: bool,
 }
 
 const LIMIT: f32 = 7.0;
@@ -191,6 +194,7 @@ impl MoeCase {
             moe::gemm_wg::require(client)?;
         }
         let e = match self.path {
+            MoePath::Gemm if self.chunks => moe::gemv_tc::require(client, mode, self.c.max(self.f))?,
             MoePath::Gemm => gemm_tc::require(client, mode, self.c.max(self.f))?,
             _ => moe::gemv_tc::require(client, mode, self.c.max(self.f))?,
         };
@@ -263,10 +267,15 @@ impl MoeCase {
         // moe gemm v2 sorts into its tile's rows (16 or 64 by the pairs per expert).
         let bm = match self.tc {
             _ if self.wg => moe::gemm_wg::BM,
+            Some(_) if self.chunks => moe::gemv_tc::CHUNK,
             Some(mode) => gemm_tc::MoeTc::pick(mode, self.t * self.k, self.e, client.kernels().moe_tile).bm(),
             None => BM,
         };
-        let kernel = if self.wg { moe::GemmKernel::Wg } else { self.tc.into() };
+        let kernel = match self.tc {
+            _ if self.wg => moe::GemmKernel::Wg,
+            Some(mode) if self.chunks => moe::GemmKernel::Chunks(mode),
+            tc => tc.into(),
+        };
         let sorted = moe::sort_by_expert(client, routes, self.e, bm).map_err(dev)?;
         let ids: Vec<usize> = want.routes.iter().flatten().map(|&(e, _)| e).collect();
         let p = ids.len();
@@ -373,7 +382,9 @@ impl Case for MoeCase {
         };
         let tc = match self.tc {
             Some(TcMode::Tensor) if self.wg => ",wg",
+            Some(TcMode::Tensor) if self.chunks => ",chunks",
             Some(TcMode::Tensor) => ",tc",
+            Some(TcMode::Emulated) if self.chunks => ",chunks-emu",
             Some(TcMode::Emulated) => ",tc-emu",
             None => "",
         };
@@ -474,14 +485,14 @@ pub fn cases() -> Vec<Box<dyn Case>> {
         }
     }
     let mut add = |t, c, f, e, k, routing, path| {
-        v.push(Box::new(MoeCase { t, c, f, e, k, routing, path, gemv: MoeGemv::V2, tc: None, wg: false }) as Box<dyn Case>);
+        v.push(Box::new(MoeCase { t, c, f, e, k, routing, path, gemv: MoeGemv::V2, tc: None, wg: false, chunks: false }) as Box<dyn Case>);
         if path == MoePath::Gemv || t <= moe::GEMV_MAX_T {
-            v.push(Box::new(MoeCase { t, c, f, e, k, routing, path, gemv: MoeGemv::V1, tc: None, wg: false }) as Box<dyn Case>);
+            v.push(Box::new(MoeCase { t, c, f, e, k, routing, path, gemv: MoeGemv::V1, tc: None, wg: false, chunks: false }) as Box<dyn Case>);
         }
         if path == MoePath::Gemm {
-            v.push(Box::new(MoeCase { t, c, f, e, k, routing, path, gemv: MoeGemv::V2, tc: Some(TcMode::Tensor), wg: false }) as Box<dyn Case>);
+            v.push(Box::new(MoeCase { t, c, f, e, k, routing, path, gemv: MoeGemv::V2, tc: Some(TcMode::Tensor), wg: false, chunks: false }) as Box<dyn Case>);
         } else {
-            v.push(Box::new(MoeCase { t, c, f, e, k, routing, path, gemv: MoeGemv::V3, tc: Some(TcMode::Tensor), wg: false }) as Box<dyn Case>);
+            v.push(Box::new(MoeCase { t, c, f, e, k, routing, path, gemv: MoeGemv::V3, tc: Some(TcMode::Tensor), wg: false, chunks: false }) as Box<dyn Case>);
         }
     };
     use MoePath::{Gemm, Gemv};
@@ -509,7 +520,7 @@ pub fn cases() -> Vec<Box<dyn Case>> {
     // costs seconds a case on lavapipe): a tile edge inside an MXFP4 k-block pair (F = 160)
     // and odd N, and segments past one tile.
     for (t, c, f, e, k, routing) in [(9, 96, 160, 8, 4, Random), (130, 96, 64, 6, 2, Skewed)] {
-        v.push(Box::new(MoeCase { t, c, f, e, k, routing, path: Gemm, gemv: MoeGemv::V2, tc: Some(TcMode::Emulated), wg: false }));
+        v.push(Box::new(MoeCase { t, c, f, e, k, routing, path: Gemm, gemv: MoeGemv::V2, tc: Some(TcMode::Emulated), wg: false, chunks: false }));
     }
     // moe gemm v3 (warpgroup MMAs: sm_90 only, skipped elsewhere): segments of several 128-row
     // tiles with a partial last one (skewed), experts without a pair, K past whole 64-value
@@ -522,7 +533,7 @@ pub fn cases() -> Vec<Box<dyn Case>> {
         (20, 64, 64, 6, 3, Ties),
         (100, 2880, 2880, 4, 4, Random),
     ] {
-        v.push(Box::new(MoeCase { t, c, f, e, k, routing, path: Gemm, gemv: MoeGemv::V2, tc: Some(TcMode::Tensor), wg: true }));
+        v.push(Box::new(MoeCase { t, c, f, e, k, routing, path: Gemm, gemv: MoeGemv::V2, tc: Some(TcMode::Tensor), wg: true, chunks: false }));
     }
     // moe gemv v3's indexing without tensor cores (8 warps a tile here: the sums meet in
     // shared memory). One small case: an emulated MMA costs a barrier per 256 products.
@@ -537,7 +548,27 @@ pub fn cases() -> Vec<Box<dyn Case>> {
         gemv: MoeGemv::V3,
         tc: Some(TcMode::Emulated),
         wg: false,
+        chunks: false,
     }));
+    // moe gemm v4 (chunks of 8 sorted pairs on moe gemv v3's body): segments of many chunks
+    // with a partial last one (skewed), experts without a pair, odd block counts (C = 96: 3
+    // blocks; F = 160: 5) and rows not a multiple of 16, ties, GPT-OSS's width; the first two
+    // also emulated (lavapipe checks the indexing).
+    for (t, c, f, e, k, routing) in [
+        (9, 96, 160, 8, 4, Random),
+        (130, 96, 64, 6, 2, Skewed),
+        (40, 64, 96, 32, 4, Random),
+        (20, 64, 64, 6, 3, Ties),
+        (100, 2880, 2880, 4, 4, Random),
+        (64, 2880, 2880, 32, 4, Random),
+    ] {
+        for mode in [TcMode::Tensor, TcMode::Emulated] {
+            if mode == TcMode::Emulated && t * c > 130 * 96 {
+                continue;
+            }
+            v.push(Box::new(MoeCase { t, c, f, e, k, routing, path: Gemm, gemv: MoeGemv::V2, tc: Some(mode), wg: false, chunks: true }));
+        }
+    }
     v.extend(dense::cases());
     v
 }

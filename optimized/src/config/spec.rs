@@ -164,6 +164,8 @@ impl KernelConfig {
                         "v2" => MoeGemm::V2,
                         "v3" => MoeGemm::V3,
                         "v3-always" => MoeGemm::V3Always,
+                        "v4" => MoeGemm::V4,
+                        "v4-always" => MoeGemm::V4Always,
                         _ => return Err(no()),
                     }
                 }
@@ -266,6 +268,8 @@ impl KernelConfig {
                 MoeGemm::V2 => "v2",
                 MoeGemm::V3 => "v3",
                 MoeGemm::V3Always => "v3-always",
+                MoeGemm::V4 => "v4",
+                MoeGemm::V4Always => "v4-always",
             };
             parts.push(format!("moe-gemm={v}"));
         }

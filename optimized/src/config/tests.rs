@@ -21,6 +21,8 @@ fn specs_round_trip() {
         "moe-gemv=v1",
         "moe-route=v2,moe-gemv=v1",
         "moe-gemm=v1",
+        "moe-gemm=v3",
+        "moe-gemm=v4-always",
         "moe-tile=1.8.1.2.4",
         "moe-tile=2.4.2.4.3p",
         "mma=1.4.0.16",

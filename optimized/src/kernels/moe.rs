@@ -64,6 +64,10 @@
 //!   the blocks decoded two values a register into the B tile; v1's epilogues. H200,
 //!   gpt-oss-20b, one layer's gate|up + down: 417 µs at 64 tokens (v1 4,767), 983 µs at 512
 //!   (v1 7,219) — the journal.
+//! - moe gemm v4 ([`gemv_tc`]'s `chunk` switch, the default where the pairs average at most
+//!   [`CHUNK_MAX_PAIRS`] an expert on a device with `mma.sync`; `moe-gemm=v3` keeps v2 there):
+//!   moe gemv v3's body over chunks of 8 sorted pairs of one expert, B's 8 columns 8 pairs —
+//!   each MXFP4 block decoded once for 8 pairs, straight into the A fragments.
 //! - moe gemv d1 ([`gemv_dense`], decode over stored-value experts): v1's grouped structure
 //!   with each lane's W vectors of its rows loaded together, widened to f32; down by pairs,
 //!   then combine v1. CUDA cores.
@@ -461,11 +465,18 @@ pub enum MoeGemm {
     V2,
     /// moe gemm v3 (warpgroup MMAs, `gemm_wg`) for MXFP4 experts where the pairs average at
     /// least [`WG_MIN_PAIRS`] per expert and the device has `wgmma`, else v2.
-    #[default]
     V3,
     /// moe gemm v3 for MXFP4 experts at every step where the device has `wgmma` (tests,
     /// benchmarks), else v2.
     V3Always,
+    /// v3's choice, and moe gemm v4 (moe gemv v3's tensor-core body over chunks of
+    /// [`gemv_tc::CHUNK`] sorted pairs, `gemv_tc`) for MXFP4 experts where the pairs average at
+    /// most [`CHUNK_MAX_PAIRS`] per expert and the device has `mma.sync`.
+    #[default]
+    V4,
+    /// moe gemm v4 for MXFP4 experts at every step where the device has `mma.sync` (tests,
+    /// benchmarks), else v2.
+    V4Always,
 }
 
 /// moe gemm v3 runs where the pairs of a step average at least this many per expert
@@ -477,11 +488,31 @@ pub const WG_MIN_PAIRS: usize = 32;
 /// Whether the GEMM path runs moe gemm v3 for `w` over `pairs` pairs on `client`'s device now.
 pub fn gemm_on_wgmma(client: &Client, w: &MoeWeights, pairs: usize) -> bool {
     let wanted = match client.kernels().moe_gemm {
-        MoeGemm::V3 => pairs >= WG_MIN_PAIRS * w.gate_up.n_experts().max(1),
+        MoeGemm::V3 | MoeGemm::V4 => pairs >= WG_MIN_PAIRS * w.gate_up.n_experts().max(1),
         MoeGemm::V3Always => true,
-        MoeGemm::V1 | MoeGemm::V2 => false,
+        MoeGemm::V1 | MoeGemm::V2 | MoeGemm::V4Always => false,
     };
     wanted && w.tc && matches!(w.gate_up, Experts::Mxfp4(_)) && gemm_wg::require(client).is_ok()
+}
+
+/// moe gemm v4 runs where the pairs of a step average at most this many per expert
+/// (`MoeGemm::V4`): each chunk of [`gemv_tc::CHUNK`] reads its expert's weights once, so an
+/// expert of 16 pairs is read twice where moe gemm v2's 16-row tile reads it once, decoding
+/// the MXFP4 blocks into shared memory at ~1 TB/s of experts (the journal).
+pub const CHUNK_MAX_PAIRS: usize = 16;
+
+/// Whether the GEMM path runs moe gemm v4 for `w` over `pairs` pairs on `client`'s device now
+/// (after [`gemm_on_wgmma`]): MXFP4 experts of a 16-bit model, moe gemv v3's instructions.
+pub fn gemm_on_chunks(client: &Client, w: &MoeWeights, pairs: usize) -> bool {
+    let wanted = match client.kernels().moe_gemm {
+        MoeGemm::V4 => pairs <= CHUNK_MAX_PAIRS * w.gate_up.n_experts().max(1),
+        MoeGemm::V4Always => true,
+        MoeGemm::V1 | MoeGemm::V2 | MoeGemm::V3 | MoeGemm::V3Always => false,
+    };
+    wanted
+        && w.tc
+        && matches!(w.gate_up, Experts::Mxfp4(_))
+        && gemv_tc::require(client, TcMode::Tensor, w.gate_up.in_dim().max(w.down.in_dim())).is_ok()
 }
 
 /// Whether the GEMM path runs moe gemm v2 (tensor cores) for `w` on `client`'s device now:
@@ -567,8 +598,11 @@ pub fn experts_into(client: &Client, h: &DeviceTensor, w: &MoeWeights, routes: &
         let a = gemv::moe_gemv_glu(client, h, routes, gu, w.limit, w.alpha)?;
         gemv::moe_gemv_down_into(client, &a, routes, dn, x)?;
     } else {
-        let (kernel, bm) = if gemm_on_wgmma(client, w, routes.tokens * routes.k) {
+        let pairs = routes.tokens * routes.k;
+        let (kernel, bm) = if gemm_on_wgmma(client, w, pairs) {
             (GemmKernel::Wg, gemm_wg::BM)
+        } else if gemm_on_chunks(client, w, pairs) {
+            (GemmKernel::Chunks(TcMode::Tensor), gemv_tc::CHUNK)
         } else {
             let tc = gemm_on_tensor_cores(client, w).then_some(TcMode::Tensor);
             (tc.into(), gemm_rows(client, tc, routes, gu.n_experts))

@@ -246,6 +246,9 @@ pub enum GemmKernel {
     Tc(TcMode),
     /// moe gemm v3: tc v3's warpgroup MMAs ([`super::gemm_wg`]; pairs sorted in 128-row tiles).
     Wg,
+    /// moe gemm v4: moe gemv v3's tensor-core body over chunks of a few pairs of one expert
+    /// ([`super::gemv_tc`]; pairs sorted in chunks of [`super::gemv_tc::CHUNK`]).
+    Chunks(TcMode),
 }
 
 impl From<Option<TcMode>> for GemmKernel {
@@ -272,6 +275,7 @@ fn launch(
     let Some(max_tiles) = max_tiles(op, sorted, w.n_experts)? else { return Ok(()) };
     match kernel {
         GemmKernel::Wg => super::gemm_wg::launch(client, op, x, sorted, routes, w, y, limit, alpha, glu, max_tiles),
+        GemmKernel::Chunks(mode) => super::gemv_tc::launch_chunks(client, op, x, sorted, routes, w, y, limit, alpha, glu, mode, max_tiles),
         GemmKernel::Tc(mode) => {
             let w = super::gemm_tc::TcExperts::Mxfp4(w);
             super::gemm_tc::launch(client, op, x, sorted, routes, w, y, limit, alpha, MoeAct::ClampedSwiglu, glu, mode, max_tiles)

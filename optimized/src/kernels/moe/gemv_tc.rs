@@ -22,22 +22,35 @@
 //! groups j ≡ s mod split) where the tiles alone would leave the machine idle; their sums
 //! meet in shared memory in warp order (deterministic). Each warp keeps [`DEPTH`] groups of
 //! loads in flight (register stages, refilled as each is consumed).
+//!
+//! moe gemm v4 (`chunk`; `moe-gemm=v4`, the default where the pairs of a step average at most
+//! `moe::CHUNK_MAX_PAIRS` an expert): the same body over the pairs sorted by expert in chunks
+//! of [`CHUNK`] = 8 — B's 8 columns are 8 pairs of one expert instead of 8 copies of one x,
+//! so each W block decoded feeds 8 pairs (moe gemm v2's 16-row tiles decode W into shared
+//! memory for a tile half empty at 8 pairs an expert; the batched steps of GPT-OSS-120B give
+//! its 128 experts 2–8 pairs each). A cube holds one chunk: its x rows staged as above with a
+//! row stride of `8·⌈quads / 8⌉ + 2` 16-byte units (columns g and g + 1 of a quarter warp in
+//! the other four bank groups), its outputs in sorted order as moe gemm v2 writes them
+//! (combine v1 after); cubes past the sort's count of chunks return at once.
+
+mod launch;
 
 use cubecl::prelude::*;
-use cubecl::server::CubeCountSelection;
 
-use super::gemv::check_x;
-use super::{clamped_swiglu, Mxfp4Experts, Routes};
-use crate::kernels::matmul::tc::{self, TcMode};
+use super::clamped_swiglu;
 use crate::kernels::matmul::tc_kernel::{mma, pair, EMU_SCRATCH};
 use crate::kernels::pdl::await_predecessor;
 use crate::kernels::qmatmul::v1::{e2m1, e8m0_in};
-use crate::{Client, DeviceTensor, Dtype, Error};
+
+pub(crate) use launch::launch_chunks;
+pub use launch::{moe_gemv_down_tc_into, moe_gemv_down_tc_pairs, moe_gemv_glu_tc_into, require};
 
 type V2<E> = Vector<E, Const<2>>;
 
 /// Warps per cube.
 const WARPS: usize = 8;
+/// Pairs of one expert a chunk holds (moe gemm v4): the MMA's n8 columns.
+pub const CHUNK: usize = 8;
 /// Chunk groups a warp has in flight.
 pub const DEPTH: usize = 3;
 /// Independent accumulators a warp cycles its MMAs through.
@@ -99,6 +112,13 @@ fn build_table<E: Float>(lut: &mut [u32], lutf: &mut [f32], tid: usize, lane: us
 /// clamped_swiglu(gate_j + bg_j, up_j + bu_j)` (`[P, out / 2]`); down: x `[P, in]`, `y[item, r] =
 /// (W_e x_item + b_e)[r]` (`[P, out]`, written; the caller combines).
 ///
+/// `chunk` (moe gemm v4, module doc): an item is a chunk of up to [`CHUNK`] pairs of one
+/// expert's sorted segment (`offsets`, `tile_offsets`, `sorted` of the sort in chunks of
+/// [`CHUNK`] rows), B's column n the chunk's pair n; x and y rows in sorted order as moe gemm
+/// v2 reads and writes them (gate|up reads token `sorted[s] / K`); `n_items` the grid's bound,
+/// the sort's count of chunks read on the device (cubes past it return at once); a cube holds
+/// the warps of one chunk only.
+///
 /// Programmatic dependent launch (`pdl`): with `table_early` the byte table is built before
 /// the wait (gate|up: its ids come from the kernel right before, the router); with
 /// `ids_early` the ids, the first groups' weights and the table all come before it (down: the
@@ -108,6 +128,9 @@ fn build_table<E: Float>(lut: &mut [u32], lutf: &mut [f32], tid: usize, lane: us
 pub fn moe_gemv_tc<E: Float, N: Size>(
     x: &[Vector<f32, N>],
     ids: &[u32],
+    offsets: &[u32],
+    tile_offsets: &[u32],
+    sorted: &[u32],
     w: &[Vector<u32, N>],
     scales: &[u32],
     bias: &[f32],
@@ -115,6 +138,7 @@ pub fn moe_gemv_tc<E: Float, N: Size>(
     n_out: u32,
     k_used: u32,
     n_items: u32,
+    n_exp: u32,
     limit: f32,
     alpha: f32,
     #[comptime] n_in: usize,
@@ -125,12 +149,12 @@ pub fn moe_gemv_tc<E: Float, N: Size>(
     #[comptime] pdl: bool,
     #[comptime] table_early: bool,
     #[comptime] ids_early: bool,
+    #[comptime] chunk: bool,
 ) {
     let lane = UNIT_POS_X as usize;
     let wi = UNIT_POS_Y as usize;
     let tid = wi * 32 + lane;
     let n_out = n_out as usize;
-    let n_items = n_items as usize;
     let cpr = comptime!(n_in / 32);
     let ng = comptime!(n_in.div_ceil(128));
     // Emulated: one stage (a shader of 32 inlined MMA emulations takes minutes to compile
@@ -140,17 +164,11 @@ pub fn moe_gemv_tc<E: Float, N: Size>(
     let rounds = comptime!(per.div_ceil(depth));
     let tpc = comptime!(WARPS / split);
     let quads = comptime!(n_in / 8);
+    // Rows of staged x (16-byte units): chunks pad theirs so that the 8 columns' loads of a
+    // quarter warp fall in distinct bank groups (module doc).
+    let xstride = comptime!(if chunk { quads.next_multiple_of(8) + 2 } else { quads });
+    let cols = comptime!(if chunk { CHUNK } else { 1usize });
     let rb = n_out.div_ceil(16);
-    let tiles = n_items * rb;
-    let t0 = CUBE_POS * tpc;
-    let item0 = t0 / rb;
-    // This warp's tile (past the last: the last again, not stored; every warp runs the same
-    // loop, as the emulated MMA's barriers need).
-    let tile_raw = t0 + wi / split;
-    let tile = min(tile_raw, tiles - 1);
-    let item = tile / rb;
-    let r0 = (tile % rb) * 16;
-    let s = wi % split;
     // The lane's copy of the table (the lane itself on the tensor cores: `lane % 32` would
     // cost a mask per lookup).
     let copy = select(emu, 0usize, lane);
@@ -160,334 +178,276 @@ pub fn moe_gemv_tc<E: Float, N: Size>(
         build_table::<E>(&mut lut, &mut lutf, tid, lane, emu);
     }
     await_predecessor(comptime!(pdl && !ids_early));
-    let e = ids[item] as usize;
-    let g = lane / 4;
-    let q = lane % 4;
-    let base_a = (e * n_out + min(r0 + g, n_out - 1)) * cpr;
-    let base_b = (e * n_out + min(r0 + g + 8, n_out - 1)) * cpr;
-
-    // The first groups' loads go out before the table and x are staged.
-    let mut wa = Array::<Vector<u32, N>>::new(depth);
-    let mut wb = Array::<Vector<u32, N>>::new(depth);
-    let mut sa = Array::<u32>::new(depth);
-    let mut sb = Array::<u32>::new(depth);
-    #[unroll]
-    for d in 0..depth {
-        let (va, vb, s_a, s_b) = load_group(w, scales, base_a, base_b, min(4 * (s + d * split) + q, cpr - 1));
-        wa[d] = va;
-        wb[d] = vb;
-        sa[d] = s_a;
-        sb[d] = s_b;
+    // This warp's tile (item, 16-row block): pairs take `tpc` consecutive tiles a cube (past
+    // the last: the last again, not stored; every warp runs the same loop, as the emulated
+    // MMA's barriers need); chunks take ⌈rb / tpc⌉ cubes each.
+    let cpi = rb.div_ceil(tpc);
+    let mut items = n_items as usize;
+    let mut item0 = (CUBE_POS * tpc) / rb;
+    let mut tile_raw = CUBE_POS * tpc + wi / split;
+    if chunk {
+        items = tile_offsets[n_exp as usize] as usize;
+        item0 = CUBE_POS / cpi;
+        tile_raw = item0 * rb + (CUBE_POS % cpi) * tpc + wi / split;
     }
-
-    if !table_early {
-        build_table::<E>(&mut lut, &mut lutf, tid, lane, emu);
-    }
-    await_predecessor(comptime!(pdl && ids_early));
-    // x of the cube's items as E pairs; quad t of block c at c·4 + (t ⊕ ((c >> 1) & 1)), so the
-    // four q units' quads (blocks 4j + q) fall in four distinct bank groups.
-    // Emulated: the rounded values as f32, in order.
-    let mut xs = Shared::<[Vector<u32, N>]>::new_slice(comptime!(if emu { 1usize } else { maxi * n_in / 8 }));
-    let mut xf = Shared::<[f32]>::new_slice(comptime!(if emu { maxi * n_in } else { 1usize }));
-    let mut i = tid;
-    while i < comptime!(maxi * n_in / 8) {
-        let slot = i / quads;
-        let qd = i % quads;
-        let it = min(item0 + slot, n_items - 1);
-        let mut xr = it;
-        if glu {
-            xr = it / k_used as usize;
+    if item0 < items {
+        let tiles = items * rb;
+        let mut stored = tile_raw < tiles;
+        let mut tile = min(tile_raw, tiles - 1);
+        if chunk {
+            stored = tile_raw < (item0 + 1) * rb;
+            tile = min(tile_raw, (item0 + 1) * rb - 1);
         }
-        let v0 = x[xr * (n_in / 4) + 2 * qd];
-        let v1 = x[xr * (n_in / 4) + 2 * qd + 1];
-        if emu {
-            #[unroll]
-            for k in 0..4usize {
-                xf[slot * n_in + 8 * qd + k] = f32::cast_from(E::cast_from(v0.extract(k)));
-                xf[slot * n_in + 8 * qd + 4 + k] = f32::cast_from(E::cast_from(v1.extract(k)));
-            }
-        } else {
-            let mut o = Vector::<u32, N>::empty();
-            o.insert(0usize, u32::reinterpret(pair::<E>(E::cast_from(v0.extract(0usize)), E::cast_from(v0.extract(1usize)))));
-            o.insert(1usize, u32::reinterpret(pair::<E>(E::cast_from(v0.extract(2usize)), E::cast_from(v0.extract(3usize)))));
-            o.insert(2usize, u32::reinterpret(pair::<E>(E::cast_from(v1.extract(0usize)), E::cast_from(v1.extract(1usize)))));
-            o.insert(3usize, u32::reinterpret(pair::<E>(E::cast_from(v1.extract(2usize)), E::cast_from(v1.extract(3usize)))));
-            let c = qd / 4;
-            xs[slot * quads + c * 4 + ((qd % 4) ^ ((c >> 1) & 1))] = o;
-        }
-        i += 32 * WARPS;
-    }
-    sync_cube();
-
-    let mut scratch = Shared::<[f32]>::new_slice(comptime!(if emu { WARPS * EMU_SCRATCH } else { 1 }));
-    let esb = wi * EMU_SCRATCH;
-    let xb = (item - item0) * quads;
-    // ACCS independent accumulator pairs: a group's 8 MMAs are not one dependent chain.
-    let mut acc = Array::<Vector<f32, Const<2>>>::new(comptime!(2 * ACCS));
-    #[unroll]
-    for a in 0..comptime!(2 * ACCS) {
-        acc[a] = Vector::<f32, Const<2>>::empty().fill(0.0f32);
-    }
-    let mut af = Array::<V2<E>>::new(4usize);
-    let mut bf = Array::<V2<E>>::new(2usize);
-    let mut r = 0usize;
-    while r < rounds {
-        #[unroll]
-        for d in 0..depth {
-            let j = s + (r * depth + d) * split;
-            let live = r * depth + d < per;
-            let c = 4 * j + q;
-            let ok = c < cpr;
-            let cc = min(c, cpr - 1);
-            let fa = factor::<E>(sa[d], base_a + cc, ok);
-            let fb = factor::<E>(sb[d], base_b + cc, ok);
-            let va = wa[d];
-            let vb = wb[d];
-            // Stages past the warps' last group (the same for every warp): no MMAs.
-            if live {
-                #[unroll]
-                for wd in 0..4usize {
-                    let xq = xs[select(emu, 0usize, xb + cc * 4 + (wd ^ ((cc >> 1) & 1)))];
-                    let word_a = va.extract(wd);
-                    let word_b = vb.extract(wd);
-                    #[unroll]
-                    for h in 0..2usize {
-                        af[0] = decode::<E>(&lut, &lutf, word_a, 2 * h, copy, fa, emu);
-                        af[1] = decode::<E>(&lut, &lutf, word_b, 2 * h, copy, fb, emu);
-                        af[2] = decode::<E>(&lut, &lutf, word_a, 2 * h + 1, copy, fa, emu);
-                        af[3] = decode::<E>(&lut, &lutf, word_b, 2 * h + 1, copy, fb, emu);
-                        if emu {
-                            let xo = (item - item0) * n_in + 32 * cc + 8 * wd + 4 * h;
-                            bf[0] = pair::<E>(E::cast_from(xf[xo]), E::cast_from(xf[xo + 1]));
-                            bf[1] = pair::<E>(E::cast_from(xf[xo + 2]), E::cast_from(xf[xo + 3]));
-                        } else {
-                            bf[0] = V2::<E>::reinterpret(xq.extract(2 * h));
-                            bf[1] = V2::<E>::reinterpret(xq.extract(2 * h + 1));
-                        }
-                        mma::<E>(&af, 0usize, &bf, 0usize, &mut acc, comptime!(2 * ((2 * wd + h) % ACCS)), &mut scratch, esb, lane, emu);
-                    }
+        let item = tile / rb;
+        let r0 = (tile % rb) * 16;
+        let s = wi % split;
+        // The tile's expert; for a chunk its first sorted row and its pairs: the largest e
+        // with tile_offsets[e] ≤ item (experts without pairs have no chunk).
+        let mut e = 0usize;
+        let mut seg0 = 0usize;
+        let mut cnt = 1usize;
+        if chunk {
+            let mut hi = n_exp as usize;
+            while hi - e > 1 {
+                let mid = (e + hi) / 2;
+                if tile_offsets[mid] as usize <= item {
+                    e = mid;
+                } else {
+                    hi = mid;
                 }
             }
-            // Refill the stage with the group `depth` ahead (past the row: its last block
-            // again). After the stage's last use, so the loads land in its own registers (a
-            // refill while the old words are live ends the round with moves that wait on it).
-            let (na, nb, s_a, s_b) = load_group(w, scales, base_a, base_b, min(4 * (j + depth * split) + q, cpr - 1));
-            wa[d] = na;
-            wb[d] = nb;
+            seg0 = offsets[e] as usize + (item - tile_offsets[e] as usize) * CHUNK;
+            cnt = min(offsets[e + 1] as usize - seg0, CHUNK);
+        } else {
+            e = ids[item] as usize;
+        }
+        let g = lane / 4;
+        let q = lane % 4;
+        let base_a = (e * n_out + min(r0 + g, n_out - 1)) * cpr;
+        let base_b = (e * n_out + min(r0 + g + 8, n_out - 1)) * cpr;
+
+        // The first groups' loads go out before the table and x are staged.
+        let mut wa = Array::<Vector<u32, N>>::new(depth);
+        let mut wb = Array::<Vector<u32, N>>::new(depth);
+        let mut sa = Array::<u32>::new(depth);
+        let mut sb = Array::<u32>::new(depth);
+        #[unroll]
+        for d in 0..depth {
+            let (va, vb, s_a, s_b) = load_group(w, scales, base_a, base_b, min(4 * (s + d * split) + q, cpr - 1));
+            wa[d] = va;
+            wb[d] = vb;
             sa[d] = s_a;
             sb[d] = s_b;
         }
-        r += 1;
-    }
 
-    // Row sums of each warp, then the tile's first warp adds its split's in warp order.
-    let mut red = Shared::<[f32]>::new_slice(comptime!(WARPS * 16));
-    if q == 0 {
-        let mut lo = acc[0].extract(0usize);
-        let mut hi = acc[1].extract(0usize);
+        if !table_early {
+            build_table::<E>(&mut lut, &mut lutf, tid, lane, emu);
+        }
+        await_predecessor(comptime!(pdl && ids_early));
+        // x of the cube's items (a chunk's: its pairs', zeros past them) as E pairs; quad t of
+        // block c at c·4 + (t ⊕ ((c >> 1) & 1)), so the four q units' quads (blocks 4j + q)
+        // fall in four distinct bank groups. Emulated: the rounded values as f32, in order.
+        let slots = comptime!(maxi * cols);
+        let mut xs = Shared::<[Vector<u32, N>]>::new_slice(comptime!(if emu { 1usize } else { slots * xstride }));
+        let mut xf = Shared::<[f32]>::new_slice(comptime!(if emu { slots * n_in } else { 1usize }));
+        let mut i = tid;
+        while i < comptime!(slots * quads) {
+            let slot = i / quads;
+            let qd = i % quads;
+            let it = min(item0 + slot, items - 1);
+            let mut xr = it;
+            let mut live = true;
+            if chunk {
+                xr = seg0 + slot;
+                live = slot < cnt;
+                if glu {
+                    xr = sorted[min(xr, seg0 + cnt - 1)] as usize;
+                }
+            }
+            if glu {
+                xr /= k_used as usize;
+            }
+            let zero = Vector::<f32, N>::empty().fill(0.0f32);
+            let mut v0 = zero;
+            let mut v1 = zero;
+            if live {
+                v0 = x[xr * (n_in / 4) + 2 * qd];
+                v1 = x[xr * (n_in / 4) + 2 * qd + 1];
+            }
+            if emu {
+                #[unroll]
+                for k in 0..4usize {
+                    xf[slot * n_in + 8 * qd + k] = f32::cast_from(E::cast_from(v0.extract(k)));
+                    xf[slot * n_in + 8 * qd + 4 + k] = f32::cast_from(E::cast_from(v1.extract(k)));
+                }
+            } else {
+                let mut o = Vector::<u32, N>::empty();
+                o.insert(0usize, u32::reinterpret(pair::<E>(E::cast_from(v0.extract(0usize)), E::cast_from(v0.extract(1usize)))));
+                o.insert(1usize, u32::reinterpret(pair::<E>(E::cast_from(v0.extract(2usize)), E::cast_from(v0.extract(3usize)))));
+                o.insert(2usize, u32::reinterpret(pair::<E>(E::cast_from(v1.extract(0usize)), E::cast_from(v1.extract(1usize)))));
+                o.insert(3usize, u32::reinterpret(pair::<E>(E::cast_from(v1.extract(2usize)), E::cast_from(v1.extract(3usize)))));
+                let c = qd / 4;
+                xs[slot * xstride + c * 4 + ((qd % 4) ^ ((c >> 1) & 1))] = o;
+            }
+            i += 32 * WARPS;
+        }
+        sync_cube();
+
+        let mut scratch = Shared::<[f32]>::new_slice(comptime!(if emu { WARPS * EMU_SCRATCH } else { 1 }));
+        let esb = wi * EMU_SCRATCH;
+        // The lane's B column: the item's x (pairs), or the chunk's pair g.
+        let mut xslot = item - item0;
+        if chunk {
+            xslot = g;
+        }
+        let xb = xslot * xstride;
+        // ACCS independent accumulator pairs: a group's 8 MMAs are not one dependent chain.
+        let mut acc = Array::<Vector<f32, Const<2>>>::new(comptime!(2 * ACCS));
+        #[unroll]
+        for a in 0..comptime!(2 * ACCS) {
+            acc[a] = Vector::<f32, Const<2>>::empty().fill(0.0f32);
+        }
+        let mut af = Array::<V2<E>>::new(4usize);
+        let mut bf = Array::<V2<E>>::new(2usize);
+        let mut r = 0usize;
+        while r < rounds {
+            #[unroll]
+            for d in 0..depth {
+                let j = s + (r * depth + d) * split;
+                let live = r * depth + d < per;
+                let c = 4 * j + q;
+                let ok = c < cpr;
+                let cc = min(c, cpr - 1);
+                let fa = factor::<E>(sa[d], base_a + cc, ok);
+                let fb = factor::<E>(sb[d], base_b + cc, ok);
+                let va = wa[d];
+                let vb = wb[d];
+                // Stages past the warps' last group (the same for every warp): no MMAs.
+                if live {
+                    #[unroll]
+                    for wd in 0..4usize {
+                        let xq = xs[select(emu, 0usize, xb + cc * 4 + (wd ^ ((cc >> 1) & 1)))];
+                        let word_a = va.extract(wd);
+                        let word_b = vb.extract(wd);
+                        #[unroll]
+                        for h in 0..2usize {
+                            af[0] = decode::<E>(&lut, &lutf, word_a, 2 * h, copy, fa, emu);
+                            af[1] = decode::<E>(&lut, &lutf, word_b, 2 * h, copy, fb, emu);
+                            af[2] = decode::<E>(&lut, &lutf, word_a, 2 * h + 1, copy, fa, emu);
+                            af[3] = decode::<E>(&lut, &lutf, word_b, 2 * h + 1, copy, fb, emu);
+                            if emu {
+                                let xo = xslot * n_in + 32 * cc + 8 * wd + 4 * h;
+                                bf[0] = pair::<E>(E::cast_from(xf[xo]), E::cast_from(xf[xo + 1]));
+                                bf[1] = pair::<E>(E::cast_from(xf[xo + 2]), E::cast_from(xf[xo + 3]));
+                            } else {
+                                bf[0] = V2::<E>::reinterpret(xq.extract(2 * h));
+                                bf[1] = V2::<E>::reinterpret(xq.extract(2 * h + 1));
+                            }
+                            mma::<E>(&af, 0usize, &bf, 0usize, &mut acc, comptime!(2 * ((2 * wd + h) % ACCS)), &mut scratch, esb, lane, emu);
+                        }
+                    }
+                }
+                // Refill the stage with the group `depth` ahead (past the row: its last block
+                // again). After the stage's last use, so the loads land in its own registers (a
+                // refill while the old words are live ends the round with moves that wait on it).
+                let (na, nb, s_a, s_b) = load_group(w, scales, base_a, base_b, min(4 * (j + depth * split) + q, cpr - 1));
+                wa[d] = na;
+                wb[d] = nb;
+                sa[d] = s_a;
+                sb[d] = s_b;
+            }
+            r += 1;
+        }
+        store(&acc, y, bias, e, r0, n_out, item, seg0, cnt, limit, alpha, wi, lane, stored && s == 0, split, glu, chunk);
+    }
+}
+
+/// The tile's sums to y: each warp's row sums (pairs: column 0 of every lane with q = 0;
+/// chunks: every column) in shared memory, then the tile's first warp (`first`) adds its
+/// split's in warp order, the bias, and for gate|up the clamped SwiGLU of each (gate, up) row
+/// pair; chunks write their pairs' sorted rows `seg0 ..+ cnt`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn store(
+    acc: &Array<Vector<f32, Const<2>>>,
+    y: &mut [f32],
+    bias: &[f32],
+    e: usize,
+    r0: usize,
+    n_out: usize,
+    item: usize,
+    seg0: usize,
+    cnt: usize,
+    limit: f32,
+    alpha: f32,
+    wi: usize,
+    lane: usize,
+    first: bool,
+    #[comptime] split: usize,
+    #[comptime] glu: bool,
+    #[comptime] chunk: bool,
+) {
+    let g = lane / 4;
+    let q = lane % 4;
+    // Per warp 16 rows × the columns kept (row fastest).
+    let wsz = comptime!(if chunk { 16 * CHUNK } else { 16usize });
+    let mut red = Shared::<[f32]>::new_slice(comptime!(WARPS * wsz));
+    #[unroll]
+    for col in 0..2usize {
+        let mut lo = acc[0].extract(col);
+        let mut hi = acc[1].extract(col);
         #[unroll]
         for a in 1..ACCS {
-            lo += acc[2 * a].extract(0usize);
-            hi += acc[2 * a + 1].extract(0usize);
+            lo += acc[2 * a].extract(col);
+            hi += acc[2 * a + 1].extract(col);
         }
-        red[wi * 16 + g] = lo;
-        red[wi * 16 + g + 8] = hi;
+        if chunk {
+            red[wi * wsz + (2 * q + col) * 16 + g] = lo;
+            red[wi * wsz + (2 * q + col) * 16 + g + 8] = hi;
+        } else if q == 0 && col == 0 {
+            red[wi * wsz + g] = lo;
+            red[wi * wsz + g + 8] = hi;
+        }
     }
     sync_cube();
-    if s == 0 && tile_raw < tiles {
-        let w0 = wi * 16;
-        if glu {
-            let row = r0 + 2 * lane;
-            if lane < 8 && row < n_out {
-                let mut gate = bias[e * n_out + row];
-                let mut up = bias[e * n_out + row + 1];
-                #[unroll]
-                for k in 0..split {
-                    gate += red[w0 + k * 16 + 2 * lane];
-                    up += red[w0 + k * 16 + 2 * lane + 1];
-                }
-                y[item * (n_out / 2) + row / 2] = clamped_swiglu(gate, up, limit, alpha);
+    if first {
+        let w0 = wi * wsz;
+        // Outputs a tile writes: (gate, up) pairs or rows, × the columns.
+        let per_col = comptime!(if glu { 8usize } else { 16usize });
+        let outs = comptime!(per_col * if chunk { CHUNK } else { 1usize });
+        let nk = comptime!(outs.div_ceil(32));
+        #[unroll]
+        for k in 0..nk {
+            let idx = lane + 32 * k;
+            let col = idx / per_col;
+            let j = idx % per_col;
+            let mut sorted_row = item;
+            if chunk {
+                sorted_row = seg0 + col;
             }
-        } else {
-            let row = r0 + lane;
-            if lane < 16 && row < n_out {
-                let mut v = bias[e * n_out + row];
-                #[unroll]
-                for k in 0..split {
-                    v += red[w0 + k * 16 + lane];
+            let rr = if glu { 2 * j } else { j };
+            let row = r0 + rr;
+            if idx < outs && col < cnt && row < n_out {
+                let at = w0 + col * 16 + rr;
+                if glu {
+                    let mut gate = bias[e * n_out + row];
+                    let mut up = bias[e * n_out + row + 1];
+                    #[unroll]
+                    for sp in 0..split {
+                        gate += red[at + sp * wsz];
+                        up += red[at + sp * wsz + 1];
+                    }
+                    y[sorted_row * (n_out / 2) + row / 2] = clamped_swiglu(gate, up, limit, alpha);
+                } else {
+                    let mut v = bias[e * n_out + row];
+                    #[unroll]
+                    for sp in 0..split {
+                        v += red[at + sp * wsz];
+                    }
+                    y[sorted_row * n_out + row] = v;
                 }
-                y[item * n_out + row] = v;
             }
         }
     }
 }
 
-/// The 16-bit type moe gemv v3 multiplies in on `client`'s device in `mode` for experts of
-/// input width up to `in_dim`, or why it cannot run there.
-pub fn require(client: &Client, mode: TcMode, in_dim: usize) -> Result<Dtype, Error> {
-    let e = tc::quant_dtype(client, mode);
-    tc::require(client, e, mode)?;
-    let hw = &client.properties().hardware;
-    // The most a cube stages: x of WARPS items (one-tile items).
-    let shared = shared_bytes(WARPS, in_dim, mode == TcMode::Emulated);
-    if hw.max_vector_size < 4 || (WARPS * 32) as u32 > hw.max_units_per_cube || shared > hw.max_shared_memory_size {
-        return Err(Error::Unsupported(format!("moe gemv v3: 16-byte vectors, {} units and {shared} B of shared memory a cube", WARPS * 32)));
-    }
-    Ok(e)
-}
-
-/// Shared memory of a cube staging `maxi` items of width `in_dim`: table, x, sums, scratch.
-fn shared_bytes(maxi: usize, in_dim: usize, emu: bool) -> usize {
-    let scratch = if emu { WARPS * EMU_SCRATCH * 4 } else { 4 };
-    let (table, xb) = if emu { (512 * 4, 4) } else { (LUT_WORDS * 4, 2) };
-    table + maxi * in_dim * xb + WARPS * 16 * 4 + scratch
-}
-
-/// The launch's geometry: warps per tile, items a cube stages (at most `WARPS`, the bound
-/// [`require`] checks the shared memory of).
-fn geometry(client: &Client, w: &Mxfp4Experts, items: usize) -> (usize, usize) {
-    let rb = w.out.div_ceil(16);
-    let tiles = items * rb;
-    let sms = client.properties().hardware.num_streaming_multiprocessors.unwrap_or(8) as usize;
-    // Split a tile over more warps while they fit in one wave of three cubes of 8 warps a
-    // multiprocessor (≤ 80 registers a unit): more warps a scheduler to issue from.
-    let mut split = 1;
-    while split < WARPS && tiles * split * 2 <= sms * 3 * WARPS {
-        split *= 2;
-    }
-    let maxi = ((WARPS / split - 1).div_ceil(rb) + 1).min(items.max(1));
-    (split, maxi)
-}
-
-/// One moe gemv v3 launch over the pairs of `routes` into `y` (module doc of [`moe_gemv_tc`]).
-#[allow(clippy::too_many_arguments)]
-fn launch(
-    client: &Client,
-    op: &str,
-    x: &DeviceTensor,
-    routes: &Routes,
-    w: &Mxfp4Experts,
-    y: &DeviceTensor,
-    limit: f32,
-    alpha: f32,
-    glu: bool,
-    mode: TcMode,
-) -> Result<(), Error> {
-    let e = require(client, mode, w.in_dim)?;
-    let items = routes.tokens * routes.k;
-    if items == 0 {
-        return Ok(());
-    }
-    if !w.in_dim.is_multiple_of(32) {
-        return Err(Error::Shape(format!("{op}: input width {} is not whole MXFP4 blocks of 32", w.in_dim)));
-    }
-    let emu = mode == TcMode::Emulated;
-    let (split, maxi) = geometry(client, w, items);
-    let tiles = items * w.out.div_ceil(16);
-    let u = |what: &str, v: usize| u32::try_from(v).map_err(|_| Error::Shape(format!("{op}: {what} = {v} exceeds u32")));
-    u("experts' blocks", w.data.numel())?;
-    let cubes = u("cubes", tiles.div_ceil(WARPS / split))?;
-    let count = CubeCountSelection::new(client, cubes).cube_count();
-    let dim = CubeDim::new_2d(32, WARPS as u32);
-    let (n_out, k_used, n_items) = (u("N", w.out)?, u("K used", routes.k)?, u("items", items)?);
-    // Weights, scales, biases and the table are never written by a kernel; down's ids come from
-    // the router two launches back (module doc of `moe_gemv_down_tc_pairs`).
-    let (pdl, early) = crate::kernels::pdl::mode(client).flags(true);
-    let (table_early, ids_early) = (early && glu, early && !glu);
-    macro_rules! go {
-        ($t:ty) => {
-            moe_gemv_tc::launch_unchecked::<$t>(
-                client,
-                count,
-                dim,
-                4,
-                x.as_arg(4),
-                routes.ids.as_arg(1),
-                w.data.as_arg(4),
-                w.scales.as_arg(1),
-                w.bias.as_arg(1),
-                y.as_arg(1),
-                n_out,
-                k_used,
-                n_items,
-                limit,
-                alpha,
-                w.in_dim,
-                split,
-                maxi,
-                glu,
-                emu,
-                pdl,
-                table_early,
-                ids_early,
-            )
-        };
-    }
-    unsafe {
-        match e {
-            Dtype::F16 => go!(half::f16),
-            _ => go!(half::bf16),
-        }
-    }
-    Ok(())
-}
-
-/// gate|up of every (token, rank) pair of `routes` by moe gemv v3 into `a [T·K, F]` (every
-/// element written): `a = clamped_swiglu(W_gate h + b_gate, W_up h + b_up)`, h rounded to the
-/// 16-bit type of [`require`].
-#[allow(clippy::too_many_arguments)]
-pub fn moe_gemv_glu_tc_into(
-    client: &Client,
-    h: &DeviceTensor,
-    routes: &Routes,
-    w: &Mxfp4Experts,
-    limit: f32,
-    alpha: f32,
-    a: &DeviceTensor,
-    mode: TcMode,
-) -> Result<(), Error> {
-    let op = "moe_gemv_glu (v3)";
-    check_x(op, h, routes.tokens, w.in_dim)?;
-    if !w.out.is_multiple_of(2) {
-        return Err(Error::Shape(format!("{op}: {} rows are not (gate, up) pairs", w.out)));
-    }
-    check_x(op, a, routes.tokens * routes.k, w.out / 2).map_err(|e| Error::Shape(format!("{e} (a)")))?;
-    launch(client, op, h, routes, w, a, limit, alpha, true, mode)
-}
-
-/// down of every pair by moe gemv v3 into `yp [T·K, C]` (each pair's `W_e a_p + b_e`, a rounded
-/// to the 16-bit type of [`require`]; every element written).
-///
-/// Under programmatic dependent launch it reads the routes' ids (and loads its first weights)
-/// before waiting on the kernel launched right before it, so that kernel must not be the one
-/// writing the ids: in [`super::moe_into`] it is gate|up, after the router.
-pub fn moe_gemv_down_tc_pairs(
-    client: &Client,
-    a: &DeviceTensor,
-    routes: &Routes,
-    w: &Mxfp4Experts,
-    yp: &DeviceTensor,
-    mode: TcMode,
-) -> Result<(), Error> {
-    let op = "moe_gemv_down (v3)";
-    let p = routes.tokens * routes.k;
-    check_x(op, a, p, w.in_dim)?;
-    check_x(op, yp, p, w.out).map_err(|e| Error::Shape(format!("{e} (y)")))?;
-    launch(client, op, a, routes, w, yp, 0.0, 0.0, false, mode)
-}
-
-/// down by moe gemv v3, weighted and summed per token in rank order: `y[t] += Σ_k w_k (W_{e_k}
-/// a_{tK+k} + b_{e_k})` into `y [T, C]`.
-pub fn moe_gemv_down_tc_into(
-    client: &Client,
-    a: &DeviceTensor,
-    routes: &Routes,
-    w: &Mxfp4Experts,
-    y: &DeviceTensor,
-    mode: TcMode,
-) -> Result<(), Error> {
-    check_x("moe_gemv_down (v3)", y, routes.tokens, w.out).map_err(|e| Error::Shape(format!("{e} (y)")))?;
-    let yp = DeviceTensor::empty_f32(client, &[routes.tokens * routes.k, w.out]);
-    moe_gemv_down_tc_pairs(client, a, routes, w, &yp, mode)?;
-    super::gemm::moe_combine_pairs_into(client, &yp, routes, y)
-}

@@ -490,9 +490,11 @@ pub fn cases() -> Vec<Box<dyn Case>> {
             v.push(Box::new(MoeCase { t, c, f, e, k, routing, path, gemv: MoeGemv::V1, tc: None, wg: false, chunks: false }) as Box<dyn Case>);
         }
         if path == MoePath::Gemm {
-            v.push(Box::new(MoeCase { t, c, f, e, k, routing, path, gemv: MoeGemv::V2, tc: Some(TcMode::Tensor), wg: false, chunks: false }) as Box<dyn Case>);
+            v.push(Box::new(MoeCase { t, c, f, e, k, routing, path, gemv: MoeGemv::V2, tc: Some(TcMode::Tensor), wg: false, chunks: false })
+                as Box<dyn Case>);
         } else {
-            v.push(Box::new(MoeCase { t, c, f, e, k, routing, path, gemv: MoeGemv::V3, tc: Some(TcMode::Tensor), wg: false, chunks: false }) as Box<dyn Case>);
+            v.push(Box::new(MoeCase { t, c, f, e, k, routing, path, gemv: MoeGemv::V3, tc: Some(TcMode::Tensor), wg: false, chunks: false })
+                as Box<dyn Case>);
         }
     };
     use MoePath::{Gemm, Gemv};

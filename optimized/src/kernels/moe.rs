@@ -95,8 +95,8 @@ use rayon::prelude::*;
 use reference::ops::moe::Routing;
 use reference::quant::mxfp4::Mxfp4Weight;
 
-pub use choose::{gemm_on_chunks, gemm_on_tensor_cores, gemm_on_wgmma, gemv_on_tensor_cores, MoeGemm, MoePath, CHUNK_MAX_PAIRS, WG_MIN_PAIRS};
 use choose::gemm_rows;
+pub use choose::{gemm_on_chunks, gemm_on_tensor_cores, gemm_on_wgmma, gemv_on_tensor_cores, MoeGemm, MoePath, CHUNK_MAX_PAIRS, WG_MIN_PAIRS};
 pub use dense::{DenseExperts, Experts, MoeAct};
 pub use gemm::{moe_combine_into, moe_combine_pairs_into, moe_gemm_down, moe_gemm_down_into, moe_gemm_glu, moe_gemm_glu_into, GemmKernel};
 pub use gemv::{moe_gemv_down_into, moe_gemv_glu, moe_gemv_glu_into, MoeGemv};

@@ -102,4 +102,3 @@ pub fn gemv_on_tensor_cores(client: &Client, w: &MoeWeights) -> bool {
         && client.kernels().moe_gemv == MoeGemv::V3
         && gemv_tc::require(client, TcMode::Tensor, w.gate_up.in_dim().max(w.down.in_dim())).is_ok()
 }
-

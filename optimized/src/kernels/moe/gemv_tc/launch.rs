@@ -30,7 +30,13 @@ pub fn require(client: &Client, mode: TcMode, in_dim: usize) -> Result<Dtype, Er
 fn shared_bytes(maxi: usize, in_dim: usize, emu: bool, chunk: bool) -> usize {
     let scratch = if emu { WARPS * EMU_SCRATCH * 4 } else { 4 };
     let (rows, sums) = if chunk { (maxi * CHUNK, WARPS * 16 * CHUNK * 4) } else { (maxi, WARPS * 16 * 4) };
-    let x = if emu { rows * in_dim * 4 } else if chunk { rows * ((in_dim / 8).next_multiple_of(8) + 2) * 16 } else { rows * in_dim * 2 };
+    let x = if emu {
+        rows * in_dim * 4
+    } else if chunk {
+        rows * ((in_dim / 8).next_multiple_of(8) + 2) * 16
+    } else {
+        rows * in_dim * 2
+    };
     let table = if emu { 512 * 4 } else { LUT_WORDS * 4 };
     table + x + sums + scratch
 }

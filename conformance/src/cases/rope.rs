@@ -251,6 +251,9 @@ pub enum RopePath {
     Paged,
     /// `qkv_rope_ragged` (v4, a position and pool row per token).
     Ragged,
+    /// `qkv_rope_ragged` into E4M3 pools: one launch where a unit's 4 pairs are whole words
+    /// of codes (`ragged_e4m3`), else f32 rows and a packing launch per pool.
+    RaggedE4m3,
 }
 
 /// RoPE from an architecture's spec (`RopeTable::from_spec`) through each launch vs
@@ -326,10 +329,12 @@ impl Case for RopeSpecCase {
                     ((p0..p0 + t).map(|p| (blocks - p / 16) * 16 + p % 16).collect(), (blocks + 1) * 16)
                 }
                 // Token i's k / v go to pool row (3i + 1) mod rows: not the positions' order.
-                RopePath::Ragged => ((0..t).map(|i| (3 * i + 1) % (3 * t + 2)).collect(), 3 * t + 2),
+                RopePath::Ragged | RopePath::RaggedE4m3 => ((0..t).map(|i| (3 * i + 1) % (3 * t + 2)).collect(), 3 * t + 2),
             };
             let n = pool_rows * hkv * d;
-            let (kp, vp) = (nan(n, &[pool_rows, hkv, d])?, nan(n, &[pool_rows, hkv, d])?);
+            let kv = if self.path == RopePath::RaggedE4m3 { optimized::Dtype::E4M3 } else { optimized::Dtype::F32 };
+            let pool = || DeviceTensor::from_f32_as(client, &vec![f32::NAN; n], &[pool_rows, hkv, d], kv);
+            let (kp, vp) = (pool()?, pool()?);
             let qkv_d = DeviceTensor::from_f32(client, &qkv, &[t, width])?;
             let qd = match self.path {
                 RopePath::Cache => optimized::kernels::rope::qkv_rope_cache(client, &qkv_d, h, hkv, &table, p0, self.layout, &kp, &vp)?,
@@ -354,6 +359,9 @@ impl Case for RopeSpecCase {
                 return Ok(Outcome::Fail("wrote a pool row no token owns".into()));
             }
             let mut got = qd.to_f32(client)?;
+            if self.path == RopePath::RaggedE4m3 {
+                return Ok(e4m3_rows(judge(&got, &want, Op::Rope, Dtype::F32), &[(&kh, &k), (&vh, &v)], &rows_of, row_len));
+            }
             for (i, &r) in rows_of.iter().enumerate() {
                 got.extend_from_slice(&kh[r * row_len..(r + 1) * row_len]);
                 got.extend_from_slice(&vh[r * row_len..(r + 1) * row_len]);
@@ -365,11 +373,35 @@ impl Case for RopeSpecCase {
     }
 }
 
+/// q's outcome, then every k / v value of token i in pool row `rows_of[i]` as the reference's
+/// E4M3 code of it (`fp8::encode`) — or a neighbouring code where the value lies within 1e-6
+/// of a rounding boundary (the device's f32 rotation may differ from the reference's by an ulp).
+fn e4m3_rows(q: Outcome, pools: &[(&[f32], &Array3<f32>)], rows_of: &[usize], row_len: usize) -> Outcome {
+    use reference::quant::fp8;
+    let code_of = |x: f32| fp8::decode(fp8::encode(x));
+    let near = |x: f32, have: f32| [x, x * (1.0 + 1e-6), x * (1.0 - 1e-6)].iter().any(|&y| code_of(y).to_bits() == have.to_bits());
+    if !matches!(q, Outcome::Pass(_)) {
+        return q;
+    }
+    for (i, &r) in rows_of.iter().enumerate() {
+        for (which, (pool, want)) in pools.iter().enumerate() {
+            let row = &pool[r * row_len..(r + 1) * row_len];
+            for (j, (&have, &x)) in row.iter().zip(want.slice(ndarray::s![i, .., ..]).iter()).enumerate() {
+                if !near(x, have) {
+                    let kv = if which == 0 { "k" } else { "v" };
+                    return Outcome::Fail(format!("token {i} {kv}[{j}]: code value {have:e}, the reference's {:e} (of {x:e})", code_of(x)));
+                }
+            }
+        }
+    }
+    q
+}
+
 /// Every spec kind × layout × launch, at a decode step far into the sequence (D = 64) and a
 /// short prefill with D = 24 (R/4 = 6: three rotated pairs).
 pub fn spec_cases() -> Vec<Box<dyn Case>> {
     let mut v: Vec<Box<dyn Case>> = Vec::new();
-    for path in [RopePath::Into, RopePath::InPlace, RopePath::Cache, RopePath::Paged, RopePath::Ragged] {
+    for path in [RopePath::Into, RopePath::InPlace, RopePath::Cache, RopePath::Paged, RopePath::Ragged, RopePath::RaggedE4m3] {
         for kind in RopeKind::ALL {
             for layout in [RopeLayout::HalfSplit, RopeLayout::Adjacent] {
                 for (t, h, hkv, d, pos0) in [(5, 3, 1, 24, 300), (1, 4, 2, 64, 1000)] {

@@ -38,6 +38,7 @@ use reference::RopeLayout;
 
 mod qkv;
 mod ragged;
+mod ragged_e4m3;
 pub mod table;
 
 pub use qkv::{qkv_rope_cache, qkv_rope_cache_v2, qkv_rope_paged};

@@ -35,7 +35,7 @@
 
 pub mod decode;
 mod decode_launch;
-mod kv_elem;
+pub(crate) mod kv_elem;
 pub mod naive;
 pub mod paged;
 pub mod prefill;

@@ -1,5 +1,5 @@
 //! RoPE v4: v3 for a ragged batch (every token its own position and pool row). See the
-//! parent module.
+//! parent module. E4M3 pools take `ragged_e4m3`'s one launch where its units' words fit.
 
 use cubecl::prelude::*;
 
@@ -102,8 +102,37 @@ pub fn qkv_rope_ragged(
     let e = Elementwise::with_vec(client, op, pairs, 1)?;
     let pdl = crate::kernels::pdl::enabled(client);
     let (partial, rot_half) = table.partial();
-    // E4M3 pools: k / v rows written f32 into `[T, Hkv, D]` first, then packed into their slots.
     let fp8 = k_pool.dtype == Dtype::E4M3;
+    // E4M3 pools in one launch where whole words of codes fall to a unit (`ragged_e4m3`).
+    if fp8 && super::ragged_e4m3::fits(d, rot_half, partial) {
+        let e = Elementwise::with_vec(client, op, t * (heads + 2 * kv_heads) * d / 8, 1)?;
+        unsafe {
+            super::ragged_e4m3::qkv_rope_ragged_e4m3::launch(
+                client,
+                e.count,
+                e.dim,
+                qkv.as_arg(1),
+                q.as_arg(1),
+                k_pool.as_arg(4),
+                v_pool.as_arg(4),
+                table.cos.as_arg(1),
+                table.sin.as_arg(1),
+                positions.as_arg(1),
+                slots.as_arg(1),
+                heads as u32,
+                kv_heads as u32,
+                (d / 2) as u32,
+                rot_half,
+                e.n,
+                layout == RopeLayout::Adjacent,
+                partial,
+                pdl,
+            );
+        }
+        return Ok(q);
+    }
+    // Other E4M3 pools: k / v rows written f32 into `[T, Hkv, D]` first, then packed into their
+    // slots.
     let staged = match fp8 {
         true => Some((DeviceTensor::empty_f32(client, &[t, kv_heads, d]), DeviceTensor::empty_f32(client, &[t, kv_heads, d]))),
         false => None,

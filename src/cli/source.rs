@@ -96,7 +96,7 @@ pub struct ModelArgs {
     pub window_pools: OnOff,
     /// The KV pools' element type on the GPU: `auto` (f16 where the model's matmuls round to
     /// 16 bits, else f32), `f16`, `f32`, or `fp8` (E4M3 codes, no scale: half f16's bytes, so
-    /// twice the positions in the same memory; prefill attention then runs v2). Sets
+    /// twice the positions in the same memory; every flash kernel reads the codes). Sets
     /// `--kernels kv=…`.
     #[arg(long)]
     pub kv_dtype: Option<String>,

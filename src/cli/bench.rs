@@ -90,7 +90,8 @@ pub struct BenchArgs {
     pub plot: Option<std::path::PathBuf>,
     /// With `--kernel qmatmul`: only these weight shapes, `IN×OUT` or `INxOUT`, comma-separated.
     /// With `--kernel matmul`: GEMMs `M×N×K` (bf16 weights unless `--formats`), each timed with
-    /// its default tile and every production preset × split-K 1, 2, 3, 4, 6, 8.
+    /// its default tile and every production preset × split-K 1, 2, 3, 4, 6, 8. With `--kernel
+    /// moe`: `gpt-oss-120b` times only that model's whole MoE block (E = 128), 64 to 8,192 rows.
     #[arg(long)]
     pub shapes: Option<String>,
     /// With `--kernel qmatmul`: only these formats (names as printed, e.g. `int8,mxfp4`). With
@@ -250,6 +251,12 @@ pub fn run(a: BenchArgs) -> Result<()> {
                 a.formats.as_deref(),
             );
         }
+        // `--kernel moe --shapes`, checked before the gate runs.
+        let only_120b = match (k.as_str(), a.shapes.as_deref()) {
+            ("moe", Some("gpt-oss-120b")) => true,
+            ("moe", Some(other)) => return Err(CliError::Usage(format!("--kernel moe --shapes {other}: only `gpt-oss-120b` (its MoE block alone)"))),
+            _ => false,
+        };
         let gate = conformance_gate(b)?;
         if k == "rmsnorm" {
             return super::bench_norm::run(b, &gate, a.reps);
@@ -258,7 +265,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
             return super::bench_argmax::run(b, &gate, a.reps);
         }
         if k == "moe" {
-            return super::bench_moe::run(b, &gate, a.reps);
+            return super::bench_moe::run(b, &gate, a.reps, only_120b);
         }
         if k == "qmatmul" {
             let shapes = qmatmul_shapes(a.shapes.as_deref())?;

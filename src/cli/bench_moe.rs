@@ -10,6 +10,7 @@
 //! share of the whole MoE of many tokens ([`ranks`]) last.
 
 mod dense;
+mod large;
 mod ranks;
 
 use optimized::config::KernelConfig;
@@ -48,6 +49,11 @@ fn weights(client: &Client) -> Result<MoeWeights> {
 /// The bench's MoE block holding the experts `held` of its E (an expert-parallel rank's share,
 /// or all): the router whole, each expert the same bytes whatever share holds it.
 fn weights_holding(client: &Client, held: std::ops::Range<usize>) -> Result<MoeWeights> {
+    weights_of(client, E, held)
+}
+
+/// [`weights_holding`] with a router over `e` experts (gpt-oss-120b's 128: [`large`]).
+fn weights_of(client: &Client, e: usize, held: std::ops::Range<usize>) -> Result<MoeWeights> {
     let mats =
         |salt: u32, out: usize, inp: usize| held.clone().into_par_iter().map(|e| matrix(out, inp, salt + e as u32)).collect::<Result<Vec<_>>>();
     let (gate, up, down) = (mats(100, F, C)?, mats(200, F, C)?, mats(300, C, F)?);
@@ -59,11 +65,11 @@ fn weights_holding(client: &Client, held: std::ops::Range<usize>) -> Result<MoeW
     );
     let g: Vec<_> = gate.iter().zip(&bg).map(|(m, b)| (m, b.as_slice())).collect();
     let u: Vec<_> = up.iter().zip(&bu).map(|(m, b)| (m, b.as_slice())).collect();
-    let router: Vec<f32> = bytes(E * C, 700).iter().map(|&b| (b as f32 - 128.0) / 4096.0).collect();
+    let router: Vec<f32> = bytes(e * C, 700).iter().map(|&b| (b as f32 - 128.0) / 4096.0).collect();
     Ok(MoeWeights::mxfp4(
         client,
-        DeviceTensor::from_f32(client, &router, &[E, C])?,
-        DeviceTensor::from_f32(client, &bias(E, 800), &[E])?,
+        DeviceTensor::from_f32(client, &router, &[e, C])?,
+        DeviceTensor::from_f32(client, &bias(e, 800), &[e])?,
         Mxfp4Experts::upload_glu(client, "gate_up", &g, &u)?,
         Mxfp4Experts::upload(client, "down", &down.iter().collect::<Vec<_>>(), &bd.iter().map(Vec::as_slice).collect::<Vec<_>>())?,
         K,
@@ -90,8 +96,14 @@ fn time(
     })
 }
 
-pub fn run(backend: Backend, gate: &str, reps: usize) -> Result<()> {
+/// Every section at gpt-oss-20b's shape, then gpt-oss-120b's block ([`large`]); `only_120b`:
+/// that block alone.
+pub fn run(backend: Backend, gate: &str, reps: usize, only_120b: bool) -> Result<()> {
     let client = optimized::client(backend)?;
+    if only_120b {
+        println!("tandem bench --kernel moe --shapes gpt-oss-120b — {backend} — {gate}");
+        return large::run(&client, reps);
+    }
     let rate = optimized::bandwidth::copy_rate(&client, 1 << 30, 10)?;
     println!("tandem bench --kernel moe — {backend} — gpt-oss-20b's MoE (C = F = {C}, E = {E}, K = {K}), random MXFP4 experts — {gate}");
     println!("device copy rate {:.1} GB/s (read+write); GB/s of the selected experts' bytes (nibbles + scales)", rate / 1e9);
@@ -148,7 +160,8 @@ pub fn run(backend: Backend, gate: &str, reps: usize) -> Result<()> {
     }
     gemms(&client, &w, reps)?;
     drop(w);
-    ranks::run(&client, reps)
+    ranks::run(&client, reps)?;
+    large::run(&client, reps)
 }
 
 /// moe gemm v2's tiles the bench sweeps (`moe-tile=` specs; `auto` the production pick).

@@ -3,6 +3,8 @@
 //! load; then the weighted combine per token.
 
 use cubecl::prelude::*;
+
+use crate::kernels::moe::sort::tile_segment;
 use cubecl::server::CubeCountSelection;
 
 use super::{expert_glu, MoeAct, Mxfp4Experts, Routes, Sorted};
@@ -67,14 +69,7 @@ pub fn moe_gemm_v1<W: Float>(
         let n_out = n_out as usize;
         let k = n_in as usize;
         let cpr = k / 32;
-        let mut e = 0usize;
-        for j in 0..n_exp as usize {
-            if tile_offsets[j] <= mt && mt < tile_offsets[j + 1] {
-                e = j;
-            }
-        }
-        let seg0 = offsets[e] as usize + (mt - tile_offsets[e]) as usize * BM;
-        let seg_end = offsets[e + 1] as usize;
+        let (e, seg0, seg_end) = tile_segment(offsets, tile_offsets, n_exp, mt, BM);
         let o0 = nt * BN;
         let mut lut = Shared::<[f32]>::new_slice(16usize);
         if lin < 16 {

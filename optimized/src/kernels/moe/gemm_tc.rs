@@ -27,6 +27,8 @@
 //! the indexing.
 
 use cubecl::prelude::*;
+
+use crate::kernels::moe::sort::tile_segment;
 use cubecl::server::CubeCountSelection;
 
 use super::{expert_glu, DenseExperts, MoeAct, Mxfp4Experts, Routes, Sorted};
@@ -349,14 +351,7 @@ pub fn moe_gemm_tc<E: Float>(
         let warp = tid / 32;
         let lane = tid % 32;
         let (n, kp, cpr) = (n_out as usize, kp as usize, n_in as usize / 32);
-        let mut e = 0usize;
-        for j in 0..n_exp as usize {
-            if tile_offsets[j] <= mt && mt < tile_offsets[j + 1] {
-                e = j;
-            }
-        }
-        let seg0 = offsets[e] as usize + (mt - tile_offsets[e]) as usize * bm;
-        let seg_end = offsets[e + 1] as usize;
+        let (e, seg0, seg_end) = tile_segment(offsets, tile_offsets, n_exp, mt, bm);
         let n0 = nt * bn;
         let wbase = e * n;
         let wrow = (warp / wn) * 16 * tm;

@@ -25,6 +25,8 @@
 use cubecl::frontend::barrier::copy_async;
 use cubecl::prelude::*;
 
+use crate::kernels::moe::sort::tile_segment;
+
 use super::{clamped_swiglu, Mxfp4Experts, Routes, Sorted};
 use crate::kernels::matmul::tc_kernel::{commit, wait_pending, BK};
 use crate::kernels::matmul::tc_quant::FMT_MXFP4;
@@ -126,14 +128,7 @@ pub fn moe_gemm_wg<N: Size>(
         let lane = tid % 32;
         let (n, kp, cpr) = (n_out as usize, kp as usize, cpr as usize);
         let kpv = kp / 8;
-        let mut e = 0usize;
-        for j in 0..n_exp as usize {
-            if tile_offsets[j] <= mt && mt < tile_offsets[j + 1] {
-                e = j;
-            }
-        }
-        let seg0 = offsets[e] as usize + (mt - tile_offsets[e]) as usize * WG_BM;
-        let seg_end = offsets[e + 1] as usize;
+        let (e, seg0, seg_end) = tile_segment(offsets, tile_offsets, n_exp, mt, WG_BM);
         let n0 = nt * WG_BN;
         let wbase = e * n;
         let n_end = wbase + n;

@@ -37,6 +37,8 @@ mod launch;
 
 use cubecl::prelude::*;
 
+use crate::kernels::moe::sort::tile_segment;
+
 use super::clamped_swiglu;
 use crate::kernels::matmul::tc_kernel::{mma, pair, EMU_SCRATCH};
 use crate::kernels::pdl::await_predecessor;
@@ -201,26 +203,13 @@ pub fn moe_gemv_tc<E: Float, N: Size>(
         let item = tile / rb;
         let r0 = (tile % rb) * 16;
         let s = wi % split;
-        // The tile's expert; for a chunk its first sorted row and its pairs: the largest e
-        // with tile_offsets[e] ≤ item (experts without pairs have no chunk).
-        let mut e = 0usize;
-        let mut seg0 = 0usize;
-        let mut cnt = 1usize;
-        if chunk {
-            let mut hi = n_exp as usize;
-            while hi - e > 1 {
-                let mid = (e + hi) / 2;
-                if tile_offsets[mid] as usize <= item {
-                    e = mid;
-                } else {
-                    hi = mid;
-                }
-            }
-            seg0 = offsets[e] as usize + (item - tile_offsets[e] as usize) * CHUNK;
-            cnt = min(offsets[e + 1] as usize - seg0, CHUNK);
+        // The tile's expert; for a chunk its first sorted row and its pairs.
+        let (e, seg0, cnt) = if chunk {
+            let (e, seg0, end) = tile_segment(offsets, tile_offsets, n_exp, item as u32, CHUNK);
+            (e, seg0, min(end - seg0, CHUNK))
         } else {
-            e = ids[item] as usize;
-        }
+            (ids[item] as usize, 0usize, 1usize)
+        };
         let g = lane / 4;
         let q = lane % 4;
         let base_a = (e * n_out + min(r0 + g, n_out - 1)) * cpr;

@@ -114,6 +114,26 @@ pub fn moe_scatter_v1(
     }
 }
 
+/// Where m tile `mt` of pairs sorted in tiles of `bm` rows lies (`mt < tile_offsets[n_exp]`):
+/// its expert e — the largest with `tile_offsets[e] ≤ mt` (an expert without pairs has no
+/// tile, so it is the one with `tile_offsets[e] ≤ mt < tile_offsets[e + 1]`), found by
+/// bisection — the tile's first sorted row, and the end of e's segment. The grouped GEMMs and
+/// moe gemm v4 read their tiles through it.
+#[cube]
+pub(crate) fn tile_segment(offsets: &[u32], tile_offsets: &[u32], n_exp: u32, mt: u32, #[comptime] bm: usize) -> (usize, usize, usize) {
+    let mut e = 0usize;
+    let mut hi = n_exp as usize;
+    while hi - e > 1 {
+        let mid = (e + hi) / 2;
+        if tile_offsets[mid] <= mt {
+            e = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    (e, offsets[e] as usize + (mt - tile_offsets[e]) as usize * bm, offsets[e + 1] as usize)
+}
+
 /// Group the pairs of `routes` by expert (`n_exp` experts; segments padded to tiles of `bm`
 /// rows for the GEMMs): count v1, then scatter v1.
 pub fn sort_by_expert(client: &Client, routes: &Routes, n_exp: usize, bm: usize) -> Result<Sorted, Error> {

@@ -99,13 +99,13 @@ pub fn qkv_rope_ragged(
     if pairs == 0 {
         return Ok(q);
     }
-    let e = Elementwise::with_vec(client, op, pairs, 1)?;
     let pdl = crate::kernels::pdl::enabled(client);
     let (partial, rot_half) = table.partial();
     let fp8 = k_pool.dtype == Dtype::E4M3;
-    // E4M3 pools in one launch where whole words of codes fall to a unit (`ragged_e4m3`).
+    // E4M3 pools in one launch where whole words of codes fall to a unit (`ragged_e4m3`): a
+    // unit per 4 pairs.
     if fp8 && super::ragged_e4m3::fits(d, rot_half, partial) {
-        let e = Elementwise::with_vec(client, op, t * (heads + 2 * kv_heads) * d / 8, 1)?;
+        let e = Elementwise::with_vec(client, op, pairs / 4, 1)?;
         unsafe {
             super::ragged_e4m3::qkv_rope_ragged_e4m3::launch(
                 client,
@@ -131,6 +131,7 @@ pub fn qkv_rope_ragged(
         }
         return Ok(q);
     }
+    let e = Elementwise::with_vec(client, op, pairs, 1)?;
     // Other E4M3 pools: k / v rows written f32 into `[T, Hkv, D]` first, then packed into their
     // slots.
     let staged = match fp8 {

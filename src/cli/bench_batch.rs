@@ -27,6 +27,11 @@ pub struct BatchRow {
     pub ttft_ms: f64,
     /// Mean time between a sequence's tokens after its first (ms).
     pub tpot_ms: f64,
+    /// Steps until every sequence had its first token, and the slowest of them (ms).
+    pub first_steps: usize,
+    pub slowest_first_step_ms: f64,
+    /// Sequences preempted during the run (the pool is sized so that none should be).
+    pub preemptions: u64,
 }
 
 /// Settings of the batched bench.
@@ -72,12 +77,16 @@ pub fn run(b: BatchBench) -> Result<()> {
     let max_b = b.batches.iter().copied().max().unwrap_or(1);
     // Every sequence's whole context fits at once: nothing is preempted in the measurement.
     let kv = max_b * need.next_multiple_of(super::source::KV_BLOCK);
+    let cfg = engine_config(max_b);
+    // The sliding-window layers' local group is sized for the engine's seats and step, as
+    // `serve` sizes it: the defaults (32 seats, 2,048-token steps) would make 64 sequences of
+    // 128-token prompts preempt one another through the whole run.
+    opened.window_pools = window_pools(&cfg, opened.window_pools.on);
     let t_load = Instant::now();
     let runner = super::tensor_parallel::sharded(&mut opened, b.tensor_parallel, b.model.device, b.model.dtype.as_deref(), kv, b.lead.as_ref())?;
     let load_s = t_load.elapsed().as_secs_f64();
     let name = runner.name();
     let status_before = runner.status();
-    let cfg = EngineConfig { max_num_seqs: max_b, max_batched_tokens: 8192, prefill_chunk: 8192, prefix_caching: false, ..EngineConfig::default() };
     let mut engine = Engine::new(runner, cfg, None)?;
     println!("tandem bench --batches — {name} — model {label} — {} — load {load_s:.1} s", b.gate);
     if let Some(s) = &status_before {
@@ -93,6 +102,10 @@ pub fn run(b: BatchBench) -> Result<()> {
         println!(
             "{:>6} {:>8} {:>8} {:>14.1} {:>14.1} {:>10.2} {:>10.3}",
             r.batch, r.prompt, r.generated, r.decode_tps, r.prefill_tps, r.ttft_ms, r.tpot_ms
+        );
+        println!(
+            "         every first token after {} steps (slowest {:.1} ms); {} preemptions",
+            r.first_steps, r.slowest_first_step_ms, r.preemptions
         );
         rows.push(r);
     }
@@ -152,6 +165,17 @@ pub fn run(b: BatchBench) -> Result<()> {
     Ok(())
 }
 
+/// The engine of a run whose largest batch is `max_b`: every sequence seated, steps of up to
+/// 8,192 tokens, no prefix cache (random prompts share nothing).
+fn engine_config(max_b: usize) -> EngineConfig {
+    EngineConfig { max_num_seqs: max_b, max_batched_tokens: 8192, prefill_chunk: 8192, prefix_caching: false, ..EngineConfig::default() }
+}
+
+/// The local KV group's sizing for an engine of `cfg` (`on`: `--window-pools`).
+fn window_pools(cfg: &EngineConfig, on: bool) -> super::kv_groups::WindowPools {
+    super::kv_groups::WindowPools { on, seats: cfg.max_num_seqs, step_tokens: cfg.max_batched_tokens }
+}
+
 /// `batch` requests of `prompt` random tokens each generating `generated` tokens, all added at
 /// once and run to completion.
 fn run_once<R: engine::runner::ModelRunner>(
@@ -173,8 +197,16 @@ fn run_once<R: engine::runner::ModelRunner>(
     let mut last = vec![None; batch];
     let mut counts = vec![0usize; batch];
     let mut all_first: Option<(Instant, usize)> = None;
+    let preempted_before = engine.stats().preemptions;
+    let (mut steps, mut slowest) = (0usize, 0f64);
     while engine.has_work() {
-        for o in engine.step()? {
+        let t_step = Instant::now();
+        let outs = engine.step()?;
+        if all_first.is_none() {
+            steps += 1;
+            slowest = slowest.max(t_step.elapsed().as_secs_f64());
+        }
+        for o in outs {
             let Some(&i) = index.get(&o.id) else { continue };
             let now = Instant::now();
             if !o.new_tokens.is_empty() {
@@ -210,5 +242,63 @@ fn run_once<R: engine::runner::ModelRunner>(
         decode_tps: decoded as f64 / (end - t_first).as_secs_f64().max(1e-9),
         ttft_ms: ttft * 1e3,
         tpot_ms: tpot * 1e3,
+        first_steps: steps,
+        slowest_first_step_ms: slowest * 1e3,
+        preemptions: engine.stats().preemptions - preempted_before,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use engine::runner::{KvLayout, ModelInfo, ModelRunner, SeqResult, StepPlan};
+    use engine::{Engine, Request};
+
+    use super::super::kv_groups::{self, WindowPools};
+    use super::super::kv_pool::KvPool;
+    use super::*;
+
+    /// A runner that computes nothing: every draw is token 1.
+    struct Blank(ModelInfo, KvLayout);
+
+    impl ModelRunner for Blank {
+        fn info(&self) -> &ModelInfo {
+            &self.0
+        }
+        fn kv_layout(&self) -> KvLayout {
+            self.1
+        }
+        fn step(&mut self, plan: &StepPlan) -> reference::Result<Vec<SeqResult>> {
+            Ok(plan
+                .seqs
+                .iter()
+                .map(|s| SeqResult { tokens: vec![1; s.samples.len()], logits: vec![None; s.samples.len()], ..Default::default() })
+                .collect())
+        }
+        fn name(&self) -> String {
+            "blank".into()
+        }
+    }
+
+    /// Preemptions of 64 sequences of 128 + 128 tokens in GPT-OSS-20B's KV groups (24 layers,
+    /// every other one with a window of 128) sized by `wp`, in the bench's pool and engine.
+    fn preemptions(wp: WindowPools) -> u64 {
+        let (b, prompt, generated) = (64, 128, 128);
+        let windows: Vec<Option<usize>> = (0..24).map(|l| (l % 2 == 0).then_some(128)).collect();
+        let bs = super::super::source::KV_BLOCK;
+        let blocks = b * (prompt + generated) / bs;
+        let pool = KvPool { positions: blocks * bs, bytes: 0, from_memory: false, how: String::new(), groups: None };
+        let (layout, _) = kv_groups::layout(blocks, pool, &windows, wp, 131_072, bs, 24);
+        let info = ModelInfo { vocab: 100, max_ctx: 131_072, bos_id: None, eos_id: None };
+        let mut e = Engine::new(Blank(info, layout), engine_config(b), None).expect("engine");
+        let r = run_once(&mut e, b, prompt, generated, 100, 0).expect("run");
+        assert_eq!(r.preemptions, e.stats().preemptions);
+        r.preemptions
+    }
+
+    #[test]
+    fn the_bench_sizes_the_local_kv_group_for_its_batch() {
+        assert_eq!(preemptions(window_pools(&engine_config(64), true)), 0);
+        // The defaults (32 seats, 2,048-token steps) preempt through the run: the test can fail.
+        assert!(preemptions(WindowPools::default()) > 0);
+    }
 }

@@ -251,7 +251,7 @@ fn run_once<R: engine::runner::ModelRunner>(
 #[cfg(test)]
 mod tests {
     use engine::runner::{KvLayout, ModelInfo, ModelRunner, SeqResult, StepPlan};
-    use engine::{Engine, Request};
+    use engine::Engine;
 
     use super::super::kv_groups::{self, WindowPools};
     use super::super::kv_pool::KvPool;
@@ -268,11 +268,7 @@ mod tests {
             self.1
         }
         fn step(&mut self, plan: &StepPlan) -> reference::Result<Vec<SeqResult>> {
-            Ok(plan
-                .seqs
-                .iter()
-                .map(|s| SeqResult { tokens: vec![1; s.samples.len()], logits: vec![None; s.samples.len()], ..Default::default() })
-                .collect())
+            Ok(plan.seqs.iter().map(|s| SeqResult { tokens: vec![1; s.samples.len()], logits: vec![None; s.samples.len()] }).collect())
         }
         fn name(&self) -> String {
             "blank".into()

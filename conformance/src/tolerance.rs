@@ -267,6 +267,20 @@ pub fn tc_tolerance() -> (Tolerance, &'static str) {
     )
 }
 
+/// W8A8 (`tc_wg_fp8`) against `reference::quant::fp8::linear_w8a8`, which quantizes x per token
+/// exactly as the device does (the codes and scales are checked bit for bit by their own cases)
+/// and sums exactly: every product of two E4M3 values is exact, so only the tensor cores'
+/// accumulation differs. Hopper's FP8 MMAs keep ~14 significant bits in it (DeepSeek-V3
+/// §3.3.2; vLLM and CUTLASS's fast accumulation live with it): ≤ ~2⁻¹⁴ relative per k32 step,
+/// ~K/32 steps, NMSE well under 1e-5 for the suite's K ≤ 8,192. A wrong code, scale, tile or
+/// split moves it past 1e-3.
+pub fn w8a8_tolerance() -> (Tolerance, &'static str) {
+    (
+        Tolerance::Nmse { max: 1e-5 },
+        "x quantized per token and W's codes as the reference has them: only the FP8 tensor cores' accumulation (~14 significant bits, no promotion) differs",
+    )
+}
+
 /// The dequantize pass of ggml blocks (`optimized::kernels::qformat`) against
 /// `reference::dequant::dequantize_into`, element by element. Q6_K and Q8_0 decode by products
 /// of exact values (f16 scales widened by bits, codes as small integers): bit-identical. Q4_K /

@@ -212,6 +212,11 @@ pub struct KernelConfig {
     pub kv: Option<crate::Dtype>,
     /// tc v4's x written in 16 bits by its producer (`matmul::x_dtype`), not converted by a pass.
     pub x16_fused: bool,
+    /// FP8 weights with channel scales above the gemv: W8A8 on the FP8 tensor cores where the
+    /// device has them (`fp8=w8a8`: `matmul::tc_wg_fp8`, activations quantized per token), or
+    /// (`fp8=dequant`, the default until the reference runs W8A8 models) dequantized into a
+    /// 16-bit scratch for the dense GEMM.
+    pub fp8_w8a8: bool,
 }
 
 /// The most rows the gemvs take (their per-unit accumulators are T × rows).
@@ -264,6 +269,7 @@ impl Default for KernelConfig {
             qgemm: QGemm::Wgmma,
             kv: None,
             x16_fused: true,
+            fp8_w8a8: false,
         }
     }
 }
@@ -301,6 +307,7 @@ impl KernelConfig {
             qgemm: QGemm::Mma,
             kv: Some(crate::Dtype::F32),
             x16_fused: false,
+            fp8_w8a8: false,
         }
     }
 

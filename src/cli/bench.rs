@@ -242,6 +242,9 @@ pub fn run(a: BenchArgs) -> Result<()> {
         if k == "copy" {
             return copy_sweep(b, a.reps);
         }
+        if let (true, Some(ms), Some("fp8")) = (k == "qmatmul", &a.batches, a.formats.as_deref()) {
+            return super::bench_w8a8::run(b, a.reps, &usize_list(ms, "--batches")?, qmatmul_shapes(a.shapes.as_deref())?);
+        }
         if let (true, Some(ms)) = (k == "qmatmul", &a.batches) {
             return super::bench_qmatmul_gemm::run(
                 b,

@@ -13,6 +13,7 @@ mod bench_norm;
 mod bench_matmul;
 mod bench_qmatmul;
 mod bench_qmatmul_gemm;
+mod bench_w8a8;
 // `tandem bench serve` and `tandem serve` (issue 24).
 mod bench_serve;
 // Speculative decoding flags and `tandem bench-spec` (issue 26).

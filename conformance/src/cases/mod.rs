@@ -15,6 +15,7 @@ pub mod qmatmul;
 pub mod qmatmul_fp8;
 pub mod qmatmul_ggml;
 mod qmatmul_kept;
+pub mod qmatmul_w8a8;
 pub mod residual;
 pub mod rmsnorm;
 pub mod rope;
@@ -114,6 +115,7 @@ pub fn every() -> Vec<Box<dyn Case>> {
     v.extend(qmatmul::cases());
     v.extend(qmatmul_ggml::cases());
     v.extend(qmatmul_fp8::cases());
+    v.extend(qmatmul_w8a8::cases());
     v.extend(embedding::cases());
     v.extend(rope::cases());
     v.extend(rope::fused_cases());

@@ -85,7 +85,7 @@ impl KernelConfig {
     pub(super) fn parse_any(spec: &str) -> Result<Self, Error> {
         let mut k = KernelConfig::default();
         let bad = |part: &str, why: &str| {
-            Error::Config(format!("kernel config `{spec}`: `{part}` {why} (keys: attention, graphs, ahead, advance, norms, pdl, qgemv, prefetch, int8-decode, gps, rpg, small, mma, argmax, draw, moe-gemv, moe-route, moe-gemm, moe-tile, gemv-rows, qgemv-rows, prefill, gemm, qgemm, kv, x16; see optimized::config)"))
+            Error::Config(format!("kernel config `{spec}`: `{part}` {why} (keys: attention, graphs, ahead, advance, norms, pdl, qgemv, prefetch, int8-decode, gps, rpg, small, mma, argmax, draw, moe-gemv, moe-route, moe-gemm, moe-tile, gemv-rows, qgemv-rows, prefill, gemm, qgemm, kv, x16, fp8; see optimized::config)"))
         };
         let mut launch = vec![];
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -205,6 +205,13 @@ impl KernelConfig {
                         _ => return Err(no()),
                     }
                 }
+                "fp8" => {
+                    k.fp8_w8a8 = match val {
+                        "w8a8" => true,
+                        "dequant" => false,
+                        _ => return Err(no()),
+                    }
+                }
                 "kv" => k.kv = super::KernelConfig::kv_of(val).ok_or_else(no)?,
                 _ => return Err(bad(part, "has an unknown key")),
             }
@@ -299,6 +306,9 @@ impl KernelConfig {
         }
         if self.x16_fused != d.x16_fused {
             parts.push(format!("x16={}", if self.x16_fused { "fused" } else { "pass" }));
+        }
+        if self.fp8_w8a8 != d.fp8_w8a8 {
+            parts.push(format!("fp8={}", if self.fp8_w8a8 { "w8a8" } else { "dequant" }));
         }
         if let Some(kv) = self.kv {
             parts.push(format!("kv={}", kv.name()));

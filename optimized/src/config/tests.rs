@@ -8,6 +8,7 @@ fn specs_round_trip() {
         "kv=f16",
         "kv=f32,gemm=wgmma",
         "x16=pass",
+        "fp8=w8a8",
         "graphs=off,norms=kernels",
         "pdl=top",
         "qgemv=v4,mma=2.2.1",

@@ -56,6 +56,7 @@ pub(crate) mod tc_kernel;
 pub(crate) mod tc_passes;
 pub(crate) mod tc_quant;
 pub mod tc_wg;
+pub mod tc_wg_fp8;
 pub mod tc_wg_quant;
 pub(crate) mod tc_wg_quant_decode;
 pub mod tc_wg_tma;

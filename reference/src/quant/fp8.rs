@@ -248,9 +248,51 @@ pub fn quantize_rows(x: &[f32], c: usize) -> (Vec<u8>, Vec<f32>) {
     (rows.into_iter().flat_map(|r| r.0).collect(), scales)
 }
 
+/// W8A8 linear (vLLM's dynamic per-token FP8): x `[T, in]` quantized per row
+/// ([`quantize_rows`]), then
+///
+/// `y[t, n] = s_x[t] · s_w[n] · Σ_k decode(qx[t, k]) · decode(qW[n, k])`
+///
+/// with the sum exact (f64: each product of two E4M3 values is exact) and one f32 rounding of
+/// the scaled result. Takes a weight with one scale per output row (tensor or channel scales).
+pub fn linear_w8a8(x: &[f32], t: usize, w: &Fp8Weight) -> Result<Vec<f32>> {
+    if matches!(w.granularity, Fp8Scales::Block { .. }) {
+        return Err(Error::Input("W8A8 takes FP8 weights with a tensor or channel scale (block scales dequantize)".into()));
+    }
+    if x.len() != t * w.in_dim {
+        return Err(Error::Input(format!("{} values for x [{t}, {}]", x.len(), w.in_dim)));
+    }
+    let (qx, sx) = quantize_rows(x, w.in_dim);
+    let k = w.in_dim;
+    Ok((0..t * w.out)
+        .into_par_iter()
+        .map(|i| {
+            let (r, n) = (i / w.out, i % w.out);
+            let dot: f64 = (0..k).map(|c| decode(qx[r * k + c]) as f64 * decode(w.codes[n * k + c]) as f64).sum();
+            (dot * sx[r] as f64 * w.scales[w.granularity.index(n, 0, k)] as f64) as f32
+        })
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn w8a8_is_exact_where_x_is_already_codes() {
+        // Row amax 448: s_x = 1, every value an E4M3 value, so W8A8 = x · dequant(W)ᵀ.
+        let x = [448.0f32, 1.0, -2.0, 0.5, 448.0, -0.25, 3.0, 0.0];
+        let w = quantize(&[0.5, -1.0, 2.0, 4.0, 1.5, 0.75, -3.0, 8.0], 2, 4, Fp8Scales::Channel).expect("weight");
+        let y = linear_w8a8(&x, 2, &w).expect("w8a8");
+        let wd = dequant(&w);
+        for r in 0..2 {
+            for n in 0..2 {
+                let want: f64 = (0..4).map(|c| x[r * 4 + c] as f64 * wd[n * 4 + c] as f64).sum();
+                assert_eq!(y[r * 2 + n], want as f32, "row {r}, column {n}");
+            }
+        }
+        assert!(linear_w8a8(&x, 2, &quantize(&[0.0; 8], 2, 4, Fp8Scales::Block { rows: 2, cols: 2 }).expect("weight")).is_err());
+    }
 
     #[test]
     fn every_code_round_trips() {

@@ -30,7 +30,8 @@ use cubecl_cpp::cuda::ptx::tensor_map_address;
 use super::tc::{convert, dense_dims_any, grid, reduce, target, u32_of};
 use super::tc_kernel::BK;
 use super::tc_wg::{wg_epilogue, WgConfig, WG_BN};
-use super::wgmma::{desc, smem_addr, wgmma_k64_acc, wgmma_pin, wgmma_wait, Acc};
+use super::tc_wg_fp8::scaled as fp8_scaled;
+use super::wgmma::{desc, smem_addr, wgmma_k128_e4m3_acc, wgmma_k64_acc, wgmma_pin, wgmma_wait, Acc};
 use crate::kernels::pdl::await_predecessor;
 use crate::kernels::swiglu::GluAct;
 use crate::{Client, DeviceTensor, Dtype, Error};
@@ -129,6 +130,9 @@ pub(super) fn linear_into(
                     xmap,
                     wmap,
                     out.as_arg(1),
+                    // No scales (a dense weight): W's own words, never read.
+                    w.as_arg(2),
+                    w.as_arg(2),
                     s.0,
                     s.1,
                     s.2,
@@ -140,6 +144,7 @@ pub(super) fn linear_into(
                     cfg.wgs,
                     cfg.stages,
                     $bf16,
+                    false,
                     gated,
                     gelu,
                     partial,
@@ -219,6 +224,8 @@ pub fn tc_wgmma_tma<E: Float, Y: Float>(
     xmap: &TensorMap<E, Tiled>,
     wmap: &TensorMap<E, Tiled>,
     y: &mut [Y],
+    sx: &[f32],
+    sw: &[u32],
     m: u32,
     n: u32,
     kp: u32,
@@ -230,6 +237,7 @@ pub fn tc_wgmma_tma<E: Float, Y: Float>(
     #[comptime] wgs: usize,
     #[comptime] stages: usize,
     #[comptime] bf16: bool,
+    #[comptime] fp8: bool,
     #[comptime] glu: bool,
     #[comptime] gelu: bool,
     #[comptime] partial: bool,
@@ -317,9 +325,16 @@ pub fn tc_wgmma_tma<E: Float, Y: Float>(
                 mbar_wait(bbase + 8 * s, (kb / stages) as u32 & 1u32);
                 let da = desc(sbase + s * a_bytes + (wg * mb * 64 * BK * 2) as u32);
                 let db = desc(sbase + comptime!(stages as u32) * a_bytes + s * b_bytes);
-                acc0 = wgmma_k64_acc(acc0, da, db, bf16);
-                if comptime!(mb == 2) {
-                    acc1 = wgmma_k64_acc(acc1, da + comptime!((64 * BK * 2 / 16) as u64), db, bf16);
+                if comptime!(fp8) {
+                    acc0 = wgmma_k128_e4m3_acc(acc0, da, db);
+                    if comptime!(mb == 2) {
+                        acc1 = wgmma_k128_e4m3_acc(acc1, da + comptime!((64 * BK * 2 / 16) as u64), db);
+                    }
+                } else {
+                    acc0 = wgmma_k64_acc(acc0, da, db, bf16);
+                    if comptime!(mb == 2) {
+                        acc1 = wgmma_k64_acc(acc1, da + comptime!((64 * BK * 2 / 16) as u64), db, bf16);
+                    }
                 }
                 // This warpgroup's block kb − 1 is done: its warps release that slot.
                 acc0 = wgmma_wait(acc0, mb);
@@ -334,6 +349,14 @@ pub fn tc_wgmma_tma<E: Float, Y: Float>(
             acc0 = wgmma_wait(acc0, 0usize);
             if comptime!(mb == 2) {
                 acc1 = wgmma_pin(acc1);
+            }
+            // W8A8: each sum times its row's (token's) and column's (channel's) scale, before
+            // split-K's partial sums are added (a linear map) and before any gating.
+            if comptime!(fp8) {
+                acc0 = fp8_scaled(acc0, sx, sw, m0 + wg * mb * 64, n0, m, n, warp, lane);
+                if comptime!(mb == 2) {
+                    acc1 = fp8_scaled(acc1, sx, sw, m0 + wg * mb * 64 + 64, n0, m, n, warp, lane);
+                }
             }
             let yoff = select(partial, split * m * n, 0usize);
             let glu_here = comptime!(glu && !partial);

@@ -41,17 +41,19 @@ pub(crate) fn proxy_fence() {
     gpu_asm!("fence.proxy.async.shared::cta;");
 }
 
-/// The four k16 steps of a k-block accumulating into the tied sums `$0` (= `$1`), from the
-/// descriptors `$2` / `$3` advanced by 32 bytes a step.
-fn acc_steps(ty: &str) -> String {
+/// The four steps of a 128-byte k-block (k16 of 16-bit types, k32 of E4M3) accumulating into
+/// the tied sums `$0` (= `$1`), from the descriptors `$2` / `$3` advanced by 32 bytes a step;
+/// `op` is the instruction's shape and types, `tail` its operands after the scale-d predicate.
+fn acc_steps(op: &str, tail: &str) -> String {
     (0..4)
-        .map(|s| {
-            format!(
-                "add.s64 da, $2, {o};\nadd.s64 db, $3, {o};\nwgmma.mma_async.sync.aligned.m64n128k16.f32.{ty}.{ty} $0, da, db, p1, 1, 1, 0, 0;\n",
-                o = 2 * s
-            )
-        })
+        .map(|s| format!("add.s64 da, $2, {o};\nadd.s64 db, $3, {o};\nwgmma.mma_async.sync.aligned.{op} $0, da, db, p1{tail};\n", o = 2 * s))
         .collect()
+}
+
+/// The four steps of a 16-bit k-block (`m64n128k16`, both operands K-major: scales 1, no
+/// transposes).
+fn acc_steps_16(ty: &str) -> String {
+    acc_steps(&format!("m64n128k16.f32.{ty}.{ty}"), ", 1, 1, 0, 0")
 }
 
 /// tc v3: a warpgroup's 64 × 128 block over one 64-wide k-block, four `wgmma.m64n128k16`
@@ -60,7 +62,27 @@ fn acc_steps(ty: &str) -> String {
 #[cube]
 pub(crate) fn wgmma_k64_acc(acc: Acc, da: u64, db: u64, #[comptime] bf16: bool) -> Acc {
     let ty = comptime![if bf16 { "bf16" } else { "f16" }];
-    let steps = comptime![acc_steps(ty)];
+    let steps = comptime![acc_steps_16(ty)];
+    let out: Acc;
+    gpu_asm!(
+        "//tie:0\n// {d} {c} {a} {b}\n{{\n.reg .pred p1;\n.reg .b32 zr;\n.reg .b64 da, db;\nmov.b32 zr, 0;\nsetp.eq.b32 p1, zr, 0;",
+        "wgmma.fence.sync.aligned;",
+        "{steps}wgmma.commit_group.sync.aligned;\n}}",
+        d = out(_) out,
+        c = in(_) acc,
+        a = in(_) da,
+        b = in(_) db,
+    );
+    out
+}
+
+/// [`wgmma_k64_acc`] over E4M3 operands: a 128-byte k-block is 128 codes, four
+/// `wgmma.m64n128k32.f32.e4m3.e4m3` (8-bit types have no transpose operands: both K-major).
+/// The tensor cores add the products in their own reduced-precision accumulation (vLLM's and
+/// CUTLASS's "fast accumulation"; no promotion into the f32 sums per k-block).
+#[cube]
+pub(crate) fn wgmma_k128_e4m3_acc(acc: Acc, da: u64, db: u64) -> Acc {
+    let steps = comptime![acc_steps("m64n128k32.f32.e4m3.e4m3", ", 1, 1")];
     let out: Acc;
     gpu_asm!(
         "//tie:0\n// {d} {c} {a} {b}\n{{\n.reg .pred p1;\n.reg .b32 zr;\n.reg .b64 da, db;\nmov.b32 zr, 0;\nsetp.eq.b32 p1, zr, 0;",

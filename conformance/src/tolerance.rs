@@ -272,8 +272,8 @@ pub fn tc_tolerance() -> (Tolerance, &'static str) {
 /// and sums exactly: every product of two E4M3 values is exact, so only the tensor cores'
 /// accumulation differs. Hopper's FP8 MMAs keep ~14 significant bits in it (DeepSeek-V3
 /// §3.3.2; vLLM and CUTLASS's fast accumulation live with it): ≤ ~2⁻¹⁴ relative per k32 step,
-/// ~K/32 steps, NMSE well under 1e-5 for the suite's K ≤ 8,192. A wrong code, scale, tile or
-/// split moves it past 1e-3.
+/// ~K/32 steps. Seen on an H200: NMSE ≤ 4.6e-6 over the suite's K ≤ 8,192 (the bound is 2×
+/// that). A wrong code, scale, tile or split moves it past 1e-3.
 pub fn w8a8_tolerance() -> (Tolerance, &'static str) {
     (
         Tolerance::Nmse { max: 1e-5 },

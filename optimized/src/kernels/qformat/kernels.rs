@@ -4,7 +4,7 @@
 
 use cubecl::prelude::*;
 
-use super::fp8::Fp8;
+use super::fp8::{Fp8, Fp8Cvt};
 use super::{GgmlKind, RowFormat, IQ4NL, Q4K, Q5K, Q5_0, Q5_1, Q6K, Q8_0, SUB};
 use crate::kernels::matmul::{self, inv_rms, scale_rows, store_row_sums, tc, Fuse, Version};
 use crate::kernels::qmatmul::{QFormat, QWeight};
@@ -207,12 +207,17 @@ impl Geometry {
     }
 }
 
-/// Runs `$body` with `$f` the [`RowFormat`] type of the [`QFormat`] `$format` (a ggml kind's
-/// block format, or FP8); returns an error for another format.
+/// Runs `$body` with `$f` the [`RowFormat`] type of the [`QFormat`] `$format` on `$client` (a
+/// ggml kind's block format; FP8 decoded by the hardware's conversion where it has one, else by
+/// bit operations); returns an error for another format.
 macro_rules! with_row_format {
-    ($format:expr, $f:ident => $body:expr) => {
+    ($client:expr, $format:expr, $f:ident => $body:expr) => {
         match $format {
             QFormat::Ggml(kind) => with_format!(kind, $f => $body),
+            QFormat::Fp8 { .. } if super::fp8::cvt_supported($client) => {
+                type $f = Fp8Cvt;
+                $body
+            }
             QFormat::Fp8 { .. } => {
                 type $f = Fp8;
                 $body
@@ -241,7 +246,7 @@ pub(crate) fn gemv_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &Devi
     let g = Geometry::of(w)?;
     let (xr, nw, xw, eps) = fuse.operands(client);
     let (norm, resid, glu, gelu) = (fuse.norm.is_some(), fuse.residual.is_some(), fuse.glu, fuse.gelu());
-    with_row_format!(w.format, F => unsafe {
+    with_row_format!(client, w.format, F => unsafe {
         qgemv::launch_unchecked::<F>(
             client,
             l.count,
@@ -319,7 +324,7 @@ pub fn dequant_into(client: &Client, w: &QWeight, out: &DeviceTensor) -> Result<
     };
     macro_rules! go {
         ($o:ty) => {
-            with_row_format!(w.format, F => unsafe {
+            with_row_format!(client, w.format, F => unsafe {
                 qdequant::launch_unchecked::<F, $o>(
                     client,
                     count,

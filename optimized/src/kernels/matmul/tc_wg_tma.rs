@@ -319,7 +319,6 @@ pub fn tc_wgmma_tma<E: Float, Y: Float>(
             let lane = tid % 32;
             let mut acc0 = Acc::empty().fill(0.0f32);
             let mut acc1 = Acc::empty().fill(0.0f32);
-            let lag = comptime!(if fp8 && stages >= 3 { 2usize } else { 1usize });
             let mut kb = 0usize;
             while kb < nk {
                 let s = (kb % stages) as u32;
@@ -337,15 +336,13 @@ pub fn tc_wgmma_tma<E: Float, Y: Float>(
                         acc1 = wgmma_k64_acc(acc1, da + comptime!((64 * BK * 2 / 16) as u64), db, bf16);
                     }
                 }
-                // This warpgroup's block kb − lag is done: its warps release that slot. W8A8
-                // keeps two k-blocks in flight (at twice the rate a k-block's MMAs take half
-                // the time to hide the next wait), where three stages leave the producer room.
-                acc0 = wgmma_wait(acc0, comptime!(mb * lag));
+                // This warpgroup's block kb − 1 is done: its warps release that slot.
+                acc0 = wgmma_wait(acc0, mb);
                 if comptime!(mb == 2) {
                     acc1 = wgmma_pin(acc1);
                 }
-                if kb >= lag && lane == 0 {
-                    mbar_arrive(bbase + 8 * (comptime!(stages as u32) + ((kb - lag) % stages) as u32));
+                if kb > 0 && lane == 0 {
+                    mbar_arrive(bbase + 8 * (comptime!(stages as u32) + ((kb - 1) % stages) as u32));
                 }
                 kb += 1;
             }

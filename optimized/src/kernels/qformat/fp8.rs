@@ -126,49 +126,35 @@ fn chunk(
     s
 }
 
-#[cube]
-impl RowFormat for Fp8 {
-    type Word = Codes;
+/// The [`RowFormat`] impl of `$ty`: [`chunk`] with the codes decoded by `cvt` ([`four`]).
+macro_rules! fp8_row_format {
+    ($ty:ty, $cvt:expr) => {
+        #[cube]
+        impl RowFormat for $ty {
+            type Word = Codes;
 
-    #[allow(clippy::too_many_arguments)]
-    fn decode_chunk(
-        w: &[Codes],
-        scales: &[u32],
-        row: usize,
-        c: usize,
-        n_in: usize,
-        srows: usize,
-        scols: usize,
-        vals: &mut Array<f32>,
-        #[comptime] _words: usize,
-        #[comptime] _subs: usize,
-        #[comptime] per_word: bool,
-    ) -> f32 {
-        chunk(w, scales, row, c, n_in, srows, scols, vals, per_word, false)
-    }
+            #[allow(clippy::too_many_arguments)]
+            fn decode_chunk(
+                w: &[Codes],
+                scales: &[u32],
+                row: usize,
+                c: usize,
+                n_in: usize,
+                srows: usize,
+                scols: usize,
+                vals: &mut Array<f32>,
+                #[comptime] _words: usize,
+                #[comptime] _subs: usize,
+                #[comptime] per_word: bool,
+            ) -> f32 {
+                chunk(w, scales, row, c, n_in, srows, scols, vals, per_word, $cvt)
+            }
+        }
+    };
 }
 
-#[cube]
-impl RowFormat for Fp8Cvt {
-    type Word = Codes;
-
-    #[allow(clippy::too_many_arguments)]
-    fn decode_chunk(
-        w: &[Codes],
-        scales: &[u32],
-        row: usize,
-        c: usize,
-        n_in: usize,
-        srows: usize,
-        scols: usize,
-        vals: &mut Array<f32>,
-        #[comptime] _words: usize,
-        #[comptime] _subs: usize,
-        #[comptime] per_word: bool,
-    ) -> f32 {
-        chunk(w, scales, row, c, n_in, srows, scols, vals, per_word, true)
-    }
-}
+fp8_row_format!(Fp8, false);
+fp8_row_format!(Fp8Cvt, true);
 
 /// `(srows, scols)` of the device scales for `parts` stacked (or with `interleave`, row by
 /// row): see the module doc. `Err` (unsupported) where two parts' scale blocks differ in width.

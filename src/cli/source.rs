@@ -352,6 +352,14 @@ impl ModelArgs {
             let family = spec::family_hf(&path)?;
             let mut st = SafetensorsDir::open(&path)?;
             st.allow_nonfinite = self.allow_nonfinite;
+            if let Some(a) = st.fp8.map(|f| f.activations).filter(|a| a.w8a8()) {
+                eprintln!(
+                    "{}: FP8 checkpoint made for {}; tandem runs its FP8 linears with unquantized activations (weight-only), or with --kernels fp8=w8a8 quantizes them per token on Hopper's FP8 tensor cores in steps of more than {} rows",
+                    path.display(),
+                    a.describe(),
+                    optimized::kernels::qmatmul::QGEMV_MAX_T
+                );
+            }
             let (config, source, arch) = match family {
                 spec::Family::Llama(config) => (config, Source::Hf(st), Arch::Llama),
                 spec::Family::Spec(s) => {

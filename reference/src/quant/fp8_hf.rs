@@ -14,6 +14,9 @@
 //!     X.weight_scale      F32 / BF16 / F16: [1] (tensor), [out, 1] (channel), [⌈out/b⌉, ⌈in/b⌉]
 //!     X.input_scale       (static activation scales: not needed for the weights, not read)
 //! ```
+//! The activation scheme (`activation_scheme`; `input_activations`) is read into
+//! [`Fp8Activations`] and reported; the reference does not quantize activations.
+//!
 //! In both, `w = decode(q) · s` (DeepSeek's "scale_inv" is the multiplier, like
 //! compressed-tensors' "scale"). Which scale a weight has is read from the scale tensor's shape
 //! and checked against the config's block size; any mismatch is an error naming the tensor.
@@ -30,6 +33,70 @@ use crate::error::{Error, Result};
 pub struct Fp8Config {
     /// The `[rows, cols]` of a scale block, when the config names one.
     pub block: Option<(usize, usize)>,
+    /// How the checkpoint's authors quantized the activations entering its FP8 linears.
+    pub activations: Fp8Activations,
+}
+
+/// The activation scheme an FP8 checkpoint was made for (`fp8`'s `activation_scheme`,
+/// compressed-tensors' `input_activations`). The reference runs every scheme with f32
+/// activations (W8A16: `w = decode(q) · s` only); the scheme is what vLLM would quantize x by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Fp8Activations {
+    /// No activation quantization (compressed-tensors without `input_activations`).
+    #[default]
+    WeightOnly,
+    /// Quantized at run time: one scale per token, per tensor, or per group of `n` inputs.
+    DynamicToken,
+    DynamicTensor,
+    DynamicGroup(usize),
+    /// Quantized by scales stored with the weights (`input_scale`).
+    Static,
+}
+
+impl Fp8Activations {
+    /// Whether the checkpoint quantizes its activations too (W8A8).
+    pub fn w8a8(self) -> bool {
+        self != Fp8Activations::WeightOnly
+    }
+    pub fn describe(self) -> String {
+        match self {
+            Fp8Activations::WeightOnly => "weight-only (activations unquantized)".into(),
+            Fp8Activations::DynamicToken => "W8A8, activations quantized per token at run time".into(),
+            Fp8Activations::DynamicTensor => "W8A8, activations quantized per tensor at run time".into(),
+            Fp8Activations::DynamicGroup(n) => format!("W8A8, activations quantized per {n} inputs at run time"),
+            Fp8Activations::Static => "W8A8, activations quantized by stored scales (input_scale)".into(),
+        }
+    }
+}
+
+/// compressed-tensors' `input_activations` of group `g` (`v`, absent or null: weight-only).
+fn ct_activations(path: &Path, g: &str, v: Option<&Json>) -> Result<Fp8Activations> {
+    let Some(a) = v.filter(|a| !a.is_null()) else { return Ok(Fp8Activations::WeightOnly) };
+    let k = |s: &str| format!("quantization_config.config_groups.{g}.input_activations.{s}");
+    let (bits, ty) = (a.get("num_bits").and_then(Json::as_u64), a.get("type").and_then(Json::as_str));
+    if bits != Some(8) || ty != Some("float") {
+        return Err(Error::key(
+            path,
+            k("type"),
+            format!(
+                "activations of {} bits, type {}: only 8-bit float (FP8) is supported",
+                bits.map_or("?".into(), |b| b.to_string()),
+                ty.unwrap_or("?")
+            ),
+        ));
+    }
+    if a.get("dynamic").and_then(Json::as_bool) != Some(true) {
+        return Ok(Fp8Activations::Static);
+    }
+    Ok(match a.get("strategy").and_then(Json::as_str) {
+        Some("token") => Fp8Activations::DynamicToken,
+        Some("tensor") => Fp8Activations::DynamicTensor,
+        Some("group") => match a.get("group_size").and_then(Json::as_u64) {
+            Some(n) if n > 0 => Fp8Activations::DynamicGroup(n as usize),
+            _ => return Err(Error::key(path, k("group_size"), "missing or not a positive integer for strategy `group`")),
+        },
+        s => return Err(Error::key(path, k("strategy"), format!("{s:?}: dynamic FP8 activations per token, tensor or group are supported"))),
+    })
 }
 
 /// Whether `quant_method` is one this module reads (the caller's own schemes do not apply).
@@ -57,13 +124,30 @@ pub fn parse(path: &Path, q: &Json) -> Result<Option<Fp8Config>> {
                 Some(v) => Some(pair(path, &key("weight_block_size"), v)?),
                 None => None,
             };
-            Ok(Some(Fp8Config { block }))
+            // transformers' default is dynamic; with blocks, per group of a block's columns
+            // (DeepSeek-V3's 1 × 128), else per tensor (vLLM's `Fp8LinearMethod`).
+            let activations = match q.get("activation_scheme").and_then(Json::as_str) {
+                None | Some("dynamic") => block.map_or(Fp8Activations::DynamicTensor, |(_, c)| Fp8Activations::DynamicGroup(c)),
+                Some("static") => Fp8Activations::Static,
+                Some(s) => return Err(Error::key(path, key("activation_scheme"), format!("`{s}`: dynamic or static"))),
+            };
+            Ok(Some(Fp8Config { block, activations }))
         }
         Some("compressed-tensors") => {
             let groups =
                 q.get("config_groups").and_then(Json::as_object).ok_or_else(|| Error::key(path, key("config_groups"), "missing or not an object"))?;
             let mut block = None;
+            let mut activations = None;
             for (g, v) in groups {
+                let a = ct_activations(path, g, v.get("input_activations"))?;
+                if activations.is_some_and(|b| b != a) {
+                    return Err(Error::key(
+                        path,
+                        key(&format!("config_groups.{g}.input_activations")),
+                        "differs from another group's: one activation scheme a checkpoint",
+                    ));
+                }
+                activations = Some(a);
                 let k = |s: &str| key(&format!("config_groups.{g}.weights.{s}"));
                 let w = v.get("weights").ok_or_else(|| Error::key(path, key(&format!("config_groups.{g}.weights")), "missing"))?;
                 let (bits, ty) = (w.get("num_bits").and_then(Json::as_u64), w.get("type").and_then(Json::as_str));
@@ -86,7 +170,7 @@ pub fn parse(path: &Path, q: &Json) -> Result<Option<Fp8Config>> {
                     }
                 }
             }
-            Ok(Some(Fp8Config { block }))
+            Ok(Some(Fp8Config { block, activations: activations.unwrap_or_default() }))
         }
         _ => Ok(None),
     }
@@ -133,4 +217,53 @@ pub fn weight(cfg: Fp8Config, name: &str, shape: &[usize], codes: &[u8], scale_s
     };
     let g = granularity(cfg, *out, *in_dim, scale_shape).map_err(|m| Error::Input(format!("{name}: {m}")))?;
     Fp8Weight::from_parts(name, *out, *in_dim, codes.to_vec(), scales, g)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(q: Json) -> Result<Option<Fp8Config>> {
+        parse(Path::new("config.json"), &q)
+    }
+
+    fn ct(acts: Json) -> Json {
+        serde_json::json!({"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+            "weights": {"num_bits": 8, "type": "float", "strategy": "channel"}, "input_activations": acts}}})
+    }
+
+    #[test]
+    fn activation_schemes_are_read() {
+        let fp8 = |extra: Json| {
+            let mut q = serde_json::json!({"quant_method": "fp8"});
+            if let (Some(o), Some(e)) = (q.as_object_mut(), extra.as_object()) {
+                o.extend(e.clone());
+            }
+            parsed(q).expect("parses").expect("fp8").activations
+        };
+        assert_eq!(fp8(serde_json::json!({})), Fp8Activations::DynamicTensor);
+        assert_eq!(fp8(serde_json::json!({"weight_block_size": [128, 128]})), Fp8Activations::DynamicGroup(128));
+        assert_eq!(fp8(serde_json::json!({"activation_scheme": "static"})), Fp8Activations::Static);
+        let act = |a: Json| parsed(ct(a)).expect("parses").expect("fp8").activations;
+        assert_eq!(act(Json::Null), Fp8Activations::WeightOnly);
+        let dynamic = |s: &str| serde_json::json!({"num_bits": 8, "type": "float", "dynamic": true, "strategy": s, "group_size": 64});
+        assert_eq!(act(dynamic("token")), Fp8Activations::DynamicToken);
+        assert_eq!(act(dynamic("tensor")), Fp8Activations::DynamicTensor);
+        assert_eq!(act(dynamic("group")), Fp8Activations::DynamicGroup(64));
+        assert_eq!(act(serde_json::json!({"num_bits": 8, "type": "float", "dynamic": false, "strategy": "tensor"})), Fp8Activations::Static);
+        assert!(act(dynamic("token")).w8a8() && !act(Json::Null).w8a8());
+    }
+
+    #[test]
+    fn bad_activation_schemes_name_the_key() {
+        let err = |q: Json| parsed(q).expect_err("refused").to_string();
+        let e = err(serde_json::json!({"quant_method": "fp8", "activation_scheme": "sometimes"}));
+        assert!(e.contains("quantization_config.activation_scheme"), "{e}");
+        let e = err(ct(serde_json::json!({"num_bits": 8, "type": "int", "dynamic": true, "strategy": "token"})));
+        assert!(e.contains("config_groups.group_0.input_activations.type"), "{e}");
+        let e = err(ct(serde_json::json!({"num_bits": 8, "type": "float", "dynamic": true, "strategy": "group"})));
+        assert!(e.contains("input_activations.group_size"), "{e}");
+        let e = err(ct(serde_json::json!({"num_bits": 8, "type": "float", "dynamic": true, "strategy": "channel"})));
+        assert!(e.contains("input_activations.strategy"), "{e}");
+    }
 }

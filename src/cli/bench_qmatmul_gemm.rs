@@ -20,10 +20,10 @@ use tandem_benches::gpu::attention::seconds_per_call;
 use super::{CliError, Result};
 
 /// (in, out): Llama-3.1-8B's q|k|v (4096 → 6144), gate|up (4096 → 28672) and down (14336 → 4096).
-const SHAPES: [(usize, usize); 3] = [(4096, 6144), (4096, 28672), (14336, 4096)];
+pub(super) const SHAPES: [(usize, usize); 3] = [(4096, 6144), (4096, 28672), (14336, 4096)];
 
 /// Copies of a weight of `bytes` that together pass 256 MiB (at most 8).
-fn copies(bytes: usize) -> usize {
+pub(super) fn copies(bytes: usize) -> usize {
     (256usize << 20).div_ceil(bytes.max(1)).clamp(1, 8)
 }
 
@@ -49,7 +49,7 @@ fn blocks(kind: GgmlKind, out: usize, in_dim: usize, salt: u64) -> Result<QuantT
 }
 
 /// µs per call of `f` over `reps` calls, or why it did not run.
-fn micros(client: &Client, reps: usize, f: impl FnMut() -> std::result::Result<(), optimized::Error>) -> std::result::Result<f64, String> {
+pub(super) fn micros(client: &Client, reps: usize, f: impl FnMut() -> std::result::Result<(), optimized::Error>) -> std::result::Result<f64, String> {
     seconds_per_call(client, 2, reps, f).map(|t| t * 1e6).map_err(|e| e.to_string())
 }
 
@@ -62,21 +62,17 @@ fn row(shape: &str, m: usize, name: &str, us: &std::result::Result<f64, String>,
     }
 }
 
-/// The gate of this table: the ggml cases (`conformance::cases::qmatmul_ggml`: every kept
-/// format through the kernels timed here) on `backend`, this run — not the whole suite, which
-/// the other kernel benches run.
-fn ggml_gate(backend: Backend) -> Result<String> {
-    let cases = conformance::cases::without_lab(conformance::cases::qmatmul_ggml::cases());
+/// The gate of a GEMM table: `cases` (named `what`: the kernels the table times) on `backend`,
+/// this run — not the whole suite, which the other kernel benches run.
+pub(super) fn cases_gate(backend: Backend, what: &str, cases: Vec<Box<dyn conformance::Case>>) -> Result<String> {
+    let cases = conformance::cases::without_lab(cases);
     let t = std::time::Instant::now();
     let r = conformance::run_cases(&cases, &[backend]);
     let (p, f, k) = r.count();
     if f > 0 || p == 0 {
-        return Err(CliError::Gpu(format!("refusing to benchmark: the qmatmul_ggml cases did not pass on {backend} in this run\n{}", r.table())));
+        return Err(CliError::Gpu(format!("refusing to benchmark: {what} did not pass on {backend} in this run\n{}", r.table())));
     }
-    Ok(format!(
-        "gate: the qmatmul_ggml cases on {backend} (this build, this run): {p} passed, 0 failed, {k} skipped in {:.1} s",
-        t.elapsed().as_secs_f64()
-    ))
+    Ok(format!("gate: {what} on {backend} (this build, this run): {p} passed, 0 failed, {k} skipped in {:.1} s", t.elapsed().as_secs_f64()))
 }
 
 /// The table (see the module doc); `formats` restricts the ggml formats (comma-separated,
@@ -88,7 +84,9 @@ pub fn run(backend: Backend, reps: usize, ms: &[usize], shapes: Option<Vec<(usiz
         let names: Vec<&str> = GgmlKind::ALL.iter().map(|k| k.ty().name()).collect();
         return Err(CliError::Usage(format!("--formats: none of {}", names.join(", "))));
     }
-    let gate = ggml_gate(backend)?;
+    // The ggml cases (`conformance::cases::qmatmul_ggml`: every kept format through the
+    // kernels timed here).
+    let gate = cases_gate(backend, "the qmatmul_ggml cases", conformance::cases::qmatmul_ggml::cases())?;
     let client = optimized::client(backend)?;
     let info = optimized::device_info(&client);
     let reps = 10 * reps.max(1);

@@ -10,25 +10,12 @@
 use optimized::config::KernelConfig;
 use optimized::kernels::matmul::{linear_into, tc_wg_fp8, Version};
 use optimized::kernels::qmatmul::{qlinear_into, QWeight};
-use optimized::{Backend, Client, DeviceTensor, Dtype};
+use optimized::{Backend, DeviceTensor, Dtype};
 use reference::quant::fp8::{self, Fp8Scales};
 use reference::quant::QuantTensor;
-use tandem_benches::gpu::attention::seconds_per_call;
 
+use super::bench_qmatmul_gemm::{cases_gate, copies, micros, SHAPES};
 use super::{CliError, Result};
-
-/// (in, out): Llama-3.1-8B's q|k|v (4096 → 6144), gate|up (4096 → 28672) and down (14336 → 4096).
-const SHAPES: [(usize, usize); 3] = [(4096, 6144), (4096, 28672), (14336, 4096)];
-
-/// Copies of a weight of `bytes` that together pass 256 MiB (at most 8).
-fn copies(bytes: usize) -> usize {
-    (256usize << 20).div_ceil(bytes.max(1)).clamp(1, 8)
-}
-
-/// µs per call of `f` over `reps` calls, or why it did not run.
-fn micros(client: &Client, reps: usize, f: impl FnMut() -> std::result::Result<(), optimized::Error>) -> std::result::Result<f64, String> {
-    seconds_per_call(client, 2, reps, f).map(|t| t * 1e6).map_err(|e| e.to_string())
-}
 
 /// One row: µs, TFLOP/s of the M × N × K product and the ratio `dense / µs`.
 fn row(shape: &str, m: usize, name: &str, us: &std::result::Result<f64, String>, flop: f64, dense: Option<f64>) {
@@ -41,29 +28,11 @@ fn row(shape: &str, m: usize, name: &str, us: &std::result::Result<f64, String>,
     }
 }
 
-/// The gate of this table: the FP8 and W8A8 matmul cases on `backend`, this run.
-fn gate(backend: Backend) -> Result<String> {
-    let mut cases = conformance::cases::qmatmul_fp8::cases();
-    cases.extend(conformance::cases::qmatmul_w8a8::cases());
-    let cases = conformance::cases::without_lab(cases);
-    let t = std::time::Instant::now();
-    let r = conformance::run_cases(&cases, &[backend]);
-    let (p, f, k) = r.count();
-    if f > 0 || p == 0 {
-        return Err(CliError::Gpu(format!(
-            "refusing to benchmark: the FP8 / W8A8 matmul cases did not pass on {backend} in this run\n{}",
-            r.table()
-        )));
-    }
-    Ok(format!(
-        "gate: the qmatmul_fp8 and qmatmul_w8a8 cases on {backend} (this build, this run): {p} passed, 0 failed, {k} skipped in {:.1} s",
-        t.elapsed().as_secs_f64()
-    ))
-}
-
 /// The table (see the module doc).
 pub fn run(backend: Backend, reps: usize, ms: &[usize], shapes: Option<Vec<(usize, usize)>>) -> Result<()> {
-    let gate = gate(backend)?;
+    let mut cases = conformance::cases::qmatmul_fp8::cases();
+    cases.extend(conformance::cases::qmatmul_w8a8::cases());
+    let gate = cases_gate(backend, "the qmatmul_fp8 and qmatmul_w8a8 cases", cases)?;
     let client = optimized::client(backend)?;
     let info = optimized::device_info(&client);
     let reps = 10 * reps.max(1);

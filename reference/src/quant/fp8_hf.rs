@@ -69,22 +69,25 @@ impl Fp8Activations {
     }
 }
 
+/// A compressed-tensors quantization-args object (`weights`, `input_activations`: `what`) of
+/// 8-bit floats, or an error at `key` saying what it holds instead.
+fn require_fp8(path: &Path, key: &str, what: &str, args: &Json) -> Result<()> {
+    let (bits, ty) = (args.get("num_bits").and_then(Json::as_u64), args.get("type").and_then(Json::as_str));
+    if bits != Some(8) || ty != Some("float") {
+        return Err(Error::key(
+            path,
+            key,
+            format!("{what} of {} bits, type {}: only 8-bit float (FP8) is supported", bits.map_or("?".into(), |b| b.to_string()), ty.unwrap_or("?")),
+        ));
+    }
+    Ok(())
+}
+
 /// compressed-tensors' `input_activations` of group `g` (`v`, absent or null: weight-only).
 fn ct_activations(path: &Path, g: &str, v: Option<&Json>) -> Result<Fp8Activations> {
     let Some(a) = v.filter(|a| !a.is_null()) else { return Ok(Fp8Activations::WeightOnly) };
     let k = |s: &str| format!("quantization_config.config_groups.{g}.input_activations.{s}");
-    let (bits, ty) = (a.get("num_bits").and_then(Json::as_u64), a.get("type").and_then(Json::as_str));
-    if bits != Some(8) || ty != Some("float") {
-        return Err(Error::key(
-            path,
-            k("type"),
-            format!(
-                "activations of {} bits, type {}: only 8-bit float (FP8) is supported",
-                bits.map_or("?".into(), |b| b.to_string()),
-                ty.unwrap_or("?")
-            ),
-        ));
-    }
+    require_fp8(path, &k("type"), "activations", a)?;
     if a.get("dynamic").and_then(Json::as_bool) != Some(true) {
         return Ok(Fp8Activations::Static);
     }
@@ -150,18 +153,7 @@ pub fn parse(path: &Path, q: &Json) -> Result<Option<Fp8Config>> {
                 activations = Some(a);
                 let k = |s: &str| key(&format!("config_groups.{g}.weights.{s}"));
                 let w = v.get("weights").ok_or_else(|| Error::key(path, key(&format!("config_groups.{g}.weights")), "missing"))?;
-                let (bits, ty) = (w.get("num_bits").and_then(Json::as_u64), w.get("type").and_then(Json::as_str));
-                if bits != Some(8) || ty != Some("float") {
-                    return Err(Error::key(
-                        path,
-                        k("type"),
-                        format!(
-                            "compressed-tensors weights of {} bits, type {}: only 8-bit float (FP8) is supported",
-                            bits.map_or("?".into(), |b| b.to_string()),
-                            ty.unwrap_or("?")
-                        ),
-                    ));
-                }
+                require_fp8(path, &k("type"), "compressed-tensors weights", w)?;
                 match w.get("strategy").and_then(Json::as_str) {
                     Some("tensor" | "channel") => {}
                     Some("block") => block = Some(pair(path, &k("block_structure"), w.get("block_structure").unwrap_or(&Json::Null))?),

@@ -29,7 +29,7 @@ use cubecl::zspace::{Shape, Strides};
 use super::tc::{grid, quant_dims, reduce, target, u32_of};
 use super::tc_kernel::BK;
 use super::tc_wg::{WgConfig, WG_BN};
-use super::tc_wg_tma::{shared_bytes, tc_wgmma_tma, threads};
+use super::tc_wg_tma::{check, Kernel};
 use super::wgmma::Acc;
 use crate::kernels::attention::kv_elem::e4m3_code;
 use crate::kernels::qmatmul::{QFormat, QLayout, QWeight};
@@ -187,11 +187,7 @@ pub fn linear_into(
     let (n, k) = (w.out, w.in_dim);
     let kh = k / 2;
     let cfg = cfg.unwrap_or_else(|| WgConfig::pick(t, n, kh, super::tc::sms(client), crate::config::Gemm::Tma));
-    let units = threads(cfg.wgs);
-    let hw = &client.properties().hardware;
-    if !cfg.tma || cfg.stages < 2 || cfg.splits == 0 || shared_bytes(&cfg) > hw.max_shared_memory_size || (hw.max_units_per_cube as usize) < units {
-        return Err(Error::Unsupported(format!("W8A8 runs tc v4's kernel: {} is not a tc v4 configuration this device fits", cfg.name())));
-    }
+    check(client, &cfg)?;
     if x.dtype != Dtype::F32 || !matches!(y.dtype, Dtype::F32 | Dtype::BF16) {
         return Err(Error::Shape(format!("W8A8: x {} and y {}: x f32, y f32 or bf16", x.dtype.name(), y.dtype.name())));
     }
@@ -205,45 +201,10 @@ pub fn linear_into(
     let xmap = code_map(&qx.handle, t, k, cfg.bm());
     let wmap = code_map(&w.data.handle, n, k, WG_BN);
     let s = (u32_of("T", t)?, u32_of("out", n)?, u32_of("Kp", kp)?);
-    let (gated, gelu) = GluAct::flags(glu);
-    let partial = g.splits > 1;
-    let (pdl, early) = crate::kernels::pdl::mode(client).flags(w.data.read_only);
-    macro_rules! go {
-        ($y:ty) => {
-            unsafe {
-                tc_wgmma_tma::launch_unchecked::<half::f16, $y>(
-                    client,
-                    g.count.clone(),
-                    CubeDim::new_1d(units as u32),
-                    xmap,
-                    wmap,
-                    out.as_arg(1),
-                    sx.as_arg(1),
-                    w.scales.as_arg(1),
-                    s.0,
-                    s.1,
-                    s.2,
-                    g.mtiles,
-                    g.tiles,
-                    g.tiles_mn,
-                    g.kps,
-                    cfg.mb,
-                    cfg.wgs,
-                    cfg.stages,
-                    false,
-                    true,
-                    gated,
-                    gelu,
-                    partial,
-                    pdl,
-                    early,
-                )
-            }
-        };
-    }
+    let k = Kernel { cfg, g: &g, s, glu, w_read_only: w.data.read_only };
     match out.dtype {
-        Dtype::BF16 => go!(half::bf16),
-        _ => go!(f32),
+        Dtype::BF16 => k.launch::<half::f16, half::bf16>(client, xmap, wmap, &out, Some((&sx, &w.scales)), false),
+        _ => k.launch::<half::f16, f32>(client, xmap, wmap, &out, Some((&sx, &w.scales)), false),
     }
     reduce(client, &g, &out, y, x, t, n, false, glu)
 }

@@ -27,7 +27,7 @@ use cubecl::prelude::*;
 use cubecl::zspace::{Shape, Strides};
 use cubecl_cpp::cuda::ptx::tensor_map_address;
 
-use super::tc::{convert, dense_dims_any, grid, reduce, target, u32_of};
+use super::tc::{convert, dense_dims_any, grid, reduce, target, u32_of, Grid};
 use super::tc_kernel::BK;
 use super::tc_wg::{wg_epilogue, WgConfig, WG_BN};
 use super::tc_wg_fp8::scaled as fp8_scaled;
@@ -78,24 +78,7 @@ pub(super) fn linear_into(
     cfg: WgConfig,
 ) -> Result<(), Error> {
     let (t, n, k) = dense_dims_any("tc v4", x, w, y, glu.is_some())?;
-    let (gated, gelu) = GluAct::flags(glu);
-    let hw = &client.properties().hardware;
-    let units = threads(cfg.wgs);
-    if cfg.stages < 2
-        || cfg.splits == 0
-        || !(1..=2).contains(&cfg.mb)
-        || !(1..=2).contains(&cfg.wgs)
-        || shared_bytes(&cfg) > hw.max_shared_memory_size
-        || (hw.max_units_per_cube as usize) < units
-    {
-        return Err(Error::Unsupported(format!(
-            "tc v4 {}: {units} units and {} B of shared memory per cube (mb 1 or 2, 1 or 2 consumer warpgroups, stages ≥ 2, splits ≥ 1); the device allows {} and {} B",
-            cfg.name(),
-            shared_bytes(&cfg),
-            hw.max_units_per_cube,
-            hw.max_shared_memory_size
-        )));
-    }
+    check(client, &cfg)?;
     if t == 0 || n == 0 {
         return Ok(());
     }
@@ -115,52 +98,99 @@ pub(super) fn linear_into(
     let xmap = tile_map(&x16, t, k, cfg.bm());
     let wmap = tile_map(w, n, k, WG_BN);
     let s = (u32_of("T", t)?, u32_of("out", n)?, u32_of("Kp", kp)?);
-    let partial = g.splits > 1;
-    let dim = CubeDim::new_1d(units as u32);
-    // Programmatic dependent launch: W's first round of boxes before the wait where no kernel
-    // writes W (weights uploaded read-only), x's after it.
-    let (pdl, early) = crate::kernels::pdl::mode(client).flags(w.read_only);
-    macro_rules! go {
-        ($e:ty, $y:ty, $bf16:expr) => {
-            unsafe {
-                tc_wgmma_tma::launch_unchecked::<$e, $y>(
-                    client,
-                    g.count.clone(),
-                    dim,
-                    xmap,
-                    wmap,
-                    out.as_arg(1),
-                    // No scales (a dense weight): W's own words, never read.
-                    w.as_arg(2),
-                    w.as_arg(2),
-                    s.0,
-                    s.1,
-                    s.2,
-                    g.mtiles,
-                    g.tiles,
-                    g.tiles_mn,
-                    g.kps,
-                    cfg.mb,
-                    cfg.wgs,
-                    cfg.stages,
-                    $bf16,
-                    false,
-                    gated,
-                    gelu,
-                    partial,
-                    pdl,
-                    early,
-                )
-            }
-        };
-    }
+    let k = Kernel { cfg, g: &g, s, glu, w_read_only: w.read_only };
     match (w.dtype, out.dtype) {
-        (Dtype::F16, Dtype::F16) => go!(half::f16, half::f16, false),
-        (Dtype::F16, _) => go!(half::f16, f32, false),
-        (_, Dtype::BF16) => go!(half::bf16, half::bf16, true),
-        _ => go!(half::bf16, f32, true),
+        (Dtype::F16, Dtype::F16) => k.launch::<half::f16, half::f16>(client, xmap, wmap, &out, None, false),
+        (Dtype::F16, _) => k.launch::<half::f16, f32>(client, xmap, wmap, &out, None, false),
+        (_, Dtype::BF16) => k.launch::<half::bf16, half::bf16>(client, xmap, wmap, &out, None, true),
+        _ => k.launch::<half::bf16, f32>(client, xmap, wmap, &out, None, true),
     }
     reduce(client, &g, &out, y, x, t, n, false, glu)
+}
+
+/// Whether `client` runs tc v4 with `cfg`, and why not (the units and shared memory a cube of
+/// it takes, its tile, depth and split in range).
+pub(crate) fn check(client: &Client, cfg: &WgConfig) -> Result<(), Error> {
+    let hw = &client.properties().hardware;
+    let units = threads(cfg.wgs);
+    if !cfg.tma
+        || cfg.stages < 2
+        || cfg.splits == 0
+        || !(1..=2).contains(&cfg.mb)
+        || !(1..=2).contains(&cfg.wgs)
+        || shared_bytes(cfg) > hw.max_shared_memory_size
+        || (hw.max_units_per_cube as usize) < units
+    {
+        return Err(Error::Unsupported(format!(
+            "tc v4 {}: {units} units and {} B of shared memory per cube (TMA, mb 1 or 2, 1 or 2 consumer warpgroups, stages ≥ 2, splits ≥ 1); the device allows {} and {} B",
+            cfg.name(),
+            shared_bytes(cfg),
+            hw.max_units_per_cube,
+            hw.max_shared_memory_size
+        )));
+    }
+    Ok(())
+}
+
+/// One tc v4 launch's settings, checked ([`check`]): tile, grid, (T, N, Kp), gating, and
+/// whether W is read-only (its first boxes may go before the programmatic-launch wait).
+pub(crate) struct Kernel<'a> {
+    pub cfg: WgConfig,
+    pub g: &'a Grid,
+    pub s: (u32, u32, u32),
+    pub glu: Option<GluAct>,
+    pub w_read_only: bool,
+}
+
+impl Kernel<'_> {
+    /// [`tc_wgmma_tma`] over the operands of `xmap` / `wmap` (16-bit `E`, or E4M3 codes read as
+    /// f16 where `scales` holds W8A8's row and column scales) into `out` (`Y`).
+    pub(crate) fn launch<E: Float, Y: Float>(
+        &self,
+        client: &Client,
+        xmap: TensorMapArg<Tiled>,
+        wmap: TensorMapArg<Tiled>,
+        out: &DeviceTensor,
+        scales: Option<(&DeviceTensor, &DeviceTensor)>,
+        bf16: bool,
+    ) {
+        let (cfg, g) = (self.cfg, self.g);
+        let (gated, gelu) = GluAct::flags(self.glu);
+        // Programmatic dependent launch: W's first round of boxes before the wait where no
+        // kernel writes W (weights uploaded read-only), x's after it.
+        let (pdl, early) = crate::kernels::pdl::mode(client).flags(self.w_read_only);
+        // Without scales (16-bit operands) the kernel never reads them: out's words stand in.
+        let (sx, sw) = scales.unwrap_or((out, out));
+        unsafe {
+            tc_wgmma_tma::launch_unchecked::<E, Y>(
+                client,
+                g.count.clone(),
+                CubeDim::new_1d(threads(cfg.wgs) as u32),
+                xmap,
+                wmap,
+                out.as_arg(1),
+                sx.as_arg(1),
+                sw.as_arg(1),
+                self.s.0,
+                self.s.1,
+                self.s.2,
+                g.mtiles,
+                g.tiles,
+                g.tiles_mn,
+                g.kps,
+                cfg.mb,
+                cfg.wgs,
+                cfg.stages,
+                bf16,
+                scales.is_some(),
+                gated,
+                gelu,
+                g.splits > 1,
+                pdl,
+                early,
+            )
+        }
+    }
 }
 
 /// `mbarrier.init` of the barrier at shared address `bar` for `count` arrivals.

@@ -50,50 +50,54 @@ fn acc_steps(op: &str, tail: &str) -> String {
         .collect()
 }
 
-/// The four steps of a 16-bit k-block (`m64n128k16`, both operands K-major: scales 1, no
-/// transposes).
-fn acc_steps_16(ty: &str) -> String {
-    acc_steps(&format!("m64n128k16.f32.{ty}.{ty}"), ", 1, 1, 0, 0")
+/// The operand types of a k-block's `wgmma`s ([`kblock_steps`]).
+const OPS_F16: usize = 0;
+const OPS_BF16: usize = 1;
+const OPS_E4M3: usize = 2;
+
+/// The four steps of a k-block of operand types `ops`: 16-bit `m64n128k16` (both operands
+/// K-major: scales 1, no transposes), or E4M3 `m64n128k32` (8-bit types have no transpose
+/// operands).
+fn kblock_steps(ops: usize) -> String {
+    match ops {
+        OPS_E4M3 => acc_steps("m64n128k32.f32.e4m3.e4m3", ", 1, 1"),
+        OPS_BF16 => acc_steps("m64n128k16.f32.bf16.bf16", ", 1, 1, 0, 0"),
+        _ => acc_steps("m64n128k16.f32.f16.f16", ", 1, 1, 0, 0"),
+    }
 }
 
-/// tc v3: a warpgroup's 64 × 128 block over one 64-wide k-block, four `wgmma.m64n128k16`
-/// accumulating into `acc` (tied in and out: `vendor/cubecl-cpp`), committed as one group and
-/// NOT waited on: `acc` is in flight until a [`wgmma_wait`] says otherwise.
+/// A warpgroup's 64 × 128 block over one 128-byte k-block of operand types `ops`, four
+/// `wgmma`s accumulating into `acc` (tied in and out: `vendor/cubecl-cpp`), committed as one
+/// group and NOT waited on: `acc` is in flight until a [`wgmma_wait`] says otherwise.
+#[cube]
+fn kblock_acc(acc: Acc, da: u64, db: u64, #[comptime] ops: usize) -> Acc {
+    let steps = comptime![kblock_steps(ops)];
+    let out: Acc;
+    gpu_asm!(
+        "//tie:0\n// {d} {c} {a} {b}\n{{\n.reg .pred p1;\n.reg .b32 zr;\n.reg .b64 da, db;\nmov.b32 zr, 0;\nsetp.eq.b32 p1, zr, 0;",
+        "wgmma.fence.sync.aligned;",
+        "{steps}wgmma.commit_group.sync.aligned;\n}}",
+        d = out(_) out,
+        c = in(_) acc,
+        a = in(_) da,
+        b = in(_) db,
+    );
+    out
+}
+
+/// tc v3 / v4: [`kblock_acc`] over a 64-wide k-block of f16 or bf16 (`m64n128k16`).
 #[cube]
 pub(crate) fn wgmma_k64_acc(acc: Acc, da: u64, db: u64, #[comptime] bf16: bool) -> Acc {
-    let ty = comptime![if bf16 { "bf16" } else { "f16" }];
-    let steps = comptime![acc_steps_16(ty)];
-    let out: Acc;
-    gpu_asm!(
-        "//tie:0\n// {d} {c} {a} {b}\n{{\n.reg .pred p1;\n.reg .b32 zr;\n.reg .b64 da, db;\nmov.b32 zr, 0;\nsetp.eq.b32 p1, zr, 0;",
-        "wgmma.fence.sync.aligned;",
-        "{steps}wgmma.commit_group.sync.aligned;\n}}",
-        d = out(_) out,
-        c = in(_) acc,
-        a = in(_) da,
-        b = in(_) db,
-    );
-    out
+    kblock_acc(acc, da, db, comptime![if bf16 { OPS_BF16 } else { OPS_F16 }])
 }
 
-/// [`wgmma_k64_acc`] over E4M3 operands: a 128-byte k-block is 128 codes, four
-/// `wgmma.m64n128k32.f32.e4m3.e4m3` (8-bit types have no transpose operands: both K-major).
-/// The tensor cores add the products in their own reduced-precision accumulation (vLLM's and
-/// CUTLASS's "fast accumulation"; no promotion into the f32 sums per k-block).
+/// W8A8: [`kblock_acc`] over E4M3 operands, a 128-byte k-block being 128 codes
+/// (`m64n128k32`). The tensor cores add the products in their own reduced-precision
+/// accumulation (vLLM's and CUTLASS's "fast accumulation"; no promotion into the f32 sums per
+/// k-block).
 #[cube]
 pub(crate) fn wgmma_k128_e4m3_acc(acc: Acc, da: u64, db: u64) -> Acc {
-    let steps = comptime![acc_steps("m64n128k32.f32.e4m3.e4m3", ", 1, 1")];
-    let out: Acc;
-    gpu_asm!(
-        "//tie:0\n// {d} {c} {a} {b}\n{{\n.reg .pred p1;\n.reg .b32 zr;\n.reg .b64 da, db;\nmov.b32 zr, 0;\nsetp.eq.b32 p1, zr, 0;",
-        "wgmma.fence.sync.aligned;",
-        "{steps}wgmma.commit_group.sync.aligned;\n}}",
-        d = out(_) out,
-        c = in(_) acc,
-        a = in(_) da,
-        b = in(_) db,
-    );
-    out
+    kblock_acc(acc, da, db, comptime![OPS_E4M3])
 }
 
 /// Waits until at most `pending` of this warpgroup's `wgmma` groups are in flight, `acc` tied
@@ -117,6 +121,16 @@ pub(crate) fn wgmma_pin(acc: Acc) -> Acc {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kblock_instructions() {
+        let bf16 = kblock_steps(OPS_BF16);
+        assert_eq!(bf16.matches("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 $0, da, db, p1, 1, 1, 0, 0;").count(), 4);
+        assert!(kblock_steps(OPS_F16).contains(".m64n128k16.f32.f16.f16 $0, da, db, p1, 1, 1, 0, 0;"));
+        assert_eq!(kblock_steps(OPS_E4M3).matches(".m64n128k32.f32.e4m3.e4m3 $0, da, db, p1, 1, 1;").count(), 4);
+        // Each step 32 bytes on (2 in the descriptors' 16-byte units).
+        assert!(bf16.contains("add.s64 da, $2, 6;") && !bf16.contains("add.s64 da, $2, 8;"));
+    }
 
     #[test]
     fn descriptor_fields() {

@@ -21,6 +21,7 @@ use reference::arch::spec::ModelSpec;
 use reference::weights::{Tensor, TensorSource};
 use reference::Config;
 
+use crate::kernels::act_quant::{self, ActQuant};
 use crate::kernels::bias::bias_add;
 use crate::kernels::matmul::{Fuse, Norm, Residual};
 use crate::kernels::moe::{self, MoePath};
@@ -263,8 +264,25 @@ impl GpuModel {
         // the add + norm kernels, its biases in the gemvs' bias epilogue.
         let unfusable =
             self.layers.iter().any(|w| w.post_attn_norm.is_some() || w.post_ffn_norm.is_some() || w.bo.is_some() || w.ffn.dense().is_none());
-        // A tensor-parallel rank reduces o's and down's partial sums before the residual add.
-        !unfusable && self.tp.is_none() && k.fused_norms && t <= k.gemv_rows.min(k.qgemv_rows) && t <= matmul::GEMV_MAX_T && t <= QGEMV_MAX_T
+        // A tensor-parallel rank reduces o's and down's partial sums before the residual add;
+        // a W8A8 checkpoint's linears read their inputs quantized (`aq`), not normed in a prologue.
+        !unfusable
+            && self.tp.is_none()
+            && self.spec.act_quant.is_none()
+            && k.fused_norms
+            && t <= k.gemv_rows.min(k.qgemv_rows)
+            && t <= matmul::GEMV_MAX_T
+            && t <= QGEMV_MAX_T
+    }
+
+    /// What linear `w` reads for its input `x` of `t` rows: x quantized as a W8A8 checkpoint
+    /// asks (`ModelSpec::act_quant`, `kernels::act_quant`), except where the step runs W8A8 on
+    /// the FP8 tensor cores, which quantize x per token themselves; else x.
+    fn aq(&self, w: &Weight, x: &DeviceTensor, t: usize) -> Result<DeviceTensor, Error> {
+        match self.spec.act_quant {
+            Some(ActQuant::Token) if w.w8a8_runs(&self.client, t) => Ok(x.clone()),
+            q => act_quant::fake_quant_opt(&self.client, x, q),
+        }
     }
 
     /// Layer `l`'s attention spec.
@@ -308,7 +326,7 @@ impl GpuModel {
                 qkv
             } else {
                 // The q|k|v bias (Qwen2, GPT-OSS) in the decode gemv's epilogue, else after.
-                linear_bias(c, &w.wqkv, &h, w.bqkv.as_ref())?
+                linear_bias(c, &w.wqkv, &self.aq(&w.wqkv, &h, t)?, w.bqkv.as_ref())?
             };
             // The per-head q/k RMSNorm (Qwen3, Gemma-3), before RoPE.
             let a = self.attn_spec(l)?;
@@ -331,7 +349,7 @@ impl GpuModel {
                 }
                 (ffn, _) => {
                     // Wo (with its bias: GPT-OSS).
-                    let a = linear_bias(c, &w.wo, &o, w.bo.as_ref())?;
+                    let a = linear_bias(c, &w.wo, &self.aq(&w.wo, &o, t)?, w.bo.as_ref())?;
                     self.reduce(&a)?;
                     // Gemma's sandwich: the attention output normed before the residual add.
                     let a = match &w.post_attn_norm {
@@ -343,7 +361,8 @@ impl GpuModel {
                             // x ← x + a, then the MLP's norm, in one launch.
                             let hm = add_rmsnorm_device_as(c, x, &a, &w.ffn_norm, cfg.rms_eps, gate_up.x_dtype(c, t))?;
                             // gate|up GEMM, SwiGLU v3, down.
-                            let m = down.linear(c, &gate_up.linear_glu_act(c, &hm, down.x_dtype(c, t), self.glu_act(l)?)?)?;
+                            let a = gate_up.linear_glu_act(c, &self.aq(gate_up, &hm, t)?, down.x_dtype(c, t), self.glu_act(l)?)?;
+                            let m = down.linear(c, &self.aq(down, &a, t)?)?;
                             self.reduce(&m)?;
                             let m = match &w.post_ffn_norm {
                                 Some(pn) => rmsnorm_device_as(c, &m, pn, cfg.rms_eps, Dtype::F32)?,

@@ -1,12 +1,14 @@
 //! FP8 checkpoints as the hub ships them (`tests/fixtures/tiny/make_fp8.py`: transformers'
 //! fine-grained `fp8` with 32 × 32 and partial 48 × 48 blocks, compressed-tensors per channel
 //! with BF16 scales), loaded by the reference: logits within 1e-3 of transformers' on the
-//! checkpoint's own dequantization (computed by torch), prefill and decode; and the broken
+//! checkpoint's own dequantization (computed by torch) with each FP8 linear's input quantized
+//! as the checkpoint's activation scheme asks, prefill and decode; and the broken
 //! checkpoints a user can hand it fail naming the tensor or key.
 
 use std::path::{Path, PathBuf};
 
 use reference::arch;
+use reference::ops::act_quant::ActQuant;
 
 const TOL: f32 = 1e-3;
 
@@ -56,6 +58,33 @@ fn fp8_logits_differ_from_the_unquantized_model() {
         (serde_json::from_value(a["logits"].clone()).unwrap(), serde_json::from_value(b["logits"].clone()).unwrap());
     let d = a.iter().flatten().zip(b.iter().flatten()).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
     assert!(d > 10.0 * TOL, "{d}");
+}
+
+/// The checkpoints' activation scheme matters: the same weights with unquantized inputs
+/// (W8A16) land far from transformers' W8A8 logits, so a reference (or a device) that skipped
+/// the quantization could not pass above; per-tensor schemes are not run (weight-only).
+#[test]
+fn activation_quantization_is_what_the_logits_need() {
+    for (name, want) in [("llama3_fp8", ActQuant::Group(32)), ("qwen3_moe_fp8", ActQuant::Group(48)), ("qwen3_fp8", ActQuant::Token)] {
+        let path = dir(name);
+        let mut m = arch::load(&path).unwrap();
+        assert_eq!(m.spec.act_quant, Some(want), "{name}");
+        let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path.join("logits.json")).unwrap()).unwrap();
+        let ids: Vec<u32> = serde_json::from_value(j["ids"].clone()).unwrap();
+        let oracle: Vec<Vec<f32>> = serde_json::from_value(j["logits"].clone()).unwrap();
+        m.spec.act_quant = None;
+        let got = m.forward(&ids, &mut m.new_cache(), None).unwrap();
+        let d = got.iter().zip(oracle.iter().flatten()).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(d > 10.0 * TOL, "{name}: W8A16 within {d} of the W8A8 oracle");
+    }
+    let t = std::env::temp_dir().join(format!("tandem-fp8-tensor-{}", std::process::id()));
+    std::fs::create_dir_all(&t).unwrap();
+    let src = dir("qwen3_fp8");
+    let mut j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
+    j["quantization_config"]["config_groups"]["group_0"]["input_activations"]["strategy"] = "tensor".into();
+    std::fs::write(t.join("config.json"), j.to_string()).unwrap();
+    std::fs::copy(src.join("model.safetensors"), t.join("model.safetensors")).unwrap();
+    assert_eq!(arch::load(&t).unwrap().spec.act_quant, None, "per-tensor activations run weight-only");
 }
 
 /// A copy (number `i`) of `name`'s fixture with its config edited by `cfg` and a tensor dropped.

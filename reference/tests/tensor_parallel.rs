@@ -145,6 +145,12 @@ fn plan_slices_heads_kv_groups_ffn_experts_and_vocab() {
     let local = p.local_spec(&m.spec, 3).unwrap();
     assert_eq!((local.layers[0].attn.n_heads, local.layers[0].attn.n_kv_heads), (1, 1));
     assert!(matches!(local.layers[0].ffn, FfnSpec::Moe { n_experts: 8, expert_ffn: 8, .. }));
+    // A W8A8 checkpoint's per-token scales span o's and down's whole inputs: refused on ranks
+    // (one rank keeps the whole row and runs).
+    let w8a8 = arch::load(&fixture("qwen3_fp8")).unwrap().spec;
+    let e = ShardPlan::new(&w8a8, 2).unwrap().local_spec(&w8a8, 0).unwrap_err().to_string();
+    assert!(e.contains("quantize their inputs per token") && e.contains("one GPU"), "{e}");
+    assert!(ShardPlan::new(&w8a8, 1).unwrap().local_spec(&w8a8, 0).is_ok());
 }
 
 #[test]

@@ -353,12 +353,20 @@ impl ModelArgs {
             let mut st = SafetensorsDir::open(&path)?;
             st.allow_nonfinite = self.allow_nonfinite;
             if let Some(a) = st.fp8.map(|f| f.activations).filter(|a| a.w8a8()) {
-                eprintln!(
-                    "{}: FP8 checkpoint made for {}; tandem runs its FP8 linears with unquantized activations (weight-only), or with --kernels fp8=w8a8 quantizes them per token on Hopper's FP8 tensor cores in steps of more than {} rows",
-                    path.display(),
-                    a.describe(),
-                    optimized::kernels::qmatmul::QGEMV_MAX_T
-                );
+                match a.act_quant() {
+                    Some(q) => eprintln!(
+                        "{}: FP8 checkpoint made for {}: its FP8 linears (attention, MLP, experts) read their inputs quantized {} (the reference and the device alike; on Hopper, FP8 weights with channel scales run per-token steps of more than {} rows on the FP8 tensor cores)",
+                        path.display(),
+                        a.describe(),
+                        q.describe(),
+                        optimized::kernels::qmatmul::QGEMV_MAX_T
+                    ),
+                    None => eprintln!(
+                        "{}: FP8 checkpoint made for {}; tandem runs its FP8 linears with unquantized activations (weight-only): only dynamic per-token and per-group schemes are run as written",
+                        path.display(),
+                        a.describe()
+                    ),
+                }
             }
             let (config, source, arch) = match family {
                 spec::Family::Llama(config) => (config, Source::Hf(st), Arch::Llama),

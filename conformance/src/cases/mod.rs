@@ -2,6 +2,7 @@
 //! Each module exposes `cases() -> Vec<Box<dyn Case>>`: a fixed grid of shapes (odd and prime
 //! sizes, T = 1) over dtypes; the `tests/X.rs` proptests add random shapes on top.
 
+pub mod act_quant;
 pub mod arch;
 pub mod argmax;
 pub mod attention;
@@ -123,6 +124,7 @@ pub fn every() -> Vec<Box<dyn Case>> {
     v.extend(attention::cases());
     v.extend(swiglu::cases());
     v.extend(softcap::cases());
+    v.extend(act_quant::cases());
     v.extend(residual::cases());
     v.extend(argmax::cases());
     v.extend(seeded::cases());

@@ -64,6 +64,7 @@ macro_rules! with_kv_elem_out {
     };
 }
 
+pub mod act_quant;
 pub mod advance;
 pub mod argmax;
 pub mod attention;

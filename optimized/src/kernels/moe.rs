@@ -103,6 +103,7 @@ pub use gemv::{moe_gemv_down_into, moe_gemv_glu, moe_gemv_glu_into, MoeGemv};
 pub use route::{route, route_tokens, route_with, RouteVersion};
 pub use sort::sort_by_expert;
 
+use crate::kernels::act_quant::{self, ActQuant};
 use crate::kernels::matmul::tc::TcMode;
 use crate::{Client, DeviceTensor, Error};
 
@@ -294,6 +295,10 @@ pub struct MoeWeights {
     /// of the router, or an expert-parallel rank's share (`first` of [`MoeWeights::dense_holding`] /
     /// [`MoeWeights::mxfp4`]).
     pub held: std::ops::Range<usize>,
+    /// How the experts' linears quantize their inputs (a W8A8 checkpoint's
+    /// `ModelSpec::act_quant`, 16-bit-value experts only): gate|up's rows of h, down's of the
+    /// gated activations. `None` from the constructors; the loader sets it.
+    pub act_quant: Option<ActQuant>,
 }
 
 /// The global ids of `n` experts held from `first` (`None`: all `e` of the router).
@@ -340,6 +345,7 @@ impl MoeWeights {
             arrivals: Self::arrival_counters(client)?,
             tc,
             held,
+            act_quant: None,
         };
         w.check()?;
         Ok(w)
@@ -397,6 +403,7 @@ impl MoeWeights {
             arrivals: Self::arrival_counters(client)?,
             tc: false,
             held,
+            act_quant: None,
         };
         w.check()?;
         Ok(w)
@@ -478,15 +485,20 @@ pub fn moe_into(client: &Client, h: &DeviceTensor, w: &MoeWeights, x: &DeviceTen
 pub fn experts_into(client: &Client, h: &DeviceTensor, w: &MoeWeights, routes: &Routes, x: &DeviceTensor, gemv: bool) -> Result<(), Error> {
     let (gu, dn) = match (&w.gate_up, &w.down) {
         (Experts::Dense(gu), Experts::Dense(dn)) => {
+            // A W8A8 checkpoint's experts read h and their gated activations quantized (each
+            // row: one token, then one pair).
+            let h = &act_quant::fake_quant_opt(client, h, w.act_quant)?;
             if gemv {
                 let a = DeviceTensor::empty_f32(client, &[routes.tokens * routes.k, gu.out / 2]);
                 gemv_dense::moe_gemv_dense_glu_into(client, h, routes, gu, w.act, &a)?;
+                let a = act_quant::fake_quant_opt(client, &a, w.act_quant)?;
                 gemv_dense::moe_gemv_dense_down_into(client, &a, routes, dn, x)?;
             } else {
                 let kernel = gemm_on_tensor_cores(client, w).then_some(TcMode::Tensor);
                 let sorted = sort::sort_by_expert(client, routes, gu.n_experts, gemm_rows(client, kernel, routes, gu.n_experts))?;
                 let a = DeviceTensor::empty_f32(client, &[sorted.pairs, gu.out / 2]);
                 dense::moe_gemm_dense_glu_into(client, h, &sorted, routes, gu, w.act, &a, kernel)?;
+                let a = act_quant::fake_quant_opt(client, &a, w.act_quant)?;
                 let y = DeviceTensor::empty_f32(client, &[sorted.pairs, dn.out]);
                 dense::moe_gemm_dense_down_into(client, &a, &sorted, routes, dn, &y, kernel)?;
                 gemm::moe_combine_into(client, &y, &sorted, routes, x)?;
@@ -495,6 +507,9 @@ pub fn experts_into(client: &Client, h: &DeviceTensor, w: &MoeWeights, routes: &
         }
         (gu, dn) => (gu.mxfp4()?, dn.mxfp4()?),
     };
+    if let Some(q) = w.act_quant {
+        return Err(Error::Unsupported(format!("MXFP4 experts with activations quantized {} (no checkpoint has them)", q.describe())));
+    }
     if gemv && gemv_on_tensor_cores(client, w) {
         let a = DeviceTensor::empty_f32(client, &[routes.tokens * routes.k, gu.out / 2]);
         gemv_tc::moe_gemv_glu_tc_into(client, h, routes, gu, w.limit, w.alpha, &a, TcMode::Tensor)?;

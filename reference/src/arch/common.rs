@@ -133,6 +133,7 @@ impl Base {
             bos_id: self.bos_id,
             eos_ids: self.eos_ids.clone(),
             fused: Fused::default(),
+            act_quant: None,
             layers,
         }
     }

@@ -11,6 +11,7 @@ use crate::config::RopeLayout;
 use crate::error::{Error, Result};
 use crate::gpt_oss::config::GptOssConfig;
 use crate::gpt_oss::weights::{DenseExpert, ExpertWeights, GptOssWeights};
+use crate::ops::act_quant::ActQuant;
 use crate::ops::matmul::linear_bias;
 use crate::ops::mlp::{gated, Activation};
 use crate::ops::moe::Routing;
@@ -73,6 +74,7 @@ pub fn from_config(c: &GptOssConfig) -> ModelSpec {
         bos_id: c.bos_id,
         eos_ids: c.eos_ids.clone(),
         fused: Fused::default(),
+        act_quant: None,
         layers,
     }
 }
@@ -88,6 +90,14 @@ fn get<T>(v: &[T], e: usize) -> Result<&T> {
     v.get(e).ok_or_else(|| Error::Input(format!("expert {e} of {}", v.len())))
 }
 
+/// GPT-OSS's experts (MXFP4, or their dequantized values) read unquantized inputs.
+fn no_act_quant(q: Option<ActQuant>) -> Result<()> {
+    match q {
+        Some(q) => Err(Error::Input(format!("GPT-OSS experts with activations quantized {}: not a scheme GPT-OSS checkpoints use", q.describe()))),
+        None => Ok(()),
+    }
+}
+
 /// MXFP4 experts: dequantized when used, then [`run_dense`]. A tensor-parallel rank keeps its
 /// experts MXFP4 (expert parallelism) or its rows of every expert dequantized (an MXFP4 block
 /// of 32 runs along a row, so down's columns would cut blocks).
@@ -95,7 +105,8 @@ impl Experts for Vec<ExpertWeights> {
     fn count(&self) -> usize {
         self.len()
     }
-    fn run(&self, e: usize, h: ArrayView2<f32>, act: Activation) -> Result<Array2<f32>> {
+    fn run(&self, e: usize, h: ArrayView2<f32>, act: Activation, q: Option<ActQuant>) -> Result<Array2<f32>> {
+        no_act_quant(q)?;
         run_dense(&get(self, e)?.dequant()?, h, act)
     }
     fn cut(&self, cut: &ExpertCut) -> Result<Box<dyn Experts + Send>> {
@@ -113,7 +124,8 @@ impl Experts for Vec<DenseExpert> {
     fn count(&self) -> usize {
         self.len()
     }
-    fn run(&self, e: usize, h: ArrayView2<f32>, act: Activation) -> Result<Array2<f32>> {
+    fn run(&self, e: usize, h: ArrayView2<f32>, act: Activation, q: Option<ActQuant>) -> Result<Array2<f32>> {
+        no_act_quant(q)?;
         run_dense(get(self, e)?, h, act)
     }
     fn cut(&self, cut: &ExpertCut) -> Result<Box<dyn Experts + Send>> {

@@ -61,6 +61,10 @@ pub fn spec_from_hf(path: &Path) -> Result<ModelSpec> {
             return Err(c.err("model_type", format!("`{other}` is not supported (llama, mistral, qwen2, qwen3, qwen3_moe, gemma3_text, phi3 are)")));
         }
     };
+    let mut spec = spec;
+    // A W8A8 FP8 checkpoint's dynamic activation scheme (per token or per group) is part of
+    // the model: its linears were calibrated to run on quantized inputs.
+    spec.act_quant = crate::quant::store::read_quant_configs(path)?.1.and_then(|f| f.activations.act_quant());
     spec.validate(path)?;
     Ok(spec)
 }

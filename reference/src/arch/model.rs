@@ -29,10 +29,11 @@ use super::weights::{ArchWeights, Ffn, Layer, Mlp};
 use crate::error::{Error, Result};
 use crate::kv_cache::KvCache;
 use crate::model::Trace;
+use crate::ops::act_quant::{fake_quant, fake_quant_opt, ActQuant};
 use crate::ops::attention::{attention_with, Scores};
 use crate::ops::embedding::embedding;
 use crate::ops::matmul::{linear, linear_opt};
-use crate::ops::mlp::{gated_mlp, Activation};
+use crate::ops::mlp::{gated, gated_mlp, Activation};
 use crate::ops::moe::{route_margin, weighted_sum, Routing};
 use crate::ops::residual::residual_add;
 use crate::ops::rmsnorm::{rmsnorm, rmsnorm_1p, rmsnorm_heads};
@@ -91,8 +92,9 @@ pub enum FfnRef<'a> {
 pub trait Experts: Sync {
     /// E
     fn count(&self) -> usize;
-    /// Expert `e` on the rows of `h [T, C]` → `[T, C]`.
-    fn run(&self, e: usize, h: ArrayView2<f32>, act: Activation) -> Result<Array2<f32>>;
+    /// Expert `e` on the rows of `h [T, C]` → `[T, C]`, its linears reading their inputs
+    /// through `q` where given (`ops::act_quant`; only 16-bit-value experts take one).
+    fn run(&self, e: usize, h: ArrayView2<f32>, act: Activation, q: Option<ActQuant>) -> Result<Array2<f32>>;
     /// What one tensor-parallel rank keeps of these experts ([`ExpertCut`]).
     fn cut(&self, cut: &ExpertCut) -> Result<Box<dyn Experts + Send>>;
 }
@@ -101,9 +103,9 @@ impl Experts for Vec<Mlp> {
     fn count(&self) -> usize {
         self.len()
     }
-    fn run(&self, e: usize, h: ArrayView2<f32>, act: Activation) -> Result<Array2<f32>> {
+    fn run(&self, e: usize, h: ArrayView2<f32>, act: Activation, q: Option<ActQuant>) -> Result<Array2<f32>> {
         let m = self.get(e).ok_or_else(|| Error::Input(format!("expert {e} of {}", self.len())))?;
-        mlp(h, m.view(), act)
+        mlp(h, m.view(), act, q)
     }
     fn cut(&self, cut: &ExpertCut) -> Result<Box<dyn Experts + Send>> {
         let cut: Vec<Mlp> = match cut {
@@ -355,7 +357,8 @@ fn attention_block(
 ) -> Result<Array2<f32>> {
     let a: &AttnSpec = &ls.attn;
     let (t, d) = (x.nrows(), a.head_dim);
-    let h = norm(spec, x, w.attn_norm);
+    // The linears read their inputs quantized where the checkpoint asks (W8A8 FP8).
+    let h = fake_quant_opt(norm(spec, x, w.attn_norm).view(), spec.act_quant);
     let heads = |y: Array2<f32>, n: usize| y.into_shape_with_order((t, n, d)).map_err(|e| Error::Input(format!("block {l}: {e}")));
     let mut q = heads(linear_opt(h.view(), w.wq, w.bq)?, a.n_heads)?;
     let mut k = heads(linear_opt(h.view(), w.wk, w.bk)?, a.n_kv_heads)?;
@@ -372,7 +375,7 @@ fn attention_block(
     let scores = Scores { window: a.window, sinks: w.sinks, scale: a.scale, softcap: a.softcap };
     let o = attention_with(q.view(), cache.keys(l), cache.values(l), pos0, &scores);
     let o = o.into_shape_with_order((t, a.n_heads * d)).map_err(|e| Error::Input(format!("block {l}: {e}")))?;
-    linear_opt(o.view(), w.wo, w.bo)
+    linear_opt(fake_quant_opt(o.view(), spec.act_quant).view(), w.wo, w.bo)
 }
 
 /// The FFN of block `l` on `Norm(x)`: a gated MLP, or the MoE (of the experts `owned` where
@@ -387,7 +390,7 @@ fn ffn_block(
 ) -> Result<Array2<f32>> {
     let h = norm(spec, x, w.ffn_norm);
     match (&ls.ffn, &w.ffn) {
-        (FfnSpec::Dense { act, .. }, FfnRef::Dense(m)) => mlp(h.view(), *m, *act),
+        (FfnSpec::Dense { act, .. }, FfnRef::Dense(m)) => mlp(h.view(), *m, *act, spec.act_quant),
         (FfnSpec::Moe { k, act, routing, .. }, FfnRef::Moe { router, router_bias, experts }) => {
             let z = linear_opt(h.view(), *router, *router_bias)?;
             if let Some(m) = margins {
@@ -396,19 +399,25 @@ fn ffn_block(
                 }
             }
             let owned = owned.unwrap_or(0..experts.count());
-            moe(h.view(), z.view(), *experts, owned, *k, *routing, *act)
+            moe(h.view(), z.view(), *experts, owned, *k, *routing, *act, spec.act_quant)
         }
         _ => Err(Error::Input("layer weights do not match the layer's FFN kind".into())),
     }
 }
 
-fn mlp(h: ArrayView2<f32>, m: MlpRef, act: Activation) -> Result<Array2<f32>> {
-    gated_mlp(h, m.gate, m.up, m.down, act)
+/// `down(act(h·gateᵀ) ⊙ h·upᵀ)`, each of the three reading its input through `q` (a W8A8
+/// checkpoint's activation quantization, `ops::act_quant`) where given.
+fn mlp(h: ArrayView2<f32>, m: MlpRef, act: Activation, q: Option<ActQuant>) -> Result<Array2<f32>> {
+    let Some(q) = q else { return gated_mlp(h, m.gate, m.up, m.down, act) };
+    let h = fake_quant(h, q);
+    let a = gated(linear(h.view(), m.gate)?.view(), linear(h.view(), m.up)?.view(), act);
+    linear(fake_quant(a.view(), q).view(), m.down)
 }
 
 /// `MoE(h)` from router logits `z [T, E]`: route every token, run each chosen expert on the
 /// tokens that chose it, then `Σ_k w_k · y_{e_k}` per token in rank order. Only the experts
 /// `owned` (global ids; `experts` holds them from index 0) run and add their terms.
+#[allow(clippy::too_many_arguments)]
 fn moe(
     h: ArrayView2<f32>,
     z: ArrayView2<f32>,
@@ -417,6 +426,7 @@ fn moe(
     k: usize,
     routing: Routing,
     act: Activation,
+    q: Option<ActQuant>,
 ) -> Result<Array2<f32>> {
     let routes: Vec<Vec<(usize, f32)>> = z.rows().into_iter().map(|row| routing.route(&row.to_vec(), k)).collect();
     let c = h.ncols();
@@ -429,7 +439,7 @@ fn moe(
             continue;
         }
         let rows: Vec<usize> = users.iter().map(|&(t, _)| t).collect();
-        let out = experts.run(e - owned.start, h.select(Axis(0), &rows).view(), act)?;
+        let out = experts.run(e - owned.start, h.select(Axis(0), &rows).view(), act, q)?;
         for (&(t, kk), row) in users.iter().zip(out.rows()) {
             y[t][kk] = Some(row.to_owned());
         }

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::config::{Config, RopeLayout};
 use crate::error::{Error, Result};
+use crate::ops::act_quant::ActQuant;
 use crate::ops::mlp::Activation;
 use crate::ops::moe::Routing;
 use crate::ops::rope::RopeScaling;
@@ -123,6 +124,9 @@ pub struct ModelSpec {
     pub eos_ids: Vec<u32>,
     pub fused: Fused,
     pub layers: Vec<LayerSpec>,
+    /// How the attention and MLP / expert linears quantize their inputs at run time (a W8A8
+    /// FP8 checkpoint's dynamic scheme: `ops::act_quant`), or `None`: unquantized inputs.
+    pub act_quant: Option<ActQuant>,
 }
 
 /// No real value comes near these; larger ones mean a corrupt or hostile file.

@@ -152,6 +152,14 @@ impl ShardPlan {
     /// width; vocabulary and experts keep their global counts (routing is global).
     pub fn local_spec(&self, spec: &ModelSpec, r: usize) -> Result<ModelSpec> {
         let rs = self.rank(r)?;
+        if let (Some(q), true) = (spec.act_quant, self.world > 1) {
+            // A token's scale spans o's and down's whole input, which their row-parallel
+            // shards see only in parts: the ranks' sums would differ from the model's.
+            return Err(Error::Input(format!(
+                "tensor parallelism over a checkpoint whose linears quantize their inputs {} (W8A8 FP8): not supported; run it on one GPU",
+                q.describe()
+            )));
+        }
         let mut s = spec.clone();
         for l in &mut s.layers {
             l.attn.n_heads = rs.q_heads.len();

@@ -15,7 +15,8 @@
 //!     X.input_scale       (static activation scales: not needed for the weights, not read)
 //! ```
 //! The activation scheme (`activation_scheme`; `input_activations`) is read into
-//! [`Fp8Activations`] and reported; the reference does not quantize activations.
+//! [`Fp8Activations`]: dynamic per-token and per-group schemes become the model's
+//! `ModelSpec::act_quant`; per-tensor and static ones run weight-only (said at load).
 //!
 //! In both, `w = decode(q) · s` (DeepSeek's "scale_inv" is the multiplier, like
 //! compressed-tensors' "scale"). Which scale a weight has is read from the scale tensor's shape
@@ -38,8 +39,9 @@ pub struct Fp8Config {
 }
 
 /// The activation scheme an FP8 checkpoint was made for (`fp8`'s `activation_scheme`,
-/// compressed-tensors' `input_activations`). The reference runs every scheme with f32
-/// activations (W8A16: `w = decode(q) · s` only); the scheme is what vLLM would quantize x by.
+/// compressed-tensors' `input_activations`). The dynamic per-token and per-group schemes run
+/// as the checkpoint asks ([`Fp8Activations::act_quant`]: `ops::act_quant`); the others with
+/// f32 activations (W8A16: `w = decode(q) · s` only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Fp8Activations {
     /// No activation quantization (compressed-tensors without `input_activations`).
@@ -57,6 +59,17 @@ impl Fp8Activations {
     /// Whether the checkpoint quantizes its activations too (W8A8).
     pub fn w8a8(self) -> bool {
         self != Fp8Activations::WeightOnly
+    }
+    /// The dynamic schemes the reference (and the device) run: per token, per group. Per
+    /// tensor (a scale over the whole batch: results would depend on what runs beside a
+    /// sequence) and static scales run weight-only.
+    pub fn act_quant(self) -> Option<crate::ops::act_quant::ActQuant> {
+        use crate::ops::act_quant::ActQuant;
+        match self {
+            Fp8Activations::DynamicToken => Some(ActQuant::Token),
+            Fp8Activations::DynamicGroup(n) => Some(ActQuant::Group(n)),
+            _ => None,
+        }
     }
     pub fn describe(self) -> String {
         match self {
@@ -244,6 +257,12 @@ mod tests {
         assert_eq!(act(dynamic("group")), Fp8Activations::DynamicGroup(64));
         assert_eq!(act(serde_json::json!({"num_bits": 8, "type": "float", "dynamic": false, "strategy": "tensor"})), Fp8Activations::Static);
         assert!(act(dynamic("token")).w8a8() && !act(Json::Null).w8a8());
+        // What runs: per token and per group; per tensor and static scales run weight-only.
+        use crate::ops::act_quant::ActQuant;
+        assert_eq!(act(dynamic("token")).act_quant(), Some(ActQuant::Token));
+        assert_eq!(act(dynamic("group")).act_quant(), Some(ActQuant::Group(64)));
+        assert_eq!(act(dynamic("tensor")).act_quant(), None);
+        assert_eq!(Fp8Activations::Static.act_quant(), None);
     }
 
     #[test]

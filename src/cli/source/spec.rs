@@ -78,8 +78,11 @@ pub enum Family {
 /// the architecture.
 pub fn family_hf(dir: &Path) -> Result<Family> {
     let cp = dir.join("config.json");
+    // A W8A8 FP8 checkpoint's activation quantization is a spec field: the spec path runs it.
+    let w8a8 = reference::quant::store::read_quant_configs(&cp)?.1.and_then(|f| f.activations.act_quant()).is_some();
     let llama = match Config::from_hf_json(&cp) {
-        Ok(c) => return Ok(Family::Llama(c)),
+        Ok(c) if !w8a8 => return Ok(Family::Llama(c)),
+        Ok(_) => reference::Error::Input("W8A8 FP8 checkpoint".into()),
         Err(e) => e,
     };
     match arch::spec_from_hf(&cp) {

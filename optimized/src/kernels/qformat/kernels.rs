@@ -354,12 +354,18 @@ pub fn dequant_into(client: &Client, w: &QWeight, out: &DeviceTensor) -> Result<
     Ok(())
 }
 
+/// Whether [`linear_gemm`] runs `w` as W8A8 on the FP8 tensor cores (`matmul::tc_wg_fp8`,
+/// which quantizes x per token itself): FP8 with channel scales on a device with them, asked
+/// by `fp8=w8a8` or by the weight's model ([`QWeight::w8a8`]).
+pub fn w8a8_chosen(client: &Client, w: &QWeight) -> bool {
+    (client.kernels().fp8_w8a8 || w.w8a8) && matmul::tc_wg_fp8::applies(client, w).is_ok()
+}
+
 /// `y = x · dequant(W)ᵀ` (T above the gemv): the tensor-core GEMM decoding the blocks in its B
 /// tile (`gemm.rs`) where it is chosen (`qgemm=fused`) and applies (ggml blocks); W8A8 on the
-/// FP8 tensor cores for FP8 with channel scales where the device has them (`fp8=w8a8`, the
-/// default: `matmul::tc_wg_fp8`); else [`linear_dense`].
+/// FP8 tensor cores where [`w8a8_chosen`]; else [`linear_dense`].
 pub fn linear_gemm(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor, fuse: &Fuse) -> Result<(), Error> {
-    if client.kernels().fp8_w8a8 && matmul::tc_wg_fp8::applies(client, w).is_ok() {
+    if w8a8_chosen(client, w) {
         return matmul::tc_wg_fp8::linear_into(client, x, w, y, fuse.glu.then_some(fuse.act), None);
     }
     if super::gemm::chosen(client, w) {

@@ -66,6 +66,24 @@ impl Weight {
             Weight::Parts(ps) => super::parts::parts_into(client, x, ps, y, fuse),
         }
     }
+    /// Whether a step of `t` rows runs this weight as W8A8 on the FP8 tensor cores, which
+    /// quantize x per token themselves (`qformat::w8a8_chosen`, above the gemv's rows: the
+    /// dispatch of `qlinear_fused_into`).
+    pub fn w8a8_runs(&self, client: &Client, t: usize) -> bool {
+        matches!(self, Weight::Quant(q) if t > super::QGEMV_MAX_T
+            && !crate::kernels::matmul::tc::quant_applies(client, q)
+            && q.format.row_format()
+            && crate::kernels::qformat::w8a8_chosen(client, q))
+    }
+    /// Marks a quantized weight's model as quantizing its inputs per token ([`QWeight::w8a8`]).
+    pub fn with_w8a8(mut self, on: bool) -> Self {
+        match &mut self {
+            Weight::Quant(q) => q.w8a8 = on,
+            Weight::Parts(ps) => ps.iter_mut().for_each(|q| q.w8a8 = on),
+            Weight::Dense(_) => {}
+        }
+        self
+    }
     /// Output rows (`out`).
     pub fn rows(&self) -> usize {
         match self {

@@ -21,7 +21,7 @@ use reference::arch::spec::ModelSpec;
 use reference::weights::{Tensor, TensorSource};
 use reference::Config;
 
-use crate::kernels::act_quant::{self, ActQuant};
+use crate::kernels::act_quant;
 use crate::kernels::bias::bias_add;
 use crate::kernels::matmul::{Fuse, Norm, Residual};
 use crate::kernels::moe::{self, MoePath};
@@ -279,10 +279,7 @@ impl GpuModel {
     /// asks (`ModelSpec::act_quant`, `kernels::act_quant`), except where the step runs W8A8 on
     /// the FP8 tensor cores, which quantize x per token themselves; else x.
     fn aq(&self, w: &Weight, x: &DeviceTensor, t: usize) -> Result<DeviceTensor, Error> {
-        match self.spec.act_quant {
-            Some(ActQuant::Token) if w.w8a8_runs(&self.client, t) => Ok(x.clone()),
-            q => act_quant::fake_quant_opt(&self.client, x, q),
-        }
+        act_quant::linear_input(&self.client, self.spec.act_quant, w, x, t)
     }
 
     /// Layer `l`'s attention spec.

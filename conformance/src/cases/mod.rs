@@ -125,6 +125,7 @@ pub fn every() -> Vec<Box<dyn Case>> {
     v.extend(swiglu::cases());
     v.extend(softcap::cases());
     v.extend(act_quant::cases());
+    v.extend(act_quant::linear_cases());
     v.extend(residual::cases());
     v.extend(argmax::cases());
     v.extend(seeded::cases());

@@ -12,12 +12,12 @@
 //! reference's bit for bit; in f32 the result is the reference's exactly.
 //!
 //! Where the FP8 tensor cores run the step (`matmul::tc_wg_fp8`, per token) the kernel
-//! quantizes x itself and this pass is not needed: [`crate::kernels::qmatmul::Weight`]'s
-//! callers skip it there.
+//! quantizes x itself and this pass is not needed: [`linear_input`] skips it there.
 
 use cubecl::prelude::*;
 
 use crate::kernels::attention::kv_elem::{code_value, e4m3_code};
+use crate::kernels::qmatmul::Weight;
 use crate::{Client, DeviceTensor, Dtype, Error};
 
 pub use reference::ops::act_quant::ActQuant;
@@ -119,6 +119,17 @@ pub fn fake_quant_into(client: &Client, x: &DeviceTensor, q: ActQuant, out: &Dev
         Dtype::E4M3 => return Err(Error::Unsupported("act_quant of e4m3 values (already codes)".into())),
     }
     Ok(())
+}
+
+/// What linear `w` reads for its input `x` (`t` rows) in a model whose linears quantize their
+/// inputs by `q` (`ModelSpec::act_quant`): [`fake_quant`] of x — except where the step runs W8A8
+/// on the FP8 tensor cores (per token: [`Weight::w8a8_runs`]), which quantize x themselves —
+/// else x itself.
+pub fn linear_input(client: &Client, q: Option<ActQuant>, w: &Weight, x: &DeviceTensor, t: usize) -> Result<DeviceTensor, Error> {
+    match q {
+        Some(ActQuant::Token) if w.w8a8_runs(client, t) => Ok(x.clone()),
+        q => fake_quant_opt(client, x, q),
+    }
 }
 
 /// [`fake_quant`] where `q` is given, else `x` itself (a handle clone).

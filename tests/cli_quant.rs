@@ -222,3 +222,31 @@ fn reasoning_effort_for_gpt_oss_chats() {
     assert!(by_id(1)["error"].as_str().unwrap_or_default().contains("reasoning_effort"), "{out}");
     fails(&["generate", "--synthetic", "tiny-gqa", "--prompt", "hi", "--reasoning-effort", "low"], 2, &["--reasoning-effort", "GPT-OSS"]);
 }
+
+/// `--weights fp8-dynamic` (W8A8: every linear's input quantized per token) runs the same on the
+/// CPU reference and a GPU device in f32, and is not `--weights fp8` (weight-only); under
+/// tensor parallelism it is refused by name; `drift` takes it.
+#[test]
+fn fp8_dynamic_quantizes_inputs_on_every_device() {
+    let run = |weights: &str, device: &str| {
+        let mut a = vec!["logits", "--synthetic", "tiny-gqa", "--weights", weights, "--ids", "1,2,3,40", "--greedy", "4", "--device", device];
+        if device != "cpu" {
+            a.extend(["--dtype", "f32"]);
+        }
+        let v = json(&a)["top_logits"].clone();
+        serde_json::from_value::<Vec<Vec<f32>>>(v).expect("top_logits")
+    };
+    let diff = |a: &[Vec<f32>], b: &[Vec<f32>]| a.iter().flatten().zip(b.iter().flatten()).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    let (cpu, wo) = (run("fp8-dynamic", "cpu"), run("fp8", "cpu"));
+    assert!(diff(&cpu, &wo) > 0.05, "the inputs' quantization changed nothing: {}", diff(&cpu, &wo));
+    // A GPU device (lavapipe in CI) in f32: the same codes, sums in another order.
+    let gpu = run("fp8-dynamic", "wgpu");
+    assert!(diff(&cpu, &gpu) < 1e-3, "cpu vs wgpu {}", diff(&cpu, &gpu));
+    fails(
+        &["logits", "--synthetic", "tiny-gqa", "--weights", "fp8-dynamic", "--ids", "1,2,3", "--device", "cpu", "--tensor-parallel", "2"],
+        2,
+        &["tensor parallelism", "per token"],
+    );
+    let (out, _) = ok(&["drift", "--synthetic", "tiny-gqa", "--weights", "fp8-dynamic", "--tokens", "4"]);
+    assert!(out.contains("fp8"), "{out}");
+}

@@ -15,15 +15,20 @@
 use ndarray::{Array2, ArrayView1, ArrayView2, Axis};
 
 use crate::arch::model::{forward, FfnRef, LayerRef, MlpRef, WeightsRef};
+use crate::arch::ModelSpec;
 use crate::config::Config;
 use crate::error::Result;
 use crate::kv_cache::KvCache;
+use crate::ops::act_quant::ActQuant;
 use crate::weights::{LayerWeights, Weights};
 
 /// A model ready to run.
 pub struct Model {
     pub config: Config,
     pub weights: Weights,
+    /// How the linears quantize their inputs (`ModelSpec::act_quant`: `--weights fp8-dynamic`);
+    /// `None` from [`Model::new`].
+    pub act_quant: Option<ActQuant>,
 }
 
 /// Optional per-layer record of a forward pass (for golden files and GPU comparisons).
@@ -35,7 +40,7 @@ pub struct Trace {
 
 impl Model {
     pub fn new(config: Config, weights: Weights) -> Self {
-        Model { config, weights }
+        Model { config, weights, act_quant: None }
     }
 
     /// An empty KV cache for this model.
@@ -47,7 +52,8 @@ impl Model {
     /// Returns logits `[T, V]` for every input position. The forward pass is the one every
     /// architecture runs ([`crate::arch::model::forward`]) on the spec of this config.
     pub fn forward(&self, ids: &[u32], cache: &mut KvCache, trace: Option<&mut Trace>) -> Result<Array2<f32>> {
-        forward(&crate::arch::llama::from_config(&self.config), &self.weights, ids, cache, trace, None)
+        let spec = ModelSpec { act_quant: self.act_quant, ..crate::arch::llama::from_config(&self.config) };
+        forward(&spec, &self.weights, ids, cache, trace, None)
     }
 
     /// Logits of the last position of a `[T, V]` block.

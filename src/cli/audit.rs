@@ -227,7 +227,7 @@ pub fn run(a: AuditArgs) -> Result<()> {
             println!("{:<44} not covered by a conformance case that runs here ({matched} matched, {k} skipped): no row", step.name);
             continue;
         }
-        let spec = reference::arch::llama::from_config(&cfg);
+        let spec = opened.llama_spec();
         let m = GpuModel::load_observed(client.clone(), backend, opened.source_mut(), &spec, dtype, &step.config, &mut |_, _| {})?;
         // One sequence on the batched runner (the path of `generate`). Accuracy: every prompt
         // position, then teacher-forced decode steps.

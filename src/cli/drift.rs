@@ -66,7 +66,7 @@ pub fn run(a: DriftArgs) -> Result<()> {
         })?;
     }
     let full = opened.reference_model()?;
-    let quant = Model::new(cfg.clone(), quantized_weights(&full.weights, &cfg, scheme)?);
+    let quant = Model { act_quant: a.model.act_quant(), ..Model::new(cfg.clone(), quantized_weights(&full.weights, &cfg, scheme)?) };
     println!(
         "drift of {} with {scheme} linear weights ({:.2} bits/weight at C = {}) vs full precision, CPU reference, {} greedy tokens per prompt",
         opened.label,

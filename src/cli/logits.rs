@@ -71,7 +71,7 @@ pub fn run(a: LogitsArgs) -> Result<()> {
         Some(backend) => {
             let client = optimized::client(backend)?;
             let dtype = pick_dtype(&client, a.model.dtype.as_deref())?;
-            let spec = reference::arch::llama::from_config(&cfg);
+            let spec = opened.llama_spec();
             let m = optimized::model::GpuModel::load(client, backend, opened.source_mut(), &spec, dtype)?;
             // One sequence on the batched runner: every prompt row from its forward pass, then
             // greedy steps as `generate` runs them.

@@ -336,7 +336,7 @@ pub fn with_weights<T>(opened: &mut Opened, f: impl FnOnce(&reference::arch::Mod
         }
         Arch::Llama => {
             let m = opened.reference_model()?;
-            f(&reference::arch::llama::from_config(&m.config), &m.weights)
+            f(&reference::arch::ModelSpec { act_quant: m.act_quant, ..reference::arch::llama::from_config(&m.config) }, &m.weights)
         }
         Arch::GptOss(g) => {
             let w = reference::gpt_oss::GptOssWeights::load(&mut g.files, &g.config)?;

@@ -21,6 +21,7 @@ use engine::runner::ModelRunner;
 use engine::single::{Engine, RefEngine};
 use reference::gguf::GgufFile;
 use reference::loader::SafetensorsDir;
+use reference::ops::act_quant::ActQuant;
 use reference::quant::{QuantizeOnLoad, Scheme};
 use reference::synthetic::{self, Synthetic};
 use reference::tokenizer::Tokenizer;
@@ -33,6 +34,9 @@ use super::{CliError, Device, Result};
 
 /// Positions per KV block of the batched engine's pools (CPU and GPU alike).
 pub const KV_BLOCK: usize = 16;
+
+/// `--weights fp8-dynamic`: FP8 weights, inputs quantized per token at run time (W8A8).
+const FP8_DYNAMIC: &str = "fp8-dynamic";
 
 #[derive(Args, Debug, Clone)]
 pub struct ModelArgs {
@@ -61,7 +65,10 @@ pub struct ModelArgs {
     /// Quantize the linear weights as they load: int8 (one scale per output channel),
     /// int8-g<N> (one per N inputs, e.g. int8-g128), mxfp4 (OCP, blocks of 32), q4_0 or q4_1
     /// (GGUF's 4-bit blocks of 32, ggml's quantizers), fp8 (E4M3, a scale per output channel;
-    /// an FP8 checkpoint's weights are kept as stored); int8 also quantizes an untied lm_head.
+    /// an FP8 checkpoint's weights are kept as stored), fp8-dynamic (fp8 with every linear's
+    /// input quantized per token at run time: W8A8, as FP8_DYNAMIC checkpoints and vLLM's
+    /// dynamic FP8 run; on Hopper its steps above the gemv take the FP8 tensor cores);
+    /// int8 also quantizes an untied lm_head.
     /// An FP8 checkpoint loads FP8 without the flag.
     /// The CPU reference runs on dequant(quantize(W)) in f32; GPU devices keep them quantized
     /// and run the fused dequant kernels (embeddings, mxfp4's / q4's lm_head and norms stay in
@@ -151,8 +158,9 @@ pub enum Source {
     Gguf(GgufFile),
     Hf(SafetensorsDir),
     Synthetic(Synthetic),
-    /// Another source with its linear weights quantized on load (`--weights`).
-    Quantized(Box<QuantizeOnLoad<Source>>),
+    /// Another source with its linear weights quantized on load (`--weights`), and how its
+    /// linears quantize their inputs (`fp8-dynamic`).
+    Quantized(Box<QuantizeOnLoad<Source>>, Option<ActQuant>),
     /// Another source whose quantized tensors are only offered dequantized (`--weights dense`).
     Dense(Box<Source>),
     /// A GPT-OSS or spec model, whose tensors are in [`Opened::arch`]: llama loads get an error.
@@ -165,7 +173,7 @@ impl Source {
             Source::Gguf(g) => g,
             Source::Hf(h) => h,
             Source::Synthetic(s) => s,
-            Source::Quantized(q) => q.as_mut(),
+            Source::Quantized(q, _) => q.as_mut(),
             Source::Dense(d) => d.tensors(),
             Source::NotLlama(n) => n,
         }
@@ -248,8 +256,17 @@ impl ModelArgs {
     /// The `--weights` scheme, if given.
     /// The quantization `--weights` asks for (`None` for `dense` or no flag).
     pub fn scheme(&self) -> Result<Option<Scheme>> {
-        let bad = |s: &str| CliError::Usage(format!("--weights {s}: expected int8, int8-g<N> (e.g. int8-g128), mxfp4, q4_0, q4_1, fp8 or dense"));
-        self.weights.as_deref().filter(|&s| s != "dense").map(|s| s.parse::<Scheme>().map_err(|_| bad(s))).transpose()
+        let bad = |s: &str| {
+            CliError::Usage(format!("--weights {s}: expected int8, int8-g<N> (e.g. int8-g128), mxfp4, q4_0, q4_1, fp8, fp8-dynamic or dense"))
+        };
+        let w = self.weights.as_deref().map(|s| if s == FP8_DYNAMIC { "fp8" } else { s });
+        w.filter(|&s| s != "dense").map(|s| s.parse::<Scheme>().map_err(|_| bad(s))).transpose()
+    }
+
+    /// How the linears quantize their inputs under `--weights fp8-dynamic` (per token); `None`
+    /// otherwise (an FP8 checkpoint's own scheme is its spec's).
+    pub fn act_quant(&self) -> Option<ActQuant> {
+        (self.weights.as_deref() == Some(FP8_DYNAMIC)).then_some(ActQuant::Token)
     }
 
     /// `--weights dense`: a file's quantized weights dequantized at load.
@@ -288,8 +305,8 @@ impl ModelArgs {
         }
         if let Some(scheme) = scheme {
             let inner = std::mem::replace(&mut o.source, Source::Synthetic(Synthetic { seed: 0 }));
-            o.source = Source::Quantized(Box::new(QuantizeOnLoad { inner, scheme }));
-            o.label = format!("{} (weights {scheme})", o.label);
+            o.source = Source::Quantized(Box::new(QuantizeOnLoad { inner, scheme }), self.act_quant());
+            o.label = format!("{} (weights {})", o.label, self.weights.as_deref().unwrap_or("?"));
         } else if let (true, Arch::Spec(s)) = (self.dense(), &mut o.arch) {
             s.dense = true;
             o.label = format!("{} (weights dense)", o.label);
@@ -465,7 +482,21 @@ impl Opened {
     pub fn reference_model(&mut self) -> Result<Model> {
         self.llama_only()?;
         let w = Weights::load(&mut self.source, &self.config)?;
-        Ok(Model::new(self.config.clone(), w))
+        Ok(Model { act_quant: self.act_quant(), ..Model::new(self.config.clone(), w) })
+    }
+
+    /// How a llama-family model's linears quantize their inputs (`--weights fp8-dynamic`; a
+    /// spec model's checkpoint scheme is in its spec).
+    pub fn act_quant(&self) -> Option<ActQuant> {
+        match &self.source {
+            Source::Quantized(_, q) => *q,
+            _ => None,
+        }
+    }
+
+    /// The spec of a llama-family model's config, with its activation quantization.
+    pub fn llama_spec(&self) -> reference::arch::ModelSpec {
+        reference::arch::ModelSpec { act_quant: self.act_quant(), ..reference::arch::llama::from_config(&self.config) }
     }
 
     /// A batched-engine runner for `device` with KV pools of at least `kv_tokens` positions
@@ -517,6 +548,7 @@ impl Opened {
     /// files, the llama family's from its config and source, GPT-OSS's from its config and
     /// files (its MXFP4 experts lent as stored).
     pub fn gpu_tensors(&mut self) -> Result<(std::borrow::Cow<'_, reference::arch::ModelSpec>, Box<dyn TensorSource + '_>)> {
+        let llama = self.llama_spec();
         Ok(match &mut self.arch {
             Arch::Spec(s) => {
                 let s = &mut **s;
@@ -524,7 +556,7 @@ impl Opened {
                 let src: Box<dyn TensorSource + '_> = if dense { Box::new(spec::DenseOnly(t)) } else { Box::new(t) };
                 (std::borrow::Cow::Borrowed(&s.spec), src)
             }
-            Arch::Llama => (std::borrow::Cow::Owned(reference::arch::llama::from_config(&self.config)), Box::new(&mut self.source)),
+            Arch::Llama => (std::borrow::Cow::Owned(llama), Box::new(&mut self.source)),
             Arch::GptOss(g) => {
                 let gpt_oss::GptOss { config, files, .. } = &mut **g;
                 let src = reference::gpt_oss::weights::GptOssTensors { src: files, cfg: config };

@@ -130,7 +130,10 @@ impl Case for ActQuantLinearCase {
                     optimized::Dtype::F32 => None,
                     d => Some(Dtype::from(d)).filter(|_| t > QGEMV_MAX_T),
                 };
-                let round = |v: Vec<f32>| e.map_or(v.clone(), |e| round_to(&v, e));
+                let round = |v: Vec<f32>| match e {
+                    Some(e) => round_to(&v, e),
+                    None => v,
+                };
                 let shape = |r, c, v| Array2::from_shape_vec((r, c), v).map_err(|e| optimized::Error::Shape(e.to_string()));
                 let xq = reference::ops::act_quant::fake_quant(shape(t, k, x.clone())?.view(), self.q);
                 let xa = shape(t, k, round(xq.iter().copied().collect()))?;

@@ -248,5 +248,5 @@ fn fp8_dynamic_quantizes_inputs_on_every_device() {
         &["tensor parallelism", "per token"],
     );
     let (out, _) = ok(&["drift", "--synthetic", "tiny-gqa", "--weights", "fp8-dynamic", "--tokens", "4"]);
-    assert!(out.contains("fp8"), "{out}");
+    assert!(out.contains("fp8 linear weights") && out.contains("inputs quantized per token"), "{out}");
 }

@@ -68,10 +68,12 @@ pub fn run(a: DriftArgs) -> Result<()> {
     let full = opened.reference_model()?;
     let quant = Model { act_quant: a.model.act_quant(), ..Model::new(cfg.clone(), quantized_weights(&full.weights, &cfg, scheme)?) };
     println!(
-        "drift of {} with {scheme} linear weights ({:.2} bits/weight at C = {}) vs full precision, CPU reference, {} greedy tokens per prompt",
+        "drift of {} with {} linear weights ({:.2} bits/weight at C = {}){} vs full precision, CPU reference, {} greedy tokens per prompt",
         opened.label,
+        scheme,
         scheme.bits_per_weight(cfg.hidden),
         cfg.hidden,
+        quant.act_quant.map_or(String::new(), |q| format!(", inputs quantized {}", q.describe())),
         a.tokens
     );
     println!("{:<3} {:>7} {:>13} {:>11} {:>17} {:>14}  prompt", "#", "tokens", "KL mean nats", "KL max", "top-1 agree", "greedy prefix");

@@ -275,11 +275,11 @@ impl GpuModel {
             && t <= QGEMV_MAX_T
     }
 
-    /// What linear `w` reads for its input `x` of `t` rows: x quantized as a W8A8 checkpoint
-    /// asks (`ModelSpec::act_quant`, `kernels::act_quant`), except where the step runs W8A8 on
-    /// the FP8 tensor cores, which quantize x per token themselves; else x.
-    fn aq(&self, w: &Weight, x: &DeviceTensor, t: usize) -> Result<DeviceTensor, Error> {
-        act_quant::linear_input(&self.client, self.spec.act_quant, w, x, t)
+    /// What linear `w` reads for its input `x`: x quantized as a W8A8 checkpoint asks
+    /// (`ModelSpec::act_quant`), by `w`'s own kernels where they do it, else by a pass
+    /// (`act_quant::linear_input`).
+    fn aq(&self, w: &Weight, x: &DeviceTensor) -> Result<DeviceTensor, Error> {
+        act_quant::linear_input(&self.client, self.spec.act_quant, w, x)
     }
 
     /// Layer `l`'s attention spec.
@@ -323,7 +323,7 @@ impl GpuModel {
                 qkv
             } else {
                 // The q|k|v bias (Qwen2, GPT-OSS) in the decode gemv's epilogue, else after.
-                linear_bias(c, &w.wqkv, &self.aq(&w.wqkv, &h, t)?, w.bqkv.as_ref())?
+                linear_bias(c, &w.wqkv, &self.aq(&w.wqkv, &h)?, w.bqkv.as_ref())?
             };
             // The per-head q/k RMSNorm (Qwen3, Gemma-3), before RoPE.
             let a = self.attn_spec(l)?;
@@ -346,7 +346,7 @@ impl GpuModel {
                 }
                 (ffn, _) => {
                     // Wo (with its bias: GPT-OSS).
-                    let a = linear_bias(c, &w.wo, &self.aq(&w.wo, &o, t)?, w.bo.as_ref())?;
+                    let a = linear_bias(c, &w.wo, &self.aq(&w.wo, &o)?, w.bo.as_ref())?;
                     self.reduce(&a)?;
                     // Gemma's sandwich: the attention output normed before the residual add.
                     let a = match &w.post_attn_norm {
@@ -358,8 +358,8 @@ impl GpuModel {
                             // x ← x + a, then the MLP's norm, in one launch.
                             let hm = add_rmsnorm_device_as(c, x, &a, &w.ffn_norm, cfg.rms_eps, gate_up.x_dtype(c, t))?;
                             // gate|up GEMM, SwiGLU v3, down.
-                            let a = gate_up.linear_glu_act(c, &self.aq(gate_up, &hm, t)?, down.x_dtype(c, t), self.glu_act(l)?)?;
-                            let m = down.linear(c, &self.aq(down, &a, t)?)?;
+                            let a = gate_up.linear_glu_act(c, &self.aq(gate_up, &hm)?, down.x_dtype(c, t), self.glu_act(l)?)?;
+                            let m = down.linear(c, &self.aq(down, &a)?)?;
                             self.reduce(&m)?;
                             let m = match &w.post_ffn_norm {
                                 Some(pn) => rmsnorm_device_as(c, &m, pn, cfg.rms_eps, Dtype::F32)?,

@@ -6,12 +6,13 @@
 //! the same type. Into a NaN-poisoned buffer.
 //!
 //! `act_quant_linear(...)`: a W8A8 model's linear as the GPU model runs it
-//! (`act_quant::linear_input`, then `Weight::linear`) over FP8 weights, against the reference's
-//! `linear(fake_quant(x), dequant(W))` — or, where the step claims the FP8 tensor cores
-//! (`Weight::w8a8_runs`: per token, channel scales, above the gemv), the exact W8A8 sum
-//! `quant::fp8::linear_w8a8`. Gemv rows and GEMM rows: a step that skipped the quantization
-//! (or claimed W8A8 and did not run it) is off by the quantization itself (NMSE ~1e-4), far
-//! past the bounds. Whole models cannot tell on the tensor cores' 16-bit path (see
+//! (`act_quant::linear_input`, then `Weight::linear` over an FP8 weight marked with the scheme,
+//! whose dispatch quantizes x: W8A8 on the FP8 tensor cores, the row-format gemv's per-token
+//! prologue, or a pass first) against the reference's `linear(fake_quant(x), dequant(W))` — or,
+//! where the step claims the FP8 tensor cores (`Weight::w8a8_runs`: per token, channel scales,
+//! above the gemv), the exact W8A8 sum `quant::fp8::linear_w8a8`. Gemv rows and GEMM rows: a
+//! step that skipped the quantization (or claimed W8A8 and did not run it) is off by the
+//! quantization itself (NMSE ~1e-4), far past the bounds. Whole models cannot tell on the tensor cores' 16-bit path (see
 //! `tolerance::act_quant_tc`): these cases do.
 
 use ndarray::Array2;
@@ -118,9 +119,9 @@ impl Case for ActQuantLinearCase {
         let x: Vec<f32> = rand_vec(t * k, 72).iter().enumerate().map(|(i, v)| v * (1.0 + (i % 7) as f32)).collect();
         outcome((|| {
             let qt = QuantTensor::Fp8(fw.clone());
-            let w = Weight::Quant(QWeight::upload(client, &[&qt])?).with_w8a8(self.q == ActQuant::Token);
+            let w = Weight::Quant(QWeight::upload(client, &[&qt])?).with_act(Some(self.q));
             let xd = DeviceTensor::from_f32(client, &x, &[t, k])?;
-            let y = w.linear(client, &linear_input(client, Some(self.q), &w, &xd, t)?)?.to_f32(client)?;
+            let y = w.linear(client, &linear_input(client, Some(self.q), &w, &xd)?)?.to_f32(client)?;
             let (want, tol) = if w.w8a8_runs(client, t) {
                 (fp8::linear_w8a8(&x, t, &fw).map_err(|e| optimized::Error::Shape(e.to_string()))?, w8a8_tolerance().0)
             } else {

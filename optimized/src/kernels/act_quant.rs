@@ -11,8 +11,10 @@
 //! runs it), then each rewrites its elements. `encode` is `kv_elem::e4m3_code`, the
 //! reference's bit for bit; in f32 the result is the reference's exactly.
 //!
-//! Where the FP8 tensor cores run the step (`matmul::tc_wg_fp8`, per token) the kernel
-//! quantizes x itself and this pass is not needed: [`linear_input`] skips it there.
+//! A quantized weight marked with its model's scheme (`QWeight::act`) has the dispatch choose:
+//! the FP8 tensor cores (`matmul::tc_wg_fp8`, per token) and the row-format gemv (per token,
+//! a prologue) quantize x themselves; elsewhere this pass runs first. [`linear_input`] runs it
+//! for the others (dense weights).
 
 use cubecl::prelude::*;
 
@@ -121,14 +123,14 @@ pub fn fake_quant_into(client: &Client, x: &DeviceTensor, q: ActQuant, out: &Dev
     Ok(())
 }
 
-/// What linear `w` reads for its input `x` (`t` rows) in a model whose linears quantize their
-/// inputs by `q` (`ModelSpec::act_quant`): [`fake_quant`] of x — except where the step runs W8A8
-/// on the FP8 tensor cores (per token: [`Weight::w8a8_runs`]), which quantize x themselves —
-/// else x itself.
-pub fn linear_input(client: &Client, q: Option<ActQuant>, w: &Weight, x: &DeviceTensor, t: usize) -> Result<DeviceTensor, Error> {
-    match q {
-        Some(ActQuant::Token) if w.w8a8_runs(client, t) => Ok(x.clone()),
-        q => fake_quant_opt(client, x, q),
+/// What linear `w` reads for its input `x` in a model whose linears quantize their inputs by
+/// `q` (`ModelSpec::act_quant`): x itself where `w`'s kernels quantize it (a quantized weight
+/// marked with `q`, [`Weight::quantizes_inputs`]: W8A8 on the FP8 tensor cores, the row-format
+/// gemv's prologue, or their own pass), else [`fake_quant`] of x (a dense weight).
+pub fn linear_input(client: &Client, q: Option<ActQuant>, w: &Weight, x: &DeviceTensor) -> Result<DeviceTensor, Error> {
+    match w.quantizes_inputs(q) {
+        true => Ok(x.clone()),
+        false => fake_quant_opt(client, x, q),
     }
 }
 

@@ -316,6 +316,23 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
     // where it applies; the gemvs take up to QGEMV_MAX_T rows otherwise.
     let unfused = fuse.norm.is_none() && fuse.residual.is_none();
     let crossover = t > client.kernels().qgemv_rows && unfused && super::matmul::tc::quant_applies(client, w);
+    // A W8A8 model's weight (`QWeight::act`): x quantized per token by W8A8 on the FP8 tensor
+    // cores above the gemv or by the row-format gemv's prologue; else by a pass first.
+    if let Some(q) = w.act {
+        use crate::kernels::act_quant::{fake_quant, ActQuant};
+        let gemm = t > QGEMV_MAX_T || crossover;
+        let kunits = matches!(w.format, QFormat::Ggml(k) if crate::kernels::qformat::gemv_k::applies(k));
+        let itself = q == ActQuant::Token
+            && w.format.row_format()
+            && match gemm {
+                true => !super::matmul::tc::quant_applies(client, w) && crate::kernels::qformat::w8a8_chosen(client, w),
+                false => !kunits && fuse.norm.is_none(),
+            };
+        if !itself {
+            let xq = fake_quant(client, x, q)?;
+            return qlinear_fused_into_tuned(client, &xq, &QWeight { act: None, ..w.clone() }, y, tune, fuse);
+        }
+    }
     if t > QGEMV_MAX_T || crossover {
         if fuse.norm.is_some() || fuse.residual.is_some() {
             return Err(Error::Shape(format!("qlinear: the fused norm / residual gemv takes T ≤ {QGEMV_MAX_T}, got T = {t}")));
@@ -518,7 +535,8 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
         return Ok(());
     }
     if w.format.row_format() {
-        let l = crate::kernels::qformat::GemvLaunch { count, dim, t, rpg, plane, plane_size: GROUP as usize, split, block };
+        let quant = w.act.is_some();
+        let l = crate::kernels::qformat::GemvLaunch { count, dim, t, rpg, plane, plane_size: GROUP as usize, split, block, quant };
         if kunits {
             return crate::kernels::qformat::gemv_k::gemv_into(client, x, w, y, fuse, l);
         }

@@ -409,19 +409,19 @@ impl GpuModel {
         let mut layers = Vec::with_capacity(spec.n_layers());
         let expected = n_params(spec, cfg) * dtype.size();
         progress(up.bytes, expected);
-        // A W8A8 checkpoint's per-token scheme: its FP8 linears run on the FP8 tensor cores.
-        let w8a8 = spec.act_quant == Some(reference::ops::act_quant::ActQuant::Token);
+        // A W8A8 checkpoint's scheme: its quantized linears' kernels quantize their inputs.
+        let act = spec.act_quant;
         for (l, ls) in spec.layers.iter().enumerate() {
             use Tensor::*;
             // q|k|v stacked by rows (Phi-3 stores them so), their biases likewise.
             let qkv: &[Tensor] = if spec.fused.qkv { &[Wqkv(l)] } else { &[Wq(l), Wk(l), Wv(l)] };
-            let wqkv = up.linear(qkv, dtype)?.with_w8a8(w8a8);
+            let wqkv = up.linear(qkv, dtype)?.with_act(act);
             let bqkv = if ls.attn.qkv_bias { Some(up.dense(&[Bq(l), Bk(l), Bv(l)], Dtype::F32)?) } else { None };
             let qk_norm = if ls.attn.qk_norm { Some((up.dense(&[QNorm(l)], Dtype::F32)?, up.dense(&[KNorm(l)], Dtype::F32)?)) } else { None };
             let ffn = match &ls.ffn {
                 FfnSpec::Dense { .. } => {
                     let gate_up = if spec.fused.gate_up { up.linear_glu_fused(WGateUp(l), dtype)? } else { up.linear_glu(WGate(l), WUp(l), dtype)? };
-                    GpuFfn::Dense { gate_up: gate_up.with_w8a8(w8a8), down: up.linear(&[WDown(l)], dtype)?.with_w8a8(w8a8) }
+                    GpuFfn::Dense { gate_up: gate_up.with_act(act), down: up.linear(&[WDown(l)], dtype)?.with_act(act) }
                 }
                 FfnSpec::Moe { .. } => GpuFfn::Moe(MoeWeights { act_quant: spec.act_quant, ..up.moe(l, ls, dtype)? }),
             };
@@ -430,7 +430,7 @@ impl GpuModel {
                 wqkv,
                 bqkv,
                 qk_norm,
-                wo: up.linear(&[Wo(l)], dtype)?.with_w8a8(w8a8),
+                wo: up.linear(&[Wo(l)], dtype)?.with_act(act),
                 bo: if ls.attn.o_bias { Some(up.dense(&[Bo(l)], Dtype::F32)?) } else { None },
                 sinks: if ls.attn.sinks { Some(up.dense(&[Sinks(l)], Dtype::F32)?) } else { None },
                 ffn_norm: up.dense(&[Tensor::ffn_norm(spec, l)], Dtype::F32)?,

@@ -154,9 +154,7 @@ pub(crate) fn store_row(
 /// vectors per token):
 /// the RMSNorm prologue of a gemv whose input is `x ⊙ w` (the reference's
 /// `x / √(mean(x²) + ε) · w`, the division applied to the row sums instead, [`scale_rows`]).
-/// Every unit of the cube takes part (it syncs): strided partial sums, then `plane_sum` and
-/// one shared slot per plane added in order (`plane`), else a shared tree over the cube's
-/// `units` (a power of two) — a fixed order, so the result is deterministic.
+/// Every unit of the cube takes part (it syncs): [`row_reduce`].
 #[allow(clippy::too_many_arguments)]
 #[cube]
 pub(crate) fn inv_rms<N: Size>(
@@ -171,6 +169,54 @@ pub(crate) fn inv_rms<N: Size>(
     #[comptime] plane_size: usize,
     #[comptime] units: usize,
 ) {
+    row_reduce(x, rn, x0, n, tn, plane, plane_size, units, false, 0usize);
+    #[unroll]
+    for t in 0..tn {
+        rn[t] = 1.0f32 / (rn[t] / c_in + eps).sqrt();
+    }
+}
+
+/// `sx[t] = max(max_c |x[t, c]| / 448, 2⁻¹²⁶)` for the tn tokens of `x` (vectors of `nv`
+/// lanes, from vector `x0` on, `n` per token): the per-token FP8 scale of a W8A8 model's input
+/// (`kernels::act_quant`), for a gemv that quantizes x as it reads it. Every unit takes part.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+pub(crate) fn token_scales<N: Size>(
+    x: &[Vector<f32, N>],
+    sx: &mut Array<f32>,
+    x0: usize,
+    n: usize,
+    #[comptime] tn: usize,
+    #[comptime] plane: bool,
+    #[comptime] plane_size: usize,
+    #[comptime] units: usize,
+    #[comptime] nv: usize,
+) {
+    row_reduce(x, sx, x0, n, tn, plane, plane_size, units, true, nv);
+    #[unroll]
+    for t in 0..tn {
+        sx[t] = max(sx[t] / 448.0f32, 1.175_494_4e-38f32);
+    }
+}
+
+/// `out[t]` = Σ_c x[t, c]² (or, with `amax`, max_c |x[t, c]| over vectors of `nv` lanes) for
+/// the tn tokens of `x`: strided partials, then `plane_sum` / `plane_max` and one shared slot
+/// per plane combined in order (`plane`), else a shared tree over the cube's `units` (a power
+/// of two) — a fixed order, so the result is deterministic. Every unit of the cube calls it.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn row_reduce<N: Size>(
+    x: &[Vector<f32, N>],
+    out: &mut Array<f32>,
+    x0: usize,
+    n: usize,
+    #[comptime] tn: usize,
+    #[comptime] plane: bool,
+    #[comptime] plane_size: usize,
+    #[comptime] units: usize,
+    #[comptime] amax: bool,
+    #[comptime] nv: usize,
+) {
     let tid = UNIT_POS as usize;
     let nu = CUBE_DIM as usize;
     let mut part = Array::<f32>::new(tn);
@@ -183,7 +229,14 @@ pub(crate) fn inv_rms<N: Size>(
         #[unroll]
         for t in 0..tn {
             let v = x[x0 + t * n + i];
-            part[t] += v.dot(v);
+            if comptime!(amax) {
+                #[unroll]
+                for e in 0..nv {
+                    part[t] = max(part[t], f32::abs(v.extract(e)));
+                }
+            } else {
+                part[t] += v.dot(v);
+            }
         }
         i += nu;
     }
@@ -193,16 +246,20 @@ pub(crate) fn inv_rms<N: Size>(
         let np = nu / plane_size;
         #[unroll]
         for t in 0..tn {
-            let s = plane_sum(part[t]);
+            let s = if comptime!(amax) { plane_max(part[t]) } else { plane_sum(part[t]) };
             if tid % plane_size == 0 {
                 sh[tid / plane_size] = s;
             }
             sync_cube();
             let mut tot = 0.0f32;
             for p in 0..np {
-                tot += sh[p];
+                if comptime!(amax) {
+                    tot = max(tot, sh[p]);
+                } else {
+                    tot += sh[p];
+                }
             }
-            rn[t] = 1.0f32 / (tot / c_in + eps).sqrt();
+            out[t] = tot;
             sync_cube();
         }
     } else {
@@ -211,8 +268,8 @@ pub(crate) fn inv_rms<N: Size>(
         for t in 0..tn {
             sh[tid] = part[t];
             sync_cube();
-            tree_sum(&mut sh, 0, tid, nu);
-            rn[t] = 1.0f32 / (sh[0] / c_in + eps).sqrt();
+            tree_reduce(&mut sh, 0, tid, nu, amax);
+            out[t] = sh[0];
             sync_cube();
         }
     }
@@ -222,11 +279,21 @@ pub(crate) fn inv_rms<N: Size>(
 /// wrote them; every unit of the cube calls it (it syncs after each level).
 #[cube]
 fn tree_sum(sh: &mut [f32], off: usize, lane: usize, n: usize) {
+    tree_reduce(sh, off, lane, n, false);
+}
+
+/// [`tree_sum`], or with `amax` the maximum.
+#[cube]
+fn tree_reduce(sh: &mut [f32], off: usize, lane: usize, n: usize, #[comptime] amax: bool) {
     let mut stride = n / 2;
     while stride > 0 {
         if lane < stride {
             let v = sh[off + lane + stride];
-            sh[off + lane] += v;
+            if comptime!(amax) {
+                sh[off + lane] = max(sh[off + lane], v);
+            } else {
+                sh[off + lane] += v;
+            }
         }
         sync_cube();
         stride /= 2;

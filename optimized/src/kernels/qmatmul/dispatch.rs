@@ -75,14 +75,23 @@ impl Weight {
             && q.format.row_format()
             && crate::kernels::qformat::w8a8_chosen(client, q))
     }
-    /// Marks a quantized weight's model as quantizing its inputs per token ([`QWeight::w8a8`]).
-    pub fn with_w8a8(mut self, on: bool) -> Self {
+    /// Marks a quantized weight with how its model quantizes its inputs ([`QWeight::act`]).
+    pub fn with_act(mut self, act: Option<crate::kernels::act_quant::ActQuant>) -> Self {
         match &mut self {
-            Weight::Quant(q) => q.w8a8 = on,
-            Weight::Parts(ps) => ps.iter_mut().for_each(|q| q.w8a8 = on),
+            Weight::Quant(q) => q.act = act,
+            Weight::Parts(ps) => ps.iter_mut().for_each(|q| q.act = act),
             Weight::Dense(_) => {}
         }
         self
+    }
+    /// Whether the kernels of this weight quantize its inputs as `act` asks themselves
+    /// ([`QWeight::act`]: a quantized weight marked so).
+    pub fn quantizes_inputs(&self, act: Option<crate::kernels::act_quant::ActQuant>) -> bool {
+        match self {
+            Weight::Quant(q) => act.is_some() && q.act == act,
+            Weight::Parts(ps) => act.is_some() && ps.iter().all(|q| q.act == act),
+            Weight::Dense(_) => false,
+        }
     }
     /// Output rows (`out`).
     pub fn rows(&self) -> usize {

@@ -114,10 +114,12 @@ pub struct QWeight {
     /// gemv v4's launch choices ([`QLayout::Mma`]; the defaults at upload, a loader may
     /// override them for an audit).
     pub mma: v4::MmaTune,
-    /// Its model quantizes this linear's inputs per token (a W8A8 checkpoint,
-    /// `ModelSpec::act_quant`): steps above the gemv run W8A8 on the FP8 tensor cores wherever
-    /// they apply, whatever `fp8=` says (set by the loader; false at upload).
-    pub w8a8: bool,
+    /// How its model quantizes this linear's inputs (a W8A8 model: `ModelSpec::act_quant`),
+    /// which the dispatch honours on every path: per token, W8A8 on the FP8 tensor cores
+    /// above the gemv wherever they apply (whatever `fp8=` says) and the row-format gemv's
+    /// prologue below; else a quantizing pass over x first (`kernels::act_quant`). Set by the
+    /// loader; `None` at upload.
+    pub act: Option<crate::kernels::act_quant::ActQuant>,
 }
 
 fn words(bytes: &[u8]) -> Vec<u32> {
@@ -375,7 +377,7 @@ impl QWeight {
             subnormal,
             prefetch: if tiled { device_prefetch(client, format, in_dim) } else { default_prefetch(format, in_dim) },
             mma: v4::MmaTune::default(),
-            w8a8: false,
+            act: None,
         })
     }
 
@@ -393,7 +395,7 @@ impl QWeight {
             subnormal: false,
             prefetch: Prefetch::Off,
             mma: v4::MmaTune::default(),
-            w8a8: false,
+            act: None,
         }
     }
 

@@ -18,7 +18,8 @@
 
 use cubecl::prelude::*;
 
-use crate::kernels::attention::kv_elem::{code_value, e4m3_code};
+use crate::kernels::attention::kv_elem::{code_value, e4m3_code, e4m3_dynamic_scale};
+use crate::kernels::matmul::tree_reduce;
 use crate::kernels::qmatmul::Weight;
 use crate::{Client, DeviceTensor, Dtype, Error};
 
@@ -33,15 +34,7 @@ fn block_max(v: f32, tid: usize, #[comptime] block: usize) -> f32 {
     let mut part = Shared::<[f32]>::new_slice(block);
     part[tid] = v;
     sync_cube();
-    // A run-time stride: a comptime one cannot be a loop variable.
-    let mut stride = CUBE_DIM_X as usize / 2;
-    while stride > 0 {
-        if tid < stride {
-            part[tid] = max(part[tid], part[tid + stride]);
-        }
-        sync_cube();
-        stride /= 2;
-    }
+    tree_reduce(&mut part, 0, tid, block, true);
     part[0]
 }
 
@@ -60,7 +53,7 @@ fn fake_quant_groups<F: Float>(x: &[F], out: &mut [F], k: u32, n: u32, #[comptim
         amax = max(amax, f32::abs(f32::cast_from(x[start + i])));
         i += block;
     }
-    let s = max(block_max(amax, tid, block) / 448.0f32, 1.175_494_4e-38f32);
+    let s = e4m3_dynamic_scale(block_max(amax, tid, block));
     let mut i = tid;
     while i < len {
         let v = f32::cast_from(x[start + i]);
@@ -87,9 +80,13 @@ pub fn fake_quant_into(client: &Client, x: &DeviceTensor, q: ActQuant, out: &Dev
     if t == 0 || k == 0 {
         return Ok(());
     }
-    let info = crate::device_info(client);
-    if (x.dtype == Dtype::F16 && !info.f16) || (x.dtype == Dtype::BF16 && !info.bf16) {
-        return Err(Error::Unsupported(format!("act_quant: {} has no {} arithmetic", info.name, x.dtype.name())));
+    // 16-bit inputs need the device's arithmetic in that type (asked only for them: f32 is the
+    // decode path's type, launched per linear).
+    if matches!(x.dtype, Dtype::F16 | Dtype::BF16) {
+        let info = crate::device_info(client);
+        if (x.dtype == Dtype::F16 && !info.f16) || (x.dtype == Dtype::BF16 && !info.bf16) {
+            return Err(Error::Unsupported(format!("act_quant: {} has no {} arithmetic", info.name, x.dtype.name())));
+        }
     }
     let n = q.group(k);
     let groups = k.div_ceil(n);

@@ -69,7 +69,7 @@ mod q8_0;
 pub use iq4_nl::IQ4NL;
 pub(crate) use kernels::gemv_into;
 pub(crate) use kernels::GemvLaunch;
-pub use kernels::{dense_dtype, dequant, dequant_into, linear_dense, linear_gemm, w8a8_chosen};
+pub use kernels::{dense_dtype, dequant, dequant_into, linear_dense, linear_gemm, w8a8_chosen, w8a8_runs};
 pub use q4k::Q4K;
 pub use q5_0::Q5_0;
 pub use q5_1::Q5_1;

@@ -320,13 +320,11 @@ pub fn qlinear_fused_into_tuned(client: &Client, x: &DeviceTensor, w: &QWeight, 
     // cores above the gemv or by the row-format gemv's prologue; else by a pass first.
     if let Some(q) = w.act {
         use crate::kernels::act_quant::{fake_quant, ActQuant};
-        let gemm = t > QGEMV_MAX_T || crossover;
         let kunits = matches!(w.format, QFormat::Ggml(k) if crate::kernels::qformat::gemv_k::applies(k));
         let itself = q == ActQuant::Token
-            && w.format.row_format()
-            && match gemm {
-                true => !super::matmul::tc::quant_applies(client, w) && crate::kernels::qformat::w8a8_chosen(client, w),
-                false => !kunits && fuse.norm.is_none(),
+            && match t > QGEMV_MAX_T || crossover {
+                true => crate::kernels::qformat::w8a8_runs(client, w, t),
+                false => w.format.row_format() && !kunits && fuse.norm.is_none(),
             };
         if !itself {
             let xq = fake_quant(client, x, q)?;

@@ -17,7 +17,7 @@
 
 use ndarray::{Array2, ArrayView2};
 
-use crate::quant::fp8::{decode, encode, MAX};
+use crate::quant::fp8::{decode, dynamic_scale, encode};
 
 /// How a W8A8 checkpoint's linears quantize their inputs: one scale per token (row), or per
 /// group of `n` consecutive inputs of a token.
@@ -43,11 +43,6 @@ impl ActQuant {
     }
 }
 
-/// `s = max(amax / 448, 2⁻¹²⁶)` of one group.
-pub fn group_scale(g: &[f32]) -> f32 {
-    (g.iter().fold(0f32, |m, v| m.max(v.abs())) / MAX).max(f32::MIN_POSITIVE)
-}
-
 /// `x̃ = decode(encode(x / s)) · s` per group (module doc).
 pub fn fake_quant(x: ArrayView2<f32>, q: ActQuant) -> Array2<f32> {
     let n = q.group(x.ncols());
@@ -55,7 +50,7 @@ pub fn fake_quant(x: ArrayView2<f32>, q: ActQuant) -> Array2<f32> {
     for mut row in out.rows_mut() {
         let Some(r) = row.as_slice_mut() else { continue };
         for g in r.chunks_mut(n) {
-            let s = group_scale(g);
+            let s = dynamic_scale(g);
             for v in g.iter_mut() {
                 *v = decode(encode(*v / s)) * s;
             }
@@ -102,7 +97,7 @@ mod tests {
         // flush to the coarse grid of the large scale; per group they keep 4 bits.
         let x = Array2::from_shape_vec((1, 5), vec![0.001f32, -0.0013, 1000.0, 3.0, 0.002]).unwrap();
         let g = fake_quant(x.view(), ActQuant::Group(2));
-        let s0 = group_scale(&[0.001, -0.0013]);
+        let s0 = dynamic_scale(&[0.001, -0.0013]);
         assert_eq!(g[[0, 0]], decode(encode(0.001 / s0)) * s0);
         assert!((g[[0, 1]] + 0.0013).abs() < 0.0013 / 16.0);
         // The last group (one value) is its own amax: it comes back within a rounding.

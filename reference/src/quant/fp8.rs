@@ -231,6 +231,12 @@ pub fn dequant(x: &Fp8Weight) -> Vec<f32> {
         .collect()
 }
 
+/// The scale of dynamically quantized activations `g` (a token's row, or a group of its
+/// inputs): `s = max(amax / 448, 2⁻¹²⁶)` in f32.
+pub fn dynamic_scale(g: &[f32]) -> f32 {
+    (g.iter().fold(0f32, |m, v| m.max(v.abs())) / MAX).max(f32::MIN_POSITIVE)
+}
+
 /// Per-token (row) dynamic quantization of activations for a W8A8 GEMM, as vLLM's
 /// `scaled_fp8_quant(x, use_per_token_if_dynamic=True)` does: for each row of `x` (`[T, C]`),
 /// `s_t = max(amax_t / 448, 2⁻¹²⁶)` (f32, no extra rounding: the GEMM multiplies its f32
@@ -239,8 +245,7 @@ pub fn quantize_rows(x: &[f32], c: usize) -> (Vec<u8>, Vec<f32>) {
     let rows: Vec<(Vec<u8>, f32)> = x
         .par_chunks(c.max(1))
         .map(|row| {
-            let amax = row.iter().fold(0f32, |m, v| m.max(v.abs()));
-            let s = (amax / MAX).max(f32::MIN_POSITIVE);
+            let s = dynamic_scale(row);
             (row.iter().map(|&v| encode(v / s)).collect(), s)
         })
         .collect();

@@ -48,6 +48,13 @@ pub fn widen_one<K: Scalar>(k: &[K], i: usize, #[comptime] fp8: bool) -> f32 {
     }
 }
 
+/// The scale of dynamically quantized activations whose largest magnitude is `amax`:
+/// `max(amax / 448, 2⁻¹²⁶)` — `reference::quant::fp8::dynamic_scale`.
+#[cube]
+pub fn e4m3_dynamic_scale(amax: f32) -> f32 {
+    max(amax / 448.0f32, 1.175_494_4e-38f32)
+}
+
 /// The E4M3 code nearest `x` — ties to the even code, saturated to ±448, NaN → 0x7F —
 /// exactly `reference::quant::fp8::encode`: normals by rounding the f32 mantissa to 3 bits
 /// (ties to even, a carry moves the exponent), below 2⁻⁶ the multiple of 2⁻⁹ (ties to even).

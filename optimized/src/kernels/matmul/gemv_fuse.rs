@@ -5,6 +5,7 @@
 
 use cubecl::prelude::*;
 
+use crate::kernels::attention::kv_elem::e4m3_dynamic_scale;
 use crate::kernels::swiglu::{glu_mul, GluAct};
 use crate::{Client, DeviceTensor, Dtype, Error};
 
@@ -195,7 +196,7 @@ pub(crate) fn token_scales<N: Size>(
     row_reduce(x, sx, x0, n, tn, plane, plane_size, units, true, nv);
     #[unroll]
     for t in 0..tn {
-        sx[t] = max(sx[t] / 448.0f32, 1.175_494_4e-38f32);
+        sx[t] = e4m3_dynamic_scale(sx[t]);
     }
 }
 
@@ -284,7 +285,7 @@ fn tree_sum(sh: &mut [f32], off: usize, lane: usize, n: usize) {
 
 /// [`tree_sum`], or with `amax` the maximum.
 #[cube]
-fn tree_reduce(sh: &mut [f32], off: usize, lane: usize, n: usize, #[comptime] amax: bool) {
+pub(crate) fn tree_reduce(sh: &mut [f32], off: usize, lane: usize, n: usize, #[comptime] amax: bool) {
     let mut stride = n / 2;
     while stride > 0 {
         if lane < stride {

@@ -31,7 +31,7 @@ use super::tc_kernel::BK;
 use super::tc_wg::{WgConfig, WG_BN};
 use super::tc_wg_tma::{check, Kernel};
 use super::wgmma::Acc;
-use crate::kernels::attention::kv_elem::e4m3_code;
+use crate::kernels::attention::kv_elem::{e4m3_code, e4m3_dynamic_scale};
 use crate::kernels::qmatmul::{QFormat, QLayout, QWeight};
 use crate::kernels::swiglu::GluAct;
 use crate::{Client, DeviceTensor, Dtype, Error};
@@ -113,7 +113,7 @@ pub fn quantize_rows_e4m3(x: &[f32], codes: &mut [u32], scales: &mut [f32], rows
         for p in 1..QUANT_UNITS / 32 {
             all = max(all, sh[p]);
         }
-        let s = max(all / 448.0f32, 1.175_494_4e-38f32);
+        let s = e4m3_dynamic_scale(all);
         if tid == 0 {
             scales[row] = s;
         }

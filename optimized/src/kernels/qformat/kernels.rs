@@ -384,6 +384,12 @@ pub fn w8a8_chosen(client: &Client, w: &QWeight) -> bool {
     (client.kernels().fp8_w8a8 || model) && matmul::tc_wg_fp8::applies(client, w).is_ok()
 }
 
+/// Whether a step of `t` rows runs `w` as W8A8 on the FP8 tensor cores: above the gemv, past
+/// tc v1 (which takes the formats it applies to first), then [`linear_gemm`]'s choice.
+pub fn w8a8_runs(client: &Client, w: &QWeight, t: usize) -> bool {
+    t > crate::kernels::qmatmul::QGEMV_MAX_T && w.format.row_format() && !tc::quant_applies(client, w) && w8a8_chosen(client, w)
+}
+
 /// `y = x · dequant(W)ᵀ` (T above the gemv): the tensor-core GEMM decoding the blocks in its B
 /// tile (`gemm.rs`) where it is chosen (`qgemm=fused`) and applies (ggml blocks); W8A8 on the
 /// FP8 tensor cores where [`w8a8_chosen`]; else [`linear_dense`].

@@ -70,10 +70,7 @@ impl Weight {
     /// quantize x per token themselves (`qformat::w8a8_chosen`, above the gemv's rows: the
     /// dispatch of `qlinear_fused_into`).
     pub fn w8a8_runs(&self, client: &Client, t: usize) -> bool {
-        matches!(self, Weight::Quant(q) if t > super::QGEMV_MAX_T
-            && !crate::kernels::matmul::tc::quant_applies(client, q)
-            && q.format.row_format()
-            && crate::kernels::qformat::w8a8_chosen(client, q))
+        matches!(self, Weight::Quant(q) if crate::kernels::qformat::w8a8_runs(client, q, t))
     }
     /// Marks a quantized weight with how its model quantizes its inputs ([`QWeight::act`]).
     pub fn with_act(mut self, act: Option<crate::kernels::act_quant::ActQuant>) -> Self {

@@ -7,8 +7,7 @@
 //!
 //! `act_quant_linear(...)`: a W8A8 model's linear as the GPU model runs it
 //! (`act_quant::linear_input`, then `Weight::linear` over an FP8 weight marked with the scheme,
-//! whose dispatch quantizes x: W8A8 on the FP8 tensor cores, the row-format gemv's per-token
-//! prologue, or a pass first) against the reference's `linear(fake_quant(x), dequant(W))` — or,
+//! whose dispatch quantizes x: W8A8 on the FP8 tensor cores, or a pass first) against the reference's `linear(fake_quant(x), dequant(W))` — or,
 //! where the step claims the FP8 tensor cores (`Weight::w8a8_runs`: per token, channel scales,
 //! above the gemv), the exact W8A8 sum `quant::fp8::linear_w8a8`. Gemv rows and GEMM rows: a
 //! step that skipped the quantization (or claimed W8A8 and did not run it) is off by the

@@ -12,9 +12,8 @@
 //! reference's bit for bit; in f32 the result is the reference's exactly.
 //!
 //! A quantized weight marked with its model's scheme (`QWeight::act`) has the dispatch choose:
-//! the FP8 tensor cores (`matmul::tc_wg_fp8`, per token) and the row-format gemv (per token,
-//! a prologue) quantize x themselves; elsewhere this pass runs first. [`linear_input`] runs it
-//! for the others (dense weights).
+//! the FP8 tensor cores (`matmul::tc_wg_fp8`, per token) quantize x themselves; elsewhere the
+//! dispatch runs this pass first. [`linear_input`] runs it for the others (dense weights).
 
 use cubecl::prelude::*;
 
@@ -122,8 +121,8 @@ pub fn fake_quant_into(client: &Client, x: &DeviceTensor, q: ActQuant, out: &Dev
 
 /// What linear `w` reads for its input `x` in a model whose linears quantize their inputs by
 /// `q` (`ModelSpec::act_quant`): x itself where `w`'s kernels quantize it (a quantized weight
-/// marked with `q`, [`Weight::quantizes_inputs`]: W8A8 on the FP8 tensor cores, the row-format
-/// gemv's prologue, or their own pass), else [`fake_quant`] of x (a dense weight).
+/// marked with `q`, [`Weight::quantizes_inputs`]: W8A8 on the FP8 tensor cores, or the
+/// dispatch's own pass), else [`fake_quant`] of x (a dense weight).
 pub fn linear_input(client: &Client, q: Option<ActQuant>, w: &Weight, x: &DeviceTensor) -> Result<DeviceTensor, Error> {
     match w.quantizes_inputs(q) {
         true => Ok(x.clone()),

@@ -66,7 +66,7 @@ use gemv::launch_gemv;
 pub use gemv::{gemv_v1, GEMV_MAX_T, GEMV_RPG};
 #[cfg(feature = "lab")]
 pub(crate) use gemv_fuse::store_row;
-pub(crate) use gemv_fuse::{inv_rms, scale_rows, store_row_sums, token_scales, tree_reduce};
+pub(crate) use gemv_fuse::{inv_rms, scale_rows, store_row_sums, tree_reduce};
 pub use gemv_fuse::{Fuse, Norm, Residual};
 
 /// Rows [`linear`] still sends to gemv; above, tiled v2. (H200, bf16, T = 8: gemv is 2–15×

@@ -5,7 +5,6 @@
 
 use cubecl::prelude::*;
 
-use crate::kernels::attention::kv_elem::e4m3_dynamic_scale;
 use crate::kernels::swiglu::{glu_mul, GluAct};
 use crate::{Client, DeviceTensor, Dtype, Error};
 
@@ -155,7 +154,9 @@ pub(crate) fn store_row(
 /// vectors per token):
 /// the RMSNorm prologue of a gemv whose input is `x ⊙ w` (the reference's
 /// `x / √(mean(x²) + ε) · w`, the division applied to the row sums instead, [`scale_rows`]).
-/// Every unit of the cube takes part (it syncs): [`row_reduce`].
+/// Every unit of the cube takes part (it syncs): strided partial sums, then `plane_sum` and
+/// one shared slot per plane added in order (`plane`), else a shared tree over the cube's
+/// `units` (a power of two) — a fixed order, so the result is deterministic.
 #[allow(clippy::too_many_arguments)]
 #[cube]
 pub(crate) fn inv_rms<N: Size>(
@@ -170,54 +171,6 @@ pub(crate) fn inv_rms<N: Size>(
     #[comptime] plane_size: usize,
     #[comptime] units: usize,
 ) {
-    row_reduce(x, rn, x0, n, tn, plane, plane_size, units, false, 0usize);
-    #[unroll]
-    for t in 0..tn {
-        rn[t] = 1.0f32 / (rn[t] / c_in + eps).sqrt();
-    }
-}
-
-/// `sx[t] = max(max_c |x[t, c]| / 448, 2⁻¹²⁶)` for the tn tokens of `x` (vectors of `nv`
-/// lanes, from vector `x0` on, `n` per token): the per-token FP8 scale of a W8A8 model's input
-/// (`kernels::act_quant`), for a gemv that quantizes x as it reads it. Every unit takes part.
-#[allow(clippy::too_many_arguments)]
-#[cube]
-pub(crate) fn token_scales<N: Size>(
-    x: &[Vector<f32, N>],
-    sx: &mut Array<f32>,
-    x0: usize,
-    n: usize,
-    #[comptime] tn: usize,
-    #[comptime] plane: bool,
-    #[comptime] plane_size: usize,
-    #[comptime] units: usize,
-    #[comptime] nv: usize,
-) {
-    row_reduce(x, sx, x0, n, tn, plane, plane_size, units, true, nv);
-    #[unroll]
-    for t in 0..tn {
-        sx[t] = e4m3_dynamic_scale(sx[t]);
-    }
-}
-
-/// `out[t]` = Σ_c x[t, c]² (or, with `amax`, max_c |x[t, c]| over vectors of `nv` lanes) for
-/// the tn tokens of `x`: strided partials, then `plane_sum` / `plane_max` and one shared slot
-/// per plane combined in order (`plane`), else a shared tree over the cube's `units` (a power
-/// of two) — a fixed order, so the result is deterministic. Every unit of the cube calls it.
-#[allow(clippy::too_many_arguments)]
-#[cube]
-fn row_reduce<N: Size>(
-    x: &[Vector<f32, N>],
-    out: &mut Array<f32>,
-    x0: usize,
-    n: usize,
-    #[comptime] tn: usize,
-    #[comptime] plane: bool,
-    #[comptime] plane_size: usize,
-    #[comptime] units: usize,
-    #[comptime] amax: bool,
-    #[comptime] nv: usize,
-) {
     let tid = UNIT_POS as usize;
     let nu = CUBE_DIM as usize;
     let mut part = Array::<f32>::new(tn);
@@ -230,14 +183,7 @@ fn row_reduce<N: Size>(
         #[unroll]
         for t in 0..tn {
             let v = x[x0 + t * n + i];
-            if comptime!(amax) {
-                #[unroll]
-                for e in 0..nv {
-                    part[t] = max(part[t], f32::abs(v.extract(e)));
-                }
-            } else {
-                part[t] += v.dot(v);
-            }
+            part[t] += v.dot(v);
         }
         i += nu;
     }
@@ -247,20 +193,16 @@ fn row_reduce<N: Size>(
         let np = nu / plane_size;
         #[unroll]
         for t in 0..tn {
-            let s = if comptime!(amax) { plane_max(part[t]) } else { plane_sum(part[t]) };
+            let s = plane_sum(part[t]);
             if tid % plane_size == 0 {
                 sh[tid / plane_size] = s;
             }
             sync_cube();
             let mut tot = 0.0f32;
             for p in 0..np {
-                if comptime!(amax) {
-                    tot = max(tot, sh[p]);
-                } else {
-                    tot += sh[p];
-                }
+                tot += sh[p];
             }
-            out[t] = tot;
+            rn[t] = 1.0f32 / (tot / c_in + eps).sqrt();
             sync_cube();
         }
     } else {
@@ -269,8 +211,8 @@ fn row_reduce<N: Size>(
         for t in 0..tn {
             sh[tid] = part[t];
             sync_cube();
-            tree_reduce(&mut sh, 0, tid, nu, amax);
-            out[t] = sh[0];
+            tree_sum(&mut sh, 0, tid, nu);
+            rn[t] = 1.0f32 / (sh[0] / c_in + eps).sqrt();
             sync_cube();
         }
     }

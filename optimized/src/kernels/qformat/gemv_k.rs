@@ -335,9 +335,6 @@ pub(crate) fn applies(kind: GgmlKind) -> bool {
 /// [`qgemv_k`] of `w` (Q4_K, Q5_K or Q6_K blocks; shapes checked by the caller) into `y` with
 /// `fuse`'s prologue / epilogue, on the launch `qmatmul` chose.
 pub(crate) fn gemv_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &DeviceTensor, fuse: &Fuse, l: GemvLaunch) -> Result<(), Error> {
-    if l.quant {
-        return Err(Error::Unsupported("the k-quant gemv does not quantize its input (a W8A8 model's weights are FP8)".into()));
-    }
     let (xr, nw, xw, eps) = fuse.operands(client);
     let (norm, resid, glu, gelu) = (fuse.norm.is_some(), fuse.residual.is_some(), fuse.glu, fuse.gelu());
     macro_rules! go {

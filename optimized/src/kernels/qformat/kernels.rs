@@ -6,8 +6,7 @@ use cubecl::prelude::*;
 
 use super::fp8::{Fp8, Fp8Cvt};
 use super::{GgmlKind, RowFormat, IQ4NL, Q4K, Q5K, Q5_0, Q5_1, Q6K, Q8_0, SUB};
-use crate::kernels::attention::kv_elem::{code_value, e4m3_code};
-use crate::kernels::matmul::{self, inv_rms, scale_rows, store_row_sums, tc, token_scales, Fuse, Version};
+use crate::kernels::matmul::{self, inv_rms, scale_rows, store_row_sums, tc, Fuse, Version};
 use crate::kernels::qmatmul::{QFormat, QWeight};
 use crate::{Client, DeviceTensor, Dtype, Error};
 
@@ -83,7 +82,6 @@ pub fn qgemv<F: RowFormat, N: Size>(
     #[comptime] resid: bool,
     #[comptime] glu: bool,
     #[comptime] gelu: bool,
-    #[comptime] quant: bool,
 ) {
     let lane = UNIT_POS_X as usize;
     let group = CUBE_DIM_X as usize;
@@ -103,12 +101,6 @@ pub fn qgemv<F: RowFormat, N: Size>(
     if norm {
         inv_rms(xr, &mut rn, 0, xrow, n_in as f32, eps, tn, plane, plane_size, block);
     }
-    // A W8A8 model's input: each token's FP8 scale, then every x value quantized as it is read
-    // (`kernels::act_quant`'s x̃, bit for bit).
-    let mut sx = Array::<f32>::new(tn);
-    if quant {
-        token_scales(x, &mut sx, 0, xrow, tn, plane, plane_size, block, 4usize);
-    }
     if row0 < n_out {
         let mut c = lane;
         while c < cpr {
@@ -116,18 +108,7 @@ pub fn qgemv<F: RowFormat, N: Size>(
             for t in 0..tn {
                 #[unroll]
                 for i in 0..8usize {
-                    let v = x[t * xrow + c * 8 + i];
-                    if quant {
-                        let s = sx[t];
-                        let mut q = v;
-                        #[unroll]
-                        for e in 0..4usize {
-                            q.insert(e, code_value(e4m3_code(v.extract(e) / s)) * s);
-                        }
-                        xs[t * 8 + i] = q;
-                    } else {
-                        xs[t * 8 + i] = v;
-                    }
+                    xs[t * 8 + i] = x[t * xrow + c * 8 + i];
                 }
             }
             #[unroll]
@@ -257,8 +238,6 @@ pub(crate) struct GemvLaunch {
     pub plane_size: usize,
     pub split: usize,
     pub block: usize,
-    /// x quantized per token as it is read (a W8A8 model's input, `QWeight::act`).
-    pub quant: bool,
 }
 
 /// [`qgemv`] of `w` (ggml blocks or FP8; T ≤ the gemv's max, shapes checked by the caller)
@@ -298,7 +277,6 @@ pub(crate) fn gemv_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &Devi
             resid,
             glu,
             gelu,
-            l.quant,
         );
     });
     Ok(())

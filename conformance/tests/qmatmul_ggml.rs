@@ -1,4 +1,5 @@
-//! ggml blocks kept as stored on the device (Q4_K, Q5_K, Q6_K, Q8_0, Q5_0, Q5_1, IQ4_NL): the
+//! ggml blocks kept as stored on the device (Q4_K, Q5_K, Q6_K, Q8_0, Q5_0, Q5_1, IQ4_NL, Q2_K,
+//! Q3_K, IQ4_XS): the
 //! fixed grid (every format × the gemv and dequant + GEMM, block-edge shapes, fusions, the
 //! dequantize pass on random blocks), the GEMM's 16–512-row steps on their own, then random
 //! shapes and random blocks per format.

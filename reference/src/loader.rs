@@ -35,8 +35,8 @@ impl TensorSource for GgufFile {
     /// A quantized linear weight (or untied `output.weight`) as the file stores it, so a backend
     /// keeps the file's weights without requantizing: Q8_0 as INT8 with groups of 32 (`q` as
     /// stored, the f16 block scale widened to f32: `d · q`); Q4_0 / Q4_1 as
-    /// [`crate::quant::Q4Weight`] (4-bit codes, the f16 d and m as stored); Q4_K / Q5_K / Q6_K
-    /// and Q5_0 / Q5_1 / IQ4_NL as their blocks ([`QuantTensor::Ggml`]). Q8_0 stays INT8
+    /// [`crate::quant::Q4Weight`] (4-bit codes, the f16 d and m as stored); Q2_K .. Q6_K,
+    /// Q5_0 / Q5_1, IQ4_NL / IQ4_XS as their blocks ([`QuantTensor::Ggml`]). Q8_0 stays INT8
     /// groups: the same bytes a weight, and the tensor-core GEMMs already decode that format. Each is exactly what
     /// [`TensorSource::load`] dequantizes. Other types (and a Q8_0 block scale that is negative,
     /// or any d or m that is not finite, legal in ggml but not here) give `None`.
@@ -51,7 +51,18 @@ impl TensorSource for GgufFile {
         let info = self.tensor_info(&name).ok_or_else(|| Error::tensor(&self.path, &name, "missing"))?;
         // The types kept as stored (the GPU decodes their blocks in its kernels): the k-quants
         // and llama-quantize's fallbacks for rows that are no whole number of super-blocks.
-        let kept = matches!(info.ty, GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::IQ4NL);
+        let kept = matches!(
+            info.ty,
+            GgmlType::Q4K
+                | GgmlType::Q5K
+                | GgmlType::Q6K
+                | GgmlType::Q5_0
+                | GgmlType::Q5_1
+                | GgmlType::IQ4NL
+                | GgmlType::Q2K
+                | GgmlType::Q3K
+                | GgmlType::IQ4XS
+        );
         if !kept && !matches!(info.ty, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1) {
             return Ok(None);
         }

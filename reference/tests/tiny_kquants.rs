@@ -1,8 +1,8 @@
 //! The k-quant GGUFs people download, at tiny scale: every architecture's tiny checkpoint widened
 //! to rows of 256 (`tests/fixtures/tiny/<name>_k/`, `make.py --kquants`) and quantized by
-//! llama.cpp's own `llama-quantize` to Q4_K_M (and Q5_K_M / Q6_K for llama3 and qwen3). Each file
-//! holds the k-quant mix llama-quantize chose (checked: every matrix is Q4_K, Q5_K or Q6_K, so
-//! the test exercises k-quants and nothing else), loads, and gives the logits transformers gives
+//! llama.cpp's own `llama-quantize` to Q4_K_M (and Q5_K_M / Q6_K for llama3 and qwen3; Q3_K_M,
+//! Q2_K and IQ4_XS for llama3). Each file holds the mix llama-quantize chose (checked: every
+//! matrix is Q2_K .. Q6_K or IQ4_XS, so the test exercises those and nothing else), loads, and gives the logits transformers gives
 //! for the same file (`logits.<TYPE>.json`: its GGUF reader, eager fp32) within 1e-3.
 //!
 //! The fallback mixes: llama-quantize run on the tiny checkpoints themselves
@@ -99,7 +99,8 @@ fn check_dir(name: &str, allowed: &[&str], wanted: &[&str]) {
 }
 
 fn check(name: &str) {
-    const K: [&str; 3] = ["Q4_K", "Q5_K", "Q6_K"];
+    // llama3_k also holds Q3_K_M, Q2_K and IQ4_XS files (`make.py`'s KQUANTS).
+    const K: [&str; 6] = ["Q4_K", "Q5_K", "Q6_K", "Q3_K", "Q2_K", "IQ4_XS"];
     check_dir(&format!("{name}_k"), &K, &K);
     // The fallbacks, and Q8_0 / Q4_0, which the mixes keep for a few tensors.
     check_dir(name, &["Q5_0", "Q5_1", "IQ4_NL", "Q8_0", "Q4_0"], &["Q5_0", "Q5_1", "IQ4_NL"]);

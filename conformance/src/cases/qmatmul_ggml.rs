@@ -1,5 +1,5 @@
 //! ggml blocks kept as stored on the device (`optimized::kernels::qformat`: Q4_K, Q5_K, Q6_K,
-//! Q8_0, Q5_0, Q5_1, IQ4_NL), every format through every kernel it runs: the decode gemv (T ≤ 8, with the fused
+//! Q8_0, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, IQ4_XS), every format through every kernel it runs: the decode gemv (T ≤ 8, with the fused
 //! epilogues) and dequant + the dense GEMM (T above), via `qlinear_fused_into_tuned`, against
 //! `reference_linear(dequant(W), x)`; and the dequantize pass alone against
 //! `reference::dequant::dequantize_into` on random blocks (any finite f16 scales, every code
@@ -41,10 +41,11 @@ fn random_blocks(ty: GgmlType, n: usize, salt: u32, scale: impl Fn(usize, usize,
 }
 
 /// Moderate scales for a matmul: d about 2^-10 (Q6_K 2^-12, Q8_0 and IQ4_NL — codes to ±127 —
-/// 2^-7), dmin / m half of it, signs mixed, so that outputs are O(1).
+/// 2^-7, IQ4_XS — ±127 times sub-scales to ±32 — 2^-12), dmin / m half of it, signs mixed, so
+/// that outputs are O(1).
 fn matmul_scale(ty: GgmlType) -> impl Fn(usize, usize, f32) -> u16 {
     let e = match ty {
-        GgmlType::Q6K => -12,
+        GgmlType::Q6K | GgmlType::IQ4XS => -12,
         GgmlType::Q8_0 | GgmlType::IQ4NL => -7,
         _ => -10,
     };

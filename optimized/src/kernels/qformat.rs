@@ -1,5 +1,6 @@
 //! ggml block formats kept as stored on the device, behind one abstraction: a format is one
-//! module (`q4k.rs`, `q5k.rs`, `q6k.rs`, `q8_0.rs`, `q5_0.rs`, `q5_1.rs`, `iq4_nl.rs`) that says how its blocks are laid into
+//! module (`q4k.rs`, `q5k.rs`, `q6k.rs`, `q8_0.rs`, `q5_0.rs`, `q5_1.rs`, `iq4_nl.rs`, `q2k.rs`,
+//! `q3k.rs`, `iq4_xs.rs`) that says how its blocks are laid into
 //! u32 words on upload ([`GgmlKind::pack`]) and how a kernel decodes 32 consecutive values of a
 //! block from those words ([`BlockFormat::decode_sub`], a `#[cube]` trait: the kernels are
 //! generic over it and monomorphize per format). The decode gemv and the dequantize pass are
@@ -25,7 +26,7 @@
 //! Device layout: each stored block as its own run of whole u32 words, rows of blocks in input
 //! order (`QLayout::Rows`), block `b` of row `r` at word `(r · blocks_per_row + b) · words`.
 //! The blocks keep ggml's byte order, padded to whole words — Q4_K 144 bytes = 36 words, Q5_K
-//! 176 = 44, Q6_K 210 + 2 = 53, Q5_1 24 = 6 — except the 32-value blocks of one f16 d (Q8_0,
+//! 176 = 44, Q6_K 210 + 2 = 53, Q5_1 24 = 6, Q2_K 84 = 21, Q3_K 110 + 2 = 28, IQ4_XS 136 = 34 — except the 32-value blocks of one f16 d (Q8_0,
 //! Q5_0, IQ4_NL), whose d is widened to a word of its own so that what follows starts on a
 //! word (Q8_0 2 + 2 + 32 bytes = 9 words, Q5_0 2 + 2 + 4 + 16 = 6, IQ4_NL 2 + 2 + 16 = 5). Why blocks whole rather
 //! than scales and codes split in two arrays: a unit decoding a sub-block reads its scale
@@ -34,8 +35,9 @@
 //! same bytes the file holds (4.5 / 5.5 / 6.56 / 9 bits a weight for Q4_K / Q5_K / Q6_K / Q8_0).
 //!
 //! Decoding is exact where the reference's arithmetic is products only (Q6_K: `(d·sc)·(q − 32)`,
-//! Q8_0: `d·q`, IQ4_NL: `d·K[q]`, Q5_0: `d·(q − 16)`; the f16 scales widened by bits):
-//! bit-equal to `reference::dequant`. Q4_K / Q5_K compute `(d·sc)·q − dmin·m`, Q5_1 `d·q + m`,
+//! Q8_0: `d·q`, IQ4_NL: `d·K[q]`, Q5_0: `d·(q − 16)`, Q3_K: `(d·(s − 32))·(q − 4·!h)`, IQ4_XS:
+//! `(d·(ls − 32))·K[q]`; the f16 scales widened by bits): bit-equal to `reference::dequant`.
+//! Q4_K / Q5_K / Q2_K compute `(d·sc)·q − dmin·m`, Q5_1 `d·q + m`,
 //! as the reference does; a compiler may contract that into one fused multiply-add (NVRTC does
 //! by default), which rounds once instead of twice: at most half an ulp of the product from the
 //! reference's value (conformance bounds it so).
@@ -58,7 +60,10 @@ pub mod fp8;
 pub mod gemm;
 pub mod gemv_k;
 mod iq4_nl;
+mod iq4_xs;
 pub mod kernels;
+mod q2k;
+mod q3k;
 mod q4k;
 mod q5_0;
 mod q5_1;
@@ -67,9 +72,12 @@ mod q6k;
 mod q8_0;
 
 pub use iq4_nl::IQ4NL;
+pub use iq4_xs::IQ4XS;
 pub(crate) use kernels::gemv_into;
 pub(crate) use kernels::GemvLaunch;
 pub use kernels::{dense_dtype, dequant, dequant_into, linear_dense, linear_gemm, w8a8_chosen, w8a8_runs};
+pub use q2k::Q2K;
+pub use q3k::Q3K;
 pub use q4k::Q4K;
 pub use q5_0::Q5_0;
 pub use q5_1::Q5_1;
@@ -179,10 +187,24 @@ pub enum GgmlKind {
     Q5_0,
     Q5_1,
     IQ4NL,
+    Q2K,
+    Q3K,
+    IQ4XS,
 }
 
 impl GgmlKind {
-    pub const ALL: [GgmlKind; 7] = [GgmlKind::Q4K, GgmlKind::Q5K, GgmlKind::Q6K, GgmlKind::Q8_0, GgmlKind::Q5_0, GgmlKind::Q5_1, GgmlKind::IQ4NL];
+    pub const ALL: [GgmlKind; 10] = [
+        GgmlKind::Q4K,
+        GgmlKind::Q5K,
+        GgmlKind::Q6K,
+        GgmlKind::Q8_0,
+        GgmlKind::Q5_0,
+        GgmlKind::Q5_1,
+        GgmlKind::IQ4NL,
+        GgmlKind::Q2K,
+        GgmlKind::Q3K,
+        GgmlKind::IQ4XS,
+    ];
 
     /// The device format of a stored ggml type, `None` where it has none (yet).
     pub fn of(ty: GgmlType) -> Option<Self> {
@@ -194,6 +216,9 @@ impl GgmlKind {
             GgmlType::Q5_0 => Some(GgmlKind::Q5_0),
             GgmlType::Q5_1 => Some(GgmlKind::Q5_1),
             GgmlType::IQ4NL => Some(GgmlKind::IQ4NL),
+            GgmlType::Q2K => Some(GgmlKind::Q2K),
+            GgmlType::Q3K => Some(GgmlKind::Q3K),
+            GgmlType::IQ4XS => Some(GgmlKind::IQ4XS),
             _ => None,
         }
     }
@@ -207,6 +232,9 @@ impl GgmlKind {
             GgmlKind::Q5_0 => GgmlType::Q5_0,
             GgmlKind::Q5_1 => GgmlType::Q5_1,
             GgmlKind::IQ4NL => GgmlType::IQ4NL,
+            GgmlKind::Q2K => GgmlType::Q2K,
+            GgmlKind::Q3K => GgmlType::Q3K,
+            GgmlKind::IQ4XS => GgmlType::IQ4XS,
         }
     }
 

@@ -29,7 +29,7 @@
 use cubecl::prelude::*;
 
 use super::kernels::with_format;
-use super::{BlockFormat, GgmlKind, IQ4NL, Q4K, Q5K, Q5_0, Q5_1, Q6K, Q8_0, SUB};
+use super::{BlockFormat, GgmlKind, IQ4NL, IQ4XS, Q2K, Q3K, Q4K, Q5K, Q5_0, Q5_1, Q6K, Q8_0, SUB};
 use crate::config::QGemm;
 use crate::kernels::matmul::tc::{convert, grid, quant_dims, reduce, sms, target, u32_of};
 use crate::kernels::matmul::tc_kernel::{commit, wait_pending, BK};

@@ -5,7 +5,7 @@
 use cubecl::prelude::*;
 
 use super::fp8::{Fp8, Fp8Cvt};
-use super::{GgmlKind, RowFormat, IQ4NL, Q4K, Q5K, Q5_0, Q5_1, Q6K, Q8_0, SUB};
+use super::{GgmlKind, RowFormat, IQ4NL, IQ4XS, Q2K, Q3K, Q4K, Q5K, Q5_0, Q5_1, Q6K, Q8_0, SUB};
 use crate::kernels::matmul::{self, inv_rms, scale_rows, store_row_sums, tc, Fuse, Version};
 use crate::kernels::qmatmul::{QFormat, QWeight};
 use crate::{Client, DeviceTensor, Dtype, Error};
@@ -40,6 +40,18 @@ macro_rules! with_format {
             }
             GgmlKind::IQ4NL => {
                 type $f = IQ4NL;
+                $body
+            }
+            GgmlKind::Q2K => {
+                type $f = Q2K;
+                $body
+            }
+            GgmlKind::Q3K => {
+                type $f = Q3K;
+                $body
+            }
+            GgmlKind::IQ4XS => {
+                type $f = IQ4XS;
                 $body
             }
         }

@@ -8,7 +8,8 @@ llama.cpp and tandem both load, for side-by-side speed runs on the GPU machine.
     tandem bench --model /tmp/qwen3-8b-q8_0.gguf --device cuda
 
 SHAPE is one of SHAPES below (hyper-parameters from each model's HF config.json); TYPE is f16,
-q8_0, q4_0 or q4_k_m (random k-quant blocks in llama-quantize's Q4_K_M mix) for the linear weights (the token embedding stays f16, norms / biases / routers
+q8_0, q4_0, q4_k_m (random k-quant blocks in llama-quantize's Q4_K_M mix), or q3_k, q2_k,
+iq4_xs (random blocks of that one type) for the linear weights (the token embedding stays f16, norms / biases / routers
 f32, as the converter writes them). Qwen3-30B-A3B in f16 is 61 GB: use q8_0 or q4_0.
 
 The metadata is the converter's own: every non-tokenizer key of the tiny checkpoint of the same
@@ -60,7 +61,10 @@ SHAPES = {
                     "window": 1024, "tied": True}),
 }
 
-TYPES = {"f16": (Q.F16, 1), "q8_0": (Q.Q8_0, 7), "q4_0": (Q.Q4_0, 2), "q4_k_m": (Q.Q4_K, 15)}
+TYPES = {"f16": (Q.F16, 1), "q8_0": (Q.Q8_0, 7), "q4_0": (Q.Q4_0, 2), "q4_k_m": (Q.Q4_K, 15),
+         "q3_k": (Q.Q3_K, 12), "q2_k": (Q.Q2_K, 10), "iq4_xs": (Q.IQ4_XS, 30)}
+# Types whose blocks are drawn at random (gguf-py has no quantizer for them).
+RANDOM_BLOCKS = (Q.Q4_K, Q.Q6_K, Q.Q3_K, Q.Q2_K, Q.IQ4_XS)
 
 
 def use_more_bits(i: int, n: int) -> bool:
@@ -69,8 +73,8 @@ def use_more_bits(i: int, n: int) -> bool:
 
 
 def kquant_blocks(rng, qt, rows: int, cols: int) -> np.ndarray:
-    """Random Q4_K / Q6_K blocks (`rows` × `cols` values; random codes and sub-block scales, a
-    fixed f16 d sized so that weights are about N(0, 1/cols)): gguf-py has no k-quant
+    """Random blocks of `qt` (`RANDOM_BLOCKS`; `rows` × `cols` values; random codes and sub-block
+    scales, a fixed f16 d sized so that weights are about N(0, 1/cols)): gguf-py has no k-quant
     quantizer, and a Q4_K_M's speed depends on its types and shapes, not on its values."""
     nb = rows * (cols // 256)
     if qt == Q.Q4_K:
@@ -78,10 +82,20 @@ def kquant_blocks(rng, qt, rows: int, cols: int) -> np.ndarray:
         d = np.float16(0.9 / np.sqrt(cols) / (31 * 7.5))
         hdr = np.array([d, d * np.float16(4)], dtype=np.float16).view(np.uint8)
         b[:, 0:4] = hdr
-    else:  # Q6_K: ql, qh, int8 scales in [-16, 16), d
+    elif qt == Q.Q6_K:  # ql, qh, int8 scales in [-16, 16), d
         b = rng.integers(0, 256, size=(nb, 210), dtype=np.uint8)
         b[:, 192:208] = rng.integers(-16, 16, size=(nb, 16), dtype=np.int8).view(np.uint8)
         b[:, 208:210] = np.array([np.float16(1.7 / np.sqrt(cols) / (8 * 18))], dtype=np.float16).view(np.uint8)
+    elif qt == Q.Q3_K:  # hmask, qs, 12 scale bytes, d: x = d·(s − 32)·(q − 4..3)
+        b = rng.integers(0, 256, size=(nb, 110), dtype=np.uint8)
+        b[:, 108:110] = np.array([np.float16(1.0 / np.sqrt(cols) / (18 * 2.3))], dtype=np.float16).view(np.uint8)
+    elif qt == Q.Q2_K:  # 16 scale / min bytes, qs, d, dmin: x = d·sc·q − dmin·m
+        b = rng.integers(0, 256, size=(nb, 84), dtype=np.uint8)
+        d = np.float16(1.0 / np.sqrt(cols) / (7.5 * 1.5))
+        b[:, 80:84] = np.array([d, d * np.float16(0.2)], dtype=np.float16).view(np.uint8)
+    else:  # IQ4_XS: d, scales_h, scales_l, nibbles: x = d·(ls − 32)·K[q]
+        b = rng.integers(0, 256, size=(nb, 136), dtype=np.uint8)
+        b[:, 0:2] = np.array([np.float16(1.0 / np.sqrt(cols) / (18 * 62))], dtype=np.float16).view(np.uint8)
     return b.reshape(rows, -1)
 
 
@@ -159,7 +173,7 @@ def main() -> None:
     def typed(t, *dims):
         """`mat` in type `t` (a Q4_K_M mixes Q4_K and Q6_K)."""
         if (t, dims) not in cache:
-            if t in (Q.Q4_K, Q.Q6_K):
+            if t in RANDOM_BLOCKS:
                 rows = int(np.prod(dims[:-1]))
                 cache[(t, dims)] = (kquant_blocks(rng, t, rows, dims[-1]).reshape(*dims[:-1], -1), t)
             else:

@@ -287,8 +287,8 @@ fn spec_models_run_on_the_gpu() {
     }
 }
 
-/// The k-quant mixes llama-quantize writes (`<name>_k/model.<TYPE>.gguf`: Q4_K / Q5_K / Q6_K
-/// matrices; `<name>/model.<MIX>.gguf`: the fallback types, `reference/tests/tiny_kquants.rs`)
+/// The k-quant mixes llama-quantize writes (`<name>_k/model.<TYPE>.gguf`: Q2_K .. Q6_K and
+/// IQ4_XS matrices; `<name>/model.<MIX>.gguf`: the fallback types, `reference/tests/tiny_kquants.rs`)
 /// load on the GPU (wgpu, f32) and give the logits transformers gives for the same file
 /// (`logits.<TYPE>.json`) within 1e-3.
 #[test]
@@ -296,6 +296,9 @@ fn kquant_files_run_on_the_gpu() {
     let files = [
         ("llama3_k", "Q4_K_M"),
         ("llama3_k", "Q6_K"),
+        ("llama3_k", "Q3_K_M"),
+        ("llama3_k", "Q2_K"),
+        ("llama3_k", "IQ4_XS"),
         ("qwen3_k", "Q5_K_M"),
         ("qwen2_k", "Q4_K_M"),
         ("gemma3_k", "Q4_K_M"),
@@ -312,6 +315,19 @@ fn kquant_files_run_on_the_gpu() {
         let d = gpu_delta_vs(name, &format!("logits.{q}.json"), &m);
         eprintln!("{name}/{q}: tandem logits --device wgpu vs transformers on the file, max |Δ| {d:.2e}");
         assert!(d <= TOL, "{name}/{q}: max |Δ| {d} > {TOL}");
+    }
+    // The low-bit files stay quantized on the device: their linear weights dense in f32 would
+    // take ~30 bits a parameter (Q2_K measured 5.26 kept, embeddings and norms included).
+    for q in ["Q3_K_M", "Q2_K", "IQ4_XS"] {
+        let m = fixture("llama3_k").join(format!("model.{q}.gguf")).to_str().expect("UTF-8 path").to_string();
+        let (_, err) = ok(&["logits", "--model", &m, "--device", "wgpu", "--dtype", "f32", "--ids", "1,2", "--top-k", "1"]);
+        let bits: f32 = err
+            .split(" bits a parameter")
+            .next()
+            .and_then(|s| s.rsplit(' ').next())
+            .and_then(|b| b.parse().ok())
+            .unwrap_or_else(|| panic!("llama3_k/{q}: no bits a parameter in {err}"));
+        assert!(bits < 8.0, "llama3_k/{q}: {bits} bits a parameter on the device: not kept as stored");
     }
 }
 

@@ -25,8 +25,18 @@ const TOL: f32 = 1e-3;
 
 /// How far the k-quant files sit from the f32 checkpoint they were made from, as a sanity
 /// bound on the fixtures themselves (logits of std ≈ 1–5 here): the weights' quantization
-/// error, measured 0.86–3.07 for Q4_K_M, 1.58–1.71 for Q5_K_M, 0.87–1.13 for Q6_K.
+/// error, measured 0.86–3.07 for Q4_K_M, 1.58–1.71 for Q5_K_M, 0.87–1.13 for Q6_K, 3.59 for
+/// IQ4_XS; the 3- and 2-bit mixes sit further ([`spread_bound`]).
 const QUANT_SPREAD: f32 = 4.0;
+
+/// [`QUANT_SPREAD`] for mix `q`: Q3_K_M measured 5.38, Q2_K 8.98 (llama3_k).
+fn spread_bound(q: &str) -> f32 {
+    match q {
+        "Q2_K" => 12.0,
+        "Q3_K_M" => 8.0,
+        _ => QUANT_SPREAD,
+    }
+}
 
 fn dir(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny").join(name)
@@ -94,7 +104,7 @@ fn check_dir(name: &str, allowed: &[&str], wanted: &[&str]) {
         let spread = max_delta(&m, &ids, &f32_logits);
         eprintln!("{name}/{file} ({types:?}): max |Δlogit| vs transformers on the file {d:.2e}, vs the f32 checkpoint {spread:.2}");
         assert!(d <= TOL, "{name}/{file}: max |Δ| {d} > {TOL}");
-        assert!(spread <= QUANT_SPREAD, "{name}/{file}: {spread} from the f32 checkpoint");
+        assert!(spread <= spread_bound(&q), "{name}/{file}: {spread} from the f32 checkpoint");
     }
 }
 

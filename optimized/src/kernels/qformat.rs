@@ -12,7 +12,8 @@
 //!   the row's 32-value chunks `lane, lane + group, ..`, decodes each once into registers
 //!   and dots it with every token's x; `matmul::store_row_sums` reduces, with the fused RMSNorm
 //!   prologue and residual / SwiGLU / GELU epilogues of `matmul::Fuse`;
-//! - for Q4_K, Q5_K and Q6_K the decode gemv of `gemv_k.rs` instead: 8 units share a block
+//! - for the 256-value formats (Q2_K .. Q6_K, IQ4_XS) the decode gemv of `gemv_k.rs` instead
+//!   (units of `gemv_k_low.rs` for Q3_K, Q2_K, IQ4_XS): 8 units share a block
 //!   (neighbouring units read neighbouring code bytes and x runs), codes decoded as f32
 //!   mantissas without a conversion instruction, every row's loads issued before any decode;
 //! - the dequantize pass (one unit per chunk) into a dense `[out, in]` scratch, then the
@@ -59,6 +60,7 @@ use crate::{Client, DeviceTensor, Error};
 pub mod fp8;
 pub mod gemm;
 pub mod gemv_k;
+mod gemv_k_low;
 mod iq4_nl;
 mod iq4_xs;
 pub mod kernels;

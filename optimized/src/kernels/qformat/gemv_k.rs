@@ -1,6 +1,6 @@
 //! The decode gemv over k-quant blocks with coalesced loads (the arm of
-//! `qmatmul::qlinear_fused_into_tuned` for Q4_K, Q5_K and Q6_K; the other ggml formats and FP8
-//! take [`qgemv`]).
+//! `qmatmul::qlinear_fused_into_tuned` for Q4_K, Q5_K and Q6_K, and Q3_K, Q2_K and IQ4_XS with
+//! the units of `gemv_k_low.rs`; the other ggml formats and FP8 take [`qgemv`]).
 //!
 //! Why its own kernel: [`qgemv`] gives each unit a whole 32-value chunk, so the 32 units of a
 //! plane read x 128 bytes apart — 32 cache lines per vector load, eight loads a chunk. ncu on
@@ -17,6 +17,7 @@
 
 use cubecl::prelude::*;
 
+use super::gemv_k_low::{IQ4XSUnits, Q2KUnits, Q3KUnits};
 use super::q4k::scale_min_codes;
 use super::{code_f32, signed_byte, GemvLaunch, GgmlKind};
 use crate::kernels::matmul::{inv_rms, scale_rows, store_row_sums, Fuse};
@@ -52,7 +53,7 @@ pub trait UnitDecode: 'static + Send + Sync {
 }
 
 /// 1.0's f32 bits.
-const ONE: u32 = 0x3F80_0000;
+pub(super) const ONE: u32 = 0x3F80_0000;
 
 /// Q4_K (144 bytes, 9 vectors of 16 a block): unit `l` takes code vector 1 + l = values
 /// `p ..+ 16` (p = 16·(l % 2)) of sub-block 2j (low nibbles) and 2j + 1 (high), j = l / 2.
@@ -60,7 +61,7 @@ const ONE: u32 = 0x3F80_0000;
 pub struct Q4KUnits;
 
 /// Four words.
-type Quad = Vector<u32, Const<4>>;
+pub(super) type Quad = Vector<u32, Const<4>>;
 
 #[cube]
 impl UnitDecode for Q4KUnits {
@@ -191,7 +192,7 @@ impl UnitDecode for Q6KUnits {
 
 /// `v` with its bit `from` moved to bit `to` (one shift either way).
 #[cube]
-fn shifted(v: u32, #[comptime] to: usize, #[comptime] from: usize) -> u32 {
+pub(super) fn shifted(v: u32, #[comptime] to: usize, #[comptime] from: usize) -> u32 {
     if comptime!(to >= from) {
         v << comptime!((to - from) as u32)
     } else {
@@ -329,7 +330,7 @@ pub fn qgemv_k<F: UnitDecode, N: Size>(
 
 /// Whether `kind` takes [`qgemv_k`].
 pub(crate) fn applies(kind: GgmlKind) -> bool {
-    matches!(kind, GgmlKind::Q4K | GgmlKind::Q5K | GgmlKind::Q6K)
+    matches!(kind, GgmlKind::Q4K | GgmlKind::Q5K | GgmlKind::Q6K | GgmlKind::Q2K | GgmlKind::Q3K | GgmlKind::IQ4XS)
 }
 
 /// [`qgemv_k`] of `w` (Q4_K, Q5_K or Q6_K blocks; shapes checked by the caller) into `y` with
@@ -375,7 +376,10 @@ pub(crate) fn gemv_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &Devi
         crate::kernels::qmatmul::QFormat::Ggml(GgmlKind::Q4K) => go!(Q4KUnits, 4, 9, 2),
         crate::kernels::qmatmul::QFormat::Ggml(GgmlKind::Q5K) => go!(Q5KUnits, 4, 11, 3),
         crate::kernels::qmatmul::QFormat::Ggml(GgmlKind::Q6K) => go!(Q6KUnits, 1, 53, 11),
-        f => return Err(Error::Shape(format!("qformat gemv_k: a {f:?} weight is not Q4_K, Q5_K or Q6_K"))),
+        crate::kernels::qmatmul::QFormat::Ggml(GgmlKind::Q3K) => go!(Q3KUnits, 4, 7, 3),
+        crate::kernels::qmatmul::QFormat::Ggml(GgmlKind::Q2K) => go!(Q2KUnits, 1, 21, 6),
+        crate::kernels::qmatmul::QFormat::Ggml(GgmlKind::IQ4XS) => go!(IQ4XSUnits, 1, 34, 6),
+        f => return Err(Error::Shape(format!("qformat gemv_k: a {f:?} weight is not Q2_K .. Q6_K or IQ4_XS"))),
     }
     Ok(())
 }

@@ -205,28 +205,23 @@ impl UnitDecode for IQ4XSUnits {
     }
 }
 
-/// `kvalues_iq4nl` + 128 as unsigned bytes, four a word (levels 0..4, 4..8, 8..12, 12..16).
-const U0: u32 = 0x3F2D_1801;
-const U1: u32 = 0x766A_5D4F;
-const U2: u32 = 0xA699_8D81;
-const U3: u32 = 0xF1D9_C5B5;
-
-/// `prmt.b32 d, a, b, sel` (the low 16 bits of `sel`: one nibble per output byte).
-#[cube]
-fn prmt(a: u32, b: u32, sel: u32) -> u32 {
-    let out: u32;
-    gpu_asm!("prmt.b32 {o}, {a}, {b}, {s};", o = out(_) out, a = in(_) a, b = in(_) b, s = in(_) sel);
-    out
-}
-
 /// The biased levels `K[n] + 128` of the four nibbles in the low 16 bits of `q` (low nibble
-/// first), one a byte: each nibble's low three bits pick a byte of the low and of the high
-/// table half, its top bit which half (llama.cpp's `get_int_from_table_16`).
+/// first), one a byte: each nibble's low three bits pick a byte of the low and of the high half
+/// of the table (`kvalues_iq4nl` + 128 as unsigned bytes, four a word), its top bit which half
+/// (llama.cpp's `get_int_from_table_16`). One statement: the table as immediates, `q` the only
+/// operand.
 #[cube]
 fn levels4(q: u32) -> u32 {
-    let lo = prmt(U0, U1, q & 0x7777u32);
-    let hi = prmt(U2, U3, q & 0x7777u32);
-    prmt(lo, hi, 0x3210u32 | ((q & 0x8888u32) >> 1u32))
+    let out: u32;
+    gpu_asm!(
+        "{{ .reg .b32 tk0, tk1, tk2, tk3, tkl, tkh, tks;",
+        "mov.b32 tk0, 0x3F2D1801; mov.b32 tk1, 0x766A5D4F; mov.b32 tk2, 0xA6998D81; mov.b32 tk3, 0xF1D9C5B5;",
+        "and.b32 tks, {q}, 0x7777; prmt.b32 tkl, tk0, tk1, tks; prmt.b32 tkh, tk2, tk3, tks;",
+        "and.b32 tks, {q}, 0x8888; shr.b32 tks, tks, 1; or.b32 tks, tks, 0x3210; prmt.b32 {o}, tkl, tkh, tks; }}",
+        o = out(_) out,
+        q = in(_) q,
+    );
+    out
 }
 
 #[cube]

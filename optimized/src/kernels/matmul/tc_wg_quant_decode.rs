@@ -22,7 +22,7 @@ pub(crate) fn bf16x2(lo: f32, hi: f32) -> u32 {
 /// `0x4B0000_bb` for byte `e` (`bb`) of `word`: one `prmt` (byte e of `word`, then zero bytes
 /// 4 and 5 and 0x4B, byte 7, of the constant 0x4B000000).
 #[cube]
-pub(crate) fn magic_byte(word: u32, #[comptime] e: usize) -> u32 {
+fn magic_byte(word: u32, #[comptime] e: usize) -> u32 {
     let out: u32;
     let sel = comptime!((0x7440 + e) as u32);
     gpu_asm!("prmt.b32 {o}, {w}, 0x4B000000, {s};", o = out(_) out, w = in(_) word, s = const sel);

@@ -17,7 +17,7 @@
 
 use cubecl::prelude::*;
 
-use super::gemv_k_low::{IQ4XSUnits, IQ4XSUnitsPrmt, Q2KUnits, Q3KUnits};
+use super::gemv_k_low::{IQ4XSUnits, Q2KUnits, Q3KUnits};
 use super::q4k::scale_min_codes;
 use super::{code_f32, signed_byte, GemvLaunch, GgmlKind};
 use crate::kernels::matmul::{inv_rms, scale_rows, store_row_sums, Fuse};
@@ -378,7 +378,6 @@ pub(crate) fn gemv_into(client: &Client, x: &DeviceTensor, w: &QWeight, y: &Devi
         crate::kernels::qmatmul::QFormat::Ggml(GgmlKind::Q6K) => go!(Q6KUnits, 1, 53, 11),
         crate::kernels::qmatmul::QFormat::Ggml(GgmlKind::Q3K) => go!(Q3KUnits, 4, 7, 3),
         crate::kernels::qmatmul::QFormat::Ggml(GgmlKind::Q2K) => go!(Q2KUnits, 1, 21, 6),
-        crate::kernels::qmatmul::QFormat::Ggml(GgmlKind::IQ4XS) if client.name() == "cuda" => go!(IQ4XSUnitsPrmt, 1, 34, 6),
         crate::kernels::qmatmul::QFormat::Ggml(GgmlKind::IQ4XS) => go!(IQ4XSUnits, 1, 34, 6),
         f => return Err(Error::Shape(format!("qformat gemv_k: a {f:?} weight is not Q2_K .. Q6_K or IQ4_XS"))),
     }

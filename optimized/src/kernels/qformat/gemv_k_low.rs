@@ -7,15 +7,13 @@
 //! m0 = 16·(l / 2 % 2)) and of each byte the planes j0 = 2·(l % 2) (its low half) and j0 + 1
 //! (its high half): values `128n + 32j + m0 ..+ 16`, one scale group of 16 each, group
 //! `8n + 2j + m0 / 16`. IQ4_XS: unit `l` is sub-block l, its low half the low nibbles of its 16
-//! bytes, its high half the high ones, one scale for both; on CUDA its levels are looked up by
-//! `prmt`, four a time.
+//! bytes, its high half the high ones, one scale for both.
 
 use cubecl::prelude::*;
 
 use super::code_f32;
 use super::gemv_k::{shifted, Quad, UnitDecode, ONE};
 use super::iq4_nl::kvalue;
-use crate::kernels::matmul::tc_wg_quant_decode::magic_byte;
 use crate::kernels::qmatmul::v2::f16_pair;
 
 /// The first x vectors (of 4) of unit `l`'s halves in block `b` for Q3_K / Q2_K: values
@@ -143,51 +141,27 @@ impl UnitDecode for Q2KUnits {
 /// IQ4_XS (136 bytes = 34 words a block, read by words): unit `l` takes sub-block l's nibble
 /// words `2 + 4l ..+ 4`, word 0 (d, `scales_h`) and word 1 (`scales_l`). The values are the
 /// table's levels themselves (`A = d·(ls − 32)`, `B = 0`): the non-linear levels have no
-/// mantissa form. `prmt` (CUDA, [`IQ4XSUnitsPrmt`]) looks them up four at a time; elsewhere a
-/// level costs a chain of selects (`iq4_nl::kvalue`, ~12 instructions: H200, Llama-3.1-8B shape
-/// 120.4 tokens/s, against 253.5 for Q4_K_M).
+/// mantissa form, and the select chain of `iq4_nl::kvalue` (~12 instructions a level) bounds
+/// it (H200, Llama-3.1-8B shape: 120.4 tokens/s, Q4_K_M 253.5). A `prmt` table lookup, four
+/// levels a time as llama.cpp's `get_int_from_table_16`, is what would lift it.
 pub struct IQ4XSUnits;
-
-/// [`IQ4XSUnits`] with the levels looked up by `prmt` (CUDA only).
-pub struct IQ4XSUnitsPrmt;
-
-#[cube]
-fn iq4xs_x_at(b: usize, l: usize) -> (usize, usize) {
-    let lo = b * 64 + 8 * l;
-    (lo, lo + 4)
-}
-
-#[cube]
-fn iq4xs_load(w: &[u32], base: usize, l: usize, raw: &mut Array<u32>, #[comptime] at: usize) {
-    #[unroll]
-    for k in 0..4usize {
-        raw[at + k] = w[base + 2 + 4 * l + k];
-    }
-    raw[at + 4] = w[base];
-    raw[at + 5] = w[base + 1];
-}
-
-/// `(A, B)` of both halves: `A = d·(ls − 32)` of sub-block l, `B = 0`.
-#[cube]
-fn iq4xs_scale(raw: &Array<u32>, #[comptime] at: usize, l: usize, #[comptime] pairs: bool) -> (f32, f32, f32, f32) {
-    let dh = raw[at + 4];
-    let (d, _) = f16_pair(dh & 0xFFFFu32, pairs);
-    let low = (raw[at + 5] >> (4 * l) as u32) & 15u32;
-    let high = (dh >> (16 + 2 * l) as u32) & 3u32;
-    let dl = d * code_f32(low | (high << 4u32), 32.0f32);
-    (dl, 0.0f32, dl, 0.0f32)
-}
 
 #[cube]
 impl UnitDecode for IQ4XSUnits {
     type Word = u32;
 
     fn x_at(b: usize, l: usize) -> (usize, usize) {
-        iq4xs_x_at(b, l)
+        let lo = b * 64 + 8 * l;
+        (lo, lo + 4)
     }
 
     fn load(w: &[u32], base: usize, l: usize, raw: &mut Array<u32>, #[comptime] at: usize) {
-        iq4xs_load(w, base, l, raw, at);
+        #[unroll]
+        for k in 0..4usize {
+            raw[at + k] = w[base + 2 + 4 * l + k];
+        }
+        raw[at + 4] = w[base];
+        raw[at + 5] = w[base + 1];
     }
 
     fn decode(raw: &Array<u32>, #[comptime] at: usize, l: usize, vals: &mut Array<f32>, #[comptime] pairs: bool) -> (f32, f32, f32, f32) {
@@ -201,58 +175,11 @@ impl UnitDecode for IQ4XSUnits {
                 vals[16 + k * 4 + e] = kvalue((b >> 4u32) & 15u32);
             }
         }
-        iq4xs_scale(raw, at, l, pairs)
-    }
-}
-
-/// The biased levels `K[n] + 128` of the four nibbles in the low 16 bits of `q` (low nibble
-/// first), one a byte: each nibble's low three bits pick a byte of the low and of the high half
-/// of the table (`kvalues_iq4nl` + 128 as unsigned bytes, four a word), its top bit which half
-/// (llama.cpp's `get_int_from_table_16`). One statement: the table as immediates, `q` the only
-/// operand.
-#[cube]
-fn levels4(q: u32) -> u32 {
-    let out: u32;
-    gpu_asm!(
-        "{{ .reg .b32 tk0, tk1, tk2, tk3, tkl, tkh, tks;",
-        "mov.b32 tk0, 0x3F2D1801; mov.b32 tk1, 0x766A5D4F; mov.b32 tk2, 0xA6998D81; mov.b32 tk3, 0xF1D9C5B5;",
-        "and.b32 tks, {q}, 0x7777; prmt.b32 tkl, tk0, tk1, tks; prmt.b32 tkh, tk2, tk3, tks;",
-        "and.b32 tks, {q}, 0x8888; shr.b32 tks, tks, 1; or.b32 tks, tks, 0x3210; prmt.b32 {o}, tkl, tkh, tks; }}",
-        o = out(_) out,
-        q = in(_) q,
-    );
-    out
-}
-
-#[cube]
-impl UnitDecode for IQ4XSUnitsPrmt {
-    type Word = u32;
-
-    fn x_at(b: usize, l: usize) -> (usize, usize) {
-        iq4xs_x_at(b, l)
-    }
-
-    fn load(w: &[u32], base: usize, l: usize, raw: &mut Array<u32>, #[comptime] at: usize) {
-        iq4xs_load(w, base, l, raw, at);
-    }
-
-    fn decode(raw: &Array<u32>, #[comptime] at: usize, l: usize, vals: &mut Array<f32>, #[comptime] pairs: bool) -> (f32, f32, f32, f32) {
-        #[unroll]
-        for k in 0..4usize {
-            let word = raw[at + k];
-            // Bytes 0, 1 then 2, 3 of the word: (low, high) nibble levels of each byte.
-            #[unroll]
-            for h in 0..2usize {
-                let u = levels4(word >> (16 * h) as u32);
-                #[unroll]
-                for i in 0..2usize {
-                    let e = 2 * h + i;
-                    // (2^23 + K + 128) − (2^23 + 128) = K, exactly.
-                    vals[k * 4 + e] = f32::reinterpret(magic_byte(u, 2 * i)) - 8_388_736.0f32;
-                    vals[16 + k * 4 + e] = f32::reinterpret(magic_byte(u, 2 * i + 1)) - 8_388_736.0f32;
-                }
-            }
-        }
-        iq4xs_scale(raw, at, l, pairs)
+        let dh = raw[at + 4];
+        let (d, _) = f16_pair(dh & 0xFFFFu32, pairs);
+        let low = (raw[at + 5] >> (4 * l) as u32) & 15u32;
+        let high = (dh >> (16 + 2 * l) as u32) & 3u32;
+        let dl = d * code_f32(low | (high << 4u32), 32.0f32);
+        (dl, 0.0f32, dl, 0.0f32)
     }
 }

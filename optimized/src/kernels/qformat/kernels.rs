@@ -10,50 +10,18 @@ use crate::kernels::matmul::{self, inv_rms, scale_rows, store_row_sums, tc, Fuse
 use crate::kernels::qmatmul::{QFormat, QWeight};
 use crate::{Client, DeviceTensor, Dtype, Error};
 
-/// Runs `$body` with `$f` the [`BlockFormat`](super::BlockFormat) type of the [`GgmlKind`] `$kind`.
+/// Runs `$body` with `$f` the [`BlockFormat`](super::BlockFormat) type of the [`GgmlKind`] `$kind`
+/// (each variant names its format's type; a new format is one more name in the list).
 macro_rules! with_format {
     ($kind:expr, $f:ident => $body:expr) => {
+        with_format!(@arms $kind, $f, $body; Q4K Q5K Q6K Q8_0 Q5_0 Q5_1 IQ4NL Q2K Q3K IQ4XS)
+    };
+    (@arms $kind:expr, $f:ident, $body:expr; $($k:ident)*) => {
         match $kind {
-            GgmlKind::Q4K => {
-                type $f = Q4K;
+            $(GgmlKind::$k => {
+                type $f = $k;
                 $body
-            }
-            GgmlKind::Q5K => {
-                type $f = Q5K;
-                $body
-            }
-            GgmlKind::Q6K => {
-                type $f = Q6K;
-                $body
-            }
-            GgmlKind::Q8_0 => {
-                type $f = Q8_0;
-                $body
-            }
-            GgmlKind::Q5_0 => {
-                type $f = Q5_0;
-                $body
-            }
-            GgmlKind::Q5_1 => {
-                type $f = Q5_1;
-                $body
-            }
-            GgmlKind::IQ4NL => {
-                type $f = IQ4NL;
-                $body
-            }
-            GgmlKind::Q2K => {
-                type $f = Q2K;
-                $body
-            }
-            GgmlKind::Q3K => {
-                type $f = Q3K;
-                $body
-            }
-            GgmlKind::IQ4XS => {
-                type $f = IQ4XS;
-                $body
-            }
+            })*
         }
     };
 }

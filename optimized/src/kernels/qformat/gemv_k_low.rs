@@ -11,9 +11,11 @@
 
 use cubecl::prelude::*;
 
-use super::code_f32;
 use super::gemv_k::{shifted, Quad, UnitDecode, ONE};
-use super::iq4_nl::kvalue;
+use super::iq4_nl::nibble_levels;
+use super::iq4_xs::sub_scale;
+use super::q2k::scale_min;
+use super::q3k::scale_less_32;
 use crate::kernels::qmatmul::v2::f16_pair;
 
 /// The first x vectors (of 4) of unit `l`'s halves in block `b` for Q3_K / Q2_K: values
@@ -36,17 +38,6 @@ fn k_low_group(l: usize) -> usize {
 /// under 1.0's top mantissa bits (`M = 1 + q/8`): `x = dl·(q − 4) = (8·dl)·M − 12·dl`,
 /// `dl = d·(s − 32)`.
 pub struct Q3KUnits;
-
-/// `s − 32` of Q3_K scale group `k` from the block's last vector (bytes 96..112: the 12 scale
-/// bytes, then d): low four bits in nibble `k / 8` of byte `k % 8`, high two at bits
-/// `2·(k / 4)` of byte `8 + k % 4`.
-#[cube]
-fn q3_scale(hdr: Quad, k: usize) -> f32 {
-    let lw = select(k % 8 < 4, hdr.extract(0usize), hdr.extract(1usize));
-    let low = (lw >> ((8 * (k % 4) + 4 * (k / 8)) as u32)) & 15u32;
-    let high = (hdr.extract(2usize) >> ((8 * (k % 4) + 2 * (k / 4)) as u32)) & 3u32;
-    code_f32(low | (high << 4u32), 32.0f32)
-}
 
 #[cube]
 impl UnitDecode for Q3KUnits {
@@ -85,8 +76,9 @@ impl UnitDecode for Q3KUnits {
         }
         let (d, _) = f16_pair(hdr.extract(3usize) & 0xFFFFu32, pairs);
         let g = k_low_group(l);
-        let dl = d * q3_scale(hdr, g);
-        let dh = d * q3_scale(hdr, g + 2);
+        let (w0, w1, w2) = (hdr.extract(0usize), hdr.extract(1usize), hdr.extract(2usize));
+        let dl = d * scale_less_32(w0, w1, w2, g);
+        let dh = d * scale_less_32(w0, w1, w2, g + 2);
         (8.0f32 * dl, 12.0f32 * dl, 8.0f32 * dh, 12.0f32 * dh)
     }
 }
@@ -132,9 +124,9 @@ impl UnitDecode for Q2KUnits {
         let at_byte = (8 * (k_low_group(l) % 4)) as u32;
         let bl = (raw[at + 4] >> at_byte) & 255u32;
         let bh = (raw[at + 4] >> (at_byte + 16u32)) & 255u32;
-        let dl = 4.0f32 * (d * code_f32(bl & 15u32, 0.0f32));
-        let dh = 4.0f32 * (d * code_f32(bh & 15u32, 0.0f32));
-        (dl, dl + dmin * code_f32(bl >> 4u32, 0.0f32), dh, dh + dmin * code_f32(bh >> 4u32, 0.0f32))
+        let (dl, ml) = scale_min(d, dmin, bl);
+        let (dh, mh) = scale_min(d, dmin, bh);
+        (4.0f32 * dl, 4.0f32 * dl + ml, 4.0f32 * dh, 4.0f32 * dh + mh)
     }
 }
 
@@ -167,19 +159,11 @@ impl UnitDecode for IQ4XSUnits {
     fn decode(raw: &Array<u32>, #[comptime] at: usize, l: usize, vals: &mut Array<f32>, #[comptime] pairs: bool) -> (f32, f32, f32, f32) {
         #[unroll]
         for k in 0..4usize {
-            let word = raw[at + k];
-            #[unroll]
-            for e in 0..4usize {
-                let b = word >> (8 * e) as u32;
-                vals[k * 4 + e] = kvalue(b & 15u32);
-                vals[16 + k * 4 + e] = kvalue((b >> 4u32) & 15u32);
-            }
+            nibble_levels(raw[at + k], vals, k * 4, 1.0f32, false);
         }
         let dh = raw[at + 4];
         let (d, _) = f16_pair(dh & 0xFFFFu32, pairs);
-        let low = (raw[at + 5] >> (4 * l) as u32) & 15u32;
-        let high = (dh >> (16 + 2 * l) as u32) & 3u32;
-        let dl = d * code_f32(low | (high << 4u32), 32.0f32);
+        let dl = sub_scale(d, dh, raw[at + 5], l);
         (dl, 0.0f32, dl, 0.0f32)
     }
 }

@@ -21,19 +21,31 @@ pub(crate) fn kvalue(q: u32) -> f32 {
     signed_byte((kw >> ((q % 4u32) * 8u32)) & 255u32)
 }
 
+/// The levels of `word`'s eight nibbles in the IQ4 order: byte e's low nibble into
+/// `vals[at + e]`, its high nibble into `vals[at + e + 16]`, each times `s` where `scaled`.
+#[cube]
+pub(crate) fn nibble_levels(word: u32, vals: &mut Array<f32>, at: usize, s: f32, #[comptime] scaled: bool) {
+    #[unroll]
+    for e in 0..4usize {
+        let b = word >> (8 * e) as u32;
+        let (lo, hi) = (kvalue(b & 15u32), kvalue((b >> 4u32) & 15u32));
+        if comptime!(scaled) {
+            vals[at + e] = s * lo;
+            vals[at + e + 16] = s * hi;
+        } else {
+            vals[at + e] = lo;
+            vals[at + e + 16] = hi;
+        }
+    }
+}
+
 #[cube]
 impl BlockFormat for IQ4NL {
     fn decode_sub(w: &[u32], base: usize, _sub: usize, vals: &mut Array<f32>) {
         let d = f16_bits(w[base] & 0xFFFFu32);
         #[unroll]
         for wi in 0..4usize {
-            let word = w[base + 1 + wi];
-            #[unroll]
-            for e in 0..4usize {
-                let b = word >> (8 * e) as u32;
-                vals[wi * 4 + e] = d * kvalue(b & 15u32);
-                vals[wi * 4 + e + 16] = d * kvalue((b >> 4u32) & 15u32);
-            }
+            nibble_levels(w[base + 1 + wi], vals, wi * 4, d, true);
         }
     }
 }

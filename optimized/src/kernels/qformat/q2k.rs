@@ -15,7 +15,7 @@ pub struct Q2K;
 
 /// `(d·sc, dmin·m)` of scale byte `b`.
 #[cube]
-fn scale_min(d: f32, dmin: f32, b: u32) -> (f32, f32) {
+pub(crate) fn scale_min(d: f32, dmin: f32, b: u32) -> (f32, f32) {
     (d * code_f32(b & 15u32, 0.0f32), dmin * code_f32(b >> 4u32, 0.0f32))
 }
 

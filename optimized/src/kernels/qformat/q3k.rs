@@ -9,25 +9,29 @@
 
 use cubecl::prelude::*;
 
-use super::{block_byte, code_f32, BlockFormat};
+use super::{code_f32, BlockFormat};
 use crate::kernels::qmatmul::v2::f16_bits;
 
 pub struct Q3K;
 
-/// `d·(s − 32)` of scale group `k` (0..16).
+/// `s − 32` of scale group `k` (0..16) from the block's scale words `w0, w1, w2` (bytes
+/// 96..108, words 24..27): its low four bits in nibble `k / 8` of byte `k % 8`, its high two
+/// at bits `2·(k / 4)` of byte `8 + k % 4`.
 #[cube]
-fn group_scale(w: &[u32], base: usize, d: f32, k: usize) -> f32 {
-    let low = (block_byte(w, base, 96 + k % 8) >> ((4 * (k / 8)) as u32)) & 15u32;
-    let high = (block_byte(w, base, 104 + k % 4) >> ((2 * (k / 4)) as u32)) & 3u32;
-    d * code_f32(low | (high << 4u32), 32.0f32)
+pub(crate) fn scale_less_32(w0: u32, w1: u32, w2: u32, k: usize) -> f32 {
+    let lw = select(k % 8 < 4, w0, w1);
+    let low = (lw >> ((8 * (k % 4) + 4 * (k / 8)) as u32)) & 15u32;
+    let high = (w2 >> ((8 * (k % 4) + 2 * (k / 4)) as u32)) & 3u32;
+    code_f32(low | (high << 4u32), 32.0f32)
 }
 
 #[cube]
 impl BlockFormat for Q3K {
     fn decode_sub(w: &[u32], base: usize, sub: usize, vals: &mut Array<f32>) {
         let d = f16_bits(w[base + 27] & 0xFFFFu32);
-        let d0 = group_scale(w, base, d, 2 * sub);
-        let d1 = group_scale(w, base, d, 2 * sub + 1);
+        let (w0, w1, w2) = (w[base + 24], w[base + 25], w[base + 26]);
+        let d0 = d * scale_less_32(w0, w1, w2, 2 * sub);
+        let d1 = d * scale_less_32(w0, w1, w2, 2 * sub + 1);
         let q0 = base + 8 + 8 * (sub / 4);
         let shift = (2 * (sub % 4)) as u32;
         let hshift = sub as u32;

@@ -116,9 +116,8 @@ pub struct QWeight {
     pub mma: v4::MmaTune,
     /// How its model quantizes this linear's inputs (a W8A8 model: `ModelSpec::act_quant`),
     /// which the dispatch honours on every path: per token, W8A8 on the FP8 tensor cores
-    /// above the gemv wherever they apply (whatever `fp8=` says) and the row-format gemv's
-    /// prologue below; else a quantizing pass over x first (`kernels::act_quant`). Set by the
-    /// loader; `None` at upload.
+    /// above the gemv wherever they apply (whatever `fp8=` says); else a quantizing pass over
+    /// x first (`kernels::act_quant`). Set by the loader; `None` at upload.
     pub act: Option<crate::kernels::act_quant::ActQuant>,
 }
 
